@@ -1,0 +1,80 @@
+/*
+ * zoffload/status.h - result codes, the per-thread error message, logging.
+ * Every public zoffload call returns a zo_status; 0 is success. This header
+ * holds no state of its own; the message and log handler live in libzoffload.
+ */
+#ifndef ZOFFLOAD_STATUS_H
+#define ZOFFLOAD_STATUS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(ZO_BUILDING)
+#define ZO_API __attribute__((visibility("default")))
+#else
+#define ZO_API
+#endif
+
+/*
+ * zo_status - what went wrong and whose fault it was. The numbers are part of
+ * the ABI and never change once released; new codes are only appended.
+ */
+typedef enum zo_status {
+  ZO_OK = 0,
+  ZO_ERR_INVALID_ARG = 1,   /* caller passed a bad value (NULL, 0 length, misaligned pointer) */
+  ZO_ERR_INVALID_USAGE = 2, /* calls in the wrong order or on a handle in the wrong state */
+  ZO_ERR_OUT_OF_MEMORY = 3, /* host, pinned or device memory exhausted (message says which) */
+  ZO_ERR_SYSTEM = 4,        /* a system call failed for a reason other than I/O (errno in message) */
+  ZO_ERR_IO = 5,            /* a read or write failed or came back short (file, offset, length in message) */
+  ZO_ERR_UNSUPPORTED = 6,   /* feature not built in or not available on this machine */
+  ZO_ERR_CUDA = 7,          /* a CUDA runtime call failed */
+  ZO_ERR_NCCL = 8,          /* an NCCL call failed */
+  ZO_ERR_MPI = 9,           /* an MPI call failed */
+  ZO_ERR_CONFIG = 10,       /* a config file is malformed or has a wrong type or value (JSON path in message) */
+  ZO_ERR_CORRUPT = 11,      /* data read back does not match what was written (checksum) */
+} zo_status;
+
+/*
+ * zo_status_string() - constant name of a status, e.g. "ZO_ERR_IO".
+ * Never NULL; unknown values give "ZO_ERR_UNKNOWN". Thread-safe.
+ */
+ZO_API const char *zo_status_string(zo_status s);
+
+/*
+ * zo_last_error() - human-readable message of the last call that failed on
+ * the calling thread (like ncclGetLastError), naming the thing involved: a
+ * JSON path, a file and offset, a tensor name. "" when no call has failed.
+ * The string stays valid until the next failing zoffload call on this thread.
+ * Thread-safe (the message is thread-local).
+ */
+ZO_API const char *zo_last_error(void);
+
+typedef enum zo_log_level {
+  ZO_LOG_ERROR = 0,
+  ZO_LOG_WARN = 1,
+  ZO_LOG_INFO = 2,
+  ZO_LOG_DEBUG = 3,
+} zo_log_level;
+
+/*
+ * zo_log_handler - receives every log line the library emits (no trailing
+ * newline). May be called from any library thread, concurrently.
+ */
+typedef void (*zo_log_handler)(zo_log_level level, const char *msg, void *user);
+
+/*
+ * zo_log_set_handler() - route library log lines to @fn (NULL restores the
+ * default, which writes "zoffload: warning: ..." lines to stderr) and drop
+ * lines above @max_level. The environment variable ZO_LOG_LEVEL
+ * (error|warn|info|debug) sets the default level; warn if unset.
+ * Not thread-safe against concurrent logging: call it before starting work.
+ */
+ZO_API void zo_log_set_handler(zo_log_handler fn, void *user, zo_log_level max_level);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_STATUS_H */

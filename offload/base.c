@@ -1,0 +1,86 @@
+/*
+ * base.c - thread-local error messages and the log handler. Every module links
+ * this file; it depends on nothing else in zoffload.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base_internal.h"
+
+static _Thread_local char tl_error[1024];
+
+const char *zo_status_string(zo_status s) {
+  switch (s) {
+    case ZO_OK: return "ZO_OK";
+    case ZO_ERR_INVALID_ARG: return "ZO_ERR_INVALID_ARG";
+    case ZO_ERR_INVALID_USAGE: return "ZO_ERR_INVALID_USAGE";
+    case ZO_ERR_OUT_OF_MEMORY: return "ZO_ERR_OUT_OF_MEMORY";
+    case ZO_ERR_SYSTEM: return "ZO_ERR_SYSTEM";
+    case ZO_ERR_IO: return "ZO_ERR_IO";
+    case ZO_ERR_UNSUPPORTED: return "ZO_ERR_UNSUPPORTED";
+    case ZO_ERR_CUDA: return "ZO_ERR_CUDA";
+    case ZO_ERR_NCCL: return "ZO_ERR_NCCL";
+    case ZO_ERR_MPI: return "ZO_ERR_MPI";
+    case ZO_ERR_CONFIG: return "ZO_ERR_CONFIG";
+    case ZO_ERR_CORRUPT: return "ZO_ERR_CORRUPT";
+  }
+  return "ZO_ERR_UNKNOWN";
+}
+
+const char *zo_last_error(void) { return tl_error; }
+
+zo_status zo_error_set(zo_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
+  char prefix[512], old[sizeof tl_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  memcpy(old, tl_error, sizeof old);
+  snprintf(tl_error, sizeof tl_error, "%s: %s", prefix, old);
+  return st;
+}
+
+static zo_log_handler g_handler;
+static void *g_handler_user;
+static int g_max_level = -1; /* -1: not yet read from ZO_LOG_LEVEL */
+
+static int level_from_env(void) {
+  const char *s = getenv("ZO_LOG_LEVEL");
+  if (!s) return ZO_LOG_WARN;
+  if (!strcmp(s, "error")) return ZO_LOG_ERROR;
+  if (!strcmp(s, "info")) return ZO_LOG_INFO;
+  if (!strcmp(s, "debug")) return ZO_LOG_DEBUG;
+  return ZO_LOG_WARN;
+}
+
+void zo_log_set_handler(zo_log_handler fn, void *user, zo_log_level max_level) {
+  g_handler = fn;
+  g_handler_user = user;
+  g_max_level = (int)max_level;
+}
+
+void zo_log(zo_log_level level, const char *fmt, ...) {
+  if (g_max_level < 0) g_max_level = level_from_env();
+  if ((int)level > g_max_level) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (g_handler) {
+    g_handler(level, line, g_handler_user);
+    return;
+  }
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  fprintf(stderr, "zoffload: %s: %s\n", names[level], line);
+}

@@ -1,0 +1,48 @@
+/*
+ * base_internal.h - error recording, logging and check macros shared by every
+ * module inside libzoffload. Not installed; public callers see zoffload/status.h.
+ */
+#ifndef ZO_BASE_INTERNAL_H
+#define ZO_BASE_INTERNAL_H
+
+#include <stdatomic.h>
+#include "zoffload/status.h"
+
+/*
+ * zo_error_set() - record a formatted message as this thread's last error and
+ * return @st, so callers write `return zo_error_set(ZO_ERR_IO, "...")`.
+ */
+zo_status zo_error_set(zo_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* zo_error_prefix() - prepend "prefix: " to this thread's last error; returns @st. */
+zo_status zo_error_prefix(zo_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* zo_log() - emit one log line through the installed handler. */
+void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define zo_warn(...) zo_log(ZO_LOG_WARN, __VA_ARGS__)
+#define zo_info(...) zo_log(ZO_LOG_INFO, __VA_ARGS__)
+#define zo_debug(...) zo_log(ZO_LOG_DEBUG, __VA_ARGS__)
+
+/* zo_warn_once() - warn the first time this call site is reached in the process. */
+#define zo_warn_once(...)                                                  \
+  do {                                                                     \
+    static atomic_int zo_warned_;                                          \
+    if (atomic_exchange(&zo_warned_, 1) == 0) zo_log(ZO_LOG_WARN, __VA_ARGS__); \
+  } while (0)
+
+/* ZO_CHECK_GOTO(expr, st, label): evaluate a zo_status expression; on failure store it in st and goto label. */
+#define ZO_CHECK_GOTO(expr, st, label) \
+  do {                                 \
+    (st) = (expr);                     \
+    if ((st) != ZO_OK) goto label;     \
+  } while (0)
+
+/* ZO_CHECK(expr): return the zo_status of expr when it is not ZO_OK. */
+#define ZO_CHECK(expr)               \
+  do {                               \
+    zo_status zo_st_ = (expr);       \
+    if (zo_st_ != ZO_OK) return zo_st_; \
+  } while (0)
+
+#endif /* ZO_BASE_INTERNAL_H */

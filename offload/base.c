@@ -46,7 +46,7 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, tl_error, sizeof old);
-  snprintf(tl_error, sizeof tl_error, "%s: %s", prefix, old);
+  snprintf(tl_error, sizeof tl_error, "%.500s: %.500s", prefix, old);
   return st;
 }
 

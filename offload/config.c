@@ -1,1 +1,979 @@
-/* placeholder: being written */
+/*
+ * config.c - reads DeepSpeed-style JSON (jansson) into a zo_config_t with
+ * DeepSpeed's defaults, legacy forms and batch-size resolution, and errors
+ * that name the JSON path. It does not act on the config; the engine does.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base_internal.h"
+#include "zoffload/config.h"
+
+#define PATH_CAP 256
+
+typedef struct parse_ctx {
+  const char *src; /* document name for messages */
+} parse_ctx;
+
+/* ---------- messages ---------- */
+
+/* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG. */
+static zo_status __attribute__((format(printf, 3, 4)))
+cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src, path, msg);
+}
+
+/* Render a JSON value for "got ..." : strings quoted, numbers, literals, or its kind. */
+static const char *show(const json_t *v, char *buf, size_t cap) {
+  switch (json_typeof(v)) {
+    case JSON_STRING: {
+      const char *s = json_string_value(v);
+      size_t n = strlen(s);
+      if (n > 48) snprintf(buf, cap, "\"%.45s...\"", s);
+      else snprintf(buf, cap, "\"%s\"", s);
+      break;
+    }
+    case JSON_INTEGER: snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
+    case JSON_REAL: snprintf(buf, cap, "%.15g", json_real_value(v)); break;
+    case JSON_TRUE: snprintf(buf, cap, "true"); break;
+    case JSON_FALSE: snprintf(buf, cap, "false"); break;
+    case JSON_NULL: snprintf(buf, cap, "null"); break;
+    case JSON_OBJECT: snprintf(buf, cap, "an object"); break;
+    case JSON_ARRAY: snprintf(buf, cap, "an array"); break;
+  }
+  return buf;
+}
+
+/* "expected <what>, got <value>", with a hint when the value is HF Trainer's "auto". */
+static zo_status type_err(const parse_ctx *c, const char *path, const char *what, const json_t *v) {
+  char got[64];
+  int is_auto = json_is_string(v) && !strcmp(json_string_value(v), "auto");
+  return cfg_err(c, path, "expected %s, got %s%s", what, show(v, got, sizeof got),
+                 is_auto ? " (\"auto\" is filled in by the HF Trainer, not by DeepSpeed)" : "");
+}
+
+/* Join "base.key" (or just "key" when base is empty) into out. */
+static const char *pj(char *out, const char *base, const char *key) {
+  int n = base[0] ? snprintf(out, PATH_CAP, "%s.%s", base, key) : snprintf(out, PATH_CAP, "%s", key);
+  if (n >= PATH_CAP) memcpy(out + PATH_CAP - 4, "...", 4); /* absurdly long key: keep a readable prefix */
+  return out;
+}
+
+static void warn_inert(const char *path) { zo_warn("config: %s is accepted but has no effect yet", path); }
+static void warn_unknown(const char *path) {
+  zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
+}
+
+/* ---------- typed getters: each checks type then range and names the path ---------- */
+
+static zo_status get_i64(const parse_ctx *c, const char *path, const json_t *v, int64_t lo, int64_t hi,
+                         int64_t *out) {
+  int64_t x;
+  if (json_is_integer(v)) {
+    x = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v)) {
+    double d = json_real_value(v);
+    /* 9223372036854775808.0 == 2^63 is the first double outside int64. */
+    if (d != floor(d) || d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+      return type_err(c, path, "an integer", v);
+    x = (int64_t)d;
+  } else {
+    return type_err(c, path, "an integer", v);
+  }
+  if (x < lo || x > hi) {
+    if (hi == INT64_MAX)
+      return cfg_err(c, path, "expected an integer >= %" PRId64 ", got %" PRId64, lo, x);
+    return cfg_err(c, path, "expected an integer in [%" PRId64 ", %" PRId64 "], got %" PRId64, lo, hi, x);
+  }
+  *out = x;
+  return ZO_OK;
+}
+
+static zo_status get_int(const parse_ctx *c, const char *path, const json_t *v, int lo, int hi, int *out) {
+  int64_t x;
+  ZO_CHECK(get_i64(c, path, v, lo, hi, &x));
+  *out = (int)x;
+  return ZO_OK;
+}
+
+/* Range flags for get_dbl. */
+enum { LO_INCL = 1, LO_EXCL = 2, HI_INCL = 4, HI_EXCL = 8 };
+
+static zo_status get_dbl(const parse_ctx *c, const char *path, const json_t *v, double lo, double hi,
+                         int flags, double *out) {
+  if (!json_is_number(v)) return type_err(c, path, "a number", v);
+  double x = json_number_value(v);
+  int bad = !isfinite(x);
+  if ((flags & LO_INCL) && !(x >= lo)) bad = 1;
+  if ((flags & LO_EXCL) && !(x > lo)) bad = 1;
+  if ((flags & HI_INCL) && !(x <= hi)) bad = 1;
+  if ((flags & HI_EXCL) && !(x < hi)) bad = 1;
+  if (bad) {
+    char what[96];
+    int has_lo = flags & (LO_INCL | LO_EXCL), has_hi = flags & (HI_INCL | HI_EXCL);
+    if (has_lo && has_hi)
+      snprintf(what, sizeof what, "a number in %c%g, %g%c", (flags & LO_INCL) ? '[' : '(', lo, hi,
+               (flags & HI_INCL) ? ']' : ')');
+    else if (has_lo)
+      snprintf(what, sizeof what, "a number %s %g", (flags & LO_INCL) ? ">=" : ">", lo);
+    else if (has_hi)
+      snprintf(what, sizeof what, "a number %s %g", (flags & HI_INCL) ? "<=" : "<", hi);
+    else
+      snprintf(what, sizeof what, "a finite number");
+    return type_err(c, path, what, v);
+  }
+  *out = x;
+  return ZO_OK;
+}
+
+static zo_status get_bool(const parse_ctx *c, const char *path, const json_t *v, int *out) {
+  if (!json_is_boolean(v)) return type_err(c, path, "true or false", v);
+  *out = json_is_true(v);
+  return ZO_OK;
+}
+
+static zo_status get_obj(const parse_ctx *c, const char *path, const json_t *v) {
+  return json_is_object(v) ? ZO_OK : type_err(c, path, "an object", v);
+}
+
+/* nvme_path: a string (or null meaning absent) that fits the fixed buffer. */
+static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v, char *out, size_t cap) {
+  if (json_is_null(v)) {
+    out[0] = 0;
+    return ZO_OK;
+  }
+  if (!json_is_string(v)) return type_err(c, path, "a path string", v);
+  const char *s = json_string_value(v);
+  if (strlen(s) >= cap) return cfg_err(c, path, "path longer than %zu bytes", cap - 1);
+  memcpy(out, s, strlen(s) + 1);
+  return ZO_OK;
+}
+
+static zo_status get_device(const parse_ctx *c, const char *path, const json_t *v, zo_offload_device *out) {
+  static const char *what = "\"none\", \"cpu\" or \"nvme\"";
+  if (!json_is_string(v)) return type_err(c, path, what, v);
+  const char *s = json_string_value(v);
+  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
+  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
+  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
+  else return type_err(c, path, what, v);
+  return ZO_OK;
+}
+
+/*
+ * Byte sizes for the zoffload block: an integer, or a string "<number>[ ]<unit>"
+ * with unit B, K/KB, M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB, GiB, TiB
+ * (powers of 1024), case-insensitive. Fractions are rounded down to whole bytes.
+ */
+static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v, int64_t *out) {
+  static const char *what = "a byte count (integer, or a string like \"64MiB\" or \"1GB\")";
+  if (json_is_number(v)) {
+    if (get_i64(c, path, v, 0, INT64_MAX, out) != ZO_OK) return type_err(c, path, "a byte count >= 0", v);
+    return ZO_OK;
+  }
+  if (!json_is_string(v)) return type_err(c, path, what, v);
+  const char *s = json_string_value(v);
+  char *end;
+  errno = 0;
+  double x = strtod(s, &end);
+  if (end == s || errno || !isfinite(x) || x < 0) return type_err(c, path, what, v);
+  while (*end == ' ') end++;
+  static const struct { const char *unit; double mul; } units[] = {
+      {"", 1},         {"b", 1},          {"k", 1e3},          {"kb", 1e3},           {"m", 1e6},
+      {"mb", 1e6},     {"g", 1e9},        {"gb", 1e9},         {"t", 1e12},           {"tb", 1e12},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+  };
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].unit)) continue;
+    double b = floor(x * units[i].mul);
+    if (b >= 9223372036854775808.0) return cfg_err(c, path, "byte count %s does not fit in 63 bits", s);
+    *out = (int64_t)b;
+    return ZO_OK;
+  }
+  return type_err(c, path, what, v);
+}
+
+/* True when key is in the NULL-terminated list. */
+static int in_list(const char *key, const char *const *list) {
+  for (; list && *list; list++)
+    if (!strcmp(key, *list)) return 1;
+  return 0;
+}
+
+/* ---------- optimizer ---------- */
+
+static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  char p[PATH_CAP];
+  ZO_CHECK(get_obj(c, "optimizer", blk));
+  const json_t *t = json_object_get(blk, "type");
+  if (!t) return cfg_err(c, "optimizer.type", "missing (expected \"Adam\" or \"AdamW\")");
+  if (!json_is_string(t)) return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
+  const char *ts = json_string_value(t);
+  if (!strcasecmp(ts, "adam")) cfg->optimizer.type = ZO_OPT_ADAM;
+  else if (!strcasecmp(ts, "adamw")) cfg->optimizer.type = ZO_OPT_ADAMW;
+  else {
+    static const char *const ds_known[] = {"lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad",
+                                           "lion", "muadam", "muadamw", "musgd", "muon", NULL};
+    char low[64];
+    size_t i = 0;
+    for (; ts[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)ts[i]);
+    low[i] = 0;
+    if (in_list(low, ds_known))
+      return cfg_err(c, "optimizer.type",
+                     "expected \"Adam\" or \"AdamW\", got \"%s\" (a DeepSpeed optimizer zoffload does not implement)",
+                     ts);
+    return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
+  }
+
+  int adam_w_mode = 1; /* DeepSpeed ADAM_W_MODE_DEFAULT */
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, "optimizer", key);
+    if (!strcmp(key, "type")) continue;
+    if (!strcmp(key, "params")) {
+      ZO_CHECK(get_obj(c, p, v));
+      const char *k2;
+      json_t *v2;
+      char q[PATH_CAP];
+      json_object_foreach(v, k2, v2) {
+        pj(q, p, k2);
+        if (!strcmp(k2, "lr")) {
+          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->optimizer.lr));
+        } else if (!strcmp(k2, "betas")) {
+          if (!json_is_array(v2) || json_array_size(v2) != 2)
+            return type_err(c, q, "an array of two numbers [beta1, beta2]", v2);
+          char r[PATH_CAP + 8];
+          double b[2];
+          for (int i = 0; i < 2; i++) {
+            snprintf(r, sizeof r, "%s[%d]", q, i);
+            ZO_CHECK(get_dbl(c, r, json_array_get(v2, i), 0, 1, LO_INCL | HI_EXCL, &b[i]));
+          }
+          cfg->optimizer.beta1 = b[0];
+          cfg->optimizer.beta2 = b[1];
+        } else if (!strcmp(k2, "eps")) {
+          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_EXCL, &cfg->optimizer.eps));
+        } else if (!strcmp(k2, "weight_decay")) {
+          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->optimizer.weight_decay));
+        } else if (!strcmp(k2, "bias_correction")) {
+          ZO_CHECK(get_bool(c, q, v2, &cfg->optimizer.bias_correction));
+        } else if (!strcmp(k2, "adam_w_mode")) {
+          ZO_CHECK(get_bool(c, q, v2, &adam_w_mode));
+        } else if (!strcmp(k2, "amsgrad")) {
+          int ams = 0;
+          ZO_CHECK(get_bool(c, q, v2, &ams));
+          if (ams) return cfg_err(c, q, "amsgrad is not supported (expected false)");
+        } else if (!strcmp(k2, "torch_adam") || !strcmp(k2, "fp32_optimizer_states")) {
+          warn_inert(q);
+        } else if (!strcmp(k2, "max_grad_norm")) {
+          return cfg_err(c, q, "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
+        } else {
+          return cfg_err(c, q,
+                         "not a parameter of %s (it takes lr, betas, eps, weight_decay, bias_correction, "
+                         "adam_w_mode, amsgrad); DeepSpeed would reject it too",
+                         ts);
+        }
+      }
+    } else if (!strcmp(key, "legacy_fusion")) {
+      warn_inert(p);
+    } else {
+      warn_unknown(p);
+    }
+  }
+  /* DeepSpeed engine: effective_adam_w_mode = name == "adamw" or adam_w_mode. */
+  cfg->optimizer.adam_w_mode = cfg->optimizer.type == ZO_OPT_ADAMW ? 1 : adam_w_mode;
+  return ZO_OK;
+}
+
+/* ---------- scheduler ---------- */
+
+static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  static const char *what = "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"";
+  ZO_CHECK(get_obj(c, "scheduler", blk));
+  const json_t *t = json_object_get(blk, "type");
+  if (!t) return cfg_err(c, "scheduler.type", "missing (expected %s)", what);
+  if (!json_is_string(t)) return type_err(c, "scheduler.type", what, t);
+  const char *ts = json_string_value(t);
+  zo_sched_type st;
+  if (!strcmp(ts, "WarmupLR")) st = ZO_SCHED_WARMUP_LR;
+  else if (!strcmp(ts, "WarmupDecayLR")) st = ZO_SCHED_WARMUP_DECAY_LR;
+  else if (!strcmp(ts, "WarmupCosineLR")) st = ZO_SCHED_WARMUP_COSINE_LR;
+  else if (!strcmp(ts, "OneCycle") || !strcmp(ts, "LRRangeTest"))
+    return cfg_err(c, "scheduler.type", "expected %s, got \"%s\" (a DeepSpeed scheduler zoffload does not implement)",
+                   what, ts);
+  else return type_err(c, "scheduler.type", what, t);
+  cfg->scheduler.type = st;
+
+  int have_total = 0;
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP], q[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, "scheduler", key);
+    if (!strcmp(key, "type")) continue;
+    if (strcmp(key, "params")) {
+      warn_unknown(p);
+      continue;
+    }
+    ZO_CHECK(get_obj(c, p, v));
+    const char *k2;
+    json_t *v2;
+    json_object_foreach(v, k2, v2) {
+      pj(q, p, k2);
+      int lr_sched = st != ZO_SCHED_WARMUP_COSINE_LR, decaying = st != ZO_SCHED_WARMUP_LR;
+      if (lr_sched && !strcmp(k2, "warmup_min_lr")) {
+        ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->scheduler.warmup_min_lr));
+      } else if (lr_sched && !strcmp(k2, "warmup_max_lr")) {
+        ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->scheduler.warmup_max_lr));
+      } else if (!strcmp(k2, "warmup_num_steps")) {
+        ZO_CHECK(get_i64(c, q, v2, 0, INT64_MAX, &cfg->scheduler.warmup_num_steps));
+      } else if (!strcmp(k2, "warmup_type")) {
+        if (json_is_string(v2) && !strcmp(json_string_value(v2), "log")) cfg->scheduler.warmup_type_log = 1;
+        else if (json_is_string(v2) && !strcmp(json_string_value(v2), "linear")) cfg->scheduler.warmup_type_log = 0;
+        else return type_err(c, q, "\"log\" or \"linear\"", v2);
+      } else if (decaying && !strcmp(k2, "total_num_steps")) {
+        ZO_CHECK(get_i64(c, q, v2, 1, INT64_MAX, &cfg->scheduler.total_num_steps));
+        have_total = 1;
+      } else if (!lr_sched && !strcmp(k2, "warmup_min_ratio")) {
+        ZO_CHECK(get_dbl(c, q, v2, 0, 1, LO_INCL | HI_INCL, &cfg->scheduler.warmup_min_ratio));
+      } else if (!lr_sched && !strcmp(k2, "cos_min_ratio")) {
+        ZO_CHECK(get_dbl(c, q, v2, 0, 1, LO_INCL | HI_INCL, &cfg->scheduler.cos_min_ratio));
+      } else if (!strcmp(k2, "last_batch_iteration")) {
+        warn_inert(q);
+      } else {
+        const char *takes = st == ZO_SCHED_WARMUP_LR
+                                ? "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
+                            : st == ZO_SCHED_WARMUP_DECAY_LR
+                                ? "total_num_steps, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
+                                : "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type";
+        return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too", ts, takes);
+      }
+    }
+  }
+  if (st != ZO_SCHED_WARMUP_LR) {
+    if (!have_total) return cfg_err(c, "scheduler.params.total_num_steps", "missing (required by %s)", ts);
+    int64_t w = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps;
+    if (st == ZO_SCHED_WARMUP_COSINE_LR && cfg->scheduler.total_num_steps == w)
+      return cfg_err(c, "scheduler.params.total_num_steps",
+                     "must differ from warmup_num_steps (%" PRId64 ") for WarmupCosineLR (DeepSpeed divides by "
+                     "their difference)",
+                     w);
+    if (cfg->scheduler.total_num_steps < w)
+      zo_warn("config: scheduler.params.total_num_steps %" PRId64 " is less than warmup_num_steps %" PRId64,
+              cfg->scheduler.total_num_steps, w);
+  }
+  return ZO_OK;
+}
+
+/* ---------- fp16 / bf16 ---------- */
+
+static zo_status parse_fp16(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  ZO_CHECK(get_obj(c, "fp16", blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, "fp16", key);
+    if (!strcmp(key, "enabled")) ZO_CHECK(get_bool(c, p, v, &cfg->fp16.enabled));
+    else if (!strcmp(key, "loss_scale")) ZO_CHECK(get_dbl(c, p, v, 0, 0, LO_INCL, &cfg->fp16.loss_scale));
+    else if (!strcmp(key, "initial_scale_power")) ZO_CHECK(get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power));
+    else if (!strcmp(key, "loss_scale_window"))
+      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window));
+    else if (!strcmp(key, "hysteresis")) ZO_CHECK(get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis));
+    else if (!strcmp(key, "min_loss_scale")) ZO_CHECK(get_dbl(c, p, v, 0, 0, LO_EXCL, &cfg->fp16.min_loss_scale));
+    else if (!strcmp(key, "consecutive_hysteresis") || !strcmp(key, "auto_cast") ||
+             !strcmp(key, "fp16_master_weights_and_grads") || !strcmp(key, "type"))
+      warn_inert(p);
+    else warn_unknown(p);
+  }
+  return ZO_OK;
+}
+
+static zo_status parse_bf16(const parse_ctx *c, const char *name, const json_t *blk, zo_config_t *cfg) {
+  ZO_CHECK(get_obj(c, name, blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, name, key);
+    if (!strcmp(key, "enabled")) ZO_CHECK(get_bool(c, p, v, &cfg->bf16.enabled));
+    else if (!strcmp(key, "immediate_grad_update") || !strcmp(key, "check_grad_overflow") ||
+             !strcmp(key, "bf16_master_weights_and_grads") || !strcmp(key, "bf16_optimizer_states"))
+      warn_inert(p);
+    else warn_unknown(p);
+  }
+  return ZO_OK;
+}
+
+/* ---------- zero_optimization ---------- */
+
+static zo_status parse_offload_optimizer(const parse_ctx *c, const char *base, const json_t *blk,
+                                         zo_config_t *cfg, int *pin_given) {
+  if (json_is_null(blk)) return ZO_OK; /* DeepSpeed: Optional, None = no offload */
+  ZO_CHECK(get_obj(c, base, blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, base, key);
+    if (!strcmp(key, "device")) ZO_CHECK(get_device(c, p, v, &cfg->zero.offload_optimizer.device));
+    else if (!strcmp(key, "nvme_path"))
+      ZO_CHECK(get_path(c, p, v, cfg->zero.offload_optimizer.nvme_path, sizeof cfg->zero.offload_optimizer.nvme_path));
+    else if (!strcmp(key, "pin_memory")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pin_memory));
+      *pin_given = 1;
+    } else if (!strcmp(key, "buffer_count"))
+      ZO_CHECK(get_int(c, p, v, 1, 1 << 20, &cfg->zero.offload_optimizer.buffer_count));
+    else if (!strcmp(key, "pipeline_read")) ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read));
+    else if (!strcmp(key, "pipeline_write"))
+      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write));
+    else if (!strcmp(key, "ratio"))
+      ZO_CHECK(get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio));
+    else if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
+             !strcmp(key, "cpuadam_cores_perc"))
+      warn_inert(p);
+    else warn_unknown(p);
+  }
+  return ZO_OK;
+}
+
+static zo_status parse_offload_param(const parse_ctx *c, const char *base, const json_t *blk, zo_config_t *cfg,
+                                     int *pin_given) {
+  if (json_is_null(blk)) return ZO_OK;
+  ZO_CHECK(get_obj(c, base, blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, base, key);
+    if (!strcmp(key, "device")) ZO_CHECK(get_device(c, p, v, &cfg->zero.offload_param.device));
+    else if (!strcmp(key, "nvme_path"))
+      ZO_CHECK(get_path(c, p, v, cfg->zero.offload_param.nvme_path, sizeof cfg->zero.offload_param.nvme_path));
+    else if (!strcmp(key, "pin_memory")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_param.pin_memory));
+      *pin_given = 1;
+    } else if (!strcmp(key, "buffer_count"))
+      ZO_CHECK(get_int(c, p, v, 1, 1 << 20, &cfg->zero.offload_param.buffer_count));
+    else if (!strcmp(key, "buffer_size"))
+      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->zero.offload_param.buffer_size));
+    else if (!strcmp(key, "max_in_cpu"))
+      ZO_CHECK(get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu));
+    else warn_unknown(p);
+  }
+  return ZO_OK;
+}
+
+/* zero_optimization keys DeepSpeed knows and zoffload neither parses nor acts on. */
+static const char *const zero_inert[] = {
+    "reduce_scatter", "use_multi_rank_bucket_allreduce", "allgather_partitions", "load_from_fp32_weights",
+    "elastic_checkpoint", "stage3_model_persistence_threshold", "model_persistence_threshold",
+    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+    "gather_16bit_weights_on_model_save", "module_granularity_threshold", "stage3_module_granularity_threshold",
+    "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params", "ignore_unused_parameters",
+    "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size", "zero_quantized_weights",
+    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
+    "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
+    "override_module_apply", "log_trace_cache_warnings", "zenflow", "prefetch_bucket_size",
+    "param_persistence_threshold", "max_live_parameters", "max_reuse_distance", "save_muon_momentum_buffer_in_memory",
+    NULL};
+
+static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  static const char *Z = "zero_optimization";
+  if (json_is_boolean(blk)) { /* legacy: true = stage 1, false = stage 0 */
+    cfg->zero.stage = json_is_true(blk) ? 1 : 0;
+    return ZO_OK;
+  }
+  if (!json_is_object(blk)) return type_err(c, Z, "an object (or legacy true/false)", blk);
+
+  int overlap_given = 0, oo_given = 0, op_given = 0, oo_pin = 0, op_pin = 0;
+  int legacy_cpu = -1, legacy_param = -1, legacy_pin = -1;
+  const char *legacy_param_key = "cpu_offload_param";
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  struct { const char *name; int64_t *dst; } sizes[] = {
+      {"sub_group_size", &cfg->zero.sub_group_size},
+      {"stage3_prefetch_bucket_size", &cfg->zero.stage3_prefetch_bucket_size},
+      {"stage3_max_live_parameters", &cfg->zero.stage3_max_live_parameters},
+      {"stage3_max_reuse_distance", &cfg->zero.stage3_max_reuse_distance},
+      {"stage3_param_persistence_threshold", &cfg->zero.stage3_param_persistence_threshold},
+      {"reduce_bucket_size", &cfg->zero.reduce_bucket_size},
+      {"allgather_bucket_size", &cfg->zero.allgather_bucket_size},
+  };
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, Z, key);
+    size_t si = 0;
+    for (; si < sizeof sizes / sizeof sizes[0]; si++)
+      if (!strcmp(key, sizes[si].name)) break;
+    if (si < sizeof sizes / sizeof sizes[0]) {
+      /* sub_group_size is acted on; the rest are validated and stored only. */
+      int acted = si == 0;
+      ZO_CHECK(get_i64(c, p, v, acted ? 1 : 0, INT64_MAX, sizes[si].dst));
+      if (!acted) warn_inert(p);
+    } else if (!strcmp(key, "stage")) {
+      ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
+    } else if (!strcmp(key, "offload_optimizer")) {
+      ZO_CHECK(parse_offload_optimizer(c, p, v, cfg, &oo_pin));
+      oo_given = !json_is_null(v);
+    } else if (!strcmp(key, "offload_param")) {
+      ZO_CHECK(parse_offload_param(c, p, v, cfg, &op_pin));
+      op_given = !json_is_null(v);
+    } else if (!strcmp(key, "overlap_comm")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->zero.overlap_comm));
+      overlap_given = 1;
+      warn_inert(p);
+    } else if (!strcmp(key, "contiguous_gradients")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->zero.contiguous_gradients));
+      warn_inert(p);
+    } else if (!strcmp(key, "cpu_offload")) {
+      ZO_CHECK(get_bool(c, p, v, &legacy_cpu));
+    } else if (!strcmp(key, "cpu_offload_param") || !strcmp(key, "cpu_offload_params")) {
+      if (legacy_param >= 0)
+        return cfg_err(c, p, "given together with zero_optimization.%s", legacy_param_key);
+      ZO_CHECK(get_bool(c, p, v, &legacy_param));
+      legacy_param_key = key;
+    } else if (!strcmp(key, "cpu_offload_use_pin_memory")) {
+      ZO_CHECK(get_bool(c, p, v, &legacy_pin));
+    } else if (in_list(key, zero_inert)) {
+      warn_inert(p);
+    } else {
+      warn_unknown(p);
+    }
+  }
+
+  /* Legacy forms, as DeepSpeed maps them: cpu_offload -> offload_optimizer {device: cpu},
+     cpu_offload_param -> offload_param {device: cpu}; a deprecated key and its
+     replacement together are an error (DeepSpeed's deprecated-field check). */
+  if (legacy_cpu >= 0) {
+    if (oo_given)
+      return cfg_err(c, "zero_optimization.cpu_offload",
+                     "deprecated form cannot be combined with zero_optimization.offload_optimizer");
+    if (legacy_cpu) cfg->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  }
+  if (legacy_param >= 0) {
+    if (op_given)
+      return cfg_err(c, pj(p, Z, legacy_param_key),
+                     "deprecated form cannot be combined with zero_optimization.offload_param");
+    if (legacy_param) cfg->zero.offload_param.device = ZO_OFFLOAD_CPU;
+  }
+  /* cpu_offload_use_pin_memory: pin_memory of whichever offload is on, unless given explicitly. */
+  if (legacy_pin >= 0) {
+    if (!oo_pin && cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE)
+      cfg->zero.offload_optimizer.pin_memory = legacy_pin;
+    if (!op_pin && cfg->zero.offload_param.device != ZO_OFFLOAD_NONE) cfg->zero.offload_param.pin_memory = legacy_pin;
+  }
+  if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_optimizer.nvme_path[0])
+    return cfg_err(c, "zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
+  if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_param.nvme_path[0])
+    return cfg_err(c, "zero_optimization.offload_param.nvme_path", "required when device is \"nvme\"");
+  if (!overlap_given) cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
+  return ZO_OK;
+}
+
+/* ---------- aio ---------- */
+
+static zo_status parse_aio(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  ZO_CHECK(get_obj(c, "aio", blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, "aio", key);
+    if (!strcmp(key, "block_size")) {
+      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->aio.block_size));
+      if (cfg->aio.block_size % 4096)
+        return cfg_err(c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
+                       cfg->aio.block_size);
+    } else if (!strcmp(key, "queue_depth")) {
+      ZO_CHECK(get_i64(c, p, v, 1, 32768, &cfg->aio.queue_depth));
+    } else if (!strcmp(key, "intra_op_parallelism") || !strcmp(key, "thread_count")) {
+      ZO_CHECK(get_int(c, p, v, 1, 1 << 16, &cfg->aio.intra_op_parallelism));
+      warn_inert(p);
+    } else if (!strcmp(key, "single_submit")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->aio.single_submit));
+      warn_inert(p);
+    } else if (!strcmp(key, "overlap_events")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->aio.overlap_events));
+      warn_inert(p);
+    } else if (!strcmp(key, "use_gds")) {
+      ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
+      if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
+    } else {
+      warn_unknown(p);
+    }
+  }
+  return ZO_OK;
+}
+
+/* ---------- zoffload (our own block) ---------- */
+
+static zo_status parse_zoffload(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  ZO_CHECK(get_obj(c, "zoffload", blk));
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    pj(p, "zoffload", key);
+    if (!strcmp(key, "device_memory_limit")) ZO_CHECK(get_bytes(c, p, v, &cfg->zoffload.device_memory_limit));
+    else if (!strcmp(key, "adam_threads")) ZO_CHECK(get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads));
+    else warn_unknown(p);
+  }
+  return ZO_OK;
+}
+
+/* ---------- top level ---------- */
+
+/* Top-level keys DeepSpeed knows that zoffload does not act on. */
+static const char *const top_inert[] = {
+    "wall_clock_breakdown", "memory_breakdown", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+    "communication_data_type", "seq_parallel_communication_data_type", "disable_allgather", "dump_state",
+    "amp", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
+    "checkpoint", "data_types", "elasticity", "pipeline", "compression_training", "data_efficiency",
+    "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue", "progressive_layer_drop",
+    "quantize_training", "weight_quantization", "hybrid_engine", "compile", "timers", "graph_harvesting",
+    "use_data_before_expert_parallelism", "torch_autocast", "dataloader_drop_last", "load_universal_checkpoint",
+    "use_node_local_storage", "fp8", "gradient_accumulation_dtype", "steps_per_log",
+    NULL};
+
+/* DeepSpeed's _set_batch_related_parameters + _batch_assertion. */
+static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64_t gas, int ws, zo_config_t *cfg) {
+  int has_tb = tb > 0, has_mb = mb > 0, has_gas = gas > 0;
+  const char *derived = "";
+  if (has_tb && has_mb && has_gas) {
+  } else if (has_tb && has_mb) {
+    gas = tb / mb / ws;
+    derived = " (gradient_accumulation_steps derived)";
+  } else if (has_tb && has_gas) {
+    mb = tb / ws / gas;
+    derived = " (train_micro_batch_size_per_gpu derived)";
+  } else if (has_mb && has_gas) {
+    tb = mb * gas * ws;
+  } else if (has_tb) {
+    gas = 1;
+    mb = tb / ws;
+    derived = " (train_micro_batch_size_per_gpu derived, gradient_accumulation_steps = 1)";
+  } else if (has_mb) {
+    gas = 1;
+    tb = mb * ws;
+  } else {
+    return cfg_err(c, "train_batch_size",
+                   "missing: either train_batch_size or train_micro_batch_size_per_gpu must be given");
+  }
+  if (mb < 1 || gas < 1 || tb != mb * gas * ws)
+    return cfg_err(c, "train_batch_size",
+                   "train_batch_size %" PRId64 " != train_micro_batch_size_per_gpu %" PRId64
+                   " * gradient_accumulation_steps %" PRId64 " * world_size %d%s",
+                   tb, mb, gas, ws, derived);
+  cfg->train_batch_size = tb;
+  cfg->train_micro_batch_size_per_gpu = mb;
+  cfg->gradient_accumulation_steps = gas;
+  return ZO_OK;
+}
+
+void zo_config_defaults(zo_config_t *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->train_batch_size = cfg->train_micro_batch_size_per_gpu = cfg->gradient_accumulation_steps = 1;
+  cfg->gradient_clipping = 0.0;
+  cfg->steps_per_print = 10;
+  cfg->optimizer.type = ZO_OPT_ADAM;
+  cfg->optimizer.adam_w_mode = 1;
+  cfg->optimizer.lr = 1e-3;
+  cfg->optimizer.beta1 = 0.9;
+  cfg->optimizer.beta2 = 0.999;
+  cfg->optimizer.eps = 1e-8;
+  cfg->optimizer.weight_decay = 0.0;
+  cfg->optimizer.bias_correction = 1;
+  cfg->scheduler.type = ZO_SCHED_NONE;
+  cfg->scheduler.warmup_min_lr = 0.0;
+  cfg->scheduler.warmup_max_lr = 1e-3;
+  cfg->scheduler.warmup_num_steps = 1000;
+  cfg->scheduler.warmup_type_log = 1;
+  cfg->scheduler.total_num_steps = 0;
+  cfg->scheduler.cos_min_ratio = 1e-4;
+  cfg->scheduler.warmup_min_ratio = 0.0;
+  cfg->fp16.enabled = 0;
+  cfg->fp16.loss_scale = 0.0;
+  cfg->fp16.initial_scale_power = 16;
+  cfg->fp16.loss_scale_window = 1000;
+  cfg->fp16.hysteresis = 2;
+  cfg->fp16.min_loss_scale = 1.0;
+  cfg->bf16.enabled = 0;
+  cfg->zero.stage = 0;
+  cfg->zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
+  cfg->zero.offload_optimizer.buffer_count = 4;
+  cfg->zero.offload_optimizer.ratio = 1.0;
+  cfg->zero.offload_param.device = ZO_OFFLOAD_NONE;
+  cfg->zero.offload_param.buffer_count = 5;
+  cfg->zero.offload_param.buffer_size = 100000000;
+  cfg->zero.offload_param.max_in_cpu = 1000000000;
+  cfg->zero.sub_group_size = 1000000000;
+  cfg->zero.stage3_prefetch_bucket_size = 50000000;
+  cfg->zero.stage3_max_live_parameters = 1000000000;
+  cfg->zero.stage3_max_reuse_distance = 1000000000;
+  cfg->zero.stage3_param_persistence_threshold = 100000;
+  cfg->zero.overlap_comm = 0;
+  cfg->zero.reduce_bucket_size = 500000000;
+  cfg->zero.allgather_bucket_size = 500000000;
+  cfg->zero.contiguous_gradients = 1;
+  cfg->aio.block_size = 1048576;
+  cfg->aio.queue_depth = 8;
+  cfg->aio.intra_op_parallelism = 1;
+  cfg->aio.single_submit = 0;
+  cfg->aio.overlap_events = 1;
+  cfg->aio.use_gds = 0;
+  cfg->zoffload.device_memory_limit = 0;
+  cfg->zoffload.adam_threads = 0;
+}
+
+zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
+                          zo_config_t *cfg) {
+  if (!json_text || !cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: json_text and cfg must not be NULL");
+  zo_config_defaults(cfg);
+  int ws = opts ? opts->world_size : 0;
+  if (ws < 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: world_size %d < 0", ws);
+  if (ws == 0) ws = 1;
+  parse_ctx ctx = {source ? source : "config"};
+  const parse_ctx *c = &ctx;
+
+  json_error_t jerr;
+  json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column, jerr.text);
+
+  zo_status st = ZO_OK;
+  if (!json_is_object(root)) {
+    char got[64];
+    st = zo_error_set(ZO_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", c->src,
+                      show(root, got, sizeof got));
+    goto out;
+  }
+
+  int64_t tb = 0, mb = 0, gas = 0;
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (!strcmp(key, "train_batch_size")) ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &tb), st, out);
+    else if (!strcmp(key, "train_micro_batch_size_per_gpu"))
+      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &mb), st, out);
+    else if (!strcmp(key, "gradient_accumulation_steps"))
+      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &gas), st, out);
+    else if (!strcmp(key, "gradient_clipping"))
+      ZO_CHECK_GOTO(get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping), st, out);
+    else if (!strcmp(key, "steps_per_print"))
+      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print), st, out);
+    else if (!strcmp(key, "optimizer")) ZO_CHECK_GOTO(parse_optimizer(c, v, cfg), st, out);
+    else if (!strcmp(key, "scheduler")) ZO_CHECK_GOTO(parse_scheduler(c, v, cfg), st, out);
+    else if (!strcmp(key, "fp16")) ZO_CHECK_GOTO(parse_fp16(c, v, cfg), st, out);
+    else if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16")) ZO_CHECK_GOTO(parse_bf16(c, key, v, cfg), st, out);
+    else if (!strcmp(key, "zero_optimization")) ZO_CHECK_GOTO(parse_zero(c, v, cfg), st, out);
+    else if (!strcmp(key, "aio")) ZO_CHECK_GOTO(parse_aio(c, v, cfg), st, out);
+    else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_zoffload(c, v, cfg), st, out);
+    else if (opts && in_list(key, opts->app_blocks)) continue;
+    else if (in_list(key, top_inert)) warn_inert(key);
+    else warn_unknown(key);
+  }
+  if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16")) {
+    st = cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");
+    goto out;
+  }
+  if (cfg->fp16.enabled && cfg->bf16.enabled) {
+    st = cfg_err(c, "bf16.enabled", "fp16.enabled and bf16.enabled cannot both be true");
+    goto out;
+  }
+  st = resolve_batch(c, tb, mb, gas, ws, cfg);
+out:
+  json_decref(root);
+  return st;
+}
+
+zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_config_t *cfg) {
+  if (!path || !cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_load_file: path and cfg must not be NULL");
+  zo_config_defaults(cfg);
+  FILE *f = fopen(path, "rb");
+  if (!f) return zo_error_set(ZO_ERR_CONFIG, "cannot read config '%s': %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      size_t ncap = cap ? cap * 2 : 65536;
+      char *nb = realloc(buf, ncap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "cannot read config '%s': out of host memory", path);
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  int rd_err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (rd_err) {
+    free(buf);
+    return zo_error_set(ZO_ERR_CONFIG, "cannot read config '%s': %s", path, strerror(rd_err ? rd_err : EIO));
+  }
+  zo_status st = zo_config_parse(buf, len, path, opts, cfg);
+  free(buf);
+  return st;
+}
+
+/* ---------- learning rate ---------- */
+
+double zo_config_lr_at_iteration(const zo_config_t *cfg, int64_t it) {
+  const double lr = cfg->optimizer.lr;
+  const int64_t w = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps; /* max(2, .) */
+  const int64_t total = cfg->scheduler.total_num_steps;
+  const double min_lr = cfg->scheduler.warmup_min_lr, delta = cfg->scheduler.warmup_max_lr - min_lr;
+  double warm = 0.0; /* the warmup fraction, used while it < w */
+  if (it >= 0 && it < w)
+    warm = cfg->scheduler.warmup_type_log ? log((double)(it + 1)) / log((double)w) : (double)it / (double)w;
+  switch (cfg->scheduler.type) {
+    case ZO_SCHED_NONE: return lr;
+    case ZO_SCHED_WARMUP_LR:
+      if (it < 0) return min_lr;
+      return min_lr + delta * (it < w ? warm : 1.0);
+    case ZO_SCHED_WARMUP_DECAY_LR: {
+      if (it < 0) return min_lr;
+      if (it < w) return min_lr + delta * warm;
+      double den = (double)(total - w);
+      if (den < 1.0) den = 1.0;
+      double g = (double)(total - it) / den;
+      return min_lr + delta * (g > 0.0 ? g : 0.0);
+    }
+    case ZO_SCHED_WARMUP_COSINE_LR: {
+      if (it < 0) return 0.0;
+      double ratio;
+      if (it < w) {
+        ratio = cfg->scheduler.warmup_min_ratio + warm * (1.0 - cfg->scheduler.warmup_min_ratio);
+      } else {
+        const double pi = 3.14159265358979323846;
+        double real_last = (double)(it - w + 1), real_total = (double)(total - w);
+        ratio = (1.0 + cos(pi * real_last / real_total)) / 2.0;
+        ratio = cfg->scheduler.cos_min_ratio + (1.0 - cfg->scheduler.cos_min_ratio) * ratio;
+        if (ratio < 0.0) ratio = 0.0;
+      }
+      return lr * ratio;
+    }
+  }
+  return lr;
+}
+
+double zo_config_lr_at(const zo_config_t *cfg, int64_t step) {
+  if (step < 1) step = 1;
+  return zo_config_lr_at_iteration(cfg, step - 2);
+}
+
+/* ---------- describe ---------- */
+
+const char *zo_offload_device_name(zo_offload_device d) {
+  switch (d) {
+    case ZO_OFFLOAD_NONE: return "none";
+    case ZO_OFFLOAD_CPU: return "cpu";
+    case ZO_OFFLOAD_NVME: return "nvme";
+  }
+  return "?";
+}
+
+typedef struct sbuf {
+  char *buf;
+  size_t cap, len;
+} sbuf;
+
+static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = b->len < b->cap ? b->cap - b->len : 0;
+  int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) b->len += (size_t)n;
+}
+
+size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
+  sbuf b = {buf, buf ? cap : 0, 0};
+  if (b.cap) buf[0] = 0;
+  static const char *sched_names[] = {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  sb_printf(&b, "train_batch_size = %" PRId64 "\n", cfg->train_batch_size);
+  sb_printf(&b, "train_micro_batch_size_per_gpu = %" PRId64 "\n", cfg->train_micro_batch_size_per_gpu);
+  sb_printf(&b, "gradient_accumulation_steps = %" PRId64 "\n", cfg->gradient_accumulation_steps);
+  sb_printf(&b, "gradient_clipping = %g\n", cfg->gradient_clipping);
+  sb_printf(&b, "steps_per_print = %" PRId64 "\n", cfg->steps_per_print);
+  sb_printf(&b, "optimizer.type = %s\n", cfg->optimizer.type == ZO_OPT_ADAMW ? "AdamW" : "Adam");
+  sb_printf(&b, "optimizer.adam_w_mode = %d\n", cfg->optimizer.adam_w_mode);
+  sb_printf(&b, "optimizer.lr = %g\n", cfg->optimizer.lr);
+  sb_printf(&b, "optimizer.betas = [%g, %g]\n", cfg->optimizer.beta1, cfg->optimizer.beta2);
+  sb_printf(&b, "optimizer.eps = %g\n", cfg->optimizer.eps);
+  sb_printf(&b, "optimizer.weight_decay = %g\n", cfg->optimizer.weight_decay);
+  sb_printf(&b, "optimizer.bias_correction = %d\n", cfg->optimizer.bias_correction);
+  unsigned si = (unsigned)cfg->scheduler.type;
+  sb_printf(&b, "scheduler.type = %s\n", si < 4 ? sched_names[si] : "?");
+  if (cfg->scheduler.type != ZO_SCHED_NONE) {
+    if (cfg->scheduler.type != ZO_SCHED_WARMUP_COSINE_LR) {
+      sb_printf(&b, "scheduler.warmup_min_lr = %g\n", cfg->scheduler.warmup_min_lr);
+      sb_printf(&b, "scheduler.warmup_max_lr = %g\n", cfg->scheduler.warmup_max_lr);
+    } else {
+      sb_printf(&b, "scheduler.warmup_min_ratio = %g\n", cfg->scheduler.warmup_min_ratio);
+      sb_printf(&b, "scheduler.cos_min_ratio = %g\n", cfg->scheduler.cos_min_ratio);
+    }
+    sb_printf(&b, "scheduler.warmup_num_steps = %" PRId64 "\n", cfg->scheduler.warmup_num_steps);
+    sb_printf(&b, "scheduler.warmup_type = %s\n", cfg->scheduler.warmup_type_log ? "log" : "linear");
+    if (cfg->scheduler.type != ZO_SCHED_WARMUP_LR)
+      sb_printf(&b, "scheduler.total_num_steps = %" PRId64 "\n", cfg->scheduler.total_num_steps);
+  }
+  sb_printf(&b, "fp16.enabled = %d\n", cfg->fp16.enabled);
+  if (cfg->fp16.enabled) {
+    if (cfg->fp16.loss_scale > 0) sb_printf(&b, "fp16.loss_scale = %g\n", cfg->fp16.loss_scale);
+    else sb_printf(&b, "fp16.loss_scale = dynamic\n");
+    sb_printf(&b, "fp16.initial_scale_power = %d\n", cfg->fp16.initial_scale_power);
+    sb_printf(&b, "fp16.loss_scale_window = %" PRId64 "\n", cfg->fp16.loss_scale_window);
+    sb_printf(&b, "fp16.hysteresis = %d\n", cfg->fp16.hysteresis);
+    sb_printf(&b, "fp16.min_loss_scale = %g\n", cfg->fp16.min_loss_scale);
+  }
+  sb_printf(&b, "bf16.enabled = %d\n", cfg->bf16.enabled);
+  sb_printf(&b, "zero_optimization.stage = %d\n", cfg->zero.stage);
+  const char *oo = "zero_optimization.offload_optimizer";
+  sb_printf(&b, "%s.device = %s\n", oo, zo_offload_device_name(cfg->zero.offload_optimizer.device));
+  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE) {
+    if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME)
+      sb_printf(&b, "%s.nvme_path = %s\n", oo, cfg->zero.offload_optimizer.nvme_path);
+    sb_printf(&b, "%s.pin_memory = %d\n", oo, cfg->zero.offload_optimizer.pin_memory);
+    sb_printf(&b, "%s.buffer_count = %d\n", oo, cfg->zero.offload_optimizer.buffer_count);
+    sb_printf(&b, "%s.pipeline_read = %d\n", oo, cfg->zero.offload_optimizer.pipeline_read);
+    sb_printf(&b, "%s.pipeline_write = %d\n", oo, cfg->zero.offload_optimizer.pipeline_write);
+    sb_printf(&b, "%s.ratio = %g\n", oo, cfg->zero.offload_optimizer.ratio);
+  }
+  const char *op = "zero_optimization.offload_param";
+  sb_printf(&b, "%s.device = %s\n", op, zo_offload_device_name(cfg->zero.offload_param.device));
+  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE) {
+    if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
+      sb_printf(&b, "%s.nvme_path = %s\n", op, cfg->zero.offload_param.nvme_path);
+    sb_printf(&b, "%s.pin_memory = %d\n", op, cfg->zero.offload_param.pin_memory);
+    sb_printf(&b, "%s.buffer_count = %d\n", op, cfg->zero.offload_param.buffer_count);
+    sb_printf(&b, "%s.buffer_size = %" PRId64 "\n", op, cfg->zero.offload_param.buffer_size);
+    sb_printf(&b, "%s.max_in_cpu = %" PRId64 "\n", op, cfg->zero.offload_param.max_in_cpu);
+  }
+  sb_printf(&b, "zero_optimization.sub_group_size = %" PRId64 "\n", cfg->zero.sub_group_size);
+  sb_printf(&b, "aio.block_size = %" PRId64 "\n", cfg->aio.block_size);
+  sb_printf(&b, "aio.queue_depth = %" PRId64 "\n", cfg->aio.queue_depth);
+  sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
+            cfg->zoffload.device_memory_limit ? "" : " (unlimited)");
+  sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
+            cfg->zoffload.adam_threads ? "" : " (all physical cores)");
+  return b.len;
+}

@@ -1,1 +1,791 @@
-/* placeholder: being written */
+/*
+ * engine.c - the offload engine: parameter registry, ZeRO partitioning, the
+ * tiers that hold master weights and Adam state, and the optimizer step.
+ * Not here: the Adam arithmetic (cpu_adam/), swap I/O (swap/), device memory
+ * and copies (gpu/). Parameter offload and prefetch come with the coordinator.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hwloc.h>
+
+#include "base_internal.h"
+#include "pinned_internal.h"
+#include "zoffload/adam.h"
+#include "zoffload/engine.h"
+#include "zoffload/swap.h"
+
+enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
+static const char *const k_state_file[ST_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
+
+struct zo_param {
+  char name[128];
+  int index;
+  size_t n;                 /* elements of the whole tensor */
+  size_t shard_off;         /* first element of this rank's shard */
+  size_t shard_n;           /* elements in this rank's shard (may be 0) */
+  void *weights;            /* device: working copy, n elements of the working dtype */
+  float *state[ST_KINDS];   /* none: device, cpu: host; NULL for nvme. float32[shard_n] each */
+  uint64_t file_off;        /* nvme: byte offset of this shard's extent in every state file */
+  float *grad;              /* float32[shard_n]: device (none) or host (cpu, nvme) */
+  void *grad16;             /* fp16 engines: fp16[shard_n] landing buffer beside grad */
+  size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
+  int has_grad;             /* grad_ready() seen since the last step */
+};
+
+/* A run of shard pieces that lies contiguously in every state file. */
+typedef struct sub_group {
+  int first_piece, n_pieces;
+  uint64_t file_off, nbytes; /* byte range in each state file, aligned */
+} sub_group;
+
+typedef struct piece {
+  zo_param_t *p;
+  size_t off, n;             /* element range inside the shard */
+  uint64_t file_off;         /* byte offset of element `off` in each state file */
+} piece;
+
+/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq. */
+typedef struct sg_slot {
+  float *buf[ST_KINDS];
+  zo_swap_req_t *req[ST_KINDS];
+  int pending_write;         /* req[] are writes not yet waited */
+  int pending_read;          /* req[] are reads not yet waited */
+  int sg;                    /* sub-group the slot holds, -1 none */
+} sg_slot;
+
+typedef struct host_buf {
+  void *ptr;
+  size_t nbytes;
+  int pinned;
+} host_buf;
+
+struct zo_engine {
+  zo_config_t cfg;
+  zo_device_t *dev;
+  int own_dev;
+  zo_comm_t *comm;
+  int own_comm;
+  int rank, world;
+  zo_offload_device tier;
+  zo_dtype wdtype;           /* working weights */
+  int finalized;
+  int n_threads;
+  zo_simd simd;
+
+  zo_param_t **params;
+  int n_params, cap_params;
+
+  zo_stream_t *copy_stream;
+  zo_event_t *weights_ready;
+
+  /* host buffers (cpu/nvme): gradients, fp16 landing, working-dtype staging, cpu state */
+  host_buf grad_host, grad16_host, stage_host, state_host[ST_KINDS];
+  void *dev_block;           /* device: all working weights (+ state and grads for "none") */
+  size_t dev_block_bytes;
+  size_t stage_off_total;    /* staging offsets: one region per shard, working dtype */
+
+  /* nvme */
+  zo_swap_t *swap;
+  zo_swap_file_t *files[ST_KINDS];
+  size_t swap_align;
+  piece *pieces;
+  int n_pieces;
+  sub_group *sgs;
+  int n_sgs;
+  sg_slot *slots;
+  int n_slots;
+  size_t slot_bytes;
+
+  /* optimizer state */
+  int64_t step;              /* applied optimizer steps */
+  double loss_scale;
+  int64_t ls_iter, ls_last_overflow;
+  int ls_hysteresis;
+
+  uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
+  double swap_wait_s;
+  double copy_s;             /* casting to the working dtype and queueing uploads */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static int physical_cores(void) {
+  hwloc_topology_t topo;
+  int n = 0;
+  if (hwloc_topology_init(&topo) == 0) {
+    if (hwloc_topology_load(topo) == 0) n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    hwloc_topology_destroy(topo);
+  }
+  return n > 0 ? n : 1;
+}
+
+static zo_status host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
+  b->nbytes = nbytes;
+  if (nbytes == 0) return ZO_OK;
+  zo_status st = zo_host_alloc(nbytes, pin, &b->ptr, &b->pinned);
+  if (st != ZO_OK) return zo_error_prefix(st, "engine");
+  return ZO_OK;
+}
+
+static void host_buf_free(host_buf *b) {
+  zo_host_free(b->ptr, b->nbytes, b->pinned);
+  memset(b, 0, sizeof *b);
+}
+
+/* ---------------------------------------------------------------- create */
+
+zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
+  if (!cfg || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "engine: cfg and out must not be NULL");
+  *out = NULL;
+  const zo_offload_device tier = cfg->zero.offload_optimizer.device;
+  if (tier != ZO_OFFLOAD_NONE && cfg->zero.stage < 1)
+    return zo_error_set(ZO_ERR_CONFIG,
+                        "zero_optimization.offload_optimizer.device: \"%s\" needs zero_optimization.stage >= 1, "
+                        "got %d (as in DeepSpeed, optimizer offload is part of ZeRO)",
+                        tier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
+  if (cfg->fp16.enabled && cfg->bf16.enabled)
+    return zo_error_set(ZO_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; choose one");
+
+  zo_engine_t *e = calloc(1, sizeof *e);
+  if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  zo_status st = ZO_OK;
+  e->cfg = *cfg;
+  e->tier = tier;
+  e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
+  e->n_threads = cfg->zoffload.adam_threads > 0 ? cfg->zoffload.adam_threads : physical_cores();
+  e->simd = zo_simd_resolve(ZO_SIMD_AUTO);
+
+  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
+    zo_warn("zero_optimization.offload_param.device is set but parameter offload is not implemented yet: "
+            "working weights stay in device memory");
+
+  if (dev) {
+    e->dev = dev;
+  } else {
+    ZO_CHECK_GOTO(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg->zoffload.device_memory_limit, &e->dev), st, fail);
+    e->own_dev = 1;
+  }
+  if (tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
+    st = zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on device '%s' needs a "
+                      "device Adam kernel, which is not built yet; use \"cpu\" or \"nvme\"",
+                      zo_device_name(e->dev));
+    goto fail;
+  }
+  if (comm) {
+    e->comm = comm;
+  } else {
+    ZO_CHECK_GOTO(zo_comm_create_self(&e->comm), st, fail);
+    e->own_comm = 1;
+  }
+  e->rank = zo_comm_rank(e->comm);
+  e->world = zo_comm_size(e->comm);
+  if (e->world > 1) {
+    st = zo_error_set(ZO_ERR_UNSUPPORTED, "engine: %d ranks on comm backend '%s': multi-rank gradient "
+                      "reduce-scatter is not built yet", e->world, zo_comm_backend(e->comm));
+    goto fail;
+  }
+  ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
+  ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
+
+  if (tier == ZO_OFFLOAD_NVME) {
+    zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size, .queue_depth = (unsigned)cfg->aio.queue_depth};
+    st = zo_swap_create(cfg->zero.offload_optimizer.nvme_path, &so, &e->swap);
+    if (st != ZO_OK) {
+      zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
+      goto fail;
+    }
+    e->swap_align = zo_swap_alignment(e->swap);
+  }
+
+  e->loss_scale = 1.0;
+  if (cfg->fp16.enabled) {
+    e->loss_scale = cfg->fp16.loss_scale > 0 ? cfg->fp16.loss_scale : ldexp(1.0, cfg->fp16.initial_scale_power);
+    e->ls_hysteresis = cfg->fp16.hysteresis;
+    e->ls_last_overflow = -1;
+  }
+  *out = e;
+  return ZO_OK;
+fail:
+  zo_engine_destroy(e);
+  return st;
+}
+
+const char *zo_engine_last_error(const zo_engine_t *e) {
+  (void)e;
+  return zo_last_error();
+}
+
+static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req);
+
+/* Wait the outstanding reads or writes of one sub-group slot; keeps the first error. */
+static zo_status wait_slot(zo_engine_t *e, sg_slot *sl) {
+  zo_status st = ZO_OK;
+  for (int k = 0; k < ST_KINDS; k++) {
+    if (!sl->req[k]) continue;
+    zo_status s2 = swap_wait(e, &sl->req[k]);
+    if (st == ZO_OK) st = s2;
+  }
+  sl->pending_read = sl->pending_write = 0;
+  return st;
+}
+
+/* Wait every outstanding swap request of every slot; keeps the first error. */
+static zo_status drain_slots(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (int s = 0; s < e->n_slots; s++) {
+    zo_status st = wait_slot(e, &e->slots[s]);
+    if (first == ZO_OK) first = st;
+    e->slots[s].sg = -1;
+  }
+  return first;
+}
+
+void zo_engine_destroy(zo_engine_t *e) {
+  if (!e) return;
+  if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
+  if (e->swap) drain_slots(e);
+  for (int s = 0; s < e->n_slots; s++)
+    for (int k = 0; k < ST_KINDS; k++) zo_host_free(e->slots[s].buf[k], e->slot_bytes, 1);
+  free(e->slots);
+  free(e->pieces);
+  free(e->sgs);
+  zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
+  host_buf_free(&e->grad_host);
+  host_buf_free(&e->grad16_host);
+  host_buf_free(&e->stage_host);
+  for (int k = 0; k < ST_KINDS; k++) host_buf_free(&e->state_host[k]);
+  if (e->dev_block) zo_device_free(e->dev, e->dev_block);
+  zo_event_destroy(e->weights_ready);
+  zo_stream_destroy(e->copy_stream);
+  for (int i = 0; i < e->n_params; i++) free(e->params[i]);
+  free(e->params);
+  if (e->own_comm) zo_comm_destroy(e->comm);
+  if (e->own_dev) zo_device_destroy(e->dev);
+  free(e);
+}
+
+/* ---------------------------------------------------------------- registry */
+
+zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems, zo_param_t **out) {
+  if (!e || !name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: NULL argument");
+  if (e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "register_param '%s': the engine is already finalized", name);
+  if (!name[0] || strlen(name) >= sizeof((zo_param_t *)0)->name)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: name '%s' must be 1..127 bytes", name);
+  if (n_elems == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': n_elems is 0", name);
+  for (int i = 0; i < e->n_params; i++)
+    if (!strcmp(e->params[i]->name, name))
+      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: tensor '%s' is already registered", name);
+  if (e->n_params == e->cap_params) {
+    int cap = e->cap_params ? 2 * e->cap_params : 64;
+    zo_param_t **np = realloc(e->params, cap * sizeof *np);
+    if (!np) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
+    e->params = np;
+    e->cap_params = cap;
+  }
+  zo_param_t *p = calloc(1, sizeof *p);
+  if (!p) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->index = e->n_params;
+  p->n = n_elems;
+  size_t per = (n_elems + (size_t)e->world - 1) / (size_t)e->world;
+  size_t lo = per * (size_t)e->rank;
+  p->shard_off = lo < n_elems ? lo : n_elems;
+  p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
+  e->params[e->n_params++] = p;
+  *out = p;
+  return ZO_OK;
+}
+
+const char *zo_engine_param_name(const zo_param_t *p) { return p ? p->name : ""; }
+size_t zo_engine_param_numel(const zo_param_t *p) { return p ? p->n : 0; }
+zo_dtype zo_engine_working_dtype(const zo_engine_t *e) { return e->wdtype; }
+double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
+
+/* ---------------------------------------------------------------- finalize */
+
+/* Cut the shards into pieces of at most sub_group_size elements and pack
+ * consecutive pieces into sub-groups; each sub-group is one contiguous,
+ * aligned byte range in every state file. */
+static zo_status plan_sub_groups(zo_engine_t *e) {
+  const size_t align_el = e->swap_align / sizeof(float);
+  size_t sgs = (size_t)e->cfg.zero.sub_group_size;
+  sgs = round_up(sgs < align_el ? align_el : sgs, align_el);
+  int cap = 0;
+  for (int i = 0; i < e->n_params; i++) cap += (int)((e->params[i]->shard_n + sgs - 1) / sgs);
+  e->pieces = calloc(cap ? cap : 1, sizeof *e->pieces);
+  e->sgs = calloc(cap ? cap : 1, sizeof *e->sgs);
+  if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  uint64_t file_off = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    p->file_off = file_off;
+    for (size_t off = 0; off < p->shard_n; off += sgs) {
+      piece *pc = &e->pieces[e->n_pieces++];
+      pc->p = p;
+      pc->off = off;
+      pc->n = p->shard_n - off < sgs ? p->shard_n - off : sgs;
+      pc->file_off = file_off + off * sizeof(float);
+    }
+    file_off += round_up(p->shard_n * sizeof(float), e->swap_align);
+  }
+  /* Greedy packing: a sub-group holds whole pieces whose padded bytes fit in sub_group_size elements. */
+  size_t max_bytes = 0;
+  for (int k = 0; k < e->n_pieces;) {
+    sub_group *g = &e->sgs[e->n_sgs++];
+    g->first_piece = k;
+    g->file_off = e->pieces[k].file_off;
+    uint64_t end = g->file_off;
+    do {
+      const piece *pc = &e->pieces[k];
+      end = pc->file_off + round_up(pc->n * sizeof(float), e->swap_align);
+      k++;
+    } while (k < e->n_pieces &&
+             e->pieces[k].file_off + round_up(e->pieces[k].n * sizeof(float), e->swap_align) - g->file_off <=
+                 sgs * sizeof(float));
+    g->n_pieces = k - g->first_piece;
+    g->nbytes = end - g->file_off;
+    if (g->nbytes > max_bytes) max_bytes = g->nbytes;
+  }
+  e->slot_bytes = max_bytes;
+  return ZO_OK;
+}
+
+zo_status zo_engine_finalize(zo_engine_t *e) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "finalize: engine is NULL");
+  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
+  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
+  zo_status st;
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  const int pin = e->cfg.zero.offload_optimizer.pin_memory;
+
+  /* Device block: working weights; plus fp32 state and gradients for "none". Every
+   * region 256-byte aligned. */
+  size_t dev = 0, shard_total = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    dev += round_up(p->n * wsz, 256);
+    if (e->tier == ZO_OFFLOAD_NONE) {
+      dev += (ST_KINDS + 1) * round_up(p->shard_n * sizeof(float), 256);
+      if (e->cfg.fp16.enabled) dev += round_up(p->shard_n * 2, 256);
+    }
+    shard_total += p->shard_n;
+  }
+  st = zo_device_malloc(e->dev, dev, &e->dev_block);
+  if (st != ZO_OK) {
+    return zo_error_prefix(st, "engine: %s for %d tensors (working weights in %s%s)",
+                           e->tier == ZO_OFFLOAD_NONE ? "device memory" : "working weights", e->n_params,
+                           zo_dtype_name(e->wdtype),
+                           e->tier == ZO_OFFLOAD_NONE ? ", fp32 master weights, Adam state and gradients" : "");
+  }
+  e->dev_block_bytes = dev;
+  char *d = e->dev_block;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    p->weights = d;
+    d += round_up(p->n * wsz, 256);
+    if (e->tier == ZO_OFFLOAD_NONE) {
+      for (int k = 0; k < ST_KINDS; k++) {
+        p->state[k] = (float *)d;
+        d += round_up(p->shard_n * sizeof(float), 256);
+      }
+      p->grad = (float *)d;
+      d += round_up(p->shard_n * sizeof(float), 256);
+      if (e->cfg.fp16.enabled) {
+        p->grad16 = d;
+        d += round_up(p->shard_n * 2, 256);
+      }
+    }
+  }
+
+  if (e->tier != ZO_OFFLOAD_NONE) {
+    /* Host: fp32 gradients (+ fp16 landing buffer) and working-dtype staging for the upload. */
+    ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * sizeof(float), pin || e->tier == ZO_OFFLOAD_NVME));
+    if (e->cfg.fp16.enabled) ZO_CHECK(host_buf_alloc(&e->grad16_host, shard_total * 2, 1));
+    ZO_CHECK(host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
+    if (e->tier == ZO_OFFLOAD_CPU)
+      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * sizeof(float), pin));
+    size_t off = 0;
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *p = e->params[i];
+      p->host_off = off;
+      p->grad = (float *)e->grad_host.ptr + off;
+      if (e->cfg.fp16.enabled) p->grad16 = (uint16_t *)e->grad16_host.ptr + off;
+      if (e->tier == ZO_OFFLOAD_CPU)
+        for (int k = 0; k < ST_KINDS; k++) p->state[k] = (float *)e->state_host[k].ptr + off;
+      off += p->shard_n;
+    }
+  }
+
+  if (e->tier == ZO_OFFLOAD_NVME) {
+    ZO_CHECK(plan_sub_groups(e));
+    uint64_t file_bytes = 0;
+    for (int i = 0; i < e->n_params; i++)
+      file_bytes += round_up(e->params[i]->shard_n * sizeof(float), e->swap_align);
+    for (int k = 0; k < ST_KINDS; k++) {
+      st = zo_swap_file_create(e->swap, k_state_file[k], file_bytes ? file_bytes : e->swap_align, &e->files[k]);
+      if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
+    }
+    int nbuf = e->cfg.zero.offload_optimizer.buffer_count;
+    if (nbuf < 1) nbuf = 1;
+    if (nbuf > e->n_sgs) nbuf = e->n_sgs;
+    e->slots = calloc(nbuf, sizeof *e->slots);
+    if (!e->slots) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    e->n_slots = nbuf;
+    for (int s = 0; s < nbuf; s++) {
+      e->slots[s].sg = -1;
+      for (int k = 0; k < ST_KINDS; k++) {
+        int pinned;
+        st = zo_host_alloc(e->slot_bytes, 1, (void **)&e->slots[s].buf[k], &pinned);
+        if (st != ZO_OK)
+          return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu bytes; lower "
+                                 "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
+                                 s + 1, nbuf, e->slot_bytes);
+      }
+    }
+    zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu bytes, %d buffer sets, "
+            "swap dir %s (%s)", e->n_params, e->n_sgs, e->slot_bytes, nbuf, zo_swap_dir(e->swap),
+            zo_swap_is_direct(e->swap) ? "O_DIRECT" : "buffered");
+  }
+  e->finalized = 1;
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- working weights */
+
+/* Cast a shard of fp32 master weights to the working dtype and queue its
+ * upload into the device copy of the tensor. Host staging is per shard, so
+ * queued copies never see their source overwritten within a step. */
+static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  char *dst = (char *)p->weights + (p->shard_off + off) * wsz;
+  if (e->tier == ZO_OFFLOAD_NONE) { /* master is in (host-addressable) device memory: cast in place */
+    double t0 = now_s();
+    zo_status st = zo_cast(dst, e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads);
+    e->copy_s += now_s() - t0;
+    return st;
+  }
+  double t0 = now_s();
+  char *stage = (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
+  ZO_CHECK(zo_cast(stage, e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads));
+  e->h2d_bytes += n * wsz;
+  zo_status st = zo_memcpy_async(e->copy_stream, dst, stage, n * wsz, ZO_COPY_H2D);
+  e->copy_s += now_s() - t0;
+  return st;
+}
+
+static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t off, void *buf, size_t nbytes,
+                         zo_swap_req_t **req) {
+  zo_status st = write ? zo_swap_submit_write(e->swap, e->files[k], off, buf, nbytes, req)
+                       : zo_swap_submit_read(e->swap, e->files[k], off, buf, nbytes, req);
+  if (write) e->nvme_write_bytes += nbytes;
+  else e->nvme_read_bytes += nbytes;
+  return st;
+}
+
+static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req) {
+  double t0 = now_s();
+  zo_status st = zo_swap_wait(e->swap, *req);
+  *req = NULL;
+  e->swap_wait_s += now_s() - t0;
+  return st;
+}
+
+zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values) {
+  if (!e || !p || !values) return zo_error_set(ZO_ERR_INVALID_ARG, "load_param: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
+  const float *src = values + p->shard_off;
+  zo_status st;
+  if (e->tier != ZO_OFFLOAD_NVME) {
+    memcpy(p->state[ST_MASTER], src, p->shard_n * sizeof(float));
+    memset(p->state[ST_EXP_AVG], 0, p->shard_n * sizeof(float));
+    memset(p->state[ST_EXP_AVG_SQ], 0, p->shard_n * sizeof(float));
+    ZO_CHECK(upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]));
+  } else {
+    /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */
+    ZO_CHECK(drain_slots(e));
+    sg_slot *sl = &e->slots[0];
+    const size_t chunk_el = e->slot_bytes / sizeof(float);
+    for (size_t off = 0; off < p->shard_n; off += chunk_el) {
+      size_t n = p->shard_n - off < chunk_el ? p->shard_n - off : chunk_el;
+      size_t nbytes = round_up(n * sizeof(float), e->swap_align);
+      memset(sl->buf[ST_MASTER], 0, nbytes);
+      memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));
+      memset(sl->buf[ST_EXP_AVG], 0, nbytes);
+      memset(sl->buf[ST_EXP_AVG_SQ], 0, nbytes);
+      for (int k = 0; k < ST_KINDS; k++)
+        ZO_CHECK(swap_io(e, 1, k, p->file_off + off * sizeof(float), sl->buf[k], nbytes, &sl->req[k]));
+      sl->pending_write = 1;
+      st = wait_slot(e, sl);
+      if (st != ZO_OK) return zo_error_prefix(st, "load_param '%s'", p->name);
+      /* The cast goes to this chunk's own staging region, so the slot is free again at once. */
+      ZO_CHECK(upload_shard(e, p, off, n, sl->buf[ST_MASTER]));
+    }
+  }
+  ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
+  return ZO_OK;
+}
+
+zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
+  if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
+  zo_status st = zo_event_synchronize(e->weights_ready);
+  if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
+  *weights = p->weights;
+  if (dtype) *dtype = e->wdtype;
+  return ZO_OK;
+}
+
+zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
+  if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
+  if (grad_dtype != ZO_DTYPE_F32 && !(grad_dtype == ZO_DTYPE_F16 && e->cfg.fp16.enabled))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready '%s': gradient dtype %s not accepted (fp32%s)", p->name,
+                        zo_dtype_name(grad_dtype), e->cfg.fp16.enabled ? " or fp16" : "");
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
+  /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
+  const size_t gsz = zo_dtype_size(grad_dtype);
+  const char *src = (const char *)grad + p->shard_off * gsz;
+  void *dst = grad_dtype == ZO_DTYPE_F16 ? p->grad16 : (void *)p->grad;
+  zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
+  if (p->shard_n) ZO_CHECK(zo_memcpy_async(e->copy_stream, dst, src, p->shard_n * gsz, kind));
+  if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  p->has_grad = grad_dtype == ZO_DTYPE_F16 ? 2 : 1;
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- step */
+
+/* DeepSpeed's DynamicLossScaler.update_scale (fp16/loss_scaler.py), consecutive_hysteresis off. */
+static void update_loss_scale(zo_engine_t *e, int overflow) {
+  const zo_config_t *c = &e->cfg;
+  if (!c->fp16.enabled || c->fp16.loss_scale > 0) return; /* static scale */
+  if (overflow) {
+    if (c->fp16.hysteresis == 1 || e->ls_hysteresis == 1) {
+      e->loss_scale = fmax(e->loss_scale / 2.0, c->fp16.min_loss_scale);
+    } else {
+      e->ls_hysteresis--;
+    }
+    e->ls_last_overflow = e->ls_iter;
+  } else if ((e->ls_iter - e->ls_last_overflow) % c->fp16.loss_scale_window == 0) {
+    e->ls_hysteresis = c->fp16.hysteresis;
+    e->loss_scale *= 2.0;
+  }
+  e->ls_iter++;
+}
+
+static zo_status adam_piece(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
+                            float *master, float *m, float *v) {
+  zo_status st = zo_adam_step(hp, master, p->grad + off, m, v, n, e->simd, e->n_threads);
+  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return upload_shard(e, p, off, n, master);
+}
+
+/* NVMe pipeline: sub-group g lives in slot g % n_slots. While g is updated,
+ * reads of the following sub-groups are in flight in the other slots and
+ * earlier sub-groups are being written back. A slot is reused for a read once
+ * its write-back has completed. */
+static zo_status slot_write_done(zo_engine_t *e, sg_slot *sl, int *done) {
+  *done = 1;
+  for (int k = 0; k < ST_KINDS && *done; k++) {
+    if (!sl->req[k]) continue;
+    ZO_CHECK(zo_swap_poll(e->swap, sl->req[k], done));
+  }
+  return ZO_OK;
+}
+
+static zo_status issue_read(zo_engine_t *e, int g) {
+  sg_slot *sl = &e->slots[g % e->n_slots];
+  if (sl->pending_write) ZO_CHECK(wait_slot(e, sl)); /* previous sub-group of this slot must be on disk */
+  const sub_group *sg = &e->sgs[g];
+  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, sg->file_off, sl->buf[k], sg->nbytes, &sl->req[k]));
+  sl->pending_read = 1;
+  sl->sg = g;
+  return ZO_OK;
+}
+
+/* Issue reads ahead of sub-group g into slots that are free now (never block). */
+static zo_status read_ahead(zo_engine_t *e, int g, int *next_read) {
+  while (*next_read < e->n_sgs && *next_read < g + e->n_slots) {
+    sg_slot *sl = &e->slots[*next_read % e->n_slots];
+    if (sl->pending_read) break; /* holds g itself */
+    if (sl->pending_write) {
+      int done;
+      ZO_CHECK(slot_write_done(e, sl, &done));
+      if (!done) break;
+    }
+    ZO_CHECK(issue_read(e, (*next_read)++));
+  }
+  return ZO_OK;
+}
+
+static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
+  int next_read = 0;
+  for (int g = 0; g < e->n_sgs; g++) {
+    if (next_read == g) ZO_CHECK(issue_read(e, next_read++)); /* may wait on this slot's write-back */
+    ZO_CHECK(read_ahead(e, g, &next_read));
+    sg_slot *sl = &e->slots[g % e->n_slots];
+    ZO_CHECK(wait_slot(e, sl));
+    const sub_group *sg = &e->sgs[g];
+    double t0 = now_s();
+    for (int q = sg->first_piece; q < sg->first_piece + sg->n_pieces; q++) {
+      const piece *pc = &e->pieces[q];
+      size_t b = (pc->file_off - sg->file_off) / sizeof(float);
+      ZO_CHECK(adam_piece(e, hp, pc->p, pc->off, pc->n, sl->buf[ST_MASTER] + b, sl->buf[ST_EXP_AVG] + b,
+                          sl->buf[ST_EXP_AVG_SQ] + b));
+    }
+    *adam_s += now_s() - t0;
+    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, sg->file_off, sl->buf[k], sg->nbytes, &sl->req[k]));
+    sl->pending_write = 1;
+    ZO_CHECK(read_ahead(e, g + 1, &next_read));
+  }
+  return drain_slots(e);
+}
+
+zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
+  zo_step_info inf = {0};
+  for (int i = 0; i < e->n_params; i++)
+    if (!e->params[i]->has_grad)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
+                          e->params[i]->name);
+  double t0 = now_s();
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  inf.grad_wait_s = now_s() - t0;
+
+  /* Unify to fp32, then the global norm and the overflow flag in one pass per shard. */
+  t0 = now_s();
+  double sums[2] = {0, 0}; /* squared norm (scaled), nonfinite count */
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    if (p->has_grad == 2) ZO_CHECK(zo_cast(p->grad, ZO_DTYPE_F32, p->grad16, ZO_DTYPE_F16, p->shard_n, e->n_threads));
+    double sq = 0;
+    int nonfinite = 0;
+    ZO_CHECK(zo_grad_sqnorm(p->grad, p->shard_n, e->simd, e->n_threads, &sq, &nonfinite));
+    sums[0] += sq;
+    sums[1] += nonfinite ? 1 : 0;
+    p->has_grad = 0;
+  }
+  ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
+  const int overflow = sums[1] > 0 || !isfinite(sums[0]);
+  const double norm = sqrt(sums[0]) / e->loss_scale;
+  inf.grad_norm = overflow ? INFINITY : norm;
+  if (overflow) {
+    double old = e->loss_scale;
+    update_loss_scale(e, 1);
+    zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
+            e->loss_scale);
+    inf.skipped = 1;
+    inf.step = e->step;
+    inf.loss_scale = e->loss_scale;
+    inf.adam_s = now_s() - t0;
+    if (info) *info = inf;
+    return ZO_OK;
+  }
+  double clip = 1.0;
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
+    clip = e->cfg.gradient_clipping / (norm + 1e-6);
+  const int64_t t = e->step + 1;
+  zo_adam_hparams hp = {
+      .lr = (float)zo_config_lr_at(&e->cfg, t),
+      .beta1 = (float)e->cfg.optimizer.beta1,
+      .beta2 = (float)e->cfg.optimizer.beta2,
+      .eps = (float)e->cfg.optimizer.eps,
+      .weight_decay = (float)e->cfg.optimizer.weight_decay,
+      .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
+      .bias_correction = e->cfg.optimizer.bias_correction,
+      .step = t,
+      .grad_scale = (float)(clip / e->loss_scale),
+  };
+  double adam_s = now_s() - t0;
+  double swap0 = e->swap_wait_s, copy0 = e->copy_s;
+  double t1 = now_s();
+  if (e->tier == ZO_OFFLOAD_NVME) {
+    ZO_CHECK(step_nvme(e, &hp, &adam_s));
+  } else {
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *p = e->params[i];
+      ZO_CHECK(adam_piece(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                          p->state[ST_EXP_AVG_SQ]));
+    }
+    adam_s += now_s() - t1;
+  }
+  ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
+  inf.swap_s = e->swap_wait_s - swap0;
+  inf.copy_s = e->copy_s - copy0;
+  inf.adam_s = adam_s - inf.copy_s; /* adam_piece() timed the cast and upload too */
+  e->step = t;
+  update_loss_scale(e, 0);
+  inf.step = e->step;
+  inf.lr = hp.lr;
+  inf.loss_scale = e->loss_scale;
+  if (info) *info = inf;
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- inspection */
+
+zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
+  if (!e || !m) return zo_error_set(ZO_ERR_INVALID_ARG, "mem_info: NULL argument");
+  memset(m, 0, sizeof *m);
+  m->device_bytes = e->dev_block_bytes;
+  size_t used = 0, peak = 0, limit = 0;
+  zo_device_mem_info(e->dev, &used, &peak, &limit);
+  m->device_peak_bytes = peak;
+  const host_buf *hb[] = {&e->grad_host, &e->grad16_host, &e->stage_host, &e->state_host[0], &e->state_host[1],
+                          &e->state_host[2]};
+  for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
+    m->host_bytes += hb[i]->nbytes;
+    if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
+  }
+  m->host_bytes += (size_t)e->n_slots * ST_KINDS * e->slot_bytes;
+  m->pinned_bytes += (size_t)e->n_slots * ST_KINDS * e->slot_bytes;
+  for (int k = 0; k < ST_KINDS; k++) m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+  m->nvme_read_bytes = e->nvme_read_bytes;
+  m->nvme_write_bytes = e->nvme_write_bytes;
+  m->h2d_bytes = e->h2d_bytes;
+  m->d2h_bytes = e->d2h_bytes;
+  return ZO_OK;
+}
+
+zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset, size_t *shard_n) {
+  if (!e || !p || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "get_master: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
+  if (shard_offset) *shard_offset = p->shard_off;
+  if (shard_n) *shard_n = p->shard_n;
+  if (e->tier != ZO_OFFLOAD_NVME) {
+    memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
+    return ZO_OK;
+  }
+  ZO_CHECK(drain_slots(e));
+  sg_slot *sl = &e->slots[0];
+  const size_t chunk_el = e->slot_bytes / sizeof(float);
+  for (size_t off = 0; off < p->shard_n; off += chunk_el) {
+    size_t n = p->shard_n - off < chunk_el ? p->shard_n - off : chunk_el;
+    ZO_CHECK(swap_io(e, 0, ST_MASTER, p->file_off + off * sizeof(float), sl->buf[ST_MASTER],
+                     round_up(n * sizeof(float), e->swap_align), &sl->req[ST_MASTER]));
+    zo_status st = swap_wait(e, &sl->req[ST_MASTER]);
+    if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
+    memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));
+  }
+  return ZO_OK;
+}

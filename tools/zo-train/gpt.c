@@ -1,1 +1,903 @@
-/* placeholder: being written */
+/*
+ * gpt.c - zo-train's GPT-2-style model: parameter registry, initialisation,
+ * forward, backward and sampling in float32 on the CPU (OpenBLAS + OpenMP).
+ * Not an optimizer and not the training loop (main.c); no mixed precision.
+ */
+#include "gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* OpenBLAS extension; declared here in case <cblas.h> of another BLAS lacks it. */
+void openblas_set_num_threads(int num_threads);
+
+#define GPT_ALIGN_FLOATS 16 /* 64 bytes */
+#define GPT_LN_EPS 1e-5f
+
+struct gpt_model {
+  gpt_config cfg;
+  int max_batch;
+  int n_params;
+  gpt_param_spec *specs; /* [n_params] */
+  size_t *offsets;       /* [n_params], in floats, into params_mem and grads_mem */
+  size_t n_floats;       /* length of params_mem / grads_mem including padding */
+  float *params_mem;     /* every weight tensor, each 64-byte aligned */
+  float *grads_mem;      /* the same layout for gradients */
+  float *gscratch;       /* the same layout: one backward's gradient before it is added to grads_mem */
+
+  /* Activations, sized for max_batch x seq_len; a forward with (B,T) uses the
+   * first B*T rows of each, laid out as (B,T,...). Shapes with N = B*T: */
+  float *encoded;   /* (N, C)        wte[tok] + wpe[t] */
+  float *ln1;       /* (L, N, C)     LayerNorm 1 output */
+  float *ln1_mean;  /* (L, N) */
+  float *ln1_rstd;  /* (L, N) */
+  float *qkv;       /* (L, N, 3C)    q | k | v, heads inside each part */
+  float *att;       /* (L, B, NH, T, T) softmax of causal scores, 0 above the diagonal */
+  float *atty;      /* (L, N, C)     attention output before c_proj */
+  float *residual2; /* (L, N, C)     residual + attention branch */
+  float *ln2;       /* (L, N, C) */
+  float *ln2_mean;  /* (L, N) */
+  float *ln2_rstd;  /* (L, N) */
+  float *fch;       /* (L, N, 4C)    c_fc output (GELU input) */
+  float *fch_gelu;  /* (L, N, 4C)    GELU output */
+  float *residual3; /* (L, N, C)     block output */
+  float *lnf;       /* (N, C)        final LayerNorm output */
+  float *lnf_mean;  /* (N) */
+  float *lnf_rstd;  /* (N) */
+  float *logits;    /* (N, V) */
+  float *probs;     /* (N, V)        softmax(logits), kept for backward */
+  float *losses;    /* (N)           per-position cross-entropy */
+
+  /* Backward scratch. */
+  float *dres;    /* (N, C)  gradient of the residual stream */
+  float *dbuf_c;  /* (N, C)  dLN outputs, d atty */
+  float *dbuf_3c; /* (N, 3C) d qkv */
+  float *dbuf_4c; /* (N, 4C) d fch_gelu, then d fch in place */
+  float *dlogits; /* (N, V) */
+  float *datt;    /* (B, NH, T, T) d att, then d scores in place */
+
+  uint8_t *inputs;  /* (N) of the last forward */
+  uint8_t *targets; /* (N) of the last forward */
+  int B, T;         /* of the last forward */
+  int have_targets; /* the last forward kept what backward needs */
+
+  double t_fwd, t_bwd;
+  void *allocs[64];
+  int n_allocs;
+  char err[256];
+};
+
+/* ------------------------------------------------------------------ */
+/* small helpers */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* splitmix64 finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014). */
+static inline uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* uniform in (0, 1], 24 bits */
+static inline float u01(uint64_t r) { return ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f); }
+
+/*
+ * exp for the vectorisable loops: Cody-Waite reduction x = n*ln2 + r,
+ * |r| <= ln2/2, degree-6 Taylor polynomial (relative error < 2e-7), then
+ * scale by 2^n through the exponent bits. Inputs are clamped to [-87, 88].
+ */
+static inline float fast_expf(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  float n = __builtin_roundf(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f;  /* ln2 high part (exact in float) */
+  r = r - n * -2.12194440e-4f;     /* ln2 low part */
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union { float f; int32_t i; } s;
+  s.i = ((int32_t)n + 127) << 23;
+  return p * s.f;
+}
+
+/* tanh(u) = 1 - 2/(exp(2u)+1): absolute error ~1e-7, exact limits at +-inf. */
+static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f); }
+
+/* ------------------------------------------------------------------ */
+/* configuration and parameters */
+
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
+  if (!c) {
+    seterr(err, errlen, "model: no configuration");
+    return -1;
+  }
+  if (c->n_layer < 1 || c->n_layer > 1024) {
+    seterr(err, errlen, "model.n_layer: %d is out of range [1, 1024]", c->n_layer);
+    return -1;
+  }
+  if (c->d_model < 1 || c->d_model > 65536) {
+    seterr(err, errlen, "model.d_model: %d is out of range [1, 65536]", c->d_model);
+    return -1;
+  }
+  if (c->n_head < 1) {
+    seterr(err, errlen, "model.n_head: %d must be >= 1", c->n_head);
+    return -1;
+  }
+  if (c->d_model % c->n_head != 0) {
+    seterr(err, errlen, "model.n_head: %d does not divide model.d_model %d", c->n_head, c->d_model);
+    return -1;
+  }
+  if (c->seq_len < 1 || c->seq_len > 65536) {
+    seterr(err, errlen, "model.seq_len: %d is out of range [1, 65536]", c->seq_len);
+    return -1;
+  }
+  if (c->vocab < 2 || c->vocab > 65536) {
+    seterr(err, errlen, "model.vocab: %d is out of range [2, 65536]", c->vocab);
+    return -1;
+  }
+  return 0;
+}
+
+int gpt_num_params(const gpt_config *c) { return 4 + GPT_PARAMS_PER_LAYER * c->n_layer; }
+
+static void spec_set(gpt_param_spec *s, const char *name, int rows, int cols, int ndim) {
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->ndim = ndim;
+  s->shape[0] = rows;
+  s->shape[1] = ndim == 2 ? cols : 1;
+  s->n_elems = (size_t)rows * (size_t)s->shape[1];
+}
+
+void gpt_param_specs(const gpt_config *c, gpt_param_spec *out) {
+  const int C = c->d_model;
+  char nm[64];
+  spec_set(&out[0], "wte", c->vocab, C, 2);
+  spec_set(&out[1], "wpe", c->seq_len, C, 2);
+  static const char *suffix[GPT_PARAMS_PER_LAYER] = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  static const int rows_x[GPT_PARAMS_PER_LAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
+  static const int cols_x[GPT_PARAMS_PER_LAYER] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0};
+  for (int l = 0; l < c->n_layer; l++) {
+    for (int k = 0; k < GPT_PARAMS_PER_LAYER; k++) {
+      snprintf(nm, sizeof nm, "h.%d.%s", l, suffix[k]);
+      gpt_param_spec *s = &out[2 + GPT_PARAMS_PER_LAYER * l + k];
+      if (cols_x[k])
+        spec_set(s, nm, rows_x[k] * C, cols_x[k] * C, 2);
+      else
+        spec_set(s, nm, rows_x[k] * C, 1, 1);
+    }
+  }
+  int f = 2 + GPT_PARAMS_PER_LAYER * c->n_layer;
+  spec_set(&out[f], "ln_f.weight", C, 1, 1);
+  spec_set(&out[f + 1], "ln_f.bias", C, 1, 1);
+}
+
+size_t gpt_total_elems(const gpt_config *c) {
+  size_t C = (size_t)c->d_model;
+  size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+  return (size_t)c->vocab * C + (size_t)c->seq_len * C + (size_t)c->n_layer * per_layer + 2 * C;
+}
+
+void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
+  int np = gpt_num_params(c);
+  if (i < 0 || i >= np || !out) return;
+  size_t n;
+  int kind; /* 0 normal, 1 ones, 2 zeros */
+  float std = 0.02f;
+  const size_t C = (size_t)c->d_model;
+  if (i == 0) {
+    n = (size_t)c->vocab * C;
+    kind = 0;
+  } else if (i == 1) {
+    n = (size_t)c->seq_len * C;
+    kind = 0;
+  } else if (i >= np - 2) {
+    n = C;
+    kind = i == np - 2 ? 1 : 2;
+  } else {
+    int k = (i - 2) % GPT_PARAMS_PER_LAYER;
+    switch (k) {
+      case GPT_P_LN1_W: case GPT_P_LN2_W: n = C; kind = 1; break;
+      case GPT_P_LN1_B: case GPT_P_LN2_B: case GPT_P_ATTPROJ_B: case GPT_P_FCPROJ_B: n = C; kind = 2; break;
+      case GPT_P_QKV_B: n = 3 * C; kind = 2; break;
+      case GPT_P_FC_B: n = 4 * C; kind = 2; break;
+      case GPT_P_QKV_W: n = 3 * C * C; kind = 0; break;
+      case GPT_P_FC_W: n = 4 * C * C; kind = 0; break;
+      case GPT_P_ATTPROJ_W: n = C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
+      default: /* GPT_P_FCPROJ_W */ n = 4 * C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
+    }
+  }
+  if (kind == 1) {
+    for (size_t j = 0; j < n; j++) out[j] = 1.0f;
+    return;
+  }
+  if (kind == 2) {
+    memset(out, 0, n * sizeof(float));
+    return;
+  }
+  /* Box-Muller on pairs: elements 2k and 2k+1 share the counter k. */
+  const uint64_t key = mix64(seed ^ mix64(0x5A17ull + (uint64_t)i));
+  for (size_t j = 0; j < n; j += 2) {
+    uint64_t k = j / 2;
+    float u1 = u01(mix64(key + 2 * k));
+    float u2 = u01(mix64(key + 2 * k + 1));
+    float rad = sqrtf(-2.0f * logf(u1));
+    float th = 6.28318530717958647f * u2;
+    out[j] = std * rad * cosf(th);
+    if (j + 1 < n) out[j + 1] = std * rad * sinf(th);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* create / destroy */
+
+static float *model_alloc(gpt_model *m, size_t n_floats, size_t *total) {
+  void *p = NULL;
+  if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0])) return NULL;
+  size_t nb = n_floats * sizeof(float);
+  if (nb == 0) nb = 64;
+  nb = (nb + 63) & ~(size_t)63;
+  if (posix_memalign(&p, 64, nb) != 0) return NULL;
+  m->allocs[m->n_allocs++] = p;
+  *total += nb;
+  return p;
+}
+
+int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen) {
+  if (!out) {
+    seterr(err, errlen, "gpt_create: out is NULL");
+    return -1;
+  }
+  *out = NULL;
+  if (gpt_config_check(c, err, errlen) != 0) return -1;
+  if (max_batch < 1) {
+    seterr(err, errlen, "gpt_create: max_batch %d must be >= 1", max_batch);
+    return -1;
+  }
+  gpt_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    seterr(err, errlen, "gpt_create: out of memory (%zu bytes)", sizeof *m);
+    return -1;
+  }
+  m->cfg = *c;
+  m->max_batch = max_batch;
+  m->n_params = gpt_num_params(c);
+  m->specs = calloc((size_t)m->n_params, sizeof *m->specs);
+  m->offsets = calloc((size_t)m->n_params, sizeof *m->offsets);
+  if (!m->specs || !m->offsets) {
+    gpt_destroy(m);
+    seterr(err, errlen, "gpt_create: out of memory (parameter table)");
+    return -1;
+  }
+  gpt_param_specs(c, m->specs);
+  size_t off = 0;
+  for (int i = 0; i < m->n_params; i++) {
+    m->offsets[i] = off;
+    off += (m->specs[i].n_elems + GPT_ALIGN_FLOATS - 1) / GPT_ALIGN_FLOATS * GPT_ALIGN_FLOATS;
+  }
+  m->n_floats = off;
+
+  const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, V = (size_t)c->vocab;
+  const size_t NH = (size_t)c->n_head, Tm = (size_t)c->seq_len;
+  const size_t N = (size_t)max_batch * Tm;
+  const size_t TT = (size_t)max_batch * NH * Tm * Tm;
+  size_t total = 0;
+  int ok = 1;
+#define A(ptr, n)                                   \
+  do {                                              \
+    if (ok && !((ptr) = model_alloc(m, (n), &total))) ok = 0; \
+  } while (0)
+  A(m->params_mem, m->n_floats);
+  A(m->grads_mem, m->n_floats);
+  A(m->gscratch, m->n_floats);
+  A(m->encoded, N * C);
+  A(m->ln1, L * N * C);
+  A(m->ln1_mean, L * N);
+  A(m->ln1_rstd, L * N);
+  A(m->qkv, L * N * 3 * C);
+  A(m->att, L * TT);
+  A(m->atty, L * N * C);
+  A(m->residual2, L * N * C);
+  A(m->ln2, L * N * C);
+  A(m->ln2_mean, L * N);
+  A(m->ln2_rstd, L * N);
+  A(m->fch, L * N * 4 * C);
+  A(m->fch_gelu, L * N * 4 * C);
+  A(m->residual3, L * N * C);
+  A(m->lnf, N * C);
+  A(m->lnf_mean, N);
+  A(m->lnf_rstd, N);
+  A(m->logits, N * V);
+  A(m->probs, N * V);
+  A(m->losses, N);
+  A(m->dres, N * C);
+  A(m->dbuf_c, N * C);
+  A(m->dbuf_3c, N * 3 * C);
+  A(m->dbuf_4c, N * 4 * C);
+  A(m->dlogits, N * V);
+  A(m->datt, TT);
+#undef A
+  m->inputs = malloc(N);
+  m->targets = malloc(N);
+  if (!ok || !m->inputs || !m->targets) {
+    size_t want = total;
+    gpt_destroy(m);
+    seterr(err, errlen, "gpt_create: out of memory after %zu bytes (model %d layers, d_model %d, batch %d x %d)",
+           want, c->n_layer, c->d_model, max_batch, c->seq_len);
+    return -1;
+  }
+  memset(m->params_mem, 0, m->n_floats * sizeof(float));
+  memset(m->grads_mem, 0, m->n_floats * sizeof(float));
+  *out = m;
+  return 0;
+}
+
+void gpt_destroy(gpt_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
+  free(m->specs);
+  free(m->offsets);
+  free(m->inputs);
+  free(m->targets);
+  free(m);
+}
+
+const gpt_config *gpt_get_config(const gpt_model *m) { return m ? &m->cfg : NULL; }
+
+float *gpt_weight(gpt_model *m, int i) {
+  if (!m || i < 0 || i >= m->n_params) return NULL;
+  return m->params_mem + m->offsets[i];
+}
+
+float *gpt_grad(gpt_model *m, int i) {
+  if (!m || i < 0 || i >= m->n_params) return NULL;
+  return m->grads_mem + m->offsets[i];
+}
+
+void gpt_zero_grad(gpt_model *m) {
+  if (m) memset(m->grads_mem, 0, m->n_floats * sizeof(float));
+}
+
+const float *gpt_logits(const gpt_model *m) { return m ? m->logits : NULL; }
+double gpt_forward_seconds(const gpt_model *m) { return m ? m->t_fwd : 0.0; }
+double gpt_backward_seconds(const gpt_model *m) { return m ? m->t_bwd : 0.0; }
+const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL model"; }
+
+void gpt_set_threads(int n) {
+  if (n < 1) return;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+/* ------------------------------------------------------------------ */
+/* forward kernels */
+
+static void encoder_forward(float *out, const uint8_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < B * T; n++) {
+    const float *e = wte + (size_t)inp[n] * C;
+    const float *p = wpe + (size_t)(n % T) * C;
+    float *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+  }
+}
+
+/* out (N,C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for backward. */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                              int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    float mu = s / (float)C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - mu;
+      v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / (float)C + GPT_LN_EPS);
+    float *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * rs * w[c] + b[c];
+    mean[n] = mu;
+    rstd[n] = rs;
+  }
+}
+
+/*
+ * out (N,OC) (+)= inp (N,C) W^T + bias, W (OC,C). With @accumulate the
+ * product is added to what out holds (the residual stream).
+ */
+static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
+                           int accumulate) {
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      float *o = out + (size_t)n * OC;
+      if (accumulate) {
+#pragma omp simd
+        for (int k = 0; k < OC; k++) o[k] += bias[k];
+      } else {
+        memcpy(o, bias, (size_t)OC * sizeof(float));
+      }
+    }
+  }
+  float beta = (bias || accumulate) ? 1.0f : 0.0f;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
+}
+
+/*
+ * Causal multi-head attention. qkv (B,T,3C) -> out (B,T,C); att
+ * (B,NH,T,T) keeps the softmax (zero above the diagonal). Per (b,h):
+ * S = q k^T / sqrt(hs), att = causal softmax(S), out_h = att v. The small
+ * matmuls run single-threaded inside the OpenMP loop (OpenBLAS does not
+ * nest threads inside a parallel region).
+ */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const float *k = q + C;
+    const float *v = q + 2 * C;
+    float *a = att + (size_t)bh * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+    for (int i = 0; i < T; i++) {
+      float *row = a + (size_t)i * T;
+      float mx = row[0];
+      for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int j = 0; j <= i; j++) {
+        float e = fast_expf(row[j] - mx);
+        row[j] = e;
+        s += e;
+      }
+      float inv = 1.0f / s;
+#pragma omp simd
+      for (int j = 0; j <= i; j++) row[j] *= inv;
+      for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    }
+    float *o = out + (size_t)b * T * C + (size_t)h * hs;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
+  }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+/* GELU, tanh approximation (Hendrycks & Gimpel, 2016): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))). */
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    out[i] = 0.5f * x * (1.0f + fast_tanhf(u));
+  }
+}
+
+/* probs (N,V) = softmax(logits); losses (N) = -log probs[target]. */
+static void softmax_xent_forward(float *probs, float *losses, const float *logits, const uint8_t *targets, int N,
+                                 int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * V;
+    float *p = probs + (size_t)n * V;
+    float mx = l[0];
+    for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int v = 0; v < V; v++) {
+      float e = fast_expf(l[v] - mx);
+      p[v] = e;
+      s += e;
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    /* log-sum-exp form: exact for tiny probabilities */
+    losses[n] = mx + logf(s) - l[targets[n]];
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* forward */
+
+static float *W(gpt_model *m, int i) { return m->params_mem + m->offsets[i]; }
+/* Backward writes into the scratch gradient; gpt_backward() then adds it to grads_mem. */
+static float *G(gpt_model *m, int i) { return m->gscratch + m->offsets[i]; }
+static int LP(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
+
+static int check_tokens(gpt_model *m, const uint8_t *t, size_t n, const char *what) {
+  if (m->cfg.vocab >= 256) return 0;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i] >= m->cfg.vocab) {
+      seterr(m->err, sizeof m->err, "gpt_forward: %s[%zu] = %d is not < vocab %d", what, i, t[i], m->cfg.vocab);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
+  if (!m) return NAN;
+  if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
+    seterr(m->err, sizeof m->err, "gpt_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
+           (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);
+    return NAN;
+  }
+  const size_t Nn = (size_t)B * T;
+  if (check_tokens(m, inputs, Nn, "inputs") != 0) return NAN;
+  if (targets && check_tokens(m, targets, Nn, "targets") != 0) return NAN;
+  double t0 = now_s();
+
+  const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
+  const int N = B * T;
+  const size_t NC = Nn * C, TT = (size_t)B * NH * T * T;
+  memcpy(m->inputs, inputs, Nn);
+  if (targets) memcpy(m->targets, targets, Nn);
+  m->B = B;
+  m->T = T;
+  m->have_targets = 0;
+
+  encoder_forward(m->encoded, inputs, W(m, 0), W(m, 1), B, T, C);
+  for (int l = 0; l < L; l++) {
+    const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
+    float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
+    float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
+    float *fch = m->fch + l * NC * 4, *fcg = m->fch_gelu + l * NC * 4, *r3 = m->residual3 + l * NC;
+    layernorm_forward(ln1, m->ln1_mean + l * Nn, m->ln1_rstd + l * Nn, res, W(m, LP(l, GPT_P_LN1_W)),
+                      W(m, LP(l, GPT_P_LN1_B)), N, C);
+    matmul_forward(qkv, ln1, W(m, LP(l, GPT_P_QKV_W)), W(m, LP(l, GPT_P_QKV_B)), N, C, 3 * C, 0);
+    attention_forward(atty, att, qkv, B, T, C, NH);
+    memcpy(r2, res, NC * sizeof(float));
+    matmul_forward(r2, atty, W(m, LP(l, GPT_P_ATTPROJ_W)), W(m, LP(l, GPT_P_ATTPROJ_B)), N, C, C, 1);
+    layernorm_forward(ln2, m->ln2_mean + l * Nn, m->ln2_rstd + l * Nn, r2, W(m, LP(l, GPT_P_LN2_W)),
+                      W(m, LP(l, GPT_P_LN2_B)), N, C);
+    matmul_forward(fch, ln2, W(m, LP(l, GPT_P_FC_W)), W(m, LP(l, GPT_P_FC_B)), N, C, 4 * C, 0);
+    gelu_forward(fcg, fch, NC * 4);
+    memcpy(r3, r2, NC * sizeof(float));
+    matmul_forward(r3, fcg, W(m, LP(l, GPT_P_FCPROJ_W)), W(m, LP(l, GPT_P_FCPROJ_B)), N, 4 * C, C, 1);
+  }
+  const int f = m->n_params - 2;
+  layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * NC, W(m, f), W(m, f + 1), N,
+                    C);
+  matmul_forward(m->logits, m->lnf, W(m, 0), NULL, N, C, V, 0);
+
+  float loss = 0.0f;
+  if (targets) {
+    softmax_xent_forward(m->probs, m->losses, m->logits, targets, N, V);
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += m->losses[n];
+    loss = (float)(s / (double)N);
+    m->have_targets = 1;
+  }
+  m->t_fwd += now_s() - t0;
+  return loss;
+}
+
+/* ------------------------------------------------------------------ */
+/* backward kernels */
+
+/* dst[k] += sum_n src[n*K + k], parallel over 16-column blocks (fixed order per column). */
+static void colsum_add(float *dst, const float *src, int N, int K) {
+  const int nblk = (K + 15) / 16;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    int k0 = blk * 16, k1 = k0 + 16 < K ? k0 + 16 : K;
+    float acc[16] = {0};
+    for (int n = 0; n < N; n++) {
+      const float *s = src + (size_t)n * K;
+      for (int k = k0; k < k1; k++) acc[k - k0] += s[k];
+    }
+    for (int k = k0; k < k1; k++) dst[k] += acc[k - k0];
+  }
+}
+
+/*
+ * Backward of out = inp W^T + b: dinp (N,C) = dout W (overwritten, or added
+ * when @dinp_acc), dW (OC,C) += dout^T inp, dbias (OC) += column sums.
+ */
+static void matmul_backward(float *dinp, float *dW, float *dbias, const float *dout, const float *inp, const float *Wt,
+                            int N, int C, int OC, int dinp_acc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, Wt, C, dinp_acc ? 1.0f : 0.0f,
+              dinp, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
+  if (dbias) colsum_add(dbias, dout, N, OC);
+}
+
+/*
+ * LayerNorm backward: dinp (N,C) += rstd * (w*dout - mean(w*dout) - xhat *
+ * mean(w*dout*xhat)), dw (C) += sum_n dout*xhat, db (C) += sum_n dout,
+ * with xhat = (inp - mean) * rstd recomputed.
+ */
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+    float *dx = dinp + (size_t)n * C;
+    const float mu = mean[n], rs = rstd[n];
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+    for (int c = 0; c < C; c++) {
+      float xh = (x[c] - mu) * rs;
+      float g = w[c] * dy[c];
+      a += g;
+      b += g * xh;
+    }
+    a /= (float)C;
+    b /= (float)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      float xh = (x[c] - mu) * rs;
+      dx[c] += rs * (w[c] * dy[c] - a - xh * b);
+    }
+  }
+  const int nblk = (C + 15) / 16;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
+    float aw[16] = {0}, ab[16] = {0};
+    for (int n = 0; n < N; n++) {
+      const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+      const float mu = mean[n], rs = rstd[n];
+      for (int c = c0; c < c1; c++) {
+        aw[c - c0] += dy[c] * (x[c] - mu) * rs;
+        ab[c - c0] += dy[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dw[c] += aw[c - c0];
+      db[c] += ab[c - c0];
+    }
+  }
+}
+
+/* In place: d (n) holds dL/d gelu(x); becomes dL/dx. */
+static void gelu_backward(float *d, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float t = fast_tanhf(u);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    d[i] *= g;
+  }
+}
+
+/*
+ * Attention backward, per (b,h): datt = dout v^T, dv = att^T dout,
+ * dS = att * (datt - rowsum(att*datt)) / sqrt(hs) (causal), dq = dS k,
+ * dk = dS^T q. dqkv (B,T,3C) is overwritten; datt (B,NH,T,T) is scratch.
+ */
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
+                               int T, int C, int NH) {
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    const size_t base = (size_t)b * T * C3 + (size_t)h * hs;
+    const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+    const float *a = att + (size_t)bh * T * T;
+    float *da = datt + (size_t)bh * T * T;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
+    for (int i = 0; i < T; i++) {
+      const float *ar = a + (size_t)i * T;
+      float *dr = da + (size_t)i * T;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int j = 0; j <= i; j++) s += ar[j] * dr[j];
+#pragma omp simd
+      for (int j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - s) * scale;
+      for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 0.0f, dk, C3);
+  }
+}
+
+/* dwte[tok] += dres, dwpe[t] += dres; wpe over t in parallel, wte in row order (ids repeat). */
+static void encoder_backward(float *dwte, float *dwpe, const float *dres, const uint8_t *inp, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float *dp = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float *d = dres + ((size_t)b * T + t) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) dp[c] += d[c];
+    }
+  }
+  for (int n = 0; n < B * T; n++) {
+    float *de = dwte + (size_t)inp[n] * C;
+    const float *d = dres + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) de[c] += d[c];
+  }
+}
+
+int gpt_backward(gpt_model *m, float loss_mult) {
+  if (!m) return -1;
+  if (!m->have_targets) {
+    seterr(m->err, sizeof m->err, "gpt_backward: no forward with targets to differentiate");
+    return -1;
+  }
+  double t0 = now_s();
+  const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
+  const int B = m->B, T = m->T, N = B * T;
+  const size_t Nn = (size_t)N, NC = Nn * C, TT = (size_t)B * NH * T * T;
+  const float dscale = loss_mult / (float)N;
+  /* One backward's gradient is formed in gscratch and added at the end, so
+   * accumulation over calls is a single rounding per element (two equal
+   * backwards give exactly 2x). */
+  memset(m->gscratch, 0, m->n_floats * sizeof(float));
+
+  /* d loss / d logits = (probs - onehot(target)) / N * loss_mult */
+  {
+    const float *probs = m->probs;
+    float *dl = m->dlogits;
+    const uint8_t *tg = m->targets;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float *p = probs + (size_t)n * V;
+      float *d = dl + (size_t)n * V;
+#pragma omp simd
+      for (int v = 0; v < V; v++) d[v] = p[v] * dscale;
+      d[tg[n]] -= dscale;
+    }
+  }
+  /* logits = lnf wte^T (tied) */
+  matmul_backward(m->dbuf_c, G(m, 0), NULL, m->dlogits, m->lnf, W(m, 0), N, C, V, 0);
+  const int f = m->n_params - 2;
+  memset(m->dres, 0, NC * sizeof(float));
+  layernorm_backward(m->dres, G(m, f), G(m, f + 1), m->dbuf_c, m->residual3 + (size_t)(L - 1) * NC, m->lnf_mean,
+                     m->lnf_rstd, W(m, f), N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
+    const float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
+    const float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
+    const float *fch = m->fch + l * NC * 4, *fcg = m->fch_gelu + l * NC * 4;
+    /* r3 = r2 + fcg Wfp^T + bfp */
+    matmul_backward(m->dbuf_4c, G(m, LP(l, GPT_P_FCPROJ_W)), G(m, LP(l, GPT_P_FCPROJ_B)), m->dres, fcg,
+                    W(m, LP(l, GPT_P_FCPROJ_W)), N, 4 * C, C, 0);
+    gelu_backward(m->dbuf_4c, fch, NC * 4);
+    /* fch = ln2 Wfc^T + bfc */
+    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_FC_W)), G(m, LP(l, GPT_P_FC_B)), m->dbuf_4c, ln2,
+                    W(m, LP(l, GPT_P_FC_W)), N, C, 4 * C, 0);
+    layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN2_W)), G(m, LP(l, GPT_P_LN2_B)), m->dbuf_c, r2,
+                       m->ln2_mean + l * Nn, m->ln2_rstd + l * Nn, W(m, LP(l, GPT_P_LN2_W)), N, C);
+    /* r2 = res + atty Wp^T + bp */
+    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_ATTPROJ_W)), G(m, LP(l, GPT_P_ATTPROJ_B)), m->dres, atty,
+                    W(m, LP(l, GPT_P_ATTPROJ_W)), N, C, C, 0);
+    attention_backward(m->dbuf_3c, m->datt, m->dbuf_c, qkv, att, B, T, C, NH);
+    /* qkv = ln1 Wqkv^T + bqkv */
+    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_QKV_W)), G(m, LP(l, GPT_P_QKV_B)), m->dbuf_3c, ln1,
+                    W(m, LP(l, GPT_P_QKV_W)), N, C, 3 * C, 0);
+    layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN1_W)), G(m, LP(l, GPT_P_LN1_B)), m->dbuf_c, res,
+                       m->ln1_mean + l * Nn, m->ln1_rstd + l * Nn, W(m, LP(l, GPT_P_LN1_W)), N, C);
+  }
+  encoder_backward(G(m, 0), G(m, 1), m->dres, m->inputs, B, T, C);
+  {
+    float *g = m->grads_mem;
+    const float *s = m->gscratch;
+    const size_t n = m->n_floats;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] += s[i];
+  }
+  m->t_bwd += now_s() - t0;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* sampling */
+
+int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature, uint64_t seed,
+               uint8_t *out) {
+  if (!m) return -1;
+  if (n_new < 0 || prompt_len < 0 || (prompt_len > 0 && !prompt) || (n_new > 0 && !out)) {
+    seterr(m->err, sizeof m->err, "gpt_sample: bad arguments (prompt_len %d, n_new %d)", prompt_len, n_new);
+    return -1;
+  }
+  const int S = m->cfg.seq_len, V = m->cfg.vocab;
+  const int Vb = V < 256 ? V : 256; /* only byte ids can be emitted */
+  size_t cap = (size_t)(prompt_len > 0 ? prompt_len : 1) + (size_t)n_new;
+  uint8_t *buf = malloc(cap);
+  float *p = malloc((size_t)Vb * sizeof(float));
+  if (!buf || !p) {
+    free(buf);
+    free(p);
+    seterr(m->err, sizeof m->err, "gpt_sample: out of memory (%zu bytes)", cap + (size_t)Vb * sizeof(float));
+    return -1;
+  }
+  size_t len;
+  if (prompt_len > 0) {
+    memcpy(buf, prompt, (size_t)prompt_len);
+    len = (size_t)prompt_len;
+  } else {
+    buf[0] = '\n' < Vb ? '\n' : 0;
+    len = 1;
+  }
+  if (check_tokens(m, buf, len, "prompt") != 0) {
+    free(buf);
+    free(p);
+    return -1;
+  }
+  uint64_t rng = seed;
+  int rc = 0;
+  for (int i = 0; i < n_new; i++) {
+    int T = len < (size_t)S ? (int)len : S;
+    float r = gpt_forward(m, buf + len - (size_t)T, NULL, 1, T);
+    if (isnan(r)) {
+      rc = -1;
+      break;
+    }
+    const float *lg = m->logits + (size_t)(T - 1) * V;
+    int pick = 0;
+    if (temperature <= 0.0f) {
+      for (int v = 1; v < Vb; v++)
+        if (lg[v] > lg[pick]) pick = v;
+    } else {
+      float mx = lg[0];
+      for (int v = 1; v < Vb; v++) mx = lg[v] > mx ? lg[v] : mx;
+      double s = 0.0;
+      for (int v = 0; v < Vb; v++) {
+        p[v] = expf((lg[v] - mx) / temperature);
+        s += p[v];
+      }
+      rng += 0x9E3779B97F4A7C15ull;
+      double u = (double)(mix64(rng) >> 11) * (1.0 / 9007199254740992.0) * s;
+      double cum = 0.0;
+      pick = Vb - 1;
+      for (int v = 0; v < Vb; v++) {
+        cum += p[v];
+        if (u < cum) {
+          pick = v;
+          break;
+        }
+      }
+    }
+    buf[len++] = (uint8_t)pick;
+    out[i] = (uint8_t)pick;
+  }
+  m->have_targets = 0;
+  free(buf);
+  free(p);
+  return rc;
+}

@@ -1,1 +1,375 @@
-/* placeholder: being written */
+/*
+ * zo-train - trains a GPT-style byte-level language model on real text with
+ * every parameter owned by the zoffload engine: fp32 master weights and Adam
+ * state on the tier that zero_optimization.offload_optimizer.device names.
+ * Forward and backward run on the CPU here (the host device backend).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "train_config.h"
+#include "zoffload/adam.h"
+#include "zoffload/config.h"
+#include "zoffload/engine.h"
+
+#ifndef ZO_DEFAULT_CONFIG
+#define ZO_DEFAULT_CONFIG "configs/default.json"
+#endif
+
+#define ZO_CHECK_RET(expr)        \
+  do {                            \
+    zo_status st_ = (expr);       \
+    if (st_ != ZO_OK) return st_; \
+  } while (0)
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zo-train [options]\n"
+          "Train a GPT-style byte-level model on a text corpus through the zoffload engine.\n\n"
+          "  --config FILE            DeepSpeed-style JSON config (default: %s)\n"
+          "  --data PATH              corpus file or directory (default: the config's data.path, else %s)\n"
+          "  --steps N                optimizer steps (default: the config's train.steps, else 300)\n"
+          "  --seed S                 seed for weight init and batch sampling (default: train.seed, else 1337)\n"
+          "  --log-json FILE          write one JSON object per logged step to FILE (default: none)\n"
+          "  --offload-optimizer DEV  override zero_optimization.offload_optimizer.device: none|cpu|nvme\n"
+          "                           (default: the config's value)\n"
+          "  --nvme-path DIR          override zero_optimization.offload_optimizer.nvme_path (default: config)\n"
+          "  --threads N              compute and Adam threads (default: all cores)\n"
+          "  --no-sample              skip the generated sample at the end (default: sample)\n"
+          "  -h, --help               this text\n",
+          ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
+}
+
+static int die(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "zo-train: error: ");
+  fprintf(stderr, fmt, a, b);
+  fputc('\n', stderr);
+  return 1;
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || end == s || v < lo) {
+    fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static void fmt_bytes(char *buf, size_t n, double b) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) b /= 1024, i++;
+  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* Mean loss over the fixed validation windows. */
+static double eval_val(gpt_model *m, const data_loader *d, int B, int T, int n_windows, uint8_t *in, uint8_t *tg) {
+  double sum = 0;
+  int n = 0;
+  for (int w = 0; w < n_windows; w += B) {
+    int b = n_windows - w < B ? n_windows - w : B;
+    if (data_val_batch(d, T, w, b, in, tg) != 0) break;
+    sum += (double)gpt_forward(m, in, tg, b, T) * b;
+    n += b;
+  }
+  return n ? sum / n : NAN;
+}
+
+/* Fetch every tensor's working weights from the engine and widen them to the
+ * fp32 copy the CPU model computes with (the weights keep the working dtype's
+ * precision: bf16 or fp16 values when mixed precision is on). */
+static zo_status fetch_weights(zo_engine_t *eng, gpt_model *model, zo_param_t **params, const gpt_param_spec *specs,
+                               int np) {
+  for (int i = 0; i < np; i++) {
+    const void *w;
+    zo_dtype dt;
+    ZO_CHECK_RET(zo_engine_fetch(eng, params[i], &w, &dt));
+    ZO_CHECK_RET(zo_cast(gpt_weight(model, i), ZO_DTYPE_F32, w, dt, specs[i].n_elems, 0));
+    ZO_CHECK_RET(zo_engine_release(eng, params[i]));
+  }
+  return ZO_OK;
+}
+
+int main(int argc, char **argv) {
+  const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
+             *nvme_override = NULL;
+  int64_t steps_override = -1, seed_override = -1, threads = 0;
+  int do_sample = 1;
+  static const struct option opts[] = {
+      {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
+      {"steps", required_argument, 0, 's'},   {"seed", required_argument, 0, 'S'},
+      {"log-json", required_argument, 0, 'j'}, {"offload-optimizer", required_argument, 0, 'o'},
+      {"nvme-path", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
+      {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'c': config_path = optarg; break;
+      case 'd': data_override = optarg; break;
+      case 's': if (parse_i64("--steps", optarg, 1, &steps_override)) return 2; break;
+      case 'S': if (parse_i64("--seed", optarg, 0, &seed_override)) return 2; break;
+      case 'j': log_json = optarg; break;
+      case 'o': offload_override = optarg; break;
+      case 'n': nvme_override = optarg; break;
+      case 't': if (parse_i64("--threads", optarg, 1, &threads)) return 2; break;
+      case 'N': do_sample = 0; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) return die("unexpected argument '%s' (see --help)%s", argv[optind], "");
+
+  /* ---- configuration */
+  zo_config_t cfg;
+  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = 1};
+  if (zo_config_load_file(config_path, &copts, &cfg) != ZO_OK) return die("%s%s", zo_last_error(), "");
+  train_settings ts;
+  char err[1024];
+  train_settings_defaults(&ts);
+  if (train_settings_load(config_path, &ts, err, sizeof err)) return die("%s%s", err, "");
+  if (gpt_config_check(&ts.model, err, sizeof err)) return die("%s: %s", config_path, err);
+  if (data_override) snprintf(ts.data_path, sizeof ts.data_path, "%s", data_override);
+  if (steps_override > 0) ts.steps = steps_override;
+  if (seed_override >= 0) ts.seed = (uint64_t)seed_override;
+  if (offload_override) {
+    zo_offload_device dev;
+    if (!strcmp(offload_override, "none")) dev = ZO_OFFLOAD_NONE;
+    else if (!strcmp(offload_override, "cpu")) dev = ZO_OFFLOAD_CPU;
+    else if (!strcmp(offload_override, "nvme")) dev = ZO_OFFLOAD_NVME;
+    else return die("--offload-optimizer: expected none, cpu or nvme, got '%s'%s", offload_override, "");
+    cfg.zero.offload_optimizer.device = dev;
+    if (dev != ZO_OFFLOAD_NONE && cfg.zero.stage < 1) cfg.zero.stage = 2;
+  }
+  if (nvme_override)
+    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_override);
+  if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg.zero.offload_optimizer.nvme_path[0])
+    return die("zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (or pass --nvme-path)%s%s",
+               "", "");
+  if (threads > 0) {
+    gpt_set_threads((int)threads);
+    cfg.zoffload.adam_threads = (int)threads;
+  }
+  const int B = (int)cfg.train_micro_batch_size_per_gpu, T = ts.model.seq_len;
+  const int gas = (int)cfg.gradient_accumulation_steps;
+
+  /* ---- data */
+  data_loader *data = NULL;
+  if (data_open(ts.data_path, ts.val_fraction, ts.data_seed, T, &data, err, sizeof err)) return die("%s%s", err, "");
+  int n_val = data_val_windows(data, T, ts.val_windows);
+
+  /* ---- engine and model */
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  int rc = 1;
+  zo_engine_t *eng = NULL;
+  gpt_model *model = NULL;
+  FILE *jf = NULL;
+  zo_param_t **params = NULL;
+  float *init = NULL;
+  zo_device_t *dev = NULL;
+  void *dev_grads = NULL; /* device memory: the gradients as the model hands them over */
+  uint8_t *in = NULL, *tg = NULL;
+  const int np = gpt_num_params(&ts.model);
+  gpt_param_spec *specs = calloc(np, sizeof *specs);
+  params = calloc(np, sizeof *params);
+  in = malloc((size_t)B * T);
+  tg = malloc((size_t)B * T);
+  if (!specs || !params || !in || !tg) {
+    fprintf(stderr, "zo-train: error: out of memory\n");
+    goto out;
+  }
+  gpt_param_specs(&ts.model, specs);
+  const size_t total = gpt_total_elems(&ts.model);
+  if (gpt_create(&ts.model, B, &model, err, sizeof err)) {
+    fprintf(stderr, "zo-train: error: %s\n", err);
+    goto out;
+  }
+  /* The model computes on the CPU, so the device is the host backend; its
+   * memory limit is the config's zoffload.device_memory_limit. */
+  if (zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK) goto engine_error;
+  if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
+  for (int i = 0; i < np; i++)
+    if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
+  if (zo_engine_finalize(eng) != ZO_OK) goto engine_error;
+  size_t max_n = 0;
+  for (int i = 0; i < np; i++) max_n = specs[i].n_elems > max_n ? specs[i].n_elems : max_n;
+  init = malloc(max_n * sizeof(float));
+  if (!init) goto out;
+  for (int i = 0; i < np; i++) {
+    gpt_param_init(&ts.model, i, ts.seed, init);
+    if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
+  }
+  const zo_dtype grad_dtype = cfg.fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
+  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) goto engine_error;
+  if (log_json && !(jf = fopen(log_json, "w"))) {
+    fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
+    goto out;
+  }
+
+  const char *tier_name[] = {"none", "cpu", "nvme"};
+  printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d: %zu parameters in %d tensors\n",
+         config_path, ts.model.n_layer, ts.model.n_head, ts.model.d_model, T, total, np);
+  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | batch %d x %d micro x %d accum | "
+         "optimizer state: %s | working weights: %s | Adam SIMD: %s\n",
+         ts.data_path, data_total_bytes(data), data_num_files(data), n_val, (int)cfg.train_batch_size, B, gas,
+         tier_name[cfg.zero.offload_optimizer.device], zo_dtype_name(zo_engine_working_dtype(eng)),
+         zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
+  fflush(stdout);
+
+  /* ---- training loop */
+  uint64_t rng = ts.seed ^ 0x9e3779b97f4a7c15ull;
+  double t_fetch = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_swap = 0, t_adam = 0;
+  double t_start = now_s(), t_window = now_s();
+  int64_t tokens_window = 0, skipped = 0;
+  double first_val = NAN, last_val = NAN, last_loss = NAN;
+  const int print_every = (int)(cfg.steps_per_print > 0 ? cfg.steps_per_print : 10);
+  int64_t step;
+  if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error; /* initial weights */
+  first_val = eval_val(model, data, B, T, n_val, in, tg);
+  printf("step %5d/%lld | val %.4f (initial weights; ln(%d) = %.4f)\n", 0, (long long)ts.steps, first_val,
+         ts.model.vocab, log((double)ts.model.vocab));
+  t_start = t_window = now_s();
+  for (step = 1; step <= ts.steps && !g_stop; step++) {
+    double t0 = now_s();
+    if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error;
+    double t1 = now_s();
+    t_fetch += t1 - t0;
+    const double loss_scale = zo_engine_loss_scale(eng);
+    gpt_zero_grad(model);
+    double loss = 0;
+    for (int micro = 0; micro < gas; micro++) {
+      if (data_next_batch(data, DATA_TRAIN, B, T, &rng, in, tg)) {
+        fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
+        goto out;
+      }
+      double a = now_s();
+      loss += gpt_forward(model, in, tg, B, T) / gas;
+      double b = now_s();
+      if (gpt_backward(model, (float)(loss_scale / gas))) {
+        fprintf(stderr, "zo-train: error: backward: %s\n", gpt_last_error(model));
+        goto out;
+      }
+      t_fwd += b - a;
+      t_bwd += now_s() - b;
+    }
+    tokens_window += (int64_t)B * T * gas;
+    last_loss = loss;
+    /* Hand each gradient over in reverse order, as a backward pass produces
+     * them: written to device memory in the gradient dtype (fp16 engines get
+     * fp16 gradients, as an fp16 model produces them: overflow becomes inf). */
+    double t2 = now_s();
+    size_t off = 0;
+    for (int i = np - 1; i >= 0; i--) {
+      void *g = (char *)dev_grads + off * zo_dtype_size(grad_dtype);
+      if (zo_cast(g, grad_dtype, gpt_grad(model, i), ZO_DTYPE_F32, specs[i].n_elems, 0) != ZO_OK ||
+          zo_engine_grad_ready(eng, params[i], g, grad_dtype) != ZO_OK)
+        goto engine_error;
+      off += specs[i].n_elems;
+    }
+    zo_step_info info;
+    if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
+    t_opt += now_s() - t2;
+    t_swap += info.swap_s;
+    t_adam += info.adam_s;
+    skipped += info.skipped;
+
+    if (step % print_every == 0 || step == ts.steps) {
+      double tw = now_s() - t_window;
+      double val = eval_val(model, data, B, T, n_val, in, tg);
+      last_val = val;
+      zo_engine_mem mem;
+      zo_engine_mem_info(eng, &mem);
+      char db[32], hb[32], nb[32];
+      fmt_bytes(db, sizeof db, (double)mem.device_bytes);
+      fmt_bytes(hb, sizeof hb, (double)mem.host_bytes);
+      fmt_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
+      double tok_s = tokens_window / tw;
+      double per = 1e3 / (double)step; /* cumulative ms per step */
+      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s | ms/step: fetch %.1f fwd %.1f bwd "
+             "%.1f opt %.1f (adam %.1f swap %.1f) | device %s host %s nvme %s%s\n",
+             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, t_fetch * per, t_fwd * per,
+             t_bwd * per, t_opt * per, t_adam * per, t_swap * per, db, hb, nb, info.skipped ? " | overflow: skipped" : "");
+      fflush(stdout);
+      if (jf) {
+        json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I}",
+                              "step", (json_int_t)step, "loss", loss, "val_loss", val, "lr", info.lr, "tokens_per_s",
+                              tok_s, "loss_scale", loss_scale, "grad_norm", isfinite(info.grad_norm) ? info.grad_norm : -1.0,
+                              "skipped", info.skipped, "fetch_ms", t_fetch * per, "forward_ms", t_fwd * per, "backward_ms",
+                              t_bwd * per, "optimizer_ms", t_opt * per, "adam_ms", t_adam * per, "swap_ms", t_swap * per,
+                              "device_bytes", (json_int_t)mem.device_bytes, "host_bytes", (json_int_t)mem.host_bytes,
+                              "pinned_bytes", (json_int_t)mem.pinned_bytes, "nvme_bytes", (json_int_t)mem.nvme_bytes,
+                              "nvme_rw_bytes", (json_int_t)(mem.nvme_read_bytes + mem.nvme_write_bytes));
+        if (o) {
+          json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
+          fputc('\n', jf);
+          fflush(jf);
+          json_decref(o);
+        }
+      }
+      t_window = now_s();
+      tokens_window = 0;
+    }
+  }
+  if (g_stop) printf("zo-train: interrupted at step %lld; cleaning up\n", (long long)step - 1);
+  double wall = now_s() - t_start;
+  printf("zo-train: done: %lld steps in %.1f s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
+         (long long)(step - 1), wall, last_loss, first_val, last_val, (long long)skipped);
+
+  if (do_sample && ts.sample_bytes > 0 && !g_stop) {
+    if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error; /* final weights */
+    uint8_t *s = malloc(ts.sample_bytes + 1);
+    static const uint8_t prompt[] = "The ";
+    if (s && gpt_sample(model, prompt, 4, ts.sample_bytes, (float)ts.temperature, ts.seed, s) == 0) {
+      s[ts.sample_bytes] = 0;
+      for (int i = 0; i < ts.sample_bytes; i++)
+        if (s[i] != '\n' && s[i] != '\t' && (s[i] < 32 || s[i] > 126)) s[i] = '?';
+      printf("--- sample (temperature %.2f) ---\nThe %s\n---\n", ts.temperature, (char *)s);
+    }
+    free(s);
+  }
+  rc = 0;
+  goto out;
+
+engine_error:
+  fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
+out:
+  if (jf) fclose(jf);
+  zo_engine_destroy(eng);
+  if (dev_grads) zo_device_free(dev, dev_grads);
+  zo_device_destroy(dev);
+  gpt_destroy(model);
+  data_close(data);
+  free(specs);
+  free(params);
+  free(init);
+  free(in);
+  free(tg);
+  return rc;
+}

@@ -1,0 +1,109 @@
+/*
+ * device_internal.h - what device.c (the backend-neutral front) shares with
+ * the backends (device_host.c now, device_cuda.c later): the ops table, the
+ * common parts of the handles, and the allocation table. Not installed.
+ */
+#ifndef ZO_DEVICE_INTERNAL_H
+#define ZO_DEVICE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base_internal.h"
+#include "zoffload/device.h"
+
+/*
+ * Backend ops. device.c validates arguments (NULL handles, copy kinds and
+ * pointer ranges, device matching) before calling these, does the memory
+ * accounting around mem_alloc/mem_free, and keeps the lists of open streams
+ * and events. A backend only moves bytes and keeps order.
+ */
+typedef struct zo_device_ops {
+  const char *backend; /* "host", "cuda" */
+  int host_addressable;
+  /* Raw device memory: @nbytes > 0, result ZO_DEVICE_ALIGN aligned. */
+  zo_status (*mem_alloc)(zo_device_t *dev, size_t nbytes, void **dptr);
+  void (*mem_free)(zo_device_t *dev, void *dptr);
+  /* Backend state teardown, called last (no streams, events or allocations left). */
+  void (*destroy)(zo_device_t *dev);
+  zo_status (*synchronize)(zo_device_t *dev);
+  /* Allocate and initialise a backend stream whose first member is zo_stream_t. */
+  zo_status (*stream_create)(zo_device_t *dev, zo_stream_t **out);
+  void (*stream_destroy)(zo_stream_t *s);
+  zo_status (*memcpy_async)(zo_stream_t *s, void *dst, const void *src, size_t nbytes,
+                            zo_copy_kind kind);
+  zo_status (*memset_async)(zo_stream_t *s, void *dptr, int value, size_t nbytes);
+  zo_status (*launch_host_func)(zo_stream_t *s, void (*fn)(void *), void *arg);
+  zo_status (*stream_synchronize)(zo_stream_t *s);
+  zo_status (*stream_query)(zo_stream_t *s, int *idle);
+  zo_status (*event_create)(zo_device_t *dev, zo_event_t **out);
+  void (*event_destroy)(zo_event_t *ev);
+  zo_status (*event_record)(zo_event_t *ev, zo_stream_t *s);
+  zo_status (*event_query)(zo_event_t *ev, int *done);
+  zo_status (*event_synchronize)(zo_event_t *ev);
+  zo_status (*stream_wait_event)(zo_stream_t *s, zo_event_t *ev);
+  zo_status (*memcpy_sync)(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
+                           zo_copy_kind kind);
+} zo_device_ops;
+
+/* One live allocation; the table is sorted by base and ranges never overlap. */
+typedef struct zo_alloc_rec {
+  uintptr_t base;
+  size_t nbytes;
+} zo_alloc_rec;
+
+/* Common head of every stream handle; a backend's stream struct starts with it. */
+struct zo_stream {
+  zo_device_t *dev;
+  zo_stream_t *prev, *next; /* dev->streams list, under dev->list_mu */
+};
+
+/* Common head of every event handle; a backend's event struct starts with it. */
+struct zo_event {
+  zo_device_t *dev;
+  zo_event_t *prev, *next; /* dev->events list, under dev->list_mu */
+};
+
+struct zo_device {
+  const zo_device_ops *ops;
+  zo_device_kind kind;
+  int ordinal;
+  char name[128];
+
+  /* Memory accounting (bytes), all under mem_mu. */
+  pthread_mutex_t mem_mu;
+  zo_alloc_rec *allocs; /* [n_allocs], sorted by base */
+  size_t n_allocs, cap_allocs;
+  size_t used, peak, limit; /* limit SIZE_MAX: unlimited */
+
+  /* Open streams and events, under list_mu. */
+  pthread_mutex_t list_mu;
+  zo_stream_t *streams;
+  zo_event_t *events;
+
+  void *backend; /* backend-private state */
+};
+
+/* Where a byte range lies relative to the device's live allocations. */
+typedef enum zo_range_where {
+  ZO_RANGE_HOST = 0,    /* overlaps no allocation */
+  ZO_RANGE_DEVICE = 1,  /* wholly inside one allocation */
+  ZO_RANGE_PARTIAL = 2, /* overlaps device memory but is not inside one allocation */
+} zo_range_where;
+
+/* zo_device_range_where() - classify [p, p+nbytes), nbytes > 0. Thread-safe (takes mem_mu). */
+zo_range_where zo_device_range_where(zo_device_t *dev, const void *p, size_t nbytes);
+
+/*
+ * zo_device_check_copy() - validate a copy's pointers against @kind and the
+ * current allocation table. Returns ZO_OK or ZO_ERR_INVALID_ARG with a
+ * message prefixed by @what ("zo_memcpy_async"). Thread-safe.
+ */
+zo_status zo_device_check_copy(zo_device_t *dev, const char *what, void *dst, const void *src,
+                               size_t nbytes, zo_copy_kind kind);
+
+/* zo_device_host_init() - install the host backend on @dev (device_host.c). */
+zo_status zo_device_host_init(zo_device_t *dev);
+
+#endif /* ZO_DEVICE_INTERNAL_H */

@@ -1,0 +1,208 @@
+/*
+ * zoffload/config.h - DeepSpeed-style JSON configuration: parse, validate,
+ * resolve (batch sizes, legacy forms, defaults) and query (learning rate).
+ * This is the reader only; nothing here allocates engine resources.
+ */
+#ifndef ZOFFLOAD_CONFIG_H
+#define ZOFFLOAD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zoffload/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a tier of state lives (DeepSpeed's OffloadDeviceEnum: "none", "cpu", "nvme"). */
+typedef enum zo_offload_device { ZO_OFFLOAD_NONE = 0, ZO_OFFLOAD_CPU = 1, ZO_OFFLOAD_NVME = 2 } zo_offload_device;
+
+/* optimizer.type; DeepSpeed matches it case-insensitively ("adam", "AdamW"). */
+typedef enum zo_optimizer_type { ZO_OPT_ADAM = 0, ZO_OPT_ADAMW = 1 } zo_optimizer_type;
+
+/* scheduler.type; DeepSpeed matches it case-sensitively. */
+typedef enum zo_sched_type {
+  ZO_SCHED_NONE = 0,
+  ZO_SCHED_WARMUP_LR = 1,
+  ZO_SCHED_WARMUP_DECAY_LR = 2,
+  ZO_SCHED_WARMUP_COSINE_LR = 3,
+} zo_sched_type;
+
+/*
+ * zo_config_t - a resolved configuration. Every field holds DeepSpeed's
+ * default when its key is absent (see zo_config_defaults()). Sizes named
+ * *_size / *_bucket_size / max_in_cpu / *_threshold / *_parameters count
+ * ELEMENTS as in DeepSpeed; block_size and device_memory_limit are BYTES.
+ * A plain value struct: copy it freely, nothing to free.
+ */
+typedef struct zo_config {
+  /* Resolved and consistent: train_batch_size == micro * gas * world_size. */
+  int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
+  double gradient_clipping; /* max global L2 norm; 0 = off */
+  int64_t steps_per_print;  /* DeepSpeed default 10 */
+  struct {
+    zo_optimizer_type type;
+    int adam_w_mode; /* resolved: 1 decoupled weight decay (AdamW), 0 L2 added to the gradient.
+                        "Adam" honours params.adam_w_mode (default true); "AdamW" is always 1. */
+    double lr, beta1, beta2, eps, weight_decay; /* defaults 1e-3, 0.9, 0.999, 1e-8, 0 */
+    int bias_correction;                        /* default 1 */
+  } optimizer;
+  struct {
+    zo_sched_type type;                /* ZO_SCHED_NONE when there is no "scheduler" block */
+    double warmup_min_lr, warmup_max_lr; /* WarmupLR, WarmupDecayLR: defaults 0, 1e-3 */
+    int64_t warmup_num_steps;          /* as written, default 1000; DeepSpeed uses max(2, this) */
+    int warmup_type_log;               /* 1 "log" (DeepSpeed default), 0 "linear" */
+    int64_t total_num_steps;           /* WarmupDecayLR, WarmupCosineLR (required there); else 0 */
+    double cos_min_ratio, warmup_min_ratio; /* WarmupCosineLR: defaults 1e-4, 0 */
+  } scheduler;
+  struct {
+    int enabled;                /* default 0 */
+    double loss_scale;          /* 0 = dynamic (default) */
+    int initial_scale_power;    /* dynamic scale starts at 2^this; default 16 */
+    int64_t loss_scale_window;  /* steps without overflow before doubling; default 1000 */
+    int hysteresis;             /* overflows tolerated before halving; default 2 */
+    double min_loss_scale;      /* default 1 */
+  } fp16;
+  struct {
+    int enabled; /* "bf16" or its legacy name "bfloat16"; default 0 */
+  } bf16;
+  struct {
+    int stage; /* 0..3; legacy "zero_optimization": true means 1, false means 0 */
+    struct {
+      zo_offload_device device; /* default none */
+      char nvme_path[4096];     /* "" when absent; required when device is nvme */
+      int pin_memory;           /* default 0 */
+      int buffer_count;         /* default 4 */
+      int pipeline_read, pipeline_write; /* default 0, 0 */
+      double ratio;             /* fraction of optimizer state offloaded, [0, 1], default 1 */
+    } offload_optimizer;
+    struct {
+      zo_offload_device device; /* default none */
+      char nvme_path[4096];     /* "" when absent; required when device is nvme */
+      int pin_memory;           /* default 0 */
+      int buffer_count;         /* default 5 */
+      int64_t buffer_size;      /* elements, default 1e8 */
+      int64_t max_in_cpu;       /* elements, default 1e9 */
+    } offload_param;
+    int64_t sub_group_size; /* elements, default 1e9 */
+    /* Parsed and validated, but the engine does not act on them yet (a warning says so). */
+    int64_t stage3_prefetch_bucket_size;        /* elements, default 5e7 */
+    int64_t stage3_max_live_parameters;         /* elements, default 1e9 */
+    int64_t stage3_max_reuse_distance;          /* elements, default 1e9 */
+    int64_t stage3_param_persistence_threshold; /* elements, default 1e5 */
+    int overlap_comm;           /* default: 1 for stage 3, else 0 (DeepSpeed) */
+    int64_t reduce_bucket_size;    /* elements, default 5e8 */
+    int64_t allgather_bucket_size; /* elements, default 5e8 */
+    int contiguous_gradients;      /* default 1 */
+  } zero;
+  struct {
+    int64_t block_size;   /* bytes, a positive multiple of 4096; default 1 MiB */
+    int64_t queue_depth;  /* io_uring entries, 1..32768; default 8 */
+    int intra_op_parallelism; /* legacy name thread_count; default 1 (no effect yet) */
+    int single_submit;        /* default 0 (no effect yet) */
+    int overlap_events;       /* default 1 (no effect yet) */
+    int use_gds;              /* default 0; true warns: not supported */
+  } aio;
+  struct {
+    int64_t device_memory_limit; /* bytes for the host device backend; 0 = unlimited */
+    int adam_threads;            /* 0 = all physical cores */
+  } zoffload; /* our own block "zoffload" */
+} zo_config_t;
+
+/*
+ * zo_config_defaults() - fill @cfg with the values DeepSpeed uses when a key
+ * is absent (listed beside each field above). Batch sizes become 1, 1, 1
+ * (DeepSpeed has no default; parsing requires them). @cfg must not be NULL.
+ * Thread-safe (touches only @cfg).
+ */
+ZO_API void zo_config_defaults(zo_config_t *cfg);
+
+/* Options for zo_config_parse() / zo_config_load_file(); NULL means all zero. */
+typedef struct zo_config_opts {
+  const char *const *app_blocks; /* NULL-terminated top-level keys owned by the application
+                                    (e.g. {"model","data",NULL}): skipped silently; may be NULL */
+  int world_size;                /* ranks, for train_batch_size = micro * gas * world_size; 0 means 1 */
+} zo_config_opts;
+
+/*
+ * zo_config_parse() - parse one JSON document with DeepSpeed's meaning of
+ * every key and resolve it into @cfg (defaults first, then the document).
+ * @json_text: UTF-8, @len bytes, need not be NUL-terminated. Duplicate keys
+ *             are an error (as DeepSpeed's loader rejects them).
+ * @source:    names the document in messages (a file name); NULL gives "config".
+ * @opts:      may be NULL.
+ * Rules, following deepspeed/runtime/config.py, zero/config.py,
+ * zero/offload_config.py and lr_schedules.py:
+ *  - batch keys resolve as DeepSpeed's _set_batch_related_parameters (all
+ *    three: must satisfy tb == mb * gas * ws; two: the third is derived by
+ *    floor division; only tb: gas = 1; only mb: gas = 1; none: error);
+ *  - integer keys accept JSON reals with an integral value (5e8); booleans
+ *    must be JSON true/false; a value "auto" (HF Trainer) is an error;
+ *  - legacy forms: "zero_optimization": true/false (stage 1/0),
+ *    zero_optimization.cpu_offload (offload_optimizer.device cpu),
+ *    cpu_offload_param (alias cpu_offload_params; offload_param.device cpu),
+ *    cpu_offload_use_pin_memory (pin_memory of those two), aio.thread_count,
+ *    "bfloat16";
+ *  - keys DeepSpeed knows but zoffload does not act on, and unknown keys,
+ *    give exactly one zo_warn() line each per call naming the full JSON path
+ *    ("config: zero_optimization.overlap_comm is accepted but has no effect yet");
+ *  - unknown keys inside optimizer.params and scheduler.params are errors,
+ *    because DeepSpeed passes them to a constructor that rejects them.
+ * Not thread-safe only in that warnings go through the process log handler;
+ * otherwise reentrant.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG when @json_text or @cfg is NULL or
+ * opts->world_size < 0; ZO_ERR_CONFIG for malformed JSON (message
+ * "src:LINE:COL: malformed JSON: ...") or a wrong type, range, enum or
+ * combination (message "src: json.path: expected ..., got ..."). On error
+ * @cfg is left in an unspecified but safe (fully initialised) state.
+ */
+ZO_API zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
+                                 const zo_config_opts *opts, zo_config_t *cfg);
+
+/*
+ * zo_config_load_file() - read the file @path whole and zo_config_parse() it
+ * with @path as the source name. Returns what zo_config_parse() returns, or
+ * ZO_ERR_CONFIG "cannot read config 'path': <strerror>" when the file cannot
+ * be opened or read; ZO_ERR_INVALID_ARG when @path or @cfg is NULL.
+ */
+ZO_API zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_config_t *cfg);
+
+/*
+ * zo_config_lr_at() - learning rate that DeepSpeed's engine applies in its
+ * @step-th optimizer step (1-based; values < 1 are treated as 1).
+ * DeepSpeed calls scheduler.step() AFTER each optimizer step, so step k runs
+ * with the scheduler at last_batch_iteration = k - 2, and step 1 with the
+ * value the scheduler's constructor installs (warmup_min_lr for WarmupLR and
+ * WarmupDecayLR, 0 for WarmupCosineLR). Skipped (fp16 overflow) steps do not
+ * advance the scheduler: pass the count of applied steps + 1.
+ * Without a scheduler: optimizer.lr. Pure function; thread-safe.
+ * Source: deepspeed/runtime/lr_schedules.py (WarmupLR, WarmupDecayLR,
+ * WarmupCosineLR) and engine.py _take_model_step.
+ */
+ZO_API double zo_config_lr_at(const zo_config_t *cfg, int64_t step);
+
+/*
+ * zo_config_lr_at_iteration() - the scheduler's get_lr() at
+ * @last_batch_iteration exactly as DeepSpeed computes it (0-based; < 0 gives
+ * the constructor's value as above). zo_config_lr_at(cfg, k) ==
+ * zo_config_lr_at_iteration(cfg, k - 2). Pure function; thread-safe.
+ */
+ZO_API double zo_config_lr_at_iteration(const zo_config_t *cfg, int64_t last_batch_iteration);
+
+/*
+ * zo_config_describe() - write "key = value" lines (one per setting, '\n'
+ * separated) of the resolved @cfg into @buf (@cap bytes, NUL-terminated when
+ * @cap > 0; @buf may be NULL when @cap is 0). Returns the length the full
+ * text needs, not counting the NUL, snprintf-style: output was truncated if
+ * the return value >= @cap. Thread-safe.
+ */
+ZO_API size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap);
+
+/* zo_offload_device_name() - "none", "cpu" or "nvme" ("?" otherwise). */
+ZO_API const char *zo_offload_device_name(zo_offload_device d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_CONFIG_H */

@@ -1,0 +1,272 @@
+/*
+ * zoffload/device.h - the device the engine caches parameters on: memory,
+ * streams, events and asynchronous copies, with CUDA's ordering semantics.
+ * Two backends sit behind it: `host` (an emulated device in host memory, for
+ * machines with no GPU) and `cuda` (not built yet). This header is the whole
+ * interface; it holds no kernels and no collectives (see zoffload/comm.h).
+ *
+ * Ordering model (both backends, as in CUDA):
+ *  - Work queued on one stream runs in issue order, one op after another.
+ *  - Different streams run concurrently; the only cross-stream ordering is
+ *    zo_stream_wait_event().
+ *  - Every *_async / enqueue call "returns when enqueued": the op may not have
+ *    started yet. It is complete once zo_stream_synchronize(), a
+ *    zo_event_synchronize() of an event recorded after it, a successful
+ *    zo_event_query()/zo_stream_query() reporting completion, or
+ *    zo_device_synchronize() has returned.
+ *  - Memory visibility: once one of the calls above has reported an op
+ *    complete, the calling host thread sees every byte that op wrote (and
+ *    every byte written by ops ordered before it).
+ */
+#ifndef ZOFFLOAD_DEVICE_H
+#define ZOFFLOAD_DEVICE_H
+
+#include <stddef.h>
+
+#include "zoffload/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zo_device zo_device_t;
+typedef struct zo_stream zo_stream_t;
+typedef struct zo_event zo_event_t;
+
+typedef enum zo_device_kind {
+  ZO_DEVICE_HOST = 0, /* emulated device: "device memory" is host memory with a capacity */
+  ZO_DEVICE_CUDA = 1, /* an NVIDIA GPU through the CUDA runtime (not built yet) */
+} zo_device_kind;
+
+/* Direction of a copy; H = host memory (pageable or pinned), D = device memory. */
+typedef enum zo_copy_kind {
+  ZO_COPY_H2D = 0,
+  ZO_COPY_D2H = 1,
+  ZO_COPY_D2D = 2,
+  ZO_COPY_H2H = 3,
+} zo_copy_kind;
+
+/* Alignment in bytes of every pointer zo_device_malloc() returns. */
+#define ZO_DEVICE_ALIGN 256
+
+/* ---------------------------------------------------------------- device */
+
+/*
+ * zo_device_create() - open device @ordinal of backend @kind.
+ * @kind:            ZO_DEVICE_HOST or ZO_DEVICE_CUDA.
+ * @ordinal:         >= 0. For the host backend any ordinal works and each call
+ *                   makes an independent emulated device.
+ * @mem_limit_bytes: device memory capacity in bytes that zo_device_malloc()
+ *                   enforces. Host: 0 = unlimited. CUDA: 0 = the whole GPU.
+ * @out:             receives the handle; set to NULL on failure.
+ * Synchronous. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @out,
+ * @ordinal < 0, unknown @kind); ZO_ERR_UNSUPPORTED ("CUDA backend not built
+ * yet" for ZO_DEVICE_CUDA); ZO_ERR_OUT_OF_MEMORY / ZO_ERR_SYSTEM when the
+ * handle or its locks cannot be made.
+ */
+ZO_API zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_bytes,
+                                  zo_device_t **out);
+
+/*
+ * zo_device_destroy() - synchronize the device (waits all queued work), then
+ * destroy every stream and event still open on it (their handles become
+ * invalid) and free every allocation still live. NULL is a no-op. Not
+ * thread-safe against other calls on the same device.
+ */
+ZO_API void zo_device_destroy(zo_device_t *dev);
+
+/* zo_device_get_kind() - the backend of @dev. @dev must not be NULL. Thread-safe. */
+ZO_API zo_device_kind zo_device_get_kind(const zo_device_t *dev);
+
+/*
+ * zo_device_name() - human-readable description, e.g.
+ * "host (emulated device, limit 64.0 MiB)". Valid until zo_device_destroy().
+ * NULL @dev gives "(null device)". Thread-safe.
+ */
+ZO_API const char *zo_device_name(const zo_device_t *dev);
+
+/* zo_device_ordinal() - the ordinal passed to zo_device_create(); -1 for NULL. */
+ZO_API int zo_device_ordinal(const zo_device_t *dev);
+
+/*
+ * zo_device_host_addressable() - 1 when device pointers of @dev may be
+ * dereferenced by host code (host backend), 0 otherwise (CUDA, NULL).
+ * Copies must still use the zo_copy_kind matching where the bytes live.
+ */
+ZO_API int zo_device_host_addressable(const zo_device_t *dev);
+
+/*
+ * zo_device_malloc() - allocate @nbytes of device memory.
+ * @nbytes: bytes, > 0. Accounting counts exactly @nbytes (not the rounding).
+ * @dptr:   receives a ZO_DEVICE_ALIGN (256)-byte aligned device pointer; the
+ *          contents are undefined (like cudaMalloc). NULL on failure.
+ * Synchronous: does not wait for or order with any stream. Thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev or @dptr, @nbytes == 0);
+ * ZO_ERR_OUT_OF_MEMORY when used + @nbytes would exceed the limit, with the
+ * message "device memory: cannot allocate X bytes: Y in use of limit Z", or
+ * when the backing allocation fails.
+ */
+ZO_API zo_status zo_device_malloc(zo_device_t *dev, size_t nbytes, void **dptr);
+
+/*
+ * zo_device_free() - free a pointer returned by zo_device_malloc() on @dev.
+ * NULL @dptr is a no-op. Like cudaFree it does not wait for streams: the
+ * caller must ensure no queued work still uses the memory. (Best effort, host
+ * backend: device ranges are checked again when a copy runs; a copy that
+ * finds its memory freed is skipped and becomes the stream's sticky
+ * ZO_ERR_INVALID_USAGE. A range already reused by a new malloc is not caught.)
+ * Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, or @dptr not a
+ * live pointer from zo_device_malloc() on @dev, e.g. freed twice or an
+ * interior pointer).
+ */
+ZO_API zo_status zo_device_free(zo_device_t *dev, void *dptr);
+
+/*
+ * zo_device_mem_info() - device memory accounting, in bytes.
+ * @used_bytes:  bytes currently allocated (sum of live malloc sizes).
+ * @peak_bytes:  the highest @used_bytes since create.
+ * @limit_bytes: the capacity malloc enforces; SIZE_MAX when unlimited.
+ * Any output pointer may be NULL. Thread-safe (a consistent snapshot).
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL @dev).
+ */
+ZO_API zo_status zo_device_mem_info(const zo_device_t *dev, size_t *used_bytes, size_t *peak_bytes,
+                                    size_t *limit_bytes);
+
+/*
+ * zo_device_synchronize() - wait until all work queued on every stream of
+ * @dev before this call has completed. Thread-safe. Returns ZO_OK;
+ * ZO_ERR_INVALID_ARG (NULL @dev); or the first sticky error found on one of
+ * the streams (see zo_stream_synchronize()), after waiting for all of them.
+ */
+ZO_API zo_status zo_device_synchronize(zo_device_t *dev);
+
+/* ---------------------------------------------------------------- streams */
+
+/*
+ * zo_stream_create() - a new in-order work queue on @dev (host backend: one
+ * worker thread). Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL
+ * @dev or @out); ZO_ERR_OUT_OF_MEMORY; ZO_ERR_SYSTEM (thread creation failed).
+ */
+ZO_API zo_status zo_stream_create(zo_device_t *dev, zo_stream_t **out);
+
+/*
+ * zo_stream_destroy() - wait for the work queued on @s, then destroy it.
+ * NULL is a no-op. Events recorded on @s stay valid (and complete). Must not
+ * race with other calls on @s.
+ */
+ZO_API void zo_stream_destroy(zo_stream_t *s);
+
+/*
+ * zo_memcpy_async() - copy @nbytes from @src to @dst in stream order.
+ * @kind says where each side lives: the device side(s) must lie wholly inside
+ * one live allocation of @s's device; the host side(s) must not overlap
+ * device memory. @src and @dst ranges must not overlap. @nbytes == 0 is a
+ * no-op. Returns when enqueued; completion as in the header comment. The
+ * caller keeps both buffers alive and @src unchanged until the copy is
+ * complete (host backend: pageable memory is NOT staged at enqueue).
+ * Thread-safe (ops from several threads are ordered by arrival).
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @s, NULL pointer with
+ * @nbytes > 0, unknown @kind, a side not where @kind says, overlap).
+ */
+ZO_API zo_status zo_memcpy_async(zo_stream_t *s, void *dst, const void *src, size_t nbytes,
+                                 zo_copy_kind kind);
+
+/*
+ * zo_memset_async() - set @nbytes of device memory at @dptr to the byte
+ * @value in stream order (like cudaMemsetAsync). The range must lie inside
+ * one live allocation. @nbytes == 0 is a no-op. Returns when enqueued.
+ * Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_memset_async(zo_stream_t *s, void *dptr, int value, size_t nbytes);
+
+/*
+ * zo_launch_host_func() - run @fn(@arg) in stream order on a library thread,
+ * like cudaLaunchHostFunc: it starts after all earlier work on @s completed,
+ * and later work on @s starts after it returns. @fn must not call zoffload
+ * device functions (it may block the stream, and a synchronize on its own
+ * stream would deadlock). Returns when enqueued. Thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @s or @fn).
+ */
+ZO_API zo_status zo_launch_host_func(zo_stream_t *s, void (*fn)(void *arg), void *arg);
+
+/*
+ * zo_stream_synchronize() - wait until all work queued on @s before this call
+ * has completed. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @s);
+ * or the stream's sticky error: the status of the first queued op that
+ * failed (message names the op). The error stays: every later synchronize
+ * of @s returns it again. Later ops still run, so waits never hang.
+ */
+ZO_API zo_status zo_stream_synchronize(zo_stream_t *s);
+
+/*
+ * zo_stream_query() - *@idle = 1 when all work queued on @s has completed,
+ * else 0. Does not block. Thread-safe. Returns ZO_OK, ZO_ERR_INVALID_ARG, or
+ * the stream's sticky error (with *@idle still set).
+ */
+ZO_API zo_status zo_stream_query(zo_stream_t *s, int *idle);
+
+/* ---------------------------------------------------------------- events */
+
+/*
+ * zo_event_create() - a new event on @dev, not yet recorded. Thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev or @out); ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_event_create(zo_device_t *dev, zo_event_t **out);
+
+/*
+ * zo_event_destroy() - destroy @ev; NULL is a no-op. Safe while streams still
+ * wait on it (zo_stream_wait_event() copied what it needs), as in CUDA.
+ */
+ZO_API void zo_event_destroy(zo_event_t *ev);
+
+/*
+ * zo_event_record() - CUDA semantics: capture the work queued on @s up to now;
+ * the event completes when that work has completed. A later record replaces
+ * the capture (even on another stream). @ev and @s must belong to the same
+ * device. Returns when recorded (never blocks on work). Thread-safe.
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL, different devices).
+ */
+ZO_API zo_status zo_event_record(zo_event_t *ev, zo_stream_t *s);
+
+/*
+ * zo_event_query() - *@done = 1 when the captured work has completed (or the
+ * event was never recorded), else 0. Does not block. Thread-safe.
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_event_query(zo_event_t *ev, int *done);
+
+/*
+ * zo_event_synchronize() - wait until the work captured by the latest record
+ * (as of this call) has completed; returns at once when never recorded.
+ * Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_event_synchronize(zo_event_t *ev);
+
+/*
+ * zo_stream_wait_event() - work queued on @s after this call waits until the
+ * work captured by @ev at the time of this call has completed (a later
+ * re-record of @ev does not change it; a never-recorded @ev adds no wait).
+ * @ev may belong to another device of the same backend. Returns when
+ * enqueued (never blocks). Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev);
+
+/* ---------------------------------------------------------------- sync copy */
+
+/*
+ * zo_memcpy() - synchronous copy on no stream: returns when the bytes are at
+ * @dst. Same pointer rules as zo_memcpy_async(). Unlike cudaMemcpy on the
+ * legacy default stream it does NOT wait for other streams: synchronize
+ * first when queued work touches the same memory. Thread-safe.
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
+                           zo_copy_kind kind);
+
+/* zo_copy_kind_name() - "H2D", "D2H", "D2D", "H2H", or "?" for unknown values. */
+ZO_API const char *zo_copy_kind_name(zo_copy_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_DEVICE_H */

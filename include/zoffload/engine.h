@@ -1,0 +1,213 @@
+/*
+ * zoffload/engine.h - the offload engine: owns every trainable parameter's
+ * fp32 master weights and Adam state on the tier the config names (device,
+ * pinned host memory or NVMe swap files), keeps the working copy (fp32, bf16
+ * or fp16) in device memory, and applies Adam at zo_engine_step().
+ *
+ * Life of an engine:
+ *   zo_engine_create()          config + device + collective comm
+ *   zo_engine_register_param()  once per tensor, any order (this is the rank's
+ *                               partitioning order too)
+ *   zo_engine_finalize()        sizes and allocates every tier at once
+ *   zo_engine_load_param()      initial fp32 values of each tensor
+ *   loop: zo_engine_fetch() ... compute ... zo_engine_grad_ready() ...
+ *         zo_engine_step()
+ *   zo_engine_destroy()         frees memory, removes swap files
+ *
+ * Partitioning (ZeRO stage >= 1): each tensor of n elements is split in
+ * world_size contiguous shards of ceil(n / world_size) elements (the last one
+ * shorter or empty); this rank owns shard `rank`. Master weights, exp_avg and
+ * exp_avg_sq exist only for the owned shard. With one rank the shard is the
+ * whole tensor and the gradient reduce-scatter and weight all-gather are
+ * plain copies.
+ *
+ * Thread-safety: an engine is driven by one thread at a time. Internally it
+ * uses the device's copy stream and an OpenMP team for Adam.
+ */
+#ifndef ZOFFLOAD_ENGINE_H
+#define ZOFFLOAD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zoffload/comm.h"
+#include "zoffload/config.h"
+#include "zoffload/device.h"
+#include "zoffload/dtype.h"
+#include "zoffload/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zo_engine zo_engine_t;
+typedef struct zo_param zo_param_t;
+
+/*
+ * zo_engine_create() - build an engine from a resolved config.
+ * @cfg:  copied; the engine keeps no pointer to it.
+ * @dev:  device that holds working weights (and, with offload device "none",
+ *        master weights and Adam state). Borrowed: must outlive the engine.
+ *        NULL: the engine creates a `host` device whose capacity is
+ *        cfg->zoffload.device_memory_limit and owns it.
+ * @comm: collective communicator; borrowed. NULL: a `self` (one rank) comm.
+ * Returns ZO_OK; ZO_ERR_CONFIG when the config asks for something the engine
+ * cannot do (offload with stage 0, fp16 and bf16 both on), naming the key;
+ * ZO_ERR_UNSUPPORTED for world_size > 1 until a multi-rank comm backend
+ * exists; ZO_ERR_INVALID_ARG / ZO_ERR_OUT_OF_MEMORY / errors of
+ * zo_swap_create() (nvme: the private swap directory is created here, so a
+ * missing or unwritable nvme_path fails now, not mid-training).
+ */
+ZO_API zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm,
+                                  zo_engine_t **out);
+
+/*
+ * zo_engine_destroy() - wait for outstanding copies and swap I/O, free every
+ * buffer and remove the swap directory and files. NULL ok.
+ */
+ZO_API void zo_engine_destroy(zo_engine_t *e);
+
+/*
+ * zo_engine_last_error() - message of the last failing call on this thread
+ * (same text as zo_last_error()); never NULL.
+ */
+ZO_API const char *zo_engine_last_error(const zo_engine_t *e);
+
+/*
+ * zo_engine_register_param() - declare a trainable tensor.
+ * @name:    unique, at most 127 bytes; used in every message about it.
+ * @n_elems: element count of the whole (unpartitioned) tensor, > 0.
+ * @out:     handle, valid until zo_engine_destroy().
+ * Only before zo_engine_finalize(). Returns ZO_OK, ZO_ERR_INVALID_ARG (empty
+ * or duplicate name, n_elems 0), ZO_ERR_INVALID_USAGE (after finalize),
+ * ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems,
+                                          zo_param_t **out);
+
+/*
+ * zo_engine_finalize() - allocate every tier for all registered tensors:
+ * working weights in device memory; master weights and Adam state on the
+ * offload device (none: device memory; cpu: pinned host; nvme: one swap file
+ * per kind of state with one aligned extent per shard, plus buffer_count
+ * pinned sub-group buffers of min(sub_group_size, largest need) elements);
+ * a pinned gradient buffer (cpu, nvme). Checks that the configuration can
+ * work before training starts. Returns ZO_OK; ZO_ERR_OUT_OF_MEMORY naming the
+ * tier, the bytes asked and the limit (e.g. a device limit too small for the
+ * working weights); ZO_ERR_IO / ZO_ERR_SYSTEM from swap file creation (file
+ * and size named); ZO_ERR_INVALID_USAGE when called twice or with no tensor.
+ */
+ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
+
+/*
+ * zo_engine_load_param() - set a tensor's weights.
+ * @values: float32[n_elems] in host memory, the whole tensor; this rank keeps
+ *          its shard as master weights (written to its tier) and the working
+ *          copy is rebuilt from it. exp_avg and exp_avg_sq are zeroed.
+ * Synchronous. Only after zo_engine_finalize(). Returns ZO_OK,
+ * ZO_ERR_INVALID_ARG, ZO_ERR_INVALID_USAGE, ZO_ERR_IO (nvme write).
+ */
+ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values);
+
+/*
+ * zo_engine_fetch() - the working weights of @p for compute.
+ * *@weights: device pointer to the whole tensor, n_elems elements of
+ *            *@dtype (fp32; bf16 when bf16.enabled; fp16 when fp16.enabled),
+ *            256-byte aligned, valid until zo_engine_release().
+ * Blocks until the copy of the weights that the last zo_engine_step()
+ * produced has landed in device memory. Returns ZO_OK,
+ * ZO_ERR_INVALID_USAGE before finalize, or the copy stream's error.
+ */
+ZO_API zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype);
+
+/*
+ * zo_engine_release() - compute is done with @p's working weights for now.
+ * With parameters resident in device memory (no parameter offload) it only
+ * marks the tensor released. Returns ZO_OK or ZO_ERR_INVALID_USAGE.
+ */
+ZO_API zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p);
+
+/*
+ * zo_engine_grad_ready() - hand over @p's gradient for this optimizer step.
+ * @grad:       device memory (any host memory on the host backend), the whole
+ *              tensor, n_elems elements of @grad_dtype (fp32, or fp16 when
+ *              fp16.enabled), already summed over gradient accumulation
+ *              micro-batches and multiplied by the current loss scale
+ *              (zo_engine_loss_scale()); the engine divides it back out.
+ * Call once per tensor per optimizer step, in any order, as soon as the
+ * gradient is final. Returns when the copy of this rank's shard to host
+ * memory is enqueued on the copy stream: @grad must stay unchanged until
+ * zo_engine_step() returns. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, dtype
+ * not fp32/fp16 or fp16 without fp16.enabled), ZO_ERR_INVALID_USAGE (twice
+ * in one step).
+ */
+ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
+
+/* What one zo_engine_step() did. Times are wall-clock seconds inside the call. */
+typedef struct zo_step_info {
+  int64_t step;        /* optimizer steps applied so far (skipped ones not counted) */
+  int skipped;         /* 1: fp16 overflow (inf/NaN gradient), nothing was updated */
+  double lr;           /* learning rate used (0 when skipped) */
+  double grad_norm;    /* global L2 norm of the unscaled gradient, before clipping */
+  double loss_scale;   /* loss scale in force for the NEXT step */
+  double grad_wait_s;  /* waiting for gradient copies to land */
+  double adam_s;       /* CPU Adam (including the fused norm pass) */
+  double swap_s;       /* waiting on NVMe reads and writes */
+  double copy_s;       /* casting the master weights to the working dtype and queueing H2D */
+} zo_step_info;
+
+/*
+ * zo_engine_step() - apply the optimizer to every shard: wait for gradients,
+ * compute the global gradient norm (all-reduced across ranks), on overflow
+ * (fp16) skip and lower the loss scale, otherwise unscale and clip (with
+ * gradient_clipping > 0, coefficient clip / (norm + 1e-6) when norm > clip,
+ * as DeepSpeed), run Adam/AdamW (zo_adam_step) at the scheduler's lr on the
+ * tier where the state lives (nvme: sub-group by sub-group, the read of the
+ * next sub-group in flight while the current one is updated and the previous
+ * one written back), cast the new master weights to the working dtype and
+ * queue the host-to-device copy (and all-gather) of the working weights.
+ * Every tensor must have had zo_engine_grad_ready() since the last step.
+ * Synchronous for Adam and swap I/O; the working-weight copy completes
+ * before the next zo_engine_fetch() returns. @info may be NULL.
+ * Returns ZO_OK, ZO_ERR_INVALID_USAGE (a tensor had no gradient: named),
+ * ZO_ERR_IO / ZO_ERR_CORRUPT (swap, file and offset named), device errors.
+ */
+ZO_API zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info);
+
+/* zo_engine_loss_scale() - the loss scale to multiply the next loss by (1.0 unless fp16). */
+ZO_API double zo_engine_loss_scale(const zo_engine_t *e);
+
+/* zo_engine_working_dtype() - dtype of working weights (fp32, bf16 or fp16). */
+ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
+
+/* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */
+typedef struct zo_engine_mem {
+  size_t device_bytes;      /* device memory allocated by the engine (working weights, and state when device "none") */
+  size_t device_peak_bytes; /* peak of the whole device (zo_device_mem_info) */
+  size_t host_bytes;        /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
+  size_t pinned_bytes;      /* of host_bytes, the page-locked part */
+  size_t nvme_bytes;        /* swap file bytes (preallocated) */
+  uint64_t nvme_read_bytes, nvme_write_bytes; /* cumulative swap traffic */
+  uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
+} zo_engine_mem;
+
+/* zo_engine_mem_info() - fill @m. Returns ZO_OK or ZO_ERR_INVALID_ARG. */
+ZO_API zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m);
+
+/* zo_engine_param_name(), zo_engine_param_numel() - registered name and element count. */
+ZO_API const char *zo_engine_param_name(const zo_param_t *p);
+ZO_API size_t zo_engine_param_numel(const zo_param_t *p);
+
+/*
+ * zo_engine_get_master() - copy this rank's fp32 master shard of @p to
+ * @out (float32[shard elements], host memory) and return the shard's element
+ * range in the whole tensor. Synchronous (reads swap for nvme). For tests and
+ * checkpoints. Returns ZO_OK, ZO_ERR_INVALID_ARG, ZO_ERR_IO.
+ */
+ZO_API zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset,
+                                      size_t *shard_n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_ENGINE_H */

@@ -1,0 +1,553 @@
+/*
+ * test_config.c - DeepSpeed-style JSON config: values, batch derivation, legacy
+ * forms, errors naming the JSON path, one warning per inert key, lr schedules.
+ * Not a fuzz target. Usage: test_config <dir with the tests/config fixtures>.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zoffload/config.h"
+
+static int g_fail;
+
+#define FAIL_AT(...)                                    \
+  do {                                                  \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);     \
+    fprintf(stderr, __VA_ARGS__);                       \
+    fputc('\n', stderr);                                \
+    g_fail++;                                           \
+  } while (0)
+
+#define CHECK(e) \
+  do {           \
+    if (!(e)) FAIL_AT("CHECK(%s) failed", #e); \
+  } while (0)
+
+#define CHECK_I(a, b)                                                                         \
+  do {                                                                                        \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                       \
+    if (a_ != b_) FAIL_AT("%s == %s failed: %lld vs %lld", #a, #b, a_, b_);                   \
+  } while (0)
+
+/* Mixed tolerance |a-ref| <= atol + rtol*|ref|. */
+#define CHECK_NEAR(a, ref)                                                                    \
+  do {                                                                                        \
+    double a_ = (a), r_ = (ref);                                                              \
+    if (!(fabs(a_ - r_) <= 1e-15 + 1e-12 * fabs(r_)))                                         \
+      FAIL_AT("%s ~= %s failed: %.17g vs %.17g", #a, #ref, a_, r_);                           \
+  } while (0)
+
+#define CHECK_HAS(hay, needle)                                                                \
+  do {                                                                                        \
+    const char *h_ = (hay), *n_ = (needle);                                                   \
+    if (!strstr(h_, n_)) FAIL_AT("strstr(%s, %s) failed:\n  text: %s\n  want: %s", #hay, #needle, h_, n_); \
+  } while (0)
+
+/* ---- log capture ---- */
+#define MAX_LOG 128
+static char g_log[MAX_LOG][1024];
+static int g_nlog;
+
+static void on_log(zo_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level != ZO_LOG_WARN) return;
+  if (g_nlog < MAX_LOG) snprintf(g_log[g_nlog], sizeof g_log[0], "%s", msg);
+  g_nlog++;
+}
+
+/* Number of captured warnings that contain needle. */
+static int count_log(const char *needle) {
+  int n = 0;
+  for (int i = 0; i < g_nlog && i < MAX_LOG; i++)
+    if (strstr(g_log[i], needle)) n++;
+  return n;
+}
+
+static zo_status parse_ws(const char *json, int ws, zo_config_t *cfg) {
+  static const char *const app[] = {"model", "data", NULL};
+  zo_config_opts o = {app, ws};
+  return zo_config_parse(json, strlen(json), "t.json", &o, cfg);
+}
+static zo_status parse(const char *json, zo_config_t *cfg) { return parse_ws(json, 1, cfg); }
+
+/* ---- valid configs ---- */
+
+static void test_deepspeed_example(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ds_zero_offload.json", dir);
+  zo_config_t c;
+  g_nlog = 0;
+  zo_status st = zo_config_load_file(path, NULL, &c);
+  CHECK_I(st, ZO_OK);
+  if (st) {
+    fprintf(stderr, "  %s\n", zo_last_error());
+    return;
+  }
+  CHECK_I(c.train_batch_size, 8);
+  CHECK_I(c.train_micro_batch_size_per_gpu, 8);
+  CHECK_I(c.gradient_accumulation_steps, 1);
+  CHECK_I(c.steps_per_print, 100);
+  CHECK_NEAR(c.gradient_clipping, 1.0);
+  CHECK_I(c.optimizer.type, ZO_OPT_ADAM);
+  CHECK_I(c.optimizer.adam_w_mode, 1); /* DeepSpeed: Adam defaults to adam_w_mode true */
+  CHECK_NEAR(c.optimizer.lr, 0.00015);
+  CHECK_NEAR(c.optimizer.beta1, 0.9);
+  CHECK_NEAR(c.optimizer.beta2, 0.95);
+  CHECK_NEAR(c.optimizer.eps, 1e-8);
+  CHECK_NEAR(c.optimizer.weight_decay, 0.01);
+  CHECK_I(c.optimizer.bias_correction, 1);
+  CHECK_I(c.scheduler.type, ZO_SCHED_WARMUP_LR);
+  CHECK_NEAR(c.scheduler.warmup_max_lr, 0.00015);
+  CHECK_I(c.scheduler.warmup_num_steps, 1000);
+  CHECK_I(c.scheduler.warmup_type_log, 1);
+  CHECK_I(c.fp16.enabled, 1);
+  CHECK_NEAR(c.fp16.loss_scale, 0.0);
+  CHECK_I(c.fp16.initial_scale_power, 16);
+  CHECK_I(c.fp16.loss_scale_window, 1000);
+  CHECK_I(c.fp16.hysteresis, 2);
+  CHECK_NEAR(c.fp16.min_loss_scale, 1.0);
+  CHECK_I(c.bf16.enabled, 0);
+  CHECK_I(c.zero.stage, 2);
+  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
+  CHECK_I(c.zero.offload_optimizer.buffer_count, 4);
+  CHECK_NEAR(c.zero.offload_optimizer.ratio, 1.0);
+  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
+  CHECK_I(c.zero.overlap_comm, 1);
+  CHECK_I(c.zero.reduce_bucket_size, 500000000);
+  CHECK_I(c.zero.allgather_bucket_size, 500000000);
+  CHECK_I(c.zero.sub_group_size, 1000000000);
+  CHECK_I(c.aio.block_size, 1048576);
+  CHECK_I(c.aio.queue_depth, 8);
+  /* Keys DeepSpeed knows and we do not act on: exactly one warning each. */
+  const char *inert[] = {"config: wall_clock_breakdown ", "config: zero_optimization.contiguous_gradients ",
+                         "config: zero_optimization.overlap_comm ", "config: zero_optimization.reduce_scatter ",
+                         "config: zero_optimization.reduce_bucket_size ",
+                         "config: zero_optimization.allgather_bucket_size "};
+  for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) CHECK_I(count_log(inert[i]), 1);
+  CHECK_I(g_nlog, 6);
+  CHECK_I(count_log("config: zero_optimization.overlap_comm is accepted but has no effect yet"), 1);
+}
+
+static void test_zero_infinity(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/zero_infinity_nvme.json", dir);
+  static const char *const app[] = {"model", "data", NULL};
+  zo_config_opts o = {app, 2};
+  zo_config_t c;
+  g_nlog = 0;
+  zo_status st = zo_config_load_file(path, &o, &c);
+  CHECK_I(st, ZO_OK);
+  if (st) {
+    fprintf(stderr, "  %s\n", zo_last_error());
+    return;
+  }
+  CHECK_I(g_nlog, 0); /* app blocks are skipped silently; every other key is acted on */
+  for (int i = 0; i < g_nlog && i < MAX_LOG; i++) fprintf(stderr, "  unexpected warning: %s\n", g_log[i]);
+  CHECK_I(c.train_batch_size, 16); /* 4 * 2 * world_size 2 */
+  CHECK_I(c.bf16.enabled, 1);
+  CHECK_I(c.optimizer.type, ZO_OPT_ADAMW);
+  CHECK_I(c.optimizer.adam_w_mode, 1); /* AdamW ignores adam_w_mode: false */
+  CHECK_NEAR(c.optimizer.weight_decay, 0.1);
+  CHECK_I(c.scheduler.type, ZO_SCHED_WARMUP_COSINE_LR);
+  CHECK_I(c.scheduler.total_num_steps, 1000);
+  CHECK_I(c.scheduler.warmup_num_steps, 100);
+  CHECK_I(c.scheduler.warmup_type_log, 0);
+  CHECK_NEAR(c.scheduler.cos_min_ratio, 1e-4);
+  CHECK_NEAR(c.scheduler.warmup_min_ratio, 0.0);
+  CHECK_I(c.zero.stage, 3);
+  CHECK_I(c.zero.overlap_comm, 1); /* stage 3 default */
+  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_NVME);
+  CHECK(strcmp(c.zero.offload_optimizer.nvme_path, "/local_nvme") == 0);
+  CHECK_I(c.zero.offload_optimizer.pipeline_read, 1);
+  CHECK_I(c.zero.offload_optimizer.pipeline_write, 1);
+  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_param.pin_memory, 1);
+  CHECK_I(c.zero.offload_param.buffer_count, 5);
+  CHECK_I(c.zero.offload_param.buffer_size, 100000000);
+  CHECK_I(c.zero.offload_param.max_in_cpu, 1000000000);
+  CHECK_I(c.zero.sub_group_size, 100000000);
+  CHECK_I(c.aio.block_size, 262144);
+  CHECK_I(c.aio.queue_depth, 32);
+  CHECK_I(c.zoffload.device_memory_limit, 64ll << 20);
+  CHECK_I(c.zoffload.adam_threads, 2);
+
+  char buf[8192];
+  size_t n = zo_config_describe(&c, buf, sizeof buf);
+  CHECK_I(n, strlen(buf));
+  CHECK_HAS(buf, "zero_optimization.offload_optimizer.device = nvme\n");
+  CHECK_HAS(buf, "zero_optimization.offload_optimizer.nvme_path = /local_nvme\n");
+  CHECK_HAS(buf, "train_batch_size = 16\n");
+  CHECK_HAS(buf, "scheduler.type = WarmupCosineLR\n");
+  char small[16];
+  size_t n2 = zo_config_describe(&c, small, sizeof small);
+  CHECK_I(n2, n);
+  CHECK_I(strlen(small), sizeof small - 1);
+  CHECK_I(zo_config_describe(&c, NULL, 0), n);
+}
+
+static void test_defaults_and_values(void) {
+  zo_config_t c;
+  CHECK_I(parse("{\"train_micro_batch_size_per_gpu\": 2}", &c), ZO_OK);
+  CHECK_I(c.scheduler.type, ZO_SCHED_NONE);
+  CHECK_I(c.steps_per_print, 10);
+  CHECK_NEAR(c.optimizer.lr, 1e-3);
+  CHECK_NEAR(c.optimizer.beta2, 0.999);
+  CHECK_I(c.zero.stage, 0);
+  CHECK_I(c.zero.overlap_comm, 0);
+  CHECK_I(c.zero.offload_param.buffer_count, 5);
+  CHECK_I(c.aio.overlap_events, 1);
+  CHECK_I(c.zoffload.device_memory_limit, 0);
+
+  /* Adam honours adam_w_mode; type is case-insensitive like DeepSpeed's. */
+  CHECK_I(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
+          ZO_OK);
+  CHECK_I(c.optimizer.type, ZO_OPT_ADAM);
+  CHECK_I(c.optimizer.adam_w_mode, 0);
+  CHECK_I(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"adamw\", \"params\": {\"bias_correction\": false}}}", &c),
+          ZO_OK);
+  CHECK_I(c.optimizer.type, ZO_OPT_ADAMW);
+  CHECK_I(c.optimizer.adam_w_mode, 1);
+  CHECK_I(c.optimizer.bias_correction, 0);
+
+  /* Integer keys accept integral reals; byte sizes accept suffixes. */
+  CHECK_I(parse("{\"train_batch_size\": 3.2e1, \"zero_optimization\": {\"sub_group_size\": 5e8}}", &c), ZO_OK);
+  CHECK_I(c.train_batch_size, 32);
+  CHECK_I(c.zero.sub_group_size, 500000000);
+  struct { const char *v; long long want; } sz[] = {
+      {"123456", 123456}, {"\"1GB\"", 1000000000}, {"\"1.5 KiB\"", 1536}, {"\"2gib\"", 2ll << 30}, {"\"4096\"", 4096}};
+  for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+    char js[256];
+    snprintf(js, sizeof js, "{\"train_batch_size\": 1, \"zoffload\": {\"device_memory_limit\": %s}}", sz[i].v);
+    CHECK_I(parse(js, &c), ZO_OK);
+    CHECK_I(c.zoffload.device_memory_limit, sz[i].want);
+  }
+}
+
+static void test_batch(void) {
+  zo_config_t c;
+  struct { const char *js; int ws; long long tb, mb, gas; } ok[] = {
+      {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", 2, 32, 4, 4},
+      {"{\"train_batch_size\": 32, \"gradient_accumulation_steps\": 4}", 2, 32, 4, 4},
+      {"{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 4}", 2, 32, 4, 4},
+      {"{\"train_batch_size\": 32}", 2, 32, 16, 1},
+      {"{\"train_micro_batch_size_per_gpu\": 4}", 2, 8, 4, 1},
+      {"{\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 8}", 0, 24, 3, 8},
+      {"{\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 2}", 4, 24, 3, 2},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    zo_status st = parse_ws(ok[i].js, ok[i].ws, &c);
+    CHECK_I(st, ZO_OK);
+    if (st) {
+      fprintf(stderr, "  case %zu: %s\n", i, zo_last_error());
+      continue;
+    }
+    CHECK_I(c.train_batch_size, ok[i].tb);
+    CHECK_I(c.train_micro_batch_size_per_gpu, ok[i].mb);
+    CHECK_I(c.gradient_accumulation_steps, ok[i].gas);
+  }
+}
+
+/* ---- errors ---- */
+
+static void test_errors(void) {
+  struct { const char *js; const char *want; } bad[] = {
+      /* wrong type */
+      {"{\"train_batch_size\": 8, \"gradient_clipping\": \"1.0\"}", "t.json: gradient_clipping: expected a number, got \"1.0\""},
+      {"{\"train_batch_size\": \"auto\"}", "t.json: train_batch_size: expected an integer, got \"auto\""},
+      {"{\"train_batch_size\": true}", "t.json: train_batch_size: expected an integer, got true"},
+      {"{\"train_batch_size\": 8.5}", "t.json: train_batch_size: expected an integer, got 8.5"},
+      {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": 1}}", "t.json: fp16.enabled: expected true or false, got 1"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": 0.9}}}",
+       "t.json: optimizer.params.betas: expected an array of two numbers"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": 2}", "t.json: zero_optimization: expected an object"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"pin_memory\": \"yes\"}}}",
+       "t.json: zero_optimization.offload_optimizer.pin_memory: expected true or false, got \"yes\""},
+      /* out of range */
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -1}}}",
+       "t.json: optimizer.params.lr: expected a number >= 0, got -1"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.0]}}}",
+       "t.json: optimizer.params.betas[1]: expected a number in [0, 1), got 1"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": 0}}}",
+       "t.json: optimizer.params.eps: expected a number > 0, got 0"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"weight_decay\": -0.1}}}",
+       "t.json: optimizer.params.weight_decay: expected a number >= 0, got -0.1"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 4}}",
+       "t.json: zero_optimization.stage: expected an integer in [0, 3], got 4"},
+      {"{\"train_batch_size\": 8, \"aio\": {\"queue_depth\": 0}}", "t.json: aio.queue_depth: expected an integer in [1, 32768], got 0"},
+      {"{\"train_batch_size\": 8, \"aio\": {\"block_size\": 1000}}", "t.json: aio.block_size: expected a positive multiple of 4096"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": 0}}}",
+       "t.json: zero_optimization.offload_optimizer.buffer_count: expected an integer in [1, "},
+      {"{\"train_batch_size\": 8, \"gradient_clipping\": -1}", "t.json: gradient_clipping: expected a number >= 0, got -1"},
+      {"{\"train_batch_size\": 0}", "t.json: train_batch_size: expected an integer >= 1, got 0"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.5}}}",
+       "t.json: zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got 1.5"},
+      {"{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0}}", "t.json: fp16.min_loss_scale: expected a number > 0, got 0"},
+      /* unknown enum */
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}",
+       "t.json: zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\", got \"gpu\""},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"SGD\"}}", "t.json: optimizer.type: expected \"Adam\" or \"AdamW\", got \"SGD\""},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\"}}", "t.json: optimizer.type: expected \"Adam\" or \"AdamW\", got \"Lamb\""},
+      {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
+       "t.json: scheduler.type: expected \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\", got \"OneCycle\""},
+      {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"exp\"}}}",
+       "t.json: scheduler.params.warmup_type: expected \"log\" or \"linear\", got \"exp\""},
+      {"{\"train_batch_size\": 8, \"zoffload\": {\"device_memory_limit\": \"64XB\"}}", "t.json: zoffload.device_memory_limit: expected a byte count"},
+      /* inconsistent or missing batch sizes */
+      {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2}",
+       "t.json: train_batch_size: train_batch_size 32 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 2 * world_size 1"},
+      {"{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 4}",
+       "train_batch_size 30 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 7 * world_size 1"},
+      {"{\"gradient_accumulation_steps\": 2}", "t.json: train_batch_size: missing"},
+      /* combinations */
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
+       "t.json: zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\""},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": null}}}",
+       "t.json: zero_optimization.offload_param.nvme_path: required when device is \"nvme\""},
+      {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_num_steps\": 10}}}",
+       "t.json: scheduler.params.total_num_steps: missing (required by WarmupDecayLR)"},
+      {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 100, \"warmup_max_lr\": 0.1}}}",
+       "t.json: scheduler.params.warmup_max_lr: not a parameter of WarmupCosineLR"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"max_grad_norm\": 1.0}}}",
+       "t.json: optimizer.params.max_grad_norm: not an optimizer parameter"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"momentum\": 0.9}}}",
+       "t.json: optimizer.params.momentum: not a parameter of AdamW"},
+      {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
+       "t.json: bf16.enabled: fp16.enabled and bf16.enabled cannot both be true"},
+      {"{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+       "t.json: zero_optimization.cpu_offload: deprecated form cannot be combined with zero_optimization.offload_optimizer"},
+      {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {}}}", "t.json: optimizer.type: missing"},
+      {"[1, 2]", "t.json: expected a JSON object at the top level, got an array"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    zo_config_t c;
+    zo_status st = parse(bad[i].js, &c);
+    if (st != ZO_ERR_CONFIG) FAIL_AT("case %zu: status %s, want ZO_ERR_CONFIG: %s", i, zo_status_string(st), bad[i].js);
+    CHECK_HAS(zo_last_error(), bad[i].want);
+  }
+}
+
+static void test_malformed(const char *dir) {
+  zo_config_t c;
+  /* "tru" on line 3; jansson reports the position where the bad token ends. */
+  const char *js = "{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": tru}\n}\n";
+  CHECK_I(parse(js, &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json:3:");
+  CHECK_HAS(zo_last_error(), "malformed JSON: ");
+  /* Trailing comma: the '}' at line 3, column 1 is the offending token. */
+  CHECK_I(parse("{\n  \"train_batch_size\": 8,\n}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json:3:1: malformed JSON: ");
+  /* Duplicate keys are rejected, as DeepSpeed's loader does. */
+  CHECK_I(parse("{\"train_batch_size\": 8,\n \"train_batch_size\": 16}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json:2:");
+  CHECK_HAS(zo_last_error(), "duplicate");
+  /* Same error through a file: the message names the file. */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/malformed.json", dir);
+  CHECK_I(zo_config_load_file(path, NULL, &c), ZO_ERR_CONFIG);
+  char want[4200];
+  snprintf(want, sizeof want, "%s:3:", path);
+  CHECK_HAS(zo_last_error(), want);
+  /* Missing file. */
+  CHECK_I(zo_config_load_file("/nonexistent-dir/cfg.json", NULL, &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "cannot read config '/nonexistent-dir/cfg.json': No such file or directory");
+  /* Bad arguments are not config errors. */
+  CHECK_I(zo_config_parse("{}", 2, "x", NULL, NULL), ZO_ERR_INVALID_ARG);
+  zo_config_opts o = {NULL, -1};
+  CHECK_I(zo_config_parse("{}", 2, "x", &o, &c), ZO_ERR_INVALID_ARG);
+}
+
+/* ---- warnings: one per inert or unknown key, none for app blocks ---- */
+
+static void test_warnings(void) {
+  const char *js =
+      "{\"train_batch_size\": 8,\n"
+      " \"frobnicate\": {\"a\": 1, \"b\": 2},\n"
+      " \"tensorboard\": {\"enabled\": true},\n"
+      " \"model\": {\"n_layer\": 2}, \"data\": {\"path\": \"x\"},\n"
+      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"torch_adam\": true}},\n"
+      " \"fp16\": {\"enabled\": false, \"auto_cast\": false, \"mystery\": 1},\n"
+      " \"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 5e7, \"stage3_max_live_parameters\": 1e9,\n"
+      "   \"stage3_max_reuse_distance\": 1e9, \"stage3_param_persistence_threshold\": 1e5,\n"
+      "   \"stage3_gather_16bit_weights_on_model_save\": true, \"bogus_key\": 1,\n"
+      "   \"offload_optimizer\": {\"device\": \"cpu\", \"fast_init\": false, \"weird\": 0}},\n"
+      " \"aio\": {\"intra_op_parallelism\": 2, \"single_submit\": false, \"overlap_events\": true, \"use_gds\": true, \"what\": 1},\n"
+      " \"zoffload\": {\"adam_threads\": 1, \"unknown_opt\": true}\n"
+      "}";
+  const char *want[] = {
+      "config: frobnicate is not a DeepSpeed or zoffload key; ignored",
+      "config: tensorboard is accepted but has no effect yet",
+      "config: optimizer.params.torch_adam is accepted but has no effect yet",
+      "config: fp16.auto_cast is accepted but has no effect yet",
+      "config: fp16.mystery is not a DeepSpeed or zoffload key; ignored",
+      "config: zero_optimization.stage3_prefetch_bucket_size is accepted but has no effect yet",
+      "config: zero_optimization.stage3_max_live_parameters is accepted but has no effect yet",
+      "config: zero_optimization.stage3_max_reuse_distance is accepted but has no effect yet",
+      "config: zero_optimization.stage3_param_persistence_threshold is accepted but has no effect yet",
+      "config: zero_optimization.stage3_gather_16bit_weights_on_model_save is accepted but has no effect yet",
+      "config: zero_optimization.bogus_key is not a DeepSpeed or zoffload key; ignored",
+      "config: zero_optimization.offload_optimizer.fast_init is accepted but has no effect yet",
+      "config: zero_optimization.offload_optimizer.weird is not a DeepSpeed or zoffload key; ignored",
+      "config: aio.intra_op_parallelism is accepted but has no effect yet",
+      "config: aio.single_submit is accepted but has no effect yet",
+      "config: aio.overlap_events is accepted but has no effect yet",
+      "config: aio.use_gds is not supported",
+      "config: aio.what is not a DeepSpeed or zoffload key; ignored",
+      "config: zoffload.unknown_opt is not a DeepSpeed or zoffload key; ignored",
+  };
+  const size_t nwant = sizeof want / sizeof want[0];
+  for (int round = 0; round < 2; round++) { /* one warning per key per parse, every parse */
+    zo_config_t c;
+    g_nlog = 0;
+    zo_status st = parse(js, &c);
+    CHECK_I(st, ZO_OK);
+    if (st) fprintf(stderr, "  %s\n", zo_last_error());
+    for (size_t i = 0; i < nwant; i++)
+      if (count_log(want[i]) != 1) FAIL_AT("warning \"%s\" seen %d times, want 1", want[i], count_log(want[i]));
+    CHECK_I(g_nlog, nwant);
+    CHECK_I(count_log("config: model"), 0);
+    CHECK_I(count_log("config: data"), 0);
+    CHECK_I(count_log("frobnicate.a"), 0); /* an unknown block warns once, not per sub-key */
+    if (g_nlog != (int)nwant)
+      for (int i = 0; i < g_nlog && i < MAX_LOG; i++) fprintf(stderr, "  got: %s\n", g_log[i]);
+    CHECK_I(c.zero.stage3_prefetch_bucket_size, 50000000);
+    CHECK_I(c.aio.intra_op_parallelism, 2);
+    CHECK_I(c.aio.use_gds, 1);
+  }
+}
+
+/* ---- legacy forms ---- */
+
+static void test_legacy(void) {
+  zo_config_t c;
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": true}", &c), ZO_OK);
+  CHECK_I(c.zero.stage, 1);
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": false}", &c), ZO_OK);
+  CHECK_I(c.zero.stage, 0);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", &c), ZO_OK);
+  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_optimizer.pin_memory, 0); /* DeepSpeed's offload_optimizer default */
+  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true, "
+                "\"cpu_offload_use_pin_memory\": true}}",
+                &c),
+          ZO_OK);
+  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, "
+                "\"cpu_offload_param\": true, \"cpu_offload_use_pin_memory\": true}}",
+                &c),
+          ZO_OK);
+  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_param.pin_memory, 1);
+  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload_params\": true}}", &c),
+          ZO_OK);
+  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_I(c.zero.offload_param.pin_memory, 0);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": false}}", &c), ZO_OK);
+  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_NONE);
+
+  CHECK_I(parse("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}}", &c), ZO_OK);
+  CHECK_I(c.bf16.enabled, 1);
+  g_nlog = 0;
+  CHECK_I(parse("{\"train_batch_size\": 8, \"aio\": {\"thread_count\": 3}}", &c), ZO_OK);
+  CHECK_I(c.aio.intra_op_parallelism, 3);
+  CHECK_I(count_log("config: aio.thread_count is accepted but has no effect yet"), 1);
+}
+
+/* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */
+
+static void test_lr(void) {
+  zo_config_t c;
+  const double PI = 3.14159265358979323846;
+
+  /* No scheduler: the optimizer's lr at every step. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.02}}}", &c), ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 1), 0.02);
+  CHECK_NEAR(zo_config_lr_at(&c, 5000), 0.02);
+
+  /* WarmupLR, log: step k runs at iteration k-2; step 1 at the constructor's min_lr. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+                "{\"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.011, \"warmup_num_steps\": 10}}}",
+                &c),
+          ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 1), 0.001);
+  CHECK_NEAR(zo_config_lr_at(&c, 2), 0.001);                             /* iteration 0: log(1) = 0 */
+  CHECK_NEAR(zo_config_lr_at(&c, 5), 0.001 + 0.01 * 0.6020599913279624); /* iteration 3: log(4)/log(10) */
+  CHECK_NEAR(zo_config_lr_at(&c, 10), 0.001 + 0.01 * 0.9542425094393249); /* iteration 8: log(9)/log(10) */
+  CHECK_NEAR(zo_config_lr_at(&c, 11), 0.011);                            /* iteration 9: log(10)/log(10) */
+  CHECK_NEAR(zo_config_lr_at(&c, 12), 0.011);                            /* iteration 10 >= warmup */
+  CHECK_NEAR(zo_config_lr_at(&c, 100000), 0.011);
+  CHECK_NEAR(zo_config_lr_at_iteration(&c, 3), zo_config_lr_at(&c, 5));
+
+  /* WarmupLR, linear, warmup_num_steps 1 becomes max(2, 1) = 2. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+                "{\"warmup_max_lr\": 1.0, \"warmup_num_steps\": 1, \"warmup_type\": \"linear\"}}}",
+                &c),
+          ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 2), 0.0);
+  CHECK_NEAR(zo_config_lr_at(&c, 3), 0.5); /* iteration 1 / 2 */
+  CHECK_NEAR(zo_config_lr_at(&c, 4), 1.0);
+
+  /* WarmupDecayLR, linear: W=10, T=110. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+                "{\"warmup_min_lr\": 0, \"warmup_max_lr\": 0.1, \"warmup_num_steps\": 10, \"total_num_steps\": 110, "
+                "\"warmup_type\": \"linear\"}}}",
+                &c),
+          ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 1), 0.0);
+  CHECK_NEAR(zo_config_lr_at(&c, 7), 0.05);   /* iteration 5: 5/10 */
+  CHECK_NEAR(zo_config_lr_at(&c, 12), 0.1);   /* iteration 10: (110-10)/100 */
+  CHECK_NEAR(zo_config_lr_at(&c, 62), 0.05);  /* iteration 60: 50/100 */
+  CHECK_NEAR(zo_config_lr_at(&c, 102), 0.01); /* iteration 100: 10/100 */
+  CHECK_NEAR(zo_config_lr_at(&c, 200), 0.0);  /* clamped at 0 */
+
+  /* WarmupCosineLR: lr 0.001, W=10, T=110, linear, warmup_min_ratio 0.1, cos_min_ratio 0.01. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 110, "
+                "\"warmup_num_steps\": 10, \"warmup_type\": \"linear\", \"warmup_min_ratio\": 0.1, \"cos_min_ratio\": 0.01}}}",
+                &c),
+          ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 1), 0.0);                  /* constructor installs 0 */
+  CHECK_NEAR(zo_config_lr_at(&c, 2), 0.001 * 0.1);          /* iteration 0 */
+  CHECK_NEAR(zo_config_lr_at(&c, 7), 0.001 * 0.55);         /* iteration 5: 0.1 + 0.5*0.9 */
+  CHECK_NEAR(zo_config_lr_at(&c, 111), 0.001 * 0.01);       /* iteration 109: cos(pi) -> cos_min_ratio */
+  CHECK_NEAR(zo_config_lr_at(&c, 62),                       /* iteration 60: real step 51 of 100 */
+             0.001 * (0.01 + 0.99 * (1.0 + cos(PI * 51.0 / 100.0)) / 2.0));
+  CHECK_NEAR(zo_config_lr_at(&c, 61), 0.001 * (0.01 + 0.99 * 0.5)); /* iteration 59: real step 50: cos(pi/2)=0 */
+
+  /* WarmupCosineLR, log warmup with defaults (warmup_min_ratio 0): iteration 3 of W=10. */
+  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}, "
+                "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 50, \"warmup_num_steps\": 10}}}",
+                &c),
+          ZO_OK);
+  CHECK_NEAR(zo_config_lr_at(&c, 5), 0.5 * 0.6020599913279624);
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : "tests/config";
+  zo_log_set_handler(on_log, NULL, ZO_LOG_DEBUG);
+  test_deepspeed_example(dir);
+  test_zero_infinity(dir);
+  test_defaults_and_values();
+  test_batch();
+  test_errors();
+  test_malformed(dir);
+  test_warnings();
+  test_legacy();
+  test_lr();
+  if (g_fail) {
+    fprintf(stderr, "test_config: %d check(s) failed\n", g_fail);
+    return 1;
+  }
+  printf("test_config: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# zo_train_errors.sh ZO_TRAIN CONFIG - bad input ends zo-train with a non-zero status and
+# a one-line error that names the thing. Exit 0 pass, 1 fail.
+set -u
+zo=$1 cfg=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/zo-errors.XXXXXX")
+trap 'chattr -i "$work/ro" 2>/dev/null; rm -rf "$work"' EXIT
+failures=0
+# expect NAME PATTERN ARGS...: zo-train ARGS must exit non-zero and print exactly one error line matching PATTERN.
+expect() {
+  local name=$1 pat=$2
+  shift 2
+  "$zo" --no-sample "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  local lines
+  lines=$(grep -c '^zo-train: error:' "$work/err")
+  if [ $rc -eq 0 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pat" "$work/err"; then
+    echo "FAIL $name: rc=$rc, $lines error lines, want one matching '$pat'; stderr:"; cat "$work/err"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep '^zo-train: error:' "$work/err")"
+  fi
+}
+expect "missing --data" "$work/no-such-corpus" --config "$cfg" --data "$work/no-such-corpus"
+: >"$work/empty.txt"
+expect "empty corpus" "$work/empty.txt" --config "$cfg" --data "$work/empty.txt"
+head -c 20 /etc/os-release >"$work/tiny.txt"
+expect "corpus too small" "$work/tiny.txt" --config "$cfg" --data "$work/tiny.txt"
+expect "nvme_path missing" "$work/no-such-dir" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/no-such-dir"
+: >"$work/file"
+expect "nvme_path not a directory" "$work/file" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/file"
+mkdir -p "$work/ro"
+if [ "$(id -u)" -ne 0 ]; then
+  chmod 0500 "$work/ro"
+  expect "nvme_path unwritable" "$work/ro" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/ro"
+elif chattr +i "$work/ro" 2>/dev/null; then # root ignores mode bits; an immutable directory still refuses
+  expect "nvme_path unwritable (immutable)" "$work/ro" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/ro"
+  chattr -i "$work/ro"
+else
+  echo "note: running as root on a file system without chattr +i: unwritable-directory case not exercised"
+fi
+expect "missing config" "$work/none.json" --config "$work/none.json"
+printf '{\n  "train_batch_size": 8,\n  "optimizer": {"type": "Adam",, }\n}\n' >"$work/bad.json"
+expect "malformed config" "bad.json:3:" --config "$work/bad.json"
+printf '{"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "gpu"}}}\n' >"$work/enum.json"
+expect "unknown enum" "zero_optimization.offload_optimizer.device" --config "$work/enum.json"
+printf '{"train_batch_size": 8, "model": {"n_layer": "four"}}\n' >"$work/model.json"
+expect "wrong type in model block" "model.n_layer" --config "$work/model.json"
+expect "bad --steps" "--steps" --config "$cfg" --steps -3
+expect "bad --offload-optimizer" "gpu" --config "$cfg" --offload-optimizer gpu
+[ $failures -eq 0 ] && echo PASS || { echo "$failures case(s) failed"; exit 1; }

@@ -1,0 +1,185 @@
+/*
+ * gpt.h - the model of zo-train: a GPT-2-style byte-level decoder, forward and
+ * backward on the CPU in float32 (cblas_sgemm for matmuls, OpenMP loops for the
+ * rest). Not part of libzoffload and not a general NN library: one fixed
+ * architecture, every parameter a separate tensor so an offload engine can own
+ * each one. Shape of the code after Karpathy's llm.c (train_gpt2.c); GPT-2:
+ * Radford et al., "Language Models are Unsupervised Multitask Learners" (2019).
+ *
+ * Conventions: B batch, T time (tokens per row), C d_model, NH n_head,
+ * hs = C/NH, V vocab, L n_layer, N = B*T. Linear weights are stored as in
+ * PyTorch nn.Linear, (out_features, in_features) row-major, y = x W^T + b.
+ * Errors are plain ints (0 ok, -1 error) with a message in a caller buffer or
+ * gpt_last_error(); nothing here exits or aborts.
+ *
+ * Thread-safety: a gpt_model is used by one thread at a time; the calls
+ * parallelise internally with OpenMP (and OpenBLAS), see gpt_set_threads().
+ * Determinism: for the same inputs, weights and thread count, forward, loss
+ * and gradients are bitwise identical run to run (no atomics; every
+ * reduction has a fixed order).
+ */
+#ifndef ZO_TRAIN_GPT_H
+#define ZO_TRAIN_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The model's hyper-parameters (the tool's config block `model {...}`). */
+typedef struct gpt_config {
+  int n_layer;  /* L, number of transformer blocks, >= 1 */
+  int n_head;   /* NH, attention heads; must divide d_model */
+  int d_model;  /* C, channels of the residual stream */
+  int seq_len;  /* maximum T: rows of wpe and the attention window */
+  int vocab;    /* V, rows of wte; 256 for raw bytes (token ids are uint8) */
+} gpt_config;
+
+/* One parameter tensor: its name (GPT-2 / Hugging Face naming) and shape. */
+typedef struct gpt_param_spec {
+  char name[64];   /* e.g. "h.0.attn.c_attn.weight" */
+  int ndim;        /* 1 or 2 */
+  int shape[2];    /* shape[0] rows (out features), shape[1] cols (in features); shape[1] = 1 when ndim == 1 */
+  size_t n_elems;  /* shape[0] * shape[1], elements not bytes */
+} gpt_param_spec;
+
+/* Parameters per block, in this order inside each block (see gpt_param_specs()). */
+enum {
+  GPT_P_LN1_W = 0, GPT_P_LN1_B, GPT_P_QKV_W, GPT_P_QKV_B, GPT_P_ATTPROJ_W, GPT_P_ATTPROJ_B,
+  GPT_P_LN2_W, GPT_P_LN2_B, GPT_P_FC_W, GPT_P_FC_B, GPT_P_FCPROJ_W, GPT_P_FCPROJ_B,
+  GPT_PARAMS_PER_LAYER
+};
+
+/*
+ * gpt_config_check() - validate @c.
+ * Rules: n_layer in [1, 1024], n_head >= 1, d_model >= 1 and <= 65536,
+ * n_head divides d_model, seq_len in [1, 65536], vocab in [2, 65536].
+ * Returns 0, or -1 with a one-line message in @err (@errlen bytes, may be 0)
+ * that names the field, e.g. "model.n_head: 5 does not divide model.d_model 128".
+ */
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
+
+/* gpt_num_params() - number of parameter tensors: 2 + 12*n_layer + 2. @c must pass gpt_config_check(). */
+int gpt_num_params(const gpt_config *c);
+
+/*
+ * gpt_param_specs() - fill @out[0 .. gpt_num_params(c)-1] with names and
+ * shapes, in the fixed order used everywhere (index i of gpt_weight() etc.):
+ *   0 "wte" (V,C), 1 "wpe" (seq_len,C),
+ *   then for l = 0..L-1, 12 tensors starting at 2 + 12*l:
+ *   "h.l.ln_1.weight" (C), "h.l.ln_1.bias" (C),
+ *   "h.l.attn.c_attn.weight" (3C,C), "h.l.attn.c_attn.bias" (3C),
+ *   "h.l.attn.c_proj.weight" (C,C), "h.l.attn.c_proj.bias" (C),
+ *   "h.l.ln_2.weight" (C), "h.l.ln_2.bias" (C),
+ *   "h.l.mlp.c_fc.weight" (4C,C), "h.l.mlp.c_fc.bias" (4C),
+ *   "h.l.mlp.c_proj.weight" (C,4C), "h.l.mlp.c_proj.bias" (C),
+ *   and last "ln_f.weight" (C), "ln_f.bias" (C).
+ * wte is tied: it is both the token embedding and the output projection.
+ */
+void gpt_param_specs(const gpt_config *c, gpt_param_spec *out);
+
+/* gpt_total_elems() - sum of n_elems over all parameter tensors (the model's parameter count). */
+size_t gpt_total_elems(const gpt_config *c);
+
+/*
+ * gpt_param_init() - deterministic GPT-2 initialisation of parameter @i into
+ * @out (float32[n_elems of i]): Linear weights and embeddings N(0, 0.02);
+ * the residual output projections (attn.c_proj.weight, mlp.c_proj.weight)
+ * N(0, 0.02/sqrt(2*n_layer)); LayerNorm weights 1; biases 0.
+ * Normals come from a counter-based generator: element j of tensor i is a
+ * function of (seed, i, j) only (splitmix64 finaliser + Box-Muller), so the
+ * result does not depend on the order or number of calls. Thread-safe.
+ */
+void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out);
+
+typedef struct gpt_model gpt_model;
+
+/*
+ * gpt_create() - allocate a model for batches up to @max_batch x seq_len:
+ * fp32 weights (uninitialised: the caller fills them, e.g. with
+ * gpt_param_init()), fp32 gradients (zeroed) and activations. Every tensor
+ * is 64-byte aligned. Returns 0 and *@out, or -1 with a message in @err
+ * (bad config, max_batch < 1, or out of memory with the byte count).
+ */
+int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen);
+
+/* gpt_destroy() - free everything; NULL is accepted. */
+void gpt_destroy(gpt_model *m);
+
+/* gpt_get_config() - the model's configuration. */
+const gpt_config *gpt_get_config(const gpt_model *m);
+
+/*
+ * gpt_weight() - float32[n_elems of parameter i], the weights the model
+ * computes with; the caller (the engine) writes them before forward.
+ * gpt_grad() - float32[n_elems of parameter i], accumulated by gpt_backward().
+ * Both return NULL for an out-of-range @i. Pointers stay valid until destroy.
+ */
+float *gpt_weight(gpt_model *m, int i);
+float *gpt_grad(gpt_model *m, int i);
+
+/*
+ * gpt_forward() - run the model on @inputs (uint8 token ids [B*T], row-major
+ * (B,T)), 1 <= B <= max_batch, 1 <= T <= seq_len, every id < vocab.
+ * With @targets (uint8 [B*T], the next token for each input) returns the mean
+ * cross-entropy in nats over the B*T positions and keeps what backward needs;
+ * with @targets == NULL computes the logits only (see gpt_logits()) and
+ * returns 0. Returns NAN (and sets gpt_last_error()) on bad arguments,
+ * without touching the model. Synchronous.
+ */
+float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, int B, int T);
+
+/*
+ * gpt_logits() - the logits of the last forward: float32 (B,T,V) of that
+ * forward, row-major, valid until the next forward/backward/sample.
+ */
+const float *gpt_logits(const gpt_model *m);
+
+/* gpt_zero_grad() - set all gradients to 0. */
+void gpt_zero_grad(gpt_model *m);
+
+/*
+ * gpt_backward() - backward of the last forward, which must have had targets
+ * (and no gpt_sample() since). Adds dL/dw * @loss_mult into the gradients,
+ * where L is the mean cross-entropy (the 1/(B*T) is already included);
+ * @loss_mult is e.g. loss_scale / grad_accum_steps. Calling it twice adds
+ * twice. Returns 0, or -1 (gradients untouched, gpt_last_error() set) when
+ * there is no forward with targets to differentiate.
+ */
+int gpt_backward(gpt_model *m, float loss_mult);
+
+/*
+ * gpt_sample() - generate @n_new bytes after @prompt (prompt_len >= 0 bytes;
+ * an empty prompt starts from byte '\n'). Each step runs a forward (B = 1)
+ * on the last seq_len bytes of prompt+generated text (a sliding window),
+ * then picks the next token greedily when @temperature <= 0, else samples
+ * softmax(logits/temperature) with a splitmix64 generator seeded by @seed.
+ * Token ids >= 256 cannot be returned as bytes and are never picked. @out
+ * must hold n_new bytes. Overwrites the activations: a gpt_backward() after
+ * this fails until the next forward with targets. Returns 0, or -1 on bad
+ * arguments / out of memory (message in gpt_last_error()).
+ */
+int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
+               uint64_t seed, uint8_t *out);
+
+/* gpt_forward_seconds() / gpt_backward_seconds() - wall seconds spent in forward / backward since creation. */
+double gpt_forward_seconds(const gpt_model *m);
+double gpt_backward_seconds(const gpt_model *m);
+
+/* gpt_last_error() - the message of the last failed call on @m ("" if none). */
+const char *gpt_last_error(const gpt_model *m);
+
+/*
+ * gpt_set_threads() - use @n threads (n >= 1) for the OpenMP loops and for
+ * OpenBLAS; process-wide (omp_set_num_threads, openblas_set_num_threads).
+ * By default both use every core the OpenMP runtime reports.
+ */
+void gpt_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZO_TRAIN_GPT_H */

@@ -1,0 +1,41 @@
+/*
+ * train_config.h - zo-train's own config blocks ("model", "data", "train"),
+ * read from the same JSON file as the DeepSpeed-style engine config.
+ * The engine's keys are read by zo_config_load_file(), not here.
+ */
+#ifndef ZO_TRAIN_CONFIG_H
+#define ZO_TRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "gpt.h"
+
+typedef struct train_settings {
+  gpt_config model;       /* model.{n_layer, n_head, d_model, seq_len, vocab} */
+  char data_path[4096];   /* data.path: file or directory; default Debian's fortunes */
+  double val_fraction;    /* data.val_fraction: share of 4 KiB blocks held out, (0, 0.5] */
+  uint64_t data_seed;     /* data.seed: which blocks go to validation */
+  int64_t steps;          /* train.steps: optimizer steps */
+  uint64_t seed;          /* train.seed: weight init and batch sampling */
+  int val_windows;        /* train.val_windows: fixed validation windows of seq_len bytes */
+  int sample_bytes;       /* train.sample_bytes: bytes generated at the end (0: none) */
+  double temperature;     /* train.temperature: sampling temperature (0: greedy) */
+} train_settings;
+
+/* The application-owned top-level blocks, for zo_config_opts.app_blocks. */
+extern const char *const train_app_blocks[];
+
+/* Defaults: the values used when a key is absent. */
+void train_settings_defaults(train_settings *ts);
+
+/*
+ * train_settings_load() - read the "model", "data" and "train" blocks of the
+ * JSON file at @path over the defaults already in @ts. Returns 0, or -1 with
+ * a one-line message in @err naming the file and the JSON path (or line and
+ * column when the JSON is malformed).
+ */
+int train_settings_load(const char *path, train_settings *ts, char *err, size_t errlen);
+
+#endif

@@ -14,8 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-/* OpenBLAS extension; declared here in case <cblas.h> of another BLAS lacks it. */
+/* OpenBLAS extensions; declared here in case <cblas.h> of another BLAS lacks them. */
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
 
 #define GPT_ALIGN_FLOATS 16 /* 64 bytes */
 #define GPT_LN_EPS 1e-5f
@@ -109,7 +110,8 @@ static inline float u01(uint64_t r) { return ((float)(r >> 40) + 1.0f) * (1.0f /
  */
 static inline float fast_expf(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float n = __builtin_roundf(x * 1.44269504088896341f);
+  /* round to nearest by the 1.5*2^23 trick: vectorises, no libm call */
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f;  /* ln2 high part (exact in float) */
   r = r - n * -2.12194440e-4f;     /* ln2 low part */
   float p = 1.0f / 720.0f;
@@ -393,6 +395,11 @@ void gpt_set_threads(int n) {
   if (n < 1) return;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+}
+
+const char *gpt_blas_core(void) {
+  const char *s = openblas_get_corename();
+  return s ? s : "unknown";
 }
 
 /* ------------------------------------------------------------------ */

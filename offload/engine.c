@@ -107,7 +107,7 @@ struct zo_engine {
 
   uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
   double swap_wait_s;
-  double copy_s;             /* casting to the working dtype and queueing uploads */
+  double copy_s;             /* queueing working-weight uploads */
 };
 
 static double now_s(void) {
@@ -462,25 +462,33 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
 
 /* ---------------------------------------------------------------- working weights */
 
-/* Cast a shard of fp32 master weights to the working dtype and queue its
- * upload into the device copy of the tensor. Host staging is per shard, so
- * queued copies never see their source overwritten within a step. */
-static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+/* Where the working-dtype copy of shard elements [off, ...) is written: the
+ * device tensor itself when the master lives in (host-addressable) device
+ * memory, else the shard's own region of the pinned staging buffer, so queued
+ * uploads never see their source overwritten within a step. */
+static void *working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  char *dst = (char *)p->weights + (p->shard_off + off) * wsz;
-  if (e->tier == ZO_OFFLOAD_NONE) { /* master is in (host-addressable) device memory: cast in place */
-    double t0 = now_s();
-    zo_status st = zo_cast(dst, e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads);
-    e->copy_s += now_s() - t0;
-    return st;
-  }
+  if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
+  return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
+}
+
+/* Queue the host-to-device copy of staged working weights (cpu, nvme). With
+ * one rank this is the whole all-gather of the tensor's working weights. */
+static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
+  if (e->tier == ZO_OFFLOAD_NONE || n == 0) return ZO_OK;
+  const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = now_s();
-  char *stage = (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
-  ZO_CHECK(zo_cast(stage, e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads));
+  zo_status st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz,
+                                 working_dst(e, p, off), n * wsz, ZO_COPY_H2D);
   e->h2d_bytes += n * wsz;
-  zo_status st = zo_memcpy_async(e->copy_stream, dst, stage, n * wsz, ZO_COPY_H2D);
   e->copy_s += now_s() - t0;
   return st;
+}
+
+/* Working weights from fp32 master values (load time; steps fuse this into Adam). */
+static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+  ZO_CHECK(zo_cast(working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads));
+  return queue_upload(e, p, off, n);
 }
 
 static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t off, void *buf, size_t nbytes,
@@ -594,9 +602,11 @@ static void update_loss_scale(zo_engine_t *e, int overflow) {
 
 static zo_status adam_piece(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                             float *master, float *m, float *v) {
-  zo_status st = zo_adam_step(hp, master, p->grad + off, m, v, n, e->simd, e->n_threads);
+  /* One pass: Adam on the fp32 master and state, and the working-dtype copy of the result. */
+  zo_status st = zo_adam_step_ex(hp, master, p->grad + off, ZO_DTYPE_F32, m, v, working_dst(e, p, off), e->wdtype, n,
+                                 e->simd, e->n_threads);
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
-  return upload_shard(e, p, off, n, master);
+  return queue_upload(e, p, off, n);
 }
 
 /* NVMe pipeline: sub-group g lives in slot g % n_slots. While g is updated,
@@ -732,7 +742,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
-  inf.adam_s = adam_s - inf.copy_s; /* adam_piece() timed the cast and upload too */
+  inf.adam_s = adam_s - inf.copy_s; /* adam_piece() timed the upload too */
   e->step = t;
   update_loss_scale(e, 0);
   inf.step = e->step;

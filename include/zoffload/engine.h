@@ -151,9 +151,9 @@ typedef struct zo_step_info {
   double grad_norm;    /* global L2 norm of the unscaled gradient, before clipping */
   double loss_scale;   /* loss scale in force for the NEXT step */
   double grad_wait_s;  /* waiting for gradient copies to land */
-  double adam_s;       /* CPU Adam (including the fused norm pass) */
+  double adam_s;       /* CPU Adam with the fused working-dtype copy-out, plus the gradient norm pass */
   double swap_s;       /* waiting on NVMe reads and writes */
-  double copy_s;       /* casting the master weights to the working dtype and queueing H2D */
+  double copy_s;       /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
 } zo_step_info;
 
 /*

@@ -102,7 +102,7 @@ zo_simd zo_simd_resolve(zo_simd requested) {
 }
 
 /* Resolve @simd for a call named @what, or record the error. */
-static zo_status resolve_for_call(const char *what, zo_simd simd, zo_simd *out) {
+zo_status zo_adam_resolve_simd(const char *what, zo_simd simd, zo_simd *out) {
   if ((int)simd < ZO_SIMD_AUTO || (int)simd > ZO_SIMD_AVX512)
     return zo_error_set(ZO_ERR_INVALID_ARG, "%s: simd level %d is not a zo_simd value", what, (int)simd);
   zo_simd r = zo_simd_resolve(simd);
@@ -159,7 +159,7 @@ void zo_cast_kernel_scalar(void *dst, zo_dtype dt, const void *src, zo_dtype st,
 
 static int dtype_ok(zo_dtype t) { return t == ZO_DTYPE_F32 || t == ZO_DTYPE_F16 || t == ZO_DTYPE_BF16; }
 
-static zo_status check_hparams(const zo_adam_hparams *hp) {
+zo_status zo_adam_check_hparams(const zo_adam_hparams *hp) {
   if (!hp) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: hparams is NULL");
   if (!(hp->lr >= 0.0f))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: lr = %g, expected >= 0", (double)hp->lr);
@@ -181,7 +181,7 @@ static zo_status check_hparams(const zo_adam_hparams *hp) {
   return ZO_OK;
 }
 
-static void make_consts(const zo_adam_hparams *hp, zo_adam_consts *c) {
+void zo_adam_make_consts(const zo_adam_hparams *hp, zo_adam_consts *c) {
   double bc1 = 1.0, bc2 = 1.0;
   if (hp->bias_correction) {
     bc1 = 1.0 - pow((double)hp->beta1, (double)hp->step);
@@ -203,20 +203,20 @@ static void make_consts(const zo_adam_hparams *hp, zo_adam_consts *c) {
 zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad, zo_dtype grad_dtype,
                           float *exp_avg, float *exp_avg_sq, void *param_out, zo_dtype out_dtype, size_t n,
                           zo_simd simd, int n_threads) {
-  ZO_CHECK(check_hparams(hp));
+  ZO_CHECK(zo_adam_check_hparams(hp));
   if (!dtype_ok(grad_dtype))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: grad dtype %d is not F32, F16 or BF16", (int)grad_dtype);
   if (param_out && !dtype_ok(out_dtype))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: param_out dtype %d is not F32, F16 or BF16",
                         (int)out_dtype);
   zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(resolve_for_call("zo_adam_step", simd, &lvl));
+  ZO_CHECK(zo_adam_resolve_simd("zo_adam_step", simd, &lvl));
   if (n == 0) return ZO_OK;
   if (!param || !grad || !exp_avg || !exp_avg_sq)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: %s is NULL with n = %zu",
                         !param ? "param" : !grad ? "grad" : !exp_avg ? "exp_avg" : "exp_avg_sq", n);
   zo_adam_consts c;
-  make_consts(hp, &c);
+  zo_adam_make_consts(hp, &c);
   zo_adam_kernel_fn fn = lvl == ZO_SIMD_AVX512 ? zo_adam_kernel_avx512
                          : lvl == ZO_SIMD_AVX2 ? zo_adam_kernel_avx2
                                                : zo_adam_kernel_scalar;
@@ -260,7 +260,7 @@ zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_thread
   *sqnorm = 0.0;
   if (nonfinite) *nonfinite = 0;
   zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(resolve_for_call("zo_grad_sqnorm", simd, &lvl));
+  ZO_CHECK(zo_adam_resolve_simd("zo_grad_sqnorm", simd, &lvl));
   if (n == 0) return ZO_OK;
   if (!grad) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm: grad is NULL with n = %zu", n);
   zo_sqnorm_fn fn = lvl == ZO_SIMD_AVX512 ? zo_sqnorm_lanes_avx512
@@ -300,7 +300,7 @@ zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: dtype %d -> %d, expected F32, F16 or BF16", (int)src_type,
                         (int)dst_type);
   zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(resolve_for_call("zo_cast", simd, &lvl));
+  ZO_CHECK(zo_adam_resolve_simd("zo_cast", simd, &lvl));
   if (n == 0) return ZO_OK;
   if (!dst || !src)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: %s is NULL with n = %zu", !dst ? "dst" : "src", n);

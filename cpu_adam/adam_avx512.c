@@ -155,3 +155,207 @@ __attribute__((target("avx512bf16"))) void zo_cast_kernel_avx512bf16(void *dst, 
   const size_t ssz = zo_dtype_size(st), dsz = zo_dtype_size(dt);
   CAST_BODY(f32_to_bf16_native)
 }
+
+/* ---------------------------------------------------------------- fused update */
+
+/* vcvtneps2bf16 through inline asm, so no function needs the avx512bf16 target attribute. */
+AI __m256i cvtne_bf16_asm(__m512 f) {
+  __m256i r;
+  __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(f));
+  return r;
+}
+
+/* RNE float32 -> bf16, 16 lanes packed to 16 bits; native: AVX512-BF16 with the denormal lanes redone. */
+AI __m256i rne_bf16(__m512 f, int native) {
+  if (!native) return _mm512_cvtepi32_epi16(bf16_bits16(f));
+  __m256i r = cvtne_bf16_asm(f);
+  __m512i ax = _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32(0x7fffffff));
+  __mmask16 den = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(ax, ax), ax, _mm512_set1_epi32(0x00800000));
+  if (__builtin_expect(den != 0, 0)) r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(bf16_bits16(f)));
+  return r;
+}
+
+/* Stochastic rounding to bf16 by r (16-bit random per lane), NaN quieted; result in the low 16 bits of each lane. */
+AI __m256i sr_bf16(__m512 f, __m512i r) {
+  __m512i x = _mm512_castps_si512(f);
+  __m512i t = _mm512_srli_epi32(_mm512_add_epi32(x, r), 16);
+  __mmask16 isnan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  t = _mm512_mask_mov_epi32(t, isnan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(t);
+}
+
+/* zo_sr_hash for the 16 elements starting at global index i. */
+AI __m512i sr_hash16(uint64_t seed, uint32_t step32, size_t i) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint64_t key = seed + (uint64_t)i;
+  uint32_t lo0 = (uint32_t)key, hi = (uint32_t)(key >> 32);
+  __m512i lo = _mm512_add_epi32(_mm512_set1_epi32((int)lo0), iota);
+  __m512i x = _mm512_add_epi32(lo, _mm512_set1_epi32((int)(0x9e3779b9u * hi + 0x85ebca77u * step32)));
+  /* lanes whose low word wrapped past 2^32 belong to hi + 1 */
+  __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32((int)lo0));
+  x = _mm512_mask_add_epi32(x, wrapped, x, _mm512_set1_epi32((int)0x9e3779b9u));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x85ebca6bu));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0xc2b2ae35u));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+AI __m512 load_state16(const void *a, zo_dtype st, size_t i, __mmask16 k) {
+  if (st == ZO_DTYPE_F32) return _mm512_maskz_loadu_ps(k, (const float *)a + i);
+  __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)a + i);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Store helpers: full vectors (k all ones) may stream; partial ones are masked. */
+AI void st_ps(float *a, __m512 x, __mmask16 k, int full, int nt) {
+  if (full && nt)
+    _mm512_stream_ps(a, x);
+  else if (full)
+    _mm512_storeu_ps(a, x);
+  else
+    _mm512_mask_storeu_ps(a, k, x);
+}
+AI void st_h16(uint16_t *a, __m256i x, __mmask16 k, int full, int nt) {
+  if (full && nt)
+    _mm256_stream_si256((__m256i *)a, x);
+  else if (full)
+    _mm256_storeu_si256((__m256i *)a, x);
+  else
+    _mm256_mask_storeu_epi16(a, k, x);
+}
+
+typedef struct {
+  int p, m, v, o; /* stream with non-temporal stores */
+} nt_set;
+
+/* One 16-lane fused update at element i; returns the nonfinite lanes of the raw gradient. */
+AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out, int native, size_t i,
+                     __mmask16 k, int full, nt_set nt) {
+  const zo_adam_consts *c = &j->c;
+  __m512 graw = load16((const char *)j->g + i * zo_dtype_size(gt), gt, k);
+  __mmask16 bad = _mm512_fpclass_ps_mask(graw, 0x99); /* QNaN | +inf | -inf | SNaN */
+  __m512 pv = _mm512_maskz_loadu_ps(k, j->p + i);
+  __m512 gv = _mm512_mul_ps(graw, _mm512_set1_ps(c->grad_scale));
+  if (c->l2)
+    gv = _mm512_add_ps(gv, _mm512_mul_ps(_mm512_set1_ps(c->wd), pv));
+  else
+    pv = _mm512_mul_ps(pv, _mm512_set1_ps(c->decay));
+  __m512 mv = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(c->b1), load_state16(j->m, st, i, k)),
+                            _mm512_mul_ps(_mm512_set1_ps(c->omb1), gv));
+  __m512 vv = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(c->b2), load_state16(j->v, st, i, k)),
+                            _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c->omb2), gv), gv));
+  __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(c->sqrt_bc2)), _mm512_set1_ps(c->eps));
+  pv = _mm512_sub_ps(pv, _mm512_mul_ps(_mm512_set1_ps(c->step_size), _mm512_div_ps(mv, den)));
+  st_ps(j->p + i, pv, k, full, nt.p);
+  if (st == ZO_DTYPE_F32) {
+    st_ps((float *)j->m + i, mv, k, full, nt.m);
+    st_ps((float *)j->v + i, vv, k, full, nt.v);
+  } else {
+    __m512i h = sr_hash16(j->seed, j->step32, i);
+    st_h16((uint16_t *)j->m + i, sr_bf16(mv, _mm512_and_si512(h, _mm512_set1_epi32(0xffff))), k, full, nt.m);
+    st_h16((uint16_t *)j->v + i, sr_bf16(vv, _mm512_srli_epi32(h, 16)), k, full, nt.v);
+  }
+  if (has_out) {
+    if (ot == ZO_DTYPE_F32)
+      st_ps((float *)j->out + i, pv, k, full, nt.o);
+    else if (ot == ZO_DTYPE_F16)
+      st_h16((uint16_t *)j->out + i, _mm512_cvtps_ph(pv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, full,
+             nt.o);
+    else
+      st_h16((uint16_t *)j->out + i, rne_bf16(pv, native), k, full, nt.o);
+  }
+  return bad & k;
+}
+
+static inline int aligned_to(const void *a, size_t bytes) { return ((uintptr_t)a & (bytes - 1)) == 0; }
+
+/*
+ * Range [b, e): a masked head until param is 64-byte aligned, full vectors
+ * (streaming the streams that are aligned for it when j->nt allows), a
+ * masked tail. gt, st, ot, has_out, native are constants in every instance.
+ */
+AI int fused_body(const zo_adam_job *j, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out,
+                  int native) {
+  __mmask16 bad = 0;
+  size_t i = b;
+  nt_set none = {0, 0, 0, 0};
+  size_t head = ((64 - ((uintptr_t)(j->p + i) & 63)) & 63) / 4;
+  if (head > e - i) head = e - i;
+  if (head) {
+    bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)((1u << head) - 1u), 0, none);
+    i += head;
+  }
+  const size_t ssz = zo_dtype_size(st), osz = zo_dtype_size(ot);
+  nt_set nt = {0, 0, 0, 0};
+  if (j->nt & ZO_NT_STATE) {
+    nt.p = aligned_to(j->p + i, 64);
+    nt.m = aligned_to((char *)j->m + i * ssz, 16 * ssz);
+    nt.v = aligned_to((char *)j->v + i * ssz, 16 * ssz);
+  }
+  if (has_out && (j->nt & ZO_NT_OUT)) nt.o = aligned_to((char *)j->out + i * osz, 16 * osz);
+  int any_nt = nt.p | nt.m | nt.v | nt.o;
+  if (any_nt)
+    for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, nt);
+  else
+    for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, none);
+  if (i < e) bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none);
+  if (any_nt) _mm_sfence(); /* order the streaming stores before whatever publishes completion */
+  return bad != 0;
+}
+
+#define FUSED_VARIANT(name, GT, ST, OT, HAS, NATIVE) \
+  static int name(const zo_adam_job *j, size_t b, size_t e) { return fused_body(j, b, e, GT, ST, OT, HAS, NATIVE); }
+#define FUSED_FOR_GT(gname, GT)                                                                  \
+  FUSED_VARIANT(fz_##gname##_f32_none, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 0, 0)                     \
+  FUSED_VARIANT(fz_##gname##_f32_f32, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 1, 0)                      \
+  FUSED_VARIANT(fz_##gname##_f32_f16, GT, ZO_DTYPE_F32, ZO_DTYPE_F16, 1, 0)                      \
+  FUSED_VARIANT(fz_##gname##_f32_bf16, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 0)                    \
+  FUSED_VARIANT(fz_##gname##_f32_bf16n, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 1)                   \
+  FUSED_VARIANT(fz_##gname##_bf16_none, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 0, 0)                   \
+  FUSED_VARIANT(fz_##gname##_bf16_f32, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 1, 0)                    \
+  FUSED_VARIANT(fz_##gname##_bf16_f16, GT, ZO_DTYPE_BF16, ZO_DTYPE_F16, 1, 0)                    \
+  FUSED_VARIANT(fz_##gname##_bf16_bf16, GT, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, 0)                  \
+  FUSED_VARIANT(fz_##gname##_bf16_bf16n, GT, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, 1)
+FUSED_FOR_GT(g32, ZO_DTYPE_F32)
+FUSED_FOR_GT(g16, ZO_DTYPE_F16)
+FUSED_FOR_GT(gb16, ZO_DTYPE_BF16)
+
+typedef int (*fused_fn)(const zo_adam_job *, size_t, size_t);
+/* [grad dtype][state: 0 f32, 1 bf16][out: 0 none, 1 f32, 2 f16, 3 bf16, 4 bf16 native] */
+#define ROW(g) {{fz_##g##_f32_none, fz_##g##_f32_f32, fz_##g##_f32_f16, fz_##g##_f32_bf16, fz_##g##_f32_bf16n}, \
+                {fz_##g##_bf16_none, fz_##g##_bf16_f32, fz_##g##_bf16_f16, fz_##g##_bf16_bf16, fz_##g##_bf16_bf16n}}
+static const fused_fn k_fused[3][2][5] = {
+    [ZO_DTYPE_F32] = ROW(g32),
+    [ZO_DTYPE_F16] = ROW(g16),
+    [ZO_DTYPE_BF16] = ROW(gb16),
+};
+
+int zo_adam_range_avx512(const zo_adam_job *j, size_t b, size_t e) {
+  if (e <= b) return 0;
+  int o = 0;
+  if (j->out) o = j->ot == ZO_DTYPE_F32 ? 1 : j->ot == ZO_DTYPE_F16 ? 2 : (zo_simd_has_avx512_bf16() ? 4 : 3);
+  return k_fused[j->gt][j->st == ZO_DTYPE_BF16][o](j, b, e);
+}
+
+int zo_scan_nonfinite_avx512(const void *g, zo_dtype gt, size_t b, size_t e) {
+  __mmask16 bad = 0;
+  const size_t gsz = zo_dtype_size(gt);
+  size_t i = b;
+  if (gt == ZO_DTYPE_F32) {
+    for (; i + 16 <= e; i += 16) bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps((const float *)g + i), 0x99);
+  } else {
+    /* 16-bit floats: exponent all ones <=> (h & 0x7fff) >= limit; 32 lanes per step */
+    const __m512i lim = _mm512_set1_epi16(gt == ZO_DTYPE_F16 ? 0x7c00 : 0x7f80);
+    const __m512i absm = _mm512_set1_epi16(0x7fff);
+    __mmask32 b32 = 0;
+    for (; i + 32 <= e; i += 32)
+      b32 |= _mm512_cmpge_epu16_mask(_mm512_and_si512(_mm512_loadu_si512((const uint16_t *)g + i), absm), lim);
+    bad = b32 != 0;
+  }
+  for (; i < e; i += 16) {
+    __mmask16 k = tail_mask(e - i);
+    bad |= _mm512_fpclass_ps_mask(load16((const char *)g + i * gsz, gt, k), 0x99) & k;
+  }
+  return bad != 0;
+}

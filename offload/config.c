@@ -15,6 +15,7 @@
 
 #include "base_internal.h"
 #include "zoffload/config.h"
+#include "zoffload/dtype.h"
 
 #define PATH_CAP 256
 
@@ -168,6 +169,17 @@ static zo_status get_device(const parse_ctx *c, const char *path, const json_t *
   if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
   else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
   else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
+  else return type_err(c, path, what, v);
+  return ZO_OK;
+}
+
+/* zoffload.optimizer_state_dtype: "fp32" or "bf16" (zo_dtype values). */
+static zo_status get_state_dtype(const parse_ctx *c, const char *path, const json_t *v, int *out) {
+  static const char *what = "\"fp32\" or \"bf16\"";
+  if (!json_is_string(v)) return type_err(c, path, what, v);
+  const char *s = json_string_value(v);
+  if (!strcmp(s, "fp32")) *out = ZO_DTYPE_F32;
+  else if (!strcmp(s, "bf16")) *out = ZO_DTYPE_BF16;
   else return type_err(c, path, what, v);
   return ZO_OK;
 }
@@ -377,102 +389,113 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
   return ZO_OK;
 }
 
-/* ---------- fp16 / bf16 ---------- */
+/* ---------- blocks: an object whose keys are parsed one by one ---------- */
 
-static zo_status parse_fp16(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
-  ZO_CHECK(get_obj(c, "fp16", blk));
+/* Parses the value @v of @key; @path is "<block>.<key>"; @arg is what parse_keys() was given. */
+typedef zo_status (*key_fn)(const parse_ctx *c, const char *path, const char *key, const json_t *v, zo_config_t *cfg,
+                            const void *arg);
+
+/* Checks that @blk (at @base) is an object, then hands each key and its path to @fn; stops at the first error. */
+static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *blk, key_fn fn, zo_config_t *cfg,
+                            const void *arg) {
+  ZO_CHECK(get_obj(c, base, blk));
   const char *key;
   json_t *v;
   char p[PATH_CAP];
   json_object_foreach((json_t *)blk, key, v) {
-    pj(p, "fp16", key);
-    if (!strcmp(key, "enabled")) ZO_CHECK(get_bool(c, p, v, &cfg->fp16.enabled));
-    else if (!strcmp(key, "loss_scale")) ZO_CHECK(get_dbl(c, p, v, 0, 0, LO_INCL, &cfg->fp16.loss_scale));
-    else if (!strcmp(key, "initial_scale_power")) ZO_CHECK(get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power));
-    else if (!strcmp(key, "loss_scale_window"))
-      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window));
-    else if (!strcmp(key, "hysteresis")) ZO_CHECK(get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis));
-    else if (!strcmp(key, "min_loss_scale")) ZO_CHECK(get_dbl(c, p, v, 0, 0, LO_EXCL, &cfg->fp16.min_loss_scale));
-    else if (!strcmp(key, "consecutive_hysteresis") || !strcmp(key, "auto_cast") ||
-             !strcmp(key, "fp16_master_weights_and_grads") || !strcmp(key, "type"))
-      warn_inert(p);
-    else warn_unknown(p);
+    ZO_CHECK(fn(c, pj(p, base, key), key, v, cfg, arg));
   }
   return ZO_OK;
 }
 
-static zo_status parse_bf16(const parse_ctx *c, const char *name, const json_t *blk, zo_config_t *cfg) {
-  ZO_CHECK(get_obj(c, name, blk));
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, name, key);
-    if (!strcmp(key, "enabled")) ZO_CHECK(get_bool(c, p, v, &cfg->bf16.enabled));
-    else if (!strcmp(key, "immediate_grad_update") || !strcmp(key, "check_grad_overflow") ||
-             !strcmp(key, "bf16_master_weights_and_grads") || !strcmp(key, "bf16_optimizer_states"))
-      warn_inert(p);
-    else warn_unknown(p);
-  }
+/* ---------- fp16 / bf16 ---------- */
+
+static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                          const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->fp16.enabled);
+  if (!strcmp(key, "loss_scale")) return get_dbl(c, p, v, 0, 0, LO_INCL, &cfg->fp16.loss_scale);
+  if (!strcmp(key, "initial_scale_power")) return get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power);
+  if (!strcmp(key, "loss_scale_window")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window);
+  if (!strcmp(key, "hysteresis")) return get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis);
+  if (!strcmp(key, "min_loss_scale")) return get_dbl(c, p, v, 0, 0, LO_EXCL, &cfg->fp16.min_loss_scale);
+  if (!strcmp(key, "consecutive_hysteresis") || !strcmp(key, "auto_cast") ||
+      !strcmp(key, "fp16_master_weights_and_grads") || !strcmp(key, "type"))
+    warn_inert(p);
+  else warn_unknown(p);
+  return ZO_OK;
+}
+
+static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                          const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->bf16.enabled);
+  if (!strcmp(key, "immediate_grad_update") || !strcmp(key, "check_grad_overflow") ||
+      !strcmp(key, "bf16_master_weights_and_grads") || !strcmp(key, "bf16_optimizer_states"))
+    warn_inert(p);
+  else warn_unknown(p);
   return ZO_OK;
 }
 
 /* ---------- zero_optimization ---------- */
 
-static zo_status parse_offload_optimizer(const parse_ctx *c, const char *base, const json_t *blk,
-                                         zo_config_t *cfg, int *pin_given) {
-  if (json_is_null(blk)) return ZO_OK; /* DeepSpeed: Optional, None = no offload */
-  ZO_CHECK(get_obj(c, base, blk));
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, base, key);
-    if (!strcmp(key, "device")) ZO_CHECK(get_device(c, p, v, &cfg->zero.offload_optimizer.device));
-    else if (!strcmp(key, "nvme_path"))
-      ZO_CHECK(get_path(c, p, v, cfg->zero.offload_optimizer.nvme_path, sizeof cfg->zero.offload_optimizer.nvme_path));
-    else if (!strcmp(key, "pin_memory")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pin_memory));
-      *pin_given = 1;
-    } else if (!strcmp(key, "buffer_count"))
-      ZO_CHECK(get_int(c, p, v, 1, 1 << 20, &cfg->zero.offload_optimizer.buffer_count));
-    else if (!strcmp(key, "pipeline_read")) ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read));
-    else if (!strcmp(key, "pipeline_write"))
-      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write));
-    else if (!strcmp(key, "ratio"))
-      ZO_CHECK(get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio));
-    else if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
-             !strcmp(key, "cpuadam_cores_perc"))
-      warn_inert(p);
-    else warn_unknown(p);
+/* An offload block: where its shared keys go, and the parser of its own keys. */
+typedef struct offload_block {
+  zo_offload_device *device;
+  char *nvme_path;
+  size_t nvme_path_cap;
+  int *pin_memory;
+  int *pin_given; /* set to 1 when pin_memory is given */
+  int *buffer_count;
+  key_fn own;
+} offload_block;
+
+/* Keys offload_optimizer and offload_param share (device, nvme_path, pin_memory, buffer_count); the rest: b->own. */
+static zo_status offload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                             const void *arg) {
+  const offload_block *b = arg;
+  if (!strcmp(key, "device")) return get_device(c, p, v, b->device);
+  if (!strcmp(key, "nvme_path")) return get_path(c, p, v, b->nvme_path, b->nvme_path_cap);
+  if (!strcmp(key, "pin_memory")) {
+    ZO_CHECK(get_bool(c, p, v, b->pin_memory));
+    *b->pin_given = 1;
+    return ZO_OK;
   }
+  if (!strcmp(key, "buffer_count")) return get_int(c, p, v, 1, 1 << 20, b->buffer_count);
+  return b->own(c, p, key, v, cfg, NULL);
+}
+
+static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                                       zo_config_t *cfg, const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "pipeline_read")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read);
+  if (!strcmp(key, "pipeline_write")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write);
+  if (!strcmp(key, "ratio")) return get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio);
+  if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
+      !strcmp(key, "cpuadam_cores_perc"))
+    warn_inert(p);
+  else warn_unknown(p);
   return ZO_OK;
 }
 
-static zo_status parse_offload_param(const parse_ctx *c, const char *base, const json_t *blk, zo_config_t *cfg,
-                                     int *pin_given) {
-  if (json_is_null(blk)) return ZO_OK;
-  ZO_CHECK(get_obj(c, base, blk));
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, base, key);
-    if (!strcmp(key, "device")) ZO_CHECK(get_device(c, p, v, &cfg->zero.offload_param.device));
-    else if (!strcmp(key, "nvme_path"))
-      ZO_CHECK(get_path(c, p, v, cfg->zero.offload_param.nvme_path, sizeof cfg->zero.offload_param.nvme_path));
-    else if (!strcmp(key, "pin_memory")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->zero.offload_param.pin_memory));
-      *pin_given = 1;
-    } else if (!strcmp(key, "buffer_count"))
-      ZO_CHECK(get_int(c, p, v, 1, 1 << 20, &cfg->zero.offload_param.buffer_count));
-    else if (!strcmp(key, "buffer_size"))
-      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->zero.offload_param.buffer_size));
-    else if (!strcmp(key, "max_in_cpu"))
-      ZO_CHECK(get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu));
-    else warn_unknown(p);
-  }
+static zo_status offload_param_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                                   zo_config_t *cfg, const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "buffer_size")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->zero.offload_param.buffer_size);
+  if (!strcmp(key, "max_in_cpu")) return get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu);
+  warn_unknown(p);
   return ZO_OK;
+}
+
+/* The offload_block of @o, cfg->zero.offload_optimizer or .offload_param (two struct types, hence a macro). */
+#define OFFLOAD_BLOCK(o, pin_given, own) \
+  {&(o).device, (o).nvme_path, sizeof (o).nvme_path, &(o).pin_memory, (pin_given), &(o).buffer_count, (own)}
+
+/* offload_optimizer or offload_param at @base: null means no offload (DeepSpeed: Optional, None). */
+static zo_status parse_offload(const parse_ctx *c, const char *base, const json_t *blk, const offload_block *b,
+                               zo_config_t *cfg) {
+  if (json_is_null(blk)) return ZO_OK;
+  return parse_keys(c, base, blk, offload_key, cfg, b);
 }
 
 /* zero_optimization keys DeepSpeed knows and zoffload neither parses nor acts on. */
@@ -525,10 +548,12 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     } else if (!strcmp(key, "stage")) {
       ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
     } else if (!strcmp(key, "offload_optimizer")) {
-      ZO_CHECK(parse_offload_optimizer(c, p, v, cfg, &oo_pin));
+      const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_optimizer, &oo_pin, offload_optimizer_key);
+      ZO_CHECK(parse_offload(c, p, v, &b, cfg));
       oo_given = !json_is_null(v);
     } else if (!strcmp(key, "offload_param")) {
-      ZO_CHECK(parse_offload_param(c, p, v, cfg, &op_pin));
+      const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_param, &op_pin, offload_param_key);
+      ZO_CHECK(parse_offload(c, p, v, &b, cfg));
       op_given = !json_is_null(v);
     } else if (!strcmp(key, "overlap_comm")) {
       ZO_CHECK(get_bool(c, p, v, &cfg->zero.overlap_comm));
@@ -584,52 +609,43 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
 
 /* ---------- aio ---------- */
 
-static zo_status parse_aio(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
-  ZO_CHECK(get_obj(c, "aio", blk));
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, "aio", key);
-    if (!strcmp(key, "block_size")) {
-      ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->aio.block_size));
-      if (cfg->aio.block_size % 4096)
-        return cfg_err(c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
-                       cfg->aio.block_size);
-    } else if (!strcmp(key, "queue_depth")) {
-      ZO_CHECK(get_i64(c, p, v, 1, 32768, &cfg->aio.queue_depth));
-    } else if (!strcmp(key, "intra_op_parallelism") || !strcmp(key, "thread_count")) {
-      ZO_CHECK(get_int(c, p, v, 1, 1 << 16, &cfg->aio.intra_op_parallelism));
-      warn_inert(p);
-    } else if (!strcmp(key, "single_submit")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->aio.single_submit));
-      warn_inert(p);
-    } else if (!strcmp(key, "overlap_events")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->aio.overlap_events));
-      warn_inert(p);
-    } else if (!strcmp(key, "use_gds")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
-      if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
-    } else {
-      warn_unknown(p);
-    }
+static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                        const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "block_size")) {
+    ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->aio.block_size));
+    if (cfg->aio.block_size % 4096)
+      return cfg_err(c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
+                     cfg->aio.block_size);
+  } else if (!strcmp(key, "queue_depth")) {
+    ZO_CHECK(get_i64(c, p, v, 1, 32768, &cfg->aio.queue_depth));
+  } else if (!strcmp(key, "intra_op_parallelism") || !strcmp(key, "thread_count")) {
+    ZO_CHECK(get_int(c, p, v, 1, 1 << 16, &cfg->aio.intra_op_parallelism));
+    warn_inert(p);
+  } else if (!strcmp(key, "single_submit")) {
+    ZO_CHECK(get_bool(c, p, v, &cfg->aio.single_submit));
+    warn_inert(p);
+  } else if (!strcmp(key, "overlap_events")) {
+    ZO_CHECK(get_bool(c, p, v, &cfg->aio.overlap_events));
+    warn_inert(p);
+  } else if (!strcmp(key, "use_gds")) {
+    ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
+    if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
+  } else {
+    warn_unknown(p);
   }
   return ZO_OK;
 }
 
 /* ---------- zoffload (our own block) ---------- */
 
-static zo_status parse_zoffload(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
-  ZO_CHECK(get_obj(c, "zoffload", blk));
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, "zoffload", key);
-    if (!strcmp(key, "device_memory_limit")) ZO_CHECK(get_bytes(c, p, v, &cfg->zoffload.device_memory_limit));
-    else if (!strcmp(key, "adam_threads")) ZO_CHECK(get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads));
-    else warn_unknown(p);
-  }
+static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                             const void *arg) {
+  (void)arg;
+  if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
+  if (!strcmp(key, "adam_threads")) return get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads);
+  if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
+  warn_unknown(p);
   return ZO_OK;
 }
 
@@ -737,6 +753,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->aio.use_gds = 0;
   cfg->zoffload.device_memory_limit = 0;
   cfg->zoffload.adam_threads = 0;
+  cfg->zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -777,11 +794,12 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
       ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print), st, out);
     else if (!strcmp(key, "optimizer")) ZO_CHECK_GOTO(parse_optimizer(c, v, cfg), st, out);
     else if (!strcmp(key, "scheduler")) ZO_CHECK_GOTO(parse_scheduler(c, v, cfg), st, out);
-    else if (!strcmp(key, "fp16")) ZO_CHECK_GOTO(parse_fp16(c, v, cfg), st, out);
-    else if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16")) ZO_CHECK_GOTO(parse_bf16(c, key, v, cfg), st, out);
+    else if (!strcmp(key, "fp16")) ZO_CHECK_GOTO(parse_keys(c, key, v, fp16_key, cfg, NULL), st, out);
+    else if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16"))
+      ZO_CHECK_GOTO(parse_keys(c, key, v, bf16_key, cfg, NULL), st, out);
     else if (!strcmp(key, "zero_optimization")) ZO_CHECK_GOTO(parse_zero(c, v, cfg), st, out);
-    else if (!strcmp(key, "aio")) ZO_CHECK_GOTO(parse_aio(c, v, cfg), st, out);
-    else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_zoffload(c, v, cfg), st, out);
+    else if (!strcmp(key, "aio")) ZO_CHECK_GOTO(parse_keys(c, key, v, aio_key, cfg, NULL), st, out);
+    else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_keys(c, key, v, zoffload_key, cfg, NULL), st, out);
     else if (opts && in_list(key, opts->app_blocks)) continue;
     else if (in_list(key, top_inert)) warn_inert(key);
     else warn_unknown(key);
@@ -905,6 +923,17 @@ static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char 
   if (n > 0) b->len += (size_t)n;
 }
 
+/* The keys both offload blocks share, under @base; returns 1 when @device is not none (its other keys follow). */
+static int sb_offload_shared(sbuf *b, const char *base, zo_offload_device device, const char *nvme_path,
+                             int pin_memory, int buffer_count) {
+  sb_printf(b, "%s.device = %s\n", base, zo_offload_device_name(device));
+  if (device == ZO_OFFLOAD_NONE) return 0;
+  if (device == ZO_OFFLOAD_NVME) sb_printf(b, "%s.nvme_path = %s\n", base, nvme_path);
+  sb_printf(b, "%s.pin_memory = %d\n", base, pin_memory);
+  sb_printf(b, "%s.buffer_count = %d\n", base, buffer_count);
+  return 1;
+}
+
 size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sbuf b = {buf, buf ? cap : 0, 0};
   if (b.cap) buf[0] = 0;
@@ -948,23 +977,15 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "bf16.enabled = %d\n", cfg->bf16.enabled);
   sb_printf(&b, "zero_optimization.stage = %d\n", cfg->zero.stage);
   const char *oo = "zero_optimization.offload_optimizer";
-  sb_printf(&b, "%s.device = %s\n", oo, zo_offload_device_name(cfg->zero.offload_optimizer.device));
-  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE) {
-    if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME)
-      sb_printf(&b, "%s.nvme_path = %s\n", oo, cfg->zero.offload_optimizer.nvme_path);
-    sb_printf(&b, "%s.pin_memory = %d\n", oo, cfg->zero.offload_optimizer.pin_memory);
-    sb_printf(&b, "%s.buffer_count = %d\n", oo, cfg->zero.offload_optimizer.buffer_count);
+  if (sb_offload_shared(&b, oo, cfg->zero.offload_optimizer.device, cfg->zero.offload_optimizer.nvme_path,
+                        cfg->zero.offload_optimizer.pin_memory, cfg->zero.offload_optimizer.buffer_count)) {
     sb_printf(&b, "%s.pipeline_read = %d\n", oo, cfg->zero.offload_optimizer.pipeline_read);
     sb_printf(&b, "%s.pipeline_write = %d\n", oo, cfg->zero.offload_optimizer.pipeline_write);
     sb_printf(&b, "%s.ratio = %g\n", oo, cfg->zero.offload_optimizer.ratio);
   }
   const char *op = "zero_optimization.offload_param";
-  sb_printf(&b, "%s.device = %s\n", op, zo_offload_device_name(cfg->zero.offload_param.device));
-  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE) {
-    if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
-      sb_printf(&b, "%s.nvme_path = %s\n", op, cfg->zero.offload_param.nvme_path);
-    sb_printf(&b, "%s.pin_memory = %d\n", op, cfg->zero.offload_param.pin_memory);
-    sb_printf(&b, "%s.buffer_count = %d\n", op, cfg->zero.offload_param.buffer_count);
+  if (sb_offload_shared(&b, op, cfg->zero.offload_param.device, cfg->zero.offload_param.nvme_path,
+                        cfg->zero.offload_param.pin_memory, cfg->zero.offload_param.buffer_count)) {
     sb_printf(&b, "%s.buffer_size = %" PRId64 "\n", op, cfg->zero.offload_param.buffer_size);
     sb_printf(&b, "%s.max_in_cpu = %" PRId64 "\n", op, cfg->zero.offload_param.max_in_cpu);
   }
@@ -975,5 +996,6 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
             cfg->zoffload.device_memory_limit ? "" : " (unlimited)");
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
+  sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));
   return b.len;
 }

@@ -5,11 +5,10 @@
  * and copies (gpu/). Parameter offload and prefetch come with the coordinator.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <hwloc.h>
 
 #include "base_internal.h"
 #include "pinned_internal.h"
@@ -26,30 +25,35 @@ struct zo_param {
   size_t n;                 /* elements of the whole tensor */
   size_t shard_off;         /* first element of this rank's shard */
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
+  size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
   void *weights;            /* device: working copy, n elements of the working dtype */
-  float *state[ST_KINDS];   /* none: device, cpu: host; NULL for nvme. float32[shard_n] each */
-  uint64_t file_off;        /* nvme: byte offset of this shard's extent in every state file */
-  float *grad;              /* float32[shard_n]: device (none) or host (cpu, nvme) */
-  void *grad16;             /* fp16 engines: fp16[shard_n] landing buffer beside grad */
+  void *state[ST_KINDS];    /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
+                               exp_avg and exp_avg_sq state_dtype[shard_n] */
+  uint64_t file_el;         /* nvme: element offset of this shard's extent in every state file */
+  void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
   size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;             /* grad_ready() seen since the last step */
 };
 
-/* A run of shard pieces that lies contiguously in every state file. */
+/* A run of shard pieces that lies contiguously in every state file. Files
+ * are laid out in elements; kind k's byte offset is elements * esz[k], and
+ * every extent is padded to a whole number of alignment units for the
+ * narrowest kind, so every kind's offsets stay aligned. */
 typedef struct sub_group {
   int first_piece, n_pieces;
-  uint64_t file_off, nbytes; /* byte range in each state file, aligned */
+  uint64_t file_el, n_el;    /* element range in each state file, padded */
 } sub_group;
 
 typedef struct piece {
   zo_param_t *p;
   size_t off, n;             /* element range inside the shard */
-  uint64_t file_off;         /* byte offset of element `off` in each state file */
+  uint64_t file_el;          /* element offset of element `off` in each state file */
+  zo_adam_task_t *task;      /* Adam update in flight */
 } piece;
 
 /* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq. */
 typedef struct sg_slot {
-  float *buf[ST_KINDS];
+  void *buf[ST_KINDS];
   zo_swap_req_t *req[ST_KINDS];
   int pending_write;         /* req[] are writes not yet waited */
   int pending_read;          /* req[] are reads not yet waited */
@@ -71,9 +75,12 @@ struct zo_engine {
   int rank, world;
   zo_offload_device tier;
   zo_dtype wdtype;           /* working weights */
+  zo_dtype gdtype;           /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
+  zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
+  size_t esz[ST_KINDS];      /* bytes per element of each kind of state */
   int finalized;
-  int n_threads;
-  zo_simd simd;
+  zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
+  zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
 
   zo_param_t **params;
   int n_params, cap_params;
@@ -81,11 +88,10 @@ struct zo_engine {
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;
 
-  /* host buffers (cpu/nvme): gradients, fp16 landing, working-dtype staging, cpu state */
-  host_buf grad_host, grad16_host, stage_host, state_host[ST_KINDS];
+  /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
+  host_buf grad_host, stage_host, state_host[ST_KINDS];
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
   size_t dev_block_bytes;
-  size_t stage_off_total;    /* staging offsets: one region per shard, working dtype */
 
   /* nvme */
   zo_swap_t *swap;
@@ -97,7 +103,7 @@ struct zo_engine {
   int n_sgs;
   sg_slot *slots;
   int n_slots;
-  size_t slot_bytes;
+  size_t slot_el;            /* elements per slot buffer (largest sub-group) */
 
   /* optimizer state */
   int64_t step;              /* applied optimizer steps */
@@ -117,16 +123,6 @@ static double now_s(void) {
 }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-static int physical_cores(void) {
-  hwloc_topology_t topo;
-  int n = 0;
-  if (hwloc_topology_init(&topo) == 0) {
-    if (hwloc_topology_load(topo) == 0) n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-    hwloc_topology_destroy(topo);
-  }
-  return n > 0 ? n : 1;
-}
 
 static zo_status host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   b->nbytes = nbytes;
@@ -158,11 +154,21 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   zo_engine_t *e = calloc(1, sizeof *e);
   if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   zo_status st = ZO_OK;
+  if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
+    free(e);
+    return zo_error_set(ZO_ERR_CONFIG, "zoffload.optimizer_state_dtype: expected fp32 or bf16");
+  }
   e->cfg = *cfg;
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
-  e->n_threads = cfg->zoffload.adam_threads > 0 ? cfg->zoffload.adam_threads : physical_cores();
-  e->simd = zo_simd_resolve(ZO_SIMD_AUTO);
+  e->gdtype = e->wdtype; /* the model's gradients come in its working precision */
+  e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+  e->esz[ST_MASTER] = sizeof(float);
+  e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
+  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = -1, .bind = 1,
+                          .simd = ZO_SIMD_AUTO};
+  ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
+  zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
 
   if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
     zo_warn("zero_optimization.offload_param.device is set but parameter offload is not implemented yet: "
@@ -253,14 +259,19 @@ void zo_engine_destroy(zo_engine_t *e) {
   if (!e) return;
   if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
   if (e->swap) drain_slots(e);
+  for (int i = 0; e->tasks && i < e->n_params; i++)
+    if (e->tasks[i]) zo_adam_task_wait(e->tasks[i], NULL);
+  for (int q = 0; q < e->n_pieces; q++)
+    if (e->pieces[q].task) zo_adam_task_wait(e->pieces[q].task, NULL);
+  zo_adam_pool_destroy(e->pool);
+  free(e->tasks);
   for (int s = 0; s < e->n_slots; s++)
-    for (int k = 0; k < ST_KINDS; k++) zo_host_free(e->slots[s].buf[k], e->slot_bytes, 1);
+    for (int k = 0; k < ST_KINDS; k++) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
   free(e->slots);
   free(e->pieces);
   free(e->sgs);
   zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
   host_buf_free(&e->grad_host);
-  host_buf_free(&e->grad16_host);
   host_buf_free(&e->stage_host);
   for (int k = 0; k < ST_KINDS; k++) host_buf_free(&e->state_host[k]);
   if (e->dev_block) zo_device_free(e->dev, e->dev_block);
@@ -309,54 +320,59 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
 const char *zo_engine_param_name(const zo_param_t *p) { return p ? p->name : ""; }
 size_t zo_engine_param_numel(const zo_param_t *p) { return p ? p->n : 0; }
 zo_dtype zo_engine_working_dtype(const zo_engine_t *e) { return e->wdtype; }
+zo_dtype zo_engine_grad_dtype(const zo_engine_t *e) { return e->gdtype; }
 double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
 
 /* ---------------------------------------------------------------- finalize */
 
+/* Elements per alignment unit of the narrowest kind of state: extents padded
+ * to a multiple of it start and end aligned in every state file. */
+static size_t extent_unit(const zo_engine_t *e) {
+  const size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
+  return e->swap_align / narrow;
+}
+
 /* Cut the shards into pieces of at most sub_group_size elements and pack
  * consecutive pieces into sub-groups; each sub-group is one contiguous,
- * aligned byte range in every state file. */
+ * aligned range in every state file. */
 static zo_status plan_sub_groups(zo_engine_t *e) {
-  const size_t align_el = e->swap_align / sizeof(float);
+  const size_t unit = extent_unit(e);
   size_t sgs = (size_t)e->cfg.zero.sub_group_size;
-  sgs = round_up(sgs < align_el ? align_el : sgs, align_el);
+  sgs = round_up(sgs < unit ? unit : sgs, unit);
   int cap = 0;
   for (int i = 0; i < e->n_params; i++) cap += (int)((e->params[i]->shard_n + sgs - 1) / sgs);
   e->pieces = calloc(cap ? cap : 1, sizeof *e->pieces);
   e->sgs = calloc(cap ? cap : 1, sizeof *e->sgs);
   if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  uint64_t file_off = 0;
+  uint64_t file_el = 0;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    p->file_off = file_off;
+    p->file_el = file_el;
     for (size_t off = 0; off < p->shard_n; off += sgs) {
       piece *pc = &e->pieces[e->n_pieces++];
       pc->p = p;
       pc->off = off;
       pc->n = p->shard_n - off < sgs ? p->shard_n - off : sgs;
-      pc->file_off = file_off + off * sizeof(float);
+      pc->file_el = file_el + off;
     }
-    file_off += round_up(p->shard_n * sizeof(float), e->swap_align);
+    file_el += round_up(p->shard_n, unit);
   }
-  /* Greedy packing: a sub-group holds whole pieces whose padded bytes fit in sub_group_size elements. */
-  size_t max_bytes = 0;
+  /* Greedy packing: a sub-group holds whole pieces whose padded extents fit in sub_group_size elements. */
+  size_t max_el = 0;
   for (int k = 0; k < e->n_pieces;) {
     sub_group *g = &e->sgs[e->n_sgs++];
     g->first_piece = k;
-    g->file_off = e->pieces[k].file_off;
-    uint64_t end = g->file_off;
+    g->file_el = e->pieces[k].file_el;
+    uint64_t end = g->file_el;
     do {
-      const piece *pc = &e->pieces[k];
-      end = pc->file_off + round_up(pc->n * sizeof(float), e->swap_align);
+      end = e->pieces[k].file_el + round_up(e->pieces[k].n, unit);
       k++;
-    } while (k < e->n_pieces &&
-             e->pieces[k].file_off + round_up(e->pieces[k].n * sizeof(float), e->swap_align) - g->file_off <=
-                 sgs * sizeof(float));
+    } while (k < e->n_pieces && e->pieces[k].file_el + round_up(e->pieces[k].n, unit) - g->file_el <= sgs);
     g->n_pieces = k - g->first_piece;
-    g->nbytes = end - g->file_off;
-    if (g->nbytes > max_bytes) max_bytes = g->nbytes;
+    g->n_el = end - g->file_el;
+    if (g->n_el > max_el) max_el = g->n_el;
   }
-  e->slot_bytes = max_bytes;
+  e->slot_el = max_el;
   return ZO_OK;
 }
 
@@ -365,19 +381,22 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
   zo_status st;
-  const size_t wsz = zo_dtype_size(e->wdtype);
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;
+  e->tasks = calloc(e->n_params, sizeof *e->tasks);
+  if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
 
-  /* Device block: working weights; plus fp32 state and gradients for "none". Every
-   * region 256-byte aligned. */
+  /* Device block: working weights; plus master, state and gradients for "none".
+   * Every region 256-byte aligned. */
   size_t dev = 0, shard_total = 0;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     dev += round_up(p->n * wsz, 256);
     if (e->tier == ZO_OFFLOAD_NONE) {
-      dev += (ST_KINDS + 1) * round_up(p->shard_n * sizeof(float), 256);
-      if (e->cfg.fp16.enabled) dev += round_up(p->shard_n * 2, 256);
+      for (int k = 0; k < ST_KINDS; k++) dev += round_up(p->shard_n * e->esz[k], 256);
+      dev += round_up(p->shard_n * gsz, 256);
     }
+    p->flat_off = shard_total;
     shard_total += p->shard_n;
   }
   st = zo_device_malloc(e->dev, dev, &e->dev_block);
@@ -385,7 +404,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     return zo_error_prefix(st, "engine: %s for %d tensors (working weights in %s%s)",
                            e->tier == ZO_OFFLOAD_NONE ? "device memory" : "working weights", e->n_params,
                            zo_dtype_name(e->wdtype),
-                           e->tier == ZO_OFFLOAD_NONE ? ", fp32 master weights, Adam state and gradients" : "");
+                           e->tier == ZO_OFFLOAD_NONE ? ", master weights, Adam state and gradients" : "");
   }
   e->dev_block_bytes = dev;
   char *d = e->dev_block;
@@ -395,44 +414,35 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     d += round_up(p->n * wsz, 256);
     if (e->tier == ZO_OFFLOAD_NONE) {
       for (int k = 0; k < ST_KINDS; k++) {
-        p->state[k] = (float *)d;
-        d += round_up(p->shard_n * sizeof(float), 256);
+        p->state[k] = d;
+        d += round_up(p->shard_n * e->esz[k], 256);
       }
-      p->grad = (float *)d;
-      d += round_up(p->shard_n * sizeof(float), 256);
-      if (e->cfg.fp16.enabled) {
-        p->grad16 = d;
-        d += round_up(p->shard_n * 2, 256);
-      }
+      p->grad = d;
+      d += round_up(p->shard_n * gsz, 256);
     }
   }
 
   if (e->tier != ZO_OFFLOAD_NONE) {
-    /* Host: fp32 gradients (+ fp16 landing buffer) and working-dtype staging for the upload. */
-    ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * sizeof(float), pin || e->tier == ZO_OFFLOAD_NVME));
-    if (e->cfg.fp16.enabled) ZO_CHECK(host_buf_alloc(&e->grad16_host, shard_total * 2, 1));
+    /* Host: gradients (landing buffer of the device-to-host copies) and working-dtype staging. */
+    ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
     ZO_CHECK(host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
     if (e->tier == ZO_OFFLOAD_CPU)
-      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * sizeof(float), pin));
-    size_t off = 0;
+      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
-      p->host_off = off;
-      p->grad = (float *)e->grad_host.ptr + off;
-      if (e->cfg.fp16.enabled) p->grad16 = (uint16_t *)e->grad16_host.ptr + off;
+      p->host_off = p->flat_off;
+      p->grad = (char *)e->grad_host.ptr + p->host_off * gsz;
       if (e->tier == ZO_OFFLOAD_CPU)
-        for (int k = 0; k < ST_KINDS; k++) p->state[k] = (float *)e->state_host[k].ptr + off;
-      off += p->shard_n;
+        for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
 
   if (e->tier == ZO_OFFLOAD_NVME) {
     ZO_CHECK(plan_sub_groups(e));
-    uint64_t file_bytes = 0;
-    for (int i = 0; i < e->n_params; i++)
-      file_bytes += round_up(e->params[i]->shard_n * sizeof(float), e->swap_align);
+    const sub_group *last = &e->sgs[e->n_sgs - 1];
+    const uint64_t file_el = last->file_el + last->n_el;
     for (int k = 0; k < ST_KINDS; k++) {
-      st = zo_swap_file_create(e->swap, k_state_file[k], file_bytes ? file_bytes : e->swap_align, &e->files[k]);
+      st = zo_swap_file_create(e->swap, k_state_file[k], file_el * e->esz[k], &e->files[k]);
       if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
     }
     int nbuf = e->cfg.zero.offload_optimizer.buffer_count;
@@ -445,15 +455,15 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
       e->slots[s].sg = -1;
       for (int k = 0; k < ST_KINDS; k++) {
         int pinned;
-        st = zo_host_alloc(e->slot_bytes, 1, (void **)&e->slots[s].buf[k], &pinned);
+        st = zo_host_alloc(e->slot_el * e->esz[k], 1, &e->slots[s].buf[k], &pinned);
         if (st != ZO_OK)
-          return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu bytes; lower "
+          return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
                                  "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
-                                 s + 1, nbuf, e->slot_bytes);
+                                 s + 1, nbuf, e->slot_el);
       }
     }
-    zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu bytes, %d buffer sets, "
-            "swap dir %s (%s)", e->n_params, e->n_sgs, e->slot_bytes, nbuf, zo_swap_dir(e->swap),
+    zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
+            "swap dir %s (%s)", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_dir(e->swap),
             zo_swap_is_direct(e->swap) ? "O_DIRECT" : "buffered");
   }
   e->finalized = 1;
@@ -487,12 +497,13 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
 
 /* Working weights from fp32 master values (load time; steps fuse this into Adam). */
 static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
-  ZO_CHECK(zo_cast(working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, e->n_threads));
+  ZO_CHECK(zo_cast(working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool)));
   return queue_upload(e, p, off, n);
 }
 
-static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t off, void *buf, size_t nbytes,
-                         zo_swap_req_t **req) {
+/* Queue a read or write of elements [el, el + n_el) of state kind k. */
+static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req) {
+  const uint64_t off = el * e->esz[k], nbytes = n_el * e->esz[k];
   zo_status st = write ? zo_swap_submit_write(e->swap, e->files[k], off, buf, nbytes, req)
                        : zo_swap_submit_read(e->swap, e->files[k], off, buf, nbytes, req);
   if (write) e->nvme_write_bytes += nbytes;
@@ -508,6 +519,9 @@ static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req) {
   return st;
 }
 
+/* Elements of a padded extent for n elements (nvme layout). */
+static uint64_t padded_el(const zo_engine_t *e, size_t n) { return round_up(n, extent_unit(e)); }
+
 zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values) {
   if (!e || !p || !values) return zo_error_set(ZO_ERR_INVALID_ARG, "load_param: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
@@ -515,23 +529,19 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
   zo_status st;
   if (e->tier != ZO_OFFLOAD_NVME) {
     memcpy(p->state[ST_MASTER], src, p->shard_n * sizeof(float));
-    memset(p->state[ST_EXP_AVG], 0, p->shard_n * sizeof(float));
-    memset(p->state[ST_EXP_AVG_SQ], 0, p->shard_n * sizeof(float));
+    memset(p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]); /* all-zero bits are 0.0 in fp32 and bf16 */
+    memset(p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]);
     ZO_CHECK(upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]));
   } else {
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */
     ZO_CHECK(drain_slots(e));
     sg_slot *sl = &e->slots[0];
-    const size_t chunk_el = e->slot_bytes / sizeof(float);
-    for (size_t off = 0; off < p->shard_n; off += chunk_el) {
-      size_t n = p->shard_n - off < chunk_el ? p->shard_n - off : chunk_el;
-      size_t nbytes = round_up(n * sizeof(float), e->swap_align);
-      memset(sl->buf[ST_MASTER], 0, nbytes);
+    for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
+      size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+      uint64_t n_el = padded_el(e, n);
+      for (int k = 0; k < ST_KINDS; k++) memset(sl->buf[k], 0, n_el * e->esz[k]);
       memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));
-      memset(sl->buf[ST_EXP_AVG], 0, nbytes);
-      memset(sl->buf[ST_EXP_AVG_SQ], 0, nbytes);
-      for (int k = 0; k < ST_KINDS; k++)
-        ZO_CHECK(swap_io(e, 1, k, p->file_off + off * sizeof(float), sl->buf[k], nbytes, &sl->req[k]));
+      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]));
       sl->pending_write = 1;
       st = wait_slot(e, sl);
       if (st != ZO_OK) return zo_error_prefix(st, "load_param '%s'", p->name);
@@ -564,19 +574,18 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
 zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
-  if (grad_dtype != ZO_DTYPE_F32 && !(grad_dtype == ZO_DTYPE_F16 && e->cfg.fp16.enabled))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready '%s': gradient dtype %s not accepted (fp32%s)", p->name,
-                        zo_dtype_name(grad_dtype), e->cfg.fp16.enabled ? " or fp16" : "");
+  if (grad_dtype != e->gdtype)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)",
+                        p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
   if (p->has_grad)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
   /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
   const size_t gsz = zo_dtype_size(grad_dtype);
-  const char *src = (const char *)grad + p->shard_off * gsz;
-  void *dst = grad_dtype == ZO_DTYPE_F16 ? p->grad16 : (void *)p->grad;
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
-  if (p->shard_n) ZO_CHECK(zo_memcpy_async(e->copy_stream, dst, src, p->shard_n * gsz, kind));
+  if (p->shard_n)
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
-  p->has_grad = grad_dtype == ZO_DTYPE_F16 ? 2 : 1;
+  p->has_grad = 1;
   return ZO_OK;
 }
 
@@ -600,19 +609,39 @@ static void update_loss_scale(zo_engine_t *e, int overflow) {
   e->ls_iter++;
 }
 
-static zo_status adam_piece(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                            float *master, float *m, float *v) {
-  /* One pass: Adam on the fp32 master and state, and the working-dtype copy of the result. */
-  zo_status st = zo_adam_step_ex(hp, master, p->grad + off, ZO_DTYPE_F32, m, v, working_dst(e, p, off), e->wdtype, n,
-                                 e->simd, e->n_threads);
+/* Queue the fused Adam update of shard elements [off, off + n) of p on the
+ * pool: fp32 master, state, and the working-dtype copy-out in one pass. */
+static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
+                             void *master, void *m, void *v, zo_adam_task_t **task) {
+  const zo_adam_shard sh = {
+      .param = master,
+      .grad = (const char *)p->grad + off * zo_dtype_size(e->gdtype),
+      .grad_dtype = e->gdtype,
+      .exp_avg = m,
+      .exp_avg_sq = v,
+      .state_dtype = e->sdtype,
+      .param_out = working_dst(e, p, off),
+      .out_dtype = e->wdtype,
+      .n = n,
+      .seed = p->flat_off + off,
+  };
+  zo_status st = zo_adam_pool_submit(e->pool, hp, &sh, 0, task);
+  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return ZO_OK;
+}
+
+/* Wait an Adam task, then queue the upload of the working weights it wrote. */
+static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
+  zo_status st = zo_adam_task_wait(*task, NULL);
+  *task = NULL;
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
   return queue_upload(e, p, off, n);
 }
 
-/* NVMe pipeline: sub-group g lives in slot g % n_slots. While g is updated,
- * reads of the following sub-groups are in flight in the other slots and
- * earlier sub-groups are being written back. A slot is reused for a read once
- * its write-back has completed. */
+/* NVMe pipeline: sub-group g lives in slot g % n_slots. While g is updated on
+ * the Adam pool, reads of the following sub-groups are in flight in the other
+ * slots and earlier sub-groups are being written back. A slot is reused for a
+ * read once its write-back has completed. */
 static zo_status slot_write_done(zo_engine_t *e, sg_slot *sl, int *done) {
   *done = 1;
   for (int k = 0; k < ST_KINDS && *done; k++) {
@@ -626,13 +655,14 @@ static zo_status issue_read(zo_engine_t *e, int g) {
   sg_slot *sl = &e->slots[g % e->n_slots];
   if (sl->pending_write) ZO_CHECK(wait_slot(e, sl)); /* previous sub-group of this slot must be on disk */
   const sub_group *sg = &e->sgs[g];
-  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, sg->file_off, sl->buf[k], sg->nbytes, &sl->req[k]));
+  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, sg->file_el, sl->buf[k], sg->n_el, &sl->req[k]));
   sl->pending_read = 1;
   sl->sg = g;
   return ZO_OK;
 }
 
-/* Issue reads ahead of sub-group g into slots that are free now (never block). */
+/* Issue reads of the sub-groups after g, up to g + n_slots - 1 (so never
+ * into g's own slot), into slots that are free now; never blocks. */
 static zo_status read_ahead(zo_engine_t *e, int g, int *next_read) {
   while (*next_read < e->n_sgs && *next_read < g + e->n_slots) {
     sg_slot *sl = &e->slots[*next_read % e->n_slots];
@@ -651,19 +681,24 @@ static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *ad
   int next_read = 0;
   for (int g = 0; g < e->n_sgs; g++) {
     if (next_read == g) ZO_CHECK(issue_read(e, next_read++)); /* may wait on this slot's write-back */
-    ZO_CHECK(read_ahead(e, g, &next_read));
     sg_slot *sl = &e->slots[g % e->n_slots];
     ZO_CHECK(wait_slot(e, sl));
     const sub_group *sg = &e->sgs[g];
     double t0 = now_s();
     for (int q = sg->first_piece; q < sg->first_piece + sg->n_pieces; q++) {
-      const piece *pc = &e->pieces[q];
-      size_t b = (pc->file_off - sg->file_off) / sizeof(float);
-      ZO_CHECK(adam_piece(e, hp, pc->p, pc->off, pc->n, sl->buf[ST_MASTER] + b, sl->buf[ST_EXP_AVG] + b,
-                          sl->buf[ST_EXP_AVG_SQ] + b));
+      piece *pc = &e->pieces[q];
+      size_t b = pc->file_el - sg->file_el;
+      ZO_CHECK(submit_adam(e, hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
+                           (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
+                           (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
+    }
+    ZO_CHECK(read_ahead(e, g, &next_read)); /* the disk reads ahead while the pool updates g */
+    for (int q = sg->first_piece; q < sg->first_piece + sg->n_pieces; q++) {
+      piece *pc = &e->pieces[q];
+      ZO_CHECK(finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
     }
     *adam_s += now_s() - t0;
-    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, sg->file_off, sl->buf[k], sg->nbytes, &sl->req[k]));
+    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, sg->file_el, sl->buf[k], sg->n_el, &sl->req[k]));
     sl->pending_write = 1;
     ZO_CHECK(read_ahead(e, g + 1, &next_read));
   }
@@ -682,15 +717,14 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   inf.grad_wait_s = now_s() - t0;
 
-  /* Unify to fp32, then the global norm and the overflow flag in one pass per shard. */
+  /* The global norm and the overflow flag: one read-only pass over each gradient shard. */
   t0 = now_s();
-  double sums[2] = {0, 0}; /* squared norm (scaled), nonfinite count */
+  double sums[2] = {0, 0}; /* squared norm (scaled), shards with a nonfinite element */
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    if (p->has_grad == 2) ZO_CHECK(zo_cast(p->grad, ZO_DTYPE_F32, p->grad16, ZO_DTYPE_F16, p->shard_n, e->n_threads));
     double sq = 0;
     int nonfinite = 0;
-    ZO_CHECK(zo_grad_sqnorm(p->grad, p->shard_n, e->simd, e->n_threads, &sq, &nonfinite));
+    ZO_CHECK(zo_adam_pool_sqnorm(e->pool, p->grad, e->gdtype, p->shard_n, &sq, &nonfinite));
     sums[0] += sq;
     sums[1] += nonfinite ? 1 : 0;
     p->has_grad = 0;
@@ -732,17 +766,25 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   if (e->tier == ZO_OFFLOAD_NVME) {
     ZO_CHECK(step_nvme(e, &hp, &adam_s));
   } else {
-    for (int i = 0; i < e->n_params; i++) {
+    /* Every shard is queued at once; the pool works through them while uploads are queued in order. */
+    zo_status st = ZO_OK;
+    for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
       zo_param_t *p = e->params[i];
-      ZO_CHECK(adam_piece(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
-                          p->state[ST_EXP_AVG_SQ]));
+      st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
+                       &e->tasks[i]);
     }
+    for (int i = 0; i < e->n_params; i++) {
+      if (!e->tasks[i]) continue;
+      zo_status s2 = finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
+      if (st == ZO_OK) st = s2;
+    }
+    ZO_CHECK(st);
     adam_s += now_s() - t1;
   }
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
-  inf.adam_s = adam_s - inf.copy_s; /* adam_piece() timed the upload too */
+  inf.adam_s = adam_s - inf.copy_s; /* the Adam sections timed the upload queueing too */
   e->step = t;
   update_loss_scale(e, 0);
   inf.step = e->step;
@@ -761,15 +803,16 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   size_t used = 0, peak = 0, limit = 0;
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
-  const host_buf *hb[] = {&e->grad_host, &e->grad16_host, &e->stage_host, &e->state_host[0], &e->state_host[1],
-                          &e->state_host[2]};
+  const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2]};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
   }
-  m->host_bytes += (size_t)e->n_slots * ST_KINDS * e->slot_bytes;
-  m->pinned_bytes += (size_t)e->n_slots * ST_KINDS * e->slot_bytes;
-  for (int k = 0; k < ST_KINDS; k++) m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+  for (int k = 0; k < ST_KINDS; k++) {
+    m->host_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
+    m->pinned_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
+    m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+  }
   m->nvme_read_bytes = e->nvme_read_bytes;
   m->nvme_write_bytes = e->nvme_write_bytes;
   m->h2d_bytes = e->h2d_bytes;
@@ -788,11 +831,9 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   }
   ZO_CHECK(drain_slots(e));
   sg_slot *sl = &e->slots[0];
-  const size_t chunk_el = e->slot_bytes / sizeof(float);
-  for (size_t off = 0; off < p->shard_n; off += chunk_el) {
-    size_t n = p->shard_n - off < chunk_el ? p->shard_n - off : chunk_el;
-    ZO_CHECK(swap_io(e, 0, ST_MASTER, p->file_off + off * sizeof(float), sl->buf[ST_MASTER],
-                     round_up(n * sizeof(float), e->swap_align), &sl->req[ST_MASTER]));
+  for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
+    size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+    ZO_CHECK(swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], padded_el(e, n), &sl->req[ST_MASTER]));
     zo_status st = swap_wait(e, &sl->req[ST_MASTER]);
     if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
     memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));

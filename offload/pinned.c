@@ -1,54 +1,553 @@
 /*
- * pinned.c - page-locked host buffers (mmap + mlock) with a pageable fallback.
- * Not a general allocator: callers take few, large buffers and keep them.
+ * pinned.c - the pinned host pool: a jemalloc arena whose extent hooks mmap,
+ * NUMA-bind (hwloc) and mlock memory, plus the engine's zo_host_* calls on a
+ * process-wide pool. Not the process malloc, and no CUDA registration (yet).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+#include <jemalloc/jemalloc.h>
 
 #include "base_internal.h"
 #include "pinned_internal.h"
+#include "zoffload/pinned.h"
 
-static atomic_size_t g_pinned_bytes;
+/*
+ * Buffers of at least this many bytes are mapped on their own, at their exact
+ * page count, instead of through the arena: jemalloc rounds large buffers up
+ * to size classes 25% apart, pads them by a page (cache-oblivious layout) and,
+ * with opt.retain, keeps the tail of every extent it grows for reuse until
+ * the arena is destroyed. Pinned, those spares are locked RAM nobody uses.
+ * At 1 MiB and up an mmap + mlock per buffer is cheap next to filling it.
+ */
+#define DIRECT_MIN_BYTES ((size_t)1 << 20)
 
-static size_t round_page(size_t n) { return (n + 4095) & ~(size_t)4095; }
+/* One mmap the pool made: an extent from the alloc hook, or a direct buffer. */
+typedef struct region {
+  uintptr_t base;
+  size_t len;  /* bytes mapped by the mmap, after trimming */
+  size_t live; /* bytes of it not yet unmapped (jemalloc may return pieces) */
+  int pinned;  /* mlock succeeded */
+  int direct;  /* a direct buffer (not jemalloc's): freed whole by zo_pinned_free() */
+} region;
+
+struct zo_pinned_pool {
+  extent_hooks_t hooks; /* first: the hooks get &hooks and cast back to the pool */
+  unsigned arena;
+  int have_arena;
+  zo_pinned_opts opts;
+  size_t page;
+  hwloc_topology_t topo; /* only with numa_node >= 0 */
+  hwloc_nodeset_t nodeset;
+  pthread_mutex_t mu; /* guards regs/n_regs/cap_regs */
+  region *regs;       /* mmap'ed, not malloc'ed: hooks run inside jemalloc */
+  size_t n_regs, cap_regs;
+  atomic_size_t bytes_reserved, bytes_mapped, bytes_pinned, bytes_allocated, n_allocs, n_pin_failures, n_unpinned_live;
+};
+
+/* ------------------------------------------------------------ regions */
+
+/* Append a region; 0 or -1 when the table cannot grow. Caller holds mu. */
+static int regions_add(zo_pinned_pool_t *p, region r) {
+  if (p->n_regs == p->cap_regs) {
+    size_t ncap = p->cap_regs ? p->cap_regs * 2 : 256;
+    void *n;
+    if (p->regs)
+      n = mremap(p->regs, p->cap_regs * sizeof(region), ncap * sizeof(region), MREMAP_MAYMOVE);
+    else
+      n = mmap(NULL, ncap * sizeof(region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (n == MAP_FAILED) return -1;
+    p->regs = n;
+    p->cap_regs = ncap;
+  }
+  p->regs[p->n_regs++] = r;
+  return 0;
+}
+
+/* Index of the region holding @addr, or -1. Caller holds mu. */
+static long regions_find(const zo_pinned_pool_t *p, uintptr_t addr) {
+  for (size_t i = 0; i < p->n_regs; i++)
+    if (addr >= p->regs[i].base && addr < p->regs[i].base + p->regs[i].len) return (long)i;
+  return -1;
+}
+
+/* --------------------------------------------------------- map / unmap */
+
+static void warn_pin_refused(size_t nbytes, int err) {
+  struct rlimit rl = {0, 0};
+  getrlimit(RLIMIT_MEMLOCK, &rl);
+  char soft[32], hard[32];
+  if (rl.rlim_cur == RLIM_INFINITY) snprintf(soft, sizeof soft, "unlimited");
+  else snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
+  if (rl.rlim_max == RLIM_INFINITY) snprintf(hard, sizeof hard, "unlimited");
+  else snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
+  zo_warn_once("pinned host pool: cannot pin %zu bytes (mlock: %s); RLIMIT_MEMLOCK is %s (hard limit %s). "
+               "Falling back to pageable host memory: host<->device and NVMe transfers will be slower. "
+               "Raise the limit with `ulimit -l unlimited` in the launching shell, a `memlock` line in "
+               "/etc/security/limits.conf (e.g. `* - memlock unlimited`), or LimitMEMLOCK=infinity in the "
+               "systemd unit; or grant CAP_IPC_LOCK",
+               nbytes, strerror(err), soft, hard);
+}
+
+/*
+ * Bind [addr, addr+len) to the pool's NUMA node and lock it when the pool
+ * pins. Call before the first touch (mlock faults the pages in), so they land
+ * on the node. Returns 1 when locked, 0 when pageable.
+ */
+static int place_and_lock(zo_pinned_pool_t *p, void *addr, size_t len) {
+  if (p->topo &&
+      hwloc_set_area_membind(p->topo, addr, len, p->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) != 0)
+    zo_warn_once("pinned host pool: cannot bind memory to NUMA node %d (%s); pages go where first touch puts them",
+                 p->opts.numa_node, strerror(errno));
+  if (!p->opts.pin) return 0;
+  if (mlock(addr, len) == 0) return 1;
+  int err = errno;
+  munlock(addr, len); /* in case part of it got locked */
+  atomic_fetch_add(&p->n_pin_failures, 1);
+  warn_pin_refused(len, err);
+  return 0;
+}
+
+static void account(zo_pinned_pool_t *p, size_t len, int pinned, int sign) {
+  if (sign > 0) {
+    atomic_fetch_add(&p->bytes_mapped, len);
+    atomic_fetch_add(pinned ? &p->bytes_pinned : &p->n_unpinned_live, len);
+  } else {
+    atomic_fetch_sub(&p->bytes_mapped, len);
+    atomic_fetch_sub(pinned ? &p->bytes_pinned : &p->n_unpinned_live, len);
+  }
+}
+
+/*
+ * Map @size bytes aligned to @align (a power of two), place and lock them.
+ * Pages come back zero (fresh anonymous memory) and resident when locked.
+ * Returns NULL when mmap fails or the region table cannot grow.
+ */
+static void *map_region(zo_pinned_pool_t *p, size_t size, size_t align, int direct) {
+  if (align < p->page) align = p->page;
+  size_t extra = align - p->page;
+  if (size > SIZE_MAX - extra) return NULL;
+  uint8_t *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return NULL;
+  uintptr_t a = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+  if (a > (uintptr_t)raw) munmap(raw, a - (uintptr_t)raw);
+  uintptr_t end = (uintptr_t)raw + size + extra;
+  if (end > a + size) munmap((void *)(a + size), end - (a + size));
+  void *addr = (void *)a;
+
+  int pinned = place_and_lock(p, addr, size);
+  region r = {a, size, size, pinned, direct};
+  pthread_mutex_lock(&p->mu);
+  int rc = regions_add(p, r);
+  pthread_mutex_unlock(&p->mu);
+  if (rc != 0) {
+    if (pinned) munlock(addr, size);
+    munmap(addr, size);
+    return NULL;
+  }
+  atomic_fetch_add(&p->bytes_reserved, size);
+  account(p, size, pinned, +1);
+  return addr;
+}
+
+/* Pinned flag of the region holding @addr; -1 when none does. */
+static int region_pinned(zo_pinned_pool_t *p, const void *addr) {
+  pthread_mutex_lock(&p->mu);
+  long i = regions_find(p, (uintptr_t)addr);
+  int pinned = i >= 0 ? p->regs[i].pinned : -1;
+  pthread_mutex_unlock(&p->mu);
+  return pinned;
+}
+
+/*
+ * Give back [addr, addr+size), a piece of one region (jemalloc splits
+ * extents); @committed says whether it still holds memory. The piece is
+ * unlocked and its pages dropped, but its addresses stay reserved until the
+ * whole region is given back, so a region is only ever unmapped whole and no
+ * other mapping can have moved into part of it.
+ */
+static void unmap_range(zo_pinned_pool_t *p, void *addr, size_t size, int committed) {
+  pthread_mutex_lock(&p->mu);
+  long i = regions_find(p, (uintptr_t)addr);
+  if (i < 0) { /* not ours: cannot happen under jemalloc's contract; leave it alone */
+    pthread_mutex_unlock(&p->mu);
+    return;
+  }
+  region r = p->regs[i];
+  p->regs[i].live -= size < r.live ? size : r.live;
+  int whole = p->regs[i].live == 0;
+  if (whole) p->regs[i] = p->regs[--p->n_regs];
+  pthread_mutex_unlock(&p->mu);
+  if (committed && r.pinned) munlock(addr, size);
+  if (whole) {
+    munmap((void *)r.base, r.len);
+    atomic_fetch_sub(&p->bytes_reserved, r.len);
+  } else {
+    mmap(addr, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  if (committed) account(p, size, r.pinned, -1);
+}
+
+/* ------------------------------------------------------- extent hooks */
+/*
+ * jemalloc convention: bool hooks return false on success, true to refuse.
+ * Address space is never given back while the arena lives (dalloc refused,
+ * as jemalloc's own hooks do with opt.retain): a free extent is decommitted
+ * instead, which unlocks it and drops its pages, and committed again, placed
+ * and locked anew, when jemalloc reuses it.
+ */
+
+static zo_pinned_pool_t *pool_of(extent_hooks_t *h) { return (zo_pinned_pool_t *)(void *)h; }
+
+static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit,
+                        unsigned arena_ind) {
+  (void)arena_ind;
+  if (new_addr) return NULL; /* no growing in place; jemalloc then maps elsewhere */
+  void *addr = map_region(pool_of(h), size, alignment, 0);
+  if (!addr) return NULL;
+  *zero = true;
+  *commit = true;
+  return addr;
+}
+
+/* Arena destroyed: its retained extents go back to the kernel. */
+static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena_ind) {
+  (void)arena_ind;
+  unmap_range(pool_of(h), addr, size, committed);
+}
+
+/* Back [addr+offset, +length) with fresh zero pages again, placed and locked like its region. */
+static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t offset, size_t length,
+                        unsigned arena_ind) {
+  (void)size, (void)arena_ind;
+  zo_pinned_pool_t *p = pool_of(h);
+  uint8_t *a = (uint8_t *)addr + offset;
+  int want_pin = region_pinned(p, addr);
+  if (want_pin < 0) return true;
+  if (mmap(a, length, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+    return true;
+  int pinned = place_and_lock(p, a, length);
+  if (pinned != want_pin) {
+    /* A pinned region cannot take a pageable piece (or the accounting lies): refuse; jemalloc maps anew. */
+    if (pinned) munlock(a, length);
+    mmap(a, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return true;
+  }
+  account(p, length, pinned, +1);
+  return false;
+}
+
+/* Unlock [addr+offset, +length) and drop its pages, keeping the addresses. */
+static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t offset, size_t length,
+                          unsigned arena_ind) {
+  (void)size, (void)arena_ind;
+  zo_pinned_pool_t *p = pool_of(h);
+  uint8_t *a = (uint8_t *)addr + offset;
+  int pinned = region_pinned(p, addr);
+  if (pinned < 0) return true;
+  if (pinned) munlock(a, length);
+  if (mmap(a, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    if (pinned && mlock(a, length) != 0) account(p, length, 1, -1), account(p, length, 0, +1);
+    return true;
+  }
+  account(p, length, pinned, -1);
+  return false;
+}
+
+static bool hook_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a, size_t size_b, bool committed,
+                       unsigned arena_ind) {
+  (void)h, (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+  return false;
+}
+
+/* Merge only pieces of one mmap, so every extent is pinned or pageable as a whole. */
+static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b, size_t size_b, bool committed,
+                       unsigned arena_ind) {
+  (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+  zo_pinned_pool_t *p = pool_of(h);
+  pthread_mutex_lock(&p->mu);
+  long ia = regions_find(p, (uintptr_t)addr_a), ib = regions_find(p, (uintptr_t)addr_b);
+  pthread_mutex_unlock(&p->mu);
+  return !(ia >= 0 && ia == ib);
+}
+
+/* ------------------------------------------------------------- pool */
+
+static zo_status arena_ctl_size(unsigned arena, const char *name, size_t v) {
+  char key[64];
+  snprintf(key, sizeof key, "arena.%u.%s", arena, name);
+  int rc = mallctl(key, NULL, NULL, &v, sizeof v);
+  if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zu): %s", key, v, strerror(rc));
+  return ZO_OK;
+}
+
+static zo_status arena_ctl_ssize(unsigned arena, const char *name, ssize_t v) {
+  char key[64];
+  snprintf(key, sizeof key, "arena.%u.%s", arena, name);
+  int rc = mallctl(key, NULL, NULL, &v, sizeof v);
+  if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zd): %s", key, v, strerror(rc));
+  return ZO_OK;
+}
+
+zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **out) {
+  static const zo_pinned_opts defaults = ZO_PINNED_OPTS_INIT;
+  if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned host pool: out is NULL");
+  *out = NULL;
+  if (!opts) opts = &defaults;
+  if (opts->numa_node < -1 || (opts->pin != 0 && opts->pin != 1) || opts->decay_ms < -1)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned host pool: bad options (numa_node %d, pin %d, decay_ms %d)",
+                        opts->numa_node, opts->pin, opts->decay_ms);
+  zo_pinned_pool_t *p = calloc(1, sizeof *p);
+  if (!p) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned host pool: out of host memory");
+  p->opts = *opts;
+  p->page = (size_t)sysconf(_SC_PAGESIZE);
+  pthread_mutex_init(&p->mu, NULL);
+  zo_status st = ZO_OK;
+
+  if (opts->numa_node >= 0) {
+    if (hwloc_topology_init(&p->topo) != 0) {
+      p->topo = NULL;
+      st = zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: hwloc_topology_init failed");
+      goto fail;
+    }
+    if (hwloc_topology_load(p->topo) != 0) {
+      st = zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: hwloc_topology_load failed");
+      goto fail;
+    }
+    int n_nodes = hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE);
+    hwloc_obj_t node = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_NUMANODE, (unsigned)opts->numa_node);
+    if (!node) {
+      st = zo_error_set(ZO_ERR_INVALID_ARG, "pinned host pool: NUMA node %d does not exist (this machine has %d)",
+                        opts->numa_node, n_nodes);
+      goto fail;
+    }
+    p->nodeset = hwloc_bitmap_dup(node->nodeset);
+    if (!p->nodeset) {
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned host pool: out of host memory");
+      goto fail;
+    }
+  }
+
+  /* Everything the hooks touch is ready: jemalloc maps the arena's metadata through them right away. */
+  p->hooks = (extent_hooks_t){.alloc = hook_alloc,
+                              .dalloc = NULL, /* refused: see "extent hooks" above */
+                              .destroy = hook_destroy,
+                              .commit = hook_commit,
+                              .decommit = hook_decommit,
+                              .purge_lazy = NULL,   /* refused: pages of a locked extent stay until decommit */
+                              .purge_forced = NULL,
+                              .split = hook_split,
+                              .merge = hook_merge};
+  extent_hooks_t *hp = &p->hooks;
+  size_t sz = sizeof p->arena;
+  int rc = mallctl("arenas.create", &p->arena, &sz, &hp, sizeof hp);
+  if (rc) {
+    st = zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: jemalloc arenas.create: %s", strerror(rc));
+    goto fail;
+  }
+  p->have_arena = 1;
+  /* Grow extents by what is asked, not exponentially: retained spare extents would stay pinned. */
+  ZO_CHECK_GOTO(arena_ctl_size(p->arena, "retain_grow_limit", p->page), st, fail);
+  if (opts->decay_ms >= 0) {
+    ZO_CHECK_GOTO(arena_ctl_ssize(p->arena, "dirty_decay_ms", opts->decay_ms), st, fail);
+    ZO_CHECK_GOTO(arena_ctl_ssize(p->arena, "muzzy_decay_ms", opts->decay_ms), st, fail);
+  }
+  *out = p;
+  return ZO_OK;
+fail:
+  zo_pinned_pool_destroy(p);
+  return st;
+}
+
+void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
+  if (!p) return;
+  if (p->have_arena) {
+    char key[64];
+    snprintf(key, sizeof key, "arena.%u.destroy", p->arena);
+    int rc = mallctl(key, NULL, NULL, NULL, 0);
+    if (rc) zo_warn("pinned host pool: jemalloc %s: %s; its extents stay mapped", key, strerror(rc));
+    if (rc) goto out; /* jemalloc may still use them */
+  }
+  /* Direct buffers never freed, and anything jemalloc did not hand back. */
+  for (size_t i = 0; i < p->n_regs; i++) {
+    region *r = &p->regs[i];
+    if (r->pinned) munlock((void *)r->base, r->len);
+    munmap((void *)r->base, r->len);
+  }
+  if (p->regs) munmap(p->regs, p->cap_regs * sizeof(region));
+out:
+  if (p->nodeset) hwloc_bitmap_free(p->nodeset);
+  if (p->topo) hwloc_topology_destroy(p->topo);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+static int arena_flags(const zo_pinned_pool_t *p, size_t align) {
+  return MALLOCX_ARENA(p->arena) | MALLOCX_ALIGN(align) | MALLOCX_TCACHE_NONE;
+}
+
+zo_status zo_pinned_alloc(zo_pinned_pool_t *p, size_t nbytes, size_t align, int zero, void **out) {
+  if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: out is NULL");
+  *out = NULL;
+  if (!p || nbytes == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: %s", p ? "nbytes is 0" : "pool is NULL");
+  if (align == 0) align = 16;
+  if (align & (align - 1))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: alignment %zu is not a power of two", align);
+
+  int flags = arena_flags(p, align);
+  size_t pages = nbytes > SIZE_MAX - p->page ? SIZE_MAX : (nbytes + p->page - 1) & ~(p->page - 1);
+  if (nbytes >= DIRECT_MIN_BYTES) {
+    if (pages == SIZE_MAX) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: %zu bytes is too large", nbytes);
+    void *a = map_region(p, pages, align, 1);
+    if (!a)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot map %zu bytes: %s", pages, strerror(errno));
+    atomic_fetch_add(&p->bytes_allocated, pages);
+    atomic_fetch_add(&p->n_allocs, 1);
+    *out = a; /* fresh anonymous pages are zero */
+    return ZO_OK;
+  }
+  void *a = mallocx(nbytes, flags | (zero ? MALLOCX_ZERO : 0));
+  if (!a)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot allocate %zu bytes (alignment %zu)", nbytes,
+                        align);
+  atomic_fetch_add(&p->bytes_allocated, sallocx(a, 0));
+  atomic_fetch_add(&p->n_allocs, 1);
+  *out = a;
+  return ZO_OK;
+}
+
+/* 1 when @ptr is the start of a direct buffer of @p (its length in *len). */
+static int find_direct(zo_pinned_pool_t *p, const void *ptr, size_t *len) {
+  int found = 0;
+  pthread_mutex_lock(&p->mu);
+  long i = regions_find(p, (uintptr_t)ptr);
+  if (i >= 0 && p->regs[i].direct && p->regs[i].base == (uintptr_t)ptr) {
+    found = 1;
+    *len = p->regs[i].len;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return found;
+}
+
+void zo_pinned_free(zo_pinned_pool_t *p, void *ptr) {
+  if (!p || !ptr) return;
+  size_t len;
+  if (find_direct(p, ptr, &len)) {
+    unmap_range(p, ptr, len, 1);
+    atomic_fetch_sub(&p->bytes_allocated, len);
+  } else {
+    atomic_fetch_sub(&p->bytes_allocated, sallocx(ptr, 0));
+    dallocx(ptr, MALLOCX_TCACHE_NONE);
+  }
+  atomic_fetch_sub(&p->n_allocs, 1);
+}
+
+int zo_pinned_is_pinned(zo_pinned_pool_t *p, const void *ptr) {
+  if (!p || !ptr) return 0;
+  pthread_mutex_lock(&p->mu);
+  long i = regions_find(p, (uintptr_t)ptr);
+  int pinned = i >= 0 && p->regs[i].pinned;
+  pthread_mutex_unlock(&p->mu);
+  return pinned;
+}
+
+/* 1 when @ptr lies in a region of @p (any buffer, any offset). */
+static int pool_owns(zo_pinned_pool_t *p, const void *ptr) {
+  pthread_mutex_lock(&p->mu);
+  long i = regions_find(p, (uintptr_t)ptr);
+  pthread_mutex_unlock(&p->mu);
+  return i >= 0;
+}
+
+zo_status zo_pinned_pool_trim(zo_pinned_pool_t *p) {
+  if (!p) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned trim: pool is NULL");
+  char key[64];
+  snprintf(key, sizeof key, "arena.%u.purge", p->arena);
+  int rc = mallctl(key, NULL, NULL, NULL, 0);
+  if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned trim: mallctl(\"%s\"): %s", key, strerror(rc));
+  return ZO_OK;
+}
+
+zo_status zo_pinned_stats(zo_pinned_pool_t *p, zo_pinned_stats_t *s) {
+  if (!p || !s) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned stats: NULL argument");
+  s->bytes_allocated = atomic_load(&p->bytes_allocated);
+  s->bytes_mapped = atomic_load(&p->bytes_mapped);
+  s->bytes_reserved = atomic_load(&p->bytes_reserved);
+  s->bytes_pinned = atomic_load(&p->bytes_pinned);
+  s->n_allocs = atomic_load(&p->n_allocs);
+  s->n_pin_failures = atomic_load(&p->n_pin_failures);
+  s->pinned = p->opts.pin && atomic_load(&p->n_unpinned_live) == 0;
+  s->numa_node = p->opts.numa_node;
+  return ZO_OK;
+}
+
+/* ------------------------------------------- engine-facing zo_host_* */
+
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+static zo_pinned_pool_t *_Atomic g_default; /* read by zo_host_free() without the once */
+static zo_status g_default_st;
+static char g_default_err[256];
+
+static void default_pool_init(void) {
+  zo_pinned_opts o = ZO_PINNED_OPTS_INIT;
+  o.decay_ms = 0; /* engine buffers are few and long-lived: give pinned RAM back at once */
+  zo_pinned_pool_t *p = NULL;
+  g_default_st = zo_pinned_pool_create(&o, &p);
+  atomic_store(&g_default, p);
+  if (g_default_st != ZO_OK) snprintf(g_default_err, sizeof g_default_err, "%s", zo_last_error());
+}
+
+static size_t round_page(size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  return (n + pg - 1) & ~(pg - 1);
+}
 
 zo_status zo_host_alloc(size_t nbytes, int pin, void **out, int *pinned) {
   if (!out || nbytes == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "host alloc: nbytes must be > 0");
   *out = NULL;
   if (pinned) *pinned = 0;
-  size_t len = round_page(nbytes);
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: cannot map %zu bytes: %s", len, strerror(errno));
-  if (pin) {
-    if (mlock(p, len) == 0) {
-      atomic_fetch_add(&g_pinned_bytes, len);
-      if (pinned) *pinned = 1;
-    } else {
-      int err = errno;
-      struct rlimit rl = {0, 0};
-      getrlimit(RLIMIT_MEMLOCK, &rl);
-      zo_warn_once("cannot pin host memory (mlock: %s); RLIMIT_MEMLOCK is %llu bytes. Buffers stay pageable "
-                   "and host-device copies will be slower. Raise the limit with `ulimit -l unlimited` or "
-                   "memlock in /etc/security/limits.conf",
-                   strerror(err), (unsigned long long)rl.rlim_cur);
-    }
+  if (!pin) {
+    void *p = mmap(NULL, round_page(nbytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: cannot map %zu bytes: %s", round_page(nbytes),
+                          strerror(errno));
+    *out = p;
+    return ZO_OK;
   }
-  *out = p;
+  pthread_once(&g_default_once, default_pool_init);
+  if (g_default_st != ZO_OK) return zo_error_set(g_default_st, "host alloc: %s", g_default_err);
+  ZO_CHECK(zo_pinned_alloc(g_default, nbytes, 4096, 1, out));
+  if (pinned) *pinned = zo_pinned_is_pinned(g_default, *out);
   return ZO_OK;
 }
 
 void zo_host_free(void *ptr, size_t nbytes, int pinned) {
+  (void)pinned; /* ownership is looked up, so a wrong flag cannot unbalance the accounting */
   if (!ptr) return;
-  size_t len = round_page(nbytes);
-  if (pinned) {
-    munlock(ptr, len);
-    atomic_fetch_sub(&g_pinned_bytes, len);
+  if (g_default && pool_owns(g_default, ptr)) {
+    zo_pinned_free(g_default, ptr);
+    return;
   }
-  munmap(ptr, len);
+  munmap(ptr, round_page(nbytes));
 }
 
-size_t zo_host_pinned_bytes(void) { return atomic_load(&g_pinned_bytes); }
+size_t zo_host_pinned_bytes(void) {
+  zo_pinned_stats_t s;
+  if (!g_default || zo_pinned_stats(g_default, &s) != ZO_OK) return 0;
+  return s.bytes_pinned;
+}
+
+zo_pinned_pool_t *zo_host_pool(void) {
+  pthread_once(&g_default_once, default_pool_init);
+  return g_default;
+}

@@ -1,28 +1,44 @@
 /*
- * pinned_internal.h - page-locked host buffers for the middle tier.
- * A thin mmap + mlock allocator with byte accounting; the jemalloc-arena pool
- * with NUMA placement replaces its insides later without changing callers.
+ * pinned_internal.h - the engine's calls for host buffers of the middle tier,
+ * on a process-wide pinned pool (zoffload/pinned.h). Not installed; the pool
+ * itself, with NUMA placement and statistics, is public in zoffload/pinned.h.
  */
 #ifndef ZO_PINNED_INTERNAL_H
 #define ZO_PINNED_INTERNAL_H
 
 #include <stddef.h>
+#include "zoffload/pinned.h"
 #include "zoffload/status.h"
 
 /*
  * zo_host_alloc() - zero-filled host buffer of @nbytes, page aligned (4096).
- * @pin: 1 to lock it in RAM (mlock). When the lock is refused (RLIMIT_MEMLOCK
- * too low, EPERM) the buffer stays pageable and one warning names the limit
- * and how to raise it; *@pinned tells the caller which it got.
- * Returns ZO_OK, ZO_ERR_INVALID_ARG (nbytes 0), ZO_ERR_OUT_OF_MEMORY.
+ * @pin: 1 to take it from the process-wide pinned pool (created on first use:
+ * no NUMA binding, decay 0 so freed buffers are unlocked and unmapped at
+ * once); 0 for a plain pageable mmap. When mlock is refused (RLIMIT_MEMLOCK
+ * too low, EPERM) the buffer stays pageable and one warning per process names
+ * the limit and how to raise it; *@pinned (may be NULL) tells the caller which
+ * it got. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL out, nbytes 0),
+ * ZO_ERR_OUT_OF_MEMORY, ZO_ERR_SYSTEM (the pool could not be created).
  * Thread-safe.
  */
 zo_status zo_host_alloc(size_t nbytes, int pin, void **out, int *pinned);
 
-/* zo_host_free() - release a buffer from zo_host_alloc(); NULL ok. */
+/*
+ * zo_host_free() - release a buffer from zo_host_alloc(); NULL ok. Whether it
+ * came from the pinned pool is looked up from the address, so @pinned is
+ * ignored (kept for callers); @nbytes must be the size given to zo_host_alloc().
+ * Thread-safe.
+ */
 void zo_host_free(void *ptr, size_t nbytes, int pinned);
 
-/* zo_host_pinned_bytes() - bytes currently locked by zo_host_alloc(). */
+/*
+ * zo_host_pinned_bytes() - bytes the process-wide pool holds mlock'ed: live
+ * buffers rounded to their size class, plus the arena's metadata (about
+ * 2 MiB once the pool exists). 0 before the first pinned zo_host_alloc().
+ */
 size_t zo_host_pinned_bytes(void);
+
+/* zo_host_pool() - the process-wide pool (created on first call), NULL if it cannot be created. */
+zo_pinned_pool_t *zo_host_pool(void);
 
 #endif

@@ -1,22 +1,30 @@
 /*
- * swap.c - the NVMe tier: swap files in a private directory, transfers cut into
- * block_size pieces driven by io_uring (O_DIRECT), or pread/pwrite when the
- * ring is refused. Not a cache and not a layout: callers choose offsets.
+ * swap.c - the NVMe tier: preallocated swap files in a locked private
+ * directory, extents inside them, transfers cut into block_size pieces driven
+ * by io_uring (O_DIRECT, fixed buffers and files, optional SQPOLL) or by a
+ * small pool of pread/pwrite threads when the ring is refused, and optional
+ * CRC32C per chunk. Not a cache and not a tensor layout: callers choose extents.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/fs.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <isa-l/crc.h>
 #include <liburing.h>
 
 #include "base_internal.h"
@@ -27,7 +35,11 @@
 #define SWAP_DEFAULT_QD 32u
 #define SWAP_MAX_BLOCK ((size_t)1 << 30)
 #define SWAP_MAX_QD 32768u
-#define SWAP_MAX_RETRIES 16 /* -EAGAIN/-EINTR or no-progress short transfers per piece */
+#define SWAP_MAX_RETRIES 16    /* -EAGAIN/-EINTR or no-progress short transfers per piece */
+#define SWAP_FILE_SLOTS 256u   /* fixed-file table size with opts.register_files */
+#define SWAP_MAX_BUFFERS 16384u /* io_uring's limit on registered buffers */
+#define SWAP_MAX_RANK 99999999
+#define SWAP_LOCK_NAME ".lock"
 
 /* statx(2) with the kernel's own layout, so STATX_DIOALIGN works whatever libc headers say. */
 #ifndef STATX_DIOALIGN
@@ -51,6 +63,7 @@ struct zo_kstatx {
 _Static_assert(sizeof(struct zo_kstatx) == 256, "struct statx is 256 bytes");
 
 typedef struct zo_swap_piece zo_swap_piece_t;
+typedef struct zo_swap_ext zo_swap_ext_t;
 
 struct zo_swap_piece {
   zo_swap_req_t *req;
@@ -59,16 +72,30 @@ struct zo_swap_piece {
   size_t len;    /* piece length, bytes */
   size_t done;   /* bytes confirmed so far (aligned down under O_DIRECT) */
   unsigned retries;
-  zo_swap_piece_t *next_free;
+  int res;       /* pool path: result of the last pread/pwrite (bytes or -errno) */
+  zo_swap_piece_t *next_free; /* free list, or the pool's work/done queues */
+};
+
+/* A free extent of a swap file; the list is sorted by offset and never has two touching. */
+struct zo_swap_ext {
+  uint64_t off, len; /* bytes */
+  zo_swap_ext_t *next;
 };
 
 struct zo_swap_file {
   zo_swap_t *sw;
   zo_swap_file_t *prev, *next; /* sw->files */
   int fd;
+  int slot;             /* index in the ring's fixed-file table, or -1 */
   int direct;           /* opened with O_DIRECT */
   unsigned n_reqs;      /* requests not yet waited */
   uint64_t size;        /* bytes */
+  zo_swap_ext_t *free_ext; /* free extents, sorted by offset */
+  uint64_t free_bytes;
+  size_t csum_chunk;    /* bytes per CRC; 0: no checksums */
+  uint64_t n_chunks;
+  uint32_t *crc;        /* [n_chunks] CRC32C of each chunk as last written whole */
+  uint64_t *crc_valid;  /* [(n_chunks + 63) / 64] bit set: crc[c] is known */
   char path[PATH_MAX + 256]; /* full path: dir + "/" + name */
   const char *name;     /* points into path */
 };
@@ -90,26 +117,48 @@ struct zo_swap_req {
   zo_swap_req_t *live_prev, *live_next; /* every request not yet waited */
 };
 
+/* The pread/pwrite fallback: workers take pieces from work, run one call, put them on done. */
+typedef struct zo_swap_pool {
+  pthread_t *threads;
+  unsigned n_threads;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, done_cv;
+  zo_swap_piece_t *work_head, *work_tail, *done_head, *done_tail;
+  int stop;
+} zo_swap_pool_t;
+
 struct zo_swap {
   char dir[PATH_MAX];
   int dirfd;
+  int lockfd;               /* SWAP_LOCK_NAME in dir, flock(LOCK_EX) held */
+  int rank;
   size_t align;
   size_t block_size;
   unsigned qd;
   int use_uring;
+  int sqpoll;               /* ring set up with IORING_SETUP_SQPOLL */
+  int fixed_files;          /* sparse fixed-file table registered */
+  unsigned char slot_used[SWAP_FILE_SLOTS];
+  struct iovec *bufs;       /* [n_bufs] registered buffers */
+  unsigned n_bufs;
+  int checksum_default;     /* opts.checksum */
   struct io_uring ring;
+  zo_swap_pool_t pool;
+  int pool_started;
   int direct;               /* 0 once some file fell back to buffered I/O */
   zo_swap_file_t *files;
   zo_swap_piece_t *pieces;  /* [qd] */
   zo_swap_piece_t *free_pieces;
-  unsigned n_inflight;      /* pieces prepared on the ring and not reaped */
+  unsigned n_inflight;      /* pieces issued (ring or pool) and not reaped */
   unsigned n_unsubmitted;   /* SQEs prepared but not yet accepted by io_uring_submit */
+  unsigned n_live;          /* requests not yet waited */
   zo_swap_req_t *pend_head, *pend_tail;
   zo_swap_req_t *live;
   int inject_k;             /* fault injection: completions left until it fires; 0 off */
   int inject_res;
   unsigned long n_completions; /* every piece completion, for tests */
   int refuse_direct;           /* test hook: pretend O_DIRECT opens fail with EINVAL */
+  char desc[PATH_MAX + 256];   /* zo_swap_describe() */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -117,6 +166,23 @@ struct zo_swap {
 static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static zo_status sys_status(int err) {
+  return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
+}
+
+uint32_t zo_swap_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
+  /* ISA-L's crc32_iscsi() applies neither the initial nor the final inversion itself. */
+  uint32_t c = ~crc;
+  const unsigned char *p = buf;
+  while (nbytes) {
+    int n = nbytes > (1u << 30) ? (1 << 30) : (int)nbytes;
+    c = crc32_iscsi((unsigned char *)p, n, c);
+    p += n;
+    nbytes -= (size_t)n;
+  }
+  return ~c;
+}
 
 /* Logical block size of the block device holding @dev, or 0 when it cannot be asked. */
 static size_t blockdev_logical_size(unsigned maj, unsigned min) {
@@ -200,6 +266,7 @@ static void live_remove(zo_swap_t *sw, zo_swap_req_t *r) {
   else
     sw->live = r->live_next;
   if (r->live_next) r->live_next->live_prev = r->live_prev;
+  sw->n_live--;
 }
 
 static int req_done(const zo_swap_req_t *r) {
@@ -214,12 +281,62 @@ static void req_fail(zo_swap_t *sw, zo_swap_req_t *r, int err, uint64_t off, siz
   pend_remove(sw, r); /* do not start more pieces of a failed request */
 }
 
+/* ---- checksums: CRC32C per chunk, in host memory ----------------------------------------- */
+
+static void crc_forget(zo_swap_file_t *f, uint64_t off, uint64_t nbytes) {
+  if (!f->csum_chunk || !nbytes) return;
+  uint64_t c0 = off / f->csum_chunk, c1 = (off + nbytes - 1) / f->csum_chunk;
+  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) f->crc_valid[c / 64] &= ~(1ull << (c % 64));
+}
+
+/* Chunk @c's byte range [*start, *end) in the file. */
+static void chunk_range(const zo_swap_file_t *f, uint64_t c, uint64_t *start, uint64_t *end) {
+  *start = c * f->csum_chunk;
+  *end = *start + f->csum_chunk;
+  if (*end > f->size) *end = f->size;
+}
+
+/* Record the CRCs of the chunks that @buf (file range [off, off+n)) covers whole; forget partial ones. */
+static void crc_record(zo_swap_file_t *f, uint64_t off, const char *buf, size_t n) {
+  if (!f->csum_chunk) return;
+  uint64_t c0 = off / f->csum_chunk, c1 = (off + n - 1) / f->csum_chunk;
+  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) {
+    uint64_t s, e;
+    chunk_range(f, c, &s, &e);
+    if (s >= off && e <= off + n) {
+      f->crc[c] = zo_swap_crc32c(0, buf + (s - off), (size_t)(e - s));
+      f->crc_valid[c / 64] |= 1ull << (c % 64);
+    } else {
+      f->crc_valid[c / 64] &= ~(1ull << (c % 64));
+    }
+  }
+}
+
+/* Verify the chunks a completed read covers whole; ZO_ERR_CORRUPT on the first mismatch. */
+static zo_status crc_verify(zo_swap_file_t *f, uint64_t off, const char *buf, size_t n) {
+  if (!f->csum_chunk) return ZO_OK;
+  uint64_t c0 = off / f->csum_chunk, c1 = (off + n - 1) / f->csum_chunk;
+  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) {
+    if (!(f->crc_valid[c / 64] >> (c % 64) & 1)) continue;
+    uint64_t s, e;
+    chunk_range(f, c, &s, &e);
+    if (s < off || e > off + n) continue;
+    uint32_t got = zo_swap_crc32c(0, buf + (s - off), (size_t)(e - s));
+    if (got != f->crc[c])
+      return zo_error_set(ZO_ERR_CORRUPT,
+                          "swap: read '%s' at offset %" PRIu64 ", length %" PRIu64
+                          " bytes: CRC32C mismatch (expected 0x%08x, got 0x%08x): the data on disk changed",
+                          f->path, s, e - s, f->crc[c], got);
+  }
+  return ZO_OK;
+}
+
 /* ---- the completion path (0 / -errno inside) ---------------------------------------------- */
 
 /*
  * Account one completion of piece @p with result @res (bytes or -errno).
  * Returns 1 when the piece must be issued again (for its remaining bytes),
- * 0 when it is finished, successfully or not.
+ * 0 when it is finished, successfully or not. Runs on the caller's thread only.
  */
 static int piece_complete(zo_swap_t *sw, zo_swap_piece_t *p, int res) {
   zo_swap_req_t *r = p->req;
@@ -264,36 +381,132 @@ static void piece_release(zo_swap_t *sw, zo_swap_piece_t *p) {
   sw->free_pieces = p;
 }
 
+/* Index of the registered buffer holding [buf, buf+len), or -1. */
+static int find_fixed_buf(const zo_swap_t *sw, const char *buf, size_t len) {
+  for (unsigned i = 0; i < sw->n_bufs; i++) {
+    const char *b = sw->bufs[i].iov_base;
+    if (buf >= b && len <= sw->bufs[i].iov_len && (size_t)(buf - b) <= sw->bufs[i].iov_len - len) return (int)i;
+  }
+  return -1;
+}
+
 /* Prepare one SQE for the remaining bytes of @p. */
 static int piece_prep_uring(zo_swap_t *sw, zo_swap_piece_t *p) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&sw->ring);
-  if (!sqe) { /* cannot happen with pieces <= SQ entries, but be safe */
+  for (int tries = 0; !sqe && tries < 64; tries++) { /* cannot happen with pieces <= SQ entries, but be safe */
     int ret = io_uring_submit(&sw->ring);
     if (ret > 0) sw->n_unsubmitted -= (unsigned)ret > sw->n_unsubmitted ? sw->n_unsubmitted : (unsigned)ret;
+    if (sw->sqpoll) io_uring_sqring_wait(&sw->ring);
     sqe = io_uring_get_sqe(&sw->ring);
-    if (!sqe) return -EBUSY;
   }
+  if (!sqe) return -EBUSY;
   zo_swap_req_t *r = p->req;
   unsigned len = (unsigned)(p->len - p->done);
-  if (r->is_write)
-    io_uring_prep_write(sqe, r->f->fd, p->buf + p->done, len, p->off + p->done);
-  else
-    io_uring_prep_read(sqe, r->f->fd, p->buf + p->done, len, p->off + p->done);
+  char *buf = p->buf + p->done;
+  uint64_t off = p->off + p->done;
+  int fd = r->f->slot >= 0 ? r->f->slot : r->f->fd;
+  int bi = sw->n_bufs ? find_fixed_buf(sw, buf, len) : -1;
+  if (bi >= 0) {
+    if (r->is_write)
+      io_uring_prep_write_fixed(sqe, fd, buf, len, off, bi);
+    else
+      io_uring_prep_read_fixed(sqe, fd, buf, len, off, bi);
+  } else if (r->is_write) {
+    io_uring_prep_write(sqe, fd, buf, len, off);
+  } else {
+    io_uring_prep_read(sqe, fd, buf, len, off);
+  }
+  if (r->f->slot >= 0) sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data(sqe, p);
   sw->n_unsubmitted++;
   return 0;
 }
 
-/* Run piece @p to the end with pread/pwrite (the fallback path). */
-static void piece_run_sync(zo_swap_t *sw, zo_swap_piece_t *p) {
-  zo_swap_req_t *r = p->req;
+/* ---- the pread/pwrite thread pool (fallback when io_uring is refused) --------------------- */
+
+static void *pool_main(void *arg) {
+  zo_swap_pool_t *pl = arg;
+  pthread_mutex_lock(&pl->mu);
   for (;;) {
+    while (!pl->stop && !pl->work_head) pthread_cond_wait(&pl->work_cv, &pl->mu);
+    if (pl->stop) break;
+    zo_swap_piece_t *p = pl->work_head;
+    pl->work_head = p->next_free;
+    if (!pl->work_head) pl->work_tail = NULL;
+    pthread_mutex_unlock(&pl->mu);
+    /* The piece and its request are not touched by the owner while queued here. */
+    zo_swap_req_t *r = p->req;
     size_t len = p->len - p->done;
     ssize_t n = r->is_write ? pwrite(r->f->fd, p->buf + p->done, len, (off_t)(p->off + p->done))
                             : pread(r->f->fd, p->buf + p->done, len, (off_t)(p->off + p->done));
-    int res = n < 0 ? -errno : (int)n;
-    if (!piece_complete(sw, p, res)) break;
+    p->res = n < 0 ? -errno : (int)n;
+    pthread_mutex_lock(&pl->mu);
+    p->next_free = NULL;
+    if (pl->done_tail)
+      pl->done_tail->next_free = p;
+    else
+      pl->done_head = p;
+    pl->done_tail = p;
+    pthread_cond_signal(&pl->done_cv);
   }
+  pthread_mutex_unlock(&pl->mu);
+  return NULL;
+}
+
+static void pool_push(zo_swap_t *sw, zo_swap_piece_t *p) {
+  zo_swap_pool_t *pl = &sw->pool;
+  pthread_mutex_lock(&pl->mu);
+  p->next_free = NULL;
+  if (pl->work_tail)
+    pl->work_tail->next_free = p;
+  else
+    pl->work_head = p;
+  pl->work_tail = p;
+  pthread_cond_signal(&pl->work_cv);
+  pthread_mutex_unlock(&pl->mu);
+}
+
+static int pool_start(zo_swap_t *sw, unsigned n) {
+  zo_swap_pool_t *pl = &sw->pool;
+  pl->threads = calloc(n, sizeof *pl->threads);
+  if (!pl->threads) return -ENOMEM;
+  pthread_mutex_init(&pl->mu, NULL);
+  pthread_cond_init(&pl->work_cv, NULL);
+  pthread_cond_init(&pl->done_cv, NULL);
+  sw->pool_started = 1;
+  for (unsigned i = 0; i < n; i++) {
+    int e = pthread_create(&pl->threads[i], NULL, pool_main, pl);
+    if (e) return -e;
+    pl->n_threads++;
+  }
+  return 0;
+}
+
+static void pool_stop(zo_swap_t *sw) {
+  zo_swap_pool_t *pl = &sw->pool;
+  if (!sw->pool_started) return;
+  pthread_mutex_lock(&pl->mu);
+  pl->stop = 1;
+  pthread_cond_broadcast(&pl->work_cv);
+  pthread_mutex_unlock(&pl->mu);
+  for (unsigned i = 0; i < pl->n_threads; i++) pthread_join(pl->threads[i], NULL);
+  pthread_mutex_destroy(&pl->mu);
+  pthread_cond_destroy(&pl->work_cv);
+  pthread_cond_destroy(&pl->done_cv);
+  free(pl->threads);
+  sw->pool_started = 0;
+}
+
+/* Hand the remaining bytes of @p to the ring or the pool; counts it in flight. */
+static int piece_issue(zo_swap_t *sw, zo_swap_piece_t *p) {
+  if (sw->use_uring) {
+    int ret = piece_prep_uring(sw, p);
+    if (ret < 0) return ret;
+  } else {
+    pool_push(sw, p);
+  }
+  sw->n_inflight++;
+  return 0;
 }
 
 static int ring_submit(zo_swap_t *sw) {
@@ -324,25 +537,45 @@ static int pump(zo_swap_t *sw) {
     r->carved += len;
     r->n_inflight++;
     if (r->carved == r->nbytes) pend_remove(sw, r);
-    if (sw->use_uring) {
-      int ret = piece_prep_uring(sw, p);
-      if (ret < 0) {
-        req_fail(sw, r, ret, p->off, p->len);
-        piece_release(sw, p);
-        return ret;
-      }
-      sw->n_inflight++;
-    } else {
-      piece_run_sync(sw, p);
+    int ret = piece_issue(sw, p);
+    if (ret < 0) {
+      req_fail(sw, r, ret, p->off, p->len);
       piece_release(sw, p);
+      return ret;
     }
   }
   return ring_submit(sw);
 }
 
-/* Reap every available CQE; with @wait, block for at least one first. */
+/* Account a finished attempt of @p: issue it again or release it. */
+static void piece_settle(zo_swap_t *sw, zo_swap_piece_t *p, int res) {
+  sw->n_inflight--;
+  if (piece_complete(sw, p, res)) {
+    int ret = piece_issue(sw, p);
+    if (ret == 0) return;
+    req_fail(sw, p->req, ret, p->off + p->done, p->len - p->done);
+  }
+  piece_release(sw, p);
+}
+
+static int reap_pool(zo_swap_t *sw, int wait) {
+  zo_swap_pool_t *pl = &sw->pool;
+  pthread_mutex_lock(&pl->mu);
+  while (wait && !pl->done_head) pthread_cond_wait(&pl->done_cv, &pl->mu);
+  zo_swap_piece_t *p = pl->done_head;
+  pl->done_head = pl->done_tail = NULL;
+  pthread_mutex_unlock(&pl->mu);
+  while (p) {
+    zo_swap_piece_t *next = p->next_free;
+    piece_settle(sw, p, p->res);
+    p = next;
+  }
+  return 0;
+}
+
+/* Reap every available completion; with @wait, block for at least one first. */
 static int reap(zo_swap_t *sw, int wait) {
-  if (!sw->use_uring) return 0;
+  if (!sw->use_uring) return reap_pool(sw, wait);
   if (wait) {
     int ret = io_uring_submit_and_wait(&sw->ring, 1);
     if (ret >= 0) {
@@ -358,28 +591,164 @@ static int reap(zo_swap_t *sw, int wait) {
   unsigned head, n = 0;
   struct io_uring_cqe *cqe;
   io_uring_for_each_cqe(&sw->ring, head, cqe) {
-    zo_swap_piece_t *p = io_uring_cqe_get_data(cqe);
     n++;
-    sw->n_inflight--;
-    if (piece_complete(sw, p, cqe->res)) {
-      int ret = piece_prep_uring(sw, p);
-      if (ret == 0) {
-        sw->n_inflight++;
-        continue;
-      }
-      req_fail(sw, p->req, ret, p->off + p->done, p->len - p->done);
-    }
-    piece_release(sw, p);
+    piece_settle(sw, io_uring_cqe_get_data(cqe), cqe->res);
   }
   io_uring_cq_advance(&sw->ring, n);
   return 0;
 }
 
-/* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
+/* ---- the private directory: nvme_path/zoffload-rank<R>, locked while in use -------------- */
 
-static zo_status sys_status(int err) {
-  return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
+/* The pid recorded in a lock file, or -1. */
+static long lock_read_pid(int fd) {
+  char b[32];
+  ssize_t n = pread(fd, b, sizeof b - 1, 0);
+  if (n <= 0) return -1;
+  b[n] = 0;
+  char *end;
+  long pid = strtol(b, &end, 10);
+  return end == b ? -1 : pid;
 }
+
+/* Remove every entry but the lock file from the locked, stale directory; returns -errno. */
+static int empty_stale_dir(zo_swap_t *sw, unsigned *n_removed, char *bad, size_t bad_len) {
+  int fd = dup(sw->dirfd);
+  if (fd < 0) return -errno;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  rewinddir(d);
+  int ret = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, SWAP_LOCK_NAME)) continue;
+    if (unlinkat(sw->dirfd, de->d_name, 0) != 0) {
+      ret = -errno;
+      snprintf(bad, bad_len, "%s", de->d_name);
+      break;
+    }
+    (*n_removed)++;
+  }
+  closedir(d);
+  return ret;
+}
+
+static zo_status open_private_dir(zo_swap_t *sw, const char *nvme_path) {
+  int made = mkdir(sw->dir, 0700) == 0;
+  if (!made && errno != EEXIST) {
+    int e = errno;
+    return zo_error_set(sys_status(e), "swap: nvme_path '%s': cannot make '%s': %s", nvme_path, sw->dir, strerror(e));
+  }
+  struct stat st;
+  if (lstat(sw->dir, &st) != 0) {
+    int e = errno;
+    return zo_error_set(sys_status(e), "swap: swap directory '%s': %s", sw->dir, strerror(e));
+  }
+  if (S_ISLNK(st.st_mode))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' is a symbolic link; refusing to follow it", sw->dir);
+  if (!S_ISDIR(st.st_mode))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' exists and is not a directory", sw->dir);
+  sw->dirfd = open(sw->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (sw->dirfd < 0) {
+    int e = errno;
+    return zo_error_set(e == ELOOP || e == ENOTDIR ? ZO_ERR_INVALID_ARG : sys_status(e), "swap: open '%s': %s",
+                        sw->dir, strerror(e));
+  }
+  if (fstat(sw->dirfd, &st) != 0) {
+    int e = errno;
+    return zo_error_set(ZO_ERR_SYSTEM, "swap: fstat '%s': %s", sw->dir, strerror(e));
+  }
+  if (st.st_uid != geteuid())
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' belongs to uid %u, not to us (uid %u)", sw->dir,
+                        (unsigned)st.st_uid, (unsigned)geteuid());
+  sw->lockfd = openat(sw->dirfd, SWAP_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (sw->lockfd < 0) {
+    int e = errno;
+    return zo_error_set(e == ELOOP ? ZO_ERR_INVALID_ARG : sys_status(e), "swap: lock file '%s/%s': %s", sw->dir,
+                        SWAP_LOCK_NAME, strerror(e));
+  }
+  if (flock(sw->lockfd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    long pid = lock_read_pid(sw->lockfd);
+    close(sw->lockfd);
+    sw->lockfd = -1;
+    if (e == EWOULDBLOCK)
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "swap: swap directory %s is in use by a live process (pid %ld); use another nvme_path or rank",
+                          sw->dir, pid);
+    return zo_error_set(ZO_ERR_SYSTEM, "swap: flock '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(e));
+  }
+  if (!made) { /* the lock was free: a dead run left this directory */
+    long pid = lock_read_pid(sw->lockfd);
+    unsigned n_removed = 0;
+    char bad[256] = "";
+    int ret = empty_stale_dir(sw, &n_removed, bad, sizeof bad);
+    if (ret < 0)
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: cannot empty stale swap directory %s (left by pid %ld): '%s': %s",
+                          sw->dir, pid, bad, strerror(-ret));
+    zo_warn("swap: removed stale swap directory %s left by pid %ld (%u files)", sw->dir, pid, n_removed);
+  }
+  if ((st.st_mode & 07777) != 0700 && fchmod(sw->dirfd, 0700) != 0) {
+    int e = errno;
+    return zo_error_set(ZO_ERR_SYSTEM, "swap: chmod 0700 '%s': %s", sw->dir, strerror(e));
+  }
+  char b[32];
+  int n = snprintf(b, sizeof b, "%ld\n", (long)getpid());
+  if (ftruncate(sw->lockfd, 0) != 0 || pwrite(sw->lockfd, b, (size_t)n, 0) != n)
+    zo_warn("swap: cannot record our pid in '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(errno));
+  return ZO_OK;
+}
+
+/* Remove the lock file and the directory, then drop the lock. */
+static void close_private_dir(zo_swap_t *sw) {
+  if (sw->dirfd >= 0 && sw->lockfd >= 0) {
+    if (unlinkat(sw->dirfd, SWAP_LOCK_NAME, 0) != 0) zo_warn("swap: unlink '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(errno));
+    if (rmdir(sw->dir) != 0) zo_warn("swap: rmdir '%s': %s", sw->dir, strerror(errno));
+  }
+  if (sw->lockfd >= 0) close(sw->lockfd);
+  if (sw->dirfd >= 0) close(sw->dirfd);
+  sw->lockfd = sw->dirfd = -1;
+}
+
+/* ---- the ring --------------------------------------------------------------------------- */
+
+static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
+  struct io_uring_params p;
+  int ret = -EINVAL;
+  if (opts && opts->sqpoll) {
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
+    ret = io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+    if (ret == 0)
+      sw->sqpoll = 1;
+    else
+      zo_warn_once("swap: io_uring SQPOLL refused (%s); continuing without it", strerror(-ret));
+  }
+  if (ret != 0) {
+    memset(&p, 0, sizeof p);
+    ret = io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+  }
+  if (ret != 0) {
+    zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads", sw->qd,
+                 strerror(-ret));
+    return;
+  }
+  sw->use_uring = 1;
+  if (opts && opts->register_files) {
+    ret = io_uring_register_files_sparse(&sw->ring, SWAP_FILE_SLOTS);
+    if (ret == 0)
+      sw->fixed_files = 1;
+    else
+      zo_warn_once("swap: io_uring_register_files refused (%s); using plain file descriptors", strerror(-ret));
+  }
+}
+
+/* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
 
 zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
   if (out) *out = NULL;
@@ -387,10 +756,13 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
   size_t block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
   unsigned qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
+  int rank = opts ? opts->rank : 0;
   if (block > SWAP_MAX_BLOCK)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", block, SWAP_MAX_BLOCK);
   if (qd > SWAP_MAX_QD)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", qd, SWAP_MAX_QD);
+  if (rank < 0 || rank > SWAP_MAX_RANK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", rank, SWAP_MAX_RANK);
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
@@ -403,26 +775,18 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");
-  sw->dirfd = -1;
+  sw->dirfd = sw->lockfd = -1;
+  sw->rank = rank;
+  sw->checksum_default = opts && opts->checksum;
   size_t plen = strlen(nvme_path);
   while (plen > 1 && nvme_path[plen - 1] == '/') plen--;
-  int n = snprintf(sw->dir, sizeof sw->dir, "%.*s/zoffload-%ld-XXXXXX", (int)plen, nvme_path, (long)getpid());
+  int n = snprintf(sw->dir, sizeof sw->dir, "%.*s/zoffload-rank%d", (int)plen, nvme_path, rank);
   if (n < 0 || (size_t)n + 256 >= sizeof sw->dir) {
     free(sw);
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENAMETOOLONG));
   }
-  if (!mkdtemp(sw->dir)) {
-    int e = errno;
-    free(sw);
-    return zo_error_set(e == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM, "swap: nvme_path '%s': %s", nvme_path, strerror(e));
-  }
-  zo_status st_ret = ZO_OK;
-  sw->dirfd = open(sw->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (sw->dirfd < 0) {
-    int e = errno;
-    st_ret = zo_error_set(sys_status(e), "swap: open '%s': %s", sw->dir, strerror(e));
-    goto err;
-  }
+  zo_status st_ret = open_private_dir(sw, nvme_path);
+  if (st_ret != ZO_OK) goto err; /* close_private_dir() leaves a directory we did not lock alone */
   sw->align = probe_alignment(sw);
   sw->block_size = round_up(block, sw->align);
   if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
@@ -437,35 +801,58 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   sw->free_pieces = &sw->pieces[0];
 
   const char *force = getenv("ZO_SWAP_FORCE_PREAD");
-  if (force && force[0] && strcmp(force, "0") != 0) {
-    zo_info("swap: ZO_SWAP_FORCE_PREAD set, using synchronous pread/pwrite");
-  } else {
-    int ret = io_uring_queue_init(qd, &sw->ring, 0);
-    if (ret == 0) {
-      sw->use_uring = 1;
-    } else {
-      zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to synchronous pread/pwrite", qd,
-                   strerror(-ret));
+  if (force && force[0] && strcmp(force, "0") != 0)
+    zo_info("swap: ZO_SWAP_FORCE_PREAD set, using a pool of pread/pwrite threads");
+  else
+    ring_open(sw, opts);
+  if (!sw->use_uring) {
+    unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4);
+    int ret = pool_start(sw, nt);
+    if (ret < 0) {
+      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start %u pread/pwrite threads: %s", nt, strerror(-ret));
+      goto err;
     }
   }
   *out = sw;
   return ZO_OK;
 err:
-  if (sw->dirfd >= 0) close(sw->dirfd);
-  rmdir(sw->dir);
+  pool_stop(sw);
+  if (sw->use_uring) io_uring_queue_exit(&sw->ring);
+  close_private_dir(sw);
   free(sw->pieces);
   free(sw);
   return st_ret;
 }
 
+static void file_free(zo_swap_file_t *f) {
+  while (f->free_ext) {
+    zo_swap_ext_t *x = f->free_ext;
+    f->free_ext = x->next;
+    free(x);
+  }
+  free(f->crc);
+  free(f->crc_valid);
+  free(f);
+}
+
+/* Close @f's descriptor and give back its fixed-file slot. */
+static void file_close(zo_swap_t *sw, zo_swap_file_t *f) {
+  if (f->slot >= 0) {
+    int minus1 = -1;
+    io_uring_register_files_update(&sw->ring, (unsigned)f->slot, &minus1, 1);
+    sw->slot_used[f->slot] = 0;
+    f->slot = -1;
+  }
+  close(f->fd);
+}
+
 void zo_swap_destroy(zo_swap_t *sw) {
   if (!sw) return;
-  if (sw->use_uring) {
-    if (sw->n_inflight) zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped", sw->n_inflight);
-    while (sw->pend_head) pend_remove(sw, sw->pend_head); /* start nothing new */
-    while (sw->n_inflight)
-      if (reap(sw, 1) < 0) break;
-  }
+  if (sw->n_inflight) zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped", sw->n_inflight);
+  while (sw->pend_head) pend_remove(sw, sw->pend_head); /* start nothing new */
+  while (sw->n_inflight)
+    if (reap(sw, 1) < 0) break;
+  pool_stop(sw);
   unsigned n_live = 0;
   while (sw->live) {
     zo_swap_req_t *r = sw->live;
@@ -477,13 +864,13 @@ void zo_swap_destroy(zo_swap_t *sw) {
   while (sw->files) {
     zo_swap_file_t *f = sw->files;
     sw->files = f->next;
-    close(f->fd);
+    file_close(sw, f);
     if (unlinkat(sw->dirfd, f->name, 0) != 0) zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
-    free(f);
+    file_free(f);
   }
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
-  if (sw->dirfd >= 0) close(sw->dirfd);
-  if (rmdir(sw->dir) != 0) zo_warn("swap: rmdir '%s': %s", sw->dir, strerror(errno));
+  close_private_dir(sw);
+  free(sw->bufs);
   free(sw->pieces);
   free(sw);
 }
@@ -493,28 +880,122 @@ size_t zo_swap_block_size(const zo_swap_t *sw) { return sw ? sw->block_size : 0;
 unsigned zo_swap_queue_depth(const zo_swap_t *sw) { return sw ? sw->qd : 0; }
 int zo_swap_is_direct(const zo_swap_t *sw) { return sw ? sw->direct : 0; }
 int zo_swap_uses_io_uring(const zo_swap_t *sw) { return sw ? sw->use_uring : 0; }
+int zo_swap_uses_sqpoll(const zo_swap_t *sw) { return sw ? sw->sqpoll : 0; }
+int zo_swap_uses_fixed_files(const zo_swap_t *sw) { return sw ? sw->fixed_files : 0; }
+unsigned zo_swap_n_registered_buffers(const zo_swap_t *sw) { return sw ? sw->n_bufs : 0; }
 const char *zo_swap_dir(const zo_swap_t *sw) { return sw ? sw->dir : ""; }
 uint64_t zo_swap_file_size(const zo_swap_file_t *f) { return f ? f->size : 0; }
 const char *zo_swap_file_path(const zo_swap_file_t *f) { return f ? f->path : ""; }
+int zo_swap_file_checksummed(const zo_swap_file_t *f) { return f && f->csum_chunk; }
+
+const char *zo_swap_describe(zo_swap_t *sw) {
+  if (!sw) return "no swap";
+  char eng[64];
+  if (sw->use_uring)
+    snprintf(eng, sizeof eng, "io_uring qd %u", sw->qd);
+  else
+    snprintf(eng, sizeof eng, "pread/pwrite pool (%u threads) qd %u", sw->pool.n_threads, sw->qd);
+  unsigned n_csum = 0;
+  for (zo_swap_file_t *f = sw->files; f; f = f->next) n_csum += f->csum_chunk != 0;
+  snprintf(sw->desc, sizeof sw->desc,
+           "%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s", eng,
+           sw->block_size, sw->direct ? "O_DIRECT" : "buffered", sw->align,
+           sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs, sw->sqpoll ? "sqpoll" : "no sqpoll",
+           n_csum, sw->rank, sw->dir);
+  return sw->desc;
+}
+
+zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsigned n) {
+  if (!sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: sw is NULL");
+  if (n && !iov) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: iov is NULL with n = %u", n);
+  if (n > SWAP_MAX_BUFFERS)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: %u buffers, at most %u", n, SWAP_MAX_BUFFERS);
+  for (unsigned i = 0; i < n; i++)
+    if (!iov[i].iov_base || !iov[i].iov_len)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: buffer %u is NULL or empty", i);
+  if (sw->n_live)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: register_buffers with %u requests outstanding", sw->n_live);
+  if (!sw->use_uring) return ZO_OK;
+  if (sw->n_bufs) {
+    io_uring_unregister_buffers(&sw->ring);
+    free(sw->bufs);
+    sw->bufs = NULL;
+    sw->n_bufs = 0;
+  }
+  if (!n) return ZO_OK;
+  struct iovec *copy = malloc(n * sizeof *copy);
+  if (!copy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u buffer descriptors", n);
+  memcpy(copy, iov, n * sizeof *copy);
+  int ret = io_uring_register_buffers(&sw->ring, copy, n);
+  if (ret < 0) {
+    free(copy);
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) total += iov[i].iov_len;
+    struct rlimit rl;
+    char lim[64] = "unknown";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+      if (rl.rlim_cur == RLIM_INFINITY)
+        snprintf(lim, sizeof lim, "unlimited");
+      else
+        snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
+    }
+    return zo_error_set(ret == -ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM,
+                        "swap: io_uring_register_buffers(%u buffers, %zu bytes): %s (RLIMIT_MEMLOCK %s; raise it "
+                        "with ulimit -l or limits.conf)",
+                        n, total, strerror(-ret), lim);
+  }
+  sw->bufs = copy;
+  sw->n_bufs = n;
+  return ZO_OK;
+}
 
 zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, zo_swap_file_t **out) {
+  return zo_swap_file_create_ex(sw, name, nbytes, NULL, out);
+}
+
+zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
+                                 zo_swap_file_t **out) {
   if (out) *out = NULL;
   if (!sw || !name || !out)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
   size_t nl = strlen(name);
-  if (!nl || nl >= 200 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: bad swap file name '%s' (need 1..199 bytes, no '/', not . or ..)", name);
+  if (!nl || nl >= 200 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+      !strcmp(name, SWAP_LOCK_NAME))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: bad swap file name '%s' (need 1..199 bytes, no '/', not . .. or %s)",
+                        name, SWAP_LOCK_NAME);
   if (nbytes > (uint64_t)INT64_MAX)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large", name, nbytes);
+  int checksum = (fo && fo->checksum) || sw->checksum_default;
+  size_t chunk = fo && fo->checksum_chunk ? fo->checksum_chunk : sw->align;
+  if (checksum && chunk % sw->align)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': checksum_chunk %zu bytes is not a multiple of %zu", name,
+                        chunk, sw->align);
 
   zo_swap_file_t *f = calloc(1, sizeof *f);
   if (!f) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s'", name);
   f->sw = sw;
   f->size = nbytes;
+  f->slot = -1;
+  f->fd = -1;
   snprintf(f->path, sizeof f->path, "%s/%.199s", sw->dir, name);
   f->name = f->path + strlen(sw->dir) + 1;
-  const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
   zo_status st = ZO_OK;
+  uint64_t usable = nbytes / sw->align * sw->align;
+  if (usable) {
+    f->free_ext = malloc(sizeof *f->free_ext);
+    if (!f->free_ext) goto oom;
+    *f->free_ext = (zo_swap_ext_t){0, usable, NULL};
+    f->free_bytes = usable;
+  }
+  if (checksum) {
+    f->csum_chunk = chunk;
+    f->n_chunks = (nbytes + chunk - 1) / chunk;
+    f->crc = malloc((f->n_chunks ? f->n_chunks : 1) * sizeof *f->crc);
+    f->crc_valid = calloc((f->n_chunks + 63) / 64 + 1, sizeof *f->crc_valid);
+    if (!f->crc || !f->crc_valid) goto oom;
+  }
+
+  const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
   f->direct = 1;
   if (sw->refuse_direct) {
     f->fd = -1;
@@ -534,9 +1015,9 @@ zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, 
   }
   if (f->fd < 0) {
     int e = errno;
-    st = zo_error_set(e == EEXIST ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
+    st = zo_error_set(e == EEXIST || e == ELOOP ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
                       "swap: create '%s': %s", f->path, strerror(e));
-    free(f);
+    file_free(f);
     return st;
   }
   if (nbytes) {
@@ -548,11 +1029,22 @@ zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, 
     }
     if (rc) {
       st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
-                        "swap: preallocate '%s' to %" PRIu64 " bytes: %s", f->path, nbytes, strerror(e));
+                        "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
+                        strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
       close(f->fd);
       unlinkat(sw->dirfd, name, 0);
-      free(f);
+      file_free(f);
       return st;
+    }
+  }
+  if (sw->fixed_files) {
+    for (unsigned i = 0; i < SWAP_FILE_SLOTS; i++) {
+      if (sw->slot_used[i]) continue;
+      if (io_uring_register_files_update(&sw->ring, i, &f->fd, 1) == 1) {
+        sw->slot_used[i] = 1;
+        f->slot = (int)i;
+      }
+      break; /* one try: a file without a slot just uses its descriptor */
     }
   }
   f->next = sw->files;
@@ -560,6 +1052,9 @@ zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, 
   sw->files = f;
   *out = f;
   return ZO_OK;
+oom:
+  file_free(f);
+  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)", name, nbytes);
 }
 
 zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
@@ -572,15 +1067,102 @@ zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
   else
     sw->files = f->next;
   if (f->next) f->next->prev = f->prev;
-  close(f->fd);
+  file_close(sw, f);
   zo_status st = ZO_OK;
   if (unlinkat(sw->dirfd, f->name, 0) != 0) {
     int e = errno;
     st = zo_error_set(ZO_ERR_SYSTEM, "swap: unlink '%s': %s", f->path, strerror(e));
   }
-  free(f);
+  file_free(f);
   return st;
 }
+
+/* ---- extents: first fit over a sorted free list, coalesced on free ------------------------ */
+
+uint64_t zo_swap_file_free_bytes(const zo_swap_file_t *f) { return f ? f->free_bytes : 0; }
+
+uint64_t zo_swap_file_largest_free(const zo_swap_file_t *f) {
+  uint64_t m = 0;
+  for (const zo_swap_ext_t *x = f ? f->free_ext : NULL; x; x = x->next)
+    if (x->len > m) m = x->len;
+  return m;
+}
+
+zo_status zo_swap_extent_alloc(zo_swap_file_t *f, uint64_t nbytes, uint64_t *offset) {
+  if (!f || !offset) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc: %s is NULL", !f ? "file" : "offset");
+  if (!nbytes) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': zero bytes", f->path);
+  uint64_t a = f->sw->align;
+  if (nbytes > UINT64_MAX - a)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': %" PRIu64 " bytes too large", f->path, nbytes);
+  uint64_t need = (nbytes + a - 1) / a * a;
+  zo_swap_ext_t **pp = &f->free_ext;
+  while (*pp && (*pp)->len < need) pp = &(*pp)->next;
+  if (!*pp)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "swap: swap file '%s' has no free extent of %" PRIu64 " bytes (%" PRIu64
+                        " bytes free, largest free extent %" PRIu64 " bytes, file size %" PRIu64 ")",
+                        f->path, need, f->free_bytes, zo_swap_file_largest_free(f), f->size);
+  zo_swap_ext_t *x = *pp;
+  *offset = x->off;
+  x->off += need;
+  x->len -= need;
+  if (!x->len) {
+    *pp = x->next;
+    free(x);
+  }
+  f->free_bytes -= need;
+  return ZO_OK;
+}
+
+zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbytes) {
+  if (!f) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_free: file is NULL");
+  uint64_t a = f->sw->align;
+  uint64_t len = nbytes > UINT64_MAX - a ? 0 : (nbytes + a - 1) / a * a;
+  if (!nbytes || !len || offset % a || offset > f->size || len > f->size - offset)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: extent_free in '%s': offset %" PRIu64 ", length %" PRIu64
+                        " bytes is not an aligned extent inside the file (size %" PRIu64 ", alignment %" PRIu64 ")",
+                        f->path, offset, nbytes, f->size, a);
+  zo_swap_ext_t *prev = NULL, *next = f->free_ext;
+  while (next && next->off < offset) {
+    prev = next;
+    next = next->next;
+  }
+  if ((prev && prev->off + prev->len > offset) || (next && offset + len > next->off))
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: extent_free in '%s': offset %" PRIu64 ", length %" PRIu64
+                        " bytes overlaps free space (double free?)",
+                        f->path, offset, len);
+  crc_forget(f, offset, len);
+  f->free_bytes += len;
+  if (prev && prev->off + prev->len == offset) { /* grow prev, maybe absorb next */
+    prev->len += len;
+    if (next && prev->off + prev->len == next->off) {
+      prev->len += next->len;
+      prev->next = next->next;
+      free(next);
+    }
+    return ZO_OK;
+  }
+  if (next && offset + len == next->off) {
+    next->off = offset;
+    next->len += len;
+    return ZO_OK;
+  }
+  zo_swap_ext_t *x = malloc(sizeof *x);
+  if (!x) {
+    f->free_bytes -= len; /* leaked from the allocator's view, never handed out twice */
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a free extent of '%s'", f->path);
+  }
+  *x = (zo_swap_ext_t){offset, len, next};
+  if (prev)
+    prev->next = x;
+  else
+    f->free_ext = x;
+  return ZO_OK;
+}
+
+/* ---- transfers ---------------------------------------------------------------------------- */
 
 static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
                         zo_swap_req_t **out) {
@@ -604,6 +1186,7 @@ static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void 
                         f->path, offset, nbytes, f->size);
   zo_swap_req_t *r = calloc(1, sizeof *r);
   if (!r) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a request");
+  if (is_write) crc_record(f, offset, buf, nbytes);
   r->sw = sw;
   r->f = f;
   r->is_write = is_write;
@@ -613,6 +1196,7 @@ static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void 
   r->live_next = sw->live;
   if (sw->live) sw->live->live_prev = r;
   sw->live = r;
+  sw->n_live++;
   f->n_reqs++;
   pend_push(sw, r);
   /* A failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it. */
@@ -661,6 +1245,8 @@ zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
   else if (req->err)
     st = zo_error_set(ZO_ERR_IO, "swap: %s '%s' at offset %" PRIu64 ", length %zu bytes: %s",
                       req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len, strerror(-req->err));
+  if (req->err && req->is_write) crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
+  if (!req->err && !req->is_write) st = crc_verify(req->f, req->off, req->buf, req->nbytes);
   pend_remove(sw, req);
   live_remove(sw, req);
   req->f->n_reqs--;

@@ -9,62 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
 #include "zoffload/comm.h"
-
-static int g_fail;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      g_fail++;                                                                \
-    }                                                                          \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                          \
-  do {                                                                                          \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                         \
-    if (a_ != b_) {                                                                             \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", __FILE__, __LINE__, #a, #b, a_, b_); \
-      g_fail++;                                                                                 \
-    }                                                                                           \
-  } while (0)
-
-#define CHECK_ST(expr, want)                                                                      \
-  do {                                                                                            \
-    zo_status got_ = (expr);                                                                      \
-    if (got_ != (want)) {                                                                         \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, __LINE__, \
-              #expr, zo_status_string(got_), zo_status_string(want), zo_last_error());            \
-      g_fail++;                                                                                   \
-    }                                                                                             \
-  } while (0)
-
-#define OK(expr) CHECK_ST(expr, ZO_OK)
-
-/* Mixed tolerance |a-b| <= atol + rtol*|ref|; prints the first 10 mismatches. */
-static void check_close(const char *file, int line, const char *what, const double *got,
-                        const double *ref, size_t n, double atol, double rtol) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    double err = fabs(got[i] - ref[i]);
-    int same = got[i] == ref[i] || (isnan(got[i]) && isnan(ref[i])); /* covers inf == inf */
-    if (!same && !(err <= atol + rtol * fabs(ref[i]))) {
-      if (bad < 10)
-        fprintf(stderr, "%s:%d: %s[%zu]: got %.17g, expected %.17g (|diff| %.3g)\n", file, line, what,
-                i, got[i], ref[i], err);
-      bad++;
-    }
-  }
-  if (bad) {
-    fprintf(stderr, "%s:%d: %s: %zu of %zu elements out of tolerance\n", file, line, what, bad, n);
-    g_fail++;
-  }
-}
 
 int main(void) {
   zo_comm_t *c = NULL;
-  OK(zo_comm_create_self(&c));
+  CHECK_OK(zo_comm_create_self(&c));
   if (!c) return 1;
   CHECK_EQ(zo_comm_rank(c), 0);
   CHECK_EQ(zo_comm_size(c), 1);
@@ -77,50 +27,45 @@ int main(void) {
   uint8_t send[N], recv[N + 8];
   for (int i = 0; i < N; i++) send[i] = (uint8_t)(i * 37 + 11);
   memset(recv, 0xee, sizeof recv);
-  OK(zo_comm_all_gather(c, send, recv, N));
+  CHECK_OK(zo_comm_all_gather(c, send, recv, N));
   CHECK(memcmp(recv, send, N) == 0);
   CHECK_EQ(recv[N], 0xee); /* nothing past size * send_nbytes */
-  OK(zo_comm_all_gather(c, recv, recv, N)); /* in place: send == recv + rank*n */
+  CHECK_OK(zo_comm_all_gather(c, recv, recv, N)); /* in place: send == recv + rank*n */
   CHECK(memcmp(recv, send, N) == 0);
   CHECK_ST(zo_comm_all_gather(c, recv + 1, recv, N), ZO_ERR_INVALID_ARG); /* partial overlap */
   CHECK_ST(zo_comm_all_gather(c, NULL, recv, N), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_comm_all_gather(NULL, send, recv, N), ZO_ERR_INVALID_ARG);
-  OK(zo_comm_all_gather(c, NULL, NULL, 0));
+  CHECK_OK(zo_comm_all_gather(c, NULL, NULL, 0));
 
   /* reduce-scatter (sum over one rank = the block itself). */
   float fs[N], fr[N];
   double got[N], ref[N];
   for (int i = 0; i < N; i++) fs[i] = (float)i * 0.25f - 100.0f;
   memset(fr, 0, sizeof fr);
-  OK(zo_comm_reduce_scatter_f32(c, fs, fr, N));
+  CHECK_OK(zo_comm_reduce_scatter_f32(c, fs, fr, N));
   for (int i = 0; i < N; i++) {
     got[i] = fr[i];
     ref[i] = fs[i];
   }
-  check_close(__FILE__, __LINE__, "reduce_scatter", got, ref, N, 0.0, 0.0);
-  OK(zo_comm_reduce_scatter_f32(c, fs, fs, N)); /* in place */
+  CHECK_CLOSE_ARRAY("reduce_scatter", got, ref, N, 0.0, 0.0);
+  CHECK_OK(zo_comm_reduce_scatter_f32(c, fs, fs, N)); /* in place */
   CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, fs + 1, N - 1), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, NULL, N), ZO_ERR_INVALID_ARG);
-  OK(zo_comm_reduce_scatter_f32(c, NULL, NULL, 0));
+  CHECK_OK(zo_comm_reduce_scatter_f32(c, NULL, NULL, 0));
 
   /* all-reduce f64 in place: unchanged, including inf/nan flags. */
   double buf[5] = {1.5, -2.25, 1e300, INFINITY, 0.0};
   double want[5] = {1.5, -2.25, 1e300, INFINITY, 0.0};
-  OK(zo_comm_all_reduce_f64(c, buf, 5));
-  check_close(__FILE__, __LINE__, "all_reduce", buf, want, 5, 0.0, 0.0);
+  CHECK_OK(zo_comm_all_reduce_f64(c, buf, 5));
+  CHECK_CLOSE_ARRAY("all_reduce", buf, want, 5, 0.0, 0.0);
   CHECK_ST(zo_comm_all_reduce_f64(c, NULL, 5), ZO_ERR_INVALID_ARG);
-  OK(zo_comm_all_reduce_f64(c, NULL, 0));
+  CHECK_OK(zo_comm_all_reduce_f64(c, NULL, 0));
 
-  OK(zo_comm_barrier(c));
+  CHECK_OK(zo_comm_barrier(c));
   CHECK_ST(zo_comm_barrier(NULL), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_comm_create_self(NULL), ZO_ERR_INVALID_ARG);
   zo_comm_destroy(c);
   zo_comm_destroy(NULL);
 
-  if (g_fail) {
-    printf("test_comm: %d check(s) failed\n", g_fail);
-    return 1;
-  }
-  printf("test_comm: all checks passed\n");
-  return 0;
+  return zo_test_finish("test_comm");
 }

@@ -8,42 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
 #include "zoffload/config.h"
 
-static int g_fail;
-
-#define FAIL_AT(...)                                    \
-  do {                                                  \
-    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);     \
-    fprintf(stderr, __VA_ARGS__);                       \
-    fputc('\n', stderr);                                \
-    g_fail++;                                           \
-  } while (0)
-
-#define CHECK(e) \
-  do {           \
-    if (!(e)) FAIL_AT("CHECK(%s) failed", #e); \
-  } while (0)
-
-#define CHECK_I(a, b)                                                                         \
-  do {                                                                                        \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                       \
-    if (a_ != b_) FAIL_AT("%s == %s failed: %lld vs %lld", #a, #b, a_, b_);                   \
-  } while (0)
-
-/* Mixed tolerance |a-ref| <= atol + rtol*|ref|. */
-#define CHECK_NEAR(a, ref)                                                                    \
-  do {                                                                                        \
-    double a_ = (a), r_ = (ref);                                                              \
-    if (!(fabs(a_ - r_) <= 1e-15 + 1e-12 * fabs(r_)))                                         \
-      FAIL_AT("%s ~= %s failed: %.17g vs %.17g", #a, #ref, a_, r_);                           \
-  } while (0)
-
-#define CHECK_HAS(hay, needle)                                                                \
-  do {                                                                                        \
-    const char *h_ = (hay), *n_ = (needle);                                                   \
-    if (!strstr(h_, n_)) FAIL_AT("strstr(%s, %s) failed:\n  text: %s\n  want: %s", #hay, #needle, h_, n_); \
-  } while (0)
+/* Values read from decimal literals: a tight mixed tolerance. */
+#define CHECK_NEAR(a, ref) CHECK_CLOSE(a, ref, 1e-15, 1e-12)
 
 /* ---- log capture ---- */
 #define MAX_LOG 128
@@ -80,55 +49,55 @@ static void test_deepspeed_example(const char *dir) {
   zo_config_t c;
   g_nlog = 0;
   zo_status st = zo_config_load_file(path, NULL, &c);
-  CHECK_I(st, ZO_OK);
+  CHECK_EQ(st, ZO_OK);
   if (st) {
     fprintf(stderr, "  %s\n", zo_last_error());
     return;
   }
-  CHECK_I(c.train_batch_size, 8);
-  CHECK_I(c.train_micro_batch_size_per_gpu, 8);
-  CHECK_I(c.gradient_accumulation_steps, 1);
-  CHECK_I(c.steps_per_print, 100);
+  CHECK_EQ(c.train_batch_size, 8);
+  CHECK_EQ(c.train_micro_batch_size_per_gpu, 8);
+  CHECK_EQ(c.gradient_accumulation_steps, 1);
+  CHECK_EQ(c.steps_per_print, 100);
   CHECK_NEAR(c.gradient_clipping, 1.0);
-  CHECK_I(c.optimizer.type, ZO_OPT_ADAM);
-  CHECK_I(c.optimizer.adam_w_mode, 1); /* DeepSpeed: Adam defaults to adam_w_mode true */
+  CHECK_EQ(c.optimizer.type, ZO_OPT_ADAM);
+  CHECK_EQ(c.optimizer.adam_w_mode, 1); /* DeepSpeed: Adam defaults to adam_w_mode true */
   CHECK_NEAR(c.optimizer.lr, 0.00015);
   CHECK_NEAR(c.optimizer.beta1, 0.9);
   CHECK_NEAR(c.optimizer.beta2, 0.95);
   CHECK_NEAR(c.optimizer.eps, 1e-8);
   CHECK_NEAR(c.optimizer.weight_decay, 0.01);
-  CHECK_I(c.optimizer.bias_correction, 1);
-  CHECK_I(c.scheduler.type, ZO_SCHED_WARMUP_LR);
+  CHECK_EQ(c.optimizer.bias_correction, 1);
+  CHECK_EQ(c.scheduler.type, ZO_SCHED_WARMUP_LR);
   CHECK_NEAR(c.scheduler.warmup_max_lr, 0.00015);
-  CHECK_I(c.scheduler.warmup_num_steps, 1000);
-  CHECK_I(c.scheduler.warmup_type_log, 1);
-  CHECK_I(c.fp16.enabled, 1);
+  CHECK_EQ(c.scheduler.warmup_num_steps, 1000);
+  CHECK_EQ(c.scheduler.warmup_type_log, 1);
+  CHECK_EQ(c.fp16.enabled, 1);
   CHECK_NEAR(c.fp16.loss_scale, 0.0);
-  CHECK_I(c.fp16.initial_scale_power, 16);
-  CHECK_I(c.fp16.loss_scale_window, 1000);
-  CHECK_I(c.fp16.hysteresis, 2);
+  CHECK_EQ(c.fp16.initial_scale_power, 16);
+  CHECK_EQ(c.fp16.loss_scale_window, 1000);
+  CHECK_EQ(c.fp16.hysteresis, 2);
   CHECK_NEAR(c.fp16.min_loss_scale, 1.0);
-  CHECK_I(c.bf16.enabled, 0);
-  CHECK_I(c.zero.stage, 2);
-  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
-  CHECK_I(c.zero.offload_optimizer.buffer_count, 4);
+  CHECK_EQ(c.bf16.enabled, 0);
+  CHECK_EQ(c.zero.stage, 2);
+  CHECK_EQ(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_optimizer.pin_memory, 1);
+  CHECK_EQ(c.zero.offload_optimizer.buffer_count, 4);
   CHECK_NEAR(c.zero.offload_optimizer.ratio, 1.0);
-  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
-  CHECK_I(c.zero.overlap_comm, 1);
-  CHECK_I(c.zero.reduce_bucket_size, 500000000);
-  CHECK_I(c.zero.allgather_bucket_size, 500000000);
-  CHECK_I(c.zero.sub_group_size, 1000000000);
-  CHECK_I(c.aio.block_size, 1048576);
-  CHECK_I(c.aio.queue_depth, 8);
+  CHECK_EQ(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
+  CHECK_EQ(c.zero.overlap_comm, 1);
+  CHECK_EQ(c.zero.reduce_bucket_size, 500000000);
+  CHECK_EQ(c.zero.allgather_bucket_size, 500000000);
+  CHECK_EQ(c.zero.sub_group_size, 1000000000);
+  CHECK_EQ(c.aio.block_size, 1048576);
+  CHECK_EQ(c.aio.queue_depth, 8);
   /* Keys DeepSpeed knows and we do not act on: exactly one warning each. */
   const char *inert[] = {"config: wall_clock_breakdown ", "config: zero_optimization.contiguous_gradients ",
                          "config: zero_optimization.overlap_comm ", "config: zero_optimization.reduce_scatter ",
                          "config: zero_optimization.reduce_bucket_size ",
                          "config: zero_optimization.allgather_bucket_size "};
-  for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) CHECK_I(count_log(inert[i]), 1);
-  CHECK_I(g_nlog, 6);
-  CHECK_I(count_log("config: zero_optimization.overlap_comm is accepted but has no effect yet"), 1);
+  for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) CHECK_EQ(count_log(inert[i]), 1);
+  CHECK_EQ(g_nlog, 6);
+  CHECK_EQ(count_log("config: zero_optimization.overlap_comm is accepted but has no effect yet"), 1);
 }
 
 static void test_zero_infinity(const char *dir) {
@@ -139,90 +108,90 @@ static void test_zero_infinity(const char *dir) {
   zo_config_t c;
   g_nlog = 0;
   zo_status st = zo_config_load_file(path, &o, &c);
-  CHECK_I(st, ZO_OK);
+  CHECK_EQ(st, ZO_OK);
   if (st) {
     fprintf(stderr, "  %s\n", zo_last_error());
     return;
   }
-  CHECK_I(g_nlog, 0); /* app blocks are skipped silently; every other key is acted on */
+  CHECK_EQ(g_nlog, 0); /* app blocks are skipped silently; every other key is acted on */
   for (int i = 0; i < g_nlog && i < MAX_LOG; i++) fprintf(stderr, "  unexpected warning: %s\n", g_log[i]);
-  CHECK_I(c.train_batch_size, 16); /* 4 * 2 * world_size 2 */
-  CHECK_I(c.bf16.enabled, 1);
-  CHECK_I(c.optimizer.type, ZO_OPT_ADAMW);
-  CHECK_I(c.optimizer.adam_w_mode, 1); /* AdamW ignores adam_w_mode: false */
+  CHECK_EQ(c.train_batch_size, 16); /* 4 * 2 * world_size 2 */
+  CHECK_EQ(c.bf16.enabled, 1);
+  CHECK_EQ(c.optimizer.type, ZO_OPT_ADAMW);
+  CHECK_EQ(c.optimizer.adam_w_mode, 1); /* AdamW ignores adam_w_mode: false */
   CHECK_NEAR(c.optimizer.weight_decay, 0.1);
-  CHECK_I(c.scheduler.type, ZO_SCHED_WARMUP_COSINE_LR);
-  CHECK_I(c.scheduler.total_num_steps, 1000);
-  CHECK_I(c.scheduler.warmup_num_steps, 100);
-  CHECK_I(c.scheduler.warmup_type_log, 0);
+  CHECK_EQ(c.scheduler.type, ZO_SCHED_WARMUP_COSINE_LR);
+  CHECK_EQ(c.scheduler.total_num_steps, 1000);
+  CHECK_EQ(c.scheduler.warmup_num_steps, 100);
+  CHECK_EQ(c.scheduler.warmup_type_log, 0);
   CHECK_NEAR(c.scheduler.cos_min_ratio, 1e-4);
   CHECK_NEAR(c.scheduler.warmup_min_ratio, 0.0);
-  CHECK_I(c.zero.stage, 3);
-  CHECK_I(c.zero.overlap_comm, 1); /* stage 3 default */
-  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_NVME);
+  CHECK_EQ(c.zero.stage, 3);
+  CHECK_EQ(c.zero.overlap_comm, 1); /* stage 3 default */
+  CHECK_EQ(c.zero.offload_optimizer.device, ZO_OFFLOAD_NVME);
   CHECK(strcmp(c.zero.offload_optimizer.nvme_path, "/local_nvme") == 0);
-  CHECK_I(c.zero.offload_optimizer.pipeline_read, 1);
-  CHECK_I(c.zero.offload_optimizer.pipeline_write, 1);
-  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_param.pin_memory, 1);
-  CHECK_I(c.zero.offload_param.buffer_count, 5);
-  CHECK_I(c.zero.offload_param.buffer_size, 100000000);
-  CHECK_I(c.zero.offload_param.max_in_cpu, 1000000000);
-  CHECK_I(c.zero.sub_group_size, 100000000);
-  CHECK_I(c.aio.block_size, 262144);
-  CHECK_I(c.aio.queue_depth, 32);
-  CHECK_I(c.zoffload.device_memory_limit, 64ll << 20);
-  CHECK_I(c.zoffload.adam_threads, 2);
+  CHECK_EQ(c.zero.offload_optimizer.pipeline_read, 1);
+  CHECK_EQ(c.zero.offload_optimizer.pipeline_write, 1);
+  CHECK_EQ(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_param.pin_memory, 1);
+  CHECK_EQ(c.zero.offload_param.buffer_count, 5);
+  CHECK_EQ(c.zero.offload_param.buffer_size, 100000000);
+  CHECK_EQ(c.zero.offload_param.max_in_cpu, 1000000000);
+  CHECK_EQ(c.zero.sub_group_size, 100000000);
+  CHECK_EQ(c.aio.block_size, 262144);
+  CHECK_EQ(c.aio.queue_depth, 32);
+  CHECK_EQ(c.zoffload.device_memory_limit, 64ll << 20);
+  CHECK_EQ(c.zoffload.adam_threads, 2);
 
   char buf[8192];
   size_t n = zo_config_describe(&c, buf, sizeof buf);
-  CHECK_I(n, strlen(buf));
+  CHECK_EQ(n, strlen(buf));
   CHECK_HAS(buf, "zero_optimization.offload_optimizer.device = nvme\n");
   CHECK_HAS(buf, "zero_optimization.offload_optimizer.nvme_path = /local_nvme\n");
   CHECK_HAS(buf, "train_batch_size = 16\n");
   CHECK_HAS(buf, "scheduler.type = WarmupCosineLR\n");
   char small[16];
   size_t n2 = zo_config_describe(&c, small, sizeof small);
-  CHECK_I(n2, n);
-  CHECK_I(strlen(small), sizeof small - 1);
-  CHECK_I(zo_config_describe(&c, NULL, 0), n);
+  CHECK_EQ(n2, n);
+  CHECK_EQ(strlen(small), sizeof small - 1);
+  CHECK_EQ(zo_config_describe(&c, NULL, 0), n);
 }
 
 static void test_defaults_and_values(void) {
   zo_config_t c;
-  CHECK_I(parse("{\"train_micro_batch_size_per_gpu\": 2}", &c), ZO_OK);
-  CHECK_I(c.scheduler.type, ZO_SCHED_NONE);
-  CHECK_I(c.steps_per_print, 10);
+  CHECK_EQ(parse("{\"train_micro_batch_size_per_gpu\": 2}", &c), ZO_OK);
+  CHECK_EQ(c.scheduler.type, ZO_SCHED_NONE);
+  CHECK_EQ(c.steps_per_print, 10);
   CHECK_NEAR(c.optimizer.lr, 1e-3);
   CHECK_NEAR(c.optimizer.beta2, 0.999);
-  CHECK_I(c.zero.stage, 0);
-  CHECK_I(c.zero.overlap_comm, 0);
-  CHECK_I(c.zero.offload_param.buffer_count, 5);
-  CHECK_I(c.aio.overlap_events, 1);
-  CHECK_I(c.zoffload.device_memory_limit, 0);
+  CHECK_EQ(c.zero.stage, 0);
+  CHECK_EQ(c.zero.overlap_comm, 0);
+  CHECK_EQ(c.zero.offload_param.buffer_count, 5);
+  CHECK_EQ(c.aio.overlap_events, 1);
+  CHECK_EQ(c.zoffload.device_memory_limit, 0);
 
   /* Adam honours adam_w_mode; type is case-insensitive like DeepSpeed's. */
-  CHECK_I(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
+  CHECK_EQ(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
           ZO_OK);
-  CHECK_I(c.optimizer.type, ZO_OPT_ADAM);
-  CHECK_I(c.optimizer.adam_w_mode, 0);
-  CHECK_I(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"adamw\", \"params\": {\"bias_correction\": false}}}", &c),
+  CHECK_EQ(c.optimizer.type, ZO_OPT_ADAM);
+  CHECK_EQ(c.optimizer.adam_w_mode, 0);
+  CHECK_EQ(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"adamw\", \"params\": {\"bias_correction\": false}}}", &c),
           ZO_OK);
-  CHECK_I(c.optimizer.type, ZO_OPT_ADAMW);
-  CHECK_I(c.optimizer.adam_w_mode, 1);
-  CHECK_I(c.optimizer.bias_correction, 0);
+  CHECK_EQ(c.optimizer.type, ZO_OPT_ADAMW);
+  CHECK_EQ(c.optimizer.adam_w_mode, 1);
+  CHECK_EQ(c.optimizer.bias_correction, 0);
 
   /* Integer keys accept integral reals; byte sizes accept suffixes. */
-  CHECK_I(parse("{\"train_batch_size\": 3.2e1, \"zero_optimization\": {\"sub_group_size\": 5e8}}", &c), ZO_OK);
-  CHECK_I(c.train_batch_size, 32);
-  CHECK_I(c.zero.sub_group_size, 500000000);
+  CHECK_EQ(parse("{\"train_batch_size\": 3.2e1, \"zero_optimization\": {\"sub_group_size\": 5e8}}", &c), ZO_OK);
+  CHECK_EQ(c.train_batch_size, 32);
+  CHECK_EQ(c.zero.sub_group_size, 500000000);
   struct { const char *v; long long want; } sz[] = {
       {"123456", 123456}, {"\"1GB\"", 1000000000}, {"\"1.5 KiB\"", 1536}, {"\"2gib\"", 2ll << 30}, {"\"4096\"", 4096}};
   for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
     char js[256];
     snprintf(js, sizeof js, "{\"train_batch_size\": 1, \"zoffload\": {\"device_memory_limit\": %s}}", sz[i].v);
-    CHECK_I(parse(js, &c), ZO_OK);
-    CHECK_I(c.zoffload.device_memory_limit, sz[i].want);
+    CHECK_EQ(parse(js, &c), ZO_OK);
+    CHECK_EQ(c.zoffload.device_memory_limit, sz[i].want);
   }
 }
 
@@ -239,14 +208,14 @@ static void test_batch(void) {
   };
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     zo_status st = parse_ws(ok[i].js, ok[i].ws, &c);
-    CHECK_I(st, ZO_OK);
+    CHECK_EQ(st, ZO_OK);
     if (st) {
       fprintf(stderr, "  case %zu: %s\n", i, zo_last_error());
       continue;
     }
-    CHECK_I(c.train_batch_size, ok[i].tb);
-    CHECK_I(c.train_micro_batch_size_per_gpu, ok[i].mb);
-    CHECK_I(c.gradient_accumulation_steps, ok[i].gas);
+    CHECK_EQ(c.train_batch_size, ok[i].tb);
+    CHECK_EQ(c.train_micro_batch_size_per_gpu, ok[i].mb);
+    CHECK_EQ(c.gradient_accumulation_steps, ok[i].gas);
   }
 }
 
@@ -333,30 +302,30 @@ static void test_malformed(const char *dir) {
   zo_config_t c;
   /* "tru" on line 3; jansson reports the position where the bad token ends. */
   const char *js = "{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": tru}\n}\n";
-  CHECK_I(parse(js, &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse(js, &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "t.json:3:");
   CHECK_HAS(zo_last_error(), "malformed JSON: ");
   /* Trailing comma: the '}' at line 3, column 1 is the offending token. */
-  CHECK_I(parse("{\n  \"train_batch_size\": 8,\n}", &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse("{\n  \"train_batch_size\": 8,\n}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "t.json:3:1: malformed JSON: ");
   /* Duplicate keys are rejected, as DeepSpeed's loader does. */
-  CHECK_I(parse("{\"train_batch_size\": 8,\n \"train_batch_size\": 16}", &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse("{\"train_batch_size\": 8,\n \"train_batch_size\": 16}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "t.json:2:");
   CHECK_HAS(zo_last_error(), "duplicate");
   /* Same error through a file: the message names the file. */
   char path[4096];
   snprintf(path, sizeof path, "%s/malformed.json", dir);
-  CHECK_I(zo_config_load_file(path, NULL, &c), ZO_ERR_CONFIG);
+  CHECK_EQ(zo_config_load_file(path, NULL, &c), ZO_ERR_CONFIG);
   char want[4200];
   snprintf(want, sizeof want, "%s:3:", path);
   CHECK_HAS(zo_last_error(), want);
   /* Missing file. */
-  CHECK_I(zo_config_load_file("/nonexistent-dir/cfg.json", NULL, &c), ZO_ERR_CONFIG);
+  CHECK_EQ(zo_config_load_file("/nonexistent-dir/cfg.json", NULL, &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "cannot read config '/nonexistent-dir/cfg.json': No such file or directory");
   /* Bad arguments are not config errors. */
-  CHECK_I(zo_config_parse("{}", 2, "x", NULL, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_config_parse("{}", 2, "x", NULL, NULL), ZO_ERR_INVALID_ARG);
   zo_config_opts o = {NULL, -1};
-  CHECK_I(zo_config_parse("{}", 2, "x", &o, &c), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_config_parse("{}", 2, "x", &o, &c), ZO_ERR_INVALID_ARG);
 }
 
 /* ---- warnings: one per inert or unknown key, none for app blocks ---- */
@@ -402,19 +371,19 @@ static void test_warnings(void) {
     zo_config_t c;
     g_nlog = 0;
     zo_status st = parse(js, &c);
-    CHECK_I(st, ZO_OK);
+    CHECK_EQ(st, ZO_OK);
     if (st) fprintf(stderr, "  %s\n", zo_last_error());
     for (size_t i = 0; i < nwant; i++)
       if (count_log(want[i]) != 1) FAIL_AT("warning \"%s\" seen %d times, want 1", want[i], count_log(want[i]));
-    CHECK_I(g_nlog, nwant);
-    CHECK_I(count_log("config: model"), 0);
-    CHECK_I(count_log("config: data"), 0);
-    CHECK_I(count_log("frobnicate.a"), 0); /* an unknown block warns once, not per sub-key */
+    CHECK_EQ(g_nlog, nwant);
+    CHECK_EQ(count_log("config: model"), 0);
+    CHECK_EQ(count_log("config: data"), 0);
+    CHECK_EQ(count_log("frobnicate.a"), 0); /* an unknown block warns once, not per sub-key */
     if (g_nlog != (int)nwant)
       for (int i = 0; i < g_nlog && i < MAX_LOG; i++) fprintf(stderr, "  got: %s\n", g_log[i]);
-    CHECK_I(c.zero.stage3_prefetch_bucket_size, 50000000);
-    CHECK_I(c.aio.intra_op_parallelism, 2);
-    CHECK_I(c.aio.use_gds, 1);
+    CHECK_EQ(c.zero.stage3_prefetch_bucket_size, 50000000);
+    CHECK_EQ(c.aio.intra_op_parallelism, 2);
+    CHECK_EQ(c.aio.use_gds, 1);
   }
 }
 
@@ -422,45 +391,45 @@ static void test_warnings(void) {
 
 static void test_legacy(void) {
   zo_config_t c;
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": true}", &c), ZO_OK);
-  CHECK_I(c.zero.stage, 1);
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": false}", &c), ZO_OK);
-  CHECK_I(c.zero.stage, 0);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": true}", &c), ZO_OK);
+  CHECK_EQ(c.zero.stage, 1);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": false}", &c), ZO_OK);
+  CHECK_EQ(c.zero.stage, 0);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", &c), ZO_OK);
-  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_optimizer.pin_memory, 0); /* DeepSpeed's offload_optimizer default */
-  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", &c), ZO_OK);
+  CHECK_EQ(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_optimizer.pin_memory, 0); /* DeepSpeed's offload_optimizer default */
+  CHECK_EQ(c.zero.offload_param.device, ZO_OFFLOAD_NONE);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true, "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true, "
                 "\"cpu_offload_use_pin_memory\": true}}",
                 &c),
           ZO_OK);
-  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
+  CHECK_EQ(c.zero.offload_optimizer.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_optimizer.pin_memory, 1);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, "
                 "\"cpu_offload_param\": true, \"cpu_offload_use_pin_memory\": true}}",
                 &c),
           ZO_OK);
-  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_param.pin_memory, 1);
-  CHECK_I(c.zero.offload_optimizer.pin_memory, 1);
+  CHECK_EQ(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_param.pin_memory, 1);
+  CHECK_EQ(c.zero.offload_optimizer.pin_memory, 1);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload_params\": true}}", &c),
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"cpu_offload_params\": true}}", &c),
           ZO_OK);
-  CHECK_I(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
-  CHECK_I(c.zero.offload_param.pin_memory, 0);
+  CHECK_EQ(c.zero.offload_param.device, ZO_OFFLOAD_CPU);
+  CHECK_EQ(c.zero.offload_param.pin_memory, 0);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": false}}", &c), ZO_OK);
-  CHECK_I(c.zero.offload_optimizer.device, ZO_OFFLOAD_NONE);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": false}}", &c), ZO_OK);
+  CHECK_EQ(c.zero.offload_optimizer.device, ZO_OFFLOAD_NONE);
 
-  CHECK_I(parse("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}}", &c), ZO_OK);
-  CHECK_I(c.bf16.enabled, 1);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}}", &c), ZO_OK);
+  CHECK_EQ(c.bf16.enabled, 1);
   g_nlog = 0;
-  CHECK_I(parse("{\"train_batch_size\": 8, \"aio\": {\"thread_count\": 3}}", &c), ZO_OK);
-  CHECK_I(c.aio.intra_op_parallelism, 3);
-  CHECK_I(count_log("config: aio.thread_count is accepted but has no effect yet"), 1);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"aio\": {\"thread_count\": 3}}", &c), ZO_OK);
+  CHECK_EQ(c.aio.intra_op_parallelism, 3);
+  CHECK_EQ(count_log("config: aio.thread_count is accepted but has no effect yet"), 1);
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */
@@ -470,12 +439,12 @@ static void test_lr(void) {
   const double PI = 3.14159265358979323846;
 
   /* No scheduler: the optimizer's lr at every step. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.02}}}", &c), ZO_OK);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.02}}}", &c), ZO_OK);
   CHECK_NEAR(zo_config_lr_at(&c, 1), 0.02);
   CHECK_NEAR(zo_config_lr_at(&c, 5000), 0.02);
 
   /* WarmupLR, log: step k runs at iteration k-2; step 1 at the constructor's min_lr. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
                 "{\"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.011, \"warmup_num_steps\": 10}}}",
                 &c),
           ZO_OK);
@@ -489,7 +458,7 @@ static void test_lr(void) {
   CHECK_NEAR(zo_config_lr_at_iteration(&c, 3), zo_config_lr_at(&c, 5));
 
   /* WarmupLR, linear, warmup_num_steps 1 becomes max(2, 1) = 2. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
                 "{\"warmup_max_lr\": 1.0, \"warmup_num_steps\": 1, \"warmup_type\": \"linear\"}}}",
                 &c),
           ZO_OK);
@@ -498,7 +467,7 @@ static void test_lr(void) {
   CHECK_NEAR(zo_config_lr_at(&c, 4), 1.0);
 
   /* WarmupDecayLR, linear: W=10, T=110. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
                 "{\"warmup_min_lr\": 0, \"warmup_max_lr\": 0.1, \"warmup_num_steps\": 10, \"total_num_steps\": 110, "
                 "\"warmup_type\": \"linear\"}}}",
                 &c),
@@ -511,7 +480,7 @@ static void test_lr(void) {
   CHECK_NEAR(zo_config_lr_at(&c, 200), 0.0);  /* clamped at 0 */
 
   /* WarmupCosineLR: lr 0.001, W=10, T=110, linear, warmup_min_ratio 0.1, cos_min_ratio 0.01. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
                 "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 110, "
                 "\"warmup_num_steps\": 10, \"warmup_type\": \"linear\", \"warmup_min_ratio\": 0.1, \"cos_min_ratio\": 0.01}}}",
                 &c),
@@ -525,7 +494,7 @@ static void test_lr(void) {
   CHECK_NEAR(zo_config_lr_at(&c, 61), 0.001 * (0.01 + 0.99 * 0.5)); /* iteration 59: real step 50: cos(pi/2)=0 */
 
   /* WarmupCosineLR, log warmup with defaults (warmup_min_ratio 0): iteration 3 of W=10. */
-  CHECK_I(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}, "
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}, "
                 "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 50, \"warmup_num_steps\": 10}}}",
                 &c),
           ZO_OK);
@@ -544,10 +513,5 @@ int main(int argc, char **argv) {
   test_warnings();
   test_legacy();
   test_lr();
-  if (g_fail) {
-    fprintf(stderr, "test_config: %d check(s) failed\n", g_fail);
-    return 1;
-  }
-  printf("test_config: all checks passed\n");
-  return 0;
+  return zo_test_finish("test_config");
 }

@@ -14,25 +14,7 @@
 #include <unistd.h>
 
 #include "data.h"
-
-static int g_fail = 0;
-
-#define CHECK(expr)                                                            \
-  do {                                                                         \
-    if (!(expr)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #expr); \
-      g_fail = 1;                                                              \
-    }                                                                          \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                                         \
-  do {                                                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                                        \
-    if (a_ != b_) {                                                                                            \
-      fprintf(stderr, "%s:%d: %s = %lld, expected %s = %lld\n", __FILE__, __LINE__, #a, a_, #b, b_);          \
-      g_fail = 1;                                                                                              \
-    }                                                                                                          \
-  } while (0)
+#include "zo_test.h"
 
 static char g_dir[256];
 
@@ -60,7 +42,7 @@ int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/zo_test_data_XXXXXX");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");
-    return 77;
+    return ZO_TEST_SKIP;
   }
 
   /* ---- directory: sorted order, skipped names, symlinks, subdirectories ---- */
@@ -130,8 +112,7 @@ int main(void) {
         pva += len;
         nvb++;
       } else {
-        fprintf(stderr, "%s:%d: block %zu found in neither split\n", __FILE__, __LINE__, k);
-        g_fail = 1;
+        FAIL_AT("block %zu found in neither split", k);
         break;
       }
     }
@@ -261,6 +242,5 @@ int main(void) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
   free(corpus);
-  printf("%s\n", g_fail ? "FAIL" : "PASS");
-  return g_fail ? 1 : 0;
+  return zo_test_finish("test_data");
 }

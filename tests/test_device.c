@@ -12,59 +12,8 @@
 #include <time.h>
 #include <pthread.h>
 
+#include "zo_test.h"
 #include "zoffload/device.h"
-
-static int g_fail;
-
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);  \
-      g_fail++;                                                                 \
-    }                                                                           \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                        \
-  do {                                                                                        \
-    unsigned long long a_ = (unsigned long long)(a), b_ = (unsigned long long)(b);            \
-    if (a_ != b_) {                                                                           \
-      fprintf(stderr, "%s:%d: %s == %s failed: %llu vs %llu\n", __FILE__, __LINE__, #a, #b, a_, \
-              b_);                                                                            \
-      g_fail++;                                                                               \
-    }                                                                                         \
-  } while (0)
-
-#define CHECK_ST(expr, want)                                                                   \
-  do {                                                                                         \
-    zo_status got_ = (expr);                                                                   \
-    if (got_ != (want)) {                                                                      \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, __LINE__, \
-              #expr, zo_status_string(got_), zo_status_string(want), zo_last_error());         \
-      g_fail++;                                                                                \
-    }                                                                                          \
-  } while (0)
-
-#define OK(expr) CHECK_ST(expr, ZO_OK)
-
-/* Compare bytes; print the first mismatches (at most 10). Returns mismatch count. */
-static size_t check_bytes(const char *file, int line, const char *what, const uint8_t *got,
-                          const uint8_t *want, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      if (bad < 10)
-        fprintf(stderr, "%s:%d: %s: byte %zu: got 0x%02x, expected 0x%02x\n", file, line, what, i,
-                got[i], want[i]);
-      bad++;
-    }
-  }
-  if (bad) {
-    fprintf(stderr, "%s:%d: %s: %zu of %zu bytes differ\n", file, line, what, bad, n);
-    g_fail++;
-  }
-  return bad;
-}
-#define CHECK_BYTES(what, got, want, n) check_bytes(__FILE__, __LINE__, what, got, want, n)
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -125,7 +74,7 @@ static void store_flag_fn(void *arg) { atomic_store((atomic_int *)arg, 1); }
 
 static void test_create(void) {
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 64u << 20, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 64u << 20, &dev));
   CHECK(dev != NULL);
   if (!dev) return;
   CHECK(zo_device_get_kind(dev) == ZO_DEVICE_HOST);
@@ -143,9 +92,9 @@ static void test_create(void) {
   CHECK_ST(zo_device_create(ZO_DEVICE_HOST, -1, 0, &dev), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_device_create(ZO_DEVICE_HOST, 0, 0, NULL), ZO_ERR_INVALID_ARG);
 
-  OK(zo_device_create(ZO_DEVICE_HOST, 3, 0, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 3, 0, &dev));
   size_t used = 1, peak = 1, limit = 0;
-  OK(zo_device_mem_info(dev, &used, &peak, &limit));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, &limit));
   CHECK_EQ(used, 0);
   CHECK_EQ(peak, 0);
   CHECK_EQ(limit, SIZE_MAX);
@@ -156,20 +105,20 @@ static void test_create(void) {
 static void test_alloc(void) {
   const size_t limit_b = 1u << 20;
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, limit_b, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, limit_b, &dev));
   if (!dev) return;
   void *a = NULL, *b = NULL, *c = NULL;
-  OK(zo_device_malloc(dev, 1000, &a));
-  OK(zo_device_malloc(dev, 3000, &b));
+  CHECK_OK(zo_device_malloc(dev, 1000, &a));
+  CHECK_OK(zo_device_malloc(dev, 3000, &b));
   CHECK_EQ((uintptr_t)a % ZO_DEVICE_ALIGN, 0);
   CHECK_EQ((uintptr_t)b % ZO_DEVICE_ALIGN, 0);
   size_t used, peak, limit;
-  OK(zo_device_mem_info(dev, &used, &peak, &limit));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, &limit));
   CHECK_EQ(used, 4000);
   CHECK_EQ(peak, 4000);
   CHECK_EQ(limit, limit_b);
-  OK(zo_device_free(dev, a));
-  OK(zo_device_mem_info(dev, &used, &peak, NULL));
+  CHECK_OK(zo_device_free(dev, a));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, NULL));
   CHECK_EQ(used, 3000);
   CHECK_EQ(peak, 4000);
 
@@ -180,13 +129,10 @@ static void test_alloc(void) {
   char want[160];
   snprintf(want, sizeof want, "device memory: cannot allocate %zu bytes: 3000 in use of limit %zu",
            limit_b - 2999, limit_b);
-  if (strcmp(zo_last_error(), want) != 0) {
-    fprintf(stderr, "%s:%d: message\n  got      \"%s\"\n  expected \"%s\"\n", __FILE__, __LINE__,
-            zo_last_error(), want);
-    g_fail++;
-  }
-  OK(zo_device_malloc(dev, limit_b - 3000, &c)); /* exactly fills the device */
-  OK(zo_device_mem_info(dev, &used, &peak, NULL));
+  if (strcmp(zo_last_error(), want) != 0)
+    FAIL_AT("message\n  got      \"%s\"\n  expected \"%s\"", zo_last_error(), want);
+  CHECK_OK(zo_device_malloc(dev, limit_b - 3000, &c)); /* exactly fills the device */
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, NULL));
   CHECK_EQ(used, limit_b);
   CHECK_EQ(peak, limit_b);
   void *d = NULL;
@@ -199,11 +145,11 @@ static void test_alloc(void) {
   CHECK_ST(zo_device_free(dev, (char *)b + 256), ZO_ERR_INVALID_ARG); /* interior */
   int on_stack;
   CHECK_ST(zo_device_free(dev, &on_stack), ZO_ERR_INVALID_ARG);
-  OK(zo_device_free(dev, NULL));
-  OK(zo_device_free(dev, b));
+  CHECK_OK(zo_device_free(dev, NULL));
+  CHECK_OK(zo_device_free(dev, b));
   CHECK_ST(zo_device_free(dev, b), ZO_ERR_INVALID_ARG); /* double free */
-  OK(zo_device_free(dev, c));
-  OK(zo_device_mem_info(dev, &used, &peak, NULL));
+  CHECK_OK(zo_device_free(dev, c));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, NULL));
   CHECK_EQ(used, 0);
   CHECK_EQ(peak, limit_b);
 
@@ -213,7 +159,7 @@ static void test_alloc(void) {
   size_t sz[N], total = 0, max_total = 0;
   for (int i = 0; i < N; i++) {
     sz[i] = 1 + (size_t)((i * 7919u) % 3001u);
-    OK(zo_device_malloc(dev, sz[i], &p[i]));
+    CHECK_OK(zo_device_malloc(dev, sz[i], &p[i]));
     if (!p[i]) return;
     CHECK_EQ((uintptr_t)p[i] % ZO_DEVICE_ALIGN, 0);
     memset(p[i], i & 0xff, sz[i]); /* host-addressable: dereferencing is allowed */
@@ -223,20 +169,20 @@ static void test_alloc(void) {
   for (int k = 0; k < N; k++) {
     int i = (k * 113) % N; /* 113 is coprime with 300: a permutation */
     CHECK_EQ(((uint8_t *)p[i])[sz[i] - 1], i & 0xff);
-    OK(zo_device_free(dev, p[i]));
+    CHECK_OK(zo_device_free(dev, p[i]));
     total -= sz[i];
-    OK(zo_device_mem_info(dev, &used, NULL, NULL));
+    CHECK_OK(zo_device_mem_info(dev, &used, NULL, NULL));
     if (used != total) {
       CHECK_EQ(used, total);
       break;
     }
   }
-  OK(zo_device_mem_info(dev, &used, &peak, NULL));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, NULL));
   CHECK_EQ(used, 0);
   CHECK_EQ(peak, limit_b > max_total ? limit_b : max_total);
 
   /* Leak on purpose: destroy frees what is left. */
-  OK(zo_device_malloc(dev, 4096, &a));
+  CHECK_OK(zo_device_malloc(dev, 4096, &a));
   zo_device_destroy(dev);
 }
 
@@ -272,7 +218,7 @@ static void *mt_alloc_thread(void *arg) {
 static void test_alloc_threads(void) {
   const size_t limit_b = 512u << 10; /* small: the limit is hit often */
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, limit_b, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, limit_b, &dev));
   if (!dev) return;
   pthread_t t[3];
   mt_arg a[3];
@@ -285,7 +231,7 @@ static void test_alloc_threads(void) {
     CHECK_EQ(a[i].fails, 0);
   }
   size_t used, peak;
-  OK(zo_device_mem_info(dev, &used, &peak, NULL));
+  CHECK_OK(zo_device_mem_info(dev, &used, &peak, NULL));
   CHECK_EQ(used, 0);
   CHECK(peak <= limit_b);
   CHECK(peak > 0);
@@ -296,18 +242,15 @@ static void test_copies(void) {
   static const size_t sizes[] = {1, 2, 3, 7, 63, 255, 256, 257, 4095, 4096, 4097, 65537, (1u << 20) + 13};
   const size_t maxn = (1u << 20) + 13;
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 16u << 20, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 16u << 20, &dev));
   if (!dev) return;
   zo_stream_t *s = NULL;
-  OK(zo_stream_create(dev, &s));
+  CHECK_OK(zo_stream_create(dev, &s));
   uint8_t *h = malloc(maxn), *back = malloc(maxn), *back2 = malloc(maxn);
   void *d1 = NULL, *d2 = NULL;
-  OK(zo_device_malloc(dev, maxn, &d1));
-  OK(zo_device_malloc(dev, maxn, &d2));
-  if (!s || !h || !back || !back2 || !d1 || !d2) {
-    g_fail++;
-    return;
-  }
+  CHECK_OK(zo_device_malloc(dev, maxn, &d1));
+  CHECK_OK(zo_device_malloc(dev, maxn, &d2));
+  REQUIRE(s && h && back && back2 && d1 && d2);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     size_t n = sizes[k];
     size_t off = (k * 37) % 200; /* unaligned device offsets too */
@@ -315,25 +258,25 @@ static void test_copies(void) {
     fill(h, n, (unsigned)k);
     memset(back, 0, n);
     memset(back2, 0, n);
-    OK(zo_memcpy_async(s, (uint8_t *)d1 + off, h, n, ZO_COPY_H2D));
-    OK(zo_memcpy_async(s, d2, (uint8_t *)d1 + off, n, ZO_COPY_D2D));
-    OK(zo_memcpy_async(s, back, d2, n, ZO_COPY_D2H));
-    OK(zo_memcpy_async(s, back2, back, n, ZO_COPY_H2H));
-    OK(zo_stream_synchronize(s));
+    CHECK_OK(zo_memcpy_async(s, (uint8_t *)d1 + off, h, n, ZO_COPY_H2D));
+    CHECK_OK(zo_memcpy_async(s, d2, (uint8_t *)d1 + off, n, ZO_COPY_D2D));
+    CHECK_OK(zo_memcpy_async(s, back, d2, n, ZO_COPY_D2H));
+    CHECK_OK(zo_memcpy_async(s, back2, back, n, ZO_COPY_H2H));
+    CHECK_OK(zo_stream_synchronize(s));
     char what[64];
     snprintf(what, sizeof what, "async round trip of %zu bytes", n);
     CHECK_BYTES(what, back2, h, n);
     /* The synchronous path. */
     memset(back, 0, n);
-    OK(zo_memcpy(dev, d1, h, n, ZO_COPY_H2D));
-    OK(zo_memcpy(dev, back, d1, n, ZO_COPY_D2H));
+    CHECK_OK(zo_memcpy(dev, d1, h, n, ZO_COPY_H2D));
+    CHECK_OK(zo_memcpy(dev, back, d1, n, ZO_COPY_D2H));
     snprintf(what, sizeof what, "sync round trip of %zu bytes", n);
     CHECK_BYTES(what, back, h, n);
   }
   /* memset_async */
-  OK(zo_memset_async(s, d1, 0xab, 1000));
-  OK(zo_memcpy_async(s, back, d1, 1000, ZO_COPY_D2H));
-  OK(zo_stream_synchronize(s));
+  CHECK_OK(zo_memset_async(s, d1, 0xab, 1000));
+  CHECK_OK(zo_memcpy_async(s, back, d1, 1000, ZO_COPY_D2H));
+  CHECK_OK(zo_stream_synchronize(s));
   memset(h, 0xab, 1000);
   CHECK_BYTES("memset", back, h, 1000);
 
@@ -352,20 +295,20 @@ static void test_copies(void) {
   CHECK_ST(zo_memcpy_async(NULL, d1, h, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy(dev, h, back, 16, ZO_COPY_D2D), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memset_async(s, h, 0, 16), ZO_ERR_INVALID_ARG);
-  OK(zo_memcpy_async(s, NULL, NULL, 0, ZO_COPY_H2D)); /* 0 bytes: no-op */
-  OK(zo_stream_synchronize(s));                        /* rejected calls left no sticky error */
+  CHECK_OK(zo_memcpy_async(s, NULL, NULL, 0, ZO_COPY_H2D)); /* 0 bytes: no-op */
+  CHECK_OK(zo_stream_synchronize(s));                        /* rejected calls left no sticky error */
 
   /* A device pointer from another device is not device memory here. */
   zo_device_t *dev2 = NULL;
   void *other = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 1, 0, &dev2));
-  OK(zo_device_malloc(dev2, 64, &other));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 1, 0, &dev2));
+  CHECK_OK(zo_device_malloc(dev2, 64, &other));
   CHECK_ST(zo_memcpy_async(s, back, other, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
   zo_device_destroy(dev2);
 
   zo_stream_destroy(s);
-  OK(zo_device_free(dev, d1));
-  OK(zo_device_free(dev, d2));
+  CHECK_OK(zo_device_free(dev, d1));
+  CHECK_OK(zo_device_free(dev, d2));
   zo_device_destroy(dev);
   free(h);
   free(back);
@@ -376,36 +319,33 @@ static void test_copies(void) {
 static void test_stream_order(void) {
   enum { ITERS = 64, N = 8192 };
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
   if (!dev) return;
   zo_stream_t *s = NULL;
-  OK(zo_stream_create(dev, &s));
+  CHECK_OK(zo_stream_create(dev, &s));
   void *A = NULL, *B = NULL, *C = NULL;
-  OK(zo_device_malloc(dev, N, &A));
-  OK(zo_device_malloc(dev, N, &B));
-  OK(zo_device_malloc(dev, N, &C));
+  CHECK_OK(zo_device_malloc(dev, N, &A));
+  CHECK_OK(zo_device_malloc(dev, N, &B));
+  CHECK_OK(zo_device_malloc(dev, N, &C));
   uint8_t *src = malloc((size_t)ITERS * N), *out = calloc((size_t)ITERS, N);
-  if (!s || !A || !B || !C || !src || !out) {
-    g_fail++;
-    return;
-  }
+  REQUIRE(s && A && B && C && src && out);
   for (int i = 0; i < ITERS; i++) fill(src + (size_t)i * N, N, 1000u + (unsigned)i);
   gate g; /* holds the whole chain in the queue until every op is issued */
   atomic_init(&g.open, 0);
-  OK(zo_launch_host_func(s, gate_wait_fn, &g));
+  CHECK_OK(zo_launch_host_func(s, gate_wait_fn, &g));
   for (int i = 0; i < ITERS; i++) {
-    OK(zo_memcpy_async(s, A, src + (size_t)i * N, N, ZO_COPY_H2D));
-    if (i % 8 == 0) OK(zo_launch_host_func(s, sleep_fn, (void *)(intptr_t)1)); /* stretch the queue */
-    OK(zo_memcpy_async(s, B, A, N, ZO_COPY_D2D));
-    OK(zo_memcpy_async(s, C, B, N, ZO_COPY_D2D));
-    OK(zo_memcpy_async(s, out + (size_t)i * N, C, N, ZO_COPY_D2H));
+    CHECK_OK(zo_memcpy_async(s, A, src + (size_t)i * N, N, ZO_COPY_H2D));
+    if (i % 8 == 0) CHECK_OK(zo_launch_host_func(s, sleep_fn, (void *)(intptr_t)1)); /* stretch the queue */
+    CHECK_OK(zo_memcpy_async(s, B, A, N, ZO_COPY_D2D));
+    CHECK_OK(zo_memcpy_async(s, C, B, N, ZO_COPY_D2D));
+    CHECK_OK(zo_memcpy_async(s, out + (size_t)i * N, C, N, ZO_COPY_D2H));
   }
   int idle = 1;
-  OK(zo_stream_query(s, &idle)); /* the gate is closed */
+  CHECK_OK(zo_stream_query(s, &idle)); /* the gate is closed */
   CHECK_EQ(idle, 0);
   atomic_store(&g.open, 1);
-  OK(zo_stream_synchronize(s));
-  OK(zo_stream_query(s, &idle));
+  CHECK_OK(zo_stream_synchronize(s));
+  CHECK_OK(zo_stream_query(s, &idle));
   CHECK_EQ(idle, 1);
   size_t bad = 0;
   for (int i = 0; i < ITERS && bad == 0; i++)
@@ -417,10 +357,10 @@ static void test_stream_order(void) {
   log.n = 0;
   for (int i = 0; i < 2000; i++) {
     args[i] = (order_arg){&log, i};
-    OK(zo_launch_host_func(s, log_fn, &args[i]));
+    CHECK_OK(zo_launch_host_func(s, log_fn, &args[i]));
   }
   CHECK_ST(zo_launch_host_func(s, NULL, NULL), ZO_ERR_INVALID_ARG);
-  OK(zo_stream_synchronize(s));
+  CHECK_OK(zo_stream_synchronize(s));
   CHECK_EQ(log.n, 2000);
   for (int i = 0; i < log.n; i++)
     if (log.idx[i] != i) {
@@ -438,36 +378,33 @@ static void test_stream_order(void) {
 static void test_cross_stream(void) {
   enum { ITERS = 200, N = 4096 };
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
   if (!dev) return;
   zo_stream_t *s1 = NULL, *s2 = NULL;
   zo_event_t *ev = NULL;
-  OK(zo_stream_create(dev, &s1));
-  OK(zo_stream_create(dev, &s2));
-  OK(zo_event_create(dev, &ev));
+  CHECK_OK(zo_stream_create(dev, &s1));
+  CHECK_OK(zo_stream_create(dev, &s2));
+  CHECK_OK(zo_event_create(dev, &ev));
   void *D = NULL;
-  OK(zo_device_malloc(dev, N, &D));
+  CHECK_OK(zo_device_malloc(dev, N, &D));
   uint8_t *src = malloc((size_t)ITERS * N), *out = calloc((size_t)ITERS, N);
-  if (!s1 || !s2 || !ev || !D || !src || !out) {
-    g_fail++;
-    return;
-  }
+  REQUIRE(s1 && s2 && ev && D && src && out);
   for (int i = 0; i < ITERS; i++) fill(src + (size_t)i * N, N, 77u + (unsigned)i);
   size_t bad = 0;
   for (int i = 0; i < ITERS && !bad; i++) {
-    if (i % 4 == 0) OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)1));
-    OK(zo_memcpy_async(s1, D, src + (size_t)i * N, N, ZO_COPY_H2D));
-    OK(zo_event_record(ev, s1));
-    OK(zo_stream_wait_event(s2, ev));
-    OK(zo_memcpy_async(s2, out + (size_t)i * N, D, N, ZO_COPY_D2H));
+    if (i % 4 == 0) CHECK_OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)1));
+    CHECK_OK(zo_memcpy_async(s1, D, src + (size_t)i * N, N, ZO_COPY_H2D));
+    CHECK_OK(zo_event_record(ev, s1));
+    CHECK_OK(zo_stream_wait_event(s2, ev));
+    CHECK_OK(zo_memcpy_async(s2, out + (size_t)i * N, D, N, ZO_COPY_D2H));
     /* Next iteration's H2D overwrites D: s1 must wait for s2's read (WAR). */
     zo_event_t *back = NULL;
-    OK(zo_event_create(dev, &back));
-    OK(zo_event_record(back, s2));
-    OK(zo_stream_wait_event(s1, back));
+    CHECK_OK(zo_event_create(dev, &back));
+    CHECK_OK(zo_event_record(back, s2));
+    CHECK_OK(zo_stream_wait_event(s1, back));
     zo_event_destroy(back); /* allowed while s1 still waits on it */
   }
-  OK(zo_device_synchronize(dev));
+  CHECK_OK(zo_device_synchronize(dev));
   for (int i = 0; i < ITERS && !bad; i++)
     bad = CHECK_BYTES("s2 reads s1's H2D through an event", out + (size_t)i * N, src + (size_t)i * N, N);
 
@@ -478,21 +415,21 @@ static void test_cross_stream(void) {
     flag_pair f;
     atomic_init(&f.set, 0);
     atomic_init(&f.seen, -1);
-    OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)3));
-    OK(zo_launch_host_func(s1, set_flag_fn, &f));
-    OK(zo_event_record(ev, s1));
-    OK(zo_stream_wait_event(s2, ev));
-    OK(zo_launch_host_func(s2, read_flag_fn, &f));
-    OK(zo_stream_synchronize(s2));
+    CHECK_OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)3));
+    CHECK_OK(zo_launch_host_func(s1, set_flag_fn, &f));
+    CHECK_OK(zo_event_record(ev, s1));
+    CHECK_OK(zo_stream_wait_event(s2, ev));
+    CHECK_OK(zo_launch_host_func(s2, read_flag_fn, &f));
+    CHECK_OK(zo_stream_synchronize(s2));
     if (atomic_load(&f.seen) != 1) saw_late++;
-    OK(zo_stream_synchronize(s1));
+    CHECK_OK(zo_stream_synchronize(s1));
 
     atomic_store(&f.set, 0);
     atomic_store(&f.seen, -1);
-    OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)3));
-    OK(zo_launch_host_func(s1, set_flag_fn, &f));
-    OK(zo_launch_host_func(s2, read_flag_fn, &f)); /* no wait */
-    OK(zo_device_synchronize(dev));
+    CHECK_OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)3));
+    CHECK_OK(zo_launch_host_func(s1, set_flag_fn, &f));
+    CHECK_OK(zo_launch_host_func(s2, read_flag_fn, &f)); /* no wait */
+    CHECK_OK(zo_device_synchronize(dev));
     if (atomic_load(&f.seen) == 0) saw_unordered++;
   }
   CHECK_EQ(saw_late, 0);
@@ -505,10 +442,10 @@ static void test_cross_stream(void) {
   atomic_init(&g.open, 0);
   atomic_int done;
   atomic_init(&done, 0);
-  OK(zo_launch_host_func(s1, gate_wait_fn, &g));
-  OK(zo_launch_host_func(s1, store_flag_fn, &done));
-  OK(zo_launch_host_func(s2, store_flag_fn, &g.open)); /* gate.open is an atomic_int */
-  OK(zo_stream_synchronize(s1));
+  CHECK_OK(zo_launch_host_func(s1, gate_wait_fn, &g));
+  CHECK_OK(zo_launch_host_func(s1, store_flag_fn, &done));
+  CHECK_OK(zo_launch_host_func(s2, store_flag_fn, &g.open)); /* gate.open is an atomic_int */
+  CHECK_OK(zo_stream_synchronize(s1));
   CHECK_EQ(atomic_load(&done), 1);
   CHECK_EQ(atomic_load(&g.open), 1);
 
@@ -522,112 +459,106 @@ static void test_cross_stream(void) {
 
 static void test_events(void) {
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
   if (!dev) return;
   zo_stream_t *s1 = NULL, *s2 = NULL, *s3 = NULL;
   zo_event_t *ev = NULL;
-  OK(zo_stream_create(dev, &s1));
-  OK(zo_stream_create(dev, &s2));
-  OK(zo_stream_create(dev, &s3));
-  OK(zo_event_create(dev, &ev));
-  if (!s1 || !s2 || !s3 || !ev) {
-    g_fail++;
-    return;
-  }
+  CHECK_OK(zo_stream_create(dev, &s1));
+  CHECK_OK(zo_stream_create(dev, &s2));
+  CHECK_OK(zo_stream_create(dev, &s3));
+  CHECK_OK(zo_event_create(dev, &ev));
+  REQUIRE(s1 && s2 && s3 && ev);
   int done = -1, idle = -1;
   /* Never recorded: complete at once. */
-  OK(zo_event_query(ev, &done));
+  CHECK_OK(zo_event_query(ev, &done));
   CHECK_EQ(done, 1);
-  OK(zo_event_synchronize(ev));
-  OK(zo_stream_wait_event(s3, ev)); /* adds no wait */
+  CHECK_OK(zo_event_synchronize(ev));
+  CHECK_OK(zo_stream_wait_event(s3, ev)); /* adds no wait */
 
   /* Recorded on an idle stream: complete. */
-  OK(zo_event_record(ev, s2));
-  OK(zo_event_query(ev, &done));
+  CHECK_OK(zo_event_record(ev, s2));
+  CHECK_OK(zo_event_query(ev, &done));
   CHECK_EQ(done, 1);
 
   /* Query before and after. */
   gate g;
   atomic_init(&g.open, 0);
-  OK(zo_launch_host_func(s1, gate_wait_fn, &g));
-  OK(zo_event_record(ev, s1));
-  OK(zo_event_query(ev, &done));
+  CHECK_OK(zo_launch_host_func(s1, gate_wait_fn, &g));
+  CHECK_OK(zo_event_record(ev, s1));
+  CHECK_OK(zo_event_query(ev, &done));
   CHECK_EQ(done, 0);
-  OK(zo_stream_query(s1, &idle));
+  CHECK_OK(zo_stream_query(s1, &idle));
   CHECK_EQ(idle, 0);
 
   /* Re-record replaces the capture: now on idle s2, so complete. */
-  OK(zo_event_record(ev, s2));
-  OK(zo_event_query(ev, &done));
+  CHECK_OK(zo_event_record(ev, s2));
+  CHECK_OK(zo_event_query(ev, &done));
   CHECK_EQ(done, 1);
 
   /* wait_event captures at call time: s3 waits for s1's gate even after ev moves. */
-  OK(zo_event_record(ev, s1));
+  CHECK_OK(zo_event_record(ev, s1));
   atomic_int ran;
   atomic_init(&ran, 0);
-  OK(zo_stream_wait_event(s3, ev));
-  OK(zo_launch_host_func(s3, store_flag_fn, &ran));
-  OK(zo_event_record(ev, s2)); /* complete capture; must not release s3 */
-  OK(zo_event_query(ev, &done));
+  CHECK_OK(zo_stream_wait_event(s3, ev));
+  CHECK_OK(zo_launch_host_func(s3, store_flag_fn, &ran));
+  CHECK_OK(zo_event_record(ev, s2)); /* complete capture; must not release s3 */
+  CHECK_OK(zo_event_query(ev, &done));
   CHECK_EQ(done, 1);
   sleep_ms(30);
   CHECK_EQ(atomic_load(&ran), 0);
-  OK(zo_stream_query(s3, &idle));
+  CHECK_OK(zo_stream_query(s3, &idle));
   CHECK_EQ(idle, 0);
 
   /* A record on s1 after the gate, then work queued after the record does not delay it. */
   zo_event_t *ev2 = NULL;
-  OK(zo_event_create(dev, &ev2));
-  OK(zo_event_record(ev2, s1));
-  OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)50)); /* after the record */
+  CHECK_OK(zo_event_create(dev, &ev2));
+  CHECK_OK(zo_event_record(ev2, s1));
+  CHECK_OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)50)); /* after the record */
   atomic_store(&g.open, 1);
-  OK(zo_event_synchronize(ev2));
-  OK(zo_event_query(ev2, &done));
+  CHECK_OK(zo_event_synchronize(ev2));
+  CHECK_OK(zo_event_query(ev2, &done));
   CHECK_EQ(done, 1);
-  OK(zo_stream_query(s1, &idle)); /* the 50 ms sleep is very likely still running */
+  CHECK_OK(zo_stream_query(s1, &idle)); /* the 50 ms sleep is very likely still running */
   if (idle) printf("events: note: s1 already idle after ev2 (slow machine?)\n");
-  OK(zo_stream_synchronize(s3));
+  CHECK_OK(zo_stream_synchronize(s3));
   CHECK_EQ(atomic_load(&ran), 1);
-  OK(zo_stream_synchronize(s1));
-  OK(zo_stream_query(s1, &idle));
+  CHECK_OK(zo_stream_synchronize(s1));
+  CHECK_OK(zo_stream_query(s1, &idle));
   CHECK_EQ(idle, 1);
 
   /* Memory visibility: poll an event until complete, then read the bytes. */
   void *d = NULL;
   enum { N = 1 << 16 };
   uint8_t *h = malloc(N), *out = calloc(1, N);
-  OK(zo_device_malloc(dev, N, &d));
-  if (!h || !out || !d) {
-    g_fail++;
-    return;
-  }
+  CHECK_OK(zo_device_malloc(dev, N, &d));
+  REQUIRE(h && out && d);
   fill(h, N, 5);
   for (int rep = 0; rep < 50; rep++) {
     h[0] = (uint8_t)rep;
-    OK(zo_memcpy_async(s1, d, h, N, ZO_COPY_H2D));
-    OK(zo_memcpy_async(s1, out, d, N, ZO_COPY_D2H));
-    OK(zo_event_record(ev, s1));
+    CHECK_OK(zo_memcpy_async(s1, d, h, N, ZO_COPY_H2D));
+    CHECK_OK(zo_memcpy_async(s1, out, d, N, ZO_COPY_D2H));
+    CHECK_OK(zo_event_record(ev, s1));
     do {
-      OK(zo_event_query(ev, &done));
+      CHECK_OK(zo_event_query(ev, &done));
     } while (!done);
     if (CHECK_BYTES("bytes visible once the event completes", out, h, N)) break;
   }
 
   /* An event outlives its stream and stays complete. */
-  OK(zo_launch_host_func(s2, sleep_fn, (void *)(intptr_t)5));
-  OK(zo_event_record(ev2, s2));
+  CHECK_OK(zo_launch_host_func(s2, sleep_fn, (void *)(intptr_t)5));
+  CHECK_OK(zo_event_record(ev2, s2));
   zo_stream_destroy(s2);
-  OK(zo_event_query(ev2, &done));
+  CHECK_OK(zo_event_query(ev2, &done));
   CHECK_EQ(done, 1);
-  OK(zo_event_synchronize(ev2));
+  CHECK_OK(zo_event_synchronize(ev2));
 
   CHECK_ST(zo_event_record(NULL, s1), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_event_query(ev, NULL), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_stream_wait_event(s1, NULL), ZO_ERR_INVALID_ARG);
   zo_device_t *dev2 = NULL;
   zo_stream_t *other = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 1, 0, &dev2));
-  OK(zo_stream_create(dev2, &other));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 1, 0, &dev2));
+  CHECK_OK(zo_stream_create(dev2, &other));
   CHECK_ST(zo_event_record(ev, other), ZO_ERR_INVALID_ARG); /* event of another device */
   zo_device_destroy(dev2);                                  /* destroys `other` too */
 
@@ -644,25 +575,22 @@ static void test_events(void) {
 
 static void test_sticky_error(void) {
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
   if (!dev) return;
   zo_stream_t *s = NULL;
-  OK(zo_stream_create(dev, &s));
+  CHECK_OK(zo_stream_create(dev, &s));
   void *d = NULL;
-  OK(zo_device_malloc(dev, 4096, &d));
+  CHECK_OK(zo_device_malloc(dev, 4096, &d));
   uint8_t *h = calloc(1, 4096);
-  if (!s || !d || !h) {
-    g_fail++;
-    return;
-  }
+  REQUIRE(s && d && h);
   gate g;
   atomic_init(&g.open, 0);
   atomic_int after;
   atomic_init(&after, 0);
-  OK(zo_launch_host_func(s, gate_wait_fn, &g));
-  OK(zo_memcpy_async(s, h, d, 4096, ZO_COPY_D2H));
-  OK(zo_launch_host_func(s, store_flag_fn, &after));
-  OK(zo_device_free(dev, d)); /* a bug: the copy is still queued */
+  CHECK_OK(zo_launch_host_func(s, gate_wait_fn, &g));
+  CHECK_OK(zo_memcpy_async(s, h, d, 4096, ZO_COPY_D2H));
+  CHECK_OK(zo_launch_host_func(s, store_flag_fn, &after));
+  CHECK_OK(zo_device_free(dev, d)); /* a bug: the copy is still queued */
   atomic_store(&g.open, 1);
   CHECK_ST(zo_stream_synchronize(s), ZO_ERR_INVALID_USAGE);
   CHECK(strstr(zo_last_error(), "freed") != NULL);
@@ -673,7 +601,7 @@ static void test_sticky_error(void) {
   CHECK_EQ(idle, 1);
   CHECK_ST(zo_device_synchronize(dev), ZO_ERR_INVALID_USAGE);
   zo_stream_destroy(s);
-  OK(zo_device_synchronize(dev)); /* the failed stream is gone */
+  CHECK_OK(zo_device_synchronize(dev)); /* the failed stream is gone */
   zo_device_destroy(dev);
   free(h);
 }
@@ -682,30 +610,27 @@ static void test_destroy_with_queued_work(void) {
   enum { N = 1 << 16 };
   uint8_t *h = malloc(N), *out1 = calloc(1, N), *out2 = calloc(1, N);
   zo_device_t *dev = NULL;
-  OK(zo_device_create(ZO_DEVICE_HOST, 0, 1u << 20, &dev));
-  if (!dev || !h || !out1 || !out2) {
-    g_fail++;
-    return;
-  }
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 1u << 20, &dev));
+  REQUIRE(dev && h && out1 && out2);
   fill(h, N, 99);
   zo_stream_t *s1 = NULL, *s2 = NULL;
   zo_event_t *ev = NULL;
   void *d = NULL;
-  OK(zo_stream_create(dev, &s1));
-  OK(zo_stream_create(dev, &s2));
-  OK(zo_event_create(dev, &ev));
-  OK(zo_device_malloc(dev, N, &d));
+  CHECK_OK(zo_stream_create(dev, &s1));
+  CHECK_OK(zo_stream_create(dev, &s2));
+  CHECK_OK(zo_event_create(dev, &ev));
+  CHECK_OK(zo_device_malloc(dev, N, &d));
   /* Stream destroy waits for its queue. */
-  OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)20));
-  OK(zo_memcpy_async(s1, d, h, N, ZO_COPY_H2D));
-  OK(zo_memcpy_async(s1, out1, d, N, ZO_COPY_D2H));
-  OK(zo_event_record(ev, s1));
+  CHECK_OK(zo_launch_host_func(s1, sleep_fn, (void *)(intptr_t)20));
+  CHECK_OK(zo_memcpy_async(s1, d, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy_async(s1, out1, d, N, ZO_COPY_D2H));
+  CHECK_OK(zo_event_record(ev, s1));
   zo_stream_destroy(s1);
   CHECK_BYTES("stream destroy drained its queue", out1, h, N);
   /* Device destroy waits for every stream, then frees streams, events, memory. */
-  OK(zo_launch_host_func(s2, sleep_fn, (void *)(intptr_t)20));
-  OK(zo_stream_wait_event(s2, ev));
-  OK(zo_memcpy_async(s2, out2, d, N, ZO_COPY_D2H));
+  CHECK_OK(zo_launch_host_func(s2, sleep_fn, (void *)(intptr_t)20));
+  CHECK_OK(zo_stream_wait_event(s2, ev));
+  CHECK_OK(zo_memcpy_async(s2, out2, d, N, ZO_COPY_D2H));
   zo_device_destroy(dev);
   CHECK_BYTES("device destroy drained the streams", out2, h, N);
   free(h);
@@ -723,10 +648,5 @@ int main(void) {
   test_events();
   test_sticky_error();
   test_destroy_with_queued_work();
-  if (g_fail) {
-    printf("test_device: %d check(s) failed\n", g_fail);
-    return 1;
-  }
-  printf("test_device: all checks passed\n");
-  return 0;
+  return zo_test_finish("test_device");
 }

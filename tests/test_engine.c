@@ -4,7 +4,6 @@
  * sub-group and buffer layouts) equal zo_adam_step applied directly, bit for
  * bit; clipping, fp16 overflow skipping and loss-scale changes; misuse errors.
  */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,36 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo_test.h"
 #include "zoffload/adam.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
-
-static int g_fail;
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      g_fail++;                                                           \
-    }                                                                     \
-  } while (0)
-#define CHECK_OK(expr)                                                                          \
-  do {                                                                                          \
-    zo_status st_ = (expr);                                                                     \
-    if (st_ != ZO_OK) {                                                                         \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr, zo_status_string(st_), \
-              zo_last_error());                                                                 \
-      g_fail++;                                                                                 \
-      return;                                                                                   \
-    }                                                                                           \
-  } while (0)
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static float rng_uniform(uint64_t *s) { return (float)((rng_next(s) >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }
 
 /* Gradients are handed over in device memory: stage host values into a
  * device scratch buffer (the host backend checks that copies name device
@@ -58,8 +31,11 @@ static void *to_device(zo_device_t *dev, void *scratch, size_t off_bytes, const 
 enum { NP = 4 };
 static const size_t k_sizes[NP] = {1000, 5000, 37, 4096};
 
+/* Reference state: fp32 master p; m, v and the gradient in the engine's
+ * state and gradient dtypes (4 bytes per element is room for either). */
 typedef struct ref_state {
-  float *p[NP], *m[NP], *v[NP], *g[NP];
+  float *p[NP], *g[NP];
+  void *m[NP], *v[NP], *gq[NP];
 } ref_state;
 
 static void ref_alloc(ref_state *r) {
@@ -68,10 +44,11 @@ static void ref_alloc(ref_state *r) {
     r->m[i] = calloc(k_sizes[i], 4);
     r->v[i] = calloc(k_sizes[i], 4);
     r->g[i] = calloc(k_sizes[i], 4);
+    r->gq[i] = calloc(k_sizes[i], 4);
   }
 }
 static void ref_free(ref_state *r) {
-  for (int i = 0; i < NP; i++) free(r->p[i]), free(r->m[i]), free(r->v[i]), free(r->g[i]);
+  for (int i = 0; i < NP; i++) free(r->p[i]), free(r->m[i]), free(r->v[i]), free(r->g[i]), free(r->gq[i]);
 }
 
 static void base_config(zo_config_t *c) {
@@ -97,37 +74,41 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
   uint64_t seed = 42;
   zo_device_t *dev;
   void *scratch;
-  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
-  CHECK_OK(zo_device_malloc(dev, 4 * (1000 + 5000 + 37 + 4096), &scratch));
-  CHECK_OK(zo_engine_create(&cfg, dev, NULL, &e));
+  REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  REQUIRE_OK(zo_device_malloc(dev, 4 * (1000 + 5000 + 37 + 4096), &scratch));
+  REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &e));
   char name[32];
   for (int i = 0; i < NP; i++) {
     snprintf(name, sizeof name, "t%d", i);
-    CHECK_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]));
+    REQUIRE_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]));
   }
-  CHECK_OK(zo_engine_finalize(e));
+  REQUIRE_OK(zo_engine_finalize(e));
   for (int i = 0; i < NP; i++) {
-    for (size_t j = 0; j < k_sizes[i]; j++) r.p[i][j] = rng_uniform(&seed);
-    CHECK_OK(zo_engine_load_param(e, ps[i], r.p[i]));
+    for (size_t j = 0; j < k_sizes[i]; j++) r.p[i][j] = zo_test_rand_pm1f(&seed);
+    REQUIRE_OK(zo_engine_load_param(e, ps[i], r.p[i]));
   }
-  const zo_dtype wd = zo_engine_working_dtype(e);
+  const zo_dtype wd = zo_engine_working_dtype(e), gd = zo_engine_grad_dtype(e);
+  const zo_dtype sd = (zo_dtype)cfg.zoffload.optimizer_state_dtype;
+  CHECK_EQ((int)gd, (int)wd);
   float *gbuf = malloc(4096 * 4 * 2);
   int64_t applied = 0;
   for (int s = 1; s <= steps; s++) {
+    /* Gradients in the engine's gradient dtype; the norm of exactly those values. */
     double sq = 0;
-    for (int i = 0; i < NP; i++)
-      for (size_t j = 0; j < k_sizes[i]; j++) {
-        r.g[i][j] = rng_uniform(&seed) * grad_mag;
-        sq += (double)r.g[i][j] * r.g[i][j];
-      }
+    for (int i = 0; i < NP; i++) {
+      for (size_t j = 0; j < k_sizes[i]; j++) r.g[i][j] = zo_test_rand_pm1f(&seed) * grad_mag;
+      REQUIRE_OK(zo_cast(r.gq[i], gd, r.g[i], ZO_DTYPE_F32, k_sizes[i], 1));
+      REQUIRE_OK(zo_cast(r.g[i], ZO_DTYPE_F32, r.gq[i], gd, k_sizes[i], 1));
+      for (size_t j = 0; j < k_sizes[i]; j++) sq += (double)r.g[i][j] * r.g[i][j];
+    }
     size_t off = 0;
     for (int i = NP - 1; i >= 0; i--) {
-      void *dg = to_device(dev, scratch, off, r.g[i], k_sizes[i] * 4);
-      off += k_sizes[i] * 4;
-      CHECK_OK(zo_engine_grad_ready(e, ps[i], dg, ZO_DTYPE_F32));
+      void *dg = to_device(dev, scratch, off, r.gq[i], k_sizes[i] * zo_dtype_size(gd));
+      off += k_sizes[i] * zo_dtype_size(gd);
+      REQUIRE_OK(zo_engine_grad_ready(e, ps[i], dg, gd));
     }
     zo_step_info info;
-    CHECK_OK(zo_engine_step(e, &info));
+    REQUIRE_OK(zo_engine_step(e, &info));
     CHECK(!info.skipped);
     applied++;
     /* Reference: the same hyperparameters the engine documents. */
@@ -141,14 +122,20 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
                           .bias_correction = cfg.optimizer.bias_correction, .step = applied,
                           .grad_scale = (float)(clip / 1.0)};
     CHECK(info.lr == hp.lr);
-    for (int i = 0; i < NP; i++)
-      CHECK_OK(zo_adam_step(&hp, r.p[i], r.g[i], r.m[i], r.v[i], k_sizes[i], ZO_SIMD_AUTO, 1));
+    size_t flat = 0; /* bf16 state rounding is keyed by the element's offset in the flat parameter space */
+    for (int i = 0; i < NP; i++) {
+      zo_adam_shard sh = {.param = r.p[i], .grad = r.gq[i], .grad_dtype = gd, .exp_avg = r.m[i], .exp_avg_sq = r.v[i],
+                          .state_dtype = sd, .n = k_sizes[i], .seed = flat};
+      zo_adam_result res;
+      REQUIRE_OK(zo_adam_update(&hp, &sh, 0, ZO_SIMD_AUTO, &res));
+      flat += k_sizes[i];
+    }
   }
   int mism = 0;
   for (int i = 0; i < NP; i++) {
     size_t off = 99, n = 0;
     float *got = malloc(k_sizes[i] * 4);
-    CHECK_OK(zo_engine_get_master(e, ps[i], got, &off, &n));
+    REQUIRE_OK(zo_engine_get_master(e, ps[i], got, &off, &n));
     CHECK(off == 0 && n == k_sizes[i]);
     for (size_t j = 0; j < k_sizes[i] && mism < 10; j++)
       if (memcmp(&got[j], &r.p[i][j], 4)) {
@@ -158,9 +145,9 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
     /* Working weights: the working-dtype cast of the reference master. */
     const void *w;
     zo_dtype dt;
-    CHECK_OK(zo_engine_fetch(e, ps[i], &w, &dt));
+    REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, &dt));
     CHECK(dt == wd);
-    CHECK_OK(zo_cast(gbuf, wd, r.p[i], ZO_DTYPE_F32, k_sizes[i], 1));
+    REQUIRE_OK(zo_cast(gbuf, wd, r.p[i], ZO_DTYPE_F32, k_sizes[i], 1));
     if (memcmp(w, gbuf, k_sizes[i] * zo_dtype_size(wd))) {
       fprintf(stderr, "%s: working weights of t%d differ from the %s cast of the reference\n", label, i,
               zo_dtype_name(wd));
@@ -170,31 +157,20 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
   }
   CHECK(mism == 0);
   zo_engine_mem mem;
-  CHECK_OK(zo_engine_mem_info(e, &mem));
+  REQUIRE_OK(zo_engine_mem_info(e, &mem));
   if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME) {
-    CHECK(mem.nvme_bytes >= 3 * 4 * (1000 + 5000 + 37 + 4096));
+    CHECK(mem.nvme_bytes >= (4 + 2 * zo_dtype_size(sd)) * (1000 + 5000 + 37 + 4096));
     CHECK(mem.nvme_read_bytes > 0 && mem.nvme_write_bytes > 0);
   } else {
     CHECK(mem.nvme_bytes == 0);
   }
-  printf("ok   %-34s %d steps, %s working weights, device %zu B, host %zu B, nvme %zu B\n", label, steps,
-         zo_dtype_name(wd), mem.device_bytes, mem.host_bytes, mem.nvme_bytes);
+  printf("ok   %-40s %d steps, %s weights and grads, %s state, device %zu B, host %zu B, nvme %zu B\n", label, steps,
+         zo_dtype_name(wd), zo_dtype_name(sd), mem.device_bytes, mem.host_bytes, mem.nvme_bytes);
   zo_engine_destroy(e);
   zo_device_free(dev, scratch);
   zo_device_destroy(dev);
   free(gbuf);
   ref_free(&r);
-}
-
-static int dir_is_empty(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return 0;
-  struct dirent *de;
-  int n = 0;
-  while ((de = readdir(d)))
-    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
-  closedir(d);
-  return n == 0;
 }
 
 /* fp16: an inf gradient skips the step (nothing changes) and the loss scale
@@ -212,54 +188,54 @@ static void test_fp16_overflow(void) {
   zo_param_t *p;
   zo_device_t *dev;
   void *scratch;
-  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
-  CHECK_OK(zo_device_malloc(dev, 4096, &scratch));
-  CHECK_OK(zo_engine_create(&cfg, dev, NULL, &e));
-  CHECK_OK(zo_engine_register_param(e, "w", 100, &p));
-  CHECK_OK(zo_engine_finalize(e));
+  REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  REQUIRE_OK(zo_device_malloc(dev, 4096, &scratch));
+  REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "w", 100, &p));
+  REQUIRE_OK(zo_engine_finalize(e));
   float w0[100], g[100], got[100];
   uint16_t g16[100];
   for (int i = 0; i < 100; i++) w0[i] = 0.01f * i;
-  CHECK_OK(zo_engine_load_param(e, p, w0));
+  REQUIRE_OK(zo_engine_load_param(e, p, w0));
   CHECK(zo_engine_loss_scale(e) == 256.0);
   CHECK(zo_engine_working_dtype(e) == ZO_DTYPE_F16);
   double expect_scale[] = {256.0, 128.0}; /* hysteresis 2: first overflow keeps the scale, second halves it */
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 100; i++) g[i] = 1e5f; /* *256 overflows fp16 */
-    CHECK_OK(zo_cast(g16, ZO_DTYPE_F16, g, ZO_DTYPE_F32, 100, 1));
-    CHECK_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
+    REQUIRE_OK(zo_cast(g16, ZO_DTYPE_F16, g, ZO_DTYPE_F32, 100, 1));
+    REQUIRE_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
     zo_step_info info;
-    CHECK_OK(zo_engine_step(e, &info));
+    REQUIRE_OK(zo_engine_step(e, &info));
     CHECK(info.skipped == 1);
     CHECK(info.step == 0);
     CHECK(zo_engine_loss_scale(e) == expect_scale[k]);
-    CHECK_OK(zo_engine_get_master(e, p, got, NULL, NULL));
+    REQUIRE_OK(zo_engine_get_master(e, p, got, NULL, NULL));
     CHECK(memcmp(got, w0, sizeof w0) == 0);
   }
   /* A good step: gradients scaled by 128 in fp16; the update equals Adam on unscaled grads. */
   for (int i = 0; i < 100; i++) g[i] = 0.001f * (i - 50);
   float gs[100];
   for (int i = 0; i < 100; i++) gs[i] = g[i] * 128.0f;
-  CHECK_OK(zo_cast(g16, ZO_DTYPE_F16, gs, ZO_DTYPE_F32, 100, 1));
-  CHECK_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
+  REQUIRE_OK(zo_cast(g16, ZO_DTYPE_F16, gs, ZO_DTYPE_F32, 100, 1));
+  REQUIRE_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
   zo_step_info info;
-  CHECK_OK(zo_engine_step(e, &info));
+  REQUIRE_OK(zo_engine_step(e, &info));
   CHECK(info.skipped == 0 && info.step == 1);
   float ref[100], m[100] = {0}, v[100] = {0}, gun[100];
   float back[100];
-  CHECK_OK(zo_cast(back, ZO_DTYPE_F32, g16, ZO_DTYPE_F16, 100, 1));
+  REQUIRE_OK(zo_cast(back, ZO_DTYPE_F32, g16, ZO_DTYPE_F16, 100, 1));
   for (int i = 0; i < 100; i++) gun[i] = back[i];
   memcpy(ref, w0, sizeof ref);
   zo_adam_hparams hp = {.lr = (float)zo_config_lr_at(&cfg, 1), .beta1 = (float)cfg.optimizer.beta1,
                         .beta2 = (float)cfg.optimizer.beta2, .eps = (float)cfg.optimizer.eps,
                         .weight_decay = (float)cfg.optimizer.weight_decay, .mode = ZO_ADAM_MODE_ADAMW,
                         .bias_correction = 1, .step = 1, .grad_scale = (float)(1.0 / 128.0)};
-  CHECK_OK(zo_adam_step(&hp, ref, gun, m, v, 100, ZO_SIMD_AUTO, 1));
-  CHECK_OK(zo_engine_get_master(e, p, got, NULL, NULL));
+  REQUIRE_OK(zo_adam_step(&hp, ref, gun, m, v, 100, ZO_SIMD_AUTO, 1));
+  REQUIRE_OK(zo_engine_get_master(e, p, got, NULL, NULL));
   CHECK(memcmp(got, ref, sizeof ref) == 0);
   /* loss_scale_window 2: two good steps since the overflow double the scale. */
-  CHECK_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
-  CHECK_OK(zo_engine_step(e, &info));
+  REQUIRE_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
+  REQUIRE_OK(zo_engine_step(e, &info));
   CHECK(zo_engine_loss_scale(e) == 256.0);
   printf("ok   fp16 overflow skip and loss scale (256 -> 256 -> 128 -> 256)\n");
   zo_engine_destroy(e);
@@ -274,20 +250,20 @@ static void test_misuse(const char *dir) {
   zo_param_t *a, *b;
   zo_device_t *dev;
   void *g;
-  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
-  CHECK_OK(zo_device_malloc(dev, 256, &g));
+  REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  REQUIRE_OK(zo_device_malloc(dev, 256, &g));
   static const float zeros[64];
   to_device(dev, g, 0, zeros, sizeof zeros);
   /* A step with a tensor that got no gradient names the tensor. */
-  CHECK_OK(zo_engine_create(&cfg, dev, NULL, &e));
-  CHECK_OK(zo_engine_register_param(e, "embed.weight", 64, &a));
+  REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "embed.weight", 64, &a));
   CHECK(zo_engine_register_param(e, "embed.weight", 64, &b) == ZO_ERR_INVALID_ARG);
   CHECK(strstr(zo_last_error(), "embed.weight") != NULL);
-  CHECK_OK(zo_engine_register_param(e, "head.bias", 8, &b));
+  REQUIRE_OK(zo_engine_register_param(e, "head.bias", 8, &b));
   CHECK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32) == ZO_ERR_INVALID_USAGE); /* before finalize */
-  CHECK_OK(zo_engine_finalize(e));
+  REQUIRE_OK(zo_engine_finalize(e));
   CHECK(zo_engine_register_param(e, "late", 8, &b) == ZO_ERR_INVALID_USAGE);
-  CHECK_OK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32));
+  REQUIRE_OK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32));
   CHECK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32) == ZO_ERR_INVALID_USAGE);
   CHECK(zo_engine_grad_ready(e, b, g, ZO_DTYPE_F16) == ZO_ERR_INVALID_ARG); /* fp16 grads without fp16 */
   CHECK(zo_engine_step(e, NULL) == ZO_ERR_INVALID_USAGE);
@@ -298,8 +274,8 @@ static void test_misuse(const char *dir) {
 
   /* A device limit below the working weights fails at finalize, naming the limit. */
   cfg.zoffload.device_memory_limit = 4096;
-  CHECK_OK(zo_engine_create(&cfg, NULL, NULL, &e));
-  CHECK_OK(zo_engine_register_param(e, "big", 100000, &a));
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "big", 100000, &a));
   CHECK(zo_engine_finalize(e) == ZO_ERR_OUT_OF_MEMORY);
   CHECK(strstr(zo_last_error(), "4096") != NULL);
   zo_engine_destroy(e);
@@ -349,19 +325,25 @@ int main(int argc, char **argv) {
       snprintf(label, sizeof label, "nvme, %s, sub_group %lld, %d buffers", bf16 ? "bf16" : "fp32",
                (long long)sgs[k], nbuf[k]);
       run_tier(label, cfg, dir, 4, 1.0f);
-      CHECK(dir_is_empty(dir)); /* the private swap directory is gone after destroy */
+      CHECK_EQ(zo_test_count_entries(dir), 0); /* the private swap directory is gone after destroy */
     }
   }
   cfg.optimizer.adam_w_mode = 0; /* Adam with L2 weight decay, on nvme */
   cfg.zero.sub_group_size = 2048;
   run_tier("nvme, Adam (L2)", cfg, dir, 3, 1.0f);
+  /* bf16 optimizer state (stochastic rounding keyed by flat offset): pieces of
+   * split sub-groups must round exactly as the whole-shard reference does. */
+  cfg.optimizer.adam_w_mode = 1;
+  cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_BF16;
+  cfg.zero.sub_group_size = 1536;
+  cfg.zero.offload_optimizer.buffer_count = 2;
+  run_tier("nvme, bf16 state, sub_group 1536", cfg, dir, 4, 1.0f);
+  CHECK(zo_test_count_entries(dir) == 0);
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  run_tier("cpu, bf16 state", cfg, NULL, 4, 1.0f);
+  cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
   test_fp16_overflow();
   test_misuse(dir);
   rmdir(dir);
-  if (g_fail) {
-    printf("test_engine: %d check(s) failed\n", g_fail);
-    return 1;
-  }
-  printf("test_engine: all checks passed\n");
-  return 0;
+  return zo_test_finish("test_engine");
 }

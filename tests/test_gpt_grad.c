@@ -10,26 +10,7 @@
 #include <string.h>
 
 #include "gpt.h"
-
-static int g_fail = 0;
-
-#define CHECK(expr)                                                  \
-  do {                                                               \
-    if (!(expr)) {                                                   \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #expr); \
-      g_fail = 1;                                                    \
-    }                                                                \
-  } while (0)
-
-#define CHECK_CLOSE(a, ref, atol, rtol)                                                                       \
-  do {                                                                                                        \
-    double a_ = (a), r_ = (ref);                                                                              \
-    if (!(fabs(a_ - r_) <= (atol) + (rtol)*fabs(r_))) {                                                      \
-      fprintf(stderr, "%s:%d: %s = %.9g, expected %s = %.9g (atol %g, rtol %g)\n", __FILE__, __LINE__, #a, a_, \
-              #ref, r_, (double)(atol), (double)(rtol));                                                      \
-      g_fail = 1;                                                                                             \
-    }                                                                                                         \
-  } while (0)
+#include "zo_test.h"
 
 /* ---------------- naive double reference ---------------- */
 
@@ -130,6 +111,30 @@ static double urand(void) { /* uniform [-1, 1) */
 
 static void fill_init(gpt_model *m, const gpt_config *c, uint64_t seed) {
   for (int i = 0; i < gpt_num_params(c); i++) gpt_param_init(c, i, seed, gpt_weight(m, i));
+}
+
+/*
+ * Gradient elements of @m not within atol + rtol*|want| of want = @mult * g1,
+ * in float (atol = rtol = 0: equal values only, and an inf never matches).
+ * @g1: the gradients of all @np tensors back to back. Prints the first with @what.
+ */
+static size_t grads_mismatch(gpt_model *m, const gpt_param_spec *specs, int np, const float *g1, float mult,
+                             float atol, float rtol, const char *what) {
+  size_t bad = 0, o = 0;
+  for (int i = 0; i < np; i++) {
+    const float *g = gpt_grad(m, i);
+    for (size_t j = 0; j < specs[i].n_elems; j++) {
+      const float want = mult * g1[o + j];
+      if (!(fabsf(g[j] - want) <= atol + rtol * fabsf(want))) {
+        if (bad == 0)
+          fprintf(stderr, "%s:%d: %s[%zu] = %.9g %s, expected %.9g\n", __FILE__, __LINE__, specs[i].name, j, g[j],
+                  what, want);
+        bad++;
+      }
+    }
+    o += specs[i].n_elems;
+  }
+  return bad;
 }
 
 int main(void) {
@@ -299,32 +304,11 @@ int main(void) {
       o += specs[i].n_elems;
     }
     CHECK(gpt_backward(m, 1.0f) == 0);
-    int bad2 = 0, badh = 0;
-    o = 0;
-    for (int i = 0; i < np; i++) {
-      const float *g = gpt_grad(m, i);
-      for (size_t j = 0; j < specs[i].n_elems; j++)
-        if (g[j] != 2.0f * g1[o + j]) {
-          if (bad2 == 0) fprintf(stderr, "%s:%d: %s[%zu] = %.9g after two backwards, expected %.9g\n", __FILE__, __LINE__,
-                                 specs[i].name, j, g[j], 2.0f * g1[o + j]);
-          bad2++;
-        }
-      o += specs[i].n_elems;
-    }
+    size_t bad2 = grads_mismatch(m, specs, np, g1, 2.0f, 0.0f, 0.0f, "after two backwards");
     CHECK(bad2 == 0);
     gpt_zero_grad(m);
     CHECK(gpt_backward(m, 0.25f) == 0);
-    o = 0;
-    for (int i = 0; i < np; i++) {
-      const float *g = gpt_grad(m, i);
-      for (size_t j = 0; j < specs[i].n_elems; j++)
-        if (!(fabsf(g[j] - 0.25f * g1[o + j]) <= 1e-9f + 1e-5f * fabsf(0.25f * g1[o + j]))) {
-          if (badh == 0) fprintf(stderr, "%s:%d: %s[%zu] = %.9g with loss_mult 0.25, expected %.9g\n", __FILE__, __LINE__,
-                                 specs[i].name, j, g[j], 0.25f * g1[o + j]);
-          badh++;
-        }
-      o += specs[i].n_elems;
-    }
+    size_t badh = grads_mismatch(m, specs, np, g1, 0.25f, 1e-9f, 1e-5f, "with loss_mult 0.25");
     CHECK(badh == 0);
     free(g1);
   }
@@ -350,6 +334,5 @@ int main(void) {
   free(specs);
   gpt_destroy(m);
   gpt_destroy(NULL);
-  printf("%s\n", g_fail ? "FAIL" : "PASS");
-  return g_fail ? 1 : 0;
+  return zo_test_finish("test_gpt_grad");
 }

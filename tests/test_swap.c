@@ -3,7 +3,6 @@
  * argument and path errors, file modes and cleanup, injected I/O faults.
  * Usage: test_swap [DIR]; swap dirs go under DIR (default $TMPDIR, else /tmp).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -16,42 +15,10 @@
 
 #include "swap_internal.h"
 #include "zoffload/swap.h"
-
-static int g_fail;
-
-#define FAIL_AT(...)                                     \
-  do {                                                   \
-    fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                        \
-    fputc('\n', stderr);                                 \
-    g_fail++;                                            \
-  } while (0)
-
-#define CHECK(c)                          \
-  do {                                    \
-    if (!(c)) FAIL_AT("%s is false", #c); \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                               \
-  do {                                                                                               \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                              \
-    if (a_ != b_) FAIL_AT("%s == %s: got %lld, expected %lld", #a, #b, a_, b_);                      \
-  } while (0)
-
-#define CHECK_ST(expr, want)                                                                         \
-  do {                                                                                               \
-    zo_status st_ = (expr);                                                                          \
-    if (st_ != (want))                                                                               \
-      FAIL_AT("%s: got %s, expected %s (last error: %s)", #expr, zo_status_string(st_),              \
-              zo_status_string(want), zo_last_error());                                              \
-  } while (0)
+#include "zo_test.h"
 
 /* The last error message must contain @sub. */
-#define CHECK_MSG(sub)                                                                               \
-  do {                                                                                               \
-    if (!strstr(zo_last_error(), (sub)))                                                             \
-      FAIL_AT("last error '%s' does not contain '%s'", zo_last_error(), (sub));                      \
-  } while (0)
+#define CHECK_MSG(sub) CHECK_HAS(zo_last_error(), sub)
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd(void) {
@@ -70,24 +37,6 @@ static void fill_random(unsigned char *p, size_t n) {
   for (; i < n; i++) p[i] = (unsigned char)rnd();
 }
 
-/* Compare bytes; print up to 10 mismatches; 1 when identical. */
-static int same_bytes(const char *file, int line, const char *what, const unsigned char *got,
-                      const unsigned char *ref, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != ref[i]) {
-      if (bad < 10)
-        fprintf(stderr, "%s:%d: FAIL: %s: byte %zu: got 0x%02x, expected 0x%02x\n", file, line, what, i, got[i],
-                ref[i]);
-      bad++;
-      if (bad >= 10) break;
-    }
-  }
-  if (bad) g_fail++;
-  return bad == 0;
-}
-#define CHECK_BYTES(what, got, ref, n) same_bytes(__FILE__, __LINE__, what, got, ref, n)
-
 static void *xalloc(size_t align, size_t n) {
   void *p = aligned_alloc(align, (n + align - 1) / align * align);
   if (!p) {
@@ -97,23 +46,12 @@ static void *xalloc(size_t align, size_t n) {
   return p;
 }
 
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 static zo_swap_t *open_swap(const char *root, size_t block, unsigned qd, int force_pread) {
   if (force_pread)
     setenv("ZO_SWAP_FORCE_PREAD", "1", 1);
   else
     unsetenv("ZO_SWAP_FORCE_PREAD");
-  zo_swap_opts o = {block, qd};
+  zo_swap_opts o = {.block_size = block, .queue_depth = qd};
   zo_swap_t *sw = NULL;
   CHECK_ST(zo_swap_create(root, &o, &sw), ZO_OK);
   unsetenv("ZO_SWAP_FORCE_PREAD");
@@ -148,7 +86,7 @@ static void test_create_errors(const char *root) {
   CHECK_ST(zo_swap_create(NULL, NULL, &sw), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_swap_create("", NULL, &sw), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_swap_create(root, NULL, NULL), ZO_ERR_INVALID_ARG);
-  zo_swap_opts big = {0, 1u << 20};
+  zo_swap_opts big = {.queue_depth = 1u << 20};
   CHECK_ST(zo_swap_create(root, &big, &sw), ZO_ERR_INVALID_ARG);
   CHECK_MSG("queue_depth");
 
@@ -167,7 +105,7 @@ static void test_create_errors(const char *root) {
     CHECK_MSG("Permission denied");
   }
   chmod(p, 0700);
-  CHECK_EQ(count_entries(p), 0);
+  CHECK_EQ(zo_test_count_entries(p), 0);
   rmdir(p);
 }
 
@@ -186,7 +124,7 @@ static void test_layout(const char *root, int force_pread) {
   struct stat st;
   CHECK_EQ(stat(dir, &st), 0);
   CHECK_EQ(st.st_mode & 07777, 0700);
-  CHECK_EQ(count_entries(dir), 0); /* the alignment probe is gone */
+  CHECK_EQ(zo_test_count_entries(dir), 1); /* the lock file only: the alignment probe is gone */
 
   zo_swap_file_t *f = NULL, *g = NULL, *h = NULL;
   uint64_t n = 3 * (1 << 20) + 5 * a;
@@ -205,7 +143,7 @@ static void test_layout(const char *root, int force_pread) {
   CHECK_EQ(st.st_mode & 07777, 0600);
   CHECK_EQ(st.st_size, n);
   CHECK((uint64_t)st.st_blocks * 512 >= n); /* preallocated, not sparse */
-  CHECK_EQ(count_entries(dir), 3);
+  CHECK_EQ(zo_test_count_entries(dir), 4); /* 3 files + the lock file */
 
   zo_swap_file_t *dup = NULL;
   CHECK_ST(zo_swap_file_create(sw, "params.swp", 4096, &dup), ZO_ERR_INVALID_ARG);
@@ -223,14 +161,14 @@ static void test_layout(const char *root, int force_pread) {
   CHECK_ST(zo_swap_file_remove(sw, h), ZO_ERR_INVALID_USAGE);
   CHECK_ST(zo_swap_wait(sw, r), ZO_OK);
   CHECK_ST(zo_swap_file_remove(sw, h), ZO_OK);
-  CHECK_EQ(count_entries(dir), 2);
+  CHECK_EQ(zo_test_count_entries(dir), 3);
   free(buf);
 
   zo_swap_destroy(sw);
   errno = 0;
   CHECK_EQ(stat(dir, &st), -1);
   CHECK_EQ(errno, ENOENT);
-  CHECK_EQ(count_entries(root), 0);
+  CHECK_EQ(zo_test_count_entries(root), 0);
 }
 
 /* Write-then-read of many sizes and offsets, sync and async calls. */
@@ -276,7 +214,7 @@ static void test_roundtrip(const char *root, int force_pread) {
       char what[128];
       snprintf(what, sizeof what, "%s size %zu offset %llu", force_pread ? "pread" : "io_uring", n,
                (unsigned long long)off);
-      if (!CHECK_BYTES(what, dst, src, n)) break;
+      if (CHECK_BYTES(what, dst, src, n)) break;
     }
   }
   /* Last block of the file. */
@@ -333,7 +271,7 @@ static void test_concurrent(const char *root, int force_pread) {
   for (int i = 0; i < NREQ; i++) {
     char what[96];
     snprintf(what, sizeof what, "%s request %d (%zu bytes)", force_pread ? "pread" : "io_uring", i, len[i]);
-    if (!CHECK_BYTES(what, dst + i * slot, src + i * slot, len[i])) break;
+    if (CHECK_BYTES(what, dst + i * slot, src + i * slot, len[i])) break;
   }
   free(src);
   free(dst);
@@ -475,7 +413,7 @@ static void test_prealloc_limit(const char *root) {
     CHECK_MSG("huge.swp");
     CHECK_MSG("67108864 bytes");
     setrlimit(RLIMIT_FSIZE, &old);
-    CHECK_EQ(count_entries(zo_swap_dir(sw)), 0);
+    CHECK_EQ(zo_test_count_entries(zo_swap_dir(sw)), 1); /* the lock file only */
   }
   zo_swap_destroy(sw);
 }
@@ -508,7 +446,7 @@ static void test_destroy_unwaited(const char *root) {
   zo_swap_destroy(sw);
   zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
   CHECK(g_warnings >= 1);
-  if (!strstr(g_last_warning, "never waited")) FAIL_AT("last warning '%s' lacks 'never waited'", g_last_warning);
+  CHECK_HAS(g_last_warning, "never waited");
   struct stat st;
   CHECK_EQ(stat(dir, &st), -1);
   free(buf);
@@ -557,7 +495,7 @@ int main(int argc, char **argv) {
   snprintf(root, sizeof root, "%s/zo-test-swap-XXXXXX", base);
   if (!mkdtemp(root)) {
     fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
-    return 77;
+    return ZO_TEST_SKIP;
   }
   printf("swap test directory: %s\n", root);
 
@@ -574,12 +512,7 @@ int main(int argc, char **argv) {
   test_destroy_unwaited(root);
   test_buffered_fallback(root);
 
-  CHECK_EQ(count_entries(root), 0);
+  CHECK_EQ(zo_test_count_entries(root), 0);
   if (rmdir(root) != 0) FAIL_AT("rmdir %s: %s", root, strerror(errno));
-  if (g_fail) {
-    printf("test_swap: %d checks FAILED\n", g_fail);
-    return 1;
-  }
-  printf("test_swap: all checks passed\n");
-  return 0;
+  return zo_test_finish("test_swap");
 }

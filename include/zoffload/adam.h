@@ -169,6 +169,203 @@ ZO_API zo_simd zo_simd_resolve(zo_simd requested);
 /* zo_simd_name() - "auto", "scalar", "avx2", "avx512", or "unknown". Never NULL. */
 ZO_API const char *zo_simd_name(zo_simd s);
 
+/* ================================================================ fused update (issue 3) */
+
+/*
+ * zo_adam_shard - one shard to update. All arrays are host memory, n elements
+ * each, any alignment (64-byte aligned is fastest: non-temporal stores are only
+ * used on streams that are 64-byte aligned after the first few elements), and
+ * must not overlap each other.
+ */
+typedef struct zo_adam_shard {
+  float *param;               /* float32[n] fp32 master weights, updated in place */
+  const void *grad;           /* grad_dtype[n], read only */
+  zo_dtype grad_dtype;        /* ZO_DTYPE_F32, ZO_DTYPE_BF16 or ZO_DTYPE_F16 (widened exactly) */
+  void *exp_avg, *exp_avg_sq; /* state_dtype[n] each: first moment m, second moment v, in place */
+  zo_dtype state_dtype;       /* ZO_DTYPE_F32 (default, as DeepSpeed) or ZO_DTYPE_BF16 (stochastic rounding) */
+  void *param_out;            /* out_dtype[n] copy of the updated weights (the copy the GPU fetches next); NULL: none */
+  zo_dtype out_dtype;         /* ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32; ignored when param_out is NULL */
+  size_t n;                   /* elements, not bytes; 0 is a no-op */
+  uint64_t seed;              /* bf16 states only: added to the element index in the rounding hash (give every
+                                 shard of a model a distinct seed, e.g. its offset in the flat parameter space) */
+} zo_adam_shard;
+
+enum {
+  /* If any gradient element is inf/NaN: write NOTHING (param, m, v, param_out
+   * untouched) and report it. Costs one read-only pre-scan of grad. */
+  ZO_ADAM_SKIP_NONFINITE = 1u << 0,
+  /* Force regular stores (for measurements). By default the AVX-512 and AVX2
+   * kernels stream (non-temporal stores) only param_out, the write-only
+   * stream, where it saves the read-for-ownership; param, m and v were just
+   * read, so streaming them saved nothing in measurements. Numbers in
+   * cpu_adam/adam_internal.h (ZO_ADAM_NT_DEFAULT). The scalar kernel never streams. */
+  ZO_ADAM_NO_NT_STORES = 1u << 1,
+};
+
+typedef struct zo_adam_result {
+  int nonfinite; /* 1 if any gradient element was inf/NaN (fused into the update pass; with SKIP_NONFINITE found by the pre-scan) */
+  int skipped;   /* 1 if nothing was written because of ZO_ADAM_SKIP_NONFINITE */
+} zo_adam_result;
+
+/*
+ * zo_adam_update() - fused one-pass Adam/AdamW update of one shard on the
+ * calling thread: reads param, grad, m, v; writes param, m, v and, when
+ * sh->param_out is set, the updated weights in out_dtype. Nothing else is
+ * touched.
+ * @hp:    hyperparameters (as zo_adam_step(); grad_scale = 1/loss_scale times
+ *         the clip coefficient, applied to the widened gradient first).
+ * @sh:    the shard (see zo_adam_shard).
+ * @flags: ZO_ADAM_SKIP_NONFINITE, ZO_ADAM_NO_NT_STORES, or 0.
+ * @simd:  ZO_SIMD_AUTO (zo_simd_resolve(), honouring ZO_SIMD) or a level.
+ * @res:   out, may be NULL; nonfinite = 1 when any grad element (before
+ *         scaling) is inf or NaN; skipped = 1 when SKIP_NONFINITE left
+ *         everything untouched. Without SKIP the update still runs (inf/NaN
+ *         then propagate into param, m and v as in PyTorch).
+ * Per element the float32 operations and their order are exactly those of
+ * zo_adam_step() (no FMA contraction), so fp32-state results are bit-identical
+ * to zo_adam_step_ex() and across SIMD levels and thread counts. The copy-out
+ * is round-to-nearest-even of the updated fp32 weight, bit for bit as zo_cast().
+ * bf16 states: m and v are widened exactly, the update is computed in float32
+ * (the param update uses the unrounded float32 m and v), and the new m and v
+ * are stored as bf16 with STOCHASTIC rounding: with key = i + seed (uint64,
+ * i the element index within the shard) and t = (uint32)hp->step,
+ *   x = (uint32)key + 0x9e3779b9*(uint32)(key>>32) + 0x85ebca77*t   (mod 2^32)
+ *   h = fmix32(x)  (MurmurHash3 finalizer: x^=x>>16; x*=0x85ebca6b;
+ *                   x^=x>>13; x*=0xc2b2ae35; x^=x>>16)
+ *   m16 = (bits(m) + (h & 0xffff)) >> 16,  v16 = (bits(v) + (h >> 16)) >> 16
+ * (NaN is stored quieted as round-to-nearest does). This depends only on the
+ * element index, seed and step, so results are deterministic and independent
+ * of SIMD level, thread count and tiling. Why not round to nearest: with
+ * beta2 = 0.999 a step changes v by (1-beta2)*(g^2 - v), about 0.1% of v when
+ * g^2 is near v, while a bf16 ulp is 2^-7 (0.8%) of v: round-to-nearest maps
+ * the new v back to the old one and v stalls; stochastic rounding moves it up
+ * one ulp with probability equal to the fraction, so E[v16] = v.
+ * Synchronous; thread-safe for disjoint shards. Returns ZO_OK;
+ * ZO_ERR_INVALID_ARG for hp/sh NULL, a NULL array with n > 0 (param_out may
+ * be NULL), an out-of-range hyperparameter (as zo_adam_step()), an unknown
+ * grad/out dtype, a state dtype other than F32/BF16, unknown flag bits or a
+ * simd value outside the enum; ZO_ERR_UNSUPPORTED for an explicit level this
+ * CPU lacks. Source: Loshchilov & Hutter (2019); PyTorch torch/optim/adamw.py;
+ * stochastic rounding as in Gupta et al., Deep Learning with Limited Numerical
+ * Precision (2015).
+ */
+ZO_API zo_status zo_adam_update(const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags, zo_simd simd,
+                                zo_adam_result *res);
+
+/*
+ * zo_grad_sqnorm_ex() - zo_grad_sqnorm() for a gradient of any dtype.
+ * @grad: grad_dtype[n] (F32, BF16 or F16), widened exactly to float first.
+ * @n_threads: OpenMP threads, <= 0: the OpenMP default.
+ * Same lane/chunk summation order as zo_grad_sqnorm(), so the result is
+ * bit-identical for every SIMD level and thread count, and for F32 equals
+ * zo_grad_sqnorm(). @nonfinite may be NULL. Errors as zo_grad_sqnorm(), plus
+ * ZO_ERR_INVALID_ARG for an unknown dtype.
+ */
+ZO_API zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd, int n_threads,
+                                   double *sqnorm, int *nonfinite);
+
+/* ---------------------------------------------------------------- thread pool */
+
+/* zo_adam_pool_opts.tile_elems / parallel_for tile: one contiguous range per thread. */
+#define ZO_ADAM_TILE_CONTIGUOUS ((size_t)-1)
+
+/* Persistent thread pool for Adam (opaque). */
+typedef struct zo_adam_pool zo_adam_pool_t;
+/* A queued update (opaque); completed and freed by zo_adam_task_wait(). */
+typedef struct zo_adam_task zo_adam_task_t;
+
+typedef struct zo_adam_pool_opts {
+  int n_threads;     /* 0: one per physical core (hwloc), of numa_node when that is >= 0 */
+  int numa_node;     /* -1: any; else use only the cores of this NUMA node (the GPU's node when there is a GPU) */
+  int bind;          /* 1: bind each thread to one physical core with hwloc (default when opts is NULL); 0: no binding */
+  size_t tile_elems; /* 0 (default, measured best under load): threads take tiles dynamically, 256 Ki elements each
+                        (fewer for small shards: about 4 per thread, at least 4 Ki); ZO_ADAM_TILE_CONTIGUOUS: one
+                        contiguous range per thread; else tiles of this many elements (rounded up to 64) */
+  zo_simd simd;      /* ZO_SIMD_AUTO: zo_simd_resolve() at create time */
+} zo_adam_pool_opts;
+
+/*
+ * zo_adam_pool_create() - start the pool's threads (once; they sleep on a
+ * condition variable when idle). @opts NULL: all physical cores, bound, no
+ * NUMA restriction, auto tiles, SIMD auto. More threads than cores
+ * wrap around the cores. A binding failure (or no hwloc topology) warns once
+ * and the threads run unbound. Returns ZO_OK and *out; ZO_ERR_INVALID_ARG for
+ * out NULL, n_threads < 0 or > 1024, a numa_node that does not exist, or a
+ * bad simd value; ZO_ERR_UNSUPPORTED for an explicit simd level this CPU
+ * lacks; ZO_ERR_OUT_OF_MEMORY; ZO_ERR_SYSTEM when a thread cannot be started.
+ */
+ZO_API zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **out);
+
+/*
+ * zo_adam_pool_destroy() - wait for every queued task to finish, stop and
+ * join the threads, free the pool and any task handles not yet waited on
+ * (do not use them afterwards). NULL is a no-op. Do not call concurrently
+ * with other calls on the same pool.
+ */
+ZO_API void zo_adam_pool_destroy(zo_adam_pool_t *pool);
+
+/* zo_adam_pool_threads() - number of worker threads (0 for NULL). */
+ZO_API int zo_adam_pool_threads(const zo_adam_pool_t *pool);
+
+/*
+ * zo_adam_pool_describe() - e.g. "2 threads bound to cores 0,1 (NUMA node 0),
+ * avx512, dynamic tiles of up to 256 Ki elements". Valid as long as the pool. "" for NULL.
+ */
+ZO_API const char *zo_adam_pool_describe(const zo_adam_pool_t *pool);
+
+/*
+ * zo_adam_pool_submit() - queue a zo_adam_update() of one shard. @hp and @sh
+ * are copied; the arrays must stay valid and untouched until the task
+ * completes. Returns when the task is queued (it has not necessarily started).
+ * Tasks run one after another in submission order, each split across all
+ * pool threads; the calling thread does not take part. With
+ * ZO_ADAM_SKIP_NONFINITE all threads first pre-scan the gradient (read only)
+ * and the update phase runs only if it is clean. Results are bit-identical to
+ * zo_adam_update() at the pool's SIMD level for any thread count and tiling.
+ * Argument errors are found here, not at wait: returns ZO_OK and *task, or
+ * the statuses of zo_adam_update() (nothing queued) and ZO_ERR_OUT_OF_MEMORY.
+ * Thread-safe: several threads may submit to one pool.
+ */
+ZO_API zo_status zo_adam_pool_submit(zo_adam_pool_t *pool, const zo_adam_hparams *hp, const zo_adam_shard *sh,
+                                     unsigned flags, zo_adam_task_t **task);
+
+/* zo_adam_task_poll() - nonblocking: *done = 1 when the task has completed. ZO_ERR_INVALID_ARG for NULL arguments. */
+ZO_API zo_status zo_adam_task_poll(zo_adam_task_t *task, int *done);
+
+/*
+ * zo_adam_task_wait() - block until the task completes, store its result in
+ * @res (may be NULL), free the task and return its status (ZO_OK; tasks that
+ * were validated at submit cannot fail later). Call exactly once per task.
+ */
+ZO_API zo_status zo_adam_task_wait(zo_adam_task_t *task, zo_adam_result *res);
+
+/* zo_adam_pool_update() - zo_adam_pool_submit() then zo_adam_task_wait(). */
+ZO_API zo_status zo_adam_pool_update(zo_adam_pool_t *pool, const zo_adam_hparams *hp, const zo_adam_shard *sh,
+                                     unsigned flags, zo_adam_result *res);
+
+/*
+ * zo_adam_pool_sqnorm() - zo_grad_sqnorm_ex() on the pool threads, queued
+ * behind earlier tasks; synchronous. Same bits as zo_grad_sqnorm_ex() for any
+ * thread count. Errors as zo_grad_sqnorm_ex(), plus ZO_ERR_INVALID_ARG for a
+ * NULL pool.
+ */
+ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_dtype grad_dtype, size_t n,
+                                     double *sqnorm, int *nonfinite);
+
+/*
+ * zo_adam_pool_parallel_for() - run fn(arg, begin, end, thread) over [0, n)
+ * on the pool's (bound) threads, e.g. a benchmark's roofline kernel. @tile:
+ * 0 = the pool's tiling (the one Adam tasks of n elements get);
+ * ZO_ADAM_TILE_CONTIGUOUS = one range per thread, split at multiples of 64
+ * elements; else tiles of that many elements taken dynamically. thread is in
+ * [0, zo_adam_pool_threads()). Queued behind
+ * earlier tasks; synchronous (returns when every range is done). Returns
+ * ZO_OK, ZO_ERR_INVALID_ARG for a NULL pool or fn, ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *pool,
+                                           void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
+                                           size_t n, size_t tile);
+
 #ifdef __cplusplus
 }
 #endif

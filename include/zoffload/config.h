@@ -107,6 +107,8 @@ typedef struct zo_config {
   struct {
     int64_t device_memory_limit; /* bytes for the host device backend; 0 = unlimited */
     int adam_threads;            /* 0 = all physical cores */
+    int optimizer_state_dtype;   /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
+                                    DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

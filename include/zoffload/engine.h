@@ -22,7 +22,8 @@
  * plain copies.
  *
  * Thread-safety: an engine is driven by one thread at a time. Internally it
- * uses the device's copy stream and an OpenMP team for Adam.
+ * uses the device's copy stream and a persistent Adam thread pool (zo_adam_pool_t)
+ * whose threads are bound to physical cores.
  */
 #ifndef ZOFFLOAD_ENGINE_H
 #define ZOFFLOAD_ENGINE_H
@@ -129,17 +130,20 @@ ZO_API zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p);
 
 /*
  * zo_engine_grad_ready() - hand over @p's gradient for this optimizer step.
- * @grad:       device memory (any host memory on the host backend), the whole
- *              tensor, n_elems elements of @grad_dtype (fp32, or fp16 when
- *              fp16.enabled), already summed over gradient accumulation
- *              micro-batches and multiplied by the current loss scale
- *              (zo_engine_loss_scale()); the engine divides it back out.
+ * @grad:       device memory (any device allocation on the host backend), the
+ *              whole tensor, n_elems elements of @grad_dtype, which must be
+ *              zo_engine_grad_dtype(): the working precision (bf16 when
+ *              bf16.enabled, fp16 when fp16.enabled, else fp32), as the model
+ *              produces it; half the device-to-host bytes of fp32 gradients.
+ *              Already summed over gradient accumulation micro-batches and
+ *              multiplied by the current loss scale (zo_engine_loss_scale());
+ *              the engine divides it back out inside Adam.
  * Call once per tensor per optimizer step, in any order, as soon as the
  * gradient is final. Returns when the copy of this rank's shard to host
  * memory is enqueued on the copy stream: @grad must stay unchanged until
- * zo_engine_step() returns. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, dtype
- * not fp32/fp16 or fp16 without fp16.enabled), ZO_ERR_INVALID_USAGE (twice
- * in one step).
+ * zo_engine_step() returns. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, or a
+ * dtype other than zo_engine_grad_dtype(), both named), ZO_ERR_INVALID_USAGE
+ * (before finalize, or twice in one step), or the copy's device error.
  */
 ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
 
@@ -179,6 +183,9 @@ ZO_API double zo_engine_loss_scale(const zo_engine_t *e);
 
 /* zo_engine_working_dtype() - dtype of working weights (fp32, bf16 or fp16). */
 ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
+
+/* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype). */
+ZO_API zo_dtype zo_engine_grad_dtype(const zo_engine_t *e);
 
 /* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */
 typedef struct zo_engine_mem {

@@ -1,15 +1,18 @@
 /*
- * zoffload/swap.h - the NVMe tier: swap files in a private directory on a fast
- * disk, read and written with io_uring and O_DIRECT in block_size pieces.
- * It stores bytes at offsets; extent layout and checksums live above it.
+ * zoffload/swap.h - the NVMe tier: preallocated swap files (one per rank and
+ * kind of state) in a private directory on a fast disk, extents allocated
+ * inside them, read and written with io_uring and O_DIRECT in block_size
+ * pieces, with optional CRC32C per chunk. It stores bytes at offsets; which
+ * tensor lives in which extent is decided above it.
  * Model: DeepSpeed's aio handle (block_size pieces, queue_depth in flight)
- * done on liburing (io_uring_prep_read/write, one SQE per piece).
+ * done on liburing (read/write, read_fixed/write_fixed, fixed files, SQPOLL).
  */
 #ifndef ZOFFLOAD_SWAP_H
 #define ZOFFLOAD_SWAP_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "zoffload/status.h"
 
@@ -32,32 +35,57 @@ typedef struct zo_swap_opts {
                             multiple of zo_swap_alignment(); at most 1 GiB. DeepSpeed aio.block_size. */
   unsigned queue_depth;  /* max pieces in flight across all requests; 0: 32; at most 32768.
                             DeepSpeed aio.queue_depth. */
+  /* Fields below were added later; zero keeps the defaults described. */
+  int rank;              /* names the private directory nvme_path/zoffload-rank<rank>; 0..99999999.
+                            Ranks sharing one nvme_path must pass distinct values. */
+  int register_files;    /* 1: register every swap file with the ring (io_uring_register_files,
+                            IOSQE_FIXED_FILE); if the kernel refuses, warn once and go on without. */
+  int sqpoll;            /* 1: IORING_SETUP_SQPOLL (a kernel thread polls the submission queue);
+                            if refused (EPERM, EINVAL), warn once and go on without. */
+  unsigned sqpoll_idle_ms; /* SQPOLL thread idle time before it sleeps; 0: 1000 ms. */
+  int checksum;          /* 1: every file created gets CRC32C per chunk, as if created with
+                            zo_swap_file_opts.checksum = 1 (zoffload config "swap_checksum"). */
+  unsigned pool_threads; /* threads of the pread/pwrite fallback; 0: min(4, queue_depth). */
 } zo_swap_opts;
 
 /*
  * zo_swap_create() - open the NVMe tier under @nvme_path.
  * @nvme_path: an existing, writable directory (ideally on an NVMe drive).
- *             The private directory nvme_path/zoffload-<pid>-XXXXXX is made
- *             with mkdtemp (mode 0700); every swap file lives in it.
- * @opts:      block size and queue depth; NULL means all defaults.
+ *             The private directory nvme_path/zoffload-rank<R> (R = opts->rank)
+ *             is made with mode 0700 and holds every swap file and a lock
+ *             file ".lock" locked with flock(LOCK_EX) for the life of the
+ *             handle, holding the owner's pid.
+ * @opts:      see zo_swap_opts; NULL means all defaults.
  * @out:       receives the handle; set to NULL on failure.
- * Creates an io_uring of queue_depth entries. If io_uring_queue_init fails
- * (-ENOSYS on old kernels, -EPERM in sandboxes that forbid it) the handle
- * falls back to synchronous pread/pwrite and warns once. The environment
- * variable ZO_SWAP_FORCE_PREAD=1 forces that fallback (for tests).
+ * If the private directory already exists: when its lock is free (a dead run
+ * left it) every file in it is removed and "removed stale swap directory X
+ * left by pid N" is warned; when the lock is held (a live run, in this or
+ * another process) creation fails with ZO_ERR_INVALID_USAGE "swap directory X
+ * is in use by a live process (pid N); use another nvme_path or rank". A
+ * private directory that is a symbolic link, not a directory, or owned by
+ * another user is refused (ZO_ERR_INVALID_ARG), never followed.
+ * Creates an io_uring of queue_depth entries (with SQPOLL and a sparse
+ * fixed-file table when asked). If io_uring_queue_init fails (-ENOSYS on old
+ * kernels, -EPERM in sandboxes that forbid it) the handle falls back to a
+ * pool of pread/pwrite threads and warns once. The environment variable
+ * ZO_SWAP_FORCE_PREAD=1 forces that fallback (for tests).
  * The O_DIRECT alignment is measured here (see zo_swap_alignment()).
  * Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG when an argument is NULL,
- * nvme_path is empty, too long, does not exist or is not a directory, or
- * opts is out of range; ZO_ERR_SYSTEM when the private directory cannot be
- * made (not writable, read-only file system, no space) or another system
- * call fails; ZO_ERR_OUT_OF_MEMORY. Messages name the path and the errno
- * text, e.g. "swap: nvme_path '/nope': No such file or directory".
+ * nvme_path is empty, too long, does not exist or is not a directory, opts is
+ * out of range, or the private directory is a symlink or not ours;
+ * ZO_ERR_INVALID_USAGE when a live process holds the private directory;
+ * ZO_ERR_SYSTEM when the private directory cannot be made (not writable,
+ * read-only file system, no space), a stale one cannot be emptied, or another
+ * system call fails (threads, ring); ZO_ERR_OUT_OF_MEMORY. Messages name the
+ * path and the errno text, e.g. "swap: nvme_path '/nope': No such file or
+ * directory".
  */
 ZO_API zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out);
 
 /*
- * zo_swap_destroy() - close and unlink every swap file, remove the private
- * directory, free the ring and every request not yet waited for.
+ * zo_swap_destroy() - close and unlink every swap file and the lock file,
+ * remove the private directory, release the lock, stop the fallback threads,
+ * free the ring and every request not yet waited for.
  * The caller must have waited all its requests first; pieces still in the
  * kernel are reaped (their results dropped, with a warning) so no memory is
  * freed under the kernel, but nothing pending is started. NULL is a no-op.
@@ -90,11 +118,47 @@ ZO_API int zo_swap_is_direct(const zo_swap_t *sw);
 /* zo_swap_uses_io_uring() - 1 if I/O goes through io_uring, 0 on the pread/pwrite fallback. */
 ZO_API int zo_swap_uses_io_uring(const zo_swap_t *sw);
 
+/* zo_swap_uses_sqpoll() - 1 if the ring was set up with IORING_SETUP_SQPOLL, else 0. */
+ZO_API int zo_swap_uses_sqpoll(const zo_swap_t *sw);
+
+/* zo_swap_uses_fixed_files() - 1 if swap files are registered with the ring (IOSQE_FIXED_FILE), else 0. */
+ZO_API int zo_swap_uses_fixed_files(const zo_swap_t *sw);
+
+/* zo_swap_n_registered_buffers() - buffers registered by zo_swap_register_buffers() (0 on the fallback). */
+ZO_API unsigned zo_swap_n_registered_buffers(const zo_swap_t *sw);
+
+/*
+ * zo_swap_describe() - one line saying what is active, e.g.
+ * "io_uring qd 32, block 1048576 B, O_DIRECT align 4096 B, fixed files, 2 fixed
+ * buffers, no sqpoll, rank 0, dir /nvme/zoffload-rank0" or
+ * "pread/pwrite pool (4 threads), ...". Valid until the next call on @sw.
+ */
+ZO_API const char *zo_swap_describe(zo_swap_t *sw);
+
+/*
+ * zo_swap_register_buffers() - register @n host buffers with the ring
+ * (io_uring_register_buffers), replacing any registered before. Afterwards a
+ * read or write whose buffer range lies inside one registered buffer is issued
+ * with io_uring_prep_read_fixed/write_fixed (no per-I/O page pinning); others
+ * go as before. @iov: n entries {base, len}; n == 0 (or iov NULL) unregisters.
+ * Buffers must stay mapped until unregistered or destroy. The kernel pins the
+ * pages and charges them to RLIMIT_MEMLOCK (unless CAP_IPC_LOCK).
+ * Synchronous; no request may be outstanding. On the pread/pwrite fallback
+ * it records nothing and returns ZO_OK. Returns ZO_OK; ZO_ERR_INVALID_ARG
+ * (iov NULL with n > 0, an empty or NULL entry, n > 16384);
+ * ZO_ERR_INVALID_USAGE when requests are outstanding; ZO_ERR_OUT_OF_MEMORY
+ * when the kernel cannot pin them (ENOMEM: the message names RLIMIT_MEMLOCK);
+ * ZO_ERR_SYSTEM for other io_uring_register_buffers failures. On failure no
+ * buffers are registered; I/O still works, unregistered.
+ */
+ZO_API zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsigned n);
+
 /* zo_swap_dir() - the private directory path; valid until zo_swap_destroy(). */
 ZO_API const char *zo_swap_dir(const zo_swap_t *sw);
 
 /*
- * zo_swap_file_create() - create swap file @name in the private directory.
+ * zo_swap_file_create() - create swap file @name in the private directory
+ * (zo_swap_file_create_ex() with no options).
  * @name:   a plain file name: not empty, no '/', not "." or "..", < 200 bytes.
  * @nbytes: size in bytes, preallocated with fallocate (ftruncate when the file
  *          system says EOPNOTSUPP: then blocks are allocated on first write).
@@ -102,13 +166,78 @@ ZO_API const char *zo_swap_dir(const zo_swap_t *sw);
  * Opened O_CREAT|O_EXCL|O_NOFOLLOW|O_RDWR|O_DIRECT|O_CLOEXEC, mode 0600. If
  * the file system refuses O_DIRECT (EINVAL), the file is reopened buffered and
  * "O_DIRECT refused on <dir>, using buffered I/O" is warned once.
+ * With opts.register_files the file takes a slot in the ring's file table.
  * Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG for a NULL argument, a bad
  * name or a name that already exists; ZO_ERR_IO when the disk has no room
- * (ENOSPC, EDQUOT, EFBIG), naming the file and size; ZO_ERR_SYSTEM for other
+ * (ENOSPC, EDQUOT) or the size passes RLIMIT_FSIZE (EFBIG), naming the file,
+ * offset 0 and length; ZO_ERR_SYSTEM for other
  * open/fallocate failures; ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes,
                                      zo_swap_file_t **out);
+
+/* Options of one swap file; zero-initialised means no checksums. */
+typedef struct zo_swap_file_opts {
+  int checksum;          /* 1: keep a CRC32C (Castagnoli) of every chunk written, verify on read */
+  size_t checksum_chunk; /* bytes per CRC; 0: zo_swap_alignment(). A multiple of the alignment.
+                            Host memory: 4 bytes + 1 bit per chunk (0.1% of the file at 4 KiB). */
+} zo_swap_file_opts;
+
+/*
+ * zo_swap_file_create_ex() - zo_swap_file_create() with options @fo (NULL:
+ * none; the handle's opts.checksum also turns checksums on).
+ * Checksums: a write records the CRC32C of every chunk it covers whole, and
+ * forgets those of chunks it covers in part; when a read completes, every
+ * chunk it covers whole that has a recorded CRC is verified. A mismatch makes
+ * zo_swap_wait() return ZO_ERR_CORRUPT naming the file, the chunk's offset and
+ * length, and the expected and computed CRC: a flipped bit on disk is an
+ * error, never silently wrong data. A failed write forgets the CRCs of its
+ * range. With the default chunk (the alignment) every transfer is verified.
+ * Same returns as zo_swap_file_create(), plus ZO_ERR_INVALID_ARG when
+ * checksum_chunk is not a multiple of zo_swap_alignment().
+ * Source: CRC32C, Castagnoli et al. (1993), iSCSI RFC 3720; computed by
+ * Intel ISA-L crc32_iscsi().
+ */
+ZO_API zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes,
+                                        const zo_swap_file_opts *fo, zo_swap_file_t **out);
+
+/* zo_swap_file_checksummed() - 1 if @f keeps CRC32Cs, else 0. */
+ZO_API int zo_swap_file_checksummed(const zo_swap_file_t *f);
+
+/*
+ * zo_swap_extent_alloc() - reserve @nbytes bytes (rounded up to
+ * zo_swap_alignment()) inside @f, first fit over a free list sorted by
+ * offset; *offset receives the start (a multiple of the alignment). A new
+ * file is one free extent of its whole size (rounded down to the alignment).
+ * Synchronous; the same thread rules as the file. Returns ZO_OK;
+ * ZO_ERR_INVALID_ARG (NULL, nbytes 0); ZO_ERR_OUT_OF_MEMORY when no free
+ * extent is large enough, naming the file, the requested size, the free bytes
+ * and the largest free extent (or host memory ran out).
+ */
+ZO_API zo_status zo_swap_extent_alloc(zo_swap_file_t *f, uint64_t nbytes, uint64_t *offset);
+
+/*
+ * zo_swap_extent_free() - return an extent from zo_swap_extent_alloc(): the
+ * same offset and nbytes (rounded up the same way). Neighbouring free extents
+ * are coalesced. Checksums recorded for the range are forgotten.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, misaligned, out of the file, or
+ * overlapping free space: a double free), naming file, offset and length.
+ */
+ZO_API zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbytes);
+
+/* zo_swap_file_free_bytes() - bytes not allocated by zo_swap_extent_alloc(). */
+ZO_API uint64_t zo_swap_file_free_bytes(const zo_swap_file_t *f);
+
+/* zo_swap_file_largest_free() - bytes of the largest free extent. */
+ZO_API uint64_t zo_swap_file_largest_free(const zo_swap_file_t *f);
+
+/*
+ * zo_swap_crc32c() - CRC32C (Castagnoli, reflected, init and final xor
+ * 0xFFFFFFFF) of @nbytes bytes, continuing from @crc: pass 0 to start, and the
+ * previous result to extend (crc32c("123456789") == 0xE3069283).
+ * Thread-safe. Computed by ISA-L crc32_iscsi() (SSE4.2/PCLMUL/AVX-512).
+ */
+ZO_API uint32_t zo_swap_crc32c(uint32_t crc, const void *buf, size_t nbytes);
 
 /*
  * zo_swap_file_remove() - close and unlink one swap file before destroy.
@@ -134,9 +263,12 @@ ZO_API const char *zo_swap_file_path(const zo_swap_file_t *f);
  * in flight across all outstanding requests. Requests beyond that wait their
  * turn inside the library (FIFO): submission never fails because the ring is
  * full. Returns when queued (some pieces may already be submitted to the
- * kernel; on the pread/pwrite fallback the transfer is already done). *req is
+ * kernel, or handed to the pread/pwrite threads on the fallback). *req is
  * completed, and freed, only by zo_swap_wait(); zo_swap_poll() tells whether
- * it is done. The caller must not touch @buf until zo_swap_wait() returns.
+ * it is done. Many requests, on any files, may be outstanding at once.
+ * A write to a checksummed file computes the CRC32Cs here, on the caller's
+ * thread, before returning. The caller must not touch @buf until
+ * zo_swap_wait() returns.
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, misaligned, zero length, out of
  * range, file of another handle); ZO_ERR_OUT_OF_MEMORY. Errors of the
  * transfer, and of io_uring_submit itself, are reported by zo_swap_wait()
@@ -155,7 +287,9 @@ ZO_API zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t
  * Returns ZO_OK; ZO_ERR_IO with a message naming the file path, the byte
  * offset and length of the first failing piece and strerror(-res) (e.g. EIO,
  * ENOSPC), or "unexpected end of file" for a read returning 0; later pieces
- * of a failed request are not started. ZO_ERR_INVALID_ARG when req is NULL or
+ * of a failed request are not started. ZO_ERR_CORRUPT when a read of a
+ * checksummed file fails verification (file, offset, length, expected and
+ * got CRC in the message; the buffer holds what was read). ZO_ERR_INVALID_ARG when req is NULL or
  * belongs to another handle (req is then not freed); ZO_ERR_SYSTEM when
  * waiting on the ring fails (req is then not freed; wait again or destroy).
  */

@@ -8,12 +8,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "rng.h"
+#include "seterr.h"
 
 struct data_loader {
   uint8_t *split_bytes[2]; /* [DATA_TRAIN], [DATA_VAL] */
@@ -22,23 +24,6 @@ struct data_loader {
   char **files; /* [n_files] paths in read order */
   int n_files;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-/* splitmix64 finaliser (Steele, Lea, Flood 2014). */
-static uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 /* Growable byte buffer. */
 typedef struct {
@@ -324,8 +309,7 @@ int data_next_batch(const data_loader *d, data_split split, int B, int T, uint64
   const uint8_t *src = d->split_bytes[split];
   const uint64_t range = (uint64_t)(n - (size_t)T); /* starts 0 .. n-T-1 */
   for (int b = 0; b < B; b++) {
-    *rng_state += 0x9E3779B97F4A7C15ull;
-    uint64_t r = splitmix64(*rng_state);
+    uint64_t r = splitmix64_next(rng_state);
     /* Lemire's multiply-shift maps r onto [0, range) */
     size_t start = (size_t)(((unsigned __int128)r * range) >> 64);
     memcpy(inputs + (size_t)b * T, src + start, (size_t)T);

@@ -8,11 +8,13 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "rng.h"
+#include "seterr.h"
 
 /* OpenBLAS extensions; declared here in case <cblas.h> of another BLAS lacks them. */
 void openblas_set_num_threads(int num_threads);
@@ -77,27 +79,10 @@ struct gpt_model {
 /* ------------------------------------------------------------------ */
 /* small helpers */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* splitmix64 finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014). */
-static inline uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /* uniform in (0, 1], 24 bits */
@@ -132,19 +117,21 @@ static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f *
 /* ------------------------------------------------------------------ */
 /* configuration and parameters */
 
+/* 1, and "model.<name>: <v> is out of range [lo, hi]" in @err, when @v is outside [lo, hi]; else 0. */
+static int out_of_range(char *err, size_t errlen, const char *name, int v, int lo, int hi) {
+  if (v >= lo && v <= hi) return 0;
+  seterr(err, errlen, "model.%s: %d is out of range [%d, %d]", name, v, lo, hi);
+  return 1;
+}
+
 int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
   if (!c) {
     seterr(err, errlen, "model: no configuration");
     return -1;
   }
-  if (c->n_layer < 1 || c->n_layer > 1024) {
-    seterr(err, errlen, "model.n_layer: %d is out of range [1, 1024]", c->n_layer);
+  if (out_of_range(err, errlen, "n_layer", c->n_layer, 1, 1024) ||
+      out_of_range(err, errlen, "d_model", c->d_model, 1, 65536))
     return -1;
-  }
-  if (c->d_model < 1 || c->d_model > 65536) {
-    seterr(err, errlen, "model.d_model: %d is out of range [1, 65536]", c->d_model);
-    return -1;
-  }
   if (c->n_head < 1) {
     seterr(err, errlen, "model.n_head: %d must be >= 1", c->n_head);
     return -1;
@@ -153,14 +140,9 @@ int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
     seterr(err, errlen, "model.n_head: %d does not divide model.d_model %d", c->n_head, c->d_model);
     return -1;
   }
-  if (c->seq_len < 1 || c->seq_len > 65536) {
-    seterr(err, errlen, "model.seq_len: %d is out of range [1, 65536]", c->seq_len);
+  if (out_of_range(err, errlen, "seq_len", c->seq_len, 1, 65536) ||
+      out_of_range(err, errlen, "vocab", c->vocab, 2, 65536))
     return -1;
-  }
-  if (c->vocab < 2 || c->vocab > 65536) {
-    seterr(err, errlen, "model.vocab: %d is out of range [2, 65536]", c->vocab);
-    return -1;
-  }
   return 0;
 }
 
@@ -244,11 +226,11 @@ void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
     return;
   }
   /* Box-Muller on pairs: elements 2k and 2k+1 share the counter k. */
-  const uint64_t key = mix64(seed ^ mix64(0x5A17ull + (uint64_t)i));
+  const uint64_t key = splitmix64(seed ^ splitmix64(0x5A17ull + (uint64_t)i));
   for (size_t j = 0; j < n; j += 2) {
     uint64_t k = j / 2;
-    float u1 = u01(mix64(key + 2 * k));
-    float u2 = u01(mix64(key + 2 * k + 1));
+    float u1 = u01(splitmix64(key + 2 * k));
+    float u2 = u01(splitmix64(key + 2 * k + 1));
     float rad = sqrtf(-2.0f * logf(u1));
     float th = 6.28318530717958647f * u2;
     out[j] = std * rad * cosf(th);
@@ -888,8 +870,7 @@ int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, f
         p[v] = expf((lg[v] - mx) / temperature);
         s += p[v];
       }
-      rng += 0x9E3779B97F4A7C15ull;
-      double u = (double)(mix64(rng) >> 11) * (1.0 / 9007199254740992.0) * s;
+      double u = (double)(splitmix64_next(&rng) >> 11) * (1.0 / 9007199254740992.0) * s;
       double cum = 0.0;
       pick = Vb - 1;
       for (int v = 0; v < Vb; v++) {

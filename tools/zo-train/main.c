@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     gpt_param_init(&ts.model, i, ts.seed, init);
     if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
   }
-  const zo_dtype grad_dtype = cfg.fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
+  const zo_dtype grad_dtype = zo_engine_grad_dtype(eng); /* the working precision: bf16, fp16 or fp32 */
   if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) goto engine_error;
   if (log_json && !(jf = fopen(log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
@@ -282,8 +282,8 @@ int main(int argc, char **argv) {
     tokens_window += (int64_t)B * T * gas;
     last_loss = loss;
     /* Hand each gradient over in reverse order, as a backward pass produces
-     * them: written to device memory in the gradient dtype (fp16 engines get
-     * fp16 gradients, as an fp16 model produces them: overflow becomes inf). */
+     * them: written to device memory in the model's working precision, as a
+     * bf16 or fp16 model produces them (fp16 overflow becomes inf). */
     double t2 = now_s();
     size_t off = 0;
     for (int i = np - 1; i >= 0; i--) {

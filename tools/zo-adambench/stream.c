@@ -1,0 +1,276 @@
+/*
+ * stream.c - zo-adambench's roofline kernels: one pass over the arrays an Adam
+ * variant reads and writes, at the same vector width, with trivial arithmetic.
+ * Not Adam and not a general memory benchmark; see stream.h for the patterns.
+ */
+#include "stream.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+int stream_pattern_bytes(stream_pattern p) {
+  switch (p) {
+  case PAT_F32: return 28;
+  case PAT_H16: return 28;
+  case PAT_S16: return 20;
+  case PAT_CAST: return 6;
+  case PAT_RD32: return 4;
+  case PAT_RD16: return 2;
+  default: return 0;
+  }
+}
+
+const char *stream_pattern_name(stream_pattern p) {
+  switch (p) {
+  case PAT_F32: return "p32_g32_s32";
+  case PAT_H16: return "p32_g16_s32_out16";
+  case PAT_S16: return "p32_g16_s16_out16";
+  case PAT_CAST: return "cast_p32_out16";
+  case PAT_RD32: return "read_g32";
+  case PAT_RD16: return "read_g16";
+  default: return "?";
+  }
+}
+
+static inline float widen16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t narrow16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+
+/* One element of each pattern; the scalar level and every head and tail use it. */
+static inline void elem(const stream_args *a, size_t i) {
+  const float c = a->c;
+  switch (a->pat) {
+  case PAT_F32:
+    a->p[i] += a->g[i] * c;
+    a->m[i] += c;
+    a->v[i] += c;
+    break;
+  case PAT_H16:
+    a->p[i] += widen16(a->g16[i]) * c;
+    a->m[i] += c;
+    a->v[i] += c;
+    a->out[i] = narrow16(a->p[i]);
+    break;
+  case PAT_S16:
+    a->p[i] += widen16(a->g16[i]) * c;
+    a->m16[i] = narrow16(widen16(a->m16[i]) + c);
+    a->v16[i] = narrow16(widen16(a->v16[i]) + c);
+    a->out[i] = narrow16(a->p[i]);
+    break;
+  case PAT_CAST: a->out[i] = narrow16(a->p[i]); break;
+  default: break;
+  }
+}
+
+/* read-only patterns: a plain sum, returned (added to the thread's sink by the caller) */
+static float sum_scalar(const stream_args *a, size_t b, size_t e) {
+  float s = 0;
+  if (a->pat == PAT_RD32)
+    for (size_t i = b; i < e; i++) s += a->g[i];
+  else
+    for (size_t i = b; i < e; i++) s += widen16(a->g16[i]);
+  return s;
+}
+
+static float run_scalar(const stream_args *a, size_t b, size_t e) {
+  if (a->pat == PAT_RD32 || a->pat == PAT_RD16) return sum_scalar(a, b, e);
+  for (size_t i = b; i < e; i++) elem(a, i);
+  return 0;
+}
+
+/* first index >= b at which p + i is 64-byte aligned (every array shares p's alignment) */
+static size_t align_up(const stream_args *a, size_t b, size_t e) {
+  uintptr_t addr = (uintptr_t)(a->p + b);
+  size_t skip = ((64 - (addr & 63)) & 63) / sizeof(float);
+  return b + skip < e ? b + skip : e;
+}
+
+/* ---- AVX-512: 16 elements per step (f32 in a zmm, 16-bit in a ymm) ---- */
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+T512 static inline __m512 w512(const uint16_t *s) {
+  __m256i h = _mm256_loadu_si256((const __m256i *)s);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+T512 static inline __m256i n512(__m512 f) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
+}
+T512 static inline void st512(float *d, __m512 x, int nt) {
+  if (nt) _mm512_stream_ps(d, x);
+  else _mm512_storeu_ps(d, x);
+}
+T512 static inline void st256i(uint16_t *d, __m256i x, int nt) {
+  if (nt) _mm256_stream_si256((__m256i *)d, x);
+  else _mm256_storeu_si256((__m256i *)d, x);
+}
+
+T512 static float run_avx512(const stream_args *a, size_t b, size_t e) {
+  size_t i = align_up(a, b, e);
+  float s = run_scalar(a, b, i);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  const __m512 c = _mm512_set1_ps(a->c);
+  const int nt = a->nt;
+  float *p = a->p, *m = a->m, *v = a->v;
+  const float *g = a->g;
+  const uint16_t *g16 = a->g16;
+  uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
+  switch (a->pat) {
+  case PAT_F32:
+    for (; i + 16 <= e; i += 16) {
+      __m512 pp = _mm512_fmadd_ps(_mm512_loadu_ps(g + i), c, _mm512_loadu_ps(p + i));
+      __m512 mm = _mm512_add_ps(_mm512_loadu_ps(m + i), c);
+      __m512 vv = _mm512_add_ps(_mm512_loadu_ps(v + i), c);
+      st512(p + i, pp, nt);
+      st512(m + i, mm, nt);
+      st512(v + i, vv, nt);
+    }
+    break;
+  case PAT_H16:
+    for (; i + 16 <= e; i += 16) {
+      __m512 pp = _mm512_fmadd_ps(w512(g16 + i), c, _mm512_loadu_ps(p + i));
+      __m512 mm = _mm512_add_ps(_mm512_loadu_ps(m + i), c);
+      __m512 vv = _mm512_add_ps(_mm512_loadu_ps(v + i), c);
+      st512(p + i, pp, nt);
+      st512(m + i, mm, nt);
+      st512(v + i, vv, nt);
+      st256i(out + i, n512(pp), nt);
+    }
+    break;
+  case PAT_S16:
+    for (; i + 16 <= e; i += 16) {
+      __m512 pp = _mm512_fmadd_ps(w512(g16 + i), c, _mm512_loadu_ps(p + i));
+      __m512 mm = _mm512_add_ps(w512(m16 + i), c);
+      __m512 vv = _mm512_add_ps(w512(v16 + i), c);
+      st512(p + i, pp, nt);
+      st256i(m16 + i, n512(mm), nt);
+      st256i(v16 + i, n512(vv), nt);
+      st256i(out + i, n512(pp), nt);
+    }
+    break;
+  case PAT_CAST:
+    for (; i + 16 <= e; i += 16) st256i(out + i, n512(_mm512_loadu_ps(p + i)), nt);
+    break;
+  case PAT_RD32:
+    for (; i + 32 <= e; i += 32) {
+      acc0 = _mm512_add_ps(acc0, _mm512_loadu_ps(g + i));
+      acc1 = _mm512_add_ps(acc1, _mm512_loadu_ps(g + i + 16));
+    }
+    break;
+  case PAT_RD16:
+    for (; i + 32 <= e; i += 32) {
+      acc0 = _mm512_add_ps(acc0, w512(g16 + i));
+      acc1 = _mm512_add_ps(acc1, w512(g16 + i + 16));
+    }
+    break;
+  default: break;
+  }
+  s += run_scalar(a, i, e) + _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  if (nt) _mm_sfence();
+  return s;
+}
+
+/* ---- AVX2: 8 elements per step (f32 in a ymm, 16-bit in an xmm) ---- */
+#define T256 __attribute__((target("avx2,fma")))
+
+T256 static inline __m256 w256(const uint16_t *s) {
+  __m128i h = _mm_loadu_si128((const __m128i *)s);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+T256 static inline __m128i n256(__m256 f) {
+  __m256i u = _mm256_srli_epi32(_mm256_castps_si256(f), 16);
+  __m256i pk = _mm256_packus_epi32(u, u); /* per 128-bit lane: lo4 lo4 | hi4 hi4 */
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(pk, 0x08));
+}
+T256 static inline void st256(float *d, __m256 x, int nt) {
+  if (nt) _mm256_stream_ps(d, x);
+  else _mm256_storeu_ps(d, x);
+}
+T256 static inline void st128i(uint16_t *d, __m128i x, int nt) {
+  if (nt) _mm_stream_si128((__m128i *)d, x);
+  else _mm_storeu_si128((__m128i *)d, x);
+}
+
+T256 static float run_avx2(const stream_args *a, size_t b, size_t e) {
+  size_t i = align_up(a, b, e);
+  float s = run_scalar(a, b, i);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256 c = _mm256_set1_ps(a->c);
+  const int nt = a->nt;
+  float *p = a->p, *m = a->m, *v = a->v;
+  const float *g = a->g;
+  const uint16_t *g16 = a->g16;
+  uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
+  switch (a->pat) {
+  case PAT_F32:
+    for (; i + 8 <= e; i += 8) {
+      __m256 pp = _mm256_fmadd_ps(_mm256_loadu_ps(g + i), c, _mm256_loadu_ps(p + i));
+      __m256 mm = _mm256_add_ps(_mm256_loadu_ps(m + i), c);
+      __m256 vv = _mm256_add_ps(_mm256_loadu_ps(v + i), c);
+      st256(p + i, pp, nt);
+      st256(m + i, mm, nt);
+      st256(v + i, vv, nt);
+    }
+    break;
+  case PAT_H16:
+    for (; i + 8 <= e; i += 8) {
+      __m256 pp = _mm256_fmadd_ps(w256(g16 + i), c, _mm256_loadu_ps(p + i));
+      __m256 mm = _mm256_add_ps(_mm256_loadu_ps(m + i), c);
+      __m256 vv = _mm256_add_ps(_mm256_loadu_ps(v + i), c);
+      st256(p + i, pp, nt);
+      st256(m + i, mm, nt);
+      st256(v + i, vv, nt);
+      st128i(out + i, n256(pp), nt);
+    }
+    break;
+  case PAT_S16:
+    for (; i + 8 <= e; i += 8) {
+      __m256 pp = _mm256_fmadd_ps(w256(g16 + i), c, _mm256_loadu_ps(p + i));
+      __m256 mm = _mm256_add_ps(w256(m16 + i), c);
+      __m256 vv = _mm256_add_ps(w256(v16 + i), c);
+      st256(p + i, pp, nt);
+      st128i(m16 + i, n256(mm), nt);
+      st128i(v16 + i, n256(vv), nt);
+      st128i(out + i, n256(pp), nt);
+    }
+    break;
+  case PAT_CAST:
+    for (; i + 8 <= e; i += 8) st128i(out + i, n256(_mm256_loadu_ps(p + i)), nt);
+    break;
+  case PAT_RD32:
+    for (; i + 16 <= e; i += 16) {
+      acc0 = _mm256_add_ps(acc0, _mm256_loadu_ps(g + i));
+      acc1 = _mm256_add_ps(acc1, _mm256_loadu_ps(g + i + 8));
+    }
+    break;
+  case PAT_RD16:
+    for (; i + 16 <= e; i += 16) {
+      acc0 = _mm256_add_ps(acc0, w256(g16 + i));
+      acc1 = _mm256_add_ps(acc1, w256(g16 + i + 8));
+    }
+    break;
+  default: break;
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
+  for (int k = 0; k < 8; k++) s += lanes[k];
+  s += run_scalar(a, i, e);
+  if (nt) _mm_sfence();
+  return s;
+}
+
+void stream_tile(void *arg, size_t begin, size_t end, int thread) {
+  const stream_args *a = arg;
+  float s;
+  if (a->level == 3) s = run_avx512(a, begin, end);
+  else if (a->level == 2) s = run_avx2(a, begin, end);
+  else s = run_scalar(a, begin, end);
+  if (a->sink && thread >= 0) a->sink[thread] += s; /* one slot per thread: no race */
+}

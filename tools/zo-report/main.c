@@ -1,0 +1,415 @@
+/*
+ * zo-report - what this machine offers zoffload (the counterpart of DeepSpeed's
+ * ds_report): CPU and SIMD, cores and NUMA, GPUs, NCCL/MPI, io_uring, O_DIRECT
+ * on a path, memlock limits, library versions and build options. Reports
+ * only: it changes nothing and exits 0 even when pieces are missing.
+ */
+#include <cpuid.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+#include <jansson.h>
+#include <jemalloc/jemalloc.h>
+#include <liburing.h>
+
+#include "zoffload/adam.h"
+
+#if ZO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if ZO_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#ifndef ZO_VERSION
+#define ZO_VERSION "unknown"
+#endif
+#ifndef ZO_BUILD_TYPE
+#define ZO_BUILD_TYPE "unknown"
+#endif
+#ifndef ZO_C_COMPILER
+#define ZO_C_COMPILER "unknown"
+#endif
+#ifndef ZO_URING_PKG_VERSION
+#define ZO_URING_PKG_VERSION "2.x"
+#endif
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zo-report [--path DIR] [--json] [--help]\n"
+          "  --path DIR  also test O_DIRECT on DIR: statx DIO alignment, and a 4 KiB aligned\n"
+          "              O_DIRECT write + read of a temporary file (removed). Default: not tested.\n"
+          "  --json      print one JSON object instead of text. Default: text.\n"
+          "  --help      this message.\n"
+          "Exit status 0 whatever is missing; 2 on a bad command line.\n");
+}
+
+static json_t *limit_json(rlim_t v) { return v == RLIM_INFINITY ? json_string("unlimited") : json_integer((json_int_t)v); }
+
+/* ---------------------------------------------------------------- CPU */
+static json_t *report_cpu(void) {
+  json_t *o = json_object();
+  char model[256] = "unknown";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "model name", 10) == 0) {
+        char *c = strchr(line, ':');
+        if (c) {
+          c++;
+          while (*c == ' ') c++;
+          c[strcspn(c, "\n")] = 0;
+          snprintf(model, sizeof model, "%s", c);
+        }
+        break;
+      }
+    }
+    fclose(f);
+  }
+  json_object_set_new(o, "model", json_string(model));
+  unsigned a, b, c, d;
+  unsigned l1c = 0, l7b = 0, l7_1a = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) l1c = c;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) l7b = b;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) l7_1a = a;
+  json_t *flags = json_object();
+  json_object_set_new(flags, "f16c", json_boolean(l1c >> 29 & 1));
+  json_object_set_new(flags, "fma", json_boolean(l1c >> 12 & 1));
+  json_object_set_new(flags, "avx2", json_boolean(l7b >> 5 & 1));
+  json_object_set_new(flags, "avx512f", json_boolean(l7b >> 16 & 1));
+  json_object_set_new(flags, "avx512dq", json_boolean(l7b >> 17 & 1));
+  json_object_set_new(flags, "avx512bw", json_boolean(l7b >> 30 & 1));
+  json_object_set_new(flags, "avx512vl", json_boolean(l7b >> 31 & 1));
+  json_object_set_new(flags, "avx512_bf16", json_boolean(l7_1a >> 5 & 1));
+  json_object_set_new(o, "cpuid", flags);
+  zo_simd best = zo_simd_best();
+  json_object_set_new(o, "simd_best", json_string(zo_simd_name(best)));
+  json_object_set_new(o, "simd_used", json_string(zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO))));
+  json_object_set_new(o, "adam_avx512_bf16", json_boolean(zo_simd_has_avx512_bf16()));
+  return o;
+}
+
+/* ------------------------------------------------------------ topology */
+static json_t *report_topology(void) {
+  json_t *o = json_object();
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
+    json_object_set_new(o, "error", json_string("hwloc could not load the topology"));
+    return o;
+  }
+  json_object_set_new(o, "packages", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE)));
+  json_object_set_new(o, "physical_cores", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE)));
+  json_object_set_new(o, "hardware_threads", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU)));
+  json_object_set_new(o, "online_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  json_t *nodes = json_array();
+  for (int i = 0; i < n; i++) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    json_t *j = json_object();
+    char cpus[256] = "";
+    if (node->cpuset) hwloc_bitmap_list_snprintf(cpus, sizeof cpus, node->cpuset);
+    json_object_set_new(j, "index", json_integer(i));
+    json_object_set_new(j, "os_index", json_integer(node->os_index));
+    json_object_set_new(j, "memory_bytes", json_integer((json_int_t)node->attr->numanode.local_memory));
+    json_object_set_new(j, "cpus", json_string(cpus));
+    json_array_append_new(nodes, j);
+  }
+  json_object_set_new(o, "numa_nodes", nodes);
+  hwloc_topology_destroy(topo);
+  return o;
+}
+
+/* ------------------------------------------------------- GPU, NCCL, MPI */
+static json_t *report_gpu(void) {
+#if ZO_HAVE_CUDA
+  json_t *o = json_object();
+  int drv = 0, rt = 0, n = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  char v[32];
+  snprintf(v, sizeof v, "%d.%d", drv / 1000, drv % 1000 / 10);
+  json_object_set_new(o, "driver_version", drv ? json_string(v) : json_string("none"));
+  snprintf(v, sizeof v, "%d.%d", rt / 1000, rt % 1000 / 10);
+  json_object_set_new(o, "runtime_version", json_string(v));
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "none (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+    json_object_set_new(o, "devices", json_string(msg));
+    return o;
+  }
+  json_t *devs = json_array();
+  for (int i = 0; i < n; i++) {
+    struct cudaDeviceProp p;
+    json_t *j = json_object();
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      json_object_set_new(j, "error", json_string("cudaGetDeviceProperties failed"));
+    } else {
+      char cc[16];
+      snprintf(cc, sizeof cc, "%d.%d", p.major, p.minor);
+      json_object_set_new(j, "name", json_string(p.name));
+      json_object_set_new(j, "memory_bytes", json_integer((json_int_t)p.totalGlobalMem));
+      json_object_set_new(j, "compute_capability", json_string(cc));
+      json_object_set_new(j, "multiprocessors", json_integer(p.multiProcessorCount));
+      char bus[32];
+      snprintf(bus, sizeof bus, "%04x:%02x:%02x", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+      json_object_set_new(j, "pci_bus_id", json_string(bus));
+    }
+    json_array_append_new(devs, j);
+  }
+  json_object_set_new(o, "devices", devs);
+  return o;
+#else
+  return json_string("none (built without CUDA)");
+#endif
+}
+
+static json_t *report_nccl(void) {
+#if ZO_HAVE_NCCL
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return json_string("built, but ncclGetVersion failed");
+  char s[32];
+  /* NCCL >= 2.9 encodes major*10000 + minor*100 + patch; older major*1000 + minor*100 + patch. */
+  if (v >= 10000) snprintf(s, sizeof s, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+  else snprintf(s, sizeof s, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
+  return json_string(s);
+#else
+  return json_string("not built");
+#endif
+}
+
+/* ------------------------------------------------------------ io_uring */
+static json_t *report_io_uring(void) {
+  json_t *o = json_object();
+  struct io_uring ring;
+  int rc = io_uring_queue_init(4, &ring, 0);
+  if (rc < 0) {
+    json_object_set_new(o, "available", json_false());
+    json_object_set_new(o, "error", json_string(strerror(-rc)));
+    return o;
+  }
+  json_object_set_new(o, "available", json_true());
+  json_t *ops = json_object();
+  struct io_uring_probe *probe = io_uring_get_probe_ring(&ring);
+  static const struct {
+    const char *name;
+    int op;
+  } want[] = {{"READ", IORING_OP_READ},
+              {"WRITE", IORING_OP_WRITE},
+              {"READ_FIXED", IORING_OP_READ_FIXED},
+              {"WRITE_FIXED", IORING_OP_WRITE_FIXED},
+              {"READV", IORING_OP_READV},
+              {"WRITEV", IORING_OP_WRITEV},
+              {"FSYNC", IORING_OP_FSYNC},
+              {"FALLOCATE", IORING_OP_FALLOCATE}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    json_object_set_new(ops, want[i].name, probe ? json_boolean(io_uring_opcode_supported(probe, want[i].op))
+                                                 : json_string("unknown (no probe)"));
+  if (probe) io_uring_free_probe(probe);
+  json_object_set_new(o, "ops", ops);
+  io_uring_queue_exit(&ring);
+
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  p.flags = IORING_SETUP_SQPOLL;
+  p.sq_thread_idle = 10;
+  rc = io_uring_queue_init_params(4, &ring, &p);
+  if (rc < 0) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "no (%s)", strerror(-rc));
+    json_object_set_new(o, "sqpoll", json_string(msg));
+  } else {
+    json_object_set_new(o, "sqpoll", json_true());
+    io_uring_queue_exit(&ring);
+  }
+  return o;
+}
+
+/* ------------------------------------------------------------ O_DIRECT */
+static json_t *report_path(const char *dir) {
+  json_t *o = json_object();
+  json_object_set_new(o, "path", json_string(dir));
+  struct statfs sf;
+  if (statfs(dir, &sf) == 0) {
+    char fs[32];
+    snprintf(fs, sizeof fs, "0x%lx", (unsigned long)sf.f_type);
+    const char *name = sf.f_type == 0xEF53 ? "ext4" : sf.f_type == 0x58465342 ? "xfs"
+                       : sf.f_type == 0x9123683E ? "btrfs" : sf.f_type == 0x01021994 ? "tmpfs"
+                       : sf.f_type == 0x794c7630 ? "overlayfs" : fs;
+    json_object_set_new(o, "filesystem", json_string(name));
+    json_object_set_new(o, "block_size", json_integer((json_int_t)sf.f_bsize));
+    json_object_set_new(o, "free_bytes", json_integer((json_int_t)sf.f_bavail * (json_int_t)sf.f_bsize));
+  } else {
+    json_object_set_new(o, "error", json_string(strerror(errno)));
+    return o;
+  }
+  struct statx sx;
+  if (statx(AT_FDCWD, dir, 0, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+    json_object_set_new(o, "dio_mem_align", json_integer(sx.stx_dio_mem_align));
+    json_object_set_new(o, "dio_offset_align", json_integer(sx.stx_dio_offset_align));
+  } else {
+    json_object_set_new(o, "dio_mem_align", json_string("not reported (statx STATX_DIOALIGN)"));
+  }
+  char tmpl[4096];
+  snprintf(tmpl, sizeof tmpl, "%s/.zo-report-XXXXXX", dir);
+  int fd = mkostemp(tmpl, O_CLOEXEC);
+  if (fd < 0) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "not tested: cannot create a file (%s)", strerror(errno));
+    json_object_set_new(o, "o_direct", json_string(msg));
+    return o;
+  }
+  close(fd);
+  const char *result = "yes";
+  char msg[300];
+  fd = open(tmpl, O_RDWR | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(msg, sizeof msg, "no (open with O_DIRECT: %s)", strerror(errno));
+    result = msg;
+  } else {
+    void *buf = NULL;
+    if (posix_memalign(&buf, 4096, 4096) == 0) {
+      memset(buf, 0x5a, 4096);
+      ssize_t w = pwrite(fd, buf, 4096, 0);
+      memset(buf, 0, 4096);
+      ssize_t r = w == 4096 ? pread(fd, buf, 4096, 0) : -1;
+      if (w != 4096) {
+        snprintf(msg, sizeof msg, "no (4 KiB aligned write: %s)", w < 0 ? strerror(errno) : "short");
+        result = msg;
+      } else if (r != 4096 || ((unsigned char *)buf)[4095] != 0x5a) {
+        snprintf(msg, sizeof msg, "no (4 KiB aligned read back: %s)", r < 0 ? strerror(errno) : "wrong data");
+        result = msg;
+      }
+      free(buf);
+    }
+    close(fd);
+  }
+  unlink(tmpl);
+  json_object_set_new(o, "o_direct", json_string(result));
+  return o;
+}
+
+/* ------------------------------------------------------------ memlock */
+static json_t *report_memlock(void) {
+  json_t *o = json_object();
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    json_object_set_new(o, "soft_bytes", limit_json(rl.rlim_cur));
+    json_object_set_new(o, "hard_bytes", limit_json(rl.rlim_max));
+  }
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) == 0)
+    json_object_set_new(o, "cap_ipc_lock", json_boolean(data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32) & 1));
+  return o;
+}
+
+/* ----------------------------------------------------- versions, build */
+static json_t *report_libraries(void) {
+  json_t *o = json_object();
+  char v[64];
+  json_object_set_new(o, "liburing", json_string(ZO_URING_PKG_VERSION));
+  snprintf(v, sizeof v, "%u.%u.%u", HWLOC_API_VERSION >> 16, HWLOC_API_VERSION >> 8 & 0xff, HWLOC_API_VERSION & 0xff);
+  json_object_set_new(o, "hwloc_api_compiled", json_string(v));
+  unsigned hv = hwloc_get_api_version();
+  snprintf(v, sizeof v, "%u.%u.%u", hv >> 16, hv >> 8 & 0xff, hv & 0xff);
+  json_object_set_new(o, "hwloc_api_runtime", json_string(v));
+  json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
+  const char *jv = NULL;
+  size_t sz = sizeof jv;
+  json_object_set_new(o, "jemalloc", mallctl("version", &jv, &sz, NULL, 0) == 0 && jv ? json_string(jv)
+                                                                                      : json_string("unknown"));
+  json_object_set_new(o, "openblas", json_string("not linked into libzoffload (zo-train only)"));
+  return o;
+}
+
+static json_t *report_build(void) {
+  json_t *o = json_object();
+  json_object_set_new(o, "version", json_string(ZO_VERSION));
+  json_object_set_new(o, "build_type", json_string(ZO_BUILD_TYPE));
+  json_object_set_new(o, "c_compiler", json_string(ZO_C_COMPILER));
+  json_object_set_new(o, "cuda", json_boolean(ZO_HAVE_CUDA));
+  json_object_set_new(o, "nccl", json_boolean(ZO_HAVE_NCCL));
+  json_object_set_new(o, "mpi", json_false());
+  return o;
+}
+
+/* ----------------------------------------------------------------- text */
+static void print_text(const char *key, json_t *v, int depth) {
+  int pad = depth * 2;
+  if (json_is_object(v)) {
+    if (key) printf("%*s%s:\n", pad, "", key);
+    const char *k;
+    json_t *c;
+    json_object_foreach(v, k, c) print_text(k, c, depth + (key ? 1 : 0));
+  } else if (json_is_array(v)) {
+    printf("%*s%s: %s\n", pad, "", key, json_array_size(v) ? "" : "none");
+    size_t i;
+    json_t *c;
+    json_array_foreach(v, i, c) {
+      char idx[32];
+      snprintf(idx, sizeof idx, "[%zu]", i);
+      print_text(idx, c, depth + 1);
+    }
+  } else {
+    char *s = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
+    const char *txt = json_is_string(v) ? json_string_value(v) : s;
+    if (json_is_true(v)) txt = "yes";
+    if (json_is_false(v)) txt = "no";
+    printf("%*s%-*s %s\n", pad, "", 26 - pad, key, txt ? txt : "?");
+    free(s);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *path = NULL;
+  int as_json = 0;
+  static const struct option longopts[] = {
+      {"path", required_argument, NULL, 'p'}, {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "p:jh", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'p': path = optarg; break;
+      case 'j': as_json = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "zo-report: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  json_t *r = json_object();
+  json_object_set_new(r, "zoffload", report_build());
+  json_object_set_new(r, "cpu", report_cpu());
+  json_object_set_new(r, "topology", report_topology());
+  json_object_set_new(r, "gpu", report_gpu());
+  json_object_set_new(r, "nccl", report_nccl());
+  json_object_set_new(r, "mpi", json_string("not built"));
+  json_object_set_new(r, "io_uring", report_io_uring());
+  if (path) json_object_set_new(r, "path", report_path(path));
+  json_object_set_new(r, "memlock", report_memlock());
+  json_object_set_new(r, "libraries", report_libraries());
+  if (as_json) {
+    char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) puts(s);
+    free(s);
+  } else {
+    print_text(NULL, r, 0);
+  }
+  json_decref(r);
+  return 0;
+}

@@ -253,8 +253,23 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     st_ps((float *)j->v + i, vv, k, full, nt.v);
   } else {
     __m512i h = sr_hash16(j->seed, j->step32, i);
-    st_h16((uint16_t *)j->m + i, sr_bf16(mv, _mm512_and_si512(h, _mm512_set1_epi32(0xffff))), k, full, nt.m);
-    st_h16((uint16_t *)j->v + i, sr_bf16(vv, _mm512_srli_epi32(h, 16)), k, full, nt.v);
+    __m512i rm = _mm512_and_si512(h, _mm512_set1_epi32(0xffff)), rv = _mm512_srli_epi32(h, 16);
+    __m256i m16, v16;
+    if (__builtin_expect((_mm512_cmp_ps_mask(mv, mv, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vv, vv, _CMP_UNORD_Q)) == 0, 1)) {
+      /* no NaN: add the random bits and gather the high halves of m and v with one permute */
+      const __m512i hi_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                                                 0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                                                 0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+      __m512i both = _mm512_permutex2var_epi16(_mm512_add_epi32(_mm512_castps_si512(mv), rm), hi_words,
+                                               _mm512_add_epi32(_mm512_castps_si512(vv), rv));
+      m16 = _mm512_castsi512_si256(both);
+      v16 = _mm512_extracti64x4_epi64(both, 1);
+    } else {
+      m16 = sr_bf16(mv, rm);
+      v16 = sr_bf16(vv, rv);
+    }
+    st_h16((uint16_t *)j->m + i, m16, k, full, nt.m);
+    st_h16((uint16_t *)j->v + i, v16, k, full, nt.v);
   }
   if (has_out) {
     if (ot == ZO_DTYPE_F32)

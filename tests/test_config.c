@@ -10,6 +10,7 @@
 
 #include "zo_test.h"
 #include "zoffload/config.h"
+#include "zoffload/dtype.h"
 
 /* Values read from decimal literals: a tight mixed tolerance. */
 #define CHECK_NEAR(a, ref) CHECK_CLOSE(a, ref, 1e-15, 1e-12)
@@ -430,6 +431,14 @@ static void test_legacy(void) {
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"aio\": {\"thread_count\": 3}}", &c), ZO_OK);
   CHECK_EQ(c.aio.intra_op_parallelism, 3);
   CHECK_EQ(count_log("config: aio.thread_count is accepted but has no effect yet"), 1);
+
+  /* zoffload.optimizer_state_dtype: fp32 by default, bf16 on request, anything else named. */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.optimizer_state_dtype, ZO_DTYPE_F32);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": \"bf16\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.optimizer_state_dtype, ZO_DTYPE_BF16);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": \"fp8\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.optimizer_state_dtype: expected \"fp32\" or \"bf16\"");
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */

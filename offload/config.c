@@ -645,6 +645,8 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
   if (!strcmp(key, "adam_threads")) return get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads);
   if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
+  if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
+  if (!strcmp(key, "swap_sqpoll")) return get_bool(c, p, v, &cfg->zoffload.swap_sqpoll);
   warn_unknown(p);
   return ZO_OK;
 }
@@ -754,6 +756,8 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.device_memory_limit = 0;
   cfg->zoffload.adam_threads = 0;
   cfg->zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
+  cfg->zoffload.swap_checksum = 0;
+  cfg->zoffload.swap_sqpoll = 0;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -997,5 +1001,7 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));
+  sb_printf(&b, "zoffload.swap_checksum = %d\n", cfg->zoffload.swap_checksum);
+  sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);
   return b.len;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "base_internal.h"
@@ -203,7 +204,12 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
 
   if (tier == ZO_OFFLOAD_NVME) {
-    zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size, .queue_depth = (unsigned)cfg->aio.queue_depth};
+    zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
+                       .queue_depth = (unsigned)cfg->aio.queue_depth,
+                       .rank = e->rank,
+                       .register_files = 1,
+                       .sqpoll = cfg->zoffload.swap_sqpoll,
+                       .checksum = cfg->zoffload.swap_checksum};
     st = zo_swap_create(cfg->zero.offload_optimizer.nvme_path, &so, &e->swap);
     if (st != ZO_OK) {
       zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
@@ -462,9 +468,17 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
                                  s + 1, nbuf, e->slot_el);
       }
     }
+    /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
+    struct iovec iov[3 * 64];
+    unsigned n_iov = 0;
+    for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
+      for (int k = 0; k < ST_KINDS; k++)
+        iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = e->slot_el * e->esz[k]};
+    if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
+      zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
+              zo_last_error());
     zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
-            "swap dir %s (%s)", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_dir(e->swap),
-            zo_swap_is_direct(e->swap) ? "O_DIRECT" : "buffered");
+            "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
   }
   e->finalized = 1;
   return ZO_OK;

@@ -439,6 +439,11 @@ static void test_legacy(void) {
   CHECK_EQ(c.zoffload.optimizer_state_dtype, ZO_DTYPE_BF16);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": \"fp8\"}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.optimizer_state_dtype: expected \"fp32\" or \"bf16\"");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"swap_checksum\": true, \"swap_sqpoll\": true}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.swap_checksum, 1);
+  CHECK_EQ(c.zoffload.swap_sqpoll, 1);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"swap_checksum\": 1}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.swap_checksum");
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */

@@ -337,7 +337,9 @@ int main(int argc, char **argv) {
   cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_BF16;
   cfg.zero.sub_group_size = 1536;
   cfg.zero.offload_optimizer.buffer_count = 2;
-  run_tier("nvme, bf16 state, sub_group 1536", cfg, dir, 4, 1.0f);
+  cfg.zoffload.swap_checksum = 1; /* CRC32C on every swap chunk, verified on each read */
+  run_tier("nvme, bf16 state, sub_group 1536, crc32c", cfg, dir, 4, 1.0f);
+  cfg.zoffload.swap_checksum = 0;
   CHECK(zo_test_count_entries(dir) == 0);
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
   run_tier("cpu, bf16 state", cfg, NULL, 4, 1.0f);

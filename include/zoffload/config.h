@@ -109,6 +109,8 @@ typedef struct zo_config {
     int adam_threads;            /* 0 = all physical cores */
     int optimizer_state_dtype;   /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
                                     DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
+    int swap_checksum;           /* 1: CRC32C on every swap chunk, verified on read (ZO_ERR_CORRUPT); default 0 */
+    int swap_sqpoll;             /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

@@ -41,6 +41,9 @@
 #ifndef ZO_C_COMPILER
 #define ZO_C_COMPILER "unknown"
 #endif
+#ifndef ZO_HWLOC_PKG_VERSION
+#define ZO_HWLOC_PKG_VERSION "unknown"
+#endif
 #ifndef ZO_URING_PKG_VERSION
 #define ZO_URING_PKG_VERSION "2.x"
 #endif
@@ -255,13 +258,6 @@ static json_t *report_path(const char *dir) {
     json_object_set_new(o, "error", json_string(strerror(errno)));
     return o;
   }
-  struct statx sx;
-  if (statx(AT_FDCWD, dir, 0, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
-    json_object_set_new(o, "dio_mem_align", json_integer(sx.stx_dio_mem_align));
-    json_object_set_new(o, "dio_offset_align", json_integer(sx.stx_dio_offset_align));
-  } else {
-    json_object_set_new(o, "dio_mem_align", json_string("not reported (statx STATX_DIOALIGN)"));
-  }
   char tmpl[4096];
   snprintf(tmpl, sizeof tmpl, "%s/.zo-report-XXXXXX", dir);
   int fd = mkostemp(tmpl, O_CLOEXEC);
@@ -270,6 +266,15 @@ static json_t *report_path(const char *dir) {
     snprintf(msg, sizeof msg, "not tested: cannot create a file (%s)", strerror(errno));
     json_object_set_new(o, "o_direct", json_string(msg));
     return o;
+  }
+  /* DIO alignment is reported for regular files (and block devices), not directories. */
+  struct statx sx;
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+      sx.stx_dio_mem_align) {
+    json_object_set_new(o, "dio_mem_align", json_integer(sx.stx_dio_mem_align));
+    json_object_set_new(o, "dio_offset_align", json_integer(sx.stx_dio_offset_align));
+  } else {
+    json_object_set_new(o, "dio_mem_align", json_string("not reported by statx (kernel < 6.1 or file system)"));
   }
   close(fd);
   const char *result = "yes";
@@ -326,6 +331,7 @@ static json_t *report_libraries(void) {
   unsigned hv = hwloc_get_api_version();
   snprintf(v, sizeof v, "%u.%u.%u", hv >> 16, hv >> 8 & 0xff, hv & 0xff);
   json_object_set_new(o, "hwloc_api_runtime", json_string(v));
+  json_object_set_new(o, "hwloc_package", json_string(ZO_HWLOC_PKG_VERSION));
   json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
   const char *jv = NULL;
   size_t sz = sizeof jv;

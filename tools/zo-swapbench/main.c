@@ -985,9 +985,10 @@ static void usage(FILE *out) {
           "  --help                this text\n"
           "\n"
           "Each (block size, queue depth, ring variant) gets its own swap handle and preallocated\n"
-          "O_DIRECT file, written once untimed; then a whole-file write and read are timed. The pread\n"
-          "baseline (queue-depth threads, interleaved block stripes; one thread at QD 1) and fio run on\n"
-          "that same file. Registered buffers and SQPOLL are swept when the swap API offers them\n"
+          "O_DIRECT file, written once untimed; then whole-file writes and reads are timed, the\n"
+          "repetitions of all engines interleaved (best is reported). The pread baseline (queue-depth\n"
+          "threads, interleaved block stripes; one thread at QD 1) and fio run on the first variant's\n"
+          "file. Registered buffers (+ files) and SQPOLL are swept when the swap API offers them\n"
           "(this build: registered buffers %s, SQPOLL %s).\n",
           SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
 }

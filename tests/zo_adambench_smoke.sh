@@ -26,7 +26,7 @@ ntarget=$(grep -cE '^  (PASS|MISS|N/A ) target [123]:' "$work/stdout")
 # 2. the JSON: every required key, positive figures, one result per variant x size x thread count
 result_keys="variant simd grad_dtype state_dtype copy_out n threads params_per_s gbps pct_of_roofline"
 roof_keys="pattern n threads gbps"
-nvariants=9 nsizes=2 nthreads=2
+nvariants=10 nsizes=2 nthreads=2
 want_results=$((nvariants * nsizes * nthreads))
 if command -v jq >/dev/null 2>&1; then
   got=$(jq '.results | length' "$work/out.json")

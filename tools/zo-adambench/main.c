@@ -52,7 +52,7 @@ static void usage(FILE *f) {
           "                    (default: auto = zo_simd_resolve(), which honours ZO_SIMD)\n"
           "  --variants LIST   Adam variants to run, comma separated (default: all):\n"
           "                    adamw_fp32g, adamw_fp32g_nont, adamw_bf16g_out, adamw_bf16g_out_nont,\n"
-          "                    adamw_bf16g_out_bf16s, adamw_fp16g_out, unfused_fp32g_cast,\n"
+          "                    adamw_bf16g_out_bf16s, adamw_bf16g_out_bf16s_nont, adamw_fp16g_out, unfused_fp32g_cast,\n"
           "                    sqnorm_fp32g, sqnorm_bf16g (zo_adam_pool_sqnorm, against a read-only roofline)\n"
           "  --no-thp          do not madvise(MADV_HUGEPAGE) the buffers (default: advise huge pages)\n"
           "  --quick           tiny sizes (4099,65537), reps 1: a smoke run for tests\n"
@@ -160,6 +160,7 @@ static const variant k_variants[] = {
     {"adamw_bf16g_out", ZO_DTYPE_BF16, ZO_DTYPE_F32, 1, ZO_DTYPE_BF16, 0, PAT_H16, 0, 0},
     {"adamw_bf16g_out_nont", ZO_DTYPE_BF16, ZO_DTYPE_F32, 1, ZO_DTYPE_BF16, ZO_ADAM_NO_NT_STORES, PAT_H16, 0, 0},
     {"adamw_bf16g_out_bf16s", ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, ZO_DTYPE_BF16, 0, PAT_S16, 0, 0},
+    {"adamw_bf16g_out_bf16s_nont", ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, ZO_DTYPE_BF16, ZO_ADAM_NO_NT_STORES, PAT_S16, 0, 0},
     {"adamw_fp16g_out", ZO_DTYPE_F16, ZO_DTYPE_F32, 1, ZO_DTYPE_F16, 0, PAT_H16, 0, 0},
     {"unfused_fp32g_cast", ZO_DTYPE_F32, ZO_DTYPE_F32, 1, ZO_DTYPE_BF16, 0, PAT_F32, 1, 0},
     {"sqnorm_fp32g", ZO_DTYPE_F32, ZO_DTYPE_F32, 0, ZO_DTYPE_F32, 0, PAT_RD32, 0, 1},
@@ -558,7 +559,8 @@ int main(int argc, char **argv) {
          " load average %.2f\n",
          26.0 * (double)nmax / (1 << 30), nmax, t_touch, o.thp ? "advised" : "off", o.reps, o.warmup, loadavg1());
   printf("figures: median [min-max] over reps; GB/s = nominal bytes per param (reads + writes) x params/s / 1e9;\n"
-         "%%roof = GB/s over the in-run roofline with the same byte pattern (best of regular and NT stores)\n");
+         "%%roof = GB/s over the in-run roofline with the same byte pattern (best of regular and NT stores);\n"
+         "paired = median over rounds of roofline time / kernel time within the same round (robust to drift)\n");
   zo_adam_pool_destroy(touch_pool);
   touch_pool = NULL;
 
@@ -624,8 +626,8 @@ int main(int argc, char **argv) {
       fmt_n(n, nbuf, sizeof nbuf);
       printf("\n== n = %s (%zu), threads = %d: %s; load average %.2f -> %.2f\n", nbuf, n, T,
              zo_adam_pool_describe(pool), la0, loadavg1());
-      printf("%-8s %-24s %-6s %-5s %-5s %-5s %4s %9s %17s %8s %15s %6s\n", "kind", "name", "simd", "grad", "state",
-             "out", "B/p", "Mparam/s", "GB/s [min-max]", "stores", "roof GB/s", "%roof");
+      printf("%-8s %-26s %-6s %-5s %-5s %-5s %4s %9s %17s %8s %15s %6s %7s\n", "kind", "name", "simd", "grad", "state",
+             "out", "B/p", "Mparam/s", "GB/s [min-max]", "stores", "roof GB/s", "%roof", "paired");
 
       /* rooflines: per pattern, regular and NT; best = higher median GB/s */
       double roof_best[PAT_COUNT] = {0}, roof_best_t[PAT_COUNT] = {0};
@@ -653,7 +655,7 @@ int main(int argc, char **argv) {
         }
         char sp[48];
         snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", gb, gbmin, gbmax);
-        printf("%-8s %-24s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %6s\n", "roofline", stream_pattern_name(J->pat),
+        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %6s\n", "roofline", stream_pattern_name(J->pat),
                zo_simd_name(level), "", "", "", bpp, (double)n / s.med / 1e6, sp, J->nt ? "nt" : "regular", "", "");
         json_t *e = json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "pattern",
                               stream_pattern_name(J->pat), "simd", zo_simd_name(level), "bytes_per_param", bpp,
@@ -666,7 +668,7 @@ int main(int argc, char **argv) {
       double roof_unfused = 0;
       if (roof_best_t[PAT_F32] > 0 && roof_best_t[PAT_CAST] > 0) {
         roof_unfused = 34.0 * (double)n / (roof_best_t[PAT_F32] + roof_best_t[PAT_CAST]) / 1e9;
-        printf("%-8s %-24s %-6s %-5s %-5s %-5s %4d %9.1f %17.2f %8s %15s %6s\n", "roofline", "p32_g32_s32+cast",
+        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17.2f %8s %15s %6s\n", "roofline", "p32_g32_s32+cast",
                zo_simd_name(level), "", "", "", 34, (double)n / (roof_best_t[PAT_F32] + roof_best_t[PAT_CAST]) / 1e6,
                roof_unfused, "best", "(sum of 2)", "");
         json_array_append_new(
@@ -685,7 +687,7 @@ int main(int argc, char **argv) {
         job *J = &jobs[j];
         const variant *v = J->var;
         if (J->failed) {
-          printf("%-8s %-24s %-6s %-5s %-5s %-5s  FAILED: %s\n", "adam", v->name, zo_simd_name(level),
+          printf("%-8s %-26s %-6s %-5s %-5s %-5s  FAILED: %s\n", "adam", v->name, zo_simd_name(level),
                  zo_dtype_name(v->grad), zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", J->err);
           continue;
         }
@@ -720,9 +722,10 @@ int main(int argc, char **argv) {
         snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", gb, gbmin, gbmax);
         snprintf(rf, sizeof rf, "%.2f", roof);
         const char *stores = v->sqnorm ? "none" : (v->flags & ZO_ADAM_NO_NT_STORES) ? "regular" : "default";
-        printf("%-8s %-24s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %5.1f%%%s\n", v->sqnorm ? "sqnorm" : "adam",
-               v->name, zo_simd_name(level), zo_dtype_name(v->grad), v->sqnorm ? "-" : zo_dtype_name(v->state),
-               v->copy_out ? zo_dtype_name(v->out) : "-", bpp, pps / 1e6, sp, stores, rf, pct,
+        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %5.1f%% %6.1f%%%s\n",
+               v->sqnorm ? "sqnorm" : "adam", v->name, zo_simd_name(level), zo_dtype_name(v->grad),
+               v->sqnorm ? "-" : zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", bpp, pps / 1e6, sp,
+               stores, rf, pct, pct_paired,
                J->nonfinite ? (v->sqnorm ? " (nonfinite or zero norm!)" : " (nonfinite reported!)") : "");
         json_t *e = json_pack(
             "{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:f, s:f, "

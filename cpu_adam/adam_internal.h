@@ -25,7 +25,7 @@ typedef struct zo_adam_consts {
   int l2;             /* 1: L2 mode, 0: AdamW */
 } zo_adam_consts;
 
-/* Elements per sqnorm chunk (fixed, so the reduction order never depends on threads). */
+/* Elements per sqnorm chunk (fixed, so the reduction order never depends on threads); lanes per chunk. */
 #define ZO_SQNORM_CHUNK ((size_t)65536)
 #define ZO_SQNORM_LANES 16
 
@@ -115,23 +115,13 @@ static inline void zo_store_from_f32(void *a, zo_dtype t, size_t i, float f) {
 }
 
 /*
- * Adam kernels: update [0, n) of the arrays (callers pass offset pointers).
- * grad has dtype gt; out (may be NULL) receives the new param as ot.
+ * sqnorm: add g[i]^2 (g widened exactly from dtype gt, squared exactly in
+ * double) to acc[i % 16]; n <= ZO_SQNORM_CHUNK, acc preset by the caller.
  */
-typedef void (*zo_adam_kernel_fn)(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v,
-                                  void *out, zo_dtype ot, size_t n);
-void zo_adam_kernel_scalar(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v,
-                           void *out, zo_dtype ot, size_t n);
-void zo_adam_kernel_avx2(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v, void *out,
-                         zo_dtype ot, size_t n);
-void zo_adam_kernel_avx512(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v,
-                           void *out, zo_dtype ot, size_t n);
-
-/* sqnorm: add g[i]^2 (exact in double) to acc[i % 16]; n < ZO_SQNORM_CHUNK, acc preset by caller. */
-typedef void (*zo_sqnorm_fn)(const float *g, size_t n, double acc[ZO_SQNORM_LANES]);
-void zo_sqnorm_lanes_scalar(const float *g, size_t n, double acc[ZO_SQNORM_LANES]);
-void zo_sqnorm_lanes_avx2(const float *g, size_t n, double acc[ZO_SQNORM_LANES]);
-void zo_sqnorm_lanes_avx512(const float *g, size_t n, double acc[ZO_SQNORM_LANES]);
+typedef void (*zo_sqnorm_fn)(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
+void zo_sqnorm_lanes_scalar(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
+void zo_sqnorm_lanes_avx2(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
+void zo_sqnorm_lanes_avx512(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
 
 /* Casts between different dtypes (never equal): convert [0, n). bf16_native: use AVX512-BF16. */
 typedef void (*zo_cast_fn)(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n);
@@ -195,7 +185,7 @@ int zo_scan_nonfinite_scalar(const void *g, zo_dtype gt, size_t b, size_t e);
 int zo_scan_nonfinite_avx2(const void *g, zo_dtype gt, size_t b, size_t e);
 int zo_scan_nonfinite_avx512(const void *g, zo_dtype gt, size_t b, size_t e);
 
-/* MurmurHash3's 32-bit finalizer. */
+/* MurmurHash3's 32-bit finalizer (used once per vector / per 2^32 keys, not per element). */
 static inline uint32_t zo_fmix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x85ebca6bu;
@@ -204,9 +194,22 @@ static inline uint32_t zo_fmix32(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
-/* The stochastic-rounding hash of zoffload/adam.h: low 16 bits round m, high 16 bits round v. */
+/*
+ * The stochastic-rounding hash of zoffload/adam.h. zo_sr_base() mixes the
+ * key's high word and the step (fmix32: a full avalanche, so every step gets
+ * an unrelated offset); per element only one multiply and one xorshift remain.
+ * Low 16 bits of the hash round m, high 16 bits round v.
+ */
+#define ZO_SR_MUL 0x9e3779b1u
+static inline uint32_t zo_sr_base(uint32_t key_hi, uint32_t step32) {
+  return zo_fmix32(0x9e3779b9u * key_hi + 0x85ebca77u * step32);
+}
+static inline uint32_t zo_sr_mix(uint32_t x) {
+  x *= ZO_SR_MUL;
+  return x ^ (x >> 16);
+}
 static inline uint32_t zo_sr_hash(uint64_t key, uint32_t step32) {
-  return zo_fmix32((uint32_t)key + 0x9e3779b9u * (uint32_t)(key >> 32) + 0x85ebca77u * step32);
+  return zo_sr_mix((uint32_t)key + zo_sr_base((uint32_t)(key >> 32), step32));
 }
 /* float32 -> bf16 with stochastic rounding by r in [0, 65536); NaN quieted as zo_f32_to_bf16(). */
 static inline uint16_t zo_f32_to_bf16_sr(float f, uint32_t r) {

@@ -404,3 +404,28 @@ zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
   ZO_CHECK(zo_device_check_copy(dev, "zo_memcpy", dst, src, nbytes, kind));
   return dev->ops->memcpy_sync(dev, dst, src, nbytes, kind);
 }
+
+/* ------------------------------------------------------------ link emulation */
+
+zo_status zo_device_set_link_gbps(zo_device_t *dev, double gbps) {
+  if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_set_link_gbps: dev is NULL");
+  if (!(gbps >= 0.0) || gbps > 1e9)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_device_set_link_gbps(%s): gbps %g is not a number in [0, 1e9] (0 = unlimited)",
+                        dev->name, gbps);
+  if (!dev->ops->set_link_gbps)
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zo_device_set_link_gbps(%s): the %s backend has a real host-device link; "
+                        "emulation is for the host backend only",
+                        dev->name, dev->ops->backend);
+  return dev->ops->set_link_gbps(dev, gbps);
+}
+
+zo_status zo_device_link_stats(const zo_device_t *dev, zo_link_stats *out) {
+  if (!dev || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_link_stats: %s is NULL", dev ? "out" : "dev");
+  memset(out, 0, sizeof *out);
+  if (!dev->ops->link_stats)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_device_link_stats(%s): not kept by the %s backend", dev->name,
+                        dev->ops->backend);
+  return dev->ops->link_stats(dev, out);
+}

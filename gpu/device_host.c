@@ -2,7 +2,9 @@
  * device_host.c - the `host` device backend: an emulated device whose memory
  * is aligned host memory, whose streams are worker threads running a FIFO of
  * ops, and whose events are (stream, sequence number) pairs. It keeps CUDA's
- * ordering semantics; it is not a timing model of a GPU or of PCIe.
+ * ordering semantics; it is not a timing model of a GPU. Optionally it
+ * emulates the PCIe link: H2D/D2H copies then take at least bytes / gbps
+ * (one lane per direction shared by all streams; see zoffload/device.h).
  *
  * Sequence numbers. Each stream counts ops enqueued (`issued`) and ops
  * finished (`completed`); op k (1-based) is complete iff completed >= k,
@@ -25,13 +27,93 @@
  * stream's counters outlive zo_stream_destroy() for as long as anyone can
  * still ask whether its work is complete (always yes by then).
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device_internal.h"
+
+/* ------------------------------------------------------------ link emulation */
+
+/* Backend state of one host device: the emulated link, lane 0 = H2D, 1 = D2H. */
+typedef struct host_dev {
+  pthread_mutex_t link_mu; /* guards everything below */
+  double gbps;             /* 0 = unlimited */
+  int64_t busy_until_ns[2]; /* CLOCK_MONOTONIC time the lane's last reserved slot ends */
+  unsigned long long bytes[2], copies[2];
+  int64_t busy_ns[2], stall_ns[2];
+} host_dev;
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_until_ns(int64_t t) {
+  struct timespec ts = {(time_t)(t / 1000000000LL), (long)(t % 1000000000LL)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+/*
+ * The one place host bytes cross the emulated link. H2D and D2H copies
+ * reserve a slot of nbytes / gbps on their direction's lane, starting when
+ * the lane is free (FIFO in the order callers reach the mutex), memcpy, then
+ * sleep until the slot ends. Other kinds are a plain memcpy.
+ */
+static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+  host_dev *hd = dev->backend;
+  if (!hd || (kind != ZO_COPY_H2D && kind != ZO_COPY_D2H)) {
+    memcpy(dst, src, nbytes);
+    return;
+  }
+  int lane = kind == ZO_COPY_D2H;
+  int64_t end = 0;
+  pthread_mutex_lock(&hd->link_mu);
+  hd->bytes[lane] += nbytes;
+  hd->copies[lane]++;
+  if (hd->gbps > 0) {
+    int64_t now = mono_ns();
+    int64_t start = hd->busy_until_ns[lane] > now ? hd->busy_until_ns[lane] : now;
+    int64_t len = (int64_t)((double)nbytes / hd->gbps + 0.5); /* bytes / (GB/s) = ns */
+    end = start + len;
+    hd->busy_until_ns[lane] = end;
+    hd->busy_ns[lane] += len;
+    hd->stall_ns[lane] += start - now;
+  }
+  pthread_mutex_unlock(&hd->link_mu);
+  memcpy(dst, src, nbytes);
+  if (end) sleep_until_ns(end);
+}
+
+static zo_status host_set_link_gbps(zo_device_t *dev, double gbps) {
+  host_dev *hd = dev->backend;
+  pthread_mutex_lock(&hd->link_mu);
+  hd->gbps = gbps;
+  pthread_mutex_unlock(&hd->link_mu);
+  return ZO_OK;
+}
+
+static zo_status host_link_stats(const zo_device_t *dev, zo_link_stats *out) {
+  host_dev *hd = dev->backend;
+  pthread_mutex_lock(&hd->link_mu);
+  out->gbps = hd->gbps;
+  out->h2d_bytes = hd->bytes[0];
+  out->d2h_bytes = hd->bytes[1];
+  out->h2d_copies = hd->copies[0];
+  out->d2h_copies = hd->copies[1];
+  out->h2d_busy_s = (double)hd->busy_ns[0] * 1e-9;
+  out->d2h_busy_s = (double)hd->busy_ns[1] * 1e-9;
+  out->h2d_stall_s = (double)hd->stall_ns[0] * 1e-9;
+  out->d2h_stall_s = (double)hd->stall_ns[1] * 1e-9;
+  pthread_mutex_unlock(&hd->link_mu);
+  return ZO_OK;
+}
 
 typedef struct host_stream host_stream;
 
@@ -124,7 +206,7 @@ static zo_status run_op(host_stream *s, host_op *op) {
                                "changed before the copy ran, copy skipped",
                                (unsigned long long)s->id, (unsigned long long)op->seq,
                                zo_copy_kind_name(op->u.copy.kind), op->u.copy.nbytes);
-      memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.nbytes);
+      link_memcpy(dev, op->u.copy.dst, op->u.copy.src, op->u.copy.nbytes, op->u.copy.kind);
       return ZO_OK;
     }
     case OP_MEMSET:
@@ -212,7 +294,13 @@ static void host_mem_free(zo_device_t *dev, void *dptr) {
   free(dptr);
 }
 
-static void host_destroy(zo_device_t *dev) { (void)dev; }
+static void host_destroy(zo_device_t *dev) {
+  host_dev *hd = dev->backend;
+  if (!hd) return;
+  pthread_mutex_destroy(&hd->link_mu);
+  free(hd);
+  dev->backend = NULL;
+}
 
 /* ------------------------------------------------------------ streams */
 
@@ -463,9 +551,7 @@ static zo_status host_stream_wait_event(zo_stream_t *st, zo_event_t *e) {
 
 static zo_status host_memcpy_sync(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
                                   zo_copy_kind kind) {
-  (void)dev;
-  (void)kind;
-  memcpy(dst, src, nbytes);
+  link_memcpy(dev, dst, src, nbytes, kind);
   return ZO_OK;
 }
 
@@ -490,10 +576,19 @@ static const zo_device_ops host_ops = {
     .event_synchronize = host_event_synchronize,
     .stream_wait_event = host_stream_wait_event,
     .memcpy_sync = host_memcpy_sync,
+    .set_link_gbps = host_set_link_gbps,
+    .link_stats = host_link_stats,
 };
 
 zo_status zo_device_host_init(zo_device_t *dev) {
+  host_dev *hd = calloc(1, sizeof *hd);
+  if (!hd) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host backend: out of host memory");
+  int rc = pthread_mutex_init(&hd->link_mu, NULL);
+  if (rc) {
+    free(hd);
+    return zo_error_set(ZO_ERR_SYSTEM, "host backend: pthread_mutex_init: %s", strerror(rc));
+  }
   dev->ops = &host_ops;
-  dev->backend = NULL;
+  dev->backend = hd;
   return ZO_OK;
 }

@@ -45,6 +45,9 @@ typedef struct zo_device_ops {
   zo_status (*stream_wait_event)(zo_stream_t *s, zo_event_t *ev);
   zo_status (*memcpy_sync)(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
                            zo_copy_kind kind);
+  /* Host-device link emulation; NULL when the backend has a real link (CUDA). */
+  zo_status (*set_link_gbps)(zo_device_t *dev, double gbps);
+  zo_status (*link_stats)(const zo_device_t *dev, zo_link_stats *out);
 } zo_device_ops;
 
 /* One live allocation; the table is sorted by base and ranges never overlap. */

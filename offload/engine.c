@@ -34,7 +34,21 @@ struct zo_param {
   void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
   size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;             /* grad_ready() seen since the last step */
+
+  /* Parameter offload (offload_param.device cpu or nvme): the working copy
+   * lives on the host tier and `weights` points at a device buffer only while
+   * the tensor is fetched or kept. */
+  int pstate;               /* P_HOST, P_READING (nvme read in flight), P_COPYING (H2D in flight), P_RESIDENT */
+  int in_use;               /* fetches not yet released */
+  int persistent;           /* n <= stage3_param_persistence_threshold: stays on the device once fetched */
+  size_t pw_el;             /* element offset of the tensor's working copy in the host tier (padded for nvme) */
+  int stage;                /* nvme: staging buffer index while P_READING / P_COPYING, else -1 */
+  zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
+  zo_event_t *ready;        /* H2D completion of the working copy */
+  int64_t last_use;         /* fetch counter at the last fetch (eviction order) */
 };
+
+enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
 
 /* A run of shard pieces that lies contiguously in every state file. Files
  * are laid out in elements; kind k's byte offset is elements * esz[k], and
@@ -95,7 +109,11 @@ struct zo_engine {
   size_t dev_block_bytes;
 
   /* nvme */
-  zo_swap_t *swap;
+  zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
+  zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
+  int own_pswap;
+  zo_swap_req_t **pwrites;   /* working-copy writes of this step, waited before the next fetch */
+  int n_pwrites, cap_pwrites;
   zo_swap_file_t *files[ST_KINDS];
   size_t swap_align;
   piece *pieces;
@@ -111,6 +129,21 @@ struct zo_engine {
   double loss_scale;
   int64_t ls_iter, ls_last_overflow;
   int ls_hysteresis;
+
+  /* parameter offload and the fetch coordinator */
+  zo_offload_device ptier;   /* offload_param.device */
+  host_buf param_host;       /* cpu: every tensor's working copy (pinned) */
+  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per tensor */
+  void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
+  int n_pstage;
+  size_t pstage_el;          /* elements per staging buffer */
+  uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
+  size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
+  int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
+  int *rec, rec_len, rec_cap;
+  int64_t fetch_clock;
+  double fetch_wait_s;       /* compute blocked in zo_engine_fetch() since the last step */
+  int64_t n_prefetch, n_demand;
 
   uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
   double swap_wait_s;
@@ -171,10 +204,13 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
   zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
 
-  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
-    zo_warn("zero_optimization.offload_param.device is set but parameter offload is not implemented yet: "
-            "working weights stay in device memory");
-
+  e->ptier = cfg->zero.offload_param.device;
+  if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3) {
+    st = zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
+                      "got %d (parameters are partitioned and offloaded only in stage 3)",
+                      e->ptier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
+    goto fail;
+  }
   if (dev) {
     e->dev = dev;
   } else {
@@ -203,19 +239,40 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
 
-  if (tier == ZO_OFFLOAD_NVME) {
+  if (tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) {
     zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
                        .queue_depth = (unsigned)cfg->aio.queue_depth,
                        .rank = e->rank,
                        .register_files = 1,
                        .sqpoll = cfg->zoffload.swap_sqpoll,
                        .checksum = cfg->zoffload.swap_checksum};
-    st = zo_swap_create(cfg->zero.offload_optimizer.nvme_path, &so, &e->swap);
-    if (st != ZO_OK) {
-      zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
-      goto fail;
+    const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
+    if (tier == ZO_OFFLOAD_NVME) {
+      st = zo_swap_create(opath, &so, &e->swap);
+      if (st != ZO_OK) {
+        zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
+        goto fail;
+      }
     }
-    e->swap_align = zo_swap_alignment(e->swap);
+    if (e->ptier == ZO_OFFLOAD_NVME) {
+      if (e->swap && !strcmp(opath, ppath)) {
+        e->pswap = e->swap; /* one private directory per rank and path */
+      } else {
+        if (!ppath[0]) {
+          st = zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: required when "
+                                           "offload_param.device is \"nvme\"");
+          goto fail;
+        }
+        st = zo_swap_create(ppath, &so, &e->pswap);
+        if (st != ZO_OK) {
+          zo_error_prefix(st, "zero_optimization.offload_param.nvme_path");
+          goto fail;
+        }
+        e->own_pswap = 1;
+      }
+    }
+    e->swap_align = zo_swap_alignment(e->swap ? e->swap : e->pswap);
+    if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
   }
 
   e->loss_scale = 1.0;
@@ -276,6 +333,22 @@ void zo_engine_destroy(zo_engine_t *e) {
   free(e->slots);
   free(e->pieces);
   free(e->sgs);
+  /* Parameter offload: in-flight reads, staging buffers, device copies, events. */
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    if (p->read_req) zo_swap_wait(e->pswap, p->read_req);
+    if (e->ptier != ZO_OFFLOAD_NONE && p->weights) zo_device_free(e->dev, p->weights);
+    zo_event_destroy(p->ready);
+  }
+  for (int i = 0; i < e->n_pwrites; i++) zo_swap_wait(e->pswap, e->pwrites[i]);
+  free(e->pwrites);
+  for (int i = 0; i < e->n_pstage; i++) zo_host_free(e->pstage[i], e->pstage_el * zo_dtype_size(e->wdtype), 1);
+  free(e->pstage);
+  free(e->pstage_busy);
+  free(e->trace);
+  free(e->rec);
+  host_buf_free(&e->param_host);
+  if (e->own_pswap) zo_swap_destroy(e->pswap);
   zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
   host_buf_free(&e->grad_host);
   host_buf_free(&e->stage_host);
@@ -334,7 +407,8 @@ double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
 /* Elements per alignment unit of the narrowest kind of state: extents padded
  * to a multiple of it start and end aligned in every state file. */
 static size_t extent_unit(const zo_engine_t *e) {
-  const size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
+  size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
+  if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow) narrow = zo_dtype_size(e->wdtype);
   return e->swap_align / narrow;
 }
 
@@ -392,32 +466,40 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   e->tasks = calloc(e->n_params, sizeof *e->tasks);
   if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
 
-  /* Device block: working weights; plus master, state and gradients for "none".
-   * Every region 256-byte aligned. */
-  size_t dev = 0, shard_total = 0;
+  /* Device block: working weights unless they are offloaded; plus master,
+   * state and gradients for offload_optimizer "none". Regions 256-byte aligned. */
+  const int pres = e->ptier == ZO_OFFLOAD_NONE; /* working weights resident in device memory */
+  size_t dev = 0, shard_total = 0, largest = 0;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    dev += round_up(p->n * wsz, 256);
+    if (pres) dev += round_up(p->n * wsz, 256);
     if (e->tier == ZO_OFFLOAD_NONE) {
       for (int k = 0; k < ST_KINDS; k++) dev += round_up(p->shard_n * e->esz[k], 256);
       dev += round_up(p->shard_n * gsz, 256);
     }
     p->flat_off = shard_total;
     shard_total += p->shard_n;
+    if (p->n > largest) largest = p->n;
   }
-  st = zo_device_malloc(e->dev, dev, &e->dev_block);
-  if (st != ZO_OK) {
-    return zo_error_prefix(st, "engine: %s for %d tensors (working weights in %s%s)",
-                           e->tier == ZO_OFFLOAD_NONE ? "device memory" : "working weights", e->n_params,
-                           zo_dtype_name(e->wdtype),
-                           e->tier == ZO_OFFLOAD_NONE ? ", master weights, Adam state and gradients" : "");
+  if (dev) {
+    st = zo_device_malloc(e->dev, dev, &e->dev_block);
+    if (st != ZO_OK) {
+      return zo_error_prefix(st, "engine: %s for %d tensors (%s%s); raise zoffload.device_memory_limit or offload more",
+                             pres ? "working weights" : "device-resident optimizer state", e->n_params,
+                             pres ? zo_dtype_name(e->wdtype) : "", e->tier == ZO_OFFLOAD_NONE ?
+                             " with master weights, Adam state and gradients" : "");
+    }
   }
   e->dev_block_bytes = dev;
   char *d = e->dev_block;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    p->weights = d;
-    d += round_up(p->n * wsz, 256);
+    p->stage = -1;
+    if (pres) {
+      p->weights = d;
+      d += round_up(p->n * wsz, 256);
+      p->pstate = P_RESIDENT;
+    }
     if (e->tier == ZO_OFFLOAD_NONE) {
       for (int k = 0; k < ST_KINDS; k++) {
         p->state[k] = d;
@@ -428,10 +510,36 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     }
   }
 
+  /* Parameter offload: every tensor must fit in device memory and in the live budget on its own. */
+  if (!pres) {
+    size_t used = 0, peak = 0, limit = 0;
+    zo_device_mem_info(e->dev, &used, &peak, &limit);
+    if (largest * wsz > limit - (used < limit ? used : limit))
+      return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
+                          "memory but only %zu of %zu are free; raise it to at least %zu", largest * wsz,
+                          limit - used, limit, used + largest * wsz);
+    if ((int64_t)largest > e->cfg.zero.stage3_max_live_parameters)
+      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
+                          "largest tensor (%zu elements); raise it to at least %zu",
+                          (long long)e->cfg.zero.stage3_max_live_parameters, largest, largest);
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *p = e->params[i];
+      p->persistent = (int64_t)p->n <= e->cfg.zero.stage3_param_persistence_threshold;
+      ZO_CHECK(zo_event_create(e->dev, &p->ready));
+    }
+  }
+
+  /* Host: gradients (landing buffer of the device-to-host copies); staging of
+   * the working copy (upload source, or nvme write source with padded extents). */
+  size_t pw_total = 0; /* elements of the host-tier working copy layout */
+  if (e->ptier == ZO_OFFLOAD_NVME) e->swap_align = e->swap_align ? e->swap_align : 4096;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    p->pw_el = pw_total;
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, extent_unit(e)) : p->n;
+  }
   if (e->tier != ZO_OFFLOAD_NONE) {
-    /* Host: gradients (landing buffer of the device-to-host copies) and working-dtype staging. */
     ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
-    ZO_CHECK(host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
     if (e->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
     for (int i = 0; i < e->n_params; i++) {
@@ -440,6 +548,31 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
       p->grad = (char *)e->grad_host.ptr + p->host_off * gsz;
       if (e->tier == ZO_OFFLOAD_CPU)
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
+    }
+  }
+  if (e->ptier == ZO_OFFLOAD_NVME || (pres && e->tier != ZO_OFFLOAD_NONE))
+    ZO_CHECK(host_buf_alloc(&e->stage_host, (e->ptier == ZO_OFFLOAD_NVME ? pw_total : shard_total) * wsz, 1));
+  if (e->ptier == ZO_OFFLOAD_CPU)
+    ZO_CHECK(host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    st = zo_swap_file_create(e->pswap, "params.swp", pw_total * wsz, &e->pfile);
+    if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
+    size_t want = round_up(largest, extent_unit(e));
+    if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
+      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
+                          "largest tensor (%zu elements); raise it to at least %zu",
+                          (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
+    e->pstage_el = want;
+    e->n_pstage = e->cfg.zero.offload_param.buffer_count > 0 ? e->cfg.zero.offload_param.buffer_count : 1;
+    e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
+    e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
+    if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    for (int b = 0; b < e->n_pstage; b++) {
+      int pinned;
+      st = zo_host_alloc(e->pstage_el * wsz, 1, &e->pstage[b], &pinned);
+      if (st != ZO_OK)
+        return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
+                               "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, e->pstage_el * wsz);
     }
   }
 
@@ -486,25 +619,70 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
 
 /* ---------------------------------------------------------------- working weights */
 
-/* Where the working-dtype copy of shard elements [off, ...) is written: the
- * device tensor itself when the master lives in (host-addressable) device
- * memory, else the shard's own region of the pinned staging buffer, so queued
- * uploads never see their source overwritten within a step. */
+/* Where the working-dtype copy of shard elements [off, ...) is written:
+ * - parameters offloaded to cpu: the host tier itself (pinned param_host);
+ * - parameters offloaded to nvme: the staging copy (padded extents), which
+ *   is then written to params.swp;
+ * - parameters resident, state in device memory: the device tensor itself;
+ * - parameters resident, state on the host: the shard's own region of the
+ *   pinned staging buffer, so queued uploads never see their source
+ *   overwritten within a step. */
 static void *working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
+  if (e->ptier == ZO_OFFLOAD_CPU) return (char *)e->param_host.ptr + (p->pw_el + p->shard_off + off) * wsz;
+  if (e->ptier == ZO_OFFLOAD_NVME) return (char *)e->stage_host.ptr + (p->pw_el + p->shard_off + off) * wsz;
   if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
 }
 
-/* Queue the host-to-device copy of staged working weights (cpu, nvme). With
- * one rank this is the whole all-gather of the tensor's working weights. */
+static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req) {
+  if (e->n_pwrites == e->cap_pwrites) {
+    int cap = e->cap_pwrites ? 2 * e->cap_pwrites : 64;
+    zo_swap_req_t **n = realloc(e->pwrites, cap * sizeof *n);
+    if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    e->pwrites = n;
+    e->cap_pwrites = cap;
+  }
+  e->pwrites[e->n_pwrites++] = req;
+  return ZO_OK;
+}
+
+/* Wait every working-copy write to params.swp (before a fetch may read it back). */
+static zo_status drain_pwrites(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (int i = 0; i < e->n_pwrites; i++) {
+    double t0 = now_s();
+    zo_status st = zo_swap_wait(e->pswap, e->pwrites[i]);
+    e->swap_wait_s += now_s() - t0;
+    if (first == ZO_OK) first = st;
+  }
+  e->n_pwrites = 0;
+  return first;
+}
+
+/* Publish new working weights of shard elements [off, off + n) written at
+ * working_dst(): queue the host-to-device copy when a device copy exists
+ * (with one rank this is the whole all-gather), and for nvme parameters
+ * queue the write of the padded range to params.swp. */
 static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
-  if (e->tier == ZO_OFFLOAD_NONE || n == 0) return ZO_OK;
+  if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
   const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = now_s();
-  zo_status st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz,
-                                 working_dst(e, p, off), n * wsz, ZO_COPY_H2D);
-  e->h2d_bytes += n * wsz;
+  zo_status st = ZO_OK;
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    uint64_t el = p->pw_el + p->shard_off + off;
+    size_t nbytes = round_up(n * wsz, e->swap_align); /* stays inside the tensor's padded extent */
+    zo_swap_req_t *req;
+    st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, working_dst(e, p, off), nbytes, &req);
+    if (st == ZO_OK) st = track_pwrite(e, req);
+    e->nvme_write_bytes += nbytes;
+  }
+  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
+    st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, working_dst(e, p, off),
+                         n * wsz, ZO_COPY_H2D);
+    if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
+    e->h2d_bytes += n * wsz;
+  }
   e->copy_s += now_s() - t0;
   return st;
 }
@@ -567,11 +745,252 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
   return ZO_OK;
 }
 
+/* ---------------------------------------------------------------- fetch coordinator */
+
+/* Drop a released tensor's device copy (parameter offload only). */
+static void drop_device_copy(zo_engine_t *e, zo_param_t *p) {
+  zo_device_free(e->dev, p->weights);
+  p->weights = NULL;
+  p->pstate = P_HOST;
+  e->live_el -= p->n;
+}
+
+/* Make room for @need bytes of device memory by dropping released device
+ * copies, least recently used first, persistent ones last. Returns 1 when
+ * something was dropped. */
+static int evict_one(zo_engine_t *e) {
+  zo_param_t *victim = NULL;
+  for (int pass = 0; pass < 2 && !victim; pass++)
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *q = e->params[i];
+      if (q->pstate != P_RESIDENT || q->in_use || q->persistent != pass) continue;
+      if (!victim || q->last_use < victim->last_use) victim = q;
+    }
+  if (!victim) return 0;
+  drop_device_copy(e, victim);
+  return 1;
+}
+
+/* The nvme read of q's working copy is done (or is waited for here): start
+ * its host-to-device copy from the staging buffer. */
+static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  double t0 = now_s();
+  zo_status st = zo_swap_wait(e->pswap, q->read_req);
+  e->swap_wait_s += now_s() - t0;
+  q->read_req = NULL;
+  if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
+  ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
+  e->h2d_bytes += q->n * wsz;
+  q->pstate = P_COPYING;
+  return ZO_OK;
+}
+
+/* q's host-to-device copy has landed: free its staging buffer. */
+static void copy_landed(zo_engine_t *e, zo_param_t *q) {
+  if (q->stage >= 0) e->pstage_busy[q->stage] = 0;
+  q->stage = -1;
+  q->pstate = P_RESIDENT;
+  e->inflight_el -= q->n;
+}
+
+/* Move in-flight fetches forward without blocking: a finished nvme read
+ * starts its host-to-device copy; a finished copy frees its staging buffer. */
+static zo_status pump(zo_engine_t *e) {
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    int done = 0;
+    if (p->pstate == P_READING) {
+      ZO_CHECK(zo_swap_poll(e->pswap, p->read_req, &done));
+      if (done) ZO_CHECK(finish_read(e, p));
+    }
+    if (p->pstate == P_COPYING) {
+      ZO_CHECK(zo_event_query(p->ready, &done));
+      if (done) copy_landed(e, p);
+    }
+  }
+  return ZO_OK;
+}
+
+/* A free nvme staging buffer, or -1. With @wait, completes the oldest
+ * in-flight fetch that holds one instead of giving up. */
+static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
+  *b = -1;
+  ZO_CHECK(pump(e));
+  for (int k = 0; k < e->n_pstage; k++)
+    if (!e->pstage_busy[k]) {
+      *b = k;
+      return ZO_OK;
+    }
+  if (!wait) return ZO_OK;
+  zo_param_t *q = NULL; /* every buffer is held by a fetch in flight: finish the one issued first */
+  for (int k = 0; k < e->n_pstage; k++) {
+    zo_param_t *c = e->params[e->pstage_busy[k] - 1];
+    if (!q || c->last_use < q->last_use) q = c;
+  }
+  if (q->pstate == P_READING) ZO_CHECK(finish_read(e, q));
+  ZO_CHECK(zo_event_synchronize(q->ready));
+  *b = q->stage;
+  copy_landed(e, q);
+  return ZO_OK;
+}
+
+static zo_status settle_fetches(zo_engine_t *e);
+
+/* Start bringing @p's working copy to the device: device buffer, then (nvme)
+ * a read into a staging buffer or (cpu) the host-to-device copy. Returns
+ * ZO_OK and *started = 0 when a prefetch finds no room (device memory or
+ * staging buffers); a demand fetch evicts and waits instead. */
+static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *started) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  *started = 0;
+  int b = -1;
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    ZO_CHECK(free_stage(e, demand, &b));
+    if (b < 0) return ZO_OK;
+  }
+  for (;;) {
+    zo_status st = zo_device_malloc(e->dev, p->n * wsz, &p->weights);
+    if (st == ZO_OK) break;
+    p->weights = NULL;
+    if (st != ZO_ERR_OUT_OF_MEMORY) return st;
+    if (evict_one(e)) continue;
+    if (!demand) return ZO_OK;
+    if (e->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
+      ZO_CHECK(settle_fetches(e));
+      if (evict_one(e)) continue;
+    }
+    return zo_error_prefix(st, "fetch '%s' (%zu bytes): every device copy is in use; raise "
+                           "zoffload.device_memory_limit or release tensors sooner", p->name, p->n * wsz);
+  }
+  e->live_el += p->n;
+  e->inflight_el += p->n;
+  p->last_use = ++e->fetch_clock;
+  if (e->ptier == ZO_OFFLOAD_CPU) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, (char *)e->param_host.ptr + p->pw_el * wsz, p->n * wsz,
+                             ZO_COPY_H2D));
+    ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
+    e->h2d_bytes += p->n * wsz;
+    p->pstate = P_COPYING;
+  } else {
+    e->pstage_busy[b] = (uint64_t)p->index + 1;
+    p->stage = b;
+    size_t nbytes = round_up(p->n * wsz, e->swap_align);
+    zo_status st = zo_swap_submit_read(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
+    if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
+    e->nvme_read_bytes += nbytes;
+    p->pstate = P_READING;
+  }
+  *started = 1;
+  return ZO_OK;
+}
+
+/* Prefetch along the trace from the current position: the next tensors not
+ * on the device, while the in-flight elements stay within
+ * stage3_prefetch_bucket_size and the device-held ones within
+ * stage3_max_live_parameters. Never crosses the end of the step (the
+ * optimizer step changes the weights). */
+static zo_status prefetch_ahead(zo_engine_t *e) {
+  ZO_CHECK(pump(e));
+  if (!e->trace_valid) return ZO_OK;
+  for (int j = e->trace_pos; j < e->trace_len; j++) {
+    zo_param_t *q = e->params[e->trace[j]];
+    if (q->pstate != P_HOST) continue;
+    if ((int64_t)(e->inflight_el + q->n) > e->cfg.zero.stage3_prefetch_bucket_size ||
+        (int64_t)(e->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
+      break;
+    int started;
+    ZO_CHECK(start_fetch(e, q, 0, &started));
+    if (!started) break;
+    e->n_prefetch++;
+  }
+  return ZO_OK;
+}
+
+/* Follow (or record) the fetch order: the first step's order is the trace;
+ * a fetch that departs from it switches the rest of the step to demand
+ * fetching, with one warning, and the step's order becomes the new trace. */
+static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
+  if (e->rec_len == e->rec_cap) {
+    int cap = e->rec_cap ? 2 * e->rec_cap : 256;
+    int *n = realloc(e->rec, cap * sizeof *n);
+    if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    e->rec = n;
+    e->rec_cap = cap;
+  }
+  e->rec[e->rec_len++] = p->index;
+  if (!e->trace_valid) return ZO_OK;
+  if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == p->index) {
+    e->trace_pos++;
+    return ZO_OK;
+  }
+  if (!e->trace_warned)
+    zo_warn("fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
+            "demand for the rest of the step and recording the new order",
+            e->trace_pos, e->trace_pos < e->trace_len ? e->params[e->trace[e->trace_pos]]->name : "(end of trace)",
+            p->name);
+  e->trace_warned = 1;
+  e->trace_valid = 0;
+  return ZO_OK;
+}
+
+/* Before the optimizer rewrites the working copies: let every fetch in flight
+ * land (reads of params.swp and copies out of the host tier). */
+static zo_status settle_fetches(zo_engine_t *e) {
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->pstate == P_READING) ZO_CHECK(finish_read(e, e->params[i]));
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  return pump(e);
+}
+
+/* At the end of a step: adopt the step's fetch order as the trace when there
+ * was none or it changed. */
+static zo_status trace_end_step(zo_engine_t *e) {
+  if (e->ptier == ZO_OFFLOAD_NONE || e->rec_len == 0) return ZO_OK;
+  int same = e->trace_valid && e->trace_len == e->rec_len && e->trace_pos == e->trace_len;
+  if (!same) {
+    free(e->trace);
+    e->trace = malloc(e->rec_len * sizeof *e->trace);
+    if (!e->trace) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    memcpy(e->trace, e->rec, e->rec_len * sizeof *e->trace);
+    e->trace_len = e->rec_len;
+  }
+  e->trace_valid = 1;
+  e->trace_pos = 0;
+  e->rec_len = 0;
+  return ZO_OK;
+}
+
 zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
-  zo_status st = zo_event_synchronize(e->weights_ready);
-  if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
+  double t0 = now_s();
+  zo_status st;
+  if (e->ptier == ZO_OFFLOAD_NONE) {
+    st = zo_event_synchronize(e->weights_ready);
+    if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
+  } else {
+    if (e->n_pwrites) ZO_CHECK(drain_pwrites(e)); /* params.swp must hold the last step's weights */
+    ZO_CHECK(trace_fetch(e, p));
+    if (p->pstate == P_HOST) {
+      int started;
+      ZO_CHECK(start_fetch(e, p, 1, &started));
+      e->n_demand++;
+    }
+    if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
+    if (p->pstate == P_COPYING) {
+      st = zo_event_synchronize(p->ready);
+      if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': host-to-device copy", p->name);
+      copy_landed(e, p);
+    } else {
+      ZO_CHECK(zo_event_synchronize(p->ready)); /* a refresh after the last step may be in flight */
+    }
+    p->in_use++;
+    p->last_use = ++e->fetch_clock;
+  }
+  e->fetch_wait_s += now_s() - t0;
+  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(prefetch_ahead(e)); /* overlaps the compute that follows */
   *weights = p->weights;
   if (dtype) *dtype = e->wdtype;
   return ZO_OK;
@@ -580,7 +999,19 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
 zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
-  return ZO_OK;
+  if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
+  if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
+  if (--p->in_use || p->persistent) return ZO_OK;
+  /* Keep the device copy when the trace says it is used again within stage3_max_reuse_distance elements. */
+  if (e->trace_valid) {
+    int64_t dist = 0;
+    for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance; j++) {
+      if (e->trace[j] == p->index) return prefetch_ahead(e);
+      dist += (int64_t)e->params[e->trace[j]]->n;
+    }
+  }
+  drop_device_copy(e, p);
+  return prefetch_ahead(e); /* the freed room may admit the next prefetch */
 }
 
 /* ---------------------------------------------------------------- gradients */
@@ -730,6 +1161,15 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   double t0 = now_s();
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   inf.grad_wait_s = now_s() - t0;
+  if (e->ptier != ZO_OFFLOAD_NONE) {
+    ZO_CHECK(settle_fetches(e));
+    ZO_CHECK(trace_end_step(e));
+  }
+  inf.fetch_wait_s = e->fetch_wait_s;
+  inf.n_prefetch = e->n_prefetch;
+  inf.n_demand_fetch = e->n_demand;
+  e->fetch_wait_s = 0;
+  e->n_prefetch = e->n_demand = 0;
 
   /* The global norm and the overflow flag: one read-only pass over each gradient shard. */
   t0 = now_s();
@@ -817,7 +1257,8 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   size_t used = 0, peak = 0, limit = 0;
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
-  const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2]};
+  const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2],
+                          &e->param_host};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
@@ -827,6 +1268,10 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     m->pinned_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
     m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
   }
+  m->host_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
+  m->pinned_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
+  m->nvme_bytes += e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  m->device_param_bytes = e->live_el * zo_dtype_size(e->wdtype);
   m->nvme_read_bytes = e->nvme_read_bytes;
   m->nvme_write_bytes = e->nvme_write_bytes;
   m->h2d_bytes = e->h2d_bytes;

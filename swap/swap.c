@@ -137,6 +137,7 @@ struct zo_swap {
   unsigned qd;
   int use_uring;
   int sqpoll;               /* ring set up with IORING_SETUP_SQPOLL */
+  unsigned ring_flags;      /* IORING_SETUP_* the ring was created with */
   int fixed_files;          /* sparse fixed-file table registered */
   unsigned char slot_used[SWAP_FILE_SLOTS];
   struct iovec *bufs;       /* [n_bufs] registered buffers */
@@ -520,8 +521,10 @@ static int ring_submit(zo_swap_t *sw) {
   return ret;
 }
 
-/* Start as many pieces of pending requests as free slots allow, FIFO. */
-static int pump(zo_swap_t *sw) {
+/* Start as many pieces of pending requests as free slots allow, FIFO. With @submit, hand the
+ * prepared SQEs to the kernel in one io_uring_submit; without, the caller's next
+ * io_uring_submit_and_wait carries them (one system call for both). */
+static int pump(zo_swap_t *sw, int submit) {
   while (sw->free_pieces && sw->pend_head) {
     zo_swap_req_t *r = sw->pend_head;
     zo_swap_piece_t *p = sw->free_pieces;
@@ -544,7 +547,7 @@ static int pump(zo_swap_t *sw) {
       return ret;
     }
   }
-  return ring_submit(sw);
+  return submit ? ring_submit(sw) : 0;
 }
 
 /* Account a finished attempt of @p: issue it again or release it. */
@@ -587,6 +590,11 @@ static int reap(zo_swap_t *sw, int wait) {
     } else {
       return ret;
     }
+  }
+  else if ((sw->ring_flags & IORING_SETUP_DEFER_TASKRUN) && sw->n_inflight && !io_uring_cq_ready(&sw->ring)) {
+    /* DEFER_TASKRUN posts completions only when asked: ask, without waiting. */
+    int ret = io_uring_get_events(&sw->ring);
+    if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
   }
   unsigned head, n = 0;
   struct io_uring_cqe *cqe;
@@ -716,22 +724,54 @@ static void close_private_dir(zo_swap_t *sw) {
 
 /* ---- the ring --------------------------------------------------------------------------- */
 
-static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
+/* Setup flags tried in order, the first the kernel takes wins: COOP_TASKRUN (5.19) lets completions
+ * wait for our next io_uring_enter instead of interrupting us; SINGLE_ISSUER|DEFER_TASKRUN (6.1, not
+ * with SQPOLL) runs them only when we ask for completions, on opts.single_issuer. */
+static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  p.flags = flags;
+  p.sq_thread_idle = idle_ms;
+  return io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+}
+
+static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
   int ret = -EINVAL;
+  unsigned idle = opts && opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
+  int single = opts && opts->single_issuer;
+  const char *env = getenv("ZO_SWAP_RING_FLAGS"); /* measurement override: "none", "coop", "defer" */
+  int plain = env && !strcmp(env, "none");
+  if (env && !strcmp(env, "defer")) single = 1;
   if (opts && opts->sqpoll) {
-    memset(&p, 0, sizeof p);
-    p.flags = IORING_SETUP_SQPOLL;
-    p.sq_thread_idle = opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
-    ret = io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+    unsigned base = IORING_SETUP_SQPOLL;
+    if (!plain) {
+      ret = ring_try(sw, base | IORING_SETUP_COOP_TASKRUN, idle);
+      if (ret == 0) sw->ring_flags = base | IORING_SETUP_COOP_TASKRUN;
+    }
+    if (ret != 0) {
+      ret = ring_try(sw, base, idle);
+      if (ret == 0) sw->ring_flags = base;
+    }
     if (ret == 0)
       sw->sqpoll = 1;
     else
       zo_warn_once("swap: io_uring SQPOLL refused (%s); continuing without it", strerror(-ret));
   }
+  if (ret != 0 && single && !plain) {
+    unsigned f = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    ret = ring_try(sw, f, 0);
+    if (ret == 0)
+      sw->ring_flags = f;
+    else
+      zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without", strerror(-ret));
+  }
+  if (ret != 0 && !plain) {
+    ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN, 0);
+    if (ret == 0) sw->ring_flags = IORING_SETUP_COOP_TASKRUN;
+  }
   if (ret != 0) {
-    memset(&p, 0, sizeof p);
-    ret = io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+    ret = ring_try(sw, 0, 0);
+    sw->ring_flags = 0;
   }
   if (ret != 0) {
     zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads", sw->qd,
@@ -1200,7 +1240,7 @@ static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void 
   f->n_reqs++;
   pend_push(sw, r);
   /* A failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it. */
-  (void)pump(sw);
+  (void)pump(sw, 1);
   *out = r;
   return ZO_OK;
 }
@@ -1219,9 +1259,9 @@ zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
   if (done) *done = 0;
   if (!sw || !req || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: %s is NULL", !sw ? "sw" : !req ? "req" : "done");
   if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: request belongs to another swap");
-  int ret = pump(sw);
+  int ret = pump(sw, 1);
   if (ret == 0) ret = reap(sw, 0);
-  if (ret == 0) ret = pump(sw); /* reaping freed slots */
+  if (ret == 0) ret = pump(sw, 1); /* reaping freed slots */
   if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring: %s", sw->dir, strerror(-ret));
   *done = req_done(req);
   return ZO_OK;
@@ -1231,13 +1271,15 @@ zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
   if (!sw || !req) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: %s is NULL", !sw ? "sw" : "req");
   if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: request belongs to another swap");
   while (!req_done(req)) {
-    int ret = pump(sw);
+    int ret = pump(sw, 0); /* submitted by reap()'s io_uring_submit_and_wait, or just below */
+    if (ret == 0 && req_done(req)) ret = ring_submit(sw); /* others' pieces just prepared */
     if (ret == 0 && !req_done(req)) {
       if (sw->n_inflight == 0) ret = -EPROTO; /* nothing can complete it: a bug, never a hang */
       else ret = reap(sw, 1);
     }
     if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring: %s", req->f->path, strerror(-ret));
   }
+  (void)pump(sw, 1); /* refill the slots freed by the last completions; errors resurface on the next wait */
   zo_status st = ZO_OK;
   if (req->err == 1)
     st = zo_error_set(ZO_ERR_IO, "swap: read '%s' at offset %" PRIu64 ", length %zu bytes: unexpected end of file",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 #include <pthread.h>
 
@@ -638,6 +639,132 @@ static void test_destroy_with_queued_work(void) {
   free(out2);
 }
 
+/* ------------------------------------------------------------ link emulation */
+
+#define CHECK_GE(a, b) \
+  ((double)(a) >= (double)(b) ? 1 : FAIL_AT("%s >= %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
+#define CHECK_LT(a, b) \
+  ((double)(a) < (double)(b) ? 1 : FAIL_AT("%s < %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Emulated PCIe link: a copy of B bytes at G GB/s takes >= B/G; one lane per direction shared by all streams. */
+static void test_link(void) {
+  enum { MIB = 1 << 20, N = 16 * MIB };
+  const double slot16 = (double)N / 1e9; /* 16 MiB at 1 GB/s: 16.8 ms */
+  uint8_t *h = malloc(N), *out = calloc(1, N);
+  zo_device_t *dev = NULL;
+  zo_stream_t *s1 = NULL, *s2 = NULL;
+  void *d1 = NULL, *d2 = NULL;
+  zo_link_stats ls, ls0;
+  CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev));
+  REQUIRE(dev && h && out);
+  fill(h, N, 7);
+  CHECK_OK(zo_stream_create(dev, &s1));
+  CHECK_OK(zo_stream_create(dev, &s2));
+  CHECK_OK(zo_device_malloc(dev, N, &d1));
+  CHECK_OK(zo_device_malloc(dev, N, &d2));
+  REQUIRE(s1 && s2 && d1 && d2);
+  memset(out, 1, N); /* first-touch page faults outside the timed copies */
+  memset(d1, 1, N);  /* (the host backend's device memory is host-addressable) */
+  memset(d2, 1, N);
+
+  /* Argument checks. */
+  CHECK_ST(zo_device_set_link_gbps(NULL, 1.0), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_device_set_link_gbps(dev, -1.0), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_device_set_link_gbps(dev, NAN), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_device_link_stats(dev, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_CLOSE(ls.gbps, 0.0, 0, 0);
+  CHECK_EQ(ls.h2d_bytes, 0);
+
+  /* Default 0 = unlimited: no slot reserved, bytes still counted. */
+  double t0 = now_s();
+  CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_stream_synchronize(s1));
+  double dt_free = now_s() - t0;
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_EQ(ls.h2d_bytes, N);
+  CHECK_EQ(ls.h2d_copies, 1);
+  CHECK_CLOSE(ls.h2d_busy_s, 0.0, 0, 0);
+  CHECK_LT(dt_free, 0.9 * slot16); /* memcpy of 16 MiB is a few ms here */
+
+  /* 16 MiB at 1 GB/s takes >= 16.8 ms (15 ms with slack for clock granularity), and lands intact. */
+  CHECK_OK(zo_device_set_link_gbps(dev, 1.0));
+  t0 = now_s();
+  CHECK_OK(zo_memcpy_async(s1, out, d1, N, ZO_COPY_D2H));
+  CHECK_OK(zo_stream_synchronize(s1));
+  double dt_one = now_s() - t0;
+  CHECK_GE(dt_one, 0.015);
+  CHECK_GE(dt_one, 0.99 * slot16);
+  CHECK_BYTES("D2H through the throttled link", out, h, N);
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_CLOSE(ls.gbps, 1.0, 0, 0);
+  CHECK_CLOSE(ls.d2h_busy_s, slot16, 1e-6, 1e-3);
+
+  /* The synchronous zo_memcpy crosses the same link. */
+  t0 = now_s();
+  CHECK_OK(zo_memcpy(dev, d2, h, 4 * MIB, ZO_COPY_H2D));
+  double dt_sync = now_s() - t0;
+  CHECK_GE(dt_sync, 0.99 * (4.0 * MIB / 1e9));
+
+  /* Two streams, same direction: the copies serialise on the H2D lane. */
+  CHECK_OK(zo_device_link_stats(dev, &ls0));
+  t0 = now_s();
+  CHECK_OK(zo_memcpy_async(s1, d1, h, N / 2, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy_async(s2, d2, h + N / 2, N / 2, ZO_COPY_H2D));
+  CHECK_OK(zo_stream_synchronize(s1));
+  CHECK_OK(zo_stream_synchronize(s2));
+  double dt_two = now_s() - t0;
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_GE(dt_two, 0.99 * slot16); /* 2 x 8 MiB back to back, not side by side */
+  CHECK_EQ(ls.h2d_copies - ls0.h2d_copies, 2);
+  CHECK_CLOSE(ls.h2d_busy_s - ls0.h2d_busy_s, slot16, 1e-6, 1e-3);
+  CHECK_BYTES("H2D stream 1", d1, h, N / 2);
+  CHECK_BYTES("H2D stream 2", d2, h + N / 2, N / 2);
+
+  /* Opposite directions use separate lanes (full duplex): neither waits for the other. */
+  CHECK_OK(zo_device_link_stats(dev, &ls0));
+  t0 = now_s();
+  CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy_async(s2, out, d2, N, ZO_COPY_D2H));
+  CHECK_OK(zo_stream_synchronize(s1));
+  CHECK_OK(zo_stream_synchronize(s2));
+  double dt_duplex = now_s() - t0;
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_GE(dt_duplex, 0.99 * slot16);
+  CHECK_LT(ls.h2d_stall_s - ls0.h2d_stall_s, 1e-3);
+  CHECK_LT(ls.d2h_stall_s - ls0.d2h_stall_s, 1e-3);
+  CHECK_LT(dt_duplex, 1.8 * slot16); /* not 2 x 16.8 ms back to back */
+
+  /* D2D and memset do not cross the link. */
+  CHECK_OK(zo_device_link_stats(dev, &ls0));
+  CHECK_OK(zo_memcpy_async(s1, d2, d1, N, ZO_COPY_D2D));
+  CHECK_OK(zo_memset_async(s1, d1, 0, N));
+  CHECK_OK(zo_stream_synchronize(s1));
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_EQ(ls.h2d_bytes + ls.d2h_bytes, ls0.h2d_bytes + ls0.d2h_bytes);
+
+  /* Back to 0: unthrottled again. */
+  CHECK_OK(zo_device_set_link_gbps(dev, 0.0));
+  t0 = now_s();
+  CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_stream_synchronize(s1));
+  dt_free = now_s() - t0;
+  CHECK_LT(dt_free, 0.9 * slot16);
+  printf("test_link: 16 MiB unlimited %.2f ms, at 1 GB/s %.2f ms (slot %.2f), 2 streams same lane %.2f ms, "
+         "duplex %.2f ms\n",
+         dt_free * 1e3, dt_one * 1e3, slot16 * 1e3, dt_two * 1e3, dt_duplex * 1e3);
+
+  zo_device_destroy(dev);
+  free(h);
+  free(out);
+}
+
 int main(void) {
   test_create();
   test_alloc();
@@ -648,5 +775,6 @@ int main(void) {
   test_events();
   test_sticky_error();
   test_destroy_with_queued_work();
+  test_link();
   return zo_test_finish("test_device");
 }

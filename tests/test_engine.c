@@ -153,6 +153,7 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
               zo_dtype_name(wd));
       mism++;
     }
+    REQUIRE_OK(zo_engine_release(e, ps[i]));
     free(got);
   }
   CHECK(mism == 0);
@@ -296,6 +297,142 @@ static void test_misuse(const char *dir) {
   printf("ok   misuse errors\n");
 }
 
+/* Parameter offload (stage 3): a forward/backward-shaped loop of fetch and
+ * release with a device memory limit below the model's working weights.
+ * Every offload_param x offload_optimizer combination must leave master and
+ * working weights bit-identical to the same run with resident parameters;
+ * from the second step on the coordinator prefetches along the trace; a step
+ * in a different order still trains correctly (demand fetch, re-record). */
+typedef struct po_result {
+  float *master[NP];
+  void *working[NP];
+  int64_t prefetches, demand;
+  size_t peak;
+} po_result;
+
+static int g_po_warnings;
+static void count_warn(zo_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level == ZO_LOG_WARN && strstr(msg, "fetch order differs")) g_po_warnings++;
+}
+
+static void po_run(zo_config_t cfg, size_t limit, int steps, po_result *out) {
+  zo_device_t *dev;
+  void *scratch;
+  zo_engine_t *e;
+  zo_param_t *ps[NP];
+  memset(out, 0, sizeof *out);
+  REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, limit, &dev));
+  REQUIRE_OK(zo_device_malloc(dev, 2 * 5000, &scratch)); /* one bf16 gradient at a time */
+  REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &e));
+  char name[16];
+  for (int i = 0; i < NP; i++) {
+    snprintf(name, sizeof name, "t%d", i);
+    REQUIRE_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]));
+  }
+  REQUIRE_OK(zo_engine_finalize(e));
+  uint64_t seed = 7;
+  float *buf = malloc(5000 * 4);
+  uint16_t *g16 = malloc(5000 * 2);
+  for (int i = 0; i < NP; i++) {
+    for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed);
+    REQUIRE_OK(zo_engine_load_param(e, ps[i], buf));
+  }
+  const void *w;
+  for (int s = 1; s <= steps; s++) {
+    int order[NP] = {0, 1, 2, 3};
+    if (s == 3) order[1] = 2, order[2] = 1; /* step 3 departs from the trace */
+    for (int k = 0; k < NP; k++) { /* forward */
+      REQUIRE_OK(zo_engine_fetch(e, ps[order[k]], &w, NULL));
+      REQUIRE_OK(zo_engine_release(e, ps[order[k]]));
+    }
+    for (int k = NP - 1; k >= 0; k--) { /* backward: fetch, produce the gradient, hand it over */
+      int i = order[k];
+      REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, NULL));
+      for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed) * 0.1f;
+      REQUIRE_OK(zo_cast(g16, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, k_sizes[i], 1));
+      REQUIRE_OK(zo_memcpy(dev, scratch, g16, k_sizes[i] * 2, ZO_COPY_H2D));
+      REQUIRE_OK(zo_engine_grad_ready(e, ps[i], scratch, ZO_DTYPE_BF16));
+      REQUIRE_OK(zo_device_synchronize(dev)); /* scratch is reused for the next tensor */
+      REQUIRE_OK(zo_engine_release(e, ps[i]));
+    }
+    zo_step_info info;
+    REQUIRE_OK(zo_engine_step(e, &info));
+    if (s >= 2) out->prefetches += info.n_prefetch;
+    out->demand += info.n_demand_fetch;
+  }
+  for (int i = 0; i < NP; i++) {
+    out->master[i] = malloc(k_sizes[i] * 4);
+    out->working[i] = malloc(k_sizes[i] * 2);
+    REQUIRE_OK(zo_engine_get_master(e, ps[i], out->master[i], NULL, NULL));
+    REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, NULL));
+    memcpy(out->working[i], w, k_sizes[i] * 2);
+    REQUIRE_OK(zo_engine_release(e, ps[i]));
+  }
+  size_t used, limit_out;
+  REQUIRE_OK(zo_device_mem_info(dev, &used, &out->peak, &limit_out));
+  zo_engine_destroy(e);
+  zo_device_free(dev, scratch);
+  zo_device_destroy(dev);
+  free(buf);
+  free(g16);
+}
+
+static void po_free(po_result *r) {
+  for (int i = 0; i < NP; i++) free(r->master[i]), free(r->working[i]);
+}
+
+static void test_param_offload(const char *dir) {
+  static const zo_offload_device devs[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
+  static const char *names[] = {"none", "cpu", "nvme"};
+  zo_log_set_handler(count_warn, NULL, ZO_LOG_WARN);
+  for (int o = 0; o < 3; o++) {
+    zo_config_t cfg;
+    base_config(&cfg);
+    cfg.bf16.enabled = 1;
+    cfg.gradient_clipping = 1.0;
+    cfg.zero.stage = 3;
+    cfg.zero.sub_group_size = 2048;
+    cfg.zero.offload_optimizer.device = devs[o];
+    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+    snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", dir);
+    cfg.zero.stage3_param_persistence_threshold = 100; /* t2 (37 elements) stays on the device */
+    cfg.zero.stage3_max_reuse_distance = 0;
+    cfg.zero.stage3_prefetch_bucket_size = 6000;
+    cfg.zero.offload_param.buffer_count = 2;
+    po_result ref;
+    po_run(cfg, 0, 4, &ref); /* parameters resident, no device limit */
+    /* Device memory: what the optimizer tier keeps there plus 14 KB for working
+     * copies, less than the model's 20.3 KB of bf16 working weights. */
+    const size_t state_dev = devs[o] == ZO_OFFLOAD_NONE ? 160 * 1024 : 0;
+    const size_t limit = state_dev + 10000 /* scratch */ + 14 * 1024;
+    for (int q = 1; q < 3; q++) {
+      cfg.zero.offload_param.device = devs[q];
+      g_po_warnings = 0;
+      po_result got;
+      po_run(cfg, limit, 4, &got);
+      int same = 1;
+      for (int i = 0; i < NP; i++) {
+        same &= !memcmp(got.master[i], ref.master[i], k_sizes[i] * 4);
+        same &= !memcmp(got.working[i], ref.working[i], k_sizes[i] * 2);
+      }
+      if (!same) fprintf(stderr, "param %s / optimizer %s: weights differ from resident parameters\n", names[q], names[o]);
+      CHECK(same);
+      CHECK(got.peak <= limit);
+      CHECK(got.prefetches > 0);
+      CHECK_EQ(g_po_warnings, 1); /* step 3's order change warns once */
+      printf("ok   offload_param %-4s offload_optimizer %-4s  limit %zu B, peak %zu B, %lld prefetches, %lld demand "
+             "fetches over 4 steps\n", names[q], names[o], limit, got.peak, (long long)got.prefetches,
+             (long long)got.demand);
+      po_free(&got);
+      cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;
+    }
+    po_free(&ref);
+    CHECK_EQ(zo_test_count_entries(dir), 0);
+  }
+  zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
+}
+
 int main(int argc, char **argv) {
   char dir[2048];
   snprintf(dir, sizeof dir, "%s/zo-engine-XXXXXX", argc > 1 ? argv[1] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
@@ -345,6 +482,7 @@ int main(int argc, char **argv) {
   run_tier("cpu, bf16 state", cfg, NULL, 4, 1.0f);
   cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
   test_fp16_overflow();
+  test_param_offload(dir);
   test_misuse(dir);
   rmdir(dir);
   return zo_test_finish("test_engine");

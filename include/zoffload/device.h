@@ -251,6 +251,58 @@ ZO_API zo_status zo_event_synchronize(zo_event_t *ev);
  */
 ZO_API zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev);
 
+/* ---------------------------------------------------------------- link emulation */
+
+/*
+ * Host-device link emulation (host backend only). A real GPU sits behind a
+ * PCIe link of a few to a few tens of GB/s; the host backend copies at memcpy
+ * speed, so without emulation every fetch looks free. With a link bandwidth
+ * set, every H2D and D2H copy (zo_memcpy_async() in its stream's worker, and
+ * zo_memcpy()) of B bytes occupies the link for B / gbps seconds and does not
+ * complete before its slot ends:
+ *  - The link is full duplex, one lane per direction, like PCIe with one copy
+ *    engine per direction: all H2D copies of the device, from every stream,
+ *    share the H2D lane and run one after another in the order they reach
+ *    it; D2H copies share the D2H lane; an H2D and a D2H copy overlap.
+ *  - A copy reaches its lane when its stream's worker starts it (stream order
+ *    first, as on a GPU). Its slot starts at max(now, lane busy-until) and
+ *    ends B / gbps seconds later (busy-until is one device-wide timestamp per
+ *    direction, under a mutex); the worker does the memcpy, then sleeps until
+ *    the slot ends (CLOCK_MONOTONIC), then reports the copy complete. A
+ *    memcpy slower than its slot is not charged extra: the link never makes
+ *    a copy faster than memcpy.
+ *  - D2D, H2H copies and memsets are not throttled (they do not cross the link).
+ * GB/s means 1e9 bytes per second.
+ */
+
+/* Traffic over the emulated link since zo_device_create(), per direction. */
+typedef struct zo_link_stats {
+  double gbps;                      /* current setting; 0 = unlimited */
+  unsigned long long h2d_bytes;     /* bytes of completed-or-running H2D copies (counted when started) */
+  unsigned long long d2h_bytes;     /* same for D2H */
+  unsigned long long h2d_copies, d2h_copies; /* copy counts */
+  double h2d_busy_s, d2h_busy_s;    /* sum of slot lengths B / gbps (0 while unlimited) */
+  double h2d_stall_s, d2h_stall_s;  /* time copies waited for the lane held by earlier copies */
+} zo_link_stats;
+
+/*
+ * zo_device_set_link_gbps() - set the emulated host-device link bandwidth of
+ * @dev in GB/s (1e9 bytes/s) per direction; 0 = unlimited (the default).
+ * Applies to copies that start after the call; a copy already running keeps
+ * its slot. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, @gbps
+ * negative, NaN or above 1e9); ZO_ERR_UNSUPPORTED for a backend with a real
+ * link (CUDA).
+ */
+ZO_API zo_status zo_device_set_link_gbps(zo_device_t *dev, double gbps);
+
+/*
+ * zo_device_link_stats() - snapshot of @dev's link traffic into @out (zeroed
+ * first). Counters are cumulative and never reset; take differences around
+ * the interval of interest. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG
+ * (NULL @dev or @out); ZO_ERR_UNSUPPORTED when the backend keeps no counters.
+ */
+ZO_API zo_status zo_device_link_stats(const zo_device_t *dev, zo_link_stats *out);
+
 /* ---------------------------------------------------------------- sync copy */
 
 /*

@@ -158,6 +158,9 @@ typedef struct zo_step_info {
   double adam_s;       /* CPU Adam with the fused working-dtype copy-out, plus the gradient norm pass */
   double swap_s;       /* waiting on NVMe reads and writes */
   double copy_s;       /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
+  double fetch_wait_s; /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
+  int64_t n_prefetch;  /* fetches the coordinator started ahead of use since the previous step */
+  int64_t n_demand_fetch; /* fetches started only when compute asked (first step, or off-trace) */
 } zo_step_info;
 
 /*
@@ -194,6 +197,7 @@ typedef struct zo_engine_mem {
   size_t host_bytes;        /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
   size_t pinned_bytes;      /* of host_bytes, the page-locked part */
   size_t nvme_bytes;        /* swap file bytes (preallocated) */
+  size_t device_param_bytes; /* parameter offload: working copies held in device memory now */
   uint64_t nvme_read_bytes, nvme_write_bytes; /* cumulative swap traffic */
   uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
 } zo_engine_mem;

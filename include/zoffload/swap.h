@@ -46,6 +46,10 @@ typedef struct zo_swap_opts {
   int checksum;          /* 1: every file created gets CRC32C per chunk, as if created with
                             zo_swap_file_opts.checksum = 1 (zoffload config "swap_checksum"). */
   unsigned pool_threads; /* threads of the pread/pwrite fallback; 0: min(4, queue_depth). */
+  int single_issuer;     /* 1: IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+; ignored with
+                            sqpoll): completions run only inside our own io_uring_enter. Then only
+                            the thread that created the handle may submit, wait or poll (others get
+                            ZO_ERR_SYSTEM "File exists"). If refused, warn once and go on without. */
 } zo_swap_opts;
 
 /*

@@ -46,6 +46,13 @@ struct zo_param {
   zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
   zo_event_t *ready;        /* H2D completion of the working copy */
   int64_t last_use;         /* fetch counter at the last fetch (eviction order) */
+
+  /* Set on the copy stream's thread when the gradient has landed (read by the
+   * engine thread after synchronizing the stream). */
+  zo_engine_t *eng;
+  double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
+  int nonfinite;            /* the shard holds inf or NaN */
+  zo_status landed_st;      /* error of the work done when the gradient landed */
 };
 
 enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
@@ -96,6 +103,9 @@ struct zo_engine {
   int finalized;
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
   zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
+  int n_grads;               /* gradients handed over in this step */
+  int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
+  zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
 
   zo_param_t **params;
   int n_params, cap_params;
@@ -140,6 +150,7 @@ struct zo_engine {
   uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
   size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
   int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
+  int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
   int *rec, rec_len, rec_cap;
   int64_t fetch_clock;
   double fetch_wait_s;       /* compute blocked in zo_engine_fetch() since the last step */
@@ -386,6 +397,7 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   if (!p) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
   snprintf(p->name, sizeof p->name, "%s", name);
   p->index = e->n_params;
+  p->eng = e;
   p->n = n_elems;
   size_t per = (n_elems + (size_t)e->world - 1) / (size_t)e->world;
   size_t lo = per * (size_t)e->rank;
@@ -484,10 +496,10 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   if (dev) {
     st = zo_device_malloc(e->dev, dev, &e->dev_block);
     if (st != ZO_OK) {
-      return zo_error_prefix(st, "engine: %s for %d tensors (%s%s); raise zoffload.device_memory_limit or offload more",
-                             pres ? "working weights" : "device-resident optimizer state", e->n_params,
-                             pres ? zo_dtype_name(e->wdtype) : "", e->tier == ZO_OFFLOAD_NONE ?
-                             " with master weights, Adam state and gradients" : "");
+      return zo_error_prefix(st, "engine: device memory for %d tensors (%s%s%s); raise zoffload.device_memory_limit "
+                             "or offload more", e->n_params, pres ? "working weights" : "",
+                             pres && e->tier == ZO_OFFLOAD_NONE ? ", " : "",
+                             e->tier == ZO_OFFLOAD_NONE ? "master weights, Adam state and gradients" : "");
     }
   }
   e->dev_block_bytes = dev;
@@ -893,7 +905,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *sta
  * optimizer step changes the weights). */
 static zo_status prefetch_ahead(zo_engine_t *e) {
   ZO_CHECK(pump(e));
-  if (!e->trace_valid) return ZO_OK;
+  if (!e->trace_valid || e->trace_off) return ZO_OK;
   for (int j = e->trace_pos; j < e->trace_len; j++) {
     zo_param_t *q = e->params[e->trace[j]];
     if (q->pstate != P_HOST) continue;
@@ -912,6 +924,7 @@ static zo_status prefetch_ahead(zo_engine_t *e) {
  * a fetch that departs from it switches the rest of the step to demand
  * fetching, with one warning, and the step's order becomes the new trace. */
 static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
+  if (e->trace_off) return ZO_OK;
   if (e->rec_len == e->rec_cap) {
     int cap = e->rec_cap ? 2 * e->rec_cap : 256;
     int *n = realloc(e->rec, cap * sizeof *n);
@@ -996,6 +1009,12 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
   return ZO_OK;
 }
 
+zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
+  e->trace_off = !enabled;
+  return ZO_OK;
+}
+
 zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
@@ -1003,7 +1022,7 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
   if (--p->in_use || p->persistent) return ZO_OK;
   /* Keep the device copy when the trace says it is used again within stage3_max_reuse_distance elements. */
-  if (e->trace_valid) {
+  if (e->trace_valid && !e->trace_off) {
     int64_t dist = 0;
     for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance; j++) {
       if (e->trace[j] == p->index) return prefetch_ahead(e);
@@ -1016,6 +1035,39 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
 
 /* ---------------------------------------------------------------- gradients */
 
+static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
+                             void *master, void *m, void *v, zo_adam_task_t **task);
+
+/* The hyperparameters of optimizer step e->step + 1, with every gradient
+ * multiplied by clip / loss_scale. */
+static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
+  const int64_t t = e->step + 1;
+  return (zo_adam_hparams){
+      .lr = (float)zo_config_lr_at(&e->cfg, t),
+      .beta1 = (float)e->cfg.optimizer.beta1,
+      .beta2 = (float)e->cfg.optimizer.beta2,
+      .eps = (float)e->cfg.optimizer.eps,
+      .weight_decay = (float)e->cfg.optimizer.weight_decay,
+      .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
+      .bias_correction = e->cfg.optimizer.bias_correction,
+      .step = t,
+      .grad_scale = (float)(clip / e->loss_scale),
+  };
+}
+
+/* Runs on the copy stream's thread once p's gradient shard has landed in
+ * host memory: its squared norm (for clipping, overflow and the report), and,
+ * when nothing global stands in the way, its Adam update right away, so the
+ * CPU updates this shard while the device computes the rest of backward. */
+static void on_grad_landed(void *arg) {
+  zo_param_t *p = arg;
+  zo_engine_t *e = p->eng;
+  p->landed_st = zo_grad_sqnorm_ex(p->grad, e->gdtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
+  if (p->landed_st == ZO_OK && e->early_adam)
+    p->landed_st = submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                               p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
+}
+
 zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
@@ -1024,12 +1076,20 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
                         p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
   if (p->has_grad)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
+  if (e->n_grads++ == 0) {
+    /* Adam may start per shard only when no step-wide fact is needed first: the
+     * global norm (clipping) and the overflow verdict (fp16) are known only once
+     * every gradient is in; NVMe state is updated sub-group by sub-group. */
+    e->early_adam = e->tier != ZO_OFFLOAD_NVME && !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0);
+    if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
+  }
   /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n)
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
   p->has_grad = 1;
   return ZO_OK;
 }
@@ -1075,8 +1135,27 @@ static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param
   return ZO_OK;
 }
 
-/* Wait an Adam task, then queue the upload of the working weights it wrote. */
+/* Keep the swap ring busy: submit queued pieces and reap completions of any
+ * outstanding sub-group transfer (the ring only moves when we call into it). */
+static zo_status drive_swap(zo_engine_t *e) {
+  for (int s = 0; s < e->n_slots; s++)
+    for (int k = 0; k < ST_KINDS; k++)
+      if (e->slots[s].req[k]) {
+        int done;
+        return zo_swap_poll(e->swap, e->slots[s].req[k], &done); /* progresses the whole ring */
+      }
+  return ZO_OK;
+}
+
+/* Wait an Adam task, then queue the upload of the working weights it wrote.
+ * While the pool works, the NVMe reads ahead and write-backs keep moving. */
 static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
+  for (int done = 0; e->swap && !done;) {
+    ZO_CHECK(zo_adam_task_poll(*task, &done));
+    if (done) break;
+    ZO_CHECK(drive_swap(e));
+    nanosleep(&(struct timespec){0, 50000}, NULL); /* 50 us: leave the cores to the Adam threads */
+  }
   zo_status st = zo_adam_task_wait(*task, NULL);
   *task = NULL;
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
@@ -1171,20 +1250,31 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   e->fetch_wait_s = 0;
   e->n_prefetch = e->n_demand = 0;
 
-  /* The global norm and the overflow flag: one read-only pass over each gradient shard. */
+  /* The global norm and the overflow flag, from the per-shard norms taken as
+   * each gradient landed (summed in tensor order: deterministic). */
   t0 = now_s();
   double sums[2] = {0, 0}; /* squared norm (scaled), shards with a nonfinite element */
+  zo_status landed = ZO_OK;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    double sq = 0;
-    int nonfinite = 0;
-    ZO_CHECK(zo_adam_pool_sqnorm(e->pool, p->grad, e->gdtype, p->shard_n, &sq, &nonfinite));
-    sums[0] += sq;
-    sums[1] += nonfinite ? 1 : 0;
+    if (p->landed_st != ZO_OK && landed == ZO_OK)
+      landed = zo_error_set(p->landed_st, "step: gradient of '%s': %s", p->name, zo_status_string(p->landed_st));
+    sums[0] += p->sqnorm;
+    sums[1] += p->nonfinite ? 1 : 0;
     p->has_grad = 0;
   }
+  const int early = e->early_adam;
+  e->n_grads = 0;
+  e->early_adam = 0;
+  if (landed != ZO_OK) return landed;
   ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
-  const int overflow = sums[1] > 0 || !isfinite(sums[0]);
+  /* Only fp16 skips a step on overflow (dynamic loss scaling); with fp32 or
+   * bf16 the update is applied as DeepSpeed applies it, with a warning. */
+  const int nonfinite = sums[1] > 0 || !isfinite(sums[0]);
+  const int overflow = nonfinite && e->cfg.fp16.enabled;
+  if (nonfinite && !overflow)
+    zo_warn("step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
+            "does", (long long)e->step + 1);
   const double norm = sqrt(sums[0]) / e->loss_scale;
   inf.grad_norm = overflow ? INFINITY : norm;
   if (overflow) {
@@ -1203,17 +1293,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
     clip = e->cfg.gradient_clipping / (norm + 1e-6);
   const int64_t t = e->step + 1;
-  zo_adam_hparams hp = {
-      .lr = (float)zo_config_lr_at(&e->cfg, t),
-      .beta1 = (float)e->cfg.optimizer.beta1,
-      .beta2 = (float)e->cfg.optimizer.beta2,
-      .eps = (float)e->cfg.optimizer.eps,
-      .weight_decay = (float)e->cfg.optimizer.weight_decay,
-      .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
-      .bias_correction = e->cfg.optimizer.bias_correction,
-      .step = t,
-      .grad_scale = (float)(clip / e->loss_scale),
-  };
+  const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, clip);
   double adam_s = now_s() - t0;
   double swap0 = e->swap_wait_s, copy0 = e->copy_s;
   double t1 = now_s();
@@ -1222,7 +1302,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   } else {
     /* Every shard is queued at once; the pool works through them while uploads are queued in order. */
     zo_status st = ZO_OK;
-    for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
+    for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) { /* early: queued as gradients landed */
       zo_param_t *p = e->params[i];
       st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
                        &e->tasks[i]);

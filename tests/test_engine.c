@@ -282,6 +282,40 @@ static void test_misuse(const char *dir) {
   zo_engine_destroy(e);
   cfg.zoffload.device_memory_limit = 0;
 
+  /* Parameter offload settings that cannot work fail at finalize, naming the key and the value to use. */
+  struct {
+    const char *key;
+    int64_t buffer_size, max_live;
+    size_t limit;
+    const char *want;
+  } bad[] = {
+      {"offload_param.buffer_size", 1000, 1000000000, 0, "at least 100000"},
+      {"stage3_max_live_parameters", 100000000, 50000, 0, "at least 100000"},
+      {"zoffload.device_memory_limit", 100000000, 1000000000, 4096, "at least"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    zo_config_t c3 = cfg;
+    c3.zero.stage = 3;
+    c3.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    c3.zero.offload_param.device = ZO_OFFLOAD_NVME;
+    snprintf(c3.zero.offload_param.nvme_path, sizeof c3.zero.offload_param.nvme_path, "%s", dir);
+    c3.zero.offload_param.buffer_size = bad[k].buffer_size;
+    c3.zero.stage3_max_live_parameters = bad[k].max_live;
+    c3.zoffload.device_memory_limit = (int64_t)bad[k].limit;
+    REQUIRE_OK(zo_engine_create(&c3, NULL, NULL, &e));
+    REQUIRE_OK(zo_engine_register_param(e, "big", 100000, &a));
+    CHECK_ST(zo_engine_finalize(e), ZO_ERR_CONFIG);
+    CHECK_HAS(zo_last_error(), bad[k].key);
+    CHECK_HAS(zo_last_error(), bad[k].want);
+    zo_engine_destroy(e);
+  }
+  CHECK_EQ(zo_test_count_entries(dir), 0);
+  /* offload_param needs stage 3. */
+  cfg.zero.offload_param.device = ZO_OFFLOAD_CPU;
+  CHECK_ST(zo_engine_create(&cfg, NULL, NULL, &e), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "stage 3");
+  cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;
+
   /* Offload with ZeRO stage 0 is a config error naming both keys. */
   cfg.zero.stage = 0;
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;

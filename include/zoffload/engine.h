@@ -116,17 +116,44 @@ ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float
  *            *@dtype (fp32; bf16 when bf16.enabled; fp16 when fp16.enabled),
  *            256-byte aligned, valid until zo_engine_release().
  * Blocks until the copy of the weights that the last zo_engine_step()
- * produced has landed in device memory. Returns ZO_OK,
- * ZO_ERR_INVALID_USAGE before finalize, or the copy stream's error.
+ * produced has landed in device memory.
+ * With parameter offload (zero_optimization.stage 3, offload_param.device
+ * cpu or nvme) the tensor is brought from pinned host memory or params.swp
+ * into a device buffer unless a prefetch already did. The first step's fetch
+ * order is recorded as the trace; from the second step on, each fetch starts
+ * the next fetches along the trace (nvme read, then host-to-device copy)
+ * within stage3_prefetch_bucket_size in flight and stage3_max_live_parameters
+ * on the device, so compute finds them landed. A fetch off the trace warns
+ * once, fetches on demand for the rest of the step, and that step's order
+ * becomes the trace. Device memory running out evicts released copies (least
+ * recently used first). The time blocked here is reported as
+ * zo_step_info.fetch_wait_s. Source: DeepSpeed ZeRO-3
+ * PartitionedParameterCoordinator (trace, prefetch, reuse distance).
+ * Returns ZO_OK, ZO_ERR_INVALID_USAGE before finalize, ZO_ERR_OUT_OF_MEMORY
+ * when every device copy is in use (tensor named), ZO_ERR_IO from params.swp,
+ * or the copy stream's error.
  */
 ZO_API zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype);
 
 /*
  * zo_engine_release() - compute is done with @p's working weights for now.
- * With parameters resident in device memory (no parameter offload) it only
- * marks the tensor released. Returns ZO_OK or ZO_ERR_INVALID_USAGE.
+ * With parameters resident in device memory (no parameter offload) it does
+ * nothing. With parameter offload the device copy is kept when the tensor is
+ * persistent (n_elems <= stage3_param_persistence_threshold) or the trace
+ * uses it again within stage3_max_reuse_distance elements, else freed; then
+ * the next prefetches along the trace are started. Every fetch needs one
+ * release. Returns ZO_OK or ZO_ERR_INVALID_USAGE (not fetched).
  */
 ZO_API zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p);
+
+/*
+ * zo_engine_set_trace() - with @enabled 0, fetches are neither recorded in
+ * nor matched against the trace, and nothing is prefetched: for passes
+ * outside the training step (evaluation, sampling) whose order would
+ * otherwise break the trace. 1 (the default) restores normal operation.
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
 
 /*
  * zo_engine_grad_ready() - hand over @p's gradient for this optimizer step.

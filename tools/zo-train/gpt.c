@@ -33,6 +33,8 @@ struct gpt_model {
   float *params_mem;     /* every weight tensor, each 64-byte aligned */
   float *grads_mem;      /* the same layout for gradients */
   float *gscratch;       /* the same layout: one backward's gradient before it is added to grads_mem */
+  gpt_hook_fn hook;      /* layer-group hook (NULL: none) */
+  void *hook_user;
 
   /* Activations, sized for max_batch x seq_len; a forward with (B,T) uses the
    * first B*T rows of each, laid out as (B,T,...). Shapes with N = B*T: */
@@ -528,6 +530,40 @@ static float *W(gpt_model *m, int i) { return m->params_mem + m->offsets[i]; }
 static float *G(gpt_model *m, int i) { return m->gscratch + m->offsets[i]; }
 static int LP(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
 
+int gpt_num_groups(const gpt_config *c) { return c->n_layer + 2; }
+
+void gpt_group_params(const gpt_config *c, int group, int *first, int *count) {
+  if (group <= 0) *first = 0, *count = 2;
+  else if (group <= c->n_layer) *first = LP(group - 1, 0), *count = GPT_PARAMS_PER_LAYER;
+  else *first = 2 + GPT_PARAMS_PER_LAYER * c->n_layer, *count = 2;
+}
+
+void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user) {
+  m->hook = fn;
+  m->hook_user = user;
+}
+
+/* Call the hook; non-zero aborts the pass with an error message. */
+static int hook(gpt_model *m, int phase, int group, int end) {
+  if (!m->hook || !m->hook(m->hook_user, phase, group, end)) return 0;
+  seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d", phase ? "gpt_backward" : "gpt_forward", group);
+  return -1;
+}
+
+/* Backward end of a group: add its gradients from gscratch into the
+ * accumulated gradients (the only rounding of the accumulation), then hook. */
+static int group_done(gpt_model *m, int group) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  const size_t lo = m->offsets[first];
+  const size_t hi = first + count < m->n_params ? m->offsets[first + count] : m->n_floats;
+  float *g = m->grads_mem;
+  const float *sc = m->gscratch;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = lo; i < hi; i++) g[i] += sc[i];
+  return hook(m, GPT_HOOK_BACKWARD, group, 1);
+}
+
 static int check_tokens(gpt_model *m, const uint8_t *t, size_t n, const char *what) {
   if (m->cfg.vocab >= 256) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -560,8 +596,10 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   m->T = T;
   m->have_targets = 0;
 
+  if (hook(m, GPT_HOOK_FORWARD, 0, 0)) return NAN;
   encoder_forward(m->encoded, inputs, W(m, 0), W(m, 1), B, T, C);
   for (int l = 0; l < L; l++) {
+    if (hook(m, GPT_HOOK_FORWARD, l + 1, 0)) return NAN;
     const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
     float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
     float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
@@ -578,11 +616,15 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
     gelu_forward(fcg, fch, NC * 4);
     memcpy(r3, r2, NC * sizeof(float));
     matmul_forward(r3, fcg, W(m, LP(l, GPT_P_FCPROJ_W)), W(m, LP(l, GPT_P_FCPROJ_B)), N, 4 * C, C, 1);
+    if (hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return NAN;
   }
   const int f = m->n_params - 2;
+  if (hook(m, GPT_HOOK_FORWARD, L + 1, 0)) return NAN;
   layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * NC, W(m, f), W(m, f + 1), N,
                     C);
+  if (hook(m, GPT_HOOK_FORWARD, L + 1, 1)) return NAN;
   matmul_forward(m->logits, m->lnf, W(m, 0), NULL, N, C, V, 0);
+  if (hook(m, GPT_HOOK_FORWARD, 0, 1)) return NAN;
 
   float loss = 0.0f;
   if (targets) {
@@ -772,13 +814,17 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     }
   }
   /* logits = lnf wte^T (tied) */
+  if (hook(m, GPT_HOOK_BACKWARD, 0, 0)) return -1;
   matmul_backward(m->dbuf_c, G(m, 0), NULL, m->dlogits, m->lnf, W(m, 0), N, C, V, 0);
   const int f = m->n_params - 2;
   memset(m->dres, 0, NC * sizeof(float));
+  if (hook(m, GPT_HOOK_BACKWARD, L + 1, 0)) return -1;
   layernorm_backward(m->dres, G(m, f), G(m, f + 1), m->dbuf_c, m->residual3 + (size_t)(L - 1) * NC, m->lnf_mean,
                      m->lnf_rstd, W(m, f), N, C);
+  if (group_done(m, L + 1)) return -1;
 
   for (int l = L - 1; l >= 0; l--) {
+    if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0)) return -1;
     const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
     const float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
     const float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
@@ -801,15 +847,10 @@ int gpt_backward(gpt_model *m, float loss_mult) {
                     W(m, LP(l, GPT_P_QKV_W)), N, C, 3 * C, 0);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN1_W)), G(m, LP(l, GPT_P_LN1_B)), m->dbuf_c, res,
                        m->ln1_mean + l * Nn, m->ln1_rstd + l * Nn, W(m, LP(l, GPT_P_LN1_W)), N, C);
+    if (group_done(m, l + 1)) return -1;
   }
   encoder_backward(G(m, 0), G(m, 1), m->dres, m->inputs, B, T, C);
-  {
-    float *g = m->grads_mem;
-    const float *s = m->gscratch;
-    const size_t n = m->n_floats;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] += s[i];
-  }
+  if (group_done(m, 0)) return -1;
   m->t_bwd += now_s() - t0;
   return 0;
 }
@@ -852,7 +893,10 @@ int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, f
   int rc = 0;
   for (int i = 0; i < n_new; i++) {
     int T = len < (size_t)S ? (int)len : S;
+    gpt_hook_fn saved = m->hook; /* sampling computes with the weights already in the model */
+    m->hook = NULL;
     float r = gpt_forward(m, buf + len - (size_t)T, NULL, 1, T);
+    m->hook = saved;
     if (isnan(r)) {
       rc = -1;
       break;

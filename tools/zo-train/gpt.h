@@ -172,6 +172,27 @@ double gpt_backward_seconds(const gpt_model *m);
 const char *gpt_last_error(const gpt_model *m);
 
 /*
+ * Layer groups and hooks, so an offload engine can fetch a group's weights
+ * right before it computes and take its gradients as soon as they are final.
+ * Groups: 0 = embeddings (wte, wpe: parameters 0..1), 1..n_layer = block
+ * g-1 (GPT_PARAMS_PER_LAYER parameters each), n_layer+1 = final LayerNorm.
+ * gpt_group_params() gives a group's first parameter index and count.
+ * Order of hook calls (begin = before the group computes, end = after):
+ *   forward:  begin(0), [begin(g), end(g)] for g = 1..L, begin(L+1), end(L+1), end(0)
+ *             (the tied wte is used again by the output projection);
+ *   backward: begin(0), begin(L+1), end(L+1), [begin(g), end(g)] for g = L..1, end(0).
+ * At a backward end(g) the group's gradients in gpt_grad() are final for this
+ * backward (already accumulated). A hook returning non-zero aborts the pass:
+ * gpt_forward() returns NAN and gpt_backward() -1, with the hook's message.
+ */
+enum { GPT_HOOK_FORWARD = 0, GPT_HOOK_BACKWARD = 1 };
+typedef int (*gpt_hook_fn)(void *user, int phase, int group, int end);
+int gpt_num_groups(const gpt_config *c);
+void gpt_group_params(const gpt_config *c, int group, int *first, int *count);
+/* gpt_set_hook() - install (fn != NULL) or remove the hook; gpt_sample() runs without it. */
+void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user);
+
+/*
  * gpt_set_threads() - use @n threads (n >= 1) for the OpenMP loops and for
  * OpenBLAS; process-wide (omp_set_num_threads, openblas_set_num_threads).
  * By default both use every core the OpenMP runtime reports.

@@ -55,7 +55,11 @@ static void usage(FILE *f) {
           "  --log-json FILE          write one JSON object per logged step to FILE (default: none)\n"
           "  --offload-optimizer DEV  override zero_optimization.offload_optimizer.device: none|cpu|nvme\n"
           "                           (default: the config's value)\n"
-          "  --nvme-path DIR          override zero_optimization.offload_optimizer.nvme_path (default: config)\n"
+          "  --nvme-path DIR          override zero_optimization.offload_optimizer.nvme_path and\n"
+          "                           offload_param.nvme_path (default: the config's values)\n"
+          "  --offload-param DEV      override zero_optimization.offload_param.device: none|cpu|nvme; cpu and nvme\n"
+          "                           switch to ZeRO stage 3 (default: the config's value)\n"
+          "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
           "  -h, --help               this text\n",
@@ -67,6 +71,14 @@ static int die(const char *fmt, const char *a, const char *b) {
   fprintf(stderr, fmt, a, b);
   fputc('\n', stderr);
   return 1;
+}
+
+static int parse_device(const char *s, zo_offload_device *out) {
+  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
+  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
+  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
+  else return -1;
+  return 0;
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
@@ -116,10 +128,62 @@ static zo_status fetch_weights(zo_engine_t *eng, gpt_model *model, zo_param_t **
   return ZO_OK;
 }
 
+/* The model's layer hook: fetch a layer group's working weights from the
+ * engine right before the group computes and release them right after; in
+ * the last micro-batch's backward, hand each gradient over as soon as its
+ * group is done, so the engine copies it out while backward goes on. */
+typedef struct layer_ctx {
+  zo_engine_t *eng;
+  gpt_model *model;
+  zo_param_t **params;
+  const gpt_param_spec *specs;
+  gpt_config cfg;
+  int hand_over;     /* 1 in the last micro-batch of a step */
+  void *dev_grads;   /* device memory: every gradient in grad_dtype, at goff[i] */
+  const size_t *goff;
+  zo_dtype grad_dtype;
+  int failed;        /* an engine call in the hook failed: message in zo_last_error() */
+} layer_ctx;
+
+static int on_layer_calls(layer_ctx *c, int phase, int group, int end);
+
+static int on_layer(void *user, int phase, int group, int end) {
+  layer_ctx *c = user;
+  if (on_layer_calls(c, phase, group, end) == 0) return 0;
+  c->failed = 1;
+  return -1;
+}
+
+static int on_layer_calls(layer_ctx *c, int phase, int group, int end) {
+  int first, count;
+  gpt_group_params(&c->cfg, group, &first, &count);
+  for (int i = first; i < first + count; i++) {
+    const size_t n = c->specs[i].n_elems;
+    if (!end) {
+      const void *w;
+      zo_dtype dt;
+      if (zo_engine_fetch(c->eng, c->params[i], &w, &dt) != ZO_OK ||
+          zo_cast(gpt_weight(c->model, i), ZO_DTYPE_F32, w, dt, n, 0) != ZO_OK)
+        return -1;
+      continue;
+    }
+    if (phase == GPT_HOOK_BACKWARD && c->hand_over) {
+      /* In the model's working precision, as a bf16 or fp16 model produces it (fp16 overflow becomes inf). */
+      void *g = (char *)c->dev_grads + c->goff[i] * zo_dtype_size(c->grad_dtype);
+      if (zo_cast(g, c->grad_dtype, gpt_grad(c->model, i), ZO_DTYPE_F32, n, 0) != ZO_OK ||
+          zo_engine_grad_ready(c->eng, c->params[i], g, c->grad_dtype) != ZO_OK)
+        return -1;
+    }
+    if (zo_engine_release(c->eng, c->params[i]) != ZO_OK) return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
              *nvme_override = NULL;
-  int64_t steps_override = -1, seed_override = -1, threads = 0;
+  int64_t steps_override = -1, seed_override = -1, threads = 0, limit_override = -1;
+  const char *param_override = NULL;
   int do_sample = 1;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
@@ -127,6 +191,7 @@ int main(int argc, char **argv) {
       {"log-json", required_argument, 0, 'j'}, {"offload-optimizer", required_argument, 0, 'o'},
       {"nvme-path", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
       {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
+      {"offload-param", required_argument, 0, 'P'}, {"device-memory-limit", required_argument, 0, 'L'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -140,6 +205,8 @@ int main(int argc, char **argv) {
       case 'n': nvme_override = optarg; break;
       case 't': if (parse_i64("--threads", optarg, 1, &threads)) return 2; break;
       case 'N': do_sample = 0; break;
+      case 'P': param_override = optarg; break;
+      case 'L': if (parse_i64("--device-memory-limit", optarg, 0, &limit_override)) return 2; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -160,15 +227,23 @@ int main(int argc, char **argv) {
   if (seed_override >= 0) ts.seed = (uint64_t)seed_override;
   if (offload_override) {
     zo_offload_device dev;
-    if (!strcmp(offload_override, "none")) dev = ZO_OFFLOAD_NONE;
-    else if (!strcmp(offload_override, "cpu")) dev = ZO_OFFLOAD_CPU;
-    else if (!strcmp(offload_override, "nvme")) dev = ZO_OFFLOAD_NVME;
-    else return die("--offload-optimizer: expected none, cpu or nvme, got '%s'%s", offload_override, "");
+    if (parse_device(offload_override, &dev))
+      return die("--offload-optimizer: expected none, cpu or nvme, got '%s'%s", offload_override, "");
     cfg.zero.offload_optimizer.device = dev;
     if (dev != ZO_OFFLOAD_NONE && cfg.zero.stage < 1) cfg.zero.stage = 2;
   }
-  if (nvme_override)
+  if (param_override) {
+    zo_offload_device dev;
+    if (parse_device(param_override, &dev))
+      return die("--offload-param: expected none, cpu or nvme, got '%s'%s", param_override, "");
+    cfg.zero.offload_param.device = dev;
+    if (dev != ZO_OFFLOAD_NONE) cfg.zero.stage = 3;
+  }
+  if (limit_override >= 0) cfg.zoffload.device_memory_limit = limit_override;
+  if (nvme_override) {
     snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_override);
+    snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", nvme_override);
+  }
   if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg.zero.offload_optimizer.nvme_path[0])
     return die("zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (or pass --nvme-path)%s%s",
                "", "");
@@ -195,6 +270,7 @@ int main(int argc, char **argv) {
   float *init = NULL;
   zo_device_t *dev = NULL;
   void *dev_grads = NULL; /* device memory: the gradients as the model hands them over */
+  size_t *goff = NULL;    /* element offset of each gradient in dev_grads */
   uint8_t *in = NULL, *tg = NULL;
   const int np = gpt_num_params(&ts.model);
   gpt_param_spec *specs = calloc(np, sizeof *specs);
@@ -237,9 +313,11 @@ int main(int argc, char **argv) {
   printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d: %zu parameters in %d tensors\n",
          config_path, ts.model.n_layer, ts.model.n_head, ts.model.d_model, T, total, np);
   printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | batch %d x %d micro x %d accum | "
-         "optimizer state: %s | working weights: %s | Adam SIMD: %s\n",
+         "optimizer state: %s | parameters: %s | working weights: %s | Adam SIMD: %s\n",
          ts.data_path, data_total_bytes(data), data_num_files(data), n_val, (int)cfg.train_batch_size, B, gas,
-         tier_name[cfg.zero.offload_optimizer.device], zo_dtype_name(zo_engine_working_dtype(eng)),
+         tier_name[cfg.zero.offload_optimizer.device],
+         cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
+         zo_dtype_name(zo_engine_working_dtype(eng)),
          zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
   fflush(stdout);
 
@@ -251,16 +329,21 @@ int main(int argc, char **argv) {
   double first_val = NAN, last_val = NAN, last_loss = NAN;
   const int print_every = (int)(cfg.steps_per_print > 0 ? cfg.steps_per_print : 10);
   int64_t step;
-  if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error; /* initial weights */
+  goff = calloc(np, sizeof *goff);
+  if (!goff) goto out;
+  for (int i = 0, off = 0; i < np; i++) goff[i] = off, off += (int)specs[i].n_elems;
+  layer_ctx lc = {.eng = eng, .model = model, .params = params, .specs = specs, .cfg = ts.model,
+                  .dev_grads = dev_grads, .goff = goff, .grad_dtype = grad_dtype};
+  gpt_set_hook(model, on_layer, &lc);
+  /* Evaluation passes fetch through the same hook but outside the trace. */
+  zo_engine_set_trace(eng, 0);
   first_val = eval_val(model, data, B, T, n_val, in, tg);
+  zo_engine_set_trace(eng, 1);
+  if (isnan(first_val)) goto engine_error;
   printf("step %5d/%lld | val %.4f (initial weights; ln(%d) = %.4f)\n", 0, (long long)ts.steps, first_val,
          ts.model.vocab, log((double)ts.model.vocab));
   t_start = t_window = now_s();
   for (step = 1; step <= ts.steps && !g_stop; step++) {
-    double t0 = now_s();
-    if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error;
-    double t1 = now_s();
-    t_fetch += t1 - t0;
     const double loss_scale = zo_engine_loss_scale(eng);
     gpt_zero_grad(model);
     double loss = 0;
@@ -269,40 +352,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
         goto out;
       }
+      lc.hand_over = micro == gas - 1;
       double a = now_s();
-      loss += gpt_forward(model, in, tg, B, T) / gas;
+      float l = gpt_forward(model, in, tg, B, T);
+      if (isnan(l)) goto layer_error;
+      loss += l / gas;
       double b = now_s();
-      if (gpt_backward(model, (float)(loss_scale / gas))) {
-        fprintf(stderr, "zo-train: error: backward: %s\n", gpt_last_error(model));
-        goto out;
-      }
+      if (gpt_backward(model, (float)(loss_scale / gas))) goto layer_error;
       t_fwd += b - a;
       t_bwd += now_s() - b;
     }
     tokens_window += (int64_t)B * T * gas;
     last_loss = loss;
-    /* Hand each gradient over in reverse order, as a backward pass produces
-     * them: written to device memory in the model's working precision, as a
-     * bf16 or fp16 model produces them (fp16 overflow becomes inf). */
     double t2 = now_s();
-    size_t off = 0;
-    for (int i = np - 1; i >= 0; i--) {
-      void *g = (char *)dev_grads + off * zo_dtype_size(grad_dtype);
-      if (zo_cast(g, grad_dtype, gpt_grad(model, i), ZO_DTYPE_F32, specs[i].n_elems, 0) != ZO_OK ||
-          zo_engine_grad_ready(eng, params[i], g, grad_dtype) != ZO_OK)
-        goto engine_error;
-      off += specs[i].n_elems;
-    }
     zo_step_info info;
     if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
     t_opt += now_s() - t2;
     t_swap += info.swap_s;
     t_adam += info.adam_s;
+    t_fetch += info.fetch_wait_s;
     skipped += info.skipped;
 
     if (step % print_every == 0 || step == ts.steps) {
       double tw = now_s() - t_window;
+      zo_engine_set_trace(eng, 0);
       double val = eval_val(model, data, B, T, n_val, in, tg);
+      zo_engine_set_trace(eng, 1);
       last_val = val;
       zo_engine_mem mem;
       zo_engine_mem_info(eng, &mem);
@@ -343,6 +418,7 @@ int main(int argc, char **argv) {
          (long long)(step - 1), wall, last_loss, first_val, last_val, (long long)skipped);
 
   if (do_sample && ts.sample_bytes > 0 && !g_stop) {
+    zo_engine_set_trace(eng, 0);
     if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error; /* final weights */
     uint8_t *s = malloc(ts.sample_bytes + 1);
     static const uint8_t prompt[] = "The ";
@@ -357,6 +433,10 @@ int main(int argc, char **argv) {
   rc = 0;
   goto out;
 
+layer_error:
+  if (lc.failed) goto engine_error; /* the hook failed on an engine call */
+  fprintf(stderr, "zo-train: error: %s\n", gpt_last_error(model));
+  goto out;
 engine_error:
   fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
 out:
@@ -371,5 +451,6 @@ out:
   free(init);
   free(in);
   free(tg);
+  free(goff);
   return rc;
 }

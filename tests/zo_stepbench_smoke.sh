@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# zo_stepbench_smoke.sh - runs zo-stepbench on a tiny synthetic model (parameters and optimizer state on
+# NVMe, emulated link) in a scratch directory under the build dir, and checks its exit status, printed
+# report and the JSON keys the issue's contract names (grep/sed/awk only). It checks the tool works and
+# reports; it does not judge the disk's or the pipeline's speed.
+# usage: zo_stepbench_smoke.sh ZO_STEPBENCH_BINARY SCRATCH_PARENT_DIR
+set -u
+bin=${1:?usage: zo_stepbench_smoke.sh BIN DIR}
+parent=${2:?usage: zo_stepbench_smoke.sh BIN DIR}
+[ -x "$bin" ] || { echo "SKIP: $bin not built"; exit 77; }
+dir=$(mktemp -d "$parent/stepbench-smoke.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+fails=0
+fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
+
+# 1. --help names every flag and exits 0.
+help=$("$bin" --help) || fail "--help exited $?"
+for flag in --params --layers --nvme-path --steps --compute-ms-per-layer --offload-param --offload-optimizer \
+  --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --help; do
+  grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
+done
+
+# 2. Bad input is refused with a message naming the flag, not a crash.
+"$bin" --params banana --layers 2 --nvme-path "$dir" --steps 1 >/dev/null 2>"$dir/err" && fail "--params banana accepted"
+grep -q -- "--params" "$dir/err" || fail "--params banana: no message naming --params: $(cat "$dir/err")"
+"$bin" --params 1000 --layers 2 --nvme-path "$dir/does-not-exist" --steps 1 >/dev/null 2>"$dir/err" &&
+  fail "missing --nvme-path directory accepted"
+grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the error: $(cat "$dir/err")"
+"$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --offload-param gpu >/dev/null 2>"$dir/err" &&
+  fail "--offload-param gpu accepted"
+"$bin" --layers 2 --nvme-path "$dir" --steps 1 >/dev/null 2>&1 && fail "missing --params accepted"
+
+# 3. A tiny run: 2M parameters in 4 layers, everything on NVMe, 3 steps.
+json="$dir/sb.json"
+out=$("$bin" --params 2M --layers 4 --nvme-path "$dir" --steps 3 --compute-ms-per-layer 1 \
+  --offload-param nvme --offload-optimizer nvme --link-gbps 8 --sub-group-size 262144 --buffer-count 4 \
+  --json "$json" 2>&1)
+rc=$?
+echo "$out"
+[ "$rc" -eq 0 ] || fail "run exited $rc"
+[ -s "$json" ] || { fail "no JSON written"; echo "$fails failure(s)"; exit 1; }
+grep -Eq '^  (PASS|MISS|n/a) +disk' <<<"$out" || fail "no disk target line printed"
+grep -Eq '^  (PASS|MISS|n/a) +overlap' <<<"$out" || fail "no overlap target line printed"
+n_steps=$(grep -c '^step [0-9]*:' <<<"$out")
+[ "$n_steps" -eq 3 ] || fail "printed $n_steps step lines, want 3"
+
+# Contract keys (issue 5) at the top level, then the extras.
+for key in params step_s disk_gbps baseline_disk_gbps overlap_efficiency; do
+  grep -q "^  \"$key\": " "$json" || fail "JSON lacks top-level \"$key\""
+done
+for key in config per_step targets exposed baseline definitions params_per_s link_gbps fetch_wait_s; do
+  grep -q "\"$key\": " "$json" || fail "JSON lacks \"$key\""
+done
+p=$(sed -n 's/^  "params": \([0-9]*\),*$/\1/p' "$json")
+[ "$p" = "2000000" ] || fail "params is '$p', want 2000000"
+# Top-level rates and times are positive numbers (baseline measured: the run used nvme).
+for key in step_s disk_gbps baseline_disk_gbps overlap_efficiency params_per_s link_gbps; do
+  v=$(sed -n "s/^  \"$key\": \\([^,]*\\),*\$/\\1/p" "$json")
+  awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "\"$key\" is '$v', want a positive number"
+done
+n_ps=$(grep -c '"step": [0-9]' "$json")
+[ "$n_ps" -eq 3 ] || fail "per_step has $n_ps entries, want 3"
+grep -Eq '"status": "(PASS|MISS|n/a)"' "$json" || fail "targets carry no status"
+
+# 4. Optimizer on cpu, fp32, no disk: baseline is null, the run still reports.
+out2=$("$bin" --params 100000 --layers 2 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 \
+  --offload-param cpu --offload-optimizer cpu --fp32 --link-gbps 0 --json "$dir/cpu.json" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || { echo "$out2"; fail "cpu/cpu run exited $rc"; }
+grep -q '^  "baseline_disk_gbps": null' "$dir/cpu.json" || fail "cpu run: baseline_disk_gbps is not null"
+grep -Eq '^  n/a +disk' <<<"$out2" || fail "cpu run: disk target not n/a"
+
+# 5. Nothing left behind: no private swap directory, no baseline file.
+left=$(find "$dir" -maxdepth 1 \( -name 'zoffload-*' -o -name 'zo-stepbench-baseline*' \) | head -1)
+[ -z "$left" ] || fail "left behind: $left"
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "PASS"
+exit 0

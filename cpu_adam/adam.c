@@ -1,6 +1,7 @@
 /*
- * adam.c - CPU Adam/AdamW entry points: argument checks, CPUID dispatch,
- * OpenMP splitting, and the scalar reference kernels (also the AVX2 tails).
+ * adam.c - CPU feature detection and SIMD level choice, zo_adam_step[_ex]
+ * (thin OpenMP wrappers over the fused range kernels of fused.c), zo_cast and
+ * the scalar reference sqnorm and cast kernels (also the AVX2 tails).
  * It is not the fast path: the vector bodies live in adam_avx2.c / adam_avx512.c.
  */
 #include <cpuid.h>
@@ -136,17 +137,9 @@ static void thread_range(size_t n, int nt, int t, size_t *b, size_t *e) {
 
 /* ---------------------------------------------------------------- scalar reference */
 
-void zo_adam_kernel_scalar(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v,
-                           void *out, zo_dtype ot, size_t n) {
+void zo_sqnorm_lanes_scalar(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]) {
   for (size_t i = 0; i < n; i++) {
-    zo_adam_elem(c, &p[i], zo_load_as_f32(g, gt, i), &m[i], &v[i]);
-    if (out) zo_store_from_f32(out, ot, i, p[i]);
-  }
-}
-
-void zo_sqnorm_lanes_scalar(const float *g, size_t n, double acc[ZO_SQNORM_LANES]) {
-  for (size_t i = 0; i < n; i++) {
-    double x = (double)g[i];
+    double x = (double)zo_load_as_f32(g, gt, i);
     acc[i % ZO_SQNORM_LANES] += x * x;
   }
 }
@@ -200,6 +193,7 @@ void zo_adam_make_consts(const zo_adam_hparams *hp, zo_adam_consts *c) {
   c->grad_scale = hp->grad_scale;
 }
 
+/* A thin wrapper over the fused range kernels of zo_adam_update() (fp32 states, no seed), split over OpenMP. */
 zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad, zo_dtype grad_dtype,
                           float *exp_avg, float *exp_avg_sq, void *param_out, zo_dtype out_dtype, size_t n,
                           zo_simd simd, int n_threads) {
@@ -212,29 +206,21 @@ zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *g
   zo_simd lvl = ZO_SIMD_SCALAR;
   ZO_CHECK(zo_adam_resolve_simd("zo_adam_step", simd, &lvl));
   if (n == 0) return ZO_OK;
-  if (!param || !grad || !exp_avg || !exp_avg_sq)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: %s is NULL with n = %zu",
-                        !param ? "param" : !grad ? "grad" : !exp_avg ? "exp_avg" : "exp_avg_sq", n);
-  zo_adam_consts c;
-  zo_adam_make_consts(hp, &c);
-  zo_adam_kernel_fn fn = lvl == ZO_SIMD_AVX512 ? zo_adam_kernel_avx512
-                         : lvl == ZO_SIMD_AVX2 ? zo_adam_kernel_avx2
-                                               : zo_adam_kernel_scalar;
-  size_t gsz = zo_dtype_size(grad_dtype), osz = zo_dtype_size(out_dtype);
+  zo_adam_shard sh = {param, grad, grad_dtype, exp_avg, exp_avg_sq, ZO_DTYPE_F32, param_out, out_dtype, n, 0};
+  zo_adam_job j;
+  ZO_CHECK(zo_adam_job_init("zo_adam_step", hp, &sh, 0, &j));
+  zo_adam_range_fn fn = zo_adam_range_for(lvl);
   int nt = pick_threads(n_threads, n);
   if (nt == 1) {
-    fn(&c, param, grad, grad_dtype, exp_avg, exp_avg_sq, param_out, out_dtype, n);
+    fn(&j, 0, n);
     return ZO_OK;
   }
 #pragma omp parallel num_threads(nt)
   {
-    int t = omp_get_thread_num(), team = omp_get_num_threads();
     /* The team may be smaller than asked (nesting, thread limits): ranges follow the real team size. */
     size_t b, e;
-    thread_range(n, team, t, &b, &e);
-    if (e > b)
-      fn(&c, param + b, (const char *)grad + b * gsz, grad_dtype, exp_avg + b, exp_avg_sq + b,
-         param_out ? (void *)((char *)param_out + b * osz) : NULL, out_dtype, e - b);
+    thread_range(n, omp_get_num_threads(), omp_get_thread_num(), &b, &e);
+    if (e > b) fn(&j, b, e);
   }
   return ZO_OK;
 }
@@ -246,50 +232,8 @@ zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const float *gra
 
 /* ---------------------------------------------------------------- gradient norm */
 
-static double lanes_sum(const double acc[ZO_SQNORM_LANES]) {
-  /* fixed pairwise tree: (0+8),(1+9)... then halves again */
-  double t[ZO_SQNORM_LANES];
-  memcpy(t, acc, sizeof t);
-  for (int w = ZO_SQNORM_LANES / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; i++) t[i] = t[i] + t[i + w];
-  return t[0];
-}
-
 zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_threads, double *sqnorm, int *nonfinite) {
-  if (!sqnorm) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm: sqnorm is NULL");
-  *sqnorm = 0.0;
-  if (nonfinite) *nonfinite = 0;
-  zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(zo_adam_resolve_simd("zo_grad_sqnorm", simd, &lvl));
-  if (n == 0) return ZO_OK;
-  if (!grad) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm: grad is NULL with n = %zu", n);
-  zo_sqnorm_fn fn = lvl == ZO_SIMD_AVX512 ? zo_sqnorm_lanes_avx512
-                    : lvl == ZO_SIMD_AVX2 ? zo_sqnorm_lanes_avx2
-                                          : zo_sqnorm_lanes_scalar;
-  size_t nchunks = (n + ZO_SQNORM_CHUNK - 1) / ZO_SQNORM_CHUNK;
-  double stack_part[64];
-  double *part = stack_part;
-  if (nchunks > 64) {
-    part = malloc(nchunks * sizeof *part);
-    if (!part)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_grad_sqnorm: cannot allocate %zu chunk partials", nchunks);
-  }
-  int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-  if ((size_t)nt > nchunks) nt = (int)nchunks;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (size_t k = 0; k < nchunks; k++) {
-    size_t b = k * ZO_SQNORM_CHUNK, e = b + ZO_SQNORM_CHUNK < n ? b + ZO_SQNORM_CHUNK : n;
-    double acc[ZO_SQNORM_LANES] = {0};
-    fn(grad + b, e - b, acc);
-    part[k] = lanes_sum(acc);
-  }
-  double s = 0.0;
-  for (size_t k = 0; k < nchunks; k++) s += part[k];
-  if (part != stack_part) free(part);
-  *sqnorm = s;
-  /* Squares of finite floats cannot overflow a double sum, so a nonfinite sum means a nonfinite input. */
-  if (nonfinite) *nonfinite = !isfinite(s);
-  return ZO_OK;
+  return zo_sqnorm_run("zo_grad_sqnorm", grad, ZO_DTYPE_F32, n, simd, n_threads, sqnorm, nonfinite);
 }
 
 /* ---------------------------------------------------------------- casts */

@@ -39,88 +39,31 @@ AI void store8(void *a, zo_dtype ot, __m256 f) {
   }
 }
 
-/* gt, ot and has_out are compile-time constants in every instantiation below. */
-AI void adam_body(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v, void *out,
-                  zo_dtype ot, int has_out, size_t n) {
-  const __m256 b1 = _mm256_set1_ps(c->b1), omb1 = _mm256_set1_ps(c->omb1);
-  const __m256 b2 = _mm256_set1_ps(c->b2), omb2 = _mm256_set1_ps(c->omb2);
-  const __m256 eps = _mm256_set1_ps(c->eps), ss = _mm256_set1_ps(c->step_size);
-  const __m256 sbc2 = _mm256_set1_ps(c->sqrt_bc2), wd = _mm256_set1_ps(c->wd);
-  const __m256 decay = _mm256_set1_ps(c->decay), gs = _mm256_set1_ps(c->grad_scale);
-  const int l2 = c->l2;
-  const size_t gsz = zo_dtype_size(gt), osz = zo_dtype_size(ot);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 pv = _mm256_loadu_ps(p + i);
-    __m256 gv = _mm256_mul_ps(load8((const char *)g + i * gsz, gt), gs);
-    if (l2)
-      gv = _mm256_add_ps(gv, _mm256_mul_ps(wd, pv));
-    else
-      pv = _mm256_mul_ps(pv, decay);
-    __m256 mv = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gv));
-    __m256 vv = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gv), gv));
-    __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), sbc2), eps);
-    pv = _mm256_sub_ps(pv, _mm256_mul_ps(ss, _mm256_div_ps(mv, den)));
-    _mm256_storeu_ps(p + i, pv);
-    _mm256_storeu_ps(m + i, mv);
-    _mm256_storeu_ps(v + i, vv);
-    if (has_out) store8((char *)out + i * osz, ot, pv);
-  }
-  if (i < n)
-    zo_adam_kernel_scalar(c, p + i, (const char *)g + i * gsz, gt, m + i, v + i,
-                          has_out ? (void *)((char *)out + i * osz) : NULL, ot, n - i);
+/* Squares of 16 floats (two vectors) added to the lanes i % 16 = 0-3, 4-7, 8-11, 12-15 (FMA: d*d is exact, so same bits). */
+AI void sq16(__m256 x0, __m256 x1, __m256d *a) {
+  __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x0)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1));
+  __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(x1)), d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1));
+  a[0] = _mm256_fmadd_pd(d0, d0, a[0]);
+  a[1] = _mm256_fmadd_pd(d1, d1, a[1]);
+  a[2] = _mm256_fmadd_pd(d2, d2, a[2]);
+  a[3] = _mm256_fmadd_pd(d3, d3, a[3]);
 }
 
-#define ADAM_VARIANT(name, GT, OT, HAS)                                                                       \
-  static void name(const zo_adam_consts *c, float *p, const void *g, float *m, float *v, void *out, size_t n) { \
-    adam_body(c, p, g, GT, m, v, out, OT, HAS, n);                                                              \
-  }
-ADAM_VARIANT(adam_f32_none, ZO_DTYPE_F32, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_f32_f32, ZO_DTYPE_F32, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_f32_bf16, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_f32_f16, ZO_DTYPE_F32, ZO_DTYPE_F16, 1)
-ADAM_VARIANT(adam_bf16_none, ZO_DTYPE_BF16, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_bf16_f32, ZO_DTYPE_BF16, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_bf16_bf16, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_bf16_f16, ZO_DTYPE_BF16, ZO_DTYPE_F16, 1)
-ADAM_VARIANT(adam_f16_none, ZO_DTYPE_F16, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_f16_f32, ZO_DTYPE_F16, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_f16_bf16, ZO_DTYPE_F16, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_f16_f16, ZO_DTYPE_F16, ZO_DTYPE_F16, 1)
-
-typedef void (*variant_fn)(const zo_adam_consts *, float *, const void *, float *, float *, void *, size_t);
-/* [grad dtype][out: 0 none, 1 + dtype] */
-static const variant_fn k_variants[3][4] = {
-    [ZO_DTYPE_F32] = {adam_f32_none, adam_f32_f32, adam_f32_f16, adam_f32_bf16},
-    [ZO_DTYPE_F16] = {adam_f16_none, adam_f16_f32, adam_f16_f16, adam_f16_bf16},
-    [ZO_DTYPE_BF16] = {adam_bf16_none, adam_bf16_f32, adam_bf16_f16, adam_bf16_bf16},
-};
-
-void zo_adam_kernel_avx2(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v, void *out,
-                         zo_dtype ot, size_t n) {
-  k_variants[gt][out ? 1 + (int)ot : 0](c, p, g, m, v, out, n);
-}
-
-void zo_sqnorm_lanes_avx2(const float *g, size_t n, double acc[ZO_SQNORM_LANES]) {
-  /* a0: lanes 0-3, a1: 4-7, a2: 8-11, a3: 12-15, matching element i -> lane i % 16 */
-  __m256d a0 = _mm256_loadu_pd(acc), a1 = _mm256_loadu_pd(acc + 4);
-  __m256d a2 = _mm256_loadu_pd(acc + 8), a3 = _mm256_loadu_pd(acc + 12);
+void zo_sqnorm_lanes_avx2(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]) {
+  __m256d a[4] = {_mm256_loadu_pd(acc), _mm256_loadu_pd(acc + 4), _mm256_loadu_pd(acc + 8), _mm256_loadu_pd(acc + 12)};
+  const size_t gsz = zo_dtype_size(gt);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 x0 = _mm256_loadu_ps(g + i), x1 = _mm256_loadu_ps(g + i + 8);
-    __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x0)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1));
-    __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(x1)), d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1));
-    a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));
-    a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));
-    a2 = _mm256_add_pd(a2, _mm256_mul_pd(d2, d2));
-    a3 = _mm256_add_pd(a3, _mm256_mul_pd(d3, d3));
-  }
-  _mm256_storeu_pd(acc, a0);
-  _mm256_storeu_pd(acc + 4, a1);
-  _mm256_storeu_pd(acc + 8, a2);
-  _mm256_storeu_pd(acc + 12, a3);
+  if (gt == ZO_DTYPE_F32)
+    for (; i + 16 <= n; i += 16) sq16(_mm256_loadu_ps((const float *)g + i), _mm256_loadu_ps((const float *)g + i + 8), a);
+  else if (gt == ZO_DTYPE_BF16)
+    for (; i + 16 <= n; i += 16)
+      sq16(load8((const uint16_t *)g + i, ZO_DTYPE_BF16), load8((const uint16_t *)g + i + 8, ZO_DTYPE_BF16), a);
+  else
+    for (; i + 16 <= n; i += 16)
+      sq16(load8((const uint16_t *)g + i, ZO_DTYPE_F16), load8((const uint16_t *)g + i + 8, ZO_DTYPE_F16), a);
+  for (int k = 0; k < 4; k++) _mm256_storeu_pd(acc + 4 * k, a[k]);
   /* i is a multiple of 16 here, so the scalar tail keeps the lane mapping */
-  if (i < n) zo_sqnorm_lanes_scalar(g + i, n - i, acc);
+  if (i < n) zo_sqnorm_lanes_scalar((const char *)g + i * gsz, gt, n - i, acc);
 }
 
 void zo_cast_kernel_avx2(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n) {
@@ -151,17 +94,18 @@ AI __m256i sr_hash8(uint64_t seed, uint32_t step32, size_t i) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   uint64_t key = seed + (uint64_t)i;
   uint32_t lo0 = (uint32_t)key, hi = (uint32_t)(key >> 32);
+  uint32_t base = zo_sr_base(hi, step32);
   __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)lo0), iota);
-  __m256i x = _mm256_add_epi32(lo, _mm256_set1_epi32((int)(0x9e3779b9u * hi + 0x85ebca77u * step32)));
-  if (lo0 > 0xfffffff8u) { /* some lanes wrapped past 2^32: they belong to hi + 1 */
+  __m256i x = _mm256_add_epi32(lo, _mm256_set1_epi32((int)base));
+  if (__builtin_expect(lo0 > 0xfffffff8u, 0)) { /* some lanes wrapped past 2^32: they belong to hi + 1 */
     __m256i bias = _mm256_set1_epi32((int)0x80000000u);
     __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)lo0), bias), _mm256_xor_si256(lo, bias));
-    x = _mm256_add_epi32(x, _mm256_and_si256(wrapped, _mm256_set1_epi32((int)0x9e3779b9u)));
+    __m256i x1 = _mm256_add_epi32(lo, _mm256_set1_epi32((int)zo_sr_base(hi + 1u, step32)));
+    x = _mm256_blendv_epi8(x, x1, wrapped);
   }
-  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x85ebca6bu));
-  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 13));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0xc2b2ae35u));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)ZO_SR_MUL1));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)ZO_SR_MUL2));
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 

@@ -10,12 +10,23 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/*
+ * 16 bf16 (in the low half of h) -> float32: one word permute that moves word
+ * k to word 2k+1 and zeroes the even words (the mask), instead of a
+ * zero-extend and a shift.
+ */
+AI __m512 widen_bf16(__m256i h) {
+  const __m512i idx = _mm512_setr_epi32(0 << 16, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16, 6 << 16, 7 << 16, 8 << 16,
+                                        9 << 16, 10 << 16, 11 << 16, 12 << 16, 13 << 16, 14 << 16, 15 << 16);
+  return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xaaaaaaaau, idx, _mm512_castsi256_si512(h)));
+}
+
 /* Load up to 16 elements of dtype t (lanes outside mask k read as 0) as float. */
 AI __m512 load16(const void *a, zo_dtype t, __mmask16 k) {
   if (t == ZO_DTYPE_F32) return _mm512_maskz_loadu_ps(k, a);
   __m256i h = _mm256_maskz_loadu_epi16(k, a);
   if (t == ZO_DTYPE_F16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return widen_bf16(h);
 }
 
 /* float32 -> bf16 bits (low half of each 32-bit lane), round to nearest even, NaN quieted. */
@@ -39,121 +50,147 @@ AI void store16(void *a, zo_dtype t, __m512 f, __mmask16 k) {
 
 AI __mmask16 tail_mask(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
 
-/* One 16-lane update at element i; lanes outside k are neither read nor written. */
-AI void adam16(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v, void *out,
-               zo_dtype ot, int has_out, size_t i, __mmask16 k) {
-  const size_t gsz = zo_dtype_size(gt), osz = zo_dtype_size(ot);
-  __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
-  __m512 gv = _mm512_mul_ps(load16((const char *)g + i * gsz, gt, k), _mm512_set1_ps(c->grad_scale));
-  if (c->l2)
-    gv = _mm512_add_ps(gv, _mm512_mul_ps(_mm512_set1_ps(c->wd), pv));
-  else
-    pv = _mm512_mul_ps(pv, _mm512_set1_ps(c->decay));
-  __m512 mv = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(c->b1), _mm512_maskz_loadu_ps(k, m + i)),
-                            _mm512_mul_ps(_mm512_set1_ps(c->omb1), gv));
-  __m512 vv = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(c->b2), _mm512_maskz_loadu_ps(k, v + i)),
-                            _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c->omb2), gv), gv));
-  __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(c->sqrt_bc2)), _mm512_set1_ps(c->eps));
-  pv = _mm512_sub_ps(pv, _mm512_mul_ps(_mm512_set1_ps(c->step_size), _mm512_div_ps(mv, den)));
-  _mm512_mask_storeu_ps(p + i, k, pv);
-  _mm512_mask_storeu_ps(m + i, k, mv);
-  _mm512_mask_storeu_ps(v + i, k, vv);
-  if (has_out) store16((char *)out + i * osz, ot, pv, k);
+/* Squares of 16 floats added to the lanes i % 16 = 0-7 (a0) and 8-15 (a1); FMA is exact here (d*d fits a double). */
+AI void sq16(__m512 x, __m512d *a0, __m512d *a1) {
+  __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  *a0 = _mm512_fmadd_pd(d0, d0, *a0);
+  *a1 = _mm512_fmadd_pd(d1, d1, *a1);
 }
 
 /*
- * gt, ot and has_out are compile-time constants in every instantiation below.
- * Full vectors use an all-ones constant mask (the compiler emits plain loads
- * and stores); only the last partial vector is masked.
+ * Full vectors use plain (unmasked) loads: per-vector masked loads kept the
+ * old loop at about 6 GB/s from DRAM. Two independent accumulator pairs per
+ * lane group would change the order, so each lane keeps one chain; the
+ * unroll only feeds it (a double add chain of 16 elements per 4 cycles is
+ * far above what DRAM delivers).
  */
-AI void adam_body(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v, void *out,
-                  zo_dtype ot, int has_out, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) adam16(c, p, g, gt, m, v, out, ot, has_out, i, (__mmask16)0xffff);
-  if (i < n) adam16(c, p, g, gt, m, v, out, ot, has_out, i, tail_mask(n - i));
-}
-
-#define ADAM_VARIANT(name, GT, OT, HAS)                                                                       \
-  static void name(const zo_adam_consts *c, float *p, const void *g, float *m, float *v, void *out, size_t n) { \
-    adam_body(c, p, g, GT, m, v, out, OT, HAS, n);                                                              \
-  }
-ADAM_VARIANT(adam_f32_none, ZO_DTYPE_F32, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_f32_f32, ZO_DTYPE_F32, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_f32_bf16, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_f32_f16, ZO_DTYPE_F32, ZO_DTYPE_F16, 1)
-ADAM_VARIANT(adam_bf16_none, ZO_DTYPE_BF16, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_bf16_f32, ZO_DTYPE_BF16, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_bf16_bf16, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_bf16_f16, ZO_DTYPE_BF16, ZO_DTYPE_F16, 1)
-ADAM_VARIANT(adam_f16_none, ZO_DTYPE_F16, ZO_DTYPE_F32, 0)
-ADAM_VARIANT(adam_f16_f32, ZO_DTYPE_F16, ZO_DTYPE_F32, 1)
-ADAM_VARIANT(adam_f16_bf16, ZO_DTYPE_F16, ZO_DTYPE_BF16, 1)
-ADAM_VARIANT(adam_f16_f16, ZO_DTYPE_F16, ZO_DTYPE_F16, 1)
-
-typedef void (*variant_fn)(const zo_adam_consts *, float *, const void *, float *, float *, void *, size_t);
-/* [grad dtype][out: 0 none, 1 + dtype] */
-static const variant_fn k_variants[3][4] = {
-    [ZO_DTYPE_F32] = {adam_f32_none, adam_f32_f32, adam_f32_f16, adam_f32_bf16},
-    [ZO_DTYPE_F16] = {adam_f16_none, adam_f16_f32, adam_f16_f16, adam_f16_bf16},
-    [ZO_DTYPE_BF16] = {adam_bf16_none, adam_bf16_f32, adam_bf16_f16, adam_bf16_bf16},
-};
-
-void zo_adam_kernel_avx512(const zo_adam_consts *c, float *p, const void *g, zo_dtype gt, float *m, float *v,
-                           void *out, zo_dtype ot, size_t n) {
-  k_variants[gt][out ? 1 + (int)ot : 0](c, p, g, m, v, out, n);
-}
-
-void zo_sqnorm_lanes_avx512(const float *g, size_t n, double acc[ZO_SQNORM_LANES]) {
-  /* a0: lanes 0-7, a1: lanes 8-15 (element i -> lane i % 16); masked-off lanes add +0.0, a no-op on sums >= +0 */
+AI void sqnorm_body(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]) {
   __m512d a0 = _mm512_loadu_pd(acc), a1 = _mm512_loadu_pd(acc + 8);
-  for (size_t i = 0; i < n; i += 16) {
-    __m512 x = _mm512_maskz_loadu_ps(tail_mask(n - i), g + i);
-    __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-    __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    a0 = _mm512_add_pd(a0, _mm512_mul_pd(d0, d0));
-    a1 = _mm512_add_pd(a1, _mm512_mul_pd(d1, d1));
+  const size_t gsz = zo_dtype_size(gt);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 x0 = load16((const char *)g + i * gsz, gt, (__mmask16)0xffff);
+    __m512 x1 = load16((const char *)g + (i + 16) * gsz, gt, (__mmask16)0xffff);
+    sq16(x0, &a0, &a1);
+    sq16(x1, &a0, &a1);
   }
+  /* masked-off lanes add +0.0, a no-op on sums >= +0 */
+  for (; i < n; i += 16) sq16(load16((const char *)g + i * gsz, gt, tail_mask(n - i)), &a0, &a1);
   _mm512_storeu_pd(acc, a0);
   _mm512_storeu_pd(acc + 8, a1);
 }
 
-/* The cast body; native_bf16 selects vcvtneps2bf16 (only instantiated under the avx512bf16 target). */
-#define CAST_BODY(F32_TO_BF16)                                                                      \
-  for (size_t i = 0; i < n; i += 16) {                                                              \
-    __mmask16 k = tail_mask(n - i);                                                                 \
-    const void *s = (const char *)src + i * ssz;                                                    \
-    void *d = (char *)dst + i * dsz;                                                                \
-    if (st == ZO_DTYPE_F32 && dt == ZO_DTYPE_BF16) {                                                \
-      F32_TO_BF16(d, _mm512_maskz_loadu_ps(k, s), k);                                               \
-    } else {                                                                                        \
-      store16(d, dt, load16(s, st, k), k);                                                          \
-    }                                                                                               \
-  }
-
-#define F32_TO_BF16_INT(d, f, k) store16((d), ZO_DTYPE_BF16, (f), (k))
-
-void zo_cast_kernel_avx512(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n) {
-  const size_t ssz = zo_dtype_size(st), dsz = zo_dtype_size(dt);
-  CAST_BODY(F32_TO_BF16_INT)
+void zo_sqnorm_lanes_avx512(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]) {
+  if (gt == ZO_DTYPE_F32)
+    sqnorm_body(g, ZO_DTYPE_F32, n, acc);
+  else if (gt == ZO_DTYPE_BF16)
+    sqnorm_body(g, ZO_DTYPE_BF16, n, acc);
+  else
+    sqnorm_body(g, ZO_DTYPE_F16, n, acc);
 }
 
 /*
- * vcvtneps2bf16 rounds to nearest even and quiets NaN exactly like the integer
- * path, but treats denormal inputs as zero; lanes holding a nonzero denormal
- * are redone with the integer trick so every level gives the same bits.
+ * Casts: a masked head until dst is 64-byte aligned, full vectors with plain
+ * loads and stores (non-temporal when the call writes at least
+ * ZO_CAST_NT_BYTES, so a large cast does not read dst's lines for
+ * ownership), a masked tail. The old loop masked every load and store and
+ * reached about 8 GB/s per thread.
  */
-__attribute__((target("avx512bf16"))) static inline void f32_to_bf16_native(void *d, __m512 f, __mmask16 k) {
-  __m256i r = (__m256i)_mm512_cvtneps_pbh(f);
-  __m512i ax = _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32(0x7fffffff));
-  __mmask16 den = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(ax, ax), ax, _mm512_set1_epi32(0x00800000));
-  if (den & k) r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(bf16_bits16(f)));
-  _mm256_mask_storeu_epi16(d, k, r);
+AI void store16_full(void *a, zo_dtype t, __m512 f, int nt) {
+  if (t == ZO_DTYPE_F32) {
+    if (nt)
+      _mm512_stream_ps(a, f);
+    else
+      _mm512_storeu_ps(a, f);
+    return;
+  }
+  __m256i h = t == ZO_DTYPE_F16 ? _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                : _mm512_cvtepi32_epi16(bf16_bits16(f));
+  if (nt)
+    _mm256_stream_si256((__m256i *)a, h);
+  else
+    _mm256_storeu_si256((__m256i *)a, h);
 }
 
-__attribute__((target("avx512bf16"))) void zo_cast_kernel_avx512bf16(void *dst, zo_dtype dt, const void *src,
-                                                                      zo_dtype st, size_t n) {
+static inline int cast_head(const void *dst, size_t dsz, size_t n) {
+  size_t mis = (uintptr_t)dst & 63;
+  if (mis % dsz) return 0; /* never aligned: no head, no streaming */
+  size_t h = ((64 - mis) & 63) / dsz;
+  return (int)(h < n ? h : n);
+}
+
+AI void cast_body(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n) {
   const size_t ssz = zo_dtype_size(st), dsz = zo_dtype_size(dt);
-  CAST_BODY(f32_to_bf16_native)
+  const size_t head = (size_t)cast_head(dst, dsz, n); /* up to 31 elements */
+  size_t i = 0;
+  for (; i < head; i += 16)
+    store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(head - i)), tail_mask(head - i));
+  i = head;
+  int nt = n * dsz >= ZO_CAST_NT_BYTES && ((uintptr_t)((char *)dst + i * dsz) & 63) == 0;
+  if (nt)
+    for (; i + 16 <= n; i += 16) store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 1);
+  else
+    for (; i + 16 <= n; i += 16) store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 0);
+  if (i < n) store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(n - i)), tail_mask(n - i));
+  if (nt) _mm_sfence();
+}
+
+#define CAST_VARIANT(name, DT, ST) \
+  static void name(void *dst, const void *src, size_t n) { cast_body(dst, DT, src, ST, n); }
+CAST_VARIANT(cast_f32_bf16, ZO_DTYPE_BF16, ZO_DTYPE_F32)
+CAST_VARIANT(cast_f32_f16, ZO_DTYPE_F16, ZO_DTYPE_F32)
+CAST_VARIANT(cast_bf16_f32, ZO_DTYPE_F32, ZO_DTYPE_BF16)
+CAST_VARIANT(cast_f16_f32, ZO_DTYPE_F32, ZO_DTYPE_F16)
+CAST_VARIANT(cast_bf16_f16, ZO_DTYPE_F16, ZO_DTYPE_BF16)
+CAST_VARIANT(cast_f16_bf16, ZO_DTYPE_BF16, ZO_DTYPE_F16)
+
+void zo_cast_kernel_avx512(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n) {
+  if (st == ZO_DTYPE_F32)
+    (dt == ZO_DTYPE_BF16 ? cast_f32_bf16 : cast_f32_f16)(dst, src, n);
+  else if (st == ZO_DTYPE_BF16)
+    (dt == ZO_DTYPE_F32 ? cast_bf16_f32 : cast_bf16_f16)(dst, src, n);
+  else
+    (dt == ZO_DTYPE_F32 ? cast_f16_f32 : cast_f16_bf16)(dst, src, n);
+}
+
+/*
+ * F32 -> BF16 with AVX512-BF16: vcvtne2ps2bf16 converts 32 floats into one
+ * zmm. It rounds to nearest even and quiets NaN exactly like the integer
+ * path, but treats denormal inputs as zero; vectors holding a denormal
+ * (vfpclassps category 0x20) are redone with the integer trick, so every
+ * level gives the same bits.
+ */
+__attribute__((target("avx512bf16"))) static inline __m512i cvt32_bf16(__m512 lo, __m512 hi) {
+  __m512i r = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0))
+    r = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_bits16(lo))),
+                           _mm512_cvtepi32_epi16(bf16_bits16(hi)), 1);
+  return r;
+}
+
+__attribute__((target("avx512bf16"))) static void cast_f32_bf16_native(uint16_t *dst, const float *src, size_t n) {
+  const size_t head = (size_t)cast_head(dst, 2, n); /* up to 31 elements */
+  size_t i = 0;
+  for (; i < head; i += 16)
+    store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(head - i)), tail_mask(head - i));
+  i = head;
+  int nt = n * 2 >= ZO_CAST_NT_BYTES && ((uintptr_t)(dst + i) & 63) == 0;
+  if (nt)
+    for (; i + 32 <= n; i += 32)
+      _mm512_stream_si512((void *)(dst + i), cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
+  else
+    for (; i + 32 <= n; i += 32)
+      _mm512_storeu_si512(dst + i, cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
+  for (; i < n; i += 16) store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(n - i)), tail_mask(n - i));
+  if (nt) _mm_sfence();
+}
+
+void zo_cast_kernel_avx512bf16(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n) {
+  if (st == ZO_DTYPE_F32 && dt == ZO_DTYPE_BF16)
+    cast_f32_bf16_native(dst, src, n);
+  else
+    zo_cast_kernel_avx512(dst, dt, src, st, n);
 }
 
 /* ---------------------------------------------------------------- fused update */
@@ -169,8 +206,7 @@ AI __m256i cvtne_bf16_asm(__m512 f) {
 AI __m256i rne_bf16(__m512 f, int native) {
   if (!native) return _mm512_cvtepi32_epi16(bf16_bits16(f));
   __m256i r = cvtne_bf16_asm(f);
-  __m512i ax = _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32(0x7fffffff));
-  __mmask16 den = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(ax, ax), ax, _mm512_set1_epi32(0x00800000));
+  __mmask16 den = _mm512_fpclass_ps_mask(f, 0x20); /* denormal, either sign */
   if (__builtin_expect(den != 0, 0)) r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(bf16_bits16(f)));
   return r;
 }
@@ -184,31 +220,28 @@ AI __m256i sr_bf16(__m512 f, __m512i r) {
   return _mm512_cvtepi32_epi16(t);
 }
 
-/* zo_sr_hash for the 16 elements starting at global index i. */
-AI __m512i sr_hash16(uint64_t seed, uint32_t step32, size_t i) {
+/* zo_sr_hash for the 16 elements starting at global index i; base = zo_sr_base(high word of seed + i, step). */
+AI __m512i sr_hash16(const zo_adam_job *j, uint32_t base, size_t i) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  uint64_t key = seed + (uint64_t)i;
-  uint32_t lo0 = (uint32_t)key, hi = (uint32_t)(key >> 32);
-  __m512i lo = _mm512_add_epi32(_mm512_set1_epi32((int)lo0), iota);
-  __m512i x = _mm512_add_epi32(lo, _mm512_set1_epi32((int)(0x9e3779b9u * hi + 0x85ebca77u * step32)));
-  /* lanes whose low word wrapped past 2^32 belong to hi + 1 */
-  __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32((int)lo0));
-  x = _mm512_mask_add_epi32(x, wrapped, x, _mm512_set1_epi32((int)0x9e3779b9u));
-#ifdef EXP_NOHASH
-  return x;
-#else
-  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x85ebca6bu));
-  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0xc2b2ae35u));
+  uint64_t key = j->seed + (uint64_t)i;
+  uint32_t lo0 = (uint32_t)key;
+  __m512i x = _mm512_add_epi32(_mm512_set1_epi32((int)(lo0 + base)), iota);
+  if (__builtin_expect(lo0 > 0xfffffff0u, 0)) {
+    /* lanes whose low word wrapped past 2^32 belong to the next high word */
+    __m512i lo = _mm512_add_epi32(_mm512_set1_epi32((int)lo0), iota);
+    __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32((int)lo0));
+    uint32_t base1 = zo_sr_base((uint32_t)(key >> 32) + 1u, j->step32);
+    x = _mm512_mask_add_epi32(x, wrapped, lo, _mm512_set1_epi32((int)base1));
+  }
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)ZO_SR_MUL1));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)ZO_SR_MUL2));
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-#endif
 }
 
 AI __m512 load_state16(const void *a, zo_dtype st, size_t i, __mmask16 k) {
   if (st == ZO_DTYPE_F32) return _mm512_maskz_loadu_ps(k, (const float *)a + i);
-  __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)a + i);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return widen_bf16(_mm256_maskz_loadu_epi16(k, (const uint16_t *)a + i));
 }
 
 /* Store helpers: full vectors (k all ones) may stream; partial ones are masked. */
@@ -235,7 +268,7 @@ typedef struct {
 
 /* One 16-lane fused update at element i; returns the nonfinite lanes of the raw gradient. */
 AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out, int native, size_t i,
-                     __mmask16 k, int full, nt_set nt) {
+                     __mmask16 k, int full, nt_set nt, uint32_t hi0, uint32_t base0) {
   const zo_adam_consts *c = &j->c;
   __m512 graw = load16((const char *)j->g + i * zo_dtype_size(gt), gt, k);
   __mmask16 bad = _mm512_fpclass_ps_mask(graw, 0x99); /* QNaN | +inf | -inf | SNaN */
@@ -256,10 +289,11 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     st_ps((float *)j->m + i, mv, k, full, nt.m);
     st_ps((float *)j->v + i, vv, k, full, nt.v);
   } else {
-    __m512i h = sr_hash16(j->seed, j->step32, i);
+    uint32_t hi = (uint32_t)((j->seed + (uint64_t)i) >> 32);
+    __m512i h = sr_hash16(j, __builtin_expect(hi == hi0, 1) ? base0 : zo_sr_base(hi, j->step32), i);
     __m512i rm = _mm512_and_si512(h, _mm512_set1_epi32(0xffff)), rv = _mm512_srli_epi32(h, 16);
     __m256i m16, v16;
-    if (__builtin_expect((_mm512_cmp_ps_mask(mv, mv, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vv, vv, _CMP_UNORD_Q)) == 0, 1)) {
+    if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0, 1)) { /* neither m nor v is NaN */
       /* no NaN: add the random bits and gather the high halves of m and v with one permute */
       const __m512i hi_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
                                                  0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
@@ -294,15 +328,21 @@ static inline int aligned_to(const void *a, size_t bytes) { return ((uintptr_t)a
  * (streaming the streams that are aligned for it when j->nt allows), a
  * masked tail. gt, st, ot, has_out, native are constants in every instance.
  */
-AI int fused_body(const zo_adam_job *j, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out,
+AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out,
                   int native) {
+  /* A private copy: stores through the float arrays could alias *jp, which made the compiler reload every
+     pointer and constant after each store; the copy's address does not escape, so they stay in registers. */
+  const zo_adam_job jl = *jp;
+  const zo_adam_job *j = &jl;
   __mmask16 bad = 0;
   size_t i = b;
   nt_set none = {0, 0, 0, 0};
+  const uint32_t hi0 = (uint32_t)((j->seed + (uint64_t)b) >> 32);
+  const uint32_t base0 = st == ZO_DTYPE_BF16 ? zo_sr_base(hi0, j->step32) : 0;
   size_t head = ((64 - ((uintptr_t)(j->p + i) & 63)) & 63) / 4;
   if (head > e - i) head = e - i;
   if (head) {
-    bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)((1u << head) - 1u), 0, none);
+    bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)((1u << head) - 1u), 0, none, hi0, base0);
     i += head;
   }
   const size_t ssz = zo_dtype_size(st), osz = zo_dtype_size(ot);
@@ -314,11 +354,21 @@ AI int fused_body(const zo_adam_job *j, size_t b, size_t e, zo_dtype gt, zo_dtyp
   }
   if (has_out && (j->nt & ZO_NT_OUT)) nt.o = aligned_to((char *)j->out + i * osz, 16 * osz);
   int any_nt = nt.p | nt.m | nt.v | nt.o;
-  if (any_nt)
-    for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, nt);
+  /* The store kinds are constants in the common cases (none; param_out only, the default; all), so the loop
+     carries no per-store tests; any other mix takes the generic loop. */
+#define MAIN_LOOP(NTS) \
+  for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, NTS, hi0, base0)
+  const nt_set out_only = {0, 0, 0, 1}, all = {1, 1, 1, has_out};
+  if (!any_nt)
+    MAIN_LOOP(none);
+  else if (!nt.p && !nt.m && !nt.v && nt.o)
+    MAIN_LOOP(out_only);
+  else if (nt.p && nt.m && nt.v && nt.o == has_out)
+    MAIN_LOOP(all);
   else
-    for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, none);
-  if (i < e) bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none);
+    MAIN_LOOP(nt);
+#undef MAIN_LOOP
+  if (i < e) bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none, hi0, base0);
   if (any_nt) _mm_sfence(); /* order the streaming stores before whatever publishes completion */
   return bad != 0;
 }

@@ -123,6 +123,15 @@ void zo_sqnorm_lanes_scalar(const void *g, zo_dtype gt, size_t n, double acc[ZO_
 void zo_sqnorm_lanes_avx2(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
 void zo_sqnorm_lanes_avx512(const void *g, zo_dtype gt, size_t n, double acc[ZO_SQNORM_LANES]);
 
+/*
+ * AVX-512 casts stream dst (non-temporal stores) when one kernel call writes
+ * at least this many bytes: beyond a core's L2 the lines would be evicted
+ * before reuse anyway, and streaming saves their read-for-ownership (in
+ * zo-adambench's cast roofline, 2 threads at 2^28: 57.9 GB/s streamed vs
+ * 43.1 GB/s regular).
+ */
+#define ZO_CAST_NT_BYTES ((size_t)4 << 20)
+
 /* Casts between different dtypes (never equal): convert [0, n). bf16_native: use AVX512-BF16. */
 typedef void (*zo_cast_fn)(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n);
 void zo_cast_kernel_scalar(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n);
@@ -196,16 +205,20 @@ static inline uint32_t zo_fmix32(uint32_t x) {
 }
 /*
  * The stochastic-rounding hash of zoffload/adam.h. zo_sr_base() mixes the
- * key's high word and the step (fmix32: a full avalanche, so every step gets
- * an unrelated offset); per element only one multiply and one xorshift remain.
- * Low 16 bits of the hash round m, high 16 bits round v.
+ * key's high word and the step (fmix32, once per vector: a full avalanche, so
+ * every step gets an unrelated offset); per element two multiply-xorshift
+ * rounds remain (with one, neighbouring elements' bits were correlated:
+ * -0.42 between adjacent elements' v bits). Low 16 bits round m, high 16 v.
  */
-#define ZO_SR_MUL 0x9e3779b1u
+#define ZO_SR_MUL1 0x9e3779b1u
+#define ZO_SR_MUL2 0x2c1b3c6du
 static inline uint32_t zo_sr_base(uint32_t key_hi, uint32_t step32) {
   return zo_fmix32(0x9e3779b9u * key_hi + 0x85ebca77u * step32);
 }
 static inline uint32_t zo_sr_mix(uint32_t x) {
-  x *= ZO_SR_MUL;
+  x *= ZO_SR_MUL1;
+  x ^= x >> 15;
+  x *= ZO_SR_MUL2;
   return x ^ (x >> 16);
 }
 static inline uint32_t zo_sr_hash(uint64_t key, uint32_t step32) {
@@ -229,7 +242,10 @@ zo_adam_range_fn zo_adam_range_for(zo_simd lvl);
 zo_scan_fn zo_scan_for(zo_simd lvl);
 zo_sqnorm_fn zo_sqnorm_for(zo_simd lvl);
 /* Sum of squares of chunk k (ZO_SQNORM_CHUNK elements, the last may be short) of a grad of any dtype, lanes summed. */
-double zo_sqnorm_chunk(zo_sqnorm_fn fn, zo_simd lvl, const void *g, zo_dtype gt, size_t n, size_t k);
+double zo_sqnorm_chunk(zo_sqnorm_fn fn, const void *g, zo_dtype gt, size_t n, size_t k);
+/* zo_grad_sqnorm_ex() with the caller's name in messages (zo_grad_sqnorm() shares it). */
+zo_status zo_sqnorm_run(const char *what, const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd,
+                        int n_threads, double *sqnorm, int *nonfinite);
 /* Combine chunk partials in order into the final sum. */
 double zo_sqnorm_combine(const double *part, size_t nchunks);
 

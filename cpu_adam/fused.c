@@ -119,7 +119,7 @@ zo_status zo_adam_update(const zo_adam_hparams *hp, const zo_adam_shard *sh, uns
 /* ---------------------------------------------------------------- zo_grad_sqnorm_ex */
 
 static double lanes_sum16(const double acc[ZO_SQNORM_LANES]) {
-  /* the same fixed pairwise tree as zo_grad_sqnorm */
+  /* fixed pairwise tree: (0+8),(1+9)... then halves again */
   double t[ZO_SQNORM_LANES];
   memcpy(t, acc, sizeof t);
   for (int w = ZO_SQNORM_LANES / 2; w >= 1; w /= 2)
@@ -127,24 +127,10 @@ static double lanes_sum16(const double acc[ZO_SQNORM_LANES]) {
   return t[0];
 }
 
-double zo_sqnorm_chunk(zo_sqnorm_fn fn, zo_simd lvl, const void *g, zo_dtype gt, size_t n, size_t k) {
+double zo_sqnorm_chunk(zo_sqnorm_fn fn, const void *g, zo_dtype gt, size_t n, size_t k) {
   size_t b = k * ZO_SQNORM_CHUNK, e = b + ZO_SQNORM_CHUNK < n ? b + ZO_SQNORM_CHUNK : n;
   double acc[ZO_SQNORM_LANES] = {0};
-  if (gt == ZO_DTYPE_F32) {
-    fn((const float *)g + b, e - b, acc);
-  } else {
-    /* widen in blocks whose length is a multiple of 16, so element i still lands in lane i % 16 */
-    enum { BLK = 2048 };
-    float tmp[BLK];
-    zo_cast_fn cast = lvl == ZO_SIMD_AVX512 ? zo_cast_kernel_avx512
-                      : lvl == ZO_SIMD_AVX2 ? zo_cast_kernel_avx2
-                                            : zo_cast_kernel_scalar;
-    for (size_t i = b; i < e; i += BLK) {
-      size_t len = e - i < BLK ? e - i : BLK;
-      cast(tmp, ZO_DTYPE_F32, (const uint16_t *)g + i, gt, len);
-      fn(tmp, len, acc);
-    }
-  }
+  fn((const char *)g + b * zo_dtype_size(gt), gt, e - b, acc);
   return lanes_sum16(acc);
 }
 
@@ -154,34 +140,38 @@ double zo_sqnorm_combine(const double *part, size_t nchunks) {
   return s;
 }
 
-zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd, int n_threads,
-                            double *sqnorm, int *nonfinite) {
-  if (!sqnorm) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm_ex: sqnorm is NULL");
+zo_status zo_sqnorm_run(const char *what, const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd,
+                        int n_threads, double *sqnorm, int *nonfinite) {
+  if (!sqnorm) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: sqnorm is NULL", what);
   *sqnorm = 0.0;
   if (nonfinite) *nonfinite = 0;
   if (!grad_dtype_ok(grad_dtype))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm_ex: grad dtype %d is not F32, F16 or BF16",
-                        (int)grad_dtype);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: grad dtype %d is not F32, F16 or BF16", what, (int)grad_dtype);
   zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(zo_adam_resolve_simd("zo_grad_sqnorm_ex", simd, &lvl));
+  ZO_CHECK(zo_adam_resolve_simd(what, simd, &lvl));
   if (n == 0) return ZO_OK;
-  if (!grad) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_grad_sqnorm_ex: grad is NULL with n = %zu", n);
+  if (!grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: grad is NULL with n = %zu", what, n);
   zo_sqnorm_fn fn = zo_sqnorm_for(lvl);
   size_t nchunks = (n + ZO_SQNORM_CHUNK - 1) / ZO_SQNORM_CHUNK;
   double stack_part[64];
   double *part = stack_part;
   if (nchunks > 64) {
     part = malloc(nchunks * sizeof *part);
-    if (!part)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_grad_sqnorm_ex: cannot allocate %zu chunk partials", nchunks);
+    if (!part) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu chunk partials", what, nchunks);
   }
   int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
   if ((size_t)nt > nchunks) nt = (int)nchunks;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (size_t k = 0; k < nchunks; k++) part[k] = zo_sqnorm_chunk(fn, lvl, grad, grad_dtype, n, k);
+  for (size_t k = 0; k < nchunks; k++) part[k] = zo_sqnorm_chunk(fn, grad, grad_dtype, n, k);
   double s = zo_sqnorm_combine(part, nchunks);
   if (part != stack_part) free(part);
   *sqnorm = s;
+  /* Squares of finite floats cannot overflow a double sum, so a nonfinite sum means a nonfinite input. */
   if (nonfinite) *nonfinite = !isfinite(s);
   return ZO_OK;
+}
+
+zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd, int n_threads,
+                            double *sqnorm, int *nonfinite) {
+  return zo_sqnorm_run("zo_grad_sqnorm_ex", grad, grad_dtype, n, simd, n_threads, sqnorm, nonfinite);
 }

@@ -114,7 +114,7 @@ static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size
       break;
     case K_FOR: T->fn(T->arg, b, e, t); break;
     case K_SQNORM:
-      for (size_t k = b; k < e; k++) T->part[k] = zo_sqnorm_chunk(P->sqfn, P->simd, T->g, T->gt, T->n_elems, k);
+      for (size_t k = b; k < e; k++) T->part[k] = zo_sqnorm_chunk(P->sqfn, T->g, T->gt, T->n_elems, k);
       break;
   }
 }
@@ -511,7 +511,9 @@ zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad
   T->n_elems = n;
   T->part = part;
   T->n = nchunks;
-  T->tile = 0;
+  /* dynamic tiles of 4 chunks (256 Ki elements, as Adam's auto tiles): a thread slowed by other load does not
+     hold up the rest; each chunk's partial has a fixed slot, so the result does not depend on who sums it */
+  T->tile = nchunks >= 8 * (size_t)P->nt ? 4 : 0;
   T->align = 1;
   T->phase = 1;
   submit_task(P, T);

@@ -134,7 +134,8 @@ struct zo_swap {
   int rank;
   size_t align;
   size_t block_size;
-  unsigned qd;
+  unsigned qd;               /* pieces in flight at most now (zo_swap_set_queue) */
+  unsigned qd_max;          /* queue_depth at create: ring entries and piece descriptors */
   int use_uring;
   int sqpoll;               /* ring set up with IORING_SETUP_SQPOLL */
   unsigned ring_flags;      /* IORING_SETUP_* the ring was created with */
@@ -732,7 +733,7 @@ static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   memset(&p, 0, sizeof p);
   p.flags = flags;
   p.sq_thread_idle = idle_ms;
-  return io_uring_queue_init_params(sw->qd, &sw->ring, &p);
+  return io_uring_queue_init_params(sw->qd_max, &sw->ring, &p);
 }
 
 static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
@@ -830,7 +831,7 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   sw->align = probe_alignment(sw);
   sw->block_size = round_up(block, sw->align);
   if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
-  sw->qd = qd;
+  sw->qd = sw->qd_max = qd;
   sw->direct = 1;
   sw->pieces = calloc(qd, sizeof *sw->pieces);
   if (!sw->pieces) {
@@ -918,6 +919,32 @@ void zo_swap_destroy(zo_swap_t *sw) {
 size_t zo_swap_alignment(const zo_swap_t *sw) { return sw ? sw->align : 4096; }
 size_t zo_swap_block_size(const zo_swap_t *sw) { return sw ? sw->block_size : 0; }
 unsigned zo_swap_queue_depth(const zo_swap_t *sw) { return sw ? sw->qd : 0; }
+
+zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_depth) {
+  if (!sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: set_queue: sw is NULL");
+  if (block_size > SWAP_MAX_BLOCK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: set_queue: block_size %zu bytes exceeds the maximum %zu", block_size,
+                        SWAP_MAX_BLOCK);
+  if (queue_depth > sw->qd_max)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: set_queue: queue_depth %u exceeds %u, the queue_depth the handle was created with",
+                        queue_depth, sw->qd_max);
+  if (sw->n_live || sw->n_inflight)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: set_queue with %u requests outstanding", sw->n_live);
+  if (block_size) {
+    sw->block_size = round_up(block_size, sw->align);
+    if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
+  }
+  if (queue_depth) {
+    sw->qd = queue_depth;
+    for (unsigned i = 0; i < queue_depth; i++) {
+      sw->pieces[i].req = NULL;
+      sw->pieces[i].next_free = i + 1 < queue_depth ? &sw->pieces[i + 1] : NULL;
+    }
+    sw->free_pieces = &sw->pieces[0];
+  }
+  return ZO_OK;
+}
 int zo_swap_is_direct(const zo_swap_t *sw) { return sw ? sw->direct : 0; }
 int zo_swap_uses_io_uring(const zo_swap_t *sw) { return sw ? sw->use_uring : 0; }
 int zo_swap_uses_sqpoll(const zo_swap_t *sw) { return sw ? sw->sqpoll : 0; }

@@ -10,67 +10,34 @@
 #include <string.h>
 
 #include "zoffload/adam.h"
+#include "zo_test.h"
 
-static int g_fail;
-
-#define CHECK(expr)                                                  \
-  do {                                                               \
-    if (!(expr)) {                                                   \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #expr); \
-      g_fail = 1;                                                    \
-    }                                                                \
-  } while (0)
-#define CHECK_EQ_INT(a, b)                                                                               \
-  do {                                                                                                   \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                                  \
-    if (a_ != b_) {                                                                                      \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld (%s)\n", __FILE__, __LINE__, #a, #b, a_, b_, \
-              zo_last_error());                                                                          \
-      g_fail = 1;                                                                                        \
-    }                                                                                                    \
-  } while (0)
-
-/* ---- random numbers (splitmix64) */
+/* ---- random numbers: zo_test.h's splitmix64 on one stream for the whole program */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd64(void) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double rnd_uniform(double lo, double hi) { return lo + (hi - lo) * ((rnd64() >> 11) * 0x1p-53); }
+static uint64_t rnd64(void) { return zo_test_rand64(&g_rng); }
+static double rnd_uniform(double lo, double hi) { return zo_test_rand_uniform(&g_rng, lo, hi); }
 
-/*
- * Mixed tolerance |got - ref| <= atol + rtol*|ref|; reports the first
- * mismatch with both values, counts up to 10 and stops. Returns mismatches.
- */
-static int compare(const char *what, const char *ctx, const float *got, const double *ref, size_t n, double atol,
-                   double rtol) {
-  int bad = 0;
-  for (size_t i = 0; i < n && bad < 10; i++) {
-    double d = fabs((double)got[i] - ref[i]);
-    if (!(d <= atol + rtol * fabs(ref[i]))) {
-      if (bad == 0)
-        fprintf(stderr, "%s:%d: %s [%s] mismatch at %zu: got %.9g ref %.9g (|diff| %.3g > %.3g)\n", __FILE__,
-                __LINE__, what, ctx, i, (double)got[i], ref[i], d, atol + rtol * fabs(ref[i]));
-      bad++;
-    }
-  }
-  if (bad) g_fail = 1;
+/* Mixed tolerance |got - ref| <= atol + rtol*|ref| on float results (first 10 mismatches printed). Returns mismatches. */
+static size_t close_f(const char *file, int line, const char *what, const char *ctx, const float *got,
+                      const double *ref, size_t n, double atol, double rtol) {
+  double *g = malloc(n * sizeof *g);
+  char label[256];
+  snprintf(label, sizeof label, "%s [%s]", what, ctx);
+  for (size_t i = 0; i < n; i++) g[i] = got[i];
+  size_t bad = zo_test_check_close_array(file, line, label, g, ref, n, atol, rtol);
+  free(g);
   return bad;
 }
+#define CLOSE_F(what, ctx, got, ref, n, atol, rtol) close_f(__FILE__, __LINE__, what, ctx, got, ref, n, atol, rtol)
 
-static int same_bits(const char *what, const char *ctx, const void *a, const void *b, size_t n_floats) {
-  const uint32_t *x = a, *y = b;
-  for (size_t i = 0; i < n_floats; i++)
-    if (x[i] != y[i]) {
-      fprintf(stderr, "%s:%d: %s [%s] not bit-identical at %zu: 0x%08x vs 0x%08x\n", __FILE__, __LINE__, what, ctx, i,
-              x[i], y[i]);
-      g_fail = 1;
-      return 0;
-    }
-  return 1;
+/* Bit-for-bit equality of n floats (or any 4-byte words), labelled with ctx. Returns the differing byte count. */
+static size_t same_bits_at(const char *file, int line, const char *what, const char *ctx, const void *a, const void *b,
+                           size_t n_floats) {
+  char label[256];
+  snprintf(label, sizeof label, "%s [%s]", what, ctx);
+  return zo_test_check_bytes(file, line, label, a, b, n_floats * 4);
 }
+#define SAME_BITS(what, ctx, a, b, n) same_bits_at(__FILE__, __LINE__, what, ctx, a, b, n)
 
 /* Double-precision reference of one step, the formula of torch.optim.Adam/AdamW. */
 static void ref_step(const zo_adam_hparams *hp, double *p, const double *g, double *m, double *v, size_t n) {
@@ -145,13 +112,13 @@ static void test_vs_reference(void) {
             for (int t = 1; t <= NSTEP; t++) {
               zo_adam_hparams hp = {H->lr, H->b1, H->b2, H->eps, H->wd, (zo_adam_mode)mode, bc, t, H->grad_scale};
               for (size_t i = 0; i < n; i++) g[i] = g0[(size_t)(t - 1) * n + i], rg[i] = g[i];
-              CHECK_EQ_INT(zo_adam_step(&hp, p, g, m, v, n, lvl, 1), ZO_OK);
+              CHECK_OK(zo_adam_step(&hp, p, g, m, v, n, lvl, 1));
               ref_step(&hp, rp, rg, rm, rv, n);
               snprintf(ctx, sizeof ctx, "%s hset %zu mode %d bc %d n %zu off %zu step %d", zo_simd_name(lvl), hs, mode,
                        bc, n, off, t);
               double sc = H->gmag > 1 ? H->gmag : 1;
-              if (compare("param", ctx, p, rp, n, 1e-6, 1e-5) || compare("exp_avg", ctx, m, rm, n, 1e-6 * sc, 1e-5) ||
-                  compare("exp_avg_sq", ctx, v, rv, n, 1e-6 * sc * sc, 1e-5))
+              if (CLOSE_F("param", ctx, p, rp, n, 1e-6, 1e-5) || CLOSE_F("exp_avg", ctx, m, rm, n, 1e-6 * sc, 1e-5) ||
+                  CLOSE_F("exp_avg_sq", ctx, v, rv, n, 1e-6 * sc * sc, 1e-5))
                 goto next;
             }
             if (lvl == ZO_SIMD_SCALAR) {
@@ -159,9 +126,9 @@ static void test_vs_reference(void) {
               memcpy(sm, m, n * sizeof(float));
               memcpy(sv, v, n * sizeof(float));
             } else {
-              same_bits("param vs scalar", ctx, p, sp, n);
-              same_bits("exp_avg vs scalar", ctx, m, sm, n);
-              same_bits("exp_avg_sq vs scalar", ctx, v, sv, n);
+              SAME_BITS("param vs scalar", ctx, p, sp, n);
+              SAME_BITS("exp_avg vs scalar", ctx, m, sm, n);
+              SAME_BITS("exp_avg_sq vs scalar", ctx, v, sv, n);
             }
           }
         next:
@@ -188,11 +155,11 @@ static void test_threads(void) {
       float *out = (li == 0 && ti == 0) ? ref : w;
       memcpy(out, base, n * sizeof(float));              /* p */
       memcpy(out + n, base + 2 * n, 2 * n * sizeof(float)); /* m, v */
-      CHECK_EQ_INT(zo_adam_step(&hp, out, base + n, out + n, out + 2 * n, n, lvl, threads[ti]), ZO_OK);
+      CHECK_OK(zo_adam_step(&hp, out, base + n, out + n, out + 2 * n, n, lvl, threads[ti]));
       if (out != ref) {
         char ctx[64];
         snprintf(ctx, sizeof ctx, "%s n_threads %d", zo_simd_name(lvl), threads[ti]);
-        same_bits("p,m,v vs scalar/1 thread", ctx, out, ref, 3 * n);
+        SAME_BITS("p,m,v vs scalar/1 thread", ctx, out, ref, 3 * n);
       }
     }
   }
@@ -211,25 +178,23 @@ static void test_zero_grad(void) {
     for (int mode = 0; mode < 2; mode++) {
       for (size_t i = 0; i < n; i++) p[i] = (float)i - 500.0f, g[i] = 0.0f, m[i] = 0.0f, v[i] = 0.0f;
       zo_adam_hparams hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, (zo_adam_mode)mode, 1, 1, 1.0f};
-      CHECK_EQ_INT(zo_adam_step(&hp, p, g, m, v, n, lvl, 1), ZO_OK);
+      CHECK_OK(zo_adam_step(&hp, p, g, m, v, n, lvl, 1));
       int bad = 0;
       for (size_t i = 0; i < n && !bad; i++)
         if (p[i] != (float)i - 500.0f || m[i] != 0.0f || v[i] != 0.0f) {
-          fprintf(stderr, "%s:%d: zero grad %s mode %d changed state at %zu: p %g m %g v %g\n", __FILE__, __LINE__,
-                  zo_simd_name(lvl), mode, i, (double)p[i], (double)m[i], (double)v[i]);
-          bad = g_fail = 1;
+          FAIL_AT("zero grad %s mode %d changed state at %zu: p %g m %g v %g", zo_simd_name(lvl), mode, i,
+                  (double)p[i], (double)m[i], (double)v[i]);
+          bad = 1;
         }
       /* with decoupled decay only the decay moves p: exactly p * (1 - lr*wd) when m = 0 */
       hp.weight_decay = 0.1f;
       hp.mode = ZO_ADAM_MODE_ADAMW;
       for (size_t i = 0; i < n; i++) p[i] = (float)i - 500.0f;
-      CHECK_EQ_INT(zo_adam_step(&hp, p, g, m, v, n, lvl, 1), ZO_OK);
+      CHECK_OK(zo_adam_step(&hp, p, g, m, v, n, lvl, 1));
       float decay = (float)(1.0 - 1e-2f * (double)0.1f);
       for (size_t i = 0; i < n; i++)
         if (p[i] != ((float)i - 500.0f) * decay) {
-          fprintf(stderr, "%s:%d: AdamW zero grad at %zu: got %.9g want %.9g\n", __FILE__, __LINE__, i, (double)p[i],
-                  (double)(((float)i - 500.0f) * decay));
-          g_fail = 1;
+          FAIL_AT("AdamW zero grad at %zu: got %.9g want %.9g", i, (double)p[i], (double)(((float)i - 500.0f) * decay));
           break;
         }
     }
@@ -265,12 +230,12 @@ static void test_fused(void) {
       memcpy(&gf[i], &b, 4);
     }
     if (gt == ZO_DTYPE_F16) {
-      CHECK_EQ_INT(zo_cast(gh, ZO_DTYPE_F16, gf, ZO_DTYPE_F32, n, 1), ZO_OK); /* bf16 values are exact in f16 here */
-      CHECK_EQ_INT(zo_cast(gf, ZO_DTYPE_F32, gh, ZO_DTYPE_F16, n, 1), ZO_OK);
+      CHECK_OK(zo_cast(gh, ZO_DTYPE_F16, gf, ZO_DTYPE_F32, n, 1)); /* bf16 values are exact in f16 here */
+      CHECK_OK(zo_cast(gf, ZO_DTYPE_F32, gh, ZO_DTYPE_F16, n, 1));
     }
     const void *gptr = gt == ZO_DTYPE_F32 ? (const void *)gf : (const void *)gh;
     for (size_t i = 0; i < n; i++) pr[i] = p0[i], mr[i] = 0.01f, vr[i] = 0.02f;
-    CHECK_EQ_INT(zo_adam_step(&hp, pr, gf, mr, vr, n, ZO_SIMD_SCALAR, 1), ZO_OK);
+    CHECK_OK(zo_adam_step(&hp, pr, gf, mr, vr, n, ZO_SIMD_SCALAR, 1));
     for (int ot = -1; ot < 3; ot++)
       for (size_t li = 0; li < 3; li++) {
         zo_simd lvl = k_levels[li];
@@ -278,25 +243,22 @@ static void test_fused(void) {
         for (size_t i = 0; i < n; i++) p[i] = p0[i], m[i] = 0.01f, v[i] = 0.02f;
         void *out = ot < 0 ? NULL : ot == ZO_DTYPE_F32 ? (void *)outf : (void *)outh;
         memset(outh, 0, n * 2);
-        CHECK_EQ_INT(zo_adam_step_ex(&hp, p, gptr, (zo_dtype)gt, m, v, out, (zo_dtype)(ot < 0 ? 0 : ot), n, lvl, 2),
-                     ZO_OK);
+        CHECK_OK(zo_adam_step_ex(&hp, p, gptr, (zo_dtype)gt, m, v, out, (zo_dtype)(ot < 0 ? 0 : ot), n, lvl, 2));
         char ctx[64];
         snprintf(ctx, sizeof ctx, "%s grad %s out %s", zo_simd_name(lvl), zo_dtype_name((zo_dtype)gt),
                  ot < 0 ? "none" : zo_dtype_name((zo_dtype)ot));
-        same_bits("fused param", ctx, p, pr, n);
-        same_bits("fused exp_avg", ctx, m, mr, n);
-        same_bits("fused exp_avg_sq", ctx, v, vr, n);
-        if (ot == ZO_DTYPE_F32) same_bits("fused f32 copy", ctx, outf, pr, n);
+        SAME_BITS("fused param", ctx, p, pr, n);
+        SAME_BITS("fused exp_avg", ctx, m, mr, n);
+        SAME_BITS("fused exp_avg_sq", ctx, v, vr, n);
+        if (ot == ZO_DTYPE_F32) SAME_BITS("fused f32 copy", ctx, outf, pr, n);
         for (size_t i = 0; ot == ZO_DTYPE_BF16 && i < n; i++)
           if (outh[i] != ref_bf16(pr[i])) {
-            fprintf(stderr, "%s:%d: fused bf16 copy [%s] at %zu: 0x%04x vs 0x%04x\n", __FILE__, __LINE__, ctx, i,
-                    outh[i], ref_bf16(pr[i]));
-            g_fail = 1;
+            FAIL_AT("fused bf16 copy [%s] at %zu: 0x%04x vs 0x%04x", ctx, i, outh[i], ref_bf16(pr[i]));
             break;
           }
         if (ot == ZO_DTYPE_F16) {
           uint16_t *want = malloc(n * 2);
-          CHECK_EQ_INT(zo_cast_ex(want, ZO_DTYPE_F16, pr, ZO_DTYPE_F32, n, ZO_SIMD_SCALAR, 1), ZO_OK);
+          CHECK_OK(zo_cast_ex(want, ZO_DTYPE_F16, pr, ZO_DTYPE_F32, n, ZO_SIMD_SCALAR, 1));
           CHECK(memcmp(want, outh, n * 2) == 0);
           free(want);
         }
@@ -309,54 +271,54 @@ static void test_fused(void) {
 static void test_errors(void) {
   float x[4] = {0};
   zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, ZO_ADAM_MODE_ADAMW, 1, 1, 1.0f};
-  CHECK_EQ_INT(zo_adam_step(NULL, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(NULL, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   CHECK(zo_last_error()[0] != '\0');
-  CHECK_EQ_INT(zo_adam_step(&hp, NULL, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&hp, NULL, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   CHECK(strstr(zo_last_error(), "param") != NULL);
-  CHECK_EQ_INT(zo_adam_step(&hp, x, NULL, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_adam_step(&hp, x, x, NULL, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_adam_step(&hp, x, x, x, NULL, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_adam_step(&hp, NULL, NULL, NULL, NULL, 0, ZO_SIMD_AUTO, 1), ZO_OK); /* n = 0: no-op */
+  CHECK_ST(zo_adam_step(&hp, x, NULL, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&hp, x, x, NULL, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&hp, x, x, x, NULL, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_OK(zo_adam_step(&hp, NULL, NULL, NULL, NULL, 0, ZO_SIMD_AUTO, 1)); /* n = 0: no-op */
   zo_adam_hparams bad = hp;
   bad.step = 0;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   CHECK(strstr(zo_last_error(), "step") != NULL);
   bad.bias_correction = 0; /* step 0 is fine without bias correction */
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_OK);
+  CHECK_OK(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1));
   bad = hp, bad.beta1 = 1.0f;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   bad = hp, bad.beta2 = -0.1f;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   bad = hp, bad.lr = NAN;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   bad = hp, bad.eps = -1.0f;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   bad = hp, bad.mode = (zo_adam_mode)5;
-  CHECK_EQ_INT(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_adam_step(&hp, x, x, x, x, 4, (zo_simd)9, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_adam_step_ex(&hp, x, x, (zo_dtype)7, x, x, NULL, ZO_DTYPE_F32, 4, ZO_SIMD_AUTO, 1),
+  CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_step(&hp, x, x, x, x, 4, (zo_simd)9, 1), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_adam_step_ex(&hp, x, x, (zo_dtype)7, x, x, NULL, ZO_DTYPE_F32, 4, ZO_SIMD_AUTO, 1),
                ZO_ERR_INVALID_ARG);
   for (size_t li = 1; li < 3; li++)
     if (!zo_simd_supported(k_levels[li])) {
-      CHECK_EQ_INT(zo_adam_step(&hp, x, x, x, x, 4, k_levels[li], 1), ZO_ERR_UNSUPPORTED);
+      CHECK_ST(zo_adam_step(&hp, x, x, x, x, 4, k_levels[li], 1), ZO_ERR_UNSUPPORTED);
       CHECK(strstr(zo_last_error(), zo_simd_name(k_levels[li])) != NULL);
-      CHECK_EQ_INT(zo_simd_resolve(k_levels[li]), ZO_SIMD_AUTO);
+      CHECK_EQ(zo_simd_resolve(k_levels[li]), ZO_SIMD_AUTO);
     } else {
-      CHECK_EQ_INT(zo_simd_resolve(k_levels[li]), k_levels[li]);
+      CHECK_EQ(zo_simd_resolve(k_levels[li]), k_levels[li]);
     }
   double s;
-  CHECK_EQ_INT(zo_grad_sqnorm(x, 4, ZO_SIMD_AUTO, 1, NULL, NULL), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_grad_sqnorm(NULL, 4, ZO_SIMD_AUTO, 1, &s, NULL), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_grad_sqnorm(NULL, 0, ZO_SIMD_AUTO, 1, &s, NULL), ZO_OK);
+  CHECK_ST(zo_grad_sqnorm(x, 4, ZO_SIMD_AUTO, 1, NULL, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_grad_sqnorm(NULL, 4, ZO_SIMD_AUTO, 1, &s, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_OK(zo_grad_sqnorm(NULL, 0, ZO_SIMD_AUTO, 1, &s, NULL));
   CHECK(s == 0.0);
 
   /* ZO_SIMD environment variable */
   setenv("ZO_SIMD", "scalar", 1);
-  CHECK_EQ_INT(zo_simd_resolve(ZO_SIMD_AUTO), ZO_SIMD_SCALAR);
+  CHECK_EQ(zo_simd_resolve(ZO_SIMD_AUTO), ZO_SIMD_SCALAR);
   setenv("ZO_SIMD", "bogus", 1);
-  CHECK_EQ_INT(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
+  CHECK_EQ(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
   unsetenv("ZO_SIMD");
-  CHECK_EQ_INT(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
+  CHECK_EQ(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
   CHECK(strcmp(zo_simd_name(ZO_SIMD_AVX512), "avx512") == 0 && strcmp(zo_simd_name(ZO_SIMD_AUTO), "auto") == 0);
 }
 
@@ -379,20 +341,15 @@ static void test_sqnorm(void) {
       for (int ti = 0; ti < 3; ti++) {
         double s = -1;
         int nf = -1;
-        CHECK_EQ_INT(zo_grad_sqnorm(g, n, k_levels[li], threads[ti], &s, &nf), ZO_OK);
-        CHECK_EQ_INT(nf, 0);
-        if (!(fabs(s - (double)ref) <= 1e-12 * (double)ref)) {
-          fprintf(stderr, "%s:%d: sqnorm n %zu %s: got %.17g ref %.17g\n", __FILE__, __LINE__, n,
-                  zo_simd_name(k_levels[li]), s, (double)ref);
-          g_fail = 1;
-        }
+        CHECK_OK(zo_grad_sqnorm(g, n, k_levels[li], threads[ti], &s, &nf));
+        CHECK_EQ(nf, 0);
+        if (!CHECK_CLOSE(s, (double)ref, 0.0, 1e-12))
+          FAIL_AT("  (sqnorm n %zu %s threads %d)", n, zo_simd_name(k_levels[li]), threads[ti]);
         if (first < 0)
           first = s;
-        else if (memcmp(&first, &s, sizeof s) != 0) {
-          fprintf(stderr, "%s:%d: sqnorm n %zu %s threads %d not bit-identical: %.17g vs %.17g\n", __FILE__, __LINE__,
-                  n, zo_simd_name(k_levels[li]), threads[ti], s, first);
-          g_fail = 1;
-        }
+        else if (memcmp(&first, &s, sizeof s) != 0)
+          FAIL_AT("sqnorm n %zu %s threads %d not bit-identical: %.17g vs %.17g", n, zo_simd_name(k_levels[li]),
+                  threads[ti], s, first);
       }
     }
     /* inf and NaN at a random position (including tails) */
@@ -405,8 +362,8 @@ static void test_sqnorm(void) {
         if (!zo_simd_supported(k_levels[li])) continue;
         double s = 0;
         int nf = 0;
-        CHECK_EQ_INT(zo_grad_sqnorm(g, n, k_levels[li], 2, &s, &nf), ZO_OK);
-        CHECK_EQ_INT(nf, 1);
+        CHECK_OK(zo_grad_sqnorm(g, n, k_levels[li], 2, &s, &nf));
+        CHECK_EQ(nf, 1);
         CHECK(!isfinite(s));
       }
       g[pos] = keep;
@@ -418,17 +375,16 @@ static void test_sqnorm(void) {
 int main(void) {
   printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()), zo_simd_has_avx512_bf16());
   test_vs_reference();
-  printf("vs reference: %s\n", g_fail ? "FAIL" : "ok");
+  printf("vs reference: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_threads();
-  printf("threads: %s\n", g_fail ? "FAIL" : "ok");
+  printf("threads: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_zero_grad();
-  printf("zero grad: %s\n", g_fail ? "FAIL" : "ok");
+  printf("zero grad: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_fused();
-  printf("fused: %s\n", g_fail ? "FAIL" : "ok");
+  printf("fused: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_errors();
-  printf("errors: %s\n", g_fail ? "FAIL" : "ok");
+  printf("errors: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_sqnorm();
-  printf("sqnorm: %s\n", g_fail ? "FAIL" : "ok");
-  printf("%s\n", g_fail ? "FAILED" : "PASSED");
-  return g_fail ? 1 : 0;
+  printf("sqnorm: %s\n", zo_test_failures ? "FAIL" : "ok");
+  return zo_test_finish("test_adam");
 }

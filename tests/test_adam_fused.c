@@ -50,14 +50,20 @@ static double load_d(const void *a, zo_dtype t, size_t i) {
 }
 
 /* The documented stochastic-rounding hash (zoffload/adam.h), written from the header's text. */
-static uint32_t sr_hash(uint64_t key, uint32_t t) {
-  uint32_t x = (uint32_t)key + 0x9e3779b9u * (uint32_t)(key >> 32) + 0x85ebca77u * t;
+static uint32_t fmix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x85ebca6bu;
   x ^= x >> 13;
   x *= 0xc2b2ae35u;
   x ^= x >> 16;
   return x;
+}
+static uint32_t sr_hash(uint64_t key, uint32_t t) {
+  uint32_t s = fmix32(0x9e3779b9u * (uint32_t)(key >> 32) + 0x85ebca77u * t);
+  uint32_t y = ((uint32_t)key + s) * 0x9e3779b1u;
+  y ^= y >> 15;
+  y *= 0x2c1b3c6du;
+  return y ^ (y >> 16);
 }
 static uint16_t f2b_sr(float f, uint32_t r) { return (uint16_t)((f_bits(f) + r) >> 16); }
 

@@ -10,26 +10,10 @@
 #include <string.h>
 
 #include "zoffload/adam.h"
-
-static int g_fail;
-
-#define CHECK_EQ_INT(a, b)                                                                               \
-  do {                                                                                                   \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                                  \
-    if (a_ != b_) {                                                                                      \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld (%s)\n", __FILE__, __LINE__, #a, #b, a_, b_, \
-              zo_last_error());                                                                          \
-      g_fail = 1;                                                                                        \
-    }                                                                                                    \
-  } while (0)
+#include "zo_test.h"
 
 static uint64_t g_rng = 12345;
-static uint64_t rnd64(void) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd64(void) { return zo_test_rand64(&g_rng); }
 
 static float f_of(uint32_t x) {
   float f;
@@ -121,22 +105,21 @@ static void test_from_f32(zo_dtype dt) {
         size_t len = rep == 0 ? n : 1 + rnd64() % 70;
         if (off + len > n) len = n - off;
         memset(dst, 0xab, (n + 16) * 2);
-        CHECK_EQ_INT(zo_cast_ex(dst + 1, dt, src + off, ZO_DTYPE_F32, len, k_levels[li], th), ZO_OK);
+        CHECK_OK(zo_cast_ex(dst + 1, dt, src + off, ZO_DTYPE_F32, len, k_levels[li], th));
         int bad = 0;
         for (size_t i = 0; i < len && bad < 10; i++)
           if (dst[1 + i] != want[off + i]) {
             if (!bad)
-              fprintf(stderr, "%s:%d: f32 0x%08x (%.9g) -> %s [%s, %d thr]: got 0x%04x want 0x%04x\n", __FILE__,
-                      __LINE__, src[off + i], (double)f_of(src[off + i]), zo_dtype_name(dt),
+              FAIL_AT("f32 0x%08x (%.9g) -> %s [%s, %d thr]: got 0x%04x want 0x%04x", src[off + i],
+                      (double)f_of(src[off + i]), zo_dtype_name(dt),
                       zo_simd_name(k_levels[li]), th, dst[1 + i], want[off + i]);
             bad++;
           }
         if (dst[0] != 0xabab || dst[1 + len] != 0xabab) {
-          fprintf(stderr, "%s:%d: %s [%s] wrote outside [0, %zu)\n", __FILE__, __LINE__, zo_dtype_name(dt),
+          FAIL_AT("%s [%s] wrote outside [0, %zu)", zo_dtype_name(dt),
                   zo_simd_name(k_levels[li]), len);
           bad++;
         }
-        if (bad) g_fail = 1;
       }
   }
   free(src);
@@ -152,31 +135,28 @@ static void test_to_f32_exhaustive(zo_dtype st) {
   for (size_t i = 0; i < n; i++) h[1 + i] = (uint16_t)i;
   for (size_t li = 0; li < 3; li++) {
     if (!zo_simd_supported(k_levels[li])) continue;
-    CHECK_EQ_INT(zo_cast_ex(f + 3, ZO_DTYPE_F32, h + 1, st, n, k_levels[li], 2), ZO_OK);
+    CHECK_OK(zo_cast_ex(f + 3, ZO_DTYPE_F32, h + 1, st, n, k_levels[li], 2));
     int bad = 0;
     for (size_t i = 0; i < n && bad < 10; i++) {
       uint32_t want = st == ZO_DTYPE_BF16 ? (uint32_t)i << 16 : ref_f16_to_f32((uint16_t)i);
       if (f[3 + i] != want) {
         if (!bad)
-          fprintf(stderr, "%s:%d: %s 0x%04zx -> f32 [%s]: got 0x%08x want 0x%08x\n", __FILE__, __LINE__,
-                  zo_dtype_name(st), i, zo_simd_name(k_levels[li]), f[3 + i], want);
+          FAIL_AT("%s 0x%04zx -> f32 [%s]: got 0x%08x want 0x%08x", zo_dtype_name(st), i, zo_simd_name(k_levels[li]), f[3 + i], want);
         bad++;
       }
     }
     /* round trip: narrow back; identity except signalling NaNs, which come back quiet */
-    CHECK_EQ_INT(zo_cast_ex(back, st, f + 3, ZO_DTYPE_F32, n, k_levels[li], 1), ZO_OK);
+    CHECK_OK(zo_cast_ex(back, st, f + 3, ZO_DTYPE_F32, n, k_levels[li], 1));
     for (size_t i = 0; i < n && bad < 10; i++) {
       uint16_t want = (uint16_t)i;
       int nan = st == ZO_DTYPE_BF16 ? ((i & 0x7fff) > 0x7f80) : ((i & 0x7fff) > 0x7c00);
       if (nan) want |= st == ZO_DTYPE_BF16 ? 0x40 : 0x200;
       if (back[i] != want) {
         if (!bad)
-          fprintf(stderr, "%s:%d: %s round trip 0x%04zx [%s]: got 0x%04x want 0x%04x\n", __FILE__, __LINE__,
-                  zo_dtype_name(st), i, zo_simd_name(k_levels[li]), back[i], want);
+          FAIL_AT("%s round trip 0x%04zx [%s]: got 0x%04x want 0x%04x", zo_dtype_name(st), i, zo_simd_name(k_levels[li]), back[i], want);
         bad++;
       }
     }
-    if (bad) g_fail = 1;
   }
   free(h);
   free(back);
@@ -191,35 +171,34 @@ static void test_cross_and_copy(void) {
   for (size_t li = 0; li < 3; li++) {
     if (!zo_simd_supported(k_levels[li])) continue;
     int bad = 0;
-    CHECK_EQ_INT(zo_cast_ex(o, ZO_DTYPE_F16, h, ZO_DTYPE_BF16, n, k_levels[li], 2), ZO_OK);
+    CHECK_OK(zo_cast_ex(o, ZO_DTYPE_F16, h, ZO_DTYPE_BF16, n, k_levels[li], 2));
     for (size_t i = 0; i < n && bad < 10; i++) {
       uint16_t want = ref_f32_to_f16((uint32_t)i << 16);
       if (o[i] != want) {
         if (!bad)
-          fprintf(stderr, "%s:%d: bf16 0x%04zx -> f16 [%s]: got 0x%04x want 0x%04x\n", __FILE__, __LINE__, i,
+          FAIL_AT("bf16 0x%04zx -> f16 [%s]: got 0x%04x want 0x%04x", i,
                   zo_simd_name(k_levels[li]), o[i], want);
         bad++;
       }
     }
-    CHECK_EQ_INT(zo_cast_ex(o, ZO_DTYPE_BF16, h, ZO_DTYPE_F16, n, k_levels[li], 2), ZO_OK);
+    CHECK_OK(zo_cast_ex(o, ZO_DTYPE_BF16, h, ZO_DTYPE_F16, n, k_levels[li], 2));
     for (size_t i = 0; i < n && bad < 10; i++) {
       uint16_t want = ref_f32_to_bf16(ref_f16_to_f32((uint16_t)i));
       if (o[i] != want) {
         if (!bad)
-          fprintf(stderr, "%s:%d: f16 0x%04zx -> bf16 [%s]: got 0x%04x want 0x%04x\n", __FILE__, __LINE__, i,
+          FAIL_AT("f16 0x%04zx -> bf16 [%s]: got 0x%04x want 0x%04x", i,
                   zo_simd_name(k_levels[li]), o[i], want);
         bad++;
       }
     }
     memset(o, 0, n * 2);
-    CHECK_EQ_INT(zo_cast_ex(o, ZO_DTYPE_BF16, h, ZO_DTYPE_BF16, n, k_levels[li], 2), ZO_OK);
-    if (memcmp(o, h, n * 2) != 0) fprintf(stderr, "%s:%d: bf16 copy differs\n", __FILE__, __LINE__), bad++;
-    if (bad) g_fail = 1;
+    CHECK_OK(zo_cast_ex(o, ZO_DTYPE_BF16, h, ZO_DTYPE_BF16, n, k_levels[li], 2));
+    if (memcmp(o, h, n * 2) != 0) FAIL_AT("bf16 copy differs"), bad++;
   }
   uint32_t fs[100], fd[100];
   for (int i = 0; i < 100; i++) fs[i] = (uint32_t)rnd64();
-  CHECK_EQ_INT(zo_cast(fd, ZO_DTYPE_F32, fs, ZO_DTYPE_F32, 100, 1), ZO_OK);
-  if (memcmp(fs, fd, sizeof fs) != 0) fprintf(stderr, "%s:%d: f32 copy differs\n", __FILE__, __LINE__), g_fail = 1;
+  CHECK_OK(zo_cast(fd, ZO_DTYPE_F32, fs, ZO_DTYPE_F32, 100, 1));
+  if (memcmp(fs, fd, sizeof fs) != 0) FAIL_AT("f32 copy differs");
   free(h);
   free(o);
 }
@@ -230,9 +209,9 @@ static void test_round_trip_f32(void) {
   uint32_t *x = malloc(n * 4), *y = malloc(n * 4);
   uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
   for (size_t i = 0; i < n; i++) x[i] = (uint32_t)(rnd64() & 0x807fffff) | ((uint32_t)(1 + rnd64() % 253) << 23);
-  CHECK_EQ_INT(zo_cast(a, ZO_DTYPE_BF16, x, ZO_DTYPE_F32, n, 0), ZO_OK);
-  CHECK_EQ_INT(zo_cast(y, ZO_DTYPE_F32, a, ZO_DTYPE_BF16, n, 0), ZO_OK);
-  CHECK_EQ_INT(zo_cast(b, ZO_DTYPE_BF16, y, ZO_DTYPE_F32, n, 0), ZO_OK);
+  CHECK_OK(zo_cast(a, ZO_DTYPE_BF16, x, ZO_DTYPE_F32, n, 0));
+  CHECK_OK(zo_cast(y, ZO_DTYPE_F32, a, ZO_DTYPE_BF16, n, 0));
+  CHECK_OK(zo_cast(b, ZO_DTYPE_BF16, y, ZO_DTYPE_F32, n, 0));
   int bad = 0;
   for (size_t i = 0; i < n && bad < 10; i++) {
     double xv = f_of(x[i]), yv = f_of(y[i]);
@@ -241,41 +220,72 @@ static void test_round_trip_f32(void) {
     double half_ulp = ldexp(1.0, e - 1 - 8); /* bf16 has 8 significant bits */
     if (a[i] != b[i] || !(fabs(xv - yv) <= half_ulp)) {
       if (!bad)
-        fprintf(stderr, "%s:%d: bf16 round trip of %.9g: got %.9g (0x%04x then 0x%04x), |diff| %.3g > %.3g\n",
-                __FILE__, __LINE__, xv, yv, a[i], b[i], fabs(xv - yv), half_ulp);
+        FAIL_AT("bf16 round trip of %.9g: got %.9g (0x%04x then 0x%04x), |diff| %.3g > %.3g", xv, yv, a[i], b[i],
+                fabs(xv - yv), half_ulp);
       bad++;
     }
   }
-  if (bad) g_fail = 1;
   free(x), free(y), free(a), free(b);
+}
+
+/*
+ * Large casts (8 MiB of dst per call: the AVX-512 path streams dst with
+ * non-temporal stores and converts F32 -> BF16 32 at a time) at dst offsets
+ * of 0 and 1 element equal the scalar level byte for byte, 1 and 2 threads.
+ */
+static void test_large(void) {
+  const size_t n = (size_t)4 << 20;
+  uint32_t *src = malloc(n * 4);
+  uint16_t *want = malloc(n * 2), *got = aligned_alloc(64, n * 2 + 64);
+  fill_inputs(src, n);
+  for (size_t i = 0; i < 64; i++) src[n / 2 + i] = 0x00000001u + (uint32_t)i * 0x10001u; /* denormals mid-array */
+  const zo_dtype dts[] = {ZO_DTYPE_BF16, ZO_DTYPE_F16};
+  for (int di = 0; di < 2; di++) {
+    CHECK_OK(zo_cast_ex(want, dts[di], src, ZO_DTYPE_F32, n, ZO_SIMD_SCALAR, 1));
+    for (size_t li = 1; li < 3; li++) {
+      if (!zo_simd_supported(k_levels[li])) continue;
+      for (int off = 0; off < 2; off++)
+        for (int th = 1; th <= 2; th++) {
+          char what[96];
+          snprintf(what, sizeof what, "large f32 -> %s [%s, dst offset %d, %d thr]", zo_dtype_name(dts[di]),
+                   zo_simd_name(k_levels[li]), off, th);
+          memset(got, 0xab, n * 2 + 64);
+          CHECK_OK(zo_cast_ex(got + off, dts[di], src, ZO_DTYPE_F32, n, k_levels[li], th));
+          CHECK_BYTES(what, got + off, want, n * 2);
+          CHECK_EQ(got[off + n], 0xabab);
+        }
+    }
+  }
+  free(src), free(want), free(got);
 }
 
 static void test_errors(void) {
   float f[4] = {0};
   uint16_t h[4];
-  CHECK_EQ_INT(zo_cast(NULL, ZO_DTYPE_BF16, f, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_cast(h, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_cast(h, (zo_dtype)9, f, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
-  CHECK_EQ_INT(zo_cast(NULL, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, 0, 1), ZO_OK);
-  CHECK_EQ_INT(zo_cast_ex(h, ZO_DTYPE_BF16, f, ZO_DTYPE_F32, 4, (zo_simd)17, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_cast(NULL, ZO_DTYPE_BF16, f, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_cast(h, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_cast(h, (zo_dtype)9, f, ZO_DTYPE_F32, 4, 1), ZO_ERR_INVALID_ARG);
+  CHECK_OK(zo_cast(NULL, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, 0, 1));
+  CHECK_ST(zo_cast_ex(h, ZO_DTYPE_BF16, f, ZO_DTYPE_F32, 4, (zo_simd)17, 1), ZO_ERR_INVALID_ARG);
 }
 
 int main(void) {
   printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()), zo_simd_has_avx512_bf16());
   test_from_f32(ZO_DTYPE_BF16);
-  printf("f32 -> bf16: %s\n", g_fail ? "FAIL" : "ok");
+  printf("f32 -> bf16: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_from_f32(ZO_DTYPE_F16);
-  printf("f32 -> f16: %s\n", g_fail ? "FAIL" : "ok");
+  printf("f32 -> f16: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_to_f32_exhaustive(ZO_DTYPE_BF16);
-  printf("bf16 -> f32 (all 65536) + round trip: %s\n", g_fail ? "FAIL" : "ok");
+  printf("bf16 -> f32 (all 65536) + round trip: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_to_f32_exhaustive(ZO_DTYPE_F16);
-  printf("f16 -> f32 (all 65536) + round trip: %s\n", g_fail ? "FAIL" : "ok");
+  printf("f16 -> f32 (all 65536) + round trip: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_cross_and_copy();
-  printf("bf16 <-> f16, copies: %s\n", g_fail ? "FAIL" : "ok");
+  printf("bf16 <-> f16, copies: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_round_trip_f32();
-  printf("f32 round trip: %s\n", g_fail ? "FAIL" : "ok");
+  printf("f32 round trip: %s\n", zo_test_failures ? "FAIL" : "ok");
+  test_large();
+  printf("large casts: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_errors();
-  printf("errors: %s\n", g_fail ? "FAIL" : "ok");
-  printf("%s\n", g_fail ? "FAILED" : "PASSED");
-  return g_fail ? 1 : 0;
+  printf("errors: %s\n", zo_test_failures ? "FAIL" : "ok");
+  return zo_test_finish("test_cast");
 }

@@ -727,7 +727,8 @@ static void test_link(void) {
   CHECK_BYTES("H2D stream 1", d1, h, N / 2);
   CHECK_BYTES("H2D stream 2", d2, h + N / 2, N / 2);
 
-  /* Opposite directions use separate lanes (full duplex): neither waits for the other. */
+  /* Opposite directions use separate lanes (full duplex): neither waits for the other (checked by the
+   * lanes' stall counters, not by wall time, which a loaded machine stretches). */
   CHECK_OK(zo_device_link_stats(dev, &ls0));
   t0 = now_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
@@ -739,7 +740,6 @@ static void test_link(void) {
   CHECK_GE(dt_duplex, 0.99 * slot16);
   CHECK_LT(ls.h2d_stall_s - ls0.h2d_stall_s, 1e-3);
   CHECK_LT(ls.d2h_stall_s - ls0.d2h_stall_s, 1e-3);
-  CHECK_LT(dt_duplex, 1.8 * slot16); /* not 2 x 16.8 ms back to back */
 
   /* D2D and memset do not cross the link. */
   CHECK_OK(zo_device_link_stats(dev, &ls0));

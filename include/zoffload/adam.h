@@ -59,6 +59,8 @@ typedef struct zo_adam_hparams {
  * with bc1 = 1-beta1^t, bc2 = 1-beta2^t computed in double once per call
  * (bc1 = bc2 = 1 without bias correction). No FMA contraction is used, so the
  * result is bit-identical for every SIMD level and every n_threads.
+ * Runs the fused kernels of zo_adam_update() (fp32 states) on contiguous
+ * per-thread ranges, so its bits equal zo_adam_update()'s.
  * Synchronous: returns when the whole shard is updated. Thread-safe for
  * disjoint shards (each call runs its own OpenMP team).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG when hp is NULL, a pointer is NULL with
@@ -97,8 +99,11 @@ ZO_API zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const 
  * @nonfinite: out, 1 when any element is inf or NaN, else 0. May be NULL.
  * Each float is squared exactly in double and added to one of 16 lane
  * accumulators (element i -> lane i % 16) within fixed 64 Ki-element chunks;
- * lanes and then chunk partials are combined in a fixed order. The result is
- * therefore bit-identical for every n_threads and every SIMD level.
+ * lanes (pairwise: lane k + lane k+8, then halves again) and then chunk
+ * partials (in chunk order) are combined in a fixed order. The SIMD bodies
+ * add with FMA, which rounds once exactly as add(acc, x*x) does because x*x
+ * is exact in double. The result is therefore bit-identical for every
+ * n_threads and every SIMD level.
  * Synchronous, thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG when sqnorm is
  * NULL or grad is NULL with n > 0, or simd is not an enum value;
  * ZO_ERR_UNSUPPORTED for an explicit level this CPU lacks;
@@ -118,7 +123,9 @@ ZO_API zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n
  * the top payload bits kept and the quiet bit set. Widening is exact (a half
  * signalling NaN becomes quiet; a bf16 one is widened bit for bit).
  * Uses the level from zo_simd_resolve(ZO_SIMD_AUTO); all levels give the
- * same bits. @n_threads: <= 0 means the OpenMP default.
+ * same bits. @n_threads: <= 0 means the OpenMP default. The AVX-512 path
+ * writes dst with non-temporal stores when one thread's part is 4 MiB of dst
+ * or more (dst is then not left in the caches).
  * Synchronous, thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG for a NULL
  * pointer with n > 0 or an unknown dtype.
  * Source: IEEE 754-2008 section 4.3.1 (roundTiesToEven); bfloat16 as in
@@ -228,11 +235,23 @@ typedef struct zo_adam_result {
  * bf16 states: m and v are widened exactly, the update is computed in float32
  * (the param update uses the unrounded float32 m and v), and the new m and v
  * are stored as bf16 with STOCHASTIC rounding: with key = i + seed (uint64,
- * i the element index within the shard) and t = (uint32)hp->step,
- *   x = (uint32)key + 0x9e3779b9*(uint32)(key>>32) + 0x85ebca77*t   (mod 2^32)
- *   h = fmix32(x)  (MurmurHash3 finalizer: x^=x>>16; x*=0x85ebca6b;
- *                   x^=x>>13; x*=0xc2b2ae35; x^=x>>16)
+ * i the element index within the shard), t = (uint32)hp->step, all
+ * arithmetic mod 2^32:
+ *   s = fmix32(0x9e3779b9*(uint32)(key>>32) + 0x85ebca77*t)
+ *       (MurmurHash3 finalizer: x^=x>>16; x*=0x85ebca6b; x^=x>>13;
+ *        x*=0xc2b2ae35; x^=x>>16; computed once per vector, not per element)
+ *   y = ((uint32)key + s) * 0x9e3779b1 ;  y ^= y >> 15 ;  y *= 0x2c1b3c6d
+ *   h = y ^ (y >> 16)
  *   m16 = (bits(m) + (h & 0xffff)) >> 16,  v16 = (bits(v) + (h >> 16)) >> 16
+ * Per element that is two multiply-xorshift rounds (the key's high word and
+ * the step are mixed once per vector). s changes with every step through a
+ * full-avalanche mix and h is a bijection of (uint32)key + s, so over steps
+ * each element's h is uniform, and m's and v's random bits are each uniform
+ * on [0, 2^16). Measured (2^22 keys; 1024 elements x 4096 steps): 256-bin
+ * chi-square of m's and v's bits 288 and 234 (255 degrees of freedom),
+ * correlation between adjacent elements' bits and between steps below 0.001,
+ * as the former per-element fmix32 gave; a single round left adjacent
+ * elements correlated (-0.42).
  * (NaN is stored quieted as round-to-nearest does). This depends only on the
  * element index, seed and step, so results are deterministic and independent
  * of SIMD level, thread count and tiling. Why not round to nearest: with

@@ -107,11 +107,25 @@ ZO_API void zo_swap_destroy(zo_swap_t *sw);
  */
 ZO_API size_t zo_swap_alignment(const zo_swap_t *sw);
 
-/* zo_swap_block_size() - piece size in bytes actually used (after defaults and rounding). */
+/* zo_swap_block_size() - piece size in bytes actually used (after defaults, rounding and zo_swap_set_queue()). */
 ZO_API size_t zo_swap_block_size(const zo_swap_t *sw);
 
-/* zo_swap_queue_depth() - max pieces in flight actually used (after defaults). */
+/* zo_swap_queue_depth() - max pieces in flight actually used (after defaults and zo_swap_set_queue()). */
 ZO_API unsigned zo_swap_queue_depth(const zo_swap_t *sw);
+
+/*
+ * zo_swap_set_queue() - change the piece size and the pieces in flight of an
+ * idle handle, keeping its ring, files (and their data), registered files and
+ * buffers: how zo-swapbench sweeps block sizes and queue depths on one file.
+ * @block_size: bytes per piece, rounded up to zo_swap_alignment(), at most
+ *              1 GiB; 0 keeps the current one.
+ * @queue_depth: pieces in flight at most, 1..the queue_depth given at create
+ *              (the ring's size); 0 keeps the current one.
+ * Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG (sw NULL, block_size over
+ * 1 GiB, queue_depth over the create-time one); ZO_ERR_INVALID_USAGE while a
+ * request has not been waited for. On error nothing changes.
+ */
+ZO_API zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_depth);
 
 /*
  * zo_swap_is_direct() - 1 if swap files are opened with O_DIRECT, 0 once a

@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "zoffload/pinned.h"
 #include "zoffload/status.h"
 #include "zoffload/swap.h"
 
@@ -40,8 +41,12 @@
 #define GiB ((uint64_t)1024 * 1024 * 1024)
 
 #define SB_MAX_LIST 32
-#define SB_REQ_BYTES (64 * MiB)  /* zoffload: the whole file is submitted as requests of this size */
+#define SB_REQ_BYTES (64 * MiB)  /* zoffload: a measurement is submitted as requests of this size */
 #define SB_BUF_BYTES (256 * MiB) /* zoffload: host buffer, reused cyclically across requests */
+/* SQPOLL variants: the kernel poller spins this long after the last submission before it sleeps.
+ * The library default (1 s) would leave it burning a core through the next engine's measurement
+ * (on a 2-core machine that halves everyone's throughput); 20 ms never expires within a transfer. */
+#define SB_SQPOLL_IDLE_MS 20u
 
 enum { OP_READ = 0, OP_WRITE = 1 };
 enum { ENG_ZO = 0, ENG_PREAD = 1, ENG_FIO = 2 };
@@ -63,6 +68,7 @@ typedef struct result {
   double gbps;          /* best of the repetitions, 1e9 bytes per second */
   double gbps_mean;
   double seconds;       /* of the best repetition */
+  uint64_t bytes;       /* moved by the best repetition */
   int reps;
   int ok;               /* 0: the measurement failed (error text in note) */
   char note[256];
@@ -82,6 +88,8 @@ typedef struct opts {
   int quick;
   int no_fio;
   int fio_variants; /* also run fio with --fixedbufs --registerfiles / --sqthread_poll */
+  uint64_t bytes;   /* bytes per measurement at most (from offset 0 of the file) */
+  double max_sec;   /* seconds per measurement at most (0: no limit) */
 } opts;
 
 static result *g_res;
@@ -190,68 +198,101 @@ static void *buf_alloc(size_t n, size_t align) {
 typedef struct zo_bench {
   zo_swap_t *sw;
   zo_swap_file_t *f;
+  zo_pinned_pool_t *pool;
   char *buf;
   size_t buf_bytes;
+  int sqpoll;
 } zo_bench;
 
 static void zo_bench_close(zo_bench *zb) {
   zo_swap_destroy(zb->sw); /* closes and unlinks the file, removes the private directory */
-  free(zb->buf);
+  if (zb->buf) zo_pinned_free(zb->pool, zb->buf);
+  zo_pinned_pool_destroy(zb->pool);
   memset(zb, 0, sizeof *zb);
 }
 
-/* Whole-file transfer: every request submitted up front (many operations in flight, as the engine sees
- * many tensors), then all waited. Returns 0 and the seconds taken, or -1 with the error printed. */
-static int zo_transfer(zo_bench *zb, int is_write, uint64_t size, double *sec) {
-  size_t nreq = (size_t)((size + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
+/*
+ * One measurement: the first @bytes of the file in SB_REQ_BYTES requests, a window of them
+ * outstanding (enough to keep queue_depth pieces busy twice over, as the engine sees many tensors in
+ * flight), the next submitted as the oldest completes; no new request after @max_sec. Returns 0 with
+ * the seconds taken and the bytes moved, or -1 with the error printed.
+ */
+static int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec, uint64_t *moved) {
+  size_t nreq = (size_t)((bytes + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
+  uint64_t inflight = (uint64_t)zo_swap_block_size(zb->sw) * zo_swap_queue_depth(zb->sw);
+  size_t window = (size_t)((2 * inflight + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
+  if (window < 2) window = 2;
+  if (window > nreq) window = nreq;
   zo_swap_req_t **reqs = calloc(nreq, sizeof *reqs);
-  if (!reqs) return -1;
+  size_t *lens = calloc(nreq, sizeof *lens);
+  if (!reqs || !lens) {
+    free(reqs);
+    free(lens);
+    return -1;
+  }
   int rc = 0;
-  double t0 = now_s();
-  size_t i = 0;
-  for (; i < nreq; i++) {
-    uint64_t off = (uint64_t)i * SB_REQ_BYTES;
-    size_t len = size - off < SB_REQ_BYTES ? (size_t)(size - off) : (size_t)SB_REQ_BYTES;
-    char *b = zb->buf + (size_t)(off % zb->buf_bytes);
-    if (b + len > zb->buf + zb->buf_bytes) b = zb->buf; /* buf_bytes is a multiple of SB_REQ_BYTES or >= size */
-    zo_status st = is_write ? zo_swap_submit_write(zb->sw, zb->f, off, b, len, &reqs[i])
-                            : zo_swap_submit_read(zb->sw, zb->f, off, b, len, &reqs[i]);
-    if (st != ZO_OK) {
-      fprintf(stderr, "\nzo-swapbench: submit: %s: %s\n", zo_status_string(st), zo_last_error());
-      rc = -1;
-      break;
+  size_t head = 0, tail = 0; /* requests [tail, head) outstanding */
+  uint64_t done = 0;
+  double t0 = now_s(), deadline = max_sec > 0 ? t0 + max_sec : 0;
+  while (rc == 0 && (tail < head || head < nreq)) {
+    while (rc == 0 && head < nreq && head - tail < window && !(deadline && head > tail && now_s() > deadline)) {
+      uint64_t off = (uint64_t)head * SB_REQ_BYTES;
+      size_t len = bytes - off < SB_REQ_BYTES ? (size_t)(bytes - off) : (size_t)SB_REQ_BYTES;
+      char *b = zb->buf + (size_t)(off % zb->buf_bytes);
+      if (b + len > zb->buf + zb->buf_bytes) b = zb->buf; /* buf_bytes is a multiple of SB_REQ_BYTES or >= bytes */
+      zo_status st = is_write ? zo_swap_submit_write(zb->sw, zb->f, off, b, len, &reqs[head])
+                              : zo_swap_submit_read(zb->sw, zb->f, off, b, len, &reqs[head]);
+      if (st != ZO_OK) {
+        fprintf(stderr, "\nzo-swapbench: submit: %s: %s\n", zo_status_string(st), zo_last_error());
+        rc = -1;
+        break;
+      }
+      lens[head++] = len;
+    }
+    if (deadline && now_s() > deadline) nreq = head; /* time is up: finish what is in flight */
+    if (tail < head) {
+      zo_status st = zo_swap_wait(zb->sw, reqs[tail]);
+      if (st != ZO_OK && rc == 0) {
+        fprintf(stderr, "\nzo-swapbench: %s: %s: %s\n", op_name[is_write], zo_status_string(st), zo_last_error());
+        rc = -1;
+      }
+      done += lens[tail++];
     }
   }
-  for (size_t j = 0; j < i; j++) {
-    zo_status st = zo_swap_wait(zb->sw, reqs[j]);
-    if (st != ZO_OK && rc == 0) {
-      fprintf(stderr, "\nzo-swapbench: %s: %s: %s\n", op_name[is_write], zo_status_string(st), zo_last_error());
-      rc = -1;
-    }
-  }
+  while (tail < head) zo_swap_wait(zb->sw, reqs[tail++]); /* after an error: collect the rest */
   *sec = now_s() - t0;
+  *moved = done;
   free(reqs);
+  free(lens);
+  /* Let an SQPOLL thread go to sleep before anything else is timed (see SB_SQPOLL_IDLE_MS). */
+  if (zb->sqpoll) usleep(2 * SB_SQPOLL_IDLE_MS * 1000);
   return rc;
 }
 
-static int zo_bench_open(zo_bench *zb, const opts *o, uint64_t bs, unsigned qd, variant v, int rank) {
+/* One handle per ring variant for the whole sweep: created at the largest queue depth (the ring's
+ * size), switched between block sizes and queue depths with zo_swap_set_queue(), one preallocated file
+ * written once untimed. The host buffer comes from the pinned pool (mlocked, pre-touched). */
+static int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int rank) {
   memset(zb, 0, sizeof *zb);
   zo_swap_opts so;
   memset(&so, 0, sizeof so);
-  so.block_size = (size_t)bs;
-  so.queue_depth = qd;
+  so.block_size = (size_t)o->bs[0];
+  so.queue_depth = qd_max;
   so.rank = rank;
 #if SB_HAVE_SQPOLL
   so.sqpoll = v.sqpoll > 0;
+  so.sqpoll_idle_ms = SB_SQPOLL_IDLE_MS;
 #endif
 #if SB_HAVE_REGBUF
   so.register_files = v.regbuf > 0; /* the "registered" variant registers the file and the buffer */
 #endif
+  if (getenv("SBF")) so.register_files = atoi(getenv("SBF"));
   zo_status st = zo_swap_create(o->path, &so, &zb->sw);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-swapbench: %s: %s\n", zo_status_string(st), zo_last_error());
     return -1;
   }
+  zb->sqpoll = zo_swap_uses_sqpoll(zb->sw);
   st = zo_swap_file_create(zb->sw, "swapbench.dat", o->size, &zb->f);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-swapbench: %s: %s\n", zo_status_string(st), zo_last_error());
@@ -259,12 +300,19 @@ static int zo_bench_open(zo_bench *zb, const opts *o, uint64_t bs, unsigned qd, 
     return -1;
   }
   zb->buf_bytes = o->size < SB_BUF_BYTES ? (size_t)o->size : (size_t)SB_BUF_BYTES;
-  zb->buf = buf_alloc(zb->buf_bytes, zo_swap_alignment(zb->sw));
-  if (!zb->buf) {
-    fprintf(stderr, "zo-swapbench: out of memory for a %zu-byte buffer\n", zb->buf_bytes);
+  zo_pinned_opts po = ZO_PINNED_OPTS_INIT;
+  po.decay_ms = 0;
+  st = zo_pinned_pool_create(&po, &zb->pool);
+  if (st == ZO_OK) st = zo_pinned_alloc(zb->pool, zb->buf_bytes, zo_swap_alignment(zb->sw), 0, (void **)&zb->buf);
+  if (st != ZO_OK) {
+    fprintf(stderr, "zo-swapbench: pinned buffer of %zu bytes: %s: %s\n", zb->buf_bytes, zo_status_string(st),
+            zo_last_error());
     zo_bench_close(zb);
     return -1;
   }
+  /* Touch every page now (mlock already faulted them in when it was granted), with a pattern. */
+  uint64_t *w = (uint64_t *)zb->buf;
+  for (size_t i = 0; i < zb->buf_bytes / 8; i++) w[i] = 0x9e3779b97f4a7c15ull * (i + 1);
 #if SB_HAVE_REGBUF
   if (v.regbuf > 0) {
     struct iovec iov = {zb->buf, zb->buf_bytes};
@@ -282,7 +330,9 @@ static int zo_bench_open(zo_bench *zb, const opts *o, uint64_t bs, unsigned qd, 
   /* Write the whole file once, untimed, so reads hit written extents (an unwritten extent reads as
    * zeros without touching the disk) and timed writes overwrite allocated, written blocks. */
   double sec;
-  if (zo_transfer(zb, 1, o->size, &sec) != 0) {
+  uint64_t moved;
+  if (zo_swap_set_queue(zb->sw, 4 * MiB, qd_max < 8 ? qd_max : 8) != ZO_OK ||
+      zo_transfer(zb, 1, o->size, 0, &sec, &moved) != 0) {
     zo_bench_close(zb);
     return -1;
   }
@@ -297,7 +347,9 @@ static int zo_bench_open(zo_bench *zb, const opts *o, uint64_t bs, unsigned qd, 
  * as with the ring. Short transfers are continued; errors stop that thread. */
 typedef struct pr_shared {
   int fd, is_write;
-  uint64_t size, bs;
+  uint64_t size, bs;  /* size: bytes to move at most, from offset 0 */
+  double deadline;    /* no new block after this (now_s() clock); 0: none */
+  uint64_t moved;     /* bytes moved, summed under mu */
   unsigned nthreads;
   pthread_barrier_t start;
   int err;
@@ -316,7 +368,9 @@ static void *pr_main(void *arg) {
   pr_thread *t = arg;
   pr_shared *sh = t->sh;
   pthread_barrier_wait(&sh->start);
+  uint64_t moved = 0;
   for (uint64_t blk = t->idx; blk * sh->bs < sh->size; blk += sh->nthreads) {
+    if (sh->deadline && moved && now_s() > sh->deadline) break;
     uint64_t off = blk * sh->bs;
     size_t len = sh->size - off < sh->bs ? (size_t)(sh->size - off) : (size_t)sh->bs;
     size_t done = 0;
@@ -335,12 +389,16 @@ static void *pr_main(void *arg) {
       }
       done += (size_t)n;
     }
+    moved += len;
   }
+  pthread_mutex_lock(&sh->mu);
+  sh->moved += moved;
+  pthread_mutex_unlock(&sh->mu);
   return NULL;
 }
 
-static int pread_transfer(const char *path, int direct, int is_write, uint64_t size, uint64_t bs, unsigned qd,
-                          double *sec, char *note, size_t note_n) {
+static int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec, uint64_t bs,
+                          unsigned qd, double *sec, uint64_t *moved, char *note, size_t note_n) {
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
   if (fd < 0) {
     snprintf(note, note_n, "open '%s': %s", path, strerror(errno));
@@ -383,10 +441,12 @@ static int pread_transfer(const char *path, int direct, int is_write, uint64_t s
     }
   }
   if (rc == 0) {
-    pthread_barrier_wait(&sh.start);
     double t0 = now_s();
+    if (max_sec > 0) sh.deadline = t0 + max_sec; /* read by the threads after the barrier */
+    pthread_barrier_wait(&sh.start);
     for (unsigned i = 0; i < qd; i++) pthread_join(th[i].tid, NULL);
     *sec = now_s() - t0;
+    *moved = sh.moved;
     if (sh.err) {
       snprintf(note, note_n, "%s '%s' at offset %" PRIu64 ": %s", is_write ? "pwrite" : "pread", path, sh.err_off,
                strerror(sh.err));
@@ -415,9 +475,9 @@ static int have_program(const char *name) {
 }
 
 /* Run fio once on @path (':' escaped, as fio splits file names on it) and return bw_bytes of the op. */
-static int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bs, unsigned qd, variant v, double *gbps,
-                        double *sec, char *note, size_t note_n) {
-  char a_file[PATH_MAX * 2 + 32], a_size[64], a_bs[64], a_qd[64], a_rw[32];
+static int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec, uint64_t bs,
+                        unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved, char *note, size_t note_n) {
+  char a_file[PATH_MAX * 2 + 32], a_size[64], a_io[64], a_rt[64], a_bs[64], a_qd[64], a_rw[32];
   char *w = a_file + snprintf(a_file, sizeof a_file, "--filename=");
   for (const char *p = path; *p && w < a_file + sizeof a_file - 3; p++) {
     if (*p == ':') *w++ = '\\';
@@ -425,12 +485,15 @@ static int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t 
   }
   *w = 0;
   snprintf(a_size, sizeof a_size, "--size=%" PRIu64, size);
+  snprintf(a_io, sizeof a_io, "--io_size=%" PRIu64, bytes);
+  snprintf(a_rt, sizeof a_rt, "--runtime=%ldms", max_sec > 0 ? (long)(max_sec * 1000 + 0.5) : 0L);
   snprintf(a_bs, sizeof a_bs, "--bs=%" PRIu64, bs);
   snprintf(a_qd, sizeof a_qd, "--iodepth=%u", qd);
   snprintf(a_rw, sizeof a_rw, "--rw=%s", is_write ? "write" : "read");
-  char *argv[16] = {"fio", "--name=x", a_file, a_size, a_bs, a_qd, "--ioengine=io_uring", "--direct=1", a_rw,
+  char *argv[20] = {"fio", "--name=x", a_file, a_size, a_io, a_bs, a_qd, "--ioengine=io_uring", "--direct=1", a_rw,
                     "--output-format=json"};
-  int argc = 10;
+  int argc = 11;
+  if (max_sec > 0) argv[argc++] = a_rt;
   if (v.regbuf > 0) {
     argv[argc++] = "--fixedbufs";
     argv[argc++] = "--registerfiles";
@@ -506,6 +569,7 @@ static int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t 
   json_t *job = json_array_get(json_object_get(root, "jobs"), 0);
   json_t *opj = json_object_get(job, is_write ? "write" : "read");
   json_t *bw = json_object_get(opj, "bw_bytes");
+  json_t *iob = json_object_get(opj, "io_bytes");
   json_t *rt = json_object_get(opj, "runtime"); /* ms */
   json_t *jerr_code = json_object_get(job, "error");
   if (jerr_code && json_integer_value(jerr_code) != 0) {
@@ -514,7 +578,8 @@ static int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t 
     snprintf(note, note_n, "fio JSON has no %s.bw_bytes", is_write ? "write" : "read");
   } else {
     *gbps = json_number_value(bw) / 1e9;
-    *sec = json_is_number(rt) ? json_number_value(rt) / 1e3 : (double)size / (*gbps * 1e9);
+    *moved = json_is_number(iob) ? (uint64_t)json_number_value(iob) : bytes;
+    *sec = json_is_number(rt) ? json_number_value(rt) / 1e3 : (double)*moved / (*gbps * 1e9);
     rc = 0;
   }
   json_decref(root);
@@ -530,6 +595,8 @@ typedef struct slot {
   int n;
   int failed;
   double best_sec;
+  double best_gb;
+  uint64_t best_bytes;
 } slot;
 
 static size_t slot_new(int op, int engine, uint64_t bs, uint64_t used, unsigned qd, variant v) {
@@ -544,9 +611,13 @@ static size_t slot_new(int op, int engine, uint64_t bs, uint64_t used, unsigned 
   return g_nres - 1;
 }
 
-static void slot_add(slot *sl, double sec, double gbps) {
+static void slot_add(slot *sl, double sec, double gbps, uint64_t bytes) {
   if (sl->n < 64) sl->gb[sl->n++] = gbps;
-  if (!sl->best_sec || sec < sl->best_sec) sl->best_sec = sec;
+  if (gbps > sl->best_gb) {
+    sl->best_gb = gbps;
+    sl->best_sec = sec;
+    sl->best_bytes = bytes;
+  }
 }
 
 static void slot_finish(slot *sl) {
@@ -561,6 +632,7 @@ static void slot_finish(slot *sl) {
   r->gbps_mean = r->ok ? sum / sl->n : 0;
   r->reps = sl->n;
   r->seconds = sl->best_sec;
+  r->bytes = sl->best_bytes;
 }
 
 /* Say what actually ran for a zoffload slot: the library warns and goes on without an option the
@@ -578,12 +650,14 @@ static void zo_slot_describe(slot *sl, zo_bench *zb, variant v) {
 }
 
 /*
- * For each (block size, queue depth): one swap handle per ring variant (each its own rank, so they can
- * be open together), each with its own preallocated file, written once untimed. Then, per op (write
- * first, so reads see written blocks) and per repetition, every engine runs once in turn: the zoffload
- * variants, pread/pwrite, fio. Interleaving the repetitions spreads the noise of a shared machine over
- * all engines alike instead of penalising whichever ran during a burst. pread and fio use the file of
- * the first variant.
+ * One swap handle per ring variant (each its own rank, so they can be open together) with its own
+ * preallocated file, written once untimed, kept for the whole sweep; zo_swap_set_queue() moves every
+ * handle to each (block size, queue depth). Then, per op (write first, so reads see written blocks) and
+ * per repetition, every engine runs once in turn - the zoffload variants, pread/pwrite, fio - the order
+ * rotated by one each repetition, so no engine always runs right after the same neighbour (a write
+ * burst the host is still flushing, a poller going to sleep). Interleaving the repetitions spreads the
+ * noise of a shared machine over all engines alike. Each measurement moves the first o->bytes bytes of
+ * the file, or what o->max_sec allows. pread and fio use the file of the first variant.
  */
 static int run_sweep(const opts *o, int use_fio) {
   variant vars[4];
@@ -593,35 +667,40 @@ static int run_sweep(const opts *o, int use_fio) {
   int nops = o->do_op[OP_READ] + o->do_op[OP_WRITE];
   int n_fio = use_fio ? (o->fio_variants ? nv : 1) : 0;
   int n_eng = nv + 1 + n_fio;
-  g_steps = (unsigned)(o->n_bs * o->n_qd * (nv + nops * o->reps * n_eng));
+  unsigned qd_max = 0;
+  for (int i = 0; i < o->n_qd; i++)
+    if (o->qd[i] > qd_max) qd_max = o->qd[i];
+  g_steps = (unsigned)(nv + o->n_bs * o->n_qd * nops * o->reps * n_eng);
   g_step = 0;
   int failures = 0;
+  char what[96];
+  zo_bench zb[4];
+  memset(zb, 0, sizeof zb);
+  for (int vi = 0; vi < nv && !g_stop; vi++) {
+    snprintf(what, sizeof what, "fill file regbuf=%s sqpoll=%s", tri(vars[vi].regbuf), tri(vars[vi].sqpoll));
+    progress(what);
+    if (zo_bench_open(&zb[vi], o, qd_max, vars[vi], SB_RANK - vi) != 0) {
+      for (int k = 0; k < nv; k++) zo_bench_close(&zb[k]);
+      return -1;
+    }
+    g_step++;
+  }
+  int basev = getenv("SBV") ? atoi(getenv("SBV")) : 0;
+  const char *path = g_stop ? "" : zo_swap_file_path(zb[basev].f);
+  int direct = g_stop ? 1 : zo_swap_is_direct(zb[0].sw);
   for (int bi = 0; bi < o->n_bs && !g_stop; bi++) {
     for (int qi = 0; qi < o->n_qd && !g_stop; qi++) {
       uint64_t bs = o->bs[bi];
       unsigned qd = o->qd[qi];
-      char bss[32], what[96];
+      char bss[32];
       fmt_size(bs, bss, sizeof bss);
-      zo_bench zb[4];
-      memset(zb, 0, sizeof zb);
-      int open_failed = 0;
-      for (int vi = 0; vi < nv && !g_stop; vi++) {
-        snprintf(what, sizeof what, "fill bs=%s qd=%u regbuf=%s sqpoll=%s", bss, qd, tri(vars[vi].regbuf),
-                 tri(vars[vi].sqpoll));
-        progress(what);
-        if (zo_bench_open(&zb[vi], o, bs, qd, vars[vi], SB_RANK - vi) != 0) {
-          open_failed = 1;
-          break;
+      for (int vi = 0; vi < nv; vi++) {
+        if (zo_swap_set_queue(zb[vi].sw, (size_t)bs, qd) != ZO_OK) {
+          fprintf(stderr, "\nzo-swapbench: set_queue bs=%s qd=%u: %s\n", bss, qd, zo_last_error());
+          for (int k = 0; k < nv; k++) zo_bench_close(&zb[k]);
+          return -1;
         }
-        g_step++;
       }
-      if (open_failed || g_stop) {
-        for (int vi = 0; vi < nv; vi++) zo_bench_close(&zb[vi]);
-        if (open_failed) return -1;
-        break;
-      }
-      const char *path = zo_swap_file_path(zb[0].f);
-      int direct = zo_swap_is_direct(zb[0].sw);
       for (int op = OP_WRITE; op >= OP_READ && !g_stop; op--) {
         if (!o->do_op[op]) continue;
         slot sl[12];
@@ -635,7 +714,8 @@ static int run_sweep(const opts *o, int use_fio) {
             sl[k].res = slot_new(op, ENG_FIO, bs, bs, qd, o->fio_variants ? vars[k - nv - 1] : (variant){0, 0});
         }
         for (int rep = 0; rep < o->reps && !g_stop; rep++) {
-          for (int k = 0; k < n_eng && !g_stop; k++) {
+          for (int kk = 0; kk < n_eng && !g_stop; kk++) {
+            int k = (kk + rep) % n_eng;
             result *r = &g_res[sl[k].res];
             snprintf(what, sizeof what, "%s %s bs=%s qd=%u rep %d", eng_name[r->engine], op_name[op], bss, qd,
                      rep + 1);
@@ -643,17 +723,20 @@ static int run_sweep(const opts *o, int use_fio) {
             g_step++;
             if (sl[k].failed) continue;
             double sec = 0, g = 0;
+            uint64_t moved = 0;
             int rc;
             if (r->engine == ENG_ZO) {
-              rc = zo_transfer(&zb[k], op == OP_WRITE, o->size, &sec);
+              rc = zo_transfer(&zb[k], op == OP_WRITE, o->bytes, o->max_sec, &sec, &moved);
               if (rc) snprintf(r->note, sizeof r->note, "%s", zo_last_error());
-              g = (double)o->size / sec / 1e9;
+              g = sec > 0 ? (double)moved / sec / 1e9 : 0;
             } else if (r->engine == ENG_PREAD) {
-              rc = pread_transfer(path, direct, op == OP_WRITE, o->size, bs, qd, &sec, r->note, sizeof r->note);
-              g = (double)o->size / sec / 1e9;
+              rc = pread_transfer(path, direct, op == OP_WRITE, o->bytes, o->max_sec, bs, qd, &sec, &moved, r->note,
+                                  sizeof r->note);
+              g = sec > 0 ? (double)moved / sec / 1e9 : 0;
             } else {
               variant v = {r->regbuf, r->sqpoll};
-              rc = fio_transfer(path, op == OP_WRITE, o->size, bs, qd, v, &g, &sec, r->note, sizeof r->note);
+              rc = fio_transfer(path, op == OP_WRITE, o->size, o->bytes, o->max_sec, bs, qd, v, &g, &sec, &moved,
+                                r->note, sizeof r->note);
             }
             if (rc != 0) {
               fprintf(stderr, "\nzo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", eng_name[r->engine], op_name[op],
@@ -661,7 +744,7 @@ static int run_sweep(const opts *o, int use_fio) {
               sl[k].failed = 1;
               continue;
             }
-            slot_add(&sl[k], sec, g);
+            slot_add(&sl[k], sec, g, moved);
           }
         }
         for (int k = 0; k < n_eng; k++) {
@@ -670,9 +753,9 @@ static int run_sweep(const opts *o, int use_fio) {
           if (!g_res[sl[k].res].ok && !g_stop) failures++;
         }
       }
-      for (int vi = 0; vi < nv; vi++) zo_bench_close(&zb[vi]);
     }
   }
+  for (int vi = 0; vi < nv; vi++) zo_bench_close(&zb[vi]);
   progress_done();
   return failures;
 }
@@ -721,9 +804,9 @@ static void print_table(const opts *o, int use_fio) {
              tri(r->sqpoll), zs, ps, fs, rp, rf);
     }
   }
-  printf("(GB/s = 1e9 bytes/s; best of %d repetition%s of a %" PRIu64 "-byte whole-file transfer; O_DIRECT, page "
-         "cache bypassed)\n",
-         o->reps, o->reps == 1 ? "" : "s", o->size);
+  printf("(GB/s = 1e9 bytes/s; best of %d repetition%s, each the first %" PRIu64 " bytes of a %" PRIu64
+         "-byte file or %.2f s, whichever ends first; O_DIRECT, page cache bypassed)\n",
+         o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size, o->max_sec > 0 ? o->max_sec : INFINITY);
 }
 
 typedef struct target {
@@ -834,6 +917,7 @@ static json_t *res_json(const result *r) {
   json_object_set_new(j, "gbps", json_real(r->gbps));
   json_object_set_new(j, "gbps_mean", json_real(r->gbps_mean));
   json_object_set_new(j, "seconds", json_real(r->seconds));
+  json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
   json_object_set_new(j, "reps", json_integer(r->reps));
   json_object_set_new(j, "ok", json_boolean(r->ok));
   if (r->note[0]) json_object_set_new(j, "note", json_string(r->note));
@@ -845,6 +929,8 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
   json_t *cfg = json_object();
   json_object_set_new(cfg, "path", json_string(o->path));
   json_object_set_new(cfg, "file_size", json_integer((json_int_t)o->size));
+  json_object_set_new(cfg, "bytes_per_measurement", json_integer((json_int_t)o->bytes));
+  json_object_set_new(cfg, "max_seconds_per_measurement", json_real(o->max_sec));
   json_object_set_new(cfg, "reps", json_integer(o->reps));
   json_object_set_new(cfg, "quick", json_boolean(o->quick));
   json_object_set_new(cfg, "fio", json_boolean(use_fio));
@@ -969,6 +1055,10 @@ static void usage(FILE *out) {
           "  --path DIR            directory on the disk to measure (required); a private\n"
           "                        zoffload-<pid>-XXXXXX directory is made in it and removed after\n"
           "  --size BYTES          file size, suffixes K M G T (binary) (default 1G; --quick: 16M)\n"
+          "  --bytes BYTES         bytes moved per measurement at most, from the file's start\n"
+          "                        (default min(size, 512M))\n"
+          "  --max-seconds S       seconds per measurement at most; 0: no limit\n"
+          "                        (default 0.5; --quick: 0)\n"
           "  --block-sizes LIST    comma list of block sizes, multiples of 4K\n"
           "                        (default 128K,256K,512K,1M,2M,4M,8M; --quick: 128K,1M)\n"
           "  --queue-depths LIST   comma list of queue depths 1..32768\n"
@@ -984,13 +1074,17 @@ static void usage(FILE *out) {
           "                        figure at a setting is then its best variant (default: plain)\n"
           "  --help                this text\n"
           "\n"
-          "Each (block size, queue depth, ring variant) gets its own swap handle and preallocated\n"
-          "O_DIRECT file, written once untimed; then whole-file writes and reads are timed, the\n"
-          "repetitions of all engines interleaved (best is reported). The pread baseline (queue-depth\n"
-          "threads, interleaved block stripes; one thread at QD 1) and fio run on the first variant's\n"
-          "file. Registered buffers (+ files) and SQPOLL are swept when the swap API offers them\n"
-          "(this build: registered buffers %s, SQPOLL %s).\n",
-          SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
+          "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
+          "untimed and kept for the whole sweep (zo_swap_set_queue switches block size and queue\n"
+          "depth); the host buffer is pinned (mlock). Each measurement moves the first --bytes of the\n"
+          "file or runs --max-seconds, for every engine alike (fio: --io_size, --runtime); the\n"
+          "repetitions of all engines are interleaved, their order rotated each time, and the best\n"
+          "is reported. The pread baseline (queue-depth threads, interleaved block stripes; one\n"
+          "thread at QD 1) and fio run on the first variant's file. SQPOLL variants use a %u ms\n"
+          "poller idle time, and the next engine starts after the poller sleeps. Registered buffers\n"
+          "(+ files) and SQPOLL are swept when the swap API offers them (this build: registered\n"
+          "buffers %s, SQPOLL %s).\n",
+          SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
 }
 
 static int parse_list(const char *s, int is_size, uint64_t *out, int *n) {
@@ -1021,9 +1115,11 @@ int main(int argc, char **argv) {
   o.reps = 1;
   o.do_op[OP_READ] = o.do_op[OP_WRITE] = 1;
   const char *size_s = NULL, *bs_s = NULL, *qd_s = NULL;
-  enum { O_PATH_ = 256, O_SIZE, O_BS, O_QD, O_OPS, O_REPS, O_JSON, O_PLOT, O_QUICK, O_NOFIO, O_FIOVAR, O_HELP };
+  const char *bytes_s = NULL, *sec_s = NULL;
+  enum { O_PATH_ = 256, O_SIZE, O_BYTES, O_MAXSEC, O_BS, O_QD, O_OPS, O_REPS, O_JSON, O_PLOT, O_QUICK, O_NOFIO, O_FIOVAR, O_HELP };
   static const struct option lo[] = {
       {"path", required_argument, 0, O_PATH_},      {"size", required_argument, 0, O_SIZE},
+      {"bytes", required_argument, 0, O_BYTES},     {"max-seconds", required_argument, 0, O_MAXSEC},
       {"block-sizes", required_argument, 0, O_BS},  {"queue-depths", required_argument, 0, O_QD},
       {"ops", required_argument, 0, O_OPS},         {"reps", required_argument, 0, O_REPS},
       {"json", required_argument, 0, O_JSON},       {"plot", required_argument, 0, O_PLOT},
@@ -1034,6 +1130,8 @@ int main(int argc, char **argv) {
     switch (c) {
       case O_PATH_: o.path = optarg; break;
       case O_SIZE: size_s = optarg; break;
+      case O_BYTES: bytes_s = optarg; break;
+      case O_MAXSEC: sec_s = optarg; break;
       case O_BS: bs_s = optarg; break;
       case O_QD: qd_s = optarg; break;
       case O_OPS: {
@@ -1102,6 +1200,23 @@ int main(int argc, char **argv) {
   /* Whole-file transfers in aligned pieces: round the size up to 64 KiB (a multiple of any O_DIRECT
    * alignment in practice). */
   o.size = (o.size + 64 * KiB - 1) / (64 * KiB) * (64 * KiB);
+  o.bytes = o.size < 512 * MiB ? o.size : 512 * MiB;
+  if (bytes_s && (parse_size(bytes_s, &o.bytes) || o.bytes == 0)) {
+    fprintf(stderr, "zo-swapbench: --bytes: cannot parse '%s' (e.g. 512M)\n", bytes_s);
+    return 2;
+  }
+  o.bytes = (o.bytes + 64 * KiB - 1) / (64 * KiB) * (64 * KiB);
+  if (o.bytes > o.size) o.bytes = o.size;
+  o.max_sec = o.quick ? 0 : 0.5;
+  if (sec_s) {
+    char *end;
+    errno = 0;
+    o.max_sec = strtod(sec_s, &end);
+    if (errno || *end || end == sec_s || !(o.max_sec >= 0) || o.max_sec > 3600) {
+      fprintf(stderr, "zo-swapbench: --max-seconds: need 0..3600, got '%s'\n", sec_s);
+      return 2;
+    }
+  }
 
   int use_fio = !o.no_fio && have_program("fio");
   g_tty = isatty(STDERR_FILENO);

@@ -647,6 +647,8 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
   if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
   if (!strcmp(key, "swap_sqpoll")) return get_bool(c, p, v, &cfg->zoffload.swap_sqpoll);
+  if (!strcmp(key, "delayed_param_update")) return get_bool(c, p, v, &cfg->zoffload.delayed_param_update);
+  if (!strcmp(key, "host_link_gbps")) return get_dbl(c, p, v, 0, 1e6, LO_INCL | HI_INCL, &cfg->zoffload.host_link_gbps);
   warn_unknown(p);
   return ZO_OK;
 }
@@ -758,6 +760,8 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
   cfg->zoffload.swap_checksum = 0;
   cfg->zoffload.swap_sqpoll = 0;
+  cfg->zoffload.delayed_param_update = 0;
+  cfg->zoffload.host_link_gbps = 0;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -1003,5 +1007,7 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));
   sb_printf(&b, "zoffload.swap_checksum = %d\n", cfg->zoffload.swap_checksum);
   sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);
+  sb_printf(&b, "zoffload.delayed_param_update = %d\n", cfg->zoffload.delayed_param_update);
+  sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
   return b.len;
 }

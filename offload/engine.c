@@ -104,6 +104,9 @@ struct zo_engine {
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
   zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
   int n_grads;               /* gradients handed over in this step */
+  int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
+  int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
+  host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
   int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
   zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
 
@@ -216,6 +219,13 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
 
   e->ptier = cfg->zero.offload_param.device;
+  e->dpu = cfg->zoffload.delayed_param_update;
+  if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE)) {
+    st = zo_error_set(ZO_ERR_CONFIG, "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
+                      "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
+                      zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
+    goto fail;
+  }
   if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3) {
     st = zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
                       "got %d (parameters are partitioned and offloaded only in stage 3)",
@@ -227,6 +237,8 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   } else {
     ZO_CHECK_GOTO(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg->zoffload.device_memory_limit, &e->dev), st, fail);
     e->own_dev = 1;
+    if (cfg->zoffload.host_link_gbps > 0)
+      ZO_CHECK_GOTO(zo_device_set_link_gbps(e->dev, cfg->zoffload.host_link_gbps), st, fail);
   }
   if (tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
     st = zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on device '%s' needs a "
@@ -331,6 +343,7 @@ static zo_status drain_slots(zo_engine_t *e) {
 
 void zo_engine_destroy(zo_engine_t *e) {
   if (!e) return;
+  if (e->tasks) zo_engine_synchronize(e);
   if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
   if (e->swap) drain_slots(e);
   for (int i = 0; e->tasks && i < e->n_params; i++)
@@ -362,6 +375,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   if (e->own_pswap) zo_swap_destroy(e->pswap);
   zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
   host_buf_free(&e->grad_host);
+  host_buf_free(&e->grad_host2);
   host_buf_free(&e->stage_host);
   for (int k = 0; k < ST_KINDS; k++) host_buf_free(&e->state_host[k]);
   if (e->dev_block) zo_device_free(e->dev, e->dev_block);
@@ -552,6 +566,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   }
   if (e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
+    if (e->dpu) ZO_CHECK(host_buf_alloc(&e->grad_host2, shard_total * gsz, 1));
     if (e->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
     for (int i = 0; i < e->n_params; i++) {
@@ -1080,7 +1095,7 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
     /* Adam may start per shard only when no step-wide fact is needed first: the
      * global norm (clipping) and the overflow verdict (fp16) are known only once
      * every gradient is in; NVMe state is updated sub-group by sub-group. */
-    e->early_adam = e->tier != ZO_OFFLOAD_NVME && !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0);
+    e->early_adam = e->tier != ZO_OFFLOAD_NVME && !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu;
     if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
   }
   /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
@@ -1229,6 +1244,24 @@ static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *ad
   return drain_slots(e);
 }
 
+static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+
+zo_status zo_engine_synchronize(zo_engine_t *e) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
+  zo_status st = ZO_OK;
+  if (e->dpu_pending) {
+    for (int i = 0; i < e->n_params; i++) {
+      if (!e->tasks[i]) continue;
+      zo_status s2 = finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
+      if (st == ZO_OK) st = s2;
+    }
+    e->dpu_pending = 0;
+    if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
+  }
+  zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream) : ZO_OK; /* staging is free again after */
+  return st != ZO_OK ? st : s2;
+}
+
 zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
@@ -1243,6 +1276,12 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(settle_fetches(e));
     ZO_CHECK(trace_end_step(e));
+  }
+  double dpu_wait = 0;
+  if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
+    double td = now_s();
+    ZO_CHECK(zo_engine_synchronize(e));
+    dpu_wait = now_s() - td;
   }
   inf.fetch_wait_s = e->fetch_wait_s;
   inf.n_prefetch = e->n_prefetch;
@@ -1307,7 +1346,15 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
       st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
                        &e->tasks[i]);
     }
-    for (int i = 0; i < e->n_params; i++) {
+    if (e->dpu && st == ZO_OK) { /* the next step finishes and publishes these; its gradients go to the other buffer */
+      e->dpu_pending = 1;
+      host_buf tmp = e->grad_host;
+      e->grad_host = e->grad_host2;
+      e->grad_host2 = tmp;
+      for (int i = 0; i < e->n_params; i++)
+        e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->gdtype);
+    }
+    for (int i = 0; i < e->n_params && !e->dpu; i++) {
       if (!e->tasks[i]) continue;
       zo_status s2 = finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
       if (st == ZO_OK) st = s2;
@@ -1318,7 +1365,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
-  inf.adam_s = adam_s - inf.copy_s; /* the Adam sections timed the upload queueing too */
+  inf.adam_s = adam_s - inf.copy_s + dpu_wait; /* the Adam sections timed the upload queueing too */
   e->step = t;
   update_loss_scale(e, 0);
   inf.step = e->step;
@@ -1364,6 +1411,7 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
   if (shard_offset) *shard_offset = p->shard_off;
   if (shard_n) *shard_n = p->shard_n;
+  ZO_CHECK(zo_engine_synchronize(e)); /* a delayed update still in flight */
   if (e->tier != ZO_OFFLOAD_NVME) {
     memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
     return ZO_OK;

@@ -200,6 +200,15 @@ typedef struct zo_step_info {
  * next sub-group in flight while the current one is updated and the previous
  * one written back), cast the new master weights to the working dtype and
  * queue the host-to-device copy (and all-gather) of the working weights.
+ * With zoffload.delayed_param_update (DPU, from the ZeRO-Offload paper;
+ * needs offload_optimizer "cpu" and no parameter offload) the call queues
+ * this step's Adam and returns: the update runs on the CPU during the next
+ * step's forward and backward, and the next zo_engine_step() publishes it
+ * before queueing its own. Step N+1 therefore computes with the weights of
+ * update N-1 (one step stale): master weights follow exactly the same
+ * sequence as without DPU, but gradients are taken at weights one update
+ * older, which slows convergence slightly early in training (the paper
+ * enables DPU after a few warm-up steps) in exchange for hiding Adam.
  * Every tensor must have had zo_engine_grad_ready() since the last step.
  * Synchronous for Adam and swap I/O; the working-weight copy completes
  * before the next zo_engine_fetch() returns. @info may be NULL.
@@ -207,6 +216,15 @@ typedef struct zo_step_info {
  * ZO_ERR_IO / ZO_ERR_CORRUPT (swap, file and offset named), device errors.
  */
 ZO_API zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info);
+
+/*
+ * zo_engine_synchronize() - finish every update in flight: with
+ * zoffload.delayed_param_update, the last step's Adam tasks are waited and
+ * their working weights published to the device; then the copy stream is
+ * drained. Call it before reading final weights (zo_engine_get_master does).
+ * Returns ZO_OK or the first error of the work it waited for.
+ */
+ZO_API zo_status zo_engine_synchronize(zo_engine_t *e);
 
 /* zo_engine_loss_scale() - the loss scale to multiply the next loss by (1.0 unless fp16). */
 ZO_API double zo_engine_loss_scale(const zo_engine_t *e);

@@ -73,6 +73,16 @@ typedef struct zo_swap_opts {
  * kernels, -EPERM in sandboxes that forbid it) the handle falls back to a
  * pool of pread/pwrite threads and warns once. The environment variable
  * ZO_SWAP_FORCE_PREAD=1 forces that fallback (for tests).
+ * Ring setup flags, first one the kernel takes: with opts.sqpoll,
+ * SQPOLL (the kernel takes no task-run flag with it); with opts.single_issuer,
+ * SINGLE_ISSUER|DEFER_TASKRUN; then COOP_TASKRUN|TASKRUN_FLAG (Linux 5.19+:
+ * completions are posted when this handle next enters the kernel, never by
+ * interrupting the calling thread while it computes); then none.
+ * ZO_SWAP_RING_FLAGS=none|coop|defer overrides that choice (for measurements).
+ * Pieces are prepared as slots free up and handed to the kernel in one
+ * io_uring_submit (or with the wait, io_uring_submit_and_wait) per batch.
+ * SQPOLL note: the kernel poller spins on a CPU for sqpoll_idle_ms after the
+ * last submission; on a machine with few cores keep that short.
  * The O_DIRECT alignment is measured here (see zo_swap_alignment()).
  * Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG when an argument is NULL,
  * nvme_path is empty, too long, does not exist or is not a directory, opts is

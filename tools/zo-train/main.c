@@ -290,6 +290,8 @@ int main(int argc, char **argv) {
   /* The model computes on the CPU, so the device is the host backend; its
    * memory limit is the config's zoffload.device_memory_limit. */
   if (zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK) goto engine_error;
+  if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
+    goto engine_error;
   if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
   for (int i = 0; i < np; i++)
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
@@ -412,6 +414,7 @@ int main(int argc, char **argv) {
       tokens_window = 0;
     }
   }
+  if (zo_engine_synchronize(eng) != ZO_OK) goto engine_error; /* a delayed update still in flight */
   if (g_stop) printf("zo-train: interrupted at step %lld; cleaning up\n", (long long)step - 1);
   double wall = now_s() - t_start;
   printf("zo-train: done: %lld steps in %.1f s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",

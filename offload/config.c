@@ -470,7 +470,11 @@ static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const 
   (void)arg;
   if (!strcmp(key, "pipeline_read")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read);
   if (!strcmp(key, "pipeline_write")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write);
-  if (!strcmp(key, "ratio")) return get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio);
+  if (!strcmp(key, "ratio")) {
+    ZO_CHECK(get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio));
+    if (cfg->zero.offload_optimizer.ratio < 1.0) warn_inert(p); /* partial offload is not built: all state is offloaded */
+    return ZO_OK;
+  }
   if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
       !strcmp(key, "cpuadam_cores_perc"))
     warn_inert(p);
@@ -482,7 +486,11 @@ static zo_status offload_param_key(const parse_ctx *c, const char *p, const char
                                    zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "buffer_size")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->zero.offload_param.buffer_size);
-  if (!strcmp(key, "max_in_cpu")) return get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu);
+  if (!strcmp(key, "max_in_cpu")) {
+    ZO_CHECK(get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu));
+    warn_inert(p); /* nvme parameters are read from params.swp on every fetch; no host cache yet */
+    return ZO_OK;
+  }
   warn_unknown(p);
   return ZO_OK;
 }
@@ -541,9 +549,9 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     for (; si < sizeof sizes / sizeof sizes[0]; si++)
       if (!strcmp(key, sizes[si].name)) break;
     if (si < sizeof sizes / sizeof sizes[0]) {
-      /* sub_group_size is acted on; the rest are validated and stored only. */
-      int acted = si == 0;
-      ZO_CHECK(get_i64(c, p, v, acted ? 1 : 0, INT64_MAX, sizes[si].dst));
+      /* sub_group_size and the stage3_* budgets are acted on; the bucket sizes are validated and stored only. */
+      int acted = si <= 4;
+      ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, INT64_MAX, sizes[si].dst));
       if (!acted) warn_inert(p);
     } else if (!strcmp(key, "stage")) {
       ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));

@@ -325,7 +325,7 @@ int main(int argc, char **argv) {
 
   /* ---- training loop */
   uint64_t rng = ts.seed ^ 0x9e3779b97f4a7c15ull;
-  double t_fetch = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_swap = 0, t_adam = 0;
+  double t_fetch = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0;
   double t_start = now_s(), t_window = now_s();
   int64_t tokens_window = 0, skipped = 0;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
          ts.model.vocab, log((double)ts.model.vocab));
   t_start = t_window = now_s();
   for (step = 1; step <= ts.steps && !g_stop; step++) {
+    const double t_step0 = now_s();
     const double loss_scale = zo_engine_loss_scale(eng);
     gpt_zero_grad(model);
     double loss = 0;
@@ -373,6 +374,7 @@ int main(int argc, char **argv) {
     t_swap += info.swap_s;
     t_adam += info.adam_s;
     t_fetch += info.fetch_wait_s;
+    t_steps += now_s() - t_step0;
     skipped += info.skipped;
 
     if (step % print_every == 0 || step == ts.steps) {
@@ -389,26 +391,45 @@ int main(int argc, char **argv) {
       fmt_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
       double tok_s = tokens_window / tw;
       double per = 1e3 / (double)step; /* cumulative ms per step */
-      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s | ms/step: fetch %.1f fwd %.1f bwd "
-             "%.1f opt %.1f (adam %.1f swap %.1f) | device %s host %s nvme %s%s\n",
-             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, t_fetch * per, t_fwd * per,
-             t_bwd * per, t_opt * per, t_adam * per, t_swap * per, db, hb, nb, info.skipped ? " | overflow: skipped" : "");
+      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s | ms/step %.1f: fwd %.1f bwd %.1f "
+             "opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s%s\n",
+             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, t_steps * per, t_fwd * per, t_bwd * per,
+             t_opt * per, t_adam * per, t_swap * per, t_fetch * per, db, mem.device_peak_bytes / 1048576.0, hb, nb,
+             info.skipped ? " | overflow: skipped" : "");
       fflush(stdout);
       if (jf) {
-        json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I}",
-                              "step", (json_int_t)step, "loss", loss, "val_loss", val, "lr", info.lr, "tokens_per_s",
-                              tok_s, "loss_scale", loss_scale, "grad_norm", isfinite(info.grad_norm) ? info.grad_norm : -1.0,
-                              "skipped", info.skipped, "fetch_ms", t_fetch * per, "forward_ms", t_fwd * per, "backward_ms",
-                              t_bwd * per, "optimizer_ms", t_opt * per, "adam_ms", t_adam * per, "swap_ms", t_swap * per,
-                              "device_bytes", (json_int_t)mem.device_bytes, "host_bytes", (json_int_t)mem.host_bytes,
-                              "pinned_bytes", (json_int_t)mem.pinned_bytes, "nvme_bytes", (json_int_t)mem.nvme_bytes,
-                              "nvme_rw_bytes", (json_int_t)(mem.nvme_read_bytes + mem.nvme_write_bytes));
-        if (o) {
-          json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
-          fputc('\n', jf);
-          fflush(jf);
-          json_decref(o);
-        }
+        json_t *o = json_object();
+        const double per_step = 1.0 / (double)step;
+        json_object_set_new(o, "step", json_integer(step));
+        json_object_set_new(o, "loss", json_real(loss));
+        json_object_set_new(o, "val_loss", json_real(val));
+        json_object_set_new(o, "lr", json_real(info.lr));
+        json_object_set_new(o, "tokens_per_s", json_real(tok_s));
+        json_object_set_new(o, "loss_scale", json_real(loss_scale));
+        json_object_set_new(o, "grad_norm", isfinite(info.grad_norm) ? json_real(info.grad_norm) : json_null());
+        json_object_set_new(o, "skipped", json_boolean(info.skipped));
+        /* cumulative means per step, milliseconds */
+        json_object_set_new(o, "step_ms", json_real(t_steps * 1e3 * per_step));
+        json_object_set_new(o, "forward_ms", json_real(t_fwd * 1e3 * per_step));
+        json_object_set_new(o, "backward_ms", json_real(t_bwd * 1e3 * per_step));
+        json_object_set_new(o, "optimizer_ms", json_real(t_opt * 1e3 * per_step));
+        json_object_set_new(o, "adam_ms", json_real(t_adam * 1e3 * per_step));
+        json_object_set_new(o, "swap_wait_ms", json_real(t_swap * 1e3 * per_step));
+        json_object_set_new(o, "fetch_wait_ms", json_real(t_fetch * 1e3 * per_step));
+        /* bytes held now and moved so far */
+        json_object_set_new(o, "device_bytes", json_integer((json_int_t)mem.device_bytes));
+        json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)mem.device_peak_bytes));
+        json_object_set_new(o, "host_bytes", json_integer((json_int_t)mem.host_bytes));
+        json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)mem.pinned_bytes));
+        json_object_set_new(o, "nvme_bytes", json_integer((json_int_t)mem.nvme_bytes));
+        json_object_set_new(o, "nvme_read_bytes", json_integer((json_int_t)mem.nvme_read_bytes));
+        json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem.nvme_write_bytes));
+        json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem.h2d_bytes));
+        json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)mem.d2h_bytes));
+        json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        fputc('\n', jf);
+        fflush(jf);
+        json_decref(o);
       }
       t_window = now_s();
       tokens_window = 0;
@@ -419,6 +440,14 @@ int main(int argc, char **argv) {
   double wall = now_s() - t_start;
   printf("zo-train: done: %lld steps in %.1f s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
          (long long)(step - 1), wall, last_loss, first_val, last_val, (long long)skipped);
+  if (step > 1) { /* where a step's time went, and how much of the offload work was hidden */
+    const double n = (double)(step - 1), compute = (t_fwd + t_bwd - t_fetch) / n;
+    const double bound = fmax(compute, fmax(t_adam / n, t_swap / n));
+    printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
+           "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
+           t_steps / n * 1e3, compute * 1e3, t_fetch / n * 1e3, t_opt / n * 1e3, t_adam / n * 1e3, t_swap / n * 1e3,
+           t_steps / n / bound);
+  }
 
   if (do_sample && ts.sample_bytes > 0 && !g_stop) {
     zo_engine_set_trace(eng, 0);

@@ -183,7 +183,9 @@ AI __m256i fused8(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, i
 static inline int aligned_to(const void *a, size_t bytes) { return ((uintptr_t)a & (bytes - 1)) == 0; }
 
 /* Range [b, e): scalar head until param is 32-byte aligned, full 8-vectors, scalar tail (same bits). */
-AI int fused_body(const zo_adam_job *j, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out) {
+AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out) {
+  const zo_adam_job jl = *jp; /* private copy: array stores cannot alias it (see adam_avx512.c) */
+  const zo_adam_job *j = &jl;
   int bad = 0;
   size_t i = b;
   size_t head = ((32 - ((uintptr_t)(j->p + i) & 31)) & 31) / 4;

@@ -220,8 +220,11 @@ AI __m256i sr_bf16(__m512 f, __m512i r) {
   return _mm512_cvtepi32_epi16(t);
 }
 
-/* zo_sr_hash for the 16 elements starting at global index i; base = zo_sr_base(high word of seed + i, step). */
-AI __m512i sr_hash16(const zo_adam_job *j, uint32_t base, size_t i) {
+/*
+ * zo_sr_hash for the 16 elements starting at global index i, less its last
+ * xorshift (y, with h = y ^ (y >> 16)); base = zo_sr_base(high word of seed + i, step).
+ */
+AI __m512i sr_y16(const zo_adam_job *j, uint32_t base, size_t i) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   uint64_t key = j->seed + (uint64_t)i;
   uint32_t lo0 = (uint32_t)key;
@@ -235,8 +238,7 @@ AI __m512i sr_hash16(const zo_adam_job *j, uint32_t base, size_t i) {
   }
   x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)ZO_SR_MUL1));
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)ZO_SR_MUL2));
-  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  return _mm512_mullo_epi32(x, _mm512_set1_epi32((int)ZO_SR_MUL2));
 }
 
 AI __m512 load_state16(const void *a, zo_dtype st, size_t i, __mmask16 k) {
@@ -290,8 +292,10 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     st_ps((float *)j->v + i, vv, k, full, nt.v);
   } else {
     uint32_t hi = (uint32_t)((j->seed + (uint64_t)i) >> 32);
-    __m512i h = sr_hash16(j, __builtin_expect(hi == hi0, 1) ? base0 : zo_sr_base(hi, j->step32), i);
-    __m512i rm = _mm512_and_si512(h, _mm512_set1_epi32(0xffff)), rv = _mm512_srli_epi32(h, 16);
+    __m512i y = sr_y16(j, __builtin_expect(hi == hi0, 1) ? base0 : zo_sr_base(hi, j->step32), i);
+    /* h = y ^ (y >> 16): its high half is y's, so rv = y >> 16 and rm = (y ^ rv) & 0xffff (one ternary-logic op) */
+    __m512i rv = _mm512_srli_epi32(y, 16);
+    __m512i rm = _mm512_ternarylogic_epi32(y, rv, _mm512_set1_epi32(0xffff), 0x28); /* (a ^ b) & c */
     __m256i m16, v16;
     if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0, 1)) { /* neither m nor v is NaN */
       /* no NaN: add the random bits and gather the high halves of m and v with one permute */

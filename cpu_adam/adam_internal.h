@@ -177,6 +177,10 @@ enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
  * write-only param_out saves its read-for-ownership (2 of 28 bytes per
  * parameter for bf16) and was faster in 3 of the 5 comparisons, clearly so
  * with 2 threads. Default: stream param_out only. Re-measure on a quiet machine.
+ * Issue 3 follow-up, bf16 states at 2^28 with 2 threads (load average 8-15,
+ * three interleaved rounds): streaming p, m, v as well gave per-round paired
+ * bf16-state/fp32-state ratios of 1.41, 1.27, 1.02 against 1.27, 1.33, 1.14
+ * for param_out only: no clear difference, so the default stays.
  */
 #ifndef ZO_ADAM_NT_DEFAULT
 #define ZO_ADAM_NT_DEFAULT (ZO_NT_OUT)

@@ -268,6 +268,7 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
                        .rank = e->rank,
                        .register_files = 1,
                        .sqpoll = cfg->zoffload.swap_sqpoll,
+                       .sqpoll_idle_ms = 50, /* a polling kernel thread left spinning takes a core from Adam */
                        .checksum = cfg->zoffload.swap_checksum};
     const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
     if (tier == ZO_OFFLOAD_NVME) {

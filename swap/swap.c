@@ -591,9 +591,9 @@ static int reap(zo_swap_t *sw, int wait) {
     } else {
       return ret;
     }
-  }
-  else if ((sw->ring_flags & IORING_SETUP_DEFER_TASKRUN) && sw->n_inflight && !io_uring_cq_ready(&sw->ring)) {
-    /* DEFER_TASKRUN posts completions only when asked: ask, without waiting. */
+  } else if ((sw->ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)) && sw->n_inflight &&
+           !io_uring_cq_ready(&sw->ring)) {
+    /* COOP/DEFER_TASKRUN post completions when we next enter the kernel: enter, without waiting. */
     int ret = io_uring_get_events(&sw->ring);
     if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
   }
@@ -725,9 +725,10 @@ static void close_private_dir(zo_swap_t *sw) {
 
 /* ---- the ring --------------------------------------------------------------------------- */
 
-/* Setup flags tried in order, the first the kernel takes wins: COOP_TASKRUN (5.19) lets completions
- * wait for our next io_uring_enter instead of interrupting us; SINGLE_ISSUER|DEFER_TASKRUN (6.1, not
- * with SQPOLL) runs them only when we ask for completions, on opts.single_issuer. */
+/* Setup flags tried in order, the first the kernel takes wins: SQPOLL alone on opts.sqpoll;
+ * SINGLE_ISSUER|DEFER_TASKRUN (6.1) on opts.single_issuer: completions run only when we ask for
+ * them; COOP_TASKRUN|TASKRUN_FLAG (5.19): completions wait for our next io_uring_enter instead of
+ * interrupting the thread; then none. */
 static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   struct io_uring_params p;
   memset(&p, 0, sizeof p);
@@ -744,19 +745,14 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
   int plain = env && !strcmp(env, "none");
   if (env && !strcmp(env, "defer")) single = 1;
   if (opts && opts->sqpoll) {
-    unsigned base = IORING_SETUP_SQPOLL;
-    if (!plain) {
-      ret = ring_try(sw, base | IORING_SETUP_COOP_TASKRUN, idle);
-      if (ret == 0) sw->ring_flags = base | IORING_SETUP_COOP_TASKRUN;
-    }
-    if (ret != 0) {
-      ret = ring_try(sw, base, idle);
-      if (ret == 0) sw->ring_flags = base;
-    }
-    if (ret == 0)
+    /* The kernel refuses the task-run flags with SQPOLL (its thread completes requests itself). */
+    ret = ring_try(sw, IORING_SETUP_SQPOLL, idle);
+    if (ret == 0) {
+      sw->ring_flags = IORING_SETUP_SQPOLL;
       sw->sqpoll = 1;
-    else
+    } else {
       zo_warn_once("swap: io_uring SQPOLL refused (%s); continuing without it", strerror(-ret));
+    }
   }
   if (ret != 0 && single && !plain) {
     unsigned f = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
@@ -767,8 +763,8 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
       zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without", strerror(-ret));
   }
   if (ret != 0 && !plain) {
-    ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN, 0);
-    if (ret == 0) sw->ring_flags = IORING_SETUP_COOP_TASKRUN;
+    ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0);
+    if (ret == 0) sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   }
   if (ret != 0) {
     ret = ring_try(sw, 0, 0);
@@ -959,7 +955,10 @@ const char *zo_swap_describe(zo_swap_t *sw) {
   if (!sw) return "no swap";
   char eng[64];
   if (sw->use_uring)
-    snprintf(eng, sizeof eng, "io_uring qd %u", sw->qd);
+    snprintf(eng, sizeof eng, "io_uring%s qd %u",
+             sw->ring_flags & IORING_SETUP_DEFER_TASKRUN ? " (defer_taskrun)"
+             : sw->ring_flags & IORING_SETUP_COOP_TASKRUN ? " (coop_taskrun)" : "",
+             sw->qd);
   else
     snprintf(eng, sizeof eng, "pread/pwrite pool (%u threads) qd %u", sw->pool.n_threads, sw->qd);
   unsigned n_csum = 0;

@@ -14,7 +14,7 @@ fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
 
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
-for flag in --path --size --block-sizes --queue-depths --ops --reps --json --plot --quick --no-fio --fio-variants --help; do
+for flag in --path --size --bytes --max-seconds --block-sizes --queue-depths --ops --reps --json --plot --quick --no-fio --fio-variants --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 

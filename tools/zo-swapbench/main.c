@@ -286,7 +286,6 @@ static int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v
 #if SB_HAVE_REGBUF
   so.register_files = v.regbuf > 0; /* the "registered" variant registers the file and the buffer */
 #endif
-  if (getenv("SBF")) so.register_files = atoi(getenv("SBF"));
   zo_status st = zo_swap_create(o->path, &so, &zb->sw);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-swapbench: %s: %s\n", zo_status_string(st), zo_last_error());
@@ -685,8 +684,7 @@ static int run_sweep(const opts *o, int use_fio) {
     }
     g_step++;
   }
-  int basev = getenv("SBV") ? atoi(getenv("SBV")) : 0;
-  const char *path = g_stop ? "" : zo_swap_file_path(zb[basev].f);
+  const char *path = g_stop ? "" : zo_swap_file_path(zb[0].f);
   int direct = g_stop ? 1 : zo_swap_is_direct(zb[0].sw);
   for (int bi = 0; bi < o->n_bs && !g_stop; bi++) {
     for (int qi = 0; qi < o->n_qd && !g_stop; qi++) {
@@ -1052,13 +1050,14 @@ static void usage(FILE *out) {
           "Measures the zoffload NVMe swap engine (io_uring, O_DIRECT) on DIR against an O_DIRECT\n"
           "pread/pwrite baseline and fio's io_uring engine, and prints the \"aio\" config block to paste.\n"
           "\n"
-          "  --path DIR            directory on the disk to measure (required); a private\n"
-          "                        zoffload-<pid>-XXXXXX directory is made in it and removed after\n"
+          "  --path DIR            directory on the disk to measure (required); private\n"
+          "                        zoffload-rank9999999N directories (one per ring variant)\n"
+          "                        are made in it and removed after\n"
           "  --size BYTES          file size, suffixes K M G T (binary) (default 1G; --quick: 16M)\n"
           "  --bytes BYTES         bytes moved per measurement at most, from the file's start\n"
           "                        (default min(size, 512M))\n"
           "  --max-seconds S       seconds per measurement at most; 0: no limit\n"
-          "                        (default 0.5; --quick: 0)\n"
+          "                        (default 0.3; --quick: 0)\n"
           "  --block-sizes LIST    comma list of block sizes, multiples of 4K\n"
           "                        (default 128K,256K,512K,1M,2M,4M,8M; --quick: 128K,1M)\n"
           "  --queue-depths LIST   comma list of queue depths 1..32768\n"
@@ -1207,7 +1206,7 @@ int main(int argc, char **argv) {
   }
   o.bytes = (o.bytes + 64 * KiB - 1) / (64 * KiB) * (64 * KiB);
   if (o.bytes > o.size) o.bytes = o.size;
-  o.max_sec = o.quick ? 0 : 0.5;
+  o.max_sec = o.quick ? 0 : 0.3;
   if (sec_s) {
     char *end;
     errno = 0;

@@ -104,6 +104,7 @@ struct zo_engine {
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
   zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
   int n_grads;               /* gradients handed over in this step */
+  int nv_next_read;          /* nvme: next sub-group whose state read is to be issued (reads start during backward) */
   int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
   host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
@@ -125,7 +126,7 @@ struct zo_engine {
   zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
   zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
   int own_pswap;
-  zo_swap_req_t **pwrites;   /* working-copy writes of this step, waited before the next fetch */
+  struct pwrite { zo_swap_req_t *req; int param; } *pwrites; /* working-copy writes to params.swp in flight */
   int n_pwrites, cap_pwrites;
   zo_swap_file_t *files[ST_KINDS];
   size_t swap_align;
@@ -365,7 +366,7 @@ void zo_engine_destroy(zo_engine_t *e) {
     if (e->ptier != ZO_OFFLOAD_NONE && p->weights) zo_device_free(e->dev, p->weights);
     zo_event_destroy(p->ready);
   }
-  for (int i = 0; i < e->n_pwrites; i++) zo_swap_wait(e->pswap, e->pwrites[i]);
+  for (int i = 0; i < e->n_pwrites; i++) zo_swap_wait(e->pswap, e->pwrites[i].req);
   free(e->pwrites);
   for (int i = 0; i < e->n_pstage; i++) zo_host_free(e->pstage[i], e->pstage_el * zo_dtype_size(e->wdtype), 1);
   free(e->pstage);
@@ -663,28 +664,33 @@ static void *working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
 }
 
-static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req) {
+static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req, int param) {
   if (e->n_pwrites == e->cap_pwrites) {
     int cap = e->cap_pwrites ? 2 * e->cap_pwrites : 64;
-    zo_swap_req_t **n = realloc(e->pwrites, cap * sizeof *n);
+    struct pwrite *n = realloc(e->pwrites, cap * sizeof *n);
     if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
     e->pwrites = n;
     e->cap_pwrites = cap;
   }
-  e->pwrites[e->n_pwrites++] = req;
+  e->pwrites[e->n_pwrites++] = (struct pwrite){req, param};
   return ZO_OK;
 }
 
-/* Wait every working-copy write to params.swp (before a fetch may read it back). */
-static zo_status drain_pwrites(zo_engine_t *e) {
+/* Wait the params.swp writes of tensor @param (-1: all) before it is read back. */
+static zo_status drain_pwrites(zo_engine_t *e, int param) {
   zo_status first = ZO_OK;
+  int kept = 0;
   for (int i = 0; i < e->n_pwrites; i++) {
+    if (param >= 0 && e->pwrites[i].param != param) {
+      e->pwrites[kept++] = e->pwrites[i];
+      continue;
+    }
     double t0 = now_s();
-    zo_status st = zo_swap_wait(e->pswap, e->pwrites[i]);
+    zo_status st = zo_swap_wait(e->pswap, e->pwrites[i].req);
     e->swap_wait_s += now_s() - t0;
     if (first == ZO_OK) first = st;
   }
-  e->n_pwrites = 0;
+  e->n_pwrites = kept;
   return first;
 }
 
@@ -702,7 +708,7 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
     size_t nbytes = round_up(n * wsz, e->swap_align); /* stays inside the tensor's padded extent */
     zo_swap_req_t *req;
     st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, working_dst(e, p, off), nbytes, &req);
-    if (st == ZO_OK) st = track_pwrite(e, req);
+    if (st == ZO_OK) st = track_pwrite(e, req, p->index);
     e->nvme_write_bytes += nbytes;
   }
   if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
@@ -902,6 +908,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *sta
     e->h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
+    if (e->n_pwrites) ZO_CHECK(drain_pwrites(e, p->index)); /* params.swp must hold the last step's weights */
     e->pstage_busy[b] = (uint64_t)p->index + 1;
     p->stage = b;
     size_t nbytes = round_up(p->n * wsz, e->swap_align);
@@ -922,6 +929,9 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *sta
 static zo_status prefetch_ahead(zo_engine_t *e) {
   ZO_CHECK(pump(e));
   if (!e->trace_valid || e->trace_off) return ZO_OK;
+  /* Refill in batches: wait until half the bucket has landed, then fill it, so
+   * the copy engine takes many tensors per wake-up instead of one per release. */
+  if ((int64_t)e->inflight_el * 2 > e->cfg.zero.stage3_prefetch_bucket_size) return ZO_OK;
   for (int j = e->trace_pos; j < e->trace_len; j++) {
     zo_param_t *q = e->params[e->trace[j]];
     if (q->pstate != P_HOST) continue;
@@ -1000,7 +1010,6 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
     st = zo_event_synchronize(e->weights_ready);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
   } else {
-    if (e->n_pwrites) ZO_CHECK(drain_pwrites(e)); /* params.swp must hold the last step's weights */
     ZO_CHECK(trace_fetch(e, p));
     if (p->pstate == P_HOST) {
       int started;
@@ -1053,6 +1062,7 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
 
 static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                              void *master, void *m, void *v, zo_adam_task_t **task);
+static zo_status read_ahead(zo_engine_t *e, int g, int *next_read);
 
 /* The hyperparameters of optimizer step e->step + 1, with every gradient
  * multiplied by clip / loss_scale. */
@@ -1092,6 +1102,12 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
                         p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
   if (p->has_grad)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
+  if (e->n_grads == 0 && e->tier == ZO_OFFLOAD_NVME) {
+    /* Optimizer state does not depend on this step's gradients: read the first
+     * sub-groups now, while backward goes on, so the step starts on data in memory. */
+    e->nv_next_read = 0;
+    ZO_CHECK(read_ahead(e, 0, &e->nv_next_read));
+  }
   if (e->n_grads++ == 0) {
     /* Adam may start per shard only when no step-wide fact is needed first: the
      * global norm (clipping) and the overflow verdict (fp16) are known only once
@@ -1218,7 +1234,8 @@ static zo_status read_ahead(zo_engine_t *e, int g, int *next_read) {
 }
 
 static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
-  int next_read = 0;
+  int next_read = e->nv_next_read; /* reads issued during backward */
+  e->nv_next_read = 0;
   for (int g = 0; g < e->n_sgs; g++) {
     if (next_read == g) ZO_CHECK(issue_read(e, next_read++)); /* may wait on this slot's write-back */
     sg_slot *sl = &e->slots[g % e->n_slots];
@@ -1242,7 +1259,9 @@ static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *ad
     sl->pending_write = 1;
     ZO_CHECK(read_ahead(e, g + 1, &next_read));
   }
-  return drain_slots(e);
+  /* The last write-backs stay in flight: the next read of their slot, or
+   * drain_slots() before the state is read any other way, waits for them. */
+  return ZO_OK;
 }
 
 static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
@@ -1318,6 +1337,10 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   const double norm = sqrt(sums[0]) / e->loss_scale;
   inf.grad_norm = overflow ? INFINITY : norm;
   if (overflow) {
+    if (e->tier == ZO_OFFLOAD_NVME) { /* the state reads started during backward are not needed */
+      ZO_CHECK(drain_slots(e));
+      e->nv_next_read = 0;
+    }
     double old = e->loss_scale;
     update_loss_scale(e, 1);
     zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,

@@ -4,6 +4,7 @@
  * Not here: the Adam arithmetic (cpu_adam/), swap I/O (swap/), device memory
  * and copies (gpu/). Parameter offload and prefetch come with the coordinator.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -664,6 +665,8 @@ static void *working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
 }
 
+static void drop_device_copy(zo_engine_t *e, zo_param_t *p);
+
 static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req, int param) {
   if (e->n_pwrites == e->cap_pwrites) {
     int cap = e->cap_pwrites ? 2 * e->cap_pwrites : 64;
@@ -711,7 +714,10 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
     if (st == ZO_OK) st = track_pwrite(e, req, p->index);
     e->nvme_write_bytes += nbytes;
   }
-  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
+  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE && !p->persistent &&
+      !p->in_use) {
+    drop_device_copy(e, p); /* stale: the prefetcher brings the new weights back in trace order */
+  } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
     st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, working_dst(e, p, off),
                          n * wsz, ZO_COPY_H2D);
     if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
@@ -821,6 +827,31 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   return ZO_OK;
 }
 
+/* Position in the trace, at or after the current one, where tensor @idx is
+ * fetched next; INT_MAX when not again in this step. */
+static int next_use(const zo_engine_t *e, int idx) {
+  for (int j = e->trace_pos; j < e->trace_len; j++)
+    if (e->trace[j] == idx) return j;
+  return INT_MAX;
+}
+
+/* Make room for a prefetch of the tensor at trace position @pos: drop the
+ * released device copy whose next use lies furthest beyond @pos (Belady's
+ * choice, known exactly from the trace). Returns 1 when one was dropped. */
+static int evict_for_prefetch(zo_engine_t *e, int pos) {
+  zo_param_t *victim = NULL;
+  int far = pos;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *q = e->params[i];
+    if (q->pstate != P_RESIDENT || q->in_use || q->persistent) continue;
+    int u = next_use(e, q->index);
+    if (u > far) far = u, victim = q;
+  }
+  if (!victim) return 0;
+  drop_device_copy(e, victim);
+  return 1;
+}
+
 /* q's host-to-device copy has landed: free its staging buffer. */
 static void copy_landed(zo_engine_t *e, zo_param_t *q) {
   if (q->stage >= 0) e->pstage_busy[q->stage] = 0;
@@ -873,10 +904,11 @@ static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
 static zo_status settle_fetches(zo_engine_t *e);
 
 /* Start bringing @p's working copy to the device: device buffer, then (nvme)
- * a read into a staging buffer or (cpu) the host-to-device copy. Returns
- * ZO_OK and *started = 0 when a prefetch finds no room (device memory or
+ * a read into a staging buffer or (cpu) the host-to-device copy. A prefetch
+ * of trace position @pos may evict only copies needed later than @pos, and
+ * returns ZO_OK with *started = 0 when it finds no room (device memory or
  * staging buffers); a demand fetch evicts and waits instead. */
-static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *started) {
+static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   *started = 0;
   int b = -1;
@@ -889,8 +921,11 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int *sta
     if (st == ZO_OK) break;
     p->weights = NULL;
     if (st != ZO_ERR_OUT_OF_MEMORY) return st;
+    if (!demand) {
+      if (evict_for_prefetch(e, pos)) continue;
+      return ZO_OK;
+    }
     if (evict_one(e)) continue;
-    if (!demand) return ZO_OK;
     if (e->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
       ZO_CHECK(settle_fetches(e));
       if (evict_one(e)) continue;
@@ -939,7 +974,7 @@ static zo_status prefetch_ahead(zo_engine_t *e) {
         (int64_t)(e->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
       break;
     int started;
-    ZO_CHECK(start_fetch(e, q, 0, &started));
+    ZO_CHECK(start_fetch(e, q, 0, j, &started));
     if (!started) break;
     e->n_prefetch++;
   }
@@ -1006,14 +1041,16 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
   double t0 = now_s();
   zo_status st;
+  int entry_state = P_RESIDENT;
   if (e->ptier == ZO_OFFLOAD_NONE) {
     st = zo_event_synchronize(e->weights_ready);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
   } else {
     ZO_CHECK(trace_fetch(e, p));
+    entry_state = p->pstate;
     if (p->pstate == P_HOST) {
       int started;
-      ZO_CHECK(start_fetch(e, p, 1, &started));
+      ZO_CHECK(start_fetch(e, p, 1, 0, &started));
       e->n_demand++;
     }
     if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
@@ -1027,7 +1064,12 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
     p->in_use++;
     p->last_use = ++e->fetch_clock;
   }
-  e->fetch_wait_s += now_s() - t0;
+  const double waited = now_s() - t0;
+  e->fetch_wait_s += waited;
+  if (waited > 1e-3)
+    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, e->trace_pos, waited * 1e3,
+             entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
+             : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
   if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(prefetch_ahead(e)); /* overlaps the compute that follows */
   *weights = p->weights;
   if (dtype) *dtype = e->wdtype;
@@ -1392,6 +1434,8 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   inf.adam_s = adam_s - inf.copy_s + dpu_wait; /* the Adam sections timed the upload queueing too */
   e->step = t;
   update_loss_scale(e, 0);
+  /* The weights are final now: start fetching the next step's first tensors. */
+  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(prefetch_ahead(e));
   inf.step = e->step;
   inf.lr = hp.lr;
   inf.loss_scale = e->loss_scale;

@@ -39,11 +39,7 @@ static char *path_of(const char *name) {
 int main(void) {
   char err[512];
   data_loader *d = NULL;
-  snprintf(g_dir, sizeof g_dir, "/tmp/zo_test_data_XXXXXX");
-  if (!mkdtemp(g_dir)) {
-    perror("mkdtemp");
-    return ZO_TEST_SKIP;
-  }
+  if (zo_test_scratch_dir(NULL, "zo_test_data", g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
 
   /* ---- directory: sorted order, skipped names, symlinks, subdirectories ---- */
   char sub[512];

@@ -558,11 +558,7 @@ static void test_dpu(void) {
 
 int main(int argc, char **argv) {
   char dir[2048];
-  snprintf(dir, sizeof dir, "%s/zo-engine-XXXXXX", argc > 1 ? argv[1] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir)) return ZO_TEST_SKIP;
   zo_config_t cfg;
   base_config(&cfg);
   for (int bf16 = 0; bf16 <= 1; bf16++) {

@@ -140,14 +140,8 @@ static void corruption(const char *root, int force_pread, int via_handle_opt) {
 }
 
 int main(int argc, char **argv) {
-  const char *base = argc > 1 ? argv[1] : getenv("TMPDIR");
-  if (!base || !base[0]) base = "/tmp";
   char root[4096];
-  snprintf(root, sizeof root, "%s/zo-test-swap-crc-XXXXXX", base);
-  if (!mkdtemp(root)) {
-    fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
-    return ZO_TEST_SKIP;
-  }
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-crc", root, sizeof root)) return ZO_TEST_SKIP;
   crc_values();
   corruption(root, 0, 0);
   corruption(root, 1, 0);

@@ -256,14 +256,8 @@ static void disk_limits(const char *root) {
 }
 
 int main(int argc, char **argv) {
-  const char *base = argc > 1 ? argv[1] : getenv("TMPDIR");
-  if (!base || !base[0]) base = "/tmp";
   char root[4096];
-  snprintf(root, sizeof root, "%s/zo-test-swap-dir-XXXXXX", base);
-  if (!mkdtemp(root)) {
-    fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
-    return ZO_TEST_SKIP;
-  }
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir", root, sizeof root)) return ZO_TEST_SKIP;
   zo_log_set_handler(capture_log, NULL, ZO_LOG_WARN);
   stale_and_live(root);
   modes_and_symlinks(root);

@@ -337,14 +337,8 @@ static void registration(const char *root) {
 }
 
 int main(int argc, char **argv) {
-  const char *base = argc > 1 ? argv[1] : getenv("TMPDIR");
-  if (!base || !base[0]) base = "/tmp";
   char root[4096];
-  snprintf(root, sizeof root, "%s/zo-test-swap-io-XXXXXX", base);
-  if (!mkdtemp(root)) {
-    fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
-    return ZO_TEST_SKIP;
-  }
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-io", root, sizeof root)) return ZO_TEST_SKIP;
   printf("swap test directory: %s\n", root);
   static const struct {
     size_t block;

@@ -159,14 +159,8 @@ static void test_ring_mode(const char *root, const char *env, int single, int sq
 }
 
 int main(int argc, char **argv) {
-  const char *base = argc > 1 ? argv[1] : getenv("TMPDIR");
-  if (!base || !base[0]) base = "/tmp";
   char root[4096];
-  snprintf(root, sizeof root, "%s/zo-test-swap-queue-XXXXXX", base);
-  if (!mkdtemp(root)) {
-    fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
-    return ZO_TEST_SKIP;
-  }
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-queue", root, sizeof root)) return ZO_TEST_SKIP;
   test_set_queue(root);
   test_ring_mode(root, NULL, 0, 0, 0, 2);
   test_ring_mode(root, NULL, 1, 0, 0, 3);

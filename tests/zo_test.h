@@ -9,6 +9,10 @@
 #ifndef ZO_TEST_H
 #define ZO_TEST_H
 
+#include <stdlib.h>
+
+#include <errno.h>
+
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -167,6 +171,21 @@ static inline float zo_test_rand_pm1f(uint64_t *state) {
 /* Uniform double in [lo, hi) (top 53 bits). */
 static inline double zo_test_rand_uniform(uint64_t *state, double lo, double hi) {
   return lo + (hi - lo) * ((zo_test_rand64(state) >> 11) * 0x1p-53);
+}
+
+/*
+ * zo_test_scratch_dir() - make a private scratch directory @name-XXXXXX under
+ * @base (a test's first argument, usually the build directory, which must take
+ * O_DIRECT for the nvme tests), else $TMPDIR, else /tmp, into @out (@cap
+ * bytes). Returns 0, or -1 after printing why (tests then exit ZO_TEST_SKIP).
+ */
+static inline int zo_test_scratch_dir(const char *base, const char *name, char *out, size_t cap) {
+  if (!base || !base[0]) base = getenv("TMPDIR");
+  if (!base || !base[0]) base = "/tmp";
+  snprintf(out, cap, "%s/%s-XXXXXX", base, name);
+  if (mkdtemp(out)) return 0;
+  fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
+  return -1;
 }
 
 #endif /* ZO_TEST_H */

@@ -305,7 +305,11 @@ int main(int argc, char **argv) {
     if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
   }
   const zo_dtype grad_dtype = zo_engine_grad_dtype(eng); /* the working precision: bf16, fp16 or fp32 */
-  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) goto engine_error;
+  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) {
+    fprintf(stderr, "zo-train: error: the model's gradient buffers (%zu bytes of device memory) do not fit: raise "
+            "zoffload.device_memory_limit (%s)\n", total * zo_dtype_size(grad_dtype), zo_last_error());
+    goto out;
+  }
   if (log_json && !(jf = fopen(log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
     goto out;

@@ -80,7 +80,6 @@ typedef struct sg_slot {
   zo_swap_req_t *req[ST_KINDS];
   int pending_write;         /* req[] are writes not yet waited */
   int pending_read;          /* req[] are reads not yet waited */
-  int sg;                    /* sub-group the slot holds, -1 none */
 } sg_slot;
 
 typedef struct host_buf {
@@ -339,7 +338,6 @@ static zo_status drain_slots(zo_engine_t *e) {
   for (int s = 0; s < e->n_slots; s++) {
     zo_status st = wait_slot(e, &e->slots[s]);
     if (first == ZO_OK) first = st;
-    e->slots[s].sg = -1;
   }
   return first;
 }
@@ -621,7 +619,6 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     if (!e->slots) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
     e->n_slots = nbuf;
     for (int s = 0; s < nbuf; s++) {
-      e->slots[s].sg = -1;
       for (int k = 0; k < ST_KINDS; k++) {
         int pinned;
         st = zo_host_alloc(e->slot_el * e->esz[k], 1, &e->slots[s].buf[k], &pinned);
@@ -1255,7 +1252,6 @@ static zo_status issue_read(zo_engine_t *e, int g) {
   const sub_group *sg = &e->sgs[g];
   for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, sg->file_el, sl->buf[k], sg->n_el, &sl->req[k]));
   sl->pending_read = 1;
-  sl->sg = g;
   return ZO_OK;
 }
 

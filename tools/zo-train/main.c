@@ -26,12 +26,6 @@
 #define ZO_DEFAULT_CONFIG "configs/default.json"
 #endif
 
-#define ZO_CHECK_RET(expr)        \
-  do {                            \
-    zo_status st_ = (expr);       \
-    if (st_ != ZO_OK) return st_; \
-  } while (0)
-
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
   (void)sig;
@@ -113,21 +107,6 @@ static double eval_val(gpt_model *m, const data_loader *d, int B, int T, int n_w
   return n ? sum / n : NAN;
 }
 
-/* Fetch every tensor's working weights from the engine and widen them to the
- * fp32 copy the CPU model computes with (the weights keep the working dtype's
- * precision: bf16 or fp16 values when mixed precision is on). */
-static zo_status fetch_weights(zo_engine_t *eng, gpt_model *model, zo_param_t **params, const gpt_param_spec *specs,
-                               int np) {
-  for (int i = 0; i < np; i++) {
-    const void *w;
-    zo_dtype dt;
-    ZO_CHECK_RET(zo_engine_fetch(eng, params[i], &w, &dt));
-    ZO_CHECK_RET(zo_cast(gpt_weight(model, i), ZO_DTYPE_F32, w, dt, specs[i].n_elems, 0));
-    ZO_CHECK_RET(zo_engine_release(eng, params[i]));
-  }
-  return ZO_OK;
-}
-
 /* The model's layer hook: fetch a layer group's working weights from the
  * engine right before the group computes and release them right after; in
  * the last micro-batch's backward, hand each gradient over as soon as its
@@ -176,6 +155,14 @@ static int on_layer_calls(layer_ctx *c, int phase, int group, int end) {
     }
     if (zo_engine_release(c->eng, c->params[i]) != ZO_OK) return -1;
   }
+  return 0;
+}
+
+/* Every group's working weights into the model, through the same hook calls a
+ * forward pass makes (before sampling with the final weights). */
+static int fetch_all_groups(layer_ctx *c) {
+  for (int g = 0; g < gpt_num_groups(&c->cfg); g++)
+    if (on_layer_calls(c, GPT_HOOK_FORWARD, g, 0) || on_layer_calls(c, GPT_HOOK_FORWARD, g, 1)) return -1;
   return 0;
 }
 
@@ -455,7 +442,7 @@ int main(int argc, char **argv) {
 
   if (do_sample && ts.sample_bytes > 0 && !g_stop) {
     zo_engine_set_trace(eng, 0);
-    if (fetch_weights(eng, model, params, specs, np) != ZO_OK) goto engine_error; /* final weights */
+    if (fetch_all_groups(&lc)) goto engine_error; /* final weights */
     uint8_t *s = malloc(ts.sample_bytes + 1);
     static const uint8_t prompt[] = "The ";
     if (s && gpt_sample(model, prompt, 4, ts.sample_bytes, (float)ts.temperature, ts.seed, s) == 0) {

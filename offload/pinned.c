@@ -169,6 +169,15 @@ static int region_pinned(zo_pinned_pool_t *p, const void *addr) {
   return pinned;
 }
 
+/* Unlock (when @pinned) and drop the pages of [addr, addr+len), keeping the
+ * addresses reserved (PROT_NONE, no backing). Returns 0, or -1 when the remap
+ * failed (the pages then stay). */
+static int drop_pages(void *addr, size_t len, int pinned) {
+  if (pinned) munlock(addr, len);
+  return mmap(addr, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED
+             ? -1 : 0;
+}
+
 /*
  * Give back [addr, addr+size), a piece of one region (jemalloc splits
  * extents); @committed says whether it still holds memory. The piece is
@@ -188,12 +197,12 @@ static void unmap_range(zo_pinned_pool_t *p, void *addr, size_t size, int commit
   int whole = p->regs[i].live == 0;
   if (whole) p->regs[i] = p->regs[--p->n_regs];
   pthread_mutex_unlock(&p->mu);
-  if (committed && r.pinned) munlock(addr, size);
   if (whole) {
+    if (committed && r.pinned) munlock(addr, size);
     munmap((void *)r.base, r.len);
     atomic_fetch_sub(&p->bytes_reserved, r.len);
   } else {
-    mmap(addr, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    drop_pages(addr, size, committed && r.pinned);
   }
   if (committed) account(p, size, r.pinned, -1);
 }
@@ -239,8 +248,7 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t offse
   int pinned = place_and_lock(p, a, length);
   if (pinned != want_pin) {
     /* A pinned region cannot take a pageable piece (or the accounting lies): refuse; jemalloc maps anew. */
-    if (pinned) munlock(a, length);
-    mmap(a, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    drop_pages(a, length, pinned);
     return true;
   }
   account(p, length, pinned, +1);
@@ -255,8 +263,7 @@ static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off
   uint8_t *a = (uint8_t *)addr + offset;
   int pinned = region_pinned(p, addr);
   if (pinned < 0) return true;
-  if (pinned) munlock(a, length);
-  if (mmap(a, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+  if (drop_pages(a, length, pinned)) {
     if (pinned && mlock(a, length) != 0) account(p, length, 1, -1), account(p, length, 0, +1);
     return true;
   }

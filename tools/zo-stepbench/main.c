@@ -5,6 +5,7 @@
  * same path in the same run. It is a benchmark tool, not a test and not a model.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -52,6 +53,16 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A whole decimal integer in [lo, hi]; 0 ok, -1 otherwise (empty, trailing text, out of range). */
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
 }
 
 /* "1000000", "1e9", "250M" (decimal for --params), "64M"/"2G" binary for bytes when @binary. */
@@ -158,6 +169,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
+  long l;
   char *end;
   opterr = 0;
   while ((li = -1, c = getopt_long(argc, argv, "", lo, &li)) != -1) {
@@ -167,13 +179,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (parse_count(optarg, 0, &o->params) || o->params == 0) goto bad;
         break;
       case O_LAYERS:
-        o->layers = (int)strtol(optarg, &end, 10);
-        if (*end || o->layers < 1 || o->layers > 100000) goto bad;
+        if (parse_int(optarg, 1, 100000, &l)) goto bad;
+        o->layers = l;
         break;
       case O_NVME: o->nvme_path = optarg; break;
       case O_STEPS:
-        o->steps = (int)strtol(optarg, &end, 10);
-        if (*end || o->steps < 1 || o->steps > 1000000) goto bad;
+        if (parse_int(optarg, 1, 1000000, &l)) goto bad;
+        o->steps = l;
         break;
       case O_COMPUTE:
         o->compute_ms = strtod(optarg, &end);
@@ -191,28 +203,28 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->sub_group_size = (int64_t)u;
         break;
       case O_BC:
-        o->buffer_count = (int)strtol(optarg, &end, 10);
-        if (*end || o->buffer_count < 1 || o->buffer_count > 1024) goto bad;
+        if (parse_int(optarg, 1, 1024, &l)) goto bad;
+        o->buffer_count = l;
         break;
       case O_PBC:
-        o->param_buffer_count = (int)strtol(optarg, &end, 10);
-        if (*end || o->param_buffer_count < 1 || o->param_buffer_count > 1024) goto bad;
+        if (parse_int(optarg, 1, 1024, &l)) goto bad;
+        o->param_buffer_count = l;
         break;
       case O_BS:
         if (parse_count(optarg, 1, &u) || u == 0 || u % 4096 || u > (1u << 30)) goto bad;
         o->block_size = (int64_t)u;
         break;
       case O_QD:
-        o->queue_depth = strtol(optarg, &end, 10);
-        if (*end || o->queue_depth < 1 || o->queue_depth > 32768) goto bad;
+        if (parse_int(optarg, 1, 32768, &l)) goto bad;
+        o->queue_depth = l;
         break;
       case O_AT:
-        o->adam_threads = (int)strtol(optarg, &end, 10);
-        if (*end || o->adam_threads < 0 || o->adam_threads > 4096) goto bad;
+        if (parse_int(optarg, 0, 4096, &l)) goto bad;
+        o->adam_threads = l;
         break;
       case O_WARM:
-        o->warmup = (int)strtol(optarg, &end, 10);
-        if (*end || o->warmup < 0) goto bad;
+        if (parse_int(optarg, 0, LONG_MAX, &l)) goto bad;
+        o->warmup = l;
         break;
       case O_BF16: o->bf16 = 1; break;
       case O_FP32: o->bf16 = 0; break;

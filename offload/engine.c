@@ -6,6 +6,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,8 @@ struct zo_param {
   double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
   int nonfinite;            /* the shard holds inf or NaN */
   zo_status landed_st;      /* error of the work done when the gradient landed */
+  atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread) */
+  int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
 };
 
 enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
@@ -65,7 +68,14 @@ enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
 typedef struct sub_group {
   int first_piece, n_pieces;
   uint64_t file_el, n_el;    /* element range in each state file, padded */
+  int phase;                 /* SG_* (see the NVMe pipeline below) */
+  int slot;                  /* slot holding its state, or -1 */
+  int done;                  /* updated in this step */
+  int pos;                   /* position in this step's order (e->sg_order) */
+  int ready_at;              /* largest grad_seq of its tensors: when it became complete */
 } sub_group;
+
+enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4 };
 
 typedef struct piece {
   zo_param_t *p;
@@ -77,9 +87,8 @@ typedef struct piece {
 /* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq. */
 typedef struct sg_slot {
   void *buf[ST_KINDS];
-  zo_swap_req_t *req[ST_KINDS];
-  int pending_write;         /* req[] are writes not yet waited */
-  int pending_read;          /* req[] are reads not yet waited */
+  zo_swap_req_t *req[ST_KINDS]; /* reads or writes not yet waited */
+  int sg;                    /* sub-group whose state it holds, or -1 */
 } sg_slot;
 
 typedef struct host_buf {
@@ -104,7 +113,11 @@ struct zo_engine {
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
   zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
   int n_grads;               /* gradients handed over in this step */
-  int nv_next_read;          /* nvme: next sub-group whose state read is to be issued (reads start during backward) */
+  int *sg_order;             /* nvme: sub-groups in the order they are updated (their gradients complete) */
+  int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
+  int nv_done;               /* nvme: sub-groups updated in this step */
+  int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
+  zo_adam_hparams nv_hp;
   int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
   host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
@@ -270,7 +283,9 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
                        .register_files = 1,
                        .sqpoll = cfg->zoffload.swap_sqpoll,
                        .sqpoll_idle_ms = 50, /* a polling kernel thread left spinning takes a core from Adam */
-                       .checksum = cfg->zoffload.swap_checksum};
+                       .checksum = cfg->zoffload.swap_checksum,
+                       /* the disk keeps streaming between our calls (one per layer of compute) */
+                       .progress_thread = 1};
     const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
     if (tier == ZO_OFFLOAD_NVME) {
       st = zo_swap_create(opath, &so, &e->swap);
@@ -320,33 +335,15 @@ const char *zo_engine_last_error(const zo_engine_t *e) {
 
 static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req);
 
-/* Wait the outstanding reads or writes of one sub-group slot; keeps the first error. */
-static zo_status wait_slot(zo_engine_t *e, sg_slot *sl) {
-  zo_status st = ZO_OK;
-  for (int k = 0; k < ST_KINDS; k++) {
-    if (!sl->req[k]) continue;
-    zo_status s2 = swap_wait(e, &sl->req[k]);
-    if (st == ZO_OK) st = s2;
-  }
-  sl->pending_read = sl->pending_write = 0;
-  return st;
-}
-
-/* Wait every outstanding swap request of every slot; keeps the first error. */
-static zo_status drain_slots(zo_engine_t *e) {
-  zo_status first = ZO_OK;
-  for (int s = 0; s < e->n_slots; s++) {
-    zo_status st = wait_slot(e, &e->slots[s]);
-    if (first == ZO_OK) first = st;
-  }
-  return first;
-}
+static zo_status nv_quiesce(zo_engine_t *e);
+static zo_status nv_advance(zo_engine_t *e);
+static zo_status slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done);
 
 void zo_engine_destroy(zo_engine_t *e) {
   if (!e) return;
   if (e->tasks) zo_engine_synchronize(e);
   if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
-  if (e->swap) drain_slots(e);
+  if (e->swap) nv_quiesce(e);
   for (int i = 0; e->tasks && i < e->n_params; i++)
     if (e->tasks[i]) zo_adam_task_wait(e->tasks[i], NULL);
   for (int q = 0; q < e->n_pieces; q++)
@@ -358,6 +355,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   free(e->slots);
   free(e->pieces);
   free(e->sgs);
+  free(e->sg_order);
   /* Parameter offload: in-flight reads, staging buffers, device copies, events. */
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
@@ -616,8 +614,15 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     if (nbuf < 1) nbuf = 1;
     if (nbuf > e->n_sgs) nbuf = e->n_sgs;
     e->slots = calloc(nbuf, sizeof *e->slots);
-    if (!e->slots) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
+    if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
     e->n_slots = nbuf;
+    for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
+    for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
+      e->sg_order[i] = e->n_sgs - 1 - i;
+      e->sgs[e->n_sgs - 1 - i].pos = i;
+      e->sgs[i].slot = -1;
+    }
     for (int s = 0; s < nbuf; s++) {
       for (int k = 0; k < ST_KINDS; k++) {
         int pinned;
@@ -676,6 +681,13 @@ static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req, int param) {
   return ZO_OK;
 }
 
+/* A params.swp write of tensor @param is in flight. */
+static int pwrite_pending(const zo_engine_t *e, int param) {
+  for (int i = 0; i < e->n_pwrites; i++)
+    if (e->pwrites[i].param == param) return 1;
+  return 0;
+}
+
 /* Wait the params.swp writes of tensor @param (-1: all) before it is read back. */
 static zo_status drain_pwrites(zo_engine_t *e, int param) {
   zo_status first = ZO_OK;
@@ -707,7 +719,10 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
     uint64_t el = p->pw_el + p->shard_off + off;
     size_t nbytes = round_up(n * wsz, e->swap_align); /* stays inside the tensor's padded extent */
     zo_swap_req_t *req;
-    st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, working_dst(e, p, off), nbytes, &req);
+    /* The last step's write of this tensor must be on disk first: two writes in
+     * flight to one range may land in either order. (Long done, in practice.) */
+    st = drain_pwrites(e, p->index);
+    if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, working_dst(e, p, off), nbytes, &req);
     if (st == ZO_OK) st = track_pwrite(e, req, p->index);
     e->nvme_write_bytes += nbytes;
   }
@@ -763,7 +778,7 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
     ZO_CHECK(upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]));
   } else {
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */
-    ZO_CHECK(drain_slots(e));
+    ZO_CHECK(nv_quiesce(e));
     sg_slot *sl = &e->slots[0];
     for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
       size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
@@ -771,8 +786,8 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
       for (int k = 0; k < ST_KINDS; k++) memset(sl->buf[k], 0, n_el * e->esz[k]);
       memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));
       for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]));
-      sl->pending_write = 1;
-      st = wait_slot(e, sl);
+      int done;
+      st = slot_settle(e, sl, 1, &done);
       if (st != ZO_OK) return zo_error_prefix(st, "load_param '%s'", p->name);
       /* The cast goes to this chunk's own staging region, so the slot is free again at once. */
       ZO_CHECK(upload_shard(e, p, off, n, sl->buf[ST_MASTER]));
@@ -860,6 +875,17 @@ static void copy_landed(zo_engine_t *e, zo_param_t *q) {
 /* Move in-flight fetches forward without blocking: a finished nvme read
  * starts its host-to-device copy; a finished copy frees its staging buffer. */
 static zo_status pump(zo_engine_t *e) {
+  int kept = 0; /* collect finished params.swp writes: their tensors are read back from disk from now on */
+  zo_status first = ZO_OK;
+  for (int i = 0; i < e->n_pwrites; i++) {
+    int done = 0;
+    zo_status st = zo_swap_poll(e->pswap, e->pwrites[i].req, &done);
+    if (st == ZO_OK && done) st = zo_swap_wait(e->pswap, e->pwrites[i].req);
+    else e->pwrites[kept++] = e->pwrites[i];
+    if (first == ZO_OK) first = st;
+  }
+  e->n_pwrites = kept;
+  ZO_CHECK(first);
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     int done = 0;
@@ -909,7 +935,12 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   const size_t wsz = zo_dtype_size(e->wdtype);
   *started = 0;
   int b = -1;
-  if (e->ptier == ZO_OFFLOAD_NVME) {
+  /* nvme: while the tensor's new weights are still being written to
+   * params.swp, its write-back source in host memory is the freshest copy:
+   * copy from there, no read (this is what lets the next step's first layers,
+   * updated last, start without a write-then-read round trip). */
+  const int forward = e->ptier == ZO_OFFLOAD_NVME && pwrite_pending(e, p->index);
+  if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
     ZO_CHECK(free_stage(e, demand, &b));
     if (b < 0) return ZO_OK;
   }
@@ -933,18 +964,19 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   e->live_el += p->n;
   e->inflight_el += p->n;
   p->last_use = ++e->fetch_clock;
-  if (e->ptier == ZO_OFFLOAD_CPU) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, (char *)e->param_host.ptr + p->pw_el * wsz, p->n * wsz,
-                             ZO_COPY_H2D));
+  const void *host_src = e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
+                         : forward ? (char *)e->stage_host.ptr + p->pw_el * wsz : NULL;
+  if (host_src) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
     e->h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
-    if (e->n_pwrites) ZO_CHECK(drain_pwrites(e, p->index)); /* params.swp must hold the last step's weights */
     e->pstage_busy[b] = (uint64_t)p->index + 1;
     p->stage = b;
     size_t nbytes = round_up(p->n * wsz, e->swap_align);
-    zo_status st = zo_swap_submit_read(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
+    /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
+    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
     e->nvme_read_bytes += nbytes;
     p->pstate = P_READING;
@@ -1036,6 +1068,10 @@ static zo_status trace_end_step(zo_engine_t *e) {
 zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': its gradient was handed over in this step "
+                        "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
+                        "after zo_engine_step()", p->name);
   double t0 = now_s();
   zo_status st;
   int entry_state = P_RESIDENT;
@@ -1068,6 +1104,7 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
              entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
              : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
   if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(prefetch_ahead(e)); /* overlaps the compute that follows */
+  ZO_CHECK(nv_advance(e));
   *weights = p->weights;
   if (dtype) *dtype = e->wdtype;
   return ZO_OK;
@@ -1082,6 +1119,7 @@ zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
 zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
+  ZO_CHECK(nv_advance(e));
   if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
   if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
   if (--p->in_use || p->persistent) return ZO_OK;
@@ -1101,7 +1139,6 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
 
 static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                              void *master, void *m, void *v, zo_adam_task_t **task);
-static zo_status read_ahead(zo_engine_t *e, int g, int *next_read);
 
 /* The hyperparameters of optimizer step e->step + 1, with every gradient
  * multiplied by clip / loss_scale. */
@@ -1131,6 +1168,7 @@ static void on_grad_landed(void *arg) {
   if (p->landed_st == ZO_OK && e->early_adam)
     p->landed_st = submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
                                p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
+  atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
 }
 
 zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
@@ -1141,28 +1179,30 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
                         p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
   if (p->has_grad)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
-  if (e->n_grads == 0 && e->tier == ZO_OFFLOAD_NVME) {
-    /* Optimizer state does not depend on this step's gradients: read the first
-     * sub-groups now, while backward goes on, so the step starts on data in memory. */
-    e->nv_next_read = 0;
-    ZO_CHECK(read_ahead(e, 0, &e->nv_next_read));
-  }
   if (e->n_grads++ == 0) {
-    /* Adam may start per shard only when no step-wide fact is needed first: the
-     * global norm (clipping) and the overflow verdict (fp16) are known only once
-     * every gradient is in; NVMe state is updated sub-group by sub-group. */
-    e->early_adam = e->tier != ZO_OFFLOAD_NVME && !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu;
+    /* Adam may start per shard (cpu, none) or per sub-group (nvme) before the
+     * step only when no step-wide fact is needed first: the global norm
+     * (clipping) and the overflow verdict (fp16) are known only once every
+     * gradient is in. */
+    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu;
+    e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
     if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
+    if (early && e->tier == ZO_OFFLOAD_NVME) {
+      e->nv_hp = step_hparams(e, 1.0);
+      e->nv_adam_ok = 1;
+    }
   }
+  p->grad_seq = e->n_grads;
   /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n)
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  atomic_store_explicit(&p->landed, 0, memory_order_relaxed);
   ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
   p->has_grad = 1;
-  return ZO_OK;
+  return nv_advance(e);
 }
 
 /* ---------------------------------------------------------------- step */
@@ -1206,103 +1246,258 @@ static zo_status submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param
   return ZO_OK;
 }
 
-/* Keep the swap ring busy: submit queued pieces and reap completions of any
- * outstanding sub-group transfer (the ring only moves when we call into it). */
-static zo_status drive_swap(zo_engine_t *e) {
-  for (int s = 0; s < e->n_slots; s++)
-    for (int k = 0; k < ST_KINDS; k++)
-      if (e->slots[s].req[k]) {
-        int done;
-        return zo_swap_poll(e->swap, e->slots[s].req[k], &done); /* progresses the whole ring */
-      }
-  return ZO_OK;
-}
-
-/* Wait an Adam task, then queue the upload of the working weights it wrote.
- * While the pool works, the NVMe reads ahead and write-backs keep moving. */
+/* Wait an Adam task, then queue the upload of the working weights it wrote. */
 static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
-  for (int done = 0; e->swap && !done;) {
-    ZO_CHECK(zo_adam_task_poll(*task, &done));
-    if (done) break;
-    ZO_CHECK(drive_swap(e));
-    nanosleep(&(struct timespec){0, 50000}, NULL); /* 50 us: leave the cores to the Adam threads */
-  }
   zo_status st = zo_adam_task_wait(*task, NULL);
   *task = NULL;
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
   return queue_upload(e, p, off, n);
 }
 
-/* NVMe pipeline: sub-group g lives in slot g % n_slots. While g is updated on
- * the Adam pool, reads of the following sub-groups are in flight in the other
- * slots and earlier sub-groups are being written back. A slot is reused for a
- * read once its write-back has completed. */
-static zo_status slot_write_done(zo_engine_t *e, sg_slot *sl, int *done) {
+/*
+ * The NVMe optimizer-state pipeline. A sub-group's state (master, exp_avg,
+ * exp_avg_sq) moves through one slot of pinned buffers:
+ *
+ *   IDLE --read--> READING --> LOADED --Adam--> UPDATING --> WRITING --> LOADED (clean)
+ *
+ * Reads do not depend on gradients, so they are issued as soon as a slot is
+ * free, in the order the sub-groups' gradients completed in the last step
+ * (first step: reverse registration order, the order of backward): the
+ * next step's first reads start during forward, right after the last
+ * write-backs. A sub-group's Adam starts as soon as its state is loaded and
+ * every gradient in it has landed, when no step-wide fact is needed first
+ * (no clipping, no fp16, no delayed update); otherwise at zo_engine_step().
+ * Its write-back is issued the moment Adam is done; the slot keeps the
+ * (clean) state afterwards and is taken by the next read only when that
+ * sub-group is not needed before the one being read. The pipeline moves on
+ * every engine call (fetch, release, grad_ready) without blocking; the swap
+ * progress thread keeps the disk busy in between.
+ */
+static int sg_landed(const zo_engine_t *e, const sub_group *g) {
+  for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++) {
+    if (!atomic_load_explicit(&e->pieces[q].p->landed, memory_order_acquire)) return 0;
+  }
+  return 1;
+}
+
+/* Collect the slot's finished requests; *done = 1 when none is left. With
+ * @wait, blocks for all of them (keeps the first error). */
+static zo_status slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done) {
+  zo_status first = ZO_OK;
   *done = 1;
-  for (int k = 0; k < ST_KINDS && *done; k++) {
+  for (int k = 0; k < ST_KINDS; k++) {
     if (!sl->req[k]) continue;
-    ZO_CHECK(zo_swap_poll(e->swap, sl->req[k], done));
+    if (!wait) {
+      int d;
+      ZO_CHECK(zo_swap_poll(e->swap, sl->req[k], &d));
+      if (!d) {
+        *done = 0;
+        continue;
+      }
+    }
+    zo_status st = swap_wait(e, &sl->req[k]);
+    if (first == ZO_OK) first = st;
+  }
+  return first;
+}
+
+static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
+  sg_slot *sl = &e->slots[g->slot];
+  for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++) {
+    piece *pc = &e->pieces[q];
+    size_t b = pc->file_el - g->file_el;
+    ZO_CHECK(submit_adam(e, &e->nv_hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
+                         (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
+                         (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
+  }
+  g->phase = SG_UPDATING;
+  return ZO_OK;
+}
+
+/* Adam of @g is done (checked, or waited with @wait): publish the working
+ * weights and issue the write-back. *done = 0 while a task still runs. */
+static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *done) {
+  *done = 1;
+  for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++) {
+    piece *pc = &e->pieces[q];
+    if (!pc->task) continue;
+    if (!wait) {
+      ZO_CHECK(zo_adam_task_poll(pc->task, done));
+      if (!*done) return ZO_OK;
+    }
+    ZO_CHECK(finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
+  }
+  sg_slot *sl = &e->slots[g->slot];
+  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+  g->phase = SG_WRITING;
+  g->done = 1;
+  e->nv_done++;
+  return ZO_OK;
+}
+
+/* A slot for reading the sub-group at order position @pos: a free one, else
+ * one holding clean state that is not needed before @pos (done in this step,
+ * or needed furthest away). -1 when none. */
+static int slot_for_read(const zo_engine_t *e, int pos) {
+  int best = -1, far = pos;
+  for (int s = 0; s < e->n_slots; s++) {
+    int gi = e->slots[s].sg;
+    if (gi < 0) return s;
+    const sub_group *g = &e->sgs[gi];
+    if (g->phase != SG_LOADED) continue;
+    int next = g->done ? INT_MAX : g->pos;
+    if (next > far) far = next, best = s;
+  }
+  return best;
+}
+
+static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
+  while (e->nv_pos_read < e->n_sgs) {
+    sub_group *g = &e->sgs[e->sg_order[e->nv_pos_read]];
+    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_UPDATING) {
+      e->nv_pos_read++; /* in memory already (or updated) */
+      continue;
+    }
+    if (g->phase == SG_WRITING) return ZO_OK; /* last step's write-back: it stays loaded once on disk */
+    int s = slot_for_read(e, g->pos);
+    if (s < 0) return ZO_OK;
+    sg_slot *sl = &e->slots[s];
+    if (sl->sg >= 0) { /* evict clean state */
+      e->sgs[sl->sg].phase = SG_IDLE;
+      e->sgs[sl->sg].slot = -1;
+    }
+    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+    sl->sg = (int)(g - e->sgs);
+    g->slot = s;
+    g->phase = SG_READING;
+    e->nv_pos_read++;
+    *progress = 1;
   }
   return ZO_OK;
 }
 
-static zo_status issue_read(zo_engine_t *e, int g) {
-  sg_slot *sl = &e->slots[g % e->n_slots];
-  if (sl->pending_write) ZO_CHECK(wait_slot(e, sl)); /* previous sub-group of this slot must be on disk */
-  const sub_group *sg = &e->sgs[g];
-  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 0, k, sg->file_el, sl->buf[k], sg->n_el, &sl->req[k]));
-  sl->pending_read = 1;
-  return ZO_OK;
-}
-
-/* Issue reads of the sub-groups after g, up to g + n_slots - 1 (so never
- * into g's own slot), into slots that are free now; never blocks. */
-static zo_status read_ahead(zo_engine_t *e, int g, int *next_read) {
-  while (*next_read < e->n_sgs && *next_read < g + e->n_slots) {
-    sg_slot *sl = &e->slots[*next_read % e->n_slots];
-    if (sl->pending_read) break; /* holds g itself */
-    if (sl->pending_write) {
+/* Move the pipeline forward as far as it goes without blocking. */
+static zo_status nv_advance(zo_engine_t *e) {
+  if (e->tier != ZO_OFFLOAD_NVME) return ZO_OK;
+  int progress;
+  do {
+    progress = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+      sg_slot *sl = &e->slots[s];
+      if (sl->sg < 0) continue;
+      sub_group *g = &e->sgs[sl->sg];
       int done;
-      ZO_CHECK(slot_write_done(e, sl, &done));
-      if (!done) break;
+      if (g->phase == SG_READING || g->phase == SG_WRITING) {
+        ZO_CHECK(slot_settle(e, sl, 0, &done));
+        if (done) g->phase = SG_LOADED, progress = 1;
+      } else if (g->phase == SG_UPDATING) {
+        ZO_CHECK(sg_finish_adam(e, g, 0, &done));
+        progress |= done;
+      } else if (g->phase == SG_LOADED && !g->done && e->nv_adam_ok && sg_landed(e, g)) {
+        ZO_CHECK(sg_submit_adam(e, g));
+        progress = 1;
+      }
     }
-    ZO_CHECK(issue_read(e, (*next_read)++));
-  }
+    ZO_CHECK(nv_read_ahead(e, &progress));
+  } while (progress);
   return ZO_OK;
 }
 
-static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
-  int next_read = e->nv_next_read; /* reads issued during backward */
-  e->nv_next_read = 0;
-  for (int g = 0; g < e->n_sgs; g++) {
-    if (next_read == g) ZO_CHECK(issue_read(e, next_read++)); /* may wait on this slot's write-back */
-    sg_slot *sl = &e->slots[g % e->n_slots];
-    ZO_CHECK(wait_slot(e, sl));
-    const sub_group *sg = &e->sgs[g];
-    double t0 = now_s();
-    for (int q = sg->first_piece; q < sg->first_piece + sg->n_pieces; q++) {
-      piece *pc = &e->pieces[q];
-      size_t b = pc->file_el - sg->file_el;
-      ZO_CHECK(submit_adam(e, hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
-                           (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
-                           (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
+/* zo_engine_step(): every gradient has landed; update the sub-groups not yet
+ * updated, blocking only on what the next one in order needs. */
+static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
+  e->nv_adam_ok = 1;
+  for (;;) {
+    ZO_CHECK(nv_advance(e));
+    if (e->nv_done == e->n_sgs) return ZO_OK;
+    sub_group *g = NULL; /* the first sub-group in order not yet updated */
+    for (int i = 0; i < e->n_sgs && !g; i++)
+      if (!e->sgs[e->sg_order[i]].done) g = &e->sgs[e->sg_order[i]];
+    int done;
+    if (g->phase == SG_READING) {
+      ZO_CHECK(slot_settle(e, &e->slots[g->slot], 1, &done));
+      g->phase = SG_LOADED;
+    } else if (g->phase == SG_UPDATING) {
+      double t0 = now_s();
+      ZO_CHECK(sg_finish_adam(e, g, 1, &done));
+      *adam_s += now_s() - t0;
+    } else {
+      /* IDLE, or WRITING (last step's write-back): no slot to read it into
+       * yet. Every slot holds work in flight (loaded state that is done or
+       * needed later would have been taken): finish the most advanced one,
+       * which leaves clean state that the next read may take. */
+      static const int most_advanced_first[] = {SG_UPDATING, SG_WRITING, SG_READING};
+      sg_slot *w = NULL;
+      for (int i = 0; i < 3 && !w; i++)
+        for (int s = 0; s < e->n_slots && !w; s++)
+          if (e->slots[s].sg >= 0 && e->sgs[e->slots[s].sg].phase == most_advanced_first[i]) w = &e->slots[s];
+      if (!w)
+        return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: nvme pipeline stalled at sub-group %d (phase %d)",
+                            (int)(g - e->sgs), g->phase); /* a bug: never expected */
+      sub_group *h = &e->sgs[w->sg];
+      if (h->phase == SG_UPDATING) {
+        double t0 = now_s();
+        ZO_CHECK(sg_finish_adam(e, h, 1, &done));
+        *adam_s += now_s() - t0;
+      } else {
+        ZO_CHECK(slot_settle(e, w, 1, &done));
+        h->phase = SG_LOADED;
+      }
     }
-    ZO_CHECK(read_ahead(e, g, &next_read)); /* the disk reads ahead while the pool updates g */
-    for (int q = sg->first_piece; q < sg->first_piece + sg->n_pieces; q++) {
-      piece *pc = &e->pieces[q];
-      ZO_CHECK(finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
-    }
-    *adam_s += now_s() - t0;
-    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(swap_io(e, 1, k, sg->file_el, sl->buf[k], sg->n_el, &sl->req[k]));
-    sl->pending_write = 1;
-    ZO_CHECK(read_ahead(e, g + 1, &next_read));
   }
-  /* The last write-backs stay in flight: the next read of their slot, or
-   * drain_slots() before the state is read any other way, waits for them. */
-  return ZO_OK;
 }
 
-static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+/* After the step: the next step's order is the order in which sub-groups
+ * became complete in this one; then the reads for it start. */
+static zo_status nv_end_step(zo_engine_t *e) {
+  for (int i = 0; i < e->n_sgs; i++) {
+    sub_group *g = &e->sgs[i];
+    g->ready_at = 0;
+    for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++)
+      if (e->pieces[q].p->grad_seq > g->ready_at) g->ready_at = e->pieces[q].p->grad_seq;
+  }
+  for (int i = 1; i < e->n_sgs; i++) { /* insertion sort by ready_at, stable: usually already in order */
+    int x = e->sg_order[i], j = i - 1;
+    while (j >= 0 && e->sgs[e->sg_order[j]].ready_at > e->sgs[x].ready_at) {
+      e->sg_order[j + 1] = e->sg_order[j];
+      j--;
+    }
+    e->sg_order[j + 1] = x;
+  }
+  for (int i = 0; i < e->n_sgs; i++) {
+    e->sgs[e->sg_order[i]].pos = i;
+    e->sgs[i].done = 0;
+  }
+  for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
+  e->nv_done = 0;
+  e->nv_pos_read = 0;
+  e->nv_adam_ok = 0;
+  return nv_advance(e);
+}
+
+/* Bring the pipeline to rest: reads finished and dropped, updates finished
+ * and written, write-backs on disk; every slot free (load_param, get_master
+ * and destroy use the slots directly). Keeps the first error. */
+static zo_status nv_quiesce(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (int s = 0; s < e->n_slots; s++) {
+    sg_slot *sl = &e->slots[s];
+    int done;
+    if (sl->sg >= 0 && e->sgs[sl->sg].phase == SG_UPDATING) {
+      zo_status st = sg_finish_adam(e, &e->sgs[sl->sg], 1, &done);
+      if (first == ZO_OK) first = st;
+    }
+    zo_status st = slot_settle(e, sl, 1, &done);
+    if (first == ZO_OK) first = st;
+    if (sl->sg >= 0) {
+      e->sgs[sl->sg].phase = SG_IDLE;
+      e->sgs[sl->sg].slot = -1;
+    }
+    sl->sg = -1;
+  }
+  e->nv_pos_read = 0;
+  return first;
+}
 
 zo_status zo_engine_synchronize(zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
@@ -1375,10 +1570,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   const double norm = sqrt(sums[0]) / e->loss_scale;
   inf.grad_norm = overflow ? INFINITY : norm;
   if (overflow) {
-    if (e->tier == ZO_OFFLOAD_NVME) { /* the state reads started during backward are not needed */
-      ZO_CHECK(drain_slots(e));
-      e->nv_next_read = 0;
-    }
+    if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(nv_end_step(e)); /* the state read stays valid for the next step */
     double old = e->loss_scale;
     update_loss_scale(e, 1);
     zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
@@ -1399,7 +1591,9 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   double swap0 = e->swap_wait_s, copy0 = e->copy_s;
   double t1 = now_s();
   if (e->tier == ZO_OFFLOAD_NVME) {
-    ZO_CHECK(step_nvme(e, &hp, &adam_s));
+    if (!e->nv_adam_ok) e->nv_hp = hp;
+    ZO_CHECK(nv_finish_step(e, &adam_s));
+    ZO_CHECK(nv_end_step(e)); /* reads for the next step start now, behind the last write-backs */
   } else {
     /* Every shard is queued at once; the pool works through them while uploads are queued in order. */
     zo_status st = ZO_OK;
@@ -1427,7 +1621,7 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
-  inf.adam_s = adam_s - inf.copy_s + dpu_wait; /* the Adam sections timed the upload queueing too */
+  inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
   e->step = t;
   update_loss_scale(e, 0);
   /* The weights are final now: start fetching the next step's first tensors. */
@@ -1480,7 +1674,7 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
     memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
     return ZO_OK;
   }
-  ZO_CHECK(drain_slots(e));
+  ZO_CHECK(nv_quiesce(e));
   sg_slot *sl = &e->slots[0];
   for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
     size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;

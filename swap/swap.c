@@ -111,6 +111,7 @@ struct zo_swap_req {
   unsigned n_inflight;  /* pieces issued and not completed */
   int queued;           /* on sw's pending list */
   int err;              /* first failure: -errno, or 1 for unexpected EOF; 0 none */
+  int urgent;           /* queued ahead of requests that are not urgent */
   uint64_t err_off;
   size_t err_len;
   zo_swap_req_t *pend_prev, *pend_next; /* FIFO of requests with bytes not yet carved */
@@ -161,6 +162,18 @@ struct zo_swap {
   unsigned long n_completions; /* every piece completion, for tests */
   int refuse_direct;           /* test hook: pretend O_DIRECT opens fail with EINVAL */
   char desc[PATH_MAX + 256];   /* zo_swap_describe() */
+
+  /* opts.progress_thread: a library thread owns the ring (or the pool's
+   * completion queue) and keeps queue_depth pieces in flight whether or not
+   * the caller calls in. Callers then only queue requests and wait on done_cv;
+   * mu guards the request lists, the pieces and the counters both touch. */
+  int bg;
+  pthread_t bg_thread;
+  pthread_mutex_t mu;
+  pthread_cond_t bg_cv;     /* the thread: a request was queued, or stop */
+  pthread_cond_t done_cv;   /* callers: pieces completed */
+  int bg_stop;
+  int bg_err;               /* -errno: the ring failed under the thread (sticky) */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -238,6 +251,21 @@ static size_t probe_alignment(zo_swap_t *sw) {
 }
 
 static void pend_push(zo_swap_t *sw, zo_swap_req_t *r) {
+  if (r->urgent) { /* after the urgent requests already queued, before the rest */
+    zo_swap_req_t *at = sw->pend_head;
+    while (at && at->urgent) at = at->pend_next;
+    if (at) {
+      r->pend_next = at;
+      r->pend_prev = at->pend_prev;
+      if (at->pend_prev)
+        at->pend_prev->pend_next = r;
+      else
+        sw->pend_head = r;
+      at->pend_prev = r;
+      r->queued = 1;
+      return;
+    }
+  }
   r->pend_next = NULL;
   r->pend_prev = sw->pend_tail;
   if (sw->pend_tail)
@@ -607,6 +635,104 @@ static int reap(zo_swap_t *sw, int wait) {
   return 0;
 }
 
+/* ---- the progress thread (opts.progress_thread) -------------------------------------------- */
+
+static void bg_lock(zo_swap_t *sw) {
+  if (sw->bg) pthread_mutex_lock(&sw->mu);
+}
+
+static void bg_unlock(zo_swap_t *sw) {
+  if (sw->bg) pthread_mutex_unlock(&sw->mu);
+}
+
+/* Block until at least one piece completes. Called by the thread without mu:
+ * it is the only user of the ring and of n_unsubmitted. */
+static int bg_block(zo_swap_t *sw) {
+  if (!sw->use_uring) {
+    zo_swap_pool_t *pl = &sw->pool;
+    pthread_mutex_lock(&pl->mu);
+    while (!pl->done_head) pthread_cond_wait(&pl->done_cv, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
+    return 0;
+  }
+  int ret = io_uring_submit_and_wait(&sw->ring, 1);
+  if (ret >= 0) {
+    sw->n_unsubmitted = 0;
+    return 0;
+  }
+  if (ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
+  struct io_uring_cqe *cqe;
+  ret = io_uring_wait_cqe(&sw->ring, &cqe);
+  return ret < 0 && ret != -EINTR && ret != -EAGAIN ? ret : 0;
+}
+
+/*
+ * The thread: start pieces of queued requests as slots free up, block in the
+ * kernel for completions, settle them, wake waiters; sleep when nothing is in
+ * flight. A request queued while the thread blocks with pieces in flight is
+ * started at the next completion (one piece time at most). On a ring failure
+ * it records bg_err, wakes everyone and stops: waits then fail with
+ * ZO_ERR_SYSTEM.
+ */
+static void *progress_main(void *arg) {
+  zo_swap_t *sw = arg;
+  pthread_mutex_lock(&sw->mu);
+  for (;;) {
+    int ret = pump(sw, 0);
+    if (ret == 0 && sw->n_inflight == 0) {
+      pthread_cond_broadcast(&sw->done_cv);
+      if (sw->bg_stop) break;
+      pthread_cond_wait(&sw->bg_cv, &sw->mu);
+      continue;
+    }
+    if (ret == 0) {
+      pthread_mutex_unlock(&sw->mu);
+      ret = bg_block(sw);
+      pthread_mutex_lock(&sw->mu);
+    }
+    if (ret == 0) ret = sw->use_uring ? reap(sw, 0) : reap_pool(sw, 0);
+    if (ret < 0) {
+      sw->bg_err = ret;
+      pthread_cond_broadcast(&sw->done_cv);
+      break;
+    }
+    pthread_cond_broadcast(&sw->done_cv);
+  }
+  pthread_mutex_unlock(&sw->mu);
+  return NULL;
+}
+
+static int bg_start(zo_swap_t *sw) {
+  pthread_mutex_init(&sw->mu, NULL);
+  pthread_cond_init(&sw->bg_cv, NULL);
+  pthread_cond_init(&sw->done_cv, NULL);
+  sw->bg = 1;
+  int e = pthread_create(&sw->bg_thread, NULL, progress_main, sw);
+  if (e) {
+    sw->bg = 0;
+    pthread_cond_destroy(&sw->done_cv);
+    pthread_cond_destroy(&sw->bg_cv);
+    pthread_mutex_destroy(&sw->mu);
+    return -e;
+  }
+  return 0;
+}
+
+/* Stop the thread after the pieces in flight have completed; nothing queued is started. */
+static void bg_stop(zo_swap_t *sw) {
+  if (!sw->bg) return;
+  pthread_mutex_lock(&sw->mu);
+  while (sw->pend_head) pend_remove(sw, sw->pend_head);
+  sw->bg_stop = 1;
+  pthread_cond_signal(&sw->bg_cv);
+  pthread_mutex_unlock(&sw->mu);
+  pthread_join(sw->bg_thread, NULL);
+  pthread_cond_destroy(&sw->done_cv);
+  pthread_cond_destroy(&sw->bg_cv);
+  pthread_mutex_destroy(&sw->mu);
+  sw->bg = 0;
+}
+
 /* ---- the private directory: nvme_path/zoffload-rank<R>, locked while in use -------------- */
 
 /* The pid recorded in a lock file, or -1. */
@@ -740,7 +866,7 @@ static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
 static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
   int ret = -EINVAL;
   unsigned idle = opts && opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
-  int single = opts && opts->single_issuer;
+  int single = opts && opts->single_issuer && !opts->progress_thread; /* the thread, not the creator, submits */
   const char *env = getenv("ZO_SWAP_RING_FLAGS"); /* measurement override: "none", "coop", "defer" */
   int plain = env && !strcmp(env, "none");
   if (env && !strcmp(env, "defer")) single = 1;
@@ -850,6 +976,13 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
       goto err;
     }
   }
+  if (opts && opts->progress_thread) {
+    int ret = bg_start(sw);
+    if (ret < 0) {
+      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start the progress thread: %s", strerror(-ret));
+      goto err;
+    }
+  }
   *out = sw;
   return ZO_OK;
 err:
@@ -886,6 +1019,7 @@ static void file_close(zo_swap_t *sw, zo_swap_file_t *f) {
 void zo_swap_destroy(zo_swap_t *sw) {
   if (!sw) return;
   if (sw->n_inflight) zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped", sw->n_inflight);
+  bg_stop(sw); /* lets the pieces in flight complete, starts nothing new */
   while (sw->pend_head) pend_remove(sw, sw->pend_head); /* start nothing new */
   while (sw->n_inflight)
     if (reap(sw, 1) < 0) break;
@@ -925,7 +1059,7 @@ zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_dep
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "swap: set_queue: queue_depth %u exceeds %u, the queue_depth the handle was created with",
                         queue_depth, sw->qd_max);
-  if (sw->n_live || sw->n_inflight)
+  if (sw->n_live) /* no request: the progress thread, if any, is asleep and holds no piece */
     return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: set_queue with %u requests outstanding", sw->n_live);
   if (block_size) {
     sw->block_size = round_up(block_size, sw->align);
@@ -964,8 +1098,8 @@ const char *zo_swap_describe(zo_swap_t *sw) {
   unsigned n_csum = 0;
   for (zo_swap_file_t *f = sw->files; f; f = f->next) n_csum += f->csum_chunk != 0;
   snprintf(sw->desc, sizeof sw->desc,
-           "%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s", eng,
-           sw->block_size, sw->direct ? "O_DIRECT" : "buffered", sw->align,
+           "%s%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s", eng,
+           sw->bg ? " + progress thread" : "", sw->block_size, sw->direct ? "O_DIRECT" : "buffered", sw->align,
            sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs, sw->sqpoll ? "sqpoll" : "no sqpoll",
            n_csum, sw->rank, sw->dir);
   return sw->desc;
@@ -1231,7 +1365,7 @@ zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbyte
 /* ---- transfers ---------------------------------------------------------------------------- */
 
 static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
-                        zo_swap_req_t **out) {
+                        int urgent, zo_swap_req_t **out) {
   const char *op = is_write ? "write" : "read";
   if (out) *out = NULL;
   if (!sw || !f || !buf || !out)
@@ -1259,32 +1393,51 @@ static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void 
   r->buf = buf;
   r->off = offset;
   r->nbytes = nbytes;
+  r->urgent = urgent;
+  bg_lock(sw);
   r->live_next = sw->live;
   if (sw->live) sw->live->live_prev = r;
   sw->live = r;
   sw->n_live++;
   f->n_reqs++;
   pend_push(sw, r);
-  /* A failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it. */
-  (void)pump(sw, 1);
+  if (sw->bg)
+    pthread_cond_signal(&sw->bg_cv);
+  else
+    (void)pump(sw, 1); /* a failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it */
+  bg_unlock(sw);
   *out = r;
   return ZO_OK;
 }
 
 zo_status zo_swap_submit_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
                               zo_swap_req_t **req) {
-  return submit(sw, f, offset, buf, nbytes, 0, req);
+  return submit(sw, f, offset, buf, nbytes, 0, 0, req);
+}
+
+zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
+                                     zo_swap_req_t **req) {
+  return submit(sw, f, offset, buf, nbytes, 0, 1, req);
 }
 
 zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf, size_t nbytes,
                                zo_swap_req_t **req) {
-  return submit(sw, f, offset, (void *)buf, nbytes, 1, req);
+  return submit(sw, f, offset, (void *)buf, nbytes, 1, 0, req);
 }
 
 zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
   if (done) *done = 0;
   if (!sw || !req || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: %s is NULL", !sw ? "sw" : !req ? "req" : "done");
   if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: request belongs to another swap");
+  if (sw->bg) {
+    pthread_mutex_lock(&sw->mu);
+    int ret = sw->bg_err;
+    *done = req_done(req);
+    pthread_mutex_unlock(&sw->mu);
+    if (ret < 0 && !*done)
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring (progress thread): %s", sw->dir, strerror(-ret));
+    return ZO_OK;
+  }
   int ret = pump(sw, 1);
   if (ret == 0) ret = reap(sw, 0);
   if (ret == 0) ret = pump(sw, 1); /* reaping freed slots */
@@ -1296,7 +1449,17 @@ zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
 zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
   if (!sw || !req) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: %s is NULL", !sw ? "sw" : "req");
   if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: request belongs to another swap");
-  while (!req_done(req)) {
+  if (sw->bg) {
+    pthread_mutex_lock(&sw->mu);
+    while (!req_done(req) && !sw->bg_err) pthread_cond_wait(&sw->done_cv, &sw->mu);
+    int ret = sw->bg_err;
+    if (!req_done(req)) {
+      pthread_mutex_unlock(&sw->mu);
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring (progress thread): %s", req->f->path,
+                          strerror(-ret));
+    }
+  }
+  while (!sw->bg && !req_done(req)) {
     int ret = pump(sw, 0); /* submitted by reap()'s io_uring_submit_and_wait, or just below */
     if (ret == 0 && req_done(req)) ret = ring_submit(sw); /* others' pieces just prepared */
     if (ret == 0 && !req_done(req)) {
@@ -1305,7 +1468,10 @@ zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
     }
     if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring: %s", req->f->path, strerror(-ret));
   }
-  (void)pump(sw, 1); /* refill the slots freed by the last completions; errors resurface on the next wait */
+  if (!sw->bg) (void)pump(sw, 1); /* refill the slots freed by the last completions; errors resurface on the next wait */
+  pend_remove(sw, req);
+  live_remove(sw, req);
+  bg_unlock(sw); /* the request is ours alone now: verify without holding up the progress thread */
   zo_status st = ZO_OK;
   if (req->err == 1)
     st = zo_error_set(ZO_ERR_IO, "swap: read '%s' at offset %" PRIu64 ", length %zu bytes: unexpected end of file",
@@ -1315,8 +1481,6 @@ zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
                       req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len, strerror(-req->err));
   if (req->err && req->is_write) crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
   if (!req->err && !req->is_write) st = crc_verify(req->f, req->off, req->buf, req->nbytes);
-  pend_remove(sw, req);
-  live_remove(sw, req);
   req->f->n_reqs--;
   free(req);
   return st;

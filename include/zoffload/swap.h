@@ -50,6 +50,14 @@ typedef struct zo_swap_opts {
                             sqpoll): completions run only inside our own io_uring_enter. Then only
                             the thread that created the handle may submit, wait or poll (others get
                             ZO_ERR_SYSTEM "File exists"). If refused, warn once and go on without. */
+  int progress_thread;   /* 1: a library thread owns the ring and keeps queue_depth pieces in flight
+                            while the caller computes, so a request larger than queue_depth x
+                            block_size proceeds at disk speed without zo_swap_poll() calls. The
+                            caller's functions then only queue requests and wait for the thread
+                            (single_issuer is ignored). Completions post to that thread, never
+                            interrupt the caller. A queued request starts at the thread's next
+                            completion at the latest (one piece's time). 0: the ring moves only
+                            inside the caller's submit, poll and wait. */
 } zo_swap_opts;
 
 /*
@@ -306,6 +314,17 @@ ZO_API zo_status zo_swap_submit_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t 
                                      size_t nbytes, zo_swap_req_t **req);
 ZO_API zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset,
                                       const void *buf, size_t nbytes, zo_swap_req_t **req);
+
+/*
+ * zo_swap_submit_read_urgent() - zo_swap_submit_read(), but queued ahead of
+ * every request that is not urgent and has bytes not yet started (behind
+ * earlier urgent ones): pieces already in flight finish first, so the read
+ * starts within queue_depth piece completions however much is queued. For
+ * reads something waits on now (a parameter fetch) while bulk transfers
+ * (optimizer state) stream. Same arguments, rules and errors.
+ */
+ZO_API zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
+                                            size_t nbytes, zo_swap_req_t **req);
 
 /*
  * zo_swap_wait() - block until @req is complete, free it, return its status.

@@ -101,8 +101,13 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
       REQUIRE_OK(zo_cast(r.g[i], ZO_DTYPE_F32, r.gq[i], gd, k_sizes[i], 1));
       for (size_t j = 0; j < k_sizes[i]; j++) sq += (double)r.g[i][j] * r.g[i][j];
     }
+    /* Hand the gradients over in an order that changes from step to step
+     * (backward order, forward order, interleaved): the NVMe pipeline learns
+     * the order sub-groups complete in and must be right whatever it is. */
+    static const int k_orders[3][NP] = {{3, 2, 1, 0}, {0, 1, 2, 3}, {1, 3, 0, 2}};
     size_t off = 0;
-    for (int i = NP - 1; i >= 0; i--) {
+    for (int o = 0; o < NP; o++) {
+      const int i = k_orders[s % 3][o];
       void *dg = to_device(dev, scratch, off, r.gq[i], k_sizes[i] * zo_dtype_size(gd));
       off += k_sizes[i] * zo_dtype_size(gd);
       REQUIRE_OK(zo_engine_grad_ready(e, ps[i], dg, gd));
@@ -266,6 +271,9 @@ static void test_misuse(const char *dir) {
   CHECK(zo_engine_register_param(e, "late", 8, &b) == ZO_ERR_INVALID_USAGE);
   REQUIRE_OK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32));
   CHECK(zo_engine_grad_ready(e, a, g, ZO_DTYPE_F32) == ZO_ERR_INVALID_USAGE);
+  const void *w;
+  CHECK_ST(zo_engine_fetch(e, a, &w, NULL), ZO_ERR_INVALID_USAGE); /* its update may have begun */
+  CHECK_HAS(zo_last_error(), "embed.weight");
   CHECK(zo_engine_grad_ready(e, b, g, ZO_DTYPE_F16) == ZO_ERR_INVALID_ARG); /* fp16 grads without fp16 */
   CHECK(zo_engine_step(e, NULL) == ZO_ERR_INVALID_USAGE);
   CHECK(strstr(zo_last_error(), "head.bias") != NULL);

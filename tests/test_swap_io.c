@@ -41,7 +41,7 @@ static void *xalloc(size_t align, size_t n) {
   return p;
 }
 
-enum { F_FIXED_BUF = 1, F_FIXED_FILE = 2, F_SQPOLL = 4, F_POOL = 8 };
+enum { F_FIXED_BUF = 1, F_FIXED_FILE = 2, F_SQPOLL = 4, F_POOL = 8, F_THREAD = 16 };
 
 static zo_swap_t *open_swap(const char *root, size_t block, unsigned qd, int flags, int rank) {
   if (flags & F_POOL)
@@ -53,7 +53,8 @@ static zo_swap_t *open_swap(const char *root, size_t block, unsigned qd, int fla
                     .rank = rank,
                     .register_files = !!(flags & F_FIXED_FILE),
                     .sqpoll = !!(flags & F_SQPOLL),
-                    .sqpoll_idle_ms = 50};
+                    .sqpoll_idle_ms = 50,
+                    .progress_thread = !!(flags & F_THREAD)};
   zo_swap_t *sw = NULL;
   CHECK_OK(zo_swap_create(root, &o, &sw));
   unsetenv("ZO_SWAP_FORCE_PREAD");
@@ -144,8 +145,9 @@ static void roundtrip(const char *root, size_t block, unsigned qd, int flags) {
     CHECK_OK(zo_swap_submit_read(sw, f[rq[i].fi], rq[i].off, dst + rq[i].fi * file_bytes + rq[i].off, rq[i].len, &h[i]));
   for (int i = n - 1; i >= 0; i--) CHECK_OK(zo_swap_wait(sw, h[i]));
   char what[160];
-  snprintf(what, sizeof what, "roundtrip block %zu qd %u fixedbuf %d fixedfile %d sqpoll %d pool %d (%d requests)", block,
-           qd, !!(flags & F_FIXED_BUF), !!(flags & F_FIXED_FILE), !!(flags & F_SQPOLL), !!(flags & F_POOL), n);
+  snprintf(what, sizeof what, "roundtrip block %zu qd %u fixedbuf %d fixedfile %d sqpoll %d pool %d thread %d (%d requests)",
+           block, qd, !!(flags & F_FIXED_BUF), !!(flags & F_FIXED_FILE), !!(flags & F_SQPOLL), !!(flags & F_POOL),
+           !!(flags & F_THREAD), n);
   CHECK_BYTES(what, dst, src, 2 * file_bytes);
   /* Unaligned-to-registration: a buffer outside the arena still works (unregistered path). */
   unsigned char *other = xalloc(a, 3 * a);
@@ -202,6 +204,49 @@ static void faults(const char *root, int flags) {
   zo_swap_destroy(sw);
   free(src);
   free(dst);
+}
+
+/*
+ * An urgent read overtakes bulk transfers not yet started. Without the
+ * progress thread the ring moves only inside our calls, so the order is
+ * deterministic: with queue depth 2 and a 64-piece write queued first, the
+ * urgent read completes while most of the write has not started. With the
+ * thread the same must hold for the data and the request states (the write's
+ * completion is not timed: the thread may finish it meanwhile).
+ */
+static void urgent(const char *root, int flags) {
+  const size_t B = 64 * 1024, NB = 64;
+  zo_swap_t *sw = open_swap(root, B, 2, flags, 0);
+  if (!sw) return;
+  const size_t a = zo_swap_alignment(sw);
+  zo_swap_file_t *f = NULL;
+  CHECK_OK(zo_swap_file_create(sw, "bulk.swp", (NB + 1) * B, &f));
+  unsigned char *bulk = xalloc(a, NB * B), *tail = xalloc(a, B), *got = xalloc(a, B);
+  fill_random(bulk, NB * B);
+  fill_random(tail, B);
+  CHECK_OK(zo_swap_write(sw, f, NB * B, tail, B));
+  zo_swap_req_t *w = NULL, *r = NULL, *late = NULL;
+  CHECK_OK(zo_swap_submit_write(sw, f, 0, bulk, NB * B, &w));
+  CHECK_OK(zo_swap_submit_read(sw, f, NB * B, got, B, &late)); /* plain: behind the write */
+  CHECK_OK(zo_swap_submit_read_urgent(sw, f, NB * B, got, B, &r));
+  CHECK_OK(zo_swap_wait(sw, r));
+  CHECK_BYTES("urgent read", got, tail, B);
+  int done = 1, late_done = 1;
+  CHECK_OK(zo_swap_poll(sw, w, &done));
+  CHECK_OK(zo_swap_poll(sw, late, &late_done));
+  if (!(flags & F_THREAD)) {
+    CHECK_EQ(done, 0);      /* the urgent read went ahead of ~60 pieces of the write */
+    CHECK_EQ(late_done, 0); /* the plain read did not */
+  }
+  CHECK_OK(zo_swap_wait(sw, w));
+  CHECK_OK(zo_swap_wait(sw, late));
+  CHECK_BYTES("plain read after the bulk write", got, tail, B);
+  CHECK_OK(zo_swap_read(sw, f, 0, bulk, B));
+  zo_swap_destroy(sw);
+  printf("ok: urgent read ahead of a 64-piece write, thread %d\n", !!(flags & F_THREAD));
+  free(bulk);
+  free(tail);
+  free(got);
 }
 
 /* Extent allocator: aligned first fit, free with coalescing, full file, double free. */
@@ -344,10 +389,14 @@ int main(int argc, char **argv) {
     size_t block;
     unsigned qd;
   } shapes[] = {{4096, 1}, {64 * 1024, 4}, {128 * 1024, 32}, {1 << 20, 128}};
-  for (int flags = 0; flags < 16; flags++) {
+  for (int flags = 0; flags < 32; flags++) {
     if ((flags & F_POOL) && (flags & (F_FIXED_FILE | F_SQPOLL))) continue; /* ring-only options */
+    /* the progress thread: with plain, pool, fixed buffers+files, and SQPOLL */
+    if ((flags & F_THREAD) && flags != F_THREAD && flags != (F_THREAD | F_POOL) &&
+        flags != (F_THREAD | F_FIXED_BUF | F_FIXED_FILE) && flags != (F_THREAD | F_SQPOLL))
+      continue;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      if (flags && flags != F_POOL && s != 1 && s != 3) continue; /* full shape sweep on plain + pool */
+      if (flags && flags != F_POOL && flags != F_THREAD && s != 1 && s != 3) continue; /* full sweeps: plain, pool, thread */
       roundtrip(root, shapes[s].block, shapes[s].qd, flags);
     }
   }
@@ -355,6 +404,11 @@ int main(int argc, char **argv) {
   faults(root, F_FIXED_BUF | F_FIXED_FILE);
   faults(root, F_SQPOLL | F_FIXED_FILE);
   faults(root, F_POOL);
+  faults(root, F_THREAD | F_FIXED_BUF | F_FIXED_FILE);
+  faults(root, F_THREAD | F_POOL);
+  urgent(root, 0);
+  urgent(root, F_THREAD);
+  urgent(root, F_POOL);
   extents(root);
   registration(root);
   CHECK_EQ(zo_test_count_entries(root), 0);

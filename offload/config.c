@@ -743,6 +743,10 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zero.stage = 0;
   cfg->zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
   cfg->zero.offload_optimizer.buffer_count = 4;
+  /* DeepSpeed defaults these to false; the pipeline needs no memory beyond
+   * buffer_count, so it is on unless the config turns it off explicitly. */
+  cfg->zero.offload_optimizer.pipeline_read = 1;
+  cfg->zero.offload_optimizer.pipeline_write = 1;
   cfg->zero.offload_optimizer.ratio = 1.0;
   cfg->zero.offload_param.device = ZO_OFFLOAD_NONE;
   cfg->zero.offload_param.buffer_count = 5;

@@ -1332,6 +1332,11 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
   g->phase = SG_WRITING;
   g->done = 1;
   e->nv_done++;
+  if (!e->cfg.zero.offload_optimizer.pipeline_write) { /* on disk before anything else moves */
+    int d;
+    ZO_CHECK(slot_settle(e, sl, 1, &d));
+    g->phase = SG_LOADED;
+  }
   return ZO_OK;
 }
 
@@ -1352,6 +1357,14 @@ static int slot_for_read(const zo_engine_t *e, int pos) {
 }
 
 static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
+  if (!e->cfg.zero.offload_optimizer.pipeline_read) { /* one sub-group at a time, read when its update can start */
+    if (!e->nv_adam_ok) return ZO_OK;
+    for (int s = 0; s < e->n_slots; s++) {
+      const int gi = e->slots[s].sg;
+      const sub_group *h = gi >= 0 ? &e->sgs[gi] : NULL;
+      if (h && (h->phase == SG_READING || h->phase == SG_UPDATING || (h->phase == SG_LOADED && !h->done))) return ZO_OK;
+    }
+  }
   while (e->nv_pos_read < e->n_sgs) {
     sub_group *g = &e->sgs[e->sg_order[e->nv_pos_read]];
     if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_UPDATING) {

@@ -595,6 +595,9 @@ int main(int argc, char **argv) {
   cfg.optimizer.adam_w_mode = 0; /* Adam with L2 weight decay, on nvme */
   cfg.zero.sub_group_size = 2048;
   run_tier("nvme, Adam (L2)", cfg, dir, 3, 1.0f);
+  cfg.zero.offload_optimizer.pipeline_read = cfg.zero.offload_optimizer.pipeline_write = 0; /* DeepSpeed's order */
+  run_tier("nvme, no pipeline_read/write", cfg, dir, 3, 1.0f);
+  cfg.zero.offload_optimizer.pipeline_read = cfg.zero.offload_optimizer.pipeline_write = 1;
   /* bf16 optimizer state (stochastic rounding keyed by flat offset): pieces of
    * split sub-groups must round exactly as the whole-shard reference does. */
   cfg.optimizer.adam_w_mode = 1;

@@ -74,7 +74,12 @@ typedef struct zo_config {
       char nvme_path[4096];     /* "" when absent; required when device is nvme */
       int pin_memory;           /* default 0 */
       int buffer_count;         /* default 4 */
-      int pipeline_read, pipeline_write; /* default 0, 0 */
+      /* default 1, 1 (DeepSpeed's default is 0, 0: set them false explicitly for its
+       * order). pipeline_read 0: a sub-group's state is read only when its update can
+       * start and no other sub-group is in memory or being read or updated (no read
+       * ahead, nothing during forward); pipeline_write 0: each write-back is waited
+       * before anything else moves. */
+      int pipeline_read, pipeline_write;
       double ratio;             /* fraction of optimizer state offloaded, [0, 1], default 1 */
     } offload_optimizer;
     struct {

@@ -129,7 +129,15 @@ ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float
  * recently used first). The time blocked here is reported as
  * zo_step_info.fetch_wait_s. Source: DeepSpeed ZeRO-3
  * PartitionedParameterCoordinator (trace, prefetch, reuse distance).
- * Returns ZO_OK, ZO_ERR_INVALID_USAGE before finalize, ZO_ERR_OUT_OF_MEMORY
+ * With offload_param nvme, reads of params.swp are queued ahead of
+ * optimizer-state transfers (zo_swap_submit_read_urgent), and a tensor whose
+ * params.swp write from the last step is still in flight is copied from that
+ * write's host buffer instead of being read back.
+ * Every call (fetch, release, grad_ready) also moves the NVMe optimizer-state
+ * pipeline on without blocking (see zo_engine_step()).
+ * Returns ZO_OK, ZO_ERR_INVALID_USAGE before finalize or when @p's gradient
+ * was already handed over in this step (its update may have begun; fetch it
+ * before zo_engine_grad_ready() or after zo_engine_step()), ZO_ERR_OUT_OF_MEMORY
  * when every device copy is in use (tensor named), ZO_ERR_IO from params.swp,
  * or the copy stream's error.
  */
@@ -166,7 +174,11 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  *              multiplied by the current loss scale (zo_engine_loss_scale());
  *              the engine divides it back out inside Adam.
  * Call once per tensor per optimizer step, in any order, as soon as the
- * gradient is final. Returns when the copy of this rank's shard to host
+ * gradient is final and compute no longer reads @p's weights in this step:
+ * from here on the engine may update @p (with no gradient clipping, no fp16
+ * and no delayed update, Adam on this shard or its NVMe sub-group starts as
+ * soon as the copy lands, while backward goes on) and overwrite its device
+ * copy; fetching @p again before zo_engine_step() is refused. Returns when the copy of this rank's shard to host
  * memory is enqueued on the copy stream: @grad must stay unchanged until
  * zo_engine_step() returns. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, or a
  * dtype other than zo_engine_grad_dtype(), both named), ZO_ERR_INVALID_USAGE
@@ -196,9 +208,7 @@ typedef struct zo_step_info {
  * (fp16) skip and lower the loss scale, otherwise unscale and clip (with
  * gradient_clipping > 0, coefficient clip / (norm + 1e-6) when norm > clip,
  * as DeepSpeed), run Adam/AdamW (zo_adam_step) at the scheduler's lr on the
- * tier where the state lives (nvme: sub-group by sub-group, the read of the
- * next sub-group in flight while the current one is updated and the previous
- * one written back), cast the new master weights to the working dtype and
+ * tier where the state lives, cast the new master weights to the working dtype and
  * queue the host-to-device copy (and all-gather) of the working weights.
  * With zoffload.delayed_param_update (DPU, from the ZeRO-Offload paper;
  * needs offload_optimizer "cpu" and no parameter offload) the call queues
@@ -209,8 +219,22 @@ typedef struct zo_step_info {
  * sequence as without DPU, but gradients are taken at weights one update
  * older, which slows convergence slightly early in training (the paper
  * enables DPU after a few warm-up steps) in exchange for hiding Adam.
+ * NVMe optimizer state moves through offload_optimizer.buffer_count slots of
+ * pinned buffers, one sub-group (sub_group_size elements) per slot, as a
+ * pipeline that runs across steps: a sub-group's read is issued as soon as a
+ * slot is free, in the order the sub-groups' gradients completed in the last
+ * step (first step: reverse registration order), so the first reads of a
+ * step overlap the forward pass; its Adam starts when its state is in memory
+ * and all its gradients have landed (during backward, unless clipping, fp16
+ * or DPU need the whole step first); its write-back is issued at once and
+ * left in flight when this call returns (a later read of the same slot, or
+ * zo_engine_get_master(), waits for it). A slot keeps its clean state until
+ * another read needs it, so buffer_count >= the number of sub-groups keeps
+ * the whole state in memory and only writes it through. The disk keeps
+ * streaming between engine calls (the swap handle's progress thread).
  * Every tensor must have had zo_engine_grad_ready() since the last step.
- * Synchronous for Adam and swap I/O; the working-weight copy completes
+ * Synchronous for Adam; NVMe write-backs of the state may still be in flight
+ * on return; the working-weight copy completes
  * before the next zo_engine_fetch() returns. @info may be NULL.
  * Returns ZO_OK, ZO_ERR_INVALID_USAGE (a tensor had no gradient: named),
  * ZO_ERR_IO / ZO_ERR_CORRUPT (swap, file and offset named), device errors.

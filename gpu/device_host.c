@@ -35,6 +35,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jemalloc/jemalloc.h>
+
 #include "device_internal.h"
 
 /* ------------------------------------------------------------ link emulation */
@@ -46,6 +48,7 @@ typedef struct host_dev {
   int64_t busy_until_ns[2]; /* CLOCK_MONOTONIC time the lane's last reserved slot ends */
   unsigned long long bytes[2], copies[2];
   int64_t busy_ns[2], stall_ns[2];
+  unsigned arena;          /* jemalloc arena of the device memory; 0: none (plain posix_memalign) */
 } host_dev;
 
 static int64_t mono_ns(void) {
@@ -278,7 +281,26 @@ static host_op *op_new(host_op_type type, const char *what) {
 
 /* ------------------------------------------------------------ memory */
 
+/*
+ * Device memory comes from a jemalloc arena of its own that never returns
+ * freed pages to the kernel (dirty and muzzy decay off): like memory on a GPU
+ * it stays resident, so a tensor fetched into memory a released one held
+ * does not page-fault on its first copy. Measured with zo-stepbench (40M
+ * params, 8 layers, 30 ms/layer, params and state on cpu, 48 MiB limit): with
+ * the default arena, jemalloc's purging made the next allocations fault
+ * again, and one step in two waited 9-45 ms per layer for its
+ * host-to-device copies (sys time up to 33%).
+ */
 static zo_status host_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
+  host_dev *hd = dev->backend;
+  if (hd && hd->arena) {
+    void *q = mallocx(nbytes, MALLOCX_ALIGN(ZO_DEVICE_ALIGN) | MALLOCX_ARENA(hd->arena) | MALLOCX_TCACHE_NONE);
+    if (!q)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: %s: host allocation of %zu bytes failed", dev->name,
+                          nbytes);
+    *dptr = q;
+    return ZO_OK;
+  }
   void *p = NULL;
   int rc = posix_memalign(&p, ZO_DEVICE_ALIGN, nbytes);
   if (rc)
@@ -290,13 +312,21 @@ static zo_status host_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
 }
 
 static void host_mem_free(zo_device_t *dev, void *dptr) {
-  (void)dev;
-  free(dptr);
+  host_dev *hd = dev->backend;
+  if (hd && hd->arena)
+    dallocx(dptr, MALLOCX_TCACHE_NONE);
+  else
+    free(dptr);
 }
 
 static void host_destroy(zo_device_t *dev) {
   host_dev *hd = dev->backend;
   if (!hd) return;
+  if (hd->arena) { /* every allocation is freed by now: give the arena's memory back */
+    char key[64];
+    snprintf(key, sizeof key, "arena.%u.destroy", hd->arena);
+    mallctl(key, NULL, NULL, NULL, 0);
+  }
   pthread_mutex_destroy(&hd->link_mu);
   free(hd);
   dev->backend = NULL;
@@ -587,6 +617,18 @@ zo_status zo_device_host_init(zo_device_t *dev) {
   if (rc) {
     free(hd);
     return zo_error_set(ZO_ERR_SYSTEM, "host backend: pthread_mutex_init: %s", strerror(rc));
+  }
+  /* A resident arena for device memory; without one (jemalloc refuses) plain posix_memalign. */
+  unsigned ind = 0;
+  size_t sz = sizeof ind;
+  ssize_t never = -1;
+  char key[64];
+  if (mallctl("arenas.create", &ind, &sz, NULL, 0) == 0 && ind) {
+    snprintf(key, sizeof key, "arena.%u.dirty_decay_ms", ind);
+    int ok = mallctl(key, NULL, NULL, &never, sizeof never) == 0;
+    snprintf(key, sizeof key, "arena.%u.muzzy_decay_ms", ind);
+    ok = ok && mallctl(key, NULL, NULL, &never, sizeof never) == 0;
+    if (ok) hd->arena = ind;
   }
   dev->ops = &host_ops;
   dev->backend = hd;

@@ -118,7 +118,9 @@ static void usage(FILE *f) {
     "  --block-size BYTES         aio.block_size, also used by the baseline (default 1M)\n"
     "  --queue-depth Q            aio.queue_depth, also used by the baseline (default 8)\n"
     "  --adam-threads T           zoffload.adam_threads (default 0 = all physical cores)\n"
-    "  --warmup W                 first W steps left out of the summary (default 1 when K > 1, else 0)\n"
+    "  --warmup W                 first W steps left out of the summary (default min(2, K - 1): step 1 records\n"
+    "                             the trace with demand fetches; step 2 is the first prefetched step and the first\n"
+    "                             to touch the device buffers it allocates)\n"
     "  --bf16 | --fp32            working precision of weights and gradients (default --bf16)\n"
     "  --no-baseline              skip the disk baseline (disk ratio reported as n/a)\n"
     "  --json FILE                write config, per-step figures, summary and targets as JSON\n"
@@ -256,7 +258,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     fprintf(stderr, "zo-stepbench: --nvme-path '%s' is not an existing directory\n", o->nvme_path);
     return -1;
   }
-  if (o->warmup < 0) o->warmup = o->steps > 1 ? 1 : 0;
+  if (o->warmup < 0) o->warmup = o->steps > 2 ? 2 : o->steps - 1;
   if (o->warmup >= o->steps) o->warmup = o->steps - 1;
   return 0;
 }

@@ -117,6 +117,7 @@ struct zo_engine {
   int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
   int nv_done;               /* nvme: sub-groups updated in this step */
   int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
+  int nv_in_step;            /* nvme: inside zo_engine_step(), which waits on every state read */
   zo_adam_hparams nv_hp;
   int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
@@ -748,8 +749,10 @@ static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
 /* Queue a read or write of elements [el, el + n_el) of state kind k. */
 static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req) {
   const uint64_t off = el * e->esz[k], nbytes = n_el * e->esz[k];
-  zo_status st = write ? zo_swap_submit_write(e->swap, e->files[k], off, buf, nbytes, req)
-                       : zo_swap_submit_read(e->swap, e->files[k], off, buf, nbytes, req);
+  /* Inside zo_engine_step() the caller waits for every read: ahead of queued write-backs. */
+  zo_status st = write        ? zo_swap_submit_write(e->swap, e->files[k], off, buf, nbytes, req)
+                 : e->nv_in_step ? zo_swap_submit_read_urgent(e->swap, e->files[k], off, buf, nbytes, req)
+                                 : zo_swap_submit_read(e->swap, e->files[k], off, buf, nbytes, req);
   if (write) e->nvme_write_bytes += nbytes;
   else e->nvme_read_bytes += nbytes;
   return st;
@@ -1440,10 +1443,13 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
        * needed later would have been taken): finish the most advanced one,
        * which leaves clean state that the next read may take. */
       static const int most_advanced_first[] = {SG_UPDATING, SG_WRITING, SG_READING};
-      sg_slot *w = NULL;
+      sg_slot *w = NULL; /* within a phase, the one started first (earliest in the order) */
       for (int i = 0; i < 3 && !w; i++)
-        for (int s = 0; s < e->n_slots && !w; s++)
-          if (e->slots[s].sg >= 0 && e->sgs[e->slots[s].sg].phase == most_advanced_first[i]) w = &e->slots[s];
+        for (int s = 0; s < e->n_slots; s++) {
+          const int gi = e->slots[s].sg;
+          if (gi >= 0 && e->sgs[gi].phase == most_advanced_first[i] && (!w || e->sgs[gi].pos < e->sgs[w->sg].pos))
+            w = &e->slots[s];
+        }
       if (!w)
         return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: nvme pipeline stalled at sub-group %d (phase %d)",
                             (int)(g - e->sgs), g->phase); /* a bug: never expected */
@@ -1605,7 +1611,10 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   double t1 = now_s();
   if (e->tier == ZO_OFFLOAD_NVME) {
     if (!e->nv_adam_ok) e->nv_hp = hp;
-    ZO_CHECK(nv_finish_step(e, &adam_s));
+    e->nv_in_step = 1;
+    zo_status st = nv_finish_step(e, &adam_s);
+    e->nv_in_step = 0;
+    ZO_CHECK(st);
     ZO_CHECK(nv_end_step(e)); /* reads for the next step start now, behind the last write-backs */
   } else {
     /* Every shard is queued at once; the pool works through them while uploads are queued in order. */

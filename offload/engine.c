@@ -48,6 +48,7 @@ struct zo_param {
   zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
   zo_event_t *ready;        /* H2D completion of the working copy */
   int64_t last_use;         /* fetch counter at the last fetch (eviction order) */
+  void *wb_ptr;             /* nvme: the write-back region allocated last for this tensor (working_dst) */
 
   /* Set on the copy stream's thread when the gradient has landed (read by the
    * engine thread after synchronizing the stream). */
@@ -90,6 +91,21 @@ typedef struct sg_slot {
   zo_swap_req_t *req[ST_KINDS]; /* reads or writes not yet waited */
   int sg;                    /* sub-group whose state it holds, or -1 */
 } sg_slot;
+
+/* offload_param nvme: one region of the write-back ring (see wb_alloc). */
+typedef struct wb_entry {
+  int param;                 /* tensor index */
+  size_t off, n;             /* shard elements it holds */
+  size_t ring_off, bytes;    /* bytes of the ring (n elements padded to the swap alignment) */
+  int state;                 /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
+  zo_swap_req_t *req;
+  zo_adam_task_t **task;     /* the Adam task filling it; NULL for a cast */
+  int early;                 /* *task is set by on_grad_landed on the copy stream */
+  int h2d;                   /* a host-to-device copy from it may be in flight (the tensor's ready event) */
+  int hold;                  /* a fetch is about to copy from it: not freed meanwhile */
+} wb_entry;
+
+enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
 
 typedef struct host_buf {
   void *ptr;
@@ -140,8 +156,10 @@ struct zo_engine {
   zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
   zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
   int own_pswap;
-  struct pwrite { zo_swap_req_t *req; int param; } *pwrites; /* working-copy writes to params.swp in flight */
-  int n_pwrites, cap_pwrites;
+  void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
+  size_t wb_bytes;
+  wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
+  int wb_first, wb_n, wb_cap;
   zo_swap_file_t *files[ST_KINDS];
   size_t swap_align;
   piece *pieces;
@@ -364,8 +382,12 @@ void zo_engine_destroy(zo_engine_t *e) {
     if (e->ptier != ZO_OFFLOAD_NONE && p->weights) zo_device_free(e->dev, p->weights);
     zo_event_destroy(p->ready);
   }
-  for (int i = 0; i < e->n_pwrites; i++) zo_swap_wait(e->pswap, e->pwrites[i].req);
-  free(e->pwrites);
+  for (int i = 0; i < e->wb_n; i++) {
+    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    if (w->state == WB_WRITING) zo_swap_wait(e->pswap, w->req);
+  }
+  free(e->wb);
+  if (e->wb_ring) zo_host_free(e->wb_ring, e->wb_bytes, 1);
   for (int i = 0; i < e->n_pstage; i++) zo_host_free(e->pstage[i], e->pstage_el * zo_dtype_size(e->wdtype), 1);
   free(e->pstage);
   free(e->pstage_busy);
@@ -577,8 +599,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (e->ptier == ZO_OFFLOAD_NVME || (pres && e->tier != ZO_OFFLOAD_NONE))
-    ZO_CHECK(host_buf_alloc(&e->stage_host, (e->ptier == ZO_OFFLOAD_NVME ? pw_total : shard_total) * wsz, 1));
+  if (pres && e->tier != ZO_OFFLOAD_NONE) ZO_CHECK(host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
   if (e->ptier == ZO_OFFLOAD_CPU)
     ZO_CHECK(host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) {
@@ -646,6 +667,18 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
             "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
   }
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    /* The write-back ring: offload_param.buffer_count tensors of the largest
+     * size, and at least two of them and two sub-groups (bytes of the working dtype). */
+    size_t el = (size_t)(e->n_pstage > 2 ? e->n_pstage : 2) * e->pstage_el;
+    if (e->tier == ZO_OFFLOAD_NVME && 2 * e->slot_el > el) el = 2 * e->slot_el;
+    e->wb_bytes = round_up(el * wsz, e->swap_align);
+    int pinned;
+    st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
+                             "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
+  }
   e->finalized = 1;
   return ZO_OK;
 }
@@ -654,8 +687,8 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
 
 /* Where the working-dtype copy of shard elements [off, ...) is written:
  * - parameters offloaded to cpu: the host tier itself (pinned param_host);
- * - parameters offloaded to nvme: the staging copy (padded extents), which
- *   is then written to params.swp;
+ * - parameters offloaded to nvme: a region of the write-back ring, which is
+ *   then written to params.swp;
  * - parameters resident, state in device memory: the device tensor itself;
  * - parameters resident, state on the host: the shard's own region of the
  *   pinned staging buffer, so queued uploads never see their source
@@ -663,48 +696,139 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
 static void *working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   if (e->ptier == ZO_OFFLOAD_CPU) return (char *)e->param_host.ptr + (p->pw_el + p->shard_off + off) * wsz;
-  if (e->ptier == ZO_OFFLOAD_NVME) return (char *)e->stage_host.ptr + (p->pw_el + p->shard_off + off) * wsz;
+  if (e->ptier == ZO_OFFLOAD_NVME) return p->wb_ptr; /* wb_alloc() for [off, ...) came just before */
   if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
 }
 
 static void drop_device_copy(zo_engine_t *e, zo_param_t *p);
 
-static zo_status track_pwrite(zo_engine_t *e, zo_swap_req_t *req, int param) {
-  if (e->n_pwrites == e->cap_pwrites) {
-    int cap = e->cap_pwrites ? 2 * e->cap_pwrites : 64;
-    struct pwrite *n = realloc(e->pwrites, cap * sizeof *n);
-    if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    e->pwrites = n;
-    e->cap_pwrites = cap;
+/* ---------------------------------------------------------------- write-back ring (offload_param nvme) */
+
+/*
+ * New working weights of nvme parameters (from load_param's cast or Adam's
+ * fused copy-out) are written into a ring of pinned memory, then to
+ * params.swp from there; a region is reused once its write is on disk and
+ * no host-to-device copy reads it any more. The ring holds
+ * offload_param.buffer_count tensors of the largest size (and at least two
+ * sub-groups' worth), so host memory for parameters stays bounded however
+ * large the model. A region also serves fetches while it lives: a tensor
+ * whose new weights are still there is copied to the device from it, not
+ * read back from params.swp.
+ */
+/* Finish what region @w waits for, blocking: its Adam task (which issues the
+ * write), the write, the host-to-device copy. */
+static zo_status finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
+  zo_param_t *p = e->params[w->param];
+  if (w->state == WB_FILLING) {
+    if (w->early) ZO_CHECK(zo_stream_synchronize(e->copy_stream)); /* its Adam is queued when the gradient lands */
+    if (w->early && p->landed_st != ZO_OK) return p->landed_st;
+    if (!w->task || !*w->task)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: write-back region of '%s' [%zu, %zu) has no writer",
+                          p->name, w->off, w->off + w->n); /* a bug: regions are filled right after allocation */
+    ZO_CHECK(finish_adam(e, w->task, p, w->off, w->n)); /* queue_upload() issues the write */
   }
-  e->pwrites[e->n_pwrites++] = (struct pwrite){req, param};
+  if (w->state == WB_WRITING) {
+    double t0 = now_s();
+    zo_status st = zo_swap_wait(e->pswap, w->req);
+    e->swap_wait_s += now_s() - t0;
+    w->req = NULL;
+    w->state = WB_DONE;
+    if (st != ZO_OK) return zo_error_prefix(st, "params.swp write of '%s'", p->name);
+  }
+  if (w->h2d) {
+    ZO_CHECK(zo_event_synchronize(p->ready));
+    w->h2d = 0;
+  }
   return ZO_OK;
 }
 
-/* A params.swp write of tensor @param is in flight. */
-static int pwrite_pending(const zo_engine_t *e, int param) {
-  for (int i = 0; i < e->n_pwrites; i++)
-    if (e->pwrites[i].param == param) return 1;
-  return 0;
+/* Collect finished writes without blocking, then free regions from the oldest on. */
+static zo_status wb_reap(zo_engine_t *e) {
+  for (int i = 0; i < e->wb_n; i++) {
+    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    int done = 0;
+    if (w->state == WB_WRITING) {
+      ZO_CHECK(zo_swap_poll(e->pswap, w->req, &done));
+      if (done) ZO_CHECK(wb_settle(e, w));
+    }
+    if (w->state == WB_DONE && w->h2d) {
+      ZO_CHECK(zo_event_query(e->params[w->param]->ready, &done));
+      if (done) w->h2d = 0;
+    }
+  }
+  while (e->wb_n && e->wb[e->wb_first].state == WB_DONE && !e->wb[e->wb_first].h2d && !e->wb[e->wb_first].hold) {
+    e->wb_first = (e->wb_first + 1) % e->wb_cap;
+    e->wb_n--;
+  }
+  return ZO_OK;
 }
 
-/* Wait the params.swp writes of tensor @param (-1: all) before it is read back. */
-static zo_status drain_pwrites(zo_engine_t *e, int param) {
-  zo_status first = ZO_OK;
-  int kept = 0;
-  for (int i = 0; i < e->n_pwrites; i++) {
-    if (param >= 0 && e->pwrites[i].param != param) {
-      e->pwrites[kept++] = e->pwrites[i];
-      continue;
-    }
-    double t0 = now_s();
-    zo_status st = zo_swap_wait(e->pswap, e->pwrites[i].req);
-    e->swap_wait_s += now_s() - t0;
-    if (first == ZO_OK) first = st;
+/* Byte offset in the ring where @need bytes fit after the newest region, or -1. */
+static int64_t wb_fit(const zo_engine_t *e, size_t need) {
+  if (!e->wb_n) return need <= e->wb_bytes ? 0 : -1;
+  const wb_entry *first = &e->wb[e->wb_first], *last = &e->wb[(e->wb_first + e->wb_n - 1) % e->wb_cap];
+  const size_t head = first->ring_off, tail = last->ring_off + last->bytes;
+  if (last->ring_off >= head) { /* live regions in one run [head, tail) */
+    if (tail + need <= e->wb_bytes) return (int64_t)tail;
+    return need <= head ? 0 : -1; /* wrap to the start */
   }
-  e->n_pwrites = kept;
-  return first;
+  return tail + need <= head ? (int64_t)tail : -1; /* wrapped: the gap [tail, head) */
+}
+
+/* A region for shard elements [off, off + n) of @p, whose writer is *@task
+ * (NULL for a synchronous cast); @early: *task is set by on_grad_landed.
+ * Blocks, finishing the oldest regions, while the ring is full. Sets
+ * p->wb_ptr, which working_dst() returns. */
+static zo_status wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
+  if (e->ptier != ZO_OFFLOAD_NVME) return ZO_OK;
+  const size_t need = round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
+  ZO_CHECK(wb_reap(e));
+  int64_t at;
+  while ((at = wb_fit(e, need)) < 0) {
+    if (!e->wb_n)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: '%s' needs %zu bytes of write-back ring of %zu", p->name, need,
+                          e->wb_bytes); /* a bug: the ring is sized for the largest tensor */
+    ZO_CHECK(wb_settle(e, &e->wb[e->wb_first]));
+    ZO_CHECK(wb_reap(e));
+  }
+  if (e->wb_n == e->wb_cap) {
+    int cap = e->wb_cap ? 2 * e->wb_cap : 64;
+    wb_entry *nw = malloc(cap * sizeof *nw);
+    if (!nw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    for (int i = 0; i < e->wb_n; i++) nw[i] = e->wb[(e->wb_first + i) % e->wb_cap];
+    free(e->wb);
+    e->wb = nw;
+    e->wb_cap = cap;
+    e->wb_first = 0;
+  }
+  e->wb[(e->wb_first + e->wb_n++) % e->wb_cap] =
+      (wb_entry){.param = p->index, .off = off, .n = n, .ring_off = (size_t)at, .bytes = need, .state = WB_FILLING,
+                 .task = task, .early = early};
+  p->wb_ptr = (char *)e->wb_ring + at;
+  return ZO_OK;
+}
+
+/* The newest region of @p holding [off, ...) in @state (-1: any), or NULL. */
+static wb_entry *wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int state) {
+  for (int i = e->wb_n - 1; i >= 0; i--) {
+    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    if (w->param == p->index && w->off == off && (state < 0 || w->state == state)) return w;
+  }
+  return NULL;
+}
+
+/* Wait the params.swp writes of @p in flight (all of them, or those that
+ * overlap [off, off + n) when n > 0): before p is read back, or written again. */
+static zo_status wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n) {
+  for (int i = 0; i < e->wb_n; i++) {
+    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    if (w->param != p->index || w->state != WB_WRITING) continue;
+    if (n && (w->off >= off + n || off >= w->off + w->n)) continue;
+    ZO_CHECK(wb_settle(e, w));
+  }
+  return ZO_OK;
 }
 
 /* Publish new working weights of shard elements [off, off + n) written at
@@ -716,24 +840,28 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
   const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = now_s();
   zo_status st = ZO_OK;
+  const void *src = e->ptier == ZO_OFFLOAD_NVME ? NULL : working_dst(e, p, off);
+  wb_entry *w = NULL;
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    uint64_t el = p->pw_el + p->shard_off + off;
-    size_t nbytes = round_up(n * wsz, e->swap_align); /* stays inside the tensor's padded extent */
-    zo_swap_req_t *req;
-    /* The last step's write of this tensor must be on disk first: two writes in
-     * flight to one range may land in either order. (Long done, in practice.) */
-    st = drain_pwrites(e, p->index);
-    if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, working_dst(e, p, off), nbytes, &req);
-    if (st == ZO_OK) st = track_pwrite(e, req, p->index);
-    e->nvme_write_bytes += nbytes;
+    w = wb_find(e, p, off, WB_FILLING);
+    if (!w)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no write-back region for '%s' at %zu", p->name, off); /* a bug */
+    src = (char *)e->wb_ring + w->ring_off;
+    /* The last write of this range must be on disk first: two writes in flight
+     * to one range may land in either order. (Long done, in practice.) */
+    st = wb_drain(e, p, off, n);
+    const uint64_t el = p->pw_el + p->shard_off + off; /* w->bytes stays inside the tensor's padded extent */
+    if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, src, w->bytes, &w->req);
+    if (st == ZO_OK) w->state = WB_WRITING;
+    e->nvme_write_bytes += w->bytes;
   }
   if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE && !p->persistent &&
       !p->in_use) {
     drop_device_copy(e, p); /* stale: the prefetcher brings the new weights back in trace order */
   } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
-    st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, working_dst(e, p, off),
-                         n * wsz, ZO_COPY_H2D);
+    st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src, n * wsz, ZO_COPY_H2D);
     if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
+    if (w) w->h2d = 1;
     e->h2d_bytes += n * wsz;
   }
   e->copy_s += now_s() - t0;
@@ -742,6 +870,7 @@ static zo_status queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t 
 
 /* Working weights from fp32 master values (load time; steps fuse this into Adam). */
 static zo_status upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+  ZO_CHECK(wb_alloc(e, p, off, n, NULL, 0));
   ZO_CHECK(zo_cast(working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool)));
   return queue_upload(e, p, off, n);
 }
@@ -804,6 +933,9 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
 
 /* Drop a released tensor's device copy (parameter offload only). */
 static void drop_device_copy(zo_engine_t *e, zo_param_t *p) {
+  /* A refresh of its new weights may still be queued on the copy stream (an
+   * update that finished while compute held the tensor): let it run first. */
+  if (p->ready) zo_event_synchronize(p->ready);
   zo_device_free(e->dev, p->weights);
   p->weights = NULL;
   p->pstate = P_HOST;
@@ -878,17 +1010,7 @@ static void copy_landed(zo_engine_t *e, zo_param_t *q) {
 /* Move in-flight fetches forward without blocking: a finished nvme read
  * starts its host-to-device copy; a finished copy frees its staging buffer. */
 static zo_status pump(zo_engine_t *e) {
-  int kept = 0; /* collect finished params.swp writes: their tensors are read back from disk from now on */
-  zo_status first = ZO_OK;
-  for (int i = 0; i < e->n_pwrites; i++) {
-    int done = 0;
-    zo_status st = zo_swap_poll(e->pswap, e->pwrites[i].req, &done);
-    if (st == ZO_OK && done) st = zo_swap_wait(e->pswap, e->pwrites[i].req);
-    else e->pwrites[kept++] = e->pwrites[i];
-    if (first == ZO_OK) first = st;
-  }
-  e->n_pwrites = kept;
-  ZO_CHECK(first);
+  ZO_CHECK(wb_reap(e)); /* finished params.swp writes free their write-back regions */
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     int done = 0;
@@ -929,24 +1051,13 @@ static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
 
 static zo_status settle_fetches(zo_engine_t *e);
 
-/* Start bringing @p's working copy to the device: device buffer, then (nvme)
- * a read into a staging buffer or (cpu) the host-to-device copy. A prefetch
- * of trace position @pos may evict only copies needed later than @pos, and
- * returns ZO_OK with *started = 0 when it finds no room (device memory or
- * staging buffers); a demand fetch evicts and waits instead. */
-static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
+/* A device buffer for @p's working copy in p->weights (*got = 1). A prefetch
+ * of trace position @pos may evict only copies needed later than @pos and
+ * gives up (*got = 0) when that finds no room; a demand fetch evicts LRU and
+ * waits for prefetches in flight instead. */
+static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *got) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  *started = 0;
-  int b = -1;
-  /* nvme: while the tensor's new weights are still being written to
-   * params.swp, its write-back source in host memory is the freshest copy:
-   * copy from there, no read (this is what lets the next step's first layers,
-   * updated last, start without a write-then-read round trip). */
-  const int forward = e->ptier == ZO_OFFLOAD_NVME && pwrite_pending(e, p->index);
-  if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
-    ZO_CHECK(free_stage(e, demand, &b));
-    if (b < 0) return ZO_OK;
-  }
+  *got = 0;
   for (;;) {
     zo_status st = zo_device_malloc(e->dev, p->n * wsz, &p->weights);
     if (st == ZO_OK) break;
@@ -964,17 +1075,47 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     return zo_error_prefix(st, "fetch '%s' (%zu bytes): every device copy is in use; raise "
                            "zoffload.device_memory_limit or release tensors sooner", p->name, p->n * wsz);
   }
+  *got = 1;
+  return ZO_OK;
+}
+
+/* Start bringing @p's working copy to the device: device buffer, then (nvme)
+ * a read into a staging buffer or (cpu) the host-to-device copy. A prefetch
+ * of trace position @pos may evict only copies needed later than @pos, and
+ * returns ZO_OK with *started = 0 when it finds no room (device memory or
+ * staging buffers); a demand fetch evicts and waits instead. */
+static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  *started = 0;
+  int b = -1;
+  /* nvme: while the tensor's new weights are still being written to
+   * params.swp, its write-back source in host memory is the freshest copy:
+   * copy from there, no read (this is what lets the next step's first layers,
+   * updated last, start without a write-then-read round trip). */
+  wb_entry *fw = e->ptier == ZO_OFFLOAD_NVME && p->shard_n == p->n ? wb_find(e, p, 0, -1) : NULL;
+  const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
+  if (forward) fw->hold = 1; /* making device room below may reap regions */
+  if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
+    ZO_CHECK(free_stage(e, demand, &b));
+    if (b < 0) return ZO_OK;
+  }
+  int got = 0;
+  zo_status dst = device_copy_alloc(e, p, demand, pos, &got);
+  if (forward) fw->hold = 0;
+  if (dst != ZO_OK || !got) return dst;
   e->live_el += p->n;
   e->inflight_el += p->n;
   p->last_use = ++e->fetch_clock;
   const void *host_src = e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
-                         : forward ? (char *)e->stage_host.ptr + p->pw_el * wsz : NULL;
+                         : forward ? (char *)e->wb_ring + fw->ring_off : NULL;
   if (host_src) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
+    if (forward) fw->h2d = 1, fw->hold = 0; /* the region lives until this copy is done */
     e->h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
+    ZO_CHECK(wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
     e->pstage_busy[b] = (uint64_t)p->index + 1;
     p->stage = b;
     size_t nbytes = round_up(p->n * wsz, e->swap_align);
@@ -1196,6 +1337,8 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
     }
   }
   p->grad_seq = e->n_grads;
+  if (e->early_adam) /* on_grad_landed writes the new weights into it */
+    ZO_CHECK(wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
   /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
@@ -1309,6 +1452,7 @@ static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
   for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++) {
     piece *pc = &e->pieces[q];
     size_t b = pc->file_el - g->file_el;
+    ZO_CHECK(wb_alloc(e, pc->p, pc->off, pc->n, &pc->task, 0));
     ZO_CHECK(submit_adam(e, &e->nv_hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
                          (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
                          (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
@@ -1621,7 +1765,8 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
     zo_status st = ZO_OK;
     for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) { /* early: queued as gradients landed */
       zo_param_t *p = e->params[i];
-      st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
+      st = wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
+      if (st == ZO_OK) st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
                        &e->tasks[i]);
     }
     if (e->dpu && st == ZO_OK) { /* the next step finishes and publishes these; its gradients go to the other buffer */
@@ -1678,6 +1823,8 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->host_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
   m->pinned_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
   m->nvme_bytes += e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  m->host_bytes += e->wb_bytes;
+  m->pinned_bytes += e->wb_bytes;
   m->device_param_bytes = e->live_el * zo_dtype_size(e->wdtype);
   m->nvme_read_bytes = e->nvme_read_bytes;
   m->nvme_write_bytes = e->nvme_write_bytes;

@@ -130,9 +130,12 @@ ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float
  * zo_step_info.fetch_wait_s. Source: DeepSpeed ZeRO-3
  * PartitionedParameterCoordinator (trace, prefetch, reuse distance).
  * With offload_param nvme, reads of params.swp are queued ahead of
- * optimizer-state transfers (zo_swap_submit_read_urgent), and a tensor whose
- * params.swp write from the last step is still in flight is copied from that
- * write's host buffer instead of being read back.
+ * optimizer-state transfers (zo_swap_submit_read_urgent). New working weights
+ * go to params.swp through a pinned write-back ring of
+ * offload_param.buffer_count x the largest tensor (at least two tensors and
+ * two sub-groups), the only host memory nvme parameters take besides the
+ * buffer_count read staging buffers; a tensor whose new weights are still in
+ * the ring is copied to the device from there instead of being read back.
  * Every call (fetch, release, grad_ready) also moves the NVMe optimizer-state
  * pipeline on without blocking (see zo_engine_step()).
  * Returns ZO_OK, ZO_ERR_INVALID_USAGE before finalize or when @p's gradient

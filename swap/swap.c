@@ -250,29 +250,22 @@ static size_t probe_alignment(zo_swap_t *sw) {
   return a;
 }
 
+/* Queue @r: at the tail, or, when urgent, after the urgent requests already queued. */
 static void pend_push(zo_swap_t *sw, zo_swap_req_t *r) {
-  if (r->urgent) { /* after the urgent requests already queued, before the rest */
-    zo_swap_req_t *at = sw->pend_head;
-    while (at && at->urgent) at = at->pend_next;
-    if (at) {
-      r->pend_next = at;
-      r->pend_prev = at->pend_prev;
-      if (at->pend_prev)
-        at->pend_prev->pend_next = r;
-      else
-        sw->pend_head = r;
-      at->pend_prev = r;
-      r->queued = 1;
-      return;
+  zo_swap_req_t *at = NULL; /* insert before it; NULL: at the tail */
+  if (r->urgent)
+    for (at = sw->pend_head; at && at->urgent; at = at->pend_next) {
     }
-  }
-  r->pend_next = NULL;
-  r->pend_prev = sw->pend_tail;
-  if (sw->pend_tail)
-    sw->pend_tail->pend_next = r;
+  r->pend_next = at;
+  r->pend_prev = at ? at->pend_prev : sw->pend_tail;
+  if (r->pend_prev)
+    r->pend_prev->pend_next = r;
   else
     sw->pend_head = r;
-  sw->pend_tail = r;
+  if (at)
+    at->pend_prev = r;
+  else
+    sw->pend_tail = r;
   r->queued = 1;
 }
 

@@ -74,6 +74,7 @@ typedef struct sub_group {
   int done;                  /* updated in this step */
   int pos;                   /* position in this step's order (e->sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
+  int waited;                /* this step's zo_engine_step() waited for a slot to read it into */
 } sub_group;
 
 enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4 };
@@ -1567,9 +1568,18 @@ static zo_status nv_advance(zo_engine_t *e) {
  * updated, blocking only on what the next one in order needs. */
 static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
   e->nv_adam_ok = 1;
+  int no_slot = 0; /* sub-groups whose read could not start before the step for want of a slot */
+  double no_slot_s = 0;
   for (;;) {
     ZO_CHECK(nv_advance(e));
-    if (e->nv_done == e->n_sgs) return ZO_OK;
+    if (e->nv_done == e->n_sgs) {
+      if (no_slot)
+        zo_debug("step %lld: %d of %d sub-groups found no free buffer and were read inside the step (waited "
+                 "%.2f ms); zero_optimization.offload_optimizer.buffer_count %d, up to %d would read them during "
+                 "forward and backward", (long long)e->step + 1, no_slot, e->n_sgs, no_slot_s * 1e3, e->n_slots,
+                 e->n_slots + no_slot);
+      return ZO_OK;
+    }
     sub_group *g = NULL; /* the first sub-group in order not yet updated */
     for (int i = 0; i < e->n_sgs && !g; i++)
       if (!e->sgs[e->sg_order[i]].done) g = &e->sgs[e->sg_order[i]];
@@ -1598,14 +1608,16 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
         return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: nvme pipeline stalled at sub-group %d (phase %d)",
                             (int)(g - e->sgs), g->phase); /* a bug: never expected */
       sub_group *h = &e->sgs[w->sg];
+      double t0 = now_s();
+      if (g->phase == SG_IDLE && !g->waited) g->waited = 1, no_slot++;
       if (h->phase == SG_UPDATING) {
-        double t0 = now_s();
         ZO_CHECK(sg_finish_adam(e, h, 1, &done));
         *adam_s += now_s() - t0;
       } else {
         ZO_CHECK(slot_settle(e, w, 1, &done));
         h->phase = SG_LOADED;
       }
+      no_slot_s += now_s() - t0;
     }
   }
 }
@@ -1630,6 +1642,7 @@ static zo_status nv_end_step(zo_engine_t *e) {
   for (int i = 0; i < e->n_sgs; i++) {
     e->sgs[e->sg_order[i]].pos = i;
     e->sgs[i].done = 0;
+    e->sgs[i].waited = 0;
   }
   for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   e->nv_done = 0;

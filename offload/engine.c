@@ -56,7 +56,7 @@ struct zo_param {
   double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
   int nonfinite;            /* the shard holds inf or NaN */
   zo_status landed_st;      /* error of the work done when the gradient landed */
-  atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread) */
+  atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
   int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
 };
 
@@ -74,7 +74,6 @@ typedef struct sub_group {
   int done;                  /* updated in this step */
   int pos;                   /* position in this step's order (e->sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
-  int waited;                /* this step's zo_engine_step() waited for a slot to read it into */
 } sub_group;
 
 enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4 };
@@ -205,6 +204,9 @@ static double now_s(void) {
 }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The i-th live region of the write-back ring, oldest first. */
+static wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->wb_first + i) % e->wb_cap]; }
 
 static zo_status host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   b->nbytes = nbytes;
@@ -353,7 +355,7 @@ const char *zo_engine_last_error(const zo_engine_t *e) {
   return zo_last_error();
 }
 
-static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req);
+static zo_status swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
 
 static zo_status nv_quiesce(zo_engine_t *e);
 static zo_status nv_advance(zo_engine_t *e);
@@ -384,7 +386,7 @@ void zo_engine_destroy(zo_engine_t *e) {
     zo_event_destroy(p->ready);
   }
   for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    wb_entry *w = wb_at(e, i);
     if (w->state == WB_WRITING) zo_swap_wait(e->pswap, w->req);
   }
   free(e->wb);
@@ -731,10 +733,7 @@ static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
     ZO_CHECK(finish_adam(e, w->task, p, w->off, w->n)); /* queue_upload() issues the write */
   }
   if (w->state == WB_WRITING) {
-    double t0 = now_s();
-    zo_status st = zo_swap_wait(e->pswap, w->req);
-    e->swap_wait_s += now_s() - t0;
-    w->req = NULL;
+    zo_status st = swap_wait(e, e->pswap, &w->req);
     w->state = WB_DONE;
     if (st != ZO_OK) return zo_error_prefix(st, "params.swp write of '%s'", p->name);
   }
@@ -748,7 +747,7 @@ static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
 /* Collect finished writes without blocking, then free regions from the oldest on. */
 static zo_status wb_reap(zo_engine_t *e) {
   for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    wb_entry *w = wb_at(e, i);
     int done = 0;
     if (w->state == WB_WRITING) {
       ZO_CHECK(zo_swap_poll(e->pswap, w->req, &done));
@@ -769,7 +768,7 @@ static zo_status wb_reap(zo_engine_t *e) {
 /* Byte offset in the ring where @need bytes fit after the newest region, or -1. */
 static int64_t wb_fit(const zo_engine_t *e, size_t need) {
   if (!e->wb_n) return need <= e->wb_bytes ? 0 : -1;
-  const wb_entry *first = &e->wb[e->wb_first], *last = &e->wb[(e->wb_first + e->wb_n - 1) % e->wb_cap];
+  const wb_entry *first = wb_at(e, 0), *last = wb_at(e, e->wb_n - 1);
   const size_t head = first->ring_off, tail = last->ring_off + last->bytes;
   if (last->ring_off >= head) { /* live regions in one run [head, tail) */
     if (tail + need <= e->wb_bytes) return (int64_t)tail;
@@ -798,13 +797,13 @@ static zo_status wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, z
     int cap = e->wb_cap ? 2 * e->wb_cap : 64;
     wb_entry *nw = malloc(cap * sizeof *nw);
     if (!nw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    for (int i = 0; i < e->wb_n; i++) nw[i] = e->wb[(e->wb_first + i) % e->wb_cap];
+    for (int i = 0; i < e->wb_n; i++) nw[i] = *wb_at(e, i);
     free(e->wb);
     e->wb = nw;
     e->wb_cap = cap;
     e->wb_first = 0;
   }
-  e->wb[(e->wb_first + e->wb_n++) % e->wb_cap] =
+  *wb_at(e, e->wb_n++) =
       (wb_entry){.param = p->index, .off = off, .n = n, .ring_off = (size_t)at, .bytes = need, .state = WB_FILLING,
                  .task = task, .early = early};
   p->wb_ptr = (char *)e->wb_ring + at;
@@ -814,7 +813,7 @@ static zo_status wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, z
 /* The newest region of @p holding [off, ...) in @state (-1: any), or NULL. */
 static wb_entry *wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int state) {
   for (int i = e->wb_n - 1; i >= 0; i--) {
-    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    wb_entry *w = wb_at(e, i);
     if (w->param == p->index && w->off == off && (state < 0 || w->state == state)) return w;
   }
   return NULL;
@@ -824,7 +823,7 @@ static wb_entry *wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int st
  * overlap [off, off + n) when n > 0): before p is read back, or written again. */
 static zo_status wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n) {
   for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = &e->wb[(e->wb_first + i) % e->wb_cap];
+    wb_entry *w = wb_at(e, i);
     if (w->param != p->index || w->state != WB_WRITING) continue;
     if (n && (w->off >= off + n || off >= w->off + w->n)) continue;
     ZO_CHECK(wb_settle(e, w));
@@ -888,9 +887,10 @@ static zo_status swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *bu
   return st;
 }
 
-static zo_status swap_wait(zo_engine_t *e, zo_swap_req_t **req) {
+/* Wait *req on @sw (optimizer state or params.swp), timed as exposed swap wait; *req becomes NULL. */
+static zo_status swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
   double t0 = now_s();
-  zo_status st = zo_swap_wait(e->swap, *req);
+  zo_status st = zo_swap_wait(sw, *req);
   *req = NULL;
   e->swap_wait_s += now_s() - t0;
   return st;
@@ -963,10 +963,7 @@ static int evict_one(zo_engine_t *e) {
  * its host-to-device copy from the staging buffer. */
 static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  double t0 = now_s();
-  zo_status st = zo_swap_wait(e->pswap, q->read_req);
-  e->swap_wait_s += now_s() - t0;
-  q->read_req = NULL;
+  zo_status st = swap_wait(e, e->pswap, &q->read_req);
   if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
   ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
   ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
@@ -1346,7 +1343,6 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
   if (p->shard_n)
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
-  atomic_store_explicit(&p->landed, 0, memory_order_relaxed);
   ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
   p->has_grad = 1;
   return nv_advance(e);
@@ -1442,7 +1438,7 @@ static zo_status slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done) {
         continue;
       }
     }
-    zo_status st = swap_wait(e, &sl->req[k]);
+    zo_status st = swap_wait(e, e->swap, &sl->req[k]);
     if (first == ZO_OK) first = st;
   }
   return first;
@@ -1570,6 +1566,7 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
   e->nv_adam_ok = 1;
   int no_slot = 0; /* sub-groups whose read could not start before the step for want of a slot */
   double no_slot_s = 0;
+  const sub_group *counted = NULL; /* the last of them (it stays first in order until it gets a slot) */
   for (;;) {
     ZO_CHECK(nv_advance(e));
     if (e->nv_done == e->n_sgs) {
@@ -1609,7 +1606,7 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
                             (int)(g - e->sgs), g->phase); /* a bug: never expected */
       sub_group *h = &e->sgs[w->sg];
       double t0 = now_s();
-      if (g->phase == SG_IDLE && !g->waited) g->waited = 1, no_slot++;
+      if (g->phase == SG_IDLE && g != counted) counted = g, no_slot++;
       if (h->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, h, 1, &done));
         *adam_s += now_s() - t0;
@@ -1642,7 +1639,6 @@ static zo_status nv_end_step(zo_engine_t *e) {
   for (int i = 0; i < e->n_sgs; i++) {
     e->sgs[e->sg_order[i]].pos = i;
     e->sgs[i].done = 0;
-    e->sgs[i].waited = 0;
   }
   for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   e->nv_done = 0;
@@ -1779,8 +1775,9 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
     for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) { /* early: queued as gradients landed */
       zo_param_t *p = e->params[i];
       st = wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
-      if (st == ZO_OK) st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ],
-                       &e->tasks[i]);
+      if (st == ZO_OK)
+        st = submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                         p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
     }
     if (e->dpu && st == ZO_OK) { /* the next step finishes and publishes these; its gradients go to the other buffer */
       e->dpu_pending = 1;
@@ -1861,7 +1858,7 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
     size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
     ZO_CHECK(swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], padded_el(e, n), &sl->req[ST_MASTER]));
-    zo_status st = swap_wait(e, &sl->req[ST_MASTER]);
+    zo_status st = swap_wait(e, e->swap, &sl->req[ST_MASTER]);
     if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
     memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));
   }

@@ -598,20 +598,26 @@ static int reap_pool(zo_swap_t *sw, int wait) {
   return 0;
 }
 
+/* Hand the prepared SQEs to the kernel and block until at least one
+ * completion is posted (a transient -EAGAIN/-EBUSY/-EINTR on submit: just wait). */
+static int ring_wait(zo_swap_t *sw) {
+  int ret = io_uring_submit_and_wait(&sw->ring, 1);
+  if (ret >= 0) {
+    sw->n_unsubmitted = 0;
+    return 0;
+  }
+  if (ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
+  struct io_uring_cqe *cqe;
+  ret = io_uring_wait_cqe(&sw->ring, &cqe);
+  return ret < 0 && ret != -EINTR && ret != -EAGAIN ? ret : 0;
+}
+
 /* Reap every available completion; with @wait, block for at least one first. */
 static int reap(zo_swap_t *sw, int wait) {
   if (!sw->use_uring) return reap_pool(sw, wait);
   if (wait) {
-    int ret = io_uring_submit_and_wait(&sw->ring, 1);
-    if (ret >= 0) {
-      sw->n_unsubmitted = 0;
-    } else if (ret == -EAGAIN || ret == -EBUSY || ret == -EINTR) {
-      struct io_uring_cqe *cqe;
-      ret = io_uring_wait_cqe(&sw->ring, &cqe);
-      if (ret < 0 && ret != -EINTR && ret != -EAGAIN) return ret;
-    } else {
-      return ret;
-    }
+    int ret = ring_wait(sw);
+    if (ret < 0) return ret;
   } else if ((sw->ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)) && sw->n_inflight &&
            !io_uring_cq_ready(&sw->ring)) {
     /* COOP/DEFER_TASKRUN post completions when we next enter the kernel: enter, without waiting. */
@@ -648,15 +654,7 @@ static int bg_block(zo_swap_t *sw) {
     pthread_mutex_unlock(&pl->mu);
     return 0;
   }
-  int ret = io_uring_submit_and_wait(&sw->ring, 1);
-  if (ret >= 0) {
-    sw->n_unsubmitted = 0;
-    return 0;
-  }
-  if (ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
-  struct io_uring_cqe *cqe;
-  ret = io_uring_wait_cqe(&sw->ring, &cqe);
-  return ret < 0 && ret != -EINTR && ret != -EAGAIN ? ret : 0;
+  return ring_wait(sw);
 }
 
 /*

@@ -447,6 +447,16 @@ static int piece_prep_uring(zo_swap_t *sw, zo_swap_piece_t *p) {
 
 /* ---- the pread/pwrite thread pool (fallback when io_uring is refused) --------------------- */
 
+/* Append @p to the FIFO [*head .. *tail] linked through next_free (caller holds the pool's mutex). */
+static void fifo_push(zo_swap_piece_t **head, zo_swap_piece_t **tail, zo_swap_piece_t *p) {
+  p->next_free = NULL;
+  if (*tail)
+    (*tail)->next_free = p;
+  else
+    *head = p;
+  *tail = p;
+}
+
 static void *pool_main(void *arg) {
   zo_swap_pool_t *pl = arg;
   pthread_mutex_lock(&pl->mu);
@@ -464,12 +474,7 @@ static void *pool_main(void *arg) {
                             : pread(r->f->fd, p->buf + p->done, len, (off_t)(p->off + p->done));
     p->res = n < 0 ? -errno : (int)n;
     pthread_mutex_lock(&pl->mu);
-    p->next_free = NULL;
-    if (pl->done_tail)
-      pl->done_tail->next_free = p;
-    else
-      pl->done_head = p;
-    pl->done_tail = p;
+    fifo_push(&pl->done_head, &pl->done_tail, p);
     pthread_cond_signal(&pl->done_cv);
   }
   pthread_mutex_unlock(&pl->mu);
@@ -479,12 +484,7 @@ static void *pool_main(void *arg) {
 static void pool_push(zo_swap_t *sw, zo_swap_piece_t *p) {
   zo_swap_pool_t *pl = &sw->pool;
   pthread_mutex_lock(&pl->mu);
-  p->next_free = NULL;
-  if (pl->work_tail)
-    pl->work_tail->next_free = p;
-  else
-    pl->work_head = p;
-  pl->work_tail = p;
+  fifo_push(&pl->work_head, &pl->work_tail, p);
   pthread_cond_signal(&pl->work_cv);
   pthread_mutex_unlock(&pl->mu);
 }

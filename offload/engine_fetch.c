@@ -1,0 +1,356 @@
+/*
+ * engine_fetch.c - the fetch coordinator of offloaded parameters: trace of
+ * the fetch order, prefetch along it, eviction (LRU, and Belady's choice for
+ * prefetches), release. Not here: where the weights come from on the host
+ * tier (engine_wb.c) or NVMe I/O (swap/).
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* ---------------------------------------------------------------- fetch coordinator */
+
+/* Drop a released tensor's device copy (parameter offload only). */
+void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
+  /* A refresh of its new weights may still be queued on the copy stream (an
+   * update that finished while compute held the tensor): let it run first. */
+  if (p->ready) zo_event_synchronize(p->ready);
+  zo_device_free(e->dev, p->weights);
+  p->weights = NULL;
+  p->pstate = P_HOST;
+  e->live_el -= p->n;
+}
+
+/* Make room for @need bytes of device memory by dropping released device
+ * copies, least recently used first, persistent ones last. Returns 1 when
+ * something was dropped. */
+static int evict_one(zo_engine_t *e) {
+  zo_param_t *victim = NULL;
+  for (int pass = 0; pass < 2 && !victim; pass++)
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *q = e->params[i];
+      if (q->pstate != P_RESIDENT || q->in_use || q->persistent != pass) continue;
+      if (!victim || q->last_use < victim->last_use) victim = q;
+    }
+  if (!victim) return 0;
+  eng_drop_device_copy(e, victim);
+  return 1;
+}
+
+/* The nvme read of q's working copy is done (or is waited for here): start
+ * its host-to-device copy from the staging buffer. */
+static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  zo_status st = eng_swap_wait(e, e->pswap, &q->read_req);
+  if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
+  ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
+  e->h2d_bytes += q->n * wsz;
+  q->pstate = P_COPYING;
+  return ZO_OK;
+}
+
+/* Position in the trace, at or after the current one, where tensor @idx is
+ * fetched next; INT_MAX when not again in this step. */
+static int next_use(const zo_engine_t *e, int idx) {
+  for (int j = e->trace_pos; j < e->trace_len; j++)
+    if (e->trace[j] == idx) return j;
+  return INT_MAX;
+}
+
+/* Make room for a prefetch of the tensor at trace position @pos: drop the
+ * released device copy whose next use lies furthest beyond @pos (Belady's
+ * choice, known exactly from the trace). Returns 1 when one was dropped. */
+static int evict_for_prefetch(zo_engine_t *e, int pos) {
+  zo_param_t *victim = NULL;
+  int far = pos;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *q = e->params[i];
+    if (q->pstate != P_RESIDENT || q->in_use || q->persistent) continue;
+    int u = next_use(e, q->index);
+    if (u > far) far = u, victim = q;
+  }
+  if (!victim) return 0;
+  eng_drop_device_copy(e, victim);
+  return 1;
+}
+
+/* q's host-to-device copy has landed: free its staging buffer. */
+static void copy_landed(zo_engine_t *e, zo_param_t *q) {
+  if (q->stage >= 0) e->pstage_busy[q->stage] = 0;
+  q->stage = -1;
+  q->pstate = P_RESIDENT;
+  e->inflight_el -= q->n;
+}
+
+/* Move in-flight fetches forward without blocking: a finished nvme read
+ * starts its host-to-device copy; a finished copy frees its staging buffer. */
+static zo_status pump(zo_engine_t *e) {
+  ZO_CHECK(eng_wb_reap(e)); /* finished params.swp writes free their write-back regions */
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    int done = 0;
+    if (p->pstate == P_READING) {
+      ZO_CHECK(zo_swap_poll(e->pswap, p->read_req, &done));
+      if (done) ZO_CHECK(finish_read(e, p));
+    }
+    if (p->pstate == P_COPYING) {
+      ZO_CHECK(zo_event_query(p->ready, &done));
+      if (done) copy_landed(e, p);
+    }
+  }
+  return ZO_OK;
+}
+
+/* A free nvme staging buffer, or -1. With @wait, completes the oldest
+ * in-flight fetch that holds one instead of giving up. */
+static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
+  *b = -1;
+  ZO_CHECK(pump(e));
+  for (int k = 0; k < e->n_pstage; k++)
+    if (!e->pstage_busy[k]) {
+      *b = k;
+      return ZO_OK;
+    }
+  if (!wait) return ZO_OK;
+  zo_param_t *q = NULL; /* every buffer is held by a fetch in flight: finish the one issued first */
+  for (int k = 0; k < e->n_pstage; k++) {
+    zo_param_t *c = e->params[e->pstage_busy[k] - 1];
+    if (!q || c->last_use < q->last_use) q = c;
+  }
+  if (q->pstate == P_READING) ZO_CHECK(finish_read(e, q));
+  ZO_CHECK(zo_event_synchronize(q->ready));
+  *b = q->stage;
+  copy_landed(e, q);
+  return ZO_OK;
+}
+
+/* A device buffer for @p's working copy in p->weights (*got = 1). A prefetch
+ * of trace position @pos may evict only copies needed later than @pos and
+ * gives up (*got = 0) when that finds no room; a demand fetch evicts LRU and
+ * waits for prefetches in flight instead. */
+static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *got) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  *got = 0;
+  for (;;) {
+    zo_status st = zo_device_malloc(e->dev, p->n * wsz, &p->weights);
+    if (st == ZO_OK) break;
+    p->weights = NULL;
+    if (st != ZO_ERR_OUT_OF_MEMORY) return st;
+    if (!demand) {
+      if (evict_for_prefetch(e, pos)) continue;
+      return ZO_OK;
+    }
+    if (evict_one(e)) continue;
+    if (e->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
+      ZO_CHECK(eng_settle_fetches(e));
+      if (evict_one(e)) continue;
+    }
+    return zo_error_prefix(st, "fetch '%s' (%zu bytes): every device copy is in use; raise "
+                           "zoffload.device_memory_limit or release tensors sooner", p->name, p->n * wsz);
+  }
+  *got = 1;
+  return ZO_OK;
+}
+
+/* Start bringing @p's working copy to the device: device buffer, then (nvme)
+ * a read into a staging buffer or (cpu) the host-to-device copy. A prefetch
+ * of trace position @pos may evict only copies needed later than @pos, and
+ * returns ZO_OK with *started = 0 when it finds no room (device memory or
+ * staging buffers); a demand fetch evicts and waits instead. */
+static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  *started = 0;
+  int b = -1;
+  /* nvme: while the tensor's new weights are still being written to
+   * params.swp, its write-back source in host memory is the freshest copy:
+   * copy from there, no read (this is what lets the next step's first layers,
+   * updated last, start without a write-then-read round trip). */
+  wb_entry *fw = e->ptier == ZO_OFFLOAD_NVME && p->shard_n == p->n ? eng_wb_find(e, p, 0, -1) : NULL;
+  const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
+  if (forward) fw->hold = 1; /* making device room below may reap regions */
+  if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
+    ZO_CHECK(free_stage(e, demand, &b));
+    if (b < 0) return ZO_OK;
+  }
+  int got = 0;
+  zo_status dst = device_copy_alloc(e, p, demand, pos, &got);
+  if (forward) fw->hold = 0;
+  if (dst != ZO_OK || !got) return dst;
+  e->live_el += p->n;
+  e->inflight_el += p->n;
+  p->last_use = ++e->fetch_clock;
+  const void *host_src = e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
+                         : forward ? (char *)e->wb_ring + fw->ring_off : NULL;
+  if (host_src) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
+    ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
+    if (forward) fw->h2d = 1, fw->hold = 0; /* the region lives until this copy is done */
+    e->h2d_bytes += p->n * wsz;
+    p->pstate = P_COPYING;
+  } else {
+    ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
+    e->pstage_busy[b] = (uint64_t)p->index + 1;
+    p->stage = b;
+    size_t nbytes = round_up(p->n * wsz, e->swap_align);
+    /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
+    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
+    if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
+    e->nvme_read_bytes += nbytes;
+    p->pstate = P_READING;
+  }
+  *started = 1;
+  return ZO_OK;
+}
+
+/* Prefetch along the trace from the current position: the next tensors not
+ * on the device, while the in-flight elements stay within
+ * stage3_prefetch_bucket_size and the device-held ones within
+ * stage3_max_live_parameters. Never crosses the end of the step (the
+ * optimizer step changes the weights). */
+zo_status eng_prefetch_ahead(zo_engine_t *e) {
+  ZO_CHECK(pump(e));
+  if (!e->trace_valid || e->trace_off) return ZO_OK;
+  /* Refill in batches: wait until half the bucket has landed, then fill it, so
+   * the copy engine takes many tensors per wake-up instead of one per release. */
+  if ((int64_t)e->inflight_el * 2 > e->cfg.zero.stage3_prefetch_bucket_size) return ZO_OK;
+  for (int j = e->trace_pos; j < e->trace_len; j++) {
+    zo_param_t *q = e->params[e->trace[j]];
+    if (q->pstate != P_HOST) continue;
+    if ((int64_t)(e->inflight_el + q->n) > e->cfg.zero.stage3_prefetch_bucket_size ||
+        (int64_t)(e->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
+      break;
+    int started;
+    ZO_CHECK(start_fetch(e, q, 0, j, &started));
+    if (!started) break;
+    e->n_prefetch++;
+  }
+  return ZO_OK;
+}
+
+/* Follow (or record) the fetch order: the first step's order is the trace;
+ * a fetch that departs from it switches the rest of the step to demand
+ * fetching, with one warning, and the step's order becomes the new trace. */
+static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
+  if (e->trace_off) return ZO_OK;
+  if (e->rec_len == e->rec_cap) {
+    int cap = e->rec_cap ? 2 * e->rec_cap : 256;
+    int *n = realloc(e->rec, cap * sizeof *n);
+    if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    e->rec = n;
+    e->rec_cap = cap;
+  }
+  e->rec[e->rec_len++] = p->index;
+  if (!e->trace_valid) return ZO_OK;
+  if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == p->index) {
+    e->trace_pos++;
+    return ZO_OK;
+  }
+  if (!e->trace_warned)
+    zo_warn("fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
+            "demand for the rest of the step and recording the new order",
+            e->trace_pos, e->trace_pos < e->trace_len ? e->params[e->trace[e->trace_pos]]->name : "(end of trace)",
+            p->name);
+  e->trace_warned = 1;
+  e->trace_valid = 0;
+  return ZO_OK;
+}
+
+/* Before the optimizer rewrites the working copies: let every fetch in flight
+ * land (reads of params.swp and copies out of the host tier). */
+zo_status eng_settle_fetches(zo_engine_t *e) {
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->pstate == P_READING) ZO_CHECK(finish_read(e, e->params[i]));
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  return pump(e);
+}
+
+/* At the end of a step: adopt the step's fetch order as the trace when there
+ * was none or it changed. */
+zo_status eng_trace_end_step(zo_engine_t *e) {
+  if (e->ptier == ZO_OFFLOAD_NONE || e->rec_len == 0) return ZO_OK;
+  int same = e->trace_valid && e->trace_len == e->rec_len && e->trace_pos == e->trace_len;
+  if (!same) {
+    free(e->trace);
+    e->trace = malloc(e->rec_len * sizeof *e->trace);
+    if (!e->trace) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    memcpy(e->trace, e->rec, e->rec_len * sizeof *e->trace);
+    e->trace_len = e->rec_len;
+  }
+  e->trace_valid = 1;
+  e->trace_pos = 0;
+  e->rec_len = 0;
+  return ZO_OK;
+}
+
+zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
+  if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': its gradient was handed over in this step "
+                        "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
+                        "after zo_engine_step()", p->name);
+  double t0 = now_s();
+  zo_status st;
+  int entry_state = P_RESIDENT;
+  if (e->ptier == ZO_OFFLOAD_NONE) {
+    st = zo_event_synchronize(e->weights_ready);
+    if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
+  } else {
+    ZO_CHECK(trace_fetch(e, p));
+    entry_state = p->pstate;
+    if (p->pstate == P_HOST) {
+      int started;
+      ZO_CHECK(start_fetch(e, p, 1, 0, &started));
+      e->n_demand++;
+    }
+    if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
+    if (p->pstate == P_COPYING) {
+      st = zo_event_synchronize(p->ready);
+      if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': host-to-device copy", p->name);
+      copy_landed(e, p);
+    } else {
+      ZO_CHECK(zo_event_synchronize(p->ready)); /* a refresh after the last step may be in flight */
+    }
+    p->in_use++;
+    p->last_use = ++e->fetch_clock;
+  }
+  const double waited = now_s() - t0;
+  e->fetch_wait_s += waited;
+  if (waited > 1e-3)
+    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, e->trace_pos, waited * 1e3,
+             entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
+             : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
+  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e)); /* overlaps the compute that follows */
+  ZO_CHECK(eng_nv_advance(e));
+  *weights = p->weights;
+  if (dtype) *dtype = e->wdtype;
+  return ZO_OK;
+}
+
+zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
+  e->trace_off = !enabled;
+  return ZO_OK;
+}
+
+zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
+  if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
+  ZO_CHECK(eng_nv_advance(e));
+  if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
+  if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
+  if (--p->in_use || p->persistent) return ZO_OK;
+  /* Keep the device copy when the trace says it is used again within stage3_max_reuse_distance elements. */
+  if (e->trace_valid && !e->trace_off) {
+    int64_t dist = 0;
+    for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance; j++) {
+      if (e->trace[j] == p->index) return eng_prefetch_ahead(e);
+      dist += (int64_t)e->params[e->trace[j]]->n;
+    }
+  }
+  eng_drop_device_copy(e, p);
+  return eng_prefetch_ahead(e); /* the freed room may admit the next prefetch */
+}

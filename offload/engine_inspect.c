@@ -1,0 +1,62 @@
+/*
+ * engine_inspect.c - read-only views of the engine: bytes held on each tier
+ * and traffic, and the fp32 master weights of a shard.
+ */
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* ---------------------------------------------------------------- inspection */
+
+zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
+  if (!e || !m) return zo_error_set(ZO_ERR_INVALID_ARG, "mem_info: NULL argument");
+  memset(m, 0, sizeof *m);
+  m->device_bytes = e->dev_block_bytes;
+  size_t used = 0, peak = 0, limit = 0;
+  zo_device_mem_info(e->dev, &used, &peak, &limit);
+  m->device_peak_bytes = peak;
+  const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2],
+                          &e->param_host};
+  for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
+    m->host_bytes += hb[i]->nbytes;
+    if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
+  }
+  for (int k = 0; k < ST_KINDS; k++) {
+    m->host_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
+    m->pinned_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
+    m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+  }
+  m->host_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
+  m->pinned_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
+  m->nvme_bytes += e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  m->host_bytes += e->wb_bytes;
+  m->pinned_bytes += e->wb_bytes;
+  m->device_param_bytes = e->live_el * zo_dtype_size(e->wdtype);
+  m->nvme_read_bytes = e->nvme_read_bytes;
+  m->nvme_write_bytes = e->nvme_write_bytes;
+  m->h2d_bytes = e->h2d_bytes;
+  m->d2h_bytes = e->d2h_bytes;
+  return ZO_OK;
+}
+
+zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset, size_t *shard_n) {
+  if (!e || !p || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "get_master: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
+  if (shard_offset) *shard_offset = p->shard_off;
+  if (shard_n) *shard_n = p->shard_n;
+  ZO_CHECK(zo_engine_synchronize(e)); /* a delayed update still in flight */
+  if (e->tier != ZO_OFFLOAD_NVME) {
+    memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
+    return ZO_OK;
+  }
+  ZO_CHECK(eng_nv_quiesce(e));
+  sg_slot *sl = &e->slots[0];
+  for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
+    size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+    ZO_CHECK(eng_swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], eng_padded_el(e, n), &sl->req[ST_MASTER]));
+    zo_status st = eng_swap_wait(e, e->swap, &sl->req[ST_MASTER]);
+    if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
+    memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));
+  }
+  return ZO_OK;
+}

@@ -1,0 +1,278 @@
+/*
+ * engine_internal.h - the engine's private struct and the functions its
+ * files share. The engine is one object split by subsystem:
+ *   engine.c          lifecycle: create, destroy, the parameter registry,
+ *                     finalize (tier layout and buffers), initial weights;
+ *   engine_wb.c       where new working weights go, and the write-back ring
+ *                     of nvme parameters (offload_param.device "nvme");
+ *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
+ *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
+ *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups;
+ *   engine_inspect.c  memory accounting and master-weight read-back.
+ * Not installed. Every function here runs on the engine's thread (the one
+ * calling the public zo_engine_* functions) unless its comment says otherwise.
+ */
+#ifndef ZO_ENGINE_INTERNAL_H
+#define ZO_ENGINE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "base_internal.h"
+#include "zoffload/adam.h"
+#include "zoffload/engine.h"
+#include "zoffload/swap.h"
+
+enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
+
+struct zo_param {
+  char name[128];
+  int index;
+  size_t n;                 /* elements of the whole tensor */
+  size_t shard_off;         /* first element of this rank's shard */
+  size_t shard_n;           /* elements in this rank's shard (may be 0) */
+  size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
+  void *weights;            /* device: working copy, n elements of the working dtype */
+  void *state[ST_KINDS];    /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
+                               exp_avg and exp_avg_sq state_dtype[shard_n] */
+  uint64_t file_el;         /* nvme: element offset of this shard's extent in every state file */
+  void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
+  size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
+  int has_grad;             /* grad_ready() seen since the last step */
+
+  /* Parameter offload (offload_param.device cpu or nvme): the working copy
+   * lives on the host tier and `weights` points at a device buffer only while
+   * the tensor is fetched or kept. */
+  int pstate;               /* P_HOST, P_READING (nvme read in flight), P_COPYING (H2D in flight), P_RESIDENT */
+  int in_use;               /* fetches not yet released */
+  int persistent;           /* n <= stage3_param_persistence_threshold: stays on the device once fetched */
+  size_t pw_el;             /* element offset of the tensor's working copy in the host tier (padded for nvme) */
+  int stage;                /* nvme: staging buffer index while P_READING / P_COPYING, else -1 */
+  zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
+  zo_event_t *ready;        /* H2D completion of the working copy */
+  int64_t last_use;         /* fetch counter at the last fetch (eviction order) */
+  void *wb_ptr;             /* nvme: the write-back region allocated last for this tensor (eng_working_dst) */
+
+  /* Set on the copy stream's thread when the gradient has landed (read by the
+   * engine thread after synchronizing the stream). */
+  zo_engine_t *eng;
+  double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
+  int nonfinite;            /* the shard holds inf or NaN */
+  zo_status landed_st;      /* error of the work done when the gradient landed */
+  atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
+  int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
+};
+
+enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
+
+/* A run of shard pieces that lies contiguously in every state file. Files
+ * are laid out in elements; kind k's byte offset is elements * esz[k], and
+ * every extent is padded to a whole number of alignment units for the
+ * narrowest kind, so every kind's offsets stay aligned. */
+typedef struct sub_group {
+  int first_piece, n_pieces;
+  uint64_t file_el, n_el;    /* element range in each state file, padded */
+  int phase;                 /* SG_* (see the NVMe pipeline below) */
+  int slot;                  /* slot holding its state, or -1 */
+  int done;                  /* updated in this step */
+  int pos;                   /* position in this step's order (e->sg_order) */
+  int ready_at;              /* largest grad_seq of its tensors: when it became complete */
+} sub_group;
+
+enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4 };
+
+typedef struct piece {
+  zo_param_t *p;
+  size_t off, n;             /* element range inside the shard */
+  uint64_t file_el;          /* element offset of element `off` in each state file */
+  zo_adam_task_t *task;      /* Adam update in flight */
+} piece;
+
+/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq. */
+typedef struct sg_slot {
+  void *buf[ST_KINDS];
+  zo_swap_req_t *req[ST_KINDS]; /* reads or writes not yet waited */
+  int sg;                    /* sub-group whose state it holds, or -1 */
+} sg_slot;
+
+/* offload_param nvme: one region of the write-back ring (see eng_wb_alloc). */
+typedef struct wb_entry {
+  int param;                 /* tensor index */
+  size_t off, n;             /* shard elements it holds */
+  size_t ring_off, bytes;    /* bytes of the ring (n elements padded to the swap alignment) */
+  int state;                 /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
+  zo_swap_req_t *req;
+  zo_adam_task_t **task;     /* the Adam task filling it; NULL for a cast */
+  int early;                 /* *task is set by on_grad_landed on the copy stream */
+  int h2d;                   /* a host-to-device copy from it may be in flight (the tensor's ready event) */
+  int hold;                  /* a fetch is about to copy from it: not freed meanwhile */
+} wb_entry;
+
+enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
+
+typedef struct host_buf {
+  void *ptr;
+  size_t nbytes;
+  int pinned;
+} host_buf;
+
+struct zo_engine {
+  zo_config_t cfg;
+  zo_device_t *dev;
+  int own_dev;
+  zo_comm_t *comm;
+  int own_comm;
+  int rank, world;
+  zo_offload_device tier;
+  zo_dtype wdtype;           /* working weights */
+  zo_dtype gdtype;           /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
+  zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
+  size_t esz[ST_KINDS];      /* bytes per element of each kind of state */
+  int finalized;
+  zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
+  zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
+  int n_grads;               /* gradients handed over in this step */
+  int *sg_order;             /* nvme: sub-groups in the order they are updated (their gradients complete) */
+  int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
+  int nv_done;               /* nvme: sub-groups updated in this step */
+  int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
+  int nv_in_step;            /* nvme: inside zo_engine_step(), which waits on every state read */
+  zo_adam_hparams nv_hp;
+  int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
+  int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
+  host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
+  int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
+  zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
+
+  zo_param_t **params;
+  int n_params, cap_params;
+
+  zo_stream_t *copy_stream;
+  zo_event_t *weights_ready;
+
+  /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
+  host_buf grad_host, stage_host, state_host[ST_KINDS];
+  void *dev_block;           /* device: all working weights (+ state and grads for "none") */
+  size_t dev_block_bytes;
+
+  /* nvme */
+  zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
+  zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
+  int own_pswap;
+  void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
+  size_t wb_bytes;
+  wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
+  int wb_first, wb_n, wb_cap;
+  zo_swap_file_t *files[ST_KINDS];
+  size_t swap_align;
+  piece *pieces;
+  int n_pieces;
+  sub_group *sgs;
+  int n_sgs;
+  sg_slot *slots;
+  int n_slots;
+  size_t slot_el;            /* elements per slot buffer (largest sub-group) */
+
+  /* optimizer state */
+  int64_t step;              /* applied optimizer steps */
+  double loss_scale;
+  int64_t ls_iter, ls_last_overflow;
+  int ls_hysteresis;
+
+  /* parameter offload and the fetch coordinator */
+  zo_offload_device ptier;   /* offload_param.device */
+  host_buf param_host;       /* cpu: every tensor's working copy (pinned) */
+  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per tensor */
+  void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
+  int n_pstage;
+  size_t pstage_el;          /* elements per staging buffer */
+  uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
+  size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
+  int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
+  int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
+  int *rec, rec_len, rec_cap;
+  int64_t fetch_clock;
+  double fetch_wait_s;       /* compute blocked in zo_engine_fetch() since the last step */
+  int64_t n_prefetch, n_demand;
+
+  uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
+  double swap_wait_s;
+  double copy_s;             /* queueing working-weight uploads */
+};
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The i-th live region of the write-back ring, oldest first. */
+static inline wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->wb_first + i) % e->wb_cap]; }
+
+
+/* ---------------------------------------------------------------- engine_wb.c */
+
+/* Where the working-dtype copy of shard elements [off, ...) of @p is written
+ * (see the comment at its definition). */
+void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off);
+/* A write-back region for shard elements [off, off + n) of @p (offload_param
+ * nvme; a no-op otherwise); its writer is *@task (NULL: a synchronous cast),
+ * set on the copy stream's thread when @early. Blocks while the ring is full. */
+zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early);
+/* Collect finished params.swp writes without blocking; free regions oldest first. */
+zo_status eng_wb_reap(zo_engine_t *e);
+/* The newest region of @p holding [off, ...) in @state (-1: any), or NULL. */
+wb_entry *eng_wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int state);
+/* Wait the params.swp writes of @p in flight (those overlapping [off, off + n) when n > 0). */
+zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n);
+/* Publish new working weights of shard elements [off, off + n) written at eng_working_dst(). */
+zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
+/* Working weights of [off, off + n) cast from fp32 @master, then published. */
+zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master);
+
+/* ---------------------------------------------------------------- engine_fetch.c */
+
+/* Drop a released tensor's device copy (parameter offload only). */
+void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p);
+/* Prefetch along the trace from the current position, within the budgets. */
+zo_status eng_prefetch_ahead(zo_engine_t *e);
+/* Let every fetch in flight land (before the optimizer rewrites working copies). */
+zo_status eng_settle_fetches(zo_engine_t *e);
+/* End of step: adopt the step's fetch order as the trace when it changed. */
+zo_status eng_trace_end_step(zo_engine_t *e);
+
+/* ---------------------------------------------------------------- engine_step.c */
+
+/* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool. */
+zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
+                          void *master, void *m, void *v, zo_adam_task_t **task);
+/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote. */
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+
+/* ---------------------------------------------------------------- engine_nvme.c */
+
+/* Elements per alignment unit of the narrowest kind of state (extent padding). */
+size_t eng_extent_unit(const zo_engine_t *e);
+/* Elements of a padded extent for @n elements (nvme layout). */
+uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
+/* Cut the shards into pieces and pack them into sub-groups (finalize). */
+zo_status eng_plan_sub_groups(zo_engine_t *e);
+/* Queue a read or write of elements [el, el + n_el) of state kind @k. */
+zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req);
+/* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */
+zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
+/* Collect a slot's finished requests (*done = 1 when none is left); @wait blocks for all. */
+zo_status eng_slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done);
+/* Move the NVMe pipeline forward as far as it goes without blocking. */
+zo_status eng_nv_advance(zo_engine_t *e);
+/* zo_engine_step(): update every sub-group not yet updated; adds Adam time to *@adam_s. */
+zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s);
+/* After the step: next step's order, then its reads start. */
+zo_status eng_nv_end_step(zo_engine_t *e);
+/* Bring the pipeline to rest: every slot free, every write on disk. Keeps the first error. */
+zo_status eng_nv_quiesce(zo_engine_t *e);
+
+#endif /* ZO_ENGINE_INTERNAL_H */

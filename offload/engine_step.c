@@ -1,0 +1,266 @@
+/*
+ * engine_step.c - gradient hand-over (device-to-host copies, per-shard norms,
+ * Adam started as gradients land), dynamic loss scaling, and the optimizer
+ * step. Not here: the Adam arithmetic (cpu_adam/) or the NVMe state
+ * pipeline (engine_nvme.c).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* ---------------------------------------------------------------- gradients */
+
+/* The hyperparameters of optimizer step e->step + 1, with every gradient
+ * multiplied by clip / loss_scale. */
+static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
+  const int64_t t = e->step + 1;
+  return (zo_adam_hparams){
+      .lr = (float)zo_config_lr_at(&e->cfg, t),
+      .beta1 = (float)e->cfg.optimizer.beta1,
+      .beta2 = (float)e->cfg.optimizer.beta2,
+      .eps = (float)e->cfg.optimizer.eps,
+      .weight_decay = (float)e->cfg.optimizer.weight_decay,
+      .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
+      .bias_correction = e->cfg.optimizer.bias_correction,
+      .step = t,
+      .grad_scale = (float)(clip / e->loss_scale),
+  };
+}
+
+/* Runs on the copy stream's thread once p's gradient shard has landed in
+ * host memory: its squared norm (for clipping, overflow and the report), and,
+ * when nothing global stands in the way, its Adam update right away, so the
+ * CPU updates this shard while the device computes the rest of backward. */
+static void on_grad_landed(void *arg) {
+  zo_param_t *p = arg;
+  zo_engine_t *e = p->eng;
+  p->landed_st = zo_grad_sqnorm_ex(p->grad, e->gdtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
+  if (p->landed_st == ZO_OK && e->early_adam)
+    p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                               p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
+  atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
+}
+
+zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
+  if (grad_dtype != e->gdtype)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)",
+                        p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
+  if (e->n_grads++ == 0) {
+    /* Adam may start per shard (cpu, none) or per sub-group (nvme) before the
+     * step only when no step-wide fact is needed first: the global norm
+     * (clipping) and the overflow verdict (fp16) are known only once every
+     * gradient is in. */
+    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu;
+    e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
+    if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
+    if (early && e->tier == ZO_OFFLOAD_NVME) {
+      e->nv_hp = step_hparams(e, 1.0);
+      e->nv_adam_ok = 1;
+    }
+  }
+  p->grad_seq = e->n_grads;
+  if (e->early_adam) /* on_grad_landed writes the new weights into it */
+    ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
+  /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
+  const size_t gsz = zo_dtype_size(grad_dtype);
+  zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
+  if (p->shard_n)
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
+  if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
+  p->has_grad = 1;
+  return eng_nv_advance(e);
+}
+
+/* ---------------------------------------------------------------- step */
+
+/* DeepSpeed's DynamicLossScaler.update_scale (fp16/loss_scaler.py), consecutive_hysteresis off. */
+static void update_loss_scale(zo_engine_t *e, int overflow) {
+  const zo_config_t *c = &e->cfg;
+  if (!c->fp16.enabled || c->fp16.loss_scale > 0) return; /* static scale */
+  if (overflow) {
+    if (c->fp16.hysteresis == 1 || e->ls_hysteresis == 1) {
+      e->loss_scale = fmax(e->loss_scale / 2.0, c->fp16.min_loss_scale);
+    } else {
+      e->ls_hysteresis--;
+    }
+    e->ls_last_overflow = e->ls_iter;
+  } else if ((e->ls_iter - e->ls_last_overflow) % c->fp16.loss_scale_window == 0) {
+    e->ls_hysteresis = c->fp16.hysteresis;
+    e->loss_scale *= 2.0;
+  }
+  e->ls_iter++;
+}
+
+/* Queue the fused Adam update of shard elements [off, off + n) of p on the
+ * pool: fp32 master, state, and the working-dtype copy-out in one pass. */
+zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
+                             void *master, void *m, void *v, zo_adam_task_t **task) {
+  const zo_adam_shard sh = {
+      .param = master,
+      .grad = (const char *)p->grad + off * zo_dtype_size(e->gdtype),
+      .grad_dtype = e->gdtype,
+      .exp_avg = m,
+      .exp_avg_sq = v,
+      .state_dtype = e->sdtype,
+      .param_out = eng_working_dst(e, p, off),
+      .out_dtype = e->wdtype,
+      .n = n,
+      .seed = p->flat_off + off,
+  };
+  zo_status st = zo_adam_pool_submit(e->pool, hp, &sh, 0, task);
+  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return ZO_OK;
+}
+
+/* Wait an Adam task, then queue the upload of the working weights it wrote. */
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
+  zo_status st = zo_adam_task_wait(*task, NULL);
+  *task = NULL;
+  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return eng_queue_upload(e, p, off, n);
+}
+
+zo_status zo_engine_synchronize(zo_engine_t *e) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
+  zo_status st = ZO_OK;
+  if (e->dpu_pending) {
+    for (int i = 0; i < e->n_params; i++) {
+      if (!e->tasks[i]) continue;
+      zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
+      if (st == ZO_OK) st = s2;
+    }
+    e->dpu_pending = 0;
+    if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
+  }
+  zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream) : ZO_OK; /* staging is free again after */
+  return st != ZO_OK ? st : s2;
+}
+
+zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
+  zo_step_info inf = {0};
+  for (int i = 0; i < e->n_params; i++)
+    if (!e->params[i]->has_grad)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
+                          e->params[i]->name);
+  double t0 = now_s();
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  inf.grad_wait_s = now_s() - t0;
+  if (e->ptier != ZO_OFFLOAD_NONE) {
+    ZO_CHECK(eng_settle_fetches(e));
+    ZO_CHECK(eng_trace_end_step(e));
+  }
+  double dpu_wait = 0;
+  if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
+    double td = now_s();
+    ZO_CHECK(zo_engine_synchronize(e));
+    dpu_wait = now_s() - td;
+  }
+  inf.fetch_wait_s = e->fetch_wait_s;
+  inf.n_prefetch = e->n_prefetch;
+  inf.n_demand_fetch = e->n_demand;
+  e->fetch_wait_s = 0;
+  e->n_prefetch = e->n_demand = 0;
+
+  /* The global norm and the overflow flag, from the per-shard norms taken as
+   * each gradient landed (summed in tensor order: deterministic). */
+  t0 = now_s();
+  double sums[2] = {0, 0}; /* squared norm (scaled), shards with a nonfinite element */
+  zo_status landed = ZO_OK;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    if (p->landed_st != ZO_OK && landed == ZO_OK)
+      landed = zo_error_set(p->landed_st, "step: gradient of '%s': %s", p->name, zo_status_string(p->landed_st));
+    sums[0] += p->sqnorm;
+    sums[1] += p->nonfinite ? 1 : 0;
+    p->has_grad = 0;
+  }
+  const int early = e->early_adam;
+  e->n_grads = 0;
+  e->early_adam = 0;
+  if (landed != ZO_OK) return landed;
+  ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
+  /* Only fp16 skips a step on overflow (dynamic loss scaling); with fp32 or
+   * bf16 the update is applied as DeepSpeed applies it, with a warning. */
+  const int nonfinite = sums[1] > 0 || !isfinite(sums[0]);
+  const int overflow = nonfinite && e->cfg.fp16.enabled;
+  if (nonfinite && !overflow)
+    zo_warn("step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
+            "does", (long long)e->step + 1);
+  const double norm = sqrt(sums[0]) / e->loss_scale;
+  inf.grad_norm = overflow ? INFINITY : norm;
+  if (overflow) {
+    if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
+    double old = e->loss_scale;
+    update_loss_scale(e, 1);
+    zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
+            e->loss_scale);
+    inf.skipped = 1;
+    inf.step = e->step;
+    inf.loss_scale = e->loss_scale;
+    inf.adam_s = now_s() - t0;
+    if (info) *info = inf;
+    return ZO_OK;
+  }
+  double clip = 1.0;
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
+    clip = e->cfg.gradient_clipping / (norm + 1e-6);
+  const int64_t t = e->step + 1;
+  const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, clip);
+  double adam_s = now_s() - t0;
+  double swap0 = e->swap_wait_s, copy0 = e->copy_s;
+  double t1 = now_s();
+  if (e->tier == ZO_OFFLOAD_NVME) {
+    if (!e->nv_adam_ok) e->nv_hp = hp;
+    e->nv_in_step = 1;
+    zo_status st = eng_nv_finish_step(e, &adam_s);
+    e->nv_in_step = 0;
+    ZO_CHECK(st);
+    ZO_CHECK(eng_nv_end_step(e)); /* reads for the next step start now, behind the last write-backs */
+  } else {
+    /* Every shard is queued at once; the pool works through them while uploads are queued in order. */
+    zo_status st = ZO_OK;
+    for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) { /* early: queued as gradients landed */
+      zo_param_t *p = e->params[i];
+      st = eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
+      if (st == ZO_OK)
+        st = eng_submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                         p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
+    }
+    if (e->dpu && st == ZO_OK) { /* the next step finishes and publishes these; its gradients go to the other buffer */
+      e->dpu_pending = 1;
+      host_buf tmp = e->grad_host;
+      e->grad_host = e->grad_host2;
+      e->grad_host2 = tmp;
+      for (int i = 0; i < e->n_params; i++)
+        e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->gdtype);
+    }
+    for (int i = 0; i < e->n_params && !e->dpu; i++) {
+      if (!e->tasks[i]) continue;
+      zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
+      if (st == ZO_OK) st = s2;
+    }
+    ZO_CHECK(st);
+    adam_s += now_s() - t1;
+  }
+  ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
+  inf.swap_s = e->swap_wait_s - swap0;
+  inf.copy_s = e->copy_s - copy0;
+  inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
+  e->step = t;
+  update_loss_scale(e, 0);
+  /* The weights are final now: start fetching the next step's first tensors. */
+  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e));
+  inf.step = e->step;
+  inf.lr = hp.lr;
+  inf.loss_scale = e->loss_scale;
+  if (info) *info = inf;
+  return ZO_OK;
+}

@@ -13,6 +13,7 @@
 
 #include "adam_internal.h"
 #include "base_internal.h"
+#include "nvtx.h"
 
 /*
  * Memory ordering: every field of a task except next_tile and nonfinite is
@@ -174,7 +175,12 @@ static void *worker_main(void *argp) {
     struct zo_adam_task *T = P->head;
     int phase = T->phase;
     pthread_mutex_unlock(&P->mu);
+    /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN pre-scan. */
+    ZO_NVTX_PUSH(T->kind == K_ADAM  ? (phase == 0 ? "adam scan" : "adam")
+                 : T->kind == K_FOR ? "adam pool for"
+                                    : "grad norm");
     run_phase(P, T, phase, t);
+    ZO_NVTX_POP();
     pthread_mutex_lock(&P->mu);
     if (--T->active == 0) finish_phase(P, T);
   }

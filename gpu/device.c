@@ -1,7 +1,8 @@
 /*
  * device.c - the backend-neutral front of zoffload/device.h: argument checks,
  * device memory accounting and the allocation table, stream/event lists, and
- * dispatch through the ops table. It moves no bytes itself (see device_host.c).
+ * dispatch through the ops table. It moves no bytes itself (see device_host.c
+ * and device_cuda.c).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -13,7 +14,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static void format_bytes(char *buf, size_t cap, size_t n) {
+void zo_device_format_bytes(char *buf, size_t cap, size_t n) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)n;
   int u = 0;
@@ -35,6 +36,47 @@ const char *zo_copy_kind_name(zo_copy_kind kind) {
     case ZO_COPY_H2H: return "H2H";
   }
   return "?";
+}
+
+const char *zo_device_kind_name(zo_device_kind kind) {
+  switch (kind) {
+    case ZO_DEVICE_HOST: return "host";
+    case ZO_DEVICE_CUDA: return "cuda";
+    case ZO_DEVICE_AUTO: return "auto";
+  }
+  return "?";
+}
+
+zo_status zo_device_kind_parse(const char *name, zo_device_kind *out) {
+  if (!name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_kind_parse: %s is NULL", !name ? "name" : "out");
+  static const zo_device_kind kinds[] = {ZO_DEVICE_HOST, ZO_DEVICE_CUDA, ZO_DEVICE_AUTO};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (!strcmp(name, zo_device_kind_name(kinds[i]))) {
+      *out = kinds[i];
+      return ZO_OK;
+    }
+  return zo_error_set(ZO_ERR_INVALID_ARG, "device kind \"%s\": expected \"auto\", \"cuda\" or \"host\"", name);
+}
+
+int zo_device_cuda_count(void) {
+#if ZO_HAVE_CUDA
+  return zo_device_cuda_probe(NULL, 0);
+#else
+  return 0;
+#endif
+}
+
+int zo_device_default_ordinal(void) {
+  const char *s = getenv("LOCAL_RANK");
+  if (!s || !s[0]) return 0;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < 0 || v > 65535 || s[0] == '+' || s[0] == '-' || s[0] == ' ') {
+    zo_warn_once("LOCAL_RANK=\"%s\" is not a device ordinal (a decimal integer 0..65535); using device 0", s);
+    return 0;
+  }
+  return (int)v;
 }
 
 /* Index of the first record with base > p (upper bound). Caller holds mem_mu. */
@@ -110,10 +152,18 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
   *out = NULL;
   if (ordinal < 0)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_create: ordinal %d < 0", ordinal);
-  if (kind == ZO_DEVICE_CUDA)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_device_create: CUDA backend not built yet");
-  if (kind != ZO_DEVICE_HOST)
+  if (kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA && kind != ZO_DEVICE_AUTO)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_create: unknown device kind %d", (int)kind);
+#if ZO_HAVE_CUDA
+  if (kind == ZO_DEVICE_AUTO) kind = zo_device_cuda_probe(NULL, 0) > 0 ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
+#else
+  if (kind == ZO_DEVICE_AUTO) kind = ZO_DEVICE_HOST;
+  if (kind == ZO_DEVICE_CUDA)
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zo_device_create(cuda:%d): CUDA backend not built (zoffload was configured without the "
+                        "CUDA toolkit or with -DZO_WITH_CUDA=OFF)",
+                        ordinal);
+#endif
 
   zo_device_t *dev = calloc(1, sizeof *dev);
   if (!dev) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_device_create: out of host memory");
@@ -131,14 +181,22 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
   dev->kind = kind;
   dev->ordinal = ordinal;
   dev->limit = mem_limit_bytes ? mem_limit_bytes : SIZE_MAX;
-  if (mem_limit_bytes) {
-    char b[32];
-    format_bytes(b, sizeof b, mem_limit_bytes);
-    snprintf(dev->name, sizeof dev->name, "host (emulated device, limit %s)", b);
-  } else {
-    snprintf(dev->name, sizeof dev->name, "host (emulated device, no memory limit)");
+  zo_status st;
+#if ZO_HAVE_CUDA
+  if (kind == ZO_DEVICE_CUDA) {
+    st = zo_device_cuda_init(dev); /* names the device and sets the limit 0 means */
+  } else
+#endif
+  {
+    if (mem_limit_bytes) {
+      char b[32];
+      zo_device_format_bytes(b, sizeof b, mem_limit_bytes);
+      snprintf(dev->name, sizeof dev->name, "host (emulated device, limit %s)", b);
+    } else {
+      snprintf(dev->name, sizeof dev->name, "host (emulated device, no memory limit)");
+    }
+    st = zo_device_host_init(dev);
   }
-  zo_status st = zo_device_host_init(dev);
   if (st != ZO_OK) {
     pthread_mutex_destroy(&dev->list_mu);
     pthread_mutex_destroy(&dev->mem_mu);
@@ -259,6 +317,21 @@ zo_status zo_device_mem_info(const zo_device_t *dev, size_t *used_bytes, size_t 
   return ZO_OK;
 }
 
+zo_status zo_device_mem_available(zo_device_t *dev, size_t *bytes) {
+  if (bytes) *bytes = 0;
+  if (!dev || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_mem_available: NULL argument");
+  pthread_mutex_lock(&dev->mem_mu);
+  size_t avail = dev->limit == SIZE_MAX ? SIZE_MAX : dev->limit - (dev->used < dev->limit ? dev->used : dev->limit);
+  pthread_mutex_unlock(&dev->mem_mu);
+  if (dev->ops->mem_backend_free) {
+    size_t b = 0;
+    ZO_CHECK(dev->ops->mem_backend_free(dev, &b));
+    if (b < avail) avail = b;
+  }
+  *bytes = avail;
+  return ZO_OK;
+}
+
 zo_status zo_device_synchronize(zo_device_t *dev) {
   if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_synchronize: dev is NULL");
   return dev->ops->synchronize(dev);
@@ -266,12 +339,8 @@ zo_status zo_device_synchronize(zo_device_t *dev) {
 
 /* ------------------------------------------------------------ streams */
 
-zo_status zo_stream_create(zo_device_t *dev, zo_stream_t **out) {
-  if (out) *out = NULL;
-  if (!dev || !out)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_create: %s is NULL", !dev ? "dev" : "out");
-  zo_stream_t *s = NULL;
-  ZO_CHECK(dev->ops->stream_create(dev, &s));
+/* Put a new backend stream on @dev's list. */
+static void stream_link(zo_device_t *dev, zo_stream_t *s) {
   s->dev = dev;
   pthread_mutex_lock(&dev->list_mu);
   s->prev = NULL;
@@ -279,8 +348,36 @@ zo_status zo_stream_create(zo_device_t *dev, zo_stream_t **out) {
   if (dev->streams) dev->streams->prev = s;
   dev->streams = s;
   pthread_mutex_unlock(&dev->list_mu);
+}
+
+zo_status zo_stream_create(zo_device_t *dev, zo_stream_t **out) {
+  if (out) *out = NULL;
+  if (!dev || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_create: %s is NULL", !dev ? "dev" : "out");
+  zo_stream_t *s = NULL;
+  ZO_CHECK(dev->ops->stream_create(dev, &s));
+  stream_link(dev, s);
   *out = s;
   return ZO_OK;
+}
+
+zo_status zo_stream_wrap(zo_device_t *dev, void *native_stream, zo_stream_t **out) {
+  if (out) *out = NULL;
+  if (!dev || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wrap: %s is NULL", !dev ? "dev" : "out");
+  if (!dev->ops->stream_wrap)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_stream_wrap(%s): the %s backend has no native streams to wrap",
+                        dev->name, dev->ops->backend);
+  zo_stream_t *s = NULL;
+  ZO_CHECK(dev->ops->stream_wrap(dev, native_stream, &s));
+  stream_link(dev, s);
+  *out = s;
+  return ZO_OK;
+}
+
+void *zo_stream_native(zo_stream_t *s) {
+  if (!s || !s->dev->ops->stream_native) return NULL;
+  return s->dev->ops->stream_native(s);
 }
 
 void zo_stream_destroy(zo_stream_t *s) {

@@ -1,7 +1,7 @@
 /*
  * device_internal.h - what device.c (the backend-neutral front) shares with
- * the backends (device_host.c now, device_cuda.c later): the ops table, the
- * common parts of the handles, and the allocation table. Not installed.
+ * the backends (device_host.c, device_cuda.c): the ops table, the common
+ * parts of the handles, and the allocation table. Not installed.
  */
 #ifndef ZO_DEVICE_INTERNAL_H
 #define ZO_DEVICE_INTERNAL_H
@@ -30,6 +30,11 @@ typedef struct zo_device_ops {
   zo_status (*synchronize)(zo_device_t *dev);
   /* Allocate and initialise a backend stream whose first member is zo_stream_t. */
   zo_status (*stream_create)(zo_device_t *dev, zo_stream_t **out);
+  /* The same around a caller-owned native stream; NULL: the backend has none (ZO_ERR_UNSUPPORTED). */
+  zo_status (*stream_wrap)(zo_device_t *dev, void *native, zo_stream_t **out);
+  /* The native stream of @s; NULL when the backend has none. */
+  void *(*stream_native)(zo_stream_t *s);
+  /* Wait for @s's work, then free it (a wrapped native stream is not destroyed). */
   void (*stream_destroy)(zo_stream_t *s);
   zo_status (*memcpy_async)(zo_stream_t *s, void *dst, const void *src, size_t nbytes,
                             zo_copy_kind kind);
@@ -47,7 +52,11 @@ typedef struct zo_device_ops {
                            zo_copy_kind kind);
   /* Host-device link emulation; NULL when the backend has a real link (CUDA). */
   zo_status (*set_link_gbps)(zo_device_t *dev, double gbps);
+  /* Link counters; NULL when the backend keeps none. */
   zo_status (*link_stats)(const zo_device_t *dev, zo_link_stats *out);
+  /* Bytes the backend itself can still allocate (CUDA: cudaMemGetInfo's free);
+   * NULL when only the limit bounds it (host). */
+  zo_status (*mem_backend_free)(zo_device_t *dev, size_t *free_bytes);
 } zo_device_ops;
 
 /* One live allocation; the table is sorted by base and ranges never overlap. */
@@ -72,7 +81,7 @@ struct zo_device {
   const zo_device_ops *ops;
   zo_device_kind kind;
   int ordinal;
-  char name[128];
+  char name[320]; /* CUDA device names run to 256 bytes */
 
   /* Memory accounting (bytes), all under mem_mu. */
   pthread_mutex_t mem_mu;
@@ -108,5 +117,25 @@ zo_status zo_device_check_copy(zo_device_t *dev, const char *what, void *dst, co
 
 /* zo_device_host_init() - install the host backend on @dev (device_host.c). */
 zo_status zo_device_host_init(zo_device_t *dev);
+
+/* zo_device_format_bytes() - "123 B", "64.0 MiB", "79.1 GiB" into @buf (@cap bytes). */
+void zo_device_format_bytes(char *buf, size_t cap, size_t n);
+
+#if ZO_HAVE_CUDA
+/*
+ * zo_device_cuda_init() - install the cuda backend on @dev (device_cuda.c):
+ * @dev->ordinal is set and checked against the device count; sets the name,
+ * and the limit to the GPU's total memory when @dev->limit is SIZE_MAX.
+ * Returns ZO_OK, ZO_ERR_UNSUPPORTED (no CUDA device), ZO_ERR_INVALID_ARG
+ * (ordinal out of range), ZO_ERR_CUDA, ZO_ERR_OUT_OF_MEMORY, ZO_ERR_SYSTEM.
+ */
+zo_status zo_device_cuda_init(zo_device_t *dev);
+
+/*
+ * zo_device_cuda_probe() - the number of CUDA devices (cudaGetDeviceCount),
+ * 0 when none or the call failed; then @why (may be NULL) gets the reason.
+ */
+int zo_device_cuda_probe(char *why, size_t cap);
+#endif
 
 #endif /* ZO_DEVICE_INTERNAL_H */

@@ -173,6 +173,14 @@ static zo_status get_device(const parse_ctx *c, const char *path, const json_t *
   return ZO_OK;
 }
 
+/* zoffload.device: "auto", "cuda" or "host" (zo_device_kind). */
+static zo_status get_device_kind(const parse_ctx *c, const char *path, const json_t *v, zo_device_kind *out) {
+  static const char *what = "\"auto\", \"cuda\" or \"host\"";
+  if (!json_is_string(v)) return type_err(c, path, what, v);
+  if (zo_device_kind_parse(json_string_value(v), out) != ZO_OK) return type_err(c, path, what, v);
+  return ZO_OK;
+}
+
 /* zoffload.optimizer_state_dtype: "fp32" or "bf16" (zo_dtype values). */
 static zo_status get_state_dtype(const parse_ctx *c, const char *path, const json_t *v, int *out) {
   static const char *what = "\"fp32\" or \"bf16\"";
@@ -650,7 +658,9 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
 static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
                              const void *arg) {
   (void)arg;
+  if (!strcmp(key, "device")) return get_device_kind(c, p, v, &cfg->zoffload.device_kind);
   if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
+  if (!strcmp(key, "device_arena_bytes")) return get_bytes(c, p, v, &cfg->zoffload.device_arena_bytes);
   if (!strcmp(key, "adam_threads")) return get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads);
   if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
   if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
@@ -767,6 +777,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->aio.single_submit = 0;
   cfg->aio.overlap_events = 1;
   cfg->aio.use_gds = 0;
+  cfg->zoffload.device_kind = ZO_DEVICE_AUTO;
   cfg->zoffload.device_memory_limit = 0;
   cfg->zoffload.adam_threads = 0;
   cfg->zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
@@ -774,6 +785,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.swap_sqpoll = 0;
   cfg->zoffload.delayed_param_update = 0;
   cfg->zoffload.host_link_gbps = 0;
+  cfg->zoffload.device_arena_bytes = 0;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -1012,8 +1024,11 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zero_optimization.sub_group_size = %" PRId64 "\n", cfg->zero.sub_group_size);
   sb_printf(&b, "aio.block_size = %" PRId64 "\n", cfg->aio.block_size);
   sb_printf(&b, "aio.queue_depth = %" PRId64 "\n", cfg->aio.queue_depth);
+  sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
   sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
-            cfg->zoffload.device_memory_limit ? "" : " (unlimited)");
+            cfg->zoffload.device_memory_limit ? "" : " (no cap: unlimited on host, the whole GPU on cuda)");
+  sb_printf(&b, "zoffload.device_arena_bytes = %" PRId64 "%s\n", cfg->zoffload.device_arena_bytes,
+            cfg->zoffload.device_arena_bytes ? "" : " (auto: what the device has free at finalize; 90% on cuda)");
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));

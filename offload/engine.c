@@ -184,7 +184,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     if (p->read_req) zo_swap_wait(e->pswap, p->read_req);
-    if (e->ptier != ZO_OFFLOAD_NONE && p->weights) zo_device_free(e->dev, p->weights);
+    if (p->blk) zo_arena_free(e->arena, p->blk, NULL); /* the copy stream is idle; compute is the caller's to finish */
     zo_event_destroy(p->ready);
   }
   for (int i = 0; i < e->wb_n; i++) {
@@ -205,7 +205,9 @@ void zo_engine_destroy(zo_engine_t *e) {
   host_buf_free(&e->grad_host2);
   host_buf_free(&e->stage_host);
   for (int k = 0; k < ST_KINDS; k++) host_buf_free(&e->state_host[k]);
-  if (e->dev_block) zo_device_free(e->dev, e->dev_block);
+  if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);
+  zo_arena_destroy(e->arena);
+  zo_event_destroy(e->compute_mark);
   zo_event_destroy(e->weights_ready);
   zo_stream_destroy(e->copy_stream);
   for (int i = 0; i < e->n_params; i++) free(e->params[i]);
@@ -249,6 +251,15 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   return ZO_OK;
 }
 
+zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_compute_stream: engine is NULL");
+  if (e->finalized && e->compute_stream != s)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_compute_stream: call it before zo_engine_finalize()");
+  if (s && !e->compute_mark) ZO_CHECK(zo_event_create(e->dev, &e->compute_mark));
+  e->compute_stream = s;
+  return ZO_OK;
+}
+
 const char *zo_engine_param_name(const zo_param_t *p) { return p ? p->name : ""; }
 size_t zo_engine_param_numel(const zo_param_t *p) { return p ? p->n : 0; }
 zo_dtype zo_engine_working_dtype(const zo_engine_t *e) { return e->wdtype; }
@@ -256,6 +267,39 @@ zo_dtype zo_engine_grad_dtype(const zo_engine_t *e) { return e->gdtype; }
 double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
 
 /* ---------------------------------------------------------------- finalize */
+
+/*
+ * The device arena: one reservation from which every engine allocation is
+ * carved (the resident block, and with parameter offload every fetched
+ * copy). Its size is zoffload.device_arena_bytes, or by default the device
+ * memory available at finalize (allocate your own device buffers, such as
+ * gradients, before zo_engine_finalize()): all of it on a host device, 90%
+ * on CUDA, whose context, cuBLAS workspaces and the model's activations need
+ * the rest; on a device with no limit (an unlimited host device) exactly
+ * what the engine can use: the resident bytes plus every offloaded tensor's
+ * copy. @resident: bytes of the resident block; @avail: available device
+ * bytes (SIZE_MAX: no limit), checked by the caller.
+ */
+static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
+  size_t cap = resident;
+  if (e->cfg.zoffload.device_arena_bytes > 0) {
+    cap = (size_t)e->cfg.zoffload.device_arena_bytes;
+    if (cap > avail || cap < resident)
+      return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_arena_bytes: %zu bytes %s; set it between %zu and %zu, or "
+                          "0 (auto)", cap, cap > avail ? "are more than the device has available" :
+                          "cannot hold the resident weights (and state)", resident, avail);
+  } else if (avail == SIZE_MAX) {
+    for (int i = 0; i < e->n_params && e->ptier != ZO_OFFLOAD_NONE; i++)
+      cap += round_up(e->params[i]->n * zo_dtype_size(e->wdtype), ZO_DEVICE_ALIGN);
+  } else {
+    cap = zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
+    if (cap < resident) cap = avail;
+  }
+  cap = cap / ZO_DEVICE_ALIGN * ZO_DEVICE_ALIGN;
+  zo_status st = zo_arena_create(e->dev, cap, NULL, &e->arena);
+  if (st != ZO_OK) return zo_error_prefix(st, "engine: device arena of %zu bytes", cap);
+  return ZO_OK;
+}
 
 zo_status zo_engine_finalize(zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "finalize: engine is NULL");
@@ -282,8 +326,22 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     shard_total += p->shard_n;
     if (p->n > largest) largest = p->n;
   }
+  /* What the device can hold, before the arena takes it: the resident
+   * block, and with parameter offload at least the largest tensor besides. */
+  size_t used = 0, peak = 0, limit = 0, avail = 0;
+  ZO_CHECK(zo_device_mem_info(e->dev, &used, &peak, &limit));
+  ZO_CHECK(zo_device_mem_available(e->dev, &avail));
+  const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
+  if (!pres && dev <= avail && largest_dev > avail - dev)
+    return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
+                        "memory but only %zu of %zu are free; raise it to at least %zu", largest_dev,
+                        avail - dev, limit, used + dev + largest_dev);
   if (dev) {
-    st = zo_device_malloc(e->dev, dev, &e->dev_block);
+    st = dev > avail ? zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: cannot allocate %zu bytes: %zu in use of "
+                                    "limit %zu", dev, used, limit)
+                     : create_arena(e, dev, avail);
+    if (st == ZO_OK) st = zo_arena_alloc(e->arena, dev, &e->dev_blk); /* pinned for the engine's life */
+    if (st == ZO_OK) e->dev_block = zo_arena_ptr(e->dev_blk);
     if (st != ZO_OK) {
       return zo_error_prefix(st, "engine: device memory for %d tensors (%s%s%s); raise zoffload.device_memory_limit "
                              "or offload more", e->n_params, pres ? "working weights" : "",
@@ -291,6 +349,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
                              e->tier == ZO_OFFLOAD_NONE ? "master weights, Adam state and gradients" : "");
     }
   }
+  if (!e->arena) ZO_CHECK(create_arena(e, dev, avail));
   e->dev_block_bytes = dev;
   char *d = e->dev_block;
   for (int i = 0; i < e->n_params; i++) {
@@ -313,12 +372,6 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
 
   /* Parameter offload: every tensor must fit in device memory and in the live budget on its own. */
   if (!pres) {
-    size_t used = 0, peak = 0, limit = 0;
-    zo_device_mem_info(e->dev, &used, &peak, &limit);
-    if (largest * wsz > limit - (used < limit ? used : limit))
-      return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
-                          "memory but only %zu of %zu are free; raise it to at least %zu", largest * wsz,
-                          limit - used, limit, used + largest * wsz);
     if ((int64_t)largest > e->cfg.zero.stage3_max_live_parameters)
       return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
                           "largest tensor (%zu elements); raise it to at least %zu",

@@ -10,14 +10,42 @@
 
 #include "engine_internal.h"
 
+/* ---------------------------------------------------------------- device copies in the arena */
+
+/*
+ * A device copy is an arena block. It is pinned (never moved by a
+ * compaction) from its allocation until its host-to-device copy has landed,
+ * and again from zo_engine_fetch() to zo_engine_release() and around a
+ * queued refresh; in between, a cached copy may be moved, so p->weights is
+ * read again from the arena at every pin.
+ */
+zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p) {
+  if (p->blk_pinned) return ZO_OK;
+  zo_status st = zo_arena_pin(e->arena, p->blk, &p->weights);
+  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
+  p->blk_pinned = 1;
+  return ZO_OK;
+}
+
+zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use) {
+  if (!p->blk_pinned) return ZO_OK;
+  zo_status st = zo_arena_unpin(e->arena, p->blk, last_use);
+  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
+  p->blk_pinned = 0;
+  return ZO_OK;
+}
+
 /* ---------------------------------------------------------------- fetch coordinator */
 
-/* Drop a released tensor's device copy (parameter offload only). */
+/* Drop a released tensor's device copy (parameter offload only). Its block
+ * is reused only after the compute queued so far (the last reader) is done. */
 void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
   /* A refresh of its new weights may still be queued on the copy stream (an
    * update that finished while compute held the tensor): let it run first. */
   if (p->ready) zo_event_synchronize(p->ready);
-  zo_device_free(e->dev, p->weights);
+  if (eng_blk_unpin(e, p, NULL) != ZO_OK || zo_arena_free(e->arena, p->blk, e->compute_stream) != ZO_OK)
+    zo_warn("engine: freeing the device copy of '%s': %s", p->name, zo_last_error()); /* a bug: blocks are ours */
+  p->blk = NULL;
   p->weights = NULL;
   p->pstate = P_HOST;
   e->live_el -= p->n;
@@ -77,12 +105,14 @@ static int evict_for_prefetch(zo_engine_t *e, int pos) {
   return 1;
 }
 
-/* q's host-to-device copy has landed: free its staging buffer. */
-static void copy_landed(zo_engine_t *e, zo_param_t *q) {
+/* q's host-to-device copy has landed: free its staging buffer; a copy no
+ * fetch holds may be moved by a compaction from now on. */
+static zo_status copy_landed(zo_engine_t *e, zo_param_t *q) {
   if (q->stage >= 0) e->pstage_busy[q->stage] = 0;
   q->stage = -1;
   q->pstate = P_RESIDENT;
   e->inflight_el -= q->n;
+  return q->in_use ? ZO_OK : eng_blk_unpin(e, q, e->compute_stream);
 }
 
 /* Move in-flight fetches forward without blocking: a finished nvme read
@@ -98,7 +128,7 @@ static zo_status pump(zo_engine_t *e) {
     }
     if (p->pstate == P_COPYING) {
       ZO_CHECK(zo_event_query(p->ready, &done));
-      if (done) copy_landed(e, p);
+      if (done) ZO_CHECK(copy_landed(e, p));
     }
   }
   return ZO_OK;
@@ -123,11 +153,11 @@ static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
   if (q->pstate == P_READING) ZO_CHECK(finish_read(e, q));
   ZO_CHECK(zo_event_synchronize(q->ready));
   *b = q->stage;
-  copy_landed(e, q);
+  ZO_CHECK(copy_landed(e, q));
   return ZO_OK;
 }
 
-/* A device buffer for @p's working copy in p->weights (*got = 1). A prefetch
+/* A device block for @p's working copy, pinned, at p->weights (*got = 1). A prefetch
  * of trace position @pos may evict only copies needed later than @pos and
  * gives up (*got = 0) when that finds no room; a demand fetch evicts LRU and
  * waits for prefetches in flight instead. */
@@ -135,9 +165,13 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
   const size_t wsz = zo_dtype_size(e->wdtype);
   *got = 0;
   for (;;) {
-    zo_status st = zo_device_malloc(e->dev, p->n * wsz, &p->weights);
-    if (st == ZO_OK) break;
-    p->weights = NULL;
+    zo_status st = zo_arena_alloc(e->arena, p->n * wsz, &p->blk); /* compacts when fragmentation is in the way */
+    if (st == ZO_OK) {
+      p->weights = zo_arena_ptr(p->blk);
+      p->blk_pinned = 1;
+      break;
+    }
+    p->blk = NULL;
     if (st != ZO_ERR_OUT_OF_MEMORY) return st;
     if (!demand) {
       if (evict_for_prefetch(e, pos)) continue;
@@ -285,6 +319,12 @@ zo_status eng_trace_end_step(zo_engine_t *e) {
   return ZO_OK;
 }
 
+/* Compute must not start before @ev: with a compute stream, it waits on the
+ * device (the host goes on queueing); without one, the host waits. */
+static zo_status wait_ready(zo_engine_t *e, zo_event_t *ev) {
+  return e->compute_stream ? zo_stream_wait_event(e->compute_stream, ev) : zo_event_synchronize(ev);
+}
+
 zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
@@ -296,7 +336,7 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
   zo_status st;
   int entry_state = P_RESIDENT;
   if (e->ptier == ZO_OFFLOAD_NONE) {
-    st = zo_event_synchronize(e->weights_ready);
+    st = wait_ready(e, e->weights_ready);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
   } else {
     ZO_CHECK(trace_fetch(e, p));
@@ -307,15 +347,15 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
       e->n_demand++;
     }
     if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
-    if (p->pstate == P_COPYING) {
-      st = zo_event_synchronize(p->ready);
-      if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': host-to-device copy", p->name);
-      copy_landed(e, p);
-    } else {
-      ZO_CHECK(zo_event_synchronize(p->ready)); /* a refresh after the last step may be in flight */
-    }
     p->in_use++;
     p->last_use = ++e->fetch_clock;
+    ZO_CHECK(eng_blk_pin(e, p)); /* not moved until release; prefetches below may compact */
+    /* The host-to-device copy, or a refresh queued after the last step. With
+     * a compute stream the copy lands later (pump() notices); the block stays
+     * pinned meanwhile. */
+    st = wait_ready(e, p->ready);
+    if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': host-to-device copy", p->name);
+    if (p->pstate == P_COPYING && !e->compute_stream) ZO_CHECK(copy_landed(e, p));
   }
   const double waited = now_s() - t0;
   e->fetch_wait_s += waited;
@@ -342,14 +382,25 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   ZO_CHECK(eng_nv_advance(e));
   if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
   if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
-  if (--p->in_use || p->persistent) return ZO_OK;
-  /* Keep the device copy when the trace says it is used again within stage3_max_reuse_distance elements. */
-  if (e->trace_valid && !e->trace_off) {
+  if (--p->in_use) return ZO_OK;
+  if (p->pstate == P_COPYING) { /* with a compute stream, fetch did not wait for it on the host */
+    ZO_CHECK(zo_event_synchronize(p->ready));
+    ZO_CHECK(copy_landed(e, p));
+  }
+  /* Keep the device copy when it is persistent or the trace says it is used
+   * again within stage3_max_reuse_distance elements; a compaction may move it
+   * once the compute queued so far is done with it. */
+  int keep = p->persistent;
+  if (!keep && e->trace_valid && !e->trace_off) {
     int64_t dist = 0;
-    for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance; j++) {
-      if (e->trace[j] == p->index) return eng_prefetch_ahead(e);
+    for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
+      keep = e->trace[j] == p->index;
       dist += (int64_t)e->params[e->trace[j]]->n;
     }
+  }
+  if (keep) {
+    ZO_CHECK(eng_blk_unpin(e, p, e->compute_stream));
+    return p->persistent ? ZO_OK : eng_prefetch_ahead(e);
   }
   eng_drop_device_copy(e, p);
   return eng_prefetch_ahead(e); /* the freed room may admit the next prefetch */

@@ -36,6 +36,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->nvme_write_bytes = e->nvme_write_bytes;
   m->h2d_bytes = e->h2d_bytes;
   m->d2h_bytes = e->d2h_bytes;
+  if (e->arena) ZO_CHECK(zo_arena_get_stats(e->arena, &m->arena));
   return ZO_OK;
 }
 

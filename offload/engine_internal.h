@@ -21,6 +21,7 @@
 
 #include "base_internal.h"
 #include "zoffload/adam.h"
+#include "zoffload/arena.h"
 #include "zoffload/engine.h"
 #include "zoffload/swap.h"
 
@@ -33,7 +34,10 @@ struct zo_param {
   size_t shard_off;         /* first element of this rank's shard */
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
-  void *weights;            /* device: working copy, n elements of the working dtype */
+  void *weights;            /* device: working copy, n elements of the working dtype; with parameter
+                               offload valid only while `blk` is pinned (a compaction may move it) */
+  zo_arena_block_t *blk;    /* parameter offload: the arena block of the device copy, or NULL */
+  int blk_pinned;           /* blk may not move: fetched (in_use), a copy into it in flight, or queued */
   void *state[ST_KINDS];    /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
                                exp_avg and exp_avg_sq state_dtype[shard_n] */
   uint64_t file_el;         /* nvme: element offset of this shard's extent in every state file */
@@ -150,6 +154,13 @@ struct zo_engine {
 
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;
+  zo_stream_t *compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
+  zo_event_t *compute_mark;  /* recorded on compute_stream where the copy stream must wait for it */
+
+  /* Device memory: every engine allocation is a block of this arena (one
+   * reservation, defragmented by compaction). dev_blk: the resident block. */
+  zo_arena_t *arena;
+  zo_arena_block_t *dev_blk;
 
   /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
   host_buf grad_host, stage_host, state_host[ST_KINDS];
@@ -234,6 +245,11 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
 zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master);
 
 /* ---------------------------------------------------------------- engine_fetch.c */
+
+/* Pin p->blk (no compaction moves it) and refresh p->weights; a no-op when pinned. */
+zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p);
+/* Let a compaction move p->blk once the work queued on @last_use (NULL: none) is done. */
+zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use);
 
 /* Drop a released tensor's device copy (parameter offload only). */
 void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p);

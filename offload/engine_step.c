@@ -66,8 +66,13 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
   p->grad_seq = e->n_grads;
   if (e->early_adam) /* on_grad_landed writes the new weights into it */
     ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
-  /* One rank: the reduce-scatter of the gradient is the copy of our shard. */
+  /* One rank: the reduce-scatter of the gradient is the copy of our shard,
+   * after the compute queued so far (which produced it). */
   const size_t gsz = zo_dtype_size(grad_dtype);
+  if (e->compute_stream) {
+    ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
+    ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
+  }
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n)
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));

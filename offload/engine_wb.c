@@ -177,8 +177,14 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
       !p->in_use) {
     eng_drop_device_copy(e, p); /* stale: the prefetcher brings the new weights back in trace order */
   } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
-    st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src, n * wsz, ZO_COPY_H2D);
+    /* A cached copy may have been moved by a compaction: pin it (fresh
+     * address) while the refresh is queued; it may move again after. */
+    const int was_pinned = !p->blk || p->blk_pinned;
+    if (!was_pinned) st = eng_blk_pin(e, p);
+    if (st == ZO_OK)
+      st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src, n * wsz, ZO_COPY_H2D);
     if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
+    if (st == ZO_OK && !was_pinned) st = eng_blk_unpin(e, p, e->copy_stream);
     if (w) w->h2d = 1;
     e->h2d_bytes += n * wsz;
   }

@@ -1,7 +1,8 @@
 /*
  * pinned.c - the pinned host pool: a jemalloc arena whose extent hooks mmap,
- * NUMA-bind (hwloc) and mlock memory, plus the engine's zo_host_* calls on a
- * process-wide pool. Not the process malloc, and no CUDA registration (yet).
+ * NUMA-bind (hwloc), mlock and, once a CUDA device exists, register memory
+ * with CUDA (cudaHostRegister, through gpu/cuda_host.h), plus the engine's
+ * zo_host_* calls on a process-wide pool. Not the process malloc.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include <jemalloc/jemalloc.h>
 
 #include "base_internal.h"
+#include "cuda_host.h"
 #include "pinned_internal.h"
 #include "zoffload/pinned.h"
 
@@ -41,6 +43,19 @@ typedef struct region {
   int direct;  /* a direct buffer (not jemalloc's): freed whole by zo_pinned_free() */
 } region;
 
+/*
+ * A committed (mapped read-write) range of a pinning pool, and whether it is
+ * registered with CUDA. The ranges are disjoint and cover exactly the pool's
+ * committed memory: one per mapping, split when jemalloc decommits part of
+ * it. CUDA registrations cannot be split, so decommitting part of a range
+ * unregisters it whole and registers what stays committed again.
+ */
+typedef struct crange {
+  uintptr_t base;
+  size_t len;
+  int registered;
+} crange;
+
 struct zo_pinned_pool {
   extent_hooks_t hooks; /* first: the hooks get &hooks and cast back to the pool */
   unsigned arena;
@@ -49,10 +64,14 @@ struct zo_pinned_pool {
   size_t page;
   hwloc_topology_t topo; /* only with numa_node >= 0 */
   hwloc_nodeset_t nodeset;
-  pthread_mutex_t mu; /* guards regs/n_regs/cap_regs */
+  pthread_mutex_t mu; /* guards regs/n_regs/cap_regs and crs/n_crs/cap_crs */
   region *regs;       /* mmap'ed, not malloc'ed: hooks run inside jemalloc */
   size_t n_regs, cap_regs;
+  crange *crs;        /* committed ranges, only when opts.pin (mmap'ed too) */
+  size_t n_crs, cap_crs;
+  struct zo_pinned_pool *prev_pool, *next_pool; /* g_pools, under g_pools_mu */
   atomic_size_t bytes_reserved, bytes_mapped, bytes_pinned, bytes_allocated, n_allocs, n_pin_failures, n_unpinned_live;
+  atomic_size_t bytes_registered, n_register_failures;
 };
 
 /* ------------------------------------------------------------ regions */
@@ -73,6 +92,98 @@ static int regions_add(zo_pinned_pool_t *p, region r) {
   p->regs[p->n_regs++] = r;
   return 0;
 }
+
+/* ------------------------------------------------ CUDA registration */
+/*
+ * Why cudaHostRegister and not cudaHostAlloc: the extent hooks own the
+ * mapping (placement on a NUMA node, mlock, decommit of free extents by
+ * remapping), so the memory must come from our mmap; registration pins what
+ * we mapped. TODO(gpu): measure register-on-commit against a cudaHostAlloc'ed
+ * slab carved by the arena (registration cost per extent, DMA bandwidth,
+ * decommit churn with decay_ms 0) on a machine with a GPU.
+ *
+ * Every range is unregistered BEFORE its pages are dropped or unmapped, and
+ * registered only after they are mapped: CUDA must never hold a registration
+ * over pages the kernel no longer backs the way it pinned them.
+ */
+
+static pthread_mutex_t g_pools_mu = PTHREAD_MUTEX_INITIALIZER;
+static zo_pinned_pool_t *g_pools; /* live pools, walked when CUDA becomes active */
+
+static void cr_register(zo_pinned_pool_t *p, crange *c) {
+  if (c->registered || !zo_cuda_host_active()) return;
+  if (zo_cuda_host_register((void *)c->base, c->len) == ZO_OK) {
+    c->registered = 1;
+    atomic_fetch_add(&p->bytes_registered, c->len);
+    return;
+  }
+  atomic_fetch_add(&p->n_register_failures, 1);
+  zo_warn_once("pinned host pool: cannot register %zu bytes with CUDA (%s); that memory stays pageable for the GPU "
+               "(mlock only): host<->device copies from it are staged by the driver, slower, and may block",
+               c->len, zo_last_error());
+}
+
+/* Track [base, base+len), just committed, and register it when CUDA is active. Caller holds mu. */
+static void cr_add(zo_pinned_pool_t *p, uintptr_t base, size_t len) {
+  if (!p->opts.pin || len == 0) return;
+  if (p->n_crs == p->cap_crs) {
+    size_t ncap = p->cap_crs ? p->cap_crs * 2 : 256;
+    void *n;
+    if (p->crs)
+      n = mremap(p->crs, p->cap_crs * sizeof(crange), ncap * sizeof(crange), MREMAP_MAYMOVE);
+    else
+      n = mmap(NULL, ncap * sizeof(crange), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (n == MAP_FAILED) {
+      zo_warn_once("pinned host pool: cannot grow the table of committed ranges; %zu bytes will not be registered "
+                   "with CUDA",
+                   len);
+      return;
+    }
+    p->crs = n;
+    p->cap_crs = ncap;
+  }
+  crange *c = &p->crs[p->n_crs++];
+  *c = (crange){base, len, 0};
+  cr_register(p, c);
+}
+
+/*
+ * [base, base+len) is about to be decommitted or unmapped: unregister every
+ * range overlapping it, and keep (register again) the parts outside it.
+ * Caller holds mu.
+ */
+static void cr_remove(zo_pinned_pool_t *p, uintptr_t base, size_t len) {
+  const uintptr_t a = base, b = base + len;
+  for (size_t i = 0; i < p->n_crs;) {
+    crange c = p->crs[i];
+    if (c.base >= b || c.base + c.len <= a) {
+      i++;
+      continue;
+    }
+    if (c.registered) {
+      if (zo_cuda_host_unregister((void *)c.base) != ZO_OK)
+        zo_warn_once("pinned host pool: %s; the pages stay locked by the driver", zo_last_error());
+      atomic_fetch_sub(&p->bytes_registered, c.len);
+    }
+    p->crs[i] = p->crs[--p->n_crs]; /* i now holds the former last range: look at it next */
+    /* Pieces appended at the end lie outside [a, b): the loop passes over them. */
+    if (c.base < a) cr_add(p, c.base, a - c.base);
+    if (c.base + c.len > b) cr_add(p, b, c.base + c.len - b);
+  }
+}
+
+/* The activation hook: register what every live pool committed before a CUDA device existed. */
+static void cr_on_cuda_active(void) {
+  pthread_mutex_lock(&g_pools_mu);
+  for (zo_pinned_pool_t *p = g_pools; p; p = p->next_pool) {
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < p->n_crs; i++) cr_register(p, &p->crs[i]);
+    pthread_mutex_unlock(&p->mu);
+  }
+  pthread_mutex_unlock(&g_pools_mu);
+}
+
+static void cr_install_hook(void) { zo_cuda_host_set_activate_hook(cr_on_cuda_active); }
 
 /* Index of the region holding @addr, or -1. Caller holds mu. */
 static long regions_find(const zo_pinned_pool_t *p, uintptr_t addr) {
@@ -149,6 +260,7 @@ static void *map_region(zo_pinned_pool_t *p, size_t size, size_t align, int dire
   region r = {a, size, size, pinned, direct};
   pthread_mutex_lock(&p->mu);
   int rc = regions_add(p, r);
+  if (rc == 0) cr_add(p, a, size);
   pthread_mutex_unlock(&p->mu);
   if (rc != 0) {
     if (pinned) munlock(addr, size);
@@ -196,6 +308,8 @@ static void unmap_range(zo_pinned_pool_t *p, void *addr, size_t size, int commit
   p->regs[i].live -= size < r.live ? size : r.live;
   int whole = p->regs[i].live == 0;
   if (whole) p->regs[i] = p->regs[--p->n_regs];
+  if (whole) cr_remove(p, r.base, r.len);
+  else cr_remove(p, (uintptr_t)addr, size);
   pthread_mutex_unlock(&p->mu);
   if (whole) {
     if (committed && r.pinned) munlock(addr, size);
@@ -252,6 +366,9 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t offse
     return true;
   }
   account(p, length, pinned, +1);
+  pthread_mutex_lock(&p->mu);
+  cr_add(p, (uintptr_t)a, length);
+  pthread_mutex_unlock(&p->mu);
   return false;
 }
 
@@ -263,8 +380,14 @@ static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off
   uint8_t *a = (uint8_t *)addr + offset;
   int pinned = region_pinned(p, addr);
   if (pinned < 0) return true;
+  pthread_mutex_lock(&p->mu);
+  cr_remove(p, (uintptr_t)a, length);
+  pthread_mutex_unlock(&p->mu);
   if (drop_pages(a, length, pinned)) {
     if (pinned && mlock(a, length) != 0) account(p, length, 1, -1), account(p, length, 0, +1);
+    pthread_mutex_lock(&p->mu); /* the pages stayed: committed (and registered) again */
+    cr_add(p, (uintptr_t)a, length);
+    pthread_mutex_unlock(&p->mu);
     return true;
   }
   account(p, length, pinned, -1);
@@ -320,6 +443,16 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
   p->page = (size_t)sysconf(_SC_PAGESIZE);
   pthread_mutex_init(&p->mu, NULL);
   zo_status st = ZO_OK;
+  if (opts->pin) {
+    /* On the list before the first extent is mapped, so a CUDA activation from now on finds it. */
+    static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+    pthread_once(&hook_once, cr_install_hook);
+    pthread_mutex_lock(&g_pools_mu);
+    p->next_pool = g_pools;
+    if (g_pools) g_pools->prev_pool = p;
+    g_pools = p;
+    pthread_mutex_unlock(&g_pools_mu);
+  }
 
   if (opts->numa_node >= 0) {
     if (hwloc_topology_init(&p->topo) != 0) {
@@ -378,6 +511,13 @@ fail:
 
 void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
   if (!p) return;
+  if (p->opts.pin) { /* off the list first: an activation cannot register what is going away */
+    pthread_mutex_lock(&g_pools_mu);
+    if (p->prev_pool) p->prev_pool->next_pool = p->next_pool;
+    else if (g_pools == p) g_pools = p->next_pool;
+    if (p->next_pool) p->next_pool->prev_pool = p->prev_pool;
+    pthread_mutex_unlock(&g_pools_mu);
+  }
   if (p->have_arena) {
     char key[64];
     snprintf(key, sizeof key, "arena.%u.destroy", p->arena);
@@ -386,12 +526,16 @@ void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
     if (rc) goto out; /* jemalloc may still use them */
   }
   /* Direct buffers never freed, and anything jemalloc did not hand back. */
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < p->n_regs; i++) cr_remove(p, p->regs[i].base, p->regs[i].len);
+  pthread_mutex_unlock(&p->mu);
   for (size_t i = 0; i < p->n_regs; i++) {
     region *r = &p->regs[i];
     if (r->pinned) munlock((void *)r->base, r->len);
     munmap((void *)r->base, r->len);
   }
   if (p->regs) munmap(p->regs, p->cap_regs * sizeof(region));
+  if (p->crs) munmap(p->crs, p->cap_crs * sizeof(crange));
 out:
   if (p->nodeset) hwloc_bitmap_free(p->nodeset);
   if (p->topo) hwloc_topology_destroy(p->topo);
@@ -459,6 +603,19 @@ void zo_pinned_free(zo_pinned_pool_t *p, void *ptr) {
   atomic_fetch_sub(&p->n_allocs, 1);
 }
 
+int zo_pinned_is_registered(zo_pinned_pool_t *p, const void *ptr) {
+  if (!p || !ptr) return 0;
+  int reg = 0;
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < p->n_crs; i++)
+    if ((uintptr_t)ptr >= p->crs[i].base && (uintptr_t)ptr < p->crs[i].base + p->crs[i].len) {
+      reg = p->crs[i].registered;
+      break;
+    }
+  pthread_mutex_unlock(&p->mu);
+  return reg;
+}
+
 int zo_pinned_is_pinned(zo_pinned_pool_t *p, const void *ptr) {
   if (!p || !ptr) return 0;
   pthread_mutex_lock(&p->mu);
@@ -495,6 +652,8 @@ zo_status zo_pinned_stats(zo_pinned_pool_t *p, zo_pinned_stats_t *s) {
   s->n_pin_failures = atomic_load(&p->n_pin_failures);
   s->pinned = p->opts.pin && atomic_load(&p->n_unpinned_live) == 0;
   s->numa_node = p->opts.numa_node;
+  s->bytes_registered = atomic_load(&p->bytes_registered);
+  s->n_register_failures = atomic_load(&p->n_register_failures);
   return ZO_OK;
 }
 

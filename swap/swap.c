@@ -28,6 +28,7 @@
 #include <liburing.h>
 
 #include "base_internal.h"
+#include "nvtx.h"
 #include "swap_internal.h"
 #include "zoffload/swap.h"
 
@@ -1355,8 +1356,8 @@ zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbyte
 
 /* ---- transfers ---------------------------------------------------------------------------- */
 
-static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
-                        int urgent, zo_swap_req_t **out) {
+static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
+                            int urgent, zo_swap_req_t **out) {
   const char *op = is_write ? "write" : "read";
   if (out) *out = NULL;
   if (!sw || !f || !buf || !out)
@@ -1401,6 +1402,22 @@ static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void 
   return ZO_OK;
 }
 
+/* The file's name without its directory, for NVTX range names. */
+static inline const char *nvtx_file_name(const zo_swap_file_t *f) {
+  if (!f) return "?";
+  const char *slash = strrchr(f->path, '/');
+  return slash ? slash + 1 : f->path;
+}
+
+/* NVTX range "swap read NAME" / "swap write NAME" around the submit (the wait has its own). */
+static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
+                        int urgent, zo_swap_req_t **out) {
+  ZO_NVTX_PUSHF("swap %s %s", is_write ? "write" : "read", nvtx_file_name(f));
+  zo_status st = submit_req(sw, f, offset, buf, nbytes, is_write, urgent, out);
+  ZO_NVTX_POP();
+  return st;
+}
+
 zo_status zo_swap_submit_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
                               zo_swap_req_t **req) {
   return submit(sw, f, offset, buf, nbytes, 0, 0, req);
@@ -1437,7 +1454,7 @@ zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
   return ZO_OK;
 }
 
-zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
+static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
   if (!sw || !req) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: %s is NULL", !sw ? "sw" : "req");
   if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: request belongs to another swap");
   if (sw->bg) {
@@ -1474,6 +1491,14 @@ zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
   if (!req->err && !req->is_write) st = crc_verify(req->f, req->off, req->buf, req->nbytes);
   req->f->n_reqs--;
   free(req);
+  return st;
+}
+
+/* NVTX range "swap read wait NAME" / "swap write wait NAME": the time the caller blocks, CRC check included. */
+zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
+  ZO_NVTX_PUSHF("swap %s wait %s", req && req->is_write ? "write" : "read", nvtx_file_name(req ? req->f : NULL));
+  zo_status st = wait_req(sw, req);
+  ZO_NVTX_POP();
   return st;
 }
 

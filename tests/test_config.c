@@ -172,6 +172,7 @@ static void test_defaults_and_values(void) {
   CHECK_EQ(c.zero.offload_param.buffer_count, 5);
   CHECK_EQ(c.aio.overlap_events, 1);
   CHECK_EQ(c.zoffload.device_memory_limit, 0);
+  CHECK_EQ(c.zoffload.device_arena_bytes, 0);
 
   /* Adam honours adam_w_mode; type is case-insensitive like DeepSpeed's. */
   CHECK_EQ(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
@@ -195,6 +196,9 @@ static void test_defaults_and_values(void) {
     snprintf(js, sizeof js, "{\"train_batch_size\": 1, \"zoffload\": {\"device_memory_limit\": %s}}", sz[i].v);
     CHECK_EQ(parse(js, &c), ZO_OK);
     CHECK_EQ(c.zoffload.device_memory_limit, sz[i].want);
+    snprintf(js, sizeof js, "{\"train_batch_size\": 1, \"zoffload\": {\"device_arena_bytes\": %s}}", sz[i].v);
+    CHECK_EQ(parse(js, &c), ZO_OK);
+    CHECK_EQ(c.zoffload.device_arena_bytes, sz[i].want);
   }
 }
 
@@ -443,6 +447,24 @@ static void test_legacy(void) {
   CHECK_EQ(c.zoffload.swap_sqpoll, 1);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"swap_checksum\": 1}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.swap_checksum");
+
+  /* zoffload.device: "auto" by default; "cuda" and "host" by name; anything else names the path and the choices. */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.device_kind, ZO_DEVICE_AUTO);
+  char desc[8192];
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK_HAS(desc, "zoffload.device = auto\n");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"cuda\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.device_kind, ZO_DEVICE_CUDA);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"host\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.device_kind, ZO_DEVICE_HOST);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"auto\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.device_kind, ZO_DEVICE_AUTO);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"gpu\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.device: expected \"auto\", \"cuda\" or \"host\", got \"gpu\"");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"CUDA\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": 1}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.device: expected \"auto\", \"cuda\" or \"host\", got 1");
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */

@@ -8,8 +8,28 @@ for key in '"zoffload"' '"cpu"' '"simd_best"' '"avx512f"' '"numa_nodes"' '"physi
            '"io_uring"' '"READ_FIXED"' '"sqpoll"' '"o_direct"' '"memlock"' '"soft_bytes"' '"jemalloc"' '"build_type"'; do
   grep -q "$key" <<<"$out" || fail "key $key missing from --json output"
 done
+# GPU section: a "gpus" array always; without a device, "gpu_error" says why (exit status still 0).
+grep -q '"gpus": \[' <<<"$out" || fail '"gpus" array missing from --json output'
+if grep -q '"gpus": \[\]' <<<"$out"; then
+  grep -q '"gpu_error": "no CUDA device (' <<<"$out" || fail 'no GPU listed but no "gpu_error": "no CUDA device (...)"'
+  "$rep" | grep -q "no CUDA device (" || fail "text output does not say 'no CUDA device (...)'"
+else
+  for key in '"compute_capability"' '"memory_bytes"' '"pcie"' '"numa_node"' '"bf16_dense_tflops"' '"host_register"' \
+             '"driver_version"' '"runtime_version"'; do
+    grep -q "$key" <<<"$out" || fail "GPU listed but key $key missing from --json output"
+  done
+fi
 if command -v python3 >/dev/null; then
   python3 -c 'import json,sys; json.load(sys.stdin)' <<<"$out" || fail "--json output is not valid JSON"
+  python3 -c '
+import json, sys
+g = json.load(sys.stdin)["gpu"]
+assert isinstance(g["gpus"], list), "gpu.gpus is not an array"
+assert g["gpus"] or g["gpu_error"].startswith("no CUDA device ("), "no gpus and no gpu_error"
+for d in g["gpus"]:
+    for k in ("name", "memory_bytes", "compute_capability", "pcie", "numa_node", "bf16_dense_tflops", "host_register"):
+        assert k in d or "error" in d, "gpus[%d] lacks %s" % (d.get("index", -1), k)
+' <<<"$out" || fail "GPU section of --json is not as documented"
 fi
 "$rep" --path "$dir" | grep -q "io_uring:" || fail "text output lacks the io_uring section"
 "$rep" --help | grep -q -- "--path" || fail "--help does not list --path"

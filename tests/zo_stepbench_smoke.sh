@@ -16,7 +16,7 @@ fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
 for flag in --params --layers --nvme-path --steps --compute-ms-per-layer --offload-param --offload-optimizer \
-  --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --help; do
+  --device --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 
@@ -29,6 +29,8 @@ grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the 
 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --offload-param gpu >/dev/null 2>"$dir/err" &&
   fail "--offload-param gpu accepted"
 "$bin" --layers 2 --nvme-path "$dir" --steps 1 >/dev/null 2>&1 && fail "missing --params accepted"
+"$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --device gpu >/dev/null 2>"$dir/err" && fail "--device gpu accepted"
+grep -q -- "--device" "$dir/err" || fail "--device gpu: no message naming --device: $(cat "$dir/err")"
 
 # 3. A tiny run: 2M parameters in 4 layers, everything on NVMe, 3 steps.
 json="$dir/sb.json"
@@ -51,10 +53,27 @@ done
 for key in config per_step targets exposed baseline definitions params_per_s link_gbps fetch_wait_s; do
   grep -q "\"$key\": " "$json" || fail "JSON lacks \"$key\""
 done
+# The link limit measured in the same run (host device: the emulated link) and the ratios against it.
+for key in device device_name link_h2d_gbps link_d2h_gbps link_ratio link_h2d_ratio link_d2h_ratio link_bytes_from \
+  link_limit; do
+  grep -q "^  \"$key\": " "$json" || fail "JSON lacks top-level \"$key\""
+done
+grep -q '^  "device": "host"' "$json" || fail "device is not \"host\""
+grep -q '^    "device": "host"' "$json" || fail "config.device is not \"host\""
+for key in chunk_bytes h2d_gbps d2h_gbps duplex_gbps duplex_h2d_gbps duplex_d2h_gbps; do
+  v=$(sed -n '/^  "link_limit": {/,/^  }/p' "$json" | sed -n "s/^    \"$key\": \\([^,]*\\),*\$/\\1/p")
+  awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "link_limit.$key is '$v', want a positive number"
+done
+sed -n '/^  "link_limit": {/,/^  }/p' "$json" | grep -q '"ok": true' || fail "link_limit not measured: $(grep -A14 '"link_limit"' "$json")"
+c=$(sed -n '/^  "link_limit": {/,/^  }/p' "$json" | sed -n 's/^    "chunk_bytes": \([0-9]*\),*$/\1/p')
+[ "$c" = "1000000" ] || fail "link_limit.chunk_bytes is '$c', want 1000000 (one layer of 500000 bf16)"
+grep -Eq '^link limit \(.*H2D [0-9.]+ GB/s, D2H [0-9.]+ GB/s, full duplex [0-9.]+ GB/s' <<<"$out" || fail "no link limit line printed"
+grep -Eq '^  link vs limit: [0-9.]+ of full duplex' <<<"$out" || fail "no link vs limit line printed"
 p=$(sed -n 's/^  "params": \([0-9]*\),*$/\1/p' "$json")
 [ "$p" = "2000000" ] || fail "params is '$p', want 2000000"
 # Top-level rates and times are positive numbers (baseline measured: the run used nvme).
-for key in step_s disk_gbps baseline_disk_gbps overlap_efficiency params_per_s link_gbps; do
+for key in step_s disk_gbps baseline_disk_gbps overlap_efficiency params_per_s link_gbps link_ratio link_h2d_ratio \
+  link_d2h_ratio; do
   v=$(sed -n "s/^  \"$key\": \\([^,]*\\),*\$/\\1/p" "$json")
   awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "\"$key\" is '$v', want a positive number"
 done
@@ -70,7 +89,17 @@ rc=$?
 grep -q '^  "baseline_disk_gbps": null' "$dir/cpu.json" || fail "cpu run: baseline_disk_gbps is not null"
 grep -Eq '^  n/a +disk' <<<"$out2" || fail "cpu run: disk target not n/a"
 
-# 5. Nothing left behind: no private swap directory, no baseline file.
+# 5. --device cuda: 77 with "no CUDA device" on a machine without a GPU (this one, usually); a full run with one.
+out3=$("$bin" --params 100000 --layers 2 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 --offload-param cpu \
+  --offload-optimizer cpu --fp32 --device cuda --device-limit 256M --json "$dir/cuda.json" 2>&1)
+rc=$?
+case $rc in
+  77) grep -q "no CUDA device" <<<"$out3" || fail "--device cuda exited 77 without saying \"no CUDA device\": $out3" ;;
+  0) grep -q '^  "device": "cuda"' "$dir/cuda.json" || fail "--device cuda run: JSON device is not \"cuda\"" ;;
+  *) echo "$out3"; fail "--device cuda exited $rc, want 77 (no GPU) or 0" ;;
+esac
+
+# 6. Nothing left behind: no private swap directory, no baseline file.
 left=$(find "$dir" -maxdepth 1 \( -name 'zoffload-*' -o -name 'zo-stepbench-baseline*' \) | head -1)
 [ -z "$left" ] || fail "left behind: $left"
 

@@ -14,7 +14,7 @@ fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
 
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
-for flag in --path --size --bytes --max-seconds --block-sizes --queue-depths --ops --reps --json --plot --quick --no-fio --fio-variants --help; do
+for flag in --path --size --bytes --max-seconds --block-sizes --queue-depths --ops --reps --json --plot --quick --no-fio --fio-variants --device --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 
@@ -24,6 +24,8 @@ grep -q "size" "$dir/err" || fail "--size banana: no message naming --size: $(ca
 "$bin" --path "$dir" --block-sizes 1000 >/dev/null 2>&1 && fail "--block-sizes 1000 (not a multiple of 4K) accepted"
 "$bin" --path "$dir/does-not-exist" --quick --no-fio >/dev/null 2>"$dir/err" && fail "missing --path directory accepted"
 grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the error: $(cat "$dir/err")"
+"$bin" --path "$dir" --quick --no-fio --device gpu >/dev/null 2>"$dir/err" && fail "--device gpu accepted"
+grep -q -- "--device" "$dir/err" || fail "--device gpu: no message naming --device: $(cat "$dir/err")"
 
 # 3. The quick sweep.
 out=$("$bin" --path "$dir" --quick --json "$dir/sb.json") 
@@ -63,6 +65,36 @@ n_g=$(grep -c '"gbps":' "$json")
 # The best entries are zoffload's and carry a block size and a queue depth from the sweep.
 best_bs=$(sed -n '/"best": {/,$p' "$json" | sed -n 's/^ *"block_size": \([0-9]*\),*$/\1/p' | head -1)
 case "$best_bs" in 131072 | 1048576) ;; *) fail "best block_size '$best_bs' is not one of the --quick sizes" ;; esac
+
+# The link limit and the NVMe -> pinned -> device read pass (host device here: copies at memcpy speed).
+for key in '"device": {' '"kind": "host"' '"link_limit": {' '"nvme_to_device": {' '"ran": true'; do
+  grep -q "$key" "$json" || fail "JSON lacks $key"
+done
+for key in h2d_gbps d2h_gbps duplex_gbps duplex_h2d_gbps duplex_d2h_gbps; do
+  v=$(sed -n '/^  "link_limit": {/,/^  }/p' "$json" | sed -n "s/^    \"$key\": \\([^,]*\\),*\$/\\1/p")
+  awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "link_limit.$key is '$v', want a positive number"
+done
+for key in achieved_gbps limit_gbps ratio disk_read_gbps h2d_limit_gbps chunk_bytes bytes; do
+  v=$(sed -n '/^  "nvme_to_device": {/,/^  }/p' "$json" | sed -n "s/^    \"$key\": \\([^,]*\\),*\$/\\1/p")
+  awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "nvme_to_device.$key is '$v', want a positive number"
+done
+# The pass moves the bytes of one measurement (the whole 16M file with --quick) in chunks of the link limit's size.
+c1=$(sed -n '/^  "link_limit": {/,/^  }/p' "$json" | sed -n 's/^    "chunk_bytes": \([0-9]*\),*$/\1/p')
+c2=$(sed -n '/^  "nvme_to_device": {/,/^  }/p' "$json" | sed -n 's/^    "chunk_bytes": \([0-9]*\),*$/\1/p')
+[ -n "$c1" ] && [ "$c1" = "$c2" ] || fail "link_limit.chunk_bytes '$c1' differs from nvme_to_device.chunk_bytes '$c2'"
+b=$(sed -n '/^  "nvme_to_device": {/,/^  }/p' "$json" | sed -n 's/^    "bytes": \([0-9]*\),*$/\1/p')
+[ "$b" = "16777216" ] || fail "nvme_to_device.bytes is '$b', want 16777216"
+grep -Eq '^  link limit \(.*H2D [0-9.]+ GB/s, D2H [0-9.]+ GB/s, full duplex' <<<"$out" || fail "no link limit line printed"
+grep -Eq '^  [0-9.]+ GB/s: [0-9]+ bytes in .* of min\(disk read' <<<"$out" || fail "no read pass line printed"
+
+# --device cuda: 77 with "no CUDA device" without a GPU (this machine, usually); 0 with one.
+out3=$("$bin" --path "$dir" --quick --no-fio --ops read --device cuda --json "$dir/cuda.json" 2>&1)
+rc=$?
+case $rc in
+  77) grep -q "no CUDA device" <<<"$out3" || fail "--device cuda exited 77 without saying \"no CUDA device\": $out3" ;;
+  0) grep -q '"kind": "cuda"' "$dir/cuda.json" || fail "--device cuda run: JSON device kind is not \"cuda\"" ;;
+  *) echo "$out3"; fail "--device cuda exited $rc, want 77 (no GPU) or 0" ;;
+esac
 
 # 4. The private directory is gone after the run.
 left=$(find "$dir" -maxdepth 1 -name 'zoffload-*' | head -1)

@@ -48,4 +48,11 @@ printf '{"train_batch_size": 8, "model": {"n_layer": "four"}}\n' >"$work/model.j
 expect "wrong type in model block" "model.n_layer" --config "$work/model.json"
 expect "bad --steps" "--steps" --config "$cfg" --steps -3
 expect "bad --offload-optimizer" "gpu" --config "$cfg" --offload-optimizer gpu
+# zo-train's model computes on the CPU: a CUDA device is refused by name (on any machine), auto falls back to host.
+printf '{"train_batch_size": 8, "zoffload": {"device": "cuda"}}\n' >"$work/cuda.json"
+expect "zoffload.device cuda" "CUDA compute for zo-train is not built yet" --config "$work/cuda.json"
+expect "--device cuda" "set zoffload.device to \"host\"" --config "$cfg" --device cuda
+printf '{"train_batch_size": 8, "zoffload": {"device": "gpu"}}\n' >"$work/badkind.json"
+expect "bad zoffload.device" 'zoffload.device: expected "auto", "cuda" or "host"' --config "$work/badkind.json"
+expect "bad --device" "--device: expected auto, cuda or host" --config "$cfg" --device gpu
 [ $failures -eq 0 ] && echo PASS || { echo "$failures case(s) failed"; exit 1; }

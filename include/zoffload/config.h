@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zoffload/device.h"
 #include "zoffload/status.h"
 
 #ifdef __cplusplus
@@ -110,7 +111,10 @@ typedef struct zo_config {
     int use_gds;              /* default 0; true warns: not supported */
   } aio;
   struct {
-    int64_t device_memory_limit; /* bytes for the host device backend; 0 = unlimited */
+    zo_device_kind device_kind;  /* "device": "auto" (default: CUDA when built with it and a GPU is
+                                    visible, else host), "cuda" or "host" */
+    int64_t device_memory_limit; /* bytes the device may hold for zoffload; 0 = unlimited (host) or the
+                                    whole GPU (cuda) */
     int adam_threads;            /* 0 = all physical cores */
     int optimizer_state_dtype;   /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
                                     DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
@@ -119,6 +123,9 @@ typedef struct zo_config {
     int delayed_param_update;    /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
                                     needs offload_optimizer cpu, no parameter offload; default 0 */
     double host_link_gbps;       /* host device backend: emulated host<->device link GB/s per direction; 0 = none */
+    int64_t device_arena_bytes;  /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
+                                    0 = auto: all available device memory on a host device, 90% of the GPU's
+                                    free memory on cuda (the rest: CUDA context, cuBLAS, activations) */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

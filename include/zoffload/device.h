@@ -2,8 +2,9 @@
  * zoffload/device.h - the device the engine caches parameters on: memory,
  * streams, events and asynchronous copies, with CUDA's ordering semantics.
  * Two backends sit behind it: `host` (an emulated device in host memory, for
- * machines with no GPU) and `cuda` (not built yet). This header is the whole
- * interface; it holds no kernels and no collectives (see zoffload/comm.h).
+ * machines with no GPU) and `cuda` (an NVIDIA GPU through the CUDA runtime,
+ * built when the toolkit is found at configure time). This header is the
+ * whole interface; it holds no kernels and no collectives (see zoffload/comm.h).
  *
  * Ordering model (both backends, as in CUDA):
  *  - Work queued on one stream runs in issue order, one op after another.
@@ -17,6 +18,23 @@
  *  - Memory visibility: once one of the calls above has reported an op
  *    complete, the calling host thread sees every byte that op wrote (and
  *    every byte written by ops ordered before it).
+ *
+ * Where the cuda backend differs (CUDA's own rules, not emulated away):
+ *  - Host functions (zo_launch_host_func) of different streams may run one
+ *    at a time on one CUDA thread: a host func must never wait for another
+ *    stream's host func, nor for the host thread that enqueues work.
+ *  - A copy between device memory and PAGEABLE host memory may block the
+ *    caller until earlier work on its stream has completed (the driver stages
+ *    it). Host memory from a zoffload pinned pool is registered with CUDA
+ *    (see zoffload/pinned.h, zo_pinned_is_registered()); copies to and from
+ *    registered memory do not block.
+ *  - zo_device_free() calls cudaFree, which may wait for the whole GPU.
+ *  - A failed asynchronous op surfaces as ZO_ERR_CUDA at the next
+ *    synchronize or query; errors such as an illegal address poison the
+ *    whole CUDA context, so every later CUDA call of the process fails too.
+ *  - Every call on a cuda device makes its GPU the calling thread's current
+ *    device (cudaSetDevice) when it is not already, as a one-GPU CUDA
+ *    library does; a thread that drives several GPUs sets its own again.
  */
 #ifndef ZOFFLOAD_DEVICE_H
 #define ZOFFLOAD_DEVICE_H
@@ -35,7 +53,9 @@ typedef struct zo_event zo_event_t;
 
 typedef enum zo_device_kind {
   ZO_DEVICE_HOST = 0, /* emulated device: "device memory" is host memory with a capacity */
-  ZO_DEVICE_CUDA = 1, /* an NVIDIA GPU through the CUDA runtime (not built yet) */
+  ZO_DEVICE_CUDA = 1, /* an NVIDIA GPU through the CUDA runtime */
+  ZO_DEVICE_AUTO = 2, /* for zo_device_create() only: CUDA when built with it and a GPU is
+                         visible, else host. zo_device_get_kind() never returns it. */
 } zo_device_kind;
 
 /* Direction of a copy; H = host memory (pageable or pinned), D = device memory. */
@@ -53,16 +73,31 @@ typedef enum zo_copy_kind {
 
 /*
  * zo_device_create() - open device @ordinal of backend @kind.
- * @kind:            ZO_DEVICE_HOST or ZO_DEVICE_CUDA.
+ * @kind:            ZO_DEVICE_HOST, ZO_DEVICE_CUDA, or ZO_DEVICE_AUTO (CUDA
+ *                   when built with CUDA and zo_device_cuda_count() > 0, else
+ *                   host; the choice never depends on @ordinal).
  * @ordinal:         >= 0. For the host backend any ordinal works and each call
- *                   makes an independent emulated device.
+ *                   makes an independent emulated device. For CUDA, the
+ *                   runtime's device number (after CUDA_VISIBLE_DEVICES); see
+ *                   zo_device_default_ordinal(). Several handles may open the
+ *                   same GPU; each keeps its own accounting.
  * @mem_limit_bytes: device memory capacity in bytes that zo_device_malloc()
- *                   enforces. Host: 0 = unlimited. CUDA: 0 = the whole GPU.
+ *                   enforces. Host: 0 = unlimited. CUDA: a cap on what this
+ *                   handle allocates; 0 = the GPU's total memory (memory
+ *                   other users of the GPU hold still makes cudaMalloc fail
+ *                   earlier, as ZO_ERR_OUT_OF_MEMORY).
  * @out:             receives the handle; set to NULL on failure.
+ * CUDA: the name reads "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", plus
+ * ", limit X" when @mem_limit_bytes is set; the GPU becomes the calling
+ * thread's current device, and zoffload pinned host pools of the process
+ * start registering their memory with CUDA (zoffload/pinned.h).
  * Synchronous. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @out,
- * @ordinal < 0, unknown @kind); ZO_ERR_UNSUPPORTED ("CUDA backend not built
- * yet" for ZO_DEVICE_CUDA); ZO_ERR_OUT_OF_MEMORY / ZO_ERR_SYSTEM when the
- * handle or its locks cannot be made.
+ * @ordinal < 0, unknown @kind, CUDA @ordinal >= the number of visible GPUs);
+ * ZO_ERR_UNSUPPORTED for ZO_DEVICE_CUDA: "CUDA backend not built" (configured
+ * without the toolkit), or "no CUDA device: <why>" (cudaGetDeviceCount found
+ * none or failed, e.g. no driver); ZO_ERR_CUDA when a CUDA call failed (the
+ * message names it and the device); ZO_ERR_OUT_OF_MEMORY / ZO_ERR_SYSTEM when
+ * the handle or its locks cannot be made.
  */
 ZO_API zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_bytes,
                                   zo_device_t **out);
@@ -75,8 +110,35 @@ ZO_API zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_l
  */
 ZO_API void zo_device_destroy(zo_device_t *dev);
 
-/* zo_device_get_kind() - the backend of @dev. @dev must not be NULL. Thread-safe. */
+/* zo_device_get_kind() - the backend of @dev (HOST or CUDA, never AUTO). @dev must not be NULL. Thread-safe. */
 ZO_API zo_device_kind zo_device_get_kind(const zo_device_t *dev);
+
+/* zo_device_kind_name() - "host", "cuda", "auto", or "?" for unknown values. Thread-safe. */
+ZO_API const char *zo_device_kind_name(zo_device_kind kind);
+
+/*
+ * zo_device_kind_parse() - the kind named @name: "host", "cuda" or "auto"
+ * (exact, lower case) into *@out. Thread-safe. Returns ZO_OK, or
+ * ZO_ERR_INVALID_ARG (NULL argument, or another name; *@out unchanged).
+ */
+ZO_API zo_status zo_device_kind_parse(const char *name, zo_device_kind *out);
+
+/*
+ * zo_device_cuda_count() - how many CUDA devices the runtime sees (after
+ * CUDA_VISIBLE_DEVICES): what ZO_DEVICE_AUTO decides on. 0 when built without
+ * CUDA, when there is no driver or no GPU. Creates no device and no CUDA
+ * context (cudaGetDeviceCount only). Thread-safe.
+ */
+ZO_API int zo_device_cuda_count(void);
+
+/*
+ * zo_device_default_ordinal() - the device ordinal this process should use:
+ * the environment variable LOCAL_RANK (set per process by torchrun,
+ * deepspeed and mpirun wrappers) when it is a decimal integer in [0, 65535],
+ * else 0 (a set but malformed LOCAL_RANK also warns once). It does not check
+ * the ordinal against the GPUs present: zo_device_create() does. Thread-safe.
+ */
+ZO_API int zo_device_default_ordinal(void);
 
 /*
  * zo_device_name() - human-readable description, e.g.
@@ -104,14 +166,17 @@ ZO_API int zo_device_host_addressable(const zo_device_t *dev);
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev or @dptr, @nbytes == 0);
  * ZO_ERR_OUT_OF_MEMORY when used + @nbytes would exceed the limit, with the
  * message "device memory: cannot allocate X bytes: Y in use of limit Z", or
- * when the backing allocation fails.
+ * when the backing allocation fails (CUDA: cudaMalloc out of memory; the
+ * message gives the GPU's free and total bytes); ZO_ERR_CUDA for other
+ * cudaMalloc failures.
  */
 ZO_API zo_status zo_device_malloc(zo_device_t *dev, size_t nbytes, void **dptr);
 
 /*
  * zo_device_free() - free a pointer returned by zo_device_malloc() on @dev.
- * NULL @dptr is a no-op. Like cudaFree it does not wait for streams: the
- * caller must ensure no queued work still uses the memory. (Best effort, host
+ * NULL @dptr is a no-op. It is not ordered with streams: the caller must
+ * ensure no queued work still uses the memory (CUDA: cudaFree, which may
+ * also wait for the whole GPU). (Best effort, host
  * backend: device ranges are checked again when a copy runs; a copy that
  * finds its memory freed is skipped and becomes the stream's sticky
  * ZO_ERR_INVALID_USAGE. A range already reused by a new malloc is not caught.)
@@ -133,8 +198,18 @@ ZO_API zo_status zo_device_mem_info(const zo_device_t *dev, size_t *used_bytes, 
                                     size_t *limit_bytes);
 
 /*
+ * zo_device_mem_available() - bytes a zo_device_malloc() could get now: the
+ * room left under the limit, and on CUDA no more than the GPU's free memory
+ * (cudaMemGetInfo; the CUDA context and other processes hold some). SIZE_MAX
+ * on an unlimited host device. A snapshot: concurrent allocations change it.
+ * Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL); ZO_ERR_CUDA.
+ */
+ZO_API zo_status zo_device_mem_available(zo_device_t *dev, size_t *bytes);
+
+/*
  * zo_device_synchronize() - wait until all work queued on every stream of
- * @dev before this call has completed. Thread-safe. Returns ZO_OK;
+ * @dev before this call has completed (CUDA: the streams of this handle, wrapped
+ * ones included, not the whole GPU). Thread-safe. Returns ZO_OK;
  * ZO_ERR_INVALID_ARG (NULL @dev); or the first sticky error found on one of
  * the streams (see zo_stream_synchronize()), after waiting for all of them.
  */
@@ -152,9 +227,38 @@ ZO_API zo_status zo_stream_create(zo_device_t *dev, zo_stream_t **out);
 /*
  * zo_stream_destroy() - wait for the work queued on @s, then destroy it.
  * NULL is a no-op. Events recorded on @s stay valid (and complete). Must not
- * race with other calls on @s.
+ * race with other calls on @s. A handle from zo_stream_wrap() only waits:
+ * the wrapped native stream is the caller's and stays alive.
  */
 ZO_API void zo_stream_destroy(zo_stream_t *s);
+
+/*
+ * zo_stream_wrap() - a stream handle on @dev for a native stream the caller
+ * owns (CUDA: a cudaStream_t, e.g. the training framework's compute stream),
+ * so zoffload copies, host funcs and events order with the caller's kernels.
+ * @native_stream: the cudaStream_t, passed as void *. NULL (0) is CUDA's
+ *                 legacy default stream; cudaStreamPerThread works too and
+ *                 means the per-thread stream of whichever thread makes each
+ *                 call; otherwise it must be a live stream of @dev's GPU
+ *                 (checked with cudaStreamGetDevice when the runtime has it).
+ * The handle behaves like one from zo_stream_create() (sticky errors,
+ * zo_device_synchronize() and zo_device_destroy() wait for it), except that
+ * zo_stream_destroy() / zo_device_destroy() synchronize the native stream
+ * and never destroy it. The native stream must outlive the handle. Several
+ * handles may wrap the same native stream. Thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev or @out, a stream of another
+ * GPU); ZO_ERR_CUDA (the stream handle is not valid); ZO_ERR_UNSUPPORTED on
+ * the host backend, which has no native streams; ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_stream_wrap(zo_device_t *dev, void *native_stream, zo_stream_t **out);
+
+/*
+ * zo_stream_native() - the native stream behind @s: the cudaStream_t (as
+ * void *) of a CUDA stream, created or wrapped; NULL on the host backend or
+ * for NULL @s (and for a wrapped legacy default stream, which is 0).
+ * Thread-safe. Enqueue work on it directly to order it with @s's ops.
+ */
+ZO_API void *zo_stream_native(zo_stream_t *s);
 
 /*
  * zo_memcpy_async() - copy @nbytes from @src to @dst in stream order.
@@ -166,7 +270,10 @@ ZO_API void zo_stream_destroy(zo_stream_t *s);
  * complete (host backend: pageable memory is NOT staged at enqueue).
  * Thread-safe (ops from several threads are ordered by arrival).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @s, NULL pointer with
- * @nbytes > 0, unknown @kind, a side not where @kind says, overlap).
+ * @nbytes > 0, unknown @kind, a side not where @kind says, overlap);
+ * ZO_ERR_CUDA when CUDA refused to enqueue it (also made @s's sticky error).
+ * CUDA: H2H copies run as a host func on the stream (CUDA would run them
+ * synchronously in the caller); pageable host memory: see the header comment.
  */
 ZO_API zo_status zo_memcpy_async(zo_stream_t *s, void *dst, const void *src, size_t nbytes,
                                  zo_copy_kind kind);
@@ -184,7 +291,10 @@ ZO_API zo_status zo_memset_async(zo_stream_t *s, void *dptr, int value, size_t n
  * like cudaLaunchHostFunc: it starts after all earlier work on @s completed,
  * and later work on @s starts after it returns. @fn must not call zoffload
  * device functions (it may block the stream, and a synchronize on its own
- * stream would deadlock). Returns when enqueued. Thread-safe.
+ * stream would deadlock), nor CUDA. Host backend: each stream has its own
+ * thread; cuda backend: CUDA's callback thread, which may serialize host
+ * funcs of all streams (see the header comment). Returns when enqueued.
+ * Thread-safe.
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @s or @fn).
  */
 ZO_API zo_status zo_launch_host_func(zo_stream_t *s, void (*fn)(void *arg), void *arg);
@@ -195,6 +305,10 @@ ZO_API zo_status zo_launch_host_func(zo_stream_t *s, void (*fn)(void *arg), void
  * or the stream's sticky error: the status of the first queued op that
  * failed (message names the op). The error stays: every later synchronize
  * of @s returns it again. Later ops still run, so waits never hang.
+ * CUDA: the sticky error is the first CUDA error an enqueue or a
+ * synchronize/query of @s met (ZO_ERR_CUDA, message naming the call, the
+ * device and cudaGetErrorString()); CUDA itself may stop running later work
+ * after such an error (see the header comment).
  */
 ZO_API zo_status zo_stream_synchronize(zo_stream_t *s);
 
@@ -231,14 +345,16 @@ ZO_API zo_status zo_event_record(zo_event_t *ev, zo_stream_t *s);
 /*
  * zo_event_query() - *@done = 1 when the captured work has completed (or the
  * event was never recorded), else 0. Does not block. Thread-safe.
- * Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG; CUDA: ZO_ERR_CUDA (with *@done = 1)
+ * when the captured work failed.
  */
 ZO_API zo_status zo_event_query(zo_event_t *ev, int *done);
 
 /*
  * zo_event_synchronize() - wait until the work captured by the latest record
  * (as of this call) has completed; returns at once when never recorded.
- * Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ * Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG; CUDA: ZO_ERR_CUDA when
+ * the captured work failed.
  */
 ZO_API zo_status zo_event_synchronize(zo_event_t *ev);
 
@@ -275,7 +391,12 @@ ZO_API zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev);
  * GB/s means 1e9 bytes per second.
  */
 
-/* Traffic over the emulated link since zo_device_create(), per direction. */
+/*
+ * Traffic over the emulated link since zo_device_create(), per direction.
+ * The cuda backend keeps the byte and copy counts too (counted when a copy is
+ * enqueued, zo_memcpy() included), with gbps and the busy/stall times 0: its
+ * link is real and not timed here.
+ */
 typedef struct zo_link_stats {
   double gbps;                      /* current setting; 0 = unlimited */
   unsigned long long h2d_bytes;     /* bytes of completed-or-running H2D copies (counted when started) */
@@ -299,7 +420,8 @@ ZO_API zo_status zo_device_set_link_gbps(zo_device_t *dev, double gbps);
  * zo_device_link_stats() - snapshot of @dev's link traffic into @out (zeroed
  * first). Counters are cumulative and never reset; take differences around
  * the interval of interest. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG
- * (NULL @dev or @out); ZO_ERR_UNSUPPORTED when the backend keeps no counters.
+ * (NULL @dev or @out); ZO_ERR_UNSUPPORTED when the backend keeps no counters
+ * (both backends keep them).
  */
 ZO_API zo_status zo_device_link_stats(const zo_device_t *dev, zo_link_stats *out);
 
@@ -309,8 +431,9 @@ ZO_API zo_status zo_device_link_stats(const zo_device_t *dev, zo_link_stats *out
  * zo_memcpy() - synchronous copy on no stream: returns when the bytes are at
  * @dst. Same pointer rules as zo_memcpy_async(). Unlike cudaMemcpy on the
  * legacy default stream it does NOT wait for other streams: synchronize
- * first when queued work touches the same memory. Thread-safe.
- * Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ * first when queued work touches the same memory (CUDA: it runs on a private
+ * non-blocking stream of the device). Thread-safe.
+ * Returns ZO_OK, ZO_ERR_INVALID_ARG, or ZO_ERR_CUDA.
  */
 ZO_API zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
                            zo_copy_kind kind);

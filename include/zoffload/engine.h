@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zoffload/arena.h"
 #include "zoffload/comm.h"
 #include "zoffload/config.h"
 #include "zoffload/device.h"
@@ -158,6 +159,22 @@ ZO_API zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **wei
 ZO_API zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p);
 
 /*
+ * zo_engine_set_compute_stream() - the stream on which the caller's compute
+ * (forward, backward) runs, e.g. zo_stream_wrap() of a framework's current
+ * cudaStream_t. Borrowed: it must outlive the engine. With it, the engine
+ * orders its own copy stream against compute with events instead of making
+ * the host wait: zo_engine_fetch() makes @s wait for the weights' copy and
+ * returns at once; zo_engine_grad_ready() copies the gradient after the work
+ * queued on @s so far; a released device copy is reused or moved only after
+ * the work queued on @s by then. NULL (the default) means compute is
+ * synchronous with the calling thread (the host backend, or a caller that
+ * synchronizes before each engine call). Call before zo_engine_finalize().
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @e); ZO_ERR_INVALID_USAGE (after
+ * finalize, with a different stream).
+ */
+ZO_API zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s);
+
+/*
  * zo_engine_set_trace() - with @enabled 0, fetches are neither recorded in
  * nor matched against the trace, and nothing is prefetched: for passes
  * outside the training step (evaluation, sampling) whose order would
@@ -272,6 +289,8 @@ typedef struct zo_engine_mem {
   size_t device_param_bytes; /* parameter offload: working copies held in device memory now */
   uint64_t nvme_read_bytes, nvme_write_bytes; /* cumulative swap traffic */
   uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
+  zo_arena_stats arena;     /* the device arena every engine allocation comes from (zoffload/arena.h): its
+                               capacity, live and free bytes, largest free block, fragmentation, compactions */
 } zo_engine_mem;
 
 /* zo_engine_mem_info() - fill @m. Returns ZO_OK or ZO_ERR_INVALID_ARG. */

@@ -1,7 +1,23 @@
 /*
  * zoffload/pinned.h - the pinned host pool: page-locked host memory for the
  * middle tier, from a dedicated jemalloc arena whose extent hooks map, place
- * (NUMA, hwloc) and lock (mlock) every extent. Not the process malloc.
+ * (NUMA, hwloc) and lock (mlock) every extent, and register it with CUDA once
+ * a CUDA device exists. Not the process malloc.
+ *
+ * CUDA registration (built with CUDA only; stubs otherwise). Once the process
+ * has created a zo_device_t of kind CUDA, every pool with opts.pin == 1
+ * registers its memory with cudaHostRegister(..., cudaHostRegisterPortable),
+ * so the GPU can DMA to and from it and zo_memcpy_async() on it never blocks:
+ *  - memory mapped before that device was created is registered when it is
+ *    created (each pinning pool is on a process-wide list);
+ *  - memory mapped later is registered when mapped (extent commit, direct
+ *    buffers), and unregistered before it is decommitted or unmapped;
+ *  - registration is independent of mlock: an extent that mlock refused is
+ *    still registered (the driver locks it); when registration fails, the
+ *    memory stays as it was (mlock only, pageable for the GPU), ONE warning
+ *    per process names the CUDA error, and the pool keeps working;
+ *  - pools with opts.pin == 0 are never registered.
+ * Registration (not cudaHostAlloc) because the extent hooks own the mapping.
  */
 #ifndef ZOFFLOAD_PINNED_H
 #define ZOFFLOAD_PINNED_H
@@ -45,6 +61,8 @@ typedef struct zo_pinned_stats {
   size_t n_pin_failures;  /* times mlock was refused (those extents stay pageable) */
   int pinned;             /* 1 when every mapped byte is pinned; 0 after a fallback or when opts.pin == 0 */
   int numa_node;          /* the node extents are bound to, -1 for none */
+  size_t bytes_registered;    /* the part of bytes_mapped registered with CUDA (0 until a CUDA device exists) */
+  size_t n_register_failures; /* times cudaHostRegister was refused (that memory stays mlock-only) */
 } zo_pinned_stats_t;
 
 /*
@@ -56,8 +74,8 @@ typedef struct zo_pinned_stats {
  * and how to raise it (ulimit -l, memlock in /etc/security/limits.conf,
  * LimitMEMLOCK= for systemd units); the pool keeps working. When binding to
  * @opts->numa_node is refused by the kernel, one warning says so and
- * memory goes where first touch puts it. Pinning is mlock only: CUDA page
- * registration (cudaHostRegister) comes with the CUDA backend.
+ * memory goes where first touch puts it. CUDA registration: see the header
+ * comment.
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @out, numa_node < -1 or not a node
  * of this machine, pin not 0/1, decay_ms < -1); ZO_ERR_OUT_OF_MEMORY;
  * ZO_ERR_SYSTEM (jemalloc refused to create the arena, or hwloc failed).
@@ -104,6 +122,14 @@ ZO_API void zo_pinned_free(zo_pinned_pool_t *pool, void *ptr);
  * mlock'ed extent, 0 when pageable or not from @pool. Thread-safe.
  */
 ZO_API int zo_pinned_is_pinned(zo_pinned_pool_t *pool, const void *ptr);
+
+/*
+ * zo_pinned_is_registered() - 1 when the buffer @ptr of @pool lies in memory
+ * registered with CUDA (see the header comment), so copies between it and a
+ * CUDA device are DMA and never block; 0 otherwise (no CUDA device yet,
+ * registration failed, opts.pin == 0, not from @pool). Thread-safe.
+ */
+ZO_API int zo_pinned_is_registered(zo_pinned_pool_t *pool, const void *ptr);
 
 /*
  * zo_pinned_pool_trim() - decommit (unlock, drop the pages of) every free

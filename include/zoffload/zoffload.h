@@ -20,6 +20,7 @@
 #include "zoffload/adam.h"
 #include "zoffload/swap.h"
 #include "zoffload/device.h"
+#include "zoffload/arena.h"
 #include "zoffload/comm.h"
 #include "zoffload/engine.h"
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -135,9 +136,192 @@ static json_t *report_topology(void) {
 }
 
 /* ------------------------------------------------------- GPU, NCCL, MPI */
-static json_t *report_gpu(void) {
 #if ZO_HAVE_CUDA
+/*
+ * Dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets, keyed by compute
+ * capability and a word of the device name (matched as a whole word: "L4" is not "L40S"). First match
+ * wins, so specific names come before general ones. Unlisted devices report "unknown".
+ */
+static const struct {
+  int major, minor;
+  const char *name;
+  double tflops;
+} k_bf16_peak[] = {
+    {9, 0, "H100 PCIe", 756}, {9, 0, "H100 NVL", 835}, {9, 0, "H200 NVL", 835}, {9, 0, "GH200", 989},
+    {9, 0, "H100", 989},      {9, 0, "H200", 989},     {10, 0, "B200", 2250},  {8, 0, "A100", 312},
+    {8, 0, "A30", 165},       {8, 9, "L40S", 362},     {8, 9, "L40", 181},     {8, 9, "L4", 121},
+    {8, 9, "RTX 4090", 165},  {8, 6, "A40", 150},      {8, 6, "A10", 125},     {8, 6, "RTX 3090", 71},
+};
+
+static int is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* 1 when @word occurs in @name with no letter or digit right before or after it. */
+static int name_has_word(const char *name, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(name, word); p; p = strstr(p + 1, word))
+    if ((p == name || !is_alnum(p[-1])) && !is_alnum(p[n])) return 1;
+  return 0;
+}
+
+static json_t *bf16_peak_json(int major, int minor, const char *name) {
+  if (major < 8) return json_string("none (no bf16 tensor cores before sm_80)");
+  for (size_t i = 0; i < sizeof k_bf16_peak / sizeof k_bf16_peak[0]; i++)
+    if (k_bf16_peak[i].major == major && k_bf16_peak[i].minor == minor && name_has_word(name, k_bf16_peak[i].name))
+      return json_real(k_bf16_peak[i].tflops);
+  return json_string("unknown");
+}
+
+/* First line of a sysfs attribute of PCI device @bus ("0000:3b:00.0") into @out; 0 ok, -1 absent. */
+static int pci_sysfs(const char *bus, const char *attr, char *out, size_t n) {
+  char path[256];
+  snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/%s", bus, attr);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char *ok = fgets(out, (int)n, f);
+  fclose(f);
+  if (!ok) return -1;
+  out[strcspn(out, "\n")] = 0;
+  return 0;
+}
+
+/* PCIe generation from a link speed in GT/s (2.5, 5, 8, 16, 32, 64); 0 when not one of them. */
+static int pcie_gen(double gts) {
+  static const double speeds[] = {2.5, 5, 8, 16, 32, 64};
+  for (int g = 0; g < 6; g++)
+    if (gts > speeds[g] * 0.95 && gts < speeds[g] * 1.05) return g + 1;
+  return 0;
+}
+
+/* Usable GB/s per direction of @width lanes at @gts GT/s, after line encoding (8b/10b up to gen 2,
+ * 128b/130b for gens 3-5, gen 6 FLIT mode 242/256). Protocol overhead (TLP headers) not counted. */
+static double pcie_gbps(double gts, int width) {
+  int g = pcie_gen(gts);
+  double eff = g <= 2 ? 0.8 : g <= 5 ? 128.0 / 130.0 : 242.0 / 256.0;
+  return gts / 8.0 * eff * width;
+}
+
+/* Current and maximum link of PCI device @bus from sysfs, plus hwloc's linkspeed when it knows the device. */
+static json_t *pcie_json(const char *bus, hwloc_obj_t obj) {
   json_t *o = json_object();
+  static const char *const attrs[2][2] = {{"current_link_speed", "current_link_width"},
+                                           {"max_link_speed", "max_link_width"}};
+  static const char *const keys[2][3] = {{"generation", "width", "gbps"}, {"max_generation", "max_width", "max_gbps"}};
+  for (int m = 0; m < 2; m++) {
+    char sp[64], wd[64];
+    if (pci_sysfs(bus, attrs[m][0], sp, sizeof sp) || pci_sysfs(bus, attrs[m][1], wd, sizeof wd)) {
+      json_object_set_new(o, keys[m][0], json_string("unknown (no sysfs link attributes)"));
+      continue;
+    }
+    double gts = atof(sp); /* "16.0 GT/s PCIe" */
+    int width = atoi(wd);
+    int gen = pcie_gen(gts);
+    json_object_set_new(o, keys[m][0], gen ? json_integer(gen) : json_string(sp));
+    json_object_set_new(o, keys[m][1], json_integer(width));
+    json_object_set_new(o, keys[m][2], gen && width > 0 ? json_real(pcie_gbps(gts, width)) : json_null());
+  }
+  if (obj && obj->attr && obj->attr->pcidev.linkspeed > 0)
+    json_object_set_new(o, "hwloc_gbps", json_real(obj->attr->pcidev.linkspeed));
+  else
+    json_object_set_new(o, "hwloc_gbps", json_null());
+  json_object_set_new(o, "note", json_string("GB/s per direction after encoding; an idle GPU may train its link "
+                                             "down (current vs max)"));
+  return o;
+}
+
+/* The NUMA node(s) nearest PCI object @obj: the nodeset of its first non-I/O ancestor. */
+static json_t *numa_json(hwloc_topology_t topo, hwloc_obj_t obj) {
+  if (!topo) return json_string("unknown (hwloc could not load the topology)");
+  if (!obj) return json_string("unknown (device not in the hwloc topology)");
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, obj);
+  if (!anc || !anc->nodeset || hwloc_bitmap_iszero(anc->nodeset)) return json_string("unknown");
+  if (hwloc_bitmap_weight(anc->nodeset) == 1) return json_integer(hwloc_bitmap_first(anc->nodeset));
+  char list[128];
+  hwloc_bitmap_list_snprintf(list, sizeof list, anc->nodeset); /* a package-level parent: several nodes */
+  return json_string(list);
+}
+
+/* cudaHostRegister of a 2 MiB anonymous mapping on device @dev, then unregister: "ok" or the CUDA error. */
+static json_t *host_register_json(int dev) {
+  const size_t n = 2u << 20;
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    char msg[256];
+    snprintf(msg, sizeof msg, "not tested: cudaSetDevice: %s", cudaGetErrorString(e));
+    return json_string(msg);
+  }
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "not tested: mmap of 2 MiB: %s", strerror(errno));
+    return json_string(msg);
+  }
+  memset(p, 0, n);
+  json_t *r;
+  e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+  if (e == cudaSuccess) {
+    e = cudaHostUnregister(p);
+    r = e == cudaSuccess ? json_string("ok") : NULL;
+    if (!r) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "registered, but cudaHostUnregister: %s", cudaGetErrorString(e));
+      r = json_string(msg);
+    }
+  } else {
+    char msg[256];
+    snprintf(msg, sizeof msg, "cudaHostRegister of 2 MiB: %s", cudaGetErrorString(e));
+    r = json_string(msg);
+  }
+  cudaGetLastError(); /* clear the sticky last error of a failed call */
+  munmap(p, n);
+  return r;
+}
+
+static json_t *gpu_json(int i, hwloc_topology_t topo) {
+  json_t *j = json_object();
+  json_object_set_new(j, "index", json_integer(i));
+  struct cudaDeviceProp p;
+  cudaError_t e = cudaGetDeviceProperties(&p, i);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    char msg[256];
+    snprintf(msg, sizeof msg, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+    json_object_set_new(j, "error", json_string(msg));
+    return j;
+  }
+  char cc[16];
+  snprintf(cc, sizeof cc, "%d.%d", p.major, p.minor);
+  json_object_set_new(j, "name", json_string(p.name));
+  json_object_set_new(j, "memory_bytes", json_integer((json_int_t)p.totalGlobalMem));
+  json_object_set_new(j, "compute_capability", json_string(cc));
+  json_object_set_new(j, "multiprocessors", json_integer(p.multiProcessorCount));
+  char bus[64];
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, i) != cudaSuccess) {
+    cudaGetLastError();
+    snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+  }
+  for (char *c = bus; *c; c++)
+    if (*c >= 'A' && *c <= 'F') *c = (char)(*c - 'A' + 'a'); /* sysfs spells hex in lower case */
+  json_object_set_new(j, "pci_bus_id", json_string(bus));
+  unsigned dom = 0, b = 0, d = 0, f = 0;
+  hwloc_obj_t obj = NULL;
+  if (topo && sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f) == 4) obj = hwloc_get_pcidev_by_busid(topo, dom, b, d, f);
+  json_object_set_new(j, "pcie", pcie_json(bus, obj));
+  json_object_set_new(j, "numa_node", numa_json(topo, obj));
+  json_object_set_new(j, "bf16_dense_tflops", bf16_peak_json(p.major, p.minor, p.name));
+  json_object_set_new(j, "host_register", host_register_json(i));
+  return j;
+}
+#endif
+
+/*
+ * "gpu": driver and runtime versions, "gpus" (one object per CUDA device, possibly empty) and, when
+ * there is none, "gpu_error" saying why. Creates a CUDA context per device (the registration test).
+ */
+static json_t *report_gpu(void) {
+  json_t *o = json_object();
+  json_t *gpus = json_array();
+#if ZO_HAVE_CUDA
   int drv = 0, rt = 0, n = 0;
   cudaDriverGetVersion(&drv);
   cudaRuntimeGetVersion(&rt);
@@ -147,36 +331,39 @@ static json_t *report_gpu(void) {
   snprintf(v, sizeof v, "%d.%d", rt / 1000, rt % 1000 / 10);
   json_object_set_new(o, "runtime_version", json_string(v));
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "none (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
-    json_object_set_new(o, "devices", json_string(msg));
+  if (e != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    char msg[300];
+    snprintf(msg, sizeof msg, "no CUDA device (cudaGetDeviceCount: %s)",
+             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    json_object_set_new(o, "count", json_integer(0));
+    json_object_set_new(o, "gpus", gpus);
+    json_object_set_new(o, "gpu_error", json_string(msg));
     return o;
   }
-  json_t *devs = json_array();
-  for (int i = 0; i < n; i++) {
-    struct cudaDeviceProp p;
-    json_t *j = json_object();
-    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
-      json_object_set_new(j, "error", json_string("cudaGetDeviceProperties failed"));
-    } else {
-      char cc[16];
-      snprintf(cc, sizeof cc, "%d.%d", p.major, p.minor);
-      json_object_set_new(j, "name", json_string(p.name));
-      json_object_set_new(j, "memory_bytes", json_integer((json_int_t)p.totalGlobalMem));
-      json_object_set_new(j, "compute_capability", json_string(cc));
-      json_object_set_new(j, "multiprocessors", json_integer(p.multiProcessorCount));
-      char bus[32];
-      snprintf(bus, sizeof bus, "%04x:%02x:%02x", p.pciDomainID, p.pciBusID, p.pciDeviceID);
-      json_object_set_new(j, "pci_bus_id", json_string(bus));
+  json_object_set_new(o, "count", json_integer(n));
+  /* I/O objects (PCI devices, GPUs among them) are filtered out of a default hwloc topology. */
+  hwloc_topology_t topo = NULL;
+  if (hwloc_topology_init(&topo) == 0) {
+    if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
+        hwloc_topology_load(topo) != 0) {
+      hwloc_topology_destroy(topo);
+      topo = NULL;
     }
-    json_array_append_new(devs, j);
+  } else {
+    topo = NULL;
   }
-  json_object_set_new(o, "devices", devs);
-  return o;
+  for (int i = 0; i < n; i++) json_array_append_new(gpus, gpu_json(i, topo));
+  if (topo) hwloc_topology_destroy(topo);
+  json_object_set_new(o, "gpus", gpus);
 #else
-  return json_string("none (built without CUDA)");
+  json_object_set_new(o, "driver_version", json_string("unknown (built without CUDA)"));
+  json_object_set_new(o, "runtime_version", json_string("none (built without CUDA)"));
+  json_object_set_new(o, "count", json_integer(0));
+  json_object_set_new(o, "gpus", gpus);
+  json_object_set_new(o, "gpu_error", json_string("no CUDA device (zoffload built without CUDA)"));
 #endif
+  return o;
 }
 
 static json_t *report_nccl(void) {

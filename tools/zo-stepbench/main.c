@@ -26,6 +26,8 @@
 #include "zoffload/engine.h"
 #include "zoffload/status.h"
 
+#include "linkbench.h"
+
 /* ------------------------------------------------------------ options */
 
 typedef struct opts {
@@ -46,6 +48,8 @@ typedef struct opts {
   int adam_threads;
   int warmup;               /* steps left out of the summary */
   int no_baseline;
+  zo_device_kind device;    /* ZO_DEVICE_HOST (emulated link) or ZO_DEVICE_CUDA */
+  int link_set;             /* --link-gbps given */
   const char *json;
 } opts;
 
@@ -99,9 +103,10 @@ static int parse_tier(const char *s, zo_offload_device *out) {
 static void usage(FILE *f) {
   fprintf(f,
     "usage: zo-stepbench --params N --layers L --nvme-path DIR --steps K [options]\n"
-    "Runs K training steps of a synthetic model through the zoffload engine on the host device\n"
-    "backend with an emulated host-device link, and measures the step pipeline against the\n"
-    "disk's O_DIRECT throughput measured on DIR in the same run.\n"
+    "Runs K training steps of a synthetic model through the zoffload engine, on the host device\n"
+    "backend with an emulated host-device link or on a CUDA GPU with real copies, and measures the\n"
+    "step pipeline against the disk's O_DIRECT throughput measured on DIR and the host-device link's\n"
+    "limit, both measured in the same run.\n"
     "\n"
     "  --params N                 total parameters, suffixes K M G (decimal), e.g. 1e9 or 250M (required)\n"
     "  --layers L                 layers; each is one tensor of N/L elements (last one takes the rest) (required)\n"
@@ -110,8 +115,12 @@ static void usage(FILE *f) {
     "  --compute-ms-per-layer X   CPU-spin \"compute\" per layer per pass, forward and backward (default 10)\n"
     "  --offload-param T          none|cpu|nvme: where working weights live (default none; cpu/nvme use ZeRO stage 3)\n"
     "  --offload-optimizer T      none|cpu|nvme: where fp32 master weights and Adam state live (default nvme)\n"
-    "  --device-limit BYTES       emulated device memory, suffixes K M G (binary) (default 0 = unlimited)\n"
-    "  --link-gbps G              emulated host-device link GB/s (1e9 B/s) per direction (default 12; 0 = unlimited)\n"
+    "  --device D                 host|cuda: the emulated device, or the CUDA GPU of LOCAL_RANK (default 0); cuda\n"
+    "                             exits 77 with \"no CUDA device\" when there is none (default host)\n"
+    "  --device-limit BYTES       device memory for the run, suffixes K M G (binary) (default 0 = unlimited; cuda:\n"
+    "                             the GPU's total memory)\n"
+    "  --link-gbps G              emulated host-device link GB/s (1e9 B/s) per direction, host device only\n"
+    "                             (default 12; 0 = unlimited)\n"
     "  --sub-group-size S         zero_optimization.sub_group_size in elements (default: DeepSpeed's 1e9)\n"
     "  --buffer-count B           offload_optimizer.buffer_count (default: 4)\n"
     "  --param-buffer-count B     offload_param.buffer_count (default: 5)\n"
@@ -143,8 +152,16 @@ static void usage(FILE *f) {
     "                     swap state: written once untimed, then read and written back, timed; run\n"
     "                     before the steps and after them, the better of the two is the baseline\n"
     "  params_per_s       params / opt_window_s\n"
-    "  link_gbps          (H2D + D2H bytes over the emulated link) / step_s\n"
-    "  transfer_s         max(H2D lane busy, D2H lane busy, step nvme bytes / baseline_disk_gbps)\n"
+    "  link_gbps          (H2D + D2H bytes over the link) / step_s; link_h2d_gbps, link_d2h_gbps per direction\n"
+    "                     (bytes from zo_device_link_stats, or the engine's h2d/d2h counters where the\n"
+    "                     device keeps none)\n"
+    "  link limit         before the engine starts: zo_memcpy_async loops of one layer's bytes between pinned\n"
+    "                     host and device memory, H2D alone, D2H alone, both at once on two streams, best\n"
+    "                     of 3 (host device: the emulated link, or memcpy when unlimited)\n"
+    "  link_ratio         link_gbps / full-duplex limit; link_h2d_ratio, link_d2h_ratio: each direction over\n"
+    "                     its limit alone (1.0 = the step is bound by the link)\n"
+    "  transfer_s         max(H2D lane time, D2H lane time, step nvme bytes / baseline_disk_gbps); a lane's\n"
+    "                     time is its busy time on the emulated link, else its bytes / its measured limit\n"
     "  adam_s             zo_step_info.adam_s (CPU Adam time)\n"
     "  overlap_efficiency max(compute_s, transfer_s, adam_s) / step_s: 1.0 = everything but the\n"
     "                     longest stage hidden. (The issue writes the ratio as step time over the max;\n"
@@ -159,8 +176,9 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->link_gbps = 12;
   o->bf16 = 1;
   o->warmup = -1;
+  o->device = ZO_DEVICE_HOST;
   enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
-         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP };
+         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE };
   static const struct option lo[] = {
       {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
       {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -168,7 +186,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"sub-group-size", 1, 0, O_SGS}, {"buffer-count", 1, 0, O_BC}, {"param-buffer-count", 1, 0, O_PBC},
       {"block-size", 1, 0, O_BS}, {"queue-depth", 1, 0, O_QD}, {"adam-threads", 1, 0, O_AT},
       {"warmup", 1, 0, O_WARM}, {"bf16", 0, 0, O_BF16}, {"fp32", 0, 0, O_FP32}, {"no-baseline", 0, 0, O_NOBASE},
-      {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
   long l;
@@ -199,6 +217,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       case O_LINK:
         o->link_gbps = strtod(optarg, &end);
         if (*end || !(o->link_gbps >= 0) || o->link_gbps > 1e6) goto bad;
+        o->link_set = 1;
+        break;
+      case O_DEVICE:
+        if (zo_device_kind_parse(optarg, &o->device) != ZO_OK || o->device == ZO_DEVICE_AUTO) goto bad;
         break;
       case O_SGS:
         if (parse_count(optarg, 0, &u) || u == 0 || u > INT64_MAX) goto bad;
@@ -511,12 +533,38 @@ int main(int argc, char **argv) {
 
   printf("zo-stepbench: %" PRIu64 " params in %d layers (%zu elements each, largest %zu), %s, compute %.3g ms/layer/pass\n",
          N, L, per, largest, zo_dtype_name(wdt), o.compute_ms);
-  printf("  offload_param %s, offload_optimizer %s, stage %d, device limit %" PRIu64 " B, link %.3g GB/s, "
+  char link_desc[64];
+  if (o.device == ZO_DEVICE_HOST) snprintf(link_desc, sizeof link_desc, "emulated link %.3g GB/s", o.link_gbps);
+  else snprintf(link_desc, sizeof link_desc, "real link");
+  printf("  device %s (%s), offload_param %s, offload_optimizer %s, stage %d, device limit %" PRIu64 " B, "
          "sub_group_size %lld, buffer_count %d, aio block %lld B qd %lld\n",
-         zo_offload_device_name(o.oparam), zo_offload_device_name(o.oopt), cfg.zero.stage, o.device_limit,
-         o.link_gbps, (long long)cfg.zero.sub_group_size, cfg.zero.offload_optimizer.buffer_count,
+         zo_device_kind_name(o.device), link_desc, zo_offload_device_name(o.oparam), zo_offload_device_name(o.oopt),
+         cfg.zero.stage, o.device_limit, (long long)cfg.zero.sub_group_size, cfg.zero.offload_optimizer.buffer_count,
          (long long)cfg.aio.block_size, (long long)cfg.aio.queue_depth);
   fflush(stdout);
+
+  /* The device first: --device cuda on a machine without a GPU ends here (77), before any disk work. */
+  zo_status dst = zo_device_create(o.device, o.device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0,
+                                   (size_t)o.device_limit, &dev);
+  if (dst == ZO_ERR_UNSUPPORTED && o.device == ZO_DEVICE_CUDA) {
+    fprintf(stderr, "zo-stepbench: --device cuda: no CUDA device (%s)\n", zo_last_error());
+    rc = 77;
+    goto fail;
+  }
+  ZCHECK(dst);
+  printf("  device: %s\n", zo_device_name(dev));
+  if (o.device == ZO_DEVICE_HOST) ZCHECK(zo_device_set_link_gbps(dev, o.link_gbps));
+  else if (o.link_set) fprintf(stderr, "zo-stepbench: --link-gbps is ignored with --device %s: the link is real\n",
+                               zo_device_kind_name(o.device));
+
+  /* The link's limit, on the quiet device before the engine allocates: copies of one layer's bytes. */
+  linkbench lim;
+  if (linkbench_measure(dev, per * wsz, 3, &lim) != 0)
+    fprintf(stderr, "zo-stepbench: link limit not measured (%s); link ratios not reported\n", lim.note);
+  linkbench_print(stdout, "", &lim);
+  /* Link bytes per step: the device's counters, or the engine's where the backend keeps none. */
+  zo_link_stats lprobe;
+  const int dev_link_stats = zo_device_link_stats(dev, &lprobe) == ZO_OK;
 
   /* Disk baseline, first run: before the engine touches the disk (quiet device), on the estimated
    * swap size; the second run follows the steps on the exact size. The better of the two is the
@@ -538,8 +586,6 @@ int main(int argc, char **argv) {
              base_runs[0].write_gbps, base_runs[0].gbps);
   }
 
-  ZCHECK(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)o.device_limit, &dev));
-  ZCHECK(zo_device_set_link_gbps(dev, o.link_gbps));
   ZCHECK(zo_engine_create(&cfg, dev, NULL, &eng));
   if (zo_engine_grad_dtype(eng) != wdt) DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)), zo_dtype_name(wdt));
 
@@ -552,6 +598,7 @@ int main(int argc, char **argv) {
     numel[l] = l == L - 1 ? largest : per;
     ZCHECK(zo_engine_register_param(eng, name, numel[l], &P[l]));
   }
+  ZCHECK(zo_device_malloc(dev, largest * wsz, &dgrad)); /* before finalize: its device arena takes what is left */
   double t_fin = now_s();
   ZCHECK(zo_engine_finalize(eng));
   t_fin = now_s() - t_fin;
@@ -573,7 +620,6 @@ int main(int argc, char **argv) {
   t_load = now_s() - t_load;
   free(init);
   init = NULL;
-  ZCHECK(zo_device_malloc(dev, largest * wsz, &dgrad));
   ZCHECK(zo_memcpy(dev, dgrad, hgrad, largest * wsz, ZO_COPY_H2D));
   free(hgrad);
   hgrad = NULL;
@@ -590,8 +636,10 @@ int main(int argc, char **argv) {
     step_rec *r = &rec[k];
     zo_engine_mem ma, mb, mc;
     zo_link_stats la, lb;
+    memset(&la, 0, sizeof la);
+    memset(&lb, 0, sizeof lb);
     ZCHECK(zo_engine_mem_info(eng, &ma));
-    ZCHECK(zo_device_link_stats(dev, &la));
+    if (dev_link_stats) ZCHECK(zo_device_link_stats(dev, &la));
     double t0 = now_s(), t;
     for (int l = 0; l < L; l++) { /* forward */
       const void *w = NULL;
@@ -626,7 +674,14 @@ int main(int argc, char **argv) {
     r->step_s = t1 - t0;
     r->opt_window_s = t1 - t_opt0;
     ZCHECK(zo_engine_mem_info(eng, &mc));
-    ZCHECK(zo_device_link_stats(dev, &lb));
+    if (dev_link_stats) {
+      ZCHECK(zo_device_link_stats(dev, &lb));
+    } else { /* no busy or stall times: the engine only counts bytes */
+      la.h2d_bytes = ma.h2d_bytes;
+      la.d2h_bytes = ma.d2h_bytes;
+      lb.h2d_bytes = mc.h2d_bytes;
+      lb.d2h_bytes = mc.d2h_bytes;
+    }
     r->nvme_bytes = nvme_total(&mc) - nvme_total(&ma);
     r->opt_nvme_bytes = nvme_total(&mc) - nvme_total(&mb);
     r->h2d_bytes = lb.h2d_bytes - la.h2d_bytes;
@@ -671,7 +726,10 @@ int main(int argc, char **argv) {
   for (int k = 0; k < o.steps; k++) {
     step_rec *r = &rec[k];
     double disk_s = base.ok && base.gbps > 0 ? (double)r->nvme_bytes / (base.gbps * 1e9) : 0;
-    r->transfer_s = fmax(fmax(r->h2d_busy_s, r->d2h_busy_s), disk_s);
+    /* A lane's time: its busy time on the emulated link, else its bytes at the limit measured in this run. */
+    double h2d_s = r->h2d_busy_s > 0 ? r->h2d_busy_s : lim.ok ? (double)r->h2d_bytes / (lim.h2d_gbps * 1e9) : 0;
+    double d2h_s = r->d2h_busy_s > 0 ? r->d2h_busy_s : lim.ok ? (double)r->d2h_bytes / (lim.d2h_gbps * 1e9) : 0;
+    r->transfer_s = fmax(fmax(h2d_s, d2h_s), disk_s);
     double bound = fmax(fmax(r->compute_s, r->transfer_s), r->info.adam_s);
     r->overlap_efficiency = r->step_s > 0 ? bound / r->step_s : 0;
     if (k < o.warmup) continue;
@@ -721,8 +779,24 @@ int main(int argc, char **argv) {
          s.params_per_s, opt_bytes_per_param, s.disk_gbps);
   if (base.ok) printf(" = %.3f of baseline %.3f GB/s\n", disk_ratio, base.gbps);
   else printf(" (no baseline)\n");
-  printf("  link: %.3f GB/s achieved (H2D %.3g B, D2H %.3g B per step; lanes busy %.4f / %.4f s; setting %.3g GB/s)\n",
-         s.link_gbps, (double)s.h2d_bytes / n, (double)s.d2h_bytes / n, s.h2d_busy_s, s.d2h_busy_s, o.link_gbps);
+  const double link_h2d_gbps = (double)s.h2d_bytes / (s.step_s * n) / 1e9;
+  const double link_d2h_gbps = (double)s.d2h_bytes / (s.step_s * n) / 1e9;
+  const double link_ratio = lim.ok ? s.link_gbps / lim.duplex_gbps : NAN;
+  const double link_h2d_ratio = lim.ok ? link_h2d_gbps / lim.h2d_gbps : NAN;
+  const double link_d2h_ratio = lim.ok ? link_d2h_gbps / lim.d2h_gbps : NAN;
+  if (o.device == ZO_DEVICE_HOST)
+    printf("  link: %.3f GB/s achieved (H2D %.3g B, D2H %.3g B per step; lanes busy %.4f / %.4f s; setting %.3g GB/s)\n",
+           s.link_gbps, (double)s.h2d_bytes / n, (double)s.d2h_bytes / n, s.h2d_busy_s, s.d2h_busy_s, o.link_gbps);
+  else
+    printf("  link: %.3f GB/s achieved (H2D %.3g B, D2H %.3g B per step; bytes from the %s counters)\n", s.link_gbps,
+           (double)s.h2d_bytes / n, (double)s.d2h_bytes / n, dev_link_stats ? "device's" : "engine's");
+  if (lim.ok)
+    printf("  link vs limit: %.3f of full duplex %.3f GB/s; H2D %.3f GB/s = %.3f of %.3f; "
+           "D2H %.3f GB/s = %.3f of %.3f\n",
+           link_ratio, lim.duplex_gbps, link_h2d_gbps, link_h2d_ratio, lim.h2d_gbps, link_d2h_gbps, link_d2h_ratio,
+           lim.d2h_gbps);
+  else
+    printf("  link vs limit: n/a (limit not measured: %s)\n", lim.note);
 
   /* Targets of issue 5 that this run can judge. */
   json_t *targets = json_array();
@@ -776,7 +850,8 @@ int main(int argc, char **argv) {
     json_object_set_new(c, "offload_optimizer", json_string(zo_offload_device_name(o.oopt)));
     json_object_set_new(c, "stage", json_integer(cfg.zero.stage));
     json_object_set_new(c, "device_limit", json_integer((json_int_t)o.device_limit));
-    json_object_set_new(c, "link_gbps", json_real(o.link_gbps));
+    json_object_set_new(c, "device", json_string(zo_device_kind_name(o.device)));
+    json_object_set_new(c, "link_gbps", o.device == ZO_DEVICE_HOST ? json_real(o.link_gbps) : json_null());
     json_object_set_new(c, "sub_group_size", json_integer(cfg.zero.sub_group_size));
     json_object_set_new(c, "buffer_count", json_integer(cfg.zero.offload_optimizer.buffer_count));
     json_object_set_new(c, "param_buffer_count", json_integer(cfg.zero.offload_param.buffer_count));
@@ -798,6 +873,15 @@ int main(int argc, char **argv) {
     json_object_set_new(root, "step_over_bound", json_real(1.0 / s.overlap_efficiency));
     json_object_set_new(root, "params_per_s", json_real(s.params_per_s));
     json_object_set_new(root, "link_gbps", json_real(s.link_gbps));
+    json_object_set_new(root, "link_h2d_gbps", json_real(link_h2d_gbps));
+    json_object_set_new(root, "link_d2h_gbps", json_real(link_d2h_gbps));
+    json_object_set_new(root, "link_ratio", lim.ok ? json_real(link_ratio) : json_null());
+    json_object_set_new(root, "link_h2d_ratio", lim.ok ? json_real(link_h2d_ratio) : json_null());
+    json_object_set_new(root, "link_d2h_ratio", lim.ok ? json_real(link_d2h_ratio) : json_null());
+    json_object_set_new(root, "device", json_string(zo_device_kind_name(o.device)));
+    json_object_set_new(root, "device_name", json_string(zo_device_name(dev)));
+    json_object_set_new(root, "link_bytes_from", json_string(dev_link_stats ? "device" : "engine"));
+    json_object_set_new(root, "link_limit", linkbench_json(&lim));
     json_object_set_new(root, "opt_window_s", json_real(s.opt_window_s));
     json_object_set_new(root, "opt_nvme_bytes_per_param", json_real(opt_bytes_per_param));
     json_t *ex = json_object();
@@ -848,8 +932,10 @@ int main(int argc, char **argv) {
     json_object_set_new(d, "step_s", json_string("wall time of forward + backward + zo_engine_step, mean over steps after warmup"));
     json_object_set_new(d, "disk_gbps", json_string("swap bytes read+written from the first zo_engine_grad_ready of a step to the return of zo_engine_step, over that window (1e9 B/s)"));
     json_object_set_new(d, "baseline_disk_gbps", json_string("2 x bytes / (read pass + write pass time) of an io_uring O_DIRECT loop, same block size and queue depth, file the size of the swap state (written once untimed first), same path, same run; the better of a run before the steps and one after"));
-    json_object_set_new(d, "overlap_efficiency", json_string("max(compute_s, transfer_s, adam_s) / step_s; transfer_s = max(H2D lane busy, D2H lane busy, step swap bytes / baseline_disk_gbps); step_over_bound is its inverse (the issue's step / max)"));
-    json_object_set_new(d, "link_gbps", json_string("(H2D + D2H bytes over the emulated link) / step_s"));
+    json_object_set_new(d, "overlap_efficiency", json_string("max(compute_s, transfer_s, adam_s) / step_s; transfer_s = max(H2D lane time, D2H lane time, step swap bytes / baseline_disk_gbps), a lane's time being its busy time on the emulated link, else its bytes / its link_limit; step_over_bound is its inverse (the issue's step / max)"));
+    json_object_set_new(d, "link_gbps", json_string("(H2D + D2H bytes over the link) / step_s; link_h2d_gbps and link_d2h_gbps per direction; bytes from zo_device_link_stats, or the engine's counters (link_bytes_from)"));
+    json_object_set_new(d, "link_limit", json_string("before the engine starts, best of 3: zo_memcpy_async loops of chunk_bytes (one layer in the working dtype) between pinned host and device memory, H2D alone, D2H alone, and both at once on two streams (duplex_gbps = both directions' bytes / time until both finished); host device: the emulated link, or memcpy when unlimited"));
+    json_object_set_new(d, "link_ratio", json_string("link_gbps / link_limit.duplex_gbps; link_h2d_ratio = link_h2d_gbps / link_limit.h2d_gbps, link_d2h_ratio likewise (1.0: the step is bound by the link)"));
     json_object_set_new(d, "params_per_s", json_string("params / optimizer window"));
     json_object_set_new(root, "definitions", d);
     if (json_dump_file(root, o.json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) DIE("cannot write JSON to '%s'", o.json);

@@ -24,9 +24,12 @@
 
 #include <jansson.h>
 
+#include "zoffload/device.h"
 #include "zoffload/pinned.h"
 #include "zoffload/status.h"
 #include "zoffload/swap.h"
+
+#include "linkbench.h"
 
 /* Ring options the swap API may offer; 0 means the header does not have them yet and the
  * sweep reports "n/a" for that axis. */
@@ -43,6 +46,7 @@
 #define SB_MAX_LIST 32
 #define SB_REQ_BYTES (64 * MiB)  /* zoffload: a measurement is submitted as requests of this size */
 #define SB_BUF_BYTES (256 * MiB) /* zoffload: host buffer, reused cyclically across requests */
+#define SB_PASS_CHUNK (16 * MiB) /* read pass: bytes per swap read and H2D copy at most (8+ chunks in flight) */
 /* SQPOLL variants: the kernel poller spins this long after the last submission before it sleeps.
  * The library default (1 s) would leave it burning a core through the next engine's measurement
  * (on a 2-core machine that halves everyone's throughput); 20 ms never expires within a transfer. */
@@ -90,11 +94,33 @@ typedef struct opts {
   int fio_variants; /* also run fio with --fixedbufs --registerfiles / --sqthread_poll */
   uint64_t bytes;   /* bytes per measurement at most (from offset 0 of the file) */
   double max_sec;   /* seconds per measurement at most (0: no limit) */
+  zo_device_kind device; /* the device of the NVMe -> pinned -> device read pass: HOST or CUDA */
 } opts;
+
+/* The NVMe -> pinned -> device read pass (after the sweep, on the first variant's handle and file). */
+typedef struct dev_pass {
+  int ran;                /* 1: attempted (ok says whether it worked); 0: skipped, note says why */
+  int ok;
+  uint64_t block_size;    /* the best zoffload read setting of the sweep */
+  unsigned queue_depth;
+  size_t chunk_bytes;     /* bytes per swap read and per H2D copy */
+  unsigned slots;         /* pinned chunks in flight */
+  uint64_t bytes;         /* moved */
+  double seconds, gbps;   /* first submit to last copy complete; bytes / seconds (1e9 B/s) */
+  double disk_read_gbps;  /* best read of the sweep, any engine */
+  const char *disk_engine;
+  double h2d_gbps;        /* H2D limit at chunk_bytes, this run (g_link) */
+  double limit_gbps;      /* min(disk_read_gbps, h2d_gbps) */
+  double ratio;           /* gbps / limit_gbps */
+  char note[256];
+} dev_pass;
 
 static result *g_res;
 static size_t g_nres, g_capres;
 static volatile sig_atomic_t g_stop;
+static zo_device_t *g_dev;  /* the device of the read pass */
+static linkbench g_link;    /* its link limit, measured at the pass's chunk size */
+static dev_pass g_pass;
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
@@ -648,6 +674,8 @@ static void zo_slot_describe(slot *sl, zo_bench *zb, variant v) {
   (void)v;
 }
 
+static int device_pass(zo_bench *zb, const opts *o, dev_pass *p);
+
 /*
  * One swap handle per ring variant (each its own rank, so they can be open together) with its own
  * preallocated file, written once untimed, kept for the whole sweep; zo_swap_set_queue() moves every
@@ -753,6 +781,13 @@ static int run_sweep(const opts *o, int use_fio) {
       }
     }
   }
+  if (!g_stop && nv > 0) {
+    progress("nvme -> pinned -> device read pass");
+    if (device_pass(&zb[0], o, &g_pass) != 0 && !g_stop) {
+      fprintf(stderr, "\nzo-swapbench: nvme -> pinned -> device read pass: %s\n", g_pass.note);
+      failures++;
+    }
+  }
   for (int vi = 0; vi < nv; vi++) zo_bench_close(&zb[vi]);
   progress_done();
   return failures;
@@ -778,6 +813,169 @@ static const result *best_of(int op, int engine) {
     if (r->op == op && r->engine == engine && r->ok && (!best || r->gbps > best->gbps)) best = r;
   }
   return best;
+}
+
+/* ---- NVMe -> pinned -> device ----------------------------------------------------------------------------- */
+
+/*
+ * The read path of a fetch from the NVMe tier: swap reads of chunk_bytes into a ring of pinned chunks of the
+ * bench buffer, each followed, as soon as it lands, by an H2D copy of that chunk to device memory (two
+ * device chunks, alternating); a pinned chunk is read into again once its copy has completed (an event per
+ * chunk). The handle runs at the best zoffload read setting of the sweep. The link limit is measured first,
+ * at the same chunk size, in g_link. Returns 0 (done, or skipped: p->ran 0), -1 when it failed (p->note).
+ */
+static int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
+  memset(p, 0, sizeof *p);
+  const result *best = o->do_op[OP_READ] ? best_of(OP_READ, ENG_ZO) : NULL;
+  if (!g_dev || !best) {
+    snprintf(p->note, sizeof p->note, "%s",
+             !g_dev                ? "no device"
+             : o->do_op[OP_READ] ? "no zoffload read measurement succeeded"
+                                 : "reads were not swept (--ops)");
+    return 0;
+  }
+  p->ran = 1;
+  for (int e = ENG_ZO; e <= ENG_FIO; e++) { /* the disk's read limit: the best read of any engine */
+    const result *r = best_of(OP_READ, e);
+    if (r && r->gbps > p->disk_read_gbps) {
+      p->disk_read_gbps = r->gbps;
+      p->disk_engine = eng_name[e];
+    }
+  }
+  p->block_size = best->block_size;
+  p->queue_depth = best->queue_depth;
+  size_t align = zo_swap_alignment(zb->sw);
+  size_t chunk = zb->buf_bytes / 8 < SB_PASS_CHUNK ? zb->buf_bytes / 8 : (size_t)SB_PASS_CHUNK;
+  chunk = chunk / align * align;
+  if (chunk < align) chunk = align;
+  unsigned slots = (unsigned)(zb->buf_bytes / chunk);
+  if (slots > 16) slots = 16;
+  p->chunk_bytes = chunk;
+  p->slots = slots;
+
+  if (linkbench_measure(g_dev, chunk, 3, &g_link) != 0) {
+    snprintf(p->note, sizeof p->note, "link limit: %.200s", g_link.note);
+    return -1;
+  }
+  p->h2d_gbps = g_link.h2d_gbps;
+
+  zo_stream_t *s = NULL;
+  zo_event_t *ev[16] = {0};
+  void *dbuf[2] = {NULL, NULL};
+  zo_swap_req_t *reqs[16] = {0};
+  size_t lens[16] = {0};
+  uint64_t nchunks = (o->bytes + chunk - 1) / chunk, head = 0, tail = 0, moved = 0;
+  const char *what = "set_queue";
+  zo_status st = zo_swap_set_queue(zb->sw, (size_t)best->block_size, best->queue_depth);
+  for (int i = 0; st == ZO_OK && i < 2; i++) {
+    what = "device buffer";
+    st = zo_device_malloc(g_dev, chunk, &dbuf[i]);
+  }
+  if (st == ZO_OK) {
+    what = "stream";
+    st = zo_stream_create(g_dev, &s);
+  }
+  for (unsigned i = 0; st == ZO_OK && i < slots; i++) {
+    what = "event";
+    st = zo_event_create(g_dev, &ev[i]);
+  }
+  double t0 = now_s(), deadline = o->max_sec > 0 ? t0 + o->max_sec : 0;
+  while (st == ZO_OK && tail < nchunks) {
+    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && now_s() > deadline)) {
+      unsigned k = (unsigned)(head % slots);
+      uint64_t off = head * chunk;
+      lens[k] = o->bytes - off < chunk ? (size_t)(o->bytes - off) : chunk;
+      what = "wait for the copy out of a pinned chunk";
+      st = zo_event_synchronize(ev[k]); /* its previous H2D has read it */
+      if (st != ZO_OK) break;
+      what = "swap read";
+      st = zo_swap_submit_read(zb->sw, zb->f, off, zb->buf + (size_t)k * chunk, lens[k], &reqs[k]);
+      if (st == ZO_OK) head++;
+    }
+    if (st != ZO_OK) break;
+    if (deadline && now_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
+    if (tail == head) break;
+    unsigned k = (unsigned)(tail % slots);
+    what = "swap read";
+    st = zo_swap_wait(zb->sw, reqs[k]);
+    reqs[k] = NULL;
+    if (st != ZO_OK) break;
+    what = "H2D copy";
+    st = zo_memcpy_async(s, dbuf[tail & 1], zb->buf + (size_t)k * chunk, lens[k], ZO_COPY_H2D);
+    if (st == ZO_OK) st = zo_event_record(ev[k], s);
+    moved += lens[k];
+    tail++;
+  }
+  for (unsigned k = 0; k < slots; k++) /* after an error: collect reads still in flight */
+    if (reqs[k]) zo_swap_wait(zb->sw, reqs[k]);
+  if (s) {
+    zo_status ss = zo_stream_synchronize(s);
+    if (st == ZO_OK && ss != ZO_OK) {
+      what = "H2D copy";
+      st = ss;
+    }
+  }
+  p->seconds = now_s() - t0;
+  if (st != ZO_OK) snprintf(p->note, sizeof p->note, "%s: %s: %s", what, zo_status_string(st), zo_last_error());
+  for (unsigned k = 0; k < slots; k++) zo_event_destroy(ev[k]);
+  zo_stream_destroy(s);
+  for (int i = 0; i < 2; i++)
+    if (dbuf[i]) zo_device_free(g_dev, dbuf[i]);
+  if (st != ZO_OK) return -1;
+  p->bytes = moved;
+  p->gbps = p->seconds > 0 ? (double)moved / p->seconds / 1e9 : 0;
+  p->limit_gbps = p->disk_read_gbps < p->h2d_gbps ? p->disk_read_gbps : p->h2d_gbps;
+  p->ratio = p->limit_gbps > 0 ? p->gbps / p->limit_gbps : 0;
+  p->ok = p->gbps > 0;
+  if (!p->ok) snprintf(p->note, sizeof p->note, "moved nothing measurable");
+  return p->ok ? 0 : -1;
+}
+
+static void print_device_pass(void) {
+  printf("\nNVMe -> pinned -> device read pass (%s):\n", zo_device_name(g_dev));
+  if (!g_pass.ran) {
+    printf("  n/a: %s\n", g_pass.note);
+    return;
+  }
+  linkbench_print(stdout, "  ", &g_link);
+  if (!g_pass.ok) {
+    printf("  failed: %s\n", g_pass.note);
+    return;
+  }
+  char bss[32];
+  fmt_size(g_pass.block_size, bss, sizeof bss);
+  printf("  %.3f GB/s: %" PRIu64 " bytes in %.3f s (%zu-byte chunks, %u pinned, bs=%s qd=%u) = %.3f of min(disk read "
+         "%.3f GB/s [%s], H2D %.3f GB/s)\n",
+         g_pass.gbps, g_pass.bytes, g_pass.seconds, g_pass.chunk_bytes, g_pass.slots, bss, g_pass.queue_depth,
+         g_pass.ratio, g_pass.disk_read_gbps, g_pass.disk_engine ? g_pass.disk_engine : "-", g_pass.h2d_gbps);
+}
+
+static json_t *device_pass_json(void) {
+  json_t *j = json_object();
+  json_object_set_new(j, "ran", json_boolean(g_pass.ran));
+  json_object_set_new(j, "ok", json_boolean(g_pass.ok || !g_pass.ran)); /* skipped is not a failure */
+  if (g_pass.ran && g_pass.ok) {
+    json_object_set_new(j, "achieved_gbps", json_real(g_pass.gbps));
+    json_object_set_new(j, "seconds", json_real(g_pass.seconds));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)g_pass.bytes));
+    json_object_set_new(j, "limit_gbps", json_real(g_pass.limit_gbps));
+    json_object_set_new(j, "ratio", json_real(g_pass.ratio));
+    json_object_set_new(j, "disk_read_gbps", json_real(g_pass.disk_read_gbps));
+    json_object_set_new(j, "disk_read_engine", json_string(g_pass.disk_engine ? g_pass.disk_engine : "-"));
+    json_object_set_new(j, "h2d_limit_gbps", json_real(g_pass.h2d_gbps));
+  }
+  if (g_pass.ran) {
+    json_object_set_new(j, "chunk_bytes", json_integer((json_int_t)g_pass.chunk_bytes));
+    json_object_set_new(j, "pinned_chunks", json_integer(g_pass.slots));
+    json_object_set_new(j, "read_block_size", json_integer((json_int_t)g_pass.block_size));
+    json_object_set_new(j, "read_queue_depth", json_integer(g_pass.queue_depth));
+  }
+  if (g_pass.note[0]) json_object_set_new(j, "note", json_string(g_pass.note));
+  json_object_set_new(j, "definition", json_string(
+      "swap reads of chunk_bytes into pinned chunks, each copied H2D as soon as it lands, at the sweep's best "
+      "zoffload read setting; achieved_gbps = bytes / (first submit to last copy complete); limit_gbps = "
+      "min(best read GB/s of any engine in the sweep, H2D limit at chunk_bytes measured in this run)"));
+  return j;
 }
 
 static void print_table(const opts *o, int use_fio) {
@@ -935,6 +1133,7 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
   json_object_set_new(cfg, "fio_variants", json_boolean(use_fio && o->fio_variants));
   json_object_set_new(cfg, "registered_buffers_available", json_boolean(SB_HAVE_REGBUF));
   json_object_set_new(cfg, "sqpoll_available", json_boolean(SB_HAVE_SQPOLL));
+  json_object_set_new(cfg, "device", json_string(zo_device_kind_name(o->device)));
   json_object_set_new(root, "config", cfg);
   json_t *arr = json_array();
   for (size_t i = 0; i < g_nres; i++) json_array_append_new(arr, res_json(&g_res[i]));
@@ -971,6 +1170,12 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
     json_array_append_new(tj, x);
   }
   json_object_set_new(root, "targets", tj);
+  json_t *dj = json_object();
+  json_object_set_new(dj, "kind", json_string(zo_device_kind_name(o->device)));
+  json_object_set_new(dj, "name", json_string(g_dev ? zo_device_name(g_dev) : "none"));
+  json_object_set_new(root, "device", dj);
+  json_object_set_new(root, "link_limit", linkbench_json(&g_link));
+  json_object_set_new(root, "nvme_to_device", device_pass_json());
   int rc = json_dump_file(root, o->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (rc != 0) {
@@ -1071,6 +1276,10 @@ static void usage(FILE *out) {
           "  --fio-variants        also run fio with the ring variants swept for zoffload\n"
           "                        (--fixedbufs --registerfiles, --sqthread_poll); the fio\n"
           "                        figure at a setting is then its best variant (default: plain)\n"
+          "  --device D            host|cuda: the device of the NVMe -> pinned -> device read pass;\n"
+          "                        cuda is the GPU of LOCAL_RANK (default 0) and exits 77 with\n"
+          "                        \"no CUDA device\" when there is none (default host: the emulated\n"
+          "                        device, copies at memcpy speed)\n"
           "  --help                this text\n"
           "\n"
           "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
@@ -1082,7 +1291,12 @@ static void usage(FILE *out) {
           "thread at QD 1) and fio run on the first variant's file. SQPOLL variants use a %u ms\n"
           "poller idle time, and the next engine starts after the poller sleeps. Registered buffers\n"
           "(+ files) and SQPOLL are swept when the swap API offers them (this build: registered\n"
-          "buffers %s, SQPOLL %s).\n",
+          "buffers %s, SQPOLL %s).\n"
+          "\n"
+          "After the sweep, when reads were swept: the link limit (zo_memcpy_async loops between\n"
+          "pinned host and device memory: H2D, D2H, both at once; best of 3) and a read pass that\n"
+          "swaps chunks into pinned memory and copies each to the device as it lands, at the best\n"
+          "zoffload read setting, against min(best read of the sweep, H2D limit) of the same run.\n",
           SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
 }
 
@@ -1112,10 +1326,11 @@ int main(int argc, char **argv) {
   opts o;
   memset(&o, 0, sizeof o);
   o.reps = 1;
+  o.device = ZO_DEVICE_HOST;
   o.do_op[OP_READ] = o.do_op[OP_WRITE] = 1;
   const char *size_s = NULL, *bs_s = NULL, *qd_s = NULL;
   const char *bytes_s = NULL, *sec_s = NULL;
-  enum { O_PATH_ = 256, O_SIZE, O_BYTES, O_MAXSEC, O_BS, O_QD, O_OPS, O_REPS, O_JSON, O_PLOT, O_QUICK, O_NOFIO, O_FIOVAR, O_HELP };
+  enum { O_PATH_ = 256, O_SIZE, O_BYTES, O_MAXSEC, O_BS, O_QD, O_OPS, O_REPS, O_JSON, O_PLOT, O_QUICK, O_NOFIO, O_FIOVAR, O_HELP, O_DEVICE };
   static const struct option lo[] = {
       {"path", required_argument, 0, O_PATH_},      {"size", required_argument, 0, O_SIZE},
       {"bytes", required_argument, 0, O_BYTES},     {"max-seconds", required_argument, 0, O_MAXSEC},
@@ -1123,7 +1338,8 @@ int main(int argc, char **argv) {
       {"ops", required_argument, 0, O_OPS},         {"reps", required_argument, 0, O_REPS},
       {"json", required_argument, 0, O_JSON},       {"plot", required_argument, 0, O_PLOT},
       {"quick", no_argument, 0, O_QUICK},           {"no-fio", no_argument, 0, O_NOFIO},
-      {"fio-variants", no_argument, 0, O_FIOVAR},   {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+      {"fio-variants", no_argument, 0, O_FIOVAR},   {"help", no_argument, 0, O_HELP},
+      {"device", required_argument, 0, O_DEVICE},   {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -1162,6 +1378,12 @@ int main(int argc, char **argv) {
       case O_QUICK: o.quick = 1; break;
       case O_NOFIO: o.no_fio = 1; break;
       case O_FIOVAR: o.fio_variants = 1; break;
+      case O_DEVICE:
+        if (zo_device_kind_parse(optarg, &o.device) != ZO_OK || o.device == ZO_DEVICE_AUTO) {
+          fprintf(stderr, "zo-swapbench: --device: need host or cuda, got '%s'\n", optarg);
+          return 2;
+        }
+        break;
       case 'h':
       case O_HELP: usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -1217,6 +1439,18 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* The device first: --device cuda on a machine without a GPU ends here (77), before any disk work. */
+  zo_status dst = zo_device_create(o.device, o.device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0, 0, &g_dev);
+  if (dst != ZO_OK) {
+    if (dst == ZO_ERR_UNSUPPORTED && o.device == ZO_DEVICE_CUDA) {
+      fprintf(stderr, "zo-swapbench: --device cuda: no CUDA device (%s)\n", zo_last_error());
+      return 77;
+    }
+    fprintf(stderr, "zo-swapbench: --device %s: %s: %s\n", zo_device_kind_name(o.device), zo_status_string(dst),
+            zo_last_error());
+    return 1;
+  }
+
   int use_fio = !o.no_fio && have_program("fio");
   g_tty = isatty(STDERR_FILENO);
   struct sigaction sa;
@@ -1238,7 +1472,10 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   int failures = run_sweep(&o, use_fio);
-  if (failures < 0) return 1;
+  if (failures < 0) {
+    zo_device_destroy(g_dev);
+    return 1;
+  }
   if (g_stop) fprintf(stderr, "zo-swapbench: interrupted; reporting what was measured\n");
 
   print_table(&o, use_fio);
@@ -1254,10 +1491,12 @@ int main(int argc, char **argv) {
       printf("  %s  %s: ratio %.3f (need %.2f) - %s\n", t[i].ratio >= t[i].need ? "PASS" : "MISS", t[i].name,
              t[i].ratio, t[i].need, t[i].detail);
   }
+  print_device_pass();
   if (failures) printf("\n%d measurement%s failed (see above)\n", failures, failures == 1 ? "" : "s");
   int rc = failures ? 1 : 0;
   if (o.json && write_json(&o, use_fio, t, nt) != 0) rc = 1;
   if (o.plot && write_plot(&o, use_fio) != 0) rc = 1;
   free(g_res);
+  zo_device_destroy(g_dev);
   return rc;
 }

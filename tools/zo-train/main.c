@@ -53,6 +53,9 @@ static void usage(FILE *f) {
           "                           offload_param.nvme_path (default: the config's values)\n"
           "  --offload-param DEV      override zero_optimization.offload_param.device: none|cpu|nvme; cpu and nvme\n"
           "                           switch to ZeRO stage 3 (default: the config's value)\n"
+          "  --device KIND            override zoffload.device: auto|cuda|host (default: the config's value, else\n"
+          "                           auto); zo-train computes on the CPU, so auto uses the host device and cuda\n"
+          "                           is refused until zo-train has CUDA kernels\n"
           "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
@@ -170,7 +173,7 @@ int main(int argc, char **argv) {
   const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
              *nvme_override = NULL;
   int64_t steps_override = -1, seed_override = -1, threads = 0, limit_override = -1;
-  const char *param_override = NULL;
+  const char *param_override = NULL, *device_override = NULL;
   int do_sample = 1;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
@@ -179,7 +182,7 @@ int main(int argc, char **argv) {
       {"nvme-path", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
       {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
       {"offload-param", required_argument, 0, 'P'}, {"device-memory-limit", required_argument, 0, 'L'},
-      {0, 0, 0, 0}};
+      {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -194,6 +197,7 @@ int main(int argc, char **argv) {
       case 'N': do_sample = 0; break;
       case 'P': param_override = optarg; break;
       case 'L': if (parse_i64("--device-memory-limit", optarg, 0, &limit_override)) return 2; break;
+      case 'D': device_override = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -227,6 +231,11 @@ int main(int argc, char **argv) {
     if (dev != ZO_OFFLOAD_NONE) cfg.zero.stage = 3;
   }
   if (limit_override >= 0) cfg.zoffload.device_memory_limit = limit_override;
+  if (device_override && zo_device_kind_parse(device_override, &cfg.zoffload.device_kind) != ZO_OK)
+    return die("--device: expected auto, cuda or host, got '%s'%s", device_override, "");
+  if (cfg.zoffload.device_kind == ZO_DEVICE_CUDA)
+    return die("zoffload.device is \"cuda\", but CUDA compute for zo-train is not built yet (its model runs on the "
+               "CPU): set zoffload.device to \"host\" or \"auto\"%s%s", "", "");
   if (nvme_override) {
     snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_override);
     snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", nvme_override);
@@ -274,12 +283,36 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-train: error: %s\n", err);
     goto out;
   }
-  /* The model computes on the CPU, so the device is the host backend; its
-   * memory limit is the config's zoffload.device_memory_limit. */
-  if (zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK) goto engine_error;
+  /* The device: kind from zoffload.device, ordinal from LOCAL_RANK, memory limit from
+   * zoffload.device_memory_limit. The model computes on the CPU and reads device memory
+   * directly, so the device must be host-addressable until zo-train has CUDA kernels:
+   * "cuda" is refused, and "auto" with a GPU present falls back to the host device. */
+  zo_device_kind dev_kind = cfg.zoffload.device_kind; /* "cuda" was refused above */
+  if (dev_kind == ZO_DEVICE_AUTO) {
+    int n_gpus = zo_device_cuda_count();
+    if (n_gpus > 0)
+      printf("zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but CUDA compute for zo-train is not "
+             "built yet: using the host device\n", n_gpus, n_gpus == 1 ? "" : "s");
+    dev_kind = ZO_DEVICE_HOST;
+  }
+  if (zo_device_create(dev_kind, zo_device_default_ordinal(), (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK)
+    goto engine_error;
+  if (!zo_device_host_addressable(dev)) {
+    fprintf(stderr, "zo-train: error: device %s is not host-addressable, and CUDA compute for zo-train is not built "
+            "yet: set zoffload.device to \"host\"\n", zo_device_name(dev));
+    goto out;
+  }
   if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
     goto engine_error;
   if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
+  /* The model's own device buffers come before zo_engine_finalize(), whose
+   * device arena takes the memory that is left. */
+  const zo_dtype grad_dtype = zo_engine_grad_dtype(eng); /* the working precision: bf16, fp16 or fp32 */
+  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) {
+    fprintf(stderr, "zo-train: error: the model's gradient buffers (%zu bytes of device memory) do not fit: raise "
+            "zoffload.device_memory_limit (%s)\n", total * zo_dtype_size(grad_dtype), zo_last_error());
+    goto out;
+  }
   for (int i = 0; i < np; i++)
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
   if (zo_engine_finalize(eng) != ZO_OK) goto engine_error;
@@ -290,12 +323,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i < np; i++) {
     gpt_param_init(&ts.model, i, ts.seed, init);
     if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
-  }
-  const zo_dtype grad_dtype = zo_engine_grad_dtype(eng); /* the working precision: bf16, fp16 or fp32 */
-  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) {
-    fprintf(stderr, "zo-train: error: the model's gradient buffers (%zu bytes of device memory) do not fit: raise "
-            "zoffload.device_memory_limit (%s)\n", total * zo_dtype_size(grad_dtype), zo_last_error());
-    goto out;
   }
   if (log_json && !(jf = fopen(log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
@@ -312,6 +339,8 @@ int main(int argc, char **argv) {
          cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
          zo_dtype_name(zo_engine_working_dtype(eng)),
          zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
+  printf("zo-train: device %s (zoffload.device \"%s\")\n", zo_device_name(dev),
+         zo_device_kind_name(cfg.zoffload.device_kind));
   fflush(stdout);
 
   /* ---- training loop */
@@ -376,17 +405,21 @@ int main(int argc, char **argv) {
       last_val = val;
       zo_engine_mem mem;
       zo_engine_mem_info(eng, &mem);
-      char db[32], hb[32], nb[32];
+      char db[32], hb[32], nb[32], al[32], ac[32];
+      fmt_bytes(al, sizeof al, (double)mem.arena.live_bytes);
+      fmt_bytes(ac, sizeof ac, (double)mem.arena.capacity);
       fmt_bytes(db, sizeof db, (double)mem.device_bytes);
       fmt_bytes(hb, sizeof hb, (double)mem.host_bytes);
       fmt_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
       double tok_s = tokens_window / tw;
       double per = 1e3 / (double)step; /* cumulative ms per step */
       printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s | ms/step %.1f: fwd %.1f bwd %.1f "
-             "opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s%s\n",
+             "opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | arena "
+             "%s of %s live, frag %.2f, %llu compactions%s\n",
              (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, t_steps * per, t_fwd * per, t_bwd * per,
              t_opt * per, t_adam * per, t_swap * per, t_fetch * per, db, mem.device_peak_bytes / 1048576.0, hb, nb,
-             info.skipped ? " | overflow: skipped" : "");
+             al, ac, mem.arena.fragmentation,
+             (unsigned long long)mem.arena.compactions, info.skipped ? " | overflow: skipped" : "");
       fflush(stdout);
       if (jf) {
         json_t *o = json_object();
@@ -417,6 +450,15 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem.nvme_write_bytes));
         json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem.h2d_bytes));
         json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)mem.d2h_bytes));
+        /* the device arena (zoffload/arena.h) */
+        json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem.arena.capacity));
+        json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem.arena.live_bytes));
+        json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem.arena.free_bytes));
+        json_object_set_new(o, "arena_largest_free_bytes", json_integer((json_int_t)mem.arena.largest_free));
+        json_object_set_new(o, "arena_fragmentation", json_real(mem.arena.fragmentation));
+        json_object_set_new(o, "arena_compactions", json_integer((json_int_t)mem.arena.compactions));
+        json_object_set_new(o, "arena_bytes_moved", json_integer((json_int_t)mem.arena.bytes_moved));
+        json_object_set_new(o, "arena_compact_ms", json_real(mem.arena.compact_seconds * 1e3));
         json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
         fputc('\n', jf);
         fflush(jf);

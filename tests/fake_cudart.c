@@ -1,0 +1,542 @@
+/*
+ * fake_cudart.c - a stand-in libcudart for running the cuda device backend
+ * (gpu/device_cuda.c) and test_device --backend cuda on machines without a
+ * GPU. Not CUDA: "device memory" is host memory, streams are worker threads,
+ * events are (stream, sequence number). It plays CUDA's documented WORST
+ * cases, so a backend or test that leans on friendlier behaviour fails here:
+ *  - host funcs of all streams run one at a time on ONE callback thread;
+ *  - H2D/D2H copies with unregistered (pageable) host memory synchronize the
+ *    stream in the caller and copy synchronously; H2H copies likewise;
+ *  - cudaFree synchronizes every stream of the device;
+ *  - every failure, cudaErrorNotReady from queries included, becomes the
+ *    thread's last error (cudaGetLastError);
+ *  - work on a stream of a device other than the current one is refused;
+ *  - copies are checked by kind against the allocation table, and host
+ *    registrations must not overlap.
+ * Streams and events are never freed (a test harness). Only the calls
+ * zoffload and its tests make are provided.
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXDEV 4
+#define TOTAL_MEM (16ull << 30)
+#define CTX_RESERVED (300ull << 20)
+
+static __thread int t_dev = 0;
+static __thread cudaError_t t_last = cudaSuccess;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* tables */
+static int g_count = -1;
+
+static cudaError_t fail(cudaError_t e) {
+  t_last = e;
+  return e;
+}
+#define OK() cudaSuccess
+
+/* FAKE_CUDA_DEVICES: how many GPUs to pretend (default 1, at most MAXDEV). */
+static int count(void) {
+  if (g_count < 0) {
+    const char *s = getenv("FAKE_CUDA_DEVICES");
+    g_count = s ? atoi(s) : 1;
+    if (g_count > MAXDEV) g_count = MAXDEV;
+  }
+  return g_count;
+}
+
+/* ---------------- allocations and registrations */
+typedef struct rng {
+  uintptr_t base;
+  size_t len;
+  int dev;
+} rng;
+static rng g_alloc[1 << 16];
+static size_t g_nalloc, g_used[MAXDEV];
+static rng g_reg[1 << 16];
+static size_t g_nreg;
+
+static int find(rng *t, size_t n, const void *p, size_t len) {
+  uintptr_t a = (uintptr_t)p;
+  for (size_t i = 0; i < n; i++)
+    if (a >= t[i].base && a + len <= t[i].base + t[i].len) return (int)i;
+  return -1;
+}
+static int is_dev(const void *p, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  int r = find(g_alloc, g_nalloc, p, n) >= 0;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+static int is_reg(const void *p, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  int r = find(g_reg, g_nreg, p, n) >= 0;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
+/* ---------------- callback thread: every host func of every stream */
+typedef struct cb {
+  struct cb *next;
+  void (*fn)(void *);
+  void *arg;
+  int done;
+} cb;
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cb_cv = PTHREAD_COND_INITIALIZER, cb_done = PTHREAD_COND_INITIALIZER;
+static cb *cb_head, *cb_tail;
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+static void *cb_thread(void *a) {
+  (void)a;
+  pthread_mutex_lock(&cb_mu);
+  for (;;) {
+    while (!cb_head) pthread_cond_wait(&cb_cv, &cb_mu);
+    cb *c = cb_head;
+    cb_head = c->next;
+    if (!cb_head) cb_tail = NULL;
+    pthread_mutex_unlock(&cb_mu);
+    c->fn(c->arg);
+    pthread_mutex_lock(&cb_mu);
+    c->done = 1;
+    pthread_cond_broadcast(&cb_done);
+  }
+  return NULL;
+}
+static void cb_start(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, cb_thread, NULL);
+  pthread_detach(t);
+}
+static void run_on_cb_thread(void (*fn)(void *), void *arg) {
+  pthread_once(&cb_once, cb_start);
+  cb c = {NULL, fn, arg, 0};
+  pthread_mutex_lock(&cb_mu);
+  if (cb_tail) cb_tail->next = &c;
+  else cb_head = &c;
+  cb_tail = &c;
+  pthread_cond_signal(&cb_cv);
+  while (!c.done) pthread_cond_wait(&cb_done, &cb_mu);
+  pthread_mutex_unlock(&cb_mu);
+}
+
+/* ---------------- streams */
+enum { OP_COPY, OP_SET, OP_FN, OP_WAIT };
+typedef struct op {
+  struct op *next;
+  int type;
+  uint64_t seq;
+  void *dst;
+  const void *src;
+  size_t n;
+  int val;
+  void (*fn)(void *);
+  void *arg;
+  struct CUstream_st *ws;
+  uint64_t wtarget;
+} op;
+
+struct CUstream_st {
+  int magic;
+  int dev;
+  unsigned flags;
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  op *head, *tail;
+  uint64_t issued, completed;
+  int stop, alive;
+  pthread_t th;
+  struct CUstream_st *next_all;
+};
+#define SMAGIC 0x5eed5eed
+static struct CUstream_st *g_streams; /* all ever created (never freed: a harness) */
+static struct CUstream_st *g_default[MAXDEV];
+
+static void *worker(void *a) {
+  struct CUstream_st *s = a;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+    if (!s->head) break;
+    op *o = s->head;
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    switch (o->type) {
+      case OP_COPY: memcpy(o->dst, o->src, o->n); break;
+      case OP_SET: memset(o->dst, o->val, o->n); break;
+      case OP_FN: run_on_cb_thread(o->fn, o->arg); break;
+      case OP_WAIT:
+        pthread_mutex_lock(&o->ws->mu);
+        while (o->ws->completed < o->wtarget) pthread_cond_wait(&o->ws->done, &o->ws->mu);
+        pthread_mutex_unlock(&o->ws->mu);
+        break;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->completed = o->seq;
+    pthread_cond_broadcast(&s->done);
+    free(o);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static struct CUstream_st *new_stream(int dev, unsigned flags) {
+  struct CUstream_st *s = calloc(1, sizeof *s);
+  s->magic = SMAGIC;
+  s->dev = dev;
+  s->flags = flags;
+  s->alive = 1;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->done, NULL);
+  pthread_create(&s->th, NULL, worker, s);
+  pthread_mutex_lock(&g_mu);
+  s->next_all = g_streams;
+  g_streams = s;
+  pthread_mutex_unlock(&g_mu);
+  return s;
+}
+
+/* Resolve a handle; NULL when invalid. Default handles map to the current device's default stream. */
+static struct CUstream_st *resolve(cudaStream_t h) {
+  if (h == NULL || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_default[t_dev]) {
+      pthread_mutex_unlock(&g_mu);
+      struct CUstream_st *s = new_stream(t_dev, 0);
+      pthread_mutex_lock(&g_mu);
+      if (!g_default[t_dev]) g_default[t_dev] = s;
+    }
+    struct CUstream_st *s = g_default[t_dev];
+    pthread_mutex_unlock(&g_mu);
+    return s;
+  }
+  struct CUstream_st *s = (struct CUstream_st *)h;
+  pthread_mutex_lock(&g_mu);
+  int ok = 0;
+  for (struct CUstream_st *it = g_streams; it; it = it->next_all)
+    if (it == s && it->alive) ok = 1;
+  pthread_mutex_unlock(&g_mu);
+  return ok ? s : NULL;
+}
+
+static uint64_t enqueue(struct CUstream_st *s, op *o) {
+  pthread_mutex_lock(&s->mu);
+  o->seq = ++s->issued;
+  if (s->tail) s->tail->next = o;
+  else s->head = o;
+  s->tail = o;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  return o->seq;
+}
+static void sync_stream(struct CUstream_st *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t t = s->issued;
+  while (s->completed < t) pthread_cond_wait(&s->done, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------- API */
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "fake error";
+  }
+}
+const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorFake";
+  }
+}
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = t_last;
+  t_last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = count();
+  return OK();
+}
+cudaError_t cudaGetDevice(int *d) {
+  *d = t_dev;
+  return OK();
+}
+cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= count()) return fail(cudaErrorInvalidDevice);
+  t_dev = d;
+  return OK();
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+  if (d < 0 || d >= count()) return fail(cudaErrorInvalidDevice);
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "Fake GPU %d", d);
+  p->major = 9;
+  p->minor = 0;
+  p->totalGlobalMem = TOTAL_MEM;
+  return OK();
+}
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
+  pthread_mutex_lock(&g_mu);
+  *tot = TOTAL_MEM;
+  *fr = TOTAL_MEM - CTX_RESERVED - g_used[t_dev];
+  pthread_mutex_unlock(&g_mu);
+  return OK();
+}
+cudaError_t cudaMalloc(void **p, size_t n) {
+  *p = NULL;
+  pthread_mutex_lock(&g_mu);
+  if (n > TOTAL_MEM - CTX_RESERVED - g_used[t_dev]) {
+    pthread_mutex_unlock(&g_mu);
+    return fail(cudaErrorMemoryAllocation);
+  }
+  pthread_mutex_unlock(&g_mu);
+  void *q = aligned_alloc(512, (n + 511) & ~(size_t)511);
+  if (!q) return fail(cudaErrorMemoryAllocation);
+  pthread_mutex_lock(&g_mu);
+  g_alloc[g_nalloc++] = (rng){(uintptr_t)q, n, t_dev};
+  g_used[t_dev] += n;
+  pthread_mutex_unlock(&g_mu);
+  *p = q;
+  return OK();
+}
+cudaError_t cudaFree(void *p) {
+  if (!p) return OK();
+  /* worst case: synchronize every stream of the device */
+  pthread_mutex_lock(&g_mu);
+  struct CUstream_st *list = g_streams;
+  pthread_mutex_unlock(&g_mu);
+  for (struct CUstream_st *s = list; s; s = s->next_all)
+    if (s->alive && s->dev == t_dev) sync_stream(s);
+  pthread_mutex_lock(&g_mu);
+  size_t i = 0;
+  while (i < g_nalloc && g_alloc[i].base != (uintptr_t)p) i++;
+  if (i == g_nalloc) {
+    pthread_mutex_unlock(&g_mu);
+    return fail(cudaErrorInvalidValue);
+  }
+  if (g_alloc[i].dev != t_dev) fprintf(stderr, "fake_cudart: cudaFree of a cuda:%d pointer on cuda:%d\n", g_alloc[i].dev, t_dev);
+  g_used[g_alloc[i].dev] -= g_alloc[i].len;
+  g_alloc[i] = g_alloc[--g_nalloc];
+  pthread_mutex_unlock(&g_mu);
+  free(p);
+  return OK();
+}
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  (void)flags;
+  if (getenv("FAKE_CUDA_NOREG")) return fail(cudaErrorNotSupported); /* registration refused */
+  pthread_mutex_lock(&g_mu);
+  for (size_t i = 0; i < g_nreg; i++)
+    if ((uintptr_t)p < g_reg[i].base + g_reg[i].len && g_reg[i].base < (uintptr_t)p + n) {
+      pthread_mutex_unlock(&g_mu);
+      return fail(cudaErrorHostMemoryAlreadyRegistered);
+    }
+  g_reg[g_nreg++] = (rng){(uintptr_t)p, n, -1};
+  pthread_mutex_unlock(&g_mu);
+  return OK();
+}
+cudaError_t cudaHostUnregister(void *p) {
+  pthread_mutex_lock(&g_mu);
+  size_t i = 0;
+  while (i < g_nreg && g_reg[i].base != (uintptr_t)p) i++;
+  if (i == g_nreg) {
+    pthread_mutex_unlock(&g_mu);
+    return fail(cudaErrorHostMemoryNotRegistered);
+  }
+  g_reg[i] = g_reg[--g_nreg];
+  pthread_mutex_unlock(&g_mu);
+  return OK();
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags) {
+  *out = (cudaStream_t)new_stream(t_dev, flags);
+  return OK();
+}
+cudaError_t cudaStreamDestroy(cudaStream_t h) {
+  struct CUstream_st *s = resolve(h);
+  if (!s || s == g_default[s->dev]) return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->th, NULL); /* (real CUDA returns at once and finishes later; fine) */
+  pthread_mutex_lock(&g_mu);
+  s->alive = 0;
+  pthread_mutex_unlock(&g_mu);
+  return OK();
+}
+cudaError_t cudaStreamGetFlags(cudaStream_t h, unsigned *f) {
+  struct CUstream_st *s = resolve(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  *f = s->flags;
+  return OK();
+}
+cudaError_t cudaStreamGetDevice(cudaStream_t h, int *d) {
+  struct CUstream_st *s = resolve(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  *d = s->dev;
+  return OK();
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t h) {
+  struct CUstream_st *s = resolve(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  sync_stream(s);
+  return OK();
+}
+cudaError_t cudaStreamQuery(cudaStream_t h) {
+  struct CUstream_st *s = resolve(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&s->mu);
+  int idle = s->completed == s->issued;
+  pthread_mutex_unlock(&s->mu);
+  return idle ? OK() : fail(cudaErrorNotReady);
+}
+/* Stream usable for enqueueing from this thread: valid and of the current device. */
+static struct CUstream_st *usable(cudaStream_t h) {
+  struct CUstream_st *s = resolve(h);
+  if (!s) return NULL;
+  if (s->dev != t_dev) {
+    fprintf(stderr, "fake_cudart: work on a stream of cuda:%d while cuda:%d is current\n", s->dev, t_dev);
+    return NULL;
+  }
+  return s;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t h) {
+  struct CUstream_st *s = usable(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  int src_dev = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+  int dst_dev = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+  if (k == cudaMemcpyDefault || is_dev(src, n) != src_dev || is_dev(dst, n) != dst_dev) {
+    fprintf(stderr, "fake_cudart: cudaMemcpyAsync kind %d does not match the pointers\n", (int)k);
+    return fail(cudaErrorInvalidValue);
+  }
+  const void *host = k == cudaMemcpyHostToDevice ? src : k == cudaMemcpyDeviceToHost ? dst : NULL;
+  if (k == cudaMemcpyHostToHost || (host && !is_reg(host, n))) {
+    sync_stream(s); /* pageable: synchronous in the caller */
+    memcpy(dst, src, n);
+    return OK();
+  }
+  op *o = calloc(1, sizeof *o);
+  o->type = OP_COPY;
+  o->dst = dst;
+  o->src = src;
+  o->n = n;
+  enqueue(s, o);
+  return OK();
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
+  struct CUstream_st *s = usable(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  if (!is_dev(p, n)) return fail(cudaErrorInvalidValue);
+  op *o = calloc(1, sizeof *o);
+  o->type = OP_SET;
+  o->dst = p;
+  o->val = v;
+  o->n = n;
+  enqueue(s, o);
+  return OK();
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *arg) {
+  struct CUstream_st *s = usable(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  op *o = calloc(1, sizeof *o);
+  o->type = OP_FN;
+  o->fn = fn;
+  o->arg = arg;
+  enqueue(s, o);
+  return OK();
+}
+
+/* ---------------- events */
+struct CUevent_st {
+  int dev;
+  pthread_mutex_t mu;
+  struct CUstream_st *s;
+  uint64_t target;
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  (void)flags;
+  struct CUevent_st *ev = calloc(1, sizeof *ev);
+  ev->dev = t_dev;
+  pthread_mutex_init(&ev->mu, NULL);
+  *e = ev;
+  return OK();
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  free(e); /* streams keep their own copy of a wait */
+  return OK();
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
+  struct CUstream_st *s = usable(h);
+  if (!s || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->dev != s->dev) return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&s->mu);
+  uint64_t t = s->issued;
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_lock(&e->mu);
+  e->s = s;
+  e->target = t;
+  pthread_mutex_unlock(&e->mu);
+  return OK();
+}
+static void snap(cudaEvent_t e, struct CUstream_st **s, uint64_t *t) {
+  pthread_mutex_lock(&e->mu);
+  *s = e->s;
+  *t = e->target;
+  pthread_mutex_unlock(&e->mu);
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  struct CUstream_st *s;
+  uint64_t t;
+  snap(e, &s, &t);
+  if (!s) return OK();
+  pthread_mutex_lock(&s->mu);
+  int done = s->completed >= t;
+  pthread_mutex_unlock(&s->mu);
+  return done ? OK() : fail(cudaErrorNotReady);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  struct CUstream_st *s;
+  uint64_t t;
+  snap(e, &s, &t);
+  if (!s) return OK();
+  pthread_mutex_lock(&s->mu);
+  while (s->completed < t) pthread_cond_wait(&s->done, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return OK();
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
+  (void)flags;
+  struct CUstream_st *s = usable(h);
+  if (!s || !e) return fail(cudaErrorInvalidResourceHandle);
+  struct CUstream_st *w;
+  uint64_t t;
+  snap(e, &w, &t);
+  if (!w) return OK();
+  op *o = calloc(1, sizeof *o);
+  o->type = OP_WAIT;
+  o->ws = w;
+  o->wtarget = t;
+  enqueue(s, o);
+  return OK();
+}

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "nvtx.h"
 
 /* ---------------------------------------------------------------- device copies in the arena */
 
@@ -325,7 +326,7 @@ static zo_status wait_ready(zo_engine_t *e, zo_event_t *ev) {
   return e->compute_stream ? zo_stream_wait_event(e->compute_stream, ev) : zo_event_synchronize(ev);
 }
 
-zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
+static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
   if (p->has_grad)
@@ -370,13 +371,20 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
   return ZO_OK;
 }
 
+zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
+  ZO_NVTX_PUSHF("fetch %s", p ? p->name : "?");
+  zo_status st = fetch(e, p, weights, dtype);
+  ZO_NVTX_POP();
+  return st;
+}
+
 zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
   e->trace_off = !enabled;
   return ZO_OK;
 }
 
-zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
+static zo_status release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
   ZO_CHECK(eng_nv_advance(e));
@@ -404,4 +412,11 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   }
   eng_drop_device_copy(e, p);
   return eng_prefetch_ahead(e); /* the freed room may admit the next prefetch */
+}
+
+zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
+  ZO_NVTX_PUSHF("release %s", p ? p->name : "?");
+  zo_status st = release(e, p);
+  ZO_NVTX_POP();
+  return st;
 }

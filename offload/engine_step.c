@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "nvtx.h"
 
 /* ---------------------------------------------------------------- gradients */
 
@@ -42,7 +43,7 @@ static void on_grad_landed(void *arg) {
   atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
 }
 
-zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
   if (grad_dtype != e->gdtype)
@@ -80,6 +81,13 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
   ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
   p->has_grad = 1;
   return eng_nv_advance(e);
+}
+
+zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  ZO_NVTX_PUSHF("gradient copy %s", p ? p->name : "?");
+  zo_status st = grad_ready(e, p, grad, grad_dtype);
+  ZO_NVTX_POP();
+  return st;
 }
 
 /* ---------------------------------------------------------------- step */
@@ -147,7 +155,7 @@ zo_status zo_engine_synchronize(zo_engine_t *e) {
   return st != ZO_OK ? st : s2;
 }
 
-zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
+static zo_status step(zo_engine_t *e, zo_step_info *info) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
   zo_step_info inf = {0};
@@ -268,4 +276,11 @@ zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
   inf.loss_scale = e->loss_scale;
   if (info) *info = inf;
   return ZO_OK;
+}
+
+zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
+  ZO_NVTX_PUSH("optimizer step");
+  zo_status st = step(e, info);
+  ZO_NVTX_POP();
+  return st;
 }

@@ -358,8 +358,13 @@ static void count_warn(zo_log_level level, const char *msg, void *user) {
   if (level == ZO_LOG_WARN && strstr(msg, "fetch order differs")) g_po_warnings++;
 }
 
-static void po_run(zo_config_t cfg, size_t limit, int steps, po_result *out) {
+/* @use_cs: the "model" runs on a compute stream handed to the engine
+ * (zo_engine_set_compute_stream): fetches make it wait instead of the host,
+ * gradients are produced on it (an async copy) and the engine's copy stream
+ * waits for it, released copies are reused or moved only after it. */
+static void po_run(zo_config_t cfg, size_t limit, int steps, int use_cs, po_result *out) {
   zo_device_t *dev;
+  zo_stream_t *cs = NULL;
   void *scratch;
   zo_engine_t *e;
   zo_param_t *ps[NP];
@@ -367,6 +372,10 @@ static void po_run(zo_config_t cfg, size_t limit, int steps, po_result *out) {
   REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, limit, &dev));
   REQUIRE_OK(zo_device_malloc(dev, 2 * 5000, &scratch)); /* one bf16 gradient at a time */
   REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &e));
+  if (use_cs) {
+    REQUIRE_OK(zo_stream_create(dev, &cs));
+    REQUIRE_OK(zo_engine_set_compute_stream(e, cs));
+  }
   char name[16];
   for (int i = 0; i < NP; i++) {
     snprintf(name, sizeof name, "t%d", i);
@@ -393,7 +402,10 @@ static void po_run(zo_config_t cfg, size_t limit, int steps, po_result *out) {
       REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, NULL));
       for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed) * 0.1f;
       REQUIRE_OK(zo_cast(g16, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, k_sizes[i], 1));
-      REQUIRE_OK(zo_memcpy(dev, scratch, g16, k_sizes[i] * 2, ZO_COPY_H2D));
+      if (cs) /* produced on the compute stream: the engine's copy of it must wait */
+        REQUIRE_OK(zo_memcpy_async(cs, scratch, g16, k_sizes[i] * 2, ZO_COPY_H2D));
+      else
+        REQUIRE_OK(zo_memcpy(dev, scratch, g16, k_sizes[i] * 2, ZO_COPY_H2D));
       REQUIRE_OK(zo_engine_grad_ready(e, ps[i], scratch, ZO_DTYPE_BF16));
       REQUIRE_OK(zo_device_synchronize(dev)); /* scratch is reused for the next tensor */
       REQUIRE_OK(zo_engine_release(e, ps[i]));
@@ -408,12 +420,15 @@ static void po_run(zo_config_t cfg, size_t limit, int steps, po_result *out) {
     out->working[i] = malloc(k_sizes[i] * 2);
     REQUIRE_OK(zo_engine_get_master(e, ps[i], out->master[i], NULL, NULL));
     REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, NULL));
+    if (cs) REQUIRE_OK(zo_stream_synchronize(cs)); /* the fetch only made the compute stream wait */
     memcpy(out->working[i], w, k_sizes[i] * 2);
     REQUIRE_OK(zo_engine_release(e, ps[i]));
   }
   size_t used, limit_out;
   REQUIRE_OK(zo_device_mem_info(dev, &used, &out->peak, &limit_out));
+  if (cs) REQUIRE_OK(zo_stream_synchronize(cs));
   zo_engine_destroy(e);
+  zo_stream_destroy(cs);
   zo_device_free(dev, scratch);
   zo_device_destroy(dev);
   free(buf);
@@ -446,29 +461,32 @@ static void test_param_offload(const char *dir) {
     cfg.zero.stage3_prefetch_bucket_size = 6000;
     cfg.zero.offload_param.buffer_count = 2;
     po_result ref;
-    po_run(cfg, 0, 4, &ref); /* parameters resident, no device limit */
+    po_run(cfg, 0, 4, 0, &ref); /* parameters resident, no device limit */
     /* Device memory: what the optimizer tier keeps there plus 14 KB for working
      * copies, less than the model's 20.3 KB of bf16 working weights. */
     const size_t state_dev = devs[o] == ZO_OFFLOAD_NONE ? 160 * 1024 : 0;
     const size_t limit = state_dev + 10000 /* scratch */ + 14 * 1024;
-    for (int q = 1; q < 3; q++) {
+    for (int qc = 2; qc < 6; qc++) { /* parameters on cpu and nvme, each without and with a compute stream */
+      const int q = qc / 2, use_cs = qc % 2;
       cfg.zero.offload_param.device = devs[q];
       g_po_warnings = 0;
       po_result got;
-      po_run(cfg, limit, 4, &got);
+      po_run(cfg, limit, 4, use_cs, &got);
       int same = 1;
       for (int i = 0; i < NP; i++) {
         same &= !memcmp(got.master[i], ref.master[i], k_sizes[i] * 4);
         same &= !memcmp(got.working[i], ref.working[i], k_sizes[i] * 2);
       }
-      if (!same) fprintf(stderr, "param %s / optimizer %s: weights differ from resident parameters\n", names[q], names[o]);
+      if (!same)
+        fprintf(stderr, "param %s / optimizer %s%s: weights differ from resident parameters\n", names[q], names[o],
+                use_cs ? " / compute stream" : "");
       CHECK(same);
       CHECK(got.peak <= limit);
       CHECK(got.prefetches > 0);
       CHECK_EQ(g_po_warnings, 1); /* step 3's order change warns once */
-      printf("ok   offload_param %-4s offload_optimizer %-4s %s limit %zu B, peak %zu B, %lld prefetches, %lld demand "
-             "fetches over 4 steps\n", names[q], names[o], clip ? "clip   " : "no clip", limit, got.peak, (long long)got.prefetches,
-             (long long)got.demand);
+      printf("ok   offload_param %-4s offload_optimizer %-4s %s%s limit %zu B, peak %zu B, %lld prefetches, %lld "
+             "demand fetches over 4 steps\n", names[q], names[o], clip ? "clip   " : "no clip", use_cs ? " cs" : "   ",
+             limit, got.peak, (long long)got.prefetches, (long long)got.demand);
       po_free(&got);
       cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;
     }

@@ -238,10 +238,10 @@ static void bin_remove(zo_arena_t *a, zo_arena_block_t *s) {
   }
 }
 
-/* The smallest block holding @size among the first BIN_SCAN of a bin list; an exact fit ends the scan. */
-static zo_arena_block_t *best_in(zo_arena_block_t *s, size_t size) {
+/* The smallest block holding @size among the first @limit of a bin list; an exact fit ends the scan. */
+static zo_arena_block_t *best_in(zo_arena_block_t *s, size_t size, size_t limit) {
   zo_arena_block_t *best = NULL;
-  for (int n = 0; s && n < BIN_SCAN; s = s->bnext, n++)
+  for (size_t n = 0; s && n < limit; s = s->bnext, n++)
     if (s->size >= size && (!best || s->size < best->size)) {
       best = s;
       if (s->size == size) break;
@@ -250,20 +250,25 @@ static zo_arena_block_t *best_in(zo_arena_block_t *s, size_t size) {
 }
 
 /* Best fit: the request's own bin (its blocks may be smaller than @size),
- * then the first non-empty bin above it, whose every block fits. */
+ * then the first non-empty bin above it, whose every block fits; the first
+ * BIN_SCAN blocks of each. Only when both fail, all of the own bin (a fitting
+ * block there may sit further down its list). */
 static zo_arena_block_t *find_best(zo_arena_t *a, size_t size) {
   int fl, sl;
   bin_of(size, &fl, &sl);
-  zo_arena_block_t *s = best_in(a->bins[fl][sl], size);
+  zo_arena_block_t *s = best_in(a->bins[fl][sl], size, BIN_SCAN);
   if (s) return s;
   uint32_t slm = sl + 1 < SL_COUNT ? a->sl_map[fl] & (~0u << (sl + 1)) : 0;
+  int ffl = fl;
   if (!slm) {
-    uint64_t flm = fl + 1 < FL_COUNT ? a->fl_map & (~0ull << (fl + 1)) : 0;
-    if (!flm) return NULL;
-    fl = __builtin_ctzll(flm);
-    slm = a->sl_map[fl];
+    const uint64_t flm = fl + 1 < FL_COUNT ? a->fl_map & (~0ull << (fl + 1)) : 0;
+    if (flm) {
+      ffl = __builtin_ctzll(flm);
+      slm = a->sl_map[ffl];
+    }
   }
-  return best_in(a->bins[fl][__builtin_ctz(slm)], size);
+  if (slm) return best_in(a->bins[ffl][__builtin_ctz(slm)], size, BIN_SCAN);
+  return best_in(a->bins[fl][sl], size, SIZE_MAX);
 }
 
 /* The baseline: lowest-address free block that fits (linear in the segments). */
@@ -944,7 +949,7 @@ zo_status zo_arena_get_stats(zo_arena_t *a, zo_arena_stats *out) {
   pthread_mutex_lock(&a->mu);
   *out = a->st;
   out->capacity = a->capacity;
-  out->free_bytes = a->capacity - a->st.live_bytes - a->st.pending_bytes;
+  out->free_bytes = a->capacity - a->st.live_bytes;
   out->largest_free = largest_free(a);
   out->fragmentation = out->free_bytes ? 1.0 - (double)out->largest_free / (double)out->free_bytes : 0.0;
   pthread_mutex_unlock(&a->mu);

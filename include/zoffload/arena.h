@@ -107,15 +107,16 @@ typedef struct zo_arena_opts {
 /*
  * What an arena holds and has done, from zo_arena_get_stats(). Bytes are
  * block sizes (requests rounded up to ZO_ARENA_ALIGN).
- * capacity == live_bytes + free_bytes + pending_bytes.
+ * capacity == live_bytes + free_bytes; pending_bytes is part of free_bytes.
  */
 typedef struct zo_arena_stats {
   size_t capacity;        /* bytes of the reservation */
   size_t live_bytes;      /* allocated blocks, pinned or not */
-  size_t free_bytes;      /* allocatable now without waiting: capacity - live_bytes - pending_bytes */
+  size_t free_bytes;      /* capacity - live_bytes, including pending_bytes */
   size_t pending_bytes;   /* freed with a stream, waiting for its work before reuse */
   size_t largest_free;    /* largest single block allocatable now without waiting or moving */
-  double fragmentation;   /* 1 - largest_free / free_bytes; 0 when free_bytes == 0 */
+  double fragmentation;   /* 1 - largest_free / free_bytes; 0 when free_bytes == 0. Pending frees count
+                             as scattered until reclaimed: 0 means the free bytes are one block now */
   size_t pinned_bytes;    /* live blocks with a pin count > 0 (compaction may not move them) */
   size_t n_live_blocks;   /* live blocks */
   size_t peak_live_bytes; /* highest live_bytes since create */

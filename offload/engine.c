@@ -79,9 +79,11 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   if (dev) {
     e->dev = dev;
   } else {
-    ZO_CHECK_GOTO(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg->zoffload.device_memory_limit, &e->dev), st, fail);
+    ZO_CHECK_GOTO(zo_device_create(cfg->zoffload.device_kind, zo_device_default_ordinal(),
+                                   (size_t)cfg->zoffload.device_memory_limit, &e->dev), st, fail);
     e->own_dev = 1;
-    if (cfg->zoffload.host_link_gbps > 0)
+    zo_info("engine: device %s", zo_device_name(e->dev));
+    if (cfg->zoffload.host_link_gbps > 0 && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
       ZO_CHECK_GOTO(zo_device_set_link_gbps(e->dev, cfg->zoffload.host_link_gbps), st, fail);
   }
   if (tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {

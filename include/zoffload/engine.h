@@ -50,8 +50,10 @@ typedef struct zo_param zo_param_t;
  * @cfg:  copied; the engine keeps no pointer to it.
  * @dev:  device that holds working weights (and, with offload device "none",
  *        master weights and Adam state). Borrowed: must outlive the engine.
- *        NULL: the engine creates a `host` device whose capacity is
- *        cfg->zoffload.device_memory_limit and owns it.
+ *        NULL: the engine creates and owns the device cfg->zoffload.device
+ *        names (auto: CUDA when a GPU is visible, else `host`), ordinal
+ *        zo_device_default_ordinal() (LOCAL_RANK), capped at
+ *        cfg->zoffload.device_memory_limit.
  * @comm: collective communicator; borrowed. NULL: a `self` (one rank) comm.
  * Returns ZO_OK; ZO_ERR_CONFIG when the config asks for something the engine
  * cannot do (offload with stage 0, fp16 and bf16 both on), naming the key;

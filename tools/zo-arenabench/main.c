@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
 #include "zoffload/arena.h"
 #include "zoffload/device.h"
 #include "zoffload/status.h"
@@ -44,27 +45,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* "268435456", "256M", "256MiB", "1G" (binary suffixes). 0 or -1. */
-static int parse_bytes(const char *s, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !(v >= 0)) return -1;
-  double m = 1;
-  if (*end) {
-    switch (*end) {
-      case 'k': case 'K': m = 1024.0; break;
-      case 'm': case 'M': m = MIB; break;
-      case 'g': case 'G': m = 1024.0 * MIB; break;
-      default: return -1;
-    }
-    if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2])) return -1;
-  }
-  v *= m;
-  if (v > 1.8e19 || v != floor(v)) return -1;
-  *out = (uint64_t)v;
-  return 0;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -448,7 +428,7 @@ int main(int argc, char **argv) {
         }
         break;
       case OPT_CAPACITY:
-        if (parse_bytes(optarg, &o.capacity) || o.capacity < 64 * 1024) {
+        if (zo_tool_parse_count(optarg, 1, &o.capacity) || o.capacity < 64 * 1024) {
           fprintf(stderr, "zo-arenabench: --capacity: '%s' is not a byte count of at least 64K\n", optarg);
           return 2;
         }

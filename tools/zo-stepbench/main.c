@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "zoffload/config.h"
 #include "zoffload/device.h"
 #include "zoffload/dtype.h"
@@ -69,28 +70,6 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-/* "1000000", "1e9", "250M" (decimal for --params), "64M"/"2G" binary for bytes when @binary. */
-static int parse_count(const char *s, int binary, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !(v >= 0)) return -1;
-  double m = 1;
-  if (*end) {
-    switch (*end) {
-      case 'k': case 'K': m = binary ? 1024.0 : 1e3; break;
-      case 'm': case 'M': m = binary ? 1048576.0 : 1e6; break;
-      case 'g': case 'G': m = binary ? 1073741824.0 : 1e9; break;
-      case 't': case 'T': m = binary ? 1099511627776.0 : 1e12; break;
-      default: return -1;
-    }
-    if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2])) return -1;
-  }
-  v *= m;
-  if (v > 1.8e19 || v != floor(v)) return -1;
-  *out = (uint64_t)v;
-  return 0;
-}
 
 static int parse_tier(const char *s, zo_offload_device *out) {
   if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
@@ -196,7 +175,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     const char *name = li >= 0 ? lo[li].name : "?";
     switch (c) {
       case O_PARAMS:
-        if (parse_count(optarg, 0, &o->params) || o->params == 0) goto bad;
+        if (zo_tool_parse_count(optarg, 0, &o->params) || o->params == 0) goto bad;
         break;
       case O_LAYERS:
         if (parse_int(optarg, 1, 100000, &l)) goto bad;
@@ -213,7 +192,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         break;
       case O_OPARAM: if (parse_tier(optarg, &o->oparam)) goto bad; break;
       case O_OOPT: if (parse_tier(optarg, &o->oopt)) goto bad; break;
-      case O_DEVLIM: if (parse_count(optarg, 1, &o->device_limit)) goto bad; break;
+      case O_DEVLIM: if (zo_tool_parse_count(optarg, 1, &o->device_limit)) goto bad; break;
       case O_LINK:
         o->link_gbps = strtod(optarg, &end);
         if (*end || !(o->link_gbps >= 0) || o->link_gbps > 1e6) goto bad;
@@ -223,7 +202,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (zo_device_kind_parse(optarg, &o->device) != ZO_OK || o->device == ZO_DEVICE_AUTO) goto bad;
         break;
       case O_SGS:
-        if (parse_count(optarg, 0, &u) || u == 0 || u > INT64_MAX) goto bad;
+        if (zo_tool_parse_count(optarg, 0, &u) || u == 0 || u > INT64_MAX) goto bad;
         o->sub_group_size = (int64_t)u;
         break;
       case O_BC:
@@ -235,7 +214,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->param_buffer_count = l;
         break;
       case O_BS:
-        if (parse_count(optarg, 1, &u) || u == 0 || u % 4096 || u > (1u << 30)) goto bad;
+        if (zo_tool_parse_count(optarg, 1, &u) || u == 0 || u % 4096 || u > (1u << 30)) goto bad;
         o->block_size = (int64_t)u;
         break;
       case O_QD:

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -277,6 +278,80 @@ static json_t *host_register_json(int dev) {
   return r;
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Best of 4 timed H2D copies of @n bytes from @host into @dbuf, GB/s (1e9 B/s); 0 on error. */
+static double h2d_gbps(void *dbuf, const void *host, size_t n) {
+  double best = 0;
+  for (int r = 0; r < 4; r++) {
+    double t0 = mono_s();
+    if (cudaMemcpyAsync(dbuf, host, n, cudaMemcpyHostToDevice, 0) != cudaSuccess || cudaStreamSynchronize(0) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    double g = n / (mono_s() - t0) / 1e9;
+    if (g > best) best = g;
+  }
+  return best;
+}
+
+/*
+ * "pinning": 256 MiB of host memory pinned the two ways the pinned pool could
+ * (offload/pinned.c registers its jemalloc extents, which it maps itself, with
+ * cudaHostRegister; cudaHostAlloc is the alternative): milliseconds to pin and
+ * to unpin, and H2D GB/s out of each, so the choice can be checked on a GPU.
+ */
+static json_t *pinning_json(int dev) {
+  const size_t n = 256u << 20;
+  json_t *j = json_object();
+  void *dbuf = NULL;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&dbuf, n) != cudaSuccess) {
+    cudaGetLastError();
+    json_object_set_new(j, "error", json_string("cannot allocate 256 MiB of device memory"));
+    return j;
+  }
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p != MAP_FAILED) {
+    memset(p, 1, n); /* fault the pages in first, as the pool's extents are */
+    double t0 = mono_s();
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+    double t1 = mono_s();
+    if (e == cudaSuccess) {
+      json_object_set_new(j, "register_ms", json_real((t1 - t0) * 1e3));
+      json_object_set_new(j, "register_h2d_gbps", json_real(h2d_gbps(dbuf, p, n)));
+      t0 = mono_s();
+      cudaHostUnregister(p);
+      json_object_set_new(j, "unregister_ms", json_real((mono_s() - t0) * 1e3));
+    } else {
+      json_object_set_new(j, "register_error", json_string(cudaGetErrorString(e)));
+    }
+    json_object_set_new(j, "pageable_h2d_gbps", json_real(h2d_gbps(dbuf, p, n)));
+    munmap(p, n);
+  }
+  void *h = NULL;
+  double t0 = mono_s();
+  cudaError_t e = cudaHostAlloc(&h, n, cudaHostAllocPortable);
+  double t1 = mono_s();
+  if (e == cudaSuccess) {
+    memset(h, 1, n);
+    json_object_set_new(j, "hostalloc_ms", json_real((t1 - t0) * 1e3));
+    json_object_set_new(j, "hostalloc_h2d_gbps", json_real(h2d_gbps(dbuf, h, n)));
+    t0 = mono_s();
+    cudaFreeHost(h);
+    json_object_set_new(j, "freehost_ms", json_real((mono_s() - t0) * 1e3));
+  } else {
+    json_object_set_new(j, "hostalloc_error", json_string(cudaGetErrorString(e)));
+  }
+  cudaGetLastError();
+  cudaFree(dbuf);
+  return j;
+}
+
 static json_t *gpu_json(int i, hwloc_topology_t topo) {
   json_t *j = json_object();
   json_object_set_new(j, "index", json_integer(i));
@@ -310,6 +385,7 @@ static json_t *gpu_json(int i, hwloc_topology_t topo) {
   json_object_set_new(j, "numa_node", numa_json(topo, obj));
   json_object_set_new(j, "bf16_dense_tflops", bf16_peak_json(p.major, p.minor, p.name));
   json_object_set_new(j, "host_register", host_register_json(i));
+  json_object_set_new(j, "pinning", pinning_json(i));
   return j;
 }
 #endif

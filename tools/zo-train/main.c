@@ -453,6 +453,7 @@ int main(int argc, char **argv) {
         /* the device arena (zoffload/arena.h) */
         json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem.arena.capacity));
         json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem.arena.live_bytes));
+        json_object_set_new(o, "arena_peak_live_bytes", json_integer((json_int_t)mem.arena.peak_live_bytes));
         json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem.arena.free_bytes));
         json_object_set_new(o, "arena_largest_free_bytes", json_integer((json_int_t)mem.arena.largest_free));
         json_object_set_new(o, "arena_fragmentation", json_real(mem.arena.fragmentation));

@@ -76,19 +76,24 @@ struct zo_pinned_pool {
 
 /* ------------------------------------------------------------ regions */
 
+/* Room for one more entry of @esz bytes in the table *@tab of *@cap entries,
+ * @n used: doubled (from 256) when full. The tables live in their own
+ * mappings, not in malloc, which is jemalloc and may be re-entered from the
+ * extent hooks that call this. 0, or -1 when it cannot grow. */
+static int table_reserve(void **tab, size_t *cap, size_t n, size_t esz) {
+  if (n < *cap) return 0;
+  size_t ncap = *cap ? *cap * 2 : 256;
+  void *t = *tab ? mremap(*tab, *cap * esz, ncap * esz, MREMAP_MAYMOVE)
+                 : mmap(NULL, ncap * esz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (t == MAP_FAILED) return -1;
+  *tab = t;
+  *cap = ncap;
+  return 0;
+}
+
 /* Append a region; 0 or -1 when the table cannot grow. Caller holds mu. */
 static int regions_add(zo_pinned_pool_t *p, region r) {
-  if (p->n_regs == p->cap_regs) {
-    size_t ncap = p->cap_regs ? p->cap_regs * 2 : 256;
-    void *n;
-    if (p->regs)
-      n = mremap(p->regs, p->cap_regs * sizeof(region), ncap * sizeof(region), MREMAP_MAYMOVE);
-    else
-      n = mmap(NULL, ncap * sizeof(region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (n == MAP_FAILED) return -1;
-    p->regs = n;
-    p->cap_regs = ncap;
-  }
+  if (table_reserve((void **)&p->regs, &p->cap_regs, p->n_regs, sizeof(region))) return -1;
   p->regs[p->n_regs++] = r;
   return 0;
 }
@@ -127,21 +132,10 @@ static void cr_register(zo_pinned_pool_t *p, crange *c) {
 /* Track [base, base+len), just committed, and register it when CUDA is active. Caller holds mu. */
 static void cr_add(zo_pinned_pool_t *p, uintptr_t base, size_t len) {
   if (!p->opts.pin || len == 0) return;
-  if (p->n_crs == p->cap_crs) {
-    size_t ncap = p->cap_crs ? p->cap_crs * 2 : 256;
-    void *n;
-    if (p->crs)
-      n = mremap(p->crs, p->cap_crs * sizeof(crange), ncap * sizeof(crange), MREMAP_MAYMOVE);
-    else
-      n = mmap(NULL, ncap * sizeof(crange), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (n == MAP_FAILED) {
-      zo_warn_once("pinned host pool: cannot grow the table of committed ranges; %zu bytes will not be registered "
-                   "with CUDA",
-                   len);
-      return;
-    }
-    p->crs = n;
-    p->cap_crs = ncap;
+  if (table_reserve((void **)&p->crs, &p->cap_crs, p->n_crs, sizeof(crange))) {
+    zo_warn_once("pinned host pool: cannot grow the table of committed ranges; %zu bytes will not be registered "
+                 "with CUDA", len);
+    return;
   }
   crange *c = &p->crs[p->n_crs++];
   *c = (crange){base, len, 0};

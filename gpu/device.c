@@ -58,6 +58,41 @@ zo_status zo_device_kind_parse(const char *name, zo_device_kind *out) {
   return zo_error_set(ZO_ERR_INVALID_ARG, "device kind \"%s\": expected \"auto\", \"cuda\" or \"host\"", name);
 }
 
+/* Dense bf16 peaks, TFLOP/s, from NVIDIA's product datasheets; first match wins. */
+static const struct {
+  int major, minor;
+  const char *name;
+  double tflops;
+} k_bf16_peak[] = {
+    {9, 0, "H100 PCIe", 756}, {9, 0, "H100 NVL", 835}, {9, 0, "H200 NVL", 835}, {9, 0, "GH200", 989},
+    {9, 0, "H100", 989},      {9, 0, "H200", 989},     {10, 0, "B200", 2250},  {8, 0, "A100", 312},
+    {8, 0, "A30", 165},       {8, 9, "L40S", 362},     {8, 9, "L40", 181},     {8, 9, "L4", 121},
+    {8, 9, "RTX 4090", 165},  {8, 6, "A40", 150},      {8, 6, "A10", 125},     {8, 6, "RTX 3090", 71},
+};
+
+static int is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* 1 when @word occurs in @name with no letter or digit right before or after it. */
+static int name_has_word(const char *name, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(name, word); p; p = strstr(p + 1, word))
+    if ((p == name || !is_alnum(p[-1])) && !is_alnum(p[n])) return 1;
+  return 0;
+}
+
+double zo_gpu_bf16_peak_tflops(int major, int minor, const char *name) {
+  if (!name) return 0;
+  for (size_t i = 0; i < sizeof k_bf16_peak / sizeof k_bf16_peak[0]; i++)
+    if (k_bf16_peak[i].major == major && k_bf16_peak[i].minor == minor && name_has_word(name, k_bf16_peak[i].name))
+      return k_bf16_peak[i].tflops;
+  return 0;
+}
+
+double zo_device_peak_tflops(const zo_device_t *dev) {
+  if (!dev || dev->kind != ZO_DEVICE_CUDA) return 0;
+  return zo_gpu_bf16_peak_tflops(dev->cc_major, dev->cc_minor, dev->model);
+}
+
 int zo_device_cuda_count(void) {
 #if ZO_HAVE_CUDA
   return zo_device_cuda_probe(NULL, 0);

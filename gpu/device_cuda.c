@@ -571,6 +571,9 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
     snprintf(limit, sizeof limit, ", limit %s", lb);
   }
   prop.name[sizeof prop.name - 1] = '\0';
+  snprintf(dev->model, sizeof dev->model, "%s", prop.name);
+  dev->cc_major = prop.major;
+  dev->cc_minor = prop.minor;
   snprintf(dev->name, sizeof dev->name, "cuda:%d %s (sm_%d%d, %s%s)", ord, prop.name, prop.major, prop.minor, total,
            limit);
   dev->ops = &cuda_ops;

@@ -82,6 +82,8 @@ struct zo_device {
   zo_device_kind kind;
   int ordinal;
   char name[320]; /* CUDA device names run to 256 bytes */
+  char model[256]; /* CUDA: the GPU's product name (cudaDeviceProp.name); host: "" */
+  int cc_major, cc_minor; /* CUDA: compute capability; host: 0 */
 
   /* Memory accounting (bytes), all under mem_mu. */
   pthread_mutex_t mem_mu;

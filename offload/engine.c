@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include "engine_internal.h"
+#include "zoffload/budget.h"
 #include "pinned_internal.h"
 
 static const char *const k_state_file[ST_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
@@ -310,6 +311,13 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   zo_status st;
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;
+  /* The start-up budget: host memory, pinned memory and NVMe space are checked
+   * here, before anything is allocated; device memory just below, with
+   * messages that also name the limit in force. */
+  zo_budget budget;
+  ZO_CHECK(zo_engine_budget(e, NULL, &budget));
+  budget.line[0].fits = 1;
+  ZO_CHECK(zo_budget_check(&budget));
   e->tasks = calloc(e->n_params, sizeof *e->tasks);
   if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
 

@@ -22,6 +22,7 @@ size_t eng_extent_unit(const zo_engine_t *e) {
  * consecutive pieces into sub-groups; each sub-group is one contiguous,
  * aligned range in every state file. */
 zo_status eng_plan_sub_groups(zo_engine_t *e) {
+  if (e->sgs) return ZO_OK; /* planned already (zo_engine_budget) */
   const size_t unit = eng_extent_unit(e);
   size_t sgs = (size_t)e->cfg.zero.sub_group_size;
   sgs = round_up(sgs < unit ? unit : sgs, unit);

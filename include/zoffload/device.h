@@ -147,6 +147,23 @@ ZO_API int zo_device_default_ordinal(void);
  */
 ZO_API const char *zo_device_name(const zo_device_t *dev);
 
+/*
+ * zo_device_peak_tflops() - the dense (no sparsity) bf16 tensor-core peak of
+ * @dev in TFLOP/s (fp32 accumulation), for model-FLOPs utilisation (MFU);
+ * 0 for a host device or a GPU not in the table (see
+ * zo_gpu_bf16_peak_tflops()). Thread-safe.
+ */
+ZO_API double zo_device_peak_tflops(const zo_device_t *dev);
+
+/*
+ * zo_gpu_bf16_peak_tflops() - dense bf16 tensor-core peak in TFLOP/s from
+ * NVIDIA's datasheets, keyed by compute capability @major.@minor and a word
+ * of the product name @name (cudaDeviceProp.name, matched as a whole word,
+ * so "L4" is not "L40S"; specific names first, e.g. "H100 PCIe" 756 before
+ * "H100" 989). 0 when not listed. Thread-safe, pure.
+ */
+ZO_API double zo_gpu_bf16_peak_tflops(int major, int minor, const char *name);
+
 /* zo_device_ordinal() - the ordinal passed to zo_device_create(); -1 for NULL. */
 ZO_API int zo_device_ordinal(const zo_device_t *dev);
 

@@ -23,6 +23,7 @@
 #include "zoffload/arena.h"
 #include "zoffload/comm.h"
 #include "zoffload/engine.h"
+#include "zoffload/budget.h"
 
 #define ZOFFLOAD_VERSION_MAJOR 0
 #define ZOFFLOAD_VERSION_MINOR 1

@@ -26,6 +26,7 @@
 #include <liburing.h>
 
 #include "zoffload/adam.h"
+#include "zoffload/device.h"
 
 #if ZO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -138,38 +139,10 @@ static json_t *report_topology(void) {
 
 /* ------------------------------------------------------- GPU, NCCL, MPI */
 #if ZO_HAVE_CUDA
-/*
- * Dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets, keyed by compute
- * capability and a word of the device name (matched as a whole word: "L4" is not "L40S"). First match
- * wins, so specific names come before general ones. Unlisted devices report "unknown".
- */
-static const struct {
-  int major, minor;
-  const char *name;
-  double tflops;
-} k_bf16_peak[] = {
-    {9, 0, "H100 PCIe", 756}, {9, 0, "H100 NVL", 835}, {9, 0, "H200 NVL", 835}, {9, 0, "GH200", 989},
-    {9, 0, "H100", 989},      {9, 0, "H200", 989},     {10, 0, "B200", 2250},  {8, 0, "A100", 312},
-    {8, 0, "A30", 165},       {8, 9, "L40S", 362},     {8, 9, "L40", 181},     {8, 9, "L4", 121},
-    {8, 9, "RTX 4090", 165},  {8, 6, "A40", 150},      {8, 6, "A10", 125},     {8, 6, "RTX 3090", 71},
-};
-
-static int is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
-/* 1 when @word occurs in @name with no letter or digit right before or after it. */
-static int name_has_word(const char *name, const char *word) {
-  size_t n = strlen(word);
-  for (const char *p = strstr(name, word); p; p = strstr(p + 1, word))
-    if ((p == name || !is_alnum(p[-1])) && !is_alnum(p[n])) return 1;
-  return 0;
-}
-
 static json_t *bf16_peak_json(int major, int minor, const char *name) {
   if (major < 8) return json_string("none (no bf16 tensor cores before sm_80)");
-  for (size_t i = 0; i < sizeof k_bf16_peak / sizeof k_bf16_peak[0]; i++)
-    if (k_bf16_peak[i].major == major && k_bf16_peak[i].minor == minor && name_has_word(name, k_bf16_peak[i].name))
-      return json_real(k_bf16_peak[i].tflops);
-  return json_string("unknown");
+  double t = zo_gpu_bf16_peak_tflops(major, minor, name);
+  return t > 0 ? json_real(t) : json_string("unknown");
 }
 
 /* First line of a sysfs attribute of PCI device @bus ("0000:3b:00.0") into @out; 0 ok, -1 absent. */

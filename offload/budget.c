@@ -1,0 +1,383 @@
+/*
+ * budget.c - the start-up budget (zoffload/budget.h): every tier's bytes as
+ * zo_engine_finalize() will allocate them, against what the machine has.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "engine_internal.h"
+#include "zoffload/budget.h"
+
+const char *zo_tier_name(zo_tier t) {
+  switch (t) {
+    case ZO_TIER_DEVICE: return "device";
+    case ZO_TIER_HOST: return "host";
+    case ZO_TIER_PINNED: return "pinned";
+    case ZO_TIER_NVME: return "nvme";
+  }
+  return "?";
+}
+
+/* Decimal-free human size for messages: "46.0 GiB". */
+static const char *hsize(char *buf, size_t n, size_t b) {
+  if (b == SIZE_MAX) return snprintf(buf, n, "unlimited"), buf;
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 5) v /= 1024, i++;
+  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+  return buf;
+}
+
+/* ------------------------------------------------------------ what is there */
+
+/* MemAvailable of /proc/meminfo, bytes; SIZE_MAX when unreadable. */
+static size_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return SIZE_MAX;
+  char line[256];
+  size_t kb = SIZE_MAX;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+  fclose(f);
+  return kb == SIZE_MAX ? SIZE_MAX : kb * 1024;
+}
+
+static int read_u64_file(const char *path, uint64_t *v) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char buf[64] = {0};
+  int ok = fgets(buf, sizeof buf, f) != NULL;
+  fclose(f);
+  if (!ok) return -1;
+  if (!strncmp(buf, "max", 3)) return *v = UINT64_MAX, 0;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(buf, &end, 10);
+  if (errno || end == buf) return -1;
+  *v = x;
+  return 0;
+}
+
+/* Room left under the cgroup v2 memory.max of this process's cgroup and its
+ * ancestors (min over them of max - current); SIZE_MAX when none is set. */
+static size_t cgroup_room(char *which, size_t wn) {
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (!f) return SIZE_MAX;
+  char line[1024], rel[1024] = "";
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "0::", 3)) {
+      snprintf(rel, sizeof rel, "%.1000s", line + 3);
+      rel[strcspn(rel, "\n")] = 0;
+      break;
+    }
+  fclose(f);
+  size_t room = SIZE_MAX;
+  for (;;) {
+    char path[1100];
+    uint64_t max, cur;
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", rel);
+    if (read_u64_file(path, &max) == 0 && max != UINT64_MAX) {
+      snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", rel);
+      if (read_u64_file(path, &cur) != 0) cur = 0;
+      size_t r = cur < max ? (size_t)(max - cur) : 0;
+      if (r < room) {
+        room = r;
+        snprintf(which, wn, "cgroup %s memory.max", rel[0] ? rel : "/");
+      }
+    }
+    char *slash = strrchr(rel, '/');
+    if (!slash || !rel[0]) break;
+    *slash = 0;
+  }
+  return room;
+}
+
+static size_t memlock_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  FILE *f = fopen("/proc/self/status", "r"); /* CAP_IPC_LOCK (bit 14 of CapEff) lifts the limit */
+  if (f) {
+    char line[256];
+    unsigned long long cap = 0;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "CapEff: %llx", &cap) == 1) break;
+    fclose(f);
+    if (cap & (1ull << 14)) return SIZE_MAX;
+  }
+  return (size_t)rl.rlim_cur;
+}
+
+/* Free bytes for an unprivileged writer on the file system of @path (or of its nearest existing parent). */
+static size_t fs_free(const char *path, dev_t *fsid) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", path);
+  struct statvfs sv;
+  struct stat st;
+  while (statvfs(p, &sv) != 0) {
+    char *slash = strrchr(p, '/');
+    if (!slash || slash == p) {
+      snprintf(p, sizeof p, "%s", slash == p ? "/" : ".");
+      if (statvfs(p, &sv) != 0) return SIZE_MAX;
+      break;
+    }
+    *slash = 0;
+  }
+  *fsid = stat(p, &st) == 0 ? st.st_dev : 0;
+  return (size_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* ------------------------------------------------------------ the budget */
+
+static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
+  zo_budget_line *l = &b->line[b->n_lines++];
+  memset(l, 0, sizeof *l);
+  l->tier = t;
+  l->fits = 1;
+  snprintf(l->where, sizeof l->where, "%.255s", where);
+  return l;
+}
+
+zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) {
+  if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
+  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: the engine is already finalized");
+  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: no parameter was registered");
+  memset(out, 0, sizeof *out);
+  const size_t zero[4] = {0, 0, 0, 0};
+  if (!app) app = zero;
+  const zo_config_t *c = &e->cfg;
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  const size_t state_esz = e->esz[0] + e->esz[1] + e->esz[2];
+  const int pin = c->zero.offload_optimizer.pin_memory, pres = e->ptier == ZO_OFFLOAD_NONE;
+  if (e->ptier == ZO_OFFLOAD_NVME && !e->swap_align) e->swap_align = 4096; /* as finalize */
+
+  /* Device: the resident block, and with parameter offload room for the largest tensor. */
+  size_t dev = 0, dev_state = 0, shard_total = 0, largest = 0, pw_total = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    if (pres) dev += round_up(p->n * wsz, 256);
+    if (e->tier == ZO_OFFLOAD_NONE) {
+      for (int k = 0; k < ST_KINDS; k++) dev_state += round_up(p->shard_n * e->esz[k], 256);
+      dev_state += round_up(p->shard_n * gsz, 256);
+    }
+    shard_total += p->shard_n;
+    if (p->n > largest) largest = p->n;
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : p->n;
+  }
+  const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
+  dev += dev_state + (pres ? 0 : largest_dev);
+
+  /* Host, and the pinned part of it. */
+  size_t host = 0, pinned = 0, state_host = 0, param_host = 0, sg_bytes = 0, wb_bytes = 0;
+#define HOST(bytes, is_pinned)                     \
+  do {                                             \
+    size_t b_ = (bytes);                           \
+    host += b_;                                    \
+    if (is_pinned) pinned += b_;                   \
+  } while (0)
+  if (e->tier != ZO_OFFLOAD_NONE) {
+    HOST(shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME);
+    if (e->dpu) HOST(shard_total * gsz, 1);
+    if (e->tier == ZO_OFFLOAD_CPU) {
+      state_host = shard_total * state_esz;
+      HOST(state_host, pin);
+    }
+  }
+  if (pres && e->tier != ZO_OFFLOAD_NONE) HOST(shard_total * wsz, 1);
+  if (e->ptier == ZO_OFFLOAD_CPU) {
+    param_host = pw_total * wsz;
+    HOST(param_host, c->zero.offload_param.pin_memory);
+  }
+  size_t pstage_el = 0;
+  int n_pstage = 0;
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
+    pstage_el = round_up(largest, eng_extent_unit(e));
+    HOST((size_t)n_pstage * pstage_el * wsz, 1);
+  }
+  /* NVMe state: the sub-group plan (kept for finalize) gives the slot size and the files' extents. */
+  size_t nvme_opt = 0, nvme_param = 0;
+  int nbuf = 0;
+  if (e->tier == ZO_OFFLOAD_NVME) {
+    if (!e->sgs) ZO_CHECK(eng_plan_sub_groups(e));
+    const sub_group *last = &e->sgs[e->n_sgs - 1];
+    nvme_opt = (size_t)(last->file_el + last->n_el) * state_esz;
+    nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
+    if (nbuf > e->n_sgs) nbuf = e->n_sgs;
+    sg_bytes = (size_t)nbuf * e->slot_el * state_esz;
+    HOST(sg_bytes, 1);
+  }
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    size_t el = (size_t)(n_pstage > 2 ? n_pstage : 2) * pstage_el;
+    if (e->tier == ZO_OFFLOAD_NVME && 2 * e->slot_el > el) el = 2 * e->slot_el;
+    wb_bytes = round_up(el * wsz, e->swap_align);
+    HOST(wb_bytes, 1);
+    nvme_param = pw_total * wsz;
+  }
+#undef HOST
+
+  char a[32], b2[32];
+  out->fits = 1;
+  /* device */
+  zo_budget_line *ld = add_line(out, ZO_TIER_DEVICE, zo_device_name(e->dev));
+  ld->engine_bytes = dev;
+  ld->app_bytes = app[ZO_TIER_DEVICE];
+  ld->need = dev + app[ZO_TIER_DEVICE];
+  ZO_CHECK(zo_device_mem_available(e->dev, &ld->available));
+  snprintf(ld->source, sizeof ld->source, "%s",
+           zo_device_get_kind(e->dev) == ZO_DEVICE_CUDA ? "cudaMemGetInfo, under zoffload.device_memory_limit"
+           : ld->available == SIZE_MAX                  ? "host device, no zoffload.device_memory_limit"
+                                                        : "zoffload.device_memory_limit");
+  if (ld->need > ld->available) {
+    ld->fits = 0;
+    if (e->tier == ZO_OFFLOAD_NONE)
+      snprintf(ld->advice, sizeof ld->advice, "set zero_optimization.offload_optimizer.device to \"cpu\" (moves "
+               "%s of master weights, Adam state and gradients to host memory)", hsize(a, sizeof a, dev_state));
+    else if (pres)
+      snprintf(ld->advice, sizeof ld->advice, "set zero_optimization.offload_param.device to \"cpu\" (ZeRO stage 3: "
+               "the device then holds at least the largest tensor, %s, instead of all %s of working weights)",
+               hsize(a, sizeof a, largest_dev), hsize(b2, sizeof b2, dev));
+    else
+      snprintf(ld->advice, sizeof ld->advice, "raise zoffload.device_memory_limit by at least %zu bytes, or use a "
+               "device with more memory (the largest tensor alone needs %s)", ld->need - ld->available,
+               hsize(a, sizeof a, largest_dev));
+  }
+  /* host (plus the device bytes on a host device, whose memory is host memory) */
+  zo_budget_line *lh = add_line(out, ZO_TIER_HOST, "host");
+  lh->engine_bytes = host;
+  lh->app_bytes = app[ZO_TIER_HOST];
+  lh->need = host + app[ZO_TIER_HOST] + (zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
+  size_t avail = mem_available();
+  snprintf(lh->source, sizeof lh->source, "MemAvailable");
+  char cg[160] = "";
+  size_t room = cgroup_room(cg, sizeof cg);
+  if (room < avail) {
+    avail = room;
+    snprintf(lh->source, sizeof lh->source, "%s", cg);
+  }
+  if (zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
+    snprintf(lh->source + strlen(lh->source), sizeof lh->source - strlen(lh->source), "; includes the host device's %s",
+             hsize(a, sizeof a, ld->need));
+  lh->available = avail;
+  if (lh->need > lh->available) {
+    lh->fits = 0;
+    const size_t over = lh->need - lh->available;
+    int n = 0;
+    if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) {
+      /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
+      const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
+      const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * e->slot_el * wsz : 0);
+      if (now > over) {
+        size_t fit = (now - over) / per, unit = eng_extent_unit(e);
+        fit = fit / unit * unit;
+        if (fit >= unit)
+          n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zero_optimization.sub_group_size to at most %zu "
+                        "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)", fit,
+                        c->zero.sub_group_size, nbuf, e->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
+      }
+      if (!n)
+        n += snprintf(lh->advice + n, sizeof lh->advice - n, "lower zero_optimization.sub_group_size and "
+                      "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, e->slot_el,
+                      hsize(a, sizeof a, sg_bytes));
+    }
+    if (e->tier == ZO_OFFLOAD_CPU && state_host)
+      n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_optimizer.device to "
+                    "\"nvme\" (moves %s of master weights and Adam state to nvme_path)", n ? "; or " : "",
+                    hsize(a, sizeof a, state_host));
+    if (e->ptier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lh->advice)
+      n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_param.device to \"nvme\" "
+                    "(moves %s of working weights to nvme_path)", n ? "; or " : "", hsize(a, sizeof a, param_host));
+    if (!n && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST && ld->need > over)
+      n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zoffload.device_memory_limit or offload more: the "
+                    "host device's %s are host memory", hsize(a, sizeof a, ld->need));
+    if (!n && (size_t)n < sizeof lh->advice)
+      snprintf(lh->advice, sizeof lh->advice, "the caller's own %s (e.g. the model) leave too little: use a smaller "
+               "model or batch, or a machine with more memory", hsize(a, sizeof a, app[ZO_TIER_HOST]));
+  }
+  /* pinned */
+  zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
+  lp->engine_bytes = pinned;
+  lp->app_bytes = app[ZO_TIER_PINNED];
+  lp->need = pinned + app[ZO_TIER_PINNED];
+  lp->available = memlock_limit();
+  snprintf(lp->source, sizeof lp->source, "%s", lp->available == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
+                                                                          : "RLIMIT_MEMLOCK");
+  if (lp->need > lp->available) {
+    lp->warn = 1;
+    snprintf(lp->advice, sizeof lp->advice, "beyond RLIMIT_MEMLOCK the pool falls back to pageable memory (slower "
+             "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
+             "zero_optimization.offload_optimizer.pin_memory to false", (lp->need + 1023) / 1024);
+  }
+  /* nvme, one line per file system */
+  struct { const char *path, *key; size_t bytes; } want[2] = {
+      {c->zero.offload_optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path", nvme_opt},
+      {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path", nvme_param}};
+  dev_t fsid[2] = {0, 0};
+  zo_budget_line *ln[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    if (!want[k].bytes) continue;
+    size_t freeb = fs_free(want[k].path, &fsid[k]);
+    if (k == 1 && ln[0] && fsid[1] == fsid[0]) {
+      ln[0]->engine_bytes += want[1].bytes;
+      ln[0]->need += want[1].bytes;
+      ln[1] = ln[0];
+      continue;
+    }
+    zo_budget_line *l = ln[k] = add_line(out, ZO_TIER_NVME, want[k].path);
+    l->engine_bytes = l->need = want[k].bytes;
+    l->available = freeb;
+    snprintf(l->source, sizeof l->source, "statvfs f_bavail");
+  }
+  for (int k = 0; k < 2; k++) {
+    zo_budget_line *l = ln[k];
+    if (!l || (k == 1 && l == ln[0]) || l->need <= l->available) continue;
+    l->fits = 0;
+    snprintf(l->advice, sizeof l->advice, "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
+             hsize(a, sizeof a, l->need), want[k].path, hsize(b2, sizeof b2, l->available));
+  }
+  for (int i = 0; i < out->n_lines; i++) out->fits &= out->line[i].fits;
+  return ZO_OK;
+}
+
+zo_status zo_budget_check(const zo_budget *b) {
+  if (!b) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL");
+  char msg[4096];
+  int n = 0;
+  for (int i = 0; i < b->n_lines; i++) {
+    const zo_budget_line *l = &b->line[i];
+    char a[32], v[32];
+    if (l->warn) zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need), l->source,
+                         l->advice);
+    if (l->fits || n >= (int)sizeof msg - 1) continue;
+    n += snprintf(msg + n, sizeof msg - n, "%s%s memory%s%s: needs %zu bytes (%s), %s available (%s): %s",
+                  n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " at " : "",
+                  l->tier == ZO_TIER_NVME ? l->where : "", l->need, hsize(a, sizeof a, l->need),
+                  hsize(v, sizeof v, l->available), l->source, l->advice);
+  }
+  if (!n) return ZO_OK;
+  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "start-up budget: this configuration does not fit: %s", msg);
+}
+
+void zo_budget_print(const zo_budget *b, void *fp) {
+  FILE *f = fp ? fp : stdout;
+  if (!b) return;
+  fprintf(f, "%-7s %20s %20s %20s %20s  %-6s %s\n", "tier", "need_bytes", "engine_bytes", "caller_bytes",
+          "available_bytes", "fits", "where (available from)");
+  for (int i = 0; i < b->n_lines; i++) {
+    const zo_budget_line *l = &b->line[i];
+    char av[32];
+    if (l->available == SIZE_MAX) snprintf(av, sizeof av, "unlimited");
+    else snprintf(av, sizeof av, "%zu", l->available);
+    fprintf(f, "%-7s %20zu %20zu %20zu %20s  %-6s %s (%s)\n", zo_tier_name(l->tier), l->need, l->engine_bytes,
+            l->app_bytes, av, !l->fits ? "NO" : l->warn ? "warn" : "yes", l->where, l->source);
+  }
+  for (int i = 0; i < b->n_lines; i++)
+    if (!b->line[i].fits || b->line[i].warn)
+      fprintf(f, "  %s: %s\n", zo_tier_name(b->line[i].tier), b->line[i].advice);
+}

@@ -2,7 +2,9 @@
  * test_gpt_grad.c - zo-train's GPT model against an independent, naive
  * double-precision forward written here: loss at init, forward agreement,
  * central-difference gradients of every parameter tensor, determinism,
- * accumulation, argument checks. Not a speed test.
+ * accumulation, activation checkpointing (bitwise equal to keeping every
+ * activation, same hook order, the bytes it saves), argument checks. Not a
+ * speed test.
  */
 #include <math.h>
 #include <stdio.h>
@@ -136,6 +138,21 @@ static size_t grads_mismatch(gpt_model *m, const gpt_param_spec *specs, int np, 
   }
   return bad;
 }
+
+/* A hook that records its calls as phase*100000 + group*2 + end. */
+typedef struct {
+  int n;
+  int ev[256];
+} hook_log;
+static int record_hook(void *user, int phase, int group, int end) {
+  hook_log *h = user;
+  if (h->n < 256) h->ev[h->n] = phase * 100000 + group * 2 + end;
+  h->n++;
+  return 0;
+}
+
+/* bytes a buffer of n floats takes in gpt_create (rounded up to 64) */
+static size_t rb(size_t n) { return (n * 4 + 63) / 64 * 64; }
 
 int main(void) {
   char err[256];
@@ -311,6 +328,60 @@ int main(void) {
     size_t badh = grads_mismatch(m, specs, np, g1, 0.25f, 1e-9f, 1e-5f, "with loss_mult 0.25");
     CHECK(badh == 0);
     free(g1);
+  }
+
+  /* activation checkpointing: same loss and gradients bit for bit, same
+   * hook order, on a full and a shorter (B,T), and the bytes it saves */
+  {
+    gpt_model *mr = NULL;
+    CHECK(gpt_create_ex(&cfg, B, 1, &mr, err, sizeof err) == 0);
+    CHECK(gpt_recompute(mr) == 1 && gpt_recompute(m) == 0);
+    for (int i = 0; i < np; i++) memcpy(gpt_weight(mr, i), gpt_weight(m, i), specs[i].n_elems * sizeof(float));
+    const int shapes[2][2] = {{B, T}, {1, 5}};
+    for (int k = 0; k < 2; k++) {
+      const int b = shapes[k][0], t = shapes[k][1];
+      hook_log h0 = {0}, h1 = {0};
+      gpt_set_hook(m, record_hook, &h0);
+      gpt_set_hook(mr, record_hook, &h1);
+      gpt_zero_grad(m);
+      gpt_zero_grad(mr);
+      const float a = gpt_forward(m, inp, tgt, b, t), c = gpt_forward(mr, inp, tgt, b, t);
+      CHECK(memcmp(&a, &c, sizeof a) == 0);
+      CHECK(gpt_backward(m, 3.0f) == 0 && gpt_backward(mr, 3.0f) == 0);
+      size_t diff = 0;
+      for (int i = 0; i < np; i++)
+        if (memcmp(gpt_grad(m, i), gpt_grad(mr, i), specs[i].n_elems * sizeof(float)) != 0) {
+          if (diff == 0) fprintf(stderr, "%s:%d: gradient of %s differs with recompute (B %d, T %d)\n", __FILE__,
+                                 __LINE__, specs[i].name, b, t);
+          diff++;
+        }
+      CHECK(diff == 0);
+      CHECK(h0.n == h1.n && h0.n == 2 * (2 * (cfg.n_layer + 2)));
+      CHECK(memcmp(h0.ev, h1.ev, (size_t)h0.n * sizeof(int)) == 0);
+      printf("recompute (B %d, T %d): loss %.7f both ways, %zu of %d gradients differ, %d hook calls each\n", b, t,
+             c, diff, np, h1.n);
+    }
+    gpt_set_hook(m, NULL, NULL);
+    /* what it saves: L-1 blocks of ln1, atty, residual2, ln2 (N x C), qkv (3NC),
+     * fch, fch_gelu (4NC each), four LayerNorm statistics (N) and att (B NH T T) */
+    const size_t Nn = (size_t)B * cfg.seq_len, NC = Nn * cfg.d_model;
+    const size_t TT = (size_t)B * cfg.n_head * cfg.seq_len * cfg.seq_len, L = (size_t)cfg.n_layer;
+    size_t saved = 0;
+    const size_t per_block[] = {NC, NC, NC, NC, 3 * NC, 4 * NC, 4 * NC, Nn, Nn, Nn, Nn, TT};
+    for (size_t k = 0; k < sizeof per_block / sizeof per_block[0]; k++) saved += rb(L * per_block[k]) - rb(per_block[k]);
+    const size_t full = gpt_host_bytes(&cfg, B, 0), ckpt = gpt_host_bytes(&cfg, B, 1);
+    printf("gpt_host_bytes: %zu without, %zu with activation checkpointing (saves %zu)\n", full, ckpt, full - ckpt);
+    CHECK(full - ckpt == saved && saved == 16640);
+    /* a lower bound from the buffers alone: 3 parameter layouts and the activations */
+    CHECK(full > 3 * gpt_total_elems(&cfg) * sizeof(float) + L * 15 * NC * sizeof(float));
+    gpt_destroy(mr);
+    /* sizes beyond size_t are refused before anything is allocated */
+    const gpt_config huge = {.n_layer = 1024, .n_head = 65536, .d_model = 65536, .seq_len = 65536, .vocab = 256};
+    CHECK(gpt_host_bytes(&huge, 1 << 30, 1) == SIZE_MAX);
+    gpt_model *mh = NULL;
+    CHECK(gpt_create_ex(&huge, 1 << 30, 1, &mh, err, sizeof err) != 0 && mh == NULL);
+    CHECK(strstr(err, "overflow size_t") != NULL);
+    CHECK(gpt_host_bytes(&cfg, 0, 0) == SIZE_MAX);
   }
 
   /* bad arguments: no crash, NaN / -1 */

@@ -26,6 +26,7 @@ char *openblas_get_corename(void);
 struct gpt_model {
   gpt_config cfg;
   int max_batch;
+  int recompute;         /* activation checkpointing: per-block buffers hold one block */
   int n_params;
   gpt_param_spec *specs; /* [n_params] */
   size_t *offsets;       /* [n_params], in floats, into params_mem and grads_mem */
@@ -37,7 +38,9 @@ struct gpt_model {
   void *hook_user;
 
   /* Activations, sized for max_batch x seq_len; a forward with (B,T) uses the
-   * first B*T rows of each, laid out as (B,T,...). Shapes with N = B*T: */
+   * first B*T rows of each, laid out as (B,T,...). Shapes with N = B*T; the
+   * per-block ones marked (L, ...) hold one block (slot 0) when recompute is
+   * on, and the block's forward is run again in backward (see block_forward). */
   float *encoded;   /* (N, C)        wte[tok] + wpe[t] */
   float *ln1;       /* (L, N, C)     LayerNorm 1 output */
   float *ln1_mean;  /* (L, N) */
@@ -243,19 +246,85 @@ void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
 /* ------------------------------------------------------------------ */
 /* create / destroy */
 
-static float *model_alloc(gpt_model *m, size_t n_floats, size_t *total) {
-  void *p = NULL;
-  if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0])) return NULL;
-  size_t nb = n_floats * sizeof(float);
+/* The float buffers of a model, in allocation order. */
+enum {
+  BUF_PARAMS, BUF_GRADS, BUF_GSCRATCH, BUF_ENCODED, BUF_LN1, BUF_LN1_MEAN, BUF_LN1_RSTD, BUF_QKV, BUF_ATT,
+  BUF_ATTY, BUF_RESIDUAL2, BUF_LN2, BUF_LN2_MEAN, BUF_LN2_RSTD, BUF_FCH, BUF_FCH_GELU, BUF_RESIDUAL3, BUF_LNF,
+  BUF_LNF_MEAN, BUF_LNF_RSTD, BUF_LOGITS, BUF_PROBS, BUF_LOSSES, BUF_DRES, BUF_DBUF_C, BUF_DBUF_3C, BUF_DBUF_4C,
+  BUF_DLOGITS, BUF_DATT, BUF_COUNT
+};
+
+/* a * b, or SIZE_MAX when it does not fit size_t (SIZE_MAX then poisons every later product and sum). */
+static size_t mulz(size_t a, size_t b) {
+  size_t r;
+  return (a == SIZE_MAX || b == SIZE_MAX || __builtin_mul_overflow(a, b, &r)) ? SIZE_MAX : r;
+}
+static size_t addz(size_t a, size_t b) {
+  size_t r;
+  return (a == SIZE_MAX || b == SIZE_MAX || __builtin_add_overflow(a, b, &r)) ? SIZE_MAX : r;
+}
+/* bytes model_alloc() takes for n floats: rounded up to 64, at least 64 */
+static size_t alloc_bytes(size_t n_floats) {
+  size_t nb = mulz(n_floats, sizeof(float));
   if (nb == 0) nb = 64;
-  nb = (nb + 63) & ~(size_t)63;
-  if (posix_memalign(&p, 64, nb) != 0) return NULL;
-  m->allocs[m->n_allocs++] = p;
-  *total += nb;
-  return p;
+  return nb > SIZE_MAX - 63 ? SIZE_MAX : (nb + 63) & ~(size_t)63;
 }
 
+/* Floats of the parameter layout: each tensor padded to GPT_ALIGN_FLOATS
+ * (the same sum gpt_create() forms from the offsets). */
+static size_t param_layout_floats(const gpt_config *c) {
+  const size_t C = (size_t)c->d_model, A = GPT_ALIGN_FLOATS;
+#define PAD(n) (((n) + A - 1) / A * A)
+  /* ln_1 w,b; attn.c_proj.bias; ln_2 w,b; mlp.c_proj.bias: C each */
+  const size_t per_layer = 6 * PAD(C) + PAD(3 * C * C) + PAD(3 * C) + PAD(C * C) + 2 * PAD(4 * C * C) + PAD(4 * C);
+  return PAD((size_t)c->vocab * C) + PAD((size_t)c->seq_len * C) + (size_t)c->n_layer * per_layer + 2 * PAD(C);
+#undef PAD
+}
+
+/* Element counts of every float buffer for (c, max_batch, recompute); with
+ * SIZE_MAX entries when a count does not fit size_t. */
+static void buffer_floats(const gpt_config *c, int max_batch, int recompute, size_t n[BUF_COUNT]) {
+  const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, V = (size_t)c->vocab;
+  const size_t NH = (size_t)c->n_head, Tm = (size_t)c->seq_len;
+  const size_t Lb = recompute ? 1 : L; /* blocks whose activations are kept */
+  const size_t N = mulz((size_t)max_batch, Tm), NC = mulz(N, C);
+  const size_t TT = mulz(mulz(mulz((size_t)max_batch, NH), Tm), Tm);
+  const size_t P = param_layout_floats(c);
+  n[BUF_PARAMS] = n[BUF_GRADS] = n[BUF_GSCRATCH] = P;
+  n[BUF_ENCODED] = NC;
+  n[BUF_LN1] = n[BUF_ATTY] = n[BUF_RESIDUAL2] = n[BUF_LN2] = mulz(Lb, NC);
+  n[BUF_LN1_MEAN] = n[BUF_LN1_RSTD] = n[BUF_LN2_MEAN] = n[BUF_LN2_RSTD] = mulz(Lb, N);
+  n[BUF_QKV] = mulz(mulz(Lb, NC), 3);
+  n[BUF_ATT] = mulz(Lb, TT);
+  n[BUF_FCH] = n[BUF_FCH_GELU] = mulz(mulz(Lb, NC), 4);
+  n[BUF_RESIDUAL3] = mulz(L, NC); /* block outputs = next block's inputs: always kept */
+  n[BUF_LNF] = NC;
+  n[BUF_LNF_MEAN] = n[BUF_LNF_RSTD] = n[BUF_LOSSES] = N;
+  n[BUF_LOGITS] = n[BUF_PROBS] = n[BUF_DLOGITS] = mulz(N, V);
+  n[BUF_DRES] = n[BUF_DBUF_C] = NC;
+  n[BUF_DBUF_3C] = mulz(NC, 3);
+  n[BUF_DBUF_4C] = mulz(NC, 4);
+  n[BUF_DATT] = TT;
+}
+
+size_t gpt_host_bytes(const gpt_config *c, int max_batch, int recompute) {
+  if (!c || max_batch < 1 || gpt_config_check(c, NULL, 0) != 0) return SIZE_MAX;
+  size_t n[BUF_COUNT], total = sizeof(gpt_model);
+  buffer_floats(c, max_batch, recompute, n);
+  for (int k = 0; k < BUF_COUNT; k++) total = addz(total, alloc_bytes(n[k]));
+  const size_t N = mulz((size_t)max_batch, (size_t)c->seq_len);
+  total = addz(total, mulz(N, 2)); /* inputs, targets */
+  total = addz(total, mulz((size_t)gpt_num_params(c), sizeof(gpt_param_spec) + sizeof(size_t)));
+  return total;
+}
+
+int gpt_recompute(const gpt_model *m) { return m ? m->recompute : 0; }
+
 int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen) {
+  return gpt_create_ex(c, max_batch, 0, out, err, errlen);
+}
+
+int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err, size_t errlen) {
   if (!out) {
     seterr(err, errlen, "gpt_create: out is NULL");
     return -1;
@@ -266,6 +335,14 @@ int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, s
     seterr(err, errlen, "gpt_create: max_batch %d must be >= 1", max_batch);
     return -1;
   }
+  const size_t want = gpt_host_bytes(c, max_batch, recompute);
+  if (want == SIZE_MAX) {
+    seterr(err, errlen,
+           "gpt_create: the model's buffers (%d layers, d_model %d, %d heads, batch %d x %d, vocab %d) "
+           "overflow size_t",
+           c->n_layer, c->d_model, c->n_head, max_batch, c->seq_len, c->vocab);
+    return -1;
+  }
   gpt_model *m = calloc(1, sizeof *m);
   if (!m) {
     seterr(err, errlen, "gpt_create: out of memory (%zu bytes)", sizeof *m);
@@ -273,6 +350,7 @@ int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, s
   }
   m->cfg = *c;
   m->max_batch = max_batch;
+  m->recompute = recompute ? 1 : 0;
   m->n_params = gpt_num_params(c);
   m->specs = calloc((size_t)m->n_params, sizeof *m->specs);
   m->offsets = calloc((size_t)m->n_params, sizeof *m->offsets);
@@ -289,53 +367,40 @@ int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, s
   }
   m->n_floats = off;
 
-  const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, V = (size_t)c->vocab;
-  const size_t NH = (size_t)c->n_head, Tm = (size_t)c->seq_len;
-  const size_t N = (size_t)max_batch * Tm;
-  const size_t TT = (size_t)max_batch * NH * Tm * Tm;
-  size_t total = 0;
-  int ok = 1;
-#define A(ptr, n)                                   \
-  do {                                              \
-    if (ok && !((ptr) = model_alloc(m, (n), &total))) ok = 0; \
-  } while (0)
-  A(m->params_mem, m->n_floats);
-  A(m->grads_mem, m->n_floats);
-  A(m->gscratch, m->n_floats);
-  A(m->encoded, N * C);
-  A(m->ln1, L * N * C);
-  A(m->ln1_mean, L * N);
-  A(m->ln1_rstd, L * N);
-  A(m->qkv, L * N * 3 * C);
-  A(m->att, L * TT);
-  A(m->atty, L * N * C);
-  A(m->residual2, L * N * C);
-  A(m->ln2, L * N * C);
-  A(m->ln2_mean, L * N);
-  A(m->ln2_rstd, L * N);
-  A(m->fch, L * N * 4 * C);
-  A(m->fch_gelu, L * N * 4 * C);
-  A(m->residual3, L * N * C);
-  A(m->lnf, N * C);
-  A(m->lnf_mean, N);
-  A(m->lnf_rstd, N);
-  A(m->logits, N * V);
-  A(m->probs, N * V);
-  A(m->losses, N);
-  A(m->dres, N * C);
-  A(m->dbuf_c, N * C);
-  A(m->dbuf_3c, N * 3 * C);
-  A(m->dbuf_4c, N * 4 * C);
-  A(m->dlogits, N * V);
-  A(m->datt, TT);
-#undef A
-  m->inputs = malloc(N);
-  m->targets = malloc(N);
+  size_t n[BUF_COUNT];
+  buffer_floats(c, max_batch, m->recompute, n);
+  float **slot[BUF_COUNT] = {
+      [BUF_PARAMS] = &m->params_mem, [BUF_GRADS] = &m->grads_mem, [BUF_GSCRATCH] = &m->gscratch,
+      [BUF_ENCODED] = &m->encoded, [BUF_LN1] = &m->ln1, [BUF_LN1_MEAN] = &m->ln1_mean,
+      [BUF_LN1_RSTD] = &m->ln1_rstd, [BUF_QKV] = &m->qkv, [BUF_ATT] = &m->att, [BUF_ATTY] = &m->atty,
+      [BUF_RESIDUAL2] = &m->residual2, [BUF_LN2] = &m->ln2, [BUF_LN2_MEAN] = &m->ln2_mean,
+      [BUF_LN2_RSTD] = &m->ln2_rstd, [BUF_FCH] = &m->fch, [BUF_FCH_GELU] = &m->fch_gelu,
+      [BUF_RESIDUAL3] = &m->residual3, [BUF_LNF] = &m->lnf, [BUF_LNF_MEAN] = &m->lnf_mean,
+      [BUF_LNF_RSTD] = &m->lnf_rstd, [BUF_LOGITS] = &m->logits, [BUF_PROBS] = &m->probs,
+      [BUF_LOSSES] = &m->losses, [BUF_DRES] = &m->dres, [BUF_DBUF_C] = &m->dbuf_c, [BUF_DBUF_3C] = &m->dbuf_3c,
+      [BUF_DBUF_4C] = &m->dbuf_4c, [BUF_DLOGITS] = &m->dlogits, [BUF_DATT] = &m->datt,
+  };
+  size_t total = sizeof *m + (size_t)m->n_params * (sizeof *m->specs + sizeof *m->offsets);
+  int ok = m->n_floats == n[BUF_PARAMS]; /* param_layout_floats() agrees with the offsets */
+  for (int k = 0; ok && k < BUF_COUNT; k++) {
+    void *p = NULL;
+    size_t nb = alloc_bytes(n[k]);
+    if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0]) || posix_memalign(&p, 64, nb) != 0) {
+      ok = 0;
+      break;
+    }
+    m->allocs[m->n_allocs++] = p;
+    *slot[k] = p;
+    total += nb;
+  }
+  const size_t N = (size_t)max_batch * (size_t)c->seq_len;
+  m->inputs = ok ? malloc(N) : NULL;
+  m->targets = ok ? malloc(N) : NULL;
   if (!ok || !m->inputs || !m->targets) {
-    size_t want = total;
     gpt_destroy(m);
-    seterr(err, errlen, "gpt_create: out of memory after %zu bytes (model %d layers, d_model %d, batch %d x %d)",
-           want, c->n_layer, c->d_model, max_batch, c->seq_len);
+    seterr(err, errlen,
+           "gpt_create: out of memory after %zu of %zu bytes (model %d layers, d_model %d, batch %d x %d%s)", total,
+           want, c->n_layer, c->d_model, max_batch, c->seq_len, recompute ? ", activation checkpointing" : "");
     return -1;
   }
   memset(m->params_mem, 0, m->n_floats * sizeof(float));
@@ -575,6 +640,52 @@ static int check_tokens(gpt_model *m, const uint8_t *t, size_t n, const char *wh
   return 0;
 }
 
+/* Where block l's activations live: slot l, or slot 0 with recompute. */
+typedef struct block_acts {
+  const float *res; /* block input (N, C): encoded or the previous block's residual3 */
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *r2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg;
+  float *r3; /* block output (N, C), always slot l */
+} block_acts;
+
+static block_acts block_slot(gpt_model *m, int l) {
+  const size_t Nn = (size_t)m->B * m->T, NC = Nn * m->cfg.d_model;
+  const size_t TT = (size_t)m->B * m->cfg.n_head * m->T * m->T;
+  const size_t s = m->recompute ? 0 : (size_t)l;
+  block_acts a;
+  a.res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
+  a.ln1 = m->ln1 + s * NC, a.ln1_mean = m->ln1_mean + s * Nn, a.ln1_rstd = m->ln1_rstd + s * Nn;
+  a.qkv = m->qkv + s * NC * 3, a.att = m->att + s * TT, a.atty = m->atty + s * NC, a.r2 = m->residual2 + s * NC;
+  a.ln2 = m->ln2 + s * NC, a.ln2_mean = m->ln2_mean + s * Nn, a.ln2_rstd = m->ln2_rstd + s * Nn;
+  a.fch = m->fch + s * NC * 4, a.fcg = m->fch_gelu + s * NC * 4;
+  a.r3 = m->residual3 + (size_t)l * NC;
+  return a;
+}
+
+/*
+ * Block l's forward on the current (B,T) from its input. With @to_output 0
+ * (the recompute in backward) it stops before mlp.c_proj: everything the
+ * backward reads is formed, and residual3[l], which backward does not read,
+ * is left as the forward wrote it. Same operations in the same order as the
+ * forward, so a recomputed activation is bitwise the one the forward made
+ * (the gradient check compares the two modes).
+ */
+static void block_forward(gpt_model *m, int l, int to_output) {
+  const int B = m->B, T = m->T, N = B * T, C = m->cfg.d_model, NH = m->cfg.n_head;
+  const size_t NC = (size_t)N * C;
+  block_acts a = block_slot(m, l);
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res, W(m, LP(l, GPT_P_LN1_W)), W(m, LP(l, GPT_P_LN1_B)), N, C);
+  matmul_forward(a.qkv, a.ln1, W(m, LP(l, GPT_P_QKV_W)), W(m, LP(l, GPT_P_QKV_B)), N, C, 3 * C, 0);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  memcpy(a.r2, a.res, NC * sizeof(float));
+  matmul_forward(a.r2, a.atty, W(m, LP(l, GPT_P_ATTPROJ_W)), W(m, LP(l, GPT_P_ATTPROJ_B)), N, C, C, 1);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.r2, W(m, LP(l, GPT_P_LN2_W)), W(m, LP(l, GPT_P_LN2_B)), N, C);
+  matmul_forward(a.fch, a.ln2, W(m, LP(l, GPT_P_FC_W)), W(m, LP(l, GPT_P_FC_B)), N, C, 4 * C, 0);
+  gelu_forward(a.fcg, a.fch, NC * 4);
+  if (!to_output) return;
+  memcpy(a.r3, a.r2, NC * sizeof(float));
+  matmul_forward(a.r3, a.fcg, W(m, LP(l, GPT_P_FCPROJ_W)), W(m, LP(l, GPT_P_FCPROJ_B)), N, 4 * C, C, 1);
+}
+
 float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
   if (!m) return NAN;
   if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
@@ -587,9 +698,9 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   if (targets && check_tokens(m, targets, Nn, "targets") != 0) return NAN;
   double t0 = now_s();
 
-  const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
+  const int L = m->cfg.n_layer, C = m->cfg.d_model, V = m->cfg.vocab;
   const int N = B * T;
-  const size_t NC = Nn * C, TT = (size_t)B * NH * T * T;
+  const size_t NC = Nn * C;
   memcpy(m->inputs, inputs, Nn);
   if (targets) memcpy(m->targets, targets, Nn);
   m->B = B;
@@ -600,22 +711,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   encoder_forward(m->encoded, inputs, W(m, 0), W(m, 1), B, T, C);
   for (int l = 0; l < L; l++) {
     if (hook(m, GPT_HOOK_FORWARD, l + 1, 0)) return NAN;
-    const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
-    float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
-    float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
-    float *fch = m->fch + l * NC * 4, *fcg = m->fch_gelu + l * NC * 4, *r3 = m->residual3 + l * NC;
-    layernorm_forward(ln1, m->ln1_mean + l * Nn, m->ln1_rstd + l * Nn, res, W(m, LP(l, GPT_P_LN1_W)),
-                      W(m, LP(l, GPT_P_LN1_B)), N, C);
-    matmul_forward(qkv, ln1, W(m, LP(l, GPT_P_QKV_W)), W(m, LP(l, GPT_P_QKV_B)), N, C, 3 * C, 0);
-    attention_forward(atty, att, qkv, B, T, C, NH);
-    memcpy(r2, res, NC * sizeof(float));
-    matmul_forward(r2, atty, W(m, LP(l, GPT_P_ATTPROJ_W)), W(m, LP(l, GPT_P_ATTPROJ_B)), N, C, C, 1);
-    layernorm_forward(ln2, m->ln2_mean + l * Nn, m->ln2_rstd + l * Nn, r2, W(m, LP(l, GPT_P_LN2_W)),
-                      W(m, LP(l, GPT_P_LN2_B)), N, C);
-    matmul_forward(fch, ln2, W(m, LP(l, GPT_P_FC_W)), W(m, LP(l, GPT_P_FC_B)), N, C, 4 * C, 0);
-    gelu_forward(fcg, fch, NC * 4);
-    memcpy(r3, r2, NC * sizeof(float));
-    matmul_forward(r3, fcg, W(m, LP(l, GPT_P_FCPROJ_W)), W(m, LP(l, GPT_P_FCPROJ_B)), N, 4 * C, C, 1);
+    block_forward(m, l, 1);
     if (hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return NAN;
   }
   const int f = m->n_params - 2;
@@ -792,7 +888,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
   double t0 = now_s();
   const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
   const int B = m->B, T = m->T, N = B * T;
-  const size_t Nn = (size_t)N, NC = Nn * C, TT = (size_t)B * NH * T * T;
+  const size_t NC = (size_t)N * C;
   const float dscale = loss_mult / (float)N;
   /* One backward's gradient is formed in gscratch and added at the end, so
    * accumulation over calls is a single rounding per element (two equal
@@ -825,10 +921,10 @@ int gpt_backward(gpt_model *m, float loss_mult) {
 
   for (int l = L - 1; l >= 0; l--) {
     if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0)) return -1;
-    const float *res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
-    const float *ln1 = m->ln1 + l * NC, *qkv = m->qkv + l * NC * 3, *att = m->att + l * TT;
-    const float *atty = m->atty + l * NC, *r2 = m->residual2 + l * NC, *ln2 = m->ln2 + l * NC;
-    const float *fch = m->fch + l * NC * 4, *fcg = m->fch_gelu + l * NC * 4;
+    if (m->recompute) block_forward(m, l, 0);
+    const block_acts a = block_slot(m, l);
+    const float *res = a.res, *ln1 = a.ln1, *qkv = a.qkv, *att = a.att, *atty = a.atty, *r2 = a.r2, *ln2 = a.ln2;
+    const float *fch = a.fch, *fcg = a.fcg;
     /* r3 = r2 + fcg Wfp^T + bfp */
     matmul_backward(m->dbuf_4c, G(m, LP(l, GPT_P_FCPROJ_W)), G(m, LP(l, GPT_P_FCPROJ_B)), m->dres, fcg,
                     W(m, LP(l, GPT_P_FCPROJ_W)), N, 4 * C, C, 0);
@@ -837,7 +933,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_FC_W)), G(m, LP(l, GPT_P_FC_B)), m->dbuf_4c, ln2,
                     W(m, LP(l, GPT_P_FC_W)), N, C, 4 * C, 0);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN2_W)), G(m, LP(l, GPT_P_LN2_B)), m->dbuf_c, r2,
-                       m->ln2_mean + l * Nn, m->ln2_rstd + l * Nn, W(m, LP(l, GPT_P_LN2_W)), N, C);
+                       a.ln2_mean, a.ln2_rstd, W(m, LP(l, GPT_P_LN2_W)), N, C);
     /* r2 = res + atty Wp^T + bp */
     matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_ATTPROJ_W)), G(m, LP(l, GPT_P_ATTPROJ_B)), m->dres, atty,
                     W(m, LP(l, GPT_P_ATTPROJ_W)), N, C, C, 0);
@@ -846,7 +942,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_QKV_W)), G(m, LP(l, GPT_P_QKV_B)), m->dbuf_3c, ln1,
                     W(m, LP(l, GPT_P_QKV_W)), N, C, 3 * C, 0);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN1_W)), G(m, LP(l, GPT_P_LN1_B)), m->dbuf_c, res,
-                       m->ln1_mean + l * Nn, m->ln1_rstd + l * Nn, W(m, LP(l, GPT_P_LN1_W)), N, C);
+                       a.ln1_mean, a.ln1_rstd, W(m, LP(l, GPT_P_LN1_W)), N, C);
     if (group_done(m, l + 1)) return -1;
   }
   encoder_backward(G(m, 0), G(m, 1), m->dres, m->inputs, B, T, C);

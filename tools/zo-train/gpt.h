@@ -101,9 +101,40 @@ typedef struct gpt_model gpt_model;
  * fp32 weights (uninitialised: the caller fills them, e.g. with
  * gpt_param_init()), fp32 gradients (zeroed) and activations. Every tensor
  * is 64-byte aligned. Returns 0 and *@out, or -1 with a message in @err
- * (bad config, max_batch < 1, or out of memory with the byte count).
+ * (bad config, max_batch < 1, sizes that overflow size_t, or out of memory
+ * with the byte counts). Same as gpt_create_ex(c, max_batch, 0, ...).
  */
 int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen);
+
+/*
+ * gpt_create_ex() - gpt_create() with activation checkpointing when
+ * @recompute is non-zero: forward keeps only each block's input (the
+ * residual stream entering it, L x B x T x C floats) plus one block's
+ * intermediate activations (LayerNorm outputs and statistics, qkv, the
+ * B x NH x T x T attention probabilities, the MLP hidden layer); backward
+ * runs block l's forward again, right after the hook's begin(l+1) and
+ * before its gradients, from the kept input. Costs about one more forward
+ * of the blocks per step (~1/3 more compute); losses and gradients are
+ * bitwise identical to recompute 0 (same operations in the same order).
+ * Technique: Chen et al., "Training Deep Nets with Sublinear Memory Cost"
+ * (2016); per-block granularity as in Megatron-LM / DeepSpeed's
+ * activation checkpointing.
+ */
+int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err, size_t errlen);
+
+/*
+ * gpt_host_bytes() - bytes of host memory gpt_create_ex(c, max_batch,
+ * recompute) allocates: weights, gradients, gradient scratch (3 x the
+ * parameter layout, each tensor padded to 64 bytes), activations and
+ * backward scratch (each buffer rounded up to 64 bytes), token buffers and
+ * the parameter table. Allocator overhead is not counted. Returns SIZE_MAX
+ * when the config is invalid, max_batch < 1, or the sum overflows size_t
+ * (so a budget check refuses it). Thread-safe, allocates nothing.
+ */
+size_t gpt_host_bytes(const gpt_config *c, int max_batch, int recompute);
+
+/* gpt_recompute() - 1 if @m was created with activation checkpointing, else 0 (also for NULL). */
+int gpt_recompute(const gpt_model *m);
 
 /* gpt_destroy() - free everything; NULL is accepted. */
 void gpt_destroy(gpt_model *m);

@@ -3,7 +3,7 @@
 # Sourced by scripts/train.sh and scripts/test.sh; safe to run on its own.
 set -euo pipefail
 ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemalloc-dev
-             libjansson-dev libopenblas-openmp-dev fortunes fio gnuplot-nox libisal-dev)
+             libjansson-dev libopenblas-openmp-dev fortunes fio gnuplot-nox libisal-dev time python3)
 missing=()
 for p in "${ZO_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

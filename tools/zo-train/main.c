@@ -2,7 +2,8 @@
  * zo-train - trains a GPT-style byte-level language model on real text with
  * every parameter owned by the zoffload engine: fp32 master weights and Adam
  * state on the tier that zero_optimization.offload_optimizer.device names.
- * Forward and backward run on the CPU here (the host device backend).
+ * Forward and backward run on a GPU (model.h: cuda, bf16 with cuBLAS) when
+ * zoffload.device resolves to cuda, else on the CPU (the host device).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,8 +18,10 @@
 
 #include "data.h"
 #include "gpt.h"
+#include "model.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
+#include "zoffload/budget.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 
@@ -54,8 +57,12 @@ static void usage(FILE *f) {
           "  --offload-param DEV      override zero_optimization.offload_param.device: none|cpu|nvme; cpu and nvme\n"
           "                           switch to ZeRO stage 3 (default: the config's value)\n"
           "  --device KIND            override zoffload.device: auto|cuda|host (default: the config's value, else\n"
-          "                           auto); zo-train computes on the CPU, so auto uses the host device and cuda\n"
-          "                           is refused until zo-train has CUDA kernels\n"
+          "                           auto: the GPU when one is visible and zo-train has CUDA compute, else host)\n"
+          "  --activation-checkpointing on|off\n"
+          "                           override train.activation_checkpointing (default: the config's value, else off)\n"
+          "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
+          "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
+          "                           1 when not (with the key to change); nothing is allocated or trained\n"
           "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
@@ -98,74 +105,112 @@ static void fmt_bytes(char *buf, size_t n, double b) {
 }
 
 /* Mean loss over the fixed validation windows. */
-static double eval_val(gpt_model *m, const data_loader *d, int B, int T, int n_windows, uint8_t *in, uint8_t *tg) {
+static double eval_val(train_model *m, const data_loader *d, int B, int T, int n_windows, uint8_t *in, uint8_t *tg) {
   double sum = 0;
   int n = 0;
   for (int w = 0; w < n_windows; w += B) {
     int b = n_windows - w < B ? n_windows - w : B;
     if (data_val_batch(d, T, w, b, in, tg) != 0) break;
-    sum += (double)gpt_forward(m, in, tg, b, T) * b;
+    sum += (double)train_model_forward(m, in, tg, b, T) * b;
     n += b;
   }
   return n ? sum / n : NAN;
 }
 
-/* The model's layer hook: fetch a layer group's working weights from the
- * engine right before the group computes and release them right after; in
- * the last micro-batch's backward, hand each gradient over as soon as its
- * group is done, so the engine copies it out while backward goes on. */
-typedef struct layer_ctx {
-  zo_engine_t *eng;
-  gpt_model *model;
-  zo_param_t **params;
-  const gpt_param_spec *specs;
-  gpt_config cfg;
-  int hand_over;     /* 1 in the last micro-batch of a step */
-  void *dev_grads;   /* device memory: every gradient in grad_dtype, at goff[i] */
-  const size_t *goff;
-  zo_dtype grad_dtype;
-  int failed;        /* an engine call in the hook failed: message in zo_last_error() */
-} layer_ctx;
+/* Cumulative means per step and the figures of one logged step, for --log-json. */
+typedef struct step_log {
+  int64_t step;
+  double loss, val, lr, tok_s, tflops, mfu, loss_scale, grad_norm;
+  int skipped;
+  double step_s, fwd_s, bwd_s, opt_s, adam_s, swap_s, fetch_s; /* sums over the steps so far */
+} step_log;
 
-static int on_layer_calls(layer_ctx *c, int phase, int group, int end);
-
-static int on_layer(void *user, int phase, int group, int end) {
-  layer_ctx *c = user;
-  if (on_layer_calls(c, phase, group, end) == 0) return 0;
-  c->failed = 1;
-  return -1;
+static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
+  json_t *o = json_object();
+  const double per = 1e3 / (double)l->step; /* cumulative means per step, milliseconds */
+  json_object_set_new(o, "step", json_integer(l->step));
+  json_object_set_new(o, "loss", json_real(l->loss));
+  json_object_set_new(o, "val_loss", json_real(l->val));
+  json_object_set_new(o, "lr", json_real(l->lr));
+  json_object_set_new(o, "tokens_per_s", json_real(l->tok_s));
+  json_object_set_new(o, "model_tflops", json_real(l->tflops));
+  json_object_set_new(o, "mfu", l->mfu > 0 ? json_real(l->mfu) : json_null());
+  json_object_set_new(o, "loss_scale", json_real(l->loss_scale));
+  json_object_set_new(o, "grad_norm", isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
+  json_object_set_new(o, "skipped", json_boolean(l->skipped));
+  json_object_set_new(o, "step_ms", json_real(l->step_s * per));
+  json_object_set_new(o, "forward_ms", json_real(l->fwd_s * per));
+  json_object_set_new(o, "backward_ms", json_real(l->bwd_s * per));
+  json_object_set_new(o, "optimizer_ms", json_real(l->opt_s * per));
+  json_object_set_new(o, "adam_ms", json_real(l->adam_s * per));
+  json_object_set_new(o, "swap_wait_ms", json_real(l->swap_s * per));
+  json_object_set_new(o, "fetch_wait_ms", json_real(l->fetch_s * per));
+  /* bytes held now and moved so far */
+  json_object_set_new(o, "device_bytes", json_integer((json_int_t)mem->device_bytes));
+  json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)mem->device_peak_bytes));
+  json_object_set_new(o, "host_bytes", json_integer((json_int_t)mem->host_bytes));
+  json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)mem->pinned_bytes));
+  json_object_set_new(o, "nvme_bytes", json_integer((json_int_t)mem->nvme_bytes));
+  json_object_set_new(o, "nvme_read_bytes", json_integer((json_int_t)mem->nvme_read_bytes));
+  json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem->nvme_write_bytes));
+  json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem->h2d_bytes));
+  json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)mem->d2h_bytes));
+  /* the device arena (zoffload/arena.h) */
+  json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem->arena.capacity));
+  json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem->arena.live_bytes));
+  json_object_set_new(o, "arena_peak_live_bytes", json_integer((json_int_t)mem->arena.peak_live_bytes));
+  json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem->arena.free_bytes));
+  json_object_set_new(o, "arena_largest_free_bytes", json_integer((json_int_t)mem->arena.largest_free));
+  json_object_set_new(o, "arena_fragmentation", json_real(mem->arena.fragmentation));
+  json_object_set_new(o, "arena_compactions", json_integer((json_int_t)mem->arena.compactions));
+  json_object_set_new(o, "arena_bytes_moved", json_integer((json_int_t)mem->arena.bytes_moved));
+  json_object_set_new(o, "arena_compact_ms", json_real(mem->arena.compact_seconds * 1e3));
+  json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  fputc('\n', jf);
+  fflush(jf);
+  json_decref(o);
 }
 
-static int on_layer_calls(layer_ctx *c, int phase, int group, int end) {
-  int first, count;
-  gpt_group_params(&c->cfg, group, &first, &count);
-  for (int i = first; i < first + count; i++) {
-    const size_t n = c->specs[i].n_elems;
-    if (!end) {
-      const void *w;
-      zo_dtype dt;
-      if (zo_engine_fetch(c->eng, c->params[i], &w, &dt) != ZO_OK ||
-          zo_cast(gpt_weight(c->model, i), ZO_DTYPE_F32, w, dt, n, 0) != ZO_OK)
-        return -1;
-      continue;
-    }
-    if (phase == GPT_HOOK_BACKWARD && c->hand_over) {
-      /* In the model's working precision, as a bf16 or fp16 model produces it (fp16 overflow becomes inf). */
-      void *g = (char *)c->dev_grads + c->goff[i] * zo_dtype_size(c->grad_dtype);
-      if (zo_cast(g, c->grad_dtype, gpt_grad(c->model, i), ZO_DTYPE_F32, n, 0) != ZO_OK ||
-          zo_engine_grad_ready(c->eng, c->params[i], g, c->grad_dtype) != ZO_OK)
-        return -1;
-    }
-    if (zo_engine_release(c->eng, c->params[i]) != ZO_OK) return -1;
+/*
+ * The start-up budget of the engine plus the model (model.h), before the
+ * model exists: printed for --dry-run, checked otherwise. @standin: the
+ * device is a host device standing in for a GPU that is not here (a dry run
+ * of a cuda config on a machine without one), whose bytes are then not host
+ * memory.
+ */
+static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print) {
+  size_t app[4];
+  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, zo_engine_grad_dtype(eng), app)) {
+    fprintf(stderr, "zo-train: error: the CUDA model's sizes are unknown to a build without CUDA compute\n");
+    return -1;
   }
-  return 0;
-}
-
-/* Every group's working weights into the model, through the same hook calls a
- * forward pass makes (before sampling with the final weights). */
-static int fetch_all_groups(layer_ctx *c) {
-  for (int g = 0; g < gpt_num_groups(&c->cfg); g++)
-    if (on_layer_calls(c, GPT_HOOK_FORWARD, g, 0) || on_layer_calls(c, GPT_HOOK_FORWARD, g, 1)) return -1;
+  zo_budget b;
+  if (zo_engine_budget(eng, app, &b) != ZO_OK) {
+    fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
+    return -1;
+  }
+  if (standin) { /* the stand-in's bytes are the GPU's, not the host's */
+    b.line[ZO_TIER_HOST].need -= b.line[ZO_TIER_DEVICE].need;
+    b.line[ZO_TIER_HOST].fits = b.line[ZO_TIER_HOST].need <= b.line[ZO_TIER_HOST].available;
+    char *src = strstr(b.line[ZO_TIER_HOST].source, "; includes the host device");
+    if (src) *src = 0;
+    snprintf(b.line[ZO_TIER_DEVICE].where, sizeof b.line[ZO_TIER_DEVICE].where, "cuda (no GPU here: planned)");
+    snprintf(b.line[ZO_TIER_DEVICE].source, sizeof b.line[ZO_TIER_DEVICE].source, "%s",
+             b.line[ZO_TIER_DEVICE].available == SIZE_MAX ? "not checked: pass --device-memory-limit BYTES"
+                                                          : "--device-memory-limit / zoffload.device_memory_limit");
+    b.fits = 1;
+    for (int i = 0; i < b.n_lines; i++) b.fits &= b.line[i].fits;
+  }
+  if (print) {
+    printf("zo-train: start-up budget (bytes; caller = the model: %s):\n",
+           cuda ? "activations, workspaces and the bf16 gradient buffer on the device"
+                : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
+    zo_budget_print(&b, stdout);
+  }
+  if (zo_budget_check(&b) != ZO_OK) {
+    fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
+    return 1;
+  }
   return 0;
 }
 
@@ -173,8 +218,8 @@ int main(int argc, char **argv) {
   const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
              *nvme_override = NULL;
   int64_t steps_override = -1, seed_override = -1, threads = 0, limit_override = -1;
-  const char *param_override = NULL, *device_override = NULL;
-  int do_sample = 1;
+  const char *param_override = NULL, *device_override = NULL, *ckpt_override = NULL;
+  int do_sample = 1, dry_run = 0;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
       {"steps", required_argument, 0, 's'},   {"seed", required_argument, 0, 'S'},
@@ -182,7 +227,8 @@ int main(int argc, char **argv) {
       {"nvme-path", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
       {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
       {"offload-param", required_argument, 0, 'P'}, {"device-memory-limit", required_argument, 0, 'L'},
-      {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
+      {"device", required_argument, 0, 'D'},  {"dry-run", no_argument, 0, 'y'},
+      {"activation-checkpointing", required_argument, 0, 'A'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -198,6 +244,8 @@ int main(int argc, char **argv) {
       case 'P': param_override = optarg; break;
       case 'L': if (parse_i64("--device-memory-limit", optarg, 0, &limit_override)) return 2; break;
       case 'D': device_override = optarg; break;
+      case 'y': dry_run = 1; break;
+      case 'A': ckpt_override = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -216,6 +264,11 @@ int main(int argc, char **argv) {
   if (data_override) snprintf(ts.data_path, sizeof ts.data_path, "%s", data_override);
   if (steps_override > 0) ts.steps = steps_override;
   if (seed_override >= 0) ts.seed = (uint64_t)seed_override;
+  if (ckpt_override) {
+    if (strcmp(ckpt_override, "on") && strcmp(ckpt_override, "off"))
+      return die("--activation-checkpointing: expected on or off, got '%s'%s", ckpt_override, "");
+    ts.activation_checkpointing = !strcmp(ckpt_override, "on");
+  }
   if (offload_override) {
     zo_offload_device dev;
     if (parse_device(offload_override, &dev))
@@ -233,9 +286,6 @@ int main(int argc, char **argv) {
   if (limit_override >= 0) cfg.zoffload.device_memory_limit = limit_override;
   if (device_override && zo_device_kind_parse(device_override, &cfg.zoffload.device_kind) != ZO_OK)
     return die("--device: expected auto, cuda or host, got '%s'%s", device_override, "");
-  if (cfg.zoffload.device_kind == ZO_DEVICE_CUDA)
-    return die("zoffload.device is \"cuda\", but CUDA compute for zo-train is not built yet (its model runs on the "
-               "CPU): set zoffload.device to \"host\" or \"auto\"%s%s", "", "");
   if (nvme_override) {
     snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_override);
     snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", nvme_override);
@@ -250,25 +300,49 @@ int main(int argc, char **argv) {
   const int B = (int)cfg.train_micro_batch_size_per_gpu, T = ts.model.seq_len;
   const int gas = (int)cfg.gradient_accumulation_steps;
 
-  /* ---- data */
+  /* ---- where the model computes: cuda when zoffload.device says so, or "auto" finds a GPU and this zo-train
+   * has CUDA compute; else the host device (the CPU model) */
+  const int n_gpus = zo_device_cuda_count();
+  zo_device_kind dev_kind = cfg.zoffload.device_kind;
+  if (dev_kind == ZO_DEVICE_AUTO) {
+    dev_kind = n_gpus > 0 && train_model_cuda_built() ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
+    if (n_gpus > 0 && !train_model_cuda_built())
+      printf("zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but this zo-train was built without CUDA "
+             "compute (no nvcc at configure time): using the host device\n", n_gpus, n_gpus == 1 ? "" : "s");
+  }
+  const int cuda = dev_kind == ZO_DEVICE_CUDA;
+  if (cuda && !train_model_cuda_built())
+    return die("zoffload.device is \"cuda\", but this zo-train was built without CUDA compute (no nvcc at configure "
+               "time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"%s%s", "", "");
+  const int standin = cuda && n_gpus == 0 && dry_run; /* plan a GPU run on a machine without one */
+  if (cuda && n_gpus == 0 && !dry_run)
+    return die("zoffload.device is \"cuda\", but no CUDA device is visible (%s); set zoffload.device to \"auto\" or "
+               "\"host\", or plan with --dry-run%s", getenv("CUDA_VISIBLE_DEVICES") ? "CUDA_VISIBLE_DEVICES is set"
+               : "no GPU or driver", "");
+
+  const int np = gpt_num_params(&ts.model);
+  const size_t total = gpt_total_elems(&ts.model);
+  const double flops_tok = train_model_flops_per_token(&ts.model, T);
+
+  /* ---- data (not for a dry run) */
   data_loader *data = NULL;
-  if (data_open(ts.data_path, ts.val_fraction, ts.data_seed, T, &data, err, sizeof err)) return die("%s%s", err, "");
-  int n_val = data_val_windows(data, T, ts.val_windows);
+  int n_val = 0;
+  if (!dry_run) {
+    if (data_open(ts.data_path, ts.val_fraction, ts.data_seed, T, &data, err, sizeof err)) return die("%s%s", err, "");
+    n_val = data_val_windows(data, T, ts.val_windows);
+  }
 
   /* ---- engine and model */
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   int rc = 1;
   zo_engine_t *eng = NULL;
-  gpt_model *model = NULL;
+  train_model *model = NULL;
   FILE *jf = NULL;
   zo_param_t **params = NULL;
   float *init = NULL;
   zo_device_t *dev = NULL;
-  void *dev_grads = NULL; /* device memory: the gradients as the model hands them over */
-  size_t *goff = NULL;    /* element offset of each gradient in dev_grads */
   uint8_t *in = NULL, *tg = NULL;
-  const int np = gpt_num_params(&ts.model);
   gpt_param_spec *specs = calloc(np, sizeof *specs);
   params = calloc(np, sizeof *params);
   in = malloc((size_t)B * T);
@@ -278,43 +352,40 @@ int main(int argc, char **argv) {
     goto out;
   }
   gpt_param_specs(&ts.model, specs);
-  const size_t total = gpt_total_elems(&ts.model);
-  if (gpt_create(&ts.model, B, &model, err, sizeof err)) {
-    fprintf(stderr, "zo-train: error: %s\n", err);
-    goto out;
-  }
-  /* The device: kind from zoffload.device, ordinal from LOCAL_RANK, memory limit from
-   * zoffload.device_memory_limit. The model computes on the CPU and reads device memory
-   * directly, so the device must be host-addressable until zo-train has CUDA kernels:
-   * "cuda" is refused, and "auto" with a GPU present falls back to the host device. */
-  zo_device_kind dev_kind = cfg.zoffload.device_kind; /* "cuda" was refused above */
-  if (dev_kind == ZO_DEVICE_AUTO) {
-    int n_gpus = zo_device_cuda_count();
-    if (n_gpus > 0)
-      printf("zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but CUDA compute for zo-train is not "
-             "built yet: using the host device\n", n_gpus, n_gpus == 1 ? "" : "s");
-    dev_kind = ZO_DEVICE_HOST;
-  }
-  if (zo_device_create(dev_kind, zo_device_default_ordinal(), (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK)
+  /* The device: kind as resolved above, ordinal from LOCAL_RANK, memory limit from zoffload.device_memory_limit.
+   * A dry run of a cuda config without a GPU plans on a host device of that capacity. */
+  if (zo_device_create(standin ? ZO_DEVICE_HOST : dev_kind, zo_device_default_ordinal(),
+                       (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK)
     goto engine_error;
-  if (!zo_device_host_addressable(dev)) {
-    fprintf(stderr, "zo-train: error: device %s is not host-addressable, and CUDA compute for zo-train is not built "
-            "yet: set zoffload.device to \"host\"\n", zo_device_name(dev));
-    goto out;
-  }
   if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
     goto engine_error;
   if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
-  /* The model's own device buffers come before zo_engine_finalize(), whose
-   * device arena takes the memory that is left. */
-  const zo_dtype grad_dtype = zo_engine_grad_dtype(eng); /* the working precision: bf16, fp16 or fp32 */
-  if (zo_device_malloc(dev, total * zo_dtype_size(grad_dtype), &dev_grads) != ZO_OK) {
-    fprintf(stderr, "zo-train: error: the model's gradient buffers (%zu bytes of device memory) do not fit: raise "
-            "zoffload.device_memory_limit (%s)\n", total * zo_dtype_size(grad_dtype), zo_last_error());
-    goto out;
-  }
   for (int i = 0; i < np; i++)
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
+
+  const char *tier_name[] = {"none", "cpu", "nvme"};
+  printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
+         "%.3g model FLOPs per token (6N + 12LCT)\n", config_path, ts.model.n_layer, ts.model.n_head,
+         ts.model.d_model, T, ts.model.vocab, total, np, flops_tok);
+  printf("zo-train: batch %d x %d micro x %d accum | optimizer state: %s | parameters: %s | state dtype: %s | "
+         "working weights: %s | activation checkpointing: %s | compute: %s\n", (int)cfg.train_batch_size, B, gas,
+         tier_name[cfg.zero.offload_optimizer.device],
+         cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
+         zo_dtype_name(cfg.zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
+         zo_dtype_name(zo_engine_working_dtype(eng)), ts.activation_checkpointing ? "on" : "off",
+         cuda ? "cuda" : "cpu");
+  /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
+  int brc = budget(eng, &ts, B, cuda, standin, dry_run);
+  if (dry_run) {
+    rc = brc ? 1 : 0;
+    if (!brc) printf("zo-train: dry run: the configuration fits\n");
+    goto out;
+  }
+  if (brc) goto out;
+  if (train_model_create(&ts.model, B, ts.activation_checkpointing, eng, dev, params, &model, err, sizeof err)) {
+    fprintf(stderr, "zo-train: error: %s\n", err);
+    goto out;
+  }
   if (zo_engine_finalize(eng) != ZO_OK) goto engine_error;
   size_t max_n = 0;
   for (int i = 0; i < np; i++) max_n = specs[i].n_elems > max_n ? specs[i].n_elems : max_n;
@@ -328,62 +399,47 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
     goto out;
   }
-
-  const char *tier_name[] = {"none", "cpu", "nvme"};
-  printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d: %zu parameters in %d tensors\n",
-         config_path, ts.model.n_layer, ts.model.n_head, ts.model.d_model, T, total, np);
-  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | batch %d x %d micro x %d accum | "
-         "optimizer state: %s | parameters: %s | working weights: %s | Adam SIMD: %s\n",
-         ts.data_path, data_total_bytes(data), data_num_files(data), n_val, (int)cfg.train_batch_size, B, gas,
-         tier_name[cfg.zero.offload_optimizer.device],
-         cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
-         zo_dtype_name(zo_engine_working_dtype(eng)),
-         zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
-  printf("zo-train: device %s (zoffload.device \"%s\")\n", zo_device_name(dev),
-         zo_device_kind_name(cfg.zoffload.device_kind));
+  const double peak_tflops = zo_device_peak_tflops(dev);
+  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | Adam SIMD: %s\n", ts.data_path,
+         data_total_bytes(data), data_num_files(data), n_val, zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
+  char peak_s[64] = "unknown: no MFU";
+  if (peak_tflops > 0) snprintf(peak_s, sizeof peak_s, "%.0f TFLOP/s (MFU against it)", peak_tflops);
+  printf("zo-train: device %s (zoffload.device \"%s\") | model %s | dense bf16 peak %s\n", zo_device_name(dev),
+         zo_device_kind_name(cfg.zoffload.device_kind), train_model_describe(model), peak_s);
   fflush(stdout);
 
   /* ---- training loop */
   uint64_t rng = ts.seed ^ 0x9e3779b97f4a7c15ull;
-  double t_fetch = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0;
+  double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0;
   double t_start = now_s(), t_window = now_s();
   int64_t tokens_window = 0, skipped = 0;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
   const int print_every = (int)(cfg.steps_per_print > 0 ? cfg.steps_per_print : 10);
   int64_t step;
-  goff = calloc(np, sizeof *goff);
-  if (!goff) goto out;
-  for (int i = 0, off = 0; i < np; i++) goff[i] = off, off += (int)specs[i].n_elems;
-  layer_ctx lc = {.eng = eng, .model = model, .params = params, .specs = specs, .cfg = ts.model,
-                  .dev_grads = dev_grads, .goff = goff, .grad_dtype = grad_dtype};
-  gpt_set_hook(model, on_layer, &lc);
   /* Evaluation passes fetch through the same hook but outside the trace. */
   zo_engine_set_trace(eng, 0);
   first_val = eval_val(model, data, B, T, n_val, in, tg);
   zo_engine_set_trace(eng, 1);
-  if (isnan(first_val)) goto engine_error;
+  if (isnan(first_val)) goto model_error;
   printf("step %5d/%lld | val %.4f (initial weights; ln(%d) = %.4f)\n", 0, (long long)ts.steps, first_val,
          ts.model.vocab, log((double)ts.model.vocab));
+  const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
+  double eval_fwd = 0; /* forward seconds spent on validation after the start */
   t_start = t_window = now_s();
   for (step = 1; step <= ts.steps && !g_stop; step++) {
     const double t_step0 = now_s();
     const double loss_scale = zo_engine_loss_scale(eng);
-    gpt_zero_grad(model);
+    if (train_model_zero_grad(model)) goto model_error;
     double loss = 0;
     for (int micro = 0; micro < gas; micro++) {
       if (data_next_batch(data, DATA_TRAIN, B, T, &rng, in, tg)) {
         fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
         goto out;
       }
-      lc.hand_over = micro == gas - 1;
-      double a = now_s();
-      float l = gpt_forward(model, in, tg, B, T);
-      if (isnan(l)) goto layer_error;
+      float l = train_model_forward(model, in, tg, B, T);
+      if (isnan(l)) goto model_error;
       loss += l / gas;
-      double b = now_s();
-      if (gpt_backward(model, (float)(loss_scale / gas))) goto layer_error;
-      t_fwd += b - a;
-      t_bwd += now_s() - b;
+      if (train_model_backward(model, (float)(loss_scale / gas), micro == gas - 1)) goto model_error;
     }
     tokens_window += (int64_t)B * T * gas;
     last_loss = loss;
@@ -399,9 +455,12 @@ int main(int argc, char **argv) {
 
     if (step % print_every == 0 || step == ts.steps) {
       double tw = now_s() - t_window;
+      const double f0 = train_model_forward_seconds(model);
       zo_engine_set_trace(eng, 0);
       double val = eval_val(model, data, B, T, n_val, in, tg);
       zo_engine_set_trace(eng, 1);
+      if (isnan(val)) goto model_error;
+      eval_fwd += train_model_forward_seconds(model) - f0;
       last_val = val;
       zo_engine_mem mem;
       zo_engine_mem_info(eng, &mem);
@@ -411,59 +470,27 @@ int main(int argc, char **argv) {
       fmt_bytes(db, sizeof db, (double)mem.device_bytes);
       fmt_bytes(hb, sizeof hb, (double)mem.host_bytes);
       fmt_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
-      double tok_s = tokens_window / tw;
+      const double tok_s = tokens_window / tw, tflops = tok_s * flops_tok / 1e12;
+      const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0;
+      const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
+      const double t_bwd = train_model_backward_seconds(model) - bwd0;
       double per = 1e3 / (double)step; /* cumulative ms per step */
-      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s | ms/step %.1f: fwd %.1f bwd %.1f "
-             "opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | arena "
-             "%s of %s live, frag %.2f, %llu compactions%s\n",
-             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, t_steps * per, t_fwd * per, t_bwd * per,
-             t_opt * per, t_adam * per, t_swap * per, t_fetch * per, db, mem.device_peak_bytes / 1048576.0, hb, nb,
-             al, ac, mem.arena.fragmentation,
+      char mfu_s[32] = "";
+      if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
+      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
+             "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
+             "arena %s of %s live, frag %.2f, %llu compactions%s\n",
+             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, tflops, mfu_s, t_steps * per,
+             t_fwd * per, t_bwd * per, t_opt * per, t_adam * per, t_swap * per, t_fetch * per, db,
+             mem.device_peak_bytes / 1048576.0, hb, nb, al, ac, mem.arena.fragmentation,
              (unsigned long long)mem.arena.compactions, info.skipped ? " | overflow: skipped" : "");
       fflush(stdout);
       if (jf) {
-        json_t *o = json_object();
-        const double per_step = 1.0 / (double)step;
-        json_object_set_new(o, "step", json_integer(step));
-        json_object_set_new(o, "loss", json_real(loss));
-        json_object_set_new(o, "val_loss", json_real(val));
-        json_object_set_new(o, "lr", json_real(info.lr));
-        json_object_set_new(o, "tokens_per_s", json_real(tok_s));
-        json_object_set_new(o, "loss_scale", json_real(loss_scale));
-        json_object_set_new(o, "grad_norm", isfinite(info.grad_norm) ? json_real(info.grad_norm) : json_null());
-        json_object_set_new(o, "skipped", json_boolean(info.skipped));
-        /* cumulative means per step, milliseconds */
-        json_object_set_new(o, "step_ms", json_real(t_steps * 1e3 * per_step));
-        json_object_set_new(o, "forward_ms", json_real(t_fwd * 1e3 * per_step));
-        json_object_set_new(o, "backward_ms", json_real(t_bwd * 1e3 * per_step));
-        json_object_set_new(o, "optimizer_ms", json_real(t_opt * 1e3 * per_step));
-        json_object_set_new(o, "adam_ms", json_real(t_adam * 1e3 * per_step));
-        json_object_set_new(o, "swap_wait_ms", json_real(t_swap * 1e3 * per_step));
-        json_object_set_new(o, "fetch_wait_ms", json_real(t_fetch * 1e3 * per_step));
-        /* bytes held now and moved so far */
-        json_object_set_new(o, "device_bytes", json_integer((json_int_t)mem.device_bytes));
-        json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)mem.device_peak_bytes));
-        json_object_set_new(o, "host_bytes", json_integer((json_int_t)mem.host_bytes));
-        json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)mem.pinned_bytes));
-        json_object_set_new(o, "nvme_bytes", json_integer((json_int_t)mem.nvme_bytes));
-        json_object_set_new(o, "nvme_read_bytes", json_integer((json_int_t)mem.nvme_read_bytes));
-        json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem.nvme_write_bytes));
-        json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem.h2d_bytes));
-        json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)mem.d2h_bytes));
-        /* the device arena (zoffload/arena.h) */
-        json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem.arena.capacity));
-        json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem.arena.live_bytes));
-        json_object_set_new(o, "arena_peak_live_bytes", json_integer((json_int_t)mem.arena.peak_live_bytes));
-        json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem.arena.free_bytes));
-        json_object_set_new(o, "arena_largest_free_bytes", json_integer((json_int_t)mem.arena.largest_free));
-        json_object_set_new(o, "arena_fragmentation", json_real(mem.arena.fragmentation));
-        json_object_set_new(o, "arena_compactions", json_integer((json_int_t)mem.arena.compactions));
-        json_object_set_new(o, "arena_bytes_moved", json_integer((json_int_t)mem.arena.bytes_moved));
-        json_object_set_new(o, "arena_compact_ms", json_real(mem.arena.compact_seconds * 1e3));
-        json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
-        fputc('\n', jf);
-        fflush(jf);
-        json_decref(o);
+        step_log l = {.step = step, .loss = loss, .val = val, .lr = info.lr, .tok_s = tok_s, .tflops = tflops,
+                      .mfu = mfu, .loss_scale = loss_scale, .grad_norm = info.grad_norm, .skipped = info.skipped,
+                      .step_s = t_steps, .fwd_s = t_fwd, .bwd_s = t_bwd, .opt_s = t_opt, .adam_s = t_adam,
+                      .swap_s = t_swap, .fetch_s = t_fetch};
+        write_json(jf, &l, &mem);
       }
       t_window = now_s();
       tokens_window = 0;
@@ -475,48 +502,57 @@ int main(int argc, char **argv) {
   printf("zo-train: done: %lld steps in %.1f s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
          (long long)(step - 1), wall, last_loss, first_val, last_val, (long long)skipped);
   if (step > 1) { /* where a step's time went, and how much of the offload work was hidden */
+    const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
+    const double t_bwd = train_model_backward_seconds(model) - bwd0;
     const double n = (double)(step - 1), compute = (t_fwd + t_bwd - t_fetch) / n;
     const double bound = fmax(compute, fmax(t_adam / n, t_swap / n));
     printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
            "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
            t_steps / n * 1e3, compute * 1e3, t_fetch / n * 1e3, t_opt / n * 1e3, t_adam / n * 1e3, t_swap / n * 1e3,
            t_steps / n / bound);
+    zo_engine_mem mem;
+    zo_engine_mem_info(eng, &mem);
+    const double tok_s = n * B * T * gas / t_steps, tflops = tok_s * flops_tok / 1e12;
+    char mfu_s[48] = "";
+    if (peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / peak_tflops);
+    printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB\n", tok_s, tflops,
+           mfu_s, mem.device_peak_bytes / 1048576.0);
   }
 
   if (do_sample && ts.sample_bytes > 0 && !g_stop) {
     zo_engine_set_trace(eng, 0);
-    if (fetch_all_groups(&lc)) goto engine_error; /* final weights */
     uint8_t *s = malloc(ts.sample_bytes + 1);
     static const uint8_t prompt[] = "The ";
-    if (s && gpt_sample(model, prompt, 4, ts.sample_bytes, (float)ts.temperature, ts.seed, s) == 0) {
+    int src = s ? train_model_sample(model, prompt, 4, ts.sample_bytes, (float)ts.temperature, ts.seed, s) : -1;
+    if (src == 0) {
       s[ts.sample_bytes] = 0;
       for (int i = 0; i < ts.sample_bytes; i++)
         if (s[i] != '\n' && s[i] != '\t' && (s[i] < 32 || s[i] > 126)) s[i] = '?';
       printf("--- sample (temperature %.2f) ---\nThe %s\n---\n", ts.temperature, (char *)s);
+    } else if (src == 1) {
+      printf("zo-train: no sample: %s\n", train_model_error(model));
     }
     free(s);
+    if (src < 0) goto model_error;
   }
   rc = 0;
   goto out;
 
-layer_error:
-  if (lc.failed) goto engine_error; /* the hook failed on an engine call */
-  fprintf(stderr, "zo-train: error: %s\n", gpt_last_error(model));
+model_error:
+  fprintf(stderr, "zo-train: error: %s\n", train_model_error(model));
   goto out;
 engine_error:
   fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
 out:
   if (jf) fclose(jf);
   zo_engine_destroy(eng);
-  if (dev_grads) zo_device_free(dev, dev_grads);
+  train_model_destroy(model);
   zo_device_destroy(dev);
-  gpt_destroy(model);
   data_close(data);
   free(specs);
   free(params);
   free(init);
   free(in);
   free(tg);
-  free(goff);
   return rc;
 }

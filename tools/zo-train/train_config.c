@@ -143,7 +143,7 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
     if (get_int(&c, m, "model", "seq_len", 1, 65536, &v)) goto out;
     ts->model.seq_len = (int)v;
     v = ts->model.vocab;
-    if (get_int(&c, m, "model", "vocab", 2, 256, &v)) goto out;
+    if (get_int(&c, m, "model", "vocab", 2, 65536, &v)) goto out; /* tokens are bytes; rows >= 256 are never inputs */
     ts->model.vocab = (int)v;
   }
   json_t *d = get_block(&c, root, "data", &brc);
@@ -171,7 +171,8 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
   json_t *t = get_block(&c, root, "train", &brc);
   if (brc) goto out;
   if (t) {
-    static const char *const keys[] = {"steps", "seed", "val_windows", "sample_bytes", "temperature", NULL};
+    static const char *const keys[] = {"steps", "seed", "val_windows", "sample_bytes", "temperature",
+                                       "activation_checkpointing", NULL};
     int64_t v;
     if (check_keys(&c, t, "train", keys)) goto out;
     if (get_int(&c, t, "train", "steps", 1, INT64_MAX / 2, &ts->steps)) goto out;
@@ -185,6 +186,12 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
     if (get_int(&c, t, "train", "sample_bytes", 0, 1 << 20, &v)) goto out;
     ts->sample_bytes = (int)v;
     if (get_num(&c, t, "train", "temperature", 0, 100, &ts->temperature)) goto out;
+    json_t *ac = json_object_get(t, "activation_checkpointing");
+    if (ac && !json_is_boolean(ac)) {
+      fail(&c, "train.activation_checkpointing", "expected true or false, got ", type_name(ac));
+      goto out;
+    }
+    if (ac) ts->activation_checkpointing = json_is_true(ac);
   }
   rc = 0;
 out:

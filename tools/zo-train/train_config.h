@@ -22,6 +22,8 @@ typedef struct train_settings {
   int val_windows;        /* train.val_windows: fixed validation windows of seq_len bytes */
   int sample_bytes;       /* train.sample_bytes: bytes generated at the end (0: none) */
   double temperature;     /* train.temperature: sampling temperature (0: greedy) */
+  int activation_checkpointing; /* train.activation_checkpointing: keep each block's input only and recompute the
+                                   block's forward in backward (default false) */
 } train_settings;
 
 /* The application-owned top-level blocks, for zo_config_opts.app_blocks. */

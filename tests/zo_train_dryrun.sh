@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# zo_train_dryrun.sh ZO_TRAIN CONFIG_DIR - `zo-train --dry-run` on the model presets: the engine's bytes per tier
+# in the printed budget equal the arithmetic below (written from the shapes in gpt.h and the tier layouts of
+# zoffload/budget.h, not from the engine's code), a dry run allocates nothing, and a config that cannot fit
+# exits 1 naming the key to change. Without a GPU the cuda presets are planned with --device cuda and a stated
+# device capacity (80 GiB); when this zo-train has no CUDA compute, with --device host. Exit 0 pass, 1 fail.
+set -u
+zo=$1 cfgdir=$2
+py=$(command -v python3 || echo /usr/bin/python3)
+work=$(mktemp -d "${TMPDIR:-/tmp}/zo-dryrun.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+dev=cuda
+if ! "$zo" --help | grep -q 'dry-run'; then echo "FAIL: zo-train has no --dry-run"; exit 1; fi
+for preset in gpt2-124m gpt2-1.5b gpt-10b gpt-10b-infinity; do
+  args=(--config "$cfgdir/$preset.json" --dry-run --device cuda --device-memory-limit 85899345920 --nvme-path "$work")
+  /usr/bin/time -f "%e s %M KiB" -o "$work/time" "$zo" "${args[@]}" >"$work/out" 2>"$work/err"
+  rc=$?
+  if grep -q 'built without CUDA compute' "$work/err"; then
+    dev=host
+    args=(--config "$cfgdir/$preset.json" --dry-run --device host --nvme-path "$work")
+    /usr/bin/time -f "%e s %M KiB" -o "$work/time" "$zo" "${args[@]}" >"$work/out" 2>"$work/err"
+    rc=$?
+  fi
+  echo "== $preset (--device $dev): rc $rc, $(cat "$work/time")"
+  cat "$work/out" "$work/err"
+  if [ $rc -ne 0 ] && [ $rc -ne 1 ]; then echo "FAIL $preset: exit status $rc"; failures=$((failures + 1)); continue; fi
+  if [ $rc -eq 1 ] && ! grep -qE 'zo-train: error: start-up budget: .*(set|point|raise|lower|use) ' "$work/err"; then
+    echo "FAIL $preset: refused without naming what to change"; failures=$((failures + 1))
+  fi
+  # A dry run allocates nothing: its peak RSS stays far below even the smallest preset's host bytes.
+  if [ "$(awk 'END {print $3}' "$work/time")" -gt 262144 ]; then
+    echo "FAIL $preset: the dry run's peak RSS is over 256 MiB"; failures=$((failures + 1))
+  fi
+  if ! "$py" - "$cfgdir/$preset.json" "$work/out" <<'EOF'; then failures=$((failures + 1)); fi
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+m, z = cfg["model"], cfg["zero_optimization"]
+L, C, T, V = m["n_layer"], m["d_model"], m["seq_len"], m["vocab"]
+sizes = [V * C, T * C]
+for _ in range(L):
+    sizes += [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+sizes += [C, C]
+N = sum(sizes)
+ru = lambda x, a: (x + a - 1) // a * a
+w = 2                                                   # bf16 working weights and gradients
+state_bf16 = cfg.get("zoffload", {}).get("optimizer_state_dtype") == "bf16"
+st = 4 + (2 + 2 if state_bf16 else 4 + 4)               # master fp32 + exp_avg + exp_avg_sq
+opt = z.get("offload_optimizer", {}).get("device", "none")
+par = z.get("offload_param", {}).get("device", "none")
+rows = {}
+for line in open(sys.argv[2]):
+    f = line.split()
+    if len(f) > 5 and f[0] in ("device", "host", "pinned", "nvme") and f[1].isdigit():
+        rows[f[0]] = int(f[2])                           # engine_bytes column
+want = {}
+if par == "none":
+    want["device"] = sum(ru(n * w, 256) for n in sizes)
+else:
+    want["device"] = ru(max(sizes) * w, 256)
+if opt == "cpu" and par == "none":
+    want["host"] = want["pinned"] = N * w + N * st + N * w   # gradients, master + Adam state, bf16 staging
+ok = True
+if opt == "nvme" and par == "cpu":
+    # The extent unit is the swap alignment (the file system's O_DIRECT alignment: 512 or 4096 bytes) over the
+    # narrowest element (2 bytes). Sub-groups: pieces of at most sub_group_size, packed greedily while the padded
+    # extents fit in sub_group_size elements; 4 buffer sets of the largest one.
+    fits = False
+    for align in (4096, 512):
+        unit = align // 2
+        sgs = ru(max(z["sub_group_size"], unit), unit)
+        pieces, file_el = [], 0
+        for n in sizes:
+            for off in range(0, n, sgs):
+                pieces.append((file_el + off, min(sgs, n - off)))
+            file_el += ru(n, unit)
+        slot, k = 0, 0
+        while k < len(pieces):
+            start = pieces[k][0]
+            end = pieces[k][0] + ru(pieces[k][1], unit)
+            k += 1
+            while k < len(pieces) and pieces[k][0] + ru(pieces[k][1], unit) - start <= sgs:
+                end = pieces[k][0] + ru(pieces[k][1], unit)
+                k += 1
+            slot = max(slot, end - start)
+        nbuf = 4
+        host = N * w + N * w + nbuf * slot * st            # gradients, host working weights, sub-group buffers
+        nvme = file_el * st
+        if rows.get("host") == host and rows.get("nvme") == nvme:
+            fits = True
+            print(f"  arithmetic: swap alignment {align}: {len(pieces)} pieces, slot {slot} elements")
+    if not fits:
+        print(f"FAIL: host/nvme engine bytes {rows.get('host')}/{rows.get('nvme')} match no alignment's arithmetic")
+        ok = False
+for k, v in want.items():
+    got = rows.get(k)
+    print(f"  {k}: engine {got} bytes, arithmetic {v}" + ("" if got == v else "  <-- MISMATCH"))
+    ok &= got == v
+print(f"  N = {N} parameters")
+sys.exit(0 if ok else 1)
+EOF
+done
+[ $failures -eq 0 ] && echo "PASS" || echo "FAIL: $failures"
+[ $failures -eq 0 ]

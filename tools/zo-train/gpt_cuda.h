@@ -1,0 +1,176 @@
+/*
+ * gpt_cuda.h - zo-train's GPT model (gpt.h) on one CUDA GPU: the same math,
+ * parameter order, hooks and loss, with bf16 storage and fp32 accumulation.
+ * Not an optimizer and not a memory manager for weights or gradients: both
+ * stay the caller's (the offload engine's); this owns activations only.
+ *
+ * Conventions as in gpt.h: B batch, T time, C d_model, NH n_head, hs = C/NH,
+ * V vocab, L n_layer, N = B*T; Linear weights (out, in) row-major, y = x W^T + b;
+ * GELU tanh approximation; LayerNorm eps 1e-5; wte tied as the output
+ * projection; loss = mean cross-entropy (nats) over the B*T positions.
+ *
+ * Numerics: every tensor in device memory is bf16 (__nv_bfloat16) except the
+ * LayerNorm statistics, per-position losses, the residual-stream gradient and
+ * the wte gradient of one backward (fp32). Every matmul is a cuBLAS
+ * cublasGemmEx / cublasGemmStridedBatchedEx with bf16 A and B and
+ * CUBLAS_COMPUTE_32F (fp32 accumulation); C is bf16, except the LM head's wte
+ * gradient (fp32, summed with the embedding's part before its one rounding).
+ * Weight gradients are added by the GEMM itself (beta = 1 onto the caller's
+ * bf16 gradient): one rounding per tensor per backward. Element-wise and
+ * reduction kernels compute in fp32. Kernels after Karpathy's llm.c
+ * (train_gpt2.cu); recompute is activation checkpointing per transformer
+ * block (Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016;
+ * Megatron-LM's full recompute, Korthikanti et al. 2022).
+ *
+ * Determinism: no float atomics; every reduction has a fixed order (per-row
+ * block reductions, two-pass column sums over fixed row chunks, the wte
+ * gradient per (token, channel) over a host-sorted position list). cuBLAS is
+ * run-to-run reproducible on one GPU model with a fixed workspace (set here)
+ * and one stream. Same inputs and weights give bitwise identical losses and
+ * gradients run to run, and with recompute on or off (the recomputed forward
+ * runs the same kernels on the same inputs at equally aligned addresses).
+ *
+ * Thread-safety: a gpt_cuda is used by one host thread at a time. All GPU
+ * work is queued on one stream (gpt_cuda_stream()). Errors never exit: calls
+ * return -1 or NAN and gpt_cuda_last_error() names the CUDA/cuBLAS call and
+ * the kernel or tensor being computed.
+ */
+#ifndef ZO_TRAIN_GPT_CUDA_H
+#define ZO_TRAIN_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h" /* gpt_config, gpt_param_spec, gpt_hook_fn, GPT_HOOK_*, gpt_num_groups, gpt_group_params */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt_cuda gpt_cuda;
+
+/*
+ * gpt_cuda_device_bytes() - device bytes gpt_cuda_create() allocates (in one
+ * cudaMalloc) for batches up to @max_batch x c->seq_len: activations, logits,
+ * backward scratch and the 32 MiB cuBLAS workspace; not the weights nor the
+ * gradients (the caller's). Pure arithmetic, no GPU needed; 0 for a config
+ * that fails gpt_config_check() or max_batch < 1. Every buffer is rounded up
+ * to 256 bytes (S(x) below). With Nm = max_batch*seq_len, TT = max_batch*NH*
+ * seq_len^2, A = (recompute ? 1 : L) activation sets:
+ *   A * [ S(2NmC) ln1 + S(6NmC) q,k,v by head + S(2TT) attention probs
+ *         + S(2NmC) att out + S(2NmC) residual2 + S(2NmC) ln2
+ *         + S(8NmC) fc + S(8NmC) gelu + 4 * S(4Nm) LN mean/rstd ]
+ *   + (L+1) * S(2NmC)   residual stream: block inputs and the last output
+ *   + S(2NmC) + 2*S(4Nm) ln_f out, mean, rstd
+ *   + S(2NmV)           logits (bf16), overwritten by dlogits in backward
+ *   + 2*S(4Nm) + S(4)   logsumexp and loss per position, mean loss
+ *   + 2*S(Nm) + S(4Nm) + S(4*257)   inputs, targets, positions sorted by token
+ *   + S(4NmC) + 2*S(2NmC) + S(6NmC) + S(8NmC) + S(2TT)   backward scratch:
+ *         fp32 residual grad, two (N,C), (N,3C), (N,4C), attention grad
+ *   + S(4VC)            fp32 wte gradient of one backward
+ *   + S(4*64*4C)        column-sum partials (64 row chunks)
+ *   + 32 MiB            cuBLAS workspace (cublasSetWorkspace)
+ * Not counted: the CUDA context, the cuBLAS handle's own allocations
+ * (cublasCreate: a few MiB of state; the test allows 96 MiB), and 4*Nm + 8*Nm
+ * + 1 KiB of pinned host staging. E.g. L=48, C=4096, NH=32, seq 1024, V=50304
+ * (10B parameters), recompute 1: max_batch 1 / 4 / 8 take 1.74 / 4.36 / 7.86 GB;
+ * recompute 0: 10.8 / 40.6 / 80.4 GB.
+ */
+size_t gpt_cuda_device_bytes(const gpt_config *c, int max_batch, int recompute);
+
+/*
+ * gpt_cuda_create() - a model on the current CUDA device for batches up to
+ * @max_batch x c->seq_len (c->seq_len * max_batch must fit an int).
+ * @recompute: 0 keeps every block's activations for backward; 1 keeps only
+ * each block's input (the residual stream) and recomputes the block's
+ * forward, into one shared activation set, during its backward.
+ * @stream: a cudaStream_t passed as void*, on which all work is queued; NULL
+ * creates an own non-blocking stream (destroyed with the model).
+ * Synchronous. Returns 0 and *@out, or -1 with a message in @err (@errlen
+ * bytes): bad config, cudaMalloc failure (with the byte count), cuBLAS.
+ */
+int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out, char *err,
+                    size_t errlen);
+
+/* gpt_cuda_destroy() - synchronize the stream, free everything; NULL is accepted. */
+void gpt_cuda_destroy(gpt_cuda *m);
+
+/* gpt_cuda_stream() - the cudaStream_t (as void*) every call queues its work on. */
+void *gpt_cuda_stream(gpt_cuda *m);
+
+/*
+ * gpt_cuda_set_weight() - parameter @i (index of gpt_param_specs()) as bf16
+ * device memory of n_elems elements, 256-byte aligned, owned by the caller.
+ * Set it (e.g. from the hook's begin call) before the group that uses it
+ * computes; it may change between calls: the pointer is read when kernels
+ * are queued, the memory when they run. Out-of-range @i is ignored.
+ */
+void gpt_cuda_set_weight(gpt_cuda *m, int i, const void *w_bf16);
+
+/*
+ * gpt_cuda_set_grad() - where backward ADDS dL/dw_i * loss_mult: bf16 device
+ * memory of n_elems, caller-owned; the caller zeroes it (e.g.
+ * cudaMemsetAsync on gpt_cuda_stream()) before the first micro-batch. Each
+ * backward adds one fp32-accumulated, once-rounded term per tensor.
+ */
+void gpt_cuda_set_grad(gpt_cuda *m, int i, void *g_bf16);
+
+/*
+ * gpt_cuda_set_hook() - install (fn != NULL) or remove the layer-group hook;
+ * the same contract and order as gpt_set_hook() in gpt.h:
+ *   forward:  begin(0), [begin(g), end(g)] g = 1..L, begin(L+1), end(L+1), end(0);
+ *   backward: begin(0), begin(L+1), end(L+1), [begin(g), end(g)] g = L..1, end(0).
+ * Hooks run on the host when the group's work is queued (begin) or has been
+ * queued (end), not when it has run: order further GPU work after it on
+ * gpt_cuda_stream() (e.g. cudaEventRecord at end(g)). At a backward end(g) the
+ * group's gradient additions are queued. With recompute the block's forward
+ * recompute is queued between backward begin(g) and end(g), so its weights
+ * must be set by backward begin(g). A hook returning non-zero aborts the pass
+ * (forward returns NAN, backward -1); already queued work is not waited for.
+ */
+void gpt_cuda_set_hook(gpt_cuda *m, gpt_hook_fn fn, void *user);
+
+/*
+ * gpt_cuda_forward() - run on @inputs and @targets, host uint8 [B*T] row-major
+ * (B,T), 1 <= B <= max_batch, 1 <= T <= seq_len, ids < vocab (targets may be
+ * NULL: logits only). They are staged through pinned memory and copied on
+ * the stream. Synchronizes the stream at the end. Returns the mean
+ * cross-entropy (nats) over the B*T positions, 0 when @targets is NULL, or
+ * NAN on error (message in gpt_cuda_last_error()).
+ */
+float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T);
+
+/*
+ * gpt_cuda_backward() - backward of the last forward with targets (none
+ * since, nor a gpt_cuda_sample()), adding dL/dw * @loss_mult (e.g.
+ * loss_scale / grad_accum_steps; L already includes 1/(B*T)) into the
+ * gradients. Overwrites the logits with dlogits, so it runs once per forward.
+ * Returns when all work is queued (no synchronization at the end; the caller
+ * orders on the stream or synchronizes it); 0, or -1 with a message (no
+ * forward with targets, weight/grad not set, CUDA/cuBLAS error, hook).
+ */
+int gpt_cuda_backward(gpt_cuda *m, float loss_mult);
+
+/*
+ * gpt_cuda_sample() - as gpt_sample() in gpt.h: @n_new bytes after @prompt
+ * (empty prompt: start from '\n'), B = 1 forward on the last seq_len bytes,
+ * greedy when @temperature <= 0 else softmax(logits/temperature) sampled with
+ * the same splitmix64 rule; only ids < 256 are picked. Logits come from the
+ * GPU (bf16), so picks may differ from the fp32 CPU model on near ties.
+ * Runs without the hook, with the weights currently set. Synchronous.
+ * Returns 0, or -1 (message in gpt_cuda_last_error()).
+ */
+int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature, uint64_t seed,
+                    uint8_t *out);
+
+/* gpt_cuda_last_error() - the message of the last failed call on @m ("" if none). */
+const char *gpt_cuda_last_error(const gpt_cuda *m);
+
+/* gpt_cuda_device_name() - the GPU and its compute capability for logs, e.g. "NVIDIA H100 80GB HBM3 (sm_90)". */
+const char *gpt_cuda_device_name(const gpt_cuda *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZO_TRAIN_GPT_CUDA_H */

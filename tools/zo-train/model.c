@@ -1,0 +1,323 @@
+/*
+ * model.c - zo-train's model on the cpu or cuda backend, wired to the engine
+ * through the layer hook (see model.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "zoffload/adam.h"
+#include "zoffload/budget.h"
+#include "zoffload/device.h"
+#include "zoffload/dtype.h"
+#if ZO_TRAIN_CUDA
+#include "gpt_cuda.h"
+#endif
+
+struct train_model {
+  gpt_config cfg;
+  int cuda;
+  gpt_model *cpu;
+#if ZO_TRAIN_CUDA
+  gpt_cuda *gpu;
+#endif
+  zo_engine_t *eng;
+  zo_device_t *dev;
+  zo_stream_t *stream;      /* cuda: the model's stream, wrapped; the engine's compute stream */
+  zo_param_t **params;      /* borrowed */
+  gpt_param_spec *specs;
+  int n_params;
+  void *dev_grads;          /* device: every gradient in grad_dtype, tensor i at goff[i] elements */
+  size_t *goff, grad_bytes;
+  zo_dtype grad_dtype;
+  int hand_over;            /* 1 in the last micro-batch of a step */
+  int failed;               /* an engine call in the hook failed: message in zo_last_error() */
+  double t_fwd, t_bwd;
+  char desc[384];
+  char err[1024];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void set_err(train_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(train_model *m, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->err, sizeof m->err, fmt, ap);
+  va_end(ap);
+}
+
+int train_model_cuda_built(void) { return ZO_TRAIN_CUDA; }
+
+double train_model_flops_per_token(const gpt_config *c, int T) {
+  return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
+}
+
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, zo_dtype grad_dtype,
+                      size_t app[4]) {
+  memset(app, 0, 4 * sizeof app[0]);
+  const int np = gpt_num_params(c);
+  gpt_param_spec *specs = calloc(np, sizeof *specs);
+  if (!specs) return -1;
+  gpt_param_specs(c, specs);
+  size_t grads = 0;
+  for (int i = 0; i < np; i++) grads += specs[i].n_elems * zo_dtype_size(grad_dtype);
+  free(specs);
+  app[ZO_TIER_DEVICE] = grads;
+  if (!cuda) {
+    app[ZO_TIER_HOST] = gpt_host_bytes(c, max_batch, recompute);
+    return 0;
+  }
+#if ZO_TRAIN_CUDA
+  app[ZO_TIER_DEVICE] += gpt_cuda_device_bytes(c, max_batch, recompute);
+  return 0;
+#else
+  return -1;
+#endif
+}
+
+/* ------------------------------------------------------------------ the hook */
+
+static int hook_calls(train_model *m, int phase, int group, int end) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  for (int i = first; i < first + count; i++) {
+    const size_t n = m->specs[i].n_elems;
+    if (!end) {
+      const void *w;
+      zo_dtype dt;
+      if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
+#if ZO_TRAIN_CUDA
+      if (m->cuda) {
+        gpt_cuda_set_weight(m->gpu, i, w); /* the engine's device copy, read when the kernels are queued */
+        continue;
+      }
+#endif
+      if (zo_cast(gpt_weight(m->cpu, i), ZO_DTYPE_F32, w, dt, n, 0) != ZO_OK) return -1;
+      continue;
+    }
+    if (phase == GPT_HOOK_BACKWARD && m->hand_over) {
+      void *g = (char *)m->dev_grads + m->goff[i] * zo_dtype_size(m->grad_dtype);
+      /* cpu: in the model's working precision, as a bf16 or fp16 model produces it (fp16 overflow becomes inf);
+       * cuda: the model accumulated it there in bf16 already. */
+      if (!m->cuda && zo_cast(g, m->grad_dtype, gpt_grad(m->cpu, i), ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
+      if (zo_engine_grad_ready(m->eng, m->params[i], g, m->grad_dtype) != ZO_OK) return -1;
+    }
+    if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
+  }
+  return 0;
+}
+
+static int on_layer(void *user, int phase, int group, int end) {
+  train_model *m = user;
+  if (hook_calls(m, phase, group, end) == 0) return 0;
+  m->failed = 1;
+  return -1;
+}
+
+/* ------------------------------------------------------------------ life */
+
+int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_engine_t *eng, zo_device_t *dev,
+                       zo_param_t **params, train_model **out, char *err, size_t errlen) {
+  train_model *m = calloc(1, sizeof *m);
+  if (!m) return snprintf(err, errlen, "out of memory"), -1;
+  m->cfg = *c;
+  m->eng = eng;
+  m->dev = dev;
+  m->params = params;
+  m->cuda = zo_device_get_kind(dev) == ZO_DEVICE_CUDA;
+  m->n_params = gpt_num_params(c);
+  m->grad_dtype = zo_engine_grad_dtype(eng);
+  m->specs = calloc(m->n_params, sizeof *m->specs);
+  m->goff = calloc(m->n_params, sizeof *m->goff);
+  if (!m->specs || !m->goff) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  gpt_param_specs(c, m->specs);
+  size_t total = 0;
+  for (int i = 0; i < m->n_params; i++) m->goff[i] = total, total += m->specs[i].n_elems;
+  m->grad_bytes = total * zo_dtype_size(m->grad_dtype);
+
+  if (m->cuda) {
+#if ZO_TRAIN_CUDA
+    if (m->grad_dtype != ZO_DTYPE_BF16) {
+      snprintf(err, errlen, "bf16.enabled: zo-train's CUDA model computes in bf16; set \"bf16\": {\"enabled\": true} "
+               "(the working dtype is %s)", zo_dtype_name(m->grad_dtype));
+      goto fail;
+    }
+    if (gpt_cuda_create(c, max_batch, recompute, NULL, &m->gpu, err, errlen)) goto fail;
+    if (zo_stream_wrap(dev, gpt_cuda_stream(m->gpu), &m->stream) != ZO_OK ||
+        zo_engine_set_compute_stream(eng, m->stream) != ZO_OK) {
+      snprintf(err, errlen, "%s", zo_last_error());
+      goto fail;
+    }
+    snprintf(m->desc, sizeof m->desc, "cuda (%s, bf16 storage, fp32 accumulation%s)", gpt_cuda_device_name(m->gpu),
+             recompute ? ", activation checkpointing" : "");
+#else
+    snprintf(err, errlen, "zoffload.device is cuda, but this zo-train was built without CUDA compute (no nvcc at "
+             "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"");
+    goto fail;
+#endif
+  } else {
+    if (!zo_device_host_addressable(dev)) {
+      snprintf(err, errlen, "device %s is not host-addressable, and the CPU model reads device memory directly",
+               zo_device_name(dev));
+      goto fail;
+    }
+    if (gpt_create_ex(c, max_batch, recompute, &m->cpu, err, errlen)) goto fail;
+    gpt_set_hook(m->cpu, on_layer, m);
+    snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s%s)", gpt_blas_core(),
+             recompute ? ", activation checkpointing" : "");
+  }
+  if (zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
+    snprintf(err, errlen, "the model's gradient buffer (%zu bytes of device memory) does not fit: %s", m->grad_bytes,
+             zo_last_error());
+    goto fail;
+  }
+#if ZO_TRAIN_CUDA
+  if (m->cuda) {
+    for (int i = 0; i < m->n_params; i++)
+      gpt_cuda_set_grad(m->gpu, i, (char *)m->dev_grads + m->goff[i] * zo_dtype_size(m->grad_dtype));
+    gpt_cuda_set_hook(m->gpu, on_layer, m);
+  }
+#endif
+  *out = m;
+  return 0;
+fail:
+  train_model_destroy(m);
+  return -1;
+}
+
+void train_model_destroy(train_model *m) {
+  if (!m) return;
+  if (m->dev_grads) zo_device_free(m->dev, m->dev_grads);
+  gpt_destroy(m->cpu);
+#if ZO_TRAIN_CUDA
+  gpt_cuda_destroy(m->gpu);
+#endif
+  zo_stream_destroy(m->stream);
+  free(m->specs);
+  free(m->goff);
+  free(m);
+}
+
+/* ------------------------------------------------------------------ steps */
+
+int train_model_zero_grad(train_model *m) {
+  if (!m->cuda) {
+    gpt_zero_grad(m->cpu);
+    return 0;
+  }
+  if (zo_memset_async(m->stream, m->dev_grads, 0, m->grad_bytes) != ZO_OK) {
+    set_err(m, "%s", zo_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* After a failed pass: the engine's message when the hook failed, else the model's. */
+static void pass_error(train_model *m) {
+  if (m->failed) {
+    set_err(m, "%s", zo_last_error());
+    m->failed = 0;
+    return;
+  }
+#if ZO_TRAIN_CUDA
+  if (m->cuda) {
+    set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+    return;
+  }
+#endif
+  set_err(m, "%s", gpt_last_error(m->cpu));
+}
+
+float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
+  double t0 = now_s();
+  float l;
+#if ZO_TRAIN_CUDA
+  if (m->cuda) l = gpt_cuda_forward(m->gpu, in, tg, B, T);
+  else
+#endif
+    l = gpt_forward(m->cpu, in, tg, B, T);
+  m->t_fwd += now_s() - t0;
+  if (l != l) pass_error(m);
+  return l;
+}
+
+int train_model_backward(train_model *m, float loss_mult, int hand_over) {
+  double t0 = now_s();
+  int rc;
+  m->hand_over = hand_over;
+#if ZO_TRAIN_CUDA
+  if (m->cuda) {
+    rc = gpt_cuda_backward(m->gpu, loss_mult);
+    if (rc == 0 && zo_stream_synchronize(m->stream) != ZO_OK) {
+      m->failed = 1;
+      rc = -1;
+    }
+  } else
+#endif
+    rc = gpt_backward(m->cpu, loss_mult);
+  m->hand_over = 0;
+  m->t_bwd += now_s() - t0;
+  if (rc) pass_error(m);
+  return rc;
+}
+
+int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
+                       uint64_t seed, uint8_t *out) {
+  if (!m->cuda) { /* each tensor cast into the model's fp32 weights, then released */
+    for (int i = 0; i < m->n_params; i++) {
+      const void *w;
+      zo_dtype dt;
+      if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK ||
+          zo_cast(gpt_weight(m->cpu, i), ZO_DTYPE_F32, w, dt, m->specs[i].n_elems, 0) != ZO_OK ||
+          zo_engine_release(m->eng, m->params[i]) != ZO_OK) {
+        set_err(m, "%s", zo_last_error());
+        return -1;
+      }
+    }
+    if (gpt_sample(m->cpu, prompt, prompt_len, n_new, temperature, seed, out) == 0) return 0;
+    set_err(m, "%s", gpt_last_error(m->cpu));
+    return -1;
+  }
+#if ZO_TRAIN_CUDA
+  /* cuda computes from the engine's device copies: every tensor fetched at once, kept while sampling, released. */
+  int fetched = 0, rc = -1;
+  for (; fetched < m->n_params; fetched++) {
+    const void *w;
+    zo_dtype dt;
+    if (zo_engine_fetch(m->eng, m->params[fetched], &w, &dt) != ZO_OK) {
+      set_err(m, "the final weights do not fit on the device at once for sampling: %s", zo_last_error());
+      rc = 1;
+      goto release;
+    }
+    gpt_cuda_set_weight(m->gpu, fetched, w);
+  }
+  rc = gpt_cuda_sample(m->gpu, prompt, prompt_len, n_new, temperature, seed, out);
+  if (rc) set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+release:
+  for (int i = 0; i < fetched; i++)
+    if (zo_engine_release(m->eng, m->params[i]) != ZO_OK && rc == 0) {
+      set_err(m, "%s", zo_last_error());
+      rc = -1;
+    }
+  return rc;
+#else
+  (void)prompt, (void)prompt_len, (void)n_new, (void)temperature, (void)seed, (void)out;
+  return -1;
+#endif
+}
+
+const char *train_model_error(const train_model *m) { return m->err; }
+const char *train_model_describe(const train_model *m) { return m->desc; }
+double train_model_forward_seconds(const train_model *m) { return m->t_fwd; }
+double train_model_backward_seconds(const train_model *m) { return m->t_bwd; }

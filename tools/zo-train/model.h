@@ -1,0 +1,93 @@
+/*
+ * model.h - zo-train's model behind one interface, on either compute
+ * backend, wired to the offload engine:
+ *   cpu   gpt.c (fp32, OpenBLAS): each group's working weights are fetched
+ *         from the engine and cast into the model's fp32 buffers; gradients
+ *         are cast to the working dtype into a device buffer and handed over;
+ *   cuda  gpt_cuda.cu (bf16 storage, fp32 accumulation, cuBLAS): the model
+ *         computes straight from the engine's fetched device copies and
+ *         accumulates bf16 gradients into one device buffer that is handed
+ *         over tensor by tensor; the engine's copies are ordered against the
+ *         model's stream (zo_engine_set_compute_stream).
+ * Both go through the same layer hook (fetch before a group computes,
+ * release after, hand each gradient over as soon as its group is done in the
+ * last micro-batch), so the engine, the coordinator and CPU Adam are the same
+ * code on both backends. Not thread-safe; errors are -1 / NAN with a message
+ * in train_model_error(); nothing exits.
+ */
+#ifndef ZO_TRAIN_MODEL_H
+#define ZO_TRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+#include "zoffload/engine.h"
+
+typedef struct train_model train_model;
+
+/* 1 when this zo-train was built with CUDA compute (nvcc found at configure time). */
+int train_model_cuda_built(void);
+
+/*
+ * train_model_bytes() - what the model holds besides the engine, per tier
+ * (indexed by zo_tier of zoffload/budget.h: device, host, pinned, nvme), for
+ * a batch of @max_batch x c->seq_len: cpu: its fp32 weights, gradients and
+ * activations (gpt_host_bytes) on the host, and the gradient hand-over
+ * buffer (n_params x grad dtype) on the device; cuda: activations and
+ * workspaces (gpt_cuda_device_bytes) plus the bf16 gradient buffer on the
+ * device. Pure arithmetic. Returns 0, or -1 when @cuda is asked of a build
+ * without CUDA compute.
+ */
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, zo_dtype grad_dtype,
+                      size_t app[4]);
+
+/*
+ * train_model_create() - the model on @dev (cuda when zo_device_get_kind(dev)
+ * is ZO_DEVICE_CUDA), its gradient buffer in @dev's memory, and its hooks on
+ * @eng, whose tensors @params (gpt_param_specs() order, registered by the
+ * caller; borrowed) are. Call before zo_engine_finalize() (the model's device
+ * memory comes before the engine's arena takes the rest). cuda needs
+ * bf16.enabled (working dtype bf16). Returns 0 or -1 with a message in @err.
+ */
+int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_engine_t *eng, zo_device_t *dev,
+                       zo_param_t **params, train_model **out, char *err, size_t errlen);
+void train_model_destroy(train_model *m);
+
+/* train_model_zero_grad() - zero the gradients before a step's first micro-batch. */
+int train_model_zero_grad(train_model *m);
+
+/*
+ * train_model_forward() - mean cross-entropy of the batch (uint8 host arrays
+ * [B*T]); synchronous. train_model_backward() - its gradients times
+ * @loss_mult; @hand_over 1 in the last micro-batch of a step (gradients go
+ * to the engine as their groups finish); returns when the backward has run.
+ */
+float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T);
+int train_model_backward(train_model *m, float loss_mult, int hand_over);
+
+/*
+ * train_model_sample() - @n_new bytes after @prompt with the final weights
+ * (gpt_sample()'s rule). Fetches every tensor outside the trace first; with
+ * parameters offloaded to a device that cannot hold them all at once,
+ * returns 1 (nothing sampled) with the reason in train_model_error().
+ */
+int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
+                       uint64_t seed, uint8_t *out);
+
+const char *train_model_error(const train_model *m);
+/* "cpu (OpenBLAS Cooperlake, 2 threads)" or "cuda (NVIDIA H100 80GB HBM3, sm_90)". */
+const char *train_model_describe(const train_model *m);
+/* Wall seconds of forward and backward so far (cuda: to the end of their GPU work). */
+double train_model_forward_seconds(const train_model *m);
+double train_model_backward_seconds(const train_model *m);
+
+/*
+ * train_model_flops_per_token() - model FLOPs per trained token: 6N + 12 L C T
+ * (forward and backward of the N parameters' matmuls, and of attention's
+ * scores and weighted sum over T positions), as PaLM's appendix B and llm.c
+ * count them; recomputation is not counted (that would be hardware FLOPs).
+ */
+double train_model_flops_per_token(const gpt_config *c, int T);
+
+#endif

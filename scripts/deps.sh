@@ -1,9 +1,55 @@
 #!/usr/bin/env bash
-# deps.sh - install the Debian packages zoffload builds and runs with, when missing.
-# Sourced by scripts/train.sh and scripts/test.sh; safe to run on its own.
+# deps.sh - the Debian packages zoffload builds and runs with.
+#   bash scripts/deps.sh                 install the missing ones with apt-get (as root); run by
+#                                        scripts/build.sh, so by train.sh, test.sh and gpu.sh too
+#   bash scripts/deps.sh --download DIR  download the libraries, their -dev packages, pkgconf and
+#                                        the fortunes corpus as .deb files into DIR, for a machine
+#                                        that has no package registry (e.g. a lent GPU machine)
+#   ZO_DEBS=DIR bash scripts/deps.sh     on that machine: unpack every DIR/*.deb with `dpkg -x`
+#                                        into build/deps (never into /) and write build/deps/env.sh,
+#                                        which build.sh and gpu.sh source (PKG_CONFIG_PATH,
+#                                        PKG_CONFIG_SYSROOT_DIR, LD_LIBRARY_PATH, ZO_CORPUS)
+# The CUDA toolkit, CMake and a C compiler are not packages here: the GPU machine has them.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemalloc-dev
-             libjansson-dev libopenblas-openmp-dev fortunes fio gnuplot-nox libisal-dev time python3)
+             libjansson-dev libopenblas-openmp-dev libisal-dev fortunes fio gnuplot-nox time python3)
+# What a machine without apt needs beside its own compiler, CMake and CUDA: each library's runtime
+# and -dev package, the runtime libraries they pull in that a minimal image may lack, pkg-config, and
+# the corpus. Open MPI is left out (the mpi tests are optional and need a package registry).
+ZO_CARRY=(liburing2 liburing-dev libhwloc15 libhwloc-dev libudev1 libjemalloc2 libjemalloc-dev
+          libjansson4 libjansson-dev libopenblas0-openmp libopenblas-openmp-dev libgfortran5
+          libisal2 libisal-dev pkgconf pkgconf-bin libpkgconf3 fortunes fortunes-min)
+
+if [ "${1:-}" = "--download" ]; then
+  dir=${2:?usage: deps.sh --download DIR}
+  mkdir -p "$dir"
+  [ "$(id -u)" -eq 0 ] && apt-get update -qq
+  (cd "$dir" && apt-get download "${ZO_CARRY[@]}")
+  echo "zoffload: $(ls "$dir"/*.deb | wc -l) packages in $dir ($(du -sh "$dir" | cut -f1)); on the other machine:"
+  echo "  ZO_DEBS=$dir ./scripts/gpu.sh"
+  exit 0
+fi
+
+if [ -n "${ZO_DEBS:-}" ]; then
+  prefix=$PWD/build/deps
+  ls "$ZO_DEBS"/*.deb >/dev/null 2>&1 || { echo "zoffload: ZO_DEBS=$ZO_DEBS holds no .deb files" >&2; exit 1; }
+  mkdir -p "$prefix"
+  for d in "$ZO_DEBS"/*.deb; do dpkg -x "$d" "$prefix"; done
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  {
+    echo "# written by scripts/deps.sh from $ZO_DEBS: the carried packages, unpacked under $prefix"
+    echo "export PKG_CONFIG_SYSROOT_DIR=$prefix"
+    echo "export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-openmp/pkgconfig:$prefix/usr/share/pkgconfig"
+    echo "export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    # the image's own pkg-config when it has one, else the carried pkgconf
+    command -v pkg-config >/dev/null || echo "export PKG_CONFIG=$prefix/usr/bin/pkgconf"
+    echo "export ZO_CORPUS=$prefix/usr/share/games/fortunes"
+  } >"$prefix/env.sh"
+  echo "zoffload: unpacked $(ls "$ZO_DEBS"/*.deb | wc -l) packages into $prefix (environment: $prefix/env.sh)"
+  exit 0
+fi
+
 missing=()
 for p in "${ZO_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -746,29 +746,7 @@ extern "C" int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_le
       rc = -1;
       break;
     }
-    int pick = 0;
-    if (temperature <= 0.0f) {
-      for (int v = 1; v < Vb; v++)
-        if (lg[v] > lg[pick]) pick = v;
-    } else {
-      float mx = lg[0];
-      for (int v = 1; v < Vb; v++) mx = lg[v] > mx ? lg[v] : mx;
-      double sum = 0.0;
-      for (int v = 0; v < Vb; v++) {
-        p[v] = expf((lg[v] - mx) / temperature);
-        sum += p[v];
-      }
-      double u = (double)(splitmix64_next(&rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
-      double cum = 0.0;
-      pick = Vb - 1;
-      for (int v = 0; v < Vb; v++) {
-        cum += p[v];
-        if (u < cum) {
-          pick = v;
-          break;
-        }
-      }
-    }
+    const int pick = sample_token(lg, Vb, temperature, &rng, p);
     buf[len++] = (uint8_t)pick;
     out[i] = (uint8_t)pick;
   }

@@ -26,11 +26,14 @@
 #include "zoffload/swap.h"
 
 enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
+#define ZO_PARAM_MAX_DIMS 8 /* zo_engine_set_param_shape() */
 
 struct zo_param {
   char name[128];
   int index;
   size_t n;                 /* elements of the whole tensor */
+  int ndim;                 /* zo_engine_set_param_shape(): 0 = 1-D [n] */
+  int64_t dims[ZO_PARAM_MAX_DIMS];
   size_t shard_off;         /* first element of this rank's shard */
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */

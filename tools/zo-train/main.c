@@ -13,15 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
+#include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
 #include "model.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
+#include "zoffload/checkpoint.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 
@@ -66,6 +69,15 @@ static void usage(FILE *f) {
           "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
+          "  --save DIR               write checkpoints under DIR (one directory per step, DIR/latest names the\n"
+          "                           newest complete one): every --save-every steps and after the last step\n"
+          "  --save-every N           checkpoint every N steps (default: only after the last step)\n"
+          "  --keep-last N            keep the newest N checkpoints under --save DIR, 0 = all (default: 3)\n"
+          "  --resume PATH|latest     continue from a checkpoint directory, a root holding `latest`, or `latest`\n"
+          "                           of --save DIR (none there yet: start from step 0); bit-identical to an\n"
+          "                           uninterrupted run; --steps is the total to reach\n"
+          "  --export-safetensors F   after training, write the weights to F in the safetensors format\n"
+          "  --export-dtype fp32|bf16 dtype of --export-safetensors (default: fp32)\n"
           "  -h, --help               this text\n",
           ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
 }
@@ -220,6 +232,8 @@ int main(int argc, char **argv) {
   int64_t steps_override = -1, seed_override = -1, threads = 0, limit_override = -1;
   const char *param_override = NULL, *device_override = NULL, *ckpt_override = NULL;
   int do_sample = 1, dry_run = 0;
+  const char *save_root = NULL, *resume = NULL, *export_path = NULL, *export_dtype = "fp32";
+  int64_t save_every = 0, keep_last = 3;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
       {"steps", required_argument, 0, 's'},   {"seed", required_argument, 0, 'S'},
@@ -228,7 +242,10 @@ int main(int argc, char **argv) {
       {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
       {"offload-param", required_argument, 0, 'P'}, {"device-memory-limit", required_argument, 0, 'L'},
       {"device", required_argument, 0, 'D'},  {"dry-run", no_argument, 0, 'y'},
-      {"activation-checkpointing", required_argument, 0, 'A'}, {0, 0, 0, 0}};
+      {"activation-checkpointing", required_argument, 0, 'A'}, {"save", required_argument, 0, 'v'},
+      {"save-every", required_argument, 0, 'E'}, {"keep-last", required_argument, 0, 'K'},
+      {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
+      {"export-dtype", required_argument, 0, 'T'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -246,11 +263,22 @@ int main(int argc, char **argv) {
       case 'D': device_override = optarg; break;
       case 'y': dry_run = 1; break;
       case 'A': ckpt_override = optarg; break;
+      case 'v': save_root = optarg; break;
+      case 'E': if (parse_i64("--save-every", optarg, 1, &save_every)) return 2; break;
+      case 'K': if (parse_i64("--keep-last", optarg, 0, &keep_last)) return 2; break;
+      case 'R': resume = optarg; break;
+      case 'X': export_path = optarg; break;
+      case 'T': export_dtype = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
   }
   if (optind < argc) return die("unexpected argument '%s' (see --help)%s", argv[optind], "");
+  if (strcmp(export_dtype, "fp32") && strcmp(export_dtype, "bf16"))
+    return die("--export-dtype: expected fp32 or bf16, got '%s'%s", export_dtype, "");
+  if (resume && !strcmp(resume, "latest") && !save_root)
+    return die("--resume latest: needs --save DIR (the checkpoints' root)%s%s", "", "");
+  if (save_every > 0 && !save_root) return die("--save-every: needs --save DIR%s%s", "", "");
 
   /* ---- configuration */
   zo_config_t cfg;
@@ -360,8 +388,11 @@ int main(int argc, char **argv) {
   if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
     goto engine_error;
   if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
-  for (int i = 0; i < np; i++)
+  for (int i = 0; i < np; i++) {
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
+    const int64_t dims[2] = {specs[i].shape[0], specs[i].shape[1]};
+    if (zo_engine_set_param_shape(params[i], specs[i].ndim, dims) != ZO_OK) goto engine_error;
+  }
 
   const char *tier_name[] = {"none", "cpu", "nvme"};
   printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
@@ -395,6 +426,22 @@ int main(int argc, char **argv) {
     gpt_param_init(&ts.model, i, ts.seed, init);
     if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
   }
+  /* ---- resume: the engine's state and the loop's position from a checkpoint */
+  train_position pos = {.step = 0, .rng = ts.seed ^ 0x9e3779b97f4a7c15ull, .skipped = 0};
+  if (resume) {
+    const char *from = strcmp(resume, "latest") ? resume : save_root;
+    char lp[4096];
+    snprintf(lp, sizeof lp, "%s/latest", from);
+    if (!strcmp(resume, "latest") && access(lp, F_OK) != 0) {
+      printf("zo-train: --resume latest: no checkpoint under %s yet: starting from step 0\n", from);
+    } else {
+      if (train_ckpt_load(eng, from, &ts.model, &pos, err, sizeof err)) {
+        fprintf(stderr, "zo-train: error: --resume: %s\n", err);
+        goto out;
+      }
+      printf("zo-train: resumed from %s at step %lld\n", from, (long long)pos.step);
+    }
+  }
   if (log_json && !(jf = fopen(log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
     goto out;
@@ -409,10 +456,10 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   /* ---- training loop */
-  uint64_t rng = ts.seed ^ 0x9e3779b97f4a7c15ull;
+  uint64_t rng = pos.rng;
   double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0;
   double t_start = now_s(), t_window = now_s();
-  int64_t tokens_window = 0, skipped = 0;
+  int64_t tokens_window = 0, skipped = pos.skipped;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
   const int print_every = (int)(cfg.steps_per_print > 0 ? cfg.steps_per_print : 10);
   int64_t step;
@@ -421,12 +468,12 @@ int main(int argc, char **argv) {
   first_val = eval_val(model, data, B, T, n_val, in, tg);
   zo_engine_set_trace(eng, 1);
   if (isnan(first_val)) goto model_error;
-  printf("step %5d/%lld | val %.4f (initial weights; ln(%d) = %.4f)\n", 0, (long long)ts.steps, first_val,
-         ts.model.vocab, log((double)ts.model.vocab));
+  printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)pos.step, (long long)ts.steps, first_val,
+         pos.step ? "resumed weights" : "initial weights", ts.model.vocab, log((double)ts.model.vocab));
   const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
   double eval_fwd = 0; /* forward seconds spent on validation after the start */
   t_start = t_window = now_s();
-  for (step = 1; step <= ts.steps && !g_stop; step++) {
+  for (step = pos.step + 1; step <= ts.steps && !g_stop; step++) {
     const double t_step0 = now_s();
     const double loss_scale = zo_engine_loss_scale(eng);
     if (train_model_zero_grad(model)) goto model_error;
@@ -495,16 +542,35 @@ int main(int argc, char **argv) {
       t_window = now_s();
       tokens_window = 0;
     }
+    if (save_root && ((save_every > 0 && step % save_every == 0) || step == ts.steps)) {
+      const double ts0 = now_s();
+      train_position now = {.step = step, .rng = rng, .skipped = skipped};
+      char saved[4096];
+      if (train_ckpt_save(eng, save_root, &now, ts.seed, &ts.model, (int)keep_last, saved, sizeof saved, err,
+                          sizeof err)) {
+        fprintf(stderr, "zo-train: error: --save: %s\n", err);
+        goto out;
+      }
+      printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - ts0);
+      fflush(stdout);
+      t_window += now_s() - ts0; /* the save's time is not training time */
+    }
   }
   if (zo_engine_synchronize(eng) != ZO_OK) goto engine_error; /* a delayed update still in flight */
   if (g_stop) printf("zo-train: interrupted at step %lld; cleaning up\n", (long long)step - 1);
+  if (export_path) {
+    const zo_dtype xd = strcmp(export_dtype, "bf16") ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
+    if (zo_engine_export_safetensors(eng, export_path, xd) != ZO_OK) goto engine_error;
+    printf("zo-train: weights written to %s (safetensors, %s)\n", export_path, export_dtype);
+  }
   double wall = now_s() - t_start;
-  printf("zo-train: done: %lld steps in %.1f s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
-         (long long)(step - 1), wall, last_loss, first_val, last_val, (long long)skipped);
-  if (step > 1) { /* where a step's time went, and how much of the offload work was hidden */
+  printf("zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
+         (long long)(step - 1 - pos.step), wall, pos.step ? " (after the resumed ones)" : "", last_loss, first_val,
+         last_val, (long long)skipped);
+  if (step - 1 > pos.step) { /* where a step's time went, and how much of the offload work was hidden */
     const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
     const double t_bwd = train_model_backward_seconds(model) - bwd0;
-    const double n = (double)(step - 1), compute = (t_fwd + t_bwd - t_fetch) / n;
+    const double n = (double)(step - 1 - pos.step), compute = (t_fwd + t_bwd - t_fetch) / n;
     const double bound = fmax(compute, fmax(t_adam / n, t_swap / n));
     printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
            "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",

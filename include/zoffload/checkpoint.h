@@ -1,0 +1,116 @@
+/*
+ * zoffload/checkpoint.h - checkpoints of an engine that resume to the last
+ * bit, and the consolidated weights in the safetensors format.
+ *
+ * A checkpoint is a directory ROOT/step-NNNNNNNNNNNN holding
+ *   manifest.json    format and version, zoffload version, world size, the
+ *                    optimizer step, the loss scaler, a hash of the config,
+ *                    dtypes, and per tensor: name, shape, element count, this
+ *                    rank's shard, and for each kind of state (master,
+ *                    exp_avg, exp_avg_sq) its file, byte offset, byte count
+ *                    and CRC32C; plus the caller's own state ("app_state":
+ *                    data-loader position, RNG, scheduler) verbatim;
+ *   rankRRRRR.bin    this rank's shards: every tensor's fp32 master weights,
+ *                    exp_avg and exp_avg_sq (state dtype), each run starting
+ *                    at a 4096-byte boundary.
+ * Written crash-safe: into ROOT/.tmp-step-N.PID, every file fsynced, the
+ * directory fsynced, renamed into place, ROOT fsynced; then ROOT/latest (a
+ * one-line file naming the directory) replaced the same way (write
+ * .latest.tmp, fsync, rename, fsync ROOT). A kill at any moment leaves
+ * `latest` naming a complete checkpoint (or no `latest` before the first
+ * save completes). Older checkpoints beyond keep_last are removed only after
+ * the new one and `latest` are durable. One writer per ROOT: leftover
+ * .tmp-* directories of a killed save are removed by the next save.
+ * Optimizer state on NVMe is copied file to file with copy_file_range(2)
+ * (restored through the swap layer's io_uring writes), never through a host
+ * copy of the whole state; checksums are computed over the written file in
+ * 8 MiB pieces.
+ * Thread-safety: as the engine (one thread drives an engine).
+ */
+#ifndef ZOFFLOAD_CHECKPOINT_H
+#define ZOFFLOAD_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zoffload/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options of zo_engine_save(); NULL means all defaults. */
+typedef struct zo_save_opts {
+  int64_t tag;           /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
+  const char *app_state; /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
+  int keep_last;         /* after this save is durable, keep this many step-* directories (the newest by step,
+                            always including the one `latest` names); 0: keep all */
+} zo_save_opts;
+
+/*
+ * zo_engine_set_param_shape() - record the shape of a registered tensor
+ * (for manifests and safetensors); @ndim 1..8 dims whose product must be
+ * the tensor's element count. Without it a tensor is 1-D [n_elems].
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG (bad ndim, product mismatch: named).
+ */
+ZO_API zo_status zo_engine_set_param_shape(zo_param_t *p, int ndim, const int64_t *dims);
+
+/*
+ * zo_engine_save() - write a checkpoint of everything the engine needs to
+ * continue bit-identically (master weights, Adam state on whatever tier it
+ * lives, applied step count, loss scaler) plus @opts->app_state, under the
+ * directory @root (created if missing; its parent must exist), as described
+ * at the top of this file. First finishes every update in flight
+ * (zo_engine_synchronize) and settles the NVMe state pipeline. Call between
+ * steps: after zo_engine_step() and before the next zo_engine_grad_ready().
+ * Synchronous: on return the checkpoint and `latest` are on stable storage.
+ * @saved_dir (may be NULL) receives the checkpoint's path (@cap bytes).
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, app_state not a JSON object);
+ * ZO_ERR_INVALID_USAGE (before finalize, or gradients handed over for a
+ * step not yet taken); ZO_ERR_IO / ZO_ERR_SYSTEM naming the file and offset
+ * (a full disk among them): the partial checkpoint is removed and the
+ * previous one and `latest` are untouched; ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir,
+                                size_t cap);
+
+/*
+ * zo_engine_load() - restore a checkpoint written by zo_engine_save() into
+ * an engine with the same tensors (names, element counts) and state dtype,
+ * any tier layout (a checkpoint taken with state on nvme loads onto cpu and
+ * the reverse). @path: a checkpoint directory, or a root whose `latest`
+ * names one. Call after zo_engine_finalize() and before the first
+ * zo_engine_grad_ready() of a step (it replaces zo_engine_load_param()).
+ * Every checksum is verified before anything is changed: a mismatch, a
+ * short file or a bad manifest leaves the engine as it was.
+ * *@app_state (may be NULL) receives the saved app_state as JSON text,
+ * malloc'd (free() it), or NULL when there was none. A checkpoint saved with
+ * another config (its hash differs) loads with one warning.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG; ZO_ERR_INVALID_USAGE (before finalize,
+ * mid-step); ZO_ERR_IO (missing or unreadable file, named); ZO_ERR_CONFIG
+ * (manifest malformed, or tensors/dtypes/world size that do not match this
+ * engine: the first difference named); ZO_ERR_CORRUPT (CRC32C mismatch:
+ * file, tensor, kind of state, byte offset and length named).
+ */
+ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state);
+
+/*
+ * zo_engine_export_safetensors() - write the consolidated fp32 master
+ * weights of every tensor, cast to @dtype (ZO_DTYPE_F32 or ZO_DTYPE_BF16,
+ * round to nearest even), to @path in the safetensors format (8-byte
+ * little-endian header length, a JSON header {name: {dtype, shape,
+ * data_offsets}, "__metadata__": {...}} padded with spaces to 8 bytes, then
+ * the tensors back to back in registration order), so PyTorch's
+ * safetensors.torch.load_file and Hugging Face load them directly. Shapes
+ * are those of zo_engine_set_param_shape() (else 1-D). Written to
+ * @path.tmp, fsynced and renamed. With one rank only (the shard is the
+ * whole tensor). Format: https://github.com/huggingface/safetensors
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_UNSUPPORTED (world
+ * size > 1); ZO_ERR_IO naming the file; ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_CHECKPOINT_H */

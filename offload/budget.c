@@ -355,8 +355,8 @@ zo_status zo_budget_check(const zo_budget *b) {
     if (l->warn) zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need), l->source,
                          l->advice);
     if (l->fits || n >= (int)sizeof msg - 1) continue;
-    n += snprintf(msg + n, sizeof msg - n, "%s%s memory%s%s: needs %zu bytes (%s), %s available (%s): %s",
-                  n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " at " : "",
+    n += snprintf(msg + n, sizeof msg - n, "%s%s%s%s: needs %zu bytes (%s), %s available (%s): %s",
+                  n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " space at " : " memory",
                   l->tier == ZO_TIER_NVME ? l->where : "", l->need, hsize(a, sizeof a, l->need),
                   hsize(v, sizeof v, l->available), l->source, l->advice);
   }

@@ -13,7 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemalloc-dev
-             libjansson-dev libopenblas-openmp-dev libisal-dev fortunes fio gnuplot-nox time python3)
+             libjansson-dev libopenblas-openmp-dev libisal-dev fortunes fio gnuplot-nox time python3
+             python3-torch python3-numpy python3-pip)
+# Python packages Debian does not have, for /usr/bin/python3 (the tests' interpreter): the safetensors
+# reader that checks zo-train's export as Hugging Face would load it.
+ZO_PIP=(safetensors)
 # What a machine without apt needs beside its own compiler, CMake and CUDA: each library's runtime
 # and -dev package, the runtime libraries they pull in that a minimal image may lack, pkg-config, and
 # the corpus. Open MPI is left out (the mpi tests are optional and need a package registry).
@@ -66,3 +70,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+for m in "${ZO_PIP[@]}"; do
+  /usr/bin/python3 -c "import $m" 2>/dev/null && continue
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "zoffload: installing Python package $m for /usr/bin/python3"
+    /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "$m"
+  else
+    echo "zoffload: missing Python package; run: /usr/bin/python3 -m pip install --user $m" >&2
+    exit 1
+  fi
+done

@@ -5,3 +5,19 @@ set(ZO_CORPUS /usr/share/games/fortunes)
 add_test(NAME zo_train_resume
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_resume.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
 set_tests_properties(zo_train_resume PROPERTIES LABELS "unit;nvme" TIMEOUT 300)
+add_test(NAME zo_train_crash
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_crash.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS} 60)
+set_tests_properties(zo_train_crash PROPERTIES LABELS "slow" TIMEOUT 300)
+add_test(NAME zo_train_ckpt_diskfull
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_ckpt_diskfull.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
+set_tests_properties(zo_train_ckpt_diskfull PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 120)
+add_test(NAME zo_train_safetensors
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_safetensors.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
+set_tests_properties(zo_train_safetensors PROPERTIES LABELS "unit;python" SKIP_RETURN_CODE 77 TIMEOUT 120)
+# The start-up budget's refusal of each tier (zoffload/budget.h), before anything is allocated.
+zo_add_test(test_budget SOURCES test_budget.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})
+# The 1e9-parameter zo-stepbench command with DeepSpeed's default sub_group_size: refused in seconds.
+add_test(NAME zo_stepbench_budget
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_stepbench_budget.sh $<TARGET_FILE:zo-stepbench>
+                 ${CMAKE_CURRENT_BINARY_DIR}/stepbench-budget)
+set_tests_properties(zo_stepbench_budget PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 120)

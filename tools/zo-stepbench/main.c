@@ -24,6 +24,7 @@
 #include "zoffload/config.h"
 #include "zoffload/device.h"
 #include "zoffload/dtype.h"
+#include "zoffload/budget.h"
 #include "zoffload/engine.h"
 #include "zoffload/status.h"
 
@@ -545,6 +546,33 @@ int main(int argc, char **argv) {
   zo_link_stats lprobe;
   const int dev_link_stats = zo_device_link_stats(dev, &lprobe) == ZO_OK;
 
+  ZCHECK(zo_engine_create(&cfg, dev, NULL, &eng));
+  if (zo_engine_grad_dtype(eng) != wdt) DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)), zo_dtype_name(wdt));
+
+  P = calloc((size_t)L, sizeof *P);
+  numel = calloc((size_t)L, sizeof *numel);
+  if (!P || !numel) DIE("out of host memory");
+  for (int l = 0; l < L; l++) {
+    char name[64];
+    snprintf(name, sizeof name, "layer%d.weight", l);
+    numel[l] = l == L - 1 ? largest : per;
+    ZCHECK(zo_engine_register_param(eng, name, numel[l], &P[l]));
+  }
+  /* The start-up budget before any disk work: a configuration that cannot fit (e.g. DeepSpeed's default
+   * sub_group_size of 1e9 with state on nvme, whose pinned sub-group buffers outgrow host memory) ends here
+   * in a second, naming the key to change, instead of after the baseline or in the OOM killer. */
+  {
+    size_t app[4] = {0};
+    app[ZO_TIER_DEVICE] = largest * wsz; /* the gradient buffer allocated below */
+    zo_budget bud;
+    ZCHECK(zo_engine_budget(eng, app, &bud));
+    if (!bud.fits) {
+      zo_budget_print(&bud, stdout);
+      fflush(stdout);
+      ZCHECK(zo_budget_check(&bud));
+    }
+  }
+
   /* Disk baseline, first run: before the engine touches the disk (quiet device), on the estimated
    * swap size; the second run follows the steps on the exact size. The better of the two is the
    * limit (DESIGN.md section 5: the best a plain O_DIRECT loop reaches on the same path). */
@@ -565,18 +593,6 @@ int main(int argc, char **argv) {
              base_runs[0].write_gbps, base_runs[0].gbps);
   }
 
-  ZCHECK(zo_engine_create(&cfg, dev, NULL, &eng));
-  if (zo_engine_grad_dtype(eng) != wdt) DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)), zo_dtype_name(wdt));
-
-  P = calloc((size_t)L, sizeof *P);
-  numel = calloc((size_t)L, sizeof *numel);
-  if (!P || !numel) DIE("out of host memory");
-  for (int l = 0; l < L; l++) {
-    char name[64];
-    snprintf(name, sizeof name, "layer%d.weight", l);
-    numel[l] = l == L - 1 ? largest : per;
-    ZCHECK(zo_engine_register_param(eng, name, numel[l], &P[l]));
-  }
   ZCHECK(zo_device_malloc(dev, largest * wsz, &dgrad)); /* before finalize: its device arena takes what is left */
   double t_fin = now_s();
   ZCHECK(zo_engine_finalize(eng));

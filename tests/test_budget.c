@@ -1,0 +1,105 @@
+/*
+ * test_budget.c - the start-up budget (zoffload/budget.h) refuses each tier
+ * that cannot fit, before anything is allocated, with a message naming the
+ * tier, the bytes and the key to change: device memory under a device limit,
+ * host memory past MemAvailable, NVMe past the free space of nvme_path; and a
+ * configuration that fits passes. Tensors of up to 4e12 elements are only
+ * registered, never finalized, so nothing that size is allocated. (Pinned
+ * memory over RLIMIT_MEMLOCK is a warning by design, and root's CAP_IPC_LOCK
+ * lifts the limit, so it is not refused here.)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "zo_test.h"
+#include "zoffload/budget.h"
+#include "zoffload/engine.h"
+
+static void base_config(zo_config_t *c) {
+  zo_config_defaults(c);
+  c->train_batch_size = c->train_micro_batch_size_per_gpu = 1;
+  c->gradient_accumulation_steps = 1;
+  c->bf16.enabled = 1;
+  c->zero.stage = 2;
+  c->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  c->zoffload.adam_threads = 1;
+}
+
+/* Budget of one tensor of @n elements on @cfg (device limit @limit bytes, 0 = none); the message of
+ * zo_budget_check() in @msg. Returns its status. */
+static zo_status budget_of(const zo_config_t *cfg, size_t n, size_t limit, zo_budget *b, char *msg, size_t cap) {
+  zo_device_t *dev = NULL;
+  zo_engine_t *e = NULL;
+  zo_param_t *p;
+  msg[0] = 0;
+  if (zo_device_create(ZO_DEVICE_HOST, 0, limit, &dev) != ZO_OK || zo_engine_create(cfg, dev, NULL, &e) != ZO_OK ||
+      zo_engine_register_param(e, "h.0.mlp.c_fc.weight", n, &p) != ZO_OK || zo_engine_budget(e, NULL, b) != ZO_OK) {
+    snprintf(msg, cap, "setup: %s", zo_last_error());
+    zo_engine_destroy(e);
+    zo_device_destroy(dev);
+    return ZO_ERR_INVALID_USAGE;
+  }
+  zo_status st = zo_budget_check(b);
+  if (st != ZO_OK) snprintf(msg, cap, "%s", zo_last_error());
+  zo_engine_destroy(e);
+  zo_device_destroy(dev);
+  return st;
+}
+
+static const zo_budget_line *line(const zo_budget *b, zo_tier t) {
+  for (int i = 0; i < b->n_lines; i++)
+    if (b->line[i].tier == t) return &b->line[i];
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : ".";
+  zo_config_t cfg;
+  zo_budget b;
+  char msg[2048];
+
+  /* fits: 1e6 elements, optimizer state on cpu */
+  base_config(&cfg);
+  CHECK_OK(budget_of(&cfg, 1000000, 0, &b, msg, sizeof msg));
+  CHECK(b.fits);
+  CHECK(line(&b, ZO_TIER_HOST) && line(&b, ZO_TIER_HOST)->engine_bytes >= 1000000 * 12);
+
+  /* device: bf16 working weights of 1e6 elements (2 MB) under a 1 MiB device limit */
+  CHECK_ST(budget_of(&cfg, 1000000, 1 << 20, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("device: %s\n", msg);
+  CHECK(!b.fits && line(&b, ZO_TIER_DEVICE) && !line(&b, ZO_TIER_DEVICE)->fits);
+  CHECK(line(&b, ZO_TIER_DEVICE)->need >= 2000000);
+  CHECK_HAS(msg, "device memory");
+  CHECK_HAS(msg, "offload_param");
+
+  /* host: 4e11 elements with fp32 master weights and Adam state in host memory (4.8 TB) */
+  CHECK_ST(budget_of(&cfg, 400000000000ull, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("host: %s\n", msg);
+  CHECK(line(&b, ZO_TIER_HOST) && !line(&b, ZO_TIER_HOST)->fits);
+  CHECK_HAS(msg, "host memory: needs ");
+  CHECK_HAS(msg, "offload_optimizer.device");
+
+  /* nvme: 4e12 elements of state and working weights on nvme (56 TB) against the free space of @dir */
+  base_config(&cfg);
+  cfg.zero.stage = 3;
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  cfg.zero.offload_param.device = ZO_OFFLOAD_NVME;
+  cfg.zero.sub_group_size = 1000000;
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", dir);
+  CHECK_ST(budget_of(&cfg, 4000000000000ull, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("nvme: %s\n", msg);
+  CHECK(line(&b, ZO_TIER_NVME) && !line(&b, ZO_TIER_NVME)->fits);
+  CHECK_HAS(msg, "nvme space at ");
+  CHECK_HAS(msg, "nvme_path");
+
+  /* host, through the pinned sub-group buffers: DeepSpeed's default sub_group_size (1e9) with state on nvme */
+  cfg.zero.sub_group_size = 1000000000;
+  cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;
+  cfg.zero.stage = 2;
+  cfg.zero.offload_optimizer.buffer_count = 4;
+  CHECK_ST(budget_of(&cfg, 2000000000, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("sub-groups: %s\n", msg);
+  CHECK_HAS(msg, "sub_group_size");
+  return zo_test_finish("test_budget");
+}

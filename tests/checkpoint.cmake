@@ -21,3 +21,5 @@ add_test(NAME zo_stepbench_budget
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_stepbench_budget.sh $<TARGET_FILE:zo-stepbench>
                  ${CMAKE_CURRENT_BINARY_DIR}/stepbench-budget)
 set_tests_properties(zo_stepbench_budget PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 120)
+# zo_engine_save / zo_engine_load at the API: exact continuation, app_state, keep_last, every error.
+zo_add_test(test_checkpoint SOURCES test_checkpoint.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base_internal.h"
+#include "config_auto.h"
 #include "zoffload/config.h"
 #include "zoffload/dtype.h"
 
@@ -62,7 +63,7 @@ static zo_status type_err(const parse_ctx *c, const char *path, const char *what
   char got[64];
   int is_auto = json_is_string(v) && !strcmp(json_string_value(v), "auto");
   return cfg_err(c, path, "expected %s, got %s%s", what, show(v, got, sizeof got),
-                 is_auto ? " (\"auto\" is filled in by the HF Trainer, not by DeepSpeed)" : "");
+                 is_auto ? " (\"auto\" is filled in only at the keys the HF Trainer fills in: see zo_config_auto)" : "");
 }
 
 /* Join "base.key" (or just "key" when base is empty) into out. */
@@ -810,6 +811,8 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
                       show(root, got, sizeof got));
     goto out;
   }
+  /* "auto" (HF Trainer style) at the keys HF fills in: from the application's values (config_auto.c) */
+  ZO_CHECK_GOTO(cfg_fill_auto(root, opts ? opts->auto_values : NULL, ws, c->src), st, out);
 
   int64_t tb = 0, mb = 0, gas = 0;
   const char *key;

@@ -137,11 +137,51 @@ typedef struct zo_config {
  */
 ZO_API void zo_config_defaults(zo_config_t *cfg);
 
+/*
+ * What the application knows, for the values a config leaves "auto" (as the
+ * Hugging Face Trainer writes them). zo_config_auto_init() marks every field
+ * unknown: integers -1, reals NAN. A key left "auto" whose value is unknown
+ * is a ZO_ERR_CONFIG naming the key and the field it needs. Resolution, as
+ * transformers/integrations/deepspeed.py (HfTrainerDeepSpeedConfig
+ * .trainer_config_process and .trainer_config_finalize) does it:
+ *   train_micro_batch_size_per_gpu      <- train_micro_batch_size_per_gpu
+ *   gradient_accumulation_steps         <- gradient_accumulation_steps
+ *   train_batch_size                    <- micro * gas * world_size
+ *   gradient_clipping                   <- gradient_clipping (HF: max_grad_norm)
+ *   optimizer.params.lr / betas / eps / weight_decay <- lr, [beta1, beta2], eps, weight_decay
+ *   scheduler.params.warmup_min_lr      <- 0
+ *   scheduler.params.warmup_max_lr      <- lr
+ *   scheduler.params.warmup_num_steps   <- warmup_num_steps
+ *   scheduler.params.total_num_steps    <- total_num_steps
+ *   fp16.enabled, bf16.enabled          <- fp16, bf16
+ *   zero_optimization.reduce_bucket_size                 <- hidden_size * hidden_size
+ *   zero_optimization.stage3_prefetch_bucket_size        <- (int64)(0.9 * hidden_size * hidden_size)
+ *   zero_optimization.stage3_param_persistence_threshold <- 10 * hidden_size
+ * Each value filled in is logged once per parse (zo_info):
+ *   config: zero_optimization.reduce_bucket_size "auto" -> 16384 (hidden_size^2)
+ * "auto" anywhere else stays an error, naming the key.
+ */
+typedef struct zo_config_auto {
+  int64_t hidden_size;                    /* the model's d_model */
+  int64_t train_micro_batch_size_per_gpu; /* >= 1 */
+  int64_t gradient_accumulation_steps;    /* >= 1 */
+  double lr, beta1, beta2, eps, weight_decay;
+  double gradient_clipping;               /* 0: none */
+  int64_t warmup_num_steps;               /* >= 0 */
+  int64_t total_num_steps;                /* >= 1 */
+  int fp16, bf16;                         /* 0 or 1 */
+} zo_config_auto;
+
+/* zo_config_auto_init() - every field of @a unknown (-1, NAN). Thread-safe. */
+ZO_API void zo_config_auto_init(zo_config_auto *a);
+
 /* Options for zo_config_parse() / zo_config_load_file(); NULL means all zero. */
 typedef struct zo_config_opts {
   const char *const *app_blocks; /* NULL-terminated top-level keys owned by the application
                                     (e.g. {"model","data",NULL}): skipped silently; may be NULL */
   int world_size;                /* ranks, for train_batch_size = micro * gas * world_size; 0 means 1 */
+  const zo_config_auto *auto_values; /* values for keys left "auto" (see zo_config_auto); NULL: "auto" is an
+                                        error everywhere, naming the key */
 } zo_config_opts;
 
 /*
@@ -157,7 +197,8 @@ typedef struct zo_config_opts {
  *    three: must satisfy tb == mb * gas * ws; two: the third is derived by
  *    floor division; only tb: gas = 1; only mb: gas = 1; none: error);
  *  - integer keys accept JSON reals with an integral value (5e8); booleans
- *    must be JSON true/false; a value "auto" (HF Trainer) is an error;
+ *    must be JSON true/false; a value "auto" (HF Trainer) is filled in from
+ *    opts->auto_values (see zo_config_auto), else it is an error;
  *  - legacy forms: "zero_optimization": true/false (stage 1/0),
  *    zero_optimization.cpu_offload (offload_optimizer.device cpu),
  *    cpu_offload_param (alias cpu_offload_params; offload_param.device cpu),

@@ -78,8 +78,20 @@ static void usage(FILE *f) {
           "                           uninterrupted run; --steps is the total to reach\n"
           "  --export-safetensors F   after training, write the weights to F in the safetensors format\n"
           "  --export-dtype fp32|bf16 dtype of --export-safetensors (default: fp32)\n"
+          "  --micro-batch N          train_micro_batch_size_per_gpu where the config says \"auto\" (default: 8)\n"
+          "  --grad-accum N           gradient_accumulation_steps where the config says \"auto\" (default: 1)\n"
+          "  Other \"auto\" values (configs written for the HF Trainer) are filled in as it does: the bucket\n"
+          "  sizes from model.d_model, lr 3e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0, gradient_clipping\n"
+          "  1.0, warmup 0 steps over --steps, bf16 on, fp16 off; each is printed when filled in\n"
           "  -h, --help               this text\n",
           ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
+}
+
+/* Log lines while the config is read: the "auto" values filled in (info), and warnings as the library prints them. */
+static void config_log(zo_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level <= ZO_LOG_WARN) fprintf(stderr, "zoffload: %s: %s\n", level == ZO_LOG_ERROR ? "error" : "warning", msg);
+  else printf("zo-train: %s\n", msg);
 }
 
 static int die(const char *fmt, const char *a, const char *b) {
@@ -233,7 +245,7 @@ int main(int argc, char **argv) {
   const char *param_override = NULL, *device_override = NULL, *ckpt_override = NULL;
   int do_sample = 1, dry_run = 0;
   const char *save_root = NULL, *resume = NULL, *export_path = NULL, *export_dtype = "fp32";
-  int64_t save_every = 0, keep_last = 3;
+  int64_t save_every = 0, keep_last = 3, micro_batch = 8, grad_accum = 1;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
       {"steps", required_argument, 0, 's'},   {"seed", required_argument, 0, 'S'},
@@ -245,7 +257,8 @@ int main(int argc, char **argv) {
       {"activation-checkpointing", required_argument, 0, 'A'}, {"save", required_argument, 0, 'v'},
       {"save-every", required_argument, 0, 'E'}, {"keep-last", required_argument, 0, 'K'},
       {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
-      {"export-dtype", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+      {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
+      {"grad-accum", required_argument, 0, 'G'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -269,6 +282,8 @@ int main(int argc, char **argv) {
       case 'R': resume = optarg; break;
       case 'X': export_path = optarg; break;
       case 'T': export_dtype = optarg; break;
+      case 'M': if (parse_i64("--micro-batch", optarg, 1, &micro_batch)) return 2; break;
+      case 'G': if (parse_i64("--grad-accum", optarg, 1, &grad_accum)) return 2; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -280,10 +295,7 @@ int main(int argc, char **argv) {
     return die("--resume latest: needs --save DIR (the checkpoints' root)%s%s", "", "");
   if (save_every > 0 && !save_root) return die("--save-every: needs --save DIR%s%s", "", "");
 
-  /* ---- configuration */
-  zo_config_t cfg;
-  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = 1};
-  if (zo_config_load_file(config_path, &copts, &cfg) != ZO_OK) return die("%s%s", zo_last_error(), "");
+  /* ---- configuration: zo-train's own blocks first, so the DeepSpeed part's "auto" values can come from them */
   train_settings ts;
   char err[1024];
   train_settings_defaults(&ts);
@@ -291,6 +303,22 @@ int main(int argc, char **argv) {
   if (gpt_config_check(&ts.model, err, sizeof err)) return die("%s: %s", config_path, err);
   if (data_override) snprintf(ts.data_path, sizeof ts.data_path, "%s", data_override);
   if (steps_override > 0) ts.steps = steps_override;
+  zo_config_auto av;
+  zo_config_auto_init(&av);
+  av.hidden_size = ts.model.d_model;
+  av.train_micro_batch_size_per_gpu = micro_batch;
+  av.gradient_accumulation_steps = grad_accum;
+  av.lr = 3e-4, av.beta1 = 0.9, av.beta2 = 0.999, av.eps = 1e-8, av.weight_decay = 0.0; /* as HF TrainingArguments, */
+  av.gradient_clipping = 1.0, av.warmup_num_steps = 0, av.total_num_steps = ts.steps;   /* lr 3e-4 (HF: 5e-5) */
+  av.fp16 = 0, av.bf16 = 1;
+  zo_config_t cfg;
+  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = 1, .auto_values = &av};
+  /* the values filled in for "auto" are info lines: shown here unless ZO_LOG_LEVEL says otherwise */
+  const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
+  if (own_log) zo_log_set_handler(config_log, NULL, ZO_LOG_INFO);
+  const zo_status cst = zo_config_load_file(config_path, &copts, &cfg);
+  if (own_log) zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
+  if (cst != ZO_OK) return die("%s%s", zo_last_error(), "");
   if (seed_override >= 0) ts.seed = (uint64_t)seed_override;
   if (ckpt_override) {
     if (strcmp(ckpt_override, "on") && strcmp(ckpt_override, "off"))

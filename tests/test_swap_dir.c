@@ -13,9 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -196,32 +197,54 @@ static void modes_and_symlinks(const char *root) {
   rmdir(elsewhere);
 }
 
-/* ENOSPC: a preallocation larger than the free space; EFBIG: RLIMIT_FSIZE under a write. */
+/*
+ * ENOSPC: a preallocation larger than a 1 MiB tmpfs mounted in this process's
+ * own mount namespace (main() unshares it while single-threaded), so no other
+ * process ever sees a full disk: filling the shared disk instead made tests
+ * running beside this one fail with ENOSPC. Needs CAP_SYS_ADMIN; without it
+ * the ENOSPC case is skipped with a note. EFBIG: RLIMIT_FSIZE under a write.
+ */
+static int g_private_mounts; /* main() made a private mount namespace */
+
+static void disk_full(const char *root) {
+  char mnt[4200];
+  snprintf(mnt, sizeof mnt, "%s/tmpfs-1m", root);
+  if (!g_private_mounts || mkdir(mnt, 0700) != 0) {
+    printf("note: no private mount namespace (needs root); ENOSPC not covered\n");
+    return;
+  }
+  if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
+    printf("note: cannot mount a tmpfs (%s); ENOSPC not covered\n", strerror(errno));
+    rmdir(mnt);
+    return;
+  }
+  zo_swap_opts o = {.block_size = 64 * 1024, .queue_depth = 1};
+  zo_swap_t *sw = NULL;
+  CHECK_OK(zo_swap_create(mnt, &o, &sw));
+  if (sw) {
+    const uint64_t want = 4ull << 20; /* 4 MiB on a 1 MiB file system */
+    zo_swap_file_t *f = NULL;
+    zo_status st = zo_swap_file_create(sw, "huge.swp", want, &f);
+    CHECK_EQ(st, ZO_ERR_IO);
+    if (st == ZO_OK) zo_swap_file_remove(sw, f);
+    CHECK_MSG("huge.swp");
+    CHECK_MSG("No space left on device");
+    char w[128];
+    snprintf(w, sizeof w, "offset 0, length %llu bytes", (unsigned long long)want);
+    CHECK_MSG(w);
+    printf("ok: oversize preallocation: %s\n", zo_last_error());
+    zo_swap_destroy(sw);
+  }
+  if (umount(mnt) != 0) FAIL_AT("umount %s: %s", mnt, strerror(errno));
+  rmdir(mnt);
+}
+
 static void disk_limits(const char *root) {
+  disk_full(root);
   zo_swap_opts o = {.block_size = 64 * 1024, .queue_depth = 1}; /* in order: the short piece fails first */
   zo_swap_t *sw = NULL;
   CHECK_OK(zo_swap_create(root, &o, &sw));
   if (!sw) return;
-  struct statvfs vfs;
-  if (statvfs(root, &vfs) == 0) {
-    uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-    uint64_t want = (avail + (64ull << 30)) / 4096 * 4096; /* 64 GiB more than free */
-    zo_swap_file_t *f = NULL;
-    zo_status st = zo_swap_file_create(sw, "huge.swp", want, &f);
-    if (st == ZO_OK) {
-      printf("note: file system accepted a %llu-byte preallocation beyond its free space; ENOSPC not covered\n",
-             (unsigned long long)want);
-      zo_swap_file_remove(sw, f);
-    } else {
-      CHECK_EQ(st, ZO_ERR_IO);
-      CHECK_MSG("huge.swp");
-      CHECK(strstr(zo_last_error(), "No space left on device") || strstr(zo_last_error(), "File too large"));
-      char w[128];
-      snprintf(w, sizeof w, "offset 0, length %llu bytes", (unsigned long long)want);
-      CHECK_MSG(w);
-      printf("ok: oversize preallocation: %s\n", zo_last_error());
-    }
-  }
   /* RLIMIT_FSIZE lowered after the file exists: a write straddling the limit comes back short,
    * is resumed, and the rest fails with EFBIG at the limit's offset. */
   zo_swap_file_t *f = NULL;
@@ -259,6 +282,9 @@ int main(int argc, char **argv) {
   char root[4096];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir", root, sizeof root)) return ZO_TEST_SKIP;
   zo_log_set_handler(capture_log, NULL, ZO_LOG_WARN);
+  /* A mount namespace of our own for disk_full()'s tmpfs, while no thread exists yet (unshare of
+   * CLONE_NEWNS implies CLONE_FS, refused in a multi-threaded process). */
+  g_private_mounts = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
   stale_and_live(root);
   modes_and_symlinks(root);
   disk_limits(root);

@@ -129,7 +129,7 @@ static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, siz
     seterr(err, errlen, "corpus '%s': out of memory listing the directory", path);
     goto out;
   }
-  qsort(names, nn, sizeof *names, cmp_str);
+  if (nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
   size_t plen = strlen(path);
   for (size_t i = 0; i < nn && rc == 0; i++) {
     size_t need = plen + 1 + strlen(names[i]) + 1;

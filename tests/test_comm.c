@@ -1,7 +1,16 @@
 /*
- * test_comm.c - the `self` collectives backend (one rank): rank/size/name,
- * all-gather, reduce-scatter and all-reduce results, in-place rules, argument
- * errors. Exit 0 pass, 1 fail. Multi-rank backends get their own tests.
+ * test_comm.c - the collectives on any number of ranks.
+ *   test_comm          the `self` backend: results, in-place rules, argument
+ *                      errors, then the generic checks below on one rank;
+ *   test_comm env      zo_comm_create_from_env() (under `mpirun -np N` the
+ *                      `mpi` backend) and the generic checks on N ranks.
+ * Generic checks: all-gather of odd byte counts (in place and not);
+ * reduce-scatter and all-reduce in fp32, bf16 and fp16 (in place and not)
+ * on small integers, whose sums are exact in any order, so the result must
+ * equal the arithmetic here bit for bit; a 16-bit sum that needs rounding
+ * equals round-to-nearest-even of the fp32 sum; f64 all-reduce; broadcast;
+ * barrier; non-blocking forms started together and completed by test and
+ * wait; a split into even and odd ranks. Exit 0 pass, 1 fail.
  */
 #include <math.h>
 #include <stdint.h>
@@ -12,60 +21,261 @@
 #include "zo_test.h"
 #include "zoffload/comm.h"
 
-int main(void) {
+static uint16_t ref_bf16(float f) { /* round to nearest even, written out here independently of the library */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t lsb = (u >> 16) & 1u;
+  return (uint16_t)((u + 0x7fffu + lsb) >> 16);
+}
+static float from_bf16(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t ref_f16(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+static float from_f16(uint16_t b) {
+  _Float16 h;
+  memcpy(&h, &b, 2);
+  return (float)h;
+}
+
+/* Element i of block `blk` sent by rank q: a small integer, exact in every dtype and in every partial sum. */
+static float val(int q, int blk, size_t i) { return (float)((q + 1) * (int)(i % 5) + blk - 3); }
+
+static void store(zo_dtype t, void *buf, size_t i, float v) {
+  if (t == ZO_DTYPE_F32) ((float *)buf)[i] = v;
+  else ((uint16_t *)buf)[i] = t == ZO_DTYPE_BF16 ? ref_bf16(v) : ref_f16(v);
+}
+static float load(zo_dtype t, const void *buf, size_t i) {
+  if (t == ZO_DTYPE_F32) return ((const float *)buf)[i];
+  uint16_t b = ((const uint16_t *)buf)[i];
+  return t == ZO_DTYPE_BF16 ? from_bf16(b) : from_f16(b);
+}
+
+static void generic(zo_comm_t *c) {
+  const int R = zo_comm_rank(c), W = zo_comm_size(c);
+  char what[128];
+
+  /* all-gather: odd byte counts, out of place and in place */
+  enum { NB = 1031 };
+  uint8_t *send = malloc(NB), *recv = malloc((size_t)NB * W + 8);
+  for (int i = 0; i < NB; i++) send[i] = (uint8_t)(i * 37 + 11 * R + 5);
+  memset(recv, 0xee, (size_t)NB * W + 8);
+  CHECK_OK(zo_comm_all_gather(c, send, recv, NB));
+  int bad = 0;
+  for (int r = 0; r < W; r++)
+    for (int i = 0; i < NB; i++) bad += recv[(size_t)r * NB + i] != (uint8_t)(i * 37 + 11 * r + 5);
+  CHECK_EQ(bad, 0);
+  CHECK_EQ(recv[(size_t)NB * W], 0xee); /* nothing past size * send_nbytes */
+  memset(recv, 0, (size_t)NB * W);
+  memcpy(recv + (size_t)R * NB, send, NB);
+  CHECK_OK(zo_comm_all_gather(c, recv + (size_t)R * NB, recv, NB)); /* in place */
+  bad = 0;
+  for (int r = 0; r < W; r++)
+    for (int i = 0; i < NB; i++) bad += recv[(size_t)r * NB + i] != (uint8_t)(i * 37 + 11 * r + 5);
+  CHECK_EQ(bad, 0);
+  free(send);
+  free(recv);
+
+  /* reduce-scatter and all-reduce in every dtype */
+  static const zo_dtype dts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+  enum { N = 517 };
+  for (int d = 0; d < 3; d++) {
+    const zo_dtype t = dts[d];
+    const size_t esz = zo_dtype_size(t);
+    char *sb = malloc((size_t)W * N * esz), *rb = malloc(N * esz);
+    for (int in_place = 0; in_place < 2; in_place++) {
+      for (int blk = 0; blk < W; blk++)
+        for (size_t i = 0; i < N; i++) store(t, sb, (size_t)blk * N + i, val(R, blk, i));
+      void *dst = in_place ? sb + (size_t)R * N * esz : rb;
+      CHECK_OK(zo_comm_reduce_scatter(c, sb, dst, N, t));
+      bad = 0;
+      for (size_t i = 0; i < N; i++) {
+        float want = 0;
+        for (int q = 0; q < W; q++) want += val(q, R, i);
+        bad += load(t, dst, i) != want;
+      }
+      snprintf(what, sizeof what, "reduce_scatter %s%s: %d wrong elements", zo_dtype_name(t),
+               in_place ? " in place" : "", bad);
+      if (bad) FAIL_AT("%s", what);
+    }
+    /* all-reduce: rank q holds val(q, 0, i) */
+    for (size_t i = 0; i < N; i++) store(t, rb, i, val(R, 0, i));
+    CHECK_OK(zo_comm_all_reduce(c, rb, N, t));
+    bad = 0;
+    for (size_t i = 0; i < N; i++) {
+      float want = 0;
+      for (int q = 0; q < W; q++) want += val(q, 0, i);
+      bad += load(t, rb, i) != want;
+    }
+    if (bad) FAIL_AT("all_reduce %s: %d wrong elements", zo_dtype_name(t), bad);
+    /* a 16-bit sum that needs rounding: one rounding of the exact fp32 sum, to nearest even */
+    if (t != ZO_DTYPE_F32) {
+      float mine = 1.0f + 0.0078125f * (float)(2 * R + 1); /* 1 + (2R+1) 2^-7: exact in bf16 and fp16 */
+      store(t, rb, 0, mine);
+      CHECK_OK(zo_comm_all_reduce(c, rb, 1, t));
+      float sum = 0;
+      for (int q = 0; q < W; q++) sum += 1.0f + 0.0078125f * (float)(2 * q + 1);
+      uint16_t want = t == ZO_DTYPE_BF16 ? ref_bf16(sum) : ref_f16(sum);
+      CHECK_EQ(((uint16_t *)rb)[0], want);
+    }
+    free(sb);
+    free(rb);
+  }
+
+  /* f64 all-reduce: flags and norms, inf passes through */
+  double buf[4] = {1.5 * (R + 1), -2.0, R == W - 1 ? INFINITY : 0.0, 1e300 / W};
+  CHECK_OK(zo_comm_all_reduce_f64(c, buf, 4));
+  CHECK_CLOSE(buf[0], 1.5 * W * (W + 1) / 2, 0, 0);
+  CHECK_CLOSE(buf[1], -2.0 * W, 0, 0);
+  CHECK(isinf(buf[2]));
+  CHECK_CLOSE(buf[3], 1e300, 0, 1e-12);
+
+  /* broadcast from the last rank */
+  char bc[333];
+  for (int i = 0; i < 333; i++) bc[i] = (char)(R == W - 1 ? i * 3 + 1 : 0);
+  CHECK_OK(zo_comm_broadcast(c, bc, sizeof bc, W - 1));
+  bad = 0;
+  for (int i = 0; i < 333; i++) bad += bc[i] != (char)(i * 3 + 1);
+  CHECK_EQ(bad, 0);
+  CHECK_OK(zo_comm_barrier(c));
+
+  /* non-blocking: a reduce-scatter (bf16, in place), an all-gather and an all-reduce in flight at once */
+  uint16_t *rs = malloc((size_t)W * N * 2);
+  float *ag = malloc((size_t)W * N * 4), *ar = malloc(N * 4);
+  for (int blk = 0; blk < W; blk++)
+    for (size_t i = 0; i < N; i++) rs[(size_t)blk * N + i] = ref_bf16(val(R, blk, i));
+  for (size_t i = 0; i < N; i++) ag[(size_t)R * N + i] = (float)R * 1000 + (float)i, ar[i] = (float)i;
+  zo_comm_req_t *q1 = NULL, *q2 = NULL, *q3 = NULL;
+  CHECK_OK(zo_comm_ireduce_scatter(c, rs, rs + (size_t)R * N, N, ZO_DTYPE_BF16, &q1));
+  CHECK_OK(zo_comm_iall_gather(c, ag + (size_t)R * N, ag, N * 4, &q2));
+  CHECK_OK(zo_comm_iall_reduce(c, ar, N, ZO_DTYPE_F32, &q3));
+  int done = 0, polls = 0;
+  while (!done && q2) {
+    CHECK_OK(zo_comm_test(q2, &done));
+    polls++;
+  }
+  CHECK_OK(zo_comm_wait(q3));
+  CHECK_OK(zo_comm_wait(q1));
+  bad = 0;
+  for (size_t i = 0; i < N; i++) {
+    float want = 0;
+    for (int q = 0; q < W; q++) want += val(q, R, i);
+    bad += from_bf16(rs[(size_t)R * N + i]) != want;
+    bad += ar[i] != (float)i * (float)W;
+    for (int r = 0; r < W; r++) bad += ag[(size_t)r * N + i] != (float)r * 1000 + (float)i;
+  }
+  CHECK_EQ(bad, 0);
+  CHECK(polls >= 1);
+  free(rs);
+  free(ag);
+  free(ar);
+
+  /* a split: even and odd ranks */
+  zo_comm_t *sub = NULL;
+  CHECK_OK(zo_comm_split(c, R % 2, R, &sub));
+  if (sub) {
+    CHECK_EQ(zo_comm_size(sub), (W + 1 - R % 2) / 2);
+    CHECK_EQ(zo_comm_rank(sub), R / 2);
+    double r = R;
+    CHECK_OK(zo_comm_all_reduce_f64(sub, &r, 1));
+    double want = 0;
+    for (int q = R % 2; q < W; q += 2) want += q;
+    CHECK_CLOSE(r, want, 0, 0);
+    zo_comm_destroy(sub);
+  }
+  printf("ok: generic collectives on %d rank%s (backend %s), rank %d\n", W, W == 1 ? "" : "s", zo_comm_backend(c), R);
+}
+
+static void self_only(void) {
   zo_comm_t *c = NULL;
   CHECK_OK(zo_comm_create_self(&c));
-  if (!c) return 1;
+  if (!c) return;
   CHECK_EQ(zo_comm_rank(c), 0);
   CHECK_EQ(zo_comm_size(c), 1);
   CHECK(strcmp(zo_comm_backend(c), "self") == 0);
   CHECK_EQ(zo_comm_rank(NULL), -1);
   CHECK_EQ(zo_comm_size(NULL), 0);
 
-  /* all-gather: recv = send (one rank), odd byte counts. */
-  enum { N = 1031 };
-  uint8_t send[N], recv[N + 8];
-  for (int i = 0; i < N; i++) send[i] = (uint8_t)(i * 37 + 11);
-  memset(recv, 0xee, sizeof recv);
-  CHECK_OK(zo_comm_all_gather(c, send, recv, N));
-  CHECK(memcmp(recv, send, N) == 0);
-  CHECK_EQ(recv[N], 0xee); /* nothing past size * send_nbytes */
-  CHECK_OK(zo_comm_all_gather(c, recv, recv, N)); /* in place: send == recv + rank*n */
-  CHECK(memcmp(recv, send, N) == 0);
-  CHECK_ST(zo_comm_all_gather(c, recv + 1, recv, N), ZO_ERR_INVALID_ARG); /* partial overlap */
-  CHECK_ST(zo_comm_all_gather(c, NULL, recv, N), ZO_ERR_INVALID_ARG);
-  CHECK_ST(zo_comm_all_gather(NULL, send, recv, N), ZO_ERR_INVALID_ARG);
+  uint8_t buf[64];
+  float fs[16];
+  CHECK_ST(zo_comm_all_gather(c, buf + 1, buf, 32), ZO_ERR_INVALID_ARG); /* partial overlap */
+  CHECK_ST(zo_comm_all_gather(c, NULL, buf, 8), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_all_gather(NULL, buf, buf, 8), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_comm_all_gather(c, NULL, NULL, 0));
-
-  /* reduce-scatter (sum over one rank = the block itself). */
-  float fs[N], fr[N];
-  double got[N], ref[N];
-  for (int i = 0; i < N; i++) fs[i] = (float)i * 0.25f - 100.0f;
-  memset(fr, 0, sizeof fr);
-  CHECK_OK(zo_comm_reduce_scatter_f32(c, fs, fr, N));
-  for (int i = 0; i < N; i++) {
-    got[i] = fr[i];
-    ref[i] = fs[i];
-  }
-  CHECK_CLOSE_ARRAY("reduce_scatter", got, ref, N, 0.0, 0.0);
-  CHECK_OK(zo_comm_reduce_scatter_f32(c, fs, fs, N)); /* in place */
-  CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, fs + 1, N - 1), ZO_ERR_INVALID_ARG);
-  CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, NULL, N), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, fs + 1, 8), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_reduce_scatter_f32(c, fs, NULL, 8), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_comm_reduce_scatter_f32(c, NULL, NULL, 0));
-
-  /* all-reduce f64 in place: unchanged, including inf/nan flags. */
-  double buf[5] = {1.5, -2.25, 1e300, INFINITY, 0.0};
-  double want[5] = {1.5, -2.25, 1e300, INFINITY, 0.0};
-  CHECK_OK(zo_comm_all_reduce_f64(c, buf, 5));
-  CHECK_CLOSE_ARRAY("all_reduce", buf, want, 5, 0.0, 0.0);
+  CHECK_ST(zo_comm_reduce_scatter(c, fs, fs, 4, (zo_dtype)7), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_all_reduce(c, fs, 4, (zo_dtype)7), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_all_reduce(c, NULL, 4, ZO_DTYPE_BF16), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_comm_all_reduce_f64(c, NULL, 5), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_comm_all_reduce_f64(c, NULL, 0));
-
-  CHECK_OK(zo_comm_barrier(c));
+  CHECK_ST(zo_comm_broadcast(c, buf, 8, 1), ZO_ERR_INVALID_ARG); /* root outside [0, 1) */
+  CHECK_HAS(zo_last_error(), "root 1");
+  CHECK_ST(zo_comm_broadcast(c, NULL, 8, 0), ZO_ERR_INVALID_ARG);
+  zo_comm_req_t *r = (zo_comm_req_t *)buf;
+  CHECK_ST(zo_comm_iall_gather(c, NULL, buf, 8, &r), ZO_ERR_INVALID_ARG);
+  CHECK(r == NULL); /* nothing started on an error */
+  int done;
+  CHECK_ST(zo_comm_test(NULL, &done), ZO_ERR_INVALID_ARG);
+  CHECK_OK(zo_comm_wait(NULL));
   CHECK_ST(zo_comm_barrier(NULL), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_comm_create_self(NULL), ZO_ERR_INVALID_ARG);
+  zo_comm_t *s2 = NULL;
+  CHECK_ST(zo_comm_split(c, -1, 0, &s2), ZO_ERR_INVALID_ARG);
+  generic(c);
   zo_comm_destroy(c);
   zo_comm_destroy(NULL);
 
+  /* the launcher's variables */
+  zo_launch_info li;
+  unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_RANK"), unsetenv("PMI_SIZE");
+  setenv("RANK", "3", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1), setenv("LOCAL_WORLD_SIZE", "2", 1);
+  CHECK_OK(zo_launch_info_get(&li));
+  CHECK_EQ(li.rank, 3);
+  CHECK_EQ(li.world_size, 4);
+  CHECK_EQ(li.local_rank, 1);
+  CHECK_EQ(li.local_size, 2);
+  CHECK(strcmp(li.source, "torchrun") == 0);
+  setenv("RANK", "4", 1);
+  CHECK_ST(zo_launch_info_get(&li), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "RANK=4 is not below WORLD_SIZE=4");
+  setenv("RANK", "x1", 1);
+  CHECK_ST(zo_launch_info_get(&li), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "RANK='x1'");
+  unsetenv("RANK");
+  CHECK_ST(zo_launch_info_get(&li), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "WORLD_SIZE is set but RANK is not");
+  unsetenv("WORLD_SIZE"), unsetenv("LOCAL_RANK"), unsetenv("LOCAL_WORLD_SIZE");
+  CHECK_OK(zo_launch_info_get(&li));
+  CHECK_EQ(li.world_size, 1);
+  CHECK(strcmp(li.source, "none") == 0);
+  zo_comm_t *e = NULL;
+  CHECK_OK(zo_comm_create_from_env(&e)); /* one rank: self */
+  CHECK(e && strcmp(zo_comm_backend(e), "self") == 0);
+  zo_comm_destroy(e);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "env")) {
+    zo_comm_t *c = NULL;
+    CHECK_OK(zo_comm_create_from_env(&c));
+    if (!c) return zo_test_finish("test_comm env");
+    zo_launch_info li;
+    CHECK_OK(zo_launch_info_get(&li));
+    CHECK_EQ(zo_comm_size(c), li.world_size);
+    CHECK_EQ(zo_comm_rank(c), li.rank);
+    generic(c);
+    zo_comm_destroy(c);
+    return zo_test_finish("test_comm env");
+  }
+  self_only();
   return zo_test_finish("test_comm");
 }

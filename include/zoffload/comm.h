@@ -1,20 +1,36 @@
 /*
  * zoffload/comm.h - collectives between the ranks of a data-parallel job:
  * all-gather of parameter shards, reduce-scatter of gradients, all-reduce of
- * norms and overflow flags, barrier. Backends: `self` (one rank, world size
- * 1) now; `nccl` and `mpi` later. Buffers are host memory for now.
+ * norms and overflow flags, broadcast, barrier. Backends:
+ *   self  one rank (world size 1): every collective is a copy or a no-op;
+ *   mpi   host buffers between processes (Open MPI or any MPI-3 library),
+ *         for CPU-only runs and the tests; built when CMake finds MPI.
+ * The engine borrows a communicator (zo_engine_create), so a framework that
+ * runs tensor or pipeline parallelism elsewhere hands it its data-parallel
+ * group only (zo_comm_split, or zo_comm_create_mpi of its own MPI_Comm).
  *
- * Contract (as in NCCL/MPI): every rank calls the same collectives in the same
- * order with the same sizes; calls are synchronous (they return when the
- * result is in the receive buffer); one communicator must not be used by two
- * threads at once. Layouts follow NCCL: in-place is allowed where NCCL allows
- * it, other overlap of send and receive buffers is an error.
+ * Contract (as in NCCL and MPI): every rank calls the same collectives in the
+ * same order with the same sizes; one communicator must not be used by two
+ * threads at once (the MPI backend asks MPI for MPI_THREAD_SERIALIZED).
+ * Blocking calls return when the result is in the receive buffer; the i*
+ * forms return once the operation is started and complete at
+ * zo_comm_wait()/zo_comm_test(), with every buffer owned by the operation
+ * until then. Layouts follow NCCL: in place is allowed where NCCL allows it,
+ * other overlap of send and receive buffers is an error.
+ *
+ * Reductions are sums. fp32 reduces in fp32, bf16 and fp16 are widened to
+ * fp32, reduced in fp32 and rounded back once (round to nearest even), so a
+ * 16-bit reduction loses no more than one rounding. Summation order across
+ * ranks is the backend's: the self backend is exact; MPI's order is its
+ * algorithm's (Open MPI: fixed for a given size, message length and
+ * algorithm choice, so repeated runs agree bit for bit).
  */
 #ifndef ZOFFLOAD_COMM_H
 #define ZOFFLOAD_COMM_H
 
 #include <stddef.h>
 
+#include "zoffload/dtype.h"
 #include "zoffload/status.h"
 
 #ifdef __cplusplus
@@ -22,6 +38,28 @@ extern "C" {
 #endif
 
 typedef struct zo_comm zo_comm_t;
+typedef struct zo_comm_req zo_comm_req_t;
+
+/*
+ * Where a launcher put this process: rank and world size, the rank and
+ * count on this node. Read from, in order of precedence, Open MPI's
+ * OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE, then torchrun's and the
+ * deepspeed launcher's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE, then
+ * PMI_RANK/PMI_SIZE (MPICH, Slurm); none set: rank 0 of 1.
+ */
+typedef struct zo_launch_info {
+  int rank, world_size;       /* 0 <= rank < world_size */
+  int local_rank, local_size; /* 0 <= local_rank < local_size (ranks on this node) */
+  const char *source;         /* "openmpi", "torchrun", "pmi" or "none" (static string) */
+} zo_launch_info;
+
+/*
+ * zo_launch_info_get() - fill @li from the environment (see zo_launch_info).
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @li); ZO_ERR_CONFIG when a
+ * variable is set but is not a number in range (the variable and its value
+ * named), or rank >= world size. Thread-safe (reads the environment only).
+ */
+ZO_API zo_status zo_launch_info_get(zo_launch_info *li);
 
 /*
  * zo_comm_create_self() - a communicator of one rank (rank 0, size 1): every
@@ -30,7 +68,44 @@ typedef struct zo_comm zo_comm_t;
  */
 ZO_API zo_status zo_comm_create_self(zo_comm_t **out);
 
-/* zo_comm_destroy() - free @c. NULL is a no-op. No collective may be in flight. */
+/*
+ * zo_comm_create_mpi() - a communicator over MPI.
+ * @mpi_comm: pointer to an MPI_Comm (the caller's data-parallel group); it is
+ *            duplicated (MPI_Comm_dup), so the caller keeps and frees its own.
+ *            NULL: MPI_COMM_WORLD.
+ * MPI is initialized here (MPI_Init_thread asking for MPI_THREAD_SERIALIZED)
+ * when the caller has not done so, and finalized when the last communicator
+ * that did so is destroyed; a caller that initialized MPI itself must have
+ * asked for MPI_THREAD_SERIALIZED or more. Errors come back as statuses
+ * (the duplicate has MPI_ERRORS_RETURN), never as an abort by this library;
+ * a peer that dies is reported by the launcher (mpirun ends the job).
+ * Collective over the ranks of @mpi_comm. Not thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @out); ZO_ERR_UNSUPPORTED when the
+ * library was built without MPI, or the thread level MPI gives is too low
+ * (both named); ZO_ERR_MPI (MPI's error string); ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_comm_create_mpi(const void *mpi_comm, zo_comm_t **out);
+
+/*
+ * zo_comm_create_from_env() - the communicator a launcher asks for: `self`
+ * when zo_launch_info_get() finds one rank, else `mpi` over MPI_COMM_WORLD,
+ * checked against the launcher's rank and size.
+ * Returns ZO_OK; errors of zo_launch_info_get() and zo_comm_create_mpi();
+ * ZO_ERR_UNSUPPORTED when several ranks are asked for and the library has no
+ * MPI (the variables and the fix named); ZO_ERR_MPI when MPI's rank or size
+ * disagree with the launcher's variables.
+ */
+ZO_API zo_status zo_comm_create_from_env(zo_comm_t **out);
+
+/*
+ * zo_comm_split() - sub-communicators (MPI_Comm_split semantics): ranks
+ * passing the same @color form one, ordered by @key then by rank. Collective
+ * over @c. For `self`, a copy. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL
+ * argument, @color < 0); ZO_ERR_MPI; ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_comm_split(zo_comm_t *c, int color, int key, zo_comm_t **out);
+
+/* zo_comm_destroy() - free @c. NULL is a no-op. No operation may be in flight. */
 ZO_API void zo_comm_destroy(zo_comm_t *c);
 
 /* zo_comm_rank() - this process's rank in [0, size); -1 for NULL. */
@@ -39,7 +114,7 @@ ZO_API int zo_comm_rank(const zo_comm_t *c);
 /* zo_comm_size() - number of ranks (world size); 0 for NULL. */
 ZO_API int zo_comm_size(const zo_comm_t *c);
 
-/* zo_comm_backend() - "self", later "nccl" or "mpi"; "(null)" for NULL. */
+/* zo_comm_backend() - "self" or "mpi"; "(null)" for NULL. */
 ZO_API const char *zo_comm_backend(const zo_comm_t *c);
 
 /*
@@ -47,39 +122,91 @@ ZO_API const char *zo_comm_backend(const zo_comm_t *c);
  * @recv receives size * @send_nbytes bytes: rank r's block at
  * recv + r * send_nbytes. Units: bytes, any alignment. In place when
  * @send == @recv + rank * @send_nbytes (NCCL's in-place rule); other overlap
- * is an error. @send_nbytes == 0 is a no-op. Synchronous.
+ * is an error. @send_nbytes == 0 is a no-op.
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @c, NULL buffer with
- * @send_nbytes > 0, size * @send_nbytes overflows, illegal overlap).
+ * @send_nbytes > 0, size * @send_nbytes overflows, illegal overlap);
+ * ZO_ERR_MPI.
  */
 ZO_API zo_status zo_comm_all_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes);
 
 /*
- * zo_comm_reduce_scatter_f32() - sum reduce-scatter of float32.
- * @send: float32[size * recv_n], block r = send[r*recv_n .. (r+1)*recv_n).
- * @recv: float32[recv_n]; rank r receives the element-wise sum over ranks of
- *        their block r. In place when @recv == @send + rank * @recv_n.
- * @recv_n: elements, not bytes. 0 is a no-op. Summation order across ranks
- * is the backend's (NCCL: ring order), so results may differ in the last bits
- * between backends. Synchronous.
+ * zo_comm_reduce_scatter() - sum reduce-scatter.
+ * @send:  @dtype[size * recv_n], block r = send[r*recv_n .. (r+1)*recv_n).
+ * @recv:  @dtype[recv_n]; rank r receives the element-wise sum over ranks of
+ *         their block r. In place when @recv == @send + rank * @recv_n.
+ * @recv_n: elements, not bytes. 0 is a no-op.
+ * @dtype: fp32, bf16 or fp16 (16-bit types reduced in fp32, see above).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @c, NULL buffer with @recv_n > 0,
- * size overflow, illegal overlap).
+ * size overflow, illegal overlap, unknown dtype); ZO_ERR_OUT_OF_MEMORY (the
+ * fp32 staging of a 16-bit reduction); ZO_ERR_MPI.
  */
-ZO_API zo_status zo_comm_reduce_scatter_f32(zo_comm_t *c, const float *send, float *recv,
-                                            size_t recv_n);
+ZO_API zo_status zo_comm_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype);
+
+/* zo_comm_reduce_scatter_f32() - zo_comm_reduce_scatter() of fp32. */
+ZO_API zo_status zo_comm_reduce_scatter_f32(zo_comm_t *c, const float *send, float *recv, size_t recv_n);
+
+/*
+ * zo_comm_all_reduce() - element-wise sum over ranks of @dtype[n] at @buf,
+ * in place. @n: elements; 0 is a no-op. 16-bit types reduced in fp32.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @c, NULL @buf with @n > 0, unknown
+ * dtype); ZO_ERR_OUT_OF_MEMORY; ZO_ERR_MPI.
+ */
+ZO_API zo_status zo_comm_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype);
 
 /*
  * zo_comm_all_reduce_f64() - element-wise sum over ranks of double[n] at
  * @buf, in place (gradient norms, overflow flags). @n: elements; 0 is a
- * no-op. Synchronous. Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL @c, NULL
- * @buf with @n > 0).
+ * no-op. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL @c, NULL @buf with n > 0)
+ * or ZO_ERR_MPI.
  */
 ZO_API zo_status zo_comm_all_reduce_f64(zo_comm_t *c, double *buf, size_t n);
 
 /*
+ * zo_comm_broadcast() - @nbytes bytes at @buf of rank @root replace @buf on
+ * every other rank. 0 bytes is a no-op. Returns ZO_OK; ZO_ERR_INVALID_ARG
+ * (NULL @c, NULL @buf with nbytes > 0, @root outside [0, size)); ZO_ERR_MPI.
+ */
+ZO_API zo_status zo_comm_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root);
+
+/*
  * zo_comm_barrier() - returns when every rank has entered the barrier.
- * Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL @c).
+ * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL @c) or ZO_ERR_MPI.
  */
 ZO_API zo_status zo_comm_barrier(zo_comm_t *c);
+
+/*
+ * Non-blocking forms: the same arguments, checks and results as the blocking
+ * call, plus *@req, set to a request that zo_comm_wait() or a zo_comm_test()
+ * reporting completion frees. Return once the operation is started (MPI's
+ * non-blocking collective posted; for self, already complete). The buffers
+ * belong to the operation until it completes; a 16-bit result is written
+ * into @recv/@buf at completion (the fp32 staging is the request's). On an
+ * error nothing is started and *@req is NULL. Operations complete in any
+ * order, but every rank must start them in the same order. MPI progresses
+ * them inside MPI calls: zo_comm_test() (or any other call on @c) moves them
+ * on; the engine calls it at each of its entry points.
+ */
+ZO_API zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
+                                     zo_comm_req_t **req);
+ZO_API zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype,
+                                         zo_comm_req_t **req);
+ZO_API zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype, zo_comm_req_t **req);
+ZO_API zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t **req);
+
+/*
+ * zo_comm_wait() - block until @req completes, write its result, free it.
+ * NULL @req is a no-op returning ZO_OK. Returns ZO_OK or ZO_ERR_MPI (the
+ * request is freed either way).
+ */
+ZO_API zo_status zo_comm_wait(zo_comm_req_t *req);
+
+/*
+ * zo_comm_test() - *@done = 1 when @req has completed (its result written and
+ * the request freed: do not use it again), else 0; never blocks.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @req or @done); ZO_ERR_MPI (the
+ * request is freed and *@done is 1).
+ */
+ZO_API zo_status zo_comm_test(zo_comm_req_t *req, int *done);
 
 #ifdef __cplusplus
 }

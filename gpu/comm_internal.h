@@ -1,0 +1,61 @@
+/*
+ * comm_internal.h - the collectives front (comm.c) and its backends
+ * (self in comm.c, mpi in comm_mpi.c). The front checks arguments, stages
+ * 16-bit reductions in fp32 and owns requests; a backend only starts fp32,
+ * fp64 and byte operations and completes them. Not installed.
+ */
+#ifndef ZO_COMM_INTERNAL_H
+#define ZO_COMM_INTERNAL_H
+
+#include <stddef.h>
+
+#include "zoffload/comm.h"
+
+typedef enum { ZO_RED_F32 = 0, ZO_RED_F64 = 1 } zo_red_type;
+
+typedef struct zo_comm_ops {
+  const char *name;
+  void (*destroy)(zo_comm_t *c);
+  zo_status (*split)(zo_comm_t *c, int color, int key, zo_comm_t **out);
+  /* Start an operation; arguments checked, sizes > 0. Completion through wait/test. An operation
+   * that a backend finishes at once sets r->complete. */
+  zo_status (*all_gather)(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t *r);
+  /* In place (recv == send + rank * recv_n) allowed. */
+  zo_status (*reduce_scatter)(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
+                              zo_comm_req_t *r);
+  zo_status (*all_reduce)(zo_comm_t *c, void *buf, size_t n, zo_red_type t, zo_comm_req_t *r);
+  zo_status (*broadcast)(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t *r);
+  zo_status (*barrier)(zo_comm_t *c, zo_comm_req_t *r);
+  zo_status (*wait)(zo_comm_req_t *r);             /* block until complete (not called when r->complete) */
+  zo_status (*test)(zo_comm_req_t *r, int *done);  /* never blocks */
+} zo_comm_ops;
+
+struct zo_comm {
+  const zo_comm_ops *ops;
+  int rank, size;
+  void *backend;
+};
+
+struct zo_comm_req {
+  zo_comm_t *c;
+  int complete;             /* the backend has finished (self: at start) */
+  /* After completion: move `move_bytes` from move_src to move_dst (MPI's in-place reduce-scatter leaves the
+   * result at the start of the buffer, NCCL's rule wants it at the rank's block). */
+  void *move_dst;
+  const void *move_src;
+  size_t move_bytes;
+  /* 16-bit reductions: fp32 staging, rounded into out[out_n] of out_dtype after completion. */
+  float *stage;
+  const float *stage_result;
+  void *out;
+  size_t out_n;
+  zo_dtype out_dtype;
+  unsigned char impl[64];   /* the backend's handle (an MPI_Request) */
+};
+
+zo_comm_t *zo_comm_alloc(const zo_comm_ops *ops, int rank, int size, void *backend);
+
+/* The mpi backend (comm_mpi.c); ZO_ERR_UNSUPPORTED stubs live in comm.c without MPI. */
+zo_status zo_comm_mpi_create(const void *mpi_comm, zo_comm_t **out);
+
+#endif /* ZO_COMM_INTERNAL_H */

@@ -190,6 +190,10 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     }
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE) HOST(shard_total * wsz, 1);
+  size_t dp_grad = 0, dp_gather = 0; /* several ranks: the reduction and gather buffers (engine_dp.c) */
+  eng_dp_host_bytes(e, &dp_grad, &dp_gather);
+  HOST(dp_grad, 1);
+  HOST(dp_gather, 1);
   if (e->ptier == ZO_OFFLOAD_CPU) {
     param_host = pw_total * wsz;
     HOST(param_host, c->zero.offload_param.pin_memory);

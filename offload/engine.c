@@ -17,7 +17,7 @@
 
 static const char *const k_state_file[ST_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
 
-static zo_status host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
+zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   b->nbytes = nbytes;
   if (nbytes == 0) return ZO_OK;
   zo_status st = zo_host_alloc(nbytes, pin, &b->ptr, &b->pinned);
@@ -25,7 +25,7 @@ static zo_status host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   return ZO_OK;
 }
 
-static void host_buf_free(host_buf *b) {
+void eng_host_buf_free(host_buf *b) {
   zo_host_free(b->ptr, b->nbytes, b->pinned);
   memset(b, 0, sizeof *b);
 }
@@ -101,11 +101,7 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   }
   e->rank = zo_comm_rank(e->comm);
   e->world = zo_comm_size(e->comm);
-  if (e->world > 1) {
-    st = zo_error_set(ZO_ERR_UNSUPPORTED, "engine: %d ranks on comm backend '%s': multi-rank gradient "
-                      "reduce-scatter is not built yet", e->world, zo_comm_backend(e->comm));
-    goto fail;
-  }
+  if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
 
@@ -201,13 +197,15 @@ void zo_engine_destroy(zo_engine_t *e) {
   free(e->pstage_busy);
   free(e->trace);
   free(e->rec);
-  host_buf_free(&e->param_host);
+  eng_host_buf_free(&e->param_host);
   if (e->own_pswap) zo_swap_destroy(e->pswap);
   zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
-  host_buf_free(&e->grad_host);
-  host_buf_free(&e->grad_host2);
-  host_buf_free(&e->stage_host);
-  for (int k = 0; k < ST_KINDS; k++) host_buf_free(&e->state_host[k]);
+  eng_host_buf_free(&e->grad_host);
+  eng_host_buf_free(&e->grad_host2);
+  eng_host_buf_free(&e->stage_host);
+  eng_host_buf_free(&e->dp_grad);
+  eng_host_buf_free(&e->dp_gather);
+  for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
   if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);
   zo_arena_destroy(e->arena);
   zo_event_destroy(e->compute_mark);
@@ -245,8 +243,8 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   p->index = e->n_params;
   p->eng = e;
   p->n = n_elems;
-  size_t per = (n_elems + (size_t)e->world - 1) / (size_t)e->world;
-  size_t lo = per * (size_t)e->rank;
+  p->part_n = e->cfg.zero.stage == 0 ? n_elems : (n_elems + (size_t)e->world - 1) / (size_t)e->world;
+  const size_t per = p->part_n, lo = e->cfg.zero.stage == 0 ? 0 : per * (size_t)e->rank;
   p->shard_off = lo < n_elems ? lo : n_elems;
   p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
   e->params[e->n_params++] = p;
@@ -403,10 +401,10 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
     pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : p->n;
   }
   if (e->tier != ZO_OFFLOAD_NONE) {
-    ZO_CHECK(host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
-    if (e->dpu) ZO_CHECK(host_buf_alloc(&e->grad_host2, shard_total * gsz, 1));
+    ZO_CHECK(eng_host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
+    if (e->dpu) ZO_CHECK(eng_host_buf_alloc(&e->grad_host2, shard_total * gsz, 1));
     if (e->tier == ZO_OFFLOAD_CPU)
-      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
+      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
       p->host_off = p->flat_off;
@@ -415,9 +413,10 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (pres && e->tier != ZO_OFFLOAD_NONE) ZO_CHECK(host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
+  if (pres && e->tier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
+  if (e->world > 1) ZO_CHECK(eng_dp_alloc(e));
   if (e->ptier == ZO_OFFLOAD_CPU)
-    ZO_CHECK(host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
+    ZO_CHECK(eng_host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) {
     st = zo_swap_file_create(e->pswap, "params.swp", pw_total * wsz, &e->pfile);
     if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
@@ -528,6 +527,7 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
       ZO_CHECK(eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]));
     }
   }
+  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, p)); /* every rank's shard of the working weights, all-gathered */
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   return ZO_OK;
 }

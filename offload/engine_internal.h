@@ -8,7 +8,9 @@
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
  *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
  *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups;
- *   engine_inspect.c  memory accounting and master-weight read-back.
+ *   engine_inspect.c  memory accounting and master-weight read-back;
+ *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
+ *                     stage 0) and the all-gather of updated working weights.
  * Not installed. Every function here runs on the engine's thread (the one
  * calling the public zo_engine_* functions) unless its comment says otherwise.
  */
@@ -36,6 +38,9 @@ struct zo_param {
   int64_t dims[ZO_PARAM_MAX_DIMS];
   size_t shard_off;         /* first element of this rank's shard */
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
+  size_t part_n;            /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
+                               to part_n x world is what the collectives move */
+  size_t dp_off;            /* several ranks: element offset of the padded tensor in e->dp_gather */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
   void *weights;            /* device: working copy, n elements of the working dtype; with parameter
                                offload valid only while `blk` is pinned (a compaction may move it) */
@@ -167,6 +172,11 @@ struct zo_engine {
 
   /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
   host_buf grad_host, stage_host, state_host[ST_KINDS];
+  /* several ranks (engine_dp.c): the whole gradient of one tensor, padded, reduced in place; every tensor's
+   * working weights, padded, all-gathered in place */
+  host_buf dp_grad, dp_gather;
+  double dp_comm_s;          /* blocked in collectives since the last step */
+  uint64_t dp_bytes;         /* bytes this rank sent into collectives since the last step */
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
   size_t dev_block_bytes;
 
@@ -263,7 +273,29 @@ zo_status eng_settle_fetches(zo_engine_t *e);
 /* End of step: adopt the step's fetch order as the trace when it changed. */
 zo_status eng_trace_end_step(zo_engine_t *e);
 
+/* ---------------------------------------------------------------- engine.c */
+
+zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
+void eng_host_buf_free(host_buf *b);
+
+/* ---------------------------------------------------------------- engine_dp.c */
+
+/* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
+zo_status eng_dp_check(const zo_engine_t *e);
+/* Bytes of the gradient and gather buffers (budget and finalize agree on them). */
+void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes);
+zo_status eng_dp_alloc(zo_engine_t *e);
+/* Reduce @p's gradient (the whole tensor at @grad on the device) over the ranks into p->grad, then
+ * eng_grad_landed(p). Blocks until the reduction is done. */
+zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad);
+/* All-gather @p's working weights (NULL: every tensor) from each rank's shard at eng_working_dst() and queue
+ * their upload to the device copy. Collective. */
+zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
+
 /* ---------------------------------------------------------------- engine_step.c */
+
+/* Norm, overflow flag and early Adam of a landed gradient shard (see its definition). */
+void eng_grad_landed(void *arg);
 
 /* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool. */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,

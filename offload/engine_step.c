@@ -25,7 +25,7 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
       .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
       .bias_correction = e->cfg.optimizer.bias_correction,
       .step = t,
-      .grad_scale = (float)(clip / e->loss_scale),
+      .grad_scale = (float)(clip / (e->loss_scale * e->world)), /* several ranks: the mean of their gradients */
   };
 }
 
@@ -33,7 +33,7 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
  * host memory: its squared norm (for clipping, overflow and the report), and,
  * when nothing global stands in the way, its Adam update right away, so the
  * CPU updates this shard while the device computes the rest of backward. */
-static void on_grad_landed(void *arg) {
+void eng_grad_landed(void *arg) {
   zo_param_t *p = arg;
   zo_engine_t *e = p->eng;
   p->landed_st = zo_grad_sqnorm_ex(p->grad, e->gdtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
@@ -65,8 +65,13 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
     }
   }
   p->grad_seq = e->n_grads;
-  if (e->early_adam) /* on_grad_landed writes the new weights into it */
+  if (e->early_adam) /* eng_grad_landed writes the new weights into it */
     ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
+  if (e->world > 1) { /* reduced over the ranks into p->grad, then landed */
+    ZO_CHECK(eng_dp_grad(e, p, grad));
+    p->has_grad = 1;
+    return eng_nv_advance(e);
+  }
   /* One rank: the reduce-scatter of the gradient is the copy of our shard,
    * after the compute queued so far (which produced it). */
   const size_t gsz = zo_dtype_size(grad_dtype);
@@ -78,7 +83,7 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
   if (p->shard_n)
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
-  ZO_CHECK(zo_launch_host_func(e->copy_stream, on_grad_landed, p));
+  ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
   p->has_grad = 1;
   return eng_nv_advance(e);
 }
@@ -200,6 +205,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   e->early_adam = 0;
   if (landed != ZO_OK) return landed;
   ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
+  if (e->world > 1 && e->cfg.zero.stage == 0) sums[0] /= e->world, sums[1] /= e->world; /* each rank saw it all */
   /* Only fp16 skips a step on overflow (dynamic loss scaling); with fp32 or
    * bf16 the update is applied as DeepSpeed applies it, with a warning. */
   const int nonfinite = sums[1] > 0 || !isfinite(sums[0]);
@@ -207,7 +213,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   if (nonfinite && !overflow)
     zo_warn("step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
             "does", (long long)e->step + 1);
-  const double norm = sqrt(sums[0]) / e->loss_scale;
+  const double norm = sqrt(sums[0]) / (e->loss_scale * e->world); /* of the mean gradient over the ranks */
   inf.grad_norm = overflow ? INFINITY : norm;
   if (overflow) {
     if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
@@ -263,7 +269,12 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     ZO_CHECK(st);
     adam_s += now_s() - t1;
   }
+  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
+  inf.comm_s = e->dp_comm_s;
+  inf.comm_bytes = e->dp_bytes;
+  e->dp_comm_s = 0;
+  e->dp_bytes = 0;
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
   inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */

@@ -155,6 +155,7 @@ zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n
  * queue the write of the padded range to params.swp. */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
   if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
+  if (e->world > 1 && e->cfg.zero.stage > 0) return ZO_OK; /* eng_dp_publish() uploads the all-gathered tensor */
   const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = now_s();
   zo_status st = ZO_OK;

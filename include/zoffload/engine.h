@@ -222,6 +222,10 @@ typedef struct zo_step_info {
   double fetch_wait_s; /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
   int64_t n_prefetch;  /* fetches the coordinator started ahead of use since the previous step */
   int64_t n_demand_fetch; /* fetches started only when compute asked (first step, or off-trace) */
+  double comm_s;       /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce,
+                          weight all-gather) since the previous step; 0 with one rank */
+  uint64_t comm_bytes; /* several ranks: bytes this rank put into those collectives since the previous step
+                          (its whole padded gradient per reduction, its shard per all-gather) */
 } zo_step_info;
 
 /*

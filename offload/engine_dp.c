@@ -1,0 +1,148 @@
+/*
+ * engine_dp.c - the engine on several data-parallel ranks (ZeRO stages 0-2,
+ * parameters resident on the device): each tensor is split in world blocks
+ * of part_n = ceil(n / world) elements (the last rank's block padded with
+ * zeros, never dropped), and rank r owns block r's master weights and Adam
+ * state (stage >= 1). Per step:
+ *   gradients  the whole tensor, copied to a host buffer padded to
+ *              part_n x world, is summed over the ranks: reduce-scatter into
+ *              the rank's block (stage 1-2), all-reduce of the whole tensor
+ *              (stage 0, where every rank updates everything). The engine
+ *              divides by world inside Adam (the mean, as DeepSpeed), and
+ *              the global norm and the fp16 overflow verdict are all-reduced
+ *              (engine_step.c), so every rank clips and skips alike.
+ *   weights    after Adam, every rank's block of the new working weights is
+ *              all-gathered in place in a padded host buffer and the whole
+ *              tensor uploaded to the device copy.
+ * Collectives go through zo_comm_t (host buffers: the mpi backend). The
+ * reductions are blocking per tensor, one after another as grad_ready() is
+ * called, while backward goes on producing the next gradients only after
+ * the call returns. Source: Rajbhandari et al., "ZeRO: Memory Optimizations
+ * Toward Training Trillion Parameter Models" (SC'20), sections 5.1-5.2.
+ * Not here yet: parameter partitioning (stage 3) and delayed parameter
+ * update on several ranks (refused at create).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+zo_status eng_dp_check(const zo_engine_t *e) {
+  if (e->cfg.zero.stage == 3)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
+                        "parameters across ranks, which is not built yet; use stage 1 or 2 with several ranks, or "
+                        "stage 3 on one", e->world, zo_comm_backend(e->comm));
+  if (e->dpu)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zoffload.delayed_param_update on %d ranks is not built yet; set it to "
+                        "false or run one rank", e->world);
+  if (e->cfg.zero.stage == 0 && e->tier != ZO_OFFLOAD_NONE)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage 0 with offload_optimizer.device \"%s\": offload "
+                        "needs stage 1 or more", zo_offload_device_name(e->tier));
+  return ZO_OK;
+}
+
+void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
+  size_t largest = 0, gather = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    const size_t padded = p->part_n * (size_t)e->world;
+    if (padded > largest) largest = padded;
+    gather += padded;
+  }
+  *grad_bytes = e->world > 1 ? largest * zo_dtype_size(e->gdtype) : 0;
+  /* stage 0 needs no gather: every rank updates the whole tensor */
+  *gather_bytes = e->world > 1 && e->cfg.zero.stage > 0 ? gather * zo_dtype_size(e->wdtype) : 0;
+}
+
+zo_status eng_dp_alloc(zo_engine_t *e) {
+  size_t gb, ab;
+  eng_dp_host_bytes(e, &gb, &ab);
+  ZO_CHECK(eng_host_buf_alloc(&e->dp_grad, gb, 1));
+  ZO_CHECK(eng_host_buf_alloc(&e->dp_gather, ab, 1));
+  size_t off = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    e->params[i]->dp_off = off;
+    off += e->params[i]->part_n * (size_t)e->world;
+  }
+  return ZO_OK;
+}
+
+zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
+  const size_t gsz = zo_dtype_size(e->gdtype), padded = p->part_n * (size_t)e->world;
+  char *buf = e->dp_grad.ptr;
+  if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
+    ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
+    ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
+  }
+  memset(buf + p->n * gsz, 0, (padded - p->n) * gsz);
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
+  e->d2h_bytes += p->n * gsz;
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  const double t0 = now_s();
+  zo_status st;
+  const char *mine;
+  if (e->cfg.zero.stage == 0) {
+    st = zo_comm_all_reduce(e->comm, buf, p->n, e->gdtype);
+    mine = buf;
+  } else {
+    char *block = buf + (size_t)e->rank * p->part_n * gsz;
+    st = zo_comm_reduce_scatter(e->comm, buf, block, p->part_n, e->gdtype);
+    mine = block;
+  }
+  e->dp_comm_s += now_s() - t0;
+  e->dp_bytes += (e->cfg.zero.stage == 0 ? p->n : padded) * gsz;
+  if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' over %d ranks", p->name, e->world);
+  /* p->grad: host (cpu, nvme), or device memory that the host can address (none: checked at create) */
+  memcpy(p->grad, mine, p->shard_n * gsz);
+  eng_grad_landed(p);
+  return ZO_OK;
+}
+
+/* Start the all-gather of @p's working weights; NULL *req when there is nothing to gather. */
+static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  char *t = (char *)e->dp_gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
+  memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
+  if (p->shard_n) memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
+  e->dp_bytes += p->part_n * wsz;
+  zo_status st = zo_comm_iall_gather(e->comm, block, t, p->part_n * wsz, req);
+  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
+  return ZO_OK;
+}
+
+/* Wait @req, then queue the upload of the whole tensor. */
+static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  double t0 = now_s();
+  zo_status st = zo_comm_wait(req);
+  e->dp_comm_s += now_s() - t0;
+  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
+  const char *t = (const char *)e->dp_gather.ptr + p->dp_off * wsz;
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));
+  e->h2d_bytes += p->n * wsz;
+  return ZO_OK;
+}
+
+zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
+  if (e->world == 1 || e->cfg.zero.stage == 0) return ZO_OK; /* stage 0: every rank updated the whole tensor */
+  /* The last uploads out of the gather buffer must be done before it is written again. */
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  if (p) {
+    zo_comm_req_t *r = NULL;
+    ZO_CHECK(gather_start(e, p, &r));
+    return gather_finish(e, p, r);
+  }
+  /* Every tensor's all-gather in flight at once, then each upload as its gather lands. */
+  zo_comm_req_t **reqs = calloc((size_t)e->n_params, sizeof *reqs);
+  if (!reqs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %d requests", e->n_params);
+  zo_status st = ZO_OK;
+  int started = 0;
+  for (; started < e->n_params && st == ZO_OK; started++) st = gather_start(e, e->params[started], &reqs[started]);
+  if (st != ZO_OK) started--;
+  for (int i = 0; i < started; i++) { /* every started request is waited, even after an error */
+    zo_status s2 = st == ZO_OK ? gather_finish(e, e->params[i], reqs[i]) : zo_comm_wait(reqs[i]);
+    if (st == ZO_OK) st = s2;
+  }
+  free(reqs);
+  return st;
+}

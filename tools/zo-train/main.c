@@ -238,6 +238,36 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   return 0;
 }
 
+/*
+ * Several ranks: each rank's bytes on every tier and its communication, gathered to rank 0 and printed one line
+ * a rank (what each process holds: with stage >= 1 the optimizer state is about 1/world of one rank's). A
+ * collective: every rank calls it. Returns 0, or -1 with zo_last_error() set.
+ */
+static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, double comm_bytes) {
+  const int world = zo_comm_size(comm);
+  double mine[6] = {(double)mem->device_bytes, (double)mem->host_bytes, (double)mem->pinned_bytes,
+                    (double)mem->nvme_bytes, comm_s, comm_bytes};
+  double *all = calloc((size_t)world * 6, sizeof *all);
+  if (!all) return -1;
+  if (zo_comm_all_gather(comm, mine, all, sizeof mine) != ZO_OK) {
+    free(all);
+    return -1;
+  }
+  for (int r = 0; r < world; r++) {
+    const double *v = all + (size_t)r * 6;
+    char db[32], hb[32], pb[32], nb[32], cb[32];
+    fmt_bytes(db, sizeof db, v[0]);
+    fmt_bytes(hb, sizeof hb, v[1]);
+    fmt_bytes(pb, sizeof pb, v[2]);
+    fmt_bytes(nb, sizeof nb, v[3]);
+    fmt_bytes(cb, sizeof cb, v[5]);
+    printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | per step: collectives %.1f ms, %s "
+           "sent\n", r, world, db, hb, pb, nb, v[4] * 1e3, cb);
+  }
+  free(all);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
              *nvme_override = NULL;
@@ -311,8 +341,16 @@ int main(int argc, char **argv) {
   av.lr = 3e-4, av.beta1 = 0.9, av.beta2 = 0.999, av.eps = 1e-8, av.weight_decay = 0.0; /* as HF TrainingArguments, */
   av.gradient_clipping = 1.0, av.warmup_num_steps = 0, av.total_num_steps = ts.steps;   /* lr 3e-4 (HF: 5e-5) */
   av.fp16 = 0, av.bf16 = 1;
+  /* ---- ranks: one, or what mpirun (or torchrun's variables) asks for; only rank 0 prints */
+  zo_comm_t *comm = NULL;
+  if (zo_comm_create_from_env(&comm) != ZO_OK) return die("%s%s", zo_last_error(), "");
+  const int rank = zo_comm_rank(comm), world = zo_comm_size(comm);
+  if (rank != 0 && !freopen("/dev/null", "w", stdout)) return die("rank %s: cannot silence stdout%s", "> 0", "");
+  if (world > 1 && (save_root || resume || export_path))
+    return die("--save, --resume and --export-safetensors on %s ranks are not built yet: run them on one rank%s",
+               world == 2 ? "2" : "several", "");
   zo_config_t cfg;
-  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = 1, .auto_values = &av};
+  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = world, .auto_values = &av};
   /* the values filled in for "auto" are info lines: shown here unless ZO_LOG_LEVEL says otherwise */
   const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
   if (own_log) zo_log_set_handler(config_log, NULL, ZO_LOG_INFO);
@@ -401,8 +439,10 @@ int main(int argc, char **argv) {
   uint8_t *in = NULL, *tg = NULL;
   gpt_param_spec *specs = calloc(np, sizeof *specs);
   params = calloc(np, sizeof *params);
-  in = malloc((size_t)B * T);
-  tg = malloc((size_t)B * T);
+  /* Every rank draws the whole global micro-batch (B x world windows) from the same generator and trains on its
+   * own B rows: the same samples as one rank with micro-batch B x world, whatever the number of ranks. */
+  in = malloc((size_t)B * world * T);
+  tg = malloc((size_t)B * world * T);
   if (!specs || !params || !in || !tg) {
     fprintf(stderr, "zo-train: error: out of memory\n");
     goto out;
@@ -415,7 +455,7 @@ int main(int argc, char **argv) {
     goto engine_error;
   if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
     goto engine_error;
-  if (zo_engine_create(&cfg, dev, NULL, &eng) != ZO_OK) goto engine_error;
+  if (zo_engine_create(&cfg, dev, comm, &eng) != ZO_OK) goto engine_error;
   for (int i = 0; i < np; i++) {
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
     const int64_t dims[2] = {specs[i].shape[0], specs[i].shape[1]};
@@ -426,8 +466,9 @@ int main(int argc, char **argv) {
   printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
          "%.3g model FLOPs per token (6N + 12LCT)\n", config_path, ts.model.n_layer, ts.model.n_head,
          ts.model.d_model, T, ts.model.vocab, total, np, flops_tok);
-  printf("zo-train: batch %d x %d micro x %d accum | optimizer state: %s | parameters: %s | state dtype: %s | "
-         "working weights: %s | activation checkpointing: %s | compute: %s\n", (int)cfg.train_batch_size, B, gas,
+  printf("zo-train: batch %d = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
+         "working weights: %s | activation checkpointing: %s | compute: %s\n", (int)cfg.train_batch_size, B, gas, world,
+         world == 1 ? "" : "s",
          tier_name[cfg.zero.offload_optimizer.device],
          cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
          zo_dtype_name(cfg.zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
@@ -470,7 +511,7 @@ int main(int argc, char **argv) {
       printf("zo-train: resumed from %s at step %lld\n", from, (long long)pos.step);
     }
   }
-  if (log_json && !(jf = fopen(log_json, "w"))) {
+  if (log_json && rank == 0 && !(jf = fopen(log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
     goto out;
   }
@@ -485,7 +526,7 @@ int main(int argc, char **argv) {
 
   /* ---- training loop */
   uint64_t rng = pos.rng;
-  double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0;
+  double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0, t_comm = 0, comm_bytes = 0;
   double t_start = now_s(), t_window = now_s();
   int64_t tokens_window = 0, skipped = pos.skipped;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
@@ -507,16 +548,20 @@ int main(int argc, char **argv) {
     if (train_model_zero_grad(model)) goto model_error;
     double loss = 0;
     for (int micro = 0; micro < gas; micro++) {
-      if (data_next_batch(data, DATA_TRAIN, B, T, &rng, in, tg)) {
+      if (data_next_batch(data, DATA_TRAIN, B * world, T, &rng, in, tg)) {
         fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
         goto out;
       }
-      float l = train_model_forward(model, in, tg, B, T);
+      float l = train_model_forward(model, in + (size_t)rank * B * T, tg + (size_t)rank * B * T, B, T);
       if (isnan(l)) goto model_error;
       loss += l / gas;
       if (train_model_backward(model, (float)(loss_scale / gas), micro == gas - 1)) goto model_error;
     }
-    tokens_window += (int64_t)B * T * gas;
+    tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
+    if (world > 1) { /* the loss of the global batch: the mean over the ranks */
+      if (zo_comm_all_reduce_f64(comm, &loss, 1) != ZO_OK) goto engine_error;
+      loss /= world;
+    }
     last_loss = loss;
     double t2 = now_s();
     zo_step_info info;
@@ -525,6 +570,8 @@ int main(int argc, char **argv) {
     t_swap += info.swap_s;
     t_adam += info.adam_s;
     t_fetch += info.fetch_wait_s;
+    t_comm += info.comm_s;
+    comm_bytes += (double)info.comm_bytes;
     t_steps += now_s() - t_step0;
     skipped += info.skipped;
 
@@ -606,11 +653,12 @@ int main(int argc, char **argv) {
            t_steps / n / bound);
     zo_engine_mem mem;
     zo_engine_mem_info(eng, &mem);
-    const double tok_s = n * B * T * gas / t_steps, tflops = tok_s * flops_tok / 1e12;
+    const double tok_s = n * B * T * gas * world / t_steps, tflops = tok_s * flops_tok / 1e12;
     char mfu_s[48] = "";
     if (peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / peak_tflops);
     printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB\n", tok_s, tflops,
            mfu_s, mem.device_peak_bytes / 1048576.0);
+    if (world > 1 && log_ranks(comm, &mem, t_comm / n, comm_bytes / n) != 0) goto engine_error;
   }
 
   if (do_sample && ts.sample_bytes > 0 && !g_stop) {
@@ -643,6 +691,7 @@ out:
   train_model_destroy(model);
   zo_device_destroy(dev);
   data_close(data);
+  zo_comm_destroy(comm);
   free(specs);
   free(params);
   free(init);

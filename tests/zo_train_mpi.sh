@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# zo_train_mpi.sh ZO_TRAIN CONFIG CORPUS MPIRUN... - zo-train under `mpirun -np N` against one rank training on
+# the same global batch (fp32 working weights, so that only the order of summation can differ):
+#  - np 2, no clipping: the logged losses are identical to the last bit to one rank with twice the gradient
+#    accumulation, at stage 0 (state on the device), 1 (device, cpu) and 2 (cpu, nvme). Why exact: each rank
+#    runs one micro-batch of 4 windows and the one-rank run the same two micro-batches one after the other;
+#    the one rank accumulates g1/2 + g2/2 in fp32, the two ranks sum g1 + g2 (a two-term sum is the same in
+#    either order) and Adam multiplies by 1/2: both are the rounding of (g1 + g2)/2, since halving is exact.
+#    Clipping is off because the global norm is summed per shard on several ranks and per tensor on one.
+#  - np 3 (uneven shards: 34688 parameters do not divide by 3), clipping on: every logged loss within a
+#    relative 1e-5 of one rank with three micro-batches. Three terms summed in another order, and 1/3 not
+#    exact, give gradients that differ by a few ulp (~1e-7 relative); Adam's update is scale-free, so the
+#    weights drift by about that much per step, ~1e-6 after the 30 steps here at most, and the loss by less;
+#    1e-5 leaves a margin of ten. Measured here: 1.1e-7 at step 30.
+#  - per rank, the NVMe optimizer state at stage 2 is about 1/3 of one rank's (extents padded to 4 KiB).
+#  - stage 3 on several ranks is refused naming zero_optimization.stage (not built yet).
+#  - a rank killed with SIGKILL mid-run ends the job: mpirun exits non-zero within 30 s naming the signal,
+#    instead of the other rank waiting forever in a collective.
+# Exit 0 pass, 1 fail.
+set -u
+zo=$1 cfg=$2 corpus=$3
+shift 3
+mpirun=("$@")
+work=$(mktemp -d "${TMPDIR:-/tmp}/zo-mpi.XXXXXX")
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+py=/usr/bin/python3
+# mk DST MICRO GAS STAGE OPTIMIZER_TIER CLIP: the test config, fp32, with those settings
+mk() {
+  "$py" - "$cfg" "$@" "$work/nvme" <<'EOF'
+import json, sys
+src, dst, mb, gas, stage, opt, clip, nvme = sys.argv[1:9]
+c = json.load(open(src))
+c.pop("train_batch_size", None)
+c["train_micro_batch_size_per_gpu"], c["gradient_accumulation_steps"] = int(mb), int(gas)
+c["bf16"] = {"enabled": False}
+c["gradient_clipping"] = float(clip)
+z = c["zero_optimization"]
+z["stage"] = int(stage)
+z["offload_optimizer"] = {"device": opt, "nvme_path": nvme, "pin_memory": True}
+z.pop("offload_param", None)
+json.dump(c, open(dst, "w"), indent=1)
+EOF
+}
+mkdir -p "$work/nvme"
+losses() { grep -o '"\(loss\|val_loss\)": *[-0-9.eE+]*' "$1"; }
+# run NAME NP CONFIG STEPS: zo-train on NP ranks (1: no mpirun)
+run() {
+  local name=$1 np=$2 c=$3 steps=$4
+  local cmd=("$zo" --config "$c" --data "$corpus" --threads 1 --no-sample --steps "$steps" --log-json "$work/$name.jsonl")
+  if [ "$np" = 1 ]; then "${cmd[@]}" >"$work/$name.out" 2>&1
+  else "${mpirun[@]}" -np "$np" "${cmd[@]}" >"$work/$name.out" 2>&1; fi \
+    || { tail -20 "$work/$name.out"; fail "$name exited non-zero"; }
+  losses "$work/$name.jsonl" >"$work/$name.loss"
+  [ -s "$work/$name.loss" ] || fail "$name logged no loss"
+  [ -z "$(ls -A "$work/nvme")" ] || fail "$name left swap files: $(ls -A "$work/nvme")"
+}
+
+# ---- two ranks: bit-identical to one rank with twice the accumulation
+mk "$work/ref2.json" 4 2 2 cpu 0
+run ref2 1 "$work/ref2.json" 10
+for sc in "0 none" "1 none" "1 cpu" "2 cpu" "2 nvme"; do
+  set -- $sc
+  mk "$work/s$1-$2.json" 4 1 "$1" "$2" 0
+  run "np2-s$1-$2" 2 "$work/s$1-$2.json" 20
+  grep -q "batch 8 = 4 micro x 1 accum x 2 ranks" "$work/np2-s$1-$2.out" || fail "np2-s$1-$2: batch line"
+  cmp -s "$work/ref2.loss" "$work/np2-s$1-$2.loss" \
+    || { paste "$work/ref2.loss" "$work/np2-s$1-$2.loss" | head -6; fail "np 2, stage $1, state $2: losses differ from one rank"; }
+  echo "ok   np 2, stage $1, optimizer state $2: $(wc -l <"$work/ref2.loss") losses identical to one rank (micro 4 x accum 2)"
+done
+[ "$(grep -c '^zo-train: rank [01] of 2' "$work/np2-s2-nvme.out")" = 2 ] || fail "no per-rank memory lines"
+[ "$(grep -c '^step ' "$work/np2-s2-nvme.out")" -gt 0 ] || fail "rank 0 printed no steps"
+
+# ---- three ranks: within the stated tolerance of one rank with three micro-batches, clipping on
+mk "$work/ref3.json" 4 3 2 nvme 1.0
+run ref3 1 "$work/ref3.json" 30
+nv1=$(grep -o '"nvme_bytes": *[0-9]*' "$work/ref3.jsonl" | tail -1 | grep -o '[0-9]*$')
+for sc in "1 none" "2 cpu" "2 nvme"; do
+  set -- $sc
+  mk "$work/t$1-$2.json" 4 1 "$1" "$2" 1.0
+  run "np3-s$1-$2" 3 "$work/t$1-$2.json" 30
+  worst=$("$py" - "$work/ref3.loss" "$work/np3-s$1-$2.loss" <<'EOF'
+import sys
+a = [float(l.split(":")[1]) for l in open(sys.argv[1])]
+b = [float(l.split(":")[1]) for l in open(sys.argv[2])]
+assert len(a) == len(b) and a, (len(a), len(b))
+print("%.3g" % max(abs(x - y) / abs(x) for x, y in zip(a, b)))
+EOF
+  ) || fail "np 3 stage $1 $2: cannot compare losses"
+  "$py" -c "import sys; sys.exit(0 if float('$worst') <= 1e-5 else 1)" \
+    || { paste "$work/ref3.loss" "$work/np3-s$1-$2.loss"; fail "np 3, stage $1, state $2: relative loss difference $worst > 1e-5"; }
+  echo "ok   np 3, stage $1, optimizer state $2: losses within $worst (relative; limit 1e-5) of one rank (micro 4 x accum 3)"
+done
+# nvme bytes per rank (rank 0's log) against one rank's: a third, plus 4 KiB of padding per extent
+nv3=$(grep -o '"nvme_bytes": *[0-9]*' "$work/np3-s2-nvme.jsonl" | tail -1 | grep -o '[0-9]*$')
+[ -n "$nv1" ] && [ -n "$nv3" ] && [ "$nv3" -le $((nv1 / 3 + 3 * 14 * 4096)) ] && [ "$nv3" -lt "$nv1" ] \
+  || fail "nvme bytes per rank $nv3 with 3 ranks vs $nv1 with one"
+echo "ok   NVMe optimizer state per rank: $nv3 B on 3 ranks, $nv1 B on one"
+
+# ---- stage 3 on several ranks: refused by name
+mk "$work/s3.json" 4 1 3 cpu 0
+"${mpirun[@]}" -np 2 "$zo" --config "$work/s3.json" --data "$corpus" --steps 2 >"$work/s3.out" 2>&1 \
+  && fail "stage 3 on two ranks was not refused"
+grep -q "zero_optimization.stage: 3 on 2 ranks" "$work/s3.out" || { cat "$work/s3.out"; fail "stage 3 refusal names no key"; }
+echo "ok   stage 3 on 2 ranks refused: $(grep -m1 -o 'zero_optimization.stage: 3 on 2 ranks[^;]*' "$work/s3.out")"
+
+# ---- a rank killed mid-run: the job ends within a bound
+mk "$work/kill.json" 4 1 2 cpu 0
+"${mpirun[@]}" -np 2 "$zo" --config "$work/kill.json" --data "$corpus" --threads 1 --no-sample --steps 100000 \
+  >"$work/kill.out" 2>&1 &
+mpid=$!
+victim=
+for _ in $(seq 1 300); do # up to 30 s for the ranks to start training
+  for p in $(pgrep -f -- "--config $work/kill.json"); do
+    [ "$p" = "$mpid" ] && continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+  done
+  [ -n "$victim" ] && grep -q '^step     0' "$work/kill.out" && break
+  sleep 0.1
+done
+[ -n "$victim" ] || fail "rank 1 never started"
+sleep 0.5
+t0=$(date +%s.%N)
+kill -9 "$victim"
+for _ in $(seq 1 300); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$mpid" 2>/dev/null && fail "the job still runs 30 s after rank 1 was killed"
+wait "$mpid"
+rc=$?
+dt=$("$py" -c "import time; print('%.1f' % (time.time() - $t0))")
+[ "$rc" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+grep -q "signal 9" "$work/kill.out" || { tail "$work/kill.out"; fail "no message names the killed rank"; }
+echo "ok   rank 1 killed with SIGKILL: the job ended in ${dt} s (bound 30 s), exit $rc: $(grep -m1 -o 'process rank 1 [^.]*signal 9[^.]*' "$work/kill.out" | tr -s ' ')"
+echo PASS

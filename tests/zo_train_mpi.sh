@@ -58,7 +58,7 @@ run() {
 
 # ---- two ranks: bit-identical to one rank with twice the accumulation
 mk "$work/ref2.json" 4 2 2 cpu 0
-run ref2 1 "$work/ref2.json" 10
+run ref2 1 "$work/ref2.json" 20
 for sc in "0 none" "1 none" "1 cpu" "2 cpu" "2 nvme"; do
   set -- $sc
   mk "$work/s$1-$2.json" 4 1 "$1" "$2" 0

@@ -90,7 +90,9 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
     mine = block;
   }
   e->dp_comm_s += now_s() - t0;
-  e->dp_bytes += (e->cfg.zero.stage == 0 ? p->n : padded) * gsz;
+  /* what a bandwidth-optimal (ring) algorithm sends from each rank: (W-1)/W of the tensor for a reduce-scatter,
+   * twice that for an all-reduce (Patarasuk & Yuan 2009) */
+  e->dp_bytes += (e->cfg.zero.stage == 0 ? 2 : 1) * (size_t)(e->world - 1) * p->part_n * gsz;
   if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' over %d ranks", p->name, e->world);
   /* p->grad: host (cpu, nvme), or device memory that the host can address (none: checked at create) */
   memcpy(p->grad, mine, p->shard_n * gsz);
@@ -104,7 +106,7 @@ static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req
   char *t = (char *)e->dp_gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
   memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
   if (p->shard_n) memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
-  e->dp_bytes += p->part_n * wsz;
+  e->dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
   zo_status st = zo_comm_iall_gather(e->comm, block, t, p->part_n * wsz, req);
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   return ZO_OK;

@@ -224,8 +224,10 @@ typedef struct zo_step_info {
   int64_t n_demand_fetch; /* fetches started only when compute asked (first step, or off-trace) */
   double comm_s;       /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce,
                           weight all-gather) since the previous step; 0 with one rank */
-  uint64_t comm_bytes; /* several ranks: bytes this rank put into those collectives since the previous step
-                          (its whole padded gradient per reduction, its shard per all-gather) */
+  uint64_t comm_bytes; /* several ranks: bytes a bandwidth-optimal (ring) algorithm sends from this rank for
+                          those collectives since the previous step: (W-1) blocks per reduce-scatter and per
+                          all-gather, twice that per all-reduce; ZeRO's paper counts 2 x parameters for
+                          stages 1-2, which this approaches as (W-1)/W x 2 x parameters x bytes per element */
 } zo_step_info;
 
 /*

@@ -53,6 +53,8 @@ typedef struct opts {
   zo_device_kind device;    /* ZO_DEVICE_HOST (emulated link) or ZO_DEVICE_CUDA */
   int link_set;             /* --link-gbps given */
   const char *json;
+  int ranks;                /* --ranks: the ranks a launcher started (mpirun), one engine each */
+  int stage;                /* --stage, -1: derived from the tiers */
 } opts;
 
 static double now_s(void) {
@@ -113,6 +115,11 @@ static void usage(FILE *f) {
     "  --bf16 | --fp32            working precision of weights and gradients (default --bf16)\n"
     "  --no-baseline              skip the disk baseline (disk ratio reported as n/a)\n"
     "  --json FILE                write config, per-step figures, summary and targets as JSON\n"
+    "  --ranks                    run on the ranks the launcher started (mpirun -np N zo-stepbench --ranks ...):\n"
+    "                             each rank trains the same model data-parallel, and the summary adds the\n"
+    "                             communication per step against ZeRO's volume; only rank 0 prints\n"
+    "  --stage S                  zero_optimization.stage (default: 3 with --offload-param, else 2 with an\n"
+    "                             offloaded optimizer, else 0)\n"
     "  --help                     this text\n"
     "\n"
     "One step: forward over layers 0..L-1 (zo_engine_fetch, spin X ms, zo_engine_release), backward\n"
@@ -157,8 +164,9 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->bf16 = 1;
   o->warmup = -1;
   o->device = ZO_DEVICE_HOST;
+  o->stage = -1;
   enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
-         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE };
+         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE };
   static const struct option lo[] = {
       {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
       {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -166,7 +174,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"sub-group-size", 1, 0, O_SGS}, {"buffer-count", 1, 0, O_BC}, {"param-buffer-count", 1, 0, O_PBC},
       {"block-size", 1, 0, O_BS}, {"queue-depth", 1, 0, O_QD}, {"adam-threads", 1, 0, O_AT},
       {"warmup", 1, 0, O_WARM}, {"bf16", 0, 0, O_BF16}, {"fp32", 0, 0, O_FP32}, {"no-baseline", 0, 0, O_NOBASE},
-      {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP},
+      {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
   long l;
@@ -234,6 +243,11 @@ static int parse_args(int argc, char **argv, opts *o) {
       case O_FP32: o->bf16 = 0; break;
       case O_NOBASE: o->no_baseline = 1; break;
       case O_JSON: o->json = optarg; break;
+      case O_RANKS: o->ranks = 1; break;
+      case O_STAGE:
+        if (parse_int(optarg, 0, 3, &l)) goto bad;
+        o->stage = l;
+        break;
       case O_HELP: usage(stdout); exit(0);
       default:
         fprintf(stderr, "zo-stepbench: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
@@ -480,6 +494,7 @@ int main(int argc, char **argv) {
   void *hgrad = NULL, *dgrad = NULL;
   step_rec *rec = NULL;
   json_t *root = NULL;
+  zo_comm_t *comm = NULL;
 
   const int L = o.layers;
   const uint64_t N = o.params;
@@ -491,7 +506,16 @@ int main(int argc, char **argv) {
   /* Configuration, built in code. */
   zo_config_t cfg;
   zo_config_defaults(&cfg);
-  cfg.zero.stage = o.oparam != ZO_OFFLOAD_NONE ? 3 : (o.oopt != ZO_OFFLOAD_NONE ? 2 : 0);
+  cfg.zero.stage = o.stage >= 0 ? o.stage : o.oparam != ZO_OFFLOAD_NONE ? 3 : (o.oopt != ZO_OFFLOAD_NONE ? 2 : 0);
+  /* Ranks: data-parallel copies of the same synthetic model; rank 0 prints and measures the disk. */
+  if (o.ranks) {
+    ZCHECK(zo_comm_create_from_env(&comm));
+    if (zo_comm_rank(comm) != 0) {
+      if (!freopen("/dev/null", "w", stdout)) DIE("rank %d: cannot silence stdout", zo_comm_rank(comm));
+      o.no_baseline = 1, o.json = NULL;
+    }
+  }
+  const int world = comm ? zo_comm_size(comm) : 1;
   cfg.bf16.enabled = o.bf16;
   cfg.zero.offload_optimizer.device = o.oopt;
   cfg.zero.offload_optimizer.pin_memory = 1;
@@ -546,7 +570,7 @@ int main(int argc, char **argv) {
   zo_link_stats lprobe;
   const int dev_link_stats = zo_device_link_stats(dev, &lprobe) == ZO_OK;
 
-  ZCHECK(zo_engine_create(&cfg, dev, NULL, &eng));
+  ZCHECK(zo_engine_create(&cfg, dev, comm, &eng));
   if (zo_engine_grad_dtype(eng) != wdt) DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)), zo_dtype_name(wdt));
 
   P = calloc((size_t)L, sizeof *P);
@@ -748,12 +772,21 @@ int main(int argc, char **argv) {
     s.info.grad_wait_s += r->info.grad_wait_s;
     s.info.copy_s += r->info.copy_s;
     s.info.fetch_wait_s += r->info.fetch_wait_s;
+    s.info.comm_s += r->info.comm_s;
+    s.info.comm_bytes += r->info.comm_bytes;
   }
   const double inv = 1.0 / n;
   s.step_s *= inv; s.compute_s *= inv; s.fetch_wait_s *= inv; s.grad_ready_s *= inv; s.engine_step_s *= inv;
   s.opt_window_s *= inv; s.h2d_busy_s *= inv; s.d2h_busy_s *= inv; s.link_stall_s *= inv; s.transfer_s *= inv;
   s.info.adam_s *= inv; s.info.swap_s *= inv; s.info.grad_wait_s *= inv; s.info.copy_s *= inv;
   s.info.fetch_wait_s *= inv;
+  s.info.comm_s *= inv;
+  s.info.comm_bytes /= (uint64_t)n;
+  /* ZeRO's volume per rank and step (Rajbhandari et al. 2020, section 7): 2 x parameters for stages 0-2 (a
+   * reduce-scatter and an all-gather, or an all-reduce), 3 x for stage 3; bytes of the working dtype. A ring
+   * sends (W-1)/W of it, so comm_ratio near (W-1)/W means nothing beyond the minimum was moved. */
+  const double paper_bytes = (cfg.zero.stage == 3 ? 3.0 : 2.0) * (double)N * (double)wsz;
+  const double comm_ratio = world > 1 ? (double)s.info.comm_bytes / paper_bytes : NAN;
   /* Rates from totals (bytes over time), not means of per-step rates. */
   s.disk_gbps = (double)s.opt_nvme_bytes / (s.opt_window_s * n) / 1e9;
   s.link_gbps = (double)(s.h2d_bytes + s.d2h_bytes) / (s.step_s * n) / 1e9;
@@ -770,6 +803,11 @@ int main(int argc, char **argv) {
          "copy %.4f)\n",
          s.fetch_wait_s, s.info.fetch_wait_s, s.grad_ready_s, s.engine_step_s, s.info.grad_wait_s, s.info.swap_s, s.info.adam_s,
          s.info.copy_s);
+  if (world > 1)
+    printf("  communication, %d ranks, stage %d: exposed %.4f s per step (%.3f of the step); %.4g bytes sent per "
+           "rank per step = %.3f x ZeRO's %s x params x %zu B (a ring's minimum: (W-1)/W = %.3f)\n", world,
+           cfg.zero.stage, s.info.comm_s, s.info.comm_s / s.step_s, (double)s.info.comm_bytes, comm_ratio,
+           cfg.zero.stage == 3 ? "3" : "2", wsz, (double)(world - 1) / world);
   printf("  optimizer window %.4f s: %.3g params/s, nvme %.1f bytes/param, disk %.3f GB/s", s.opt_window_s,
          s.params_per_s, opt_bytes_per_param, s.disk_gbps);
   if (base.ok) printf(" = %.3f of baseline %.3f GB/s\n", disk_ratio, base.gbps);
@@ -918,6 +956,15 @@ int main(int argc, char **argv) {
     json_object_set_new(mem, "pinned_bytes", json_integer((json_int_t)mend.pinned_bytes));
     json_object_set_new(mem, "nvme_bytes", json_integer((json_int_t)mend.nvme_bytes));
     json_object_set_new(root, "memory", mem);
+    json_t *cm = json_object();
+    json_object_set_new(cm, "ranks", json_integer(world));
+    json_object_set_new(cm, "stage", json_integer(cfg.zero.stage));
+    json_object_set_new(cm, "exposed_s", json_real(s.info.comm_s));
+    json_object_set_new(cm, "bytes_per_rank", json_integer((json_int_t)s.info.comm_bytes));
+    json_object_set_new(cm, "zero_paper_bytes", json_real(paper_bytes));
+    json_object_set_new(cm, "ratio", world > 1 ? json_real(comm_ratio) : json_null());
+    json_object_set_new(cm, "ring_minimum_ratio", json_real((double)(world - 1) / world));
+    json_object_set_new(root, "communication", cm);
     json_t *arr = json_array();
     for (int k = 0; k < o.steps; k++) json_array_append_new(arr, step_json(&rec[k], k));
     json_object_set_new(root, "per_step", arr);
@@ -932,6 +979,7 @@ int main(int argc, char **argv) {
     json_object_set_new(d, "link_limit", json_string("before the engine starts, best of 3: zo_memcpy_async loops of chunk_bytes (one layer in the working dtype) between pinned host and device memory, H2D alone, D2H alone, and both at once on two streams (duplex_gbps = both directions' bytes / time until both finished); host device: the emulated link, or memcpy when unlimited"));
     json_object_set_new(d, "link_ratio", json_string("link_gbps / link_limit.duplex_gbps; link_h2d_ratio = link_h2d_gbps / link_limit.h2d_gbps, link_d2h_ratio likewise (1.0: the step is bound by the link)"));
     json_object_set_new(d, "params_per_s", json_string("params / optimizer window"));
+    json_object_set_new(d, "communication", json_string("--ranks: exposed_s = time blocked in collectives per step (zo_step_info.comm_s); bytes_per_rank = what a ring algorithm sends from one rank for them (zo_step_info.comm_bytes); ratio = bytes_per_rank / zero_paper_bytes (2 x params x bytes per element for stages 0-2, 3 x for stage 3)"));
     json_object_set_new(root, "definitions", d);
     if (json_dump_file(root, o.json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) DIE("cannot write JSON to '%s'", o.json);
     printf("\nJSON written to %s\n", o.json);
@@ -949,5 +997,6 @@ fail:
   free(init);
   free(hgrad);
   free(rec);
+  zo_comm_destroy(comm);
   return rc;
 }

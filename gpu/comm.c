@@ -176,7 +176,7 @@ static const zo_comm_ops self_ops = {
 zo_comm_t *zo_comm_alloc(const zo_comm_ops *ops, int rank, int size, void *backend) {
   zo_comm_t *c = calloc(1, sizeof *c);
   if (!c) return NULL;
-  *c = (zo_comm_t){ops, rank, size, backend};
+  c->ops = ops, c->rank = rank, c->size = size, c->backend = backend;
   return c;
 }
 
@@ -229,6 +229,7 @@ zo_status zo_comm_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
 
 void zo_comm_destroy(zo_comm_t *c) {
   if (!c) return;
+  for (int i = 0; i < ZO_COMM_STAGE_CACHE; i++) free(c->stage_free[i]);
   c->ops->destroy(c);
   free(c);
 }
@@ -236,6 +237,44 @@ void zo_comm_destroy(zo_comm_t *c) {
 int zo_comm_rank(const zo_comm_t *c) { return c ? c->rank : -1; }
 int zo_comm_size(const zo_comm_t *c) { return c ? c->size : 0; }
 const char *zo_comm_backend(const zo_comm_t *c) { return c ? c->ops->name : "(null)"; }
+
+/* ------------------------------------------------------------ fp32 staging */
+
+/* A buffer of at least @n floats: a cached one when one is large enough (the smallest such), else new. */
+static float *stage_get(zo_comm_t *c, size_t n, size_t *got) {
+  int best = -1;
+  for (int i = 0; i < ZO_COMM_STAGE_CACHE; i++)
+    if (c->stage_free[i] && c->stage_free_n[i] >= n && (best < 0 || c->stage_free_n[i] < c->stage_free_n[best]))
+      best = i;
+  if (best >= 0) {
+    float *p = c->stage_free[best];
+    *got = c->stage_free_n[best];
+    c->stage_free[best] = NULL;
+    return p;
+  }
+  *got = n;
+  return malloc(n * sizeof(float));
+}
+
+/* Keep @p for later (replacing the smallest cached one when the cache is full), or free it. */
+static void stage_put(zo_comm_t *c, float *p, size_t n) {
+  if (!p) return;
+  int slot = -1;
+  for (int i = 0; i < ZO_COMM_STAGE_CACHE && slot < 0; i++)
+    if (!c->stage_free[i]) slot = i;
+  if (slot < 0) {
+    slot = 0;
+    for (int i = 1; i < ZO_COMM_STAGE_CACHE; i++)
+      if (c->stage_free_n[i] < c->stage_free_n[slot]) slot = i;
+    if (c->stage_free_n[slot] >= n) {
+      free(p);
+      return;
+    }
+    free(c->stage_free[slot]);
+  }
+  c->stage_free[slot] = p;
+  c->stage_free_n[slot] = n;
+}
 
 /* ------------------------------------------------------------ requests */
 
@@ -251,7 +290,7 @@ static zo_status req_new(zo_comm_t *c, zo_comm_req_t **out) {
 static void req_finish(zo_comm_req_t *r) {
   if (r->move_bytes) memmove(r->move_dst, r->move_src, r->move_bytes);
   if (r->stage) narrow(r->stage_result, r->out_dtype, r->out, r->out_n);
-  free(r->stage);
+  stage_put(r->c, r->stage, r->stage_n);
   free(r);
 }
 
@@ -259,7 +298,7 @@ zo_status zo_comm_wait(zo_comm_req_t *r) {
   if (!r) return ZO_OK;
   zo_status st = r->complete ? ZO_OK : r->c->ops->wait(r);
   if (st != ZO_OK) {
-    free(r->stage);
+    stage_put(r->c, r->stage, r->stage_n);
     free(r);
     return st;
   }
@@ -274,7 +313,7 @@ zo_status zo_comm_test(zo_comm_req_t *r, int *done) {
   int fin = r->complete;
   if (!fin) st = r->c->ops->test(r, &fin);
   if (st != ZO_OK) {
-    free(r->stage);
+    stage_put(r->c, r->stage, r->stage_n);
     free(r);
     *done = 1;
     return st;
@@ -289,7 +328,7 @@ zo_status zo_comm_test(zo_comm_req_t *r, int *done) {
 /* Start with @start's status: on an error the request is freed and *req stays NULL. */
 static zo_status started(zo_status st, zo_comm_req_t *r, zo_comm_req_t **req) {
   if (st != ZO_OK) {
-    free(r->stage);
+    stage_put(r->c, r->stage, r->stage_n);
     free(r);
     return st;
   }
@@ -371,7 +410,7 @@ zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, si
     st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: recv_n %zu overflows", what, recv_n);
   if (st == ZO_OK) st = check_blocks(c, what, recv, send, recv_n * esz);
   if (st == ZO_OK && dtype != ZO_DTYPE_F32) { /* widen into fp32 staging, reduced in place there */
-    if (!(r->stage = malloc(size * recv_n * sizeof(float))))
+    if (!(r->stage = stage_get(c, size * recv_n, &r->stage_n)))
       st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu x %zu %s elements in fp32", what,
                         size, recv_n, zo_dtype_name(dtype));
     if (st == ZO_OK) {
@@ -403,7 +442,7 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
   if (!buf) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: buf is NULL", what);
   if (st == ZO_OK && n > SIZE_MAX / sizeof(float)) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
   if (st == ZO_OK && dtype != ZO_DTYPE_F32) {
-    if (!(r->stage = malloc(n * sizeof(float))))
+    if (!(r->stage = stage_get(c, n, &r->stage_n)))
       st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu %s elements in fp32", what, n,
                         zo_dtype_name(dtype));
     if (st == ZO_OK) {

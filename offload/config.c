@@ -558,8 +558,9 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     for (; si < sizeof sizes / sizeof sizes[0]; si++)
       if (!strcmp(key, sizes[si].name)) break;
     if (si < sizeof sizes / sizeof sizes[0]) {
-      /* sub_group_size and the stage3_* budgets are acted on; the bucket sizes are validated and stored only. */
-      int acted = si <= 4;
+      /* sub_group_size, the stage3_* budgets and reduce_bucket_size (several ranks with overlap_comm) are acted
+       * on; allgather_bucket_size is validated and stored only. */
+      int acted = si <= 5;
       ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, INT64_MAX, sizes[si].dst));
       if (!acted) warn_inert(p);
     } else if (!strcmp(key, "stage")) {
@@ -575,7 +576,6 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     } else if (!strcmp(key, "overlap_comm")) {
       ZO_CHECK(get_bool(c, p, v, &cfg->zero.overlap_comm));
       overlap_given = 1;
-      warn_inert(p);
     } else if (!strcmp(key, "contiguous_gradients")) {
       ZO_CHECK(get_bool(c, p, v, &cfg->zero.contiguous_gradients));
       warn_inert(p);

@@ -203,6 +203,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host);
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
+  eng_dp_free(e);
   eng_host_buf_free(&e->dp_grad);
   eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);

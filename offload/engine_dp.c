@@ -14,10 +14,14 @@
  *   weights    after Adam, every rank's block of the new working weights is
  *              all-gathered in place in a padded host buffer and the whole
  *              tensor uploaded to the device copy.
- * Collectives go through zo_comm_t (host buffers: the mpi backend). The
- * reductions are blocking per tensor, one after another as grad_ready() is
- * called, while backward goes on producing the next gradients only after
- * the call returns. Source: Rajbhandari et al., "ZeRO: Memory Optimizations
+ * Collectives go through zo_comm_t (host buffers: the mpi backend). With
+ * zero_optimization.overlap_comm each reduction is started as soon as its
+ * gradient's copy has landed and completes while backward goes on: they
+ * wait, oldest first, in a ring of reduce_bucket_size elements, moved on at
+ * every engine call (fetch, release, grad_ready) and finished at
+ * zo_engine_step(); time blocked waiting for one is the exposed
+ * communication (zo_step_info.comm_s). Without overlap_comm each reduction
+ * completes inside its grad_ready(). Source: Rajbhandari et al., "ZeRO: Memory Optimizations
  * Toward Training Trillion Parameter Models" (SC'20), sections 5.1-5.2.
  * Not here yet: parameter partitioning (stage 3) and delayed parameter
  * update on several ranks (refused at create).
@@ -41,15 +45,29 @@ zo_status eng_dp_check(const zo_engine_t *e) {
   return ZO_OK;
 }
 
+/* Elements one reduction of @p moves: the tensor padded to world blocks (the whole tensor at stage 0). */
+static size_t red_elems(const zo_engine_t *e, const zo_param_t *p) {
+  return e->cfg.zero.stage == 0 ? p->n : p->part_n * (size_t)e->world;
+}
+
 void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
-  size_t largest = 0, gather = 0;
+  size_t largest = 0, total = 0, gather = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
-    const size_t padded = p->part_n * (size_t)e->world;
-    if (padded > largest) largest = padded;
-    gather += padded;
+    const size_t el = red_elems(e, p);
+    if (el > largest) largest = el;
+    total += el;
+    gather += p->part_n * (size_t)e->world;
   }
-  *grad_bytes = e->world > 1 ? largest * zo_dtype_size(e->gdtype) : 0;
+  /* overlap_comm: reductions stay in flight while backward goes on, in a ring of reduce_bucket_size
+   * elements (at least the largest tensor; at most every gradient of a step); else one tensor at a time */
+  size_t ring = largest;
+  if (e->cfg.zero.overlap_comm) {
+    const size_t bucket = e->cfg.zero.reduce_bucket_size > 0 ? (size_t)e->cfg.zero.reduce_bucket_size : 0;
+    ring = bucket < total ? bucket : total;
+    if (ring < largest) ring = largest;
+  }
+  *grad_bytes = e->world > 1 ? ring * zo_dtype_size(e->gdtype) : 0;
   /* stage 0 needs no gather: every rank updates the whole tensor */
   *gather_bytes = e->world > 1 && e->cfg.zero.stage > 0 ? gather * zo_dtype_size(e->wdtype) : 0;
 }
@@ -64,40 +82,143 @@ zo_status eng_dp_alloc(zo_engine_t *e) {
     e->params[i]->dp_off = off;
     off += e->params[i]->part_n * (size_t)e->world;
   }
+  e->dp_q = calloc((size_t)e->n_params, sizeof *e->dp_q);
+  if (!e->dp_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
+  for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &e->dp_q[i].copied));
   return ZO_OK;
 }
 
-zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
-  const size_t gsz = zo_dtype_size(e->gdtype), padded = p->part_n * (size_t)e->world;
-  char *buf = e->dp_grad.ptr;
-  if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
-    ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
-    ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
-  }
-  memset(buf + p->n * gsz, 0, (padded - p->n) * gsz);
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
-  e->d2h_bytes += p->n * gsz;
-  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  const double t0 = now_s();
+static dp_red *q_at(const zo_engine_t *e, int i) { return &e->dp_q[(e->dp_q_first + i) % e->n_params]; }
+
+void eng_dp_free(zo_engine_t *e) {
+  if (!e->dp_q) return;
+  for (int i = 0; i < e->dp_q_n; i++) zo_comm_wait(q_at(e, i)->req); /* after an error: let MPI finish them */
+  for (int i = 0; i < e->n_params; i++) zo_event_destroy(e->dp_q[i].copied);
+  free(e->dp_q);
+  e->dp_q = NULL;
+}
+
+/* The copy has landed: start the collective on the region (every rank starts them in grad_ready order). */
+static zo_status red_start(zo_engine_t *e, dp_red *r) {
+  const size_t gsz = zo_dtype_size(e->gdtype);
+  zo_param_t *p = r->p;
+  char *buf = (char *)e->dp_grad.ptr + r->off;
   zo_status st;
-  const char *mine;
   if (e->cfg.zero.stage == 0) {
-    st = zo_comm_all_reduce(e->comm, buf, p->n, e->gdtype);
-    mine = buf;
+    st = zo_comm_iall_reduce(e->comm, buf, p->n, e->gdtype, &r->req);
   } else {
-    char *block = buf + (size_t)e->rank * p->part_n * gsz;
-    st = zo_comm_reduce_scatter(e->comm, buf, block, p->part_n, e->gdtype);
-    mine = block;
+    st = zo_comm_ireduce_scatter(e->comm, buf, buf + (size_t)e->rank * p->part_n * gsz, p->part_n, e->gdtype,
+                                 &r->req);
   }
-  e->dp_comm_s += now_s() - t0;
   /* what a bandwidth-optimal (ring) algorithm sends from each rank: (W-1)/W of the tensor for a reduce-scatter,
    * twice that for an all-reduce (Patarasuk & Yuan 2009) */
   e->dp_bytes += (e->cfg.zero.stage == 0 ? 2 : 1) * (size_t)(e->world - 1) * p->part_n * gsz;
   if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' over %d ranks", p->name, e->world);
+  return ZO_OK;
+}
+
+/* The reduction is done: this rank's block into p->grad, then the landed work (norm, early Adam). */
+static void red_land(zo_engine_t *e, dp_red *r) {
+  const size_t gsz = zo_dtype_size(e->gdtype);
+  zo_param_t *p = r->p;
+  const char *buf = (const char *)e->dp_grad.ptr + r->off;
+  const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
   /* p->grad: host (cpu, nvme), or device memory that the host can address (none: checked at create) */
   memcpy(p->grad, mine, p->shard_n * gsz);
   eng_grad_landed(p);
+  r->req = NULL;
+  e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
+  e->dp_q_n--;
+}
+
+zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
+  /* start, in queue order, the reductions whose copies have landed */
+  for (int i = 0; i < e->dp_q_n; i++) {
+    dp_red *r = q_at(e, i);
+    if (r->req) continue;
+    int done = 0;
+    if (i == 0 && wait_oldest) {
+      ZO_CHECK(zo_event_synchronize(r->copied));
+      done = 1;
+    } else {
+      ZO_CHECK(zo_event_query(r->copied, &done));
+    }
+    if (!done) break;
+    ZO_CHECK(red_start(e, r));
+  }
+  /* land, oldest first, those that completed; the oldest waited for when asked */
+  while (e->dp_q_n) {
+    dp_red *r = q_at(e, 0);
+    if (!r->req) break;
+    zo_status st;
+    int done = 0;
+    if (wait_oldest) {
+      const double t0 = now_s();
+      st = zo_comm_wait(r->req);
+      e->dp_comm_s += now_s() - t0;
+      done = 1;
+      wait_oldest = 0;
+    } else {
+      st = zo_comm_test(r->req, &done);
+    }
+    if (st != ZO_OK) {
+      r->req = NULL; /* freed by wait/test */
+      e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
+      e->dp_q_n--;
+      return zo_error_prefix(st, "gradient of '%s' over %d ranks", r->p->name, e->world);
+    }
+    if (!done) break;
+    red_land(e, r);
+  }
   return ZO_OK;
+}
+
+zo_status eng_dp_drain(zo_engine_t *e) {
+  while (e->dp_q_n) ZO_CHECK(eng_dp_progress(e, 1));
+  return ZO_OK;
+}
+
+/* A region of @bytes in the ring, or 0 when it is full. */
+static int ring_take(zo_engine_t *e, size_t bytes, size_t *off) {
+  const size_t cap = e->dp_grad.nbytes;
+  if (!e->dp_q_n) {
+    *off = 0;
+    return bytes <= cap;
+  }
+  const size_t tail = q_at(e, 0)->off, head = e->dp_head;
+  if (head > tail) {
+    if (cap - head >= bytes) return *off = head, 1;
+    if (tail >= bytes) return *off = 0, 1;
+    return 0;
+  }
+  if (head < tail && tail - head >= bytes) return *off = head, 1;
+  return 0;
+}
+
+zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
+  const size_t gsz = zo_dtype_size(e->gdtype), bytes = red_elems(e, p) * gsz;
+  size_t off = 0;
+  while (e->dp_q_n == e->n_params || !ring_take(e, bytes, &off)) { /* full: the oldest must finish first */
+    if (!e->dp_q_n)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradient of '%s' (%zu bytes) larger than the reduction "
+                          "buffer (%zu bytes)", p->name, bytes, e->dp_grad.nbytes); /* a bug: sized at finalize */
+    ZO_CHECK(eng_dp_progress(e, 1));
+  }
+  dp_red *r = &e->dp_q[(e->dp_q_first + e->dp_q_n) % e->n_params];
+  r->p = p, r->off = off, r->bytes = bytes, r->req = NULL;
+  char *buf = (char *)e->dp_grad.ptr + off;
+  if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
+    ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
+    ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
+  }
+  memset(buf + p->n * gsz, 0, bytes - p->n * gsz); /* the padding of the last block */
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
+  ZO_CHECK(zo_event_record(r->copied, e->copy_stream));
+  e->d2h_bytes += p->n * gsz;
+  e->dp_q_n++;
+  e->dp_head = off + bytes;
+  if (!e->cfg.zero.overlap_comm) return eng_dp_drain(e); /* one reduction at a time, done before returning */
+  return eng_dp_progress(e, 0);
 }
 
 /* Start the all-gather of @p's working weights; NULL *req when there is nothing to gather. */

@@ -365,6 +365,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
              entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
              : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
   if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e)); /* overlaps the compute that follows */
+  if (e->world > 1) ZO_CHECK(eng_dp_progress(e, 0)); /* gradient reductions in flight */
   ZO_CHECK(eng_nv_advance(e));
   *weights = p->weights;
   if (dtype) *dtype = e->wdtype;
@@ -387,6 +388,7 @@ zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
 static zo_status release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
+  if (e->world > 1) ZO_CHECK(eng_dp_progress(e, 0)); /* gradient reductions in flight */
   ZO_CHECK(eng_nv_advance(e));
   if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
   if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);

@@ -123,6 +123,14 @@ typedef struct wb_entry {
 
 enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
 
+/* Several ranks: one gradient reduction in flight (engine_dp.c), in a region of e->dp_grad. */
+typedef struct dp_red {
+  zo_param_t *p;
+  size_t off, bytes;         /* region of e->dp_grad */
+  zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
+  zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
+} dp_red;
+
 typedef struct host_buf {
   void *ptr;
   size_t nbytes;
@@ -175,6 +183,9 @@ struct zo_engine {
   /* several ranks (engine_dp.c): the whole gradient of one tensor, padded, reduced in place; every tensor's
    * working weights, padded, all-gathered in place */
   host_buf dp_grad, dp_gather;
+  dp_red *dp_q;              /* reductions in flight, oldest first: circular, dp_q_n from dp_q_first */
+  int dp_q_first, dp_q_n;
+  size_t dp_head;            /* next free byte of dp_grad (a ring: regions are freed oldest first) */
   double dp_comm_s;          /* blocked in collectives since the last step */
   uint64_t dp_bytes;         /* bytes this rank sent into collectives since the last step */
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
@@ -285,9 +296,15 @@ zo_status eng_dp_check(const zo_engine_t *e);
 /* Bytes of the gradient and gather buffers (budget and finalize agree on them). */
 void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes);
 zo_status eng_dp_alloc(zo_engine_t *e);
-/* Reduce @p's gradient (the whole tensor at @grad on the device) over the ranks into p->grad, then
- * eng_grad_landed(p). Blocks until the reduction is done. */
+/* Wait what is in flight (errors ignored) and free the queue's events. */
+void eng_dp_free(zo_engine_t *e);
+/* Start the reduction of @p's gradient (the whole tensor at @grad on the device) over the ranks into p->grad;
+ * eng_grad_landed(p) runs when it completes. With overlap_comm off it completes before the call returns. */
 zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad);
+/* Move reductions on without blocking (@wait_oldest 0), or finish the oldest first (1). */
+zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest);
+/* Finish every reduction in flight (zo_engine_step, before the global norm). */
+zo_status eng_dp_drain(zo_engine_t *e);
 /* All-gather @p's working weights (NULL: every tensor) from each rank's shard at eng_working_dst() and queue
  * their upload to the device copy. Collective. */
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);

@@ -169,6 +169,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
       return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
                           e->params[i]->name);
   double t0 = now_s();
+  if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   inf.grad_wait_s = now_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {

@@ -9,7 +9,10 @@
  * 1/64 below 2 in magnitude, so their sum over up to 4 ranks is exact in any
  * order, and the engine's 1/world factor is the same fp32 multiply the
  * reference applies to the sum before handing it over. Also: memory per rank
- * shrinks with the ranks (stage 2 state bytes ~ 1/N), and stage 3 on several
+ * shrinks with the ranks (stage 2 state bytes ~ 1/N); the same with
+ * overlap_comm (reductions in flight during backward, in a ring of
+ * reduce_bucket_size elements, also one too small for two tensors, so the
+ * oldest must be waited for); and stage 3 on several
  * ranks is refused naming the key. Exit 0 pass, 1 fail, 77 skip.
  */
 #include <math.h>
@@ -107,9 +110,12 @@ static void hand_over(setup *s, int i, const float *g) {
   REQUIRE_OK(zo_engine_grad_ready(s->e, s->p[i], d, ZO_DTYPE_F32));
 }
 
-static void run_case(const char *label, int stage, zo_offload_device tier, int steps) {
+/* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size (elements; 0 keeps the default) */
+static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap, int64_t bucket) {
   zo_config_t cfg;
   base_config(&cfg, stage, tier);
+  cfg.zero.overlap_comm = overlap;
+  if (bucket) cfg.zero.reduce_bucket_size = bucket;
   /* The reference's gradient is the mean rounded to fp32, fl(sum * fl(1/W)), exact when W is a power of two;
    * the engine's norm is of the exact sum, divided by W in double. Otherwise the two norms differ by ~1e-8
    * relative, and so would a clipping coefficient taken from them: clipping only where they agree exactly. */
@@ -186,10 +192,15 @@ int main(void) {
   snprintf(base, sizeof base, "zo-test-engine-dp-r%d", R);
   if (zo_test_scratch_dir(NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
 
-  run_case("stage 0, state none", 0, ZO_OFFLOAD_NONE, 4);
-  run_case("stage 1, state none", 1, ZO_OFFLOAD_NONE, 4);
-  run_case("stage 2, state cpu", 2, ZO_OFFLOAD_CPU, 4);
-  run_case("stage 2, state nvme", 2, ZO_OFFLOAD_NVME, 4);
+  run_case("stage 0, state none", 0, ZO_OFFLOAD_NONE, 4, 0, 0);
+  run_case("stage 0, overlap", 0, ZO_OFFLOAD_NONE, 4, 1, 0);
+  run_case("stage 1, state none", 1, ZO_OFFLOAD_NONE, 4, 0, 0);
+  run_case("stage 2, state cpu", 2, ZO_OFFLOAD_CPU, 4, 0, 0);
+  run_case("stage 2, cpu, overlap", 2, ZO_OFFLOAD_CPU, 4, 1, 0);
+  /* a bucket below two tensors: the ring is full at every other grad_ready and the oldest is waited for */
+  run_case("stage 2, cpu, bucket 5k", 2, ZO_OFFLOAD_CPU, 4, 1, 5000);
+  run_case("stage 2, state nvme", 2, ZO_OFFLOAD_NVME, 4, 0, 0);
+  run_case("stage 2, nvme, overlap", 2, ZO_OFFLOAD_NVME, 4, 1, 5000);
 
   if (W > 1) { /* parameter partitioning is not built: refused by name */
     zo_config_t cfg;

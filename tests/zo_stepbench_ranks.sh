@@ -17,7 +17,7 @@ for np in 2 3; do
     --steps 3 --warmup 1 --compute-ms-per-layer 1 --adam-threads 1 --json "$dir/np$np.json" >"$dir/np$np.out" 2>&1 \
     || { tail -20 "$dir/np$np.out"; fail "np $np exited non-zero"; }
   [ "$(grep -c '^zo-stepbench:' "$dir/np$np.out")" = 1 ] || fail "np $np: more than one rank printed"
-  grep -q "communication, $np ranks, stage 2: exposed" "$dir/np$np.out" || fail "np $np: no communication line"
+  grep -q "communication, $np ranks, stage 2, overlap_comm off: exposed" "$dir/np$np.out" || fail "np $np: no communication line"
   /usr/bin/python3 - "$dir/np$np.json" $np $params $layers <<'PY' || fail "np $np: JSON communication figures"
 import json, sys
 j = json.load(open(sys.argv[1])); W, N, L = map(int, sys.argv[2:5])

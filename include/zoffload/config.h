@@ -206,7 +206,7 @@ typedef struct zo_config_opts {
  *    "bfloat16";
  *  - keys DeepSpeed knows but zoffload does not act on, and unknown keys,
  *    give exactly one zo_warn() line each per call naming the full JSON path
- *    ("config: zero_optimization.overlap_comm is accepted but has no effect yet");
+ *    ("config: zero_optimization.contiguous_gradients is accepted but has no effect yet");
  *  - unknown keys inside optimizer.params and scheduler.params are errors,
  *    because DeepSpeed passes them to a constructor that rejects them.
  * Not thread-safe only in that warnings go through the process log handler;

@@ -55,6 +55,8 @@ typedef struct opts {
   const char *json;
   int ranks;                /* --ranks: the ranks a launcher started (mpirun), one engine each */
   int stage;                /* --stage, -1: derived from the tiers */
+  int overlap_comm;         /* --overlap-comm on|off; -1: the config default (on at stage 3) */
+  int64_t reduce_bucket;    /* --reduce-bucket-size, 0: the config default */
 } opts;
 
 static double now_s(void) {
@@ -120,6 +122,9 @@ static void usage(FILE *f) {
     "                             communication per step against ZeRO's volume; only rank 0 prints\n"
     "  --stage S                  zero_optimization.stage (default: 3 with --offload-param, else 2 with an\n"
     "                             offloaded optimizer, else 0)\n"
+    "  --overlap-comm on|off      zero_optimization.overlap_comm: gradient reductions in flight during backward\n"
+    "                             (default: DeepSpeed's, on at stage 3 only)\n"
+    "  --reduce-bucket-size N     zero_optimization.reduce_bucket_size in elements (default 5e8)\n"
     "  --help                     this text\n"
     "\n"
     "One step: forward over layers 0..L-1 (zo_engine_fetch, spin X ms, zo_engine_release), backward\n"
@@ -165,8 +170,10 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->warmup = -1;
   o->device = ZO_DEVICE_HOST;
   o->stage = -1;
+  o->overlap_comm = -1;
   enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
-         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE };
+         O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE,
+         O_OVERLAP, O_RBUCKET };
   static const struct option lo[] = {
       {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
       {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -175,7 +182,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"block-size", 1, 0, O_BS}, {"queue-depth", 1, 0, O_QD}, {"adam-threads", 1, 0, O_AT},
       {"warmup", 1, 0, O_WARM}, {"bf16", 0, 0, O_BF16}, {"fp32", 0, 0, O_FP32}, {"no-baseline", 0, 0, O_NOBASE},
       {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP},
-      {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {0, 0, 0, 0}};
+      {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {"overlap-comm", 1, 0, O_OVERLAP},
+      {"reduce-bucket-size", 1, 0, O_RBUCKET}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
   long l;
@@ -244,6 +252,14 @@ static int parse_args(int argc, char **argv, opts *o) {
       case O_NOBASE: o->no_baseline = 1; break;
       case O_JSON: o->json = optarg; break;
       case O_RANKS: o->ranks = 1; break;
+      case O_OVERLAP:
+        if (strcmp(optarg, "on") && strcmp(optarg, "off")) goto bad;
+        o->overlap_comm = !strcmp(optarg, "on");
+        break;
+      case O_RBUCKET:
+        if (zo_tool_parse_count(optarg, 0, &u) || u == 0 || u > INT64_MAX) goto bad;
+        o->reduce_bucket = (int64_t)u;
+        break;
       case O_STAGE:
         if (parse_int(optarg, 0, 3, &l)) goto bad;
         o->stage = l;
@@ -516,6 +532,8 @@ int main(int argc, char **argv) {
     }
   }
   const int world = comm ? zo_comm_size(comm) : 1;
+  if (o.overlap_comm >= 0) cfg.zero.overlap_comm = o.overlap_comm;
+  if (o.reduce_bucket) cfg.zero.reduce_bucket_size = o.reduce_bucket;
   cfg.bf16.enabled = o.bf16;
   cfg.zero.offload_optimizer.device = o.oopt;
   cfg.zero.offload_optimizer.pin_memory = 1;
@@ -804,9 +822,9 @@ int main(int argc, char **argv) {
          s.fetch_wait_s, s.info.fetch_wait_s, s.grad_ready_s, s.engine_step_s, s.info.grad_wait_s, s.info.swap_s, s.info.adam_s,
          s.info.copy_s);
   if (world > 1)
-    printf("  communication, %d ranks, stage %d: exposed %.4f s per step (%.3f of the step); %.4g bytes sent per "
+    printf("  communication, %d ranks, stage %d, overlap_comm %s: exposed %.4f s per step (%.3f of the step); %.4g bytes sent per "
            "rank per step = %.3f x ZeRO's %s x params x %zu B (a ring's minimum: (W-1)/W = %.3f)\n", world,
-           cfg.zero.stage, s.info.comm_s, s.info.comm_s / s.step_s, (double)s.info.comm_bytes, comm_ratio,
+           cfg.zero.stage, cfg.zero.overlap_comm ? "on" : "off", s.info.comm_s, s.info.comm_s / s.step_s, (double)s.info.comm_bytes, comm_ratio,
            cfg.zero.stage == 3 ? "3" : "2", wsz, (double)(world - 1) / world);
   printf("  optimizer window %.4f s: %.3g params/s, nvme %.1f bytes/param, disk %.3f GB/s", s.opt_window_s,
          s.params_per_s, opt_bytes_per_param, s.disk_gbps);
@@ -959,6 +977,7 @@ int main(int argc, char **argv) {
     json_t *cm = json_object();
     json_object_set_new(cm, "ranks", json_integer(world));
     json_object_set_new(cm, "stage", json_integer(cfg.zero.stage));
+    json_object_set_new(cm, "overlap_comm", json_boolean(cfg.zero.overlap_comm));
     json_object_set_new(cm, "exposed_s", json_real(s.info.comm_s));
     json_object_set_new(cm, "bytes_per_rank", json_integer((json_int_t)s.info.comm_bytes));
     json_object_set_new(cm, "zero_paper_bytes", json_real(paper_bytes));

@@ -228,8 +228,11 @@ static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_
 zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **out) {
   if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: out is NULL");
   *out = NULL;
-  zo_adam_pool_opts o = {0, -1, 1, 0, ZO_SIMD_AUTO};
+  zo_adam_pool_opts o = {.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = ZO_SIMD_AUTO};
   if (opts) o = *opts;
+  if (o.share_count < 0 || o.share_index < 0 || (o.share_count > 1 && o.share_index >= o.share_count))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: share_index %d of share_count %d", o.share_index,
+                        o.share_count);
   if (o.n_threads < 0 || o.n_threads > 1024)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: n_threads = %d, expected 0..1024", o.n_threads);
   zo_simd lvl = ZO_SIMD_SCALAR;
@@ -281,6 +284,15 @@ zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **ou
       free(sets);
       hwloc_topology_destroy(topo);
       return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d has no cores", o.numa_node);
+    }
+    if (o.share_count > 1 && nsets > 0) { /* this rank's share of the cores */
+      int lo = (int)((long)o.share_index * nsets / o.share_count);
+      int hi = (int)((long)(o.share_index + 1) * nsets / o.share_count);
+      if (hi <= lo) lo = o.share_index % nsets, hi = lo + 1;
+      for (int i = 0; i < nsets; i++)
+        if (i < lo || i >= hi) hwloc_bitmap_free(sets[i]);
+      memmove(sets, sets + lo, (size_t)(hi - lo) * sizeof *sets);
+      nsets = hi - lo;
     }
   }
   int nt = o.n_threads;

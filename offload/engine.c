@@ -60,6 +60,10 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
   zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = -1, .bind = 1,
                           .simd = ZO_SIMD_AUTO};
+  /* Ranks sharing this machine (the launcher's local rank and size) take their own share of the cores, so two
+   * ranks' Adam threads are not bound to the same ones. */
+  zo_launch_info li;
+  if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1) po.share_index = li.local_rank, po.share_count = li.local_size;
   ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
   zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
 

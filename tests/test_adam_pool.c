@@ -52,7 +52,7 @@ static void test_bit_identity(void) {
   static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
   for (int cfg = 0; cfg < 5; cfg++) { /* 1, 2, 3 threads auto tiles; 3 threads 4 Ki tiles; 3 contiguous */
     zo_adam_pool_opts o = {cfg < 3 ? cfg + 1 : 3, -1, 1,
-                           cfg == 3 ? 4096 : cfg == 4 ? ZO_ADAM_TILE_CONTIGUOUS : 0, ZO_SIMD_AUTO};
+                           cfg == 3 ? 4096 : cfg == 4 ? ZO_ADAM_TILE_CONTIGUOUS : 0, ZO_SIMD_AUTO, 0, 0};
     zo_adam_pool_t *pool = NULL;
     REQUIRE_OK(zo_adam_pool_create(&o, &pool));
     printf("pool: %s\n", zo_adam_pool_describe(pool));
@@ -93,7 +93,7 @@ static void test_bit_identity(void) {
  */
 static void test_async(void) {
   enum { NT = 24 };
-  zo_adam_pool_opts o = {2, -1, 1, 0, ZO_SIMD_AUTO};
+  zo_adam_pool_opts o = {2, -1, 1, 0, ZO_SIMD_AUTO, 0, 0};
   zo_adam_pool_t *pool = NULL;
   REQUIRE_OK(zo_adam_pool_create(&o, &pool));
   arrays a[NT], b[NT];
@@ -143,7 +143,7 @@ static void test_async(void) {
 /* Test 3: SKIP_NONFINITE with 3 threads: an inf in the last thread's range leaves every array untouched. */
 static void test_skip_threads(void) {
   const size_t n = 100001;
-  zo_adam_pool_opts o = {3, -1, 1, 0, ZO_SIMD_AUTO};
+  zo_adam_pool_opts o = {3, -1, 1, 0, ZO_SIMD_AUTO, 0, 0};
   zo_adam_pool_t *pool = NULL;
   REQUIRE_OK(zo_adam_pool_create(&o, &pool));
   arrays a;
@@ -185,7 +185,7 @@ static void test_sqnorm_for(void) {
   CHECK_OK(zo_grad_sqnorm_ex(g, ZO_DTYPE_BF16, n, ZO_SIMD_AUTO, 1, &ref, NULL));
   unsigned char *hits = malloc(n);
   for (int nt = 1; nt <= 3; nt++) {
-    zo_adam_pool_opts o = {nt, -1, nt != 2, 0, ZO_SIMD_AUTO};
+    zo_adam_pool_opts o = {nt, -1, nt != 2, 0, ZO_SIMD_AUTO, 0, 0};
     zo_adam_pool_t *pool = NULL;
     REQUIRE_OK(zo_adam_pool_create(&o, &pool));
     double s = -2;
@@ -226,7 +226,7 @@ static void test_errors(void) {
   CHECK_ST(zo_adam_pool_parallel_for(pool, NULL, NULL, 10, 0), ZO_ERR_INVALID_ARG);
   zo_adam_pool_destroy(pool);
   zo_adam_pool_destroy(NULL);
-  zo_adam_pool_opts o = {1, 4096, 1, 0, ZO_SIMD_AUTO};
+  zo_adam_pool_opts o = {1, 4096, 1, 0, ZO_SIMD_AUTO, 0, 0};
   CHECK_ST(zo_adam_pool_create(&o, &pool), ZO_ERR_INVALID_ARG);
   o.numa_node = -1;
   o.n_threads = -2;
@@ -236,9 +236,42 @@ static void test_errors(void) {
   CHECK_OK(zo_adam_pool_create(&o, &pool));
   CHECK_HAS(zo_adam_pool_describe(pool), "NUMA node 0");
   zo_adam_pool_destroy(pool);
+  o.numa_node = -1;
+  o.share_count = 2, o.share_index = 2;
+  CHECK_ST(zo_adam_pool_create(&o, &pool), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "share_index 2 of share_count 2");
+}
+
+/* Ranks on one machine: two shares of the cores are disjoint (when there are two cores or more), and their
+ * union is every core the default pool binds. */
+static void test_core_shares(void) {
+  zo_adam_pool_t *pool = NULL;
+  char all[512], part[2][512];
+  CHECK_OK(zo_adam_pool_create(NULL, &pool));
+  snprintf(all, sizeof all, "%s", zo_adam_pool_describe(pool));
+  zo_adam_pool_destroy(pool);
+  const char *c = strstr(all, "cores ");
+  if (!c) {
+    printf("note: threads unbound here (%s); core shares not checked\n", all);
+    return;
+  }
+  int ncores = 1;
+  for (const char *q = c + 6; *q && *q != ' '; q++) ncores += *q == ',';
+  for (int i = 0; i < 2; i++) {
+    zo_adam_pool_opts o = {0, -1, 1, 0, ZO_SIMD_AUTO, i, 2};
+    CHECK_OK(zo_adam_pool_create(&o, &pool));
+    snprintf(part[i], sizeof part[i], "%s", pool ? zo_adam_pool_describe(pool) : "");
+    zo_adam_pool_destroy(pool);
+  }
+  printf("core shares: all: %s | share 0: %s | share 1: %s\n", all, part[0], part[1]);
+  /* the first core of each share */
+  const char *a = strstr(part[0], "cores "), *b = strstr(part[1], "cores ");
+  CHECK(a && b);
+  if (a && b && ncores >= 2) CHECK(atoi(a + 6) != atoi(b + 6));
 }
 
 int main(void) {
+  test_core_shares();
   test_bit_identity();
   test_async();
   test_skip_threads();

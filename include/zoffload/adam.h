@@ -301,6 +301,10 @@ typedef struct zo_adam_pool_opts {
                         (fewer for small shards: about 4 per thread, at least 4 Ki); ZO_ADAM_TILE_CONTIGUOUS: one
                         contiguous range per thread; else tiles of this many elements (rounded up to 64) */
   zo_simd simd;      /* ZO_SIMD_AUTO: zo_simd_resolve() at create time */
+  int share_index;   /* with share_count > 1: the cores (of numa_node) are split in share_count contiguous groups */
+  int share_count;   /* and the pool takes group share_index, so ranks on one machine (local rank of local size)
+                        do not bind to the same cores; more shares than cores: one core each, wrapping around.
+                        0 or 1: every core */
 } zo_adam_pool_opts;
 
 /*

@@ -168,7 +168,7 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     }
     shard_total += p->shard_n;
     if (p->n > largest) largest = p->n;
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : p->n;
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : eng_dp3(e) ? p->part_n : p->n;
   }
   const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
   dev += dev_state + (pres ? 0 : largest_dev);
@@ -194,6 +194,7 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   eng_dp_host_bytes(e, &dp_grad, &dp_gather);
   HOST(dp_grad, 1);
   HOST(dp_gather, 1);
+  HOST(eng_pg_ring_bytes(e), 1); /* stage 3 on several ranks: the gather ring */
   if (e->ptier == ZO_OFFLOAD_CPU) {
     param_host = pw_total * wsz;
     HOST(param_host, c->zero.offload_param.pin_memory);

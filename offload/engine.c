@@ -97,7 +97,16 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
                       zo_device_name(e->dev));
     goto fail;
   }
-  if (comm) {
+  if (comm && zo_comm_size(comm) > 1) {
+    /* A duplicate of the caller's: the engine starts its reductions when gradients land (timing), so the
+     * caller's own collectives on @comm must not interleave with them. */
+    st = zo_comm_split(comm, 0, zo_comm_rank(comm), &e->comm);
+    if (st != ZO_OK) {
+      zo_error_prefix(st, "engine: duplicating the communicator");
+      goto fail;
+    }
+    e->own_comm = 1;
+  } else if (comm) {
     e->comm = comm;
   } else {
     ZO_CHECK_GOTO(zo_comm_create_self(&e->comm), st, fail);
@@ -208,6 +217,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
   eng_dp_free(e);
+  eng_pg_free(e);
   eng_host_buf_free(&e->dp_grad);
   eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
@@ -403,7 +413,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     p->pw_el = pw_total;
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : p->n;
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : eng_dp3(e) ? p->part_n : p->n;
   }
   if (e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
@@ -420,6 +430,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e));
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e));
   if (e->ptier == ZO_OFFLOAD_CPU)
     ZO_CHECK(eng_host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) {

@@ -32,10 +32,11 @@
 #include "engine_internal.h"
 
 zo_status eng_dp_check(const zo_engine_t *e) {
-  if (e->cfg.zero.stage == 3)
+  if (e->cfg.zero.stage == 3 && e->ptier != ZO_OFFLOAD_CPU)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
-                        "parameters across ranks, which is not built yet; use stage 1 or 2 with several ranks, or "
-                        "stage 3 on one", e->world, zo_comm_backend(e->comm));
+                        "parameters on the host tier: set zero_optimization.offload_param.device to \"cpu\" "
+                        "(\"%s\" on several ranks is not built yet), or use stage 2", e->world,
+                        zo_comm_backend(e->comm), zo_offload_device_name(e->ptier));
   if (e->dpu)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zoffload.delayed_param_update on %d ranks is not built yet; set it to "
                         "false or run one rank", e->world);
@@ -68,8 +69,9 @@ void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_
     if (ring < largest) ring = largest;
   }
   *grad_bytes = e->world > 1 ? ring * zo_dtype_size(e->gdtype) : 0;
-  /* stage 0 needs no gather: every rank updates the whole tensor */
-  *gather_bytes = e->world > 1 && e->cfg.zero.stage > 0 ? gather * zo_dtype_size(e->wdtype) : 0;
+  /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
+  *gather_bytes = e->world > 1 && (e->cfg.zero.stage == 1 || e->cfg.zero.stage == 2)
+                      ? gather * zo_dtype_size(e->wdtype) : 0;
 }
 
 zo_status eng_dp_alloc(zo_engine_t *e) {
@@ -178,27 +180,12 @@ zo_status eng_dp_drain(zo_engine_t *e) {
   return ZO_OK;
 }
 
-/* A region of @bytes in the ring, or 0 when it is full. */
-static int ring_take(zo_engine_t *e, size_t bytes, size_t *off) {
-  const size_t cap = e->dp_grad.nbytes;
-  if (!e->dp_q_n) {
-    *off = 0;
-    return bytes <= cap;
-  }
-  const size_t tail = q_at(e, 0)->off, head = e->dp_head;
-  if (head > tail) {
-    if (cap - head >= bytes) return *off = head, 1;
-    if (tail >= bytes) return *off = 0, 1;
-    return 0;
-  }
-  if (head < tail && tail - head >= bytes) return *off = head, 1;
-  return 0;
-}
-
 zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
   const size_t gsz = zo_dtype_size(e->gdtype), bytes = red_elems(e, p) * gsz;
   size_t off = 0;
-  while (e->dp_q_n == e->n_params || !ring_take(e, bytes, &off)) { /* full: the oldest must finish first */
+  while (e->dp_q_n == e->n_params ||
+         !eng_ring_take(e->dp_grad.nbytes, e->dp_head, e->dp_q_n ? q_at(e, 0)->off : 0, e->dp_q_n, bytes, &off)) {
+    /* full: the oldest must finish first */
     if (!e->dp_q_n)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradient of '%s' (%zu bytes) larger than the reduction "
                           "buffer (%zu bytes)", p->name, bytes, e->dp_grad.nbytes); /* a bug: sized at finalize */
@@ -247,7 +234,8 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
 }
 
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
-  if (e->world == 1 || e->cfg.zero.stage == 0) return ZO_OK; /* stage 0: every rank updated the whole tensor */
+  /* stage 0: every rank updated the whole tensor; stage 3: fetches gather (engine_dp3.c) */
+  if (e->world == 1 || e->cfg.zero.stage == 0 || e->cfg.zero.stage == 3) return ZO_OK;
   /* The last uploads out of the gather buffer must be done before it is written again. */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   if (p) {

@@ -204,6 +204,13 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
    * copy from there, no read (this is what lets the next step's first layers,
    * updated last, start without a write-then-read round trip). */
   wb_entry *fw = e->ptier == ZO_OFFLOAD_NVME && p->shard_n == p->n ? eng_wb_find(e, p, 0, -1) : NULL;
+  /* stage 3 on several ranks: the tensor all-gathered for this fetch (engine_dp3.c); a prefetch whose gather has
+   * not landed yet waits for a later call */
+  const void *gathered = NULL;
+  if (eng_dp3(e)) {
+    ZO_CHECK(eng_pg_src(e, pos, demand, &gathered));
+    if (!gathered) return ZO_OK;
+  }
   const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
   if (forward) fw->hold = 1; /* making device room below may reap regions */
   if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
@@ -217,12 +224,15 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   e->live_el += p->n;
   e->inflight_el += p->n;
   p->last_use = ++e->fetch_clock;
-  const void *host_src = e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
-                         : forward ? (char *)e->wb_ring + fw->ring_off : NULL;
+  const void *host_src = gathered                   ? gathered
+                         : e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
+                         : forward                    ? (char *)e->wb_ring + fw->ring_off
+                                                      : NULL;
   if (host_src) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
     if (forward) fw->h2d = 1, fw->hold = 0; /* the region lives until this copy is done */
+    if (gathered) eng_pg_mark_h2d(e, pos);   /* likewise the gather's region */
     e->h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
@@ -247,6 +257,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
  * optimizer step changes the weights). */
 zo_status eng_prefetch_ahead(zo_engine_t *e) {
   ZO_CHECK(pump(e));
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_issue(e)); /* the gathers along the trace come first, in trace order */
   if (!e->trace_valid || e->trace_off) return ZO_OK;
   /* Refill in batches: wait until half the bucket has landed, then fill it, so
    * the copy engine takes many tensors per wake-up instead of one per release. */
@@ -290,6 +301,7 @@ static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
             p->name);
   e->trace_warned = 1;
   e->trace_valid = 0;
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* gathered ahead along the old trace: no fetch will use them */
   return ZO_OK;
 }
 
@@ -305,6 +317,7 @@ zo_status eng_settle_fetches(zo_engine_t *e) {
 /* At the end of a step: adopt the step's fetch order as the trace when there
  * was none or it changed. */
 zo_status eng_trace_end_step(zo_engine_t *e) {
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* a step that ended before its trace did */
   if (e->ptier == ZO_OFFLOAD_NONE || e->rec_len == 0) return ZO_OK;
   int same = e->trace_valid && e->trace_len == e->rec_len && e->trace_pos == e->trace_len;
   if (!same) {
@@ -317,6 +330,7 @@ zo_status eng_trace_end_step(zo_engine_t *e) {
   e->trace_valid = 1;
   e->trace_pos = 0;
   e->rec_len = 0;
+  e->pg_next = 0;
   return ZO_OK;
 }
 
@@ -342,9 +356,20 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   } else {
     ZO_CHECK(trace_fetch(e, p));
     entry_state = p->pstate;
+    /* stage 3 on several ranks: every fetch has its gather, issued ahead along the trace or now */
+    int pos = 0;
+    if (eng_dp3(e)) {
+      if (e->trace_valid && !e->trace_off) {
+        pos = e->trace_pos - 1;
+        ZO_CHECK(eng_pg_issue(e));
+      } else {
+        pos = -1;
+        ZO_CHECK(eng_pg_demand(e, p));
+      }
+    }
     if (p->pstate == P_HOST) {
       int started;
-      ZO_CHECK(start_fetch(e, p, 1, 0, &started));
+      ZO_CHECK(start_fetch(e, p, 1, pos, &started));
       e->n_demand++;
     }
     if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
@@ -357,6 +382,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     st = wait_ready(e, p->ready);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': host-to-device copy", p->name);
     if (p->pstate == P_COPYING && !e->compute_stream) ZO_CHECK(copy_landed(e, p));
+    if (eng_dp3(e)) ZO_CHECK(eng_pg_consume(e, pos));
   }
   const double waited = now_s() - t0;
   e->fetch_wait_s += waited;
@@ -381,6 +407,7 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
 
 zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
+  if (!enabled && !e->trace_off && e->finalized && eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e));
   e->trace_off = !enabled;
   return ZO_OK;
 }

@@ -131,6 +131,15 @@ typedef struct dp_red {
   zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
 } dp_red;
 
+/* Stage 3 on several ranks: one all-gather of a tensor's working weights (engine_dp3.c), for one fetch. */
+typedef struct dp_gat {
+  zo_param_t *p;
+  int pos;                   /* trace position it serves, or -1 (a demand fetch) */
+  size_t off, bytes;         /* region of e->pg_ring: the tensor padded to part_n x world */
+  zo_comm_req_t *req;        /* NULL once complete */
+  int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
+} dp_gat;
+
 typedef struct host_buf {
   void *ptr;
   size_t nbytes;
@@ -186,6 +195,13 @@ struct zo_engine {
   dp_red *dp_q;              /* reductions in flight, oldest first: circular, dp_q_n from dp_q_first */
   int dp_q_first, dp_q_n;
   size_t dp_head;            /* next free byte of dp_grad (a ring: regions are freed oldest first) */
+  host_buf pg_ring;          /* stage 3 on several ranks: all-gathered working weights, one region per fetch */
+  dp_gat *pg_q;              /* gathers in flight or not yet consumed, in fetch order: circular */
+  int pg_q_first, pg_q_n, pg_q_cap;
+  size_t pg_head;            /* next free byte of pg_ring */
+  int pg_next;               /* next trace position to gather for */
+  zo_comm_t *pg_comm;        /* a duplicate of comm for the gathers: their order is fixed by the fetch calls, that
+                                of the gradient reductions by when copies land, so they may not share one */
   double dp_comm_s;          /* blocked in collectives since the last step */
   uint64_t dp_bytes;         /* bytes this rank sent into collectives since the last step */
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
@@ -243,6 +259,19 @@ static inline double now_s(void) {
 }
 
 static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
+ * next free byte at @head, place @bytes contiguously at *off. Returns 0 when they do not fit now. */
+static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, size_t bytes, size_t *off) {
+  if (!live) return *off = 0, bytes <= cap;
+  if (head > tail) {
+    if (cap - head >= bytes) return *off = head, 1;
+    if (tail >= bytes) return *off = 0, 1;
+    return 0;
+  }
+  if (head < tail && tail - head >= bytes) return *off = head, 1;
+  return 0;
+}
 
 /* The i-th live region of the write-back ring, oldest first. */
 static inline wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->wb_first + i) % e->wb_cap]; }
@@ -308,6 +337,30 @@ zo_status eng_dp_drain(zo_engine_t *e);
 /* All-gather @p's working weights (NULL: every tensor) from each rank's shard at eng_working_dst() and queue
  * their upload to the device copy. Collective. */
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
+
+/* ---------------------------------------------------------------- engine_dp3.c */
+
+/* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's shard). */
+static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
+/* Bytes of the gather ring (budget and finalize agree on them). */
+size_t eng_pg_ring_bytes(const zo_engine_t *e);
+zo_status eng_pg_alloc(zo_engine_t *e);
+void eng_pg_free(zo_engine_t *e);
+/* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size allow. */
+zo_status eng_pg_issue(zo_engine_t *e);
+/* A demand fetch (no trace, or trace off): gather @p now; its entry is the newest (position -1). */
+zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p);
+/* The gathered tensor for trace position @pos (-1: the newest demand entry): *src set when complete (waited for
+ * with @wait), else NULL. */
+zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src);
+/* A host-to-device copy out of @pos's region was queued. */
+void eng_pg_mark_h2d(zo_engine_t *e, int pos);
+/* The fetch of @pos is done: free its region (after the copy out of it has landed). */
+zo_status eng_pg_consume(zo_engine_t *e, int pos);
+/* Finish and drop gathers issued ahead that no fetch will consume (the trace was left or turned off). */
+zo_status eng_pg_drop_pending(zo_engine_t *e);
+/* After the optimizer step: drop every device copy (their weights are stale; the next fetches gather anew). */
+void eng_pg_drop_device_copies(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_step.c */
 

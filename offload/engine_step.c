@@ -281,6 +281,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
   e->step = t;
   update_loss_scale(e, 0);
+  if (eng_dp3(e)) eng_pg_drop_device_copies(e); /* stale: the next fetches gather the new weights */
   /* The weights are final now: start fetching the next step's first tensors. */
   if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e));
   inf.step = e->step;

@@ -19,7 +19,8 @@
  *   overwritten within a step. */
 void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  if (e->ptier == ZO_OFFLOAD_CPU) return (char *)e->param_host.ptr + (p->pw_el + p->shard_off + off) * wsz;
+  if (e->ptier == ZO_OFFLOAD_CPU) /* several ranks at stage 3: the host tier holds only this rank's block */
+    return (char *)e->param_host.ptr + (p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off) * wsz;
   if (e->ptier == ZO_OFFLOAD_NVME) return p->wb_ptr; /* eng_wb_alloc() for [off, ...) came just before */
   if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;

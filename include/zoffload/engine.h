@@ -55,10 +55,14 @@ typedef struct zo_param zo_param_t;
  *        zo_device_default_ordinal() (LOCAL_RANK), capped at
  *        cfg->zoffload.device_memory_limit.
  * @comm: collective communicator; borrowed. NULL: a `self` (one rank) comm.
+ *        With several ranks the engine works on duplicates of it (made here:
+ *        a collective call over @comm), so the caller's own collectives on
+ *        @comm never interleave with the engine's.
  * Returns ZO_OK; ZO_ERR_CONFIG when the config asks for something the engine
  * cannot do (offload with stage 0, fp16 and bf16 both on), naming the key;
- * ZO_ERR_UNSUPPORTED for world_size > 1 until a multi-rank comm backend
- * exists; ZO_ERR_INVALID_ARG / ZO_ERR_OUT_OF_MEMORY / errors of
+ * ZO_ERR_UNSUPPORTED for what several ranks cannot do yet (stage 3 without
+ * offload_param "cpu", delayed parameter update), naming the key; ZO_ERR_MPI
+ * from duplicating @comm; ZO_ERR_INVALID_ARG / ZO_ERR_OUT_OF_MEMORY / errors of
  * zo_swap_create() (nvme: the private swap directory is created here, so a
  * missing or unwritable nvme_path fails now, not mid-training).
  */

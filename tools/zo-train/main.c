@@ -558,14 +558,14 @@ int main(int argc, char **argv) {
       if (train_model_backward(model, (float)(loss_scale / gas), micro == gas - 1)) goto model_error;
     }
     tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
+    double t2 = now_s();
+    zo_step_info info;
+    if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
     if (world > 1) { /* the loss of the global batch: the mean over the ranks */
       if (zo_comm_all_reduce_f64(comm, &loss, 1) != ZO_OK) goto engine_error;
       loss /= world;
     }
     last_loss = loss;
-    double t2 = now_s();
-    zo_step_info info;
-    if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
     t_opt += now_s() - t2;
     t_swap += info.swap_s;
     t_adam += info.adam_s;

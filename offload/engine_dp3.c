@@ -1,0 +1,215 @@
+/*
+ * engine_dp3.c - ZeRO stage 3 on several ranks: the parameters are
+ * partitioned too. Each rank's host tier (offload_param "cpu") holds only its
+ * block of every tensor's working weights (part_n = ceil(n / world)
+ * elements, the last rank's padded), and every fetch all-gathers the whole
+ * tensor into a region of a pinned host ring, from which the fetch
+ * coordinator (engine_fetch.c) copies it to the device as it would copy the
+ * host tier of one rank. Gradients are reduce-scattered as at stage 2
+ * (engine_dp.c), so a rank's bytes of parameters, gradients and optimizer
+ * state are each about 1/world of the model's.
+ *
+ * Collectives must be started in the same order on every rank, but what the
+ * coordinator prefetches, evicts and keeps depends on timing (which copies
+ * have landed). So gathers do not follow the device's state: there is
+ * exactly one gather per fetch call, whatever is on the device. Along the
+ * trace they are started ahead, in trace order, while the ring and
+ * stage3_prefetch_bucket_size allow; the ring's regions are freed only when
+ * their fetch call consumes them. Both depend on the sequence of calls
+ * alone, which every rank shares, so every rank starts the same gathers in
+ * the same order. Without a trace (the first step, zo_engine_set_trace(e, 0),
+ * a fetch off the trace) each fetch gathers on demand; gathers started ahead
+ * that no fetch will consume are finished and dropped at that point, which
+ * again every rank reaches at the same call. The volume is ZeRO's: two
+ * all-gathers of the parameters a step (forward and backward) and one
+ * reduce-scatter of the gradients, 3 x parameters. Source: Rajbhandari et
+ * al., "ZeRO" (SC'20), section 7.2.3; DeepSpeed's stage-3 parameter
+ * coordinator keeps every rank's fetch order the same for the same reason.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+static size_t padded_el(const zo_engine_t *e, const zo_param_t *p) { return p->part_n * (size_t)e->world; }
+
+size_t eng_pg_ring_bytes(const zo_engine_t *e) {
+  if (!eng_dp3(e)) return 0;
+  size_t largest = 0, total = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const size_t el = padded_el(e, e->params[i]);
+    if (el > largest) largest = el;
+    total += el;
+  }
+  /* stage3_prefetch_bucket_size elements gathered ahead, and room for the fetch in use beside them; no more than
+   * two uses of every tensor (a step's forward and backward) */
+  const size_t bucket = e->cfg.zero.stage3_prefetch_bucket_size > 0 ? (size_t)e->cfg.zero.stage3_prefetch_bucket_size : 0;
+  size_t el = bucket + largest;
+  if (el > 2 * total) el = 2 * total;
+  if (el < 2 * largest) el = 2 * largest;
+  return el * zo_dtype_size(e->wdtype);
+}
+
+zo_status eng_pg_alloc(zo_engine_t *e) {
+  ZO_CHECK(eng_host_buf_alloc(&e->pg_ring, eng_pg_ring_bytes(e), 1));
+  zo_status st = zo_comm_split(e->comm, 0, e->rank, &e->pg_comm); /* collective: every rank finalizes */
+  if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
+  e->pg_q_cap = 64;
+  e->pg_q = calloc((size_t)e->pg_q_cap, sizeof *e->pg_q);
+  if (!e->pg_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
+  return ZO_OK;
+}
+
+static dp_gat *g_at(const zo_engine_t *e, int i) { return &e->pg_q[(e->pg_q_first + i) % e->pg_q_cap]; }
+
+void eng_pg_free(zo_engine_t *e) {
+  for (int i = 0; i < e->pg_q_n; i++) zo_comm_wait(g_at(e, i)->req); /* after an error: let MPI finish them */
+  free(e->pg_q);
+  e->pg_q = NULL;
+  e->pg_q_n = 0;
+  eng_host_buf_free(&e->pg_ring);
+  zo_comm_destroy(e->pg_comm);
+  e->pg_comm = NULL;
+}
+
+static zo_status q_grow(zo_engine_t *e) {
+  const int cap = 2 * e->pg_q_cap;
+  dp_gat *q = calloc((size_t)cap, sizeof *q);
+  if (!q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
+  for (int i = 0; i < e->pg_q_n; i++) q[i] = *g_at(e, i);
+  free(e->pg_q);
+  e->pg_q = q, e->pg_q_first = 0, e->pg_q_cap = cap;
+  return ZO_OK;
+}
+
+/* Start the gather of @p into a free region for position @pos; *ok = 0 when the ring is full (nothing started). */
+static zo_status start(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
+  const size_t wsz = zo_dtype_size(e->wdtype), bytes = padded_el(e, p) * wsz;
+  size_t off = 0;
+  *ok = 0;
+  if (!eng_ring_take(e->pg_ring.nbytes, e->pg_head, e->pg_q_n ? g_at(e, 0)->off : 0, e->pg_q_n, bytes, &off))
+    return ZO_OK;
+  if (e->pg_q_n == e->pg_q_cap) ZO_CHECK(q_grow(e));
+  char *t = (char *)e->pg_ring.ptr + off, *block = t + (size_t)e->rank * p->part_n * wsz;
+  memcpy(block, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz); /* this rank's, padded */
+  dp_gat *g = &e->pg_q[(e->pg_q_first + e->pg_q_n) % e->pg_q_cap];
+  *g = (dp_gat){.p = p, .pos = pos, .off = off, .bytes = bytes};
+  zo_status st = zo_comm_iall_gather(e->pg_comm, block, t, p->part_n * wsz, &g->req);
+  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
+  e->dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
+  e->pg_q_n++;
+  e->pg_head = off + bytes;
+  *ok = 1;
+  return ZO_OK;
+}
+
+zo_status eng_pg_issue(zo_engine_t *e) {
+  if (!e->trace_valid || e->trace_off) return ZO_OK;
+  /* elements gathered ahead of the current position */
+  int64_t ahead = 0;
+  for (int i = 0; i < e->pg_q_n; i++) ahead += (int64_t)g_at(e, i)->p->n;
+  while (e->pg_next < e->trace_len) {
+    zo_param_t *p = e->params[e->trace[e->pg_next]];
+    if (e->pg_q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) break;
+    int ok;
+    ZO_CHECK(start(e, p, e->pg_next, &ok));
+    if (!ok) break;
+    ahead += (int64_t)p->n;
+    e->pg_next++;
+  }
+  return ZO_OK;
+}
+
+/* Wait for the oldest entry's gather and the copy out of it, then free its region. */
+static zo_status pop_oldest(zo_engine_t *e) {
+  dp_gat *g = g_at(e, 0);
+  zo_status st = ZO_OK;
+  if (g->req) {
+    const double t0 = now_s();
+    st = zo_comm_wait(g->req);
+    e->dp_comm_s += now_s() - t0;
+    g->req = NULL;
+    if (st != ZO_OK) st = zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
+  }
+  if (st == ZO_OK && g->h2d) st = zo_event_synchronize(g->p->ready);
+  e->pg_q_first = (e->pg_q_first + 1) % e->pg_q_cap;
+  e->pg_q_n--;
+  return st;
+}
+
+zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
+  for (;;) {
+    int ok;
+    ZO_CHECK(start(e, p, -1, &ok));
+    if (ok) return ZO_OK;
+    if (!e->pg_q_n) /* a bug: the ring holds two of the largest tensors */
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'", e->pg_ring.nbytes,
+                          p->name);
+    ZO_CHECK(pop_oldest(e)); /* entries left by demand fetches already done */
+  }
+}
+
+/* The entry for @pos (-1: the newest), or NULL. */
+static dp_gat *find(const zo_engine_t *e, int pos) {
+  if (pos < 0) return e->pg_q_n ? g_at(e, e->pg_q_n - 1) : NULL;
+  for (int i = 0; i < e->pg_q_n; i++)
+    if (g_at(e, i)->pos == pos) return g_at(e, i);
+  return NULL;
+}
+
+zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
+  *src = NULL;
+  dp_gat *g = find(e, pos);
+  if (!g) {
+    if (wait) /* a bug: every fetch gathers first */
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather for trace position %d", pos);
+    return ZO_OK;
+  }
+  if (g->req) {
+    zo_status st;
+    int done = 0;
+    if (wait) {
+      const double t0 = now_s();
+      st = zo_comm_wait(g->req);
+      e->dp_comm_s += now_s() - t0;
+      done = 1;
+    } else {
+      st = zo_comm_test(g->req, &done);
+    }
+    if (st != ZO_OK || done) g->req = NULL; /* freed by wait/test */
+    if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
+    if (!done) return ZO_OK;
+  }
+  *src = (const char *)e->pg_ring.ptr + g->off;
+  return ZO_OK;
+}
+
+void eng_pg_mark_h2d(zo_engine_t *e, int pos) {
+  dp_gat *g = find(e, pos);
+  if (g) g->h2d = 1;
+}
+
+zo_status eng_pg_consume(zo_engine_t *e, int pos) {
+  /* Demand entries of earlier fetches and this one's: every entry up to it is done with. */
+  dp_gat *g = find(e, pos);
+  if (!g) return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather to consume at trace position %d", pos);
+  while (e->pg_q_n && g_at(e, 0) != g) ZO_CHECK(pop_oldest(e));
+  return pop_oldest(e);
+}
+
+zo_status eng_pg_drop_pending(zo_engine_t *e) {
+  zo_status st = ZO_OK;
+  while (e->pg_q_n) {
+    zo_status s2 = pop_oldest(e);
+    if (st == ZO_OK) st = s2;
+  }
+  e->pg_next = e->trace_pos;
+  return st;
+}
+
+void eng_pg_drop_device_copies(zo_engine_t *e) {
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    if (p->blk && !p->in_use && p->pstate == P_RESIDENT) eng_drop_device_copy(e, p);
+  }
+}

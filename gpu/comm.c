@@ -11,6 +11,7 @@
 
 #include "base_internal.h"
 #include "comm_internal.h"
+#include "half.h"
 
 /* ------------------------------------------------------------ launcher environment */
 
@@ -64,45 +65,20 @@ zo_status zo_launch_info_get(zo_launch_info *li) {
 
 /* ------------------------------------------------------------ 16-bit <-> fp32 */
 
-static float half_to_f32(uint16_t h) {
-  _Float16 x;
-  memcpy(&x, &h, 2);
-  return (float)x;
-}
-static uint16_t f32_to_half(float f) {
-  _Float16 x = (_Float16)f; /* round to nearest even */
-  uint16_t h;
-  memcpy(&h, &x, 2);
-  return h;
-}
-static float bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                          /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
-
 static void widen(const void *src, zo_dtype t, float *dst, size_t n) {
   const uint16_t *s = src;
   if (t == ZO_DTYPE_BF16)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = zo_bf16_to_f32(s[i]);
   else
-    for (size_t i = 0; i < n; i++) dst[i] = half_to_f32(s[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = zo_f16_to_f32(s[i]);
 }
 
 static void narrow(const float *src, zo_dtype t, void *dst, size_t n) {
   uint16_t *d = dst;
   if (t == ZO_DTYPE_BF16)
-    for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+    for (size_t i = 0; i < n; i++) d[i] = zo_f32_to_bf16(src[i]);
   else
-    for (size_t i = 0; i < n; i++) d[i] = f32_to_half(src[i]);
+    for (size_t i = 0; i < n; i++) d[i] = zo_f32_to_f16(src[i]);
 }
 
 /* ------------------------------------------------------------ self backend */

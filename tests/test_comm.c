@@ -33,16 +33,19 @@ static float from_bf16(uint16_t b) {
   memcpy(&f, &u, 4);
   return f;
 }
+/* binary16 of a finite float in the normal range or zero (the values here), round to nearest even, written
+ * out here with frexpf/nearbyintf independently of the library's bit manipulation */
 static uint16_t ref_f16(float f) {
-  _Float16 h = (_Float16)f;
-  uint16_t b;
-  memcpy(&b, &h, 2);
-  return b;
+  if (f == 0) return 0;
+  int e;
+  float q = nearbyintf(frexpf(fabsf(f), &e) * 2048.0f); /* f = m 2^e, m in [0.5, 1): 11 significant bits */
+  if (q == 2048.0f) q = 1024.0f, e++;
+  return (uint16_t)((f < 0 ? 0x8000 : 0) | ((e + 14) << 10) | ((int)q - 1024));
 }
 static float from_f16(uint16_t b) {
-  _Float16 h;
-  memcpy(&h, &b, 2);
-  return (float)h;
+  if (!(b & 0x7fff)) return 0;
+  float v = ldexpf((float)((b & 0x3ff) | 0x400), ((b >> 10) & 31) - 25);
+  return b & 0x8000 ? -v : v;
 }
 
 /* Element i of block `blk` sent by rank q: a small integer, exact in every dtype and in every partial sum. */

@@ -163,6 +163,24 @@ zo_status zo_comm_create_self(zo_comm_t **out) {
   return ZO_OK;
 }
 
+#if !ZO_HAVE_NCCL
+zo_status zo_comm_nccl_create(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out) {
+  (void)dev, (void)bootstrap, (void)out;
+  return zo_error_set(ZO_ERR_UNSUPPORTED, "comm: this zoffload was built without NCCL (the CUDA toolkit's NCCL was "
+                      "not found at configure time)");
+}
+#endif
+
+zo_status zo_comm_create_nccl(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out) {
+  if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_create_nccl: out is NULL");
+  *out = NULL;
+  if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_create_nccl: dev is NULL");
+  if (zo_device_get_kind(dev) != ZO_DEVICE_CUDA)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_create_nccl: device '%s' is not a CUDA device",
+                        zo_device_name(dev));
+  return zo_comm_nccl_create(dev, bootstrap, out);
+}
+
 #if !ZO_HAVE_MPI
 zo_status zo_comm_mpi_create(const void *mpi_comm, zo_comm_t **out) {
   (void)mpi_comm, (void)out;
@@ -213,6 +231,7 @@ void zo_comm_destroy(zo_comm_t *c) {
 int zo_comm_rank(const zo_comm_t *c) { return c ? c->rank : -1; }
 int zo_comm_size(const zo_comm_t *c) { return c ? c->size : 0; }
 const char *zo_comm_backend(const zo_comm_t *c) { return c ? c->ops->name : "(null)"; }
+zo_stream_t *zo_comm_stream(const zo_comm_t *c) { return c ? c->stream : NULL; }
 
 /* ------------------------------------------------------------ fp32 staging */
 
@@ -385,7 +404,9 @@ zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, si
   if (st == ZO_OK && recv_n > SIZE_MAX / 4 / size)
     st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: recv_n %zu overflows", what, recv_n);
   if (st == ZO_OK) st = check_blocks(c, what, recv, send, recv_n * esz);
-  if (st == ZO_OK && dtype != ZO_DTYPE_F32) { /* widen into fp32 staging, reduced in place there */
+  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && c->ops->native_16bit) {
+    st = c->ops->reduce_scatter(c, send, recv, recv_n, dtype == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16, r);
+  } else if (st == ZO_OK && dtype != ZO_DTYPE_F32) { /* widen into fp32 staging, reduced in place there */
     if (!(r->stage = stage_get(c, size * recv_n, &r->stage_n)))
       st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu x %zu %s elements in fp32", what,
                         size, recv_n, zo_dtype_name(dtype));
@@ -417,7 +438,9 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
   zo_status st = ZO_OK;
   if (!buf) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: buf is NULL", what);
   if (st == ZO_OK && n > SIZE_MAX / sizeof(float)) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
-  if (st == ZO_OK && dtype != ZO_DTYPE_F32) {
+  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && c->ops->native_16bit) {
+    st = c->ops->all_reduce(c, buf, n, dtype == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16, r);
+  } else if (st == ZO_OK && dtype != ZO_DTYPE_F32) {
     if (!(r->stage = stage_get(c, n, &r->stage_n)))
       st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu %s elements in fp32", what, n,
                         zo_dtype_name(dtype));

@@ -10,11 +10,14 @@
 #include <stddef.h>
 
 #include "zoffload/comm.h"
+#include "zoffload/device.h"
 
-typedef enum { ZO_RED_F32 = 0, ZO_RED_F64 = 1 } zo_red_type;
+/* Element types a backend reduces; the 16-bit ones only reach a backend with native_16bit. */
+typedef enum { ZO_RED_F32 = 0, ZO_RED_F64 = 1, ZO_RED_BF16 = 2, ZO_RED_F16 = 3 } zo_red_type;
 
 typedef struct zo_comm_ops {
   const char *name;
+  int native_16bit; /* reduces bf16 and fp16 itself (NCCL); else the front stages them in fp32 */
   void (*destroy)(zo_comm_t *c);
   zo_status (*split)(zo_comm_t *c, int color, int key, zo_comm_t **out);
   /* Start an operation; arguments checked, sizes > 0. Completion through wait/test. An operation
@@ -36,6 +39,7 @@ struct zo_comm {
   const zo_comm_ops *ops;
   int rank, size;
   void *backend;
+  zo_stream_t *stream;      /* nccl: the stream its operations run on; else NULL */
   /* fp32 staging buffers of finished 16-bit reductions, kept for the next ones (a fresh 10 MB malloc costs its
    * page faults at every call) */
   float *stage_free[ZO_COMM_STAGE_CACHE];
@@ -62,7 +66,8 @@ struct zo_comm_req {
 
 zo_comm_t *zo_comm_alloc(const zo_comm_ops *ops, int rank, int size, void *backend);
 
-/* The mpi backend (comm_mpi.c); ZO_ERR_UNSUPPORTED stubs live in comm.c without MPI. */
+/* The mpi backend (comm_mpi.c) and the nccl one (comm_nccl.c); ZO_ERR_UNSUPPORTED stubs in comm.c without them. */
 zo_status zo_comm_mpi_create(const void *mpi_comm, zo_comm_t **out);
+zo_status zo_comm_nccl_create(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out);
 
 #endif /* ZO_COMM_INTERNAL_H */

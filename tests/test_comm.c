@@ -10,7 +10,10 @@
  * equal the arithmetic here bit for bit; a 16-bit sum that needs rounding
  * equals round-to-nearest-even of the fp32 sum; f64 all-reduce; broadcast;
  * barrier; non-blocking forms started together and completed by test and
- * wait; a split into even and odd ranks. Exit 0 pass, 1 fail.
+ * wait; a split into even and odd ranks.
+ *   test_comm nccl     the same on the nccl backend (one GPU per rank; 77
+ *                      without), plus collectives on device memory.
+ * Exit 0 pass, 1 fail, 77 skip.
  */
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +23,12 @@
 
 #include "zo_test.h"
 #include "zoffload/comm.h"
+#include "zoffload/device.h"
+
+#define REQUIRE_OK_INT(expr)                                      \
+  do {                                                            \
+    if (!CHECK_OK(expr)) return zo_test_finish("test_comm nccl"); \
+  } while (0)
 
 static uint16_t ref_bf16(float f) { /* round to nearest even, written out here independently of the library */
   uint32_t u;
@@ -266,7 +275,64 @@ static void self_only(void) {
   zo_comm_destroy(e);
 }
 
+/*
+ * test_comm nccl: the generic checks on the nccl backend (host buffers, staged through the GPU), then device
+ * buffers: a bf16 all-reduce and an in-place fp32 reduce-scatter in GPU memory. One GPU per rank: under mpirun
+ * with fewer GPUs than ranks, or without a GPU, it skips (77).
+ */
+static int nccl_main(void) {
+  zo_comm_t *boot = NULL;
+  if (!CHECK_OK(zo_comm_create_from_env(&boot))) return zo_test_finish("test_comm nccl");
+  const int W = zo_comm_size(boot), R = zo_comm_rank(boot);
+  if (zo_device_cuda_count() < (W > 1 ? W : 1)) {
+    printf("skip: %d CUDA device(s) for %d rank(s): the nccl backend needs one GPU per rank\n", zo_device_cuda_count(), W);
+    zo_comm_destroy(boot);
+    return ZO_TEST_SKIP;
+  }
+  zo_device_t *dev = NULL;
+  zo_comm_t *c = NULL;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, W > 1 ? R : zo_device_default_ordinal(), 0, &dev)) ||
+      !CHECK_OK(zo_comm_create_nccl(dev, W > 1 ? boot : NULL, &c)))
+    return zo_test_finish("test_comm nccl");
+  CHECK(strcmp(zo_comm_backend(c), "nccl") == 0);
+  CHECK(zo_comm_stream(c) != NULL);
+  generic(c);
+  enum { N = 4099 };
+  uint16_t *h = malloc(N * 2);
+  float *hf = malloc((size_t)W * N * 4);
+  void *d = NULL, *df = NULL;
+  REQUIRE_OK_INT(zo_device_malloc(dev, N * 2, &d));
+  REQUIRE_OK_INT(zo_device_malloc(dev, (size_t)W * N * 4, &df));
+  for (size_t i = 0; i < N; i++) h[i] = ref_bf16(val(R, 0, i));
+  for (int b = 0; b < W; b++)
+    for (size_t i = 0; i < N; i++) hf[(size_t)b * N + i] = val(R, b, i);
+  CHECK_OK(zo_memcpy(dev, d, h, N * 2, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy(dev, df, hf, (size_t)W * N * 4, ZO_COPY_H2D));
+  CHECK_OK(zo_comm_all_reduce(c, d, N, ZO_DTYPE_BF16));
+  CHECK_OK(zo_comm_reduce_scatter(c, df, (float *)df + (size_t)R * N, N, ZO_DTYPE_F32));
+  CHECK_OK(zo_memcpy(dev, h, d, N * 2, ZO_COPY_D2H));
+  CHECK_OK(zo_memcpy(dev, hf, df, (size_t)W * N * 4, ZO_COPY_D2H));
+  int bad = 0;
+  for (size_t i = 0; i < N; i++) {
+    float a = 0, b = 0;
+    for (int q = 0; q < W; q++) a += val(q, 0, i), b += val(q, R, i);
+    bad += from_bf16(h[i]) != a;
+    bad += hf[(size_t)R * N + i] != b;
+  }
+  CHECK_EQ(bad, 0);
+  printf("ok: nccl on %d rank%s: device-memory bf16 all-reduce and fp32 in-place reduce-scatter of %d elements exact\n",
+         W, W == 1 ? "" : "s", N);
+  zo_device_free(dev, d);
+  zo_device_free(dev, df);
+  free(h), free(hf);
+  zo_comm_destroy(c);
+  zo_device_destroy(dev);
+  zo_comm_destroy(boot);
+  return zo_test_finish("test_comm nccl");
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main();
   if (argc > 1 && !strcmp(argv[1], "env")) {
     zo_comm_t *c = NULL;
     CHECK_OK(zo_comm_create_from_env(&c));

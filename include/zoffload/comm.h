@@ -4,7 +4,9 @@
  * norms and overflow flags, broadcast, barrier. Backends:
  *   self  one rank (world size 1): every collective is a copy or a no-op;
  *   mpi   host buffers between processes (Open MPI or any MPI-3 library),
- *         for CPU-only runs and the tests; built when CMake finds MPI.
+ *         for CPU-only runs and the tests; built when CMake finds MPI;
+ *   nccl  device buffers between GPUs, one per rank (zo_comm_create_nccl);
+ *         built when CMake finds NCCL beside the CUDA toolkit.
  * The engine borrows a communicator (zo_engine_create), so a framework that
  * runs tensor or pipeline parallelism elsewhere hands it its data-parallel
  * group only (zo_comm_split, or zo_comm_create_mpi of its own MPI_Comm).
@@ -30,6 +32,7 @@
 
 #include <stddef.h>
 
+#include "zoffload/device.h"
 #include "zoffload/dtype.h"
 #include "zoffload/status.h"
 
@@ -87,6 +90,37 @@ ZO_API zo_status zo_comm_create_self(zo_comm_t **out);
 ZO_API zo_status zo_comm_create_mpi(const void *mpi_comm, zo_comm_t **out);
 
 /*
+ * zo_comm_create_nccl() - a communicator over NCCL between the GPUs of the
+ * ranks, one GPU (@dev, a CUDA device) per rank.
+ * @bootstrap: a communicator over the same ranks (e.g. `mpi`) used once to
+ *             hand rank 0's ncclUniqueId to the others and taken as the
+ *             rank order; NULL: one rank when the launcher started one, else
+ *             a TCP rendezvous on MASTER_ADDR:MASTER_PORT (torchrun's
+ *             variables, with RANK and WORLD_SIZE), rank 0 listening, for up to
+ *             ZO_NCCL_RENDEZVOUS_TIMEOUT seconds (default 300).
+ * Buffers are device memory of @dev or host memory (staged through device
+ * memory, for small things such as norms). Operations run on the
+ * communicator's own CUDA stream (zo_comm_stream()); a call returns once its
+ * work is queued there (the i* forms) or done (blocking forms), and it reads
+ * its inputs when the stream gets to it: make @c's stream wait for the
+ * producing stream first (zo_stream_wait_event), or synchronize. bf16 and
+ * fp16 are reduced by NCCL in their own type (NCCL's per-hop rounding), not
+ * staged in fp32. Collective over the ranks. Not thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL argument, @dev not CUDA);
+ * ZO_ERR_UNSUPPORTED (built without NCCL; several ranks, no @bootstrap and no
+ * MASTER_ADDR/MASTER_PORT); ZO_ERR_NCCL / ZO_ERR_CUDA (the call and NCCL's
+ * message named); ZO_ERR_SYSTEM (the rendezvous, host:port and errno named).
+ */
+ZO_API zo_status zo_comm_create_nccl(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out);
+
+/*
+ * zo_comm_stream() - the stream @c's operations run on: an NCCL
+ * communicator's; NULL for `self` and `mpi`, whose operations work on host
+ * memory from the calling thread. Borrowed; lives as long as @c.
+ */
+ZO_API zo_stream_t *zo_comm_stream(const zo_comm_t *c);
+
+/*
  * zo_comm_create_from_env() - the communicator a launcher asks for: `self`
  * when zo_launch_info_get() finds one rank, else `mpi` over MPI_COMM_WORLD,
  * checked against the launcher's rank and size.
@@ -114,7 +148,7 @@ ZO_API int zo_comm_rank(const zo_comm_t *c);
 /* zo_comm_size() - number of ranks (world size); 0 for NULL. */
 ZO_API int zo_comm_size(const zo_comm_t *c);
 
-/* zo_comm_backend() - "self" or "mpi"; "(null)" for NULL. */
+/* zo_comm_backend() - "self", "mpi" or "nccl"; "(null)" for NULL. */
 ZO_API const char *zo_comm_backend(const zo_comm_t *c);
 
 /*

@@ -342,7 +342,7 @@ int main(int argc, char **argv) {
   av.gradient_clipping = 1.0, av.warmup_num_steps = 0, av.total_num_steps = ts.steps;   /* lr 3e-4 (HF: 5e-5) */
   av.fp16 = 0, av.bf16 = 1;
   /* ---- ranks: one, or what mpirun (or torchrun's variables) asks for; only rank 0 prints */
-  zo_comm_t *comm = NULL;
+  zo_comm_t *comm = NULL, *nccl = NULL;
   if (zo_comm_create_from_env(&comm) != ZO_OK) return die("%s%s", zo_last_error(), "");
   const int rank = zo_comm_rank(comm), world = zo_comm_size(comm);
   if (rank != 0 && !freopen("/dev/null", "w", stdout)) return die("rank %s: cannot silence stdout%s", "> 0", "");
@@ -455,7 +455,18 @@ int main(int argc, char **argv) {
     goto engine_error;
   if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
     goto engine_error;
-  if (zo_engine_create(&cfg, dev, comm, &eng) != ZO_OK) goto engine_error;
+  /* Several ranks on GPUs: the engine's collectives over NCCL (bootstrapped over MPI), where this zoffload has it;
+   * zo-train's own (the loss) stay on MPI. */
+  if (world > 1 && cuda && !standin) {
+    if (zo_comm_create_nccl(dev, comm, &nccl) == ZO_OK) {
+      printf("zo-train: collectives: nccl over %d GPUs\n", world);
+    } else {
+      printf("zo-train: collectives: mpi (host memory): no nccl: %s\n", zo_last_error());
+    }
+  } else if (world > 1) {
+    printf("zo-train: collectives: mpi over %d ranks\n", world);
+  }
+  if (zo_engine_create(&cfg, dev, nccl ? nccl : comm, &eng) != ZO_OK) goto engine_error;
   for (int i = 0; i < np; i++) {
     if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
     const int64_t dims[2] = {specs[i].shape[0], specs[i].shape[1]};
@@ -689,6 +700,7 @@ out:
   if (jf) fclose(jf);
   zo_engine_destroy(eng);
   train_model_destroy(model);
+  zo_comm_destroy(nccl); /* its stream is on dev */
   zo_device_destroy(dev);
   data_close(data);
   zo_comm_destroy(comm);

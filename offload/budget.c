@@ -168,7 +168,8 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     }
     shard_total += p->shard_n;
     if (p->n > largest) largest = p->n;
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : eng_dp3(e) ? p->part_n : p->n;
+    const size_t held = eng_dp3(e) ? p->part_n : p->n; /* as finalize */
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(held, eng_extent_unit(e)) : held;
   }
   const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
   dev += dev_state + (pres ? 0 : largest_dev);

@@ -413,7 +413,8 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     p->pw_el = pw_total;
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(p->n, eng_extent_unit(e)) : eng_dp3(e) ? p->part_n : p->n;
+    const size_t held = eng_dp3(e) ? p->part_n : p->n; /* several ranks at stage 3: this rank's block */
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(held, eng_extent_unit(e)) : held;
   }
   if (e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));

@@ -1,8 +1,9 @@
 /*
  * engine_dp3.c - ZeRO stage 3 on several ranks: the parameters are
- * partitioned too. Each rank's host tier (offload_param "cpu") holds only its
- * block of every tensor's working weights (part_n = ceil(n / world)
- * elements, the last rank's padded), and every fetch all-gathers the whole
+ * partitioned too. Each rank's host tier (offload_param "cpu", or params.swp
+ * with "nvme") holds only its block of every tensor's working weights
+ * (part_n = ceil(n / world) elements, the last rank's padded), and every
+ * fetch all-gathers the whole
  * tensor into a region of a pinned host ring, from which the fetch
  * coordinator (engine_fetch.c) copies it to the device as it would copy the
  * host tier of one rank. Gradients are reduce-scattered as at stage 2
@@ -82,6 +83,33 @@ static zo_status q_grow(zo_engine_t *e) {
   return ZO_OK;
 }
 
+/*
+ * This rank's block of @p's working weights into @dst (part_n elements): from the host tier (cpu), or (nvme) from
+ * the write-back ring while the newest update is still there, else read from params.swp through staging buffer
+ * 0 (which no fetch uses at stage 3 on several ranks: gathered tensors are copied from the ring), blocking.
+ */
+static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  if (e->ptier == ZO_OFFLOAD_CPU) {
+    memcpy(dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
+    return ZO_OK;
+  }
+  wb_entry *w = eng_wb_find(e, p, 0, -1);
+  if (w && w->state != WB_FILLING && w->n == p->shard_n) {
+    memcpy(dst, (const char *)e->wb_ring + w->ring_off, p->shard_n * wsz);
+    return ZO_OK;
+  }
+  ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
+  zo_swap_req_t *req = NULL;
+  const size_t nbytes = round_up(p->part_n * wsz, e->swap_align);
+  zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[0], nbytes, &req);
+  if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
+  if (st != ZO_OK) return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
+  e->nvme_read_bytes += nbytes;
+  memcpy(dst, e->pstage[0], p->part_n * wsz);
+  return ZO_OK;
+}
+
 /* Start the gather of @p into a free region for position @pos; *ok = 0 when the ring is full (nothing started). */
 static zo_status start(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
   const size_t wsz = zo_dtype_size(e->wdtype), bytes = padded_el(e, p) * wsz;
@@ -91,7 +119,7 @@ static zo_status start(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
     return ZO_OK;
   if (e->pg_q_n == e->pg_q_cap) ZO_CHECK(q_grow(e));
   char *t = (char *)e->pg_ring.ptr + off, *block = t + (size_t)e->rank * p->part_n * wsz;
-  memcpy(block, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz); /* this rank's, padded */
+  ZO_CHECK(own_block(e, p, block)); /* this rank's, padded */
   dp_gat *g = &e->pg_q[(e->pg_q_first + e->pg_q_n) % e->pg_q_cap];
   *g = (dp_gat){.p = p, .pos = pos, .off = off, .bytes = bytes};
   zo_status st = zo_comm_iall_gather(e->pg_comm, block, t, p->part_n * wsz, &g->req);

@@ -213,7 +213,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   }
   const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
   if (forward) fw->hold = 1; /* making device room below may reap regions */
-  if (e->ptier == ZO_OFFLOAD_NVME && !forward) {
+  if (e->ptier == ZO_OFFLOAD_NVME && !forward && !gathered) {
     ZO_CHECK(free_stage(e, demand, &b));
     if (b < 0) return ZO_OK;
   }

@@ -101,7 +101,7 @@ static int64_t wb_fit(const zo_engine_t *e, size_t need) {
  * Blocks, finishing the oldest regions, while the ring is full. Sets
  * p->wb_ptr, which eng_working_dst() returns. */
 zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
-  if (e->ptier != ZO_OFFLOAD_NVME) return ZO_OK;
+  if (e->ptier != ZO_OFFLOAD_NVME || n == 0) return ZO_OK; /* an empty shard (several ranks) writes nothing */
   const size_t need = round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
   ZO_CHECK(eng_wb_reap(e));
   int64_t at;
@@ -156,7 +156,9 @@ zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n
  * queue the write of the padded range to params.swp. */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
   if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
-  if (e->world > 1 && e->cfg.zero.stage > 0) return ZO_OK; /* eng_dp_publish() uploads the all-gathered tensor */
+  /* Several ranks: stages 1-2 upload the all-gathered tensor in eng_dp_publish(); stage 3 gathers at every fetch
+   * and drops the stale device copies after the step, so only the nvme write below is left to do. */
+  if (e->world > 1 && e->cfg.zero.stage > 0 && e->ptier != ZO_OFFLOAD_NVME) return ZO_OK;
   const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = now_s();
   zo_status st = ZO_OK;
@@ -170,10 +172,15 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
     /* The last write of this range must be on disk first: two writes in flight
      * to one range may land in either order. (Long done, in practice.) */
     st = eng_wb_drain(e, p, off, n);
-    const uint64_t el = p->pw_el + p->shard_off + off; /* w->bytes stays inside the tensor's padded extent */
+    /* w->bytes stays inside the tensor's padded extent; several ranks at stage 3 keep only this rank's block */
+    const uint64_t el = p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off;
     if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, src, w->bytes, &w->req);
     if (st == ZO_OK) w->state = WB_WRITING;
     e->nvme_write_bytes += w->bytes;
+    if (eng_dp3(e)) { /* no device copy to refresh: the next fetch gathers */
+      e->copy_s += now_s() - t0;
+      return st;
+    }
   }
   if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE && !p->persistent &&
       !p->in_use) {

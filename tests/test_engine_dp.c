@@ -75,6 +75,7 @@ static int open_engine(setup *s, const zo_config_t *cfg_in, zo_comm_t *comm) {
   zo_config_t c = *cfg_in, *cfg = &c;
   if (!comm) { /* the reference keeps its swap directory apart */
     snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s/ref", g_dir);
+    snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s/ref", g_dir);
     mkdir(c.zero.offload_optimizer.nvme_path, 0700);
   }
   REQ_INT(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg_in->zoffload.device_memory_limit, &s->dev));
@@ -197,10 +198,12 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
  * evaluation pass with the trace off every other step, and one step in another fetch order (the trace is left).
  * Every fetched tensor equals the reference's bit for bit at every fetch, and so do the masters at the end.
  */
-static void run_stage3(int steps, int overlap, int64_t prefetch_bucket) {
+static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offload_device ptier,
+                       zo_offload_device otier) {
   zo_config_t cfg;
-  base_config(&cfg, 3, ZO_OFFLOAD_CPU);
-  cfg.zero.offload_param.device = ZO_OFFLOAD_CPU;
+  base_config(&cfg, 3, otier);
+  cfg.zero.offload_param.device = ptier;
+  snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", g_dir);
   cfg.zero.overlap_comm = overlap;
   cfg.zero.stage3_param_persistence_threshold = 8; /* t0 and t1 stay on the device once fetched */
   cfg.zero.stage3_prefetch_bucket_size = prefetch_bucket;
@@ -277,10 +280,11 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket) {
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
   REQUIRE_OK(zo_engine_mem_info(ref.e, &mem_r));
   if (zo_test_failures == fail0)
-    printf("ok: stage 3, param cpu%s, prefetch bucket %lld, %d ranks, %d steps: %d fetches (evaluation passes, one "
-           "step off the trace) and the masters equal the one-rank reference bit for bit; host %zu B on this rank "
-           "(one rank: %zu B); last step sent %llu B\n", overlap ? ", overlap" : "", (long long)prefetch_bucket, W,
-           steps, fetches, mem_m.host_bytes, mem_r.host_bytes, (unsigned long long)a.comm_bytes);
+    printf("ok: stage 3, param %s, state %s%s, prefetch bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
+           "passes, one step off the trace) and the masters equal the one-rank reference bit for bit; host %zu B, "
+           "nvme %zu B on this rank (one rank: %zu B, %zu B); last step sent %llu B\n", zo_offload_device_name(ptier),
+           zo_offload_device_name(otier), overlap ? ", overlap" : "", (long long)prefetch_bucket, W, steps, fetches,
+           mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes, (unsigned long long)a.comm_bytes);
   free(g), free(sum), free(mm), free(rm);
   close_engine(&m);
   close_engine(&ref);
@@ -378,16 +382,17 @@ int main(void) {
   run_case("stage 2, nvme, overlap", 2, ZO_OFFLOAD_NVME, 4, 1, 5000);
 
   run_fp16();
-  run_stage3(6, 0, 3000);   /* a bucket of about one large tensor: gathers wait for the ring */
-  run_stage3(6, 1, 50000000); /* DeepSpeed's default bucket: a whole step gathered ahead */
-  if (W > 1) { /* parameters partitioned over ranks on other tiers are not built: refused by name */
+  /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */
+  run_stage3(6, 0, 3000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
+  run_stage3(6, 1, 50000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
+  run_stage3(6, 0, 3000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU);
+  run_stage3(6, 1, 50000000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME);
+  if (W > 1) { /* parameters partitioned in device memory are not built: refused by name */
     zo_config_t cfg;
-    base_config(&cfg, 3, ZO_OFFLOAD_CPU);
-    cfg.zero.offload_param.device = ZO_OFFLOAD_NVME;
-    snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", g_dir);
+    base_config(&cfg, 3, ZO_OFFLOAD_NONE);
     zo_engine_t *e = NULL;
     CHECK_ST(zo_engine_create(&cfg, NULL, g_comm, &e), ZO_ERR_UNSUPPORTED);
-    CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\"");
+    CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\" or \"nvme\"");
   }
   CHECK_OK(zo_comm_barrier(g_comm));
   char refdir[4200];

@@ -13,8 +13,8 @@
 #    weights drift by about that much per step, ~1e-6 after the 30 steps here at most, and the loss by less;
 #    1e-5 leaves a margin of ten. Measured here: 1.1e-7 at step 30.
 #  - per rank, the NVMe optimizer state at stage 2 is about 1/3 of one rank's (extents padded to 4 KiB).
-#  - stage 3 (parameters partitioned on the host tier, gathered at every fetch) likewise, both ways; with the
-#    parameters on nvme it is refused naming the key (not built yet).
+#  - stage 3 (parameters partitioned on the host tier or NVMe, gathered at every fetch) likewise, both ways; with
+#    the parameters in device memory it is refused naming the key (not built yet).
 #  - a rank killed with SIGKILL mid-run ends the job: mpirun exits non-zero within 30 s naming the signal,
 #    instead of the other rank waiting forever in a collective.
 # Exit 0 pass, 1 fail.
@@ -40,8 +40,8 @@ z = c["zero_optimization"]
 z["stage"] = int(stage)
 z["offload_optimizer"] = {"device": opt, "nvme_path": nvme, "pin_memory": True}
 z.pop("offload_param", None)
-if z["stage"] == 3:  # stage 3 partitions the parameters too: on the host tier
-    z["offload_param"] = {"device": "cpu", "pin_memory": True}
+if z["stage"] == 3:  # stage 3 partitions the parameters too: on the optimizer's tier (cpu or nvme)
+    z["offload_param"] = {"device": opt if opt in ("cpu", "nvme") else "cpu", "nvme_path": nvme, "pin_memory": True}
 json.dump(c, open(dst, "w"), indent=1)
 EOF
 }
@@ -69,7 +69,9 @@ for sc in "0 none" "1 none" "1 cpu" "2 cpu" "2 nvme" "3 cpu" "3 nvme"; do
   grep -q "batch 8 = 4 micro x 1 accum x 2 ranks" "$work/np2-s$1-$2.out" || fail "np2-s$1-$2: batch line"
   cmp -s "$work/ref2.loss" "$work/np2-s$1-$2.loss" \
     || { paste "$work/ref2.loss" "$work/np2-s$1-$2.loss" | head -6; fail "np 2, stage $1, state $2: losses differ from one rank"; }
-  echo "ok   np 2, stage $1, optimizer state $2: $(wc -l <"$work/ref2.loss") losses identical to one rank (micro 4 x accum 2)"
+  lab="optimizer state $2"
+  [ "$1" = 3 ] && lab="$lab, parameters $2"
+  echo "ok   np 2, stage $1, $lab: $(wc -l <"$work/ref2.loss") losses identical to one rank (micro 4 x accum 2)"
 done
 [ "$(grep -c '^zo-train: rank [01] of 2' "$work/np2-s2-nvme.out")" = 2 ] || fail "no per-rank memory lines"
 [ "$(grep -c '^step ' "$work/np2-s2-nvme.out")" -gt 0 ] || fail "rank 0 printed no steps"
@@ -78,7 +80,7 @@ done
 mk "$work/ref3.json" 4 3 2 nvme 1.0
 run ref3 1 "$work/ref3.json" 30
 nv1=$(grep -o '"nvme_bytes": *[0-9]*' "$work/ref3.jsonl" | tail -1 | grep -o '[0-9]*$')
-for sc in "1 none" "2 cpu" "2 nvme" "3 cpu"; do
+for sc in "1 none" "2 cpu" "2 nvme" "3 cpu" "3 nvme"; do
   set -- $sc
   mk "$work/t$1-$2.json" 4 1 "$1" "$2" 1.0
   run "np3-s$1-$2" 3 "$work/t$1-$2.json" 30
@@ -92,7 +94,9 @@ EOF
   ) || fail "np 3 stage $1 $2: cannot compare losses"
   "$py" -c "import sys; sys.exit(0 if float('$worst') <= 1e-5 else 1)" \
     || { paste "$work/ref3.loss" "$work/np3-s$1-$2.loss"; fail "np 3, stage $1, state $2: relative loss difference $worst > 1e-5"; }
-  echo "ok   np 3, stage $1, optimizer state $2: losses within $worst (relative; limit 1e-5) of one rank (micro 4 x accum 3)"
+  lab="optimizer state $2"
+  [ "$1" = 3 ] && lab="$lab, parameters $2"
+  echo "ok   np 3, stage $1, $lab: losses within $worst (relative; limit 1e-5) of one rank (micro 4 x accum 3)"
 done
 # nvme bytes per rank (rank 0's log) against one rank's: a third, plus 4 KiB of padding per extent
 nv3=$(grep -o '"nvme_bytes": *[0-9]*' "$work/np3-s2-nvme.jsonl" | tail -1 | grep -o '[0-9]*$')
@@ -100,19 +104,19 @@ nv3=$(grep -o '"nvme_bytes": *[0-9]*' "$work/np3-s2-nvme.jsonl" | tail -1 | grep
   || fail "nvme bytes per rank $nv3 with 3 ranks vs $nv1 with one"
 echo "ok   NVMe optimizer state per rank: $nv3 B on 3 ranks, $nv1 B on one"
 
-# ---- stage 3 with the parameters on nvme, on several ranks: refused by name (not built)
-mk "$work/s3.json" 4 1 3 cpu 0
-"$py" - "$work/s3.json" "$work/nvme" <<'EOF'
+# ---- stage 3 with the parameters in device memory, on several ranks: refused by name (not built)
+mk "$work/s3.json" 4 1 3 none 0
+"$py" - "$work/s3.json" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["zero_optimization"]["offload_param"] = {"device": "nvme", "nvme_path": sys.argv[2]}
+c["zero_optimization"].pop("offload_param")
 json.dump(c, open(sys.argv[1], "w"))
 EOF
 "${mpirun[@]}" -np 2 "$zo" --config "$work/s3.json" --data "$corpus" --steps 2 >"$work/s3.out" 2>&1 \
-  && fail "stage 3 with parameters on nvme on two ranks was not refused"
-grep -q 'zero_optimization.stage: 3 on 2 ranks.*offload_param.device to "cpu"' "$work/s3.out" \
+  && fail "stage 3 with parameters on the device on two ranks was not refused"
+grep -q 'zero_optimization.stage: 3 on 2 ranks.*offload_param.device to "cpu" or "nvme"' "$work/s3.out" \
   || { cat "$work/s3.out"; fail "the refusal names no key"; }
-echo "ok   stage 3, parameters on nvme, 2 ranks refused: $(grep -m1 -o 'set zero_optimization.offload_param.device[^,]*' "$work/s3.out")"
+echo "ok   stage 3, parameters on the device, 2 ranks refused: $(grep -m1 -o 'set zero_optimization.offload_param.device[^(]*' "$work/s3.out")"
 
 # ---- a rank killed mid-run: the job ends within a bound
 mk "$work/kill.json" 4 1 2 cpu 0

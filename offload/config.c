@@ -558,11 +558,9 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     for (; si < sizeof sizes / sizeof sizes[0]; si++)
       if (!strcmp(key, sizes[si].name)) break;
     if (si < sizeof sizes / sizeof sizes[0]) {
-      /* sub_group_size, the stage3_* budgets and reduce_bucket_size (several ranks with overlap_comm) are acted
-       * on; allgather_bucket_size is validated and stored only. */
-      int acted = si <= 5;
+      /* sub_group_size, the stage3_* budgets and, on several ranks, reduce_bucket_size (the reduction ring with
+       * overlap_comm) and allgather_bucket_size (the waves of the weight all-gather, stages 1-2) are all acted on */
       ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, INT64_MAX, sizes[si].dst));
-      if (!acted) warn_inert(p);
     } else if (!strcmp(key, "stage")) {
       ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
     } else if (!strcmp(key, "offload_optimizer")) {

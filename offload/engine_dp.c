@@ -52,14 +52,19 @@ static size_t red_elems(const zo_engine_t *e, const zo_param_t *p) {
 }
 
 void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
-  size_t largest = 0, total = 0, gather = 0;
+  size_t largest = 0, total = 0, gather = 0, gather_largest = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
-    const size_t el = red_elems(e, p);
+    const size_t el = red_elems(e, p), padded = p->part_n * (size_t)e->world;
     if (el > largest) largest = el;
+    if (padded > gather_largest) gather_largest = padded;
     total += el;
-    gather += p->part_n * (size_t)e->world;
+    gather += padded;
   }
+  /* the updated weights are gathered in waves of allgather_bucket_size elements (at least the largest tensor) */
+  const size_t ag = e->cfg.zero.allgather_bucket_size > 0 ? (size_t)e->cfg.zero.allgather_bucket_size : 0;
+  if (ag < gather) gather = ag;
+  if (gather < gather_largest) gather = gather_largest;
   /* overlap_comm: reductions stay in flight while backward goes on, in a ring of reduce_bucket_size
    * elements (at least the largest tensor; at most every gradient of a step); else one tensor at a time */
   size_t ring = largest;
@@ -79,11 +84,6 @@ zo_status eng_dp_alloc(zo_engine_t *e) {
   eng_dp_host_bytes(e, &gb, &ab);
   ZO_CHECK(eng_host_buf_alloc(&e->dp_grad, gb, 1));
   ZO_CHECK(eng_host_buf_alloc(&e->dp_gather, ab, 1));
-  size_t off = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    e->params[i]->dp_off = off;
-    off += e->params[i]->part_n * (size_t)e->world;
-  }
   e->dp_q = calloc((size_t)e->n_params, sizeof *e->dp_q);
   if (!e->dp_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
   for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &e->dp_q[i].copied));
@@ -236,23 +236,28 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
   /* stage 0: every rank updated the whole tensor; stage 3: fetches gather (engine_dp3.c) */
   if (e->world == 1 || e->cfg.zero.stage == 0 || e->cfg.zero.stage == 3) return ZO_OK;
-  /* The last uploads out of the gather buffer must be done before it is written again. */
-  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  if (p) {
-    zo_comm_req_t *r = NULL;
-    ZO_CHECK(gather_start(e, p, &r));
-    return gather_finish(e, p, r);
-  }
-  /* Every tensor's all-gather in flight at once, then each upload as its gather lands. */
+  const size_t cap = e->dp_gather.nbytes / zo_dtype_size(e->wdtype);
+  const int first = p ? p->index : 0, end = p ? p->index + 1 : e->n_params;
   zo_comm_req_t **reqs = calloc((size_t)e->n_params, sizeof *reqs);
   if (!reqs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %d requests", e->n_params);
   zo_status st = ZO_OK;
-  int started = 0;
-  for (; started < e->n_params && st == ZO_OK; started++) st = gather_start(e, e->params[started], &reqs[started]);
-  if (st != ZO_OK) started--;
-  for (int i = 0; i < started; i++) { /* every started request is waited, even after an error */
-    zo_status s2 = st == ZO_OK ? gather_finish(e, e->params[i], reqs[i]) : zo_comm_wait(reqs[i]);
-    if (st == ZO_OK) st = s2;
+  /* In waves that fill the gather buffer: every gather of a wave in flight at once, then each upload as its
+   * gather lands; the next wave reuses the buffer once those uploads are done. */
+  for (int i = first; i < end && st == ZO_OK;) {
+    st = zo_stream_synchronize(e->copy_stream);
+    const int w0 = i;
+    size_t used = 0;
+    while (st == ZO_OK && i < end && (i == w0 || used + e->params[i]->part_n * (size_t)e->world <= cap)) {
+      zo_param_t *q = e->params[i];
+      q->dp_off = used;
+      used += q->part_n * (size_t)e->world;
+      st = gather_start(e, q, &reqs[i]);
+      if (st == ZO_OK) i++;
+    }
+    for (int j = w0; j < i; j++) { /* every started request is waited, even after an error */
+      zo_status s2 = st == ZO_OK ? gather_finish(e, e->params[j], reqs[j]) : zo_comm_wait(reqs[j]);
+      if (st == ZO_OK) st = s2;
+    }
   }
   free(reqs);
   return st;

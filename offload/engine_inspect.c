@@ -37,6 +37,22 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->h2d_bytes = e->h2d_bytes;
   m->d2h_bytes = e->d2h_bytes;
   if (e->arena) ZO_CHECK(zo_arena_get_stats(e->arena, &m->arena));
+  /* by kind */
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    if (e->ptier == ZO_OFFLOAD_NONE) m->param_bytes += p->n * wsz;
+    if (e->tier == ZO_OFFLOAD_NONE) {
+      m->grad_bytes += p->shard_n * gsz;
+      for (int k = 0; k < ST_KINDS; k++) m->state_bytes += p->shard_n * e->esz[k];
+    }
+  }
+  if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
+  if (e->ptier == ZO_OFFLOAD_NVME) m->param_bytes = e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  if (e->tier != ZO_OFFLOAD_NONE) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
+  for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
+    m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes : e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+  m->comm_bytes = e->dp_grad.nbytes + e->dp_gather.nbytes + e->pg_ring.nbytes;
   return ZO_OK;
 }
 

@@ -40,7 +40,7 @@ struct zo_param {
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
   size_t part_n;            /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
                                to part_n x world is what the collectives move */
-  size_t dp_off;            /* several ranks: element offset of the padded tensor in e->dp_gather */
+  size_t dp_off;            /* several ranks: element offset of the padded tensor in e->dp_gather (per wave) */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
   void *weights;            /* device: working copy, n elements of the working dtype; with parameter
                                offload valid only while `blk` is pinned (a compaction may move it) */

@@ -112,12 +112,13 @@ static void hand_over(setup *s, int i, const float *g) {
   REQUIRE_OK(zo_engine_grad_ready(s->e, s->p[i], d, ZO_DTYPE_F32));
 }
 
-/* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size (elements; 0 keeps the default) */
+/* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size and allgather_bucket_size (elements; 0
+ * keeps the defaults: every tensor in one wave) */
 static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap, int64_t bucket) {
   zo_config_t cfg;
   base_config(&cfg, stage, tier);
   cfg.zero.overlap_comm = overlap;
-  if (bucket) cfg.zero.reduce_bucket_size = bucket;
+  if (bucket) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = bucket; /* both rings small */
   /* The reference's gradient is the mean rounded to fp32, fl(sum * fl(1/W)), exact when W is a power of two;
    * the engine's norm is of the exact sum, divided by W in double. Otherwise the two norms differ by ~1e-8
    * relative, and so would a clipping coefficient taken from them: clipping only where they agree exactly. */

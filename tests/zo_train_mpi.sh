@@ -98,6 +98,26 @@ EOF
   [ "$1" = 3 ] && lab="$lab, parameters $2"
   echo "ok   np 3, stage $1, $lab: losses within $worst (relative; limit 1e-5) of one rank (micro 4 x accum 3)"
 done
+# What a rank holds as the stage rises (rank 0's last log line; fp32, 34688 parameters of 4 B): stage 1 keeps
+# the whole working weights and a third of the gradients and optimizer state (gradients are partitioned from
+# stage 1 on here: the engine never holds a whole gradient beyond its reduction ring), stage 2 the same, stage 3
+# a third of everything. A third means within 28 elements (one element of padding per tensor) of P / 3.
+"$py" - "$work" <<'EOF' || fail "bytes per rank by stage"
+import json, sys
+w = sys.argv[1]
+P = 34688 * 4
+def last(name):
+    return [json.loads(l) for l in open("%s/%s.jsonl" % (w, name))][-1]
+want = {"np3-s1-none": (1, 3, 3), "np3-s2-cpu": (1, 3, 3), "np3-s3-cpu": (3, 3, 3)}
+for name, (dp, dg, ds) in want.items():
+    m = last(name)
+    got = (m["param_bytes"] / P, m["grad_bytes"] / P, m["state_bytes"] / (3 * P))
+    for g, d, what in zip(got, (dp, dg, ds), ("parameters", "gradients", "optimizer state")):
+        assert abs(g - 1.0 / d) <= 28 * 4 / P + 1e-12, (name, what, g, 1.0 / d)
+    print("ok   %s: per rank %.4f of the parameters, %.4f of the gradients, %.4f of the optimizer state "
+          "(+ %d B of collective buffers)" % (name.replace("np3-s", "3 ranks, stage ").replace("-", ", "), got[0],
+                                             got[1], got[2], m["comm_buffer_bytes"]))
+EOF
 # nvme bytes per rank (rank 0's log) against one rank's: a third, plus 4 KiB of padding per extent
 nv3=$(grep -o '"nvme_bytes": *[0-9]*' "$work/np3-s2-nvme.jsonl" | tail -1 | grep -o '[0-9]*$')
 [ -n "$nv1" ] && [ -n "$nv3" ] && [ "$nv3" -le $((nv1 / 3 + 3 * 14 * 4096)) ] && [ "$nv3" -lt "$nv1" ] \

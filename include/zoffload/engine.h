@@ -303,6 +303,12 @@ typedef struct zo_engine_mem {
   uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
   zo_arena_stats arena;     /* the device arena every engine allocation comes from (zoffload/arena.h): its
                                capacity, live and free bytes, largest free block, fragmentation, compactions */
+  /* What this rank holds, by kind, on whatever tier it lives (with several ranks, its share): */
+  size_t param_bytes;       /* working weights: the device copy (resident), the host tier (offload_param cpu) or
+                               params.swp (nvme); at stage 3 on several ranks the rank's blocks */
+  size_t grad_bytes;        /* gradient shards (host buffers, or device with offload_optimizer "none") */
+  size_t state_bytes;       /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */
+  size_t comm_bytes;        /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
 } zo_engine_mem;
 
 /* zo_engine_mem_info() - fill @m. Returns ZO_OK or ZO_ERR_INVALID_ARG. */

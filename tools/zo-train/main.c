@@ -175,6 +175,10 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "host_bytes", json_integer((json_int_t)mem->host_bytes));
   json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)mem->pinned_bytes));
   json_object_set_new(o, "nvme_bytes", json_integer((json_int_t)mem->nvme_bytes));
+  json_object_set_new(o, "param_bytes", json_integer((json_int_t)mem->param_bytes));
+  json_object_set_new(o, "grad_bytes", json_integer((json_int_t)mem->grad_bytes));
+  json_object_set_new(o, "state_bytes", json_integer((json_int_t)mem->state_bytes));
+  json_object_set_new(o, "comm_buffer_bytes", json_integer((json_int_t)mem->comm_bytes));
   json_object_set_new(o, "nvme_read_bytes", json_integer((json_int_t)mem->nvme_read_bytes));
   json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem->nvme_write_bytes));
   json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem->h2d_bytes));
@@ -245,24 +249,31 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
  */
 static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, double comm_bytes) {
   const int world = zo_comm_size(comm);
-  double mine[6] = {(double)mem->device_bytes, (double)mem->host_bytes, (double)mem->pinned_bytes,
-                    (double)mem->nvme_bytes, comm_s, comm_bytes};
-  double *all = calloc((size_t)world * 6, sizeof *all);
+  enum { K = 10 };
+  double mine[K] = {(double)mem->device_bytes, (double)mem->host_bytes, (double)mem->pinned_bytes,
+                    (double)mem->nvme_bytes, comm_s, comm_bytes, (double)mem->param_bytes, (double)mem->grad_bytes,
+                    (double)mem->state_bytes, (double)mem->comm_bytes};
+  double *all = calloc((size_t)world * K, sizeof *all);
   if (!all) return -1;
   if (zo_comm_all_gather(comm, mine, all, sizeof mine) != ZO_OK) {
     free(all);
     return -1;
   }
   for (int r = 0; r < world; r++) {
-    const double *v = all + (size_t)r * 6;
-    char db[32], hb[32], pb[32], nb[32], cb[32];
+    const double *v = all + (size_t)r * K;
+    char db[32], hb[32], pb[32], nb[32], cb[32], kp[32], kg[32], ks[32], kc[32];
+    fmt_bytes(kp, sizeof kp, v[6]);
+    fmt_bytes(kg, sizeof kg, v[7]);
+    fmt_bytes(ks, sizeof ks, v[8]);
+    fmt_bytes(kc, sizeof kc, v[9]);
     fmt_bytes(db, sizeof db, v[0]);
     fmt_bytes(hb, sizeof hb, v[1]);
     fmt_bytes(pb, sizeof pb, v[2]);
     fmt_bytes(nb, sizeof nb, v[3]);
     fmt_bytes(cb, sizeof cb, v[5]);
-    printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | per step: collectives %.1f ms, %s "
-           "sent\n", r, world, db, hb, pb, nb, v[4] * 1e3, cb);
+    printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
+           "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n", r, world, db, hb, pb, nb, kp,
+           kg, ks, kc, v[4] * 1e3, cb);
   }
   free(all);
   return 0;

@@ -365,17 +365,30 @@ static zo_status check_dtype(const char *what, zo_dtype t) {
   return ZO_OK;
 }
 
-zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t **req) {
-  if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_all_gather: req is NULL");
+/*
+ * The start every non-blocking call shares: *@req cleared, @c checked, a request made in *@r. An operation on no
+ * data (@empty) is complete at once: it is handed out in *@req and *@r is NULL. Returns the argument errors.
+ */
+static zo_status begin(zo_comm_t *c, const char *what, zo_comm_req_t **req, int empty, zo_comm_req_t **r) {
+  *r = NULL;
+  if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: req is NULL", what);
   *req = NULL;
-  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_all_gather: comm is NULL");
-  zo_comm_req_t *r = NULL;
-  ZO_CHECK(req_new(c, &r));
-  if (send_nbytes == 0) {
-    r->complete = 1;
-    *req = r;
-    return ZO_OK;
+  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: comm is NULL", what);
+  zo_comm_req_t *n = NULL;
+  ZO_CHECK(req_new(c, &n));
+  if (empty) {
+    n->complete = 1;
+    *req = n;
+  } else {
+    *r = n;
   }
+  return ZO_OK;
+}
+
+zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t **req) {
+  zo_comm_req_t *r;
+  ZO_CHECK(begin(c, "zo_comm_all_gather", req, send_nbytes == 0, &r));
+  if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   if (!send || !recv)
     st = zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_all_gather: %s is NULL", !send ? "send" : "recv");
@@ -387,17 +400,10 @@ zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t
 zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype,
                                   zo_comm_req_t **req) {
   static const char what[] = "zo_comm_reduce_scatter";
-  if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: req is NULL", what);
-  *req = NULL;
-  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: comm is NULL", what);
   ZO_CHECK(check_dtype(what, dtype));
-  zo_comm_req_t *r = NULL;
-  ZO_CHECK(req_new(c, &r));
-  if (recv_n == 0) {
-    r->complete = 1;
-    *req = r;
-    return ZO_OK;
-  }
+  zo_comm_req_t *r;
+  ZO_CHECK(begin(c, what, req, recv_n == 0, &r));
+  if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   const size_t esz = zo_dtype_size(dtype), size = (size_t)c->size;
   if (!send || !recv) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL", what, !send ? "send" : "recv");
@@ -424,17 +430,10 @@ zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, si
 
 zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype, zo_comm_req_t **req) {
   static const char what[] = "zo_comm_all_reduce";
-  if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: req is NULL", what);
-  *req = NULL;
-  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: comm is NULL", what);
   ZO_CHECK(check_dtype(what, dtype));
-  zo_comm_req_t *r = NULL;
-  ZO_CHECK(req_new(c, &r));
-  if (n == 0) {
-    r->complete = 1;
-    *req = r;
-    return ZO_OK;
-  }
+  zo_comm_req_t *r;
+  ZO_CHECK(begin(c, what, req, n == 0, &r));
+  if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   if (!buf) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: buf is NULL", what);
   if (st == ZO_OK && n > SIZE_MAX / sizeof(float)) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
@@ -457,18 +456,11 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
 }
 
 zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t **req) {
-  if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: req is NULL");
-  *req = NULL;
-  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: comm is NULL");
-  if (root < 0 || root >= c->size)
+  if (c && (root < 0 || root >= c->size))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: root %d outside [0, %d)", root, c->size);
-  zo_comm_req_t *r = NULL;
-  ZO_CHECK(req_new(c, &r));
-  if (nbytes == 0) {
-    r->complete = 1;
-    *req = r;
-    return ZO_OK;
-  }
+  zo_comm_req_t *r;
+  ZO_CHECK(begin(c, "zo_comm_broadcast", req, nbytes == 0, &r));
+  if (!r) return ZO_OK;
   zo_status st = buf ? c->ops->broadcast(c, buf, nbytes, root, r)
                      : zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: buf is NULL");
   return started(st, r, req);

@@ -152,17 +152,9 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
   while (e->dp_q_n) {
     dp_red *r = q_at(e, 0);
     if (!r->req) break;
-    zo_status st;
     int done = 0;
-    if (wait_oldest) {
-      const double t0 = now_s();
-      st = zo_comm_wait(r->req);
-      e->dp_comm_s += now_s() - t0;
-      done = 1;
-      wait_oldest = 0;
-    } else {
-      st = zo_comm_test(r->req, &done);
-    }
+    zo_status st = eng_comm_finish(e, r->req, wait_oldest, &done);
+    wait_oldest = 0;
     if (st != ZO_OK) {
       r->req = NULL; /* freed by wait/test */
       e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
@@ -173,6 +165,15 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
     red_land(e, r);
   }
   return ZO_OK;
+}
+
+zo_status eng_comm_finish(zo_engine_t *e, zo_comm_req_t *req, int wait, int *done) {
+  if (!wait) return zo_comm_test(req, done);
+  const double t0 = now_s();
+  zo_status st = zo_comm_wait(req);
+  e->dp_comm_s += now_s() - t0;
+  *done = 1;
+  return st;
 }
 
 zo_status eng_dp_drain(zo_engine_t *e) {
@@ -223,9 +224,8 @@ static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req
 /* Wait @req, then queue the upload of the whole tensor. */
 static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  double t0 = now_s();
-  zo_status st = zo_comm_wait(req);
-  e->dp_comm_s += now_s() - t0;
+  int done;
+  zo_status st = eng_comm_finish(e, req, 1, &done);
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   const char *t = (const char *)e->dp_gather.ptr + p->dp_off * wsz;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));

@@ -153,9 +153,8 @@ static zo_status pop_oldest(zo_engine_t *e) {
   dp_gat *g = g_at(e, 0);
   zo_status st = ZO_OK;
   if (g->req) {
-    const double t0 = now_s();
-    st = zo_comm_wait(g->req);
-    e->dp_comm_s += now_s() - t0;
+    int done;
+    st = eng_comm_finish(e, g->req, 1, &done);
     g->req = NULL;
     if (st != ZO_OK) st = zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
   }
@@ -194,16 +193,8 @@ zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
     return ZO_OK;
   }
   if (g->req) {
-    zo_status st;
     int done = 0;
-    if (wait) {
-      const double t0 = now_s();
-      st = zo_comm_wait(g->req);
-      e->dp_comm_s += now_s() - t0;
-      done = 1;
-    } else {
-      st = zo_comm_test(g->req, &done);
-    }
+    zo_status st = eng_comm_finish(e, g->req, wait, &done);
     if (st != ZO_OK || done) g->req = NULL; /* freed by wait/test */
     if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
     if (!done) return ZO_OK;

@@ -334,6 +334,9 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad);
 zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest);
 /* Finish every reduction in flight (zo_engine_step, before the global norm). */
 zo_status eng_dp_drain(zo_engine_t *e);
+/* Complete @req: wait for it (@wait; the time blocked counts as exposed communication) or test it; *done = 1
+ * when it completed, and then the request is freed (also on an error). */
+zo_status eng_comm_finish(zo_engine_t *e, zo_comm_req_t *req, int wait, int *done);
 /* All-gather @p's working weights (NULL: every tensor) from each rank's shard at eng_working_dst() and queue
  * their upload to the device copy. Collective. */
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);

@@ -63,6 +63,18 @@ static float grad_of(int q, int s, int i, size_t j) {
     if (!CHECK_OK(expr)) return 1; \
   } while (0)
 
+/* Rank R's gradient of tensor @i at step @s into @g, and the mean over the ranks as the engine forms it into @mean:
+ * the exact sum times fl(1/W). */
+static void grads(int s, int i, float *g, float *mean) {
+  const float inv_w = (float)(1.0 / W); /* as the engine: clip / (loss_scale * world) in double, then fp32 */
+  for (size_t j = 0; j < k_sizes[i]; j++) {
+    g[j] = grad_of(R, s, i, j);
+    float t = 0;
+    for (int q = 0; q < W; q++) t += grad_of(q, s, i, j);
+    mean[j] = t * inv_w;
+  }
+}
+
 typedef struct setup {
   zo_device_t *dev;
   zo_engine_t *e;
@@ -128,17 +140,11 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
   if (open_engine(&m, &cfg, g_comm) || open_engine(&ref, &cfg, NULL)) return;
   const int fail0 = zo_test_failures;
   float *g = malloc(4097 * 4), *sum = malloc(4097 * 4);
-  const float inv_w = (float)(1.0 / W); /* as the engine: clip / (loss_scale * world) in double, then fp32 */
   double max_norm_rel = 0;
   for (int s = 1; s <= steps; s++) {
     for (int o = 0; o < NP; o++) {
       const int i = (o + s) % NP; /* the order changes from step to step, the same on every rank */
-      for (size_t j = 0; j < k_sizes[i]; j++) {
-        g[j] = grad_of(R, s, i, j);
-        float t = 0;
-        for (int q = 0; q < W; q++) t += grad_of(q, s, i, j);
-        sum[j] = t * inv_w;
-      }
+      grads(s, i, g, sum);
       hand_over(&m, i, g);
       hand_over(&ref, i, sum);
       /* the caller's own collective on its communicator while the engine's reductions are in flight (zo-train
@@ -193,6 +199,14 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
   close_engine(&ref);
 }
 
+/* Fetch tensor @i from both engines: 1 when the working weights differ (or a fetch failed, reported), else 0. */
+static int fetch_both(setup *m, setup *ref, int i) {
+  const void *wa = NULL, *wb = NULL;
+  if (!CHECK_OK(zo_engine_fetch(m->e, m->p[i], &wa, NULL)) || !CHECK_OK(zo_engine_fetch(ref->e, ref->p[i], &wb, NULL)))
+    return 1;
+  return memcmp(wa, wb, k_sizes[i] * 4) != 0;
+}
+
 /*
  * Stage 3 with offload_param cpu: a model-like step (forward fetch/release of every tensor, backward fetch,
  * grad_ready, release) on both engines, a device too small for the whole model (evictions and re-fetches), an
@@ -217,7 +231,6 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offlo
   setup m, ref;
   if (open_engine(&m, &cfg, g_comm) || open_engine(&ref, &cfg, NULL)) return;
   float *g = malloc(4097 * 4), *sum = malloc(4097 * 4);
-  const float inv_w = (float)(1.0 / W);
   int bad = 0, fetches = 0;
   zo_step_info a = {0};
   for (int s = 1; s <= steps; s++) {
@@ -225,10 +238,7 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offlo
       REQUIRE_OK(zo_engine_set_trace(m.e, 0));
       REQUIRE_OK(zo_engine_set_trace(ref.e, 0));
       for (int i = NP - 1; i >= 0; i -= 2) {
-        const void *wa, *wb;
-        REQUIRE_OK(zo_engine_fetch(m.e, m.p[i], &wa, NULL));
-        REQUIRE_OK(zo_engine_fetch(ref.e, ref.p[i], &wb, NULL));
-        bad += memcmp(wa, wb, k_sizes[i] * 4) != 0, fetches++;
+        bad += fetch_both(&m, &ref, i), fetches++;
         REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
         REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
       }
@@ -238,24 +248,13 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offlo
     const int shift = s == 4 ? 2 : 0; /* step 4 runs the forward in another order: off the trace */
     for (int o = 0; o < NP; o++) {
       const int i = (o + shift) % NP;
-      const void *wa, *wb;
-      REQUIRE_OK(zo_engine_fetch(m.e, m.p[i], &wa, NULL));
-      REQUIRE_OK(zo_engine_fetch(ref.e, ref.p[i], &wb, NULL));
-      bad += memcmp(wa, wb, k_sizes[i] * 4) != 0, fetches++;
+      bad += fetch_both(&m, &ref, i), fetches++;
       REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
       REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
     }
     for (int i = NP - 1; i >= 0; i--) {
-      const void *wa, *wb;
-      REQUIRE_OK(zo_engine_fetch(m.e, m.p[i], &wa, NULL));
-      REQUIRE_OK(zo_engine_fetch(ref.e, ref.p[i], &wb, NULL));
-      bad += memcmp(wa, wb, k_sizes[i] * 4) != 0, fetches++;
-      for (size_t j = 0; j < k_sizes[i]; j++) {
-        g[j] = grad_of(R, s, i, j);
-        float t = 0;
-        for (int q = 0; q < W; q++) t += grad_of(q, s, i, j);
-        sum[j] = t * inv_w;
-      }
+      bad += fetch_both(&m, &ref, i), fetches++;
+      grads(s, i, g, sum);
       hand_over(&m, i, g);
       hand_over(&ref, i, sum);
       double one = 1; /* the caller's own collective, as above */

@@ -37,7 +37,6 @@ case $mode in
         export OMP_TOOL=disabled ;; # libomp's OMPT tool (libarcher) trips TSan's allocator check at start-up
   *) fail "mode: asan or tsan, got '$mode'" ;;
 esac
-export ZO_TEST_SANITIZER=$mode # tests skip wall-clock checks that instrumentation makes meaningless
 t0=$(date +%s)
 CC=$cc cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_SANITIZE="$san" -DZO_FUZZ_LIBFUZZER=$fuzzer \
       -DZO_WITH_CUDA=OFF -DZO_WITH_NCCL=OFF -DZO_WITH_MPI=OFF -DZO_NATIVE=ON >"$dir.configure.log" 2>&1 \

@@ -965,9 +965,8 @@ static void test_link_emulation_host(void) {
   CHECK_EQ(ls.h2d_bytes, N);
   CHECK_EQ(ls.h2d_copies, 1);
   CHECK_CLOSE(ls.h2d_busy_s, 0.0, 0, 0);
-  /* memcpy of 16 MiB is a few ms here; not under a sanitizer (sanitize.sh sets ZO_TEST_SANITIZER), whose
-   * instrumented memcpy is several times slower */
-  if (!getenv("ZO_TEST_SANITIZER")) CHECK_LT(dt_free, 0.9 * slot16);
+  /* (no upper bound on dt_free: a loaded machine or a sanitizer may take longer than a slot for the memcpy;
+   * the link's own accounting above says no slot was taken) */
 
   /* 16 MiB at 1 GB/s takes >= 16.8 ms (15 ms with slack for clock granularity), and lands intact. */
   CHECK_OK(zo_device_set_link_gbps(dev, 1.0));
@@ -1027,11 +1026,14 @@ static void test_link_emulation_host(void) {
 
   /* Back to 0: unthrottled again. */
   CHECK_OK(zo_device_set_link_gbps(dev, 0.0));
+  CHECK_OK(zo_device_link_stats(dev, &ls0));
   t0 = now_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
   CHECK_OK(zo_stream_synchronize(s1));
   dt_free = now_s() - t0;
-  CHECK_LT(dt_free, 0.9 * slot16);
+  CHECK_OK(zo_device_link_stats(dev, &ls));
+  CHECK_EQ(ls.h2d_bytes, ls0.h2d_bytes + N);
+  CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0, 0); /* unthrottled: no slot taken (a deterministic check, not a clock) */
   printf("host: link: 16 MiB unlimited %.2f ms, at 1 GB/s %.2f ms (slot %.2f), 2 streams same lane %.2f ms, "
          "duplex %.2f ms\n",
          dt_free * 1e3, dt_one * 1e3, slot16 * 1e3, dt_two * 1e3, dt_duplex * 1e3);

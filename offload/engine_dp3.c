@@ -62,9 +62,10 @@ zo_status eng_pg_alloc(zo_engine_t *e) {
 }
 
 static dp_gat *g_at(const zo_engine_t *e, int i) { return &e->pg_q[(e->pg_q_first + i) % e->pg_q_cap]; }
+static zo_status pop_oldest(zo_engine_t *e);
 
 void eng_pg_free(zo_engine_t *e) {
-  for (int i = 0; i < e->pg_q_n; i++) zo_comm_wait(g_at(e, i)->req); /* after an error: let MPI finish them */
+  while (e->pg_q_n) pop_oldest(e); /* after an error: let MPI finish them */
   free(e->pg_q);
   e->pg_q = NULL;
   e->pg_q_n = 0;
@@ -110,24 +111,98 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   return ZO_OK;
 }
 
-/* Start the gather of @p into a free region for position @pos; *ok = 0 when the ring is full (nothing started). */
-static zo_status start(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
-  const size_t wsz = zo_dtype_size(e->wdtype), bytes = padded_el(e, p) * wsz;
+/*
+ * A bucket: one all-gather for consecutive fetches along the trace, up to allgather_bucket_size elements, so that
+ * small tensors (biases, norms) do not pay a collective's latency each. Every rank contributes its blocks of the
+ * members one after another; what arrives is rank-major (rank 0's blocks of every member, then rank 1's...), so
+ * on completion each member's blocks are copied into its own region of the ring, where the tensor is whole. A
+ * bucket of one gathers straight into its member's region.
+ */
+struct pg_bucket {
+  zo_comm_req_t *req;        /* NULL once complete */
+  char *packed;              /* W x per_rank elements, rank-major; NULL for a bucket of one */
+  size_t per_rank;           /* elements of one rank's contribution: the members' part_n summed */
+  int refs;                  /* members not yet consumed */
+  int n_members;
+  uint64_t first_seq;        /* the first member's dp_gat.seq; the others follow it */
+};
+
+/* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring is full. */
+static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
+  const size_t bytes = padded_el(e, p) * zo_dtype_size(e->wdtype);
   size_t off = 0;
   *ok = 0;
   if (!eng_ring_take(e->pg_ring.nbytes, e->pg_head, e->pg_q_n ? g_at(e, 0)->off : 0, e->pg_q_n, bytes, &off))
     return ZO_OK;
   if (e->pg_q_n == e->pg_q_cap) ZO_CHECK(q_grow(e));
-  char *t = (char *)e->pg_ring.ptr + off, *block = t + (size_t)e->rank * p->part_n * wsz;
-  ZO_CHECK(own_block(e, p, block)); /* this rank's, padded */
   dp_gat *g = &e->pg_q[(e->pg_q_first + e->pg_q_n) % e->pg_q_cap];
-  *g = (dp_gat){.p = p, .pos = pos, .off = off, .bytes = bytes};
-  zo_status st = zo_comm_iall_gather(e->pg_comm, block, t, p->part_n * wsz, &g->req);
-  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
-  e->dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
+  *g = (dp_gat){.p = p, .pos = pos, .off = off, .bytes = bytes, .seq = e->pg_seq++};
   e->pg_q_n++;
   e->pg_head = off + bytes;
   *ok = 1;
+  return ZO_OK;
+}
+
+/* Start one all-gather for the newest @k queued entries (reserve()d, in fetch order). */
+static zo_status launch(zo_engine_t *e, int k) {
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  struct pg_bucket *b = calloc(1, sizeof *b);
+  if (!b) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket");
+  const int first = e->pg_q_n - k;
+  for (int i = 0; i < k; i++) b->per_rank += g_at(e, first + i)->p->part_n;
+  b->refs = b->n_members = k;
+  zo_status st = ZO_OK;
+  char *send, *recv;
+  if (k == 1) {
+    dp_gat *g = g_at(e, first);
+    recv = (char *)e->pg_ring.ptr + g->off;
+    send = recv + (size_t)e->rank * g->p->part_n * wsz;
+    st = own_block(e, g->p, send); /* this rank's, padded */
+  } else {
+    b->packed = malloc((size_t)e->world * b->per_rank * wsz);
+    if (!b->packed) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket of %zu "
+                                      "bytes", (size_t)e->world * b->per_rank * wsz);
+    recv = b->packed;
+    send = recv + (size_t)e->rank * b->per_rank * wsz;
+    for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(e, first + i)->p->part_n, i++)
+      st = own_block(e, g_at(e, first + i)->p, send + (size_t)at * wsz);
+  }
+  if (st == ZO_OK) st = zo_comm_iall_gather(e->pg_comm, send, recv, b->per_rank * wsz, &b->req);
+  if (st != ZO_OK) {
+    free(b->packed);
+    free(b);
+    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", g_at(e, first)->p->name, k - 1,
+                           e->world);
+  }
+  e->dp_bytes += (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
+  for (int i = 0; i < k; i++) g_at(e, first + i)->b = b;
+  b->first_seq = g_at(e, first)->seq;
+  return ZO_OK;
+}
+
+/* Complete @g's bucket (waiting with @wait, else testing); on completion copy every member's blocks into place. */
+static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
+  struct pg_bucket *b = g->b;
+  *done = 1;
+  if (!b->req) return ZO_OK;
+  zo_status st = eng_comm_finish(e, b->req, wait, done);
+  if (st != ZO_OK || *done) b->req = NULL; /* freed by wait/test */
+  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
+  if (!*done || !b->packed) return ZO_OK;
+  /* members are consecutive in the queue from first_seq, and all still queued: popped only after this */
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  const int first = (int)(b->first_seq - g_at(e, 0)->seq);
+  size_t at = 0;
+  for (int i = 0; i < b->n_members; i++) {
+    const dp_gat *mi = g_at(e, first + i);
+    const size_t part = mi->p->part_n;
+    for (int q = 0; q < e->world; q++)
+      memcpy((char *)e->pg_ring.ptr + mi->off + (size_t)q * part * wsz,
+             b->packed + ((size_t)q * b->per_rank + at) * wsz, part * wsz);
+    at += part;
+  }
+  free(b->packed);
+  b->packed = NULL;
   return ZO_OK;
 }
 
@@ -136,29 +211,43 @@ zo_status eng_pg_issue(zo_engine_t *e) {
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
   for (int i = 0; i < e->pg_q_n; i++) ahead += (int64_t)g_at(e, i)->p->n;
+  const int64_t bucket_cap = e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
   while (e->pg_next < e->trace_len) {
-    zo_param_t *p = e->params[e->trace[e->pg_next]];
-    if (e->pg_q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) break;
-    int ok;
-    ZO_CHECK(start(e, p, e->pg_next, &ok));
-    if (!ok) break;
-    ahead += (int64_t)p->n;
-    e->pg_next++;
+    /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and the bucket */
+    int k = 0;
+    int64_t in_bucket = 0;
+    while (e->pg_next < e->trace_len && k < 256) {
+      zo_param_t *p = e->params[e->trace[e->pg_next]];
+      if ((e->pg_q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) ||
+          (k && in_bucket + (int64_t)p->n > bucket_cap))
+        break;
+      int ok;
+      ZO_CHECK(reserve(e, p, e->pg_next, &ok));
+      if (!ok) break;
+      ahead += (int64_t)p->n, in_bucket += (int64_t)p->n;
+      e->pg_next++, k++;
+    }
+    if (!k) break;
+    ZO_CHECK(launch(e, k));
   }
   return ZO_OK;
 }
 
-/* Wait for the oldest entry's gather and the copy out of it, then free its region. */
+/* Wait for the oldest entry's gather and the copy out of it, then free its region (and its bucket with the last
+ * member). */
 static zo_status pop_oldest(zo_engine_t *e) {
   dp_gat *g = g_at(e, 0);
   zo_status st = ZO_OK;
-  if (g->req) {
-    int done;
-    st = eng_comm_finish(e, g->req, 1, &done);
-    g->req = NULL;
-    if (st != ZO_OK) st = zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
-  }
+  int done;
+  if (g->b) st = bucket_finish(e, g, 1, &done);
   if (st == ZO_OK && g->h2d) st = zo_event_synchronize(g->p->ready);
+  if (g->b) {
+    if (--g->b->refs == 0) {
+      if (g->b->req) zo_comm_wait(g->b->req); /* only after an error above */
+      free(g->b->packed);
+      free(g->b);
+    }
+  }
   e->pg_q_first = (e->pg_q_first + 1) % e->pg_q_cap;
   e->pg_q_n--;
   return st;
@@ -167,8 +256,8 @@ static zo_status pop_oldest(zo_engine_t *e) {
 zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
   for (;;) {
     int ok;
-    ZO_CHECK(start(e, p, -1, &ok));
-    if (ok) return ZO_OK;
+    ZO_CHECK(reserve(e, p, -1, &ok));
+    if (ok) return launch(e, 1);
     if (!e->pg_q_n) /* a bug: the ring holds two of the largest tensors */
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'", e->pg_ring.nbytes,
                           p->name);
@@ -192,13 +281,9 @@ zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather for trace position %d", pos);
     return ZO_OK;
   }
-  if (g->req) {
-    int done = 0;
-    zo_status st = eng_comm_finish(e, g->req, wait, &done);
-    if (st != ZO_OK || done) g->req = NULL; /* freed by wait/test */
-    if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
-    if (!done) return ZO_OK;
-  }
+  int done = 0;
+  ZO_CHECK(bucket_finish(e, g, wait, &done));
+  if (!done) return ZO_OK;
   *src = (const char *)e->pg_ring.ptr + g->off;
   return ZO_OK;
 }

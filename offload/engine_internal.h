@@ -136,7 +136,8 @@ typedef struct dp_gat {
   zo_param_t *p;
   int pos;                   /* trace position it serves, or -1 (a demand fetch) */
   size_t off, bytes;         /* region of e->pg_ring: the tensor padded to part_n x world */
-  zo_comm_req_t *req;        /* NULL once complete */
+  struct pg_bucket *b;       /* the all-gather it is part of (engine_dp3.c) */
+  uint64_t seq;              /* its place in the order of all entries (buckets find their members by it) */
   int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
 } dp_gat;
 
@@ -200,6 +201,7 @@ struct zo_engine {
   int pg_q_first, pg_q_n, pg_q_cap;
   size_t pg_head;            /* next free byte of pg_ring */
   int pg_next;               /* next trace position to gather for */
+  uint64_t pg_seq;           /* entries queued so far */
   zo_comm_t *pg_comm;        /* a duplicate of comm for the gathers: their order is fixed by the fetch calls, that
                                 of the gradient reductions by when copies land, so they may not share one */
   double dp_comm_s;          /* blocked in collectives since the last step */

@@ -213,10 +213,11 @@ static int fetch_both(setup *m, setup *ref, int i) {
  * evaluation pass with the trace off every other step, and one step in another fetch order (the trace is left).
  * Every fetched tensor equals the reference's bit for bit at every fetch, and so do the masters at the end.
  */
-static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offload_device ptier,
-                       zo_offload_device otier) {
+static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t allgather_bucket,
+                       zo_offload_device ptier, zo_offload_device otier) {
   zo_config_t cfg;
   base_config(&cfg, 3, otier);
+  cfg.zero.allgather_bucket_size = allgather_bucket; /* consecutive fetches' gathers coalesced up to it */
   cfg.zero.offload_param.device = ptier;
   snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", g_dir);
   cfg.zero.overlap_comm = overlap;
@@ -280,10 +281,11 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, zo_offlo
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
   REQUIRE_OK(zo_engine_mem_info(ref.e, &mem_r));
   if (zo_test_failures == fail0)
-    printf("ok: stage 3, param %s, state %s%s, prefetch bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
+    printf("ok: stage 3, param %s, state %s%s, prefetch bucket %lld, gather bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
            "passes, one step off the trace) and the masters equal the one-rank reference bit for bit; host %zu B, "
            "nvme %zu B on this rank (one rank: %zu B, %zu B); last step sent %llu B\n", zo_offload_device_name(ptier),
-           zo_offload_device_name(otier), overlap ? ", overlap" : "", (long long)prefetch_bucket, W, steps, fetches,
+           zo_offload_device_name(otier), overlap ? ", overlap" : "", (long long)prefetch_bucket, (long long)allgather_bucket, W,
+           steps, fetches,
            mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes, (unsigned long long)a.comm_bytes);
   free(g), free(sum), free(mm), free(rm);
   close_engine(&m);
@@ -383,10 +385,12 @@ int main(void) {
 
   run_fp16();
   /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */
-  run_stage3(6, 0, 3000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
-  run_stage3(6, 1, 50000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
-  run_stage3(6, 0, 3000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU);
-  run_stage3(6, 1, 50000000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME);
+  run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
+  run_stage3(6, 1, 50000000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU); /* every gather of a step in one bucket */
+  run_stage3(6, 0, 50000000, 1, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);         /* one gather per fetch */
+  run_stage3(6, 0, 50000000, 1100, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);      /* buckets of 1 to 3 tensors */
+  run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU);
+  run_stage3(6, 1, 50000000, 1100, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME);
   if (W > 1) { /* parameters partitioned in device memory are not built: refused by name */
     zo_config_t cfg;
     base_config(&cfg, 3, ZO_OFFLOAD_NONE);

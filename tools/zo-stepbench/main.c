@@ -57,6 +57,7 @@ typedef struct opts {
   int stage;                /* --stage, -1: derived from the tiers */
   int overlap_comm;         /* --overlap-comm on|off; -1: the config default (on at stage 3) */
   int64_t reduce_bucket;    /* --reduce-bucket-size, 0: the config default */
+  int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
 } opts;
 
 static double now_s(void) {
@@ -125,6 +126,8 @@ static void usage(FILE *f) {
     "  --overlap-comm on|off      zero_optimization.overlap_comm: gradient reductions in flight during backward\n"
     "                             (default: DeepSpeed's, on at stage 3 only)\n"
     "  --reduce-bucket-size N     zero_optimization.reduce_bucket_size in elements (default 5e8)\n"
+    "  --allgather-bucket-size N  zero_optimization.allgather_bucket_size in elements (default 5e8): stage 1-2 weight\n"
+    "                             gathers in waves of it, stage 3 coalesces consecutive fetches' gathers up to it\n"
     "  --help                     this text\n"
     "\n"
     "One step: forward over layers 0..L-1 (zo_engine_fetch, spin X ms, zo_engine_release), backward\n"
@@ -173,7 +176,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->overlap_comm = -1;
   enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
          O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE,
-         O_OVERLAP, O_RBUCKET };
+         O_OVERLAP, O_RBUCKET, O_ABUCKET };
   static const struct option lo[] = {
       {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
       {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -183,7 +186,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"warmup", 1, 0, O_WARM}, {"bf16", 0, 0, O_BF16}, {"fp32", 0, 0, O_FP32}, {"no-baseline", 0, 0, O_NOBASE},
       {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP},
       {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {"overlap-comm", 1, 0, O_OVERLAP},
-      {"reduce-bucket-size", 1, 0, O_RBUCKET}, {0, 0, 0, 0}};
+      {"reduce-bucket-size", 1, 0, O_RBUCKET}, {"allgather-bucket-size", 1, 0, O_ABUCKET}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
   long l;
@@ -257,8 +260,9 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->overlap_comm = !strcmp(optarg, "on");
         break;
       case O_RBUCKET:
+      case O_ABUCKET:
         if (zo_tool_parse_count(optarg, 0, &u) || u == 0 || u > INT64_MAX) goto bad;
-        o->reduce_bucket = (int64_t)u;
+        *(c == O_RBUCKET ? &o->reduce_bucket : &o->allgather_bucket) = (int64_t)u;
         break;
       case O_STAGE:
         if (parse_int(optarg, 0, 3, &l)) goto bad;
@@ -534,6 +538,7 @@ int main(int argc, char **argv) {
   const int world = comm ? zo_comm_size(comm) : 1;
   if (o.overlap_comm >= 0) cfg.zero.overlap_comm = o.overlap_comm;
   if (o.reduce_bucket) cfg.zero.reduce_bucket_size = o.reduce_bucket;
+  if (o.allgather_bucket) cfg.zero.allgather_bucket_size = o.allgather_bucket;
   cfg.bf16.enabled = o.bf16;
   cfg.zero.offload_optimizer.device = o.oopt;
   cfg.zero.offload_optimizer.pin_memory = 1;

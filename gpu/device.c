@@ -215,6 +215,7 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
   }
   dev->kind = kind;
   dev->ordinal = ordinal;
+  dev->numa_node = -1;
   dev->limit = mem_limit_bytes ? mem_limit_bytes : SIZE_MAX;
   zo_status st;
 #if ZO_HAVE_CUDA
@@ -265,6 +266,7 @@ zo_device_kind zo_device_get_kind(const zo_device_t *dev) { return dev->kind; }
 const char *zo_device_name(const zo_device_t *dev) { return dev ? dev->name : "(null device)"; }
 
 int zo_device_ordinal(const zo_device_t *dev) { return dev ? dev->ordinal : -1; }
+int zo_device_numa_node(const zo_device_t *dev) { return dev ? dev->numa_node : -1; }
 
 int zo_device_host_addressable(const zo_device_t *dev) {
   return dev ? dev->ops->host_addressable : 0;

@@ -572,6 +572,15 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
   }
   prop.name[sizeof prop.name - 1] = '\0';
   snprintf(dev->model, sizeof dev->model, "%s", prop.name);
+  /* the NUMA node its PCI device hangs off, for binding host threads and pinned memory near it */
+  char numa_path[96];
+  snprintf(numa_path, sizeof numa_path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/numa_node", (unsigned)prop.pciDomainID,
+           (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
+  FILE *nf = fopen(numa_path, "r");
+  if (nf) {
+    if (fscanf(nf, "%d", &dev->numa_node) != 1 || dev->numa_node < 0) dev->numa_node = -1;
+    fclose(nf);
+  }
   dev->cc_major = prop.major;
   dev->cc_minor = prop.minor;
   snprintf(dev->name, sizeof dev->name, "cuda:%d %s (sm_%d%d, %s%s)", ord, prop.name, prop.major, prop.minor, total,

@@ -84,6 +84,7 @@ struct zo_device {
   char name[320]; /* CUDA device names run to 256 bytes */
   char model[256]; /* CUDA: the GPU's product name (cudaDeviceProp.name); host: "" */
   int cc_major, cc_minor; /* CUDA: compute capability; host: 0 */
+  int numa_node;             /* NUMA node (OS index) of the GPU's PCI device from sysfs; -1: unknown or host */
 
   /* Memory accounting (bytes), all under mem_mu. */
   pthread_mutex_t mem_mu;

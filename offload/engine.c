@@ -58,15 +58,6 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   e->esz[ST_MASTER] = sizeof(float);
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
-  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = -1, .bind = 1,
-                          .simd = ZO_SIMD_AUTO};
-  /* Ranks sharing this machine (the launcher's local rank and size) take their own share of the cores, so two
-   * ranks' Adam threads are not bound to the same ones. */
-  zo_launch_info li;
-  if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1) po.share_index = li.local_rank, po.share_count = li.local_size;
-  ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
-  zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
-
   e->ptier = cfg->zero.offload_param.device;
   e->dpu = cfg->zoffload.delayed_param_update;
   if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE)) {
@@ -91,6 +82,20 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
     if (cfg->zoffload.host_link_gbps > 0 && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
       ZO_CHECK_GOTO(zo_device_set_link_gbps(e->dev, cfg->zoffload.host_link_gbps), st, fail);
   }
+  /* The Adam threads: on the cores of the GPU's NUMA node when the kernel names one (near its pinned buffers and
+   * its PCIe link); ranks sharing this machine (the launcher's local rank and size) take their own share of
+   * those cores, so two ranks' threads are not bound to the same ones. */
+  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = zo_device_numa_node(e->dev),
+                          .bind = 1, .simd = ZO_SIMD_AUTO};
+  zo_launch_info li;
+  if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1) po.share_index = li.local_rank, po.share_count = li.local_size;
+  if (zo_adam_pool_create(&po, &e->pool) != ZO_OK && po.numa_node >= 0) {
+    zo_warn("engine: Adam threads on NUMA node %d of '%s': %s; using every node", po.numa_node,
+            zo_device_name(e->dev), zo_last_error());
+    po.numa_node = -1;
+  }
+  if (!e->pool) ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
+  zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
   if (tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
     st = zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on device '%s' needs a "
                       "device Adam kernel, which is not built yet; use \"cpu\" or \"nvme\"",

@@ -164,6 +164,14 @@ ZO_API double zo_device_peak_tflops(const zo_device_t *dev);
  */
 ZO_API double zo_gpu_bf16_peak_tflops(int major, int minor, const char *name);
 
+/*
+ * zo_device_numa_node() - the NUMA node (the kernel's number, as in
+ * /sys/devices/system/node) the GPU's PCI device is attached to, read from
+ * sysfs at zo_device_create(); -1 for the host backend, NULL, or when the
+ * kernel does not say (single-node machines often report -1). Thread-safe.
+ */
+ZO_API int zo_device_numa_node(const zo_device_t *dev);
+
 /* zo_device_ordinal() - the ordinal passed to zo_device_create(); -1 for NULL. */
 ZO_API int zo_device_ordinal(const zo_device_t *dev);
 

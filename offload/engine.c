@@ -85,6 +85,10 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   /* The Adam threads: on the cores of the GPU's NUMA node when the kernel names one (near its pinned buffers and
    * its PCIe link); ranks sharing this machine (the launcher's local rank and size) take their own share of
    * those cores, so two ranks' threads are not bound to the same ones. */
+  /* the pinned buffers on that node too, when this is the process's first engine (the pool does not exist yet) */
+  if (zo_device_numa_node(e->dev) >= 0 && zo_host_prefer_numa_node(zo_device_numa_node(e->dev)) == 0)
+    zo_info("engine: pinned host memory bound to NUMA node %d (near '%s')", zo_device_numa_node(e->dev),
+            zo_device_name(e->dev));
   zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = zo_device_numa_node(e->dev),
                           .bind = 1, .simd = ZO_SIMD_AUTO};
   zo_launch_info li;

@@ -659,9 +659,27 @@ static zo_pinned_pool_t *_Atomic g_default; /* read by zo_host_free() without th
 static zo_status g_default_st;
 static char g_default_err[256];
 
+static int g_default_numa = -1; /* hwloc logical index of zo_host_prefer_numa_node()'s node */
+
+int zo_host_prefer_numa_node(int os_node) {
+  if (atomic_load(&g_default) || os_node < 0) return -1;
+  hwloc_topology_t t;
+  if (hwloc_topology_init(&t) != 0) return -1;
+  int logical = -1;
+  if (hwloc_topology_load(t) == 0) {
+    hwloc_obj_t n = hwloc_get_numanode_obj_by_os_index(t, (unsigned)os_node);
+    if (n) logical = (int)n->logical_index;
+  }
+  hwloc_topology_destroy(t);
+  if (logical < 0) return -1;
+  g_default_numa = logical;
+  return 0;
+}
+
 static void default_pool_init(void) {
   zo_pinned_opts o = ZO_PINNED_OPTS_INIT;
   o.decay_ms = 0; /* engine buffers are few and long-lived: give pinned RAM back at once */
+  o.numa_node = g_default_numa;
   zo_pinned_pool_t *p = NULL;
   g_default_st = zo_pinned_pool_create(&o, &p);
   atomic_store(&g_default, p);

@@ -38,6 +38,14 @@ void zo_host_free(void *ptr, size_t nbytes, int pinned);
  */
 size_t zo_host_pinned_bytes(void);
 
+/*
+ * zo_host_prefer_numa_node() - bind the process-wide pool's memory to NUMA node @os_node (the kernel's number,
+ * e.g. zo_device_numa_node() of the process's GPU). Only before the pool exists (the first pinned
+ * zo_host_alloc()); returns 0 when it will apply, -1 when the pool already exists or @os_node is not a node of
+ * this machine (nothing changes).
+ */
+int zo_host_prefer_numa_node(int os_node);
+
 /* zo_host_pool() - the process-wide pool (created on first call), NULL if it cannot be created. */
 zo_pinned_pool_t *zo_host_pool(void);
 

@@ -218,6 +218,28 @@ static void test_numa_node0(void) {
   zo_pinned_pool_destroy(pool);
 }
 
+/* The process-wide pool bound to a NUMA node chosen before it exists (the engine passes its GPU's): in a fresh
+ * child process, node 0 (every machine has it) applies and shows in the pool's stats; a second call once the pool
+ * exists, and a node the machine lacks, are refused and change nothing. */
+static void test_host_numa(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int bad = zo_host_prefer_numa_node(100000) != -1; /* no such node */
+    bad |= zo_host_prefer_numa_node(0) != 0;
+    void *a = NULL;
+    int pa = 0;
+    bad |= zo_host_alloc(1 << 20, 1, &a, &pa) != ZO_OK;
+    zo_pinned_stats_t st;
+    bad |= !zo_host_pool() || zo_pinned_stats(zo_host_pool(), &st) != ZO_OK || st.numa_node != 0;
+    bad |= zo_host_prefer_numa_node(0) != -1; /* the pool exists now */
+    zo_host_free(a, 1 << 20, pa);
+    _exit(bad);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* The engine's calls: page aligned, zeroed, pinned; a wrong @pinned flag on free does no harm. */
 static void test_host_calls(void) {
   void *a = NULL, *b = NULL;
@@ -377,6 +399,7 @@ int main(void) {
   test_numa_node0();
   if (g_warnings != w0) printf("  note: %s\n", g_last_warning);
   printf("engine calls\n");
+  test_host_numa();
   test_host_calls();
   printf("threads\n");
   test_threads();

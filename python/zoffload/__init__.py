@@ -1,0 +1,12 @@
+"""zoffload for PyTorch: a thin ctypes binding over libzoffload (the C library is the product; nothing here
+reimplements it). ``zoffload.__library__`` is the file that was loaded.
+
+    import zoffload.optim
+    opt = zoffload.optim.CPUAdam(model.parameters(), lr=1e-3)   # DeepSpeedCPUAdam's arguments
+"""
+from ._lib import ZoffloadError, path as __library__
+
+__version__ = "0.1.0"
+__all__ = ["ZoffloadError", "__library__", "optim"]
+
+from . import optim  # noqa: E402  (after the library is loaded)

@@ -1,0 +1,123 @@
+"""ctypes declarations of the libzoffload calls the package uses (the C headers are the reference:
+include/zoffload/adam.h, status.h). Loaded once, from $ZOFFLOAD_LIBRARY (a file path) when it is set, else
+through the system's loader (an installed prefix on the library path, or LD_LIBRARY_PATH)."""
+import ctypes
+import ctypes.util
+import os
+
+# zoffload/dtype.h
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+# zoffload/adam.h
+ADAM_MODE_L2, ADAM_MODE_ADAMW = 0, 1
+SIMD_AUTO = 0
+ADAM_SKIP_NONFINITE = 1
+
+
+class ZoffloadError(RuntimeError):
+    """An error returned by libzoffload; the message is the library's (zo_last_error()), the status its name."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class AdamHparams(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("mode", ctypes.c_int),
+                ("bias_correction", ctypes.c_int), ("step", ctypes.c_int64), ("grad_scale", ctypes.c_float)]
+
+
+class AdamShard(ctypes.Structure):
+    _fields_ = [("param", ctypes.c_void_p), ("grad", ctypes.c_void_p), ("grad_dtype", ctypes.c_int),
+                ("exp_avg", ctypes.c_void_p), ("exp_avg_sq", ctypes.c_void_p), ("state_dtype", ctypes.c_int),
+                ("param_out", ctypes.c_void_p), ("out_dtype", ctypes.c_int), ("n", ctypes.c_size_t),
+                ("seed", ctypes.c_uint64)]
+
+
+class AdamPoolOpts(ctypes.Structure):
+    _fields_ = [("n_threads", ctypes.c_int), ("numa_node", ctypes.c_int), ("bind", ctypes.c_int),
+                ("tile_elems", ctypes.c_size_t), ("simd", ctypes.c_int), ("share_index", ctypes.c_int),
+                ("share_count", ctypes.c_int)]
+
+
+class AdamResult(ctypes.Structure):
+    _fields_ = [("nonfinite", ctypes.c_int), ("skipped", ctypes.c_int)]
+
+
+# libzoffload links Debian's jemalloc, whose thread-local storage is "initial-exec" (2.6 KB): loaded into a
+# running interpreter (dlopen) it needs that much of glibc's static TLS surplus, which is 512 bytes unless the
+# process was started with more. The fix has to be in the environment the interpreter starts with.
+TLS_FIX = ("start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 in its environment (or "
+           "LD_PRELOAD=libjemalloc.so.2), e.g. `GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 python train.py`")
+
+
+def _open(name):
+    try:
+        return ctypes.CDLL(name)
+    except OSError as e:
+        if "static TLS" in str(e):
+            raise ImportError("zoffload: loading %s: %s: %s" % (name, e, TLS_FIX)) from e
+        raise
+
+
+def _load():
+    path = os.environ.get("ZOFFLOAD_LIBRARY")
+    if path:
+        if not os.path.isfile(path):
+            raise ImportError("zoffload: ZOFFLOAD_LIBRARY=%r is not a file" % path)
+        return _open(path), os.path.realpath(path)
+    tried = []
+    for name in ("libzoffload.so.0", ctypes.util.find_library("zoffload"), "libzoffload.so"):
+        if not name:
+            continue
+        try:
+            lib = _open(name)
+        except OSError as e:
+            tried.append("%s: %s" % (name, e))
+            continue
+        return lib, _where(lib, name)
+    raise ImportError("zoffload: libzoffload not found (set ZOFFLOAD_LIBRARY to the file, e.g. build/libzoffload.so, "
+                      "or install zoffload where the loader looks); tried " + "; ".join(tried))
+
+
+def _where(lib, name):
+    """The file the loader picked for @lib (from /proc/self/maps), else the name asked for."""
+    try:
+        addr = ctypes.cast(lib.zo_last_error, ctypes.c_void_p).value
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= addr < hi and len(parts) >= 6:
+                    return parts[5]
+    except (OSError, ValueError):
+        pass
+    return name
+
+
+lib, path = _load()
+
+lib.zo_last_error.restype = ctypes.c_char_p
+lib.zo_last_error.argtypes = []
+lib.zo_status_string.restype = ctypes.c_char_p
+lib.zo_status_string.argtypes = [ctypes.c_int]
+lib.zo_adam_pool_create.restype = ctypes.c_int
+lib.zo_adam_pool_create.argtypes = [ctypes.POINTER(AdamPoolOpts), ctypes.POINTER(ctypes.c_void_p)]
+lib.zo_adam_pool_destroy.restype = None
+lib.zo_adam_pool_destroy.argtypes = [ctypes.c_void_p]
+lib.zo_adam_pool_threads.restype = ctypes.c_int
+lib.zo_adam_pool_threads.argtypes = [ctypes.c_void_p]
+lib.zo_adam_pool_describe.restype = ctypes.c_char_p
+lib.zo_adam_pool_describe.argtypes = [ctypes.c_void_p]
+lib.zo_adam_pool_submit.restype = ctypes.c_int
+lib.zo_adam_pool_submit.argtypes = [ctypes.c_void_p, ctypes.POINTER(AdamHparams), ctypes.POINTER(AdamShard),
+                                    ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+lib.zo_adam_task_wait.restype = ctypes.c_int
+lib.zo_adam_task_wait.argtypes = [ctypes.c_void_p, ctypes.POINTER(AdamResult)]
+
+
+def check(status, what):
+    """Raise ZoffloadError for a non-zero status, with the library's message."""
+    if status != 0:
+        name = lib.zo_status_string(status).decode()
+        raise ZoffloadError(name, "%s: %s (%s)" % (what, lib.zo_last_error().decode(errors="replace"), name))

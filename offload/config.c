@@ -1039,3 +1039,5 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
   return b.len;
 }
+
+size_t zo_config_sizeof(void) { return sizeof(zo_config_t); }

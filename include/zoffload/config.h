@@ -221,6 +221,12 @@ ZO_API zo_status zo_config_parse(const char *json_text, size_t len, const char *
                                  const zo_config_opts *opts, zo_config_t *cfg);
 
 /*
+ * zo_config_sizeof() - sizeof(zo_config_t) in this library, for bindings
+ * (ctypes, cffi) that hold a config in a buffer of their own. Thread-safe.
+ */
+ZO_API size_t zo_config_sizeof(void);
+
+/*
  * zo_config_load_file() - read the file @path whole and zo_config_parse() it
  * with @path as the source name. Returns what zo_config_parse() returns, or
  * ZO_ERR_CONFIG "cannot read config 'path': <strerror>" when the file cannot

@@ -3,10 +3,12 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
 
     import zoffload.optim
     opt = zoffload.optim.CPUAdam(model.parameters(), lr=1e-3)   # DeepSpeedCPUAdam's arguments
+    engine = zoffload.initialize(model=model, config="ds_config.json")   # the engine, as deepspeed.initialize
 """
 from ._lib import ZoffloadError, path as __library__
 
 __version__ = "0.1.0"
-__all__ = ["ZoffloadError", "__library__", "optim"]
+__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine"]
 
 from . import optim  # noqa: E402  (after the library is loaded)
+from .engine import Engine, initialize  # noqa: E402

@@ -121,3 +121,48 @@ def check(status, what):
     if status != 0:
         name = lib.zo_status_string(status).decode()
         raise ZoffloadError(name, "%s: %s (%s)" % (what, lib.zo_last_error().decode(errors="replace"), name))
+
+# --- config, device and engine (zoffload/config.h, device.h, engine.h) ---
+DEVICE_HOST = 0
+
+
+class ConfigOpts(ctypes.Structure):
+    _fields_ = [("app_blocks", ctypes.c_void_p), ("world_size", ctypes.c_int), ("auto_values", ctypes.c_void_p)]
+
+
+class StepInfo(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_int64), ("skipped", ctypes.c_int), ("lr", ctypes.c_double),
+                ("grad_norm", ctypes.c_double), ("loss_scale", ctypes.c_double), ("grad_wait_s", ctypes.c_double),
+                ("adam_s", ctypes.c_double), ("swap_s", ctypes.c_double), ("copy_s", ctypes.c_double),
+                ("fetch_wait_s", ctypes.c_double), ("n_prefetch", ctypes.c_int64), ("n_demand_fetch", ctypes.c_int64),
+                ("comm_s", ctypes.c_double), ("comm_bytes", ctypes.c_uint64)]
+
+
+_vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+for _name, _res, _args in (
+        ("zo_config_sizeof", _sz, []),
+        ("zo_config_parse", _i, [ctypes.c_char_p, _sz, ctypes.c_char_p, ctypes.POINTER(ConfigOpts), _vp]),
+        ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
+        ("zo_device_destroy", None, [_vp]),
+        ("zo_device_kind_name", ctypes.c_char_p, [_i]),
+        ("zo_device_malloc", _i, [_vp, _sz, ctypes.POINTER(_vp)]),
+        ("zo_device_free", _i, [_vp, _vp]),
+        ("zo_memcpy", _i, [_vp, _vp, _vp, _sz, _i]),
+        ("zo_engine_create", _i, [_vp, _vp, _vp, ctypes.POINTER(_vp)]),
+        ("zo_engine_destroy", None, [_vp]),
+        ("zo_engine_register_param", _i, [_vp, ctypes.c_char_p, _sz, ctypes.POINTER(_vp)]),
+        ("zo_engine_finalize", _i, [_vp]),
+        ("zo_engine_load_param", _i, [_vp, _vp, _vp]),
+        ("zo_engine_fetch", _i, [_vp, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_i)]),
+        ("zo_engine_release", _i, [_vp, _vp]),
+        ("zo_engine_grad_ready", _i, [_vp, _vp, _vp, _i]),
+        ("zo_engine_step", _i, [_vp, ctypes.POINTER(StepInfo)]),
+        ("zo_engine_synchronize", _i, [_vp]),
+        ("zo_engine_loss_scale", ctypes.c_double, [_vp]),
+        ("zo_engine_working_dtype", _i, [_vp]),
+        ("zo_engine_grad_dtype", _i, [_vp]),
+        ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args
+
+COPY_H2D, COPY_D2H = 0, 1

@@ -1,0 +1,164 @@
+"""zoffload.initialize(): a torch model's parameters handed to libzoffload's engine, which keeps their fp32
+master weights and Adam state on the tier the DeepSpeed-style config names (offload_optimizer "cpu" or
+"nvme"), runs the optimizer step there, and gives the updated working weights back to the model.
+
+    engine = zoffload.initialize(model=model, config="ds_config.json")   # or a dict
+    for batch in data:
+        loss = engine(batch)          # the model's forward
+        engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
+        engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
+
+Built now: ZeRO stages 1 and 2 on one rank, parameters on the CPU (the engine's host device). Not yet: stage 3
+(module hooks that fetch and release parameters), CUDA models, several ranks, checkpoints from Python.
+"""
+import ctypes
+import json
+
+import torch
+
+from . import _lib
+
+_DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
+
+
+class Engine:
+    """What zoffload.initialize() returns. Not thread-safe."""
+
+    def __init__(self, model, config):
+        self.module = model
+        text = json.dumps(config) if isinstance(config, dict) else open(config).read()
+        cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
+        app = (ctypes.c_char_p * 1)()  # no application blocks
+        opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=1, auto_values=None)
+        raw = text.encode()
+        _lib.check(_lib.lib.zo_config_parse(raw, len(raw), b"config" if isinstance(config, dict) else config.encode(),
+                                            ctypes.byref(opts), cfg), "zoffload.initialize: config")
+        self.config = json.loads(text)
+        zo = self.config.get("zero_optimization", {})
+        if isinstance(zo, dict) and zo.get("stage", 0) == 3:
+            raise NotImplementedError("zoffload.initialize: zero_optimization.stage 3 (parameters fetched and "
+                                      "released by module hooks) is not built in the Python front yet; use stage 1 "
+                                      "or 2")
+        self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
+        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        for n, p in self.params:
+            if p.device.type != "cpu" or p.dtype != torch.float32:
+                raise TypeError("zoffload.initialize: parameter '%s' is %s on %s; the Python front takes fp32 CPU "
+                                "models for now" % (n, p.dtype, p.device))
+        self.dev = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_device_create(_lib.DEVICE_HOST, 0, 0, ctypes.byref(self.dev)), "zo_device_create")
+        self.eng = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_engine_create(cfg, self.dev, None, ctypes.byref(self.eng)), "zo_engine_create")
+        self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
+        self.handles, self.gbufs = [], []
+        gsz = torch.tensor([], dtype=_DT[self.gdtype]).element_size()
+        for n, p in self.params:
+            h = ctypes.c_void_p()
+            _lib.check(_lib.lib.zo_engine_register_param(self.eng, n.encode(), p.numel(), ctypes.byref(h)),
+                       "register '%s'" % n)
+            self.handles.append(h)
+            buf = ctypes.c_void_p()  # the gradient's hand-over buffer in the engine's device memory
+            _lib.check(_lib.lib.zo_device_malloc(self.dev, p.numel() * gsz, ctypes.byref(buf)), "gradient buffer")
+            self.gbufs.append(buf)
+        _lib.check(_lib.lib.zo_engine_finalize(self.eng), "zo_engine_finalize")
+        with torch.no_grad():
+            for (n, p), h in zip(self.params, self.handles):
+                src = p.detach().contiguous()
+                _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
+        self._write_back()
+        self.micro_steps = 0
+        self.global_steps = 0
+        self.last_info = None
+
+    # --- the training loop ---
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    forward = __call__
+
+    @property
+    def loss_scale(self):
+        return _lib.lib.zo_engine_loss_scale(self.eng)
+
+    def backward(self, loss):
+        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward()."""
+        (loss * (self.loss_scale / self.gas)).backward()
+        self.micro_steps += 1
+
+    def is_gradient_accumulation_boundary(self):
+        return self.micro_steps % self.gas == 0
+
+    def step(self):
+        """At an accumulation boundary: every gradient to the engine (in the gradient dtype of the config, as the
+        model's working precision), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
+        the new working weights into the model's parameters, gradients cleared. Returns the step's
+        zo_step_info as a dict, or None between boundaries."""
+        if not self.is_gradient_accumulation_boundary():
+            return None
+        dt = _DT[self.gdtype]
+        with torch.no_grad():
+            for (n, p), h, buf in reversed(list(zip(self.params, self.handles, self.gbufs))):
+                g = p.grad if p.grad is not None else torch.zeros_like(p)
+                g = g.detach().to(dt).contiguous()
+                _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(),
+                                              _lib.COPY_H2D), "gradient of '%s'" % n)
+                _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
+        info = _lib.StepInfo()
+        _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
+        self._write_back()
+        for _, p in self.params:
+            p.grad = None
+        self.global_steps += 1
+        self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
+        return self.last_info
+
+    def _write_back(self):
+        """The engine's working weights (after load or a step) into the model's parameters."""
+        with torch.no_grad():
+            for (n, p), h in zip(self.params, self.handles):
+                ptr, dt = ctypes.c_void_p(), ctypes.c_int()
+                _lib.check(_lib.lib.zo_engine_fetch(self.eng, h, ctypes.byref(ptr), ctypes.byref(dt)),
+                           "fetch '%s'" % n)
+                t = _DT[dt.value]
+                nbytes = p.numel() * torch.tensor([], dtype=t).element_size()
+                host = torch.empty(p.numel(), dtype=t)
+                # the host device's memory is host memory: a copy out of it through the engine's device
+                _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
+                p.copy_(host.view(p.shape))
+                _lib.check(_lib.lib.zo_engine_release(self.eng, h), "release '%s'" % n)
+
+    def master_weights(self, name):
+        """The fp32 master weights of parameter @name, as the engine holds them (a new tensor)."""
+        for (n, p), h in zip(self.params, self.handles):
+            if n == name:
+                out = torch.empty(p.numel(), dtype=torch.float32)
+                off, cnt = ctypes.c_size_t(), ctypes.c_size_t()
+                _lib.check(_lib.lib.zo_engine_get_master(self.eng, h, out.data_ptr(), ctypes.byref(off),
+                                                         ctypes.byref(cnt)), "master weights of '%s'" % n)
+                return out.view(p.shape)
+        raise KeyError(name)
+
+    def close(self):
+        """Free the engine (swap files removed) and its device. Also done when the object is collected."""
+        if getattr(self, "eng", None):
+            _lib.lib.zo_engine_destroy(self.eng)
+            self.eng = None
+        if getattr(self, "dev", None):
+            for b in getattr(self, "gbufs", []):
+                _lib.lib.zo_device_free(self.dev, b)
+            self.gbufs = []
+            _lib.lib.zo_device_destroy(self.dev)
+            self.dev = None
+
+    def __del__(self):
+        self.close()
+
+
+def initialize(model=None, config=None):
+    """Hand @model's trainable parameters to a zoffload engine configured by @config (a DeepSpeed-style dict or
+    a JSON file path) and return the Engine. Raises zoffload.ZoffloadError naming the JSON path of a bad config,
+    TypeError for parameters it cannot take, NotImplementedError for what is not built yet (stage 3)."""
+    if model is None or config is None:
+        raise ValueError("zoffload.initialize: model= and config= are required")
+    return Engine(model, config)

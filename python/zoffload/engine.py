@@ -69,6 +69,20 @@ class Engine:
         self.micro_steps = 0
         self.global_steps = 0
         self.last_info = None
+        # Gradients go to the engine as backward produces them (in the boundary micro-step), so Adam on the CPU
+        # overlaps the rest of backward: torch's post-accumulate-grad hook (torch >= 2.1), else a hook on each
+        # parameter's AccumulateGrad node (what DeepSpeed does on older torch).
+        self._boundary = False
+        self._handed = [False] * len(self.params)
+        self.hooks = []
+        self.handed_in_backward = 0
+        for i, (_, p) in enumerate(self.params):
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self.hooks.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._on_grad(i)))
+            else:
+                node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
+                self.hooks.append(node.register_hook(lambda *_, i=i: self._on_grad(i)))
+                self._keep_nodes = getattr(self, "_keep_nodes", []) + [node]
 
     # --- the training loop ---
 
@@ -82,9 +96,30 @@ class Engine:
         return _lib.lib.zo_engine_loss_scale(self.eng)
 
     def backward(self, loss):
-        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward()."""
-        (loss * (self.loss_scale / self.gas)).backward()
+        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); in the last
+        micro-step of an accumulation, each gradient goes to the engine as soon as it is final."""
+        self._boundary = (self.micro_steps + 1) % self.gas == 0
+        try:
+            (loss * (self.loss_scale / self.gas)).backward()
+        finally:
+            self._boundary = False
         self.micro_steps += 1
+
+    def _hand_over(self, i):
+        n, p = self.params[i]
+        h, buf = self.handles[i], self.gbufs[i]
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        g = g.detach().to(_DT[self.gdtype]).contiguous()
+        _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(), _lib.COPY_H2D),
+                   "gradient of '%s'" % n)
+        _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
+        self._handed[i] = True
+
+    def _on_grad(self, i):
+        if self._boundary and not self._handed[i]:
+            with torch.no_grad():
+                self._hand_over(i)
+            self.handed_in_backward += 1
 
     def is_gradient_accumulation_boundary(self):
         return self.micro_steps % self.gas == 0
@@ -96,14 +131,11 @@ class Engine:
         zo_step_info as a dict, or None between boundaries."""
         if not self.is_gradient_accumulation_boundary():
             return None
-        dt = _DT[self.gdtype]
         with torch.no_grad():
-            for (n, p), h, buf in reversed(list(zip(self.params, self.handles, self.gbufs))):
-                g = p.grad if p.grad is not None else torch.zeros_like(p)
-                g = g.detach().to(dt).contiguous()
-                _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(),
-                                              _lib.COPY_H2D), "gradient of '%s'" % n)
-                _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
+            for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
+                if not self._handed[i]:
+                    self._hand_over(i)
+        self._handed = [False] * len(self.params)
         info = _lib.StepInfo()
         _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
         self._write_back()

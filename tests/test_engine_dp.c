@@ -199,6 +199,21 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
   close_engine(&ref);
 }
 
+/* Tensors whose master shard on this rank differs from the reference's same elements (or could not be read). */
+static int masters_differ(setup *m, setup *ref) {
+  float *mm = malloc(4097 * 4), *rm = malloc(4097 * 4);
+  int bad = 0;
+  for (int i = 0; i < NP; i++) {
+    size_t off = 0, n = 0;
+    if (!CHECK_OK(zo_engine_get_master(m->e, m->p[i], mm, &off, &n)) ||
+        !CHECK_OK(zo_engine_get_master(ref->e, ref->p[i], rm, NULL, NULL)) || off + n > k_sizes[i] ||
+        memcmp(mm, rm + off, n * 4))
+      bad++;
+  }
+  free(mm), free(rm);
+  return bad;
+}
+
 /* Fetch tensor @i from both engines: 1 when the working weights differ (or a fetch failed, reported), else 0. */
 static int fetch_both(setup *m, setup *ref, int i) {
   const void *wa = NULL, *wb = NULL;
@@ -268,14 +283,7 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
     REQUIRE_OK(zo_engine_step(ref.e, &b));
   }
   if (bad) FAIL_AT("stage 3: %d of %d fetches differ from the reference", bad, fetches);
-  float *mm = malloc(4097 * 4), *rm = malloc(4097 * 4);
-  int bad_master = 0;
-  for (int i = 0; i < NP; i++) {
-    size_t off = 0, n = 0;
-    REQUIRE_OK(zo_engine_get_master(m.e, m.p[i], mm, &off, &n));
-    REQUIRE_OK(zo_engine_get_master(ref.e, ref.p[i], rm, NULL, NULL));
-    if (off + n > k_sizes[i] || memcmp(mm, rm + off, n * 4)) bad_master++;
-  }
+  const int bad_master = masters_differ(&m, &ref);
   if (bad_master) FAIL_AT("stage 3: master weights of %d tensors differ from the reference", bad_master);
   zo_engine_mem mem_m, mem_r;
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
@@ -287,7 +295,7 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
            zo_offload_device_name(otier), overlap ? ", overlap" : "", (long long)prefetch_bucket, (long long)allgather_bucket, W,
            steps, fetches,
            mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes, (unsigned long long)a.comm_bytes);
-  free(g), free(sum), free(mm), free(rm);
+  free(g), free(sum);
   close_engine(&m);
   close_engine(&ref);
 }
@@ -345,18 +353,8 @@ static void run_fp16(void) {
   }
   CHECK_CLOSE(zo_engine_loss_scale(m.e), zo_engine_loss_scale(ref.e), 0, 0);
   CHECK_CLOSE(zo_engine_loss_scale(m.e), 8.0, 0, 0); /* 16 halved once by the overflow */
-  if (pow2) {
-    float *mm = malloc(4097 * 4), *rm = malloc(4097 * 4);
-    int bad = 0;
-    for (int i = 0; i < NP; i++) {
-      size_t off = 0, n = 0;
-      REQUIRE_OK(zo_engine_get_master(m.e, m.p[i], mm, &off, &n));
-      REQUIRE_OK(zo_engine_get_master(ref.e, ref.p[i], rm, NULL, NULL));
-      bad += memcmp(mm, rm + off, n * 4) != 0;
-    }
-    if (bad) FAIL_AT("fp16: master weights of %d tensors differ from the reference", bad);
-    free(mm), free(rm);
-  }
+  const int bad = pow2 ? masters_differ(&m, &ref) : 0;
+  if (bad) FAIL_AT("fp16: master weights of %d tensors differ from the reference", bad);
   if (zo_test_failures == fail0)
     printf("ok: fp16, %d ranks: an inf on rank %d alone skipped step 3 on every rank (%d skipped here, %d in the "
            "reference), loss scale 16 -> %g on all%s\n", W, W - 1, skipped_m, skipped_r, zo_engine_loss_scale(m.e),

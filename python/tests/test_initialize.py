@@ -124,3 +124,43 @@ def test_gradient_accumulation():
     den = sum(q.abs().sum().item() for q in ref.parameters())
     assert num / den <= 1e-4, num / den
     engine.close()
+
+
+def _steps(engine, it, n):
+    out = []
+    for _ in range(n):
+        x, y = next(it)
+        loss = engine(x, y)
+        engine.backward(loss)
+        engine.step()
+        out.append(loss.item())
+    return out
+
+
+def test_checkpoint_resume_bit_identical(tmp_path):
+    """10 steps, save_checkpoint, a new model (other initial weights) and engine load_checkpoint, 10 more steps:
+    losses and weights identical to 20 straight; a checkpoint of nvme state resumes with the state on cpu."""
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    torch.manual_seed(1337)
+    straight = GPT(layers=1)
+    e1 = zoffload.initialize(model=straight, config=config(device="nvme", nvme=str(nvme)))
+    it = batches(corpus(), 8, 32, 0)
+    first = _steps(e1, it, 10)
+    saved = e1.save_checkpoint(tmp_path / "ckpt", client_state={"epoch": 3})
+    assert saved.endswith("step-000000000010")
+    rest = _steps(e1, it, 10)
+    torch.manual_seed(7)  # other initial weights: the checkpoint must replace them all
+    resumed = GPT(layers=1)
+    e2 = zoffload.initialize(model=resumed, config=config(device="cpu"))
+    path, client = e2.load_checkpoint(tmp_path / "ckpt")  # the root: `latest` names step 10
+    assert client == {"epoch": 3} and e2.global_steps == 10
+    it2 = batches(corpus(), 8, 32, 0)
+    _ = [next(it2) for _ in range(10)]
+    again = _steps(e2, it2, 10)
+    assert again == rest, (again, rest)
+    for p, q in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(p, q)
+    assert len(first) == 10
+    e1.close()
+    e2.close()

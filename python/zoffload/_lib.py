@@ -166,3 +166,17 @@ for _name, _res, _args in (
     _f.restype, _f.argtypes = _res, _args
 
 COPY_H2D, COPY_D2H = 0, 1
+
+
+class SaveOpts(ctypes.Structure):
+    _fields_ = [("tag", ctypes.c_int64), ("app_state", ctypes.c_char_p), ("keep_last", ctypes.c_int)]
+
+
+lib.zo_engine_save.restype = ctypes.c_int
+lib.zo_engine_save.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(SaveOpts), ctypes.c_char_p,
+                               ctypes.c_size_t]
+lib.zo_engine_load.restype = ctypes.c_int
+lib.zo_engine_load.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+libc = ctypes.CDLL(None)  # free() for what the library malloc'd (its malloc resolves to the process's)
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free.restype = None

@@ -8,8 +8,9 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
         engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
         engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
 
-Built now: ZeRO stages 1 and 2 on one rank, parameters on the CPU (the engine's host device). Not yet: stage 3
-(module hooks that fetch and release parameters), CUDA models, several ranks, checkpoints from Python.
+Built now: ZeRO stages 1 and 2 on one rank, parameters on the CPU (the engine's host device), checkpoints
+(save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). Not yet: stage 3 (module hooks that
+fetch and release parameters), CUDA models, several ranks.
 """
 import ctypes
 import json
@@ -159,6 +160,33 @@ class Engine:
                 _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
                 p.copy_(host.view(p.shape))
                 _lib.check(_lib.lib.zo_engine_release(self.eng, h), "release '%s'" % n)
+
+    def save_checkpoint(self, save_dir, tag=None, client_state=None, keep_last=0):
+        """zo_engine_save(): a checkpoint under @save_dir (one directory per step, `latest` updated atomically,
+        crash-safe) of the master weights, the Adam state on its tier, the step count and loss scaler, plus this
+        engine's counters and @client_state (JSON-serializable). Call between steps. Returns its directory."""
+        app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
+                          "client_state": client_state if client_state is not None else {}})
+        opts = _lib.SaveOpts(tag=-1 if tag is None else int(tag), app_state=app.encode(), keep_last=keep_last)
+        out = ctypes.create_string_buffer(4096)
+        _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
+                   "save_checkpoint")
+        return out.value.decode()
+
+    def load_checkpoint(self, load_dir):
+        """zo_engine_load() of a checkpoint directory, or of a root whose `latest` names one; every checksum is
+        verified before anything changes. The model's parameters get the checkpoint's working weights. Returns
+        (path, client_state) as DeepSpeed's load_checkpoint does."""
+        raw = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_engine_load(self.eng, str(load_dir).encode(), ctypes.byref(raw)), "load_checkpoint")
+        app = {}
+        if raw.value:
+            app = json.loads(ctypes.string_at(raw).decode())
+            _lib.libc.free(raw)
+        self.micro_steps = int(app.get("micro_steps", 0))
+        self.global_steps = int(app.get("global_steps", 0))
+        self._write_back()
+        return str(load_dir), app.get("client_state", {})
 
     def master_weights(self, name):
         """The fp32 master weights of parameter @name, as the engine holds them (a new tensor)."""

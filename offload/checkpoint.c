@@ -299,6 +299,36 @@ static void remove_leftovers(const char *root) {
   closedir(d);
 }
 
+/* Several ranks: every rank learns whether all of them succeeded (a sum of failure flags); ZO_OK only then.
+ * A rank that succeeded but hears of another's failure gets an error saying so. */
+static zo_status agree(zo_engine_t *e, zo_status mine, const char *what) {
+  if (e->world == 1) return mine;
+  double failed = mine != ZO_OK;
+  zo_status st = zo_comm_all_reduce_f64(e->comm, &failed, 1);
+  if (st != ZO_OK) return zo_error_prefix(st, "checkpoint: agreeing on %s", what);
+  if (mine != ZO_OK) return mine;
+  if (failed > 0) return zo_error_set(ZO_ERR_IO, "checkpoint: %.0f other rank(s) failed %s (their own messages say "
+                                      "why)", failed, what);
+  return ZO_OK;
+}
+
+/* Rank 0's status of a step only it takes (the renames), handed to every rank. */
+static zo_status from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
+  if (e->world == 1) return st0;
+  double code = st0;
+  zo_status st = zo_comm_broadcast(e->comm, &code, sizeof code, 0);
+  if (st != ZO_OK) return zo_error_prefix(st, "save: hearing rank 0 about %s", what);
+  if (e->rank == 0 || code == ZO_OK) return e->rank == 0 ? st0 : ZO_OK;
+  return zo_error_set((zo_status)code, "save: rank 0 failed %s (its message says why)", what);
+}
+
+/* The manifest file of this rank: manifest.json with one rank; with several, manifest-rankNNNNN.json of every rank
+ * (and rank 0's copy as manifest.json, which marks the directory as a checkpoint). */
+static void manifest_name(const zo_engine_t *e, char *out, size_t cap) {
+  if (e->world == 1) snprintf(out, cap, "manifest.json");
+  else snprintf(out, cap, "manifest-rank%05d.json", e->rank);
+}
+
 zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir, size_t cap) {
   if (!e || !root || !root[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "save: NULL engine or empty root");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "save: engine not finalized");
@@ -319,23 +349,35 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   ZO_CHECK(zo_engine_synchronize(e));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_quiesce(e)); /* every state write-back on disk */
 
-  if (mkdir(root, 0755) && errno != EEXIST) {
-    json_decref(app);
-    return sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
+  /* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers, and names the temporary
+   * directory every rank writes its part into. */
+  zo_status st0 = ZO_OK;
+  if (e->rank == 0) {
+    if (mkdir(root, 0755) && errno != EEXIST) st0 = sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
+    else remove_leftovers(root);
   }
-  remove_leftovers(root);
+  if ((st0 = from_rank0(e, st0, "creating the checkpoint root")) != ZO_OK) {
+    json_decref(app);
+    return st0;
+  }
   char name[64], tmpn[96], oldn[96], tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX],
-      ltmp[PATH_MAX], rank_file[32];
+      ltmp[PATH_MAX], rank_file[32], mfile[48];
   snprintf(name, sizeof name, "step-%012" PRId64, tag);
   snprintf(rank_file, sizeof rank_file, "rank%05d.bin", e->rank);
-  snprintf(tmpn, sizeof tmpn, ".tmp-%s.%d", name, (int)getpid());
-  snprintf(oldn, sizeof oldn, ".old-%s.%d", name, (int)getpid());
+  manifest_name(e, mfile, sizeof mfile);
+  double pid = (double)getpid(); /* rank 0's, in every rank's names */
+  if (e->world > 1 && (st0 = zo_comm_broadcast(e->comm, &pid, sizeof pid, 0)) != ZO_OK) {
+    json_decref(app);
+    return zo_error_prefix(st0, "save: hearing rank 0's temporary directory");
+  }
+  snprintf(tmpn, sizeof tmpn, ".tmp-%s.%d", name, (int)pid);
+  snprintf(oldn, sizeof oldn, ".old-%s.%d", name, (int)pid);
   zo_status pst = join(tmp, sizeof tmp, root, tmpn);
   if (pst == ZO_OK) pst = join(final, sizeof final, root, name);
   if (pst == ZO_OK) pst = join(old, sizeof old, root, oldn);
   if (pst == ZO_OK) pst = join(latest, sizeof latest, root, "latest");
   if (pst == ZO_OK) pst = join(ltmp, sizeof ltmp, root, ".latest.tmp");
-  if (pst == ZO_OK) pst = join(file, sizeof file, tmp, "manifest.json"); /* the longest name inside tmp */
+  if (pst == ZO_OK) pst = join(file, sizeof file, tmp, mfile); /* the longest name inside tmp */
   if (pst != ZO_OK) {
     json_decref(app);
     return pst;
@@ -346,24 +388,33 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   void *buf = malloc(CKPT_CHUNK);
   char *text = NULL;
   json_t *m = NULL;
-  if (!runs || !buf) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
-    goto out;
+  int placing = 0; /* rank 0 of several: past the agreement, every other rank waits for its word */
+  /* Every rank makes every collective call below whatever happens to it, so none waits for one never made. */
+  if (!runs || !buf) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
+  if (st == ZO_OK && e->rank == 0 && mkdir(tmp, 0755)) st = sys_err(ZO_ERR_IO, "cannot create", tmp);
+  if (e->world > 1) { /* everyone hears of rank 0's directory */
+    zo_status s0 = from_rank0(e, e->rank == 0 ? st : ZO_OK, "creating the temporary directory");
+    if (st == ZO_OK) st = s0;
   }
-  if (mkdir(tmp, 0755)) {
-    st = sys_err(ZO_ERR_IO, "cannot create", tmp);
-    goto out;
-  }
+  /* every rank: its shard file and its manifest */
   join(file, sizeof file, tmp, rank_file);
-  if ((st = write_rank_file(e, file, runs, buf)) != ZO_OK) goto fail;
-  m = manifest_json(e, tag, runs, rank_file, app);
-  text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-  if (!text) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: cannot format the manifest");
-    goto fail;
+  if (st == ZO_OK) st = write_rank_file(e, file, runs, buf);
+  if (st == ZO_OK) {
+    m = manifest_json(e, tag, runs, rank_file, app);
+    text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    if (!text) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: cannot format the manifest");
   }
-  join(file, sizeof file, tmp, "manifest.json");
-  if ((st = write_file(file, text)) != ZO_OK) goto fail;
+  if (st == ZO_OK) st = join(file, sizeof file, tmp, mfile);
+  if (st == ZO_OK) st = write_file(file, text);
+  if (st == ZO_OK && e->world > 1 && e->rank == 0) st = join(file, sizeof file, tmp, "manifest.json");
+  if (st == ZO_OK && e->world > 1 && e->rank == 0) st = write_file(file, text);
+  if ((st = agree(e, st, "writing their part")) != ZO_OK) goto fail;
+  if (e->rank != 0) { /* rank 0 puts the directory into place and says how that went */
+    st = from_rank0(e, ZO_OK, "putting the checkpoint into place");
+    if (st == ZO_OK && saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
+    goto out;
+  }
+  placing = e->world > 1;
   if ((st = fsync_path(tmp, 1)) != ZO_OK) goto fail;
   /* Into place. A directory of the same step (an earlier run's, or one a kill left before `latest` moved)
    * goes aside first and is removed once the new one is durable. */
@@ -403,8 +454,9 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   if (saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
   goto out;
 fail:
-  remove_tree(tmp);
+  if (e->rank == 0) remove_tree(tmp);
 out:
+  if (placing) (void)from_rank0(e, st, "putting the checkpoint into place"); /* the others wait for it */
   free(text);
   json_decref(m);
   json_decref(app);
@@ -527,54 +579,56 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
   if (e->n_grads > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
-  char dir[PATH_MAX], mpath[PATH_MAX], rank_file[256], fpath[PATH_MAX];
-  ZO_CHECK(resolve_dir(path, dir, sizeof dir));
-  ZO_CHECK(join(mpath, sizeof mpath, dir, "manifest.json"));
+  char dir[PATH_MAX], mpath[PATH_MAX], rank_file[256], fpath[PATH_MAX], mfile[48];
+  /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
+  zo_status st = resolve_dir(path, dir, sizeof dir);
+  manifest_name(e, mfile, sizeof mfile);
+  if (st == ZO_OK) st = join(mpath, sizeof mpath, dir, mfile);
   json_error_t je;
-  load_ctx c = {.dir = dir, .mpath = mpath, .m = json_load_file(mpath, JSON_REJECT_DUPLICATES, &je)};
-  if (!c.m) {
-    if (access(mpath, R_OK)) return sys_err(ZO_ERR_IO, "cannot read", mpath);
-    return zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column, je.text);
+  load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};
+  if (st == ZO_OK && !(c.m = json_load_file(mpath, JSON_REJECT_DUPLICATES, &je))) {
+    if (access(mpath, R_OK)) st = sys_err(ZO_ERR_IO, "cannot read", mpath);
+    else st = zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column,
+                           je.text);
   }
-  zo_status st = ZO_OK;
   int fd = -1;
   void *buf = malloc(CKPT_CHUNK);
   lrun *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
-  if (!buf || !runs) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
-    goto out;
-  }
-  if ((st = check_manifest(e, &c, runs, rank_file, sizeof rank_file)) != ZO_OK) goto out;
+  if (st == ZO_OK && (!buf || !runs)) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
+  if (st == ZO_OK) st = check_manifest(e, &c, runs, rank_file, sizeof rank_file);
+  if (st != ZO_OK) goto verified;
   json_t *ls = json_object_get(c.m, "loss_scaler");
   json_t *stp = json_object_get(c.m, "step");
   if (!json_is_integer(stp) || !json_is_number(json_object_get(ls, "loss_scale")) ||
       !json_is_integer(json_object_get(ls, "iter")) || !json_is_integer(json_object_get(ls, "last_overflow")) ||
       !json_is_integer(json_object_get(ls, "hysteresis"))) {
     st = bad(&c, "step or loss_scaler missing or malformed%s%s", NULL, NULL);
-    goto out;
+    goto verified;
   }
-  if ((st = join(fpath, sizeof fpath, dir, rank_file)) != ZO_OK) goto out;
+  if ((st = join(fpath, sizeof fpath, dir, rank_file)) != ZO_OK) goto verified;
   if ((fd = open(fpath, O_RDONLY | O_CLOEXEC)) < 0) {
     st = sys_err(ZO_ERR_IO, "cannot open", fpath);
-    goto out;
+    goto verified;
   }
   /* 1. every checksum, before anything changes */
-  for (int i = 0; i < e->n_params; i++) {
+  for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
     for (int k = 0; k < ST_KINDS; k++) {
       const lrun *r = &runs[i * ST_KINDS + k];
       uint32_t crc;
       if ((st = file_crc(fd, r->off, r->nbytes, buf, fpath, &crc)) != ZO_OK) {
         zo_error_prefix(st, "tensor '%s' %s", e->params[i]->name, k_kind[k]);
-        goto out;
+        break;
       }
       if (crc != r->crc) {
         st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64
                           " bytes): CRC32C %08x, the manifest says %08x", fpath, e->params[i]->name, k_kind[k],
                           r->off, r->nbytes, crc, r->crc);
-        goto out;
+        break;
       }
     }
   }
+verified:
+  if ((st = agree(e, st, "checking their part of the checkpoint")) != ZO_OK) goto out;
   /* 2. apply: state onto its tier, working weights rebuilt from the master weights */
   if ((st = zo_engine_synchronize(e)) != ZO_OK) goto out;
   if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_quiesce(e)) != ZO_OK) goto out;
@@ -602,6 +656,12 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
       if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]);
     }
     if (st != ZO_OK) zo_error_prefix(st, "load '%s'", p->name);
+  }
+  /* several ranks: every rank's shard of the working weights, all-gathered (stages 1-2; a collective, so every
+   * rank calls it even after a failure of its own above) */
+  if (e->world > 1) {
+    zo_status s2 = eng_dp_publish(e, NULL);
+    if (st == ZO_OK) st = s2;
   }
   if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
   if (st != ZO_OK) goto out;

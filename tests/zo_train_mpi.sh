@@ -124,6 +124,33 @@ nv3=$(grep -o '"nvme_bytes": *[0-9]*' "$work/np3-s2-nvme.jsonl" | tail -1 | grep
   || fail "nvme bytes per rank $nv3 with 3 ranks vs $nv1 with one"
 echo "ok   NVMe optimizer state per rank: $nv3 B on 3 ranks, $nv1 B on one"
 
+# ---- checkpoints on several ranks: every rank writes its shard file and manifest into rank 0's temporary directory,
+# rank 0 puts it into place once all agree. 10 steps + save, then a new job resuming for 10 more, logs the losses
+# of the straight 20-step run to the last bit (stage 2 on cpu on 2 and 3 ranks; stage 3 with parameters and state
+# on nvme on 2); a checkpoint of 2 ranks is refused on 3, naming the world size.
+for sc in "2 2 cpu" "3 2 cpu" "2 3 nvme"; do
+  set -- $sc
+  np=$1 c="$work/s$2-$3.json"
+  [ -f "$c" ] || mk "$c" 4 1 "$2" "$3" 0
+  ck="$work/ckpt-np$np-s$2-$3"
+  "${mpirun[@]}" -np "$np" "$zo" --config "$c" --data "$corpus" --threads 1 --no-sample --steps 20 --save "$ck" \
+    --save-every 10 --log-json "$work/ck-straight.jsonl" >"$work/ck-straight.out" 2>&1 \
+    || { tail -20 "$work/ck-straight.out"; fail "np $np stage $2 $3: the run saving checkpoints failed"; }
+  [ "$(ls "$ck/step-000000000010" | grep -c '^rank0000[0-9].bin$')" = "$np" ] || fail "np $np: not one shard file per rank"
+  "${mpirun[@]}" -np "$np" "$zo" --config "$c" --data "$corpus" --threads 1 --no-sample --steps 20 \
+    --resume "$ck/step-000000000010" --log-json "$work/ck-resumed.jsonl" >"$work/ck-resumed.out" 2>&1 \
+    || { tail -20 "$work/ck-resumed.out"; fail "np $np stage $2 $3: resuming failed"; }
+  grep -q "resumed from .* at step 10" "$work/ck-resumed.out" || fail "np $np: did not resume at step 10"
+  losses "$work/ck-straight.jsonl" | tail -4 >"$work/ck-a"
+  losses "$work/ck-resumed.jsonl" | tail -4 >"$work/ck-b"
+  cmp -s "$work/ck-a" "$work/ck-b" || { paste "$work/ck-a" "$work/ck-b"; fail "np $np stage $2 $3: resumed losses differ"; }
+  echo "ok   np $np, stage $2, $3: 10 steps + checkpoint + a new job resuming for 10 = 20 straight, last bit ($np shard files)"
+done
+"${mpirun[@]}" -np 3 "$zo" --config "$work/s2-cpu.json" --data "$corpus" --threads 1 --no-sample --steps 12 \
+  --resume "$work/ckpt-np2-s2-cpu/step-000000000010" >"$work/ck-wrong.out" 2>&1 && fail "a 2-rank checkpoint loaded on 3 ranks"
+grep -q "world_size: saved with 2 ranks, this engine has 3" "$work/ck-wrong.out" || { tail "$work/ck-wrong.out"; fail "no world size named"; }
+echo "ok   a 2-rank checkpoint on 3 ranks refused: $(grep -m1 -o 'world_size: saved with 2 ranks, this engine has 3' "$work/ck-wrong.out")"
+
 # ---- stage 3 with the parameters in device memory, on several ranks: refused by name (not built)
 mk "$work/s3.json" 4 1 3 none 0
 "$py" - "$work/s3.json" <<'EOF'

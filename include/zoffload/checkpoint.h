@@ -64,6 +64,10 @@ ZO_API zo_status zo_engine_set_param_shape(zo_param_t *p, int ndim, const int64_
  * (zo_engine_synchronize) and settles the NVMe state pipeline. Call between
  * steps: after zo_engine_step() and before the next zo_engine_grad_ready().
  * Synchronous: on return the checkpoint and `latest` are on stable storage.
+ * Several ranks: a collective call over the engine's communicator. Every rank
+ * writes its shard file and manifest-rankNNNNN.json into rank 0's temporary
+ * directory; once all report success rank 0 renames it into place (with a
+ * manifest.json) and moves `latest`; every rank returns the same outcome.
  * @saved_dir (may be NULL) receives the checkpoint's path (@cap bytes).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, app_state not a JSON object);
  * ZO_ERR_INVALID_USAGE (before finalize, or gradients handed over for a
@@ -82,7 +86,9 @@ ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_
  * names one. Call after zo_engine_finalize() and before the first
  * zo_engine_grad_ready() of a step (it replaces zo_engine_load_param()).
  * Every checksum is verified before anything is changed: a mismatch, a
- * short file or a bad manifest leaves the engine as it was.
+ * short file or a bad manifest leaves the engine as it was. Several ranks: a
+ * collective call; each rank checks its own part, nothing is applied unless
+ * every rank's checks passed, and the working weights are all-gathered after.
  * *@app_state (may be NULL) receives the saved app_state as JSON text,
  * malloc'd (free() it), or NULL when there was none. A checkpoint saved with
  * another config (its hash differs) loads with one warning.

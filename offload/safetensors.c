@@ -37,8 +37,9 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
   if (dtype != ZO_DTYPE_F32 && dtype != ZO_DTYPE_BF16)
     return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: dtype %s: expected fp32 or bf16", zo_dtype_name(dtype));
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "export_safetensors: engine not finalized");
-  if (e->world > 1)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "export_safetensors: %d ranks (gathering shards is not built yet)", e->world);
+  /* Several ranks: a collective call; each tensor's master shards are all-gathered and rank 0 writes the file.
+   * Every rank makes every collective call whatever happens to it, and all return rank 0's outcome. */
+  const int writer = e->rank == 0;
   const size_t esz = zo_dtype_size(dtype);
   /* header: tensors in registration order, back to back */
   json_t *h = json_object();
@@ -55,7 +56,8 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
                                               "shape", shape, "data_offsets", (json_int_t)off,
                                               (json_int_t)(off + nb)));
     off += nb;
-    if (p->n > max_n) max_n = p->n;
+    const size_t whole = e->world > 1 ? p->part_n * (size_t)e->world : p->n; /* padded for the all-gather */
+    if (whole > max_n) max_n = whole;
   }
   char *hdr = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(h);
@@ -77,25 +79,36 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
   }
   hdr = hp;
   memset(hdr + hlen, ' ', padded - hlen);
-  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+  if (writer && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
     st = zo_error_set(ZO_ERR_IO, "safetensors: cannot create '%s': %s", tmp, strerror(errno));
-    goto out;
-  }
   uint8_t len8[8];
   for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)padded >> (8 * b)); /* little-endian u64 */
-  if ((st = write_all(fd, len8, 8, 0, tmp)) != ZO_OK) goto fail;
-  if ((st = write_all(fd, hdr, padded, 8, tmp)) != ZO_OK) goto fail;
+  if (writer && st == ZO_OK) st = write_all(fd, len8, 8, 0, tmp);
+  if (writer && st == ZO_OK) st = write_all(fd, hdr, padded, 8, tmp);
   uint64_t pos = 8 + padded;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    if ((st = zo_engine_get_master(e, p, f32, NULL, NULL)) != ZO_OK) {
-      zo_error_prefix(st, "safetensors '%s'", p->name);
-      goto fail;
+    float *mine = e->world > 1 ? f32 + (size_t)e->rank * p->part_n : f32;
+    zo_status s2 = zo_engine_get_master(e, p, mine, NULL, NULL);
+    if (s2 != ZO_OK && st == ZO_OK) st = zo_error_prefix(s2, "safetensors '%s'", p->name);
+    if (e->world > 1) { /* this rank's shard at its block; the last rank's padding is not written out */
+      memset(mine + p->shard_n, 0, (p->part_n - p->shard_n) * sizeof(float));
+      s2 = zo_comm_all_gather(e->comm, mine, f32, p->part_n * sizeof(float));
+      if (s2 != ZO_OK && st == ZO_OK) st = zo_error_prefix(s2, "safetensors: gathering '%s'", p->name);
     }
-    if (dtype != ZO_DTYPE_F32 && (st = zo_cast(out, dtype, f32, ZO_DTYPE_F32, p->n, 0)) != ZO_OK) goto fail;
-    if ((st = write_all(fd, out, p->n * esz, pos, tmp)) != ZO_OK) goto fail;
+    if (writer && st == ZO_OK && dtype != ZO_DTYPE_F32) st = zo_cast(out, dtype, f32, ZO_DTYPE_F32, p->n, 0);
+    if (writer && st == ZO_OK) st = write_all(fd, out, p->n * esz, pos, tmp);
     pos += p->n * esz;
   }
+  if (e->world > 1) { /* every rank hears of rank 0's writes, and rank 0 of the others' shards */
+    double failed = st != ZO_OK;
+    zo_status s2 = zo_comm_all_reduce_f64(e->comm, &failed, 1);
+    if (st == ZO_OK && s2 != ZO_OK) st = s2;
+    if (st == ZO_OK && failed > 0)
+      st = zo_error_set(ZO_ERR_IO, "export_safetensors: %.0f other rank(s) failed (their messages say why)", failed);
+  }
+  if (st != ZO_OK) goto fail;
+  if (!writer) goto out;
   if (fsync(fd)) {
     st = zo_error_set(ZO_ERR_IO, "safetensors: fsync of '%s': %s", tmp, strerror(errno));
     goto fail;
@@ -110,8 +123,13 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
 fail:
   if (fd >= 0) close(fd);
   fd = -1;
-  unlink(tmp);
+  if (writer) unlink(tmp);
 out:
+  if (e->world > 1) { /* rank 0's fsync and rename, for everyone */
+    double code = st;
+    if (zo_comm_broadcast(e->comm, &code, sizeof code, 0) == ZO_OK && !writer && st == ZO_OK && code != ZO_OK)
+      st = zo_error_set((zo_status)code, "export_safetensors: rank 0 could not put '%s' into place", path);
+  }
   if (fd >= 0) close(fd);
   if (out != f32) free(out);
   free(f32);

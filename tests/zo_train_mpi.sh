@@ -151,6 +151,18 @@ done
 grep -q "world_size: saved with 2 ranks, this engine has 3" "$work/ck-wrong.out" || { tail "$work/ck-wrong.out"; fail "no world size named"; }
 echo "ok   a 2-rank checkpoint on 3 ranks refused: $(grep -m1 -o 'world_size: saved with 2 ranks, this engine has 3' "$work/ck-wrong.out")"
 
+# ---- the safetensors export on several ranks: shards all-gathered, rank 0 writes; byte for byte the file of the
+# one-rank run it matches to the last bit (2 ranks, stage 2 and stage 3 on nvme, fp32)
+"$zo" --config "$work/ref2.json" --data "$corpus" --threads 1 --no-sample --steps 10 \
+  --export-safetensors "$work/one.safetensors" >"$work/x1.out" 2>&1 || { tail "$work/x1.out"; fail "one-rank export"; }
+for sc in "2 cpu" "3 nvme"; do
+  set -- $sc
+  "${mpirun[@]}" -np 2 "$zo" --config "$work/s$1-$2.json" --data "$corpus" --threads 1 --no-sample --steps 10 \
+    --export-safetensors "$work/two-s$1.safetensors" >"$work/x2.out" 2>&1 || { tail "$work/x2.out"; fail "2-rank export"; }
+  cmp -s "$work/one.safetensors" "$work/two-s$1.safetensors" || fail "stage $1: the 2-rank export differs from one rank's"
+  echo "ok   safetensors export on 2 ranks, stage $1 ($2): $(stat -c %s "$work/two-s$1.safetensors") bytes, identical to one rank's"
+done
+
 # ---- stage 3 with the parameters in device memory, on several ranks: refused by name (not built)
 mk "$work/s3.json" 4 1 3 none 0
 "$py" - "$work/s3.json" <<'EOF'

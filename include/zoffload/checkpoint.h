@@ -113,6 +113,8 @@ ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_sta
  * whole tensor). Format: https://github.com/huggingface/safetensors
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_UNSUPPORTED (world
  * size > 1); ZO_ERR_IO naming the file; ZO_ERR_OUT_OF_MEMORY.
+ * Several ranks: a collective call; each tensor's master shards are
+ * all-gathered and rank 0 writes @path; every rank returns rank 0's outcome.
  */
 ZO_API zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype);
 

@@ -357,9 +357,6 @@ int main(int argc, char **argv) {
   if (zo_comm_create_from_env(&comm) != ZO_OK) return die("%s%s", zo_last_error(), "");
   const int rank = zo_comm_rank(comm), world = zo_comm_size(comm);
   if (rank != 0 && !freopen("/dev/null", "w", stdout)) return die("rank %s: cannot silence stdout%s", "> 0", "");
-  if (world > 1 && export_path) /* each rank holds its shard of the master weights: nothing gathers them yet */
-    return die("--export-safetensors on %s ranks is not built yet: resume the checkpoint on one rank%s and export "
-               "there", world == 2 ? "2" : "several", " (zo-train --resume DIR --steps N --export-safetensors F)");
   zo_config_t cfg;
   zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = world, .auto_values = &av};
   /* the values filled in for "auto" are info lines: shown here unless ZO_LOG_LEVEL says otherwise */

@@ -109,12 +109,12 @@ ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_sta
  * the tensors back to back in registration order), so PyTorch's
  * safetensors.torch.load_file and Hugging Face load them directly. Shapes
  * are those of zo_engine_set_param_shape() (else 1-D). Written to
- * @path.tmp, fsynced and renamed. With one rank only (the shard is the
- * whole tensor). Format: https://github.com/huggingface/safetensors
- * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_UNSUPPORTED (world
- * size > 1); ZO_ERR_IO naming the file; ZO_ERR_OUT_OF_MEMORY.
- * Several ranks: a collective call; each tensor's master shards are
- * all-gathered and rank 0 writes @path; every rank returns rank 0's outcome.
+ * @path.tmp, fsynced and renamed. Several ranks: a collective call; each
+ * tensor's master shards are all-gathered and rank 0 writes @path; every
+ * rank returns rank 0's outcome. Format: https://github.com/huggingface/safetensors
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_IO naming the file (rank
+ * 0's, or another rank's failure reported); ZO_ERR_MPI/NCCL from the gather;
+ * ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype);
 

@@ -180,3 +180,6 @@ lib.zo_engine_load.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(
 libc = ctypes.CDLL(None)  # free() for what the library malloc'd (its malloc resolves to the process's)
 libc.free.argtypes = [ctypes.c_void_p]
 libc.free.restype = None
+
+lib.zo_engine_set_trace.restype = ctypes.c_int
+lib.zo_engine_set_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]

@@ -8,9 +8,9 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
         engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
         engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
 
-Built now: ZeRO stages 1 and 2 on one rank, parameters on the CPU (the engine's host device), checkpoints
-(save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). Not yet: stage 3 (module hooks that
-fetch and release parameters), CUDA models, several ranks.
+Built now: ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters) on one rank,
+parameters on the CPU (the engine's host device), checkpoints (save_checkpoint / load_checkpoint over
+zo_engine_save / zo_engine_load). Not yet: CUDA models, several ranks.
 """
 import ctypes
 import json
@@ -35,13 +35,9 @@ class Engine:
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), b"config" if isinstance(config, dict) else config.encode(),
                                             ctypes.byref(opts), cfg), "zoffload.initialize: config")
         self.config = json.loads(text)
-        zo = self.config.get("zero_optimization", {})
-        if isinstance(zo, dict) and zo.get("stage", 0) == 3:
-            raise NotImplementedError("zoffload.initialize: zero_optimization.stage 3 (parameters fetched and "
-                                      "released by module hooks) is not built in the Python front yet; use stage 1 "
-                                      "or 2")
         self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.shapes = [p.shape for _, p in self.params]
         for n, p in self.params:
             if p.device.type != "cpu" or p.dtype != torch.float32:
                 raise TypeError("zoffload.initialize: parameter '%s' is %s on %s; the Python front takes fp32 CPU "
@@ -66,7 +62,9 @@ class Engine:
             for (n, p), h in zip(self.params, self.handles):
                 src = p.detach().contiguous()
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
+        _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")  # not part of any step's fetch order
         self._write_back()
+        _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
         self.micro_steps = 0
         self.global_steps = 0
         self.last_info = None
@@ -109,7 +107,7 @@ class Engine:
     def _hand_over(self, i):
         n, p = self.params[i]
         h, buf = self.handles[i], self.gbufs[i]
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        g = p.grad if p.grad is not None else torch.zeros(self.shapes[i])
         g = g.detach().to(_DT[self.gdtype]).contiguous()
         _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(), _lib.COPY_H2D),
                    "gradient of '%s'" % n)
@@ -139,12 +137,16 @@ class Engine:
         self._handed = [False] * len(self.params)
         info = _lib.StepInfo()
         _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
-        self._write_back()
+        self._after_step()
         for _, p in self.params:
             p.grad = None
         self.global_steps += 1
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
         return self.last_info
+
+    def _after_step(self):
+        """Stages 1-2: the new working weights into the model's parameters (stage 3 fetches them in its hooks)."""
+        self._write_back()
 
     def _write_back(self):
         """The engine's working weights (after load or a step) into the model's parameters."""
@@ -217,8 +219,14 @@ class Engine:
 
 def initialize(model=None, config=None):
     """Hand @model's trainable parameters to a zoffload engine configured by @config (a DeepSpeed-style dict or
-    a JSON file path) and return the Engine. Raises zoffload.ZoffloadError naming the JSON path of a bad config,
-    TypeError for parameters it cannot take, NotImplementedError for what is not built yet (stage 3)."""
+    a JSON file path) and return the Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold
+    storage only while a module uses them). Raises zoffload.ZoffloadError naming the JSON path of a bad config,
+    TypeError for parameters it cannot take."""
     if model is None or config is None:
         raise ValueError("zoffload.initialize: model= and config= are required")
+    text = json.dumps(config) if isinstance(config, dict) else open(config).read()
+    zo = json.loads(text).get("zero_optimization", {})
+    if isinstance(zo, dict) and zo.get("stage", 0) == 3:
+        from .stage3 import Stage3Engine
+        return Stage3Engine(model, config)
     return Engine(model, config)

@@ -1,0 +1,132 @@
+"""ZeRO stage 3 in the Python front: a parameter's storage exists only while a module uses it.
+
+Between uses every parameter holds an empty tensor; the engine keeps its working weights on the tier
+offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
+  - forward pre-hook of a module with parameters of its own: fetch the parameters of its whole subtree (a module
+    may use a child's weights without calling the child, as nn.MultiheadAttention does with out_proj) and point
+    each parameter's storage at a copy of the fetched weights (widened to fp32 from bf16/fp16);
+  - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
+    fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
+  - the parameter's gradient hook (after accumulation): hand the gradient over (in the boundary micro-step) and
+    release the parameter.
+The same references are counted per parameter, so nested and repeated calls fetch and release in pairs. Source:
+DeepSpeed's ZeRO-3 (runtime/zero/parameter_offload.py: pre/post forward hooks, PreBackwardFunction).
+"""
+import ctypes
+
+import torch
+
+from . import _lib
+from .engine import _DT, Engine
+
+
+class _PreBackward(torch.autograd.Function):
+    """Identity on the module's outputs; its backward fetches the module's parameters back first."""
+
+    @staticmethod
+    def forward(ctx, eng, ids, *outs):
+        ctx.eng, ctx.ids = eng, ids
+        return tuple(o.view_as(o) for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.eng._for_backward(ctx.ids)
+        return (None, None) + grads
+
+
+class Stage3Engine(Engine):
+    def __init__(self, model, config):
+        super().__init__(model, config)
+        self.index = {id(p): i for i, (_, p) in enumerate(self.params)}
+        self.live = [0] * len(self.params)  # engine fetches not yet released
+        self.bwd = [False] * len(self.params)  # fetched for backward, released by the gradient hook
+        self.empty = torch.empty(0)
+        with torch.no_grad():
+            for _, p in self.params:
+                p.data = self.empty  # the working weights live on the engine's tier now
+        self.module_hooks = []
+        for m in model.modules():
+            if not any(True for _ in m.parameters(recurse=False)):
+                continue
+            ids = tuple(self.index[id(p)] for p in m.parameters() if id(p) in self.index)
+            self.module_hooks.append(m.register_forward_pre_hook(lambda mod, inp, ids=ids: self._acquire(ids)))
+            self.module_hooks.append(m.register_forward_hook(lambda mod, inp, out, ids=ids: self._forward_done(ids, out)))
+
+    # --- parameter storage ---
+
+    def _fetch(self, i):
+        n, p = self.params[i]
+        ptr, dt = ctypes.c_void_p(), ctypes.c_int()
+        _lib.check(_lib.lib.zo_engine_fetch(self.eng, self.handles[i], ctypes.byref(ptr), ctypes.byref(dt)),
+                   "fetch '%s'" % n)
+        self.live[i] += 1
+        if self.live[i] > 1:
+            return
+        # A copy in torch's memory, never a view of the engine's buffer: autograd may keep views of a weight (a
+        # slice of nn.MultiheadAttention's in_proj_weight) past the release, when the engine reuses the buffer.
+        t = _DT[dt.value]
+        nbytes = self.shapes[i].numel() * torch.tensor([], dtype=t).element_size()
+        raw = (ctypes.c_char * nbytes).from_address(ptr.value)
+        w = torch.frombuffer(raw, dtype=t).to(torch.float32, copy=True).view(self.shapes[i])
+        with torch.no_grad():
+            p.data = w
+
+    def _release(self, i):
+        n, p = self.params[i]
+        self.live[i] -= 1
+        if self.live[i] == 0:
+            with torch.no_grad():
+                p.data = self.empty
+        _lib.check(_lib.lib.zo_engine_release(self.eng, self.handles[i]), "release '%s'" % n)
+
+    def _acquire(self, ids):
+        for i in ids:
+            self._fetch(i)
+
+    def _forward_done(self, ids, out):
+        wrap = torch.is_grad_enabled()
+        for i in ids:
+            self._release(i)
+        if not wrap:
+            return None
+        if isinstance(out, torch.Tensor):
+            return _PreBackward.apply(self, ids, out)[0] if out.requires_grad else None
+        if isinstance(out, (tuple, list)):
+            idx = [k for k, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+            if not idx:
+                return None
+            wrapped = _PreBackward.apply(self, ids, *[out[k] for k in idx])
+            res = list(out)
+            for k, w in zip(idx, wrapped):
+                res[k] = w
+            return type(out)(res) if isinstance(out, tuple) else res
+        return None
+
+    def _for_backward(self, ids):
+        for i in ids:
+            if not self.bwd[i]:
+                self.bwd[i] = True
+                self._fetch(i)
+
+    def _on_grad(self, i):
+        super()._on_grad(i)  # the hand-over, in the boundary micro-step
+        if self.bwd[i]:
+            self.bwd[i] = False
+            self._release(i)
+
+    def _after_step(self):
+        for i in range(len(self.params)):  # parameters backward fetched but gave no gradient
+            if self.bwd[i]:
+                self.bwd[i] = False
+                self._release(i)
+
+    def _write_back(self):
+        if getattr(self, "index", None) is None:  # at load: the base class sets the model's weights once
+            return super()._write_back()
+        return None
+
+    def close(self):
+        for h in getattr(self, "module_hooks", []):
+            h.remove()
+        self.module_hooks = []
+        super().close()

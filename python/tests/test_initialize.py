@@ -23,18 +23,25 @@ from train_gpt import GPT, batches, config, corpus  # noqa: E402
 STEPS = 100
 
 
+def _steps(engine, it, n, infos=None):
+    """@n training steps of @engine on the batches of @it: the losses (and each step's info appended to @infos)."""
+    out = []
+    for _ in range(n):
+        x, y = next(it)
+        loss = engine(x, y)
+        engine.backward(loss)
+        info = engine.step()
+        if infos is not None:
+            infos.append(info)
+        out.append(loss.item())
+    return out
+
+
 def _train_zoffload(device, nvme=None):
     torch.manual_seed(1337)
     model = GPT()
     engine = zoffload.initialize(model=model, config=config(device=device, nvme=nvme))
-    it = batches(corpus(), 8, 32, 0)
-    losses = []
-    for _ in range(STEPS):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        engine.step()
-        losses.append(loss.item())
+    losses = _steps(engine, batches(corpus(), 8, 32, 0), STEPS)
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     # every gradient reached the engine from inside backward (the hooks), none was left for step()
     assert engine.handed_in_backward == STEPS * len(engine.params), engine.handed_in_backward
@@ -105,15 +112,11 @@ def _stage_run(stage, device, nvme=None, bf16=False, steps=10):
                                          "stage3_prefetch_bucket_size": 20000})
     engine = zoffload.initialize(model=model, config=cfg)
     it = batches(corpus(), 8, 32, 0)
-    losses, prefetched, empty = [], 0, True
+    losses, infos, empty = [], [], True
     for _ in range(steps):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        info = engine.step()
-        losses.append(loss.item())
-        prefetched += info["n_prefetch"]
+        losses += _steps(engine, it, 1, infos)
         empty &= all(p.numel() == 0 for p in model.parameters()) if stage == 3 else True
+    prefetched = sum(i["n_prefetch"] for i in infos)
     engine.close()
     return losses, prefetched, empty
 
@@ -166,17 +169,6 @@ def test_gradient_accumulation():
     den = sum(q.abs().sum().item() for q in ref.parameters())
     assert num / den <= 1e-4, num / den
     engine.close()
-
-
-def _steps(engine, it, n):
-    out = []
-    for _ in range(n):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        engine.step()
-        out.append(loss.item())
-    return out
 
 
 def test_checkpoint_resume_bit_identical(tmp_path):

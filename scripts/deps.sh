@@ -18,7 +18,9 @@ ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemal
              libopenmpi-dev openmpi-bin python3-pytest)
 # Python packages Debian does not have, for /usr/bin/python3 (the tests' interpreter): the safetensors
 # reader that checks zo-train's export as Hugging Face would load it.
-ZO_PIP=(safetensors)
+# Each entry is MODULE or MODULE:REQUIREMENT. transformers builds Hugging Face's GPT-2 for the Python front's stage-3
+# test (random weights from a config: nothing is downloaded); 4.36.2 is a release that runs on Debian's torch 1.13.
+ZO_PIP=(safetensors "transformers:transformers==4.36.2")
 # What a machine without apt needs beside its own compiler, CMake and CUDA: each library's runtime
 # and -dev package, the runtime libraries they pull in that a minimal image may lack, pkg-config, and
 # the corpus. Open MPI is left out (the mpi tests are optional and need a package registry).
@@ -71,13 +73,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
 fi
-for m in "${ZO_PIP[@]}"; do
+for entry in "${ZO_PIP[@]}"; do
+  m=${entry%%:*} req=${entry#*:}
   /usr/bin/python3 -c "import $m" 2>/dev/null && continue
   if [ "$(id -u)" -eq 0 ]; then
-    echo "zoffload: installing Python package $m for /usr/bin/python3"
-    /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "$m"
+    echo "zoffload: installing Python package $req for /usr/bin/python3"
+    /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "$req"
   else
-    echo "zoffload: missing Python package; run: /usr/bin/python3 -m pip install --user $m" >&2
+    echo "zoffload: missing Python package; run: /usr/bin/python3 -m pip install --user '$req'" >&2
     exit 1
   fi
 done

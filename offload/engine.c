@@ -193,6 +193,10 @@ void zo_engine_destroy(zo_engine_t *e) {
     if (e->tasks[i]) zo_adam_task_wait(e->tasks[i], NULL);
   for (int q = 0; q < e->n_pieces; q++)
     if (e->pieces[q].task) zo_adam_task_wait(e->pieces[q].task, NULL);
+  /* several ranks: collectives in flight finished, and the gathers' copies out of the ring, while the tensors'
+   * events still exist (gathers issued ahead for the next step may be pending here) */
+  eng_dp_free(e);
+  eng_pg_free(e);
   zo_adam_pool_destroy(e->pool);
   free(e->tasks);
   for (int s = 0; s < e->n_slots; s++)
@@ -225,8 +229,6 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host);
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
-  eng_dp_free(e);
-  eng_pg_free(e);
   eng_host_buf_free(&e->dp_grad);
   eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);

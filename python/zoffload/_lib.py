@@ -53,7 +53,9 @@ TLS_FIX = ("start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1638
 
 def _open(name):
     try:
-        return ctypes.CDLL(name)
+        # RTLD_GLOBAL: Open MPI (a dependency when zoffload was built with MPI) loads plugins that look its own
+        # symbols up in the global scope, as mpi4py arranges
+        return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
     except OSError as e:
         if "static TLS" in str(e):
             raise ImportError("zoffload: loading %s: %s: %s" % (name, e, TLS_FIX)) from e
@@ -183,3 +185,14 @@ libc.free.restype = None
 
 lib.zo_engine_set_trace.restype = ctypes.c_int
 lib.zo_engine_set_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+
+# --- collectives (zoffload/comm.h) ---
+for _name, _res, _args in (
+        ("zo_comm_create_from_env", _i, [ctypes.POINTER(_vp)]),
+        ("zo_comm_destroy", None, [_vp]),
+        ("zo_comm_rank", _i, [_vp]),
+        ("zo_comm_size", _i, [_vp]),
+        ("zo_comm_backend", ctypes.c_char_p, [_vp]),
+        ("zo_comm_all_reduce_f64", _i, [_vp, ctypes.POINTER(ctypes.c_double), _sz])):
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args

@@ -29,8 +29,14 @@ class Engine:
         self.module = model
         text = json.dumps(config) if isinstance(config, dict) else open(config).read()
         cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
+        # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each
+        # training on its own part of the global batch (the caller's data loader decides which).
+        self.comm = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_comm_create_from_env(ctypes.byref(self.comm)), "zoffload.initialize: ranks")
+        self.rank, self.world_size = _lib.lib.zo_comm_rank(self.comm), _lib.lib.zo_comm_size(self.comm)
         app = (ctypes.c_char_p * 1)()  # no application blocks
-        opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=1, auto_values=None)
+        opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=self.world_size,
+                               auto_values=None)
         raw = text.encode()
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), b"config" if isinstance(config, dict) else config.encode(),
                                             ctypes.byref(opts), cfg), "zoffload.initialize: config")
@@ -45,7 +51,7 @@ class Engine:
         self.dev = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_device_create(_lib.DEVICE_HOST, 0, 0, ctypes.byref(self.dev)), "zo_device_create")
         self.eng = ctypes.c_void_p()
-        _lib.check(_lib.lib.zo_engine_create(cfg, self.dev, None, ctypes.byref(self.eng)), "zo_engine_create")
+        _lib.check(_lib.lib.zo_engine_create(cfg, self.dev, self.comm, ctypes.byref(self.eng)), "zo_engine_create")
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.handles, self.gbufs = [], []
         gsz = torch.tensor([], dtype=_DT[self.gdtype]).element_size()
@@ -190,6 +196,12 @@ class Engine:
         self._write_back()
         return str(load_dir), app.get("client_state", {})
 
+    def all_reduce_mean(self, value):
+        """The mean of a float over the ranks (e.g. the loss for logging); the value itself on one rank."""
+        v = ctypes.c_double(float(value))
+        _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, ctypes.byref(v), 1), "all_reduce_mean")
+        return v.value / self.world_size
+
     def master_weights(self, name):
         """The fp32 master weights of parameter @name, as the engine holds them (a new tensor)."""
         for (n, p), h in zip(self.params, self.handles):
@@ -212,6 +224,9 @@ class Engine:
             self.gbufs = []
             _lib.lib.zo_device_destroy(self.dev)
             self.dev = None
+        if getattr(self, "comm", None):
+            _lib.lib.zo_comm_destroy(self.comm)
+            self.comm = None
 
     def __del__(self):
         self.close()

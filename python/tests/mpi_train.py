@@ -1,0 +1,47 @@
+"""mpi_train.py STAGE TIER OUT - the small GPT of examples/train_gpt.py trained 10 steps through zoffload.initialize,
+on the ranks the launcher started (mpirun -np 2: data parallel, each rank on its half of every global batch of 8
+windows) or on one rank with two micro-batches of 4 accumulated (the same samples). Rank 0 writes the losses,
+the mean over the ranks of each step's loss, one per line with 17 digits, to OUT. fp32, no clipping: run by
+tests/python_mpi.sh, which compares the two."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import zoffload  # noqa: E402
+from train_gpt import GPT, batches, config, corpus  # noqa: E402
+
+stage, tier, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+torch.manual_seed(1337)
+model = GPT(layers=1)
+cfg = config(device=tier, nvme=os.environ.get("ZO_TEST_NVME"), batch=4)
+cfg["gradient_accumulation_steps"] = 2 if world == 1 else 1
+cfg["zero_optimization"]["stage"] = stage
+if stage == 3:
+    cfg["zero_optimization"]["offload_param"] = {"device": tier, "nvme_path": os.environ.get("ZO_TEST_NVME")}
+engine = zoffload.initialize(model=model, config=cfg)
+assert engine.world_size == world, (engine.world_size, world)
+it = batches(corpus(), 8, 32, 0)  # the global batch: 8 windows, the same on every rank
+losses = []
+for _ in range(10):
+    x, y = next(it)
+    if world == 1:  # two micro-batches of 4, accumulated
+        parts = []
+        for k in range(2):
+            loss = engine(x[4 * k:4 * k + 4], y[4 * k:4 * k + 4])
+            engine.backward(loss)
+            engine.step()
+            parts.append(loss.item())
+        losses.append((parts[0] + parts[1]) / 2)
+    else:  # rank r: windows 4r .. 4r+3
+        r = engine.rank
+        loss = engine(x[4 * r:4 * r + 4], y[4 * r:4 * r + 4])
+        engine.backward(loss)
+        engine.step()
+        losses.append(engine.all_reduce_mean(loss.item()))
+if engine.rank == 0:
+    with open(out, "w") as f:
+        f.write("".join("%.17g\n" % v for v in losses))
+engine.close()

@@ -37,12 +37,15 @@ def _steps(engine, it, n, infos=None):
     return out
 
 
-def _train_zoffload(device, nvme=None):
+def _train_zoffload(device, nvme=None, stage=2):
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=config(device=device, nvme=nvme))
+    cfg = config(device=device, nvme=nvme)
+    if stage == 3:  # the parameters on the same tier, fetched by the module hooks
+        cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": device, "nvme_path": nvme}})
+    engine = zoffload.initialize(model=model, config=cfg)
     losses = _steps(engine, batches(corpus(), 8, 32, 0), STEPS)
-    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    weights = {n: engine.master_weights(n).clone() for n, _ in model.named_parameters()}  # fp32 masters
     # every gradient reached the engine from inside backward (the hooks), none was left for step()
     assert engine.handed_in_backward == STEPS * len(engine.params), engine.handed_in_backward
     engine.close()
@@ -68,8 +71,21 @@ def _train_torch():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     nvme = str(tmp_path_factory.mktemp("nvme"))
+    nvme3 = str(tmp_path_factory.mktemp("nvme3"))
     return {"cpu": _train_zoffload("cpu"), "nvme": _train_zoffload("nvme", nvme), "torch": _train_torch(),
+            "cpu3": _train_zoffload("cpu", stage=3), "nvme3": _train_zoffload("nvme", nvme3, stage=3),
             "nvme_dir": nvme}
+
+
+def test_stage3_100_steps_equal_stage2(runs):
+    """Stage 3 (parameters on cpu, and on nvme) over the 100 steps: the losses and final weights of stage 2, bit
+    for bit, hence within the same distance of torch.optim.AdamW."""
+    (l2, w2) = runs["cpu"]
+    for k in ("cpu3", "nvme3"):
+        l3, w3 = runs[k]
+        assert l3 == l2, k
+        for n in w2:
+            assert torch.equal(w3[n], w2[n]), (k, n)
 
 
 def test_cpu_and_nvme_bit_identical(runs):

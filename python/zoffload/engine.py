@@ -204,13 +204,13 @@ class Engine:
 
     def master_weights(self, name):
         """The fp32 master weights of parameter @name, as the engine holds them (a new tensor)."""
-        for (n, p), h in zip(self.params, self.handles):
-            if n == name:
-                out = torch.empty(p.numel(), dtype=torch.float32)
+        for i, ((n, _), h) in enumerate(zip(self.params, self.handles)):
+            if n == name:  # by the registered shape: at stage 3 the parameter itself is empty between uses
+                out = torch.empty(self.shapes[i].numel(), dtype=torch.float32)
                 off, cnt = ctypes.c_size_t(), ctypes.c_size_t()
                 _lib.check(_lib.lib.zo_engine_get_master(self.eng, h, out.data_ptr(), ctypes.byref(off),
                                                          ctypes.byref(cnt)), "master weights of '%s'" % n)
-                return out.view(p.shape)
+                return out.view(self.shapes[i])
         raise KeyError(name)
 
     def close(self):

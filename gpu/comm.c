@@ -397,6 +397,28 @@ zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t
   return started(st, r, req);
 }
 
+/*
+ * A 16-bit reduction: natively when the backend reduces 16-bit types (*native = 1, nothing done here), else fp32
+ * staging of @n elements of @src, widened now; after completion @out_n elements from stage + @result_off are
+ * rounded back into @out (req_finish).
+ */
+static zo_status stage16(zo_comm_t *c, zo_comm_req_t *r, const char *what, const void *src, size_t n, zo_dtype t,
+                         size_t result_off, void *out, size_t out_n) {
+  if (!(r->stage = stage_get(c, n, &r->stage_n)))
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu %s elements in fp32", what, n,
+                        zo_dtype_name(t));
+  widen(src, t, r->stage, n);
+  r->stage_result = r->stage + result_off;
+  r->out = out, r->out_n = out_n, r->out_dtype = t;
+  return ZO_OK;
+}
+
+/* The backend's element type for a reduction of @t: its own 16-bit type when it reduces those natively. */
+static zo_red_type red_type(const zo_comm_t *c, zo_dtype t) {
+  if (t == ZO_DTYPE_F32 || !c->ops->native_16bit) return ZO_RED_F32;
+  return t == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16;
+}
+
 zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype,
                                   zo_comm_req_t **req) {
   static const char what[] = "zo_comm_reduce_scatter";
@@ -410,20 +432,12 @@ zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, si
   if (st == ZO_OK && recv_n > SIZE_MAX / 4 / size)
     st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: recv_n %zu overflows", what, recv_n);
   if (st == ZO_OK) st = check_blocks(c, what, recv, send, recv_n * esz);
-  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && c->ops->native_16bit) {
-    st = c->ops->reduce_scatter(c, send, recv, recv_n, dtype == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16, r);
-  } else if (st == ZO_OK && dtype != ZO_DTYPE_F32) { /* widen into fp32 staging, reduced in place there */
-    if (!(r->stage = stage_get(c, size * recv_n, &r->stage_n)))
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu x %zu %s elements in fp32", what,
-                        size, recv_n, zo_dtype_name(dtype));
-    if (st == ZO_OK) {
-      widen(send, dtype, r->stage, size * recv_n);
-      r->stage_result = r->stage + (size_t)c->rank * recv_n;
-      r->out = recv, r->out_n = recv_n, r->out_dtype = dtype;
-      st = c->ops->reduce_scatter(c, r->stage, (float *)r->stage_result, recv_n, ZO_RED_F32, r);
-    }
+  const zo_red_type rt = red_type(c, dtype);
+  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && rt == ZO_RED_F32) { /* reduced in place in fp32 staging */
+    st = stage16(c, r, what, send, size * recv_n, dtype, (size_t)c->rank * recv_n, recv, recv_n);
+    if (st == ZO_OK) st = c->ops->reduce_scatter(c, r->stage, (float *)r->stage_result, recv_n, ZO_RED_F32, r);
   } else if (st == ZO_OK) {
-    st = c->ops->reduce_scatter(c, send, recv, recv_n, ZO_RED_F32, r);
+    st = c->ops->reduce_scatter(c, send, recv, recv_n, rt, r);
   }
   return started(st, r, req);
 }
@@ -437,20 +451,12 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
   zo_status st = ZO_OK;
   if (!buf) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: buf is NULL", what);
   if (st == ZO_OK && n > SIZE_MAX / sizeof(float)) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
-  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && c->ops->native_16bit) {
-    st = c->ops->all_reduce(c, buf, n, dtype == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16, r);
-  } else if (st == ZO_OK && dtype != ZO_DTYPE_F32) {
-    if (!(r->stage = stage_get(c, n, &r->stage_n)))
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu %s elements in fp32", what, n,
-                        zo_dtype_name(dtype));
-    if (st == ZO_OK) {
-      widen(buf, dtype, r->stage, n);
-      r->stage_result = r->stage;
-      r->out = buf, r->out_n = n, r->out_dtype = dtype;
-      st = c->ops->all_reduce(c, r->stage, n, ZO_RED_F32, r);
-    }
+  const zo_red_type rt = red_type(c, dtype);
+  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && rt == ZO_RED_F32) {
+    st = stage16(c, r, what, buf, n, dtype, 0, buf, n);
+    if (st == ZO_OK) st = c->ops->all_reduce(c, r->stage, n, ZO_RED_F32, r);
   } else if (st == ZO_OK) {
-    st = c->ops->all_reduce(c, buf, n, ZO_RED_F32, r);
+    st = c->ops->all_reduce(c, buf, n, rt, r);
   }
   return started(st, r, req);
 }

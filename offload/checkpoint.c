@@ -299,29 +299,6 @@ static void remove_leftovers(const char *root) {
   closedir(d);
 }
 
-/* Several ranks: every rank learns whether all of them succeeded (a sum of failure flags); ZO_OK only then.
- * A rank that succeeded but hears of another's failure gets an error saying so. */
-static zo_status agree(zo_engine_t *e, zo_status mine, const char *what) {
-  if (e->world == 1) return mine;
-  double failed = mine != ZO_OK;
-  zo_status st = zo_comm_all_reduce_f64(e->comm, &failed, 1);
-  if (st != ZO_OK) return zo_error_prefix(st, "checkpoint: agreeing on %s", what);
-  if (mine != ZO_OK) return mine;
-  if (failed > 0) return zo_error_set(ZO_ERR_IO, "checkpoint: %.0f other rank(s) failed %s (their own messages say "
-                                      "why)", failed, what);
-  return ZO_OK;
-}
-
-/* Rank 0's status of a step only it takes (the renames), handed to every rank. */
-static zo_status from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
-  if (e->world == 1) return st0;
-  double code = st0;
-  zo_status st = zo_comm_broadcast(e->comm, &code, sizeof code, 0);
-  if (st != ZO_OK) return zo_error_prefix(st, "save: hearing rank 0 about %s", what);
-  if (e->rank == 0 || code == ZO_OK) return e->rank == 0 ? st0 : ZO_OK;
-  return zo_error_set((zo_status)code, "save: rank 0 failed %s (its message says why)", what);
-}
-
 /* The manifest file of this rank: manifest.json with one rank; with several, manifest-rankNNNNN.json of every rank
  * (and rank 0's copy as manifest.json, which marks the directory as a checkpoint). */
 static void manifest_name(const zo_engine_t *e, char *out, size_t cap) {
@@ -356,7 +333,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
     if (mkdir(root, 0755) && errno != EEXIST) st0 = sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
     else remove_leftovers(root);
   }
-  if ((st0 = from_rank0(e, st0, "creating the checkpoint root")) != ZO_OK) {
+  if ((st0 = eng_dp_from_rank0(e, st0, "save: creating the checkpoint root")) != ZO_OK) {
     json_decref(app);
     return st0;
   }
@@ -393,7 +370,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   if (!runs || !buf) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
   if (st == ZO_OK && e->rank == 0 && mkdir(tmp, 0755)) st = sys_err(ZO_ERR_IO, "cannot create", tmp);
   if (e->world > 1) { /* everyone hears of rank 0's directory */
-    zo_status s0 = from_rank0(e, e->rank == 0 ? st : ZO_OK, "creating the temporary directory");
+    zo_status s0 = eng_dp_from_rank0(e, e->rank == 0 ? st : ZO_OK, "save: creating the temporary directory");
     if (st == ZO_OK) st = s0;
   }
   /* every rank: its shard file and its manifest */
@@ -408,9 +385,9 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   if (st == ZO_OK) st = write_file(file, text);
   if (st == ZO_OK && e->world > 1 && e->rank == 0) st = join(file, sizeof file, tmp, "manifest.json");
   if (st == ZO_OK && e->world > 1 && e->rank == 0) st = write_file(file, text);
-  if ((st = agree(e, st, "writing their part")) != ZO_OK) goto fail;
+  if ((st = eng_dp_agree(e, st, "save: writing the ranks' parts")) != ZO_OK) goto fail;
   if (e->rank != 0) { /* rank 0 puts the directory into place and says how that went */
-    st = from_rank0(e, ZO_OK, "putting the checkpoint into place");
+    st = eng_dp_from_rank0(e, ZO_OK, "save: putting the checkpoint into place");
     if (st == ZO_OK && saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
     goto out;
   }
@@ -456,7 +433,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
 fail:
   if (e->rank == 0) remove_tree(tmp);
 out:
-  if (placing) (void)from_rank0(e, st, "putting the checkpoint into place"); /* the others wait for it */
+  if (placing) (void)eng_dp_from_rank0(e, st, "save: putting the checkpoint into place"); /* the others wait for it */
   free(text);
   json_decref(m);
   json_decref(app);
@@ -628,7 +605,7 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
     }
   }
 verified:
-  if ((st = agree(e, st, "checking their part of the checkpoint")) != ZO_OK) goto out;
+  if ((st = eng_dp_agree(e, st, "load: checking the ranks' parts")) != ZO_OK) goto out;
   /* 2. apply: state onto its tier, working weights rebuilt from the master weights */
   if ((st = zo_engine_synchronize(e)) != ZO_OK) goto out;
   if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_quiesce(e)) != ZO_OK) goto out;

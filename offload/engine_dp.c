@@ -21,10 +21,11 @@
  * every engine call (fetch, release, grad_ready) and finished at
  * zo_engine_step(); time blocked waiting for one is the exposed
  * communication (zo_step_info.comm_s). Without overlap_comm each reduction
- * completes inside its grad_ready(). Source: Rajbhandari et al., "ZeRO: Memory Optimizations
+ * completes inside its grad_ready(). Stage 3's parameter gathers are
+ * engine_dp3.c's. Source: Rajbhandari et al., "ZeRO: Memory Optimizations
  * Toward Training Trillion Parameter Models" (SC'20), sections 5.1-5.2.
- * Not here yet: parameter partitioning (stage 3) and delayed parameter
- * update on several ranks (refused at create).
+ * Not here yet: delayed parameter update on several ranks (refused at
+ * create).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,14 +49,35 @@ zo_status eng_dp_check(const zo_engine_t *e) {
 
 /* Elements one reduction of @p moves: the tensor padded to world blocks (the whole tensor at stage 0). */
 static size_t red_elems(const zo_engine_t *e, const zo_param_t *p) {
-  return e->cfg.zero.stage == 0 ? p->n : p->part_n * (size_t)e->world;
+  return e->cfg.zero.stage == 0 ? p->n : eng_dp_padded(e, p);
+}
+
+zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what) {
+  if (e->world == 1) return mine;
+  double failed = mine != ZO_OK;
+  zo_status st = zo_comm_all_reduce_f64(e->comm, &failed, 1);
+  if (st != ZO_OK) return zo_error_prefix(st, "%s: agreeing over the ranks", what);
+  if (mine != ZO_OK) return mine;
+  if (failed > 0)
+    return zo_error_set(ZO_ERR_IO, "%s: %.0f other rank(s) failed (their own messages say why)", what, failed);
+  return ZO_OK;
+}
+
+zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
+  if (e->world == 1) return st0;
+  double code = st0;
+  zo_status st = zo_comm_broadcast(e->comm, &code, sizeof code, 0);
+  if (st != ZO_OK) return zo_error_prefix(st, "%s: hearing rank 0", what);
+  if (e->rank == 0) return st0;
+  if (code == ZO_OK) return ZO_OK;
+  return zo_error_set((zo_status)code, "%s: rank 0 failed (its message says why)", what);
 }
 
 void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
   size_t largest = 0, total = 0, gather = 0, gather_largest = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
-    const size_t el = red_elems(e, p), padded = p->part_n * (size_t)e->world;
+    const size_t el = red_elems(e, p), padded = eng_dp_padded(e, p);
     if (el > largest) largest = el;
     if (padded > gather_largest) gather_largest = padded;
     total += el;
@@ -193,7 +215,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
     ZO_CHECK(eng_dp_progress(e, 1));
   }
   dp_red *r = &e->dp_q[(e->dp_q_first + e->dp_q_n) % e->n_params];
-  r->p = p, r->off = off, r->bytes = bytes, r->req = NULL;
+  r->p = p, r->off = off, r->req = NULL;
   char *buf = (char *)e->dp_grad.ptr + off;
   if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
     ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
@@ -209,7 +231,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
   return eng_dp_progress(e, 0);
 }
 
-/* Start the all-gather of @p's working weights; NULL *req when there is nothing to gather. */
+/* Start the all-gather of @p's working weights into its region of the gather buffer (at p->dp_off). */
 static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   char *t = (char *)e->dp_gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
@@ -247,10 +269,10 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
     st = zo_stream_synchronize(e->copy_stream);
     const int w0 = i;
     size_t used = 0;
-    while (st == ZO_OK && i < end && (i == w0 || used + e->params[i]->part_n * (size_t)e->world <= cap)) {
+    while (st == ZO_OK && i < end && (i == w0 || used + eng_dp_padded(e, e->params[i]) <= cap)) {
       zo_param_t *q = e->params[i];
       q->dp_off = used;
-      used += q->part_n * (size_t)e->world;
+      used += eng_dp_padded(e, q);
       st = gather_start(e, q, &reqs[i]);
       if (st == ZO_OK) i++;
     }

@@ -32,13 +32,11 @@
 
 #include "engine_internal.h"
 
-static size_t padded_el(const zo_engine_t *e, const zo_param_t *p) { return p->part_n * (size_t)e->world; }
-
 size_t eng_pg_ring_bytes(const zo_engine_t *e) {
   if (!eng_dp3(e)) return 0;
   size_t largest = 0, total = 0;
   for (int i = 0; i < e->n_params; i++) {
-    const size_t el = padded_el(e, e->params[i]);
+    const size_t el = eng_dp_padded(e, e->params[i]);
     if (el > largest) largest = el;
     total += el;
   }
@@ -129,14 +127,14 @@ struct pg_bucket {
 
 /* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring is full. */
 static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
-  const size_t bytes = padded_el(e, p) * zo_dtype_size(e->wdtype);
+  const size_t bytes = eng_dp_padded(e, p) * zo_dtype_size(e->wdtype);
   size_t off = 0;
   *ok = 0;
   if (!eng_ring_take(e->pg_ring.nbytes, e->pg_head, e->pg_q_n ? g_at(e, 0)->off : 0, e->pg_q_n, bytes, &off))
     return ZO_OK;
   if (e->pg_q_n == e->pg_q_cap) ZO_CHECK(q_grow(e));
   dp_gat *g = &e->pg_q[(e->pg_q_first + e->pg_q_n) % e->pg_q_cap];
-  *g = (dp_gat){.p = p, .pos = pos, .off = off, .bytes = bytes, .seq = e->pg_seq++};
+  *g = (dp_gat){.p = p, .pos = pos, .off = off, .seq = e->pg_seq++};
   e->pg_q_n++;
   e->pg_head = off + bytes;
   *ok = 1;

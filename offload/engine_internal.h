@@ -126,7 +126,7 @@ enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
 /* Several ranks: one gradient reduction in flight (engine_dp.c), in a region of e->dp_grad. */
 typedef struct dp_red {
   zo_param_t *p;
-  size_t off, bytes;         /* region of e->dp_grad */
+  size_t off;                /* region of e->dp_grad */
   zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
   zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
 } dp_red;
@@ -135,7 +135,7 @@ typedef struct dp_red {
 typedef struct dp_gat {
   zo_param_t *p;
   int pos;                   /* trace position it serves, or -1 (a demand fetch) */
-  size_t off, bytes;         /* region of e->pg_ring: the tensor padded to part_n x world */
+  size_t off;                /* region of e->pg_ring: the tensor padded to part_n x world */
   struct pg_bucket *b;       /* the all-gather it is part of (engine_dp3.c) */
   uint64_t seq;              /* its place in the order of all entries (buckets find their members by it) */
   int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
@@ -322,6 +322,14 @@ void eng_host_buf_free(host_buf *b);
 
 /* ---------------------------------------------------------------- engine_dp.c */
 
+/* Elements of @p padded to world blocks of part_n: what its all-gathers and reduce-scatters move. */
+static inline size_t eng_dp_padded(const zo_engine_t *e, const zo_param_t *p) { return p->part_n * (size_t)e->world; }
+/* Several ranks (collective): ZO_OK only when every rank's @mine is; a rank that succeeded hears of another's
+ * failure as "@what: N other rank(s) failed". One rank: @mine. */
+zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
+/* Several ranks (collective): rank 0's outcome @st0 of a step only it takes, handed to every rank (rank 0 gets
+ * @st0 back; another rank an error naming @what when it failed). One rank: @st0. */
+zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what);
 /* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
 zo_status eng_dp_check(const zo_engine_t *e);
 /* Bytes of the gradient and gather buffers (budget and finalize agree on them). */

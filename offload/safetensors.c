@@ -56,7 +56,7 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
                                               "shape", shape, "data_offsets", (json_int_t)off,
                                               (json_int_t)(off + nb)));
     off += nb;
-    const size_t whole = e->world > 1 ? p->part_n * (size_t)e->world : p->n; /* padded for the all-gather */
+    const size_t whole = e->world > 1 ? eng_dp_padded(e, p) : p->n; /* padded for the all-gather */
     if (whole > max_n) max_n = whole;
   }
   char *hdr = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -100,14 +100,8 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
     if (writer && st == ZO_OK) st = write_all(fd, out, p->n * esz, pos, tmp);
     pos += p->n * esz;
   }
-  if (e->world > 1) { /* every rank hears of rank 0's writes, and rank 0 of the others' shards */
-    double failed = st != ZO_OK;
-    zo_status s2 = zo_comm_all_reduce_f64(e->comm, &failed, 1);
-    if (st == ZO_OK && s2 != ZO_OK) st = s2;
-    if (st == ZO_OK && failed > 0)
-      st = zo_error_set(ZO_ERR_IO, "export_safetensors: %.0f other rank(s) failed (their messages say why)", failed);
-  }
-  if (st != ZO_OK) goto fail;
+  /* every rank hears of rank 0's writes, and rank 0 of the others' shards */
+  if ((st = eng_dp_agree(e, st, "export_safetensors")) != ZO_OK) goto fail;
   if (!writer) goto out;
   if (fsync(fd)) {
     st = zo_error_set(ZO_ERR_IO, "safetensors: fsync of '%s': %s", tmp, strerror(errno));
@@ -126,9 +120,8 @@ fail:
   if (writer) unlink(tmp);
 out:
   if (e->world > 1) { /* rank 0's fsync and rename, for everyone */
-    double code = st;
-    if (zo_comm_broadcast(e->comm, &code, sizeof code, 0) == ZO_OK && !writer && st == ZO_OK && code != ZO_OK)
-      st = zo_error_set((zo_status)code, "export_safetensors: rank 0 could not put '%s' into place", path);
+    zo_status s0 = eng_dp_from_rank0(e, st, "export_safetensors: putting the file into place");
+    if (st == ZO_OK) st = s0;
   }
   if (fd >= 0) close(fd);
   if (out != f32) free(out);

@@ -22,12 +22,20 @@ from . import _lib
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
 
 
+def _config_text(config):
+    """The JSON text of @config (a DeepSpeed-style dict or a JSON file path) and the name its errors give."""
+    if isinstance(config, dict):
+        return json.dumps(config), "config"
+    with open(config) as f:
+        return f.read(), config
+
+
 class Engine:
     """What zoffload.initialize() returns. Not thread-safe."""
 
-    def __init__(self, model, config):
+    def __init__(self, model, config, _read=None):
         self.module = model
-        text = json.dumps(config) if isinstance(config, dict) else open(config).read()
+        text, name = _read or _config_text(config)  # initialize() has read it already
         cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
         # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each
         # training on its own part of the global batch (the caller's data loader decides which).
@@ -38,8 +46,8 @@ class Engine:
         opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=self.world_size,
                                auto_values=None)
         raw = text.encode()
-        _lib.check(_lib.lib.zo_config_parse(raw, len(raw), b"config" if isinstance(config, dict) else config.encode(),
-                                            ctypes.byref(opts), cfg), "zoffload.initialize: config")
+        _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
+                   "zoffload.initialize: config")
         self.config = json.loads(text)
         self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -80,6 +88,7 @@ class Engine:
         self._boundary = False
         self._handed = [False] * len(self.params)
         self.hooks = []
+        self._keep_nodes = []  # torch < 2.1: the AccumulateGrad nodes the hooks hang on
         self.handed_in_backward = 0
         for i, (_, p) in enumerate(self.params):
             if hasattr(p, "register_post_accumulate_grad_hook"):
@@ -87,7 +96,7 @@ class Engine:
             else:
                 node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
                 self.hooks.append(node.register_hook(lambda *_, i=i: self._on_grad(i)))
-                self._keep_nodes = getattr(self, "_keep_nodes", []) + [node]
+                self._keep_nodes.append(node)
 
     # --- the training loop ---
 
@@ -239,9 +248,9 @@ def initialize(model=None, config=None):
     TypeError for parameters it cannot take."""
     if model is None or config is None:
         raise ValueError("zoffload.initialize: model= and config= are required")
-    text = json.dumps(config) if isinstance(config, dict) else open(config).read()
-    zo = json.loads(text).get("zero_optimization", {})
+    read = _config_text(config)
+    zo = json.loads(read[0]).get("zero_optimization", {})
     if isinstance(zo, dict) and zo.get("stage", 0) == 3:
         from .stage3 import Stage3Engine
-        return Stage3Engine(model, config)
-    return Engine(model, config)
+        return Stage3Engine(model, config, read)
+    return Engine(model, config, read)

@@ -261,19 +261,12 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
   }
   for (int r = 0; r < world; r++) {
     const double *v = all + (size_t)r * K;
-    char db[32], hb[32], pb[32], nb[32], cb[32], kp[32], kg[32], ks[32], kc[32];
-    fmt_bytes(kp, sizeof kp, v[6]);
-    fmt_bytes(kg, sizeof kg, v[7]);
-    fmt_bytes(ks, sizeof ks, v[8]);
-    fmt_bytes(kc, sizeof kc, v[9]);
-    fmt_bytes(db, sizeof db, v[0]);
-    fmt_bytes(hb, sizeof hb, v[1]);
-    fmt_bytes(pb, sizeof pb, v[2]);
-    fmt_bytes(nb, sizeof nb, v[3]);
-    fmt_bytes(cb, sizeof cb, v[5]);
+    static const int order[] = {0, 1, 2, 3, 6, 7, 8, 9, 5}; /* the byte counts, in the order printed */
+    char b[9][32];
+    for (int k = 0; k < 9; k++) fmt_bytes(b[k], sizeof b[k], v[order[k]]);
     printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
-           "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n", r, world, db, hb, pb, nb, kp,
-           kg, ks, kc, v[4] * 1e3, cb);
+           "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n", r, world, b[0], b[1], b[2],
+           b[3], b[4], b[5], b[6], b[7], v[4] * 1e3, b[8]);
   }
   free(all);
   return 0;

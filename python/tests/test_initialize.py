@@ -10,6 +10,7 @@ relative on every step's loss and on the final weights' mean absolute difference
 magnitude; the test prints what it saw.
 """
 import os
+import subprocess
 import sys
 
 import pytest
@@ -248,3 +249,12 @@ def test_stage3_hugging_face_gpt2(tmp_path):
     assert two[-1] < two[0]
     print("\nHF GPT-2 (tied embedding), stage 3 with parameters on nvme == stage 2: loss %.4f -> %.4f" % (two[0],
                                                                                                      two[-1]))
+
+
+def test_import_before_torch():
+    """`import zoffload` ahead of `import torch` (it loads libzoffload, and its jemalloc, first) works: torch's
+    import aborted in free() when the library came first."""
+    r = subprocess.run([sys.executable, "-c", "import zoffload, torch; print(torch.ones(3).sum().item())"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "3.0"

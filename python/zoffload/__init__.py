@@ -5,7 +5,12 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
     opt = zoffload.optim.CPUAdam(model.parameters(), lr=1e-3)   # DeepSpeedCPUAdam's arguments
     engine = zoffload.initialize(model=model, config="ds_config.json")   # the engine, as deepspeed.initialize
 """
-from ._lib import ZoffloadError, path as __library__
+# torch before libzoffload: torch's libraries, loaded into a process that already holds the jemalloc that
+# libzoffload links, abort in free() ("free(): invalid pointer") while `import torch` runs. Loaded first, they
+# keep glibc's allocator, and `import zoffload` works before or after `import torch`.
+import torch  # noqa: F401
+
+from ._lib import ZoffloadError, path as __library__  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine"]

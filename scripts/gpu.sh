@@ -14,6 +14,11 @@
 #             growing depths at d_model 4096 for each tier layout, then 3 steps of the largest that fits,
 #             and the refusal of the next size (what limited it)
 #   bench     zo-stepbench, zo-swapbench, zo-arenabench against limits measured in the same run
+#   torch     the PyTorch front: Hugging Face's GPT2LMHeadModel (124M-sized, from a config) trained through
+#             zoffload.initialize(device="cuda") with the optimizer on cpu, against torch.optim.AdamW on the GPU
+#             in the same run: tokens/s and peak GPU memory of both (python/benchmarks/gpu_train_bench.py)
+# The Python parts (ctest python_cuda in `tests`, and `torch`) need an interpreter whose torch sees the GPU:
+# $ZO_PYTHON, else the first of python3 and /usr/bin/python3 that has one.
 # A summary (tokens/s, MFU, peak device memory, per-step exposed times) ends the run and is
 # written to gpu-results/summary.txt. $ZO_NVME (default build/gpu-nvme) holds swap files.
 set -uo pipefail
@@ -24,7 +29,15 @@ corpus=${ZO_CORPUS:-/usr/share/games/fortunes}
 nvme=${ZO_NVME:-build/gpu-nvme}
 out=${ZO_GPU_OUT:-gpu-results}
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests 124m 10b infinity largest bench)
+[ ${#stages[@]} -eq 0 ] && stages=(tests 124m 10b infinity largest bench torch)
+if [ -z "${ZO_PYTHON:-}" ]; then
+  for py in python3 /usr/bin/python3; do
+    if "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      export ZO_PYTHON=$py
+      break
+    fi
+  done
+fi
 mkdir -p "$nvme" "$out"
 zt=build/tools/zo-train
 dev=${ZO_DEVICE:-cuda} # host: exercise this script on a machine without a GPU
@@ -86,6 +99,17 @@ if want bench; then
     --compute-ms-per-layer 20 --steps 6 --nvme-path "$nvme" --device-limit 8G --json "$out/stepbench.json" || status=1
   build/tools/zo-swapbench --device cuda --path "$nvme" --json "$out/swapbench.json" || status=1
   build/tools/zo-arenabench --device cuda --json "$out/arenabench.json" || status=1
+fi
+if want torch; then
+  if [ -n "${ZO_PYTHON:-}" ]; then
+    echo "== PyTorch front: $ZO_PYTHON python/benchmarks/gpu_train_bench.py"
+    ZOFFLOAD_LIBRARY=build/libzoffload.so PYTHONPATH=python GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 \
+      "$ZO_PYTHON" python/benchmarks/gpu_train_bench.py --layers 12 --d-model 768 --heads 12 --batch 8 --seq 512 \
+      2>&1 | tee "$out/torch-gpt2.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  else
+    echo "torch: no Python here has a torch that sees the GPU; set ZO_PYTHON" | tee "$out/torch-gpt2.log"
+  fi
 fi
 
 # Summary of every zo-train run: medians over the steps after the first two (warm-up).

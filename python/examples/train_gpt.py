@@ -3,7 +3,7 @@ the optimizer state offloaded to the CPU (or NVMe) by the DeepSpeed-style config
 training loop unchanged but for three lines.
 
     ZOFFLOAD_LIBRARY=build/libzoffload.so GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 \\
-        PYTHONPATH=python /usr/bin/python3 python/examples/train_gpt.py --steps 200 [--nvme DIR]
+        PYTHONPATH=python /usr/bin/python3 python/examples/train_gpt.py --steps 200 [--nvme DIR] [--device cuda]
 """
 import argparse
 import glob
@@ -23,7 +23,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         t = x.shape[1]
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)  # causal: no look ahead
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1)  # causal: no look ahead
         h = self.ln1(x)
         x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
         return x + self.mlp(self.ln2(x))
@@ -38,11 +38,11 @@ class GPT(nn.Module):
         self.head = nn.Linear(d, vocab, bias=False)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
 def corpus():
@@ -64,11 +64,11 @@ def batches(data, batch, seq, seed):
         yield x, y
 
 
-def config(lr=3e-3, device="cpu", nvme=None, batch=8):
+def config(lr=3e-3, device="cpu", nvme=None, batch=8, bf16=False):
     off = {"device": device, "pin_memory": True}
     if device == "nvme":
         off["nvme_path"] = nvme
-    return {"train_micro_batch_size_per_gpu": batch, "gradient_accumulation_steps": 1,
+    return {"bf16": {"enabled": bf16}, "train_micro_batch_size_per_gpu": batch, "gradient_accumulation_steps": 1,
             "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.95], "eps": 1e-8,
                                                       "weight_decay": 0.01}},
             "zero_optimization": {"stage": 2, "offload_optimizer": off}}
@@ -78,15 +78,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--nvme", help="put the optimizer state in swap files under this directory")
+    ap.add_argument("--device", default="cpu", help="where the model computes: cpu, cuda, cuda:N")
+    ap.add_argument("--bf16", action="store_true", help="bf16 working weights and gradients")
     a = ap.parse_args()
     import zoffload
     torch.manual_seed(1337)
-    model = GPT()
-    engine = zoffload.initialize(model=model, config=config(device="nvme" if a.nvme else "cpu", nvme=a.nvme))
+    model = GPT()  # built on the CPU; initialize() puts the working weights where --device says
+    engine = zoffload.initialize(model=model, device=a.device,
+                                 config=config(device="nvme" if a.nvme else "cpu", nvme=a.nvme, bf16=a.bf16))
     data = corpus()
     it = batches(data, 8, 32, 0)
     for step in range(1, a.steps + 1):
-        x, y = next(it)
+        x, y = (t.to(a.device) for t in next(it))
         loss = engine(x, y)
         engine.backward(loss)
         info = engine.step()

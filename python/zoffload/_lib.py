@@ -125,7 +125,7 @@ def check(status, what):
         raise ZoffloadError(name, "%s: %s (%s)" % (what, lib.zo_last_error().decode(errors="replace"), name))
 
 # --- config, device and engine (zoffload/config.h, device.h, engine.h) ---
-DEVICE_HOST = 0
+DEVICE_HOST, DEVICE_CUDA = 0, 1
 
 
 class ConfigOpts(ctypes.Structure):
@@ -140,6 +140,23 @@ class StepInfo(ctypes.Structure):
                 ("comm_s", ctypes.c_double), ("comm_bytes", ctypes.c_uint64)]
 
 
+class ArenaStats(ctypes.Structure):  # zoffload/arena.h zo_arena_stats
+    _fields_ = [(k, ctypes.c_size_t) for k in ("capacity", "live_bytes", "free_bytes", "pending_bytes",
+                                                "largest_free")] + \
+               [("fragmentation", ctypes.c_double)] + \
+               [(k, ctypes.c_size_t) for k in ("pinned_bytes", "n_live_blocks", "peak_live_bytes")] + \
+               [(k, ctypes.c_uint64) for k in ("n_allocs", "n_failed", "compactions", "bytes_moved", "copies")] + \
+               [("compact_seconds", ctypes.c_double)]
+
+
+class EngineMem(ctypes.Structure):  # zoffload/engine.h zo_engine_mem
+    _fields_ = [(k, ctypes.c_size_t) for k in ("device_bytes", "device_peak_bytes", "host_bytes", "pinned_bytes",
+                                                "nvme_bytes", "device_param_bytes")] + \
+               [(k, ctypes.c_uint64) for k in ("nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes")] + \
+               [("arena", ArenaStats)] + \
+               [(k, ctypes.c_size_t) for k in ("param_bytes", "grad_bytes", "state_bytes", "comm_bytes")]
+
+
 _vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 for _name, _res, _args in (
         ("zo_config_sizeof", _sz, []),
@@ -147,6 +164,10 @@ for _name, _res, _args in (
         ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),
+        ("zo_device_cuda_count", _i, []),
+        ("zo_stream_wrap", _i, [_vp, _vp, ctypes.POINTER(_vp)]),
+        ("zo_stream_destroy", None, [_vp]),
+        ("zo_engine_set_compute_stream", _i, [_vp, _vp]),
         ("zo_device_malloc", _i, [_vp, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_free", _i, [_vp, _vp]),
         ("zo_memcpy", _i, [_vp, _vp, _vp, _sz, _i]),
@@ -163,6 +184,7 @@ for _name, _res, _args in (
         ("zo_engine_loss_scale", ctypes.c_double, [_vp]),
         ("zo_engine_working_dtype", _i, [_vp]),
         ("zo_engine_grad_dtype", _i, [_vp]),
+        ("zo_engine_mem_info", _i, [_vp, ctypes.POINTER(EngineMem)]),
         ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args

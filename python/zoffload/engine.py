@@ -8,16 +8,17 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
         engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
         engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
 
-Built now: ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters) on one rank,
-parameters on the CPU (the engine's host device), checkpoints (save_checkpoint / load_checkpoint over
-zo_engine_save / zo_engine_load). Not yet: CUDA models, several ranks.
+ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters), on one rank or on the ranks an
+MPI launcher started, checkpoints (save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). CPU
+models run on the engine's host device; CUDA models (or a CPU model with device="cuda") on its CUDA backend,
+ordered against torch.cuda.current_stream() (_device.py says how parameters meet the engine's GPU memory).
 """
 import ctypes
 import json
 
 import torch
 
-from . import _lib
+from . import _device, _lib
 
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
 
@@ -33,9 +34,25 @@ def _config_text(config):
 class Engine:
     """What zoffload.initialize() returns. Not thread-safe."""
 
-    def __init__(self, model, config, _read=None):
+    def __init__(self, model, config, _read=None, device=None):
         self.module = model
         text, name = _read or _config_text(config)  # initialize() has read it already
+        self.config = json.loads(text)
+        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.shapes = [p.shape for _, p in self.params]
+        self.place = _device.placement(model, device)
+        for n, p in self.params:
+            if not self.place.cuda and p.dtype != torch.float32:
+                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
+                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
+            if not p.is_floating_point():
+                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
+                                % (n, p.dtype))
+        zcfg = self.config.get("zoffload", {})
+        if self.place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
+            self.config["zoffload"] = dict(zcfg, device_arena_bytes=_device.arena_bytes(
+                self.config, self.shapes, _device.working_size(self.config)))
+            text = json.dumps(self.config)
         cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
         # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each
         # training on its own part of the global batch (the caller's data loader decides which).
@@ -48,19 +65,15 @@ class Engine:
         raw = text.encode()
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
                    "zoffload.initialize: config")
-        self.config = json.loads(text)
         self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.shapes = [p.shape for _, p in self.params]
-        for n, p in self.params:
-            if p.device.type != "cpu" or p.dtype != torch.float32:
-                raise TypeError("zoffload.initialize: parameter '%s' is %s on %s; the Python front takes fp32 CPU "
-                                "models for now" % (n, p.dtype, p.device))
         self.dev = ctypes.c_void_p()
-        _lib.check(_lib.lib.zo_device_create(_lib.DEVICE_HOST, 0, 0, ctypes.byref(self.dev)), "zo_device_create")
+        _lib.check(_lib.lib.zo_device_create(self.place.kind, self.place.ordinal, 0, ctypes.byref(self.dev)),
+                   "zo_device_create(%s)" % self.place.device)
         self.eng = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_engine_create(cfg, self.dev, self.comm, ctypes.byref(self.eng)), "zo_engine_create")
+        self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
+        self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
         self.handles, self.gbufs = [], []
         gsz = torch.tensor([], dtype=_DT[self.gdtype]).element_size()
         for n, p in self.params:
@@ -68,17 +81,23 @@ class Engine:
             _lib.check(_lib.lib.zo_engine_register_param(self.eng, n.encode(), p.numel(), ctypes.byref(h)),
                        "register '%s'" % n)
             self.handles.append(h)
-            buf = ctypes.c_void_p()  # the gradient's hand-over buffer in the engine's device memory
-            _lib.check(_lib.lib.zo_device_malloc(self.dev, p.numel() * gsz, ctypes.byref(buf)), "gradient buffer")
-            self.gbufs.append(buf)
+            if not self.place.cuda:  # the gradient's hand-over buffer in the host device's memory
+                buf = ctypes.c_void_p()
+                _lib.check(_lib.lib.zo_device_malloc(self.dev, p.numel() * gsz, ctypes.byref(buf)),
+                           "gradient buffer")
+                self.gbufs.append(buf)
         _lib.check(_lib.lib.zo_engine_finalize(self.eng), "zo_engine_finalize")
         with torch.no_grad():
             for (n, p), h in zip(self.params, self.handles):
-                src = p.detach().contiguous()
+                src = p.detach().to(device="cpu", dtype=torch.float32).contiguous()  # one tensor at a time
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
+        self._aliased = [None] * len(self.params)  # CUDA stages 1-2: the engine address each parameter views
+        self._gkeep = []  # CUDA: gradients handed over, alive until zo_engine_step() returns
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")  # not part of any step's fetch order
         self._write_back()
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+        if self.place.cuda:
+            self._move_rest(model)
         self.micro_steps = 0
         self.global_steps = 0
         self.last_info = None
@@ -97,6 +116,19 @@ class Engine:
                 node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
                 self.hooks.append(node.register_hook(lambda *_, i=i: self._on_grad(i)))
                 self._keep_nodes.append(node)
+
+    def _move_rest(self, model):
+        """CUDA: what the engine does not hold (buffers, frozen parameters) to the GPU, floating-point ones in the
+        working dtype, as module.to(device) and DeepSpeed's module.bfloat16()/half() would."""
+        trained = {id(p) for _, p in self.params}
+        with torch.no_grad():
+            for m in model.modules():
+                for key, b in m._buffers.items():
+                    if b is not None:
+                        m._buffers[key] = b.to(self.place.device, self.wdtype if b.is_floating_point() else None)
+                for p in m.parameters(recurse=False):
+                    if id(p) not in trained:
+                        p.data = p.data.to(self.place.device, self.wdtype if p.is_floating_point() else None)
 
     # --- the training loop ---
 
@@ -121,12 +153,21 @@ class Engine:
 
     def _hand_over(self, i):
         n, p = self.params[i]
-        h, buf = self.handles[i], self.gbufs[i]
-        g = p.grad if p.grad is not None else torch.zeros(self.shapes[i])
-        g = g.detach().to(_DT[self.gdtype]).contiguous()
-        _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(), _lib.COPY_H2D),
-                   "gradient of '%s'" % n)
-        _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
+        h, gdt = self.handles[i], _DT[self.gdtype]
+        g = p.grad if p.grad is not None else torch.zeros(self.shapes[i], dtype=gdt, device=self.place.device)
+        g = g.detach().to(gdt).contiguous()
+        if self.place.cuda:
+            # The engine copies this rank's shard out of torch's memory on its copy stream, after the work queued
+            # on the compute stream so far; torch must not reuse the memory before zo_engine_step() returns.
+            self._gkeep.append(g)
+            with self.place.ordered():
+                _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, g.data_ptr(), self.gdtype),
+                           "grad_ready '%s'" % n)
+        else:
+            buf = self.gbufs[i]
+            _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(),
+                                          _lib.COPY_H2D), "gradient of '%s'" % n)
+            _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
         self._handed[i] = True
 
     def _on_grad(self, i):
@@ -145,14 +186,15 @@ class Engine:
         zo_step_info as a dict, or None between boundaries."""
         if not self.is_gradient_accumulation_boundary():
             return None
-        with torch.no_grad():
+        with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
                 if not self._handed[i]:
                     self._hand_over(i)
-        self._handed = [False] * len(self.params)
-        info = _lib.StepInfo()
-        _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
-        self._after_step()
+            self._handed = [False] * len(self.params)
+            info = _lib.StepInfo()
+            _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
+            self._gkeep = []  # every gradient copy has landed
+            self._after_step()
         for _, p in self.params:
             p.grad = None
         self.global_steps += 1
@@ -164,18 +206,25 @@ class Engine:
         self._write_back()
 
     def _write_back(self):
-        """The engine's working weights (after load or a step) into the model's parameters."""
-        with torch.no_grad():
-            for (n, p), h in zip(self.params, self.handles):
+        """The engine's working weights (after load or a step) into the model's parameters: on the GPU the
+        parameters view the engine's resident copy (the pointer is taken again each time, the step may have
+        moved it; the fetch makes the compute stream wait for the new weights), on the CPU they get a copy."""
+        with torch.no_grad(), self.place.ordered():
+            for i, ((n, p), h) in enumerate(zip(self.params, self.handles)):
                 ptr, dt = ctypes.c_void_p(), ctypes.c_int()
                 _lib.check(_lib.lib.zo_engine_fetch(self.eng, h, ctypes.byref(ptr), ctypes.byref(dt)),
                            "fetch '%s'" % n)
                 t = _DT[dt.value]
-                nbytes = p.numel() * torch.tensor([], dtype=t).element_size()
-                host = torch.empty(p.numel(), dtype=t)
-                # the host device's memory is host memory: a copy out of it through the engine's device
-                _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
-                p.copy_(host.view(p.shape))
+                if self.place.cuda:
+                    if self._aliased[i] != ptr.value:
+                        p.data = self.place.view(ptr.value, p.numel(), t).view(self.shapes[i])
+                        self._aliased[i] = ptr.value
+                else:
+                    nbytes = p.numel() * torch.tensor([], dtype=t).element_size()
+                    host = torch.empty(p.numel(), dtype=t)
+                    # the host device's memory is host memory: a copy out of it through the engine's device
+                    _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
+                    p.copy_(host.view(p.shape))
                 _lib.check(_lib.lib.zo_engine_release(self.eng, h), "release '%s'" % n)
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None, keep_last=0):
@@ -222,11 +271,30 @@ class Engine:
                 return out.view(self.shapes[i])
         raise KeyError(name)
 
+    def memory(self):
+        """zo_engine_mem_info(): bytes this rank holds per tier and by kind, and traffic so far, as a dict (the
+        device arena's statistics under "arena"). The engine's GPU memory is its own reservation, outside torch's
+        caching allocator: add memory()["arena"]["capacity"] to torch.cuda.max_memory_reserved() for the GPU total."""
+        m = _lib.EngineMem()
+        _lib.check(_lib.lib.zo_engine_mem_info(self.eng, ctypes.byref(m)), "zo_engine_mem_info")
+        out = {k: getattr(m, k) for k, _ in _lib.EngineMem._fields_ if k != "arena"}
+        out["arena"] = {k: getattr(m.arena, k) for k, _ in _lib.ArenaStats._fields_}
+        return out
+
     def close(self):
-        """Free the engine (swap files removed) and its device. Also done when the object is collected."""
+        """Free the engine (swap files removed) and its device. Parameters that viewed the engine's GPU memory get
+        copies of their own first, so the model stays usable. Also done when the object is collected."""
         if getattr(self, "eng", None):
+            with torch.no_grad():
+                for i, at in enumerate(getattr(self, "_aliased", [])):
+                    if at is not None:
+                        p = self.params[i][1]
+                        p.data = p.data.clone()
+                        self._aliased[i] = None
             _lib.lib.zo_engine_destroy(self.eng)
             self.eng = None
+        if getattr(self, "place", None):
+            self.place.close()
         if getattr(self, "dev", None):
             for b in getattr(self, "gbufs", []):
                 _lib.lib.zo_device_free(self.dev, b)
@@ -241,16 +309,20 @@ class Engine:
         self.close()
 
 
-def initialize(model=None, config=None):
+def initialize(model=None, config=None, device=None):
     """Hand @model's trainable parameters to a zoffload engine configured by @config (a DeepSpeed-style dict or
     a JSON file path) and return the Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold
-    storage only while a module uses them). Raises zoffload.ZoffloadError naming the JSON path of a bad config,
-    TypeError for parameters it cannot take."""
+    storage only while a module uses them). @device: where the model computes, "cpu" or "cuda[:N]"; by default
+    the device of its parameters. A model too large for the GPU is built on the CPU and given device="cuda": the
+    GPU then holds the working weights (bf16/fp16 when the config enables them; the parameters take that dtype)
+    and never the fp32 model. Raises zoffload.ZoffloadError naming the JSON path of a bad config or the library's
+    reason (no GPU, out of device memory), TypeError for parameters it cannot take, RuntimeError when torch has
+    no CUDA device for device="cuda"."""
     if model is None or config is None:
         raise ValueError("zoffload.initialize: model= and config= are required")
     read = _config_text(config)
     zo = json.loads(read[0]).get("zero_optimization", {})
     if isinstance(zo, dict) and zo.get("stage", 0) == 3:
         from .stage3 import Stage3Engine
-        return Stage3Engine(model, config, read)
-    return Engine(model, config, read)
+        return Stage3Engine(model, config, read, device)
+    return Engine(model, config, read, device)

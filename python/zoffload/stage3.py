@@ -4,7 +4,8 @@ Between uses every parameter holds an empty tensor; the engine keeps its working
 offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
   - forward pre-hook of a module with parameters of its own: fetch the parameters of its whole subtree (a module
     may use a child's weights without calling the child, as nn.MultiheadAttention does with out_proj) and point
-    each parameter's storage at a copy of the fetched weights (widened to fp32 from bf16/fp16);
+    each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from bf16/fp16; on the
+    GPU in the working dtype, copied on torch's current stream);
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
   - the parameter's gradient hook (after accumulation): hand the gradient over (in the boundary micro-step) and
@@ -35,12 +36,12 @@ class _PreBackward(torch.autograd.Function):
 
 
 class Stage3Engine(Engine):
-    def __init__(self, model, config, _read=None):
-        super().__init__(model, config, _read)
+    def __init__(self, model, config, _read=None, device=None):
+        super().__init__(model, config, _read, device)
         self.index = {id(p): i for i, (_, p) in enumerate(self.params)}
         self.live = [0] * len(self.params)  # engine fetches not yet released
         self.bwd = [False] * len(self.params)  # fetched for backward, released by the gradient hook
-        self.empty = torch.empty(0)
+        self.empty = torch.empty(0, dtype=self.place.param_dtype(self.wdtype), device=self.place.device)
         with torch.no_grad():
             for _, p in self.params:
                 p.data = self.empty  # the working weights live on the engine's tier now
@@ -57,19 +58,20 @@ class Stage3Engine(Engine):
     def _fetch(self, i):
         n, p = self.params[i]
         ptr, dt = ctypes.c_void_p(), ctypes.c_int()
-        _lib.check(_lib.lib.zo_engine_fetch(self.eng, self.handles[i], ctypes.byref(ptr), ctypes.byref(dt)),
-                   "fetch '%s'" % n)
+        with self.place.ordered():  # afterwards torch's current stream waits for the weights to land
+            _lib.check(_lib.lib.zo_engine_fetch(self.eng, self.handles[i], ctypes.byref(ptr), ctypes.byref(dt)),
+                       "fetch '%s'" % n)
         self.live[i] += 1
         if self.live[i] > 1:
             return
         # A copy in torch's memory, never a view of the engine's buffer: autograd may keep views of a weight (a
         # slice of nn.MultiheadAttention's in_proj_weight) past the release, when the engine reuses the buffer.
+        # On the GPU the copy is a device-to-device copy queued on torch's current stream, which the fetch made
+        # wait for the weights to land; the release orders the buffer's reuse after it.
         t = _DT[dt.value]
-        nbytes = self.shapes[i].numel() * torch.tensor([], dtype=t).element_size()
-        raw = (ctypes.c_char * nbytes).from_address(ptr.value)
-        w = torch.frombuffer(raw, dtype=t).to(torch.float32, copy=True).view(self.shapes[i])
         with torch.no_grad():
-            p.data = w
+            w = self.place.view(ptr.value, self.shapes[i].numel(), t)
+            p.data = w.to(self.place.param_dtype(t), copy=True).view(self.shapes[i])
 
     def _release(self, i):
         n, p = self.params[i]
@@ -77,7 +79,8 @@ class Stage3Engine(Engine):
         if self.live[i] == 0:
             with torch.no_grad():
                 p.data = self.empty
-        _lib.check(_lib.lib.zo_engine_release(self.eng, self.handles[i]), "release '%s'" % n)
+        with self.place.ordered():
+            _lib.check(_lib.lib.zo_engine_release(self.eng, self.handles[i]), "release '%s'" % n)
 
     def _acquire(self, ids):
         for i in ids:
@@ -121,9 +124,7 @@ class Stage3Engine(Engine):
                 self._release(i)
 
     def _write_back(self):
-        if getattr(self, "index", None) is None:  # at load: the base class sets the model's weights once
-            return super()._write_back()
-        return None
+        return None  # the hooks fetch the weights when a module runs; between uses parameters are empty
 
     def close(self):
         for h in getattr(self, "module_hooks", []):

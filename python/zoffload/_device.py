@@ -1,0 +1,158 @@
+"""Where the model computes, and how its tensors meet the engine's device memory (zoffload/device.h).
+
+A CPU model runs on libzoffload's host backend: the engine's "device memory" is host memory, and the model keeps
+fp32 parameters that receive copies of the working weights (widened from bf16/fp16).
+
+A CUDA model runs on the CUDA backend, in the same process and the same CUDA context as torch: device pointers
+are shared as they are. The engine's work is ordered against torch's compute through the stream-wrapping call
+(zo_stream_wrap of torch.cuda.current_stream() at initialize, zo_engine_set_compute_stream): the engine's copies
+wait on events of that stream instead of stalling the host, and fetched weights are waited for on it. When the
+caller later computes on another stream (`with torch.cuda.stream(s)`), ordered() makes the two wait for each
+other around each engine call. Parameters take the engine's working dtype (bf16 or fp16 when enabled, as
+DeepSpeed's engine casts the module) and, at stages 1-2, alias the engine's resident working weights: no second
+copy of the weights on the GPU, and a step's new weights land in the model's own storage.
+"""
+import contextlib
+import ctypes
+
+import torch
+
+from . import _lib
+
+_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}  # bf16 has no type code: int16,
+# viewed back as bf16 (the same element size)
+
+
+def round_up(n, a=256):
+    return (n + a - 1) // a * a
+
+
+class _CudaMemory:
+    """An engine allocation shown to torch through the CUDA array interface (version 2: no stream, the caller
+    orders). torch keeps this object alive as long as the tensor made from it; the memory stays the engine's."""
+
+    def __init__(self, ptr, numel, typestr):
+        self.__cuda_array_interface__ = {"shape": (numel,), "typestr": typestr, "data": (ptr, False),
+                                         "strides": None, "version": 2}
+
+
+class HostPlacement:
+    kind = _lib.DEVICE_HOST
+    cuda = False
+
+    def __init__(self):
+        self.device = torch.device("cpu")
+        self.ordinal = 0
+
+    def param_dtype(self, working):
+        return torch.float32  # CPU models keep fp32 parameters; the working weights are widened into them
+
+    def view(self, ptr, numel, dtype):
+        """A tensor over @numel elements of @dtype at engine address @ptr (no copy)."""
+        nbytes = numel * torch.tensor([], dtype=dtype).element_size()
+        return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
+
+    def bind(self, lib, dev, eng):
+        """Tell the engine where compute runs: on the host backend compute is synchronous with the caller."""
+
+    def ordered(self):
+        return contextlib.nullcontext()
+
+    def close(self):
+        pass
+
+
+class CudaPlacement:
+    kind = _lib.DEVICE_CUDA
+    cuda = True
+
+    def __init__(self, device):
+        if not torch.cuda.is_available():
+            raise RuntimeError("zoffload.initialize: device %s asked for, but torch sees no CUDA device (this torch "
+                               "is %s)" % (device, "a CPU-only build" if torch.version.cuda is None
+                                           else "built with CUDA %s" % torch.version.cuda))
+        self.ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        self.device = torch.device("cuda", self.ordinal)
+        self.stream = None  # torch's stream the engine orders against (bound at initialize)
+        self.zstream = ctypes.c_void_p()
+
+    def param_dtype(self, working):
+        return working
+
+    def view(self, ptr, numel, dtype):
+        t = torch.as_tensor(_CudaMemory(ptr, numel, _TYPESTR[dtype]), device=self.device)
+        return t.view(dtype) if t.dtype != dtype else t
+
+    def bind(self, lib, dev, eng):
+        """The engine's compute stream: torch's current stream on this GPU, wrapped (not owned). Call before
+        zo_engine_finalize()."""
+        self.stream = torch.cuda.current_stream(self.device)
+        _lib.check(lib.zo_stream_wrap(dev, ctypes.c_void_p(self.stream.cuda_stream), ctypes.byref(self.zstream)),
+                   "zo_stream_wrap of torch's current stream")
+        _lib.check(lib.zo_engine_set_compute_stream(eng, self.zstream), "zo_engine_set_compute_stream")
+
+    @contextlib.contextmanager
+    def ordered(self):
+        """Around an engine call made while torch's current stream is not the bound one: the bound stream first
+        waits for the work queued so far on the current one (gradients produced there, copies out of fetched
+        weights), and afterwards the current one waits for what the engine queued (fetched weights landing)."""
+        cur = torch.cuda.current_stream(self.device)
+        if cur == self.stream:
+            yield
+            return
+        self.stream.wait_stream(cur)
+        try:
+            yield
+        finally:
+            cur.wait_stream(self.stream)
+
+    def close(self):
+        if self.zstream.value:
+            _lib.lib.zo_stream_destroy(self.zstream)  # waits for the stream; torch's stream itself stays
+            self.zstream = ctypes.c_void_p()
+
+
+def placement(model, device):
+    """The placement for @model: @device when given ("cpu", "cuda", "cuda:N", a torch.device), else the device
+    its trainable parameters are on (all on one). A CPU model may be given device="cuda": its parameters are read
+    from host memory into the engine and the GPU holds only the engine's working weights, never the fp32 model."""
+    devs = {p.device for p in model.parameters() if p.requires_grad}
+    if device is None:
+        if len(devs) > 1:
+            raise TypeError("zoffload.initialize: the model's parameters are on %s; put them on one device or pass "
+                            "device=" % ", ".join(sorted(str(d) for d in devs)))
+        device = next(iter(devs)) if devs else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cpu":
+        for d in devs:
+            if d.type != "cpu":
+                raise TypeError("zoffload.initialize: device cpu, but parameters are on %s" % d)
+        return HostPlacement()
+    if device.type == "cuda":
+        return CudaPlacement(device)
+    raise TypeError("zoffload.initialize: device %s: zoffload drives cpu and cuda models" % device)
+
+
+def arena_bytes(config, shapes, wsize):
+    """zoffload.device_arena_bytes for a CUDA model when the config leaves it unset: what the engine holds on the
+    GPU, so the rest stays with torch's caching allocator (the C engine's default, 90% of free memory, suits a
+    program whose activations it does not share a GPU with). Stages 1-2: every tensor's working weights
+    (resident). Stage 3: stage3_max_live_parameters elements plus twice the largest tensor, or all of them when
+    that is less."""
+    zo = config.get("zero_optimization", {}) or {}
+    sizes = [round_up(s.numel() * wsize) for s in shapes]
+    total = sum(sizes)
+    if zo.get("stage", 0) != 3:
+        return total
+    live = zo.get("stage3_max_live_parameters", 1000000000)
+    live = int(live) if isinstance(live, (int, float)) else 1000000000
+    return min(total, round_up(live * wsize) + 2 * max(sizes) + 256 * len(sizes))
+
+
+def working_size(config):
+    """Bytes per element of the working weights the config asks for: 2 with bf16 or fp16 enabled, else 4."""
+    for key in ("bf16", "bfloat16", "fp16"):
+        block = config.get(key)
+        if isinstance(block, dict) and block.get("enabled") is True:
+            return 2
+    return 4

@@ -68,3 +68,30 @@ def test_memory_reports_the_engine_bytes():
         assert mem["state_bytes"] == 3 * n * 4  # fp32 masters, exp_avg, exp_avg_sq
         assert mem["grad_bytes"] == n * w
         assert mem["nvme_bytes"] == 0 and mem["comm_bytes"] == 0
+
+
+def test_parameters_view_the_engine_weights():
+    """fp32 working weights on the CPU (and every dtype on the GPU): the parameters are views of the engine's
+    resident block, a step writes the new weights in place, close() gives them copies of their own."""
+    from train_gpt import batches, corpus
+    m = GPT()
+    e = zoffload.initialize(model=m, config=config())
+    cap = e.memory()["arena"]["capacity"]
+    ptrs = [p.data_ptr() for _, p in e.params]
+    assert max(ptrs) - min(ptrs) < cap  # all inside the one resident block
+    x, y = next(batches(corpus(), 8, 32, 0))
+    e.backward(e(x, y))
+    e.step()
+    assert [p.data_ptr() for _, p in e.params] == ptrs
+    for n, p in e.params:
+        assert torch.equal(p.detach(), e.master_weights(n)), n  # fp32 working weights are the masters
+    after = {n: p.detach().clone() for n, p in e.params}
+    e.close()
+    for n, p in e.params:
+        assert p.data_ptr() not in ptrs and torch.equal(p.detach(), after[n]), n
+    # bf16 working weights: the CPU model keeps fp32 parameters of its own, the bf16 weights widened into them
+    m = GPT()
+    e = zoffload.initialize(model=m, config=config(bf16=True))
+    for n, p in e.params:
+        assert p.dtype == torch.float32 and torch.equal(p.detach(), e.master_weights(n).bfloat16().float()), n
+    e.close()

@@ -91,7 +91,7 @@ class Engine:
             for (n, p), h in zip(self.params, self.handles):
                 src = p.detach().to(device="cpu", dtype=torch.float32).contiguous()  # one tensor at a time
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
-        self._aliased = [None] * len(self.params)  # CUDA stages 1-2: the engine address each parameter views
+        self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
         self._gkeep = []  # CUDA: gradients handed over, alive until zo_engine_step() returns
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")  # not part of any step's fetch order
         self._write_back()
@@ -206,16 +206,18 @@ class Engine:
         self._write_back()
 
     def _write_back(self):
-        """The engine's working weights (after load or a step) into the model's parameters: on the GPU the
-        parameters view the engine's resident copy (the pointer is taken again each time, the step may have
-        moved it; the fetch makes the compute stream wait for the new weights), on the CPU they get a copy."""
+        """The engine's working weights (after load or a step) into the model's parameters. Where the parameter's
+        dtype is the working dtype (always on the GPU; fp32 configs on the CPU) it views the engine's resident
+        copy: one copy of the weights, the step writes the new ones in place (the pointer is compared each time;
+        on the GPU the fetch makes the compute stream wait for them). A CPU model with bf16/fp16 working weights
+        gets them widened into its fp32 parameters."""
         with torch.no_grad(), self.place.ordered():
             for i, ((n, p), h) in enumerate(zip(self.params, self.handles)):
                 ptr, dt = ctypes.c_void_p(), ctypes.c_int()
                 _lib.check(_lib.lib.zo_engine_fetch(self.eng, h, ctypes.byref(ptr), ctypes.byref(dt)),
                            "fetch '%s'" % n)
                 t = _DT[dt.value]
-                if self.place.cuda:
+                if self.place.param_dtype(t) == t:
                     if self._aliased[i] != ptr.value:
                         p.data = self.place.view(ptr.value, p.numel(), t).view(self.shapes[i])
                         self._aliased[i] = ptr.value
@@ -282,8 +284,9 @@ class Engine:
         return out
 
     def close(self):
-        """Free the engine (swap files removed) and its device. Parameters that viewed the engine's GPU memory get
-        copies of their own first, so the model stays usable. Also done when the object is collected."""
+        """Free the engine (swap files removed) and its device. Parameters that viewed the engine's memory get
+        copies of their own first, so the model stays usable (views of them taken earlier do not: they dangle).
+        Also done when the object is collected."""
         if getattr(self, "eng", None):
             with torch.no_grad():
                 for i, at in enumerate(getattr(self, "_aliased", [])):

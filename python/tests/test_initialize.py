@@ -205,7 +205,7 @@ def test_checkpoint_resume_bit_identical(tmp_path):
     resumed = GPT(layers=1)
     e2 = zoffload.initialize(model=resumed, config=config(device="cpu"))
     path, client = e2.load_checkpoint(tmp_path / "ckpt")  # the root: `latest` names step 10
-    assert client == {"epoch": 3} and e2.global_steps == 10
+    assert client == {"epoch": 3} and e2.global_steps == 10 and e2.applied_steps == 10
     it2 = batches(corpus(), 8, 32, 0)
     _ = [next(it2) for _ in range(10)]
     again = _steps(e2, it2, 10)

@@ -161,6 +161,7 @@ _vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 for _name, _res, _args in (
         ("zo_config_sizeof", _sz, []),
         ("zo_config_parse", _i, [ctypes.c_char_p, _sz, ctypes.c_char_p, ctypes.POINTER(ConfigOpts), _vp]),
+        ("zo_config_lr_at", ctypes.c_double, [_vp, ctypes.c_int64]),
         ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),

@@ -53,7 +53,7 @@ class Engine:
             self.config["zoffload"] = dict(zcfg, device_arena_bytes=_device.arena_bytes(
                 self.config, self.shapes, _device.working_size(self.config)))
             text = json.dumps(self.config)
-        cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
+        self._cfg = cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())  # kept: the lr schedule
         # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each
         # training on its own part of the global batch (the caller's data loader decides which).
         self.comm = ctypes.c_void_p()
@@ -101,6 +101,7 @@ class Engine:
         self.micro_steps = 0
         self.global_steps = 0
         self.last_info = None
+        self.applied_steps = 0  # optimizer steps applied (fp16 overflow skips not counted), as the engine counts
         # Gradients go to the engine as backward produces them (in the boundary micro-step), so Adam on the CPU
         # overlaps the rest of backward: torch's post-accumulate-grad hook (torch >= 2.1), else a hook on each
         # parameter's AccumulateGrad node (what DeepSpeed does on older torch).
@@ -176,6 +177,19 @@ class Engine:
                 self._hand_over(i)
             self.handed_in_backward += 1
 
+    def get_lr(self):
+        """[the learning rate the next optimizer step applies] (the config's schedule as DeepSpeed runs it: skipped
+        fp16 steps do not advance it), a list as DeepSpeed's engine.get_lr() returns."""
+        return [_lib.lib.zo_config_lr_at(self._cfg, self.applied_steps + 1)]
+
+    def get_global_grad_norm(self):
+        """The last step's global L2 norm of the unscaled gradient, before clipping (None before the first)."""
+        return self.last_info["grad_norm"] if self.last_info else None
+
+    def was_step_applied(self):
+        """False when the last step was skipped (fp16 overflow: nothing updated, the loss scale lowered)."""
+        return bool(self.last_info) and not self.last_info["skipped"]
+
     def is_gradient_accumulation_boundary(self):
         return self.micro_steps % self.gas == 0
 
@@ -199,6 +213,7 @@ class Engine:
             p.grad = None
         self.global_steps += 1
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
+        self.applied_steps = info.step
         return self.last_info
 
     def _after_step(self):
@@ -234,6 +249,7 @@ class Engine:
         crash-safe) of the master weights, the Adam state on its tier, the step count and loss scaler, plus this
         engine's counters and @client_state (JSON-serializable). Call between steps. Returns its directory."""
         app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
+                          "applied_steps": self.applied_steps,
                           "client_state": client_state if client_state is not None else {}})
         opts = _lib.SaveOpts(tag=-1 if tag is None else int(tag), app_state=app.encode(), keep_last=keep_last)
         out = ctypes.create_string_buffer(4096)
@@ -253,6 +269,7 @@ class Engine:
             _lib.libc.free(raw)
         self.micro_steps = int(app.get("micro_steps", 0))
         self.global_steps = int(app.get("global_steps", 0))
+        self.applied_steps = int(app.get("applied_steps", self.global_steps))
         self._write_back()
         return str(load_dir), app.get("client_state", {})
 

@@ -35,7 +35,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <jemalloc/jemalloc.h>
+#include <jemalloc/jemalloc.h> /* MALLOCX_* flags only: the functions come from jemalloc_rt.h */
+
+#include "jemalloc_rt.h"
 
 #include "device_internal.h"
 
@@ -49,6 +51,7 @@ typedef struct host_dev {
   unsigned long long bytes[2], copies[2];
   int64_t busy_ns[2], stall_ns[2];
   unsigned arena;          /* jemalloc arena of the device memory; 0: none (plain posix_memalign) */
+  const zo_je *je;         /* jemalloc's API when arena != 0 */
 } host_dev;
 
 static int64_t mono_ns(void) {
@@ -294,7 +297,7 @@ static host_op *op_new(host_op_type type, const char *what) {
 static zo_status host_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
   host_dev *hd = dev->backend;
   if (hd && hd->arena) {
-    void *q = mallocx(nbytes, MALLOCX_ALIGN(ZO_DEVICE_ALIGN) | MALLOCX_ARENA(hd->arena) | MALLOCX_TCACHE_NONE);
+    void *q = hd->je->mallocx(nbytes, MALLOCX_ALIGN(ZO_DEVICE_ALIGN) | MALLOCX_ARENA(hd->arena) | MALLOCX_TCACHE_NONE);
     if (!q)
       return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: %s: host allocation of %zu bytes failed", dev->name,
                           nbytes);
@@ -314,7 +317,7 @@ static zo_status host_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
 static void host_mem_free(zo_device_t *dev, void *dptr) {
   host_dev *hd = dev->backend;
   if (hd && hd->arena)
-    dallocx(dptr, MALLOCX_TCACHE_NONE);
+    hd->je->dallocx(dptr, MALLOCX_TCACHE_NONE);
   else
     free(dptr);
 }
@@ -325,7 +328,7 @@ static void host_destroy(zo_device_t *dev) {
   if (hd->arena) { /* every allocation is freed by now: give the arena's memory back */
     char key[64];
     snprintf(key, sizeof key, "arena.%u.destroy", hd->arena);
-    mallctl(key, NULL, NULL, NULL, 0);
+    hd->je->mallctl(key, NULL, NULL, NULL, 0);
   }
   pthread_mutex_destroy(&hd->link_mu);
   free(hd);
@@ -618,17 +621,21 @@ zo_status zo_device_host_init(zo_device_t *dev) {
     free(hd);
     return zo_error_set(ZO_ERR_SYSTEM, "host backend: pthread_mutex_init: %s", strerror(rc));
   }
-  /* A resident arena for device memory; without one (jemalloc refuses) plain posix_memalign. */
+  /* A resident arena for device memory; without one (no jemalloc, or it refuses) plain posix_memalign. */
   unsigned ind = 0;
   size_t sz = sizeof ind;
   ssize_t never = -1;
   char key[64];
-  if (mallctl("arenas.create", &ind, &sz, NULL, 0) == 0 && ind) {
+  const zo_je *je = zo_je_get();
+  if (je && je->mallctl("arenas.create", &ind, &sz, NULL, 0) == 0 && ind) {
     snprintf(key, sizeof key, "arena.%u.dirty_decay_ms", ind);
-    int ok = mallctl(key, NULL, NULL, &never, sizeof never) == 0;
+    int ok = je->mallctl(key, NULL, NULL, &never, sizeof never) == 0;
     snprintf(key, sizeof key, "arena.%u.muzzy_decay_ms", ind);
-    ok = ok && mallctl(key, NULL, NULL, &never, sizeof never) == 0;
-    if (ok) hd->arena = ind;
+    ok = ok && je->mallctl(key, NULL, NULL, &never, sizeof never) == 0;
+    if (ok) {
+      hd->arena = ind;
+      hd->je = je;
+    }
   }
   dev->ops = &host_ops;
   dev->backend = hd;

@@ -2,7 +2,10 @@
  * pinned.c - the pinned host pool: a jemalloc arena whose extent hooks mmap,
  * NUMA-bind (hwloc), mlock and, once a CUDA device exists, register memory
  * with CUDA (cudaHostRegister, through gpu/cuda_host.h), plus the engine's
- * zo_host_* calls on a process-wide pool. Not the process malloc.
+ * zo_host_* calls on a process-wide pool. Not the process malloc. Where the
+ * process cannot have jemalloc (base/jemalloc_rt.h: a Python interpreter
+ * started without extra static TLS), every buffer is mapped on its own, as
+ * buffers of DIRECT_MIN_BYTES and up always are: page granular, no arena.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,9 +20,10 @@
 #include <unistd.h>
 
 #include <hwloc.h>
-#include <jemalloc/jemalloc.h>
+#include <jemalloc/jemalloc.h> /* types and MALLOCX_* flags only: the functions come from jemalloc_rt.h */
 
 #include "base_internal.h"
+#include "jemalloc_rt.h"
 #include "cuda_host.h"
 #include "pinned_internal.h"
 #include "zoffload/pinned.h"
@@ -58,6 +62,7 @@ typedef struct crange {
 
 struct zo_pinned_pool {
   extent_hooks_t hooks; /* first: the hooks get &hooks and cast back to the pool */
+  const zo_je *je;      /* NULL: no jemalloc in this process, every buffer direct */
   unsigned arena;
   int have_arena;
   zo_pinned_opts opts;
@@ -408,18 +413,18 @@ static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *add
 
 /* ------------------------------------------------------------- pool */
 
-static zo_status arena_ctl_size(unsigned arena, const char *name, size_t v) {
+static zo_status arena_ctl_size(const zo_je *je, unsigned arena, const char *name, size_t v) {
   char key[64];
   snprintf(key, sizeof key, "arena.%u.%s", arena, name);
-  int rc = mallctl(key, NULL, NULL, &v, sizeof v);
+  int rc = je->mallctl(key, NULL, NULL, &v, sizeof v);
   if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zu): %s", key, v, strerror(rc));
   return ZO_OK;
 }
 
-static zo_status arena_ctl_ssize(unsigned arena, const char *name, ssize_t v) {
+static zo_status arena_ctl_ssize(const zo_je *je, unsigned arena, const char *name, ssize_t v) {
   char key[64];
   snprintf(key, sizeof key, "arena.%u.%s", arena, name);
-  int rc = mallctl(key, NULL, NULL, &v, sizeof v);
+  int rc = je->mallctl(key, NULL, NULL, &v, sizeof v);
   if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zd): %s", key, v, strerror(rc));
   return ZO_OK;
 }
@@ -473,6 +478,15 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
     }
   }
 
+  p->je = zo_je_get();
+  if (!p->je) {
+    static atomic_int said;
+    if (atomic_exchange(&said, 1) == 0)
+      zo_info("pinned host pool: no jemalloc (%s): each pinned buffer is mapped on its own, in whole pages",
+              zo_je_why());
+    *out = p;
+    return ZO_OK;
+  }
   /* Everything the hooks touch is ready: jemalloc maps the arena's metadata through them right away. */
   p->hooks = (extent_hooks_t){.alloc = hook_alloc,
                               .dalloc = NULL, /* refused: see "extent hooks" above */
@@ -485,17 +499,17 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
                               .merge = hook_merge};
   extent_hooks_t *hp = &p->hooks;
   size_t sz = sizeof p->arena;
-  int rc = mallctl("arenas.create", &p->arena, &sz, &hp, sizeof hp);
+  int rc = p->je->mallctl("arenas.create", &p->arena, &sz, &hp, sizeof hp);
   if (rc) {
     st = zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: jemalloc arenas.create: %s", strerror(rc));
     goto fail;
   }
   p->have_arena = 1;
   /* Grow extents by what is asked, not exponentially: retained spare extents would stay pinned. */
-  ZO_CHECK_GOTO(arena_ctl_size(p->arena, "retain_grow_limit", p->page), st, fail);
+  ZO_CHECK_GOTO(arena_ctl_size(p->je, p->arena, "retain_grow_limit", p->page), st, fail);
   if (opts->decay_ms >= 0) {
-    ZO_CHECK_GOTO(arena_ctl_ssize(p->arena, "dirty_decay_ms", opts->decay_ms), st, fail);
-    ZO_CHECK_GOTO(arena_ctl_ssize(p->arena, "muzzy_decay_ms", opts->decay_ms), st, fail);
+    ZO_CHECK_GOTO(arena_ctl_ssize(p->je, p->arena, "dirty_decay_ms", opts->decay_ms), st, fail);
+    ZO_CHECK_GOTO(arena_ctl_ssize(p->je, p->arena, "muzzy_decay_ms", opts->decay_ms), st, fail);
   }
   *out = p;
   return ZO_OK;
@@ -516,7 +530,7 @@ void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
   if (p->have_arena) {
     char key[64];
     snprintf(key, sizeof key, "arena.%u.destroy", p->arena);
-    int rc = mallctl(key, NULL, NULL, NULL, 0);
+    int rc = p->je->mallctl(key, NULL, NULL, NULL, 0);
     if (rc) zo_warn("pinned host pool: jemalloc %s: %s; its extents stay mapped", key, strerror(rc));
     if (rc) goto out; /* jemalloc may still use them */
   }
@@ -552,7 +566,7 @@ zo_status zo_pinned_alloc(zo_pinned_pool_t *p, size_t nbytes, size_t align, int 
 
   int flags = arena_flags(p, align);
   size_t pages = nbytes > SIZE_MAX - p->page ? SIZE_MAX : (nbytes + p->page - 1) & ~(p->page - 1);
-  if (nbytes >= DIRECT_MIN_BYTES) {
+  if (nbytes >= DIRECT_MIN_BYTES || !p->have_arena) {
     if (pages == SIZE_MAX) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: %zu bytes is too large", nbytes);
     void *a = map_region(p, pages, align, 1);
     if (!a)
@@ -562,11 +576,11 @@ zo_status zo_pinned_alloc(zo_pinned_pool_t *p, size_t nbytes, size_t align, int 
     *out = a; /* fresh anonymous pages are zero */
     return ZO_OK;
   }
-  void *a = mallocx(nbytes, flags | (zero ? MALLOCX_ZERO : 0));
+  void *a = p->je->mallocx(nbytes, flags | (zero ? MALLOCX_ZERO : 0));
   if (!a)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot allocate %zu bytes (alignment %zu)", nbytes,
                         align);
-  atomic_fetch_add(&p->bytes_allocated, sallocx(a, 0));
+  atomic_fetch_add(&p->bytes_allocated, p->je->sallocx(a, 0));
   atomic_fetch_add(&p->n_allocs, 1);
   *out = a;
   return ZO_OK;
@@ -592,8 +606,8 @@ void zo_pinned_free(zo_pinned_pool_t *p, void *ptr) {
     unmap_range(p, ptr, len, 1);
     atomic_fetch_sub(&p->bytes_allocated, len);
   } else {
-    atomic_fetch_sub(&p->bytes_allocated, sallocx(ptr, 0));
-    dallocx(ptr, MALLOCX_TCACHE_NONE);
+    atomic_fetch_sub(&p->bytes_allocated, p->je->sallocx(ptr, 0));
+    p->je->dallocx(ptr, MALLOCX_TCACHE_NONE);
   }
   atomic_fetch_sub(&p->n_allocs, 1);
 }
@@ -628,11 +642,28 @@ static int pool_owns(zo_pinned_pool_t *p, const void *ptr) {
   return i >= 0;
 }
 
+static pthread_once_t g_allocator_once = PTHREAD_ONCE_INIT;
+static char g_allocator[640];
+
+static void allocator_init(void) {
+  const zo_je *je = zo_je_get();
+  if (je)
+    snprintf(g_allocator, sizeof g_allocator, "jemalloc %s (%s)", je->version, je->source);
+  else
+    snprintf(g_allocator, sizeof g_allocator, "page mappings (no jemalloc: %s)", zo_je_why());
+}
+
+const char *zo_host_allocator(void) {
+  pthread_once(&g_allocator_once, allocator_init);
+  return g_allocator;
+}
+
 zo_status zo_pinned_pool_trim(zo_pinned_pool_t *p) {
   if (!p) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned trim: pool is NULL");
+  if (!p->have_arena) return ZO_OK; /* direct buffers only: nothing is held back */
   char key[64];
   snprintf(key, sizeof key, "arena.%u.purge", p->arena);
-  int rc = mallctl(key, NULL, NULL, NULL, 0);
+  int rc = p->je->mallctl(key, NULL, NULL, NULL, 0);
   if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned trim: mallctl(\"%s\"): %s", key, strerror(rc));
   return ZO_OK;
 }

@@ -10,7 +10,7 @@ lib=$1 src=$2
 py=${ZO_PYTHON:-/usr/bin/python3}
 "$py" -c "import torch, pytest, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
   { echo "skip: $py has no torch with a CUDA device (or no pytest)"; exit 77; }
-export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384
+export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
 export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS, for test_cuda.py's bit-for-bit comparisons
 "$py" -c "import zoffload._lib as L, sys; sys.exit(0 if L.lib.zo_device_cuda_count() > 0 else 1)" ||
   { echo "skip: $lib sees no CUDA device (built without CUDA?)"; exit 77; }

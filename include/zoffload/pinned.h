@@ -18,6 +18,16 @@
  *    per process names the CUDA error, and the pool keeps working;
  *  - pools with opts.pin == 0 are never registered.
  * Registration (not cudaHostAlloc) because the extent hooks own the mapping.
+ *
+ * jemalloc is found at run time, not linked into libzoffload.so: the one
+ * already in the process (a program linking it, LD_PRELOAD), else
+ * libjemalloc.so.2 loaded privately (RTLD_LOCAL: it never becomes the
+ * process's malloc). Where neither works (Debian's jemalloc cannot be loaded
+ * into a running process without extra static TLS: start it with
+ * GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384) or
+ * ZOFFLOAD_NO_JEMALLOC=1 is set, a pool has no arena and maps every buffer on
+ * its own in whole pages, as it always does from 1 MiB up; everything else
+ * behaves the same. zo_host_allocator() says which.
  */
 #ifndef ZOFFLOAD_PINNED_H
 #define ZOFFLOAD_PINNED_H
@@ -144,6 +154,14 @@ ZO_API zo_status zo_pinned_pool_trim(zo_pinned_pool_t *pool);
  * Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL argument). Thread-safe.
  */
 ZO_API zo_status zo_pinned_stats(zo_pinned_pool_t *pool, zo_pinned_stats_t *s);
+
+/*
+ * zo_host_allocator() - what pinned pools allocate small buffers with, for
+ * reports: "jemalloc <version> (in the process)", "jemalloc <version>
+ * (loaded privately)", or "page mappings (no jemalloc: <reason>)". A static
+ * string, fixed on first call. Thread-safe.
+ */
+ZO_API const char *zo_host_allocator(void);
 
 #ifdef __cplusplus
 }

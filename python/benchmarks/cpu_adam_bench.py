@@ -3,8 +3,7 @@ same run: foreach=True (torch's fastest CPU path) and foreach=False, and fused=T
 CPU tensors. Reports seconds per step (median of --steps after one warm-up step) and the ratio
 torch / zoffload; the issue's target is >= 2x foreach=True at 100M parameters.
 
-    ZOFFLOAD_LIBRARY=build/libzoffload.so GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 \\
-        PYTHONPATH=python /usr/bin/python3 python/benchmarks/cpu_adam_bench.py --params 100e6
+    ZOFFLOAD_LIBRARY=build/libzoffload.so PYTHONPATH=python /usr/bin/python3 python/benchmarks/cpu_adam_bench.py --params 100e6
 
 Exit 0, or 1 with --check when the ratio misses the target.
 """

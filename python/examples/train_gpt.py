@@ -2,8 +2,7 @@
 the optimizer state offloaded to the CPU (or NVMe) by the DeepSpeed-style config below, the model and its
 training loop unchanged but for three lines.
 
-    ZOFFLOAD_LIBRARY=build/libzoffload.so GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 \\
-        PYTHONPATH=python /usr/bin/python3 python/examples/train_gpt.py --steps 200 [--nvme DIR] [--device cuda]
+    ZOFFLOAD_LIBRARY=build/libzoffload.so PYTHONPATH=python /usr/bin/python3 python/examples/train_gpt.py --steps 200 [--nvme DIR] [--device cuda]
 """
 import argparse
 import glob

@@ -3,8 +3,7 @@ trained on Debian's fortunes with zoffload at ZeRO stage 3: the parameters live 
 exist in the model only while a module computes with them. CPU only for now (the Python front does not drive
 CUDA models yet).
 
-    ZOFFLOAD_LIBRARY=build/libzoffload.so GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 \\
-        PYTHONPATH=python /usr/bin/python3 python/examples/train_hf_gpt2.py --steps 50 [--nvme DIR]
+    ZOFFLOAD_LIBRARY=build/libzoffload.so PYTHONPATH=python /usr/bin/python3 python/examples/train_hf_gpt2.py --steps 50 [--nvme DIR]
 """
 import argparse
 import os

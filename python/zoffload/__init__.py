@@ -5,15 +5,19 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
     opt = zoffload.optim.CPUAdam(model.parameters(), lr=1e-3)   # DeepSpeedCPUAdam's arguments
     engine = zoffload.initialize(model=model, config="ds_config.json")   # the engine, as deepspeed.initialize
 """
-# torch before libzoffload: torch's libraries, loaded into a process that already holds the jemalloc that
-# libzoffload links, abort in free() ("free(): invalid pointer") while `import torch` runs. Loaded first, they
-# keep glibc's allocator, and `import zoffload` works before or after `import torch`.
-import torch  # noqa: F401
-
-from ._lib import ZoffloadError, path as __library__  # noqa: E402
+from ._lib import ZoffloadError, lib as _clib, path as __library__
 
 __version__ = "0.1.0"
-__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine"]
+__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine", "host_allocator"]
+
+
+def host_allocator():
+    """What the pinned host pool allocates small buffers with (zo_host_allocator()): jemalloc found in the process
+    or loaded privately (its malloc never replaces the interpreter's), or page mappings when this interpreter
+    cannot load Debian's jemalloc (it needs GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 at start-up;
+    training is the same either way, buffers under 1 MiB just take whole pages)."""
+    return _clib.zo_host_allocator().decode()
+
 
 from . import optim  # noqa: E402  (after the library is loaded)
 from .engine import Engine, initialize  # noqa: E402

@@ -44,11 +44,12 @@ class AdamResult(ctypes.Structure):
     _fields_ = [("nonfinite", ctypes.c_int), ("skipped", ctypes.c_int)]
 
 
-# libzoffload links Debian's jemalloc, whose thread-local storage is "initial-exec" (2.6 KB): loaded into a
-# running interpreter (dlopen) it needs that much of glibc's static TLS surplus, which is 512 bytes unless the
-# process was started with more. The fix has to be in the environment the interpreter starts with.
-TLS_FIX = ("start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 in its environment (or "
-           "LD_PRELOAD=libjemalloc.so.2), e.g. `GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 python train.py`")
+# libzoffload itself loads into any interpreter: it does not link jemalloc (whose "initial-exec" thread-local
+# storage needs 2.6 KB of glibc's static TLS surplus, 512 bytes unless the process starts with more), it finds
+# it at run time and maps pinned buffers page by page without it (zoffload/pinned.h, host_allocator()). Should a
+# dependency of a differently built library still need static TLS, the fix is in the interpreter's environment.
+TLS_FIX = ("start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 in its environment, e.g. "
+           "`GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 python train.py`")
 
 
 def _open(name):
@@ -166,6 +167,7 @@ for _name, _res, _args in (
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),
         ("zo_device_cuda_count", _i, []),
+        ("zo_host_allocator", ctypes.c_char_p, []),
         ("zo_stream_wrap", _i, [_vp, _vp, ctypes.POINTER(_vp)]),
         ("zo_stream_destroy", None, [_vp]),
         ("zo_engine_set_compute_stream", _i, [_vp, _vp]),

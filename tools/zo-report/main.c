@@ -22,11 +22,11 @@
 
 #include <hwloc.h>
 #include <jansson.h>
-#include <jemalloc/jemalloc.h>
 #include <liburing.h>
 
 #include "zoffload/adam.h"
 #include "zoffload/device.h"
+#include "jemalloc_rt.h"
 
 #if ZO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -569,10 +569,9 @@ static json_t *report_libraries(void) {
   json_object_set_new(o, "hwloc_api_runtime", json_string(v));
   json_object_set_new(o, "hwloc_package", json_string(ZO_HWLOC_PKG_VERSION));
   json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
-  const char *jv = NULL;
-  size_t sz = sizeof jv;
-  json_object_set_new(o, "jemalloc", mallctl("version", &jv, &sz, NULL, 0) == 0 && jv ? json_string(jv)
-                                                                                      : json_string("unknown"));
+  const zo_je *je = zo_je_get(); /* what libzoffload's pinned pool finds (base/jemalloc_rt.h) */
+  json_object_set_new(o, "jemalloc", je ? json_pack("{s:s, s:s}", "version", je->version, "source", je->source)
+                                        : json_pack("{s:n, s:s}", "version", "unavailable", zo_je_why()));
   json_object_set_new(o, "openblas", json_string("not linked into libzoffload (zo-train only)"));
   return o;
 }

@@ -278,6 +278,21 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   return ZO_OK;
 }
 
+zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double weight_decay) {
+  if (!e || !p || p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay: NULL argument or a "
+                                                   "tensor of another engine");
+  if (!(weight_decay >= 0.0 && weight_decay <= 1e6)) /* also refuses NaN */
+    return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay '%s': %g is not in [0, 1e6]", p->name,
+                        weight_decay);
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_param_weight_decay '%s': its gradient was already handed over "
+                        "in this step (its update may have begun); call before zo_engine_grad_ready() or after "
+                        "zo_engine_step()", p->name);
+  p->weight_decay = (float)weight_decay;
+  p->has_wd = 1;
+  return ZO_OK;
+}
+
 zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_compute_stream: engine is NULL");
   if (e->finalized && e->compute_stream != s)

@@ -116,9 +116,16 @@ static void update_loss_scale(zo_engine_t *e, int overflow) {
 }
 
 /* Queue the fused Adam update of shard elements [off, off + n) of p on the
- * pool: fp32 master, state, and the working-dtype copy-out in one pass. */
+ * pool: fp32 master, state, and the working-dtype copy-out in one pass, with
+ * p's own weight decay where it has one (a parameter group's). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                              void *master, void *m, void *v, zo_adam_task_t **task) {
+  zo_adam_hparams own;
+  if (p->has_wd) {
+    own = *hp;
+    own.weight_decay = p->weight_decay;
+    hp = &own; /* the pool copies the hyperparameters at submit */
+  }
   const zo_adam_shard sh = {
       .param = master,
       .grad = (const char *)p->grad + off * zo_dtype_size(e->gdtype),

@@ -30,6 +30,9 @@ static void *to_device(zo_device_t *dev, void *scratch, size_t off_bytes, const 
 
 enum { NP = 4 };
 static const size_t k_sizes[NP] = {1000, 5000, 37, 4096};
+/* Per-tensor weight decay (zo_engine_set_param_weight_decay, a parameter group's); < 0: the config's. Every
+ * tier runs with it, so the override is checked on every path Adam is started from. */
+static const double k_wd[NP] = {-1, 0.0, -1, 0.5};
 
 /* Reference state: fp32 master p; m, v and the gradient in the engine's
  * state and gradient dtypes (4 bytes per element is room for either). */
@@ -81,9 +84,11 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
   for (int i = 0; i < NP; i++) {
     snprintf(name, sizeof name, "t%d", i);
     REQUIRE_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]));
+    if (k_wd[i] >= 0 && i % 2) REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* before finalize */
   }
   REQUIRE_OK(zo_engine_finalize(e));
   for (int i = 0; i < NP; i++) {
+    if (k_wd[i] >= 0 && !(i % 2)) REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* and after */
     for (size_t j = 0; j < k_sizes[i]; j++) r.p[i][j] = zo_test_rand_pm1f(&seed);
     REQUIRE_OK(zo_engine_load_param(e, ps[i], r.p[i]));
   }
@@ -132,7 +137,9 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
       zo_adam_shard sh = {.param = r.p[i], .grad = r.gq[i], .grad_dtype = gd, .exp_avg = r.m[i], .exp_avg_sq = r.v[i],
                           .state_dtype = sd, .n = k_sizes[i], .seed = flat};
       zo_adam_result res;
-      REQUIRE_OK(zo_adam_update(&hp, &sh, 0, ZO_SIMD_AUTO, &res));
+      zo_adam_hparams own = hp;
+      if (k_wd[i] >= 0) own.weight_decay = (float)k_wd[i];
+      REQUIRE_OK(zo_adam_update(&own, &sh, 0, ZO_SIMD_AUTO, &res));
       flat += k_sizes[i];
     }
   }
@@ -274,6 +281,12 @@ static void test_misuse(const char *dir) {
   const void *w;
   CHECK_ST(zo_engine_fetch(e, a, &w, NULL), ZO_ERR_INVALID_USAGE); /* its update may have begun */
   CHECK_HAS(zo_last_error(), "embed.weight");
+  CHECK_ST(zo_engine_set_param_weight_decay(e, a, 0.0), ZO_ERR_INVALID_USAGE); /* likewise */
+  CHECK_HAS(zo_last_error(), "embed.weight");
+  CHECK_ST(zo_engine_set_param_weight_decay(e, b, -0.1), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "head.bias");
+  CHECK_ST(zo_engine_set_param_weight_decay(e, b, NAN), ZO_ERR_INVALID_ARG);
+  REQUIRE_OK(zo_engine_set_param_weight_decay(e, b, 0.0)); /* its gradient is not in yet */
   CHECK(zo_engine_grad_ready(e, b, g, ZO_DTYPE_F16) == ZO_ERR_INVALID_ARG); /* fp16 grads without fp16 */
   CHECK(zo_engine_step(e, NULL) == ZO_ERR_INVALID_USAGE);
   CHECK(strstr(zo_last_error(), "head.bias") != NULL);

@@ -94,6 +94,22 @@ ZO_API zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size
                                           zo_param_t **out);
 
 /*
+ * zo_engine_set_param_weight_decay() - give @p a weight decay of its own
+ * instead of optimizer.params.weight_decay: a parameter group's, as torch
+ * and DeepSpeed let a caller exempt biases and norm weights from decay. The
+ * coefficient is used as the config's would be (decoupled for AdamW, added
+ * to the gradient for Adam with L2), at every later step; everything else
+ * (lr and its schedule, betas, eps) stays the config's. Not part of
+ * checkpoints: set it again after a restart. Before or after finalize, but
+ * not between @p's zo_engine_grad_ready() and zo_engine_step().
+ * Not thread-safe against other calls on @e.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, a tensor of another engine, a
+ * value outside [0, 1e6] or NaN: named); ZO_ERR_INVALID_USAGE (its gradient
+ * already handed over in this step).
+ */
+ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double weight_decay);
+
+/*
  * zo_engine_finalize() - allocate every tier for all registered tensors:
  * working weights in device memory; master weights and Adam state on the
  * offload device (none: device memory; cpu: pinned host; nvme: one swap file

@@ -1,7 +1,8 @@
-"""What zoffload.initialize() takes from the config besides the optimizer, checked from torch's side: gradient
-clipping against torch.nn.utils.clip_grad_norm_, the learning-rate schedule against a replay with torch AdamW,
-and fp16 dynamic loss scaling (the loss multiplied in engine.backward(), the gradient unscaled by the engine,
-overflowing steps skipped and the scale lowered). The small GPT of train_gpt.py on the CPU.
+"""What zoffload.initialize() takes besides the optimizer, checked from torch's side: gradient clipping against
+torch.nn.utils.clip_grad_norm_, the learning-rate schedule against a replay with torch AdamW, fp16 dynamic loss
+scaling (the loss multiplied in engine.backward(), the gradient unscaled by the engine, overflowing steps skipped
+and the scale lowered), parameter groups with their own weight decay against torch AdamW given the same groups,
+and export_safetensors(). The small GPT of train_gpt.py on the CPU.
 
 Tolerances: the engine's AdamW and torch's differ in the last bits of each update (test_initialize.py explains
 it; 2e-7 relative in the losses after 100 steps was seen there), so 1e-4 relative on the losses over 30 steps
@@ -153,3 +154,114 @@ def test_fp16_dynamic_loss_scale():
         assert after[k] == (scales[k] / 2 if skipped[k] else scales[k]), k
     assert engine.applied_steps == STEPS - n_skip
     assert final < 4.0  # it trains (fp32 reaches about 3.2 after 30 steps; the first loss is 5.65)
+
+
+def _groups(model, wd):
+    """nanoGPT's grouping: weight decay on the matrices (2-D and up), none on biases, norms and 1-D tensors."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": wd}, {"params": rest, "weight_decay": 0.0}]
+
+
+def test_parameter_groups_match_torch():
+    """model_parameters with two groups (weight decay 0.5 on matrices, none elsewhere; the config says 0.5)
+    against torch AdamW given the same groups. A large decay makes the exemption visible within 30 steps."""
+    cfg = config()
+    cfg["optimizer"]["params"]["weight_decay"] = 0.5
+    torch.manual_seed(1337)
+    model = GPT()
+    engine = zoffload.initialize(model=model, config=cfg, model_parameters=_groups(model, 0.5))
+    torch.manual_seed(1337)
+    ref = GPT()
+    opt = torch.optim.AdamW(_groups(ref, 0.5), lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+    torch.manual_seed(1337)
+    plain = GPT()
+    plain_opt = torch.optim.AdamW(plain.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.5)
+    it = batches(corpus(), 8, 32, 0)
+    zl, tl = [], []
+    for _ in range(STEPS):
+        x, y = next(it)
+        loss = engine(x, y)
+        engine.backward(loss)
+        engine.step()
+        zl.append(loss.item())
+        for m, o in ((ref, opt), (plain, plain_opt)):
+            lo = m(x, y)
+            lo.backward()
+            o.step()
+            o.zero_grad(set_to_none=True)
+            if m is ref:
+                tl.append(lo.item())
+    # test_initialize.py's weight metric: mean |difference| / mean |weight|, over the model, and over the exempt
+    # tensors for what the exemption changed (they decayed in the all-decay run)
+    d = m = de = me = 0.0
+    for (n, p), q, r in zip(model.named_parameters(), ref.parameters(), plain.parameters()):
+        d += (engine.master_weights(n) - q.detach()).abs().sum().item()
+        m += q.detach().abs().sum().item()
+        if p.dim() < 2:
+            de += (r.detach() - q.detach()).abs().sum().item()
+            me += q.detach().abs().sum().item()
+    worst_w, moved = d / m, de / me
+    engine.close()
+    print("\nparameter groups: losses within %.3g of torch's, weights within %.3g (mean relative); the exempt "
+          "tensors differ from an all-decay run by %.3g" % (_worst(zl, tl), worst_w, moved))
+    assert _worst(zl, tl) < 1e-4 and worst_w < 1e-4
+    assert moved > 100 * worst_w
+
+
+def test_parameter_group_errors():
+    model = GPT()
+    with pytest.raises(ValueError, match=r"model_parameters\[1\]\['lr'\] = 0.1, but the engine runs optimizer.params.lr"):
+        zoffload.initialize(model=model, config=config(), model_parameters=[
+            {"params": [model.head.weight]}, {"params": [model.ln_f.weight], "lr": 0.1}])
+    with pytest.raises(ValueError, match=r"model_parameters\[0\] has 'momentum'"):
+        zoffload.initialize(model=model, config=config(), model_parameters=[
+            {"params": [model.head.weight], "momentum": 0.9}])
+    with pytest.raises(ValueError, match="parameter 'head.weight' is in more than one group"):
+        zoffload.initialize(model=model, config=config(), model_parameters=[
+            {"params": [model.head.weight]}, {"params": [model.head.weight]}])
+    with pytest.raises(ValueError, match=r"shape \(3,\) that is not a parameter of the model"):
+        zoffload.initialize(model=model, config=config(), model_parameters=[torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(zoffload.ZoffloadError, match="weight_decay of 'head.weight'.*-1 is not in"):
+        zoffload.initialize(model=model, config=config(), model_parameters=[
+            {"params": [model.head.weight], "weight_decay": -1}])
+    # a group with lr equal to the config's is fine (torch code often writes it); only the listed tensors train
+    e = zoffload.initialize(model=model, config=config(), model_parameters=[
+        {"params": [model.head.weight], "lr": 3e-3, "betas": (0.9, 0.95)}])
+    assert [n for n, _ in e.params] == ["head.weight"]
+    e.close()
+
+
+def test_export_safetensors(tmp_path):
+    """export_safetensors() after 5 steps: every parameter under its model name and shape, equal to the fp32
+    masters (bf16: torch's rounding of them), loadable into a fresh model with load_state_dict."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(1337)
+    model = GPT()
+    engine = zoffload.initialize(model=model, config=config())
+    it = batches(corpus(), 8, 32, 0)
+    for _ in range(5):
+        x, y = next(it)
+        engine.backward(engine(x, y))
+        engine.step()
+    engine.export_safetensors(tmp_path / "model.safetensors")
+    engine.export_safetensors(tmp_path / "model-bf16.safetensors", torch.bfloat16)
+    full = safetensors.load_file(str(tmp_path / "model.safetensors"))
+    half = safetensors.load_file(str(tmp_path / "model-bf16.safetensors"))
+    assert sorted(full) == sorted(n for n, _ in model.named_parameters())
+    for n, p in model.named_parameters():
+        master = engine.master_weights(n)
+        assert full[n].shape == p.shape and torch.equal(full[n], master), n
+        assert half[n].dtype == torch.bfloat16 and torch.equal(half[n], master.bfloat16()), n
+    fresh = GPT()
+    fresh.load_state_dict(full)
+    x, y = next(it)
+    with torch.no_grad():
+        assert fresh(x, y).item() == model(x, y).item()  # fp32 working weights are the masters
+    engine.close()
+    with pytest.raises(TypeError, match="torch.float16"):
+        engine2 = zoffload.initialize(model=GPT(), config=config())
+        try:
+            engine2.export_safetensors(tmp_path / "x", torch.float16)
+        finally:
+            engine2.close()

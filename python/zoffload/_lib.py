@@ -188,6 +188,9 @@ for _name, _res, _args in (
         ("zo_engine_working_dtype", _i, [_vp]),
         ("zo_engine_grad_dtype", _i, [_vp]),
         ("zo_engine_mem_info", _i, [_vp, ctypes.POINTER(EngineMem)]),
+        ("zo_engine_set_param_weight_decay", _i, [_vp, _vp, ctypes.c_double]),
+        ("zo_engine_set_param_shape", _i, [_vp, _i, ctypes.POINTER(ctypes.c_int64)]),
+        ("zo_engine_export_safetensors", _i, [_vp, ctypes.c_char_p, _i]),
         ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args

@@ -31,14 +31,61 @@ def _config_text(config):
         return f.read(), config
 
 
+_SAME_AS_CONFIG = {"lr": "lr", "betas": "betas", "eps": "eps"}  # group keys the engine takes from the config only
+
+
+def _param_groups(model, model_parameters, config):
+    """The (name, parameter) pairs to train, in the model's order, and {id(parameter): weight_decay} for those
+    whose group sets one. @model_parameters as torch optimizers and deepspeed.initialize take it: None (every
+    parameter that requires grad), an iterable of parameters, or of dicts (parameter groups) with "params" and
+    optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the config's optimizer params (the
+    engine runs one schedule), and any other key is refused by name."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if model_parameters is None:
+        return named, {}
+    items = list(model_parameters)
+    groups = items if items and isinstance(items[0], dict) else [{"params": items}]
+    opt = (config.get("optimizer") or {}).get("params") or {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    chosen, decay = set(), {}
+    for gi, g in enumerate(groups):
+        if not isinstance(g, dict) or "params" not in g:
+            raise TypeError("zoffload.initialize: model_parameters[%d] is not a parameter group (a dict with "
+                            "'params')" % gi)
+        for key, value in g.items():
+            if key in ("params", "weight_decay", "name"):
+                continue
+            if key in _SAME_AS_CONFIG:
+                want = opt.get(key)
+                if want is None or (list(value) if isinstance(value, (tuple, list)) else value) != want:
+                    raise ValueError("zoffload.initialize: model_parameters[%d]['%s'] = %r, but the engine runs "
+                                     "optimizer.params.%s = %r for every parameter; leave it out of the group"
+                                     % (gi, key, value, key, want))
+                continue
+            raise ValueError("zoffload.initialize: model_parameters[%d] has '%s'; a group may set only "
+                             "'weight_decay' (and 'lr', 'betas', 'eps' equal to the config's)" % (gi, key))
+        ps = g["params"]
+        ps = [ps] if isinstance(ps, torch.Tensor) else list(ps)
+        for p in ps:
+            if id(p) not in names:
+                raise ValueError("zoffload.initialize: model_parameters[%d] holds a tensor of shape %s that is not "
+                                 "a parameter of the model" % (gi, tuple(p.shape)))
+            if id(p) in chosen:
+                raise ValueError("zoffload.initialize: parameter '%s' is in more than one group" % names[id(p)])
+            chosen.add(id(p))
+            if "weight_decay" in g:
+                decay[id(p)] = float(g["weight_decay"])
+    return [(n, p) for n, p in named if id(p) in chosen], decay
+
+
 class Engine:
     """What zoffload.initialize() returns. Not thread-safe."""
 
-    def __init__(self, model, config, _read=None, device=None):
+    def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
         text, name = _read or _config_text(config)  # initialize() has read it already
         self.config = json.loads(text)
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.params, decay = _param_groups(model, model_parameters, self.config)
         self.shapes = [p.shape for _, p in self.params]
         self.place = _device.placement(model, device)
         for n, p in self.params:
@@ -80,6 +127,12 @@ class Engine:
             h = ctypes.c_void_p()
             _lib.check(_lib.lib.zo_engine_register_param(self.eng, n.encode(), p.numel(), ctypes.byref(h)),
                        "register '%s'" % n)
+            if p.dim() >= 1:  # the shape, for checkpoints' manifests and export_safetensors()
+                dims = (ctypes.c_int64 * p.dim())(*p.shape)
+                _lib.check(_lib.lib.zo_engine_set_param_shape(h, p.dim(), dims), "shape of '%s'" % n)
+            if id(p) in decay:
+                _lib.check(_lib.lib.zo_engine_set_param_weight_decay(self.eng, h, decay[id(p)]),
+                           "weight_decay of '%s'" % n)
             self.handles.append(h)
             if not self.place.cuda:  # the gradient's hand-over buffer in the host device's memory
                 buf = ctypes.c_void_p()
@@ -279,16 +332,40 @@ class Engine:
         _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, ctypes.byref(v), 1), "all_reduce_mean")
         return v.value / self.world_size
 
-    def master_weights(self, name):
-        """The fp32 master weights of parameter @name, as the engine holds them (a new tensor)."""
+    def master_shard(self, name):
+        """(offset, values): this rank's part of parameter @name's fp32 master weights, as the engine holds them
+        (a new 1-D tensor of the elements [offset, offset + len) of the flattened parameter)."""
         for i, ((n, _), h) in enumerate(zip(self.params, self.handles)):
             if n == name:  # by the registered shape: at stage 3 the parameter itself is empty between uses
                 out = torch.empty(self.shapes[i].numel(), dtype=torch.float32)
                 off, cnt = ctypes.c_size_t(), ctypes.c_size_t()
                 _lib.check(_lib.lib.zo_engine_get_master(self.eng, h, out.data_ptr(), ctypes.byref(off),
                                                          ctypes.byref(cnt)), "master weights of '%s'" % n)
-                return out.view(self.shapes[i])
+                return off.value, out[:cnt.value].clone()
         raise KeyError(name)
+
+    def master_weights(self, name):
+        """The fp32 master weights of parameter @name in its shape (a new tensor). On several ranks each holds
+        a shard: use master_shard(), or export_safetensors() for the whole model."""
+        off, values = self.master_shard(name)
+        shape = self.shapes[[n for n, _ in self.params].index(name)]
+        if off != 0 or values.numel() != shape.numel():
+            raise ValueError("master_weights('%s'): this rank holds elements [%d, %d) of %d; use master_shard() or "
+                             "export_safetensors()" % (name, off, off + values.numel(), shape.numel()))
+        return values.view(shape)
+
+    def export_safetensors(self, path, dtype=torch.float32):
+        """zo_engine_export_safetensors(): the consolidated fp32 master weights of every trained parameter, in
+        @dtype (torch.float32 or torch.bfloat16, rounded to nearest even), under their model names and shapes,
+        to @path in the safetensors format that safetensors.torch.load_file and Hugging Face's from_pretrained
+        read (what DeepSpeed's save_16bit_model gives). Written to @path.tmp and renamed. Several ranks: a
+        collective call, every rank passes the same @path and rank 0 writes it. Returns @path as a string."""
+        codes = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16}
+        if dtype not in codes:
+            raise TypeError("export_safetensors: dtype %s; torch.float32 or torch.bfloat16" % dtype)
+        _lib.check(_lib.lib.zo_engine_export_safetensors(self.eng, str(path).encode(), codes[dtype]),
+                   "export_safetensors")
+        return str(path)
 
     def memory(self):
         """zo_engine_mem_info(): bytes this rank holds per tier and by kind, and traffic so far, as a dict (the
@@ -329,7 +406,7 @@ class Engine:
         self.close()
 
 
-def initialize(model=None, config=None, device=None):
+def initialize(model=None, config=None, device=None, model_parameters=None):
     """Hand @model's trainable parameters to a zoffload engine configured by @config (a DeepSpeed-style dict or
     a JSON file path) and return the Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold
     storage only while a module uses them). @device: where the model computes, "cpu" or "cuda[:N]"; by default
@@ -337,12 +414,14 @@ def initialize(model=None, config=None, device=None):
     GPU then holds the working weights (bf16/fp16 when the config enables them; the parameters take that dtype)
     and never the fp32 model. Raises zoffload.ZoffloadError naming the JSON path of a bad config or the library's
     reason (no GPU, out of device memory), TypeError for parameters it cannot take, RuntimeError when torch has
-    no CUDA device for device="cuda"."""
+    no CUDA device for device="cuda". @model_parameters: which parameters to train and their groups, as
+    deepspeed.initialize takes them (default: every parameter that requires grad); a group's "weight_decay"
+    replaces the config's for its parameters (e.g. 0 for biases and norm weights)."""
     if model is None or config is None:
         raise ValueError("zoffload.initialize: model= and config= are required")
     read = _config_text(config)
     zo = json.loads(read[0]).get("zero_optimization", {})
     if isinstance(zo, dict) and zo.get("stage", 0) == 3:
         from .stage3 import Stage3Engine
-        return Stage3Engine(model, config, read, device)
-    return Engine(model, config, read, device)
+        return Stage3Engine(model, config, read, device, model_parameters)
+    return Engine(model, config, read, device, model_parameters)

@@ -36,8 +36,8 @@ class _PreBackward(torch.autograd.Function):
 
 
 class Stage3Engine(Engine):
-    def __init__(self, model, config, _read=None, device=None):
-        super().__init__(model, config, _read, device)
+    def __init__(self, model, config, _read=None, device=None, model_parameters=None):
+        super().__init__(model, config, _read, device, model_parameters)
         self.index = {id(p): i for i, (_, p) in enumerate(self.params)}
         self.live = [0] * len(self.params)  # engine fetches not yet released
         self.bwd = [False] * len(self.params)  # fetched for backward, released by the gradient hook

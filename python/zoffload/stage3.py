@@ -9,7 +9,9 @@ offload_param names (cpu or nvme) and fetches them along its recorded trace, pre
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
   - the parameter's gradient hook (after accumulation): hand the gradient over (in the boundary micro-step) and
-    release the parameter.
+    release the parameter;
+  - the root module's pre/post hooks: a pass outside training (torch.no_grad(), or model.eval()) runs with the
+    engine's trace off, so evaluation between steps neither breaks nor replaces the training steps' prefetch order.
 The same references are counted per parameter, so nested and repeated calls fetch and release in pairs. Source:
 DeepSpeed's ZeRO-3 (runtime/zero/parameter_offload.py: pre/post forward hooks, PreBackwardFunction).
 """
@@ -45,13 +47,34 @@ class Stage3Engine(Engine):
         with torch.no_grad():
             for _, p in self.params:
                 p.data = self.empty  # the working weights live on the engine's tier now
-        self.module_hooks = []
+        self.module_hooks = [model.register_forward_pre_hook(lambda mod, inp: self._pass_begins()),
+                             model.register_forward_hook(lambda mod, inp, out: self._pass_ends())]
+        self._outside = 0  # > 0 while a pass outside training runs (evaluation, no grad): not in the trace
         for m in model.modules():
             if not any(True for _ in m.parameters(recurse=False)):
                 continue
             ids = tuple(self.index[id(p)] for p in m.parameters() if id(p) in self.index)
             self.module_hooks.append(m.register_forward_pre_hook(lambda mod, inp, ids=ids: self._acquire(ids)))
             self.module_hooks.append(m.register_forward_hook(lambda mod, inp, out, ids=ids: self._forward_done(ids, out)))
+
+    # --- passes outside the training step ---
+
+    def _pass_begins(self):
+        """The root module's forward starts: an evaluation pass (no grad, or the model in eval mode) fetches
+        without recording or following the trace, so the training steps keep theirs (zo_engine_set_trace).
+        Registered before the per-module hooks, so it runs before the root's own fetch."""
+        if self._outside or (torch.is_grad_enabled() and self.module.training):
+            if self._outside:
+                self._outside += 1
+            return
+        self._outside = 1
+        _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")
+
+    def _pass_ends(self):
+        if self._outside:
+            self._outside -= 1
+            if not self._outside:
+                _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
 
     # --- parameter storage ---
 

@@ -25,10 +25,10 @@ from train_gpt import GPT, batches, config, corpus  # noqa: E402
 STEPS = 30
 
 
-def _zoffload(cfg, steps=STEPS):
+def _zoffload(cfg, steps=STEPS, groups=None):
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine = zoffload.initialize(model=model, config=cfg, model_parameters=groups(model) if groups else None)
     it = batches(corpus(), 8, 32, 0)
     losses, infos, lrs = [], [], []
     for _ in range(steps):
@@ -43,10 +43,12 @@ def _zoffload(cfg, steps=STEPS):
     return losses, infos, lrs, masters
 
 
-def _torch(steps=STEPS, clip=None, lrs=None):
+def _torch(steps=STEPS, clip=None, lrs=None, groups=None, wd=0.01):
+    """torch AdamW on the same batches: (losses, clip_grad_norm_'s norms, final weights by name)."""
     torch.manual_seed(1337)
     model = GPT()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
+    opt = torch.optim.AdamW(groups(model) if groups else model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=wd)
     it = batches(corpus(), 8, 32, 0)
     losses, norms = [], []
     for k in range(steps):
@@ -61,7 +63,7 @@ def _torch(steps=STEPS, clip=None, lrs=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return losses, norms
+    return losses, norms, {n: p.detach() for n, p in model.named_parameters()}
 
 
 def _worst(a, b):
@@ -72,7 +74,7 @@ def test_clipping_matches_torch():
     cfg = config()
     cfg["gradient_clipping"] = 0.05  # below every step's norm here: each step is clipped
     z, zi, _, _ = _zoffload(cfg)
-    t, norms = _torch(clip=0.05)
+    t, norms, _ = _torch(clip=0.05)
     norm_err = max(abs(i["grad_norm"] - n) / n for i, n in zip(zi, norms))
     print("\nclipping at 0.05: losses within %.3g of torch's, gradient norms within %.3g (norms %.3f .. %.3f)"
           % (_worst(z, t), norm_err, min(norms), max(norms)))
@@ -102,7 +104,7 @@ def test_schedule_is_the_applied_lr():
         assert lr == pytest.approx(ds(k), rel=1e-12, abs=1e-15), k  # engine.get_lr() before the step
         # what the step reports it used: the same, rounded to fp32 (Adam's hyperparameters are floats)
         assert info["lr"] == pytest.approx(ds(k), rel=1e-7, abs=1e-15), k
-    t, _ = _torch(lrs=lrs)
+    t, _, _ = _torch(lrs=lrs)
     print("\nWarmupDecayLR: lr %.2e at step 12, %.2e at step 30; losses within %.3g of torch replaying it"
           % (lrs[11], lrs[29], _worst(z, t)))
     assert _worst(z, t) < 1e-4
@@ -168,41 +170,15 @@ def test_parameter_groups_match_torch():
     against torch AdamW given the same groups. A large decay makes the exemption visible within 30 steps."""
     cfg = config()
     cfg["optimizer"]["params"]["weight_decay"] = 0.5
-    torch.manual_seed(1337)
-    model = GPT()
-    engine = zoffload.initialize(model=model, config=cfg, model_parameters=_groups(model, 0.5))
-    torch.manual_seed(1337)
-    ref = GPT()
-    opt = torch.optim.AdamW(_groups(ref, 0.5), lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
-    torch.manual_seed(1337)
-    plain = GPT()
-    plain_opt = torch.optim.AdamW(plain.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.5)
-    it = batches(corpus(), 8, 32, 0)
-    zl, tl = [], []
-    for _ in range(STEPS):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        engine.step()
-        zl.append(loss.item())
-        for m, o in ((ref, opt), (plain, plain_opt)):
-            lo = m(x, y)
-            lo.backward()
-            o.step()
-            o.zero_grad(set_to_none=True)
-            if m is ref:
-                tl.append(lo.item())
+    zl, _, _, masters = _zoffload(cfg, groups=lambda m: _groups(m, 0.5))
+    tl, _, ref = _torch(groups=lambda m: _groups(m, 0.5))
+    _, _, plain = _torch(wd=0.5)  # every tensor decayed
     # test_initialize.py's weight metric: mean |difference| / mean |weight|, over the model, and over the exempt
     # tensors for what the exemption changed (they decayed in the all-decay run)
-    d = m = de = me = 0.0
-    for (n, p), q, r in zip(model.named_parameters(), ref.parameters(), plain.parameters()):
-        d += (engine.master_weights(n) - q.detach()).abs().sum().item()
-        m += q.detach().abs().sum().item()
-        if p.dim() < 2:
-            de += (r.detach() - q.detach()).abs().sum().item()
-            me += q.detach().abs().sum().item()
-    worst_w, moved = d / m, de / me
-    engine.close()
+    def rel(a, b, names):
+        return sum((a[n] - b[n]).abs().sum().item() for n in names) / sum(b[n].abs().sum().item() for n in names)
+    worst_w = rel(masters, ref, list(ref))
+    moved = rel(plain, ref, [n for n in ref if ref[n].dim() < 2])
     print("\nparameter groups: losses within %.3g of torch's, weights within %.3g (mean relative); the exempt "
           "tensors differ from an all-decay run by %.3g" % (_worst(zl, tl), worst_w, moved))
     assert _worst(zl, tl) < 1e-4 and worst_w < 1e-4

@@ -569,13 +569,14 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
                            je.text);
   }
   int fd = -1;
+  json_t *ls = NULL, *stp = NULL; /* set before any path on which the load goes on past `verified` */
   void *buf = malloc(CKPT_CHUNK);
   lrun *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
   if (st == ZO_OK && (!buf || !runs)) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
   if (st == ZO_OK) st = check_manifest(e, &c, runs, rank_file, sizeof rank_file);
   if (st != ZO_OK) goto verified;
-  json_t *ls = json_object_get(c.m, "loss_scaler");
-  json_t *stp = json_object_get(c.m, "step");
+  ls = json_object_get(c.m, "loss_scaler");
+  stp = json_object_get(c.m, "step");
   if (!json_is_integer(stp) || !json_is_number(json_object_get(ls, "loss_scale")) ||
       !json_is_integer(json_object_get(ls, "iter")) || !json_is_integer(json_object_get(ls, "last_overflow")) ||
       !json_is_integer(json_object_get(ls, "hysteresis"))) {

@@ -187,6 +187,32 @@ def test_stage3_evaluation_passes(tmp_path, capfd):
           % (len(losses), prefetched, demand[0], plain, plain_demand[0]))
 
 
+def test_stage3_pass_that_raised():
+    """An evaluation pass that raises inside a module (positions past wpe's 32 rows: wpe's pre-hook has fetched
+    it, its post-hook never runs) must not leave that parameter fetched: the next pass releases it, so after the
+    next step it is fetched anew. The losses then equal those of a run without the failed pass, bit for bit, and
+    every parameter is empty between steps."""
+    def run(fail):
+        torch.manual_seed(1337)
+        model = GPT(layers=1)
+        cfg = config()
+        cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"}})
+        engine = zoffload.initialize(model=model, config=cfg)
+        it = batches(corpus(), 8, 32, 0)
+        losses = _steps(engine, it, 3)
+        if fail:
+            x = torch.zeros(2, 33, dtype=torch.long)
+            with torch.no_grad(), pytest.raises(IndexError):
+                engine(x, x)
+        losses += _steps(engine, it, 3)
+        empty = all(p.numel() == 0 for p in model.parameters())
+        engine.close()
+        return losses, empty
+    plain, failed = run(False), run(True)
+    assert failed[1], "a parameter kept its storage after the failed pass"
+    assert failed[0] == plain[0], (failed[0], plain[0])
+
+
 def test_gradient_accumulation():
     """gradient_accumulation_steps 2: step() is a no-op between boundaries, gradients reach the engine only in the
     boundary micro-step, and 10 optimizer steps match torch fed the same two half-weighted micro-batches."""

@@ -47,34 +47,47 @@ class Stage3Engine(Engine):
         with torch.no_grad():
             for _, p in self.params:
                 p.data = self.empty  # the working weights live on the engine's tier now
-        self.module_hooks = [model.register_forward_pre_hook(lambda mod, inp: self._pass_begins()),
-                             model.register_forward_hook(lambda mod, inp, out: self._pass_ends())]
-        self._outside = 0  # > 0 while a pass outside training runs (evaluation, no grad): not in the trace
+        # first and last hooks of the root module: around every fetch and release of a pass
+        self.module_hooks = [model.register_forward_pre_hook(lambda mod, inp: self._pass_begins())]
+        self._in_pass = False  # between the root module's pre- and post-hook
+        self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
         for m in model.modules():
             if not any(True for _ in m.parameters(recurse=False)):
                 continue
             ids = tuple(self.index[id(p)] for p in m.parameters() if id(p) in self.index)
             self.module_hooks.append(m.register_forward_pre_hook(lambda mod, inp, ids=ids: self._acquire(ids)))
             self.module_hooks.append(m.register_forward_hook(lambda mod, inp, out, ids=ids: self._forward_done(ids, out)))
+        self.module_hooks.append(model.register_forward_hook(lambda mod, inp, out: self._pass_ends()))
 
-    # --- passes outside the training step ---
+    # --- passes: evaluation outside the trace, and recovery from a pass that raised ---
 
     def _pass_begins(self):
-        """The root module's forward starts: an evaluation pass (no grad, or the model in eval mode) fetches
-        without recording or following the trace, so the training steps keep theirs (zo_engine_set_trace).
-        Registered before the per-module hooks, so it runs before the root's own fetch."""
-        if self._outside or (torch.is_grad_enabled() and self.module.training):
-            if self._outside:
-                self._outside += 1
+        """The root module's forward starts (registered before the per-module hooks, and _pass_ends after them,
+        so the root's own fetch and release are inside).
+        A previous pass still open raised an exception: its post-hooks never ran, so the parameters it fetched
+        are released now (a parameter left fetched would keep a stale copy of its weights after the next step).
+        An evaluation pass (no grad, or the model in eval mode) fetches without recording or following the trace,
+        so the training steps keep theirs (zo_engine_set_trace). The root module is not re-entered."""
+        if self._in_pass:
+            self._recover()
+        self._in_pass = True
+        if torch.is_grad_enabled() and self.module.training:
             return
-        self._outside = 1
+        self._outside = True
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")
 
     def _pass_ends(self):
+        self._in_pass = False
         if self._outside:
-            self._outside -= 1
-            if not self._outside:
-                _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+            self._outside = False
+            _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+
+    def _recover(self):
+        for i, n in enumerate(self.live):
+            for _ in range(n):
+                self._release(i)
+            self.bwd[i] = False
+        self._pass_ends()
 
     # --- parameter storage ---
 

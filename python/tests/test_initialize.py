@@ -213,6 +213,45 @@ def test_stage3_pass_that_raised():
     assert failed[0] == plain[0], (failed[0], plain[0])
 
 
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_stage3_activation_checkpointing(reentrant):
+    """torch.utils.checkpoint around each block, both implementations: the first forward runs without grad (the
+    hooks fetch and release, wrap nothing), backward recomputes it with grad (fetch, release, wrap) and then
+    runs its backward (fetch again). 6 steps at stage 3 give the losses of stage 2 with the same checkpointing,
+    which are those of stage 2 without it, bit for bit."""
+    import torch.nn.functional as F
+    import torch.utils.checkpoint as cp
+
+    class CheckpointedGPT(GPT):
+        def __init__(self, mode):
+            super().__init__(layers=2)
+            self.mode = mode
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for b in self.blocks:
+                x = b(x) if self.mode is None else cp.checkpoint(b, x, use_reentrant=self.mode)
+            logits = self.head(self.ln_f(x))
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def run(stage, mode):
+        torch.manual_seed(1337)
+        model = CheckpointedGPT(mode)
+        cfg = config()
+        if stage == 3:
+            cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"},
+                                             "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
+        engine = zoffload.initialize(model=model, config=cfg)
+        infos = []
+        losses = _steps(engine, batches(corpus(), 8, 32, 0), 6, infos)
+        engine.close()
+        return losses, sum(i["n_prefetch"] for i in infos)
+    plain, _ = run(2, None)
+    two, _ = run(2, reentrant)
+    three, prefetched = run(3, reentrant)
+    assert two == plain and three == two and prefetched > 0
+
+
 def test_gradient_accumulation():
     """gradient_accumulation_steps 2: step() is a no-op between boundaries, gradients reach the engine only in the
     boundary micro-step, and 10 optimizer steps match torch fed the same two half-weighted micro-batches."""

@@ -8,8 +8,10 @@
 set -u
 lib=$1 src=$2
 py=${ZO_PYTHON:-/usr/bin/python3}
-"$py" -c "import torch, pytest, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
-  { echo "skip: $py has no torch with a CUDA device (or no pytest)"; exit 77; }
+"$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
+  { echo "skip: $py has no torch that sees a CUDA device (set ZO_PYTHON to one that has)"; exit 77; }
+"$py" -c "import pytest" 2>/dev/null ||
+  { echo "skip: $py sees a GPU but has no pytest: \`$py -m pip install pytest\`, or set ZO_PYTHON"; exit 77; }
 export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
 export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS, for test_cuda.py's bit-for-bit comparisons
 "$py" -c "import zoffload._lib as L, sys; sys.exit(0 if L.lib.zo_device_cuda_count() > 0 else 1)" ||

@@ -659,7 +659,13 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   (void)arg;
   if (!strcmp(key, "device")) return get_device_kind(c, p, v, &cfg->zoffload.device_kind);
   if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
-  if (!strcmp(key, "device_arena_bytes")) return get_bytes(c, p, v, &cfg->zoffload.device_arena_bytes);
+  if (!strcmp(key, "device_arena_bytes")) {
+    if (json_is_string(v) && !strcmp(json_string_value(v), "fit")) {
+      cfg->zoffload.device_arena_bytes = ZO_ARENA_FIT;
+      return ZO_OK;
+    }
+    return get_bytes(c, p, v, &cfg->zoffload.device_arena_bytes);
+  }
   if (!strcmp(key, "adam_threads")) return get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads);
   if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
   if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
@@ -1028,8 +1034,11 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
   sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
             cfg->zoffload.device_memory_limit ? "" : " (no cap: unlimited on host, the whole GPU on cuda)");
-  sb_printf(&b, "zoffload.device_arena_bytes = %" PRId64 "%s\n", cfg->zoffload.device_arena_bytes,
-            cfg->zoffload.device_arena_bytes ? "" : " (auto: what the device has free at finalize; 90% on cuda)");
+  if (cfg->zoffload.device_arena_bytes == ZO_ARENA_FIT)
+    sb_printf(&b, "zoffload.device_arena_bytes = fit (what the engine holds)\n");
+  else
+    sb_printf(&b, "zoffload.device_arena_bytes = %" PRId64 "%s\n", cfg->zoffload.device_arena_bytes,
+              cfg->zoffload.device_arena_bytes ? "" : " (auto: what the device has free at finalize; 90% on cuda)");
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));

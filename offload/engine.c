@@ -319,20 +319,40 @@ double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
  * on CUDA, whose context, cuBLAS workspaces and the model's activations need
  * the rest; on a device with no limit (an unlimited host device) exactly
  * what the engine can use: the resident bytes plus every offloaded tensor's
- * copy. @resident: bytes of the resident block; @avail: available device
- * bytes (SIZE_MAX: no limit), checked by the caller.
+ * copy. "fit" (ZO_ARENA_FIT, for a GPU whose other memory a framework's
+ * allocator manages) is that too, except that with parameter offload the
+ * copies are bounded by stage3_max_live_parameters elements plus twice the
+ * largest tensor (and 256 bytes of alignment per tensor), the most that
+ * stage 3 keeps on the device. @resident: bytes of the resident block;
+ * @avail: available device bytes (SIZE_MAX: no limit), checked by the caller.
  */
 static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
+  const int64_t want = e->cfg.zoffload.device_arena_bytes;
   size_t cap = resident;
-  if (e->cfg.zoffload.device_arena_bytes > 0) {
-    cap = (size_t)e->cfg.zoffload.device_arena_bytes;
+  if (want > 0) {
+    cap = (size_t)want;
     if (cap > avail || cap < resident)
       return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_arena_bytes: %zu bytes %s; set it between %zu and %zu, or "
                           "0 (auto)", cap, cap > avail ? "are more than the device has available" :
                           "cannot hold the resident weights (and state)", resident, avail);
-  } else if (avail == SIZE_MAX) {
-    for (int i = 0; i < e->n_params && e->ptier != ZO_OFFLOAD_NONE; i++)
-      cap += round_up(e->params[i]->n * zo_dtype_size(e->wdtype), ZO_DEVICE_ALIGN);
+  } else if (want == ZO_ARENA_FIT || avail == SIZE_MAX) {
+    const size_t wsz = zo_dtype_size(e->wdtype);
+    size_t copies = 0, largest = 0;
+    for (int i = 0; i < e->n_params && e->ptier != ZO_OFFLOAD_NONE; i++) {
+      const size_t b = round_up(e->params[i]->n * wsz, ZO_DEVICE_ALIGN);
+      copies += b;
+      if (b > largest) largest = b;
+    }
+    if (want == ZO_ARENA_FIT && e->ptier != ZO_OFFLOAD_NONE) {
+      const size_t live = round_up((size_t)e->cfg.zero.stage3_max_live_parameters * wsz, ZO_DEVICE_ALIGN) +
+                          2 * largest + (size_t)ZO_DEVICE_ALIGN * (size_t)e->n_params;
+      if (live < copies) copies = live;
+    }
+    cap += copies;
+    if (cap > avail)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zoffload.device_arena_bytes \"fit\": the engine holds up to %zu "
+                          "bytes on the device, %zu are available; lower zero_optimization.stage3_max_live_parameters "
+                          "or offload more", cap, avail);
   } else {
     cap = zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
     if (cap < resident) cap = avail;

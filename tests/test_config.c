@@ -202,6 +202,14 @@ static void test_defaults_and_values(void) {
     CHECK_EQ(parse(js, &c), ZO_OK);
     CHECK_EQ(c.zoffload.device_arena_bytes, sz[i].want);
   }
+  /* device_arena_bytes also takes "fit" (what the engine holds), and nothing else that is not a byte count */
+  CHECK_EQ(parse("{\"train_batch_size\": 1, \"zoffload\": {\"device_arena_bytes\": \"fit\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.device_arena_bytes, ZO_ARENA_FIT);
+  char desc[8192];
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK(strstr(desc, "zoffload.device_arena_bytes = fit") != NULL);
+  CHECK_EQ(parse("{\"train_batch_size\": 1, \"zoffload\": {\"device_arena_bytes\": \"fits\"}}", &c), ZO_ERR_CONFIG);
+  CHECK(strstr(zo_last_error(), "zoffload.device_arena_bytes") != NULL);
 }
 
 static void test_batch(void) {

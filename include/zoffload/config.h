@@ -37,6 +37,9 @@ typedef enum zo_sched_type {
  * ELEMENTS as in DeepSpeed; block_size and device_memory_limit are BYTES.
  * A plain value struct: copy it freely, nothing to free.
  */
+/* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
+#define ZO_ARENA_FIT (-1)
+
 typedef struct zo_config {
   /* Resolved and consistent: train_batch_size == micro * gas * world_size. */
   int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
@@ -125,7 +128,9 @@ typedef struct zo_config {
     double host_link_gbps;       /* host device backend: emulated host<->device link GB/s per direction; 0 = none */
     int64_t device_arena_bytes;  /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
                                     0 = auto: all available device memory on a host device, 90% of the GPU's
-                                    free memory on cuda (the rest: CUDA context, cuBLAS, activations) */
+                                    free memory on cuda (the rest: CUDA context, cuBLAS, activations);
+                                    ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
+                                    framework's allocator (see zo_engine_finalize()) */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

@@ -115,11 +115,19 @@ ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
  * offload device (none: device memory; cpu: pinned host; nvme: one swap file
  * per kind of state with one aligned extent per shard, plus buffer_count
  * pinned sub-group buffers of min(sub_group_size, largest need) elements);
- * a pinned gradient buffer (cpu, nvme). Checks that the configuration can
- * work before training starts. Returns ZO_OK; ZO_ERR_OUT_OF_MEMORY naming the
- * tier, the bytes asked and the limit (e.g. a device limit too small for the
- * working weights); ZO_ERR_IO / ZO_ERR_SYSTEM from swap file creation (file
- * and size named); ZO_ERR_INVALID_USAGE when called twice or with no tensor.
+ * a pinned gradient buffer (cpu, nvme). Device allocations come from one
+ * arena reserved here: zoffload.device_arena_bytes bytes; 0 (default) the
+ * device memory available now (90% of it on CUDA); "fit" (ZO_ARENA_FIT)
+ * what the engine holds: the resident block, plus with parameter offload the
+ * copies of every tensor bounded by stage3_max_live_parameters elements plus
+ * twice the largest tensor, for a GPU whose rest a framework's allocator
+ * manages. Checks that the configuration can work before training starts.
+ * Returns ZO_OK; ZO_ERR_OUT_OF_MEMORY naming the tier, the bytes asked and
+ * the limit (e.g. a device limit too small for the working weights, or a
+ * "fit" arena larger than the device has free); ZO_ERR_CONFIG
+ * (device_arena_bytes outside what works); ZO_ERR_IO / ZO_ERR_SYSTEM from
+ * swap file creation (file and size named); ZO_ERR_INVALID_USAGE when called
+ * twice or with no tensor.
  */
 ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
 

@@ -1,5 +1,5 @@
 """Where zoffload.initialize() puts a model (zoffload/_device.py), on any machine: the device chosen from the
-parameters or device=, the errors for what it cannot take, the GPU arena sizing rule, and Engine.memory()
+parameters or device=, the errors for what it cannot take, the "fit" arena a GPU model gets, and Engine.memory()
 against the byte counts the engine's header promises. The CUDA paths themselves run in test_cuda.py."""
 import os
 import sys
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import zoffload
-from zoffload import _device
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT, config  # noqa: E402
@@ -38,20 +37,40 @@ def test_devices_it_cannot_take():
         zoffload.initialize(model=m, config=config())
 
 
-def test_arena_bytes_rule():
-    shapes = [torch.Size([1000]), torch.Size([10, 10]), torch.Size([3])]
+def _fit_capacity(shapes, stage=2, bf16=True, live=None, key="bf16"):
+    """The arena capacity of an engine with zoffload.device_arena_bytes "fit" (what a CUDA model gets unless
+    the config sets it) for parameters of @shapes; the host device runs the same sizing rule."""
+    class Params(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(s)) for s in shapes])
     cfg = config()
-    assert _device.working_size(cfg) == 4
-    assert _device.working_size(config(bf16=True)) == 2
-    assert _device.working_size({"bfloat16": {"enabled": True}}) == 2
-    assert _device.working_size({"fp16": {"enabled": "auto"}}) == 4  # only a literal true enables it
-    assert _device.arena_bytes(cfg, shapes, 2) == 2048 + 256 + 256  # stage 2: every tensor, 256-byte aligned
-    cfg["zero_optimization"].update({"stage": 3, "stage3_max_live_parameters": 100})
-    # stage 3: 100 live elements (256 bytes) + twice the largest (2 x 2048) + 256 per tensor, under the total
-    assert _device.arena_bytes(cfg, shapes, 2) == min(2560, 256 + 4096 + 768) == 2560
-    cfg["zero_optimization"]["stage3_max_live_parameters"] = 0
+    del cfg["bf16"]
+    cfg[key] = {"enabled": bf16}
+    cfg["zoffload"] = {"device_arena_bytes": "fit"}
+    if stage == 3:
+        cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"}})
+        if live is not None:
+            cfg["zero_optimization"]["stage3_max_live_parameters"] = live
+    e = zoffload.initialize(model=Params(), config=cfg)
+    cap = e.memory()["arena"]["capacity"]
+    e.close()
+    return cap
+
+
+def test_arena_fit_rule():
+    shapes = [torch.Size([1000]), torch.Size([10, 10]), torch.Size([3])]
+    # stages 1-2: the resident working weights, each tensor 256-byte aligned (bf16, fp32, bf16 by its other key)
+    assert _fit_capacity(shapes) == 2048 + 256 + 256
+    assert _fit_capacity(shapes, bf16=False) == 4096 + 512 + 256
+    assert _fit_capacity(shapes, key="bfloat16") == 2048 + 256 + 256
+    # stage 3: all copies when the bound is larger; else stage3_max_live_parameters elements (at least the
+    # largest tensor, which the engine checks) + twice the largest + 256 per tensor
+    assert _fit_capacity(shapes, stage=3, live=1000) == min(2560, 2048 + 4096 + 768) == 2560
+    ten = [torch.Size([1000])] * 10
+    assert _fit_capacity(ten, stage=3, live=1000) == 2048 + 2 * 2048 + 256 * 10 < 10 * 2048
     big = [torch.Size([1 << 20])] * 8
-    assert _device.arena_bytes(cfg, big, 2) == 2 * (2 << 20) + 256 * 8
+    assert _fit_capacity(big, stage=3, live=1 << 20) == (2 << 20) + 2 * (2 << 20) + 256 * 8
 
 
 def test_memory_reports_the_engine_bytes():

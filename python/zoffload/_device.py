@@ -23,10 +23,6 @@ _TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}  
 # viewed back as bf16 (the same element size)
 
 
-def round_up(n, a=256):
-    return (n + a - 1) // a * a
-
-
 class _CudaMemory:
     """An engine allocation shown to torch through the CUDA array interface (version 2: no stream, the caller
     orders). torch keeps this object alive as long as the tensor made from it; the memory stays the engine's."""
@@ -131,28 +127,3 @@ def placement(model, device):
     if device.type == "cuda":
         return CudaPlacement(device)
     raise TypeError("zoffload.initialize: device %s: zoffload drives cpu and cuda models" % device)
-
-
-def arena_bytes(config, shapes, wsize):
-    """zoffload.device_arena_bytes for a CUDA model when the config leaves it unset: what the engine holds on the
-    GPU, so the rest stays with torch's caching allocator (the C engine's default, 90% of free memory, suits a
-    program whose activations it does not share a GPU with). Stages 1-2: every tensor's working weights
-    (resident). Stage 3: stage3_max_live_parameters elements plus twice the largest tensor, or all of them when
-    that is less."""
-    zo = config.get("zero_optimization", {}) or {}
-    sizes = [round_up(s.numel() * wsize) for s in shapes]
-    total = sum(sizes)
-    if zo.get("stage", 0) != 3:
-        return total
-    live = zo.get("stage3_max_live_parameters", 1000000000)
-    live = int(live) if isinstance(live, (int, float)) else 1000000000
-    return min(total, round_up(live * wsize) + 2 * max(sizes) + 256 * len(sizes))
-
-
-def working_size(config):
-    """Bytes per element of the working weights the config asks for: 2 with bf16 or fp16 enabled, else 4."""
-    for key in ("bf16", "bfloat16", "fp16"):
-        block = config.get(key)
-        if isinstance(block, dict) and block.get("enabled") is True:
-            return 2
-    return 4

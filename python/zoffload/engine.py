@@ -97,8 +97,8 @@ class Engine:
                                 % (n, p.dtype))
         zcfg = self.config.get("zoffload", {})
         if self.place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
-            self.config["zoffload"] = dict(zcfg, device_arena_bytes=_device.arena_bytes(
-                self.config, self.shapes, _device.working_size(self.config)))
+            # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
+            self.config["zoffload"] = dict(zcfg, device_arena_bytes="fit")
             text = json.dumps(self.config)
         self._cfg = cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())  # kept: the lr schedule
         # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each

@@ -269,6 +269,7 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   p->index = e->n_params;
   p->eng = e;
   p->n = n_elems;
+  p->weight_decay = (float)e->cfg.optimizer.weight_decay; /* the config's, until a parameter group sets its own */
   p->part_n = e->cfg.zero.stage == 0 ? n_elems : (n_elems + (size_t)e->world - 1) / (size_t)e->world;
   const size_t per = p->part_n, lo = e->cfg.zero.stage == 0 ? 0 : per * (size_t)e->rank;
   p->shard_off = lo < n_elems ? lo : n_elems;
@@ -289,7 +290,6 @@ zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double
                         "in this step (its update may have begun); call before zo_engine_grad_ready() or after "
                         "zo_engine_step()", p->name);
   p->weight_decay = (float)weight_decay;
-  p->has_wd = 1;
   return ZO_OK;
 }
 

@@ -42,8 +42,7 @@ struct zo_param {
                                to part_n x world is what the collectives move */
   size_t dp_off;            /* several ranks: element offset of the padded tensor in e->dp_gather (per wave) */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
-  float weight_decay;       /* zo_engine_set_param_weight_decay(); used when has_wd, else the config's */
-  int has_wd;
+  float weight_decay;       /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
   void *weights;            /* device: working copy, n elements of the working dtype; with parameter
                                offload valid only while `blk` is pinned (a compaction may move it) */
   zo_arena_block_t *blk;    /* parameter offload: the arena block of the device copy, or NULL */

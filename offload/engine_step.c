@@ -21,7 +21,7 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
       .beta1 = (float)e->cfg.optimizer.beta1,
       .beta2 = (float)e->cfg.optimizer.beta2,
       .eps = (float)e->cfg.optimizer.eps,
-      .weight_decay = (float)e->cfg.optimizer.weight_decay,
+      /* .weight_decay is each tensor's own (eng_submit_adam) */
       .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
       .bias_correction = e->cfg.optimizer.bias_correction,
       .step = t,
@@ -117,15 +117,12 @@ static void update_loss_scale(zo_engine_t *e, int overflow) {
 
 /* Queue the fused Adam update of shard elements [off, off + n) of p on the
  * pool: fp32 master, state, and the working-dtype copy-out in one pass, with
- * p's own weight decay where it has one (a parameter group's). */
+ * p's weight decay (the config's unless a parameter group set its own). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                              void *master, void *m, void *v, zo_adam_task_t **task) {
-  zo_adam_hparams own;
-  if (p->has_wd) {
-    own = *hp;
-    own.weight_decay = p->weight_decay;
-    hp = &own; /* the pool copies the hyperparameters at submit */
-  }
+  zo_adam_hparams own = *hp; /* the pool copies the hyperparameters at submit */
+  own.weight_decay = p->weight_decay;
+  hp = &own;
   const zo_adam_shard sh = {
       .param = master,
       .grad = (const char *)p->grad + off * zo_dtype_size(e->gdtype),

@@ -23,15 +23,18 @@ from . import _device, _lib
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
 
 
-def _config_text(config):
-    """The JSON text of @config (a DeepSpeed-style dict or a JSON file path) and the name its errors give."""
+def _read_config(config):
+    """(JSON text, the name its errors give, the parsed dict: a copy) of @config, a DeepSpeed-style dict or a
+    JSON file path."""
     if isinstance(config, dict):
-        return json.dumps(config), "config"
-    with open(config) as f:
-        return f.read(), config
+        text, name = json.dumps(config), "config"
+    else:
+        with open(config) as f:
+            text, name = f.read(), config
+    return text, name, json.loads(text)
 
 
-_SAME_AS_CONFIG = {"lr": "lr", "betas": "betas", "eps": "eps"}  # group keys the engine takes from the config only
+_SAME_AS_CONFIG = ("lr", "betas", "eps")  # group keys the engine takes from the config only
 
 
 def _param_groups(model, model_parameters, config):
@@ -83,8 +86,7 @@ class Engine:
 
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
-        text, name = _read or _config_text(config)  # initialize() has read it already
-        self.config = json.loads(text)
+        text, name, self.config = _read or _read_config(config)  # initialize() has read it already
         self.params, decay = _param_groups(model, model_parameters, self.config)
         self.shapes = [p.shape for _, p in self.params]
         self.place = _device.placement(model, device)
@@ -332,23 +334,27 @@ class Engine:
         _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, ctypes.byref(v), 1), "all_reduce_mean")
         return v.value / self.world_size
 
+    def _index(self, name):
+        for i, (n, _) in enumerate(self.params):
+            if n == name:
+                return i
+        raise KeyError(name)
+
     def master_shard(self, name):
         """(offset, values): this rank's part of parameter @name's fp32 master weights, as the engine holds them
         (a new 1-D tensor of the elements [offset, offset + len) of the flattened parameter)."""
-        for i, ((n, _), h) in enumerate(zip(self.params, self.handles)):
-            if n == name:  # by the registered shape: at stage 3 the parameter itself is empty between uses
-                out = torch.empty(self.shapes[i].numel(), dtype=torch.float32)
-                off, cnt = ctypes.c_size_t(), ctypes.c_size_t()
-                _lib.check(_lib.lib.zo_engine_get_master(self.eng, h, out.data_ptr(), ctypes.byref(off),
-                                                         ctypes.byref(cnt)), "master weights of '%s'" % n)
-                return off.value, out[:cnt.value].clone()
-        raise KeyError(name)
+        i = self._index(name)  # by the registered shape: at stage 3 the parameter itself is empty between uses
+        out = torch.empty(self.shapes[i].numel(), dtype=torch.float32)
+        off, cnt = ctypes.c_size_t(), ctypes.c_size_t()
+        _lib.check(_lib.lib.zo_engine_get_master(self.eng, self.handles[i], out.data_ptr(), ctypes.byref(off),
+                                                 ctypes.byref(cnt)), "master weights of '%s'" % name)
+        return off.value, out if cnt.value == out.numel() else out[:cnt.value].clone()
 
     def master_weights(self, name):
         """The fp32 master weights of parameter @name in its shape (a new tensor). On several ranks each holds
         a shard: use master_shard(), or export_safetensors() for the whole model."""
         off, values = self.master_shard(name)
-        shape = self.shapes[[n for n, _ in self.params].index(name)]
+        shape = self.shapes[self._index(name)]
         if off != 0 or values.numel() != shape.numel():
             raise ValueError("master_weights('%s'): this rank holds elements [%d, %d) of %d; use master_shard() or "
                              "export_safetensors()" % (name, off, off + values.numel(), shape.numel()))
@@ -419,8 +425,8 @@ def initialize(model=None, config=None, device=None, model_parameters=None):
     replaces the config's for its parameters (e.g. 0 for biases and norm weights)."""
     if model is None or config is None:
         raise ValueError("zoffload.initialize: model= and config= are required")
-    read = _config_text(config)
-    zo = json.loads(read[0]).get("zero_optimization", {})
+    read = _read_config(config)
+    zo = read[2].get("zero_optimization", {})
     if isinstance(zo, dict) and zo.get("stage", 0) == 3:
         from .stage3 import Stage3Engine
         return Stage3Engine(model, config, read, device, model_parameters)

@@ -11,7 +11,8 @@ offload_param names (cpu or nvme) and fetches them along its recorded trace, pre
   - the parameter's gradient hook (after accumulation): hand the gradient over (in the boundary micro-step) and
     release the parameter;
   - the root module's pre/post hooks: a pass outside training (torch.no_grad(), or model.eval()) runs with the
-    engine's trace off, so evaluation between steps neither breaks nor replaces the training steps' prefetch order.
+    engine's trace off, so evaluation between steps neither breaks nor replaces the training steps' prefetch order;
+    and a pass that raised (its post-hooks never ran) has its fetches released when the next one begins.
 The same references are counted per parameter, so nested and repeated calls fetch and release in pairs. Source:
 DeepSpeed's ZeRO-3 (runtime/zero/parameter_offload.py: pre/post forward hooks, PreBackwardFunction).
 """

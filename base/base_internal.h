@@ -24,12 +24,13 @@ void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define zo_info(...) zo_log(ZO_LOG_INFO, __VA_ARGS__)
 #define zo_debug(...) zo_log(ZO_LOG_DEBUG, __VA_ARGS__)
 
-/* zo_warn_once() - warn the first time this call site is reached in the process. */
-#define zo_warn_once(...)                                                  \
+/* zo_log_once() - log the first time this call site is reached in the process; zo_warn_once() at WARN. */
+#define zo_log_once(level, ...)                                            \
   do {                                                                     \
-    static atomic_int zo_warned_;                                          \
-    if (atomic_exchange(&zo_warned_, 1) == 0) zo_log(ZO_LOG_WARN, __VA_ARGS__); \
+    static atomic_int zo_logged_;                                          \
+    if (atomic_exchange(&zo_logged_, 1) == 0) zo_log(level, __VA_ARGS__);  \
   } while (0)
+#define zo_warn_once(...) zo_log_once(ZO_LOG_WARN, __VA_ARGS__)
 
 /* ZO_CHECK_GOTO(expr, st, label): evaluate a zo_status expression; on failure store it in st and goto label. */
 #define ZO_CHECK_GOTO(expr, st, label) \

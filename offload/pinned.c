@@ -480,10 +480,8 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
 
   p->je = zo_je_get();
   if (!p->je) {
-    static atomic_int said;
-    if (atomic_exchange(&said, 1) == 0)
-      zo_info("pinned host pool: no jemalloc (%s): each pinned buffer is mapped on its own, in whole pages",
-              zo_je_why());
+    zo_log_once(ZO_LOG_INFO, "pinned host pool: no jemalloc (%s): each pinned buffer is mapped on its own, in "
+                "whole pages", zo_je_why());
     *out = p;
     return ZO_OK;
   }

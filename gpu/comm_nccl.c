@@ -153,6 +153,7 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
 /* Device pointer for @p (@n bytes): @p itself when it is device memory, else staged into *tmp (copied in when
  * @copy_in). */
 static zo_status dev_ptr(nccl_comm *m, const void *p, size_t n, int copy_in, void **tmp, void **out) {
+  *out = NULL; /* set on every path that returns ZO_OK; NULL otherwise (gcc cannot see through CUDA_TRY) */
   struct cudaPointerAttributes at;
   cudaError_t e = cudaPointerGetAttributes(&at, p);
   if (e == cudaSuccess && (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zo_train_resume.sh ZO_TRAIN CONFIG CORPUS - resume is exact: for every combination of
-# offload_optimizer.device and offload_param.device (none, cpu, nvme), 40 steps straight and
-# 20 steps + --save + a new process resuming for 20 log the same losses to the last bit and
+# offload_optimizer.device and offload_param.device (none, cpu, nvme), 20 steps straight and
+# 10 steps + --save + a new process resuming for 10 log the same losses to the last bit and
 # export byte-identical weights (safetensors, fp32); with parameter offload under a device
 # limit below the model. Also: a checkpoint taken with the state on nvme resumes with it on
 # cpu (the format does not depend on the tier), the app state names a wrong model, and a
@@ -30,11 +30,11 @@ for p in none cpu nvme; do
     fi
     t=(--offload-optimizer "$o" --offload-param "$p" --device-memory-limit "$limit")
     n="p$p-o$o"
-    run "$n-straight" "${t[@]}" --steps 40 --export-safetensors "$work/$n-straight.st"
-    run "$n-first" "${t[@]}" --steps 20 --save "$work/$n-ckpt"
-    run "$n-resumed" "${t[@]}" --steps 40 --save "$work/$n-ckpt" --resume latest \
+    run "$n-straight" "${t[@]}" --steps 20 --export-safetensors "$work/$n-straight.st"
+    run "$n-first" "${t[@]}" --steps 10 --save "$work/$n-ckpt"
+    run "$n-resumed" "${t[@]}" --steps 20 --save "$work/$n-ckpt" --resume latest \
         --export-safetensors "$work/$n-resumed.st"
-    grep -q "resumed from .* at step 20" "$work/$n-resumed.out" || fail "$n: the second run did not resume at step 20"
+    grep -q "resumed from .* at step 10" "$work/$n-resumed.out" || fail "$n: the second run did not resume at step 10"
     losses "$work/$n-straight.jsonl" >"$work/a"
     losses "$work/$n-first.jsonl" "$work/$n-resumed.jsonl" | sed 's/^[^:]*jsonl://' >"$work/b"
     [ "$(wc -l <"$work/a")" -ge 4 ] || fail "$n: too few logged losses"
@@ -46,8 +46,8 @@ for p in none cpu nvme; do
 done
 
 # A checkpoint taken with the optimizer state on nvme continues with it in host memory.
-run cross "${t[@]}" --offload-optimizer cpu --offload-param none --device-memory-limit 0 --steps 40 \
-    --resume "$work/pnone-onvme-ckpt/step-000000000020" --export-safetensors "$work/cross.st"
+run cross "${t[@]}" --offload-optimizer cpu --offload-param none --device-memory-limit 0 --steps 20 \
+    --resume "$work/pnone-onvme-ckpt/step-000000000010" --export-safetensors "$work/cross.st"
 cmp -s "$work/cross.st" "$work/pnone-ocpu-straight.st" || fail "nvme checkpoint resumed on cpu: weights differ"
 echo "ok   a checkpoint of nvme state resumed with the state on cpu: same weights"
 
@@ -59,8 +59,8 @@ printf '{"train_batch_size": 8, "model": {"n_layer": 3, "n_head": 2, "d_model": 
 grep -q "error: --resume: .*tensors: the checkpoint has 28, this engine registered 40" "$work/wrong.out" \
   || { cat "$work/wrong.out"; fail "another model: no error naming the tensor count"; }
 echo "ok   another model: $(grep error: "$work/wrong.out")"
-f=$(ls "$ck"/step-000000000040/rank*.bin)
-off=$(python3 - "$f" "$ck/step-000000000040/manifest.json" <<'EOF'
+f=$(ls "$ck"/step-000000000020/rank*.bin)
+off=$(python3 - "$f" "$ck/step-000000000020/manifest.json" <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[2]))["tensors"][1]          # wpe
 off = t["exp_avg_sq"]["offset"]
@@ -72,7 +72,7 @@ with open(sys.argv[1], "r+b") as f:                      # flip one bit of a byt
 print(off)
 EOF
 )
-"$zo" --config "$cfg" --data "$corpus" --no-sample --resume "$ck" --steps 41 >"$work/flip.out" 2>&1 \
+"$zo" --config "$cfg" --data "$corpus" --no-sample --resume "$ck" --steps 21 >"$work/flip.out" 2>&1 \
   && fail "a flipped byte was not detected"
 grep -q "error: --resume: checkpoint '$f': tensor 'wpe' exp_avg_sq at offset $off .*CRC32C" "$work/flip.out" \
   || { cat "$work/flip.out"; fail "the flipped byte was not reported with file, tensor and offset"; }

@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <isa-l/crc.h>
@@ -738,13 +739,53 @@ static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   return io_uring_queue_init_params(sw->qd_max, &sw->ring, &p);
 }
 
-static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
+/* ZO_SWAP_RING_FLAGS, the measurement override of the setup flags. */
+enum ring_mode { RING_AUTO, RING_NONE, RING_COOP, RING_DEFER };
+
+/*
+ * Read ZO_SWAP_RING_FLAGS into *@mode and check it against @opts before
+ * anything is made. Unset or empty: RING_AUTO. "defer" needs the creating
+ * thread to submit and reap everything (IORING_SETUP_DEFER_TASKRUN requires
+ * IORING_SETUP_SINGLE_ISSUER, and the kernel answers EEXIST to any other task
+ * entering the ring): it conflicts with opts.progress_thread, whose thread
+ * submits (that EEXIST was the "File exists" every transfer got), and with
+ * opts.sqpoll, with which the kernel takes no task-run flag; so does "coop".
+ */
+static zo_status ring_env(const zo_swap_opts *opts, enum ring_mode *mode) {
+  const char *env = getenv("ZO_SWAP_RING_FLAGS");
+  *mode = RING_AUTO;
+  if (!env || !env[0]) return ZO_OK;
+  if (!strcmp(env, "none"))
+    *mode = RING_NONE;
+  else if (!strcmp(env, "coop"))
+    *mode = RING_COOP;
+  else if (!strcmp(env, "defer"))
+    *mode = RING_DEFER;
+  else
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: ZO_SWAP_RING_FLAGS='%s' is not one of none, coop, defer (or unset)",
+                        env);
+  if (*mode == RING_DEFER && opts && opts->progress_thread)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: ZO_SWAP_RING_FLAGS=defer cannot be used with opts.progress_thread: "
+                        "IORING_SETUP_DEFER_TASKRUN needs IORING_SETUP_SINGLE_ISSUER, one thread that submits and "
+                        "reaps every request, and the creating thread is not the progress thread that submits "
+                        "(the kernel would answer EEXIST, \"File exists\"); unset it or use coop or none");
+  if (*mode != RING_NONE && opts && opts->sqpoll)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: ZO_SWAP_RING_FLAGS=%s cannot be used with opts.sqpoll: the kernel takes no task-run "
+                        "flag with IORING_SETUP_SQPOLL; unset it or use none",
+                        env);
+  return ZO_OK;
+}
+
+/* Open the ring. With ZO_SWAP_RING_FLAGS set, a refused mode is an error naming what it needs,
+ * not a quiet fallback to another mode or to the pool: the measurement asked for that mode. */
+static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mode mode) {
   int ret = -EINVAL;
   unsigned idle = opts && opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
   int single = opts && opts->single_issuer && !opts->progress_thread; /* the thread, not the creator, submits */
-  const char *env = getenv("ZO_SWAP_RING_FLAGS"); /* measurement override: "none", "coop", "defer" */
-  int plain = env && !strcmp(env, "none");
-  if (env && !strcmp(env, "defer")) single = 1;
+  struct utsname un;
+  const char *kernel = uname(&un) == 0 ? un.release : "unknown";
   if (opts && opts->sqpoll) {
     /* The kernel refuses the task-run flags with SQPOLL (its thread completes requests itself). */
     ret = ring_try(sw, IORING_SETUP_SQPOLL, idle);
@@ -755,26 +796,40 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
       zo_warn_once("swap: io_uring SQPOLL refused (%s); continuing without it", strerror(-ret));
     }
   }
-  if (ret != 0 && single && !plain) {
+  if (ret != 0 && (mode == RING_DEFER || (mode == RING_AUTO && single))) {
     unsigned f = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
     ret = ring_try(sw, f, 0);
     if (ret == 0)
       sw->ring_flags = f;
+    else if (mode == RING_DEFER)
+      return zo_error_set(ZO_ERR_UNSUPPORTED,
+                          "swap: ZO_SWAP_RING_FLAGS=defer: io_uring_queue_init(%u) with IORING_SETUP_SINGLE_ISSUER|"
+                          "IORING_SETUP_DEFER_TASKRUN refused: %s (needs Linux 6.1+ and liburing 2.3+; kernel %s)",
+                          sw->qd_max, strerror(-ret), kernel);
     else
       zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without", strerror(-ret));
   }
-  if (ret != 0 && !plain) {
+  if (ret != 0 && (mode == RING_COOP || mode == RING_AUTO)) {
     ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0);
-    if (ret == 0) sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    if (ret == 0)
+      sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    else if (mode == RING_COOP)
+      return zo_error_set(ZO_ERR_UNSUPPORTED,
+                          "swap: ZO_SWAP_RING_FLAGS=coop: io_uring_queue_init(%u) with IORING_SETUP_COOP_TASKRUN|"
+                          "IORING_SETUP_TASKRUN_FLAG refused: %s (needs Linux 5.19+ and liburing 2.2+; kernel %s)",
+                          sw->qd_max, strerror(-ret), kernel);
   }
   if (ret != 0) {
     ret = ring_try(sw, 0, 0);
     sw->ring_flags = 0;
   }
+  if (ret != 0 && mode != RING_AUTO)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "swap: ZO_SWAP_RING_FLAGS=none: io_uring_queue_init(%u) failed: %s (kernel %s)",
+                        sw->qd_max, strerror(-ret), kernel);
   if (ret != 0) {
     zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads", sw->qd,
                  strerror(-ret));
-    return;
+    return ZO_OK;
   }
   sw->use_uring = 1;
   if (opts && opts->register_files) {
@@ -784,6 +839,7 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
     else
       zo_warn_once("swap: io_uring_register_files refused (%s); using plain file descriptors", strerror(-ret));
   }
+  return ZO_OK;
 }
 
 /* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
@@ -801,6 +857,9 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", qd, SWAP_MAX_QD);
   if (rank < 0 || rank > SWAP_MAX_RANK)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", rank, SWAP_MAX_RANK);
+  enum ring_mode ring_mode;
+  zo_status env_st = ring_env(opts, &ring_mode);
+  if (env_st != ZO_OK) return env_st;
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
@@ -833,8 +892,8 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   const char *force = getenv("ZO_SWAP_FORCE_PREAD");
   if (force && force[0] && strcmp(force, "0") != 0)
     zo_info("swap: ZO_SWAP_FORCE_PREAD set, using a pool of pread/pwrite threads");
-  else
-    ring_open(sw, opts);
+  else if ((st_ret = ring_open(sw, opts, ring_mode)) != ZO_OK)
+    goto err;
   if (!sw->use_uring) {
     unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4);
     int ret = pool_start(sw, nt);

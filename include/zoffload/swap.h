@@ -95,7 +95,16 @@ typedef struct zo_swap_opts {
  * SINGLE_ISSUER|DEFER_TASKRUN; then COOP_TASKRUN|TASKRUN_FLAG (Linux 5.19+:
  * completions are posted when this handle next enters the kernel, never by
  * interrupting the calling thread while it computes); then none.
- * ZO_SWAP_RING_FLAGS=none|coop|defer overrides that choice (for measurements).
+ * ZO_SWAP_RING_FLAGS=none|coop|defer overrides that choice (for measurements;
+ * unset or empty: the choice above): none, no task-run flag (SQPOLL still
+ * with opts.sqpoll); coop, COOP_TASKRUN|TASKRUN_FLAG (Linux 5.19+); defer,
+ * SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+, liburing 2.3+), whatever
+ * opts.single_issuer says, and with its rule: only the creating thread may
+ * submit, wait or poll. Any other value, defer with opts.progress_thread (the
+ * thread, not the creator, would submit: the kernel answers EEXIST), and coop
+ * or defer with opts.sqpoll fail with ZO_ERR_INVALID_ARG naming the variable;
+ * a named mode the kernel refuses fails with ZO_ERR_UNSUPPORTED naming what it
+ * needs and the kernel release, never falling back to another mode or the pool.
  * Pieces are prepared as slots free up and handed to the kernel in one
  * io_uring_submit (or with the wait, io_uring_submit_and_wait) per batch.
  * SQPOLL note: the kernel poller spins on a CPU for sqpoll_idle_ms after the
@@ -106,7 +115,8 @@ typedef struct zo_swap_opts {
  * out of range, or the private directory is a symlink, another user's, or
  * holds what zoffload did not make;
  * ZO_ERR_INVALID_USAGE when a live process holds the private directory;
- * ZO_ERR_UNSUPPORTED when the file system has no renameat2(RENAME_NOREPLACE);
+ * ZO_ERR_UNSUPPORTED when the file system has no renameat2(RENAME_NOREPLACE)
+ * or the kernel refuses the ring ZO_SWAP_RING_FLAGS names;
  * ZO_ERR_SYSTEM when the private directory cannot be made (not writable,
  * read-only file system, no space), a stale one cannot be emptied, or another
  * system call fails (threads, ring); ZO_ERR_OUT_OF_MEMORY. Messages name the

@@ -4,6 +4,7 @@
  * by io_uring (O_DIRECT, fixed buffers and files, optional SQPOLL) or by a
  * small pool of pread/pwrite threads when the ring is refused, and optional
  * CRC32C per chunk. Not a cache and not a tensor layout: callers choose extents.
+ * The private directory's ownership (lock, marker, stale clean-up) is swap_dir.c.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <isa-l/crc.h>
@@ -29,6 +31,7 @@
 
 #include "base_internal.h"
 #include "nvtx.h"
+#include "swap_dir.h"
 #include "swap_internal.h"
 #include "zoffload/swap.h"
 
@@ -40,7 +43,6 @@
 #define SWAP_FILE_SLOTS 256u   /* fixed-file table size with opts.register_files */
 #define SWAP_MAX_BUFFERS 16384u /* io_uring's limit on registered buffers */
 #define SWAP_MAX_RANK 99999999
-#define SWAP_LOCK_NAME ".lock"
 
 /* statx(2) with the kernel's own layout, so STATX_DIOALIGN works whatever libc headers say. */
 #ifndef STATX_DIOALIGN
@@ -130,9 +132,7 @@ typedef struct zo_swap_pool {
 } zo_swap_pool_t;
 
 struct zo_swap {
-  char dir[PATH_MAX];
-  int dirfd;
-  int lockfd;               /* SWAP_LOCK_NAME in dir, flock(LOCK_EX) held */
+  zo_swap_dir_t pdir;       /* the private directory, owned (swap_dir.c) */
   int rank;
   size_t align;
   size_t block_size;
@@ -223,7 +223,7 @@ static size_t blockdev_logical_size(unsigned maj, unsigned min) {
 static size_t probe_alignment(zo_swap_t *sw) {
   size_t a = 0;
   unsigned maj = 0, min = 0;
-  int fd = openat(sw->dirfd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int fd = openat(sw->pdir.fd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd >= 0) {
     struct zo_kstatx stx;
     memset(&stx, 0, sizeof stx);
@@ -243,7 +243,7 @@ static size_t probe_alignment(zo_swap_t *sw) {
       }
     }
     close(fd);
-    unlinkat(sw->dirfd, ".align-probe", 0);
+    unlinkat(sw->pdir.fd, ".align-probe", 0);
   }
   if (!a && maj) a = blockdev_logical_size(maj, min);
   if (!a || !is_pow2(a)) a = 4096;
@@ -725,122 +725,6 @@ static void bg_stop(zo_swap_t *sw) {
   sw->bg = 0;
 }
 
-/* ---- the private directory: nvme_path/zoffload-rank<R>, locked while in use -------------- */
-
-/* The pid recorded in a lock file, or -1. */
-static long lock_read_pid(int fd) {
-  char b[32];
-  ssize_t n = pread(fd, b, sizeof b - 1, 0);
-  if (n <= 0) return -1;
-  b[n] = 0;
-  char *end;
-  long pid = strtol(b, &end, 10);
-  return end == b ? -1 : pid;
-}
-
-/* Remove every entry but the lock file from the locked, stale directory; returns -errno. */
-static int empty_stale_dir(zo_swap_t *sw, unsigned *n_removed, char *bad, size_t bad_len) {
-  int fd = dup(sw->dirfd);
-  if (fd < 0) return -errno;
-  DIR *d = fdopendir(fd);
-  if (!d) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  rewinddir(d);
-  int ret = 0;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, SWAP_LOCK_NAME)) continue;
-    if (unlinkat(sw->dirfd, de->d_name, 0) != 0) {
-      ret = -errno;
-      snprintf(bad, bad_len, "%s", de->d_name);
-      break;
-    }
-    (*n_removed)++;
-  }
-  closedir(d);
-  return ret;
-}
-
-static zo_status open_private_dir(zo_swap_t *sw, const char *nvme_path) {
-  int made = mkdir(sw->dir, 0700) == 0;
-  if (!made && errno != EEXIST) {
-    int e = errno;
-    return zo_error_set(sys_status(e), "swap: nvme_path '%s': cannot make '%s': %s", nvme_path, sw->dir, strerror(e));
-  }
-  struct stat st;
-  if (lstat(sw->dir, &st) != 0) {
-    int e = errno;
-    return zo_error_set(sys_status(e), "swap: swap directory '%s': %s", sw->dir, strerror(e));
-  }
-  if (S_ISLNK(st.st_mode))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' is a symbolic link; refusing to follow it", sw->dir);
-  if (!S_ISDIR(st.st_mode))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' exists and is not a directory", sw->dir);
-  sw->dirfd = open(sw->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (sw->dirfd < 0) {
-    int e = errno;
-    return zo_error_set(e == ELOOP || e == ENOTDIR ? ZO_ERR_INVALID_ARG : sys_status(e), "swap: open '%s': %s",
-                        sw->dir, strerror(e));
-  }
-  if (fstat(sw->dirfd, &st) != 0) {
-    int e = errno;
-    return zo_error_set(ZO_ERR_SYSTEM, "swap: fstat '%s': %s", sw->dir, strerror(e));
-  }
-  if (st.st_uid != geteuid())
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' belongs to uid %u, not to us (uid %u)", sw->dir,
-                        (unsigned)st.st_uid, (unsigned)geteuid());
-  sw->lockfd = openat(sw->dirfd, SWAP_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (sw->lockfd < 0) {
-    int e = errno;
-    return zo_error_set(e == ELOOP ? ZO_ERR_INVALID_ARG : sys_status(e), "swap: lock file '%s/%s': %s", sw->dir,
-                        SWAP_LOCK_NAME, strerror(e));
-  }
-  if (flock(sw->lockfd, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    long pid = lock_read_pid(sw->lockfd);
-    close(sw->lockfd);
-    sw->lockfd = -1;
-    if (e == EWOULDBLOCK)
-      return zo_error_set(ZO_ERR_INVALID_USAGE,
-                          "swap: swap directory %s is in use by a live process (pid %ld); use another nvme_path or rank",
-                          sw->dir, pid);
-    return zo_error_set(ZO_ERR_SYSTEM, "swap: flock '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(e));
-  }
-  if (!made) { /* the lock was free: a dead run left this directory */
-    long pid = lock_read_pid(sw->lockfd);
-    unsigned n_removed = 0;
-    char bad[256] = "";
-    int ret = empty_stale_dir(sw, &n_removed, bad, sizeof bad);
-    if (ret < 0)
-      return zo_error_set(ZO_ERR_SYSTEM, "swap: cannot empty stale swap directory %s (left by pid %ld): '%s': %s",
-                          sw->dir, pid, bad, strerror(-ret));
-    zo_warn("swap: removed stale swap directory %s left by pid %ld (%u files)", sw->dir, pid, n_removed);
-  }
-  if ((st.st_mode & 07777) != 0700 && fchmod(sw->dirfd, 0700) != 0) {
-    int e = errno;
-    return zo_error_set(ZO_ERR_SYSTEM, "swap: chmod 0700 '%s': %s", sw->dir, strerror(e));
-  }
-  char b[32];
-  int n = snprintf(b, sizeof b, "%ld\n", (long)getpid());
-  if (ftruncate(sw->lockfd, 0) != 0 || pwrite(sw->lockfd, b, (size_t)n, 0) != n)
-    zo_warn("swap: cannot record our pid in '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(errno));
-  return ZO_OK;
-}
-
-/* Remove the lock file and the directory, then drop the lock. */
-static void close_private_dir(zo_swap_t *sw) {
-  if (sw->dirfd >= 0 && sw->lockfd >= 0) {
-    if (unlinkat(sw->dirfd, SWAP_LOCK_NAME, 0) != 0) zo_warn("swap: unlink '%s/%s': %s", sw->dir, SWAP_LOCK_NAME, strerror(errno));
-    if (rmdir(sw->dir) != 0) zo_warn("swap: rmdir '%s': %s", sw->dir, strerror(errno));
-  }
-  if (sw->lockfd >= 0) close(sw->lockfd);
-  if (sw->dirfd >= 0) close(sw->dirfd);
-  sw->lockfd = sw->dirfd = -1;
-}
-
 /* ---- the ring --------------------------------------------------------------------------- */
 
 /* Setup flags tried in order, the first the kernel takes wins: SQPOLL alone on opts.sqpoll;
@@ -855,13 +739,53 @@ static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   return io_uring_queue_init_params(sw->qd_max, &sw->ring, &p);
 }
 
-static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
+/* ZO_SWAP_RING_FLAGS, the measurement override of the setup flags. */
+enum ring_mode { RING_AUTO, RING_NONE, RING_COOP, RING_DEFER };
+
+/*
+ * Read ZO_SWAP_RING_FLAGS into *@mode and check it against @opts before
+ * anything is made. Unset or empty: RING_AUTO. "defer" needs the creating
+ * thread to submit and reap everything (IORING_SETUP_DEFER_TASKRUN requires
+ * IORING_SETUP_SINGLE_ISSUER, and the kernel answers EEXIST to any other task
+ * entering the ring): it conflicts with opts.progress_thread, whose thread
+ * submits (that EEXIST was the "File exists" every transfer got), and with
+ * opts.sqpoll, with which the kernel takes no task-run flag; so does "coop".
+ */
+static zo_status ring_env(const zo_swap_opts *opts, enum ring_mode *mode) {
+  const char *env = getenv("ZO_SWAP_RING_FLAGS");
+  *mode = RING_AUTO;
+  if (!env || !env[0]) return ZO_OK;
+  if (!strcmp(env, "none"))
+    *mode = RING_NONE;
+  else if (!strcmp(env, "coop"))
+    *mode = RING_COOP;
+  else if (!strcmp(env, "defer"))
+    *mode = RING_DEFER;
+  else
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: ZO_SWAP_RING_FLAGS='%s' is not one of none, coop, defer (or unset)",
+                        env);
+  if (*mode == RING_DEFER && opts && opts->progress_thread)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: ZO_SWAP_RING_FLAGS=defer cannot be used with opts.progress_thread: "
+                        "IORING_SETUP_DEFER_TASKRUN needs IORING_SETUP_SINGLE_ISSUER, one thread that submits and "
+                        "reaps every request, and the creating thread is not the progress thread that submits "
+                        "(the kernel would answer EEXIST, \"File exists\"); unset it or use coop or none");
+  if (*mode != RING_NONE && opts && opts->sqpoll)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: ZO_SWAP_RING_FLAGS=%s cannot be used with opts.sqpoll: the kernel takes no task-run "
+                        "flag with IORING_SETUP_SQPOLL; unset it or use none",
+                        env);
+  return ZO_OK;
+}
+
+/* Open the ring. With ZO_SWAP_RING_FLAGS set, a refused mode is an error naming what it needs,
+ * not a quiet fallback to another mode or to the pool: the measurement asked for that mode. */
+static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mode mode) {
   int ret = -EINVAL;
   unsigned idle = opts && opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
   int single = opts && opts->single_issuer && !opts->progress_thread; /* the thread, not the creator, submits */
-  const char *env = getenv("ZO_SWAP_RING_FLAGS"); /* measurement override: "none", "coop", "defer" */
-  int plain = env && !strcmp(env, "none");
-  if (env && !strcmp(env, "defer")) single = 1;
+  struct utsname un;
+  const char *kernel = uname(&un) == 0 ? un.release : "unknown";
   if (opts && opts->sqpoll) {
     /* The kernel refuses the task-run flags with SQPOLL (its thread completes requests itself). */
     ret = ring_try(sw, IORING_SETUP_SQPOLL, idle);
@@ -872,26 +796,40 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
       zo_warn_once("swap: io_uring SQPOLL refused (%s); continuing without it", strerror(-ret));
     }
   }
-  if (ret != 0 && single && !plain) {
+  if (ret != 0 && (mode == RING_DEFER || (mode == RING_AUTO && single))) {
     unsigned f = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
     ret = ring_try(sw, f, 0);
     if (ret == 0)
       sw->ring_flags = f;
+    else if (mode == RING_DEFER)
+      return zo_error_set(ZO_ERR_UNSUPPORTED,
+                          "swap: ZO_SWAP_RING_FLAGS=defer: io_uring_queue_init(%u) with IORING_SETUP_SINGLE_ISSUER|"
+                          "IORING_SETUP_DEFER_TASKRUN refused: %s (needs Linux 6.1+ and liburing 2.3+; kernel %s)",
+                          sw->qd_max, strerror(-ret), kernel);
     else
       zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without", strerror(-ret));
   }
-  if (ret != 0 && !plain) {
+  if (ret != 0 && (mode == RING_COOP || mode == RING_AUTO)) {
     ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0);
-    if (ret == 0) sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    if (ret == 0)
+      sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    else if (mode == RING_COOP)
+      return zo_error_set(ZO_ERR_UNSUPPORTED,
+                          "swap: ZO_SWAP_RING_FLAGS=coop: io_uring_queue_init(%u) with IORING_SETUP_COOP_TASKRUN|"
+                          "IORING_SETUP_TASKRUN_FLAG refused: %s (needs Linux 5.19+ and liburing 2.2+; kernel %s)",
+                          sw->qd_max, strerror(-ret), kernel);
   }
   if (ret != 0) {
     ret = ring_try(sw, 0, 0);
     sw->ring_flags = 0;
   }
+  if (ret != 0 && mode != RING_AUTO)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "swap: ZO_SWAP_RING_FLAGS=none: io_uring_queue_init(%u) failed: %s (kernel %s)",
+                        sw->qd_max, strerror(-ret), kernel);
   if (ret != 0) {
     zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads", sw->qd,
                  strerror(-ret));
-    return;
+    return ZO_OK;
   }
   sw->use_uring = 1;
   if (opts && opts->register_files) {
@@ -901,6 +839,7 @@ static void ring_open(zo_swap_t *sw, const zo_swap_opts *opts) {
     else
       zo_warn_once("swap: io_uring_register_files refused (%s); using plain file descriptors", strerror(-ret));
   }
+  return ZO_OK;
 }
 
 /* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
@@ -918,6 +857,9 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", qd, SWAP_MAX_QD);
   if (rank < 0 || rank > SWAP_MAX_RANK)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", rank, SWAP_MAX_RANK);
+  enum ring_mode ring_mode;
+  zo_status env_st = ring_env(opts, &ring_mode);
+  if (env_st != ZO_OK) return env_st;
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
@@ -930,18 +872,10 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");
-  sw->dirfd = sw->lockfd = -1;
   sw->rank = rank;
   sw->checksum_default = opts && opts->checksum;
-  size_t plen = strlen(nvme_path);
-  while (plen > 1 && nvme_path[plen - 1] == '/') plen--;
-  int n = snprintf(sw->dir, sizeof sw->dir, "%.*s/zoffload-rank%d", (int)plen, nvme_path, rank);
-  if (n < 0 || (size_t)n + 256 >= sizeof sw->dir) {
-    free(sw);
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENAMETOOLONG));
-  }
-  zo_status st_ret = open_private_dir(sw, nvme_path);
-  if (st_ret != ZO_OK) goto err; /* close_private_dir() leaves a directory we did not lock alone */
+  zo_status st_ret = zo_swap_dir_open(&sw->pdir, nvme_path, rank);
+  if (st_ret != ZO_OK) goto err; /* zo_swap_dir_close() removes only a directory we own */
   sw->align = probe_alignment(sw);
   sw->block_size = round_up(block, sw->align);
   if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
@@ -958,8 +892,8 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   const char *force = getenv("ZO_SWAP_FORCE_PREAD");
   if (force && force[0] && strcmp(force, "0") != 0)
     zo_info("swap: ZO_SWAP_FORCE_PREAD set, using a pool of pread/pwrite threads");
-  else
-    ring_open(sw, opts);
+  else if ((st_ret = ring_open(sw, opts, ring_mode)) != ZO_OK)
+    goto err;
   if (!sw->use_uring) {
     unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4);
     int ret = pool_start(sw, nt);
@@ -980,7 +914,7 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
 err:
   pool_stop(sw);
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
-  close_private_dir(sw);
+  zo_swap_dir_close(&sw->pdir);
   free(sw->pieces);
   free(sw);
   return st_ret;
@@ -1028,11 +962,11 @@ void zo_swap_destroy(zo_swap_t *sw) {
     zo_swap_file_t *f = sw->files;
     sw->files = f->next;
     file_close(sw, f);
-    if (unlinkat(sw->dirfd, f->name, 0) != 0) zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
+    if (unlinkat(sw->pdir.fd, f->name, 0) != 0) zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
     file_free(f);
   }
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
-  close_private_dir(sw);
+  zo_swap_dir_close(&sw->pdir);
   free(sw->bufs);
   free(sw->pieces);
   free(sw);
@@ -1072,7 +1006,7 @@ int zo_swap_uses_io_uring(const zo_swap_t *sw) { return sw ? sw->use_uring : 0; 
 int zo_swap_uses_sqpoll(const zo_swap_t *sw) { return sw ? sw->sqpoll : 0; }
 int zo_swap_uses_fixed_files(const zo_swap_t *sw) { return sw ? sw->fixed_files : 0; }
 unsigned zo_swap_n_registered_buffers(const zo_swap_t *sw) { return sw ? sw->n_bufs : 0; }
-const char *zo_swap_dir(const zo_swap_t *sw) { return sw ? sw->dir : ""; }
+const char *zo_swap_dir(const zo_swap_t *sw) { return sw ? sw->pdir.path : ""; }
 uint64_t zo_swap_file_size(const zo_swap_file_t *f) { return f ? f->size : 0; }
 const char *zo_swap_file_path(const zo_swap_file_t *f) { return f ? f->path : ""; }
 int zo_swap_file_checksummed(const zo_swap_file_t *f) { return f && f->csum_chunk; }
@@ -1093,7 +1027,7 @@ const char *zo_swap_describe(zo_swap_t *sw) {
            "%s%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s", eng,
            sw->bg ? " + progress thread" : "", sw->block_size, sw->direct ? "O_DIRECT" : "buffered", sw->align,
            sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs, sw->sqpoll ? "sqpoll" : "no sqpoll",
-           n_csum, sw->rank, sw->dir);
+           n_csum, sw->rank, sw->pdir.path);
   return sw->desc;
 }
 
@@ -1141,6 +1075,20 @@ zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsig
   return ZO_OK;
 }
 
+/* Rewrite the owner marker with the names of our files and @extra (a file about to be made); 0 or -errno. */
+static int record_files(zo_swap_t *sw, const char *extra) {
+  size_t n = extra ? 1 : 0;
+  for (const zo_swap_file_t *f = sw->files; f; f = f->next) n++;
+  const char **names = malloc((n ? n : 1) * sizeof *names);
+  if (!names) return -ENOMEM;
+  size_t i = 0;
+  for (const zo_swap_file_t *f = sw->files; f; f = f->next) names[i++] = f->name;
+  if (extra) names[i++] = extra;
+  int ret = zo_swap_dir_record(&sw->pdir, names, n);
+  free(names);
+  return ret;
+}
+
 zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, zo_swap_file_t **out) {
   return zo_swap_file_create_ex(sw, name, nbytes, NULL, out);
 }
@@ -1151,10 +1099,14 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
   if (!sw || !name || !out)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
   size_t nl = strlen(name);
-  if (!nl || nl >= 200 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
-      !strcmp(name, SWAP_LOCK_NAME))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: bad swap file name '%s' (need 1..199 bytes, no '/', not . .. or %s)",
-                        name, SWAP_LOCK_NAME);
+  int ctrl = 0; /* a newline would split the name's line in the owner marker */
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++) ctrl |= *c < 0x20 || *c == 0x7f;
+  if (!nl || nl >= 200 || ctrl || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+      zo_swap_dir_reserved(name))
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: bad swap file name '%s' (need 1..199 bytes, no '/' or control characters, not . .. %s "
+                        "or %s)",
+                        name, ZO_SWAP_DIR_MARKER, ZO_SWAP_DIR_PROBE);
   if (nbytes > (uint64_t)INT64_MAX)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large", name, nbytes);
   int checksum = (fo && fo->checksum) || sw->checksum_default;
@@ -1169,8 +1121,8 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
   f->size = nbytes;
   f->slot = -1;
   f->fd = -1;
-  snprintf(f->path, sizeof f->path, "%s/%.199s", sw->dir, name);
-  f->name = f->path + strlen(sw->dir) + 1;
+  snprintf(f->path, sizeof f->path, "%s/%.199s", sw->pdir.path, name);
+  f->name = f->path + strlen(sw->pdir.path) + 1;
   zo_status st = ZO_OK;
   uint64_t usable = nbytes / sw->align * sw->align;
   if (usable) {
@@ -1187,22 +1139,30 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
     if (!f->crc || !f->crc_valid) goto oom;
   }
 
+  /* Named in the owner marker before it exists, so a crash never leaves a file a later run would not recognise. */
+  int rec = record_files(sw, name);
+  if (rec < 0) {
+    st = zo_error_set(sys_status(-rec), "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
+                      sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
+    file_free(f);
+    return st;
+  }
   const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
   f->direct = 1;
   if (sw->refuse_direct) {
     f->fd = -1;
     errno = EINVAL;
   } else {
-    f->fd = openat(sw->dirfd, name, flags | O_DIRECT, 0600);
+    f->fd = openat(sw->pdir.fd, name, flags | O_DIRECT, 0600);
   }
   if (f->fd < 0 && errno == EINVAL) {
     /* Some file systems create the file and then refuse O_DIRECT: start over buffered. */
-    unlinkat(sw->dirfd, name, 0);
+    unlinkat(sw->pdir.fd, name, 0);
     f->direct = 0;
-    f->fd = openat(sw->dirfd, name, flags, 0600);
+    f->fd = openat(sw->pdir.fd, name, flags, 0600);
     if (f->fd >= 0) {
       sw->direct = 0;
-      zo_warn_once("O_DIRECT refused on %s, using buffered I/O", sw->dir);
+      zo_warn_once("O_DIRECT refused on %s, using buffered I/O", sw->pdir.path);
     }
   }
   if (f->fd < 0) {
@@ -1224,7 +1184,7 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
                         "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
                         strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
       close(f->fd);
-      unlinkat(sw->dirfd, name, 0);
+      unlinkat(sw->pdir.fd, name, 0);
       file_free(f);
       return st;
     }
@@ -1261,11 +1221,12 @@ zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
   if (f->next) f->next->prev = f->prev;
   file_close(sw, f);
   zo_status st = ZO_OK;
-  if (unlinkat(sw->dirfd, f->name, 0) != 0) {
+  if (unlinkat(sw->pdir.fd, f->name, 0) != 0) {
     int e = errno;
     st = zo_error_set(ZO_ERR_SYSTEM, "swap: unlink '%s': %s", f->path, strerror(e));
   }
   file_free(f);
+  record_files(sw, NULL); /* if this fails, the marker names a file that is gone: harmless */
   return st;
 }
 
@@ -1443,13 +1404,13 @@ zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
     *done = req_done(req);
     pthread_mutex_unlock(&sw->mu);
     if (ret < 0 && !*done)
-      return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring (progress thread): %s", sw->dir, strerror(-ret));
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring (progress thread): %s", sw->pdir.path, strerror(-ret));
     return ZO_OK;
   }
   int ret = pump(sw, 1);
   if (ret == 0) ret = reap(sw, 0);
   if (ret == 0) ret = pump(sw, 1); /* reaping freed slots */
-  if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring: %s", sw->dir, strerror(-ret));
+  if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring: %s", sw->pdir.path, strerror(-ret));
   *done = req_done(req);
   return ZO_OK;
 }

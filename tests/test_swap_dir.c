@@ -1,7 +1,8 @@
 /*
  * test_swap_dir.c - the private swap directory and disk-limit errors: a
  * directory left by a dead run is removed, one held by a live run (another
- * process, or another handle here) is refused, modes 0700/0600, symlinks
+ * process, or another handle here) is refused, one not marked as ours or
+ * holding files its marker does not name is refused and left untouched, modes 0700/0600, symlinks
  * refused, ranks kept apart; a full disk (ENOSPC) and RLIMIT_FSIZE (EFBIG)
  * give ZO_ERR_IO naming file, offset and length.
  * Usage: test_swap_dir [DIR]; swap dirs go under DIR (default $TMPDIR, else /tmp).
@@ -71,7 +72,7 @@ static void stale_and_live(const char *root) {
   CHECK_EQ(stat(path, &st), -1);
   CHECK_EQ(errno, ENOENT);
   if (!sw) return;
-  CHECK_EQ(zo_test_count_entries(dir), 1); /* the lock file */
+  CHECK_EQ(zo_test_count_entries(dir), 1); /* the owner marker */
   /* live run in this process: a second handle on the same rank is refused, naming our pid */
   zo_swap_t *sw2 = (zo_swap_t *)1;
   CHECK_ST(zo_swap_create(root, NULL, &sw2), ZO_ERR_INVALID_USAGE);
@@ -125,18 +126,130 @@ static void stale_and_live(const char *root) {
   CHECK_EQ(stat(dir, &st), 0);
   CHECK_EQ(st.st_mode & 07777, 0700);
   zo_swap_destroy(sw);
-  /* a stale directory that cannot be emptied (a subdirectory in it) is an error, not a crash */
+  /* a stale directory holding something its marker does not name (a subdirectory) is refused, untouched */
   dead_run(root, 3);
   snprintf(dir, sizeof dir, "%s/zoffload-rank3", root);
   snprintf(path, sizeof path, "%s/sub", dir);
   CHECK_EQ(mkdir(path, 0700), 0);
   zo_swap_opts r3 = {.rank = 3};
   sw = NULL;
-  CHECK_ST(zo_swap_create(root, &r3, &sw), ZO_ERR_SYSTEM);
-  CHECK_MSG("cannot empty stale swap directory");
+  CHECK_ST(zo_swap_create(root, &r3, &sw), ZO_ERR_INVALID_ARG);
+  snprintf(want, sizeof want, "swap: stale swap directory %s (left by pid", dir);
+  CHECK_MSG(want);
+  CHECK_MSG("holds 'sub' (a directory), which is not one of its swap files; nothing removed");
+  snprintf(path, sizeof path, "%s/master.swp", dir);
+  CHECK_EQ(stat(path, &st), 0); /* the dead run's swap file was not removed either */
+  snprintf(path, sizeof path, "%s/sub", dir);
   rmdir(path);
   CHECK_OK(zo_swap_create(root, &r3, &sw));
   zo_swap_destroy(sw);
+}
+
+/* Write @text to the new file @dir/@name. */
+static void put_file(const char *dir, const char *name, const char *text) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "wx");
+  if (!CHECK(f != NULL)) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* 1 when @dir/@name exists and holds exactly @text. */
+static int file_is(const char *dir, const char *name, const char *text) {
+  char p[4400], got[256] = "";
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  size_t n = fread(got, 1, sizeof got - 1, f);
+  fclose(f);
+  got[n] = 0;
+  return !strcmp(got, text);
+}
+
+/*
+ * Only a directory that carries our owner marker and holds nothing but the
+ * swap files it names is ever emptied; anything else is refused, naming the
+ * directory and the foreign entry, and left exactly as it was.
+ */
+static void foreign_dirs(const char *root) {
+  char dir[4200], want[4600];
+  const char *thesis = "\\documentclass{book} years of work\n";
+  zo_swap_t *sw = (zo_swap_t *)1;
+  /* a user's own directory that happens to have the name */
+  snprintf(dir, sizeof dir, "%s/zoffload-rank0", root);
+  CHECK_EQ(mkdir(dir, 0700), 0);
+  put_file(dir, "thesis.tex", thesis);
+  g_warnings = 0;
+  CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
+  CHECK(sw == NULL);
+  snprintf(want, sizeof want, "swap: swap directory %s was not made by zoffload (owner marker .zoffload-owner: No such file or directory) and holds 'thesis.tex' (a regular file); nothing removed", dir);
+  CHECK_MSG(want);
+  CHECK_EQ(g_warnings, 0);
+  CHECK(file_is(dir, "thesis.tex", thesis));
+  CHECK_EQ(zo_test_count_entries(dir), 1);
+  /* a marker of some other program's with the same name is not ours either */
+  put_file(dir, ".zoffload-owner", "owner: bob\n");
+  CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
+  CHECK_MSG("not a zoffload marker) and holds 'thesis.tex'");
+  CHECK(file_is(dir, "thesis.tex", thesis));
+  CHECK(file_is(dir, ".zoffload-owner", "owner: bob\n"));
+  char p[4400];
+  snprintf(p, sizeof p, "%s/.zoffload-owner", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/thesis.tex", dir);
+  unlink(p);
+  /* an empty directory without our marker is not ours to remove */
+  CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
+  CHECK_MSG("it is empty");
+  struct stat st;
+  CHECK_EQ(stat(dir, &st), 0);
+  rmdir(dir);
+
+  /* a dead run's directory with a user's file added: refused, and the swap file stays too */
+  dead_run(root, 0);
+  put_file(dir, "notes.txt", "keep me\n");
+  CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
+  CHECK_MSG("holds 'notes.txt' (a regular file), which is not one of its swap files; nothing removed");
+  CHECK(file_is(dir, "notes.txt", "keep me\n"));
+  snprintf(p, sizeof p, "%s/master.swp", dir);
+  CHECK_EQ(stat(p, &st), 0);
+  snprintf(p, sizeof p, "%s/notes.txt", dir);
+  unlink(p);
+  /* a marker cut short (no "end" line) is not trusted */
+  snprintf(p, sizeof p, "%s/.zoffload-owner", dir);
+  CHECK_EQ(truncate(p, 30), 0);
+  CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
+  CHECK_MSG("not a zoffload marker) and holds 'master.swp'");
+  snprintf(p, sizeof p, "%s/master.swp", dir);
+  CHECK_EQ(stat(p, &st), 0);
+  /* with the marker whole again, the dead run's files go, with the warning */
+  dead_run(root, 5);
+  char dir5[4200];
+  snprintf(dir5, sizeof dir5, "%s/zoffload-rank5", root);
+  char from[4400], to[4400];
+  snprintf(from, sizeof from, "%s/.zoffload-owner", dir5);
+  snprintf(to, sizeof to, "%s/.zoffload-owner", dir);
+  CHECK_EQ(rename(from, to), 0); /* names master.swp, like the one cut short did */
+  snprintf(from, sizeof from, "%s/master.swp", dir5);
+  unlink(from);
+  rmdir(dir5);
+  g_warnings = 0;
+  CHECK_OK(zo_swap_create(root, NULL, &sw));
+  CHECK_EQ(g_warnings, 1);
+  CHECK_HAS(g_last_warning, "(1 files)"); /* master.swp */
+  if (sw != (zo_swap_t *)1 && sw) {
+    CHECK_EQ(zo_test_count_entries(dir), 1); /* only our marker */
+    /* names that would break the marker's lines, or are the marker's own, are refused */
+    zo_swap_file_t *f = NULL;
+    CHECK_ST(zo_swap_file_create(sw, "a\nfile b", 4096, &f), ZO_ERR_INVALID_ARG);
+    CHECK_MSG("control characters");
+    CHECK_ST(zo_swap_file_create(sw, ".zoffload-owner", 4096, &f), ZO_ERR_INVALID_ARG);
+    zo_swap_destroy(sw);
+  }
+  errno = 0;
+  CHECK_EQ(stat(dir, &st), -1);
+  CHECK_EQ(errno, ENOENT);
 }
 
 static void modes_and_symlinks(const char *root) {
@@ -147,7 +260,7 @@ static void modes_and_symlinks(const char *root) {
   CHECK_EQ(stat(zo_swap_dir(sw), &st), 0);
   CHECK_EQ(st.st_mode & 07777, 0700);
   char lock[4300];
-  snprintf(lock, sizeof lock, "%s/.lock", zo_swap_dir(sw));
+  snprintf(lock, sizeof lock, "%s/.zoffload-owner", zo_swap_dir(sw));
   CHECK_EQ(stat(lock, &st), 0);
   CHECK_EQ(st.st_mode & 07777, 0600);
   zo_swap_file_t *f = NULL;
@@ -286,6 +399,7 @@ int main(int argc, char **argv) {
    * CLONE_NEWNS implies CLONE_FS, refused in a multi-threaded process). */
   g_private_mounts = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
   stale_and_live(root);
+  foreign_dirs(root);
   modes_and_symlinks(root);
   disk_limits(root);
   CHECK_EQ(zo_test_count_entries(root), 0);

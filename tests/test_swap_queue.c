@@ -2,7 +2,9 @@
  * test_swap_queue.c - zo_swap_set_queue() (block size and queue depth changed
  * on an idle handle, data and registrations kept, misuse refused) and the ring
  * setup modes (COOP_TASKRUN default, SINGLE_ISSUER|DEFER_TASKRUN, plain, SQPOLL,
- * the pread pool): round trips through wait and through a zo_swap_poll() spin.
+ * the pread pool): round trips through wait and through a zo_swap_poll() spin;
+ * ZO_SWAP_RING_FLAGS values and conflicts refused at create, and a mode the
+ * kernel refuses (simulated with seccomp) an error naming its requirement.
  * Usage: test_swap_queue [DIR]; swap dirs go under DIR (default $TMPDIR, else /tmp).
  */
 #include <errno.h>
@@ -11,7 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "zo_test.h"
@@ -158,10 +166,113 @@ static void test_ring_mode(const char *root, const char *env, int single, int sq
   free(dst);
 }
 
+/*
+ * ZO_SWAP_RING_FLAGS: an unknown value is refused naming the variable and the
+ * accepted values; "defer" with the progress thread (whose thread, not the
+ * creating one, submits) is refused at create naming the requirement, instead
+ * of every transfer failing later with "File exists" (io_uring_enter's EEXIST
+ * for a SINGLE_ISSUER ring entered by another task); "defer" and "coop" win
+ * over opts.single_issuer either way.
+ */
+static void test_ring_env(const char *root) {
+  zo_swap_t *sw = (zo_swap_t *)1;
+  zo_swap_opts o = {.block_size = 128 * 1024, .queue_depth = 8, .rank = 8};
+  setenv("ZO_SWAP_RING_FLAGS", "xyz", 1);
+  if (!CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_INVALID_ARG)) zo_swap_destroy(sw); /* was silently ignored */
+  CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS='xyz' is not one of none, coop, defer");
+  printf("ok: %s\n", zo_last_error());
+  setenv("ZO_SWAP_RING_FLAGS", "defer", 1);
+  zo_swap_opts bg = o;
+  bg.progress_thread = 1;
+  zo_status st = zo_swap_create(root, &bg, &sw);
+  if (st == ZO_OK && sw) { /* if it is taken, it must work: one round trip */
+    zo_swap_file_t *f = NULL;
+    size_t a = zo_swap_alignment(sw);
+    unsigned char *src = aligned_alloc(a, 1 << 20), *dst = aligned_alloc(a, 1 << 20);
+    if (CHECK_OK(zo_swap_file_create(sw, "m.swp", 1 << 20, &f)) && src && dst) {
+      fill_random(src, 1 << 20);
+      CHECK_OK(zo_swap_write(sw, f, 0, src, 1 << 20));
+      CHECK_OK(zo_swap_read(sw, f, 0, dst, 1 << 20));
+      CHECK_BYTES("defer + progress thread", dst, src, 1 << 20);
+    }
+    free(src);
+    free(dst);
+    zo_swap_destroy(sw);
+    FAIL_AT("ZO_SWAP_RING_FLAGS=defer with progress_thread was taken; it must be refused at create");
+  } else {
+    CHECK_EQ(st, ZO_ERR_INVALID_ARG);
+    CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS=defer");
+    CHECK_HAS(zo_last_error(), "progress_thread");
+    CHECK_HAS(zo_last_error(), "SINGLE_ISSUER");
+    printf("ok: %s\n", zo_last_error());
+  }
+  zo_swap_opts sq = o;
+  sq.sqpoll = 1;
+  sw = NULL;
+  if (!CHECK_ST(zo_swap_create(root, &sq, &sw), ZO_ERR_INVALID_ARG)) zo_swap_destroy(sw); /* was: SQPOLL, defer ignored */
+  CHECK_HAS(zo_last_error(), "sqpoll");
+  /* coop over opts.single_issuer */
+  setenv("ZO_SWAP_RING_FLAGS", "coop", 1);
+  zo_swap_opts si = o;
+  si.single_issuer = 1;
+  sw = NULL;
+  if (CHECK_OK(zo_swap_create(root, &si, &sw))) {
+    CHECK_HAS(zo_swap_describe(sw), "coop_taskrun");
+    zo_swap_destroy(sw);
+  }
+  unsetenv("ZO_SWAP_RING_FLAGS");
+}
+
+/*
+ * A kernel that refuses the flags (older than 6.1 answers EINVAL to
+ * DEFER_TASKRUN): simulated in a child whose io_uring_setup a seccomp filter
+ * fails with EINVAL. ZO_SWAP_RING_FLAGS=defer is then an error naming the
+ * requirement, never a quiet fallback; unset, the pool fallback still works.
+ */
+static void test_ring_env_old_kernel(const char *root) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct sock_filter filt[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EINVAL & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof filt / sizeof filt[0], .filter = filt};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      _exit(ZO_TEST_SKIP);
+    zo_swap_opts o = {.queue_depth = 8, .rank = 9};
+    zo_swap_t *sw = (zo_swap_t *)1;
+    setenv("ZO_SWAP_RING_FLAGS", "defer", 1);
+    CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_UNSUPPORTED);
+    CHECK(sw == NULL);
+    CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS=defer");
+    CHECK_HAS(zo_last_error(), "refused: Invalid argument (needs Linux 6.1+ and liburing 2.3+; kernel ");
+    printf("ok: old kernel: %s\n", zo_last_error());
+    setenv("ZO_SWAP_RING_FLAGS", "none", 1);
+    CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_UNSUPPORTED);
+    unsetenv("ZO_SWAP_RING_FLAGS");
+    if (CHECK_OK(zo_swap_create(root, &o, &sw))) { /* no override: the pool, as before */
+      CHECK_EQ(zo_swap_uses_io_uring(sw), 0);
+      zo_swap_destroy(sw);
+    }
+    fflush(stdout);
+    _exit(zo_test_failures ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == ZO_TEST_SKIP)
+    printf("note: cannot install a seccomp filter; a kernel refusing DEFER_TASKRUN is not covered\n");
+  else
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(int argc, char **argv) {
   char root[4096];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-queue", root, sizeof root)) return ZO_TEST_SKIP;
   test_set_queue(root);
+  test_ring_env(root);
+  test_ring_env_old_kernel(root);
   test_ring_mode(root, NULL, 0, 0, 0, 2);
   test_ring_mode(root, NULL, 1, 0, 0, 3);
   test_ring_mode(root, "none", 0, 0, 0, 4);

@@ -64,18 +64,27 @@ typedef struct zo_swap_opts {
  * zo_swap_create() - open the NVMe tier under @nvme_path.
  * @nvme_path: an existing, writable directory (ideally on an NVMe drive).
  *             The private directory nvme_path/zoffload-rank<R> (R = opts->rank)
- *             is made with mode 0700 and holds every swap file and a lock
- *             file ".lock" locked with flock(LOCK_EX) for the life of the
- *             handle, holding the owner's pid.
+ *             is made with mode 0700, holds every swap file and an owner
+ *             marker ".zoffload-owner" (the owner's pid and the names of its
+ *             swap files), and is locked with flock(LOCK_EX) on the directory
+ *             itself for the life of the handle. It is made under a temporary
+ *             name and moved into place with renameat2(RENAME_NOREPLACE), so
+ *             other processes never see it unlocked or unmarked.
  * @opts:      see zo_swap_opts; NULL means all defaults.
  * @out:       receives the handle; set to NULL on failure.
- * If the private directory already exists: when its lock is free (a dead run
- * left it) every file in it is removed and "removed stale swap directory X
- * left by pid N" is warned; when the lock is held (a live run, in this or
- * another process) creation fails with ZO_ERR_INVALID_USAGE "swap directory X
- * is in use by a live process (pid N); use another nvme_path or rank". A
- * private directory that is a symbolic link, not a directory, or owned by
- * another user is refused (ZO_ERR_INVALID_ARG), never followed.
+ * If the private directory already exists: when its lock is held (a live run,
+ * in this or another process) creation fails with ZO_ERR_INVALID_USAGE "swap
+ * directory X is in use by a live process (pid N); use another nvme_path or
+ * rank" (any number of processes may race to create and destroy it: one owns
+ * it, the others get this refusal). When its lock is free (a dead run left
+ * it), its swap files are removed and "removed stale swap directory X left by
+ * pid N (K files)" is warned, but only when it carries a whole zoffload owner
+ * marker and holds nothing but regular files that marker names; anything else
+ * (no marker, another program's, an extra file or subdirectory) fails with
+ * ZO_ERR_INVALID_ARG naming the directory and the first foreign entry, and
+ * nothing in it is removed. A private directory that is a symbolic link, not
+ * a directory, or owned by another user is refused (ZO_ERR_INVALID_ARG),
+ * never followed.
  * Creates an io_uring of queue_depth entries (with SQPOLL and a sparse
  * fixed-file table when asked). If io_uring_queue_init fails (-ENOSYS on old
  * kernels, -EPERM in sandboxes that forbid it) the handle falls back to a
@@ -86,7 +95,16 @@ typedef struct zo_swap_opts {
  * SINGLE_ISSUER|DEFER_TASKRUN; then COOP_TASKRUN|TASKRUN_FLAG (Linux 5.19+:
  * completions are posted when this handle next enters the kernel, never by
  * interrupting the calling thread while it computes); then none.
- * ZO_SWAP_RING_FLAGS=none|coop|defer overrides that choice (for measurements).
+ * ZO_SWAP_RING_FLAGS=none|coop|defer overrides that choice (for measurements;
+ * unset or empty: the choice above): none, no task-run flag (SQPOLL still
+ * with opts.sqpoll); coop, COOP_TASKRUN|TASKRUN_FLAG (Linux 5.19+); defer,
+ * SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+, liburing 2.3+), whatever
+ * opts.single_issuer says, and with its rule: only the creating thread may
+ * submit, wait or poll. Any other value, defer with opts.progress_thread (the
+ * thread, not the creator, would submit: the kernel answers EEXIST), and coop
+ * or defer with opts.sqpoll fail with ZO_ERR_INVALID_ARG naming the variable;
+ * a named mode the kernel refuses fails with ZO_ERR_UNSUPPORTED naming what it
+ * needs and the kernel release, never falling back to another mode or the pool.
  * Pieces are prepared as slots free up and handed to the kernel in one
  * io_uring_submit (or with the wait, io_uring_submit_and_wait) per batch.
  * SQPOLL note: the kernel poller spins on a CPU for sqpoll_idle_ms after the
@@ -94,8 +112,11 @@ typedef struct zo_swap_opts {
  * The O_DIRECT alignment is measured here (see zo_swap_alignment()).
  * Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG when an argument is NULL,
  * nvme_path is empty, too long, does not exist or is not a directory, opts is
- * out of range, or the private directory is a symlink or not ours;
+ * out of range, or the private directory is a symlink, another user's, or
+ * holds what zoffload did not make;
  * ZO_ERR_INVALID_USAGE when a live process holds the private directory;
+ * ZO_ERR_UNSUPPORTED when the file system has no renameat2(RENAME_NOREPLACE)
+ * or the kernel refuses the ring ZO_SWAP_RING_FLAGS names;
  * ZO_ERR_SYSTEM when the private directory cannot be made (not writable,
  * read-only file system, no space), a stale one cannot be emptied, or another
  * system call fails (threads, ring); ZO_ERR_OUT_OF_MEMORY. Messages name the
@@ -105,8 +126,8 @@ typedef struct zo_swap_opts {
 ZO_API zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out);
 
 /*
- * zo_swap_destroy() - close and unlink every swap file and the lock file,
- * remove the private directory, release the lock, stop the fallback threads,
+ * zo_swap_destroy() - close and unlink every swap file and the owner marker,
+ * remove the private directory, then release its lock, stop the fallback threads,
  * free the ring and every request not yet waited for.
  * The caller must have waited all its requests first; pieces still in the
  * kernel are reaped (their results dropped, with a warning) so no memory is
@@ -195,7 +216,10 @@ ZO_API const char *zo_swap_dir(const zo_swap_t *sw);
 /*
  * zo_swap_file_create() - create swap file @name in the private directory
  * (zo_swap_file_create_ex() with no options).
- * @name:   a plain file name: not empty, no '/', not "." or "..", < 200 bytes.
+ * @name:   a plain file name: not empty, no '/' and no control characters,
+ *          not ".", "..", ".zoffload-owner" or ".align-probe", < 200 bytes.
+ *          It is recorded in the owner marker before the file is made (see
+ *          zo_swap_create()).
  * @nbytes: size in bytes, preallocated with fallocate (ftruncate when the file
  *          system says EOPNOTSUPP: then blocks are allocated on first write).
  *          Usually a multiple of zo_swap_alignment(), since every transfer is.

@@ -5,6 +5,9 @@
  * ordering semantics; it is not a timing model of a GPU. Optionally it
  * emulates the PCIe link: H2D/D2H copies then take at least bytes / gbps
  * (one lane per direction shared by all streams; see zoffload/device.h).
+ * Stop requests (zoffload/status.h): any one ends the link's sleeps; ABORT
+ * also makes the waits callers block in (stream, event, device synchronize)
+ * return ZO_ERR_INTERRUPTED. The workers' own waits and destroy never give up.
  *
  * Sequence numbers. Each stream counts ops enqueued (`issued`) and ops
  * finished (`completed`); op k (1-based) is complete iff completed >= k,
@@ -60,9 +63,19 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/*
+ * Sleep until CLOCK_MONOTONIC time @t, in slices of ZO_STOP_POLL_MS; any stop
+ * request (zoffload/status.h) ends the sleep: the link stops throttling, the
+ * copy itself is already done, so the bytes are the same, only sooner.
+ */
 static void sleep_until_ns(int64_t t) {
-  struct timespec ts = {(time_t)(t / 1000000000LL), (long)(t % 1000000000LL)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  while (!zo_stop_requested()) {
+    int64_t now = mono_ns();
+    if (now >= t) return;
+    int64_t until = t - now > ZO_STOP_POLL_MS * 1000000LL ? now + ZO_STOP_POLL_MS * 1000000LL : t;
+    struct timespec ts = {(time_t)(until / 1000000000LL), (long)(until % 1000000000LL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
   }
 }
 
@@ -189,11 +202,27 @@ static void stream_release(host_stream *s) {
   free(s);
 }
 
-/* Block until s->completed >= target. */
+/* Block until s->completed >= target (a stream worker's wait op: never gives up, see zo_request_stop). */
 static void stream_wait_seq(host_stream *s, uint64_t target) {
   pthread_mutex_lock(&s->mu);
   while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * A caller's wait, with s->mu held: until s->completed >= target, or
+ * ZO_ERR_INTERRUPTED (message set) once zo_request_stop(ZO_STOP_ABORT) is seen.
+ */
+static zo_status stream_wait_seq_locked(host_stream *s, uint64_t target, const char *what) {
+  while (s->completed < target) {
+    if (zo_stop_aborting())
+      return zo_error_set(ZO_ERR_INTERRUPTED,
+                          "%s: stream %llu: interrupted by zo_request_stop() with ops %llu..%llu still to complete",
+                          what, (unsigned long long)s->id, (unsigned long long)s->completed + 1,
+                          (unsigned long long)target);
+    zo_cond_wait_slice(&s->done_cv, &s->mu);
+  }
+  return ZO_OK;
 }
 
 /* ------------------------------------------------------------ worker */
@@ -418,10 +447,11 @@ static zo_status host_stream_synchronize(zo_stream_t *st) {
   char msg[sizeof s->err_msg];
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->issued;
-  while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+  zo_status ist = stream_wait_seq_locked(s, target, "zo_stream_synchronize");
   zo_status err = s->err;
   if (err != ZO_OK) memcpy(msg, s->err_msg, sizeof msg);
   pthread_mutex_unlock(&s->mu);
+  if (ist != ZO_OK) return ist;
   return sticky(s, err, msg);
 }
 
@@ -477,7 +507,10 @@ static zo_status host_synchronize(zo_device_t *dev) {
   for (i = 0; i < n; i++) {
     host_stream *s = snap[i];
     pthread_mutex_lock(&s->mu);
-    while (s->completed < targets[i]) pthread_cond_wait(&s->done_cv, &s->mu);
+    if (first != ZO_ERR_INTERRUPTED && stream_wait_seq_locked(s, targets[i], "zo_device_synchronize") != ZO_OK) {
+      first = ZO_ERR_INTERRUPTED; /* the other streams are not waited for either; only released */
+      snprintf(msg, sizeof msg, "%s", zo_last_error());
+    }
     if (s->err != ZO_OK && first == ZO_OK) {
       first = s->err;
       snprintf(msg, sizeof msg, "%s", s->err_msg);
@@ -556,9 +589,11 @@ static zo_status host_event_synchronize(zo_event_t *e) {
   uint64_t target;
   host_stream *s = event_snapshot((host_event *)e, &target);
   if (!s) return ZO_OK;
-  stream_wait_seq(s, target);
+  pthread_mutex_lock(&s->mu);
+  zo_status st = stream_wait_seq_locked(s, target, "zo_event_synchronize");
+  pthread_mutex_unlock(&s->mu);
   stream_release(s);
-  return ZO_OK;
+  return st;
 }
 
 static zo_status host_stream_wait_event(zo_stream_t *st, zo_event_t *e) {

@@ -2,12 +2,10 @@
  * base.c - thread-local error messages and the log handler. Every module links
  * this file; it depends on nothing else in zoffload.
  */
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base_internal.h"
 
@@ -27,7 +25,6 @@ const char *zo_status_string(zo_status s) {
     case ZO_ERR_MPI: return "ZO_ERR_MPI";
     case ZO_ERR_CONFIG: return "ZO_ERR_CONFIG";
     case ZO_ERR_CORRUPT: return "ZO_ERR_CORRUPT";
-    case ZO_ERR_INTERRUPTED: return "ZO_ERR_INTERRUPTED";
   }
   return "ZO_ERR_UNKNOWN";
 }
@@ -55,31 +52,14 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
 
 /* ---- the stop request: one lock-free atomic, so a signal handler may raise it */
 
-static atomic_int g_stop_mode;
+static atomic_int g_stop;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "zo_request_stop must be async-signal-safe: atomic_int must be lock-free");
 
-zo_status zo_request_stop(zo_stop_mode mode) {
-  if (mode != ZO_STOP_DRAIN && mode != ZO_STOP_ABORT) return ZO_ERR_INVALID_ARG;
-  int cur = atomic_load(&g_stop_mode);
-  while (cur < (int)mode && !atomic_compare_exchange_weak(&g_stop_mode, &cur, (int)mode)) {
-  }
-  return ZO_OK;
-}
+void zo_request_stop(void) { atomic_store(&g_stop, 1); }
 
-zo_stop_mode zo_stop_requested(void) { return (zo_stop_mode)atomic_load(&g_stop_mode); }
+int zo_stop_requested(void) { return atomic_load_explicit(&g_stop, memory_order_relaxed); }
 
-void zo_stop_reset(void) { atomic_store(&g_stop_mode, ZO_STOP_NONE); }
-
-int zo_cond_wait_slice(pthread_cond_t *cv, pthread_mutex_t *mu) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_nsec += ZO_STOP_POLL_MS * 1000000L;
-  if (t.tv_nsec >= 1000000000L) {
-    t.tv_sec += t.tv_nsec / 1000000000L;
-    t.tv_nsec %= 1000000000L;
-  }
-  return pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &t);
-}
+void zo_stop_reset(void) { atomic_store(&g_stop, 0); }
 
 static zo_log_handler g_handler;
 static void *g_handler_user;

@@ -5,7 +5,6 @@
 #ifndef ZO_BASE_INTERNAL_H
 #define ZO_BASE_INTERNAL_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include "zoffload/status.h"
 
@@ -20,17 +19,6 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) __attribute__((for
 
 /* zo_log() - emit one log line through the installed handler. */
 void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/*
- * zo_cond_wait_slice() - pthread_cond_wait() that also returns after
- * ZO_STOP_POLL_MS (CLOCK_MONOTONIC), so a wait loop can look at the stop
- * request: `while (!cond) { if (zo_stop_aborting()) return interrupted;
- * zo_cond_wait_slice(cv, mu); }`. Returns pthread_cond_clockwait's result.
- */
-int zo_cond_wait_slice(pthread_cond_t *cv, pthread_mutex_t *mu);
-
-/* zo_stop_aborting() - zo_request_stop(ZO_STOP_ABORT) was called: waits a caller is blocked in give up. */
-static inline int zo_stop_aborting(void) { return zo_stop_requested() >= ZO_STOP_ABORT; }
 
 #define zo_warn(...) zo_log(ZO_LOG_WARN, __VA_ARGS__)
 #define zo_info(...) zo_log(ZO_LOG_INFO, __VA_ARGS__)

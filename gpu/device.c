@@ -246,9 +246,7 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
 void zo_device_destroy(zo_device_t *dev) {
   if (!dev) return;
   zo_status st = zo_device_synchronize(dev);
-  /* ZO_ERR_INTERRUPTED (a stop request) is no failure: destroying the streams below drains them. */
-  if (st != ZO_OK && st != ZO_ERR_INTERRUPTED)
-    zo_warn("zo_device_destroy(%s): queued work failed: %s", dev->name, zo_last_error());
+  if (st != ZO_OK) zo_warn("zo_device_destroy(%s): queued work failed: %s", dev->name, zo_last_error());
   /* Streams first (their workers may hold references used by waits), then events. */
   while (dev->streams) zo_stream_destroy(dev->streams);
   while (dev->events) zo_event_destroy(dev->events);

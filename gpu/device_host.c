@@ -4,10 +4,8 @@
  * ops, and whose events are (stream, sequence number) pairs. It keeps CUDA's
  * ordering semantics; it is not a timing model of a GPU. Optionally it
  * emulates the PCIe link: H2D/D2H copies then take at least bytes / gbps
- * (one lane per direction shared by all streams; see zoffload/device.h).
- * Stop requests (zoffload/status.h): any one ends the link's sleeps; ABORT
- * also makes the waits callers block in (stream, event, device synchronize)
- * return ZO_ERR_INTERRUPTED. The workers' own waits and destroy never give up.
+ * (one lane per direction shared by all streams; see zoffload/device.h),
+ * until a stop request (zo_request_stop()) ends the emulation.
  *
  * Sequence numbers. Each stream counts ops enqueued (`issued`) and ops
  * finished (`completed`); op k (1-based) is complete iff completed >= k,
@@ -64,19 +62,22 @@ static int64_t mono_ns(void) {
 }
 
 /*
- * Sleep until CLOCK_MONOTONIC time @t, in slices of ZO_STOP_POLL_MS; any stop
- * request (zoffload/status.h) ends the sleep: the link stops throttling, the
- * copy itself is already done, so the bytes are the same, only sooner.
+ * Sleep until CLOCK_MONOTONIC time @t, in slices of ZO_STOP_POLL_MS; a stop
+ * request (zo_request_stop(), zoffload/status.h) ends the sleep: the link
+ * stops throttling. The copy itself is already done, so the bytes are the
+ * same, only sooner, and every wait behind it (stream, event, device
+ * synchronize) completes as the queued work does.
  */
-static void sleep_until_ns(int64_t t) {
+static int sleep_until_ns(int64_t t) {
   while (!zo_stop_requested()) {
     int64_t now = mono_ns();
-    if (now >= t) return;
+    if (now >= t) return 0;
     int64_t until = t - now > ZO_STOP_POLL_MS * 1000000LL ? now + ZO_STOP_POLL_MS * 1000000LL : t;
     struct timespec ts = {(time_t)(until / 1000000000LL), (long)(until % 1000000000LL)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
   }
+  return 1; /* cut short by a stop request */
 }
 
 /*
@@ -96,7 +97,7 @@ static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nby
   pthread_mutex_lock(&hd->link_mu);
   hd->bytes[lane] += nbytes;
   hd->copies[lane]++;
-  if (hd->gbps > 0) {
+  if (hd->gbps > 0 && !zo_stop_requested()) {
     int64_t now = mono_ns();
     int64_t start = hd->busy_until_ns[lane] > now ? hd->busy_until_ns[lane] : now;
     int64_t len = (int64_t)((double)nbytes / hd->gbps + 0.5); /* bytes / (GB/s) = ns */
@@ -107,7 +108,14 @@ static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nby
   }
   pthread_mutex_unlock(&hd->link_mu);
   memcpy(dst, src, nbytes);
-  if (end) sleep_until_ns(end);
+  if (end && sleep_until_ns(end)) {
+    /* Stopped: give the lane back, so that the slots reserved before the stop do not hold the copies that follow
+     * zo_stop_reset() (the busy time stays counted as reserved). */
+    pthread_mutex_lock(&hd->link_mu);
+    const int64_t now = mono_ns();
+    if (hd->busy_until_ns[lane] > now) hd->busy_until_ns[lane] = now;
+    pthread_mutex_unlock(&hd->link_mu);
+  }
 }
 
 static zo_status host_set_link_gbps(zo_device_t *dev, double gbps) {
@@ -202,27 +210,11 @@ static void stream_release(host_stream *s) {
   free(s);
 }
 
-/* Block until s->completed >= target (a stream worker's wait op: never gives up, see zo_request_stop). */
+/* Block until s->completed >= target. */
 static void stream_wait_seq(host_stream *s, uint64_t target) {
   pthread_mutex_lock(&s->mu);
   while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
-}
-
-/*
- * A caller's wait, with s->mu held: until s->completed >= target, or
- * ZO_ERR_INTERRUPTED (message set) once zo_request_stop(ZO_STOP_ABORT) is seen.
- */
-static zo_status stream_wait_seq_locked(host_stream *s, uint64_t target, const char *what) {
-  while (s->completed < target) {
-    if (zo_stop_aborting())
-      return zo_error_set(ZO_ERR_INTERRUPTED,
-                          "%s: stream %llu: interrupted by zo_request_stop() with ops %llu..%llu still to complete",
-                          what, (unsigned long long)s->id, (unsigned long long)s->completed + 1,
-                          (unsigned long long)target);
-    zo_cond_wait_slice(&s->done_cv, &s->mu);
-  }
-  return ZO_OK;
 }
 
 /* ------------------------------------------------------------ worker */
@@ -447,11 +439,10 @@ static zo_status host_stream_synchronize(zo_stream_t *st) {
   char msg[sizeof s->err_msg];
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->issued;
-  zo_status ist = stream_wait_seq_locked(s, target, "zo_stream_synchronize");
+  while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
   zo_status err = s->err;
   if (err != ZO_OK) memcpy(msg, s->err_msg, sizeof msg);
   pthread_mutex_unlock(&s->mu);
-  if (ist != ZO_OK) return ist;
   return sticky(s, err, msg);
 }
 
@@ -507,10 +498,7 @@ static zo_status host_synchronize(zo_device_t *dev) {
   for (i = 0; i < n; i++) {
     host_stream *s = snap[i];
     pthread_mutex_lock(&s->mu);
-    if (first != ZO_ERR_INTERRUPTED && stream_wait_seq_locked(s, targets[i], "zo_device_synchronize") != ZO_OK) {
-      first = ZO_ERR_INTERRUPTED; /* the other streams are not waited for either; only released */
-      snprintf(msg, sizeof msg, "%s", zo_last_error());
-    }
+    while (s->completed < targets[i]) pthread_cond_wait(&s->done_cv, &s->mu);
     if (s->err != ZO_OK && first == ZO_OK) {
       first = s->err;
       snprintf(msg, sizeof msg, "%s", s->err_msg);
@@ -589,11 +577,9 @@ static zo_status host_event_synchronize(zo_event_t *e) {
   uint64_t target;
   host_stream *s = event_snapshot((host_event *)e, &target);
   if (!s) return ZO_OK;
-  pthread_mutex_lock(&s->mu);
-  zo_status st = stream_wait_seq_locked(s, target, "zo_event_synchronize");
-  pthread_mutex_unlock(&s->mu);
+  stream_wait_seq(s, target);
   stream_release(s);
-  return st;
+  return ZO_OK;
 }
 
 static zo_status host_stream_wait_event(zo_stream_t *st, zo_event_t *e) {

@@ -236,9 +236,7 @@ ZO_API zo_status zo_device_mem_available(zo_device_t *dev, size_t *bytes);
  * @dev before this call has completed (CUDA: the streams of this handle, wrapped
  * ones included, not the whole GPU). Thread-safe. Returns ZO_OK;
  * ZO_ERR_INVALID_ARG (NULL @dev); or the first sticky error found on one of
- * the streams (see zo_stream_synchronize()), after waiting for all of them;
- * host backend: ZO_ERR_INTERRUPTED after zo_request_stop(ZO_STOP_ABORT)
- * (zoffload/status.h), the work still queued left running.
+ * the streams (see zo_stream_synchronize()), after waiting for all of them.
  */
 ZO_API zo_status zo_device_synchronize(zo_device_t *dev);
 
@@ -332,9 +330,6 @@ ZO_API zo_status zo_launch_host_func(zo_stream_t *s, void (*fn)(void *arg), void
  * or the stream's sticky error: the status of the first queued op that
  * failed (message names the op). The error stays: every later synchronize
  * of @s returns it again. Later ops still run, so waits never hang.
- * Host backend: ZO_ERR_INTERRUPTED (stream and ops named) when
- * zo_request_stop(ZO_STOP_ABORT) is seen before the work completed; that
- * work keeps running (zo_stream_destroy() still waits for it).
  * CUDA: the sticky error is the first CUDA error an enqueue or a
  * synchronize/query of @s met (ZO_ERR_CUDA, message naming the call, the
  * device and cudaGetErrorString()); CUDA itself may stop running later work
@@ -384,8 +379,7 @@ ZO_API zo_status zo_event_query(zo_event_t *ev, int *done);
  * zo_event_synchronize() - wait until the work captured by the latest record
  * (as of this call) has completed; returns at once when never recorded.
  * Thread-safe. Returns ZO_OK or ZO_ERR_INVALID_ARG; CUDA: ZO_ERR_CUDA when
- * the captured work failed; host backend: ZO_ERR_INTERRUPTED when
- * zo_request_stop(ZO_STOP_ABORT) is seen first (the work keeps running).
+ * the captured work failed.
  */
 ZO_API zo_status zo_event_synchronize(zo_event_t *ev);
 
@@ -443,7 +437,8 @@ typedef struct zo_link_stats {
  * Applies to copies that start after the call; a copy already running keeps
  * its slot. While a stop is requested (zo_request_stop(), zoffload/status.h;
  * a sleeping copy looks every ZO_STOP_POLL_MS) the link is not emulated:
- * copies take memory speed, bytes unchanged. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, @gbps
+ * copies take memory speed, bytes unchanged, so a step in progress ends at
+ * once and correctly. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, @gbps
  * negative, NaN or above 1e9); ZO_ERR_UNSUPPORTED for a backend with a real
  * link (CUDA).
  */

@@ -35,7 +35,6 @@ typedef enum zo_status {
   ZO_ERR_MPI = 9,           /* an MPI call failed */
   ZO_ERR_CONFIG = 10,       /* a config file is malformed or has a wrong type or value (JSON path in message) */
   ZO_ERR_CORRUPT = 11,      /* data read back does not match what was written (checksum) */
-  ZO_ERR_INTERRUPTED = 12,  /* a wait gave up because zo_request_stop(ZO_STOP_ABORT) was called (see below) */
 } zo_status;
 
 /*
@@ -54,55 +53,36 @@ ZO_API const char *zo_status_string(zo_status s);
 ZO_API const char *zo_last_error(void);
 
 /*
- * Stopping: a process-wide request that every blocking call in the library
- * honours within ZO_STOP_POLL_MS (plus the time to finish the work it is
- * inside), made from a signal handler (SIGTERM, SIGINT) or any thread.
- *
- *  ZO_STOP_DRAIN  finish quickly, correctly: artificial waits end (the host
- *                 device's emulated link, zo_device_set_link_gbps, stops
- *                 throttling: copies then complete at memory speed, with the
- *                 same bytes), and waits for real work keep waiting for it,
- *                 which is then bounded. A training step in progress
- *                 completes, so the engine stays consistent and can be saved.
- *  ZO_STOP_ABORT  everything DRAIN does, and every wait a caller is blocked
- *                 in (stream, event and device synchronize on the host
- *                 backend, NVMe swap waits, Adam pool task waits) returns
- *                 ZO_ERR_INTERRUPTED once the request is seen, even though
- *                 the work it waited for may still be running. The call that
- *                 failed leaves its object in an undefined but safe state:
- *                 destroy still works (it drains what is in flight, which
- *                 DRAIN has made bounded), but an engine interrupted mid-step
- *                 must not be saved or stepped again.
- * Waits inside library threads that only order work (a stream worker waiting
- * on another stream, the drain in every destroy) never give up: giving up
- * there would let memory be freed under a copy in flight.
- * Waits on GPU work (CUDA backend), on MPI and on NCCL are not interruptible.
+ * Stopping: a process-wide request, made from a signal handler (SIGTERM,
+ * SIGINT) or any thread, that the library's artificial waits honour within
+ * ZO_STOP_POLL_MS: the host device's emulated link (zo_device_set_link_gbps)
+ * stops throttling, so copies complete at memory speed with the same bytes.
+ * Every other wait in the library is for real, bounded work (a copy, an Adam
+ * task, an NVMe transfer, a collective) and completes as that work does; it
+ * is never abandoned, because the library orders frees and reuse after those
+ * waits: a wait that gave up early would leave a copy or a transfer running
+ * into freed memory. So a step in progress when the stop is requested
+ * finishes correctly, and an engine can then be saved (zo_engine_save) and
+ * destroyed as usual. Stopping the program is the caller's part: zo-train
+ * finishes the step, saves it and exits 128 + the signal.
  */
-typedef enum zo_stop_mode {
-  ZO_STOP_NONE = 0,
-  ZO_STOP_DRAIN = 1,
-  ZO_STOP_ABORT = 2,
-} zo_stop_mode;
 
-/* How often, at most, a blocked library wait looks at the stop request (milliseconds). */
+/* How often, at most, a sleeping emulated copy looks at the stop request (milliseconds). */
 #define ZO_STOP_POLL_MS 50
 
 /*
- * zo_request_stop() - raise the process-wide stop request to @mode (never
- * lowers it: DRAIN after ABORT stays ABORT). Async-signal-safe (one lock-free
- * atomic compare-exchange; no locks, no allocation, no message) and
- * thread-safe. Returns ZO_OK, or ZO_ERR_INVALID_ARG when @mode is not
- * ZO_STOP_DRAIN or ZO_STOP_ABORT (no message is recorded: signal-safe).
+ * zo_request_stop() - request a stop (above). Async-signal-safe (one store to
+ * a lock-free atomic: no locks, no allocation, no message) and thread-safe.
  */
-ZO_API zo_status zo_request_stop(zo_stop_mode mode);
+ZO_API void zo_request_stop(void);
 
-/* zo_stop_requested() - the current stop request (ZO_STOP_NONE when none). Async-signal-safe, thread-safe. */
-ZO_API zo_stop_mode zo_stop_requested(void);
+/* zo_stop_requested() - 1 once zo_request_stop() was called (and not withdrawn), else 0. Async-signal-safe. */
+ZO_API int zo_stop_requested(void);
 
 /*
- * zo_stop_reset() - withdraw the stop request (back to ZO_STOP_NONE), e.g.
- * after an interactive interrupt the caller chose to survive. Waits already
- * interrupted stay interrupted. Async-signal-safe, thread-safe.
+ * zo_stop_reset() - withdraw the stop request, e.g. after an interactive
+ * interrupt the caller chose to survive: the link is emulated again from the
+ * next copy. Async-signal-safe, thread-safe.
  */
 ZO_API void zo_stop_reset(void);
 

@@ -33,19 +33,17 @@
 #endif
 
 /*
- * SIGTERM / SIGINT: the first one stops the run after the step in progress (the library drains: an emulated slow
- * link stops throttling, so that step finishes at once and the engine stays consistent), saves a checkpoint of it
- * when --save is set, and exits 128 + the signal; a second one aborts the library's waits (ZO_ERR_INTERRUPTED):
- * exit without saving the step it interrupted. g_stop holds the first signal's number.
+ * SIGTERM / SIGINT: the first one stops the run after the step in progress, which the library then finishes at
+ * once (zo_request_stop(): an emulated slow link stops throttling), so the engine holds that step's state; it is
+ * saved when --save is set, and zo-train exits 128 + the signal, as schedulers expect of a preempted job. Later
+ * signals change nothing: the same signal often arrives twice (a wrapper such as timeout(1) or a launcher forwards
+ * it and also signals the process group), and the stop is already under way; SIGKILL still ends a save cut short
+ * safely (checkpoints are written crash-safe). g_stop holds the first signal's number.
  */
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
-  if (g_stop) {
-    zo_request_stop(ZO_STOP_ABORT);
-    return;
-  }
-  g_stop = sig;
-  zo_request_stop(ZO_STOP_DRAIN);
+  if (!g_stop) g_stop = sig;
+  zo_request_stop();
 }
 
 static double now_s(void) {
@@ -563,6 +561,7 @@ int main(int argc, char **argv) {
   if (isnan(first_val)) goto model_error;
   printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)pos.step, (long long)ts.steps, first_val,
          pos.step ? "resumed weights" : "initial weights", ts.model.vocab, log((double)ts.model.vocab));
+  fflush(stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
   const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
   double eval_fwd = 0; /* forward seconds spent on validation after the start */
   t_start = t_window = now_s();
@@ -744,13 +743,8 @@ out:
   free(init);
   free(in);
   free(tg);
-  /* Stopped by a signal: say so to the scheduler as a shell does, 128 + its number; also when a second signal made
-   * a wait give up (ZO_ERR_INTERRUPTED). Any other failure (a save that failed, say) stays exit 1. */
-  if (g_stop || stop_all) {
-    const int aborted = zo_stop_requested() == ZO_STOP_ABORT;
-    if (rc != 0 && aborted)
-      fprintf(stderr, "zo-train: a second signal interrupted the run: the step in progress was abandoned, not saved\n");
-    if (rc == 0 || aborted) rc = 128 + (g_stop ? (int)g_stop : SIGTERM);
-  }
+  /* Stopped by a signal: say so as a shell does, 128 + its number. A failure on the way (a save that failed, say)
+   * stays exit 1. */
+  if ((g_stop || stop_all) && rc == 0) rc = 128 + (g_stop ? (int)g_stop : SIGTERM);
   return rc;
 }

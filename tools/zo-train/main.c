@@ -91,7 +91,9 @@ static void usage(FILE *f) {
           "  Other \"auto\" values (configs written for the HF Trainer) are filled in as it does: the bucket\n"
           "  sizes from model.d_model, lr 3e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0, gradient_clipping\n"
           "  1.0, warmup 0 steps over --steps, bf16 on, fp16 off; each is printed when filled in\n"
-          "  -h, --help               this text\n",
+          "  -h, --help               this text\n"
+          "SIGTERM / SIGINT: the step in progress is finished (an emulated slow link stops throttling), saved when\n"
+          "--save is set, and zo-train exits 128 + the signal (143 / 130)\n",
           ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
 }
 

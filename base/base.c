@@ -50,6 +50,17 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
   return st;
 }
 
+/* ---- the stop request: one lock-free atomic, so a signal handler may raise it */
+
+static atomic_int g_stop;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "zo_request_stop must be async-signal-safe: atomic_int must be lock-free");
+
+void zo_request_stop(void) { atomic_store(&g_stop, 1); }
+
+int zo_stop_requested(void) { return atomic_load_explicit(&g_stop, memory_order_relaxed); }
+
+void zo_stop_reset(void) { atomic_store(&g_stop, 0); }
+
 static zo_log_handler g_handler;
 static void *g_handler_user;
 static int g_max_level = -1; /* -1: not yet read from ZO_LOG_LEVEL */

@@ -4,7 +4,8 @@
  * ops, and whose events are (stream, sequence number) pairs. It keeps CUDA's
  * ordering semantics; it is not a timing model of a GPU. Optionally it
  * emulates the PCIe link: H2D/D2H copies then take at least bytes / gbps
- * (one lane per direction shared by all streams; see zoffload/device.h).
+ * (one lane per direction shared by all streams; see zoffload/device.h),
+ * until a stop request (zo_request_stop()) ends the emulation.
  *
  * Sequence numbers. Each stream counts ops enqueued (`issued`) and ops
  * finished (`completed`); op k (1-based) is complete iff completed >= k,
@@ -60,10 +61,23 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void sleep_until_ns(int64_t t) {
-  struct timespec ts = {(time_t)(t / 1000000000LL), (long)(t % 1000000000LL)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+/*
+ * Sleep until CLOCK_MONOTONIC time @t, in slices of ZO_STOP_POLL_MS; a stop
+ * request (zo_request_stop(), zoffload/status.h) ends the sleep: the link
+ * stops throttling. The copy itself is already done, so the bytes are the
+ * same, only sooner, and every wait behind it (stream, event, device
+ * synchronize) completes as the queued work does.
+ */
+static int sleep_until_ns(int64_t t) {
+  while (!zo_stop_requested()) {
+    int64_t now = mono_ns();
+    if (now >= t) return 0;
+    int64_t until = t - now > ZO_STOP_POLL_MS * 1000000LL ? now + ZO_STOP_POLL_MS * 1000000LL : t;
+    struct timespec ts = {(time_t)(until / 1000000000LL), (long)(until % 1000000000LL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
   }
+  return 1; /* cut short by a stop request */
 }
 
 /*
@@ -83,7 +97,7 @@ static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nby
   pthread_mutex_lock(&hd->link_mu);
   hd->bytes[lane] += nbytes;
   hd->copies[lane]++;
-  if (hd->gbps > 0) {
+  if (hd->gbps > 0 && !zo_stop_requested()) {
     int64_t now = mono_ns();
     int64_t start = hd->busy_until_ns[lane] > now ? hd->busy_until_ns[lane] : now;
     int64_t len = (int64_t)((double)nbytes / hd->gbps + 0.5); /* bytes / (GB/s) = ns */
@@ -94,7 +108,14 @@ static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nby
   }
   pthread_mutex_unlock(&hd->link_mu);
   memcpy(dst, src, nbytes);
-  if (end) sleep_until_ns(end);
+  if (end && sleep_until_ns(end)) {
+    /* Stopped: give the lane back, so that the slots reserved before the stop do not hold the copies that follow
+     * zo_stop_reset() (the busy time stays counted as reserved). */
+    pthread_mutex_lock(&hd->link_mu);
+    const int64_t now = mono_ns();
+    if (hd->busy_until_ns[lane] > now) hd->busy_until_ns[lane] = now;
+    pthread_mutex_unlock(&hd->link_mu);
+  }
 }
 
 static zo_status host_set_link_gbps(zo_device_t *dev, double gbps) {

@@ -96,7 +96,17 @@ case $rc in
   *) echo "$out3"; fail "--device cuda exited $rc, want 77 (no GPU) or 0" ;;
 esac
 
-# 4. The private directory is gone after the run.
+# 4. SIGINT mid-sweep: it reports what was measured and exits 130 (128 + SIGINT), not 0.
+"$bin" --path "$dir" --no-fio --reps 50 >"$dir/int.out" 2>&1 &
+pid=$!
+sleep 1
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "SIGINT mid-sweep: exit status $rc, want 130"
+grep -q "interrupted; reporting what was measured" "$dir/int.out" || fail "SIGINT mid-sweep: no 'interrupted' line"
+
+# 5. The private directory is gone after the run.
 left=$(find "$dir" -maxdepth 1 -name 'zoffload-*' | head -1)
 [ -z "$left" ] || fail "private swap directory left behind: $left"
 

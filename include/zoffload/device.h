@@ -435,7 +435,10 @@ typedef struct zo_link_stats {
  * zo_device_set_link_gbps() - set the emulated host-device link bandwidth of
  * @dev in GB/s (1e9 bytes/s) per direction; 0 = unlimited (the default).
  * Applies to copies that start after the call; a copy already running keeps
- * its slot. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, @gbps
+ * its slot. While a stop is requested (zo_request_stop(), zoffload/status.h;
+ * a sleeping copy looks every ZO_STOP_POLL_MS) the link is not emulated:
+ * copies take memory speed, bytes unchanged, so a step in progress ends at
+ * once and correctly. Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @dev, @gbps
  * negative, NaN or above 1e9); ZO_ERR_UNSUPPORTED for a backend with a real
  * link (CUDA).
  */

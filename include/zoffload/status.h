@@ -52,6 +52,40 @@ ZO_API const char *zo_status_string(zo_status s);
  */
 ZO_API const char *zo_last_error(void);
 
+/*
+ * Stopping: a process-wide request, made from a signal handler (SIGTERM,
+ * SIGINT) or any thread, that the library's artificial waits honour within
+ * ZO_STOP_POLL_MS: the host device's emulated link (zo_device_set_link_gbps)
+ * stops throttling, so copies complete at memory speed with the same bytes.
+ * Every other wait in the library is for real, bounded work (a copy, an Adam
+ * task, an NVMe transfer, a collective) and completes as that work does; it
+ * is never abandoned, because the library orders frees and reuse after those
+ * waits: a wait that gave up early would leave a copy or a transfer running
+ * into freed memory. So a step in progress when the stop is requested
+ * finishes correctly, and an engine can then be saved (zo_engine_save) and
+ * destroyed as usual. Stopping the program is the caller's part: zo-train
+ * finishes the step, saves it and exits 128 + the signal.
+ */
+
+/* How often, at most, a sleeping emulated copy looks at the stop request (milliseconds). */
+#define ZO_STOP_POLL_MS 50
+
+/*
+ * zo_request_stop() - request a stop (above). Async-signal-safe (one store to
+ * a lock-free atomic: no locks, no allocation, no message) and thread-safe.
+ */
+ZO_API void zo_request_stop(void);
+
+/* zo_stop_requested() - 1 once zo_request_stop() was called (and not withdrawn), else 0. Async-signal-safe. */
+ZO_API int zo_stop_requested(void);
+
+/*
+ * zo_stop_reset() - withdraw the stop request, e.g. after an interactive
+ * interrupt the caller chose to survive: the link is emulated again from the
+ * next copy. Async-signal-safe, thread-safe.
+ */
+ZO_API void zo_stop_reset(void);
+
 typedef enum zo_log_level {
   ZO_LOG_ERROR = 0,
   ZO_LOG_WARN = 1,

@@ -130,9 +130,10 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* SIGINT / SIGTERM: stop measuring, report what was measured, exit 128 + the (first) signal. */
 static void on_signal(int sig) {
-  (void)sig;
-  g_stop = 1;
+  if (!g_stop) g_stop = sig;
+  zo_request_stop(); /* an emulated link of the device pass stops throttling */
 }
 
 /* "1G", "512K", "4MiB", "1048576" -> bytes (binary suffixes). Returns 0 on success. */
@@ -1282,6 +1283,7 @@ static void usage(FILE *out) {
           "                        device, copies at memcpy speed)\n"
           "  --help                this text\n"
           "\n"
+          "SIGINT / SIGTERM stop the sweep: what was measured is reported, and the exit status is 128 + the signal.\n"
           "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
           "untimed and kept for the whole sweep (zo_swap_set_queue switches block size and queue\n"
           "depth); the host buffer is pinned (mlock). Each measurement moves the first --bytes of the\n"
@@ -1498,5 +1500,6 @@ int main(int argc, char **argv) {
   if (o.plot && write_plot(&o, use_fio) != 0) rc = 1;
   free(g_res);
   zo_device_destroy(g_dev);
+  if (g_stop && rc == 0) rc = 128 + (int)g_stop; /* interrupted: say so, as a shell does */
   return rc;
 }

@@ -32,10 +32,18 @@
 #define ZO_DEFAULT_CONFIG "configs/default.json"
 #endif
 
+/*
+ * SIGTERM / SIGINT: the first one stops the run after the step in progress, which the library then finishes at
+ * once (zo_request_stop(): an emulated slow link stops throttling), so the engine holds that step's state; it is
+ * saved when --save is set, and zo-train exits 128 + the signal, as schedulers expect of a preempted job. Later
+ * signals change nothing: the same signal often arrives twice (a wrapper such as timeout(1) or a launcher forwards
+ * it and also signals the process group), and the stop is already under way; SIGKILL still ends a save cut short
+ * safely (checkpoints are written crash-safe). g_stop holds the first signal's number.
+ */
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
-  (void)sig;
-  g_stop = 1;
+  if (!g_stop) g_stop = sig;
+  zo_request_stop();
 }
 
 static double now_s(void) {
@@ -83,7 +91,9 @@ static void usage(FILE *f) {
           "  Other \"auto\" values (configs written for the HF Trainer) are filled in as it does: the bucket\n"
           "  sizes from model.d_model, lr 3e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0, gradient_clipping\n"
           "  1.0, warmup 0 steps over --steps, bf16 on, fp16 off; each is printed when filled in\n"
-          "  -h, --help               this text\n",
+          "  -h, --help               this text\n"
+          "SIGTERM / SIGINT: the step in progress is finished (an emulated slow link stops throttling), saved when\n"
+          "--save is set, and zo-train exits 128 + the signal (143 / 130)\n",
           ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
 }
 
@@ -431,6 +441,8 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   int rc = 1;
+  int stop_all = 0;        /* every rank saw a stop by the end of the last step (see the loop) */
+  int64_t saved_step = -1; /* the step of the last checkpoint this run wrote */
   zo_engine_t *eng = NULL;
   train_model *model = NULL;
   FILE *jf = NULL;
@@ -551,10 +563,13 @@ int main(int argc, char **argv) {
   if (isnan(first_val)) goto model_error;
   printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)pos.step, (long long)ts.steps, first_val,
          pos.step ? "resumed weights" : "initial weights", ts.model.vocab, log((double)ts.model.vocab));
+  fflush(stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
   const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
   double eval_fwd = 0; /* forward seconds spent on validation after the start */
   t_start = t_window = now_s();
-  for (step = pos.step + 1; step <= ts.steps && !g_stop; step++) {
+  /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
+   * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
+  for (step = pos.step + 1; step <= ts.steps && !(world > 1 ? stop_all : g_stop); step++) {
     const double t_step0 = now_s();
     const double loss_scale = zo_engine_loss_scale(eng);
     if (train_model_zero_grad(model)) goto model_error;
@@ -573,9 +588,11 @@ int main(int argc, char **argv) {
     double t2 = now_s();
     zo_step_info info;
     if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
-    if (world > 1) { /* the loss of the global batch: the mean over the ranks */
-      if (zo_comm_all_reduce_f64(comm, &loss, 1) != ZO_OK) goto engine_error;
-      loss /= world;
+    if (world > 1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
+      double red[2] = {loss, g_stop ? 1.0 : 0.0};
+      if (zo_comm_all_reduce_f64(comm, red, 2) != ZO_OK) goto engine_error;
+      loss = red[0] / world;
+      stop_all = red[1] > 0;
     }
     last_loss = loss;
     t_opt += now_s() - t2;
@@ -641,10 +658,28 @@ int main(int argc, char **argv) {
       printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - ts0);
       fflush(stdout);
       t_window += now_s() - ts0; /* the save's time is not training time */
+      saved_step = step;
     }
   }
   if (zo_engine_synchronize(eng) != ZO_OK) goto engine_error; /* a delayed update still in flight */
-  if (g_stop) printf("zo-train: interrupted at step %lld; cleaning up\n", (long long)step - 1);
+  if (g_stop || stop_all) {
+    printf("zo-train: interrupted (%s) after step %lld; cleaning up\n", g_stop ? strsignal(g_stop) : "another rank",
+           (long long)step - 1);
+    /* Preempted: keep the last completed step, as a scheduler expects (the step in progress at the signal was
+     * finished, not abandoned, so the engine's state is that step's). Nothing new since the start: nothing to save. */
+    if (save_root && step - 1 > pos.step && saved_step != step - 1) {
+      const double ts0 = now_s();
+      train_position now = {.step = step - 1, .rng = rng, .skipped = skipped};
+      char saved[4096];
+      if (train_ckpt_save(eng, save_root, &now, ts.seed, &ts.model, (int)keep_last, saved, sizeof saved, err,
+                          sizeof err)) {
+        fprintf(stderr, "zo-train: error: --save: %s\n", err);
+        goto out;
+      }
+      printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - ts0);
+    }
+    fflush(stdout);
+  }
   if (export_path) {
     const zo_dtype xd = strcmp(export_dtype, "bf16") ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
     if (zo_engine_export_safetensors(eng, export_path, xd) != ZO_OK) goto engine_error;
@@ -673,7 +708,7 @@ int main(int argc, char **argv) {
     if (world > 1 && log_ranks(comm, &mem, t_comm / n, comm_bytes / n) != 0) goto engine_error;
   }
 
-  if (do_sample && ts.sample_bytes > 0 && !g_stop) {
+  if (do_sample && ts.sample_bytes > 0 && !g_stop && !stop_all) {
     zo_engine_set_trace(eng, 0);
     uint8_t *s = malloc(ts.sample_bytes + 1);
     static const uint8_t prompt[] = "The ";
@@ -710,5 +745,8 @@ out:
   free(init);
   free(in);
   free(tg);
+  /* Stopped by a signal: say so as a shell does, 128 + its number. A failure on the way (a save that failed, say)
+   * stays exit 1. */
+  if ((g_stop || stop_all) && rc == 0) rc = 128 + (g_stop ? (int)g_stop : SIGTERM);
   return rc;
 }

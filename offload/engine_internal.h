@@ -178,6 +178,7 @@ struct zo_engine {
 
   zo_param_t **params;
   int n_params, cap_params;
+  size_t total_el;           /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
 
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;

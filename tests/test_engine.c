@@ -5,6 +5,7 @@
  * bit; clipping, fp16 overflow skipping and loss-scale changes; misuse errors.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "zo_test.h"
 #include "zoffload/adam.h"
+#include "zoffload/budget.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 
@@ -598,6 +600,62 @@ static void test_dpu(void) {
   zo_device_destroy(dev);
 }
 
+/* Element counts whose byte counts do not fit in size_t (alone, or summed over tensors) are refused at
+ * registration, naming the tensor; before they registered, finalize returned ZO_OK with wrapped sizes and
+ * load_param wrote past its buffers (issue 20). Nothing here allocates more than a few KiB. */
+static void test_huge_counts(const char *dir) {
+  zo_config_t cfg;
+  base_config(&cfg);
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  static const size_t huge[] = {((size_t)1 << 62) + 1, (size_t)1 << 62, ((size_t)1 << 63) - 1, SIZE_MAX,
+                                ZO_ENGINE_MAX_ELEMS + 1};
+  for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+    zo_engine_t *e;
+    zo_param_t *a, *h;
+    REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+    REQUIRE_OK(zo_engine_register_param(e, "small", 64, &a));
+    zo_status st = zo_engine_register_param(e, "huge.weight", huge[i], &h);
+    if (!CHECK_ST(st, ZO_ERR_INVALID_ARG)) {
+      fprintf(stderr, "  n_elems %zu registered; finalize: %s\n", huge[i],
+              zo_engine_finalize(e) == ZO_OK ? "ZO_OK (wrapped sizes)" : zo_last_error());
+    } else {
+      CHECK_HAS(zo_last_error(), "huge.weight");
+      CHECK_HAS(zo_last_error(), "2^48");
+    }
+    zo_engine_destroy(e);
+  }
+  /* The sum over tensors: two of half the limit fit, one element more is refused, naming that tensor. */
+  zo_engine_t *e;
+  zo_param_t *a, *b, *c;
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "half.a", ZO_ENGINE_MAX_ELEMS / 2, &a));
+  REQUIRE_OK(zo_engine_register_param(e, "half.b", ZO_ENGINE_MAX_ELEMS / 2, &b));
+  CHECK_ST(zo_engine_register_param(e, "one.more", 1, &c), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "one.more");
+  /* What is registered is refused by the budget (host memory), not allocated. */
+  CHECK_ST(zo_engine_finalize(e), ZO_ERR_OUT_OF_MEMORY);
+  zo_engine_destroy(e);
+  /* A caller's bytes that overflow the sum make a line not fit (it wrapped to a small need before). */
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "w", 64, &a));
+  zo_budget bud;
+  const size_t app[4] = {0, SIZE_MAX - 16, 0, 0};
+  REQUIRE_OK(zo_engine_budget(e, app, &bud));
+  CHECK_EQ(bud.fits, 0);
+  CHECK(bud.line[1].need == SIZE_MAX);
+  zo_engine_destroy(e);
+  /* nvme with sub_group_size 1: 2^38 pieces of 1024 elements; the piece count wrapped to 0 in an int and the plan
+   * wrote past a one-entry array. Now refused, naming sub_group_size. */
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  cfg.zero.sub_group_size = 1;
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "all", ZO_ENGINE_MAX_ELEMS, &a));
+  CHECK_ST(zo_engine_budget(e, NULL, &bud), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "sub_group_size");
+  zo_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   char dir[2048];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir)) return ZO_TEST_SKIP;
@@ -648,6 +706,7 @@ int main(int argc, char **argv) {
   test_fp16_overflow();
   test_param_offload(dir);
   test_dpu();
+  test_huge_counts(dir);
   test_misuse(dir);
   rmdir(dir);
   return zo_test_finish("test_engine");

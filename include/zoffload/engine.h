@@ -82,13 +82,25 @@ ZO_API void zo_engine_destroy(zo_engine_t *e);
 ZO_API const char *zo_engine_last_error(const zo_engine_t *e);
 
 /*
+ * ZO_ENGINE_MAX_ELEMS - the most elements one tensor, and all tensors of one
+ * engine together, may have: 2^48 (1 PiB of fp32 master weights, more than
+ * any one machine holds). Larger counts are refused at registration, so that
+ * every byte count the engine derives from them (elements x bytes per
+ * element of each tier, sums over tensors, alignment padding) fits in size_t.
+ */
+#define ZO_ENGINE_MAX_ELEMS ((size_t)1 << 48)
+
+/*
  * zo_engine_register_param() - declare a trainable tensor.
  * @name:    unique, at most 127 bytes; used in every message about it.
- * @n_elems: element count of the whole (unpartitioned) tensor, > 0.
+ * @n_elems: element count of the whole (unpartitioned) tensor, 1 to
+ *           ZO_ENGINE_MAX_ELEMS; the tensors of one engine together hold at
+ *           most ZO_ENGINE_MAX_ELEMS elements too.
  * @out:     handle, valid until zo_engine_destroy().
  * Only before zo_engine_finalize(). Returns ZO_OK, ZO_ERR_INVALID_ARG (empty
- * or duplicate name, n_elems 0), ZO_ERR_INVALID_USAGE (after finalize),
- * ZO_ERR_OUT_OF_MEMORY.
+ * or duplicate name, n_elems 0, n_elems or the running total over
+ * ZO_ENGINE_MAX_ELEMS: the tensor, its count and the limit named),
+ * ZO_ERR_INVALID_USAGE (after finalize), ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems,
                                           zo_param_t **out);

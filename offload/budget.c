@@ -166,6 +166,7 @@ static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
 
 zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
+  ZO_CHECK(eng_check_usable(e, "budget"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: the engine is already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: no parameter was registered");
   memset(out, 0, sizeof *out);

@@ -248,6 +248,7 @@ void zo_engine_destroy(zo_engine_t *e) {
 
 zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems, zo_param_t **out) {
   if (!e || !name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: NULL argument");
+  ZO_CHECK(eng_check_usable(e, "register_param"));
   if (e->finalized)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "register_param '%s': the engine is already finalized", name);
   if (!name[0] || strlen(name) >= sizeof((zo_param_t *)0)->name)
@@ -287,6 +288,7 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
   e->params[e->n_params++] = p;
   e->total_el = total;
+  eng_plan_drop(e); /* a sub-group plan made by zo_engine_budget() does not hold this tensor */
   *out = p;
   return ZO_OK;
 }
@@ -307,6 +309,7 @@ zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double
 
 zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_compute_stream: engine is NULL");
+  ZO_CHECK(eng_check_usable(e, "set_compute_stream"));
   if (e->finalized && e->compute_stream != s)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "set_compute_stream: call it before zo_engine_finalize()");
   if (s && !e->compute_mark) ZO_CHECK(zo_event_create(e->dev, &e->compute_mark));
@@ -377,10 +380,27 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
   return ZO_OK;
 }
 
+static zo_status finalize_tiers(zo_engine_t *e);
+
+/* A finalize that failed past its argument checks leaves some tiers allocated (sized for the tensors of that
+ * moment): the engine only accepts zo_engine_destroy() after it (eng_check_usable). */
 zo_status zo_engine_finalize(zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "finalize: engine is NULL");
+  ZO_CHECK(eng_check_usable(e, "finalize"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
+  zo_status st = finalize_tiers(e);
+  if (st != ZO_OK) e->fin_failed = 1;
+  return st;
+}
+
+zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
+  if (!e->fin_failed) return ZO_OK;
+  return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: zo_engine_finalize() failed on this engine; destroy it and create "
+                      "another", what);
+}
+
+static zo_status finalize_tiers(zo_engine_t *e) {
   zo_status st;
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;

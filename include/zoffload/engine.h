@@ -139,7 +139,10 @@ ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
  * "fit" arena larger than the device has free); ZO_ERR_CONFIG
  * (device_arena_bytes outside what works); ZO_ERR_IO / ZO_ERR_SYSTEM from
  * swap file creation (file and size named); ZO_ERR_INVALID_USAGE when called
- * twice or with no tensor.
+ * twice or with no tensor. After a failure other than those two usage errors
+ * the engine holds tiers sized for the tensors of that moment and accepts
+ * only zo_engine_destroy(): register_param, budget and finalize answer
+ * ZO_ERR_INVALID_USAGE, the calls that need a finalized engine as before.
  */
 ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
 

@@ -6,6 +6,8 @@
 #define ZO_BASE_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include "zoffload/status.h"
 
 /*
@@ -45,5 +47,29 @@ void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(prin
     zo_status zo_st_ = (expr);       \
     if (zo_st_ != ZO_OK) return zo_st_; \
   } while (0)
+
+/*
+ * Checked size arithmetic: the one way to multiply, add or round up byte and
+ * element counts that come from user input (element counts, config sizes,
+ * tool options). Each stores the result in *out and returns 0, or returns 1
+ * and stores SIZE_MAX when the exact result does not fit in size_t; callers
+ * refuse with a message naming the tensor or option:
+ *   if (zo_size_mul(n, esz, &nbytes)) return zo_error_set(ZO_ERR_INVALID_ARG, "tensor '%s': ...", name);
+ * @align of zo_size_round_up() is > 0.
+ */
+static inline int zo_size_mul(size_t a, size_t b, size_t *out) {
+  if (__builtin_mul_overflow(a, b, out)) return *out = SIZE_MAX, 1;
+  return 0;
+}
+static inline int zo_size_add(size_t a, size_t b, size_t *out) {
+  if (__builtin_add_overflow(a, b, out)) return *out = SIZE_MAX, 1;
+  return 0;
+}
+static inline int zo_size_round_up(size_t x, size_t align, size_t *out) {
+  size_t t;
+  if (__builtin_add_overflow(x, align - 1, &t)) return *out = SIZE_MAX, 1;
+  *out = t / align * align;
+  return 0;
+}
 
 #endif /* ZO_BASE_INTERNAL_H */

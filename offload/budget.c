@@ -135,6 +135,26 @@ static size_t fs_free(const char *path, dev_t *fsid) {
 
 /* ------------------------------------------------------------ the budget */
 
+/* Saturating size arithmetic (zo_size_* store SIZE_MAX on overflow): a byte count too large for size_t becomes
+ * SIZE_MAX, which no line fits (see fits_in), so the budget refuses it instead of comparing a wrapped value. */
+static size_t mul_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_mul(a, b, &r);
+  return r;
+}
+static size_t add_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_add(a, b, &r);
+  return r;
+}
+static size_t round_sat(size_t x, size_t align) {
+  size_t r;
+  zo_size_round_up(x, align, &r);
+  return r;
+}
+/* @need fits in @available (SIZE_MAX: no limit); a saturated need never does. */
+static int fits_in(size_t need, size_t available) { return need != SIZE_MAX && need <= available; }
+
 static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
   zo_budget_line *l = &b->line[b->n_lines++];
   memset(l, 0, sizeof *l);
@@ -146,6 +166,7 @@ static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
 
 zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
+  ZO_CHECK(eng_check_usable(e, "budget"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: the engine is already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: no parameter was registered");
   memset(out, 0, sizeof *out);
@@ -161,51 +182,51 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   size_t dev = 0, dev_state = 0, shard_total = 0, largest = 0, pw_total = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
-    if (pres) dev += round_up(p->n * wsz, 256);
+    if (pres) dev = add_sat(dev, round_sat(mul_sat(p->n, wsz), 256));
     if (e->tier == ZO_OFFLOAD_NONE) {
-      for (int k = 0; k < ST_KINDS; k++) dev_state += round_up(p->shard_n * e->esz[k], 256);
-      dev_state += round_up(p->shard_n * gsz, 256);
+      for (int k = 0; k < ST_KINDS; k++) dev_state = add_sat(dev_state, round_sat(mul_sat(p->shard_n, e->esz[k]), 256));
+      dev_state = add_sat(dev_state, round_sat(mul_sat(p->shard_n, gsz), 256));
     }
-    shard_total += p->shard_n;
+    shard_total = add_sat(shard_total, p->shard_n);
     if (p->n > largest) largest = p->n;
     const size_t held = eng_dp3(e) ? p->part_n : p->n; /* as finalize */
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(held, eng_extent_unit(e)) : held;
+    pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, eng_extent_unit(e)) : held);
   }
-  const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
-  dev += dev_state + (pres ? 0 : largest_dev);
+  const size_t largest_dev = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
+  dev = add_sat(dev, add_sat(dev_state, pres ? 0 : largest_dev));
 
   /* Host, and the pinned part of it. */
   size_t host = 0, pinned = 0, state_host = 0, param_host = 0, sg_bytes = 0, wb_bytes = 0;
 #define HOST(bytes, is_pinned)                     \
   do {                                             \
     size_t b_ = (bytes);                           \
-    host += b_;                                    \
-    if (is_pinned) pinned += b_;                   \
+    host = add_sat(host, b_);                      \
+    if (is_pinned) pinned = add_sat(pinned, b_);   \
   } while (0)
   if (e->tier != ZO_OFFLOAD_NONE) {
-    HOST(shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME);
-    if (e->dpu) HOST(shard_total * gsz, 1);
+    HOST(mul_sat(shard_total, gsz), pin || e->tier == ZO_OFFLOAD_NVME);
+    if (e->dpu) HOST(mul_sat(shard_total, gsz), 1);
     if (e->tier == ZO_OFFLOAD_CPU) {
-      state_host = shard_total * state_esz;
+      state_host = mul_sat(shard_total, state_esz);
       HOST(state_host, pin);
     }
   }
-  if (pres && e->tier != ZO_OFFLOAD_NONE) HOST(shard_total * wsz, 1);
+  if (pres && e->tier != ZO_OFFLOAD_NONE) HOST(mul_sat(shard_total, wsz), 1);
   size_t dp_grad = 0, dp_gather = 0; /* several ranks: the reduction and gather buffers (engine_dp.c) */
   eng_dp_host_bytes(e, &dp_grad, &dp_gather);
   HOST(dp_grad, 1);
   HOST(dp_gather, 1);
   HOST(eng_pg_ring_bytes(e), 1); /* stage 3 on several ranks: the gather ring */
   if (e->ptier == ZO_OFFLOAD_CPU) {
-    param_host = pw_total * wsz;
+    param_host = mul_sat(pw_total, wsz);
     HOST(param_host, c->zero.offload_param.pin_memory);
   }
   size_t pstage_el = 0;
   int n_pstage = 0;
   if (e->ptier == ZO_OFFLOAD_NVME) {
     n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
-    pstage_el = round_up(largest, eng_extent_unit(e));
-    HOST((size_t)n_pstage * pstage_el * wsz, 1);
+    pstage_el = round_sat(largest, eng_extent_unit(e));
+    HOST(mul_sat(mul_sat((size_t)n_pstage, pstage_el), wsz), 1);
   }
   /* NVMe state: the sub-group plan (kept for finalize) gives the slot size and the files' extents. */
   size_t nvme_opt = 0, nvme_param = 0;
@@ -213,18 +234,18 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   if (e->tier == ZO_OFFLOAD_NVME) {
     if (!e->sgs) ZO_CHECK(eng_plan_sub_groups(e));
     const sub_group *last = &e->sgs[e->n_sgs - 1];
-    nvme_opt = (size_t)(last->file_el + last->n_el) * state_esz;
+    nvme_opt = mul_sat(add_sat(last->file_el, last->n_el), state_esz);
     nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
     if (nbuf > e->n_sgs) nbuf = e->n_sgs;
-    sg_bytes = (size_t)nbuf * e->slot_el * state_esz;
+    sg_bytes = mul_sat(mul_sat((size_t)nbuf, e->slot_el), state_esz);
     HOST(sg_bytes, 1);
   }
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    size_t el = (size_t)(n_pstage > 2 ? n_pstage : 2) * pstage_el;
-    if (e->tier == ZO_OFFLOAD_NVME && 2 * e->slot_el > el) el = 2 * e->slot_el;
-    wb_bytes = round_up(el * wsz, e->swap_align);
+    size_t el = mul_sat((size_t)(n_pstage > 2 ? n_pstage : 2), pstage_el);
+    if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, e->slot_el) > el) el = mul_sat(2, e->slot_el);
+    wb_bytes = round_sat(mul_sat(el, wsz), e->swap_align);
     HOST(wb_bytes, 1);
-    nvme_param = pw_total * wsz;
+    nvme_param = mul_sat(pw_total, wsz);
   }
 #undef HOST
 
@@ -234,13 +255,13 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   zo_budget_line *ld = add_line(out, ZO_TIER_DEVICE, zo_device_name(e->dev));
   ld->engine_bytes = dev;
   ld->app_bytes = app[ZO_TIER_DEVICE];
-  ld->need = dev + app[ZO_TIER_DEVICE];
+  ld->need = add_sat(dev, app[ZO_TIER_DEVICE]);
   ZO_CHECK(zo_device_mem_available(e->dev, &ld->available));
   snprintf(ld->source, sizeof ld->source, "%s",
            zo_device_get_kind(e->dev) == ZO_DEVICE_CUDA ? "cudaMemGetInfo, under zoffload.device_memory_limit"
            : ld->available == SIZE_MAX                  ? "host device, no zoffload.device_memory_limit"
                                                         : "zoffload.device_memory_limit");
-  if (ld->need > ld->available) {
+  if (!fits_in(ld->need, ld->available)) {
     ld->fits = 0;
     if (e->tier == ZO_OFFLOAD_NONE)
       snprintf(ld->advice, sizeof ld->advice, "set zero_optimization.offload_optimizer.device to \"cpu\" (moves "
@@ -258,7 +279,7 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   zo_budget_line *lh = add_line(out, ZO_TIER_HOST, "host");
   lh->engine_bytes = host;
   lh->app_bytes = app[ZO_TIER_HOST];
-  lh->need = host + app[ZO_TIER_HOST] + (zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
+  lh->need = add_sat(add_sat(host, app[ZO_TIER_HOST]), zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
   size_t avail = mem_available();
   snprintf(lh->source, sizeof lh->source, "MemAvailable");
   char cg[160] = "";
@@ -271,9 +292,9 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     snprintf(lh->source + strlen(lh->source), sizeof lh->source - strlen(lh->source), "; includes the host device's %s",
              hsize(a, sizeof a, ld->need));
   lh->available = avail;
-  if (lh->need > lh->available) {
+  if (!fits_in(lh->need, lh->available)) {
     lh->fits = 0;
-    const size_t over = lh->need - lh->available;
+    const size_t over = lh->need > lh->available ? lh->need - lh->available : 0;
     int n = 0;
     if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) {
       /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
@@ -310,11 +331,11 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
   lp->engine_bytes = pinned;
   lp->app_bytes = app[ZO_TIER_PINNED];
-  lp->need = pinned + app[ZO_TIER_PINNED];
+  lp->need = add_sat(pinned, app[ZO_TIER_PINNED]);
   lp->available = memlock_limit();
   snprintf(lp->source, sizeof lp->source, "%s", lp->available == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
                                                                           : "RLIMIT_MEMLOCK");
-  if (lp->need > lp->available) {
+  if (!fits_in(lp->need, lp->available)) {
     lp->warn = 1;
     snprintf(lp->advice, sizeof lp->advice, "beyond RLIMIT_MEMLOCK the pool falls back to pageable memory (slower "
              "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
@@ -330,8 +351,8 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     if (!want[k].bytes) continue;
     size_t freeb = fs_free(want[k].path, &fsid[k]);
     if (k == 1 && ln[0] && fsid[1] == fsid[0]) {
-      ln[0]->engine_bytes += want[1].bytes;
-      ln[0]->need += want[1].bytes;
+      ln[0]->engine_bytes = add_sat(ln[0]->engine_bytes, want[1].bytes);
+      ln[0]->need = add_sat(ln[0]->need, want[1].bytes);
       ln[1] = ln[0];
       continue;
     }
@@ -342,7 +363,7 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   }
   for (int k = 0; k < 2; k++) {
     zo_budget_line *l = ln[k];
-    if (!l || (k == 1 && l == ln[0]) || l->need <= l->available) continue;
+    if (!l || (k == 1 && l == ln[0]) || fits_in(l->need, l->available)) continue;
     l->fits = 0;
     snprintf(l->advice, sizeof l->advice, "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
              hsize(a, sizeof a, l->need), want[k].path, hsize(b2, sizeof b2, l->available));
@@ -361,10 +382,12 @@ zo_status zo_budget_check(const zo_budget *b) {
     if (l->warn) zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need), l->source,
                          l->advice);
     if (l->fits || n >= (int)sizeof msg - 1) continue;
+    if (l->need == SIZE_MAX) snprintf(a, sizeof a, "more than size_t holds"); /* saturated (mul_sat, add_sat) */
+    else hsize(a, sizeof a, l->need);
     n += snprintf(msg + n, sizeof msg - n, "%s%s%s%s: needs %zu bytes (%s), %s available (%s): %s",
                   n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " space at " : " memory",
-                  l->tier == ZO_TIER_NVME ? l->where : "", l->need, hsize(a, sizeof a, l->need),
-                  hsize(v, sizeof v, l->available), l->source, l->advice);
+                  l->tier == ZO_TIER_NVME ? l->where : "", l->need, a, hsize(v, sizeof v, l->available), l->source,
+                  l->advice);
   }
   if (!n) return ZO_OK;
   return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "start-up budget: this configuration does not fit: %s", msg);

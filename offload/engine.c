@@ -248,15 +248,27 @@ void zo_engine_destroy(zo_engine_t *e) {
 
 zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems, zo_param_t **out) {
   if (!e || !name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: NULL argument");
+  ZO_CHECK(eng_check_usable(e, "register_param"));
   if (e->finalized)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "register_param '%s': the engine is already finalized", name);
   if (!name[0] || strlen(name) >= sizeof((zo_param_t *)0)->name)
     return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: name '%s' must be 1..127 bytes", name);
   if (n_elems == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': n_elems is 0", name);
+  /* The limit keeps every byte count derived from element counts (budget, finalize, the tiers) inside size_t. */
+  size_t total;
+  if (n_elems > ZO_ENGINE_MAX_ELEMS)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': %zu elements are more than one tensor may have "
+                        "(at most %zu = 2^48)", name, n_elems, ZO_ENGINE_MAX_ELEMS);
+  if (zo_size_add(e->total_el, n_elems, &total) || total > ZO_ENGINE_MAX_ELEMS)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': %zu elements on top of the %zu already registered "
+                        "are more than one engine may hold (at most %zu = 2^48 in all tensors)", name, n_elems,
+                        e->total_el, ZO_ENGINE_MAX_ELEMS);
   for (int i = 0; i < e->n_params; i++)
     if (!strcmp(e->params[i]->name, name))
       return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: tensor '%s' is already registered", name);
   if (e->n_params == e->cap_params) {
+    if (e->cap_params > (1 << 29))
+      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': more than %d tensors", name, e->cap_params);
     int cap = e->cap_params ? 2 * e->cap_params : 64;
     zo_param_t **np = realloc(e->params, cap * sizeof *np);
     if (!np) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
@@ -275,6 +287,8 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   p->shard_off = lo < n_elems ? lo : n_elems;
   p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
   e->params[e->n_params++] = p;
+  e->total_el = total;
+  eng_plan_drop(e); /* a sub-group plan made by zo_engine_budget() does not hold this tensor */
   *out = p;
   return ZO_OK;
 }
@@ -295,6 +309,7 @@ zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double
 
 zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_compute_stream: engine is NULL");
+  ZO_CHECK(eng_check_usable(e, "set_compute_stream"));
   if (e->finalized && e->compute_stream != s)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "set_compute_stream: call it before zo_engine_finalize()");
   if (s && !e->compute_mark) ZO_CHECK(zo_event_create(e->dev, &e->compute_mark));
@@ -344,12 +359,14 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
       if (b > largest) largest = b;
     }
     if (want == ZO_ARENA_FIT && e->ptier != ZO_OFFLOAD_NONE) {
-      const size_t live = round_up((size_t)e->cfg.zero.stage3_max_live_parameters * wsz, ZO_DEVICE_ALIGN) +
-                          2 * largest + (size_t)ZO_DEVICE_ALIGN * (size_t)e->n_params;
-      if (live < copies) copies = live;
+      /* stage3_max_live_parameters comes from the config (up to INT64_MAX): a live bound past size_t is no bound. */
+      size_t live;
+      if (!zo_size_mul((size_t)e->cfg.zero.stage3_max_live_parameters, wsz, &live) &&
+          !zo_size_round_up(live, ZO_DEVICE_ALIGN, &live) &&
+          !zo_size_add(live, 2 * largest + (size_t)ZO_DEVICE_ALIGN * (size_t)e->n_params, &live) && live < copies)
+        copies = live;
     }
-    cap += copies;
-    if (cap > avail)
+    if (zo_size_add(cap, copies, &cap) || cap > avail)
       return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zoffload.device_arena_bytes \"fit\": the engine holds up to %zu "
                           "bytes on the device, %zu are available; lower zero_optimization.stage3_max_live_parameters "
                           "or offload more", cap, avail);
@@ -363,10 +380,27 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
   return ZO_OK;
 }
 
+static zo_status finalize_tiers(zo_engine_t *e);
+
+/* A finalize that failed past its argument checks leaves some tiers allocated (sized for the tensors of that
+ * moment): the engine only accepts zo_engine_destroy() after it (eng_check_usable). */
 zo_status zo_engine_finalize(zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "finalize: engine is NULL");
+  ZO_CHECK(eng_check_usable(e, "finalize"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
+  zo_status st = finalize_tiers(e);
+  if (st != ZO_OK) e->fin_failed = 1;
+  return st;
+}
+
+zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
+  if (!e->fin_failed) return ZO_OK;
+  return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: zo_engine_finalize() failed on this engine; destroy it and create "
+                      "another", what);
+}
+
+static zo_status finalize_tiers(zo_engine_t *e) {
   zo_status st;
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;
@@ -548,9 +582,14 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   if (e->ptier == ZO_OFFLOAD_NVME) {
     /* The write-back ring: offload_param.buffer_count tensors of the largest
      * size, and at least two of them and two sub-groups (bytes of the working dtype). */
-    size_t el = (size_t)(e->n_pstage > 2 ? e->n_pstage : 2) * e->pstage_el;
-    if (e->tier == ZO_OFFLOAD_NVME && 2 * e->slot_el > el) el = 2 * e->slot_el;
-    e->wb_bytes = round_up(el * wsz, e->swap_align);
+    size_t el, two_sg;
+    int over = zo_size_mul((size_t)(e->n_pstage > 2 ? e->n_pstage : 2), e->pstage_el, &el);
+    over |= zo_size_mul(2, e->slot_el, &two_sg);
+    if (e->tier == ZO_OFFLOAD_NVME && two_sg > el) el = two_sg;
+    over |= zo_size_mul(el, wsz, &el) | zo_size_round_up(el, e->swap_align, &e->wb_bytes);
+    if (over) /* the budget refused this already (saturated); kept for callers that skip it */
+      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
+                          "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
     int pinned;
     st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
     if (st != ZO_OK)

@@ -161,6 +161,7 @@ struct zo_engine {
   zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
   size_t esz[ST_KINDS];      /* bytes per element of each kind of state */
   int finalized;
+  int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
   zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
   int n_grads;               /* gradients handed over in this step */
@@ -178,6 +179,7 @@ struct zo_engine {
 
   zo_param_t **params;
   int n_params, cap_params;
+  size_t total_el;           /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
 
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;
@@ -319,6 +321,8 @@ zo_status eng_trace_end_step(zo_engine_t *e);
 /* ---------------------------------------------------------------- engine.c */
 
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
+/* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
+zo_status eng_check_usable(const zo_engine_t *e, const char *what);
 void eng_host_buf_free(host_buf *b);
 
 /* ---------------------------------------------------------------- engine_dp.c */
@@ -395,6 +399,8 @@ size_t eng_extent_unit(const zo_engine_t *e);
 uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
 /* Cut the shards into pieces and pack them into sub-groups (finalize). */
 zo_status eng_plan_sub_groups(zo_engine_t *e);
+/* Forget the sub-group plan (before finalize: a tensor was registered after zo_engine_budget() made it). */
+void eng_plan_drop(zo_engine_t *e);
 /* Queue a read or write of elements [el, el + n_el) of state kind @k. */
 zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req);
 /* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */

@@ -25,9 +25,18 @@ zo_status eng_plan_sub_groups(zo_engine_t *e) {
   if (e->sgs) return ZO_OK; /* planned already (zo_engine_budget) */
   const size_t unit = eng_extent_unit(e);
   size_t sgs = (size_t)e->cfg.zero.sub_group_size;
-  sgs = round_up(sgs < unit ? unit : sgs, unit);
-  int cap = 0;
-  for (int i = 0; i < e->n_params; i++) cap += (int)((e->params[i]->shard_n + sgs - 1) / sgs);
+  if (zo_size_round_up(sgs < unit ? unit : sgs, unit, &sgs)) sgs = SIZE_MAX / unit * unit;
+  /* The plan is made by zo_engine_budget(), before the budget says whether anything fits: refuse one whose own
+   * arrays (about 80 bytes a piece) would be more than 1.3 GiB (a tiny sub_group_size for huge tensors). Each
+   * count is at most ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
+  enum { ZO_PLAN_MAX_PIECES = 1 << 24 };
+  size_t n_pieces = 0;
+  for (int i = 0; i < e->n_params; i++) n_pieces += e->params[i]->shard_n / sgs + (e->params[i]->shard_n % sgs != 0);
+  if (n_pieces > ZO_PLAN_MAX_PIECES)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
+                        "all) into %zu pieces, more than %d; raise it", (long long)e->cfg.zero.sub_group_size,
+                        e->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
+  const int cap = (int)n_pieces;
   e->pieces = calloc(cap ? cap : 1, sizeof *e->pieces);
   e->sgs = calloc(cap ? cap : 1, sizeof *e->sgs);
   if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
@@ -61,6 +70,14 @@ zo_status eng_plan_sub_groups(zo_engine_t *e) {
   }
   e->slot_el = max_el;
   return ZO_OK;
+}
+
+void eng_plan_drop(zo_engine_t *e) {
+  free(e->pieces);
+  free(e->sgs);
+  e->pieces = NULL, e->sgs = NULL;
+  e->n_pieces = e->n_sgs = 0;
+  e->slot_el = 0;
 }
 
 /* Queue a read or write of elements [el, el + n_el) of state kind k. */

@@ -725,7 +725,10 @@ zo_status zo_host_alloc(size_t nbytes, int pin, void **out, int *pinned) {
   *out = NULL;
   if (pinned) *pinned = 0;
   if (!pin) {
-    void *p = mmap(NULL, round_page(nbytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t len;
+    if (zo_size_round_up(nbytes, (size_t)sysconf(_SC_PAGESIZE), &len)) /* round_page() would wrap to 0 */
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: %zu bytes is more than the address space holds", nbytes);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: cannot map %zu bytes: %s", round_page(nbytes),
                           strerror(errno));

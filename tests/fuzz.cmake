@@ -19,3 +19,18 @@ if(NOT ZO_SANITIZE)
            ${CMAKE_BINARY_DIR})
   set_tests_properties(sanitize_tsan PROPERTIES LABELS "tsan" TIMEOUT 900)
 endif()
+
+# The engine sequence fuzzer (fuzz_engine_seq.c): adversarial sizes and call orders on the host device, seeds in
+# tests/fuzz_engine_seq/ (binary programs, see the file's opening comment for their layout).
+add_executable(fuzz_engine_seq fuzz_engine_seq.c)
+target_link_libraries(fuzz_engine_seq PRIVATE zoffload_static)
+if(ZO_FUZZ_LIBFUZZER)
+  target_compile_definitions(fuzz_engine_seq PRIVATE ZO_LIBFUZZER=1)
+  target_link_options(fuzz_engine_seq PRIVATE -fsanitize=fuzzer)
+endif()
+if(NOT ZO_SANITIZE)
+  add_test(NAME fuzz_engine_seq_smoke COMMAND fuzz_engine_seq -runs=300 -timeout=20
+           ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_engine_seq)
+  set_tests_properties(fuzz_engine_seq_smoke PROPERTIES LABELS "unit;fuzz" TIMEOUT 120
+                       ENVIRONMENT "TMPDIR=${CMAKE_CURRENT_BINARY_DIR}")
+endif()

@@ -2,8 +2,9 @@
 # sanitize.sh MODE SOURCE_DIR BUILD_ROOT - a second build of the library and its tests under a sanitizer,
 # then those tests run there; any sanitizer report fails (halt_on_error). MODE:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer) over the unit-test programs,
-#         then the config fuzz target for FUZZ_SECONDS (default 40): coverage-guided libFuzzer when clang
-#         has it, else the deterministic mutation driver in fuzz_config.c
+#         then the config fuzz target for FUZZ_SECONDS (default 40) and the engine sequence fuzzer
+#         (fuzz_engine_seq.c) for FUZZ_ENGINE_SECONDS (default 40): coverage-guided libFuzzer when clang
+#         has it, else the deterministic mutation drivers in those files
 #   tsan  ThreadSanitizer over the pipeline tests: the engine (copy-stream callbacks, Adam pool, NVMe
 #         pipeline), the Adam thread pool, the swap queue and its progress thread, the device backend
 # The tree is BUILD_ROOT/san-MODE (CUDA, NCCL and MPI off: they are not what is checked here).
@@ -42,7 +43,7 @@ CC=$cc cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_SANITIZE
       -DZO_WITH_CUDA=OFF -DZO_WITH_NCCL=OFF -DZO_WITH_MPI=OFF -DZO_NATIVE=ON >"$dir.configure.log" 2>&1 \
   || { cat "$dir.configure.log"; fail "configure ($cc, -fsanitize=$san)"; }
 targets=$tests
-[ "$mode" = asan ] && targets="$targets fuzz_config"
+[ "$mode" = asan ] && targets="$targets fuzz_config fuzz_engine_seq"
 # shellcheck disable=SC2086
 cmake --build "$dir" -j"$(nproc)" --target $targets >"$dir.build.log" 2>&1 || { tail -30 "$dir.build.log"; fail "build"; }
 t1=$(date +%s)
@@ -69,6 +70,22 @@ if [ "$mode" = asan ]; then
   else
     tail -1 "$dir.fuzz.log"
     [ $frc -eq 0 ] || { tail -40 "$dir.fuzz.log"; fail "fuzz_config: crash or hang"; }
+  fi
+  # The engine sequence fuzzer: seeds in tests/fuzz_engine_seq, scratch files under the tree.
+  corpus="$dir/fuzz-engine-corpus"
+  rm -rf "$corpus" "$dir/fuzz-tmp" && mkdir -p "$corpus" "$dir/fuzz-tmp"
+  cp "$src"/tests/fuzz_engine_seq/* "$corpus"/
+  secs=${FUZZ_ENGINE_SECONDS:-40}
+  (cd "$dir" && TMPDIR="$dir/fuzz-tmp" ./tests/fuzz_engine_seq -max_total_time="$secs" -timeout=20 -max_len=512 \
+     -rss_limit_mb=2560 "$corpus") >"$dir.fuzz-engine.log" 2>&1
+  frc=$?
+  if [ $fuzzer = ON ]; then
+    execs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$dir.fuzz-engine.log" | tail -1)
+    [ $frc -eq 0 ] && [ -n "$execs" ] || { tail -40 "$dir.fuzz-engine.log"; fail "fuzz_engine_seq (libFuzzer): crash or hang"; }
+    echo "fuzz_engine_seq (libFuzzer, ASan+UBSan): $execs(s), 0 crashes, 0 hangs"
+  else
+    tail -1 "$dir.fuzz-engine.log"
+    [ $frc -eq 0 ] || { tail -40 "$dir.fuzz-engine.log"; fail "fuzz_engine_seq: crash or hang"; }
   fi
 fi
 echo PASS

@@ -5,6 +5,7 @@
  * bit; clipping, fp16 overflow skipping and loss-scale changes; misuse errors.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "zo_test.h"
 #include "zoffload/adam.h"
+#include "zoffload/budget.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 
@@ -598,6 +600,113 @@ static void test_dpu(void) {
   zo_device_destroy(dev);
 }
 
+/* Element counts whose byte counts do not fit in size_t (alone, or summed over tensors) are refused at
+ * registration, naming the tensor; before they registered, finalize returned ZO_OK with wrapped sizes and
+ * load_param wrote past its buffers (issue 20). Nothing here allocates more than a few KiB. */
+static void test_huge_counts(const char *dir) {
+  zo_config_t cfg;
+  base_config(&cfg);
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  static const size_t huge[] = {((size_t)1 << 62) + 1, (size_t)1 << 62, ((size_t)1 << 63) - 1, SIZE_MAX,
+                                ZO_ENGINE_MAX_ELEMS + 1};
+  for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+    zo_engine_t *e;
+    zo_param_t *a, *h;
+    REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+    REQUIRE_OK(zo_engine_register_param(e, "small", 64, &a));
+    zo_status st = zo_engine_register_param(e, "huge.weight", huge[i], &h);
+    if (!CHECK_ST(st, ZO_ERR_INVALID_ARG)) {
+      fprintf(stderr, "  n_elems %zu registered; finalize: %s\n", huge[i],
+              zo_engine_finalize(e) == ZO_OK ? "ZO_OK (wrapped sizes)" : zo_last_error());
+    } else {
+      CHECK_HAS(zo_last_error(), "huge.weight");
+      CHECK_HAS(zo_last_error(), "2^48");
+    }
+    zo_engine_destroy(e);
+  }
+  /* The sum over tensors: two of half the limit fit, one element more is refused, naming that tensor. */
+  zo_engine_t *e;
+  zo_param_t *a, *b, *c;
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "half.a", ZO_ENGINE_MAX_ELEMS / 2, &a));
+  REQUIRE_OK(zo_engine_register_param(e, "half.b", ZO_ENGINE_MAX_ELEMS / 2, &b));
+  CHECK_ST(zo_engine_register_param(e, "one.more", 1, &c), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "one.more");
+  /* What is registered is refused by the budget (host memory), not allocated. */
+  CHECK_ST(zo_engine_finalize(e), ZO_ERR_OUT_OF_MEMORY);
+  zo_engine_destroy(e);
+  /* A caller's bytes that overflow the sum make a line not fit (it wrapped to a small need before). */
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "w", 64, &a));
+  zo_budget bud;
+  const size_t app[4] = {0, SIZE_MAX - 16, 0, 0};
+  REQUIRE_OK(zo_engine_budget(e, app, &bud));
+  CHECK_EQ(bud.fits, 0);
+  CHECK(bud.line[1].need == SIZE_MAX);
+  zo_engine_destroy(e);
+  /* nvme with sub_group_size 1: 2^38 pieces of 1024 elements; the piece count wrapped to 0 in an int and the plan
+   * wrote past a one-entry array. Now refused, naming sub_group_size. */
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  cfg.zero.sub_group_size = 1;
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "all", ZO_ENGINE_MAX_ELEMS, &a));
+  CHECK_ST(zo_engine_budget(e, NULL, &bud), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "sub_group_size");
+  zo_engine_destroy(e);
+}
+
+/* Found by fuzz_engine_seq: (1) a finalize that failed (device limit) left e->tasks sized for the tensors of then;
+ * a tensor registered afterwards made zo_engine_destroy() read past it (SIGSEGV). Now every call but destroy is
+ * refused after a failed finalize. (2) A tensor registered after zo_engine_budget() was missing from the nvme
+ * sub-group plan the budget had made: its master weights landed on another tensor's extent. */
+static void test_finalize_order(const char *dir) {
+  zo_config_t cfg;
+  base_config(&cfg);
+  zo_engine_t *e;
+  zo_param_t *a, *b, *c;
+  cfg.zoffload.device_memory_limit = 4096;
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "fits.not", 100000, &a));
+  CHECK_ST(zo_engine_finalize(e), ZO_ERR_OUT_OF_MEMORY);
+  for (int i = 0; i < 4; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "late%d", i);
+    CHECK_ST(zo_engine_register_param(e, name, 8, &b), ZO_ERR_INVALID_USAGE);
+  }
+  CHECK_HAS(zo_last_error(), "finalize");
+  CHECK_ST(zo_engine_finalize(e), ZO_ERR_INVALID_USAGE);
+  zo_budget bud;
+  CHECK_ST(zo_engine_budget(e, NULL, &bud), ZO_ERR_INVALID_USAGE);
+  zo_engine_destroy(e);
+
+  base_config(&cfg);
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
+  REQUIRE_OK(zo_engine_register_param(e, "first", 3000, &a));
+  REQUIRE_OK(zo_engine_budget(e, NULL, &bud));
+  REQUIRE_OK(zo_engine_register_param(e, "second", 5000, &b));
+  REQUIRE_OK(zo_engine_register_param(e, "third", 100, &c));
+  REQUIRE_OK(zo_engine_finalize(e));
+  static float va[3000], vb[5000], vc[100], got[5000];
+  for (int i = 0; i < 5000; i++) vb[i] = 2.0f + (float)i;
+  for (int i = 0; i < 3000; i++) va[i] = -1.0f - (float)i;
+  for (int i = 0; i < 100; i++) vc[i] = 0.5f * (float)i;
+  REQUIRE_OK(zo_engine_load_param(e, a, va));
+  REQUIRE_OK(zo_engine_load_param(e, b, vb));
+  REQUIRE_OK(zo_engine_load_param(e, c, vc));
+  size_t off = 0, n = 0;
+  REQUIRE_OK(zo_engine_get_master(e, b, got, &off, &n));
+  CHECK_EQ(n, 5000);
+  CHECK_BYTES("master of 'second' registered after budget", got, vb, sizeof vb);
+  REQUIRE_OK(zo_engine_get_master(e, a, got, &off, &n));
+  CHECK_BYTES("master of 'first'", got, va, sizeof va);
+  REQUIRE_OK(zo_engine_get_master(e, c, got, &off, &n));
+  CHECK_BYTES("master of 'third'", got, vc, sizeof vc);
+  zo_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   char dir[2048];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir)) return ZO_TEST_SKIP;
@@ -648,6 +757,8 @@ int main(int argc, char **argv) {
   test_fp16_overflow();
   test_param_offload(dir);
   test_dpu();
+  test_huge_counts(dir);
+  test_finalize_order(dir);
   test_misuse(dir);
   rmdir(dir);
   return zo_test_finish("test_engine");

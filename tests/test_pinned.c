@@ -248,6 +248,11 @@ static void test_host_calls(void) {
   int pa = -1, pb = -1;
   REQUIRE_OK(zo_host_alloc((1u << 20) + 17, 1, &a, &pa));
   REQUIRE_OK(zo_host_alloc(5000, 0, &b, &pb));
+  { /* a size whose page round-up wraps is refused as such (it became an mmap of 0 bytes: "cannot map 0 bytes") */
+    void *h = NULL;
+    CHECK_ST(zo_host_alloc(SIZE_MAX - 17, 0, &h, NULL), ZO_ERR_OUT_OF_MEMORY);
+    CHECK_HAS(zo_last_error(), "18446744073709551598 bytes");
+  }
   CHECK_EQ((uintptr_t)a % 4096, 0);
   CHECK_EQ((uintptr_t)b % 4096, 0);
   CHECK_EQ(pa, 1);

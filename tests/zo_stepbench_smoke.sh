@@ -29,6 +29,16 @@ grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the 
 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --offload-param gpu >/dev/null 2>"$dir/err" &&
   fail "--offload-param gpu accepted"
 "$bin" --layers 2 --nvme-path "$dir" --steps 1 >/dev/null 2>&1 && fail "missing --params accepted"
+# --params beyond what an engine holds, or what this machine holds, is refused before the tool allocates (2^62+1
+# grew RSS until killed); bounded by ulimit -v and timeout so a regression fails, not hangs.
+for n in 4611686018427387905 1e14; do
+  (ulimit -v 4000000; timeout 60 "$bin" --params $n --layers 2 --nvme-path "$dir" --steps 1 --no-baseline) \
+    >"$dir/out" 2>"$dir/err"
+  rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] || fail "--params $n: exit $rc, want a refusal: $(tail -3 "$dir/err")"
+  grep -q -- "--params" "$dir/err" || fail "--params $n: no message naming --params: $(tail -3 "$dir/err")"
+  grep -q "link limit" "$dir/out" && fail "--params $n: the link was measured (allocated) before the refusal"
+done
 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --device gpu >/dev/null 2>"$dir/err" && fail "--device gpu accepted"
 grep -q -- "--device" "$dir/err" || fail "--device gpu: no message naming --device: $(cat "$dir/err")"
 

@@ -22,6 +22,13 @@ done
 "$bin" --path "$dir" --size banana >/dev/null 2>"$dir/err" && fail "--size banana accepted"
 grep -q "size" "$dir/err" || fail "--size banana: no message naming --size: $(cat "$dir/err")"
 "$bin" --path "$dir" --block-sizes 1000 >/dev/null 2>&1 && fail "--block-sizes 1000 (not a multiple of 4K) accepted"
+# A queue depth the measurement cannot use is refused before anything is allocated (it grew to 7.9 GB of
+# pread buffers and threads on a 16 MiB file); bounded by ulimit -v and timeout so a regression fails, not hangs.
+(ulimit -v 2000000; timeout 30 "$bin" --path "$dir" --quick --no-fio --ops read --queue-depths 32768) \
+  >/dev/null 2>"$dir/err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--queue-depths 32768 on a 16 MiB file: exit $rc, want 2 (refused): $(tail -3 "$dir/err")"
+grep -q -- "--queue-depths: 32768" "$dir/err" || fail "--queue-depths 32768: no message naming it: $(tail -3 "$dir/err")"
 "$bin" --path "$dir/does-not-exist" --quick --no-fio >/dev/null 2>"$dir/err" && fail "missing --path directory accepted"
 grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the error: $(cat "$dir/err")"
 "$bin" --path "$dir" --quick --no-fio --device gpu >/dev/null 2>"$dir/err" && fail "--device gpu accepted"

@@ -82,13 +82,25 @@ ZO_API void zo_engine_destroy(zo_engine_t *e);
 ZO_API const char *zo_engine_last_error(const zo_engine_t *e);
 
 /*
+ * ZO_ENGINE_MAX_ELEMS - the most elements one tensor, and all tensors of one
+ * engine together, may have: 2^48 (1 PiB of fp32 master weights, more than
+ * any one machine holds). Larger counts are refused at registration, so that
+ * every byte count the engine derives from them (elements x bytes per
+ * element of each tier, sums over tensors, alignment padding) fits in size_t.
+ */
+#define ZO_ENGINE_MAX_ELEMS ((size_t)1 << 48)
+
+/*
  * zo_engine_register_param() - declare a trainable tensor.
  * @name:    unique, at most 127 bytes; used in every message about it.
- * @n_elems: element count of the whole (unpartitioned) tensor, > 0.
+ * @n_elems: element count of the whole (unpartitioned) tensor, 1 to
+ *           ZO_ENGINE_MAX_ELEMS; the tensors of one engine together hold at
+ *           most ZO_ENGINE_MAX_ELEMS elements too.
  * @out:     handle, valid until zo_engine_destroy().
  * Only before zo_engine_finalize(). Returns ZO_OK, ZO_ERR_INVALID_ARG (empty
- * or duplicate name, n_elems 0), ZO_ERR_INVALID_USAGE (after finalize),
- * ZO_ERR_OUT_OF_MEMORY.
+ * or duplicate name, n_elems 0, n_elems or the running total over
+ * ZO_ENGINE_MAX_ELEMS: the tensor, its count and the limit named),
+ * ZO_ERR_INVALID_USAGE (after finalize), ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems,
                                           zo_param_t **out);
@@ -127,7 +139,10 @@ ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
  * "fit" arena larger than the device has free); ZO_ERR_CONFIG
  * (device_arena_bytes outside what works); ZO_ERR_IO / ZO_ERR_SYSTEM from
  * swap file creation (file and size named); ZO_ERR_INVALID_USAGE when called
- * twice or with no tensor.
+ * twice or with no tensor. After a failure other than those two usage errors
+ * the engine holds tiers sized for the tensors of that moment and accepts
+ * only zo_engine_destroy(): register_param, budget and finalize answer
+ * ZO_ERR_INVALID_USAGE, the calls that need a finalized engine as before.
  */
 ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
 

@@ -285,6 +285,11 @@ static int parse_args(int argc, char **argv, opts *o) {
     fprintf(stderr, "zo-stepbench: --params, --layers, --nvme-path and --steps are required (see --help)\n");
     return -1;
   }
+  if (o->params > ZO_ENGINE_MAX_ELEMS) { /* refused before anything is allocated */
+    fprintf(stderr, "zo-stepbench: --params %" PRIu64 ": more elements than one engine holds (at most %zu = 2^48)\n",
+            o->params, ZO_ENGINE_MAX_ELEMS);
+    return -1;
+  }
   if ((uint64_t)o->layers > o->params) {
     fprintf(stderr, "zo-stepbench: --layers %d exceeds --params %" PRIu64 "\n", o->layers, o->params);
     return -1;
@@ -584,11 +589,6 @@ int main(int argc, char **argv) {
   else if (o.link_set) fprintf(stderr, "zo-stepbench: --link-gbps is ignored with --device %s: the link is real\n",
                                zo_device_kind_name(o.device));
 
-  /* The link's limit, on the quiet device before the engine allocates: copies of one layer's bytes. */
-  linkbench lim;
-  if (linkbench_measure(dev, per * wsz, 3, &lim) != 0)
-    fprintf(stderr, "zo-stepbench: link limit not measured (%s); link ratios not reported\n", lim.note);
-  linkbench_print(stdout, "", &lim);
   /* Link bytes per step: the device's counters, or the engine's where the backend keeps none. */
   zo_link_stats lprobe;
   const int dev_link_stats = zo_device_link_stats(dev, &lprobe) == ZO_OK;
@@ -616,9 +616,17 @@ int main(int argc, char **argv) {
     if (!bud.fits) {
       zo_budget_print(&bud, stdout);
       fflush(stdout);
-      ZCHECK(zo_budget_check(&bud));
+      if (zo_budget_check(&bud) != ZO_OK)
+        DIE("--params %" PRIu64 " with these options does not fit this machine: %s", N, zo_last_error());
     }
   }
+
+  /* The link's limit, on the quiet device before the engine allocates any of it (at finalize): copies of one
+   * layer's bytes. After the budget, so a --params the machine cannot hold is refused before this allocates. */
+  linkbench lim;
+  if (linkbench_measure(dev, per * wsz, 3, &lim) != 0)
+    fprintf(stderr, "zo-stepbench: link limit not measured (%s); link ratios not reported\n", lim.note);
+  linkbench_print(stdout, "", &lim);
 
   /* Disk baseline, first run: before the engine touches the disk (quiet device), on the estimated
    * swap size; the second run follows the steps on the exact size. The better of the two is the

@@ -1422,14 +1422,35 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o.n_qd; i++) o.qd[i] = (unsigned)qd64[i];
   /* Whole-file transfers in aligned pieces: round the size up to 64 KiB (a multiple of any O_DIRECT
    * alignment in practice). */
-  o.size = (o.size + 64 * KiB - 1) / (64 * KiB) * (64 * KiB);
+  uint64_t rounded;
+  if (__builtin_add_overflow(o.size, 64 * KiB - 1, &rounded)) {
+    fprintf(stderr, "zo-swapbench: --size: %" PRIu64 " bytes is more than a file can have\n", o.size);
+    return 2;
+  }
+  o.size = rounded / (64 * KiB) * (64 * KiB);
   o.bytes = o.size < 512 * MiB ? o.size : 512 * MiB;
   if (bytes_s && (parse_size(bytes_s, &o.bytes) || o.bytes == 0)) {
     fprintf(stderr, "zo-swapbench: --bytes: cannot parse '%s' (e.g. 512M)\n", bytes_s);
     return 2;
   }
-  o.bytes = (o.bytes + 64 * KiB - 1) / (64 * KiB) * (64 * KiB);
   if (o.bytes > o.size) o.bytes = o.size;
+  o.bytes = (o.bytes + 64 * KiB - 1) / (64 * KiB) * (64 * KiB); /* <= o.size, a multiple of 64 KiB: cannot wrap */
+  /* Queue depths the measurement can use: io_uring takes up to 32768 entries (parse_list), but a measurement moves
+   * --bytes in blocks of the smallest --block-sizes, so more blocks than that are never in flight, and the pread
+   * baseline would allocate queue depth x block size bytes of buffers (and as many threads) for nothing. Refused
+   * here, before anything is allocated. */
+  uint64_t bs_min = o.bs[0];
+  for (int i = 1; i < o.n_bs; i++)
+    if (o.bs[i] < bs_min) bs_min = o.bs[i];
+  const uint64_t qd_use = o.bytes / bs_min ? o.bytes / bs_min : 1;
+  for (int i = 0; i < o.n_qd; i++)
+    if (o.qd[i] > qd_use) {
+      fprintf(stderr, "zo-swapbench: --queue-depths: %u is more than the %" PRIu64 " blocks of %" PRIu64 " bytes "
+              "(the smallest --block-sizes) in the %" PRIu64 " bytes a measurement moves (--bytes, at most --size); "
+              "use a queue depth of at most %" PRIu64 " or a larger --size/--bytes\n", o.qd[i], qd_use, bs_min,
+              o.bytes, qd_use);
+      return 2;
+    }
   o.max_sec = o.quick ? 0 : 0.3;
   if (sec_s) {
     char *end;

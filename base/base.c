@@ -50,6 +50,36 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
   return st;
 }
 
+const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
+  if (!out || cap == 0) return out;
+  if (!s) {
+    snprintf(out, cap, "(null)");
+    return out;
+  }
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *b = s;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int plain = b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\';
+    const size_t need = plain ? 1 : 4;
+    if (o + need + (i + 1 < n ? 3 : 0) >= cap) { /* room for "..." unless this is the last byte */
+      if (cap >= 4) {
+        while (o + 3 >= cap) o--;
+        memcpy(out + o, "...", 3);
+        o += 3;
+      }
+      break;
+    }
+    if (plain) {
+      out[o++] = (char)b[i];
+    } else {
+      out[o++] = '\\', out[o++] = 'x', out[o++] = hex[b[i] >> 4], out[o++] = hex[b[i] & 15];
+    }
+  }
+  out[o < cap ? o : cap - 1] = 0;
+  return out;
+}
+
 static zo_log_handler g_handler;
 static void *g_handler_user;
 static int g_max_level = -1; /* -1: not yet read from ZO_LOG_LEVEL */

@@ -118,6 +118,42 @@ ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_sta
  */
 ZO_API zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype);
 
+/*
+ * zo_safetensors_visit_fn - one tensor of a safetensors file, in the order
+ * of its data: @name as in the header (NUL-terminated, any bytes but NUL),
+ * @dtype its dtype string ("F32", "BF16", "F16", "F64", "I64", "I32", "I16",
+ * "I8", "U8", "BOOL", ...), @ndim dims (0..8) in @dims, @data its @nbytes
+ * raw little-endian bytes, inside the caller's buffer. Return 0 to go on;
+ * non-zero stops the walk (the parse then returns ZO_ERR_INVALID_USAGE).
+ */
+typedef int (*zo_safetensors_visit_fn)(void *user, const char *name, const char *dtype, int ndim,
+                                       const int64_t *dims, const void *data, size_t nbytes);
+
+/*
+ * zo_safetensors_parse() - check @n bytes at @buf as a whole safetensors
+ * file, then call @fn once per tensor (the "__metadata__" entry skipped).
+ * Every field is checked before the first call: an 8-byte little-endian
+ * header length that fits in @n and is at most 100 MB, a JSON object header
+ * (no duplicate keys), each entry {dtype: a known dtype, shape: at most 8
+ * dims each 0..2^62, data_offsets: [begin, end]} with end - begin equal to
+ * the shape's product times the dtype's size (overflow-checked), and the
+ * tensors covering the data exactly, with neither holes nor overlap. @fn
+ * may be NULL (check only). Reads @buf only; thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @buf with @n > 0); ZO_ERR_CORRUPT
+ * (the first thing wrong, named: the byte offset or the tensor and its
+ * field; names quoted through zo_escape); ZO_ERR_INVALID_USAGE (@fn
+ * stopped); ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_safetensors_parse(const void *buf, size_t n, zo_safetensors_visit_fn fn, void *user);
+
+/*
+ * zo_safetensors_read() - zo_safetensors_parse() of the file @path, read
+ * whole into memory (opened without following a final symbolic link and
+ * without blocking; anything but a regular file is refused, named).
+ * Returns as zo_safetensors_parse, or ZO_ERR_IO naming @path.
+ */
+ZO_API zo_status zo_safetensors_read(const char *path, zo_safetensors_visit_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,11 +58,13 @@ const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
   }
   static const char hex[] = "0123456789abcdef";
   const unsigned char *b = s;
-  size_t o = 0;
+  size_t o = 0, total = 0;
+  for (size_t i = 0; i < n && total < cap; i++) total += b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\' ? 1 : 4;
+  const size_t reserve = total < cap ? 0 : 3; /* it does not all fit: keep room for "..." */
   for (size_t i = 0; i < n; i++) {
     const int plain = b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\';
     const size_t need = plain ? 1 : 4;
-    if (o + need + (i + 1 < n ? 3 : 0) >= cap) { /* room for "..." unless this is the last byte */
+    if (o + need + reserve >= cap) {
       if (cap >= 4) {
         while (o + 3 >= cap) o--;
         memcpy(out + o, "...", 3);

@@ -5,7 +5,8 @@
 #   - manifest step 2^63-1, app_state.step 2^62, app_state.step 2 beside an engine step 3, an fp16 loss
 #     scale of 0, -1 or 1e38, a tensor's numel changed (the message prints the registered count);
 #   - a FIFO in place of the shard file, the manifest or `latest` (refused at once, never a hang);
-#   - `latest` of random bytes: the message shows them escaped (\xNN), never a raw control byte;
+#   - `latest` of random bytes: the message shows them escaped (\xNN), never a raw control byte; so does
+#     a config whose value holds an ESC, or whose bytes are not JSON;
 # and --keep-last 1 leaves alone a step directory holding a file of someone else's, a "step-N-notes"
 # directory, a .tmp-step-* directory that is not a killed save's, and a step directory newer than the run's,
 # while it removes (and names) its own older checkpoints. Exit 0 pass, 1 fail.
@@ -77,6 +78,19 @@ head -c 300 /dev/urandom >"$work/c8/latest"
 train "$cfg" --steps 6 --resume "$work/c8" >"$work/latest-random.out" 2>&1 && fail "latest-random: resumed"
 LC_ALL=C grep -q '[[:cntrl:]]' <(tr -d '\n' <"$work/latest-random.out") && fail "latest-random: a control byte reached the output"
 echo "ok latest-random: $(grep -m1 -o 'does not name.\{0,60\}' "$work/latest-random.out")"
+
+# a config value with an ESC in it, and raw control bytes in a malformed config: quoted escaped
+python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1])); c['optimizer']['type'] = '\x1b[2Jx'; json.dump(c, open(sys.argv[2], 'w'))" "$cfg" "$work/esc.json"
+train "$work/esc.json" --steps 1 >"$work/config-esc.out" 2>&1 && fail "config-esc: accepted"
+grep -qF 'got "\x1b[2Jx"' "$work/config-esc.out" || { cat "$work/config-esc.out"; fail "config-esc: value not quoted escaped"; }
+printf '{"train_batch_size": \033[2J\001}' >"$work/raw.json"
+train "$work/raw.json" --steps 1 >"$work/config-raw.out" 2>&1 && fail "config-raw: accepted"
+for f in config-esc config-raw; do
+  LC_ALL=C grep -q $'\033' "$work/$f.out" && { cat -v "$work/$f.out"; fail "$f: a raw ESC byte reached the output"; }
+  echo "ok $f: $(grep -m1 -o 'optimizer.type.*\|malformed JSON.*' "$work/$f.out")"
+done
 
 # --keep-last 1 removes only its own older checkpoints
 k=$work/keep

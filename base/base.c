@@ -61,6 +61,38 @@ int zo_stop_requested(void) { return atomic_load_explicit(&g_stop, memory_order_
 
 void zo_stop_reset(void) { atomic_store(&g_stop, 0); }
 
+const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
+  if (!out || cap == 0) return out;
+  if (!s) {
+    snprintf(out, cap, "(null)");
+    return out;
+  }
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *b = s;
+  size_t o = 0, total = 0;
+  for (size_t i = 0; i < n && total < cap; i++) total += b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\' ? 1 : 4;
+  const size_t reserve = total < cap ? 0 : 3; /* it does not all fit: keep room for "..." */
+  for (size_t i = 0; i < n; i++) {
+    const int plain = b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\';
+    const size_t need = plain ? 1 : 4;
+    if (o + need + reserve >= cap) {
+      if (cap >= 4) {
+        while (o + 3 >= cap) o--;
+        memcpy(out + o, "...", 3);
+        o += 3;
+      }
+      break;
+    }
+    if (plain) {
+      out[o++] = (char)b[i];
+    } else {
+      out[o++] = '\\', out[o++] = 'x', out[o++] = hex[b[i] >> 4], out[o++] = hex[b[i] & 15];
+    }
+  }
+  out[o < cap ? o : cap - 1] = 0;
+  return out;
+}
+
 static zo_log_handler g_handler;
 static void *g_handler_user;
 static int g_max_level = -1; /* -1: not yet read from ZO_LOG_LEVEL */

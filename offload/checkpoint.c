@@ -8,9 +8,10 @@
 #include "zoffload/checkpoint.h"
 
 #include <dirent.h>
+#include <stdarg.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
@@ -115,12 +116,134 @@ static zo_status write_file(const char *path, const char *text) {
   return st;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
+/* Open @path to read without following a symbolic link in its last component and without blocking (a FIFO or a
+ * device in place of a checkpoint file would block or never end); refuse anything but a regular file, naming it.
+ * *@size (may be NULL) receives its size. The descriptor is blocking again on return. */
+static zo_status open_regular(const char *path, int *fd_out, uint64_t *size) {
+  *fd_out = -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0 && errno == ELOOP)
+    return zo_error_set(ZO_ERR_IO, "checkpoint: '%s' is a symbolic link: a checkpoint holds regular files only", path);
+  if (fd < 0) return sys_err(ZO_ERR_IO, "cannot open", path);
+  struct stat sb;
+  if (fstat(fd, &sb)) {
+    zo_status st = sys_err(ZO_ERR_IO, "cannot stat", path);
+    close(fd);
+    return st;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return zo_error_set(ZO_ERR_IO, "checkpoint: '%s' is not a regular file (%s): a checkpoint holds regular files only",
+                        path, S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
+                              : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
+                              : "not a plain file");
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  if (size) *size = (uint64_t)sb.st_size;
+  *fd_out = fd;
+  return ZO_OK;
 }
-/* rm -rf @path (quietly: a missing path is fine) */
-static void remove_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* The whole of a small regular file (open_regular), at most @max bytes (else an error naming the file and the
+ * limit), NUL-terminated in *@text (malloc'd), its length in *@n. */
+static zo_status read_small(const char *path, size_t max, char **text, size_t *n) {
+  *text = NULL, *n = 0;
+  int fd;
+  uint64_t size;
+  ZO_CHECK(open_regular(path, &fd, &size));
+  if (size > max) {
+    close(fd);
+    return zo_error_set(ZO_ERR_CORRUPT, "checkpoint: '%s' is %" PRIu64 " bytes, more than the %zu this file may hold",
+                        path, size, max);
+  }
+  char *b = malloc((size_t)size + 1);
+  if (!b) {
+    close(fd);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "checkpoint: reading '%s' (%" PRIu64 " bytes): out of memory", path, size);
+  }
+  zo_status st = pread_all(fd, b, (size_t)size, 0, path);
+  close(fd);
+  if (st != ZO_OK) {
+    free(b);
+    return st;
+  }
+  b[size] = 0;
+  *text = b, *n = (size_t)size;
+  return ZO_OK;
+}
+
+/* "step-" and at least 12 decimal digits (zo_engine_save's "step-%012lld"), the rest of the name from @end on;
+ * the step in *@step. Returns 1 when @name starts so. */
+static int parse_step_name(const char *name, int64_t *step, const char **end) {
+  if (strncmp(name, "step-", 5)) return 0;
+  const char *d = name + 5;
+  int64_t v = 0;
+  int nd = 0;
+  for (; *d >= '0' && *d <= '9'; d++, nd++)
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *d - '0', &v)) return 0;
+  if (nd < 12) return 0;
+  *step = v, *end = d;
+  return 1;
+}
+
+/* "rankNNNNN.bin", "manifest.json" or "manifest-rankNNNNN.json": the only files zo_engine_save() writes */
+static int format_file_name(const char *n) {
+  if (!strcmp(n, "manifest.json")) return 1;
+  const char *r = !strncmp(n, "rank", 4) ? n + 4 : !strncmp(n, "manifest-rank", 13) ? n + 13 : NULL;
+  if (!r) return 0;
+  for (int i = 0; i < 5; i++)
+    if (r[i] < '0' || r[i] > '9') return 0;
+  return !strcmp(r + 5, n[0] == 'r' ? ".bin" : ".json");
+}
+
+/* Whether @path is a directory this format wrote: a real directory (not a link) holding only regular files named
+ * as format_file_name(), and manifest.json among them unless @partial (a killed save's temporary directory).
+ * Else -1 with the reason in @why (escaped: names on disk are untrusted). */
+static int ours(const char *path, int partial, char *why, size_t cap) {
+  struct stat sb;
+  if (lstat(path, &sb) || !S_ISDIR(sb.st_mode)) {
+    snprintf(why, cap, "not a directory");
+    return -1;
+  }
+  DIR *d = opendir(path);
+  if (!d) {
+    snprintf(why, cap, "cannot list it: %s", strerror(errno));
+    return -1;
+  }
+  int has_manifest = 0, rc = 0;
+  struct dirent *de;
+  char f[PATH_MAX], esc[96];
+  while (rc == 0 && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (!format_file_name(de->d_name) || join(f, sizeof f, path, de->d_name) != ZO_OK || lstat(f, &sb) ||
+        !S_ISREG(sb.st_mode)) {
+      snprintf(why, cap, "it holds '%s', which this format does not write",
+               zo_escape(esc, sizeof esc, de->d_name, strlen(de->d_name)));
+      rc = -1;
+    }
+    if (!strcmp(de->d_name, "manifest.json")) has_manifest = 1;
+  }
+  closedir(d);
+  if (rc == 0 && !partial && !has_manifest) {
+    snprintf(why, cap, "it holds no manifest.json");
+    rc = -1;
+  }
+  return rc;
+}
+
+/* Remove a directory ours() accepted: its files, then itself. */
+static int remove_ours(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  struct dirent *de;
+  char f[PATH_MAX];
+  int rc = 0;
+  while ((de = readdir(d)))
+    if (format_file_name(de->d_name) && join(f, sizeof f, path, de->d_name) == ZO_OK && unlink(f)) rc = -1;
+  closedir(d);
+  return rmdir(path) || rc ? -1 : 0;
+}
 
 /* CRC32C of [off, off + n) of an open file, read in CKPT_CHUNK pieces into @buf */
 static zo_status file_crc(int fd, uint64_t off, uint64_t n, void *buf, const char *path, uint32_t *crc) {
@@ -258,43 +381,96 @@ static json_t *manifest_json(zo_engine_t *e, int64_t tag, const run *runs, const
   return m;
 }
 
-/* step-* directories under @root, newest first; returns the count (-1 on error), *names malloc'd */
-static int list_checkpoints(const char *root, char ***names) {
-  *names = NULL;
+/* A step directory of this format under @root: its name and step. */
+typedef struct ckpt_ent {
+  int64_t step;
+  char *name;
+} ckpt_ent;
+
+static int ent_newer_first(const void *x, const void *y) {
+  const ckpt_ent *a = x, *b = y;
+  return a->step < b->step ? 1 : a->step > b->step ? -1 : strcmp(b->name, a->name);
+}
+
+/* Names exactly "step-" + 12 or more digits under @root (no other suffix), newest step first; returns the count
+ * (-1 when @root cannot be listed), *ents malloc'd (free each name). What is inside is not looked at here. */
+static int list_checkpoints(const char *root, ckpt_ent **ents) {
+  *ents = NULL;
   DIR *d = opendir(root);
   if (!d) return -1;
   int n = 0, cap = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    if (strncmp(de->d_name, "step-", 5) != 0) continue;
+    int64_t step;
+    const char *end;
+    if (!parse_step_name(de->d_name, &step, &end) || *end) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 16;
-      char **nn = realloc(*names, (size_t)cap * sizeof *nn);
+      ckpt_ent *nn = realloc(*ents, (size_t)cap * sizeof *nn);
       if (!nn) break;
-      *names = nn;
+      *ents = nn;
     }
-    (*names)[n++] = strdup(de->d_name);
+    if (!((*ents)[n].name = strdup(de->d_name))) break;
+    (*ents)[n++].step = step;
   }
   closedir(d);
-  for (int i = 1; i < n; i++) /* insertion sort, descending: names are zero-padded step numbers */
-    for (int j = i; j > 0 && strcmp((*names)[j - 1], (*names)[j]) < 0; j--) {
-      char *t = (*names)[j];
-      (*names)[j] = (*names)[j - 1];
-      (*names)[j - 1] = t;
-    }
+  if (n > 1) qsort(*ents, (size_t)n, sizeof **ents, ent_newer_first);
   return n;
 }
 
-/* Remove leftovers of a killed save (.tmp-*, .old-*, .latest.tmp) under @root. */
+/* keep_last: of the step directories older than this save's @tag, keep the newest @keep_last - 1 (this save is
+ * the other one) and remove the rest, one log line each. Never one newer than @tag (another run's, or a resumed
+ * run's future), and never one holding anything this format does not write: that one is named and left alone. */
+static void prune_checkpoints(const char *root, int64_t tag, int keep_last) {
+  ckpt_ent *ents;
+  int n = list_checkpoints(root, &ents), kept = 1;
+  char path[PATH_MAX], why[256];
+  for (int i = 0; i < n; i++) {
+    if (ents[i].step < tag && join(path, sizeof path, root, ents[i].name) == ZO_OK) {
+      if (ours(path, 0, why, sizeof why)) {
+        if (kept >= keep_last) zo_warn("checkpoint: keep_last %d: left '%s' alone: %s", keep_last, path, why);
+      } else if (kept < keep_last) {
+        kept++;
+      } else if (remove_ours(path))
+        zo_warn("checkpoint: keep_last %d: could not remove all of '%s': %s", keep_last, path, strerror(errno));
+      else
+        zo_info("checkpoint: keep_last %d: removed '%s'", keep_last, path);
+    }
+    free(ents[i].name);
+  }
+  free(ents);
+}
+
+/* Whether @name is ".tmp-step-N.PID" or ".old-step-N.PID" (@prefix ".tmp-" or ".old-"), as zo_engine_save names
+ * them. */
+static int leftover_name(const char *name, const char *prefix) {
+  int64_t step;
+  const char *end;
+  if (strncmp(name, prefix, 5) || !parse_step_name(name + 5, &step, &end) || *end != '.' || !end[1]) return 0;
+  for (end++; *end; end++)
+    if (*end < '0' || *end > '9') return 0;
+  return 1;
+}
+
+/* Remove leftovers of a killed save under @root: .tmp-step-N.PID and .old-step-N.PID directories holding only
+ * this format's files, and the file .latest.tmp; each named in a log line. Anything else is left alone. */
 static void remove_leftovers(const char *root) {
   DIR *d = opendir(root);
   if (!d) return;
   struct dirent *de;
-  char path[PATH_MAX];
+  char path[PATH_MAX], why[256];
+  struct stat sb;
   while ((de = readdir(d))) {
-    if (strncmp(de->d_name, ".tmp-", 5) && strncmp(de->d_name, ".old-", 5) && strcmp(de->d_name, ".latest.tmp"))
-      continue;
-    if (join(path, sizeof path, root, de->d_name) == ZO_OK) remove_tree(path);
+    const int dir = leftover_name(de->d_name, ".tmp-") || leftover_name(de->d_name, ".old-");
+    if ((!dir && strcmp(de->d_name, ".latest.tmp")) || join(path, sizeof path, root, de->d_name) != ZO_OK) continue;
+    if (!dir) {
+      if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0)
+        zo_info("checkpoint: removed '%s', left by an interrupted save", path);
+    } else if (ours(path, 1, why, sizeof why)) {
+      zo_warn("checkpoint: left '%s' alone: %s", path, why);
+    } else if (remove_ours(path) == 0) {
+      zo_info("checkpoint: removed '%s', left by an interrupted save", path);
+    }
   }
   closedir(d);
 }
@@ -396,6 +572,13 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   /* Into place. A directory of the same step (an earlier run's, or one a kill left before `latest` moved)
    * goes aside first and is removed once the new one is durable. */
   int had_old = 0;
+  struct stat fsb;
+  char why[256];
+  if (lstat(final, &fsb) == 0 && ours(final, 0, why, sizeof why)) {
+    st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' exists and is not a checkpoint this format wrote (%s): not "
+                      "replacing it", final, why);
+    goto fail;
+  }
   if (rename(final, old) == 0) {
     had_old = 1;
   } else if (errno != ENOENT) {
@@ -416,22 +599,12 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
     goto out;
   }
   if ((st = fsync_path(root, 1)) != ZO_OK) goto out;
-  if (had_old) remove_tree(old);
-  if (keep_last > 0) { /* the newest keep_last by step; `latest` names the one just written */
-    char **names;
-    int n = list_checkpoints(root, &names);
-    for (int i = 0; i < n; i++) {
-      if (i >= keep_last && strcmp(names[i], name) != 0) {
-        if (join(file, sizeof file, root, names[i]) == ZO_OK) remove_tree(file);
-      }
-      free(names[i]);
-    }
-    free(names);
-  }
+  if (had_old && remove_ours(old)) zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", old, name);
+  if (keep_last > 0) prune_checkpoints(root, tag, keep_last);
   if (saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
   goto out;
 fail:
-  if (e->rank == 0) remove_tree(tmp);
+  if (e->rank == 0) remove_ours(tmp); /* holds only what this save wrote */
 out:
   if (placing) (void)eng_dp_from_rank0(e, st, "save: putting the checkpoint into place"); /* the others wait for it */
   free(text);
@@ -450,33 +623,55 @@ typedef struct load_ctx {
   json_t *m;
 } load_ctx;
 
-static zo_status bad(const load_ctx *c, const char *fmt, const char *a, const char *b) {
-  char msg[512];
-  snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
+static zo_status bad(const load_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A ZO_ERR_CONFIG naming the manifest file; @fmt names the field. Strings taken from the file go through esc(). */
+static zo_status bad(const load_ctx *c, const char *fmt, ...) {
+  char msg[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   return zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s': %s", c->mpath, msg);
 }
 
+/* A string read from the manifest, escaped for a message (zo_escape), into @out of 96 bytes; "(missing)" for NULL. */
+static const char *esc(char out[96], const char *s) { return s ? zo_escape(out, 96, s, strlen(s)) : "(missing)"; }
+
 /* The checkpoint directory @path names: itself when it holds manifest.json, else the one its `latest` names. */
 static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
-  char f[PATH_MAX];
+  char f[PATH_MAX], esc[96];
+  struct stat sb;
   ZO_CHECK(join(f, sizeof f, path, "manifest.json"));
-  if (access(f, F_OK) == 0) {
+  if (lstat(f, &sb) == 0) { /* whatever it is: the manifest's own reading names it when it is not a file */
     snprintf(dir, cap, "%s", path);
     return ZO_OK;
   }
   ZO_CHECK(join(f, sizeof f, path, "latest"));
-  FILE *fp = fopen(f, "r");
-  if (!fp)
-    return zo_error_set(ZO_ERR_IO, "checkpoint: '%s' holds neither manifest.json nor latest (%s)", path,
-                        strerror(errno));
-  char name[256] = "";
-  char *ok = fgets(name, sizeof name, fp);
-  fclose(fp);
-  name[strcspn(name, "\n")] = 0;
-  if (!ok || !name[0] || strchr(name, '/') || name[0] == '.')
-    return zo_error_set(ZO_ERR_CORRUPT, "checkpoint: '%s' does not name a checkpoint directory", f);
-  return join(dir, cap, path, name);
+  if (lstat(f, &sb) && errno == ENOENT)
+    return zo_error_set(ZO_ERR_IO, "checkpoint: '%s' holds neither manifest.json nor latest", path);
+  char *text;
+  size_t n;
+  ZO_CHECK(read_small(f, 4096, &text, &n));
+  size_t len = strcspn(text, "\n"); /* one line: the directory's name (a NUL in it ends strcspn early) */
+  int ok = len > 0 && len < 256 && text[0] != '.';
+  for (size_t i = 0; i < len && ok; i++) ok = text[i] > 0x20 && text[i] < 0x7f && text[i] != '/';
+  ok = ok && (len == n || (text[len] == '\n' && len + 1 == n)); /* nothing after the line */
+  zo_status st = ZO_OK;
+  if (!ok)
+    st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint: '%s' does not name a checkpoint directory (it holds \"%s\")", f,
+                      zo_escape(esc, sizeof esc, text, n));
+  else {
+    text[len] = 0;
+    st = join(dir, cap, path, text);
+  }
+  free(text);
+  return st;
 }
+
+/* A manifest may list a million tensors at a few hundred bytes each; more than this is not one. */
+#define CKPT_MANIFEST_MAX ((size_t)1 << 30)
+/* Steps, loss-scaler iterations: at most 2^48 (far past any run; keeps step + 1 and the bias correction exact). */
+#define CKPT_MAX_STEP ((int64_t)1 << 48)
 
 static int get_u64(json_t *o, const char *key, uint64_t *v) {
   json_t *x = json_object_get(o, key);
@@ -491,61 +686,102 @@ typedef struct lrun {
   uint32_t crc;
 } lrun;
 
+/* An integer field of @o in [lo, hi] into *@v; else an error naming @what.@key, the value and the range. */
+static zo_status get_range(const load_ctx *c, json_t *o, const char *what, const char *key, int64_t lo, int64_t hi,
+                           int64_t *v) {
+  json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x))
+    return bad(c, "%s%s%s: %s, expected an integer in %lld..%lld", what, what[0] ? "." : "", key,
+               x ? "not an integer" : "missing", (long long)lo, (long long)hi);
+  const json_int_t i = json_integer_value(x);
+  if (i < lo || i > hi)
+    return bad(c, "%s%s%s: %lld, expected %lld..%lld", what, what[0] ? "." : "", key, (long long)i, (long long)lo,
+               (long long)hi);
+  *v = (int64_t)i;
+  return ZO_OK;
+}
+
+/* The engine's counters and loss scaler as the manifest gives them, each checked before any is applied. */
+typedef struct saved_scalars {
+  int64_t step, ls_iter, ls_last_overflow, ls_hysteresis;
+  double loss_scale;
+} saved_scalars;
+
+static zo_status check_scalars(const zo_engine_t *e, const load_ctx *c, saved_scalars *v) {
+  json_t *ls = json_object_get(c->m, "loss_scaler");
+  ZO_CHECK(get_range(c, c->m, "", "step", 0, CKPT_MAX_STEP, &v->step));
+  if (!json_is_object(ls)) return bad(c, "loss_scaler: %s, expected an object", ls ? "not an object" : "missing");
+  ZO_CHECK(get_range(c, ls, "loss_scaler", "iter", 0, CKPT_MAX_STEP, &v->ls_iter));
+  ZO_CHECK(get_range(c, ls, "loss_scaler", "last_overflow", -1, v->ls_iter, &v->ls_last_overflow));
+  const int fp16 = e->cfg.fp16.enabled;
+  ZO_CHECK(get_range(c, ls, "loss_scaler", "hysteresis", fp16 ? 1 : 0, 1 << 30, &v->ls_hysteresis));
+  json_t *x = json_object_get(ls, "loss_scale");
+  /* 2^64: the largest initial scale fp16.initial_scale_power allows; below fp16.min_loss_scale a dynamic scaler
+   * never goes. 0, negative, inf or NaN would make every step overflow or every gradient inf. */
+  const double lo = fp16 && e->cfg.fp16.loss_scale <= 0 ? e->cfg.fp16.min_loss_scale : ldexp(1.0, -64),
+               hi = ldexp(1.0, 64);
+  if (!json_is_number(x)) return bad(c, "loss_scaler.loss_scale: %s, expected a number", x ? "not a number" : "missing");
+  v->loss_scale = json_number_value(x);
+  if (!isfinite(v->loss_scale) || v->loss_scale < lo || v->loss_scale > hi)
+    return bad(c, "loss_scaler.loss_scale: %g, expected %g..%g%s", v->loss_scale, lo, hi,
+               fp16 && e->cfg.fp16.loss_scale <= 0 ? " (from fp16.min_loss_scale to 2^64)" : "");
+  return ZO_OK;
+}
+
 static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *rank_file, size_t rf_cap) {
   json_t *m = c->m;
+  char e1[96];
+  if (!json_is_object(m)) return bad(c, "expected a JSON object");
   const char *fmt = json_string_value(json_object_get(m, "format"));
-  if (!fmt || strcmp(fmt, CKPT_FORMAT)) return bad(c, "format: expected \"" CKPT_FORMAT "\"%s%s", NULL, NULL);
+  if (!fmt || strcmp(fmt, CKPT_FORMAT)) return bad(c, "format: \"%s\", expected \"" CKPT_FORMAT "\"", esc(e1, fmt));
   json_t *fv = json_object_get(m, "format_version");
   if (!json_is_integer(fv) || json_integer_value(fv) != CKPT_FORMAT_VERSION)
-    return bad(c, "format_version: this zoffload reads version 1%s%s", NULL, NULL);
+    return bad(c, "format_version: this zoffload reads version %d", CKPT_FORMAT_VERSION);
   json_t *ws = json_object_get(m, "world_size");
-  if (!json_is_integer(ws) || json_integer_value(ws) != e->world) {
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%lld", json_is_integer(ws) ? (long long)json_integer_value(ws) : -1LL);
-    snprintf(b, sizeof b, "%d", e->world);
-    return bad(c, "world_size: saved with %s ranks, this engine has %s", a, b);
-  }
+  if (!json_is_integer(ws) || json_integer_value(ws) != e->world)
+    return bad(c, "world_size: saved with %lld ranks, this engine has %d",
+               json_is_integer(ws) ? (long long)json_integer_value(ws) : -1LL, e->world);
   const char *sd = json_string_value(json_object_get(m, "state_dtype"));
   if (!sd || strcmp(sd, zo_dtype_name(e->sdtype)))
-    return bad(c, "state_dtype: saved as %s, this engine keeps %s (zoffload.optimizer_state_dtype)", sd,
+    return bad(c, "state_dtype: saved as %s, this engine keeps %s (zoffload.optimizer_state_dtype)", esc(e1, sd),
                zo_dtype_name(e->sdtype));
   json_t *ts = json_object_get(m, "tensors");
-  if (!json_is_array(ts)) return bad(c, "tensors: expected an array%s%s", NULL, NULL);
-  if ((int)json_array_size(ts) != e->n_params) {
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%zu", json_array_size(ts));
-    snprintf(b, sizeof b, "%d", e->n_params);
-    return bad(c, "tensors: the checkpoint has %s, this engine registered %s", a, b);
-  }
-  rank_file[0] = 0;
+  if (!json_is_array(ts)) return bad(c, "tensors: expected an array");
+  if (json_array_size(ts) != (size_t)e->n_params)
+    return bad(c, "tensors: the checkpoint has %zu, this engine registered %d", json_array_size(ts), e->n_params);
+  snprintf(rank_file, rf_cap, "rank%05d.bin", e->rank); /* the one zo_engine_save() names for this rank */
   for (int i = 0; i < e->n_params; i++) {
     json_t *t = json_array_get(ts, (size_t)i);
     const zo_param_t *p = e->params[i];
     const char *nm = json_string_value(json_object_get(t, "name"));
-    if (!nm || strcmp(nm, p->name)) return bad(c, "tensor %s where this engine registered '%s'", nm ? nm : "?", p->name);
+    if (!nm || strcmp(nm, p->name))
+      return bad(c, "tensors[%d].name: '%s' where this engine registered '%s'", i, esc(e1, nm), p->name);
     uint64_t numel, so, sn;
     if (get_u64(t, "numel", &numel) || numel != p->n || get_u64(t, "shard_offset", &so) || so != p->shard_off ||
         get_u64(t, "shard_numel", &sn) || sn != p->shard_n)
-      return bad(c, "tensor '%s': numel or shard differs from this engine's (registered with %s elements)", p->name,
-                 NULL);
+      return bad(c, "tensor '%s': numel, shard_offset or shard_numel missing or other than this engine's (registered "
+                 "with %zu elements, this rank's shard %zu at %zu)", p->name, p->n, p->shard_n, p->shard_off);
     const char *f = json_string_value(json_object_get(t, "file"));
-    if (!f || strchr(f, '/') || f[0] == '.') return bad(c, "tensor '%s': bad file name%s", p->name, NULL);
-    if (!rank_file[0]) snprintf(rank_file, rf_cap, "%s", f);
-    if (strcmp(rank_file, f)) return bad(c, "tensor '%s': a second rank file '%s' for one rank", p->name, f);
+    if (!f || strcmp(f, rank_file))
+      return bad(c, "tensor '%s': file '%s', expected '%s' (this rank's)", p->name, esc(e1, f), rank_file);
     for (int k = 0; k < ST_KINDS; k++) {
       json_t *r = json_object_get(t, k_kind[k]);
       const char *crc = json_string_value(json_object_get(r, "crc32c"));
       const char *dt = json_string_value(json_object_get(r, "dtype"));
       lrun *lr = &runs[i * ST_KINDS + k];
-      char *end = NULL;
-      if (!crc) return bad(c, "tensor '%s': %s has no crc32c", p->name, k_kind[k]);
-      unsigned long cv = strtoul(crc, &end, 16);
-      if (get_u64(r, "offset", &lr->off) || get_u64(r, "nbytes", &lr->nbytes) || !end || *end || !dt)
-        return bad(c, "tensor '%s': %s: offset, nbytes, dtype or crc32c missing or malformed", p->name, k_kind[k]);
-      lr->crc = (uint32_t)cv;
+      int hex8 = crc && strlen(crc) == 8;
+      for (int j = 0; hex8 && j < 8; j++)
+        hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
+      if (!hex8) return bad(c, "tensor '%s': %s.crc32c: '%s', expected 8 hex digits", p->name, k_kind[k], esc(e1, crc));
+      if (get_u64(r, "offset", &lr->off) || get_u64(r, "nbytes", &lr->nbytes) || !dt ||
+          lr->off > UINT64_MAX - lr->nbytes)
+        return bad(c, "tensor '%s': %s: offset, nbytes or dtype missing or malformed", p->name, k_kind[k]);
+      lr->crc = (uint32_t)strtoul(crc, NULL, 16);
       if (lr->nbytes != (uint64_t)p->shard_n * e->esz[k] ||
           strcmp(dt, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype)))
-        return bad(c, "tensor '%s': %s has another dtype or size than this engine's", p->name, k_kind[k]);
+        return bad(c, "tensor '%s': %s is %s, %" PRIu64 " bytes; this engine's is %s, %" PRIu64 " bytes", p->name,
+                   k_kind[k], esc(e1, dt), lr->nbytes, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype),
+                   (uint64_t)p->shard_n * e->esz[k]);
     }
   }
   return ZO_OK;
@@ -563,31 +799,31 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
   if (st == ZO_OK) st = join(mpath, sizeof mpath, dir, mfile);
   json_error_t je;
   load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};
-  if (st == ZO_OK && !(c.m = json_load_file(mpath, JSON_REJECT_DUPLICATES, &je))) {
-    if (access(mpath, R_OK)) st = sys_err(ZO_ERR_IO, "cannot read", mpath);
-    else st = zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column,
-                           je.text);
-  }
+  char *mtext = NULL, e1[96];
+  size_t mlen = 0;
+  if (st == ZO_OK) st = read_small(mpath, CKPT_MANIFEST_MAX, &mtext, &mlen);
+  if (st == ZO_OK && !(c.m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &je)))
+    st = zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column,
+                      zo_escape(e1, sizeof e1, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
+  free(mtext);
   int fd = -1;
-  json_t *ls = NULL, *stp = NULL; /* set before any path on which the load goes on past `verified` */
+  saved_scalars sv = {0};
+  uint64_t fsize = 0;
   void *buf = malloc(CKPT_CHUNK);
   lrun *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
   if (st == ZO_OK && (!buf || !runs)) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
   if (st == ZO_OK) st = check_manifest(e, &c, runs, rank_file, sizeof rank_file);
+  if (st == ZO_OK) st = check_scalars(e, &c, &sv);
   if (st != ZO_OK) goto verified;
-  ls = json_object_get(c.m, "loss_scaler");
-  stp = json_object_get(c.m, "step");
-  if (!json_is_integer(stp) || !json_is_number(json_object_get(ls, "loss_scale")) ||
-      !json_is_integer(json_object_get(ls, "iter")) || !json_is_integer(json_object_get(ls, "last_overflow")) ||
-      !json_is_integer(json_object_get(ls, "hysteresis"))) {
-    st = bad(&c, "step or loss_scaler missing or malformed%s%s", NULL, NULL);
-    goto verified;
-  }
   if ((st = join(fpath, sizeof fpath, dir, rank_file)) != ZO_OK) goto verified;
-  if ((fd = open(fpath, O_RDONLY | O_CLOEXEC)) < 0) {
-    st = sys_err(ZO_ERR_IO, "cannot open", fpath);
-    goto verified;
-  }
+  if ((st = open_regular(fpath, &fd, &fsize)) != ZO_OK) goto verified;
+  for (int i = 0; i < e->n_params * ST_KINDS; i++) /* every run inside the file (offset + nbytes checked above) */
+    if (runs[i].off + runs[i].nbytes > fsize) {
+      st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64 " bytes) "
+                        "ends past the end of '%s' (%" PRIu64 " bytes)", mpath, e->params[i / ST_KINDS]->name,
+                        k_kind[i % ST_KINDS], runs[i].off, runs[i].nbytes, fpath, fsize);
+      goto verified;
+    }
   /* 1. every checksum, before anything changes */
   for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
     for (int k = 0; k < ST_KINDS; k++) {
@@ -643,17 +879,17 @@ verified:
   }
   if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
   if (st != ZO_OK) goto out;
-  e->step = json_integer_value(stp);
-  e->loss_scale = json_number_value(json_object_get(ls, "loss_scale"));
-  e->ls_iter = json_integer_value(json_object_get(ls, "iter"));
-  e->ls_last_overflow = json_integer_value(json_object_get(ls, "last_overflow"));
-  e->ls_hysteresis = (int)json_integer_value(json_object_get(ls, "hysteresis"));
+  e->step = sv.step;
+  e->loss_scale = sv.loss_scale;
+  e->ls_iter = sv.ls_iter;
+  e->ls_last_overflow = sv.ls_last_overflow;
+  e->ls_hysteresis = (int)sv.ls_hysteresis;
   char h[32];
   snprintf(h, sizeof h, "crc32c:%08x", config_hash(&e->cfg));
   const char *saved_h = json_string_value(json_object_get(c.m, "config_hash"));
   if (!saved_h || strcmp(saved_h, h))
     zo_warn("checkpoint '%s': saved with another config (%s, now %s); resuming with the current one", dir,
-            saved_h ? saved_h : "no hash", h);
+            saved_h ? esc(e1, saved_h) : "no hash", h);
   json_t *app = json_object_get(c.m, "app_state");
   if (app_state && app && !(*app_state = json_dumps(app, JSON_COMPACT | JSON_PRESERVE_ORDER)))
     st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: cannot format app_state");

@@ -29,12 +29,14 @@ typedef struct parse_ctx {
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG. */
 static zo_status __attribute__((format(printf, 3, 4)))
 cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
-  char msg[768];
+  char msg[768], emsg[900], epath[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src, path, msg);
+  /* the path's keys and the values quoted come from the file: escaped, so no control byte reaches a terminal */
+  return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src, zo_escape(epath, sizeof epath, path, strlen(path)),
+                      zo_escape(emsg, sizeof emsg, msg, strlen(msg)));
 }
 
 /* Render a JSON value for "got ..." : strings quoted, numbers, literals, or its kind. */
@@ -805,8 +807,10 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
 
   json_error_t jerr;
   json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
+  char ebuf[256];
   if (!root)
-    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column, jerr.text);
+    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column,
+                        zo_escape(ebuf, sizeof ebuf, jerr.text, strlen(jerr.text))); /* jansson quotes the bytes near it */
 
   zo_status st = ZO_OK;
   if (!json_is_object(root)) {

@@ -1,8 +1,10 @@
 /*
  * safetensors.c - zo_engine_export_safetensors(): the consolidated master
  * weights in Hugging Face's safetensors format (a JSON header made with
- * jansson, then the raw little-endian tensors). Not a reader, and not the
- * checkpoint (checkpoint.c), which also keeps the optimizer state.
+ * jansson, then the raw little-endian tensors), and a checking reader of such
+ * files (zo_safetensors_parse/read: for tests and tools; it does not load
+ * into an engine). Not the checkpoint (checkpoint.c), which also keeps the
+ * optimizer state.
  * Format: https://github.com/huggingface/safetensors (README, "Format").
  */
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -52,9 +55,19 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
     if (p->ndim == 0) json_array_append_new(shape, json_integer((json_int_t)p->n));
     for (int d = 0; d < p->ndim; d++) json_array_append_new(shape, json_integer(p->dims[d]));
     const uint64_t nb = (uint64_t)p->n * esz;
-    json_object_set_new(h, p->name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dtype == ZO_DTYPE_F32 ? "F32" : "BF16",
-                                              "shape", shape, "data_offsets", (json_int_t)off,
-                                              (json_int_t)(off + nb)));
+    json_t *ent = json_pack("{s:s, s:o, s:[I,I]}", "dtype", dtype == ZO_DTYPE_F32 ? "F32" : "BF16", "shape", shape,
+                            "data_offsets", (json_int_t)off, (json_int_t)(off + nb));
+    /* the header is UTF-8 JSON whose "__metadata__" key is not a tensor: a name that is not valid UTF-8 (jansson
+     * refuses the key) or is that key would leave the tensor out of the header, silently */
+    int refused = !ent || !strcmp(p->name, "__metadata__");
+    if (refused) json_decref(ent);
+    else refused = json_object_set_new(h, p->name, ent) != 0; /* (which takes ent either way) */
+    if (refused) {
+      char en[96];
+      json_decref(h);
+      return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: tensor '%s': its name %s", zo_escape(en, sizeof en,
+                          p->name, strlen(p->name)), ent ? "is not valid UTF-8 or is \"__metadata__\"" : "is not valid UTF-8");
+    }
     off += nb;
     const size_t whole = e->world > 1 ? eng_dp_padded(e, p) : p->n; /* padded for the all-gather */
     if (whole > max_n) max_n = whole;
@@ -127,5 +140,166 @@ out:
   if (out != f32) free(out);
   free(f32);
   free(hdr);
+  return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* reader */
+
+#define ST_HEADER_MAX ((uint64_t)100 << 20) /* the format's own limit on the header, 100 MB */
+
+static const struct {
+  const char *name;
+  int size;
+} k_st_dtypes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+                   {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+typedef struct st_entry {
+  const char *name, *dtype;
+  int ndim;
+  int64_t dims[ZO_PARAM_MAX_DIMS];
+  uint64_t begin, end;
+} st_entry;
+
+static int st_by_begin(const void *x, const void *y) {
+  const st_entry *a = x, *b = y;
+  return a->begin < b->begin ? -1 : a->begin > b->begin ? 1 : (a->end > b->end) - (a->end < b->end);
+}
+
+static zo_status st_bad(const char *name, const char *what) {
+  char e[96];
+  return zo_error_set(ZO_ERR_CORRUPT, "safetensors: tensor '%s': %s", zo_escape(e, sizeof e, name, strlen(name)), what);
+}
+
+/* One header entry into @t; every field checked against the data's size @data_n. */
+static zo_status st_entry_check(const char *key, json_t *v, uint64_t data_n, st_entry *t) {
+  t->name = key;
+  if (!json_is_object(v)) return st_bad(key, "expected an object {dtype, shape, data_offsets}");
+  t->dtype = json_string_value(json_object_get(v, "dtype"));
+  int esz = 0;
+  for (size_t i = 0; t->dtype && i < sizeof k_st_dtypes / sizeof k_st_dtypes[0]; i++)
+    if (!strcmp(t->dtype, k_st_dtypes[i].name)) esz = k_st_dtypes[i].size;
+  if (!esz) return st_bad(key, "dtype: missing or not a safetensors dtype (F64, F32, F16, BF16, I64 ... BOOL)");
+  json_t *sh = json_object_get(v, "shape"), *off = json_object_get(v, "data_offsets");
+  if (!json_is_array(sh) || json_array_size(sh) > ZO_PARAM_MAX_DIMS) return st_bad(key, "shape: expected 0..8 dims");
+  t->ndim = (int)json_array_size(sh);
+  uint64_t nbytes = (uint64_t)esz;
+  for (int d = 0; d < t->ndim; d++) {
+    json_t *x = json_array_get(sh, (size_t)d);
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > ((json_int_t)1 << 62))
+      return st_bad(key, "shape: a dim is not an integer in 0..2^62");
+    t->dims[d] = (int64_t)json_integer_value(x);
+    if (__builtin_mul_overflow(nbytes, (uint64_t)t->dims[d], &nbytes)) return st_bad(key, "shape: bytes overflow");
+  }
+  json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
+  if (!json_is_array(off) || json_array_size(off) != 2 || !json_is_integer(b) || !json_is_integer(e) ||
+      json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b))
+    return st_bad(key, "data_offsets: expected [begin, end], 0 <= begin <= end");
+  t->begin = (uint64_t)json_integer_value(b), t->end = (uint64_t)json_integer_value(e);
+  if (t->end > data_n) return st_bad(key, "data_offsets: end past the end of the file");
+  if (t->end - t->begin != nbytes) return st_bad(key, "data_offsets: end - begin is not the shape's bytes");
+  return ZO_OK;
+}
+
+zo_status zo_safetensors_parse(const void *buf, size_t n, zo_safetensors_visit_fn fn, void *user) {
+  if (!buf && n) return zo_error_set(ZO_ERR_INVALID_ARG, "safetensors_parse: NULL buffer");
+  const uint8_t *b = buf;
+  if (n < 8) return zo_error_set(ZO_ERR_CORRUPT, "safetensors: %zu bytes, fewer than the 8 of the header length", n);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+  if (hlen > ST_HEADER_MAX || hlen > n - 8)
+    return zo_error_set(ZO_ERR_CORRUPT, "safetensors: header length %" PRIu64 " at offset 0: more than %s", hlen,
+                        hlen > ST_HEADER_MAX ? "the format's 100 MB" : "the file holds after it");
+  if (hlen < 2 || b[8] != '{')
+    return zo_error_set(ZO_ERR_CORRUPT, "safetensors: the header at offset 8 does not start with '{'");
+  json_error_t je;
+  json_t *h = json_loadb((const char *)b + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+  char e1[96];
+  if (!h)
+    return zo_error_set(ZO_ERR_CORRUPT, "safetensors: header at offset %d: malformed JSON: %s", 8 + je.position,
+                        zo_escape(e1, sizeof e1, je.text, strlen(je.text)));
+  const uint64_t data_n = n - 8 - hlen;
+  const uint8_t *data = b + 8 + hlen;
+  zo_status st = ZO_OK;
+  st_entry *ts = NULL;
+  size_t nt = 0;
+  if (!json_is_object(h)) {
+    st = zo_error_set(ZO_ERR_CORRUPT, "safetensors: the header is not a JSON object");
+    goto out;
+  }
+  ts = calloc(json_object_size(h) + 1, sizeof *ts);
+  if (!ts) {
+    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "safetensors: out of memory (%zu tensors)", json_object_size(h));
+    goto out;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(h, key, v) {
+    if (!strcmp(key, "__metadata__")) {
+      const char *mk;
+      json_t *mv;
+      if (!json_is_object(v)) st = zo_error_set(ZO_ERR_CORRUPT, "safetensors: __metadata__ is not an object");
+      json_object_foreach(v, mk, mv) if (st == ZO_OK && !json_is_string(mv))
+        st = zo_error_set(ZO_ERR_CORRUPT, "safetensors: __metadata__ '%s': not a string",
+                          zo_escape(e1, sizeof e1, mk, strlen(mk)));
+    } else {
+      st = st_entry_check(key, v, data_n, &ts[nt++]);
+    }
+    if (st != ZO_OK) goto out;
+  }
+  qsort(ts, nt, sizeof *ts, st_by_begin);
+  uint64_t at = 0; /* the data covered so far: every tensor starts where the one before ends */
+  for (size_t i = 0; i < nt; i++) {
+    if (ts[i].begin != at) {
+      st = st_bad(ts[i].name, ts[i].begin < at ? "data_offsets: overlaps another tensor's"
+                                               : "data_offsets: a hole in the data before it");
+      goto out;
+    }
+    at = ts[i].end;
+  }
+  if (at != data_n) {
+    st = zo_error_set(ZO_ERR_CORRUPT, "safetensors: %" PRIu64 " bytes of data after the last tensor", data_n - at);
+    goto out;
+  }
+  for (size_t i = 0; i < nt && fn; i++)
+    if (fn(user, ts[i].name, ts[i].dtype, ts[i].ndim, ts[i].dims, data + ts[i].begin, (size_t)(ts[i].end - ts[i].begin))) {
+      st = zo_error_set(ZO_ERR_INVALID_USAGE, "safetensors: the visitor stopped at tensor '%s'",
+                        zo_escape(e1, sizeof e1, ts[i].name, strlen(ts[i].name)));
+      break;
+    }
+out:
+  free(ts);
+  json_decref(h);
+  return st;
+}
+
+zo_status zo_safetensors_read(const char *path, zo_safetensors_visit_fn fn, void *user) {
+  if (!path) return zo_error_set(ZO_ERR_INVALID_ARG, "safetensors_read: NULL path");
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return zo_error_set(ZO_ERR_IO, "safetensors: cannot open '%s': %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return zo_error_set(ZO_ERR_IO, "safetensors: '%s' is not a regular file", path);
+  }
+  const size_t n = (size_t)sb.st_size;
+  uint8_t *b = malloc(n ? n : 1);
+  if (!b) {
+    close(fd);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "safetensors: reading '%s' (%zu bytes): out of memory", path, n);
+  }
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, b + got, n - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  zo_status st = got == n ? zo_safetensors_parse(b, n, fn, user)
+                          : zo_error_set(ZO_ERR_IO, "safetensors: reading '%s' at offset %zu: %s", path, got,
+                                         "unexpected end of file or read error");
+  if (st != ZO_OK && got == n) zo_error_prefix(st, "'%s'", path);
+  free(b);
   return st;
 }

@@ -23,3 +23,8 @@ add_test(NAME zo_stepbench_budget
 set_tests_properties(zo_stepbench_budget PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 120)
 # zo_engine_save / zo_engine_load at the API: exact continuation, app_state, keep_last, every error.
 zo_add_test(test_checkpoint SOURCES test_checkpoint.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})
+# A checkpoint read as untrusted input (counters, loss scale, FIFOs, escaped bytes) and --keep-last removing only
+# its own checkpoints, through zo-train in three-step runs of the tiny model.
+add_test(NAME zo_train_ckpt_validate
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_ckpt_validate.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
+set_tests_properties(zo_train_ckpt_validate PROPERTIES LABELS "unit" TIMEOUT 300)

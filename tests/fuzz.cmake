@@ -34,3 +34,21 @@ if(NOT ZO_SANITIZE)
   set_tests_properties(fuzz_engine_seq_smoke PROPERTIES LABELS "unit;fuzz" TIMEOUT 120
                        ENVIRONMENT "TMPDIR=${CMAKE_CURRENT_BINARY_DIR}")
 endif()
+
+# The checkpoint reader (manifest, latest, zo-train's app_state) and the safetensors writer/reader round trip:
+# libFuzzer targets like fuzz_config, else fuzz_driver.h's deterministic main(); their seeds come from a real
+# checkpoint and a real export each target makes at start-up.
+add_executable(fuzz_checkpoint fuzz_checkpoint.c ${CMAKE_SOURCE_DIR}/tools/zo-train/ckpt.c)
+target_include_directories(fuzz_checkpoint PRIVATE ${CMAKE_SOURCE_DIR}/tools/zo-train)
+add_executable(fuzz_safetensors fuzz_safetensors.c)
+foreach(t fuzz_checkpoint fuzz_safetensors)
+  target_link_libraries(${t} PRIVATE zoffload_static PkgConfig::JANSSON)
+  if(ZO_FUZZ_LIBFUZZER)
+    target_compile_definitions(${t} PRIVATE ZO_LIBFUZZER=1)
+    target_link_options(${t} PRIVATE -fsanitize=fuzzer)
+  endif()
+  if(NOT ZO_SANITIZE)
+    add_test(NAME ${t}_smoke COMMAND ${t} -runs=1000 -timeout=10)
+    set_tests_properties(${t}_smoke PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+  endif()
+endforeach()

@@ -2,9 +2,9 @@
 # sanitize.sh MODE SOURCE_DIR BUILD_ROOT - a second build of the library and its tests under a sanitizer,
 # then those tests run there; any sanitizer report fails (halt_on_error). MODE:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer) over the unit-test programs,
-#         then the config fuzz target for FUZZ_SECONDS (default 40) and the engine sequence fuzzer
-#         (fuzz_engine_seq.c) for FUZZ_ENGINE_SECONDS (default 40): coverage-guided libFuzzer when clang
-#         has it, else the deterministic mutation drivers in those files
+#         then the four fuzz targets (config, engine call sequences, checkpoint reader, safetensors) for
+#         FUZZ_SECONDS each (default 15): coverage-guided libFuzzer when clang has it, else the
+#         deterministic mutation drivers in those files
 #   tsan  ThreadSanitizer over the pipeline tests: the engine (copy-stream callbacks, Adam pool, NVMe
 #         pipeline), the Adam thread pool, the swap queue and its progress thread, the device backend
 # The tree is BUILD_ROOT/san-MODE (CUDA, NCCL and MPI off: they are not what is checked here).
@@ -43,7 +43,7 @@ CC=$cc cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_SANITIZE
       -DZO_WITH_CUDA=OFF -DZO_WITH_NCCL=OFF -DZO_WITH_MPI=OFF -DZO_NATIVE=ON >"$dir.configure.log" 2>&1 \
   || { cat "$dir.configure.log"; fail "configure ($cc, -fsanitize=$san)"; }
 targets=$tests
-[ "$mode" = asan ] && targets="$targets fuzz_config fuzz_engine_seq"
+[ "$mode" = asan ] && targets="$targets fuzz_config fuzz_engine_seq fuzz_checkpoint fuzz_safetensors"
 # shellcheck disable=SC2086
 cmake --build "$dir" -j"$(nproc)" --target $targets >"$dir.build.log" 2>&1 || { tail -30 "$dir.build.log"; fail "build"; }
 t1=$(date +%s)
@@ -56,36 +56,31 @@ grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer|ERROR:
   && fail "$mode: a sanitizer report in a passing run"
 echo "$mode ($cc, -fsanitize=$san): built in $((t1 - t0)) s, $(echo $tests | wc -w) test programs clean in $(( $(date +%s) - t1 )) s"
 if [ "$mode" = asan ]; then
-  corpus="$dir/fuzz-corpus"
-  rm -rf "$corpus" && mkdir -p "$corpus"
-  cp "$src"/configs/*.json "$src"/tests/config/*.json "$src"/tests/configs/*.json "$corpus"/
-  secs=${FUZZ_SECONDS:-40}
-  (cd "$dir" && ./tests/fuzz_config -max_total_time="$secs" -timeout=2 "$corpus") >"$dir.fuzz.log" 2>&1
-  frc=$?
-  if [ $fuzzer = ON ]; then
-    tail -3 "$dir.fuzz.log"
-    execs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$dir.fuzz.log" | tail -1)
-    [ $frc -eq 0 ] && [ -n "$execs" ] || { tail -40 "$dir.fuzz.log"; fail "fuzz_config (libFuzzer): crash or hang"; }
-    echo "fuzz_config (libFuzzer, ASan+UBSan): $execs(s), 0 crashes, 0 hangs; corpus grew to $(ls "$corpus" | wc -l) inputs"
-  else
-    tail -1 "$dir.fuzz.log"
-    [ $frc -eq 0 ] || { tail -40 "$dir.fuzz.log"; fail "fuzz_config: crash or hang"; }
-  fi
-  # The engine sequence fuzzer: seeds in tests/fuzz_engine_seq, scratch files under the tree.
-  corpus="$dir/fuzz-engine-corpus"
-  rm -rf "$corpus" "$dir/fuzz-tmp" && mkdir -p "$corpus" "$dir/fuzz-tmp"
-  cp "$src"/tests/fuzz_engine_seq/* "$corpus"/
-  secs=${FUZZ_ENGINE_SECONDS:-40}
-  (cd "$dir" && TMPDIR="$dir/fuzz-tmp" ./tests/fuzz_engine_seq -max_total_time="$secs" -timeout=20 -max_len=512 \
-     -rss_limit_mb=2560 "$corpus") >"$dir.fuzz-engine.log" 2>&1
-  frc=$?
-  if [ $fuzzer = ON ]; then
-    execs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$dir.fuzz-engine.log" | tail -1)
-    [ $frc -eq 0 ] && [ -n "$execs" ] || { tail -40 "$dir.fuzz-engine.log"; fail "fuzz_engine_seq (libFuzzer): crash or hang"; }
-    echo "fuzz_engine_seq (libFuzzer, ASan+UBSan): $execs(s), 0 crashes, 0 hangs"
-  else
-    tail -1 "$dir.fuzz-engine.log"
-    [ $frc -eq 0 ] || { tail -40 "$dir.fuzz-engine.log"; fail "fuzz_engine_seq: crash or hang"; }
-  fi
+  # fuzz NAME SECONDS SEEDS... -- ARGS...: one fuzz target for SECONDS over a fresh corpus holding the seed files
+  # (the checkpoint and safetensors targets also make their own seeds at start-up); scratch files under the tree.
+  fuzz() {
+    local name=$1 secs=$2 corpus="$dir/corpus-$1" log="$dir.$1.log"
+    shift 2
+    rm -rf "$corpus" "$dir/fuzz-tmp" && mkdir -p "$corpus" "$dir/fuzz-tmp"
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do cp "$1" "$corpus"/; shift; done
+    shift
+    (cd "$dir" && TMPDIR="$dir/fuzz-tmp" "./tests/$name" -max_total_time="$secs" "$@" "$corpus") >"$log" 2>&1
+    local frc=$?
+    if [ $fuzzer = ON ]; then
+      local execs
+      execs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1)
+      [ $frc -eq 0 ] && [ -n "$execs" ] || { tail -40 "$log"; fail "$name (libFuzzer): crash or hang"; }
+      echo "$name (libFuzzer, ASan+UBSan): $execs(s), 0 crashes, 0 hangs; corpus grew to $(ls "$corpus" | wc -l) inputs"
+    else
+      tail -1 "$log"
+      [ $frc -eq 0 ] || { tail -40 "$log"; fail "$name: crash or hang"; }
+    fi
+  }
+  # FUZZ_SECONDS per target (default 15; the note of issue 20 gives 600-second runs of each).
+  secs=${FUZZ_SECONDS:-15}
+  fuzz fuzz_config "$secs" "$src"/configs/*.json "$src"/tests/config/*.json "$src"/tests/configs/*.json -- -timeout=2
+  fuzz fuzz_engine_seq "$secs" "$src"/tests/fuzz_engine_seq/* -- -timeout=20 -max_len=512 -rss_limit_mb=2560
+  fuzz fuzz_checkpoint "$secs" -- -timeout=10
+  fuzz fuzz_safetensors "$secs" -- -timeout=10
 fi
 echo PASS

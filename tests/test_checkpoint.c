@@ -26,6 +26,9 @@
     if (!CHECK_OK(expr)) return zo_test_finish("test_checkpoint"); \
   } while (0)
 
+#define CHECK_STR(got, want) \
+  (strcmp((got), (want)) == 0 ? 1 : FAIL_AT("%s = \"%s\", expected \"%s\"", #got, (got), (want)))
+
 enum { NP = 3 };
 static const size_t k_n[NP] = {1000, 37, 4096};
 static const char *const k_names[NP] = {"wte", "ln.bias", "fc.weight"};
@@ -96,6 +99,15 @@ static int same_master(rig *a, rig *b) {
     if (memcmp(x, y, k_n[i] * sizeof(float))) return 0;
   }
   return 1;
+}
+
+static int count_tensor(void *user, const char *name, const char *dtype, int ndim, const int64_t *dims,
+                        const void *data, size_t nbytes) {
+  int *seen = user;
+  (void)dtype, (void)ndim, (void)dims, (void)data;
+  if (strcmp(name, k_names[*seen]) || nbytes != k_n[*seen] * sizeof(float)) return 1;
+  (*seen)++;
+  return 0;
 }
 
 static int count_dirs(const char *root, const char *prefix) {
@@ -183,6 +195,45 @@ int main(int argc, char **argv) {
   CHECK_ST(zo_engine_load(c.e, root, NULL), ZO_ERR_INVALID_USAGE);
   rig_close(&c);
   rig_close(&b);
+
+  /* zo_escape: what a message quoting file content prints */
+  char esc[32];
+  CHECK_STR(zo_escape(esc, sizeof esc, "a\x1b[2Jb\\\xff", 8), "a\\x1b[2Jb\\x5c\\xff");
+  CHECK_STR(zo_escape(esc, 8, "abcdefghij", 10), "abcd...");
+  CHECK_STR(zo_escape(esc, 8, "abcdefg", 7), "abcdefg");
+  CHECK_STR(zo_escape(esc, 8, "\x01\x02", 2), "\\x01...");
+  CHECK_STR(zo_escape(esc, sizeof esc, NULL, 3), "(null)");
+
+  /* keep_last never removes a checkpoint newer than this save's, nor a directory of someone else's */
+  snprintf(path, sizeof path, "%s/step-000000000099", root); /* newer: copied from step 6 */
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/step-000000000006/'* '%s/' && mkdir '%s/step-000000000001' && "
+           "echo x > '%s/step-000000000001/notes.txt'", path, root, path, root, root);
+  CHECK(system(cmd) == 0);
+  o.tag = 7, o.keep_last = 1;
+  REQ(zo_engine_save(a.e, root, &o, NULL, 0));
+  CHECK(access(path, F_OK) == 0);
+  snprintf(path, sizeof path, "%s/step-000000000001/notes.txt", root);
+  CHECK(access(path, F_OK) == 0);
+  snprintf(path, sizeof path, "%s/step-000000000006", root);
+  CHECK(access(path, F_OK) != 0);
+  /* ... and a save does not replace a same-step directory that is not a checkpoint */
+  o.tag = 1;
+  CHECK_ST(zo_engine_save(a.e, root, &o, NULL, 0), ZO_ERR_IO);
+  CHECK_HAS(zo_last_error(), "notes.txt");
+
+  /* safetensors: the export reads back through zo_safetensors_read; a name that is not UTF-8 is refused */
+  snprintf(path, sizeof path, "%s/w.safetensors", root);
+  REQ(zo_engine_export_safetensors(a.e, path, ZO_DTYPE_F32));
+  int seen = 0;
+  REQ(zo_safetensors_read(path, count_tensor, &seen));
+  CHECK_EQ(seen, NP);
+  CHECK_ST(zo_safetensors_parse("\x07\0\0\0\0\0\0\0{\"a\":1}", 15, NULL, NULL), ZO_ERR_CORRUPT);
+  CHECK_HAS(zo_last_error(), "tensor 'a'");
+  REQ(rig_open(&c, 0, "w\xff\xfe"));
+  CHECK_ST(zo_engine_export_safetensors(c.e, path, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "w\\xff\\xfe");
+  rig_close(&c);
   rig_close(&a);
   snprintf(path, sizeof path, "rm -rf '%s'", root);
   CHECK(system(path) == 0);

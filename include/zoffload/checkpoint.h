@@ -20,7 +20,10 @@
  * `latest` naming a complete checkpoint (or no `latest` before the first
  * save completes). Older checkpoints beyond keep_last are removed only after
  * the new one and `latest` are durable. One writer per ROOT: leftover
- * .tmp-* directories of a killed save are removed by the next save.
+ * .tmp-step-N.PID / .old-step-N.PID directories of a killed save (holding
+ * only checkpoint files) and .latest.tmp are removed by the next save, each
+ * named in an info log line. A save never replaces a same-named directory
+ * that is not a checkpoint (ZO_ERR_IO naming it).
  * Optimizer state on NVMe is copied file to file with copy_file_range(2)
  * (restored through the swap layer's io_uring writes), never through a host
  * copy of the whole state; checksums are computed over the written file in
@@ -43,8 +46,11 @@ extern "C" {
 typedef struct zo_save_opts {
   int64_t tag;           /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
   const char *app_state; /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
-  int keep_last;         /* after this save is durable, keep this many step-* directories (the newest by step,
-                            always including the one `latest` names); 0: keep all */
+  int keep_last;         /* after this save is durable, keep this many checkpoints: this one and the newest
+                            keep_last - 1 older ones; 0: keep all. Only directories named step-<12+ digits> older
+                            than this save and holding manifest.json and nothing but manifest*.json and
+                            rankNNNNN.bin regular files are removed (one info log line each); any other, and any
+                            newer one, is left alone (a warning names it) */
 } zo_save_opts;
 
 /*
@@ -92,11 +98,21 @@ ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_
  * *@app_state (may be NULL) receives the saved app_state as JSON text,
  * malloc'd (free() it), or NULL when there was none. A checkpoint saved with
  * another config (its hash differs) loads with one warning.
+ * The checkpoint is untrusted input: every field is checked before any is
+ * applied (step and loss_scaler.iter 0..2^48, last_overflow -1..iter,
+ * hysteresis >= 1 with fp16, loss_scale finite in [fp16.min_loss_scale with
+ * a dynamic fp16 scaler, else 2^-64, 2^64], crc32c 8 hex digits, the file
+ * this rank's rankNNNNN.bin, every byte range inside it). `latest`, the
+ * manifest and the shard file are opened without following a final
+ * symbolic link and without blocking; anything but a regular file is
+ * refused. Bytes quoted from the files in messages are escaped (zo_escape).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG; ZO_ERR_INVALID_USAGE (before finalize,
- * mid-step); ZO_ERR_IO (missing or unreadable file, named); ZO_ERR_CONFIG
- * (manifest malformed, or tensors/dtypes/world size that do not match this
- * engine: the first difference named); ZO_ERR_CORRUPT (CRC32C mismatch:
- * file, tensor, kind of state, byte offset and length named).
+ * mid-step); ZO_ERR_IO (missing or unreadable file, or not a regular file,
+ * named); ZO_ERR_CONFIG (manifest malformed, a field out of range, or
+ * tensors/dtypes/world size that do not match this engine: the manifest's
+ * path and the first field named); ZO_ERR_CORRUPT (CRC32C mismatch: file,
+ * tensor, kind of state, byte offset and length named; a byte range past the
+ * end of the shard file; `latest` not naming a directory).
  */
 ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state);
 
@@ -117,6 +133,42 @@ ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_sta
  * ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype);
+
+/*
+ * zo_safetensors_visit_fn - one tensor of a safetensors file, in the order
+ * of its data: @name as in the header (NUL-terminated, any bytes but NUL),
+ * @dtype its dtype string ("F32", "BF16", "F16", "F64", "I64", "I32", "I16",
+ * "I8", "U8", "BOOL", ...), @ndim dims (0..8) in @dims, @data its @nbytes
+ * raw little-endian bytes, inside the caller's buffer. Return 0 to go on;
+ * non-zero stops the walk (the parse then returns ZO_ERR_INVALID_USAGE).
+ */
+typedef int (*zo_safetensors_visit_fn)(void *user, const char *name, const char *dtype, int ndim,
+                                       const int64_t *dims, const void *data, size_t nbytes);
+
+/*
+ * zo_safetensors_parse() - check @n bytes at @buf as a whole safetensors
+ * file, then call @fn once per tensor (the "__metadata__" entry skipped).
+ * Every field is checked before the first call: an 8-byte little-endian
+ * header length that fits in @n and is at most 100 MB, a JSON object header
+ * (no duplicate keys), each entry {dtype: a known dtype, shape: at most 8
+ * dims each 0..2^62, data_offsets: [begin, end]} with end - begin equal to
+ * the shape's product times the dtype's size (overflow-checked), and the
+ * tensors covering the data exactly, with neither holes nor overlap. @fn
+ * may be NULL (check only). Reads @buf only; thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @buf with @n > 0); ZO_ERR_CORRUPT
+ * (the first thing wrong, named: the byte offset or the tensor and its
+ * field; names quoted through zo_escape); ZO_ERR_INVALID_USAGE (@fn
+ * stopped); ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_safetensors_parse(const void *buf, size_t n, zo_safetensors_visit_fn fn, void *user);
+
+/*
+ * zo_safetensors_read() - zo_safetensors_parse() of the file @path, read
+ * whole into memory (opened without following a final symbolic link and
+ * without blocking; anything but a regular file is refused, named).
+ * Returns as zo_safetensors_parse, or ZO_ERR_IO naming @path.
+ */
+ZO_API zo_status zo_safetensors_read(const char *path, zo_safetensors_visit_fn fn, void *user);
 
 #ifdef __cplusplus
 }

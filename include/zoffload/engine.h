@@ -324,6 +324,13 @@ ZO_API zo_status zo_engine_synchronize(zo_engine_t *e);
 /* zo_engine_loss_scale() - the loss scale to multiply the next loss by (1.0 unless fp16). */
 ZO_API double zo_engine_loss_scale(const zo_engine_t *e);
 
+/*
+ * zo_engine_steps_applied() - optimizer steps applied so far (fp16 overflow
+ * steps that were skipped not counted), as zo_step_info.step; after
+ * zo_engine_load(), the checkpoint's count. Thread-safety: as the engine.
+ */
+ZO_API int64_t zo_engine_steps_applied(const zo_engine_t *e);
+
 /* zo_engine_working_dtype() - dtype of working weights (fp32, bf16 or fp16). */
 ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
 

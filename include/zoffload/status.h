@@ -86,6 +86,17 @@ ZO_API int zo_stop_requested(void);
  */
 ZO_API void zo_stop_reset(void);
 
+/*
+ * zo_escape() - @n bytes of untrusted text (file content, a name read from a
+ * file) made safe to print: bytes outside printable ASCII (0x20..0x7e) and
+ * the backslash become \xNN, so no control or escape sequence reaches a
+ * terminal. Writes at most @cap bytes to @out (NUL-terminated; @cap >= 4),
+ * ending in "..." when the escaped text did not fit. @s may hold NUL bytes
+ * (@n counts them) and may be NULL (gives "(null)"). Returns @out, to be
+ * used inline in a format. Thread-safe (no state).
+ */
+ZO_API const char *zo_escape(char *out, size_t cap, const void *s, size_t n);
+
 typedef enum zo_log_level {
   ZO_LOG_ERROR = 0,
   ZO_LOG_WARN = 1,

@@ -13,6 +13,12 @@
 #include "seterr.h"
 #include "zoffload/checkpoint.h"
 
+static void save_log(zo_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level <= ZO_LOG_WARN) fprintf(stderr, "zoffload: %s: %s\n", level == ZO_LOG_ERROR ? "error" : "warning", msg);
+  else printf("zo-train: %s\n", msg);
+}
+
 int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *pos, uint64_t seed,
                     const gpt_config *model, int keep_last, char *saved, size_t saved_len, char *err, size_t errlen) {
   char rng[24], sd[24];
@@ -29,13 +35,26 @@ int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *po
     return -1;
   }
   zo_save_opts o = {.tag = pos->step, .app_state = text, .keep_last = keep_last};
+  /* The library names each checkpoint keep_last removes, and each leftover of a killed save, in info lines: shown
+   * on stdout here unless ZO_LOG_LEVEL chooses otherwise */
+  const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
+  if (own_log) zo_log_set_handler(save_log, NULL, ZO_LOG_INFO);
   zo_status st = zo_engine_save(eng, root, &o, saved, saved_len);
+  if (own_log) zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
   free(text);
   if (st != ZO_OK) {
     seterr(err, errlen, "%s", zo_last_error());
     return -1;
   }
   return 0;
+}
+
+/* 16 hex digits, as train_ckpt_save writes a 64-bit value */
+static int is_hex16(const char *s) {
+  size_t n = 0;
+  for (; s[n]; n++)
+    if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f') || (s[n] >= 'A' && s[n] <= 'F'))) return 0;
+  return n == 16;
 }
 
 int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model, train_position *pos, char *err,
@@ -54,7 +73,7 @@ int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model,
   if (!app || json_unpack(app, "{s:s, s:I, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}}", "tool", &tool, "step", &step,
                           "batch_rng", &rng, "skipped", &skipped, "seed", &sd, "model", "n_layer", &L, "n_head", &H,
                           "d_model", &C, "seq_len", &S, "vocab", &V) ||
-      strcmp(tool, "zo-train") || step < 0) {
+      strcmp(tool, "zo-train")) {
     json_decref(app);
     seterr(err, errlen, "checkpoint '%s': its app_state is not zo-train's (step, batch_rng, skipped, seed, model)", path);
     return -1;
@@ -63,6 +82,22 @@ int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model,
     seterr(err, errlen, "checkpoint '%s': saved for model %d layers, %d heads, d_model %d, seq_len %d, vocab %d; the "
            "config says %d, %d, %d, %d, %d", path, L, H, C, S, V, model->n_layer, model->n_head, model->d_model,
            model->seq_len, model->vocab);
+    json_decref(app);
+    return -1;
+  }
+  /* Each field in its range and consistent with the engine's own count: a step that disagrees would resume the
+   * data order and schedule at another place than the weights */
+  const int64_t applied = zo_engine_steps_applied(eng);
+  char esc[64];
+  const char *bad = NULL;
+  if (step < 0 || skipped < 0 || skipped > step) bad = "step, skipped: expected 0 <= skipped <= step";
+  else if (step - skipped != applied) bad = "step - skipped: not the engine's applied step count";
+  else if (!is_hex16(rng)) bad = "batch_rng: expected 16 hex digits";
+  else if (!is_hex16(sd)) bad = "seed: expected 16 hex digits";
+  if (bad) {
+    seterr(err, errlen, "checkpoint '%s': manifest.json: app_state.%s (step %lld, skipped %lld, engine step %lld, batch_rng \"%s\")",
+           path, bad, (long long)step, (long long)skipped, (long long)applied, zo_escape(esc, sizeof esc, rng,
+           strlen(rng)));
     json_decref(app);
     return -1;
   }

@@ -532,6 +532,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zo-train: error: --resume: %s\n", err);
         goto out;
       }
+      if (pos.step > ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
+        fprintf(stderr, "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n",
+                from, (long long)pos.step, (long long)ts.steps);
+        goto out;
+      }
       printf("zo-train: resumed from %s at step %lld\n", from, (long long)pos.step);
     }
   }

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "train_config.h"
+#include "zoffload/status.h"
 
 const char *const train_app_blocks[] = {"model", "data", "train", NULL};
 
@@ -33,7 +34,9 @@ typedef struct {
 } ctx;
 
 static int fail(ctx *c, const char *path, const char *fmt, const char *got) {
-  snprintf(c->err, c->errlen, "%s: %s: %s%s", c->file, path, fmt, got ? got : "");
+  char ep[256], eg[512]; /* a key of the file's in the path, a value of its: escaped (zo_escape) */
+  snprintf(c->err, c->errlen, "%s: %s: %s%s", c->file, zo_escape(ep, sizeof ep, path, strlen(path)), fmt,
+           got ? zo_escape(eg, sizeof eg, got, strlen(got)) : "");
   return -1;
 }
 
@@ -113,9 +116,11 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
   ctx c = {path, err, errlen};
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
+  char eb[256];
   if (!root) {
     if (je.line < 1) snprintf(err, errlen, "cannot read config '%s': %s", path, je.text);
-    else snprintf(err, errlen, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column, je.text);
+    else snprintf(err, errlen, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column,
+                  zo_escape(eb, sizeof eb, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
     return -1;
   }
   int rc = -1;

@@ -10,7 +10,7 @@ failures=0
 expect() {
   local name=$1 pat=$2
   shift 2
-  timeout 60 "$zo" --no-sample "$@" >"$work/out" 2>"$work/err"
+  timeout -k 10 60 "$zo" --no-sample "$@" >"$work/out" 2>"$work/err"
   local rc=$?
   [ $rc -eq 124 ] && echo "(timed out after 60 s: a hang)" >>"$work/err"
   local lines
@@ -101,7 +101,7 @@ expect "--micro-batch 2^31" "--micro-batch: expected an integer in \[1, 21474836
 # steps_per_print beyond an int: trains, logging only the last step (was: 2^32 SIGFPE, 2^63-1 every step)
 for spp in 4294967296 9223372036854775807; do
   variant spp "s/\"steps_per_print\": 5/\"steps_per_print\": $spp/"
-  timeout 60 "$zo" --no-sample --config "$work/spp.json" --steps 3 >"$work/out" 2>"$work/err"
+  timeout -k 10 60 "$zo" --no-sample --config "$work/spp.json" --steps 3 >"$work/out" 2>"$work/err"
   rc=$? logged=$(grep -c '^step .*| loss' "$work/out")
   if [ $rc -ne 0 ] || [ "$logged" -ne 1 ] || ! grep -q '^step     3/3 | loss' "$work/out"; then
     echo "FAIL steps_per_print $spp: rc=$rc, $logged logged steps, want rc 0 and step 3 only"; tail -3 "$work/err"
@@ -113,7 +113,7 @@ done
 # 200,000 unknown keys: 8 warnings and one summary line (was 200,000 lines)
 awk 'BEGIN { printf "{\"train_batch_size\": 8"; for (i = 0; i < 200000; i++) printf ", \"k%d\": 1", i; print "}" }' \
   >"$work/unknown.json"
-timeout 60 "$zo" --no-sample --config "$work/unknown.json" --dry-run >"$work/out" 2>"$work/err"
+timeout -k 10 60 "$zo" --no-sample --config "$work/unknown.json" --dry-run >"$work/out" 2>"$work/err"
 rc=$? warned=$(grep -c 'warning' "$work/err")
 if [ $rc -eq 124 ] || [ "$warned" -ne 9 ] || ! grep -q 'and 199992 more keys that are not DeepSpeed or zoffload keys' "$work/err"; then
   echo "FAIL 200000 unknown keys: rc=$rc, $warned warning lines, want 9 with the count"; head -3 "$work/err"

@@ -45,7 +45,7 @@ static void quiet(zo_log_level lvl, const char *msg, void *user) { (void)lvl, (v
 static void save_input(const char *name); /* the driver's: the input running now, to a file */
 
 /* A documented invariant of an accepted config does not hold: say which, keep the input, abort (a crash). */
-static void broken(const char *what, long double got) {
+static __attribute__((noreturn)) void broken(const char *what, long double got) {
   fprintf(stderr, "fuzz_config: INVARIANT: %s (got %.21Lg); input saved as fuzz-crash.json\n", what, got);
   save_input("fuzz-crash.json");
   abort();
@@ -58,7 +58,7 @@ static void broken(const char *what, long double got) {
 
 /* What zoffload/config.h promises of every config zo_config_parse() accepts, with @ws ranks. */
 static void check_invariants(const zo_config_t *c, int ws) {
-  int64_t mg, prod;
+  int64_t mg, prod = 0;
   if (c->train_micro_batch_size_per_gpu < 1) broken("train_micro_batch_size_per_gpu >= 1", c->train_micro_batch_size_per_gpu);
   if (c->gradient_accumulation_steps < 1) broken("gradient_accumulation_steps >= 1", c->gradient_accumulation_steps);
   if (__builtin_mul_overflow(c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps, &mg) ||

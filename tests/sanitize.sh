@@ -59,7 +59,7 @@ if [ "$mode" = asan ]; then
   rm -rf "$corpus" && mkdir -p "$corpus"
   cp "$src"/configs/*.json "$src"/tests/config/*.json "$src"/tests/configs/*.json "$corpus"/
   secs=${FUZZ_SECONDS:-40}
-  (cd "$dir" && ./tests/fuzz_config -max_total_time="$secs" -timeout=2 -dict="$src/tests/fuzz_config.dict" "$corpus") >"$dir.fuzz.log" 2>&1
+  (cd "$dir" && ./tests/fuzz_config -max_total_time="$secs" -timeout=2 "$corpus") >"$dir.fuzz.log" 2>&1
   frc=$?
   if [ $fuzzer = ON ]; then
     tail -3 "$dir.fuzz.log"

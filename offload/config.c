@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -22,7 +23,11 @@
 
 typedef struct parse_ctx {
   const char *src; /* document name for messages */
+  int64_t *n_unknown; /* unknown keys seen so far in this parse (the first UNKNOWN_NAMED are named) */
 } parse_ctx;
+
+/* Unknown keys named one warning line each; the rest are counted into one summary line at the end. */
+#define UNKNOWN_NAMED 8
 
 /* ---------- messages ---------- */
 
@@ -76,8 +81,8 @@ static const char *pj(char *out, const char *base, const char *key) {
 }
 
 static void warn_inert(const char *path) { zo_warn("config: %s is accepted but has no effect yet", path); }
-static void warn_unknown(const char *path) {
-  zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
+static void warn_unknown(const parse_ctx *c, const char *path) {
+  if (++*c->n_unknown <= UNKNOWN_NAMED) zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
 }
 
 /* ---------- typed getters: each checks type then range and names the path ---------- */
@@ -138,6 +143,11 @@ static zo_status get_dbl(const parse_ctx *c, const char *path, const json_t *v, 
       snprintf(what, sizeof what, "a finite number");
     return type_err(c, path, what, v);
   }
+  /* Adam, the scheduler's lr and the loss scaler compute in float32 (zoffload/adam.h): a value that is infinite
+   * there, or subnormal or 0 (the SIMD kernels flush subnormals), is not the value written. */
+  if (x != 0 && !(fabs(x) >= FLT_MIN && fabs(x) <= FLT_MAX))
+    return cfg_err(c, path, "got %g, which is %s as float32 (what the optimizer computes in); expected 0 or a "
+                   "magnitude in [%g, %g]", x, fabs(x) > FLT_MAX ? "infinite" : "0 or subnormal", FLT_MIN, FLT_MAX);
   *out = x;
   return ZO_OK;
 }
@@ -274,7 +284,7 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
       json_object_foreach(v, k2, v2) {
         pj(q, p, k2);
         if (!strcmp(k2, "lr")) {
-          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->optimizer.lr));
+          ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->optimizer.lr));
         } else if (!strcmp(k2, "betas")) {
           if (!json_is_array(v2) || json_array_size(v2) != 2)
             return type_err(c, q, "an array of two numbers [beta1, beta2]", v2);
@@ -283,13 +293,16 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
           for (int i = 0; i < 2; i++) {
             snprintf(r, sizeof r, "%s[%d]", q, i);
             ZO_CHECK(get_dbl(c, r, json_array_get(v2, i), 0, 1, LO_INCL | HI_EXCL, &b[i]));
+            if (!((float)b[i] < 1.0f)) /* 1 - beta^step is the bias correction's divisor */
+              return cfg_err(c, r, "expected a number in [0, 1), got %.17g, which is 1 as float32 (what the optimizer "
+                             "computes in): at most %.9g", b[i], (double)nextafterf(1.0f, 0.0f));
           }
           cfg->optimizer.beta1 = b[0];
           cfg->optimizer.beta2 = b[1];
         } else if (!strcmp(k2, "eps")) {
-          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_EXCL, &cfg->optimizer.eps));
+          ZO_CHECK(get_dbl(c, q, v2, FLT_MIN, 1, LO_INCL | HI_INCL, &cfg->optimizer.eps));
         } else if (!strcmp(k2, "weight_decay")) {
-          ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->optimizer.weight_decay));
+          ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_WEIGHT_DECAY_MAX, LO_INCL | HI_INCL, &cfg->optimizer.weight_decay));
         } else if (!strcmp(k2, "bias_correction")) {
           ZO_CHECK(get_bool(c, q, v2, &cfg->optimizer.bias_correction));
         } else if (!strcmp(k2, "adam_w_mode")) {
@@ -312,7 +325,7 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
     } else if (!strcmp(key, "legacy_fusion")) {
       warn_inert(p);
     } else {
-      warn_unknown(p);
+      warn_unknown(c, p);
     }
   }
   /* DeepSpeed engine: effective_adam_w_mode = name == "adamw" or adam_w_mode. */
@@ -347,7 +360,7 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
     pj(p, "scheduler", key);
     if (!strcmp(key, "type")) continue;
     if (strcmp(key, "params")) {
-      warn_unknown(p);
+      warn_unknown(c, p);
       continue;
     }
     ZO_CHECK(get_obj(c, p, v));
@@ -357,9 +370,9 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
       pj(q, p, k2);
       int lr_sched = st != ZO_SCHED_WARMUP_COSINE_LR, decaying = st != ZO_SCHED_WARMUP_LR;
       if (lr_sched && !strcmp(k2, "warmup_min_lr")) {
-        ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->scheduler.warmup_min_lr));
+        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->scheduler.warmup_min_lr));
       } else if (lr_sched && !strcmp(k2, "warmup_max_lr")) {
-        ZO_CHECK(get_dbl(c, q, v2, 0, 0, LO_INCL, &cfg->scheduler.warmup_max_lr));
+        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->scheduler.warmup_max_lr));
       } else if (!strcmp(k2, "warmup_num_steps")) {
         ZO_CHECK(get_i64(c, q, v2, 0, INT64_MAX, &cfg->scheduler.warmup_num_steps));
       } else if (!strcmp(k2, "warmup_type")) {
@@ -425,15 +438,17 @@ static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, co
                           const void *arg) {
   (void)arg;
   if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->fp16.enabled);
-  if (!strcmp(key, "loss_scale")) return get_dbl(c, p, v, 0, 0, LO_INCL, &cfg->fp16.loss_scale);
+  if (!strcmp(key, "loss_scale"))
+    return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_INCL | HI_INCL, &cfg->fp16.loss_scale);
   if (!strcmp(key, "initial_scale_power")) return get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power);
   if (!strcmp(key, "loss_scale_window")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window);
   if (!strcmp(key, "hysteresis")) return get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis);
-  if (!strcmp(key, "min_loss_scale")) return get_dbl(c, p, v, 0, 0, LO_EXCL, &cfg->fp16.min_loss_scale);
+  if (!strcmp(key, "min_loss_scale"))
+    return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_EXCL | HI_INCL, &cfg->fp16.min_loss_scale);
   if (!strcmp(key, "consecutive_hysteresis") || !strcmp(key, "auto_cast") ||
       !strcmp(key, "fp16_master_weights_and_grads") || !strcmp(key, "type"))
     warn_inert(p);
-  else warn_unknown(p);
+  else warn_unknown(c, p);
   return ZO_OK;
 }
 
@@ -444,7 +459,7 @@ static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, co
   if (!strcmp(key, "immediate_grad_update") || !strcmp(key, "check_grad_overflow") ||
       !strcmp(key, "bf16_master_weights_and_grads") || !strcmp(key, "bf16_optimizer_states"))
     warn_inert(p);
-  else warn_unknown(p);
+  else warn_unknown(c, p);
   return ZO_OK;
 }
 
@@ -489,20 +504,21 @@ static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const 
   if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
       !strcmp(key, "cpuadam_cores_perc"))
     warn_inert(p);
-  else warn_unknown(p);
+  else warn_unknown(c, p);
   return ZO_OK;
 }
 
 static zo_status offload_param_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
                                    zo_config_t *cfg, const void *arg) {
   (void)arg;
-  if (!strcmp(key, "buffer_size")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->zero.offload_param.buffer_size);
+  if (!strcmp(key, "buffer_size"))
+    return get_i64(c, p, v, 1, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.buffer_size);
   if (!strcmp(key, "max_in_cpu")) {
-    ZO_CHECK(get_i64(c, p, v, 0, INT64_MAX, &cfg->zero.offload_param.max_in_cpu));
+    ZO_CHECK(get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.max_in_cpu));
     warn_inert(p); /* nvme parameters are read from params.swp on every fetch; no host cache yet */
     return ZO_OK;
   }
-  warn_unknown(p);
+  warn_unknown(c, p);
   return ZO_OK;
 }
 
@@ -562,7 +578,7 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     if (si < sizeof sizes / sizeof sizes[0]) {
       /* sub_group_size, the stage3_* budgets and, on several ranks, reduce_bucket_size (the reduction ring with
        * overlap_comm) and allgather_bucket_size (the waves of the weight all-gather, stages 1-2) are all acted on */
-      ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, INT64_MAX, sizes[si].dst));
+      ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, ZO_CONFIG_MAX_ELEMS, sizes[si].dst));
     } else if (!strcmp(key, "stage")) {
       ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
     } else if (!strcmp(key, "offload_optimizer")) {
@@ -591,7 +607,7 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     } else if (in_list(key, zero_inert)) {
       warn_inert(p);
     } else {
-      warn_unknown(p);
+      warn_unknown(c, p);
     }
   }
 
@@ -630,7 +646,7 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
                         const void *arg) {
   (void)arg;
   if (!strcmp(key, "block_size")) {
-    ZO_CHECK(get_i64(c, p, v, 1, INT64_MAX, &cfg->aio.block_size));
+    ZO_CHECK(get_i64(c, p, v, 1, ZO_CONFIG_MAX_BLOCK_SIZE, &cfg->aio.block_size)); /* zo_swap's largest piece */
     if (cfg->aio.block_size % 4096)
       return cfg_err(c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
                      cfg->aio.block_size);
@@ -649,7 +665,7 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
     if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
   } else {
-    warn_unknown(p);
+    warn_unknown(c, p);
   }
   return ZO_OK;
 }
@@ -673,8 +689,17 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
   if (!strcmp(key, "swap_sqpoll")) return get_bool(c, p, v, &cfg->zoffload.swap_sqpoll);
   if (!strcmp(key, "delayed_param_update")) return get_bool(c, p, v, &cfg->zoffload.delayed_param_update);
-  if (!strcmp(key, "host_link_gbps")) return get_dbl(c, p, v, 0, 1e6, LO_INCL | HI_INCL, &cfg->zoffload.host_link_gbps);
-  warn_unknown(p);
+  if (!strcmp(key, "host_link_gbps")) {
+    /* 0 is no emulation; a link slower than the minimum turns each step's transfers into hours (a hang) */
+    double g;
+    ZO_CHECK(get_dbl(c, p, v, 0, ZO_CONFIG_LINK_GBPS_MAX, LO_INCL | HI_INCL, &g));
+    if (g != 0 && g < ZO_CONFIG_LINK_GBPS_MIN)
+      return cfg_err(c, p, "expected 0 (no emulated link) or a number in [%g, %g] GB/s, got %g", ZO_CONFIG_LINK_GBPS_MIN,
+                     ZO_CONFIG_LINK_GBPS_MAX, g);
+    cfg->zoffload.host_link_gbps = g;
+    return ZO_OK;
+  }
+  warn_unknown(c, p);
   return ZO_OK;
 }
 
@@ -693,7 +718,34 @@ static const char *const top_inert[] = {
     "use_node_local_storage", "fp8", "gradient_accumulation_dtype", "steps_per_log",
     NULL};
 
-/* DeepSpeed's _set_batch_related_parameters + _batch_assertion. */
+/*
+ * Decoupled weight decay (AdamW: adam_w_mode) multiplies each weight by 1 - lr * weight_decay every step: past 1
+ * the weights flip sign each step, past 2 they grow without bound (to inf, then NaN). Refused at the peak lr the
+ * schedule reaches. (L2 mode adds weight_decay * w to the gradient, which Adam normalises: no such limit.)
+ */
+static zo_status check_decay(const parse_ctx *c, const zo_config_t *cfg) {
+  if (!cfg->optimizer.adam_w_mode || cfg->optimizer.weight_decay == 0) return ZO_OK;
+  double lr = cfg->optimizer.lr;
+  const char *lr_key = "optimizer.params.lr";
+  if (cfg->scheduler.type == ZO_SCHED_WARMUP_LR || cfg->scheduler.type == ZO_SCHED_WARMUP_DECAY_LR) {
+    lr = fmax(cfg->scheduler.warmup_min_lr, cfg->scheduler.warmup_max_lr);
+    lr_key = cfg->scheduler.warmup_max_lr >= cfg->scheduler.warmup_min_lr ? "scheduler.params.warmup_max_lr"
+                                                                          : "scheduler.params.warmup_min_lr";
+  }
+  if (lr * cfg->optimizer.weight_decay <= 1.0) return ZO_OK;
+  return cfg_err(c, "optimizer.params.weight_decay",
+                 "%g times the peak learning rate %g (%s) is %g > 1: decoupled weight decay (adam_w_mode) would "
+                 "multiply the weights by %g each step; expected weight_decay <= %g", cfg->optimizer.weight_decay, lr,
+                 lr_key, lr * cfg->optimizer.weight_decay, 1.0 - lr * cfg->optimizer.weight_decay, 1.0 / lr);
+}
+
+/* a * b * c into *out; 0 when that overflows int64_t */
+static int mul3_i64(int64_t a, int64_t b, int64_t c, int64_t *out) {
+  int64_t ab;
+  return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
+}
+
+/* DeepSpeed's _set_batch_related_parameters + _batch_assertion; every product overflow-checked. */
 static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64_t gas, int ws, zo_config_t *cfg) {
   int has_tb = tb > 0, has_mb = mb > 0, has_gas = gas > 0;
   const char *derived = "";
@@ -705,19 +757,26 @@ static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64
     mb = tb / ws / gas;
     derived = " (train_micro_batch_size_per_gpu derived)";
   } else if (has_mb && has_gas) {
-    tb = mb * gas * ws;
+    tb = -1; /* derived below */
   } else if (has_tb) {
     gas = 1;
     mb = tb / ws;
     derived = " (train_micro_batch_size_per_gpu derived, gradient_accumulation_steps = 1)";
   } else if (has_mb) {
     gas = 1;
-    tb = mb * ws;
+    tb = -1;
   } else {
     return cfg_err(c, "train_batch_size",
                    "missing: either train_batch_size or train_micro_batch_size_per_gpu must be given");
   }
-  if (mb < 1 || gas < 1 || tb != mb * gas * ws)
+  int64_t prod = 0;
+  if (mb >= 1 && gas >= 1 && !mul3_i64(mb, gas, ws, &prod))
+    return cfg_err(c, has_mb ? "train_micro_batch_size_per_gpu" : "train_batch_size",
+                   "train_micro_batch_size_per_gpu %" PRId64 " * gradient_accumulation_steps %" PRId64
+                   " * world_size %d does not fit in 64 bits (at most %" PRId64 ")%s",
+                   mb, gas, ws, INT64_MAX, derived);
+  if (tb == -1) tb = prod;
+  if (mb < 1 || gas < 1 || tb != prod)
     return cfg_err(c, "train_batch_size",
                    "train_batch_size %" PRId64 " != train_micro_batch_size_per_gpu %" PRId64
                    " * gradient_accumulation_steps %" PRId64 " * world_size %d%s",
@@ -802,7 +861,8 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
   int ws = opts ? opts->world_size : 0;
   if (ws < 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: world_size %d < 0", ws);
   if (ws == 0) ws = 1;
-  parse_ctx ctx = {source ? source : "config"};
+  int64_t n_unknown = 0;
+  parse_ctx ctx = {source ? source : "config", &n_unknown};
   const parse_ctx *c = &ctx;
 
   json_error_t jerr;
@@ -845,7 +905,7 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
     else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_keys(c, key, v, zoffload_key, cfg, NULL), st, out);
     else if (opts && in_list(key, opts->app_blocks)) continue;
     else if (in_list(key, top_inert)) warn_inert(key);
-    else warn_unknown(key);
+    else warn_unknown(c, key);
   }
   if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16")) {
     st = cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");
@@ -855,8 +915,12 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
     st = cfg_err(c, "bf16.enabled", "fp16.enabled and bf16.enabled cannot both be true");
     goto out;
   }
+  ZO_CHECK_GOTO(check_decay(c, cfg), st, out);
   st = resolve_batch(c, tb, mb, gas, ws, cfg);
 out:
+  if (n_unknown > UNKNOWN_NAMED)
+    zo_warn("config: ... and %" PRId64 " more keys that are not DeepSpeed or zoffload keys (%" PRId64 " in all); ignored",
+            n_unknown - UNKNOWN_NAMED, n_unknown);
   json_decref(root);
   return st;
 }

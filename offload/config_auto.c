@@ -50,13 +50,21 @@ static const auto_key k_keys[] = {
     {"zero_optimization", NULL, "stage3_param_persistence_threshold", "10 * hidden_size"},
 };
 
-/* The value for key @i, or NULL when @a does not know it. */
-static json_t *value_of(int i, const zo_config_auto *a, int ws) {
+/* a * b into *out; 0 when that overflows int64_t */
+static int mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+/* The value for key @i, or NULL when @a does not know it; *@overflow set when it does not fit in 64 bits. */
+static json_t *value_of(int i, const zo_config_auto *a, int ws, int *overflow) {
   const int64_t h = a->hidden_size, mb = a->train_micro_batch_size_per_gpu, gas = a->gradient_accumulation_steps;
+  int64_t x, y;
+  *overflow = 0;
   switch (i) {
     case 0: return mb >= 1 ? json_integer(mb) : NULL;
     case 1: return gas >= 1 ? json_integer(gas) : NULL;
-    case 2: return mb >= 1 && gas >= 1 ? json_integer(mb * gas * ws) : NULL;
+    case 2:
+      if (mb < 1 || gas < 1) return NULL;
+      if (!mul_i64(mb, gas, &x) || !mul_i64(x, ws, &y)) return *overflow = 1, NULL;
+      return json_integer(y);
     case 3: return isnan(a->gradient_clipping) ? NULL : json_real(a->gradient_clipping);
     case 4: return isnan(a->lr) ? NULL : json_real(a->lr);
     case 5: return isnan(a->beta1) || isnan(a->beta2) ? NULL : json_pack("[f, f]", a->beta1, a->beta2);
@@ -68,9 +76,15 @@ static json_t *value_of(int i, const zo_config_auto *a, int ws) {
     case 11: return a->total_num_steps >= 1 ? json_integer(a->total_num_steps) : NULL;
     case 12: return a->fp16 >= 0 ? json_boolean(a->fp16) : NULL;
     case 13: return a->bf16 >= 0 ? json_boolean(a->bf16) : NULL;
-    case 14: return h >= 1 ? json_integer(h * h) : NULL;
-    case 15: return h >= 1 ? json_integer((json_int_t)(0.9 * (double)h * (double)h)) : NULL;
-    case 16: return h >= 1 ? json_integer(10 * h) : NULL;
+    case 14:
+    case 15:
+      if (h < 1) return NULL;
+      if (!mul_i64(h, h, &x)) return *overflow = 1, NULL;
+      return json_integer(i == 14 ? x : (json_int_t)(0.9 * (double)x)); /* 0.9 x < x: fits */
+    case 16:
+      if (h < 1) return NULL;
+      if (!mul_i64(h, 10, &x)) return *overflow = 1, NULL;
+      return json_integer(x);
   }
   return NULL;
 }
@@ -92,7 +106,11 @@ zo_status cfg_fill_auto(json_t *root, const zo_config_auto *a, int world_size, c
       return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" is filled in by the HF Trainer, not by DeepSpeed; this "
                           "application gives no values for \"auto\" (zo_config_opts.auto_values): write a value",
                           src, path);
-    json_t *v = value_of(i, a, world_size);
+    int overflow;
+    json_t *v = value_of(i, a, world_size, &overflow);
+    if (overflow)
+      return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" would be %s, which does not fit in 64 bits: write a "
+                          "value", src, path, k->needs);
     if (!v)
       return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" needs %s from the application, which did not give it: "
                           "write a value", src, path, k->needs);

@@ -9,7 +9,8 @@ if(ZO_FUZZ_LIBFUZZER)
 endif()
 if(NOT ZO_SANITIZE)
   # A short deterministic run in the normal build: the mutation driver, no sanitizer.
-  add_test(NAME fuzz_config_smoke COMMAND fuzz_config -runs=200000 -timeout=2 ${CMAKE_SOURCE_DIR}/configs
+  add_test(NAME fuzz_config_smoke COMMAND fuzz_config -runs=200000 -timeout=2
+           -dict=${CMAKE_CURRENT_SOURCE_DIR}/fuzz_config.dict ${CMAKE_SOURCE_DIR}/configs
            ${CMAKE_CURRENT_SOURCE_DIR}/config ${CMAKE_CURRENT_SOURCE_DIR}/configs)
   set_tests_properties(fuzz_config_smoke PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
   add_test(NAME sanitize_asan COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sanitize.sh asan ${CMAKE_SOURCE_DIR}

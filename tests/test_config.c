@@ -3,7 +3,10 @@
  * forms, errors naming the JSON path, one warning per inert key, lr schedules.
  * Not a fuzz target. Usage: test_config <dir with the tests/config fixtures>.
  */
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,13 +256,13 @@ static void test_errors(void) {
        "t.json: zero_optimization.offload_optimizer.pin_memory: expected true or false, got \"yes\""},
       /* out of range */
       {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -1}}}",
-       "t.json: optimizer.params.lr: expected a number >= 0, got -1"},
+       "t.json: optimizer.params.lr: expected a number in [0, 100], got -1"},
       {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.0]}}}",
        "t.json: optimizer.params.betas[1]: expected a number in [0, 1), got 1"},
       {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": 0}}}",
-       "t.json: optimizer.params.eps: expected a number > 0, got 0"},
+       "t.json: optimizer.params.eps: expected a number in [1.17549e-38, 1], got 0"},
       {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"weight_decay\": -0.1}}}",
-       "t.json: optimizer.params.weight_decay: expected a number >= 0, got -0.1"},
+       "t.json: optimizer.params.weight_decay: expected a number in [0, 1e+06], got -0.1"},
       {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 4}}",
        "t.json: zero_optimization.stage: expected an integer in [0, 3], got 4"},
       {"{\"train_batch_size\": 8, \"aio\": {\"queue_depth\": 0}}", "t.json: aio.queue_depth: expected an integer in [1, 32768], got 0"},
@@ -270,7 +273,7 @@ static void test_errors(void) {
       {"{\"train_batch_size\": 0}", "t.json: train_batch_size: expected an integer >= 1, got 0"},
       {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.5}}}",
        "t.json: zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got 1.5"},
-      {"{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0}}", "t.json: fp16.min_loss_scale: expected a number > 0, got 0"},
+      {"{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0}}", "t.json: fp16.min_loss_scale: expected a number in (0, 1.84467e+19], got 0"},
       /* unknown enum */
       {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}",
        "t.json: zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\", got \"gpu\""},
@@ -546,6 +549,239 @@ static void test_lr(void) {
   CHECK_NEAR(zo_config_lr_at(&c, 5), 0.5 * 0.6020599913279624);
 }
 
+/* ---- boundary values: every number read is range-checked, naming the key ---- */
+
+typedef enum { K_I64, K_INT, K_DBL } kind_t;
+typedef struct num_key {
+  const char *fmt;    /* the document, %s where the value goes */
+  const char *path;   /* what the error must name */
+  kind_t kind;
+  size_t off;         /* the field in zo_config_t */
+  double lo, hi;      /* accepted range (integers: exact below 2^53; see lo_i/hi_i) */
+  int64_t lo_i, hi_i; /* integers */
+  int lo_excl;        /* reals: lo excluded */
+  int special;        /* 1: betas (below 1 as float32), 2: host_link_gbps (0 or >= 0.1), 3: block_size (x4096) */
+} num_key;
+
+#define TB "\"train_batch_size\": 8, "
+#define IK(fmt, path, kind, field, lo, hi) {fmt, path, kind, offsetof(zo_config_t, field), 0, 0, lo, hi, 0, 0}
+#define DK(fmt, path, field, lo, hi, excl, sp) {fmt, path, K_DBL, offsetof(zo_config_t, field), lo, hi, 0, 0, excl, sp}
+#define SCHED(t, k) "{" TB "\"scheduler\": {\"type\": \"" t "\", \"params\": {\"total_num_steps\": 2000, \"" k "\": %s}}}"
+#define ZERO(k) "{" TB "\"zero_optimization\": {\"" k "\": %s}}"
+#define OPT(k) "{" TB "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, \"" k "\": %s}}}"
+
+static const num_key k_num_keys[] = {
+    IK("{\"train_batch_size\": %s}", "train_batch_size", K_I64, train_batch_size, 1, INT64_MAX),
+    IK("{\"train_micro_batch_size_per_gpu\": %s}", "train_micro_batch_size_per_gpu", K_I64,
+       train_micro_batch_size_per_gpu, 1, INT64_MAX),
+    IK("{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %s}", "gradient_accumulation_steps",
+       K_I64, gradient_accumulation_steps, 1, INT64_MAX),
+    IK("{" TB "\"steps_per_print\": %s}", "steps_per_print", K_I64, steps_per_print, 1, INT64_MAX),
+    IK(SCHED("WarmupDecayLR", "warmup_num_steps"), "scheduler.params.warmup_num_steps", K_I64,
+       scheduler.warmup_num_steps, 0, INT64_MAX),
+    IK("{" TB "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": %s}}}",
+       "scheduler.params.total_num_steps", K_I64, scheduler.total_num_steps, 1, INT64_MAX),
+    IK("{" TB "\"fp16\": {\"initial_scale_power\": %s}}", "fp16.initial_scale_power", K_INT, fp16.initial_scale_power, 0,
+       64),
+    IK("{" TB "\"fp16\": {\"loss_scale_window\": %s}}", "fp16.loss_scale_window", K_I64, fp16.loss_scale_window, 1,
+       INT64_MAX),
+    IK("{" TB "\"fp16\": {\"hysteresis\": %s}}", "fp16.hysteresis", K_INT, fp16.hysteresis, 1, 1 << 30),
+    IK(ZERO("stage"), "zero_optimization.stage", K_INT, zero.stage, 0, 3),
+    IK(ZERO("sub_group_size"), "zero_optimization.sub_group_size", K_I64, zero.sub_group_size, 1, ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("stage3_prefetch_bucket_size"), "zero_optimization.stage3_prefetch_bucket_size", K_I64,
+       zero.stage3_prefetch_bucket_size, 0, ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("stage3_max_live_parameters"), "zero_optimization.stage3_max_live_parameters", K_I64,
+       zero.stage3_max_live_parameters, 0, ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("stage3_max_reuse_distance"), "zero_optimization.stage3_max_reuse_distance", K_I64,
+       zero.stage3_max_reuse_distance, 0, ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("stage3_param_persistence_threshold"), "zero_optimization.stage3_param_persistence_threshold", K_I64,
+       zero.stage3_param_persistence_threshold, 0, ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("reduce_bucket_size"), "zero_optimization.reduce_bucket_size", K_I64, zero.reduce_bucket_size, 0,
+       ZO_CONFIG_MAX_ELEMS),
+    IK(ZERO("allgather_bucket_size"), "zero_optimization.allgather_bucket_size", K_I64, zero.allgather_bucket_size, 0,
+       ZO_CONFIG_MAX_ELEMS),
+    IK("{" TB "\"zero_optimization\": {\"offload_optimizer\": {\"buffer_count\": %s}}}",
+       "zero_optimization.offload_optimizer.buffer_count", K_INT, zero.offload_optimizer.buffer_count, 1, 1 << 20),
+    IK("{" TB "\"zero_optimization\": {\"offload_param\": {\"buffer_count\": %s}}}",
+       "zero_optimization.offload_param.buffer_count", K_INT, zero.offload_param.buffer_count, 1, 1 << 20),
+    IK("{" TB "\"zero_optimization\": {\"offload_param\": {\"buffer_size\": %s}}}",
+       "zero_optimization.offload_param.buffer_size", K_I64, zero.offload_param.buffer_size, 1, ZO_CONFIG_MAX_ELEMS),
+    IK("{" TB "\"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": %s}}}",
+       "zero_optimization.offload_param.max_in_cpu", K_I64, zero.offload_param.max_in_cpu, 0, ZO_CONFIG_MAX_ELEMS),
+    {"{" TB "\"aio\": {\"block_size\": %s}}", "aio.block_size", K_I64, offsetof(zo_config_t, aio.block_size), 0, 0,
+     4096, ZO_CONFIG_MAX_BLOCK_SIZE, 0, 3},
+    IK("{" TB "\"aio\": {\"queue_depth\": %s}}", "aio.queue_depth", K_I64, aio.queue_depth, 1, 32768),
+    IK("{" TB "\"aio\": {\"intra_op_parallelism\": %s}}", "aio.intra_op_parallelism", K_INT, aio.intra_op_parallelism,
+       1, 1 << 16),
+    IK("{" TB "\"zoffload\": {\"adam_threads\": %s}}", "zoffload.adam_threads", K_INT, zoffload.adam_threads, 0, 4096),
+    IK("{" TB "\"zoffload\": {\"device_memory_limit\": %s}}", "zoffload.device_memory_limit", K_I64,
+       zoffload.device_memory_limit, 0, INT64_MAX),
+    IK("{" TB "\"zoffload\": {\"device_arena_bytes\": %s}}", "zoffload.device_arena_bytes", K_I64,
+       zoffload.device_arena_bytes, 0, INT64_MAX),
+    DK("{" TB "\"gradient_clipping\": %s}", "gradient_clipping", gradient_clipping, 0, FLT_MAX, 0, 0),
+    DK(OPT("lr"), "optimizer.params.lr", optimizer.lr, 0, 100, 0, 0),
+    DK(OPT("eps"), "optimizer.params.eps", optimizer.eps, FLT_MIN, 1, 0, 0),
+    DK(OPT("weight_decay"), "optimizer.params.weight_decay", optimizer.weight_decay, 0, 1e6, 0, 0),
+    DK("{" TB "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [%s, 0.999]}}}", "optimizer.params.betas[0]",
+       optimizer.beta1, 0, 1, 0, 1),
+    DK("{" TB "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, %s]}}}", "optimizer.params.betas[1]",
+       optimizer.beta2, 0, 1, 0, 1),
+    DK(SCHED("WarmupDecayLR", "warmup_min_lr"), "scheduler.params.warmup_min_lr", scheduler.warmup_min_lr, 0, 100, 0, 0),
+    DK(SCHED("WarmupDecayLR", "warmup_max_lr"), "scheduler.params.warmup_max_lr", scheduler.warmup_max_lr, 0, 100, 0, 0),
+    DK(SCHED("WarmupCosineLR", "cos_min_ratio"), "scheduler.params.cos_min_ratio", scheduler.cos_min_ratio, 0, 1, 0, 0),
+    DK(SCHED("WarmupCosineLR", "warmup_min_ratio"), "scheduler.params.warmup_min_ratio", scheduler.warmup_min_ratio, 0,
+       1, 0, 0),
+    DK("{" TB "\"fp16\": {\"loss_scale\": %s}}", "fp16.loss_scale", fp16.loss_scale, 0, 18446744073709551616.0, 0, 0),
+    DK("{" TB "\"fp16\": {\"min_loss_scale\": %s}}", "fp16.min_loss_scale", fp16.min_loss_scale, 0,
+       18446744073709551616.0, 1, 0),
+    DK("{" TB "\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": %s}}}",
+       "zero_optimization.offload_optimizer.ratio", zero.offload_optimizer.ratio, 0, 1, 0, 0),
+    DK("{" TB "\"zoffload\": {\"host_link_gbps\": %s}}", "zoffload.host_link_gbps", zoffload.host_link_gbps, 0, 1e6, 0,
+       2),
+};
+
+/* The boundary values: integer literals, their real forms, and the reals that are not the same in float32. */
+static const char *const k_values[] = {
+    "0", "1", "-1", "2147483647", "2147483648", "2147483649", "4294967295", "4294967296", "4294967297",
+    "4294967312", "4611686018427387904", "9223372036854775807", "-9223372036854775808", "72057594037927936",
+    "72057594037927937", "1073741824", "1073745920", "2147483648.0", "4.294967296e9", "4.611686018427387904e18",
+    "9.2233720368547758e18", "1e-50", "1e-40", "1e-38", "1.2e-38", "1e40", "3.5e38", "3.4e38", "1e-9", "0.1",
+    "0.09999", "0.5", "0.9999999999", "0.99999994", "1.0", "-0.0", "100", "100.5", "1e6", "1000001", "64", "65",
+};
+
+/* Whether @k accepts @val (the text in the document), as its documented range says; *@x: the value as read. */
+static int num_expected_ok(const num_key *k, const char *val, long double *x) {
+  const int is_int_literal = !strpbrk(val, ".eE");
+  if (is_int_literal) *x = (long double)strtoll(val, NULL, 10);
+  else *x = (long double)strtod(val, NULL); /* a JSON real is a double */
+  if (k->kind != K_DBL) {
+    if (*x != floorl(*x)) return 0;
+    if (!is_int_literal && !(*x >= -9223372036854775808.0L && *x < 9223372036854775808.0L)) return 0;
+    if (*x < (long double)k->lo_i || *x > (long double)k->hi_i) return 0;
+    if (k->special == 3 && fmodl(*x, 4096) != 0) return 0;
+    return 1;
+  }
+  const double d = (double)*x;
+  *x = d; /* a real key holds a double */
+  if (k->lo_excl ? !(d > k->lo) : !(d >= k->lo)) return 0;
+  if (!(d <= k->hi)) return 0;
+  if (k->special == 1 && !((float)d < 1.0f)) return 0;
+  if (k->special == 2 && d != 0 && d < 0.1) return 0;
+  return d == 0 || (fabs(d) >= FLT_MIN && fabs(d) <= FLT_MAX);
+}
+
+static void test_boundaries(void) {
+  int cases = 0, refused = 0;
+  for (size_t i = 0; i < sizeof k_num_keys / sizeof k_num_keys[0]; i++) {
+    const num_key *k = &k_num_keys[i];
+    for (size_t j = 0; j < sizeof k_values / sizeof k_values[0]; j++) {
+      char js[1024];
+      snprintf(js, sizeof js, k->fmt, k_values[j]);
+      long double x;
+      const int want_ok = num_expected_ok(k, k_values[j], &x);
+      zo_config_t c;
+      g_nlog = 0;
+      const zo_status st = parse(js, &c);
+      cases++;
+      if (want_ok) {
+        if (st != ZO_OK) {
+          FAIL_AT("%s = %s: refused, want accepted: %s", k->path, k_values[j], zo_last_error());
+          continue;
+        }
+        const char *f = (const char *)&c + k->off;
+        long double got = k->kind == K_I64 ? (long double)*(const int64_t *)f
+                          : k->kind == K_INT ? (long double)*(const int *)f
+                                             : (long double)*(const double *)f;
+        if (got != x) FAIL_AT("%s = %s: read %Lg", k->path, k_values[j], got);
+      } else {
+        refused++;
+        if (st != ZO_ERR_CONFIG) {
+          FAIL_AT("%s = %s: status %s, want ZO_ERR_CONFIG naming the key", k->path, k_values[j], zo_status_string(st));
+          continue;
+        }
+        /* the key and the value or range, never an empty or generic message */
+        if (!strstr(zo_last_error(), k->path) && !strstr(zo_last_error(), "malformed JSON"))
+          FAIL_AT("%s = %s: the message does not name the key: %s", k->path, k_values[j], zo_last_error());
+      }
+    }
+  }
+  printf("  boundaries: %d cases over %zu keys, %d refused, each naming its key\n", cases,
+         sizeof k_num_keys / sizeof k_num_keys[0], refused);
+
+  zo_config_t c;
+  /* the batch product, overflow-checked (was: signed overflow, then "batch 0 ... fits") */
+  CHECK_EQ(parse("{\"train_micro_batch_size_per_gpu\": 4611686018427387904, \"gradient_accumulation_steps\": 4}", &c),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: train_micro_batch_size_per_gpu: train_micro_batch_size_per_gpu "
+                             "4611686018427387904 * gradient_accumulation_steps 4 * world_size 1 does not fit in 64 bits");
+  CHECK_EQ(parse("{\"train_batch_size\": 9223372036854775807, \"train_micro_batch_size_per_gpu\": 4611686018427387904, "
+                 "\"gradient_accumulation_steps\": 4}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "does not fit in 64 bits");
+  CHECK_EQ(parse_ws("{\"train_micro_batch_size_per_gpu\": 4611686018427387904}", 3, &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "* world_size 3 does not fit in 64 bits");
+  CHECK_EQ(parse_ws("{\"train_micro_batch_size_per_gpu\": 2147483649, \"gradient_accumulation_steps\": 2147483647}", 2,
+                    &c), ZO_OK);
+  CHECK_EQ(c.train_batch_size, 2147483649LL * 2147483647LL * 2);
+  CHECK_EQ(parse("{\"train_micro_batch_size_per_gpu\": 4294967312}", &c), ZO_OK); /* the library has no int */
+  CHECK_EQ(c.train_micro_batch_size_per_gpu, 4294967312LL);
+  /* NaN and infinities are not JSON: refused by the reader, with the line and column */
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": NaN}}}", &c),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json:1:");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"gradient_clipping\": 1e999}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json:1:");
+  /* eps 1e-50 was 0 as float (eps 0 refused): NaN weights on a zero gradient */
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": 1e-50}}}", &c),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: optimizer.params.eps: expected a number in [1.17549e-38, 1], got 1e-50");
+  /* decoupled weight decay past 1 / lr: the weights' factor 1 - lr * wd is negative (1e40 gave NaN weights) */
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
+                 "\"weight_decay\": 1e40}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: optimizer.params.weight_decay: expected a number in [0, 1e+06], got 1e+40");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
+                 "\"weight_decay\": 1000}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: optimizer.params.weight_decay: 1000 times the peak learning rate 0.003 "
+                             "(optimizer.params.lr) is 3 > 1");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
+                 "\"weight_decay\": 300}}, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": 0.01}}}",
+                 &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "(scheduler.params.warmup_max_lr) is 3 > 1");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
+                 "\"weight_decay\": 300}}}", &c), ZO_OK);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, "
+                 "\"lr\": 0.003, \"weight_decay\": 1000}}}", &c), ZO_OK); /* L2: Adam normalises the decay term */
+  /* the emulated link: 1e-9 GB/s hung zo-train */
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"host_link_gbps\": 1e-9}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: zoffload.host_link_gbps: expected 0 (no emulated link) or a number in [0.1, "
+                             "1e+06] GB/s, got 1e-09");
+}
+
+/* ---- 200,000 unknown keys: 8 named, then one line with the count (was: 200,000 lines) ---- */
+
+static void test_many_unknown(void) {
+  const int n = 200000;
+  char *js = malloc((size_t)n * 24 + 64);
+  REQUIRE(js);
+  size_t len = (size_t)sprintf(js, "{\"train_batch_size\": 8");
+  for (int i = 0; i < n; i++) len += (size_t)sprintf(js + len, ", \"k%d\": %d", i, i);
+  strcpy(js + len, "}");
+  zo_config_t c;
+  for (int round = 0; round < 2; round++) { /* per parse, not per process */
+    g_nlog = 0;
+    CHECK_EQ(zo_config_parse(js, strlen(js), "t.json", NULL, &c), ZO_OK);
+    CHECK_EQ(g_nlog, 9);
+    CHECK_EQ(count_log("is not a DeepSpeed or zoffload key; ignored"), 8);
+    CHECK_EQ(count_log("config: ... and 199992 more keys that are not DeepSpeed or zoffload keys (200000 in all); "
+                       "ignored"), 1);
+  }
+  g_nlog = 0; /* eight or fewer: no summary line */
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7, "
+                 "\"zoffload\": {\"h\": 8}}", &c), ZO_OK);
+  CHECK_EQ(g_nlog, 8);
+  CHECK_EQ(count_log("more keys"), 0);
+  free(js);
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "tests/config";
   zo_log_set_handler(on_log, NULL, ZO_LOG_DEBUG);
@@ -558,5 +794,7 @@ int main(int argc, char **argv) {
   test_warnings();
   test_legacy();
   test_lr();
+  test_boundaries();
+  test_many_unknown();
   return zo_test_finish("test_config");
 }

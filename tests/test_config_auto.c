@@ -8,6 +8,7 @@
  * is refused by name without them.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,6 +96,28 @@ int main(int argc, char **argv) {
   CHECK_OK(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": 1000}}", &a, 1, &cfg));
   CHECK_EQ(cfg.zero.reduce_bucket_size, 1000);
   CHECK_EQ(count(g_log, "\"auto\" ->"), 0);
+
+  /* products that do not fit in 64 bits: refused naming the key (was signed overflow: 2^32 squared wrapped to 0) */
+  a.hidden_size = (int64_t)1 << 32;
+  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}", &a, 1, &cfg),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: zero_optimization.reduce_bucket_size: \"auto\" would be hidden_size^2, which does "
+                             "not fit in 64 bits");
+  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_prefetch_bucket_size\": \"auto\"}}", &a, 1,
+                 &cfg), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zero_optimization.stage3_prefetch_bucket_size: \"auto\" would be");
+  a.hidden_size = INT64_MAX / 4;
+  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_param_persistence_threshold\": \"auto\"}}",
+                 &a, 1, &cfg), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zero_optimization.stage3_param_persistence_threshold: \"auto\" would be 10 * hidden_size");
+  a.hidden_size = 768;
+  a.train_micro_batch_size_per_gpu = (int64_t)1 << 62;
+  a.gradient_accumulation_steps = 4;
+  CHECK_ST(parse("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}", &a, 1, &cfg),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "t.json: train_batch_size: \"auto\" would be train_micro_batch_size_per_gpu * "
+                             "gradient_accumulation_steps * world_size, which does not fit in 64 bits");
+  a.train_micro_batch_size_per_gpu = 4, a.gradient_accumulation_steps = 3;
 
   /* the HF docs' ZeRO-3 NVMe config */
   if (argc > 1) {

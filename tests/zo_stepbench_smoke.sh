@@ -26,6 +26,12 @@ grep -q -- "--params" "$dir/err" || fail "--params banana: no message naming --p
 "$bin" --params 1000 --layers 2 --nvme-path "$dir/does-not-exist" --steps 1 >/dev/null 2>"$dir/err" &&
   fail "missing --nvme-path directory accepted"
 grep -q "does-not-exist" "$dir/err" || fail "missing directory not named in the error: $(cat "$dir/err")"
+# --link-gbps 1e-9 hung (every transfer ~1e9 s): refused naming the range; bounded by timeout so a hang fails
+timeout -k 10 60 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --link-gbps 1e-9 >/dev/null 2>"$dir/err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--link-gbps 1e-9: rc $rc (124: a hang), want refused"
+grep -q -- "--link-gbps: expected 0 (unlimited) or a number in \[0.1, 1e+06\] GB/s, got '1e-9'" "$dir/err" ||
+  fail "--link-gbps 1e-9: no message naming the range: $(cat "$dir/err")"
 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --offload-param gpu >/dev/null 2>"$dir/err" &&
   fail "--offload-param gpu accepted"
 "$bin" --layers 2 --nvme-path "$dir" --steps 1 >/dev/null 2>&1 && fail "missing --params accepted"

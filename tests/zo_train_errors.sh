@@ -10,8 +10,9 @@ failures=0
 expect() {
   local name=$1 pat=$2
   shift 2
-  "$zo" --no-sample "$@" >"$work/out" 2>"$work/err"
+  timeout -k 10 60 "$zo" --no-sample "$@" >"$work/out" 2>"$work/err"
   local rc=$?
+  [ $rc -eq 124 ] && echo "(timed out after 60 s: a hang)" >>"$work/err"
   local lines
   lines=$(grep -c '^zo-train: error:' "$work/err")
   if [ $rc -eq 0 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pat" "$work/err"; then
@@ -65,4 +66,59 @@ expect "206e9-parameter model" "start-up budget: .*host memory: needs [0-9]* byt
 printf '{"train_batch_size": 8, "zoffload": {"device": "gpu"}}\n' >"$work/badkind.json"
 expect "bad zoffload.device" 'zoffload.device: expected "auto", "cuda" or "host"' --config "$work/badkind.json"
 expect "bad --device" "--device: expected auto, cuda or host" --config "$cfg" --device gpu
+
+# Numbers out of what their user can take: refused at parse time naming the key and the range, never cast to int
+# (was: steps_per_print 2^32 SIGFPE, gas 2^32+1 trained with 1, micro 2^32+16 with 16, micro 2^62 x gas 4 "batch 0
+# ... fits", eps 1e-50 -> 0.0f, weight_decay 1e40 NaN weights and an empty "zo-train: error: ", host_link_gbps 1e-9
+# a hang). tiny.json: micro 4, gas 2, seq_len 32.
+variant() { # variant NAME SED-EXPRESSION: tiny.json edited into $work/NAME.json
+  sed -e "$2" "$cfg" >"$work/$1.json"
+}
+variant gas 's/"gradient_accumulation_steps": 2/"gradient_accumulation_steps": 4294967297/'
+expect "gas 2^32+1" "gradient_accumulation_steps: 4294967297 is out of range \[1, 2147483647\]" --config "$work/gas.json"
+variant mb 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 4294967312/'
+expect "micro batch 2^32+16" "train_micro_batch_size_per_gpu: 4294967312 is out of range \[1, 67108863\]" \
+  --config "$work/mb.json"
+variant mbgas 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 4611686018427387904/;
+               s/"gradient_accumulation_steps": 2/"gradient_accumulation_steps": 4/'
+expect "micro 2^62 x gas 4 (dry run)" "train_micro_batch_size_per_gpu: .* does not fit in 64 bits" --config "$work/mbgas.json" --dry-run
+variant eps 's/"eps": 1e-08/"eps": 1e-50/'
+expect "eps 1e-50" "optimizer.params.eps: expected a number in \[1.17549e-38, 1\], got 1e-50" --config "$work/eps.json"
+variant wd 's/"weight_decay": 0.01/"weight_decay": 1e40/'
+expect "weight_decay 1e40" "optimizer.params.weight_decay: expected a number in \[0, 1e+06\], got 1e+40" --config "$work/wd.json"
+variant wd2 's/"weight_decay": 0.01/"weight_decay": 1000/'
+expect "weight_decay x lr > 1" "optimizer.params.weight_decay: 1000 times the peak learning rate 0.003" --config "$work/wd2.json"
+variant link 's/^{/{"zoffload": {"host_link_gbps": 1e-9},/'
+expect "host_link_gbps 1e-9" "zoffload.host_link_gbps: expected 0 (no emulated link) or a number in \[0.1, 1e+06\] GB/s" \
+  --config "$work/link.json"
+variant nl 's/"n_layer": 2/"n_layer": 4294967297/'
+expect "model.n_layer 2^32+1" "model.n_layer: expected an integer in \[1, 256\], got 4294967297" --config "$work/nl.json"
+variant ds 's/"val_fraction": 0.1/"val_fraction": 0.1, "seed": 9223372036854775808.0/'
+expect "data.seed 2^63" "data.seed: expected an integer in \[0, 9223372036854775807\]" --config "$work/ds.json"
+expect "--threads 2^32" "--threads: expected an integer in \[1, 4096\], got '4294967296'" --config "$cfg" --threads 4294967296
+expect "--keep-last 2^32" "--keep-last: expected an integer in \[0, 2147483647\]" --config "$cfg" --keep-last 4294967296
+expect "--micro-batch 2^31" "--micro-batch: expected an integer in \[1, 2147483647\]" --config "$cfg" --micro-batch 2147483648
+# steps_per_print beyond an int: trains, logging only the last step (was: 2^32 SIGFPE, 2^63-1 every step)
+for spp in 4294967296 9223372036854775807; do
+  variant spp "s/\"steps_per_print\": 5/\"steps_per_print\": $spp/"
+  timeout -k 10 60 "$zo" --no-sample --config "$work/spp.json" --steps 3 >"$work/out" 2>"$work/err"
+  rc=$? logged=$(grep -c '^step .*| loss' "$work/out")
+  if [ $rc -ne 0 ] || [ "$logged" -ne 1 ] || ! grep -q '^step     3/3 | loss' "$work/out"; then
+    echo "FAIL steps_per_print $spp: rc=$rc, $logged logged steps, want rc 0 and step 3 only"; tail -3 "$work/err"
+    failures=$((failures + 1))
+  else
+    echo "ok   steps_per_print $spp: rc 0, only step 3 logged"
+  fi
+done
+# 200,000 unknown keys: 8 warnings and one summary line (was 200,000 lines)
+awk 'BEGIN { printf "{\"train_batch_size\": 8"; for (i = 0; i < 200000; i++) printf ", \"k%d\": 1", i; print "}" }' \
+  >"$work/unknown.json"
+timeout -k 10 60 "$zo" --no-sample --config "$work/unknown.json" --dry-run >"$work/out" 2>"$work/err"
+rc=$? warned=$(grep -c 'warning' "$work/err")
+if [ $rc -eq 124 ] || [ "$warned" -ne 9 ] || ! grep -q 'and 199992 more keys that are not DeepSpeed or zoffload keys' "$work/err"; then
+  echo "FAIL 200000 unknown keys: rc=$rc, $warned warning lines, want 9 with the count"; head -3 "$work/err"
+  failures=$((failures + 1))
+else
+  echo "ok   200000 unknown keys: rc $rc, $warned warning lines: $(tail -1 "$work/err")"
+fi
 [ $failures -eq 0 ] && echo PASS || { echo "$failures case(s) failed"; exit 1; }

@@ -37,11 +37,28 @@ typedef enum zo_sched_type {
  * ELEMENTS as in DeepSpeed; block_size and device_memory_limit are BYTES.
  * A plain value struct: copy it freely, nothing to free.
  */
+/*
+ * The ranges zo_config_parse() accepts, beyond those beside each field below.
+ * Every real must also be 0 or a normal, finite float32 (magnitude in
+ * [FLT_MIN, FLT_MAX]): the optimizer computes in float32, where anything else
+ * would silently become 0 or infinity. optimizer.params.eps is in [FLT_MIN, 1];
+ * each beta is < 1 as float32 (1 - beta^step divides). With decoupled weight
+ * decay, weight_decay times the peak lr is at most 1.
+ */
+#define ZO_CONFIG_MAX_ELEMS ((int64_t)1 << 56)       /* element counts: x 16 bytes still fits in 63 bits */
+#define ZO_CONFIG_MAX_BLOCK_SIZE ((int64_t)1 << 30)  /* aio.block_size, bytes (zo_swap's largest piece) */
+#define ZO_CONFIG_LR_MAX 100.0                       /* optimizer.params.lr, scheduler warmup_{min,max}_lr */
+#define ZO_CONFIG_WEIGHT_DECAY_MAX 1e6               /* as zo_engine_set_param_weight_decay() */
+#define ZO_CONFIG_LOSS_SCALE_MAX 18446744073709551616.0 /* fp16.loss_scale, min_loss_scale: 2^64 (2^initial_scale_power) */
+#define ZO_CONFIG_LINK_GBPS_MIN 0.1                  /* zoffload.host_link_gbps: 0 (none) or in [MIN, MAX] */
+#define ZO_CONFIG_LINK_GBPS_MAX 1e6
+
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
 
 typedef struct zo_config {
-  /* Resolved and consistent: train_batch_size == micro * gas * world_size. */
+  /* Resolved and consistent: train_batch_size == micro * gas * world_size, each >= 1, the product without
+   * overflow (an overflowing product is a ZO_ERR_CONFIG naming the key). */
   int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
   double gradient_clipping; /* max global L2 norm; 0 = off */
   int64_t steps_per_print;  /* DeepSpeed default 10 */
@@ -49,7 +66,8 @@ typedef struct zo_config {
     zo_optimizer_type type;
     int adam_w_mode; /* resolved: 1 decoupled weight decay (AdamW), 0 L2 added to the gradient.
                         "Adam" honours params.adam_w_mode (default true); "AdamW" is always 1. */
-    double lr, beta1, beta2, eps, weight_decay; /* defaults 1e-3, 0.9, 0.999, 1e-8, 0 */
+    double lr, beta1, beta2, eps, weight_decay; /* defaults 1e-3, 0.9, 0.999, 1e-8, 0; ranges: lr [0, 100],
+                                                   betas [0, 1), eps [FLT_MIN, 1], weight_decay [0, 1e6] */
     int bias_correction;                        /* default 1 */
   } optimizer;
   struct {
@@ -62,11 +80,11 @@ typedef struct zo_config {
   } scheduler;
   struct {
     int enabled;                /* default 0 */
-    double loss_scale;          /* 0 = dynamic (default) */
+    double loss_scale;          /* 0 = dynamic (default); at most 2^64 */
     int initial_scale_power;    /* dynamic scale starts at 2^this; default 16 */
     int64_t loss_scale_window;  /* steps without overflow before doubling; default 1000 */
     int hysteresis;             /* overflows tolerated before halving; default 2 */
-    double min_loss_scale;      /* default 1 */
+    double min_loss_scale;      /* default 1; (0, 2^64] */
   } fp16;
   struct {
     int enabled; /* "bf16" or its legacy name "bfloat16"; default 0 */
@@ -94,7 +112,7 @@ typedef struct zo_config {
       int64_t buffer_size;      /* elements, default 1e8 */
       int64_t max_in_cpu;       /* elements, default 1e9 */
     } offload_param;
-    int64_t sub_group_size; /* elements, default 1e9 */
+    int64_t sub_group_size; /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
     /* Parsed and validated, but the engine does not act on them yet (a warning says so). */
     int64_t stage3_prefetch_bucket_size;        /* elements, default 5e7 */
     int64_t stage3_max_live_parameters;         /* elements, default 1e9 */
@@ -106,7 +124,7 @@ typedef struct zo_config {
     int contiguous_gradients;      /* default 1 */
   } zero;
   struct {
-    int64_t block_size;   /* bytes, a positive multiple of 4096; default 1 MiB */
+    int64_t block_size;   /* bytes, a positive multiple of 4096 up to 1 GiB; default 1 MiB */
     int64_t queue_depth;  /* io_uring entries, 1..32768; default 8 */
     int intra_op_parallelism; /* legacy name thread_count; default 1 (no effect yet) */
     int single_submit;        /* default 0 (no effect yet) */
@@ -125,7 +143,8 @@ typedef struct zo_config {
     int swap_sqpoll;             /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
     int delayed_param_update;    /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
                                     needs offload_optimizer cpu, no parameter offload; default 0 */
-    double host_link_gbps;       /* host device backend: emulated host<->device link GB/s per direction; 0 = none */
+    double host_link_gbps;       /* host device backend: emulated host<->device link GB/s per direction; 0 = none,
+                                    else in [0.1, 1e6] */
     int64_t device_arena_bytes;  /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
                                     0 = auto: all available device memory on a host device, 90% of the GPU's
                                     free memory on cuda (the rest: CUDA context, cuBLAS, activations);
@@ -209,9 +228,13 @@ typedef struct zo_config_opts {
  *    cpu_offload_param (alias cpu_offload_params; offload_param.device cpu),
  *    cpu_offload_use_pin_memory (pin_memory of those two), aio.thread_count,
  *    "bfloat16";
- *  - keys DeepSpeed knows but zoffload does not act on, and unknown keys,
- *    give exactly one zo_warn() line each per call naming the full JSON path
+ *  - keys DeepSpeed knows but zoffload does not act on give exactly one
+ *    zo_warn() line each per call naming the full JSON path
  *    ("config: zero_optimization.contiguous_gradients is accepted but has no effect yet");
+ *    so do the first 8 unknown keys, then one line counts the rest
+ *    ("config: ... and N more keys that are not DeepSpeed or zoffload keys (M in all); ignored");
+ *  - every number is range-checked as it is read (the ranges beside each
+ *    field and above, ZO_CONFIG_*), naming the key and the range;
  *  - unknown keys inside optimizer.params and scheduler.params are errors,
  *    because DeepSpeed passes them to a constructor that rejects them.
  * Not thread-safe only in that warnings go through the process log handler;

@@ -164,6 +164,19 @@ def test_errors_name_the_parameter():
         bad.step()
 
 
+def test_hparams_checked_as_float32():
+    """The kernel computes in float32: a value that is 0 or infinite there is refused by name (eps 1e-50 was 0.0f and
+    gave NaN weights on a zero gradient; weight_decay 1e40 was inf and gave NaN weights)."""
+    p = torch.zeros(4)
+    for kw, name in (({"eps": 1e-50}, "eps"), ({"weight_decay": 1e40}, "weight_decay"), ({"lr": 1e39}, "lr"),
+                     ({"betas": (0.9, 0.9999999999)}, r"betas\[1\]"), ({"lr": float("nan")}, "lr")):
+        with pytest.raises(ValueError, match=name + " must be"):
+            CPUAdam([p], **kw)
+    with pytest.raises(ValueError, match="weight_decay must be"):  # a group's own value too
+        CPUAdam([{"params": [p], "weight_decay": 1e40}])
+    CPUAdam([p], eps=0.0, betas=(0.0, 0.99999994))  # 0, and the largest float32 below 1: accepted
+
+
 def test_library_reported():
     assert zoffload.__library__.endswith(".so") or ".so." in zoffload.__library__
     assert math.isfinite(float(torch.ones(1).sum()))

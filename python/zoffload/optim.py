@@ -7,12 +7,45 @@ operation order, no FMA contraction): with ``adamw_mode=True`` decoupled weight 
 with ``adamw_mode=False`` L2 weight decay added to the gradient as torch.optim.Adam.
 """
 import ctypes
+import struct
 
 import torch
 
 from . import _lib
 
 _GRAD_DTYPES = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+
+
+_F32_MIN, _F32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38  # smallest normal, largest finite
+
+
+def _check_f32(name, x, below_one=False):
+    """@x >= 0 and the same number in float32, what the kernel computes in: 0 or a normal finite float32 (1e-50
+    would be 0, 1e40 infinite), and below 1 there when @below_one (a beta: 1 - beta^step divides). Raises
+    ValueError naming it."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        raise ValueError("CPUAdam: %s must be a number, got %r" % (name, x)) from None
+    ok = x >= 0.0 and (x == 0.0 or _F32_MIN <= x <= _F32_MAX)
+    if ok and below_one:
+        ok = struct.unpack("f", struct.pack("f", x))[0] < 1.0
+    if not ok:
+        raise ValueError("CPUAdam: %s must be %s, and 0 or a normal float32 (magnitude in [%g, %g]: the update is "
+                         "computed in float32), got %r" % (name, "in [0, 1) as float32" if below_one else ">= 0",
+                                                           _F32_MIN, _F32_MAX, x))
+
+
+def _check_group(group):
+    """A parameter group's hyper-parameters, at construction (values changed later are checked by the library,
+    whose refusals come back as ZoffloadError)."""
+    _check_f32("lr", group["lr"])
+    _check_f32("eps", group["eps"])
+    _check_f32("weight_decay", group["weight_decay"])
+    if len(group["betas"]) != 2:
+        raise ValueError("CPUAdam: betas must be a pair, got %r" % (group["betas"],))
+    _check_f32("betas[0]", group["betas"][0], below_one=True)
+    _check_f32("betas[1]", group["betas"][1], below_one=True)
 
 
 class _Pool:
@@ -54,17 +87,12 @@ class CPUAdam(torch.optim.Optimizer):
             raise ValueError("CPUAdam: amsgrad is not supported (nor by DeepSpeedCPUAdam)")
         if not fp32_optimizer_states:
             raise ValueError("CPUAdam: fp32_optimizer_states=False is not supported: the states are fp32")
-        if not lr >= 0.0:
-            raise ValueError("CPUAdam: lr must be >= 0, got %r" % (lr,))
-        if not eps >= 0.0:
-            raise ValueError("CPUAdam: eps must be >= 0, got %r" % (eps,))
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError("CPUAdam: betas must be in [0, 1), got %r" % (betas,))
-        if not weight_decay >= 0.0:
-            raise ValueError("CPUAdam: weight_decay must be >= 0, got %r" % (weight_decay,))
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
                         adamw_mode=adamw_mode)
+        _check_group(defaults)
         super().__init__(model_params, defaults)
+        for group in self.param_groups:  # a group's own values
+            _check_group(group)
         self.pool = _Pool.get()
 
     def __setstate__(self, state):

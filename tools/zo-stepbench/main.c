@@ -105,7 +105,7 @@ static void usage(FILE *f) {
     "  --device-limit BYTES       device memory for the run, suffixes K M G (binary) (default 0 = unlimited; cuda:\n"
     "                             the GPU's total memory)\n"
     "  --link-gbps G              emulated host-device link GB/s (1e9 B/s) per direction, host device only\n"
-    "                             (default 12; 0 = unlimited)\n"
+    "                             (default 12; 0 = unlimited, else 0.1 to 1e6)\n"
     "  --sub-group-size S         zero_optimization.sub_group_size in elements (default: DeepSpeed's 1e9)\n"
     "  --buffer-count B           offload_optimizer.buffer_count (default: 4)\n"
     "  --param-buffer-count B     offload_param.buffer_count (default: 5)\n"
@@ -216,7 +216,13 @@ static int parse_args(int argc, char **argv, opts *o) {
       case O_DEVLIM: if (zo_tool_parse_count(optarg, 1, &o->device_limit)) goto bad; break;
       case O_LINK:
         o->link_gbps = strtod(optarg, &end);
-        if (*end || !(o->link_gbps >= 0) || o->link_gbps > 1e6) goto bad;
+        /* as zoffload.host_link_gbps: a link slower than the minimum makes each transfer take hours (a hang) */
+        if (end == optarg || *end || !(o->link_gbps == 0 || (o->link_gbps >= ZO_CONFIG_LINK_GBPS_MIN &&
+                                                              o->link_gbps <= ZO_CONFIG_LINK_GBPS_MAX))) {
+          fprintf(stderr, "zo-stepbench: --link-gbps: expected 0 (unlimited) or a number in [%g, %g] GB/s, got '%s'\n",
+                  ZO_CONFIG_LINK_GBPS_MIN, ZO_CONFIG_LINK_GBPS_MAX, optarg);
+          return -1;
+        }
         o->link_set = 1;
         break;
       case O_DEVICE:

@@ -622,6 +622,7 @@ static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targe
 extern "C" float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
   if (!m) return NAN;
   m->fn = "gpt_cuda_forward";
+  m->err[0] = 0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
   if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
     seterr(m->err, sizeof m->err, "gpt_cuda_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
            (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);

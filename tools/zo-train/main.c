@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,6 +105,18 @@ static void config_log(zo_log_level level, const char *msg, void *user) {
   else printf("zo-train: %s\n", msg);
 }
 
+/* "KEY: VALUE is out of range [LO, HI] for zo-train (WHY)", exit status 1. */
+static int die_i64(const char *key, int64_t v, int64_t lo, int64_t hi, const char *why) {
+  fprintf(stderr, "zo-train: error: %s: %lld is out of range [%lld, %lld] for zo-train (%s)\n", key, (long long)v,
+          (long long)lo, (long long)hi, why);
+  return 1;
+}
+
+/* Never an empty "zo-train: error: " line: a failure that left no message says so (a bug to report). */
+static const char *or_unknown(const char *msg) {
+  return msg && msg[0] ? msg : "failed without a message (a zo-train bug: please report the command and config)";
+}
+
 static int die(const char *fmt, const char *a, const char *b) {
   fprintf(stderr, "zo-train: error: ");
   fprintf(stderr, fmt, a, b);
@@ -119,12 +132,16 @@ static int parse_device(const char *s, zo_offload_device *out) {
   return 0;
 }
 
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (errno || *end || end == s || v < lo) {
-    fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
+  if (errno || *end || end == s || v < lo || v > hi) {
+    if (hi == INT64_MAX)
+      fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
+    else
+      fprintf(stderr, "zo-train: error: %s: expected an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
+              (long long)hi, s);
     return -1;
   }
   *out = v;
@@ -308,26 +325,26 @@ int main(int argc, char **argv) {
     switch (c) {
       case 'c': config_path = optarg; break;
       case 'd': data_override = optarg; break;
-      case 's': if (parse_i64("--steps", optarg, 1, &steps_override)) return 2; break;
-      case 'S': if (parse_i64("--seed", optarg, 0, &seed_override)) return 2; break;
+      case 's': if (parse_i64("--steps", optarg, 1, INT64_MAX / 2, &steps_override)) return 2; break;
+      case 'S': if (parse_i64("--seed", optarg, 0, INT64_MAX, &seed_override)) return 2; break;
       case 'j': log_json = optarg; break;
       case 'o': offload_override = optarg; break;
       case 'n': nvme_override = optarg; break;
-      case 't': if (parse_i64("--threads", optarg, 1, &threads)) return 2; break;
+      case 't': if (parse_i64("--threads", optarg, 1, 4096, &threads)) return 2; break;
       case 'N': do_sample = 0; break;
       case 'P': param_override = optarg; break;
-      case 'L': if (parse_i64("--device-memory-limit", optarg, 0, &limit_override)) return 2; break;
+      case 'L': if (parse_i64("--device-memory-limit", optarg, 0, INT64_MAX, &limit_override)) return 2; break;
       case 'D': device_override = optarg; break;
       case 'y': dry_run = 1; break;
       case 'A': ckpt_override = optarg; break;
       case 'v': save_root = optarg; break;
-      case 'E': if (parse_i64("--save-every", optarg, 1, &save_every)) return 2; break;
-      case 'K': if (parse_i64("--keep-last", optarg, 0, &keep_last)) return 2; break;
+      case 'E': if (parse_i64("--save-every", optarg, 1, INT64_MAX, &save_every)) return 2; break;
+      case 'K': if (parse_i64("--keep-last", optarg, 0, INT_MAX, &keep_last)) return 2; break;
       case 'R': resume = optarg; break;
       case 'X': export_path = optarg; break;
       case 'T': export_dtype = optarg; break;
-      case 'M': if (parse_i64("--micro-batch", optarg, 1, &micro_batch)) return 2; break;
-      case 'G': if (parse_i64("--grad-accum", optarg, 1, &grad_accum)) return 2; break;
+      case 'M': if (parse_i64("--micro-batch", optarg, 1, INT_MAX, &micro_batch)) return 2; break;
+      case 'G': if (parse_i64("--grad-accum", optarg, 1, INT_MAX, &grad_accum)) return 2; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -402,8 +419,16 @@ int main(int argc, char **argv) {
     gpt_set_threads((int)threads);
     cfg.zoffload.adam_threads = (int)threads;
   }
-  const int B = (int)cfg.train_micro_batch_size_per_gpu, T = ts.model.seq_len;
-  const int gas = (int)cfg.gradient_accumulation_steps;
+  /* The batch as zo-train computes with it: micro x ranks x seq_len tokens (an int) per forward, gas forwards per
+   * step. The library takes any int64 whose product fits; zo-train refuses, naming the key, what an int cannot hold. */
+  const int T = ts.model.seq_len;
+  const int64_t b_max = INT_MAX / ((int64_t)T * world);
+  if (cfg.train_micro_batch_size_per_gpu > b_max)
+    return die_i64("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu, 1, b_max,
+                   "micro-batch x model.seq_len x ranks tokens must fit in an int");
+  if (cfg.gradient_accumulation_steps > INT_MAX)
+    return die_i64("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1, INT_MAX, "a loop count");
+  const int B = (int)cfg.train_micro_batch_size_per_gpu, gas = (int)cfg.gradient_accumulation_steps; /* in range */
 
   /* ---- where the model computes: cuda when zoffload.device says so, or "auto" finds a GPU and this zo-train
    * has CUDA compute; else the host device (the CPU model) */
@@ -490,8 +515,8 @@ int main(int argc, char **argv) {
   printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
          "%.3g model FLOPs per token (6N + 12LCT)\n", config_path, ts.model.n_layer, ts.model.n_head,
          ts.model.d_model, T, ts.model.vocab, total, np, flops_tok);
-  printf("zo-train: batch %d = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
-         "working weights: %s | activation checkpointing: %s | compute: %s\n", (int)cfg.train_batch_size, B, gas, world,
+  printf("zo-train: batch %lld = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
+         "working weights: %s | activation checkpointing: %s | compute: %s\n", (long long)cfg.train_batch_size, B, gas, world,
          world == 1 ? "" : "s",
          tier_name[cfg.zero.offload_optimizer.device],
          cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
@@ -559,7 +584,7 @@ int main(int argc, char **argv) {
   double t_start = now_s(), t_window = now_s();
   int64_t tokens_window = 0, skipped = pos.skipped;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
-  const int print_every = (int)(cfg.steps_per_print > 0 ? cfg.steps_per_print : 10);
+  const int64_t print_every = cfg.steps_per_print > 0 ? cfg.steps_per_print : 10; /* int64 end to end */
   int64_t step;
   /* Evaluation passes fetch through the same hook but outside the trace. */
   zo_engine_set_trace(eng, 0);
@@ -733,10 +758,10 @@ int main(int argc, char **argv) {
   goto out;
 
 model_error:
-  fprintf(stderr, "zo-train: error: %s\n", train_model_error(model));
+  fprintf(stderr, "zo-train: error: %s\n", or_unknown(train_model_error(model)));
   goto out;
 engine_error:
-  fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
+  fprintf(stderr, "zo-train: error: %s\n", or_unknown(zo_last_error()));
 out:
   if (jf) fclose(jf);
   zo_engine_destroy(eng);

@@ -248,7 +248,12 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
 #endif
     l = gpt_forward(m->cpu, in, tg, B, T);
   m->t_fwd += now_s() - t0;
-  if (l != l) pass_error(m);
+  if (l != l) {
+    pass_error(m);
+    if (!m->err[0]) /* the forward ran: the loss itself is NaN */
+      set_err(m, "the loss is NaN: the weights or activations are no longer finite (the training diverged: "
+                 "check optimizer.params lr, weight_decay and eps, gradient_clipping, and the fp16 loss scale)");
+  }
   return l;
 }
 

@@ -59,15 +59,26 @@ static int get_int(ctx *c, json_t *obj, const char *block, const char *key, int6
   if (!v) return 0;
   char path[128], msg[160];
   snprintf(path, sizeof path, "%s.%s", block, key);
-  double d;
-  if (json_is_integer(v)) d = (double)json_integer_value(v);
-  else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v)) d = json_real_value(v);
-  else return fail(c, path, "expected an integer, got ", type_name(v));
-  if (d < (double)lo || d > (double)hi) {
-    snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %.17g", (long long)lo, (long long)hi, d);
+  /* compared as integers: (double)INT64_MAX is 2^63, which no int64_t holds */
+  int64_t x;
+  if (json_is_integer(v)) {
+    x = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v)) {
+    const double d = json_real_value(v);
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %.17g", (long long)lo, (long long)hi, d);
+      return fail(c, path, msg, NULL);
+    }
+    x = (int64_t)d;
+  } else {
+    return fail(c, path, "expected an integer, got ", type_name(v));
+  }
+  if (x < lo || x > hi) {
+    snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %lld", (long long)lo, (long long)hi,
+             (long long)x);
     return fail(c, path, msg, NULL);
   }
-  *out = (int64_t)d;
+  *out = x;
   return 0;
 }
 

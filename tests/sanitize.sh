@@ -78,7 +78,8 @@ if [ "$mode" = asan ]; then
   }
   # FUZZ_SECONDS per target (default 15; the note of issue 20 gives 600-second runs of each).
   secs=${FUZZ_SECONDS:-15}
-  fuzz fuzz_config "$secs" "$src"/configs/*.json "$src"/tests/config/*.json "$src"/tests/configs/*.json -- -timeout=2
+  fuzz fuzz_config "$secs" "$src"/configs/*.json "$src"/tests/config/*.json "$src"/tests/configs/*.json -- -timeout=2 \
+       -dict="$src/tests/fuzz_config.dict"
   fuzz fuzz_engine_seq "$secs" "$src"/tests/fuzz_engine_seq/* -- -timeout=20 -max_len=512 -rss_limit_mb=2560
   fuzz fuzz_checkpoint "$secs" -- -timeout=10
   fuzz fuzz_safetensors "$secs" -- -timeout=10

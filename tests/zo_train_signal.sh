@@ -3,10 +3,9 @@
 #  1. SIGTERM mid-training with --save: exit 143, a checkpoint of the last completed step, which resumes to the
 #     same losses as an uninterrupted run over the following steps;
 #  2. SIGINT: exit 130;
-#  3. an emulated link of 1 kB/s (zoffload.host_link_gbps 1e-6: the weights' first copy alone takes over a
-#     minute): SIGTERM still ends the run (the link stops throttling on a stop request);
-#  4. a link of 10 kB/s (1e-5: a step takes ~15 s of link time), SIGTERM inside step 1 with --save: that step is
-#     finished at once and saved (step-000000000001), exit 143, and the checkpoint loads with --resume.
+# (A link slow enough to hold a step for minutes can no longer be configured: zoffload.host_link_gbps is at
+# least 0.1 GB/s, zo_train_errors checks the refusal of 1e-9. That the emulated link stops throttling on a stop
+# request is test_stop's check, through the device API at 1 byte/s.)
 # Every run sits under `timeout -s KILL`; the bound on the time to exit is generous (30 s; each case measured
 # at under 0.1 s when the machine is idle), never a tight one. Exit 0 pass, 1 fail.
 set -u
@@ -76,24 +75,4 @@ wait_line int '^step     0/'
 sleep 0.3
 stop int INT 130
 
-# 3. a link of 1 kB/s: SIGTERM during the first copies
-slow() { sed "0,/{/s//{\n  \"zoffload\": {\"host_link_gbps\": $1},/" "$cfg" >"$2"; grep -q host_link_gbps "$2" || fail "cannot write $2"; }
-slow 1e-6 "$work/slow6.json"
-start slow6 "$work/slow6.json" --steps 5
-wait_line slow6 '^zo-train: device '
-sleep 1
-stop slow6 TERM 143
-
-# 4. a link of 10 kB/s: SIGTERM inside step 1, --save: step 1 finishes at once and is saved
-slow 1e-5 "$work/slow5.json"
-root5="$work/ck5"
-start slow5 "$work/slow5.json" --steps 5 --save "$root5"
-wait_line slow5 '^step     0/'
-sleep 0.5
-stop slow5 TERM 143
-[ "$(cat "$root5/latest" 2>/dev/null)" = step-000000000001 ] || { cat "$work/slow5.out"; fail "slow5: latest is not step 1"; }
-"$zo" --config "$cfg" --data "$corpus" --threads 1 --no-sample --steps 3 --resume "$root5" >"$work/r5.out" 2>&1 ||
-  { cat "$work/r5.out"; fail "slow5: the checkpoint does not resume"; }
-grep -q "resumed from $root5 at step 1" "$work/r5.out" || { cat "$work/r5.out"; fail "slow5: resumed at the wrong step"; }
-echo "slow link: step 1 saved on SIGTERM and resumed"
 echo PASS

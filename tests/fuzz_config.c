@@ -5,11 +5,11 @@
  * Built two ways (tests/fuzz.cmake):
  *   - with clang's libFuzzer (-fsanitize=fuzzer): LLVMFuzzerTestOneInput is
  *     the entry point, coverage-guided, run with a time limit;
- *   - without it: the main() below, a deterministic mutation driver (fixed
- *     seed: the same inputs every run) over the corpus given on the command
- *     line: bit flips, byte insertions and deletions, splices of two corpus
- *     files, JSON-aware swaps (a number for an extreme, a value for "auto",
- *     a key doubled), for a number of executions or seconds.
+ *   - without it: tests/fuzz_driver.h's deterministic main() (fixed seed: the
+ *     same inputs every run) over the corpus given on the command line, with
+ *     this file's JSON tokens ("auto", tiers, extremes) for its ':' swaps and
+ *     its own mutation (a "key": value pair doubled), for a number of
+ *     executions or seconds.
  * Either way under ASan + UBSan in the sanitizer build. A crash is the
  * sanitizer's report and a non-zero exit; a hang is an input taking longer
  * than the time limit (SIGALRM). Every accepted config is also checked
@@ -17,38 +17,30 @@
  * train_batch_size == micro * gas * world without overflow, every integer
  * and real within its range, reals representable in float32): a violation
  * prints "fuzz_config: INVARIANT: ..." and aborts, the input saved as
- * fuzz-crash.json (the deterministic driver; libFuzzer saves its own).
+ * fuzz-crash.bin (the deterministic driver; libFuzzer saves its own).
  * Boundary values (0, 1, -1, 2^31+-1, 2^32+-1, 2^62, 2^63-1, 1e-50, 1e40,
  * NaN, their real forms) come from tests/fuzz_config.dict (libFuzzer's
  * -dict=; the driver reads it too) and the seeds tests/config/fuzz_seed_*.
- * Prints "N executions in S s, 0 crashes, 0 hangs" when done. In the style
- * of zstd's tests/fuzz.
+ * Prints "N executions in S s, ..., 0 crashes, 0 hangs" when done. In the
+ * style of zstd's tests/fuzz.
  */
-#include <dirent.h>
-#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "fuzz_driver.h"
 #include "zoffload/config.h"
 
 static void quiet(zo_log_level lvl, const char *msg, void *user) { (void)lvl, (void)msg, (void)user; }
 
-static void save_input(const char *name); /* the driver's: the input running now, to a file */
-
 /* A documented invariant of an accepted config does not hold: say which, keep the input, abort (a crash). */
 static __attribute__((noreturn)) void broken(const char *what, long double got) {
-  fprintf(stderr, "fuzz_config: INVARIANT: %s (got %.21Lg); input saved as fuzz-crash.json\n", what, got);
-  save_input("fuzz-crash.json");
-  abort();
+  fprintf(stderr, "fuzz_config: INVARIANT: %s (got %.21Lg)\n", what, got);
+  abort(); /* the driver saves the input as fuzz-crash.bin, libFuzzer as crash-<sha1> */
 }
 #define INV_RANGE(x, lo, hi, what) \
   do { if (!((long double)(x) >= (long double)(lo) && (long double)(x) <= (long double)(hi))) broken(what, (x)); } while (0)
@@ -125,13 +117,37 @@ static void check_invariants(const zo_config_t *c, int ws) {
               "zoffload.host_link_gbps 0 or in [0.1, 1e6]");
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static int init;
-  if (!init) {
-    zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
-    init = 1;
+#ifndef ZO_LIBFUZZER
+/* The driver's mutation step for JSON: a "key": value pair (from the first '"' at or after @at) doubled. */
+static void mutate_json(uint8_t *b, size_t *n, size_t cap, size_t at) {
+  size_t i = at;
+  while (i < *n && b[i] != '"') i++;
+  size_t j = i + 1;
+  while (j < *n && b[j] != ',' && b[j] != '\n') j++;
+  if (j < *n && j - i < 256) {
+    uint8_t tmp[256];
+    memcpy(tmp, b + i, j - i + 1);
+    fz_splice(b, n, cap, j + 1, 0, tmp, j - i + 1);
   }
+}
+#endif
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
+#ifndef ZO_LIBFUZZER
+  /* Values the config parser treats specially, for the driver's ':' swaps (libFuzzer takes -dict= only). */
+  static const char *const tokens[] = {
+      "\"auto\"", "1e-320", "NaN", "true", "\"nvme\"", "\"cpu\"", "\"none\"", "\"bf16\"", "0.5", "3",
+      "\"WarmupDecayLR\"", "\"WarmupCosineLR\"", "\"/\"", "[1e9, 1e9]", "1e9", "{\"device\": \"nvme\"}",
+  };
+  for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) fuzz_add_token(tokens[i]);
+  g_fz_mutate_custom = mutate_json;
+#endif
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const app[] = {"model", "data", "train", NULL};
   zo_config_auto a;
   zo_config_auto_init(&a);
@@ -159,217 +175,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   return 0;
 }
-
-#ifdef ZO_LIBFUZZER
-static void save_input(const char *name) { (void)name; } /* libFuzzer writes crash-<sha1> itself */
-#else
-/* ---------------- the deterministic driver ---------------- */
-
-typedef struct buf {
-  uint8_t *p;
-  size_t n;
-} buf;
-
-static uint64_t g_rng = 0x5eed2026u;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static buf *g_corpus;
-static int g_n;
-
-static void add_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  buf b = {malloc(1 << 20), 0};
-  b.n = fread(b.p, 1, 1 << 20, f);
-  fclose(f);
-  g_corpus = realloc(g_corpus, (size_t)(g_n + 1) * sizeof *g_corpus);
-  g_corpus[g_n++] = b;
-}
-
-static void add_path(const char *path) {
-  struct stat st;
-  if (stat(path, &st)) return;
-  if (!S_ISDIR(st.st_mode)) {
-    add_file(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  struct dirent *de;
-  char p[4096];
-  while (d && (de = readdir(d))) {
-    size_t l = strlen(de->d_name);
-    if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) {
-      snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-      add_file(p);
-    }
-  }
-  if (d) closedir(d);
-}
-
-/* Replace [at, at + del) of *b with @ins (@n_ins bytes), keeping at most @cap bytes. */
-static void splice_in(uint8_t *b, size_t *n, size_t cap, size_t at, size_t del, const void *ins, size_t n_ins) {
-  if (at > *n) at = *n;
-  if (del > *n - at) del = *n - at;
-  if (*n - del + n_ins > cap) n_ins = cap - (*n - del);
-  memmove(b + at + n_ins, b + at + del, *n - at - del);
-  memcpy(b + at, ins, n_ins);
-  *n = *n - del + n_ins;
-}
-
-static const char *const k_builtin[] = {
-    "\"auto\"", "0", "-1", "1e308", "-1e308", "1e-320", "9223372036854775807", "18446744073709551616",
-    "NaN", "true", "null", "[]", "{}", "\"\"", "\"nvme\"", "\"cpu\"", "\"none\"", "\"bf16\"", "0.5", "3",
-    "\"WarmupDecayLR\"", "\"WarmupCosineLR\"", "\"/\"", "\"\\u0000\"", "[1e9, 1e9]", "1e9", "{\"device\": \"nvme\"}",
-};
-static const char **k_tokens; /* k_builtin, then the -dict= file's entries */
-static size_t n_tokens;
-
-/* libFuzzer's dictionary format: one entry a line, name="value" or "value", escapes \\ \" \xNN; # comments. */
-static void load_dict(const char *path) {
-  for (size_t i = 0; i < sizeof k_builtin / sizeof k_builtin[0]; i++) {
-    k_tokens = realloc(k_tokens, (n_tokens + 1) * sizeof *k_tokens);
-    k_tokens[n_tokens++] = k_builtin[i];
-  }
-  FILE *f = path ? fopen(path, "r") : NULL;
-  if (path && !f) fprintf(stderr, "fuzz_config: cannot read -dict=%s\n", path);
-  char line[512];
-  while (f && fgets(line, sizeof line, f)) {
-    char *q = strchr(line, '"'), *end = strrchr(line, '"');
-    if (line[0] == '#' || !q || end == q) continue;
-    char *out = malloc((size_t)(end - q)), *o = out;
-    for (char *p = q + 1; p < end; p++) {
-      if (*p == '\\' && p + 1 < end && p[1] == 'x' && p + 3 < end) {
-        *o++ = (char)strtol((char[]){p[2], p[3], 0}, NULL, 16);
-        p += 3;
-      } else if (*p == '\\' && p + 1 < end) {
-        *o++ = *++p;
-      } else {
-        *o++ = *p;
-      }
-    }
-    *o = 0;
-    k_tokens = realloc(k_tokens, (n_tokens + 1) * sizeof *k_tokens);
-    k_tokens[n_tokens++] = out;
-  }
-  if (f) fclose(f);
-}
-
-static void mutate(uint8_t *b, size_t *n, size_t cap) {
-  int k = 1 + (int)(rnd() % 4);
-  while (k--) {
-    size_t at = *n ? rnd() % (*n + 1) : 0;
-    switch (rnd() % 7) {
-      case 0: if (*n) b[rnd() % *n] ^= (uint8_t)(1u << (rnd() % 8)); break; /* bit flip */
-      case 1: { uint8_t c = (uint8_t)rnd(); splice_in(b, n, cap, at, 0, &c, 1); break; } /* insert a byte */
-      case 2: splice_in(b, n, cap, at, 1 + rnd() % 8, "", 0); break;              /* delete bytes */
-      case 3: { /* splice a piece of another corpus file */
-        const buf *o = &g_corpus[rnd() % (uint64_t)g_n];
-        if (!o->n) break;
-        size_t from = rnd() % o->n, len = 1 + rnd() % 64;
-        if (len > o->n - from) len = o->n - from;
-        splice_in(b, n, cap, at, rnd() % 16, o->p + from, len);
-        break;
-      }
-      case 4: case 5: { /* a value after a ':' swapped for a token */
-        size_t i = at;
-        while (i < *n && b[i] != ':') i++;
-        if (i >= *n) break;
-        size_t j = i + 1;
-        while (j < *n && b[j] != ',' && b[j] != '}' && b[j] != '\n') j++;
-        const char *t = k_tokens[rnd() % n_tokens];
-        splice_in(b, n, cap, i + 1, j - i - 1, t, strlen(t));
-        break;
-      }
-      case 6: { /* a "key": value pair doubled */
-        size_t i = at;
-        while (i < *n && b[i] != '"') i++;
-        size_t j = i + 1;
-        while (j < *n && b[j] != ',' && b[j] != '\n') j++;
-        if (j < *n && j - i < 256) {
-          uint8_t tmp[256];
-          memcpy(tmp, b + i, j - i + 1);
-          splice_in(b, n, cap, j + 1, 0, tmp, j - i + 1);
-        }
-        break;
-      }
-    }
-  }
-}
-
-static const uint8_t *volatile g_cur; /* the input running now, saved by on_alarm */
-static volatile size_t g_cur_n;
-
-static void save_input(const char *name) {
-  int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    if (write(fd, (const void *)g_cur, g_cur_n)) {}
-    close(fd);
-  }
-}
-
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "fuzz_config: HANG: one input ran past the time limit (saved as fuzz-hang.json)\n";
-  int fd = open("fuzz-hang.json", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* async-signal-safe calls only */
-  if (fd >= 0) {
-    if (write(fd, (const void *)g_cur, g_cur_n)) {}
-    close(fd);
-  }
-  if (write(2, msg, sizeof msg - 1)) {}
-  _exit(2);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-/* fuzz_config [-runs=N] [-max_total_time=S] [-timeout=S] [-dict=FILE] CORPUS... (libFuzzer's flag names) */
-int main(int argc, char **argv) {
-  long runs = 100000, max_s = 0, timeout_s = 2;
-  const char *dict = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
-    else if (!strncmp(argv[i], "-dict=", 6)) dict = argv[i] + 6;
-    else if (!strncmp(argv[i], "-max_total_time=", 16)) max_s = atol(argv[i] + 16);
-    else if (!strncmp(argv[i], "-timeout=", 9)) timeout_s = atol(argv[i] + 9);
-    else add_path(argv[i]);
-  }
-  if (!g_n) {
-    fprintf(stderr, "usage: fuzz_config [-runs=N] [-max_total_time=S] [-timeout=S] [-dict=FILE] CORPUS_FILE_OR_DIR...\n");
-    return 2;
-  }
-  load_dict(dict);
-  signal(SIGALRM, on_alarm);
-  const size_t cap = 1 << 16;
-  uint8_t *b = malloc(cap);
-  const double t0 = now_s();
-  long done = 0;
-  for (int i = 0; i < g_n; i++, done++) { /* the corpus itself first */
-    g_cur = g_corpus[i].p, g_cur_n = g_corpus[i].n;
-    alarm((unsigned)timeout_s);
-    LLVMFuzzerTestOneInput(g_corpus[i].p, g_corpus[i].n);
-  }
-  while (done < runs && (!max_s || now_s() - t0 < (double)max_s)) {
-    const buf *s = &g_corpus[rnd() % (uint64_t)g_n];
-    size_t n = s->n < cap ? s->n : cap;
-    memcpy(b, s->p, n);
-    mutate(b, &n, cap);
-    g_cur = b, g_cur_n = n;
-    alarm((unsigned)timeout_s);
-    LLVMFuzzerTestOneInput(b, n);
-    done++;
-  }
-  alarm(0);
-  printf("fuzz_config: %ld executions in %.1f s (deterministic driver, seed 0x5eed2026, %d corpus files, %zu "
-         "dictionary tokens), 0 crashes, 0 hangs, 0 broken invariants\n", done, now_s() - t0, g_n, n_tokens);
-  free(b);
-  return 0;
-}
-#endif

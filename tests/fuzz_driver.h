@@ -1,15 +1,20 @@
 /*
  * fuzz_driver.h - the deterministic stand-in for libFuzzer's main() shared by
- * fuzz_checkpoint.c and fuzz_safetensors.c, for builds without clang's
- * -fsanitize=fuzzer (fuzz_config.c keeps its own JSON-aware one). A fixed
- * seed: the same inputs every run. Mutations: bit flips, byte insertions and
- * deletions, an interesting integer written over 1-8 bytes, splices of two
- * corpus inputs, a token (a number for an extreme, a control byte) swapped
- * in after a ':'. Corpus: files and directories on the command line plus
- * the target's own seeds (fuzz_add_seed() from LLVMFuzzerInitialize). A hang
- * is an input past -timeout (SIGALRM, saved as fuzz-hang.bin). Prints
- * "N executions in S s ... 0 crashes, 0 hangs". Include once, last, from the
- * target; it defines main() unless ZO_LIBFUZZER.
+ * the four fuzz targets (fuzz_config.c, fuzz_engine_seq.c, fuzz_checkpoint.c,
+ * fuzz_safetensors.c), for builds without clang's -fsanitize=fuzzer. Not a
+ * coverage-guided fuzzer: a fixed seed, the same inputs every run.
+ * Mutations: bit flips, byte insertions and deletions, an interesting integer
+ * written over 1-8 bytes, splices of two corpus inputs, a token (a number for
+ * an extreme, a control byte, a -dict= entry, a target's fuzz_add_token())
+ * swapped in after a ':', and the target's own mutation when it sets
+ * g_fz_mutate_custom (from LLVMFuzzerInitialize). Corpus: files and
+ * directories on the command line plus the target's own seeds (fuzz_add_seed()
+ * from LLVMFuzzerInitialize). A hang is an input past -timeout (SIGALRM,
+ * saved as fuzz-hang.bin); a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, abort())
+ * saves the input as fuzz-crash.bin, then goes on to the handler that was
+ * there before (a sanitizer's, or the default). Prints "N executions in S s
+ * ... 0 crashes, 0 hangs". Include once, before the target's own code that
+ * uses it; it defines main() unless ZO_LIBFUZZER.
  */
 #ifndef ZO_FUZZ_DRIVER_H
 #define ZO_FUZZ_DRIVER_H
@@ -63,6 +68,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #ifndef ZO_LIBFUZZER
+/* A target's own mutation step, or NULL: called for 2 in 10 mutation steps with the input @b (@n bytes, room
+ * for @cap) and a position @at <= *n; it may change *n up to @cap. Set it from LLVMFuzzerInitialize. */
+static void (*g_fz_mutate_custom)(uint8_t *b, size_t *n, size_t cap, size_t at);
+
 static uint64_t g_fz_rng = 0x5eed2026u;
 static uint64_t fz_rnd(void) { /* splitmix64 */
   uint64_t z = (g_fz_rng += 0x9e3779b97f4a7c15ull);
@@ -108,17 +117,50 @@ static void fz_splice(uint8_t *b, size_t *n, size_t cap, size_t at, size_t del, 
   *n = *n - del + n_ins;
 }
 
-static const char *const k_fz_tokens[] = {"0", "-1", "1e308", "-1e308", "1e38", "9223372036854775807",
-                                          "-9223372036854775808", "18446744073709551616", "281474976710657",
-                                          "4611686018427387904", "null", "[]", "{}", "\"\"", "\"\\u001b[2J\"",
-                                          "\"\\u0000\"", "\"ffffffff\"", "\"zzzzzzzz\"", "\"__metadata__\"",
-                                          "\"F32\"", "\"BF16\"", "\"BOOL\"", "[0, 0]", "[1, 18446744073709551615]"};
+static const char *const k_fz_builtin[] = {"0", "-1", "1e308", "-1e308", "1e38", "9223372036854775807",
+                                           "-9223372036854775808", "18446744073709551616", "281474976710657",
+                                           "4611686018427387904", "null", "[]", "{}", "\"\"", "\"\\u001b[2J\"",
+                                           "\"\\u0000\"", "\"ffffffff\"", "\"zzzzzzzz\"", "\"__metadata__\"",
+                                           "\"F32\"", "\"BF16\"", "\"BOOL\"", "[0, 0]", "[1, 18446744073709551615]"};
+static const char **g_fz_tokens; /* k_fz_builtin, then the target's fuzz_add_token()s, then the -dict= entries */
+static size_t g_fz_n_tokens;
+
+/* A token for the ':' swap; @t must outlive the run (a literal, or memory never freed). */
+static void fuzz_add_token(const char *t) {
+  g_fz_tokens = realloc(g_fz_tokens, (g_fz_n_tokens + 1) * sizeof *g_fz_tokens);
+  g_fz_tokens[g_fz_n_tokens++] = t;
+}
+
+/* libFuzzer's dictionary format: one entry a line, name="value" or "value", escapes \\ \" \xNN; # comments. */
+static void fz_load_dict(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) fprintf(stderr, "fuzz: cannot read -dict=%s\n", path);
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *q = strchr(line, '"'), *end = strrchr(line, '"');
+    if (line[0] == '#' || !q || end == q) continue;
+    char *out = malloc((size_t)(end - q)), *o = out;
+    for (char *p = q + 1; p < end; p++) {
+      if (*p == '\\' && p + 1 < end && p[1] == 'x' && p + 3 < end) {
+        *o++ = (char)strtol((char[]){p[2], p[3], 0}, NULL, 16);
+        p += 3;
+      } else if (*p == '\\' && p + 1 < end) {
+        *o++ = *++p;
+      } else {
+        *o++ = *p;
+      }
+    }
+    *o = 0;
+    fuzz_add_token(out);
+  }
+  if (f) fclose(f);
+}
 
 static void fz_mutate(uint8_t *b, size_t *n, size_t cap) {
   int k = 1 + (int)(fz_rnd() % 4);
   while (k--) {
     size_t at = *n ? fz_rnd() % (*n + 1) : 0;
-    switch (fz_rnd() % 8) {
+    switch (fz_rnd() % (g_fz_mutate_custom ? 10 : 8)) {
       case 0: if (*n) b[fz_rnd() % *n] ^= (uint8_t)(1u << (fz_rnd() % 8)); break;
       case 1: { uint8_t c = (uint8_t)fz_rnd(); fz_splice(b, n, cap, at, 0, &c, 1); break; }
       case 2: fz_splice(b, n, cap, at, 1 + fz_rnd() % 8, "", 0); break;
@@ -138,13 +180,14 @@ static void fz_mutate(uint8_t *b, size_t *n, size_t cap) {
         fz_splice(b, n, cap, at, fz_rnd() % 16, o->p + from, len);
         break;
       }
+      case 8: case 9: g_fz_mutate_custom(b, n, cap, at); break;
       default: { /* a value after a ':' swapped for a token */
         size_t i = at;
         while (i < *n && b[i] != ':') i++;
         if (i >= *n) break;
         size_t j = i + 1;
         while (j < *n && b[j] != ',' && b[j] != '}' && b[j] != '\n') j++;
-        const char *t = k_fz_tokens[fz_rnd() % (sizeof k_fz_tokens / sizeof k_fz_tokens[0])];
+        const char *t = g_fz_tokens[fz_rnd() % g_fz_n_tokens];
         fz_splice(b, n, cap, i + 1, j - i - 1, t, strlen(t));
         break;
       }
@@ -167,27 +210,56 @@ static void fz_on_alarm(int sig) {
   _exit(2);
 }
 
+/* A crash: the input saved as fuzz-crash.bin, then the handler that was there before (the sanitizer's or the
+ * default): a fault returns to the faulting instruction and faults again, a raise()d signal is raised again. */
+static struct sigaction g_fz_old_act[NSIG];
+static void fz_on_crash(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  static const char msg[] = "fuzz: CRASH: the input is saved as fuzz-crash.bin\n";
+  int fd = open("fuzz-crash.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* async-signal-safe calls only */
+  if (fd >= 0) {
+    if (write(fd, (const void *)g_fz_cur, g_fz_cur_n)) {}
+    close(fd);
+  }
+  if (write(2, msg, sizeof msg - 1)) {}
+  sigaction(sig, &g_fz_old_act[sig], NULL);
+  if (si->si_code <= 0) raise(sig); /* sent (abort(), kill), not a fault */
+}
+
 static double fz_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* TARGET [-runs=N] [-max_total_time=S] [-timeout=S] [CORPUS_FILE_OR_DIR...] (libFuzzer's flag names) */
+/* TARGET [-runs=N] [-max_total_time=S] [-timeout=S] [-dict=FILE] [CORPUS_FILE_OR_DIR...] (libFuzzer's flag
+ * names; its other flags are ignored) */
 int main(int argc, char **argv) {
   long runs = 10000, max_s = 0, timeout_s = 5;
+  for (size_t i = 0; i < sizeof k_fz_builtin / sizeof k_fz_builtin[0]; i++) fuzz_add_token(k_fz_builtin[i]);
+  const char *dict = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
+    else if (!strncmp(argv[i], "-dict=", 6)) dict = argv[i] + 6;
     else if (!strncmp(argv[i], "-max_total_time=", 16)) max_s = atol(argv[i] + 16);
     else if (!strncmp(argv[i], "-timeout=", 9)) timeout_s = atol(argv[i] + 9);
     else fz_add_path(argv[i]);
   }
-  LLVMFuzzerInitialize(&argc, &argv); /* adds the target's own seeds */
+  LLVMFuzzerInitialize(&argc, &argv); /* adds the target's own seeds, tokens, mutation */
+  if (dict) fz_load_dict(dict);
   if (!g_fz_n) {
     fprintf(stderr, "%s: no corpus\n", argv[0]);
     return 2;
   }
   signal(SIGALRM, fz_on_alarm);
+  static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fz_on_crash;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++)
+    sigaction(crash_sigs[i], &sa, &g_fz_old_act[crash_sigs[i]]);
   const size_t cap = 1 << 16;
   uint8_t *b = malloc(cap);
   const double t0 = fz_now();
@@ -208,8 +280,8 @@ int main(int argc, char **argv) {
     done++;
   }
   alarm(0);
-  printf("%s: %ld executions in %.1f s (deterministic driver, seed 0x5eed2026, %d corpus inputs), 0 crashes, "
-         "0 hangs\n", argv[0], done, fz_now() - t0, g_fz_n);
+  printf("%s: %ld executions in %.1f s (deterministic driver, seed 0x5eed2026, %d corpus inputs, %zu tokens), "
+         "0 crashes, 0 hangs\n", argv[0], done, fz_now() - t0, g_fz_n, g_fz_n_tokens);
   free(b);
   return 0;
 }

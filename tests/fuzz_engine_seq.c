@@ -12,22 +12,19 @@
  * hold is refused at finalize, so nothing past MAX_REAL elements is ever
  * loaded, fetched or handed a gradient (abort() if it were).
  * Built like fuzz_config.c (tests/fuzz.cmake): a libFuzzer target under clang
- * (-DZO_LIBFUZZER), else the main() below: a deterministic driver (fixed
+ * (-DZO_LIBFUZZER), else tests/fuzz_driver.h's deterministic main() (fixed
  * seed) that replays the seed corpus (tests/fuzz_engine_seq/) and mutates it
- * for a number of executions or seconds. Prints "N executions in S s, 0
- * crashes, 0 hangs" when done.
+ * for a number of executions or seconds, with this file's own mutation (a
+ * byte overwritten; an "anything" count near a power of two inserted).
+ * Prints "N executions in S s, ..., 0 crashes, 0 hangs" when done.
  */
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "fuzz_driver.h"
 #include "zoffload/budget.h"
 #include "zoffload/config.h"
 #include "zoffload/device.h"
@@ -87,20 +84,43 @@ static char g_dir[256];
 static float *g_values, *g_out;
 static void *g_host;
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!g_values) {
-    zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG);
-    g_verbose = getenv("FUZZ_VERBOSE") && getenv("FUZZ_VERBOSE")[0] == '1';
-    const char *t = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/zo-fuzz-engine.XXXXXX", t && t[0] ? t : "/tmp");
-    if (!mkdtemp(g_dir)) abort();
-    g_values = calloc(MAX_REAL, sizeof *g_values);
-    g_out = calloc(MAX_REAL, sizeof *g_out);
-    g_host = calloc(MAX_REAL, 4);
-    if (!g_values || !g_out || !g_host) abort();
-    for (size_t i = 0; i < MAX_REAL; i++) g_values[i] = (float)(i % 97) * 0.01f - 0.5f;
+static void cleanup(void) { rmdir(g_dir); } /* the engines' NVMe files are gone with each engine */
+
+#ifndef ZO_LIBFUZZER
+/* The driver's mutation step for call programs: a byte overwritten, or an "anything" count (0xe0, then 8
+ * bytes near a power of two) inserted at @at. */
+static void mutate_program(uint8_t *b, size_t *n, size_t cap, size_t at) {
+  if (fz_rnd() & 1) {
+    if (at < *n) b[at] = (uint8_t)fz_rnd();
+    return;
   }
+  const uint64_t v = ((uint64_t)1 << (fz_rnd() % 64)) + (uint64_t)(fz_rnd() % 3) - 1;
+  uint8_t c[9] = {0xe0};
+  for (int i = 0; i < 8; i++) c[1 + i] = (uint8_t)(v >> (56 - 8 * i));
+  fz_splice(b, n, cap, at, 0, c, sizeof c);
+}
+#endif
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG);
+  g_verbose = getenv("FUZZ_VERBOSE") && getenv("FUZZ_VERBOSE")[0] == '1';
+  const char *t = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/zo-fuzz-engine.XXXXXX", t && t[0] ? t : "/tmp");
+  if (!mkdtemp(g_dir)) abort();
+  atexit(cleanup);
+  g_values = calloc(MAX_REAL, sizeof *g_values);
+  g_out = calloc(MAX_REAL, sizeof *g_out);
+  g_host = calloc(MAX_REAL, 4);
+  if (!g_values || !g_out || !g_host) abort();
+  for (size_t i = 0; i < MAX_REAL; i++) g_values[i] = (float)(i % 97) * 0.01f - 0.5f;
+#ifndef ZO_LIBFUZZER
+  g_fz_mutate_custom = mutate_program;
+#endif
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rd r = {data, size, 0};
   zo_status st;
 
@@ -231,161 +251,3 @@ out:
   zo_device_destroy(dev);
   return 0;
 }
-
-#ifndef ZO_LIBFUZZER
-/* ---------------- the deterministic driver (as fuzz_config.c) ---------------- */
-
-typedef struct buf {
-  uint8_t *p;
-  size_t n;
-} buf;
-
-static uint64_t g_rng = 0x5eed2027u;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static buf *g_corpus;
-static int g_n;
-
-static void add_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  buf b = {malloc(4096), 0};
-  b.n = fread(b.p, 1, 4096, f);
-  fclose(f);
-  g_corpus = realloc(g_corpus, (size_t)(g_n + 1) * sizeof *g_corpus);
-  g_corpus[g_n++] = b;
-}
-
-static void add_path(const char *path) {
-  struct stat st;
-  if (stat(path, &st)) return;
-  if (!S_ISDIR(st.st_mode)) {
-    add_file(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  struct dirent *de;
-  char p[4096];
-  while (d && (de = readdir(d)))
-    if (de->d_name[0] != '.') {
-      snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-      add_file(p);
-    }
-  if (d) closedir(d);
-}
-
-/* Byte-level mutations, plus an 8-byte boundary count written in place. */
-static void mutate(uint8_t *b, size_t *n, size_t cap) {
-  int k = 1 + (int)(rnd() % 4);
-  while (k--) {
-    size_t at = *n ? rnd() % *n : 0;
-    switch (rnd() % 6) {
-      case 0: if (*n) b[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
-      case 1: if (*n) b[at] = (uint8_t)rnd(); break;
-      case 2: if (*n < cap) { memmove(b + at + 1, b + at, *n - at); b[at] = (uint8_t)rnd(); (*n)++; } break;
-      case 3: if (*n > 1) { memmove(b + at, b + at + 1, *n - at - 1); (*n)--; } break;
-      case 4: { /* a piece of another corpus input */
-        const buf *o = &g_corpus[rnd() % (uint64_t)g_n];
-        if (!o->n) break;
-        size_t from = rnd() % o->n, len = 1 + rnd() % 16;
-        if (len > o->n - from) len = o->n - from;
-        if (len > cap - at) len = cap - at;
-        memcpy(b + at, o->p + from, len);
-        if (at + len > *n) *n = at + len;
-        break;
-      }
-      case 5: { /* an "anything" count: 0xe0 then 8 bytes near a power of two */
-        if (*n + 9 > cap) break;
-        const uint64_t v = ((uint64_t)1 << (rnd() % 64)) + (uint64_t)(rnd() % 3) - 1;
-        memmove(b + at + 9, b + at, *n - at);
-        b[at] = 0xe0;
-        for (int i = 0; i < 8; i++) b[at + 1 + i] = (uint8_t)(v >> (56 - 8 * i));
-        *n += 9;
-        break;
-      }
-    }
-  }
-}
-
-static const uint8_t *volatile g_cur;
-static volatile size_t g_cur_n;
-
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "fuzz_engine_seq: HANG: one input ran past the time limit (saved as fuzz-hang.bin)\n";
-  int fd = open("fuzz-hang.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* async-signal-safe calls only */
-  if (fd >= 0) {
-    if (write(fd, (const void *)g_cur, g_cur_n)) {}
-    close(fd);
-  }
-  if (write(2, msg, sizeof msg - 1)) {}
-  _exit(2);
-}
-
-/* A crash (SIGSEGV, SIGBUS, SIGFPE, abort()): the input is saved as fuzz-crash.bin, then the signal's default. */
-static void on_crash(int sig) {
-  int fd = open("fuzz-crash.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    if (write(fd, (const void *)g_cur, g_cur_n)) {}
-    close(fd);
-  }
-  static const char msg[] = "fuzz_engine_seq: CRASH: the input is saved as fuzz-crash.bin\n";
-  if (write(2, msg, sizeof msg - 1)) {}
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-/* fuzz_engine_seq [-runs=N] [-max_total_time=S] [-timeout=S] CORPUS... (libFuzzer's flag names) */
-int main(int argc, char **argv) {
-  long runs = 2000, max_s = 0, timeout_s = 10;
-  for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
-    else if (!strncmp(argv[i], "-max_total_time=", 16)) max_s = atol(argv[i] + 16);
-    else if (!strncmp(argv[i], "-timeout=", 9)) timeout_s = atol(argv[i] + 9);
-    else add_path(argv[i]);
-  }
-  if (!g_n) {
-    fprintf(stderr, "usage: fuzz_engine_seq [-runs=N] [-max_total_time=S] [-timeout=S] CORPUS_FILE_OR_DIR...\n");
-    return 2;
-  }
-  signal(SIGALRM, on_alarm);
-  const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL};
-  for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++) signal(crash_sigs[i], on_crash);
-  const size_t cap = 4096;
-  uint8_t *b = malloc(cap);
-  const double t0 = now_s();
-  long done = 0;
-  for (int i = 0; i < g_n; i++, done++) {
-    g_cur = g_corpus[i].p, g_cur_n = g_corpus[i].n;
-    alarm((unsigned)timeout_s);
-    LLVMFuzzerTestOneInput(g_corpus[i].p, g_corpus[i].n);
-  }
-  while (done < runs && (!max_s || now_s() - t0 < (double)max_s)) {
-    const buf *s = &g_corpus[rnd() % (uint64_t)g_n];
-    size_t n = s->n < cap ? s->n : cap;
-    memcpy(b, s->p, n);
-    mutate(b, &n, cap);
-    g_cur = b, g_cur_n = n;
-    alarm((unsigned)timeout_s);
-    LLVMFuzzerTestOneInput(b, n);
-    done++;
-  }
-  alarm(0);
-  rmdir(g_dir);
-  printf("fuzz_engine_seq: %ld executions in %.1f s (deterministic driver, seed 0x5eed2027, %d corpus inputs), "
-         "0 crashes, 0 hangs\n", done, now_s() - t0, g_n);
-  free(b);
-  return 0;
-}
-#endif

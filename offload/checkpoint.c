@@ -421,7 +421,7 @@ static int list_checkpoints(const char *root, ckpt_ent **ents) {
 /* keep_last: of the step directories older than this save's @tag, keep the newest @keep_last - 1 (this save is
  * the other one) and remove the rest, one log line each. Never one newer than @tag (another run's, or a resumed
  * run's future), and never one holding anything this format does not write: that one is named and left alone. */
-static void prune_checkpoints(const char *root, int64_t tag, int keep_last) {
+static void prune_checkpoints(const char *root, int64_t tag, int keep_last, const zo_save_opts *opts) {
   ckpt_ent *ents;
   int n = list_checkpoints(root, &ents), kept = 1;
   char path[PATH_MAX], why[256];
@@ -433,8 +433,10 @@ static void prune_checkpoints(const char *root, int64_t tag, int keep_last) {
         kept++;
       } else if (remove_ours(path))
         zo_warn("checkpoint: keep_last %d: could not remove all of '%s': %s", keep_last, path, strerror(errno));
-      else
+      else {
         zo_info("checkpoint: keep_last %d: removed '%s'", keep_last, path);
+        if (opts && opts->on_removed) opts->on_removed(path, 0, opts->user);
+      }
     }
     free(ents[i].name);
   }
@@ -453,8 +455,9 @@ static int leftover_name(const char *name, const char *prefix) {
 }
 
 /* Remove leftovers of a killed save under @root: .tmp-step-N.PID and .old-step-N.PID directories holding only
- * this format's files, and the file .latest.tmp; each named in a log line. Anything else is left alone. */
-static void remove_leftovers(const char *root) {
+ * this format's files, and the file .latest.tmp; each named in a log line and to @opts->on_removed. Anything else
+ * is left alone. */
+static void remove_leftovers(const char *root, const zo_save_opts *opts) {
   DIR *d = opendir(root);
   if (!d) return;
   struct dirent *de;
@@ -463,13 +466,11 @@ static void remove_leftovers(const char *root) {
   while ((de = readdir(d))) {
     const int dir = leftover_name(de->d_name, ".tmp-") || leftover_name(de->d_name, ".old-");
     if ((!dir && strcmp(de->d_name, ".latest.tmp")) || join(path, sizeof path, root, de->d_name) != ZO_OK) continue;
-    if (!dir) {
-      if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0)
-        zo_info("checkpoint: removed '%s', left by an interrupted save", path);
-    } else if (ours(path, 1, why, sizeof why)) {
+    if (dir && ours(path, 1, why, sizeof why)) {
       zo_warn("checkpoint: left '%s' alone: %s", path, why);
-    } else if (remove_ours(path) == 0) {
+    } else if (dir ? remove_ours(path) == 0 : lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0) {
       zo_info("checkpoint: removed '%s', left by an interrupted save", path);
+      if (opts && opts->on_removed) opts->on_removed(path, 1, opts->user);
     }
   }
   closedir(d);
@@ -507,7 +508,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   zo_status st0 = ZO_OK;
   if (e->rank == 0) {
     if (mkdir(root, 0755) && errno != EEXIST) st0 = sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
-    else remove_leftovers(root);
+    else remove_leftovers(root, opts);
   }
   if ((st0 = eng_dp_from_rank0(e, st0, "save: creating the checkpoint root")) != ZO_OK) {
     json_decref(app);
@@ -600,7 +601,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   }
   if ((st = fsync_path(root, 1)) != ZO_OK) goto out;
   if (had_old && remove_ours(old)) zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", old, name);
-  if (keep_last > 0) prune_checkpoints(root, tag, keep_last);
+  if (keep_last > 0) prune_checkpoints(root, tag, keep_last, opts);
   if (saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
   goto out;
 fail:

@@ -99,7 +99,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(ref, sizeof ref, "%s/ref", g_root);
   train_position pos = {.step = 0, .rng = 0x1234, .skipped = 0};
   if (train_ckpt_save(g_eng, ref, &pos, 42, &g_model, 0, saved, sizeof saved, err, sizeof err)) die(err);
-  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG); /* (the save put the default handler back) */
   /* g_in: manifest.json from each input beside the real shard file; g_ldir: a root whose step directory holds both */
   snprintf(g_in, sizeof g_in, "%s/in", g_root);
   snprintf(g_ldir, sizeof g_ldir, "%s/l", g_root);

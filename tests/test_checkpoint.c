@@ -120,6 +120,13 @@ static int count_dirs(const char *root, const char *prefix) {
   return n;
 }
 
+/* zo_save_opts.on_removed: appends "<leftover>:<path relative to the root> " to the string at @user */
+static void record_removed(const char *path, int leftover, void *user) {
+  char *log = user;
+  const char *name = strrchr(path, '/');
+  snprintf(log + strlen(log), 1024 - strlen(log), "%d:%s ", leftover, name ? name + 1 : path);
+}
+
 int main(int argc, char **argv) {
   char root[512], path[1024], *app = NULL;
   snprintf(root, sizeof root, "%s/ckpt-test.%d", argc > 1 ? argv[1] : ".", (int)getpid());
@@ -156,11 +163,15 @@ int main(int argc, char **argv) {
   }
   CHECK(same_master(&a, &b)); /* Adam state and step came back too: the next updates agree bit for bit */
 
-  /* keep_last 2 over saves at 4, 5, 6: only 5 and 6 stay; the leftover is gone */
+  /* keep_last 2 over saves at 4, 5, 6: only 5 and 6 stay; the leftover is gone; on_removed names each */
+  char removed[1024] = "";
+  o.on_removed = record_removed, o.user = removed;
   for (int t = 4; t <= 6; t++) {
     o.tag = t;
     REQ(zo_engine_save(a.e, root, &o, NULL, 0));
   }
+  CHECK_STR(removed, "1:.tmp-step-000000000009.1 0:step-000000000003 0:step-000000000004 ");
+  o.on_removed = NULL, o.user = NULL;
   CHECK_EQ(count_dirs(root, "step-"), 2);
   CHECK_EQ(count_dirs(root, ".tmp-"), 0);
   snprintf(path, sizeof path, "%s/step-000000000005", root);

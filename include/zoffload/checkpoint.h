@@ -22,7 +22,7 @@
  * the new one and `latest` are durable. One writer per ROOT: leftover
  * .tmp-step-N.PID / .old-step-N.PID directories of a killed save (holding
  * only checkpoint files) and .latest.tmp are removed by the next save, each
- * named in an info log line. A save never replaces a same-named directory
+ * named in an info log line and to zo_save_opts.on_removed. A save never replaces a same-named directory
  * that is not a checkpoint (ZO_ERR_IO naming it).
  * Optimizer state on NVMe is copied file to file with copy_file_range(2)
  * (restored through the swap layer's io_uring writes), never through a host
@@ -49,8 +49,18 @@ typedef struct zo_save_opts {
   int keep_last;         /* after this save is durable, keep this many checkpoints: this one and the newest
                             keep_last - 1 older ones; 0: keep all. Only directories named step-<12+ digits> older
                             than this save and holding manifest.json and nothing but manifest*.json and
-                            rankNNNNN.bin regular files are removed (one info log line each); any other, and any
-                            newer one, is left alone (a warning names it) */
+                            rankNNNNN.bin regular files are removed (one info log line each, and on_removed); any
+                            other, and any newer one, is left alone (a warning names it) */
+  /* Optional (NULL: none). Called once for each thing zo_engine_save() removed under root, after it is gone:
+   * @leftover 0: a checkpoint directory removed by keep_last (after the new checkpoint and `latest` are durable);
+   * @leftover 1: a leftover of an interrupted save (a .tmp-step-N.PID or .old-step-N.PID directory, or the file
+   * .latest.tmp; before the new checkpoint is written). Not called for what is left alone or could not be removed
+   * (those are warnings). @path is root as the caller gave it, '/', and the entry's name (step-<digits>,
+   * .tmp-step-<digits>.<digits>, .old-step-<digits>.<digits> or .latest.tmp): not escaped, valid only during the
+   * call. @user is the field below. Called synchronously on the thread that called zo_engine_save(), on rank 0
+   * only (the rank that removes); it must not call into this engine. */
+  void (*on_removed)(const char *path, int leftover, void *user);
+  void *user; /* passed to on_removed */
 } zo_save_opts;
 
 /*

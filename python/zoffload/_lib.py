@@ -198,8 +198,14 @@ for _name, _res, _args in (
 COPY_H2D, COPY_D2H = 0, 1
 
 
+# zo_save_opts.on_removed(path, leftover, user): each checkpoint keep_last removed, each leftover of a killed save
+SaveOnRemoved = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p)
+
+
 class SaveOpts(ctypes.Structure):
-    _fields_ = [("tag", ctypes.c_int64), ("app_state", ctypes.c_char_p), ("keep_last", ctypes.c_int)]
+    """zo_save_opts (zoffload/checkpoint.h), field for field: C reads all of them, so this layout must match."""
+    _fields_ = [("tag", ctypes.c_int64), ("app_state", ctypes.c_char_p), ("keep_last", ctypes.c_int),
+                ("on_removed", SaveOnRemoved), ("user", ctypes.c_void_p)]
 
 
 lib.zo_engine_save.restype = ctypes.c_int

@@ -13,10 +13,11 @@
 #include "seterr.h"
 #include "zoffload/checkpoint.h"
 
-static void save_log(zo_log_level level, const char *msg, void *user) {
-  (void)user;
-  if (level <= ZO_LOG_WARN) fprintf(stderr, "zoffload: %s: %s\n", level == ZO_LOG_ERROR ? "error" : "warning", msg);
-  else printf("zo-train: %s\n", msg);
+/* zo_save_opts.on_removed: each checkpoint keep_last removed, and each leftover of a killed save, on stdout */
+static void on_removed(const char *path, int leftover, void *user) {
+  const int keep_last = *(const int *)user;
+  if (leftover) printf("zo-train: checkpoint: removed '%s', left by an interrupted save\n", path);
+  else printf("zo-train: checkpoint: keep_last %d: removed '%s'\n", keep_last, path);
 }
 
 int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *pos, uint64_t seed,
@@ -34,13 +35,9 @@ int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *po
     seterr(err, errlen, "checkpoint: out of memory");
     return -1;
   }
-  zo_save_opts o = {.tag = pos->step, .app_state = text, .keep_last = keep_last};
-  /* The library names each checkpoint keep_last removes, and each leftover of a killed save, in info lines: shown
-   * on stdout here unless ZO_LOG_LEVEL chooses otherwise */
-  const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
-  if (own_log) zo_log_set_handler(save_log, NULL, ZO_LOG_INFO);
+  zo_save_opts o = {.tag = pos->step, .app_state = text, .keep_last = keep_last, .on_removed = on_removed,
+                    .user = &keep_last};
   zo_status st = zo_engine_save(eng, root, &o, saved, saved_len);
-  if (own_log) zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
   free(text);
   if (st != ZO_OK) {
     seterr(err, errlen, "%s", zo_last_error());

@@ -78,14 +78,17 @@ echo "zo-contention-bench: $zo_train --config $config --steps $steps ${extra[*]}
 echo "zo-contention-bench: $cores cores, $busy busy neighbours, $reps repetitions | load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 idle_s=() busy_s=()
 for r in $(seq 1 "$reps"); do
-  read -r si wi < <(run_once "idle, repetition $r")
+  si= sb=
+  read -r si wi < <(run_once "idle, repetition $r") || true
+  [ -n "${si:-}" ] || exit 1 # run_once said why
   for _ in $(seq 1 "$busy"); do
     sh -c 'while :; do :; done' &
     pids+=($!)
   done
   sleep 0.2 # let the neighbours reach the run queue
-  read -r sb wb < <(run_once "busy, repetition $r")
+  read -r sb wb < <(run_once "busy, repetition $r") || true
   stop_busy
+  [ -n "${sb:-}" ] || exit 1
   idle_s+=("$si") busy_s+=("$sb")
   printf 'rep %d: idle %.3f s (wall %.2f s) | %d busy %.3f s (wall %.2f s) | slowdown %.2fx | load %s\n' "$r" "$si" "$wi" \
     "$busy" "$sb" "$wb" "$(awk -v a="$sb" -v b="$si" 'BEGIN { print a / b }')" "$(cut -d' ' -f1-3 /proc/loadavg)"

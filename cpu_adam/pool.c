@@ -167,9 +167,10 @@ static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int 
  * first T->want workers to see it take part; the rest go back to sleep. Only
  * that many sleepers are woken (each signal wakes a different one); a worker
  * that is awake already (the one finishing the previous phase) sees the new
- * gen without a signal, so at least T->want workers come.
+ * gen without a signal, so at least T->want workers come; @by_worker: that
+ * worker publishes and will take a slot itself, so one signal fewer.
  */
-static void publish(zo_adam_pool_t *P) {
+static void publish(zo_adam_pool_t *P, int by_worker) {
   struct zo_adam_task *T = P->head;
   T->want = T->active = task_threads(P, T);
   T->claimed = 0;
@@ -178,7 +179,7 @@ static void publish(zo_adam_pool_t *P) {
   if (T->want >= P->nt) {
     pthread_cond_broadcast(&P->work_cv);
   } else {
-    for (int i = 0; i < T->want; i++) pthread_cond_signal(&P->work_cv);
+    for (int i = by_worker; i < T->want; i++) pthread_cond_signal(&P->work_cv);
   }
 }
 
@@ -189,7 +190,7 @@ static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
       T->skipped = 1;
     } else {
       T->phase = 1;
-      publish(P);
+      publish(P, 1);
       return;
     }
   }
@@ -197,7 +198,7 @@ static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
   P->head = T->next;
   if (!P->head) P->tail = NULL;
   pthread_cond_broadcast(&P->done_cv);
-  if (P->head) publish(P);
+  if (P->head) publish(P, 1);
 }
 
 static void *worker_main(void *argp) {
@@ -442,7 +443,7 @@ static void enqueue(zo_adam_pool_t *P, struct zo_adam_task *T) {
   else
     P->head = T;
   P->tail = T;
-  if (P->head == T) publish(P);
+  if (P->head == T) publish(P, 0);
 }
 
 /* Each task remembers its pool for wait/poll. */

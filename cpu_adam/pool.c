@@ -34,6 +34,8 @@ struct zo_adam_task {
   size_t n;      /* units of the task: elements, or chunks for K_SQNORM */
   size_t tile;   /* 0: one contiguous range per thread; else dynamic tiles of this many units */
   size_t align;  /* contiguous ranges start at multiples of this */
+  int want;      /* threads that take part in the current phase: fewer than the pool's for small tasks (under mu) */
+  int claimed;   /* threads that have taken part of the current phase so far (under mu) */
   int active;    /* threads that have not finished the current phase (under mu) */
   int done;      /* under mu */
   int skipped;
@@ -98,6 +100,31 @@ static size_t auto_tile(size_t n, int nt) {
 /* The task's tile from the pool's or the caller's setting: 0 contiguous, ZO_ADAM_TILE_AUTO auto, else as given. */
 static size_t task_tile(size_t setting, size_t n, int nt) { return setting == ZO_ADAM_TILE_AUTO ? auto_tile(n, nt) : setting; }
 
+/*
+ * Threads per task. A phase is joined by every thread that takes part, and a
+ * thread whose core another process holds joins a scheduler slice late
+ * (milliseconds): before this limit, every task woke all the threads, and 40
+ * steps of zo-train's tiny model (tests/configs/tiny.json, tensors of 32 to
+ * 8 Ki elements, one task each) spent 3.4 to 4.8 ms a step in Adam beside
+ * three busy processes on 2 cores, against 0.4 to 0.7 ms with one thread.
+ * The fused Adam update moves ~30 bytes an element, ~1.5 ns an element on
+ * one core of the 2-core EPYC; a second thread wins on an idle machine from
+ * a few Ki elements, so the limit is set where a task is long enough
+ * (64 Ki elements, ~100 us) that a late thread costs a fraction of it. Task
+ * units other than elements (K_SQNORM's 64 Ki-element chunks) are each worth
+ * a thread. A task never takes more threads than it has tiles.
+ */
+#define POOL_MIN_ELEMS_PER_THREAD ((size_t)65536)
+static int task_threads(const zo_adam_pool_t *P, const struct zo_adam_task *T) {
+  size_t want = T->kind == K_SQNORM ? T->n : (T->n + POOL_MIN_ELEMS_PER_THREAD - 1) / POOL_MIN_ELEMS_PER_THREAD;
+  if (T->tile > 0) {
+    size_t tiles = (T->n + T->tile - 1) / T->tile;
+    if (tiles < want) want = tiles;
+  }
+  if (want > (size_t)P->nt) want = (size_t)P->nt;
+  return want < 1 ? 1 : (int)want;
+}
+
 /* Bounds of thread t's contiguous part of [0, n), cut at multiples of align. */
 static void static_range(size_t n, int nt, int t, size_t align, size_t *b, size_t *e) {
   size_t per = (n + (size_t)nt - 1) / (size_t)nt;
@@ -120,10 +147,11 @@ static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size
   }
 }
 
-static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int t) {
+/* Thread t runs part @slot (of T->want) of the phase: a contiguous range, or tiles taken dynamically. */
+static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int t, int slot) {
   if (T->tile == 0) {
     size_t b, e;
-    static_range(T->n, P->nt, t, T->align, &b, &e);
+    static_range(T->n, T->want, slot, T->align, &b, &e);
     if (e > b) run_range(P, T, phase, b, e, t);
     return;
   }
@@ -134,13 +162,25 @@ static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int 
   }
 }
 
-/* Under mu: make the head task's current phase visible to the workers. */
-static void publish(zo_adam_pool_t *P) {
+/*
+ * Under mu: make the head task's current phase visible to the workers. The
+ * first T->want workers to see it take part; the rest go back to sleep. Only
+ * that many sleepers are woken (each signal wakes a different one); a worker
+ * that is awake already (the one finishing the previous phase) sees the new
+ * gen without a signal, so at least T->want workers come; @by_worker: that
+ * worker publishes and will take a slot itself, so one signal fewer.
+ */
+static void publish(zo_adam_pool_t *P, int by_worker) {
   struct zo_adam_task *T = P->head;
-  T->active = P->nt;
+  T->want = T->active = task_threads(P, T);
+  T->claimed = 0;
   atomic_store_explicit(&T->next_tile, 0, memory_order_relaxed);
   P->gen++;
-  pthread_cond_broadcast(&P->work_cv);
+  if (T->want >= P->nt) {
+    pthread_cond_broadcast(&P->work_cv);
+  } else {
+    for (int i = by_worker; i < T->want; i++) pthread_cond_signal(&P->work_cv);
+  }
 }
 
 /* Under mu, by the last thread out of a phase: advance the head task or complete it. */
@@ -150,7 +190,7 @@ static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
       T->skipped = 1;
     } else {
       T->phase = 1;
-      publish(P);
+      publish(P, 1);
       return;
     }
   }
@@ -158,7 +198,7 @@ static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
   P->head = T->next;
   if (!P->head) P->tail = NULL;
   pthread_cond_broadcast(&P->done_cv);
-  if (P->head) publish(P);
+  if (P->head) publish(P, 1);
 }
 
 static void *worker_main(void *argp) {
@@ -173,13 +213,16 @@ static void *worker_main(void *argp) {
     if (P->gen == seen) break; /* stop with nothing new */
     seen = P->gen;
     struct zo_adam_task *T = P->head;
+    /* enough threads on this phase, or (woken for a phase that others ran to the end) nothing queued */
+    if (!T || T->claimed == T->want) continue;
+    const int slot = T->claimed++;
     int phase = T->phase;
     pthread_mutex_unlock(&P->mu);
     /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN pre-scan. */
     ZO_NVTX_PUSH(T->kind == K_ADAM  ? (phase == 0 ? "adam scan" : "adam")
                  : T->kind == K_FOR ? "adam pool for"
                                     : "grad norm");
-    run_phase(P, T, phase, t);
+    run_phase(P, T, phase, t, slot);
     ZO_NVTX_POP();
     pthread_mutex_lock(&P->mu);
     if (--T->active == 0) finish_phase(P, T);
@@ -400,7 +443,7 @@ static void enqueue(zo_adam_pool_t *P, struct zo_adam_task *T) {
   else
     P->head = T;
   P->tail = T;
-  if (P->head == T) publish(P);
+  if (P->head == T) publish(P, 0);
 }
 
 /* Each task remembers its pool for wait/poll. */

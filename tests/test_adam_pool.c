@@ -5,6 +5,7 @@
  * parallel_for; create/destroy and argument errors. Not a benchmark.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,44 @@ static void test_sqnorm_for(void) {
   free(g);
 }
 
+/*
+ * Test 4b: a task takes threads only for its size (one per 64 Ki elements, pool.c POOL_MIN_ELEMS_PER_THREAD):
+ * a small parallel_for runs as one range on one thread, even split "one range per thread"; a large one on all.
+ * Before, every task woke and split across every thread (a 1000-element contiguous task: 3 ranges on 3 threads).
+ */
+typedef struct {
+  int calls;
+  unsigned threads; /* bit per thread index seen */
+  pthread_mutex_t mu;
+} for_seen;
+static void seen_fn(void *arg, size_t b, size_t e, int thread) {
+  for_seen *s = arg;
+  (void)b, (void)e;
+  pthread_mutex_lock(&s->mu);
+  s->calls++;
+  s->threads |= 1u << thread;
+  pthread_mutex_unlock(&s->mu);
+}
+static void test_small_tasks(void) {
+  zo_adam_pool_opts o = {3, -1, 0, 0, ZO_SIMD_AUTO, 0, 0};
+  zo_adam_pool_t *pool = NULL;
+  REQUIRE_OK(zo_adam_pool_create(&o, &pool));
+  for (int rep = 0; rep < 50; rep++) { /* any of the three may take it; always one */
+    for_seen s = {0, 0, PTHREAD_MUTEX_INITIALIZER};
+    CHECK_OK(zo_adam_pool_parallel_for(pool, seen_fn, &s, 1000, ZO_ADAM_TILE_CONTIGUOUS));
+    if (!CHECK_EQ(s.calls, 1) || !CHECK_EQ(__builtin_popcount(s.threads), 1)) break;
+  }
+  for_seen s = {0, 0, PTHREAD_MUTEX_INITIALIZER};
+  CHECK_OK(zo_adam_pool_parallel_for(pool, seen_fn, &s, 3 * 65536, ZO_ADAM_TILE_CONTIGUOUS));
+  CHECK_EQ(s.calls, 3);
+  CHECK_EQ(s.threads, 7);
+  s = (for_seen){0, 0, PTHREAD_MUTEX_INITIALIZER};
+  CHECK_OK(zo_adam_pool_parallel_for(pool, seen_fn, &s, 2 * 65536, ZO_ADAM_TILE_CONTIGUOUS));
+  CHECK_EQ(s.calls, 2);
+  CHECK_EQ(__builtin_popcount(s.threads), 2);
+  zo_adam_pool_destroy(pool);
+}
+
 /* Test 5: defaults and errors. */
 static void test_errors(void) {
   zo_adam_pool_t *pool = NULL;
@@ -276,6 +315,7 @@ int main(void) {
   test_async();
   test_skip_threads();
   test_sqnorm_for();
+  test_small_tasks();
   test_errors();
   return zo_test_finish("test_adam_pool");
 }

@@ -340,8 +340,10 @@ ZO_API const char *zo_adam_pool_describe(const zo_adam_pool_t *pool);
  * zo_adam_pool_submit() - queue a zo_adam_update() of one shard. @hp and @sh
  * are copied; the arrays must stay valid and untouched until the task
  * completes. Returns when the task is queued (it has not necessarily started).
- * Tasks run one after another in submission order, each split across all
- * pool threads; the calling thread does not take part. With
+ * Tasks run one after another in submission order, each split across the
+ * pool threads, one per 64 Ki elements (a smaller task runs on one thread,
+ * which costs nothing to wake the others); the calling thread does not take
+ * part. With
  * ZO_ADAM_SKIP_NONFINITE all threads first pre-scan the gradient (read only)
  * and the update phase runs only if it is clean. Results are bit-identical to
  * zo_adam_update() at the pool's SIMD level for any thread count and tiling.
@@ -379,8 +381,9 @@ ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_
  * zo_adam_pool_parallel_for() - run fn(arg, begin, end, thread) over [0, n)
  * on the pool's (bound) threads, e.g. a benchmark's roofline kernel. @tile:
  * 0 = the pool's tiling (the one Adam tasks of n elements get);
- * ZO_ADAM_TILE_CONTIGUOUS = one range per thread, split at multiples of 64
- * elements; else tiles of that many elements taken dynamically. thread is in
+ * ZO_ADAM_TILE_CONTIGUOUS = one range per thread taking part (one thread per
+ * 64 Ki elements, at most the pool's), split at multiples of 64 elements;
+ * else tiles of that many elements taken dynamically. thread is in
  * [0, zo_adam_pool_threads()). Queued behind
  * earlier tasks; synchronous (returns when every range is done). Returns
  * ZO_OK, ZO_ERR_INVALID_ARG for a NULL pool or fn, ZO_ERR_OUT_OF_MEMORY.

@@ -440,10 +440,69 @@ double gpt_forward_seconds(const gpt_model *m) { return m ? m->t_fwd : 0.0; }
 double gpt_backward_seconds(const gpt_model *m) { return m ? m->t_bwd : 0.0; }
 const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL model"; }
 
+/*
+ * Threads per pass. Even above the work thresholds, a region's join waits for
+ * its slowest thread, and a thread that shares its core with a busy process
+ * arrives a scheduler slice late: the default config (L=4, C=128, T=128,
+ * B=16, ~100 regions a step) took 639 ms a step with 2 threads beside three
+ * busy processes on 2 cores, 286 to 291 ms with --threads 1, ~80 ms idle with
+ * 2 (fair share 2.5x: 200 ms). So each forward and backward first counts the
+ * runnable tasks of the machine (/proc/loadavg, field 4, at most every 10 ms)
+ * and uses cores - others threads (at least 1, at most the cap), where
+ * others = runnable - cap: every thread of ours may be among the runnable
+ * (the caller, workers still spinning), so others is a lower bound and an idle
+ * machine keeps every thread. OMP_DYNAMIC is no substitute: libgomp's dynamic
+ * team size follows the 15-minute load average, and beside the same three
+ * processes 10 steps of the default config had not finished after 10 minutes.
+ */
+static int threads_cap; /* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
+static int threads_now;
+static double threads_checked; /* now_s() of the last look at /proc/loadavg */
+
+/* Runnable tasks on the machine, or -1 when /proc/loadavg cannot be read. */
+static int runnable_tasks(void) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (!f) return -1;
+  double l1, l5, l15;
+  int running = -1, total;
+  if (fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) != 5) running = -1;
+  fclose(f);
+  return running;
+}
+
+static int threads_adapt = 1; /* gpt_set_thread_adapt() */
+
+static void adapt_threads(void) {
+  if (threads_cap == 0) threads_cap = threads_now = omp_get_max_threads();
+  if (!threads_adapt || threads_cap <= 1) return;
+  const double t = now_s();
+  if (t - threads_checked < 0.01) return;
+  threads_checked = t;
+  const int running = runnable_tasks();
+  if (running < 0) return;
+  const int others = running - threads_cap;
+  int n = others > 0 ? threads_cap - others : threads_cap;
+  n = n < 1 ? 1 : n;
+  if (n != threads_now) {
+    omp_set_num_threads(n);
+    threads_now = n;
+  }
+}
+
 void gpt_set_threads(int n) {
   if (n < 1) return;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+  threads_cap = threads_now = n;
+  threads_checked = 0;
+}
+
+void gpt_set_thread_adapt(int on) {
+  threads_adapt = on != 0;
+  if (!threads_adapt && threads_cap > 0 && threads_now != threads_cap) {
+    omp_set_num_threads(threads_cap);
+    threads_now = threads_cap;
+  }
 }
 
 const char *gpt_blas_core(void) {
@@ -452,10 +511,70 @@ const char *gpt_blas_core(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* when to fork: parallel regions only above a work threshold */
+
+/*
+ * Every OpenMP region below (and OpenBLAS's own, which fork on the same
+ * runtime) is a fork and a join: the join waits for the slowest thread, and
+ * when another process has taken that thread's core, the wait is a slice of
+ * the scheduler's time, milliseconds, not the microsecond a fork costs on an
+ * idle machine. Before the thresholds, 40 steps of tests/configs/tiny.json
+ * (L=2, C=32, T=32, B=4, some 80 regions a step of 1 to 100 us of work each)
+ * took 0.2 s idle and 12 to 21 s beside three busy processes on 2 cores.
+ * So a loop forks only when its estimated single-core time is at least
+ * GPT_PAR_MIN_NS, and a matrix product lets OpenBLAS use more threads only
+ * above the same time (gemm() below).
+ *
+ * Costs, measured on the 2-core EPYC (Zen 5, AVX-512, gcc -O2 -march=native,
+ * one core, L2-resident data): add or copy 0.1 ns an element, LayerNorm 0.3
+ * (C=128) to 0.4 (C=32), GELU 0.56, softmax with its scalar max 1.5; OpenBLAS
+ * sgemm 100 to 150 GFLOP/s on one core, ~0.015 ns a multiply-add. A fork
+ * and join of two threads costs ~1 us idle with libgomp's spinning waits and
+ * ~2.5 us with OMP_WAIT_POLICY=passive; two threads win on an idle machine
+ * from ~2 us (GELU) to ~5 us (add) of work. OpenBLAS's 2-thread sgemm gains
+ * nothing below ~25 M multiply-adds (ratios 0.2 at 0.5 M, 0.73 at 12.6 M,
+ * 1.0 at 25 M, 1.15 to 1.3 at 100 M), far above its own threshold (0.26 M).
+ * GPT_PAR_MIN_NS from tools/zo-contention-bench.sh (tiny config, 40 steps,
+ * three busy processes, 2 cores, fair share 2.5x; median slowdown of 2 or 3
+ * repetitions, machine shared with other jobs): threshold 0 (every region
+ * forks) 66x with libgomp's default spin, 28x passive; 20 us 11.6x / 4.3x;
+ * 50 us 2.3x / 4.2x; 200 us 2.4x / 3.1x; never 4.4x / 3.5x. The default
+ * config forks the same big regions at 50 and 200 us (5.5x and 7.0x before
+ * adapt_threads() below), so 50 us, which keeps more of them parallel idle.
+ */
+#ifndef GPT_PAR_MIN_NS
+#define GPT_PAR_MIN_NS 50000.0
+#endif
+#define NS_ADD 0.15    /* add, copy, scale: per element */
+#define NS_LN 0.4      /* LayerNorm, forward or one backward loop: per element */
+#define NS_GELU 0.6    /* GELU forward; backward ~1.5x */
+#define NS_EXP 1.5     /* softmax: per element */
+#define NS_MAC 0.015   /* sgemm: per multiply-add */
+
+/* 1 when work of this estimated single-core time is worth a parallel region. */
+static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
+
+/*
+ * cblas_sgemm with OpenBLAS kept to one thread below the threshold. The
+ * OpenMP build of OpenBLAS takes its thread count from omp_get_max_threads()
+ * at each call (and runs single-threaded inside an active parallel region), so
+ * the calling thread's OpenMP thread count is set to 1 around a small product
+ * and restored after; the product itself is the same code.
+ */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+  const int nt = omp_get_max_threads();
+  const int narrow = nt > 1 && !omp_in_parallel() && !par((double)M * N * K * NS_MAC);
+  if (narrow) omp_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (narrow) omp_set_num_threads(nt);
+}
+
+/* ------------------------------------------------------------------ */
 /* forward kernels */
 
 static void encoder_forward(float *out, const uint8_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)B * T * C * NS_ADD))
   for (int n = 0; n < B * T; n++) {
     const float *e = wte + (size_t)inp[n] * C;
     const float *p = wpe + (size_t)(n % T) * C;
@@ -468,7 +587,7 @@ static void encoder_forward(float *out, const uint8_t *inp, const float *wte, co
 /* out (N,C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for backward. */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                               int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * C * NS_LN))
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
     float s = 0.0f;
@@ -497,7 +616,7 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
                            int accumulate) {
   if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * OC * NS_ADD))
     for (int n = 0; n < N; n++) {
       float *o = out + (size_t)n * OC;
       if (accumulate) {
@@ -509,7 +628,7 @@ static void matmul_forward(float *out, const float *inp, const float *W, const f
     }
   }
   float beta = (bias || accumulate) ? 1.0f : 0.0f;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
+  gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
 }
 
 /*
@@ -522,14 +641,15 @@ static void matmul_forward(float *out, const float *inp, const float *W, const f
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
+  /* per (b,h): two T*T*hs products and a T*T softmax (half of it masked) */
+#pragma omp parallel for schedule(static) if (par((double)B * NH * T * T * (2.0 * hs * NS_MAC + NS_EXP / 2)))
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     const float *k = q + C;
     const float *v = q + 2 * C;
     float *a = att + (size_t)bh * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+    gemm(CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
     for (int i = 0; i < T; i++) {
       float *row = a + (size_t)i * T;
       float mx = row[0];
@@ -547,7 +667,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
       for (int j = i + 1; j < T; j++) row[j] = 0.0f;
     }
     float *o = out + (size_t)b * T * C + (size_t)h * hs;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
+    gemm(CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
   }
 }
 
@@ -555,7 +675,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 
 /* GELU, tanh approximation (Hendrycks & Gimpel, 2016): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))). */
 static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (par((double)n * NS_GELU))
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     float u = GELU_K * (x + 0.044715f * x * x * x);
@@ -566,7 +686,7 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 /* probs (N,V) = softmax(logits); losses (N) = -log probs[target]. */
 static void softmax_xent_forward(float *probs, float *losses, const float *logits, const uint8_t *targets, int N,
                                  int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * V * NS_EXP))
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * V;
     float *p = probs + (size_t)n * V;
@@ -624,7 +744,7 @@ static int group_done(gpt_model *m, int group) {
   const size_t hi = first + count < m->n_params ? m->offsets[first + count] : m->n_floats;
   float *g = m->grads_mem;
   const float *sc = m->gscratch;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (par((double)(hi - lo) * NS_ADD))
   for (size_t i = lo; i < hi; i++) g[i] += sc[i];
   return hook(m, GPT_HOOK_BACKWARD, group, 1);
 }
@@ -697,6 +817,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   const size_t Nn = (size_t)B * T;
   if (check_tokens(m, inputs, Nn, "inputs") != 0) return NAN;
   if (targets && check_tokens(m, targets, Nn, "targets") != 0) return NAN;
+  adapt_threads();
   double t0 = now_s();
 
   const int L = m->cfg.n_layer, C = m->cfg.d_model, V = m->cfg.vocab;
@@ -741,7 +862,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
 /* dst[k] += sum_n src[n*K + k], parallel over 16-column blocks (fixed order per column). */
 static void colsum_add(float *dst, const float *src, int N, int K) {
   const int nblk = (K + 15) / 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * K * NS_ADD))
   for (int blk = 0; blk < nblk; blk++) {
     int k0 = blk * 16, k1 = k0 + 16 < K ? k0 + 16 : K;
     float acc[16] = {0};
@@ -759,9 +880,9 @@ static void colsum_add(float *dst, const float *src, int N, int K) {
  */
 static void matmul_backward(float *dinp, float *dW, float *dbias, const float *dout, const float *inp, const float *Wt,
                             int N, int C, int OC, int dinp_acc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, Wt, C, dinp_acc ? 1.0f : 0.0f,
+  gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, Wt, C, dinp_acc ? 1.0f : 0.0f,
               dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
+  gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
   if (dbias) colsum_add(dbias, dout, N, OC);
 }
 
@@ -772,7 +893,7 @@ static void matmul_backward(float *dinp, float *dW, float *dbias, const float *d
  */
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                const float *mean, const float *rstd, const float *w, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * C * NS_LN))
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
     float *dx = dinp + (size_t)n * C;
@@ -794,7 +915,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     }
   }
   const int nblk = (C + 15) / 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * C * NS_LN))
   for (int blk = 0; blk < nblk; blk++) {
     int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
     float aw[16] = {0}, ab[16] = {0};
@@ -815,7 +936,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 
 /* In place: d (n) holds dL/d gelu(x); becomes dL/dx. */
 static void gelu_backward(float *d, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (par((double)n * NS_GELU * 1.5))
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     float u = GELU_K * (x + 0.044715f * x * x * x);
@@ -835,7 +956,8 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                                int T, int C, int NH) {
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
+  /* per (b,h): four T*T*hs products and two passes over the causal T*T half */
+#pragma omp parallel for schedule(static) if (par((double)B * NH * T * T * (4.0 * hs * NS_MAC + NS_ADD)))
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const size_t base = (size_t)b * T * C3 + (size_t)h * hs;
@@ -844,8 +966,8 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
     const float *a = att + (size_t)bh * T * T;
     float *da = datt + (size_t)bh * T * T;
     const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
+    gemm(CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
+    gemm(CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
     for (int i = 0; i < T; i++) {
       const float *ar = a + (size_t)i * T;
       float *dr = da + (size_t)i * T;
@@ -856,14 +978,14 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
       for (int j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - s) * scale;
       for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 0.0f, dk, C3);
+    gemm(CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
+    gemm(CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 0.0f, dk, C3);
   }
 }
 
 /* dwte[tok] += dres, dwpe[t] += dres; wpe over t in parallel, wte in row order (ids repeat). */
 static void encoder_backward(float *dwte, float *dwpe, const float *dres, const uint8_t *inp, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)B * T * C * NS_ADD))
   for (int t = 0; t < T; t++) {
     float *dp = dwpe + (size_t)t * C;
     for (int b = 0; b < B; b++) {
@@ -886,6 +1008,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     seterr(m->err, sizeof m->err, "gpt_backward: no forward with targets to differentiate");
     return -1;
   }
+  adapt_threads();
   double t0 = now_s();
   const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
   const int B = m->B, T = m->T, N = B * T;
@@ -901,7 +1024,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     const float *probs = m->probs;
     float *dl = m->dlogits;
     const uint8_t *tg = m->targets;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par((double)N * V * NS_ADD))
     for (int n = 0; n < N; n++) {
       const float *p = probs + (size_t)n * V;
       float *d = dl + (size_t)n * V;

@@ -224,11 +224,23 @@ void gpt_group_params(const gpt_config *c, int group, int *first, int *count);
 void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user);
 
 /*
- * gpt_set_threads() - use @n threads (n >= 1) for the OpenMP loops and for
- * OpenBLAS; process-wide (omp_set_num_threads, openblas_set_num_threads).
- * By default both use every core the OpenMP runtime reports.
+ * gpt_set_threads() - use up to @n threads (n >= 1) for the OpenMP loops and
+ * for OpenBLAS; process-wide (omp_set_num_threads, openblas_set_num_threads).
+ * By default both use every core the OpenMP runtime reports. A loop or a
+ * matrix product runs on one thread below a work threshold (GPT_PAR_MIN_NS in
+ * gpt.c), and each forward and backward uses fewer threads while other
+ * processes keep the cores busy (gpt_set_thread_adapt()). Results do not
+ * depend on the thread count.
  */
 void gpt_set_threads(int n);
+
+/*
+ * gpt_set_thread_adapt() - @on (the default) 1: each gpt_forward() and
+ * gpt_backward() uses the cap of gpt_set_threads() less the runnable tasks
+ * of other processes (/proc/loadavg, looked at most every 10 ms), at least 1;
+ * 0: always the cap. Process-wide, not thread-safe.
+ */
+void gpt_set_thread_adapt(int on);
 
 /*
  * gpt_blas_core() - the kernel family OpenBLAS loaded, e.g. "Haswell" or

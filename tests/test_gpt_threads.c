@@ -1,0 +1,98 @@
+/*
+ * test_gpt_threads.c - zo-train's GPT model forks parallel regions only for
+ * work above its threshold: the tiny model's forward + backward forks none
+ * (neither gpt.c's loops nor OpenBLAS), a model of the default config's size
+ * does, and gradients are bitwise the same on 1 and 2 threads. Counts
+ * GOMP_parallel calls by defining it here (the executable's definition
+ * precedes libgomp's for libopenblas too). Not a speed test: nothing here
+ * depends on how busy the machine is.
+ */
+#include <dlfcn.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "zo_test.h"
+
+/* Regions asked for more than one thread: num_threads 1 is what gcc passes when an if clause is false. */
+static long forks;
+
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
+  static void (*real)(void (*)(void *), void *, unsigned, unsigned);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "GOMP_parallel");
+  if (num_threads != 1) __atomic_fetch_add(&forks, 1, __ATOMIC_RELAXED);
+  real(fn, data, num_threads, flags);
+}
+
+/* One forward + backward of @c at batch B, full length; the forks it asked for. Gradients stay in the model. */
+static long pass(gpt_model *m, const gpt_config *c, int B) {
+  const int T = c->seq_len;
+  uint8_t *inp = malloc((size_t)B * T), *tgt = malloc((size_t)B * T);
+  for (int i = 0; i < B * T; i++) inp[i] = (uint8_t)((i * 37 + 11) % c->vocab), tgt[i] = (uint8_t)((i * 53 + 5) % c->vocab);
+  gpt_zero_grad(m);
+  const long f0 = forks;
+  const float loss = gpt_forward(m, inp, tgt, B, T);
+  CHECK(loss == loss);
+  CHECK(gpt_backward(m, 1.0f) == 0);
+  free(inp);
+  free(tgt);
+  return forks - f0;
+}
+
+static gpt_model *make(const gpt_config *c, int B) {
+  char err[256];
+  gpt_model *m = NULL;
+  if (gpt_create(c, B, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "gpt_create: %s\n", err);
+    exit(1);
+  }
+  for (int i = 0; i < gpt_num_params(c); i++) gpt_param_init(c, i, 1234, gpt_weight(m, i));
+  return m;
+}
+
+int main(void) {
+  gpt_set_threads(2); /* a team of 2 whatever this machine has: the thresholds decide, not the core count */
+  gpt_set_thread_adapt(0);
+
+  /* tests/configs/tiny.json's model: every region is below the threshold (main's code forked ~80 a pass) */
+  const gpt_config tiny = {.n_layer = 2, .n_head = 2, .d_model = 32, .seq_len = 32, .vocab = 256};
+  gpt_model *m = make(&tiny, 4);
+  (void)pass(m, &tiny, 4); /* warm-up: OpenBLAS and libgomp set up */
+  const long f_tiny = pass(m, &tiny, 4);
+  printf("tiny model (L=2 C=32 T=32 B=4): %ld regions forked in a forward + backward\n", f_tiny);
+  CHECK_EQ(f_tiny, 0);
+  gpt_destroy(m);
+
+  /* configs/default.json's model: the big loops and products still fork */
+  const gpt_config big = {.n_layer = 4, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 256};
+  m = make(&big, 16);
+  const long f_big = pass(m, &big, 16);
+  printf("default model (L=4 C=128 T=128 B=16): %ld regions forked in a forward + backward\n", f_big);
+  CHECK(f_big > 0);
+
+  /* the thread count does not change a bit of the gradients */
+  const int np = gpt_num_params(&big);
+  const size_t total = gpt_total_elems(&big);
+  float *g2 = malloc(total * sizeof(float));
+  float *at = g2;
+  gpt_param_spec *specs = calloc((size_t)np, sizeof *specs);
+  gpt_param_specs(&big, specs);
+  for (int i = 0; i < np; i++) {
+    memcpy(at, gpt_grad(m, i), specs[i].n_elems * sizeof(float));
+    at += specs[i].n_elems;
+  }
+  gpt_set_threads(1);
+  (void)pass(m, &big, 16);
+  at = g2;
+  for (int i = 0; i < np; i++) {
+    CHECK_BYTES(specs[i].name, gpt_grad(m, i), at, specs[i].n_elems * sizeof(float));
+    at += specs[i].n_elems;
+  }
+  free(specs);
+  free(g2);
+  gpt_destroy(m);
+  return zo_test_finish("test_gpt_threads");
+}

@@ -299,6 +299,20 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
   return 0;
 }
 
+/* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing the error. */
+static int save_step(zo_engine_t *eng, const char *root, const train_position *pos, const train_settings *ts,
+                     int keep_last) {
+  const double t0 = now_s();
+  char saved[4096], err[1024];
+  if (train_ckpt_save(eng, root, pos, ts->seed, &ts->model, keep_last, saved, sizeof saved, err, sizeof err)) {
+    fprintf(stderr, "zo-train: error: --save: %s\n", err);
+    return -1;
+  }
+  printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - t0);
+  fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
              *nvme_override = NULL;
@@ -678,15 +692,8 @@ int main(int argc, char **argv) {
     }
     if (save_root && ((save_every > 0 && step % save_every == 0) || step == ts.steps)) {
       const double ts0 = now_s();
-      train_position now = {.step = step, .rng = rng, .skipped = skipped};
-      char saved[4096];
-      if (train_ckpt_save(eng, save_root, &now, ts.seed, &ts.model, (int)keep_last, saved, sizeof saved, err,
-                          sizeof err)) {
-        fprintf(stderr, "zo-train: error: --save: %s\n", err);
-        goto out;
-      }
-      printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - ts0);
-      fflush(stdout);
+      const train_position now = {.step = step, .rng = rng, .skipped = skipped};
+      if (save_step(eng, save_root, &now, &ts, (int)keep_last)) goto out;
       t_window += now_s() - ts0; /* the save's time is not training time */
       saved_step = step;
     }
@@ -698,15 +705,8 @@ int main(int argc, char **argv) {
     /* Preempted: keep the last completed step, as a scheduler expects (the step in progress at the signal was
      * finished, not abandoned, so the engine's state is that step's). Nothing new since the start: nothing to save. */
     if (save_root && step - 1 > pos.step && saved_step != step - 1) {
-      const double ts0 = now_s();
-      train_position now = {.step = step - 1, .rng = rng, .skipped = skipped};
-      char saved[4096];
-      if (train_ckpt_save(eng, save_root, &now, ts.seed, &ts.model, (int)keep_last, saved, sizeof saved, err,
-                          sizeof err)) {
-        fprintf(stderr, "zo-train: error: --save: %s\n", err);
-        goto out;
-      }
-      printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - ts0);
+      const train_position now = {.step = step - 1, .rng = rng, .skipped = skipped};
+      if (save_step(eng, save_root, &now, &ts, (int)keep_last)) goto out;
     }
     fflush(stdout);
   }

@@ -1,11 +1,15 @@
 /*
- * base.c - thread-local error messages and the log handler. Every module links
- * this file; it depends on nothing else in zoffload.
+ * base.c - thread-local error messages and the log handler, and the small
+ * helpers every module shares (the clock, byte sizes, whole-buffer pread and
+ * pwrite). Every module links this file; it depends on nothing else in zoffload.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base_internal.h"
 
@@ -60,6 +64,43 @@ void zo_request_stop(void) { atomic_store(&g_stop, 1); }
 int zo_stop_requested(void) { return atomic_load_explicit(&g_stop, memory_order_relaxed); }
 
 void zo_stop_reset(void) { atomic_store(&g_stop, 0); }
+
+double zo_clock_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *zo_format_bytes(char *buf, size_t cap, double bytes) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int i = 0;
+  while (bytes >= 1024 && i < 5) bytes /= 1024, i++;
+  snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", bytes, u[i]);
+  return buf;
+}
+
+/* zo_pwrite_all() / zo_pread_all(): see base_internal.h. One loop for both directions. */
+static int io_all(int fd, char *buf, size_t n, uint64_t off, size_t *done, int write) {
+  size_t d = 0;
+  int rc = 0;
+  while (d < n) {
+    ssize_t k = write ? pwrite(fd, buf + d, n - d, (off_t)(off + d)) : pread(fd, buf + d, n - d, (off_t)(off + d));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      rc = k == 0 ? 1 : -1;
+      break;
+    }
+    d += (size_t)k;
+  }
+  if (done) *done = d;
+  return rc;
+}
+
+int zo_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, size_t *done) {
+  return io_all(fd, (char *)(uintptr_t)buf, n, off, done, 1);
+}
+
+int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done) { return io_all(fd, buf, n, off, done, 0); }
 
 const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
   if (!out || cap == 0) return out;

@@ -72,4 +72,22 @@ static inline int zo_size_round_up(size_t x, size_t align, size_t *out) {
   return 0;
 }
 
+/*
+ * zo_round_up() - @x rounded up to a multiple of @align (> 0), unchecked: only
+ * for values already bounded far below SIZE_MAX (sizes the engine has already
+ * checked, small constants). Sizes from user input go through zo_size_round_up().
+ */
+static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1) / align * align; }
+
+/*
+ * zo_pwrite_all() / zo_pread_all() - write or read all @n bytes of @buf at file
+ * offset @off of @fd, retrying on EINTR and on short transfers. Return 0 when
+ * all @n bytes moved; 1 when a call moved 0 bytes (end of file for a read);
+ * -1 on an error, errno set. *@done (may be NULL) gets the bytes moved, so the
+ * caller's message can name the offset (@off + *@done) where it stopped.
+ * Thread-safe as pread/pwrite are.
+ */
+int zo_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, size_t *done);
+int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done);
+
 #endif /* ZO_BASE_INTERNAL_H */

@@ -327,7 +327,7 @@ out:
  * overwrite their bytes), slide, and when that leaves no hole of @want
  * bytes (0: no target), evacuate; then synchronize. */
 zo_status arena_compact_locked(zo_arena_t *a, size_t want) {
-  const double t0 = arena_now_s();
+  const double t0 = zo_clock_s();
   arena_reclaim(a, 1);
   size_t moved = 0;
   zo_status st = slide(a, &moved);
@@ -339,7 +339,7 @@ zo_status arena_compact_locked(zo_arena_t *a, size_t want) {
     if (s->state == SEG_LIVE && !s->pins) arena_uses_settle(a, s, 0);
   a->st.compactions++;
   a->st.bytes_moved += moved;
-  const double dt = arena_now_s() - t0;
+  const double dt = zo_clock_s() - t0;
   a->st.compact_seconds += dt;
   if (st != ZO_OK) return zo_error_prefix(st, "arena compaction");
   zo_debug("device arena: compacted, %zu bytes moved in %.3f ms", moved, dt * 1e3);

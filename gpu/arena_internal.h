@@ -75,13 +75,7 @@ struct zo_arena {
   size_t futile_size;
 };
 
-static inline double arena_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static inline size_t arena_align_up(size_t x) { return (x + ZO_ARENA_ALIGN - 1) / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN; }
+static inline size_t arena_align_up(size_t x) { return zo_round_up(x, ZO_ARENA_ALIGN); }
 
 /* ---------------------------------------------------------------- arena.c */
 

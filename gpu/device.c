@@ -14,20 +14,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-void zo_device_format_bytes(char *buf, size_t cap, size_t n) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)n;
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, cap, "%zu B", n);
-  else
-    snprintf(buf, cap, "%.1f %s", v, units[u]);
-}
-
 const char *zo_copy_kind_name(zo_copy_kind kind) {
   switch (kind) {
     case ZO_COPY_H2D: return "H2D";
@@ -226,7 +212,7 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
   {
     if (mem_limit_bytes) {
       char b[32];
-      zo_device_format_bytes(b, sizeof b, mem_limit_bytes);
+      zo_format_bytes(b, sizeof b, (double)mem_limit_bytes);
       snprintf(dev->name, sizeof dev->name, "host (emulated device, limit %s)", b);
     } else {
       snprintf(dev->name, sizeof dev->name, "host (emulated device, no memory limit)");

@@ -134,8 +134,8 @@ static zo_status cuda_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
     size_t free_b = 0, total_b = 0;
     char fb[32] = "?", tb[32] = "?";
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-      zo_device_format_bytes(fb, sizeof fb, free_b);
-      zo_device_format_bytes(tb, sizeof tb, total_b);
+      zo_format_bytes(fb, sizeof fb, (double)free_b);
+      zo_format_bytes(tb, sizeof tb, (double)total_b);
     } else {
       (void)cudaGetLastError();
     }
@@ -562,12 +562,12 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
   }
 
   char total[32], limit[48] = "";
-  zo_device_format_bytes(total, sizeof total, prop.totalGlobalMem);
+  zo_format_bytes(total, sizeof total, (double)prop.totalGlobalMem);
   if (dev->limit == SIZE_MAX) {
     dev->limit = prop.totalGlobalMem; /* 0 = the whole GPU */
   } else {
     char lb[32];
-    zo_device_format_bytes(lb, sizeof lb, dev->limit);
+    zo_format_bytes(lb, sizeof lb, (double)dev->limit);
     snprintf(limit, sizeof limit, ", limit %s", lb);
   }
   prop.name[sizeof prop.name - 1] = '\0';

@@ -121,9 +121,6 @@ zo_status zo_device_check_copy(zo_device_t *dev, const char *what, void *dst, co
 /* zo_device_host_init() - install the host backend on @dev (device_host.c). */
 zo_status zo_device_host_init(zo_device_t *dev);
 
-/* zo_device_format_bytes() - "123 B", "64.0 MiB", "79.1 GiB" into @buf (@cap bytes). */
-void zo_device_format_bytes(char *buf, size_t cap, size_t n);
-
 #if ZO_HAVE_CUDA
 /*
  * zo_device_cuda_init() - install the cuda backend on @dev (device_cuda.c):

@@ -24,15 +24,10 @@ const char *zo_tier_name(zo_tier t) {
   return "?";
 }
 
-/* Decimal-free human size for messages: "46.0 GiB". */
+/* Human size for messages: "46.0 GiB"; "unlimited" for SIZE_MAX (no limit). */
 static const char *hsize(char *buf, size_t n, size_t b) {
   if (b == SIZE_MAX) return snprintf(buf, n, "unlimited"), buf;
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)b;
-  int i = 0;
-  while (v >= 1024 && i < 5) v /= 1024, i++;
-  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-  return buf;
+  return zo_format_bytes(buf, n, (double)b);
 }
 
 /* ------------------------------------------------------------ what is there */

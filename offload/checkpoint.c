@@ -69,31 +69,20 @@ static zo_status join(char *out, size_t cap, const char *a, const char *b) {
 
 /* write all of buf at offset; ENOSPC and short writes named with the offset */
 static zo_status pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
-  const char *b = buf;
-  while (n > 0) {
-    ssize_t w = pwrite(fd, b, n, (off_t)off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      return zo_error_set(ZO_ERR_IO, "checkpoint: writing '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off, n,
-                          strerror(errno));
-    }
-    b += w, n -= (size_t)w, off += (uint64_t)w;
-  }
-  return ZO_OK;
+  size_t done;
+  const int rc = zo_pwrite_all(fd, buf, n, off, &done);
+  if (rc == 0) return ZO_OK;
+  if (rc > 0) errno = EIO;
+  return zo_error_set(ZO_ERR_IO, "checkpoint: writing '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off + done,
+                      n - done, strerror(errno));
 }
 
 static zo_status pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path) {
-  char *b = buf;
-  while (n > 0) {
-    ssize_t r = pread(fd, b, n, (off_t)off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return zo_error_set(ZO_ERR_IO, "checkpoint: reading '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off, n,
-                          r == 0 ? "unexpected end of file" : strerror(errno));
-    b += r, n -= (size_t)r, off += (uint64_t)r;
-  }
-  return ZO_OK;
+  size_t done;
+  const int rc = zo_pread_all(fd, buf, n, off, &done);
+  if (rc == 0) return ZO_OK;
+  return zo_error_set(ZO_ERR_IO, "checkpoint: reading '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off + done,
+                      n - done, rc > 0 ? "unexpected end of file" : strerror(errno));
 }
 
 static zo_status fsync_path(const char *path, int dir) {
@@ -331,7 +320,7 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
         r->crc = zo_swap_crc32c(0, p->state[k], r->nbytes);
         st = pwrite_all(fd, p->state[k], r->nbytes, off, path);
       }
-      off = round_up(off + r->nbytes, CKPT_ALIGN);
+      off = zo_round_up(off + r->nbytes, CKPT_ALIGN);
     }
   }
   if (st == ZO_OK && fsync(fd)) st = sys_err(ZO_ERR_IO, "fsync of", path);

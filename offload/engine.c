@@ -355,7 +355,7 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
     const size_t wsz = zo_dtype_size(e->wdtype);
     size_t copies = 0, largest = 0;
     for (int i = 0; i < e->n_params && e->ptier != ZO_OFFLOAD_NONE; i++) {
-      const size_t b = round_up(e->params[i]->n * wsz, ZO_DEVICE_ALIGN);
+      const size_t b = zo_round_up(e->params[i]->n * wsz, ZO_DEVICE_ALIGN);
       copies += b;
       if (b > largest) largest = b;
     }
@@ -421,10 +421,10 @@ static zo_status finalize_tiers(zo_engine_t *e) {
   size_t dev = 0, shard_total = 0, largest = 0;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    if (pres) dev += round_up(p->n * wsz, 256);
+    if (pres) dev += zo_round_up(p->n * wsz, 256);
     if (e->tier == ZO_OFFLOAD_NONE) {
-      for (int k = 0; k < ST_KINDS; k++) dev += round_up(p->shard_n * e->esz[k], 256);
-      dev += round_up(p->shard_n * gsz, 256);
+      for (int k = 0; k < ST_KINDS; k++) dev += zo_round_up(p->shard_n * e->esz[k], 256);
+      dev += zo_round_up(p->shard_n * gsz, 256);
     }
     p->flat_off = shard_total;
     shard_total += p->shard_n;
@@ -435,7 +435,7 @@ static zo_status finalize_tiers(zo_engine_t *e) {
   size_t used = 0, peak = 0, limit = 0, avail = 0;
   ZO_CHECK(zo_device_mem_info(e->dev, &used, &peak, &limit));
   ZO_CHECK(zo_device_mem_available(e->dev, &avail));
-  const size_t largest_dev = round_up(largest * wsz, ZO_DEVICE_ALIGN);
+  const size_t largest_dev = zo_round_up(largest * wsz, ZO_DEVICE_ALIGN);
   if (!pres && dev <= avail && largest_dev > avail - dev)
     return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
                         "memory but only %zu of %zu are free; raise it to at least %zu", largest_dev,
@@ -461,16 +461,16 @@ static zo_status finalize_tiers(zo_engine_t *e) {
     p->stage = -1;
     if (pres) {
       p->weights = d;
-      d += round_up(p->n * wsz, 256);
+      d += zo_round_up(p->n * wsz, 256);
       p->pstate = P_RESIDENT;
     }
     if (e->tier == ZO_OFFLOAD_NONE) {
       for (int k = 0; k < ST_KINDS; k++) {
         p->state[k] = d;
-        d += round_up(p->shard_n * e->esz[k], 256);
+        d += zo_round_up(p->shard_n * e->esz[k], 256);
       }
       p->grad = d;
-      d += round_up(p->shard_n * gsz, 256);
+      d += zo_round_up(p->shard_n * gsz, 256);
     }
   }
 
@@ -495,7 +495,7 @@ static zo_status finalize_tiers(zo_engine_t *e) {
     zo_param_t *p = e->params[i];
     p->pw_el = pw_total;
     const size_t held = eng_dp3(e) ? p->part_n : p->n; /* several ranks at stage 3: this rank's block */
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? round_up(held, eng_extent_unit(e)) : held;
+    pw_total += e->ptier == ZO_OFFLOAD_NVME ? zo_round_up(held, eng_extent_unit(e)) : held;
   }
   if (e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
@@ -518,7 +518,7 @@ static zo_status finalize_tiers(zo_engine_t *e) {
   if (e->ptier == ZO_OFFLOAD_NVME) {
     st = zo_swap_file_create(e->pswap, "params.swp", pw_total * wsz, &e->pfile);
     if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
-    size_t want = round_up(largest, eng_extent_unit(e));
+    size_t want = zo_round_up(largest, eng_extent_unit(e));
     if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
       return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
                           "largest tensor (%zu elements); raise it to at least %zu",

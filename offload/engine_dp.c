@@ -191,9 +191,9 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
 
 zo_status eng_comm_finish(zo_engine_t *e, zo_comm_req_t *req, int wait, int *done) {
   if (!wait) return zo_comm_test(req, done);
-  const double t0 = now_s();
+  const double t0 = zo_clock_s();
   zo_status st = zo_comm_wait(req);
-  e->dp_comm_s += now_s() - t0;
+  e->dp_comm_s += zo_clock_s() - t0;
   *done = 1;
   return st;
 }

@@ -100,7 +100,7 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   }
   ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
   zo_swap_req_t *req = NULL;
-  const size_t nbytes = round_up(p->part_n * wsz, e->swap_align);
+  const size_t nbytes = zo_round_up(p->part_n * wsz, e->swap_align);
   zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[0], nbytes, &req);
   if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
   if (st != ZO_OK) return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);

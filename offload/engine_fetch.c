@@ -239,7 +239,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
     e->pstage_busy[b] = (uint64_t)p->index + 1;
     p->stage = b;
-    size_t nbytes = round_up(p->n * wsz, e->swap_align);
+    size_t nbytes = zo_round_up(p->n * wsz, e->swap_align);
     /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
     zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
@@ -347,7 +347,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': its gradient was handed over in this step "
                         "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
                         "after zo_engine_step()", p->name);
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   zo_status st;
   int entry_state = P_RESIDENT;
   if (e->ptier == ZO_OFFLOAD_NONE) {
@@ -384,7 +384,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     if (p->pstate == P_COPYING && !e->compute_stream) ZO_CHECK(copy_landed(e, p));
     if (eng_dp3(e)) ZO_CHECK(eng_pg_consume(e, pos));
   }
-  const double waited = now_s() - t0;
+  const double waited = zo_clock_s() - t0;
   e->fetch_wait_s += waited;
   if (waited > 1e-3)
     zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, e->trace_pos, waited * 1e3,

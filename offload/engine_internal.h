@@ -257,14 +257,6 @@ struct zo_engine {
   double copy_s;             /* queueing working-weight uploads */
 };
 
-static inline double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
  * next free byte at @head, place @bytes contiguously at *off. Returns 0 when they do not fit now. */
 static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, size_t bytes, size_t *off) {

@@ -51,7 +51,7 @@ zo_status eng_plan_sub_groups(zo_engine_t *e) {
       pc->n = p->shard_n - off < sgs ? p->shard_n - off : sgs;
       pc->file_el = file_el + off;
     }
-    file_el += round_up(p->shard_n, unit);
+    file_el += zo_round_up(p->shard_n, unit);
   }
   /* Greedy packing: a sub-group holds whole pieces whose padded extents fit in sub_group_size elements. */
   size_t max_el = 0;
@@ -61,9 +61,9 @@ zo_status eng_plan_sub_groups(zo_engine_t *e) {
     g->file_el = e->pieces[k].file_el;
     uint64_t end = g->file_el;
     do {
-      end = e->pieces[k].file_el + round_up(e->pieces[k].n, unit);
+      end = e->pieces[k].file_el + zo_round_up(e->pieces[k].n, unit);
       k++;
-    } while (k < e->n_pieces && e->pieces[k].file_el + round_up(e->pieces[k].n, unit) - g->file_el <= sgs);
+    } while (k < e->n_pieces && e->pieces[k].file_el + zo_round_up(e->pieces[k].n, unit) - g->file_el <= sgs);
     g->n_pieces = k - g->first_piece;
     g->n_el = end - g->file_el;
     if (g->n_el > max_el) max_el = g->n_el;
@@ -94,15 +94,15 @@ zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, 
 
 /* Wait *req on @sw (optimizer state or params.swp), timed as exposed swap wait; *req becomes NULL. */
 zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   zo_status st = zo_swap_wait(sw, *req);
   *req = NULL;
-  e->swap_wait_s += now_s() - t0;
+  e->swap_wait_s += zo_clock_s() - t0;
   return st;
 }
 
 /* Elements of a padded extent for n elements (nvme layout). */
-uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return round_up(n, eng_extent_unit(e)); }
+uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return zo_round_up(n, eng_extent_unit(e)); }
 
 /* ---------------------------------------------------------------- pipeline */
 
@@ -294,9 +294,9 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
       ZO_CHECK(eng_slot_settle(e, &e->slots[g->slot], 1, &done));
       g->phase = SG_LOADED;
     } else if (g->phase == SG_UPDATING) {
-      double t0 = now_s();
+      double t0 = zo_clock_s();
       ZO_CHECK(sg_finish_adam(e, g, 1, &done));
-      *adam_s += now_s() - t0;
+      *adam_s += zo_clock_s() - t0;
     } else {
       /* IDLE, or WRITING (last step's write-back): no slot to read it into
        * yet. Every slot holds work in flight (loaded state that is done or
@@ -314,16 +314,16 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
         return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: nvme pipeline stalled at sub-group %d (phase %d)",
                             (int)(g - e->sgs), g->phase); /* a bug: never expected */
       sub_group *h = &e->sgs[w->sg];
-      double t0 = now_s();
+      double t0 = zo_clock_s();
       if (g->phase == SG_IDLE && g != counted) counted = g, no_slot++;
       if (h->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, h, 1, &done));
-        *adam_s += now_s() - t0;
+        *adam_s += zo_clock_s() - t0;
       } else {
         ZO_CHECK(eng_slot_settle(e, w, 1, &done));
         h->phase = SG_LOADED;
       }
-      no_slot_s += now_s() - t0;
+      no_slot_s += zo_clock_s() - t0;
     }
   }
 }

@@ -172,19 +172,19 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     if (!e->params[i]->has_grad)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
                           e->params[i]->name);
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  inf.grad_wait_s = now_s() - t0;
+  inf.grad_wait_s = zo_clock_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_settle_fetches(e));
     ZO_CHECK(eng_trace_end_step(e));
   }
   double dpu_wait = 0;
   if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
-    double td = now_s();
+    double td = zo_clock_s();
     ZO_CHECK(zo_engine_synchronize(e));
-    dpu_wait = now_s() - td;
+    dpu_wait = zo_clock_s() - td;
   }
   inf.fetch_wait_s = e->fetch_wait_s;
   inf.n_prefetch = e->n_prefetch;
@@ -194,7 +194,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
 
   /* The global norm and the overflow flag, from the per-shard norms taken as
    * each gradient landed (summed in tensor order: deterministic). */
-  t0 = now_s();
+  t0 = zo_clock_s();
   double sums[2] = {0, 0}; /* squared norm (scaled), shards with a nonfinite element */
   zo_status landed = ZO_OK;
   for (int i = 0; i < e->n_params; i++) {
@@ -229,7 +229,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     inf.skipped = 1;
     inf.step = e->step;
     inf.loss_scale = e->loss_scale;
-    inf.adam_s = now_s() - t0;
+    inf.adam_s = zo_clock_s() - t0;
     if (info) *info = inf;
     return ZO_OK;
   }
@@ -238,9 +238,9 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     clip = e->cfg.gradient_clipping / (norm + 1e-6);
   const int64_t t = e->step + 1;
   const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, clip);
-  double adam_s = now_s() - t0;
+  double adam_s = zo_clock_s() - t0;
   double swap0 = e->swap_wait_s, copy0 = e->copy_s;
-  double t1 = now_s();
+  double t1 = zo_clock_s();
   if (e->tier == ZO_OFFLOAD_NVME) {
     if (!e->nv_adam_ok) e->nv_hp = hp;
     e->nv_in_step = 1;
@@ -272,7 +272,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
       if (st == ZO_OK) st = s2;
     }
     ZO_CHECK(st);
-    adam_s += now_s() - t1;
+    adam_s += zo_clock_s() - t1;
   }
   if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));

@@ -102,7 +102,7 @@ static int64_t wb_fit(const zo_engine_t *e, size_t need) {
  * p->wb_ptr, which eng_working_dst() returns. */
 zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
   if (e->ptier != ZO_OFFLOAD_NVME || n == 0) return ZO_OK; /* an empty shard (several ranks) writes nothing */
-  const size_t need = round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
+  const size_t need = zo_round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
   ZO_CHECK(eng_wb_reap(e));
   int64_t at;
   while ((at = wb_fit(e, need)) < 0) {
@@ -160,7 +160,7 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
    * and drops the stale device copies after the step, so only the nvme write below is left to do. */
   if (e->world > 1 && e->cfg.zero.stage > 0 && e->ptier != ZO_OFFLOAD_NVME) return ZO_OK;
   const size_t wsz = zo_dtype_size(e->wdtype);
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   zo_status st = ZO_OK;
   const void *src = e->ptier == ZO_OFFLOAD_NVME ? NULL : eng_working_dst(e, p, off);
   wb_entry *w = NULL;
@@ -178,7 +178,7 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
     if (st == ZO_OK) w->state = WB_WRITING;
     e->nvme_write_bytes += w->bytes;
     if (eng_dp3(e)) { /* no device copy to refresh: the next fetch gathers */
-      e->copy_s += now_s() - t0;
+      e->copy_s += zo_clock_s() - t0;
       return st;
     }
   }
@@ -197,7 +197,7 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
     if (w) w->h2d = 1;
     e->h2d_bytes += n * wsz;
   }
-  e->copy_s += now_s() - t0;
+  e->copy_s += zo_clock_s() - t0;
   return st;
 }
 

@@ -23,16 +23,11 @@
 #include "zoffload/checkpoint.h"
 
 static zo_status write_all(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
-  const char *b = buf;
-  while (n > 0) {
-    ssize_t w = pwrite(fd, b, n, (off_t)off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return zo_error_set(ZO_ERR_IO, "safetensors: writing '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off, n,
-                          w == 0 ? "short write" : strerror(errno));
-    b += w, n -= (size_t)w, off += (uint64_t)w;
-  }
-  return ZO_OK;
+  size_t done;
+  const int rc = zo_pwrite_all(fd, buf, n, off, &done);
+  if (rc == 0) return ZO_OK;
+  return zo_error_set(ZO_ERR_IO, "safetensors: writing '%s' at offset %" PRIu64 " (%zu bytes): %s", path, off + done,
+                      n - done, rc > 0 ? "short write" : strerror(errno));
 }
 
 zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype) {
@@ -288,13 +283,8 @@ zo_status zo_safetensors_read(const char *path, zo_safetensors_visit_fn fn, void
     close(fd);
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "safetensors: reading '%s' (%zu bytes): out of memory", path, n);
   }
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, b + got, n - got, (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
+  size_t got;
+  zo_pread_all(fd, b, n, 0, &got);
   close(fd);
   zo_status st = got == n ? zo_safetensors_parse(b, n, fn, user)
                           : zo_error_set(ZO_ERR_IO, "safetensors: reading '%s' at offset %zu: %s", path, got,

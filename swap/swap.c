@@ -181,8 +181,6 @@ struct zo_swap {
 
 static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 static zo_status sys_status(int err) {
   return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
 }
@@ -877,7 +875,7 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   zo_status st_ret = zo_swap_dir_open(&sw->pdir, nvme_path, rank);
   if (st_ret != ZO_OK) goto err; /* zo_swap_dir_close() removes only a directory we own */
   sw->align = probe_alignment(sw);
-  sw->block_size = round_up(block, sw->align);
+  sw->block_size = zo_round_up(block, sw->align);
   if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
   sw->qd = sw->qd_max = qd;
   sw->direct = 1;
@@ -988,7 +986,7 @@ zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_dep
   if (sw->n_live) /* no request: the progress thread, if any, is asleep and holds no piece */
     return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: set_queue with %u requests outstanding", sw->n_live);
   if (block_size) {
-    sw->block_size = round_up(block_size, sw->align);
+    sw->block_size = zo_round_up(block_size, sw->align);
     if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
   }
   if (queue_depth) {

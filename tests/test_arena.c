@@ -36,12 +36,6 @@
 
 static zo_device_t *g_dev; /* host backend, unlimited */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -290,18 +284,18 @@ static void test_deferred_free(void) {
   CHECK_EQ(st.largest_free, 2 * KB); /* the tail; A's bytes are not allocatable yet */
   CHECK_CLOSE(st.fragmentation, 0.5, 0, 0);
   /* Room elsewhere: taken without waiting, A's bytes untouched. */
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &C));
-  CHECK(now_s() - t0 < 0.1);
+  CHECK(zo_clock_s() - t0 < 0.1);
   CHECK(ptr_of(C) != pA);
   CHECK(ptr_of(C) == pB + 2 * KB);
   CHECK_EQ(atomic_load(&g.open), 0);
   /* No room: the allocation waits for the gate, then reuses A's bytes. */
   pthread_t th;
   REQUIRE(pthread_create(&th, NULL, opener_main, &g) == 0);
-  t0 = now_s();
+  t0 = zo_clock_s();
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &D));
-  const double waited = now_s() - t0;
+  const double waited = zo_clock_s() - t0;
   CHECK_EQ(atomic_load(&g.open), 1);
   CHECK(waited > 0.1);
   CHECK(ptr_of(D) == pA);
@@ -475,9 +469,9 @@ static void test_compaction_after_last_use(void) {
   CHECK_CLOSE(st.fragmentation, 1.0 - 2.0 / 3.0, 1e-15, 0);
   pthread_t th;
   REQUIRE(pthread_create(&th, NULL, opener_main, &g) == 0);
-  const double t0 = now_s();
+  const double t0 = zo_clock_s();
   REQUIRE_OK(zo_arena_alloc(a, 3 * KB, &N));
-  const double waited = now_s() - t0;
+  const double waited = zo_clock_s() - t0;
   CHECK_EQ(atomic_load(&g.open), 1);
   CHECK(waited > 0.1);
   CHECK(ptr_of(U) == base);
@@ -929,7 +923,7 @@ static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int 
     if (t->ev[i].op == 'a' && t->ev[i].nbytes > maxb) maxb = t->ev[i].nbytes;
   uint8_t *sink = malloc(ALIGN_UP(maxb) + 1);
   if (!CHECK(blk && pins && sink)) goto out;
-  const double t0 = now_s();
+  const double t0 = zo_clock_s();
   uint64_t seen_compactions = 0;
   for (size_t i = 0; i < t->n; i++) {
     const tr_ev *e = &t->ev[i];
@@ -981,7 +975,7 @@ static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int 
   }
   if (check) verify_all(t, blk, r);
   if (s) CHECK_OK(zo_stream_synchronize(s));
-  r->seconds = now_s() - t0;
+  r->seconds = zo_clock_s() - t0;
   zo_arena_stats as = stats_of(a);
   r->compactions = as.compactions;
   r->bytes_moved = as.bytes_moved;

@@ -9,12 +9,15 @@
  * zo_train_resume.sh, zo_train_crash.sh and zo_train_ckpt_diskfull.sh.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base_internal.h"
 #include "zo_test.h"
 #include "zoffload/adam.h"
 #include "zoffload/checkpoint.h"
@@ -214,6 +217,31 @@ int main(int argc, char **argv) {
   CHECK_STR(zo_escape(esc, 8, "abcdefg", 7), "abcdefg");
   CHECK_STR(zo_escape(esc, 8, "\x01\x02", 2), "\\x01...");
   CHECK_STR(zo_escape(esc, sizeof esc, NULL, 3), "(null)");
+
+  /* zo_format_bytes: the sizes every message and report prints (were three copies: device, budget, zo-train) */
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 0), "0 B");
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 1023), "1023 B");
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 1024), "1.0 KiB");
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 1.5 * 1024 * 1024 * 1024), "1.5 GiB");
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 85e9), "79.2 GiB");
+  CHECK_STR(zo_format_bytes(esc, sizeof esc, 1024.0 * 1024 * 1024 * 1024 * 1024 * 3), "3.0 PiB");
+  CHECK_STR(zo_format_bytes(esc, 6, 64.0 * 1024 * 1024), "64.0 ");
+  /* zo_pwrite_all / zo_pread_all: whole transfers, the count moved when one stops */
+  {
+    snprintf(path, sizeof path, "%s/io_all.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CHECK(fd >= 0);
+    char w[100], r[200];
+    size_t done = 7;
+    for (int i = 0; i < 100; i++) w[i] = (char)i;
+    CHECK(zo_pwrite_all(fd, w, sizeof w, 10, &done) == 0 && done == 100);
+    CHECK(zo_pread_all(fd, r, 100, 10, &done) == 0 && done == 100 && memcmp(r, w, 100) == 0);
+    CHECK(zo_pread_all(fd, r, 200, 60, &done) == 1 && done == 50); /* end of file after 50 bytes */
+    close(fd);
+    CHECK(zo_pread_all(fd, r, 10, 0, &done) == -1 && errno == EBADF && done == 0);
+    CHECK(zo_pwrite_all(fd, w, 10, 0, NULL) == -1 && errno == EBADF);
+    unlink(path);
+  }
 
   /* keep_last never removes a checkpoint newer than this save's, nor a directory of someone else's */
   snprintf(path, sizeof path, "%s/step-000000000099", root); /* newer: copied from step 6 */

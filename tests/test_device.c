@@ -920,12 +920,6 @@ static void test_sticky_error_host(void) {
 #define CHECK_LT(a, b) \
   ((double)(a) < (double)(b) ? 1 : FAIL_AT("%s < %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Emulated PCIe link: a copy of B bytes at G GB/s takes >= B/G; one lane per direction shared by all streams. */
 static void test_link_emulation_host(void) {
   enum { MIB = 1 << 20, N = 16 * MIB };
@@ -957,10 +951,10 @@ static void test_link_emulation_host(void) {
   CHECK_EQ(ls.h2d_bytes, 0);
 
   /* Default 0 = unlimited: no slot reserved, bytes still counted. */
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
   CHECK_OK(zo_stream_synchronize(s1));
-  double dt_free = now_s() - t0;
+  double dt_free = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_EQ(ls.h2d_bytes, N);
   CHECK_EQ(ls.h2d_copies, 1);
@@ -970,10 +964,10 @@ static void test_link_emulation_host(void) {
 
   /* 16 MiB at 1 GB/s takes >= 16.8 ms (15 ms with slack for clock granularity), and lands intact. */
   CHECK_OK(zo_device_set_link_gbps(dev, 1.0));
-  t0 = now_s();
+  t0 = zo_clock_s();
   CHECK_OK(zo_memcpy_async(s1, out, d1, N, ZO_COPY_D2H));
   CHECK_OK(zo_stream_synchronize(s1));
-  double dt_one = now_s() - t0;
+  double dt_one = zo_clock_s() - t0;
   CHECK_GE(dt_one, 0.015);
   CHECK_GE(dt_one, 0.99 * slot16);
   CHECK_BYTES("D2H through the throttled link", out, h, N);
@@ -982,19 +976,19 @@ static void test_link_emulation_host(void) {
   CHECK_CLOSE(ls.d2h_busy_s, slot16, 1e-6, 1e-3);
 
   /* The synchronous zo_memcpy crosses the same link. */
-  t0 = now_s();
+  t0 = zo_clock_s();
   CHECK_OK(zo_memcpy(dev, d2, h, 4 * MIB, ZO_COPY_H2D));
-  double dt_sync = now_s() - t0;
+  double dt_sync = zo_clock_s() - t0;
   CHECK_GE(dt_sync, 0.99 * (4.0 * MIB / 1e9));
 
   /* Two streams, same direction: the copies serialise on the H2D lane. */
   CHECK_OK(zo_device_link_stats(dev, &ls0));
-  t0 = now_s();
+  t0 = zo_clock_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N / 2, ZO_COPY_H2D));
   CHECK_OK(zo_memcpy_async(s2, d2, h + N / 2, N / 2, ZO_COPY_H2D));
   CHECK_OK(zo_stream_synchronize(s1));
   CHECK_OK(zo_stream_synchronize(s2));
-  double dt_two = now_s() - t0;
+  double dt_two = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_GE(dt_two, 0.99 * slot16); /* 2 x 8 MiB back to back, not side by side */
   CHECK_EQ(ls.h2d_copies - ls0.h2d_copies, 2);
@@ -1005,12 +999,12 @@ static void test_link_emulation_host(void) {
   /* Opposite directions use separate lanes (full duplex): neither waits for the other (checked by the
    * lanes' stall counters, not by wall time, which a loaded machine stretches). */
   CHECK_OK(zo_device_link_stats(dev, &ls0));
-  t0 = now_s();
+  t0 = zo_clock_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
   CHECK_OK(zo_memcpy_async(s2, out, d2, N, ZO_COPY_D2H));
   CHECK_OK(zo_stream_synchronize(s1));
   CHECK_OK(zo_stream_synchronize(s2));
-  double dt_duplex = now_s() - t0;
+  double dt_duplex = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_GE(dt_duplex, 0.99 * slot16);
   CHECK_LT(ls.h2d_stall_s - ls0.h2d_stall_s, 1e-3);
@@ -1027,10 +1021,10 @@ static void test_link_emulation_host(void) {
   /* Back to 0: unthrottled again. */
   CHECK_OK(zo_device_set_link_gbps(dev, 0.0));
   CHECK_OK(zo_device_link_stats(dev, &ls0));
-  t0 = now_s();
+  t0 = zo_clock_s();
   CHECK_OK(zo_memcpy_async(s1, d1, h, N, ZO_COPY_H2D));
   CHECK_OK(zo_stream_synchronize(s1));
-  dt_free = now_s() - t0;
+  dt_free = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_EQ(ls.h2d_bytes, ls0.h2d_bytes + N);
   CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0, 0); /* unthrottled: no slot taken (a deterministic check, not a clock) */

@@ -97,6 +97,23 @@ ZO_API void zo_stop_reset(void);
  */
 ZO_API const char *zo_escape(char *out, size_t cap, const void *s, size_t n);
 
+/*
+ * zo_clock_s() - a monotonic clock (CLOCK_MONOTONIC), in seconds since an
+ * unspecified start; only differences between two readings mean anything.
+ * Thread-safe (no state).
+ */
+ZO_API double zo_clock_s(void);
+
+/*
+ * zo_format_bytes() - @bytes (>= 0) as a human size with binary units:
+ * "123 B" below 1 KiB (no decimals), else one decimal and the largest unit
+ * up to PiB that keeps the number >= 1: "64.0 MiB", "79.1 GiB", "1.5 PiB".
+ * Writes at most @cap bytes to @buf (NUL-terminated, truncated when it does
+ * not fit; 16 bytes always suffice below 1e6 PiB). Returns @buf, to be used
+ * inline in a format. Thread-safe (no state).
+ */
+ZO_API const char *zo_format_bytes(char *buf, size_t cap, double bytes);
+
 typedef enum zo_log_level {
   ZO_LOG_ERROR = 0,
   ZO_LOG_WARN = 1,

@@ -247,12 +247,6 @@ static void init_tile(void *arg, size_t b, size_t e, int thread) {
 
 /* ------------------------------------------------------------------ timing */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -316,9 +310,9 @@ static double run_job(run_ctx *R, job *J, double *t_cast) {
     stream_args a = {.pat = J->pat, .nt = J->nt, .level = (int)R->level, .c = 1e-9f, .p = B->p, .g = B->g,
                      .g16 = B->gb, .m = B->m, .v = B->v, .m16 = B->m16, .v16 = B->v16, .out = B->out,
                      .sink = g_sink};
-    double t0 = now_s();
+    double t0 = zo_clock_s();
     zo_status st = zo_adam_pool_parallel_for(R->pool, stream_tile, &a, R->n, 0);
-    double t1 = now_s();
+    double t1 = zo_clock_s();
     if (st != ZO_OK) {
       snprintf(J->err, sizeof J->err, "zo_adam_pool_parallel_for: %s: %s", zo_status_string(st), zo_last_error());
       return -1;
@@ -330,9 +324,9 @@ static double run_job(run_ctx *R, job *J, double *t_cast) {
     double sq = 0;
     int nf = 0;
     const void *g = v->grad == ZO_DTYPE_F32 ? (const void *)B->g : v->grad == ZO_DTYPE_BF16 ? (const void *)B->gb : B->gh;
-    double t0 = now_s();
+    double t0 = zo_clock_s();
     zo_status st = zo_adam_pool_sqnorm(R->pool, g, v->grad, R->n, &sq, &nf);
-    double t1 = now_s();
+    double t1 = zo_clock_s();
     if (st != ZO_OK) {
       snprintf(J->err, sizeof J->err, "zo_adam_pool_sqnorm: %s: %s", zo_status_string(st), zo_last_error());
       return -1;
@@ -354,9 +348,9 @@ static double run_job(run_ctx *R, job *J, double *t_cast) {
   sh.seed = 12345;
   R->hp.step++;
   zo_adam_result res = {0, 0};
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   zo_status st = zo_adam_pool_update(R->pool, &R->hp, &sh, v->flags, &res);
-  double t1 = now_s();
+  double t1 = zo_clock_s();
   if (st != ZO_OK) {
     snprintf(J->err, sizeof J->err, "zo_adam_pool_update: %s: %s", zo_status_string(st), zo_last_error());
     return -1;
@@ -368,9 +362,9 @@ static double run_job(run_ctx *R, job *J, double *t_cast) {
     c.p = B->p;
     c.out = B->out;
     c.level = R->level;
-    double t2 = now_s();
+    double t2 = zo_clock_s();
     st = zo_adam_pool_parallel_for(R->pool, cast_tile, &c, R->n, 0);
-    double t3 = now_s();
+    double t3 = zo_clock_s();
     for (size_t k = 0; st == ZO_OK && k < sizeof c.st / sizeof c.st[0]; k++) st = c.st[k];
     if (st != ZO_OK) {
       snprintf(J->err, sizeof J->err, "zo_cast_ex: %s: %s", zo_status_string(st), zo_last_error());
@@ -545,13 +539,13 @@ int main(int argc, char **argv) {
             nmax);
     return 1;
   }
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   st = zo_adam_pool_parallel_for(touch_pool, init_tile, &B, nmax, 0);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-adambench: error: first touch: %s: %s\n", zo_status_string(st), zo_last_error());
     return 1;
   }
-  double t_touch = now_s() - t0;
+  double t_touch = zo_clock_s() - t0;
 
   printf("zo-adambench: simd %s (avx512_bf16 %s), all cores = %d, %s\n", zo_simd_name(level),
          zo_simd_has_avx512_bf16() ? "yes" : "no", all_cores, zo_adam_pool_describe(touch_pool));

@@ -39,12 +39,6 @@ typedef struct opts {
   int no_vmm;
 } opts;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -94,14 +88,14 @@ static double d2d_gbps(zo_device_t *dev, size_t total, size_t chunk, size_t span
     goto out;
   for (int r = 0; r < reps; r++) {
     size_t at = 0;
-    const double t0 = now_s();
+    const double t0 = zo_clock_s();
     for (size_t done = 0; done < total; done += chunk) {
       const size_t n = total - done < chunk ? total - done : chunk;
       if (zo_memcpy_async(s, dst + at, src + at, n, ZO_COPY_D2D) != ZO_OK) goto out;
       at = at + chunk >= span ? 0 : at + chunk;
     }
     if (zo_stream_synchronize(s) != ZO_OK) goto out;
-    const double g = (double)total / (now_s() - t0) / 1e9;
+    const double g = (double)total / (zo_clock_s() - t0) / 1e9;
     if (g > best) best = g;
   }
 out:
@@ -317,39 +311,39 @@ static void measure_vmm(int ordinal, size_t bytes, vmm *v) {
   memset(&acc, 0, sizeof acc);
   acc.location = prop.location;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   CU(c.AddressReserve(&va, 2 * (size_t)n * g, g, 0, 0));
   reserved = 2 * (size_t)n * g;
-  v->reserve_s = now_s() - t0;
+  v->reserve_s = zo_clock_s() - t0;
   for (int i = 0; i < n; i++) { /* physical pages */
-    t0 = now_s();
+    t0 = zo_clock_s();
     CU(c.Create(&hs[i], g, &prop, 0));
-    v->create_s += now_s() - t0;
+    v->create_s += zo_clock_s() - t0;
   }
   for (; mapped < n; mapped++) { /* map into the first half */
-    t0 = now_s();
+    t0 = zo_clock_s();
     CU(c.Map(va + (size_t)mapped * g, g, 0, hs[mapped], 0));
     CU(c.SetAccess(va + (size_t)mapped * g, g, &acc, 1));
-    v->map_s += now_s() - t0;
+    v->map_s += zo_clock_s() - t0;
   }
   for (; remapped < n; remapped++) { /* move each page to the second half: what a compaction would do instead of a copy */
     const CUdeviceptr from = va + (size_t)remapped * g, to = va + (size_t)(n + remapped) * g;
-    t0 = now_s();
+    t0 = zo_clock_s();
     CU(c.Unmap(from, g));
     CU(c.Map(to, g, 0, hs[remapped], 0));
     CU(c.SetAccess(to, g, &acc, 1));
-    v->remap_s += now_s() - t0;
+    v->remap_s += zo_clock_s() - t0;
   }
-  t0 = now_s();
+  t0 = zo_clock_s();
   for (int i = 0; i < n; i++) CU(c.Unmap(va + (size_t)(n + i) * g, g));
-  v->unmap_s = now_s() - t0;
+  v->unmap_s = zo_clock_s() - t0;
   mapped = remapped = 0;
-  t0 = now_s();
+  t0 = zo_clock_s();
   for (int i = 0; i < n; i++) {
     CU(c.Release(hs[i]));
     hs[i] = 0;
   }
-  v->release_s = now_s() - t0;
+  v->release_s = zo_clock_s() - t0;
   v->pages = n;
   v->measured = 1;
 out:

@@ -60,12 +60,6 @@ typedef struct opts {
   int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
 } opts;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A whole decimal integer in [lo, hi]; 0 ok, -1 otherwise (empty, trailing text, out of range). */
 static int parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
@@ -314,8 +308,8 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 /* Busy-wait @sec seconds: a real compute engine is busy, not asleep. Returns the time spun. */
 static double spin(double sec) {
-  double t0 = now_s(), t = t0;
-  while (t - t0 < sec) t = now_s();
+  double t0 = zo_clock_s(), t = t0;
+  while (t - t0 < sec) t = zo_clock_s();
   return t - t0;
 }
 
@@ -348,7 +342,7 @@ static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t s
   int *slot_free = calloc(qd, sizeof *slot_free);
   if (!slot_free) return -1;
   for (unsigned i = 0; i < qd; i++) slot_free[i] = 1;
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   while (done < size) {
     while (inflight < qd && next < size) {
       unsigned k = 0;
@@ -387,7 +381,7 @@ static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t s
     }
     io_uring_cq_advance(ring, n);
   }
-  double t = now_s() - t0;
+  double t = zo_clock_s() - t0;
   free(slot_free);
   return t;
 }
@@ -655,9 +649,9 @@ int main(int argc, char **argv) {
   }
 
   ZCHECK(zo_device_malloc(dev, largest * wsz, &dgrad)); /* before finalize: its device arena takes what is left */
-  double t_fin = now_s();
+  double t_fin = zo_clock_s();
   ZCHECK(zo_engine_finalize(eng));
-  t_fin = now_s() - t_fin;
+  t_fin = zo_clock_s() - t_fin;
 
   /* Initial weights and the one gradient buffer (same bytes for every layer, never changed). */
   init = malloc(largest * sizeof *init);
@@ -668,12 +662,12 @@ int main(int argc, char **argv) {
     if (o.bf16) ((uint16_t *)hgrad)[i] = f32_to_bf16(g);
     else ((float *)hgrad)[i] = g;
   }
-  double t_load = now_s();
+  double t_load = zo_clock_s();
   for (int l = 0; l < L; l++) {
     for (size_t i = 0; i < numel[l]; i++) init[i] = pattern(i, (unsigned)l + 100, 0.02f);
     ZCHECK(zo_engine_load_param(eng, P[l], init));
   }
-  t_load = now_s() - t_load;
+  t_load = zo_clock_s() - t_load;
   free(init);
   init = NULL;
   ZCHECK(zo_memcpy(dev, dgrad, hgrad, largest * wsz, ZO_COPY_H2D));
@@ -696,13 +690,13 @@ int main(int argc, char **argv) {
     memset(&lb, 0, sizeof lb);
     ZCHECK(zo_engine_mem_info(eng, &ma));
     if (dev_link_stats) ZCHECK(zo_device_link_stats(dev, &la));
-    double t0 = now_s(), t;
+    double t0 = zo_clock_s(), t;
     for (int l = 0; l < L; l++) { /* forward */
       const void *w = NULL;
       zo_dtype dt;
-      t = now_s();
+      t = zo_clock_s();
       ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
-      r->fetch_wait_s += now_s() - t;
+      r->fetch_wait_s += zo_clock_s() - t;
       r->compute_s += spin(csec);
       ZCHECK(zo_engine_release(eng, P[l]));
     }
@@ -710,22 +704,22 @@ int main(int argc, char **argv) {
     for (int l = L - 1; l >= 0; l--) { /* backward */
       const void *w = NULL;
       zo_dtype dt;
-      t = now_s();
+      t = zo_clock_s();
       ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
-      r->fetch_wait_s += now_s() - t;
+      r->fetch_wait_s += zo_clock_s() - t;
       r->compute_s += spin(csec);
-      t = now_s();
+      t = zo_clock_s();
       if (l == L - 1) {
         t_opt0 = t;
         ZCHECK(zo_engine_mem_info(eng, &mb));
       }
       ZCHECK(zo_engine_grad_ready(eng, P[l], dgrad, wdt));
-      r->grad_ready_s += now_s() - t;
+      r->grad_ready_s += zo_clock_s() - t;
       ZCHECK(zo_engine_release(eng, P[l]));
     }
-    t = now_s();
+    t = zo_clock_s();
     ZCHECK(zo_engine_step(eng, &r->info));
-    double t1 = now_s();
+    double t1 = zo_clock_s();
     r->engine_step_s = t1 - t;
     r->step_s = t1 - t0;
     r->opt_window_s = t1 - t_opt0;

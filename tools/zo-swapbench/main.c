@@ -124,12 +124,6 @@ static dev_pass g_pass;
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* SIGINT / SIGTERM: stop measuring, report what was measured, exit 128 + the (first) signal. */
 static void on_signal(int sig) {
   if (!g_stop) g_stop = sig;
@@ -260,9 +254,9 @@ static int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_se
   int rc = 0;
   size_t head = 0, tail = 0; /* requests [tail, head) outstanding */
   uint64_t done = 0;
-  double t0 = now_s(), deadline = max_sec > 0 ? t0 + max_sec : 0;
+  double t0 = zo_clock_s(), deadline = max_sec > 0 ? t0 + max_sec : 0;
   while (rc == 0 && (tail < head || head < nreq)) {
-    while (rc == 0 && head < nreq && head - tail < window && !(deadline && head > tail && now_s() > deadline)) {
+    while (rc == 0 && head < nreq && head - tail < window && !(deadline && head > tail && zo_clock_s() > deadline)) {
       uint64_t off = (uint64_t)head * SB_REQ_BYTES;
       size_t len = bytes - off < SB_REQ_BYTES ? (size_t)(bytes - off) : (size_t)SB_REQ_BYTES;
       char *b = zb->buf + (size_t)(off % zb->buf_bytes);
@@ -276,7 +270,7 @@ static int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_se
       }
       lens[head++] = len;
     }
-    if (deadline && now_s() > deadline) nreq = head; /* time is up: finish what is in flight */
+    if (deadline && zo_clock_s() > deadline) nreq = head; /* time is up: finish what is in flight */
     if (tail < head) {
       zo_status st = zo_swap_wait(zb->sw, reqs[tail]);
       if (st != ZO_OK && rc == 0) {
@@ -287,7 +281,7 @@ static int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_se
     }
   }
   while (tail < head) zo_swap_wait(zb->sw, reqs[tail++]); /* after an error: collect the rest */
-  *sec = now_s() - t0;
+  *sec = zo_clock_s() - t0;
   *moved = done;
   free(reqs);
   free(lens);
@@ -374,7 +368,7 @@ static int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v
 typedef struct pr_shared {
   int fd, is_write;
   uint64_t size, bs;  /* size: bytes to move at most, from offset 0 */
-  double deadline;    /* no new block after this (now_s() clock); 0: none */
+  double deadline;    /* no new block after this (zo_clock_s() clock); 0: none */
   uint64_t moved;     /* bytes moved, summed under mu */
   unsigned nthreads;
   pthread_barrier_t start;
@@ -396,7 +390,7 @@ static void *pr_main(void *arg) {
   pthread_barrier_wait(&sh->start);
   uint64_t moved = 0;
   for (uint64_t blk = t->idx; blk * sh->bs < sh->size; blk += sh->nthreads) {
-    if (sh->deadline && moved && now_s() > sh->deadline) break;
+    if (sh->deadline && moved && zo_clock_s() > sh->deadline) break;
     uint64_t off = blk * sh->bs;
     size_t len = sh->size - off < sh->bs ? (size_t)(sh->size - off) : (size_t)sh->bs;
     size_t done = 0;
@@ -467,11 +461,11 @@ static int pread_transfer(const char *path, int direct, int is_write, uint64_t s
     }
   }
   if (rc == 0) {
-    double t0 = now_s();
+    double t0 = zo_clock_s();
     if (max_sec > 0) sh.deadline = t0 + max_sec; /* read by the threads after the barrier */
     pthread_barrier_wait(&sh.start);
     for (unsigned i = 0; i < qd; i++) pthread_join(th[i].tid, NULL);
-    *sec = now_s() - t0;
+    *sec = zo_clock_s() - t0;
     *moved = sh.moved;
     if (sh.err) {
       snprintf(note, note_n, "%s '%s' at offset %" PRIu64 ": %s", is_write ? "pwrite" : "pread", path, sh.err_off,
@@ -880,9 +874,9 @@ static int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
     what = "event";
     st = zo_event_create(g_dev, &ev[i]);
   }
-  double t0 = now_s(), deadline = o->max_sec > 0 ? t0 + o->max_sec : 0;
+  double t0 = zo_clock_s(), deadline = o->max_sec > 0 ? t0 + o->max_sec : 0;
   while (st == ZO_OK && tail < nchunks) {
-    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && now_s() > deadline)) {
+    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && zo_clock_s() > deadline)) {
       unsigned k = (unsigned)(head % slots);
       uint64_t off = head * chunk;
       lens[k] = o->bytes - off < chunk ? (size_t)(o->bytes - off) : chunk;
@@ -894,7 +888,7 @@ static int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
       if (st == ZO_OK) head++;
     }
     if (st != ZO_OK) break;
-    if (deadline && now_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
+    if (deadline && zo_clock_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
     if (tail == head) break;
     unsigned k = (unsigned)(tail % slots);
     what = "swap read";
@@ -916,7 +910,7 @@ static int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
       st = ss;
     }
   }
-  p->seconds = now_s() - t0;
+  p->seconds = zo_clock_s() - t0;
   if (st != ZO_OK) snprintf(p->note, sizeof p->note, "%s: %s: %s", what, zo_status_string(st), zo_last_error());
   for (unsigned k = 0; k < slots; k++) zo_event_destroy(ev[k]);
   zo_stream_destroy(s);

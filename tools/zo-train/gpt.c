@@ -15,6 +15,7 @@
 
 #include "rng.h"
 #include "seterr.h"
+#include "zoffload/status.h"
 
 /* OpenBLAS extensions; declared here in case <cblas.h> of another BLAS lacks them. */
 void openblas_set_num_threads(int num_threads);
@@ -83,12 +84,6 @@ struct gpt_model {
 
 /* ------------------------------------------------------------------ */
 /* small helpers */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* uniform in (0, 1], 24 bits */
 static inline float u01(uint64_t r) { return ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f); }
@@ -457,7 +452,7 @@ const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL 
  */
 static int threads_cap; /* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
 static int threads_now;
-static double threads_checked; /* now_s() of the last look at /proc/loadavg */
+static double threads_checked; /* zo_clock_s() of the last look at /proc/loadavg */
 
 /* Runnable tasks on the machine, or -1 when /proc/loadavg cannot be read. */
 static int runnable_tasks(void) {
@@ -475,7 +470,7 @@ static int threads_adapt = 1; /* gpt_set_thread_adapt() */
 static void adapt_threads(void) {
   if (threads_cap == 0) threads_cap = threads_now = omp_get_max_threads();
   if (!threads_adapt || threads_cap <= 1) return;
-  const double t = now_s();
+  const double t = zo_clock_s();
   if (t - threads_checked < 0.01) return;
   threads_checked = t;
   const int running = runnable_tasks();
@@ -818,7 +813,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   if (check_tokens(m, inputs, Nn, "inputs") != 0) return NAN;
   if (targets && check_tokens(m, targets, Nn, "targets") != 0) return NAN;
   adapt_threads();
-  double t0 = now_s();
+  double t0 = zo_clock_s();
 
   const int L = m->cfg.n_layer, C = m->cfg.d_model, V = m->cfg.vocab;
   const int N = B * T;
@@ -852,7 +847,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
     loss = (float)(s / (double)N);
     m->have_targets = 1;
   }
-  m->t_fwd += now_s() - t0;
+  m->t_fwd += zo_clock_s() - t0;
   return loss;
 }
 
@@ -1009,7 +1004,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     return -1;
   }
   adapt_threads();
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   const int L = m->cfg.n_layer, C = m->cfg.d_model, NH = m->cfg.n_head, V = m->cfg.vocab;
   const int B = m->B, T = m->T, N = B * T;
   const size_t NC = (size_t)N * C;
@@ -1071,7 +1066,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
   }
   encoder_backward(G(m, 0), G(m, 1), m->dres, m->inputs, B, T, C);
   if (group_done(m, 0)) return -1;
-  m->t_bwd += now_s() - t0;
+  m->t_bwd += zo_clock_s() - t0;
   return 0;
 }
 

@@ -47,12 +47,6 @@ static void on_signal(int sig) {
   zo_request_stop();
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: zo-train [options]\n"
@@ -146,13 +140,6 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
   }
   *out = v;
   return 0;
-}
-
-static void fmt_bytes(char *buf, size_t n, double b) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int i = 0;
-  while (b >= 1024 && i < 4) b /= 1024, i++;
-  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
 }
 
 /* Mean loss over the fixed validation windows. */
@@ -290,7 +277,7 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
     const double *v = all + (size_t)r * K;
     static const int order[] = {0, 1, 2, 3, 6, 7, 8, 9, 5}; /* the byte counts, in the order printed */
     char b[9][32];
-    for (int k = 0; k < 9; k++) fmt_bytes(b[k], sizeof b[k], v[order[k]]);
+    for (int k = 0; k < 9; k++) zo_format_bytes(b[k], sizeof b[k], v[order[k]]);
     printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
            "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n", r, world, b[0], b[1], b[2],
            b[3], b[4], b[5], b[6], b[7], v[4] * 1e3, b[8]);
@@ -302,13 +289,13 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
 /* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing the error. */
 static int save_step(zo_engine_t *eng, const char *root, const train_position *pos, const train_settings *ts,
                      int keep_last) {
-  const double t0 = now_s();
+  const double t0 = zo_clock_s();
   char saved[4096], err[1024];
   if (train_ckpt_save(eng, root, pos, ts->seed, &ts->model, keep_last, saved, sizeof saved, err, sizeof err)) {
     fprintf(stderr, "zo-train: error: --save: %s\n", err);
     return -1;
   }
-  printf("zo-train: checkpoint %s (%.2f s)\n", saved, now_s() - t0);
+  printf("zo-train: checkpoint %s (%.2f s)\n", saved, zo_clock_s() - t0);
   fflush(stdout);
   return 0;
 }
@@ -595,7 +582,7 @@ int main(int argc, char **argv) {
   /* ---- training loop */
   uint64_t rng = pos.rng;
   double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0, t_comm = 0, comm_bytes = 0;
-  double t_start = now_s(), t_window = now_s();
+  double t_start = zo_clock_s(), t_window = zo_clock_s();
   int64_t tokens_window = 0, skipped = pos.skipped;
   double first_val = NAN, last_val = NAN, last_loss = NAN;
   const int64_t print_every = cfg.steps_per_print > 0 ? cfg.steps_per_print : 10; /* int64 end to end */
@@ -610,11 +597,11 @@ int main(int argc, char **argv) {
   fflush(stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
   const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
   double eval_fwd = 0; /* forward seconds spent on validation after the start */
-  t_start = t_window = now_s();
+  t_start = t_window = zo_clock_s();
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
   for (step = pos.step + 1; step <= ts.steps && !(world > 1 ? stop_all : g_stop); step++) {
-    const double t_step0 = now_s();
+    const double t_step0 = zo_clock_s();
     const double loss_scale = zo_engine_loss_scale(eng);
     if (train_model_zero_grad(model)) goto model_error;
     double loss = 0;
@@ -629,7 +616,7 @@ int main(int argc, char **argv) {
       if (train_model_backward(model, (float)(loss_scale / gas), micro == gas - 1)) goto model_error;
     }
     tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
-    double t2 = now_s();
+    double t2 = zo_clock_s();
     zo_step_info info;
     if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
     if (world > 1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
@@ -639,17 +626,17 @@ int main(int argc, char **argv) {
       stop_all = red[1] > 0;
     }
     last_loss = loss;
-    t_opt += now_s() - t2;
+    t_opt += zo_clock_s() - t2;
     t_swap += info.swap_s;
     t_adam += info.adam_s;
     t_fetch += info.fetch_wait_s;
     t_comm += info.comm_s;
     comm_bytes += (double)info.comm_bytes;
-    t_steps += now_s() - t_step0;
+    t_steps += zo_clock_s() - t_step0;
     skipped += info.skipped;
 
     if (step % print_every == 0 || step == ts.steps) {
-      double tw = now_s() - t_window;
+      double tw = zo_clock_s() - t_window;
       const double f0 = train_model_forward_seconds(model);
       zo_engine_set_trace(eng, 0);
       double val = eval_val(model, data, B, T, n_val, in, tg);
@@ -660,11 +647,11 @@ int main(int argc, char **argv) {
       zo_engine_mem mem;
       zo_engine_mem_info(eng, &mem);
       char db[32], hb[32], nb[32], al[32], ac[32];
-      fmt_bytes(al, sizeof al, (double)mem.arena.live_bytes);
-      fmt_bytes(ac, sizeof ac, (double)mem.arena.capacity);
-      fmt_bytes(db, sizeof db, (double)mem.device_bytes);
-      fmt_bytes(hb, sizeof hb, (double)mem.host_bytes);
-      fmt_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
+      zo_format_bytes(al, sizeof al, (double)mem.arena.live_bytes);
+      zo_format_bytes(ac, sizeof ac, (double)mem.arena.capacity);
+      zo_format_bytes(db, sizeof db, (double)mem.device_bytes);
+      zo_format_bytes(hb, sizeof hb, (double)mem.host_bytes);
+      zo_format_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
       const double tok_s = tokens_window / tw, tflops = tok_s * flops_tok / 1e12;
       const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0;
       const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
@@ -687,14 +674,14 @@ int main(int argc, char **argv) {
                       .swap_s = t_swap, .fetch_s = t_fetch};
         write_json(jf, &l, &mem);
       }
-      t_window = now_s();
+      t_window = zo_clock_s();
       tokens_window = 0;
     }
     if (save_root && ((save_every > 0 && step % save_every == 0) || step == ts.steps)) {
-      const double ts0 = now_s();
+      const double ts0 = zo_clock_s();
       const train_position now = {.step = step, .rng = rng, .skipped = skipped};
       if (save_step(eng, save_root, &now, &ts, (int)keep_last)) goto out;
-      t_window += now_s() - ts0; /* the save's time is not training time */
+      t_window += zo_clock_s() - ts0; /* the save's time is not training time */
       saved_step = step;
     }
   }
@@ -715,7 +702,7 @@ int main(int argc, char **argv) {
     if (zo_engine_export_safetensors(eng, export_path, xd) != ZO_OK) goto engine_error;
     printf("zo-train: weights written to %s (safetensors, %s)\n", export_path, export_dtype);
   }
-  double wall = now_s() - t_start;
+  double wall = zo_clock_s() - t_start;
   printf("zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
          (long long)(step - 1 - pos.step), wall, pos.step ? " (after the resumed ones)" : "", last_loss, first_val,
          last_val, (long long)skipped);

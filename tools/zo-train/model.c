@@ -40,12 +40,6 @@ struct train_model {
   char err[1024];
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static void set_err(train_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_err(train_model *m, const char *fmt, ...) {
   va_list ap;
@@ -240,14 +234,14 @@ static void pass_error(train_model *m) {
 }
 
 float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   float l;
 #if ZO_TRAIN_CUDA
   if (m->cuda) l = gpt_cuda_forward(m->gpu, in, tg, B, T);
   else
 #endif
     l = gpt_forward(m->cpu, in, tg, B, T);
-  m->t_fwd += now_s() - t0;
+  m->t_fwd += zo_clock_s() - t0;
   if (l != l) {
     pass_error(m);
     if (!m->err[0]) /* the forward ran: the loss itself is NaN */
@@ -258,7 +252,7 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
 }
 
 int train_model_backward(train_model *m, float loss_mult, int hand_over) {
-  double t0 = now_s();
+  double t0 = zo_clock_s();
   int rc;
   m->hand_over = hand_over;
 #if ZO_TRAIN_CUDA
@@ -272,7 +266,7 @@ int train_model_backward(train_model *m, float loss_mult, int hand_over) {
 #endif
     rc = gpt_backward(m->cpu, loss_mult);
   m->hand_over = 0;
-  m->t_bwd += now_s() - t0;
+  m->t_bwd += zo_clock_s() - t0;
   if (rc) pass_error(m);
   return rc;
 }

@@ -76,15 +76,6 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-
-static int parse_tier(const char *s, zo_offload_device *out) {
-  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
-  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
-  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
-  else return -1;
-  return 0;
-}
-
 static void usage(FILE *f) {
   fprintf(f,
     "usage: zo-stepbench --params N --layers L --nvme-path DIR --steps K [options]\n"
@@ -211,8 +202,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->compute_ms = strtod(optarg, &end);
         if (*end || !(o->compute_ms >= 0) || o->compute_ms > 1e6) goto bad;
         break;
-      case O_OPARAM: if (parse_tier(optarg, &o->oparam)) goto bad; break;
-      case O_OOPT: if (parse_tier(optarg, &o->oopt)) goto bad; break;
+      case O_OPARAM: if (zo_offload_device_parse(optarg, &o->oparam) != ZO_OK) goto bad; break;
+      case O_OOPT: if (zo_offload_device_parse(optarg, &o->oopt) != ZO_OK) goto bad; break;
       case O_DEVLIM: if (zo_tool_parse_count(optarg, 1, &o->device_limit)) goto bad; break;
       case O_LINK:
         o->link_gbps = strtod(optarg, &end);

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "args.h"
 #include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
@@ -125,10 +126,7 @@ static int die(const char *fmt, const char *a, const char *b) {
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
+  if (zo_tool_parse_int(s, lo, hi, out)) {
     if (hi == INT64_MAX)
       fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
     else
@@ -136,7 +134,6 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
               (long long)hi, s);
     return -1;
   }
-  *out = v;
   return 0;
 }
 

@@ -178,11 +178,7 @@ static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v,
 static zo_status get_device(const parse_ctx *c, const char *path, const json_t *v, zo_offload_device *out) {
   static const char *what = "\"none\", \"cpu\" or \"nvme\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
-  const char *s = json_string_value(v);
-  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
-  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
-  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
-  else return type_err(c, path, what, v);
+  if (zo_offload_device_parse(json_string_value(v), out) != ZO_OK) return type_err(c, path, what, v);
   return ZO_OK;
 }
 
@@ -1014,6 +1010,17 @@ const char *zo_offload_device_name(zo_offload_device d) {
     case ZO_OFFLOAD_NVME: return "nvme";
   }
   return "?";
+}
+
+zo_status zo_offload_device_parse(const char *name, zo_offload_device *out) {
+  if (!name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_offload_device_parse: %s is NULL", !name ? "name" : "out");
+  static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
+  for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
+    if (!strcmp(name, zo_offload_device_name(tiers[i]))) {
+      *out = tiers[i];
+      return ZO_OK;
+    }
+  return zo_error_set(ZO_ERR_INVALID_ARG, "offload device \"%s\": expected \"none\", \"cpu\" or \"nvme\"", name);
 }
 
 typedef struct sbuf {

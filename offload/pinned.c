@@ -656,6 +656,13 @@ const char *zo_host_allocator(void) {
   return g_allocator;
 }
 
+int zo_host_jemalloc(const char **version, const char **detail) {
+  const zo_je *je = zo_je_get();
+  if (version) *version = je ? je->version : NULL;
+  if (detail) *detail = je ? je->source : zo_je_why();
+  return je != NULL;
+}
+
 zo_status zo_pinned_pool_trim(zo_pinned_pool_t *p) {
   if (!p) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned trim: pool is NULL");
   if (!p->have_arena) return ZO_OK; /* direct buffers only: nothing is held back */

@@ -782,6 +782,27 @@ static void test_many_unknown(void) {
   free(js);
 }
 
+/* ---- zo_offload_device_parse(): the one tier-name parser (config, zo-train, zo-stepbench) ---- */
+
+static void test_offload_device_parse(void) {
+  static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
+  for (size_t i = 0; i < 3; i++) { /* round trip with zo_offload_device_name() */
+    zo_offload_device d = (zo_offload_device)-1;
+    CHECK_EQ(zo_offload_device_parse(zo_offload_device_name(tiers[i]), &d), ZO_OK);
+    CHECK_EQ((int)d, (int)tiers[i]);
+  }
+  static const char *const bad[] = {"", "CPU", "Nvme", "cpu ", "gpu", "?", "nvme0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    zo_offload_device d = ZO_OFFLOAD_NVME;
+    CHECK_EQ(zo_offload_device_parse(bad[i], &d), ZO_ERR_INVALID_ARG);
+    CHECK_EQ((int)d, (int)ZO_OFFLOAD_NVME); /* unchanged */
+  }
+  CHECK_HAS(zo_last_error(), "offload device \"nvme0\": expected \"none\", \"cpu\" or \"nvme\"");
+  zo_offload_device d;
+  CHECK_EQ(zo_offload_device_parse(NULL, &d), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_offload_device_parse("cpu", NULL), ZO_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "tests/config";
   zo_log_set_handler(on_log, NULL, ZO_LOG_DEBUG);
@@ -796,5 +817,6 @@ int main(int argc, char **argv) {
   test_lr();
   test_boundaries();
   test_many_unknown();
+  test_offload_device_parse();
   return zo_test_finish("test_config");
 }

@@ -390,6 +390,17 @@ int main(void) {
   CHECK(isnan(gpt_forward(m, inp, tgt, B, T + 1)));
   CHECK(gpt_weight(m, np) == NULL && gpt_grad(m, -1) == NULL);
 
+  /* sampling refused before anything ran (sample.h GEN_ERR_SETUP): the message names the call and the last
+   * forward's targets stay; n_new 0 runs no forward but still ends them */
+  CHECK(!isnan(gpt_forward(m, inp, tgt, B, T)));
+  CHECK(gpt_sample(m, NULL, 0, 4, 0.0f, 1, NULL) == -1);
+  CHECK(strstr(gpt_last_error(m), "gpt_sample: bad arguments (prompt_len 0, n_new 4)") != NULL);
+  CHECK(gpt_sample(m, (const uint8_t *)"abc", -1, 4, 0.0f, 1, NULL) == -1);
+  CHECK(gpt_backward(m, 1.0f) == 0);
+  CHECK(!isnan(gpt_forward(m, inp, tgt, B, T)));
+  CHECK(gpt_sample(m, (const uint8_t *)"abc", 3, 0, 0.0f, 1, NULL) == 0);
+  CHECK(gpt_backward(m, 1.0f) != 0);
+
   /* sampling: deterministic per seed; backward refused afterwards */
   {
     uint8_t s1[12], s2[12];

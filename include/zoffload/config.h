@@ -296,6 +296,14 @@ ZO_API size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap);
 /* zo_offload_device_name() - "none", "cpu" or "nvme" ("?" otherwise). */
 ZO_API const char *zo_offload_device_name(zo_offload_device d);
 
+/*
+ * zo_offload_device_parse() - the offload tier named @name: "none", "cpu" or
+ * "nvme" (exact, lower case, the names zo_offload_device_name() gives) into
+ * *@out. Thread-safe. Returns ZO_OK, or ZO_ERR_INVALID_ARG (NULL argument, or
+ * another name; *@out unchanged; the message is the thread's last error).
+ */
+ZO_API zo_status zo_offload_device_parse(const char *name, zo_offload_device *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -163,6 +163,17 @@ ZO_API zo_status zo_pinned_stats(zo_pinned_pool_t *pool, zo_pinned_stats_t *s);
  */
 ZO_API const char *zo_host_allocator(void);
 
+/*
+ * zo_host_jemalloc() - the jemalloc that pinned pools use, in parts, for
+ * reports that want fields rather than zo_host_allocator()'s sentence.
+ * Returns 1 when there is one: *@version is its mallctl "version" and
+ * *@detail where it came from ("in the process" or "loaded privately").
+ * Returns 0 when there is none: *@version is NULL and *@detail says why
+ * (e.g. "ZOFFLOAD_NO_JEMALLOC=1 is set"). Either pointer may be
+ * NULL. Static strings, fixed on first call. Thread-safe.
+ */
+ZO_API int zo_host_jemalloc(const char **version, const char **detail);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 /*
- * args.c - the count and size arguments the benchmarks share (--params,
+ * args.c - the integer, count and size arguments the benchmarks share (--params,
  * --capacity, --device-limit, --block-size). Flag parsing itself is getopt.
  */
 #include <errno.h>
@@ -8,6 +8,15 @@
 #include <stdlib.h>
 
 #include "args.h"
+
+int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
 
 int zo_tool_parse_count(const char *s, int binary, uint64_t *out) {
   char *end = NULL;

@@ -13,4 +13,12 @@
  */
 int zo_tool_parse_count(const char *s, int binary, uint64_t *out);
 
+/*
+ * zo_tool_parse_int() - a decimal integer in [@lo, @hi] (strtoll: leading
+ * blanks and a sign allowed; no suffixes, no exponent), the whole string.
+ * Returns 0 with *@out set, or -1 (empty, trailing text, overflow, out of
+ * range; *@out unchanged). The caller prints its own message.
+ */
+int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
 #endif

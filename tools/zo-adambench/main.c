@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "args.h"
 #include "stream.h"
 #include "zoffload/adam.h"
 
@@ -121,19 +122,15 @@ static int add_threads(const char *tok, void *ctx) {
     o->threads[o->n_threads++] = 0;
     return 0;
   }
-  char *end;
-  errno = 0;
-  long v = strtol(tok, &end, 10);
-  if (errno || *end || end == tok || v < 1 || v > 4096) return -1;
+  int64_t v;
+  if (zo_tool_parse_int(tok, 1, 4096, &v)) return -1;
   o->threads[o->n_threads++] = (int)v;
   return 0;
 }
 
 static int parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
+  int64_t v;
+  if (zo_tool_parse_int(s, lo, hi, &v)) {
     fprintf(stderr, "zo-adambench: error: %s: expected an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
     return -1;
   }

@@ -32,6 +32,16 @@ const char *stream_pattern_name(stream_pattern p) {
   }
 }
 
+/*
+ * Scalar bf16 widen and narrow for heads, tails and the scalar level. Kept here
+ * on purpose, not shared with base/half.h: narrow16 TRUNCATES (the same
+ * trivial arithmetic as the SIMD n512/n256 below, a shift), where half.h's
+ * zo_f32_to_bf16 rounds to nearest even with a NaN check, which would make
+ * the scalar reference do more work than its vector levels; widen16 equals
+ * zo_bf16_to_f32 bit for bit, but half.h is private (not installed) and a
+ * tool may include only public headers, whose casts (zo_cast) are array
+ * calls, not inlinable per element.
+ */
 static inline float widen16(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;

@@ -428,9 +428,8 @@ int main(int argc, char **argv) {
         }
         break;
       case OPT_ROUNDS: {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (end == optarg || *end || v < 1 || v > 1000) {
+        int64_t v;
+        if (zo_tool_parse_int(optarg, 1, 1000, &v)) {
           fprintf(stderr, "zo-arenabench: --rounds: '%s' is not an integer in [1, 1000]\n", optarg);
           return 2;
         }

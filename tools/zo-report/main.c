@@ -26,7 +26,7 @@
 
 #include "zoffload/adam.h"
 #include "zoffload/device.h"
-#include "jemalloc_rt.h"
+#include "zoffload/pinned.h"
 
 #if ZO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -569,9 +569,10 @@ static json_t *report_libraries(void) {
   json_object_set_new(o, "hwloc_api_runtime", json_string(v));
   json_object_set_new(o, "hwloc_package", json_string(ZO_HWLOC_PKG_VERSION));
   json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
-  const zo_je *je = zo_je_get(); /* what libzoffload's pinned pool finds (base/jemalloc_rt.h) */
-  json_object_set_new(o, "jemalloc", je ? json_pack("{s:s, s:s}", "version", je->version, "source", je->source)
-                                        : json_pack("{s:n, s:s}", "version", "unavailable", zo_je_why()));
+  const char *je_version, *je_detail; /* what libzoffload's pinned pool finds (zoffload/pinned.h) */
+  json_object_set_new(o, "jemalloc", zo_host_jemalloc(&je_version, &je_detail)
+                                         ? json_pack("{s:s, s:s}", "version", je_version, "source", je_detail)
+                                         : json_pack("{s:n, s:s}", "version", "unavailable", je_detail));
   json_object_set_new(o, "openblas", json_string("not linked into libzoffload (zo-train only)"));
   return o;
 }

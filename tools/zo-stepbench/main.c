@@ -61,24 +61,6 @@ typedef struct opts {
 } opts;
 
 /* A whole decimal integer in [lo, hi]; 0 ok, -1 otherwise (empty, trailing text, out of range). */
-static int parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-
-static int parse_tier(const char *s, zo_offload_device *out) {
-  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
-  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
-  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
-  else return -1;
-  return 0;
-}
-
 static void usage(FILE *f) {
   fprintf(f,
     "usage: zo-stepbench --params N --layers L --nvme-path DIR --steps K [options]\n"
@@ -183,7 +165,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"reduce-bucket-size", 1, 0, O_RBUCKET}, {"allgather-bucket-size", 1, 0, O_ABUCKET}, {0, 0, 0, 0}};
   int c, li = -1;
   uint64_t u;
-  long l;
+  int64_t l;
   char *end;
   opterr = 0;
   while ((li = -1, c = getopt_long(argc, argv, "", lo, &li)) != -1) {
@@ -193,20 +175,20 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (zo_tool_parse_count(optarg, 0, &o->params) || o->params == 0) goto bad;
         break;
       case O_LAYERS:
-        if (parse_int(optarg, 1, 100000, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 1, 100000, &l)) goto bad;
         o->layers = l;
         break;
       case O_NVME: o->nvme_path = optarg; break;
       case O_STEPS:
-        if (parse_int(optarg, 1, 1000000, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 1, 1000000, &l)) goto bad;
         o->steps = l;
         break;
       case O_COMPUTE:
         o->compute_ms = strtod(optarg, &end);
         if (*end || !(o->compute_ms >= 0) || o->compute_ms > 1e6) goto bad;
         break;
-      case O_OPARAM: if (parse_tier(optarg, &o->oparam)) goto bad; break;
-      case O_OOPT: if (parse_tier(optarg, &o->oopt)) goto bad; break;
+      case O_OPARAM: if (zo_offload_device_parse(optarg, &o->oparam) != ZO_OK) goto bad; break;
+      case O_OOPT: if (zo_offload_device_parse(optarg, &o->oopt) != ZO_OK) goto bad; break;
       case O_DEVLIM: if (zo_tool_parse_count(optarg, 1, &o->device_limit)) goto bad; break;
       case O_LINK:
         o->link_gbps = strtod(optarg, &end);
@@ -227,11 +209,11 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->sub_group_size = (int64_t)u;
         break;
       case O_BC:
-        if (parse_int(optarg, 1, 1024, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 1, 1024, &l)) goto bad;
         o->buffer_count = l;
         break;
       case O_PBC:
-        if (parse_int(optarg, 1, 1024, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 1, 1024, &l)) goto bad;
         o->param_buffer_count = l;
         break;
       case O_BS:
@@ -239,15 +221,15 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->block_size = (int64_t)u;
         break;
       case O_QD:
-        if (parse_int(optarg, 1, 32768, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 1, 32768, &l)) goto bad;
         o->queue_depth = l;
         break;
       case O_AT:
-        if (parse_int(optarg, 0, 4096, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 0, 4096, &l)) goto bad;
         o->adam_threads = l;
         break;
       case O_WARM:
-        if (parse_int(optarg, 0, LONG_MAX, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 0, LONG_MAX, &l)) goto bad;
         o->warmup = l;
         break;
       case O_BF16: o->bf16 = 1; break;
@@ -265,7 +247,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         *(c == O_RBUCKET ? &o->reduce_bucket : &o->allgather_bucket) = (int64_t)u;
         break;
       case O_STAGE:
-        if (parse_int(optarg, 0, 3, &l)) goto bad;
+        if (zo_tool_parse_int(optarg, 0, 3, &l)) goto bad;
         o->stage = l;
         break;
       case O_HELP: usage(stdout); exit(0);

@@ -29,6 +29,7 @@
 #include "zoffload/status.h"
 #include "zoffload/swap.h"
 
+#include "args.h"
 #include "linkbench.h"
 
 /* Ring options the swap API may offer; 0 means the header does not have them yet and the
@@ -1360,9 +1361,8 @@ int main(int argc, char **argv) {
         break;
       }
       case O_REPS: {
-        char *end;
-        long r = strtol(optarg, &end, 10);
-        if (*end || r < 1 || r > 64) {
+        int64_t r;
+        if (zo_tool_parse_int(optarg, 1, 64, &r)) {
           fprintf(stderr, "zo-swapbench: --reps: need 1..64, got '%s'\n", optarg);
           return 2;
         }

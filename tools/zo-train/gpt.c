@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "rng.h"
+#include "sample.h"
 #include "seterr.h"
 #include "zoffload/status.h"
 
@@ -1073,56 +1074,27 @@ int gpt_backward(gpt_model *m, float loss_mult) {
 /* ------------------------------------------------------------------ */
 /* sampling */
 
+static int sample_check(void *model, const uint8_t *toks, size_t n) {
+  return check_tokens((gpt_model *)model, toks, n, "prompt");
+}
+
+/* sampling computes with the weights already in the model: no hook */
+static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb, float *scratch) {
+  (void)Vb, (void)scratch;
+  gpt_model *m = model;
+  gpt_hook_fn saved = m->hook;
+  m->hook = NULL;
+  float r = gpt_forward(m, toks, NULL, 1, T);
+  m->hook = saved;
+  return isnan(r) ? NULL : m->logits + (size_t)(T - 1) * m->cfg.vocab;
+}
+
 int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature, uint64_t seed,
                uint8_t *out) {
   if (!m) return -1;
-  if (n_new < 0 || prompt_len < 0 || (prompt_len > 0 && !prompt) || (n_new > 0 && !out)) {
-    seterr(m->err, sizeof m->err, "gpt_sample: bad arguments (prompt_len %d, n_new %d)", prompt_len, n_new);
-    return -1;
-  }
-  const int S = m->cfg.seq_len, V = m->cfg.vocab;
-  const int Vb = V < 256 ? V : 256; /* only byte ids can be emitted */
-  size_t cap = (size_t)(prompt_len > 0 ? prompt_len : 1) + (size_t)n_new;
-  uint8_t *buf = malloc(cap);
-  float *p = malloc((size_t)Vb * sizeof(float));
-  if (!buf || !p) {
-    free(buf);
-    free(p);
-    seterr(m->err, sizeof m->err, "gpt_sample: out of memory (%zu bytes)", cap + (size_t)Vb * sizeof(float));
-    return -1;
-  }
-  size_t len;
-  if (prompt_len > 0) {
-    memcpy(buf, prompt, (size_t)prompt_len);
-    len = (size_t)prompt_len;
-  } else {
-    buf[0] = '\n' < Vb ? '\n' : 0;
-    len = 1;
-  }
-  if (check_tokens(m, buf, len, "prompt") != 0) {
-    free(buf);
-    free(p);
-    return -1;
-  }
-  uint64_t rng = seed;
-  int rc = 0;
-  for (int i = 0; i < n_new; i++) {
-    int T = len < (size_t)S ? (int)len : S;
-    gpt_hook_fn saved = m->hook; /* sampling computes with the weights already in the model */
-    m->hook = NULL;
-    float r = gpt_forward(m, buf + len - (size_t)T, NULL, 1, T);
-    m->hook = saved;
-    if (isnan(r)) {
-      rc = -1;
-      break;
-    }
-    const float *lg = m->logits + (size_t)(T - 1) * V;
-    const int pick = sample_token(lg, Vb, temperature, &rng, p);
-    buf[len++] = (uint8_t)pick;
-    out[i] = (uint8_t)pick;
-  }
-  m->have_targets = 0;
-  free(buf);
-  free(p);
-  return rc;
+  const gen_backend g = {m, "gpt_sample", "memory", m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab, 0,
+                         sample_check, sample_forward_last};
+  const int rc = gen_sample(&g, prompt, prompt_len, n_new, temperature, seed, out);
+  if (rc == GEN_OK || rc == GEN_ERR_FORWARD) m->have_targets = 0;
+  return rc == GEN_OK ? 0 : -1;
 }

@@ -17,6 +17,7 @@
 
 #include "gpt_cuda_internal.h"
 #include "rng.h"
+#include "sample.h"
 #include "seterr.h"
 
 typedef zgc_bf16 bf16;
@@ -706,55 +707,28 @@ static int last_logits(gpt_cuda *m, int row, int Vb, float *out) {
   return 0;
 }
 
+static int sample_check(void *model, const uint8_t *toks, size_t n) {
+  return check_tokens((gpt_cuda *)model, toks, n, "prompt");
+}
+
+static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb, float *scratch) {
+  gpt_cuda *m = (gpt_cuda *)model;
+  float r = 0.0f;
+  m->fn = "gpt_cuda_sample";
+  if (forward_pass(m, toks, NULL, 1, T, &r) != 0 || last_logits(m, T - 1, Vb, scratch) != 0) return NULL;
+  return scratch;
+}
+
 extern "C" int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
                                uint64_t seed, uint8_t *out) {
   if (!m) return -1;
   m->fn = "gpt_cuda_sample";
-  if (n_new < 0 || prompt_len < 0 || (prompt_len > 0 && !prompt) || (n_new > 0 && !out)) {
-    seterr(m->err, sizeof m->err, "gpt_cuda_sample: bad arguments (prompt_len %d, n_new %d)", prompt_len, n_new);
-    return -1;
-  }
-  const int S = m->cfg.seq_len, V = m->cfg.vocab;
-  const int Vb = V < 256 ? V : 256; /* only byte ids can be emitted */
-  size_t cap = (size_t)(prompt_len > 0 ? prompt_len : 1) + (size_t)n_new;
-  uint8_t *buf = (uint8_t *)malloc(cap);
-  float *lg = (float *)malloc(256 * sizeof(float));
-  float *p = (float *)malloc(256 * sizeof(float));
-  if (!buf || !lg || !p) {
-    free(buf);
-    free(lg);
-    free(p);
-    seterr(m->err, sizeof m->err, "gpt_cuda_sample: out of host memory (%zu bytes)", cap + 2048);
-    return -1;
-  }
-  size_t len;
-  if (prompt_len > 0) {
-    memcpy(buf, prompt, (size_t)prompt_len);
-    len = (size_t)prompt_len;
-  } else {
-    buf[0] = '\n' < Vb ? '\n' : 0;
-    len = 1;
-  }
-  int rc = check_tokens(m, buf, len, "prompt");
-  uint64_t rng = seed;
+  const gen_backend g = {m, "gpt_cuda_sample", "host memory", m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab, 1,
+                         sample_check, sample_forward_last};
   gpt_hook_fn saved = m->hook; /* sampling computes with the weights already set */
   m->hook = NULL;
-  for (int i = 0; i < n_new && rc == 0; i++) {
-    const int T = len < (size_t)S ? (int)len : S;
-    float r = 0.0f;
-    m->fn = "gpt_cuda_sample";
-    if (forward_pass(m, buf + len - (size_t)T, NULL, 1, T, &r) != 0 || last_logits(m, T - 1, Vb, lg) != 0) {
-      rc = -1;
-      break;
-    }
-    const int pick = sample_token(lg, Vb, temperature, &rng, p);
-    buf[len++] = (uint8_t)pick;
-    out[i] = (uint8_t)pick;
-  }
+  const int rc = gen_sample(&g, prompt, prompt_len, n_new, temperature, seed, out);
   m->hook = saved;
-  m->have_targets = 0;
-  free(buf);
-  free(lg);
-  free(p);
-  return rc;
+  if (rc != GEN_ERR_SETUP) m->have_targets = 0;
+  return rc == GEN_OK ? 0 : -1;
 }

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "args.h"
 #include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
@@ -118,19 +119,8 @@ static int die(const char *fmt, const char *a, const char *b) {
   return 1;
 }
 
-static int parse_device(const char *s, zo_offload_device *out) {
-  if (!strcmp(s, "none")) *out = ZO_OFFLOAD_NONE;
-  else if (!strcmp(s, "cpu")) *out = ZO_OFFLOAD_CPU;
-  else if (!strcmp(s, "nvme")) *out = ZO_OFFLOAD_NVME;
-  else return -1;
-  return 0;
-}
-
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
+  if (zo_tool_parse_int(s, lo, hi, out)) {
     if (hi == INT64_MAX)
       fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
     else
@@ -138,7 +128,6 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
               (long long)hi, s);
     return -1;
   }
-  *out = v;
   return 0;
 }
 
@@ -394,14 +383,14 @@ int main(int argc, char **argv) {
   }
   if (offload_override) {
     zo_offload_device dev;
-    if (parse_device(offload_override, &dev))
+    if (zo_offload_device_parse(offload_override, &dev) != ZO_OK)
       return die("--offload-optimizer: expected none, cpu or nvme, got '%s'%s", offload_override, "");
     cfg.zero.offload_optimizer.device = dev;
     if (dev != ZO_OFFLOAD_NONE && cfg.zero.stage < 1) cfg.zero.stage = 2;
   }
   if (param_override) {
     zo_offload_device dev;
-    if (parse_device(param_override, &dev))
+    if (zo_offload_device_parse(param_override, &dev) != ZO_OK)
       return die("--offload-param: expected none, cpu or nvme, got '%s'%s", param_override, "");
     cfg.zero.offload_param.device = dev;
     if (dev != ZO_OFFLOAD_NONE) cfg.zero.stage = 3;

@@ -391,6 +391,25 @@ static void test_fallback(void) {
   CHECK_EQ(WEXITSTATUS(status), 0);
 }
 
+/* zo_host_jemalloc(): the same facts as zo_host_allocator()'s sentence, in parts (what zo-report prints) */
+static void test_jemalloc_parts(void) {
+  const char *ver = "x", *detail = NULL;
+  char sentence[640];
+  CHECK_EQ(zo_host_jemalloc(&ver, &detail), g_jemalloc);
+  REQUIRE(detail);
+  if (g_jemalloc) {
+    REQUIRE(ver);
+    snprintf(sentence, sizeof sentence, "jemalloc %s (%s)", ver, detail);
+    CHECK_EQ(strcmp(detail, "in the process"), 0);
+  } else {
+    CHECK(ver == NULL);
+    snprintf(sentence, sizeof sentence, "page mappings (no jemalloc: %s)", detail);
+  }
+  CHECK_HAS(zo_host_allocator(), sentence); /* and no more: */
+  CHECK_EQ(strlen(zo_host_allocator()), strlen(sentence));
+  CHECK_EQ(zo_host_jemalloc(NULL, NULL), g_jemalloc);
+}
+
 int main(void) {
   zo_log_set_handler(count_log, NULL, ZO_LOG_WARN);
   /* Run twice by ctest: as linked (jemalloc is this program's allocator, so the pool finds it in the process)
@@ -401,23 +420,7 @@ int main(void) {
   printf("allocator: %s\n", zo_host_allocator());
   CHECK_EQ(strncmp(zo_host_allocator(), g_jemalloc ? "jemalloc 5." : "page mappings (no jemalloc: ZOFFLOAD_NO_JEMALLOC",
                    g_jemalloc ? 11 : 48), 0);
-  { /* zo_host_jemalloc(): the same facts in parts (what zo-report prints) */
-    const char *ver = "x", *detail = NULL;
-    char sentence[640];
-    CHECK_EQ(zo_host_jemalloc(&ver, &detail), g_jemalloc);
-    REQUIRE(detail);
-    if (g_jemalloc) {
-      REQUIRE(ver);
-      snprintf(sentence, sizeof sentence, "jemalloc %s (%s)", ver, detail);
-      CHECK_EQ(strcmp(detail, "in the process"), 0);
-    } else {
-      CHECK(ver == NULL);
-      snprintf(sentence, sizeof sentence, "page mappings (no jemalloc: %s)", detail);
-    }
-    CHECK_HAS(zo_host_allocator(), sentence); /* and no more: */
-    CHECK_EQ(strlen(zo_host_allocator()), strlen(sentence));
-    CHECK_EQ(zo_host_jemalloc(NULL, NULL), g_jemalloc);
-  }
+  test_jemalloc_parts();
   printf("sizes and alignments\n");
   test_sizes_and_alignments();
   printf("reuse and zero\n");

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# layers.sh SOURCE_DIR - the include graph points down. Every quoted #include in
+# the library's folders and tools/ is resolved to the header it names, and that
+# header's layer must be below the including file's layer (or the same module):
+#
+#   4 tools/                                  (the programs)
+#   3 offload/ + engine.h budget.h checkpoint.h plan.h zoffload.h   (the engine)
+#   2 host/ config/ swap/ cpu_adam/ + pinned.h config.h swap.h adam.h
+#   1 gpu/ + device.h arena.h comm.h           (host/ uses gpu/'s cuda_host.h hook)
+#   0 base/ + status.h dtype.h
+#
+# Peers of one layer (swap and cpu_adam, say) do not include each other, and the
+# tools use the library through its public headers only (as a user would).
+# offload/ holds the engine alone: every file in it has a name of the engine's
+# (engine*, budget, plan, checkpoint, safetensors). Public headers follow the
+# same rule among themselves. Exit 0 pass, 1 fail (every violation listed).
+set -u
+cd "${1:-.}" || exit 1
+
+declare -A layer module
+# Public headers: the module and layer each belongs to.
+for h in status dtype; do module[include/zoffload/$h.h]=base; done
+for h in device arena comm; do module[include/zoffload/$h.h]=gpu; done
+module[include/zoffload/pinned.h]=host
+module[include/zoffload/config.h]=config
+module[include/zoffload/swap.h]=swap
+module[include/zoffload/adam.h]=cpu_adam
+for h in engine budget checkpoint plan zoffload; do module[include/zoffload/$h.h]=offload; done
+layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2
+layer[offload]=3 layer[tools]=4
+
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# The module of a repository path: its top folder (public headers by the table above).
+module_of() {
+  case $1 in
+    include/zoffload/*) echo "${module[$1]:-?}" ;;
+    *) echo "${1%%/*}" ;;
+  esac
+}
+
+# Resolve a quoted include as the compiler would: next to the file, then in
+# include/ and in the folders the build puts on the include path.
+resolve() { # file include
+  local dir=${1%/*} inc=$2 d
+  for d in "$dir" include base gpu host config swap cpu_adam offload tools/common tools/zo-train; do
+    [ -f "$d/$inc" ] && { echo "$d/$inc"; return; }
+  done
+  echo ""
+}
+
+n_files=0 n_edges=0
+files=$(git ls-files 2>/dev/null -- base gpu host config swap cpu_adam offload tools include \
+        | grep -E '\.(c|h|cu|cc)$') || files=""
+[ -n "$files" ] || files=$(find base gpu host config swap cpu_adam offload tools include -name '*.[ch]' -o -name '*.cu')
+for f in $files; do
+  n_files=$((n_files + 1))
+  from=$(module_of "$f")
+  [ "$from" = "?" ] && { bad "$f: a public header with no module in layers.sh's table"; continue; }
+  lf=${layer[$from]:-}
+  [ -n "$lf" ] || { bad "$f: folder '$from' has no layer in layers.sh"; continue; }
+  while IFS= read -r inc; do
+    n_edges=$((n_edges + 1))
+    target=$(resolve "$f" "$inc")
+    [ -n "$target" ] || { bad "$f includes \"$inc\", which is no file of the repository"; continue; }
+    to=$(module_of "$target")
+    [ "$to" = "$from" ] && continue
+    lt=${layer[$to]:-}
+    [ -n "$lt" ] || { bad "$f includes $target, in no layer"; continue; }
+    if [ "$from" = tools ] && [ "${target#include/}" = "$target" ]; then
+      bad "$f includes $target: the tools use the library through its public headers (include/zoffload) only"
+    elif [ "$lt" -ge "$lf" ]; then
+      bad "$f (layer $lf, $from) includes $target (layer $lt, $to): includes must point down"
+    fi
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+done
+
+# offload/ holds the engine alone.
+for f in $(ls offload); do
+  case $f in
+    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | checkpoint.c | safetensors.c) ;;
+    *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, checkpoint, safetensors)" ;;
+  esac
+done
+
+[ "$n_edges" -gt 100 ] || bad "only $n_edges includes read in $n_files files: the scan is broken"
+[ $fail = 0 ] && echo "ok: $n_edges quoted includes in $n_files files all point down"
+exit $fail

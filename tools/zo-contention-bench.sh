@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --limit) limit="$2"; shift 2 ;;
     --report-only) report_only=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "zo-contention-bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

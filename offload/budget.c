@@ -170,7 +170,7 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
   const int pres = e->ptier == ZO_OFFLOAD_NONE;
   /* Device: the resident block, and with parameter offload room for the largest tensor. */
   const size_t dev_state = p->dev_state_bytes, largest_dev = p->largest_dev_bytes;
-  const size_t dev = add_sat(p->device_bytes, pres ? 0 : largest_dev);
+  const size_t dev = p->device_need_bytes;
   const size_t host = p->host_bytes, pinned = p->pinned_bytes;
   const size_t state_host = zo_plan_sum(p, "state_host."), param_host = zo_plan_sum(p, "param_host");
   const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers."), nvme_opt = p->nvme_bytes[0];

@@ -194,6 +194,7 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
   pl->largest_dev_bytes = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
+  pl->device_need_bytes = pres ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
 
   /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy. */
   if (e->tier != ZO_OFFLOAD_NONE) {
@@ -289,14 +290,17 @@ size_t zo_plan_bytes(const zo_plan *p, const char *name) {
 void zo_plan_print(const zo_plan *p, void *fp) {
   FILE *f = fp ? fp : stdout;
   if (!p) return;
-  fprintf(f, "%-7s %-26s %6s %20s %20s  %s\n", "tier", "buffer", "count", "bytes_each", "total_bytes", "pinned");
+  fprintf(f, "%-7s %-28s %6s %20s %20s  %s\n", "tier", "buffer", "count", "bytes_each", "total_bytes", "pinned");
   for (int i = 0; i < p->n_bufs; i++) {
     const zo_plan_buf *b = &p->buf[i];
-    fprintf(f, "%-7s %-26s %6d %20zu %20zu  %s\n", zo_tier_name(b->tier), b->purpose, b->count, b->bytes,
+    fprintf(f, "%-7s %-28s %6d %20zu %20zu  %s\n", zo_tier_name(b->tier), b->purpose, b->count, b->bytes,
             mul_sat(b->bytes, (size_t)b->count), b->tier != ZO_TIER_HOST ? "-" : b->pinned ? "yes" : "no");
   }
-  fprintf(f, "plan: device %zu, host %zu (pinned %zu), nvme %zu + %zu bytes", p->device_bytes, p->host_bytes,
-          p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
+  fprintf(f, "plan: device %zu", p->device_bytes);
+  if (p->device_need_bytes != p->device_bytes)
+    fprintf(f, " (needs %zu with the largest tensor's copy beside it)", p->device_need_bytes);
+  fprintf(f, ", host %zu (pinned %zu), nvme %zu (offload_optimizer.nvme_path) + %zu (offload_param.nvme_path) bytes",
+          p->host_bytes, p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
   if (p->n_sgs)
     fprintf(f, "; %d sub-groups of up to %zu elements, %d buffer sets", p->n_sgs, p->slot_el, p->n_slots);
   fprintf(f, "\n");

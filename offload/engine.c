@@ -517,7 +517,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     const size_t pbytes = zo_plan_bytes(plan, "params.swp");
     st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
     if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
-    eng_ledger_note(e, ZO_TIER_NVME, "params.swp", pbytes, 0, 1);
+    eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
     if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
       return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
                           "largest tensor (%zu elements); raise it to at least %zu",
@@ -558,7 +558,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
       const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
       st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
       if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
-      eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], fbytes, 0, 0);
+      eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
     }
     const int nbuf = plan->n_slots;
     e->slots = calloc(nbuf, sizeof *e->slots);

@@ -1,6 +1,7 @@
 /*
- * budget.c - the start-up budget (zoffload/budget.h): every tier's bytes as
- * zo_engine_finalize() will allocate them, against what the machine has.
+ * budget.c - the start-up budget (zoffload/budget.h): every tier's bytes of
+ * the memory plan (plan.c, what zo_engine_finalize() allocates) against what
+ * the machine has. Not here: any sizing of the engine's buffers.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /*
  * engine.c - the engine's lifecycle: create and destroy, the parameter
- * registry, finalize (ZeRO partitioning, where each tier's bytes live, the
- * buffers), and the initial weights. Not here: the optimizer step
+ * registry, finalize (allocates the buffers of the memory plan, plan.c, and
+ * places the tensors by its layout), and the initial weights. Not here: the optimizer step
  * (engine_step.c), fetches (engine_fetch.c), the NVMe pipeline
  * (engine_nvme.c), the write-back ring (engine_wb.c).
  */
@@ -410,6 +410,99 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
                       "another", what);
 }
 
+/* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads. */
+static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
+  zo_status st;
+  const size_t largest = plan->largest_el;
+  const size_t pbytes = zo_plan_bytes(plan, "params.swp");
+  st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
+  if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
+  eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
+  if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
+                        "largest tensor (%zu elements); raise it to at least %zu",
+                        (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
+  e->pstage_el = plan->pstage_el;
+  e->n_pstage = plan->n_pstage;
+  e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
+  e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
+  if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  const size_t each = zo_plan_bytes(plan, "offload_param.staging");
+  for (int b = 0; b < e->n_pstage; b++) {
+    int pinned;
+    st = zo_host_alloc(each, 1, &e->pstage[b], &pinned);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
+                             "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, each);
+    eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
+  }
+  return ZO_OK;
+}
+
+/* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group buffers. */
+static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
+  zo_status st;
+  /* the plan's sub-groups and pieces, with the pipeline's bookkeeping beside them */
+  e->pieces = calloc(plan->n_pieces ? plan->n_pieces : 1, sizeof *e->pieces);
+  e->sgs = calloc(plan->n_sgs ? plan->n_sgs : 1, sizeof *e->sgs);
+  if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  for (int i = 0; i < e->n_params; i++) e->params[i]->file_el = plan->tensor[i].file_el;
+  for (int q = 0; q < plan->n_pieces; q++) {
+    const zo_plan_piece *pc = &plan->piece[q];
+    e->pieces[q] = (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
+  }
+  for (int g = 0; g < plan->n_sgs; g++) {
+    const zo_plan_sub_group *sg = &plan->sg[g];
+    e->sgs[g] = (sub_group){.first_piece = sg->first_piece, .n_pieces = sg->n_pieces, .file_el = sg->file_el,
+                            .n_el = sg->n_el};
+  }
+  e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
+  for (int k = 0; k < ST_KINDS; k++) {
+    const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
+    st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
+    if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
+    eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
+  }
+  const int nbuf = plan->n_slots;
+  e->slots = calloc(nbuf, sizeof *e->slots);
+  e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
+  if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  e->n_slots = nbuf;
+  for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
+  for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
+    e->sg_order[i] = e->n_sgs - 1 - i;
+    e->sgs[e->n_sgs - 1 - i].pos = i;
+    e->sgs[i].slot = -1;
+  }
+  static const char *const k_sg_buf[ST_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
+                                                 "sub_group_buffers.exp_avg_sq"};
+  size_t slot_bytes[ST_KINDS];
+  for (int k = 0; k < ST_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
+  for (int s = 0; s < nbuf; s++) {
+    for (int k = 0; k < ST_KINDS; k++) {
+      int pinned;
+      st = zo_host_alloc(slot_bytes[k], 1, &e->slots[s].buf[k], &pinned);
+      if (st != ZO_OK)
+        return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
+                               "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
+                               s + 1, nbuf, e->slot_el);
+      eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
+    }
+  }
+  /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
+  struct iovec iov[3 * 64];
+  unsigned n_iov = 0;
+  for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
+    for (int k = 0; k < ST_KINDS; k++)
+      iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = slot_bytes[k]};
+  if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
+    zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
+            zo_last_error());
+  zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
+          "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
+  return ZO_OK;
+}
+
 /* Allocate what @plan says, in its order; every size and offset is the plan's (plan.c), each request is noted in
  * the ledger (zo_engine_allocations()). */
 static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
@@ -513,91 +606,8 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   if (e->ptier == ZO_OFFLOAD_CPU)
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host", zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    const size_t pbytes = zo_plan_bytes(plan, "params.swp");
-    st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
-    if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
-    eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
-    if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
-      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
-                          "largest tensor (%zu elements); raise it to at least %zu",
-                          (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
-    e->pstage_el = plan->pstage_el;
-    e->n_pstage = plan->n_pstage;
-    e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
-    e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
-    if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    const size_t each = zo_plan_bytes(plan, "offload_param.staging");
-    for (int b = 0; b < e->n_pstage; b++) {
-      int pinned;
-      st = zo_host_alloc(each, 1, &e->pstage[b], &pinned);
-      if (st != ZO_OK)
-        return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
-                               "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, each);
-      eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
-    }
-  }
-
-  if (e->tier == ZO_OFFLOAD_NVME) {
-    /* the plan's sub-groups and pieces, with the pipeline's bookkeeping beside them */
-    e->pieces = calloc(plan->n_pieces ? plan->n_pieces : 1, sizeof *e->pieces);
-    e->sgs = calloc(plan->n_sgs ? plan->n_sgs : 1, sizeof *e->sgs);
-    if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    for (int i = 0; i < e->n_params; i++) e->params[i]->file_el = plan->tensor[i].file_el;
-    for (int q = 0; q < plan->n_pieces; q++) {
-      const zo_plan_piece *pc = &plan->piece[q];
-      e->pieces[q] = (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
-    }
-    for (int g = 0; g < plan->n_sgs; g++) {
-      const zo_plan_sub_group *sg = &plan->sg[g];
-      e->sgs[g] = (sub_group){.first_piece = sg->first_piece, .n_pieces = sg->n_pieces, .file_el = sg->file_el,
-                              .n_el = sg->n_el};
-    }
-    e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
-    for (int k = 0; k < ST_KINDS; k++) {
-      const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
-      st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
-      if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
-      eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
-    }
-    const int nbuf = plan->n_slots;
-    e->slots = calloc(nbuf, sizeof *e->slots);
-    e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
-    if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    e->n_slots = nbuf;
-    for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
-    for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
-      e->sg_order[i] = e->n_sgs - 1 - i;
-      e->sgs[e->n_sgs - 1 - i].pos = i;
-      e->sgs[i].slot = -1;
-    }
-    static const char *const k_sg_buf[ST_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
-                                                   "sub_group_buffers.exp_avg_sq"};
-    size_t slot_bytes[ST_KINDS];
-    for (int k = 0; k < ST_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
-    for (int s = 0; s < nbuf; s++) {
-      for (int k = 0; k < ST_KINDS; k++) {
-        int pinned;
-        st = zo_host_alloc(slot_bytes[k], 1, &e->slots[s].buf[k], &pinned);
-        if (st != ZO_OK)
-          return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
-                                 "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
-                                 s + 1, nbuf, e->slot_el);
-        eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
-      }
-    }
-    /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
-    struct iovec iov[3 * 64];
-    unsigned n_iov = 0;
-    for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
-      for (int k = 0; k < ST_KINDS; k++)
-        iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = slot_bytes[k]};
-    if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
-      zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
-              zo_last_error());
-    zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
-            "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
-  }
+  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_nvme_state(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) {
     /* The write-back ring (its size: plan.c). */
     if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */

@@ -2,7 +2,10 @@
  * engine_internal.h - the engine's private struct and the functions its
  * files share. The engine is one object split by subsystem:
  *   engine.c          lifecycle: create, destroy, the parameter registry,
- *                     finalize (tier layout and buffers), initial weights;
+ *                     finalize (allocates the memory plan), initial weights;
+ *   plan.c            the memory plan: every tier's buffers and the layout
+ *                     (zoffload/plan.h), and the ledger of what finalize
+ *                     allocated;
  *   engine_wb.c       where new working weights go, and the write-back ring
  *                     of nvme parameters (offload_param.device "nvme");
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;

@@ -1,6 +1,7 @@
 /*
- * budget.c - the start-up budget (zoffload/budget.h): every tier's bytes as
- * zo_engine_finalize() will allocate them, against what the machine has.
+ * budget.c - the start-up budget (zoffload/budget.h): every tier's bytes of
+ * the memory plan (plan.c, what zo_engine_finalize() allocates) against what
+ * the machine has. Not here: any sizing of the engine's buffers.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <sys/statvfs.h>
 
 #include "engine_internal.h"
+#include "plan_internal.h"
 #include "zoffload/budget.h"
 
 const char *zo_tier_name(zo_tier t) {
@@ -130,21 +132,12 @@ static size_t fs_free(const char *path, dev_t *fsid) {
 
 /* ------------------------------------------------------------ the budget */
 
-/* Saturating size arithmetic (zo_size_* store SIZE_MAX on overflow): a byte count too large for size_t becomes
- * SIZE_MAX, which no line fits (see fits_in), so the budget refuses it instead of comparing a wrapped value. */
-static size_t mul_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_mul(a, b, &r);
-  return r;
-}
+/* Saturating addition (zo_size_add stores SIZE_MAX on overflow): a byte count too large for size_t becomes
+ * SIZE_MAX, which no line fits (see fits_in), so the budget refuses it instead of comparing a wrapped value.
+ * The plan's own byte counts saturate the same way (plan.c). */
 static size_t add_sat(size_t a, size_t b) {
   size_t r;
   zo_size_add(a, b, &r);
-  return r;
-}
-static size_t round_sat(size_t x, size_t align) {
-  size_t r;
-  zo_size_round_up(x, align, &r);
   return r;
 }
 /* @need fits in @available (SIZE_MAX: no limit); a saturated need never does. */
@@ -161,88 +154,29 @@ static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
 
 zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
-  ZO_CHECK(eng_check_usable(e, "budget"));
-  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: the engine is already finalized");
-  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "budget: no parameter was registered");
+  zo_plan *plan;
+  ZO_CHECK(zo_plan_make(e, "budget", &plan));
+  zo_status st = zo_plan_budget(e, plan, app, out);
+  zo_plan_free(plan);
+  return st;
+}
+
+/* The plan's bytes per tier (plan.c) against what the machine has. */
+zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
   memset(out, 0, sizeof *out);
   const size_t zero[4] = {0, 0, 0, 0};
   if (!app) app = zero;
   const zo_config_t *c = &e->cfg;
-  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
-  const size_t state_esz = e->esz[0] + e->esz[1] + e->esz[2];
-  const int pin = c->zero.offload_optimizer.pin_memory, pres = e->ptier == ZO_OFFLOAD_NONE;
-  if (e->ptier == ZO_OFFLOAD_NVME && !e->swap_align) e->swap_align = 4096; /* as finalize */
-
+  const size_t wsz = p->wsz, state_esz = p->state_esz;
+  const int pres = e->ptier == ZO_OFFLOAD_NONE;
   /* Device: the resident block, and with parameter offload room for the largest tensor. */
-  size_t dev = 0, dev_state = 0, shard_total = 0, largest = 0, pw_total = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const zo_param_t *p = e->params[i];
-    if (pres) dev = add_sat(dev, round_sat(mul_sat(p->n, wsz), 256));
-    if (e->tier == ZO_OFFLOAD_NONE) {
-      for (int k = 0; k < ST_KINDS; k++) dev_state = add_sat(dev_state, round_sat(mul_sat(p->shard_n, e->esz[k]), 256));
-      dev_state = add_sat(dev_state, round_sat(mul_sat(p->shard_n, gsz), 256));
-    }
-    shard_total = add_sat(shard_total, p->shard_n);
-    if (p->n > largest) largest = p->n;
-    const size_t held = eng_dp3(e) ? p->part_n : p->n; /* as finalize */
-    pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, eng_extent_unit(e)) : held);
-  }
-  const size_t largest_dev = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
-  dev = add_sat(dev, add_sat(dev_state, pres ? 0 : largest_dev));
-
-  /* Host, and the pinned part of it. */
-  size_t host = 0, pinned = 0, state_host = 0, param_host = 0, sg_bytes = 0, wb_bytes = 0;
-#define HOST(bytes, is_pinned)                     \
-  do {                                             \
-    size_t b_ = (bytes);                           \
-    host = add_sat(host, b_);                      \
-    if (is_pinned) pinned = add_sat(pinned, b_);   \
-  } while (0)
-  if (e->tier != ZO_OFFLOAD_NONE) {
-    HOST(mul_sat(shard_total, gsz), pin || e->tier == ZO_OFFLOAD_NVME);
-    if (e->dpu) HOST(mul_sat(shard_total, gsz), 1);
-    if (e->tier == ZO_OFFLOAD_CPU) {
-      state_host = mul_sat(shard_total, state_esz);
-      HOST(state_host, pin);
-    }
-  }
-  if (pres && e->tier != ZO_OFFLOAD_NONE) HOST(mul_sat(shard_total, wsz), 1);
-  size_t dp_grad = 0, dp_gather = 0; /* several ranks: the reduction and gather buffers (engine_dp.c) */
-  eng_dp_host_bytes(e, &dp_grad, &dp_gather);
-  HOST(dp_grad, 1);
-  HOST(dp_gather, 1);
-  HOST(eng_pg_ring_bytes(e), 1); /* stage 3 on several ranks: the gather ring */
-  if (e->ptier == ZO_OFFLOAD_CPU) {
-    param_host = mul_sat(pw_total, wsz);
-    HOST(param_host, c->zero.offload_param.pin_memory);
-  }
-  size_t pstage_el = 0;
-  int n_pstage = 0;
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
-    pstage_el = round_sat(largest, eng_extent_unit(e));
-    HOST(mul_sat(mul_sat((size_t)n_pstage, pstage_el), wsz), 1);
-  }
-  /* NVMe state: the sub-group plan (kept for finalize) gives the slot size and the files' extents. */
-  size_t nvme_opt = 0, nvme_param = 0;
-  int nbuf = 0;
-  if (e->tier == ZO_OFFLOAD_NVME) {
-    if (!e->sgs) ZO_CHECK(eng_plan_sub_groups(e));
-    const sub_group *last = &e->sgs[e->n_sgs - 1];
-    nvme_opt = mul_sat(add_sat(last->file_el, last->n_el), state_esz);
-    nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
-    if (nbuf > e->n_sgs) nbuf = e->n_sgs;
-    sg_bytes = mul_sat(mul_sat((size_t)nbuf, e->slot_el), state_esz);
-    HOST(sg_bytes, 1);
-  }
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    size_t el = mul_sat((size_t)(n_pstage > 2 ? n_pstage : 2), pstage_el);
-    if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, e->slot_el) > el) el = mul_sat(2, e->slot_el);
-    wb_bytes = round_sat(mul_sat(el, wsz), e->swap_align);
-    HOST(wb_bytes, 1);
-    nvme_param = mul_sat(pw_total, wsz);
-  }
-#undef HOST
+  const size_t dev_state = p->dev_state_bytes, largest_dev = p->largest_dev_bytes;
+  const size_t dev = p->device_need_bytes;
+  const size_t host = p->host_bytes, pinned = p->pinned_bytes;
+  const size_t state_host = zo_plan_sum(p, "state_host."), param_host = zo_plan_sum(p, "param_host");
+  const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers."), nvme_opt = p->nvme_bytes[0];
+  const size_t nvme_param = p->nvme_bytes[1];
+  const int nbuf = p->n_slots;
 
   char a[32], b2[32];
   out->fits = 1;
@@ -294,18 +228,18 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
     if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) {
       /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
       const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
-      const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * e->slot_el * wsz : 0);
+      const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * p->slot_el * wsz : 0);
       if (now > over) {
-        size_t fit = (now - over) / per, unit = eng_extent_unit(e);
+        size_t fit = (now - over) / per, unit = p->extent_unit;
         fit = fit / unit * unit;
         if (fit >= unit)
           n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zero_optimization.sub_group_size to at most %zu "
                         "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)", fit,
-                        c->zero.sub_group_size, nbuf, e->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
+                        c->zero.sub_group_size, nbuf, p->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
       }
       if (!n)
         n += snprintf(lh->advice + n, sizeof lh->advice - n, "lower zero_optimization.sub_group_size and "
-                      "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, e->slot_el,
+                      "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, p->slot_el,
                       hsize(a, sizeof a, sg_bytes));
     }
     if (e->tier == ZO_OFFLOAD_CPU && state_host)
@@ -377,7 +311,7 @@ zo_status zo_budget_check(const zo_budget *b) {
     if (l->warn) zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need), l->source,
                          l->advice);
     if (l->fits || n >= (int)sizeof msg - 1) continue;
-    if (l->need == SIZE_MAX) snprintf(a, sizeof a, "more than size_t holds"); /* saturated (mul_sat, add_sat) */
+    if (l->need == SIZE_MAX) snprintf(a, sizeof a, "more than size_t holds"); /* saturated (plan.c, add_sat) */
     else hsize(a, sizeof a, l->need);
     n += snprintf(msg + n, sizeof msg - n, "%s%s%s%s: needs %zu bytes (%s), %s available (%s): %s",
                   n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " space at " : " memory",

@@ -1,7 +1,7 @@
 /*
  * engine.c - the engine's lifecycle: create and destroy, the parameter
- * registry, finalize (ZeRO partitioning, where each tier's bytes live, the
- * buffers), and the initial weights. Not here: the optimizer step
+ * registry, finalize (allocates the buffers of the memory plan, plan.c, and
+ * places the tensors by its layout), and the initial weights. Not here: the optimizer step
  * (engine_step.c), fetches (engine_fetch.c), the NVMe pipeline
  * (engine_nvme.c), the write-back ring (engine_wb.c).
  */
@@ -12,8 +12,9 @@
 #include <sys/uio.h>
 
 #include "engine_internal.h"
-#include "zoffload/budget.h"
 #include "pinned_internal.h"
+#include "plan_internal.h"
+#include "zoffload/budget.h"
 
 static const char *const k_state_file[ST_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
 
@@ -22,6 +23,12 @@ zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   if (nbytes == 0) return ZO_OK;
   zo_status st = zo_host_alloc(nbytes, pin, &b->ptr, &b->pinned);
   if (st != ZO_OK) return zo_error_prefix(st, "engine");
+  return ZO_OK;
+}
+
+zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin) {
+  ZO_CHECK(eng_host_buf_alloc(b, nbytes, pin));
+  eng_ledger_note(e, ZO_TIER_HOST, purpose, nbytes, pin, -1);
   return ZO_OK;
 }
 
@@ -288,7 +295,6 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
   p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
   e->params[e->n_params++] = p;
   e->total_el = total;
-  eng_plan_drop(e); /* a sub-group plan made by zo_engine_budget() does not hold this tensor */
   *out = p;
   return ZO_OK;
 }
@@ -381,7 +387,7 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
   return ZO_OK;
 }
 
-static zo_status finalize_tiers(zo_engine_t *e);
+static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan);
 
 /* A finalize that failed past its argument checks leaves some tiers allocated (sized for the tensors of that
  * moment): the engine only accepts zo_engine_destroy() after it (eng_check_usable). */
@@ -390,7 +396,10 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   ZO_CHECK(eng_check_usable(e, "finalize"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
-  zo_status st = finalize_tiers(e);
+  zo_plan *plan = NULL;
+  zo_status st = zo_plan_make(e, "finalize", &plan);
+  if (st == ZO_OK) st = finalize_tiers(e, plan);
+  zo_plan_free(plan);
   if (st != ZO_OK) e->fin_failed = 1;
   return st;
 }
@@ -401,41 +410,126 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
                       "another", what);
 }
 
-static zo_status finalize_tiers(zo_engine_t *e) {
+/* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads. */
+static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   zo_status st;
-  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  const size_t largest = plan->largest_el;
+  const size_t pbytes = zo_plan_bytes(plan, "params.swp");
+  st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
+  if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
+  eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
+  if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
+                        "largest tensor (%zu elements); raise it to at least %zu",
+                        (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
+  e->pstage_el = plan->pstage_el;
+  e->n_pstage = plan->n_pstage;
+  e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
+  e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
+  if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  const size_t each = zo_plan_bytes(plan, "offload_param.staging");
+  for (int b = 0; b < e->n_pstage; b++) {
+    int pinned;
+    st = zo_host_alloc(each, 1, &e->pstage[b], &pinned);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
+                             "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, each);
+    eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
+  }
+  return ZO_OK;
+}
+
+/* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group buffers. */
+static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
+  zo_status st;
+  /* the plan's sub-groups and pieces, with the pipeline's bookkeeping beside them */
+  e->pieces = calloc(plan->n_pieces ? plan->n_pieces : 1, sizeof *e->pieces);
+  e->sgs = calloc(plan->n_sgs ? plan->n_sgs : 1, sizeof *e->sgs);
+  if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  for (int i = 0; i < e->n_params; i++) e->params[i]->file_el = plan->tensor[i].file_el;
+  for (int q = 0; q < plan->n_pieces; q++) {
+    const zo_plan_piece *pc = &plan->piece[q];
+    e->pieces[q] = (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
+  }
+  for (int g = 0; g < plan->n_sgs; g++) {
+    const zo_plan_sub_group *sg = &plan->sg[g];
+    e->sgs[g] = (sub_group){.first_piece = sg->first_piece, .n_pieces = sg->n_pieces, .file_el = sg->file_el,
+                            .n_el = sg->n_el};
+  }
+  e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
+  for (int k = 0; k < ST_KINDS; k++) {
+    const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
+    st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
+    if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
+    eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
+  }
+  const int nbuf = plan->n_slots;
+  e->slots = calloc(nbuf, sizeof *e->slots);
+  e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
+  if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  e->n_slots = nbuf;
+  for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
+  for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
+    e->sg_order[i] = e->n_sgs - 1 - i;
+    e->sgs[e->n_sgs - 1 - i].pos = i;
+    e->sgs[i].slot = -1;
+  }
+  static const char *const k_sg_buf[ST_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
+                                                 "sub_group_buffers.exp_avg_sq"};
+  size_t slot_bytes[ST_KINDS];
+  for (int k = 0; k < ST_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
+  for (int s = 0; s < nbuf; s++) {
+    for (int k = 0; k < ST_KINDS; k++) {
+      int pinned;
+      st = zo_host_alloc(slot_bytes[k], 1, &e->slots[s].buf[k], &pinned);
+      if (st != ZO_OK)
+        return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
+                               "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
+                               s + 1, nbuf, e->slot_el);
+      eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
+    }
+  }
+  /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
+  struct iovec iov[3 * 64];
+  unsigned n_iov = 0;
+  for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
+    for (int k = 0; k < ST_KINDS; k++)
+      iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = slot_bytes[k]};
+  if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
+    zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
+            zo_last_error());
+  zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
+          "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
+  return ZO_OK;
+}
+
+/* Allocate what @plan says, in its order; every size and offset is the plan's (plan.c), each request is noted in
+ * the ledger (zo_engine_allocations()). */
+static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
+  zo_status st;
+  const size_t gsz = zo_dtype_size(e->gdtype);
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;
   /* The start-up budget: host memory, pinned memory and NVMe space are checked
    * here, before anything is allocated; device memory just below, with
    * messages that also name the limit in force. */
   zo_budget budget;
-  ZO_CHECK(zo_engine_budget(e, NULL, &budget));
+  ZO_CHECK(zo_plan_budget(e, plan, NULL, &budget));
   budget.line[0].fits = 1;
   ZO_CHECK(zo_budget_check(&budget));
   e->tasks = calloc(e->n_params, sizeof *e->tasks);
   if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
 
   /* Device block: working weights unless they are offloaded; plus master,
-   * state and gradients for offload_optimizer "none". Regions 256-byte aligned. */
+   * state and gradients for offload_optimizer "none". */
   const int pres = e->ptier == ZO_OFFLOAD_NONE; /* working weights resident in device memory */
-  size_t dev = 0, shard_total = 0, largest = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    zo_param_t *p = e->params[i];
-    if (pres) dev += zo_round_up(p->n * wsz, 256);
-    if (e->tier == ZO_OFFLOAD_NONE) {
-      for (int k = 0; k < ST_KINDS; k++) dev += zo_round_up(p->shard_n * e->esz[k], 256);
-      dev += zo_round_up(p->shard_n * gsz, 256);
-    }
-    p->flat_off = shard_total;
-    shard_total += p->shard_n;
-    if (p->n > largest) largest = p->n;
-  }
+  const size_t dev = plan->device_bytes, largest = plan->largest_el;
+  for (int i = 0; i < e->n_params; i++) e->params[i]->flat_off = plan->tensor[i].flat_off;
   /* What the device can hold, before the arena takes it: the resident
    * block, and with parameter offload at least the largest tensor besides. */
   size_t used = 0, peak = 0, limit = 0, avail = 0;
   ZO_CHECK(zo_device_mem_info(e->dev, &used, &peak, &limit));
   ZO_CHECK(zo_device_mem_available(e->dev, &avail));
-  const size_t largest_dev = zo_round_up(largest * wsz, ZO_DEVICE_ALIGN);
+  const size_t largest_dev = plan->largest_dev_bytes;
   if (!pres && dev <= avail && largest_dev > avail - dev)
     return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
                         "memory but only %zu of %zu are free; raise it to at least %zu", largest_dev,
@@ -452,25 +546,22 @@ static zo_status finalize_tiers(zo_engine_t *e) {
                              pres && e->tier == ZO_OFFLOAD_NONE ? ", " : "",
                              e->tier == ZO_OFFLOAD_NONE ? "master weights, Adam state and gradients" : "");
     }
+    eng_ledger_note(e, ZO_TIER_DEVICE, "device_block", dev, 0, -1);
   }
   if (!e->arena) ZO_CHECK(create_arena(e, dev, avail));
   e->dev_block_bytes = dev;
   char *d = e->dev_block;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
+    const size_t *off = plan->tensor[i].dev_off;
     p->stage = -1;
     if (pres) {
-      p->weights = d;
-      d += zo_round_up(p->n * wsz, 256);
+      p->weights = d + off[0];
       p->pstate = P_RESIDENT;
     }
     if (e->tier == ZO_OFFLOAD_NONE) {
-      for (int k = 0; k < ST_KINDS; k++) {
-        p->state[k] = d;
-        d += zo_round_up(p->shard_n * e->esz[k], 256);
-      }
-      p->grad = d;
-      d += zo_round_up(p->shard_n * gsz, 256);
+      for (int k = 0; k < ST_KINDS; k++) p->state[k] = d + off[1 + k];
+      p->grad = d + off[4];
     }
   }
 
@@ -489,19 +580,17 @@ static zo_status finalize_tiers(zo_engine_t *e) {
 
   /* Host: gradients (landing buffer of the device-to-host copies); staging of
    * the working copy (upload source, or nvme write source with padded extents). */
-  size_t pw_total = 0; /* elements of the host-tier working copy layout */
-  if (e->ptier == ZO_OFFLOAD_NVME) e->swap_align = e->swap_align ? e->swap_align : 4096;
-  for (int i = 0; i < e->n_params; i++) {
-    zo_param_t *p = e->params[i];
-    p->pw_el = pw_total;
-    const size_t held = eng_dp3(e) ? p->part_n : p->n; /* several ranks at stage 3: this rank's block */
-    pw_total += e->ptier == ZO_OFFLOAD_NVME ? zo_round_up(held, eng_extent_unit(e)) : held;
-  }
+  e->swap_align = plan->swap_align;
+  for (int i = 0; i < e->n_params; i++) e->params[i]->pw_el = plan->tensor[i].pw_el;
+  static const char *const k_state_host[ST_KINDS] = {"state_host.master", "state_host.exp_avg",
+                                                     "state_host.exp_avg_sq"};
   if (e->tier != ZO_OFFLOAD_NONE) {
-    ZO_CHECK(eng_host_buf_alloc(&e->grad_host, shard_total * gsz, pin || e->tier == ZO_OFFLOAD_NVME));
-    if (e->dpu) ZO_CHECK(eng_host_buf_alloc(&e->grad_host2, shard_total * gsz, 1));
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host", zo_plan_bytes(plan, "grad_host"),
+                                   pin || e->tier == ZO_OFFLOAD_NVME));
+    if (e->dpu) ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host2, "grad_host2", zo_plan_bytes(plan, "grad_host2"), 1));
     if (e->tier == ZO_OFFLOAD_CPU)
-      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_host_buf_alloc(&e->state_host[k], shard_total * e->esz[k], pin));
+      for (int k = 0; k < ST_KINDS; k++)
+        ZO_CHECK(eng_host_buf_alloc_as(e, &e->state_host[k], k_state_host[k], zo_plan_bytes(plan, k_state_host[k]), pin));
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
       p->host_off = p->flat_off;
@@ -510,92 +599,27 @@ static zo_status finalize_tiers(zo_engine_t *e) {
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (pres && e->tier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_host_buf_alloc(&e->stage_host, shard_total * wsz, 1));
-  if (e->world > 1) ZO_CHECK(eng_dp_alloc(e));
-  if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e));
+  if (pres && e->tier != ZO_OFFLOAD_NONE)
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
+  if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
   if (e->ptier == ZO_OFFLOAD_CPU)
-    ZO_CHECK(eng_host_buf_alloc(&e->param_host, pw_total * wsz, e->cfg.zero.offload_param.pin_memory));
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host", zo_plan_bytes(plan, "param_host"),
+                                   e->cfg.zero.offload_param.pin_memory));
+  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_nvme_state(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    st = zo_swap_file_create(e->pswap, "params.swp", pw_total * wsz, &e->pfile);
-    if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
-    size_t want = zo_round_up(largest, eng_extent_unit(e));
-    if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
-      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
-                          "largest tensor (%zu elements); raise it to at least %zu",
-                          (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
-    e->pstage_el = want;
-    e->n_pstage = e->cfg.zero.offload_param.buffer_count > 0 ? e->cfg.zero.offload_param.buffer_count : 1;
-    e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
-    e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
-    if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    for (int b = 0; b < e->n_pstage; b++) {
-      int pinned;
-      st = zo_host_alloc(e->pstage_el * wsz, 1, &e->pstage[b], &pinned);
-      if (st != ZO_OK)
-        return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
-                               "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, e->pstage_el * wsz);
-    }
-  }
-
-  if (e->tier == ZO_OFFLOAD_NVME) {
-    ZO_CHECK(eng_plan_sub_groups(e));
-    const sub_group *last = &e->sgs[e->n_sgs - 1];
-    const uint64_t file_el = last->file_el + last->n_el;
-    for (int k = 0; k < ST_KINDS; k++) {
-      st = zo_swap_file_create(e->swap, k_state_file[k], file_el * e->esz[k], &e->files[k]);
-      if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
-    }
-    int nbuf = e->cfg.zero.offload_optimizer.buffer_count;
-    if (nbuf < 1) nbuf = 1;
-    if (nbuf > e->n_sgs) nbuf = e->n_sgs;
-    e->slots = calloc(nbuf, sizeof *e->slots);
-    e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
-    if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    e->n_slots = nbuf;
-    for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
-    for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
-      e->sg_order[i] = e->n_sgs - 1 - i;
-      e->sgs[e->n_sgs - 1 - i].pos = i;
-      e->sgs[i].slot = -1;
-    }
-    for (int s = 0; s < nbuf; s++) {
-      for (int k = 0; k < ST_KINDS; k++) {
-        int pinned;
-        st = zo_host_alloc(e->slot_el * e->esz[k], 1, &e->slots[s].buf[k], &pinned);
-        if (st != ZO_OK)
-          return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
-                                 "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
-                                 s + 1, nbuf, e->slot_el);
-      }
-    }
-    /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
-    struct iovec iov[3 * 64];
-    unsigned n_iov = 0;
-    for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
-      for (int k = 0; k < ST_KINDS; k++)
-        iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = e->slot_el * e->esz[k]};
-    if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
-      zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
-              zo_last_error());
-    zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
-            "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
-  }
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    /* The write-back ring: offload_param.buffer_count tensors of the largest
-     * size, and at least two of them and two sub-groups (bytes of the working dtype). */
-    size_t el, two_sg;
-    int over = zo_size_mul((size_t)(e->n_pstage > 2 ? e->n_pstage : 2), e->pstage_el, &el);
-    over |= zo_size_mul(2, e->slot_el, &two_sg);
-    if (e->tier == ZO_OFFLOAD_NVME && two_sg > el) el = two_sg;
-    over |= zo_size_mul(el, wsz, &el) | zo_size_round_up(el, e->swap_align, &e->wb_bytes);
-    if (over) /* the budget refused this already (saturated); kept for callers that skip it */
+    /* The write-back ring (its size: plan.c). */
+    if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
       return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
                           "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
+    e->wb_bytes = plan->wb_bytes;
     int pinned;
     st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
     if (st != ZO_OK)
       return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
                              "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
+    eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", e->wb_bytes, 1, -1);
   }
   e->finalized = 1;
   return ZO_OK;

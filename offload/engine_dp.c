@@ -73,39 +73,9 @@ zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
   return zo_error_set((zo_status)code, "%s: rank 0 failed (its message says why)", what);
 }
 
-void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
-  size_t largest = 0, total = 0, gather = 0, gather_largest = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const zo_param_t *p = e->params[i];
-    const size_t el = red_elems(e, p), padded = eng_dp_padded(e, p);
-    if (el > largest) largest = el;
-    if (padded > gather_largest) gather_largest = padded;
-    total += el;
-    gather += padded;
-  }
-  /* the updated weights are gathered in waves of allgather_bucket_size elements (at least the largest tensor) */
-  const size_t ag = e->cfg.zero.allgather_bucket_size > 0 ? (size_t)e->cfg.zero.allgather_bucket_size : 0;
-  if (ag < gather) gather = ag;
-  if (gather < gather_largest) gather = gather_largest;
-  /* overlap_comm: reductions stay in flight while backward goes on, in a ring of reduce_bucket_size
-   * elements (at least the largest tensor; at most every gradient of a step); else one tensor at a time */
-  size_t ring = largest;
-  if (e->cfg.zero.overlap_comm) {
-    const size_t bucket = e->cfg.zero.reduce_bucket_size > 0 ? (size_t)e->cfg.zero.reduce_bucket_size : 0;
-    ring = bucket < total ? bucket : total;
-    if (ring < largest) ring = largest;
-  }
-  *grad_bytes = e->world > 1 ? ring * zo_dtype_size(e->gdtype) : 0;
-  /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
-  *gather_bytes = e->world > 1 && (e->cfg.zero.stage == 1 || e->cfg.zero.stage == 2)
-                      ? gather * zo_dtype_size(e->wdtype) : 0;
-}
-
-zo_status eng_dp_alloc(zo_engine_t *e) {
-  size_t gb, ab;
-  eng_dp_host_bytes(e, &gb, &ab);
-  ZO_CHECK(eng_host_buf_alloc(&e->dp_grad, gb, 1));
-  ZO_CHECK(eng_host_buf_alloc(&e->dp_gather, ab, 1));
+zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes) {
+  ZO_CHECK(eng_host_buf_alloc_as(e, &e->dp_grad, "dp_grad", grad_bytes, 1));
+  ZO_CHECK(eng_host_buf_alloc_as(e, &e->dp_gather, "dp_gather", gather_bytes, 1));
   e->dp_q = calloc((size_t)e->n_params, sizeof *e->dp_q);
   if (!e->dp_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
   for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &e->dp_q[i].copied));

@@ -32,25 +32,8 @@
 
 #include "engine_internal.h"
 
-size_t eng_pg_ring_bytes(const zo_engine_t *e) {
-  if (!eng_dp3(e)) return 0;
-  size_t largest = 0, total = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const size_t el = eng_dp_padded(e, e->params[i]);
-    if (el > largest) largest = el;
-    total += el;
-  }
-  /* stage3_prefetch_bucket_size elements gathered ahead, and room for the fetch in use beside them; no more than
-   * two uses of every tensor (a step's forward and backward) */
-  const size_t bucket = e->cfg.zero.stage3_prefetch_bucket_size > 0 ? (size_t)e->cfg.zero.stage3_prefetch_bucket_size : 0;
-  size_t el = bucket + largest;
-  if (el > 2 * total) el = 2 * total;
-  if (el < 2 * largest) el = 2 * largest;
-  return el * zo_dtype_size(e->wdtype);
-}
-
-zo_status eng_pg_alloc(zo_engine_t *e) {
-  ZO_CHECK(eng_host_buf_alloc(&e->pg_ring, eng_pg_ring_bytes(e), 1));
+zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
+  ZO_CHECK(eng_host_buf_alloc_as(e, &e->pg_ring, "pg_ring", ring_bytes, 1));
   zo_status st = zo_comm_split(e->comm, 0, e->rank, &e->pg_comm); /* collective: every rank finalizes */
   if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
   e->pg_q_cap = 64;

@@ -2,7 +2,10 @@
  * engine_internal.h - the engine's private struct and the functions its
  * files share. The engine is one object split by subsystem:
  *   engine.c          lifecycle: create, destroy, the parameter registry,
- *                     finalize (tier layout and buffers), initial weights;
+ *                     finalize (allocates the memory plan), initial weights;
+ *   plan.c            the memory plan: every tier's buffers and the layout
+ *                     (zoffload/plan.h), and the ledger of what finalize
+ *                     allocated;
  *   engine_wb.c       where new working weights go, and the write-back ring
  *                     of nvme parameters (offload_param.device "nvme");
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
@@ -25,6 +28,7 @@
 #include "zoffload/adam.h"
 #include "zoffload/arena.h"
 #include "zoffload/engine.h"
+#include "zoffload/plan.h"
 #include "zoffload/swap.h"
 
 enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
@@ -230,6 +234,10 @@ struct zo_engine {
   int n_slots;
   size_t slot_el;            /* elements per slot buffer (largest sub-group) */
 
+  /* what finalize requested, per kind of buffer (zo_engine_allocations(); plan.c) */
+  zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
+  int n_ledger;
+
   /* optimizer state */
   int64_t step;              /* applied optimizer steps */
   double loss_scale;
@@ -313,9 +321,16 @@ zo_status eng_trace_end_step(zo_engine_t *e);
 /* ---------------------------------------------------------------- engine.c */
 
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
+/* eng_host_buf_alloc() of a buffer of the plan named @purpose, noted in the ledger. */
+zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin);
 /* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
 zo_status eng_check_usable(const zo_engine_t *e, const char *what);
 void eng_host_buf_free(host_buf *b);
+
+/* ---------------------------------------------------------------- plan.c */
+
+/* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
+void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
 
 /* ---------------------------------------------------------------- engine_dp.c */
 
@@ -329,9 +344,8 @@ zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
 zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what);
 /* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
 zo_status eng_dp_check(const zo_engine_t *e);
-/* Bytes of the gradient and gather buffers (budget and finalize agree on them). */
-void eng_dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes);
-zo_status eng_dp_alloc(zo_engine_t *e);
+/* The gradient and gather buffers of @grad_bytes and @gather_bytes (the plan's), and the reduction queue. */
+zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes);
 /* Wait what is in flight (errors ignored) and free the queue's events. */
 void eng_dp_free(zo_engine_t *e);
 /* Start the reduction of @p's gradient (the whole tensor at @grad on the device) over the ranks into p->grad;
@@ -352,9 +366,8 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
 
 /* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's shard). */
 static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
-/* Bytes of the gather ring (budget and finalize agree on them). */
-size_t eng_pg_ring_bytes(const zo_engine_t *e);
-zo_status eng_pg_alloc(zo_engine_t *e);
+/* The gather ring of @ring_bytes (the plan's), its communicator and queue. */
+zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes);
 void eng_pg_free(zo_engine_t *e);
 /* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size allow. */
 zo_status eng_pg_issue(zo_engine_t *e);
@@ -385,14 +398,17 @@ zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, 
 
 /* ---------------------------------------------------------------- engine_nvme.c */
 
-/* Elements per alignment unit of the narrowest kind of state (extent padding). */
+/* Elements per alignment unit of the narrowest kind of state (extent padding), for swap alignment @align:
+ * extents padded to a multiple of it start and end aligned in every state file (and params.swp). */
+static inline size_t eng_extent_unit_at(const zo_engine_t *e, size_t align) {
+  size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
+  if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow) narrow = zo_dtype_size(e->wdtype);
+  return align / narrow;
+}
+/* The same for the engine's swap alignment. */
 size_t eng_extent_unit(const zo_engine_t *e);
 /* Elements of a padded extent for @n elements (nvme layout). */
 uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
-/* Cut the shards into pieces and pack them into sub-groups (finalize). */
-zo_status eng_plan_sub_groups(zo_engine_t *e);
-/* Forget the sub-group plan (before finalize: a tensor was registered after zo_engine_budget() made it). */
-void eng_plan_drop(zo_engine_t *e);
 /* Queue a read or write of elements [el, el + n_el) of state kind @k. */
 zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req);
 /* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */

@@ -10,75 +10,7 @@
 
 /* ---------------------------------------------------------------- layout */
 
-/* Elements per alignment unit of the narrowest kind of state: extents padded
- * to a multiple of it start and end aligned in every state file. */
-size_t eng_extent_unit(const zo_engine_t *e) {
-  size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
-  if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow) narrow = zo_dtype_size(e->wdtype);
-  return e->swap_align / narrow;
-}
-
-/* Cut the shards into pieces of at most sub_group_size elements and pack
- * consecutive pieces into sub-groups; each sub-group is one contiguous,
- * aligned range in every state file. */
-zo_status eng_plan_sub_groups(zo_engine_t *e) {
-  if (e->sgs) return ZO_OK; /* planned already (zo_engine_budget) */
-  const size_t unit = eng_extent_unit(e);
-  size_t sgs = (size_t)e->cfg.zero.sub_group_size;
-  if (zo_size_round_up(sgs < unit ? unit : sgs, unit, &sgs)) sgs = SIZE_MAX / unit * unit;
-  /* The plan is made by zo_engine_budget(), before the budget says whether anything fits: refuse one whose own
-   * arrays (about 80 bytes a piece) would be more than 1.3 GiB (a tiny sub_group_size for huge tensors). Each
-   * count is at most ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
-  enum { ZO_PLAN_MAX_PIECES = 1 << 24 };
-  size_t n_pieces = 0;
-  for (int i = 0; i < e->n_params; i++) n_pieces += e->params[i]->shard_n / sgs + (e->params[i]->shard_n % sgs != 0);
-  if (n_pieces > ZO_PLAN_MAX_PIECES)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
-                        "all) into %zu pieces, more than %d; raise it", (long long)e->cfg.zero.sub_group_size,
-                        e->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
-  const int cap = (int)n_pieces;
-  e->pieces = calloc(cap ? cap : 1, sizeof *e->pieces);
-  e->sgs = calloc(cap ? cap : 1, sizeof *e->sgs);
-  if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  uint64_t file_el = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    zo_param_t *p = e->params[i];
-    p->file_el = file_el;
-    for (size_t off = 0; off < p->shard_n; off += sgs) {
-      piece *pc = &e->pieces[e->n_pieces++];
-      pc->p = p;
-      pc->off = off;
-      pc->n = p->shard_n - off < sgs ? p->shard_n - off : sgs;
-      pc->file_el = file_el + off;
-    }
-    file_el += zo_round_up(p->shard_n, unit);
-  }
-  /* Greedy packing: a sub-group holds whole pieces whose padded extents fit in sub_group_size elements. */
-  size_t max_el = 0;
-  for (int k = 0; k < e->n_pieces;) {
-    sub_group *g = &e->sgs[e->n_sgs++];
-    g->first_piece = k;
-    g->file_el = e->pieces[k].file_el;
-    uint64_t end = g->file_el;
-    do {
-      end = e->pieces[k].file_el + zo_round_up(e->pieces[k].n, unit);
-      k++;
-    } while (k < e->n_pieces && e->pieces[k].file_el + zo_round_up(e->pieces[k].n, unit) - g->file_el <= sgs);
-    g->n_pieces = k - g->first_piece;
-    g->n_el = end - g->file_el;
-    if (g->n_el > max_el) max_el = g->n_el;
-  }
-  e->slot_el = max_el;
-  return ZO_OK;
-}
-
-void eng_plan_drop(zo_engine_t *e) {
-  free(e->pieces);
-  free(e->sgs);
-  e->pieces = NULL, e->sgs = NULL;
-  e->n_pieces = e->n_sgs = 0;
-  e->slot_el = 0;
-}
+size_t eng_extent_unit(const zo_engine_t *e) { return eng_extent_unit_at(e, e->swap_align); }
 
 /* Queue a read or write of elements [el, el + n_el) of state kind k. */
 zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req) {

@@ -19,7 +19,8 @@
  *           warns and never refuses;
  *   nvme    statvfs(f_bavail * f_frsize) of each distinct nvme_path (one line
  *           when optimizer state and parameters share a file system).
- * Engine bytes follow zo_engine_finalize() exactly: working weights, state
+ * Engine bytes are the memory plan's (zoffload/plan.h), which
+ * zo_engine_finalize() allocates exactly: working weights, state
  * and gradients on the device for offload "none"; the host gradient buffer,
  * working-dtype staging, cpu master/state, parameter host tier, NVMe
  * staging, sub-group buffers and write-back ring; swap file sizes with their
@@ -70,9 +71,9 @@ typedef struct zo_budget {
 
 /*
  * zo_engine_budget() - size every tier for the tensors registered so far and
- * compare with what the machine has. Allocates nothing (the nvme sub-group
- * plan it makes is kept for finalize); callable any time before
- * zo_engine_finalize(), e.g. for a dry run.
+ * compare with what the machine has: the plan of zo_engine_plan(), made and
+ * freed inside. Allocates nothing else and changes nothing in @e; callable
+ * any time before zo_engine_finalize(), e.g. for a dry run.
  * @app: bytes the caller will hold besides the engine, indexed by zo_tier
  *       (e.g. a model's activations on ZO_TIER_DEVICE, or a CPU model's
  *       weights on ZO_TIER_HOST); NULL for none. Memory the caller has
@@ -81,6 +82,7 @@ typedef struct zo_budget {
  * @out: filled; out->fits says whether everything fits.
  * Returns ZO_OK (whether or not it fits), ZO_ERR_INVALID_ARG (NULL @e or
  * @out), ZO_ERR_INVALID_USAGE (after finalize, or no tensor registered),
+ * ZO_ERR_CONFIG (the plan's sub_group_size refusal, see zo_engine_plan()),
  * ZO_ERR_OUT_OF_MEMORY (the plan's small tables).
  */
 ZO_API zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out);

@@ -24,6 +24,7 @@
 #include "zoffload/comm.h"
 #include "zoffload/engine.h"
 #include "zoffload/budget.h"
+#include "zoffload/plan.h"
 #include "zoffload/checkpoint.h"
 
 #define ZOFFLOAD_VERSION_MAJOR 0

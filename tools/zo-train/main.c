@@ -26,6 +26,7 @@
 #include "train_config.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
+#include "zoffload/plan.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
@@ -237,6 +238,12 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
            cuda ? "activations, workspaces and the bf16 gradient buffer on the device"
                 : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
     zo_budget_print(&b, stdout);
+    zo_plan *plan; /* the buffers behind the engine's bytes */
+    if (zo_engine_plan(eng, &plan) == ZO_OK) {
+      printf("zo-train: memory plan (bytes):\n");
+      zo_plan_print(plan, stdout);
+      zo_plan_free(plan);
+    }
   }
   if (zo_budget_check(&b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());

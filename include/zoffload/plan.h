@@ -1,0 +1,136 @@
+/*
+ * zoffload/plan.h - the memory plan: every buffer zo_engine_finalize() will
+ * allocate on every tier (device, host and its pinned part, NVMe files), with
+ * its size, count, pinning and purpose, and the layout numbers finalize
+ * places the tensors by. One pure function of the configuration, the
+ * registered tensors and the device facts made at create (the swap
+ * alignment); finalize allocates exactly what it says and the start-up budget
+ * (budget.h) compares it with what the machine has. Not here: what the
+ * machine has (budget.h), the device arena's reservation (sized at finalize
+ * from the memory then available, see zo_engine_finalize()).
+ *
+ * Units: bytes for every *_bytes field and for zo_plan_buf.bytes; elements
+ * for every *_el / *_off field. A byte count too large for size_t is
+ * SIZE_MAX (saturated): the budget refuses it, and so finalize.
+ * Thread-safety: a plan is a plain value; zo_engine_plan() reads the engine
+ * and must not run beside another call on the same engine.
+ */
+#ifndef ZOFFLOAD_PLAN_H
+#define ZOFFLOAD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zoffload/budget.h"
+#include "zoffload/engine.h"
+#include "zoffload/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One kind of buffer: @count buffers of @bytes each. */
+typedef struct zo_plan_buf {
+  zo_tier tier;          /* ZO_TIER_DEVICE, ZO_TIER_HOST (pinned ones too, see @pinned) or ZO_TIER_NVME */
+  char purpose[40];      /* stable name: "device_block", "grad_host", "state_host.exp_avg", "stage_host",
+                            "param_host", "dp_grad", "dp_gather", "pg_ring", "offload_param.staging",
+                            "sub_group_buffers.master", "write_back_ring", "params.swp", "exp_avg.swp", ... */
+  size_t bytes;          /* of one buffer (file size for nvme); SIZE_MAX when saturated */
+  int count;             /* buffers of this kind */
+  int pinned;            /* host: page-locked memory requested */
+  int path;              /* nvme: 0 zero_optimization.offload_optimizer.nvme_path, 1 offload_param.nvme_path;
+                            else -1 */
+} zo_plan_buf;
+
+/* Where one registered tensor goes (index = registration order). */
+typedef struct zo_plan_tensor {
+  size_t flat_off;       /* elements: its shard's first element in the host arrays (grad_host, state_host) */
+  size_t pw_el;          /* elements: its working copy in the parameter host tier (param_host, params.swp) */
+  uint64_t file_el;      /* elements: its shard's extent in every optimizer state file (nvme) */
+  size_t dev_off[5];     /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
+                            (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
+                            (offload_optimizer "none"); SIZE_MAX for a region it has not there */
+} zo_plan_tensor;
+
+/* NVMe optimizer state: a piece of a shard, and a sub-group (consecutive pieces, one contiguous aligned range
+ * in every state file). */
+typedef struct zo_plan_piece {
+  int tensor;            /* registration index */
+  size_t off, n;         /* elements inside the shard */
+  uint64_t file_el;      /* element offset of element @off in every state file */
+} zo_plan_piece;
+
+typedef struct zo_plan_sub_group {
+  int first_piece, n_pieces;
+  uint64_t file_el, n_el; /* element range in each state file, padded */
+} zo_plan_sub_group;
+
+enum { ZO_PLAN_MAX_BUFS = 32 };
+
+typedef struct zo_plan {
+  zo_plan_buf buf[ZO_PLAN_MAX_BUFS]; /* only kinds with bytes > 0, in finalize's allocation order */
+  int n_bufs;
+  size_t device_bytes;   /* sums of count x bytes: device (the resident block), host, its pinned part, */
+  size_t host_bytes;     /* NVMe under each nvme_path ([0] optimizer, [1] parameters) */
+  size_t device_need_bytes; /* device_bytes, plus with parameter offload largest_dev_bytes (the least the device
+                               needs: one fetched tensor beside the block); what the budget's device line holds */
+  size_t pinned_bytes;
+  size_t nvme_bytes[2];
+  /* layout numbers */
+  int n_tensors;
+  zo_plan_tensor *tensor;     /* [n_tensors] */
+  size_t shard_total_el;      /* elements of this rank's shards */
+  size_t largest_el;          /* elements of the largest tensor */
+  size_t largest_dev_bytes;   /* its device copy (parameter offload needs it beside the block) */
+  size_t dev_state_bytes;     /* offload_optimizer "none": master, state and gradients in device_block */
+  size_t pw_total_el;         /* elements of the parameter host tier layout */
+  size_t swap_align;          /* bytes; 0 without NVMe */
+  size_t extent_unit;         /* elements per alignment unit of the narrowest NVMe kind; 0 without NVMe */
+  size_t state_esz;           /* bytes per element of master + exp_avg + exp_avg_sq */
+  size_t wsz;                 /* bytes per working-dtype element */
+  int n_pieces, n_sgs;
+  zo_plan_piece *piece;       /* [n_pieces] */
+  zo_plan_sub_group *sg;      /* [n_sgs] */
+  size_t slot_el;             /* elements per sub-group buffer (the largest sub-group) */
+  int n_slots;                /* sub-group buffer sets */
+  uint64_t state_file_el;     /* elements of every state file */
+  size_t pstage_el;           /* elements per offload_param staging buffer */
+  int n_pstage;
+  size_t wb_bytes;            /* the write-back ring */
+  size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
+} zo_plan;
+
+/*
+ * zo_engine_plan() - the plan for the tensors registered so far, before
+ * zo_engine_finalize(). Allocates *@out (free it with zo_plan_free()); reads
+ * @e and changes nothing in it.
+ * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL argument), ZO_ERR_INVALID_USAGE
+ * (after finalize, no tensor registered, or a failed finalize),
+ * ZO_ERR_CONFIG (a sub_group_size that cuts the tensors into more than 2^24
+ * pieces), ZO_ERR_OUT_OF_MEMORY (the plan's tables).
+ */
+ZO_API zo_status zo_engine_plan(const zo_engine_t *e, zo_plan **out);
+
+/* zo_plan_free() - free a plan of zo_engine_plan(); NULL is accepted. */
+ZO_API void zo_plan_free(zo_plan *p);
+
+/*
+ * zo_plan_print() - the plan's buffers as a table on @f (a FILE *; NULL:
+ * stdout): tier, purpose, count, bytes each, total, pinned, and the sums.
+ */
+ZO_API void zo_plan_print(const zo_plan *p, void *f);
+
+/*
+ * zo_engine_allocations() - what zo_engine_finalize() actually requested,
+ * one entry per kind of buffer in the order allocated, in the form of
+ * zo_plan_buf (bytes of each request, count of requests): the ledger a test
+ * compares with the plan. *@bufs points into the engine (valid until
+ * zo_engine_destroy()); returns the number of entries, 0 before finalize or
+ * for NULL arguments. Buffers of 0 bytes are not requested and not listed.
+ */
+ZO_API int zo_engine_allocations(const zo_engine_t *e, const zo_plan_buf **bufs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZOFFLOAD_PLAN_H */

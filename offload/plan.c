@@ -1,0 +1,332 @@
+/*
+ * plan.c - the memory plan (zoffload/plan.h): every buffer finalize allocates
+ * and the layout it places the tensors by, from the configuration, the
+ * registered tensors and the swap alignment. Reads the engine, changes
+ * nothing in it, allocates nothing but the plan. Not here: what the machine
+ * has (budget.c), the allocations themselves (engine.c finalize_tiers).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "plan_internal.h"
+
+static const char *const k_kind[ST_KINDS] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* Saturating size arithmetic (zo_size_* store SIZE_MAX on overflow): a byte count too large for size_t becomes
+ * SIZE_MAX, which the budget refuses instead of comparing a wrapped value. */
+static size_t mul_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_mul(a, b, &r);
+  return r;
+}
+static size_t add_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_add(a, b, &r);
+  return r;
+}
+static size_t round_sat(size_t x, size_t align) {
+  size_t r;
+  zo_size_round_up(x, align, &r);
+  return r;
+}
+
+static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, int count, int pinned, int path) {
+  if (!bytes || count < 1 || p->n_bufs == ZO_PLAN_MAX_BUFS) return;
+  zo_plan_buf *b = &p->buf[p->n_bufs++];
+  b->tier = t;
+  snprintf(b->purpose, sizeof b->purpose, "%s", purpose);
+  b->bytes = bytes, b->count = count, b->pinned = pinned, b->path = t == ZO_TIER_NVME ? path : -1;
+  const size_t total = mul_sat(bytes, (size_t)count);
+  if (t == ZO_TIER_DEVICE) p->device_bytes = add_sat(p->device_bytes, total);
+  if (t == ZO_TIER_HOST) p->host_bytes = add_sat(p->host_bytes, total);
+  if (t == ZO_TIER_HOST && pinned) p->pinned_bytes = add_sat(p->pinned_bytes, total);
+  if (t == ZO_TIER_NVME) p->nvme_bytes[path] = add_sat(p->nvme_bytes[path], total);
+}
+
+/* Several ranks (engine_dp.c): the gradient reduction ring and the gather buffer of the updated weights. */
+static void dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
+  size_t largest = 0, total = 0, gather = 0, gather_largest = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    const size_t el = e->cfg.zero.stage == 0 ? p->n : eng_dp_padded(e, p), padded = eng_dp_padded(e, p);
+    if (el > largest) largest = el;
+    if (padded > gather_largest) gather_largest = padded;
+    total = add_sat(total, el);
+    gather = add_sat(gather, padded);
+  }
+  /* the updated weights are gathered in waves of allgather_bucket_size elements (at least the largest tensor) */
+  const size_t ag = e->cfg.zero.allgather_bucket_size > 0 ? (size_t)e->cfg.zero.allgather_bucket_size : 0;
+  if (ag < gather) gather = ag;
+  if (gather < gather_largest) gather = gather_largest;
+  /* overlap_comm: reductions stay in flight while backward goes on, in a ring of reduce_bucket_size
+   * elements (at least the largest tensor; at most every gradient of a step); else one tensor at a time */
+  size_t ring = largest;
+  if (e->cfg.zero.overlap_comm) {
+    const size_t bucket = e->cfg.zero.reduce_bucket_size > 0 ? (size_t)e->cfg.zero.reduce_bucket_size : 0;
+    ring = bucket < total ? bucket : total;
+    if (ring < largest) ring = largest;
+  }
+  *grad_bytes = e->world > 1 ? mul_sat(ring, zo_dtype_size(e->gdtype)) : 0;
+  /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
+  *gather_bytes = e->world > 1 && (e->cfg.zero.stage == 1 || e->cfg.zero.stage == 2)
+                      ? mul_sat(gather, zo_dtype_size(e->wdtype)) : 0;
+}
+
+/* Stage 3 on several ranks (engine_dp3.c): the ring the working weights are all-gathered into. */
+static size_t pg_ring_bytes(const zo_engine_t *e) {
+  if (!eng_dp3(e)) return 0;
+  size_t largest = 0, total = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const size_t el = eng_dp_padded(e, e->params[i]);
+    if (el > largest) largest = el;
+    total = add_sat(total, el);
+  }
+  /* stage3_prefetch_bucket_size elements gathered ahead, and room for the fetch in use beside them; no more than
+   * two uses of every tensor (a step's forward and backward) */
+  const size_t bucket = e->cfg.zero.stage3_prefetch_bucket_size > 0 ? (size_t)e->cfg.zero.stage3_prefetch_bucket_size : 0;
+  size_t el = add_sat(bucket, largest);
+  if (el > mul_sat(2, total)) el = mul_sat(2, total);
+  if (el < mul_sat(2, largest)) el = mul_sat(2, largest);
+  return mul_sat(el, zo_dtype_size(e->wdtype));
+}
+
+/* NVMe optimizer state: cut the shards into pieces of at most sub_group_size elements and pack consecutive
+ * pieces into sub-groups; each sub-group is one contiguous, aligned range in every state file. */
+static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
+  const size_t unit = pl->extent_unit;
+  size_t sgs = (size_t)e->cfg.zero.sub_group_size;
+  if (zo_size_round_up(sgs < unit ? unit : sgs, unit, &sgs)) sgs = SIZE_MAX / unit * unit;
+  /* The plan is made before the budget says whether anything fits: refuse one whose own arrays (about 80 bytes
+   * a piece) would be more than 1.3 GiB (a tiny sub_group_size for huge tensors). Each count is at most
+   * ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
+  enum { ZO_PLAN_MAX_PIECES = 1 << 24 };
+  size_t n_pieces = 0;
+  for (int i = 0; i < e->n_params; i++) n_pieces += e->params[i]->shard_n / sgs + (e->params[i]->shard_n % sgs != 0);
+  if (n_pieces > ZO_PLAN_MAX_PIECES)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
+                        "all) into %zu pieces, more than %d; raise it", (long long)e->cfg.zero.sub_group_size,
+                        e->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
+  const int cap = (int)n_pieces;
+  pl->piece = calloc(cap ? cap : 1, sizeof *pl->piece);
+  pl->sg = calloc(cap ? cap : 1, sizeof *pl->sg);
+  if (!pl->piece || !pl->sg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  uint64_t file_el = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    pl->tensor[i].file_el = file_el;
+    for (size_t off = 0; off < p->shard_n; off += sgs) {
+      zo_plan_piece *pc = &pl->piece[pl->n_pieces++];
+      pc->tensor = i;
+      pc->off = off;
+      pc->n = p->shard_n - off < sgs ? p->shard_n - off : sgs;
+      pc->file_el = file_el + off;
+    }
+    file_el += zo_round_up(p->shard_n, unit);
+  }
+  /* Greedy packing: a sub-group holds whole pieces whose padded extents fit in sub_group_size elements. */
+  size_t max_el = 0;
+  for (int k = 0; k < pl->n_pieces;) {
+    zo_plan_sub_group *g = &pl->sg[pl->n_sgs++];
+    g->first_piece = k;
+    g->file_el = pl->piece[k].file_el;
+    uint64_t end = g->file_el;
+    do {
+      end = pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit);
+      k++;
+    } while (k < pl->n_pieces && pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit) - g->file_el <= sgs);
+    g->n_pieces = k - g->first_piece;
+    g->n_el = end - g->file_el;
+    if (g->n_el > max_el) max_el = g->n_el;
+  }
+  pl->slot_el = max_el;
+  const zo_plan_sub_group *last = &pl->sg[pl->n_sgs - 1];
+  pl->state_file_el = last->file_el + last->n_el;
+  return ZO_OK;
+}
+
+zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
+  ZO_CHECK(eng_check_usable(e, what));
+  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
+  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
+  zo_plan *pl = calloc(1, sizeof *pl);
+  if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
+  if (!pl || !pl->tensor) {
+    zo_plan_free(pl);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  }
+  const zo_config_t *c = &e->cfg;
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  const int pin = c->zero.offload_optimizer.pin_memory, pres = e->ptier == ZO_OFFLOAD_NONE;
+  pl->n_tensors = e->n_params;
+  pl->wsz = wsz;
+  pl->state_esz = e->esz[0] + e->esz[1] + e->esz[2];
+  pl->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = eng_extent_unit_at(e, pl->swap_align);
+
+  /* Device block: working weights unless they are offloaded; plus master, state and gradients for
+   * offload_optimizer "none". Regions 256-byte aligned. */
+  size_t dev = 0, shard_total = 0, largest = 0, pw_total = 0;
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    zo_plan_tensor *t = &pl->tensor[i];
+    for (int r = 0; r < 5; r++) t->dev_off[r] = SIZE_MAX;
+    if (pres) t->dev_off[0] = dev, dev = add_sat(dev, round_sat(mul_sat(p->n, wsz), 256));
+    if (e->tier == ZO_OFFLOAD_NONE) {
+      for (int k = 0; k < ST_KINDS; k++) {
+        t->dev_off[1 + k] = dev;
+        const size_t b = round_sat(mul_sat(p->shard_n, e->esz[k]), 256);
+        dev = add_sat(dev, b), pl->dev_state_bytes = add_sat(pl->dev_state_bytes, b);
+      }
+      t->dev_off[4] = dev;
+      const size_t b = round_sat(mul_sat(p->shard_n, gsz), 256);
+      dev = add_sat(dev, b), pl->dev_state_bytes = add_sat(pl->dev_state_bytes, b);
+    }
+    t->flat_off = shard_total;
+    shard_total = add_sat(shard_total, p->shard_n);
+    if (p->n > largest) largest = p->n;
+    /* the host-tier working copy: several ranks at stage 3 hold their block; nvme pads every extent */
+    t->pw_el = pw_total;
+    const size_t held = eng_dp3(e) ? p->part_n : p->n;
+    pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
+  }
+  pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
+  pl->largest_dev_bytes = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
+  add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
+  pl->device_need_bytes = pres ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
+
+  /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy. */
+  if (e->tier != ZO_OFFLOAD_NONE) {
+    add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin || e->tier == ZO_OFFLOAD_NVME, -1);
+    if (e->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
+    if (e->tier == ZO_OFFLOAD_CPU)
+      for (int k = 0; k < ST_KINDS; k++) {
+        char name[40];
+        snprintf(name, sizeof name, "state_host.%s", k_kind[k]);
+        add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, e->esz[k]), 1, pin, -1);
+      }
+  }
+  if (pres && e->tier != ZO_OFFLOAD_NONE) add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
+  dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
+  add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
+  add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
+  pl->pg_ring_bytes = pg_ring_bytes(e);
+  add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
+  if (e->ptier == ZO_OFFLOAD_CPU)
+    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(pw_total, wsz), 1, c->zero.offload_param.pin_memory, -1);
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pw_total, wsz), 1, 0, 1);
+    pl->n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
+    pl->pstage_el = round_sat(largest, pl->extent_unit);
+    add_buf(pl, ZO_TIER_HOST, "offload_param.staging", mul_sat(pl->pstage_el, wsz), pl->n_pstage, 1, -1);
+  }
+  /* NVMe state: the sub-groups give the files' extents and the size of the buffer sets. */
+  if (e->tier == ZO_OFFLOAD_NVME) {
+    zo_status st = plan_sub_groups(e, pl);
+    if (st != ZO_OK) {
+      zo_plan_free(pl);
+      return st;
+    }
+    for (int k = 0; k < ST_KINDS; k++) {
+      char name[40];
+      snprintf(name, sizeof name, "%s.swp", k_kind[k]);
+      add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, e->esz[k]), 1, 0, 0);
+    }
+    int nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
+    if (nbuf > pl->n_sgs) nbuf = pl->n_sgs;
+    pl->n_slots = nbuf;
+    for (int k = 0; k < ST_KINDS; k++) {
+      char name[40];
+      snprintf(name, sizeof name, "sub_group_buffers.%s", k_kind[k]);
+      add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, e->esz[k]), nbuf, 1, -1);
+    }
+  }
+  /* The write-back ring: offload_param.buffer_count tensors of the largest size, and at least two of them and
+   * two sub-groups (bytes of the working dtype). */
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    size_t el = mul_sat((size_t)(pl->n_pstage > 2 ? pl->n_pstage : 2), pl->pstage_el);
+    if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
+    pl->wb_bytes = round_sat(mul_sat(el, wsz), pl->swap_align);
+    add_buf(pl, ZO_TIER_HOST, "write_back_ring", pl->wb_bytes, 1, 1, -1);
+  }
+  *out = pl;
+  return ZO_OK;
+}
+
+zo_status zo_engine_plan(const zo_engine_t *e, zo_plan **out) {
+  if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "plan: NULL argument");
+  *out = NULL;
+  return zo_plan_make(e, "plan", out);
+}
+
+void zo_plan_free(zo_plan *p) {
+  if (!p) return;
+  free(p->tensor);
+  free(p->piece);
+  free(p->sg);
+  free(p);
+}
+
+/* @name matches @purpose exactly, or as a prefix when it ends with '.' ("state_host." matches every kind). */
+static int name_matches(const char *purpose, const char *name) {
+  const size_t n = strlen(name);
+  return n && name[n - 1] == '.' ? !strncmp(purpose, name, n) : !strcmp(purpose, name);
+}
+
+size_t zo_plan_sum(const zo_plan *p, const char *name) {
+  size_t s = 0;
+  for (int i = 0; i < p->n_bufs; i++)
+    if (name_matches(p->buf[i].purpose, name)) s = add_sat(s, mul_sat(p->buf[i].bytes, (size_t)p->buf[i].count));
+  return s;
+}
+
+size_t zo_plan_bytes(const zo_plan *p, const char *name) {
+  for (int i = 0; i < p->n_bufs; i++)
+    if (!strcmp(p->buf[i].purpose, name)) return p->buf[i].bytes;
+  return 0;
+}
+
+void zo_plan_print(const zo_plan *p, void *fp) {
+  FILE *f = fp ? fp : stdout;
+  if (!p) return;
+  fprintf(f, "%-7s %-28s %6s %20s %20s  %s\n", "tier", "buffer", "count", "bytes_each", "total_bytes", "pinned");
+  for (int i = 0; i < p->n_bufs; i++) {
+    const zo_plan_buf *b = &p->buf[i];
+    fprintf(f, "%-7s %-28s %6d %20zu %20zu  %s\n", zo_tier_name(b->tier), b->purpose, b->count, b->bytes,
+            mul_sat(b->bytes, (size_t)b->count), b->tier != ZO_TIER_HOST ? "-" : b->pinned ? "yes" : "no");
+  }
+  fprintf(f, "plan: device %zu", p->device_bytes);
+  if (p->device_need_bytes != p->device_bytes)
+    fprintf(f, " (needs %zu with the largest tensor's copy beside it)", p->device_need_bytes);
+  fprintf(f, ", host %zu (pinned %zu), nvme %zu (offload_optimizer.nvme_path) + %zu (offload_param.nvme_path) bytes",
+          p->host_bytes, p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
+  if (p->n_sgs)
+    fprintf(f, "; %d sub-groups of up to %zu elements, %d buffer sets", p->n_sgs, p->slot_el, p->n_slots);
+  fprintf(f, "\n");
+}
+
+/* ---------------------------------------------------------------- the ledger */
+
+void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path) {
+  if (!bytes) return;
+  for (int i = 0; i < e->n_ledger; i++) {
+    zo_plan_buf *b = &e->ledger[i];
+    if (!strcmp(b->purpose, purpose) && b->bytes == bytes && b->tier == t) {
+      b->count++;
+      return;
+    }
+  }
+  if (e->n_ledger == ZO_PLAN_MAX_BUFS) return;
+  zo_plan_buf *b = &e->ledger[e->n_ledger++];
+  memset(b, 0, sizeof *b);
+  b->tier = t;
+  snprintf(b->purpose, sizeof b->purpose, "%s", purpose);
+  b->bytes = bytes, b->count = 1, b->pinned = pinned, b->path = t == ZO_TIER_NVME ? path : -1;
+}
+
+int zo_engine_allocations(const zo_engine_t *e, const zo_plan_buf **bufs) {
+  if (!e || !bufs) return 0;
+  *bufs = e->ledger;
+  return e->n_ledger;
+}

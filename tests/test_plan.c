@@ -1,0 +1,167 @@
+/*
+ * test_plan.c - the memory plan (zoffload/plan.h) is what finalize allocates:
+ * for every cell of the tier matrix (offload_param.device none, cpu, nvme x
+ * offload_optimizer.device none, cpu, nvme), fp32 and bf16 working weights,
+ * delayed_param_update, and on several ranks (run under `mpirun -np 2`:
+ * stage 2, and stage 3 with partitioned parameters), the ledger of what
+ * zo_engine_finalize() requested (zo_engine_allocations()) equals the plan
+ * entry by entry (tier, purpose, bytes, count, pinning, nvme path) and per
+ * tier; the budget's engine bytes are the plan's; making a plan or a budget
+ * changes nothing (a second plan is equal to the first). Exit 0 pass, 1 fail,
+ * 77 skip.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zo_test.h"
+#include "zoffload/budget.h"
+#include "zoffload/config.h"
+#include "zoffload/engine.h"
+#include "zoffload/plan.h"
+
+enum { NP = 5 };
+static const size_t k_sizes[NP] = {1, 7, 1000, 1001, 4097};
+static zo_comm_t *g_comm;
+static int R, W;
+static char g_dir[4096];
+
+static const char *tier_of(zo_offload_device d) {
+  return d == ZO_OFFLOAD_NONE ? "none" : d == ZO_OFFLOAD_CPU ? "cpu" : "nvme";
+}
+
+static int bufs_equal(const zo_plan_buf *a, const zo_plan_buf *b) {
+  return a->tier == b->tier && !strcmp(a->purpose, b->purpose) && a->bytes == b->bytes && a->count == b->count &&
+         a->pinned == b->pinned && a->path == b->path;
+}
+
+static void print_buf(const char *who, int i, const zo_plan_buf *b) {
+  fprintf(stderr, "  %s[%d]: %s %s %d x %zu bytes, pinned %d, path %d\n", who, i, zo_tier_name(b->tier), b->purpose,
+          b->count, b->bytes, b->pinned, b->path);
+}
+
+/* One engine: plan, budget, finalize; the ledger against the plan. */
+static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu, int overlap) {
+  char label[160];
+  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, rank %d of %d", tier_of(ptier), tier_of(otier),
+           stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "", overlap ? ", overlap_comm" : "", R, W);
+  zo_config_t c;
+  zo_config_defaults(&c);
+  c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
+  c.gradient_accumulation_steps = 1;
+  c.bf16.enabled = bf16;
+  c.zero.stage = stage;
+  c.zero.offload_optimizer.device = otier;
+  c.zero.offload_optimizer.pin_memory = otier == ZO_OFFLOAD_CPU && !bf16; /* pinned and pageable cpu state */
+  c.zero.offload_param.device = ptier;
+  c.zero.offload_param.buffer_count = 3;
+  c.zero.sub_group_size = 1500;
+  c.zero.overlap_comm = overlap;
+  c.zero.reduce_bucket_size = 5000;
+  c.zero.allgather_bucket_size = 3000;
+  c.zero.stage3_prefetch_bucket_size = 3000;
+  c.zoffload.delayed_param_update = dpu;
+  c.zoffload.adam_threads = 1;
+  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
+  zo_engine_t *e = NULL;
+  if (!CHECK_OK(zo_engine_create(&c, NULL, g_comm, &e))) {
+    fprintf(stderr, "  in %s\n", label);
+    return;
+  }
+  zo_param_t *ps[NP];
+  for (int i = 0; i < NP; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%d", i);
+    if (!CHECK_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]))) goto out;
+  }
+  zo_plan *plan = NULL, *again = NULL;
+  if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  zo_budget b;
+  CHECK_OK(zo_engine_budget(e, NULL, &b));
+  for (int i = 0; i < b.n_lines; i++) {
+    const zo_budget_line *l = &b.line[i];
+    if (l->tier == ZO_TIER_DEVICE) CHECK_EQ(l->engine_bytes, plan->device_need_bytes);
+    if (l->tier == ZO_TIER_HOST) CHECK_EQ(l->engine_bytes, plan->host_bytes);
+    if (l->tier == ZO_TIER_PINNED) CHECK_EQ(l->engine_bytes, plan->pinned_bytes);
+    if (l->tier == ZO_TIER_NVME) CHECK_EQ(l->engine_bytes, plan->nvme_bytes[0] + plan->nvme_bytes[1]); /* one path */
+  }
+  /* neither the plan nor the budget changed the engine: the same plan again */
+  if (CHECK_OK(zo_engine_plan(e, &again))) {
+    CHECK_EQ(again->n_bufs, plan->n_bufs);
+    for (int i = 0; i < plan->n_bufs && i < again->n_bufs; i++) CHECK(bufs_equal(&again->buf[i], &plan->buf[i]));
+    CHECK_EQ(again->swap_align, plan->swap_align);
+    CHECK_EQ(again->n_sgs, plan->n_sgs);
+    CHECK_EQ(again->slot_el, plan->slot_el);
+    zo_plan_free(again);
+  }
+  const zo_plan_buf *led = NULL;
+  CHECK_EQ(zo_engine_allocations(e, &led), 0); /* nothing before finalize */
+  if (!CHECK_OK(zo_engine_finalize(e))) {
+    fprintf(stderr, "  in %s\n", label);
+    zo_plan_free(plan);
+    goto out;
+  }
+  const int n = zo_engine_allocations(e, &led);
+  int bad = 0;
+  if (!CHECK_EQ(n, plan->n_bufs)) bad = 1;
+  size_t sum[4] = {0, 0, 0, 0}, pinned = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t total = led[i].bytes * (size_t)led[i].count;
+    sum[led[i].tier] += total;
+    if (led[i].tier == ZO_TIER_HOST && led[i].pinned) pinned += total;
+    if (i < plan->n_bufs && !bufs_equal(&led[i], &plan->buf[i])) {
+      FAIL_AT("%s: allocation %d differs from the plan", label, i);
+      print_buf("finalize", i, &led[i]);
+      print_buf("plan    ", i, &plan->buf[i]);
+      bad = 1;
+    }
+  }
+  if (bad) {
+    for (int i = 0; i < n; i++) print_buf("finalize", i, &led[i]);
+    for (int i = 0; i < plan->n_bufs; i++) print_buf("plan    ", i, &plan->buf[i]);
+  }
+  CHECK_EQ(sum[ZO_TIER_DEVICE], plan->device_bytes);
+  CHECK_EQ(sum[ZO_TIER_HOST], plan->host_bytes);
+  CHECK_EQ(pinned, plan->pinned_bytes);
+  CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
+  /* the plan is refused after finalize */
+  zo_plan *late = NULL;
+  CHECK_ST(zo_engine_plan(e, &late), ZO_ERR_INVALID_USAGE);
+  if (!bad)
+    printf("ok: %s: %d kinds of buffer as planned; device %zu, host %zu (pinned %zu), nvme %zu bytes\n", label, n,
+           sum[ZO_TIER_DEVICE], sum[ZO_TIER_HOST], pinned, sum[ZO_TIER_NVME]);
+  zo_plan_free(plan);
+out:
+  zo_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
+  char base[64];
+  snprintf(base, sizeof base, "zo-test-plan-r%d", R);
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
+  for (int bf16 = 0; bf16 < 2; bf16++)
+    for (int p = 0; p < 3; p++)
+      for (int o = 0; o < 3; o++) {
+        /* one rank: parameters offloaded at stage 3, resident at stage 2; several: the same (stage 3 with
+         * resident parameters is not built on several ranks) */
+        const int stage = tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3;
+        run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
+      }
+  if (W == 1) {
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1, 0);  /* delayed_param_update: a second gradient buffer */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 3, 1, 0, 0); /* stage 3, parameters resident */
+  } else {
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 1, 1, 0, 1); /* stage 1 */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 0, 0, 0, 1); /* stage 0: all-reduce, no gather buffer */
+  }
+  CHECK_OK(zo_comm_barrier(g_comm));
+  CHECK_EQ(zo_test_count_entries(g_dir), 0); /* every swap file removed */
+  rmdir(g_dir);
+  zo_comm_destroy(g_comm);
+  return zo_test_finish("test_plan");
+}

@@ -268,81 +268,147 @@ static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_
   }
 }
 
+/* The cores the threads may run on: one singlified cpuset per core (or PU), of
+ * one NUMA node when asked, this rank's share when several ranks share the
+ * machine. topo is NULL when hwloc has no topology (threads run unbound). */
+typedef struct {
+  hwloc_topology_t topo;
+  hwloc_bitmap_t *sets;
+  int nsets;
+} core_sets;
+
+static void core_sets_free(core_sets *cs) {
+  for (int i = 0; i < cs->nsets; i++) hwloc_bitmap_free(cs->sets[i]);
+  free(cs->sets);
+  if (cs->topo) hwloc_topology_destroy(cs->topo);
+  memset(cs, 0, sizeof *cs);
+}
+
+/* The options with their defaults, checked; the SIMD level they resolve to. */
+static zo_status pool_opts_check(const zo_adam_pool_opts *opts, zo_adam_pool_opts *o, zo_simd *lvl) {
+  *o = (zo_adam_pool_opts){.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = ZO_SIMD_AUTO};
+  if (opts) *o = *opts;
+  if (o->share_count < 0 || o->share_index < 0 || (o->share_count > 1 && o->share_index >= o->share_count))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: share_index %d of share_count %d", o->share_index,
+                        o->share_count);
+  if (o->n_threads < 0 || o->n_threads > 1024)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: n_threads = %d, expected 0..1024", o->n_threads);
+  *lvl = ZO_SIMD_SCALAR;
+  return zo_adam_resolve_simd("zo_adam_pool_create", o->simd, lvl);
+}
+
+/* NUMA node @numa_node of the topology in *node (NULL when numa_node < 0). */
+static zo_status pool_find_node(hwloc_topology_t topo, int numa_node, hwloc_obj_t *node) {
+  *node = NULL;
+  if (numa_node < 0) return ZO_OK;
+  int nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < nn; i++) {
+    hwloc_obj_t x = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
+    if ((int)x->os_index == numa_node) *node = x;
+  }
+  if (!*node)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d does not exist (%d nodes)", numa_node,
+                        nn);
+  return ZO_OK;
+}
+
+/* Keep this rank's share (index of count) of the core sets. */
+static void pool_take_share(core_sets *cs, int index, int count) {
+  int lo = (int)((long)index * cs->nsets / count);
+  int hi = (int)((long)(index + 1) * cs->nsets / count);
+  if (hi <= lo) lo = index % cs->nsets, hi = lo + 1;
+  for (int i = 0; i < cs->nsets; i++)
+    if (i < lo || i >= hi) hwloc_bitmap_free(cs->sets[i]);
+  memmove(cs->sets, cs->sets + lo, (size_t)(hi - lo) * sizeof *cs->sets);
+  cs->nsets = hi - lo;
+}
+
+/* Fill *cs from the machine's topology (see core_sets); on error *cs holds
+ * what was gathered so far, for core_sets_free. */
+static zo_status pool_core_sets(const zo_adam_pool_opts *o, core_sets *cs) {
+  if (hwloc_topology_init(&cs->topo) != 0 || hwloc_topology_load(cs->topo) != 0) {
+    if (cs->topo) hwloc_topology_destroy(cs->topo);
+    cs->topo = NULL;
+    if (o->numa_node >= 0)
+      return zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: hwloc topology unavailable, cannot select NUMA node %d",
+                          o->numa_node);
+    zo_warn_once("zo_adam_pool: hwloc topology unavailable; threads run unbound");
+    return ZO_OK;
+  }
+  hwloc_obj_t node;
+  ZO_CHECK(pool_find_node(cs->topo, o->numa_node, &node));
+  hwloc_obj_type_t type = hwloc_get_nbobjs_by_type(cs->topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  int nobj = hwloc_get_nbobjs_by_type(cs->topo, type);
+  cs->sets = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof *cs->sets);
+  if (!cs->sets) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate %d cpusets", nobj);
+  for (int i = 0; i < nobj; i++) {
+    hwloc_obj_t c = hwloc_get_obj_by_type(cs->topo, type, i);
+    if (!c->cpuset || hwloc_bitmap_iszero(c->cpuset)) continue;
+    if (node && !hwloc_bitmap_isincluded(c->cpuset, node->cpuset)) continue;
+    hwloc_bitmap_t s = hwloc_bitmap_dup(c->cpuset);
+    if (!s) continue;
+    hwloc_bitmap_singlify(s);
+    cs->sets[cs->nsets++] = s;
+  }
+  if (node && cs->nsets == 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d has no cores", o->numa_node);
+  if (o->share_count > 1 && cs->nsets > 0) pool_take_share(cs, o->share_index, o->share_count); /* this rank's share */
+  return ZO_OK;
+}
+
+/* Stop and join the threads started so far, free the pool (a partial one too). */
+static void pool_free(zo_adam_pool_t *P) {
+  if (!P) return;
+  if (P->n_started) {
+    pthread_mutex_lock(&P->mu);
+    P->stop = 1;
+    pthread_cond_broadcast(&P->work_cv);
+    pthread_mutex_unlock(&P->mu);
+    for (int t = 0; t < P->n_started; t++) pthread_join(P->threads[t], NULL);
+  }
+  if (P->threads) {
+    pthread_mutex_destroy(&P->mu);
+    pthread_cond_destroy(&P->work_cv);
+    pthread_cond_destroy(&P->done_cv);
+  }
+  free(P->threads);
+  free(P);
+}
+
+/* Start P's nt threads (P->n_started counts those running, for pool_free). */
+static zo_status pool_start_threads(zo_adam_pool_t *P, int nt) {
+  for (int t = 0; t < nt; t++) {
+    worker_arg *w = malloc(sizeof *w);
+    if (!w) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: out of memory starting thread %d", t);
+    w->pool = P;
+    w->index = t;
+    int rc = pthread_create(&P->threads[t], NULL, worker_main, w);
+    if (rc != 0) {
+      free(w);
+      return zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: pthread_create for thread %d of %d: %s", t, nt,
+                          strerror(rc));
+    }
+    P->n_started++;
+  }
+  return ZO_OK;
+}
+
 zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **out) {
   if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: out is NULL");
   *out = NULL;
-  zo_adam_pool_opts o = {.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = ZO_SIMD_AUTO};
-  if (opts) o = *opts;
-  if (o.share_count < 0 || o.share_index < 0 || (o.share_count > 1 && o.share_index >= o.share_count))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: share_index %d of share_count %d", o.share_index,
-                        o.share_count);
-  if (o.n_threads < 0 || o.n_threads > 1024)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: n_threads = %d, expected 0..1024", o.n_threads);
-  zo_simd lvl = ZO_SIMD_SCALAR;
-  ZO_CHECK(zo_adam_resolve_simd("zo_adam_pool_create", o.simd, &lvl));
+  zo_adam_pool_opts o;
+  zo_simd lvl;
+  ZO_CHECK(pool_opts_check(opts, &o, &lvl));
 
   zo_status st = ZO_OK;
-  hwloc_topology_t topo = NULL;
-  hwloc_bitmap_t *sets = NULL;
-  int nsets = 0;
-  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
-    if (topo) hwloc_topology_destroy(topo);
-    topo = NULL;
-    if (o.numa_node >= 0)
-      return zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: hwloc topology unavailable, cannot select NUMA node %d",
-                          o.numa_node);
-    zo_warn_once("zo_adam_pool: hwloc topology unavailable; threads run unbound");
-  }
-  if (topo) {
-    hwloc_obj_t node = NULL;
-    if (o.numa_node >= 0) {
-      int nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-      for (int i = 0; i < nn; i++) {
-        hwloc_obj_t x = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
-        if ((int)x->os_index == o.numa_node) node = x;
-      }
-      if (!node) {
-        hwloc_topology_destroy(topo);
-        return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d does not exist (%d nodes)",
-                            o.numa_node, nn);
-      }
-    }
-    hwloc_obj_type_t type = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
-    int nobj = hwloc_get_nbobjs_by_type(topo, type);
-    sets = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof *sets);
-    if (!sets) {
-      hwloc_topology_destroy(topo);
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate %d cpusets", nobj);
-    }
-    for (int i = 0; i < nobj; i++) {
-      hwloc_obj_t c = hwloc_get_obj_by_type(topo, type, i);
-      if (!c->cpuset || hwloc_bitmap_iszero(c->cpuset)) continue;
-      if (node && !hwloc_bitmap_isincluded(c->cpuset, node->cpuset)) continue;
-      hwloc_bitmap_t s = hwloc_bitmap_dup(c->cpuset);
-      if (!s) continue;
-      hwloc_bitmap_singlify(s);
-      sets[nsets++] = s;
-    }
-    if (node && nsets == 0) {
-      free(sets);
-      hwloc_topology_destroy(topo);
-      return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d has no cores", o.numa_node);
-    }
-    if (o.share_count > 1 && nsets > 0) { /* this rank's share of the cores */
-      int lo = (int)((long)o.share_index * nsets / o.share_count);
-      int hi = (int)((long)(o.share_index + 1) * nsets / o.share_count);
-      if (hi <= lo) lo = o.share_index % nsets, hi = lo + 1;
-      for (int i = 0; i < nsets; i++)
-        if (i < lo || i >= hi) hwloc_bitmap_free(sets[i]);
-      memmove(sets, sets + lo, (size_t)(hi - lo) * sizeof *sets);
-      nsets = hi - lo;
-    }
-  }
+  core_sets cs = {0};
+  zo_adam_pool_t *P = NULL;
+  ZO_CHECK_GOTO(pool_core_sets(&o, &cs), st, fail);
   int nt = o.n_threads;
-  if (nt == 0) nt = nsets > 0 ? nsets : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt == 0) nt = cs.nsets > 0 ? cs.nsets : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nt < 1) nt = 1;
 
-  zo_adam_pool_t *P = calloc(1, sizeof *P);
+  P = calloc(1, sizeof *P);
   if (!P || !(P->threads = calloc((size_t)nt, sizeof *P->threads))) {
     st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate a pool of %d threads", nt);
     goto fail;
@@ -358,50 +424,15 @@ zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **ou
   pthread_mutex_init(&P->mu, NULL);
   pthread_cond_init(&P->work_cv, NULL);
   pthread_cond_init(&P->done_cv, NULL);
-  for (int t = 0; t < nt; t++) {
-    worker_arg *w = malloc(sizeof *w);
-    if (!w) {
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: out of memory starting thread %d", t);
-      goto fail;
-    }
-    w->pool = P;
-    w->index = t;
-    int rc = pthread_create(&P->threads[t], NULL, worker_main, w);
-    if (rc != 0) {
-      free(w);
-      st = zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: pthread_create for thread %d of %d: %s", t, nt,
-                        strerror(rc));
-      goto fail;
-    }
-    P->n_started++;
-  }
-  bind_threads(P, topo, sets, nsets, o.bind);
-  for (int i = 0; i < nsets; i++) hwloc_bitmap_free(sets[i]);
-  free(sets);
-  if (topo) hwloc_topology_destroy(topo);
+  ZO_CHECK_GOTO(pool_start_threads(P, nt), st, fail);
+  bind_threads(P, cs.topo, cs.sets, cs.nsets, o.bind);
+  core_sets_free(&cs);
   *out = P;
   return ZO_OK;
 
 fail:
-  if (P) {
-    if (P->n_started) {
-      pthread_mutex_lock(&P->mu);
-      P->stop = 1;
-      pthread_cond_broadcast(&P->work_cv);
-      pthread_mutex_unlock(&P->mu);
-      for (int t = 0; t < P->n_started; t++) pthread_join(P->threads[t], NULL);
-    }
-    if (P->threads) {
-      pthread_mutex_destroy(&P->mu);
-      pthread_cond_destroy(&P->work_cv);
-      pthread_cond_destroy(&P->done_cv);
-    }
-    free(P->threads);
-    free(P);
-  }
-  for (int i = 0; i < nsets; i++) hwloc_bitmap_free(sets[i]);
-  free(sets);
-  if (topo) hwloc_topology_destroy(topo);
+  pool_free(P);
+  core_sets_free(&cs);
   return st;
 }
 

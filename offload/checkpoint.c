@@ -472,61 +472,140 @@ static void manifest_name(const zo_engine_t *e, char *out, size_t cap) {
   else snprintf(out, cap, "manifest-rank%05d.json", e->rank);
 }
 
-zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir, size_t cap) {
+/* The arguments of zo_engine_save; *app: opts->app_state parsed (NULL when none), for the caller to release. */
+static zo_status save_check(const zo_engine_t *e, const char *root, const zo_save_opts *opts, json_t **app) {
+  *app = NULL;
   if (!e || !root || !root[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "save: NULL engine or empty root");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "save: engine not finalized");
   if (e->n_grads > 0)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d gradients handed over for a step not taken yet; save between "
                         "zo_engine_step() and the next zo_engine_grad_ready()", e->n_grads);
-  const int64_t tag = opts && opts->tag >= 0 ? opts->tag : e->step;
-  const int keep_last = opts && opts->keep_last > 0 ? opts->keep_last : 0;
-  json_t *app = NULL;
   if (opts && opts->app_state) {
     json_error_t je;
-    app = json_loads(opts->app_state, 0, &je);
-    if (!app || !json_is_object(app)) {
-      json_decref(app);
-      return zo_error_set(ZO_ERR_INVALID_ARG, "save: app_state is not a JSON object (%s)", app ? "not an object" : je.text);
+    json_t *a = json_loads(opts->app_state, 0, &je);
+    if (!a || !json_is_object(a)) {
+      json_decref(a);
+      return zo_error_set(ZO_ERR_INVALID_ARG, "save: app_state is not a JSON object (%s)", a ? "not an object" : je.text);
     }
+    *app = a;
   }
-  ZO_CHECK(zo_engine_synchronize(e));
-  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_quiesce(e)); /* every state write-back on disk */
+  return ZO_OK;
+}
 
-  /* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers, and names the temporary
-   * directory every rank writes its part into. */
+/* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers. */
+static zo_status save_root(zo_engine_t *e, const char *root, const zo_save_opts *opts) {
   zo_status st0 = ZO_OK;
   if (e->rank == 0) {
     if (mkdir(root, 0755) && errno != EEXIST) st0 = sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
     else remove_leftovers(root, opts);
   }
-  if ((st0 = eng_dp_from_rank0(e, st0, "save: creating the checkpoint root")) != ZO_OK) {
-    json_decref(app);
-    return st0;
-  }
-  char name[64], tmpn[96], oldn[96], tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX],
-      ltmp[PATH_MAX], rank_file[32], mfile[48];
-  snprintf(name, sizeof name, "step-%012" PRId64, tag);
-  snprintf(rank_file, sizeof rank_file, "rank%05d.bin", e->rank);
-  manifest_name(e, mfile, sizeof mfile);
+  return eng_dp_from_rank0(e, st0, "save: creating the checkpoint root");
+}
+
+/* The names and paths of one save under its root. */
+typedef struct save_paths {
+  char name[64], rank_file[32], mfile[48];
+  char tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX], ltmp[PATH_MAX];
+} save_paths;
+
+/* Every name of the save of step @tag under @root; the temporary and set-aside directories carry rank 0's pid
+ * (a collective call with several ranks). */
+static zo_status save_names(zo_engine_t *e, const char *root, int64_t tag, save_paths *sp) {
+  char tmpn[96], oldn[96];
+  snprintf(sp->name, sizeof sp->name, "step-%012" PRId64, tag);
+  snprintf(sp->rank_file, sizeof sp->rank_file, "rank%05d.bin", e->rank);
+  manifest_name(e, sp->mfile, sizeof sp->mfile);
   double pid = (double)getpid(); /* rank 0's, in every rank's names */
-  if (e->world > 1 && (st0 = zo_comm_broadcast(e->comm, &pid, sizeof pid, 0)) != ZO_OK) {
-    json_decref(app);
-    return zo_error_prefix(st0, "save: hearing rank 0's temporary directory");
+  zo_status st;
+  if (e->world > 1 && (st = zo_comm_broadcast(e->comm, &pid, sizeof pid, 0)) != ZO_OK)
+    return zo_error_prefix(st, "save: hearing rank 0's temporary directory");
+  snprintf(tmpn, sizeof tmpn, ".tmp-%s.%d", sp->name, (int)pid);
+  snprintf(oldn, sizeof oldn, ".old-%s.%d", sp->name, (int)pid);
+  ZO_CHECK(join(sp->tmp, sizeof sp->tmp, root, tmpn));
+  ZO_CHECK(join(sp->final, sizeof sp->final, root, sp->name));
+  ZO_CHECK(join(sp->old, sizeof sp->old, root, oldn));
+  ZO_CHECK(join(sp->latest, sizeof sp->latest, root, "latest"));
+  ZO_CHECK(join(sp->ltmp, sizeof sp->ltmp, root, ".latest.tmp"));
+  return join(sp->file, sizeof sp->file, sp->tmp, sp->mfile); /* the longest name inside tmp */
+}
+
+/* Every rank: its shard file and its manifest into the temporary directory (rank 0 of several: its manifest as
+ * manifest.json too). *m and *text: the manifest, for the caller to release. */
+static zo_status save_write_parts(zo_engine_t *e, save_paths *sp, int64_t tag, json_t *app, run *runs, void *buf,
+                                  json_t **m, char **text) {
+  join(sp->file, sizeof sp->file, sp->tmp, sp->rank_file); /* fits: tmp/mfile, the longest, did */
+  ZO_CHECK(write_rank_file(e, sp->file, runs, buf));
+  *m = manifest_json(e, tag, runs, sp->rank_file, app);
+  *text = json_dumps(*m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  if (!*text) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: cannot format the manifest");
+  ZO_CHECK(join(sp->file, sizeof sp->file, sp->tmp, sp->mfile));
+  ZO_CHECK(write_file(sp->file, *text));
+  if (e->world > 1 && e->rank == 0) {
+    ZO_CHECK(join(sp->file, sizeof sp->file, sp->tmp, "manifest.json"));
+    ZO_CHECK(write_file(sp->file, *text));
   }
-  snprintf(tmpn, sizeof tmpn, ".tmp-%s.%d", name, (int)pid);
-  snprintf(oldn, sizeof oldn, ".old-%s.%d", name, (int)pid);
-  zo_status pst = join(tmp, sizeof tmp, root, tmpn);
-  if (pst == ZO_OK) pst = join(final, sizeof final, root, name);
-  if (pst == ZO_OK) pst = join(old, sizeof old, root, oldn);
-  if (pst == ZO_OK) pst = join(latest, sizeof latest, root, "latest");
-  if (pst == ZO_OK) pst = join(ltmp, sizeof ltmp, root, ".latest.tmp");
-  if (pst == ZO_OK) pst = join(file, sizeof file, tmp, mfile); /* the longest name inside tmp */
-  if (pst != ZO_OK) {
+  return ZO_OK;
+}
+
+/* Rank 0: the temporary directory into place as the step's directory, then `latest` onto it, and keep_last
+ * applied. A directory of the same step (an earlier run's, or one a kill left before `latest` moved) goes aside
+ * first and is removed once the new one is durable. Until the rename into place, a failure removes the temporary
+ * directory. */
+static zo_status save_place(const save_paths *sp, const char *root, int64_t tag, int keep_last,
+                            const zo_save_opts *opts) {
+  zo_status st;
+  int had_old = 0;
+  struct stat fsb;
+  char why[256];
+  if ((st = fsync_path(sp->tmp, 1)) != ZO_OK) goto fail;
+  if (lstat(sp->final, &fsb) == 0 && ours(sp->final, 0, why, sizeof why)) {
+    st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' exists and is not a checkpoint this format wrote (%s): not "
+                      "replacing it", sp->final, why);
+    goto fail;
+  }
+  if (rename(sp->final, sp->old) == 0) {
+    had_old = 1;
+  } else if (errno != ENOENT) {
+    st = sys_err(ZO_ERR_IO, "cannot move aside", sp->final);
+    goto fail;
+  }
+  if (rename(sp->tmp, sp->final)) {
+    st = sys_err(ZO_ERR_IO, "cannot rename into place", sp->tmp);
+    if (had_old) rename(sp->old, sp->final);
+    goto fail;
+  }
+  ZO_CHECK(fsync_path(root, 1));
+  char line[80];
+  snprintf(line, sizeof line, "%s\n", sp->name);
+  ZO_CHECK(write_file(sp->ltmp, line));
+  if (rename(sp->ltmp, sp->latest)) return sys_err(ZO_ERR_IO, "cannot rename into place", sp->ltmp);
+  ZO_CHECK(fsync_path(root, 1));
+  if (had_old && remove_ours(sp->old))
+    zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", sp->old, sp->name);
+  if (keep_last > 0) prune_checkpoints(root, tag, keep_last, opts);
+  return ZO_OK;
+fail:
+  remove_ours(sp->tmp); /* holds only what this save wrote */
+  return st;
+}
+
+zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir, size_t cap) {
+  json_t *app;
+  ZO_CHECK(save_check(e, root, opts, &app));
+  const int64_t tag = opts && opts->tag >= 0 ? opts->tag : e->step;
+  const int keep_last = opts && opts->keep_last > 0 ? opts->keep_last : 0;
+  save_paths sp;
+  zo_status st = zo_engine_synchronize(e);
+  if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = eng_nv_quiesce(e); /* every state write-back on disk */
+  /* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers, and names the temporary
+   * directory every rank writes its part into. */
+  if (st == ZO_OK) st = save_root(e, root, opts);
+  if (st == ZO_OK) st = save_names(e, root, tag, &sp);
+  if (st != ZO_OK) {
     json_decref(app);
-    return pst;
+    return st;
   }
 
-  zo_status st = ZO_OK;
   run *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
   void *buf = malloc(CKPT_CHUNK);
   char *text = NULL;
@@ -534,67 +613,23 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   int placing = 0; /* rank 0 of several: past the agreement, every other rank waits for its word */
   /* Every rank makes every collective call below whatever happens to it, so none waits for one never made. */
   if (!runs || !buf) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
-  if (st == ZO_OK && e->rank == 0 && mkdir(tmp, 0755)) st = sys_err(ZO_ERR_IO, "cannot create", tmp);
+  if (st == ZO_OK && e->rank == 0 && mkdir(sp.tmp, 0755)) st = sys_err(ZO_ERR_IO, "cannot create", sp.tmp);
   if (e->world > 1) { /* everyone hears of rank 0's directory */
     zo_status s0 = eng_dp_from_rank0(e, e->rank == 0 ? st : ZO_OK, "save: creating the temporary directory");
     if (st == ZO_OK) st = s0;
   }
-  /* every rank: its shard file and its manifest */
-  join(file, sizeof file, tmp, rank_file);
-  if (st == ZO_OK) st = write_rank_file(e, file, runs, buf);
-  if (st == ZO_OK) {
-    m = manifest_json(e, tag, runs, rank_file, app);
-    text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-    if (!text) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: cannot format the manifest");
+  if (st == ZO_OK) st = save_write_parts(e, &sp, tag, app, runs, buf, &m, &text);
+  if ((st = eng_dp_agree(e, st, "save: writing the ranks' parts")) != ZO_OK) {
+    if (e->rank == 0) remove_ours(sp.tmp); /* holds only what this save wrote */
+    goto out;
   }
-  if (st == ZO_OK) st = join(file, sizeof file, tmp, mfile);
-  if (st == ZO_OK) st = write_file(file, text);
-  if (st == ZO_OK && e->world > 1 && e->rank == 0) st = join(file, sizeof file, tmp, "manifest.json");
-  if (st == ZO_OK && e->world > 1 && e->rank == 0) st = write_file(file, text);
-  if ((st = eng_dp_agree(e, st, "save: writing the ranks' parts")) != ZO_OK) goto fail;
   if (e->rank != 0) { /* rank 0 puts the directory into place and says how that went */
     st = eng_dp_from_rank0(e, ZO_OK, "save: putting the checkpoint into place");
-    if (st == ZO_OK && saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
-    goto out;
+  } else {
+    placing = e->world > 1;
+    st = save_place(&sp, root, tag, keep_last, opts);
   }
-  placing = e->world > 1;
-  if ((st = fsync_path(tmp, 1)) != ZO_OK) goto fail;
-  /* Into place. A directory of the same step (an earlier run's, or one a kill left before `latest` moved)
-   * goes aside first and is removed once the new one is durable. */
-  int had_old = 0;
-  struct stat fsb;
-  char why[256];
-  if (lstat(final, &fsb) == 0 && ours(final, 0, why, sizeof why)) {
-    st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' exists and is not a checkpoint this format wrote (%s): not "
-                      "replacing it", final, why);
-    goto fail;
-  }
-  if (rename(final, old) == 0) {
-    had_old = 1;
-  } else if (errno != ENOENT) {
-    st = sys_err(ZO_ERR_IO, "cannot move aside", final);
-    goto fail;
-  }
-  if (rename(tmp, final)) {
-    st = sys_err(ZO_ERR_IO, "cannot rename into place", tmp);
-    if (had_old) rename(old, final);
-    goto fail;
-  }
-  if ((st = fsync_path(root, 1)) != ZO_OK) goto out;
-  char line[80];
-  snprintf(line, sizeof line, "%s\n", name);
-  if ((st = write_file(ltmp, line)) != ZO_OK) goto out;
-  if (rename(ltmp, latest)) {
-    st = sys_err(ZO_ERR_IO, "cannot rename into place", ltmp);
-    goto out;
-  }
-  if ((st = fsync_path(root, 1)) != ZO_OK) goto out;
-  if (had_old && remove_ours(old)) zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", old, name);
-  if (keep_last > 0) prune_checkpoints(root, tag, keep_last, opts);
-  if (saved_dir && cap) snprintf(saved_dir, cap, "%s", final);
-  goto out;
-fail:
-  if (e->rank == 0) remove_ours(tmp); /* holds only what this save wrote */
+  if (st == ZO_OK && saved_dir && cap) snprintf(saved_dir, cap, "%s", sp.final);
 out:
   if (placing) (void)eng_dp_from_rank0(e, st, "save: putting the checkpoint into place"); /* the others wait for it */
   free(text);
@@ -777,65 +812,86 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
   return ZO_OK;
 }
 
-zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
-  if (app_state) *app_state = NULL;
-  if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
-  if (e->n_grads > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
-  char dir[PATH_MAX], mpath[PATH_MAX], rank_file[256], fpath[PATH_MAX], mfile[48];
-  /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
-  zo_status st = resolve_dir(path, dir, sizeof dir);
+/* The checkpoint directory @path names into @dir, this rank's manifest file in it into @mpath (both PATH_MAX),
+ * and that manifest parsed into *m. */
+static zo_status load_manifest(const zo_engine_t *e, const char *path, char *dir, char *mpath, json_t **m) {
+  char mfile[48], e1[96];
+  ZO_CHECK(resolve_dir(path, dir, PATH_MAX));
   manifest_name(e, mfile, sizeof mfile);
-  if (st == ZO_OK) st = join(mpath, sizeof mpath, dir, mfile);
-  json_error_t je;
-  load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};
-  char *mtext = NULL, e1[96];
+  ZO_CHECK(join(mpath, PATH_MAX, dir, mfile));
+  char *mtext = NULL;
   size_t mlen = 0;
-  if (st == ZO_OK) st = read_small(mpath, CKPT_MANIFEST_MAX, &mtext, &mlen);
-  if (st == ZO_OK && !(c.m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &je)))
+  ZO_CHECK(read_small(mpath, CKPT_MANIFEST_MAX, &mtext, &mlen));
+  json_error_t je;
+  zo_status st = ZO_OK;
+  if (!(*m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &je)))
     st = zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column,
                       zo_escape(e1, sizeof e1, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
   free(mtext);
-  int fd = -1;
-  saved_scalars sv = {0};
-  uint64_t fsize = 0;
-  void *buf = malloc(CKPT_CHUNK);
-  lrun *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
-  if (st == ZO_OK && (!buf || !runs)) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
-  if (st == ZO_OK) st = check_manifest(e, &c, runs, rank_file, sizeof rank_file);
-  if (st == ZO_OK) st = check_scalars(e, &c, &sv);
-  if (st != ZO_OK) goto verified;
-  if ((st = join(fpath, sizeof fpath, dir, rank_file)) != ZO_OK) goto verified;
-  if ((st = open_regular(fpath, &fd, &fsize)) != ZO_OK) goto verified;
-  for (int i = 0; i < e->n_params * ST_KINDS; i++) /* every run inside the file (offset + nbytes checked above) */
-    if (runs[i].off + runs[i].nbytes > fsize) {
-      st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64 " bytes) "
-                        "ends past the end of '%s' (%" PRIu64 " bytes)", mpath, e->params[i / ST_KINDS]->name,
-                        k_kind[i % ST_KINDS], runs[i].off, runs[i].nbytes, fpath, fsize);
-      goto verified;
-    }
-  /* 1. every checksum, before anything changes */
-  for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
+  return st;
+}
+
+/* Every checksum of this rank's file, before anything changes. */
+static zo_status load_check_crcs(const zo_engine_t *e, int fd, const lrun *runs, void *buf, const char *fpath) {
+  for (int i = 0; i < e->n_params; i++) {
     for (int k = 0; k < ST_KINDS; k++) {
       const lrun *r = &runs[i * ST_KINDS + k];
       uint32_t crc;
-      if ((st = file_crc(fd, r->off, r->nbytes, buf, fpath, &crc)) != ZO_OK) {
-        zo_error_prefix(st, "tensor '%s' %s", e->params[i]->name, k_kind[k]);
-        break;
-      }
-      if (crc != r->crc) {
-        st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64
-                          " bytes): CRC32C %08x, the manifest says %08x", fpath, e->params[i]->name, k_kind[k],
-                          r->off, r->nbytes, crc, r->crc);
-        break;
-      }
+      zo_status st = file_crc(fd, r->off, r->nbytes, buf, fpath, &crc);
+      if (st != ZO_OK) return zo_error_prefix(st, "tensor '%s' %s", e->params[i]->name, k_kind[k]);
+      if (crc != r->crc)
+        return zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64
+                            " bytes): CRC32C %08x, the manifest says %08x", fpath, e->params[i]->name, k_kind[k],
+                            r->off, r->nbytes, crc, r->crc);
     }
   }
-verified:
-  if ((st = eng_dp_agree(e, st, "load: checking the ranks' parts")) != ZO_OK) goto out;
-  /* 2. apply: state onto its tier, working weights rebuilt from the master weights */
-  if ((st = zo_engine_synchronize(e)) != ZO_OK) goto out;
-  if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_quiesce(e)) != ZO_OK) goto out;
+  return ZO_OK;
+}
+
+/* This rank's part checked against the engine: the manifest (into runs and *sv), then its file (@fpath,
+ * PATH_MAX; opened into *fd): every run inside it, every checksum right. */
+static zo_status load_verify(zo_engine_t *e, load_ctx *c, lrun *runs, void *buf, char *fpath, int *fd,
+                             saved_scalars *sv) {
+  char rank_file[256];
+  uint64_t fsize = 0;
+  ZO_CHECK(check_manifest(e, c, runs, rank_file, sizeof rank_file));
+  ZO_CHECK(check_scalars(e, c, sv));
+  ZO_CHECK(join(fpath, PATH_MAX, c->dir, rank_file));
+  ZO_CHECK(open_regular(fpath, fd, &fsize));
+  for (int i = 0; i < e->n_params * ST_KINDS; i++) /* every run inside the file (offset + nbytes checked above) */
+    if (runs[i].off + runs[i].nbytes > fsize)
+      return zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64 " bytes) "
+                          "ends past the end of '%s' (%" PRIu64 " bytes)", c->mpath, e->params[i / ST_KINDS]->name,
+                          k_kind[i % ST_KINDS], runs[i].off, runs[i].nbytes, fpath, fsize);
+  return load_check_crcs(e, *fd, runs, buf, fpath);
+}
+
+/* NVMe tier: p's state through slot 0 in slot-sized pieces, written with the swap layer (io_uring; its checksums
+ * stay valid), and its working weights uploaded. */
+static zo_status load_param_nvme(zo_engine_t *e, zo_param_t *p, const lrun *r, int fd, const char *fpath) {
+  zo_status st = ZO_OK;
+  sg_slot *sl = &e->slots[0];
+  for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += e->slot_el) {
+    size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+    uint64_t n_el = eng_padded_el(e, n);
+    for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
+      memset((char *)sl->buf[k] + n * e->esz[k], 0, (n_el - n) * e->esz[k]);
+      st = pread_all(fd, sl->buf[k], n * e->esz[k], r[k].off + off * e->esz[k], fpath);
+    }
+    for (int k = 0; k < ST_KINDS && st == ZO_OK; k++)
+      st = eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]);
+    int done;
+    if (st == ZO_OK) st = eng_slot_settle(e, sl, 1, &done);
+    if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]);
+  }
+  return st;
+}
+
+/* Apply the verified part: state onto its tier, working weights rebuilt from the master weights. */
+static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char *fpath) {
+  ZO_CHECK(zo_engine_synchronize(e));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_quiesce(e));
+  zo_status st = ZO_OK;
   for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
     zo_param_t *p = e->params[i];
     const lrun *r = &runs[i * ST_KINDS];
@@ -844,21 +900,7 @@ verified:
       if (st == ZO_OK) st = eng_upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]);
       continue;
     }
-    /* nvme: through slot 0 in slot-sized pieces, written with the swap layer (io_uring; its checksums stay valid) */
-    sg_slot *sl = &e->slots[0];
-    for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += e->slot_el) {
-      size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
-      uint64_t n_el = eng_padded_el(e, n);
-      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
-        memset((char *)sl->buf[k] + n * e->esz[k], 0, (n_el - n) * e->esz[k]);
-        st = pread_all(fd, sl->buf[k], n * e->esz[k], r[k].off + off * e->esz[k], fpath);
-      }
-      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++)
-        st = eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]);
-      int done;
-      if (st == ZO_OK) st = eng_slot_settle(e, sl, 1, &done);
-      if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]);
-    }
+    st = load_param_nvme(e, p, r, fd, fpath);
     if (st != ZO_OK) zo_error_prefix(st, "load '%s'", p->name);
   }
   /* several ranks: every rank's shard of the working weights, all-gathered (stages 1-2; a collective, so every
@@ -868,21 +910,49 @@ verified:
     if (st == ZO_OK) st = s2;
   }
   if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
-  if (st != ZO_OK) goto out;
-  e->step = sv.step;
-  e->loss_scale = sv.loss_scale;
-  e->ls_iter = sv.ls_iter;
-  e->ls_last_overflow = sv.ls_last_overflow;
-  e->ls_hysteresis = (int)sv.ls_hysteresis;
-  char h[32];
+  return st;
+}
+
+/* The step counter and loss scaler from the checkpoint; a warning when it was saved with another config; the
+ * application's state into *app_state (may be NULL). */
+static zo_status load_scalars_app(zo_engine_t *e, const load_ctx *c, const saved_scalars *sv, char **app_state) {
+  e->step = sv->step;
+  e->loss_scale = sv->loss_scale;
+  e->ls_iter = sv->ls_iter;
+  e->ls_last_overflow = sv->ls_last_overflow;
+  e->ls_hysteresis = (int)sv->ls_hysteresis;
+  char h[32], e1[96];
   snprintf(h, sizeof h, "crc32c:%08x", config_hash(&e->cfg));
-  const char *saved_h = json_string_value(json_object_get(c.m, "config_hash"));
+  const char *saved_h = json_string_value(json_object_get(c->m, "config_hash"));
   if (!saved_h || strcmp(saved_h, h))
-    zo_warn("checkpoint '%s': saved with another config (%s, now %s); resuming with the current one", dir,
+    zo_warn("checkpoint '%s': saved with another config (%s, now %s); resuming with the current one", c->dir,
             saved_h ? esc(e1, saved_h) : "no hash", h);
-  json_t *app = json_object_get(c.m, "app_state");
+  json_t *app = json_object_get(c->m, "app_state");
   if (app_state && app && !(*app_state = json_dumps(app, JSON_COMPACT | JSON_PRESERVE_ORDER)))
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: cannot format app_state");
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: cannot format app_state");
+  return ZO_OK;
+}
+
+zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
+  if (app_state) *app_state = NULL;
+  if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
+  if (e->n_grads > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
+  char dir[PATH_MAX], mpath[PATH_MAX], fpath[PATH_MAX];
+  /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
+  load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};
+  zo_status st = load_manifest(e, path, dir, mpath, &c.m);
+  int fd = -1;
+  saved_scalars sv = {0};
+  void *buf = malloc(CKPT_CHUNK);
+  lrun *runs = calloc((size_t)e->n_params * ST_KINDS, sizeof *runs);
+  if (st == ZO_OK && (!buf || !runs)) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
+  /* 1. every rank's part checked, every checksum, before anything changes */
+  if (st == ZO_OK) st = load_verify(e, &c, runs, buf, fpath, &fd, &sv);
+  if ((st = eng_dp_agree(e, st, "load: checking the ranks' parts")) != ZO_OK) goto out;
+  /* 2. apply */
+  st = load_apply(e, runs, fd, fpath);
+  if (st == ZO_OK) st = load_scalars_app(e, &c, &sv, app_state);
 out:
   if (fd >= 0) close(fd);
   json_decref(c.m);

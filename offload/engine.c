@@ -39,9 +39,8 @@ void eng_host_buf_free(host_buf *b) {
 
 /* ---------------------------------------------------------------- create */
 
-zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
-  if (!cfg || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "engine: cfg and out must not be NULL");
-  *out = NULL;
+/* The config facts the engine checks before allocating anything. */
+static zo_status create_validate(const zo_config_t *cfg) {
   const zo_offload_device tier = cfg->zero.offload_optimizer.device;
   if (tier != ZO_OFFLOAD_NONE && cfg->zero.stage < 1)
     return zo_error_set(ZO_ERR_CONFIG,
@@ -50,14 +49,12 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
                         tier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
   if (cfg->fp16.enabled && cfg->bf16.enabled)
     return zo_error_set(ZO_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; choose one");
+  return ZO_OK;
+}
 
-  zo_engine_t *e = calloc(1, sizeof *e);
-  if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  zo_status st = ZO_OK;
-  if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
-    free(e);
-    return zo_error_set(ZO_ERR_CONFIG, "zoffload.optimizer_state_dtype: expected fp32 or bf16");
-  }
+/* The tiers and dtypes from the config into e, and the combinations they rule out. */
+static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
+  const zo_offload_device tier = cfg->zero.offload_optimizer.device;
   e->cfg = *cfg;
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
@@ -67,31 +64,36 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
   e->ptier = cfg->zero.offload_param.device;
   e->dpu = cfg->zoffload.delayed_param_update;
-  if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE)) {
-    st = zo_error_set(ZO_ERR_CONFIG, "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
-                      "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
-                      zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
-    goto fail;
-  }
-  if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3) {
-    st = zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
-                      "got %d (parameters are partitioned and offloaded only in stage 3)",
-                      e->ptier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
-    goto fail;
-  }
+  if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE))
+    return zo_error_set(ZO_ERR_CONFIG, "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
+                        "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
+                        zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
+  if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
+                        "got %d (parameters are partitioned and offloaded only in stage 3)",
+                        e->ptier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
+  return ZO_OK;
+}
+
+/* The caller's device, or one of the config's kind that the engine owns. */
+static zo_status create_device(zo_engine_t *e, const zo_config_t *cfg, zo_device_t *dev) {
   if (dev) {
     e->dev = dev;
-  } else {
-    ZO_CHECK_GOTO(zo_device_create(cfg->zoffload.device_kind, zo_device_default_ordinal(),
-                                   (size_t)cfg->zoffload.device_memory_limit, &e->dev), st, fail);
-    e->own_dev = 1;
-    zo_info("engine: device %s", zo_device_name(e->dev));
-    if (cfg->zoffload.host_link_gbps > 0 && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
-      ZO_CHECK_GOTO(zo_device_set_link_gbps(e->dev, cfg->zoffload.host_link_gbps), st, fail);
+    return ZO_OK;
   }
-  /* The Adam threads: on the cores of the GPU's NUMA node when the kernel names one (near its pinned buffers and
-   * its PCIe link); ranks sharing this machine (the launcher's local rank and size) take their own share of
-   * those cores, so two ranks' threads are not bound to the same ones. */
+  ZO_CHECK(zo_device_create(cfg->zoffload.device_kind, zo_device_default_ordinal(),
+                            (size_t)cfg->zoffload.device_memory_limit, &e->dev));
+  e->own_dev = 1;
+  zo_info("engine: device %s", zo_device_name(e->dev));
+  if (cfg->zoffload.host_link_gbps > 0 && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
+    ZO_CHECK(zo_device_set_link_gbps(e->dev, cfg->zoffload.host_link_gbps));
+  return ZO_OK;
+}
+
+/* The Adam threads: on the cores of the GPU's NUMA node when the kernel names one (near its pinned buffers and
+ * its PCIe link); ranks sharing this machine (the launcher's local rank and size) take their own share of
+ * those cores, so two ranks' threads are not bound to the same ones. */
+static zo_status create_pool(zo_engine_t *e, const zo_config_t *cfg) {
   /* the pinned buffers on that node too, when this is the process's first engine (the pool does not exist yet) */
   if (zo_device_numa_node(e->dev) >= 0 && zo_host_prefer_numa_node(zo_device_numa_node(e->dev)) == 0)
     zo_info("engine: pinned host memory bound to NUMA node %d (near '%s')", zo_device_numa_node(e->dev),
@@ -105,74 +107,89 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
             zo_device_name(e->dev), zo_last_error());
     po.numa_node = -1;
   }
-  if (!e->pool) ZO_CHECK_GOTO(zo_adam_pool_create(&po, &e->pool), st, fail);
+  if (!e->pool) ZO_CHECK(zo_adam_pool_create(&po, &e->pool));
   zo_info("Adam pool: %s", zo_adam_pool_describe(e->pool));
-  if (tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
+  return ZO_OK;
+}
+
+/* The engine's communicator: a duplicate of the caller's when it spans
+ * several ranks, the caller's own for one rank, else a one-rank one. */
+static zo_status create_comm(zo_engine_t *e, zo_comm_t *comm) {
+  if (comm && zo_comm_size(comm) > 1) {
+    /* A duplicate of the caller's: the engine starts its reductions when gradients land (timing), so the
+     * caller's own collectives on @comm must not interleave with them. */
+    zo_status st = zo_comm_split(comm, 0, zo_comm_rank(comm), &e->comm);
+    if (st != ZO_OK) return zo_error_prefix(st, "engine: duplicating the communicator");
+    e->own_comm = 1;
+  } else if (comm) {
+    e->comm = comm;
+  } else {
+    ZO_CHECK(zo_comm_create_self(&e->comm));
+    e->own_comm = 1;
+  }
+  e->rank = zo_comm_rank(e->comm);
+  e->world = zo_comm_size(e->comm);
+  return ZO_OK;
+}
+
+/* The swap directories of the NVMe tiers: the optimizer state's and the
+ * parameters' (one when both name the same path). */
+static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
+  zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
+                     .queue_depth = (unsigned)cfg->aio.queue_depth,
+                     .rank = e->rank,
+                     .register_files = 1,
+                     .sqpoll = cfg->zoffload.swap_sqpoll,
+                     .sqpoll_idle_ms = 50, /* a polling kernel thread left spinning takes a core from Adam */
+                     .checksum = cfg->zoffload.swap_checksum,
+                     /* the disk keeps streaming between our calls (one per layer of compute) */
+                     .progress_thread = 1};
+  const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
+  zo_status st;
+  if (e->tier == ZO_OFFLOAD_NVME && (st = zo_swap_create(opath, &so, &e->swap)) != ZO_OK)
+    return zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    if (e->swap && !strcmp(opath, ppath)) {
+      e->pswap = e->swap; /* one private directory per rank and path */
+    } else {
+      if (!ppath[0])
+        return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: required when "
+                                           "offload_param.device is \"nvme\"");
+      if ((st = zo_swap_create(ppath, &so, &e->pswap)) != ZO_OK)
+        return zo_error_prefix(st, "zero_optimization.offload_param.nvme_path");
+      e->own_pswap = 1;
+    }
+  }
+  e->swap_align = zo_swap_alignment(e->swap ? e->swap : e->pswap);
+  if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
+  return ZO_OK;
+}
+
+zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
+  if (!cfg || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "engine: cfg and out must not be NULL");
+  *out = NULL;
+  ZO_CHECK(create_validate(cfg));
+  zo_engine_t *e = calloc(1, sizeof *e);
+  if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  zo_status st = ZO_OK;
+  if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
+    free(e);
+    return zo_error_set(ZO_ERR_CONFIG, "zoffload.optimizer_state_dtype: expected fp32 or bf16");
+  }
+  ZO_CHECK_GOTO(create_tiers(e, cfg), st, fail);
+  ZO_CHECK_GOTO(create_device(e, cfg, dev), st, fail);
+  ZO_CHECK_GOTO(create_pool(e, cfg), st, fail);
+  if (e->tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
     st = zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on device '%s' needs a "
                       "device Adam kernel, which is not built yet; use \"cpu\" or \"nvme\"",
                       zo_device_name(e->dev));
     goto fail;
   }
-  if (comm && zo_comm_size(comm) > 1) {
-    /* A duplicate of the caller's: the engine starts its reductions when gradients land (timing), so the
-     * caller's own collectives on @comm must not interleave with them. */
-    st = zo_comm_split(comm, 0, zo_comm_rank(comm), &e->comm);
-    if (st != ZO_OK) {
-      zo_error_prefix(st, "engine: duplicating the communicator");
-      goto fail;
-    }
-    e->own_comm = 1;
-  } else if (comm) {
-    e->comm = comm;
-  } else {
-    ZO_CHECK_GOTO(zo_comm_create_self(&e->comm), st, fail);
-    e->own_comm = 1;
-  }
-  e->rank = zo_comm_rank(e->comm);
-  e->world = zo_comm_size(e->comm);
+  ZO_CHECK_GOTO(create_comm(e, comm), st, fail);
   if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
-
-  if (tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) {
-    zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
-                       .queue_depth = (unsigned)cfg->aio.queue_depth,
-                       .rank = e->rank,
-                       .register_files = 1,
-                       .sqpoll = cfg->zoffload.swap_sqpoll,
-                       .sqpoll_idle_ms = 50, /* a polling kernel thread left spinning takes a core from Adam */
-                       .checksum = cfg->zoffload.swap_checksum,
-                       /* the disk keeps streaming between our calls (one per layer of compute) */
-                       .progress_thread = 1};
-    const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
-    if (tier == ZO_OFFLOAD_NVME) {
-      st = zo_swap_create(opath, &so, &e->swap);
-      if (st != ZO_OK) {
-        zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
-        goto fail;
-      }
-    }
-    if (e->ptier == ZO_OFFLOAD_NVME) {
-      if (e->swap && !strcmp(opath, ppath)) {
-        e->pswap = e->swap; /* one private directory per rank and path */
-      } else {
-        if (!ppath[0]) {
-          st = zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: required when "
-                                           "offload_param.device is \"nvme\"");
-          goto fail;
-        }
-        st = zo_swap_create(ppath, &so, &e->pswap);
-        if (st != ZO_OK) {
-          zo_error_prefix(st, "zero_optimization.offload_param.nvme_path");
-          goto fail;
-        }
-        e->own_pswap = 1;
-      }
-    }
-    e->swap_align = zo_swap_alignment(e->swap ? e->swap : e->pswap);
-    if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
-  }
-
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK_GOTO(create_swap(e, cfg), st, fail);
   e->loss_scale = 1.0;
   if (cfg->fp16.enabled) {
     e->loss_scale = cfg->fp16.loss_scale > 0 ? cfg->fp16.loss_scale : ldexp(1.0, cfg->fp16.initial_scale_power);

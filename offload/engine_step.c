@@ -97,24 +97,6 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
 
 /* ---------------------------------------------------------------- step */
 
-/* DeepSpeed's DynamicLossScaler.update_scale (fp16/loss_scaler.py), consecutive_hysteresis off. */
-static void update_loss_scale(zo_engine_t *e, int overflow) {
-  const zo_config_t *c = &e->cfg;
-  if (!c->fp16.enabled || c->fp16.loss_scale > 0) return; /* static scale */
-  if (overflow) {
-    if (c->fp16.hysteresis == 1 || e->ls_hysteresis == 1) {
-      e->loss_scale = fmax(e->loss_scale / 2.0, c->fp16.min_loss_scale);
-    } else {
-      e->ls_hysteresis--;
-    }
-    e->ls_last_overflow = e->ls_iter;
-  } else if ((e->ls_iter - e->ls_last_overflow) % c->fp16.loss_scale_window == 0) {
-    e->ls_hysteresis = c->fp16.hysteresis;
-    e->loss_scale *= 2.0;
-  }
-  e->ls_iter++;
-}
-
 /* Queue the fused Adam update of shard elements [off, off + n) of p on the
  * pool: fp32 master, state, and the working-dtype copy-out in one pass, with
  * p's weight decay (the config's unless a parameter group set its own). */
@@ -164,37 +146,49 @@ zo_status zo_engine_synchronize(zo_engine_t *e) {
   return st != ZO_OK ? st : s2;
 }
 
-static zo_status step(zo_engine_t *e, zo_step_info *info) {
+/* The step's preconditions: a finalized engine and a gradient for every tensor. */
+static zo_status step_check(const zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
-  zo_step_info inf = {0};
   for (int i = 0; i < e->n_params; i++)
     if (!e->params[i]->has_grad)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
                           e->params[i]->name);
+  return ZO_OK;
+}
+
+/* Wait until every gradient has landed in host memory (reduced over the
+ * ranks first), settle the step's parameter fetches, and publish the last
+ * step's delayed update; the waits and fetch counts go to *inf, the delayed
+ * update's wait to *dpu_wait. */
+static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_wait) {
   double t0 = zo_clock_s();
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  inf.grad_wait_s = zo_clock_s() - t0;
+  inf->grad_wait_s = zo_clock_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_settle_fetches(e));
     ZO_CHECK(eng_trace_end_step(e));
   }
-  double dpu_wait = 0;
+  *dpu_wait = 0;
   if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
     double td = zo_clock_s();
     ZO_CHECK(zo_engine_synchronize(e));
-    dpu_wait = zo_clock_s() - td;
+    *dpu_wait = zo_clock_s() - td;
   }
-  inf.fetch_wait_s = e->fetch_wait_s;
-  inf.n_prefetch = e->n_prefetch;
-  inf.n_demand_fetch = e->n_demand;
+  inf->fetch_wait_s = e->fetch_wait_s;
+  inf->n_prefetch = e->n_prefetch;
+  inf->n_demand_fetch = e->n_demand;
   e->fetch_wait_s = 0;
   e->n_prefetch = e->n_demand = 0;
+  return ZO_OK;
+}
 
-  /* The global norm and the overflow flag, from the per-shard norms taken as
-   * each gradient landed (summed in tensor order: deterministic). */
-  t0 = zo_clock_s();
+/* The global norm of the mean gradient over the ranks (unscaled) and whether
+ * any element was non-finite, from the per-shard norms taken as each gradient
+ * landed (summed in tensor order: deterministic). Ends the step's gradient
+ * hand-over; *early: whether Adam started as the gradients landed. */
+static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, int *early) {
   double sums[2] = {0, 0}; /* squared norm (scaled), shards with a nonfinite element */
   zo_status landed = ZO_OK;
   for (int i = 0; i < e->n_params; i++) {
@@ -205,89 +199,175 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     sums[1] += p->nonfinite ? 1 : 0;
     p->has_grad = 0;
   }
-  const int early = e->early_adam;
+  *early = e->early_adam;
   e->n_grads = 0;
   e->early_adam = 0;
   if (landed != ZO_OK) return landed;
   ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
   if (e->world > 1 && e->cfg.zero.stage == 0) sums[0] /= e->world, sums[1] /= e->world; /* each rank saw it all */
-  /* Only fp16 skips a step on overflow (dynamic loss scaling); with fp32 or
-   * bf16 the update is applied as DeepSpeed applies it, with a warning. */
-  const int nonfinite = sums[1] > 0 || !isfinite(sums[0]);
+  *nonfinite = sums[1] > 0 || !isfinite(sums[0]);
+  *norm = sqrt(sums[0]) / (e->loss_scale * e->world); /* of the mean gradient over the ranks */
+  return ZO_OK;
+}
+
+/* The clipping factor that brings the gradient norm down to gradient_clipping (1: no clipping). */
+static double step_clip(const zo_engine_t *e, double norm) {
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping) return e->cfg.gradient_clipping / (norm + 1e-6);
+  return 1.0;
+}
+
+/* ---------------------------------------------------------------- loss scale */
+
+/* DeepSpeed's DynamicLossScaler.update_scale (fp16/loss_scaler.py), consecutive_hysteresis off. */
+static void update_loss_scale(zo_engine_t *e, int overflow) {
+  const zo_config_t *c = &e->cfg;
+  if (!c->fp16.enabled || c->fp16.loss_scale > 0) return; /* static scale */
+  if (overflow) {
+    if (c->fp16.hysteresis == 1 || e->ls_hysteresis == 1) {
+      e->loss_scale = fmax(e->loss_scale / 2.0, c->fp16.min_loss_scale);
+    } else {
+      e->ls_hysteresis--;
+    }
+    e->ls_last_overflow = e->ls_iter;
+  } else if ((e->ls_iter - e->ls_last_overflow) % c->fp16.loss_scale_window == 0) {
+    e->ls_hysteresis = c->fp16.hysteresis;
+    e->loss_scale *= 2.0;
+  }
+  e->ls_iter++;
+}
+
+/* Whether the step overflowed: only fp16 skips a step on a non-finite
+ * gradient (dynamic loss scaling); with fp32 or bf16 the update is applied as
+ * DeepSpeed applies it, with a warning. */
+static int step_overflow(const zo_engine_t *e, int nonfinite) {
   const int overflow = nonfinite && e->cfg.fp16.enabled;
   if (nonfinite && !overflow)
     zo_warn("step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
             "does", (long long)e->step + 1);
-  const double norm = sqrt(sums[0]) / (e->loss_scale * e->world); /* of the mean gradient over the ranks */
+  return overflow;
+}
+
+/* Skip an overflowed step: no update, the loss scale backs off. */
+static zo_status step_skip(zo_engine_t *e, zo_step_info *inf) {
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
+  double old = e->loss_scale;
+  update_loss_scale(e, 1);
+  zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
+          e->loss_scale);
+  inf->skipped = 1;
+  inf->step = e->step;
+  inf->loss_scale = e->loss_scale;
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+/* NVMe tier: finish the sub-group pipeline (state read, Adam, write-back). */
+static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
+  if (!e->nv_adam_ok) e->nv_hp = *hp;
+  e->nv_in_step = 1;
+  zo_status st = eng_nv_finish_step(e, adam_s);
+  e->nv_in_step = 0;
+  ZO_CHECK(st);
+  return eng_nv_end_step(e); /* reads for the next step start now, behind the last write-backs */
+}
+
+/* Host-resident state (cpu, none): queue every shard's Adam on the pool at
+ * once (early: already queued as the gradients landed). */
+static zo_status step_queue_adam(zo_engine_t *e, const zo_adam_hparams *hp, int early) {
+  zo_status st = ZO_OK;
+  for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) {
+    zo_param_t *p = e->params[i];
+    st = eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
+    if (st == ZO_OK)
+      st = eng_submit_adam(e, hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+                           p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
+  }
+  return st;
+}
+
+/* Delayed update: the next step finishes and publishes the Adam tasks just
+ * queued; its gradients go to the other host buffer. */
+static void step_dpu_flip(zo_engine_t *e) {
+  e->dpu_pending = 1;
+  host_buf tmp = e->grad_host;
+  e->grad_host = e->grad_host2;
+  e->grad_host2 = tmp;
+  for (int i = 0; i < e->n_params; i++)
+    e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->gdtype);
+}
+
+/* Host-resident state (cpu, none): Adam on the pool while the uploads of the
+ * new working weights are queued in order. */
+static zo_status step_host(zo_engine_t *e, const zo_adam_hparams *hp, int early, double *adam_s) {
+  double t1 = zo_clock_s();
+  zo_status st = step_queue_adam(e, hp, early);
+  if (e->dpu && st == ZO_OK) step_dpu_flip(e);
+  for (int i = 0; i < e->n_params && !e->dpu; i++) {
+    if (!e->tasks[i]) continue;
+    zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
+    if (st == ZO_OK) st = s2;
+  }
+  ZO_CHECK(st);
+  *adam_s += zo_clock_s() - t1;
+  return ZO_OK;
+}
+
+/* The update itself, by the tier that holds the optimizer state; its time is
+ * added to *adam_s. */
+static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early, double *adam_s) {
+  if (e->tier == ZO_OFFLOAD_NVME) return step_nvme(e, hp, adam_s);
+  return step_host(e, hp, early, adam_s);
+}
+
+/* After the update: all-gather the new weights over the ranks, mark them
+ * ready, take the step's communication figures into *inf. */
+static zo_status step_publish(zo_engine_t *e, zo_step_info *inf) {
+  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
+  ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
+  inf->comm_s = e->dp_comm_s;
+  inf->comm_bytes = e->dp_bytes;
+  e->dp_comm_s = 0;
+  e->dp_bytes = 0;
+  return ZO_OK;
+}
+
+/* Count the step, grow the loss scale when due, and start fetching the next
+ * step's first tensors now that the weights are final. */
+static zo_status step_advance(zo_engine_t *e) {
+  e->step++;
+  update_loss_scale(e, 0);
+  if (eng_dp3(e)) eng_pg_drop_device_copies(e); /* stale: the next fetches gather the new weights */
+  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e));
+  return ZO_OK;
+}
+
+static zo_status step(zo_engine_t *e, zo_step_info *info) {
+  ZO_CHECK(step_check(e));
+  zo_step_info inf = {0};
+  double dpu_wait;
+  ZO_CHECK(step_wait_grads(e, &inf, &dpu_wait));
+  const double t0 = zo_clock_s();
+  double norm;
+  int nonfinite, early;
+  ZO_CHECK(step_grad_norm(e, &norm, &nonfinite, &early));
+  const int overflow = step_overflow(e, nonfinite);
   inf.grad_norm = overflow ? INFINITY : norm;
   if (overflow) {
-    if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
-    double old = e->loss_scale;
-    update_loss_scale(e, 1);
-    zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
-            e->loss_scale);
-    inf.skipped = 1;
-    inf.step = e->step;
-    inf.loss_scale = e->loss_scale;
+    ZO_CHECK(step_skip(e, &inf));
     inf.adam_s = zo_clock_s() - t0;
     if (info) *info = inf;
     return ZO_OK;
   }
-  double clip = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
-    clip = e->cfg.gradient_clipping / (norm + 1e-6);
-  const int64_t t = e->step + 1;
-  const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, clip);
+  const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, step_clip(e, norm));
   double adam_s = zo_clock_s() - t0;
-  double swap0 = e->swap_wait_s, copy0 = e->copy_s;
-  double t1 = zo_clock_s();
-  if (e->tier == ZO_OFFLOAD_NVME) {
-    if (!e->nv_adam_ok) e->nv_hp = hp;
-    e->nv_in_step = 1;
-    zo_status st = eng_nv_finish_step(e, &adam_s);
-    e->nv_in_step = 0;
-    ZO_CHECK(st);
-    ZO_CHECK(eng_nv_end_step(e)); /* reads for the next step start now, behind the last write-backs */
-  } else {
-    /* Every shard is queued at once; the pool works through them while uploads are queued in order. */
-    zo_status st = ZO_OK;
-    for (int i = 0; i < e->n_params && st == ZO_OK && !early; i++) { /* early: queued as gradients landed */
-      zo_param_t *p = e->params[i];
-      st = eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
-      if (st == ZO_OK)
-        st = eng_submit_adam(e, &hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
-                         p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
-    }
-    if (e->dpu && st == ZO_OK) { /* the next step finishes and publishes these; its gradients go to the other buffer */
-      e->dpu_pending = 1;
-      host_buf tmp = e->grad_host;
-      e->grad_host = e->grad_host2;
-      e->grad_host2 = tmp;
-      for (int i = 0; i < e->n_params; i++)
-        e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->gdtype);
-    }
-    for (int i = 0; i < e->n_params && !e->dpu; i++) {
-      if (!e->tasks[i]) continue;
-      zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
-      if (st == ZO_OK) st = s2;
-    }
-    ZO_CHECK(st);
-    adam_s += zo_clock_s() - t1;
-  }
-  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
-  ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
-  inf.comm_s = e->dp_comm_s;
-  inf.comm_bytes = e->dp_bytes;
-  e->dp_comm_s = 0;
-  e->dp_bytes = 0;
+  const double swap0 = e->swap_wait_s, copy0 = e->copy_s;
+  ZO_CHECK(step_dispatch(e, &hp, early, &adam_s));
+  ZO_CHECK(step_publish(e, &inf));
   inf.swap_s = e->swap_wait_s - swap0;
   inf.copy_s = e->copy_s - copy0;
   inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
-  e->step = t;
-  update_loss_scale(e, 0);
-  if (eng_dp3(e)) eng_pg_drop_device_copies(e); /* stale: the next fetches gather the new weights */
-  /* The weights are final now: start fetching the next step's first tensors. */
-  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e));
+  ZO_CHECK(step_advance(e));
   inf.step = e->step;
   inf.lr = hp.lr;
   inf.loss_scale = e->loss_scale;

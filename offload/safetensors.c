@@ -30,20 +30,15 @@ static zo_status write_all(int fd, const void *buf, size_t n, uint64_t off, cons
                       n - done, rc > 0 ? "short write" : strerror(errno));
 }
 
-zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype) {
-  if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: NULL argument");
-  if (dtype != ZO_DTYPE_F32 && dtype != ZO_DTYPE_BF16)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: dtype %s: expected fp32 or bf16", zo_dtype_name(dtype));
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "export_safetensors: engine not finalized");
-  /* Several ranks: a collective call; each tensor's master shards are all-gathered and rank 0 writes the file.
-   * Every rank makes every collective call whatever happens to it, and all return rank 0's outcome. */
-  const int writer = e->rank == 0;
+/* The JSON header: tensors in registration order, back to back, in @dtype. *hdr: its compact text (NULL when
+ * out of memory, for the caller to report); *max_n: the most elements a tensor's master weights take in a host
+ * buffer (padded for the all-gather with several ranks). */
+static zo_status st_header(const zo_engine_t *e, zo_dtype dtype, char **hdr, size_t *max_n) {
   const size_t esz = zo_dtype_size(dtype);
-  /* header: tensors in registration order, back to back */
   json_t *h = json_object();
   json_object_set_new(h, "__metadata__", json_pack("{s:s, s:s}", "format", "pt", "producer", "zoffload"));
   uint64_t off = 0;
-  size_t max_n = 0;
+  *max_n = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
     json_t *shape = json_array();
@@ -65,35 +60,40 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
     }
     off += nb;
     const size_t whole = e->world > 1 ? eng_dp_padded(e, p) : p->n; /* padded for the all-gather */
-    if (whole > max_n) max_n = whole;
+    if (whole > *max_n) *max_n = whole;
   }
-  char *hdr = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  *hdr = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(h);
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  float *f32 = malloc(max_n * sizeof(float) + 64);
-  void *out = dtype == ZO_DTYPE_F32 ? (void *)f32 : malloc(max_n * esz + 64);
-  int fd = -1;
-  zo_status st = ZO_OK;
-  if (!hdr || !f32 || !out) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "export_safetensors: out of memory (%zu bytes)", max_n * sizeof(float));
-    goto out;
-  }
-  size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8; /* the data starts 8-byte aligned */
-  char *hp = realloc(hdr, padded + 1);
-  if (!hp) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "export_safetensors: out of memory");
-    goto out;
-  }
-  hdr = hp;
-  memset(hdr + hlen, ' ', padded - hlen);
-  if (writer && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-    st = zo_error_set(ZO_ERR_IO, "safetensors: cannot create '%s': %s", tmp, strerror(errno));
+  return ZO_OK;
+}
+
+/* Pad *hdr with spaces to *padded bytes, so that the data after it starts 8-byte aligned (*hdr grows). */
+static zo_status st_pad_header(char **hdr, size_t *padded) {
+  size_t hlen = strlen(*hdr), n = (hlen + 7) / 8 * 8;
+  char *hp = realloc(*hdr, n + 1);
+  if (!hp) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "export_safetensors: out of memory");
+  memset(hp + hlen, ' ', n - hlen);
+  *hdr = hp;
+  *padded = n;
+  return ZO_OK;
+}
+
+/* Create @tmp into *fd and write the padded header's length (little-endian u64), then the header. */
+static zo_status st_write_header(const char *tmp, const char *hdr, size_t padded, int *fd) {
+  if ((*fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    return zo_error_set(ZO_ERR_IO, "safetensors: cannot create '%s': %s", tmp, strerror(errno));
   uint8_t len8[8];
   for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)padded >> (8 * b)); /* little-endian u64 */
-  if (writer && st == ZO_OK) st = write_all(fd, len8, 8, 0, tmp);
-  if (writer && st == ZO_OK) st = write_all(fd, hdr, padded, 8, tmp);
-  uint64_t pos = 8 + padded;
+  ZO_CHECK(write_all(*fd, len8, 8, 0, tmp));
+  return write_all(*fd, hdr, padded, 8, tmp);
+}
+
+/* Every tensor's master weights (all-gathered over the ranks into @f32), cast to @dtype in @out and written by the
+ * writer at @pos onwards. A collective with several ranks: every rank makes every call whatever @st (the outcome
+ * so far) is; returns the first failure. */
+static zo_status st_write_tensors(zo_engine_t *e, zo_dtype dtype, int writer, int fd, const char *tmp, uint64_t pos,
+                                  float *f32, void *out, zo_status st) {
+  const size_t esz = zo_dtype_size(dtype);
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     float *mine = e->world > 1 ? f32 + (size_t)e->rank * p->part_n : f32;
@@ -108,19 +108,47 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
     if (writer && st == ZO_OK) st = write_all(fd, out, p->n * esz, pos, tmp);
     pos += p->n * esz;
   }
+  return st;
+}
+
+/* The writer: @tmp made durable (closed, *fd = -1) and renamed to @path. */
+static zo_status st_place(int *fd, const char *tmp, const char *path) {
+  if (fsync(*fd)) return zo_error_set(ZO_ERR_IO, "safetensors: fsync of '%s': %s", tmp, strerror(errno));
+  close(*fd);
+  *fd = -1;
+  if (rename(tmp, path))
+    return zo_error_set(ZO_ERR_IO, "safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+  return ZO_OK;
+}
+
+zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype) {
+  if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: NULL argument");
+  if (dtype != ZO_DTYPE_F32 && dtype != ZO_DTYPE_BF16)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: dtype %s: expected fp32 or bf16", zo_dtype_name(dtype));
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "export_safetensors: engine not finalized");
+  /* Several ranks: a collective call; each tensor's master shards are all-gathered and rank 0 writes the file.
+   * Every rank makes every collective call whatever happens to it, and all return rank 0's outcome. */
+  const int writer = e->rank == 0;
+  char *hdr = NULL;
+  size_t max_n, padded = 0;
+  ZO_CHECK(st_header(e, dtype, &hdr, &max_n));
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  float *f32 = malloc(max_n * sizeof(float) + 64);
+  void *out = dtype == ZO_DTYPE_F32 ? (void *)f32 : malloc(max_n * zo_dtype_size(dtype) + 64);
+  int fd = -1;
+  zo_status st = ZO_OK;
+  if (!hdr || !f32 || !out) {
+    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "export_safetensors: out of memory (%zu bytes)", max_n * sizeof(float));
+    goto out;
+  }
+  if ((st = st_pad_header(&hdr, &padded)) != ZO_OK) goto out;
+  if (writer) st = st_write_header(tmp, hdr, padded, &fd);
+  st = st_write_tensors(e, dtype, writer, fd, tmp, 8 + padded, f32, out, st);
   /* every rank hears of rank 0's writes, and rank 0 of the others' shards */
   if ((st = eng_dp_agree(e, st, "export_safetensors")) != ZO_OK) goto fail;
   if (!writer) goto out;
-  if (fsync(fd)) {
-    st = zo_error_set(ZO_ERR_IO, "safetensors: fsync of '%s': %s", tmp, strerror(errno));
-    goto fail;
-  }
-  close(fd);
-  fd = -1;
-  if (rename(tmp, path)) {
-    st = zo_error_set(ZO_ERR_IO, "safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    goto fail;
-  }
+  if ((st = st_place(&fd, tmp, path)) != ZO_OK) goto fail;
   goto out;
 fail:
   if (fd >= 0) close(fd);

@@ -1091,11 +1091,9 @@ zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, 
   return zo_swap_file_create_ex(sw, name, nbytes, NULL, out);
 }
 
-zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
-                                 zo_swap_file_t **out) {
-  if (out) *out = NULL;
-  if (!sw || !name || !out)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
+/* The arguments of zo_swap_file_create_ex; whether the file is checksummed and in chunks of how many bytes. */
+static zo_status file_check_args(const zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
+                                 int *checksum, size_t *chunk) {
   size_t nl = strlen(name);
   int ctrl = 0; /* a newline would split the name's line in the owner marker */
   for (const unsigned char *c = (const unsigned char *)name; *c; c++) ctrl |= *c < 0x20 || *c == 0x7f;
@@ -1107,12 +1105,18 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
                         name, ZO_SWAP_DIR_MARKER, ZO_SWAP_DIR_PROBE);
   if (nbytes > (uint64_t)INT64_MAX)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large", name, nbytes);
-  int checksum = (fo && fo->checksum) || sw->checksum_default;
-  size_t chunk = fo && fo->checksum_chunk ? fo->checksum_chunk : sw->align;
-  if (checksum && chunk % sw->align)
+  *checksum = (fo && fo->checksum) || sw->checksum_default;
+  *chunk = fo && fo->checksum_chunk ? fo->checksum_chunk : sw->align;
+  if (*checksum && *chunk % sw->align)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': checksum_chunk %zu bytes is not a multiple of %zu", name,
-                        chunk, sw->align);
+                        *chunk, sw->align);
+  return ZO_OK;
+}
 
+/* A file record of @nbytes, not opened yet: its path, one free extent over its aligned length, and the checksum
+ * arrays when @checksum (chunks of @chunk bytes). */
+static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int checksum, size_t chunk,
+                          zo_swap_file_t **out) {
   zo_swap_file_t *f = calloc(1, sizeof *f);
   if (!f) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s'", name);
   f->sw = sw;
@@ -1121,7 +1125,6 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
   f->fd = -1;
   snprintf(f->path, sizeof f->path, "%s/%.199s", sw->pdir.path, name);
   f->name = f->path + strlen(sw->pdir.path) + 1;
-  zo_status st = ZO_OK;
   uint64_t usable = nbytes / sw->align * sw->align;
   if (usable) {
     f->free_ext = malloc(sizeof *f->free_ext);
@@ -1136,15 +1139,16 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
     f->crc_valid = calloc((f->n_chunks + 63) / 64 + 1, sizeof *f->crc_valid);
     if (!f->crc || !f->crc_valid) goto oom;
   }
+  *out = f;
+  return ZO_OK;
+oom:
+  file_free(f);
+  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)", name, nbytes);
+}
 
-  /* Named in the owner marker before it exists, so a crash never leaves a file a later run would not recognise. */
-  int rec = record_files(sw, name);
-  if (rec < 0) {
-    st = zo_error_set(sys_status(-rec), "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
-                      sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
-    file_free(f);
-    return st;
-  }
+/* Create f's file in the private directory, with O_DIRECT unless the file system refuses it (then buffered, for
+ * this file and the swap's later ones). */
+static zo_status file_open(zo_swap_t *sw, zo_swap_file_t *f, const char *name) {
   const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
   f->direct = 1;
   if (sw->refuse_direct) {
@@ -1165,46 +1169,71 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
   }
   if (f->fd < 0) {
     int e = errno;
-    st = zo_error_set(e == EEXIST || e == ELOOP ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
-                      "swap: create '%s': %s", f->path, strerror(e));
+    return zo_error_set(e == EEXIST || e == ELOOP ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
+                        "swap: create '%s': %s", f->path, strerror(e));
+  }
+  return ZO_OK;
+}
+
+/* Reserve f's @nbytes on disk (fallocate, else ftruncate); on failure the file is closed and removed. */
+static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *name, uint64_t nbytes) {
+  if (!nbytes) return ZO_OK;
+  int rc = fallocate(f->fd, 0, 0, (off_t)nbytes);
+  int e = rc ? errno : 0;
+  if (rc && (e == EOPNOTSUPP || e == ENOSYS)) {
+    rc = ftruncate(f->fd, (off_t)nbytes);
+    e = rc ? errno : 0;
+  }
+  if (!rc) return ZO_OK;
+  zo_status st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
+                              "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
+                              strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
+  close(f->fd);
+  unlinkat(sw->pdir.fd, name, 0);
+  return st;
+}
+
+/* A fixed-file slot for f when the ring has a free one; one try: a file without a slot just uses its descriptor. */
+static void file_take_slot(zo_swap_t *sw, zo_swap_file_t *f) {
+  if (!sw->fixed_files) return;
+  for (unsigned i = 0; i < SWAP_FILE_SLOTS; i++) {
+    if (sw->slot_used[i]) continue;
+    if (io_uring_register_files_update(&sw->ring, i, &f->fd, 1) == 1) {
+      sw->slot_used[i] = 1;
+      f->slot = (int)i;
+    }
+    break;
+  }
+}
+
+zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
+                                 zo_swap_file_t **out) {
+  if (out) *out = NULL;
+  if (!sw || !name || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
+  int checksum;
+  size_t chunk;
+  ZO_CHECK(file_check_args(sw, name, nbytes, fo, &checksum, &chunk));
+  zo_swap_file_t *f = NULL;
+  ZO_CHECK(file_new(sw, name, nbytes, checksum, chunk, &f));
+  /* Named in the owner marker before it exists, so a crash never leaves a file a later run would not recognise. */
+  int rec = record_files(sw, name);
+  zo_status st = ZO_OK;
+  if (rec < 0)
+    st = zo_error_set(sys_status(-rec), "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
+                      sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
+  if (st == ZO_OK) st = file_open(sw, f, name);
+  if (st == ZO_OK) st = file_preallocate(sw, f, name, nbytes);
+  if (st != ZO_OK) {
     file_free(f);
     return st;
   }
-  if (nbytes) {
-    int rc = fallocate(f->fd, 0, 0, (off_t)nbytes);
-    int e = rc ? errno : 0;
-    if (rc && (e == EOPNOTSUPP || e == ENOSYS)) {
-      rc = ftruncate(f->fd, (off_t)nbytes);
-      e = rc ? errno : 0;
-    }
-    if (rc) {
-      st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
-                        "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
-                        strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
-      close(f->fd);
-      unlinkat(sw->pdir.fd, name, 0);
-      file_free(f);
-      return st;
-    }
-  }
-  if (sw->fixed_files) {
-    for (unsigned i = 0; i < SWAP_FILE_SLOTS; i++) {
-      if (sw->slot_used[i]) continue;
-      if (io_uring_register_files_update(&sw->ring, i, &f->fd, 1) == 1) {
-        sw->slot_used[i] = 1;
-        f->slot = (int)i;
-      }
-      break; /* one try: a file without a slot just uses its descriptor */
-    }
-  }
+  file_take_slot(sw, f);
   f->next = sw->files;
   if (sw->files) sw->files->prev = f;
   sw->files = f;
   *out = f;
   return ZO_OK;
-oom:
-  file_free(f);
-  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)", name, nbytes);
 }
 
 zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {

@@ -109,6 +109,27 @@ static void zo_slot_describe(slot *sl, zo_bench *zb, variant v) {
 }
 
 
+/* One measurement for the engine of @r (a zoffload variant on @zb, pread or fio on @path) at its block size,
+ * queue depth and op: 0 with the seconds, GB/s and bytes moved, or -1 with r->note set. */
+static int measure(const opts *o, result *r, zo_bench *zb, const char *path, int direct, double *sec, double *g,
+                   uint64_t *moved) {
+  int rc, is_write = r->op == OP_WRITE;
+  if (r->engine == ENG_ZO) {
+    rc = zo_transfer(zb, is_write, o->bytes, o->max_sec, sec, moved);
+    if (rc) snprintf(r->note, sizeof r->note, "%s", zo_last_error());
+    *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
+  } else if (r->engine == ENG_PREAD) {
+    rc = pread_transfer(path, direct, is_write, o->bytes, o->max_sec, r->block_size, r->queue_depth, sec, moved,
+                        r->note, sizeof r->note);
+    *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
+  } else {
+    variant v = {r->regbuf, r->sqpoll};
+    rc = fio_transfer(path, is_write, o->size, o->bytes, o->max_sec, r->block_size, r->queue_depth, v, g, sec, moved,
+                      r->note, sizeof r->note);
+  }
+  return rc;
+}
+
 /*
  * One swap handle per ring variant (each its own rank, so they can be open together) with its own
  * preallocated file, written once untimed, kept for the whole sweep; zo_swap_set_queue() moves every
@@ -183,20 +204,7 @@ int run_sweep(const opts *o, int use_fio) {
             if (sl[k].failed) continue;
             double sec = 0, g = 0;
             uint64_t moved = 0;
-            int rc;
-            if (r->engine == ENG_ZO) {
-              rc = zo_transfer(&zb[k], op == OP_WRITE, o->bytes, o->max_sec, &sec, &moved);
-              if (rc) snprintf(r->note, sizeof r->note, "%s", zo_last_error());
-              g = sec > 0 ? (double)moved / sec / 1e9 : 0;
-            } else if (r->engine == ENG_PREAD) {
-              rc = pread_transfer(path, direct, op == OP_WRITE, o->bytes, o->max_sec, bs, qd, &sec, &moved, r->note,
-                                  sizeof r->note);
-              g = sec > 0 ? (double)moved / sec / 1e9 : 0;
-            } else {
-              variant v = {r->regbuf, r->sqpoll};
-              rc = fio_transfer(path, op == OP_WRITE, o->size, o->bytes, o->max_sec, bs, qd, v, &g, &sec, &moved,
-                                r->note, sizeof r->note);
-            }
+            int rc = measure(o, r, k < nv ? &zb[k] : NULL, path, direct, &sec, &g, &moved);
             if (rc != 0) {
               fprintf(stderr, "\nzo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", eng_name[r->engine], op_name[op],
                       bs, qd, r->note);

@@ -1,10 +1,13 @@
 /*
  * test_tool_args.c - the argument parsers the tools share (tools/common/args.c):
- * zo_tool_parse_int (every tool's integer options) and zo_tool_parse_count.
+ * zo_tool_parse_int (every tool's integer options), zo_tool_parse_count,
+ * zo_tool_parse_double, zo_tool_parse_bytes and zo_tool_split_list.
  * Not a test of getopt or of any tool's messages (tests/zo_*.sh grep those).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "args.h"
 #include "zo_test.h"
@@ -43,8 +46,107 @@ static void test_parse_count(void) {
   CHECK_EQ(zo_tool_parse_count("2Gx", 1, &v), -1);
 }
 
+static void test_parse_double(void) {
+  static const struct {
+    const char *s;
+    double lo, hi;
+    int ok;
+    double want;
+  } cases[] = {
+      {"0.3", 0, 3600, 1, 0.3},   {"0", 0, 3600, 1, 0},       {"3600", 0, 3600, 1, 3600}, {"3601", 0, 3600, 0, 0},
+      {"-1", 0, 3600, 0, 0},      {"-1", -2, 2, 1, -1},       {"1e-3", 0, 1, 1, 1e-3},    {" 2.5", 0, 9, 1, 2.5},
+      {"", 0, 9, 0, 0},           {"x", 0, 9, 0, 0},          {"1.5s", 0, 9, 0, 0},       {"nan", -1e300, 1e300, 0, 0},
+      {"inf", 0, INFINITY, 0, 0}, {"1e-400", 0, 9, 0, 0},     {"1e400", 0, INFINITY, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    double v = -42;
+    int rc = zo_tool_parse_double(cases[i].s, cases[i].lo, cases[i].hi, &v);
+    if (!CHECK_EQ(rc, cases[i].ok ? 0 : -1)) fprintf(stderr, "  input '%s'\n", cases[i].s);
+    CHECK(v == (cases[i].ok ? cases[i].want : -42)); /* unchanged on failure */
+  }
+}
+
+static void test_parse_bytes(void) {
+  static const struct {
+    const char *s;
+    int ok;
+    uint64_t want;
+  } cases[] = {
+      {"1048576", 1, 1048576},     {"0", 1, 0},                 {"4K", 1, 4096},
+      {"512k", 1, 512 << 10},      {"4MiB", 1, 4 << 20},        {"1G", 1, 1ull << 30},
+      {"1gib", 1, 1ull << 30},     {"1Gb", 1, 1ull << 30},      {"2TB", 1, 2ull << 40},
+      {"16777216T", 0, 0} /* 2^24 * 2^40 = 2^64: one past the top */, {"16777215T", 1, 16777215ull << 40},
+      {"8B", 1, 8},                {"", 0, 0},                  {"banana", 0, 0},
+      {" 1G", 0, 0},               {"+1G", 0, 0},               {"-1", 0, 0},
+      {"1.5G", 0, 0},              {"1e9", 0, 0},               {"1Gx", 0, 0},
+      {"1iB", 0, 0},               {"1KK", 0, 0},               {"18446744073709551616", 0, 0},
+      {"18446744073709551615", 1, UINT64_MAX},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t v = 7;
+    int rc = zo_tool_parse_bytes(cases[i].s, &v);
+    if (!CHECK_EQ(rc, cases[i].ok ? 0 : -1)) fprintf(stderr, "  input '%s'\n", cases[i].s);
+    CHECK_EQ(v, cases[i].ok ? cases[i].want : 7);
+  }
+}
+
+typedef struct split_log {
+  char toks[8][16];
+  int index[8];
+  int n;
+  int refuse_at; /* index whose token the callback refuses; -1: none */
+} split_log;
+
+static int split_cb(const char *tok, int index, void *ctx) {
+  split_log *l = ctx;
+  if (l->n < 8) {
+    snprintf(l->toks[l->n], sizeof l->toks[0], "%s", tok);
+    l->index[l->n] = index;
+  }
+  l->n++;
+  return index == l->refuse_at;
+}
+
+static void test_split_list(void) {
+  split_log l = {.refuse_at = -1};
+  CHECK_EQ(zo_tool_split_list("128K,,1M,x", split_cb, &l, NULL, 0), 3);
+  CHECK_EQ(l.n, 3);
+  CHECK(!strcmp(l.toks[0], "128K") && !strcmp(l.toks[1], "1M") && !strcmp(l.toks[2], "x"));
+  CHECK(l.index[0] == 0 && l.index[1] == 1 && l.index[2] == 2);
+
+  memset(&l, 0, sizeof l);
+  l.refuse_at = -1;
+  CHECK_EQ(zo_tool_split_list(",", split_cb, &l, NULL, 0), 0);
+  CHECK_EQ(zo_tool_split_list("", split_cb, &l, NULL, 0), 0);
+  CHECK_EQ(l.n, 0);
+
+  char bad[8] = "";
+  memset(&l, 0, sizeof l);
+  l.refuse_at = 1;
+  CHECK_EQ(zo_tool_split_list("a,bad,c", split_cb, &l, bad, sizeof bad), -1);
+  CHECK_EQ(l.n, 2); /* stops at the refused token */
+  CHECK(!strcmp(bad, "bad"));
+  memset(&l, 0, sizeof l);
+  l.refuse_at = 0;
+  CHECK_EQ(zo_tool_split_list("toolongtoken", split_cb, &l, bad, sizeof bad), -1);
+  CHECK(!strcmp(bad, "toolong")); /* truncated to @bad_n */
+
+  char big[ZO_TOOL_LIST_MAX + 1];
+  memset(big, 'a', sizeof big - 1);
+  big[ZO_TOOL_LIST_MAX] = 0; /* 1024 characters: too long */
+  memset(&l, 0, sizeof l);
+  l.refuse_at = -1;
+  CHECK_EQ(zo_tool_split_list(big, split_cb, &l, NULL, 0), -2);
+  CHECK_EQ(l.n, 0);
+  big[ZO_TOOL_LIST_MAX - 1] = 0; /* 1023: the longest taken */
+  CHECK_EQ(zo_tool_split_list(big, split_cb, &l, NULL, 0), 1);
+}
+
 int main(void) {
   test_parse_int();
   test_parse_count();
+  test_parse_double();
+  test_parse_bytes();
+  test_split_list();
   return zo_test_finish("test_tool_args");
 }

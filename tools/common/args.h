@@ -1,7 +1,8 @@
-/* args.h - argument values shared by the benchmark tools (tools/common/args.c). */
+/* args.h - option values shared by the tools (tools/common/args.c); getopt parses the flags. */
 #ifndef ZO_TOOLS_ARGS_H
 #define ZO_TOOLS_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -20,5 +21,37 @@ int zo_tool_parse_count(const char *s, int binary, uint64_t *out);
  * range; *@out unchanged). The caller prints its own message.
  */
 int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/*
+ * zo_tool_parse_double() - a finite decimal or exponent number in [@lo, @hi]
+ * (strtod: leading blanks, a sign, "1e-3", "0x1p3" allowed), the whole string.
+ * Returns 0 with *@out set, or -1 (empty, trailing text, NaN, infinite,
+ * ERANGE overflow or underflow, out of range; *@out unchanged).
+ */
+int zo_tool_parse_double(const char *s, double lo, double hi, double *out);
+
+/*
+ * zo_tool_parse_bytes() - a byte size "1048576", "512K", "4MiB", "1G", "2TB":
+ * decimal digits (the first character must be one: no blank, sign or
+ * fraction), then optionally K M G or T (powers of 1024, either case), "i"
+ * after a suffix, and "B". Zero is accepted (callers that need more check).
+ * Returns 0 with *@out set, or -1 (trailing text, overflow of 64 bits;
+ * *@out unchanged). Unlike zo_tool_parse_count, no exponent or fraction.
+ */
+int zo_tool_parse_bytes(const char *s, uint64_t *out);
+
+/* Longest list zo_tool_split_list() takes, terminating NUL included. */
+#define ZO_TOOL_LIST_MAX 1024
+
+/*
+ * zo_tool_split_list() - calls @fn(token, index, @ctx) for each token of the
+ * comma list @s, index 0 first; empty tokens are skipped ("a,,b" is two
+ * tokens, "," none). @fn returns 0 to go on, nonzero to stop. Returns the
+ * number of tokens (0: an empty list, the caller decides), -1 when @fn
+ * refused one (copied into @bad, @bad_n bytes, when @bad is not NULL), or -2
+ * when @s is ZO_TOOL_LIST_MAX characters or longer (@fn not called).
+ */
+int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx, char *bad,
+                       size_t bad_n);
 
 #endif

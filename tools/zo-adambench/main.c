@@ -66,65 +66,49 @@ static void usage(FILE *f) {
           "  3. adamw_bf16g_out_bf16s params/s >= 1.25x adamw_bf16g_out params/s\n");
 }
 
+/* "2^K" (K <= 40), or a zo_tool_parse_bytes() count with a K, M or G suffix at most (elements, not
+ * bytes: no T, "iB" or "B"): 1 .. 2^40 elements */
 static int parse_size(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
   if (s[0] == '2' && s[1] == '^') {
-    long k = strtol(s + 2, &end, 10);
-    if (errno || *end || end == s + 2 || k < 0 || k > 40) return -1;
+    int64_t k;
+    if (zo_tool_parse_int(s + 2, 0, 40, &k)) return -1;
     *out = (size_t)1 << k;
     return 0;
   }
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || s[0] == '-') return -1;
-  unsigned long long mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1ull << 10, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1ull << 20, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1ull << 30, end++;
-  if (*end || v == 0 || v > (1ull << 40) / mul) return -1;
-  *out = (size_t)(v * mul);
+  uint64_t v;
+  if (strpbrk(s, "TtiIBb") || zo_tool_parse_bytes(s, &v) || v == 0 || v > (1ull << 40)) return -1;
+  *out = (size_t)v;
   return 0;
 }
 
-/* split a comma list; calls fn for each token; returns -1 on the first failure */
-static int parse_list(const char *flag, const char *s, int (*fn)(const char *tok, void *ctx), void *ctx) {
-  char buf[1024];
-  if (strlen(s) >= sizeof buf) {
-    fprintf(stderr, "zo-adambench: error: %s: list too long\n", flag);
-    return -1;
-  }
-  strcpy(buf, s);
-  char *save = NULL;
-  int count = 0;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), count++) {
-    if (fn(tok, ctx) != 0) {
-      fprintf(stderr, "zo-adambench: error: %s: bad item '%s' in '%s'\n", flag, tok, s);
-      return -1;
-    }
-  }
-  if (count == 0) {
-    fprintf(stderr, "zo-adambench: error: %s: empty list\n", flag);
-    return -1;
-  }
-  return 0;
+/* split a comma list (zo_tool_split_list); fn(token, index, ctx) per token; prints why and returns -1 on failure */
+static int parse_list(const char *flag, const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx) {
+  char bad[ZO_TOOL_LIST_MAX];
+  int count = zo_tool_split_list(s, fn, ctx, bad, sizeof bad);
+  if (count == -2) fprintf(stderr, "zo-adambench: error: %s: list too long\n", flag);
+  else if (count == -1) fprintf(stderr, "zo-adambench: error: %s: bad item '%s' in '%s'\n", flag, bad, s);
+  else if (count == 0) fprintf(stderr, "zo-adambench: error: %s: empty list\n", flag);
+  return count > 0 ? 0 : -1;
 }
 
-static int add_size(const char *tok, void *ctx) {
+static int add_size(const char *tok, int index, void *ctx) {
   options *o = ctx;
-  if (o->n_sizes >= MAX_LIST) return -1;
-  return parse_size(tok, &o->sizes[o->n_sizes++]);
+  if (index >= MAX_LIST) return -1;
+  o->n_sizes = index + 1;
+  return parse_size(tok, &o->sizes[index]);
 }
 
-static int add_threads(const char *tok, void *ctx) {
+static int add_threads(const char *tok, int index, void *ctx) {
   options *o = ctx;
-  if (o->n_threads >= MAX_LIST) return -1;
+  if (index >= MAX_LIST) return -1;
+  o->n_threads = index + 1;
   if (strcmp(tok, "all") == 0) {
-    o->threads[o->n_threads++] = 0;
+    o->threads[index] = 0;
     return 0;
   }
   int64_t v;
   if (zo_tool_parse_int(tok, 1, 4096, &v)) return -1;
-  o->threads[o->n_threads++] = (int)v;
+  o->threads[index] = (int)v;
   return 0;
 }
 
@@ -137,6 +121,7 @@ static int parse_int(const char *flag, const char *s, int lo, int hi, int *out) 
   *out = (int)v;
   return 0;
 }
+
 
 /* ------------------------------------------------------------------ variants */
 
@@ -397,13 +382,69 @@ static void fmt_n(size_t n, char *buf, size_t len) {
   else snprintf(buf, len, "%zu", n);
 }
 
-int main(int argc, char **argv) {
-  options o;
-  memset(&o, 0, sizeof o);
-  o.reps = 5;
-  o.warmup = 1;
-  o.simd = ZO_SIMD_AUTO;
-  o.thp = 1;
+
+/* ------------------------------------------------------------------ command line */
+
+static int known_variant(const char *tok, int index, void *ctx) {
+  (void)index, (void)ctx;
+  for (int i = 0; i < N_VARIANTS; i++)
+    if (!strcmp(tok, k_variants[i].name)) return 0;
+  return -1;
+}
+
+/* --variants: every listed name must be known, and the list not empty; prints why and returns -1 if not */
+static int check_variants(const char *list) {
+  char bad[ZO_TOOL_LIST_MAX];
+  int count = zo_tool_split_list(list, known_variant, NULL, bad, sizeof bad);
+  if (count == -1) fprintf(stderr, "zo-adambench: error: --variants: unknown variant '%s' (see --help)\n", bad);
+  else if (count == -2) fprintf(stderr, "zo-adambench: error: --variants: list too long\n");
+  else if (count == 0) fprintf(stderr, "zo-adambench: error: --variants: empty list\n");
+  return count > 0 ? 0 : -1;
+}
+
+static int parse_simd(const char *s, zo_simd *out) {
+  if (!strcmp(s, "auto")) *out = ZO_SIMD_AUTO;
+  else if (!strcmp(s, "scalar")) *out = ZO_SIMD_SCALAR;
+  else if (!strcmp(s, "avx2")) *out = ZO_SIMD_AVX2;
+  else if (!strcmp(s, "avx512")) *out = ZO_SIMD_AVX512;
+  else {
+    fprintf(stderr, "zo-adambench: error: --simd: expected auto|scalar|avx2|avx512, got '%s'\n", s);
+    return -1;
+  }
+  return 0;
+}
+
+/* the lists left empty get their defaults; --quick: tiny sizes, 1 rep unless --reps was given */
+static void set_defaults(options *o, int reps_set) {
+  if (o->quick) {
+    if (!o->n_sizes) {
+      o->sizes[0] = 4099;
+      o->sizes[1] = 65537;
+      o->n_sizes = 2;
+    }
+    if (!reps_set) o->reps = 1;
+  }
+  if (!o->n_sizes) {
+    o->sizes[0] = (size_t)1 << 20;
+    o->sizes[1] = (size_t)1 << 24;
+    o->sizes[2] = (size_t)1 << 26;
+    o->sizes[3] = (size_t)1 << 28;
+    o->n_sizes = 4;
+  }
+  if (!o->n_threads) {
+    o->threads[0] = 1;
+    o->threads[1] = 0;
+    o->n_threads = 2;
+  }
+}
+
+/* getopt over argv into *o, defaults filled in. Returns -1 to go on, or the exit status (message printed). */
+static int parse_options(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  o->reps = 5;
+  o->warmup = 1;
+  o->simd = ZO_SIMD_AUTO;
+  o->thp = 1;
   int reps_set = 0;
   enum { OPT_SIZES = 256, OPT_THREADS, OPT_REPS, OPT_WARMUP, OPT_SIMD, OPT_VARIANTS, OPT_NOTHP, OPT_QUICK, OPT_JSON, OPT_STRICT };
   static const struct option longopts[] = {
@@ -417,56 +458,31 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case OPT_SIZES:
-      o.n_sizes = 0;
-      if (parse_list("--sizes", optarg, add_size, &o)) return 2;
+      o->n_sizes = 0;
+      if (parse_list("--sizes", optarg, add_size, o)) return 2;
       break;
     case OPT_THREADS:
-      o.n_threads = 0;
-      if (parse_list("--threads", optarg, add_threads, &o)) return 2;
+      o->n_threads = 0;
+      if (parse_list("--threads", optarg, add_threads, o)) return 2;
       break;
     case OPT_REPS:
-      if (parse_int("--reps", optarg, 1, 255, &o.reps)) return 2;
+      if (parse_int("--reps", optarg, 1, 255, &o->reps)) return 2;
       reps_set = 1;
       break;
     case OPT_WARMUP:
-      if (parse_int("--warmup", optarg, 0, 100, &o.warmup)) return 2;
+      if (parse_int("--warmup", optarg, 0, 100, &o->warmup)) return 2;
       break;
     case OPT_SIMD:
-      if (!strcmp(optarg, "auto")) o.simd = ZO_SIMD_AUTO;
-      else if (!strcmp(optarg, "scalar")) o.simd = ZO_SIMD_SCALAR;
-      else if (!strcmp(optarg, "avx2")) o.simd = ZO_SIMD_AVX2;
-      else if (!strcmp(optarg, "avx512")) o.simd = ZO_SIMD_AVX512;
-      else {
-        fprintf(stderr, "zo-adambench: error: --simd: expected auto|scalar|avx2|avx512, got '%s'\n", optarg);
-        return 2;
-      }
+      if (parse_simd(optarg, &o->simd)) return 2;
       break;
-    case OPT_VARIANTS: {
-      int any = 0;
-      for (int i = 0; i < N_VARIANTS; i++) any += variant_selected(optarg, k_variants[i].name);
-      /* every listed name must be known */
-      char buf[1024];
-      snprintf(buf, sizeof buf, "%s", optarg);
-      char *save = NULL;
-      for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int known = 0;
-        for (int i = 0; i < N_VARIANTS; i++) known |= !strcmp(tok, k_variants[i].name);
-        if (!known) {
-          fprintf(stderr, "zo-adambench: error: --variants: unknown variant '%s' (see --help)\n", tok);
-          return 2;
-        }
-      }
-      if (!any) {
-        fprintf(stderr, "zo-adambench: error: --variants: empty list\n");
-        return 2;
-      }
-      o.variants = optarg;
+    case OPT_VARIANTS:
+      if (check_variants(optarg)) return 2;
+      o->variants = optarg;
       break;
-    }
-    case OPT_NOTHP: o.thp = 0; break;
-    case OPT_QUICK: o.quick = 1; break;
-    case OPT_JSON: o.json_path = optarg; break;
-    case OPT_STRICT: o.strict = 1; break;
+    case OPT_NOTHP: o->thp = 0; break;
+    case OPT_QUICK: o->quick = 1; break;
+    case OPT_JSON: o->json_path = optarg; break;
+    case OPT_STRICT: o->strict = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -475,301 +491,348 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-adambench: error: unexpected argument '%s' (see --help)\n", argv[optind]);
     return 2;
   }
-  if (o.quick) {
-    if (!o.n_sizes) {
-      o.sizes[0] = 4099;
-      o.sizes[1] = 65537;
-      o.n_sizes = 2;
-    }
-    if (!reps_set) o.reps = 1;
-  }
-  if (!o.n_sizes) {
-    o.sizes[0] = (size_t)1 << 20;
-    o.sizes[1] = (size_t)1 << 24;
-    o.sizes[2] = (size_t)1 << 26;
-    o.sizes[3] = (size_t)1 << 28;
-    o.n_sizes = 4;
-  }
-  if (!o.n_threads) {
-    o.threads[0] = 1;
-    o.threads[1] = 0;
-    o.n_threads = 2;
-  }
+  set_defaults(o, reps_set);
+  return -1;
+}
 
-  zo_simd level = zo_simd_resolve(o.simd);
-  if (level == ZO_SIMD_AUTO) {
-    fprintf(stderr, "zo-adambench: error: --simd %s: not supported by this CPU/OS\n", zo_simd_name(o.simd));
+/* ------------------------------------------------------------------ the run */
+
+/* one run: what plan() sets up once and every (size, threads) configuration shares */
+typedef struct bench {
+  options o;
+  zo_simd level;
+  int all_cores;
+  size_t nmax; /* the largest size and thread count: the targets are read there */
+  int tmax;
+  zo_adam_pool_opts popts;
+  buffers B;   /* n = nmax */
+  job *jobs;   /* [PAT_COUNT * 2 + N_VARIANTS], refilled per configuration */
+  json_t *jroof, *jres;
+  target_pick tp;
+  int any_failed;
+} bench;
+
+static int alloc_buffers(buffers *B, size_t nmax, int thp) {
+  B->n = nmax;
+  B->p = big_alloc(nmax * 4, thp);
+  B->g = big_alloc(nmax * 4, thp);
+  B->m = big_alloc(nmax * 4, thp);
+  B->v = big_alloc(nmax * 4, thp);
+  B->gb = big_alloc(nmax * 2, thp);
+  B->gh = big_alloc(nmax * 2, thp);
+  B->m16 = big_alloc(nmax * 2, thp);
+  B->v16 = big_alloc(nmax * 2, thp);
+  B->out = big_alloc(nmax * 2, thp);
+  return B->p && B->g && B->m && B->v && B->gb && B->gh && B->m16 && B->v16 && B->out ? 0 : -1;
+}
+
+static void free_buffers(buffers *B) {
+  free(B->p), free(B->g), free(B->m), free(B->v), free(B->gb), free(B->gh), free(B->m16), free(B->v16), free(B->out);
+}
+
+/* the SIMD level, 'all' threads resolved, buffers allocated and first-touched on an all-cores pool, the
+ * header printed. Returns -1 to go on, or the exit status (message printed). */
+static int plan(bench *b) {
+  options *o = &b->o;
+  b->level = zo_simd_resolve(o->simd);
+  if (b->level == ZO_SIMD_AUTO) {
+    fprintf(stderr, "zo-adambench: error: --simd %s: not supported by this CPU/OS\n", zo_simd_name(o->simd));
     return 2;
   }
-
   /* all-cores pool: resolves 'all' and first-touches the buffers */
-  zo_adam_pool_opts popts = {.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = level};
+  b->popts = (zo_adam_pool_opts){.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = b->level};
   zo_adam_pool_t *touch_pool = NULL;
-  zo_status st = zo_adam_pool_create(&popts, &touch_pool);
+  zo_status st = zo_adam_pool_create(&b->popts, &touch_pool);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-adambench: error: zo_adam_pool_create: %s: %s\n", zo_status_string(st), zo_last_error());
     return 1;
   }
-  int all_cores = zo_adam_pool_threads(touch_pool);
-  for (int i = 0; i < o.n_threads; i++)
-    if (o.threads[i] == 0) o.threads[i] = all_cores;
+  b->all_cores = zo_adam_pool_threads(touch_pool);
+  for (int i = 0; i < o->n_threads; i++)
+    if (o->threads[i] == 0) o->threads[i] = b->all_cores;
+  for (int i = 0; i < o->n_sizes; i++)
+    if (o->sizes[i] > b->nmax) b->nmax = o->sizes[i];
+  for (int i = 0; i < o->n_threads; i++)
+    if (o->threads[i] > b->tmax) b->tmax = o->threads[i];
 
-  size_t nmax = 0;
-  for (int i = 0; i < o.n_sizes; i++)
-    if (o.sizes[i] > nmax) nmax = o.sizes[i];
-  int tmax = 0;
-  for (int i = 0; i < o.n_threads; i++)
-    if (o.threads[i] > tmax) tmax = o.threads[i];
-
-  buffers B = {.n = nmax};
-  B.p = big_alloc(nmax * 4, o.thp);
-  B.g = big_alloc(nmax * 4, o.thp);
-  B.m = big_alloc(nmax * 4, o.thp);
-  B.v = big_alloc(nmax * 4, o.thp);
-  B.gb = big_alloc(nmax * 2, o.thp);
-  B.gh = big_alloc(nmax * 2, o.thp);
-  B.m16 = big_alloc(nmax * 2, o.thp);
-  B.v16 = big_alloc(nmax * 2, o.thp);
-  B.out = big_alloc(nmax * 2, o.thp);
-  if (!B.p || !B.g || !B.m || !B.v || !B.gb || !B.gh || !B.m16 || !B.v16 || !B.out) {
+  size_t nmax = b->nmax;
+  if (alloc_buffers(&b->B, nmax, o->thp)) {
     fprintf(stderr, "zo-adambench: error: cannot allocate %.2f GiB for n = %zu\n", 26.0 * (double)nmax / (1 << 30),
             nmax);
     return 1;
   }
   double t0 = zo_clock_s();
-  st = zo_adam_pool_parallel_for(touch_pool, init_tile, &B, nmax, 0);
+  st = zo_adam_pool_parallel_for(touch_pool, init_tile, &b->B, nmax, 0);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-adambench: error: first touch: %s: %s\n", zo_status_string(st), zo_last_error());
     return 1;
   }
   double t_touch = zo_clock_s() - t0;
 
-  printf("zo-adambench: simd %s (avx512_bf16 %s), all cores = %d, %s\n", zo_simd_name(level),
-         zo_simd_has_avx512_bf16() ? "yes" : "no", all_cores, zo_adam_pool_describe(touch_pool));
+  printf("zo-adambench: simd %s (avx512_bf16 %s), all cores = %d, %s\n", zo_simd_name(b->level),
+         zo_simd_has_avx512_bf16() ? "yes" : "no", b->all_cores, zo_adam_pool_describe(touch_pool));
   printf("buffers: %.2f GiB for n <= %zu, first-touched on the pool in %.2f s, THP %s; reps %d after %d warm-up;"
          " load average %.2f\n",
-         26.0 * (double)nmax / (1 << 30), nmax, t_touch, o.thp ? "advised" : "off", o.reps, o.warmup, loadavg1());
+         26.0 * (double)nmax / (1 << 30), nmax, t_touch, o->thp ? "advised" : "off", o->reps, o->warmup, loadavg1());
   printf("figures: median [min-max] over reps; GB/s = nominal bytes per param (reads + writes) x params/s / 1e9;\n"
          "%%roof = GB/s over the in-run roofline with the same byte pattern (best of regular and NT stores);\n"
          "paired = median over rounds of roofline time / kernel time within the same round (robust to drift)\n");
   zo_adam_pool_destroy(touch_pool);
-  touch_pool = NULL;
+  return -1;
+}
 
-  json_t *jroof = json_array(), *jres = json_array();
-  target_pick tp;
-  memset(&tp, 0, sizeof tp);
-  size_t n_last = 0;
-  int any_failed = 0;
-
-  /* the job list: rooflines for every pattern (regular, and NT unless scalar), then the selected variants */
-  job *jobs = calloc(PAT_COUNT * 2 + N_VARIANTS, sizeof *jobs);
-  if (!jobs) return 1;
-
-  for (int si = 0; si < o.n_sizes; si++) {
-    size_t n = o.sizes[si];
-    for (int ti = 0; ti < o.n_threads; ti++) {
-      int T = o.threads[ti];
-      zo_adam_pool_opts po = popts;
-      po.n_threads = T;
-      zo_adam_pool_t *pool = NULL;
-      st = zo_adam_pool_create(&po, &pool);
-      if (st != ZO_OK) {
-        fprintf(stderr, "zo-adambench: error: zo_adam_pool_create(%d threads): %s: %s\n", T, zo_status_string(st),
-                zo_last_error());
-        return 1;
-      }
-      int nj = 0;
-      memset(jobs, 0, (PAT_COUNT * 2 + N_VARIANTS) * sizeof *jobs);
-      for (int p = 0; p < PAT_COUNT; p++)
-        for (int nt = 0; nt <= (level == ZO_SIMD_SCALAR || p == PAT_RD32 || p == PAT_RD16 ? 0 : 1); nt++) {
-          jobs[nj].is_roof = 1;
-          jobs[nj].pat = (stream_pattern)p;
-          jobs[nj].nt = nt;
-          nj++;
-        }
-      int first_var = nj;
-      for (int vi = 0; vi < N_VARIANTS; vi++)
-        if (variant_selected(o.variants, k_variants[vi].name)) jobs[nj++].var = &k_variants[vi];
-
-      run_ctx R = {.pool = pool, .B = &B, .n = n, .level = level,
-                   .hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-                          .mode = ZO_ADAM_MODE_ADAMW, .bias_correction = 1, .step = 0, .grad_scale = 1.0f}};
-      double la0 = loadavg1();
-      /* interleaved: every kernel once per round, so drift and neighbours hit all of them alike */
-      for (int r = -o.warmup; r < o.reps; r++)
-        for (int j = 0; j < nj; j++) {
-          if (jobs[j].failed) continue;
-          double tc;
-          double t = run_job(&R, &jobs[j], &tc);
-          if (t < 0) {
-            jobs[j].failed = 1;
-            any_failed = 1;
-            fprintf(stderr, "zo-adambench: error: %s at n=%zu threads=%d: %s\n",
-                    jobs[j].is_roof ? stream_pattern_name(jobs[j].pat) : jobs[j].var->name, n, T, jobs[j].err);
-            continue;
-          }
-          if (r >= 0) {
-            jobs[j].t[r] = t;
-            jobs[j].t_cast[r] = tc;
-          }
-        }
-      char nbuf[32];
-      fmt_n(n, nbuf, sizeof nbuf);
-      printf("\n== n = %s (%zu), threads = %d: %s; load average %.2f -> %.2f\n", nbuf, n, T,
-             zo_adam_pool_describe(pool), la0, loadavg1());
-      printf("%-8s %-26s %-6s %-5s %-5s %-5s %4s %9s %17s %8s %15s %6s %7s\n", "kind", "name", "simd", "grad", "state",
-             "out", "B/p", "Mparam/s", "GB/s [min-max]", "stores", "roof GB/s", "%roof", "paired");
-
-      /* rooflines: per pattern, regular and NT; best = higher median GB/s */
-      double roof_best[PAT_COUNT] = {0}, roof_best_t[PAT_COUNT] = {0};
-      double roof_reg[PAT_COUNT] = {0}, roof_nt[PAT_COUNT] = {0};
-      double roof_peak[PAT_COUNT] = {0}, roof_peak_tmin[PAT_COUNT] = {0}; /* from the fastest repetition */
-      int roof_best_job[PAT_COUNT];
-      for (int p = 0; p < PAT_COUNT; p++) roof_best_job[p] = -1;
-      for (int j = 0; j < first_var; j++) {
-        job *J = &jobs[j];
-        if (J->failed) continue;
-        int bpp = stream_pattern_bytes(J->pat);
-        stats s = summarize(J->t, o.reps);
-        double gb = (double)bpp * (double)n / s.med / 1e9;
-        double gbmin = (double)bpp * (double)n / s.max / 1e9, gbmax = (double)bpp * (double)n / s.min / 1e9;
-        if (J->nt) roof_nt[J->pat] = gb;
-        else roof_reg[J->pat] = gb;
-        if (gbmax > roof_peak[J->pat]) {
-          roof_peak[J->pat] = gbmax;
-          roof_peak_tmin[J->pat] = s.min;
-        }
-        if (gb > roof_best[J->pat]) {
-          roof_best[J->pat] = gb;
-          roof_best_job[J->pat] = j;
-          roof_best_t[J->pat] = s.med;
-        }
-        char sp[48];
-        snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", gb, gbmin, gbmax);
-        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %6s\n", "roofline", stream_pattern_name(J->pat),
-               zo_simd_name(level), "", "", "", bpp, (double)n / s.med / 1e6, sp, J->nt ? "nt" : "regular", "", "");
-        json_t *e = json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "pattern",
-                              stream_pattern_name(J->pat), "simd", zo_simd_name(level), "bytes_per_param", bpp,
-                              "n", (json_int_t)n, "threads", T, "stores", J->nt ? "nt" : "regular", "gbps", gb,
-                              "gbps_min", gbmin, "gbps_max", gbmax, "params_per_s", (double)n / s.med,
-                              "seconds_median", s.med, "seconds_min", s.min, "seconds_max", s.max, "reps", o.reps);
-        json_array_append_new(jroof, e);
-      }
-      /* the unfused pipeline's roofline: the two passes back to back (sum of the best medians) */
-      double roof_unfused = 0;
-      if (roof_best_t[PAT_F32] > 0 && roof_best_t[PAT_CAST] > 0) {
-        roof_unfused = 34.0 * (double)n / (roof_best_t[PAT_F32] + roof_best_t[PAT_CAST]) / 1e9;
-        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17.2f %8s %15s %6s\n", "roofline", "p32_g32_s32+cast",
-               zo_simd_name(level), "", "", "", 34, (double)n / (roof_best_t[PAT_F32] + roof_best_t[PAT_CAST]) / 1e6,
-               roof_unfused, "best", "(sum of 2)", "");
-        json_array_append_new(
-            jroof, json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:b}", "pattern", "p32_g32_s32+cast_p32_out16",
-                             "simd", zo_simd_name(level), "bytes_per_param", 34, "n", (json_int_t)n, "threads", T,
-                             "stores", "best", "gbps", roof_unfused, "derived", 1));
-      }
-      for (int p = 0; p < PAT_COUNT; p++)
-        if (roof_best[p] > 0)
-          json_array_append_new(
-              jroof, json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:b}", "pattern", stream_pattern_name(p), "simd",
-                               zo_simd_name(level), "bytes_per_param", stream_pattern_bytes(p), "n", (json_int_t)n,
-                               "threads", T, "stores", "best", "gbps", roof_best[p], "derived", 1));
-
-      for (int j = first_var; j < nj; j++) {
-        job *J = &jobs[j];
-        const variant *v = J->var;
-        if (J->failed) {
-          printf("%-8s %-26s %-6s %-5s %-5s %-5s  FAILED: %s\n", "adam", v->name, zo_simd_name(level),
-                 zo_dtype_name(v->grad), zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", J->err);
-          continue;
-        }
-        double tot[256];
-        for (int r = 0; r < o.reps; r++) tot[r] = J->t[r] + J->t_cast[r];
-        stats s = summarize(tot, o.reps);
-        int bpp = variant_bytes(v);
-        double pps = (double)n / s.med, gb = (double)bpp * pps / 1e9;
-        double gbmin = (double)bpp * (double)n / s.max / 1e9, gbmax = (double)bpp * (double)n / s.min / 1e9;
-        double roof = v->unfused ? roof_unfused : roof_best[v->pat];
-        const char *roofname = v->unfused ? "p32_g32_s32+cast_p32_out16" : stream_pattern_name(v->pat);
-        double pct = roof > 0 ? 100.0 * gb / roof : 0;
-        /* the same ratio from the fastest repetitions (min time of each): less exposed to neighbours' load */
-        double roof_pk = v->unfused ? (roof_peak_tmin[PAT_F32] > 0 && roof_peak_tmin[PAT_CAST] > 0
-                                           ? 34.0 * (double)n / (roof_peak_tmin[PAT_F32] + roof_peak_tmin[PAT_CAST]) / 1e9
-                                           : 0)
-                                    : roof_peak[v->pat];
-        double pct_best = roof_pk > 0 ? 100.0 * gbmax / roof_pk : 0;
-        /* paired: roofline time over Adam time within each round (they ran back to back), median over rounds */
-        double pct_paired = 0;
-        {
-          int ja = v->unfused ? roof_best_job[PAT_F32] : roof_best_job[v->pat];
-          int jb = v->unfused ? roof_best_job[PAT_CAST] : -1;
-          if (ja >= 0 && (!v->unfused || jb >= 0)) {
-            double ratio[256];
-            for (int r = 0; r < o.reps; r++)
-              ratio[r] = 100.0 * (jobs[ja].t[r] + (jb >= 0 ? jobs[jb].t[r] : 0)) / tot[r];
-            pct_paired = summarize(ratio, o.reps).med;
-          }
-        }
-        char sp[48], rf[32];
-        snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", gb, gbmin, gbmax);
-        snprintf(rf, sizeof rf, "%.2f", roof);
-        const char *stores = v->sqnorm ? "none" : (v->flags & ZO_ADAM_NO_NT_STORES) ? "regular" : "default";
-        printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %5.1f%% %6.1f%%%s\n",
-               v->sqnorm ? "sqnorm" : "adam", v->name, zo_simd_name(level), zo_dtype_name(v->grad),
-               v->sqnorm ? "-" : zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", bpp, pps / 1e6, sp,
-               stores, rf, pct, pct_paired,
-               J->nonfinite ? (v->sqnorm ? " (nonfinite or zero norm!)" : " (nonfinite reported!)") : "");
-        json_t *e = json_pack(
-            "{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:f, s:f, "
-            "s:f, s:f, s:f, s:i, s:b, s:b}",
-            "variant", v->name, "simd", zo_simd_name(level), "grad_dtype", zo_dtype_name(v->grad), "state_dtype",
-            v->sqnorm ? "none" : zo_dtype_name(v->state), "copy_out", v->copy_out, "out_dtype", v->copy_out ? zo_dtype_name(v->out) : "none",
-            "n", (json_int_t)n, "threads", T, "params_per_s", pps, "params_per_s_min", (double)n / s.max,
-            "params_per_s_max", (double)n / s.min, "gbps", gb, "gbps_min", gbmin, "gbps_max", gbmax,
-            "pct_of_roofline", pct, "bytes_per_param", bpp, "roofline_pattern", roofname, "stores", stores,
-            "roofline_gbps", roof, "pct_of_roofline_regular_stores",
-            (!v->unfused && roof_reg[v->pat] > 0) ? 100.0 * gb / roof_reg[v->pat] : 0.0,
-            "pct_of_roofline_nt_stores", (!v->unfused && roof_nt[v->pat] > 0) ? 100.0 * gb / roof_nt[v->pat] : 0.0,
-            "seconds_median", s.med, "seconds_max", s.max, "reps", o.reps, "unfused", v->unfused, "nonfinite",
-            J->nonfinite);
-        json_object_set_new(e, "seconds_min", json_real(s.min));
-        json_object_set_new(e, "pct_of_roofline_best_of_reps", json_real(pct_best));
-        json_object_set_new(e, "pct_of_roofline_paired", json_real(pct_paired));
-        json_object_set_new(e, "roofline_gbps_best_of_reps", json_real(roof_pk));
-        json_object_set_new(e, "mode", json_string(v->sqnorm ? "sqnorm" : "adamw"));
-        if (v->unfused) {
-          stats sc = summarize(J->t_cast, o.reps);
-          json_object_set_new(e, "cast_seconds_median", json_real(sc.med));
-        }
-        json_array_append_new(jres, e);
-        if (n == nmax && T == tmax) {
-          if (!strcmp(v->name, "adamw_fp32g"))
-            tp.pct_fp32g = pct, tp.best_fp32g = pct_best, tp.paired_fp32g = pct_paired, tp.have_fp32g = 1;
-          if (!strcmp(v->name, "adamw_bf16g_out")) {
-            tp.pct_bf16g = pct, tp.best_bf16g = pct_best, tp.paired_bf16g = pct_paired, tp.have_bf16g = 1;
-            tp.pps_bf16g_f32s = pps, tp.best_pps_bf16g_f32s = (double)n / s.min, tp.have_bf16g_f32s = 1;
-          }
-          if (!strcmp(v->name, "adamw_bf16g_out_bf16s"))
-            tp.pps_bf16s = pps, tp.best_pps_bf16s = (double)n / s.min, tp.have_bf16s = 1;
-          if (!strcmp(v->name, "adamw_bf16g_out_bf16s")) memcpy(tp.t_bf16s, tot, sizeof tot);
-          if (!strcmp(v->name, "adamw_bf16g_out")) memcpy(tp.t_bf16g, tot, sizeof tot);
-        }
-      }
-      zo_adam_pool_destroy(pool);
-      n_last = n;
+/* the job list: rooflines for every pattern (regular, and NT unless scalar), then the selected variants.
+ * Returns the job count; *first_var: the first variant's index. */
+static int plan_jobs(bench *b, int *first_var) {
+  int nj = 0;
+  memset(b->jobs, 0, (PAT_COUNT * 2 + N_VARIANTS) * sizeof *b->jobs);
+  for (int p = 0; p < PAT_COUNT; p++)
+    for (int nt = 0; nt <= (b->level == ZO_SIMD_SCALAR || p == PAT_RD32 || p == PAT_RD16 ? 0 : 1); nt++) {
+      b->jobs[nj].is_roof = 1;
+      b->jobs[nj].pat = (stream_pattern)p;
+      b->jobs[nj].nt = nt;
+      nj++;
     }
-  }
-  (void)n_last;
+  *first_var = nj;
+  for (int vi = 0; vi < N_VARIANTS; vi++)
+    if (variant_selected(b->o.variants, k_variants[vi].name)) b->jobs[nj++].var = &k_variants[vi];
+  return nj;
+}
 
-  /* the three targets */
-  char nb[32];
-  fmt_n(nmax, nb, sizeof nb);
-  printf("\ntargets (n = %s, %d threads%s):\n", nb, tmax, tmax == all_cores ? " = all cores" : ", NOT all cores");
-  json_t *jt = json_array();
-  int missed = 0;
-  if (tp.have_bf16s && tp.have_bf16g_f32s) {
+/* warm-up then timed rounds, interleaved: every kernel once per round, so drift and neighbours hit all of
+ * them alike */
+static void run_rounds(bench *b, run_ctx *R, int nj, int T) {
+  for (int r = -b->o.warmup; r < b->o.reps; r++)
+    for (int j = 0; j < nj; j++) {
+      job *J = &b->jobs[j];
+      if (J->failed) continue;
+      double tc;
+      double t = run_job(R, J, &tc);
+      if (t < 0) {
+        J->failed = 1;
+        b->any_failed = 1;
+        fprintf(stderr, "zo-adambench: error: %s at n=%zu threads=%d: %s\n",
+                J->is_roof ? stream_pattern_name(J->pat) : J->var->name, R->n, T, J->err);
+        continue;
+      }
+      if (r >= 0) {
+        J->t[r] = t;
+        J->t_cast[r] = tc;
+      }
+    }
+}
+
+/* the rooflines of one configuration, per pattern */
+typedef struct roofs {
+  double best[PAT_COUNT], best_t[PAT_COUNT]; /* best of regular and NT: higher median GB/s, its median time */
+  double reg[PAT_COUNT], nt[PAT_COUNT];
+  double peak[PAT_COUNT], peak_tmin[PAT_COUNT]; /* from the fastest repetition */
+  int best_job[PAT_COUNT];
+  double unfused; /* the unfused pipeline: PAT_F32 then PAT_CAST back to back, GB/s */
+} roofs;
+
+/* prints the roofline rows (and their JSON) of jobs [0, first_var), fills *rf */
+static void report_rooflines(bench *b, size_t n, int T, int first_var, roofs *rf) {
+  const char *simd = zo_simd_name(b->level);
+  memset(rf, 0, sizeof *rf);
+  for (int p = 0; p < PAT_COUNT; p++) rf->best_job[p] = -1;
+  for (int j = 0; j < first_var; j++) {
+    job *J = &b->jobs[j];
+    if (J->failed) continue;
+    int bpp = stream_pattern_bytes(J->pat);
+    stats s = summarize(J->t, b->o.reps);
+    double gb = (double)bpp * (double)n / s.med / 1e9;
+    double gbmin = (double)bpp * (double)n / s.max / 1e9, gbmax = (double)bpp * (double)n / s.min / 1e9;
+    if (J->nt) rf->nt[J->pat] = gb;
+    else rf->reg[J->pat] = gb;
+    if (gbmax > rf->peak[J->pat]) {
+      rf->peak[J->pat] = gbmax;
+      rf->peak_tmin[J->pat] = s.min;
+    }
+    if (gb > rf->best[J->pat]) {
+      rf->best[J->pat] = gb;
+      rf->best_job[J->pat] = j;
+      rf->best_t[J->pat] = s.med;
+    }
+    char sp[48];
+    snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", gb, gbmin, gbmax);
+    printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %6s\n", "roofline", stream_pattern_name(J->pat),
+           simd, "", "", "", bpp, (double)n / s.med / 1e6, sp, J->nt ? "nt" : "regular", "", "");
+    json_t *e = json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "pattern",
+                          stream_pattern_name(J->pat), "simd", simd, "bytes_per_param", bpp,
+                          "n", (json_int_t)n, "threads", T, "stores", J->nt ? "nt" : "regular", "gbps", gb,
+                          "gbps_min", gbmin, "gbps_max", gbmax, "params_per_s", (double)n / s.med,
+                          "seconds_median", s.med, "seconds_min", s.min, "seconds_max", s.max, "reps", b->o.reps);
+    json_array_append_new(b->jroof, e);
+  }
+  /* the unfused pipeline's roofline: the two passes back to back (sum of the best medians) */
+  if (rf->best_t[PAT_F32] > 0 && rf->best_t[PAT_CAST] > 0) {
+    rf->unfused = 34.0 * (double)n / (rf->best_t[PAT_F32] + rf->best_t[PAT_CAST]) / 1e9;
+    printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17.2f %8s %15s %6s\n", "roofline", "p32_g32_s32+cast",
+           simd, "", "", "", 34, (double)n / (rf->best_t[PAT_F32] + rf->best_t[PAT_CAST]) / 1e6,
+           rf->unfused, "best", "(sum of 2)", "");
+    json_array_append_new(
+        b->jroof, json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:b}", "pattern", "p32_g32_s32+cast_p32_out16",
+                            "simd", simd, "bytes_per_param", 34, "n", (json_int_t)n, "threads", T,
+                            "stores", "best", "gbps", rf->unfused, "derived", 1));
+  }
+  for (int p = 0; p < PAT_COUNT; p++)
+    if (rf->best[p] > 0)
+      json_array_append_new(
+          b->jroof, json_pack("{s:s, s:s, s:i, s:I, s:i, s:s, s:f, s:b}", "pattern", stream_pattern_name(p), "simd",
+                              simd, "bytes_per_param", stream_pattern_bytes(p), "n", (json_int_t)n,
+                              "threads", T, "stores", "best", "gbps", rf->best[p], "derived", 1));
+}
+
+/* one variant's figures at one configuration */
+typedef struct var_figs {
+  double tot[256]; /* per repetition: Adam (+ the unfused cast pass) seconds */
+  stats s;
+  int bpp;
+  double pps, gb, gbmin, gbmax;
+  double roof, pct;          /* against the best-of-medians roofline */
+  double roof_pk, pct_best;  /* the same from the fastest repetitions */
+  double pct_paired;         /* median of per-round roofline time / variant time */
+  const char *roofname, *stores;
+} var_figs;
+
+static void variant_figures(const bench *b, size_t n, const job *J, const roofs *rf, var_figs *f) {
+  const variant *v = J->var;
+  int reps = b->o.reps;
+  for (int r = 0; r < reps; r++) f->tot[r] = J->t[r] + J->t_cast[r];
+  f->s = summarize(f->tot, reps);
+  f->bpp = variant_bytes(v);
+  f->pps = (double)n / f->s.med, f->gb = (double)f->bpp * f->pps / 1e9;
+  f->gbmin = (double)f->bpp * (double)n / f->s.max / 1e9, f->gbmax = (double)f->bpp * (double)n / f->s.min / 1e9;
+  f->roof = v->unfused ? rf->unfused : rf->best[v->pat];
+  f->roofname = v->unfused ? "p32_g32_s32+cast_p32_out16" : stream_pattern_name(v->pat);
+  f->pct = f->roof > 0 ? 100.0 * f->gb / f->roof : 0;
+  /* the same ratio from the fastest repetitions (min time of each): less exposed to neighbours' load */
+  f->roof_pk = v->unfused ? (rf->peak_tmin[PAT_F32] > 0 && rf->peak_tmin[PAT_CAST] > 0
+                                 ? 34.0 * (double)n / (rf->peak_tmin[PAT_F32] + rf->peak_tmin[PAT_CAST]) / 1e9
+                                 : 0)
+                          : rf->peak[v->pat];
+  f->pct_best = f->roof_pk > 0 ? 100.0 * f->gbmax / f->roof_pk : 0;
+  /* paired: roofline time over Adam time within each round (they ran back to back), median over rounds */
+  f->pct_paired = 0;
+  int ja = v->unfused ? rf->best_job[PAT_F32] : rf->best_job[v->pat];
+  int jb = v->unfused ? rf->best_job[PAT_CAST] : -1;
+  if (ja >= 0 && (!v->unfused || jb >= 0)) {
     double ratio[256];
-    for (int r = 0; r < o.reps; r++) ratio[r] = tp.t_bf16g[r] / tp.t_bf16s[r];
-    tp.paired_bf16s_speedup = summarize(ratio, o.reps).med;
+    for (int r = 0; r < reps; r++)
+      ratio[r] = 100.0 * (b->jobs[ja].t[r] + (jb >= 0 ? b->jobs[jb].t[r] : 0)) / f->tot[r];
+    f->pct_paired = summarize(ratio, reps).med;
+  }
+  f->stores = v->sqnorm ? "none" : (v->flags & ZO_ADAM_NO_NT_STORES) ? "regular" : "default";
+}
+
+static json_t *variant_json(const bench *b, size_t n, int T, const job *J, const roofs *rf, const var_figs *f) {
+  const variant *v = J->var;
+  json_t *e = json_pack(
+      "{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:f, s:f, "
+      "s:f, s:f, s:f, s:i, s:b, s:b}",
+      "variant", v->name, "simd", zo_simd_name(b->level), "grad_dtype", zo_dtype_name(v->grad), "state_dtype",
+      v->sqnorm ? "none" : zo_dtype_name(v->state), "copy_out", v->copy_out, "out_dtype", v->copy_out ? zo_dtype_name(v->out) : "none",
+      "n", (json_int_t)n, "threads", T, "params_per_s", f->pps, "params_per_s_min", (double)n / f->s.max,
+      "params_per_s_max", (double)n / f->s.min, "gbps", f->gb, "gbps_min", f->gbmin, "gbps_max", f->gbmax,
+      "pct_of_roofline", f->pct, "bytes_per_param", f->bpp, "roofline_pattern", f->roofname, "stores", f->stores,
+      "roofline_gbps", f->roof, "pct_of_roofline_regular_stores",
+      (!v->unfused && rf->reg[v->pat] > 0) ? 100.0 * f->gb / rf->reg[v->pat] : 0.0,
+      "pct_of_roofline_nt_stores", (!v->unfused && rf->nt[v->pat] > 0) ? 100.0 * f->gb / rf->nt[v->pat] : 0.0,
+      "seconds_median", f->s.med, "seconds_max", f->s.max, "reps", b->o.reps, "unfused", v->unfused, "nonfinite",
+      J->nonfinite);
+  json_object_set_new(e, "seconds_min", json_real(f->s.min));
+  json_object_set_new(e, "pct_of_roofline_best_of_reps", json_real(f->pct_best));
+  json_object_set_new(e, "pct_of_roofline_paired", json_real(f->pct_paired));
+  json_object_set_new(e, "roofline_gbps_best_of_reps", json_real(f->roof_pk));
+  json_object_set_new(e, "mode", json_string(v->sqnorm ? "sqnorm" : "adamw"));
+  if (v->unfused) {
+    stats sc = summarize(J->t_cast, b->o.reps);
+    json_object_set_new(e, "cast_seconds_median", json_real(sc.med));
+  }
+  return e;
+}
+
+/* the figures the three targets read, from the largest size and thread count */
+static void pick_targets(target_pick *tp, const variant *v, size_t n, const var_figs *f) {
+  if (!strcmp(v->name, "adamw_fp32g"))
+    tp->pct_fp32g = f->pct, tp->best_fp32g = f->pct_best, tp->paired_fp32g = f->pct_paired, tp->have_fp32g = 1;
+  if (!strcmp(v->name, "adamw_bf16g_out")) {
+    tp->pct_bf16g = f->pct, tp->best_bf16g = f->pct_best, tp->paired_bf16g = f->pct_paired, tp->have_bf16g = 1;
+    tp->pps_bf16g_f32s = f->pps, tp->best_pps_bf16g_f32s = (double)n / f->s.min, tp->have_bf16g_f32s = 1;
+  }
+  if (!strcmp(v->name, "adamw_bf16g_out_bf16s"))
+    tp->pps_bf16s = f->pps, tp->best_pps_bf16s = (double)n / f->s.min, tp->have_bf16s = 1;
+  if (!strcmp(v->name, "adamw_bf16g_out_bf16s")) memcpy(tp->t_bf16s, f->tot, sizeof f->tot);
+  if (!strcmp(v->name, "adamw_bf16g_out")) memcpy(tp->t_bf16g, f->tot, sizeof f->tot);
+}
+
+/* one variant's row (and JSON) */
+static void report_variant(bench *b, size_t n, int T, const job *J, const roofs *rf) {
+  const variant *v = J->var;
+  const char *simd = zo_simd_name(b->level);
+  if (J->failed) {
+    printf("%-8s %-26s %-6s %-5s %-5s %-5s  FAILED: %s\n", "adam", v->name, simd, zo_dtype_name(v->grad),
+           zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", J->err);
+    return;
+  }
+  var_figs f;
+  variant_figures(b, n, J, rf, &f);
+  char sp[48], rfs[32];
+  snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", f.gb, f.gbmin, f.gbmax);
+  snprintf(rfs, sizeof rfs, "%.2f", f.roof);
+  printf("%-8s %-26s %-6s %-5s %-5s %-5s %4d %9.1f %17s %8s %15s %5.1f%% %6.1f%%%s\n",
+         v->sqnorm ? "sqnorm" : "adam", v->name, simd, zo_dtype_name(v->grad),
+         v->sqnorm ? "-" : zo_dtype_name(v->state), v->copy_out ? zo_dtype_name(v->out) : "-", f.bpp, f.pps / 1e6, sp,
+         f.stores, rfs, f.pct, f.pct_paired,
+         J->nonfinite ? (v->sqnorm ? " (nonfinite or zero norm!)" : " (nonfinite reported!)") : "");
+  json_array_append_new(b->jres, variant_json(b, n, T, J, rf, &f));
+  if (n == b->nmax && T == b->tmax) pick_targets(&b->tp, v, n, &f);
+}
+
+/* one (size, threads) configuration: its pool, the interleaved rounds, its rows. Returns -1 to go on, or
+ * the exit status (message printed). */
+static int run_config(bench *b, size_t n, int T) {
+  zo_adam_pool_opts po = b->popts;
+  po.n_threads = T;
+  zo_adam_pool_t *pool = NULL;
+  zo_status st = zo_adam_pool_create(&po, &pool);
+  if (st != ZO_OK) {
+    fprintf(stderr, "zo-adambench: error: zo_adam_pool_create(%d threads): %s: %s\n", T, zo_status_string(st),
+            zo_last_error());
+    return 1;
+  }
+  int first_var;
+  int nj = plan_jobs(b, &first_var);
+  run_ctx R = {.pool = pool, .B = &b->B, .n = n, .level = b->level,
+               .hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                      .mode = ZO_ADAM_MODE_ADAMW, .bias_correction = 1, .step = 0, .grad_scale = 1.0f}};
+  double la0 = loadavg1();
+  run_rounds(b, &R, nj, T);
+  char nbuf[32];
+  fmt_n(n, nbuf, sizeof nbuf);
+  printf("\n== n = %s (%zu), threads = %d: %s; load average %.2f -> %.2f\n", nbuf, n, T,
+         zo_adam_pool_describe(pool), la0, loadavg1());
+  printf("%-8s %-26s %-6s %-5s %-5s %-5s %4s %9s %17s %8s %15s %6s %7s\n", "kind", "name", "simd", "grad", "state",
+         "out", "B/p", "Mparam/s", "GB/s [min-max]", "stores", "roof GB/s", "%roof", "paired");
+  roofs rf;
+  report_rooflines(b, n, T, first_var, &rf);
+  for (int j = first_var; j < nj; j++) report_variant(b, n, T, &b->jobs[j], &rf);
+  zo_adam_pool_destroy(pool);
+  return -1;
+}
+
+/* the three targets: one line each, appended to @jt; returns 1 when one was missed */
+static int report_targets(bench *b, json_t *jt) {
+  target_pick *tp = &b->tp;
+  char nb[32];
+  fmt_n(b->nmax, nb, sizeof nb);
+  printf("\ntargets (n = %s, %d threads%s):\n", nb, b->tmax, b->tmax == b->all_cores ? " = all cores" : ", NOT all cores");
+  int missed = 0;
+  if (tp->have_bf16s && tp->have_bf16g_f32s) {
+    double ratio[256];
+    for (int r = 0; r < b->o.reps; r++) ratio[r] = tp->t_bf16g[r] / tp->t_bf16s[r];
+    tp->paired_bf16s_speedup = summarize(ratio, b->o.reps).med;
   }
   struct {
     const char *name;
@@ -777,13 +840,13 @@ int main(int argc, char **argv) {
     double value, need, best, paired;
     const char *unit, *what;
   } tg[3] = {
-      {"fp32g_pct_of_roofline", tp.have_fp32g, tp.pct_fp32g, 90.0, tp.best_fp32g, tp.paired_fp32g, "%",
+      {"fp32g_pct_of_roofline", tp->have_fp32g, tp->pct_fp32g, 90.0, tp->best_fp32g, tp->paired_fp32g, "%",
        "adamw_fp32g vs p32_g32_s32 roofline (28 B/param)"},
-      {"bf16g_out_pct_of_roofline", tp.have_bf16g, tp.pct_bf16g, 90.0, tp.best_bf16g, tp.paired_bf16g, "%",
+      {"bf16g_out_pct_of_roofline", tp->have_bf16g, tp->pct_bf16g, 90.0, tp->best_bf16g, tp->paired_bf16g, "%",
        "adamw_bf16g_out vs p32_g16_s32_out16 roofline (28 B/param)"},
-      {"bf16_state_speedup", tp.have_bf16s && tp.have_bf16g_f32s,
-       tp.pps_bf16g_f32s > 0 ? tp.pps_bf16s / tp.pps_bf16g_f32s : 0, 1.25,
-       tp.best_pps_bf16g_f32s > 0 ? tp.best_pps_bf16s / tp.best_pps_bf16g_f32s : 0, tp.paired_bf16s_speedup, "x",
+      {"bf16_state_speedup", tp->have_bf16s && tp->have_bf16g_f32s,
+       tp->pps_bf16g_f32s > 0 ? tp->pps_bf16s / tp->pps_bf16g_f32s : 0, 1.25,
+       tp->best_pps_bf16g_f32s > 0 ? tp->best_pps_bf16s / tp->best_pps_bf16g_f32s : 0, tp->paired_bf16s_speedup, "x",
        "adamw_bf16g_out_bf16s params/s over adamw_bf16g_out params/s"},
   };
   for (int i = 0; i < 3; i++) {
@@ -801,28 +864,53 @@ int main(int argc, char **argv) {
                                         "value_best_of_reps", tg[i].best, "value_paired", tg[i].paired, "what",
                                         tg[i].what));
   }
+  return missed;
+}
 
-  int rc = any_failed ? 1 : (o.strict && missed) ? 3 : 0;
-  if (o.json_path) {
-    json_t *root = json_pack("{s:o, s:o, s:o}", "roofline", jroof, "results", jres, "targets", jt);
-    json_object_set_new(root, "simd", json_string(zo_simd_name(level)));
-    json_object_set_new(root, "avx512_bf16", json_boolean(zo_simd_has_avx512_bf16()));
-    json_object_set_new(root, "all_cores", json_integer(all_cores));
-    json_object_set_new(root, "reps", json_integer(o.reps));
-    json_object_set_new(root, "warmup", json_integer(o.warmup));
-    json_object_set_new(root, "thp", json_boolean(o.thp));
-    json_object_set_new(root, "load_average_end", json_real(loadavg1()));
-    if (json_dump_file(root, o.json_path, JSON_INDENT(2)) != 0) {
-      fprintf(stderr, "zo-adambench: error: cannot write %s: %s\n", o.json_path, strerror(errno));
-      rc = 1;
-    }
-    json_decref(root);
-  } else {
-    json_decref(jroof);
-    json_decref(jres);
+/* --json FILE: rooflines, results and targets (takes the arrays); returns -1 when the file cannot be written */
+static int write_json(bench *b, json_t *jt) {
+  if (!b->o.json_path) {
+    json_decref(b->jroof);
+    json_decref(b->jres);
     json_decref(jt);
+    return 0;
   }
-  free(jobs);
-  free(B.p), free(B.g), free(B.m), free(B.v), free(B.gb), free(B.gh), free(B.m16), free(B.v16), free(B.out);
+  int rc = 0;
+  json_t *root = json_pack("{s:o, s:o, s:o}", "roofline", b->jroof, "results", b->jres, "targets", jt);
+  json_object_set_new(root, "simd", json_string(zo_simd_name(b->level)));
+  json_object_set_new(root, "avx512_bf16", json_boolean(zo_simd_has_avx512_bf16()));
+  json_object_set_new(root, "all_cores", json_integer(b->all_cores));
+  json_object_set_new(root, "reps", json_integer(b->o.reps));
+  json_object_set_new(root, "warmup", json_integer(b->o.warmup));
+  json_object_set_new(root, "thp", json_boolean(b->o.thp));
+  json_object_set_new(root, "load_average_end", json_real(loadavg1()));
+  if (json_dump_file(root, b->o.json_path, JSON_INDENT(2)) != 0) {
+    fprintf(stderr, "zo-adambench: error: cannot write %s: %s\n", b->o.json_path, strerror(errno));
+    rc = -1;
+  }
+  json_decref(root);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  static bench b; /* static: the timing arrays are a few hundred KiB */
+  int rc = parse_options(argc, argv, &b.o);
+  if (rc >= 0) return rc;
+  rc = plan(&b);
+  if (rc >= 0) return rc;
+
+  b.jroof = json_array(), b.jres = json_array();
+  b.jobs = calloc(PAT_COUNT * 2 + N_VARIANTS, sizeof *b.jobs);
+  if (!b.jobs) return 1;
+  for (int si = 0; si < b.o.n_sizes; si++)
+    for (int ti = 0; ti < b.o.n_threads; ti++)
+      if ((rc = run_config(&b, b.o.sizes[si], b.o.threads[ti])) >= 0) return rc;
+
+  json_t *jt = json_array();
+  int missed = report_targets(&b, jt);
+  rc = b.any_failed ? 1 : (b.o.strict && missed) ? 3 : 0;
+  if (write_json(&b, jt)) rc = 1;
+  free(b.jobs);
+  free_buffers(&b.B);
   return rc;
 }

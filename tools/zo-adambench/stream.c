@@ -103,6 +103,65 @@ static size_t align_up(const stream_args *a, size_t b, size_t e) {
   return b + skip < e ? b + skip : e;
 }
 
+/*
+ * The vector passes, one body for both widths: STREAM_LOOPS expands inside run_avx512 and run_avx2,
+ * each compiled with its own target attribute, with that width's vector type (VF), step (W, elements
+ * per vector) and per-width helpers: loadf/storef for f32 vectors, widen/narrow/storeh for 16-bit
+ * ones, fmadd and add. Expects i, e, c, nt, p, m, v, g, g16, m16, v16, out, acc0 and acc1 in scope;
+ * leaves i at the first element the vector loop did not do (the caller's scalar tail does the rest).
+ */
+#define STREAM_LOOPS(VF, W, loadf, storef, widen, narrow, storeh, fmadd, add)                                   \
+  switch (a->pat) {                                                                                            \
+  case PAT_F32:                                                                                                \
+    for (; i + (W) <= e; i += (W)) {                                                                           \
+      VF pp = fmadd(loadf(g + i), c, loadf(p + i));                                                            \
+      VF mm = add(loadf(m + i), c);                                                                            \
+      VF vv = add(loadf(v + i), c);                                                                            \
+      storef(p + i, pp, nt);                                                                                   \
+      storef(m + i, mm, nt);                                                                                   \
+      storef(v + i, vv, nt);                                                                                   \
+    }                                                                                                          \
+    break;                                                                                                     \
+  case PAT_H16:                                                                                                \
+    for (; i + (W) <= e; i += (W)) {                                                                           \
+      VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                                                          \
+      VF mm = add(loadf(m + i), c);                                                                            \
+      VF vv = add(loadf(v + i), c);                                                                            \
+      storef(p + i, pp, nt);                                                                                   \
+      storef(m + i, mm, nt);                                                                                   \
+      storef(v + i, vv, nt);                                                                                   \
+      storeh(out + i, narrow(pp), nt);                                                                         \
+    }                                                                                                          \
+    break;                                                                                                     \
+  case PAT_S16:                                                                                                \
+    for (; i + (W) <= e; i += (W)) {                                                                           \
+      VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                                                          \
+      VF mm = add(widen(m16 + i), c);                                                                          \
+      VF vv = add(widen(v16 + i), c);                                                                          \
+      storef(p + i, pp, nt);                                                                                   \
+      storeh(m16 + i, narrow(mm), nt);                                                                         \
+      storeh(v16 + i, narrow(vv), nt);                                                                         \
+      storeh(out + i, narrow(pp), nt);                                                                         \
+    }                                                                                                          \
+    break;                                                                                                     \
+  case PAT_CAST:                                                                                               \
+    for (; i + (W) <= e; i += (W)) storeh(out + i, narrow(loadf(p + i)), nt);                                  \
+    break;                                                                                                     \
+  case PAT_RD32: /* two accumulators: two loads in flight per step */                                          \
+    for (; i + 2 * (W) <= e; i += 2 * (W)) {                                                                   \
+      acc0 = add(acc0, loadf(g + i));                                                                          \
+      acc1 = add(acc1, loadf(g + i + (W)));                                                                    \
+    }                                                                                                          \
+    break;                                                                                                     \
+  case PAT_RD16:                                                                                               \
+    for (; i + 2 * (W) <= e; i += 2 * (W)) {                                                                   \
+      acc0 = add(acc0, widen(g16 + i));                                                                        \
+      acc1 = add(acc1, widen(g16 + i + (W)));                                                                  \
+    }                                                                                                          \
+    break;                                                                                                     \
+  default: break;                                                                                              \
+  }
+
 /* ---- AVX-512: 16 elements per step (f32 in a zmm, 16-bit in a ymm) ---- */
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -132,56 +191,7 @@ T512 static float run_avx512(const stream_args *a, size_t b, size_t e) {
   const float *g = a->g;
   const uint16_t *g16 = a->g16;
   uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
-  switch (a->pat) {
-  case PAT_F32:
-    for (; i + 16 <= e; i += 16) {
-      __m512 pp = _mm512_fmadd_ps(_mm512_loadu_ps(g + i), c, _mm512_loadu_ps(p + i));
-      __m512 mm = _mm512_add_ps(_mm512_loadu_ps(m + i), c);
-      __m512 vv = _mm512_add_ps(_mm512_loadu_ps(v + i), c);
-      st512(p + i, pp, nt);
-      st512(m + i, mm, nt);
-      st512(v + i, vv, nt);
-    }
-    break;
-  case PAT_H16:
-    for (; i + 16 <= e; i += 16) {
-      __m512 pp = _mm512_fmadd_ps(w512(g16 + i), c, _mm512_loadu_ps(p + i));
-      __m512 mm = _mm512_add_ps(_mm512_loadu_ps(m + i), c);
-      __m512 vv = _mm512_add_ps(_mm512_loadu_ps(v + i), c);
-      st512(p + i, pp, nt);
-      st512(m + i, mm, nt);
-      st512(v + i, vv, nt);
-      st256i(out + i, n512(pp), nt);
-    }
-    break;
-  case PAT_S16:
-    for (; i + 16 <= e; i += 16) {
-      __m512 pp = _mm512_fmadd_ps(w512(g16 + i), c, _mm512_loadu_ps(p + i));
-      __m512 mm = _mm512_add_ps(w512(m16 + i), c);
-      __m512 vv = _mm512_add_ps(w512(v16 + i), c);
-      st512(p + i, pp, nt);
-      st256i(m16 + i, n512(mm), nt);
-      st256i(v16 + i, n512(vv), nt);
-      st256i(out + i, n512(pp), nt);
-    }
-    break;
-  case PAT_CAST:
-    for (; i + 16 <= e; i += 16) st256i(out + i, n512(_mm512_loadu_ps(p + i)), nt);
-    break;
-  case PAT_RD32:
-    for (; i + 32 <= e; i += 32) {
-      acc0 = _mm512_add_ps(acc0, _mm512_loadu_ps(g + i));
-      acc1 = _mm512_add_ps(acc1, _mm512_loadu_ps(g + i + 16));
-    }
-    break;
-  case PAT_RD16:
-    for (; i + 32 <= e; i += 32) {
-      acc0 = _mm512_add_ps(acc0, w512(g16 + i));
-      acc1 = _mm512_add_ps(acc1, w512(g16 + i + 16));
-    }
-    break;
-  default: break;
-  }
+  STREAM_LOOPS(__m512, 16, _mm512_loadu_ps, st512, w512, n512, st256i, _mm512_fmadd_ps, _mm512_add_ps)
   s += run_scalar(a, i, e) + _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   if (nt) _mm_sfence();
   return s;
@@ -218,56 +228,7 @@ T256 static float run_avx2(const stream_args *a, size_t b, size_t e) {
   const float *g = a->g;
   const uint16_t *g16 = a->g16;
   uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
-  switch (a->pat) {
-  case PAT_F32:
-    for (; i + 8 <= e; i += 8) {
-      __m256 pp = _mm256_fmadd_ps(_mm256_loadu_ps(g + i), c, _mm256_loadu_ps(p + i));
-      __m256 mm = _mm256_add_ps(_mm256_loadu_ps(m + i), c);
-      __m256 vv = _mm256_add_ps(_mm256_loadu_ps(v + i), c);
-      st256(p + i, pp, nt);
-      st256(m + i, mm, nt);
-      st256(v + i, vv, nt);
-    }
-    break;
-  case PAT_H16:
-    for (; i + 8 <= e; i += 8) {
-      __m256 pp = _mm256_fmadd_ps(w256(g16 + i), c, _mm256_loadu_ps(p + i));
-      __m256 mm = _mm256_add_ps(_mm256_loadu_ps(m + i), c);
-      __m256 vv = _mm256_add_ps(_mm256_loadu_ps(v + i), c);
-      st256(p + i, pp, nt);
-      st256(m + i, mm, nt);
-      st256(v + i, vv, nt);
-      st128i(out + i, n256(pp), nt);
-    }
-    break;
-  case PAT_S16:
-    for (; i + 8 <= e; i += 8) {
-      __m256 pp = _mm256_fmadd_ps(w256(g16 + i), c, _mm256_loadu_ps(p + i));
-      __m256 mm = _mm256_add_ps(w256(m16 + i), c);
-      __m256 vv = _mm256_add_ps(w256(v16 + i), c);
-      st256(p + i, pp, nt);
-      st128i(m16 + i, n256(mm), nt);
-      st128i(v16 + i, n256(vv), nt);
-      st128i(out + i, n256(pp), nt);
-    }
-    break;
-  case PAT_CAST:
-    for (; i + 8 <= e; i += 8) st128i(out + i, n256(_mm256_loadu_ps(p + i)), nt);
-    break;
-  case PAT_RD32:
-    for (; i + 16 <= e; i += 16) {
-      acc0 = _mm256_add_ps(acc0, _mm256_loadu_ps(g + i));
-      acc1 = _mm256_add_ps(acc1, _mm256_loadu_ps(g + i + 8));
-    }
-    break;
-  case PAT_RD16:
-    for (; i + 16 <= e; i += 16) {
-      acc0 = _mm256_add_ps(acc0, w256(g16 + i));
-      acc1 = _mm256_add_ps(acc1, w256(g16 + i + 8));
-    }
-    break;
-  default: break;
-  }
+  STREAM_LOOPS(__m256, 8, _mm256_loadu_ps, st256, w256, n256, st128i, _mm256_fmadd_ps, _mm256_add_ps)
   float lanes[8];
   _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
   for (int k = 0; k < 8; k++) s += lanes[k];

@@ -399,8 +399,10 @@ static json_t *vmm_json(const vmm *v) {
   return o;
 }
 
-int main(int argc, char **argv) {
-  opts o = {ZO_DEVICE_HOST, 0, 4, NULL, 0};
+/* getopt over argv into *o, the capacity defaulted per device. Returns -1 to go on, or the exit status
+ * (message printed). */
+static int parse_options(int argc, char **argv, opts *o) {
+  *o = (opts){ZO_DEVICE_HOST, 0, 4, NULL, 0};
   enum { OPT_DEVICE = 1, OPT_CAPACITY, OPT_ROUNDS, OPT_JSON, OPT_NO_VMM, OPT_HELP };
   static const struct option lo[] = {{"device", required_argument, 0, OPT_DEVICE},
                                      {"capacity", required_argument, 0, OPT_CAPACITY},
@@ -414,15 +416,15 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
       case OPT_DEVICE:
-        if (!strcmp(optarg, "host")) o.device = ZO_DEVICE_HOST;
-        else if (!strcmp(optarg, "cuda")) o.device = ZO_DEVICE_CUDA;
+        if (!strcmp(optarg, "host")) o->device = ZO_DEVICE_HOST;
+        else if (!strcmp(optarg, "cuda")) o->device = ZO_DEVICE_CUDA;
         else {
           fprintf(stderr, "zo-arenabench: --device: '%s' is not host or cuda\n", optarg);
           return 2;
         }
         break;
       case OPT_CAPACITY:
-        if (zo_tool_parse_count(optarg, 1, &o.capacity) || o.capacity < 64 * 1024) {
+        if (zo_tool_parse_count(optarg, 1, &o->capacity) || o->capacity < 64 * 1024) {
           fprintf(stderr, "zo-arenabench: --capacity: '%s' is not a byte count of at least 64K\n", optarg);
           return 2;
         }
@@ -433,11 +435,11 @@ int main(int argc, char **argv) {
           fprintf(stderr, "zo-arenabench: --rounds: '%s' is not an integer in [1, 1000]\n", optarg);
           return 2;
         }
-        o.rounds = (int)v;
+        o->rounds = (int)v;
         break;
       }
-      case OPT_JSON: o.json = optarg; break;
-      case OPT_NO_VMM: o.no_vmm = 1; break;
+      case OPT_JSON: o->json = optarg; break;
+      case OPT_NO_VMM: o->no_vmm = 1; break;
       case OPT_HELP: usage(stdout); return 0;
       default:
         fprintf(stderr, "zo-arenabench: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -449,12 +451,100 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-arenabench: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
-  if (!o.capacity) o.capacity = o.device == ZO_DEVICE_CUDA ? 1024ull << 20 : 256ull << 20;
+  if (!o->capacity) o->capacity = o->device == ZO_DEVICE_CUDA ? 1024ull << 20 : 256ull << 20;
+  return -1;
+}
+
+/* Touch the whole reservation once (first-touch page faults are not compaction time). 0, or -1 (printed). */
+static int touch_arena(zo_device_t *dev, zo_arena_t *a, size_t cap) {
+  zo_arena_block_t *all = NULL;
+  zo_stream_t *s = NULL;
+  BCHECK(zo_arena_alloc(a, cap, &all));
+  BCHECK(zo_stream_create(dev, &s));
+  BCHECK(zo_memset_async(s, zo_arena_ptr(all), 0, cap));
+  BCHECK(zo_stream_synchronize(s));
+  zo_stream_destroy(s);
+  BCHECK(zo_arena_free(a, all, NULL));
+  return 0;
+fail:
+  return -1;
+}
+
+static void print_scenarios(const scenario *sc) {
+  printf("%-9s %6s %11s %8s %9s %10s %11s %12s %11s %9s %6s\n", "scenario", "rounds", "compactions", "frag",
+         "moved_MB", "copies", "copy_bytes", "compact_s/GB", "compact_GB/s", "d2d_GB/s", "ratio");
+  for (int i = 0; i < 2; i++)
+    printf("%-9s %6d %11d %8.3f %9.1f %10" PRIu64 " %11zu %12.4f %11.2f %9.2f %6.3f\n", sc[i].name, sc[i].rounds,
+           sc[i].compactions, sc[i].frag_before, (double)sc[i].bytes_moved / 1e6, sc[i].copies,
+           sc[i].mean_copy_bytes, s_per_gb(sc[i].compact_seconds, (double)sc[i].bytes_moved), sc[i].compact_gbps,
+           sc[i].baseline_gbps, sc[i].ratio);
+  printf("  ratio = compaction GB/s over the plain D2D loop of the same bytes in copies of the same mean size\n"
+         "  (compaction time: waits for pending frees and last uses, copies, bookkeeping, the final synchronize)\n");
+}
+
+/* --device cuda without --no-vmm: the virtual-memory figures into *v (the arena is destroyed first, its
+ * memory is needed) and printed. Returns v, or NULL when not measured. */
+static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, const scenario *sc, vmm *v) {
+  memset(v, 0, sizeof *v);
+  if (o->device != ZO_DEVICE_CUDA || o->no_vmm) return NULL;
+#if ZO_HAVE_CUDA
+  zo_arena_destroy(*a); /* give its memory back: the pages need room */
+  *a = NULL;
+  measure_vmm(ordinal, cap, v);
+#else
+  (void)ordinal, (void)cap, (void)a;
+  snprintf(v->note, sizeof v->note, "built without CUDA");
+#endif
+  if (v->measured) {
+    const double b = (double)v->pages * (double)v->granularity;
+    printf("vmm: %d pages of %zu KiB (%.1f MiB): reserve %.1f us once; per GB: create %.4f s, map+access %.4f s, "
+           "remap (unmap+map+access) %.4f s, unmap %.4f s, release %.4f s\n",
+           v->pages, v->granularity / 1024, b / MIB, v->reserve_s * 1e6, s_per_gb(v->create_s, b),
+           s_per_gb(v->map_s, b), s_per_gb(v->remap_s, b), s_per_gb(v->unmap_s, b), s_per_gb(v->release_s, b));
+    printf("  copy vs remap: compaction (half) %.4f s/GB, plain D2D %.4f s/GB, remap %.4f s/GB\n",
+           s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved),
+           sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0, s_per_gb(v->remap_s, b));
+  } else {
+    printf("vmm: not measured (%s)\n", v->note);
+  }
+  return v;
+}
+
+/* --json FILE; 0, or -1 when it cannot be written (printed) */
+static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenario *sc, const vmm *vp) {
+  json_t *root = json_object();
+  json_object_set_new(root, "device", json_string(o->device == ZO_DEVICE_CUDA ? "cuda" : "host"));
+  json_object_set_new(root, "device_name", json_string(zo_device_name(dev)));
+  json_object_set_new(root, "capacity", json_integer((json_int_t)cap));
+  json_object_set_new(root, "rounds", json_integer(o->rounds));
+  json_object_set_new(root, "compact_s_per_gb", json_real(s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved)));
+  json_object_set_new(root, "baseline_s_per_gb", json_real(sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0));
+  json_object_set_new(root, "ratio", json_real(sc[0].ratio));
+  json_t *arr = json_array();
+  for (int i = 0; i < 2; i++) json_array_append_new(arr, scenario_json(&sc[i]));
+  json_object_set_new(root, "scenarios", arr);
+  json_object_set_new(root, "vmm", vmm_json(vp));
+  json_object_set_new(root, "definitions",
+                      json_string("GB = 1e9 bytes; ratio = compact_gbps / baseline_gbps; top-level figures are "
+                                  "scenario 'half'; baseline: one stream of D2D zo_memcpy_async of the same bytes "
+                                  "in copies of mean_copy_bytes walking buffers of min(bytes, capacity / 2), best of 3; vmm: CUDA driver virtual memory, "
+                                  "null on the host device"));
+  int rc = 0;
+  if (json_dump_file(root, o->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+    fprintf(stderr, "zo-arenabench: cannot write JSON to '%s'\n", o->json);
+    rc = -1;
+  }
+  json_decref(root);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0) return rc;
 
   zo_device_t *dev = NULL;
   zo_arena_t *a = NULL;
-  json_t *root = NULL;
-  int rc = 1;
   const int ordinal = o.device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0;
   zo_status st = zo_device_create(o.device, ordinal, 0, &dev);
   if (o.device == ZO_DEVICE_CUDA && st == ZO_ERR_UNSUPPORTED) {
@@ -465,6 +555,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-arenabench: device: %s\n", zo_last_error());
     return 1;
   }
+  rc = 1;
   const size_t cap = (size_t)o.capacity / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN;
   printf("zo-arenabench: %s, arena %.1f MiB, %d round(s) per scenario\n", zo_device_name(dev), (double)cap / MIB,
          o.rounds);
@@ -472,85 +563,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-arenabench: arena: %s\n", zo_last_error());
     goto done;
   }
-  { /* Touch the whole reservation once (first-touch page faults are not compaction time). */
-    zo_arena_block_t *all = NULL;
-    zo_stream_t *s = NULL;
-    BCHECK(zo_arena_alloc(a, cap, &all));
-    BCHECK(zo_stream_create(dev, &s));
-    BCHECK(zo_memset_async(s, zo_arena_ptr(all), 0, cap));
-    BCHECK(zo_stream_synchronize(s));
-    zo_stream_destroy(s);
-    BCHECK(zo_arena_free(a, all, NULL));
-  }
+  if (touch_arena(dev, a, cap)) goto done;
   scenario sc[2];
   for (int i = 0; i < 2; i++)
     if (run_scenario(dev, a, cap, i, o.rounds, &sc[i])) goto done;
-  printf("%-9s %6s %11s %8s %9s %10s %11s %12s %11s %9s %6s\n", "scenario", "rounds", "compactions", "frag",
-         "moved_MB", "copies", "copy_bytes", "compact_s/GB", "compact_GB/s", "d2d_GB/s", "ratio");
-  for (int i = 0; i < 2; i++)
-    printf("%-9s %6d %11d %8.3f %9.1f %10" PRIu64 " %11zu %12.4f %11.2f %9.2f %6.3f\n", sc[i].name, sc[i].rounds,
-           sc[i].compactions, sc[i].frag_before, (double)sc[i].bytes_moved / 1e6, sc[i].copies,
-           sc[i].mean_copy_bytes, s_per_gb(sc[i].compact_seconds, (double)sc[i].bytes_moved), sc[i].compact_gbps,
-           sc[i].baseline_gbps, sc[i].ratio);
-  printf("  ratio = compaction GB/s over the plain D2D loop of the same bytes in copies of the same mean size\n"
-         "  (compaction time: waits for pending frees and last uses, copies, bookkeeping, the final synchronize)\n");
-
+  print_scenarios(sc);
   vmm v;
-  vmm *vp = NULL;
-  memset(&v, 0, sizeof v);
-  if (o.device == ZO_DEVICE_CUDA && !o.no_vmm) {
-    vp = &v;
-#if ZO_HAVE_CUDA
-    zo_arena_destroy(a); /* give its memory back: the pages need room */
-    a = NULL;
-    measure_vmm(ordinal, cap, &v);
-#else
-    snprintf(v.note, sizeof v.note, "built without CUDA");
-#endif
-    if (v.measured) {
-      const double b = (double)v.pages * (double)v.granularity;
-      printf("vmm: %d pages of %zu KiB (%.1f MiB): reserve %.1f us once; per GB: create %.4f s, map+access %.4f s, "
-             "remap (unmap+map+access) %.4f s, unmap %.4f s, release %.4f s\n",
-             v.pages, v.granularity / 1024, b / MIB, v.reserve_s * 1e6, s_per_gb(v.create_s, b),
-             s_per_gb(v.map_s, b), s_per_gb(v.remap_s, b), s_per_gb(v.unmap_s, b), s_per_gb(v.release_s, b));
-      printf("  copy vs remap: compaction (half) %.4f s/GB, plain D2D %.4f s/GB, remap %.4f s/GB\n",
-             s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved),
-             sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0, s_per_gb(v.remap_s, b));
-    } else {
-      printf("vmm: not measured (%s)\n", v.note);
-    }
-  }
-
-  if (o.json) {
-    root = json_object();
-    json_object_set_new(root, "device", json_string(o.device == ZO_DEVICE_CUDA ? "cuda" : "host"));
-    json_object_set_new(root, "device_name", json_string(zo_device_name(dev)));
-    json_object_set_new(root, "capacity", json_integer((json_int_t)cap));
-    json_object_set_new(root, "rounds", json_integer(o.rounds));
-    json_object_set_new(root, "compact_s_per_gb", json_real(s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved)));
-    json_object_set_new(root, "baseline_s_per_gb", json_real(sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0));
-    json_object_set_new(root, "ratio", json_real(sc[0].ratio));
-    json_t *arr = json_array();
-    for (int i = 0; i < 2; i++) json_array_append_new(arr, scenario_json(&sc[i]));
-    json_object_set_new(root, "scenarios", arr);
-    json_object_set_new(root, "vmm", vmm_json(vp));
-    json_object_set_new(root, "definitions",
-                        json_string("GB = 1e9 bytes; ratio = compact_gbps / baseline_gbps; top-level figures are "
-                                    "scenario 'half'; baseline: one stream of D2D zo_memcpy_async of the same bytes "
-                                    "in copies of mean_copy_bytes walking buffers of min(bytes, capacity / 2), best of 3; vmm: CUDA driver virtual memory, "
-                                    "null on the host device"));
-    if (json_dump_file(root, o.json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "zo-arenabench: cannot write JSON to '%s'\n", o.json);
-      goto done;
-    }
-  }
+  vmm *vp = run_vmm(&o, ordinal, cap, &a, sc, &v);
+  if (o.json && write_json(&o, dev, cap, sc, vp)) goto done;
   rc = (sc[0].ok && sc[1].ok) ? 0 : 1;
   if (rc) fprintf(stderr, "zo-arenabench: a scenario did not compact or its baseline failed\n");
-  goto done;
-fail:
-  rc = 1;
 done:
-  json_decref(root);
   zo_arena_destroy(a);
   zo_device_destroy(dev);
   return rc;

@@ -285,7 +285,9 @@ int gpt_backward(gpt_model *m, float loss_mult);
  * Token ids >= 256 cannot be returned as bytes and are never picked. @out
  * must hold n_new bytes. Overwrites the activations: a gpt_backward() after
  * this fails until the next forward with targets. Returns 0, or -1 on bad
- * arguments / out of memory (message in gpt_last_error()).
+ * arguments / out of memory (message in gpt_last_error()). On a streamed
+ * model each of its forwards calls the hook (GPT_HOOK_FORWARD), which binds
+ * the weights as in training; a failed hook or binding fails the call.
  */
 int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
                uint64_t seed, uint8_t *out);

@@ -1,9 +1,11 @@
 /*
- * gpt.c - zo-train's GPT-2-style model: parameter registry, initialisation,
- * forward, backward and sampling in float32 on the CPU (OpenBLAS + OpenMP).
- * Not an optimizer and not the training loop (main.c); no mixed precision.
+ * gpt.c - zo-train's GPT-2-style model: initialisation, forward, backward and
+ * sampling in float32 on the CPU (OpenBLAS + OpenMP); the registry, buffer
+ * layout and create/destroy are in gpt_alloc.c. Not an optimizer and not the
+ * training loop (main.c); no mixed precision.
  */
 #include "gpt.h"
+#include "gpt_internal.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -22,66 +24,7 @@
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
 
-#define GPT_ALIGN_FLOATS 16 /* 64 bytes */
 #define GPT_LN_EPS 1e-5f
-
-struct gpt_model {
-  gpt_config cfg;
-  int max_batch;
-  int recompute;         /* activation checkpointing: per-block buffers hold one block */
-  int n_params;
-  gpt_param_spec *specs; /* [n_params] */
-  size_t *offsets;       /* [n_params], in floats, into params_mem and grads_mem */
-  size_t n_floats;       /* length of params_mem / grads_mem including padding */
-  float *params_mem;     /* every weight tensor, each 64-byte aligned */
-  float *grads_mem;      /* the same layout for gradients */
-  float *gscratch;       /* the same layout: one backward's gradient before it is added to grads_mem */
-  gpt_hook_fn hook;      /* layer-group hook (NULL: none) */
-  void *hook_user;
-
-  /* Activations, sized for max_batch x seq_len; a forward with (B,T) uses the
-   * first B*T rows of each, laid out as (B,T,...). Shapes with N = B*T; the
-   * per-block ones marked (L, ...) hold one block (slot 0) when recompute is
-   * on, and the block's forward is run again in backward (see block_forward). */
-  float *encoded;   /* (N, C)        wte[tok] + wpe[t] */
-  float *ln1;       /* (L, N, C)     LayerNorm 1 output */
-  float *ln1_mean;  /* (L, N) */
-  float *ln1_rstd;  /* (L, N) */
-  float *qkv;       /* (L, N, 3C)    q | k | v, heads inside each part */
-  float *att;       /* (L, B, NH, T, T) softmax of causal scores, 0 above the diagonal */
-  float *atty;      /* (L, N, C)     attention output before c_proj */
-  float *residual2; /* (L, N, C)     residual + attention branch */
-  float *ln2;       /* (L, N, C) */
-  float *ln2_mean;  /* (L, N) */
-  float *ln2_rstd;  /* (L, N) */
-  float *fch;       /* (L, N, 4C)    c_fc output (GELU input) */
-  float *fch_gelu;  /* (L, N, 4C)    GELU output */
-  float *residual3; /* (L, N, C)     block output */
-  float *lnf;       /* (N, C)        final LayerNorm output */
-  float *lnf_mean;  /* (N) */
-  float *lnf_rstd;  /* (N) */
-  float *logits;    /* (N, V) */
-  float *probs;     /* (N, V)        softmax(logits), kept for backward */
-  float *losses;    /* (N)           per-position cross-entropy */
-
-  /* Backward scratch. */
-  float *dres;    /* (N, C)  gradient of the residual stream */
-  float *dbuf_c;  /* (N, C)  dLN outputs, d atty */
-  float *dbuf_3c; /* (N, 3C) d qkv */
-  float *dbuf_4c; /* (N, 4C) d fch_gelu, then d fch in place */
-  float *dlogits; /* (N, V) */
-  float *datt;    /* (B, NH, T, T) d att, then d scores in place */
-
-  uint8_t *inputs;  /* (N) of the last forward */
-  uint8_t *targets; /* (N) of the last forward */
-  int B, T;         /* of the last forward */
-  int have_targets; /* the last forward kept what backward needs */
-
-  double t_fwd, t_bwd;
-  void *allocs[64];
-  int n_allocs;
-  char err[256];
-};
 
 /* ------------------------------------------------------------------ */
 /* small helpers */
@@ -115,79 +58,6 @@ static inline float fast_expf(float x) {
 /* tanh(u) = 1 - 2/(exp(2u)+1): absolute error ~1e-7, exact limits at +-inf. */
 static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f); }
 
-/* ------------------------------------------------------------------ */
-/* configuration and parameters */
-
-/* 1, and "model.<name>: <v> is out of range [lo, hi]" in @err, when @v is outside [lo, hi]; else 0. */
-static int out_of_range(char *err, size_t errlen, const char *name, int v, int lo, int hi) {
-  if (v >= lo && v <= hi) return 0;
-  seterr(err, errlen, "model.%s: %d is out of range [%d, %d]", name, v, lo, hi);
-  return 1;
-}
-
-int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
-  if (!c) {
-    seterr(err, errlen, "model: no configuration");
-    return -1;
-  }
-  if (out_of_range(err, errlen, "n_layer", c->n_layer, 1, 1024) ||
-      out_of_range(err, errlen, "d_model", c->d_model, 1, 65536))
-    return -1;
-  if (c->n_head < 1) {
-    seterr(err, errlen, "model.n_head: %d must be >= 1", c->n_head);
-    return -1;
-  }
-  if (c->d_model % c->n_head != 0) {
-    seterr(err, errlen, "model.n_head: %d does not divide model.d_model %d", c->n_head, c->d_model);
-    return -1;
-  }
-  if (out_of_range(err, errlen, "seq_len", c->seq_len, 1, 65536) ||
-      out_of_range(err, errlen, "vocab", c->vocab, 2, 65536))
-    return -1;
-  return 0;
-}
-
-int gpt_num_params(const gpt_config *c) { return 4 + GPT_PARAMS_PER_LAYER * c->n_layer; }
-
-static void spec_set(gpt_param_spec *s, const char *name, int rows, int cols, int ndim) {
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->ndim = ndim;
-  s->shape[0] = rows;
-  s->shape[1] = ndim == 2 ? cols : 1;
-  s->n_elems = (size_t)rows * (size_t)s->shape[1];
-}
-
-void gpt_param_specs(const gpt_config *c, gpt_param_spec *out) {
-  const int C = c->d_model;
-  char nm[64];
-  spec_set(&out[0], "wte", c->vocab, C, 2);
-  spec_set(&out[1], "wpe", c->seq_len, C, 2);
-  static const char *suffix[GPT_PARAMS_PER_LAYER] = {
-      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-  static const int rows_x[GPT_PARAMS_PER_LAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
-  static const int cols_x[GPT_PARAMS_PER_LAYER] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0};
-  for (int l = 0; l < c->n_layer; l++) {
-    for (int k = 0; k < GPT_PARAMS_PER_LAYER; k++) {
-      snprintf(nm, sizeof nm, "h.%d.%s", l, suffix[k]);
-      gpt_param_spec *s = &out[2 + GPT_PARAMS_PER_LAYER * l + k];
-      if (cols_x[k])
-        spec_set(s, nm, rows_x[k] * C, cols_x[k] * C, 2);
-      else
-        spec_set(s, nm, rows_x[k] * C, 1, 1);
-    }
-  }
-  int f = 2 + GPT_PARAMS_PER_LAYER * c->n_layer;
-  spec_set(&out[f], "ln_f.weight", C, 1, 1);
-  spec_set(&out[f + 1], "ln_f.bias", C, 1, 1);
-}
-
-size_t gpt_total_elems(const gpt_config *c) {
-  size_t C = (size_t)c->d_model;
-  size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
-  return (size_t)c->vocab * C + (size_t)c->seq_len * C + (size_t)c->n_layer * per_layer + 2 * C;
-}
 
 void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
   int np = gpt_num_params(c);
@@ -239,201 +109,6 @@ void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
   }
 }
 
-/* ------------------------------------------------------------------ */
-/* create / destroy */
-
-/* The float buffers of a model, in allocation order. */
-enum {
-  BUF_PARAMS, BUF_GRADS, BUF_GSCRATCH, BUF_ENCODED, BUF_LN1, BUF_LN1_MEAN, BUF_LN1_RSTD, BUF_QKV, BUF_ATT,
-  BUF_ATTY, BUF_RESIDUAL2, BUF_LN2, BUF_LN2_MEAN, BUF_LN2_RSTD, BUF_FCH, BUF_FCH_GELU, BUF_RESIDUAL3, BUF_LNF,
-  BUF_LNF_MEAN, BUF_LNF_RSTD, BUF_LOGITS, BUF_PROBS, BUF_LOSSES, BUF_DRES, BUF_DBUF_C, BUF_DBUF_3C, BUF_DBUF_4C,
-  BUF_DLOGITS, BUF_DATT, BUF_COUNT
-};
-
-/* a * b, or SIZE_MAX when it does not fit size_t (SIZE_MAX then poisons every later product and sum). */
-static size_t mulz(size_t a, size_t b) {
-  size_t r;
-  return (a == SIZE_MAX || b == SIZE_MAX || __builtin_mul_overflow(a, b, &r)) ? SIZE_MAX : r;
-}
-static size_t addz(size_t a, size_t b) {
-  size_t r;
-  return (a == SIZE_MAX || b == SIZE_MAX || __builtin_add_overflow(a, b, &r)) ? SIZE_MAX : r;
-}
-/* bytes model_alloc() takes for n floats: rounded up to 64, at least 64 */
-static size_t alloc_bytes(size_t n_floats) {
-  size_t nb = mulz(n_floats, sizeof(float));
-  if (nb == 0) nb = 64;
-  return nb > SIZE_MAX - 63 ? SIZE_MAX : (nb + 63) & ~(size_t)63;
-}
-
-/* Floats of the parameter layout: each tensor padded to GPT_ALIGN_FLOATS
- * (the same sum gpt_create() forms from the offsets). */
-static size_t param_layout_floats(const gpt_config *c) {
-  const size_t C = (size_t)c->d_model, A = GPT_ALIGN_FLOATS;
-#define PAD(n) (((n) + A - 1) / A * A)
-  /* ln_1 w,b; attn.c_proj.bias; ln_2 w,b; mlp.c_proj.bias: C each */
-  const size_t per_layer = 6 * PAD(C) + PAD(3 * C * C) + PAD(3 * C) + PAD(C * C) + 2 * PAD(4 * C * C) + PAD(4 * C);
-  return PAD((size_t)c->vocab * C) + PAD((size_t)c->seq_len * C) + (size_t)c->n_layer * per_layer + 2 * PAD(C);
-#undef PAD
-}
-
-/* Element counts of every float buffer for (c, max_batch, recompute); with
- * SIZE_MAX entries when a count does not fit size_t. */
-static void buffer_floats(const gpt_config *c, int max_batch, int recompute, size_t n[BUF_COUNT]) {
-  const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, V = (size_t)c->vocab;
-  const size_t NH = (size_t)c->n_head, Tm = (size_t)c->seq_len;
-  const size_t Lb = recompute ? 1 : L; /* blocks whose activations are kept */
-  const size_t N = mulz((size_t)max_batch, Tm), NC = mulz(N, C);
-  const size_t TT = mulz(mulz(mulz((size_t)max_batch, NH), Tm), Tm);
-  const size_t P = param_layout_floats(c);
-  n[BUF_PARAMS] = n[BUF_GRADS] = n[BUF_GSCRATCH] = P;
-  n[BUF_ENCODED] = NC;
-  n[BUF_LN1] = n[BUF_ATTY] = n[BUF_RESIDUAL2] = n[BUF_LN2] = mulz(Lb, NC);
-  n[BUF_LN1_MEAN] = n[BUF_LN1_RSTD] = n[BUF_LN2_MEAN] = n[BUF_LN2_RSTD] = mulz(Lb, N);
-  n[BUF_QKV] = mulz(mulz(Lb, NC), 3);
-  n[BUF_ATT] = mulz(Lb, TT);
-  n[BUF_FCH] = n[BUF_FCH_GELU] = mulz(mulz(Lb, NC), 4);
-  n[BUF_RESIDUAL3] = mulz(L, NC); /* block outputs = next block's inputs: always kept */
-  n[BUF_LNF] = NC;
-  n[BUF_LNF_MEAN] = n[BUF_LNF_RSTD] = n[BUF_LOSSES] = N;
-  n[BUF_LOGITS] = n[BUF_PROBS] = n[BUF_DLOGITS] = mulz(N, V);
-  n[BUF_DRES] = n[BUF_DBUF_C] = NC;
-  n[BUF_DBUF_3C] = mulz(NC, 3);
-  n[BUF_DBUF_4C] = mulz(NC, 4);
-  n[BUF_DATT] = TT;
-}
-
-size_t gpt_host_bytes(const gpt_config *c, int max_batch, int recompute) {
-  if (!c || max_batch < 1 || gpt_config_check(c, NULL, 0) != 0) return SIZE_MAX;
-  size_t n[BUF_COUNT], total = sizeof(gpt_model);
-  buffer_floats(c, max_batch, recompute, n);
-  for (int k = 0; k < BUF_COUNT; k++) total = addz(total, alloc_bytes(n[k]));
-  const size_t N = mulz((size_t)max_batch, (size_t)c->seq_len);
-  total = addz(total, mulz(N, 2)); /* inputs, targets */
-  total = addz(total, mulz((size_t)gpt_num_params(c), sizeof(gpt_param_spec) + sizeof(size_t)));
-  return total;
-}
-
-int gpt_recompute(const gpt_model *m) { return m ? m->recompute : 0; }
-
-int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen) {
-  return gpt_create_ex(c, max_batch, 0, out, err, errlen);
-}
-
-int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err, size_t errlen) {
-  if (!out) {
-    seterr(err, errlen, "gpt_create: out is NULL");
-    return -1;
-  }
-  *out = NULL;
-  if (gpt_config_check(c, err, errlen) != 0) return -1;
-  if (max_batch < 1) {
-    seterr(err, errlen, "gpt_create: max_batch %d must be >= 1", max_batch);
-    return -1;
-  }
-  const size_t want = gpt_host_bytes(c, max_batch, recompute);
-  if (want == SIZE_MAX) {
-    seterr(err, errlen,
-           "gpt_create: the model's buffers (%d layers, d_model %d, %d heads, batch %d x %d, vocab %d) "
-           "overflow size_t",
-           c->n_layer, c->d_model, c->n_head, max_batch, c->seq_len, c->vocab);
-    return -1;
-  }
-  gpt_model *m = calloc(1, sizeof *m);
-  if (!m) {
-    seterr(err, errlen, "gpt_create: out of memory (%zu bytes)", sizeof *m);
-    return -1;
-  }
-  m->cfg = *c;
-  m->max_batch = max_batch;
-  m->recompute = recompute ? 1 : 0;
-  m->n_params = gpt_num_params(c);
-  m->specs = calloc((size_t)m->n_params, sizeof *m->specs);
-  m->offsets = calloc((size_t)m->n_params, sizeof *m->offsets);
-  if (!m->specs || !m->offsets) {
-    gpt_destroy(m);
-    seterr(err, errlen, "gpt_create: out of memory (parameter table)");
-    return -1;
-  }
-  gpt_param_specs(c, m->specs);
-  size_t off = 0;
-  for (int i = 0; i < m->n_params; i++) {
-    m->offsets[i] = off;
-    off += (m->specs[i].n_elems + GPT_ALIGN_FLOATS - 1) / GPT_ALIGN_FLOATS * GPT_ALIGN_FLOATS;
-  }
-  m->n_floats = off;
-
-  size_t n[BUF_COUNT];
-  buffer_floats(c, max_batch, m->recompute, n);
-  float **slot[BUF_COUNT] = {
-      [BUF_PARAMS] = &m->params_mem, [BUF_GRADS] = &m->grads_mem, [BUF_GSCRATCH] = &m->gscratch,
-      [BUF_ENCODED] = &m->encoded, [BUF_LN1] = &m->ln1, [BUF_LN1_MEAN] = &m->ln1_mean,
-      [BUF_LN1_RSTD] = &m->ln1_rstd, [BUF_QKV] = &m->qkv, [BUF_ATT] = &m->att, [BUF_ATTY] = &m->atty,
-      [BUF_RESIDUAL2] = &m->residual2, [BUF_LN2] = &m->ln2, [BUF_LN2_MEAN] = &m->ln2_mean,
-      [BUF_LN2_RSTD] = &m->ln2_rstd, [BUF_FCH] = &m->fch, [BUF_FCH_GELU] = &m->fch_gelu,
-      [BUF_RESIDUAL3] = &m->residual3, [BUF_LNF] = &m->lnf, [BUF_LNF_MEAN] = &m->lnf_mean,
-      [BUF_LNF_RSTD] = &m->lnf_rstd, [BUF_LOGITS] = &m->logits, [BUF_PROBS] = &m->probs,
-      [BUF_LOSSES] = &m->losses, [BUF_DRES] = &m->dres, [BUF_DBUF_C] = &m->dbuf_c, [BUF_DBUF_3C] = &m->dbuf_3c,
-      [BUF_DBUF_4C] = &m->dbuf_4c, [BUF_DLOGITS] = &m->dlogits, [BUF_DATT] = &m->datt,
-  };
-  size_t total = sizeof *m + (size_t)m->n_params * (sizeof *m->specs + sizeof *m->offsets);
-  int ok = m->n_floats == n[BUF_PARAMS]; /* param_layout_floats() agrees with the offsets */
-  for (int k = 0; ok && k < BUF_COUNT; k++) {
-    void *p = NULL;
-    size_t nb = alloc_bytes(n[k]);
-    if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0]) || posix_memalign(&p, 64, nb) != 0) {
-      ok = 0;
-      break;
-    }
-    m->allocs[m->n_allocs++] = p;
-    *slot[k] = p;
-    total += nb;
-  }
-  const size_t N = (size_t)max_batch * (size_t)c->seq_len;
-  m->inputs = ok ? malloc(N) : NULL;
-  m->targets = ok ? malloc(N) : NULL;
-  if (!ok || !m->inputs || !m->targets) {
-    gpt_destroy(m);
-    seterr(err, errlen,
-           "gpt_create: out of memory after %zu of %zu bytes (model %d layers, d_model %d, batch %d x %d%s)", total,
-           want, c->n_layer, c->d_model, max_batch, c->seq_len, recompute ? ", activation checkpointing" : "");
-    return -1;
-  }
-  memset(m->params_mem, 0, m->n_floats * sizeof(float));
-  memset(m->grads_mem, 0, m->n_floats * sizeof(float));
-  *out = m;
-  return 0;
-}
-
-void gpt_destroy(gpt_model *m) {
-  if (!m) return;
-  for (int i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
-  free(m->specs);
-  free(m->offsets);
-  free(m->inputs);
-  free(m->targets);
-  free(m);
-}
-
-const gpt_config *gpt_get_config(const gpt_model *m) { return m ? &m->cfg : NULL; }
-
-float *gpt_weight(gpt_model *m, int i) {
-  if (!m || i < 0 || i >= m->n_params) return NULL;
-  return m->params_mem + m->offsets[i];
-}
-
-float *gpt_grad(gpt_model *m, int i) {
-  if (!m || i < 0 || i >= m->n_params) return NULL;
-  return m->grads_mem + m->offsets[i];
-}
-
-void gpt_zero_grad(gpt_model *m) {
-  if (m) memset(m->grads_mem, 0, m->n_floats * sizeof(float));
-}
-
-const float *gpt_logits(const gpt_model *m) { return m ? m->logits : NULL; }
-double gpt_forward_seconds(const gpt_model *m) { return m ? m->t_fwd : 0.0; }
-double gpt_backward_seconds(const gpt_model *m) { return m ? m->t_bwd : 0.0; }
 const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL model"; }
 
 /*
@@ -706,34 +381,61 @@ static void softmax_xent_forward(float *probs, float *losses, const float *logit
 /* ------------------------------------------------------------------ */
 /* forward */
 
-static float *W(gpt_model *m, int i) { return m->params_mem + m->offsets[i]; }
-/* Backward writes into the scratch gradient; gpt_backward() then adds it to grads_mem. */
-static float *G(gpt_model *m, int i) { return m->gscratch + m->offsets[i]; }
-static int LP(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
-
-int gpt_num_groups(const gpt_config *c) { return c->n_layer + 2; }
-
-void gpt_group_params(const gpt_config *c, int group, int *first, int *count) {
-  if (group <= 0) *first = 0, *count = 2;
-  else if (group <= c->n_layer) *first = LP(group - 1, 0), *count = GPT_PARAMS_PER_LAYER;
-  else *first = 2 + GPT_PARAMS_PER_LAYER * c->n_layer, *count = 2;
+/* Parameter i's weights: in the model (resident) or bound by the caller (streamed). */
+static const float *W(gpt_model *m, int i) {
+  return m->streamed ? (const float *)m->bind[i] : m->params_mem + m->offsets[i];
 }
+/* Backward writes into the scratch gradient; gpt_backward() then adds it to
+ * grads_mem. Streamed: straight into the caller's bound buffer. */
+static float *G(gpt_model *m, int i) {
+  return m->streamed ? (float *)m->bind[m->n_params + i] : m->gscratch + m->offsets[i];
+}
+
 
 void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user) {
   m->hook = fn;
   m->hook_user = user;
 }
 
+/*
+ * Streamed mode, after the hook: at a begin, every tensor of the group must
+ * have a weight bound (and in backward a gradient buffer, zeroed here); at an
+ * end, the group's bindings are dropped. -1 with a message naming the first
+ * unbound tensor.
+ */
+static int stream_group(gpt_model *m, int phase, int group, int end) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  const char *fn = phase ? "gpt_backward" : "gpt_forward";
+  for (int i = first; i < first + count; i++) {
+    void **w = &m->bind[i], **g = &m->bind[m->n_params + i];
+    if (end) {
+      *w = *g = NULL;
+    } else if (!*w || (phase == GPT_HOOK_BACKWARD && !*g)) {
+      seterr(m->err, sizeof m->err, "%s: %s (parameter %d) has no %s bound at the begin of group %d", fn,
+             m->specs[i].name, i, *w ? "gradient buffer (gpt_bind_grad)" : "weights (gpt_bind_weight)", group);
+      return -1;
+    } else if (phase == GPT_HOOK_BACKWARD) {
+      memset(*g, 0, m->specs[i].n_elems * sizeof(float));
+    }
+  }
+  return 0;
+}
+
 /* Call the hook; non-zero aborts the pass with an error message. */
 static int hook(gpt_model *m, int phase, int group, int end) {
-  if (!m->hook || !m->hook(m->hook_user, phase, group, end)) return 0;
-  seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d", phase ? "gpt_backward" : "gpt_forward", group);
-  return -1;
+  if (m->hook && m->hook(m->hook_user, phase, group, end)) {
+    seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d", phase ? "gpt_backward" : "gpt_forward",
+           group);
+    return -1;
+  }
+  return m->streamed ? stream_group(m, phase, group, end) : 0;
 }
 
 /* Backward end of a group: add its gradients from gscratch into the
  * accumulated gradients (the only rounding of the accumulation), then hook. */
 static int group_done(gpt_model *m, int group) {
+  if (m->streamed) return hook(m, GPT_HOOK_BACKWARD, group, 1); /* the caller takes the gradients */
   int first, count;
   gpt_group_params(&m->cfg, group, &first, &count);
   const size_t lo = m->offsets[first];
@@ -824,6 +526,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   m->B = B;
   m->T = T;
   m->have_targets = 0;
+  if (m->streamed) memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind); /* bound in the hook only */
 
   if (hook(m, GPT_HOOK_FORWARD, 0, 0)) return NAN;
   encoder_forward(m->encoded, inputs, W(m, 0), W(m, 1), B, T, C);
@@ -1013,7 +716,10 @@ int gpt_backward(gpt_model *m, float loss_mult) {
   /* One backward's gradient is formed in gscratch and added at the end, so
    * accumulation over calls is a single rounding per element (two equal
    * backwards give exactly 2x). */
-  memset(m->gscratch, 0, m->n_floats * sizeof(float));
+  if (m->streamed) /* bound in the hook only; each gradient buffer is zeroed at its group's begin */
+    memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind);
+  else
+    memset(m->gscratch, 0, m->n_floats * sizeof(float));
 
   /* d loss / d logits = (probs - onehot(target)) / N * loss_mult */
   {
@@ -1078,12 +784,13 @@ static int sample_check(void *model, const uint8_t *toks, size_t n) {
   return check_tokens((gpt_model *)model, toks, n, "prompt");
 }
 
-/* sampling computes with the weights already in the model: no hook */
+/* resident: sampling computes with the weights already in the model, no hook;
+ * streamed: the weights come through the hook's bindings, so it stays */
 static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb, float *scratch) {
   (void)Vb, (void)scratch;
   gpt_model *m = model;
   gpt_hook_fn saved = m->hook;
-  m->hook = NULL;
+  if (!m->streamed) m->hook = NULL;
   float r = gpt_forward(m, toks, NULL, 1, T);
   m->hook = saved;
   return isnan(r) ? NULL : m->logits + (size_t)(T - 1) * m->cfg.vocab;

@@ -136,6 +136,97 @@ size_t gpt_host_bytes(const gpt_config *c, int max_batch, int recompute);
 /* gpt_recompute() - 1 if @m was created with activation checkpointing, else 0 (also for NULL). */
 int gpt_recompute(const gpt_model *m);
 
+/*
+ * Streamed mode: the model holds no weights and no gradients, so a model
+ * larger than host memory can train while an engine keeps its parameters
+ * elsewhere (NVMe) and brings in one layer group at a time.
+ *
+ * gpt_create_streamed() - like gpt_create_ex(c, max_batch, recompute), but
+ * allocates no fp32 weights, gradients or gradient scratch: only the
+ * activations (with @recompute: every block's input plus one block's
+ * internals), the backward scratch, the token buffers and the parameter
+ * table (gpt_streamed_host_bytes()). Error messages start "gpt_create_streamed:".
+ * The caller lends each tensor's memory per layer group, from the hook:
+ *   - in the hook's begin(g) call, gpt_bind_weight(m, i, w) for every
+ *     parameter i of group g (gpt_group_params()), and in backward also
+ *     gpt_bind_grad(m, i, g); the pointers must stay valid and unchanged
+ *     until the same pass's end(g) returns. Group 0 (wte, wpe) is live
+ *     through a whole forward and a whole backward (wte is also the output
+ *     projection); the block groups and ln_f one at a time (see the hook
+ *     order below; with recompute, backward runs block g-1's forward again
+ *     after begin(g) with the weights bound there).
+ *   - the model forgets every binding at the start of each gpt_forward()
+ *     and gpt_backward() and a group's bindings once its end(g) hook
+ *     returns, so stale pointers are never used: bind in the hook. After
+ *     the hook's begin(g) the model checks the group; an unbound tensor
+ *     fails the pass (gpt_forward() NAN, gpt_backward() -1) with
+ *     gpt_last_error() naming it, e.g. "gpt_backward: h.0.ln_1.weight
+ *     (parameter 2) has no gradient buffer (gpt_bind_grad) bound at the
+ *     begin of group 1". A streamed model without a hook therefore fails
+ *     at "wte".
+ *   - backward WRITES, it does not accumulate across calls: at begin(g),
+ *     right after the hook, it sets the group's gradient buffers to 0, adds
+ *     this backward's contributions (dL/dw * loss_mult; wte gets the output
+ *     projection's and the embedding's), and at end(g) each buffer holds
+ *     exactly this backward's gradient of its tensor, bitwise what a
+ *     resident model's gpt_backward() would add to its gpt_grad() for the
+ *     same weights (with 64-byte aligned buffers, as required). Summing
+ *     over micro-batches is the caller's job (the engine's): adding each
+ *     end(g) buffer into an fp32 accumulator that starts at 0 gives bitwise
+ *     the resident model's gpt_grad() after the same backwards.
+ * gpt_weight(), gpt_grad() return NULL and gpt_zero_grad() does nothing on a
+ * streamed model; gpt_sample() calls the hook (GPT_HOOK_FORWARD only) for
+ * each of its forwards, so the hook binds there too.
+ */
+int gpt_create_streamed(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err,
+                        size_t errlen);
+
+/* gpt_streamed() - 1 if @m was created with gpt_create_streamed(), else 0 (also for NULL). */
+int gpt_streamed(const gpt_model *m);
+
+/*
+ * gpt_bind_weight() - lend parameter @i's weights to a streamed model:
+ * float32[n_elems of i], read only, 64-byte aligned (so results are bitwise
+ * those of the resident model), valid until the end(g) of its group in this
+ * pass; NULL unbinds. gpt_bind_grad() - lend its gradient buffer:
+ * float32[n_elems of i], 64-byte aligned, written by gpt_backward() (zeroed
+ * at the group's begin, then filled; see gpt_create_streamed()).
+ * Returns 0, or -1 with gpt_last_error() set when @m is not streamed, @i is
+ * out of range or the pointer is misaligned. Called from the hook.
+ */
+int gpt_bind_weight(gpt_model *m, int i, const float *w);
+int gpt_bind_grad(gpt_model *m, int i, float *g);
+
+/*
+ * gpt_streamed_host_bytes() - bytes of host memory gpt_create_streamed(c,
+ * max_batch, recompute) allocates: gpt_host_bytes() without the three
+ * parameter layouts, with a binding table (two pointers a parameter)
+ * instead of the offsets. Allocator overhead is not counted. SIZE_MAX when
+ * the config is invalid, max_batch < 1, or the sum overflows size_t.
+ * Thread-safe, allocates nothing.
+ */
+size_t gpt_streamed_host_bytes(const gpt_config *c, int max_batch, int recompute);
+
+/*
+ * gpt_group_elems() - floats a scratch needs for layer group @group's
+ * tensors (see gpt_group_params()) laid out back to back, each starting at
+ * a 64-byte boundary: sum of n_elems rounded up to 16. gpt_max_group_elems()
+ * - the largest over groups 1..n_layer+1 (every group but the embeddings).
+ * A streamed model's caller needs one weight and one gradient scratch of
+ * gpt_group_elems(c, 0) for group 0, live through each pass, and one each of
+ * gpt_max_group_elems(c) for the group in flight. @c must pass
+ * gpt_config_check() (the sums then fit size_t).
+ */
+size_t gpt_group_elems(const gpt_config *c, int group);
+size_t gpt_max_group_elems(const gpt_config *c);
+
+/*
+ * gpt_allocated_bytes() - bytes @m's create allocated, counted by each
+ * allocation as it is made (0 for NULL): equals gpt_host_bytes() /
+ * gpt_streamed_host_bytes() of its arguments.
+ */
+size_t gpt_allocated_bytes(const gpt_model *m);
+
 /* gpt_destroy() - free everything; NULL is accepted. */
 void gpt_destroy(gpt_model *m);
 
@@ -146,7 +237,9 @@ const gpt_config *gpt_get_config(const gpt_model *m);
  * gpt_weight() - float32[n_elems of parameter i], the weights the model
  * computes with; the caller (the engine) writes them before forward.
  * gpt_grad() - float32[n_elems of parameter i], accumulated by gpt_backward().
- * Both return NULL for an out-of-range @i. Pointers stay valid until destroy.
+ * Both return NULL for an out-of-range @i and on a streamed model (its
+ * weights and gradients are the caller's, see gpt_create_streamed()).
+ * Pointers stay valid until destroy.
  */
 float *gpt_weight(gpt_model *m, int i);
 float *gpt_grad(gpt_model *m, int i);
@@ -168,7 +261,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
  */
 const float *gpt_logits(const gpt_model *m);
 
-/* gpt_zero_grad() - set all gradients to 0. */
+/* gpt_zero_grad() - set all gradients to 0 (nothing on a streamed model). */
 void gpt_zero_grad(gpt_model *m);
 
 /*
@@ -177,7 +270,9 @@ void gpt_zero_grad(gpt_model *m);
  * where L is the mean cross-entropy (the 1/(B*T) is already included);
  * @loss_mult is e.g. loss_scale / grad_accum_steps. Calling it twice adds
  * twice. Returns 0, or -1 (gradients untouched, gpt_last_error() set) when
- * there is no forward with targets to differentiate.
+ * there is no forward with targets to differentiate. A streamed model writes
+ * this backward's gradients into the bound buffers instead, see
+ * gpt_create_streamed().
  */
 int gpt_backward(gpt_model *m, float loss_mult);
 
@@ -190,7 +285,9 @@ int gpt_backward(gpt_model *m, float loss_mult);
  * Token ids >= 256 cannot be returned as bytes and are never picked. @out
  * must hold n_new bytes. Overwrites the activations: a gpt_backward() after
  * this fails until the next forward with targets. Returns 0, or -1 on bad
- * arguments / out of memory (message in gpt_last_error()).
+ * arguments / out of memory (message in gpt_last_error()). On a streamed
+ * model each of its forwards calls the hook (GPT_HOOK_FORWARD), which binds
+ * the weights as in training; a failed hook or binding fails the call.
  */
 int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
                uint64_t seed, uint8_t *out);
@@ -213,14 +310,16 @@ const char *gpt_last_error(const gpt_model *m);
  *             (the tied wte is used again by the output projection);
  *   backward: begin(0), begin(L+1), end(L+1), [begin(g), end(g)] for g = L..1, end(0).
  * At a backward end(g) the group's gradients in gpt_grad() are final for this
- * backward (already accumulated). A hook returning non-zero aborts the pass:
+ * backward (already accumulated); on a streamed model the bound gradient
+ * buffers hold this backward's gradient. A hook returning non-zero aborts the pass:
  * gpt_forward() returns NAN and gpt_backward() -1, with the hook's message.
  */
 enum { GPT_HOOK_FORWARD = 0, GPT_HOOK_BACKWARD = 1 };
 typedef int (*gpt_hook_fn)(void *user, int phase, int group, int end);
 int gpt_num_groups(const gpt_config *c);
 void gpt_group_params(const gpt_config *c, int group, int *first, int *count);
-/* gpt_set_hook() - install (fn != NULL) or remove the hook; gpt_sample() runs without it. */
+/* gpt_set_hook() - install (fn != NULL) or remove the hook; gpt_sample() runs without it, except on a
+ * streamed model (there it calls the hook's forward phase, see gpt_create_streamed()). */
 void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user);
 
 /*

@@ -4,9 +4,10 @@
  * state on the tier that zero_optimization.offload_optimizer.device names.
  * Forward and backward run on a GPU (model.h: cuda, bf16 with cuBLAS) when
  * zoffload.device resolves to cuda, else on the CPU (the host device).
+ * main() reads as the run's table of contents; the command line and the
+ * config it names are options.c's.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -18,11 +19,11 @@
 
 #include <jansson.h>
 
-#include "args.h"
 #include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
 #include "model.h"
+#include "options.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
@@ -30,10 +31,6 @@
 #include "zoffload/checkpoint.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
-
-#ifndef ZO_DEFAULT_CONFIG
-#define ZO_DEFAULT_CONFIG "configs/default.json"
-#endif
 
 /*
  * SIGTERM / SIGINT: the first one stops the run after the step in progress, which the library then finishes at
@@ -49,87 +46,9 @@ static void on_signal(int sig) {
   zo_request_stop();
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: zo-train [options]\n"
-          "Train a GPT-style byte-level model on a text corpus through the zoffload engine.\n\n"
-          "  --config FILE            DeepSpeed-style JSON config (default: %s)\n"
-          "  --data PATH              corpus file or directory (default: the config's data.path, else %s)\n"
-          "  --steps N                optimizer steps (default: the config's train.steps, else 300)\n"
-          "  --seed S                 seed for weight init and batch sampling (default: train.seed, else 1337)\n"
-          "  --log-json FILE          write one JSON object per logged step to FILE (default: none)\n"
-          "  --offload-optimizer DEV  override zero_optimization.offload_optimizer.device: none|cpu|nvme\n"
-          "                           (default: the config's value)\n"
-          "  --nvme-path DIR          override zero_optimization.offload_optimizer.nvme_path and\n"
-          "                           offload_param.nvme_path (default: the config's values)\n"
-          "  --offload-param DEV      override zero_optimization.offload_param.device: none|cpu|nvme; cpu and nvme\n"
-          "                           switch to ZeRO stage 3 (default: the config's value)\n"
-          "  --device KIND            override zoffload.device: auto|cuda|host (default: the config's value, else\n"
-          "                           auto: the GPU when one is visible and zo-train has CUDA compute, else host)\n"
-          "  --activation-checkpointing on|off\n"
-          "                           override train.activation_checkpointing (default: the config's value, else off)\n"
-          "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
-          "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
-          "                           1 when not (with the key to change); nothing is allocated or trained\n"
-          "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
-          "  --threads N              compute and Adam threads (default: all cores)\n"
-          "  --no-sample              skip the generated sample at the end (default: sample)\n"
-          "  --save DIR               write checkpoints under DIR (one directory per step, DIR/latest names the\n"
-          "                           newest complete one): every --save-every steps and after the last step\n"
-          "  --save-every N           checkpoint every N steps (default: only after the last step)\n"
-          "  --keep-last N            keep the newest N checkpoints under --save DIR, 0 = all (default: 3)\n"
-          "  --resume PATH|latest     continue from a checkpoint directory, a root holding `latest`, or `latest`\n"
-          "                           of --save DIR (none there yet: start from step 0); bit-identical to an\n"
-          "                           uninterrupted run; --steps is the total to reach\n"
-          "  --export-safetensors F   after training, write the weights to F in the safetensors format\n"
-          "  --export-dtype fp32|bf16 dtype of --export-safetensors (default: fp32)\n"
-          "  --micro-batch N          train_micro_batch_size_per_gpu where the config says \"auto\" (default: 8)\n"
-          "  --grad-accum N           gradient_accumulation_steps where the config says \"auto\" (default: 1)\n"
-          "  Other \"auto\" values (configs written for the HF Trainer) are filled in as it does: the bucket\n"
-          "  sizes from model.d_model, lr 3e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0, gradient_clipping\n"
-          "  1.0, warmup 0 steps over --steps, bf16 on, fp16 off; each is printed when filled in\n"
-          "  -h, --help               this text\n"
-          "SIGTERM / SIGINT: the step in progress is finished (an emulated slow link stops throttling), saved when\n"
-          "--save is set, and zo-train exits 128 + the signal (143 / 130)\n",
-          ZO_DEFAULT_CONFIG, DATA_DEFAULT_PATH);
-}
-
-/* Log lines while the config is read: the "auto" values filled in (info), and warnings as the library prints them. */
-static void config_log(zo_log_level level, const char *msg, void *user) {
-  (void)user;
-  if (level <= ZO_LOG_WARN) fprintf(stderr, "zoffload: %s: %s\n", level == ZO_LOG_ERROR ? "error" : "warning", msg);
-  else printf("zo-train: %s\n", msg);
-}
-
-/* "KEY: VALUE is out of range [LO, HI] for zo-train (WHY)", exit status 1. */
-static int die_i64(const char *key, int64_t v, int64_t lo, int64_t hi, const char *why) {
-  fprintf(stderr, "zo-train: error: %s: %lld is out of range [%lld, %lld] for zo-train (%s)\n", key, (long long)v,
-          (long long)lo, (long long)hi, why);
-  return 1;
-}
-
 /* Never an empty "zo-train: error: " line: a failure that left no message says so (a bug to report). */
 static const char *or_unknown(const char *msg) {
   return msg && msg[0] ? msg : "failed without a message (a zo-train bug: please report the command and config)";
-}
-
-static int die(const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "zo-train: error: ");
-  fprintf(stderr, fmt, a, b);
-  fputc('\n', stderr);
-  return 1;
-}
-
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  if (zo_tool_parse_int(s, lo, hi, out)) {
-    if (hi == INT64_MAX)
-      fprintf(stderr, "zo-train: error: %s: expected an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
-    else
-      fprintf(stderr, "zo-train: error: %s: expected an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
-              (long long)hi, s);
-    return -1;
-  }
-  return 0;
 }
 
 /* Mean loss over the fixed validation windows. */
@@ -296,470 +215,480 @@ static int save_step(zo_engine_t *eng, const char *root, const train_position *p
   return 0;
 }
 
-int main(int argc, char **argv) {
-  const char *config_path = ZO_DEFAULT_CONFIG, *data_override = NULL, *log_json = NULL, *offload_override = NULL,
-             *nvme_override = NULL;
-  int64_t steps_override = -1, seed_override = -1, threads = 0, limit_override = -1;
-  const char *param_override = NULL, *device_override = NULL, *ckpt_override = NULL;
-  int do_sample = 1, dry_run = 0;
-  const char *save_root = NULL, *resume = NULL, *export_path = NULL, *export_dtype = "fp32";
-  int64_t save_every = 0, keep_last = 3, micro_batch = 8, grad_accum = 1;
-  static const struct option opts[] = {
-      {"config", required_argument, 0, 'c'},  {"data", required_argument, 0, 'd'},
-      {"steps", required_argument, 0, 's'},   {"seed", required_argument, 0, 'S'},
-      {"log-json", required_argument, 0, 'j'}, {"offload-optimizer", required_argument, 0, 'o'},
-      {"nvme-path", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
-      {"no-sample", no_argument, 0, 'N'},     {"help", no_argument, 0, 'h'},
-      {"offload-param", required_argument, 0, 'P'}, {"device-memory-limit", required_argument, 0, 'L'},
-      {"device", required_argument, 0, 'D'},  {"dry-run", no_argument, 0, 'y'},
-      {"activation-checkpointing", required_argument, 0, 'A'}, {"save", required_argument, 0, 'v'},
-      {"save-every", required_argument, 0, 'E'}, {"keep-last", required_argument, 0, 'K'},
-      {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
-      {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
-      {"grad-accum", required_argument, 0, 'G'}, {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-      case 'c': config_path = optarg; break;
-      case 'd': data_override = optarg; break;
-      case 's': if (parse_i64("--steps", optarg, 1, INT64_MAX / 2, &steps_override)) return 2; break;
-      case 'S': if (parse_i64("--seed", optarg, 0, INT64_MAX, &seed_override)) return 2; break;
-      case 'j': log_json = optarg; break;
-      case 'o': offload_override = optarg; break;
-      case 'n': nvme_override = optarg; break;
-      case 't': if (parse_i64("--threads", optarg, 1, 4096, &threads)) return 2; break;
-      case 'N': do_sample = 0; break;
-      case 'P': param_override = optarg; break;
-      case 'L': if (parse_i64("--device-memory-limit", optarg, 0, INT64_MAX, &limit_override)) return 2; break;
-      case 'D': device_override = optarg; break;
-      case 'y': dry_run = 1; break;
-      case 'A': ckpt_override = optarg; break;
-      case 'v': save_root = optarg; break;
-      case 'E': if (parse_i64("--save-every", optarg, 1, INT64_MAX, &save_every)) return 2; break;
-      case 'K': if (parse_i64("--keep-last", optarg, 0, INT_MAX, &keep_last)) return 2; break;
-      case 'R': resume = optarg; break;
-      case 'X': export_path = optarg; break;
-      case 'T': export_dtype = optarg; break;
-      case 'M': if (parse_i64("--micro-batch", optarg, 1, INT_MAX, &micro_batch)) return 2; break;
-      case 'G': if (parse_i64("--grad-accum", optarg, 1, INT_MAX, &grad_accum)) return 2; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
-    }
-  }
-  if (optind < argc) return die("unexpected argument '%s' (see --help)%s", argv[optind], "");
-  if (strcmp(export_dtype, "fp32") && strcmp(export_dtype, "bf16"))
-    return die("--export-dtype: expected fp32 or bf16, got '%s'%s", export_dtype, "");
-  if (resume && !strcmp(resume, "latest") && !save_root)
-    return die("--resume latest: needs --save DIR (the checkpoints' root)%s%s", "", "");
-  if (save_every > 0 && !save_root) return die("--save-every: needs --save DIR%s%s", "", "");
 
-  /* ---- configuration: zo-train's own blocks first, so the DeepSpeed part's "auto" values can come from them */
+/* What the plan decided and what the run holds; job_free() releases it all. */
+typedef struct train_job {
   train_settings ts;
-  char err[1024];
-  train_settings_defaults(&ts);
-  if (train_settings_load(config_path, &ts, err, sizeof err)) return die("%s%s", err, "");
-  if (gpt_config_check(&ts.model, err, sizeof err)) return die("%s: %s", config_path, err);
-  if (data_override) snprintf(ts.data_path, sizeof ts.data_path, "%s", data_override);
-  if (steps_override > 0) ts.steps = steps_override;
-  zo_config_auto av;
-  zo_config_auto_init(&av);
-  av.hidden_size = ts.model.d_model;
-  av.train_micro_batch_size_per_gpu = micro_batch;
-  av.gradient_accumulation_steps = grad_accum;
-  av.lr = 3e-4, av.beta1 = 0.9, av.beta2 = 0.999, av.eps = 1e-8, av.weight_decay = 0.0; /* as HF TrainingArguments, */
-  av.gradient_clipping = 1.0, av.warmup_num_steps = 0, av.total_num_steps = ts.steps;   /* lr 3e-4 (HF: 5e-5) */
-  av.fp16 = 0, av.bf16 = 1;
-  /* ---- ranks: one, or what mpirun (or torchrun's variables) asks for; only rank 0 prints */
-  zo_comm_t *comm = NULL, *nccl = NULL;
-  if (zo_comm_create_from_env(&comm) != ZO_OK) return die("%s%s", zo_last_error(), "");
-  const int rank = zo_comm_rank(comm), world = zo_comm_size(comm);
-  if (rank != 0 && !freopen("/dev/null", "w", stdout)) return die("rank %s: cannot silence stdout%s", "> 0", "");
   zo_config_t cfg;
-  zo_config_opts copts = {.app_blocks = train_app_blocks, .world_size = world, .auto_values = &av};
-  /* the values filled in for "auto" are info lines: shown here unless ZO_LOG_LEVEL says otherwise */
-  const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
-  if (own_log) zo_log_set_handler(config_log, NULL, ZO_LOG_INFO);
-  const zo_status cst = zo_config_load_file(config_path, &copts, &cfg);
-  if (own_log) zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
-  if (cst != ZO_OK) return die("%s%s", zo_last_error(), "");
-  if (seed_override >= 0) ts.seed = (uint64_t)seed_override;
-  if (ckpt_override) {
-    if (strcmp(ckpt_override, "on") && strcmp(ckpt_override, "off"))
-      return die("--activation-checkpointing: expected on or off, got '%s'%s", ckpt_override, "");
-    ts.activation_checkpointing = !strcmp(ckpt_override, "on");
-  }
-  if (offload_override) {
-    zo_offload_device dev;
-    if (zo_offload_device_parse(offload_override, &dev) != ZO_OK)
-      return die("--offload-optimizer: expected none, cpu or nvme, got '%s'%s", offload_override, "");
-    cfg.zero.offload_optimizer.device = dev;
-    if (dev != ZO_OFFLOAD_NONE && cfg.zero.stage < 1) cfg.zero.stage = 2;
-  }
-  if (param_override) {
-    zo_offload_device dev;
-    if (zo_offload_device_parse(param_override, &dev) != ZO_OK)
-      return die("--offload-param: expected none, cpu or nvme, got '%s'%s", param_override, "");
-    cfg.zero.offload_param.device = dev;
-    if (dev != ZO_OFFLOAD_NONE) cfg.zero.stage = 3;
-  }
-  if (limit_override >= 0) cfg.zoffload.device_memory_limit = limit_override;
-  if (device_override && zo_device_kind_parse(device_override, &cfg.zoffload.device_kind) != ZO_OK)
-    return die("--device: expected auto, cuda or host, got '%s'%s", device_override, "");
-  if (nvme_override) {
-    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_override);
-    snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", nvme_override);
-  }
-  if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg.zero.offload_optimizer.nvme_path[0])
-    return die("zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (or pass --nvme-path)%s%s",
-               "", "");
-  if (threads > 0) {
-    gpt_set_threads((int)threads);
-    cfg.zoffload.adam_threads = (int)threads;
-  }
-  /* The batch as zo-train computes with it: micro x ranks x seq_len tokens (an int) per forward, gas forwards per
-   * step. The library takes any int64 whose product fits; zo-train refuses, naming the key, what an int cannot hold. */
-  const int T = ts.model.seq_len;
-  const int64_t b_max = INT_MAX / ((int64_t)T * world);
-  if (cfg.train_micro_batch_size_per_gpu > b_max)
-    return die_i64("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu, 1, b_max,
-                   "micro-batch x model.seq_len x ranks tokens must fit in an int");
-  if (cfg.gradient_accumulation_steps > INT_MAX)
-    return die_i64("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1, INT_MAX, "a loop count");
-  const int B = (int)cfg.train_micro_batch_size_per_gpu, gas = (int)cfg.gradient_accumulation_steps; /* in range */
+  zo_comm_t *comm, *nccl;  /* the ranks; the engine's collectives over NCCL where it has them */
+  int rank, world;
+  int B, gas, T;           /* micro-batch, gradient accumulation, seq_len: B x world x T tokens fit an int */
+  zo_device_kind dev_kind; /* resolved: cuda or host */
+  int cuda, standin;       /* compute on a GPU; a host device standing in for one (dry run) */
+  int np;                  /* parameter tensors */
+  size_t total;            /* parameters */
+  double flops_tok, peak_tflops;
+  data_loader *data;
+  int n_val;               /* validation windows */
+  zo_device_t *dev;
+  zo_engine_t *eng;
+  train_model *model;
+  FILE *jf;                /* --log-json, rank 0 */
+  gpt_param_spec *specs;   /* [np] */
+  zo_param_t **params;     /* [np] */
+  uint8_t *in, *tg;        /* (B x world, T): the global micro-batch */
+  train_position pos;      /* where training starts: step 0, or the resumed checkpoint's */
+} train_job;
 
-  /* ---- where the model computes: cuda when zoffload.device says so, or "auto" finds a GPU and this zo-train
-   * has CUDA compute; else the host device (the CPU model) */
+/* The training loop's position and its running sums (seconds unless named otherwise). */
+typedef struct train_progress {
+  uint64_t rng;
+  int64_t step;          /* the step in progress; after the loop, one past the last completed */
+  int64_t skipped;       /* overflow-skipped steps, the resumed ones included */
+  int64_t saved_step;    /* the step of the last checkpoint this run wrote, -1: none */
+  int stop_all;          /* every rank saw a stop by the end of the last step (see train()) */
+  double t_fetch, t_opt, t_swap, t_adam, t_steps, t_comm, comm_bytes;
+  double t_start, t_window;
+  int64_t tokens_window; /* the job's tokens since the last printed step */
+  double first_val, last_val, last_loss;
+  double fwd0, bwd0, eval_fwd; /* model seconds at the start; forward seconds spent on validation since */
+} train_progress;
+
+static int engine_error(void) {
+  fprintf(stderr, "zo-train: error: %s\n", or_unknown(zo_last_error()));
+  return 1;
+}
+
+static int model_error(const train_model *m) {
+  fprintf(stderr, "zo-train: error: %s\n", or_unknown(train_model_error(m)));
+  return 1;
+}
+
+/* The batch as zo-train computes with it: micro x ranks x seq_len tokens (an int) per forward, gas forwards per
+ * step. The library takes any int64 whose product fits; zo-train refuses, naming the key, what an int cannot hold. */
+static int batch_shape(train_job *j) {
+  j->T = j->ts.model.seq_len;
+  const int64_t b_max = INT_MAX / ((int64_t)j->T * j->world);
+  if (j->cfg.train_micro_batch_size_per_gpu > b_max)
+    return train_die_i64("train_micro_batch_size_per_gpu", j->cfg.train_micro_batch_size_per_gpu, 1, b_max,
+                         "micro-batch x model.seq_len x ranks tokens must fit in an int");
+  if (j->cfg.gradient_accumulation_steps > INT_MAX)
+    return train_die_i64("gradient_accumulation_steps", j->cfg.gradient_accumulation_steps, 1, INT_MAX,
+                         "a loop count");
+  j->B = (int)j->cfg.train_micro_batch_size_per_gpu, j->gas = (int)j->cfg.gradient_accumulation_steps; /* in range */
+  return 0;
+}
+
+/* Where the model computes: cuda when zoffload.device says so, or "auto" finds a GPU and this zo-train has CUDA
+ * compute; else the host device (the CPU model). */
+static int resolve_compute(const train_opts *o, train_job *j) {
   const int n_gpus = zo_device_cuda_count();
-  zo_device_kind dev_kind = cfg.zoffload.device_kind;
-  if (dev_kind == ZO_DEVICE_AUTO) {
-    dev_kind = n_gpus > 0 && train_model_cuda_built() ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
+  j->dev_kind = j->cfg.zoffload.device_kind;
+  if (j->dev_kind == ZO_DEVICE_AUTO) {
+    j->dev_kind = n_gpus > 0 && train_model_cuda_built() ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
     if (n_gpus > 0 && !train_model_cuda_built())
       printf("zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but this zo-train was built without CUDA "
              "compute (no nvcc at configure time): using the host device\n", n_gpus, n_gpus == 1 ? "" : "s");
   }
-  const int cuda = dev_kind == ZO_DEVICE_CUDA;
-  if (cuda && !train_model_cuda_built())
-    return die("zoffload.device is \"cuda\", but this zo-train was built without CUDA compute (no nvcc at configure "
-               "time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"%s%s", "", "");
-  const int standin = cuda && n_gpus == 0 && dry_run; /* plan a GPU run on a machine without one */
-  if (cuda && n_gpus == 0 && !dry_run)
-    return die("zoffload.device is \"cuda\", but no CUDA device is visible (%s); set zoffload.device to \"auto\" or "
-               "\"host\", or plan with --dry-run%s", getenv("CUDA_VISIBLE_DEVICES") ? "CUDA_VISIBLE_DEVICES is set"
-               : "no GPU or driver", "");
+  j->cuda = j->dev_kind == ZO_DEVICE_CUDA;
+  if (j->cuda && !train_model_cuda_built())
+    return train_die("zoffload.device is \"cuda\", but this zo-train was built without CUDA compute (no nvcc at "
+                     "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"%s%s", "", "");
+  j->standin = j->cuda && n_gpus == 0 && o->dry_run; /* plan a GPU run on a machine without one */
+  if (j->cuda && n_gpus == 0 && !o->dry_run)
+    return train_die("zoffload.device is \"cuda\", but no CUDA device is visible (%s); set zoffload.device to \"auto\" "
+                     "or \"host\", or plan with --dry-run%s", getenv("CUDA_VISIBLE_DEVICES")
+                     ? "CUDA_VISIBLE_DEVICES is set" : "no GPU or driver", "");
+  return 0;
+}
 
-  const int np = gpt_num_params(&ts.model);
-  const size_t total = gpt_total_elems(&ts.model);
-  const double flops_tok = train_model_flops_per_token(&ts.model, T);
+/* Config, ranks (one, or what mpirun or torchrun's variables ask for; only rank 0 prints), batch shape and where
+ * the model computes. Nothing is allocated; 0, or 1 after printing the error. */
+static int plan(const train_opts *o, train_job *j) {
+  if (train_opts_settings(o, &j->ts)) return 1;
+  if (zo_comm_create_from_env(&j->comm) != ZO_OK) return train_die("%s%s", zo_last_error(), "");
+  j->rank = zo_comm_rank(j->comm), j->world = zo_comm_size(j->comm);
+  if (j->rank != 0 && !freopen("/dev/null", "w", stdout))
+    return train_die("rank %s: cannot silence stdout%s", "> 0", "");
+  if (train_opts_config(o, j->world, &j->ts, &j->cfg) || batch_shape(j) || resolve_compute(o, j)) return 1;
+  j->np = gpt_num_params(&j->ts.model);
+  j->total = gpt_total_elems(&j->ts.model);
+  j->flops_tok = train_model_flops_per_token(&j->ts.model, j->T);
+  return 0;
+}
 
-  /* ---- data (not for a dry run) */
-  data_loader *data = NULL;
-  int n_val = 0;
-  if (!dry_run) {
-    if (data_open(ts.data_path, ts.val_fraction, ts.data_seed, T, &data, err, sizeof err)) return die("%s%s", err, "");
-    n_val = data_val_windows(data, T, ts.val_windows);
-  }
+/* The corpus and its validation windows (not for a dry run); 0, or 1 after printing the error. */
+static int open_data(train_job *j) {
+  char err[1024];
+  if (data_open(j->ts.data_path, j->ts.val_fraction, j->ts.data_seed, j->T, &j->data, err, sizeof err))
+    return train_die("%s%s", err, "");
+  j->n_val = data_val_windows(j->data, j->T, j->ts.val_windows);
+  return 0;
+}
 
-  /* ---- engine and model */
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  int rc = 1;
-  int stop_all = 0;        /* every rank saw a stop by the end of the last step (see the loop) */
-  int64_t saved_step = -1; /* the step of the last checkpoint this run wrote */
-  zo_engine_t *eng = NULL;
-  train_model *model = NULL;
-  FILE *jf = NULL;
-  zo_param_t **params = NULL;
-  float *init = NULL;
-  zo_device_t *dev = NULL;
-  uint8_t *in = NULL, *tg = NULL;
-  gpt_param_spec *specs = calloc(np, sizeof *specs);
-  params = calloc(np, sizeof *params);
+/* The device, the collectives and the engine with every parameter registered; 0, or 1 after printing the error. */
+static int create_engine(train_job *j) {
+  j->specs = calloc(j->np, sizeof *j->specs);
+  j->params = calloc(j->np, sizeof *j->params);
   /* Every rank draws the whole global micro-batch (B x world windows) from the same generator and trains on its
    * own B rows: the same samples as one rank with micro-batch B x world, whatever the number of ranks. */
-  in = malloc((size_t)B * world * T);
-  tg = malloc((size_t)B * world * T);
-  if (!specs || !params || !in || !tg) {
+  j->in = malloc((size_t)j->B * j->world * j->T);
+  j->tg = malloc((size_t)j->B * j->world * j->T);
+  if (!j->specs || !j->params || !j->in || !j->tg) {
     fprintf(stderr, "zo-train: error: out of memory\n");
-    goto out;
+    return 1;
   }
-  gpt_param_specs(&ts.model, specs);
-  /* The device: kind as resolved above, ordinal from LOCAL_RANK, memory limit from zoffload.device_memory_limit.
-   * A dry run of a cuda config without a GPU plans on a host device of that capacity. */
-  if (zo_device_create(standin ? ZO_DEVICE_HOST : dev_kind, zo_device_default_ordinal(),
-                       (size_t)cfg.zoffload.device_memory_limit, &dev) != ZO_OK)
-    goto engine_error;
-  if (cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(dev, cfg.zoffload.host_link_gbps) != ZO_OK)
-    goto engine_error;
+  gpt_param_specs(&j->ts.model, j->specs);
+  /* The device: kind as resolved by plan(), ordinal from LOCAL_RANK, memory limit from
+   * zoffload.device_memory_limit. A dry run of a cuda config without a GPU plans on a host device of that capacity. */
+  if (zo_device_create(j->standin ? ZO_DEVICE_HOST : j->dev_kind, zo_device_default_ordinal(),
+                       (size_t)j->cfg.zoffload.device_memory_limit, &j->dev) != ZO_OK)
+    return engine_error();
+  if (j->cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(j->dev, j->cfg.zoffload.host_link_gbps) != ZO_OK)
+    return engine_error();
   /* Several ranks on GPUs: the engine's collectives over NCCL (bootstrapped over MPI), where this zoffload has it;
    * zo-train's own (the loss) stay on MPI. */
-  if (world > 1 && cuda && !standin) {
-    if (zo_comm_create_nccl(dev, comm, &nccl) == ZO_OK) {
-      printf("zo-train: collectives: nccl over %d GPUs\n", world);
+  if (j->world > 1 && j->cuda && !j->standin) {
+    if (zo_comm_create_nccl(j->dev, j->comm, &j->nccl) == ZO_OK) {
+      printf("zo-train: collectives: nccl over %d GPUs\n", j->world);
     } else {
       printf("zo-train: collectives: mpi (host memory): no nccl: %s\n", zo_last_error());
     }
-  } else if (world > 1) {
-    printf("zo-train: collectives: mpi over %d ranks\n", world);
+  } else if (j->world > 1) {
+    printf("zo-train: collectives: mpi over %d ranks\n", j->world);
   }
-  if (zo_engine_create(&cfg, dev, nccl ? nccl : comm, &eng) != ZO_OK) goto engine_error;
-  for (int i = 0; i < np; i++) {
-    if (zo_engine_register_param(eng, specs[i].name, specs[i].n_elems, &params[i]) != ZO_OK) goto engine_error;
-    const int64_t dims[2] = {specs[i].shape[0], specs[i].shape[1]};
-    if (zo_engine_set_param_shape(params[i], specs[i].ndim, dims) != ZO_OK) goto engine_error;
+  if (zo_engine_create(&j->cfg, j->dev, j->nccl ? j->nccl : j->comm, &j->eng) != ZO_OK) return engine_error();
+  for (int i = 0; i < j->np; i++) {
+    const gpt_param_spec *s = &j->specs[i];
+    if (zo_engine_register_param(j->eng, s->name, s->n_elems, &j->params[i]) != ZO_OK) return engine_error();
+    const int64_t dims[2] = {s->shape[0], s->shape[1]};
+    if (zo_engine_set_param_shape(j->params[i], s->ndim, dims) != ZO_OK) return engine_error();
   }
+  return 0;
+}
 
+/* The model and the job: sizes, batch, tiers, dtypes, compute. */
+static void print_plan(const train_opts *o, const train_job *j) {
   const char *tier_name[] = {"none", "cpu", "nvme"};
+  const zo_config_t *cfg = &j->cfg;
   printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
-         "%.3g model FLOPs per token (6N + 12LCT)\n", config_path, ts.model.n_layer, ts.model.n_head,
-         ts.model.d_model, T, ts.model.vocab, total, np, flops_tok);
+         "%.3g model FLOPs per token (6N + 12LCT)\n", o->config_path, j->ts.model.n_layer, j->ts.model.n_head,
+         j->ts.model.d_model, j->T, j->ts.model.vocab, j->total, j->np, j->flops_tok);
   printf("zo-train: batch %lld = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
-         "working weights: %s | activation checkpointing: %s | compute: %s\n", (long long)cfg.train_batch_size, B, gas, world,
-         world == 1 ? "" : "s",
-         tier_name[cfg.zero.offload_optimizer.device],
-         cfg.zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg.zero.offload_param.device],
-         zo_dtype_name(cfg.zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
-         zo_dtype_name(zo_engine_working_dtype(eng)), ts.activation_checkpointing ? "on" : "off",
-         cuda ? "cuda" : "cpu");
-  /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
-  int brc = budget(eng, &ts, B, cuda, standin, dry_run);
-  if (dry_run) {
-    rc = brc ? 1 : 0;
-    if (!brc) printf("zo-train: dry run: the configuration fits\n");
-    goto out;
-  }
-  if (brc) goto out;
-  if (train_model_create(&ts.model, B, ts.activation_checkpointing, eng, dev, params, &model, err, sizeof err)) {
+         "working weights: %s | activation checkpointing: %s | compute: %s\n", (long long)cfg->train_batch_size, j->B,
+         j->gas, j->world, j->world == 1 ? "" : "s",
+         tier_name[cfg->zero.offload_optimizer.device],
+         cfg->zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg->zero.offload_param.device],
+         zo_dtype_name(cfg->zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
+         zo_dtype_name(zo_engine_working_dtype(j->eng)), j->ts.activation_checkpointing ? "on" : "off",
+         j->cuda ? "cuda" : "cpu");
+}
+
+/* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the error. */
+static int create_model(train_job *j) {
+  char err[1024];
+  if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->eng, j->dev, j->params, &j->model,
+                         err, sizeof err)) {
     fprintf(stderr, "zo-train: error: %s\n", err);
-    goto out;
+    return 1;
   }
-  if (zo_engine_finalize(eng) != ZO_OK) goto engine_error;
+  if (zo_engine_finalize(j->eng) != ZO_OK) return engine_error();
   size_t max_n = 0;
-  for (int i = 0; i < np; i++) max_n = specs[i].n_elems > max_n ? specs[i].n_elems : max_n;
-  init = malloc(max_n * sizeof(float));
-  if (!init) goto out;
-  for (int i = 0; i < np; i++) {
-    gpt_param_init(&ts.model, i, ts.seed, init);
-    if (zo_engine_load_param(eng, params[i], init) != ZO_OK) goto engine_error;
-  }
-  /* ---- resume: the engine's state and the loop's position from a checkpoint */
-  train_position pos = {.step = 0, .rng = ts.seed ^ 0x9e3779b97f4a7c15ull, .skipped = 0};
-  if (resume) {
-    const char *from = strcmp(resume, "latest") ? resume : save_root;
-    char lp[4096];
-    snprintf(lp, sizeof lp, "%s/latest", from);
-    if (!strcmp(resume, "latest") && access(lp, F_OK) != 0) {
-      printf("zo-train: --resume latest: no checkpoint under %s yet: starting from step 0\n", from);
-    } else {
-      if (train_ckpt_load(eng, from, &ts.model, &pos, err, sizeof err)) {
-        fprintf(stderr, "zo-train: error: --resume: %s\n", err);
-        goto out;
-      }
-      if (pos.step > ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
-        fprintf(stderr, "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n",
-                from, (long long)pos.step, (long long)ts.steps);
-        goto out;
-      }
-      printf("zo-train: resumed from %s at step %lld\n", from, (long long)pos.step);
+  for (int i = 0; i < j->np; i++) max_n = j->specs[i].n_elems > max_n ? j->specs[i].n_elems : max_n;
+  float *init = malloc(max_n * sizeof(float));
+  if (!init) return 1;
+  for (int i = 0; i < j->np; i++) {
+    gpt_param_init(&j->ts.model, i, j->ts.seed, init);
+    if (zo_engine_load_param(j->eng, j->params[i], init) != ZO_OK) {
+      free(init);
+      return engine_error();
     }
   }
-  if (log_json && rank == 0 && !(jf = fopen(log_json, "w"))) {
-    fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", log_json, strerror(errno));
-    goto out;
-  }
-  const double peak_tflops = zo_device_peak_tflops(dev);
-  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | Adam SIMD: %s\n", ts.data_path,
-         data_total_bytes(data), data_num_files(data), n_val, zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
-  char peak_s[64] = "unknown: no MFU";
-  if (peak_tflops > 0) snprintf(peak_s, sizeof peak_s, "%.0f TFLOP/s (MFU against it)", peak_tflops);
-  printf("zo-train: device %s (zoffload.device \"%s\") | model %s | dense bf16 peak %s\n", zo_device_name(dev),
-         zo_device_kind_name(cfg.zoffload.device_kind), train_model_describe(model), peak_s);
-  fflush(stdout);
+  free(init);
+  return 0;
+}
 
-  /* ---- training loop */
-  uint64_t rng = pos.rng;
-  double t_fetch = 0, t_opt = 0, t_swap = 0, t_adam = 0, t_steps = 0, t_comm = 0, comm_bytes = 0;
-  double t_start = zo_clock_s(), t_window = zo_clock_s();
-  int64_t tokens_window = 0, skipped = pos.skipped;
-  double first_val = NAN, last_val = NAN, last_loss = NAN;
-  const int64_t print_every = cfg.steps_per_print > 0 ? cfg.steps_per_print : 10; /* int64 end to end */
-  int64_t step;
-  /* Evaluation passes fetch through the same hook but outside the trace. */
-  zo_engine_set_trace(eng, 0);
-  first_val = eval_val(model, data, B, T, n_val, in, tg);
-  zo_engine_set_trace(eng, 1);
-  if (isnan(first_val)) goto model_error;
-  printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)pos.step, (long long)ts.steps, first_val,
-         pos.step ? "resumed weights" : "initial weights", ts.model.vocab, log((double)ts.model.vocab));
+/* --resume: the engine's state and the loop's position from a checkpoint; 0, or 1 after printing the error. */
+static int resume_from(const train_opts *o, train_job *j) {
+  j->pos = (train_position){.step = 0, .rng = j->ts.seed ^ 0x9e3779b97f4a7c15ull, .skipped = 0};
+  if (!o->resume) return 0;
+  const char *from = strcmp(o->resume, "latest") ? o->resume : o->save_root;
+  char lp[4096], err[1024];
+  snprintf(lp, sizeof lp, "%s/latest", from);
+  if (!strcmp(o->resume, "latest") && access(lp, F_OK) != 0) {
+    printf("zo-train: --resume latest: no checkpoint under %s yet: starting from step 0\n", from);
+    return 0;
+  }
+  if (train_ckpt_load(j->eng, from, &j->ts.model, &j->pos, err, sizeof err)) {
+    fprintf(stderr, "zo-train: error: --resume: %s\n", err);
+    return 1;
+  }
+  if (j->pos.step > j->ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
+    fprintf(stderr, "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n", from,
+            (long long)j->pos.step, (long long)j->ts.steps);
+    return 1;
+  }
+  printf("zo-train: resumed from %s at step %lld\n", from, (long long)j->pos.step);
+  return 0;
+}
+
+/* --log-json opened (rank 0), then the corpus and the device printed; 0, or 1 after printing the error. */
+static int open_log(const train_opts *o, train_job *j) {
+  if (o->log_json && j->rank == 0 && !(j->jf = fopen(o->log_json, "w"))) {
+    fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", o->log_json, strerror(errno));
+    return 1;
+  }
+  j->peak_tflops = zo_device_peak_tflops(j->dev);
+  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | Adam SIMD: %s\n", j->ts.data_path,
+         data_total_bytes(j->data), data_num_files(j->data), j->n_val, zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
+  char peak_s[64] = "unknown: no MFU";
+  if (j->peak_tflops > 0) snprintf(peak_s, sizeof peak_s, "%.0f TFLOP/s (MFU against it)", j->peak_tflops);
+  printf("zo-train: device %s (zoffload.device \"%s\") | model %s | dense bf16 peak %s\n", zo_device_name(j->dev),
+         zo_device_kind_name(j->cfg.zoffload.device_kind), train_model_describe(j->model), peak_s);
+  fflush(stdout);
+  return 0;
+}
+
+/* Mean validation loss, its fetches outside the engine's trace; NAN on a model error. */
+static double validate(train_job *j) {
+  zo_engine_set_trace(j->eng, 0);
+  const double val = eval_val(j->model, j->data, j->B, j->T, j->n_val, j->in, j->tg);
+  zo_engine_set_trace(j->eng, 1);
+  return val;
+}
+
+/* One optimizer step: gas micro-batches forward and backward, zo_engine_step, the loss over the ranks; the sums in
+ * @p. Returns 0, or 1 after printing the error. */
+static int train_step(train_job *j, train_progress *p, double *loss_out, double *loss_scale, zo_step_info *info) {
+  const int B = j->B, T = j->T, gas = j->gas, world = j->world;
+  const double t_step0 = zo_clock_s();
+  *loss_scale = zo_engine_loss_scale(j->eng);
+  if (train_model_zero_grad(j->model)) return model_error(j->model);
+  double loss = 0;
+  for (int micro = 0; micro < gas; micro++) {
+    if (data_next_batch(j->data, DATA_TRAIN, B * world, T, &p->rng, j->in, j->tg)) {
+      fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
+      return 1;
+    }
+    float l = train_model_forward(j->model, j->in + (size_t)j->rank * B * T, j->tg + (size_t)j->rank * B * T, B, T);
+    if (isnan(l)) return model_error(j->model);
+    loss += l / gas;
+    if (train_model_backward(j->model, (float)(*loss_scale / gas), micro == gas - 1)) return model_error(j->model);
+  }
+  p->tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
+  double t2 = zo_clock_s();
+  if (zo_engine_step(j->eng, info) != ZO_OK) return engine_error();
+  if (world > 1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
+    double red[2] = {loss, g_stop ? 1.0 : 0.0};
+    if (zo_comm_all_reduce_f64(j->comm, red, 2) != ZO_OK) return engine_error();
+    loss = red[0] / world;
+    p->stop_all = red[1] > 0;
+  }
+  p->last_loss = *loss_out = loss;
+  p->t_opt += zo_clock_s() - t2;
+  p->t_swap += info->swap_s;
+  p->t_adam += info->adam_s;
+  p->t_fetch += info->fetch_wait_s;
+  p->t_comm += info->comm_s;
+  p->comm_bytes += (double)info->comm_bytes;
+  p->t_steps += zo_clock_s() - t_step0;
+  p->skipped += info->skipped;
+  return 0;
+}
+
+/* A printed step: validation, the step line (cumulative ms per step) and its --log-json object; 0, or 1 after
+ * printing the error. */
+static int log_step(train_job *j, train_progress *p, double loss, double loss_scale, const zo_step_info *info) {
+  double tw = zo_clock_s() - p->t_window;
+  const double f0 = train_model_forward_seconds(j->model);
+  double val = validate(j);
+  if (isnan(val)) return model_error(j->model);
+  p->eval_fwd += train_model_forward_seconds(j->model) - f0;
+  p->last_val = val;
+  zo_engine_mem mem;
+  zo_engine_mem_info(j->eng, &mem);
+  char db[32], hb[32], nb[32], al[32], ac[32];
+  zo_format_bytes(al, sizeof al, (double)mem.arena.live_bytes);
+  zo_format_bytes(ac, sizeof ac, (double)mem.arena.capacity);
+  zo_format_bytes(db, sizeof db, (double)mem.device_bytes);
+  zo_format_bytes(hb, sizeof hb, (double)mem.host_bytes);
+  zo_format_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
+  const double tok_s = p->tokens_window / tw, tflops = tok_s * j->flops_tok / 1e12;
+  const double mfu = j->peak_tflops > 0 ? tflops / j->peak_tflops : 0;
+  const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
+  const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;
+  double per = 1e3 / (double)p->step; /* cumulative ms per step */
+  char mfu_s[32] = "";
+  if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
+  printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
+         "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
+         "arena %s of %s live, frag %.2f, %llu compactions%s\n",
+         (long long)p->step, (long long)j->ts.steps, loss, val, info->lr, tok_s, tflops, mfu_s, p->t_steps * per,
+         t_fwd * per, t_bwd * per, p->t_opt * per, p->t_adam * per, p->t_swap * per, p->t_fetch * per, db,
+         mem.device_peak_bytes / 1048576.0, hb, nb, al, ac, mem.arena.fragmentation,
+         (unsigned long long)mem.arena.compactions, info->skipped ? " | overflow: skipped" : "");
+  fflush(stdout);
+  if (j->jf) {
+    step_log l = {.step = p->step, .loss = loss, .val = val, .lr = info->lr, .tok_s = tok_s, .tflops = tflops,
+                  .mfu = mfu, .loss_scale = loss_scale, .grad_norm = info->grad_norm, .skipped = info->skipped,
+                  .step_s = p->t_steps, .fwd_s = t_fwd, .bwd_s = t_bwd, .opt_s = p->t_opt, .adam_s = p->t_adam,
+                  .swap_s = p->t_swap, .fetch_s = p->t_fetch};
+    write_json(j->jf, &l, &mem);
+  }
+  p->t_window = zo_clock_s();
+  p->tokens_window = 0;
+  return 0;
+}
+
+/* The training loop: the initial validation, then steps from the start position to --steps, printed every
+ * steps_per_print and saved every --save-every, until done or signalled. 0, or 1 after printing the error. */
+static int train(const train_opts *o, train_job *j, train_progress *p) {
+  p->rng = j->pos.rng;
+  p->skipped = j->pos.skipped;
+  p->first_val = p->last_val = p->last_loss = NAN;
+  const int64_t print_every = j->cfg.steps_per_print > 0 ? j->cfg.steps_per_print : 10; /* int64 end to end */
+  p->first_val = validate(j);
+  if (isnan(p->first_val)) return model_error(j->model);
+  printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step, (long long)j->ts.steps,
+         p->first_val, j->pos.step ? "resumed weights" : "initial weights", j->ts.model.vocab,
+         log((double)j->ts.model.vocab));
   fflush(stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
-  const double fwd0 = train_model_forward_seconds(model), bwd0 = train_model_backward_seconds(model);
-  double eval_fwd = 0; /* forward seconds spent on validation after the start */
-  t_start = t_window = zo_clock_s();
+  p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
+  p->eval_fwd = 0;
+  p->t_start = p->t_window = zo_clock_s();
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
-  for (step = pos.step + 1; step <= ts.steps && !(world > 1 ? stop_all : g_stop); step++) {
-    const double t_step0 = zo_clock_s();
-    const double loss_scale = zo_engine_loss_scale(eng);
-    if (train_model_zero_grad(model)) goto model_error;
-    double loss = 0;
-    for (int micro = 0; micro < gas; micro++) {
-      if (data_next_batch(data, DATA_TRAIN, B * world, T, &rng, in, tg)) {
-        fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
-        goto out;
-      }
-      float l = train_model_forward(model, in + (size_t)rank * B * T, tg + (size_t)rank * B * T, B, T);
-      if (isnan(l)) goto model_error;
-      loss += l / gas;
-      if (train_model_backward(model, (float)(loss_scale / gas), micro == gas - 1)) goto model_error;
-    }
-    tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
-    double t2 = zo_clock_s();
+  for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop); p->step++) {
+    double loss, loss_scale;
     zo_step_info info;
-    if (zo_engine_step(eng, &info) != ZO_OK) goto engine_error;
-    if (world > 1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
-      double red[2] = {loss, g_stop ? 1.0 : 0.0};
-      if (zo_comm_all_reduce_f64(comm, red, 2) != ZO_OK) goto engine_error;
-      loss = red[0] / world;
-      stop_all = red[1] > 0;
-    }
-    last_loss = loss;
-    t_opt += zo_clock_s() - t2;
-    t_swap += info.swap_s;
-    t_adam += info.adam_s;
-    t_fetch += info.fetch_wait_s;
-    t_comm += info.comm_s;
-    comm_bytes += (double)info.comm_bytes;
-    t_steps += zo_clock_s() - t_step0;
-    skipped += info.skipped;
-
-    if (step % print_every == 0 || step == ts.steps) {
-      double tw = zo_clock_s() - t_window;
-      const double f0 = train_model_forward_seconds(model);
-      zo_engine_set_trace(eng, 0);
-      double val = eval_val(model, data, B, T, n_val, in, tg);
-      zo_engine_set_trace(eng, 1);
-      if (isnan(val)) goto model_error;
-      eval_fwd += train_model_forward_seconds(model) - f0;
-      last_val = val;
-      zo_engine_mem mem;
-      zo_engine_mem_info(eng, &mem);
-      char db[32], hb[32], nb[32], al[32], ac[32];
-      zo_format_bytes(al, sizeof al, (double)mem.arena.live_bytes);
-      zo_format_bytes(ac, sizeof ac, (double)mem.arena.capacity);
-      zo_format_bytes(db, sizeof db, (double)mem.device_bytes);
-      zo_format_bytes(hb, sizeof hb, (double)mem.host_bytes);
-      zo_format_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
-      const double tok_s = tokens_window / tw, tflops = tok_s * flops_tok / 1e12;
-      const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0;
-      const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
-      const double t_bwd = train_model_backward_seconds(model) - bwd0;
-      double per = 1e3 / (double)step; /* cumulative ms per step */
-      char mfu_s[32] = "";
-      if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
-      printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
-             "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
-             "arena %s of %s live, frag %.2f, %llu compactions%s\n",
-             (long long)step, (long long)ts.steps, loss, val, info.lr, tok_s, tflops, mfu_s, t_steps * per,
-             t_fwd * per, t_bwd * per, t_opt * per, t_adam * per, t_swap * per, t_fetch * per, db,
-             mem.device_peak_bytes / 1048576.0, hb, nb, al, ac, mem.arena.fragmentation,
-             (unsigned long long)mem.arena.compactions, info.skipped ? " | overflow: skipped" : "");
-      fflush(stdout);
-      if (jf) {
-        step_log l = {.step = step, .loss = loss, .val = val, .lr = info.lr, .tok_s = tok_s, .tflops = tflops,
-                      .mfu = mfu, .loss_scale = loss_scale, .grad_norm = info.grad_norm, .skipped = info.skipped,
-                      .step_s = t_steps, .fwd_s = t_fwd, .bwd_s = t_bwd, .opt_s = t_opt, .adam_s = t_adam,
-                      .swap_s = t_swap, .fetch_s = t_fetch};
-        write_json(jf, &l, &mem);
-      }
-      t_window = zo_clock_s();
-      tokens_window = 0;
-    }
-    if (save_root && ((save_every > 0 && step % save_every == 0) || step == ts.steps)) {
+    if (train_step(j, p, &loss, &loss_scale, &info)) return 1;
+    if ((p->step % print_every == 0 || p->step == j->ts.steps) && log_step(j, p, loss, loss_scale, &info)) return 1;
+    if (o->save_root && ((o->save_every > 0 && p->step % o->save_every == 0) || p->step == j->ts.steps)) {
       const double ts0 = zo_clock_s();
-      const train_position now = {.step = step, .rng = rng, .skipped = skipped};
-      if (save_step(eng, save_root, &now, &ts, (int)keep_last)) goto out;
-      t_window += zo_clock_s() - ts0; /* the save's time is not training time */
-      saved_step = step;
+      const train_position now = {.step = p->step, .rng = p->rng, .skipped = p->skipped};
+      if (save_step(j->eng, o->save_root, &now, &j->ts, (int)o->keep_last)) return 1;
+      p->t_window += zo_clock_s() - ts0; /* the save's time is not training time */
+      p->saved_step = p->step;
     }
   }
-  if (zo_engine_synchronize(eng) != ZO_OK) goto engine_error; /* a delayed update still in flight */
-  if (g_stop || stop_all) {
+  return 0;
+}
+
+/* After the loop: the delayed update drained, a signalled run's last step saved, --export-safetensors written.
+ * 0, or 1 after printing the error. */
+static int finish(const train_opts *o, train_job *j, const train_progress *p) {
+  if (zo_engine_synchronize(j->eng) != ZO_OK) return engine_error(); /* a delayed update still in flight */
+  if (g_stop || p->stop_all) {
     printf("zo-train: interrupted (%s) after step %lld; cleaning up\n", g_stop ? strsignal(g_stop) : "another rank",
-           (long long)step - 1);
+           (long long)p->step - 1);
     /* Preempted: keep the last completed step, as a scheduler expects (the step in progress at the signal was
      * finished, not abandoned, so the engine's state is that step's). Nothing new since the start: nothing to save. */
-    if (save_root && step - 1 > pos.step && saved_step != step - 1) {
-      const train_position now = {.step = step - 1, .rng = rng, .skipped = skipped};
-      if (save_step(eng, save_root, &now, &ts, (int)keep_last)) goto out;
+    if (o->save_root && p->step - 1 > j->pos.step && p->saved_step != p->step - 1) {
+      const train_position now = {.step = p->step - 1, .rng = p->rng, .skipped = p->skipped};
+      if (save_step(j->eng, o->save_root, &now, &j->ts, (int)o->keep_last)) return 1;
     }
     fflush(stdout);
   }
-  if (export_path) {
-    const zo_dtype xd = strcmp(export_dtype, "bf16") ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
-    if (zo_engine_export_safetensors(eng, export_path, xd) != ZO_OK) goto engine_error;
-    printf("zo-train: weights written to %s (safetensors, %s)\n", export_path, export_dtype);
+  if (o->export_path) {
+    const zo_dtype xd = strcmp(o->export_dtype, "bf16") ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
+    if (zo_engine_export_safetensors(j->eng, o->export_path, xd) != ZO_OK) return engine_error();
+    printf("zo-train: weights written to %s (safetensors, %s)\n", o->export_path, o->export_dtype);
   }
-  double wall = zo_clock_s() - t_start;
+  return 0;
+}
+
+/* The run's summary: losses, where a step's time went, throughput, and each rank's bytes; 0, or 1 after printing
+ * the error. */
+static int report(const train_job *j, const train_progress *p) {
+  const int64_t step = p->step;
+  double wall = zo_clock_s() - p->t_start;
   printf("zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
-         (long long)(step - 1 - pos.step), wall, pos.step ? " (after the resumed ones)" : "", last_loss, first_val,
-         last_val, (long long)skipped);
-  if (step - 1 > pos.step) { /* where a step's time went, and how much of the offload work was hidden */
-    const double t_fwd = train_model_forward_seconds(model) - fwd0 - eval_fwd;
-    const double t_bwd = train_model_backward_seconds(model) - bwd0;
-    const double n = (double)(step - 1 - pos.step), compute = (t_fwd + t_bwd - t_fetch) / n;
-    const double bound = fmax(compute, fmax(t_adam / n, t_swap / n));
-    printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
-           "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
-           t_steps / n * 1e3, compute * 1e3, t_fetch / n * 1e3, t_opt / n * 1e3, t_adam / n * 1e3, t_swap / n * 1e3,
-           t_steps / n / bound);
-    zo_engine_mem mem;
-    zo_engine_mem_info(eng, &mem);
-    const double tok_s = n * B * T * gas * world / t_steps, tflops = tok_s * flops_tok / 1e12;
-    char mfu_s[48] = "";
-    if (peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / peak_tflops);
-    printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB\n", tok_s, tflops,
-           mfu_s, mem.device_peak_bytes / 1048576.0);
-    if (world > 1 && log_ranks(comm, &mem, t_comm / n, comm_bytes / n) != 0) goto engine_error;
-  }
+         (long long)(step - 1 - j->pos.step), wall, j->pos.step ? " (after the resumed ones)" : "", p->last_loss,
+         p->first_val, p->last_val, (long long)p->skipped);
+  if (step - 1 <= j->pos.step) return 0;
+  /* where a step's time went, and how much of the offload work was hidden */
+  const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
+  const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;
+  const double n = (double)(step - 1 - j->pos.step), compute = (t_fwd + t_bwd - p->t_fetch) / n;
+  const double bound = fmax(compute, fmax(p->t_adam / n, p->t_swap / n));
+  printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
+         "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
+         p->t_steps / n * 1e3, compute * 1e3, p->t_fetch / n * 1e3, p->t_opt / n * 1e3, p->t_adam / n * 1e3,
+         p->t_swap / n * 1e3, p->t_steps / n / bound);
+  zo_engine_mem mem;
+  zo_engine_mem_info(j->eng, &mem);
+  const double tok_s = n * j->B * j->T * j->gas * j->world / p->t_steps, tflops = tok_s * j->flops_tok / 1e12;
+  char mfu_s[48] = "";
+  if (j->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / j->peak_tflops);
+  printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB\n", tok_s, tflops,
+         mfu_s, mem.device_peak_bytes / 1048576.0);
+  if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0) return engine_error();
+  return 0;
+}
 
-  if (do_sample && ts.sample_bytes > 0 && !g_stop && !stop_all) {
-    zo_engine_set_trace(eng, 0);
-    uint8_t *s = malloc(ts.sample_bytes + 1);
-    static const uint8_t prompt[] = "The ";
-    int src = s ? train_model_sample(model, prompt, 4, ts.sample_bytes, (float)ts.temperature, ts.seed, s) : -1;
-    if (src == 0) {
-      s[ts.sample_bytes] = 0;
-      for (int i = 0; i < ts.sample_bytes; i++)
-        if (s[i] != '\n' && s[i] != '\t' && (s[i] < 32 || s[i] > 126)) s[i] = '?';
-      printf("--- sample (temperature %.2f) ---\nThe %s\n---\n", ts.temperature, (char *)s);
-    } else if (src == 1) {
-      printf("zo-train: no sample: %s\n", train_model_error(model));
-    }
-    free(s);
-    if (src < 0) goto model_error;
+/* train.sample_bytes generated from "The " (unless --no-sample or signalled); 0, or 1 after printing the error. */
+static int sample(const train_opts *o, train_job *j, const train_progress *p) {
+  if (!o->do_sample || j->ts.sample_bytes <= 0 || g_stop || p->stop_all) return 0;
+  const train_settings *ts = &j->ts;
+  zo_engine_set_trace(j->eng, 0);
+  uint8_t *s = malloc(ts->sample_bytes + 1);
+  static const uint8_t prompt[] = "The ";
+  int src = s ? train_model_sample(j->model, prompt, 4, ts->sample_bytes, (float)ts->temperature, ts->seed, s) : -1;
+  if (src == 0) {
+    s[ts->sample_bytes] = 0;
+    for (int i = 0; i < ts->sample_bytes; i++)
+      if (s[i] != '\n' && s[i] != '\t' && (s[i] < 32 || s[i] > 126)) s[i] = '?';
+    printf("--- sample (temperature %.2f) ---\nThe %s\n---\n", ts->temperature, (char *)s);
+  } else if (src == 1) {
+    printf("zo-train: no sample: %s\n", train_model_error(j->model));
   }
-  rc = 0;
-  goto out;
+  free(s);
+  return src < 0 ? model_error(j->model) : 0;
+}
 
-model_error:
-  fprintf(stderr, "zo-train: error: %s\n", or_unknown(train_model_error(model)));
-  goto out;
-engine_error:
-  fprintf(stderr, "zo-train: error: %s\n", or_unknown(zo_last_error()));
-out:
-  if (jf) fclose(jf);
-  zo_engine_destroy(eng);
-  train_model_destroy(model);
-  zo_comm_destroy(nccl); /* its stream is on dev */
-  zo_device_destroy(dev);
-  data_close(data);
-  zo_comm_destroy(comm);
-  free(specs);
-  free(params);
-  free(init);
-  free(in);
-  free(tg);
+static void job_free(train_job *j) {
+  if (j->jf) fclose(j->jf);
+  zo_engine_destroy(j->eng);
+  train_model_destroy(j->model);
+  zo_comm_destroy(j->nccl); /* its stream is on dev */
+  zo_device_destroy(j->dev);
+  data_close(j->data);
+  zo_comm_destroy(j->comm);
+  free(j->specs);
+  free(j->params);
+  free(j->in);
+  free(j->tg);
+}
+
+/* Engine, start-up budget (the whole run for --dry-run), model, training and its report: the exit status. */
+static int run(const train_opts *o, train_job *j, train_progress *p) {
+  if (create_engine(j)) return 1;
+  print_plan(o, j);
+  /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
+  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run);
+  if (o->dry_run) {
+    if (!brc) printf("zo-train: dry run: the configuration fits\n");
+    return brc ? 1 : 0;
+  }
+  if (brc || create_model(j) || resume_from(o, j) || open_log(o, j)) return 1;
+  if (train(o, j, p) || finish(o, j, p) || report(j, p) || sample(o, j, p)) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  train_opts o;
+  int rc = train_opts_parse(argc, argv, &o); /* the command line; --help */
+  if (rc >= 0) return rc;
+  static train_job j; /* zeroed; static for its size (zo_config_t) */
+  if (plan(&o, &j)) return 1;              /* config, ranks, batch, compute kind: nothing allocated */
+  if (!o.dry_run && open_data(&j)) return 1; /* the corpus (not for a dry run) */
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  train_progress p = {.saved_step = -1};
+  rc = run(&o, &j, &p);
+  job_free(&j);
   /* Stopped by a signal: say so as a shell does, 128 + its number. A failure on the way (a save that failed, say)
    * stays exit 1. */
-  if ((g_stop || stop_all) && rc == 0) rc = 128 + (g_stop ? (int)g_stop : SIGTERM);
+  if ((g_stop || p.stop_all) && rc == 0) rc = 128 + (g_stop ? (int)g_stop : SIGTERM);
   return rc;
 }

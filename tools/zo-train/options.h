@@ -1,0 +1,56 @@
+/*
+ * options.h - zo-train's command line and the configuration it names: the
+ * options as parsed (getopt_long, tools/common/args.c for the numbers), the
+ * train_settings and zo_config_t they override, and the "zo-train: error:"
+ * lines every part of the tool prints. Not the training itself (main.c).
+ */
+#ifndef ZO_TRAIN_OPTIONS_H
+#define ZO_TRAIN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "train_config.h"
+#include "zoffload/config.h"
+
+/* The command line as given; NULL / -1: not given (the config's value stands). */
+typedef struct train_opts {
+  const char *config_path, *data_override, *log_json, *offload_override, *nvme_override;
+  int64_t steps_override, seed_override, threads, limit_override;
+  const char *param_override, *device_override, *ckpt_override;
+  int do_sample, dry_run;
+  const char *save_root, *resume, *export_path, *export_dtype;
+  int64_t save_every, keep_last, micro_batch, grad_accum;
+} train_opts;
+
+/*
+ * train_opts_parse() - the command line into @o, with the checks that need no
+ * config (the --export-dtype value, --resume latest and --save-every without
+ * --save). Returns -1 to go on, else the exit status: 0 after --help, 2 for a
+ * bad option or value, 1 for a failed check (message printed).
+ */
+int train_opts_parse(int argc, char **argv, train_opts *o);
+
+/*
+ * train_opts_settings() - zo-train's own config blocks (model, data, train)
+ * from o->config_path into @ts, then --data and --steps. Returns 0, or 1
+ * after printing the error.
+ */
+int train_opts_settings(const train_opts *o, train_settings *ts);
+
+/*
+ * train_opts_config() - the DeepSpeed-style config from o->config_path into
+ * @cfg for @world ranks ("auto" values filled in from @ts and --micro-batch /
+ * --grad-accum, each printed), then the overrides: --seed and
+ * --activation-checkpointing (into @ts), --offload-optimizer, --offload-param,
+ * --device-memory-limit, --device, --nvme-path, --threads. Returns 0, or 1
+ * after printing the error.
+ */
+int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_config_t *cfg);
+
+/* "zo-train: error: " then @fmt with the two strings @a and @b, a newline; returns 1 (the exit status). */
+int train_die(const char *fmt, const char *a, const char *b);
+
+/* "zo-train: error: KEY: V is out of range [LO, HI] for zo-train (WHY)"; returns 1 (the exit status). */
+int train_die_i64(const char *key, int64_t v, int64_t lo, int64_t hi, const char *why);
+
+#endif

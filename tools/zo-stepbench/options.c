@@ -1,6 +1,6 @@
 /*
  * options.c - zo-stepbench's command line: --help and the options, numbers
- * through tools/common/args.c (a local strtod for the two fractional ones).
+ * through tools/common/args.c.
  * Nothing here touches the device, the engine or the disk beyond a stat().
  */
 #include <getopt.h>
@@ -108,11 +108,9 @@ static const struct option lo[] = {
 
 /* --link-gbps @arg: 0 (unlimited) or as zoffload.host_link_gbps; 0, or -1 after printing the range. */
 static int parse_link(const char *arg, opts *o) {
-  char *end;
-  o->link_gbps = strtod(arg, &end);
   /* as zoffload.host_link_gbps: a link slower than the minimum makes each transfer take hours (a hang) */
-  if (end == arg || *end || !(o->link_gbps == 0 || (o->link_gbps >= ZO_CONFIG_LINK_GBPS_MIN &&
-                                                     o->link_gbps <= ZO_CONFIG_LINK_GBPS_MAX))) {
+  if (zo_tool_parse_double(arg, 0, ZO_CONFIG_LINK_GBPS_MAX, &o->link_gbps) ||
+      (o->link_gbps != 0 && o->link_gbps < ZO_CONFIG_LINK_GBPS_MIN)) {
     fprintf(stderr, "zo-stepbench: --link-gbps: expected 0 (unlimited) or a number in [%g, %g] GB/s, got '%s'\n",
             ZO_CONFIG_LINK_GBPS_MIN, ZO_CONFIG_LINK_GBPS_MAX, arg);
     return -1;
@@ -140,7 +138,6 @@ static int parse_count64(const char *arg, int64_t *out) {
 /* One option @c (getopt_long's return) with @arg into @o: 0, 1 for a bad value (the caller names it), -1 after
  * printing the error, 2 for an option getopt_long did not know. --help exits here. */
 static int parse_option(int c, const char *arg, opts *o) {
-  char *end;
   uint64_t u;
   switch (c) {
     case O_PARAMS: return zo_tool_parse_count(arg, 0, &o->params) || o->params == 0;
@@ -148,8 +145,7 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_NVME: o->nvme_path = arg; return 0;
     case O_STEPS: return parse_int(arg, 1, 1000000, &o->steps);
     case O_COMPUTE:
-      o->compute_ms = strtod(arg, &end);
-      return *end || !(o->compute_ms >= 0) || o->compute_ms > 1e6;
+      return zo_tool_parse_double(arg, 0, 1e6, &o->compute_ms) != 0;
     case O_OPARAM: return zo_offload_device_parse(arg, &o->oparam) != ZO_OK;
     case O_OOPT: return zo_offload_device_parse(arg, &o->oopt) != ZO_OK;
     case O_DEVLIM: return zo_tool_parse_count(arg, 1, &o->device_limit) != 0;

@@ -8,6 +8,7 @@
  * and the landed work (engine_step.c).
  */
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "engine_internal.h"
@@ -21,6 +22,7 @@ typedef struct acc_chunk {
   zo_dtype dtype;
   int add;
   void *bucket;
+  atomic_int queued; /* 1 from enqueue until its add has run (the copy stream's thread stores 0) */
 } acc_chunk;
 
 void eng_acc_setup(zo_engine_t *e) {
@@ -49,29 +51,40 @@ void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets)
   *n_buckets = e->cfg.zero.overlap_comm ? 2 : 1;
 }
 
+/* Descriptors: one per bucket-sized chunk of every shard, so a chunk's add reads its own while later chunks
+ * are queued behind it (the buckets themselves are reused in copy-stream order: no host wait). */
+static zo_status acc_alloc_chunks(zo_engine_t *e) {
+  size_t total = 0;
+  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + e->acc_bucket_el - 1) / e->acc_bucket_el;
+  e->acc_chunks = calloc(total ? total : 1, sizeof *e->acc_chunks);
+  if (!e->acc_chunks)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient chunk descriptors", total);
+  for (int i = 0, k = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    p->acc_chunks = &e->acc_chunks[k];
+    for (size_t off = 0; off < p->shard_n; off += e->acc_bucket_el, k++) {
+      acc_chunk *c = &e->acc_chunks[k];
+      c->p = p, c->off = off;
+      c->n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
+      atomic_init(&c->queued, 0);
+    }
+  }
+  return ZO_OK;
+}
+
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
   ZO_CHECK(zo_event_create(e->dev, &e->grad_read));
   int nb;
   eng_acc_ring_shape(e, &e->acc_bucket_el, &nb);
   if (!nb) return ZO_OK;
   ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc_ring, "grad_staging", bytes, 1));
-  e->acc_desc = calloc((size_t)nb, sizeof *e->acc_desc);
-  e->acc_ev = calloc((size_t)nb, sizeof *e->acc_ev);
-  e->acc_used = calloc((size_t)nb, sizeof *e->acc_used);
-  if (!e->acc_desc || !e->acc_ev || !e->acc_used)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gradient staging ring");
   e->acc_nb = nb;
-  for (int b = 0; b < nb; b++) {
-    ZO_CHECK(zo_event_create(e->dev, &e->acc_ev[b]));
-    e->acc_desc[b].bucket = (char *)e->acc_ring.ptr + (size_t)b * e->acc_bucket_el * eng_acc_in_size(e);
-  }
-  return ZO_OK;
+  return acc_alloc_chunks(e);
 }
 
 void eng_acc_free(zo_engine_t *e) {
-  for (int b = 0; b < e->acc_nb; b++) zo_event_destroy(e->acc_ev[b]);
-  free(e->acc_desc), free(e->acc_ev), free(e->acc_used);
-  e->acc_desc = NULL, e->acc_ev = NULL, e->acc_used = NULL, e->acc_nb = 0;
+  free(e->acc_chunks);
+  e->acc_chunks = NULL, e->acc_nb = 0;
   eng_host_buf_free(&e->acc_ring);
   zo_event_destroy(e->grad_read);
   e->grad_read = NULL;
@@ -101,20 +114,25 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
 }
 
 /* Runs on the copy stream's thread once a chunk's copy has landed in its bucket. The add stays in this
- * callback for now (callbacks of one stream share one thread, so a long add delays the stream's next
- * callbacks); the bucket is reused only after it, in stream order, and acc_ev says so to the engine thread. */
+ * callback for now: callbacks of one stream share one thread, so a long add delays the stream's next copies
+ * and callbacks (moving it to the Adam pool, with the bucket reused after the add's task, is the next step).
+ * Because it runs in stream order, the next copy into the same bucket comes after it: the buckets need no
+ * host-side wait. */
 static void acc_chunk_landed(void *arg) {
   acc_chunk *c = arg;
   zo_engine_t *e = c->p->eng;
   eng_acc_add((char *)c->p->grad + c->off * zo_dtype_size(e->adtype), e->adtype, c->bucket, c->dtype, c->n, c->add);
+  atomic_store_explicit(&c->queued, 0, memory_order_release);
 }
 
-/* The next bucket, once the add of its last chunk has run (its descriptor and memory are free again). */
-static zo_status acc_take_bucket(zo_engine_t *e, acc_chunk **out, int *b) {
-  *b = e->acc_next;
+/* Chunk @k of @p, free again: the add of the same chunk of the previous micro-batch has run (it nearly always
+ * has; else wait for the copy stream), with the next bucket of the ring. */
+static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chunk **out) {
+  acc_chunk *c = &p->acc_chunks[k];
+  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  c->bucket = (char *)e->acc_ring.ptr + (size_t)e->acc_next * e->acc_bucket_el * eng_acc_in_size(e);
   e->acc_next = (e->acc_next + 1) % e->acc_nb;
-  if (e->acc_used[*b]) ZO_CHECK(zo_event_synchronize(e->acc_ev[*b]));
-  *out = &e->acc_desc[*b];
+  *out = c;
   return ZO_OK;
 }
 
@@ -124,19 +142,16 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
   const size_t gsz = zo_dtype_size(dtype);
   const char *src = (const char *)grad + p->shard_off * gsz;
   const int add = p->n_acc > 0;
-  for (size_t off = 0; off < p->shard_n; off += e->acc_bucket_el) {
-    const size_t n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
+  for (size_t k = 0; k * e->acc_bucket_el < p->shard_n; k++) {
     acc_chunk *c;
-    int b;
-    ZO_CHECK(acc_take_bucket(e, &c, &b));
-    c->p = p, c->off = off, c->n = n, c->dtype = dtype, c->add = add;
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, c->bucket, src + off * gsz, n * gsz, ZO_COPY_D2H));
+    ZO_CHECK(acc_take_chunk(e, p, k, &c));
+    c->dtype = dtype, c->add = add;
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, c->bucket, src + c->off * gsz, c->n * gsz, ZO_COPY_D2H));
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
-    e->d2h_bytes += n * gsz;
+    e->d2h_bytes += c->n * gsz;
+    atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
     ZO_CHECK(zo_launch_host_func(e->copy_stream, acc_chunk_landed, c));
-    ZO_CHECK(zo_event_record(e->acc_ev[b], e->copy_stream));
-    e->acc_used[b] = 1;
   }
   if (last) ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
   return ZO_OK;

@@ -57,6 +57,7 @@ struct zo_param {
   void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
   size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;             /* grad_ready() seen since the last step */
+  struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
   int n_acc;                /* zo_engine_grad_accumulate() contributions of this step (engine_accum.c): > 0
                                means p->grad holds (or will hold, once the copies land) their sum */
 
@@ -176,9 +177,7 @@ struct zo_engine {
   host_buf acc_ring;         /* one rank, acc_ok: acc_nb pinned buckets of acc_bucket_el fp32 (engine_accum.c) */
   size_t acc_bucket_el;
   int acc_nb, acc_next;
-  struct acc_chunk *acc_desc; /* per bucket: the chunk its add callback reads */
-  zo_event_t **acc_ev;       /* per bucket: recorded after its add; waited before the bucket is reused */
-  int *acc_used;             /* per bucket: acc_ev recorded at least once */
+  struct acc_chunk *acc_chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
   zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
   int grad_read_set;
   size_t esz[ST_KINDS];      /* bytes per element of each kind of state */

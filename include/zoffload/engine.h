@@ -274,8 +274,9 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  * the last one of this optimizer step, to the engine's accumulation of @p's
  * shard. Call it between compute passes as often as there are micro-batches
  * before the last; @p's weights stay fetchable (compute still reads them).
- * Returns once the copy out of @grad is enqueued on the copy stream (it may
- * first wait for a staging bucket to be free: the add of its last chunk). With
+ * Returns once the copy out of @grad is enqueued on the copy stream (on one
+ * rank it waits for the copy stream only in the rare case that the add of
+ * the previous micro-batch's same chunk has not run yet). With
  * several ranks it is a collective in call order: every rank makes the same
  * calls in the same order. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, a tensor
  * of another engine, a dtype other than zo_engine_grad_dtype() or fp32: the

@@ -238,9 +238,12 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  * compute stream, zo_engine_set_compute_stream()) and is added, in the order
  * the calls were made, into this rank's host gradient shard, held in the
  * accumulation dtype: the working dtype when gradient_accumulation_steps is
- * 1 (today's bytes), fp32 when it is > 1 (DeepSpeed stage 1/2 reduce every
- * micro-batch in its backward and accumulate the partition in fp32);
- * data_types.grad_accum_dtype ("fp32", "bf16", "fp16") overrides. Adam and
+ * 1 (today's bytes), fp32 when it is > 1 and the shard is in host memory
+ * (offload_optimizer cpu or nvme: DeepSpeed stage 1/2 reduce every
+ * micro-batch in its backward and accumulate the partition in fp32); with
+ * offload_optimizer "none" the shard is in device memory and stays in the
+ * working dtype; data_types.grad_accum_dtype ("fp32", "bf16", "fp16")
+ * overrides either. Adam and
  * the gradient norm read that shard. Sums are formed in fp32 and rounded to
  * the accumulation dtype once per contribution, so with an fp32 accumulator
  * a caller's own fp32 sum in the same order gives the same bits.

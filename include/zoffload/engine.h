@@ -248,8 +248,10 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  * the accumulation dtype once per contribution, so with an fp32 accumulator
  * a caller's own fp32 sum in the same order gives the same bits.
  * With several ranks each contribution is reduced over the ranks on its own
- * (reduce-scatter at stages 1-3, all-reduce at stage 0) through the
- * reduction ring of reduce_bucket_size elements, then added (engine_dp.c).
+ * (reduce-scatter at stages 1-3, all-reduce at stage 0) in its hand-over
+ * dtype, through the reduction ring of reduce_bucket_size elements (sized
+ * for fp32 when accumulation is on), then added (engine_dp.c), as
+ * DeepSpeed reduces each micro-batch in its backward.
  * On one rank a contribution that must be converted or added goes through a
  * ring of pinned staging buckets of min(reduce_bucket_size, largest shard)
  * elements (two with overlap_comm, else one), in chunks of a bucket; the

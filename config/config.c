@@ -428,6 +428,26 @@ static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *
   return ZO_OK;
 }
 
+/* ---------- data_types ---------- */
+
+/* data_types (DeepSpeed): grad_accum_dtype "fp32", "bf16" or "fp16"; the rest is not acted on. */
+static zo_status data_types_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                                zo_config_t *cfg, const void *arg) {
+  (void)arg;
+  if (strcmp(key, "grad_accum_dtype")) {
+    warn_unknown(c, p);
+    return ZO_OK;
+  }
+  static const char *what = "\"fp32\", \"bf16\" or \"fp16\"";
+  if (!json_is_string(v)) return type_err(c, p, what, v);
+  const char *s = json_string_value(v);
+  if (!strcmp(s, "fp32")) cfg->grad_accum_dtype = ZO_DTYPE_F32;
+  else if (!strcmp(s, "bf16")) cfg->grad_accum_dtype = ZO_DTYPE_BF16;
+  else if (!strcmp(s, "fp16")) cfg->grad_accum_dtype = ZO_DTYPE_F16;
+  else return type_err(c, p, what, v);
+  return ZO_OK;
+}
+
 /* ---------- fp16 / bf16 ---------- */
 
 static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
@@ -707,7 +727,7 @@ static const char *const top_inert[] = {
     "sparse_gradients", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
     "communication_data_type", "seq_parallel_communication_data_type", "disable_allgather", "dump_state",
     "amp", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
-    "checkpoint", "data_types", "elasticity", "pipeline", "compression_training", "data_efficiency",
+    "checkpoint", "elasticity", "pipeline", "compression_training", "data_efficiency",
     "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue", "progressive_layer_drop",
     "quantize_training", "weight_quantization", "hybrid_engine", "compile", "timers", "graph_harvesting",
     "use_data_before_expert_parallelism", "torch_autocast", "dataloader_drop_last", "load_universal_checkpoint",
@@ -843,6 +863,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.device_memory_limit = 0;
   cfg->zoffload.adam_threads = 0;
   cfg->zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
+  cfg->grad_accum_dtype = -1;
   cfg->zoffload.swap_checksum = 0;
   cfg->zoffload.swap_sqpoll = 0;
   cfg->zoffload.delayed_param_update = 0;
@@ -894,6 +915,7 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
     else if (!strcmp(key, "optimizer")) ZO_CHECK_GOTO(parse_optimizer(c, v, cfg), st, out);
     else if (!strcmp(key, "scheduler")) ZO_CHECK_GOTO(parse_scheduler(c, v, cfg), st, out);
     else if (!strcmp(key, "fp16")) ZO_CHECK_GOTO(parse_keys(c, key, v, fp16_key, cfg, NULL), st, out);
+    else if (!strcmp(key, "data_types")) ZO_CHECK_GOTO(parse_keys(c, key, v, data_types_key, cfg, NULL), st, out);
     else if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16"))
       ZO_CHECK_GOTO(parse_keys(c, key, v, bf16_key, cfg, NULL), st, out);
     else if (!strcmp(key, "zero_optimization")) ZO_CHECK_GOTO(parse_zero(c, v, cfg), st, out);
@@ -1116,6 +1138,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
               cfg->zoffload.device_arena_bytes ? "" : " (auto: what the device has free at finalize; 90% on cuda)");
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
+  if (cfg->grad_accum_dtype >= 0) /* printed only when given: dumps of configs without it stay as they were */
+    sb_printf(&b, "data_types.grad_accum_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->grad_accum_dtype));
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));
   sb_printf(&b, "zoffload.swap_checksum = %d\n", cfg->zoffload.swap_checksum);
   sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);

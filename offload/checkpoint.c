@@ -480,6 +480,10 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
   if (e->n_grads > 0)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d gradients handed over for a step not taken yet; save between "
                         "zo_engine_step() and the next zo_engine_grad_ready()", e->n_grads);
+  if (e->n_accum > 0)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d tensors hold micro-batch gradients accumulated for a step "
+                        "not taken yet (zo_engine_grad_accumulate), which a checkpoint does not keep; save between "
+                        "zo_engine_step() and the next zo_engine_grad_accumulate()", e->n_accum);
   if (opts && opts->app_state) {
     json_error_t je;
     json_t *a = json_loads(opts->app_state, 0, &je);
@@ -937,7 +941,7 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
   if (app_state) *app_state = NULL;
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
-  if (e->n_grads > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
+  if (e->n_grads > 0 || e->n_accum > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
   char dir[PATH_MAX], mpath[PATH_MAX], fpath[PATH_MAX];
   /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
   load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};

@@ -59,6 +59,7 @@ static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
   e->gdtype = e->wdtype; /* the model's gradients come in its working precision */
+  eng_acc_setup(e);       /* the accumulation dtype: gdtype, or fp32 with gradient accumulation */
   e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   e->esz[ST_MASTER] = sizeof(float);
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
@@ -254,6 +255,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
   eng_host_buf_free(&e->dp_grad);
+  eng_acc_free(e);
   eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
   if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);
@@ -524,7 +526,7 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
  * the ledger (zo_engine_allocations()). */
 static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   zo_status st;
-  const size_t gsz = zo_dtype_size(e->gdtype);
+  const size_t gsz = zo_dtype_size(e->adtype); /* p->grad: the accumulation dtype */
   const int pin = e->cfg.zero.offload_optimizer.pin_memory;
   /* The start-up budget: host memory, pinned memory and NVMe space are checked
    * here, before anything is allocated; device memory just below, with
@@ -618,6 +620,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE)
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
+  ZO_CHECK(eng_acc_alloc(e, plan->grad_staging_bytes));
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
   if (e->ptier == ZO_OFFLOAD_CPU)

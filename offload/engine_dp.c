@@ -94,14 +94,14 @@ void eng_dp_free(zo_engine_t *e) {
 
 /* The copy has landed: start the collective on the region (every rank starts them in grad_ready order). */
 static zo_status red_start(zo_engine_t *e, dp_red *r) {
-  const size_t gsz = zo_dtype_size(e->gdtype);
+  const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
   char *buf = (char *)e->dp_grad.ptr + r->off;
   zo_status st;
   if (e->cfg.zero.stage == 0) {
-    st = zo_comm_iall_reduce(e->comm, buf, p->n, e->gdtype, &r->req);
+    st = zo_comm_iall_reduce(e->comm, buf, p->n, r->dtype, &r->req);
   } else {
-    st = zo_comm_ireduce_scatter(e->comm, buf, buf + (size_t)e->rank * p->part_n * gsz, p->part_n, e->gdtype,
+    st = zo_comm_ireduce_scatter(e->comm, buf, buf + (size_t)e->rank * p->part_n * gsz, p->part_n, r->dtype,
                                  &r->req);
   }
   /* what a bandwidth-optimal (ring) algorithm sends from each rank: (W-1)/W of the tensor for a reduce-scatter,
@@ -111,15 +111,16 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
   return ZO_OK;
 }
 
-/* The reduction is done: this rank's block into p->grad, then the landed work (norm, early Adam). */
+/* The reduction is done: this rank's block into p->grad (copied, or cast and added to the micro-batches
+ * accumulated before it: engine_accum.c), then, for the last contribution, the landed work (norm, early Adam). */
 static void red_land(zo_engine_t *e, dp_red *r) {
-  const size_t gsz = zo_dtype_size(e->gdtype);
+  const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
   const char *buf = (const char *)e->dp_grad.ptr + r->off;
   const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
   /* p->grad: host (cpu, nvme), or device memory that the host can address (none: checked at create) */
-  memcpy(p->grad, mine, p->shard_n * gsz);
-  eng_grad_landed(p);
+  eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
+  if (r->last) eng_grad_landed(p);
   r->req = NULL;
   e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
   e->dp_q_n--;
@@ -173,8 +174,8 @@ zo_status eng_dp_drain(zo_engine_t *e) {
   return ZO_OK;
 }
 
-zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
-  const size_t gsz = zo_dtype_size(e->gdtype), bytes = red_elems(e, p) * gsz;
+zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
+  const size_t gsz = zo_dtype_size(dtype), bytes = red_elems(e, p) * gsz;
   size_t off = 0;
   while (e->dp_q_n == e->n_params ||
          !eng_ring_take(e->dp_grad.nbytes, e->dp_head, e->dp_q_n ? q_at(e, 0)->off : 0, e->dp_q_n, bytes, &off)) {
@@ -185,7 +186,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
     ZO_CHECK(eng_dp_progress(e, 1));
   }
   dp_red *r = &e->dp_q[(e->dp_q_first + e->dp_q_n) % e->n_params];
-  r->p = p, r->off = off, r->req = NULL;
+  r->p = p, r->off = off, r->req = NULL, r->dtype = dtype, r->add = p->n_acc > 0, r->last = last;
   char *buf = (char *)e->dp_grad.ptr + off;
   if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
     ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
@@ -194,6 +195,8 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad) {
   memset(buf + p->n * gsz, 0, bytes - p->n * gsz); /* the padding of the last block */
   ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
   ZO_CHECK(zo_event_record(r->copied, e->copy_stream));
+  ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
+  e->grad_read_set = 1;
   e->d2h_bytes += p->n * gsz;
   e->dp_q_n++;
   e->dp_head = off + bytes;

@@ -16,7 +16,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
   const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2],
-                          &e->param_host, &e->dp_grad, &e->dp_gather, &e->pg_ring};
+                          &e->param_host, &e->dp_grad, &e->dp_gather, &e->pg_ring, &e->acc_ring};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
@@ -38,7 +38,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->d2h_bytes = e->d2h_bytes;
   if (e->arena) ZO_CHECK(zo_arena_get_stats(e->arena, &m->arena));
   /* by kind */
-  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
     if (e->ptier == ZO_OFFLOAD_NONE) m->param_bytes += p->n * wsz;

@@ -57,6 +57,9 @@ struct zo_param {
   void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
   size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;             /* grad_ready() seen since the last step */
+  struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
+  int n_acc;                /* zo_engine_grad_accumulate() contributions of this step (engine_accum.c): > 0
+                               means p->grad holds (or will hold, once the copies land) their sum */
 
   /* Parameter offload (offload_param.device cpu or nvme): the working copy
    * lives on the host tier and `weights` points at a device buffer only while
@@ -131,6 +134,9 @@ enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
 /* Several ranks: one gradient reduction in flight (engine_dp.c), in a region of e->dp_grad. */
 typedef struct dp_red {
   zo_param_t *p;
+  zo_dtype dtype;            /* of the hand-over (and of the reduction) */
+  int add;                   /* add into p->grad (earlier contributions of this step), else overwrite */
+  int last;                  /* zo_engine_grad_ready(): the landed work follows */
   size_t off;                /* region of e->dp_grad */
   zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
   zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
@@ -163,6 +169,17 @@ struct zo_engine {
   zo_dtype wdtype;           /* working weights */
   zo_dtype gdtype;           /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
   zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
+  zo_dtype adtype;           /* the host gradient shard p->grad that Adam and the norm read: gdtype when
+                                gradient_accumulation_steps is 1, else fp32; data_types.grad_accum_dtype overrides */
+  int acc_ok;                /* gradient_accumulation_steps > 1 or adtype != gdtype: zo_engine_grad_accumulate()
+                                and fp32 hand-overs are accepted (staging and the reduction ring hold fp32) */
+  int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
+  host_buf acc_ring;         /* one rank, acc_ok: acc_nb pinned buckets of acc_bucket_el fp32 (engine_accum.c) */
+  size_t acc_bucket_el;
+  int acc_nb, acc_next;
+  struct acc_chunk *acc_chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
+  zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
+  int grad_read_set;
   size_t esz[ST_KINDS];      /* bytes per element of each kind of state */
   int finalized;
   int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
@@ -348,9 +365,11 @@ zo_status eng_dp_check(const zo_engine_t *e);
 zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes);
 /* Wait what is in flight (errors ignored) and free the queue's events. */
 void eng_dp_free(zo_engine_t *e);
-/* Start the reduction of @p's gradient (the whole tensor at @grad on the device) over the ranks into p->grad;
- * eng_grad_landed(p) runs when it completes. With overlap_comm off it completes before the call returns. */
-zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad);
+/* Start the reduction of one contribution to @p's gradient (the whole tensor at @grad on the device, @dtype)
+ * over the ranks; when it completes, this rank's block is copied into p->grad (cast or added: engine_accum.c)
+ * and, with @last (zo_engine_grad_ready), eng_grad_landed(p) runs. With overlap_comm off it completes before
+ * the call returns. */
+zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last);
 /* Move reductions on without blocking (@wait_oldest 0), or finish the oldest first (1). */
 zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest);
 /* Finish every reduction in flight (zo_engine_step, before the global norm). */
@@ -384,6 +403,27 @@ zo_status eng_pg_consume(zo_engine_t *e, int pos);
 zo_status eng_pg_drop_pending(zo_engine_t *e);
 /* After the optimizer step: drop every device copy (their weights are stale; the next fetches gather anew). */
 void eng_pg_drop_device_copies(zo_engine_t *e);
+
+/* ---------------------------------------------------------------- engine_accum.c */
+
+/* At create: the accumulation dtype and whether accumulation / fp32 hand-overs are accepted. */
+void eng_acc_setup(zo_engine_t *e);
+/* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
+size_t eng_acc_in_size(const zo_engine_t *e);
+/* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed). */
+void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets);
+/* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence event. */
+zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes);
+void eng_acc_free(zo_engine_t *e);
+/* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
+void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
+/* One rank: the contribution at @grad (@dtype, whole tensor on the device) into p->grad through the staging
+ * buckets; with @last, eng_grad_landed(p) follows on the copy stream. */
+zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last);
+/* The checks every hand-over shares (@what names the call in messages); nothing changes when one fails. */
+zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype, const char *what);
+/* The copy stream waits for the compute queued so far on the compute stream (which produced the gradient). */
+zo_status eng_acc_after_compute(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_step.c */
 

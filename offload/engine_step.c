@@ -36,21 +36,32 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
 void eng_grad_landed(void *arg) {
   zo_param_t *p = arg;
   zo_engine_t *e = p->eng;
-  p->landed_st = zo_grad_sqnorm_ex(p->grad, e->gdtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
+  p->landed_st = zo_grad_sqnorm_ex(p->grad, e->adtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
   if (p->landed_st == ZO_OK && e->early_adam)
     p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
                                p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
   atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
 }
 
+/* The last contribution of @p on one rank: today's direct copy of the shard into p->grad when nothing was
+ * accumulated and the dtype is the accumulation dtype (bitwise the single hand-over of before), else through
+ * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
+static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  ZO_CHECK(eng_acc_after_compute(e));
+  if (p->n_acc || grad_dtype != e->adtype) return eng_acc_stage(e, p, grad, grad_dtype, 1);
+  const size_t gsz = zo_dtype_size(grad_dtype);
+  zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
+  if (p->shard_n) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
+    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence */
+    e->grad_read_set = 1;
+  }
+  if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  return zo_launch_host_func(e->copy_stream, eng_grad_landed, p);
+}
+
 static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready: NULL argument");
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': engine not finalized", p->name);
-  if (grad_dtype != e->gdtype)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "grad_ready '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)",
-                        p->name, zo_dtype_name(grad_dtype), zo_dtype_name(e->gdtype));
-  if (p->has_grad)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_ready '%s': gradient already handed over in this step", p->name);
+  ZO_CHECK(eng_acc_check(e, p, grad, grad_dtype, "grad_ready"));
   if (e->n_grads++ == 0) {
     /* Adam may start per shard (cpu, none) or per sub-group (nvme) before the
      * step only when no step-wide fact is needed first: the global norm
@@ -67,23 +78,13 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
   p->grad_seq = e->n_grads;
   if (e->early_adam) /* eng_grad_landed writes the new weights into it */
     ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
-  if (e->world > 1) { /* reduced over the ranks into p->grad, then landed */
-    ZO_CHECK(eng_dp_grad(e, p, grad));
-    p->has_grad = 1;
-    return eng_nv_advance(e);
+  if (e->world > 1) { /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
+    ZO_CHECK(eng_dp_grad(e, p, grad, grad_dtype, 1));
+  } else {
+    /* One rank: the reduce-scatter of the gradient is the copy of our shard, after the compute queued so far
+     * (which produced it). */
+    ZO_CHECK(grad_ready_one_rank(e, p, grad, grad_dtype));
   }
-  /* One rank: the reduce-scatter of the gradient is the copy of our shard,
-   * after the compute queued so far (which produced it). */
-  const size_t gsz = zo_dtype_size(grad_dtype);
-  if (e->compute_stream) {
-    ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
-    ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
-  }
-  zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
-  if (p->shard_n)
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
-  if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
-  ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
   p->has_grad = 1;
   return eng_nv_advance(e);
 }
@@ -107,8 +108,8 @@ zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t 
   hp = &own;
   const zo_adam_shard sh = {
       .param = master,
-      .grad = (const char *)p->grad + off * zo_dtype_size(e->gdtype),
-      .grad_dtype = e->gdtype,
+      .grad = (const char *)p->grad + off * zo_dtype_size(e->adtype),
+      .grad_dtype = e->adtype,
       .exp_avg = m,
       .exp_avg_sq = v,
       .state_dtype = e->sdtype,
@@ -150,10 +151,15 @@ zo_status zo_engine_synchronize(zo_engine_t *e) {
 static zo_status step_check(const zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "step: engine is NULL");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
-  for (int i = 0; i < e->n_params; i++)
+  for (int i = 0; i < e->n_params; i++) {
+    if (e->params[i]->n_acc && !e->params[i]->has_grad)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has %d accumulated micro-batch gradient(s) "
+                          "(zo_engine_grad_accumulate) but no zo_engine_grad_ready() in this step; hand over its "
+                          "last micro-batch with zo_engine_grad_ready()", e->params[i]->name, e->params[i]->n_acc);
     if (!e->params[i]->has_grad)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
                           e->params[i]->name);
+  }
   return ZO_OK;
 }
 
@@ -198,7 +204,9 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
     sums[0] += p->sqnorm;
     sums[1] += p->nonfinite ? 1 : 0;
     p->has_grad = 0;
+    p->n_acc = 0;
   }
+  e->n_accum = 0;
   *early = e->early_adam;
   e->n_grads = 0;
   e->early_adam = 0;
@@ -294,7 +302,7 @@ static void step_dpu_flip(zo_engine_t *e) {
   e->grad_host = e->grad_host2;
   e->grad_host2 = tmp;
   for (int i = 0; i < e->n_params; i++)
-    e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->gdtype);
+    e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->adtype);
 }
 
 /* Host-resident state (cpu, none): Adam on the pool while the uploads of the

@@ -68,10 +68,20 @@ static void dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gath
     ring = bucket < total ? bucket : total;
     if (ring < largest) ring = largest;
   }
-  *grad_bytes = e->world > 1 ? mul_sat(ring, zo_dtype_size(e->gdtype)) : 0;
+  *grad_bytes = e->world > 1 ? mul_sat(ring, eng_acc_in_size(e)) : 0; /* fp32 hand-overs too when accepted */
   /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
   *gather_bytes = e->world > 1 && (e->cfg.zero.stage == 1 || e->cfg.zero.stage == 2)
                       ? mul_sat(gather, zo_dtype_size(e->wdtype)) : 0;
+}
+
+/* One rank with accumulation (or fp32 hand-overs): the pinned staging buckets gradients pass through
+ * (engine_accum.c), one buffer of n_buckets x bucket elements x 4 bytes. */
+static void plan_grad_staging(const zo_engine_t *e, zo_plan *pl) {
+  size_t bucket_el;
+  int n_buckets;
+  eng_acc_ring_shape(e, &bucket_el, &n_buckets);
+  pl->grad_staging_bytes = mul_sat(mul_sat(bucket_el, eng_acc_in_size(e)), (size_t)n_buckets);
+  add_buf(pl, ZO_TIER_HOST, "grad_staging", pl->grad_staging_bytes, 1, 1, -1);
 }
 
 /* Stage 3 on several ranks (engine_dp3.c): the ring the working weights are all-gathered into. */
@@ -157,7 +167,7 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   }
   const zo_config_t *c = &e->cfg;
-  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->gdtype);
+  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype); /* the host gradient shard */
   const int pin = c->zero.offload_optimizer.pin_memory, pres = e->ptier == ZO_OFFLOAD_NONE;
   pl->n_tensors = e->n_params;
   pl->wsz = wsz;
@@ -208,6 +218,7 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
       }
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE) add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
+  plan_grad_staging(e, pl);
   dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
   add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);

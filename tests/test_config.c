@@ -455,6 +455,20 @@ static void test_legacy(void) {
   CHECK_EQ(c.zoffload.optimizer_state_dtype, ZO_DTYPE_BF16);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": \"fp8\"}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.optimizer_state_dtype: expected \"fp32\" or \"bf16\"");
+  /* data_types.grad_accum_dtype: not given -> -1 (the engine decides); fp32, bf16, fp16; others named with the
+   * JSON path and the accepted values. */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK_EQ(c.grad_accum_dtype, -1);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", &c), ZO_OK);
+  CHECK_EQ(c.grad_accum_dtype, ZO_DTYPE_F32);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"data_types\": {\"grad_accum_dtype\": \"bf16\"}}", &c), ZO_OK);
+  CHECK_EQ(c.grad_accum_dtype, ZO_DTYPE_BF16);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"data_types\": {\"grad_accum_dtype\": \"fp16\"}}", &c), ZO_OK);
+  CHECK_EQ(c.grad_accum_dtype, ZO_DTYPE_F16);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"data_types\": {\"grad_accum_dtype\": \"fp64\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "data_types.grad_accum_dtype: expected \"fp32\", \"bf16\" or \"fp16\"");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"data_types\": {\"grad_accum_dtype\": 32}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "data_types.grad_accum_dtype");
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"swap_checksum\": true, \"swap_sqpoll\": true}}", &c), ZO_OK);
   CHECK_EQ(c.zoffload.swap_checksum, 1);
   CHECK_EQ(c.zoffload.swap_sqpoll, 1);

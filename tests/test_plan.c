@@ -26,6 +26,7 @@ static const size_t k_sizes[NP] = {1, 7, 1000, 1001, 4097};
 static zo_comm_t *g_comm;
 static int R, W;
 static char g_dir[4096];
+static int g_gas = 1; /* gradient_accumulation_steps of every cell */
 
 static const char *tier_of(zo_offload_device d) {
   return d == ZO_OFFLOAD_NONE ? "none" : d == ZO_OFFLOAD_CPU ? "cpu" : "nvme";
@@ -41,15 +42,23 @@ static void print_buf(const char *who, int i, const zo_plan_buf *b) {
           b->count, b->bytes, b->pinned, b->path);
 }
 
+static size_t plan_bytes(const zo_plan *p, const char *purpose) {
+  for (int i = 0; i < p->n_bufs; i++)
+    if (!strcmp(p->buf[i].purpose, purpose)) return p->buf[i].bytes * (size_t)p->buf[i].count;
+  return 0;
+}
+
 /* One engine: plan, budget, finalize; the ledger against the plan. */
 static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu, int overlap) {
   char label[160];
-  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, rank %d of %d", tier_of(ptier), tier_of(otier),
-           stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "", overlap ? ", overlap_comm" : "", R, W);
+  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, gas %d, rank %d of %d", tier_of(ptier),
+           tier_of(otier), stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "",
+           overlap ? ", overlap_comm" : "", g_gas, R, W);
   zo_config_t c;
   zo_config_defaults(&c);
   c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
-  c.gradient_accumulation_steps = 1;
+  c.gradient_accumulation_steps = g_gas;
+  c.train_batch_size = g_gas * W;
   c.bf16.enabled = bf16;
   c.zero.stage = stage;
   c.zero.offload_optimizer.device = otier;
@@ -78,6 +87,12 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   }
   zo_plan *plan = NULL, *again = NULL;
   if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  /* gradient accumulation: the host gradient shard is fp32, and one rank stages through pinned buckets */
+  if (otier != ZO_OFFLOAD_NONE) CHECK_EQ(plan_bytes(plan, "grad_host"), plan->shard_total_el * (g_gas > 1 || !bf16 ? 4 : 2));
+  CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && g_gas > 1);
+  /* with offload_optimizer none the gradient shard stays in the working dtype (device memory): the device block
+   * is the same with and without accumulation */
+
   zo_budget b;
   CHECK_OK(zo_engine_budget(e, NULL, &b));
   for (int i = 0; i < b.n_lines; i++) {
@@ -144,14 +159,16 @@ int main(int argc, char **argv) {
   snprintf(base, sizeof base, "zo-test-plan-r%d", R);
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
   static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
-  for (int bf16 = 0; bf16 < 2; bf16++)
-    for (int p = 0; p < 3; p++)
-      for (int o = 0; o < 3; o++) {
-        /* one rank: parameters offloaded at stage 3, resident at stage 2; several: the same (stage 3 with
-         * resident parameters is not built on several ranks) */
-        const int stage = tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3;
-        run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
-      }
+  for (g_gas = 1; g_gas <= 4; g_gas += 3) /* without and with gradient accumulation */
+    for (int bf16 = 0; bf16 < 2; bf16++)
+      for (int p = 0; p < 3; p++)
+        for (int o = 0; o < 3; o++) {
+          /* one rank: parameters offloaded at stage 3, resident at stage 2; several: the same (stage 3 with
+           * resident parameters is not built on several ranks) */
+          const int stage = tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3;
+          run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
+        }
+  g_gas = 1;
   if (W == 1) {
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1, 0);  /* delayed_param_update: a second gradient buffer */
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 3, 1, 0, 0); /* stage 3, parameters resident */

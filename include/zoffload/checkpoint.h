@@ -87,7 +87,8 @@ ZO_API zo_status zo_engine_set_param_shape(zo_param_t *p, int ndim, const int64_
  * @saved_dir (may be NULL) receives the checkpoint's path (@cap bytes).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, app_state not a JSON object);
  * ZO_ERR_INVALID_USAGE (before finalize, or gradients handed over for a
- * step not yet taken); ZO_ERR_IO / ZO_ERR_SYSTEM naming the file and offset
+ * step not yet taken: zo_engine_grad_ready() or, between micro-batches,
+ * zo_engine_grad_accumulate(), whose partial sums a checkpoint does not keep); ZO_ERR_IO / ZO_ERR_SYSTEM naming the file and offset
  * (a full disk among them): the partial checkpoint is removed and the
  * previous one and `latest` are untouched; ZO_ERR_OUT_OF_MEMORY.
  */

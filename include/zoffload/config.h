@@ -61,6 +61,10 @@ typedef struct zo_config {
    * overflow (an overflowing product is a ZO_ERR_CONFIG naming the key). */
   int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
   double gradient_clipping; /* max global L2 norm; 0 = off */
+  int grad_accum_dtype;     /* data_types.grad_accum_dtype: the zo_dtype of the host gradient shard that gradients
+                               are accumulated in and Adam reads ("fp32", "bf16", "fp16"); -1 (default): the
+                               working dtype when gradient_accumulation_steps is 1 or offload_optimizer is "none",
+                               else fp32 (zo_engine_grad_accumulate) */
   int64_t steps_per_print;  /* DeepSpeed default 10 */
   struct {
     zo_optimizer_type type;

@@ -127,7 +127,8 @@ ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
  * offload device (none: device memory; cpu: pinned host; nvme: one swap file
  * per kind of state with one aligned extent per shard, plus buffer_count
  * pinned sub-group buffers of min(sub_group_size, largest need) elements);
- * a pinned gradient buffer (cpu, nvme). Device allocations come from one
+ * a pinned gradient buffer (cpu, nvme) in the accumulation dtype; on one rank
+ * with gradient accumulation, the pinned staging buckets (grad_staging). Device allocations come from one
  * arena reserved here: zoffload.device_arena_bytes bytes; 0 (default) the
  * device memory available now (90% of it on CUDA); "fit" (ZO_ARENA_FIT)
  * what the engine holds: the resident block, plus with parameter offload the
@@ -229,27 +230,105 @@ ZO_API zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s);
 ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
 
 /*
- * zo_engine_grad_ready() - hand over @p's gradient for this optimizer step.
+ * Gradient hand-over. Per optimizer step, each tensor's gradient arrives as
+ * zero or more zo_engine_grad_accumulate() calls (one per micro-batch but the
+ * last) and exactly one zo_engine_grad_ready() (the last micro-batch, or the
+ * caller's own sum of them all). Each contribution leaves the caller's
+ * buffer on the engine's copy stream (after the work queued so far on the
+ * compute stream, zo_engine_set_compute_stream()) and is added, in the order
+ * the calls were made, into this rank's host gradient shard, held in the
+ * accumulation dtype: the working dtype when gradient_accumulation_steps is
+ * 1 (today's bytes), fp32 when it is > 1 and the shard is in host memory
+ * (offload_optimizer cpu or nvme: DeepSpeed stage 1/2 reduce every
+ * micro-batch in its backward and accumulate the partition in fp32); with
+ * offload_optimizer "none" the shard is in device memory and stays in the
+ * working dtype; data_types.grad_accum_dtype ("fp32", "bf16", "fp16")
+ * overrides either. Adam and
+ * the gradient norm read that shard. Sums are formed in fp32 and rounded to
+ * the accumulation dtype once per contribution, so with an fp32 accumulator
+ * a caller's own fp32 sum in the same order gives the same bits.
+ * With several ranks each contribution is reduced over the ranks on its own
+ * (reduce-scatter at stages 1-3, all-reduce at stage 0) in its hand-over
+ * dtype, through the reduction ring of reduce_bucket_size elements (sized
+ * for fp32 when accumulation is on), then added (engine_dp.c), as
+ * DeepSpeed reduces each micro-batch in its backward.
+ * On one rank a contribution that must be converted or added goes through a
+ * ring of pinned staging buckets of min(reduce_bucket_size, largest shard)
+ * elements (two with overlap_comm, else one), in chunks of a bucket; the
+ * single hand-over in the accumulation dtype with nothing accumulated is one
+ * direct copy, as before. Source: DeepSpeed ZeRO stage 1/2
+ * (stage_1_and_2.py: average_tensor, async_accumulate_grad_in_cpu_via_gpu).
+ *
  * @grad:       device memory (any device allocation on the host backend), the
- *              whole tensor, n_elems elements of @grad_dtype, which must be
- *              zo_engine_grad_dtype(): the working precision (bf16 when
+ *              whole tensor, n_elems elements of @grad_dtype:
+ *              zo_engine_grad_dtype() (the working precision: bf16 when
  *              bf16.enabled, fp16 when fp16.enabled, else fp32), as the model
- *              produces it; half the device-to-host bytes of fp32 gradients.
- *              Already summed over gradient accumulation micro-batches and
- *              multiplied by the current loss scale (zo_engine_loss_scale());
- *              the engine divides it back out inside Adam.
+ *              produces it; or fp32 when gradient_accumulation_steps > 1 or
+ *              data_types.grad_accum_dtype is not the working dtype (a model
+ *              computed in fp32 hands over fp32 so accumulation matches one
+ *              larger micro-batch to fp32 rounding). Multiplied by the current
+ *              loss scale (zo_engine_loss_scale()); the engine divides it back
+ *              out inside Adam.
+ * Buffer reuse: the engine reads @grad after the call returns; the buffer is
+ * the caller's again after zo_engine_grad_fence() (or zo_engine_step()).
+ * Thread-safety: as the engine (one thread at a time).
+ */
+
+/*
+ * zo_engine_grad_accumulate() - add one micro-batch's gradient of @p, not
+ * the last one of this optimizer step, to the engine's accumulation of @p's
+ * shard. Call it between compute passes as often as there are micro-batches
+ * before the last; @p's weights stay fetchable (compute still reads them).
+ * Returns once the copy out of @grad is enqueued on the copy stream (on one
+ * rank it waits for the copy stream only in the rare case that the add of
+ * the previous micro-batch's same chunk has not run yet). With
+ * several ranks it is a collective in call order: every rank makes the same
+ * calls in the same order. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, a tensor
+ * of another engine, a dtype other than zo_engine_grad_dtype() or fp32: the
+ * tensor and both dtypes named); ZO_ERR_INVALID_USAGE (before finalize; after
+ * @p's zo_engine_grad_ready() in this step; gradient_accumulation_steps 1
+ * with the accumulation dtype the working dtype, where there is nothing to
+ * accumulate into); the copy's device error or the collective's error. On an
+ * error nothing already accumulated is lost.
+ */
+ZO_API zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
+
+/*
+ * zo_engine_grad_ready() - hand over @p's LAST gradient contribution of this
+ * optimizer step: added to what zo_engine_grad_accumulate() gathered, if
+ * anything, else the whole gradient (a caller that sums micro-batches itself
+ * calls only this, once per step, with results bitwise as before when the
+ * accumulation dtype is the working dtype).
  * Call once per tensor per optimizer step, in any order, as soon as the
  * gradient is final and compute no longer reads @p's weights in this step:
  * from here on the engine may update @p (with no gradient clipping, no fp16
  * and no delayed update, Adam on this shard or its NVMe sub-group starts as
  * soon as the copy lands, while backward goes on) and overwrite its device
- * copy; fetching @p again before zo_engine_step() is refused. Returns when the copy of this rank's shard to host
- * memory is enqueued on the copy stream: @grad must stay unchanged until
- * zo_engine_step() returns. Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, or a
- * dtype other than zo_engine_grad_dtype(), both named), ZO_ERR_INVALID_USAGE
- * (before finalize, or twice in one step), or the copy's device error.
+ * copy; fetching @p again before zo_engine_step() is refused. Returns when the
+ * copy of this rank's shard to host memory is enqueued on the copy stream;
+ * @grad may be reused after zo_engine_grad_fence() or zo_engine_step().
+ * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, a tensor of another engine, or a
+ * dtype not accepted, both named), ZO_ERR_INVALID_USAGE (before finalize, or
+ * twice in one step), or the copy's device error.
  */
 ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
+
+/*
+ * zo_engine_grad_fence() - the caller's gradient buffers are free again.
+ * @s: a stream of the engine's device (the caller's compute stream): work
+ *     queued on @s after this call runs only once every gradient handed over
+ *     so far (zo_engine_grad_accumulate() and zo_engine_grad_ready()) has
+ *     been read out of the caller's buffer (copied to a staging bucket, the
+ *     reduction ring or the host shard); returns at once. NULL: blocks the
+ *     calling thread until then.
+ * The additions into the accumulation and the landed work (norm, Adam) may
+ * still be running; they read only engine memory. With several ranks the
+ * reduction reads the ring, not @grad, so the fence covers it.
+ * Returns ZO_OK (also when nothing was handed over yet); ZO_ERR_INVALID_ARG
+ * (NULL @e); ZO_ERR_INVALID_USAGE (before finalize); the device's error.
+ * Thread-safety: as the engine.
+ */
+ZO_API zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s);
 
 /* What one zo_engine_step() did. Times are wall-clock seconds inside the call. */
 typedef struct zo_step_info {
@@ -303,11 +382,14 @@ typedef struct zo_step_info {
  * another read needs it, so buffer_count >= the number of sub-groups keeps
  * the whole state in memory and only writes it through. The disk keeps
  * streaming between engine calls (the swap handle's progress thread).
- * Every tensor must have had zo_engine_grad_ready() since the last step.
+ * Every tensor must have had zo_engine_grad_ready() since the last step
+ * (zo_engine_grad_accumulate() alone does not count).
  * Synchronous for Adam; NVMe write-backs of the state may still be in flight
  * on return; the working-weight copy completes
  * before the next zo_engine_fetch() returns. @info may be NULL.
- * Returns ZO_OK, ZO_ERR_INVALID_USAGE (a tensor had no gradient: named),
+ * Returns ZO_OK, ZO_ERR_INVALID_USAGE (a tensor had no gradient, or had
+ * accumulated micro-batches but no zo_engine_grad_ready(): named; nothing
+ * accumulated is dropped, so the caller may hand it over and step again),
  * ZO_ERR_IO / ZO_ERR_CORRUPT (swap, file and offset named), device errors.
  */
 ZO_API zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info);
@@ -334,7 +416,7 @@ ZO_API int64_t zo_engine_steps_applied(const zo_engine_t *e);
 /* zo_engine_working_dtype() - dtype of working weights (fp32, bf16 or fp16). */
 ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
 
-/* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype). */
+/* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype; fp32 too with accumulation). */
 ZO_API zo_dtype zo_engine_grad_dtype(const zo_engine_t *e);
 
 /* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */

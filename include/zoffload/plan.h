@@ -33,7 +33,7 @@ extern "C" {
 typedef struct zo_plan_buf {
   zo_tier tier;          /* ZO_TIER_DEVICE, ZO_TIER_HOST (pinned ones too, see @pinned) or ZO_TIER_NVME */
   char purpose[40];      /* stable name: "device_block", "grad_host", "state_host.exp_avg", "stage_host",
-                            "param_host", "dp_grad", "dp_gather", "pg_ring", "offload_param.staging",
+                            "param_host", "grad_staging", "dp_grad", "dp_gather", "pg_ring", "offload_param.staging",
                             "sub_group_buffers.master", "write_back_ring", "params.swp", "exp_avg.swp", ... */
   size_t bytes;          /* of one buffer (file size for nvme); SIZE_MAX when saturated */
   int count;             /* buffers of this kind */
@@ -98,6 +98,9 @@ typedef struct zo_plan {
   int n_pstage;
   size_t wb_bytes;            /* the write-back ring */
   size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
+  size_t grad_staging_bytes; /* one rank, gradient_accumulation_steps > 1 or data_types.grad_accum_dtype not the
+                                working dtype: the pinned staging buckets of the gradient hand-over (1, or 2 with
+                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements) */
 } zo_plan;
 
 /*

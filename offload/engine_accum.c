@@ -1,0 +1,215 @@
+/*
+ * engine_accum.c - gradient accumulation over micro-batches (zo_engine_grad_accumulate) and the bounded
+ * gradient path: each contribution leaves the caller's buffer through a ring of pinned staging buckets and is
+ * cast or added into the host gradient shard p->grad in the accumulation dtype (fp32 when
+ * gradient_accumulation_steps > 1, as DeepSpeed stage 1/2 accumulate the partition in fp32;
+ * data_types.grad_accum_dtype overrides), and zo_engine_grad_fence(). Several ranks reduce each micro-batch
+ * through engine_dp.c's ring instead and add there (red_land). Not here: the single hand-over's direct copy
+ * and the landed work (engine_step.c).
+ */
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "half.h"
+#include "nvtx.h"
+
+/* The chunk a bucket carries: shard elements [off, off + n) of p, in dtype, added (or cast) into p->grad. */
+typedef struct acc_chunk {
+  zo_param_t *p;
+  size_t off, n;
+  zo_dtype dtype;
+  int add;
+  void *bucket;
+  atomic_int queued; /* 1 from enqueue until its add has run (the copy stream's thread stores 0) */
+} acc_chunk;
+
+void eng_acc_setup(zo_engine_t *e) {
+  const zo_config_t *c = &e->cfg;
+  /* fp32 with accumulation where the shard lives in host memory (cpu, nvme); offload_optimizer "none" keeps
+   * the gradient shard in device memory, whose budget is the scarce one: the working dtype there unless
+   * data_types.grad_accum_dtype asks for fp32 */
+  if (c->grad_accum_dtype >= 0) e->adtype = (zo_dtype)c->grad_accum_dtype;
+  else e->adtype = c->gradient_accumulation_steps > 1 && e->tier != ZO_OFFLOAD_NONE ? ZO_DTYPE_F32 : e->gdtype;
+  e->acc_ok = c->gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
+}
+
+size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc_ok ? sizeof(float) : zo_dtype_size(e->gdtype); }
+
+void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets) {
+  *bucket_el = 0, *n_buckets = 0;
+  if (!e->acc_ok || e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
+  size_t largest = 0;
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
+  /* reduce_bucket_size elements (DeepSpeed's unit), capped at this rank's largest shard */
+  const int64_t rb = e->cfg.zero.reduce_bucket_size;
+  *bucket_el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
+  if (*bucket_el == 0) *bucket_el = 1;
+  /* overlap_comm: two buckets, so the next chunk's copy is queued while the last one's add runs */
+  *n_buckets = e->cfg.zero.overlap_comm ? 2 : 1;
+}
+
+/* Descriptors: one per bucket-sized chunk of every shard, so a chunk's add reads its own while later chunks
+ * are queued behind it (the buckets themselves are reused in copy-stream order: no host wait). */
+static zo_status acc_alloc_chunks(zo_engine_t *e) {
+  size_t total = 0;
+  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + e->acc_bucket_el - 1) / e->acc_bucket_el;
+  e->acc_chunks = calloc(total ? total : 1, sizeof *e->acc_chunks);
+  if (!e->acc_chunks)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient chunk descriptors", total);
+  for (int i = 0, k = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    p->acc_chunks = &e->acc_chunks[k];
+    for (size_t off = 0; off < p->shard_n; off += e->acc_bucket_el, k++) {
+      acc_chunk *c = &e->acc_chunks[k];
+      c->p = p, c->off = off;
+      c->n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
+      atomic_init(&c->queued, 0);
+    }
+  }
+  return ZO_OK;
+}
+
+zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
+  ZO_CHECK(zo_event_create(e->dev, &e->grad_read));
+  int nb;
+  eng_acc_ring_shape(e, &e->acc_bucket_el, &nb);
+  if (!nb) return ZO_OK;
+  ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc_ring, "grad_staging", bytes, 1));
+  e->acc_nb = nb;
+  return acc_alloc_chunks(e);
+}
+
+void eng_acc_free(zo_engine_t *e) {
+  free(e->acc_chunks);
+  e->acc_chunks = NULL, e->acc_nb = 0;
+  eng_host_buf_free(&e->acc_ring);
+  zo_event_destroy(e->grad_read);
+  e->grad_read = NULL;
+}
+
+static inline float load_el(const void *s, zo_dtype t, size_t i) {
+  if (t == ZO_DTYPE_F32) return ((const float *)s)[i];
+  const uint16_t h = ((const uint16_t *)s)[i];
+  return t == ZO_DTYPE_BF16 ? zo_bf16_to_f32(h) : zo_f16_to_f32(h);
+}
+
+static inline void store_el(void *d, zo_dtype t, size_t i, float x) {
+  if (t == ZO_DTYPE_F32) ((float *)d)[i] = x;
+  else ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
+}
+
+void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+  if (!add && dt == st) {
+    memcpy(dst, src, n * zo_dtype_size(dt));
+  } else if (dt == ZO_DTYPE_F32 && st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */
+    float *restrict d = dst;
+    const float *restrict s = src;
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+  } else {
+    for (size_t i = 0; i < n; i++) store_el(dst, dt, i, (add ? load_el(dst, dt, i) : 0.0f) + load_el(src, st, i));
+  }
+}
+
+/* Runs on the copy stream's thread once a chunk's copy has landed in its bucket. The add stays in this
+ * callback for now: callbacks of one stream share one thread, so a long add delays the stream's next copies
+ * and callbacks (moving it to the Adam pool, with the bucket reused after the add's task, is the next step).
+ * Because it runs in stream order, the next copy into the same bucket comes after it: the buckets need no
+ * host-side wait. */
+static void acc_chunk_landed(void *arg) {
+  acc_chunk *c = arg;
+  zo_engine_t *e = c->p->eng;
+  eng_acc_add((char *)c->p->grad + c->off * zo_dtype_size(e->adtype), e->adtype, c->bucket, c->dtype, c->n, c->add);
+  atomic_store_explicit(&c->queued, 0, memory_order_release);
+}
+
+/* Chunk @k of @p, free again: the add of the same chunk of the previous micro-batch has run (it nearly always
+ * has; else wait for the copy stream), with the next bucket of the ring. */
+static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chunk **out) {
+  acc_chunk *c = &p->acc_chunks[k];
+  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  c->bucket = (char *)e->acc_ring.ptr + (size_t)e->acc_next * e->acc_bucket_el * eng_acc_in_size(e);
+  e->acc_next = (e->acc_next + 1) % e->acc_nb;
+  *out = c;
+  return ZO_OK;
+}
+
+zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
+  if (!e->acc_nb)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "gradient of '%s': no staging ring (a bug: sized at finalize)", p->name);
+  const size_t gsz = zo_dtype_size(dtype);
+  const char *src = (const char *)grad + p->shard_off * gsz;
+  const int add = p->n_acc > 0;
+  for (size_t k = 0; k * e->acc_bucket_el < p->shard_n; k++) {
+    acc_chunk *c;
+    ZO_CHECK(acc_take_chunk(e, p, k, &c));
+    c->dtype = dtype, c->add = add;
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, c->bucket, src + c->off * gsz, c->n * gsz, ZO_COPY_D2H));
+    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+    e->grad_read_set = 1;
+    e->d2h_bytes += c->n * gsz;
+    atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
+    ZO_CHECK(zo_launch_host_func(e->copy_stream, acc_chunk_landed, c));
+  }
+  if (last) ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
+  return ZO_OK;
+}
+
+zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
+                        const char *what) {
+  if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
+  if (p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': engine not finalized", what, p->name);
+  if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && e->acc_ok))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)%s", what,
+                        p->name, zo_dtype_name(dtype), zo_dtype_name(e->gdtype),
+                        e->acc_ok && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
+                        : dtype == ZO_DTYPE_F32 ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
+                                                  "data_types.grad_accum_dtype set)" : "");
+  if (p->has_grad)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': gradient already handed over in this step "
+                        "(zo_engine_grad_ready was called; the next contribution belongs to the next step)", what,
+                        p->name);
+  return ZO_OK;
+}
+
+/* The compute queued so far produced the gradient: the copy stream waits for it. */
+zo_status eng_acc_after_compute(zo_engine_t *e) {
+  if (!e->compute_stream) return ZO_OK;
+  ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
+  return zo_stream_wait_event(e->copy_stream, e->compute_mark);
+}
+
+static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
+  ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate"));
+  if (!e->acc_ok)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_accumulate '%s': gradient_accumulation_steps is 1 and the "
+                        "accumulation dtype is the working dtype (%s); set gradient_accumulation_steps > 1 or "
+                        "data_types.grad_accum_dtype, or hand the summed gradient to zo_engine_grad_ready()",
+                        p->name, zo_dtype_name(e->gdtype));
+  if (e->world > 1) {
+    ZO_CHECK(eng_dp_grad(e, p, grad, dtype, 0));
+  } else {
+    ZO_CHECK(eng_acc_after_compute(e));
+    ZO_CHECK(eng_acc_stage(e, p, grad, dtype, 0));
+  }
+  if (p->n_acc++ == 0) e->n_accum++;
+  return eng_nv_advance(e);
+}
+
+zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  ZO_NVTX_PUSHF("gradient accumulate %s", p ? p->name : "?");
+  zo_status st = grad_accumulate(e, p, grad, grad_dtype);
+  ZO_NVTX_POP();
+  return st;
+}
+
+zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_fence: engine is NULL");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_fence: engine not finalized");
+  if (!e->grad_read_set) return ZO_OK; /* nothing handed over yet */
+  if (s) return zo_stream_wait_event(s, e->grad_read);
+  return zo_event_synchronize(e->grad_read);
+}

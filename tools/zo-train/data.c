@@ -92,8 +92,8 @@ static int add_file(data_loader *d, const char *path) {
   return 0;
 }
 
-/* Read a directory's eligible regular files in sorted name order. */
-static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, size_t errlen) {
+/* The names in directory @path, less ".", ".." and *.dat / *.u8 (zo-train's own outputs), in *@names[*@nn]. */
+static int list_dir_names(const char *path, char ***names_out, size_t *nn_out, char *err, size_t errlen) {
   DIR *dir = opendir(path);
   if (!dir) {
     seterr(err, errlen, "corpus '%s': cannot open directory: %s", path, strerror(errno));
@@ -125,35 +125,45 @@ static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, siz
     nn++;
   }
   closedir(dir);
-  if (rc != 0) {
-    seterr(err, errlen, "corpus '%s': out of memory listing the directory", path);
-    goto out;
-  }
-  if (nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
+  if (rc != 0) seterr(err, errlen, "corpus '%s': out of memory listing the directory", path);
+  *names_out = names;
+  *nn_out = nn;
+  return rc;
+}
+
+/* Read the file @name of directory @path into @b if it is a regular file (symlinks, directories, devices: skipped). */
+static int read_dir_entry(data_loader *d, const char *path, const char *name, bytes_t *b, char *err, size_t errlen) {
   size_t plen = strlen(path);
-  for (size_t i = 0; i < nn && rc == 0; i++) {
-    size_t need = plen + 1 + strlen(names[i]) + 1;
-    char *full = malloc(need);
-    if (!full) {
+  size_t need = plen + 1 + strlen(name) + 1;
+  char *full = malloc(need);
+  if (!full) {
+    seterr(err, errlen, "corpus '%s': out of memory", path);
+    return -1;
+  }
+  snprintf(full, need, "%s%s%s", path, (plen && path[plen - 1] == '/') ? "" : "/", name);
+  int rc = 0;
+  struct stat st;
+  if (lstat(full, &st) != 0) {
+    seterr(err, errlen, "corpus file '%s': cannot stat: %s", full, strerror(errno));
+    rc = -1;
+  } else if (S_ISREG(st.st_mode)) {
+    rc = read_file_into(full, b, err, errlen);
+    if (rc == 0 && add_file(d, full) != 0) {
       seterr(err, errlen, "corpus '%s': out of memory", path);
       rc = -1;
-      break;
     }
-    snprintf(full, need, "%s%s%s", path, (plen && path[plen - 1] == '/') ? "" : "/", names[i]);
-    struct stat st;
-    if (lstat(full, &st) != 0) {
-      seterr(err, errlen, "corpus file '%s': cannot stat: %s", full, strerror(errno));
-      rc = -1;
-    } else if (S_ISREG(st.st_mode)) { /* symlinks, directories, devices: skipped */
-      rc = read_file_into(full, b, err, errlen);
-      if (rc == 0 && add_file(d, full) != 0) {
-        seterr(err, errlen, "corpus '%s': out of memory", path);
-        rc = -1;
-      }
-    }
-    free(full);
   }
-out:
+  free(full);
+  return rc;
+}
+
+/* Read a directory's eligible regular files in sorted name order. */
+static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, size_t errlen) {
+  char **names = NULL;
+  size_t nn = 0;
+  int rc = list_dir_names(path, &names, &nn, err, errlen);
+  if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
+  for (size_t i = 0; i < nn && rc == 0; i++) rc = read_dir_entry(d, path, names[i], b, err, errlen);
   for (size_t i = 0; i < nn; i++) free(names[i]);
   free(names);
   return rc;

@@ -161,27 +161,14 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   return st;
 }
 
-/* The plan's bytes per tier (plan.c) against what the machine has. */
-zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
-  memset(out, 0, sizeof *out);
-  const size_t zero[4] = {0, 0, 0, 0};
-  if (!app) app = zero;
-  const zo_config_t *c = &e->cfg;
-  const size_t wsz = p->wsz, state_esz = p->state_esz;
+/* Device line: the resident block, and with parameter offload room for the largest tensor; advice when it does not fit. */
+static zo_status budget_device(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out,
+                               zo_budget_line **ld_out) {
   const int pres = e->ptier == ZO_OFFLOAD_NONE;
-  /* Device: the resident block, and with parameter offload room for the largest tensor. */
   const size_t dev_state = p->dev_state_bytes, largest_dev = p->largest_dev_bytes;
   const size_t dev = p->device_need_bytes;
-  const size_t host = p->host_bytes, pinned = p->pinned_bytes;
-  const size_t state_host = zo_plan_sum(p, "state_host."), param_host = zo_plan_sum(p, "param_host");
-  const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers."), nvme_opt = p->nvme_bytes[0];
-  const size_t nvme_param = p->nvme_bytes[1];
-  const int nbuf = p->n_slots;
-
   char a[32], b2[32];
-  out->fits = 1;
-  /* device */
-  zo_budget_line *ld = add_line(out, ZO_TIER_DEVICE, zo_device_name(e->dev));
+  zo_budget_line *ld = *ld_out = add_line(out, ZO_TIER_DEVICE, zo_device_name(e->dev));
   ld->engine_bytes = dev;
   ld->app_bytes = app[ZO_TIER_DEVICE];
   ld->need = add_sat(dev, app[ZO_TIER_DEVICE]);
@@ -204,11 +191,67 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
                "device with more memory (the largest tensor alone needs %s)", ld->need - ld->available,
                hsize(a, sizeof a, largest_dev));
   }
-  /* host (plus the device bytes on a host device, whose memory is host memory) */
+  return ZO_OK;
+}
+
+/* Host advice, NVMe optimizer tier: a smaller sub_group_size that fits (@over bytes too many), else lower it. */
+static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budget_line *lh, size_t over) {
+  const size_t wsz = p->wsz, state_esz = p->state_esz;
+  const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers.");
+  const int nbuf = p->n_slots;
+  char a[32];
+  int n = 0;
+  /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
+  const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
+  const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * p->slot_el * wsz : 0);
+  if (now > over) {
+    size_t fit = (now - over) / per, unit = p->extent_unit;
+    fit = fit / unit * unit;
+    if (fit >= unit)
+      n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zero_optimization.sub_group_size to at most %zu "
+                    "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)", fit,
+                    e->cfg.zero.sub_group_size, nbuf, p->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
+  }
+  if (!n)
+    n += snprintf(lh->advice + n, sizeof lh->advice - n, "lower zero_optimization.sub_group_size and "
+                  "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, p->slot_el,
+                  hsize(a, sizeof a, sg_bytes));
+  return n;
+}
+
+/* Host advice when the host line does not fit: what to offload further, or whose bytes leave too little. */
+static void host_advice(const zo_engine_t *e, const zo_plan *p, const size_t app[4], const zo_budget_line *ld,
+                        zo_budget_line *lh) {
+  const size_t state_host = zo_plan_sum(p, "state_host."), param_host = zo_plan_sum(p, "param_host");
+  const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers.");
+  const size_t over = lh->need > lh->available ? lh->need - lh->available : 0;
+  char a[32];
+  int n = 0;
+  if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) n += host_advice_sub_group(e, p, lh, over);
+  if (e->tier == ZO_OFFLOAD_CPU && state_host)
+    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_optimizer.device to "
+                  "\"nvme\" (moves %s of master weights and Adam state to nvme_path)", n ? "; or " : "",
+                  hsize(a, sizeof a, state_host));
+  if (e->ptier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lh->advice)
+    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_param.device to \"nvme\" "
+                  "(moves %s of working weights to nvme_path)", n ? "; or " : "", hsize(a, sizeof a, param_host));
+  if (!n && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST && ld->need > over)
+    n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zoffload.device_memory_limit or offload more: the "
+                  "host device's %s are host memory", hsize(a, sizeof a, ld->need));
+  if (!n && (size_t)n < sizeof lh->advice)
+    snprintf(lh->advice, sizeof lh->advice, "the caller's own %s (e.g. the model) leave too little: use a smaller "
+             "model or batch, or a machine with more memory", hsize(a, sizeof a, app[ZO_TIER_HOST]));
+}
+
+/* Host line (plus the device bytes on a host device, whose memory is host memory): MemAvailable or the cgroup. */
+static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out,
+                        const zo_budget_line *ld) {
+  char a[32];
   zo_budget_line *lh = add_line(out, ZO_TIER_HOST, "host");
-  lh->engine_bytes = host;
+  lh->engine_bytes = p->host_bytes;
   lh->app_bytes = app[ZO_TIER_HOST];
-  lh->need = add_sat(add_sat(host, app[ZO_TIER_HOST]), zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
+  lh->need = add_sat(add_sat(p->host_bytes, app[ZO_TIER_HOST]),
+                     zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
   size_t avail = mem_available();
   snprintf(lh->source, sizeof lh->source, "MemAvailable");
   char cg[160] = "";
@@ -223,44 +266,16 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
   lh->available = avail;
   if (!fits_in(lh->need, lh->available)) {
     lh->fits = 0;
-    const size_t over = lh->need > lh->available ? lh->need - lh->available : 0;
-    int n = 0;
-    if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) {
-      /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
-      const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
-      const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * p->slot_el * wsz : 0);
-      if (now > over) {
-        size_t fit = (now - over) / per, unit = p->extent_unit;
-        fit = fit / unit * unit;
-        if (fit >= unit)
-          n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zero_optimization.sub_group_size to at most %zu "
-                        "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)", fit,
-                        c->zero.sub_group_size, nbuf, p->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
-      }
-      if (!n)
-        n += snprintf(lh->advice + n, sizeof lh->advice - n, "lower zero_optimization.sub_group_size and "
-                      "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, p->slot_el,
-                      hsize(a, sizeof a, sg_bytes));
-    }
-    if (e->tier == ZO_OFFLOAD_CPU && state_host)
-      n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_optimizer.device to "
-                    "\"nvme\" (moves %s of master weights and Adam state to nvme_path)", n ? "; or " : "",
-                    hsize(a, sizeof a, state_host));
-    if (e->ptier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lh->advice)
-      n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_param.device to \"nvme\" "
-                    "(moves %s of working weights to nvme_path)", n ? "; or " : "", hsize(a, sizeof a, param_host));
-    if (!n && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST && ld->need > over)
-      n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zoffload.device_memory_limit or offload more: the "
-                    "host device's %s are host memory", hsize(a, sizeof a, ld->need));
-    if (!n && (size_t)n < sizeof lh->advice)
-      snprintf(lh->advice, sizeof lh->advice, "the caller's own %s (e.g. the model) leave too little: use a smaller "
-               "model or batch, or a machine with more memory", hsize(a, sizeof a, app[ZO_TIER_HOST]));
+    host_advice(e, p, app, ld, lh);
   }
-  /* pinned */
+}
+
+/* Pinned line against RLIMIT_MEMLOCK: a warning, not a refusal (the pool falls back to pageable memory). */
+static void budget_pinned(const zo_plan *p, const size_t app[4], zo_budget *out) {
   zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
-  lp->engine_bytes = pinned;
+  lp->engine_bytes = p->pinned_bytes;
   lp->app_bytes = app[ZO_TIER_PINNED];
-  lp->need = add_sat(pinned, app[ZO_TIER_PINNED]);
+  lp->need = add_sat(p->pinned_bytes, app[ZO_TIER_PINNED]);
   lp->available = memlock_limit();
   snprintf(lp->source, sizeof lp->source, "%s", lp->available == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
                                                                           : "RLIMIT_MEMLOCK");
@@ -270,10 +285,14 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
              "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
              "zero_optimization.offload_optimizer.pin_memory to false", (lp->need + 1023) / 1024);
   }
-  /* nvme, one line per file system */
+}
+
+/* NVMe lines, one per file system (both nvme_paths on one file system share a line), against statvfs f_bavail. */
+static void budget_nvme(const zo_config_t *c, const zo_plan *p, zo_budget *out) {
+  char a[32], b2[32];
   struct { const char *path, *key; size_t bytes; } want[2] = {
-      {c->zero.offload_optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path", nvme_opt},
-      {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path", nvme_param}};
+      {c->zero.offload_optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path", p->nvme_bytes[0]},
+      {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path", p->nvme_bytes[1]}};
   dev_t fsid[2] = {0, 0};
   zo_budget_line *ln[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
@@ -297,6 +316,19 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
     snprintf(l->advice, sizeof l->advice, "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
              hsize(a, sizeof a, l->need), want[k].path, hsize(b2, sizeof b2, l->available));
   }
+}
+
+/* The plan's bytes per tier (plan.c) against what the machine has: one line per tier, in this order. */
+zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
+  memset(out, 0, sizeof *out);
+  const size_t zero[4] = {0, 0, 0, 0};
+  if (!app) app = zero;
+  out->fits = 1;
+  zo_budget_line *ld;
+  ZO_CHECK(budget_device(e, p, app, out, &ld));
+  budget_host(e, p, app, out, ld);
+  budget_pinned(p, app, out);
+  budget_nvme(&e->cfg, p, out);
   for (int i = 0; i < out->n_lines; i++) out->fits &= out->line[i].fits;
   return ZO_OK;
 }

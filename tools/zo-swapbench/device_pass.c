@@ -19,6 +19,130 @@
  * chunk). The handle runs at the best zoffload read setting of the sweep. The link limit is measured first,
  * at the same chunk size, in g_link. Returns 0 (done, or skipped: p->ran 0), -1 when it failed (p->note).
  */
+/* The disk's read limit: the best read of any engine, and that engine's name. */
+static void pass_disk_limit(dev_pass *p) {
+  for (int e = ENG_ZO; e <= ENG_FIO; e++) {
+    const result *r = best_of(OP_READ, e);
+    if (r && r->gbps > p->disk_read_gbps) {
+      p->disk_read_gbps = r->gbps;
+      p->disk_engine = eng_name[e];
+    }
+  }
+}
+
+/* The pass's setting: the best read's block size and queue depth, chunks of at most SB_PASS_CHUNK (an eighth of
+ * the bench buffer, aligned), up to 16 of them in flight. */
+static void pass_geometry(const zo_bench *zb, const result *best, dev_pass *p) {
+  p->block_size = best->block_size;
+  p->queue_depth = best->queue_depth;
+  size_t align = zo_swap_alignment(zb->sw);
+  size_t chunk = zb->buf_bytes / 8 < SB_PASS_CHUNK ? zb->buf_bytes / 8 : (size_t)SB_PASS_CHUNK;
+  chunk = chunk / align * align;
+  if (chunk < align) chunk = align;
+  unsigned slots = (unsigned)(zb->buf_bytes / chunk);
+  if (slots > 16) slots = 16;
+  p->chunk_bytes = chunk;
+  p->slots = slots;
+}
+
+/* The pass's ring: pinned chunks of the bench buffer (slot k), their reads and events, two device chunks. */
+typedef struct {
+  zo_stream_t *s;
+  zo_event_t *ev[16];
+  void *dbuf[2];
+  zo_swap_req_t *reqs[16];
+  size_t lens[16];
+  size_t chunk;
+  unsigned slots;
+} pass_ring;
+
+/* Set the handle to the best read setting and create the device chunks, the stream and the events. */
+static zo_status ring_open(zo_bench *zb, const result *best, pass_ring *r, const char **what) {
+  *what = "set_queue";
+  zo_status st = zo_swap_set_queue(zb->sw, (size_t)best->block_size, best->queue_depth);
+  for (int i = 0; st == ZO_OK && i < 2; i++) {
+    *what = "device buffer";
+    st = zo_device_malloc(g_dev, r->chunk, &r->dbuf[i]);
+  }
+  if (st == ZO_OK) {
+    *what = "stream";
+    st = zo_stream_create(g_dev, &r->s);
+  }
+  for (unsigned i = 0; st == ZO_OK && i < r->slots; i++) {
+    *what = "event";
+    st = zo_event_create(g_dev, &r->ev[i]);
+  }
+  return st;
+}
+
+/* Read o->bytes chunk by chunk, each landed chunk copied H2D at once, until done or past @deadline (0: none). */
+static zo_status ring_run(zo_bench *zb, const opts *o, pass_ring *r, double deadline, zo_status st, uint64_t *moved,
+                          const char **what) {
+  const size_t chunk = r->chunk;
+  const unsigned slots = r->slots;
+  uint64_t nchunks = (o->bytes + chunk - 1) / chunk, head = 0, tail = 0;
+  while (st == ZO_OK && tail < nchunks) {
+    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && zo_clock_s() > deadline)) {
+      unsigned k = (unsigned)(head % slots);
+      uint64_t off = head * chunk;
+      r->lens[k] = o->bytes - off < chunk ? (size_t)(o->bytes - off) : chunk;
+      *what = "wait for the copy out of a pinned chunk";
+      st = zo_event_synchronize(r->ev[k]); /* its previous H2D has read it */
+      if (st != ZO_OK) break;
+      *what = "swap read";
+      st = zo_swap_submit_read(zb->sw, zb->f, off, zb->buf + (size_t)k * chunk, r->lens[k], &r->reqs[k]);
+      if (st == ZO_OK) head++;
+    }
+    if (st != ZO_OK) break;
+    if (deadline && zo_clock_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
+    if (tail == head) break;
+    unsigned k = (unsigned)(tail % slots);
+    *what = "swap read";
+    st = zo_swap_wait(zb->sw, r->reqs[k]);
+    r->reqs[k] = NULL;
+    if (st != ZO_OK) break;
+    *what = "H2D copy";
+    st = zo_memcpy_async(r->s, r->dbuf[tail & 1], zb->buf + (size_t)k * chunk, r->lens[k], ZO_COPY_H2D);
+    if (st == ZO_OK) st = zo_event_record(r->ev[k], r->s);
+    *moved += r->lens[k];
+    tail++;
+  }
+  return st;
+}
+
+/* Collect reads still in flight (after an error) and the stream's copies; the first error wins. */
+static zo_status ring_drain(zo_bench *zb, pass_ring *r, zo_status st, const char **what) {
+  for (unsigned k = 0; k < r->slots; k++)
+    if (r->reqs[k]) zo_swap_wait(zb->sw, r->reqs[k]);
+  if (r->s) {
+    zo_status ss = zo_stream_synchronize(r->s);
+    if (st == ZO_OK && ss != ZO_OK) {
+      *what = "H2D copy";
+      st = ss;
+    }
+  }
+  return st;
+}
+
+/* Destroy the events, the stream and the device chunks (NULL ones are skipped). */
+static void ring_free(pass_ring *r) {
+  for (unsigned k = 0; k < r->slots; k++) zo_event_destroy(r->ev[k]);
+  zo_stream_destroy(r->s);
+  for (int i = 0; i < 2; i++)
+    if (r->dbuf[i]) zo_device_free(g_dev, r->dbuf[i]);
+}
+
+/* The pass's rate against the lower of the disk's read limit and the H2D link limit. */
+static int pass_result(dev_pass *p, uint64_t moved) {
+  p->bytes = moved;
+  p->gbps = p->seconds > 0 ? (double)moved / p->seconds / 1e9 : 0;
+  p->limit_gbps = p->disk_read_gbps < p->h2d_gbps ? p->disk_read_gbps : p->h2d_gbps;
+  p->ratio = p->limit_gbps > 0 ? p->gbps / p->limit_gbps : 0;
+  p->ok = p->gbps > 0;
+  if (!p->ok) snprintf(p->note, sizeof p->note, "moved nothing measurable");
+  return p->ok ? 0 : -1;
+}
+
 int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
   memset(p, 0, sizeof *p);
   const result *best = o->do_op[OP_READ] ? best_of(OP_READ, ENG_ZO) : NULL;
@@ -30,100 +154,26 @@ int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
     return 0;
   }
   p->ran = 1;
-  for (int e = ENG_ZO; e <= ENG_FIO; e++) { /* the disk's read limit: the best read of any engine */
-    const result *r = best_of(OP_READ, e);
-    if (r && r->gbps > p->disk_read_gbps) {
-      p->disk_read_gbps = r->gbps;
-      p->disk_engine = eng_name[e];
-    }
-  }
-  p->block_size = best->block_size;
-  p->queue_depth = best->queue_depth;
-  size_t align = zo_swap_alignment(zb->sw);
-  size_t chunk = zb->buf_bytes / 8 < SB_PASS_CHUNK ? zb->buf_bytes / 8 : (size_t)SB_PASS_CHUNK;
-  chunk = chunk / align * align;
-  if (chunk < align) chunk = align;
-  unsigned slots = (unsigned)(zb->buf_bytes / chunk);
-  if (slots > 16) slots = 16;
-  p->chunk_bytes = chunk;
-  p->slots = slots;
-
-  if (linkbench_measure(g_dev, chunk, 3, &g_link) != 0) {
+  pass_disk_limit(p);
+  pass_geometry(zb, best, p);
+  if (linkbench_measure(g_dev, p->chunk_bytes, 3, &g_link) != 0) {
     snprintf(p->note, sizeof p->note, "link limit: %.200s", g_link.note);
     return -1;
   }
   p->h2d_gbps = g_link.h2d_gbps;
 
-  zo_stream_t *s = NULL;
-  zo_event_t *ev[16] = {0};
-  void *dbuf[2] = {NULL, NULL};
-  zo_swap_req_t *reqs[16] = {0};
-  size_t lens[16] = {0};
-  uint64_t nchunks = (o->bytes + chunk - 1) / chunk, head = 0, tail = 0, moved = 0;
+  pass_ring r = {.chunk = p->chunk_bytes, .slots = p->slots};
   const char *what = "set_queue";
-  zo_status st = zo_swap_set_queue(zb->sw, (size_t)best->block_size, best->queue_depth);
-  for (int i = 0; st == ZO_OK && i < 2; i++) {
-    what = "device buffer";
-    st = zo_device_malloc(g_dev, chunk, &dbuf[i]);
-  }
-  if (st == ZO_OK) {
-    what = "stream";
-    st = zo_stream_create(g_dev, &s);
-  }
-  for (unsigned i = 0; st == ZO_OK && i < slots; i++) {
-    what = "event";
-    st = zo_event_create(g_dev, &ev[i]);
-  }
+  uint64_t moved = 0;
+  zo_status st = ring_open(zb, best, &r, &what);
   double t0 = zo_clock_s(), deadline = o->max_sec > 0 ? t0 + o->max_sec : 0;
-  while (st == ZO_OK && tail < nchunks) {
-    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && zo_clock_s() > deadline)) {
-      unsigned k = (unsigned)(head % slots);
-      uint64_t off = head * chunk;
-      lens[k] = o->bytes - off < chunk ? (size_t)(o->bytes - off) : chunk;
-      what = "wait for the copy out of a pinned chunk";
-      st = zo_event_synchronize(ev[k]); /* its previous H2D has read it */
-      if (st != ZO_OK) break;
-      what = "swap read";
-      st = zo_swap_submit_read(zb->sw, zb->f, off, zb->buf + (size_t)k * chunk, lens[k], &reqs[k]);
-      if (st == ZO_OK) head++;
-    }
-    if (st != ZO_OK) break;
-    if (deadline && zo_clock_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
-    if (tail == head) break;
-    unsigned k = (unsigned)(tail % slots);
-    what = "swap read";
-    st = zo_swap_wait(zb->sw, reqs[k]);
-    reqs[k] = NULL;
-    if (st != ZO_OK) break;
-    what = "H2D copy";
-    st = zo_memcpy_async(s, dbuf[tail & 1], zb->buf + (size_t)k * chunk, lens[k], ZO_COPY_H2D);
-    if (st == ZO_OK) st = zo_event_record(ev[k], s);
-    moved += lens[k];
-    tail++;
-  }
-  for (unsigned k = 0; k < slots; k++) /* after an error: collect reads still in flight */
-    if (reqs[k]) zo_swap_wait(zb->sw, reqs[k]);
-  if (s) {
-    zo_status ss = zo_stream_synchronize(s);
-    if (st == ZO_OK && ss != ZO_OK) {
-      what = "H2D copy";
-      st = ss;
-    }
-  }
+  st = ring_run(zb, o, &r, deadline, st, &moved, &what);
+  st = ring_drain(zb, &r, st, &what);
   p->seconds = zo_clock_s() - t0;
   if (st != ZO_OK) snprintf(p->note, sizeof p->note, "%s: %s: %s", what, zo_status_string(st), zo_last_error());
-  for (unsigned k = 0; k < slots; k++) zo_event_destroy(ev[k]);
-  zo_stream_destroy(s);
-  for (int i = 0; i < 2; i++)
-    if (dbuf[i]) zo_device_free(g_dev, dbuf[i]);
+  ring_free(&r);
   if (st != ZO_OK) return -1;
-  p->bytes = moved;
-  p->gbps = p->seconds > 0 ? (double)moved / p->seconds / 1e9 : 0;
-  p->limit_gbps = p->disk_read_gbps < p->h2d_gbps ? p->disk_read_gbps : p->h2d_gbps;
-  p->ratio = p->limit_gbps > 0 ? p->gbps / p->limit_gbps : 0;
-  p->ok = p->gbps > 0;
-  if (!p->ok) snprintf(p->note, sizeof p->note, "moved nothing measurable");
-  return p->ok ? 0 : -1;
+  return pass_result(p, moved);
 }
 
 void print_device_pass(void) {

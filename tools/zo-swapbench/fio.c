@@ -24,33 +24,67 @@ int have_program(const char *name) {
   return system(cmd) == 0;
 }
 
-/* Run fio once on @path (':' escaped, as fio splits file names on it) and return bw_bytes of the op. */
-int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec, uint64_t bs,
-                        unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved, char *note, size_t note_n) {
-  char a_file[PATH_MAX * 2 + 32], a_size[64], a_io[64], a_rt[64], a_bs[64], a_qd[64], a_rw[32];
-  char *w = a_file + snprintf(a_file, sizeof a_file, "--filename=");
-  for (const char *p = path; *p && w < a_file + sizeof a_file - 3; p++) {
+/* fio's command line for one run, and the buffers its arguments live in (argv points into them). */
+typedef struct {
+  char file[PATH_MAX * 2 + 32], size[64], io[64], rt[64], bs[64], qd[64], rw[32];
+  char *argv[20];
+} fio_cmd;
+
+/* Fill @a with the fio command line: @path with ':' escaped (fio splits file names on it), the op, the sizes. */
+static void fio_cmd_build(fio_cmd *a, const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
+                          uint64_t bs, unsigned qd, variant v) {
+  char *w = a->file + snprintf(a->file, sizeof a->file, "--filename=");
+  for (const char *p = path; *p && w < a->file + sizeof a->file - 3; p++) {
     if (*p == ':') *w++ = '\\';
     *w++ = *p;
   }
   *w = 0;
-  snprintf(a_size, sizeof a_size, "--size=%" PRIu64, size);
-  snprintf(a_io, sizeof a_io, "--io_size=%" PRIu64, bytes);
-  snprintf(a_rt, sizeof a_rt, "--runtime=%ldms", max_sec > 0 ? (long)(max_sec * 1000 + 0.5) : 0L);
-  snprintf(a_bs, sizeof a_bs, "--bs=%" PRIu64, bs);
-  snprintf(a_qd, sizeof a_qd, "--iodepth=%u", qd);
-  snprintf(a_rw, sizeof a_rw, "--rw=%s", is_write ? "write" : "read");
-  char *argv[20] = {"fio", "--name=x", a_file, a_size, a_io, a_bs, a_qd, "--ioengine=io_uring", "--direct=1", a_rw,
-                    "--output-format=json"};
-  int argc = 11;
-  if (max_sec > 0) argv[argc++] = a_rt;
+  snprintf(a->size, sizeof a->size, "--size=%" PRIu64, size);
+  snprintf(a->io, sizeof a->io, "--io_size=%" PRIu64, bytes);
+  snprintf(a->rt, sizeof a->rt, "--runtime=%ldms", max_sec > 0 ? (long)(max_sec * 1000 + 0.5) : 0L);
+  snprintf(a->bs, sizeof a->bs, "--bs=%" PRIu64, bs);
+  snprintf(a->qd, sizeof a->qd, "--iodepth=%u", qd);
+  snprintf(a->rw, sizeof a->rw, "--rw=%s", is_write ? "write" : "read");
+  char *fixed[] = {"fio", "--name=x", a->file, a->size, a->io, a->bs, a->qd, "--ioengine=io_uring", "--direct=1", a->rw,
+                   "--output-format=json"};
+  int argc = 0;
+  for (; argc < 11; argc++) a->argv[argc] = fixed[argc];
+  if (max_sec > 0) a->argv[argc++] = a->rt;
   if (v.regbuf > 0) {
-    argv[argc++] = "--fixedbufs";
-    argv[argc++] = "--registerfiles";
+    a->argv[argc++] = "--fixedbufs";
+    a->argv[argc++] = "--registerfiles";
   }
-  if (v.sqpoll > 0) argv[argc++] = "--sqthread_poll";
-  argv[argc] = NULL;
+  if (v.sqpoll > 0) a->argv[argc++] = "--sqthread_poll";
+  a->argv[argc] = NULL;
+}
 
+/* Read @fd to its end into a NUL-terminated buffer; NULL when out of memory. */
+static char *read_all(int fd) {
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  for (;;) {
+    if (!out) break;
+    if (len + 4096 > cap) {
+      char *n = realloc(out, cap * 2);
+      if (!n) {
+        free(out);
+        out = NULL;
+        break;
+      }
+      out = n;
+      cap *= 2;
+    }
+    ssize_t n = read(fd, out + len, cap - len - 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  if (out) out[len] = 0;
+  return out;
+}
+
+/* Run fio with @argv (stderr to /dev/null) and return its stdout in *@out (the caller frees it); -1 with @note. */
+static int run_fio(char *const argv[], char **out, char *note, size_t note_n) {
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     snprintf(note, note_n, "pipe: %s", strerror(errno));
@@ -69,48 +103,34 @@ int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, 
     close(pipefd[1]);
     int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, STDERR_FILENO);
-    execvp("fio", argv);
+    execvp(argv[0], argv);
     _exit(127);
   }
   close(pipefd[1]);
-  size_t cap = 1 << 16, len = 0;
-  char *out = malloc(cap);
-  for (;;) {
-    if (!out) break;
-    if (len + 4096 > cap) {
-      char *n = realloc(out, cap * 2);
-      if (!n) {
-        free(out);
-        out = NULL;
-        break;
-      }
-      out = n;
-      cap *= 2;
-    }
-    ssize_t n = read(pipefd[0], out + len, cap - len - 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += (size_t)n;
-  }
+  char *text = read_all(pipefd[0]);
   close(pipefd[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!out) {
+  if (!text) {
     snprintf(note, note_n, "out of memory reading fio output");
     return -1;
   }
-  out[len] = 0;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     snprintf(note, note_n, "fio exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    free(out);
+    free(text);
     return -1;
   }
-  /* fio may print notes before its JSON document. */
-  char *brace = strchr(out, '{');
+  *out = text;
+  return 0;
+}
+
+/* The op's bandwidth, bytes and seconds from fio's JSON output @out (fio may print notes before it). */
+static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double *gbps, double *sec, uint64_t *moved,
+                          char *note, size_t note_n) {
+  const char *brace = strchr(out, '{');
   json_error_t jerr;
   json_t *root = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &jerr) : NULL;
-  free(out);
   if (!root) {
     snprintf(note, note_n, "fio output is not JSON");
     return -1;
@@ -133,5 +153,17 @@ int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, 
     rc = 0;
   }
   json_decref(root);
+  return rc;
+}
+
+/* Run fio once on @path (':' escaped, as fio splits file names on it) and return bw_bytes of the op. */
+int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec, uint64_t bs,
+                 unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved, char *note, size_t note_n) {
+  fio_cmd cmd;
+  fio_cmd_build(&cmd, path, is_write, size, bytes, max_sec, bs, qd, v);
+  char *out = NULL;
+  if (run_fio(cmd.argv, &out, note, note_n) != 0) return -1;
+  int rc = parse_fio_json(out, is_write, bytes, gbps, sec, moved, note, note_n);
+  free(out);
   return rc;
 }

@@ -92,8 +92,8 @@ static int add_file(data_loader *d, const char *path) {
   return 0;
 }
 
-/* Read a directory's eligible regular files in sorted name order. */
-static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, size_t errlen) {
+/* The names in directory @path, less ".", ".." and *.dat / *.u8 (zo-train's own outputs), in *@names[*@nn]. */
+static int list_dir_names(const char *path, char ***names_out, size_t *nn_out, char *err, size_t errlen) {
   DIR *dir = opendir(path);
   if (!dir) {
     seterr(err, errlen, "corpus '%s': cannot open directory: %s", path, strerror(errno));
@@ -125,35 +125,45 @@ static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, siz
     nn++;
   }
   closedir(dir);
-  if (rc != 0) {
-    seterr(err, errlen, "corpus '%s': out of memory listing the directory", path);
-    goto out;
-  }
-  if (nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
+  if (rc != 0) seterr(err, errlen, "corpus '%s': out of memory listing the directory", path);
+  *names_out = names;
+  *nn_out = nn;
+  return rc;
+}
+
+/* Read the file @name of directory @path into @b if it is a regular file (symlinks, directories, devices: skipped). */
+static int read_dir_entry(data_loader *d, const char *path, const char *name, bytes_t *b, char *err, size_t errlen) {
   size_t plen = strlen(path);
-  for (size_t i = 0; i < nn && rc == 0; i++) {
-    size_t need = plen + 1 + strlen(names[i]) + 1;
-    char *full = malloc(need);
-    if (!full) {
+  size_t need = plen + 1 + strlen(name) + 1;
+  char *full = malloc(need);
+  if (!full) {
+    seterr(err, errlen, "corpus '%s': out of memory", path);
+    return -1;
+  }
+  snprintf(full, need, "%s%s%s", path, (plen && path[plen - 1] == '/') ? "" : "/", name);
+  int rc = 0;
+  struct stat st;
+  if (lstat(full, &st) != 0) {
+    seterr(err, errlen, "corpus file '%s': cannot stat: %s", full, strerror(errno));
+    rc = -1;
+  } else if (S_ISREG(st.st_mode)) {
+    rc = read_file_into(full, b, err, errlen);
+    if (rc == 0 && add_file(d, full) != 0) {
       seterr(err, errlen, "corpus '%s': out of memory", path);
       rc = -1;
-      break;
     }
-    snprintf(full, need, "%s%s%s", path, (plen && path[plen - 1] == '/') ? "" : "/", names[i]);
-    struct stat st;
-    if (lstat(full, &st) != 0) {
-      seterr(err, errlen, "corpus file '%s': cannot stat: %s", full, strerror(errno));
-      rc = -1;
-    } else if (S_ISREG(st.st_mode)) { /* symlinks, directories, devices: skipped */
-      rc = read_file_into(full, b, err, errlen);
-      if (rc == 0 && add_file(d, full) != 0) {
-        seterr(err, errlen, "corpus '%s': out of memory", path);
-        rc = -1;
-      }
-    }
-    free(full);
   }
-out:
+  free(full);
+  return rc;
+}
+
+/* Read a directory's eligible regular files in sorted name order. */
+static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, size_t errlen) {
+  char **names = NULL;
+  size_t nn = 0;
+  int rc = list_dir_names(path, &names, &nn, err, errlen);
+  if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
+  for (size_t i = 0; i < nn && rc == 0; i++) rc = read_dir_entry(d, path, names[i], b, err, errlen);
   for (size_t i = 0; i < nn; i++) free(names[i]);
   free(names);
   return rc;
@@ -168,13 +178,8 @@ void data_close(data_loader *d) {
   free(d);
 }
 
-int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len, data_loader **out, char *err,
-              size_t errlen) {
-  if (!out) {
-    seterr(err, errlen, "data_open: out is NULL");
-    return -1;
-  }
-  *out = NULL;
+/* The arguments data_open() refuses before it touches the file system. */
+static int check_open_args(const char *path, double val_fraction, int seq_len, char *err, size_t errlen) {
   if (!path || !*path) {
     seterr(err, errlen, "data.path: empty");
     return -1;
@@ -187,22 +192,16 @@ int data_open(const char *path, double val_fraction, uint64_t split_seed, int se
     seterr(err, errlen, "corpus '%s': seq_len %d must be >= 1", path, seq_len);
     return -1;
   }
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    seterr(err, errlen, "corpus '%s': %s", path, strerror(errno));
-    return -1;
-  }
-  data_loader *d = calloc(1, sizeof *d);
-  if (!d) {
-    seterr(err, errlen, "corpus '%s': out of memory", path);
-    return -1;
-  }
-  bytes_t b = {0};
+  return 0;
+}
+
+/* Read the corpus at @path (a directory or a regular file, @st its stat) into @b; non-empty, or an error. */
+static int read_corpus(data_loader *d, const char *path, const struct stat *st, bytes_t *b, char *err, size_t errlen) {
   int rc;
-  if (S_ISDIR(st.st_mode)) {
-    rc = read_dir(d, path, &b, err, errlen);
-  } else if (S_ISREG(st.st_mode)) {
-    rc = read_file_into(path, &b, err, errlen);
+  if (S_ISDIR(st->st_mode)) {
+    rc = read_dir(d, path, b, err, errlen);
+  } else if (S_ISREG(st->st_mode)) {
+    rc = read_file_into(path, b, err, errlen);
     if (rc == 0 && add_file(d, path) != 0) {
       seterr(err, errlen, "corpus '%s': out of memory", path);
       rc = -1;
@@ -211,20 +210,16 @@ int data_open(const char *path, double val_fraction, uint64_t split_seed, int se
     seterr(err, errlen, "corpus '%s': not a regular file or directory", path);
     rc = -1;
   }
-  if (rc != 0) goto fail;
-  if (b.n == 0) {
+  if (rc != 0) return -1;
+  if (b->n == 0) {
     seterr(err, errlen, "corpus '%s' is empty (0 bytes in %d file%s)", path, d->n_files, d->n_files == 1 ? "" : "s");
-    goto fail;
+    return -1;
   }
-  d->total = b.n;
+  return 0;
+}
 
-  /* Assign blocks. */
-  const size_t nblk = (b.n + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES;
-  uint8_t *is_val = calloc(nblk, 1);
-  if (!is_val) {
-    seterr(err, errlen, "corpus '%s': out of memory", path);
-    goto fail;
-  }
+/* Mark each of @nblk blocks val (1) or train (0) by its splitmix64 hash; at least one of each where possible. */
+static void mark_val_blocks(uint8_t *is_val, size_t nblk, double val_fraction, uint64_t split_seed) {
   const uint64_t key = splitmix64(split_seed);
   /* threshold on the top 53 bits, exact for val_fraction in [0, 1) */
   const uint64_t thr = (uint64_t)(val_fraction * 9007199254740992.0);
@@ -239,32 +234,52 @@ int data_open(const char *path, double val_fraction, uint64_t split_seed, int se
   }
   if (val_fraction > 0.0 && nval == 0) is_val[imin] = 1;
   if (nval == nblk && nblk > 1) is_val[imax] = 0;
+}
 
+/* Copy the blocks of @b into d->split_bytes[DATA_TRAIN] and [DATA_VAL], in order, as @is_val assigns them. */
+static int copy_splits(data_loader *d, const bytes_t *b, const uint8_t *is_val, size_t nblk, const char *path,
+                       char *err, size_t errlen) {
   size_t n_split[2] = {0, 0};
   for (size_t k = 0; k < nblk; k++) {
-    size_t len = k + 1 == nblk ? b.n - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
+    size_t len = k + 1 == nblk ? b->n - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
     n_split[is_val[k]] += len;
   }
   for (int s = 0; s < 2; s++) {
     d->split_n[s] = n_split[s];
     d->split_bytes[s] = malloc(n_split[s] ? n_split[s] : 1);
     if (!d->split_bytes[s]) {
-      free(is_val);
       seterr(err, errlen, "corpus '%s': out of memory (%zu bytes)", path, n_split[s]);
-      goto fail;
+      return -1;
     }
   }
   size_t pos[2] = {0, 0};
   for (size_t k = 0; k < nblk; k++) {
-    size_t len = k + 1 == nblk ? b.n - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
+    size_t len = k + 1 == nblk ? b->n - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
     int s = is_val[k];
-    memcpy(d->split_bytes[s] + pos[s], b.p + k * DATA_BLOCK_BYTES, len);
+    memcpy(d->split_bytes[s] + pos[s], b->p + k * DATA_BLOCK_BYTES, len);
     pos[s] += len;
   }
-  free(is_val);
-  free(b.p);
-  b.p = NULL;
+  return 0;
+}
 
+/* Split the corpus @b into train / val by blocks of DATA_BLOCK_BYTES. */
+static int split_corpus(data_loader *d, const bytes_t *b, double val_fraction, uint64_t split_seed, const char *path,
+                        char *err, size_t errlen) {
+  const size_t nblk = (b->n + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES;
+  uint8_t *is_val = calloc(nblk, 1);
+  if (!is_val) {
+    seterr(err, errlen, "corpus '%s': out of memory", path);
+    return -1;
+  }
+  mark_val_blocks(is_val, nblk, val_fraction, split_seed);
+  int rc = copy_splits(d, b, is_val, nblk, path, err, errlen);
+  free(is_val);
+  return rc;
+}
+
+/* Each split in use holds at least one window of seq_len + 1 bytes. */
+static int check_split_sizes(const data_loader *d, const char *path, double val_fraction, int seq_len, char *err,
+                             size_t errlen) {
   const size_t need = (size_t)seq_len + 1;
   if (d->split_n[DATA_TRAIN] < need || (val_fraction > 0.0 && d->split_n[DATA_VAL] < need)) {
     seterr(err, errlen,
@@ -272,8 +287,36 @@ int data_open(const char *path, double val_fraction, uint64_t split_seed, int se
            "val_fraction %g; each split needs seq_len+1 bytes)",
            path, d->total, val_fraction > 0.0 ? 2 * need : need, seq_len, d->split_n[DATA_TRAIN],
            d->split_n[DATA_VAL], val_fraction);
-    goto fail;
+    return -1;
   }
+  return 0;
+}
+
+int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len, data_loader **out, char *err,
+              size_t errlen) {
+  if (!out) {
+    seterr(err, errlen, "data_open: out is NULL");
+    return -1;
+  }
+  *out = NULL;
+  if (check_open_args(path, val_fraction, seq_len, err, errlen) != 0) return -1;
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    seterr(err, errlen, "corpus '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  data_loader *d = calloc(1, sizeof *d);
+  if (!d) {
+    seterr(err, errlen, "corpus '%s': out of memory", path);
+    return -1;
+  }
+  bytes_t b = {0};
+  if (read_corpus(d, path, &st, &b, err, errlen) != 0) goto fail;
+  d->total = b.n;
+  if (split_corpus(d, &b, val_fraction, split_seed, path, err, errlen) != 0) goto fail;
+  free(b.p);
+  b.p = NULL;
+  if (check_split_sizes(d, path, val_fraction, seq_len, err, errlen) != 0) goto fail;
   *out = d;
   return 0;
 

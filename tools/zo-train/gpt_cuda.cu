@@ -203,23 +203,13 @@ extern "C" size_t gpt_cuda_device_bytes(const gpt_config *c, int max_batch, int 
 /* ------------------------------------------------------------------ */
 /* create / destroy */
 
-extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out,
-                               char *err, size_t errlen) {
-  if (!out) {
-    seterr(err, errlen, "gpt_cuda_create: out is NULL");
-    return -1;
-  }
-  *out = NULL;
-  if (gpt_config_check(c, err, errlen) != 0) return -1;
-  if (max_batch < 1 || (long long)max_batch * c->seq_len > 0x7fffffffLL) {
-    seterr(err, errlen, "gpt_cuda_create: max_batch %d must be >= 1 with max_batch * seq_len (%d) < 2^31", max_batch,
-           c->seq_len);
-    return -1;
-  }
+/* The host side of a new model: its config, the parameter tables and the activation sets; NULL (with @err) when
+ * out of host memory. */
+static gpt_cuda *create_host(const gpt_config *c, int max_batch, int recompute, char *err, size_t errlen) {
   gpt_cuda *m = (gpt_cuda *)calloc(1, sizeof *m);
   if (!m) {
     seterr(err, errlen, "gpt_cuda_create: out of host memory (%zu bytes)", sizeof *m);
-    return -1;
+    return NULL;
   }
   m->fn = "gpt_cuda_create";
   m->cfg = *c;
@@ -235,82 +225,103 @@ extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute
   if (!m->specs || !m->w || !m->g || !m->sets || !m->resid_v) {
     gpt_cuda_destroy(m);
     seterr(err, errlen, "gpt_cuda_create: out of host memory (parameter tables)");
-    return -1;
+    return NULL;
   }
   gpt_param_specs(c, m->specs);
   snprintf(m->dev_name, sizeof m->dev_name, "unknown GPU");
+  return m;
+}
 
+/* The current GPU's name, the model's stream (the caller's @stream, or its own) and the staging event. */
+static int create_gpu_stream(gpt_cuda *m, void *stream) {
+  int dev = 0;
+  cudaDeviceProp prop;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess) return fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
+  snprintf(m->dev_name, sizeof m->dev_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+  if (stream) {
+    m->stream = (cudaStream_t)stream;
+  } else {
+    e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return fail_cuda(m, e, "cudaStreamCreateWithFlags", "the model's stream");
+    m->own_stream = 1;
+  }
+  e = cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    m->staged = NULL;
+    return fail_cuda(m, e, "cudaEventCreateWithFlags", "the staging event");
+  }
+  return 0;
+}
+
+/* The device block of activations (laid out by plan()) and the pinned staging for @N tokens. */
+static int create_memory(gpt_cuda *m, size_t N) {
+  const gpt_config *c = &m->cfg;
+  m->mem_bytes = plan(c, m->max_batch, m->recompute, NULL, NULL, NULL, NULL);
+  cudaError_t e = cudaMalloc(&m->mem, m->mem_bytes);
+  if (e != cudaSuccess) {
+    m->mem = NULL;
+    char what[200];
+    snprintf(what, sizeof what, "%zu bytes of activations (%d layers, d_model %d, batch %d x %d, recompute %d)",
+             m->mem_bytes, c->n_layer, c->d_model, m->max_batch, c->seq_len, m->recompute);
+    return fail_cuda(m, e, "cudaMalloc", what);
+  }
+  plan(c, m->max_batch, m->recompute, (char *)m->mem, &m->b, m->sets, m->resid_v);
+  const size_t pinned_bytes = 2 * N + 4 * 257 + 4 * N + 4 + 2 * 256;
+  e = cudaMallocHost(&m->pinned, pinned_bytes);
+  if (e != cudaSuccess) {
+    m->pinned = NULL;
+    return fail_cuda(m, e, "cudaMallocHost", "pinned staging for tokens");
+  }
+  /* 4-byte items first so every pointer is aligned */
+  char *hp = (char *)m->pinned;
+  m->h_tok_pos = (int *)hp;
+  m->h_tok_off = (int *)(hp + 4 * N);
+  m->h_loss = (float *)(hp + 4 * N + 4 * 257);
+  m->h_logits = (bf16 *)(hp + 4 * N + 4 * 257 + 4);
+  m->h_inputs = (uint8_t *)(hp + 4 * N + 4 * 257 + 4 + 2 * 256);
+  m->h_targets = m->h_inputs + N;
+  return 0;
+}
+
+/* The cuBLAS handle on the model's stream, with its workspace and fp32 accumulation. */
+static int create_blas(gpt_cuda *m) {
+  cublasStatus_t st = cublasCreate(&m->blas);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    m->blas = NULL;
+    return fail_blas(m, st, "cublasCreate", "the cuBLAS handle");
+  }
+  st = cublasSetStream(m->blas, m->stream);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(m->blas, m->b.cublas_ws, CUBLAS_WS_BYTES);
+  /* fp32 accumulation all the way: no split-K reductions in the bf16 output type */
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasSetMathMode(m->blas,
+                           (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode", "configuring the cuBLAS handle");
+  return 0;
+}
+
+extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out,
+                               char *err, size_t errlen) {
+  if (!out) {
+    seterr(err, errlen, "gpt_cuda_create: out is NULL");
+    return -1;
+  }
+  *out = NULL;
+  if (gpt_config_check(c, err, errlen) != 0) return -1;
+  if (max_batch < 1 || (long long)max_batch * c->seq_len > 0x7fffffffLL) {
+    seterr(err, errlen, "gpt_cuda_create: max_batch %d must be >= 1 with max_batch * seq_len (%d) < 2^31", max_batch,
+           c->seq_len);
+    return -1;
+  }
+  gpt_cuda *m = create_host(c, max_batch, recompute, err, errlen);
+  if (!m) return -1;
   const size_t N = (size_t)max_batch * c->seq_len;
-  int rc = 0;
-  do {
-    int dev = 0;
-    cudaDeviceProp prop;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
-    if (e != cudaSuccess) {
-      rc = fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
-      break;
-    }
-    snprintf(m->dev_name, sizeof m->dev_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
-    if (stream) {
-      m->stream = (cudaStream_t)stream;
-    } else {
-      e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
-      if (e != cudaSuccess) {
-        rc = fail_cuda(m, e, "cudaStreamCreateWithFlags", "the model's stream");
-        break;
-      }
-      m->own_stream = 1;
-    }
-    e = cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-      m->staged = NULL;
-      rc = fail_cuda(m, e, "cudaEventCreateWithFlags", "the staging event");
-      break;
-    }
-    m->mem_bytes = plan(c, max_batch, m->recompute, NULL, NULL, NULL, NULL);
-    e = cudaMalloc(&m->mem, m->mem_bytes);
-    if (e != cudaSuccess) {
-      m->mem = NULL;
-      char what[200];
-      snprintf(what, sizeof what, "%zu bytes of activations (%d layers, d_model %d, batch %d x %d, recompute %d)",
-               m->mem_bytes, c->n_layer, c->d_model, max_batch, c->seq_len, m->recompute);
-      rc = fail_cuda(m, e, "cudaMalloc", what);
-      break;
-    }
-    plan(c, max_batch, m->recompute, (char *)m->mem, &m->b, m->sets, m->resid_v);
-    const size_t pinned_bytes = 2 * N + 4 * 257 + 4 * N + 4 + 2 * 256;
-    e = cudaMallocHost(&m->pinned, pinned_bytes);
-    if (e != cudaSuccess) {
-      m->pinned = NULL;
-      rc = fail_cuda(m, e, "cudaMallocHost", "pinned staging for tokens");
-      break;
-    }
-    /* 4-byte items first so every pointer is aligned */
-    char *hp = (char *)m->pinned;
-    m->h_tok_pos = (int *)hp;
-    m->h_tok_off = (int *)(hp + 4 * N);
-    m->h_loss = (float *)(hp + 4 * N + 4 * 257);
-    m->h_logits = (bf16 *)(hp + 4 * N + 4 * 257 + 4);
-    m->h_inputs = (uint8_t *)(hp + 4 * N + 4 * 257 + 4 + 2 * 256);
-    m->h_targets = m->h_inputs + N;
-    cublasStatus_t st = cublasCreate(&m->blas);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      m->blas = NULL;
-      rc = fail_blas(m, st, "cublasCreate", "the cuBLAS handle");
-      break;
-    }
-    st = cublasSetStream(m->blas, m->stream);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(m->blas, m->b.cublas_ws, CUBLAS_WS_BYTES);
-    /* fp32 accumulation all the way: no split-K reductions in the bf16 output type */
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasSetMathMode(m->blas,
-                             (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      rc = fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode", "configuring the cuBLAS handle");
-      break;
-    }
-  } while (0);
+  int rc = create_gpu_stream(m, stream);
+  if (rc == 0) rc = create_memory(m, N);
+  if (rc == 0) rc = create_blas(m);
   if (rc != 0) {
     seterr(err, errlen, "%s", m->err);
     gpt_cuda_destroy(m);

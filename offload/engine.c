@@ -346,6 +346,7 @@ const char *zo_engine_param_name(const zo_param_t *p) { return p ? p->name : "";
 size_t zo_engine_param_numel(const zo_param_t *p) { return p ? p->n : 0; }
 zo_dtype zo_engine_working_dtype(const zo_engine_t *e) { return e->wdtype; }
 zo_dtype zo_engine_grad_dtype(const zo_engine_t *e) { return e->gdtype; }
+zo_dtype zo_engine_grad_accum_dtype(const zo_engine_t *e) { return e->adtype; }
 double zo_engine_loss_scale(const zo_engine_t *e) { return e->loss_scale; }
 int64_t zo_engine_steps_applied(const zo_engine_t *e) { return e ? e->step : 0; }
 

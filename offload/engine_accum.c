@@ -27,11 +27,11 @@ typedef struct acc_chunk {
 
 void eng_acc_setup(zo_engine_t *e) {
   const zo_config_t *c = &e->cfg;
-  /* fp32 with accumulation where the shard lives in host memory (cpu, nvme); offload_optimizer "none" keeps
-   * the gradient shard in device memory, whose budget is the scarce one: the working dtype there unless
-   * data_types.grad_accum_dtype asks for fp32 */
+  /* fp32 with accumulation on every tier (DeepSpeed's default grad_accum_dtype under bf16), so every tier sums
+   * micro-batches to the same bits; data_types.grad_accum_dtype overrides (e.g. "bf16" to halve the device
+   * bytes of offload_optimizer "none") */
   if (c->grad_accum_dtype >= 0) e->adtype = (zo_dtype)c->grad_accum_dtype;
-  else e->adtype = c->gradient_accumulation_steps > 1 && e->tier != ZO_OFFLOAD_NONE ? ZO_DTYPE_F32 : e->gdtype;
+  else e->adtype = c->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : e->gdtype;
   e->acc_ok = c->gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
 }
 

@@ -58,8 +58,13 @@ if par == "none":
     want["device"] = sum(ru(n * w, 256) for n in sizes)
 else:
     want["device"] = ru(max(sizes) * w, 256)
+# Gradients: summed over micro-batches in fp32 when gradient_accumulation_steps > 1, then the hand-over passes
+# through the staging ring: 1 bucket (2 with overlap_comm) of min(reduce_bucket_size, the largest tensor) fp32.
+gas = cfg.get("gradient_accumulation_steps", 1)
+g = 4 if gas > 1 else w
+ring = (2 if z.get("overlap_comm", z.get("stage") == 3) else 1) * min(z.get("reduce_bucket_size", 500000000), max(sizes)) * 4 if gas > 1 else 0
 if opt == "cpu" and par == "none":
-    want["host"] = want["pinned"] = N * w + N * st + N * w   # gradients, master + Adam state, bf16 staging
+    want["host"] = want["pinned"] = N * g + ring + N * st + N * w   # gradients, staging, master + Adam state, bf16 staging
 ok = True
 if opt == "nvme" and par == "cpu":
     # The extent unit is the swap alignment (the file system's O_DIRECT alignment: 512 or 4096 bytes) over the
@@ -84,7 +89,7 @@ if opt == "nvme" and par == "cpu":
                 k += 1
             slot = max(slot, end - start)
         nbuf = 4
-        host = N * w + N * w + nbuf * slot * st            # gradients, host working weights, sub-group buffers
+        host = N * g + ring + N * w + nbuf * slot * st     # gradients, staging, host working weights, sub-group buffers
         nvme = file_el * st
         if rows.get("host") == host and rows.get("nvme") == nvme:
             fits = True

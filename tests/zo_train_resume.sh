@@ -11,7 +11,7 @@ zo=$1 cfg=$2 corpus=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-resume.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-grads=69376 fetch=49152 state=520000 # as in zo_train_tiers.sh
+grads=65536 fetch=49152 state=590000 # as in zo_train_tiers.sh
 mkdir -p "$work/nvme"
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*,"val_loss":[^,]*' "$@"; }
 run() { # NAME ARGS...: one zo-train run, output in $work/NAME.out, JSON in $work/NAME.jsonl

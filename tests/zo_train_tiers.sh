@@ -10,10 +10,12 @@ shift 3
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-tiers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-# Device bytes for the tiny config (34688 parameters in bf16, largest tensor 8192 elements):
-# the model's gradient buffers (69376 B) + 48 KiB for fetched working weights, below the
-# 69376 B of working weights; with the optimizer state on the device add its 14 B/param.
-grads=69376 fetch=49152 state=520000
+# Device bytes for the tiny config (34688 parameters in bf16, largest tensor 8192 elements,
+# 2 micro-batches a step): the streamed model's gradient ring (twice the largest tensor in
+# fp32: 65536 B) + 48 KiB for fetched working weights, below the 69376 B of working weights
+# plus the ring; with the optimizer state on the device add its 16 B/param (fp32 master, two
+# moments and the fp32 gradient sum of the 2 micro-batches) and the regions' alignment.
+grads=65536 fetch=49152 state=590000
 mkdir -p "$work/nvme"
 for p in none cpu nvme; do
   for o in none cpu nvme; do

@@ -238,12 +238,12 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  * compute stream, zo_engine_set_compute_stream()) and is added, in the order
  * the calls were made, into this rank's host gradient shard, held in the
  * accumulation dtype: the working dtype when gradient_accumulation_steps is
- * 1 (today's bytes), fp32 when it is > 1 and the shard is in host memory
- * (offload_optimizer cpu or nvme: DeepSpeed stage 1/2 reduce every
- * micro-batch in its backward and accumulate the partition in fp32); with
- * offload_optimizer "none" the shard is in device memory and stays in the
- * working dtype; data_types.grad_accum_dtype ("fp32", "bf16", "fp16")
- * overrides either. Adam and
+ * 1 (today's bytes), fp32 when it is > 1, on every tier, so every tier sums
+ * to the same bits (DeepSpeed stage 1/2 reduce every micro-batch in its
+ * backward and accumulate the partition in fp32, its default
+ * grad_accum_dtype under bf16); data_types.grad_accum_dtype ("fp32",
+ * "bf16", "fp16") overrides it (e.g. "bf16" halves the device bytes of the
+ * gradient shard with offload_optimizer "none"). Adam and
  * the gradient norm read that shard. Sums are formed in fp32 and rounded to
  * the accumulation dtype once per contribution, so with an fp32 accumulator
  * a caller's own fp32 sum in the same order gives the same bits.
@@ -418,6 +418,11 @@ ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
 
 /* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype; fp32 too with accumulation). */
 ZO_API zo_dtype zo_engine_grad_dtype(const zo_engine_t *e);
+
+/* zo_engine_grad_accum_dtype() - dtype of the gradient shard micro-batches are summed into (see the hand-over
+ * above): the working dtype when gradient_accumulation_steps is 1, else fp32, unless
+ * data_types.grad_accum_dtype says otherwise. Known from zo_engine_create(). */
+ZO_API zo_dtype zo_engine_grad_accum_dtype(const zo_engine_t *e);
 
 /* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */
 typedef struct zo_engine_mem {

@@ -131,7 +131,8 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
  */
 static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print) {
   size_t app[4];
-  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, zo_engine_grad_dtype(eng), app)) {
+  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, zo_engine_grad_dtype(eng),
+                        train_model_hand_dtype(eng), app)) {
     fprintf(stderr, "zo-train: error: the CUDA model's sizes are unknown to a build without CUDA compute\n");
     return -1;
   }
@@ -155,6 +156,8 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   if (print) {
     printf("zo-train: start-up budget (bytes; caller = the model: %s):\n",
            cuda ? "activations, workspaces and the bf16 gradient buffer on the device"
+                : ts->model_streamed ? "activations and one layer group's fp32 weights and gradients in host memory, "
+                                         "a gradient ring of twice the largest tensor on the device"
                 : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
     zo_budget_print(&b, stdout);
     zo_plan *plan; /* the buffers behind the engine's bytes */
@@ -387,8 +390,8 @@ static void print_plan(const train_opts *o, const train_job *j) {
 /* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the error. */
 static int create_model(train_job *j) {
   char err[1024];
-  if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->eng, j->dev, j->params, &j->model,
-                         err, sizeof err)) {
+  if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->ts.model_streamed, j->eng, j->dev,
+                         j->params, &j->model, err, sizeof err)) {
     fprintf(stderr, "zo-train: error: %s\n", err);
     return 1;
   }

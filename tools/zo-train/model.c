@@ -30,9 +30,19 @@ struct train_model {
   zo_param_t **params;      /* borrowed */
   gpt_param_spec *specs;
   int n_params;
-  void *dev_grads;          /* device: every gradient in grad_dtype, tensor i at goff[i] elements */
+  void *dev_grads;          /* resident: every gradient in grad_dtype, tensor i at goff[i] elements (device) */
   size_t *goff, grad_bytes;
   zo_dtype grad_dtype;
+  /* streamed (cpu): no full-model buffer; fp32 scratch for group 0 ([0], live through each pass) and for the
+   * group in flight ([1]), tensor i at soff[i] floats in its group's scratch; gradients go out tensor by tensor
+   * through a device ring of twice the largest tensor in the hand-over dtype, packed one after another (64-byte
+   * aligned) and reused from its start after one fence when the next does not fit in what is left. */
+  int streamed;
+  float *wscr[2], *gscr[2];
+  size_t *soff;
+  char *ring;
+  size_t ring_bytes, ring_head;
+  zo_dtype hand_dtype;      /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
   int hand_over;            /* 1 in the last micro-batch of a step */
   int failed;               /* an engine call in the hook failed: message in zo_last_error() */
   double t_fwd, t_bwd;
@@ -50,12 +60,24 @@ static void set_err(train_model *m, const char *fmt, ...) {
 
 int train_model_cuda_built(void) { return ZO_TRAIN_CUDA; }
 
+/* The streamed model's gradient ring: twice the largest tensor in the hand-over dtype, 64-byte units; SIZE_MAX past
+ * size_t. */
+static size_t train_model_ring_bytes(size_t largest, zo_dtype hand_dtype) {
+  size_t b;
+  if (__builtin_mul_overflow(largest, zo_dtype_size(hand_dtype), &b) || b > SIZE_MAX / 2 - 64) return SIZE_MAX;
+  return 2 * ((b + 63) / 64 * 64);
+}
+
+zo_dtype train_model_hand_dtype(const zo_engine_t *eng) {
+  return zo_engine_grad_accum_dtype(eng) == ZO_DTYPE_F32 ? ZO_DTYPE_F32 : zo_engine_grad_dtype(eng);
+}
+
 double train_model_flops_per_token(const gpt_config *c, int T) {
   return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
 }
 
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, zo_dtype grad_dtype,
-                      size_t app[4]) {
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, zo_dtype grad_dtype,
+                      zo_dtype hand_dtype, size_t app[4]) {
   memset(app, 0, 4 * sizeof app[0]);
   const int np = gpt_num_params(c);
   gpt_param_spec *specs = calloc(np, sizeof *specs);
@@ -63,8 +85,22 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
   gpt_param_specs(c, specs);
   size_t grads = 0;
   for (int i = 0; i < np; i++) grads += specs[i].n_elems * zo_dtype_size(grad_dtype);
-  free(specs);
   app[ZO_TIER_DEVICE] = grads;
+  if (!cuda && streamed) {
+    size_t largest = 0, scr, host, dev;
+    for (int i = 0; i < np; i++) largest = specs[i].n_elems > largest ? specs[i].n_elems : largest;
+    free(specs);
+    /* the gradient ring; two fp32 scratches (weights, gradients) of group 0 and of the largest */
+    dev = train_model_ring_bytes(largest, hand_dtype);
+    int over = dev == SIZE_MAX;
+    over |= __builtin_add_overflow(gpt_group_elems(c, 0), gpt_max_group_elems(c), &scr);
+    over |= __builtin_mul_overflow(scr, 2 * sizeof(float), &scr);
+    over |= __builtin_add_overflow(scr, gpt_streamed_host_bytes(c, max_batch, recompute), &host);
+    app[ZO_TIER_DEVICE] = over ? SIZE_MAX : dev;
+    app[ZO_TIER_HOST] = over ? SIZE_MAX : host;
+    return 0;
+  }
+  free(specs);
   if (!cuda) {
     app[ZO_TIER_HOST] = gpt_host_bytes(c, max_batch, recompute);
     return 0;
@@ -109,17 +145,103 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
   return 0;
 }
 
+/* Streamed cpu, a group's begin: fetch each tensor, cast it into the group's fp32 scratch and lend it to the
+ * model; in backward also lend the gradient scratch (the model zeroes and fills it). */
+static int stream_begin(train_model *m, int phase, int group) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  const int k = group == 0 ? 0 : 1;
+  for (int i = first; i < first + count; i++) {
+    const void *w;
+    zo_dtype dt;
+    float *ws = m->wscr[k] + m->soff[i];
+    if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK ||
+        zo_cast(ws, ZO_DTYPE_F32, w, dt, m->specs[i].n_elems, 0) != ZO_OK)
+      return -1;
+    if (gpt_bind_weight(m->cpu, i, ws) ||
+        (phase == GPT_HOOK_BACKWARD && gpt_bind_grad(m->cpu, i, m->gscr[k] + m->soff[i])))
+      return 1; /* the model's own error (gpt_last_error), not the engine's */
+  }
+  return 0;
+}
+
+/* Streamed cpu, hand one tensor's gradient of this micro-batch over: cast into the ring's next free bytes (when
+ * the rest of the ring is too short: a fence, after which the whole ring is free again, and its start), then
+ * accumulate, or ready in the last micro-batch. One fence per ring's worth of gradients, not per tensor. */
+static int stream_hand_over(train_model *m, int i, const float *g) {
+  const size_t n = m->specs[i].n_elems, bytes = (n * zo_dtype_size(m->hand_dtype) + 63) / 64 * 64;
+  if (bytes > m->ring_bytes - m->ring_head) {
+    if (zo_engine_grad_fence(m->eng, NULL) != ZO_OK) return -1;
+    m->ring_head = 0;
+  }
+  void *dst = m->ring + m->ring_head;
+  m->ring_head += bytes;
+  if (zo_cast(dst, m->hand_dtype, g, ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
+  zo_status st = m->hand_over ? zo_engine_grad_ready(m->eng, m->params[i], dst, m->hand_dtype)
+                              : zo_engine_grad_accumulate(m->eng, m->params[i], dst, m->hand_dtype);
+  return st == ZO_OK ? 0 : -1;
+}
+
+static int stream_end(train_model *m, int phase, int group) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  const int k = group == 0 ? 0 : 1;
+  for (int i = first; i < first + count; i++) {
+    if (phase == GPT_HOOK_BACKWARD && stream_hand_over(m, i, m->gscr[k] + m->soff[i])) return -1;
+    if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
+  }
+  return 0;
+}
+
 static int on_layer(void *user, int phase, int group, int end) {
   train_model *m = user;
-  if (hook_calls(m, phase, group, end) == 0) return 0;
+  int rc = !m->streamed ? hook_calls(m, phase, group, end)
+           : end        ? stream_end(m, phase, group)
+                        : stream_begin(m, phase, group);
+  if (rc >= 0) return rc;
   m->failed = 1;
   return -1;
 }
 
 /* ------------------------------------------------------------------ life */
 
-int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_engine_t *eng, zo_device_t *dev,
-                       zo_param_t **params, train_model **out, char *err, size_t errlen) {
+/* Streamed cpu: the model without weights or gradients, its fp32 scratches, their per-tensor offsets, and the
+ * gradient ring of the hand-over. */
+static int create_streamed(train_model *m, int max_batch, int recompute, char *err, size_t errlen) {
+  if (gpt_create_streamed(&m->cfg, max_batch, recompute, &m->cpu, err, errlen)) return -1;
+  m->soff = calloc(m->n_params, sizeof *m->soff);
+  if (!m->soff) return snprintf(err, errlen, "out of memory"), -1;
+  size_t largest = 0;
+  for (int g = 0; g < gpt_num_groups(&m->cfg); g++) {
+    int first, count;
+    gpt_group_params(&m->cfg, g, &first, &count);
+    size_t off = 0; /* each tensor 64-byte aligned, as gpt_group_elems() counts */
+    for (int i = first; i < first + count; i++) {
+      m->soff[i] = off;
+      off += (m->specs[i].n_elems + 15) / 16 * 16;
+      if (m->specs[i].n_elems > largest) largest = m->specs[i].n_elems;
+    }
+  }
+  const size_t el[2] = {gpt_group_elems(&m->cfg, 0), gpt_max_group_elems(&m->cfg)};
+  for (int k = 0; k < 2; k++) {
+    const size_t bytes = (el[k] * sizeof(float) + 63) / 64 * 64;
+    m->wscr[k] = aligned_alloc(64, bytes);
+    m->gscr[k] = aligned_alloc(64, bytes);
+    if (!m->wscr[k] || !m->gscr[k])
+      return snprintf(err, errlen, "out of memory for the model's fp32 scratch (2 x %zu bytes)", bytes), -1;
+  }
+  m->ring_bytes = train_model_ring_bytes(largest, m->hand_dtype);
+  if (zo_device_malloc(m->dev, m->ring_bytes, (void **)&m->ring) != ZO_OK)
+    return snprintf(err, errlen, "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
+                    "does not fit: %s", m->ring_bytes, zo_last_error()), -1;
+  gpt_set_hook(m->cpu, on_layer, m);
+  snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s, streamed: one layer group's weights at a time%s)",
+           gpt_blas_core(), recompute ? ", activation checkpointing" : "");
+  return 0;
+}
+
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, zo_engine_t *eng,
+                       zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen) {
   train_model *m = calloc(1, sizeof *m);
   if (!m) return snprintf(err, errlen, "out of memory"), -1;
   m->cfg = *c;
@@ -129,6 +251,8 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_eng
   m->cuda = zo_device_get_kind(dev) == ZO_DEVICE_CUDA;
   m->n_params = gpt_num_params(c);
   m->grad_dtype = zo_engine_grad_dtype(eng);
+  m->hand_dtype = train_model_hand_dtype(eng);
+  m->streamed = streamed && !m->cuda;
   m->specs = calloc(m->n_params, sizeof *m->specs);
   m->goff = calloc(m->n_params, sizeof *m->goff);
   if (!m->specs || !m->goff) {
@@ -160,6 +284,10 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_eng
              "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"");
     goto fail;
 #endif
+  } else if (m->streamed) {
+    if (create_streamed(m, max_batch, recompute, err, errlen)) goto fail;
+    *out = m;
+    return 0;
   } else {
     if (!zo_device_host_addressable(dev)) {
       snprintf(err, errlen, "device %s is not host-addressable, and the CPU model reads device memory directly",
@@ -193,6 +321,12 @@ fail:
 void train_model_destroy(train_model *m) {
   if (!m) return;
   if (m->dev_grads) zo_device_free(m->dev, m->dev_grads);
+  if (m->ring) zo_device_free(m->dev, m->ring);
+  for (int k = 0; k < 2; k++) {
+    free(m->wscr[k]);
+    free(m->gscr[k]);
+  }
+  free(m->soff);
   gpt_destroy(m->cpu);
 #if ZO_TRAIN_CUDA
   gpt_cuda_destroy(m->gpu);
@@ -206,6 +340,7 @@ void train_model_destroy(train_model *m) {
 /* ------------------------------------------------------------------ steps */
 
 int train_model_zero_grad(train_model *m) {
+  if (m->streamed) return 0; /* the model writes each micro-batch's gradient; the engine sums them */
   if (!m->cuda) {
     gpt_zero_grad(m->cpu);
     return 0;
@@ -273,6 +408,12 @@ int train_model_backward(train_model *m, float loss_mult, int hand_over) {
 
 int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
                        uint64_t seed, uint8_t *out) {
+  if (m->streamed) { /* the hook fetches and binds each group, as in training */
+    if (gpt_sample(m->cpu, prompt, prompt_len, n_new, temperature, seed, out) == 0) return 0;
+    set_err(m, "%s", m->failed ? zo_last_error() : gpt_last_error(m->cpu));
+    m->failed = 0;
+    return -1;
+  }
   if (!m->cuda) { /* each tensor cast into the model's fp32 weights, then released */
     for (int i = 0; i < m->n_params; i++) {
       const void *w;

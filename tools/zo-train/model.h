@@ -32,15 +32,22 @@ int train_model_cuda_built(void);
 /*
  * train_model_bytes() - what the model holds besides the engine, per tier
  * (indexed by zo_tier of zoffload/budget.h: device, host, pinned, nvme), for
- * a batch of @max_batch x c->seq_len: cpu: its fp32 weights, gradients and
- * activations (gpt_host_bytes) on the host, and the gradient hand-over
- * buffer (n_params x grad dtype) on the device; cuda: activations and
- * workspaces (gpt_cuda_device_bytes) plus the bf16 gradient buffer on the
- * device. Pure arithmetic. Returns 0, or -1 when @cuda is asked of a build
- * without CUDA compute.
+ * a batch of @max_batch x c->seq_len: cpu resident: its fp32 weights,
+ * gradients and activations (gpt_host_bytes) on the host, and the gradient
+ * hand-over buffer (n_params x grad dtype) on the device; cpu @streamed:
+ * activations (gpt_streamed_host_bytes) and two fp32 scratches (weights and
+ * gradients) of group 0 and of the largest other group on the host, a
+ * gradient ring of twice the largest tensor in @hand_dtype on the device; cuda:
+ * activations and workspaces (gpt_cuda_device_bytes) plus the bf16 gradient
+ * buffer on the device. Pure arithmetic; SIZE_MAX for a sum past size_t.
+ * Returns 0, or -1 when @cuda is asked of a build without CUDA compute.
  */
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, zo_dtype grad_dtype,
-                      size_t app[4]);
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, zo_dtype grad_dtype,
+                      zo_dtype hand_dtype, size_t app[4]);
+
+/* train_model_hand_dtype() - the dtype a streamed model hands gradients over in: fp32 when @eng accumulates
+ * micro-batches in fp32 (zo_engine_grad_accum_dtype), else the working dtype. */
+zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
 
 /*
  * train_model_create() - the model on @dev (cuda when zo_device_get_kind(dev)
@@ -48,20 +55,29 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
  * @eng, whose tensors @params (gpt_param_specs() order, registered by the
  * caller; borrowed) are. Call before zo_engine_finalize() (the model's device
  * memory comes before the engine's arena takes the rest). cuda needs
- * bf16.enabled (working dtype bf16). Returns 0 or -1 with a message in @err.
+ * bf16.enabled (working dtype bf16). @streamed (cpu only; ignored on cuda):
+ * the model holds no full-model weights or gradients: each layer group's
+ * working weights are fetched and cast into an fp32 scratch as the group
+ * begins, and each tensor's gradient of every micro-batch is handed over as
+ * its group ends (zo_engine_grad_accumulate, zo_engine_grad_ready in the
+ * last micro-batch) through a device ring of twice the largest tensor,
+ * reused from its start after zo_engine_grad_fence(). Returns 0 or -1 with
+ * a message in @err.
  */
-int train_model_create(const gpt_config *c, int max_batch, int recompute, zo_engine_t *eng, zo_device_t *dev,
-                       zo_param_t **params, train_model **out, char *err, size_t errlen);
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, zo_engine_t *eng,
+                       zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen);
 void train_model_destroy(train_model *m);
 
-/* train_model_zero_grad() - zero the gradients before a step's first micro-batch. */
+/* train_model_zero_grad() - zero the gradients before a step's first micro-batch (streamed: nothing to do). */
 int train_model_zero_grad(train_model *m);
 
 /*
  * train_model_forward() - mean cross-entropy of the batch (uint8 host arrays
  * [B*T]); synchronous. train_model_backward() - its gradients times
  * @loss_mult; @hand_over 1 in the last micro-batch of a step (gradients go
- * to the engine as their groups finish); returns when the backward has run.
+ * to the engine as their groups finish; streamed: every micro-batch's go,
+ * accumulated by the engine, made ready in the last); returns when the
+ * backward has run.
  */
 float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T);
 int train_model_backward(train_model *m, float loss_mult, int hand_over);

@@ -38,6 +38,10 @@ static void usage(FILE *f) {
           "                           auto: the GPU when one is visible and zo-train has CUDA compute, else host)\n"
           "  --activation-checkpointing on|off\n"
           "                           override train.activation_checkpointing (default: the config's value, else off)\n"
+          "  --model-memory streamed|resident\n"
+          "                           override train.model_memory: streamed holds one layer group's fp32 weights and\n"
+          "                           gradients at a time and hands every micro-batch's gradients to the engine;\n"
+          "                           resident holds the whole model in fp32 (cpu only; default: streamed)\n"
           "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
           "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
           "                           1 when not (with the key to change); nothing is allocated or trained\n"
@@ -111,7 +115,7 @@ static const struct option opts[] = {
     {"save-every", required_argument, 0, 'E'}, {"keep-last", required_argument, 0, 'K'},
     {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
     {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
-    {"grad-accum", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+    {"grad-accum", required_argument, 0, 'G'}, {"model-memory", required_argument, 0, 'm'}, {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
 static int parse_option(int c, const char *arg, train_opts *o) {
@@ -130,6 +134,7 @@ static int parse_option(int c, const char *arg, train_opts *o) {
     case 'D': o->device_override = arg; break;
     case 'y': o->dry_run = 1; break;
     case 'A': o->ckpt_override = arg; break;
+    case 'm': o->memory_override = arg; break;
     case 'v': o->save_root = arg; break;
     case 'E': if (parse_i64("--save-every", arg, 1, INT64_MAX, &o->save_every)) return 2; break;
     case 'K': if (parse_i64("--keep-last", arg, 0, INT_MAX, &o->keep_last)) return 2; break;
@@ -231,6 +236,11 @@ int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_con
     if (strcmp(o->ckpt_override, "on") && strcmp(o->ckpt_override, "off"))
       return train_die("--activation-checkpointing: expected on or off, got '%s'%s", o->ckpt_override, "");
     ts->activation_checkpointing = !strcmp(o->ckpt_override, "on");
+  }
+  if (o->memory_override) {
+    if (strcmp(o->memory_override, "streamed") && strcmp(o->memory_override, "resident"))
+      return train_die("--model-memory: expected streamed or resident, got '%s'%s", o->memory_override, "");
+    ts->model_streamed = !strcmp(o->memory_override, "streamed");
   }
   return override_config(o, cfg);
 }

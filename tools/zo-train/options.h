@@ -16,7 +16,7 @@
 typedef struct train_opts {
   const char *config_path, *data_override, *log_json, *offload_override, *nvme_override;
   int64_t steps_override, seed_override, threads, limit_override;
-  const char *param_override, *device_override, *ckpt_override;
+  const char *param_override, *device_override, *ckpt_override, *memory_override;
   int do_sample, dry_run;
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;

@@ -25,6 +25,7 @@ void train_settings_defaults(train_settings *ts) {
   ts->val_windows = 64;
   ts->sample_bytes = 240;
   ts->temperature = 0.8;
+  ts->model_streamed = 1;
 }
 
 typedef struct {
@@ -188,7 +189,7 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
   if (brc) goto out;
   if (t) {
     static const char *const keys[] = {"steps", "seed", "val_windows", "sample_bytes", "temperature",
-                                       "activation_checkpointing", NULL};
+                                       "activation_checkpointing", "model_memory", NULL};
     int64_t v;
     if (check_keys(&c, t, "train", keys)) goto out;
     if (get_int(&c, t, "train", "steps", 1, INT64_MAX / 2, &ts->steps)) goto out;
@@ -208,6 +209,14 @@ int train_settings_load(const char *path, train_settings *ts, char *err, size_t 
       goto out;
     }
     if (ac) ts->activation_checkpointing = json_is_true(ac);
+    json_t *mm = json_object_get(t, "model_memory");
+    if (mm && (!json_is_string(mm) || (strcmp(json_string_value(mm), "streamed") &&
+                                       strcmp(json_string_value(mm), "resident")))) {
+      fail(&c, "train.model_memory", "expected \"streamed\" or \"resident\", got ",
+           json_is_string(mm) ? json_string_value(mm) : type_name(mm));
+      goto out;
+    }
+    if (mm) ts->model_streamed = !strcmp(json_string_value(mm), "streamed");
   }
   rc = 0;
 out:

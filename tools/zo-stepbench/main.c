@@ -192,6 +192,18 @@ static void measure_link(bench *b) {
   linkbench_print(stdout, "", &b->lim);
 }
 
+/* One disk baseline run (@which 0 before the steps, 1 after) of @bytes, printed. */
+static void baseline_run(const opts *o, bench *b, int which, uint64_t bytes) {
+  const char *when = which ? "after" : "before";
+  fflush(stdout);
+  baseline *r = &b->base_runs[which];
+  if (run_baseline(o->nvme_path, bytes, (size_t)b->cfg.aio.block_size, (unsigned)b->cfg.aio.queue_depth, r))
+    fprintf(stderr, "zo-stepbench: baseline (%s) failed\n", when);
+  else
+    printf("baseline (%s): read %.3f GB/s, write %.3f GB/s, read+write %.3f GB/s\n", when, r->read_gbps,
+           r->write_gbps, r->gbps);
+}
+
 /* Disk baseline, first run: before the engine touches the disk (quiet device), on the estimated swap size; the
  * second run follows the steps on the exact size. The better of the two is the limit (DESIGN.md section 5: the
  * best a plain O_DIRECT loop reaches on the same path). */
@@ -202,13 +214,7 @@ static void baseline_before(const opts *o, bench *b) {
   uint64_t est = (o->oopt == ZO_OFFLOAD_NVME ? N * 12 : 0) + (o->oparam == ZO_OFFLOAD_NVME ? N * b->wsz : 0);
   printf("baseline (before): io_uring O_DIRECT, %" PRIu64 " bytes, block %lld B, qd %lld, on %s ...\n", est,
          (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth, o->nvme_path);
-  fflush(stdout);
-  baseline *r = &b->base_runs[0];
-  if (run_baseline(o->nvme_path, est, (size_t)b->cfg.aio.block_size, (unsigned)b->cfg.aio.queue_depth, r))
-    fprintf(stderr, "zo-stepbench: baseline (before) failed\n");
-  else
-    printf("baseline (before): read %.3f GB/s, write %.3f GB/s, read+write %.3f GB/s\n", r->read_gbps,
-           r->write_gbps, r->gbps);
+  baseline_run(o, b, 0, est);
 }
 
 /* The gradient buffer on the device, the engine finalized, every layer's initial weights loaded and the one
@@ -353,13 +359,7 @@ static void baseline_after(const opts *o, bench *b) {
   if (!b->want_base) return;
   const uint64_t base_size = b->mend.nvme_bytes ? b->mend.nvme_bytes : b->base_runs[0].bytes;
   printf("baseline (after): io_uring O_DIRECT, %" PRIu64 " bytes ...\n", base_size);
-  fflush(stdout);
-  baseline *r = &b->base_runs[1];
-  if (run_baseline(o->nvme_path, base_size, (size_t)b->cfg.aio.block_size, (unsigned)b->cfg.aio.queue_depth, r))
-    fprintf(stderr, "zo-stepbench: baseline (after) failed\n");
-  else
-    printf("baseline (after): read %.3f GB/s, write %.3f GB/s, read+write %.3f GB/s\n", r->read_gbps,
-           r->write_gbps, r->gbps);
+  baseline_run(o, b, 1, base_size);
   b->base = b->base_runs[1].gbps > b->base_runs[0].gbps ? b->base_runs[1] : b->base_runs[0];
   if (!b->base.ok) fprintf(stderr, "zo-stepbench: no baseline; disk ratio not reported\n");
 }

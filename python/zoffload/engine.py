@@ -37,18 +37,19 @@ def _read_config(config):
 _SAME_AS_CONFIG = ("lr", "betas", "eps")  # group keys the engine takes from the config only
 
 
-def _param_groups(model, model_parameters, config):
+def _param_groups(model, model_parameters, head):
     """The (name, parameter) pairs to train, in the model's order, and {id(parameter): weight_decay} for those
     whose group sets one. @model_parameters as torch optimizers and deepspeed.initialize take it: None (every
     parameter that requires grad), an iterable of parameters, or of dicts (parameter groups) with "params" and
-    optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the config's optimizer params (the
-    engine runs one schedule), and any other key is refused by name."""
+    optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the resolved config's optimizer params
+    (@head, _lib.ConfigHead: the engine runs one schedule), and any other key is refused by name."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if model_parameters is None:
         return named, {}
     items = list(model_parameters)
     groups = items if items and isinstance(items[0], dict) else [{"params": items}]
-    opt = (config.get("optimizer") or {}).get("params") or {}
+    o = head.optimizer
+    opt = {"lr": o.lr, "betas": [o.beta1, o.beta2], "eps": o.eps}
     names = {id(p): n for n, p in model.named_parameters()}
     chosen, decay = set(), {}
     for gi, g in enumerate(groups):
@@ -87,16 +88,7 @@ class Engine:
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
         text, name, self.config = _read or _read_config(config)  # initialize() has read it already
-        self.params, decay = _param_groups(model, model_parameters, self.config)
-        self.shapes = [p.shape for _, p in self.params]
         self.place = _device.placement(model, device)
-        for n, p in self.params:
-            if not self.place.cuda and p.dtype != torch.float32:
-                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
-                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
-            if not p.is_floating_point():
-                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
-                                % (n, p.dtype))
         zcfg = self.config.get("zoffload", {})
         if self.place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
             # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
@@ -114,7 +106,19 @@ class Engine:
         raw = text.encode()
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
                    "zoffload.initialize: config")
-        self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
+        # Every setting this class uses comes from the resolved config, as the library parsed it (defaults filled
+        # in, gradient_accumulation_steps derived from train_batch_size / micro batch / ranks), not from the JSON.
+        self.resolved = head = _lib.config_head(cfg)
+        self.gas = int(head.gradient_accumulation_steps)
+        self.params, decay = _param_groups(model, model_parameters, head)
+        self.shapes = [p.shape for _, p in self.params]
+        for n, p in self.params:
+            if not self.place.cuda and p.dtype != torch.float32:
+                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
+                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
+            if not p.is_floating_point():
+                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
+                                % (n, p.dtype))
         self.dev = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_device_create(self.place.kind, self.place.ordinal, 0, ctypes.byref(self.dev)),
                    "zo_device_create(%s)" % self.place.device)
@@ -200,12 +204,11 @@ class Engine:
     def backward(self, loss):
         """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); in the last
         micro-step of an accumulation, each gradient goes to the engine as soon as it is final."""
-        self._boundary = (self.micro_steps + 1) % self.gas == 0
+        self._boundary = self.is_gradient_accumulation_boundary()
         try:
             (loss * (self.loss_scale / self.gas)).backward()
         finally:
             self._boundary = False
-        self.micro_steps += 1
 
     def _hand_over(self, i):
         n, p = self.params[i]
@@ -246,7 +249,10 @@ class Engine:
         return bool(self.last_info) and not self.last_info["skipped"]
 
     def is_gradient_accumulation_boundary(self):
-        return self.micro_steps % self.gas == 0
+        """True in the last micro-step of each optimizer step (gradient_accumulation_steps of the resolved
+        config), from its forward until its step() returns, as DeepSpeed's engine: (micro_steps + 1) % gas == 0,
+        micro_steps counting the step() calls so far."""
+        return (self.micro_steps + 1) % self.gas == 0
 
     def step(self):
         """At an accumulation boundary: every gradient to the engine (in the gradient dtype of the config, as the
@@ -254,6 +260,7 @@ class Engine:
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries."""
         if not self.is_gradient_accumulation_boundary():
+            self.micro_steps += 1
             return None
         with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
@@ -266,6 +273,7 @@ class Engine:
             self._after_step()
         for _, p in self.params:
             p.grad = None
+        self.micro_steps += 1
         self.global_steps += 1
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
         self.applied_steps = info.step

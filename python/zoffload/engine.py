@@ -5,8 +5,9 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
     engine = zoffload.initialize(model=model, config="ds_config.json")   # or a dict
     for batch in data:
         loss = engine(batch)          # the model's forward
-        engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
-        engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
+        engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward;
+                                      # each gradient goes to the engine from its hook and .grad is freed
+        engine.step()                 # every micro-step; at an accumulation boundary Adam, weights back
 
 ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters), on one rank or on the ranks an
 MPI launcher started, checkpoints (save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). CPU
@@ -303,8 +304,8 @@ class Engine:
         return (self.micro_steps + 1) % self.gas == 0
 
     def step(self):
-        """At an accumulation boundary: every gradient to the engine (in the gradient dtype of the config, as the
-        model's working precision), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
+        """Call after every backward(). At an accumulation boundary: the gradients backward did not hand over to
+        the engine (zeros for a parameter without one; a .grad made outside backward()), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries."""
         if not self.is_gradient_accumulation_boundary():

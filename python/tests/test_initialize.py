@@ -253,8 +253,9 @@ def test_stage3_activation_checkpointing(reentrant):
 
 
 def test_gradient_accumulation():
-    """gradient_accumulation_steps 2: step() is a no-op between boundaries, gradients reach the engine only in the
-    boundary micro-step, and 10 optimizer steps match torch fed the same two half-weighted micro-batches."""
+    """gradient_accumulation_steps 2: step() is a no-op between boundaries, every gradient reaches the engine from
+    its hook in each micro-step (grad_accumulate, then grad_ready at the boundary), and 10 optimizer steps match
+    torch fed the same two half-weighted micro-batches."""
     cfg = config()
     cfg["gradient_accumulation_steps"] = 2
     torch.manual_seed(1337)
@@ -277,6 +278,7 @@ def test_gradient_accumulation():
             opt.zero_grad(set_to_none=True)
     assert engine.global_steps == 10
     assert engine.handed_in_backward == 10 * len(engine.params)
+    assert engine.accumulated_in_backward == 10 * len(engine.params)
     num = sum((p - q).abs().sum().item() for p, q in zip(model.parameters(), ref.parameters()))
     den = sum(q.abs().sum().item() for q in ref.parameters())
     assert num / den <= 1e-4, num / den
@@ -394,7 +396,7 @@ def test_allocators_import_order_and_same_training(tmp_path):
 
 def test_stage3_gradient_accumulation():
     """gradient_accumulation_steps 2 at stage 3: between boundaries the parameters are released after each
-    micro-step while their .grad accumulates; 8 optimizer steps give stage 2's losses and masters bit for bit."""
+    micro-step, their gradients accumulated in the engine; 8 optimizer steps give stage 2's losses and masters bit for bit."""
     def run(stage):
         torch.manual_seed(1337)
         model = GPT(layers=1)

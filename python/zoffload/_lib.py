@@ -158,11 +158,30 @@ class EngineMem(ctypes.Structure):  # zoffload/engine.h zo_engine_mem
                [(k, ctypes.c_size_t) for k in ("param_bytes", "grad_bytes", "state_bytes", "comm_bytes")]
 
 
+class ConfigOptimizer(ctypes.Structure):  # zo_config_t.optimizer
+    _fields_ = [("type", ctypes.c_int), ("adam_w_mode", ctypes.c_int), ("lr", ctypes.c_double),
+                ("beta1", ctypes.c_double), ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("bias_correction", ctypes.c_int)]
+
+
+class ConfigHead(ctypes.Structure):
+    """The leading fields of zo_config_t (zoffload/config.h), field for field in its order: the values of the
+    resolved config the package uses (gradient_accumulation_steps as the library derived it from the batch sizes,
+    the optimizer's hyperparameters with their defaults), never re-read from the JSON. A prefix only: view a
+    zo_config_sizeof() buffer that zo_config_parse() filled (config_head()); test_initialize.py compares every
+    field with zo_config_describe()'s text."""
+    _fields_ = [("train_batch_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
+                ("gradient_accumulation_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
+                ("grad_accum_dtype", ctypes.c_int), ("steps_per_print", ctypes.c_int64),
+                ("optimizer", ConfigOptimizer)]
+
+
 _vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 for _name, _res, _args in (
         ("zo_config_sizeof", _sz, []),
         ("zo_config_parse", _i, [ctypes.c_char_p, _sz, ctypes.c_char_p, ctypes.POINTER(ConfigOpts), _vp]),
         ("zo_config_lr_at", ctypes.c_double, [_vp, ctypes.c_int64]),
+        ("zo_config_describe", _sz, [_vp, ctypes.c_char_p, _sz]),
         ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),
@@ -182,6 +201,9 @@ for _name, _res, _args in (
         ("zo_engine_fetch", _i, [_vp, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_i)]),
         ("zo_engine_release", _i, [_vp, _vp]),
         ("zo_engine_grad_ready", _i, [_vp, _vp, _vp, _i]),
+        ("zo_engine_grad_accumulate", _i, [_vp, _vp, _vp, _i]),
+        ("zo_engine_grad_fence", _i, [_vp, _vp]),
+        ("zo_engine_grad_accum_dtype", _i, [_vp]),
         ("zo_engine_step", _i, [_vp, ctypes.POINTER(StepInfo)]),
         ("zo_engine_synchronize", _i, [_vp]),
         ("zo_engine_loss_scale", ctypes.c_double, [_vp]),
@@ -196,6 +218,15 @@ for _name, _res, _args in (
     _f.restype, _f.argtypes = _res, _args
 
 COPY_H2D, COPY_D2H = 0, 1
+
+
+def config_head(buf):
+    """The ConfigHead view of @buf, a ctypes buffer of zo_config_sizeof() bytes that zo_config_parse() filled."""
+    if ctypes.sizeof(ConfigHead) > len(buf):
+        raise RuntimeError("zoffload: zo_config_t is %d bytes in %s, shorter than the %d its leading fields take "
+                          "here: the package and the library do not match" % (len(buf), path,
+                                                                              ctypes.sizeof(ConfigHead)))
+    return ConfigHead.from_buffer(buf)
 
 
 # zo_save_opts.on_removed(path, leftover, user): each checkpoint keep_last removed, each leftover of a killed save

@@ -5,8 +5,9 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
     engine = zoffload.initialize(model=model, config="ds_config.json")   # or a dict
     for batch in data:
         loss = engine(batch)          # the model's forward
-        engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward
-        engine.step()                 # at an accumulation boundary: gradients to the engine, Adam, weights back
+        engine.backward(loss)         # loss x loss scale (fp16) / gradient accumulation steps, then backward;
+                                      # each gradient goes to the engine from its hook and .grad is freed
+        engine.step()                 # every micro-step; at an accumulation boundary Adam, weights back
 
 ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters), on one rank or on the ranks an
 MPI launcher started, checkpoints (save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). CPU
@@ -37,18 +38,19 @@ def _read_config(config):
 _SAME_AS_CONFIG = ("lr", "betas", "eps")  # group keys the engine takes from the config only
 
 
-def _param_groups(model, model_parameters, config):
+def _param_groups(model, model_parameters, head):
     """The (name, parameter) pairs to train, in the model's order, and {id(parameter): weight_decay} for those
     whose group sets one. @model_parameters as torch optimizers and deepspeed.initialize take it: None (every
     parameter that requires grad), an iterable of parameters, or of dicts (parameter groups) with "params" and
-    optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the config's optimizer params (the
-    engine runs one schedule), and any other key is refused by name."""
+    optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the resolved config's optimizer params
+    (@head, _lib.ConfigHead: the engine runs one schedule), and any other key is refused by name."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if model_parameters is None:
         return named, {}
     items = list(model_parameters)
     groups = items if items and isinstance(items[0], dict) else [{"params": items}]
-    opt = (config.get("optimizer") or {}).get("params") or {}
+    o = head.optimizer
+    opt = {"lr": o.lr, "betas": [o.beta1, o.beta2], "eps": o.eps}
     names = {id(p): n for n, p in model.named_parameters()}
     chosen, decay = set(), {}
     for gi, g in enumerate(groups):
@@ -87,16 +89,7 @@ class Engine:
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
         text, name, self.config = _read or _read_config(config)  # initialize() has read it already
-        self.params, decay = _param_groups(model, model_parameters, self.config)
-        self.shapes = [p.shape for _, p in self.params]
         self.place = _device.placement(model, device)
-        for n, p in self.params:
-            if not self.place.cuda and p.dtype != torch.float32:
-                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
-                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
-            if not p.is_floating_point():
-                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
-                                % (n, p.dtype))
         zcfg = self.config.get("zoffload", {})
         if self.place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
             # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
@@ -114,7 +107,19 @@ class Engine:
         raw = text.encode()
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
                    "zoffload.initialize: config")
-        self.gas = int(self.config.get("gradient_accumulation_steps", 1) or 1)
+        # Every setting this class uses comes from the resolved config, as the library parsed it (defaults filled
+        # in, gradient_accumulation_steps derived from train_batch_size / micro batch / ranks), not from the JSON.
+        self.resolved = head = _lib.config_head(cfg)
+        self.gas = int(head.gradient_accumulation_steps)
+        self.params, decay = _param_groups(model, model_parameters, head)
+        self.shapes = [p.shape for _, p in self.params]
+        for n, p in self.params:
+            if not self.place.cuda and p.dtype != torch.float32:
+                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
+                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
+            if not p.is_floating_point():
+                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
+                                % (n, p.dtype))
         self.dev = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_device_create(self.place.kind, self.place.ordinal, 0, ctypes.byref(self.dev)),
                    "zo_device_create(%s)" % self.place.device)
@@ -123,8 +128,14 @@ class Engine:
         self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
-        self.handles, self.gbufs = [], []
+        self.handles = []
+        # The dtype each gradient is handed over in: the working precision (zo_engine_grad_dtype()), or fp32 when
+        # micro-batches are accumulated and the model computes in fp32 (the engine sums fp32 then, so the sum
+        # of the micro-batches rounds as one larger batch would).
+        self.f32_ok = self.gas > 1
         gsz = torch.tensor([], dtype=_DT[self.gdtype]).element_size()
+        if self.f32_ok:
+            gsz = max(gsz, 4)
         for n, p in self.params:
             h = ctypes.c_void_p()
             _lib.check(_lib.lib.zo_engine_register_param(self.eng, n.encode(), p.numel(), ctypes.byref(h)),
@@ -136,18 +147,22 @@ class Engine:
                 _lib.check(_lib.lib.zo_engine_set_param_weight_decay(self.eng, h, decay[id(p)]),
                            "weight_decay of '%s'" % n)
             self.handles.append(h)
-            if not self.place.cuda:  # the gradient's hand-over buffer in the host device's memory
-                buf = ctypes.c_void_p()
-                _lib.check(_lib.lib.zo_device_malloc(self.dev, p.numel() * gsz, ctypes.byref(buf)),
-                           "gradient buffer")
-                self.gbufs.append(buf)
+        # CPU models: gradients reach the engine through a ring in the host device's memory, twice the largest
+        # tensor in the hand-over dtype (each slot 64-byte aligned), reused from its start after a
+        # zo_engine_grad_fence(); torch's .grad is freed as soon as it is copied in.
+        self.ring, self.ring_bytes, self.ring_at = ctypes.c_void_p(), 0, 0
+        if not self.place.cuda and self.params:
+            self.ring_bytes = 2 * (max(p.numel() for _, p in self.params) * gsz + 64)
+            _lib.check(_lib.lib.zo_device_malloc(self.dev, self.ring_bytes, ctypes.byref(self.ring)),
+                       "gradient ring (%d bytes)" % self.ring_bytes)
         _lib.check(_lib.lib.zo_engine_finalize(self.eng), "zo_engine_finalize")
         with torch.no_grad():
             for (n, p), h in zip(self.params, self.handles):
                 src = p.detach().to(device="cpu", dtype=torch.float32).contiguous()  # one tensor at a time
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
         self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
-        self._gkeep = []  # CUDA: gradients handed over, alive until zo_engine_step() returns
+        self._gkeep, self._gkeep_bytes = [], 0  # CUDA: gradients handed over, alive until a fence
+        self._keep_cap = 2 * max([s.numel() for s in self.shapes] + [0]) * 4  # CUDA: kept bytes before a fence
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")  # not part of any step's fetch order
         self._write_back()
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
@@ -157,14 +172,18 @@ class Engine:
         self.global_steps = 0
         self.last_info = None
         self.applied_steps = 0  # optimizer steps applied (fp16 overflow skips not counted), as the engine counts
-        # Gradients go to the engine as backward produces them (in the boundary micro-step), so Adam on the CPU
-        # overlaps the rest of backward: torch's post-accumulate-grad hook (torch >= 2.1), else a hook on each
-        # parameter's AccumulateGrad node (what DeepSpeed does on older torch).
+        # Gradients go to the engine as backward produces them, in every micro-step (zo_engine_grad_accumulate
+        # before the boundary, zo_engine_grad_ready in it, so Adam on the CPU overlaps the rest of the boundary's
+        # backward), and each .grad is freed once handed over: backward never holds a full set of gradients.
+        # torch's post-accumulate-grad hook (torch >= 2.1), else a hook on each parameter's AccumulateGrad node
+        # (what DeepSpeed does on older torch).
+        self._in_backward = False  # inside engine.backward(): the hooks hand gradients over
         self._boundary = False
-        self._handed = [False] * len(self.params)
+        self._handed = [False] * len(self.params)  # zo_engine_grad_ready() made in this optimizer step
         self.hooks = []
         self._keep_nodes = []  # torch < 2.1: the AccumulateGrad nodes the hooks hang on
-        self.handed_in_backward = 0
+        self.handed_in_backward = 0  # zo_engine_grad_ready() calls from the hooks
+        self.accumulated_in_backward = 0  # zo_engine_grad_accumulate() calls from the hooks
         for i, (_, p) in enumerate(self.params):
             if hasattr(p, "register_post_accumulate_grad_hook"):
                 self.hooks.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._on_grad(i)))
@@ -198,39 +217,72 @@ class Engine:
         return _lib.lib.zo_engine_loss_scale(self.eng)
 
     def backward(self, loss):
-        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); in the last
-        micro-step of an accumulation, each gradient goes to the engine as soon as it is final."""
-        self._boundary = (self.micro_steps + 1) % self.gas == 0
+        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); each parameter's
+        gradient goes to the engine as soon as backward has accumulated it (zo_engine_grad_accumulate, or
+        zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
+        after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse."""
+        self._boundary = self.is_gradient_accumulation_boundary()
+        self._in_backward = True
         try:
             (loss * (self.loss_scale / self.gas)).backward()
         finally:
-            self._boundary = False
-        self.micro_steps += 1
+            self._in_backward = self._boundary = False
+            self._fence()
 
-    def _hand_over(self, i):
+    def _fence(self):
+        """zo_engine_grad_fence(): the gradients handed over so far are read; the ring and torch's memory of the
+        kept gradients are free again (on the GPU: for work queued on torch's stream from here on)."""
+        if self.place.cuda:
+            with self.place.ordered():
+                _lib.check(_lib.lib.zo_engine_grad_fence(self.eng, self.place.zstream), "zo_engine_grad_fence")
+        else:
+            _lib.check(_lib.lib.zo_engine_grad_fence(self.eng, None), "zo_engine_grad_fence")
+        self._gkeep, self._gkeep_bytes, self.ring_at = [], 0, 0
+
+    def _hand_over(self, i, last=True):
+        """Parameter @i's .grad (zeros when it has none) to the engine: zo_engine_grad_ready() when @last, else
+        zo_engine_grad_accumulate(); in fp32 when accumulation is on and the gradient is fp32, else in the working
+        dtype. The .grad is set to None: the engine has its copy, or (CUDA) the tensor is kept until a fence."""
         n, p = self.params[i]
-        h, gdt = self.handles[i], _DT[self.gdtype]
-        g = p.grad if p.grad is not None else torch.zeros(self.shapes[i], dtype=gdt, device=self.place.device)
-        g = g.detach().to(gdt).contiguous()
+        h = self.handles[i]
+        g = p.grad if p.grad is not None else torch.zeros(self.shapes[i], dtype=_DT[self.gdtype],
+                                                          device=self.place.device)
+        code = _lib.DTYPE_F32 if self.f32_ok and g.dtype == torch.float32 else self.gdtype
+        g = g.detach().to(_DT[code]).contiguous()
+        call, what = ((_lib.lib.zo_engine_grad_ready, "grad_ready") if last else
+                      (_lib.lib.zo_engine_grad_accumulate, "grad_accumulate"))
+        nbytes = g.numel() * g.element_size()
         if self.place.cuda:
             # The engine copies this rank's shard out of torch's memory on its copy stream, after the work queued
-            # on the compute stream so far; torch must not reuse the memory before zo_engine_step() returns.
+            # on the compute stream so far; torch must not reuse the memory before a fence: kept until then,
+            # and fenced when twice the largest gradient is held (backward's end fences the rest).
+            if self._gkeep and self._gkeep_bytes + nbytes > self._keep_cap:
+                self._fence()
             self._gkeep.append(g)
+            self._gkeep_bytes += nbytes
             with self.place.ordered():
-                _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, g.data_ptr(), self.gdtype),
-                           "grad_ready '%s'" % n)
+                _lib.check(call(self.eng, h, g.data_ptr(), code), "%s '%s'" % (what, n))
         else:
-            buf = self.gbufs[i]
-            _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), g.numel() * g.element_size(),
-                                          _lib.COPY_H2D), "gradient of '%s'" % n)
-            _lib.check(_lib.lib.zo_engine_grad_ready(self.eng, h, buf, self.gdtype), "grad_ready '%s'" % n)
-        self._handed[i] = True
+            if self.ring_at + nbytes > self.ring_bytes:
+                self._fence()
+            buf = self.ring.value + self.ring_at
+            self.ring_at += (nbytes + 63) // 64 * 64
+            _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), nbytes, _lib.COPY_H2D),
+                       "gradient of '%s'" % n)
+            _lib.check(call(self.eng, h, buf, code), "%s '%s'" % (what, n))
+        p.grad = None
+        if last:
+            self._handed[i] = True
 
     def _on_grad(self, i):
-        if self._boundary and not self._handed[i]:
-            with torch.no_grad():
-                self._hand_over(i)
+        if not self._in_backward or self._handed[i]:
+            return  # outside engine.backward() .grad accumulates as torch does; step() hands it over
+        with torch.no_grad():
+            self._hand_over(i, last=self._boundary)
+        if self._boundary:
             self.handed_in_backward += 1
+        else:
+            self.accumulated_in_backward += 1
 
     def get_lr(self):
         """[the learning rate the next optimizer step applies] (the config's schedule as DeepSpeed runs it: skipped
@@ -246,14 +298,18 @@ class Engine:
         return bool(self.last_info) and not self.last_info["skipped"]
 
     def is_gradient_accumulation_boundary(self):
-        return self.micro_steps % self.gas == 0
+        """True in the last micro-step of each optimizer step (gradient_accumulation_steps of the resolved
+        config), from its forward until its step() returns, as DeepSpeed's engine: (micro_steps + 1) % gas == 0,
+        micro_steps counting the step() calls so far."""
+        return (self.micro_steps + 1) % self.gas == 0
 
     def step(self):
-        """At an accumulation boundary: every gradient to the engine (in the gradient dtype of the config, as the
-        model's working precision), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
+        """Call after every backward(). At an accumulation boundary: the gradients backward did not hand over to
+        the engine (zeros for a parameter without one; a .grad made outside backward()), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries."""
         if not self.is_gradient_accumulation_boundary():
+            self.micro_steps += 1
             return None
         with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
@@ -262,10 +318,11 @@ class Engine:
             self._handed = [False] * len(self.params)
             info = _lib.StepInfo()
             _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
-            self._gkeep = []  # every gradient copy has landed
+            self._gkeep, self._gkeep_bytes, self.ring_at = [], 0, 0  # every gradient copy has landed
             self._after_step()
         for _, p in self.params:
             p.grad = None
+        self.micro_steps += 1
         self.global_steps += 1
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
         self.applied_steps = info.step
@@ -399,9 +456,9 @@ class Engine:
         if getattr(self, "place", None):
             self.place.close()
         if getattr(self, "dev", None):
-            for b in getattr(self, "gbufs", []):
-                _lib.lib.zo_device_free(self.dev, b)
-            self.gbufs = []
+            if getattr(self, "ring", None) and self.ring.value:
+                _lib.lib.zo_device_free(self.dev, self.ring)
+                self.ring = ctypes.c_void_p()
             _lib.lib.zo_device_destroy(self.dev)
             self.dev = None
         if getattr(self, "comm", None):

@@ -8,8 +8,8 @@ offload_param names (cpu or nvme) and fetches them along its recorded trace, pre
     GPU in the working dtype, copied on torch's current stream);
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
-  - the parameter's gradient hook (after accumulation): hand the gradient over (in the boundary micro-step) and
-    release the parameter;
+  - the parameter's gradient hook (after accumulation): hand the gradient over (in every micro-step: accumulate
+    before the boundary, ready in it; .grad freed) and release the parameter;
   - the root module's pre/post hooks: a pass outside training (torch.no_grad(), or model.eval()) runs with the
     engine's trace off, so evaluation between steps neither breaks nor replaces the training steps' prefetch order;
     and a pass that raised (its post-hooks never ran) has its fetches released when the next one begins.
@@ -149,7 +149,7 @@ class Stage3Engine(Engine):
                 self._fetch(i)
 
     def _on_grad(self, i):
-        super()._on_grad(i)  # the hand-over, in the boundary micro-step
+        super()._on_grad(i)  # the hand-over (grad_accumulate, or grad_ready in the boundary micro-step)
         if self.bwd[i]:
             self.bwd[i] = False
             self._release(i)

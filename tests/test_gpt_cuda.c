@@ -2,7 +2,8 @@
  * test_gpt_cuda.c - zo-train's CUDA model (gpt_cuda.h) against the CPU model
  * (gpt.h) on the same bf16-rounded weights: loss, every parameter gradient
  * (relative L2 per tensor, printed as a table), bitwise determinism run to
- * run and with recompute on/off, hook order and abort, a 50304-token vocab,
+ * run and with recompute on/off, hook order and abort, per-pass gradients in
+ * per-group scratches zeroed at each backward begin(g), a 50304-token vocab,
  * sampling, and gpt_cuda_device_bytes() against cudaMemGetInfo. Needs a GPU:
  * exit 77 without one. Not a speed test.
  */
@@ -377,6 +378,106 @@ static void test_small(void) {
   set_free(&s);
 }
 
+/* ---------------- per-pass gradients (zo-train's streamed mode) ---------------- */
+
+/* What zo-train's model.c does with train.model_memory "streamed": group 0's own bf16 scratch, blocks and ln_f
+ * alternating between two of the largest group, each tensor 256-byte aligned; at backward begin(g) the group's
+ * scratch is zeroed on the model's stream and bound, at end(g) each tensor is copied out on the stream (here into
+ * s->dg, standing in for the engine's hand-over). */
+typedef struct pass_hook {
+  model_set *s;
+  gpt_cuda *g;
+  char *scr[3];
+  size_t *off; /* [np] byte offset in its group's scratch */
+} pass_hook;
+
+static size_t group_scratch_bytes(model_set *s, int group, size_t *off) {
+  int first, count;
+  gpt_group_params(&s->c, group, &first, &count);
+  size_t b = 0;
+  for (int i = first; i < first + count; i++) {
+    if (off) off[i] = b;
+    b += (s->specs[i].n_elems * 2 + 255) / 256 * 256;
+  }
+  return b;
+}
+
+static int pass_hook_fn(void *user, int phase, int group, int end) {
+  pass_hook *h = user;
+  int first, count;
+  gpt_group_params(&h->s->c, group, &first, &count);
+  cudaStream_t st = (cudaStream_t)gpt_cuda_stream(h->g);
+  char *scr = h->scr[group == 0 ? 0 : 1 + group % 2];
+  if (!end) {
+    for (int i = first; i < first + count; i++) gpt_cuda_set_weight(h->g, i, h->s->dw[i]);
+    if (phase != GPT_HOOK_BACKWARD) return 0;
+    if (cudaMemsetAsync(scr, 0, group_scratch_bytes(h->s, group, NULL), st) != cudaSuccess) return 1;
+    for (int i = first; i < first + count; i++) gpt_cuda_set_grad(h->g, i, scr + h->off[i]);
+    return 0;
+  }
+  if (phase != GPT_HOOK_BACKWARD) return 0;
+  for (int i = first; i < first + count; i++)
+    if (cudaMemcpyAsync(h->s->dg[i], scr + h->off[i], h->s->specs[i].n_elems * 2, cudaMemcpyDeviceToDevice, st) !=
+        cudaSuccess)
+      return 1;
+  return 0;
+}
+
+/* Two micro-batches through per-group scratches zeroed at each backward begin(g): each pass's gradients equal, bit
+ * for bit, one backward onto zeroed whole-model gradients (cuda_step) of the same batch, so nothing of the first
+ * micro-batch is left in the second's. */
+static void test_per_pass(void) {
+  const gpt_config c = {.n_layer = 3, .n_head = 4, .d_model = 64, .seq_len = 32, .vocab = 256};
+  const int B = 2, T = 32;
+  model_set s;
+  set_init(&s, &c, 4321);
+  uint64_t r = 5;
+  uint8_t x[2][2 * 32], y[2][2 * 32];
+  for (int k = 0; k < 2; k++) {
+    random_tokens(x[k], sizeof x[k], c.vocab, &r);
+    random_tokens(y[k], sizeof y[k], c.vocab, &r);
+  }
+  uint16_t **want[2];
+  float lw[2];
+  for (int k = 0; k < 2; k++) lw[k] = cuda_step(&s, B, 1, x[k], y[k], B, T, &want[k]);
+  char err[512];
+  gpt_cuda *g = NULL;
+  pass_hook h = {.s = &s};
+  h.off = calloc((size_t)s.np, sizeof *h.off);
+  size_t gmax = 0;
+  for (int grp = 0; grp < gpt_num_groups(&c); grp++) {
+    const size_t b = group_scratch_bytes(&s, grp, h.off);
+    if (grp > 0 && b > gmax) gmax = b;
+  }
+  CUDA_OK(cudaMalloc((void **)&h.scr[0], group_scratch_bytes(&s, 0, NULL) + 2 * gmax));
+  h.scr[1] = h.scr[0] + group_scratch_bytes(&s, 0, NULL);
+  h.scr[2] = h.scr[1] + gmax;
+  if (gpt_cuda_create(&c, B, 1, NULL, &g, err, sizeof err) != 0) {
+    FAIL_AT("gpt_cuda_create: %s", err);
+  } else {
+    h.g = g;
+    gpt_cuda_set_hook(g, pass_hook_fn, &h);
+    for (int k = 0; k < 2; k++) {
+      zero_grads(&s); /* the copies out overwrite every tensor */
+      const float l = gpt_cuda_forward(g, x[k], y[k], B, T);
+      CHECK(memcmp(&l, &lw[k], sizeof l) == 0);
+      CHECK_EQ(gpt_cuda_backward(g, 1.0f), 0);
+      CUDA_OK(cudaStreamSynchronize((cudaStream_t)gpt_cuda_stream(g)));
+      uint16_t **got = fetch_grads(&s);
+      if (want[k]) bitwise_same_grads(&s, want[k], got, k ? "per-pass scratch, micro-batch 2" :
+                                                            "per-pass scratch, micro-batch 1");
+      free_grads(&s, got);
+    }
+    printf("per-pass gradient scratches (L=3, 2 micro-batches): losses %.6f %.6f\n", lw[0], lw[1]);
+    gpt_cuda_destroy(g);
+  }
+  cudaFree(h.scr[0]);
+  free(h.off);
+  for (int k = 0; k < 2; k++)
+    if (want[k]) free_grads(&s, want[k]);
+  set_free(&s);
+}
+
 /* GPT-2's padded vocab: the LM head, the fused cross-entropy and the wte gradient at V = 50304. */
 static void test_large_vocab(void) {
   const gpt_config c = {.n_layer = 1, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 50304};
@@ -443,6 +544,7 @@ int main(void) {
   }
   CUDA_OK(cudaFree(NULL)); /* create the context before any memory is measured */
   test_small();
+  test_per_pass();
   test_large_vocab();
   test_memory();
   return zo_test_finish("test_gpt_cuda");

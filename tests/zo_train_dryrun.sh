@@ -105,5 +105,47 @@ print(f"  N = {N} parameters")
 sys.exit(0 if ok else 1)
 EOF
 done
+# The CUDA model (train.model_memory streamed, the default) holds no whole-model gradient buffer: three bf16
+# scratches, group 0's (wte, wpe) and two of the largest layer group's, each tensor rounded up to 256 bytes. Its
+# caller bytes are the resident mode's (the whole model's bf16 gradients) less that difference, and the 10B presets'
+# device need stays under 32 GB (gpt-10b) and 16 GB (gpt-10b-infinity: parameters off the device).
+if [ $dev = cuda ]; then
+  for pl in gpt-10b:32000000000 gpt-10b-infinity:16000000000; do
+    preset=${pl%%:*} limit=${pl#*:}
+    for mm in streamed resident; do
+      "$zo" --config "$cfgdir/$preset.json" --dry-run --device cuda --model-memory $mm --nvme-path "$work" \
+        >"$work/out-$mm" 2>&1
+    done
+    echo "== $preset, cuda gradient scratches:"; grep -hE '^device +[0-9]' "$work/out-streamed" "$work/out-resident"
+    if ! "$py" - "$cfgdir/$preset.json" "$work/out-streamed" "$work/out-resident" "$limit" <<'EOF2'; then
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+L, C, T, V = m["n_layer"], m["d_model"], m["seq_len"], m["vocab"]
+block = [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+ru = lambda n: (2 * n + 255) // 256 * 256
+g0 = ru(V * C) + ru(T * C)
+gmax = max(sum(ru(n) for n in block), 2 * ru(C))
+full = 2 * (V * C + T * C + L * sum(block) + 2 * C)
+def dev(path):
+    for line in open(path):
+        f = line.split()
+        if len(f) > 4 and f[0] == "device" and f[1].isdigit():
+            return int(f[1]), int(f[3])
+    return None, None
+need, caller = dev(sys.argv[2])
+_, caller_res = dev(sys.argv[3])
+ok = need is not None and caller_res is not None
+if ok:
+    print(f"  need {need} (limit {sys.argv[4]}); caller resident - streamed {caller_res - caller}, "
+          f"arithmetic {full - g0 - 2 * gmax} (whole model {full}, scratches {g0} + 2 x {gmax})")
+    ok = need <= int(sys.argv[4]) and caller_res - caller == full - g0 - 2 * gmax
+if not ok:
+    print("FAIL: the cuda model's gradient bytes")
+sys.exit(0 if ok else 1)
+EOF2
+      failures=$((failures + 1))
+    fi
+  done
+fi
 [ $failures -eq 0 ] && echo "PASS" || echo "FAIL: $failures"
 [ $failures -eq 0 ]

@@ -109,9 +109,17 @@ void gpt_cuda_set_weight(gpt_cuda *m, int i, const void *w_bf16);
 
 /*
  * gpt_cuda_set_grad() - where backward ADDS dL/dw_i * loss_mult: bf16 device
- * memory of n_elems, caller-owned; the caller zeroes it (e.g.
- * cudaMemsetAsync on gpt_cuda_stream()) before the first micro-batch. Each
- * backward adds one fp32-accumulated, once-rounded term per tensor.
+ * memory of n_elems, caller-owned. Each backward adds one fp32-accumulated,
+ * once-rounded term per tensor (every tensor's gradient is written once per
+ * backward; wte's LM-head part is summed with its embedding part in fp32
+ * first). Two ways to use it: the caller zeroes it (e.g. cudaMemsetAsync on
+ * gpt_cuda_stream()) before a step's first micro-batch and the backwards sum
+ * the micro-batches in bf16; or the caller zeroes it on the stream at the
+ * hook's backward begin(g) of the tensor's group, so at end(g) it holds
+ * exactly this backward's gradient, in place to be copied out (zo-train's
+ * streamed mode: per-group scratches, rebound at every begin(g)). As with
+ * weights the pointer may change between calls and is read when the group's
+ * kernels are queued: set it by backward begin(g) (group 0: begin(0)).
  */
 void gpt_cuda_set_grad(gpt_cuda *m, int i, void *g_bf16);
 

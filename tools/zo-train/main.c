@@ -155,7 +155,9 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   }
   if (print) {
     printf("zo-train: start-up budget (bytes; caller = the model: %s):\n",
-           cuda ? "activations, workspaces and the bf16 gradient buffer on the device"
+           cuda ? (ts->model_streamed ? "activations, workspaces and bf16 gradient scratches on the device (group "
+                                        "0's and two of the largest layer group's)"
+                                      : "activations, workspaces and the bf16 gradient buffer on the device")
                 : ts->model_streamed ? "activations and one layer group's fp32 weights and gradients in host memory, "
                                          "a gradient ring of twice the largest tensor on the device"
                 : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");

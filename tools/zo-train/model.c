@@ -30,8 +30,17 @@ struct train_model {
   zo_param_t **params;      /* borrowed */
   gpt_param_spec *specs;
   int n_params;
-  void *dev_grads;          /* resident: every gradient in grad_dtype, tensor i at goff[i] elements (device) */
+  void *dev_grads;          /* resident: every gradient in grad_dtype, tensor i at goff[i] elements (device);
+                               cuda streamed: the three gradient scratches below, in one allocation */
   size_t *goff, grad_bytes;
+  /* streamed (cuda): no full-model gradient buffer; bf16 scratches on the device, each tensor 256-byte aligned at
+   * goff[i] elements in its group's scratch: gscr_dev[0] for group 0 (wte, wpe; live through each backward since
+   * wte is tied), gscr_dev[1 + g % 2] for group g >= 1 (blocks, ln_f: two of the largest group, so the engine's
+   * copy out of one overlaps the next group's backward). Each backward zeroes a group's scratch at its begin
+   * (after a stream-ordered zo_engine_grad_fence), the kernels add this micro-batch's gradient into it, and its
+   * end hands every tensor over from there (accumulate, or ready in the last micro-batch). */
+  int cuda_streamed;
+  char *gscr_dev[3];
   zo_dtype grad_dtype;
   /* streamed (cpu): no full-model buffer; fp32 scratch for group 0 ([0], live through each pass) and for the
    * group in flight ([1]), tensor i at soff[i] floats in its group's scratch; gradients go out tensor by tensor
@@ -68,6 +77,30 @@ static size_t train_model_ring_bytes(size_t largest, zo_dtype hand_dtype) {
   return 2 * ((b + 63) / 64 * 64);
 }
 
+/* The cuda streamed model's bf16 gradient scratch of group @g: its tensors back to back, each rounded up to 256
+ * bytes (cuBLAS sees the alignment of gpt_cuda_set_weight()'s contract). No overflow for a config that passes
+ * gpt_config_check() (at most 4 * 65536^2 elements a tensor, 12 tensors a group). */
+static size_t cuda_group_bytes(const gpt_config *c, const gpt_param_spec *specs, int g) {
+  int first, count;
+  gpt_group_params(c, g, &first, &count);
+  size_t b = 0;
+  for (int i = first; i < first + count; i++) b += (specs[i].n_elems * 2 + 255) / 256 * 256;
+  return b;
+}
+
+/* Its three scratches: group 0 and twice the largest other group (SIZE_MAX past size_t). */
+static size_t cuda_scratch_bytes(const gpt_config *c, const gpt_param_spec *specs, size_t *g0, size_t *gmax) {
+  size_t mx = 0, b;
+  for (int g = 1; g < gpt_num_groups(c); g++) {
+    const size_t n = cuda_group_bytes(c, specs, g);
+    mx = n > mx ? n : mx;
+  }
+  *g0 = cuda_group_bytes(c, specs, 0);
+  *gmax = mx;
+  if (mx > SIZE_MAX / 2 || __builtin_add_overflow(2 * mx, *g0, &b)) return SIZE_MAX;
+  return b;
+}
+
 zo_dtype train_model_hand_dtype(const zo_engine_t *eng) {
   return zo_engine_grad_accum_dtype(eng) == ZO_DTYPE_F32 ? ZO_DTYPE_F32 : zo_engine_grad_dtype(eng);
 }
@@ -100,15 +133,24 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
     app[ZO_TIER_HOST] = over ? SIZE_MAX : host;
     return 0;
   }
-  free(specs);
   if (!cuda) {
+    free(specs);
     app[ZO_TIER_HOST] = gpt_host_bytes(c, max_batch, recompute);
     return 0;
   }
 #if ZO_TRAIN_CUDA
-  app[ZO_TIER_DEVICE] += gpt_cuda_device_bytes(c, max_batch, recompute);
+  if (streamed) { /* three bf16 gradient scratches instead of the whole model's gradients */
+    size_t g0, gmax;
+    app[ZO_TIER_DEVICE] = cuda_scratch_bytes(c, specs, &g0, &gmax);
+  }
+  free(specs);
+  if (app[ZO_TIER_DEVICE] != SIZE_MAX &&
+      __builtin_add_overflow(app[ZO_TIER_DEVICE], gpt_cuda_device_bytes(c, max_batch, recompute),
+                             &app[ZO_TIER_DEVICE]))
+    app[ZO_TIER_DEVICE] = SIZE_MAX;
   return 0;
 #else
+  free(specs);
   return -1;
 #endif
 }
@@ -144,6 +186,52 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
   }
   return 0;
 }
+
+#if ZO_TRAIN_CUDA
+/* Streamed cuda, group @g's gradient scratch and its bytes (the group's own, not the largest). */
+static char *cuda_scratch(const train_model *m, int g, size_t *bytes) {
+  *bytes = cuda_group_bytes(&m->cfg, m->specs, g);
+  return m->gscr_dev[g == 0 ? 0 : 1 + g % 2];
+}
+
+/*
+ * Streamed cuda, one hook call. Begin: fetch and set each tensor's weights; in backward zero the group's scratch on
+ * the model's stream and bind the gradients into it. Group 0's scratch was last handed over in the previous
+ * backward: a fence at backward begin(0) orders the zeroing after those copies. A block's scratch (g % 2) was
+ * last handed over by group g + 2: the fence at end(g + 1), made before group g + 1 hands over, orders everything
+ * the stream queues afterwards (begin(g)'s zeroing, the backward of g) after the copies out of it, but not after
+ * those of g + 1, which overlap block g's backward. End: in backward hand each tensor over from the scratch (the
+ * engine's copy waits for the model's stream: zo_engine_set_compute_stream), then release.
+ */
+static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
+  int first, count;
+  gpt_group_params(&m->cfg, group, &first, &count);
+  size_t bytes;
+  char *scr = cuda_scratch(m, group, &bytes);
+  const int bwd = phase == GPT_HOOK_BACKWARD;
+  if (!end) {
+    if (bwd && group == 0 && zo_engine_grad_fence(m->eng, m->stream) != ZO_OK) return -1;
+    if (bwd && zo_memset_async(m->stream, scr, 0, bytes) != ZO_OK) return -1;
+    for (int i = first; i < first + count; i++) {
+      const void *w;
+      zo_dtype dt;
+      if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
+      gpt_cuda_set_weight(m->gpu, i, w); /* the engine's device copy, read when the kernels are queued */
+      if (bwd) gpt_cuda_set_grad(m->gpu, i, scr + m->goff[i] * 2);
+    }
+    return 0;
+  }
+  if (bwd && group >= 2 && zo_engine_grad_fence(m->eng, m->stream) != ZO_OK) return -1;
+  for (int i = first; i < first + count; i++) {
+    const void *g = scr + m->goff[i] * 2;
+    if (bwd && (m->hand_over ? zo_engine_grad_ready(m->eng, m->params[i], g, ZO_DTYPE_BF16)
+                             : zo_engine_grad_accumulate(m->eng, m->params[i], g, ZO_DTYPE_BF16)) != ZO_OK)
+      return -1;
+    if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
+  }
+  return 0;
+}
+#endif
 
 /* Streamed cpu, a group's begin: fetch each tensor, cast it into the group's fp32 scratch and lend it to the
  * model; in backward also lend the gradient scratch (the model zeroes and fills it). */
@@ -195,6 +283,13 @@ static int stream_end(train_model *m, int phase, int group) {
 
 static int on_layer(void *user, int phase, int group, int end) {
   train_model *m = user;
+#if ZO_TRAIN_CUDA
+  if (m->cuda_streamed) {
+    if (cuda_streamed_hook(m, phase, group, end) == 0) return 0;
+    m->failed = 1;
+    return -1;
+  }
+#endif
   int rc = !m->streamed ? hook_calls(m, phase, group, end)
            : end        ? stream_end(m, phase, group)
                         : stream_begin(m, phase, group);
@@ -253,6 +348,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   m->grad_dtype = zo_engine_grad_dtype(eng);
   m->hand_dtype = train_model_hand_dtype(eng);
   m->streamed = streamed && !m->cuda;
+  m->cuda_streamed = streamed && m->cuda;
   m->specs = calloc(m->n_params, sizeof *m->specs);
   m->goff = calloc(m->n_params, sizeof *m->goff);
   if (!m->specs || !m->goff) {
@@ -263,6 +359,19 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   size_t total = 0;
   for (int i = 0; i < m->n_params; i++) m->goff[i] = total, total += m->specs[i].n_elems;
   m->grad_bytes = total * zo_dtype_size(m->grad_dtype);
+  size_t g0 = 0, gmax = 0;
+  if (m->cuda_streamed) { /* tensor i at goff[i] elements (256-byte units) in its group's bf16 scratch */
+    for (int g = 0; g < gpt_num_groups(c); g++) {
+      int first, count;
+      gpt_group_params(c, g, &first, &count);
+      size_t off = 0;
+      for (int i = first; i < first + count; i++) {
+        m->goff[i] = off / 2;
+        off += (m->specs[i].n_elems * 2 + 255) / 256 * 256;
+      }
+    }
+    m->grad_bytes = cuda_scratch_bytes(c, m->specs, &g0, &gmax);
+  }
 
   if (m->cuda) {
 #if ZO_TRAIN_CUDA
@@ -299,6 +408,21 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
     snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s%s)", gpt_blas_core(),
              recompute ? ", activation checkpointing" : "");
   }
+#if ZO_TRAIN_CUDA
+  if (m->cuda_streamed) {
+    if (m->grad_bytes == SIZE_MAX || zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
+      snprintf(err, errlen, "the model's gradient scratches (%zu bytes of device memory: group 0's %zu and twice the "
+               "largest layer group's %zu, bf16) do not fit: %s", m->grad_bytes, g0, gmax, zo_last_error());
+      goto fail;
+    }
+    m->gscr_dev[0] = m->dev_grads;
+    m->gscr_dev[1] = (char *)m->dev_grads + g0;
+    m->gscr_dev[2] = m->gscr_dev[1] + gmax;
+    gpt_cuda_set_hook(m->gpu, on_layer, m);
+    *out = m;
+    return 0;
+  }
+#endif
   if (zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
     snprintf(err, errlen, "the model's gradient buffer (%zu bytes of device memory) does not fit: %s", m->grad_bytes,
              zo_last_error());
@@ -340,7 +464,7 @@ void train_model_destroy(train_model *m) {
 /* ------------------------------------------------------------------ steps */
 
 int train_model_zero_grad(train_model *m) {
-  if (m->streamed) return 0; /* the model writes each micro-batch's gradient; the engine sums them */
+  if (m->streamed || m->cuda_streamed) return 0; /* each micro-batch's gradient goes over; the engine sums them */
   if (!m->cuda) {
     gpt_zero_grad(m->cpu);
     return 0;

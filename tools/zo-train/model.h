@@ -38,8 +38,10 @@ int train_model_cuda_built(void);
  * activations (gpt_streamed_host_bytes) and two fp32 scratches (weights and
  * gradients) of group 0 and of the largest other group on the host, a
  * gradient ring of twice the largest tensor in @hand_dtype on the device; cuda:
- * activations and workspaces (gpt_cuda_device_bytes) plus the bf16 gradient
- * buffer on the device. Pure arithmetic; SIZE_MAX for a sum past size_t.
+ * activations and workspaces (gpt_cuda_device_bytes) plus, @streamed, three
+ * bf16 gradient scratches (group 0's and twice the largest other group's,
+ * each tensor rounded up to 256 bytes), else the bf16 gradient buffer of the
+ * whole model, on the device. Pure arithmetic; SIZE_MAX for a sum past size_t.
  * Returns 0, or -1 when @cuda is asked of a build without CUDA compute.
  */
 int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, zo_dtype grad_dtype,
@@ -55,20 +57,30 @@ zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
  * @eng, whose tensors @params (gpt_param_specs() order, registered by the
  * caller; borrowed) are. Call before zo_engine_finalize() (the model's device
  * memory comes before the engine's arena takes the rest). cuda needs
- * bf16.enabled (working dtype bf16). @streamed (cpu only; ignored on cuda):
- * the model holds no full-model weights or gradients: each layer group's
+ * bf16.enabled (working dtype bf16). @streamed on cpu: the model holds no
+ * full-model weights or gradients: each layer group's
  * working weights are fetched and cast into an fp32 scratch as the group
  * begins, and each tensor's gradient of every micro-batch is handed over as
  * its group ends (zo_engine_grad_accumulate, zo_engine_grad_ready in the
  * last micro-batch) through a device ring of twice the largest tensor,
- * reused from its start after zo_engine_grad_fence(). Returns 0 or -1 with
- * a message in @err.
+ * reused from its start after zo_engine_grad_fence(). @streamed on cuda
+ * (the model computes from the engine's device copies either way): no
+ * full-model gradient buffer; each backward writes a group's bf16 gradients
+ * into a device scratch zeroed at the group's begin (group 0's own; blocks
+ * and ln_f alternate between two of the largest group, so the copy out of
+ * one overlaps the next block's backward; zo_engine_grad_fence() on the
+ * model's stream orders the zeroing after the copies out of it, with no host
+ * sync) and hands each tensor over from there at its end, every
+ * micro-batch; not @streamed: one bf16 buffer of the whole model's
+ * gradients, summed over the micro-batches in bf16 and handed over in the
+ * last. Returns 0 or -1 with a message in @err.
  */
 int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, zo_engine_t *eng,
                        zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen);
 void train_model_destroy(train_model *m);
 
-/* train_model_zero_grad() - zero the gradients before a step's first micro-batch (streamed: nothing to do). */
+/* train_model_zero_grad() - zero the gradients before a step's first micro-batch (streamed, cpu or cuda: nothing
+ * to do). */
 int train_model_zero_grad(train_model *m);
 
 /*

@@ -25,7 +25,8 @@ typedef struct train_settings {
   int activation_checkpointing; /* train.activation_checkpointing: keep each block's input only and recompute the
                                    block's forward in backward (default false) */
   int model_streamed;     /* train.model_memory: "streamed" (default, 1): the cpu model holds one layer group's
-                             fp32 weights and gradients at a time; "resident" (0): the whole model in fp32 */
+                             fp32 weights and gradients at a time, the cuda model a layer group's bf16 gradients;
+                             "resident" (0): the whole model in fp32 (cuda: the whole model's bf16 gradients) */
 } train_settings;
 
 /* The application-owned top-level blocks, for zo_config_opts.app_blocks. */

@@ -21,6 +21,8 @@ size_t eng_gnv_el(const zo_engine_t *e) {
     if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
   const int64_t rb = e->cfg.zero.reduce_bucket_size;
   size_t el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
+  const int64_t sgs = e->cfg.zero.sub_group_size; /* no larger than a sub-group's buffer */
+  if (sgs > 0 && (uint64_t)sgs < el) el = (size_t)sgs;
   size_t unit = eng_extent_unit_at(e, e->swap_align ? e->swap_align : 4096);
   if (unit < GNV_NORM_CHUNK) unit = GNV_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
   size_t r;
@@ -56,6 +58,8 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
      * up to one, inside the shard's padded extent) */
     const uint64_t n_el = zo_round_up(m, unit);
     if (add) {
+      /* the last write of this range (from either buffer) may still be in flight: on disk before it is read */
+      ZO_CHECK(eng_gnv_drain(e));
       zo_swap_req_t *rq;
       ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, p->file_el + o, buf, n_el, &rq));
       zo_status rs = eng_swap_wait(e, e->swap, &rq);

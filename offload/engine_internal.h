@@ -477,7 +477,7 @@ zo_status eng_nv_quiesce(zo_engine_t *e);
 /* ---------------------------------------------------------------- engine_gradnv.c */
 
 /* offload_optimizer "nvme": elements per gradient I/O buffer (and per staging bucket): min(reduce_bucket_size,
- * largest shard) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
+ * largest shard, sub_group_size) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
 size_t eng_gnv_el(const zo_engine_t *e);
 /* Shard elements [off, off + n) of @p's contribution at @src (@st; host memory) into grad.swp: cast (@add 0) or
  * added to what the file holds; @off a multiple of eng_gnv_el() (or 0). With @last (the final contribution of the

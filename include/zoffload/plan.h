@@ -100,11 +100,14 @@ typedef struct zo_plan {
   size_t wb_bytes;            /* the write-back ring */
   size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
   size_t grad_io_el;          /* offload_optimizer "nvme": elements of each of the two "grad_swap_buffers" the
-                                 gradient chunks go to grad.swp through (min(reduce_bucket_size, largest shard),
+                                 gradient chunks go to grad.swp through (min(reduce_bucket_size, largest shard,
+                                 sub_group_size),
                                  rounded up to 64 Ki elements and the extent unit); 0 otherwise */
   size_t grad_staging_bytes; /* one rank, gradient_accumulation_steps > 1 or data_types.grad_accum_dtype not the
                                 working dtype: the pinned staging buckets of the gradient hand-over (1, or 2 with
-                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements) */
+                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements); one rank
+                                with offload_optimizer "nvme": one bucket of grad_io_el elements of the widest
+                                hand-over dtype, whatever the accumulation */
 } zo_plan;
 
 /*

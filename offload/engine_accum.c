@@ -158,7 +158,7 @@ static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, 
     ZO_CHECK(zo_event_synchronize(e->grad_read));
     st = eng_gnv_put(e, p, off, n, e->acc_ring.ptr, dtype, add, last);
   }
-  if (last) return eng_gnv_land(e, p, st);
+  if (last) return eng_gnv_land(e, p, st); /* lands once its writes are on disk */
   return st;
 }
 

@@ -123,7 +123,7 @@ static void red_land(zo_engine_t *e, dp_red *r) {
     if (r->last) p->sqnorm = 0.0;
     zo_status st = eng_gnv_put(e, p, 0, p->shard_n, mine, r->dtype, r->add, r->last);
     if (r->last) eng_gnv_land(e, p, st);
-    else if (st != ZO_OK) p->landed_st = st; /* reported at the step */
+    else if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st; /* reported at the step (eng_gnv_land) */
   } else {
     eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
     if (r->last) eng_grad_landed(p);

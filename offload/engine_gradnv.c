@@ -30,16 +30,44 @@ size_t eng_gnv_el(const zo_engine_t *e) {
   return r;
 }
 
-/* Wait the write out of buffer @b, if any. */
-static zo_status gnv_wait(zo_engine_t *e, int b) {
+/* @p's final contribution is on disk: its norm's verdict and outcome, then the flag the pipeline reads. */
+static void gnv_landed(zo_param_t *p) {
+  p->landed_st = p->gnv_st;
+  p->gnv_st = ZO_OK;
+  p->gnv_final = 0;
+  p->nonfinite = !isfinite(p->sqnorm);
+  atomic_store_explicit(&p->landed, 1, memory_order_release);
+}
+
+/* The write out of buffer @b has completed (or is waited here): collect it; its tensor lands when it was the
+ * last write of its final contribution. */
+static zo_status gnv_finish(zo_engine_t *e, int b) {
   if (!e->gnv_req[b]) return ZO_OK;
-  return eng_swap_wait(e, e->swap, &e->gnv_req[b]);
+  zo_param_t *p = e->gnv_p[b];
+  zo_status st = eng_swap_wait(e, e->swap, &e->gnv_req[b]);
+  e->gnv_p[b] = NULL;
+  if (st != ZO_OK) {
+    st = zo_error_prefix(st, "gradient of '%s' [%zu, ...) to grad.swp", p->name, e->gnv_o[b]);
+    if (p->gnv_st == ZO_OK) p->gnv_st = st;
+  }
+  if (--p->gnv_pending == 0 && p->gnv_final) gnv_landed(p);
+  return st;
+}
+
+zo_status eng_gnv_poll(zo_engine_t *e) {
+  for (int b = 0; b < e->gnv_n; b++) {
+    int done = 0;
+    if (!e->gnv_req[b]) continue;
+    ZO_CHECK(zo_swap_poll(e->swap, e->gnv_req[b], &done));
+    if (done) ZO_CHECK(gnv_finish(e, b));
+  }
+  return ZO_OK;
 }
 
 zo_status eng_gnv_drain(zo_engine_t *e) {
   zo_status first = ZO_OK;
   for (int b = 0; b < e->gnv_n; b++) {
-    zo_status st = gnv_wait(e, b);
+    zo_status st = gnv_finish(e, b);
     if (first == ZO_OK) first = st;
   }
   return first;
@@ -53,15 +81,18 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
     const int b = e->gnv_next;
     e->gnv_next = (e->gnv_next + 1) % e->gnv_n;
     void *buf = (char *)e->gnv_host.ptr + (size_t)b * e->gnv_el * asz;
-    ZO_CHECK(gnv_wait(e, b));
+    ZO_CHECK(gnv_finish(e, b));
     /* [o, o + m) lies at file_el + o: aligned at both ends (o is a multiple of the extent unit; the end is padded
      * up to one, inside the shard's padded extent) */
     const uint64_t n_el = zo_round_up(m, unit);
     if (add) {
-      /* the last write of this range (from either buffer) may still be in flight: on disk before it is read */
-      ZO_CHECK(eng_gnv_drain(e));
+      /* the last write of this range (from the other buffer) may still be in flight: on disk before it is read
+       * (the swap orders nothing between requests) */
+      for (int b2 = 0; b2 < e->gnv_n; b2++)
+        if (e->gnv_req[b2] && e->gnv_p[b2] == p && e->gnv_o[b2] == o) ZO_CHECK(gnv_finish(e, b2));
       zo_swap_req_t *rq;
-      ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, p->file_el + o, buf, n_el, &rq));
+      ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz, &rq));
+      e->nvme_read_bytes += n_el * asz;
       zo_status rs = eng_swap_wait(e, e->swap, &rq);
       if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
     }
@@ -73,15 +104,20 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
         ZO_CHECK(zo_grad_sqnorm_ex((char *)buf + j * asz, e->adtype, k, ZO_SIMD_AUTO, 1, &s, NULL));
         p->sqnorm += s;
       }
-    ZO_CHECK(eng_swap_io(e, 1, ST_GRAD, p->file_el + o, buf, n_el, &e->gnv_req[b]));
+    /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
+    ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz,
+                                         &e->gnv_req[b]));
+    e->nvme_write_bytes += n_el * asz;
+    e->gnv_p[b] = p, e->gnv_o[b] = o;
+    p->gnv_pending++;
   }
   return ZO_OK;
 }
 
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st) {
-  zo_status w = eng_gnv_drain(e); /* on disk before the sub-group's read may be issued */
-  p->landed_st = st != ZO_OK ? st : w;
-  p->nonfinite = !isfinite(p->sqnorm);
-  atomic_store_explicit(&p->landed, 1, memory_order_release);
-  return p->landed_st;
+  (void)e;
+  if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st;
+  p->gnv_final = 1;
+  if (p->gnv_pending == 0) gnv_landed(p);
+  return st;
 }

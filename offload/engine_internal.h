@@ -85,6 +85,10 @@ struct zo_param {
   zo_status landed_st;      /* error of the work done when the gradient landed */
   atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
   int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
+  /* nvme (engine_gradnv.c): writes of this tensor's gradient to grad.swp in flight, whether the final
+   * contribution has been put (it lands when the last of them completes), and the first error on the way */
+  int gnv_pending, gnv_final;
+  zo_status gnv_st;
 };
 
 enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
@@ -251,6 +255,8 @@ struct zo_engine {
   size_t gnv_el;
   int gnv_n, gnv_next;
   zo_swap_req_t *gnv_req[2]; /* the write out of each buffer in flight */
+  zo_param_t *gnv_p[2];      /* and whose gradient it writes, from which shard element */
+  size_t gnv_o[2];
   size_t swap_align;
   piece *pieces;
   int n_pieces;
@@ -485,9 +491,12 @@ size_t eng_gnv_el(const zo_engine_t *e);
  * from the shard's start (the bits of zo_grad_sqnorm_ex over the whole shard). Engine thread; writes may be left in flight (eng_gnv_land). */
 zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
                       int last);
-/* The final contribution of @p is on disk: wait the writes in flight, set p->nonfinite, p->landed_st, p->landed. */
+/* The final contribution of @p has been put (@st: the puts' outcome): it lands (p->nonfinite, p->landed_st,
+ * p->landed) once its writes in flight are on disk, now or in eng_gnv_poll / eng_gnv_drain. Returns @st. */
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);
-/* Wait every write in flight (errors kept: the first is returned). */
+/* Collect finished gradient writes without blocking (landing the tensors they complete). */
+zo_status eng_gnv_poll(zo_engine_t *e);
+/* Wait every gradient write in flight (errors kept: the first is returned); every final contribution landed. */
 zo_status eng_gnv_drain(zo_engine_t *e);
 
 #endif /* ZO_ENGINE_INTERNAL_H */

@@ -188,6 +188,7 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
 /* Move the pipeline forward as far as it goes without blocking. */
 zo_status eng_nv_advance(zo_engine_t *e) {
   if (e->tier != ZO_OFFLOAD_NVME) return ZO_OK;
+  ZO_CHECK(eng_gnv_poll(e)); /* gradient writes on disk: their tensors land */
   int progress;
   do {
     progress = 0;

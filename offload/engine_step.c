@@ -172,6 +172,7 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   double t0 = zo_clock_s();
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
   inf->grad_wait_s = zo_clock_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_settle_fetches(e));

@@ -4,7 +4,8 @@
  * cast or added into the host gradient shard p->grad in the accumulation dtype (fp32 when
  * gradient_accumulation_steps > 1, as DeepSpeed stage 1/2 accumulate the partition in fp32;
  * data_types.grad_accum_dtype overrides), and zo_engine_grad_fence(). Several ranks reduce each micro-batch
- * through engine_dp.c's ring instead and add there (red_land). Not here: the single hand-over's direct copy
+ * through engine_dp.c's ring instead and add there (red_land). With offload_optimizer "nvme" every hand-over
+ * goes through one bucket, chunk by chunk, to grad.swp (engine_gradnv.c). Not here: the single hand-over's direct copy
  * and the landed work (engine_step.c).
  */
 #include <stdlib.h>

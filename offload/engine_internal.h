@@ -11,6 +11,8 @@
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
  *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
  *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups;
+ *   engine_gradnv.c   gradients in grad.swp beside the NVMe state (written,
+ *                     read-added, their norm on the way);
  *   engine_inspect.c  memory accounting and master-weight read-back;
  *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
  *                     stage 0) and the all-gather of updated working weights.

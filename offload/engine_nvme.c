@@ -42,7 +42,10 @@ uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return zo_round_up(n, e
  * The NVMe optimizer-state pipeline. A sub-group's state (master, exp_avg,
  * exp_avg_sq) moves through one slot of pinned buffers:
  *
- *   IDLE --read--> READING --> LOADED --Adam--> UPDATING --> WRITING --> LOADED (clean)
+ *   IDLE --read--> READING --> LOADED --grads--> GRADS --Adam--> UPDATING --> WRITING --> LOADED (clean)
+ *
+ * The slot's 4th buffer takes the sub-group's gradient from grad.swp (GRADS)
+ * once every gradient in it is on disk (engine_gradnv.c), just before Adam.
  *
  * Reads do not depend on gradients, so they are issued as soon as a slot is
  * free, in the order the sub-groups' gradients completed in the last step

@@ -107,6 +107,7 @@ typedef struct sub_group {
   int done;                  /* updated in this step */
   int pos;                   /* position in this step's order (e->sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
+  int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
 } sub_group;
 
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */

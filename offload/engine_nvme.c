@@ -106,8 +106,13 @@ static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
 /* Every gradient of @g is on disk (landed) and its state loaded: read its gradients (grad.swp) into the slot. */
 static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   sg_slot *sl = &e->slots[g->slot];
-  ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, g->file_el, sl->buf[ST_GRAD], g->n_el, &sl->req[ST_GRAD]));
+  /* urgent: small beside the state, and Adam waits on it, while the next sub-groups' state streams */
+  const uint64_t nbytes = g->n_el * e->esz[ST_GRAD];
+  ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], g->file_el * e->esz[ST_GRAD], sl->buf[ST_GRAD],
+                                      nbytes, &sl->req[ST_GRAD]));
+  e->nvme_read_bytes += nbytes;
   g->phase = SG_GRADS;
+  g->grads_in = 1;
   return ZO_OK;
 }
 
@@ -177,8 +182,11 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
     if (sl->sg >= 0) { /* evict clean state */
       e->sgs[sl->sg].phase = SG_IDLE;
       e->sgs[sl->sg].slot = -1;
+      e->sgs[sl->sg].grads_in = 0;
     }
     for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 0, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+    g->grads_in = sg_landed(e, g); /* its gradients are on disk already: read with the state */
+    if (g->grads_in) ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, g->file_el, sl->buf[ST_GRAD], g->n_el, &sl->req[ST_GRAD]));
     sl->sg = (int)(g - e->sgs);
     g->slot = s;
     g->phase = SG_READING;
@@ -213,7 +221,8 @@ zo_status eng_nv_advance(zo_engine_t *e) {
         ZO_CHECK(sg_finish_adam(e, g, 0, &done));
         progress |= done;
       } else if (g->phase == SG_LOADED && !g->done && e->nv_adam_ok && sg_landed(e, g)) {
-        ZO_CHECK(sg_read_grads(e, g));
+        if (g->grads_in) ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
+        else ZO_CHECK(sg_read_grads(e, g));
         progress = 1;
       }
     }
@@ -307,6 +316,7 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
   for (int i = 0; i < e->n_sgs; i++) {
     e->sgs[e->sg_order[i]].pos = i;
     e->sgs[i].done = 0;
+    e->sgs[i].grads_in = 0; /* the next step's gradients are not in yet */
   }
   for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   e->nv_done = 0;
@@ -332,6 +342,7 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     if (sl->sg >= 0) {
       e->sgs[sl->sg].phase = SG_IDLE;
       e->sgs[sl->sg].slot = -1;
+      e->sgs[sl->sg].grads_in = 0;
     }
     sl->sg = -1;
   }

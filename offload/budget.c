@@ -196,12 +196,13 @@ static zo_status budget_device(const zo_engine_t *e, const zo_plan *p, const siz
 
 /* Host advice, NVMe optimizer tier: a smaller sub_group_size that fits (@over bytes too many), else lower it. */
 static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budget_line *lh, size_t over) {
-  const size_t wsz = p->wsz, state_esz = p->state_esz;
+  const size_t wsz = p->wsz, state_esz = p->state_esz + zo_dtype_size(e->adtype); /* a slot holds the gradient too */
   const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers.");
   const int nbuf = p->n_slots;
   char a[32];
   int n = 0;
-  /* Each element of sub_group_size costs nbuf x state bytes, plus two working-dtype elements of the write-back ring. */
+  /* Each element of sub_group_size costs nbuf x (state + gradient) bytes, plus two working-dtype elements of the
+   * write-back ring. */
   const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
   const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * p->slot_el * wsz : 0);
   if (now > over) {

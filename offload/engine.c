@@ -16,7 +16,8 @@
 #include "plan_internal.h"
 #include "zoffload/budget.h"
 
-static const char *const k_state_file[ST_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp"};
+/* the optimizer state files, and [ST_GRAD] the gradients' (not state: never checkpointed) */
+static const char *const k_state_file[SL_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp", "grad.swp"};
 
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   b->nbytes = nbytes;
@@ -63,6 +64,7 @@ static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   e->esz[ST_MASTER] = sizeof(float);
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
+  e->esz[ST_GRAD] = zo_dtype_size(e->adtype); /* grad.swp (offload_optimizer "nvme") */
   e->ptier = cfg->zero.offload_param.device;
   e->dpu = cfg->zoffload.delayed_param_update;
   if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE))
@@ -225,7 +227,8 @@ void zo_engine_destroy(zo_engine_t *e) {
   zo_adam_pool_destroy(e->pool);
   free(e->tasks);
   for (int s = 0; s < e->n_slots; s++)
-    for (int k = 0; k < ST_KINDS; k++) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
+    for (int k = 0; k < SL_KINDS; k++)
+      if (e->slots[s].buf[k]) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
   free(e->slots);
   free(e->pieces);
   free(e->sgs);
@@ -250,6 +253,8 @@ void zo_engine_destroy(zo_engine_t *e) {
   free(e->rec);
   eng_host_buf_free(&e->param_host);
   if (e->own_pswap) zo_swap_destroy(e->pswap);
+  if (e->swap) eng_gnv_drain(e); /* gradient writes in flight (after an error) */
+  eng_host_buf_free(&e->gnv_host);
   zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
   eng_host_buf_free(&e->grad_host);
   eng_host_buf_free(&e->grad_host2);
@@ -477,10 +482,10 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
                             .n_el = sg->n_el};
   }
   e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
-  for (int k = 0; k < ST_KINDS; k++) {
+  for (int k = 0; k < SL_KINDS; k++) {
     const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
     st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
-    if (st != ZO_OK) return zo_error_prefix(st, "engine: optimizer state file");
+    if (st != ZO_OK) return zo_error_prefix(st, k == ST_GRAD ? "engine: gradient file" : "engine: optimizer state file");
     eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
   }
   const int nbuf = plan->n_slots;
@@ -494,12 +499,12 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
     e->sgs[e->n_sgs - 1 - i].pos = i;
     e->sgs[i].slot = -1;
   }
-  static const char *const k_sg_buf[ST_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
-                                                 "sub_group_buffers.exp_avg_sq"};
-  size_t slot_bytes[ST_KINDS];
-  for (int k = 0; k < ST_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
+  static const char *const k_sg_buf[SL_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
+                                                 "sub_group_buffers.exp_avg_sq", "sub_group_buffers.grad"};
+  size_t slot_bytes[SL_KINDS];
+  for (int k = 0; k < SL_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
   for (int s = 0; s < nbuf; s++) {
-    for (int k = 0; k < ST_KINDS; k++) {
+    for (int k = 0; k < SL_KINDS; k++) {
       int pinned;
       st = zo_host_alloc(slot_bytes[k], 1, &e->slots[s].buf[k], &pinned);
       if (st != ZO_OK)
@@ -510,14 +515,22 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
     }
   }
   /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
-  struct iovec iov[3 * 64];
+  struct iovec iov[SL_KINDS * 64];
   unsigned n_iov = 0;
-  for (int s = 0; s < nbuf && n_iov + ST_KINDS <= sizeof iov / sizeof iov[0]; s++)
-    for (int k = 0; k < ST_KINDS; k++)
+  for (int s = 0; s < nbuf && n_iov + SL_KINDS <= sizeof iov / sizeof iov[0]; s++)
+    for (int k = 0; k < SL_KINDS; k++)
       iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = slot_bytes[k]};
   if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
     zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
             zo_last_error());
+  /* the gradient hand-over's buffers to grad.swp (engine_gradnv.c), zeroed: the padding of a short chunk is
+   * written too */
+  e->gnv_el = plan->grad_io_el;
+  e->gnv_n = 2;
+  const size_t gnv_each = zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
+  ZO_CHECK(eng_host_buf_alloc(&e->gnv_host, gnv_each * (size_t)e->gnv_n, 1)); /* plan.c: the product fits */
+  for (int b = 0; b < e->gnv_n; b++) eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
+  memset(e->gnv_host.ptr, 0, e->gnv_host.nbytes);
   zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
           "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
   return ZO_OK;
@@ -605,8 +618,8 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   static const char *const k_state_host[ST_KINDS] = {"state_host.master", "state_host.exp_avg",
                                                      "state_host.exp_avg_sq"};
   if (e->tier != ZO_OFFLOAD_NONE) {
-    ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host", zo_plan_bytes(plan, "grad_host"),
-                                   pin || e->tier == ZO_OFFLOAD_NVME));
+    if (e->tier == ZO_OFFLOAD_CPU)
+      ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host", zo_plan_bytes(plan, "grad_host"), pin));
     if (e->dpu) ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host2, "grad_host2", zo_plan_bytes(plan, "grad_host2"), 1));
     if (e->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++)
@@ -614,7 +627,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
       p->host_off = p->flat_off;
-      p->grad = (char *)e->grad_host.ptr + p->host_off * gsz;
+      p->grad = e->tier == ZO_OFFLOAD_CPU ? (char *)e->grad_host.ptr + p->host_off * gsz : NULL; /* nvme: grad.swp */
       if (e->tier == ZO_OFFLOAD_CPU)
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }

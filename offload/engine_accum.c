@@ -4,7 +4,8 @@
  * cast or added into the host gradient shard p->grad in the accumulation dtype (fp32 when
  * gradient_accumulation_steps > 1, as DeepSpeed stage 1/2 accumulate the partition in fp32;
  * data_types.grad_accum_dtype overrides), and zo_engine_grad_fence(). Several ranks reduce each micro-batch
- * through engine_dp.c's ring instead and add there (red_land). Not here: the single hand-over's direct copy
+ * through engine_dp.c's ring instead and add there (red_land). With offload_optimizer "nvme" every hand-over
+ * goes through one bucket, chunk by chunk, to grad.swp (engine_gradnv.c). Not here: the single hand-over's direct copy
  * and the landed work (engine_step.c).
  */
 #include <stdlib.h>
@@ -39,7 +40,12 @@ size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc_ok ? sizeof(float) 
 
 void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets) {
   *bucket_el = 0, *n_buckets = 0;
-  if (!e->acc_ok || e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
+  if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
+  if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
+    *bucket_el = eng_gnv_el(e), *n_buckets = 1;
+    return;
+  }
+  if (!e->acc_ok) return;
   size_t largest = 0;
   for (int i = 0; i < e->n_params; i++)
     if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
@@ -79,6 +85,7 @@ zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
   if (!nb) return ZO_OK;
   ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc_ring, "grad_staging", bytes, 1));
   e->acc_nb = nb;
+  if (e->tier == ZO_OFFLOAD_NVME) return ZO_OK; /* staged synchronously: no chunk descriptors */
   return acc_alloc_chunks(e);
 }
 
@@ -136,11 +143,32 @@ static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chu
   return ZO_OK;
 }
 
+/* offload_optimizer "nvme": each chunk copied into the bucket, then (on this thread, once the copy has landed)
+ * written to grad.swp or added there (engine_gradnv.c); the final contribution's norm on the way. */
+static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, zo_dtype dtype, int last) {
+  const size_t gsz = zo_dtype_size(dtype);
+  const int add = p->n_acc > 0;
+  if (last) p->sqnorm = 0.0;
+  zo_status st = ZO_OK;
+  for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += e->acc_bucket_el) {
+    const size_t n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, e->acc_ring.ptr, src + off * gsz, n * gsz, ZO_COPY_D2H));
+    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+    e->grad_read_set = 1;
+    e->d2h_bytes += n * gsz;
+    ZO_CHECK(zo_event_synchronize(e->grad_read));
+    st = eng_gnv_put(e, p, off, n, e->acc_ring.ptr, dtype, add, last);
+  }
+  if (last) return eng_gnv_land(e, p, st); /* lands once its writes are on disk */
+  return st;
+}
+
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
   if (!e->acc_nb)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "gradient of '%s': no staging ring (a bug: sized at finalize)", p->name);
   const size_t gsz = zo_dtype_size(dtype);
   const char *src = (const char *)grad + p->shard_off * gsz;
+  if (e->tier == ZO_OFFLOAD_NVME) return acc_stage_nvme(e, p, src, dtype, last);
   const int add = p->n_acc > 0;
   for (size_t k = 0; k * e->acc_bucket_el < p->shard_n; k++) {
     acc_chunk *c;

@@ -118,9 +118,16 @@ static void red_land(zo_engine_t *e, dp_red *r) {
   zo_param_t *p = r->p;
   const char *buf = (const char *)e->dp_grad.ptr + r->off;
   const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
-  /* p->grad: host (cpu, nvme), or device memory that the host can address (none: checked at create) */
-  eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
-  if (r->last) eng_grad_landed(p);
+  /* p->grad: host (cpu), or device memory that the host can address (none: checked at create) */
+  if (e->tier == ZO_OFFLOAD_NVME) { /* to grad.swp (engine_gradnv.c), the norm on the way */
+    if (r->last) p->sqnorm = 0.0;
+    zo_status st = eng_gnv_put(e, p, 0, p->shard_n, mine, r->dtype, r->add, r->last);
+    if (r->last) eng_gnv_land(e, p, st);
+    else if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st; /* reported at the step (eng_gnv_land) */
+  } else {
+    eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
+    if (r->last) eng_grad_landed(p);
+  }
   r->req = NULL;
   e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
   e->dp_q_n--;

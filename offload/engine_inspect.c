@@ -16,12 +16,12 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
   const host_buf *hb[] = {&e->grad_host, &e->stage_host, &e->state_host[0], &e->state_host[1], &e->state_host[2],
-                          &e->param_host, &e->dp_grad, &e->dp_gather, &e->pg_ring, &e->acc_ring};
+                          &e->param_host, &e->dp_grad, &e->dp_gather, &e->pg_ring, &e->acc_ring, &e->gnv_host};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
   }
-  for (int k = 0; k < ST_KINDS; k++) {
+  for (int k = 0; k < SL_KINDS; k++) { /* nvme: the state's slots and files, and the gradients' */
     m->host_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
     m->pinned_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
     m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
@@ -49,7 +49,8 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   }
   if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
   if (e->ptier == ZO_OFFLOAD_NVME) m->param_bytes = e->pfile ? zo_swap_file_size(e->pfile) : 0;
-  if (e->tier != ZO_OFFLOAD_NONE) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
+  if (e->tier == ZO_OFFLOAD_CPU) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
+  if (e->tier == ZO_OFFLOAD_NVME) m->grad_bytes = e->files[ST_GRAD] ? zo_swap_file_size(e->files[ST_GRAD]) : 0;
   for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
     m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes : e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
   m->comm_bytes = e->dp_grad.nbytes + e->dp_gather.nbytes + e->pg_ring.nbytes;

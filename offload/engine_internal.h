@@ -11,6 +11,8 @@
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
  *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
  *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups;
+ *   engine_gradnv.c   gradients in grad.swp beside the NVMe state (written,
+ *                     read-added, their norm on the way);
  *   engine_inspect.c  memory accounting and master-weight read-back;
  *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
  *                     stage 0) and the all-gather of updated working weights.
@@ -32,6 +34,9 @@
 #include "zoffload/swap.h"
 
 enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
+/* offload_optimizer "nvme": the 4th kind a slot holds and the swap files include, the sub-group's gradient
+ * (grad.swp, the accumulation dtype; engine_gradnv.c). Not optimizer state: never checkpointed. */
+enum { ST_GRAD = 3, SL_KINDS = 4 };
 #define ZO_PARAM_MAX_DIMS 8 /* zo_engine_set_param_shape() */
 
 struct zo_param {
@@ -54,7 +59,7 @@ struct zo_param {
   void *state[ST_KINDS];    /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
                                exp_avg and exp_avg_sq state_dtype[shard_n] */
   uint64_t file_el;         /* nvme: element offset of this shard's extent in every state file */
-  void *grad;               /* grad_dtype[shard_n]: device (none) or host (cpu, nvme) */
+  void *grad;               /* adtype[shard_n]: device (none) or host (cpu); NULL for nvme (grad.swp at file_el) */
   size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;             /* grad_ready() seen since the last step */
   struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
@@ -82,6 +87,10 @@ struct zo_param {
   zo_status landed_st;      /* error of the work done when the gradient landed */
   atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
   int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
+  /* nvme (engine_gradnv.c): writes of this tensor's gradient to grad.swp in flight, whether the final
+   * contribution has been put (it lands when the last of them completes), and the first error on the way */
+  int gnv_pending, gnv_final;
+  zo_status gnv_st;
 };
 
 enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
@@ -98,9 +107,11 @@ typedef struct sub_group {
   int done;                  /* updated in this step */
   int pos;                   /* position in this step's order (e->sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
+  int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
 } sub_group;
 
-enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4 };
+/* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
+enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4, SG_GRADS = 5 };
 
 typedef struct piece {
   zo_param_t *p;
@@ -109,10 +120,10 @@ typedef struct piece {
   zo_adam_task_t *task;      /* Adam update in flight */
 } piece;
 
-/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq. */
+/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq, and its gradient (ST_GRAD). */
 typedef struct sg_slot {
-  void *buf[ST_KINDS];
-  zo_swap_req_t *req[ST_KINDS]; /* reads or writes not yet waited */
+  void *buf[SL_KINDS];
+  zo_swap_req_t *req[SL_KINDS]; /* reads or writes not yet waited */
   int sg;                    /* sub-group whose state it holds, or -1 */
 } sg_slot;
 
@@ -180,7 +191,7 @@ struct zo_engine {
   struct acc_chunk *acc_chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
   zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
   int grad_read_set;
-  size_t esz[ST_KINDS];      /* bytes per element of each kind of state */
+  size_t esz[SL_KINDS];      /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
   int finalized;
   int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
   zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
@@ -241,7 +252,14 @@ struct zo_engine {
   size_t wb_bytes;
   wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
   int wb_first, wb_n, wb_cap;
-  zo_swap_file_t *files[ST_KINDS];
+  zo_swap_file_t *files[SL_KINDS]; /* the state files and [ST_GRAD] grad.swp */
+  /* nvme: gradients go to grad.swp through gnv_n buffers of gnv_el elements of adtype (engine_gradnv.c) */
+  host_buf gnv_host;
+  size_t gnv_el;
+  int gnv_n, gnv_next;
+  zo_swap_req_t *gnv_req[2]; /* the write out of each buffer in flight */
+  zo_param_t *gnv_p[2];      /* and whose gradient it writes, from which shard element */
+  size_t gnv_o[2];
   size_t swap_align;
   piece *pieces;
   int n_pieces;
@@ -430,9 +448,9 @@ zo_status eng_acc_after_compute(zo_engine_t *e);
 /* Norm, overflow flag and early Adam of a landed gradient shard (see its definition). */
 void eng_grad_landed(void *arg);
 
-/* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool. */
+/* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                          void *master, void *m, void *v, zo_adam_task_t **task);
+                          const void *grad, void *master, void *m, void *v, zo_adam_task_t **task);
 /* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote. */
 zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
 
@@ -443,6 +461,7 @@ zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, 
 static inline size_t eng_extent_unit_at(const zo_engine_t *e, size_t align) {
   size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
   if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow) narrow = zo_dtype_size(e->wdtype);
+  if (e->tier == ZO_OFFLOAD_NVME && zo_dtype_size(e->adtype) < narrow) narrow = zo_dtype_size(e->adtype); /* grad.swp */
   return align / narrow;
 }
 /* The same for the engine's swap alignment. */
@@ -463,5 +482,24 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s);
 zo_status eng_nv_end_step(zo_engine_t *e);
 /* Bring the pipeline to rest: every slot free, every write on disk. Keeps the first error. */
 zo_status eng_nv_quiesce(zo_engine_t *e);
+
+/* ---------------------------------------------------------------- engine_gradnv.c */
+
+/* offload_optimizer "nvme": elements per gradient I/O buffer (and per staging bucket): min(reduce_bucket_size,
+ * largest shard, sub_group_size) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
+size_t eng_gnv_el(const zo_engine_t *e);
+/* Shard elements [off, off + n) of @p's contribution at @src (@st; host memory) into grad.swp: cast (@add 0) or
+ * added to what the file holds; @off a multiple of eng_gnv_el() (or 0). With @last (the final contribution of the
+ * step) their squared norm is added to p->sqnorm (which the caller zeroes before the first chunk) chunk by chunk
+ * from the shard's start (the bits of zo_grad_sqnorm_ex over the whole shard). Engine thread; writes may be left in flight (eng_gnv_land). */
+zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
+                      int last);
+/* The final contribution of @p has been put (@st: the puts' outcome): it lands (p->nonfinite, p->landed_st,
+ * p->landed) once its writes in flight are on disk, now or in eng_gnv_poll / eng_gnv_drain. Returns @st. */
+zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);
+/* Collect finished gradient writes without blocking (landing the tensors they complete). */
+zo_status eng_gnv_poll(zo_engine_t *e);
+/* Wait every gradient write in flight (errors kept: the first is returned); every final contribution landed. */
+zo_status eng_gnv_drain(zo_engine_t *e);
 
 #endif /* ZO_ENGINE_INTERNAL_H */

@@ -42,7 +42,10 @@ uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return zo_round_up(n, e
  * The NVMe optimizer-state pipeline. A sub-group's state (master, exp_avg,
  * exp_avg_sq) moves through one slot of pinned buffers:
  *
- *   IDLE --read--> READING --> LOADED --Adam--> UPDATING --> WRITING --> LOADED (clean)
+ *   IDLE --read--> READING --> LOADED --grads--> GRADS --Adam--> UPDATING --> WRITING --> LOADED (clean)
+ *
+ * The slot's 4th buffer takes the sub-group's gradient from grad.swp (GRADS)
+ * once every gradient in it is on disk (engine_gradnv.c), just before Adam.
  *
  * Reads do not depend on gradients, so they are issued as soon as a slot is
  * free, in the order the sub-groups' gradients completed in the last step
@@ -69,7 +72,7 @@ static int sg_landed(const zo_engine_t *e, const sub_group *g) {
 zo_status eng_slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done) {
   zo_status first = ZO_OK;
   *done = 1;
-  for (int k = 0; k < ST_KINDS; k++) {
+  for (int k = 0; k < SL_KINDS; k++) {
     if (!sl->req[k]) continue;
     if (!wait) {
       int d;
@@ -91,11 +94,25 @@ static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
     piece *pc = &e->pieces[q];
     size_t b = pc->file_el - g->file_el;
     ZO_CHECK(eng_wb_alloc(e, pc->p, pc->off, pc->n, &pc->task, 0));
-    ZO_CHECK(eng_submit_adam(e, &e->nv_hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
+    ZO_CHECK(eng_submit_adam(e, &e->nv_hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_GRAD] + b * e->esz[ST_GRAD],
+                             (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
                          (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
                          (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
   }
   g->phase = SG_UPDATING;
+  return ZO_OK;
+}
+
+/* Every gradient of @g is on disk (landed) and its state loaded: read its gradients (grad.swp) into the slot. */
+static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
+  sg_slot *sl = &e->slots[g->slot];
+  /* urgent: small beside the state, and Adam waits on it, while the next sub-groups' state streams */
+  const uint64_t nbytes = g->n_el * e->esz[ST_GRAD];
+  ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], g->file_el * e->esz[ST_GRAD], sl->buf[ST_GRAD],
+                                      nbytes, &sl->req[ST_GRAD]));
+  e->nvme_read_bytes += nbytes;
+  g->phase = SG_GRADS;
+  g->grads_in = 1;
   return ZO_OK;
 }
 
@@ -147,12 +164,14 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
     for (int s = 0; s < e->n_slots; s++) {
       const int gi = e->slots[s].sg;
       const sub_group *h = gi >= 0 ? &e->sgs[gi] : NULL;
-      if (h && (h->phase == SG_READING || h->phase == SG_UPDATING || (h->phase == SG_LOADED && !h->done))) return ZO_OK;
+      if (h && (h->phase == SG_READING || h->phase == SG_GRADS || h->phase == SG_UPDATING ||
+                (h->phase == SG_LOADED && !h->done)))
+        return ZO_OK;
     }
   }
   while (e->nv_pos_read < e->n_sgs) {
     sub_group *g = &e->sgs[e->sg_order[e->nv_pos_read]];
-    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_UPDATING) {
+    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_GRADS || g->phase == SG_UPDATING) {
       e->nv_pos_read++; /* in memory already (or updated) */
       continue;
     }
@@ -163,8 +182,11 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
     if (sl->sg >= 0) { /* evict clean state */
       e->sgs[sl->sg].phase = SG_IDLE;
       e->sgs[sl->sg].slot = -1;
+      e->sgs[sl->sg].grads_in = 0;
     }
     for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 0, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+    g->grads_in = sg_landed(e, g); /* its gradients are on disk already: read with the state */
+    if (g->grads_in) ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, g->file_el, sl->buf[ST_GRAD], g->n_el, &sl->req[ST_GRAD]));
     sl->sg = (int)(g - e->sgs);
     g->slot = s;
     g->phase = SG_READING;
@@ -177,6 +199,7 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
 /* Move the pipeline forward as far as it goes without blocking. */
 zo_status eng_nv_advance(zo_engine_t *e) {
   if (e->tier != ZO_OFFLOAD_NVME) return ZO_OK;
+  ZO_CHECK(eng_gnv_poll(e)); /* gradient writes on disk: their tensors land */
   int progress;
   do {
     progress = 0;
@@ -188,11 +211,18 @@ zo_status eng_nv_advance(zo_engine_t *e) {
       if (g->phase == SG_READING || g->phase == SG_WRITING) {
         ZO_CHECK(eng_slot_settle(e, sl, 0, &done));
         if (done) g->phase = SG_LOADED, progress = 1;
+      } else if (g->phase == SG_GRADS) {
+        ZO_CHECK(eng_slot_settle(e, sl, 0, &done));
+        if (done) {
+          ZO_CHECK(sg_submit_adam(e, g));
+          progress = 1;
+        }
       } else if (g->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, g, 0, &done));
         progress |= done;
       } else if (g->phase == SG_LOADED && !g->done && e->nv_adam_ok && sg_landed(e, g)) {
-        ZO_CHECK(sg_submit_adam(e, g));
+        if (g->grads_in) ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
+        else ZO_CHECK(sg_read_grads(e, g));
         progress = 1;
       }
     }
@@ -225,6 +255,9 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
     if (g->phase == SG_READING) {
       ZO_CHECK(eng_slot_settle(e, &e->slots[g->slot], 1, &done));
       g->phase = SG_LOADED;
+    } else if (g->phase == SG_GRADS) {
+      ZO_CHECK(eng_slot_settle(e, &e->slots[g->slot], 1, &done));
+      ZO_CHECK(sg_submit_adam(e, g));
     } else if (g->phase == SG_UPDATING) {
       double t0 = zo_clock_s();
       ZO_CHECK(sg_finish_adam(e, g, 1, &done));
@@ -234,9 +267,9 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
        * yet. Every slot holds work in flight (loaded state that is done or
        * needed later would have been taken): finish the most advanced one,
        * which leaves clean state that the next read may take. */
-      static const int most_advanced_first[] = {SG_UPDATING, SG_WRITING, SG_READING};
+      static const int most_advanced_first[] = {SG_UPDATING, SG_GRADS, SG_WRITING, SG_READING};
       sg_slot *w = NULL; /* within a phase, the one started first (earliest in the order) */
-      for (int i = 0; i < 3 && !w; i++)
+      for (int i = 0; i < 4 && !w; i++)
         for (int s = 0; s < e->n_slots; s++) {
           const int gi = e->slots[s].sg;
           if (gi >= 0 && e->sgs[gi].phase == most_advanced_first[i] && (!w || e->sgs[gi].pos < e->sgs[w->sg].pos))
@@ -251,6 +284,9 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
       if (h->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, h, 1, &done));
         *adam_s += zo_clock_s() - t0;
+      } else if (h->phase == SG_GRADS) {
+        ZO_CHECK(eng_slot_settle(e, w, 1, &done));
+        ZO_CHECK(sg_submit_adam(e, h));
       } else {
         ZO_CHECK(eng_slot_settle(e, w, 1, &done));
         h->phase = SG_LOADED;
@@ -280,6 +316,7 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
   for (int i = 0; i < e->n_sgs; i++) {
     e->sgs[e->sg_order[i]].pos = i;
     e->sgs[i].done = 0;
+    e->sgs[i].grads_in = 0; /* the next step's gradients are not in yet */
   }
   for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   e->nv_done = 0;
@@ -305,6 +342,7 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     if (sl->sg >= 0) {
       e->sgs[sl->sg].phase = SG_IDLE;
       e->sgs[sl->sg].slot = -1;
+      e->sgs[sl->sg].grads_in = 0;
     }
     sl->sg = -1;
   }

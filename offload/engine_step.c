@@ -38,7 +38,7 @@ void eng_grad_landed(void *arg) {
   zo_engine_t *e = p->eng;
   p->landed_st = zo_grad_sqnorm_ex(p->grad, e->adtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
   if (p->landed_st == ZO_OK && e->early_adam)
-    p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+    p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
                                p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
   atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
 }
@@ -48,7 +48,8 @@ void eng_grad_landed(void *arg) {
  * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
 static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   ZO_CHECK(eng_acc_after_compute(e));
-  if (p->n_acc || grad_dtype != e->adtype) return eng_acc_stage(e, p, grad, grad_dtype, 1);
+  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) /* nvme: to grad.swp */
+    return eng_acc_stage(e, p, grad, grad_dtype, 1);
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n) {
@@ -98,17 +99,17 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
 
 /* ---------------------------------------------------------------- step */
 
-/* Queue the fused Adam update of shard elements [off, off + n) of p on the
- * pool: fp32 master, state, and the working-dtype copy-out in one pass, with
+/* Queue the fused Adam update of shard elements [off, off + n) of p (its
+ * gradient at @grad) on the pool: fp32 master, state, and the working-dtype copy-out in one pass, with
  * p's weight decay (the config's unless a parameter group set its own). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                             void *master, void *m, void *v, zo_adam_task_t **task) {
+                          const void *grad, void *master, void *m, void *v, zo_adam_task_t **task) {
   zo_adam_hparams own = *hp; /* the pool copies the hyperparameters at submit */
   own.weight_decay = p->weight_decay;
   hp = &own;
   const zo_adam_shard sh = {
       .param = master,
-      .grad = (const char *)p->grad + off * zo_dtype_size(e->adtype),
+      .grad = grad,
       .grad_dtype = e->adtype,
       .exp_avg = m,
       .exp_avg_sq = v,
@@ -171,6 +172,7 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   double t0 = zo_clock_s();
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
   inf->grad_wait_s = zo_clock_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_settle_fetches(e));
@@ -288,7 +290,7 @@ static zo_status step_queue_adam(zo_engine_t *e, const zo_adam_hparams *hp, int 
     zo_param_t *p = e->params[i];
     st = eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
     if (st == ZO_OK)
-      st = eng_submit_adam(e, hp, p, 0, p->shard_n, p->state[ST_MASTER], p->state[ST_EXP_AVG],
+      st = eng_submit_adam(e, hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
                            p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
   }
   return st;

@@ -208,7 +208,8 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
 
   /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy. */
   if (e->tier != ZO_OFFLOAD_NONE) {
-    add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin || e->tier == ZO_OFFLOAD_NVME, -1);
+    /* nvme: the gradients live in grad.swp beside the state (below), not in host memory */
+    if (e->tier == ZO_OFFLOAD_CPU) add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
     if (e->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
     if (e->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) {
@@ -244,6 +245,8 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
       snprintf(name, sizeof name, "%s.swp", k_kind[k]);
       add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, e->esz[k]), 1, 0, 0);
     }
+    /* the gradients: grad.swp in the accumulation dtype, the same extents */
+    add_buf(pl, ZO_TIER_NVME, "grad.swp", mul_sat(pl->state_file_el, gsz), 1, 0, 0);
     int nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
     if (nbuf > pl->n_sgs) nbuf = pl->n_sgs;
     pl->n_slots = nbuf;
@@ -252,6 +255,10 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
       snprintf(name, sizeof name, "sub_group_buffers.%s", k_kind[k]);
       add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, e->esz[k]), nbuf, 1, -1);
     }
+    add_buf(pl, ZO_TIER_HOST, "sub_group_buffers.grad", mul_sat(pl->slot_el, gsz), nbuf, 1, -1);
+    /* the hand-over's chunks go to grad.swp through these (engine_gradnv.c): two, so one write stays in flight */
+    pl->grad_io_el = eng_gnv_el(e);
+    add_buf(pl, ZO_TIER_HOST, "grad_swap_buffers", mul_sat(pl->grad_io_el, gsz), 2, 1, -1);
   }
   /* The write-back ring: offload_param.buffer_count tensors of the largest size, and at least two of them and
    * two sub-groups (bytes of the working dtype). */

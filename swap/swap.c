@@ -1421,6 +1421,11 @@ zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset
   return submit(sw, f, offset, (void *)buf, nbytes, 1, 0, req);
 }
 
+zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
+                                      size_t nbytes, zo_swap_req_t **req) {
+  return submit(sw, f, offset, (void *)buf, nbytes, 1, 1, req);
+}
+
 zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
   if (done) *done = 0;
   if (!sw || !req || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: %s is NULL", !sw ? "sw" : !req ? "req" : "done");

@@ -87,9 +87,18 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   }
   zo_plan *plan = NULL, *again = NULL;
   if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
-  /* gradient accumulation: the host gradient shard is fp32, and one rank stages through pinned buckets */
-  if (otier != ZO_OFFLOAD_NONE) CHECK_EQ(plan_bytes(plan, "grad_host"), plan->shard_total_el * (g_gas > 1 || !bf16 ? 4 : 2));
-  CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && g_gas > 1);
+  /* gradient accumulation: the host gradient shard is fp32, and one rank stages through pinned buckets; with the
+   * optimizer state on nvme the gradients live in grad.swp (the same extents as the state files), every hand-over
+   * staged on one rank */
+  const size_t gsz = g_gas > 1 || !bf16 ? 4 : 2;
+  if (otier == ZO_OFFLOAD_CPU) CHECK_EQ(plan_bytes(plan, "grad_host"), plan->shard_total_el * gsz);
+  if (otier == ZO_OFFLOAD_NVME) {
+    CHECK_EQ(plan_bytes(plan, "grad_host"), 0);
+    CHECK_EQ(plan_bytes(plan, "grad.swp"), plan->state_file_el * gsz);
+    CHECK_EQ(plan_bytes(plan, "sub_group_buffers.grad"), plan->slot_el * gsz * (size_t)plan->n_slots);
+    CHECK_EQ(plan_bytes(plan, "grad_swap_buffers"), plan->grad_io_el * gsz * 2);
+  }
+  CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && (g_gas > 1 || otier == ZO_OFFLOAD_NVME));
   /* with offload_optimizer none the gradient shard stays in the working dtype (device memory): the device block
    * is the same with and without accumulation */
 
@@ -152,6 +161,60 @@ out:
   zo_engine_destroy(e);
 }
 
+/* Optimizer state and parameters on nvme, 1e6 parameters (10 tensors of 1e5), sub_group_size 1e5, buffer_count 2:
+ * the host holds the sub-group buffers, the gradient staging and swap buffers and the parameter tier's staging and
+ * write-back ring, and nothing that scales with the whole shard (no grad_host: gradients go to grad.swp). */
+static void run_bounded(int gas) {
+  zo_config_t c;
+  zo_config_defaults(&c);
+  c.gradient_accumulation_steps = gas;
+  c.train_micro_batch_size_per_gpu = 1;
+  c.train_batch_size = gas * W;
+  c.bf16.enabled = 1;
+  c.zero.stage = 3;
+  c.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  c.zero.offload_optimizer.buffer_count = 2;
+  c.zero.offload_param.device = ZO_OFFLOAD_NVME;
+  c.zero.sub_group_size = 100000;
+  c.zoffload.adam_threads = 1;
+  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
+  zo_engine_t *e = NULL;
+  if (!CHECK_OK(zo_engine_create(&c, NULL, g_comm, &e))) return;
+  for (int i = 0; i < 10; i++) {
+    char name[16];
+    zo_param_t *p;
+    snprintf(name, sizeof name, "w%d", i);
+    if (!CHECK_OK(zo_engine_register_param(e, name, 100000, &p))) goto out;
+  }
+  if (!CHECK_OK(zo_engine_finalize(e))) goto out;
+  const zo_plan_buf *led = NULL;
+  const int n = zo_engine_allocations(e, &led);
+  size_t host = 0, bounded = 0, shard_el = 0;
+  for (int i = 0; i < n; i++) {
+    if (led[i].tier != ZO_TIER_HOST) continue;
+    const size_t total = led[i].bytes * (size_t)led[i].count;
+    host += total;
+    if (!strncmp(led[i].purpose, "sub_group_buffers.", 18) || !strcmp(led[i].purpose, "grad_staging") ||
+        !strcmp(led[i].purpose, "grad_swap_buffers") || !strcmp(led[i].purpose, "offload_param.staging") ||
+        !strcmp(led[i].purpose, "write_back_ring") || !strcmp(led[i].purpose, "dp_grad") ||
+        !strcmp(led[i].purpose, "pg_ring"))
+      bounded += total;
+    else
+      fprintf(stderr, "  host buffer outside the bounded set: %s, %d x %zu bytes\n", led[i].purpose, led[i].count,
+              led[i].bytes);
+  }
+  zo_engine_mem m;
+  if (CHECK_OK(zo_engine_mem_info(e, &m))) CHECK_EQ(m.host_bytes, host);
+  shard_el = (1000000 + (size_t)W - 1) / (size_t)W;
+  if (CHECK(host <= bounded))
+    printf("ok: nvme state and parameters, 1e6 parameters, gas %d, rank %d of %d: host %zu bytes (%.2f per element of "
+           "the shard), all of it sub-group buffers, staging and rings\n", gas, R, W, host,
+           (double)host / (double)shard_el);
+out:
+  zo_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
@@ -169,6 +232,8 @@ int main(int argc, char **argv) {
           run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
         }
   g_gas = 1;
+  run_bounded(1);
+  run_bounded(4);
   if (W == 1) {
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1, 0);  /* delayed_param_update: a second gradient buffer */
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 3, 1, 0, 0); /* stage 3, parameters resident */

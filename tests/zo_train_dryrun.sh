@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 dev=cuda
 if ! "$zo" --help | grep -q 'dry-run'; then echo "FAIL: zo-train has no --dry-run"; exit 1; fi
-for preset in gpt2-124m gpt2-1.5b gpt-10b gpt-10b-infinity; do
+for preset in gpt2-124m gpt2-1.5b gpt-10b gpt-10b-infinity gpt-2b-nvme; do
   args=(--config "$cfgdir/$preset.json" --dry-run --device cuda --device-memory-limit 85899345920 --nvme-path "$work")
   /usr/bin/time -f "%e s %M KiB" -o "$work/time" "$zo" "${args[@]}" >"$work/out" 2>"$work/err"
   rc=$?
@@ -70,10 +70,14 @@ if opt == "nvme" and par == "cpu":
     # The extent unit is the swap alignment (the file system's O_DIRECT alignment: 512 or 4096 bytes) over the
     # narrowest element (2 bytes). Sub-groups: pieces of at most sub_group_size, packed greedily while the padded
     # extents fit in sub_group_size elements; 4 buffer sets of the largest one.
+    # The gradients live in grad.swp (g bytes per element, the same extents; the accumulation dtype counts in the
+    # narrowest element) and pass through one staging bucket and two swap buffers of min(reduce_bucket_size,
+    # the largest tensor, sub_group_size) elements rounded up to 64 Ki elements; a 4th buffer per sub-group set.
     fits = False
     for align in (4096, 512):
-        unit = align // 2
+        unit = align // min(2 if state_bf16 else 4, g)
         sgs = ru(max(z["sub_group_size"], unit), unit)
+        gel = ru(min(z.get("reduce_bucket_size", 500000000), max(sizes), z["sub_group_size"]), max(unit, 65536))
         pieces, file_el = [], 0
         for n in sizes:
             for off in range(0, n, sgs):
@@ -89,13 +93,22 @@ if opt == "nvme" and par == "cpu":
                 k += 1
             slot = max(slot, end - start)
         nbuf = 4
-        host = N * g + ring + N * w + nbuf * slot * st     # gradients, staging, host working weights, sub-group buffers
-        nvme = file_el * st
+        # host working weights, sub-group buffers (state and gradient), gradient staging bucket and swap buffers
+        host = N * w + nbuf * slot * (st + g) + gel * (4 if gas > 1 else w) + 2 * gel * g
+        nvme = file_el * (st + g)
         if rows.get("host") == host and rows.get("nvme") == nvme:
             fits = True
             print(f"  arithmetic: swap alignment {align}: {len(pieces)} pieces, slot {slot} elements")
     if not fits:
         print(f"FAIL: host/nvme engine bytes {rows.get('host')}/{rows.get('nvme')} match no alignment's arithmetic")
+        ok = False
+if opt == "nvme" and par == "nvme":
+    # Parameters, optimizer state and gradients on NVMe (gpt-2b-nvme, 2e9 parameters): the engine's host bytes are
+    # bounded buffers (sub-group sets, staging, rings), under 1.5 GB; no gradient shard in host memory (4 GB).
+    got = rows.get("host", 0)
+    print(f"  host: engine {got} bytes, bound 1500000000 (gradient shard {N * g} bytes not held)")
+    if not 0 < got < 1500000000:
+        print("FAIL: nvme tiers: the engine's host bytes are not bounded")
         ok = False
 for k, v in want.items():
     got = rows.get(k)

@@ -244,7 +244,16 @@ ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
  * grad_accum_dtype under bf16); data_types.grad_accum_dtype ("fp32",
  * "bf16", "fp16") overrides it (e.g. "bf16" halves the device bytes of the
  * gradient shard with offload_optimizer "none"). Adam and
- * the gradient norm read that shard. Sums are formed in fp32 and rounded to
+ * the gradient norm read that shard. With offload_optimizer "nvme" the
+ * shard is not held in host memory: it lives in grad.swp beside the state
+ * files (same extents), every hand-over chunk is staged through one pinned
+ * bucket and written there through two buffers of min(reduce_bucket_size,
+ * largest shard, sub_group_size) elements (rounded up to 64 Ki), added by
+ * read-add-write for later micro-batches; the norm is taken from the final
+ * chunk in memory, and each sub-group's gradient is read into its slot with
+ * its state for Adam (ZeRO-Infinity's gradient swapping). The hand-over then
+ * waits for each chunk's copy (the staging is synchronous), not for the disk.
+ * Sums are formed in fp32 and rounded to
  * the accumulation dtype once per contribution, so with an fp32 accumulator
  * a caller's own fp32 sum in the same order gives the same bits.
  * With several ranks each contribution is reduced over the ranks on its own
@@ -375,8 +384,11 @@ typedef struct zo_step_info {
  * slot is free, in the order the sub-groups' gradients completed in the last
  * step (first step: reverse registration order), so the first reads of a
  * step overlap the forward pass; its Adam starts when its state is in memory
- * and all its gradients have landed (during backward, unless clipping, fp16
- * or DPU need the whole step first); its write-back is issued at once and
+ * and all its gradients have landed, that is are written to grad.swp (during
+ * backward, unless clipping or fp16 need the whole step first: then every
+ * sub-group's gradients are parked in grad.swp until the step), after its
+ * gradients are read into the slot beside the state; its write-back (of the
+ * state only: the gradient file is not state, never checkpointed) is issued at once and
  * left in flight when this call returns (a later read of the same slot, or
  * zo_engine_get_master(), waits for it). A slot keeps its clean state until
  * another read needs it, so buffer_count >= the number of sub-groups keeps
@@ -439,7 +451,8 @@ typedef struct zo_engine_mem {
   /* What this rank holds, by kind, on whatever tier it lives (with several ranks, its share): */
   size_t param_bytes;       /* working weights: the device copy (resident), the host tier (offload_param cpu) or
                                params.swp (nvme); at stage 3 on several ranks the rank's blocks */
-  size_t grad_bytes;        /* gradient shards (host buffers, or device with offload_optimizer "none") */
+  size_t grad_bytes;        /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp
+                               with "nvme") */
   size_t state_bytes;       /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */
   size_t comm_bytes;        /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
 } zo_engine_mem;

@@ -34,7 +34,8 @@ typedef struct zo_plan_buf {
   zo_tier tier;          /* ZO_TIER_DEVICE, ZO_TIER_HOST (pinned ones too, see @pinned) or ZO_TIER_NVME */
   char purpose[40];      /* stable name: "device_block", "grad_host", "state_host.exp_avg", "stage_host",
                             "param_host", "grad_staging", "dp_grad", "dp_gather", "pg_ring", "offload_param.staging",
-                            "sub_group_buffers.master", "write_back_ring", "params.swp", "exp_avg.swp", ... */
+                            "sub_group_buffers.master", "sub_group_buffers.grad", "grad_swap_buffers",
+                            "write_back_ring", "params.swp", "exp_avg.swp", "grad.swp", ... */
   size_t bytes;          /* of one buffer (file size for nvme); SIZE_MAX when saturated */
   int count;             /* buffers of this kind */
   int pinned;            /* host: page-locked memory requested */
@@ -46,7 +47,7 @@ typedef struct zo_plan_buf {
 typedef struct zo_plan_tensor {
   size_t flat_off;       /* elements: its shard's first element in the host arrays (grad_host, state_host) */
   size_t pw_el;          /* elements: its working copy in the parameter host tier (param_host, params.swp) */
-  uint64_t file_el;      /* elements: its shard's extent in every optimizer state file (nvme) */
+  uint64_t file_el;      /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
   size_t dev_off[5];     /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
                             (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
                             (offload_optimizer "none"); SIZE_MAX for a region it has not there */
@@ -98,9 +99,15 @@ typedef struct zo_plan {
   int n_pstage;
   size_t wb_bytes;            /* the write-back ring */
   size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
+  size_t grad_io_el;          /* offload_optimizer "nvme": elements of each of the two "grad_swap_buffers" the
+                                 gradient chunks go to grad.swp through (min(reduce_bucket_size, largest shard,
+                                 sub_group_size),
+                                 rounded up to 64 Ki elements and the extent unit); 0 otherwise */
   size_t grad_staging_bytes; /* one rank, gradient_accumulation_steps > 1 or data_types.grad_accum_dtype not the
                                 working dtype: the pinned staging buckets of the gradient hand-over (1, or 2 with
-                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements) */
+                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements); one rank
+                                with offload_optimizer "nvme": one bucket of grad_io_el elements of the widest
+                                hand-over dtype, whatever the accumulation */
 } zo_plan;
 
 /*

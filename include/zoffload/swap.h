@@ -351,6 +351,18 @@ ZO_API zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, ui
                                             size_t nbytes, zo_swap_req_t **req);
 
 /*
+ * zo_swap_submit_write_urgent() - zo_swap_submit_write(), queued as
+ * zo_swap_submit_read_urgent() queues a read: ahead of every request that is
+ * not urgent and has bytes not yet started, behind earlier urgent ones. For
+ * small writes the caller's buffer must come back from soon (the gradient
+ * hand-over's buffers) while bulk transfers stream. Urgent requests keep their
+ * order among themselves; a read of a range must still wait for the write of
+ * it. Same arguments, rules and errors as zo_swap_submit_write().
+ */
+ZO_API zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
+                                             size_t nbytes, zo_swap_req_t **req);
+
+/*
  * zo_swap_wait() - block until @req is complete, free it, return its status.
  * Every completion's result is checked: a short transfer (0 < res < piece
  * length) is resubmitted for the remaining bytes until done (under O_DIRECT

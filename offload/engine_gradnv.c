@@ -1,0 +1,123 @@
+/*
+ * engine_gradnv.c - gradients beside the optimizer state on NVMe (offload_optimizer "nvme"): each hand-over chunk
+ * goes to grad.swp (the accumulation dtype, the state files' extents) through a few bounded I/O buffers, cast on
+ * the first contribution of a step and read-added-written on later ones, with the norm taken from the final chunk
+ * while it is in memory. ZeRO-Infinity swaps gradients out with the optimizer state (DeepSpeed
+ * partitioned_optimizer_swapper.swap_out_gradients). Not here: the staging copies (engine_accum.c), the reduction
+ * over ranks (engine_dp.c), reading a sub-group's gradient into its slot for Adam (engine_nvme.c).
+ */
+#include <math.h>
+
+#include "engine_internal.h"
+#include "zoffload/adam.h"
+
+/* The norm's summation chunk (cpu_adam: ZO_SQNORM_CHUNK): a shard's squared norm is the sum, in order, of the
+ * sums of its 64 Ki-element chunks, so adding chunk by chunk here gives the bits of the whole-shard pass. */
+enum { GNV_NORM_CHUNK = 65536 };
+
+size_t eng_gnv_el(const zo_engine_t *e) {
+  size_t largest = 0;
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
+  const int64_t rb = e->cfg.zero.reduce_bucket_size;
+  size_t el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
+  const int64_t sgs = e->cfg.zero.sub_group_size; /* no larger than a sub-group's buffer */
+  if (sgs > 0 && (uint64_t)sgs < el) el = (size_t)sgs;
+  size_t unit = eng_extent_unit_at(e, e->swap_align ? e->swap_align : 4096);
+  if (unit < GNV_NORM_CHUNK) unit = GNV_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
+  size_t r;
+  if (zo_size_round_up(el ? el : 1, unit, &r)) r = unit;
+  return r;
+}
+
+/* @p's final contribution is on disk: its norm's verdict and outcome, then the flag the pipeline reads. */
+static void gnv_landed(zo_param_t *p) {
+  p->landed_st = p->gnv_st;
+  p->gnv_st = ZO_OK;
+  p->gnv_final = 0;
+  p->nonfinite = !isfinite(p->sqnorm);
+  atomic_store_explicit(&p->landed, 1, memory_order_release);
+}
+
+/* The write out of buffer @b has completed (or is waited here): collect it; its tensor lands when it was the
+ * last write of its final contribution. */
+static zo_status gnv_finish(zo_engine_t *e, int b) {
+  if (!e->gnv_req[b]) return ZO_OK;
+  zo_param_t *p = e->gnv_p[b];
+  zo_status st = eng_swap_wait(e, e->swap, &e->gnv_req[b]);
+  e->gnv_p[b] = NULL;
+  if (st != ZO_OK) {
+    st = zo_error_prefix(st, "gradient of '%s' [%zu, ...) to grad.swp", p->name, e->gnv_o[b]);
+    if (p->gnv_st == ZO_OK) p->gnv_st = st;
+  }
+  if (--p->gnv_pending == 0 && p->gnv_final) gnv_landed(p);
+  return st;
+}
+
+zo_status eng_gnv_poll(zo_engine_t *e) {
+  for (int b = 0; b < e->gnv_n; b++) {
+    int done = 0;
+    if (!e->gnv_req[b]) continue;
+    ZO_CHECK(zo_swap_poll(e->swap, e->gnv_req[b], &done));
+    if (done) ZO_CHECK(gnv_finish(e, b));
+  }
+  return ZO_OK;
+}
+
+zo_status eng_gnv_drain(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (int b = 0; b < e->gnv_n; b++) {
+    zo_status st = gnv_finish(e, b);
+    if (first == ZO_OK) first = st;
+  }
+  return first;
+}
+
+zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
+                      int last) {
+  const size_t asz = zo_dtype_size(e->adtype), ssz = zo_dtype_size(st), unit = eng_extent_unit(e);
+  for (size_t o = off; o < off + n; o += e->gnv_el) {
+    const size_t m = off + n - o < e->gnv_el ? off + n - o : e->gnv_el;
+    const int b = e->gnv_next;
+    e->gnv_next = (e->gnv_next + 1) % e->gnv_n;
+    void *buf = (char *)e->gnv_host.ptr + (size_t)b * e->gnv_el * asz;
+    ZO_CHECK(gnv_finish(e, b));
+    /* [o, o + m) lies at file_el + o: aligned at both ends (o is a multiple of the extent unit; the end is padded
+     * up to one, inside the shard's padded extent) */
+    const uint64_t n_el = zo_round_up(m, unit);
+    if (add) {
+      /* the last write of this range (from the other buffer) may still be in flight: on disk before it is read
+       * (the swap orders nothing between requests) */
+      for (int b2 = 0; b2 < e->gnv_n; b2++)
+        if (e->gnv_req[b2] && e->gnv_p[b2] == p && e->gnv_o[b2] == o) ZO_CHECK(gnv_finish(e, b2));
+      zo_swap_req_t *rq;
+      ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz, &rq));
+      e->nvme_read_bytes += n_el * asz;
+      zo_status rs = eng_swap_wait(e, e->swap, &rq);
+      if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
+    }
+    eng_acc_add(buf, e->adtype, (const char *)src + (o - off) * ssz, st, m, add);
+    if (last)
+      for (size_t j = 0; j < m; j += GNV_NORM_CHUNK) {
+        double s;
+        const size_t k = m - j < GNV_NORM_CHUNK ? m - j : GNV_NORM_CHUNK;
+        ZO_CHECK(zo_grad_sqnorm_ex((char *)buf + j * asz, e->adtype, k, ZO_SIMD_AUTO, 1, &s, NULL));
+        p->sqnorm += s;
+      }
+    /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
+    ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz,
+                                         &e->gnv_req[b]));
+    e->nvme_write_bytes += n_el * asz;
+    e->gnv_p[b] = p, e->gnv_o[b] = o;
+    p->gnv_pending++;
+  }
+  return ZO_OK;
+}
+
+zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st) {
+  (void)e;
+  if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st;
+  p->gnv_final = 1;
+  if (p->gnv_pending == 0) gnv_landed(p);
+  return st;
+}

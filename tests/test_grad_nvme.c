@@ -1,0 +1,216 @@
+/*
+ * test_grad_nvme.c - gradients on NVMe beside the optimizer state (offload_optimizer "nvme": grad.swp, no host
+ * gradient shard): an nvme-optimizer engine and a cpu-optimizer engine with the same config, weights and
+ * gradients give master weights, norms and loss scales equal BIT FOR BIT over several steps, with
+ * gradient_accumulation_steps 1 and 4 (3 zo_engine_grad_accumulate + 1 zo_engine_grad_ready: read-add-write in
+ * the file), clipping on and off (Adam at the step, or as each sub-group's gradients are on disk), fp16 loss
+ * scaling, bf16 hand-overs with parameters on nvme (the gpt-2b-nvme preset's setting), and a tensor larger than
+ * one gradient chunk (several writes, the norm summed chunk by chunk). The nvme engine's ledger has grad.swp
+ * and no grad_host. Run under `mpirun -np 2`: the reduce-scatter's block goes to the file (stages 2 and 3).
+ * Exit 0 pass, 1 fail, 77 skip.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zo_test.h"
+#include "zoffload/config.h"
+#include "zoffload/engine.h"
+#include "zoffload/plan.h"
+
+enum { NP = 4, STEPS = 4 };
+/* 150001: three gradient chunks of 65536 elements (reduce_bucket_size below), the last one short */
+static const size_t k_sizes[NP] = {1000, 150001, 37, 4097};
+static zo_comm_t *g_comm;
+static int R, W;
+static char g_dir[4000];
+
+static void base_config(zo_config_t *c, int gas) {
+  zo_config_defaults(c);
+  c->train_micro_batch_size_per_gpu = 1;
+  c->gradient_accumulation_steps = gas;
+  c->train_batch_size = gas * W;
+  c->optimizer.type = ZO_OPT_ADAMW;
+  c->optimizer.adam_w_mode = 1;
+  c->optimizer.lr = 1e-2;
+  c->optimizer.weight_decay = 0.1;
+  c->zero.stage = 2;
+  c->zero.sub_group_size = 20000;
+  c->zero.reduce_bucket_size = 65536;
+  c->zero.offload_optimizer.buffer_count = 2;
+  c->zoffload.adam_threads = 1;
+}
+
+/* Micro-batch @mb's gradient element j of tensor i at step s on rank q: a multiple of 1/64 in (-2, 2). */
+static float grad_of(int q, int s, int mb, int i, size_t j) {
+  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^ (uint64_t)((s * 7 + mb) * 131 + i) * 0xbf58476d1ce4e5b9ull ^
+               j * 0x94d049bbull;
+  h ^= h >> 29;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 32;
+  return (float)((int)(h % 255) - 127) / 64.0f;
+}
+
+typedef struct eng {
+  zo_engine_t *e;
+  zo_param_t *ps[NP];
+  void *dbuf[NP]; /* one device buffer per tensor, fp32-sized */
+} eng;
+
+static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev) {
+  memset(g, 0, sizeof *g);
+  if (!CHECK_OK(zo_engine_create(c, dev, g_comm, &g->e))) return 1;
+  for (int i = 0; i < NP; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%d", i);
+    if (!CHECK_OK(zo_engine_register_param(g->e, name, k_sizes[i], &g->ps[i]))) return 1;
+  }
+  if (!CHECK_OK(zo_engine_finalize(g->e))) return 1;
+  uint64_t seed = 7;
+  for (int i = 0; i < NP; i++) {
+    float *w = malloc(k_sizes[i] * 4);
+    for (size_t j = 0; j < k_sizes[i]; j++) w[j] = zo_test_rand_pm1f(&seed);
+    int bad = !CHECK_OK(zo_engine_load_param(g->e, g->ps[i], w));
+    free(w);
+    if (bad || !CHECK_OK(zo_device_malloc(dev, k_sizes[i] * 4, &g->dbuf[i]))) return 1;
+  }
+  return 0;
+}
+
+static void eng_close(eng *g, zo_device_t *dev) {
+  zo_engine_destroy(g->e);
+  for (int i = 0; i < NP; i++)
+    if (g->dbuf[i]) zo_device_free(dev, g->dbuf[i]);
+}
+
+/* One step: @gas micro-batches per tensor (the last with grad_ready), each the gradient times the loss scale in
+ * @dt, through the tensor's one device buffer (reused after the fence). Tensors in reverse order (backward). */
+static int one_step(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt, zo_step_info *inf) {
+  const double ls = zo_engine_loss_scale(g->e);
+  for (int i = NP - 1; i >= 0; i--)
+    for (int mb = 0; mb < gas; mb++) {
+      const size_t n = k_sizes[i];
+      void *h = malloc(n * 4);
+      for (size_t j = 0; j < n; j++) {
+        const float f = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
+        if (dt == ZO_DTYPE_F32) {
+          ((float *)h)[j] = f;
+        } else { /* bf16: exact (multiples of 1/64 times a power of two, 8 significant bits at most) */
+          uint32_t b;
+          memcpy(&b, &f, 4);
+          ((uint16_t *)h)[j] = (uint16_t)(b >> 16);
+        }
+      }
+      int bad = !CHECK_OK(zo_engine_grad_fence(g->e, NULL)) ||
+                !CHECK_OK(zo_memcpy(dev, g->dbuf[i], h, n * zo_dtype_size(dt), ZO_COPY_H2D));
+      free(h);
+      if (bad) return 1;
+      zo_status st = mb + 1 < gas ? zo_engine_grad_accumulate(g->e, g->ps[i], g->dbuf[i], dt)
+                                  : zo_engine_grad_ready(g->e, g->ps[i], g->dbuf[i], dt);
+      if (!CHECK_OK(st)) return 1;
+    }
+  return CHECK_OK(zo_engine_step(g->e, inf)) ? 0 : 1;
+}
+
+/* The nvme engine holds its gradients in grad.swp, not in host memory. */
+static void check_ledger(const eng *g, const char *label) {
+  const zo_plan_buf *led = NULL;
+  const int n = zo_engine_allocations(g->e, &led);
+  int file = 0, host = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(led[i].purpose, "grad.swp") && led[i].tier == ZO_TIER_NVME) file = 1;
+    if (!strcmp(led[i].purpose, "grad_host")) host = 1;
+  }
+  if (!CHECK(file && !host)) fprintf(stderr, "  %s: grad.swp %s, grad_host %s\n", label, file ? "yes" : "no",
+                                     host ? "yes" : "no");
+}
+
+static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype dt) {
+  zo_device_t *dev = NULL;
+  eng a, b;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev))) return;
+  zo_config_t ca = *c, cb = *c;
+  ca.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  cb.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  snprintf(ca.zero.offload_optimizer.nvme_path, sizeof ca.zero.offload_optimizer.nvme_path, "%s/a", g_dir);
+  snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/b", g_dir);
+  memcpy(ca.zero.offload_param.nvme_path, ca.zero.offload_optimizer.nvme_path, sizeof ca.zero.offload_param.nvme_path);
+  memcpy(cb.zero.offload_param.nvme_path, cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_param.nvme_path);
+  mkdir(ca.zero.offload_optimizer.nvme_path, 0700);
+  mkdir(cb.zero.offload_optimizer.nvme_path, 0700);
+  int bad = eng_open(&a, &ca, dev) || eng_open(&b, &cb, dev);
+  if (!bad) check_ledger(&a, label);
+  for (int s = 1; s <= STEPS && !bad; s++) {
+    CHECK(zo_engine_loss_scale(a.e) == zo_engine_loss_scale(b.e));
+    zo_step_info ia, ib;
+    bad = one_step(dev, &a, s, gas, dt, &ia) || one_step(dev, &b, s, gas, dt, &ib);
+    if (bad) break;
+    if (!CHECK(ia.grad_norm == ib.grad_norm))
+      fprintf(stderr, "  %s step %d: norm %.17g (nvme) vs %.17g (cpu)\n", label, s, ia.grad_norm, ib.grad_norm);
+    CHECK_EQ(ia.skipped, ib.skipped);
+    CHECK(ia.loss_scale == ib.loss_scale);
+  }
+  for (int i = 0; i < NP && !bad; i++) {
+    float *ma = malloc(k_sizes[i] * 4), *mb = malloc(k_sizes[i] * 4);
+    size_t off, n, off2, n2;
+    if (CHECK_OK(zo_engine_get_master(a.e, a.ps[i], ma, &off, &n)) &&
+        CHECK_OK(zo_engine_get_master(b.e, b.ps[i], mb, &off2, &n2)) && CHECK_EQ(n, n2)) {
+      char what[200];
+      snprintf(what, sizeof what, "%s: master of t%d (rank %d)", label, i, R);
+      if (CHECK_BYTES(what, ma, mb, n * 4)) bad = 1;
+    }
+    free(ma), free(mb);
+  }
+  if (!bad) printf("ok: %s (rank %d of %d): nvme == cpu master weights and norms over %d steps, bit for bit\n", label,
+                   R, W, STEPS);
+  eng_close(&a, dev);
+  eng_close(&b, dev);
+  zo_device_destroy(dev);
+  char d[4200];
+  snprintf(d, sizeof d, "%s/a", g_dir), rmdir(d);
+  snprintf(d, sizeof d, "%s/b", g_dir), rmdir(d);
+}
+
+int main(int argc, char **argv) {
+  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
+  char base[64], label[160];
+  snprintf(base, sizeof base, "zo-test-gradnv-r%d", R);
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  zo_config_t c;
+  const int stages[2] = {2, 3};
+  for (int si = 0; si < (W > 1 ? 2 : 1); si++)
+    for (int gas = 1; gas <= 4; gas += 3)
+      for (int clip = 0; clip < 2; clip++) {
+        base_config(&c, gas);
+        c.zero.stage = stages[si];
+        if (stages[si] == 3) c.zero.offload_param.device = ZO_OFFLOAD_CPU; /* several ranks: stage 3 needs it */
+        c.gradient_clipping = clip ? 1.0 : 0;
+        c.zero.overlap_comm = clip;
+        snprintf(label, sizeof label, "stage %d, fp32, gas %d, clipping %s", stages[si], gas, clip ? "on" : "off");
+        run_case(label, &c, gas, ZO_DTYPE_F32);
+      }
+  for (int gas = 1; gas <= 4; gas += 3) {
+    base_config(&c, gas);
+    c.fp16.enabled = 1, c.fp16.initial_scale_power = 4, c.fp16.loss_scale_window = 2;
+    snprintf(label, sizeof label, "fp16 loss scaling, gas %d", gas);
+    run_case(label, &c, gas, gas > 1 ? ZO_DTYPE_F32 : ZO_DTYPE_F16);
+  }
+  if (W == 1) { /* the gpt-2b-nvme preset's setting: bf16, gas 1, clipping, parameters on nvme at stage 3 */
+    base_config(&c, 1);
+    c.bf16.enabled = 1;
+    c.gradient_clipping = 1.0;
+    c.zero.stage = 3;
+    c.zero.offload_param.device = ZO_OFFLOAD_NVME;
+    run_case("stage 3, bf16, gas 1, clipping on, parameters on nvme", &c, 1, ZO_DTYPE_BF16);
+    base_config(&c, 4);
+    c.bf16.enabled = 1;
+    run_case("stage 2, bf16 micro-batches into fp32, gas 4, clipping off", &c, 4, ZO_DTYPE_BF16);
+  }
+  CHECK_OK(zo_comm_barrier(g_comm));
+  rmdir(g_dir);
+  zo_comm_destroy(g_comm);
+  return zo_test_finish("test_grad_nvme");
+}

@@ -438,15 +438,10 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
 /* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads. */
 static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   zo_status st;
-  const size_t largest = plan->largest_el;
   const size_t pbytes = zo_plan_bytes(plan, "params.swp");
   st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
   if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
   eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
-  if ((int64_t)largest > e->cfg.zero.offload_param.buffer_size)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
-                        "largest tensor (%zu elements); raise it to at least %zu",
-                        (long long)e->cfg.zero.offload_param.buffer_size, largest, largest);
   e->pstage_el = plan->pstage_el;
   e->n_pstage = plan->n_pstage;
   e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
@@ -555,7 +550,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   /* Device block: working weights unless they are offloaded; plus master,
    * state and gradients for offload_optimizer "none". */
   const int pres = e->ptier == ZO_OFFLOAD_NONE; /* working weights resident in device memory */
-  const size_t dev = plan->device_bytes, largest = plan->largest_el;
+  const size_t dev = plan->device_bytes;
   for (int i = 0; i < e->n_params; i++) e->params[i]->flat_off = plan->tensor[i].flat_off;
   /* What the device can hold, before the arena takes it: the resident
    * block, and with parameter offload at least the largest tensor besides. */
@@ -598,12 +593,8 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     }
   }
 
-  /* Parameter offload: every tensor must fit in device memory and in the live budget on its own. */
+  /* Parameter offload (the live budget holds the largest tensor: checked by the plan) */
   if (!pres) {
-    if ((int64_t)largest > e->cfg.zero.stage3_max_live_parameters)
-      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
-                          "largest tensor (%zu elements); raise it to at least %zu",
-                          (long long)e->cfg.zero.stage3_max_live_parameters, largest, largest);
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
       p->persistent = (int64_t)p->n <= e->cfg.zero.stage3_param_persistence_threshold;

@@ -156,6 +156,21 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
   return ZO_OK;
 }
 
+/* Parameter offload: each tensor is fetched whole, so the live-parameter bound and (nvme) the staging buffers must
+ * each hold the largest; refused here, so --dry-run and the budget refuse what finalize would. */
+static zo_status plan_check_largest(const zo_engine_t *e, size_t largest) {
+  const zo_config_t *c = &e->cfg;
+  if (e->ptier != ZO_OFFLOAD_NONE && (int64_t)largest > c->zero.stage3_max_live_parameters)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
+                        "largest tensor (%zu elements); raise it to at least %zu",
+                        (long long)c->zero.stage3_max_live_parameters, largest, largest);
+  if (e->ptier == ZO_OFFLOAD_NVME && (int64_t)largest > c->zero.offload_param.buffer_size)
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
+                        "largest tensor (%zu elements); raise it to at least %zu",
+                        (long long)c->zero.offload_param.buffer_size, largest, largest);
+  return ZO_OK;
+}
+
 zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   ZO_CHECK(eng_check_usable(e, what));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
@@ -202,6 +217,11 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
     pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
+  zo_status bst = plan_check_largest(e, largest);
+  if (bst != ZO_OK) {
+    zo_plan_free(pl);
+    return bst;
+  }
   pl->largest_dev_bytes = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
   pl->device_need_bytes = pres ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);

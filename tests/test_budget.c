@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
   cfg.zero.offload_param.device = ZO_OFFLOAD_NVME;
   cfg.zero.sub_group_size = 1000000;
+  cfg.zero.stage3_max_live_parameters = cfg.zero.offload_param.buffer_size = 4000000000000ll; /* hold the tensor */
   snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
   snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", dir);
   CHECK_ST(budget_of(&cfg, 4000000000000ull, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);

@@ -82,6 +82,11 @@ expect "micro batch 2^32+16" "train_micro_batch_size_per_gpu: 4294967312 is out 
 variant mbgas 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 4611686018427387904/;
                s/"gradient_accumulation_steps": 2/"gradient_accumulation_steps": 4/'
 expect "micro 2^62 x gas 4 (dry run)" "train_micro_batch_size_per_gpu: .* does not fit in 64 bits" --config "$work/mbgas.json" --dry-run
+# A live-parameter bound below the largest tensor (wte, 8192 elements): the dry run refuses what the run would.
+variant live 's/"stage3_max_live_parameters": [0-9]*/"stage3_max_live_parameters": 1000/'
+expect "stage3_max_live_parameters below the largest tensor (dry run)" \
+  "zero_optimization.stage3_max_live_parameters: 1000 elements cannot hold the largest tensor (8192 elements)" \
+  --config "$work/live.json" --offload-param cpu --dry-run
 variant eps 's/"eps": 1e-08/"eps": 1e-50/'
 expect "eps 1e-50" "optimizer.params.eps: expected a number in \[1.17549e-38, 1\], got 1e-50" --config "$work/eps.json"
 variant wd 's/"weight_decay": 0.01/"weight_decay": 1e40/'

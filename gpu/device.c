@@ -131,12 +131,18 @@ zo_range_where zo_device_range_where(zo_device_t *dev, const void *p, size_t nby
 static zo_status check_side(zo_device_t *dev, const char *what, const char *side, const void *p,
                             size_t nbytes, int want_device, zo_copy_kind kind) {
   zo_range_where w = zo_device_range_where(dev, p, nbytes);
+  /* Not ours but the runtime's device memory of this GPU (a framework's tensor): accepted. */
+  char why[128] = "";
+  if (want_device && w == ZO_RANGE_HOST && dev->ops->foreign_device_mem &&
+      dev->ops->foreign_device_mem(dev, p, nbytes, why, sizeof why))
+    return ZO_OK;
   if (want_device && w != ZO_RANGE_DEVICE)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "%s: %s copy: %s %p + %zu bytes is not inside one live device allocation "
-                        "of %s%s",
+                        "of %s%s%s%s",
                         what, zo_copy_kind_name(kind), side, p, nbytes, dev->name,
-                        w == ZO_RANGE_PARTIAL ? " (it runs past an allocation's end)" : "");
+                        w == ZO_RANGE_PARTIAL ? " (it runs past an allocation's end)" : "",
+                        why[0] ? " nor device memory of this GPU: the CUDA runtime says " : "", why);
   if (!want_device && w != ZO_RANGE_HOST)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "%s: %s copy: %s %p + %zu bytes overlaps device memory of %s but the copy "

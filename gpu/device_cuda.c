@@ -481,6 +481,41 @@ static zo_status cuda_link_stats(const zo_device_t *dev, zo_link_stats *out) {
   return ZO_OK; /* gbps, busy and stall stay 0: the link is real and not timed here */
 }
 
+/* What the runtime knows the byte at @p as: 1 device (or managed) memory of cuda:@ordinal; else 0 and @why. */
+static int ptr_on_device(const void *p, int ordinal, char *why, size_t cap) {
+  struct cudaPointerAttributes a;
+  memset(&a, 0, sizeof a);
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) { /* before CUDA 11, host memory it never saw is an error */
+    (void)cudaGetLastError();
+    snprintf(why, cap, "memory it does not know (cudaPointerGetAttributes: %s)", cudaGetErrorName(e));
+    return 0;
+  }
+  if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == ordinal) return 1;
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
+    snprintf(why, cap, "%s memory of cuda:%d", a.type == cudaMemoryTypeDevice ? "device" : "managed", a.device);
+  else if (a.type == cudaMemoryTypeHost)
+    snprintf(why, cap, "host memory (registered or pinned)");
+  else
+    snprintf(why, cap, "host memory");
+  return 0;
+}
+
+/* A framework's device memory (torch's tensors): its first and last byte on this GPU. */
+static int cuda_foreign_device_mem(zo_device_t *dev, const void *p, size_t nbytes, char *why, size_t cap) {
+  if (use_device(dev->ordinal) != ZO_OK) {
+    snprintf(why, cap, "nothing: %s", zo_last_error());
+    return 0;
+  }
+  if (!ptr_on_device(p, dev->ordinal, why, cap)) return 0;
+  char last[96];
+  if (nbytes > 1 && !ptr_on_device((const char *)p + nbytes - 1, dev->ordinal, last, sizeof last)) {
+    snprintf(why, cap, "its last byte is %s", last);
+    return 0;
+  }
+  return 1;
+}
+
 static const zo_device_ops cuda_ops = {
     .backend = "cuda",
     .host_addressable = 0,
@@ -507,6 +542,7 @@ static const zo_device_ops cuda_ops = {
     .set_link_gbps = NULL, /* device.c: ZO_ERR_UNSUPPORTED */
     .link_stats = cuda_link_stats,
     .mem_backend_free = cuda_mem_backend_free,
+    .foreign_device_mem = cuda_foreign_device_mem,
 };
 
 /* ------------------------------------------------------------ probe, init */

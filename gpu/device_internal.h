@@ -57,6 +57,12 @@ typedef struct zo_device_ops {
   /* Bytes the backend itself can still allocate (CUDA: cudaMemGetInfo's free);
    * NULL when only the limit bounds it (host). */
   zo_status (*mem_backend_free)(zo_device_t *dev, size_t *free_bytes);
+  /* Device memory the engine did not allocate (CUDA: a framework's cudaMalloc, e.g. torch's gradients):
+   * 1 when the runtime says the first and last byte of [p, p+nbytes) are device (or managed) memory of
+   * this device; else 0 with @why (@cap bytes) saying what the runtime knows it as instead ("host memory",
+   * "device memory of cuda:1"). Called only for ranges outside the allocation table. NULL: only the table
+   * counts as device memory (host: what zo_device_malloc returned). Thread-safe. */
+  int (*foreign_device_mem)(zo_device_t *dev, const void *p, size_t nbytes, char *why, size_t cap);
 } zo_device_ops;
 
 /* One live allocation; the table is sorted by base and ranges never overlap. */

@@ -540,3 +540,24 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
   enqueue(s, o);
   return OK();
 }
+
+/* ---------------- pointer attributes (CUDA 11+ semantics: unknown host memory is cudaMemoryTypeUnregistered) */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+  if (!a) return fail(cudaErrorInvalidValue);
+  memset(a, 0, sizeof *a);
+  a->type = cudaMemoryTypeUnregistered;
+  a->device = -2; /* CUDA leaves it meaningless for unregistered memory */
+  pthread_mutex_lock(&g_mu);
+  int i = find(g_alloc, g_nalloc, p, 1);
+  if (i >= 0) {
+    a->type = cudaMemoryTypeDevice;
+    a->device = g_alloc[i].dev;
+    a->devicePointer = (void *)p;
+  } else if (find(g_reg, g_nreg, p, 1) >= 0) {
+    a->type = cudaMemoryTypeHost;
+    a->device = t_dev;
+    a->hostPointer = a->devicePointer = (void *)p;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return OK();
+}

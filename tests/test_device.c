@@ -5,7 +5,8 @@
  * link counters. The conformance tests take the backend from g_kind and run
  * for host always and for cuda when a GPU is present; host-only tests (link
  * emulation, use-after-free caught at run time, host-func concurrency) and
- * cuda-only tests (native streams, cudaMalloc errors) are marked so.
+ * cuda-only tests (native streams, cudaMalloc errors, device pointers that
+ * zoffload did not allocate) are marked so.
  *
  * usage: test_device [--backend host|cuda|all]   (default all)
  * Exit 0 pass, 1 fail, 77 when --backend cuda finds no CUDA device.
@@ -24,7 +25,9 @@
 #include <pthread.h>
 
 #include "zo_test.h"
+#include "zoffload/config.h"
 #include "zoffload/device.h"
+#include "zoffload/engine.h"
 #include "zoffload/pinned.h"
 
 #if ZO_HAVE_CUDA
@@ -485,12 +488,14 @@ static void test_copies(void) {
   CHECK_ST(zo_memset_async(s, gone, 0, 16), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_stream_synchronize(s)); /* still no sticky error */
 
-  /* A device pointer from another device handle is not device memory here (not even on the same GPU). */
+  /* A device pointer from another device handle: host, another emulated device, refused; cuda, the same GPU
+   * (other_ordinal() is 0), device memory of this GPU like any cudaMalloc's (test_cuda_foreign_pointers). */
   zo_device_t *dev2 = NULL;
   void *other = NULL;
   CHECK_OK(dev_create(other_ordinal(), 0, &dev2));
   CHECK_OK(zo_device_malloc(dev2, 64, &other));
-  CHECK_ST(zo_memcpy_async(s, back, other, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_memcpy_async(s, back, other, 16, ZO_COPY_D2H), g_kind == ZO_DEVICE_HOST ? ZO_ERR_INVALID_ARG : ZO_OK);
+  CHECK_OK(zo_stream_synchronize(s));
   zo_device_destroy(dev2);
 
   zo_stream_destroy(s);
@@ -1201,6 +1206,95 @@ static void test_cuda_two_gpus(void) {
   hfree(out);
 }
 
+/* Device memory zoffload did not allocate (a framework's cudaMalloc, torch's gradients) is device memory
+ * of the GPU for copies; host memory and another GPU's memory are still refused, naming what they are. */
+static void test_cuda_foreign_pointers(void) {
+  enum { N = 1 << 16 };
+  zo_device_t *dev = NULL;
+  zo_stream_t *s = NULL;
+  CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev));
+  REQUIRE(dev);
+  CHECK_OK(zo_stream_create(dev, &s));
+  uint8_t *h = hbuf(N), *out = hbuf(N);
+  void *d = NULL;
+  REQUIRE(s && h && out && cudaMalloc(&d, N) == cudaSuccess && d); /* not zo_device_malloc */
+  fill(h, N, 23);
+  CHECK_OK(zo_memcpy_async(s, d, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy_async(s, out, d, N, ZO_COPY_D2H));
+  CHECK_OK(zo_stream_synchronize(s));
+  CHECK_BYTES("round trip through a plain cudaMalloc buffer", out, h, N);
+  memset(out, 0, N);
+  CHECK_OK(zo_memcpy_async(s, out + 100, (uint8_t *)d + 100, N - 200, ZO_COPY_D2H)); /* an interior range */
+  CHECK_OK(zo_stream_synchronize(s));
+  CHECK_BYTES("interior range of a cudaMalloc buffer", out + 100, h + 100, N - 200);
+  size_t used = 1;
+  CHECK_OK(zo_device_mem_info(dev, &used, NULL, NULL));
+  CHECK_EQ(used, 0); /* not counted: not ours */
+  /* Host memory is still not device memory. */
+  uint8_t *plain = malloc(N);
+  REQUIRE(plain);
+  CHECK_ST(zo_memcpy_async(s, out, plain, N, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "src");
+  CHECK_HAS(zo_last_error(), "host memory");
+  CHECK_ST(zo_memcpy_async(s, out, h, N, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "host memory");
+  printf("cuda: %s\n", zo_last_error());
+  /* Another GPU's memory is refused on this GPU's stream. */
+  if (zo_device_cuda_count() >= 2) {
+    void *d1 = NULL;
+    REQUIRE(cudaSetDevice(1) == cudaSuccess && cudaMalloc(&d1, N) == cudaSuccess && d1);
+    CHECK_ST(zo_memcpy_async(s, out, d1, N, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
+    CHECK_HAS(zo_last_error(), "device memory of cuda:1");
+    printf("cuda: %s\n", zo_last_error());
+    CHECK(cudaSetDevice(1) == cudaSuccess && cudaFree(d1) == cudaSuccess);
+  }
+  free(plain);
+  zo_stream_destroy(s);
+
+  /* The engine takes such a pointer as a gradient (what the Python front hands over: g.data_ptr()). */
+  enum { NE = 1000 };
+  zo_config_t c;
+  zo_config_defaults(&c);
+  c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
+  c.gradient_accumulation_steps = 1;
+  c.optimizer.type = ZO_OPT_ADAMW;
+  c.optimizer.lr = 1e-2;
+  c.zero.stage = 2;
+  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  c.zoffload.adam_threads = 1;
+  zo_engine_t *e = NULL;
+  zo_param_t *p = NULL;
+  float *w = hbuf(NE * sizeof(float)), *g = hbuf(NE * sizeof(float));
+  REQUIRE(w && g);
+  for (int i = 0; i < NE; i++) w[i] = 0.5f, g[i] = 1.0f;
+  CHECK_OK(zo_engine_create(&c, dev, NULL, &e));
+  REQUIRE(e);
+  CHECK_OK(zo_engine_register_param(e, "w", NE, &p));
+  CHECK_OK(zo_engine_finalize(e));
+  CHECK_OK(zo_engine_load_param(e, p, w));
+  REQUIRE(zo_engine_grad_dtype(e) == ZO_DTYPE_F32);
+  void *dg = NULL;
+  REQUIRE(cudaSetDevice(0) == cudaSuccess && cudaMalloc(&dg, NE * sizeof(float)) == cudaSuccess && dg);
+  REQUIRE(cudaMemcpyAsync(dg, g, NE * sizeof(float), cudaMemcpyHostToDevice, 0) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(0) == cudaSuccess);
+  zo_status st = zo_engine_grad_ready(e, p, dg, ZO_DTYPE_F32);
+  if (!CHECK_OK(st)) fprintf(stderr, "  engine: %s\n", zo_engine_last_error(e));
+  if (st == ZO_OK) {
+    zo_step_info info;
+    CHECK_OK(zo_engine_step(e, &info));
+    CHECK(fabs(info.grad_norm - sqrt((double)NE)) <= 1e-6 * sqrt((double)NE));
+    CHECK_OK(zo_engine_synchronize(e));
+  }
+  zo_engine_destroy(e);
+  CHECK(cudaFree(dg) == cudaSuccess);
+  CHECK(cudaFree(d) == cudaSuccess);
+  zo_device_destroy(dev);
+  hfree(w);
+  hfree(g);
+  hfree(h);
+  hfree(out);
+}
+
 /* Pinned pools register with CUDA: memory mapped before the first CUDA device, and after. */
 static void test_cuda_pinned_registration(void) {
   zo_pinned_stats_t ps;
@@ -1268,6 +1362,7 @@ int main(int argc, char **argv) {
       test_cuda_native_streams();
       test_cuda_errors();
       test_cuda_two_gpus();
+      test_cuda_foreign_pointers();
       test_cuda_pinned_registration();
       CHECK(cudaGetLastError() == cudaSuccess); /* e.g. "not ready" from queries was cleared */
 #endif

@@ -288,8 +288,11 @@ ZO_API void *zo_stream_native(zo_stream_t *s);
 /*
  * zo_memcpy_async() - copy @nbytes from @src to @dst in stream order.
  * @kind says where each side lives: the device side(s) must lie wholly inside
- * one live allocation of @s's device; the host side(s) must not overlap
- * device memory. @src and @dst ranges must not overlap. @nbytes == 0 is a
+ * one live allocation of @s's device (zo_device_malloc()), or, on CUDA, be
+ * device (or managed) memory of that GPU by cudaPointerGetAttributes, first
+ * and last byte (memory a framework allocated, e.g. torch's tensors); the
+ * host side(s) must not overlap zo_device_malloc() memory of the device.
+ * @src and @dst ranges must not overlap. @nbytes == 0 is a
  * no-op. Returns when enqueued; completion as in the header comment. The
  * caller keeps both buffers alive and @src unchanged until the copy is
  * complete (host backend: pageable memory is NOT staged at enqueue).

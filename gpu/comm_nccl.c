@@ -43,10 +43,14 @@ _Static_assert(sizeof(nccl_req) <= sizeof(((zo_comm_req_t *)0)->impl), "nccl_req
 
 static nccl_req *nreq(zo_comm_req_t *r) { return (nccl_req *)(void *)r->impl; }
 
+/* Both clear the runtime's per-thread last error (cudaGetLastError), as gpu/device_cuda.c does: left there, our
+ * failure (or NCCL's CUDA error behind ncclUnhandledCudaError) would fail the caller's next kernel launch check. */
 static zo_status nccl_fail(ncclResult_t rc, const char *what) {
+  (void)cudaGetLastError();
   return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s: %s", what, ncclGetErrorString(rc));
 }
 static zo_status cuda_fail(cudaError_t rc, const char *what) {
+  (void)cudaGetLastError();
   return zo_error_set(ZO_ERR_CUDA, "comm nccl: %s: %s", what, cudaGetErrorString(rc));
 }
 #define NCCL_TRY(call, what)                           \
@@ -268,7 +272,7 @@ static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
 /* A request whose event completed: NCCL's asynchronous errors (a peer that failed) are checked too. */
 static zo_status done_check(zo_comm_req_t *r, cudaError_t e) {
   nccl_comm *m = r->c->backend;
-  cudaEventDestroy(nreq(r)->done);
+  if (cudaEventDestroy(nreq(r)->done) != cudaSuccess) (void)cudaGetLastError();
   if (e != cudaSuccess) return cuda_fail(e, "waiting for a collective");
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(m->comm, &async) == ncclSuccess && async != ncclSuccess)
@@ -281,7 +285,10 @@ static zo_status nc_wait(zo_comm_req_t *r) { return done_check(r, cudaEventSynch
 static zo_status nc_test(zo_comm_req_t *r, int *done) {
   cudaError_t e = cudaEventQuery(nreq(r)->done);
   *done = e != cudaErrorNotReady;
-  if (!*done) return ZO_OK;
+  if (!*done) {
+    (void)cudaGetLastError(); /* not an error: leave nothing for the caller's next cudaGetLastError() */
+    return ZO_OK;
+  }
   return done_check(r, e);
 }
 
@@ -293,6 +300,7 @@ static void nc_destroy(zo_comm_t *c) {
   cudaStreamSynchronize(m->stream);
   ncclCommDestroy(m->comm);
   zo_stream_destroy(c->stream); /* owns m->stream */
+  (void)cudaGetLastError();    /* the unchecked calls above leave nothing behind */
   free(m);
 }
 

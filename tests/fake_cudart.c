@@ -9,12 +9,17 @@
  *    stream in the caller and copy synchronously; H2H copies likewise;
  *  - cudaFree synchronizes every stream of the device;
  *  - every failure, cudaErrorNotReady from queries included, becomes the
- *    thread's last error (cudaGetLastError);
+ *    thread's last error and stays it through later successful calls until
+ *    cudaGetLastError reads (and clears) it, as in CUDA;
  *  - work on a stream of a device other than the current one is refused;
  *  - copies are checked by kind against the allocation table, and host
  *    registrations must not overlap.
- * Streams and events are never freed (a test harness). Only the calls
- * zoffload and its tests make are provided.
+ *  - any use of a destroyed stream or event (synchronize, query, record,
+ *    enqueue, destroy again) aborts with a message naming the call: real
+ *    CUDA makes that undefined behaviour, so it must never pass quietly.
+ *    Streams and events are kept in registries and never freed (a test
+ *    harness), so a destroyed handle's address is never reused.
+ * Only the calls zoffload and its tests make are provided.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -154,6 +159,14 @@ struct CUstream_st {
 static struct CUstream_st *g_streams; /* all ever created (never freed: a harness) */
 static struct CUstream_st *g_default[MAXDEV];
 
+/* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error here. */
+static void __attribute__((noreturn)) use_after_destroy(const char *call, const char *what, const void *h) {
+  fprintf(stderr, "fake_cudart: %s on a destroyed %s %p (used after its cudaStreamDestroy/cudaEventDestroy)\n", call,
+          what, h);
+  fflush(stderr);
+  abort();
+}
+
 static void *worker(void *a) {
   struct CUstream_st *s = a;
   pthread_mutex_lock(&s->mu);
@@ -200,8 +213,10 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   return s;
 }
 
-/* Resolve a handle; NULL when invalid. Default handles map to the current device's default stream. */
-static struct CUstream_st *resolve(cudaStream_t h) {
+/* Resolve a handle; NULL when invalid, abort when destroyed. Default handles map to the current device's default
+ * stream. */
+#define resolve(h) resolve_as(h, __func__)
+static struct CUstream_st *resolve_as(cudaStream_t h, const char *call) {
   if (h == NULL || h == cudaStreamLegacy || h == cudaStreamPerThread) {
     pthread_mutex_lock(&g_mu);
     if (!g_default[t_dev]) {
@@ -216,10 +231,14 @@ static struct CUstream_st *resolve(cudaStream_t h) {
   }
   struct CUstream_st *s = (struct CUstream_st *)h;
   pthread_mutex_lock(&g_mu);
-  int ok = 0;
+  int ok = 0, dead = 0;
   for (struct CUstream_st *it = g_streams; it; it = it->next_all)
-    if (it == s && it->alive) ok = 1;
+    if (it == s) {
+      ok = it->alive;
+      dead = !it->alive;
+    }
   pthread_mutex_unlock(&g_mu);
+  if (dead) use_after_destroy(call, "stream", h);
   return ok ? s : NULL;
 }
 
@@ -411,8 +430,9 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   return idle ? OK() : fail(cudaErrorNotReady);
 }
 /* Stream usable for enqueueing from this thread: valid and of the current device. */
-static struct CUstream_st *usable(cudaStream_t h) {
-  struct CUstream_st *s = resolve(h);
+#define usable(h) usable_as(h, __func__)
+static struct CUstream_st *usable_as(cudaStream_t h, const char *call) {
+  struct CUstream_st *s = resolve_as(h, call);
   if (!s) return NULL;
   if (s->dev != t_dev) {
     fprintf(stderr, "fake_cudart: work on a stream of cuda:%d while cuda:%d is current\n", s->dev, t_dev);
@@ -472,23 +492,50 @@ struct CUevent_st {
   pthread_mutex_t mu;
   struct CUstream_st *s;
   uint64_t target;
+  int alive;
+  struct CUevent_st *next_all;
 };
+static struct CUevent_st *g_events; /* all ever created (never freed: a destroyed one stays, marked dead) */
+
+/* 1 when @e is a live event, 0 when unknown (or NULL); aborts when destroyed. */
+#define live_event(e) live_event_as(e, __func__)
+static int live_event_as(cudaEvent_t e, const char *call) {
+  if (!e) return 0;
+  int ok = 0, dead = 0;
+  pthread_mutex_lock(&g_mu);
+  for (struct CUevent_st *it = g_events; it; it = it->next_all)
+    if (it == e) {
+      ok = it->alive;
+      dead = !it->alive;
+    }
+  pthread_mutex_unlock(&g_mu);
+  if (dead) use_after_destroy(call, "event", e);
+  return ok;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   (void)flags;
   struct CUevent_st *ev = calloc(1, sizeof *ev);
   ev->dev = t_dev;
+  ev->alive = 1;
   pthread_mutex_init(&ev->mu, NULL);
+  pthread_mutex_lock(&g_mu);
+  ev->next_all = g_events;
+  g_events = ev;
+  pthread_mutex_unlock(&g_mu);
   *e = ev;
   return OK();
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  if (!e) return fail(cudaErrorInvalidResourceHandle);
-  free(e); /* streams keep their own copy of a wait */
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&g_mu);
+  e->alive = 0; /* not freed: streams keep their own copy of a wait */
+  pthread_mutex_unlock(&g_mu);
   return OK();
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s = usable(h);
-  if (!s || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
   if (e->dev != s->dev) return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
   uint64_t t = s->issued;
@@ -506,6 +553,7 @@ static void snap(cudaEvent_t e, struct CUstream_st **s, uint64_t *t) {
   pthread_mutex_unlock(&e->mu);
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s;
   uint64_t t;
   snap(e, &s, &t);
@@ -516,6 +564,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return done ? OK() : fail(cudaErrorNotReady);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s;
   uint64_t t;
   snap(e, &s, &t);
@@ -527,8 +576,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
   (void)flags;
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s = usable(h);
-  if (!s || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *w;
   uint64_t t;
   snap(e, &w, &t);

@@ -452,10 +452,13 @@ void train_model_destroy(train_model *m) {
   }
   free(m->soff);
   gpt_destroy(m->cpu);
+  /* The handle that wraps the model's CUDA stream first: zo_stream_destroy synchronizes that stream, which
+   * gpt_cuda_destroy destroys (a destroyed stream used again is undefined behaviour; test_fakecuda). */
+  zo_stream_destroy(m->stream);
+  m->stream = NULL;
 #if ZO_TRAIN_CUDA
   gpt_cuda_destroy(m->gpu);
 #endif
-  zo_stream_destroy(m->stream);
   free(m->specs);
   free(m->goff);
   free(m);

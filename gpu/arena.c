@@ -320,12 +320,25 @@ zo_status zo_arena_create(zo_device_t *dev, size_t capacity_bytes, const zo_aren
   a->dev = dev;
   a->policy = policy;
   a->futile_gen = UINT64_MAX;
-  zo_status st = zo_device_malloc(dev, cap, (void **)&a->base);
+  /* A compaction's overlapping moves stage through scratch_bytes past the
+   * capacity (arena_compact.c): 1/64 of it, at least one block, at most
+   * ARENA_SCRATCH_MAX. Where the device cannot give that much more, none. */
+  size_t scratch = cap / 64 / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN;
+  if (scratch < ZO_ARENA_ALIGN) scratch = ZO_ARENA_ALIGN;
+  if (scratch > ARENA_SCRATCH_MAX) scratch = ARENA_SCRATCH_MAX;
+  if (policy != ZO_ARENA_BEST_FIT || cap > SIZE_MAX - scratch) scratch = 0; /* never compacts; or no room */
+  zo_status st = ZO_ERR_OUT_OF_MEMORY;
+  if (scratch) {
+    st = zo_device_malloc(dev, cap + scratch, (void **)&a->base);
+    if (st != ZO_OK) scratch = 0;
+  }
+  if (!scratch) st = zo_device_malloc(dev, cap, (void **)&a->base);
   if (st != ZO_OK) {
     st = zo_error_prefix(st, "device arena of %zu bytes on %s", cap, zo_device_name(dev));
     goto fail;
   }
   a->capacity = cap;
+  a->scratch_bytes = scratch;
   a->st.capacity = cap;
   ZO_CHECK_GOTO(zo_stream_create(dev, &a->stream), st, fail);
   a->head = arena_seg_new(a, 0, cap, SEG_FREE);

@@ -12,17 +12,39 @@
 
 /* ------------------------------------------------------------ compaction */
 
-/* Copy @size bytes from @src down to @dst (< src) on the arena's stream;
- * where they overlap, in ascending chunks of at most (src - dst) bytes, so no
- * copy overlaps itself and, in stream order, each chunk only overwrites bytes
- * earlier chunks have already read. */
-static zo_status move_down(zo_arena_t *a, char *dst, char *src, size_t size) {
+/* Bytes a compaction may stage an overlapping move through: the arena's
+ * scratch, and free bytes no move of this slide writes (see slide()). */
+typedef struct stage_area {
+  char *at;
+  size_t nbytes;
+} stage_area;
+
+/* Copy @size bytes from @src down to @dst (< src) on the arena's stream.
+ * Where they overlap, either directly in ascending chunks of at most
+ * (src - dst) bytes, so no copy overlaps itself and, in stream order, each
+ * chunk only overwrites bytes earlier chunks have already read; or, when that
+ * takes more copies, through @stage (which overlaps neither) in chunks of its
+ * size, two copies each: ceil(size / stage) * 2 copies at most. */
+static zo_status move_down(zo_arena_t *a, char *dst, char *src, size_t size, stage_area stage) {
   const size_t d = (size_t)(src - dst);
-  const size_t chunk = d < size ? d : size;
-  for (size_t o = 0; o < size; o += chunk) {
-    const size_t n = size - o < chunk ? size - o : chunk;
-    ZO_CHECK(zo_memcpy_async(a->stream, dst + o, src + o, n, ZO_COPY_D2D));
-    a->st.copies++;
+  const size_t direct = d >= size ? 1 : size / d + (size % d != 0);
+  const size_t staged = stage.nbytes ? 2 * (size / stage.nbytes + (size % stage.nbytes != 0)) : SIZE_MAX;
+  if (direct <= staged) {
+    const size_t chunk = d < size ? d : size;
+    for (size_t o = 0; o < size; o += chunk) {
+      const size_t n = size - o < chunk ? size - o : chunk;
+      ZO_CHECK(zo_memcpy_async(a->stream, dst + o, src + o, n, ZO_COPY_D2D));
+      a->st.copies++;
+    }
+    return ZO_OK;
+  }
+  /* Ascending: writing dst + [o, o + n) overwrites only source bytes below
+   * src + o + n - d, all of them read by this chunk's first copy or earlier. */
+  for (size_t o = 0; o < size; o += stage.nbytes) {
+    const size_t n = size - o < stage.nbytes ? size - o : stage.nbytes;
+    ZO_CHECK(zo_memcpy_async(a->stream, stage.at, src + o, n, ZO_COPY_D2D));
+    ZO_CHECK(zo_memcpy_async(a->stream, dst + o, stage.at, n, ZO_COPY_D2D));
+    a->st.copies += 2;
   }
   return ZO_OK;
 }
@@ -95,20 +117,34 @@ static zo_status wait_uses(zo_arena_t *a, const zo_arena_block_t *s) {
 
 /* Phase 1: slide every unpinned live block down to the end of the live
  * block before it (pinned blocks stay; each stretch between pinned blocks
- * ends up packed at its low end with its free bytes on top). */
+ * ends up packed at its low end with its free bytes on top). An overlapping
+ * move stages through the largest of: the arena's scratch (past capacity),
+ * the largest free segment while it lies wholly above the block moved (no
+ * move before reaches it: each writes only below its own source's end), and
+ * the largest free top of a stretch already packed (below a pinned block, no
+ * later move writes there). */
 static zo_status slide(zo_arena_t *a, size_t *moved) {
   size_t cur = 0;
   zo_status st = ZO_OK;
+  const zo_arena_block_t *big = NULL; /* largest free segment, offsets not moved */
+  for (const zo_arena_block_t *s = a->head; s; s = s->next)
+    if (s->state == SEG_FREE && (!big || s->size > big->size)) big = s;
+  stage_area top = {NULL, 0}; /* largest free top of a packed stretch */
   for (zo_arena_block_t *s = a->head; s; s = s->next) {
     if (s->state != SEG_LIVE) continue;
     if (s->pins || s->off == cur) {
+      if (s->pins && s->off - cur > top.nbytes) top = (stage_area){a->base + cur, s->off - cur};
       cur = s->off + s->size;
       continue;
     }
+    stage_area stage = {a->base + a->capacity, a->scratch_bytes};
+    if (top.nbytes > stage.nbytes) stage = top;
+    if (big && big->off < s->off + s->size) big = NULL; /* passed: moves may land on it */
+    if (big && big->size > stage.nbytes) stage = (stage_area){a->base + big->off, big->size};
     /* After its last uses. The stream also already waits for the uses of
      * every block moved before, whose old bytes this move may overwrite. */
     st = wait_uses(a, s);
-    if (st == ZO_OK) st = move_down(a, a->base + cur, a->base + s->off, s->size);
+    if (st == ZO_OK) st = move_down(a, a->base + cur, a->base + s->off, s->size, stage);
     if (st != ZO_OK) break; /* a partial copy: this block's bytes are undefined */
     *moved += s->size;
     s->off = cur;

@@ -21,6 +21,7 @@ enum { SEG_FREE = 0, SEG_LIVE = 1, SEG_PENDING = 2, SEG_DEAD = 3 /* record back 
 enum { SL_BITS = 5, SL_COUNT = 1 << SL_BITS, FL_COUNT = 64 - SL_BITS + 1 };
 enum { BIN_SCAN = 16 };   /* blocks of one bin looked at for the best fit */
 enum { SLAB_SEGS = 256 }; /* segment records allocated at a time */
+#define ARENA_SCRATCH_MAX ((size_t)64 << 20) /* bytes: bound of the compaction scratch */
 #define SEG_MAGIC 0x7a6f6172656e61ull /* "zoarena" */
 
 /* One recorded last use: the work enqueued on @s up to the record of @ev. */
@@ -57,6 +58,7 @@ struct zo_arena {
   pthread_mutex_t mu;
   char *base;
   size_t capacity;
+  size_t scratch_bytes; /* past capacity in the same reservation: where overlapping compaction moves stage; may be 0 */
   zo_arena_policy policy;
   zo_arena_block_t *head; /* lowest address */
   zo_arena_block_t *bins[FL_COUNT][SL_COUNT];

@@ -130,7 +130,7 @@ static void test_alignment(void) {
   zo_arena_t *a = mk_arena(64 * KB + 100, ZO_ARENA_BEST_FIT); /* rounded down to 64 KiB */
   REQUIRE(a);
   CHECK_OK(zo_device_mem_info(g_dev, &used1, NULL, NULL));
-  CHECK_EQ(used1 - used0, 64 * KB); /* one reservation of the rounded capacity */
+  CHECK_EQ(used1 - used0, 64 * KB + 64 * KB / 64); /* one reservation: the rounded capacity and a 1/64 scratch */
   CHECK_EQ(stats_of(a).capacity, 64 * KB);
   const size_t sizes[] = {1, 255, 256, 257, 1000, 4096, 5000, 511};
   enum { N = sizeof sizes / sizeof sizes[0] };
@@ -489,7 +489,8 @@ static void test_compaction_after_last_use(void) {
   printf("compaction waits for the last use: ok (%.0f ms)\n", waited * 1e3);
 }
 
-/* A 256-byte hole under a 3 KiB block: the move overlaps itself and goes in 256-byte chunks. */
+/* A 256-byte hole under a 3 KiB block: the move overlaps itself, and stages through the 3840-byte free
+ * top (two copies) rather than going in 256-byte chunks (twelve). */
 static void test_compaction_overlap(void) {
   zo_arena_t *a = mk_arena(8 * KB, ZO_ARENA_BEST_FIT);
   REQUIRE(a);
@@ -507,7 +508,7 @@ static void test_compaction_overlap(void) {
   zo_arena_stats s = stats_of(a);
   CHECK_EQ(s.compactions, 1);
   CHECK_EQ(s.bytes_moved, 3072 + 1024);
-  CHECK_EQ(s.copies, 3072 / 256 + 1024 / 256);
+  CHECK_EQ(s.copies, 2 + 2); /* each block to the free top and back down */
   CHECK(ptr_of(V) == base);
   CHECK(ptr_of(W) == base + 3072);
   CHECK(ptr_of(N) == base + 4096);
@@ -516,7 +517,61 @@ static void test_compaction_overlap(void) {
   CHECK_EQ(s.free_bytes, 0);
   CHECK_CLOSE(s.fragmentation, 0.0, 0, 0);
   zo_arena_destroy(a);
-  printf("overlapping moves in chunks: ok\n");
+  printf("overlapping moves staged through a free hole: ok\n");
+}
+
+/* Pinholes: the arena full of (block, 256-byte spacer) pairs; free the spacers and ask for their bytes in
+ * one block. Block i slides down by 256 * i, overlapping itself; with no free hole bigger than 256 bytes,
+ * each move stages through the arena's scratch (capacity / 64 = 16 KiB here, past the capacity): at most
+ * 2 * ceil(block / scratch) = 2 copies per block (125 in all), where chunks of the distance moved took
+ * sum_i ceil(16128 / (256 * i)) = 330. Then again on a device whose limit leaves no room for the scratch:
+ * the arena goes without it, and the moves go in those chunks, to the same places with the same bytes. */
+enum { PH_NB = 64, PH_BLK = 16 * 1024 - 256, PH_SPACER = 256 };
+static void pinholes_run(int with_scratch) {
+  const size_t cap = (size_t)PH_NB * (PH_BLK + PH_SPACER), scratch = cap / 64;
+  zo_device_t *saved = g_dev, *lim = NULL;
+  if (!with_scratch) {
+    REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, cap, &lim));
+    g_dev = lim;
+  }
+  zo_arena_t *a = mk_arena(cap, ZO_ARENA_BEST_FIT);
+  zo_arena_block_t *b[PH_NB], *sp[PH_NB], *big = NULL;
+  if (!a) goto out;
+  for (int i = 0; i < PH_NB; i++) {
+    if (!CHECK_OK(zo_arena_alloc(a, PH_BLK, &b[i])) || !CHECK_OK(zo_arena_alloc(a, PH_SPACER, &sp[i]))) goto out;
+  }
+  char *base = ptr_of(b[0]);
+  CHECK_EQ(stats_of(a).free_bytes, 0);
+  for (int i = 0; i < PH_NB; i++) {
+    CHECK(fill_block(b[i], 900 + (uint64_t)i) == 0);
+    CHECK_OK(zo_arena_unpin(a, b[i], NULL));
+    CHECK_OK(zo_arena_free(a, sp[i], NULL));
+  }
+  if (!CHECK_OK(zo_arena_alloc(a, (size_t)PH_NB * PH_SPACER, &big))) goto out;
+  zo_arena_stats s = stats_of(a);
+  CHECK_EQ(s.compactions, 1);
+  CHECK_EQ(s.bytes_moved, (uint64_t)(PH_NB - 1) * PH_BLK); /* all but block 0 */
+  const uint64_t bound = (uint64_t)(PH_NB - 1) * 2 * ((PH_BLK + scratch - 1) / scratch);
+  printf("pinholes%s: %d blocks of %d bytes moved in %llu copies (bound %llu)\n", with_scratch ? "" : ", no scratch",
+         PH_NB - 1, PH_BLK, (unsigned long long)s.copies, (unsigned long long)bound);
+  if (with_scratch) CHECK(s.copies <= bound);
+  else CHECK_EQ(s.copies, 330);
+  for (int i = 0; i < PH_NB; i++) {
+    CHECK(ptr_of(b[i]) == base + (size_t)i * PH_BLK);
+    BLOCK_OK(b[i], 900 + (uint64_t)i, "pinholes");
+  }
+  CHECK(ptr_of(big) == base + (size_t)PH_NB * PH_BLK);
+  CHECK_EQ(s.free_bytes, 0);
+out:
+  zo_arena_destroy(a);
+  g_dev = saved;
+  zo_device_destroy(lim);
+}
+
+static void test_compaction_pinholes(void) {
+  pinholes_run(1);
+  pinholes_run(0);
+  printf("pinholes: ok\n");
 }
 
 /* Ten 1 KiB blocks; free 1, 3, 4, 7: free 4 KiB in holes of 1, 2 and 1 KiB. */
@@ -1213,6 +1268,7 @@ int main(int argc, char **argv) {
   test_compaction_futile();
   test_compaction_after_last_use();
   test_compaction_overlap();
+  test_compaction_pinholes();
   test_stats();
   test_errors();
   test_trace_record();

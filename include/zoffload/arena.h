@@ -37,9 +37,12 @@
  *     unpinned live block, in address order, moves down to the end of the
  *     live block before it. Pinned blocks stay, so each stretch between two
  *     pinned blocks ends packed at its low end, its free bytes in one hole on
- *     top. Where source and destination overlap, the copy goes in ascending
- *     chunks of at most the distance moved, so in stream order no chunk
- *     overwrites bytes not yet read.
+ *     top. Where source and destination overlap, the copy stages through
+ *     the largest of the arena's scratch (see zo_arena_create()), a free
+ *     hole no move of the slide writes, or a packed stretch's free top, in
+ *     chunks of its size (two copies each); or, when that takes more copies,
+ *     goes in ascending chunks of at most the distance moved, so in stream
+ *     order no chunk overwrites bytes not yet read.
  *  2. Only when the request still does not fit because pinned blocks split the
  *     free bytes: pick the stretch (at least the request long) that needs the
  *     fewest bytes moved out, move unpinned blocks out of it into the holes
@@ -124,7 +127,7 @@ typedef struct zo_arena_stats {
   uint64_t n_failed;      /* zo_arena_alloc() calls that failed for want of memory (or a copy error) */
   uint64_t compactions;   /* compactions run (zo_arena_alloc() and zo_arena_compact()) */
   uint64_t bytes_moved;   /* bytes copied by compactions */
-  uint64_t copies;        /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked) */
+  uint64_t copies;        /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked or staged) */
   double compact_seconds; /* wall time inside compactions: waits for last uses, copies, bookkeeping */
 } zo_arena_stats;
 
@@ -133,7 +136,13 @@ typedef struct zo_arena_stats {
  * make an arena of it.
  * @dev:            the device; must outlive the arena.
  * @capacity_bytes: bytes, rounded DOWN to ZO_ARENA_ALIGN; one zo_device_malloc()
- *                  of that size (counted in @dev's accounting at once).
+ *                  of that size (counted in @dev's accounting at once), plus,
+ *                  with ZO_ARENA_BEST_FIT, a compaction scratch of 1/64 of it
+ *                  (at least ZO_ARENA_ALIGN, at most 64 MiB; not in capacity,
+ *                  never handed out) that overlapping moves stage through, so
+ *                  a block moved by less than its size costs at most
+ *                  2 * ceil(size / scratch) copies. Where @dev cannot give the
+ *                  extra bytes, the arena goes without the scratch.
  * @opts:           NULL for the defaults (best fit; trace only if ZO_ARENA_TRACE).
  * @out:            receives the arena; NULL on failure.
  * Also creates the arena's own stream (compaction copies). Synchronous.

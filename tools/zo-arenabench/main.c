@@ -59,7 +59,7 @@ static void usage(FILE *f) {
     "\n"
     "Scenarios: 'half' frees every other block of a full arena (holes as large as the blocks: moves\n"
     "rarely overlap); 'pinholes' frees 256-byte spacers between blocks (every move overlaps its source\n"
-    "and goes in chunks of the distance moved, the worst case for copies). GB = 1e9 bytes.\n"
+    "and stages through the arena's scratch, the worst case for copies). GB = 1e9 bytes.\n"
     "Exit status: 0 done, 1 error, 2 bad flags, 77 --device cuda without a CUDA device.\n");
 }
 

@@ -190,6 +190,19 @@ static zo_status get_device_kind(const parse_ctx *c, const char *path, const jso
   return ZO_OK;
 }
 
+/* zoffload.comm: "auto", "nccl" or "mpi" (zo_comm_choice). */
+static const char *const k_comm_names[] = {"auto", "nccl", "mpi"};
+static zo_status get_comm(const parse_ctx *c, const char *path, const json_t *v, zo_comm_choice *out) {
+  static const char *what = "\"auto\", \"nccl\" or \"mpi\"";
+  if (!json_is_string(v)) return type_err(c, path, what, v);
+  for (int i = 0; i < (int)(sizeof k_comm_names / sizeof k_comm_names[0]); i++)
+    if (!strcmp(json_string_value(v), k_comm_names[i])) {
+      *out = (zo_comm_choice)i;
+      return ZO_OK;
+    }
+  return type_err(c, path, what, v);
+}
+
 /* zoffload.optimizer_state_dtype: "fp32" or "bf16" (zo_dtype values). */
 static zo_status get_state_dtype(const parse_ctx *c, const char *path, const json_t *v, int *out) {
   static const char *what = "\"fp32\" or \"bf16\"";
@@ -693,6 +706,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   (void)arg;
   if (!strcmp(key, "device")) return get_device_kind(c, p, v, &cfg->zoffload.device_kind);
   if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
+  if (!strcmp(key, "comm")) return get_comm(c, p, v, &cfg->zoffload.comm);
   if (!strcmp(key, "device_arena_bytes")) {
     if (json_is_string(v) && !strcmp(json_string_value(v), "fit")) {
       cfg->zoffload.device_arena_bytes = ZO_ARENA_FIT;
@@ -869,6 +883,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.delayed_param_update = 0;
   cfg->zoffload.host_link_gbps = 0;
   cfg->zoffload.device_arena_bytes = 0;
+  cfg->zoffload.comm = ZO_COMM_AUTO;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -1129,6 +1144,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "aio.block_size = %" PRId64 "\n", cfg->aio.block_size);
   sb_printf(&b, "aio.queue_depth = %" PRId64 "\n", cfg->aio.queue_depth);
   sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
+  if (cfg->zoffload.comm != ZO_COMM_AUTO) /* printed only when given: dumps of configs without it stay as they were */
+    sb_printf(&b, "zoffload.comm = %s\n", k_comm_names[cfg->zoffload.comm]);
   sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
             cfg->zoffload.device_memory_limit ? "" : " (no cap: unlimited on host, the whole GPU on cuda)");
   if (cfg->zoffload.device_arena_bytes == ZO_ARENA_FIT)

@@ -87,17 +87,56 @@ int zo_device_cuda_count(void) {
 #endif
 }
 
+/* The launchers' per-node rank variables, in the order they are consulted (zoffload/device.h). */
+static const char *const k_local_rank_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                                "SLURM_LOCALID"};
+
+zo_status zo_device_local_rank(int *local_rank, const char **var) {
+  if (!local_rank) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_rank: local_rank is NULL");
+  for (size_t i = 0; i < sizeof k_local_rank_vars / sizeof k_local_rank_vars[0]; i++) {
+    const char *name = k_local_rank_vars[i], *s = getenv(name);
+    if (!s || !s[0]) continue; /* unset or empty: the next launcher's variable */
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < 0 || v > ZO_LOCAL_RANK_MAX || s[0] < '0' || s[0] > '9')
+      return zo_error_set(ZO_ERR_CONFIG, "%s=\"%s\" is not a local rank (a decimal integer 0..%d)", name, s,
+                          ZO_LOCAL_RANK_MAX);
+    *local_rank = (int)v;
+    if (var) *var = name;
+    return ZO_OK;
+  }
+  *local_rank = 0;
+  if (var) *var = NULL;
+  return ZO_OK;
+}
+
+zo_status zo_device_local_ordinal(int n_devices, int *ordinal) {
+  if (!ordinal) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_ordinal: ordinal is NULL");
+  if (n_devices < 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_ordinal: n_devices is %d, expected >= 0", n_devices);
+  int lr;
+  const char *var;
+  ZO_CHECK(zo_device_local_rank(&lr, &var));
+  if (n_devices > 0 && lr >= n_devices) {
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    return zo_error_set(ZO_ERR_CONFIG,
+                        "%s=%d, but this process sees %d CUDA device%s (CUDA_VISIBLE_DEVICES%s%s): one rank per GPU "
+                        "needs local ranks 0..%d; start fewer ranks per node, or make more GPUs visible",
+                        var, lr, n_devices, n_devices == 1 ? "" : "s", cvd ? "=" : " unset", cvd ? cvd : "",
+                        n_devices - 1);
+  }
+  *ordinal = lr;
+  return ZO_OK;
+}
+
 int zo_device_default_ordinal(void) {
-  const char *s = getenv("LOCAL_RANK");
-  if (!s || !s[0]) return 0;
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < 0 || v > 65535 || s[0] == '+' || s[0] == '-' || s[0] == ' ') {
-    zo_warn_once("LOCAL_RANK=\"%s\" is not a device ordinal (a decimal integer 0..65535); using device 0", s);
+  int lr;
+  if (zo_device_local_rank(&lr, NULL) != ZO_OK) {
+    zo_warn_once("%s; using device 0", zo_last_error());
     return 0;
   }
-  return (int)v;
+  return lr;
 }
 
 /* Index of the first record with base > p (upper bound). Caller holds mem_mu. */

@@ -84,8 +84,13 @@ static zo_status create_device(zo_engine_t *e, const zo_config_t *cfg, zo_device
     e->dev = dev;
     return ZO_OK;
   }
-  ZO_CHECK(zo_device_create(cfg->zoffload.device_kind, zo_device_default_ordinal(),
-                            (size_t)cfg->zoffload.device_memory_limit, &e->dev));
+  /* A GPU is the local rank's (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, ...), refused past the visible count. */
+  const zo_device_kind kind = cfg->zoffload.device_kind;
+  const int n_gpus = kind == ZO_DEVICE_HOST ? 0 : zo_device_cuda_count();
+  int ordinal = 0;
+  if (kind == ZO_DEVICE_CUDA || (kind == ZO_DEVICE_AUTO && n_gpus > 0))
+    ZO_CHECK(zo_device_local_ordinal(n_gpus, &ordinal));
+  ZO_CHECK(zo_device_create(kind, ordinal, (size_t)cfg->zoffload.device_memory_limit, &e->dev));
   e->own_dev = 1;
   zo_info("engine: device %s", zo_device_name(e->dev));
   if (cfg->zoffload.host_link_gbps > 0 && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)

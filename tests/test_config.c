@@ -492,6 +492,26 @@ static void test_legacy(void) {
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": \"CUDA\"}}", &c), ZO_ERR_CONFIG);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"device\": 1}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.device: expected \"auto\", \"cuda\" or \"host\", got 1");
+
+  /* zoffload.comm: "auto" by default (not printed); "nccl" and "mpi" by name; anything else names the path and the
+   * choices (an unknown backend must not pass as a warning: it decides whether a failed NCCL start is an error). */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.comm, ZO_COMM_AUTO);
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK(!strstr(desc, "zoffload.comm"));
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"nccl\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.comm, ZO_COMM_NCCL);
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK_HAS(desc, "zoffload.comm = nccl\n");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"mpi\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.comm, ZO_COMM_MPI);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"auto\"}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.comm, ZO_COMM_AUTO);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"gloo\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.comm: expected \"auto\", \"nccl\" or \"mpi\", got \"gloo\"");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"NCCL\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": 1}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.comm: expected \"auto\", \"nccl\" or \"mpi\", got 1");
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */

@@ -124,6 +124,86 @@ static void store_flag_fn(void *arg) { atomic_store((atomic_int *)arg, 1); }
 
 /* ------------------------------------------------------------ backend-neutral API (host run only) */
 
+/* The launchers' local-rank variables (zo_device_local_rank): a fixed order, every one of them, malformed values
+ * named, and the ordinal refused past the visible GPUs. Every variable is saved and put back. */
+static void test_local_rank(void) {
+  static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  enum { NV = sizeof vars / sizeof vars[0] };
+  char saved[NV][64];
+  int had[NV];
+  for (int i = 0; i < NV; i++) {
+    const char *v = getenv(vars[i]);
+    had[i] = v != NULL;
+    snprintf(saved[i], sizeof saved[i], "%s", v ? v : "");
+    unsetenv(vars[i]);
+  }
+  int lr = -1, ord = -1;
+  const char *var = "x";
+  CHECK_OK(zo_device_local_rank(&lr, &var));
+  CHECK_EQ(lr, 0);
+  CHECK(var == NULL);
+  /* each variable alone is read (mpirun sets only OMPI_COMM_WORLD_LOCAL_RANK, srun only SLURM_LOCALID) */
+  for (int i = 0; i < NV; i++) {
+    setenv(vars[i], "3", 1);
+    lr = -1, var = NULL;
+    if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 3) || !CHECK(var && !strcmp(var, vars[i])))
+      fprintf(stderr, "  only %s=3 set: local rank %d from %s\n", vars[i], lr, var ? var : "(none)");
+    CHECK_EQ(zo_device_default_ordinal(), 3);
+    unsetenv(vars[i]);
+  }
+  /* precedence: with variables i and k > i both set, i wins; an empty one is skipped */
+  for (int i = 0; i < NV; i++)
+    for (int k = i + 1; k < NV; k++) {
+      setenv(vars[i], "1", 1), setenv(vars[k], "2", 1);
+      lr = -1, var = NULL;
+      if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 1))
+        fprintf(stderr, "  %s=1 and %s=2: got %d from %s\n", vars[i], vars[k], lr, var ? var : "(none)");
+      setenv(vars[i], "", 1);
+      lr = -1;
+      if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 2))
+        fprintf(stderr, "  %s=\"\" and %s=2: got %d\n", vars[i], vars[k], lr);
+      unsetenv(vars[i]), unsetenv(vars[k]);
+    }
+  /* malformed: an error naming the variable and its value, outputs untouched, no fall-through to a later variable */
+  static const char *const bad[] = {"abc", "-1", "2x", " 2", "+2", "65536", "99999999999999999999", "0x1"};
+  setenv("SLURM_LOCALID", "1", 1);
+  for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+    for (int i = 0; i < NV - 1; i++) {
+      setenv(vars[i], bad[b], 1);
+      lr = 42, var = "x";
+      CHECK_ST(zo_device_local_rank(&lr, &var), ZO_ERR_CONFIG);
+      char want[128];
+      snprintf(want, sizeof want, "%s=\"%s\" is not a local rank (a decimal integer 0..65535)", vars[i], bad[b]);
+      if (!CHECK_HAS(zo_last_error(), want)) fprintf(stderr, "  %s=\"%s\"\n", vars[i], bad[b]);
+      CHECK_EQ(lr, 42);
+      CHECK(!strcmp(var, "x"));
+      CHECK_ST(zo_device_local_ordinal(4, &ord), ZO_ERR_CONFIG);
+      unsetenv(vars[i]);
+    }
+  unsetenv("SLURM_LOCALID");
+  CHECK_ST(zo_device_local_rank(NULL, NULL), ZO_ERR_INVALID_ARG);
+
+  /* the ordinal: the local rank, refused at or past the visible device count (no silent sharing of GPU 0) */
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  ord = -1;
+  CHECK_OK(zo_device_local_ordinal(2, &ord));
+  CHECK_EQ(ord, 1);
+  CHECK_OK(zo_device_local_ordinal(0, &ord)); /* 0: not checked */
+  CHECK_EQ(ord, 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+  ord = -1;
+  CHECK_ST(zo_device_local_ordinal(2, &ord), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "OMPI_COMM_WORLD_LOCAL_RANK=2, but this process sees 2 CUDA devices");
+  CHECK_HAS(zo_last_error(), "local ranks 0..1");
+  CHECK_EQ(ord, -1);
+  CHECK_ST(zo_device_local_ordinal(-1, &ord), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_device_local_ordinal(2, NULL), ZO_ERR_INVALID_ARG);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+
+  for (int i = 0; i < NV; i++)
+    if (had[i]) setenv(vars[i], saved[i], 1);
+}
+
 static void test_api(void) {
   CHECK(strcmp(zo_device_kind_name(ZO_DEVICE_HOST), "host") == 0);
   CHECK(strcmp(zo_device_kind_name(ZO_DEVICE_CUDA), "cuda") == 0);
@@ -162,6 +242,8 @@ static void test_api(void) {
     setenv("LOCAL_RANK", saved_copy, 1);
   else
     unsetenv("LOCAL_RANK");
+
+  test_local_rank();
 
   /* AUTO resolves to a real backend, never to itself. */
   const int n_gpus = zo_device_cuda_count();

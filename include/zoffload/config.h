@@ -56,6 +56,11 @@ typedef enum zo_sched_type {
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
 
+/* zoffload.comm: the collectives between the engine's ranks when there are several. AUTO: NCCL when the device
+ * is CUDA and this zoffload has NCCL, else MPI; a failed NCCL start is an error under AUTO and NCCL alike (no
+ * silent fallback to MPI); MPI: MPI through host memory even on GPUs. */
+typedef enum zo_comm_choice { ZO_COMM_AUTO = 0, ZO_COMM_NCCL = 1, ZO_COMM_MPI = 2 } zo_comm_choice;
+
 typedef struct zo_config {
   /* Resolved and consistent: train_batch_size == micro * gas * world_size, each >= 1, the product without
    * overflow (an overflowing product is a ZO_ERR_CONFIG naming the key). */
@@ -154,6 +159,7 @@ typedef struct zo_config {
                                     free memory on cuda (the rest: CUDA context, cuBLAS, activations);
                                     ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
                                     framework's allocator (see zo_engine_finalize()) */
+    zo_comm_choice comm;         /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

@@ -131,12 +131,46 @@ ZO_API zo_status zo_device_kind_parse(const char *name, zo_device_kind *out);
  */
 ZO_API int zo_device_cuda_count(void);
 
+/* The largest local rank zo_device_local_rank() accepts. */
+#define ZO_LOCAL_RANK_MAX 65535
+
 /*
- * zo_device_default_ordinal() - the device ordinal this process should use:
- * the environment variable LOCAL_RANK (set per process by torchrun,
- * deepspeed and mpirun wrappers) when it is a decimal integer in [0, 65535],
- * else 0 (a set but malformed LOCAL_RANK also warns once). It does not check
- * the ordinal against the GPUs present: zo_device_create() does. Thread-safe.
+ * zo_device_local_rank() - this process's rank on its node, as its launcher
+ * set it: the first of these variables that is set and not empty, in this
+ * order: LOCAL_RANK (torchrun, the deepspeed launcher), then
+ * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun), then MPI_LOCALRANKID
+ * (MPICH and Intel MPI's Hydra), then SLURM_LOCALID (srun); none set: 0.
+ * @local_rank: out, in [0, ZO_LOCAL_RANK_MAX].
+ * @var:        out, may be NULL: the variable read (a static string), or NULL
+ *              when none was set.
+ * Thread-safe (reads the environment only). Returns ZO_OK; ZO_ERR_INVALID_ARG
+ * (NULL @local_rank); ZO_ERR_CONFIG when the variable found is not a plain
+ * decimal integer in [0, ZO_LOCAL_RANK_MAX] (no sign, no spaces): the message
+ * names the variable and its value, and the outputs are unchanged. A later
+ * variable is not consulted when an earlier one is malformed.
+ */
+ZO_API zo_status zo_device_local_rank(int *local_rank, const char **var);
+
+/*
+ * zo_device_local_ordinal() - the CUDA device this process should use: its
+ * local rank (zo_device_local_rank()), one rank per visible GPU, as torch
+ * and DeepSpeed do (no wrap-around: two ranks on one GPU is refused).
+ * @n_devices: the CUDA devices this process sees (zo_device_cuda_count());
+ *             0: not checked (zo_device_create() reports the missing GPU).
+ * @ordinal:   out.
+ * Thread-safe. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @ordinal, negative
+ * @n_devices); ZO_ERR_CONFIG as zo_device_local_rank(), or when the local
+ * rank is >= @n_devices (the message names the variable, its value, the
+ * device count and CUDA_VISIBLE_DEVICES). *@ordinal is unchanged on error.
+ */
+ZO_API zo_status zo_device_local_ordinal(int n_devices, int *ordinal);
+
+/*
+ * zo_device_default_ordinal() - zo_device_local_rank() for callers that
+ * cannot fail: the local rank, or 0 when the variable is malformed (which
+ * also warns once, naming it). It does not check the ordinal against the
+ * GPUs present (zo_device_local_ordinal() does; zo_device_create() too).
+ * Thread-safe.
  */
 ZO_API int zo_device_default_ordinal(void);
 

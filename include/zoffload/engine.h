@@ -52,7 +52,8 @@ typedef struct zo_param zo_param_t;
  *        master weights and Adam state). Borrowed: must outlive the engine.
  *        NULL: the engine creates and owns the device cfg->zoffload.device
  *        names (auto: CUDA when a GPU is visible, else `host`), ordinal
- *        zo_device_default_ordinal() (LOCAL_RANK), capped at
+ *        zo_device_local_ordinal() (the launcher's local rank; a malformed
+ *        one, or one past the visible GPUs, is ZO_ERR_CONFIG), capped at
  *        cfg->zoffload.device_memory_limit.
  * @comm: collective communicator; borrowed. NULL: a `self` (one rank) comm.
  *        With several ranks the engine works on duplicates of it (made here:

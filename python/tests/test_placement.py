@@ -114,3 +114,27 @@ def test_parameters_view_the_engine_weights():
     for n, p in e.params:
         assert p.dtype == torch.float32 and torch.equal(p.detach(), e.master_weights(n).bfloat16().float()), n
     e.close()
+
+
+_LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def test_local_ordinal_from_every_launcher(monkeypatch):
+    """device="cuda" with no index takes the launcher's local rank: torchrun, Open MPI, MPICH, Slurm, in that order;
+    a malformed value or one past the GPUs is an error naming the variable (never a silent GPU 0)."""
+    from zoffload import _lib
+    for v in _LOCAL_VARS:
+        monkeypatch.delenv(v, raising=False)
+    assert _lib.local_ordinal(4) == (0, None)
+    for v in _LOCAL_VARS:
+        monkeypatch.setenv(v, "3")
+        assert _lib.local_ordinal(4) == (3, v)
+        monkeypatch.delenv(v)
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    assert _lib.local_ordinal(4) == (1, "OMPI_COMM_WORLD_LOCAL_RANK")
+    with pytest.raises(_lib.ZoffloadError, match="OMPI_COMM_WORLD_LOCAL_RANK=1, but this process sees 1 CUDA device"):
+        _lib.local_ordinal(1)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x1")
+    with pytest.raises(_lib.ZoffloadError, match='OMPI_COMM_WORLD_LOCAL_RANK="x1" is not a local rank'):
+        _lib.local_ordinal(4)

@@ -67,7 +67,13 @@ class CudaPlacement:
             raise RuntimeError("zoffload.initialize: device %s asked for, but torch sees no CUDA device (this torch "
                                "is %s)" % (device, "a CPU-only build" if torch.version.cuda is None
                                            else "built with CUDA %s" % torch.version.cuda))
-        self.ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        # "cuda" with no index: under a launcher (torchrun, mpirun, srun) the local rank's GPU, as DeepSpeed does;
+        # else torch's current device. A local rank at or past torch.cuda.device_count() is an error naming it.
+        self.ordinal = device.index
+        if self.ordinal is None:
+            self.ordinal, var = _lib.local_ordinal(torch.cuda.device_count())
+            if var is None:
+                self.ordinal = torch.cuda.current_device()
         self.device = torch.device("cuda", self.ordinal)
         self.stream = None  # torch's stream the engine orders against (bound at initialize)
         self.zstream = ctypes.c_void_p()

@@ -186,6 +186,8 @@ for _name, _res, _args in (
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),
         ("zo_device_cuda_count", _i, []),
+        ("zo_device_local_rank", _i, [ctypes.POINTER(_i), ctypes.POINTER(ctypes.c_char_p)]),
+        ("zo_device_local_ordinal", _i, [_i, ctypes.POINTER(_i)]),
         ("zo_host_allocator", ctypes.c_char_p, []),
         ("zo_stream_wrap", _i, [_vp, _vp, ctypes.POINTER(_vp)]),
         ("zo_stream_destroy", None, [_vp]),
@@ -216,6 +218,19 @@ for _name, _res, _args in (
         ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
+
+
+
+def local_ordinal(n_devices):
+    """The GPU this process should use when none is named: (ordinal, variable) from the launcher's local rank
+    (zo_device_local_ordinal(): LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, in that
+    order), variable None when none is set. ZoffloadError naming the variable when it is malformed or not below
+    @n_devices (0: not checked)."""
+    lr, var = ctypes.c_int(), ctypes.c_char_p()
+    check(lib.zo_device_local_rank(ctypes.byref(lr), ctypes.byref(var)), "the local rank")
+    ordinal = ctypes.c_int()
+    check(lib.zo_device_local_ordinal(n_devices, ctypes.byref(ordinal)), "the local GPU")
+    return ordinal.value, (var.value.decode() if var.value else None)
 
 COPY_H2D, COPY_D2H = 0, 1
 

@@ -344,21 +344,29 @@ static int create_engine(train_job *j) {
     return 1;
   }
   gpt_param_specs(&j->ts.model, j->specs);
-  /* The device: kind as resolved by plan(), ordinal from LOCAL_RANK, memory limit from
+  /* The device: kind as resolved by plan(), ordinal the local rank (zo_device_local_ordinal(): LOCAL_RANK,
+   * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID; refused past the visible GPUs), memory limit from
    * zoffload.device_memory_limit. A dry run of a cuda config without a GPU plans on a host device of that capacity. */
-  if (zo_device_create(j->standin ? ZO_DEVICE_HOST : j->dev_kind, zo_device_default_ordinal(),
+  const int on_gpu = j->dev_kind == ZO_DEVICE_CUDA && !j->standin;
+  int ordinal = 0;
+  if (on_gpu && zo_device_local_ordinal(zo_device_cuda_count(), &ordinal) != ZO_OK) return engine_error();
+  if (zo_device_create(j->standin ? ZO_DEVICE_HOST : j->dev_kind, ordinal,
                        (size_t)j->cfg.zoffload.device_memory_limit, &j->dev) != ZO_OK)
     return engine_error();
   if (j->cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(j->dev, j->cfg.zoffload.host_link_gbps) != ZO_OK)
     return engine_error();
-  /* Several ranks on GPUs: the engine's collectives over NCCL (bootstrapped over MPI), where this zoffload has it;
-   * zo-train's own (the loss) stay on MPI. */
-  if (j->world > 1 && j->cuda && !j->standin) {
-    if (zo_comm_create_nccl(j->dev, j->comm, &j->nccl) == ZO_OK) {
-      printf("zo-train: collectives: nccl over %d GPUs\n", j->world);
-    } else {
-      printf("zo-train: collectives: mpi (host memory): no nccl: %s\n", zo_last_error());
-    }
+  /* Several ranks: the engine's collectives as zoffload.comm asks. "auto": NCCL (bootstrapped over MPI) on GPUs when
+   * this zoffload has it, else MPI; "nccl": NCCL; "mpi": MPI through host memory. A failed NCCL start is an error
+   * (no silent fallback to MPI). zo-train's own collectives (the loss) stay on MPI. */
+  const zo_comm_choice want = j->cfg.zoffload.comm;
+  if (j->world > 1 && want == ZO_COMM_NCCL && !j->cuda)
+    return train_die("zoffload.comm is \"nccl\", but the device is not CUDA (zoffload.device %s); set zoffload.comm "
+                     "to \"auto\" or \"mpi\"%s", zo_device_kind_name(j->dev_kind), "");
+  if (j->world > 1 && j->cuda && !j->standin && want != ZO_COMM_MPI && (want == ZO_COMM_NCCL || ZO_HAVE_NCCL)) {
+    if (zo_comm_create_nccl(j->dev, j->comm, &j->nccl) != ZO_OK)
+      return train_die("collectives: NCCL did not start: %s; set zoffload.comm to \"mpi\" to run the collectives "
+                       "over MPI through host memory%s", zo_last_error(), "");
+    printf("zo-train: collectives: nccl over %d GPUs\n", j->world);
   } else if (j->world > 1) {
     printf("zo-train: collectives: mpi over %d ranks\n", j->world);
   }

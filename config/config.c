@@ -729,6 +729,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     cfg->zoffload.host_link_gbps = g;
     return ZO_OK;
   }
+  if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
   warn_unknown(c, p);
   return ZO_OK;
 }
@@ -882,6 +883,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.swap_sqpoll = 0;
   cfg->zoffload.delayed_param_update = 0;
   cfg->zoffload.host_link_gbps = 0;
+  cfg->zoffload.pinned_fraction = ZO_CONFIG_PINNED_FRACTION;
   cfg->zoffload.device_arena_bytes = 0;
   cfg->zoffload.comm = ZO_COMM_AUTO;
 }
@@ -1162,6 +1164,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);
   sb_printf(&b, "zoffload.delayed_param_update = %d\n", cfg->zoffload.delayed_param_update);
   sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
+  if (cfg->zoffload.pinned_fraction != ZO_CONFIG_PINNED_FRACTION) /* printed only when given: dumps stay as they were */
+    sb_printf(&b, "zoffload.pinned_fraction = %g\n", cfg->zoffload.pinned_fraction);
   return b.len;
 }
 

@@ -46,6 +46,26 @@ static size_t mem_available(void) {
   return kb == SIZE_MAX ? SIZE_MAX : kb * 1024;
 }
 
+/* MemTotal of /proc/meminfo, bytes; SIZE_MAX when unreadable. ZO_TEST_MEMTOTAL (bytes), when set, stands in for
+ * it, so tests can size the pinned rule against a machine of any size (zoffload/budget.h). */
+static size_t mem_total(void) {
+  const char *t = getenv("ZO_TEST_MEMTOTAL");
+  if (t && *t) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(t, &end, 10);
+    if (!errno && end != t && !*end && v > 0 && v <= SIZE_MAX) return (size_t)v;
+  }
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return SIZE_MAX;
+  char line[256];
+  size_t kb = SIZE_MAX;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemTotal: %zu kB", &kb) == 1) break;
+  fclose(f);
+  return kb == SIZE_MAX || kb > SIZE_MAX / 1024 ? SIZE_MAX : kb * 1024;
+}
+
 static int read_u64_file(const char *path, uint64_t *v) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
@@ -271,16 +291,40 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
   }
 }
 
-/* Pinned line against RLIMIT_MEMLOCK: a warning, not a refusal (the pool falls back to pageable memory). */
-static void budget_pinned(const zo_plan *p, const size_t app[4], zo_budget *out) {
+/* Pinned line: refused over zoffload.pinned_fraction of MemTotal (page-locked memory cannot be reclaimed: the OS,
+ * the driver, a data loader and the page cache need the rest); over RLIMIT_MEMLOCK below that, a warning (the pool
+ * falls back to pageable memory). */
+static void budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
+  char a[32], b2[32];
   zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
   lp->engine_bytes = p->pinned_bytes;
   lp->app_bytes = app[ZO_TIER_PINNED];
   lp->need = add_sat(p->pinned_bytes, app[ZO_TIER_PINNED]);
-  lp->available = memlock_limit();
-  snprintf(lp->source, sizeof lp->source, "%s", lp->available == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
-                                                                          : "RLIMIT_MEMLOCK");
-  if (!fits_in(lp->need, lp->available)) {
+  double frac = e->cfg.zoffload.pinned_fraction;
+  if (!(frac > 0 && frac <= 1)) frac = ZO_CONFIG_PINNED_FRACTION; /* a config not from zo_config_defaults() */
+  const size_t total = mem_total();
+  const size_t cap = total == SIZE_MAX ? SIZE_MAX : (size_t)((double)total * frac);
+  const size_t memlock = memlock_limit();
+  lp->available = cap < memlock ? cap : memlock;
+  if (cap < memlock)
+    snprintf(lp->source, sizeof lp->source, "%g%% of MemTotal %s (zoffload.pinned_fraction %g)", frac * 100,
+             hsize(a, sizeof a, total), frac);
+  else
+    snprintf(lp->source, sizeof lp->source, "%s", memlock == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
+                                                                      : "RLIMIT_MEMLOCK");
+  if (!fits_in(lp->need, cap)) {
+    lp->fits = 0;
+    int n = snprintf(lp->advice, sizeof lp->advice, "page-locked memory is limited to %g%% of MemTotal (%s of %s), "
+                     "leaving the rest to the OS, driver, data loader and page cache: ", frac * 100,
+                     hsize(a, sizeof a, cap), hsize(b2, sizeof b2, total));
+    if (e->tier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lp->advice)
+      n += snprintf(lp->advice + n, sizeof lp->advice - n, "set zero_optimization.offload_optimizer.device to "
+                    "\"nvme\", ");
+    if ((size_t)n < sizeof lp->advice)
+      snprintf(lp->advice + n, sizeof lp->advice - n, "set zero_optimization.offload_optimizer.pin_memory (and "
+               "offload_param.pin_memory) to false, lower zero_optimization.sub_group_size or "
+               "offload_optimizer.buffer_count, or raise zoffload.pinned_fraction (now %g)", frac);
+  } else if (!fits_in(lp->need, memlock)) {
     lp->warn = 1;
     snprintf(lp->advice, sizeof lp->advice, "beyond RLIMIT_MEMLOCK the pool falls back to pageable memory (slower "
              "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
@@ -328,7 +372,7 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
   zo_budget_line *ld;
   ZO_CHECK(budget_device(e, p, app, out, &ld));
   budget_host(e, p, app, out, ld);
-  budget_pinned(p, app, out);
+  budget_pinned(e, p, app, out);
   budget_nvme(&e->cfg, p, out);
   for (int i = 0; i < out->n_lines; i++) out->fits &= out->line[i].fits;
   return ZO_OK;

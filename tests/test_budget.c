@@ -4,11 +4,13 @@
  * tier, the bytes and the key to change: device memory under a device limit,
  * host memory past MemAvailable, NVMe past the free space of nvme_path; and a
  * configuration that fits passes. Tensors of up to 4e12 elements are only
- * registered, never finalized, so nothing that size is allocated. (Pinned
- * memory over RLIMIT_MEMLOCK is a warning by design, and root's CAP_IPC_LOCK
- * lifts the limit, so it is not refused here.)
+ * registered, never finalized, so nothing that size is allocated. Pinned
+ * memory over zoffload.pinned_fraction of MemTotal (a stand-in MemTotal,
+ * ZO_TEST_MEMTOTAL) is refused; over RLIMIT_MEMLOCK it is a warning by design,
+ * and root's CAP_IPC_LOCK lifts the limit, so that is not tested here.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zo_test.h"
@@ -102,5 +104,29 @@ int main(int argc, char **argv) {
   CHECK_ST(budget_of(&cfg, 2000000000, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
   printf("sub-groups: %s\n", msg);
   CHECK_HAS(msg, "sub_group_size");
+
+  /* pinned: at most zoffload.pinned_fraction (default 0.85) of MemTotal, here a stand-in MemTotal of 256 MiB
+   * (ZO_TEST_MEMTOTAL); 2e7 elements of pinned fp32 master weights, Adam state and gradients (> 240 MB) are
+   * refused, naming the rule and what to change; unpinned, or with a larger fraction of a larger machine, they fit. */
+  setenv("ZO_TEST_MEMTOTAL", "268435456", 1);
+  base_config(&cfg);
+  cfg.zero.offload_optimizer.pin_memory = 1;
+  CHECK_ST(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("pinned: %s\n", msg);
+  CHECK(line(&b, ZO_TIER_PINNED) && !line(&b, ZO_TIER_PINNED)->fits);
+  CHECK(line(&b, ZO_TIER_PINNED) && line(&b, ZO_TIER_PINNED)->available <= (size_t)(268435456 * 0.85));
+  CHECK_HAS(msg, "pinned memory: needs ");
+  CHECK_HAS(msg, "85% of MemTotal");
+  CHECK_HAS(msg, "offload_optimizer.device to \"nvme\"");
+  CHECK_HAS(msg, "pin_memory");
+  CHECK_HAS(msg, "sub_group_size");
+  cfg.zero.offload_optimizer.pin_memory = 0;
+  CHECK_OK(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg));
+  cfg.zero.offload_optimizer.pin_memory = 1;
+  cfg.zoffload.pinned_fraction = 1.0;
+  setenv("ZO_TEST_MEMTOTAL", "1073741824", 1);
+  CHECK_OK(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg));
+  CHECK(line(&b, ZO_TIER_PINNED) && line(&b, ZO_TIER_PINNED)->fits);
+  unsetenv("ZO_TEST_MEMTOTAL");
   return zo_test_finish("test_budget");
 }

@@ -178,6 +178,7 @@ static void test_defaults_and_values(void) {
   CHECK_EQ(c.aio.overlap_events, 1);
   CHECK_EQ(c.zoffload.device_memory_limit, 0);
   CHECK_EQ(c.zoffload.device_arena_bytes, 0);
+  CHECK(c.zoffload.pinned_fraction == 0.85);
 
   /* Adam honours adam_w_mode; type is case-insensitive like DeepSpeed's. */
   CHECK_EQ(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
@@ -672,6 +673,8 @@ static const num_key k_num_keys[] = {
        "zero_optimization.offload_optimizer.ratio", zero.offload_optimizer.ratio, 0, 1, 0, 0),
     DK("{" TB "\"zoffload\": {\"host_link_gbps\": %s}}", "zoffload.host_link_gbps", zoffload.host_link_gbps, 0, 1e6, 0,
        2),
+    DK("{" TB "\"zoffload\": {\"pinned_fraction\": %s}}", "zoffload.pinned_fraction", zoffload.pinned_fraction, 0, 1, 1,
+       0),
 };
 
 /* The boundary values: integer literals, their real forms, and the reals that are not the same in float32. */

@@ -14,9 +14,18 @@
  *           this process's cgroup less its memory.current); on the host
  *           device backend the device bytes are host memory too and are
  *           added to the host line;
- *   pinned  RLIMIT_MEMLOCK (unlimited with CAP_IPC_LOCK). Over it the pool
- *           falls back to pageable memory (slower copies), so this line
- *           warns and never refuses;
+ *   pinned  the smaller of zoffload.pinned_fraction (default 0.85) of
+ *           MemTotal of /proc/meminfo and RLIMIT_MEMLOCK (unlimited with
+ *           CAP_IPC_LOCK). The rule: the engine page-locks at most that
+ *           fraction of the machine, since locked pages cannot be reclaimed
+ *           and the OS, the driver, a data loader and the page cache need the
+ *           rest; a plan over it is refused, naming the rule and what to
+ *           change (offload_optimizer.device "nvme", pin_memory false, a
+ *           smaller sub_group_size or buffer_count, or the fraction). Under
+ *           the fraction but over RLIMIT_MEMLOCK the pool falls back to
+ *           pageable memory (slower copies), so that only warns. For tests,
+ *           the environment variable ZO_TEST_MEMTOTAL (bytes) stands in for
+ *           MemTotal;
  *   nvme    statvfs(f_bavail * f_frsize) of each distinct nvme_path (one line
  *           when optimizer state and parameters share a file system).
  * Engine bytes are the memory plan's (zoffload/plan.h), which
@@ -56,8 +65,9 @@ typedef struct zo_budget_line {
                            the sum does not fit in size_t, which never fits */
   size_t available;     /* what is there; SIZE_MAX: no limit known */
   char source[160];     /* where `available` comes from, e.g. "MemAvailable", "cgroup memory.max", "statvfs" */
-  int fits;             /* need <= available (pinned: always 1, see `warn`) */
-  int warn;             /* pinned over RLIMIT_MEMLOCK: fits, but copies will be pageable */
+  int fits;             /* need <= available (pinned: need <= zoffload.pinned_fraction of MemTotal, see `warn`) */
+  int warn;             /* pinned under the MemTotal rule but over RLIMIT_MEMLOCK: fits, but copies will be
+                           pageable */
   char advice[512];     /* when !fits or warn: the key to change and a value that would fit */
 } zo_budget_line;
 

@@ -52,6 +52,7 @@ typedef enum zo_sched_type {
 #define ZO_CONFIG_LOSS_SCALE_MAX 18446744073709551616.0 /* fp16.loss_scale, min_loss_scale: 2^64 (2^initial_scale_power) */
 #define ZO_CONFIG_LINK_GBPS_MIN 0.1                  /* zoffload.host_link_gbps: 0 (none) or in [MIN, MAX] */
 #define ZO_CONFIG_LINK_GBPS_MAX 1e6
+#define ZO_CONFIG_PINNED_FRACTION 0.85               /* zoffload.pinned_fraction default: of MemTotal */
 
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
@@ -160,6 +161,9 @@ typedef struct zo_config {
                                     ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
                                     framework's allocator (see zo_engine_finalize()) */
     zo_comm_choice comm;         /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
+    double pinned_fraction;      /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
+                                    (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
+                                    loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

@@ -30,6 +30,8 @@ static zo_comm_t *g_comm;
 static int R, W;
 static char g_dir[4096];
 
+#include "grad_harness.h"
+
 static void base_config(zo_config_t *c, zo_offload_device tier) {
   zo_config_defaults(c);
   c->train_micro_batch_size_per_gpu = 1;
@@ -48,67 +50,12 @@ static void base_config(zo_config_t *c, zo_offload_device tier) {
   snprintf(c->zero.offload_param.nvme_path, sizeof c->zero.offload_param.nvme_path, "%s", g_dir);
 }
 
-/* Micro-batch @mb's gradient element j of tensor i at step s on rank q: a multiple of 1/64 in (-2, 2). */
-static float grad_of(int q, int s, int mb, int i, size_t j) {
-  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^ (uint64_t)((s * 7 + mb) * 131 + i) * 0xbf58476d1ce4e5b9ull ^
-               j * 0x94d049bbull;
-  h ^= h >> 29;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 32;
-  return (float)((int)(h % 255) - 127) / 64.0f;
-}
-
-static void cast_to(void *dst, zo_dtype dt, const float *src, size_t n) {
-  for (size_t j = 0; j < n; j++) {
-    if (dt == ZO_DTYPE_F32) {
-      ((float *)dst)[j] = src[j];
-    } else { /* bf16 (values here are exact in bf16: 8 significant bits at most) */
-      uint32_t b;
-      memcpy(&b, &src[j], 4);
-      ((uint16_t *)dst)[j] = (uint16_t)(b >> 16);
-    }
-  }
-}
-
 static float load(const void *src, zo_dtype dt, size_t j) {
   if (dt == ZO_DTYPE_F32) return ((const float *)src)[j];
   uint32_t b = (uint32_t)((const uint16_t *)src)[j] << 16;
   float f;
   memcpy(&f, &b, 4);
   return f;
-}
-
-typedef struct eng {
-  zo_engine_t *e;
-  zo_param_t *ps[NP];
-  void *dbuf[NP]; /* one device buffer per tensor, fp32-sized */
-} eng;
-
-static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev, zo_stream_t *cs) {
-  memset(g, 0, sizeof *g);
-  if (!CHECK_OK(zo_engine_create(c, dev, g_comm, &g->e))) return 1;
-  if (cs && !CHECK_OK(zo_engine_set_compute_stream(g->e, cs))) return 1;
-  for (int i = 0; i < NP; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "t%d", i);
-    if (!CHECK_OK(zo_engine_register_param(g->e, name, k_sizes[i], &g->ps[i]))) return 1;
-  }
-  if (!CHECK_OK(zo_engine_finalize(g->e))) return 1;
-  uint64_t seed = 7;
-  for (int i = 0; i < NP; i++) {
-    float *w = malloc(k_sizes[i] * 4);
-    for (size_t j = 0; j < k_sizes[i]; j++) w[j] = zo_test_rand_pm1f(&seed);
-    int bad = !CHECK_OK(zo_engine_load_param(g->e, g->ps[i], w));
-    free(w);
-    if (bad || !CHECK_OK(zo_device_malloc(dev, k_sizes[i] * 4, &g->dbuf[i]))) return 1;
-  }
-  return 0;
-}
-
-static void eng_close(eng *g, zo_device_t *dev) {
-  zo_engine_destroy(g->e);
-  for (int i = 0; i < NP; i++)
-    if (g->dbuf[i]) zo_device_free(dev, g->dbuf[i]);
 }
 
 /* Copy @n elements of @dt from host @src into device @dst: synchronously (@cs NULL) or on @cs. */

@@ -27,6 +27,8 @@ static zo_comm_t *g_comm;
 static int R, W;
 static char g_dir[4000];
 
+#include "grad_harness.h"
+
 static void base_config(zo_config_t *c, int gas) {
   zo_config_defaults(c);
   c->train_micro_batch_size_per_gpu = 1;
@@ -43,48 +45,6 @@ static void base_config(zo_config_t *c, int gas) {
   c->zoffload.adam_threads = 1;
 }
 
-/* Micro-batch @mb's gradient element j of tensor i at step s on rank q: a multiple of 1/64 in (-2, 2). */
-static float grad_of(int q, int s, int mb, int i, size_t j) {
-  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^ (uint64_t)((s * 7 + mb) * 131 + i) * 0xbf58476d1ce4e5b9ull ^
-               j * 0x94d049bbull;
-  h ^= h >> 29;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 32;
-  return (float)((int)(h % 255) - 127) / 64.0f;
-}
-
-typedef struct eng {
-  zo_engine_t *e;
-  zo_param_t *ps[NP];
-  void *dbuf[NP]; /* one device buffer per tensor, fp32-sized */
-} eng;
-
-static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev) {
-  memset(g, 0, sizeof *g);
-  if (!CHECK_OK(zo_engine_create(c, dev, g_comm, &g->e))) return 1;
-  for (int i = 0; i < NP; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "t%d", i);
-    if (!CHECK_OK(zo_engine_register_param(g->e, name, k_sizes[i], &g->ps[i]))) return 1;
-  }
-  if (!CHECK_OK(zo_engine_finalize(g->e))) return 1;
-  uint64_t seed = 7;
-  for (int i = 0; i < NP; i++) {
-    float *w = malloc(k_sizes[i] * 4);
-    for (size_t j = 0; j < k_sizes[i]; j++) w[j] = zo_test_rand_pm1f(&seed);
-    int bad = !CHECK_OK(zo_engine_load_param(g->e, g->ps[i], w));
-    free(w);
-    if (bad || !CHECK_OK(zo_device_malloc(dev, k_sizes[i] * 4, &g->dbuf[i]))) return 1;
-  }
-  return 0;
-}
-
-static void eng_close(eng *g, zo_device_t *dev) {
-  zo_engine_destroy(g->e);
-  for (int i = 0; i < NP; i++)
-    if (g->dbuf[i]) zo_device_free(dev, g->dbuf[i]);
-}
-
 /* One step: @gas micro-batches per tensor (the last with grad_ready), each the gradient times the loss scale in
  * @dt, through the tensor's one device buffer (reused after the fence). Tensors in reverse order (backward). */
 static int one_step(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt, zo_step_info *inf) {
@@ -93,16 +53,10 @@ static int one_step(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt, zo_st
     for (int mb = 0; mb < gas; mb++) {
       const size_t n = k_sizes[i];
       void *h = malloc(n * 4);
-      for (size_t j = 0; j < n; j++) {
-        const float f = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
-        if (dt == ZO_DTYPE_F32) {
-          ((float *)h)[j] = f;
-        } else { /* bf16: exact (multiples of 1/64 times a power of two, 8 significant bits at most) */
-          uint32_t b;
-          memcpy(&b, &f, 4);
-          ((uint16_t *)h)[j] = (uint16_t)(b >> 16);
-        }
-      }
+      float *f = malloc(n * 4);
+      for (size_t j = 0; j < n; j++) f[j] = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
+      cast_to(h, dt, f, n);
+      free(f);
       int bad = !CHECK_OK(zo_engine_grad_fence(g->e, NULL)) ||
                 !CHECK_OK(zo_memcpy(dev, g->dbuf[i], h, n * zo_dtype_size(dt), ZO_COPY_H2D));
       free(h);
@@ -140,7 +94,7 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
   memcpy(cb.zero.offload_param.nvme_path, cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_param.nvme_path);
   mkdir(ca.zero.offload_optimizer.nvme_path, 0700);
   mkdir(cb.zero.offload_optimizer.nvme_path, 0700);
-  int bad = eng_open(&a, &ca, dev) || eng_open(&b, &cb, dev);
+  int bad = eng_open(&a, &ca, dev, NULL) || eng_open(&b, &cb, dev, NULL);
   if (!bad) check_ledger(&a, label);
   for (int s = 1; s <= STEPS && !bad; s++) {
     CHECK(zo_engine_loss_scale(a.e) == zo_engine_loss_scale(b.e));

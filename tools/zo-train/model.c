@@ -69,10 +69,11 @@ static void set_err(train_model *m, const char *fmt, ...) {
 
 int train_model_cuda_built(void) { return ZO_TRAIN_CUDA; }
 
-/* The streamed model's gradient ring: twice the largest tensor in the hand-over dtype, 64-byte units; SIZE_MAX past
- * size_t. */
-static size_t train_model_ring_bytes(size_t largest, zo_dtype hand_dtype) {
-  size_t b;
+/* The streamed model's gradient ring: twice the largest of the @n_params tensors in the hand-over dtype, 64-byte
+ * units; SIZE_MAX past size_t. */
+static size_t train_model_ring_bytes(const gpt_param_spec *specs, int n_params, zo_dtype hand_dtype) {
+  size_t largest = 0, b;
+  for (int i = 0; i < n_params; i++) largest = specs[i].n_elems > largest ? specs[i].n_elems : largest;
   if (__builtin_mul_overflow(largest, zo_dtype_size(hand_dtype), &b) || b > SIZE_MAX / 2 - 64) return SIZE_MAX;
   return 2 * ((b + 63) / 64 * 64);
 }
@@ -120,11 +121,10 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
   for (int i = 0; i < np; i++) grads += specs[i].n_elems * zo_dtype_size(grad_dtype);
   app[ZO_TIER_DEVICE] = grads;
   if (!cuda && streamed) {
-    size_t largest = 0, scr, host, dev;
-    for (int i = 0; i < np; i++) largest = specs[i].n_elems > largest ? specs[i].n_elems : largest;
-    free(specs);
+    size_t scr, host;
     /* the gradient ring; two fp32 scratches (weights, gradients) of group 0 and of the largest */
-    dev = train_model_ring_bytes(largest, hand_dtype);
+    const size_t dev = train_model_ring_bytes(specs, np, hand_dtype);
+    free(specs);
     int over = dev == SIZE_MAX;
     over |= __builtin_add_overflow(gpt_group_elems(c, 0), gpt_max_group_elems(c), &scr);
     over |= __builtin_mul_overflow(scr, 2 * sizeof(float), &scr);
@@ -306,7 +306,6 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
   if (gpt_create_streamed(&m->cfg, max_batch, recompute, &m->cpu, err, errlen)) return -1;
   m->soff = calloc(m->n_params, sizeof *m->soff);
   if (!m->soff) return snprintf(err, errlen, "out of memory"), -1;
-  size_t largest = 0;
   for (int g = 0; g < gpt_num_groups(&m->cfg); g++) {
     int first, count;
     gpt_group_params(&m->cfg, g, &first, &count);
@@ -314,7 +313,6 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
     for (int i = first; i < first + count; i++) {
       m->soff[i] = off;
       off += (m->specs[i].n_elems + 15) / 16 * 16;
-      if (m->specs[i].n_elems > largest) largest = m->specs[i].n_elems;
     }
   }
   const size_t el[2] = {gpt_group_elems(&m->cfg, 0), gpt_max_group_elems(&m->cfg)};
@@ -325,7 +323,7 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
     if (!m->wscr[k] || !m->gscr[k])
       return snprintf(err, errlen, "out of memory for the model's fp32 scratch (2 x %zu bytes)", bytes), -1;
   }
-  m->ring_bytes = train_model_ring_bytes(largest, m->hand_dtype);
+  m->ring_bytes = train_model_ring_bytes(m->specs, m->n_params, m->hand_dtype);
   if (zo_device_malloc(m->dev, m->ring_bytes, (void **)&m->ring) != ZO_OK)
     return snprintf(err, errlen, "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
                     "does not fit: %s", m->ring_bytes, zo_last_error()), -1;

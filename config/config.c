@@ -31,6 +31,13 @@ typedef struct parse_ctx {
 
 /* ---------- messages ---------- */
 
+/* True when key is in the NULL-terminated list. */
+static int in_list(const char *key, const char *const *list) {
+  for (; list && *list; list++)
+    if (!strcmp(key, *list)) return 1;
+  return 0;
+}
+
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG. */
 static zo_status __attribute__((format(printf, 3, 4)))
 cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
@@ -44,11 +51,82 @@ cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
                       zo_escape(emsg, sizeof emsg, msg, strlen(msg)));
 }
 
+/*
+ * Python's json.dumps() (so HF accelerate's "steps_per_print": float("inf")) writes the literals Infinity,
+ * -Infinity and NaN, which JSON and jansson refuse. Before jansson reads the text, each such literal outside a
+ * string becomes the string NONFINITE_MARK + literal ("\u001fInfinity"): steps_per_print reads Infinity as
+ * "never"; every other key refuses the value as it refuses any string, and messages show the literal bare.
+ */
+#define NONFINITE_MARK "\x1f"
+static const char *const k_nonfinite[] = {"-Infinity", "Infinity", "NaN"};
+
+/* The literal at s[i] (outside a string, not inside a longer word), or NULL. */
+static const char *nonfinite_at(const char *s, size_t len, size_t i) {
+  if (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '-' || s[i - 1] == '.')) return NULL;
+  for (size_t k = 0; k < sizeof k_nonfinite / sizeof k_nonfinite[0]; k++) {
+    size_t n = strlen(k_nonfinite[k]);
+    if (len - i >= n && !memcmp(s + i, k_nonfinite[k], n) &&
+        (i + n == len || !(isalnum((unsigned char)s[i + n]) || s[i + n] == '_')))
+      return k_nonfinite[k];
+  }
+  return NULL;
+}
+
+/*
+ * nonfinite_to_strings() - *@out: a malloc'd copy of @s (@len bytes) with each literal quoted as above, and its
+ * length in *@out_len; *@out stays NULL when @s has none (parse @s itself). Error positions jansson reports later
+ * on a line holding one are off by 8 columns per literal before them. ZO_ERR_OUT_OF_MEMORY or ZO_OK.
+ */
+static zo_status nonfinite_to_strings(const char *s, size_t len, char **out, size_t *out_len) {
+  *out = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    size_t n_lit = 0, o = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+      const char *lit = NULL;
+      if (in_str) {
+        if (s[i] == '\\' && i + 1 < len) {
+          if (pass) (*out)[o++] = s[i];
+          i++;
+        } else if (s[i] == '"') {
+          in_str = 0;
+        }
+      } else if (s[i] == '"') {
+        in_str = 1;
+      } else if ((s[i] == '-' || s[i] == 'I' || s[i] == 'N') && (lit = nonfinite_at(s, len, i))) {
+        n_lit++;
+        if (pass) o += (size_t)sprintf(*out + o, "\"\\u001f%s\"", lit);
+        i += strlen(lit) - 1;
+        continue;
+      }
+      if (pass) (*out)[o++] = s[i];
+    }
+    if (!pass) {
+      if (!n_lit) return ZO_OK;
+      /* each literal gains "\u001f and a closing quote: 8 bytes; n_lit <= len, so no overflow */
+      *out = malloc(len + 8 * n_lit + 1);
+      if (!*out) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "config: out of host memory (%zu bytes)", len + 8 * n_lit + 1);
+    } else {
+      *out_len = o;
+    }
+  }
+  return ZO_OK;
+}
+
+/* True when @v is the string nonfinite_to_strings() made of @lit. */
+static int is_nonfinite(const json_t *v, const char *lit) {
+  return json_is_string(v) && json_string_value(v)[0] == NONFINITE_MARK[0] && !strcmp(json_string_value(v) + 1, lit);
+}
+
 /* Render a JSON value for "got ..." : strings quoted, numbers, literals, or its kind. */
 static const char *show(const json_t *v, char *buf, size_t cap) {
   switch (json_typeof(v)) {
     case JSON_STRING: {
       const char *s = json_string_value(v);
+      if (s[0] == NONFINITE_MARK[0] && in_list(s + 1, (const char *const[]){"-Infinity", "Infinity", "NaN", NULL})) {
+        snprintf(buf, cap, "%s", s + 1); /* a literal JSON refuses, as written */
+        break;
+      }
       size_t n = strlen(s);
       if (n > 48) snprintf(buf, cap, "\"%.45s...\"", s);
       else snprintf(buf, cap, "\"%s\"", s);
@@ -84,6 +162,90 @@ static void warn_inert(const char *path) { zo_warn("config: %s is accepted but h
 static void warn_unknown(const parse_ctx *c, const char *path) {
   if (++*c->n_unknown <= UNKNOWN_NAMED) zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
 }
+
+/* ---------- unknown keys: the closest known key ---------- */
+
+/* Keys longer than this get no suggestion (and cost nothing to compare). */
+#define KEY_DIST_LEN 64
+
+/*
+ * key_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent characters, each
+ * counting 1: "enabeld" -> "enabled" is 1) between @a and @b, byte-wise; KEY_DIST_LEN when either is longer.
+ */
+static int key_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n >= KEY_DIST_LEN || m >= KEY_DIST_LEN) return KEY_DIST_LEN;
+  int rows[3][KEY_DIST_LEN + 1]; /* rows i-2, i-1, i of the DP table, used round robin */
+  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int d = up[j - 1] + cost;
+      if (up[j] + 1 < d) d = up[j] + 1;
+      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d) d = up2[j - 2] + 1;
+      cur[j] = d;
+    }
+  }
+  return rows[n % 3][m];
+}
+
+/* Known keys under @base (NULL: the unknown key's own block), for the suggestion. */
+typedef struct key_set {
+  const char *base;
+  const char *const *keys; /* NULL-terminated */
+} key_set;
+
+/*
+ * closest_key() - the known key nearest @key: within 2 edits, and at most a third of the longer name's length (so
+ * "a" suggests nothing); an exact match counts only in a set with its own @base (a key one level off). First
+ * best wins. Returns the key, its set's base in *@base_out; NULL when none is that close.
+ */
+static const char *closest_key(const char *key, const key_set *sets, size_t n_sets, const char **base_out) {
+  const char *best = NULL;
+  int best_d = 3;
+  for (size_t s = 0; s < n_sets; s++)
+    for (const char *const *k = sets[s].keys; k && *k; k++) {
+      int d = key_distance(key, *k);
+      size_t longer = strlen(key) > strlen(*k) ? strlen(key) : strlen(*k);
+      if ((d == 0 && !sets[s].base) || d >= best_d || (size_t)(3 * d) > longer) continue;
+      best = *k;
+      best_d = d;
+      *base_out = sets[s].base;
+    }
+  return best;
+}
+
+/* "did you mean <base>.<key>?" for @key at @path (whose block is @path less ".key"), or "" when nothing is close. */
+static const char *did_you_mean(char *out, size_t cap, const char *path, const char *key, const key_set *sets,
+                                size_t n_sets) {
+  const char *base = NULL, *best = closest_key(key, sets, n_sets, &base);
+  out[0] = 0;
+  if (!best) return out;
+  size_t plen = strlen(path), klen = strlen(key);
+  int own_len = plen > klen ? (int)(plen - klen - 1) : 0; /* the block's path: path less ".key" */
+  if (base) snprintf(out, cap, "; did you mean %s%s%s?", base, base[0] ? "." : "", best);
+  else snprintf(out, cap, "; did you mean %.*s%s%s?", own_len, path, own_len ? "." : "", best);
+  return out;
+}
+
+/*
+ * unknown_key() - @key at @path is in a block zoffload reads and is none of its keys: an error (DeepSpeed's
+ * config models refuse unknown fields too), naming the closest known key when one is close.
+ */
+static zo_status unknown_key(const parse_ctx *c, const char *path, const char *key, const key_set *sets,
+                             size_t n_sets) {
+  char hint[PATH_CAP + 32];
+  did_you_mean(hint, sizeof hint, path, key, sets, n_sets);
+  if (hint[0]) return cfg_err(c, path, "not a DeepSpeed or zoffload key%s", hint);
+  size_t plen = strlen(path), klen = strlen(key);
+  int own_len = plen > klen ? (int)(plen - klen - 1) : 0;
+  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)", own_len,
+                 path);
+}
+#define KEY_SETS(...) ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
 
 /* ---------- typed getters: each checks type then range and names the path ---------- */
 
@@ -247,14 +409,11 @@ static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v
   return type_err(c, path, what, v);
 }
 
-/* True when key is in the NULL-terminated list. */
-static int in_list(const char *key, const char *const *list) {
-  for (; list && *list; list++)
-    if (!strcmp(key, *list)) return 1;
-  return 0;
-}
-
 /* ---------- optimizer ---------- */
+
+static const char *const opt_keys[] = {"type", "params", "legacy_fusion", NULL};
+static const char *const opt_param_keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
+                                             "amsgrad", "torch_adam", "fp32_optimizer_states", NULL};
 
 static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
   char p[PATH_CAP];
@@ -325,16 +484,17 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
         } else if (!strcmp(k2, "max_grad_norm")) {
           return cfg_err(c, q, "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
         } else {
+          char hint[PATH_CAP + 32];
           return cfg_err(c, q,
                          "not a parameter of %s (it takes lr, betas, eps, weight_decay, bias_correction, "
-                         "adam_w_mode, amsgrad); DeepSpeed would reject it too",
-                         ts);
+                         "adam_w_mode, amsgrad); DeepSpeed would reject it too%s",
+                         ts, did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, opt_param_keys})));
         }
       }
     } else if (!strcmp(key, "legacy_fusion")) {
       warn_inert(p);
-    } else {
-      warn_unknown(c, p);
+    } else { /* "adam_w_mode" one level too high: did you mean optimizer.params.adam_w_mode? */
+      return unknown_key(c, p, key, KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
     }
   }
   /* DeepSpeed engine: effective_adam_w_mode = name == "adamw" or adam_w_mode. */
@@ -343,6 +503,16 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
 }
 
 /* ---------- scheduler ---------- */
+
+static const char *const sched_keys[] = {"type", "params", NULL};
+/* the params of WarmupLR, WarmupDecayLR and WarmupCosineLR (zo_sched_type - 1) */
+static const char *const sched_param_keys[3][7] = {
+    {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration", NULL},
+    {"total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration",
+     NULL},
+    {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type", "last_batch_iteration",
+     NULL},
+};
 
 static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
   static const char *what = "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"";
@@ -368,10 +538,8 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
   json_object_foreach((json_t *)blk, key, v) {
     pj(p, "scheduler", key);
     if (!strcmp(key, "type")) continue;
-    if (strcmp(key, "params")) {
-      warn_unknown(c, p);
-      continue;
-    }
+    if (strcmp(key, "params"))
+      return unknown_key(c, p, key, KEY_SETS({NULL, sched_keys}, {"scheduler.params", sched_param_keys[st - 1]}));
     ZO_CHECK(get_obj(c, p, v));
     const char *k2;
     json_t *v2;
@@ -403,7 +571,9 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
                             : st == ZO_SCHED_WARMUP_DECAY_LR
                                 ? "total_num_steps, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
                                 : "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type";
-        return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too", ts, takes);
+        char hint[PATH_CAP + 32];
+        return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too%s", ts, takes,
+                       did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, sched_param_keys[st - 1]})));
       }
     }
   }
@@ -443,14 +613,16 @@ static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *
 
 /* ---------- data_types ---------- */
 
-/* data_types (DeepSpeed): grad_accum_dtype "fp32", "bf16" or "fp16"; the rest is not acted on. */
+/* data_types (DeepSpeed): grad_accum_dtype "fp32", "bf16" or "fp16"; param_dtype and buffer_dtype are not acted on. */
 static zo_status data_types_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
                                 zo_config_t *cfg, const void *arg) {
   (void)arg;
-  if (strcmp(key, "grad_accum_dtype")) {
-    warn_unknown(c, p);
+  static const char *const keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype", NULL};
+  if (!strcmp(key, "param_dtype") || !strcmp(key, "buffer_dtype")) {
+    warn_inert(p);
     return ZO_OK;
   }
+  if (strcmp(key, "grad_accum_dtype")) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   static const char *what = "\"fp32\", \"bf16\" or \"fp16\"";
   if (!json_is_string(v)) return type_err(c, p, what, v);
   const char *s = json_string_value(v);
@@ -474,10 +646,11 @@ static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, co
   if (!strcmp(key, "hysteresis")) return get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis);
   if (!strcmp(key, "min_loss_scale"))
     return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_EXCL | HI_INCL, &cfg->fp16.min_loss_scale);
-  if (!strcmp(key, "consecutive_hysteresis") || !strcmp(key, "auto_cast") ||
-      !strcmp(key, "fp16_master_weights_and_grads") || !strcmp(key, "type"))
-    warn_inert(p);
-  else warn_unknown(c, p);
+  static const char *const keys[] = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
+                                     "hysteresis", "min_loss_scale", "consecutive_hysteresis", "auto_cast",
+                                     "fp16_master_weights_and_grads", "type", NULL};
+  if (!in_list(key, keys)) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  warn_inert(p); /* consecutive_hysteresis, auto_cast, fp16_master_weights_and_grads, type */
   return ZO_OK;
 }
 
@@ -485,14 +658,20 @@ static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, co
                           const void *arg) {
   (void)arg;
   if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->bf16.enabled);
-  if (!strcmp(key, "immediate_grad_update") || !strcmp(key, "check_grad_overflow") ||
-      !strcmp(key, "bf16_master_weights_and_grads") || !strcmp(key, "bf16_optimizer_states"))
-    warn_inert(p);
-  else warn_unknown(c, p);
+  static const char *const keys[] = {"enabled", "immediate_grad_update", "check_grad_overflow",
+                                     "bf16_master_weights_and_grads", "bf16_optimizer_states", NULL};
+  if (!in_list(key, keys)) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  warn_inert(p);
   return ZO_OK;
 }
 
 /* ---------- zero_optimization ---------- */
+
+/* The keys both offload blocks take, then each one's own (DeepSpeed's offload_config.py). */
+static const char *const offload_shared_keys[] = {"device", "nvme_path", "pin_memory", "buffer_count", NULL};
+static const char *const offload_optimizer_keys[] = {"pipeline_read", "pipeline_write", "ratio", "fast_init",
+                                                     "pipeline", "super_offload", "cpuadam_cores_perc", NULL};
+static const char *const offload_param_keys[] = {"buffer_size", "max_in_cpu", NULL};
 
 /* An offload block: where its shared keys go, and the parser of its own keys. */
 typedef struct offload_block {
@@ -530,10 +709,9 @@ static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const 
     if (cfg->zero.offload_optimizer.ratio < 1.0) warn_inert(p); /* partial offload is not built: all state is offloaded */
     return ZO_OK;
   }
-  if (!strcmp(key, "fast_init") || !strcmp(key, "pipeline") || !strcmp(key, "super_offload") ||
-      !strcmp(key, "cpuadam_cores_perc"))
-    warn_inert(p);
-  else warn_unknown(c, p);
+  if (!in_list(key, offload_optimizer_keys))
+    return unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
+  warn_inert(p); /* fast_init, pipeline, super_offload, cpuadam_cores_perc */
   return ZO_OK;
 }
 
@@ -547,8 +725,7 @@ static zo_status offload_param_key(const parse_ctx *c, const char *p, const char
     warn_inert(p); /* nvme parameters are read from params.swp on every fetch; no host cache yet */
     return ZO_OK;
   }
-  warn_unknown(c, p);
-  return ZO_OK;
+  return unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));
 }
 
 /* The offload_block of @o, cfg->zero.offload_optimizer or .offload_param (two struct types, hence a macro). */
@@ -574,7 +751,14 @@ static const char *const zero_inert[] = {
     "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
     "override_module_apply", "log_trace_cache_warnings", "zenflow", "prefetch_bucket_size",
     "param_persistence_threshold", "max_live_parameters", "max_reuse_distance", "save_muon_momentum_buffer_in_memory",
+    "allgather_sequential", "stage3_allgather_sequential", "enable_sanity_checks", "leaf_module", "grad_hooks",
     NULL};
+/* zero_optimization keys zoffload reads (parse_zero), for suggestions. */
+static const char *const zero_keys[] = {
+    "stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "cpu_offload",
+    "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory", "sub_group_size",
+    "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "stage3_param_persistence_threshold", "reduce_bucket_size", "allgather_bucket_size", NULL};
 
 static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
   static const char *Z = "zero_optimization";
@@ -636,7 +820,7 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     } else if (in_list(key, zero_inert)) {
       warn_inert(p);
     } else {
-      warn_unknown(c, p);
+      return unknown_key(c, p, key, KEY_SETS({NULL, zero_keys}, {NULL, zero_inert}));
     }
   }
 
@@ -694,7 +878,9 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
     if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
   } else {
-    warn_unknown(c, p);
+    static const char *const keys[] = {"block_size", "queue_depth", "intra_op_parallelism", "thread_count",
+                                       "single_submit", "overlap_events", "use_gds", NULL};
+    return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   }
   return ZO_OK;
 }
@@ -730,8 +916,10 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     return ZO_OK;
   }
   if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
-  warn_unknown(c, p);
-  return ZO_OK;
+  static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
+                                     "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
+                                     "host_link_gbps", "pinned_fraction", NULL};
+  return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
 /* ---------- top level ---------- */
@@ -746,8 +934,15 @@ static const char *const top_inert[] = {
     "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue", "progressive_layer_drop",
     "quantize_training", "weight_quantization", "hybrid_engine", "compile", "timers", "graph_harvesting",
     "use_data_before_expert_parallelism", "torch_autocast", "dataloader_drop_last", "load_universal_checkpoint",
-    "use_node_local_storage", "fp8", "gradient_accumulation_dtype", "steps_per_log",
+    "use_node_local_storage", "fp8", "gradient_accumulation_dtype", "steps_per_log", "comms_logger",
+    "managed_gradient_accumulation", "gradient_allreduce_op", "tensor_parallel", "expert_parallel", "log_level",
+    "vocabulary_size", "datastates_ckpt",
     NULL};
+/* Top-level keys zoffload reads (zo_config_parse), for suggestions. */
+static const char *const top_keys[] = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "steps_per_print", "optimizer", "scheduler", "fp16", "data_types", "bf16", "bfloat16", "zero_optimization", "aio",
+    "zoffload", NULL};
 
 /*
  * Decoupled weight decay (AdamW: adam_w_mode) multiplies each weight by 1 - lr * weight_decay every step: past 1
@@ -900,7 +1095,12 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
   const parse_ctx *c = &ctx;
 
   json_error_t jerr;
-  json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
+  char *quoted = NULL; /* json_text with Infinity/NaN quoted, when it has any */
+  size_t quoted_len = 0;
+  ZO_CHECK(nonfinite_to_strings(json_text, len, &quoted, &quoted_len));
+  json_t *root = quoted ? json_loadb(quoted, quoted_len, JSON_REJECT_DUPLICATES, &jerr)
+                        : json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(quoted);
   char ebuf[256];
   if (!root)
     return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column,
@@ -927,6 +1127,8 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
       ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &gas), st, out);
     else if (!strcmp(key, "gradient_clipping"))
       ZO_CHECK_GOTO(get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping), st, out);
+    else if (!strcmp(key, "steps_per_print") && is_nonfinite(v, "Infinity"))
+      cfg->steps_per_print = INT64_MAX; /* HF accelerate's float("inf"): never print (the largest count does that) */
     else if (!strcmp(key, "steps_per_print"))
       ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print), st, out);
     else if (!strcmp(key, "optimizer")) ZO_CHECK_GOTO(parse_optimizer(c, v, cfg), st, out);
@@ -940,7 +1142,15 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
     else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_keys(c, key, v, zoffload_key, cfg, NULL), st, out);
     else if (opts && in_list(key, opts->app_blocks)) continue;
     else if (in_list(key, top_inert)) warn_inert(key);
-    else warn_unknown(c, key);
+    else { /* a name close to a known block is a typo (an error); anything else is the application's (a warning) */
+      char hint[PATH_CAP + 32];
+      const key_set sets[] = {{NULL, top_keys}, {NULL, top_inert}, {NULL, opts ? opts->app_blocks : NULL}};
+      if (did_you_mean(hint, sizeof hint, key, key, sets, sizeof sets / sizeof sets[0])[0]) {
+        st = cfg_err(c, key, "not a DeepSpeed or zoffload key%s", hint);
+        goto out;
+      }
+      warn_unknown(c, key);
+    }
   }
   if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16")) {
     st = cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");

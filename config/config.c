@@ -241,9 +241,10 @@ static zo_status unknown_key(const parse_ctx *c, const char *path, const char *k
   did_you_mean(hint, sizeof hint, path, key, sets, n_sets);
   if (hint[0]) return cfg_err(c, path, "not a DeepSpeed or zoffload key%s", hint);
   size_t plen = strlen(path), klen = strlen(key);
-  int own_len = plen > klen ? (int)(plen - klen - 1) : 0;
-  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)", own_len,
-                 path);
+  if (plen <= klen + 1) /* a key so long that the path was cut (pj) */
+    return cfg_err(c, path, "not a DeepSpeed or zoffload key (docs/configuration.md lists them)");
+  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)",
+                 (int)(plen - klen - 1), path);
 }
 #define KEY_SETS(...) ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
 

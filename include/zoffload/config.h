@@ -71,7 +71,7 @@ typedef struct zo_config {
                                are accumulated in and Adam reads ("fp32", "bf16", "fp16"); -1 (default): the
                                working dtype when gradient_accumulation_steps is 1 or offload_optimizer is "none",
                                else fp32 (zo_engine_grad_accumulate) */
-  int64_t steps_per_print;  /* DeepSpeed default 10 */
+  int64_t steps_per_print;  /* DeepSpeed default 10; Infinity in the JSON gives INT64_MAX */
   struct {
     zo_optimizer_type type;
     int adam_w_mode; /* resolved: 1 decoupled weight decay (AdamW), 0 L2 added to the gradient.
@@ -242,11 +242,27 @@ typedef struct zo_config_opts {
  *    cpu_offload_param (alias cpu_offload_params; offload_param.device cpu),
  *    cpu_offload_use_pin_memory (pin_memory of those two), aio.thread_count,
  *    "bfloat16";
- *  - keys DeepSpeed knows but zoffload does not act on give exactly one
- *    zo_warn() line each per call naming the full JSON path
+ *  - keys DeepSpeed documents but zoffload does not act on (comms_logger,
+ *    flops_profiler, tensorboard, ...) give exactly one zo_warn() line each
+ *    per call naming the full JSON path
  *    ("config: zero_optimization.contiguous_gradients is accepted but has no effect yet");
- *    so do the first 8 unknown keys, then one line counts the rest
+ *  - a key zoffload does not know inside a block it reads (optimizer and its
+ *    params, scheduler and its params, fp16, bf16, data_types,
+ *    zero_optimization, its offload_optimizer and offload_param, aio,
+ *    zoffload) is ZO_ERR_CONFIG, as DeepSpeed's config models refuse unknown
+ *    fields, naming the key and the closest known one when one is within 2
+ *    edits (adjacent swaps count 1) and a third of the name's length
+ *    ("src: zero_optimization.stag: not a DeepSpeed or zoffload key; did you
+ *    mean zero_optimization.stage?");
+ *  - an unknown top-level key is the same error when it is that close to a
+ *    known top-level key or to one of opts->app_blocks ("zero_optimisation");
+ *    any other top-level name warns and is ignored, the first 8 named, then
+ *    one line counts the rest
  *    ("config: ... and N more keys that are not DeepSpeed or zoffload keys (M in all); ignored");
+ *  - the non-JSON literals Infinity, -Infinity and NaN that Python's
+ *    json.dumps() writes are read: "steps_per_print": Infinity (HF
+ *    accelerate's float("inf")) means never print (INT64_MAX); at any other
+ *    key they are refused as a wrong value, naming the key;
  *  - every number is range-checked as it is read (the ranges beside each
  *    field and above, ZO_CONFIG_*), naming the key and the range;
  *  - unknown keys inside optimizer.params and scheduler.params are errors,

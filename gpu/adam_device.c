@@ -13,10 +13,16 @@
 #endif
 
 int zo_adam_device_available(const zo_device_t *dev, char *why, size_t cap) {
+  if (!dev) {
+    if (why && cap) snprintf(why, cap, "no device");
+    return 0;
+  }
+  return zo_adam_device_kind_available(dev->kind, why, cap);
+}
+
+int zo_adam_device_kind_available(zo_device_kind kind, char *why, size_t cap) {
   const char *no = NULL;
-  if (!dev)
-    no = "no device";
-  else if (dev->kind != ZO_DEVICE_CUDA)
+  if (kind != ZO_DEVICE_CUDA)
     no = "device Adam runs on CUDA devices only (a host device's memory is host memory: CPU Adam updates it)";
   else if (!ZO_HAVE_ADAM_KERNEL)
     no = "this zoffload was built without the CUDA compiler, so it has no device Adam kernel (rebuild with nvcc "

@@ -47,6 +47,8 @@ typedef struct zo_adam_dev_job {
  * Thread-safe.
  */
 int zo_adam_device_available(const zo_device_t *dev, char *why, size_t cap);
+/* The same for a device of @kind (HOST or CUDA), before any device exists (a dry run). Thread-safe. */
+int zo_adam_device_kind_available(zo_device_kind kind, char *why, size_t cap);
 
 /*
  * zo_adam_device_step() - queue the fused update of @j on @s (one kernel

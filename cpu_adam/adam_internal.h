@@ -10,46 +10,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "adam_elem.h"
 #include "half.h"
 #include "zoffload/adam.h"
 
-/* Constants of one zo_adam_step call, already rounded to float32 once. */
-typedef struct zo_adam_consts {
-  float b1, omb1;     /* beta1, 1 - beta1 */
-  float b2, omb2;     /* beta2, 1 - beta2 */
-  float eps;
-  float step_size;    /* lr / bc1 */
-  float sqrt_bc2;     /* sqrt(bc2) */
-  float wd;           /* L2 mode: weight_decay added to g */
-  float decay;        /* AdamW mode: 1 - lr*weight_decay */
-  float grad_scale;
-  int l2;             /* 1: L2 mode, 0: AdamW */
-} zo_adam_consts;
+/* zo_adam_consts and zo_adam_elem (one element of the update, no FMA: the module is built with
+ * -ffp-contract=off): base/adam_elem.h, shared with the device kernel (gpu/adam_device.cu). */
 
 /* Elements per sqnorm chunk (fixed, so the reduction order never depends on threads); lanes per chunk. */
 #define ZO_SQNORM_CHUNK ((size_t)65536)
 #define ZO_SQNORM_LANES 16
-
-/*
- * One element of the update. Every SIMD body performs exactly these float32
- * operations in this order (no FMA; the module is built with
- * -ffp-contract=off), which makes all levels bit-identical.
- */
-static inline void zo_adam_elem(const zo_adam_consts *c, float *p, float g, float *m, float *v) {
-  float pp = *p;
-  float gg = g * c->grad_scale;
-  if (c->l2)
-    gg = gg + c->wd * pp;
-  else
-    pp = pp * c->decay;
-  float mm = c->b1 * *m + c->omb1 * gg;
-  float vv = c->b2 * *v + (c->omb2 * gg) * gg;
-  float den = sqrtf(vv) / c->sqrt_bc2 + c->eps;
-  pp = pp - c->step_size * (mm / den);
-  *p = pp;
-  *m = mm;
-  *v = vv;
-}
 
 /* zo_f32_bits, zo_bits_f32 and the scalar bf16/fp16 conversions: base/half.h */
 
@@ -153,42 +123,7 @@ int zo_scan_nonfinite_scalar(const void *g, zo_dtype gt, size_t b, size_t e);
 int zo_scan_nonfinite_avx2(const void *g, zo_dtype gt, size_t b, size_t e);
 int zo_scan_nonfinite_avx512(const void *g, zo_dtype gt, size_t b, size_t e);
 
-/* MurmurHash3's 32-bit finalizer (used once per vector / per 2^32 keys, not per element). */
-static inline uint32_t zo_fmix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x85ebca6bu;
-  x ^= x >> 13;
-  x *= 0xc2b2ae35u;
-  x ^= x >> 16;
-  return x;
-}
-/*
- * The stochastic-rounding hash of zoffload/adam.h. zo_sr_base() mixes the
- * key's high word and the step (fmix32, once per vector: a full avalanche, so
- * every step gets an unrelated offset); per element two multiply-xorshift
- * rounds remain (with one, neighbouring elements' bits were correlated:
- * -0.42 between adjacent elements' v bits). Low 16 bits round m, high 16 v.
- */
-#define ZO_SR_MUL1 0x9e3779b1u
-#define ZO_SR_MUL2 0x2c1b3c6du
-static inline uint32_t zo_sr_base(uint32_t key_hi, uint32_t step32) {
-  return zo_fmix32(0x9e3779b9u * key_hi + 0x85ebca77u * step32);
-}
-static inline uint32_t zo_sr_mix(uint32_t x) {
-  x *= ZO_SR_MUL1;
-  x ^= x >> 15;
-  x *= ZO_SR_MUL2;
-  return x ^ (x >> 16);
-}
-static inline uint32_t zo_sr_hash(uint64_t key, uint32_t step32) {
-  return zo_sr_mix((uint32_t)key + zo_sr_base((uint32_t)(key >> 32), step32));
-}
-/* float32 -> bf16 with stochastic rounding by r in [0, 65536); NaN quieted as zo_f32_to_bf16(). */
-static inline uint16_t zo_f32_to_bf16_sr(float f, uint32_t r) {
-  uint32_t x = zo_f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-  return (uint16_t)((x + r) >> 16);
-}
+/* zo_fmix32, zo_sr_base/mix/hash and zo_f32_to_bf16_sr: base/adam_elem.h */
 
 /* Shared by adam.c, fused.c and pool.c. */
 zo_status zo_adam_check_hparams(const zo_adam_hparams *hp);

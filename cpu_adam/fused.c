@@ -13,28 +13,11 @@
 
 /* ---------------------------------------------------------------- scalar reference */
 
-static inline float load_state(const void *a, zo_dtype st, size_t i) {
-  return st == ZO_DTYPE_BF16 ? zo_bf16_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
-}
-
+/* One element: zo_adam_elem_fused() of base/adam_elem.h, the very function the device kernel runs. */
 int zo_adam_range_scalar(const zo_adam_job *j, size_t b, size_t e) {
   unsigned bad = 0;
-  for (size_t i = b; i < e; i++) {
-    float g = zo_load_as_f32(j->g, j->gt, i);
-    bad |= (zo_f32_bits(g) & 0x7fffffffu) >= 0x7f800000u;
-    float p = j->p[i], m = load_state(j->m, j->st, i), v = load_state(j->v, j->st, i);
-    zo_adam_elem(&j->c, &p, g, &m, &v);
-    j->p[i] = p;
-    if (j->st == ZO_DTYPE_BF16) {
-      uint32_t h = zo_sr_hash(j->seed + i, j->step32);
-      ((uint16_t *)j->m)[i] = zo_f32_to_bf16_sr(m, h & 0xffffu);
-      ((uint16_t *)j->v)[i] = zo_f32_to_bf16_sr(v, h >> 16);
-    } else {
-      ((float *)j->m)[i] = m;
-      ((float *)j->v)[i] = v;
-    }
-    if (j->out) zo_store_from_f32(j->out, j->ot, i, p);
-  }
+  for (size_t i = b; i < e; i++)
+    bad |= (unsigned)zo_adam_elem_fused(&j->c, i, j->p, j->g, j->gt, j->m, j->v, j->st, j->out, j->ot, j->seed, j->step32);
   return bad != 0;
 }
 

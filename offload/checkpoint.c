@@ -316,6 +316,12 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
         st = copy_range(sfd[k], p->file_el * e->esz[k], zo_swap_file_path(e->files[k]), fd, off, path, r->nbytes,
                         buf);
         if (st == ZO_OK) st = file_crc(fd, off, r->nbytes, buf, path, &r->crc);
+      } else if (eng_device_adam(e)) { /* device memory: through a host copy */
+        void *h = malloc(r->nbytes ? r->nbytes : 1);
+        st = h ? eng_dev_copy(e, h, p->state[k], r->nbytes, ZO_COPY_D2H)
+               : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory for '%s'", p->name);
+        if (st == ZO_OK) r->crc = zo_swap_crc32c(0, h, r->nbytes), st = pwrite_all(fd, h, r->nbytes, off, path);
+        free(h);
       } else {
         r->crc = zo_swap_crc32c(0, p->state[k], r->nbytes);
         st = pwrite_all(fd, p->state[k], r->nbytes, off, path);
@@ -899,6 +905,18 @@ static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char
   for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
     zo_param_t *p = e->params[i];
     const lrun *r = &runs[i * ST_KINDS];
+    if (eng_device_adam(e)) { /* device memory: through a host copy; the working copy from the master read */
+      void *h[ST_KINDS] = {0};
+      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
+        h[k] = malloc(r[k].nbytes ? r[k].nbytes : 1);
+        st = h[k] ? pread_all(fd, h[k], r[k].nbytes, r[k].off, fpath)
+                  : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of host memory for '%s'", p->name);
+        if (st == ZO_OK) st = eng_dev_copy(e, p->state[k], h[k], r[k].nbytes, ZO_COPY_H2D);
+      }
+      if (st == ZO_OK) st = eng_upload_shard(e, p, 0, p->shard_n, h[ST_MASTER]);
+      for (int k = 0; k < ST_KINDS; k++) free(h[k]);
+      continue;
+    }
     if (e->tier != ZO_OFFLOAD_NVME) {
       for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) st = pread_all(fd, p->state[k], r[k].nbytes, r[k].off, fpath);
       if (st == ZO_OK) st = eng_upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]);

@@ -173,6 +173,41 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   return ZO_OK;
 }
 
+/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet, each refused by
+ * zo_engine_check_device() with one message, so zo_engine_create and a dry run (zo-train --dry-run plans a GPU
+ * run on a host device) refuse alike. */
+zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world) {
+  if (!cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "check_device: cfg is NULL");
+  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE || kind == ZO_DEVICE_HOST) return ZO_OK;
+  const char *name = zo_device_kind_name(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind);
+  char why[256];
+  if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why, sizeof why))
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device needs "
+                        "the device Adam kernel: %s; use \"cpu\" or \"nvme\"", name, why);
+  if (world > 1)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
+                        "(device Adam) runs on one rank only so far, not %d; use \"cpu\" or \"nvme\" on several "
+                        "ranks", name, world);
+  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
+                        "(device Adam) needs offload_param.device \"none\", got \"%s\"", name,
+                        zo_offload_device_name(cfg->zero.offload_param.device));
+  const zo_dtype wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
+  if (cfg->gradient_accumulation_steps > 1 || (cfg->grad_accum_dtype >= 0 && (zo_dtype)cfg->grad_accum_dtype != wdtype))
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
+                        "(device Adam) does not accumulate gradients yet: gradient_accumulation_steps is %lld and "
+                        "data_types.grad_accum_dtype %s; set gradient_accumulation_steps to 1 (and grad_accum_dtype "
+                        "to the working dtype), or use \"cpu\"", name, (long long)cfg->gradient_accumulation_steps,
+                        cfg->grad_accum_dtype >= 0 ? zo_dtype_name((zo_dtype)cfg->grad_accum_dtype) : "unset");
+  return ZO_OK;
+}
+
+zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+  if (!nbytes) return ZO_OK;
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, dst, src, nbytes, kind));
+  return zo_stream_synchronize(e->copy_stream);
+}
+
 zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
   if (!cfg || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "engine: cfg and out must not be NULL");
   *out = NULL;
@@ -187,13 +222,8 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK_GOTO(create_tiers(e, cfg), st, fail);
   ZO_CHECK_GOTO(create_device(e, cfg, dev), st, fail);
   ZO_CHECK_GOTO(create_pool(e, cfg), st, fail);
-  if (e->tier == ZO_OFFLOAD_NONE && !zo_device_host_addressable(e->dev)) {
-    st = zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on device '%s' needs a "
-                      "device Adam kernel, which is not built yet; use \"cpu\" or \"nvme\"",
-                      zo_device_name(e->dev));
-    goto fail;
-  }
   ZO_CHECK_GOTO(create_comm(e, comm), st, fail);
+  ZO_CHECK_GOTO(zo_engine_check_device(cfg, zo_device_get_kind(e->dev), e->world), st, fail);
   if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
@@ -268,6 +298,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_acc_free(e);
   eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
+  eng_host_buf_free(&e->dnorm_host);
   if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);
   zo_arena_destroy(e->arena);
   zo_event_destroy(e->compute_mark);
@@ -597,6 +628,11 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
       p->grad = d + off[4];
     }
   }
+  if (eng_device_adam(e)) { /* the norm partials (plan.c), and their host copy */
+    e->dnorm_dev = (double *)(d + plan->dev_norm_off);
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->dnorm_host, "device_adam.norm_host",
+                                   zo_plan_bytes(plan, "device_adam.norm_host"), 1));
+  }
 
   /* Parameter offload (the live budget holds the largest tensor: checked by the plan) */
   if (!pres) {
@@ -662,7 +698,12 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
   const float *src = values + p->shard_off;
   zo_status st;
-  if (e->tier != ZO_OFFLOAD_NVME) {
+  if (eng_device_adam(e)) { /* master from @values and zero moments into device memory, through the copy stream */
+    ZO_CHECK(eng_dev_copy(e, p->state[ST_MASTER], src, p->shard_n * sizeof(float), ZO_COPY_H2D));
+    ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]));
+    ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]));
+    ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, src));
+  } else if (e->tier != ZO_OFFLOAD_NVME) {
     memcpy(p->state[ST_MASTER], src, p->shard_n * sizeof(float));
     memset(p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]); /* all-zero bits are 0.0 in fp32 and bf16 */
     memset(p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]);

@@ -63,6 +63,7 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   if (shard_offset) *shard_offset = p->shard_off;
   if (shard_n) *shard_n = p->shard_n;
   ZO_CHECK(zo_engine_synchronize(e)); /* a delayed update still in flight */
+  if (eng_device_adam(e)) return eng_dev_copy(e, out, p->state[ST_MASTER], p->shard_n * sizeof(float), ZO_COPY_D2H);
   if (e->tier != ZO_OFFLOAD_NVME) {
     memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
     return ZO_OK;

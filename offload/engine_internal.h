@@ -32,6 +32,7 @@
 #include "zoffload/engine.h"
 #include "zoffload/plan.h"
 #include "zoffload/swap.h"
+#include "adam_device.h"
 
 enum { ST_MASTER = 0, ST_EXP_AVG = 1, ST_EXP_AVG_SQ = 2, ST_KINDS = 3 };
 /* offload_optimizer "nvme": the 4th kind a slot holds and the swap files include, the sub-group's gradient
@@ -242,6 +243,9 @@ struct zo_engine {
   double dp_comm_s;          /* blocked in collectives since the last step */
   uint64_t dp_bytes;         /* bytes this rank sent into collectives since the last step */
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
+  double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
+                                dev_block), written on the copy stream as each gradient lands */
+  host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
   size_t dev_block_bytes;
 
   /* nvme */
@@ -316,6 +320,14 @@ static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, 
 /* The i-th live region of the write-back ring, oldest first. */
 static inline wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->wb_first + i) % e->wb_cap]; }
 
+
+/* Device Adam: offload_optimizer "none" on a device whose memory the host cannot address (a GPU): master weights,
+ * moments and gradients in device memory, updated by the kernel of gpu/adam_device.h on the copy stream. */
+static inline int eng_device_adam(const zo_engine_t *e) {
+  return e->tier == ZO_OFFLOAD_NONE && e->dev && !zo_device_host_addressable(e->dev);
+}
+/* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it (@kind H2D/D2H). */
+zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind);
 
 /* ---------------------------------------------------------------- engine_wb.c */
 

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "adam_internal.h"
 #include "engine_internal.h"
 #include "nvtx.h"
 
@@ -58,6 +59,11 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
     e->grad_read_set = 1;
   }
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  if (eng_device_adam(e)) { /* the norm's partial sums on the device, behind the copy (read at the step) */
+    p->landed_st = ZO_OK;
+    return zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
+                                 e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS);
+  }
   return zo_launch_host_func(e->copy_stream, eng_grad_landed, p);
 }
 
@@ -68,7 +74,7 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
      * step only when no step-wide fact is needed first: the global norm
      * (clipping) and the overflow verdict (fp16) are known only once every
      * gradient is in. */
-    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu;
+    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
     e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
     if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
     if (early && e->tier == ZO_OFFLOAD_NVME) {
@@ -173,6 +179,16 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
+  if (eng_device_adam(e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
+    ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));
+    const double *part = e->dnorm_host.ptr;
+    for (int i = 0; i < e->n_params; i++) {
+      double s = 0;
+      for (int b = 0; b < ZO_DEV_SQNORM_BLOCKS; b++) s += part[(size_t)i * ZO_DEV_SQNORM_BLOCKS + b];
+      e->params[i]->sqnorm = s;
+      e->params[i]->nonfinite = !isfinite(s); /* an inf or NaN element makes its square's sum inf or NaN */
+    }
+  }
   inf->grad_wait_s = zo_clock_s() - t0;
   if (e->ptier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_settle_fetches(e));
@@ -325,8 +341,29 @@ static zo_status step_host(zo_engine_t *e, const zo_adam_hparams *hp, int early,
 
 /* The update itself, by the tier that holds the optimizer state; its time is
  * added to *adam_s. */
+/* Device Adam: one fused kernel per tensor on the copy stream (master, moments and the working copy in one pass);
+ * the weights are ready when the stream reaches the event step_publish records. *adam_s: the queueing time. */
+static zo_status step_device(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
+  const double t1 = zo_clock_s();
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    zo_adam_hparams own = *hp;
+    own.weight_decay = p->weight_decay;
+    zo_adam_dev_job j = {.param = p->state[ST_MASTER], .grad = p->grad, .exp_avg = p->state[ST_EXP_AVG],
+                         .exp_avg_sq = p->state[ST_EXP_AVG_SQ], .param_out = eng_working_dst(e, p, 0),
+                         .grad_dtype = e->adtype, .state_dtype = e->sdtype, .out_dtype = e->wdtype, .n = p->shard_n,
+                         .seed = p->flat_off, .step32 = (uint32_t)own.step};
+    zo_adam_make_consts(&own, &j.c);
+    zo_status st = zo_adam_device_step(e->copy_stream, &j);
+    if (st != ZO_OK) return zo_error_prefix(st, "device adam '%s' [0, %zu)", p->name, p->shard_n);
+  }
+  *adam_s += zo_clock_s() - t1;
+  return ZO_OK;
+}
+
 static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early, double *adam_s) {
   if (e->tier == ZO_OFFLOAD_NVME) return step_nvme(e, hp, adam_s);
+  if (eng_device_adam(e)) return step_device(e, hp, adam_s);
   return step_host(e, hp, early, adam_s);
 }
 

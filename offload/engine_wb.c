@@ -203,6 +203,16 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
 
 /* Working weights from fp32 master values (load time; steps fuse this into Adam). */
 zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+  if (eng_device_adam(e)) { /* the working copy is device memory: cast on the host, then one copy */
+    const size_t wsz = zo_dtype_size(e->wdtype);
+    void *tmp = malloc(n ? n * wsz : 1);
+    if (!tmp) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the working copy of '%s'",
+                                  p->name);
+    zo_status st = zo_cast(tmp, e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool));
+    if (st == ZO_OK) st = eng_dev_copy(e, eng_working_dst(e, p, off), tmp, n * wsz, ZO_COPY_H2D);
+    free(tmp);
+    return st;
+  }
   ZO_CHECK(eng_wb_alloc(e, p, off, n, NULL, 0));
   ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool)));
   return eng_queue_upload(e, p, off, n);

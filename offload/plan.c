@@ -175,6 +175,8 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   ZO_CHECK(eng_check_usable(e, what));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
+  /* what zo_engine_create refuses for this device, refused by the plan too (create did already on this engine) */
+  ZO_CHECK(zo_engine_check_device(&e->cfg, zo_device_get_kind(e->dev), e->world));
   zo_plan *pl = calloc(1, sizeof *pl);
   if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
   if (!pl || !pl->tensor) {
@@ -217,6 +219,10 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
     pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
+  /* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), at the end of the block */
+  const size_t norm_bytes = mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
+  pl->dev_norm_off = SIZE_MAX;
+  if (eng_device_adam(e)) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(norm_bytes, 256));
   zo_status bst = plan_check_largest(e, largest);
   if (bst != ZO_OK) {
     zo_plan_free(pl);
@@ -239,6 +245,7 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
       }
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE) add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
+  if (eng_device_adam(e)) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", norm_bytes, 1, 1, -1);
   plan_grad_staging(e, pl);
   dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);

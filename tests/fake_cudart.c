@@ -19,6 +19,9 @@
  *    CUDA makes that undefined behaviour, so it must never pass quietly.
  *    Streams and events are kept in registries and never freed (a test
  *    harness), so a destroyed handle's address is never reused.
+ *  - kernels (the library's device Adam, gpu/adam_device.cu) register and
+ *    load, but no kernel runs: a launch fails with cudaErrorNotSupported as
+ *    the thread's last error, which the launcher reports.
  * Only the calls zoffload and its tests make are provided.
  */
 #include <cuda_runtime_api.h>
@@ -610,4 +613,39 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
   }
   pthread_mutex_unlock(&g_mu);
   return OK();
+}
+
+/* ---------------------------------------------------------------- kernels: registered, never run */
+/* The registration nvcc emits for every .cu with kernels (so a program holding them loads on the stand-in). */
+void **__cudaRegisterFatBinary(void *fat_cubin) {
+  static void *handle;
+  (void)fat_cubin;
+  return &handle;
+}
+void __cudaRegisterFatBinaryEnd(void **h) { (void)h; }
+void __cudaUnregisterFatBinary(void **h) { (void)h; }
+void __cudaRegisterFunction(void **h, const char *host_fun, char *device_fun, const char *device_name, int limit,
+                            uint3 *tid, uint3 *bid, dim3 *bdim, dim3 *gdim, int *wsize) {
+  (void)h, (void)host_fun, (void)device_fun, (void)device_name, (void)limit, (void)tid, (void)bid, (void)bdim;
+  (void)gdim, (void)wsize;
+}
+/* A <<<>>> launch: the configuration is refused, so the stub returns without launching and the launcher's
+ * cudaGetLastError() reads cudaErrorNotSupported (no kernel runs on the CPU). */
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
+  (void)grid, (void)block, (void)shmem, (void)stream;
+  t_last = cudaErrorNotSupported;
+  return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *stream) {
+  (void)grid, (void)block, (void)shmem, (void)stream;
+  return cudaErrorNotSupported;
+}
+cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fun) {
+  (void)fun;
+  *k = NULL;
+  return cudaErrorNotSupported;
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s) {
+  (void)k, (void)grid, (void)block, (void)args, (void)shmem, (void)s;
+  return t_last = cudaErrorNotSupported;
 }

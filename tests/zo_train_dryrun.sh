@@ -160,5 +160,32 @@ EOF2
     fi
   done
 fi
+# Device Adam (offload_optimizer "none" on a GPU): the dry run refuses exactly what zo_engine_create refuses on the
+# GPU (zo_engine_check_device, the message create gives; test_engine_devadam checks that create gives it on the
+# stand-in runtime), and accepts what create accepts. gpt2-124m with gradient_accumulation_steps 2 is refused
+# (device Adam does not accumulate yet); with 1 it fits. Only where this zo-train plans on --device cuda.
+if [ "$dev" = cuda ]; then
+  "$py" -c "import json, sys
+c = json.load(open(sys.argv[1])); c['gradient_accumulation_steps'] = 2
+c['train_batch_size'] = c['train_micro_batch_size_per_gpu'] * 2; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$cfgdir/gpt2-124m.json" "$work/ga2.json"
+  for acc in 1 2; do
+    c=$cfgdir/gpt2-124m.json
+    [ $acc -eq 2 ] && c=$work/ga2.json
+    "$zo" --config "$c" --dry-run --device cuda --device-memory-limit 85899345920 --offload-optimizer none \
+      >"$work/out" 2>"$work/err"
+    rc=$?
+    echo "== gpt2-124m --offload-optimizer none, gradient_accumulation_steps $acc: rc $rc"
+    tail -n 1 "$work/out" "$work/err"
+    if [ $acc -eq 1 ] && { [ $rc -ne 0 ] || ! grep -q 'the configuration fits' "$work/out"; }; then
+      echo "FAIL: device Adam with one micro-batch: the dry run should fit (create accepts it)"
+      failures=$((failures + 1))
+    fi
+    if [ $acc -eq 2 ] && { [ $rc -ne 1 ] || ! grep -q 'zo-train: error: zero_optimization.offload_optimizer.device "none" on a cuda device (device Adam) does not accumulate gradients yet' "$work/err"; }; then
+      echo "FAIL: device Adam with gradient accumulation: the dry run should refuse it as zo_engine_create does"
+      failures=$((failures + 1))
+    fi
+  done
+fi
 [ $failures -eq 0 ] && echo "PASS" || echo "FAIL: $failures"
 [ $failures -eq 0 ]

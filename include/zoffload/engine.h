@@ -46,6 +46,23 @@ typedef struct zo_engine zo_engine_t;
 typedef struct zo_param zo_param_t;
 
 /*
+ * zo_engine_check_device() - what zo_engine_create() refuses for @cfg on a
+ * device of @kind (HOST or CUDA; AUTO is taken as CUDA) with @world ranks,
+ * refused here with the same message, before any device or engine exists:
+ * zo-train --dry-run, which plans a GPU run on a host device, calls it so the
+ * dry run refuses exactly what the run would. Today that is device Adam
+ * (offload_optimizer.device "none" on a CUDA device: master weights, moments
+ * and gradients in device memory, updated by a fused kernel; Kingma & Ba's
+ * Adam, Loshchilov & Hutter's AdamW, the rule of zo_adam_update()) when this
+ * library has no kernel (built without nvcc), on several ranks, with
+ * offload_param other than "none", or with gradient accumulation
+ * (gradient_accumulation_steps > 1, or data_types.grad_accum_dtype other than
+ * the working dtype). Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
+ * ZO_ERR_INVALID_ARG (@cfg NULL). Reads only @cfg; thread-safe.
+ */
+ZO_API zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world);
+
+/*
  * zo_engine_create() - build an engine from a resolved config.
  * @cfg:  copied; the engine keeps no pointer to it.
  * @dev:  device that holds working weights (and, with offload device "none",
@@ -62,7 +79,8 @@ typedef struct zo_param zo_param_t;
  * Returns ZO_OK; ZO_ERR_CONFIG when the config asks for something the engine
  * cannot do (offload with stage 0, fp16 and bf16 both on), naming the key;
  * ZO_ERR_UNSUPPORTED for what several ranks cannot do yet (stage 3 without
- * offload_param "cpu", delayed parameter update), naming the key; ZO_ERR_MPI
+ * offload_param "cpu", delayed parameter update) and for what device Adam
+ * cannot do (zo_engine_check_device()), naming the key; ZO_ERR_MPI
  * from duplicating @comm; ZO_ERR_INVALID_ARG / ZO_ERR_OUT_OF_MEMORY / errors of
  * zo_swap_create() (nvme: the private swap directory is created here, so a
  * missing or unwritable nvme_path fails now, not mid-training).

@@ -108,6 +108,9 @@ typedef struct zo_plan {
                                 overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements); one rank
                                 with offload_optimizer "nvme": one bucket of grad_io_el elements of the widest
                                 hand-over dtype, whatever the accumulation */
+  size_t dev_norm_off;       /* device Adam (offload_optimizer "none" on a GPU): byte offset in device_block of the
+                                gradient norm partials, double[n_tensors x 256]; SIZE_MAX otherwise. Their host copy
+                                is the pinned "device_adam.norm_host" buffer */
 } zo_plan;
 
 /*

@@ -370,6 +370,9 @@ static int create_engine(train_job *j) {
   } else if (j->world > 1) {
     printf("zo-train: collectives: mpi over %d ranks\n", j->world);
   }
+  /* A dry run of a cuda config without a GPU plans on a host device: what zo_engine_create refuses on the GPU (device
+   * Adam's limits) is refused here with its message, so the dry run refuses exactly what the run would. */
+  if (j->standin && zo_engine_check_device(&j->cfg, ZO_DEVICE_CUDA, j->world) != ZO_OK) return engine_error();
   if (zo_engine_create(&j->cfg, j->dev, j->nccl ? j->nccl : j->comm, &j->eng) != ZO_OK) return engine_error();
   for (int i = 0; i < j->np; i++) {
     const gpt_param_spec *s = &j->specs[i];

@@ -1,0 +1,126 @@
+/*
+ * test_engine_devadam.c - the engine's device Adam path (offload_optimizer
+ * "none" on a CUDA device) on the stand-in runtime (fake_cudart.c, which runs
+ * no kernel): create accepts it where the kernels are built and refuses what
+ * device Adam cannot do with exactly zo_engine_check_device()'s message (what
+ * zo-train --dry-run prints); the plan lists the norm partials and their host
+ * copy and finalize allocates exactly the plan; master weights go to device
+ * memory and back through host copies (load_param, get_master, a checkpoint
+ * save and load); the first kernel launch (the gradient norm) fails with the
+ * stand-in's error as ZO_ERR_CUDA. The update itself is checked on a GPU by
+ * test_adam_device. Exit 77 when the stand-in is not loaded (no CUDA device)
+ * or the kernels are not built.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "adam_device.h"
+#include "zo_test.h"
+#include "zoffload/checkpoint.h"
+#include "zoffload/engine.h"
+#include "zoffload/plan.h"
+
+static void config(zo_config_t *c, int gas) {
+  zo_config_defaults(c);
+  c->train_micro_batch_size_per_gpu = 1;
+  c->gradient_accumulation_steps = gas;
+  c->train_batch_size = gas;
+  c->bf16.enabled = 1;
+  c->zero.stage = 0;
+  c->zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
+  c->zoffload.adam_threads = 1;
+}
+
+static int plan_has(const zo_plan *p, zo_tier t, const char *purpose) {
+  for (int i = 0; i < p->n_bufs; i++)
+    if (p->buf[i].tier == t && !strcmp(p->buf[i].purpose, purpose)) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : "/tmp";
+  if (zo_device_cuda_count() < 1) {
+    printf("test_engine_devadam: SKIP: no CUDA device (run under the stand-in runtime)\n");
+    return ZO_TEST_SKIP;
+  }
+  zo_device_t *dev;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &dev))) return zo_test_finish("test_engine_devadam");
+  if (!zo_adam_device_available(dev, NULL, 0)) {
+    printf("test_engine_devadam: SKIP: this build has no device Adam kernel\n");
+    zo_device_destroy(dev);
+    return ZO_TEST_SKIP;
+  }
+  zo_config_t c;
+  zo_engine_t *e = NULL;
+
+  /* 1. refused: create and the dry run's check say the same */
+  config(&c, 2);
+  char want[1024];
+  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1), ZO_ERR_UNSUPPORTED);
+  snprintf(want, sizeof want, "%s", zo_last_error());
+  CHECK_ST(zo_engine_create(&c, dev, NULL, &e), ZO_ERR_UNSUPPORTED);
+  if (strcmp(want, zo_last_error()))
+    FAIL_AT("create and check_device differ:\n  create: %s\n  check:  %s", zo_last_error(), want);
+  CHECK(strstr(want, "does not accumulate gradients") != NULL);
+  CHECK(e == NULL);
+  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_HOST, 1), ZO_OK); /* CPU Adam on a host device accumulates */
+  config(&c, 1);
+  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 2), ZO_ERR_UNSUPPORTED);
+
+  /* 2. accepted: plan, finalize, state through host copies */
+  CHECK_OK(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1));
+  if (!CHECK_OK(zo_engine_create(&c, dev, NULL, &e))) goto out;
+  enum { NA = 1000, NB = 3 };
+  zo_param_t *pa, *pb;
+  CHECK_OK(zo_engine_register_param(e, "a", NA, &pa));
+  CHECK_OK(zo_engine_register_param(e, "b", NB, &pb));
+  zo_plan *plan = NULL;
+  if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  CHECK(plan_has(plan, ZO_TIER_HOST, "device_adam.norm_host"));
+  CHECK(plan->dev_norm_off != SIZE_MAX && plan->dev_norm_off < plan->device_bytes);
+  if (!CHECK_OK(zo_engine_finalize(e))) goto out_plan;
+  const zo_plan_buf *led;
+  const int n = zo_engine_allocations(e, &led);
+  CHECK_EQ(n, plan->n_bufs);
+  for (int i = 0; i < n && i < plan->n_bufs; i++) {
+    CHECK_EQ(led[i].tier, plan->buf[i].tier);
+    CHECK_EQ(led[i].bytes, plan->buf[i].bytes);
+    CHECK_EQ(led[i].count, plan->buf[i].count);
+    CHECK(!strcmp(led[i].purpose, plan->buf[i].purpose));
+  }
+  float *va = malloc(NA * 4), *vb = malloc(NB * 4), *got = calloc(NA, 4);
+  for (int i = 0; i < NA; i++) va[i] = 0.001f * (float)i - 0.3f;
+  for (int i = 0; i < NB; i++) vb[i] = 1.5f + (float)i;
+  CHECK_OK(zo_engine_load_param(e, pa, va));
+  CHECK_OK(zo_engine_load_param(e, pb, vb));
+  CHECK_OK(zo_engine_get_master(e, pa, got, NULL, NULL));
+  CHECK(!memcmp(got, va, NA * 4));
+  /* a checkpoint: saved through host copies, loaded back over changed weights */
+  char saved[4096];
+  if (CHECK_OK(zo_engine_save(e, dir, NULL, saved, sizeof saved))) {
+    for (int i = 0; i < NA; i++) got[i] = 7.0f;
+    CHECK_OK(zo_engine_load_param(e, pa, got));
+    CHECK_OK(zo_engine_load(e, saved, NULL));
+    memset(got, 0, NA * 4);
+    CHECK_OK(zo_engine_get_master(e, pa, got, NULL, NULL));
+    CHECK(!memcmp(got, va, NA * 4));
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", saved);
+    CHECK_EQ(system(cmd), 0);
+  }
+  /* the gradient norm's kernel is queued as the gradient lands: the stand-in runs no kernel, so ZO_ERR_CUDA */
+  void *g;
+  CHECK_OK(zo_device_malloc(dev, NA * 2, &g));
+  CHECK_OK(zo_memcpy(dev, g, va, NA * 2, ZO_COPY_H2D)); /* any bits: nothing reads them */
+  CHECK_ST(zo_engine_grad_ready(e, pa, g, ZO_DTYPE_BF16), ZO_ERR_CUDA);
+  CHECK(strstr(zo_last_error(), "zo_grad_sqnorm_device") != NULL);
+  printf("test_engine_devadam: the stand-in's launch error: %s\n", zo_last_error());
+  zo_device_free(dev, g);
+  free(va), free(vb), free(got);
+out_plan:
+  zo_plan_free(plan);
+out:
+  zo_engine_destroy(e);
+  zo_device_destroy(dev);
+  return zo_test_finish("test_engine_devadam");
+}

@@ -36,7 +36,7 @@
 # Knobs: ZO_GPU_BOUND_<stage>=S overrides one bound; ZO_GPU_HANG=<stage> replaces that stage's command with a
 # sleep (a test of the cut-off); ZO_NVME (default $ZO_BUILD/gpu-nvme) holds swap files; ZO_CORPUS the corpus.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 self=$PWD/scripts/gpu.sh
 # `gpu.sh --stage-cmd FN ARGS...` is this script calling itself under `timeout` (which runs programs, not shell
 # functions): FN with the run's settings from the environment, and nothing else.

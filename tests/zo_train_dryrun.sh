@@ -63,9 +63,29 @@ else:
 gas = cfg.get("gradient_accumulation_steps", 1)
 g = 4 if gas > 1 else w
 ring = (2 if z.get("overlap_comm", z.get("stage") == 3) else 1) * min(z.get("reduce_bucket_size", 500000000), max(sizes)) * 4 if gas > 1 else 0
+pin = z.get("offload_optimizer", {}).get("pin_memory", True)
 if opt == "cpu" and par == "none":
-    want["host"] = want["pinned"] = N * g + ring + N * st + N * w   # gradients, staging, master + Adam state, bf16 staging
+    want["host"] = N * g + ring + N * st + N * w   # gradients, staging, master + Adam state, bf16 staging
+    # offload_optimizer.pin_memory false (gpt-10b): the gradients and state pageable; the bf16 staging stays pinned
+    want["pinned"] = want["host"] if pin else ring + N * w
 ok = True
+if opt == "cpu" and par == "nvme":
+    # Optimizer state and gradients in host memory, the working weights in params.swp (each tensor's extent padded to
+    # the swap alignment over the working element), offload_param.buffer_count staging buffers of the largest tensor
+    # and the write-back ring of max(buffer_count, 2) of them (gpt-10b-infinity).
+    fits = False
+    nb = cfg["zero_optimization"]["offload_param"].get("buffer_count", 5)
+    for align in (4096, 512):
+        unit = align // w
+        nvme = sum(ru(n, unit) for n in sizes) * w
+        stage_el = ru(max(sizes), unit)
+        host = N * g + ring + N * st + nb * stage_el * w + ru(max(nb, 2) * stage_el * w, align)
+        if rows.get("host") == host and rows.get("nvme") == nvme:
+            fits = True
+            print(f"  arithmetic: swap alignment {align}: host {host}, nvme {nvme}")
+    if not fits:
+        print(f"FAIL: host/nvme engine bytes {rows.get('host')}/{rows.get('nvme')} match no alignment's arithmetic")
+        ok = False
 if opt == "nvme" and par == "cpu":
     # The extent unit is the swap alignment (the file system's O_DIRECT alignment: 512 or 4096 bytes) over the
     # narrowest element (2 bytes). Sub-groups: pieces of at most sub_group_size, packed greedily while the padded

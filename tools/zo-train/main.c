@@ -123,13 +123,52 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
 }
 
 /*
+ * --assume-host-memory / --assume-nvme-free (dry run only): the host and nvme
+ * lines of @b measured against the machine the run is planned for instead of
+ * this one. The pinned line was already made against the assumed MemTotal
+ * (budget() sets the library's ZO_TEST_MEMTOTAL before zo_engine_budget, so
+ * zoffload.pinned_fraction applies exactly as on that machine).
+ */
+static void assume_machine(const train_opts *o, zo_budget *b) {
+  char a[32];
+  for (int i = 0; i < b->n_lines; i++) {
+    zo_budget_line *l = &b->line[i];
+    int64_t v = l->tier == ZO_TIER_HOST ? o->assume_host : l->tier == ZO_TIER_NVME ? o->assume_nvme : -1;
+    if (v < 0) continue;
+    l->available = (size_t)v;
+    snprintf(l->source, sizeof l->source, "%s", l->tier == ZO_TIER_HOST ? "--assume-host-memory" : "--assume-nvme-free");
+    const int fits = l->need != SIZE_MAX && l->need <= l->available;
+    char n[32];
+    if (!fits && l->tier == ZO_TIER_NVME) /* the library's advice names this machine's free bytes */
+      snprintf(l->advice, sizeof l->advice, "point the nvme_path at a file system with at least %s free "
+               "(--assume-nvme-free gives %s), or set zero_optimization.offload_optimizer.device to \"cpu\"",
+               zo_format_bytes(n, sizeof n, (double)l->need), zo_format_bytes(a, sizeof a, (double)v));
+    else if (!fits && (l->fits || !l->advice[0]))
+      snprintf(l->advice, sizeof l->advice, "offload more (zero_optimization.offload_optimizer / offload_param), or "
+               "plan for more memory");
+    if (fits) l->advice[0] = 0;
+    l->fits = fits;
+  }
+  if (o->assume_host >= 0) {
+    printf("zo-train: dry run for a machine with %s of host memory (--assume-host-memory %lld)\n",
+           zo_format_bytes(a, sizeof a, (double)o->assume_host), (long long)o->assume_host);
+  }
+  if (o->assume_nvme >= 0)
+    printf("zo-train: dry run for nvme_path file systems with %s free (--assume-nvme-free %lld)\n",
+           zo_format_bytes(a, sizeof a, (double)o->assume_nvme), (long long)o->assume_nvme);
+  b->fits = 1;
+  for (int i = 0; i < b->n_lines; i++) b->fits &= b->line[i].fits;
+}
+
+/*
  * The start-up budget of the engine plus the model (model.h), before the
  * model exists: printed for --dry-run, checked otherwise. @standin: the
  * device is a host device standing in for a GPU that is not here (a dry run
  * of a cuda config on a machine without one), whose bytes are then not host
- * memory.
+ * memory. @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
  */
-static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print) {
+static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print,
+                  const train_opts *o) {
   size_t app[4];
   if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, zo_engine_grad_dtype(eng),
                         train_model_hand_dtype(eng), app)) {
@@ -137,6 +176,11 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
     return -1;
   }
   zo_budget b;
+  if (o->assume_host >= 0) { /* the pinned rule's MemTotal (offload/budget.c mem_total) */
+    char v[32];
+    snprintf(v, sizeof v, "%lld", (long long)o->assume_host);
+    setenv("ZO_TEST_MEMTOTAL", v, 1);
+  }
   if (zo_engine_budget(eng, app, &b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
     return -1;
@@ -153,6 +197,7 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
     b.fits = 1;
     for (int i = 0; i < b.n_lines; i++) b.fits &= b.line[i].fits;
   }
+  if (o->assume_host >= 0 || o->assume_nvme >= 0) assume_machine(o, &b);
   if (print) {
     printf("zo-train: start-up budget (bytes; caller = the model: %s):\n",
            cuda ? (ts->model_streamed ? "activations, workspaces and bf16 gradient scratches on the device (group "
@@ -681,7 +726,7 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   if (create_engine(j)) return 1;
   print_plan(o, j);
   /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
-  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run);
+  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o);
   if (o->dry_run) {
     if (!brc) printf("zo-train: dry run: the configuration fits\n");
     return brc ? 1 : 0;

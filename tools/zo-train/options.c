@@ -48,6 +48,10 @@ static void usage(FILE *f) {
           "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
           "                           1 when not (with the key to change); nothing is allocated or trained\n"
           "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
+          "                           (a --dry-run of a cuda config without a GPU plans a device of that size)\n"
+          "  --assume-host-memory B   with --dry-run: plan for a machine with B bytes of host memory (MemTotal, which\n"
+          "                           zoffload.pinned_fraction applies to, and MemAvailable) instead of this one's\n"
+          "  --assume-nvme-free B     with --dry-run: plan as if each nvme_path's file system had B bytes free\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
           "  --save DIR               write checkpoints under DIR (one directory per step, DIR/latest names the\n"
@@ -117,7 +121,8 @@ static const struct option opts[] = {
     {"save-every", required_argument, 0, 'E'}, {"keep-last", required_argument, 0, 'K'},
     {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
     {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
-    {"grad-accum", required_argument, 0, 'G'}, {"model-memory", required_argument, 0, 'm'}, {0, 0, 0, 0}};
+    {"grad-accum", required_argument, 0, 'G'}, {"model-memory", required_argument, 0, 'm'},
+    {"assume-host-memory", required_argument, 0, 'H'}, {"assume-nvme-free", required_argument, 0, 'F'}, {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
 static int parse_option(int c, const char *arg, train_opts *o) {
@@ -145,6 +150,8 @@ static int parse_option(int c, const char *arg, train_opts *o) {
     case 'T': o->export_dtype = arg; break;
     case 'M': if (parse_i64("--micro-batch", arg, 1, INT_MAX, &o->micro_batch)) return 2; break;
     case 'G': if (parse_i64("--grad-accum", arg, 1, INT_MAX, &o->grad_accum)) return 2; break;
+    case 'H': if (parse_i64("--assume-host-memory", arg, 1, INT64_MAX, &o->assume_host)) return 2; break;
+    case 'F': if (parse_i64("--assume-nvme-free", arg, 0, INT64_MAX, &o->assume_nvme)) return 2; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
   }
@@ -154,7 +161,7 @@ static int parse_option(int c, const char *arg, train_opts *o) {
 int train_opts_parse(int argc, char **argv, train_opts *o) {
   *o = (train_opts){.config_path = ZO_DEFAULT_CONFIG, .steps_override = -1, .seed_override = -1,
                     .limit_override = -1, .do_sample = 1, .export_dtype = "fp32", .keep_last = 3,
-                    .micro_batch = 8, .grad_accum = 1};
+                    .micro_batch = 8, .grad_accum = 1, .assume_host = -1, .assume_nvme = -1};
   int c, rc;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
     if ((rc = parse_option(c, optarg, o)) >= 0) return rc;
@@ -164,6 +171,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   if (o->resume && !strcmp(o->resume, "latest") && !o->save_root)
     return train_die("--resume latest: needs --save DIR (the checkpoints' root)%s%s", "", "");
   if (o->save_every > 0 && !o->save_root) return train_die("--save-every: needs --save DIR%s%s", "", "");
+  if ((o->assume_host >= 0 || o->assume_nvme >= 0) && !o->dry_run)
+    return train_die("%s: plans a machine that is not this one: only with --dry-run%s",
+                     o->assume_host >= 0 ? "--assume-host-memory" : "--assume-nvme-free", "");
   return -1;
 }
 

@@ -20,6 +20,8 @@ typedef struct train_opts {
   int do_sample, dry_run;
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;
+  int64_t assume_host, assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
+                                     * each nvme_path's free bytes, in bytes; -1: this machine's */
 } train_opts;
 
 /*

@@ -104,7 +104,10 @@ ZO_API zo_status zo_comm_create_mpi(const void *mpi_comm, zo_comm_t **out);
  * at creation (each split its own), so it comes out of the GPU before an
  * engine's arena measures what is free. A collective not complete within
  * zo_comm_set_timeout()'s watchdog, or whose peer failed, aborts the
- * communicator (see there). Operations run on the
+ * communicator (see there). A host buffer larger than a chunk (the stage
+ * divided by the rank count) takes one NCCL call per chunk and a device
+ * buffer one call, so for such sizes every rank must pass the same kind of
+ * memory (all device, or not). Operations run on the
  * communicator's own CUDA stream (zo_comm_stream()); a call returns once its
  * work is queued there (the i* forms) or done (blocking forms), and it reads
  * its inputs when the stream gets to it: make @c's stream wait for the

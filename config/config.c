@@ -894,6 +894,8 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   if (!strcmp(key, "device")) return get_device_kind(c, p, v, &cfg->zoffload.device_kind);
   if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
   if (!strcmp(key, "comm")) return get_comm(c, p, v, &cfg->zoffload.comm);
+  if (!strcmp(key, "comm_timeout_s"))
+    return get_dbl(c, p, v, 0, ZO_CONFIG_COMM_TIMEOUT_S_MAX, LO_EXCL | HI_INCL, &cfg->zoffload.comm_timeout_s);
   if (!strcmp(key, "device_arena_bytes")) {
     if (json_is_string(v) && !strcmp(json_string_value(v), "fit")) {
       cfg->zoffload.device_arena_bytes = ZO_ARENA_FIT;
@@ -1082,6 +1084,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.pinned_fraction = ZO_CONFIG_PINNED_FRACTION;
   cfg->zoffload.device_arena_bytes = 0;
   cfg->zoffload.comm = ZO_COMM_AUTO;
+  cfg->zoffload.comm_timeout_s = ZO_CONFIG_COMM_TIMEOUT_S;
 }
 
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
@@ -1359,6 +1362,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
   if (cfg->zoffload.comm != ZO_COMM_AUTO) /* printed only when given: dumps of configs without it stay as they were */
     sb_printf(&b, "zoffload.comm = %s\n", k_comm_names[cfg->zoffload.comm]);
+  if (cfg->zoffload.comm_timeout_s != ZO_CONFIG_COMM_TIMEOUT_S) /* printed only when given, as zoffload.comm */
+    sb_printf(&b, "zoffload.comm_timeout_s = %g\n", cfg->zoffload.comm_timeout_s);
   sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
             cfg->zoffload.device_memory_limit ? "" : " (no cap: unlimited on host, the whole GPU on cuda)");
   if (cfg->zoffload.device_arena_bytes == ZO_ARENA_FIT)

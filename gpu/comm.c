@@ -153,6 +153,7 @@ zo_comm_t *zo_comm_alloc(const zo_comm_ops *ops, int rank, int size, void *backe
   zo_comm_t *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->ops = ops, c->rank = rank, c->size = size, c->backend = backend;
+  c->timeout_s = ZO_COMM_TIMEOUT_S_DEFAULT;
   return c;
 }
 
@@ -218,7 +219,18 @@ zo_status zo_comm_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
   if (!c || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: %s is NULL", !c ? "comm" : "out");
   *out = NULL;
   if (color < 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: color %d is negative", color);
-  return c->ops->split(c, color, key, out);
+  zo_status st = c->ops->split(c, color, key, out);
+  if (st == ZO_OK && *out) (*out)->timeout_s = c->timeout_s; /* a split keeps its parent's watchdog */
+  return st;
+}
+
+zo_status zo_comm_set_timeout(zo_comm_t *c, double seconds) {
+  if (!c) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_set_timeout: comm is NULL");
+  if (!(seconds > 0 && seconds <= ZO_COMM_TIMEOUT_S_MAX))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_set_timeout: %g s is outside (0, %g]", seconds,
+                        (double)ZO_COMM_TIMEOUT_S_MAX);
+  c->timeout_s = seconds;
+  return ZO_OK;
 }
 
 void zo_comm_destroy(zo_comm_t *c) {

@@ -40,6 +40,7 @@ struct zo_comm {
   int rank, size;
   void *backend;
   zo_stream_t *stream;      /* nccl: the stream its operations run on; else NULL */
+  double timeout_s;         /* zo_comm_set_timeout(): nccl's watchdog, seconds from a collective's start */
   /* fp32 staging buffers of finished 16-bit reductions, kept for the next ones (a fresh 10 MB malloc costs its
    * page faults at every call) */
   float *stage_free[ZO_COMM_STAGE_CACHE];

@@ -2,9 +2,13 @@
  * comm_nccl.c - the `nccl` collectives backend: one GPU per rank, NCCL's
  * collectives (ncclAllGather, ncclReduceScatter, ncclAllReduce,
  * ncclBroadcast) queued on the communicator's own CUDA stream; a request is
- * a CUDA event recorded after the operation. Host buffers are staged
- * through device memory allocated on that stream (cudaMallocAsync), so the
- * engine's small host-side collectives (norms, flags) work unchanged. The
+ * a CUDA event recorded after the operation. Host buffers are staged, in
+ * chunks, through one bounded device buffer allocated with the communicator
+ * (ZO_COMM_NCCL_STAGE_BYTES), so the engine's host-side collectives (norms,
+ * flags, host-resident tensors) work unchanged and never allocate device
+ * memory behind the arena. Completion is polled (cudaEventQuery and
+ * ncclCommGetAsyncError) against the communicator's watchdog
+ * (zo_comm_set_timeout); a failure or a timeout aborts the communicator. The
  * ncclUniqueId of rank 0 reaches the others through a bootstrap communicator
  * (MPI) or a TCP rendezvous on MASTER_ADDR:MASTER_PORT, as torchrun sets
  * them. Compiled whenever NCCL is found; run only where there is a GPU.
@@ -15,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -32,12 +37,17 @@ typedef struct nccl_comm {
   cudaStream_t stream;
   zo_device_t *dev;   /* borrowed: the caller's CUDA device, which must outlive the communicator */
   int ordinal;
+  void *stage;        /* device, ZO_COMM_NCCL_STAGE_BYTES: host buffers pass through it, chunk by chunk */
+  int aborted;        /* ncclCommAbort ran (watchdog or asynchronous error): every later operation is refused */
+  char why[256];      /* what aborted it, for those refusals */
 } nccl_comm;
 
-/* What a request holds (in zo_comm_req_t.impl): the completion event, and host staging to copy back and free. */
+/* What a request holds (in zo_comm_req_t.impl): the completion event, and what the watchdog's message names. */
 typedef struct nccl_req {
   cudaEvent_t done;
-  void *dev_tmp;      /* device staging of a host buffer (freed on the stream after the copy back) */
+  const char *what;   /* "all-gather", ... */
+  size_t nbytes;      /* the message: bytes of the whole receive (all-gather) or send (reduce-scatter) buffer */
+  double t_start;     /* CLOCK_MONOTONIC seconds when it was queued: the watchdog counts from here */
 } nccl_req;
 _Static_assert(sizeof(nccl_req) <= sizeof(((zo_comm_req_t *)0)->impl), "nccl_req must fit a request's impl");
 
@@ -154,32 +164,33 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
 
 /* ------------------------------------------------------------ buffers */
 
-/* Device pointer for @p (@n bytes): @p itself when it is device memory, else staged into *tmp (copied in when
- * @copy_in). */
-static zo_status dev_ptr(nccl_comm *m, const void *p, size_t n, int copy_in, void **tmp, void **out) {
-  *out = NULL; /* set on every path that returns ZO_OK; NULL otherwise (gcc cannot see through CUDA_TRY) */
+/* 1 when @p is device (or managed) memory NCCL can use directly; host memory, pinned or not, is staged. */
+static int on_device(const void *p) {
   struct cudaPointerAttributes at;
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e == cudaSuccess && (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)) {
-    *out = (void *)p;
-    return ZO_OK;
+  if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an unregistered host pointer may leave an error behind on old runtimes */
+    return 0;
   }
-  (void)cudaGetLastError(); /* an unregistered host pointer may leave an error behind on old runtimes */
-  CUDA_TRY(cudaMallocAsync(tmp, n, m->stream), "cudaMallocAsync (staging a host buffer)");
-  if (copy_in) CUDA_TRY(cudaMemcpyAsync(*tmp, p, n, cudaMemcpyHostToDevice, m->stream), "cudaMemcpyAsync");
-  *out = *tmp;
+  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
+}
+
+/* A copy between any two of host and device memory: cudaMemcpyDefault (unified addressing) picks the direction,
+ * so a send buffer that is device memory is never copied as if it were host memory. */
+static zo_status copy(nccl_comm *m, void *dst, const void *src, size_t n) {
+  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, m->stream), "cudaMemcpyAsync (staging a host buffer)");
   return ZO_OK;
 }
 
-/* After the operation: a staged result (@n bytes at @src) back to host @host, the staging @tmp freed; then the
- * completion event. */
-static zo_status finish(nccl_comm *m, zo_comm_req_t *r, void *host, const void *src, size_t n, void *tmp) {
-  if (tmp) {
-    CUDA_TRY(cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, m->stream), "cudaMemcpyAsync");
-    CUDA_TRY(cudaFreeAsync(tmp, m->stream), "cudaFreeAsync");
+/* After the operation: the completion event, and what the watchdog names. */
+static zo_status finish(nccl_comm *m, zo_comm_req_t *r, const char *what, size_t nbytes) {
+  nccl_req *q = nreq(r);
+  q->what = what, q->nbytes = nbytes, q->t_start = mono_s();
+  CUDA_TRY(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming), "cudaEventCreate");
+  cudaError_t e = cudaEventRecord(q->done, m->stream);
+  if (e != cudaSuccess) {
+    (void)cudaEventDestroy(q->done);
+    return cuda_fail(e, "cudaEventRecord");
   }
-  CUDA_TRY(cudaEventCreateWithFlags(&nreq(r)->done, cudaEventDisableTiming), "cudaEventCreate");
-  CUDA_TRY(cudaEventRecord(nreq(r)->done, m->stream), "cudaEventRecord");
   return ZO_OK;
 }
 
@@ -195,110 +206,200 @@ static size_t red_size(zo_red_type t) { return t == ZO_RED_F64 ? 8 : t == ZO_RED
 
 /* ------------------------------------------------------------ operations */
 
-static zo_status set_dev(const nccl_comm *m) {
+/* The device, and a communicator that has not been aborted. */
+static zo_status ready(const nccl_comm *m, const char *what) {
+  if (m->aborted)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "comm nccl: %s on a communicator that was aborted (%s); destroy it",
+                        what, m->why);
   CUDA_TRY(cudaSetDevice(m->ordinal), "cudaSetDevice");
   return ZO_OK;
 }
 
+/*
+ * Host buffers pass through m->stage (S = ZO_COMM_NCCL_STAGE_BYTES) in chunks, each an in-place collective on the
+ * stage, all on the communicator's stream so that a chunk's copies in wait for the previous chunk's copies out:
+ *   all-gather      chunk of k bytes per rank: own bytes into block `rank` of k, gather, W blocks out; k <= S / W
+ *   reduce-scatter  chunk of k elements per rank: W blocks of k in, reduce-scatter, block `rank` out
+ *   all-reduce, broadcast: k <= S bytes in, the operation, out.
+ * A buffer that is device memory is used directly when every buffer of the operation is.
+ */
 static zo_status nc_all_gather(zo_comm_t *c, const void *send, void *recv, size_t nbytes, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
-  ZO_CHECK(set_dev(m));
-  const size_t total = nbytes * (size_t)c->size;
-  void *tmp = NULL, *d_recv;
-  ZO_CHECK(dev_ptr(m, recv, total, 0, &tmp, &d_recv));
-  const int in_place = send == (const char *)recv + (size_t)c->rank * nbytes;
-  const void *d_send = (char *)d_recv + (size_t)c->rank * nbytes;
-  if (tmp) { /* staged: this rank's block into place */
-    CUDA_TRY(cudaMemcpyAsync((void *)d_send, send, nbytes, cudaMemcpyHostToDevice, m->stream), "cudaMemcpyAsync");
-  } else if (!in_place) {
-    void *t2 = NULL, *ds;
-    ZO_CHECK(dev_ptr(m, send, nbytes, 1, &t2, &ds));
-    d_send = ds;
-    NCCL_TRY(ncclAllGather(d_send, d_recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
-    if (t2) CUDA_TRY(cudaFreeAsync(t2, m->stream), "cudaFreeAsync");
-    return finish(m, r, NULL, NULL, 0, NULL);
+  ZO_CHECK(ready(m, "all-gather"));
+  const size_t W = (size_t)c->size, R = (size_t)c->rank;
+  size_t total;
+  if (zo_size_mul(nbytes, W, &total))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: all-gather of %zu bytes from %zu ranks overflows", nbytes, W);
+  if (on_device(recv) && on_device(send)) {
+    NCCL_TRY(ncclAllGather(send, recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
+    return finish(m, r, "all-gather", total);
   }
-  NCCL_TRY(ncclAllGather(d_send, d_recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
-  return finish(m, r, recv, tmp, total, tmp);
+  const size_t cs = ZO_COMM_NCCL_STAGE_BYTES / W;
+  if (cs == 0) return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small", W);
+  char *st = m->stage;
+  for (size_t off = 0; off < nbytes; off += cs) {
+    const size_t k = nbytes - off < cs ? nbytes - off : cs;
+    ZO_CHECK(copy(m, st + R * k, (const char *)send + off, k));
+    NCCL_TRY(ncclAllGather(st + R * k, st, k, ncclUint8, m->comm, m->stream), "ncclAllGather");
+    for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, (char *)recv + q * nbytes + off, st + q * k, k));
+  }
+  return finish(m, r, "all-gather", total);
 }
 
 static zo_status nc_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
                                    zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
-  ZO_CHECK(set_dev(m));
-  const size_t esz = red_size(t), total = recv_n * esz * (size_t)c->size;
-  void *tmp = NULL, *d_send;
-  ZO_CHECK(dev_ptr(m, send, total, 1, &tmp, &d_send));
-  const int in_place = recv == (const char *)send + (size_t)c->rank * recv_n * esz;
-  void *d_recv = (char *)d_send + (size_t)c->rank * recv_n * esz, *t2 = NULL;
-  if (!in_place) ZO_CHECK(dev_ptr(m, recv, recv_n * esz, 0, &t2, &d_recv));
-  NCCL_TRY(ncclReduceScatter(d_send, d_recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
-  if (in_place) return finish(m, r, recv, d_recv, recv_n * esz, tmp); /* staged: the result lies inside tmp */
-  if (tmp) CUDA_TRY(cudaFreeAsync(tmp, m->stream), "cudaFreeAsync");
-  return finish(m, r, recv, t2, recv_n * esz, t2);
+  ZO_CHECK(ready(m, "reduce-scatter"));
+  const size_t W = (size_t)c->size, R = (size_t)c->rank, esz = red_size(t);
+  size_t blk, total;
+  if (zo_size_mul(recv_n, esz, &blk) || zo_size_mul(blk, W, &total))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: reduce-scatter of %zu elements to %zu ranks overflows", recv_n, W);
+  if (on_device(send) && on_device(recv)) {
+    NCCL_TRY(ncclReduceScatter(send, recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
+    return finish(m, r, "reduce-scatter", total);
+  }
+  const size_t ce = ZO_COMM_NCCL_STAGE_BYTES / (W * esz);
+  if (ce == 0) return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small", W);
+  char *st = m->stage;
+  for (size_t off = 0; off < recv_n; off += ce) {
+    const size_t k = recv_n - off < ce ? recv_n - off : ce, kb = k * esz;
+    for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, st + q * kb, (const char *)send + q * blk + off * esz, kb));
+    NCCL_TRY(ncclReduceScatter(st, st + R * kb, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
+    ZO_CHECK(copy(m, (char *)recv + off * esz, st + R * kb, kb)); /* in place: block R at off, read above */
+  }
+  return finish(m, r, "reduce-scatter", total);
 }
 
 static zo_status nc_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
-  ZO_CHECK(set_dev(m));
-  const size_t bytes = n * red_size(t);
-  void *tmp = NULL, *d;
-  ZO_CHECK(dev_ptr(m, buf, bytes, 1, &tmp, &d));
-  NCCL_TRY(ncclAllReduce(d, d, n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
-  return finish(m, r, buf, tmp, bytes, tmp);
+  ZO_CHECK(ready(m, "all-reduce"));
+  const size_t esz = red_size(t);
+  size_t bytes;
+  if (zo_size_mul(n, esz, &bytes))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: all-reduce of %zu elements overflows", n);
+  if (on_device(buf)) {
+    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
+    return finish(m, r, "all-reduce", bytes);
+  }
+  const size_t ce = ZO_COMM_NCCL_STAGE_BYTES / esz;
+  for (size_t off = 0; off < n; off += ce) {
+    const size_t k = n - off < ce ? n - off : ce;
+    char *h = (char *)buf + off * esz;
+    ZO_CHECK(copy(m, m->stage, h, k * esz));
+    NCCL_TRY(ncclAllReduce(m->stage, m->stage, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
+    ZO_CHECK(copy(m, h, m->stage, k * esz));
+  }
+  return finish(m, r, "all-reduce", bytes);
 }
 
 static zo_status nc_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
-  ZO_CHECK(set_dev(m));
-  void *tmp = NULL, *d;
-  ZO_CHECK(dev_ptr(m, buf, nbytes, c->rank == root, &tmp, &d));
-  NCCL_TRY(ncclBroadcast(d, d, nbytes, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
-  return finish(m, r, buf, tmp, nbytes, tmp);
+  ZO_CHECK(ready(m, "broadcast"));
+  if (on_device(buf)) {
+    NCCL_TRY(ncclBroadcast(buf, buf, nbytes, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
+    return finish(m, r, "broadcast", nbytes);
+  }
+  for (size_t off = 0; off < nbytes; off += ZO_COMM_NCCL_STAGE_BYTES) {
+    const size_t k = nbytes - off < ZO_COMM_NCCL_STAGE_BYTES ? nbytes - off : ZO_COMM_NCCL_STAGE_BYTES;
+    char *h = (char *)buf + off;
+    if (c->rank == root) ZO_CHECK(copy(m, m->stage, h, k));
+    NCCL_TRY(ncclBroadcast(m->stage, m->stage, k, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
+    if (c->rank != root) ZO_CHECK(copy(m, h, m->stage, k));
+  }
+  return finish(m, r, "broadcast", nbytes);
 }
 
 static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
-  /* an all-reduce of one element of the communicator's scratch: complete once every rank has entered */
+  /* an all-reduce of one float of the staging buffer: complete once every rank has entered */
   nccl_comm *m = c->backend;
-  ZO_CHECK(set_dev(m));
-  void *d = NULL;
-  CUDA_TRY(cudaMallocAsync(&d, sizeof(float), m->stream), "cudaMallocAsync");
-  CUDA_TRY(cudaMemsetAsync(d, 0, sizeof(float), m->stream), "cudaMemsetAsync");
-  NCCL_TRY(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, m->comm, m->stream), "ncclAllReduce");
-  CUDA_TRY(cudaFreeAsync(d, m->stream), "cudaFreeAsync");
-  return finish(m, r, NULL, NULL, 0, NULL);
+  ZO_CHECK(ready(m, "barrier"));
+  CUDA_TRY(cudaMemsetAsync(m->stage, 0, sizeof(float), m->stream), "cudaMemsetAsync");
+  NCCL_TRY(ncclAllReduce(m->stage, m->stage, 1, ncclFloat32, ncclSum, m->comm, m->stream), "ncclAllReduce");
+  return finish(m, r, "barrier", sizeof(float));
 }
 
-/* A request whose event completed: NCCL's asynchronous errors (a peer that failed) are checked too. */
-static zo_status done_check(zo_comm_req_t *r, cudaError_t e) {
+/* ------------------------------------------------------------ completion and the watchdog */
+
+/* Abort the communicator (NCCL's kernels of it return, so its stream drains) and say why, naming the request. */
+static zo_status abort_comm(zo_comm_req_t *r, const char *why) {
   nccl_comm *m = r->c->backend;
+  const nccl_req *q = nreq(r);
+  if (!m->aborted) (void)ncclCommAbort(m->comm);
+  m->aborted = 1;
+  snprintf(m->why, sizeof m->why, "%s of %zu bytes over %d rank%s: %s", q->what, q->nbytes, r->c->size,
+           r->c->size == 1 ? "" : "s", why);
   if (cudaEventDestroy(nreq(r)->done) != cudaSuccess) (void)cudaGetLastError();
-  if (e != cudaSuccess) return cuda_fail(e, "waiting for a collective");
+  (void)cudaGetLastError();
+  return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s; the communicator was aborted (ncclCommAbort)", m->why);
+}
+
+/*
+ * One poll of @r: *done = 1 when it completed (ZO_OK) or failed (the error). A peer's failure
+ * (ncclCommGetAsyncError) or a collective older than the communicator's timeout aborts the communicator.
+ */
+static zo_status poll_once(zo_comm_req_t *r, int *done) {
+  nccl_comm *m = r->c->backend;
+  nccl_req *q = nreq(r);
+  *done = 1;
+  if (m->aborted) { /* another request's failure aborted the communicator: this one never completes */
+    if (cudaEventDestroy(q->done) != cudaSuccess) (void)cudaGetLastError();
+    return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s of %zu bytes: the communicator was aborted (%s)", q->what,
+                        q->nbytes, m->why);
+  }
   ncclResult_t async = ncclSuccess;
-  if (ncclCommGetAsyncError(m->comm, &async) == ncclSuccess && async != ncclSuccess)
-    return nccl_fail(async, "a collective failed");
+  ncclResult_t ar = ncclCommGetAsyncError(m->comm, &async);
+  if (ar != ncclSuccess) async = ar;
+  if (async != ncclSuccess && async != ncclInProgress) {
+    char why[160];
+    snprintf(why, sizeof why, "NCCL reported an asynchronous error: %s", ncclGetErrorString(async));
+    return abort_comm(r, why);
+  }
+  cudaError_t e = cudaEventQuery(q->done);
+  if (e == cudaSuccess) {
+    if (cudaEventDestroy(q->done) != cudaSuccess) (void)cudaGetLastError();
+    return ZO_OK;
+  }
+  (void)cudaGetLastError(); /* cudaErrorNotReady (or the failure) is not left as the thread's last error */
+  if (e != cudaErrorNotReady) {
+    char why[160];
+    snprintf(why, sizeof why, "waiting for it: %s", cudaGetErrorString(e));
+    return abort_comm(r, why);
+  }
+  const double age = mono_s() - q->t_start, limit = r->c->timeout_s;
+  if (age > limit) {
+    char why[160];
+    snprintf(why, sizeof why, "not complete after %.1f s (the timeout, zoffload.comm_timeout_s, is %g s)", age, limit);
+    return abort_comm(r, why);
+  }
+  *done = 0;
   return ZO_OK;
 }
 
-static zo_status nc_wait(zo_comm_req_t *r) { return done_check(r, cudaEventSynchronize(nreq(r)->done)); }
-
-static zo_status nc_test(zo_comm_req_t *r, int *done) {
-  cudaError_t e = cudaEventQuery(nreq(r)->done);
-  *done = e != cudaErrorNotReady;
-  if (!*done) {
-    (void)cudaGetLastError(); /* not an error: leave nothing for the caller's next cudaGetLastError() */
-    return ZO_OK;
+/* Block: poll, spinning briefly, then sleeping 10 us doubling to 1 ms between polls (a collective that takes
+ * longer than a few ms pays at most 1 ms of latency; the CPU stays free for the Adam pool). */
+static zo_status nc_wait(zo_comm_req_t *r) {
+  long sleep_ns = 0;
+  for (int polls = 0;; polls++) {
+    int done = 0;
+    zo_status st = poll_once(r, &done);
+    if (done) return st;
+    if (polls < 64) continue;
+    sleep_ns = sleep_ns ? (sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2) : 10000;
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
   }
-  return done_check(r, e);
 }
+
+static zo_status nc_test(zo_comm_req_t *r, int *done) { return poll_once(r, done); }
 
 static zo_status nc_split(zo_comm_t *c, int color, int key, zo_comm_t **out);
 
 static void nc_destroy(zo_comm_t *c) {
   nccl_comm *m = c->backend;
   cudaSetDevice(m->ordinal);
-  cudaStreamSynchronize(m->stream);
-  ncclCommDestroy(m->comm);
+  cudaStreamSynchronize(m->stream); /* after an abort too: NCCL's aborted kernels have returned */
+  if (!m->aborted) ncclCommDestroy(m->comm); /* ncclCommAbort freed it */
+  if (m->stage) cudaFree(m->stage);
   zo_stream_destroy(c->stream); /* owns m->stream */
   (void)cudaGetLastError();    /* the unchecked calls above leave nothing behind */
   free(m);
@@ -322,14 +423,28 @@ static const zo_comm_ops nccl_ops = {
 static zo_status wrap(zo_device_t *dev, ncclComm_t comm, int rank, int size, zo_comm_t **out) {
   zo_stream_t *s = NULL;
   zo_status st = zo_stream_create(dev, &s);
+  void *stage = NULL;
+  if (st == ZO_OK) { /* the staging of host buffers, bounded, taken now: before an engine's arena sizes itself */
+    cudaError_t e = cudaSetDevice(zo_device_ordinal(dev));
+    if (e == cudaSuccess) e = cudaMalloc(&stage, ZO_COMM_NCCL_STAGE_BYTES);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      stage = NULL;
+      st = zo_error_set(e == cudaErrorMemoryAllocation ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_CUDA,
+                        "comm nccl: %zu bytes of device memory for staging host buffers (cudaMalloc): %s",
+                        (size_t)ZO_COMM_NCCL_STAGE_BYTES, cudaGetErrorString(e));
+    }
+  }
   nccl_comm *m = st == ZO_OK ? calloc(1, sizeof *m) : NULL;
   zo_comm_t *c = m ? zo_comm_alloc(&nccl_ops, rank, size, m) : NULL;
   if (!c) {
     free(m);
+    if (stage && cudaFree(stage) != cudaSuccess) (void)cudaGetLastError();
     zo_stream_destroy(s);
     ncclCommDestroy(comm);
     return st != ZO_OK ? st : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "comm nccl: out of host memory");
   }
+  m->stage = stage;
   m->comm = comm;
   m->stream = (cudaStream_t)zo_stream_native(s);
   m->dev = dev;
@@ -342,6 +457,7 @@ static zo_status wrap(zo_device_t *dev, ncclComm_t comm, int rank, int size, zo_
 /* The device of a split: the parent's, kept in the stream's device. */
 static zo_status nc_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
   nccl_comm *m = c->backend;
+  ZO_CHECK(ready(m, "split"));
   ncclComm_t sub;
   NCCL_TRY(ncclCommSplit(m->comm, color, key, &sub, NULL), "ncclCommSplit");
   int rank = 0, size = 0;

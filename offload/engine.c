@@ -612,6 +612,8 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     }
     eng_ledger_note(e, ZO_TIER_DEVICE, "device_block", dev, 0, -1);
   }
+  /* the NCCL communicator's staging, held since its creation (the gathers' split adds one: eng_pg_alloc) */
+  if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
   if (!e->arena) ZO_CHECK(create_arena(e, dev, avail));
   e->dev_block_bytes = dev;
   char *d = e->dev_block;

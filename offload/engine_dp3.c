@@ -36,6 +36,7 @@ zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
   ZO_CHECK(eng_host_buf_alloc_as(e, &e->pg_ring, "pg_ring", ring_bytes, 1));
   zo_status st = zo_comm_split(e->comm, 0, e->rank, &e->pg_comm); /* collective: every rank finalizes */
   if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
+  if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
   e->pg_q_cap = 64;
   e->pg_q = calloc((size_t)e->pg_q_cap, sizeof *e->pg_q);
   if (!e->pg_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");

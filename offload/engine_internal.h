@@ -24,6 +24,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "base_internal.h"
@@ -415,6 +416,11 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
 
 /* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's shard). */
 static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
+/* NCCL communicators the engine uses, each holding ZO_COMM_NCCL_STAGE_BYTES of device staging: its comm, and the
+ * gathers' split of it at stage 3 on several ranks (eng_pg_alloc); 0 on other backends. */
+static inline int eng_nccl_comms(const zo_engine_t *e) {
+  return !strcmp(zo_comm_backend(e->comm), "nccl") ? 1 + eng_dp3(e) : 0;
+}
 /* The gather ring of @ring_bytes (the plan's), its communicator and queue. */
 zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes);
 void eng_pg_free(zo_engine_t *e);

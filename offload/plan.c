@@ -231,6 +231,15 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   pl->largest_dev_bytes = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
   pl->device_need_bytes = pres ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
+  /* NCCL communicators' staging of host buffers (gpu/comm_nccl.c): device memory each communicator holds from its
+   * creation, outside the arena; in the device need, not in the resident block. */
+  const int n_nccl = eng_nccl_comms(e);
+  if (n_nccl) {
+    const size_t blk = pl->device_bytes;
+    add_buf(pl, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, n_nccl, 0, -1);
+    pl->device_bytes = blk;
+    pl->device_need_bytes = add_sat(pl->device_need_bytes, mul_sat(ZO_COMM_NCCL_STAGE_BYTES, (size_t)n_nccl));
+  }
 
   /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy. */
   if (e->tier != ZO_OFFLOAD_NONE) {

@@ -446,9 +446,12 @@ static struct CUstream_st *usable_as(cudaStream_t h, const char *call) {
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t h) {
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
+  if (k == cudaMemcpyDefault) /* unified addressing: the direction from the pointers */
+    k = is_dev(src, n) ? (is_dev(dst, n) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                       : (is_dev(dst, n) ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   int src_dev = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
   int dst_dev = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
-  if (k == cudaMemcpyDefault || is_dev(src, n) != src_dev || is_dev(dst, n) != dst_dev) {
+  if (is_dev(src, n) != src_dev || is_dev(dst, n) != dst_dev) {
     fprintf(stderr, "fake_cudart: cudaMemcpyAsync kind %d does not match the pointers\n", (int)k);
     return fail(cudaErrorInvalidValue);
   }

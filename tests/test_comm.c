@@ -12,9 +12,19 @@
  * barrier; non-blocking forms started together and completed by test and
  * wait; a split into even and odd ranks.
  *   test_comm nccl     the same on the nccl backend (one GPU per rank; 77
- *                      without), plus collectives on device memory.
+ *                      without), plus collectives on device memory, host
+ *                      buffers larger than the staging buffer (chunked) on a
+ *                      GPU whose memory is otherwise full, and an all-gather
+ *                      from device memory into host memory.
+ *   test_comm nccl_fault hang|async_error
+ *                      against the stand-in libnccl (tests/fake_nccl.c) with
+ *                      FAKE_NCCL_HANG=1 or FAKE_NCCL_ASYNC_ERROR=1: the
+ *                      collective ends in ZO_ERR_NCCL naming it, its bytes
+ *                      and the rank count, the communicator is aborted and
+ *                      refuses later work, and no CUDA error is left behind.
  * Exit 0 pass, 1 fail, 77 skip.
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -322,8 +332,81 @@ static int nccl_main(void) {
   CHECK_EQ(bad, 0);
   printf("ok: nccl on %d rank%s: device-memory bf16 all-reduce and fp32 in-place reduce-scatter of %d elements exact\n",
          W, W == 1 ? "" : "s", N);
+  /* all-gather from device memory into host memory (the send buffer is copied by its own kind, not as host) */
+  uint16_t *hg = malloc((size_t)W * N * 2);
+  memset(hg, 0, (size_t)W * N * 2);
+  for (size_t i = 0; i < N; i++) h[i] = (uint16_t)(i * 7 + R);
+  CHECK_OK(zo_memcpy(dev, d, h, N * 2, ZO_COPY_H2D));
+  CHECK_OK(zo_comm_all_gather(c, d, hg, N * 2));
+  bad = 0;
+  for (int q = 0; q < W; q++)
+    for (size_t i = 0; i < N; i++) bad += hg[(size_t)q * N + i] != (uint16_t)(i * 7 + q);
+  CHECK_EQ(bad, 0);
+  free(hg);
   zo_device_free(dev, d);
   zo_device_free(dev, df);
+  d = df = NULL;
+  /* Host buffers larger than the staging buffer, on a GPU otherwise full (as after the arena took its share):
+   * they go through the communicator's bounded staging in chunks, allocating no device memory. */
+  enum { FILL_MAX = 1 << 14 };
+  void **fill = calloc(FILL_MAX, sizeof *fill);
+  int nfill = 0;
+  for (size_t sz = (size_t)1 << 30; sz >= ((size_t)1 << 20); sz >>= 5)
+    while (nfill < FILL_MAX && zo_device_malloc(dev, sz, &fill[nfill]) == ZO_OK) nfill++;
+  size_t avail = 0;
+  CHECK_OK(zo_device_mem_available(dev, &avail));
+  CHECK(avail < ZO_COMM_NCCL_STAGE_BYTES);
+  const size_t BIG = ZO_COMM_NCCL_STAGE_BYTES + ZO_COMM_NCCL_STAGE_BYTES / 2 + 3; /* bytes per rank: 2 chunks */
+  /* all-reduce twice: pageable, then page-locked (cudaHostRegister: the copies back are asynchronous, so the
+   * result is read only after the collective's completion covers them) */
+  const size_t ar_bytes = (BIG / 4 * 4 + 4095) / 4096 * 4096;
+  float *ar = aligned_alloc(4096, ar_bytes);
+  int (*host_register)(void *, size_t, unsigned) = (int (*)(void *, size_t, unsigned))dlsym(RTLD_DEFAULT, "cudaHostRegister");
+  int (*host_unregister)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "cudaHostUnregister");
+  for (int pinned = 0; pinned < 2; pinned++) {
+    if (pinned && (!host_register || !host_unregister || host_register(ar, ar_bytes, 0) != 0)) {
+      FAIL_AT("cudaHostRegister of %zu bytes failed", ar_bytes);
+      break;
+    }
+    for (size_t i = 0; i < BIG / 4; i++) ar[i] = (float)(i % 1000) + (float)R;
+    CHECK_OK(zo_comm_all_reduce(c, ar, BIG / 4, ZO_DTYPE_F32));
+    bad = 0;
+    for (size_t i = 0; i < BIG / 4; i++) bad += ar[i] != (float)W * (float)(i % 1000) + (float)(W * (W - 1) / 2);
+    if (bad) FAIL_AT("all_reduce of %zu floats in %s host memory: %d wrong", BIG / 4, pinned ? "pinned" : "pageable", bad);
+    if (pinned) host_unregister(ar);
+  }
+  free(ar);
+  uint8_t *gs = malloc(BIG), *gr = malloc(BIG * (size_t)W);
+  for (size_t i = 0; i < BIG; i++) gs[i] = (uint8_t)(i * 13 + (size_t)R);
+  CHECK_OK(zo_comm_all_gather(c, gs, gr, BIG));
+  bad = 0;
+  for (int q = 0; q < W; q++)
+    for (size_t i = 0; i < BIG; i++) bad += gr[(size_t)q * BIG + i] != (uint8_t)(i * 13 + (size_t)q);
+  CHECK_EQ(bad, 0);
+  for (size_t i = 0; i < BIG; i++) gs[i] = (uint8_t)(R == 0 ? i * 5 + 1 : 0);
+  CHECK_OK(zo_comm_broadcast(c, gs, BIG, 0));
+  bad = 0;
+  for (size_t i = 0; i < BIG; i++) bad += gs[i] != (uint8_t)(i * 5 + 1);
+  CHECK_EQ(bad, 0);
+  free(gs), free(gr);
+  const size_t RN = BIG / 2; /* bf16 elements per rank's block: 2 chunks */
+  uint16_t *rsb = malloc(RN * 2 * (size_t)W);
+  for (int b = 0; b < W; b++)
+    for (size_t i = 0; i < RN; i++) rsb[(size_t)b * RN + i] = ref_bf16(val(R, b, i));
+  CHECK_OK(zo_comm_reduce_scatter(c, rsb, rsb + (size_t)R * RN, RN, ZO_DTYPE_BF16)); /* in place */
+  bad = 0;
+  for (size_t i = 0; i < RN; i++) {
+    float want = 0;
+    for (int q = 0; q < W; q++) want += val(q, R, i);
+    bad += from_bf16(rsb[(size_t)R * RN + i]) != want;
+  }
+  CHECK_EQ(bad, 0);
+  free(rsb);
+  CHECK_OK(zo_comm_barrier(c));
+  for (int i = 0; i < nfill; i++) zo_device_free(dev, fill[i]);
+  free(fill);
+  printf("ok: nccl host buffers of %zu bytes per rank (over %zu bytes of staging) on a full GPU (%zu bytes free), "
+         "and an all-gather from device into host memory\n", BIG, (size_t)ZO_COMM_NCCL_STAGE_BYTES, avail);
   free(h), free(hf);
   zo_comm_destroy(c);
   zo_device_destroy(dev);
@@ -331,7 +414,64 @@ static int nccl_main(void) {
   return zo_test_finish("test_comm nccl");
 }
 
+/* The runtime's per-thread last error, read (and cleared) through whatever libcudart the library loaded. */
+static int cuda_last_error(void) {
+  int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "cudaGetLastError");
+  return get ? get() : 0;
+}
+
+/*
+ * test_comm nccl_fault hang|async_error: against tests/fake_nccl.c with FAKE_NCCL_HANG=1 (a collective that never
+ * completes) or FAKE_NCCL_ASYNC_ERROR=1 (a peer that failed: never completes, and ncclCommGetAsyncError says so).
+ * Either ends in ZO_ERR_NCCL naming the collective, its bytes and the rank count (hang: after the 1 s timeout set
+ * here; async_error: at once, under the default 600 s), the communicator aborted.
+ */
+static int nccl_fault_main(const char *mode) {
+  const int hang = !strcmp(mode, "hang");
+  if (!hang && strcmp(mode, "async_error")) {
+    fprintf(stderr, "test_comm nccl_fault: mode '%s' is not hang or async_error\n", mode);
+    return 1;
+  }
+  if (!getenv(hang ? "FAKE_NCCL_HANG" : "FAKE_NCCL_ASYNC_ERROR")) {
+    printf("skip: test_comm nccl_fault %s runs against the stand-in libnccl with %s=1\n", mode,
+           hang ? "FAKE_NCCL_HANG" : "FAKE_NCCL_ASYNC_ERROR");
+    return ZO_TEST_SKIP;
+  }
+  zo_device_t *dev = NULL;
+  zo_comm_t *c = NULL;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev)) || !CHECK_OK(zo_comm_create_nccl(dev, NULL, &c)))
+    return zo_test_finish("test_comm nccl_fault");
+  CHECK_ST(zo_comm_set_timeout(c, 0), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "outside (0, 86400]");
+  if (hang) CHECK_OK(zo_comm_set_timeout(c, 1.0));
+  void *d = NULL;
+  REQUIRE_OK_INT(zo_device_malloc(dev, 4096, &d));
+  zo_comm_req_t *q = NULL;
+  CHECK_OK(zo_comm_iall_reduce(c, d, 1024, ZO_DTYPE_F32, &q));
+  int done = 1;
+  if (hang) { /* a poll of a collective still running: not done, and cudaErrorNotReady not left behind */
+    CHECK_OK(zo_comm_test(q, &done));
+    CHECK_EQ(done, 0);
+    CHECK_EQ(cuda_last_error(), 0);
+  }
+  CHECK_ST(zo_comm_wait(q), ZO_ERR_NCCL);
+  const char *msg = zo_last_error();
+  printf("error as reported: %s\n", msg);
+  CHECK_HAS(msg, "all-reduce of 4096 bytes over 1 rank");
+  CHECK_HAS(msg, "the communicator was aborted (ncclCommAbort)");
+  CHECK_HAS(msg, hang ? "not complete after" : "NCCL reported an asynchronous error");
+  if (hang) CHECK_HAS(msg, "zoffload.comm_timeout_s");
+  CHECK_EQ(cuda_last_error(), 0);
+  CHECK_ST(zo_comm_barrier(c), ZO_ERR_INVALID_USAGE); /* aborted: refused, naming why */
+  CHECK_HAS(zo_last_error(), "barrier on a communicator that was aborted (all-reduce of 4096 bytes");
+  zo_comm_destroy(c); /* returns: the aborted collective's stream drains; no ncclCommDestroy after the abort */
+  zo_device_free(dev, d);
+  zo_device_destroy(dev);
+  return zo_test_finish("test_comm nccl_fault");
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "nccl_fault")) return nccl_fault_main(argv[2]);
   if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main();
   if (argc > 1 && !strcmp(argv[1], "env")) {
     zo_comm_t *c = NULL;

@@ -179,6 +179,7 @@ static void test_defaults_and_values(void) {
   CHECK_EQ(c.zoffload.device_memory_limit, 0);
   CHECK_EQ(c.zoffload.device_arena_bytes, 0);
   CHECK(c.zoffload.pinned_fraction == 0.85);
+  CHECK(c.zoffload.comm_timeout_s == 600.0);
 
   /* Adam honours adam_w_mode; type is case-insensitive like DeepSpeed's. */
   CHECK_EQ(parse("{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", &c),
@@ -600,6 +601,19 @@ static void test_legacy(void) {
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": \"NCCL\"}}", &c), ZO_ERR_CONFIG);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm\": 1}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.comm: expected \"auto\", \"nccl\" or \"mpi\", got 1");
+  /* zoffload.comm_timeout_s: the NCCL watchdog, 600 s by default (not printed), in (0, 86400] */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK(c.zoffload.comm_timeout_s == 600.0);
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK(!strstr(desc, "comm_timeout_s"));
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm_timeout_s\": 90}}", &c), ZO_OK);
+  CHECK(c.zoffload.comm_timeout_s == 90.0);
+  zo_config_describe(&c, desc, sizeof desc);
+  CHECK_HAS(desc, "zoffload.comm_timeout_s = 90\n");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm_timeout_s\": 0}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.comm_timeout_s");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm_timeout_s\": 86401}}", &c), ZO_ERR_CONFIG);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"comm_timeout_s\": \"10m\"}}", &c), ZO_ERR_CONFIG);
 }
 
 /* ---- learning-rate schedules vs DeepSpeed's formulas, computed by hand ---- */
@@ -762,6 +776,8 @@ static const num_key k_num_keys[] = {
        2),
     DK("{" TB "\"zoffload\": {\"pinned_fraction\": %s}}", "zoffload.pinned_fraction", zoffload.pinned_fraction, 0, 1, 1,
        0),
+    DK("{" TB "\"zoffload\": {\"comm_timeout_s\": %s}}", "zoffload.comm_timeout_s", zoffload.comm_timeout_s, 0,
+       86400, 1, 0),
 };
 
 /* The boundary values: integer literals, their real forms, and the reals that are not the same in float32. */

@@ -24,6 +24,7 @@
 enum { NP = 5 };
 static const size_t k_sizes[NP] = {1, 7, 1000, 1001, 4097};
 static zo_comm_t *g_comm;
+static zo_device_t *g_dev; /* NULL: the engine makes its own; `test_plan nccl`: a CUDA device */
 static int R, W;
 static char g_dir[4096];
 static int g_gas = 1; /* gradient_accumulation_steps of every cell */
@@ -75,7 +76,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
-  if (!CHECK_OK(zo_engine_create(&c, NULL, g_comm, &e))) {
+  if (!CHECK_OK(zo_engine_create(&c, g_dev, g_comm, &e))) {
     fprintf(stderr, "  in %s\n", label);
     return;
   }
@@ -99,6 +100,8 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     CHECK_EQ(plan_bytes(plan, "grad_swap_buffers"), plan->grad_io_el * gsz * 2);
   }
   CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && (g_gas > 1 || otier == ZO_OFFLOAD_NVME));
+  /* an nccl communicator's staging of host buffers (one rank: the engine's own communicator only) */
+  CHECK_EQ(plan_bytes(plan, "comm_staging"), (g_dev ? ZO_COMM_NCCL_STAGE_BYTES : 0));
   /* with offload_optimizer none the gradient shard stays in the working dtype (device memory): the device block
    * is the same with and without accumulation */
 
@@ -146,7 +149,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     for (int i = 0; i < n; i++) print_buf("finalize", i, &led[i]);
     for (int i = 0; i < plan->n_bufs; i++) print_buf("plan    ", i, &plan->buf[i]);
   }
-  CHECK_EQ(sum[ZO_TIER_DEVICE], plan->device_bytes);
+  CHECK_EQ(sum[ZO_TIER_DEVICE], plan->device_bytes + plan_bytes(plan, "comm_staging")); /* nccl: held by the comm */
   CHECK_EQ(sum[ZO_TIER_HOST], plan->host_bytes);
   CHECK_EQ(pinned, plan->pinned_bytes);
   CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
@@ -180,7 +183,7 @@ static void run_bounded(int gas) {
   snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
-  if (!CHECK_OK(zo_engine_create(&c, NULL, g_comm, &e))) return;
+  if (!CHECK_OK(zo_engine_create(&c, g_dev, g_comm, &e))) return;
   for (int i = 0; i < 10; i++) {
     char name[16];
     zo_param_t *p;
@@ -215,7 +218,30 @@ out:
   zo_engine_destroy(e);
 }
 
+/*
+ * test_plan nccl DIR: one rank on the nccl backend against the stand-in libcudart and libnccl (tests/fake_nccl.c):
+ * the communicator's device staging is a "comm_staging" buffer of the plan, and of the ledger, outside the
+ * resident block. 77 without a CUDA device (stand-in or real).
+ */
+static int nccl_main(const char *dir) {
+  if (zo_device_cuda_count() < 1) {
+    printf("skip: test_plan nccl needs a CUDA device (the stand-in libcudart on LD_LIBRARY_PATH)\n");
+    return ZO_TEST_SKIP;
+  }
+  R = 0, W = 1;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &g_dev)) || !CHECK_OK(zo_comm_create_nccl(g_dev, NULL, &g_comm)))
+    return zo_test_finish("test_plan nccl");
+  if (zo_test_scratch_dir(dir, "zo-test-plan-nccl", g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 0, 0);
+  run_cell(ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU, 3, 1, 0, 0);
+  rmdir(g_dir);
+  zo_comm_destroy(g_comm);
+  zo_device_destroy(g_dev);
+  return zo_test_finish("test_plan nccl");
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main(argc > 2 ? argv[2] : NULL);
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];

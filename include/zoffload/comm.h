@@ -98,8 +98,16 @@ ZO_API zo_status zo_comm_create_mpi(const void *mpi_comm, zo_comm_t **out);
  *             a TCP rendezvous on MASTER_ADDR:MASTER_PORT (torchrun's
  *             variables, with RANK and WORLD_SIZE), rank 0 listening, for up to
  *             ZO_NCCL_RENDEZVOUS_TIMEOUT seconds (default 300).
- * Buffers are device memory of @dev or host memory (staged through device
- * memory, for small things such as norms). Operations run on the
+ * Buffers are device memory of @dev or host memory: host buffers (any size;
+ * meant for small things such as norms) are staged, in chunks, through one
+ * device buffer of ZO_COMM_NCCL_STAGE_BYTES that the communicator allocates
+ * at creation (each split its own), so it comes out of the GPU before an
+ * engine's arena measures what is free. A collective not complete within
+ * zo_comm_set_timeout()'s watchdog, or whose peer failed, aborts the
+ * communicator (see there). A host buffer larger than a chunk (the stage
+ * divided by the rank count) takes one NCCL call per chunk and a device
+ * buffer one call, so for such sizes every rank must pass the same kind of
+ * memory (all device, or not). Operations run on the
  * communicator's own CUDA stream (zo_comm_stream()); a call returns once its
  * work is queued there (the i* forms) or done (blocking forms), and it reads
  * its inputs when the stream gets to it: make @c's stream wait for the
@@ -112,6 +120,9 @@ ZO_API zo_status zo_comm_create_mpi(const void *mpi_comm, zo_comm_t **out);
  * message named); ZO_ERR_SYSTEM (the rendezvous, host:port and errno named).
  */
 ZO_API zo_status zo_comm_create_nccl(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out);
+
+/* Device memory an nccl communicator holds for staging host buffers (zo_comm_create_nccl), bytes. */
+#define ZO_COMM_NCCL_STAGE_BYTES ((size_t)16 << 20)
 
 /*
  * zo_comm_stream() - the stream @c's operations run on: an NCCL
@@ -138,6 +149,25 @@ ZO_API zo_status zo_comm_create_from_env(zo_comm_t **out);
  * argument, @color < 0); ZO_ERR_MPI; ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_comm_split(zo_comm_t *c, int color, int key, zo_comm_t **out);
+
+/* The default and the largest watchdog of zo_comm_set_timeout(), seconds. */
+#define ZO_COMM_TIMEOUT_S_DEFAULT 600.0
+#define ZO_COMM_TIMEOUT_S_MAX 86400.0
+
+/*
+ * zo_comm_set_timeout() - the watchdog of @c's collectives: an NCCL
+ * collective not complete @seconds after it was started (or one whose peer
+ * failed, ncclCommGetAsyncError, at once) makes zo_comm_wait()/zo_comm_test()
+ * abort the communicator (ncclCommAbort) and return ZO_ERR_NCCL naming the
+ * collective, its bytes and the rank count; every later operation on @c is
+ * then ZO_ERR_INVALID_USAGE (destroy it and make a new one). @seconds in
+ * (0, ZO_COMM_TIMEOUT_S_MAX]; default ZO_COMM_TIMEOUT_S_DEFAULT (600 s, the
+ * config key zoffload.comm_timeout_s). `self` and `mpi` keep it and ignore it
+ * (MPI has no portable abort of one operation). Splits inherit it. Not
+ * thread-safe with operations on @c. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL
+ * @c, @seconds outside the range, named).
+ */
+ZO_API zo_status zo_comm_set_timeout(zo_comm_t *c, double seconds);
 
 /* zo_comm_destroy() - free @c. NULL is a no-op. No operation may be in flight. */
 ZO_API void zo_comm_destroy(zo_comm_t *c);

@@ -53,6 +53,8 @@ typedef enum zo_sched_type {
 #define ZO_CONFIG_LINK_GBPS_MIN 0.1                  /* zoffload.host_link_gbps: 0 (none) or in [MIN, MAX] */
 #define ZO_CONFIG_LINK_GBPS_MAX 1e6
 #define ZO_CONFIG_PINNED_FRACTION 0.85               /* zoffload.pinned_fraction default: of MemTotal */
+#define ZO_CONFIG_COMM_TIMEOUT_S 600.0               /* zoffload.comm_timeout_s default (ZO_COMM_TIMEOUT_S_DEFAULT) */
+#define ZO_CONFIG_COMM_TIMEOUT_S_MAX 86400.0         /* zoffload.comm_timeout_s: in (0, MAX] (ZO_COMM_TIMEOUT_S_MAX) */
 
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
@@ -161,6 +163,9 @@ typedef struct zo_config {
                                     ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
                                     framework's allocator (see zo_engine_finalize()) */
     zo_comm_choice comm;         /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
+    double comm_timeout_s;       /* "comm_timeout_s": an NCCL collective not complete this many seconds after its
+                                    start aborts the communicator with an error naming it (zo_comm_set_timeout());
+                                    in (0, 86400], default 600 (ZO_CONFIG_COMM_TIMEOUT_S) */
     double pinned_fraction;      /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
                                     (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
                                     loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */

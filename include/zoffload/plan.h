@@ -74,7 +74,9 @@ typedef struct zo_plan {
   size_t device_bytes;   /* sums of count x bytes: device (the resident block), host, its pinned part, */
   size_t host_bytes;     /* NVMe under each nvme_path ([0] optimizer, [1] parameters) */
   size_t device_need_bytes; /* device_bytes, plus with parameter offload largest_dev_bytes (the least the device
-                               needs: one fetched tensor beside the block); what the budget's device line holds */
+                               needs: one fetched tensor beside the block), plus the "comm_staging" buffers of
+                               NCCL communicators (ZO_COMM_NCCL_STAGE_BYTES each: the engine's, and at stage 3 on
+                               several ranks its gathers'); what the budget's device line holds */
   size_t pinned_bytes;
   size_t nvme_bytes[2];
   /* layout numbers */

@@ -411,6 +411,7 @@ static int create_engine(train_job *j) {
     if (zo_comm_create_nccl(j->dev, j->comm, &j->nccl) != ZO_OK)
       return train_die("collectives: NCCL did not start: %s; set zoffload.comm to \"mpi\" to run the collectives "
                        "over MPI through host memory%s", zo_last_error(), "");
+    if (zo_comm_set_timeout(j->nccl, j->cfg.zoffload.comm_timeout_s) != ZO_OK) return engine_error();
     printf("zo-train: collectives: nccl over %d GPUs\n", j->world);
   } else if (j->world > 1) {
     printf("zo-train: collectives: mpi over %d ranks\n", j->world);

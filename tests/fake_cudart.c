@@ -206,6 +206,7 @@ struct CUstream_st {
   pthread_cond_t work, done;
   op *head, *tail;
   op *cur; /* the op the worker runs now (off the list) */
+  useconds_t latency_us; /* before each copy or memset starts */
   uint64_t issued, completed;
   int stop, alive;
   pthread_t th;
@@ -231,7 +232,7 @@ static useconds_t latency_us(void) {
 
 static void *worker(void *a) {
   struct CUstream_st *s = a;
-  useconds_t lat = latency_us();
+  useconds_t lat = s->latency_us;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
@@ -269,6 +270,7 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   s->dev = dev;
   s->flags = flags;
   s->alive = 1;
+  s->latency_us = latency_us(); /* (here, not in the worker: the caller's environment at creation) */
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);

@@ -46,6 +46,7 @@
  *  - the properties are an H100 80GB's (name "Stand-in H100 80GB HBM3",
  *    sm_90, 132 SMs, 81559 MiB, a PCI id like one), and cudaMemGetInfo
  *    agrees with totalGlobalMem.
+ * FAKE_CUDA_STATS=1 prints at exit how many copies went which way.
  * Only the calls zoffload and its tests make are provided.
  */
 #include <cuda_runtime_api.h>
@@ -68,6 +69,17 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* tables */
 static int g_count = -1;
 static volatile cudaError_t g_fault = cudaSuccess; /* sticky for the context once set */
 static unsigned long long g_copies;                /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
+/* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the async paths) */
+static unsigned long long g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs;
+static void print_stats(void) {
+  fprintf(stderr,
+          "fake_cudart: %llu async copies/memsets (%llu poisoned at enqueue, %llu when started), %llu pageable or "
+          "H2H copies (synchronous), %llu host funcs\n",
+          g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs);
+}
+__attribute__((constructor)) static void fake_init(void) {
+  if (getenv("FAKE_CUDA_STATS")) atexit(print_stats);
+}
 
 static cudaError_t fail(cudaError_t e) {
   t_last = e;
@@ -335,6 +347,8 @@ static void poison(struct CUstream_st *s, op *o) {
     if (it->type == OP_FN || it->type == OP_WAIT || (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
       now = 0;
   pthread_mutex_unlock(&s->mu);
+  __atomic_add_fetch(&g_n_async, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(now ? &g_n_poison_now : &g_n_poison_late, 1, __ATOMIC_RELAXED);
   if (now) memset(o->dst, POISON, o->n);
   else o->poison_at_start = 1;
 }
@@ -649,6 +663,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     return fail(g_fault);
   }
   if (k == cudaMemcpyHostToHost || (host && !is_reg(host, n))) {
+    __atomic_add_fetch(&g_n_pageable, 1, __ATOMIC_RELAXED);
     implicit_sync(s);
     sync_stream(s); /* pageable: synchronous in the caller */
     memcpy(dst, src, n);
@@ -680,6 +695,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *arg) {
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   op *o = calloc(1, sizeof *o);
+  __atomic_add_fetch(&g_n_host_funcs, 1, __ATOMIC_RELAXED);
   o->type = OP_FN;
   o->fn = fn;
   o->arg = arg;

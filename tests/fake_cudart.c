@@ -37,7 +37,8 @@
  *  - the legacy default stream (0, cudaStreamLegacy) synchronizes with the
  *    blocking streams of its device (created without
  *    cudaStreamNonBlocking): its work waits for their earlier work, and
- *    theirs for its earlier work.
+ *    theirs for its earlier work. cudaStreamPerThread is a blocking stream
+ *    of the calling thread's own.
  *  - cudaHostRegister is page-granular: ranges that share a page conflict
  *    (cudaErrorHostMemoryAlreadyRegistered); FAKE_CUDA_NOREG=1 refuses
  *    every registration, FAKE_CUDA_REG_LIMIT=bytes refuses one that would
@@ -226,7 +227,8 @@ struct CUstream_st {
 };
 #define SMAGIC 0x5eed5eed
 static struct CUstream_st *g_streams; /* all ever created (never freed: a harness) */
-static struct CUstream_st *g_default[MAXDEV];
+static struct CUstream_st *g_default[MAXDEV];      /* the legacy default stream of each device */
+static __thread struct CUstream_st *t_ptds[MAXDEV]; /* this thread's per-thread default stream (a blocking one) */
 
 /* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error here. */
 static void __attribute__((noreturn)) use_after_destroy(const char *call, const char *what, const void *h) {
@@ -294,11 +296,15 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   return s;
 }
 
-/* Resolve a handle; NULL when invalid, abort when destroyed. Default handles map to the current device's default
- * stream. */
+/* Resolve a handle; NULL when invalid, abort when destroyed. 0 and cudaStreamLegacy map to the current device's
+ * legacy default stream, cudaStreamPerThread to this thread's own (blocking: it syncs with the legacy stream only). */
 #define resolve(h) resolve_as(h, __func__)
 static struct CUstream_st *resolve_as(cudaStream_t h, const char *call) {
-  if (h == NULL || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+  if (h == cudaStreamPerThread) {
+    if (!t_ptds[t_dev]) t_ptds[t_dev] = new_stream(t_dev, 0);
+    return t_ptds[t_dev];
+  }
+  if (h == NULL || h == cudaStreamLegacy) {
     pthread_mutex_lock(&g_mu);
     if (!g_default[t_dev]) {
       pthread_mutex_unlock(&g_mu);
@@ -592,7 +598,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t h) {
   ENTER();
   struct CUstream_st *s = resolve(h);
-  if (!s || s == g_default[s->dev]) return fail(cudaErrorInvalidResourceHandle);
+  if (!s || s == g_default[s->dev] || s == t_ptds[s->dev]) return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->work);

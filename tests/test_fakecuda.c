@@ -296,7 +296,7 @@ static int stays_blocked(cudaStream_t s) {
 }
 
 /* The legacy default stream waits for earlier work of blocking streams, and they for its earlier work; a
- * non-blocking stream waits for neither. */
+ * non-blocking stream waits for neither, the per-thread default stream only for the legacy stream. */
 static void test_legacy_stream(void) {
   enum { N = 4096 };
   cudaStream_t b = NULL, nb = NULL;
@@ -307,6 +307,9 @@ static void test_legacy_stream(void) {
   /* blocking stream gated: the legacy stream's memset waits, the non-blocking stream's does not */
   atomic_store(&g_release, 0);
   CHECK(cudaLaunchHostFunc(b, block_until_released, NULL) == cudaSuccess);
+  /* the per-thread default stream syncs with the legacy stream only, not with other blocking streams */
+  CHECK(cudaMemsetAsync((char *)d + N, 4, N, cudaStreamPerThread) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess); /* (a hang here: the ctest timeout) */
   CHECK(cudaMemsetAsync(d, 1, N, cudaStreamLegacy) == cudaSuccess);
   CHECK(cudaMemsetAsync((char *)d + N, 2, N, nb) == cudaSuccess);
   CHECK(cudaStreamSynchronize(nb) == cudaSuccess); /* (a hang here: the ctest timeout) */

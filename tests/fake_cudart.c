@@ -68,7 +68,8 @@ static __thread cudaError_t t_last = cudaSuccess;
 static __thread int t_in_cb = 0; /* this thread is running a host func */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* tables */
 static int g_count = -1;
-static volatile cudaError_t g_fault = cudaSuccess; /* sticky for the context once set */
+static int g_fault_ = cudaSuccess; /* sticky for the context once set (atomic: any thread may set it) */
+#define g_fault ((cudaError_t)__atomic_load_n(&g_fault_, __ATOMIC_ACQUIRE))
 static unsigned long long g_copies;                /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
 /* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the async paths) */
 static unsigned long long g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs;
@@ -96,15 +97,15 @@ static void __attribute__((noreturn)) call_in_callback(const char *call) {
   abort();
 }
 /* Every API call starts here: no call from a host func; after a fault, every call returns it. */
-#define ENTER()                                  \
-  do {                                           \
-    if (t_in_cb) call_in_callback(__func__);     \
+#define ENTER()                                     \
+  do {                                              \
+    if (t_in_cb) call_in_callback(__func__);        \
     if (g_fault != cudaSuccess) return fail(g_fault); \
   } while (0)
 
 /* The test hook: the context takes a sticky fault now (e.g. cudaErrorIllegalAddress). */
 void fake_cuda_inject_fault(int e) {
-  g_fault = (cudaError_t)e;
+  __atomic_store_n(&g_fault_, e, __ATOMIC_RELEASE);
 }
 
 /* FAKE_CUDA_DEVICES: how many GPUs to pretend (default 1, at most MAXDEV). */

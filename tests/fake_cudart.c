@@ -22,6 +22,35 @@
  *  - kernels (the library's device Adam, gpu/adam_device.cu) register and
  *    load, but no kernel runs: a launch fails with cudaErrorNotSupported as
  *    the thread's last error, which the launcher reports.
+ *  - asynchronous copies (device memory, or registered host memory) and
+ *    memsets complete LATER on the stream's worker thread, after a short
+ *    latency (FAKE_CUDA_LATENCY_US, default 50); their destination is
+ *    filled with poison bytes (0xA5) when they are enqueued, so a host read
+ *    before the stream or an event after the copy is synchronized (or
+ *    queried complete) sees 0xA5, not the data. (A destination that an
+ *    earlier, still pending copy reads is not poisoned: stream order makes
+ *    that read legal.)
+ *  - any CUDA call from inside a host func (cudaLaunchHostFunc) aborts with
+ *    a message naming the call: CUDA forbids it.
+ *  - a simulated fault is sticky for the context, as an illegal address in
+ *    a kernel is: FAKE_CUDA_FAULT_AFTER=N makes the copy after the first N
+ *    cudaMemcpyAsync calls fail with cudaErrorIllegalAddress (as does the
+ *    test hook fake_cuda_inject_fault(), found with dlsym); from then on
+ *    every call returns that error and cudaGetLastError does not clear it.
+ *  - the legacy default stream (0, cudaStreamLegacy) synchronizes with the
+ *    blocking streams of its device (created without
+ *    cudaStreamNonBlocking): its work waits for their earlier work, and
+ *    theirs for its earlier work. cudaStreamPerThread is a blocking stream
+ *    of the calling thread's own.
+ *  - cudaHostRegister is page-granular: ranges that share a page conflict
+ *    (cudaErrorHostMemoryAlreadyRegistered); FAKE_CUDA_NOREG=1 refuses
+ *    every registration, FAKE_CUDA_REG_LIMIT=bytes refuses one that would
+ *    take the page-rounded total past it (cudaErrorMemoryAllocation, as a
+ *    locked-memory limit does).
+ *  - the properties are an H100 80GB's (name "Stand-in H100 80GB HBM3",
+ *    sm_90, 132 SMs, 81559 MiB, a PCI id like one), and cudaMemGetInfo
+ *    agrees with totalGlobalMem.
+ * FAKE_CUDA_STATS=1 prints at exit how many copies went which way.
  * Only the calls zoffload and its tests make are provided.
  */
 #include <cuda_runtime_api.h>
@@ -30,21 +59,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXDEV 4
-#define TOTAL_MEM (16ull << 30)
-#define CTX_RESERVED (300ull << 20)
+#define TOTAL_MEM (81559ull << 20) /* an H100 80GB HBM3's totalGlobalMem */
+#define CTX_RESERVED (520ull << 20)
+#define POISON 0xA5
 
 static __thread int t_dev = 0;
 static __thread cudaError_t t_last = cudaSuccess;
+static __thread int t_in_cb = 0; /* this thread is running a host func */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* tables */
 static int g_count = -1;
+static int g_fault_ = cudaSuccess; /* sticky for the context once set (atomic: any thread may set it) */
+#define g_fault ((cudaError_t)__atomic_load_n(&g_fault_, __ATOMIC_ACQUIRE))
+static unsigned long long g_copies;                /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
+/* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the async paths) */
+static unsigned long long g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs;
+static void print_stats(void) {
+  fprintf(stderr,
+          "fake_cudart: %llu async copies/memsets (%llu poisoned at enqueue, %llu when started), %llu pageable or "
+          "H2H copies (synchronous), %llu host funcs\n",
+          g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs);
+}
+__attribute__((constructor)) static void fake_init(void) {
+  if (getenv("FAKE_CUDA_STATS")) atexit(print_stats);
+}
 
 static cudaError_t fail(cudaError_t e) {
   t_last = e;
   return e;
 }
 #define OK() cudaSuccess
+
+/* A CUDA call from a host func: CUDA forbids it ("Host functions must not make any CUDA API calls"). */
+static void __attribute__((noreturn)) call_in_callback(const char *call) {
+  fprintf(stderr, "fake_cudart: %s called from inside a host func (cudaLaunchHostFunc): CUDA forbids CUDA calls there\n",
+          call);
+  fflush(stderr);
+  abort();
+}
+/* Every API call starts here: no call from a host func; after a fault, every call returns it. */
+#define ENTER()                                     \
+  do {                                              \
+    if (t_in_cb) call_in_callback(__func__);        \
+    if (g_fault != cudaSuccess) return fail(g_fault); \
+  } while (0)
+
+/* The test hook: the context takes a sticky fault now (e.g. cudaErrorIllegalAddress). */
+void fake_cuda_inject_fault(int e) {
+  __atomic_store_n(&g_fault_, e, __ATOMIC_RELEASE);
+}
 
 /* FAKE_CUDA_DEVICES: how many GPUs to pretend (default 1, at most MAXDEV). */
 static int count(void) {
@@ -64,8 +129,9 @@ typedef struct rng {
 } rng;
 static rng g_alloc[1 << 16];
 static size_t g_nalloc, g_used[MAXDEV];
-static rng g_reg[1 << 16];
-static size_t g_nreg;
+static rng g_reg[1 << 16];   /* registered ranges as asked for */
+static rng g_regpg[1 << 16]; /* the same, rounded out to whole pages (what CUDA pins) */
+static size_t g_nreg, g_regbytes;
 
 static int find(rng *t, size_t n, const void *p, size_t len) {
   uintptr_t a = (uintptr_t)p;
@@ -106,7 +172,9 @@ static void *cb_thread(void *a) {
     cb_head = c->next;
     if (!cb_head) cb_tail = NULL;
     pthread_mutex_unlock(&cb_mu);
+    t_in_cb = 1;
     c->fn(c->arg);
+    t_in_cb = 0;
     pthread_mutex_lock(&cb_mu);
     c->done = 1;
     pthread_cond_broadcast(&cb_done);
@@ -144,6 +212,7 @@ typedef struct op {
   void *arg;
   struct CUstream_st *ws;
   uint64_t wtarget;
+  int poison_at_start; /* the destination could not be poisoned at enqueue time: poison it when the op starts */
 } op;
 
 struct CUstream_st {
@@ -153,6 +222,8 @@ struct CUstream_st {
   pthread_mutex_t mu;
   pthread_cond_t work, done;
   op *head, *tail;
+  op *cur; /* the op the worker runs now (off the list) */
+  useconds_t latency_us; /* before each copy or memset starts */
   uint64_t issued, completed;
   int stop, alive;
   pthread_t th;
@@ -160,7 +231,8 @@ struct CUstream_st {
 };
 #define SMAGIC 0x5eed5eed
 static struct CUstream_st *g_streams; /* all ever created (never freed: a harness) */
-static struct CUstream_st *g_default[MAXDEV];
+static struct CUstream_st *g_default[MAXDEV];      /* the legacy default stream of each device */
+static __thread struct CUstream_st *t_ptds[MAXDEV]; /* this thread's per-thread default stream (a blocking one) */
 
 /* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error here. */
 static void __attribute__((noreturn)) use_after_destroy(const char *call, const char *what, const void *h) {
@@ -170,8 +242,15 @@ static void __attribute__((noreturn)) use_after_destroy(const char *call, const 
   abort();
 }
 
+/* FAKE_CUDA_LATENCY_US: how long a copy or memset takes to start on its worker (default 50 us). */
+static useconds_t latency_us(void) {
+  const char *e = getenv("FAKE_CUDA_LATENCY_US");
+  return e ? (useconds_t)atol(e) : 50;
+}
+
 static void *worker(void *a) {
   struct CUstream_st *s = a;
+  useconds_t lat = s->latency_us;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
@@ -179,7 +258,10 @@ static void *worker(void *a) {
     op *o = s->head;
     s->head = o->next;
     if (!s->head) s->tail = NULL;
+    s->cur = o;
     pthread_mutex_unlock(&s->mu);
+    if (o->poison_at_start) memset(o->dst, POISON, o->n);
+    if ((o->type == OP_COPY || o->type == OP_SET) && lat) usleep(lat);
     switch (o->type) {
       case OP_COPY: memcpy(o->dst, o->src, o->n); break;
       case OP_SET: memset(o->dst, o->val, o->n); break;
@@ -192,6 +274,7 @@ static void *worker(void *a) {
     }
     pthread_mutex_lock(&s->mu);
     s->completed = o->seq;
+    s->cur = NULL;
     pthread_cond_broadcast(&s->done);
     free(o);
   }
@@ -205,6 +288,7 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   s->dev = dev;
   s->flags = flags;
   s->alive = 1;
+  s->latency_us = latency_us(); /* (here, not in the worker: the caller's environment at creation) */
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
@@ -216,11 +300,15 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   return s;
 }
 
-/* Resolve a handle; NULL when invalid, abort when destroyed. Default handles map to the current device's default
- * stream. */
+/* Resolve a handle; NULL when invalid, abort when destroyed. 0 and cudaStreamLegacy map to the current device's
+ * legacy default stream, cudaStreamPerThread to this thread's own (blocking: it syncs with the legacy stream only). */
 #define resolve(h) resolve_as(h, __func__)
 static struct CUstream_st *resolve_as(cudaStream_t h, const char *call) {
-  if (h == NULL || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+  if (h == cudaStreamPerThread) {
+    if (!t_ptds[t_dev]) t_ptds[t_dev] = new_stream(t_dev, 0);
+    return t_ptds[t_dev];
+  }
+  if (h == NULL || h == cudaStreamLegacy) {
     pthread_mutex_lock(&g_mu);
     if (!g_default[t_dev]) {
       pthread_mutex_unlock(&g_mu);
@@ -245,7 +333,7 @@ static struct CUstream_st *resolve_as(cudaStream_t h, const char *call) {
   return ok ? s : NULL;
 }
 
-static uint64_t enqueue(struct CUstream_st *s, op *o) {
+static uint64_t enqueue_raw(struct CUstream_st *s, op *o) {
   pthread_mutex_lock(&s->mu);
   o->seq = ++s->issued;
   if (s->tail) s->tail->next = o;
@@ -255,6 +343,60 @@ static uint64_t enqueue(struct CUstream_st *s, op *o) {
   pthread_mutex_unlock(&s->mu);
   return o->seq;
 }
+static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  return (uintptr_t)a < (uintptr_t)b + bn && (uintptr_t)b < (uintptr_t)a + an;
+}
+
+/* The destination of a copy or memset @o about to be enqueued on @s holds poison until the op runs. Poisoned now
+ * unless something earlier in @s may still legally read it (a pending copy from it, a host func, a wait on another
+ * stream's work); then when the op starts on the worker, after all of that has run. */
+static void poison(struct CUstream_st *s, op *o) {
+  int now = !(o->type == OP_COPY && overlaps(o->dst, o->n, o->src, o->n));
+  pthread_mutex_lock(&s->mu);
+  for (op *it = s->cur ? s->cur : s->head; now && it; it = it == s->cur ? s->head : it->next)
+    if (it->type == OP_FN || it->type == OP_WAIT || (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
+      now = 0;
+  pthread_mutex_unlock(&s->mu);
+  __atomic_add_fetch(&g_n_async, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(now ? &g_n_poison_now : &g_n_poison_late, 1, __ATOMIC_RELAXED);
+  if (now) memset(o->dst, POISON, o->n);
+  else o->poison_at_start = 1;
+}
+
+/* The legacy default stream synchronizes with the blocking streams of its device: before @o, a wait on their issued
+ * work (when @s is the legacy stream) or on the legacy stream's issued work (when @s is blocking). */
+static void implicit_sync(struct CUstream_st *s) {
+  if (s->flags & cudaStreamNonBlocking) return;
+  struct CUstream_st *other[64];
+  int n = 0;
+  pthread_mutex_lock(&g_mu);
+  struct CUstream_st *legacy = g_default[s->dev];
+  if (s == legacy) {
+    for (struct CUstream_st *it = g_streams; it; it = it->next_all)
+      if (it != s && it->alive && it->dev == s->dev && !(it->flags & cudaStreamNonBlocking) && n < 64) other[n++] = it;
+  } else if (legacy) {
+    other[n++] = legacy;
+  }
+  pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_lock(&other[i]->mu);
+    uint64_t t = other[i]->issued, c = other[i]->completed;
+    pthread_mutex_unlock(&other[i]->mu);
+    if (c >= t) continue;
+    op *w = calloc(1, sizeof *w);
+    w->type = OP_WAIT;
+    w->ws = other[i];
+    w->wtarget = t;
+    enqueue_raw(s, w);
+  }
+}
+
+static uint64_t enqueue(struct CUstream_st *s, op *o) {
+  implicit_sync(s);
+  if (o->type == OP_COPY || o->type == OP_SET) poison(s, o);
+  return enqueue_raw(s, o);
+}
+
 static void sync_stream(struct CUstream_st *s) {
   pthread_mutex_lock(&s->mu);
   uint64_t t = s->issued;
@@ -264,7 +406,10 @@ static void sync_stream(struct CUstream_st *s) {
 
 /* ---------------- API */
 const char *cudaGetErrorString(cudaError_t e) {
+  if (t_in_cb) call_in_callback(__func__);
   switch (e) {
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaSuccess: return "no error";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorMemoryAllocation: return "out of memory";
@@ -278,7 +423,10 @@ const char *cudaGetErrorString(cudaError_t e) {
   }
 }
 const char *cudaGetErrorName(cudaError_t e) {
+  if (t_in_cb) call_in_callback(__func__);
   switch (e) {
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
@@ -292,33 +440,72 @@ const char *cudaGetErrorName(cudaError_t e) {
   }
 }
 cudaError_t cudaGetLastError(void) {
+  if (t_in_cb) call_in_callback(__func__);
+  if (g_fault != cudaSuccess) return g_fault; /* sticky: reading it does not clear it */
   cudaError_t e = t_last;
   t_last = cudaSuccess;
   return e;
 }
 cudaError_t cudaGetDeviceCount(int *n) {
+  ENTER();
   *n = count();
   return OK();
 }
 cudaError_t cudaGetDevice(int *d) {
+  ENTER();
   *d = t_dev;
   return OK();
 }
 cudaError_t cudaSetDevice(int d) {
+  ENTER();
   if (d < 0 || d >= count()) return fail(cudaErrorInvalidDevice);
   t_dev = d;
   return OK();
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+  ENTER();
   if (d < 0 || d >= count()) return fail(cudaErrorInvalidDevice);
+  static const int bus[MAXDEV] = {0x18, 0x2a, 0x3a, 0x5d}; /* an HGX H100 board's first four */
   memset(p, 0, sizeof *p);
-  snprintf(p->name, sizeof p->name, "Fake GPU %d", d);
+  snprintf(p->name, sizeof p->name, "Stand-in H100 80GB HBM3");
+  for (int i = 0; i < 16; i++) p->uuid.bytes[i] = (char)(0x5a ^ (i * 17) ^ d);
   p->major = 9;
   p->minor = 0;
   p->totalGlobalMem = TOTAL_MEM;
+  p->totalConstMem = 65536;
+  p->sharedMemPerBlock = 49152;
+  p->sharedMemPerBlockOptin = 232448;
+  p->sharedMemPerMultiprocessor = 233472;
+  p->regsPerBlock = 65536;
+  p->regsPerMultiprocessor = 65536;
+  p->warpSize = 32;
+  p->memPitch = 2147483647;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = 65535, p->maxGridSize[2] = 65535;
+  p->multiProcessorCount = 132;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxBlocksPerMultiProcessor = 32;
+  p->l2CacheSize = 50 << 20;
+  p->persistingL2CacheMaxSize = 32 << 20;
+  p->memoryBusWidth = 5120;
+  p->textureAlignment = 512;
+  p->asyncEngineCount = 3;
+  p->concurrentKernels = 1;
+  p->unifiedAddressing = 1;
+  p->canMapHostMemory = 1;
+  p->ECCEnabled = 1;
+  p->pciDomainID = 0;
+  p->pciBusID = bus[d];
+  p->pciDeviceID = 0;
+  p->managedMemory = 1;
+  p->concurrentManagedAccess = 1;
+  p->cooperativeLaunch = 1;
+  p->memoryPoolsSupported = 1;
   return OK();
 }
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
+  ENTER();
   pthread_mutex_lock(&g_mu);
   *tot = TOTAL_MEM;
   *fr = TOTAL_MEM - CTX_RESERVED - g_used[t_dev];
@@ -326,6 +513,7 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
   return OK();
 }
 cudaError_t cudaMalloc(void **p, size_t n) {
+  ENTER();
   *p = NULL;
   pthread_mutex_lock(&g_mu);
   if (n > TOTAL_MEM - CTX_RESERVED - g_used[t_dev]) {
@@ -343,6 +531,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   return OK();
 }
 cudaError_t cudaFree(void *p) {
+  ENTER();
   if (!p) return OK();
   /* worst case: synchronize every stream of the device */
   pthread_mutex_lock(&g_mu);
@@ -365,19 +554,32 @@ cudaError_t cudaFree(void *p) {
   return OK();
 }
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  ENTER();
   (void)flags;
+  if (!p || !n) return fail(cudaErrorInvalidValue);
   if (getenv("FAKE_CUDA_NOREG")) return fail(cudaErrorNotSupported); /* registration refused */
+  /* CUDA pins whole pages: two ranges that share a page conflict even when the bytes do not */
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+  const char *lim = getenv("FAKE_CUDA_REG_LIMIT");
   pthread_mutex_lock(&g_mu);
   for (size_t i = 0; i < g_nreg; i++)
-    if ((uintptr_t)p < g_reg[i].base + g_reg[i].len && g_reg[i].base < (uintptr_t)p + n) {
+    if (lo < g_regpg[i].base + g_regpg[i].len && g_regpg[i].base < hi) {
       pthread_mutex_unlock(&g_mu);
       return fail(cudaErrorHostMemoryAlreadyRegistered);
     }
+  if (lim && g_regbytes + (hi - lo) > (size_t)strtoull(lim, NULL, 10)) { /* a locked-memory limit */
+    pthread_mutex_unlock(&g_mu);
+    return fail(cudaErrorMemoryAllocation);
+  }
+  g_regpg[g_nreg] = (rng){lo, hi - lo, -1};
   g_reg[g_nreg++] = (rng){(uintptr_t)p, n, -1};
+  g_regbytes += hi - lo;
   pthread_mutex_unlock(&g_mu);
   return OK();
 }
 cudaError_t cudaHostUnregister(void *p) {
+  ENTER();
   pthread_mutex_lock(&g_mu);
   size_t i = 0;
   while (i < g_nreg && g_reg[i].base != (uintptr_t)p) i++;
@@ -385,17 +587,22 @@ cudaError_t cudaHostUnregister(void *p) {
     pthread_mutex_unlock(&g_mu);
     return fail(cudaErrorHostMemoryNotRegistered);
   }
+  g_regbytes -= g_regpg[i].len;
   g_reg[i] = g_reg[--g_nreg];
+  g_regpg[i] = g_regpg[g_nreg];
   pthread_mutex_unlock(&g_mu);
   return OK();
 }
+cudaError_t cudaStreamCreate(cudaStream_t *out) { return cudaStreamCreateWithFlags(out, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags) {
+  ENTER();
   *out = (cudaStream_t)new_stream(t_dev, flags);
   return OK();
 }
 cudaError_t cudaStreamDestroy(cudaStream_t h) {
+  ENTER();
   struct CUstream_st *s = resolve(h);
-  if (!s || s == g_default[s->dev]) return fail(cudaErrorInvalidResourceHandle);
+  if (!s || s == g_default[s->dev] || s == t_ptds[s->dev]) return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->work);
@@ -407,24 +614,28 @@ cudaError_t cudaStreamDestroy(cudaStream_t h) {
   return OK();
 }
 cudaError_t cudaStreamGetFlags(cudaStream_t h, unsigned *f) {
+  ENTER();
   struct CUstream_st *s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   *f = s->flags;
   return OK();
 }
 cudaError_t cudaStreamGetDevice(cudaStream_t h, int *d) {
+  ENTER();
   struct CUstream_st *s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   *d = s->dev;
   return OK();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
+  ENTER();
   struct CUstream_st *s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   sync_stream(s);
   return OK();
 }
 cudaError_t cudaStreamQuery(cudaStream_t h) {
+  ENTER();
   struct CUstream_st *s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
@@ -444,6 +655,7 @@ static struct CUstream_st *usable_as(cudaStream_t h, const char *call) {
   return s;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t h) {
+  ENTER();
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   if (k == cudaMemcpyDefault) /* unified addressing: the direction from the pointers */
@@ -456,7 +668,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     return fail(cudaErrorInvalidValue);
   }
   const void *host = k == cudaMemcpyHostToDevice ? src : k == cudaMemcpyDeviceToHost ? dst : NULL;
+  if (getenv("FAKE_CUDA_FAULT_AFTER") &&
+      __atomic_add_fetch(&g_copies, 1, __ATOMIC_RELAXED) > strtoull(getenv("FAKE_CUDA_FAULT_AFTER"), NULL, 10)) {
+    fprintf(stderr, "fake_cudart: FAKE_CUDA_FAULT_AFTER=%s: simulated illegal address, sticky from here on\n",
+            getenv("FAKE_CUDA_FAULT_AFTER"));
+    fake_cuda_inject_fault(cudaErrorIllegalAddress);
+    return fail(g_fault);
+  }
   if (k == cudaMemcpyHostToHost || (host && !is_reg(host, n))) {
+    __atomic_add_fetch(&g_n_pageable, 1, __ATOMIC_RELAXED);
+    implicit_sync(s);
     sync_stream(s); /* pageable: synchronous in the caller */
     memcpy(dst, src, n);
     return OK();
@@ -470,6 +691,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
   return OK();
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
+  ENTER();
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   if (!is_dev(p, n)) return fail(cudaErrorInvalidValue);
@@ -482,9 +704,11 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
   return OK();
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *arg) {
+  ENTER();
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   op *o = calloc(1, sizeof *o);
+  __atomic_add_fetch(&g_n_host_funcs, 1, __ATOMIC_RELAXED);
   o->type = OP_FN;
   o->fn = fn;
   o->arg = arg;
@@ -519,6 +743,7 @@ static int live_event_as(cudaEvent_t e, const char *call) {
   return ok;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  ENTER();
   (void)flags;
   struct CUevent_st *ev = calloc(1, sizeof *ev);
   ev->dev = t_dev;
@@ -532,6 +757,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   return OK();
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  ENTER();
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&g_mu);
   e->alive = 0; /* not freed: streams keep their own copy of a wait */
@@ -539,6 +765,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return OK();
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
+  ENTER();
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
@@ -559,6 +786,7 @@ static void snap(cudaEvent_t e, struct CUstream_st **s, uint64_t *t) {
   pthread_mutex_unlock(&e->mu);
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+  ENTER();
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s;
   uint64_t t;
@@ -570,6 +798,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return done ? OK() : fail(cudaErrorNotReady);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  ENTER();
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s;
   uint64_t t;
@@ -581,6 +810,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   return OK();
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
+  ENTER();
   (void)flags;
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle);
   struct CUstream_st *s = usable(h);
@@ -599,6 +829,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
 
 /* ---------------- pointer attributes (CUDA 11+ semantics: unknown host memory is cudaMemoryTypeUnregistered) */
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+  ENTER();
   if (!a) return fail(cudaErrorInvalidValue);
   memset(a, 0, sizeof *a);
   a->type = cudaMemoryTypeUnregistered;

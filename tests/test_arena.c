@@ -11,7 +11,10 @@
  * adversarial traces must fail there). Device bytes are only read or written
  * through zo_memcpy/zo_memcpy_async, as on a GPU.
  *
- * usage: test_arena [TRACE_DIR]    Exit 0 pass, 1 fail.
+ * usage: test_arena [--backend host|cuda] [TRACE_DIR]    Exit 0 pass, 1 fail,
+ * 77 when --backend cuda finds no CUDA device. The cuda backend runs the same
+ * tests (ctest test_arena_fakecuda: against the stand-in tests/fake_cudart.c,
+ * whose copies land later and poison their destination until synchronized).
  * Trace format (what ZO_ARENA_TRACE records, see zoffload/arena.h): one event
  * per line, "a ID NBYTES", "f ID", "p ID", "u ID"; "#" starts a comment, and
  * a "# arena ..." line after events starts a new trace (a file written by
@@ -30,11 +33,21 @@
 #include "zo_test.h"
 #include "zoffload/arena.h"
 #include "zoffload/device.h"
+#include "zoffload/pinned.h"
 
 #define KB 1024u
 #define ALIGN_UP(x) (((x) + ZO_ARENA_ALIGN - 1) / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN)
 
-static zo_device_t *g_dev; /* host backend, unlimited */
+static zo_device_t *g_dev;                  /* the backend under test, unlimited */
+static zo_device_kind g_kind = ZO_DEVICE_HOST; /* --backend */
+static zo_pinned_pool_t *g_pool; /* host buffers of asynchronous copies: pinned, as CUDA needs them to be */
+
+/* A host buffer that an asynchronous copy may use: pageable memory would make CUDA's copy synchronous in the
+ * caller (and stall it behind a gate). */
+static void *pinned(size_t n, int zero) {
+  void *p = NULL;
+  return zo_pinned_alloc(g_pool, n, 64, zero, &p) == ZO_OK ? p : NULL;
+}
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -270,7 +283,7 @@ static void test_deferred_free(void) {
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &B));
   char *pA = ptr_of(A), *pB = ptr_of(B);
   CHECK(fill_block(A, 100) == 0);
-  uint8_t *readback = calloc(1, 2 * KB), *want = malloc(2 * KB);
+  uint8_t *readback = pinned(2 * KB, 1), *want = malloc(2 * KB);
   REQUIRE(readback && want);
   pattern(want, 2 * KB, 100);
   gate g = {0, 150};
@@ -320,7 +333,8 @@ static void test_deferred_free(void) {
   CHECK_OK(zo_launch_host_func(s, gate_wait_fn, &g1));
   CHECK_OK(zo_arena_unpin(a, E, s));
   CHECK_OK(zo_arena_pin(a, E, NULL));
-  CHECK_OK(zo_launch_host_func(s2, gate_wait_fn, &g2));
+  /* (CUDA runs the host funcs of all streams on one thread: there s2's gate would wait behind s's, so s2 has none) */
+  if (g_kind == ZO_DEVICE_HOST) CHECK_OK(zo_launch_host_func(s2, gate_wait_fn, &g2));
   CHECK_OK(zo_arena_free(a, E, s2));
   CHECK_EQ(stats_of(a).pending_bytes, 2 * KB);
   atomic_store(&g2.open, 1);
@@ -341,7 +355,7 @@ static void test_deferred_free(void) {
   zo_stream_destroy(s2);
   zo_stream_destroy(s);
   zo_arena_destroy(a);
-  free(readback);
+  zo_pinned_free(g_pool, readback);
   free(want);
   printf("deferred free: ok (blocked %.0f ms behind the gate)\n", waited * 1e3);
 }
@@ -454,7 +468,7 @@ static void test_compaction_after_last_use(void) {
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &Z));
   char *base = ptr_of(X), *pU = ptr_of(U);
   CHECK(fill_block(U, 1) == 0);
-  uint8_t *p2 = malloc(1 * KB);
+  uint8_t *p2 = pinned(1 * KB, 0);
   REQUIRE(p2);
   pattern(p2, 1 * KB, 2);
   gate g = {0, 150};
@@ -485,7 +499,7 @@ static void test_compaction_after_last_use(void) {
   pthread_join(th, NULL);
   zo_stream_destroy(s);
   zo_arena_destroy(a);
-  free(p2);
+  zo_pinned_free(g_pool, p2);
   printf("compaction waits for the last use: ok (%.0f ms)\n", waited * 1e3);
 }
 
@@ -531,7 +545,7 @@ static void pinholes_run(int with_scratch) {
   const size_t cap = (size_t)PH_NB * (PH_BLK + PH_SPACER), scratch = cap / 64;
   zo_device_t *saved = g_dev, *lim = NULL;
   if (!with_scratch) {
-    REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 0, cap, &lim));
+    REQUIRE_OK(zo_device_create(g_kind, 0, cap, &lim));
     g_dev = lim;
   }
   zo_arena_t *a = mk_arena(cap, ZO_ARENA_BEST_FIT);
@@ -642,7 +656,7 @@ static void test_errors(void) {
   CHECK_HAS(zo_last_error(), "/nonexistent-dir-zo/arena.trace");
   CHECK(a == NULL);
   zo_device_t *small = NULL;
-  REQUIRE_OK(zo_device_create(ZO_DEVICE_HOST, 1, 64 * KB, &small));
+  REQUIRE_OK(zo_device_create(g_kind, g_kind == ZO_DEVICE_HOST ? 1 : 0, 64 * KB, &small));
   CHECK_ST(zo_arena_create(small, 128 * KB, NULL, &a), ZO_ERR_OUT_OF_MEMORY);
   CHECK_HAS(zo_last_error(), "device arena of 131072 bytes");
   CHECK(a == NULL);
@@ -1256,10 +1270,31 @@ static void test_threads(void) {
 
 int main(int argc, char **argv) {
   unsetenv("ZO_ARENA_TRACE"); /* this program's arenas record only where it asks */
-  if (zo_device_create(ZO_DEVICE_HOST, 0, 0, &g_dev) != ZO_OK) {
-    fprintf(stderr, "test_arena: cannot create the host device: %s\n", zo_last_error());
+  if (argc >= 3 && !strcmp(argv[1], "--backend")) {
+    if (!strcmp(argv[2], "cuda")) {
+      g_kind = ZO_DEVICE_CUDA;
+    } else if (strcmp(argv[2], "host")) {
+      fprintf(stderr, "usage: test_arena [--backend host|cuda] [TRACE_DIR]\n");
+      return 1;
+    }
+    argc -= 2;
+    argv += 2;
+  }
+  /* the pool before the device: a CUDA device registers the pool's memory when it is created */
+  zo_pinned_opts po = ZO_PINNED_OPTS_INIT;
+  if (zo_pinned_pool_create(&po, &g_pool) != ZO_OK) {
+    fprintf(stderr, "test_arena: cannot create a pinned pool: %s\n", zo_last_error());
     return 1;
   }
+  if (g_kind == ZO_DEVICE_CUDA && zo_device_cuda_count() == 0) {
+    printf("test_arena: no CUDA device, skipped\n");
+    return ZO_TEST_SKIP;
+  }
+  if (zo_device_create(g_kind, 0, 0, &g_dev) != ZO_OK) {
+    fprintf(stderr, "test_arena: cannot create the %s device: %s\n", zo_device_kind_name(g_kind), zo_last_error());
+    return 1;
+  }
+  printf("test_arena: %s\n", zo_device_name(g_dev));
   test_alignment();
   test_best_fit();
   test_coalesce();
@@ -1277,5 +1312,6 @@ int main(int argc, char **argv) {
   zo_device_destroy(g_dev);
   free(g_host_a);
   free(g_host_b);
+  zo_pinned_pool_destroy(g_pool);
   return zo_test_finish("test_arena");
 }

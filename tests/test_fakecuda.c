@@ -4,10 +4,16 @@
  * (zo_stream_destroy) before its native stream (cudaStreamDestroy), as
  * zo-train's train_model_destroy must do; any use of a destroyed stream or
  * event aborts the process with a message; a failed or not-ready call stays
- * the thread's last error until cudaGetLastError reads it.
+ * the thread's last error until cudaGetLastError reads it; the destination
+ * of an asynchronous copy or memset holds poison (0xA5) until it is
+ * synchronized; a CUDA call from a host func aborts; a simulated fault is
+ * sticky; the legacy default stream synchronizes with blocking streams;
+ * cudaHostRegister is page-granular and can be limited; the properties are
+ * a plausible H100's.
  * Not a GPU test: run only against the stand-in (ctest test_fakecuda), where
  * the aborts are checked in child processes forked before any CUDA call.
  */
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,6 +57,78 @@ static void child_destroyed_stream_twice(void) {
   if (cudaStreamDestroy(raw) != cudaSuccess) exit(3);
   (void)cudaStreamDestroy(raw);
   exit(0);
+}
+
+/* A CUDA call from inside a host func: CUDA forbids it; the stand-in aborts naming the call. */
+static void cb_calls_cuda(void *arg) {
+  (void)arg;
+  int d = 0;
+  (void)cudaGetDevice(&d);
+}
+static void child_cuda_call_in_host_func(void) {
+  cudaStream_t s = NULL;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) exit(3);
+  if (cudaLaunchHostFunc(s, cb_calls_cuda, NULL) != cudaSuccess) exit(3);
+  (void)cudaStreamSynchronize(s);
+  exit(0);
+}
+
+/* A sticky fault: FAKE_CUDA_FAULT_AFTER=2 makes the third copy fail with cudaErrorIllegalAddress, and from then on
+ * every call (raw or through zoffload) fails with it; cudaGetLastError returns it without clearing it. Exit status:
+ * the number of failed checks. */
+static void child_fault_after(void) {
+  enum { N = 4096 };
+  setenv("FAKE_CUDA_FAULT_AFTER", "2", 1);
+  zo_device_t *dev = NULL;
+  REQUIRE_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev));
+  zo_stream_t *w = NULL;
+  REQUIRE_OK(zo_stream_create(dev, &w));
+  void *d = NULL;
+  REQUIRE_OK(zo_device_malloc(dev, N, &d));
+  static char h[N];
+  CHECK_OK(zo_memcpy_async(w, d, h, N, ZO_COPY_H2D));
+  CHECK_OK(zo_memcpy_async(w, h, d, N, ZO_COPY_D2H));
+  CHECK_ST(zo_memcpy_async(w, d, h, N, ZO_COPY_H2D), ZO_ERR_CUDA);
+  CHECK_HAS(zo_last_error(), "cudaErrorIllegalAddress");
+  CHECK_ST(zo_stream_synchronize(w), ZO_ERR_CUDA); /* sticky: a later, valid call fails too */
+  void *p = NULL;
+  CHECK_EQ(cudaMalloc(&p, 256), cudaErrorIllegalAddress);
+  CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress); /* not cleared by reading it */
+  fflush(stdout);
+  _exit(zo_test_failures);
+}
+
+/* The same through the test hook, with no copy at all. */
+static void child_fault_hook(void) {
+  void (*inject)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "fake_cuda_inject_fault");
+  REQUIRE(inject);
+  cudaStream_t s = NULL;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  inject(cudaErrorIllegalAddress);
+  CHECK_EQ(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+  CHECK_EQ(cudaStreamQuery(s), cudaErrorIllegalAddress);
+  CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  fflush(stdout);
+  _exit(zo_test_failures);
+}
+
+/* Run @fn in a child; it must exit 0 (its checks print their own failures). */
+static void expect_exit0(const char *name, void (*fn)(void)) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    fn();
+    _exit(zo_test_failures ? 1 : 0); /* (a REQUIRE that failed returned early) */
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  printf("%s: child %s %d\n", name, WIFSIGNALED(status) ? "killed by signal" : "exited",
+         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Run @fn in a child; it must die of SIGABRT with @msg on its stderr. */
@@ -160,6 +238,152 @@ static void test_sticky_last_error(void) {
   CHECK(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+/* An asynchronous copy or memset: its destination holds 0xA5 until the stream is synchronized, so a host read that
+ * skips the sync sees poison, not data. The stream's copies start after 1 s (FAKE_CUDA_LATENCY_US), so the query
+ * right after the read finds them not finished; a runtime that completes them at once fails here. */
+static void test_poison_until_sync(void) {
+  enum { N = 8192 };
+  cudaStream_t fast = NULL, s = NULL;
+  REQUIRE(cudaStreamCreateWithFlags(&fast, cudaStreamNonBlocking) == cudaSuccess);
+  setenv("FAKE_CUDA_LATENCY_US", "1000000", 1); /* read by the worker of each new stream */
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  unsetenv("FAKE_CUDA_LATENCY_US");
+  unsigned char *h = aligned_alloc(4096, N), *want = malloc(N);
+  REQUIRE(h && want);
+  memset(h, 0, N);
+  REQUIRE(cudaHostRegister(h, N, cudaHostRegisterDefault) == cudaSuccess);
+  void *d = NULL;
+  REQUIRE(cudaMalloc(&d, N) == cudaSuccess);
+  for (int i = 0; i < N; i++) want[i] = (unsigned char)(i * 7 + 1);
+  memcpy(h, want, N);
+  /* H2D from registered memory, then D2H back into it after a memset of the host copy */
+  CHECK(cudaMemcpyAsync(d, h, N, cudaMemcpyHostToDevice, fast) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(fast) == cudaSuccess);
+  memset(h, 0, N);
+  CHECK(cudaMemcpyAsync(h, d, N, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  unsigned char first = h[0], last = h[N - 1]; /* no sync: a missing-sync bug */
+  CHECK_EQ(cudaStreamQuery(s), cudaErrorNotReady); /* (fails only after a 1 s stall between these two lines) */
+  (void)cudaGetLastError();
+  CHECK_EQ(first, 0xA5);
+  CHECK_EQ(last, 0xA5);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK_BYTES("D2H after sync", h, want, N);
+  /* a memset: poison until synchronized, then the value */
+  CHECK(cudaMemsetAsync(d, 0x3c, N, s) == cudaSuccess);
+  first = ((unsigned char *)d)[0]; /* (the stand-in's device memory is host memory) */
+  CHECK_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  CHECK_EQ(first, 0xA5);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK_EQ(((unsigned char *)d)[N - 1], 0x3c);
+  CHECK(cudaHostUnregister(h) == cudaSuccess);
+  CHECK(cudaFree(d) == cudaSuccess);
+  CHECK(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK(cudaStreamDestroy(fast) == cudaSuccess);
+  CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  free(h);
+  free(want);
+}
+
+/* 1 when @s stays not ready for 100 ms of polling (it waits on a gate), 0 when it completes. */
+static int stays_blocked(cudaStream_t s) {
+  for (int i = 0; i < 100; i++) {
+    if (cudaStreamQuery(s) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    usleep(1000);
+  }
+  return 1;
+}
+
+/* The legacy default stream waits for earlier work of blocking streams, and they for its earlier work; a
+ * non-blocking stream waits for neither, the per-thread default stream only for the legacy stream. */
+static void test_legacy_stream(void) {
+  enum { N = 4096 };
+  cudaStream_t b = NULL, nb = NULL;
+  REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamDefault) == cudaSuccess); /* blocking */
+  REQUIRE(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking) == cudaSuccess);
+  void *d = NULL;
+  REQUIRE(cudaMalloc(&d, 2 * N) == cudaSuccess);
+  /* blocking stream gated: the legacy stream's memset waits, the non-blocking stream's does not */
+  atomic_store(&g_release, 0);
+  CHECK(cudaLaunchHostFunc(b, block_until_released, NULL) == cudaSuccess);
+  /* the per-thread default stream syncs with the legacy stream only, not with other blocking streams */
+  CHECK(cudaMemsetAsync((char *)d + N, 4, N, cudaStreamPerThread) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess); /* (a hang here: the ctest timeout) */
+  CHECK(cudaMemsetAsync(d, 1, N, cudaStreamLegacy) == cudaSuccess);
+  CHECK(cudaMemsetAsync((char *)d + N, 2, N, nb) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(nb) == cudaSuccess); /* (a hang here: the ctest timeout) */
+  CHECK(stays_blocked(cudaStreamLegacy));
+  atomic_store(&g_release, 1);
+  CHECK(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+  CHECK_EQ(((unsigned char *)d)[0], 1);
+  /* legacy stream gated: the blocking stream's memset waits */
+  atomic_store(&g_release, 0);
+  CHECK(cudaLaunchHostFunc(0, block_until_released, NULL) == cudaSuccess);
+  CHECK(cudaMemsetAsync(d, 3, N, b) == cudaSuccess);
+  CHECK(stays_blocked(b));
+  atomic_store(&g_release, 1);
+  CHECK(cudaStreamSynchronize(b) == cudaSuccess);
+  CHECK_EQ(((unsigned char *)d)[N - 1], 3);
+  CHECK(cudaStreamSynchronize(0) == cudaSuccess);
+  CHECK(cudaFree(d) == cudaSuccess);
+  CHECK(cudaStreamDestroy(nb) == cudaSuccess);
+  CHECK(cudaStreamDestroy(b) == cudaSuccess);
+  CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+/* cudaHostRegister pins whole pages: two buffers that share a page conflict; FAKE_CUDA_REG_LIMIT caps the total. */
+static void test_host_register_pages(void) {
+  long pg = sysconf(_SC_PAGESIZE);
+  char *buf = aligned_alloc((size_t)pg, (size_t)pg * 4);
+  REQUIRE(buf);
+  CHECK(cudaHostRegister(buf, 100, cudaHostRegisterDefault) == cudaSuccess);
+  CHECK_EQ(cudaHostRegister(buf + 200, 100, cudaHostRegisterDefault), cudaErrorHostMemoryAlreadyRegistered);
+  CHECK_EQ(cudaGetLastError(), cudaErrorHostMemoryAlreadyRegistered);
+  CHECK(cudaHostRegister(buf + pg, 100, cudaHostRegisterDefault) == cudaSuccess); /* the next page: fine */
+  CHECK(cudaHostUnregister(buf) == cudaSuccess);
+  CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);
+  char lim[32];
+  snprintf(lim, sizeof lim, "%ld", 2 * pg);
+  setenv("FAKE_CUDA_REG_LIMIT", lim, 1);
+  CHECK(cudaHostRegister(buf, (size_t)pg, cudaHostRegisterDefault) == cudaSuccess);
+  CHECK(cudaHostRegister(buf + pg, 1, cudaHostRegisterDefault) == cudaSuccess); /* counts one whole page */
+  CHECK_EQ(cudaHostRegister(buf + 2 * pg, 1, cudaHostRegisterDefault), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);
+  CHECK(cudaHostRegister(buf + 2 * pg, 1, cudaHostRegisterDefault) == cudaSuccess); /* room again */
+  CHECK(cudaHostUnregister(buf) == cudaSuccess);
+  CHECK(cudaHostUnregister(buf + 2 * pg) == cudaSuccess);
+  unsetenv("FAKE_CUDA_REG_LIMIT");
+  CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  free(buf);
+}
+
+/* A plausible device: an H100 80GB's properties, and cudaMemGetInfo agreeing with them. */
+static void test_properties(void) {
+  struct cudaDeviceProp p;
+  REQUIRE(cudaGetDeviceProperties(&p, 0) == cudaSuccess);
+  printf("test_properties: %s, sm_%d%d, %d SMs, %zu bytes, PCI %04x:%02x:%02x.0\n", p.name, p.major, p.minor,
+         p.multiProcessorCount, p.totalGlobalMem, (unsigned)p.pciDomainID, (unsigned)p.pciBusID,
+         (unsigned)p.pciDeviceID);
+  CHECK_HAS(p.name, "Stand-in H100 80GB HBM3");
+  CHECK_EQ(p.major, 9);
+  CHECK_EQ(p.minor, 0);
+  CHECK_EQ(p.multiProcessorCount, 132);
+  CHECK(p.totalGlobalMem >= 80000000000ull && p.totalGlobalMem < 90000000000ull);
+  CHECK(p.pciBusID > 0);
+  CHECK_EQ(p.warpSize, 32);
+  size_t fr = 0, tot = 0;
+  CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess);
+  CHECK_EQ(tot, p.totalGlobalMem);
+  CHECK(fr < tot);
+  zo_device_t *dev = NULL;
+  CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev));
+  REQUIRE(dev);
+  CHECK_HAS(zo_device_name(dev), "Stand-in H100 80GB HBM3 (sm_90");
+  zo_device_destroy(dev);
+}
+
 int main(void) {
   /* children first: fork before this process starts any stand-in thread */
   expect_abort("old destroy order", child_old_destroy_order,
@@ -167,6 +391,10 @@ int main(void) {
   expect_abort("destroyed event", child_destroyed_event, "fake_cudart: cudaEventQuery on a destroyed event");
   expect_abort("stream destroyed twice", child_destroyed_stream_twice,
                "fake_cudart: cudaStreamDestroy on a destroyed stream");
+  expect_abort("CUDA call in a host func", child_cuda_call_in_host_func,
+               "fake_cudart: cudaGetDevice called from inside a host func");
+  expect_exit0("sticky fault (FAKE_CUDA_FAULT_AFTER=2)", child_fault_after);
+  expect_exit0("sticky fault (fake_cuda_inject_fault)", child_fault_hook);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
     printf("test_fakecuda: no CUDA device\n");
@@ -174,5 +402,9 @@ int main(void) {
   }
   test_wrap_destroy_order();
   test_sticky_last_error();
+  test_poison_until_sync();
+  test_legacy_stream();
+  test_host_register_pages();
+  test_properties();
   return zo_test_finish("test_fakecuda");
 }

@@ -108,7 +108,10 @@ static inline void store_el(void *d, zo_dtype t, size_t i, float x) {
   else ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
 }
 
+_Atomic uint64_t eng_host_func_grad_bytes;
+
 void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+  eng_note_grad_bytes(n * zo_dtype_size(st));
   if (!add && dt == st) {
     memcpy(dst, src, n * zo_dtype_size(dt));
   } else if (dt == ZO_DTYPE_F32 && st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */

@@ -101,6 +101,7 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
       for (size_t j = 0; j < m; j += GNV_NORM_CHUNK) {
         double s;
         const size_t k = m - j < GNV_NORM_CHUNK ? m - j : GNV_NORM_CHUNK;
+        eng_note_grad_bytes(k * asz);
         ZO_CHECK(zo_grad_sqnorm_ex((char *)buf + j * asz, e->adtype, k, ZO_SIMD_AUTO, 1, &s, NULL));
         p->sqnorm += s;
       }

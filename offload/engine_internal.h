@@ -447,6 +447,13 @@ zo_status eng_acc_after_compute(zo_engine_t *e);
 
 /* Norm, overflow flag and early Adam of a landed gradient shard (see its definition). */
 void eng_grad_landed(void *arg);
+/* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
+ * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
+ * copies). Counted on the host device only. For tests. */
+extern _Atomic uint64_t eng_host_func_grad_bytes;
+static inline void eng_note_grad_bytes(size_t nbytes) {
+  if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
+}
 
 /* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,

@@ -36,6 +36,7 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
 void eng_grad_landed(void *arg) {
   zo_param_t *p = arg;
   zo_engine_t *e = p->eng;
+  eng_note_grad_bytes(p->shard_n * zo_dtype_size(e->adtype));
   p->landed_st = zo_grad_sqnorm_ex(p->grad, e->adtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
   if (p->landed_st == ZO_OK && e->early_adam)
     p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],

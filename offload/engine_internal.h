@@ -80,7 +80,8 @@ struct zo_param {
   void *wb_ptr;             /* nvme: the write-back region allocated last for this tensor (eng_working_dst) */
 
   /* Set on the copy stream's thread when the gradient has landed (read by the
-   * engine thread after synchronizing the stream). */
+   * engine thread after synchronizing the stream); cpu, none: sqnorm and
+   * nonfinite by the engine thread once the norm task is done (eng_grad_norms_wait). */
   zo_engine_t *eng;
   double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
   int nonfinite;            /* the shard holds inf or NaN */

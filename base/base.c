@@ -14,6 +14,7 @@
 #include "base_internal.h"
 
 static _Thread_local char tl_error[1024];
+_Thread_local int zo_tl_host_func;
 
 const char *zo_status_string(zo_status s) {
   switch (s) {

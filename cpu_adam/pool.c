@@ -59,6 +59,7 @@ struct zo_adam_pool {
   pthread_cond_t work_cv; /* workers: a new phase is published, or stop */
   pthread_cond_t done_cv; /* waiters: a task completed */
   struct zo_adam_task *head, *tail;
+  struct zo_adam_task *urgent; /* the last ZO_ADAM_TASK_URGENT task queued and not yet completed, or NULL */
   struct zo_adam_task *live;
   uint64_t gen; /* bumped each time a phase is published */
   int stop;
@@ -195,6 +196,7 @@ static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
     }
   }
   T->done = 1;
+  if (P->urgent == T) P->urgent = NULL;
   P->head = T->next;
   if (!P->head) P->tail = NULL;
   pthread_cond_broadcast(&P->done_cv);
@@ -462,18 +464,22 @@ const char *zo_adam_pool_describe(const zo_adam_pool_t *P) { return P ? P->desc 
 /* ---------------------------------------------------------------- tasks */
 
 
-/* Queue T (under mu). */
-static void enqueue(zo_adam_pool_t *P, struct zo_adam_task *T) {
+/* Queue T (under mu): at the tail, or (@urgent) behind the running head and the urgent tasks queued before it. */
+static void enqueue(zo_adam_pool_t *P, struct zo_adam_task *T, int urgent) {
   T->next = NULL;
   T->live_prev = NULL;
   T->live_next = P->live;
   if (P->live) P->live->live_prev = T;
   P->live = T;
-  if (P->tail)
-    P->tail->next = T;
-  else
-    P->head = T;
-  P->tail = T;
+  struct zo_adam_task *after = urgent && P->head ? (P->urgent ? P->urgent : P->head) : P->tail;
+  if (urgent) P->urgent = T;
+  if (after) {
+    T->next = after->next;
+    after->next = T;
+    if (P->tail == after) P->tail = T;
+  } else {
+    P->head = P->tail = T;
+  }
   if (P->head == T) publish(P, 0);
 }
 
@@ -493,9 +499,9 @@ static struct zo_adam_task *task_new(zo_adam_pool_t *P) {
 }
 static zo_adam_pool_t *task_pool(struct zo_adam_task *T) { return ((task_box *)T)->pool; }
 
-static zo_status submit_task(zo_adam_pool_t *P, struct zo_adam_task *T) {
+static zo_status submit_task(zo_adam_pool_t *P, struct zo_adam_task *T, int urgent) {
   pthread_mutex_lock(&P->mu);
-  enqueue(P, T);
+  enqueue(P, T, urgent);
   pthread_mutex_unlock(&P->mu);
   return ZO_OK;
 }
@@ -515,7 +521,7 @@ zo_status zo_adam_pool_submit(zo_adam_pool_t *P, const zo_adam_hparams *hp, cons
   T->tile = task_tile(P->tile, sh->n, P->nt);
   T->align = 64;
   T->phase = (flags & ZO_ADAM_SKIP_NONFINITE) ? 0 : 1;
-  submit_task(P, T);
+  submit_task(P, T, 0);
   *task = T;
   return ZO_OK;
 }
@@ -561,13 +567,17 @@ zo_status zo_adam_pool_update(zo_adam_pool_t *P, const zo_adam_hparams *hp, cons
   return zo_adam_task_wait(T, res);
 }
 
-zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_t begin, size_t end, int thread),
-                                    void *arg, size_t n, size_t tile) {
+zo_status zo_adam_pool_submit_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_t begin, size_t end, int thread),
+                                   void *arg, size_t n, size_t tile, unsigned flags, zo_adam_task_t **task) {
+  if (!task) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: task is NULL");
+  *task = NULL;
   if (!P || !fn)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_parallel_for: %s is NULL", !P ? "pool" : "fn");
-  if (n == 0) return ZO_OK;
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: %s is NULL", !P ? "pool" : "fn");
+  if (n == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: n is 0 (nothing to run)");
+  if (flags & ~(unsigned)ZO_ADAM_TASK_URGENT)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: unknown flags 0x%x", flags);
   struct zo_adam_task *T = task_new(P);
-  if (!T) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_parallel_for: cannot allocate a task");
+  if (!T) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_submit_for: cannot allocate a task");
   T->kind = K_FOR;
   T->fn = fn;
   T->arg = arg;
@@ -575,7 +585,18 @@ zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *P, void (*fn)(void *arg, siz
   T->tile = tile == ZO_ADAM_TILE_CONTIGUOUS ? 0 : tile ? tile : task_tile(P->tile, n, P->nt);
   T->align = 64;
   T->phase = 1;
-  submit_task(P, T);
+  submit_task(P, T, (flags & ZO_ADAM_TASK_URGENT) != 0);
+  *task = T;
+  return ZO_OK;
+}
+
+zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_t begin, size_t end, int thread),
+                                    void *arg, size_t n, size_t tile) {
+  if (!P || !fn)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_parallel_for: %s is NULL", !P ? "pool" : "fn");
+  if (n == 0) return ZO_OK;
+  zo_adam_task_t *T;
+  ZO_CHECK(zo_adam_pool_submit_for(P, fn, arg, n, tile, 0, &T));
   return zo_adam_task_wait(T, NULL);
 }
 
@@ -608,7 +629,7 @@ zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad
   T->tile = nchunks >= 8 * (size_t)P->nt ? 4 : 0;
   T->align = 1;
   T->phase = 1;
-  submit_task(P, T);
+  submit_task(P, T, 0);
   zo_status st = zo_adam_task_wait(T, NULL);
   double s = zo_sqnorm_combine(part, nchunks);
   free(part);

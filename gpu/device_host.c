@@ -246,7 +246,9 @@ static zo_status run_op(host_stream *s, host_op *op) {
       memset(op->u.set.dptr, op->u.set.value, op->u.set.nbytes);
       return ZO_OK;
     case OP_HOST_FUNC:
+      zo_tl_host_func = 1; /* base_internal.h */
       op->u.func.fn(op->u.func.arg);
+      zo_tl_host_func = 0;
       return ZO_OK;
     case OP_WAIT:
       stream_wait_seq(op->u.wait.t, op->u.wait.target);

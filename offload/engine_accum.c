@@ -22,8 +22,11 @@ typedef struct acc_chunk {
   size_t off, n;
   zo_dtype dtype;
   int add;
+  int b;             /* its bucket: e->acc_ring at b * acc_bucket_el */
   void *bucket;
-  atomic_int queued; /* 1 from enqueue until its add has run (the copy stream's thread stores 0) */
+  atomic_int queued; /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores 0) */
+  zo_adam_task_t *task; /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
+  zo_status st;      /* the host function's failure to queue it */
 } acc_chunk;
 
 void eng_acc_setup(zo_engine_t *e) {
@@ -65,6 +68,8 @@ static zo_status acc_alloc_chunks(zo_engine_t *e) {
   e->acc_chunks = calloc(total ? total : 1, sizeof *e->acc_chunks);
   if (!e->acc_chunks)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient chunk descriptors", total);
+  e->acc_n_chunks = total;
+  for (int b = 0; b < e->acc_nb; b++) ZO_CHECK(zo_event_create(e->dev, &e->acc_ev[b]));
   for (int i = 0, k = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     p->acc_chunks = &e->acc_chunks[k];
@@ -78,8 +83,24 @@ static zo_status acc_alloc_chunks(zo_engine_t *e) {
   return ZO_OK;
 }
 
+/* cpu, none: every shard's norm partials (eng_grad_landed's task), one per ENG_NORM_CHUNK elements. */
+static zo_status acc_alloc_norm_parts(zo_engine_t *e) {
+  if (e->tier == ZO_OFFLOAD_NVME) return ZO_OK; /* the norm is taken on the way to grad.swp (engine_gradnv.c) */
+  size_t total = 0;
+  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + ENG_NORM_CHUNK - 1) / ENG_NORM_CHUNK;
+  e->norm_parts = calloc(total ? total : 1, sizeof *e->norm_parts);
+  if (!e->norm_parts)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient norm partials", total);
+  for (int i = 0, k = 0; i < e->n_params; i++) {
+    e->params[i]->norm_part = &e->norm_parts[k];
+    k += (int)((e->params[i]->shard_n + ENG_NORM_CHUNK - 1) / ENG_NORM_CHUNK);
+  }
+  return ZO_OK;
+}
+
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
   ZO_CHECK(zo_event_create(e->dev, &e->grad_read));
+  ZO_CHECK(acc_alloc_norm_parts(e));
   int nb;
   eng_acc_ring_shape(e, &e->acc_bucket_el, &nb);
   if (!nb) return ZO_OK;
@@ -91,7 +112,11 @@ zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
 
 void eng_acc_free(zo_engine_t *e) {
   free(e->acc_chunks);
-  e->acc_chunks = NULL, e->acc_nb = 0;
+  e->acc_chunks = NULL, e->acc_n_chunks = 0;
+  for (int b = 0; b < e->acc_nb; b++) zo_event_destroy(e->acc_ev[b]), e->acc_ev[b] = NULL, e->acc_last[b] = NULL;
+  e->acc_nb = 0;
+  free(e->norm_parts);
+  e->norm_parts = NULL;
   eng_host_buf_free(&e->acc_ring);
   zo_event_destroy(e->grad_read);
   e->grad_read = NULL;
@@ -108,7 +133,10 @@ static inline void store_el(void *d, zo_dtype t, size_t i, float x) {
   else ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
 }
 
+_Atomic uint64_t eng_host_func_grad_bytes;
+
 void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+  eng_note_grad_bytes(n * zo_dtype_size(st));
   if (!add && dt == st) {
     memcpy(dst, src, n * zo_dtype_size(dt));
   } else if (dt == ZO_DTYPE_F32 && st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */
@@ -120,24 +148,64 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
   }
 }
 
-/* Runs on the copy stream's thread once a chunk's copy has landed in its bucket. The add stays in this
- * callback for now: callbacks of one stream share one thread, so a long add delays the stream's next copies
- * and callbacks (moving it to the Adam pool, with the bucket reused after the add's task, is the next step).
- * Because it runs in stream order, the next copy into the same bucket comes after it: the buckets need no
- * host-side wait. */
+/* Pool task: elements [b, end) of chunk c's bucket added (or cast) into p->grad. Element-wise: any split gives
+ * the bits of one pass. */
+static void acc_add_range(void *arg, size_t b, size_t end, int thread) {
+  (void)thread;
+  acc_chunk *c = arg;
+  const zo_dtype at = c->p->eng->adtype;
+  eng_acc_add((char *)c->p->grad + (c->off + b) * zo_dtype_size(at), at,
+              (const char *)c->bucket + b * zo_dtype_size(c->dtype), c->dtype, end - b, c->add);
+}
+
+/* Runs on the copy stream's thread (a host function) once a chunk's copy has landed in its bucket: queues the
+ * add on the Adam pool and returns, O(1) and no CUDA call (host functions of a stream share one driver thread;
+ * an add here would hold up the stream's later copies). Urgent: ahead of queued Adam updates; in queue order
+ * among themselves, so the micro-batches' adds into one chunk, and the norm behind them (eng_grad_landed), run
+ * in hand-over order. The bucket is copied into again only after acc_reclaim() has waited for the add. */
 static void acc_chunk_landed(void *arg) {
   acc_chunk *c = arg;
-  zo_engine_t *e = c->p->eng;
-  eng_acc_add((char *)c->p->grad + c->off * zo_dtype_size(e->adtype), e->adtype, c->bucket, c->dtype, c->n, c->add);
+  c->st = zo_adam_pool_submit_for(c->p->eng->pool, acc_add_range, c, c->n, 0, ZO_ADAM_TASK_URGENT, &c->task);
   atomic_store_explicit(&c->queued, 0, memory_order_release);
 }
 
-/* Chunk @k of @p, free again: the add of the same chunk of the previous micro-batch has run (it nearly always
- * has; else wait for the copy stream), with the next bucket of the ring. */
+/* Chunk c's add has run (its task waited for: c->task is free again, and so is its bucket). Its host function
+ * may not have run yet: then wait for the event behind it (its bucket has not been reused since: that would
+ * have reclaimed c). */
+static zo_status acc_reclaim(zo_engine_t *e, acc_chunk *c) {
+  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_event_synchronize(e->acc_ev[c->b]));
+  zo_status st = c->st;
+  c->st = ZO_OK;
+  if (c->task) {
+    zo_status s2 = zo_adam_task_wait(c->task, NULL);
+    c->task = NULL;
+    if (st == ZO_OK) st = s2;
+  }
+  if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' [%zu, %zu): add on the Adam pool", c->p->name, c->off,
+                                          c->off + c->n);
+  return ZO_OK;
+}
+
+zo_status eng_acc_drain(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (size_t k = 0; k < e->acc_n_chunks; k++) {
+    zo_status st = acc_reclaim(e, &e->acc_chunks[k]);
+    if (first == ZO_OK) first = st;
+  }
+  return first;
+}
+
+/* Chunk @k of @p, free again (the add of the same chunk of the previous micro-batch has run), with the next
+ * bucket of the ring, free again too (the add of the chunk staged through it last has read it). Either nearly
+ * always has; else this waits for it. */
 static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chunk **out) {
   acc_chunk *c = &p->acc_chunks[k];
-  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  c->bucket = (char *)e->acc_ring.ptr + (size_t)e->acc_next * e->acc_bucket_el * eng_acc_in_size(e);
+  ZO_CHECK(acc_reclaim(e, c));
+  const int b = e->acc_next;
+  if (e->acc_last[b]) ZO_CHECK(acc_reclaim(e, e->acc_last[b]));
+  e->acc_last[b] = c;
+  c->b = b;
+  c->bucket = (char *)e->acc_ring.ptr + (size_t)b * e->acc_bucket_el * eng_acc_in_size(e);
   e->acc_next = (e->acc_next + 1) % e->acc_nb;
   *out = c;
   return ZO_OK;
@@ -180,6 +248,7 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
     e->d2h_bytes += c->n * gsz;
     atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
     ZO_CHECK(zo_launch_host_func(e->copy_stream, acc_chunk_landed, c));
+    ZO_CHECK(zo_event_record(e->acc_ev[c->b], e->copy_stream)); /* acc_reclaim */
   }
   if (last) ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
   return ZO_OK;

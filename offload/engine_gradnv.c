@@ -7,6 +7,7 @@
  * over ranks (engine_dp.c), reading a sub-group's gradient into its slot for Adam (engine_nvme.c).
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "engine_internal.h"
 #include "zoffload/adam.h"
@@ -73,6 +74,46 @@ zo_status eng_gnv_drain(zo_engine_t *e) {
   return first;
 }
 
+/* One chunk on its way to grad.swp, on the Adam pool (tiles of one norm chunk each, split across its threads): the
+ * cast or add of the contribution into the buffer and, for the final one, the squared norms of its norm chunks. */
+typedef struct {
+  void *buf;
+  const void *src;
+  zo_dtype at, st;
+  int add, last;
+  double *part;
+} gnv_job;
+
+static void gnv_add_norm_range(void *arg, size_t b, size_t end, int thread) {
+  (void)thread;
+  const gnv_job *j = arg;
+  const size_t asz = zo_dtype_size(j->at);
+  eng_acc_add((char *)j->buf + b * asz, j->at, (const char *)j->src + b * zo_dtype_size(j->st), j->st, end - b, j->add);
+  if (!j->last) return;
+  eng_note_grad_bytes((end - b) * asz);
+  for (size_t k = b / GNV_NORM_CHUNK; k * GNV_NORM_CHUNK < end; k++) {
+    const size_t o = k * GNV_NORM_CHUNK, n = end - o < GNV_NORM_CHUNK ? end - o : GNV_NORM_CHUNK;
+    /* cannot fail: a known dtype, n > 0 */
+    (void)zo_grad_sqnorm_ex((const char *)j->buf + o * asz, j->at, n, ZO_SIMD_AUTO, 1, &j->part[k], NULL);
+  }
+}
+
+/* buf[0, m) = (add ? buf : 0) + src[0, m) in the accumulation dtype and, with @last, the norm chunks' squared
+ * norms added to *sqnorm in order (the bits of one pass from the buffer's start): on the pool, waited here. */
+static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dtype st, size_t m, int add, int last,
+                              double *sqnorm) {
+  const size_t nparts = (e->gnv_el + GNV_NORM_CHUNK - 1) / GNV_NORM_CHUNK;
+  if (!e->norm_parts && !(e->norm_parts = calloc(nparts ? nparts : 1, sizeof *e->norm_parts))) /* eng_acc_free */
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient norm partials", nparts);
+  gnv_job j = {buf, src, e->adtype, st, add, last, e->norm_parts};
+  zo_adam_task_t *t;
+  /* urgent: ahead of queued sub-group updates; the engine thread waits for it as it did its own pass */
+  ZO_CHECK(zo_adam_pool_submit_for(e->pool, gnv_add_norm_range, &j, m, GNV_NORM_CHUNK, ZO_ADAM_TASK_URGENT, &t));
+  ZO_CHECK(zo_adam_task_wait(t, NULL));
+  for (size_t k = 0; last && k * GNV_NORM_CHUNK < m; k++) *sqnorm += e->norm_parts[k];
+  return ZO_OK;
+}
+
 zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
                       int last) {
   const size_t asz = zo_dtype_size(e->adtype), ssz = zo_dtype_size(st), unit = eng_extent_unit(e);
@@ -96,14 +137,7 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
       zo_status rs = eng_swap_wait(e, e->swap, &rq);
       if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
     }
-    eng_acc_add(buf, e->adtype, (const char *)src + (o - off) * ssz, st, m, add);
-    if (last)
-      for (size_t j = 0; j < m; j += GNV_NORM_CHUNK) {
-        double s;
-        const size_t k = m - j < GNV_NORM_CHUNK ? m - j : GNV_NORM_CHUNK;
-        ZO_CHECK(zo_grad_sqnorm_ex((char *)buf + j * asz, e->adtype, k, ZO_SIMD_AUTO, 1, &s, NULL));
-        p->sqnorm += s;
-      }
+    ZO_CHECK(gnv_add_norm(e, buf, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
     /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
     ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz,
                                          &e->gnv_req[b]));

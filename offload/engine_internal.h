@@ -82,11 +82,15 @@ struct zo_param {
   void *wb_ptr;             /* nvme: the write-back region allocated last for this tensor (eng_working_dst) */
 
   /* Set on the copy stream's thread when the gradient has landed (read by the
-   * engine thread after synchronizing the stream). */
+   * engine thread after synchronizing the stream); cpu, none: sqnorm and
+   * nonfinite by the engine thread once the norm task is done (eng_grad_norms_wait). */
   zo_engine_t *eng;
   double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
   int nonfinite;            /* the shard holds inf or NaN */
   zo_status landed_st;      /* error of the work done when the gradient landed */
+  zo_adam_task_t *norm_task; /* cpu, none: the norm of the landed gradient on the Adam pool (eng_grad_landed), until
+                                the step waits for it (which then sets sqnorm and nonfinite) */
+  double *norm_part;        /* cpu, none: [ceil(shard_n / ENG_NORM_CHUNK)] that task's per-chunk squared norms */
   atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
   int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
   /* nvme (engine_gradnv.c): writes of this tensor's gradient to grad.swp in flight, whether the final
@@ -191,6 +195,10 @@ struct zo_engine {
   size_t acc_bucket_el;
   int acc_nb, acc_next;
   struct acc_chunk *acc_chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
+  size_t acc_n_chunks;
+  struct acc_chunk *acc_last[2]; /* per bucket: the chunk staged through it last (its add reads the bucket) */
+  zo_event_t *acc_ev[2];     /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+  double *norm_parts;        /* cpu, none: every shard's p->norm_part */
   zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
   int grad_read_set;
   size_t esz[SL_KINDS];      /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
@@ -458,13 +466,28 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last);
 /* The checks every hand-over shares (@what names the call in messages); nothing changes when one fails. */
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype, const char *what);
+/* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the
+ * copy stream); the first failure, naming the tensor. */
+zo_status eng_acc_drain(zo_engine_t *e);
 /* The copy stream waits for the compute queued so far on the compute stream (which produced the gradient). */
 zo_status eng_acc_after_compute(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_step.c */
 
-/* Norm, overflow flag and early Adam of a landed gradient shard (see its definition). */
+/* The norm's summation chunk (cpu_adam's ZO_SQNORM_CHUNK): a shard's squared norm is the in-order sum of its
+ * chunks' squared norms, the bits of zo_grad_sqnorm_ex() over the whole shard. */
+#define ENG_NORM_CHUNK ((size_t)65536)
+/* A landed gradient shard: queue its norm (and early Adam) on the pool; see its definition. */
 void eng_grad_landed(void *arg);
+/* Wait for the norm tasks eng_grad_landed() queued; sets each shard's sqnorm and nonfinite. */
+zo_status eng_grad_norms_wait(zo_engine_t *e);
+/* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
+ * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
+ * copies). Counted on the host device only. For tests. */
+extern _Atomic uint64_t eng_host_func_grad_bytes;
+static inline void eng_note_grad_bytes(size_t nbytes) {
+  if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
+}
 
 /* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,

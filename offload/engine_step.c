@@ -30,18 +30,55 @@ static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
   };
 }
 
-/* Runs on the copy stream's thread once p's gradient shard has landed in
- * host memory: its squared norm (for clipping, overflow and the report), and,
- * when nothing global stands in the way, its Adam update right away, so the
- * CPU updates this shard while the device computes the rest of backward. */
+/* Pool task: the squared norms of the ENG_NORM_CHUNK-element chunks of p's gradient in [b, end) (tiles of one
+ * chunk each), into p->norm_part; eng_grad_norms_wait() sums them in order. */
+static void norm_chunks(void *arg, size_t b, size_t end, int thread) {
+  (void)thread;
+  zo_param_t *p = arg;
+  const zo_dtype dt = p->eng->adtype;
+  const size_t asz = zo_dtype_size(dt);
+  eng_note_grad_bytes((end - b) * asz);
+  for (size_t k = b / ENG_NORM_CHUNK; k * ENG_NORM_CHUNK < end; k++) {
+    const size_t o = k * ENG_NORM_CHUNK, m = p->shard_n - o < ENG_NORM_CHUNK ? p->shard_n - o : ENG_NORM_CHUNK;
+    /* cannot fail: a known dtype, m > 0 */
+    (void)zo_grad_sqnorm_ex((const char *)p->grad + o * asz, dt, m, ZO_SIMD_AUTO, 1, &p->norm_part[k], NULL);
+  }
+}
+
+/* Runs on the copy stream's thread (a host function; several ranks: the engine thread) once p's gradient shard
+ * has landed in host memory. O(1) and no CUDA call: host functions of a stream share one driver thread, so work
+ * here would hold up the stream's later copies. It queues on the Adam pool the shard's squared norm (for
+ * clipping, overflow and the report; urgent, so it runs ahead of queued Adam updates, behind the shard's staged
+ * adds) and, when nothing global stands in the way, its Adam update, so the CPU updates this shard while the
+ * device computes the rest of backward. */
 void eng_grad_landed(void *arg) {
   zo_param_t *p = arg;
   zo_engine_t *e = p->eng;
-  p->landed_st = zo_grad_sqnorm_ex(p->grad, e->adtype, p->shard_n, ZO_SIMD_AUTO, 1, &p->sqnorm, &p->nonfinite);
+  p->sqnorm = 0.0, p->nonfinite = 0; /* an empty shard; else eng_grad_norms_wait() */
+  p->landed_st = ZO_OK;
+  if (p->shard_n)
+    p->landed_st = zo_adam_pool_submit_for(e->pool, norm_chunks, p, p->shard_n, ENG_NORM_CHUNK, ZO_ADAM_TASK_URGENT,
+                                           &p->norm_task);
   if (p->landed_st == ZO_OK && e->early_adam)
     p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
                                p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
   atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
+}
+
+zo_status eng_grad_norms_wait(zo_engine_t *e) {
+  zo_status first = ZO_OK;
+  for (int i = 0; i < e->n_params; i++) {
+    zo_param_t *p = e->params[i];
+    if (!p->norm_task) continue;
+    zo_status st = zo_adam_task_wait(p->norm_task, NULL);
+    p->norm_task = NULL;
+    if (st != ZO_OK && first == ZO_OK) first = zo_error_prefix(st, "gradient norm of '%s'", p->name);
+    double s = 0.0; /* zo_sqnorm_combine's order */
+    for (size_t k = 0; k * ENG_NORM_CHUNK < p->shard_n; k++) s += p->norm_part[k];
+    p->sqnorm = s;
+    p->nonfinite = !isfinite(s); /* squares of finite floats cannot overflow a double sum */
+  }
+  return first;
 }
 
 /* The last contribution of @p on one rank: today's direct copy of the shard into p->grad when nothing was
@@ -49,8 +86,12 @@ void eng_grad_landed(void *arg) {
  * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
 static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   ZO_CHECK(eng_acc_after_compute(e));
-  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) /* nvme: to grad.swp */
+  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) { /* nvme: to grad.swp */
+    if (eng_device_adam(e)) /* the staged path's norm runs on the host pool, which cannot read device memory */
+      return zo_error_set(ZO_ERR_UNSUPPORTED, "grad_ready: '%s': device Adam takes gradients in %s only (got %s)",
+                          p->name, zo_dtype_name(e->adtype), zo_dtype_name(grad_dtype));
     return eng_acc_stage(e, p, grad, grad_dtype, 1);
+  }
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n) {
@@ -179,6 +220,8 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
+  ZO_CHECK(eng_acc_drain(e));       /* the staged adds on the pool */
+  ZO_CHECK(eng_grad_norms_wait(e)); /* and the norms behind them */
   if (eng_device_adam(e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
     ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));
     const double *part = e->dnorm_host.ptr;

@@ -2,10 +2,14 @@
  * test_adam_pool.c - the Adam thread pool: results with 1, 2, 3 threads and
  * dynamic tiles equal single-threaded zo_adam_update() bit for bit; many async
  * tasks with poll and wait; SKIP_NONFINITE across threads; pool sqnorm and
- * parallel_for; create/destroy and argument errors. Not a benchmark.
+ * parallel_for; submit_for (returns before its task runs, urgent tasks go ahead
+ * of queued ones, ranges cover [0, n) once); create/destroy and argument errors.
+ * Not a benchmark.
  */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +313,66 @@ static void test_core_shares(void) {
   if (a && b && ncores >= 2) CHECK(atoi(a + 6) != atoi(b + 6));
 }
 
+/* Test: zo_adam_pool_submit_for. A first task holds the one-thread pool until released, so the submits behind it
+ * return while nothing of theirs has run; then they run urgent ones first (in order), the rest in order. */
+typedef struct {
+  atomic_int release, started;
+  int order[8], n_order;
+  unsigned char *hits;
+} sf_state;
+static sf_state g_sf;
+static void sf_block(void *arg, size_t b, size_t e, int thread) {
+  (void)arg, (void)b, (void)e, (void)thread;
+  atomic_store(&g_sf.started, 1);
+  while (!atomic_load(&g_sf.release)) sched_yield();
+}
+static void sf_mark(void *arg, size_t b, size_t e, int thread) {
+  (void)thread;
+  for (size_t i = b; i < e; i++) g_sf.hits[i]++;
+  if (b == 0) g_sf.order[g_sf.n_order++] = (int)(intptr_t)arg; /* one thread: no race */
+}
+static void test_submit_for(void) {
+  zo_adam_pool_opts o = {1, -1, 0, 0, ZO_SIMD_AUTO, 0, 0};
+  zo_adam_pool_t *pool = NULL;
+  REQUIRE_OK(zo_adam_pool_create(&o, &pool));
+  const size_t n = 100000;
+  g_sf.hits = calloc(n, 1);
+  zo_adam_task_t *t[5] = {0};
+  CHECK_OK(zo_adam_pool_submit_for(pool, sf_block, NULL, 1, 0, 0, &t[0]));
+  while (!atomic_load(&g_sf.started)) sched_yield();
+  /* ids 1, 2 plain; 3, 4 urgent: expected run order 3 4 1 2 */
+  static const unsigned fl[5] = {0, 0, 0, ZO_ADAM_TASK_URGENT, ZO_ADAM_TASK_URGENT};
+  static const size_t tiles[5] = {0, 0, 1000, ZO_ADAM_TILE_CONTIGUOUS, 64};
+  for (int i = 1; i < 5; i++) {
+    CHECK_OK(zo_adam_pool_submit_for(pool, sf_mark, (void *)(intptr_t)i, n, tiles[i], fl[i], &t[i]));
+  }
+  int done = -1;
+  CHECK_OK(zo_adam_task_poll(t[4], &done));
+  CHECK_EQ(done, 0);
+  CHECK_EQ(g_sf.n_order, 0); /* submit returned before anything of theirs ran */
+  atomic_store(&g_sf.release, 1);
+  for (int i = 0; i < 5; i++) CHECK_OK(zo_adam_task_wait(t[i], NULL));
+  CHECK_EQ(g_sf.n_order, 4);
+  static const int want[4] = {3, 4, 1, 2};
+  for (int i = 0; i < 4 && i < g_sf.n_order; i++)
+    if (!CHECK_EQ(g_sf.order[i], want[i])) fprintf(stderr, "  run order position %d\n", i);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += g_sf.hits[i] != 4;
+  CHECK_EQ(wrong, 0);
+  /* errors: nothing queued, *task NULL */
+  zo_adam_task_t *x = (zo_adam_task_t *)&o;
+  CHECK_ST(zo_adam_pool_submit_for(pool, sf_mark, NULL, 0, 0, 0, &x), ZO_ERR_INVALID_ARG);
+  CHECK(x == NULL);
+  x = (zo_adam_task_t *)&o;
+  CHECK_ST(zo_adam_pool_submit_for(pool, sf_mark, NULL, 10, 0, 0x80, &x), ZO_ERR_INVALID_ARG);
+  CHECK(x == NULL);
+  CHECK_ST(zo_adam_pool_submit_for(NULL, sf_mark, NULL, 10, 0, 0, &x), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_pool_submit_for(pool, NULL, NULL, 10, 0, 0, &x), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_adam_pool_submit_for(pool, sf_mark, NULL, 10, 0, 0, NULL), ZO_ERR_INVALID_ARG);
+  free(g_sf.hits);
+  zo_adam_pool_destroy(pool);
+}
+
 int main(void) {
   test_core_shares();
   test_bit_identity();
@@ -317,5 +381,6 @@ int main(void) {
   test_sqnorm_for();
   test_small_tasks();
   test_errors();
+  test_submit_for();
   return zo_test_finish("test_adam_pool");
 }

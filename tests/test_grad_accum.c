@@ -23,6 +23,7 @@
 #include "zoffload/checkpoint.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
+#include "engine_internal.h" /* eng_host_func_grad_bytes */
 
 enum { NP = 4, MB = 4, STEPS = 4 };
 static const size_t k_sizes[NP] = {1000, 5000, 37, 4097};
@@ -267,5 +268,9 @@ int main(int argc, char **argv) {
   rmdir(ref);
   rmdir(g_dir);
   zo_comm_destroy(g_comm);
+  /* no add or norm ran inside a copy-stream host function (they run on the Adam pool) */
+  if (!CHECK_EQ(atomic_load(&eng_host_func_grad_bytes), 0))
+    fprintf(stderr, "  gradient bytes added or normed inside host functions: %llu\n",
+            (unsigned long long)atomic_load(&eng_host_func_grad_bytes));
   return zo_test_finish("test_grad_accum");
 }

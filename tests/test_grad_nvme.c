@@ -18,6 +18,7 @@
 #include "zo_test.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
+#include "engine_internal.h" /* eng_host_func_grad_bytes */
 #include "zoffload/plan.h"
 
 enum { NP = 4, STEPS = 4 };
@@ -166,5 +167,9 @@ int main(int argc, char **argv) {
   CHECK_OK(zo_comm_barrier(g_comm));
   rmdir(g_dir);
   zo_comm_destroy(g_comm);
+  /* no add or norm ran inside a copy-stream host function (they run on the Adam pool) */
+  if (!CHECK_EQ(atomic_load(&eng_host_func_grad_bytes), 0))
+    fprintf(stderr, "  gradient bytes added or normed inside host functions: %llu\n",
+            (unsigned long long)atomic_load(&eng_host_func_grad_bytes));
   return zo_test_finish("test_grad_nvme");
 }

@@ -290,7 +290,7 @@ ZO_API zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t
 
 /* Persistent thread pool for Adam (opaque). */
 typedef struct zo_adam_pool zo_adam_pool_t;
-/* A queued update (opaque); completed and freed by zo_adam_task_wait(). */
+/* A queued task (an update, or zo_adam_pool_submit_for()'s ranges; opaque); completed and freed by zo_adam_task_wait(). */
 typedef struct zo_adam_task zo_adam_task_t;
 
 typedef struct zo_adam_pool_opts {
@@ -391,6 +391,34 @@ ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_
 ZO_API zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *pool,
                                            void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
                                            size_t n, size_t tile);
+
+/* zo_adam_pool_submit_for() @flags: run before every task queued without it that has not started yet. */
+#define ZO_ADAM_TASK_URGENT 1u
+
+/*
+ * zo_adam_pool_submit_for() - the asynchronous zo_adam_pool_parallel_for():
+ * queue fn(arg, begin, end, thread) over [0, @n) (split and tiled as there;
+ * @n = 1 runs one function call, fn(arg, 0, 1, thread), on one pool thread)
+ * and return when it is queued, without waiting: it has not necessarily
+ * started. Complete it with zo_adam_task_wait() (exactly once; blocks until
+ * every range has run) or test it with zo_adam_task_poll(); the ranges' writes
+ * are visible to the thread that saw it complete there. Tasks run one at a
+ * time in submission order, except that a task submitted with
+ * ZO_ADAM_TASK_URGENT (@flags; else 0) goes ahead of the tasks queued without
+ * it that have not started (behind the running one and earlier urgent ones).
+ * So a task queued after another, from one thread and with the same flags or
+ * the earlier one urgent, sees that one's writes. @fn must not wait for tasks
+ * of the same pool (they queue behind it: deadlock); it returns nothing, so
+ * it reports failures through @arg. Returns ZO_OK and *task;
+ * ZO_ERR_INVALID_ARG for a NULL pool, fn or task, n == 0 or unknown flags
+ * (nothing queued, *task NULL); ZO_ERR_OUT_OF_MEMORY. Thread-safe: any
+ * thread may submit, a stream host function (zo_launch_host_func) included:
+ * it allocates the handle and takes the pool's mutex briefly, makes no CUDA
+ * call and waits for no task.
+ */
+ZO_API zo_status zo_adam_pool_submit_for(zo_adam_pool_t *pool,
+                                         void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
+                                         size_t n, size_t tile, unsigned flags, zo_adam_task_t **task);
 
 #ifdef __cplusplus
 }

@@ -83,7 +83,7 @@ def main():
     import zoffload
     torch.manual_seed(1337)
     model = GPT()  # built on the CPU; initialize() puts the working weights where --device says
-    engine = zoffload.initialize(model=model, device=a.device,
+    engine, _, _, _ = zoffload.initialize(model=model, device=a.device,
                                  config=config(device="nvme" if a.nvme else "cpu", nvme=a.nvme, bf16=a.bf16))
     data = corpus()
     it = batches(data, 8, 32, 0)

@@ -21,7 +21,7 @@ cfg["gradient_accumulation_steps"] = 2 if world == 1 else 1
 cfg["zero_optimization"]["stage"] = stage
 if stage == 3:
     cfg["zero_optimization"]["offload_param"] = {"device": tier, "nvme_path": os.environ.get("ZO_TEST_NVME")}
-engine = zoffload.initialize(model=model, config=cfg)
+engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
 assert engine.world_size == world, (engine.world_size, world)
 it = batches(corpus(), 8, 32, 0)  # the global batch: 8 windows, the same on every rank
 losses = []

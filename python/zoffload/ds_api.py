@@ -11,6 +11,7 @@ engine itself (engine.py, stage3.py) nor the offline converter (zero_to_fp32.py)
 import ctypes
 import json
 import os
+import re
 import warnings
 
 import torch
@@ -227,7 +228,7 @@ class DeepSpeedEngineAPI:
         overflow), and the next lr shown or handed to the engine."""
         if self.lr_scheduler is not None and self.was_step_applied():
             with warnings.catch_warnings():  # the client's torch optimizer's step() is the engine's, not called
-                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+                warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
                 self.lr_scheduler.step()
         self._show_lr()
         self._sync_lr()
@@ -283,8 +284,22 @@ class DeepSpeedEngineAPI:
                           "applied_steps": self.applied_steps})
         opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(), no_latest=1)
         out = ctypes.create_string_buffer(4096)
-        _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
-                   "save_checkpoint '%s'" % tag)
+        # A checkpoint of the same tag is replaced (as DeepSpeed does): its client_state.pt, which zo_engine_save
+        # does not know, waits beside it and is removed once the new one is in place, put back if the save fails.
+        old = os.path.join(str(save_dir), str(tag), CLIENT_STATE_FILE)
+        aside = os.path.join(str(save_dir), ".%s.%s.old" % (tag, CLIENT_STATE_FILE))
+        moved = self.rank == 0 and os.path.isfile(old)
+        if moved:
+            os.replace(old, aside)
+        try:
+            _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
+                       "save_checkpoint '%s'" % tag)
+        except BaseException:
+            if moved and not os.path.exists(old):
+                os.replace(aside, old)
+            raise
+        if moved:
+            os.unlink(aside)
         path = out.value.decode()
         if self.rank == 0:
             extra = {"client_state": client_state,

@@ -164,15 +164,18 @@ def test_client_scheduler_followed():
     e2.close()
 
 
-def _sched_engine(seed, ckpt=None):
+def _sched_engine(seed, stage):
     model = mlp(seed)
     client = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(client, _lambda)
-    return zoffload.initialize(model=model, optimizer=client, lr_scheduler=sched, config=cfg(optimizer=False))
+    c = cfg(optimizer=False)
+    c["zero_optimization"]["stage"] = stage
+    return zoffload.initialize(model=model, optimizer=client, lr_scheduler=sched, config=c)
 
 
-def test_string_tag_checkpoint_resumes_exactly(tmp_path):
-    e1, _, _, s1 = _sched_engine(0)
+@pytest.mark.parametrize("stage", [2, 3])
+def test_string_tag_checkpoint_resumes_exactly(tmp_path, stage):
+    e1, _, _, s1 = _sched_engine(0, stage)
     run(e1, 3)
     keep = torch.arange(5.0)
     assert e1.save_checkpoint(tmp_path, tag="global_step3", client_state={"t": keep, "epoch": 1}) is True
@@ -183,7 +186,7 @@ def test_string_tag_checkpoint_resumes_exactly(tmp_path):
     e1.save_checkpoint(tmp_path, tag="other", save_latest=False)
     assert (tmp_path / "latest").read_text() == "global_step3\n"
     e1.close()
-    e2, opt2, _, s2 = _sched_engine(5)  # other initial weights, a fresh scheduler
+    e2, opt2, _, s2 = _sched_engine(5, stage)  # other initial weights, a fresh scheduler
     path, client = e2.load_checkpoint(tmp_path)
     assert path == os.path.join(str(tmp_path), "global_step3")
     assert torch.equal(client["t"], keep) and client["epoch"] == 1
@@ -204,10 +207,12 @@ def test_load_checkpoint_missing(tmp_path):
     e.close()
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_save_16bit_model_round_trip(tmp_path, bf16):
+@pytest.mark.parametrize("bf16,stage", [(False, 2), (True, 2), (True, 3)])
+def test_save_16bit_model_round_trip(tmp_path, bf16, stage):
     model = mlp()
-    e, _, _, _ = zoffload.initialize(model=model, config=cfg(bf16=bf16))
+    c = cfg(bf16=bf16)
+    c["zero_optimization"]["stage"] = stage
+    e, _, _, _ = zoffload.initialize(model=model, config=c)
     run(e, 3)
     assert e.save_16bit_model(str(tmp_path)) is True
     sd = torch.load(tmp_path / "pytorch_model.bin")

@@ -402,6 +402,11 @@ class DeepSpeedEngineAPI:
                 out[k] = t.to(dtype) if t.is_floating_point() else t.clone()
         return out
 
+    def _zero3_consolidated_16bit_state_dict(self):
+        """What Hugging Face and accelerate call on DeepSpeed's engine: consolidated_state_dict() in the working
+        dtype (rank 0 gets it; the others an empty dict)."""
+        return self.consolidated_state_dict(dtype=self.wdtype)
+
     def _same_path(self, path):
         """rank 0's @path on every rank (the collective export names one file)."""
         if self.world_size == 1:

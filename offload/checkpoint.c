@@ -490,6 +490,18 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
     return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d tensors hold micro-batch gradients accumulated for a step "
                         "not taken yet (zo_engine_grad_accumulate), which a checkpoint does not keep; save between "
                         "zo_engine_step() and the next zo_engine_grad_accumulate()", e->n_accum);
+  if (opts && opts->name) { /* what resolve_dir() accepts in `latest` */
+    size_t len = strlen(opts->name);
+    int ok = len > 0 && len < 256 && opts->name[0] != '.';
+    for (size_t i = 0; i < len && ok; i++) ok = opts->name[i] > 0x20 && opts->name[i] < 0x7f && opts->name[i] != '/';
+    char q[96];
+    if (!ok)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "save: name \"%s\": a checkpoint name is 1..255 bytes of printable "
+                          "ASCII without '/' or space, not starting with '.'", zo_escape(q, sizeof q, opts->name, len));
+    if (opts->keep_last > 0)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "save: keep_last %d with the name \"%s\": named checkpoints are never "
+                          "pruned; keep_last must be 0", opts->keep_last, zo_escape(q, sizeof q, opts->name, len));
+  }
   if (opts && opts->app_state) {
     json_error_t je;
     json_t *a = json_loads(opts->app_state, 0, &je);
@@ -514,15 +526,16 @@ static zo_status save_root(zo_engine_t *e, const char *root, const zo_save_opts 
 
 /* The names and paths of one save under its root. */
 typedef struct save_paths {
-  char name[64], rank_file[32], mfile[48];
+  char name[256], rank_file[32], mfile[48];
   char tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX], ltmp[PATH_MAX];
 } save_paths;
 
 /* Every name of the save of step @tag under @root; the temporary and set-aside directories carry rank 0's pid
  * (a collective call with several ranks). */
-static zo_status save_names(zo_engine_t *e, const char *root, int64_t tag, save_paths *sp) {
-  char tmpn[96], oldn[96];
-  snprintf(sp->name, sizeof sp->name, "step-%012" PRId64, tag);
+static zo_status save_names(zo_engine_t *e, const char *root, int64_t tag, const char *name, save_paths *sp) {
+  char tmpn[300], oldn[300];
+  if (name) snprintf(sp->name, sizeof sp->name, "%s", name); /* save_check: 1..255 bytes */
+  else snprintf(sp->name, sizeof sp->name, "step-%012" PRId64, tag);
   snprintf(sp->rank_file, sizeof sp->rank_file, "rank%05d.bin", e->rank);
   manifest_name(e, sp->mfile, sizeof sp->mfile);
   double pid = (double)getpid(); /* rank 0's, in every rank's names */
@@ -585,11 +598,13 @@ static zo_status save_place(const save_paths *sp, const char *root, int64_t tag,
     goto fail;
   }
   ZO_CHECK(fsync_path(root, 1));
-  char line[80];
+  if (opts && opts->no_latest) goto placed;
+  char line[300];
   snprintf(line, sizeof line, "%s\n", sp->name);
   ZO_CHECK(write_file(sp->ltmp, line));
   if (rename(sp->ltmp, sp->latest)) return sys_err(ZO_ERR_IO, "cannot rename into place", sp->ltmp);
   ZO_CHECK(fsync_path(root, 1));
+placed:
   if (had_old && remove_ours(sp->old))
     zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", sp->old, sp->name);
   if (keep_last > 0) prune_checkpoints(root, tag, keep_last, opts);
@@ -610,7 +625,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   /* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers, and names the temporary
    * directory every rank writes its part into. */
   if (st == ZO_OK) st = save_root(e, root, opts);
-  if (st == ZO_OK) st = save_names(e, root, tag, &sp);
+  if (st == ZO_OK) st = save_names(e, root, tag, opts ? opts->name : NULL, &sp);
   if (st != ZO_OK) {
     json_decref(app);
     return st;

@@ -214,6 +214,7 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK(create_validate(cfg));
   zo_engine_t *e = calloc(1, sizeof *e);
   if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  e->lr_override = -1; /* the config's schedule */
   zo_status st = ZO_OK;
   if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
     free(e);

@@ -218,6 +218,7 @@ struct zo_engine {
   host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
   int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
   zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
+  double lr_override;        /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
 
   zo_param_t **params;
   int n_params, cap_params;

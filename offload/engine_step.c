@@ -18,7 +18,7 @@
 static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
   const int64_t t = e->step + 1;
   return (zo_adam_hparams){
-      .lr = (float)zo_config_lr_at(&e->cfg, t),
+      .lr = (float)(e->lr_override >= 0 ? e->lr_override : zo_config_lr_at(&e->cfg, t)),
       .beta1 = (float)e->cfg.optimizer.beta1,
       .beta2 = (float)e->cfg.optimizer.beta2,
       .eps = (float)e->cfg.optimizer.eps,
@@ -462,6 +462,15 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   inf.lr = hp.lr;
   inf.loss_scale = e->loss_scale;
   if (info) *info = inf;
+  return ZO_OK;
+}
+
+zo_status zo_engine_set_lr(zo_engine_t *e, double lr) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: engine is NULL");
+  if (isnan(lr) || lr > ZO_CONFIG_LR_MAX)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: lr %g is outside [0, %g] (negative: the config's schedule)", lr,
+                        ZO_CONFIG_LR_MAX);
+  e->lr_override = lr < 0 ? -1 : lr;
   return ZO_OK;
 }
 

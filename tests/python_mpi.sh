@@ -2,7 +2,8 @@
 # python_mpi.sh LIBZOFFLOAD SOURCE_DIR MPIRUN... - zoffload.initialize on two ranks under mpirun (data parallel,
 # each rank on half of every global batch) logs the losses of one rank accumulating the same two halves, to the
 # last bit (fp32, no clipping; the reasoning is zo_train_mpi.sh's), at stage 2 (state on cpu) and stage 3
-# (parameters and state on nvme). Exit 77 without torch.
+# (parameters and state on nvme); save_16bit_model and zoffload-zero-to-fp32's reading of a two-rank checkpoint
+# give the one rank's weights too (digests in the same files). Exit 77 without torch.
 set -u
 lib=$1 src=$2
 shift 2
@@ -23,6 +24,7 @@ for sc in "2 cpu" "3 nvme"; do
     || { tail -20 "$work/two.out"; echo "FAIL: stage $1 $2 on two ranks"; exit 1; }
   cmp -s "$work/one" "$work/two" || { paste "$work/one" "$work/two"; echo "FAIL: stage $1 $2: losses differ"; exit 1; }
   [ -z "$(ls -A "$ZO_TEST_NVME")" ] || { echo "FAIL: swap files left: $(ls -A "$ZO_TEST_NVME")"; exit 1; }
-  echo "ok   zoffload.initialize on 2 ranks, stage $1 ($2): $(wc -l <"$work/two") losses identical to one rank's"
+  rm -rf "$work"/one.ckpt "$work"/one.16bit "$work"/two.ckpt "$work"/two.16bit
+  echo "ok   zoffload.initialize on 2 ranks, stage $1 ($2): $(grep -vc ' ' "$work/two") losses, the 16-bit model and the zero_to_fp32 weights identical to one rank's"
 done
 echo PASS

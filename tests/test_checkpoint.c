@@ -180,6 +180,51 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/step-000000000005", root);
   CHECK(access(path, F_OK) == 0);
 
+  /* named checkpoints (DeepSpeed's string tags) under a root of their own: no_latest leaves `latest` alone, a
+   * second save moves it onto the name, a fresh engine resumes from it; a bad name and keep_last with a name are
+   * refused. zo_engine_set_lr(): lr 0 leaves the master weights as they were, a negative lr restores the schedule */
+  {
+    char nroot[600], line[64] = "";
+    snprintf(nroot, sizeof nroot, "%s/named", root);
+    zo_save_opts on = {.tag = 3, .name = "global_step6", .no_latest = 1};
+    REQ(zo_engine_save(a.e, nroot, &on, path, sizeof path));
+    CHECK_HAS(path, "named/global_step6");
+    snprintf(path, sizeof path, "%s/latest", nroot);
+    CHECK(access(path, F_OK) != 0); /* no `latest` written */
+    on.no_latest = 0;
+    REQ(zo_engine_save(a.e, nroot, &on, NULL, 0));
+    FILE *lf = fopen(path, "r");
+    CHECK(lf && fgets(line, sizeof line, lf));
+    if (lf) fclose(lf);
+    CHECK_STR(line, "global_step6\n");
+    rig d;
+    REQ(rig_open(&d, 0, NULL));
+    REQ(zo_engine_load(d.e, nroot, NULL));
+    CHECK(same_master(&a, &d));
+    on.name = "../up";
+    CHECK_ST(zo_engine_save(a.e, nroot, &on, NULL, 0), ZO_ERR_INVALID_ARG);
+    CHECK_HAS(zo_last_error(), "\"../up\"");
+    on.name = "global step";
+    CHECK_ST(zo_engine_save(a.e, nroot, &on, NULL, 0), ZO_ERR_INVALID_ARG);
+    on.name = "ok", on.keep_last = 2;
+    CHECK_ST(zo_engine_save(a.e, nroot, &on, NULL, 0), ZO_ERR_INVALID_ARG);
+    CHECK_HAS(zo_last_error(), "keep_last");
+    static float before[4096], after[4096];
+    REQ(zo_engine_set_lr(d.e, 0.0));
+    REQ(zo_engine_get_master(d.e, d.p[2], before, NULL, NULL));
+    REQ(rig_step(&d, 7));
+    REQ(zo_engine_get_master(d.e, d.p[2], after, NULL, NULL));
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    CHECK_ST(zo_engine_set_lr(d.e, NAN), ZO_ERR_INVALID_ARG);
+    CHECK_ST(zo_engine_set_lr(d.e, 1e3), ZO_ERR_INVALID_ARG);
+    CHECK_HAS(zo_last_error(), "set_lr");
+    REQ(zo_engine_set_lr(d.e, -1));
+    REQ(rig_step(&d, 8));
+    REQ(zo_engine_get_master(d.e, d.p[2], after, NULL, NULL));
+    CHECK(memcmp(before, after, sizeof before) != 0);
+    rig_close(&d);
+  }
+
   /* errors, each naming the thing; the engine is unchanged after each */
   rig c;
   REQ(rig_open(&c, 1, NULL));

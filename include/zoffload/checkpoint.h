@@ -61,6 +61,14 @@ typedef struct zo_save_opts {
    * only (the rank that removes); it must not call into this engine. */
   void (*on_removed)(const char *path, int leftover, void *user);
   void *user; /* passed to on_removed */
+  /* Optional (NULL: step-%012lld from tag, as above). The checkpoint directory's own name instead, as DeepSpeed's
+   * string tags ("global_step20"): 1..255 bytes of printable ASCII other than '/' and space, not starting with '.'
+   * (what zo_engine_load() accepts in `latest`); ZO_ERR_INVALID_ARG naming it otherwise. The manifest's "tag" is
+   * still @tag as above (the applied step count when < 0). A same-named checkpoint directory is replaced as a
+   * step directory is. keep_last must be 0 with a name (ZO_ERR_INVALID_ARG): named directories are never pruned,
+   * and leftovers of a killed named save (.tmp-<name>.PID) are not removed by later saves. */
+  const char *name;
+  int no_latest; /* 1: `latest` is left as it was (DeepSpeed's save_latest=False); 0: replaced as above */
 } zo_save_opts;
 
 /*

@@ -249,6 +249,19 @@ ZO_API zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s);
 ZO_API zo_status zo_engine_set_trace(zo_engine_t *e, int enabled);
 
 /*
+ * zo_engine_set_lr() - the learning rate of the following optimizer steps,
+ * replacing the config's optimizer.lr and scheduler (a caller's own
+ * scheduler, as DeepSpeed honours a client lr_scheduler: set it before each
+ * zo_engine_step() and before the step's first zo_engine_grad_ready(), since
+ * updates may start as gradients land). @lr in [0, ZO_CONFIG_LR_MAX] and
+ * finite; a negative @lr returns to the config's schedule (the default).
+ * Not saved in checkpoints (the caller's scheduler state is its own).
+ * Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL, NaN, above the maximum: named).
+ * Thread-safety: as the engine.
+ */
+ZO_API zo_status zo_engine_set_lr(zo_engine_t *e, double lr);
+
+/*
  * Gradient hand-over. Per optimizer step, each tensor's gradient arrives as
  * zero or more zo_engine_grad_accumulate() calls (one per micro-batch but the
  * last) and exactly one zo_engine_grad_ready() (the last micro-batch, or the

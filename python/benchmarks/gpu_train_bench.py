@@ -83,7 +83,7 @@ def run_zoffload(a):
     import zoffload
     model, hf = build(a)  # on the CPU: the GPU never holds the fp32 model
     tier = {"device": "nvme", "nvme_path": a.nvme} if a.nvme else {"device": "cpu", "pin_memory": True}
-    engine = zoffload.initialize(model=model, device="cuda", config={
+    engine, _, _, _ = zoffload.initialize(model=model, device="cuda", config={
         "train_micro_batch_size_per_gpu": a.batch, "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.95], "weight_decay": 0.01}},
         "zero_optimization": {"stage": 2, "offload_optimizer": tier}})

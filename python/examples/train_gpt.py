@@ -83,8 +83,8 @@ def main():
     import zoffload
     torch.manual_seed(1337)
     model = GPT()  # built on the CPU; initialize() puts the working weights where --device says
-    engine = zoffload.initialize(model=model, device=a.device,
-                                 config=config(device="nvme" if a.nvme else "cpu", nvme=a.nvme, bf16=a.bf16))
+    engine, _, _, _ = zoffload.initialize(model=model, device=a.device,
+                                          config=config(device="nvme" if a.nvme else "cpu", nvme=a.nvme, bf16=a.bf16))
     data = corpus()
     it = batches(data, 8, 32, 0)
     for step in range(1, a.steps + 1):

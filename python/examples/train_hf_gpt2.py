@@ -34,7 +34,7 @@ def main():
     zero = {"stage": a.stage, "offload_optimizer": dict(tier)}
     if a.stage == 3:
         zero["offload_param"] = dict(tier)
-    engine = zoffload.initialize(model=model, device=a.device, config={
+    engine, _, _, _ = zoffload.initialize(model=model, device=a.device, config={
         "train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": a.bf16},
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
         "gradient_clipping": 1.0, "zero_optimization": zero})

@@ -1,8 +1,11 @@
 """mpi_train.py STAGE TIER OUT - the small GPT of examples/train_gpt.py trained 10 steps through zoffload.initialize,
 on the ranks the launcher started (mpirun -np 2: data parallel, each rank on its half of every global batch of 8
 windows) or on one rank with two micro-batches of 4 accumulated (the same samples). Rank 0 writes the losses,
-the mean over the ranks of each step's loss, one per line with 17 digits, to OUT. fp32, no clipping: run by
-tests/python_mpi.sh, which compares the two."""
+the mean over the ranks of each step's loss, one per line with 17 digits, to OUT, then a digest of
+save_16bit_model()'s consolidated weights and one of zero_to_fp32's reading of save_checkpoint()'s shards (the
+ranks' shards joined; rank 0 checks the two agree). fp32, no clipping: run by tests/python_mpi.sh, which
+compares the two."""
+import hashlib
 import os
 import sys
 
@@ -21,7 +24,7 @@ cfg["gradient_accumulation_steps"] = 2 if world == 1 else 1
 cfg["zero_optimization"]["stage"] = stage
 if stage == 3:
     cfg["zero_optimization"]["offload_param"] = {"device": tier, "nvme_path": os.environ.get("ZO_TEST_NVME")}
-engine = zoffload.initialize(model=model, config=cfg)
+engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
 assert engine.world_size == world, (engine.world_size, world)
 it = batches(corpus(), 8, 32, 0)  # the global batch: 8 windows, the same on every rank
 losses = []
@@ -41,7 +44,22 @@ for _ in range(10):
         engine.backward(loss)
         engine.step()
         losses.append(engine.all_reduce_mean(loss.item()))
+
+def digest(sd):
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode() + sd[k].contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+engine.save_16bit_model(out + ".16bit")  # a collective: every rank's shards gathered, rank 0 writes
+engine.save_checkpoint(out + ".ckpt", tag="global_step10")
 if engine.rank == 0:
+    from zoffload.zero_to_fp32 import get_fp32_state_dict_from_zoffload_checkpoint
+    sd16 = torch.load(os.path.join(out + ".16bit", "pytorch_model.bin"))
+    fp32 = get_fp32_state_dict_from_zoffload_checkpoint(out + ".ckpt")
+    assert all(torch.equal(sd16[k], v) for k, v in fp32.items()), "save_16bit_model and zero_to_fp32 differ"
     with open(out, "w") as f:
         f.write("".join("%.17g\n" % v for v in losses))
+        f.write("16bit %s\nfp32 %s\n" % (digest(sd16), digest(fp32)))
 engine.close()

@@ -46,7 +46,7 @@ def _run(tier="cpu", nvme=None, stage=2, bf16=False, stream=None, steps=STEPS, m
     cfg = config(device=tier, nvme=nvme, bf16=bf16)
     if stage == 3:
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": tier, "nvme_path": nvme}})
-    engine = zoffload.initialize(model=model, config=cfg, device="cuda")
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg, device="cuda")
     it = batches(corpus(), 8, 32, 0)
     losses = []
     ctx = torch.cuda.stream(stream) if stream is not None else torch.cuda.stream(torch.cuda.current_stream())
@@ -90,7 +90,7 @@ def _same(a, b):
 def test_parameters_view_the_engine_weights():
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=config(bf16=True), device="cuda")
+    engine, _, _, _ = zoffload.initialize(model=model, config=config(bf16=True), device="cuda")
     for n, p in engine.params:
         assert p.is_cuda and p.dtype == torch.bfloat16, (n, p.device, p.dtype)
     for b in model.buffers():

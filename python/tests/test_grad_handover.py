@@ -60,7 +60,7 @@ def _train(cfg, steps, micro):
     each backward, step() results' None-ness, fp32 masters, the engine's counters)."""
     torch.manual_seed(1337)
     model = GPT(layers=1)
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
     it = batches(corpus(), micro, 32, 0)
     losses, bounds, infos = [], [], []
     for _ in range(steps):
@@ -105,7 +105,7 @@ def _train_reference(cfg, steps, micro):
     one = dict(cfg, gradient_accumulation_steps=1)
     torch.manual_seed(1337)
     model = GPT(layers=1)
-    engine = zoffload.initialize(model=model, config=one)
+    engine, _, _, _ = zoffload.initialize(model=model, config=one)
     it = batches(corpus(), micro, 32, 0)
     losses = []
     for k in range(steps):
@@ -172,7 +172,7 @@ def test_backward_frees_every_grad():
         model = _MLP()
         cfg = config(batch=4)
         cfg["gradient_accumulation_steps"] = gas
-        engine = zoffload.initialize(model=model, config=cfg)
+        engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         before = {n: engine.master_weights(n).clone() for n, _ in engine.params}
         n_params = len(engine.params)
         for k in range(2 * gas):

@@ -44,7 +44,7 @@ def _train_zoffload(device, nvme=None, stage=2):
     cfg = config(device=device, nvme=nvme)
     if stage == 3:  # the parameters on the same tier, fetched by the module hooks
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": device, "nvme_path": nvme}})
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
     losses = _steps(engine, batches(corpus(), 8, 32, 0), STEPS)
     weights = {n: engine.master_weights(n).clone() for n, _ in model.named_parameters()}  # fp32 masters
     # every gradient reached the engine from inside backward (the hooks), none was left for step()
@@ -127,7 +127,7 @@ def _stage_run(stage, device, nvme=None, bf16=False, steps=10, eval_every=0, war
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": device, "nvme_path": nvme},
                                          "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
                                          "stage3_prefetch_bucket_size": 20000})
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
     it = batches(corpus(), 8, 32, 0)
     losses, infos, empty = [], [], True
     for k in range(steps):
@@ -197,7 +197,7 @@ def test_stage3_pass_that_raised():
         model = GPT(layers=1)
         cfg = config()
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"}})
-        engine = zoffload.initialize(model=model, config=cfg)
+        engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         it = batches(corpus(), 8, 32, 0)
         losses = _steps(engine, it, 3)
         if fail:
@@ -241,7 +241,7 @@ def test_stage3_activation_checkpointing(reentrant):
         if stage == 3:
             cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"},
                                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
-        engine = zoffload.initialize(model=model, config=cfg)
+        engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         infos = []
         losses = _steps(engine, batches(corpus(), 8, 32, 0), 6, infos)
         engine.close()
@@ -260,7 +260,7 @@ def test_gradient_accumulation():
     cfg["gradient_accumulation_steps"] = 2
     torch.manual_seed(1337)
     model = GPT(layers=1)
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
     torch.manual_seed(1337)
     ref = GPT(layers=1)
     opt = torch.optim.AdamW(ref.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
@@ -292,16 +292,16 @@ def test_checkpoint_resume_bit_identical(tmp_path):
     nvme.mkdir()
     torch.manual_seed(1337)
     straight = GPT(layers=1)
-    e1 = zoffload.initialize(model=straight, config=config(device="nvme", nvme=str(nvme)))
+    e1, _, _, _ = zoffload.initialize(model=straight, config=config(device="nvme", nvme=str(nvme)))
     it = batches(corpus(), 8, 32, 0)
     first = _steps(e1, it, 10)
-    saved = e1.save_checkpoint(tmp_path / "ckpt", client_state={"epoch": 3})
-    assert saved.endswith("step-000000000010")
+    assert e1.save_checkpoint(tmp_path / "ckpt", client_state={"epoch": 3}) is True
+    assert (tmp_path / "ckpt" / "global_step10" / "manifest.json").is_file()  # DeepSpeed's default tag
     rest = _steps(e1, it, 10)
     torch.manual_seed(7)  # other initial weights: the checkpoint must replace them all
     resumed = GPT(layers=1)
-    e2 = zoffload.initialize(model=resumed, config=config(device="cpu"))
-    path, client = e2.load_checkpoint(tmp_path / "ckpt")  # the root: `latest` names step 10
+    e2, _, _, _ = zoffload.initialize(model=resumed, config=config(device="cpu"))
+    path, client = e2.load_checkpoint(tmp_path / "ckpt")  # the root: `latest` names global_step10
     assert client == {"epoch": 3} and e2.global_steps == 10 and e2.applied_steps == 10
     it2 = batches(corpus(), 8, 32, 0)
     _ = [next(it2) for _ in range(10)]
@@ -329,7 +329,7 @@ def test_stage3_hugging_face_gpt2(tmp_path):
         if stage == 3:
             c["zero_optimization"].update({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": str(tmp_path)},
                                            "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
-        engine = zoffload.initialize(model=model, config=c)
+        engine, _, _, _ = zoffload.initialize(model=model, config=c)
         it = batches(corpus(), 4, 32, 0)
         losses = []
         for _ in range(8):
@@ -355,7 +355,7 @@ import zoffload, torch  # the library before torch
 from train_gpt import GPT, batches, corpus, config
 torch.manual_seed(1337)
 model = GPT(layers=1)
-engine = zoffload.initialize(model=model, config=config(device="nvme", nvme=sys.argv[1]))
+engine, _, _, _ = zoffload.initialize(model=model, config=config(device="nvme", nvme=sys.argv[1]))
 it = batches(corpus(), 8, 32, 0)
 out = []
 for _ in range(5):
@@ -405,7 +405,7 @@ def test_stage3_gradient_accumulation():
         if stage == 3:
             cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"},
                                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
-        engine = zoffload.initialize(model=model, config=cfg)
+        engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         losses = _steps(engine, batches(corpus(), 4, 32, 0), 16)
         masters = {n: engine.master_weights(n) for n, _ in engine.params}
         assert engine.global_steps == 8

@@ -52,7 +52,7 @@ def _fit_capacity(shapes, stage=2, bf16=True, live=None, key="bf16"):
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"}})
         if live is not None:
             cfg["zero_optimization"]["stage3_max_live_parameters"] = live
-    e = zoffload.initialize(model=Params(), config=cfg)
+    e, _, _, _ = zoffload.initialize(model=Params(), config=cfg)
     cap = e.memory()["arena"]["capacity"]
     e.close()
     return cap
@@ -77,7 +77,7 @@ def test_memory_reports_the_engine_bytes():
     m = GPT()
     numels = [p.numel() for p in m.parameters()]
     for bf16, w in ((False, 4), (True, 2)):
-        e = zoffload.initialize(model=m, config=config(bf16=bf16))
+        e, _, _, _ = zoffload.initialize(model=m, config=config(bf16=bf16))
         mem = e.memory()
         e.close()
         n = sum(numels)
@@ -94,7 +94,7 @@ def test_parameters_view_the_engine_weights():
     resident block, a step writes the new weights in place, close() gives them copies of their own."""
     from train_gpt import batches, corpus
     m = GPT()
-    e = zoffload.initialize(model=m, config=config())
+    e, _, _, _ = zoffload.initialize(model=m, config=config())
     cap = e.memory()["arena"]["capacity"]
     ptrs = [p.data_ptr() for _, p in e.params]
     assert max(ptrs) - min(ptrs) < cap  # all inside the one resident block
@@ -110,7 +110,7 @@ def test_parameters_view_the_engine_weights():
         assert p.data_ptr() not in ptrs and torch.equal(p.detach(), after[n]), n
     # bf16 working weights: the CPU model keeps fp32 parameters of its own, the bf16 weights widened into them
     m = GPT()
-    e = zoffload.initialize(model=m, config=config(bf16=True))
+    e, _, _, _ = zoffload.initialize(model=m, config=config(bf16=True))
     for n, p in e.params:
         assert p.dtype == torch.float32 and torch.equal(p.detach(), e.master_weights(n).bfloat16().float()), n
     e.close()

@@ -28,7 +28,7 @@ STEPS = 30
 def _zoffload(cfg, steps=STEPS, groups=None):
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=cfg, model_parameters=groups(model) if groups else None)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg, model_parameters=groups(model) if groups else None)
     it = batches(corpus(), 8, 32, 0)
     losses, infos, lrs = [], [], []
     for _ in range(steps):
@@ -116,7 +116,7 @@ def test_fp16_dynamic_loss_scale():
     cfg["gradient_clipping"] = 1.0
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
     it = batches(corpus(), 8, 32, 0)
     scales, skipped, after = [], [], []
     first_applied = None
@@ -202,7 +202,7 @@ def test_parameter_group_errors():
         zoffload.initialize(model=model, config=config(), model_parameters=[
             {"params": [model.head.weight], "weight_decay": -1}])
     # a group with lr equal to the config's is fine (torch code often writes it); only the listed tensors train
-    e = zoffload.initialize(model=model, config=config(), model_parameters=[
+    e, _, _, _ = zoffload.initialize(model=model, config=config(), model_parameters=[
         {"params": [model.head.weight], "lr": 3e-3, "betas": (0.9, 0.95)}])
     assert [n for n, _ in e.params] == ["head.weight"]
     e.close()
@@ -214,7 +214,7 @@ def test_export_safetensors(tmp_path):
     safetensors = pytest.importorskip("safetensors.torch")
     torch.manual_seed(1337)
     model = GPT()
-    engine = zoffload.initialize(model=model, config=config())
+    engine, _, _, _ = zoffload.initialize(model=model, config=config())
     it = batches(corpus(), 8, 32, 0)
     for _ in range(5):
         x, y = next(it)
@@ -236,7 +236,7 @@ def test_export_safetensors(tmp_path):
         assert fresh(x, y).item() == model(x, y).item()  # fp32 working weights are the masters
     engine.close()
     with pytest.raises(TypeError, match="torch.float16"):
-        engine2 = zoffload.initialize(model=GPT(), config=config())
+        engine2, _, _, _ = zoffload.initialize(model=GPT(), config=config())
         try:
             engine2.export_safetensors(tmp_path / "x", torch.float16)
         finally:

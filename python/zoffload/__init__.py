@@ -3,12 +3,12 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
 
     import zoffload.optim
     opt = zoffload.optim.CPUAdam(model.parameters(), lr=1e-3)   # DeepSpeedCPUAdam's arguments
-    engine = zoffload.initialize(model=model, config="ds_config.json")   # the engine, as deepspeed.initialize
+    engine, optimizer, _, lr_scheduler = zoffload.initialize(model=model, config="ds_config.json")  # deepspeed's
 """
 from ._lib import ZoffloadError, lib as _clib, path as __library__
 
 __version__ = "0.1.0"
-__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine", "host_allocator"]
+__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "add_config_arguments", "Engine", "host_allocator"]
 
 
 def host_allocator():
@@ -21,3 +21,4 @@ def host_allocator():
 
 from . import optim  # noqa: E402  (after the library is loaded)
 from .engine import Engine, initialize  # noqa: E402
+from .ds_api import add_config_arguments  # noqa: E402

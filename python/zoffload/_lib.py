@@ -164,6 +164,16 @@ class ConfigOptimizer(ctypes.Structure):  # zo_config_t.optimizer
                 ("weight_decay", ctypes.c_double), ("bias_correction", ctypes.c_int)]
 
 
+class ConfigScheduler(ctypes.Structure):  # zo_config_t.scheduler
+    _fields_ = [("type", ctypes.c_int), ("warmup_min_lr", ctypes.c_double), ("warmup_max_lr", ctypes.c_double),
+                ("warmup_num_steps", ctypes.c_int64), ("warmup_type_log", ctypes.c_int),
+                ("total_num_steps", ctypes.c_int64), ("cos_min_ratio", ctypes.c_double),
+                ("warmup_min_ratio", ctypes.c_double)]
+
+
+SCHED_NONE = 0  # zo_sched_type
+
+
 class ConfigHead(ctypes.Structure):
     """The leading fields of zo_config_t (zoffload/config.h), field for field in its order: the values of the
     resolved config the package uses (gradient_accumulation_steps as the library derived it from the batch sizes,
@@ -173,7 +183,7 @@ class ConfigHead(ctypes.Structure):
     _fields_ = [("train_batch_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
                 ("gradient_accumulation_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
                 ("grad_accum_dtype", ctypes.c_int), ("steps_per_print", ctypes.c_int64),
-                ("optimizer", ConfigOptimizer)]
+                ("optimizer", ConfigOptimizer), ("scheduler", ConfigScheduler)]
 
 
 _vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
@@ -213,6 +223,8 @@ for _name, _res, _args in (
         ("zo_engine_grad_dtype", _i, [_vp]),
         ("zo_engine_mem_info", _i, [_vp, ctypes.POINTER(EngineMem)]),
         ("zo_engine_set_param_weight_decay", _i, [_vp, _vp, ctypes.c_double]),
+        ("zo_engine_set_lr", _i, [_vp, ctypes.c_double]),
+        ("zo_swap_crc32c", ctypes.c_uint32, [ctypes.c_uint32, _vp, _sz]),
         ("zo_engine_set_param_shape", _i, [_vp, _i, ctypes.POINTER(ctypes.c_int64)]),
         ("zo_engine_export_safetensors", _i, [_vp, ctypes.c_char_p, _i]),
         ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
@@ -251,7 +263,8 @@ SaveOnRemoved = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_v
 class SaveOpts(ctypes.Structure):
     """zo_save_opts (zoffload/checkpoint.h), field for field: C reads all of them, so this layout must match."""
     _fields_ = [("tag", ctypes.c_int64), ("app_state", ctypes.c_char_p), ("keep_last", ctypes.c_int),
-                ("on_removed", SaveOnRemoved), ("user", ctypes.c_void_p)]
+                ("on_removed", SaveOnRemoved), ("user", ctypes.c_void_p), ("name", ctypes.c_char_p),
+                ("no_latest", ctypes.c_int)]
 
 
 lib.zo_engine_save.restype = ctypes.c_int

@@ -20,6 +20,7 @@ import json
 import torch
 
 from . import _device, _lib
+from .ds_api import DeepSpeedEngineAPI
 
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
 
@@ -83,8 +84,10 @@ def _param_groups(model, model_parameters, head):
     return [(n, p) for n, p in named if id(p) in chosen], decay
 
 
-class Engine:
-    """What zoffload.initialize() returns. Not thread-safe."""
+class Engine(DeepSpeedEngineAPI):
+    """What zoffload.initialize() returns first. Not thread-safe. DeepSpeed's engine methods beyond the training
+    step (train/eval, counters, save_checkpoint/load_checkpoint by string tag, save_16bit_model) are in
+    ds_api.DeepSpeedEngineAPI."""
 
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
@@ -222,6 +225,8 @@ class Engine:
         zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
         after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse."""
         self._boundary = self.is_gradient_accumulation_boundary()
+        if self._boundary:
+            self._sync_lr()  # updates may start as the gradients land
         self._in_backward = True
         try:
             (loss * (self.loss_scale / self.gas)).backward()
@@ -286,7 +291,10 @@ class Engine:
 
     def get_lr(self):
         """[the learning rate the next optimizer step applies] (the config's schedule as DeepSpeed runs it: skipped
-        fp16 steps do not advance it), a list as DeepSpeed's engine.get_lr() returns."""
+        fp16 steps do not advance it; or the client scheduler's: each group of initialize()'s optimizer), a list as
+        DeepSpeed's engine.get_lr() returns."""
+        if self.optimizer is not None:
+            return [float(g["lr"]) for g in self.optimizer.param_groups]
         return [_lib.lib.zo_config_lr_at(self._cfg, self.applied_steps + 1)]
 
     def get_global_grad_norm(self):
@@ -311,6 +319,7 @@ class Engine:
         if not self.is_gradient_accumulation_boundary():
             self.micro_steps += 1
             return None
+        self._sync_lr()
         with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
                 if not self._handed[i]:
@@ -326,6 +335,7 @@ class Engine:
         self.global_steps += 1
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
         self.applied_steps = info.step
+        self._after_boundary()
         return self.last_info
 
     def _after_step(self):
@@ -355,35 +365,6 @@ class Engine:
                     _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
                     p.copy_(host.view(p.shape))
                 _lib.check(_lib.lib.zo_engine_release(self.eng, h), "release '%s'" % n)
-
-    def save_checkpoint(self, save_dir, tag=None, client_state=None, keep_last=0):
-        """zo_engine_save(): a checkpoint under @save_dir (one directory per step, `latest` updated atomically,
-        crash-safe) of the master weights, the Adam state on its tier, the step count and loss scaler, plus this
-        engine's counters and @client_state (JSON-serializable). Call between steps. Returns its directory."""
-        app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
-                          "applied_steps": self.applied_steps,
-                          "client_state": client_state if client_state is not None else {}})
-        opts = _lib.SaveOpts(tag=-1 if tag is None else int(tag), app_state=app.encode(), keep_last=keep_last)
-        out = ctypes.create_string_buffer(4096)
-        _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
-                   "save_checkpoint")
-        return out.value.decode()
-
-    def load_checkpoint(self, load_dir):
-        """zo_engine_load() of a checkpoint directory, or of a root whose `latest` names one; every checksum is
-        verified before anything changes. The model's parameters get the checkpoint's working weights. Returns
-        (path, client_state) as DeepSpeed's load_checkpoint does."""
-        raw = ctypes.c_void_p()
-        _lib.check(_lib.lib.zo_engine_load(self.eng, str(load_dir).encode(), ctypes.byref(raw)), "load_checkpoint")
-        app = {}
-        if raw.value:
-            app = json.loads(ctypes.string_at(raw).decode())
-            _lib.libc.free(raw)
-        self.micro_steps = int(app.get("micro_steps", 0))
-        self.global_steps = int(app.get("global_steps", 0))
-        self.applied_steps = int(app.get("applied_steps", self.global_steps))
-        self._write_back()
-        return str(load_dir), app.get("client_state", {})
 
     def all_reduce_mean(self, value):
         """The mean of a float over the ranks (e.g. the loss for logging); the value itself on one rank."""
@@ -469,22 +450,46 @@ class Engine:
         self.close()
 
 
-def initialize(model=None, config=None, device=None, model_parameters=None):
-    """Hand @model's trainable parameters to a zoffload engine configured by @config (a DeepSpeed-style dict or
-    a JSON file path) and return the Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold
-    storage only while a module uses them). @device: where the model computes, "cpu" or "cuda[:N]"; by default
-    the device of its parameters. A model too large for the GPU is built on the CPU and given device="cuda": the
-    GPU then holds the working weights (bf16/fp16 when the config enables them; the parameters take that dtype)
-    and never the fp32 model. Raises zoffload.ZoffloadError naming the JSON path of a bad config or the library's
-    reason (no GPU, out of device memory), TypeError for parameters it cannot take, RuntimeError when torch has
-    no CUDA device for device="cuda". @model_parameters: which parameters to train and their groups, as
-    deepspeed.initialize takes them (default: every parameter that requires grad); a group's "weight_decay"
-    replaces the config's for its parameters (e.g. 0 for biases and norm weights)."""
-    if model is None or config is None:
-        raise ValueError("zoffload.initialize: model= and config= are required")
-    read = _read_config(config)
+def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
+               mpu=None, dist_init_required=None, collate_fn=None, config=None, config_params=None, device=None):
+    """deepspeed.initialize(): hand @model's trainable parameters to a zoffload engine and return
+    (engine, optimizer, training_dataloader, lr_scheduler) as DeepSpeed does.
+
+    The engine is an Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold storage only while a
+    module uses them). The config: @config (a DeepSpeed-style dict or a JSON file path), else @config_params, else
+    args.deepspeed_config (zoffload.add_config_arguments); ValueError when there is none or two.
+    @optimizer: None (the config's "optimizer" section), a torch.optim.Adam / AdamW, zoffload.optim.CPUAdam or
+    DeepSpeedCPUAdam-style instance whose hyper-parameters (lr, betas, eps, weight_decay per group, adamw_mode)
+    become the engine's, replacing a config "optimizer" section with a warning (DeepSpeed also uses the client's),
+    or a callable taking the parameters and returning one; any other optimizer is refused (TypeError naming it).
+    The returned optimizer (ZeroOptimizer) has param_groups whose "lr" schedulers set, step()/zero_grad()
+    delegating to the engine. @lr_scheduler: a scheduler over that optimizer (or over the client's, whose
+    param_groups it shares) or a callable taking the optimizer; engine.step() steps it after each applied
+    optimizer step and the engine runs the lr it sets. Without one the config's "scheduler" section runs (returned
+    as a ConfigLRScheduler; None when the config has none). @training_data: a torch Dataset, returned as a
+    DataLoader of train_micro_batch_size_per_gpu with a DistributedSampler over the ranks and @collate_fn; else None.
+    @model_parameters: which parameters to train and their groups (a group's "weight_decay" replaces the config's).
+    @mpu and @dist_init_required are accepted and unused (no model parallelism; the ranks come from the launcher's
+    environment). zoffload's own: @device, where the model computes, "cpu" or "cuda[:N]" (default: its
+    parameters' device); a model too large for the GPU is built on the CPU and given device="cuda", so the GPU holds
+    the working weights (bf16/fp16 when the config enables them) and never the fp32 model. Raises
+    zoffload.ZoffloadError naming the JSON path of a bad config or the library's reason, TypeError for parameters
+    or an optimizer it cannot take, RuntimeError when torch has no CUDA device for device="cuda"."""
+    from . import ds_api
+    if model is None:
+        raise ValueError("zoffload.initialize: model= is required")
+    read = _read_config(ds_api.config_source(args, config, config_params))
+    client_opt = None
+    if optimizer is not None:
+        read, model_parameters, client_opt = ds_api.with_client_optimizer(read, optimizer, model, model_parameters)
     zo = read[2].get("zero_optimization", {})
     if isinstance(zo, dict) and zo.get("stage", 0) == 3:
         from .stage3 import Stage3Engine
-        return Stage3Engine(model, config, read, device, model_parameters)
-    return Engine(model, config, read, device, model_parameters)
+        engine = Stage3Engine(model, config, read, device, model_parameters)
+    else:
+        engine = Engine(model, config, read, device, model_parameters)
+    opt = ds_api.ZeroOptimizer(engine, client_opt.param_groups if client_opt is not None else None)
+    engine._attach(opt, lr_scheduler)
+    if training_data is not None:
+        engine.training_dataloader = ds_api.training_dataloader(engine, training_data, collate_fn)
+    return engine, opt, engine.training_dataloader, engine.lr_scheduler

@@ -1,0 +1,455 @@
+"""DeepSpeed's API over zoffload's engine: deepspeed.initialize()'s arguments and 4-tuple, add_config_arguments, a
+client optimizer's hyper-parameters taken as the engine's, a client lr scheduler honoured, the engine's DeepSpeed
+methods (train/eval, counters, checkpoints by string tag with torch-saved client_state, save_16bit_model). Not the
+engine itself (engine.py, stage3.py) nor the offline converter (zero_to_fp32.py).
+
+    import zoffload as deepspeed
+    engine, optimizer, loader, scheduler = deepspeed.initialize(args=args, model=model,
+                                                                model_parameters=model.parameters(),
+                                                                training_data=dataset)
+"""
+import ctypes
+import json
+import os
+import re
+import warnings
+
+import torch
+
+from . import _lib
+
+CLIENT_STATE_FILE = "client_state.pt"  # beside the C engine's manifest.json and rankNNNNN.bin, written by rank 0
+
+
+def add_config_arguments(parser):
+    """deepspeed.add_config_arguments(): --deepspeed (a flag) and --deepspeed_config (the JSON path initialize(args=)
+    reads), plus DeepSpeed's deprecated --deepscale / --deepscale_config, hidden. Returns @parser."""
+    import argparse
+    group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="Enable DeepSpeed (helper flag for user code, no impact on the engine)")
+    group.add_argument("--deepspeed_config", default=None, type=str, help="DeepSpeed json configuration file.")
+    group.add_argument("--deepscale", default=False, action="store_true", help=argparse.SUPPRESS)
+    group.add_argument("--deepscale_config", default=None, type=str, help=argparse.SUPPRESS)
+    return parser
+
+
+def config_source(args, config, config_params):
+    """The config initialize() uses, as deepspeed.initialize picks it: @config, else @config_params (its alias),
+    else args.deepspeed_config (or the deprecated args.deepscale_config). ValueError when none is given, or when
+    @args names a file as well as @config (DeepSpeed refuses that too)."""
+    if config is None:
+        config = config_params
+    from_args = None
+    if args is not None:
+        from_args = getattr(args, "deepspeed_config", None) or getattr(args, "deepscale_config", None)
+    if config is not None and from_args is not None:
+        raise ValueError("zoffload.initialize: a config in args.deepspeed_config (%r) and config= (or config_params=) "
+                         "too; pass one (DeepSpeed refuses both)" % (from_args,))
+    config = config if config is not None else from_args
+    if config is None:
+        raise ValueError("zoffload.initialize: no config: pass config= (a dict or a JSON file path), config_params=, "
+                         "or args with --deepspeed_config (zoffload.add_config_arguments)")
+    return config
+
+
+def _qualname(obj):
+    t = type(obj)
+    return "%s.%s" % (t.__module__, t.__qualname__)
+
+
+def client_optimizer_block(opt):
+    """(the config "optimizer" block, the parameter groups to train) of a client optimizer instance:
+    torch.optim.Adam (L2 weight decay), torch.optim.AdamW, zoffload.optim.CPUAdam or a DeepSpeedCPUAdam/FusedAdam
+    (adamw_mode). The engine runs one lr, betas and eps: every group must agree on them (ValueError naming the
+    group); a group's weight_decay becomes its parameters' own. TypeError naming the class of an optimizer the
+    engine cannot run (SGD, Adagrad, ...)."""
+    from .optim import CPUAdam
+    name = type(opt).__name__
+    groups = getattr(opt, "param_groups", None)
+    if isinstance(opt, torch.optim.AdamW):  # before Adam: newer torch derives AdamW from Adam
+        adamw = True
+    elif isinstance(opt, CPUAdam) or name in ("DeepSpeedCPUAdam", "FusedAdam"):
+        adamw = bool(groups[0].get("adamw_mode", getattr(opt, "adam_w_mode", True))) if groups else True
+    elif isinstance(opt, torch.optim.Adam):
+        adamw = False
+    else:
+        raise TypeError("zoffload.initialize: optimizer %s cannot run in the engine, which runs Adam/AdamW on the "
+                        "offload tier; pass torch.optim.Adam, torch.optim.AdamW, zoffload.optim.CPUAdam "
+                        "(DeepSpeedCPUAdam's arguments) or a callable returning one, or leave optimizer= out and set "
+                        "the config's \"optimizer\" section" % _qualname(opt))
+    if not groups:
+        raise ValueError("zoffload.initialize: optimizer %s has no parameter groups" % _qualname(opt))
+    g0 = groups[0]
+    for gi, g in enumerate(groups):
+        for key, bad in (("amsgrad", True), ("maximize", True)):
+            if g.get(key, False) == bad:
+                raise ValueError("zoffload.initialize: optimizer %s param_groups[%d] sets %s=True, which the engine "
+                                 "does not run" % (_qualname(opt), gi, key))
+        for key in ("lr", "betas", "eps", "bias_correction"):
+            a, b = g.get(key), g0.get(key)
+            if (tuple(a) if isinstance(a, (list, tuple)) else a) != (tuple(b) if isinstance(b, (list, tuple)) else b):
+                raise ValueError("zoffload.initialize: optimizer %s param_groups[%d]['%s'] = %r but param_groups[0] "
+                                 "has %r; the engine runs one %s for every parameter"
+                                 % (_qualname(opt), gi, key, a, b, key))
+    params = {"lr": float(g0["lr"]), "betas": [float(b) for b in g0["betas"]], "eps": float(g0["eps"]),
+              "weight_decay": float(g0.get("weight_decay", 0.0)),
+              "bias_correction": bool(g0.get("bias_correction", True)), "adam_w_mode": adamw}
+    model_parameters = [{"params": list(g["params"]), "weight_decay": float(g.get("weight_decay", 0.0))}
+                        for g in groups]
+    return {"type": "Adam", "params": params}, model_parameters
+
+
+def with_client_optimizer(read, optimizer, model, model_parameters):
+    """@read (initialize's (text, name, dict) of the config) with the client @optimizer's hyper-parameters as its
+    "optimizer" section, and the parameter groups to train. A callable is called with @model_parameters (or the
+    model's parameters) first, as DeepSpeed does. A config "optimizer" section is replaced, with a warning naming
+    it: DeepSpeed uses the client optimizer then too. Returns (read, model_parameters, the optimizer instance)."""
+    if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer(list(model_parameters) if model_parameters is not None else list(model.parameters()))
+    block, groups = client_optimizer_block(optimizer)
+    text, name, cfg = read
+    if "optimizer" in cfg:
+        warnings.warn("zoffload.initialize: the config's \"optimizer\" section (%s) is not used: the client optimizer "
+                      "%s is, with lr %g, as DeepSpeed does" % (name, _qualname(optimizer), block["params"]["lr"]))
+    cfg = dict(cfg, optimizer=block)
+    return (json.dumps(cfg), name, cfg), groups, optimizer
+
+
+class ZeroOptimizer(torch.optim.Optimizer):
+    """The optimizer initialize() returns (DeepSpeed returns its ZeRO optimizer wrapper): param_groups whose "lr"
+    schedulers read and set (the client optimizer's own list when one was passed, so a scheduler built on either
+    drives the engine), step() and zero_grad() delegating to the engine, state_dict() of the groups' settings (the
+    fp32 master weights and Adam state live in the engine: save_checkpoint() saves them)."""
+
+    def __init__(self, engine, param_groups=None):
+        head = engine.resolved.optimizer
+        defaults = {"lr": head.lr, "betas": (head.beta1, head.beta2), "eps": head.eps,
+                    "weight_decay": head.weight_decay, "bias_correction": bool(head.bias_correction)}
+        params = [p for _, p in engine.params]
+        super().__init__([{"params": params}] if params else [{"params": [torch.zeros(0, requires_grad=True)]}],
+                         defaults)
+        if param_groups is not None:
+            self.param_groups = param_groups  # shared with the client optimizer
+        self.engine = engine
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.engine.step()
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        self.engine.zero_grad()
+
+    def state_dict(self):
+        return {"state": {}, "param_groups": [{k: v for k, v in g.items() if k != "params"}
+                                              for g in self.param_groups]}
+
+    def load_state_dict(self, state_dict):
+        for g, s in zip(self.param_groups, state_dict.get("param_groups", [])):
+            g.update({k: v for k, v in s.items() if k != "params"})
+
+
+class ConfigLRScheduler:
+    """The config's "scheduler" section as the engine runs it (zo_config_lr_at: WarmupLR, WarmupDecayLR,
+    WarmupCosineLR), the scheduler initialize() returns when the client passed none: get_lr()/get_last_lr() are
+    the lr of the next step; step() is the engine's to call (it advances with the applied steps)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.last_batch_iteration = -1
+
+    def step(self, last_batch_iteration=None):
+        self.last_batch_iteration = (self.last_batch_iteration + 1 if last_batch_iteration is None
+                                     else last_batch_iteration)
+
+    def get_lr(self):
+        return [_lib.lib.zo_config_lr_at(self.engine._cfg, self.engine.applied_steps + 1)]
+
+    get_last_lr = get_lr
+
+    def state_dict(self):
+        return {"last_batch_iteration": self.last_batch_iteration}
+
+    def load_state_dict(self, sd):
+        self.last_batch_iteration = sd["last_batch_iteration"]
+
+
+class DeepSpeedEngineAPI:
+    """DeepSpeedEngine's methods, mixed into Engine (engine.py): the parts of DeepSpeed's engine API that are not
+    the training step itself."""
+
+    optimizer = None  # ZeroOptimizer (initialize() attaches it)
+    lr_scheduler = None  # the client's, a ConfigLRScheduler, or None
+    training_dataloader = None
+    _lr_client = False  # the lr comes from optimizer.param_groups (a client scheduler or the caller set it)
+    _lr_shown = None  # the lr last written into param_groups from the config's schedule
+
+    # --- what initialize() attaches ---
+
+    def _attach(self, optimizer, lr_scheduler):
+        self.optimizer = optimizer
+        if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+            lr_scheduler = lr_scheduler(optimizer)  # DeepSpeed: a callable takes the optimizer
+        self._lr_client = lr_scheduler is not None
+        if lr_scheduler is None and self.resolved.scheduler.type != _lib.SCHED_NONE:
+            lr_scheduler = ConfigLRScheduler(self)
+        self.lr_scheduler = lr_scheduler
+        if not self._lr_client:
+            self._show_lr()
+        self._sync_lr()
+
+    def _show_lr(self):
+        """The config's lr of the next step into the optimizer's param_groups (what DeepSpeed's scheduler does)."""
+        if self.optimizer is not None and not self._lr_client:
+            lr = _lib.lib.zo_config_lr_at(self._cfg, self.applied_steps + 1)
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+            self._lr_shown = lr
+
+    def _sync_lr(self):
+        """The lr in the optimizer's param_groups to the engine (zo_engine_set_lr) when a client scheduler drives it
+        or the caller changed it; before the boundary micro-step's backward (updates start as gradients land)."""
+        if self.optimizer is None:
+            return
+        lrs = sorted({float(g["lr"]) for g in self.optimizer.param_groups})
+        if len(lrs) > 1:
+            raise ValueError("zoffload: optimizer.param_groups have the learning rates %s; the engine runs one lr for "
+                             "every parameter" % lrs)
+        if lrs and (self._lr_client or lrs[0] != self._lr_shown):
+            self._lr_client = True
+            _lib.check(_lib.lib.zo_engine_set_lr(self.eng, lrs[0]), "zoffload: lr from optimizer.param_groups")
+
+    def _after_boundary(self):
+        """After an optimizer step: the scheduler stepped when the step was applied (DeepSpeed skips it on an fp16
+        overflow), and the next lr shown or handed to the engine."""
+        if self.lr_scheduler is not None and self.was_step_applied():
+            with warnings.catch_warnings():  # the client's torch optimizer's step() is the engine's, not called
+                warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
+                self.lr_scheduler.step()
+        self._show_lr()
+        self._sync_lr()
+
+    # --- DeepSpeedEngine's accessors ---
+
+    def train(self, mode=True):
+        self.module.train(mode)
+        return self
+
+    def eval(self):
+        self.module.eval()
+        return self
+
+    def zero_grad(self):
+        """Gradients the model holds set to None (those engine.backward() handed over are None already)."""
+        for _, p in self.params:
+            p.grad = None
+
+    def train_batch_size(self):
+        return int(self.resolved.train_batch_size)
+
+    def train_micro_batch_size_per_gpu(self):
+        return int(self.resolved.train_micro_batch_size_per_gpu)
+
+    def gradient_accumulation_steps(self):
+        return int(self.resolved.gradient_accumulation_steps)
+
+    @property
+    def global_rank(self):
+        return self.rank
+
+    @property
+    def local_rank(self):
+        lr, var = ctypes.c_int(), ctypes.c_char_p()
+        _lib.check(_lib.lib.zo_device_local_rank(ctypes.byref(lr), ctypes.byref(var)), "the local rank")
+        return lr.value if var.value else 0
+
+    @property
+    def device(self):
+        return torch.device(self.place.device)
+
+    # --- checkpoints, DeepSpeed's way ---
+
+    def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True):  # noqa: B006 (DeepSpeed's)
+        """DeepSpeed's save_checkpoint: the checkpoint SAVE_DIR/TAG (default "global_step<global_steps>"), crash-safe
+        (zo_engine_save with the name TAG: master weights, Adam state on its tier, step, loss scaler, this engine's
+        counters), @client_state (anything torch.save takes, tensors included) with the lr scheduler's and the
+        optimizer's settings in TAG/client_state.pt (rank 0), then SAVE_DIR/latest naming TAG when @save_latest.
+        Several ranks: a collective call with the same arguments. Returns True."""
+        tag = "global_step%d" % self.global_steps if tag is None else str(tag)
+        app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
+                          "applied_steps": self.applied_steps})
+        opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(), no_latest=1)
+        out = ctypes.create_string_buffer(4096)
+        # A checkpoint of the same tag is replaced (as DeepSpeed does): its client_state.pt, which zo_engine_save
+        # does not know, waits beside it and is removed once the new one is in place, put back if the save fails.
+        old = os.path.join(str(save_dir), str(tag), CLIENT_STATE_FILE)
+        aside = os.path.join(str(save_dir), ".%s.%s.old" % (tag, CLIENT_STATE_FILE))
+        moved = self.rank == 0 and os.path.isfile(old)
+        if moved:
+            os.replace(old, aside)
+        try:
+            _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
+                       "save_checkpoint '%s'" % tag)
+        except BaseException:
+            if moved and not os.path.exists(old):
+                os.replace(aside, old)
+            raise
+        if moved:
+            os.unlink(aside)
+        path = out.value.decode()
+        if self.rank == 0:
+            extra = {"client_state": client_state,
+                     "lr_scheduler": (self.lr_scheduler.state_dict() if self.lr_scheduler is not None
+                                      and hasattr(self.lr_scheduler, "state_dict") else None),
+                     "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                     "lr_client": self._lr_client}
+            _write_atomic(os.path.join(path, CLIENT_STATE_FILE), lambda f: torch.save(extra, f))
+            if save_latest:
+                _write_atomic(os.path.join(str(save_dir), "latest"), lambda f: f.write((tag + "\n").encode()))
+        self.all_reduce_mean(0.0)  # every rank returns after rank 0's files are in place
+        return True
+
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
+                        load_lr_scheduler_states=True, load_module_only=False):
+        """DeepSpeed's load_checkpoint: LOAD_DIR/TAG, TAG read from LOAD_DIR/latest when None. Returns (its path,
+        client_state), or (None, None) with a warning when there is no `latest` or no such checkpoint (as DeepSpeed).
+        The engine restores master weights, Adam state, step and loss scaler together (zo_engine_load, every
+        checksum verified first): load_optimizer_states=False / load_module_only=True are refused
+        (NotImplementedError), as is load_module_strict=False (the tensors must match by name and size)."""
+        if load_module_only or not load_optimizer_states or not load_module_strict:
+            raise NotImplementedError("zoffload load_checkpoint: load_module_only=True, load_optimizer_states=False "
+                                      "and load_module_strict=False are not supported: the engine restores the "
+                                      "weights and the Adam state together, of the same tensors")
+        load_dir = str(load_dir)
+        if tag is None:
+            latest = os.path.join(load_dir, "latest")
+            if not os.path.isfile(latest):
+                warnings.warn("zoffload load_checkpoint: unable to find latest file at %s, if trying to load latest "
+                              "checkpoint please pass a tag" % latest)
+                return None, None
+            with open(latest) as f:
+                tag = f.read().strip()
+        path = os.path.join(load_dir, str(tag))
+        if not os.path.isdir(path):
+            warnings.warn("zoffload load_checkpoint: the checkpoint %s does not exist" % path)
+            return None, None
+        raw = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_engine_load(self.eng, path.encode(), ctypes.byref(raw)), "load_checkpoint")
+        app = {}
+        if raw.value:
+            app = json.loads(ctypes.string_at(raw).decode())
+            _lib.libc.free(raw)
+        self.micro_steps = int(app.get("micro_steps", 0))
+        self.global_steps = int(app.get("global_steps", 0))
+        self.applied_steps = int(app.get("applied_steps", self.global_steps))
+        self._write_back()
+        extra = {}
+        cfile = os.path.join(path, CLIENT_STATE_FILE)
+        if os.path.isfile(cfile):
+            extra = torch.load(cfile, map_location="cpu")
+        if self.optimizer is not None and extra.get("optimizer"):
+            self.optimizer.load_state_dict(extra["optimizer"])
+            self._lr_client = self._lr_client or bool(extra.get("lr_client"))
+        if (load_lr_scheduler_states and self.lr_scheduler is not None and extra.get("lr_scheduler") is not None
+                and hasattr(self.lr_scheduler, "load_state_dict")):
+            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+        self._show_lr()
+        self._sync_lr()
+        return path, extra.get("client_state", {})
+
+    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin"):
+        """DeepSpeed's save_16bit_model: the consolidated model state_dict in the working dtype (bf16 / fp16 when the
+        config enables it, else fp32, as DeepSpeed's module holds them), trained parameters from the engine's fp32
+        masters (all ranks' shards gathered: a collective call) and buffers / frozen parameters from the module, to
+        SAVE_DIR/SAVE_FILENAME by rank 0: torch.save, or the safetensors format when the name ends .safetensors.
+        Returns True."""
+        os.makedirs(str(save_dir), exist_ok=True)
+        path = os.path.join(str(save_dir), save_filename)
+        state = self.consolidated_state_dict(dtype=self.wdtype)
+        if self.rank == 0:
+            if save_filename.endswith(".safetensors"):
+                from safetensors.torch import save_file
+                _write_atomic(path, lambda f: f.write(_safetensors_bytes(save_file, state)))
+            else:
+                _write_atomic(path, lambda f: torch.save(state, f))
+        self.all_reduce_mean(0.0)
+        return True
+
+    def consolidated_state_dict(self, dtype=torch.float32):
+        """The model's state_dict with every trained parameter from the engine's consolidated fp32 masters (a
+        collective call over the ranks: zo_engine_export_safetensors to a temporary file rank 0 reads back), cast to
+        @dtype; other entries (buffers, frozen parameters) as the module holds them, floating ones cast too."""
+        import tempfile
+        from safetensors.torch import load_file
+        tmpdir = None
+        if self.rank == 0:
+            tmpdir = tempfile.mkdtemp(prefix="zoffload-16bit-")
+        # every rank passes the same path; only rank 0 writes it (the others' is never created)
+        name = os.path.join(tmpdir or tempfile.gettempdir(), "masters.safetensors")
+        name = self._same_path(name)
+        self.export_safetensors(name)
+        out = {}
+        if self.rank == 0:
+            masters = load_file(name)
+            os.unlink(name)
+            os.rmdir(os.path.dirname(name))
+            for k, v in self.module.state_dict().items():
+                t = masters.get(k, v)
+                out[k] = t.to(dtype) if t.is_floating_point() else t.clone()
+        return out
+
+    def _zero3_consolidated_16bit_state_dict(self):
+        """What Hugging Face and accelerate call on DeepSpeed's engine: consolidated_state_dict() in the working
+        dtype (rank 0 gets it; the others an empty dict)."""
+        return self.consolidated_state_dict(dtype=self.wdtype)
+
+    def _same_path(self, path):
+        """rank 0's @path on every rank (the collective export names one file)."""
+        if self.world_size == 1:
+            return path
+        n = 4096
+        buf = (ctypes.c_double * n)()
+        raw = path.encode()[:n - 1] if self.rank == 0 else b""
+        for i, c in enumerate(raw):
+            buf[i] = float(c)
+        # a sum over the ranks, the others adding zeros: rank 0's bytes
+        _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, buf, n), "checkpoint path")
+        return bytes(int(buf[i]) for i in range(n) if buf[i] != 0).decode()
+
+
+def _safetensors_bytes(save_file, state):
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as t:
+        save_file({k: v.contiguous() for k, v in state.items()}, t.name, metadata={"format": "pt"})
+        with open(t.name, "rb") as f:
+            return f.read()
+
+
+def _write_atomic(path, write):
+    """@write(binary file) into PATH.tmp, fsynced and renamed over @path, the directory fsynced."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    d = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(d)
+    finally:
+        os.close(d)
+
+
+def training_dataloader(engine, training_data, collate_fn):
+    """DeepSpeed's deepspeed_io(): a torch DataLoader of @training_data in micro-batches of
+    train_micro_batch_size_per_gpu (the resolved config's), each rank reading its part through a DistributedSampler
+    (shuffled, seeded as torch's default 0: call loader.sampler.set_epoch(n) per epoch, as with DeepSpeed)."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    sampler = DistributedSampler(training_data, num_replicas=engine.world_size, rank=engine.rank)
+    return DataLoader(training_data, batch_size=engine.train_micro_batch_size_per_gpu(), sampler=sampler,
+                      collate_fn=collate_fn)

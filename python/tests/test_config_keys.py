@@ -54,7 +54,7 @@ def test_unknown_key_in_a_file(tmp_path):
 def test_inert_keys_warn_once_and_infinity(capfd):
     cfg = dict(BASE, steps_per_print=float("inf"), comms_logger={"enabled": False}, wall_clock_breakdown=False,
                flops_profiler={"enabled": False}, tensorboard={"enabled": False})
-    engine = zoffload.initialize(model=GPT(layers=1), config=cfg)
+    engine, _, _, _ = zoffload.initialize(model=GPT(layers=1), config=cfg)
     assert engine.resolved.steps_per_print == 2**63 - 1  # never print
     err = capfd.readouterr().err
     for key in ("comms_logger", "wall_clock_breakdown", "flops_profiler", "tensorboard"):

@@ -1,7 +1,9 @@
 """Where the model computes, and how its tensors meet the engine's device memory (zoffload/device.h).
 
-A CPU model runs on libzoffload's host backend: the engine's "device memory" is host memory, and the model keeps
-fp32 parameters that receive copies of the working weights (widened from bf16/fp16).
+A CPU model runs on libzoffload's host backend: the engine's "device memory" is host memory. An fp32 model keeps
+fp32 parameters that receive copies of the working weights (widened from bf16/fp16); a 16-bit model
+(model.half(), .to(torch.bfloat16)) computes in the working dtype, its parameters the working weights themselves
+(_precision.py says which, and when the module is cast).
 
 A CUDA model runs on the CUDA backend, in the same process and the same CUDA context as torch: device pointers
 are shared as they are. The engine's work is ordered against torch's compute through the stream-wrapping call
@@ -39,9 +41,12 @@ class HostPlacement:
     def __init__(self):
         self.device = torch.device("cpu")
         self.ordinal = 0
+        self.compute = torch.float32  # the model's dtype: the working dtype for a 16-bit model (_precision.py)
 
     def param_dtype(self, working):
-        return torch.float32  # CPU models keep fp32 parameters; the working weights are widened into them
+        # fp32 models keep fp32 parameters and the working weights are widened into them; a 16-bit model's
+        # parameters are the working weights themselves
+        return torch.float32 if self.compute == torch.float32 else working
 
     def view(self, ptr, numel, dtype):
         """A tensor over @numel elements of @dtype at engine address @ptr (no copy)."""

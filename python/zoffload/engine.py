@@ -19,7 +19,7 @@ import json
 
 import torch
 
-from . import _device, _lib
+from . import _device, _lib, _precision
 from .ds_api import DeepSpeedEngineAPI
 
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
@@ -116,13 +116,7 @@ class Engine(DeepSpeedEngineAPI):
         self.gas = int(head.gradient_accumulation_steps)
         self.params, decay = _param_groups(model, model_parameters, head)
         self.shapes = [p.shape for _, p in self.params]
-        for n, p in self.params:
-            if not self.place.cuda and p.dtype != torch.float32:
-                raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters "
-                                "(bf16/fp16 working weights are set by the config's bf16/fp16 blocks)" % (n, p.dtype))
-            if not p.is_floating_point():
-                raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor"
-                                % (n, p.dtype))
+        _precision.check_param_dtypes(self.params, self.place.cuda)
         self.dev = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_device_create(self.place.kind, self.place.ordinal, 0, ctypes.byref(self.dev)),
                    "zo_device_create(%s)" % self.place.device)
@@ -131,6 +125,8 @@ class Engine(DeepSpeedEngineAPI):
         self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
+        if not self.place.cuda:  # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does)
+            self.place.compute = _precision.cpu_compute_dtype(model, self.params, self.wdtype)
         self.handles = []
         # The dtype each gradient is handed over in: the working precision (zo_engine_grad_dtype()), or fp32 when
         # micro-batches are accumulated and the model computes in fp32 (the engine sums fp32 then, so the sum
@@ -346,8 +342,9 @@ class Engine(DeepSpeedEngineAPI):
         """The engine's working weights (after load or a step) into the model's parameters. Where the parameter's
         dtype is the working dtype (always on the GPU; fp32 configs on the CPU) it views the engine's resident
         copy: one copy of the weights, the step writes the new ones in place (the pointer is compared each time;
-        on the GPU the fetch makes the compute stream wait for them). A CPU model with bf16/fp16 working weights
-        gets them widened into its fp32 parameters."""
+        on the GPU the fetch makes the compute stream wait for them; on the CPU for fp32 configs and 16-bit models,
+        _precision.py). An fp32 CPU model with bf16/fp16 working weights gets them widened into its fp32
+        parameters."""
         with torch.no_grad(), self.place.ordered():
             for i, ((n, p), h) in enumerate(zip(self.params, self.handles)):
                 ptr, dt = ctypes.c_void_p(), ctypes.c_int()

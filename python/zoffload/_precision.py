@@ -1,0 +1,49 @@
+"""A CPU model's dtype against the config's fp16/bf16 blocks, as DeepSpeed's engine takes a model: which dtype the
+model computes in on the host device, the module cast to it where DeepSpeed casts (module.half() /
+module.bfloat16()), refused where it would train without the precision the config asks for. Not the engine's
+precision itself (fp32 masters, the working dtype: zo_engine_working_dtype) nor CUDA models (_device.CudaPlacement
+gives those the working dtype always).
+"""
+import torch
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def check_param_dtypes(params, cuda):
+    """Before the engine exists: every trained parameter is floating point; on the CPU fp32, fp16 or bf16 (the
+    engine's dtypes). TypeError naming the first parameter that is not."""
+    for n, p in params:
+        if not p.is_floating_point():
+            raise TypeError("zoffload.initialize: parameter '%s' is %s, not a floating-point tensor" % (n, p.dtype))
+        if not cuda and p.dtype not in (torch.float32,) + HALF:
+            raise TypeError("zoffload.initialize: parameter '%s' is %s; a CPU model trains with fp32 parameters, or "
+                            "fp16/bf16 ones with the config's fp16/bf16 block enabled" % (n, p.dtype))
+
+
+def cpu_compute_dtype(model, params, working):
+    """The dtype a CPU @model computes in, given the engine's @working dtype (torch.float32, or the 16-bit dtype of
+    the config's enabled fp16/bf16 block), casting the module where DeepSpeed's engine would:
+      - every trained parameter fp32: torch.float32, nothing cast. The parameters receive the working weights
+        widened (a zoffload choice: DeepSpeed casts the module to the working dtype, but torch's CPU kernels lack
+        many 16-bit ops, e.g. fp16 matmul and bf16 mse_loss in torch 1.13); model.half() / .to(torch.bfloat16)
+        before initialize() gives DeepSpeed's 16-bit compute;
+      - some trained parameter fp16/bf16 (model.half(), .to(torch.bfloat16)) and @working 16-bit: the whole module
+        (parameters, frozen ones and floating buffers) cast to @working, as DeepSpeed's module.half() /
+        module.bfloat16(), so a bf16 model under fp16.enabled becomes fp16; the parameters are then the working
+        copy itself;
+      - some trained parameter 16-bit and @working fp32 (neither fp16 nor bf16 enabled): TypeError naming the
+        parameter (DeepSpeed's engine refused this too in the versions whose __check_params ran: "torch.float32
+        is enabled but the following parameters have dtype that is not torch.float32"); training a 16-bit copy
+        without fp16's loss scaling would let small gradients underflow silently."""
+    half = [(n, p) for n, p in params if p.dtype in HALF]
+    if not half:
+        return torch.float32
+    if working == torch.float32:
+        n, p = half[0]
+        raise TypeError("zoffload.initialize: parameter '%s' is %s, but the config enables neither fp16 nor bf16: "
+                        "set \"%s\": {\"enabled\": true} (the engine then keeps fp32 master weights of the 16-bit "
+                        "model), or train the model in fp32 (model.float())"
+                        % (n, p.dtype, "fp16" if p.dtype == torch.float16 else "bf16"))
+    with torch.no_grad():
+        model.to(working)
+    return working

@@ -1,5 +1,5 @@
 """fp16/bf16 models on the host device (a CPU model), as DeepSpeed takes them: model.half() with fp16.enabled,
-model.to(torch.bfloat16) with bf16.enabled, at ZeRO stages 2 and 3. The module's parameters are the working copy
+model.to(torch.bfloat16) with bf16.enabled, at ZeRO stages 1, 2 and 3. The module's parameters are the working copy
 in the config's dtype, the engine holds the fp32 masters (the parameters' values upcast at initialize), gradients
 go over in the working dtype, and fp16's dynamic loss scale multiplies the loss in engine.backward().
 
@@ -129,7 +129,7 @@ def compare(got, want, dtype, what):
     assert dm <= TOL_MASTER, "%s: masters differ by %g" % (what, dm)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 @pytest.mark.parametrize("dtype,key", [(torch.float16, "fp16"), (torch.bfloat16, "bf16")], ids=["fp16", "bf16"])
 def test_half_model_trains_like_torch(stage, dtype, key):
     """model.half() + fp16.enabled, model.to(torch.bfloat16) + bf16.enabled: the parameters stay the 16-bit working
@@ -140,7 +140,7 @@ def test_half_model_trains_like_torch(stage, dtype, key):
     engine, _, _, _ = zoffload.initialize(model=m, config=cfg(stage, **{key: True}))
     for n, _ in engine.params:
         assert torch.equal(engine.master_weights(n), init[n]), "initial master of %s is not the parameter upcast" % n
-    if stage == 2:
+    if stage < 3:
         assert {p.dtype for p in m.parameters()} == {dtype}
     if key == "fp16":
         assert engine.loss_scale == 256.0
@@ -286,3 +286,38 @@ def test_half_model_accumulation():
                 p.copy_(want_m[n].to(torch.bfloat16))
     compare((losses, masters), (want_l, {n: v.detach() for n, v in want_m.items()}), torch.bfloat16,
             "bf16 model, 2 micro-batches per step")
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_fp16_model_checkpoint_round_trip(tmp_path, stage):
+    """An fp16 model saved after 3 steps and loaded into a fresh fp16 model continues exactly (losses, loss
+    scale); save_16bit_model writes fp16 tensors equal to the masters rounded."""
+    def steps(engine, ks):
+        out = []
+        for k in ks:
+            x, t = batch(k, torch.float16)
+            loss = engine(x, t)
+            engine.backward(loss)
+            engine.step()
+            out.append(loss.item())
+        return out
+    engine, _, _, _ = zoffload.initialize(model=model(torch.float16), config=cfg(stage, fp16=True))
+    steps(engine, range(3))
+    engine.save_checkpoint(str(tmp_path), tag="global_step3")
+    want = steps(engine, range(3, 6))
+    scale = engine.loss_scale
+    engine.save_16bit_model(str(tmp_path), "model.bin")
+    masters = {n: engine.master_weights(n).clone() for n, _ in engine.params}
+    engine.close()
+    sd = torch.load(str(tmp_path / "model.bin"))
+    for n, v in masters.items():
+        assert sd[n].dtype == torch.float16 and torch.equal(sd[n], v.half()), n
+    m = model(torch.float16)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    engine, _, _, _ = zoffload.initialize(model=m, config=cfg(stage, fp16=True))
+    engine.load_checkpoint(str(tmp_path), tag="global_step3")
+    got = steps(engine, range(3, 6))
+    assert got == want and engine.loss_scale == scale, (got, want, engine.loss_scale, scale)
+    engine.close()

@@ -10,9 +10,9 @@ Launchers (the same rules the engine follows, Engine.__init__ -> engine_comm()):
       collectives (gradient reduce-scatter, weight all-gather) move host buffers, so they run over gloo process
       groups of their own (torch.distributed.new_group(backend="gloo")) whatever the script's backend, through
       libzoffload's `external` communicator whose callbacks are the functions below (_ext_*).
-  mpirun (OMPI_COMM_WORLD_*, PMI_*): the engine uses the C `mpi` communicator, as before; this module's calls use it
-      too (a communicator of its own over MPI_COMM_WORLD) unless torch.distributed is initialised, which
-      init_distributed() does from the MPI environment (rank 0's host name broadcast over MPI, as DeepSpeed's
+  mpirun (OMPI_COMM_WORLD_*, PMI_*): the engine uses the C `mpi` communicator, as before, even when the script
+      initialised torch.distributed too; this module's calls use MPI (a communicator of its own over
+      MPI_COMM_WORLD) unless torch.distributed is initialised, which init_distributed() does from the MPI environment (rank 0's host name broadcast over MPI, as DeepSpeed's
       mpi_discovery does with mpi4py).
   neither: one rank.
 """
@@ -313,8 +313,13 @@ def _ext_split(g, color, key, new_ctx, new_rank, new_size):
 
 
 def _ext_destroy(ctx):
-    _groups.pop(ctx, None)
-    _errors.pop(ctx, None)
+    """Forget @ctx. Its process group stays with torch.distributed (destroying a group is not safe while a peer
+    may still use it): each engine leaves two gloo groups behind (three at stage 3) until the process ends."""
+    try:
+        _groups.pop(ctx, None)
+        _errors.pop(ctx, None)
+    except Exception:  # noqa: BLE001 (called from C, maybe at interpreter shutdown)
+        pass
 
 
 def _ext_error(ctx, msg, cap):
@@ -348,14 +353,17 @@ def torch_comm():
 
 
 def engine_comm(backend=None):
-    """The communicator an engine runs its ranks over (a new C handle: zo_comm_destroy() it): over
-    torch.distributed when it is initialised, or when torchrun / the deepspeed launcher started several ranks
-    (init_distributed(@backend) first: gloo, or NCCL for a CUDA model as @backend says); else the launcher's C
-    communicator (`mpi` under mpirun, `self` for one rank)."""
-    if not is_initialized() and launch_info()[4] == "torchrun" and launch_info()[1] > 1:
-        init_distributed(dist_backend=backend, verbose=False)
-    if is_initialized() and dist.get_world_size() > 1:
-        return torch_comm()
+    """The communicator an engine runs its ranks over (a new C handle: zo_comm_destroy() it): under mpirun, MPI
+    (libzoffload's own transport: no Python on the engine's collective path), whether or not the script
+    initialised torch.distributed too; else over torch.distributed when it is initialised, or when torchrun /
+    the deepspeed launcher started several ranks (init_distributed(@backend) first: None picks NCCL when torch
+    has CUDA, else gloo); else one rank (`self`)."""
+    source, world = launch_info()[4], launch_info()[1]
+    if source not in ("openmpi", "pmi"):
+        if not is_initialized() and source == "torchrun" and world > 1:
+            init_distributed(dist_backend=backend, verbose=False)
+        if is_initialized() and dist.get_world_size() > 1:
+            return torch_comm()
     c = ctypes.c_void_p()
     _lib.check(_lib.lib.zo_comm_create_from_env(ctypes.byref(c)), "zoffload.initialize: ranks")
     return c

@@ -1,6 +1,7 @@
 /*
  * comm_internal.h - the collectives front (comm.c) and its backends
- * (self in comm.c, mpi in comm_mpi.c). The front checks arguments, stages
+ * (self in comm.c, mpi in comm_mpi.c, nccl in comm_nccl.c, external in
+ * comm_external.c). The front checks arguments, stages
  * 16-bit reductions in fp32 and owns requests; a backend only starts fp32,
  * fp64 and byte operations and completes them. Not installed.
  */

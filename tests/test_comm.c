@@ -22,10 +22,16 @@
  *                      collective ends in ZO_ERR_NCCL naming it, its bytes
  *                      and the rank count, the communicator is aborted and
  *                      refuses later work, and no CUDA error is left behind.
+ *   test_comm external the `external` backend (zo_comm_create_external): two
+ *                      ranks simulated by two threads whose callbacks meet at a
+ *                      pthread barrier, the generic checks on both; then argument
+ *                      errors, a callback's failure and its text, deferred
+ *                      completion through test/wait, a missing split.
  * Exit 0 pass, 1 fail, 77 skip.
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,8 +476,229 @@ static int nccl_fault_main(const char *mode) {
   return zo_test_finish("test_comm nccl_fault");
 }
 
+
+/* ------------------------------------------------------------ test_comm external */
+
+/* Ranks simulated by threads of this process: a collective publishes each rank's buffer in slot[rank], meets the
+ * others at the barrier, computes, and meets them again before anyone reuses a buffer. */
+enum { XW_MAX = 4 };
+typedef struct xworld {
+  int size;
+  pthread_barrier_t bar;
+  const void *slot[XW_MAX];
+  int color[XW_MAX], key[XW_MAX];
+  struct xworld *made[XW_MAX]; /* split: the world each colour's lowest rank made */
+} xworld;
+typedef struct xctx {
+  xworld *w;
+  int rank;
+  int fail_next;  /* the next all_reduce fails with this status */
+  int defer;      /* all_reduce hands back a handle whose first test says "not yet" */
+  int tests, destroyed;
+  int heap;       /* freed by x_destroy */
+} xctx;
+
+static xworld *xworld_new(int size) {
+  xworld *w = calloc(1, sizeof *w);
+  w->size = size;
+  pthread_barrier_init(&w->bar, NULL, (unsigned)size);
+  return w;
+}
+static void xsync(xctx *x) { pthread_barrier_wait(&x->w->bar); }
+
+static int x_all_gather(void *ctx, const void *send, void *recv, size_t nb, void **h) {
+  xctx *x = ctx;
+  void *mine = malloc(nb); /* in place: @send is a block of @recv, which the others' copies overwrite */
+  memcpy(mine, send, nb);
+  x->w->slot[x->rank] = mine;
+  xsync(x);
+  for (int r = 0; r < x->w->size; r++) memcpy((char *)recv + (size_t)r * nb, x->w->slot[r], nb);
+  xsync(x);
+  free(mine);
+  *h = NULL;
+  return 0;
+}
+
+static void xsum(xctx *x, size_t off, size_t n, zo_comm_elem t, void *out) {
+  for (size_t i = 0; i < n; i++) {
+    double s = 0;
+    for (int r = 0; r < x->w->size; r++)
+      s += t == ZO_COMM_ELEM_F64 ? ((const double *)x->w->slot[r])[off + i] : ((const float *)x->w->slot[r])[off + i];
+    if (t == ZO_COMM_ELEM_F64) ((double *)out)[i] = s;
+    else ((float *)out)[i] = (float)s; /* small integers in generic(): exact either way */
+  }
+}
+
+static int x_reduce_scatter(void *ctx, const void *send, void *recv, size_t n, zo_comm_elem t, void **h) {
+  xctx *x = ctx;
+  const size_t esz = t == ZO_COMM_ELEM_F64 ? 8 : 4;
+  void *tmp = malloc(n * esz);
+  x->w->slot[x->rank] = send;
+  xsync(x);
+  xsum(x, (size_t)x->rank * n, n, t, tmp);
+  xsync(x); /* everyone has read the blocks before @recv (maybe one of them) is written */
+  memcpy(recv, tmp, n * esz);
+  free(tmp);
+  *h = NULL;
+  return 0;
+}
+
+static int x_all_reduce(void *ctx, void *buf, size_t n, zo_comm_elem t, void **h) {
+  xctx *x = ctx;
+  if (x->fail_next) {
+    int st = x->fail_next;
+    x->fail_next = 0;
+    return st;
+  }
+  const size_t esz = t == ZO_COMM_ELEM_F64 ? 8 : 4;
+  void *tmp = malloc(n * esz);
+  x->w->slot[x->rank] = buf;
+  xsync(x);
+  xsum(x, 0, n, t, tmp);
+  xsync(x);
+  memcpy(buf, tmp, n * esz);
+  free(tmp);
+  *h = x->defer ? (void *)x : NULL;
+  return 0;
+}
+
+static int x_broadcast(void *ctx, void *buf, size_t nb, int root, void **h) {
+  xctx *x = ctx;
+  x->w->slot[x->rank] = buf;
+  xsync(x);
+  if (x->rank != root) memcpy(buf, x->w->slot[root], nb);
+  xsync(x);
+  *h = NULL;
+  return 0;
+}
+
+static int x_barrier(void *ctx, void **h) {
+  xsync(ctx);
+  *h = NULL;
+  return 0;
+}
+
+static int x_wait(void *ctx, void *h) { return h == ctx ? 0 : ZO_ERR_INVALID_USAGE; }
+
+static int x_test(void *ctx, void *h, int *done) {
+  xctx *x = ctx;
+  *done = ++x->tests > 1; /* "not yet" the first time */
+  return h == ctx ? 0 : ZO_ERR_INVALID_USAGE;
+}
+
+static int x_split(void *ctx, int color, int key, void **nctx, int *nrank, int *nsize) {
+  xctx *x = ctx;
+  xworld *w = x->w;
+  w->color[x->rank] = color, w->key[x->rank] = key;
+  xsync(x);
+  int lowest = x->rank, size = 0, rank = 0;
+  for (int r = 0; r < w->size; r++) {
+    if (w->color[r] != color) continue;
+    if (r < lowest) lowest = r;
+    size++;
+    if (w->key[r] < key || (w->key[r] == key && r < x->rank)) rank++;
+  }
+  if (lowest == x->rank) w->made[x->rank] = xworld_new(size);
+  xsync(x);
+  xctx *n = calloc(1, sizeof *n);
+  n->w = w->made[lowest], n->rank = rank, n->heap = 1;
+  xsync(x);
+  *nctx = n, *nrank = rank, *nsize = size;
+  return 0;
+}
+
+static void x_destroy(void *ctx) { /* the worlds are left to the process: ranks destroy in any order */
+  xctx *x = ctx;
+  x->destroyed++;
+  if (x->heap) free(x);
+}
+
+static void x_error(void *ctx, char *msg, size_t cap) {
+  (void)ctx;
+  snprintf(msg, cap, "peer rank 1 is gone");
+}
+
+static const zo_comm_external_ops x_ops = {
+    .all_gather = x_all_gather, .reduce_scatter = x_reduce_scatter, .all_reduce = x_all_reduce,
+    .broadcast = x_broadcast,   .barrier = x_barrier,               .wait = x_wait,
+    .test = x_test,             .split = x_split,                   .destroy = x_destroy,
+    .error = x_error};
+
+static void *x_rank_main(void *arg) {
+  xctx *x = arg;
+  zo_comm_t *c = NULL;
+  CHECK_OK(zo_comm_create_external(&x_ops, x, x->rank, x->w->size, &c));
+  if (!c) return NULL;
+  CHECK(strcmp(zo_comm_backend(c), "external") == 0);
+  CHECK_EQ(zo_comm_rank(c), x->rank);
+  CHECK_EQ(zo_comm_size(c), x->w->size);
+  CHECK(zo_comm_stream(c) == NULL);
+  generic(c);
+  zo_comm_destroy(c); /* x_destroy frees x */
+  return NULL;
+}
+
+static int external_main(void) {
+  /* two ranks */
+  xworld *w = xworld_new(2);
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) {
+    xctx *x = calloc(1, sizeof *x);
+    x->w = w, x->rank = r, x->heap = 1;
+    pthread_create(&th[r], NULL, x_rank_main, x);
+  }
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+
+  /* one rank: arguments, errors, deferred completion */
+  xctx one = {.w = xworld_new(1), .rank = 0}; /* on the stack: x_destroy leaves it alone */
+  zo_comm_t *c = NULL;
+  CHECK_ST(zo_comm_create_external(NULL, &one, 0, 1, &c), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_create_external(&x_ops, &one, 0, 1, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_comm_create_external(&x_ops, &one, 1, 1, &c), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "rank 1 of world size 1");
+  CHECK_ST(zo_comm_create_external(&x_ops, &one, 0, 0, &c), ZO_ERR_INVALID_ARG);
+  zo_comm_external_ops partial = x_ops;
+  partial.test = NULL;
+  CHECK_ST(zo_comm_create_external(&partial, &one, 0, 1, &c), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "ops->test is NULL");
+  CHECK(c == NULL);
+
+  partial = x_ops;
+  partial.split = NULL, partial.destroy = NULL, partial.error = NULL; /* the optional ones */
+  CHECK_OK(zo_comm_create_external(&partial, &one, 0, 1, &c));
+  zo_comm_t *sub = NULL;
+  CHECK_ST(zo_comm_split(c, 0, 0, &sub), ZO_ERR_UNSUPPORTED);
+  CHECK_HAS(zo_last_error(), "no split");
+  one.fail_next = 99; /* not a zo_status: taken as ZO_ERR_SYSTEM */
+  float f[4] = {1, 2, 3, 4};
+  CHECK_ST(zo_comm_all_reduce(c, f, 4, ZO_DTYPE_F32), ZO_ERR_SYSTEM);
+  CHECK_HAS(zo_last_error(), "callback returned 99");
+  zo_comm_destroy(c);
+
+  CHECK_OK(zo_comm_create_external(&x_ops, &one, 0, 1, &c));
+  one.fail_next = ZO_ERR_NCCL;
+  CHECK_ST(zo_comm_all_reduce(c, f, 4, ZO_DTYPE_F32), ZO_ERR_NCCL);
+  CHECK_HAS(zo_last_error(), "comm external: all_reduce of 4 fp32 elements failed (callback returned 8): peer rank 1 is gone");
+  one.defer = 1; /* a handle: completed by test (after one "not yet") or wait */
+  zo_comm_req_t *r = NULL;
+  CHECK_OK(zo_comm_iall_reduce(c, f, 4, ZO_DTYPE_F32, &r));
+  int done = -1;
+  CHECK_OK(zo_comm_test(r, &done));
+  CHECK_EQ(done, 0);
+  CHECK_OK(zo_comm_test(r, &done));
+  CHECK_EQ(done, 1);
+  uint16_t h16[3] = {0x3f80, 0x4000, 0x4040}; /* bf16 1, 2, 3: staged in fp32, sum over one rank */
+  CHECK_OK(zo_comm_all_reduce(c, h16, 3, ZO_DTYPE_BF16)); /* the blocking form waits on the handle */
+  CHECK_EQ(h16[2], 0x4040);
+  CHECK_EQ(one.tests, 2);
+  zo_comm_destroy(c);
+  CHECK_EQ(one.destroyed, 1);
+  return zo_test_finish("test_comm external");
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "nccl_fault")) return nccl_fault_main(argv[2]);
+  if (argc > 1 && !strcmp(argv[1], "external")) return external_main();
   if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main();
   if (argc > 1 && !strcmp(argv[1], "env")) {
     zo_comm_t *c = NULL;

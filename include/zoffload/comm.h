@@ -6,7 +6,10 @@
  *   mpi   host buffers between processes (Open MPI or any MPI-3 library),
  *         for CPU-only runs and the tests; built when CMake finds MPI;
  *   nccl  device buffers between GPUs, one per rank (zo_comm_create_nccl);
- *         built when CMake finds NCCL beside the CUDA toolkit.
+ *         built when CMake finds NCCL beside the CUDA toolkit;
+ *   external  host buffers moved by collectives the caller supplies as
+ *         function pointers (zo_comm_create_external): how the Python front
+ *         runs the engine over torch.distributed under torchrun.
  * The engine borrows a communicator (zo_engine_create), so a framework that
  * runs tensor or pipeline parallelism elsewhere hands it its data-parallel
  * group only (zo_comm_split, or zo_comm_create_mpi of its own MPI_Comm).
@@ -125,6 +128,85 @@ ZO_API zo_status zo_comm_create_nccl(zo_device_t *dev, zo_comm_t *bootstrap, zo_
 #define ZO_COMM_NCCL_STAGE_BYTES ((size_t)16 << 20)
 
 /*
+ * Element types of an external communicator's reductions. fp32 and fp64
+ * only: the front widens bf16 and fp16 to fp32 before a callback sees them
+ * (see "Reductions are sums" above) and rounds the result back itself.
+ */
+typedef enum zo_comm_elem { ZO_COMM_ELEM_F32 = 0, ZO_COMM_ELEM_F64 = 1 } zo_comm_elem;
+
+/*
+ * The collectives of an external communicator (zo_comm_create_external),
+ * supplied by the caller: each one starts an operation between the ranks on
+ * host memory and either finishes it before returning (*@handle = NULL) or
+ * hands back a non-NULL *@handle that @wait or @test completes later. The
+ * library's front has checked every argument first (no NULL buffer, sizes
+ * > 0 and not overflowing, @root in range, legal overlap), so a callback sees
+ * only the layouts described here:
+ *   all_gather      @send_nbytes bytes from every rank; rank r's block to
+ *                   recv + r * send_nbytes. @send may be the rank's own block
+ *                   of @recv (in place).
+ *   reduce_scatter  @send holds size blocks of @recv_n elements; rank r gets
+ *                   the sum over ranks of block r at @recv. @recv may be the
+ *                   rank's own block of @send (in place), and the other blocks
+ *                   of @send may be overwritten.
+ *   all_reduce      element-wise sum over ranks of @n elements at @buf, in place.
+ *   broadcast       @nbytes bytes at @buf of rank @root to every rank's @buf.
+ *   barrier         returns (or completes) when every rank has entered.
+ * Every buffer stays valid and untouched by the library until the operation
+ * completes; a callback that keeps working on it after returning a handle
+ * must be done with it when @wait returns or @test reports *@done = 1.
+ * Sizes are bytes (all_gather, broadcast) or elements of @elem (reductions).
+ *   wait   block until @handle's operation completed; the handle is then dead.
+ *   test   *@done = 1 when complete (the handle is then dead), else 0; never blocks.
+ *   split  optional (NULL: zo_comm_split() returns ZO_ERR_UNSUPPORTED): MPI_Comm_split
+ *          semantics; a new context with this rank's position in the new group.
+ *          The engine splits its caller's communicator once (color 0: a duplicate) and,
+ *          at stage 3 on several ranks, once more: operations on different
+ *          communicators may be started in a different order on different ranks, so
+ *          the new group must progress independently of its parent (its own
+ *          connection or queue), or ranks deadlock.
+ *   destroy  optional: called once from zo_comm_destroy(); @ctx is dead after.
+ *   error  optional: the text of the last failure on @ctx, written NUL-terminated
+ *          into @msg[@cap]; it becomes part of the library's message.
+ * Returns of the int callbacks: 0 (ZO_OK), or a zo_status saying whose fault
+ * it was (e.g. ZO_ERR_SYSTEM, ZO_ERR_NCCL); other non-zero values are taken
+ * as ZO_ERR_SYSTEM. A failed start must leave *@handle NULL.
+ * Threads: the engine calls a communicator's callbacks from the thread that
+ * calls its public zo_engine_* functions (one at a time per engine: the
+ * engine is not thread-safe), never from its Adam, swap or copy threads; a
+ * communicator and its splits may be called from that one thread in any
+ * interleaving. Callbacks must not call back into the same communicator.
+ */
+typedef struct zo_comm_external_ops {
+  int (*all_gather)(void *ctx, const void *send, void *recv, size_t send_nbytes, void **handle);
+  int (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t recv_n, zo_comm_elem elem, void **handle);
+  int (*all_reduce)(void *ctx, void *buf, size_t n, zo_comm_elem elem, void **handle);
+  int (*broadcast)(void *ctx, void *buf, size_t nbytes, int root, void **handle);
+  int (*barrier)(void *ctx, void **handle);
+  int (*wait)(void *ctx, void *handle);
+  int (*test)(void *ctx, void *handle, int *done);
+  int (*split)(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size);
+  void (*destroy)(void *ctx);
+  void (*error)(void *ctx, char *msg, size_t cap);
+} zo_comm_external_ops;
+
+/*
+ * zo_comm_create_external() - a communicator whose collectives are @ops
+ * (copied: the caller need not keep the struct) on @ctx, this process being
+ * @rank of @world_size. Host buffers only (zo_comm_stream() is NULL), like
+ * `mpi`. zo_comm_backend() gives "external". Not collective: the caller has
+ * set up its group already. @ctx belongs to the communicator until
+ * @ops->destroy is called from zo_comm_destroy().
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @ops or @out, a required callback
+ * (all but split, destroy, error) NULL, @world_size < 1, @rank outside
+ * [0, @world_size)); ZO_ERR_OUT_OF_MEMORY. Collectives on it return the
+ * callbacks' statuses with the operation and sizes named, and the @error
+ * text when given. Thread-safe.
+ */
+ZO_API zo_status zo_comm_create_external(const zo_comm_external_ops *ops, void *ctx, int rank, int world_size,
+                                         zo_comm_t **out);
+
+/*
  * zo_comm_stream() - the stream @c's operations run on: an NCCL
  * communicator's; NULL for `self` and `mpi`, whose operations work on host
  * memory from the calling thread. Borrowed; lives as long as @c.
@@ -178,7 +260,7 @@ ZO_API int zo_comm_rank(const zo_comm_t *c);
 /* zo_comm_size() - number of ranks (world size); 0 for NULL. */
 ZO_API int zo_comm_size(const zo_comm_t *c);
 
-/* zo_comm_backend() - "self", "mpi" or "nccl"; "(null)" for NULL. */
+/* zo_comm_backend() - "self", "mpi", "nccl" or "external"; "(null)" for NULL. */
 ZO_API const char *zo_comm_backend(const zo_comm_t *c);
 
 /*

@@ -1,10 +1,11 @@
 """mpi_train.py STAGE TIER OUT - the small GPT of examples/train_gpt.py trained 10 steps through zoffload.initialize,
-on the ranks the launcher started (mpirun -np 2: data parallel, each rank on its half of every global batch of 8
+on the ranks the launcher started (mpirun -np 2, or torchrun --nproc_per_node 2 over torch.distributed: data parallel, each rank on its half of every global batch of 8
 windows) or on one rank with two micro-batches of 4 accumulated (the same samples). Rank 0 writes the losses,
 the mean over the ranks of each step's loss, one per line with 17 digits, to OUT, then a digest of
 save_16bit_model()'s consolidated weights and one of zero_to_fp32's reading of save_checkpoint()'s shards (the
-ranks' shards joined; rank 0 checks the two agree). fp32, no clipping: run by tests/python_mpi.sh, which
-compares the two."""
+ranks' shards joined; rank 0 checks the two agree). fp32, no clipping: run by tests/python_mpi.sh and
+tests/python_torchrun.sh, which compare them. Each step's mean is also checked against zoffload.comm.all_reduce
+(torch.distributed's under torchrun, the C communicator's under mpirun)."""
 import hashlib
 import os
 import sys
@@ -13,10 +14,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import zoffload  # noqa: E402
+import zoffload.comm  # noqa: E402
 from train_gpt import GPT, batches, config, corpus  # noqa: E402
 
 stage, tier, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+world = zoffload.comm.get_world_size()  # the launcher's: mpirun's or torchrun's variables
 torch.manual_seed(1337)
 model = GPT(layers=1)
 cfg = config(device=tier, nvme=os.environ.get("ZO_TEST_NVME"), batch=4)
@@ -44,6 +46,12 @@ for _ in range(10):
         engine.backward(loss)
         engine.step()
         losses.append(engine.all_reduce_mean(loss.item()))
+        t = torch.tensor([loss.item()], dtype=torch.float64)
+        zoffload.comm.all_reduce(t, op=zoffload.comm.ReduceOp.AVG)
+        assert t.item() == losses[-1], (t.item(), losses[-1])
+zoffload.comm.barrier()
+assert engine.rank == zoffload.comm.get_rank(), (engine.rank, zoffload.comm.get_rank())
+
 
 def digest(sd):
     h = hashlib.sha256()

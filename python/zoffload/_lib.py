@@ -289,3 +289,39 @@ for _name, _res, _args in (
         ("zo_comm_all_reduce_f64", _i, [_vp, ctypes.POINTER(ctypes.c_double), _sz])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
+
+
+class LaunchInfo(ctypes.Structure):  # zo_launch_info
+    _fields_ = [("rank", ctypes.c_int), ("world_size", ctypes.c_int), ("local_rank", ctypes.c_int),
+                ("local_size", ctypes.c_int), ("source", ctypes.c_char_p)]
+
+
+# zo_comm_external_ops: the callbacks of an external communicator (zoffload/comm.h; comm.py supplies them)
+COMM_ELEM_F32, COMM_ELEM_F64 = 0, 1
+_cb = ctypes.CFUNCTYPE
+CommAllGather = _cb(_i, _vp, _vp, _vp, _sz, ctypes.POINTER(_vp))
+CommReduceScatter = _cb(_i, _vp, _vp, _vp, _sz, _i, ctypes.POINTER(_vp))
+CommAllReduce = _cb(_i, _vp, _vp, _sz, _i, ctypes.POINTER(_vp))
+CommBroadcast = _cb(_i, _vp, _vp, _sz, _i, ctypes.POINTER(_vp))
+CommBarrier = _cb(_i, _vp, ctypes.POINTER(_vp))
+CommWait = _cb(_i, _vp, _vp)
+CommTest = _cb(_i, _vp, _vp, ctypes.POINTER(_i))
+CommSplit = _cb(_i, _vp, _i, _i, ctypes.POINTER(_vp), ctypes.POINTER(_i), ctypes.POINTER(_i))
+CommDestroy = _cb(None, _vp)
+CommError = _cb(None, _vp, _vp, _sz)
+
+
+class CommExternalOps(ctypes.Structure):
+    _fields_ = [("all_gather", CommAllGather), ("reduce_scatter", CommReduceScatter), ("all_reduce", CommAllReduce),
+                ("broadcast", CommBroadcast), ("barrier", CommBarrier), ("wait", CommWait), ("test", CommTest),
+                ("split", CommSplit), ("destroy", CommDestroy), ("error", CommError)]
+
+
+for _name, _res, _args in (
+        ("zo_launch_info_get", _i, [ctypes.POINTER(LaunchInfo)]),
+        ("zo_comm_create_external", _i, [ctypes.POINTER(CommExternalOps), _vp, _i, _i, ctypes.POINTER(_vp)]),
+        ("zo_comm_all_gather", _i, [_vp, _vp, _vp, _sz]),
+        ("zo_comm_broadcast", _i, [_vp, _vp, _sz, _i]),
+        ("zo_comm_barrier", _i, [_vp])):
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args

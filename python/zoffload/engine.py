@@ -9,8 +9,8 @@ master weights and Adam state on the tier the DeepSpeed-style config names (offl
                                       # each gradient goes to the engine from its hook and .grad is freed
         engine.step()                 # every micro-step; at an accumulation boundary Adam, weights back
 
-ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters), on one rank or on the ranks an
-MPI launcher started, checkpoints (save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). CPU
+ZeRO stages 1, 2 and 3 (stage3.py: module hooks fetch and release parameters), on one rank or on the ranks
+mpirun or torchrun started (comm.py), checkpoints (save_checkpoint / load_checkpoint over zo_engine_save / zo_engine_load). CPU
 models run on the engine's host device; CUDA models (or a CPU model with device="cuda") on its CUDA backend,
 ordered against torch.cuda.current_stream() (_device.py says how parameters meet the engine's GPU memory).
 """
@@ -20,6 +20,7 @@ import json
 import torch
 
 from . import _device, _lib, _precision
+from . import comm as _comm
 from .ds_api import DeepSpeedEngineAPI
 
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
@@ -99,10 +100,10 @@ class Engine(DeepSpeedEngineAPI):
             self.config["zoffload"] = dict(zcfg, device_arena_bytes="fit")
             text = json.dumps(self.config)
         self._cfg = cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())  # kept: the lr schedule
-        # The ranks a launcher started (mpirun, torchrun's variables): one, or data-parallel ranks over MPI, each
-        # training on its own part of the global batch (the caller's data loader decides which).
-        self.comm = ctypes.c_void_p()
-        _lib.check(_lib.lib.zo_comm_create_from_env(ctypes.byref(self.comm)), "zoffload.initialize: ranks")
+        # The ranks a launcher started: one, or data-parallel ranks, each training on its own part of the global
+        # batch (the caller's data loader decides which), over MPI under mpirun, over torch.distributed under
+        # torchrun / the deepspeed launcher or when the script initialised it (comm.engine_comm() says how).
+        self.comm = _comm.engine_comm()
         self.rank, self.world_size = _lib.lib.zo_comm_rank(self.comm), _lib.lib.zo_comm_size(self.comm)
         app = (ctypes.c_char_p * 1)()  # no application blocks
         opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=self.world_size,

@@ -43,6 +43,40 @@ class _PreBackward(torch.autograd.Function):
 _SUBTREE = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer)
 
 
+_linear = torch.nn.functional.linear
+
+
+class _Linear(torch.autograd.Function):
+    """torch.nn.functional.linear during a stage-3 pass of a model zero.Init built with mem_efficient_linear (its
+    default, as DeepSpeed's LinearFunctionForZeroStage3): saves the weight parameter itself, not the transposed
+    view of its fetched copy that addmm saves, so the copy is freed at the module's release and not kept until
+    backward (without it every weight's working copy lives from its forward to its backward: at the end of the
+    forward pass, the whole model). Backward re-fetches it (the hooks) and recomputes the product under
+    autograd: the same gradients bit for bit as torch's linear, for one more matrix product per linear."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return _linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, b = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        with torch.enable_grad():
+            ins = [t.detach().requires_grad_(n) if t is not None else None for t, n in zip((x, w, b), need)]
+            out = _linear(*ins)
+            want = [t for t, n in zip(ins, need) if t is not None and n]
+            got = iter(torch.autograd.grad(out, want, grad)) if want else iter(())
+        return tuple(next(got) if t is not None and n else None for t, n in zip(ins, need))
+
+
+def _mem_efficient_linear(input, weight, bias=None):
+    if torch.is_grad_enabled() and getattr(weight, "_zo_ref", None) is not None:
+        return _Linear.apply(input, weight, bias)
+    return _linear(input, weight, bias)
+
+
 class _PostBackward(torch.autograd.Function):
     """Identity on a module's inputs; its backward runs after the module's own: it releases the frozen parameters
     the module's backward fetched."""
@@ -60,6 +94,9 @@ class _PostBackward(torch.autograd.Function):
 
 class Stage3Engine(Engine):
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
+        # a model zero.Init built with mem_efficient_linear: F.linear saves the weight parameter, not its copy's view
+        self._linear_swap = any(getattr(getattr(p, "_zo_ref", None), "mem_efficient_linear", False)
+                                for p in model.parameters())
         with torch.no_grad():  # zero.Init partitioned these already: registered by shape, loaded from its store
             for p in model.parameters():
                 if hasattr(p, "_zo_ref") and p._zo_ref.engine is None and p.requires_grad:
@@ -162,6 +199,8 @@ class Stage3Engine(Engine):
         if self._in_pass:
             self._recover()
         self._in_pass = True
+        if self._linear_swap:
+            torch.nn.functional.linear = _mem_efficient_linear
         if torch.is_grad_enabled() and self.module.training:
             return
         self._outside = True
@@ -169,6 +208,8 @@ class Stage3Engine(Engine):
 
     def _pass_ends(self):
         self._in_pass = False
+        if self._linear_swap:
+            torch.nn.functional.linear = _linear
         if self._outside:
             self._outside = False
             _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")

@@ -222,6 +222,7 @@ class _Ref:
     def __init__(self, store, key, shape):
         self.store, self.key, self.shape = store, key, torch.Size(shape)
         self.engine, self.index, self.frozen = None, None, False
+        self.mem_efficient_linear = False
 
 
 _ids = itertools.count()
@@ -312,6 +313,7 @@ class Init:
                  **ignored):
         self.enabled = enabled
         self.dtype = dtype
+        self.mem_efficient_linear = mem_efficient_linear
         self.params = []  # partitioned here: their class goes back to Parameter at exit
         self.wrapped = []  # (class, its own __init__)
         if not enabled:
@@ -338,7 +340,9 @@ class Init:
             while k in self.store.meta:
                 k += 1
             self.store.put(k, p.detach())
-            _mark(p, _Ref(self.store, k, p.shape), self.dtype)
+            ref = _Ref(self.store, k, p.shape)
+            ref.mem_efficient_linear = self.mem_efficient_linear
+            _mark(p, ref, self.dtype)
             if _active and _active[-1] is self:
                 p.__class__ = _Partitioned
             self.params.append(p)

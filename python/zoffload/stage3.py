@@ -77,21 +77,6 @@ def _mem_efficient_linear(input, weight, bias=None):
     return _linear(input, weight, bias)
 
 
-class _PostBackward(torch.autograd.Function):
-    """Identity on a module's inputs; its backward runs after the module's own: it releases the frozen parameters
-    the module's backward fetched."""
-
-    @staticmethod
-    def forward(ctx, eng, fids, *ins):
-        ctx.eng, ctx.fids = eng, fids
-        return tuple(i.view_as(i) for i in ins)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        ctx.eng._frozen_backward_done(ctx.fids)
-        return (None, None) + grads
-
-
 class Stage3Engine(Engine):
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         # a model zero.Init built with mem_efficient_linear: F.linear saves the weight parameter, not its copy's view
@@ -260,14 +245,19 @@ class Stage3Engine(Engine):
         for f in fids:
             self._ffetch(f)
         if fids and torch.is_grad_enabled():
-            # the module's backward may need its frozen weights (the gradient of its inputs): released after it
-            idx = [k for k, x in enumerate(inp) if isinstance(x, torch.Tensor) and x.requires_grad]
-            if idx:
-                wrapped = _PostBackward.apply(self, fids, *[inp[k] for k in idx])
-                res = list(inp)
-                for k, w in zip(idx, wrapped):
-                    res[k] = w
-                return tuple(res)
+            # The module's backward may need its frozen weights (for the gradient of its inputs): released once
+            # the gradient of every input that needs one is complete (a hook on each input, which fires after all
+            # of that input's consumers, this module included, ran their backward; the graph and its sums are
+            # unchanged). Leftovers (an input whose hook never fires) are released at backward's end.
+            ins = [x for x in inp if isinstance(x, torch.Tensor) and x.requires_grad]
+            left = [len(ins)]
+
+            def done(grad):
+                left[0] -= 1
+                if left[0] == 0:
+                    self._frozen_backward_done(fids)
+            for x in ins:
+                x.register_hook(done)
         return None
 
     def _forward_done(self, ids, fids, inp, out):
@@ -320,7 +310,7 @@ class Stage3Engine(Engine):
     def backward(self, loss):
         try:
             super().backward(loss)
-        finally:  # frozen weights a backward fetched whose module's inputs took no _PostBackward path
+        finally:  # frozen weights a backward fetched whose inputs' gradient hooks did not all fire
             self._frozen_backward_done(range(len(self.frozen)))
 
     # --- zero.GatheredParameters and the consolidated state dict ---

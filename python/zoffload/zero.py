@@ -142,6 +142,7 @@ class Store:
     """Whole tensors by key, on host memory ("cpu") or in one unlinked swap file under a directory ("nvme")."""
 
     def __init__(self, device, nvme_path=None):
+        self.fd = None
         if device not in ("cpu", "nvme"):
             raise ValueError("zoffload.zero: remote_device %r; \"cpu\" or \"nvme\"" % (device,))
         self.device = device

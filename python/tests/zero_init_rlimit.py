@@ -4,6 +4,7 @@ pre-LayerNorm blocks of causal self-attention and a 4x MLP) with zoffload.zero.I
 or plainly (INIT 0), train it STEPS steps at stage 3 with parameters and optimizer state on NVMe, and print one
 JSON line: the losses, the model's fp32 bytes and /proc/self/status's VmPeak/VmSize at each phase."""
 import json
+import os
 import resource
 import sys
 
@@ -81,6 +82,7 @@ cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "b
                              "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 2,
                                            "buffer_size": vocab * d, "max_in_cpu": vocab * d}},
        "zoffload": {"device_arena_bytes": "fit"}}
+os.makedirs(nvme, exist_ok=True)
 phases = {"imported": vm()}
 torch.manual_seed(0)
 try:

@@ -221,6 +221,10 @@ def test_init_without_config_and_errors(tmp_path):
     with zero.Init(enabled=False):
         lin2 = nn.Linear(3, 2)
     assert lin2.weight.numel() == 6 and not hasattr(lin2.weight, "ds_shape")
+    with zero.Init(config_dict_or_path=_cfg(stage=2)):  # stage 2 cannot take partitioned parameters
+        lin3 = nn.Linear(3, 2)
+    assert lin3.weight.numel() == 6
+    zoffload.initialize(model=lin3, config=dict(_cfg(stage=2), train_micro_batch_size_per_gpu=1))
     with pytest.raises(ValueError, match="remote_device \"nvme\" needs a directory"):
         zero.Init(remote_device="nvme")
     with pytest.raises(ValueError, match="remote_device 'disk'"):

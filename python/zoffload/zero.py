@@ -306,7 +306,8 @@ class Init:
     @config_dict_or_path (or @config): the DeepSpeed-style config initialize() will get; remote_device defaults to
     its zero_optimization.offload_param.device ("none" means "cpu" here) and "nvme" stores under its
     offload_param.nvme_path. @remote_device: "cpu" or "nvme". @enabled False: a no-op context. @dtype: the dtype
-    the partitioned parameters take (their values are stored as built). @module: partition a model built
+    the partitioned parameters take (their values are stored as built). A config whose resolved
+    zero_optimization.stage is not 3 turns Init off (the parameters stay whole). @module: partition a model built
     already (each module's own parameters). Other DeepSpeed arguments are accepted and ignored (one rank group)."""
 
     def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True, remote_device=None,
@@ -323,6 +324,9 @@ class Init:
         nvme = None
         if cfg is not None:
             self._buf, view = _parse(cfg)
+            if view.zero_optimization.stage != 3:  # only stage 3 takes partitioned parameters: they stay whole
+                self.enabled = False
+                return
             off = view.zero_optimization.offload_param
             if remote_device is None:
                 remote_device = {"nvme": "nvme"}.get(_OFFLOAD.get(off.device), "cpu")

@@ -218,6 +218,13 @@ def test_init_without_config_and_errors(tmp_path):
     with zero.Init(remote_device="cpu"):
         lin = nn.Linear(3, 2)
     assert lin.weight.numel() == 0 and lin.weight.ds_shape == (2, 3)
+    torch.manual_seed(0)
+    built = GPT()
+    want = {n: p.detach().clone() for n, p in built.named_parameters()}
+    zero.Init(module=built)  # a model built already: partitioned module by module
+    assert all(p.numel() == 0 for p in built.parameters())
+    with zero.GatheredParameters(list(built.parameters())):
+        assert all(torch.equal(p.detach(), want[n]) for n, p in built.named_parameters())
     with zero.Init(enabled=False):
         lin2 = nn.Linear(3, 2)
     assert lin2.weight.numel() == 6 and not hasattr(lin2.weight, "ds_shape")

@@ -2,10 +2,14 @@
 
 Between uses every parameter holds an empty tensor; the engine keeps its working weights on the tier
 offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
-  - forward pre-hook of a module with parameters of its own: fetch the parameters of its whole subtree (a module
-    may use a child's weights without calling the child, as nn.MultiheadAttention does with out_proj) and point
-    each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from bf16/fp16; on the
-    GPU in the working dtype, copied on torch's current stream);
+  - forward pre-hook of a module with parameters of its own or external ones (zero.register_external_parameter):
+    fetch those (the whole subtree for nn.MultiheadAttention and nn.TransformerEncoderLayer, which use their
+    children's weights without calling them; a root module's own parameters for its whole forward, as DeepSpeed)
+    and point each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from
+    bf16/fp16; on the GPU in the working dtype, copied on torch's current stream);
+  - frozen parameters (requires_grad=False) live in a store on offload_param's tier (zero.Store), fetched by the
+    same hooks, for backward only when an input of the module needs a gradient, released by hooks on those
+    inputs; zero.Init's parameters are registered by ds_shape and loaded from Init's store;
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
   - the parameter's gradient hook (after accumulation): hand the gradient over (in every micro-step: accumulate

@@ -275,3 +275,42 @@ def test_init_model_larger_than_the_address_space_limit(tmp_path):
     assert ok["ok"] and len(ok["losses"]) == 3 and all(x == x for x in ok["losses"]), ok
     assert ok["fp32_bytes"] == fp32 and fp32 > limit - baseline
     assert not bad["ok"] and re.search("memory|alloc", bad["error"], re.I), bad
+
+
+@pytest.mark.parametrize("tier", ["cpu", "nvme"])
+def test_hf_gpt2_under_init(tmp_path, tier):
+    """Hugging Face's GPT2LMHeadModel built under Init: its post_init() re-initialises every child's weights with
+    `.weight.data.normal_()` after the children were partitioned, and ties lm_head to wte; the losses and the
+    consolidated state dict equal those of the same seed built without Init."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=256, n_positions=64, resid_pdrop=0,
+                                  embd_pdrop=0, attn_pdrop=0)
+    nvme = str(tmp_path) if tier == "nvme" else None
+    ds = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+          "zero_optimization": {"stage": 3, "offload_optimizer": {"device": tier, "nvme_path": nvme},
+                                "offload_param": {"device": tier, "nvme_path": nvme}}}
+
+    def run(init):
+        torch.manual_seed(0)
+        if init:
+            with zero.Init(config_dict_or_path=ds):
+                m = transformers.GPT2LMHeadModel(cfg)
+            assert all(p.numel() == 0 for p in m.parameters())
+        else:
+            m = transformers.GPT2LMHeadModel(cfg)
+        e = zoffload.initialize(model=m, config=ds)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for _ in range(3):
+            x = torch.randint(0, 256, (4, 16), generator=g)
+            loss = e(input_ids=x, labels=x).loss
+            e.backward(loss)
+            e.step()
+            out.append(loss.item())
+        sd = e._zero3_consolidated_16bit_state_dict()
+        e.close()
+        return out, sd
+    a, sa = run(False)
+    b, sb = run(True)
+    assert a == b
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)

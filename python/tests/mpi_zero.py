@@ -15,6 +15,12 @@ import zoffload  # noqa: E402
 import zoffload.zero  # noqa: E402
 from train_gpt import GPT, batches, config, corpus  # noqa: E402
 
+
+def _init(**kw):
+    """zoffload.initialize's engine (the DeepSpeed 4-tuple's first item, or the engine itself)."""
+    r = zoffload.initialize(**kw)
+    return r[0] if isinstance(r, tuple) else r
+
 tier, out = sys.argv[1], sys.argv[2]
 world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 cfg = config(device=tier, nvme=os.environ.get("ZO_TEST_NVME"), batch=4)
@@ -25,7 +31,7 @@ torch.manual_seed(1337)
 with zoffload.zero.Init(config_dict_or_path=cfg):
     model = GPT(layers=1)
 assert all(p.numel() == 0 for p in model.parameters())
-engine = zoffload.initialize(model=model, config=cfg)
+engine = _init(model=model, config=cfg)
 assert engine.world_size == world, (engine.world_size, world)
 it = batches(corpus(), 8, 32, 0)
 lines = []

@@ -21,6 +21,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT, batches, config, corpus  # noqa: E402
 
 
+def _init(**kw):
+    """zoffload.initialize's engine (the DeepSpeed 4-tuple's first item, or the engine itself)."""
+    r = zoffload.initialize(**kw)
+    return r[0] if isinstance(r, tuple) else r
+
+
 def _cfg(tier="cpu", nvme=None, stage=3, bf16=False):
     c = config(device=tier, nvme=nvme, bf16=bf16)
     c["zero_optimization"]["stage"] = stage
@@ -63,7 +69,7 @@ def test_init_partitions_and_trains_as_stage3(tmp_path, tier):
     nvme = str(tmp_path) if tier == "nvme" else None
     torch.manual_seed(0)
     ref_model = GPT()
-    e = zoffload.initialize(model=ref_model, config=_cfg(tier, nvme))
+    e = _init(model=ref_model, config=_cfg(tier, nvme))
     ref = _train(e)
     e.close()
     torch.manual_seed(0)
@@ -81,13 +87,13 @@ def test_init_partitions_and_trains_as_stage3(tmp_path, tier):
             assert torch.equal(p.detach(), q.detach()), n
         assert torch.count_nonzero(b) == 0
     assert all(p.numel() == 0 for p in model.parameters())
-    got = _train(zoffload.initialize(model=model, config=_cfg(tier, nvme)))
+    got = _train(_init(model=model, config=_cfg(tier, nvme)))
     print("\nzero.Init (%s) stage 3 losses %s; without Init %s" % (tier, got, ref))
     assert got == ref
 
 
 def test_gathered_parameters_read_and_write_back(tmp_path):
-    e = zoffload.initialize(model=GPT(), config=_cfg())
+    e = _init(model=GPT(), config=_cfg())
     _train(e, 2)
     w = e.module.wte.weight
     with zero.GatheredParameters(w):
@@ -112,7 +118,7 @@ def test_consolidated_16bit_state_dict(bf16):
     torch.manual_seed(0)
     m = GPT()
     keys = list(m.state_dict().keys())
-    e = zoffload.initialize(model=m, config=_cfg(bf16=bf16))
+    e = _init(model=m, config=_cfg(bf16=bf16))
     _train(e, 2)
     assert e.module.state_dict()["wte.weight"].numel() == 0  # what a stage-3 module gives by itself
     sd = e._zero3_consolidated_16bit_state_dict()
@@ -155,9 +161,9 @@ def test_frozen_parameters_offloaded(tmp_path):
     (tmp_path / "b").mkdir()
     s2 = _lora_gpt()
     frozen = {n: p.detach().clone() for n, p in s2.named_parameters() if not p.requires_grad}
-    ref = _train(zoffload.initialize(model=s2, config=_cfg("nvme", str(tmp_path / "a"), stage=2)))
+    ref = _train(_init(model=s2, config=_cfg("nvme", str(tmp_path / "a"), stage=2)))
     m = _lora_gpt()
-    e = zoffload.initialize(model=m, config=_cfg("nvme", str(tmp_path / "b")))
+    e = _init(model=m, config=_cfg("nvme", str(tmp_path / "b")))
     assert len(e.frozen) == len(frozen) and e.fstore.device == "nvme"
     assert all(p.numel() == 0 for p in m.parameters())  # before: the frozen parameters stayed whole in the model
     got = _train(e)
@@ -198,7 +204,7 @@ def test_root_and_external_parameters():
     def run(stage):
         torch.manual_seed(0)
         m = _RootParams()
-        e = zoffload.initialize(model=m, config=_cfg(stage=stage))
+        e = _init(model=m, config=_cfg(stage=stage))
         g = torch.Generator().manual_seed(3)
         out = []
         for _ in range(4):
@@ -231,7 +237,7 @@ def test_init_without_config_and_errors(tmp_path):
     with zero.Init(config_dict_or_path=_cfg(stage=2)):  # stage 2 cannot take partitioned parameters
         lin3 = nn.Linear(3, 2)
     assert lin3.weight.numel() == 6
-    zoffload.initialize(model=lin3, config=dict(_cfg(stage=2), train_micro_batch_size_per_gpu=1))
+    _init(model=lin3, config=dict(_cfg(stage=2), train_micro_batch_size_per_gpu=1))
     with pytest.raises(ValueError, match="remote_device \"nvme\" needs a directory"):
         zero.Init(remote_device="nvme")
     with pytest.raises(ValueError, match="remote_device 'disk'"):
@@ -298,7 +304,7 @@ def test_hf_gpt2_under_init(tmp_path, tier):
             assert all(p.numel() == 0 for p in m.parameters())
         else:
             m = transformers.GPT2LMHeadModel(cfg)
-        e = zoffload.initialize(model=m, config=ds)
+        e = _init(model=m, config=ds)
         g = torch.Generator().manual_seed(1)
         out = []
         for _ in range(3):

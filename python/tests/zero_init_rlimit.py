@@ -21,6 +21,12 @@ import zoffload  # noqa: E402
 import zoffload.zero  # noqa: E402
 
 
+def _init(**kw):
+    """zoffload.initialize's engine (the DeepSpeed 4-tuple's first item, or the engine itself)."""
+    r = zoffload.initialize(**kw)
+    return r[0] if isinstance(r, tuple) else r
+
+
 def vm():
     out = {}
     with open("/proc/self/status") as f:
@@ -93,7 +99,7 @@ try:
         model = GPT2(vocab, d, layers)
     numel = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     phases["built"] = vm()
-    engine = zoffload.initialize(model=model, config=cfg)
+    engine = _init(model=model, config=cfg)
     phases["initialized"] = vm()
     g = torch.Generator().manual_seed(1)
     losses = []

@@ -8,7 +8,7 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
 from ._lib import ZoffloadError, lib as _clib, path as __library__
 
 __version__ = "0.1.0"
-__all__ = ["ZoffloadError", "__library__", "optim", "zero", "initialize", "Engine", "host_allocator"]
+__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "Engine", "host_allocator"]
 
 
 def host_allocator():

@@ -369,6 +369,18 @@ class Stage3Engine(Engine):
             _lib.check(_lib.lib.zo_engine_load_param(self.eng, self.handles[ref.index], new.data_ptr()),
                        "GatheredParameters: load '%s'" % n)
 
+    def consolidated_state_dict(self, dtype=torch.float32):
+        """The DeepSpeed API's consolidated_state_dict (trained parameters from the consolidated fp32 masters), with
+        frozen parameters read from their stores: at stage 3 the module holds them empty. A collective call."""
+        out = super().consolidated_state_dict(dtype)
+        if self.rank == 0:
+            for key, v in self.module.state_dict(keep_vars=True).items():
+                if id(v) in self.findex:
+                    ref = v._zo_ref
+                    t = ref.store.read(ref.key).view(ref.shape)
+                    out[key] = t.to(dtype, copy=True) if t.is_floating_point() else t.clone()
+        return out
+
     def _zero3_consolidated_16bit_state_dict(self):
         """DeepSpeed's engine._zero3_consolidated_16bit_state_dict(): {name: tensor} with every key of
         module.state_dict() (tied parameters under each of their names, persistent buffers), the trained

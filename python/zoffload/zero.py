@@ -88,10 +88,14 @@ class _Zero(ctypes.Structure):
 
 
 class ConfigToOffload(ctypes.Structure):
-    """zo_config_t from its first field through zero_optimization.offload_param: a prefix, like _lib.ConfigHead
-    (whose fields it starts with). test_zero_init.py checks it against zo_config_describe()."""
-    _fields_ = list(_lib.ConfigHead._fields_) + [("scheduler", _Sched), ("fp16", _Fp16), ("bf16", _Bf16),
-                                                 ("zero_optimization", _Zero)]
+    """zo_config_t from its first field through zero_optimization.offload_param, field for field: a prefix, like
+    _lib.ConfigHead (spelled out here, not built on it, so either may grow alone). test_zero_init.py checks it
+    against zo_config_describe()."""
+    _fields_ = [("train_batch_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
+                ("gradient_accumulation_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
+                ("grad_accum_dtype", ctypes.c_int), ("steps_per_print", ctypes.c_int64),
+                ("optimizer", _lib.ConfigOptimizer), ("scheduler", _Sched), ("fp16", _Fp16), ("bf16", _Bf16),
+                ("zero_optimization", _Zero)]
 
 
 _OFFLOAD = {0: "none", 1: "cpu", 2: "nvme"}

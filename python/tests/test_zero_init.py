@@ -320,3 +320,21 @@ def test_hf_gpt2_under_init(tmp_path, tier):
     b, sb = run(True)
     assert a == b
     assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_save_16bit_model_at_stage3_with_frozen(tmp_path):
+    """save_16bit_model (the DeepSpeed API's) at stage 3: trained parameters the master weights in the working
+    dtype, frozen ones (empty in the module) from their stores."""
+    m = _lora_gpt()
+    frozen = {n: p.detach().clone() for n, p in m.named_parameters() if not p.requires_grad}
+    e = _init(model=m, config=_cfg("cpu"))
+    if not hasattr(e, "save_16bit_model"):
+        pytest.skip("this engine has no save_16bit_model")
+    _train(e, 2)
+    e.save_16bit_model(str(tmp_path), "model.bin")
+    sd = torch.load(str(tmp_path / "model.bin"))
+    assert list(sd.keys()) == list(e._zero3_consolidated_16bit_state_dict().keys())
+    for n, v in frozen.items():
+        assert torch.equal(sd[n], v), n
+    for n, _ in e.params:
+        assert torch.equal(sd[n], e.master_weights(n)), n

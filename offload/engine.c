@@ -729,6 +729,9 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
     }
   }
   if (e->world > 1) ZO_CHECK(eng_dp_publish(e, p)); /* every rank's shard of the working weights, all-gathered */
+  /* Several ranks at stage 3: a device copy gathered by an earlier fetch holds the old weights (the upload above
+   * wrote only this rank's block); dropped, the next fetch gathers the new ones, as after a step. */
+  if (eng_dp3(e) && p->blk && !p->in_use && p->pstate == P_RESIDENT) eng_drop_device_copy(e, p);
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   return ZO_OK;
 }

@@ -171,6 +171,10 @@ ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
  * @values: float32[n_elems] in host memory, the whole tensor; this rank keeps
  *          its shard as master weights (written to its tier) and the working
  *          copy is rebuilt from it. exp_avg and exp_avg_sq are zeroed.
+ * With several ranks a collective call (every rank, same order). At stage 3
+ * on several ranks a device copy an earlier fetch gathered is dropped (the
+ * next fetch gathers the new weights): release @p's fetches first, or that
+ * copy keeps the old weights until the next step.
  * Synchronous. Only after zo_engine_finalize(). Returns ZO_OK,
  * ZO_ERR_INVALID_ARG, ZO_ERR_INVALID_USAGE, ZO_ERR_IO (nvme write).
  */

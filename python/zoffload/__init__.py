@@ -20,5 +20,6 @@ def host_allocator():
 
 
 from . import optim  # noqa: E402  (after the library is loaded)
+from . import zero  # noqa: E402  (deepspeed.zero: Init, GatheredParameters, register_external_parameter)
 from .engine import Engine, initialize  # noqa: E402
 from .ds_api import add_config_arguments  # noqa: E402

@@ -158,7 +158,7 @@ class Engine(DeepSpeedEngineAPI):
         _lib.check(_lib.lib.zo_engine_finalize(self.eng), "zo_engine_finalize")
         with torch.no_grad():
             for (n, p), h in zip(self.params, self.handles):
-                src = p.detach().to(device="cpu", dtype=torch.float32).contiguous()  # one tensor at a time
+                src = self._initial_value(p)  # one tensor at a time
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
         self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
         self._gkeep, self._gkeep_bytes = [], 0  # CUDA: gradients handed over, alive until a fence
@@ -191,6 +191,10 @@ class Engine(DeepSpeedEngineAPI):
                 node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
                 self.hooks.append(node.register_hook(lambda *_, i=i: self._on_grad(i)))
                 self._keep_nodes.append(node)
+
+    def _initial_value(self, p):
+        """The fp32 host tensor zo_engine_load_param() starts parameter @p from (stage3.py: zero.Init's store)."""
+        return p.detach().to(device="cpu", dtype=torch.float32).contiguous()
 
     def _move_rest(self, model):
         """CUDA: what the engine does not hold (buffers, frozen parameters) to the GPU, floating-point ones in the

@@ -2,10 +2,14 @@
 
 Between uses every parameter holds an empty tensor; the engine keeps its working weights on the tier
 offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
-  - forward pre-hook of a module with parameters of its own: fetch the parameters of its whole subtree (a module
-    may use a child's weights without calling the child, as nn.MultiheadAttention does with out_proj) and point
-    each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from bf16/fp16; on the
-    GPU in the working dtype, copied on torch's current stream);
+  - forward pre-hook of a module with parameters of its own or external ones (zero.register_external_parameter):
+    fetch those (the whole subtree for nn.MultiheadAttention and nn.TransformerEncoderLayer, which use their
+    children's weights without calling them; a root module's own parameters for its whole forward, as DeepSpeed)
+    and point each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from
+    bf16/fp16; on the GPU in the working dtype, copied on torch's current stream);
+  - frozen parameters (requires_grad=False) live in a store on offload_param's tier (zero.Store), fetched by the
+    same hooks, for backward only when an input of the module needs a gradient, released by hooks on those
+    inputs; zero.Init's parameters are registered by ds_shape and loaded from Init's store;
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
   - the parameter's gradient hook (after accumulation): hand the gradient over (in every micro-step: accumulate
@@ -28,37 +32,149 @@ class _PreBackward(torch.autograd.Function):
     """Identity on the module's outputs; its backward fetches the module's parameters back first."""
 
     @staticmethod
-    def forward(ctx, eng, ids, *outs):
-        ctx.eng, ctx.ids = eng, ids
+    def forward(ctx, eng, ids, fids, *outs):
+        ctx.eng, ctx.ids, ctx.fids = eng, ids, fids
         return tuple(o.view_as(o) for o in outs)
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.eng._for_backward(ctx.ids)
-        return (None, None) + grads
+        ctx.eng._for_backward(ctx.ids, ctx.fids)
+        return (None, None, None) + grads
+
+
+# modules whose forward uses their children's weights without calling the children (nn.MultiheadAttention's
+# out_proj; the encoder layer's fast path reads its attention's weights): their hooks fetch the whole subtree
+_SUBTREE = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer)
+
+
+_linear = torch.nn.functional.linear
+
+
+class _Linear(torch.autograd.Function):
+    """torch.nn.functional.linear during a stage-3 pass of a model zero.Init built with mem_efficient_linear (its
+    default, as DeepSpeed's LinearFunctionForZeroStage3): saves the weight parameter itself, not the transposed
+    view of its fetched copy that addmm saves, so the copy is freed at the module's release and not kept until
+    backward (without it every weight's working copy lives from its forward to its backward: at the end of the
+    forward pass, the whole model). Backward re-fetches it (the hooks) and recomputes the product under
+    autograd: the same gradients bit for bit as torch's linear, for one more matrix product per linear."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return _linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, b = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        with torch.enable_grad():
+            ins = [t.detach().requires_grad_(n) if t is not None else None for t, n in zip((x, w, b), need)]
+            out = _linear(*ins)
+            want = [t for t, n in zip(ins, need) if t is not None and n]
+            got = iter(torch.autograd.grad(out, want, grad)) if want else iter(())
+        return tuple(next(got) if t is not None and n else None for t, n in zip(ins, need))
+
+
+def _mem_efficient_linear(input, weight, bias=None):
+    if torch.is_grad_enabled() and getattr(weight, "_zo_ref", None) is not None:
+        return _Linear.apply(input, weight, bias)
+    return _linear(input, weight, bias)
 
 
 class Stage3Engine(Engine):
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
+        # a model zero.Init built with mem_efficient_linear: F.linear saves the weight parameter, not its copy's view
+        self._linear_swap = any(getattr(getattr(p, "_zo_ref", None), "mem_efficient_linear", False)
+                                for p in model.parameters())
+        with torch.no_grad():  # zero.Init partitioned these already: registered by shape, loaded from its store
+            for p in model.parameters():
+                if hasattr(p, "_zo_ref") and p._zo_ref.engine is None and p.requires_grad:
+                    p.data = torch.zeros((), dtype=p.dtype, device=p.device).expand(p._zo_ref.shape)
         super().__init__(model, config, _read, device, model_parameters)
         self.index = {id(p): i for i, (_, p) in enumerate(self.params)}
         self.live = [0] * len(self.params)  # engine fetches not yet released
         self.bwd = [False] * len(self.params)  # fetched for backward, released by the gradient hook
         self.empty = torch.empty(0, dtype=self.place.param_dtype(self.wdtype), device=self.place.device)
         with torch.no_grad():
-            for _, p in self.params:
+            for i, (_, p) in enumerate(self.params):
                 p.data = self.empty  # the working weights live on the engine's tier now
+                self._mark(p, None, None, i, False)
+        self._offload_frozen(model)
         # first and last hooks of the root module: around every fetch and release of a pass
         self.module_hooks = [model.register_forward_pre_hook(lambda mod, inp: self._pass_begins())]
         self._in_pass = False  # between the root module's pre- and post-hook
         self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
+        from .zero import external_parameters
         for m in model.modules():
-            if not any(True for _ in m.parameters(recurse=False)):
+            own = list(m.parameters(recurse=(isinstance(m, _SUBTREE)))) + external_parameters(m)
+            if not own:
                 continue
-            ids = tuple(self.index[id(p)] for p in m.parameters() if id(p) in self.index)
-            self.module_hooks.append(m.register_forward_pre_hook(lambda mod, inp, ids=ids: self._acquire(ids)))
-            self.module_hooks.append(m.register_forward_hook(lambda mod, inp, out, ids=ids: self._forward_done(ids, out)))
+            ids = tuple(sorted({self.index[id(p)] for p in own if id(p) in self.index}))
+            fids = tuple(sorted({self.findex[id(p)] for p in own if id(p) in self.findex}))
+            self.module_hooks.append(m.register_forward_pre_hook(
+                lambda mod, inp, ids=ids, fids=fids: self._acquire(ids, fids, inp)))
+            self.module_hooks.append(m.register_forward_hook(
+                lambda mod, inp, out, ids=ids, fids=fids: self._forward_done(ids, fids, inp, out)))
         self.module_hooks.append(model.register_forward_hook(lambda mod, inp, out: self._pass_ends()))
+
+    # --- frozen parameters (requires_grad=False): offloaded too, to offload_param's tier, fetched on use ---
+
+    def _mark(self, p, store, key, index, frozen):
+        from . import zero
+        ref = getattr(p, "_zo_ref", None)
+        if ref is None:
+            ref = zero._Ref(store, key, p.shape if store is not None or index is None else self.shapes[index])
+            zero._mark(p, ref, p.dtype)
+        ref.engine, ref.index, ref.frozen = self, index, frozen
+        p.ds_tensor = p.data
+
+    def _offload_frozen(self, model):
+        """Each parameter the engine does not train moves to a store on offload_param's tier (zero.Init's store when
+        Init partitioned it): "nvme" a swap file under its nvme_path, else host memory; the parameter is left
+        empty and its hooks fetch a copy on use (no Adam state: LoRA's frozen base model costs its weights only)."""
+        from . import zero
+        self.frozen, self.findex, self.fstore = [], {}, None
+        seen = set()
+        for n, p in model.named_parameters():
+            if id(p) in self.index or id(p) in seen:
+                continue
+            seen.add(id(p))
+            ref = getattr(p, "_zo_ref", None)
+            if ref is None:
+                if self.fstore is None:
+                    off = zero.offload_view(self._cfg).zero_optimization.offload_param
+                    nvme = zero._OFFLOAD.get(off.device) == "nvme"
+                    self.fstore = zero.Store("nvme" if nvme else "cpu", off.nvme_path.decode() if nvme else None)
+                key = len(self.frozen)
+                self.fstore.put(key, p.detach())
+                ref = zero._Ref(self.fstore, key, p.shape)
+                zero._mark(p, ref, p.dtype)
+            ref.engine, ref.index, ref.frozen = self, len(self.frozen), True
+            self.findex[id(p)] = len(self.frozen)
+            self.frozen.append((n, p))
+        self.flive = [0] * len(self.frozen)
+        self.fbwd = [False] * len(self.frozen)
+
+    def _ffetch(self, f):
+        n, p = self.frozen[f]
+        self.flive[f] += 1
+        if self.flive[f] == 1:
+            ref = p._zo_ref
+            with torch.no_grad():
+                p.data = ref.store.read(ref.key).to(self.place.device, p.dtype, copy=True).view(ref.shape)
+
+    def _frelease(self, f):
+        n, p = self.frozen[f]
+        self.flive[f] -= 1
+        if self.flive[f] == 0:
+            with torch.no_grad():
+                p.data = torch.empty(0, dtype=p.dtype, device=p.data.device)
+
+    def _frozen_backward_done(self, fids):
+        for f in fids:
+            if self.fbwd[f]:
+                self.fbwd[f] = False
+                self._frelease(f)
 
     # --- passes: evaluation outside the trace, and recovery from a pass that raised ---
 
@@ -72,6 +188,8 @@ class Stage3Engine(Engine):
         if self._in_pass:
             self._recover()
         self._in_pass = True
+        if self._linear_swap:
+            torch.nn.functional.linear = _mem_efficient_linear
         if torch.is_grad_enabled() and self.module.training:
             return
         self._outside = True
@@ -79,6 +197,8 @@ class Stage3Engine(Engine):
 
     def _pass_ends(self):
         self._in_pass = False
+        if self._linear_swap:
+            torch.nn.functional.linear = _linear
         if self._outside:
             self._outside = False
             _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
@@ -88,6 +208,10 @@ class Stage3Engine(Engine):
             for _ in range(n):
                 self._release(i)
             self.bwd[i] = False
+        for f, n in enumerate(self.flive):
+            for _ in range(n):
+                self._frelease(f)
+            self.fbwd[f] = False
         self._pass_ends()
 
     # --- parameter storage ---
@@ -119,34 +243,60 @@ class Stage3Engine(Engine):
         with self.place.ordered():
             _lib.check(_lib.lib.zo_engine_release(self.eng, self.handles[i]), "release '%s'" % n)
 
-    def _acquire(self, ids):
+    def _acquire(self, ids, fids=(), inp=()):
         for i in ids:
             self._fetch(i)
+        for f in fids:
+            self._ffetch(f)
+        if fids and torch.is_grad_enabled():
+            # The module's backward may need its frozen weights (for the gradient of its inputs): released once
+            # the gradient of every input that needs one is complete (a hook on each input, which fires after all
+            # of that input's consumers, this module included, ran their backward; the graph and its sums are
+            # unchanged). Leftovers (an input whose hook never fires) are released at backward's end.
+            ins = [x for x in inp if isinstance(x, torch.Tensor) and x.requires_grad]
+            left = [len(ins)]
 
-    def _forward_done(self, ids, out):
+            def done(grad):
+                left[0] -= 1
+                if left[0] == 0:
+                    self._frozen_backward_done(fids)
+            for x in ins:
+                x.register_hook(done)
+        return None
+
+    def _forward_done(self, ids, fids, inp, out):
         wrap = torch.is_grad_enabled()
         for i in ids:
             self._release(i)
+        for f in fids:
+            self._frelease(f)
         if not wrap:
             return None
+        # frozen weights are fetched for backward only when some input needs a gradient (else nothing needs them)
+        if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in inp):
+            fids = ()
         if isinstance(out, torch.Tensor):
-            return _PreBackward.apply(self, ids, out)[0] if out.requires_grad else None
+            return _PreBackward.apply(self, ids, fids, out)[0] if out.requires_grad else None
         if isinstance(out, (tuple, list)):
             idx = [k for k, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad]
             if not idx:
                 return None
-            wrapped = _PreBackward.apply(self, ids, *[out[k] for k in idx])
+            wrapped = _PreBackward.apply(self, ids, fids, *[out[k] for k in idx])
             res = list(out)
             for k, w in zip(idx, wrapped):
                 res[k] = w
             return type(out)(res) if isinstance(out, tuple) else res
         return None
 
-    def _for_backward(self, ids):
+    def _for_backward(self, ids, fids=()):
         for i in ids:
             if not self.bwd[i]:
                 self.bwd[i] = True
                 self._fetch(i)
+        for f in fids:
+            if not self.fbwd[f]:
+                self.fbwd[f] = True
+                self._ffetch(f)
 
     def _on_grad(self, i):
         super()._on_grad(i)  # the hand-over (grad_accumulate, or grad_ready in the boundary micro-step)
@@ -159,6 +309,123 @@ class Stage3Engine(Engine):
             if self.bwd[i]:
                 self.bwd[i] = False
                 self._release(i)
+        self._frozen_backward_done(range(len(self.frozen)))
+
+    def backward(self, loss):
+        try:
+            super().backward(loss)
+        finally:  # frozen weights a backward fetched whose inputs' gradient hooks did not all fire
+            self._frozen_backward_done(range(len(self.frozen)))
+
+    # --- zero.GatheredParameters and the consolidated state dict ---
+
+    def _traced_off(self):
+        """Fetches outside a training pass must not enter the trace: (turned off, so turn on after)."""
+        if self._in_pass and not self._outside:
+            return False
+        _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")
+        return True
+
+    def _gather(self, p):
+        ref = p._zo_ref
+        if ref.frozen:
+            self._ffetch(ref.index)
+            return
+        off = self._traced_off()
+        try:
+            self._fetch(ref.index)
+        finally:
+            if off and not self._outside:
+                _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+
+    def _scatter(self, p, modifier_rank):
+        """End of GatheredParameters for @p: with @modifier_rank, that rank's values (broadcast) become its weights
+        (trainable: fp32 master weights via zo_engine_load_param, whose Adam moments restart; frozen: its store);
+        then released."""
+        ref = p._zo_ref
+        new = None
+        if modifier_rank is not None:
+            if not 0 <= modifier_rank < self.world_size:
+                raise ValueError("GatheredParameters: modifier_rank %d outside [0, %d)" % (modifier_rank,
+                                                                                          self.world_size))
+            new = p.detach().to("cpu", torch.float32 if not ref.frozen else p.dtype, copy=True).contiguous()
+            if self.world_size > 1:
+                nbytes = new.numel() * new.element_size()
+                _lib.check(_lib.lib.zo_comm_broadcast(self.comm, new.data_ptr(), nbytes, modifier_rank),
+                           "GatheredParameters: broadcast")
+        if ref.frozen:
+            if new is not None:
+                ref.store.put(ref.key, new.view(ref.shape))
+            self._frelease(ref.index)
+            return
+        off = self._traced_off()
+        try:
+            self._release(ref.index)
+        finally:
+            if off and not self._outside:
+                _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+        if new is not None:
+            n = self.params[ref.index][0]
+            _lib.check(_lib.lib.zo_engine_load_param(self.eng, self.handles[ref.index], new.data_ptr()),
+                       "GatheredParameters: load '%s'" % n)
+
+    def consolidated_state_dict(self, dtype=torch.float32):
+        """The DeepSpeed API's consolidated_state_dict (trained parameters from the consolidated fp32 masters), with
+        frozen parameters read from their stores: at stage 3 the module holds them empty. A collective call."""
+        out = super().consolidated_state_dict(dtype)
+        if self.rank == 0:
+            for key, v in self.module.state_dict(keep_vars=True).items():
+                if id(v) in self.findex:
+                    ref = v._zo_ref
+                    t = ref.store.read(ref.key).view(ref.shape)
+                    out[key] = t.to(dtype, copy=True) if t.is_floating_point() else t.clone()
+        return out
+
+    def _zero3_consolidated_16bit_state_dict(self):
+        """DeepSpeed's engine._zero3_consolidated_16bit_state_dict(): {name: tensor} with every key of
+        module.state_dict() (tied parameters under each of their names, persistent buffers), the trained
+        parameters as the engine's working weights (what the last step produced from the fp32 master weights:
+        bf16/fp16 when the config enables them, else fp32), frozen ones as stored, all whole and on the CPU.
+        A collective call with several ranks (each rank fetches every tensor, the engine all-gathers); rank 0
+        gets the dict, the others an empty one, as DeepSpeed does. Call between steps."""
+        import collections
+        out = collections.OrderedDict()
+        keep = self.rank == 0
+        off = self._traced_off()
+        try:
+            for key, v in self.module.state_dict(keep_vars=True).items():
+                if id(v) in self.index:
+                    i = self.index[id(v)]
+                    ptr, dt = ctypes.c_void_p(), ctypes.c_int()
+                    with self.place.ordered():
+                        _lib.check(_lib.lib.zo_engine_fetch(self.eng, self.handles[i], ctypes.byref(ptr),
+                                                            ctypes.byref(dt)), "fetch '%s'" % key)
+                    try:
+                        if keep:
+                            t = self.place.view(ptr.value, self.shapes[i].numel(), _DT[dt.value])
+                            out[key] = t.to("cpu", copy=True).view(self.shapes[i])
+                    finally:
+                        with self.place.ordered():
+                            _lib.check(_lib.lib.zo_engine_release(self.eng, self.handles[i]), "release '%s'" % key)
+                elif id(v) in self.findex:
+                    if keep:
+                        ref = v._zo_ref
+                        out[key] = ref.store.read(ref.key).to("cpu", copy=True).view(ref.shape)
+                elif keep:
+                    out[key] = v.detach().to("cpu", copy=True)
+        finally:
+            if off and not self._outside:
+                _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
+        return out
+
+    def _initial_value(self, p):
+        ref = getattr(p, "_zo_ref", None)
+        if ref is None or ref.store is None:
+            return super()._initial_value(p)
+        v = ref.store.read(ref.key).to(torch.float32).contiguous()
+        ref.store.drop(ref.key)  # the engine has the values now: the store's copy goes
+        ref.store, ref.key = None, None
+        return v
 
     def _write_back(self):
         return None  # the hooks fetch the weights when a module runs; between uses parameters are empty

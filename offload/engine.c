@@ -192,13 +192,6 @@ zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, in
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
                         "(device Adam) needs offload_param.device \"none\", got \"%s\"", name,
                         zo_offload_device_name(cfg->zero.offload_param.device));
-  const zo_dtype wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
-  if (cfg->gradient_accumulation_steps > 1 || (cfg->grad_accum_dtype >= 0 && (zo_dtype)cfg->grad_accum_dtype != wdtype))
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
-                        "(device Adam) does not accumulate gradients yet: gradient_accumulation_steps is %lld and "
-                        "data_types.grad_accum_dtype %s; set gradient_accumulation_steps to 1 (and grad_accum_dtype "
-                        "to the working dtype), or use \"cpu\"", name, (long long)cfg->gradient_accumulation_steps,
-                        cfg->grad_accum_dtype >= 0 ? zo_dtype_name((zo_dtype)cfg->grad_accum_dtype) : "unset");
   return ZO_OK;
 }
 

@@ -17,7 +17,7 @@
 #include "adam_elem.h"
 
 /* Launches that ran (on the streams' workers), per kernel: a test checks the device path really ran. */
-static unsigned long devadam_emu_adam_runs, devadam_emu_norm_runs;
+static unsigned long devadam_emu_adam_runs, devadam_emu_norm_runs, devadam_emu_acc_runs;
 
 /* zo_adam_kernel(zo_adam_dev_job j): the grid-stride loop, every element i < n once (elements independent). */
 static void emu_adam_kernel(dim3 grid, dim3 block, void **args, size_t shmem) {
@@ -62,10 +62,28 @@ static void emu_sqnorm_kernel(dim3 grid, dim3 block, void **args, size_t shmem) 
   free(acc);
 }
 
+/* zo_grad_acc_kernel(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add): for every i < n
+ * (grid-stride, elements independent) dst[i] = (add ? dst[i] : 0) + src[i] in float32, stored in dt. */
+static void emu_acc_kernel(dim3 grid, dim3 block, void **args, size_t shmem) {
+  (void)shmem;
+  void *dst = *(void *const *)args[0];
+  const zo_dtype dt = *(const zo_dtype *)args[1];
+  const void *src = *(const void *const *)args[2];
+  const zo_dtype st = *(const zo_dtype *)args[3];
+  const size_t n = *(const size_t *)args[4];
+  const int add = *(const int *)args[5];
+  __atomic_add_fetch(&devadam_emu_acc_runs, 1, __ATOMIC_RELAXED);
+  const size_t stride = (size_t)grid.x * block.x;
+  for (size_t b = 0; b < grid.x; b++)
+    for (size_t t = 0; t < block.x; t++)
+      for (size_t i = b * block.x + t; i < n; i += stride)
+        zo_elem_store(dst, dt, i, (add ? zo_elem_load(dst, dt, i) : 0.0f) + zo_elem_load(src, st, i));
+}
+
 typedef void (*devadam_emu_fn)(dim3 grid, dim3 block, void **args, size_t shmem);
 typedef int (*devadam_emulate_fn)(const char *sub, devadam_emu_fn fn, int n_args, const size_t *arg_sizes);
 
-/* Register the emulations with the loaded stand-in. 1 when both kernels are emulated, 0 when the stand-in
+/* Register the emulations with the loaded stand-in. 1 when the three kernels are emulated, 0 when the stand-in
  * (or its emulation hook) is not loaded, -1 when it is but a kernel name matched nothing. */
 static int devadam_emu_install(void) {
   devadam_emulate_fn emulate = (devadam_emulate_fn)dlsym(RTLD_DEFAULT, "fake_cuda_emulate");
@@ -73,7 +91,10 @@ static int devadam_emu_install(void) {
   const size_t adam_args[] = {sizeof(zo_adam_dev_job)};
   const size_t norm_args[] = {sizeof(const void *), sizeof(zo_dtype), sizeof(size_t), sizeof(double *)};
   if (emulate("zo_adam_kernel", emu_adam_kernel, 1, adam_args) < 1) return -1;
+  const size_t acc_args[] = {sizeof(void *), sizeof(zo_dtype), sizeof(const void *), sizeof(zo_dtype), sizeof(size_t),
+                             sizeof(int)};
   if (emulate("zo_sqnorm_kernel", emu_sqnorm_kernel, 4, norm_args) < 1) return -1;
+  if (emulate("zo_grad_acc_kernel", emu_acc_kernel, 6, acc_args) < 1) return -1;
   return 1;
 }
 

@@ -117,7 +117,7 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   if (eng_open(&a, &ca, hdev, NULL)) goto out_a;
   if (eng_open(&b, &cb, cdev, NULL)) goto out_b;
   double first = 0, last = 0;
-  const unsigned long adam0 = devadam_emu_adam_runs, norm0 = devadam_emu_norm_runs;
+  const unsigned long adam0 = devadam_emu_adam_runs, norm0 = devadam_emu_norm_runs, acc0 = devadam_emu_acc_runs;
   for (int s = 0; s < STEPS; s++) {
     zo_step_info ia, ib;
     if (feed(hdev, &a, s, gas, wd) || feed(cdev, &b, s, gas, wd)) goto out_b;
@@ -136,6 +136,8 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   /* every step: one update kernel per tensor, one norm kernel per tensor's hand-over (gas > 1: the boundary's) */
   CHECK_EQ(devadam_emu_adam_runs - adam0, STEPS * NP);
   CHECK_EQ(devadam_emu_norm_runs - norm0, STEPS * NP);
+  /* with gas > 1 every micro-batch is added on the device (the first: a plain copy when already fp32) */
+  CHECK_EQ(devadam_emu_acc_runs - acc0, gas == 1 ? 0 : STEPS * NP * (wd == ZO_DTYPE_F32 ? gas - 1 : gas));
   /* the checkpoint (saved before the last step) into a fresh device engine: its last step equals b's */
   if (eng_open(&r, &cb, cdev, NULL) || !CHECK_OK(zo_engine_load(r.e, saved, NULL))) goto out_r;
   if (feed(cdev, &r, STEPS - 1, gas, wd)) goto out_r;

@@ -47,25 +47,37 @@ static void config(zo_config_t *c, zo_offload_device tier, zo_dtype wd, int gas)
 }
 
 /* Micro-batch @mb's gradients of step @s in @dt through @g's device buffers: accumulated (mb < gas - 1) or
- * handed over, each buffer poisoned with NaN once the fence says it is free. */
-static int feed(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt) {
+ * handed over, each buffer poisoned with NaN once the fence says it is free. With a compute stream @cs (device
+ * engine only) the gradient reaches the buffer by a copy queued on @cs (from a device scratch @scratch) and the
+ * poison is a memset queued on @cs after zo_engine_grad_fence(e, cs): the engine must order itself after the
+ * compute stream, and the fence must order the compute stream after the engine's reads. */
+static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s, int gas, zo_dtype dt) {
   const size_t dsz = zo_dtype_size(dt);
   for (int mb = 0; mb < gas; mb++) {
     for (int i = 0; i < NP; i++) {
+      const size_t nb = k_sizes[i] * dsz;
       float *f = malloc(k_sizes[i] * 4);
-      void *h = malloc(k_sizes[i] * dsz), *nan = malloc(k_sizes[i] * dsz);
+      void *h = malloc(nb), *nan = malloc(nb);
       for (size_t j = 0; j < k_sizes[i]; j++) f[j] = grad_of(0, s, mb, i, j);
       cast_to(h, dt, f, k_sizes[i]);
-      memset(nan, 0xff, k_sizes[i] * dsz);
-      int bad = !CHECK_OK(zo_memcpy(dev, g->dbuf[i], h, k_sizes[i] * dsz, ZO_COPY_H2D));
+      memset(nan, 0xff, nb);
+      int bad;
+      if (cs) /* the scratch is free: the copy out of it below was synchronized at the last fence + memset */
+        bad = !CHECK_OK(zo_stream_synchronize(cs)) || !CHECK_OK(zo_memcpy(dev, scratch, h, nb, ZO_COPY_H2D)) ||
+              !CHECK_OK(zo_memcpy_async(cs, g->dbuf[i], scratch, nb, ZO_COPY_D2D));
+      else
+        bad = !CHECK_OK(zo_memcpy(dev, g->dbuf[i], h, nb, ZO_COPY_H2D));
       if (!bad) {
         zo_status st = mb < gas - 1 ? zo_engine_grad_accumulate(g->e, g->ps[i], g->dbuf[i], dt)
                                     : zo_engine_grad_ready(g->e, g->ps[i], g->dbuf[i], dt);
         bad = !CHECK_OK(st);
         if (bad) printf("  %s\n", zo_last_error());
       }
-      bad = bad || !CHECK_OK(zo_engine_grad_fence(g->e, NULL));
-      bad = bad || !CHECK_OK(zo_memcpy(dev, g->dbuf[i], nan, k_sizes[i] * dsz, ZO_COPY_H2D));
+      bad = bad || !CHECK_OK(zo_engine_grad_fence(g->e, cs));
+      if (cs)
+        bad = bad || !CHECK_OK(zo_memset_async(cs, g->dbuf[i], 0xff, nb));
+      else
+        bad = bad || !CHECK_OK(zo_memcpy(dev, g->dbuf[i], nan, nb, ZO_COPY_H2D));
       free(f), free(h), free(nan);
       if (bad) return 1;
     }
@@ -73,26 +85,30 @@ static int feed(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt) {
   return 0;
 }
 
-/* Tensor @i's master weights and working weights (as bytes of the working dtype) of @g into @m and @w. */
-static int snapshot(zo_device_t *dev, eng *g, int i, float *m, void *w) {
-  if (!CHECK_OK(zo_engine_synchronize(g->e))) return 1;
+/* Tensor @i's master weights and working weights (as bytes of the working dtype) of @g into @m and @w: with no
+ * wait of the caller's own (the engine's fetch and get_master order themselves after the update), on @cs when
+ * the engine has that compute stream. */
+static int snapshot(zo_device_t *dev, zo_stream_t *cs, eng *g, int i, float *m, void *w) {
   if (!CHECK_OK(zo_engine_get_master(g->e, g->ps[i], m, NULL, NULL))) return 1;
   const void *dw;
   zo_dtype dt;
   if (!CHECK_OK(zo_engine_fetch(g->e, g->ps[i], &dw, &dt))) return 1;
-  int bad = !CHECK_OK(zo_memcpy(dev, w, dw, k_sizes[i] * zo_dtype_size(dt), ZO_COPY_D2H));
+  const size_t nb = k_sizes[i] * zo_dtype_size(dt);
+  int bad = cs ? !CHECK_OK(zo_memcpy_async(cs, w, dw, nb, ZO_COPY_D2H)) || !CHECK_OK(zo_stream_synchronize(cs))
+               : !CHECK_OK(zo_memcpy(dev, w, dw, nb, ZO_COPY_D2H));
   return !CHECK_OK(zo_engine_release(g->e, g->ps[i])) || bad;
 }
 
-/* @a (host device, CPU Adam) and @b (stand-in CUDA, device Adam): every tensor's master and working weights
- * equal bit for bit. */
-static int same_weights(const char *label, int s, zo_device_t *hdev, eng *a, zo_device_t *cdev, eng *b) {
+/* @a (e.g. host device, CPU Adam) and @b (stand-in CUDA, device Adam), each read on its compute stream (or
+ * none): every tensor's master and working weights equal bit for bit. */
+static int same_weights(const char *label, int s, zo_device_t *adev, zo_stream_t *acs, eng *a, zo_device_t *bdev,
+                        zo_stream_t *bcs, eng *b) {
   int bad = 0;
   for (int i = 0; i < NP && !bad; i++) {
     const size_t n = k_sizes[i];
     float *ma = malloc(n * 4), *mb = malloc(n * 4);
     void *wa = malloc(n * 4), *wb = malloc(n * 4);
-    bad = snapshot(hdev, a, i, ma, wa) || snapshot(cdev, b, i, mb, wb);
+    bad = snapshot(adev, acs, a, i, ma, wa) || snapshot(bdev, bcs, b, i, mb, wb);
     const size_t wsz = zo_dtype_size(zo_engine_working_dtype(b->e));
     if (!bad && memcmp(ma, mb, n * 4)) {
       size_t j = 0;
@@ -107,7 +123,8 @@ static int same_weights(const char *label, int s, zo_device_t *hdev, eng *a, zo_
 }
 
 /* STEPS steps of both engines with @gas micro-batches of @dt gradients; then the checkpoint round trip. */
-static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo_dtype wd, int gas) {
+static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo_stream_t *cs, void *scratch,
+                     zo_dtype wd, int gas) {
   zo_config_t ca, cb;
   config(&ca, ZO_OFFLOAD_CPU, wd, gas);
   config(&cb, ZO_OFFLOAD_NONE, wd, gas);
@@ -115,12 +132,12 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   const int failures0 = zo_test_failures;
   char saved[4096] = "";
   if (eng_open(&a, &ca, hdev, NULL)) goto out_a;
-  if (eng_open(&b, &cb, cdev, NULL)) goto out_b;
+  if (eng_open(&b, &cb, cdev, cs)) goto out_b;
   double first = 0, last = 0;
   const unsigned long adam0 = devadam_emu_adam_runs, norm0 = devadam_emu_norm_runs, acc0 = devadam_emu_acc_runs;
   for (int s = 0; s < STEPS; s++) {
     zo_step_info ia, ib;
-    if (feed(hdev, &a, s, gas, wd) || feed(cdev, &b, s, gas, wd)) goto out_b;
+    if (feed(hdev, NULL, NULL, &a, s, gas, wd) || feed(cdev, cs, scratch, &b, s, gas, wd)) goto out_b;
     if (!CHECK_OK(zo_engine_step(a.e, &ia))) goto out_b;
     if (!CHECK_OK(zo_engine_step(b.e, &ib))) {
       printf("  %s\n", zo_last_error());
@@ -130,7 +147,7 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
       FAIL_AT("%s step %d: grad norm cpu %.17g device %.17g", label, s + 1, ia.grad_norm, ib.grad_norm);
     if (s == 0) first = ib.grad_norm;
     last = ib.grad_norm;
-    if (same_weights(label, s + 1, hdev, &a, cdev, &b)) goto out_b;
+    if (same_weights(label, s + 1, hdev, NULL, &a, cdev, cs, &b)) goto out_b;
     if (s == STEPS - 2 && !CHECK_OK(zo_engine_save(b.e, g_dir, NULL, saved, sizeof saved))) goto out_b;
   }
   /* every step: one update kernel per tensor, one norm kernel per tensor's hand-over (gas > 1: the boundary's) */
@@ -139,15 +156,15 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   /* with gas > 1 every micro-batch is added on the device (the first: a plain copy when already fp32) */
   CHECK_EQ(devadam_emu_acc_runs - acc0, gas == 1 ? 0 : STEPS * NP * (wd == ZO_DTYPE_F32 ? gas - 1 : gas));
   /* the checkpoint (saved before the last step) into a fresh device engine: its last step equals b's */
-  if (eng_open(&r, &cb, cdev, NULL) || !CHECK_OK(zo_engine_load(r.e, saved, NULL))) goto out_r;
-  if (feed(cdev, &r, STEPS - 1, gas, wd)) goto out_r;
+  if (eng_open(&r, &cb, cdev, cs) || !CHECK_OK(zo_engine_load(r.e, saved, NULL))) goto out_r;
+  if (feed(cdev, cs, scratch, &r, STEPS - 1, gas, wd)) goto out_r;
   zo_step_info ir;
   if (!CHECK_OK(zo_engine_step(r.e, &ir))) goto out_r;
   if (memcmp(&ir.grad_norm, &last, sizeof last)) FAIL_AT("%s resumed: grad norm %.17g, want %.17g", label, ir.grad_norm, last);
-  if (!same_weights("resumed", STEPS, cdev, &b, cdev, &r) && zo_test_failures == failures0)
-    printf("test_devadam_emu: %s gas %d: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
+  if (!same_weights("resumed", STEPS, cdev, cs, &b, cdev, cs, &r) && zo_test_failures == failures0)
+    printf("test_devadam_emu: %s gas %d%s: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
            "CPU Adam's bit for bit; resumed from step %d's checkpoint: equal\n",
-           label, gas, STEPS, first, last, STEPS - 1);
+           label, gas, cs ? " (compute stream)" : "", STEPS, first, last, STEPS - 1);
 out_r:
   eng_close(&r, cdev);
 out_b:
@@ -176,12 +193,20 @@ int main(int argc, char **argv) {
   if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, SIZE_MAX, &hdev)) ||
       !CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &cdev)))
     goto out;
+  /* gas 1 with the caller's synchronous copies; gas 4 (argv[2]) with a compute stream */
   const int gas_max = argc > 2 ? atoi(argv[2]) : MAXMB;
-  for (int gas = 1; gas <= gas_max; gas += gas_max - 1 > 0 ? gas_max - 1 : 1) {
-    run_case("bf16", hdev, cdev, ZO_DTYPE_BF16, gas);
-    run_case("fp32", hdev, cdev, ZO_DTYPE_F32, gas);
+  zo_stream_t *cs = NULL;
+  void *scratch = NULL;
+  if (!CHECK_OK(zo_stream_create(cdev, &cs)) || !CHECK_OK(zo_device_malloc(cdev, k_sizes[2] * 4, &scratch))) goto out;
+  run_case("bf16", hdev, cdev, NULL, NULL, ZO_DTYPE_BF16, 1);
+  run_case("fp32", hdev, cdev, NULL, NULL, ZO_DTYPE_F32, 1);
+  if (gas_max > 1) {
+    run_case("bf16", hdev, cdev, cs, scratch, ZO_DTYPE_BF16, gas_max);
+    run_case("fp32", hdev, cdev, cs, scratch, ZO_DTYPE_F32, gas_max);
   }
 out:
+  if (scratch) zo_device_free(cdev, scratch);
+  zo_stream_destroy(cs);
   zo_device_destroy(cdev);
   zo_device_destroy(hdev);
   return zo_test_finish("test_devadam_emu");

@@ -9,13 +9,16 @@
  * both engines run base/adam_elem.h's element function with the same constants, and the gradients are
  * multiples of 1/64 (grad_harness.h), so every squared-norm sum is exact in double in any order, and every
  * fp32 accumulation is exact. Then a checkpoint of the device engine, loaded into a fresh one, must give the
- * same next step as the engine that saved it. Exit 77 when the stand-in (or its emulation hook) is not
+ * same next step as the engine that saved it. First, the stand-in's emulated launch itself: in stream order, on
+ * the stream's worker, not in the caller. Exit 77 when the stand-in (or its emulation hook) is not
  * loaded or the library has no device Adam kernel.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zo_test.h"
 #include "zoffload/checkpoint.h"
@@ -178,6 +181,60 @@ out_a:
   }
 }
 
+/* The stand-in's emulated launch itself: queued, not run in the caller; runs on the stream's worker after the
+ * stream's earlier work (a gated host func) and before its later work (a copy over the kernel's source, which
+ * must therefore not be poisoned before the kernel has read it). The stand-in's "device memory" is host memory,
+ * so the test reads it directly. */
+static atomic_int g_gate;
+static void gate_fn(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_gate)) usleep(1000);
+}
+static void test_launch_order(zo_device_t *dev) {
+  enum { N = 1000 };
+  zo_stream_t *s = NULL;
+  float *src, *dst, *other;
+  if (!CHECK_OK(zo_stream_create(dev, &s))) return;
+  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&src));
+  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dst));
+  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&other));
+  for (int i = 0; i < N; i++) src[i] = (float)i, dst[i] = -1.0f, other[i] = 7.0f;
+  const unsigned long runs0 = devadam_emu_acc_runs;
+  atomic_store(&g_gate, 0);
+  CHECK_OK(zo_launch_host_func(s, gate_fn, NULL));
+  CHECK_OK(zo_grad_acc_device(s, dst, ZO_DTYPE_F32, src, ZO_DTYPE_F32, N, 0));
+  CHECK_OK(zo_memcpy_async(s, src, other, N * 4, ZO_COPY_D2D)); /* after the kernel in stream order */
+  usleep(20000);
+  CHECK_EQ(devadam_emu_acc_runs - runs0, 0); /* behind the gate */
+  CHECK(dst[0] == -1.0f && dst[N - 1] == -1.0f);
+  CHECK(src[N - 1] == (float)(N - 1)); /* the kernel's source: not poisoned while the kernel is pending */
+  atomic_store(&g_gate, 1);
+  CHECK_OK(zo_stream_synchronize(s));
+  CHECK_EQ(devadam_emu_acc_runs - runs0, 1);
+  int bad = 0;
+  for (int i = 0; i < N; i++) bad += dst[i] != (float)i || src[i] != 7.0f;
+  CHECK_EQ(bad, 0);
+  /* ungated, on a stream whose ops start 20 ms late: the copy over the source is enqueued while the kernel is
+   * pending, and must not poison the source the kernel has yet to read */
+  zo_stream_t *slow = NULL;
+  setenv("FAKE_CUDA_LATENCY_US", "20000", 1);
+  const zo_status cst = zo_stream_create(dev, &slow);
+  unsetenv("FAKE_CUDA_LATENCY_US");
+  if (CHECK_OK(cst)) {
+    for (int i = 0; i < N; i++) src[i] = (float)(2 * i), other[i] = 5.0f;
+    CHECK_OK(zo_grad_acc_device(slow, dst, ZO_DTYPE_F32, src, ZO_DTYPE_F32, N, 0));
+    CHECK_OK(zo_memcpy_async(slow, src, other, N * 4, ZO_COPY_D2D));
+    CHECK_OK(zo_stream_synchronize(slow));
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += dst[i] != (float)(2 * i);
+    if (bad) FAIL_AT("%d of %d elements of the kernel's result wrong (dst[0] = %g): its source was overwritten "
+                     "or poisoned before it ran", bad, N, (double)dst[0]);
+    zo_stream_destroy(slow);
+  }
+  zo_device_free(dev, src), zo_device_free(dev, dst), zo_device_free(dev, other);
+  zo_stream_destroy(s);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) g_dir = argv[1];
   const int emu = devadam_emu_install();
@@ -193,6 +250,7 @@ int main(int argc, char **argv) {
   if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, SIZE_MAX, &hdev)) ||
       !CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &cdev)))
     goto out;
+  test_launch_order(cdev);
   /* gas 1 with the caller's synchronous copies; gas 4 (argv[2]) with a compute stream */
   const int gas_max = argc > 2 ? atoi(argv[2]) : MAXMB;
   zo_stream_t *cs = NULL;

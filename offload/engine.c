@@ -173,7 +173,8 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   return ZO_OK;
 }
 
-/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet, each refused by
+/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet (several ranks, parameter
+ * offload; gradient accumulation it does), each refused by
  * zo_engine_check_device() with one message, so zo_engine_create and a dry run (zo-train --dry-run plans a GPU
  * run on a host device) refuse alike. */
 zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world) {

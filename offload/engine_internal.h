@@ -255,6 +255,7 @@ struct zo_engine {
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
   double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
                                 dev_block), written on the copy stream as each gradient lands */
+  void *dstage_dev;          /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
   host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
   size_t dev_block_bytes;
 

@@ -9,7 +9,8 @@
  * both engines run base/adam_elem.h's element function with the same constants, and the gradients are
  * multiples of 1/64 (grad_harness.h), so every squared-norm sum is exact in double in any order, and every
  * fp32 accumulation is exact. Then a checkpoint of the device engine, loaded into a fresh one, must give the
- * same next step as the engine that saved it. First, the stand-in's emulated launch itself: in stream order, on
+ * same next step as the engine that saved it. Under `mpirun -np 2` the same on 2 ranks (stage 2: each rank's
+ * shard reduced over the ranks through host buffers, added on the device; the new working blocks all-gathered). First, the stand-in's emulated launch itself: in stream order, on
  * the stream's worker, not in the caller. Exit 77 when the stand-in (or its emulation hook) is not
  * loaded or the library has no device Adam kernel.
  */
@@ -28,6 +29,7 @@
 enum { NP = 4, STEPS = 4, MAXMB = 4 };
 static const size_t k_sizes[NP] = {1000, 3, 70001, 4097};
 static zo_comm_t *g_comm;
+static int R, W = 1;
 static const char *g_dir = "/tmp";
 
 #include "devadam_emu.h"
@@ -37,7 +39,7 @@ static void config(zo_config_t *c, zo_offload_device tier, zo_dtype wd, int gas)
   zo_config_defaults(c);
   c->train_micro_batch_size_per_gpu = 1;
   c->gradient_accumulation_steps = gas;
-  c->train_batch_size = gas;
+  c->train_batch_size = gas * W;
   c->bf16.enabled = wd == ZO_DTYPE_BF16;
   c->optimizer.type = ZO_OPT_ADAMW;
   c->optimizer.adam_w_mode = 1;
@@ -61,7 +63,7 @@ static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s,
       const size_t nb = k_sizes[i] * dsz;
       float *f = malloc(k_sizes[i] * 4);
       void *h = malloc(nb), *nan = malloc(nb);
-      for (size_t j = 0; j < k_sizes[i]; j++) f[j] = grad_of(0, s, mb, i, j);
+      for (size_t j = 0; j < k_sizes[i]; j++) f[j] = grad_of(R, s, mb, i, j);
       cast_to(h, dt, f, k_sizes[i]);
       memset(nan, 0xff, nb);
       int bad;
@@ -88,11 +90,12 @@ static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s,
   return 0;
 }
 
-/* Tensor @i's master weights and working weights (as bytes of the working dtype) of @g into @m and @w: with no
+/* Tensor @i's master shard (*@shard_n elements: this rank's) and working weights (the whole tensor, as bytes of
+ * the working dtype) of @g into @m and @w: with no
  * wait of the caller's own (the engine's fetch and get_master order themselves after the update), on @cs when
  * the engine has that compute stream. */
-static int snapshot(zo_device_t *dev, zo_stream_t *cs, eng *g, int i, float *m, void *w) {
-  if (!CHECK_OK(zo_engine_get_master(g->e, g->ps[i], m, NULL, NULL))) return 1;
+static int snapshot(zo_device_t *dev, zo_stream_t *cs, eng *g, int i, float *m, size_t *shard_n, void *w) {
+  if (!CHECK_OK(zo_engine_get_master(g->e, g->ps[i], m, NULL, shard_n))) return 1;
   const void *dw;
   zo_dtype dt;
   if (!CHECK_OK(zo_engine_fetch(g->e, g->ps[i], &dw, &dt))) return 1;
@@ -111,11 +114,12 @@ static int same_weights(const char *label, int s, zo_device_t *adev, zo_stream_t
     const size_t n = k_sizes[i];
     float *ma = malloc(n * 4), *mb = malloc(n * 4);
     void *wa = malloc(n * 4), *wb = malloc(n * 4);
-    bad = snapshot(adev, acs, a, i, ma, wa) || snapshot(bdev, bcs, b, i, mb, wb);
+    size_t na = 0, nb = 0;
+    bad = snapshot(adev, acs, a, i, ma, &na, wa) || snapshot(bdev, bcs, b, i, mb, &nb, wb) || !CHECK_EQ(na, nb);
     const size_t wsz = zo_dtype_size(zo_engine_working_dtype(b->e));
-    if (!bad && memcmp(ma, mb, n * 4)) {
+    if (!bad && memcmp(ma, mb, na * 4)) {
       size_t j = 0;
-      while (j < n && !memcmp(&ma[j], &mb[j], 4)) j++;
+      while (j < na && !memcmp(&ma[j], &mb[j], 4)) j++;
       bad = FAIL_AT("%s step %d: master of t%d differs first at [%zu]: cpu %.9g device %.9g", label, s, i, j,
                     (double)ma[j], (double)mb[j]);
     }
@@ -165,16 +169,17 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   if (!CHECK_OK(zo_engine_step(r.e, &ir))) goto out_r;
   if (memcmp(&ir.grad_norm, &last, sizeof last)) FAIL_AT("%s resumed: grad norm %.17g, want %.17g", label, ir.grad_norm, last);
   if (!same_weights("resumed", STEPS, cdev, cs, &b, cdev, cs, &r) && zo_test_failures == failures0)
-    printf("test_devadam_emu: %s gas %d%s: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
+    printf("test_devadam_emu: rank %d/%d: %s gas %d%s: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
            "CPU Adam's bit for bit; resumed from step %d's checkpoint: equal\n",
-           label, gas, cs ? " (compute stream)" : "", STEPS, first, last, STEPS - 1);
+           R, W, label, gas, cs ? " (compute stream)" : "", STEPS, first, last, STEPS - 1);
 out_r:
   eng_close(&r, cdev);
 out_b:
   eng_close(&b, cdev);
 out_a:
   eng_close(&a, hdev);
-  if (saved[0]) {
+  if (W > 1) CHECK_OK(zo_comm_barrier(g_comm)); /* every rank has read the checkpoint */
+  if (saved[0] && R == 0) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", saved);
     if (system(cmd) != 0) FAIL_AT("%s", cmd);
@@ -237,6 +242,8 @@ static void test_launch_order(zo_device_t *dev) {
 
 int main(int argc, char **argv) {
   if (argc > 1) g_dir = argv[1];
+  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return zo_test_finish("test_devadam_emu");
+  R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   const int emu = devadam_emu_install();
   if (emu == 0 || zo_device_cuda_count() < 1) {
     printf("test_devadam_emu: SKIP: the stand-in runtime with kernel emulation is not loaded\n");
@@ -267,5 +274,6 @@ out:
   zo_stream_destroy(cs);
   zo_device_destroy(cdev);
   zo_device_destroy(hdev);
+  zo_comm_destroy(g_comm);
   return zo_test_finish("test_devadam_emu");
 }

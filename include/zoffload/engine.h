@@ -54,9 +54,10 @@ typedef struct zo_param zo_param_t;
  * (offload_optimizer.device "none" on a CUDA device: master weights, moments
  * and gradients in device memory, updated by a fused kernel; Kingma & Ba's
  * Adam, Loshchilov & Hutter's AdamW, the rule of zo_adam_update()) when this
- * library has no kernel (built without nvcc), on several ranks, or with
- * offload_param other than "none" (gradient accumulation is accepted: the
- * micro-batches are summed on the device in the accumulation dtype). Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
+ * library has no kernel (built without nvcc), or with offload_param other
+ * than "none" (gradient accumulation and several ranks are accepted: the
+ * micro-batches and the reduced blocks are summed on the device in the
+ * accumulation dtype). @world is no longer refused; kept for the API. Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
  * ZO_ERR_INVALID_ARG (@cfg NULL). Reads only @cfg; thread-safe.
  */
 ZO_API zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world);

@@ -115,6 +115,9 @@ typedef struct zo_plan {
   size_t dev_norm_off;       /* device Adam (offload_optimizer "none" on a GPU): byte offset in device_block of the
                                 gradient norm partials, double[n_tensors x 256]; SIZE_MAX otherwise. Their host copy
                                 is the pinned "device_adam.norm_host" buffer */
+  size_t dev_stage_off;      /* device Adam on several ranks: byte offset in device_block of the staging region a
+                                reduced gradient block goes through on its way into the (accumulating) gradient
+                                shard, largest shard x the hand-over element size; SIZE_MAX otherwise */
 } zo_plan;
 
 /*

@@ -81,3 +81,20 @@ zo_status zo_grad_sqnorm_device(zo_stream_t *s, const void *g, zo_dtype gt, size
   return ZO_ERR_UNSUPPORTED;
 #endif
 }
+
+zo_status zo_grad_acc_device(zo_stream_t *s, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+  static const char what[] = "zo_grad_acc_device";
+  if (!dtype_ok(dt) || !dtype_ok(st))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: dtypes dst %d, src %d: expected F32, F16 or BF16", what, (int)dt,
+                        (int)st);
+  if (n && (!dst || !src)) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL with n = %zu", what,
+                                               dst ? "src" : "dst", n);
+  ZO_CHECK(check_stream(what, s));
+  if (!n) return ZO_OK;
+#if ZO_HAVE_ADAM_KERNEL
+  return launched(what, zo_grad_acc_device_launch(zo_stream_native(s), dst, dt, src, st, n, add), n);
+#else
+  (void)add;
+  return ZO_ERR_UNSUPPORTED;
+#endif
+}

@@ -1,6 +1,6 @@
 /*
  * adam_device.cu - the device Adam kernels (fused Adam / AdamW update, squared
- * gradient norm) and their launches, behind gpu/adam_device.h. The element
+ * gradient norm, gradient accumulation) and their launches, behind gpu/adam_device.h. The element
  * arithmetic is base/adam_elem.h's zo_adam_elem_fused(), shared with CPU Adam;
  * this file is compiled with -fmad=false (no FMA contraction) so the kernel
  * performs the same float32 operations as cpu_adam (built -ffp-contract=off).
@@ -37,15 +37,32 @@ __global__ void zo_sqnorm_kernel(const void *g, zo_dtype gt, size_t n, double *p
   if (threadIdx.x == 0) partials[blockIdx.x] = acc[0];
 }
 
-extern "C" int zo_adam_device_launch(void *stream, const zo_adam_dev_job *j) {
-  size_t blocks = (j->n + ZO_DEV_ADAM_THREADS - 1) / ZO_DEV_ADAM_THREADS;
+/* One micro-batch into the accumulated gradient: engine_accum.c's eng_acc_add, element for element. */
+__global__ void zo_grad_acc_kernel(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    zo_elem_store(dst, dt, i, (add ? zo_elem_load(dst, dt, i) : 0.0f) + zo_elem_load(src, st, i));
+}
+
+static unsigned grid_for(size_t n) {
+  size_t blocks = (n + ZO_DEV_ADAM_THREADS - 1) / ZO_DEV_ADAM_THREADS;
   if (blocks > 65536) blocks = 65536; /* grid-stride beyond: 16.7M threads keep an H100 busy */
-  zo_adam_kernel<<<(unsigned)blocks, ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(*j);
+  return (unsigned)blocks;
+}
+
+extern "C" int zo_adam_device_launch(void *stream, const zo_adam_dev_job *j) {
+  zo_adam_kernel<<<grid_for(j->n), ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(*j);
   return (int)cudaGetLastError();
 }
 
 extern "C" int zo_sqnorm_device_launch(void *stream, const void *g, zo_dtype gt, size_t n, double *partials) {
   zo_sqnorm_kernel<<<ZO_DEV_SQNORM_BLOCKS, ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(g, gt, n, partials);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int zo_grad_acc_device_launch(void *stream, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
+                                         int add) {
+  zo_grad_acc_kernel<<<grid_for(n), ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(dst, dt, src, st, n, add);
   return (int)cudaGetLastError();
 }
 

@@ -74,4 +74,16 @@ zo_status zo_adam_device_step(zo_stream_t *s, const zo_adam_dev_job *j);
  */
 zo_status zo_grad_sqnorm_device(zo_stream_t *s, const void *g, zo_dtype gt, size_t n, double *partials);
 
+/*
+ * zo_grad_acc_device() - queue the accumulation of one micro-batch's gradient
+ * on @s: dst[i] = (add ? dst[i] : 0) + src[i] for i < @n, in float32 (each
+ * element widened exactly), stored in @dt (round to nearest even), one
+ * grid-stride kernel; the arithmetic of the engine's host add (eng_acc_add,
+ * offload/engine_accum.c), so a device sum and a host sum of the same
+ * micro-batches in the same order are the same bits. @dst: @dt[n] (F32, F16,
+ * BF16), @src: @st[n], both device memory of @s's device, not overlapping.
+ * Returns when enqueued; errors as zo_adam_device_step().
+ */
+zo_status zo_grad_acc_device(zo_stream_t *s, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
+
 #endif /* ZO_ADAM_DEVICE_H */

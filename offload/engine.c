@@ -173,7 +173,8 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   return ZO_OK;
 }
 
-/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet, each refused by
+/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet (parameter offload;
+ * gradient accumulation and several ranks it does), each refused by
  * zo_engine_check_device() with one message, so zo_engine_create and a dry run (zo-train --dry-run plans a GPU
  * run on a host device) refuse alike. */
 zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world) {
@@ -184,21 +185,11 @@ zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, in
   if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why, sizeof why))
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device needs "
                         "the device Adam kernel: %s; use \"cpu\" or \"nvme\"", name, why);
-  if (world > 1)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
-                        "(device Adam) runs on one rank only so far, not %d; use \"cpu\" or \"nvme\" on several "
-                        "ranks", name, world);
+  (void)world; /* several ranks: reduced through host buffers (engine_dp.c), added on the device */
   if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
                         "(device Adam) needs offload_param.device \"none\", got \"%s\"", name,
                         zo_offload_device_name(cfg->zero.offload_param.device));
-  const zo_dtype wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
-  if (cfg->gradient_accumulation_steps > 1 || (cfg->grad_accum_dtype >= 0 && (zo_dtype)cfg->grad_accum_dtype != wdtype))
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
-                        "(device Adam) does not accumulate gradients yet: gradient_accumulation_steps is %lld and "
-                        "data_types.grad_accum_dtype %s; set gradient_accumulation_steps to 1 (and grad_accum_dtype "
-                        "to the working dtype), or use \"cpu\"", name, (long long)cfg->gradient_accumulation_steps,
-                        cfg->grad_accum_dtype >= 0 ? zo_dtype_name((zo_dtype)cfg->grad_accum_dtype) : "unset");
   return ZO_OK;
 }
 
@@ -633,6 +624,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   }
   if (eng_device_adam(e)) { /* the norm partials (plan.c), and their host copy */
     e->dnorm_dev = (double *)(d + plan->dev_norm_off);
+    if (plan->dev_stage_off != SIZE_MAX) e->dstage_dev = d + plan->dev_stage_off;
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->dnorm_host, "device_adam.norm_host",
                                    zo_plan_bytes(plan, "device_adam.norm_host"), 1));
   }

@@ -4,7 +4,9 @@
  * cast or added into the host gradient shard p->grad in the accumulation dtype (fp32 when
  * gradient_accumulation_steps > 1, as DeepSpeed stage 1/2 accumulate the partition in fp32;
  * data_types.grad_accum_dtype overrides), and zo_engine_grad_fence(). Several ranks reduce each micro-batch
- * through engine_dp.c's ring instead and add there (red_land). With offload_optimizer "nvme" every hand-over
+ * through engine_dp.c's ring instead and add there (red_land). Device Adam (offload_optimizer "none" on a GPU)
+ * adds on the device instead, with a kernel, into its device gradient shard (eng_acc_device). With
+ * offload_optimizer "nvme" every hand-over
  * goes through one bucket, chunk by chunk, to grad.swp (engine_gradnv.c). Not here: the single hand-over's direct copy
  * and the landed work (engine_step.c).
  */
@@ -44,6 +46,7 @@ size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc_ok ? sizeof(float) 
 void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets) {
   *bucket_el = 0, *n_buckets = 0;
   if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
+  if (eng_device_adam(e)) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
   if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
     *bucket_el = eng_gnv_el(e), *n_buckets = 1;
     return;
@@ -254,6 +257,22 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
   return ZO_OK;
 }
 
+zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
+  const size_t gsz = zo_dtype_size(dtype);
+  const char *src = (const char *)grad + p->shard_off * gsz;
+  const int add = p->n_acc > 0;
+  if (!p->shard_n) return ZO_OK;
+  if (!add && dtype == e->adtype) { /* the first contribution, already in the accumulation dtype: a plain copy */
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, src, p->shard_n * gsz, ZO_COPY_D2D));
+  } else {
+    zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, src, dtype, p->shard_n, add);
+    if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
+  }
+  ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+  e->grad_read_set = 1;
+  return ZO_OK;
+}
+
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
                         const char *what) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
@@ -290,7 +309,7 @@ static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad
     ZO_CHECK(eng_dp_grad(e, p, grad, dtype, 0));
   } else {
     ZO_CHECK(eng_acc_after_compute(e));
-    ZO_CHECK(eng_acc_stage(e, p, grad, dtype, 0));
+    ZO_CHECK(eng_device_adam(e) ? eng_acc_device(e, p, grad, dtype) : eng_acc_stage(e, p, grad, dtype, 0));
   }
   if (p->n_acc++ == 0) e->n_accum++;
   return eng_nv_advance(e);

@@ -14,6 +14,10 @@
  *   weights    after Adam, every rank's block of the new working weights is
  *              all-gathered in place in a padded host buffer and the whole
  *              tensor uploaded to the device copy.
+ * Device Adam (offload_optimizer "none" on a GPU) goes the same way through
+ * host buffers: the reduced block is uploaded and cast or added into the
+ * device gradient shard by a kernel, and the rank's new working block is
+ * copied down for the all-gather.
  * Collectives go through zo_comm_t (host buffers: the mpi backend). With
  * zero_optimization.overlap_comm each reduction is started as soon as its
  * gradient's copy has landed and completes while backward goes on: they
@@ -111,6 +115,26 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
   return ZO_OK;
 }
 
+/* Device Adam: this rank's reduced block @mine (host, @dt) into p->grad in device memory: uploaded straight into
+ * it (the first contribution in the accumulation dtype) or into the staging region and cast or added there
+ * (zo_grad_acc_device), then with @last the norm partials of the sum; all on the copy stream, which is
+ * synchronized before returning because the reduction buffer's region is reused as soon as this returns. */
+static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine, zo_dtype dt, int add, int last) {
+  const size_t nb = p->shard_n * zo_dtype_size(dt);
+  if (p->shard_n && !add && dt == e->adtype) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, mine, nb, ZO_COPY_H2D));
+  } else if (p->shard_n) {
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, e->dstage_dev, mine, nb, ZO_COPY_H2D));
+    zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, e->dstage_dev, dt, p->shard_n, add);
+    if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
+  }
+  e->h2d_bytes += nb;
+  if (last)
+    ZO_CHECK(zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
+                                   e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS));
+  return zo_stream_synchronize(e->copy_stream);
+}
+
 /* The reduction is done: this rank's block into p->grad (copied, or cast and added to the micro-batches
  * accumulated before it: engine_accum.c), then, for the last contribution, the landed work (norm, early Adam). */
 static void red_land(zo_engine_t *e, dp_red *r) {
@@ -124,6 +148,10 @@ static void red_land(zo_engine_t *e, dp_red *r) {
     zo_status st = eng_gnv_put(e, p, 0, p->shard_n, mine, r->dtype, r->add, r->last);
     if (r->last) eng_gnv_land(e, p, st);
     else if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st; /* reported at the step (eng_gnv_land) */
+  } else if (eng_device_adam(e)) { /* device memory: uploaded, cast or added there, the norm behind it */
+    if (!r->add) p->landed_st = ZO_OK; /* the step's first contribution */
+    zo_status st = red_land_device(e, p, mine, r->dtype, r->add, r->last);
+    if (st != ZO_OK && p->landed_st == ZO_OK) p->landed_st = st; /* reported at the step (step_grad_norm) */
   } else {
     eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
     if (r->last) eng_grad_landed(p);
@@ -216,7 +244,10 @@ static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req
   const size_t wsz = zo_dtype_size(e->wdtype);
   char *t = (char *)e->dp_gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
   memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
-  if (p->shard_n) memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
+  if (p->shard_n) { /* device Adam: the kernel wrote it in device memory, on the copy stream */
+    if (eng_device_adam(e)) ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
+    else memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
+  }
   e->dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
   zo_status st = zo_comm_iall_gather(e->comm, block, t, p->part_n * wsz, req);
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);

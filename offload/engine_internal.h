@@ -255,6 +255,7 @@ struct zo_engine {
   void *dev_block;           /* device: all working weights (+ state and grads for "none") */
   double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
                                 dev_block), written on the copy stream as each gradient lands */
+  void *dstage_dev;          /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
   host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
   size_t dev_block_bytes;
 
@@ -465,6 +466,10 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
 /* One rank: the contribution at @grad (@dtype, whole tensor on the device) into p->grad through the staging
  * buckets; with @last, eng_grad_landed(p) follows on the copy stream. */
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last);
+/* Device Adam, one rank: the contribution at @grad (@dtype, whole tensor on the device) copied (the first, in the
+ * accumulation dtype) or cast or added (gpu/adam_device.h zo_grad_acc_device: eng_acc_add's arithmetic) into
+ * p->grad, the device gradient shard in the accumulation dtype, on the copy stream; grad_read recorded behind. */
+zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype);
 /* The checks every hand-over shares (@what names the call in messages); nothing changes when one fails. */
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype, const char *what);
 /* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the

@@ -86,12 +86,15 @@ zo_status eng_grad_norms_wait(zo_engine_t *e) {
  * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
 static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
   ZO_CHECK(eng_acc_after_compute(e));
-  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) { /* nvme: to grad.swp */
-    if (eng_device_adam(e)) /* the staged path's norm runs on the host pool, which cannot read device memory */
-      return zo_error_set(ZO_ERR_UNSUPPORTED, "grad_ready: '%s': device Adam takes gradients in %s only (got %s)",
-                          p->name, zo_dtype_name(e->adtype), zo_dtype_name(grad_dtype));
-    return eng_acc_stage(e, p, grad, grad_dtype, 1);
+  if (eng_device_adam(e)) { /* into the device gradient shard (added to what was accumulated), then the norm's
+                             * partial sums of the sum on the device, behind it (read at the step) */
+    ZO_CHECK(eng_acc_device(e, p, grad, grad_dtype));
+    p->landed_st = ZO_OK;
+    return zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
+                                 e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS);
   }
+  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) /* nvme: to grad.swp */
+    return eng_acc_stage(e, p, grad, grad_dtype, 1);
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n) {
@@ -100,11 +103,6 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
     e->grad_read_set = 1;
   }
   if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
-  if (eng_device_adam(e)) { /* the norm's partial sums on the device, behind the copy (read at the step) */
-    p->landed_st = ZO_OK;
-    return zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
-                                 e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS);
-  }
   return zo_launch_host_func(e->copy_stream, eng_grad_landed, p);
 }
 

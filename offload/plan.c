@@ -223,6 +223,14 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   const size_t norm_bytes = mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
   pl->dev_norm_off = SIZE_MAX;
   if (eng_device_adam(e)) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(norm_bytes, 256));
+  /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
+  pl->dev_stage_off = SIZE_MAX;
+  if (eng_device_adam(e) && e->world > 1) {
+    size_t shard_largest = 0;
+    for (int i = 0; i < e->n_params; i++)
+      if (e->params[i]->shard_n > shard_largest) shard_largest = e->params[i]->shard_n;
+    pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, eng_acc_in_size(e)), 256));
+  }
   zo_status bst = plan_check_largest(e, largest);
   if (bst != ZO_OK) {
     zo_plan_free(pl);

@@ -20,8 +20,11 @@
  *    Streams and events are kept in registries and never freed (a test
  *    harness), so a destroyed handle's address is never reused.
  *  - kernels (the library's device Adam, gpu/adam_device.cu) register and
- *    load, but no kernel runs: a launch fails with cudaErrorNotSupported as
- *    the thread's last error, which the launcher reports.
+ *    load; a launch fails with cudaErrorNotSupported as the thread's last
+ *    error, which the launcher reports, unless a test provides a host
+ *    emulation of that kernel (fake_cuda_emulate(), found with dlsym; the
+ *    section at the end): then the launch queues it on the stream, to run
+ *    later on the stream's worker in stream order, like a kernel.
  *  - asynchronous copies (device memory, or registered host memory) and
  *    memsets complete LATER on the stream's worker thread, after a short
  *    latency (FAKE_CUDA_LATENCY_US, default 50); their destination is
@@ -55,6 +58,7 @@
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +203,7 @@ static void run_on_cb_thread(void (*fn)(void *), void *arg) {
 }
 
 /* ---------------- streams */
-enum { OP_COPY, OP_SET, OP_FN, OP_WAIT };
+enum { OP_COPY, OP_SET, OP_FN, OP_WAIT, OP_KERNEL /* an emulated kernel: fn(arg) on the worker (kernel section) */ };
 typedef struct op {
   struct op *next;
   int type;
@@ -261,11 +265,12 @@ static void *worker(void *a) {
     s->cur = o;
     pthread_mutex_unlock(&s->mu);
     if (o->poison_at_start) memset(o->dst, POISON, o->n);
-    if ((o->type == OP_COPY || o->type == OP_SET) && lat) usleep(lat);
+    if ((o->type == OP_COPY || o->type == OP_SET || o->type == OP_KERNEL) && lat) usleep(lat);
     switch (o->type) {
       case OP_COPY: memcpy(o->dst, o->src, o->n); break;
       case OP_SET: memset(o->dst, o->val, o->n); break;
       case OP_FN: run_on_cb_thread(o->fn, o->arg); break;
+      case OP_KERNEL: o->fn(o->arg); break; /* on this worker, in stream order; frees its own argument */
       case OP_WAIT:
         pthread_mutex_lock(&o->ws->mu);
         while (o->ws->completed < o->wtarget) pthread_cond_wait(&o->ws->done, &o->ws->mu);
@@ -354,7 +359,7 @@ static void poison(struct CUstream_st *s, op *o) {
   int now = !(o->type == OP_COPY && overlaps(o->dst, o->n, o->src, o->n));
   pthread_mutex_lock(&s->mu);
   for (op *it = s->cur ? s->cur : s->head; now && it; it = it == s->cur ? s->head : it->next)
-    if (it->type == OP_FN || it->type == OP_WAIT || (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
+    if (it->type == OP_FN || it->type == OP_WAIT || it->type == OP_KERNEL || (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
       now = 0;
   pthread_mutex_unlock(&s->mu);
   __atomic_add_fetch(&g_n_async, 1, __ATOMIC_RELAXED);
@@ -849,7 +854,41 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
   return OK();
 }
 
-/* ---------------------------------------------------------------- kernels: registered, never run */
+/* ---------------------------------------------------------------- kernels: registered; run when a test emulates them
+ * (kept at the end of the file: the emulation's own section.)
+ * nvcc 13's host stub of a kernel (crt/host_runtime.h, non-legacy __cudaLaunch) does, per <<<grid, block, shmem,
+ * stream>>>(args): __cudaPushCallConfiguration (0: go on), then in the stub __cudaGetKernel(&handle, stub) once
+ * (a function-local static), __cudaPopCallConfiguration, and __cudaLaunchKernel(handle, grid, block, args, shmem,
+ * stream) with args[i] pointing at the stub's copy of parameter i. Here a registered kernel's handle is its
+ * registration; a launch of a kernel that a test emulates (fake_cuda_emulate) copies the arguments and queues
+ * the emulation as an op of the stream: it runs later on the stream's worker, in stream order, after the same
+ * latency as a copy, and a later copy into memory it may read is poisoned only when it starts. A launch of any
+ * other kernel fails with cudaErrorNotSupported as the thread's last error. */
+typedef void (*fake_kernel_fn)(dim3 grid, dim3 block, void **args, size_t shmem);
+#define FK_MAXARGS 16
+typedef struct fake_kernel { /* one __cudaRegisterFunction */
+  const void *host_fun;
+  char *name; /* the device function's (mangled) name */
+  struct fake_kernel *next;
+} fake_kernel;
+typedef struct fake_emu { /* one fake_cuda_emulate */
+  char *sub;
+  fake_kernel_fn fn;
+  int n_args;
+  size_t sizes[FK_MAXARGS];
+  struct fake_emu *next;
+} fake_emu;
+typedef struct fake_launch { /* an emulated launch in flight: the argument copies and the configuration */
+  fake_kernel_fn fn;
+  dim3 grid, block;
+  size_t shmem;
+  void *args[FK_MAXARGS];
+  max_align_t data[]; /* the arguments, each at a 16-byte-aligned offset */
+} fake_launch;
+static fake_kernel *g_kernels;
+static fake_emu *g_emus;
+static __thread struct { dim3 grid, block; size_t shmem; cudaStream_t s; int set; } t_cfg; /* pushed, not popped */
+
 /* The registration nvcc emits for every .cu with kernels (so a program holding them loads on the stand-in). */
 void **__cudaRegisterFatBinary(void *fat_cubin) {
   static void *handle;
@@ -860,26 +899,89 @@ void __cudaRegisterFatBinaryEnd(void **h) { (void)h; }
 void __cudaUnregisterFatBinary(void **h) { (void)h; }
 void __cudaRegisterFunction(void **h, const char *host_fun, char *device_fun, const char *device_name, int limit,
                             uint3 *tid, uint3 *bid, dim3 *bdim, dim3 *gdim, int *wsize) {
-  (void)h, (void)host_fun, (void)device_fun, (void)device_name, (void)limit, (void)tid, (void)bid, (void)bdim;
-  (void)gdim, (void)wsize;
+  (void)h, (void)device_fun, (void)limit, (void)tid, (void)bid, (void)bdim, (void)gdim, (void)wsize;
+  fake_kernel *k = calloc(1, sizeof *k);
+  k->host_fun = host_fun;
+  k->name = strdup(device_name ? device_name : "?");
+  pthread_mutex_lock(&g_mu);
+  k->next = g_kernels;
+  g_kernels = k;
+  pthread_mutex_unlock(&g_mu);
 }
-/* A <<<>>> launch: the configuration is refused, so the stub returns without launching and the launcher's
- * cudaGetLastError() reads cudaErrorNotSupported (no kernel runs on the CPU). */
+
+/*
+ * The test hook (found with dlsym): launches of every registered kernel whose device name contains @sub run
+ * @fn(grid, block, args, shmem) on the stream's worker, args[i] pointing at a copy of argument i (@n_args of
+ * them, @arg_sizes[i] bytes each, as the kernel's parameter list declares them). Returns how many registered
+ * kernels match (0: none, the launch of those stays refused), -1 on bad arguments. Call before the launches;
+ * a later call for the same kernel takes precedence.
+ */
+int fake_cuda_emulate(const char *sub, fake_kernel_fn fn, int n_args, const size_t *arg_sizes) {
+  if (!sub || !fn || n_args < 0 || n_args > FK_MAXARGS || (n_args && !arg_sizes)) return -1;
+  fake_emu *m = calloc(1, sizeof *m);
+  m->sub = strdup(sub);
+  m->fn = fn;
+  m->n_args = n_args;
+  for (int i = 0; i < n_args; i++) m->sizes[i] = arg_sizes[i];
+  int matched = 0;
+  pthread_mutex_lock(&g_mu);
+  m->next = g_emus;
+  g_emus = m;
+  for (fake_kernel *k = g_kernels; k; k = k->next) matched += strstr(k->name, sub) != NULL;
+  pthread_mutex_unlock(&g_mu);
+  return matched;
+}
+
+/* A <<<>>> launch: the configuration is kept for the stub's pop (0: the stub goes on to launch). */
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
-  (void)grid, (void)block, (void)shmem, (void)stream;
-  t_last = cudaErrorNotSupported;
+  t_cfg.grid = grid, t_cfg.block = block, t_cfg.shmem = shmem, t_cfg.s = stream, t_cfg.set = 1;
   return 0;
 }
 cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *stream) {
-  (void)grid, (void)block, (void)shmem, (void)stream;
-  return cudaErrorNotSupported;
+  if (!t_cfg.set) return fail(cudaErrorInvalidConfiguration);
+  *grid = t_cfg.grid, *block = t_cfg.block, *shmem = t_cfg.shmem, *(cudaStream_t *)stream = t_cfg.s;
+  t_cfg.set = 0;
+  return cudaSuccess;
 }
 cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fun) {
-  (void)fun;
   *k = NULL;
-  return cudaErrorNotSupported;
+  pthread_mutex_lock(&g_mu);
+  for (fake_kernel *it = g_kernels; it && !*k; it = it->next)
+    if (it->host_fun == fun) *k = (cudaKernel_t)it;
+  pthread_mutex_unlock(&g_mu);
+  return *k ? cudaSuccess : cudaErrorInvalidDeviceFunction;
 }
-cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s) {
-  (void)k, (void)grid, (void)block, (void)args, (void)shmem, (void)s;
-  return t_last = cudaErrorNotSupported;
+static void run_launch(void *arg) {
+  fake_launch *l = arg;
+  l->fn(l->grid, l->block, l->args, l->shmem);
+  free(l);
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t kh, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t h) {
+  ENTER();
+  fake_kernel *k = (fake_kernel *)kh;
+  if (!k) return fail(cudaErrorInvalidDeviceFunction);
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || (uint64_t)block.x * block.y * block.z > 1024)
+    return fail(cudaErrorInvalidConfiguration);
+  fake_emu *m = NULL;
+  pthread_mutex_lock(&g_mu);
+  for (fake_emu *it = g_emus; it && !m; it = it->next)
+    if (strstr(k->name, it->sub)) m = it;
+  pthread_mutex_unlock(&g_mu);
+  if (!m) return fail(cudaErrorNotSupported); /* no kernel runs on the CPU unless a test emulates it */
+  struct CUstream_st *s = usable(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  size_t total = 0, off[FK_MAXARGS];
+  for (int i = 0; i < m->n_args; i++) off[i] = total, total += (m->sizes[i] + 15) / 16 * 16;
+  fake_launch *l = calloc(1, sizeof *l + total);
+  l->fn = m->fn, l->grid = grid, l->block = block, l->shmem = shmem;
+  for (int i = 0; i < m->n_args; i++) {
+    l->args[i] = (char *)l->data + off[i];
+    memcpy(l->args[i], args[i], m->sizes[i]);
+  }
+  op *o = calloc(1, sizeof *o);
+  o->type = OP_KERNEL;
+  o->fn = run_launch;
+  o->arg = l;
+  enqueue(s, o);
+  return OK();
 }

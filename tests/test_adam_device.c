@@ -3,7 +3,8 @@
  * CPU Adam (zo_adam_update): sizes 1, 1000 and 2^20 + 3 (not multiples of
  * the 256-thread block), 10 steps, fp32 and bf16 state, AdamW and L2, with a
  * bf16 gradient and working copy (the engine's bf16 run) and fp32 ones; and
- * the device squared norm against zo_grad_sqnorm_ex. Prints the largest
+ * the device squared norm against zo_grad_sqnorm_ex; the accumulation kernel
+ * against the host add, bit for bit. Prints the largest
  * absolute and relative differences and the tolerance. Tolerance for the
  * master weights and moments: |a - b| <= 1e-6 + 1e-5 |ref| (the kernel is built
  * with -fmad=false and IEEE div/sqrt, so bitwise equality is expected and the
@@ -103,6 +104,30 @@ static void run(zo_device_t *dev, zo_stream_t *s, size_t n, zo_dtype gt, zo_dtyp
   free(p), free(hp_dev), free(w0), free(w1), free(g), free(m), free(v), free(o), free(hm), free(hv), free(ho);
 }
 
+/* The accumulation kernel (zo_grad_acc_device) against the engine's host add (eng_acc_add: the same float32
+ * sum, rounded to the accumulation dtype once): 3 micro-batches of @st into @dt, bit for bit. */
+static void run_acc(zo_device_t *dev, zo_stream_t *s, size_t n, zo_dtype dt, zo_dtype st) {
+  const size_t ds = zo_dtype_size(dt), ss = zo_dtype_size(st);
+  char *g = malloc(n * ss), *ref = malloc(n * ds), *got = malloc(n * ds);
+  void *dg, *dacc;
+  CHECK_OK(zo_device_malloc(dev, n * ss, &dg));
+  CHECK_OK(zo_device_malloc(dev, n * ds, &dacc));
+  for (int mb = 0; mb < 3; mb++) {
+    ref_grad(g, st, n, mb + 1);
+    CHECK_OK(zo_memcpy(dev, dg, g, n * ss, ZO_COPY_H2D));
+    CHECK_OK(zo_grad_acc_device(s, dacc, dt, dg, st, n, mb > 0));
+    CHECK_OK(zo_stream_synchronize(s)); /* dg is overwritten next */
+    for (size_t i = 0; i < n; i++)
+      zo_elem_store(ref, dt, i, (mb > 0 ? zo_elem_load(ref, dt, i) : 0.0f) + zo_elem_load(g, st, i));
+  }
+  CHECK_OK(zo_memcpy(dev, got, dacc, n * ds, ZO_COPY_D2H));
+  if (memcmp(got, ref, n * ds))
+    FAIL_AT("grad accumulation n %zu %s into %s: device sum differs from the host's", n, zo_dtype_name(st),
+            zo_dtype_name(dt));
+  zo_device_free(dev, dg), zo_device_free(dev, dacc);
+  free(g), free(ref), free(got);
+}
+
 int main(void) {
   if (zo_device_cuda_count() < 1) {
     printf("test_adam_device: SKIP: no CUDA GPU\n");
@@ -125,6 +150,11 @@ int main(void) {
       run(dev, s, sizes[k], ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16, adamw);
       run(dev, s, sizes[k], ZO_DTYPE_BF16, ZO_DTYPE_BF16, ZO_DTYPE_BF16, adamw);
     }
+  for (int k = 0; k < 3; k++) {
+    run_acc(dev, s, sizes[k], ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    run_acc(dev, s, sizes[k], ZO_DTYPE_F32, ZO_DTYPE_F32);
+    run_acc(dev, s, sizes[k], ZO_DTYPE_BF16, ZO_DTYPE_BF16);
+  }
   printf("test_adam_device: %s: 18 configurations x 10 steps: max |diff| %.3g, max rel diff %.3g, %zu float(s) "
          "not bitwise equal; tolerance |diff| <= 1e-6 + 1e-5 |ref| (bf16 state and working copies: + one bf16 "
          "rounding, 8e-3 |ref|)\n", zo_device_name(dev), max_abs, max_rel, n_diff_bits);

@@ -1,14 +1,15 @@
 /*
  * test_engine_devadam.c - the engine's device Adam path (offload_optimizer
  * "none" on a CUDA device) on the stand-in runtime (fake_cudart.c, which runs
- * no kernel): create accepts it where the kernels are built and refuses what
- * device Adam cannot do with exactly zo_engine_check_device()'s message (what
- * zo-train --dry-run prints); the plan lists the norm partials and their host
- * copy and finalize allocates exactly the plan; master weights go to device
+ * no kernel here: test_devadam_emu emulates them): create accepts it where the
+ * kernels are built, with gradient accumulation and several ranks too, and refuses what device
+ * Adam cannot do with exactly zo_engine_check_device()'s message (what
+ * zo-train --dry-run prints); the plan lists the norm partials, their host
+ * copy and the fp32 accumulation regions, and finalize allocates exactly the plan; master weights go to device
  * memory and back through host copies (load_param, get_master, a checkpoint
- * save and load); the first kernel launch (the gradient norm) fails with the
+ * save and load); the first kernel launch (the accumulation) fails with the
  * stand-in's error as ZO_ERR_CUDA. The update itself is checked on a GPU by
- * test_adam_device. Exit 77 when the stand-in is not loaded (no CUDA device)
+ * test_adam_device, and on the stand-in with emulated kernels by test_devadam_emu. Exit 77 when the stand-in is not loaded (no CUDA device)
  * or the kernels are not built.
  */
 #include <stdio.h>
@@ -53,21 +54,29 @@ int main(int argc, char **argv) {
   zo_config_t c;
   zo_engine_t *e = NULL;
 
-  /* 1. refused: create and the dry run's check say the same */
-  config(&c, 2);
+  /* 1. refused: create and the dry run's check say the same (parameter offload); gradient accumulation and
+   * several ranks are accepted (test_devadam_emu, test_devadam_emu_np2) */
+  config(&c, 1);
+  c.zero.stage = 3;
+  c.zero.offload_param.device = ZO_OFFLOAD_CPU;
   char want[1024];
   CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1), ZO_ERR_UNSUPPORTED);
   snprintf(want, sizeof want, "%s", zo_last_error());
   CHECK_ST(zo_engine_create(&c, dev, NULL, &e), ZO_ERR_UNSUPPORTED);
   if (strcmp(want, zo_last_error()))
     FAIL_AT("create and check_device differ:\n  create: %s\n  check:  %s", zo_last_error(), want);
-  CHECK(strstr(want, "does not accumulate gradients") != NULL);
+  CHECK(strstr(want, "needs offload_param.device \"none\"") != NULL);
   CHECK(e == NULL);
-  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_HOST, 1), ZO_OK); /* CPU Adam on a host device accumulates */
+  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_HOST, 1), ZO_OK); /* CPU Adam on a host device */
   config(&c, 1);
-  CHECK_ST(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 2), ZO_ERR_UNSUPPORTED);
+  CHECK_OK(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 2)); /* several ranks: test_devadam_emu_np2 */
+  config(&c, 2);
+  CHECK_OK(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1));
+  c.grad_accum_dtype = ZO_DTYPE_BF16; /* gas 2 summed in bf16 on the device */
+  CHECK_OK(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1));
 
-  /* 2. accepted: plan, finalize, state through host copies */
+  /* 2. accepted, with gradient accumulation (gas 2): plan, finalize, state through host copies */
+  config(&c, 2);
   CHECK_OK(zo_engine_check_device(&c, ZO_DEVICE_CUDA, 1));
   if (!CHECK_OK(zo_engine_create(&c, dev, NULL, &e))) goto out;
   enum { NA = 1000, NB = 3 };
@@ -78,6 +87,10 @@ int main(int argc, char **argv) {
   if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
   CHECK(plan_has(plan, ZO_TIER_HOST, "device_adam.norm_host"));
   CHECK(plan->dev_norm_off != SIZE_MAX && plan->dev_norm_off < plan->device_bytes);
+  CHECK(!plan_has(plan, ZO_TIER_HOST, "grad_staging")); /* accumulation on the device: no host staging ring */
+  /* the device accumulation buffer: each tensor's gradient region in fp32 (not the bf16 hand-over dtype) */
+  CHECK_EQ(plan->tensor[1].dev_off[0] - plan->tensor[0].dev_off[4], (NA * 4 + 255) / 256 * 256);
+  CHECK_EQ(plan->dev_norm_off - plan->tensor[1].dev_off[4], 256); /* NB fp32 rounded up */
   if (!CHECK_OK(zo_engine_finalize(e))) goto out_plan;
   const zo_plan_buf *led;
   const int n = zo_engine_allocations(e, &led);
@@ -108,12 +121,14 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", saved);
     CHECK_EQ(system(cmd), 0);
   }
-  /* the gradient norm's kernel is queued as the gradient lands: the stand-in runs no kernel, so ZO_ERR_CUDA */
+  /* the gradient norm's kernel is queued as the gradient lands: without an emulation (test_devadam_emu has them)
+   * the stand-in runs no kernel, so ZO_ERR_CUDA. The bf16 gradient is first cast into the fp32 accumulation
+   * buffer: the accumulation kernel's launch fails first */
   void *g;
   CHECK_OK(zo_device_malloc(dev, NA * 2, &g));
   CHECK_OK(zo_memcpy(dev, g, va, NA * 2, ZO_COPY_H2D)); /* any bits: nothing reads them */
   CHECK_ST(zo_engine_grad_ready(e, pa, g, ZO_DTYPE_BF16), ZO_ERR_CUDA);
-  CHECK(strstr(zo_last_error(), "zo_grad_sqnorm_device") != NULL);
+  CHECK(strstr(zo_last_error(), "zo_grad_acc_device") != NULL);
   printf("test_engine_devadam: the stand-in's launch error: %s\n", zo_last_error());
   zo_device_free(dev, g);
   free(va), free(vb), free(got);

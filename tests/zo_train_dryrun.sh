@@ -182,27 +182,39 @@ EOF2
 fi
 # Device Adam (offload_optimizer "none" on a GPU): the dry run refuses exactly what zo_engine_create refuses on the
 # GPU (zo_engine_check_device, the message create gives; test_engine_devadam checks that create gives it on the
-# stand-in runtime), and accepts what create accepts. gpt2-124m with gradient_accumulation_steps 2 is refused
-# (device Adam does not accumulate yet); with 1 it fits. Only where this zo-train plans on --device cuda.
+# stand-in runtime), and accepts what create accepts. gpt2-124m fits with gradient_accumulation_steps 1 and 2
+# (device Adam sums the micro-batches on the device, in an fp32 gradient region: the device block grows by 2
+# bytes a parameter over bf16); parameter offload with it is refused. Only where this zo-train plans on
+# --device cuda.
 if [ "$dev" = cuda ]; then
   "$py" -c "import json, sys
 c = json.load(open(sys.argv[1])); c['gradient_accumulation_steps'] = 2
 c['train_batch_size'] = c['train_micro_batch_size_per_gpu'] * 2; json.dump(c, open(sys.argv[2], 'w'))" \
     "$cfgdir/gpt2-124m.json" "$work/ga2.json"
-  for acc in 1 2; do
+  block1=
+  for acc in 1 2 p; do
     c=$cfgdir/gpt2-124m.json
-    [ $acc -eq 2 ] && c=$work/ga2.json
-    "$zo" --config "$c" --dry-run --device cuda --device-memory-limit 85899345920 --offload-optimizer none \
+    extra=
+    [ $acc = 2 ] && c=$work/ga2.json
+    [ $acc = p ] && extra="--offload-param cpu"
+    # shellcheck disable=SC2086
+    "$zo" --config "$c" --dry-run --device cuda --device-memory-limit 85899345920 --offload-optimizer none $extra \
       >"$work/out" 2>"$work/err"
     rc=$?
-    echo "== gpt2-124m --offload-optimizer none, gradient_accumulation_steps $acc: rc $rc"
+    block=$(awk '$1 == "device" && $2 == "device_block" {print $5}' "$work/out")
+    echo "== gpt2-124m --offload-optimizer none${extra:+ $extra}, gradient_accumulation_steps ${acc/p/1}: rc $rc, device_block $block"
     tail -n 1 "$work/out" "$work/err"
-    if [ $acc -eq 1 ] && { [ $rc -ne 0 ] || ! grep -q 'the configuration fits' "$work/out"; }; then
-      echo "FAIL: device Adam with one micro-batch: the dry run should fit (create accepts it)"
+    if [ $acc != p ] && { [ $rc -ne 0 ] || ! grep -q 'the configuration fits' "$work/out"; }; then
+      echo "FAIL: device Adam with $acc micro-batch(es): the dry run should fit (create accepts it)"
       failures=$((failures + 1))
     fi
-    if [ $acc -eq 2 ] && { [ $rc -ne 1 ] || ! grep -q 'zo-train: error: zero_optimization.offload_optimizer.device "none" on a cuda device (device Adam) does not accumulate gradients yet' "$work/err"; }; then
-      echo "FAIL: device Adam with gradient accumulation: the dry run should refuse it as zo_engine_create does"
+    [ $acc = 1 ] && block1=$block
+    if [ $acc = 2 ] && [ "$block" != $((block1 + 2 * 124475904)) ]; then
+      echo "FAIL: device Adam with accumulation: device_block $block, expected $block1 + 2 bytes x 124475904 (fp32 sum)"
+      failures=$((failures + 1))
+    fi
+    if [ $acc = p ] && { [ $rc -ne 1 ] || ! grep -q 'zo-train: error: zero_optimization.offload_optimizer.device "none" on a cuda device (device Adam) needs offload_param.device "none"' "$work/err"; }; then
+      echo "FAIL: device Adam with parameter offload: the dry run should refuse it as zo_engine_create does"
       failures=$((failures + 1))
     fi
   done

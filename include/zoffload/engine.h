@@ -54,10 +54,10 @@ typedef struct zo_param zo_param_t;
  * (offload_optimizer.device "none" on a CUDA device: master weights, moments
  * and gradients in device memory, updated by a fused kernel; Kingma & Ba's
  * Adam, Loshchilov & Hutter's AdamW, the rule of zo_adam_update()) when this
- * library has no kernel (built without nvcc), on several ranks, with
- * offload_param other than "none", or with gradient accumulation
- * (gradient_accumulation_steps > 1, or data_types.grad_accum_dtype other than
- * the working dtype). Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
+ * library has no kernel (built without nvcc), or with offload_param other
+ * than "none" (gradient accumulation and several ranks are accepted: the
+ * micro-batches and the reduced blocks are summed on the device in the
+ * accumulation dtype). @world is no longer refused; kept for the API. Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
  * ZO_ERR_INVALID_ARG (@cfg NULL). Reads only @cfg; thread-safe.
  */
 ZO_API zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world);
@@ -280,7 +280,11 @@ ZO_API zo_status zo_engine_set_lr(zo_engine_t *e, double lr);
  * grad_accum_dtype under bf16); data_types.grad_accum_dtype ("fp32",
  * "bf16", "fp16") overrides it (e.g. "bf16" halves the device bytes of the
  * gradient shard with offload_optimizer "none"). Adam and
- * the gradient norm read that shard. With offload_optimizer "nvme" the
+ * the gradient norm read that shard. Device Adam (offload_optimizer "none"
+ * on a GPU) holds that shard in device memory and adds each contribution
+ * there with a kernel on the copy stream (the same float32 sum, rounded to
+ * the accumulation dtype once: the same bits as the host add); no host
+ * staging. With offload_optimizer "nvme" the
  * shard is not held in host memory: it lives in grad.swp beside the state
  * files (same extents), every hand-over chunk is staged through one pinned
  * bucket and written there through two buffers of min(reduce_bucket_size,

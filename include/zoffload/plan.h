@@ -50,7 +50,9 @@ typedef struct zo_plan_tensor {
   uint64_t file_el;      /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
   size_t dev_off[5];     /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
                             (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
-                            (offload_optimizer "none"); SIZE_MAX for a region it has not there */
+                            (offload_optimizer "none": the shard in the accumulation dtype, which with device
+                            Adam and gradient accumulation is where the micro-batches are summed: fp32 unless
+                            data_types.grad_accum_dtype says otherwise); SIZE_MAX for a region it has not there */
 } zo_plan_tensor;
 
 /* NVMe optimizer state: a piece of a shard, and a sub-group (consecutive pieces, one contiguous aligned range
@@ -113,6 +115,9 @@ typedef struct zo_plan {
   size_t dev_norm_off;       /* device Adam (offload_optimizer "none" on a GPU): byte offset in device_block of the
                                 gradient norm partials, double[n_tensors x 256]; SIZE_MAX otherwise. Their host copy
                                 is the pinned "device_adam.norm_host" buffer */
+  size_t dev_stage_off;      /* device Adam on several ranks: byte offset in device_block of the staging region a
+                                reduced gradient block goes through on its way into the (accumulating) gradient
+                                shard, largest shard x the hand-over element size; SIZE_MAX otherwise */
 } zo_plan;
 
 /*

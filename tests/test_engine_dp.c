@@ -181,7 +181,10 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     zo_dtype da, db;
     REQUIRE_OK(zo_engine_fetch(m.e, m.p[i], &wa, &da));
     REQUIRE_OK(zo_engine_fetch(ref.e, ref.p[i], &wb, &db));
-    if (memcmp(wa, wb, k_sizes[i] * zo_dtype_size(da))) bad_weights++;
+    static char ha[4097 * 4], hb[4097 * 4]; /* device memory: read back through the device */
+    REQUIRE_OK(zo_memcpy(m.dev, ha, wa, k_sizes[i] * zo_dtype_size(da), ZO_COPY_D2H));
+    REQUIRE_OK(zo_memcpy(ref.dev, hb, wb, k_sizes[i] * zo_dtype_size(da), ZO_COPY_D2H));
+    if (memcmp(ha, hb, k_sizes[i] * zo_dtype_size(da))) bad_weights++;
     REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
     REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
   }

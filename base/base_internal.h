@@ -92,8 +92,9 @@ int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done);
 
 /*
  * zo_tl_host_func - nonzero while the calling thread runs a stream host function (zo_launch_host_func): the host
- * device's stream threads set it around each one (gpu/device_host.c); the CUDA backend's host functions run on
- * the driver's thread and are not marked. Lets the engine check that no gradient work runs inside one.
+ * device's stream threads set it around each one (gpu/device_host.c), the CUDA backend through a trampoline around
+ * the caller's function on the driver's thread (gpu/device_cuda.c). Lets the engine check that no gradient work
+ * runs inside one.
  */
 extern _Thread_local int zo_tl_host_func;
 

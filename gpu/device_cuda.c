@@ -323,13 +323,35 @@ static zo_status cuda_memset_async(zo_stream_t *st, void *dptr, int value, size_
   return ZO_OK;
 }
 
+/* The caller's host function, run through host_func_tramp so that zo_tl_host_func (base_internal.h) is set while
+ * it runs, as the host backend's stream threads do: the engine counts gradient bytes processed inside one. The pair
+ * is freed by the trampoline (it runs exactly once once enqueued) or by the failed launch. No CUDA call inside. */
+typedef struct host_func_op {
+  void (*fn)(void *);
+  void *arg;
+} host_func_op;
+
+static void host_func_tramp(void *p) {
+  host_func_op op = *(host_func_op *)p;
+  free(p);
+  int was = zo_tl_host_func;
+  zo_tl_host_func = 1;
+  op.fn(op.arg);
+  zo_tl_host_func = was;
+}
+
 static zo_status cuda_launch_host_func(zo_stream_t *st, void (*fn)(void *), void *arg) {
   cuda_stream *s = (cuda_stream *)st;
   zo_status rc = use_device(st->dev->ordinal);
   if (rc != ZO_OK) return stream_fail(s, rc);
-  cudaError_t e = cudaLaunchHostFunc(s->st, fn, arg);
-  if (e != cudaSuccess)
+  host_func_op *op = malloc(sizeof *op);
+  if (!op) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_launch_host_func: out of host memory");
+  *op = (host_func_op){fn, arg};
+  cudaError_t e = cudaLaunchHostFunc(s->st, host_func_tramp, op);
+  if (e != cudaSuccess) {
+    free(op);
     return stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaLaunchHostFunc(stream %llu)", (unsigned long long)s->id));
+  }
   return ZO_OK;
 }
 

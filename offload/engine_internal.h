@@ -489,7 +489,8 @@ void eng_grad_landed(void *arg);
 zo_status eng_grad_norms_wait(zo_engine_t *e);
 /* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
  * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
- * copies). Counted on the host device only. For tests. */
+ * copies). Counted on both backends (the host device's stream threads and the cuda backend's host-function
+ * trampoline set zo_tl_host_func). For tests. */
 extern _Atomic uint64_t eng_host_func_grad_bytes;
 static inline void eng_note_grad_bytes(size_t nbytes) {
   if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);

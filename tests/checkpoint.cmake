@@ -23,6 +23,12 @@ add_test(NAME zo_stepbench_budget
 set_tests_properties(zo_stepbench_budget PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 120)
 # zo_engine_save / zo_engine_load at the API: exact continuation, app_state, keep_last, every error.
 zo_add_test(test_checkpoint SOURCES test_checkpoint.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})
+if(ZO_HAVE_CUDA) # the same on the cuda backend against the stand-in runtime, device memory not host-accessible
+  add_dependencies(test_checkpoint fake_cudart)
+  add_test(NAME test_checkpoint_fakecuda COMMAND test_checkpoint --backend cuda ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(test_checkpoint_fakecuda PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake_cudart;FAKE_CUDA_DEVICE_NOACCESS=1")
+endif()
 # A checkpoint read as untrusted input (counters, loss scale, FIFOs, escaped bytes) and --keep-last removing only
 # its own checkpoints, through zo-train in three-step runs of the tiny model.
 add_test(NAME zo_train_ckpt_validate

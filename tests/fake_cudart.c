@@ -53,6 +53,12 @@
  *  - the properties are an H100 80GB's (name "Stand-in H100 80GB HBM3",
  *    sm_90, 132 SMs, 81559 MiB, a PCI id like one), and cudaMemGetInfo
  *    agrees with totalGlobalMem.
+ *  - FAKE_CUDA_DEVICE_NOACCESS=1: device memory is not host memory either:
+ *    cudaMalloc returns an inaccessible (PROT_NONE) range, and copies and
+ *    memsets reach the bytes through a private alias, so a host read or
+ *    write of a device pointer (memcmp, a cast into it) faults as on a GPU.
+ *    Kernels and anything else touching device memory directly do not work
+ *    in this mode.
  * FAKE_CUDA_STATS=1 prints at exit how many copies went which way.
  * Only the calls zoffload and its tests make are provided.
  */
@@ -63,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MAXDEV 4
@@ -130,6 +137,7 @@ typedef struct rng {
   uintptr_t base;
   size_t len;
   int dev;
+  char *alias; /* FAKE_CUDA_DEVICE_NOACCESS: where the bytes of [base, base + len) are; else NULL */
 } rng;
 static rng g_alloc[1 << 16];
 static size_t g_nalloc, g_used[MAXDEV];
@@ -146,6 +154,14 @@ static int find(rng *t, size_t n, const void *p, size_t len) {
 static int is_dev(const void *p, size_t n) {
   pthread_mutex_lock(&g_mu);
   int r = find(g_alloc, g_nalloc, p, n) >= 0;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+/* The host address of the bytes at @p: its alias when @p is device memory under FAKE_CUDA_DEVICE_NOACCESS. */
+static void *hostview(const void *p) {
+  pthread_mutex_lock(&g_mu);
+  int i = find(g_alloc, g_nalloc, p, 1);
+  void *r = i >= 0 && g_alloc[i].alias ? g_alloc[i].alias + ((uintptr_t)p - g_alloc[i].base) : (void *)p;
   pthread_mutex_unlock(&g_mu);
   return r;
 }
@@ -526,10 +542,22 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return fail(cudaErrorMemoryAllocation);
   }
   pthread_mutex_unlock(&g_mu);
-  void *q = aligned_alloc(512, (n + 511) & ~(size_t)511);
-  if (!q) return fail(cudaErrorMemoryAllocation);
+  const size_t len = (n + 4095) & ~(size_t)4095;
+  char *alias = NULL;
+  void *q;
+  if (getenv("FAKE_CUDA_DEVICE_NOACCESS")) { /* the range the caller gets, inaccessible; the bytes elsewhere */
+    q = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    alias = q == MAP_FAILED ? NULL : aligned_alloc(4096, len);
+    if (!alias) {
+      if (q != MAP_FAILED) munmap(q, len);
+      return fail(cudaErrorMemoryAllocation);
+    }
+  } else {
+    q = aligned_alloc(512, (n + 511) & ~(size_t)511);
+    if (!q) return fail(cudaErrorMemoryAllocation);
+  }
   pthread_mutex_lock(&g_mu);
-  g_alloc[g_nalloc++] = (rng){(uintptr_t)q, n, t_dev};
+  g_alloc[g_nalloc++] = (rng){(uintptr_t)q, n, t_dev, alias};
   g_used[t_dev] += n;
   pthread_mutex_unlock(&g_mu);
   *p = q;
@@ -553,9 +581,16 @@ cudaError_t cudaFree(void *p) {
   }
   if (g_alloc[i].dev != t_dev) fprintf(stderr, "fake_cudart: cudaFree of a cuda:%d pointer on cuda:%d\n", g_alloc[i].dev, t_dev);
   g_used[g_alloc[i].dev] -= g_alloc[i].len;
+  char *alias = g_alloc[i].alias;
+  const size_t len = (g_alloc[i].len + 4095) & ~(size_t)4095;
   g_alloc[i] = g_alloc[--g_nalloc];
   pthread_mutex_unlock(&g_mu);
-  free(p);
+  if (alias) {
+    munmap(p, len);
+    free(alias);
+  } else {
+    free(p);
+  }
   return OK();
 }
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
@@ -577,8 +612,8 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
     pthread_mutex_unlock(&g_mu);
     return fail(cudaErrorMemoryAllocation);
   }
-  g_regpg[g_nreg] = (rng){lo, hi - lo, -1};
-  g_reg[g_nreg++] = (rng){(uintptr_t)p, n, -1};
+  g_regpg[g_nreg] = (rng){lo, hi - lo, -1, NULL};
+  g_reg[g_nreg++] = (rng){(uintptr_t)p, n, -1, NULL};
   g_regbytes += hi - lo;
   pthread_mutex_unlock(&g_mu);
   return OK();
@@ -673,6 +708,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     return fail(cudaErrorInvalidValue);
   }
   const void *host = k == cudaMemcpyHostToDevice ? src : k == cudaMemcpyDeviceToHost ? dst : NULL;
+  dst = hostview(dst), src = hostview(src); /* FAKE_CUDA_DEVICE_NOACCESS */
   if (getenv("FAKE_CUDA_FAULT_AFTER") &&
       __atomic_add_fetch(&g_copies, 1, __ATOMIC_RELAXED) > strtoull(getenv("FAKE_CUDA_FAULT_AFTER"), NULL, 10)) {
     fprintf(stderr, "fake_cudart: FAKE_CUDA_FAULT_AFTER=%s: simulated illegal address, sticky from here on\n",
@@ -702,7 +738,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
   if (!is_dev(p, n)) return fail(cudaErrorInvalidValue);
   op *o = calloc(1, sizeof *o);
   o->type = OP_SET;
-  o->dst = p;
+  o->dst = hostview(p);
   o->val = v;
   o->n = n;
   enqueue(s, o);

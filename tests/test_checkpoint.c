@@ -7,6 +7,9 @@
  * malformed manifest, missing file, usage mid-step, bad app_state). The
  * every-tier, crash and disk-full cases run through zo-train in
  * zo_train_resume.sh, zo_train_crash.sh and zo_train_ckpt_diskfull.sh.
+ *
+ * usage: test_checkpoint [--backend host|cuda] [SCRATCH_BASE]   Exit 0 pass, 1 fail, 77 skip. ctest
+ * test_checkpoint_fakecuda runs the cuda backend against the stand-in runtime (tests/fake_cudart.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +25,7 @@
 #include "zoffload/adam.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/engine.h"
+#include "zo_test_backend.h"
 
 /* REQUIRE_OK for main(): stop with the verdict so far */
 #define REQ(expr)                                              \
@@ -55,7 +59,7 @@ static zo_status rig_open(rig *r, int state_bf16, const char *rename0) {
   c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
   c.zoffload.adam_threads = 1;
   c.zoffload.optimizer_state_dtype = state_bf16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
-  zo_status st = zo_device_create(ZO_DEVICE_HOST, 0, 0, &r->dev);
+  zo_status st = zo_test_device_create(0, &r->dev);
   if (st == ZO_OK) st = zo_engine_create(&c, r->dev, NULL, &r->e);
   for (int i = 0; i < NP && st == ZO_OK; i++)
     st = zo_engine_register_param(r->e, i == 0 && rename0 ? rename0 : k_names[i], k_n[i], &r->p[i]);
@@ -78,15 +82,16 @@ static void rig_close(rig *r) {
 
 /* one step with gradients that depend on (step, tensor) only; each tensor's gradient in its own part of dgrad */
 static zo_status rig_step(rig *r, int step) {
-  float g[4096];
+  float g[4096], h[4096];
   const zo_dtype gd = zo_engine_grad_dtype(r->e);
   zo_status st = ZO_OK;
   size_t off = 0;
   for (int i = 0; i < NP && st == ZO_OK; i++) {
     uint64_t seed = 1000u * (uint64_t)step + (uint64_t)i;
     for (size_t j = 0; j < k_n[i]; j++) g[j] = zo_test_rand_pm1f(&seed) * 0.1f;
-    void *dst = (char *)r->dgrad + off;
-    st = zo_cast(dst, gd, g, ZO_DTYPE_F32, k_n[i], 1);
+    void *dst = (char *)r->dgrad + off; /* device memory: filled by a copy, never by a host write */
+    st = zo_cast(h, gd, g, ZO_DTYPE_F32, k_n[i], 1);
+    if (st == ZO_OK) st = zo_memcpy(r->dev, dst, h, k_n[i] * zo_dtype_size(gd), ZO_COPY_H2D);
     if (st == ZO_OK) st = zo_engine_grad_ready(r->e, r->p[i], dst, gd);
     off += (k_n[i] * zo_dtype_size(gd) + 255) / 256 * 256;
   }
@@ -131,6 +136,8 @@ static void record_removed(const char *path, int leftover, void *user) {
 }
 
 int main(int argc, char **argv) {
+  int rc = zo_test_backend_arg("test_checkpoint", "[SCRATCH_BASE]", &argc, &argv);
+  if (rc) return rc;
   char root[512], path[1024], *app = NULL;
   snprintf(root, sizeof root, "%s/ckpt-test.%d", argc > 1 ? argv[1] : ".", (int)getpid());
   rig a, b;

@@ -29,6 +29,7 @@
 #include "zoffload/device.h"
 #include "zoffload/engine.h"
 #include "zoffload/pinned.h"
+#include "base_internal.h" /* zo_tl_host_func */
 
 #if ZO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -589,6 +590,9 @@ static void test_copies(void) {
   hfree(back2);
 }
 
+/* Host func: what zo_tl_host_func read while it ran (1 on either backend: the engine's host-function check). */
+static void tl_host_func_fn(void *p) { *(int *)p = zo_tl_host_func; }
+
 /* A -> B -> C chains issued back to back without synchronizing: any reordering shows. */
 static void test_stream_order(void) {
   enum { ITERS = 64, N = 8192 };
@@ -638,9 +642,15 @@ static void test_stream_order(void) {
     args[i] = (order_arg){&log, i};
     CHECK_OK(zo_launch_host_func(s, log_fn, &args[i]));
   }
+  static int in_fn[2] = {-1, -1}; /* the flag is set inside each host function, and cleared after it */
+  CHECK_OK(zo_launch_host_func(s, tl_host_func_fn, &in_fn[0]));
+  CHECK_OK(zo_launch_host_func(s, tl_host_func_fn, &in_fn[1]));
   CHECK_ST(zo_launch_host_func(s, NULL, NULL), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_launch_host_func(NULL, log_fn, NULL), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_stream_synchronize(s));
+  if (!CHECK(in_fn[0] == 1 && in_fn[1] == 1 && zo_tl_host_func == 0))
+    fprintf(stderr, "  %s: zo_tl_host_func inside host functions %d, %d; in the caller %d\n",
+            zo_device_kind_name(g_kind), in_fn[0], in_fn[1], zo_tl_host_func);
   CHECK_EQ(log.n, 2000);
   for (int i = 0; i < log.n; i++)
     if (log.idx[i] != i) {

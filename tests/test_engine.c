@@ -38,6 +38,15 @@ static void *to_device(zo_device_t *dev, void *scratch, size_t off_bytes, const 
 
 static zo_device_kind g_kind = ZO_DEVICE_HOST; /* --backend */
 
+/* Fetched working weights are device memory: read back through the device (a host read of a device pointer
+ * faults on a GPU, and on the stand-in under FAKE_CUDA_DEVICE_NOACCESS). */
+static void from_device(zo_device_t *dev, void *dst, const void *dptr, size_t nbytes) {
+  if (zo_memcpy(dev, dst, dptr, nbytes, ZO_COPY_D2H) != ZO_OK) {
+    fprintf(stderr, "from_device: %s\n", zo_last_error());
+    exit(1);
+  }
+}
+
 /* offload_optimizer "none" on CUDA runs Adam as a kernel: the stand-in runtime runs no kernels. */
 static int skip_device_adam(const char *label, zo_offload_device optimizer_device) {
   if (g_kind != ZO_DEVICE_CUDA || optimizer_device != ZO_OFFLOAD_NONE) return 0;
@@ -178,7 +187,11 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
     REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, &dt));
     CHECK(dt == wd);
     REQUIRE_OK(zo_cast(gbuf, wd, r.p[i], ZO_DTYPE_F32, k_sizes[i], 1));
-    if (memcmp(w, gbuf, k_sizes[i] * zo_dtype_size(wd))) {
+    void *wh = malloc(k_sizes[i] * zo_dtype_size(wd));
+    from_device(dev, wh, w, k_sizes[i] * zo_dtype_size(wd));
+    const int differ = memcmp(wh, gbuf, k_sizes[i] * zo_dtype_size(wd)) != 0;
+    free(wh);
+    if (differ) {
       fprintf(stderr, "%s: working weights of t%d differ from the %s cast of the reference\n", label, i,
               zo_dtype_name(wd));
       mism++;
@@ -454,7 +467,7 @@ static void po_run(zo_config_t cfg, size_t limit, int steps, int use_cs, po_resu
     REQUIRE_OK(zo_engine_get_master(e, ps[i], out->master[i], NULL, NULL));
     REQUIRE_OK(zo_engine_fetch(e, ps[i], &w, NULL));
     if (cs) REQUIRE_OK(zo_stream_synchronize(cs)); /* the fetch only made the compute stream wait */
-    memcpy(out->working[i], w, k_sizes[i] * 2);
+    from_device(dev, out->working[i], w, k_sizes[i] * 2);
     REQUIRE_OK(zo_engine_release(e, ps[i]));
   }
   size_t used, limit_out;
@@ -573,7 +586,7 @@ static void test_dpu(void) {
   for (int s = 1; s <= 5; s++) {
     for (int i = 0; i < NP; i++) { /* the plain engine's weights before this step */
       REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w, NULL));
-      memcpy(prev + goff[i], w, k_sizes[i] * 2);
+      from_device(dev, prev + goff[i], w, k_sizes[i] * 2);
       REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
     }
     for (int i = NP - 1; i >= 0; i--) {
@@ -586,7 +599,8 @@ static void test_dpu(void) {
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_step(eng[k], NULL));
     for (int i = 0; i < NP; i++) { /* the DPU engine now computes with those weights */
       REQUIRE_OK(zo_engine_fetch(eng[1], ps[1][i], &w, NULL));
-      stale += memcmp(w, prev + goff[i], k_sizes[i] * 2) == 0;
+      from_device(dev, g16, w, k_sizes[i] * 2);
+      stale += memcmp(g16, prev + goff[i], k_sizes[i] * 2) == 0;
       REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
     }
   }
@@ -599,7 +613,9 @@ static void test_dpu(void) {
     REQUIRE_OK(zo_engine_get_master(eng[1], ps[1][i], m1, NULL, NULL));
     REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w0, NULL));
     REQUIRE_OK(zo_engine_fetch(eng[1], ps[1][i], &w, NULL));
-    same += !memcmp(m0, m1, k_sizes[i] * 4) && !memcmp(w0, w, k_sizes[i] * 2);
+    from_device(dev, g16, w0, k_sizes[i] * 2);
+    from_device(dev, buf, w, k_sizes[i] * 2); /* buf: 5000 floats, room for these bf16 */
+    same += !memcmp(m0, m1, k_sizes[i] * 4) && !memcmp(g16, buf, k_sizes[i] * 2);
     REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
     REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
   }

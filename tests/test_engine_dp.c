@@ -13,7 +13,10 @@
  * overlap_comm (reductions in flight during backward, in a ring of
  * reduce_bucket_size elements, also one too small for two tensors, so the
  * oldest must be waited for); and stage 3 on several
- * ranks is refused naming the key. Exit 0 pass, 1 fail, 77 skip.
+ * ranks is refused naming the key.
+ * usage: test_engine_dp [--backend host|cuda]   Exit 0 pass, 1 fail, 77 skip. ctest test_engine_dp_fakecuda (and
+ * _np2_fakecuda, one stand-in GPU per rank) runs the cuda backend against the stand-in runtime (tests/fake_cudart.c);
+ * the "state none" cases (device Adam) are skipped there.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #include "zoffload/adam.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
+#include "zo_test_backend.h"
 
 enum { NP = 5 };
 static const size_t k_sizes[NP] = {1, 7, 1000, 1001, 4097};
@@ -90,7 +94,7 @@ static int open_engine(setup *s, const zo_config_t *cfg_in, zo_comm_t *comm) {
     snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s/ref", g_dir);
     mkdir(c.zero.offload_optimizer.nvme_path, 0700);
   }
-  REQ_INT(zo_device_create(ZO_DEVICE_HOST, 0, (size_t)cfg_in->zoffload.device_memory_limit, &s->dev));
+  REQ_INT(zo_test_device_create((size_t)cfg_in->zoffload.device_memory_limit, &s->dev));
   REQ_INT(zo_device_malloc(s->dev, 4 * (1 + 7 + 1000 + 1001 + 4097), &s->scratch));
   REQ_INT(zo_engine_create(cfg, s->dev, comm, &s->e));
   char name[32];
@@ -127,6 +131,7 @@ static void hand_over(setup *s, int i, const float *g) {
 /* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size and allgather_bucket_size (elements; 0
  * keeps the defaults: every tensor in one wave) */
 static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap, int64_t bucket) {
+  if (zo_test_skip_device_kernels(label, tier == ZO_OFFLOAD_NONE)) return;
   zo_config_t cfg;
   base_config(&cfg, stage, tier);
   cfg.zero.overlap_comm = overlap;
@@ -176,7 +181,10 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     zo_dtype da, db;
     REQUIRE_OK(zo_engine_fetch(m.e, m.p[i], &wa, &da));
     REQUIRE_OK(zo_engine_fetch(ref.e, ref.p[i], &wb, &db));
-    if (memcmp(wa, wb, k_sizes[i] * zo_dtype_size(da))) bad_weights++;
+    static char ha[4097 * 4], hb[4097 * 4]; /* device memory: read back through the device */
+    REQUIRE_OK(zo_memcpy(m.dev, ha, wa, k_sizes[i] * zo_dtype_size(da), ZO_COPY_D2H));
+    REQUIRE_OK(zo_memcpy(ref.dev, hb, wb, k_sizes[i] * zo_dtype_size(da), ZO_COPY_D2H));
+    if (memcmp(ha, hb, k_sizes[i] * zo_dtype_size(da))) bad_weights++;
     REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
     REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
   }
@@ -219,7 +227,12 @@ static int fetch_both(setup *m, setup *ref, int i) {
   const void *wa = NULL, *wb = NULL;
   if (!CHECK_OK(zo_engine_fetch(m->e, m->p[i], &wa, NULL)) || !CHECK_OK(zo_engine_fetch(ref->e, ref->p[i], &wb, NULL)))
     return 1;
-  return memcmp(wa, wb, k_sizes[i] * 4) != 0;
+  /* device pointers: read back through the device (the cuda backend's are not host-readable) */
+  static float ha[4097], hb[4097];
+  if (!CHECK_OK(zo_memcpy(m->dev, ha, wa, k_sizes[i] * 4, ZO_COPY_D2H)) ||
+      !CHECK_OK(zo_memcpy(ref->dev, hb, wb, k_sizes[i] * 4, ZO_COPY_D2H)))
+    return 1;
+  return memcmp(ha, hb, k_sizes[i] * 4) != 0;
 }
 
 /*
@@ -364,7 +377,9 @@ static void run_fp16(void) {
   close_engine(&ref);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  int rc = zo_test_backend_arg("test_engine_dp", "", &argc, &argv);
+  if (rc) return rc;
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[4096];
@@ -391,7 +406,7 @@ int main(void) {
   run_stage3(6, 1, 50000000, 1100, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME);
   if (W > 1) { /* parameters partitioned in device memory are not built: refused by name */
     zo_config_t cfg;
-    base_config(&cfg, 3, ZO_OFFLOAD_NONE);
+    base_config(&cfg, 3, ZO_OFFLOAD_CPU); /* state on the host: on cuda, "none" is refused first (device Adam) */
     zo_engine_t *e = NULL;
     CHECK_ST(zo_engine_create(&cfg, NULL, g_comm, &e), ZO_ERR_UNSUPPORTED);
     CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\" or \"nvme\"");

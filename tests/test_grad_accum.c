@@ -10,7 +10,10 @@
  * fence that did not wait would let NaN into the result. Also the fence on a compute stream, misuse errors
  * (nothing lost), the checkpoint refusal between micro-batches. Run under `mpirun -np 2` it compares the two
  * paths on 2 ranks (stages 1, 2 and 3; gradients multiples of 1/64 so every sum is exact in any order).
- * Exit 0 pass, 1 fail, 77 skip.
+ * usage: test_grad_accum [--backend host|cuda] [SCRATCH_BASE]   Exit 0 pass, 1 fail, 77 skip. ctest
+ * test_grad_accum_fakecuda (and _np2_fakecuda, one stand-in GPU per rank) runs the cuda backend against the stand-in
+ * runtime (tests/fake_cudart.c): its copies land later with poisoned destinations, so the slow link is not needed
+ * there; the none tier (device kernels) is skipped.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 #include "engine_internal.h" /* eng_host_func_grad_bytes */
+#include "zo_test_backend.h"
 
 enum { NP = 4, MB = 4, STEPS = 4 };
 static const size_t k_sizes[NP] = {1000, 5000, 37, 4097};
@@ -139,10 +143,11 @@ static void run_case(const char *label, const zo_config_t *c, zo_dtype mb_dtype,
   zo_device_t *dev = NULL;
   zo_stream_t *cs = NULL;
   eng a, b;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev))) return;
+  if (zo_test_skip_device_kernels(label, c->zero.offload_optimizer.device == ZO_OFFLOAD_NONE)) return;
+  if (!CHECK_OK(zo_test_device_create(0, &dev))) return;
   /* a slow emulated link: the copies out of the caller's buffers are still in flight when a fence returns
-   * early, so the poison below would reach the result */
-  CHECK_OK(zo_device_set_link_gbps(dev, 0.2));
+   * early, so the poison below would reach the result (the cuda stand-in's copies always land later) */
+  if (zo_test_kind == ZO_DEVICE_HOST) CHECK_OK(zo_device_set_link_gbps(dev, 0.2));
   if (use_cs) CHECK_OK(zo_stream_create(dev, &cs));
   zo_config_t cb = *c; /* the reference's swap files in a directory of their own */
   snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/ref", g_dir);
@@ -200,7 +205,7 @@ static void test_gas1(void) {
   c.bf16.enabled = 1;
   zo_device_t *dev = NULL;
   eng g;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev))) return;
+  if (!CHECK_OK(zo_test_device_create(0, &dev))) return;
   if (!eng_open(&g, &c, dev, NULL)) {
     CHECK_ST(zo_engine_grad_accumulate(g.e, g.ps[0], g.dbuf[0], ZO_DTYPE_BF16), ZO_ERR_INVALID_USAGE);
     CHECK_HAS(zo_last_error(), "gradient_accumulation_steps is 1");
@@ -213,6 +218,8 @@ static void test_gas1(void) {
 }
 
 int main(int argc, char **argv) {
+  int rc = zo_test_backend_arg("test_grad_accum", "[SCRATCH_BASE]", &argc, &argv);
+  if (rc) return rc;
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];

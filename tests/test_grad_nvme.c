@@ -7,7 +7,8 @@
  * scaling, bf16 hand-overs with parameters on nvme (the gpt-2b-nvme preset's setting), and a tensor larger than
  * one gradient chunk (several writes, the norm summed chunk by chunk). The nvme engine's ledger has grad.swp
  * and no grad_host. Run under `mpirun -np 2`: the reduce-scatter's block goes to the file (stages 2 and 3).
- * Exit 0 pass, 1 fail, 77 skip.
+ * usage: test_grad_nvme [--backend host|cuda] [SCRATCH_BASE]   Exit 0 pass, 1 fail, 77 skip. ctest
+ * test_grad_nvme_fakecuda (and _np2_fakecuda) runs the cuda backend against the stand-in runtime.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "zoffload/engine.h"
 #include "engine_internal.h" /* eng_host_func_grad_bytes */
 #include "zoffload/plan.h"
+#include "zo_test_backend.h"
 
 enum { NP = 4, STEPS = 4 };
 /* 150001: three gradient chunks of 65536 elements (reduce_bucket_size below), the last one short */
@@ -85,7 +87,7 @@ static void check_ledger(const eng *g, const char *label) {
 static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype dt) {
   zo_device_t *dev = NULL;
   eng a, b;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev))) return;
+  if (!CHECK_OK(zo_test_device_create(0, &dev))) return;
   zo_config_t ca = *c, cb = *c;
   ca.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
   cb.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
@@ -129,6 +131,8 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
 }
 
 int main(int argc, char **argv) {
+  int rc = zo_test_backend_arg("test_grad_nvme", "[SCRATCH_BASE]", &argc, &argv);
+  if (rc) return rc;
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64], label[160];

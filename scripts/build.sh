@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-if [ -n "${ZO_DEBS:-}" ]; then . build/deps/env.sh; fi
+if [ -n "${ZO_DEBS:-}" ]; then . "${ZO_DEPS_PREFIX:-build/deps}/env.sh"; fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"

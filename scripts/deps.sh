@@ -8,7 +8,10 @@
 #   ZO_DEBS=DIR bash scripts/deps.sh     on that machine: unpack every DIR/*.deb with `dpkg -x`
 #                                        into build/deps (never into /) and write build/deps/env.sh,
 #                                        which build.sh and gpu.sh source (PKG_CONFIG_PATH,
-#                                        PKG_CONFIG_SYSROOT_DIR, LD_LIBRARY_PATH, ZO_CORPUS)
+#                                        PKG_CONFIG_SYSROOT_DIR, LD_LIBRARY_PATH, ZO_CORPUS);
+#                                        ZO_DEPS_PREFIX=DIR unpacks there instead (an absolute path)
+# ZO_CARRY must hold every library CMakeLists.txt requires, and what those load: tests/deps_carry.sh
+# checks it against this machine's packages, tests/deps_sysroot.sh builds against an unpacked prefix.
 # The CUDA toolkit, CMake and a C compiler are not packages here: the GPU machine has them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +42,7 @@ if [ "${1:-}" = "--download" ]; then
 fi
 
 if [ -n "${ZO_DEBS:-}" ]; then
-  prefix=$PWD/build/deps
+  prefix=${ZO_DEPS_PREFIX:-$PWD/build/deps} # another prefix: tests/deps_sysroot.sh
   ls "$ZO_DEBS"/*.deb >/dev/null 2>&1 || { echo "zoffload: ZO_DEBS=$ZO_DEBS holds no .deb files" >&2; exit 1; }
   mkdir -p "$prefix"
   for d in "$ZO_DEBS"/*.deb; do dpkg -x "$d" "$prefix"; done

@@ -125,7 +125,7 @@ do_build() {
   fi
   if [ -n "${ZO_DEBS:-}" ]; then
     bash scripts/deps.sh || return 1 # unpacks ZO_DEBS under build/deps (no root), writes build/deps/env.sh
-    . build/deps/env.sh
+    . "${ZO_DEPS_PREFIX:-build/deps}/env.sh"
   else
     bash scripts/deps.sh || return 1
   fi
@@ -136,6 +136,7 @@ do_build() {
 }
 fig_build() {
   grep -m1 -o 'zoffload: CUDA kernels .*' "$1"
+  grep -m1 -o 'zoffload: NCCL not found' "$1"
   grep -c -E '^\[[0-9]+/[0-9]+\]|Building' "$1" | sed 's/$/ build steps/'
 }
 do_ctest_gpu() { ctest --test-dir "$bd" -L gpu -E python_cuda --output-on-failure --timeout 80; }
@@ -147,6 +148,8 @@ if "No tests were found" in t:
     print("no such test in this build;")
     sys.exit()
 m = re.findall(r"(\d+) tests failed out of (\d+)", t)
+if not m and re.search(r"^skip: ", t, re.M):
+    sys.exit()  # the stage skipped before ctest (it says why)
 bad = re.findall(r"^\s*\d+ - (\S+) \((Failed|Timeout|Not Run|SEGFAULT|Exception)[^)]*\)", t, re.M)
 skip = re.findall(r"^\s*\d+ - (\S+) \(Skipped\)", t, re.M)
 s = f"ctest: {m[-1][1]} tests, {m[-1][0]} failed" if m else "ctest: no summary"
@@ -154,9 +157,12 @@ s += "".join(f", {n} ({w})" for n, w in bad) + (f", skipped: {' '.join(skip)}" i
 print(s + ";")
 EOF
 }
-# The C test programs labelled gpu (not Python, not mpirun), as ctest would run them.
+# The C test programs labelled gpu (not Python, not mpirun), as ctest would run them; not test_comm_nccl in a build
+# without NCCL (it fails there, "built without NCCL", and ctest counts that a skip: tests/CMakeLists.txt).
 gpu_test_cmds() {
-  ctest --test-dir "$bd" -L gpu -E 'python|np[0-9]' --show-only=json-v1 2>/dev/null | python3 -c '
+  local ex='python|np[0-9]'
+  grep -q '^ZO_BUILT_WITH_NCCL:INTERNAL=0' "$bd/CMakeCache.txt" 2>/dev/null && ex="$ex|^test_comm_nccl\$"
+  ctest --test-dir "$bd" -L gpu -E "$ex" --show-only=json-v1 2>/dev/null | python3 -c '
 import json, shlex, sys
 for t in json.load(sys.stdin).get("tests", []):
     if t.get("command"): print(" ".join(shlex.quote(a) for a in t["command"]))'
@@ -232,7 +238,14 @@ else:
     print("no step logged;")
 EOF
 }
-do_nccl() { ctest --test-dir "$bd" -R '^test_comm_nccl$' --no-tests=error --output-on-failure --timeout 25; }
+do_nccl() {
+  if grep -q '^ZO_BUILT_WITH_NCCL:INTERNAL=0' "$bd/CMakeCache.txt" 2>/dev/null; then
+    echo "skip: $bd was built without NCCL (none beside the CUDA toolkit, in \$NCCL_ROOT or python3's nvidia-nccl" \
+      "wheel: see the build log's 'zoffload: NCCL' line)"
+    return 77
+  fi
+  ctest --test-dir "$bd" -R '^test_comm_nccl$' --no-tests=error --output-on-failure --timeout 25
+}
 do_python_cuda() {
   if [ -z "${ZO_PYTHON:-}" ]; then
     local py
@@ -265,7 +278,7 @@ export ZO_GPU_DRY=$dry ZO_GPU_HAVE=$gpu ZO_BUILD=$bd ZO_GPU_OUT=$out ZO_NVME=$nv
 cat "$out/header.txt"
 stage build cpu fig_build do_build
 # the carried libraries (build ran scripts/deps.sh in its own process): LD_LIBRARY_PATH and ZO_CORPUS for the rest
-[ -n "${ZO_DEBS:-}" ] && [ -f build/deps/env.sh ] && . build/deps/env.sh
+[ -n "${ZO_DEBS:-}" ] && [ -f "${ZO_DEPS_PREFIX:-build/deps}/env.sh" ] && . "${ZO_DEPS_PREFIX:-build/deps}/env.sh"
 if [ ! -x "$bd/tools/zo-train" ]; then
   for s in "${ALL[@]:1}"; do
     for w in "${stages[@]}"; do [ "$w" = "$s" ] && record "$s" SKIP 0 "no build in $bd"; done

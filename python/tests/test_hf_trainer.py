@@ -182,6 +182,26 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path, stage):
     assert resumed.state.global_step == 12
 
 
+def test_bf16_model_from_arguments(tmp_path):
+    """A "bf16": {"enabled": "auto"} block turned on by TrainingArguments(bf16=True) (the template's fp16 "auto"
+    stays off): a model.to(torch.bfloat16) trains with bf16 working weights (no autocast: the
+    engine's precision, as DeepSpeed's under HF), and the checkpoint's model.safetensors is bf16."""
+    zc = hf_config(2, tmp_path)
+    zc["bf16"] = {"enabled": "auto"}
+    model = build().to(torch.bfloat16)
+    t = Recorder(model=model, args=args(tmp_path, 4, bf16=True), train_dataset=Tokens(), zoffload_config=zc)
+    assert not t.use_cpu_amp and not t.accelerator.native_amp
+    t.train()
+    assert t.zo_engine.wdtype == torch.bfloat16 and len(t.losses) == 4
+    assert all(p.dtype == torch.bfloat16 for p in t.model.parameters())
+    t.save_model(str(tmp_path / "final"))
+    from safetensors.torch import load_file
+    saved = load_file(str(tmp_path / "final" / "model.safetensors"))
+    assert saved["transformer.wte.weight"].dtype == torch.bfloat16
+    assert torch.equal(saved["transformer.wte.weight"].float(), t.zo_engine.master_weights("transformer.wte.weight")
+                       .to(torch.bfloat16).float())
+
+
 def test_mismatch_with_arguments_refused(tmp_path):
     """A config whose accumulation differs from the arguments' is refused naming both (HF's mismatch check)."""
     zc = hf_config(2, tmp_path)

@@ -290,6 +290,10 @@ class ZoffloadTrainer(_trainer_class()):
         if getattr(self.args, "deepspeed", None):
             raise ValueError("ZoffloadTrainer: TrainingArguments(deepspeed=...) selects DeepSpeed itself; pass the "
                              "config as zoffload_config= instead")
+        # The engine's config decides the precision (fp16/bf16 "auto" <- args.fp16/bf16), as DeepSpeed's does under
+        # HF: no torch autocast around forward (the Trainer's CPU amp, accelerate's wrapper from prepare_model).
+        self.use_cpu_amp = False
+        self.accelerator.native_amp = False
         self.zoffload_config = zoffload_config
         self.zo_engine = None
         self._zo_resume = None

@@ -73,9 +73,10 @@ class Recorder(zh.ZoffloadTrainer):
         self.losses, self.lrs = [], []
 
     def compute_loss(self, model, inputs, return_outputs=False):
-        loss = super().compute_loss(model, inputs, return_outputs)
-        self.losses.append(loss.item())
-        return loss
+        out = super().compute_loss(model, inputs, return_outputs)
+        if not return_outputs:  # training (evaluation asks for the outputs too)
+            self.losses.append(out.item())
+        return out
 
     def training_step(self, model, inputs):
         before = self.zo_engine.global_steps
@@ -145,6 +146,8 @@ def test_stage3_nvme_50_steps_equals_stage2(tmp_path):
     assert s3.losses == s2.losses
     assert s3.lrs == s2.lrs
     assert all(p.numel() == 0 for p in s3.model.parameters())
+    ev2, ev3 = s2.evaluate(Tokens(8)), s3.evaluate(Tokens(8))  # the Trainer's evaluation through the hooks
+    assert ev3["eval_loss"] == ev2["eval_loss"] and all(p.numel() == 0 for p in s3.model.parameters())
     s3.save_model(str(tmp_path / "final"))
     back = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "final"))
     for n, p in back.named_parameters():
@@ -211,6 +214,16 @@ def test_mismatch_with_arguments_refused(tmp_path):
         t.train()
 
 
+def test_optimizer_the_engine_cannot_run_refused(tmp_path):
+    """args.optim="sgd" and a config without "optimizer": the Trainer's SGD is refused by name."""
+    zc = hf_config(2, tmp_path)
+    del zc["optimizer"]
+    t = zh.ZoffloadTrainer(model=build(), args=args(tmp_path, 2, optim="sgd"), train_dataset=Tokens(),
+                           zoffload_config=zc)
+    with pytest.raises(TypeError, match="optimizer torch.optim.sgd.SGD cannot run in the engine"):
+        t.train()
+
+
 def test_hf_json_with_infinity_through_trainer(tmp_path):
     """HF's JSON as transformers writes it ("steps_per_print": Infinity), given as a file path: accepted."""
     zc = hf_config(2, tmp_path)
@@ -251,15 +264,19 @@ def test_accelerate(tmp_path):
     from accelerate_initialize with "auto" batch keys filled from them; the losses of zoffload.initialize with
     the same values written out, bit for bit."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    AcceleratorState._reset_state(True)  # a singleton: the Trainers before (bf16=True) leave theirs
     zc = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
           "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
-    acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    # mixed_precision named: TrainingArguments(bf16=True) above left ACCELERATE_MIXED_PRECISION=bf16 in os.environ
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=2, mixed_precision="no")
     loader = torch.utils.data.DataLoader(Tokens(32), batch_size=2)
     opt = lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.0)  # noqa: E731
     model = build(4)
     engine, optimizer, sched, dl = zh.accelerate_initialize(acc, model, zc, loader,
                                                              optimizer=opt(model.parameters()))
     assert (engine.gradient_accumulation_steps(), engine.train_micro_batch_size_per_gpu()) == (2, 2)
+    assert engine.wdtype == torch.float32  # "bf16": "auto" <- accelerator.mixed_precision "no"
     got = []
     for i, batch in enumerate(dl):
         loss = engine(**batch).loss

@@ -29,9 +29,6 @@ from . import zero as _zero
 
 logger = logging.getLogger(__name__)
 
-ENGINE_DIR = ""  # the engine's checkpoint goes into checkpoint-N itself (global_stepN/ and latest), as DeepSpeed's
-
-
 def _config_dict(config):
     """The config as a dict (a dict or a JSON file path: JSON with Infinity/NaN as Python's json reads it)."""
     if isinstance(config, dict):
@@ -362,7 +359,7 @@ class ZoffloadTrainer(_trainer_class()):
         scheduler's and optimizer's state; latest naming it), as DeepSpeed's save_checkpoint(output_dir)."""
         if self.zo_engine is None:
             return super()._save_optimizer_and_scheduler(output_dir)
-        self.zo_engine.save_checkpoint(os.path.join(output_dir, ENGINE_DIR) if ENGINE_DIR else output_dir)
+        self.zo_engine.save_checkpoint(output_dir)
 
     def _has_engine_checkpoint(self, checkpoint):
         return checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "latest"))

@@ -23,7 +23,10 @@ ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemal
 # reader that checks zo-train's export as Hugging Face would load it.
 # Each entry is MODULE or MODULE:REQUIREMENT. transformers builds Hugging Face's GPT-2 for the Python front's stage-3
 # test (random weights from a config: nothing is downloaded); 4.36.2 is a release that runs on Debian's torch 1.13.
-ZO_PIP=(safetensors "transformers:transformers==4.36.2")
+# accelerate is what transformers' Trainer runs on (4.36 needs >= 0.21); 0.25.0 is the release of the same
+# month, runs on torch 1.13 and needs nothing beyond what Debian and the lines above bring (Debian bookworm has
+# no python3-accelerate). The Hugging Face integration's tests (python/tests/test_hf_trainer.py) use both.
+ZO_PIP=(safetensors "transformers:transformers==4.36.2" "accelerate:accelerate==0.25.0")
 # What a machine without apt needs beside its own compiler, CMake and CUDA: each library's runtime
 # and -dev package, the runtime libraries they pull in that a minimal image may lack, pkg-config, and
 # the corpus. Open MPI is left out (the mpi tests are optional and need a package registry).

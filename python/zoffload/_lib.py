@@ -1,6 +1,8 @@
 """ctypes declarations of the libzoffload calls the package uses (the C headers are the reference:
 include/zoffload/adam.h, status.h). Loaded once, from $ZOFFLOAD_LIBRARY (a file path) when it is set, else
 through the system's loader (an installed prefix on the library path, or LD_LIBRARY_PATH)."""
+import contextlib
+import contextvars
 import ctypes
 import ctypes.util
 import os
@@ -133,6 +135,39 @@ class ConfigOpts(ctypes.Structure):
     _fields_ = [("app_blocks", ctypes.c_void_p), ("world_size", ctypes.c_int), ("auto_values", ctypes.c_void_p)]
 
 
+class ConfigAuto(ctypes.Structure):
+    """zo_config_auto (zoffload/config.h): what the application knows, for the keys a config leaves "auto" as the
+    Hugging Face Trainer writes them; the library fills each in and logs it once. zo_config_auto_init() marks every
+    field unknown (-1, NAN). zoffload.hf builds one from TrainingArguments."""
+    _fields_ = [("hidden_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
+                ("gradient_accumulation_steps", ctypes.c_int64), ("lr", ctypes.c_double), ("beta1", ctypes.c_double),
+                ("beta2", ctypes.c_double), ("eps", ctypes.c_double), ("weight_decay", ctypes.c_double),
+                ("gradient_clipping", ctypes.c_double), ("warmup_num_steps", ctypes.c_int64),
+                ("total_num_steps", ctypes.c_int64), ("fp16", ctypes.c_int), ("bf16", ctypes.c_int)]
+
+
+# The ConfigAuto the config parses of this context use (zoffload.initialize's engine, zero.Init): set by
+# zoffload.hf around the calls it makes for the Trainer, None elsewhere ("auto" is then an error naming the key).
+_auto_values = contextvars.ContextVar("zoffload_auto_values", default=None)
+
+
+@contextlib.contextmanager
+def auto_values(values):
+    """Within the block, zo_config_parse() calls of this package fill the keys a config leaves "auto" from @values
+    (a ConfigAuto, or None for none)."""
+    token = _auto_values.set(values)
+    try:
+        yield values
+    finally:
+        _auto_values.reset(token)
+
+
+def auto_values_pointer():
+    """ConfigOpts.auto_values for this context: the address of auto_values()'s ConfigAuto, or None."""
+    v = _auto_values.get()
+    return None if v is None else ctypes.addressof(v)
+
+
 class StepInfo(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int64), ("skipped", ctypes.c_int), ("lr", ctypes.c_double),
                 ("grad_norm", ctypes.c_double), ("loss_scale", ctypes.c_double), ("grad_wait_s", ctypes.c_double),
@@ -191,6 +226,7 @@ for _name, _res, _args in (
         ("zo_config_sizeof", _sz, []),
         ("zo_config_parse", _i, [ctypes.c_char_p, _sz, ctypes.c_char_p, ctypes.POINTER(ConfigOpts), _vp]),
         ("zo_config_lr_at", ctypes.c_double, [_vp, ctypes.c_int64]),
+        ("zo_config_auto_init", None, [ctypes.POINTER(ConfigAuto)]),
         ("zo_config_describe", _sz, [_vp, ctypes.c_char_p, _sz]),
         ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_destroy", None, [_vp]),

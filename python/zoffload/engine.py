@@ -107,7 +107,7 @@ class Engine(DeepSpeedEngineAPI):
         self.rank, self.world_size = _lib.lib.zo_comm_rank(self.comm), _lib.lib.zo_comm_size(self.comm)
         app = (ctypes.c_char_p * 1)()  # no application blocks
         opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=self.world_size,
-                               auto_values=None)
+                               auto_values=_lib.auto_values_pointer())
         raw = text.encode()
         _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
                    "zoffload.initialize: config")

@@ -124,7 +124,7 @@ def _parse(config):
     _lib.check(_lib.lib.zo_launch_info_get(ctypes.byref(li)), "zoffload.zero.Init: the launcher's environment")
     buf = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
     app = (ctypes.c_char_p * 1)()
-    opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=li.world_size, auto_values=None)
+    opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=li.world_size, auto_values=_lib.auto_values_pointer())
     raw = text.encode()
     _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), buf),
                "zoffload.zero.Init: config")

@@ -1,0 +1,413 @@
+"""zoffload for Hugging Face: transformers' Trainer (ZoffloadTrainer), accelerate (accelerate_initialize), and
+models built or loaded with their parameters partitioned by zoffload.zero.Init (from_config, from_pretrained).
+Not a stand-in for the `deepspeed` distribution: nothing here registers package metadata or a `deepspeed` module,
+so transformers' own DeepSpeed paths (TrainingArguments(deepspeed=...), is_deepspeed_zero3_enabled(), accelerate's
+DeepSpeedPlugin) stay off; this module does their work with zoffload's engine instead.
+
+    from zoffload.hf import ZoffloadTrainer, from_config
+    model = from_config(GPT2LMHeadModel, GPT2Config(...), "ds_config.json")   # stage 3: partitioned as built
+    trainer = ZoffloadTrainer(model=model, args=TrainingArguments(...), train_dataset=ds,
+                              zoffload_config="ds_config.json")              # HF's "auto" values welcome
+    trainer.train()                                      # or train(resume_from_checkpoint="out/checkpoint-20")
+
+Why a Trainer subclass: transformers 4.36 decides DeepSpeed from `accelerator.state.deepspeed_plugin`, which
+accelerate only creates with the `deepspeed` package installed (it imports it in the plugin and in prepare()), and
+transformers' zero-3 loading (`is_deepspeed_zero3_enabled()` in modeling_utils) runs `import deepspeed` too. What
+the Trainer lets a subclass replace is enough: create_optimizer_and_scheduler (the engine), training_step
+(engine.backward and engine.step), save_model / _save_optimizer_and_scheduler (the consolidated weights and the
+engine's checkpoint in checkpoint-N) and _load_from_checkpoint / _load_optimizer_and_scheduler (resume). A
+TrainerCallback cannot change how backward runs, and accelerate has no plugin point for another ZeRO engine.
+"""
+import json
+import logging
+import os
+
+import torch
+
+from . import _lib
+from . import zero as _zero
+
+logger = logging.getLogger(__name__)
+
+def _config_dict(config):
+    """The config as a dict (a dict or a JSON file path: JSON with Infinity/NaN as Python's json reads it)."""
+    if isinstance(config, dict):
+        return config
+    with open(config) as f:
+        return json.load(f)
+
+
+def auto_values(hidden_size=None, micro_batch=None, gradient_accumulation_steps=None, lr=None, betas=None,
+                eps=None, weight_decay=None, gradient_clipping=None, warmup_num_steps=None, total_num_steps=None,
+                fp16=None, bf16=None):
+    """A _lib.ConfigAuto for the keys a config leaves "auto" (None: unknown, so "auto" there is an error naming the
+    key). The library fills them in (zo_config_parse, zoffload/config.h) and logs each once."""
+    a = _lib.ConfigAuto()
+    _lib.lib.zo_config_auto_init(a)
+    for field, v in (("hidden_size", hidden_size), ("train_micro_batch_size_per_gpu", micro_batch),
+                     ("gradient_accumulation_steps", gradient_accumulation_steps),
+                     ("warmup_num_steps", warmup_num_steps), ("total_num_steps", total_num_steps)):
+        if v is not None:
+            setattr(a, field, int(v))
+    for field, v in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay),
+                     ("gradient_clipping", gradient_clipping)):
+        if v is not None:
+            setattr(a, field, float(v))
+    if betas is not None:
+        a.beta1, a.beta2 = float(betas[0]), float(betas[1])
+    if fp16 is not None:
+        a.fp16 = int(bool(fp16))
+    if bf16 is not None:
+        a.bf16 = int(bool(bf16))
+    return a
+
+
+def _hidden_size(model_config):
+    """What HF's trainer_config_finalize takes as hidden_size: config.hidden_size, else max(config.hidden_sizes)."""
+    if model_config is None:
+        return None
+    h = getattr(model_config, "hidden_size", None)
+    if h is None and getattr(model_config, "hidden_sizes", None):
+        h = max(model_config.hidden_sizes)
+    return h
+
+
+def trainer_auto_values(args, num_training_steps=None, model=None):
+    """The "auto" values HF's HfTrainerDeepSpeedConfig (trainer_config_process, trainer_config_finalize) fills
+    from TrainingArguments @args: train_micro_batch_size_per_gpu = per_device_train_batch_size,
+    gradient_accumulation_steps, train_batch_size = their product x ranks (the library derives it), lr =
+    learning_rate, betas = (adam_beta1, adam_beta2), eps = adam_epsilon, weight_decay, gradient_clipping =
+    max_grad_norm, fp16 / bf16 (or their _full_eval), scheduler warmup_min_lr 0, warmup_max_lr = learning_rate,
+    warmup_num_steps = args.get_warmup_steps(@num_training_steps), total_num_steps = @num_training_steps, and the
+    hidden-size ones from @model's config."""
+    return auto_values(
+        hidden_size=_hidden_size(getattr(model, "config", None)), micro_batch=args.per_device_train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon, weight_decay=args.weight_decay,
+        gradient_clipping=args.max_grad_norm or 0.0,
+        warmup_num_steps=args.get_warmup_steps(num_training_steps) if num_training_steps else None,
+        total_num_steps=num_training_steps, fp16=args.fp16 or args.fp16_full_eval,
+        bf16=args.bf16 or args.bf16_full_eval)
+
+
+def _init_auto(model_config, training_args):
+    """The ConfigAuto zero.Init's parse takes in from_config / from_pretrained: from @training_args when given (as
+    TrainingArguments(deepspeed=...) has filled them when HF builds a model under zero.Init), else only the hidden
+    size, plus batch 1, accumulation 1 and lr 0 for the batch and optimizer keys. Init itself reads only
+    zero_optimization's stage and offload_param, which cannot be "auto"."""
+    if training_args is not None:
+        return trainer_auto_values(training_args, None, _Cfg(model_config))
+    return auto_values(hidden_size=_hidden_size(model_config), micro_batch=1, gradient_accumulation_steps=1, lr=0.0,
+                       betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, gradient_clipping=0.0, warmup_num_steps=0,
+                       total_num_steps=1, fp16=False, bf16=False)
+
+
+class _Cfg:
+    def __init__(self, config):
+        self.config = config
+
+
+# --- models built or loaded under zoffload.zero.Init (what HF does when is_deepspeed_zero3_enabled()) ---
+
+def from_config(model_class, config, zoffload_config, training_args=None, **kwargs):
+    """@model_class (a PreTrainedModel class, or an Auto class such as AutoModelForCausalLM) built from @config
+    (a PretrainedConfig) under zoffload.zero.Init(config_dict_or_path=@zoffload_config): at stage 3 each parameter
+    is partitioned to offload_param's tier as its module is constructed, as transformers' from_config does under
+    deepspeed.zero.Init when is_deepspeed_zero3_enabled(). At stages 0-2 Init is off and this is a plain build.
+    "auto" keys are filled from @training_args (TrainingArguments) when given. @kwargs go to the class."""
+    with _lib.auto_values(_init_auto(config, training_args)):
+        with _zero.Init(config_dict_or_path=zoffload_config):
+            if hasattr(model_class, "_from_config"):
+                return model_class._from_config(config, **kwargs)
+            return model_class.from_config(config, **kwargs)
+
+
+def _checkpoint_files(path):
+    """The weight files of a save_pretrained() directory, shards in their index's order."""
+    for index, single in (("model.safetensors.index.json", "model.safetensors"),
+                          ("pytorch_model.bin.index.json", "pytorch_model.bin")):
+        ip = os.path.join(path, index)
+        if os.path.isfile(ip):
+            with open(ip) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            return [os.path.join(path, s) for s in shards]
+        if os.path.isfile(os.path.join(path, single)):
+            return [os.path.join(path, single)]
+    raise FileNotFoundError("zoffload.hf.from_pretrained: %s has no model.safetensors, pytorch_model.bin or their "
+                            "sharded index" % path)
+
+
+def _tensors(file):
+    """(name, tensor) of one weight file, a tensor at a time for safetensors (a torch file is read whole)."""
+    if file.endswith(".safetensors"):
+        from safetensors import safe_open
+        with safe_open(file, framework="pt", device="cpu") as f:
+            for k in f.keys():
+                yield k, f.get_tensor(k)
+    else:
+        sd = torch.load(file, map_location="cpu")
+        for k in list(sd):
+            yield k, sd.pop(k)
+
+
+def load_pretrained_weights(model, path):
+    """The weights of the save_pretrained() directory @path into @model, whose parameters may be partitioned by
+    zero.Init: each is written through zero.GatheredParameters(p, modifier_rank=0) (into Init's store before
+    initialize(), the engine's masters after), buffers directly; names with or without the model's
+    base_model_prefix match, as from_pretrained's. Returns (missing_keys, unexpected_keys), logged as HF does."""
+    params, buffers = {}, {}  # every name, tied ones included (torch 1.13's named_parameters has no remove_duplicate)
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        for table, own in ((params, mod._parameters), (buffers, mod._buffers)):
+            for n, t in own.items():
+                if t is not None:
+                    table[mname + "." + n if mname else n] = t
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    seen, unexpected = set(), []
+    with torch.no_grad():
+        for file in _checkpoint_files(path):
+            for key, t in _tensors(file):
+                name = key
+                if name not in params and name not in buffers and prefix:
+                    if (prefix + "." + name) in params or (prefix + "." + name) in buffers:
+                        name = prefix + "." + name
+                    elif name.startswith(prefix + ".") and name[len(prefix) + 1:] in params:
+                        name = name[len(prefix) + 1:]
+                if name in params:
+                    p = params[name]
+                    shape = tuple(getattr(p, "ds_shape", p.shape))
+                    if tuple(t.shape) != shape:
+                        raise ValueError("zoffload.hf.from_pretrained: %s in %s is %s, the model's %s is %s"
+                                         % (key, file, tuple(t.shape), name, shape))
+                    with _zero.GatheredParameters([p], modifier_rank=0):
+                        p.data.copy_(t)
+                elif name in buffers:
+                    buffers[name].copy_(t)
+                else:
+                    unexpected.append(key)
+                    continue
+                seen.add(name)
+    tied = {n for n, p in params.items() if any(p is q and m in seen for m, q in params.items())}
+    missing = [n for n in params if n not in seen and n not in tied]
+    if missing:
+        logger.warning("zoffload.hf.from_pretrained: weights not in %s, left as initialised: %s", path, missing)
+    if unexpected:
+        logger.warning("zoffload.hf.from_pretrained: weights in %s the model does not have: %s", path, unexpected)
+    return missing, unexpected
+
+
+def from_pretrained(model_class, path, zoffload_config, training_args=None, config=None, **kwargs):
+    """transformers' from_pretrained under zero-3 for zoffload: the model of the local save_pretrained() directory
+    @path (its config.json unless @config is given) built by from_config() under zoffload.zero.Init, then its
+    weights loaded tensor by tensor into the partitioned parameters (load_pretrained_weights), so the whole fp32
+    model never exists in this process at stage 3. In eval mode, as from_pretrained returns it. Local directories
+    only (no Hub download)."""
+    from transformers import AutoConfig
+    if config is None:
+        config = AutoConfig.from_pretrained(path)
+    model = from_config(model_class, config, zoffload_config, training_args, **kwargs)
+    load_pretrained_weights(model, path)
+    model.eval()
+    return model
+
+
+# --- the Trainer ---
+
+class _TrainerOptimizer(torch.optim.Optimizer):
+    """What the Trainer (and accelerate's AcceleratedOptimizer around it) holds as its optimizer: the engine's
+    param_groups and state_dict, a step() that does nothing (ZoffloadTrainer.training_step steps the engine after
+    every backward, as DeepSpeed's engine.step(); accelerate's DeepSpeedOptimizerWrapper.step is a no-op too)."""
+
+    def __init__(self, zero_optimizer):  # noqa: super().__init__ not called: the groups are the engine optimizer's
+        self.zero_optimizer = zero_optimizer
+        self.param_groups = zero_optimizer.param_groups
+        self.defaults = zero_optimizer.defaults
+        self.state = {}
+        self._optimizer_step_pre_hooks = {}
+        self._optimizer_step_post_hooks = {}
+
+    def step(self, closure=None):
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none=True):
+        self.zero_optimizer.zero_grad(set_to_none)
+
+    def state_dict(self):
+        return self.zero_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.zero_optimizer.load_state_dict(state_dict)
+
+
+class _TrainerScheduler:
+    """The Trainer's lr_scheduler: the engine steps the real one after each applied optimizer step (a client
+    scheduler, or the config's "scheduler" run in the library), so step() here does nothing (accelerate's
+    DeepSpeedSchedulerWrapper does the same); get_last_lr() and the state dicts are the real one's."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def step(self, *args, **kwargs):
+        pass
+
+    def get_last_lr(self):
+        return self.scheduler.get_last_lr()
+
+    def get_lr(self):
+        return self.scheduler.get_lr()
+
+    def state_dict(self):
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, sd):
+        self.scheduler.load_state_dict(sd)
+
+
+def _trainer_class():
+    from transformers import Trainer
+    return Trainer
+
+
+class ZoffloadTrainer(_trainer_class()):
+    """transformers.Trainer training through a zoffload engine. @zoffload_config: the DeepSpeed-style config (a
+    dict or a JSON path) with HF's "auto" values allowed, filled from the TrainingArguments as HF does for
+    DeepSpeed (trainer_auto_values). As with DeepSpeed under HF: a config "optimizer" section is the engine's
+    optimizer, else the Trainer's own (create_optimizer(): AdamW with no decay on biases and norms) becomes the
+    engine's hyper-parameters (zoffload refuses non-Adam ones by name); a config "scheduler" section runs in the
+    library, else the Trainer's (create_scheduler(): args.lr_scheduler_type, warmup) is the engine's client
+    scheduler. The engine (zo_engine, DeepSpeed's model_wrapped) is built at the start of train(); its
+    gradient_accumulation_steps and micro batch must equal the arguments' (ValueError otherwise, as HF's
+    mismatch check). save_steps write the consolidated weights (save_pretrained) and the engine's checkpoint
+    (global_stepN/ and latest) into checkpoint-N; train(resume_from_checkpoint=...) loads the latter."""
+
+    def __init__(self, *args, zoffload_config=None, **kwargs):
+        if zoffload_config is None:
+            raise ValueError("ZoffloadTrainer: zoffload_config= (the DeepSpeed-style config, a dict or a JSON path) "
+                             "is required")
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "deepspeed", None):
+            raise ValueError("ZoffloadTrainer: TrainingArguments(deepspeed=...) selects DeepSpeed itself; pass the "
+                             "config as zoffload_config= instead")
+        # The engine's config decides the precision (fp16/bf16 "auto" <- args.fp16/bf16), as DeepSpeed's does under
+        # HF: no torch autocast around forward (the Trainer's CPU amp, accelerate's wrapper from prepare_model).
+        self.use_cpu_amp = False
+        self.accelerator.native_amp = False
+        self.zoffload_config = zoffload_config
+        self.zo_engine = None
+        self._zo_resume = None
+
+    # --- the engine, at the start of train() ---
+
+    def create_optimizer_and_scheduler(self, num_training_steps):
+        if self.zo_engine is not None:
+            return
+        import zoffload
+        cfg = _config_dict(self.zoffload_config)
+        # which sections the config has decides whose optimizer and scheduler run (HF's deepspeed_optim_sched)
+        client_opt = None if "optimizer" in cfg else self.create_optimizer()
+        client_sched = None
+        if "scheduler" not in cfg:
+            def client_sched(opt):
+                return self.create_scheduler(num_training_steps, optimizer=opt)
+        auto = trainer_auto_values(self.args, num_training_steps, self.model)
+        with _lib.auto_values(auto):
+            engine, zopt, _, sched = zoffload.initialize(model=self.model, optimizer=client_opt,
+                                                         lr_scheduler=client_sched, config=self.zoffload_config)
+        bad = []
+        if engine.gradient_accumulation_steps() != self.args.gradient_accumulation_steps:
+            bad.append("gradient_accumulation_steps=%d vs gradient_accumulation_steps=%d"
+                       % (engine.gradient_accumulation_steps(), self.args.gradient_accumulation_steps))
+        if engine.train_micro_batch_size_per_gpu() != self.args.per_device_train_batch_size:
+            bad.append("train_micro_batch_size_per_gpu=%d vs per_device_train_batch_size=%d"
+                       % (engine.train_micro_batch_size_per_gpu(), self.args.per_device_train_batch_size))
+        if bad:
+            engine.close()
+            raise ValueError("ZoffloadTrainer: the zoffload config and the TrainingArguments disagree (config vs "
+                             "arguments): %s; set them \"auto\" or make them equal" % "; ".join(bad))
+        self.zo_engine = engine
+        self.optimizer = _TrainerOptimizer(zopt)
+        self.lr_scheduler = _TrainerScheduler(sched)
+
+    def training_step(self, model, inputs):
+        """The Trainer's step with the engine's backward (loss / gradient_accumulation_steps; gradients handed to
+        the engine as backward forms them) and the engine's step() after it (the optimizer step at each
+        accumulation boundary, with clipping and the scheduler)."""
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        with self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        self.zo_engine.backward(loss)
+        self.zo_engine.step()
+        return loss.detach() / self.args.gradient_accumulation_steps
+
+    # --- saving and resuming ---
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """The consolidated weights (the engine's, in its working dtype: fp32 unless fp16/bf16 is enabled) through
+        save_pretrained, as the Trainer saves a DeepSpeed model with stage3_gather_16bit_weights_on_model_save.
+        A collective call with several ranks; the saving rank writes."""
+        if self.zo_engine is None:
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        state = self.zo_engine._zero3_consolidated_16bit_state_dict()
+        if self.args.should_save:
+            self._save(output_dir, state_dict=state)
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save")
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        """The engine's checkpoint in checkpoint-N (global_stepN/: master weights, Adam state, step, loss scale, the
+        scheduler's and optimizer's state; latest naming it), as DeepSpeed's save_checkpoint(output_dir)."""
+        if self.zo_engine is None:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        self.zo_engine.save_checkpoint(output_dir)
+
+    def _has_engine_checkpoint(self, checkpoint):
+        return checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "latest"))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """A checkpoint-N with the engine's checkpoint: its weights come back with the engine's state (after the
+        engine exists); one without it (a plain Trainer checkpoint) loads as the Trainer's own."""
+        if self._has_engine_checkpoint(resume_from_checkpoint):
+            self._zo_resume = resume_from_checkpoint
+            return
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if self.zo_engine is None or not self._has_engine_checkpoint(checkpoint):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        path, _ = self.zo_engine.load_checkpoint(checkpoint)
+        if path is None:
+            raise FileNotFoundError("ZoffloadTrainer: no zoffload checkpoint in %s" % checkpoint)
+
+
+# --- accelerate ---
+
+def accelerate_initialize(accelerator, model, config, *dataloaders, optimizer=None, lr_scheduler=None,
+                          model_parameters=None):
+    """zoffload under an accelerate script: the engine for @model (zoffload.initialize with @config, @optimizer,
+    @lr_scheduler as DeepSpeed's initialize takes them) and @dataloaders prepared by @accelerator (sharded over
+    its processes). "auto" keys are filled from what accelerate knows: gradient_accumulation_steps from
+    accelerator.gradient_accumulation_steps, the micro batch from the first data loader's batch_size, fp16/bf16
+    from accelerator.mixed_precision, lr, betas, eps, weight_decay from @optimizer's first group. The model is not
+    given to accelerator.prepare (no DDP wrapper: the engine reduces gradients itself) and accelerate's autocast is
+    not used (the engine's config decides the precision). Returns (engine, optimizer, lr_scheduler, *dataloaders):
+    train with loss = engine(...); engine.backward(loss); engine.step(). An Accelerator with a DeepSpeedPlugin is
+    refused: that needs the deepspeed package."""
+    import zoffload
+    if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
+        raise ValueError("zoffload.hf.accelerate_initialize: the Accelerator has a DeepSpeedPlugin, which runs the "
+                         "deepspeed package; create it without one (zoffload is the ZeRO engine here)")
+    g = optimizer.param_groups[0] if optimizer is not None and hasattr(optimizer, "param_groups") else {}
+    micro = getattr(dataloaders[0], "batch_size", None) if dataloaders else None
+    mp = str(getattr(accelerator, "mixed_precision", "no"))
+    auto = auto_values(hidden_size=_hidden_size(getattr(model, "config", None)), micro_batch=micro,
+                       gradient_accumulation_steps=accelerator.gradient_accumulation_steps, lr=g.get("lr"),
+                       betas=g.get("betas"), eps=g.get("eps"), weight_decay=g.get("weight_decay"),
+                       fp16=mp == "fp16", bf16=mp == "bf16")
+    with _lib.auto_values(auto):
+        engine, zopt, _, sched = zoffload.initialize(model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                                     config=config, model_parameters=model_parameters)
+    prepared = accelerator.prepare(*dataloaders) if dataloaders else ()
+    if len(dataloaders) == 1:
+        prepared = (prepared,)
+    return (engine, zopt, sched) + tuple(prepared)

@@ -142,7 +142,8 @@ static void red_land(zo_engine_t *e, dp_red *r) {
   zo_param_t *p = r->p;
   const char *buf = (const char *)e->dp_grad.ptr + r->off;
   const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
-  /* p->grad: host (cpu), or device memory that the host can address (none: checked at create) */
+  /* p->grad: host memory (cpu), or device memory with device Adam (none), which the host never reads or writes:
+   * red_land_device (test_devadam_emu_np2 and test_engine_dp_np2_fakecuda run it where a host access faults) */
   if (e->tier == ZO_OFFLOAD_NVME) { /* to grad.swp (engine_gradnv.c), the norm on the way */
     if (r->last) p->sqnorm = 0.0;
     zo_status st = eng_gnv_put(e, p, 0, p->shard_n, mine, r->dtype, r->add, r->last);

@@ -57,8 +57,10 @@
  *    cudaMalloc returns an inaccessible (PROT_NONE) range, and copies and
  *    memsets reach the bytes through a private alias, so a host read or
  *    write of a device pointer (memcmp, a cast into it) faults as on a GPU.
- *    Kernels and anything else touching device memory directly do not work
- *    in this mode.
+ *    A kernel emulation reaches device memory as a kernel does, through
+ *    fake_cuda_hostview() (found with dlsym; the kernel section): the host
+ *    address of a device pointer's bytes (the pointer itself in the default
+ *    mode), so emulated kernels run in this mode too.
  * FAKE_CUDA_STATS=1 prints at exit how many copies went which way.
  * Only the calls zoffload and its tests make are provided.
  */
@@ -967,6 +969,12 @@ int fake_cuda_emulate(const char *sub, fake_kernel_fn fn, int n_args, const size
   pthread_mutex_unlock(&g_mu);
   return matched;
 }
+
+/* The test hook (found with dlsym) for kernel emulations: the host address of the bytes at @p, which an emulation
+ * reads and writes in place of device pointer @p (a kernel argument, or a pointer inside one). Under
+ * FAKE_CUDA_DEVICE_NOACCESS that is the allocation's private alias (@p itself faults on a host access); otherwise,
+ * and for any pointer that is not device memory, @p. Thread-safe; not a CUDA call (allowed in an emulation). */
+void *fake_cuda_hostview(const void *p) { return hostview(p); }
 
 /* A <<<>>> launch: the configuration is kept for the stub's pop (0: the stub goes on to launch). */
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {

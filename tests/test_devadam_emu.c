@@ -188,8 +188,9 @@ out_a:
 
 /* The stand-in's emulated launch itself: queued, not run in the caller; runs on the stream's worker after the
  * stream's earlier work (a gated host func) and before its later work (a copy over the kernel's source, which
- * must therefore not be poisoned before the kernel has read it). The stand-in's "device memory" is host memory,
- * so the test reads it directly. */
+ * must therefore not be poisoned before the kernel has read it). The test looks at the stand-in's "device memory"
+ * without copies, through fake_cuda_hostview (devadam_emu_hostview: the bytes' host address, also under
+ * FAKE_CUDA_DEVICE_NOACCESS, where the device pointers themselves fault on a host access). */
 static atomic_int g_gate;
 static void gate_fn(void *arg) {
   (void)arg;
@@ -198,17 +199,18 @@ static void gate_fn(void *arg) {
 static void test_launch_order(zo_device_t *dev) {
   enum { N = 1000 };
   zo_stream_t *s = NULL;
-  float *src, *dst, *other;
+  float *dsrc, *ddst, *dother; /* device pointers; src, dst, other: the host's view of their bytes */
   if (!CHECK_OK(zo_stream_create(dev, &s))) return;
-  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&src));
-  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dst));
-  CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&other));
+  if (!CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dsrc)) || !CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&ddst)) ||
+      !CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dother)))
+    return;
+  float *src = devadam_emu_hostview(dsrc), *dst = devadam_emu_hostview(ddst), *other = devadam_emu_hostview(dother);
   for (int i = 0; i < N; i++) src[i] = (float)i, dst[i] = -1.0f, other[i] = 7.0f;
   const unsigned long runs0 = devadam_emu_acc_runs;
   atomic_store(&g_gate, 0);
   CHECK_OK(zo_launch_host_func(s, gate_fn, NULL));
-  CHECK_OK(zo_grad_acc_device(s, dst, ZO_DTYPE_F32, src, ZO_DTYPE_F32, N, 0));
-  CHECK_OK(zo_memcpy_async(s, src, other, N * 4, ZO_COPY_D2D)); /* after the kernel in stream order */
+  CHECK_OK(zo_grad_acc_device(s, ddst, ZO_DTYPE_F32, dsrc, ZO_DTYPE_F32, N, 0));
+  CHECK_OK(zo_memcpy_async(s, dsrc, dother, N * 4, ZO_COPY_D2D)); /* after the kernel in stream order */
   usleep(20000);
   CHECK_EQ(devadam_emu_acc_runs - runs0, 0); /* behind the gate */
   CHECK(dst[0] == -1.0f && dst[N - 1] == -1.0f);
@@ -227,8 +229,8 @@ static void test_launch_order(zo_device_t *dev) {
   unsetenv("FAKE_CUDA_LATENCY_US");
   if (CHECK_OK(cst)) {
     for (int i = 0; i < N; i++) src[i] = (float)(2 * i), other[i] = 5.0f;
-    CHECK_OK(zo_grad_acc_device(slow, dst, ZO_DTYPE_F32, src, ZO_DTYPE_F32, N, 0));
-    CHECK_OK(zo_memcpy_async(slow, src, other, N * 4, ZO_COPY_D2D));
+    CHECK_OK(zo_grad_acc_device(slow, ddst, ZO_DTYPE_F32, dsrc, ZO_DTYPE_F32, N, 0));
+    CHECK_OK(zo_memcpy_async(slow, dsrc, dother, N * 4, ZO_COPY_D2D));
     CHECK_OK(zo_stream_synchronize(slow));
     bad = 0;
     for (int i = 0; i < N; i++) bad += dst[i] != (float)(2 * i);
@@ -236,7 +238,7 @@ static void test_launch_order(zo_device_t *dev) {
                      "or poisoned before it ran", bad, N, (double)dst[0]);
     zo_stream_destroy(slow);
   }
-  zo_device_free(dev, src), zo_device_free(dev, dst), zo_device_free(dev, other);
+  zo_device_free(dev, dsrc), zo_device_free(dev, ddst), zo_device_free(dev, dother);
   zo_stream_destroy(s);
 }
 

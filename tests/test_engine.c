@@ -23,6 +23,9 @@
 #include "zoffload/budget.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
+#ifdef ZO_TEST_DEVADAM_EMU
+#include "devadam_emu.h"
+#endif
 
 /* Gradients are handed over in device memory: stage host values into a
  * device scratch buffer (the host backend checks that copies name device
@@ -47,9 +50,11 @@ static void from_device(zo_device_t *dev, void *dst, const void *dptr, size_t nb
   }
 }
 
-/* offload_optimizer "none" on CUDA runs Adam as a kernel: the stand-in runtime runs no kernels. */
+/* offload_optimizer "none" on CUDA runs Adam as a kernel: the stand-in runtime runs it only when the test
+ * emulates it (built with ZO_TEST_DEVADAM_EMU: devadam_emu.h, installed in main). */
+static int g_device_kernels;
 static int skip_device_adam(const char *label, zo_offload_device optimizer_device) {
-  if (g_kind != ZO_DEVICE_CUDA || optimizer_device != ZO_OFFLOAD_NONE) return 0;
+  if (g_kind != ZO_DEVICE_CUDA || optimizer_device != ZO_OFFLOAD_NONE || g_device_kernels) return 0;
   printf("skip %s: offload_optimizer \"none\" on cuda needs a device Adam kernel\n", label);
   return 1;
 }
@@ -493,9 +498,12 @@ static void test_param_offload(const char *dir) {
    * (new weights go to the nvme write-back ring from the copy stream's thread). */
   for (int oc = 0; oc < 6; oc++) {
     const int o = oc % 3, clip = oc < 3;
-    if (skip_device_adam(clip ? "parameter offload, optimizer none, clip" : "parameter offload, optimizer none",
-                         devs[o]))
+    const char *label = clip ? "parameter offload, optimizer none, clip" : "parameter offload, optimizer none";
+    if (skip_device_adam(label, devs[o])) continue;
+    if (g_kind == ZO_DEVICE_CUDA && devs[o] == ZO_OFFLOAD_NONE) { /* kernels or not: create refuses it */
+      printf("skip %s: device Adam with offload_param \"cpu\"/\"nvme\" is refused on cuda\n", label);
       continue;
+    }
     zo_config_t cfg;
     base_config(&cfg);
     cfg.bf16.enabled = 1;
@@ -760,7 +768,11 @@ int main(int argc, char **argv) {
     printf("test_engine: no CUDA device, skipped\n");
     return ZO_TEST_SKIP;
   }
-  printf("test_engine: %s backend\n", zo_device_kind_name(g_kind));
+#ifdef ZO_TEST_DEVADAM_EMU
+  if (g_kind == ZO_DEVICE_CUDA && devadam_emu_install() == 1) g_device_kernels = 1;
+#endif
+  printf("test_engine: %s backend%s\n", zo_device_kind_name(g_kind),
+         g_device_kernels ? ", device Adam's kernels emulated by the stand-in" : "");
   char dir[2048];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir)) return ZO_TEST_SKIP;
   zo_config_t cfg;

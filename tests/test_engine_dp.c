@@ -16,7 +16,8 @@
  * ranks is refused naming the key.
  * usage: test_engine_dp [--backend host|cuda]   Exit 0 pass, 1 fail, 77 skip. ctest test_engine_dp_fakecuda (and
  * _np2_fakecuda, one stand-in GPU per rank) runs the cuda backend against the stand-in runtime (tests/fake_cudart.c);
- * the "state none" cases (device Adam) are skipped there.
+ * the "state none" cases run device Adam there, its kernels emulated (devadam_emu.h, when the stand-in provides
+ * emulation; skipped otherwise).
  */
 #include <math.h>
 #include <stdio.h>

@@ -13,7 +13,8 @@
  * usage: test_grad_accum [--backend host|cuda] [SCRATCH_BASE]   Exit 0 pass, 1 fail, 77 skip. ctest
  * test_grad_accum_fakecuda (and _np2_fakecuda, one stand-in GPU per rank) runs the cuda backend against the stand-in
  * runtime (tests/fake_cudart.c): its copies land later with poisoned destinations, so the slow link is not needed
- * there; the none tier (device kernels) is skipped.
+ * there; the none tier runs device Adam, its kernels emulated (devadam_emu.h, when the stand-in provides emulation;
+ * skipped otherwise).
  */
 #include <math.h>
 #include <stdio.h>

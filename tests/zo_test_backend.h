@@ -3,6 +3,8 @@
  * device each rank opens: the host backend, or the CUDA GPU of its local rank (zo_device_local_ordinal: LOCAL_RANK,
  * OMPI_COMM_WORLD_LOCAL_RANK, ...), as zo-train picks it. ctest runs the cuda side against the stand-in runtime
  * (tests/fake_cudart.c; FAKE_CUDA_DEVICES=2 for two ranks). Not a device abstraction: tests call the API directly.
+ * Built with ZO_TEST_DEVADAM_EMU (CMake's zo_test_devadam_emu()), `--backend cuda` also installs the stand-in's
+ * emulation of device Adam's kernels (devadam_emu.h), so offload_optimizer "none" runs there instead of skipping.
  */
 #ifndef ZO_TEST_BACKEND_H
 #define ZO_TEST_BACKEND_H
@@ -13,7 +15,13 @@
 #include "zo_test.h"
 #include "zoffload/device.h"
 
+#ifdef ZO_TEST_DEVADAM_EMU
+#include "devadam_emu.h"
+#endif
+
 static zo_device_kind zo_test_kind = ZO_DEVICE_HOST; /* --backend */
+/* 1 when device Adam's kernels run on this cuda device: emulated by the stand-in (or, later, a real GPU's). */
+static int zo_test_device_kernels;
 
 /* Takes a leading `--backend host|cuda` off @argc and @argv. Returns 0 to go on, 1 on a bad argument (usage printed
  * as "usage: @prog [--backend host|cuda] @rest") or when this rank has no GPU of its own (zo_device_local_ordinal's
@@ -39,7 +47,11 @@ static inline int zo_test_backend_arg(const char *prog, const char *rest, int *a
     fprintf(stderr, "%s: %s\n", prog, zo_last_error());
     return 1;
   }
-  printf("%s: %s backend\n", prog, zo_device_kind_name(zo_test_kind));
+#ifdef ZO_TEST_DEVADAM_EMU
+  if (zo_test_kind == ZO_DEVICE_CUDA && devadam_emu_install() == 1) zo_test_device_kernels = 1;
+#endif
+  printf("%s: %s backend%s\n", prog, zo_device_kind_name(zo_test_kind),
+         zo_test_device_kernels ? ", device Adam's kernels emulated by the stand-in" : "");
   return 0;
 }
 
@@ -53,9 +65,10 @@ static inline zo_status zo_test_device_create(size_t mem_limit_bytes, zo_device_
   return zo_device_create(zo_test_kind, ordinal, mem_limit_bytes, out);
 }
 
-/* offload_optimizer "none" on CUDA runs Adam (and the gradient adds) as kernels; the stand-in runs none. */
+/* offload_optimizer "none" on CUDA runs Adam (and the gradient adds) as kernels; the stand-in runs them only when
+ * they are emulated (zo_test_device_kernels). */
 static inline int zo_test_skip_device_kernels(const char *label, int optimizer_on_device) {
-  if (zo_test_kind != ZO_DEVICE_CUDA || !optimizer_on_device) return 0;
+  if (zo_test_kind != ZO_DEVICE_CUDA || !optimizer_on_device || zo_test_device_kernels) return 0;
   printf("skip %s: offload_optimizer \"none\" on cuda needs device kernels (device Adam)\n", label);
   return 1;
 }

@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
   CHECK_OK(zo_engine_register_param(e, "a", NA, &pa));
   CHECK_OK(zo_engine_register_param(e, "b", NB, &pb));
   zo_plan *plan = NULL;
-  if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  if (!CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &plan))) goto out;
   CHECK(plan_has(plan, ZO_TIER_HOST, "device_adam.norm_host"));
   CHECK(plan->dev_norm_off != SIZE_MAX && plan->dev_norm_off < plan->device_bytes);
   CHECK(!plan_has(plan, ZO_TIER_HOST, "grad_staging")); /* accumulation on the device: no host staging ring */

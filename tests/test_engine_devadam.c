@@ -19,6 +19,7 @@
 
 #include "adam_device.h"
 #include "zo_test.h"
+#include "zoffload/budget.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/engine.h"
 #include "zoffload/plan.h"
@@ -86,6 +87,15 @@ static void dry_run_plan_is_gpu_finalize(const char *what, const zo_config_t *c,
       !CHECK_OK(zo_engine_register_param(eh, "b", NB, &p)) || !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_CUDA, &ph)) ||
       !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_AUTO, &pown)))
     goto out;
+  /* the dry run's budget (zo_engine_budget_for) sums that plan */
+  zo_budget bud;
+  if (CHECK_OK(zo_engine_budget_for(eh, ZO_DEVICE_CUDA, NULL, &bud)))
+    for (int i = 0; i < bud.n_lines; i++) {
+      const zo_budget_line *l = &bud.line[i];
+      if (l->tier == ZO_TIER_DEVICE) CHECK_EQ(l->engine_bytes, ph->device_need_bytes);
+      if (l->tier == ZO_TIER_HOST) CHECK_EQ(l->engine_bytes, ph->host_bytes);
+      if (l->tier == ZO_TIER_PINNED) CHECK_EQ(l->engine_bytes, ph->pinned_bytes);
+    }
   if (!CHECK_OK(zo_engine_create(c, gpu, NULL, &eg)) || !CHECK_OK(zo_engine_register_param(eg, "a", NA, &p)) ||
       !CHECK_OK(zo_engine_register_param(eg, "b", NB, &p)) || !CHECK_OK(zo_engine_finalize(eg)))
     goto out;

@@ -919,9 +919,10 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     return ZO_OK;
   }
   if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
+  if (!strcmp(key, "allow_pageable_host")) return get_bool(c, p, v, &cfg->zoffload.allow_pageable_host);
   static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
                                      "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
-                                     "host_link_gbps", "pinned_fraction", NULL};
+                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", NULL};
   return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
@@ -1382,6 +1383,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
   if (cfg->zoffload.pinned_fraction != ZO_CONFIG_PINNED_FRACTION) /* printed only when given: dumps stay as they were */
     sb_printf(&b, "zoffload.pinned_fraction = %g\n", cfg->zoffload.pinned_fraction);
+  if (cfg->zoffload.allow_pageable_host) /* printed only when given: dumps stay as they were */
+    sb_printf(&b, "zoffload.allow_pageable_host = 1\n");
   return b.len;
 }
 

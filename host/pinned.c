@@ -77,6 +77,7 @@ struct zo_pinned_pool {
   struct zo_pinned_pool *prev_pool, *next_pool; /* g_pools, under g_pools_mu */
   atomic_size_t bytes_reserved, bytes_mapped, bytes_pinned, bytes_allocated, n_allocs, n_pin_failures, n_unpinned_live;
   atomic_size_t bytes_registered, n_register_failures;
+  char reg_err[256]; /* the latest refused cudaHostRegister's error, under mu ("" when none) */
 };
 
 /* ------------------------------------------------------------ regions */
@@ -129,6 +130,7 @@ static void cr_register(zo_pinned_pool_t *p, crange *c) {
     return;
   }
   atomic_fetch_add(&p->n_register_failures, 1);
+  snprintf(p->reg_err, sizeof p->reg_err, "%s", zo_last_error());
   zo_warn_once("pinned host pool: cannot register %zu bytes with CUDA (%s); that memory stays pageable for the GPU "
                "(mlock only): host<->device copies from it are staged by the driver, slower, and may block",
                c->len, zo_last_error());
@@ -623,6 +625,23 @@ int zo_pinned_is_registered(zo_pinned_pool_t *p, const void *ptr) {
   return reg;
 }
 
+/* Bytes of [@ptr, @ptr + @nbytes) that no registered range of @p covers; *@why the pool's latest registration
+ * error. The committed ranges are disjoint, so the covered parts add up to at most @nbytes. */
+static size_t unregistered_in(zo_pinned_pool_t *p, const void *ptr, size_t nbytes, char *why, size_t why_len) {
+  const uintptr_t a = (uintptr_t)ptr, b = nbytes > UINTPTR_MAX - a ? UINTPTR_MAX : a + nbytes;
+  size_t covered = 0;
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < p->n_crs; i++) {
+    const crange *c = &p->crs[i];
+    if (!c->registered) continue;
+    const uintptr_t lo = c->base > a ? c->base : a, hi = c->base + c->len < b ? c->base + c->len : b;
+    if (lo < hi) covered += hi - lo;
+  }
+  if (why && why_len) snprintf(why, why_len, "%s", p->reg_err);
+  pthread_mutex_unlock(&p->mu);
+  return covered < nbytes ? nbytes - covered : 0;
+}
+
 int zo_pinned_is_pinned(zo_pinned_pool_t *p, const void *ptr) {
   if (!p || !ptr) return 0;
   pthread_mutex_lock(&p->mu);
@@ -763,6 +782,14 @@ size_t zo_host_pinned_bytes(void) {
   zo_pinned_stats_t s;
   if (!g_default || zo_pinned_stats(g_default, &s) != ZO_OK) return 0;
   return s.bytes_pinned;
+}
+
+size_t zo_host_unregistered_bytes(const void *ptr, size_t nbytes, char *why, size_t why_len) {
+  if (why && why_len) why[0] = 0;
+  if (!ptr || !nbytes) return 0;
+  zo_pinned_pool_t *p = g_default;
+  if (!p || !pool_owns(p, ptr)) return nbytes; /* not the pool's: plain pageable memory */
+  return unregistered_in(p, ptr, nbytes, why, why_len);
 }
 
 zo_pinned_pool_t *zo_host_pool(void) {

@@ -46,6 +46,17 @@ size_t zo_host_pinned_bytes(void);
  */
 int zo_host_prefer_numa_node(int os_node);
 
+/*
+ * zo_host_unregistered_bytes() - bytes of the buffer [@ptr, @ptr + @nbytes)
+ * (from zo_host_alloc()) that are NOT registered with CUDA (cudaHostRegister):
+ * 0 when all of it is, @nbytes for a pageable buffer, one not from the pinned
+ * pool, or before a CUDA device exists. @why (may be NULL, @why_len bytes)
+ * receives the latest refused registration's error message ("" when none was
+ * refused). The engine's start-up check (zo_engine_finalize() on a CUDA
+ * device) reads it. Thread-safe.
+ */
+size_t zo_host_unregistered_bytes(const void *ptr, size_t nbytes, char *why, size_t why_len);
+
 /* zo_host_pool() - the process-wide pool (created on first call), NULL if it cannot be created. */
 zo_pinned_pool_t *zo_host_pool(void);
 

@@ -173,9 +173,13 @@ static zo_budget_line *add_line(zo_budget *b, zo_tier t, const char *where) {
 }
 
 zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) {
+  return zo_engine_budget_for(e, ZO_DEVICE_AUTO, app, out);
+}
+
+zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4], zo_budget *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
   zo_plan *plan;
-  ZO_CHECK(zo_plan_make(e, "budget", &plan));
+  ZO_CHECK(zo_plan_make(e, "budget", kind, &plan));
   zo_status st = zo_plan_budget(e, plan, app, out);
   zo_plan_free(plan);
   return st;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 
 #include "engine_internal.h"
@@ -30,7 +31,54 @@ zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
 zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin) {
   ZO_CHECK(eng_host_buf_alloc(b, nbytes, pin));
   eng_ledger_note(e, ZO_TIER_HOST, purpose, nbytes, pin, -1);
+  if (pin) ZO_CHECK(eng_pin_check(e, purpose, b->ptr, nbytes));
   return ZO_OK;
+}
+
+/* RLIMIT_MEMLOCK as "soft X, hard Y" (bytes or "unlimited"), for the messages below. */
+static void memlock_limits(char *out, size_t len) {
+  struct rlimit rl = {0, 0};
+  char soft[32] = "unknown", hard[32] = "unknown";
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    if (rl.rlim_cur == RLIM_INFINITY) snprintf(soft, sizeof soft, "unlimited");
+    else snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_max == RLIM_INFINITY) snprintf(hard, sizeof hard, "unlimited");
+    else snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
+  }
+  snprintf(out, len, "soft %s, hard %s", soft, hard);
+}
+
+/*
+ * Point 6 of the GPU review: a pinned buffer that CUDA did not register is pageable for the GPU (every copy staged
+ * by the driver through its own bounce buffer, slower, and synchronous with the host), so the pool's one warning is
+ * not enough: on a CUDA device finalize refuses it, naming the buffer, unless the config allows pageable memory.
+ */
+zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes) {
+  if (!nbytes || !e->dev || zo_device_get_kind(e->dev) != ZO_DEVICE_CUDA) return ZO_OK;
+  char why[256];
+  const size_t left = zo_host_unregistered_bytes(ptr, nbytes, why, sizeof why);
+  if (!left) return ZO_OK;
+  if (!why[0]) snprintf(why, sizeof why, "not registered (no cudaHostRegister error recorded)");
+  if (e->cfg.zoffload.allow_pageable_host) {
+    if (!e->pageable_first[0]) {
+      snprintf(e->pageable_first, sizeof e->pageable_first, "%s", purpose);
+      snprintf(e->pageable_why, sizeof e->pageable_why, "%s", why);
+    }
+    zo_size_add(e->pageable_bytes, left, &e->pageable_bytes);
+    return ZO_OK;
+  }
+  char lim[96];
+  memlock_limits(lim, sizeof lim);
+  return zo_error_set(ZO_ERR_CUDA,
+                      "engine: the pinned host buffer \"%s\" (%zu bytes, %zu of them not registered) could not be "
+                      "registered with CUDA: %s. Copies between it and the GPU would be pageable (staged by the "
+                      "driver, slower, blocking). Likely cause: the locked-memory limit (RLIMIT_MEMLOCK: %s; raise it "
+                      "with `ulimit -l unlimited`, memlock in /etc/security/limits.conf, LimitMEMLOCK= for a systemd "
+                      "unit, or a container's memlock limit, e.g. docker run --ulimit memlock=-1), or more page-locked "
+                      "memory than the machine gives (lower zoffload.pinned_fraction, offload to nvme, or set "
+                      "offload_optimizer/offload_param pin_memory false). To run with pageable copies anyway, set "
+                      "zoffload.allow_pageable_host to true",
+                      purpose, nbytes, left, why, lim);
 }
 
 void eng_host_buf_free(host_buf *b) {
@@ -450,7 +498,7 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
   zo_plan *plan = NULL;
-  zo_status st = zo_plan_make(e, "finalize", &plan);
+  zo_status st = zo_plan_make(e, "finalize", ZO_DEVICE_AUTO, &plan);
   if (st == ZO_OK) st = finalize_tiers(e, plan);
   zo_plan_free(plan);
   if (st != ZO_OK) e->fin_failed = 1;
@@ -483,6 +531,7 @@ static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
       return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
                              "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, each);
     eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
+    ZO_CHECK(eng_pin_check(e, "offload_param.staging", e->pstage[b], each));
   }
   return ZO_OK;
 }
@@ -535,6 +584,7 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
                                "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
                                s + 1, nbuf, e->slot_el);
       eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
+      ZO_CHECK(eng_pin_check(e, k_sg_buf[k], e->slots[s].buf[k], slot_bytes[k]));
     }
   }
   /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
@@ -553,6 +603,7 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
   const size_t gnv_each = zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
   ZO_CHECK(eng_host_buf_alloc(&e->gnv_host, gnv_each * (size_t)e->gnv_n, 1)); /* plan.c: the product fits */
   for (int b = 0; b < e->gnv_n; b++) eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
+  ZO_CHECK(eng_pin_check(e, "grad_swap_buffers", e->gnv_host.ptr, e->gnv_host.nbytes));
   memset(e->gnv_host.ptr, 0, e->gnv_host.nbytes);
   zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
           "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
@@ -681,7 +732,12 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
       return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
                              "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
     eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", e->wb_bytes, 1, -1);
+    ZO_CHECK(eng_pin_check(e, "write_back_ring", e->wb_ring, e->wb_bytes));
   }
+  if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */
+    zo_warn("engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
+            "pageable, as zoffload.allow_pageable_host allows: host<->device copies from them are staged by the "
+            "driver, slower, and block", e->pageable_bytes, e->pageable_first, e->pageable_why);
   e->finalized = 1;
   return ZO_OK;
 }

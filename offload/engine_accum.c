@@ -43,10 +43,10 @@ void eng_acc_setup(zo_engine_t *e) {
 
 size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc_ok ? sizeof(float) : zo_dtype_size(e->gdtype); }
 
-void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets) {
+void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets) {
   *bucket_el = 0, *n_buckets = 0;
   if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
-  if (eng_device_adam(e)) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
+  if (dev_adam) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
   if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
     *bucket_el = eng_gnv_el(e), *n_buckets = 1;
     return;
@@ -105,7 +105,7 @@ zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
   ZO_CHECK(zo_event_create(e->dev, &e->grad_read));
   ZO_CHECK(acc_alloc_norm_parts(e));
   int nb;
-  eng_acc_ring_shape(e, &e->acc_bucket_el, &nb);
+  eng_acc_ring_shape(e, eng_device_adam(e), &e->acc_bucket_el, &nb);
   if (!nb) return ZO_OK;
   ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc_ring, "grad_staging", bytes, 1));
   e->acc_nb = nb;

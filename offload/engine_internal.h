@@ -287,6 +287,11 @@ struct zo_engine {
   /* what finalize requested, per kind of buffer (zo_engine_allocations(); plan.c) */
   zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
   int n_ledger;
+  /* on a CUDA device, pinned host buffers cudaHostRegister did not take (eng_pin_check; with
+   * zoffload.allow_pageable_host, finalize warns once with these) */
+  size_t pageable_bytes;     /* their unregistered bytes, all buffers */
+  char pageable_first[40];   /* the first one's plan purpose */
+  char pageable_why[256];    /* the registration error */
 
   /* optimizer state */
   int64_t step;              /* applied optimizer steps */
@@ -381,6 +386,10 @@ zo_status eng_trace_end_step(zo_engine_t *e);
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
 /* eng_host_buf_alloc() of a buffer of the plan named @purpose, noted in the ledger. */
 zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin);
+/* A pinned host buffer of the plan (@purpose, @nbytes at @ptr) just allocated: on a CUDA device, every byte of it must
+ * be registered with CUDA; ZO_ERR_CUDA naming it, the error and the way out when not, unless
+ * zoffload.allow_pageable_host (then noted for finalize's one warning). ZO_OK on other devices. */
+zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes);
 /* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
 zo_status eng_check_usable(const zo_engine_t *e, const char *what);
 void eng_host_buf_free(host_buf *b);
@@ -456,8 +465,9 @@ void eng_pg_drop_device_copies(zo_engine_t *e);
 void eng_acc_setup(zo_engine_t *e);
 /* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
 size_t eng_acc_in_size(const zo_engine_t *e);
-/* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed). */
-void eng_acc_ring_shape(const zo_engine_t *e, size_t *bucket_el, int *n_buckets);
+/* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed); @dev_adam: for device
+ * Adam (eng_device_adam(), or the plan's device kind), which needs none. */
+void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets);
 /* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence event. */
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes);
 void eng_acc_free(zo_engine_t *e);

@@ -76,10 +76,10 @@ static void dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gath
 
 /* One rank with accumulation (or fp32 hand-overs): the pinned staging buckets gradients pass through
  * (engine_accum.c), one buffer of n_buckets x bucket elements x 4 bytes. */
-static void plan_grad_staging(const zo_engine_t *e, zo_plan *pl) {
+static void plan_grad_staging(const zo_engine_t *e, int dev_adam, zo_plan *pl) {
   size_t bucket_el;
   int n_buckets;
-  eng_acc_ring_shape(e, &bucket_el, &n_buckets);
+  eng_acc_ring_shape(e, dev_adam, &bucket_el, &n_buckets);
   pl->grad_staging_bytes = mul_sat(mul_sat(bucket_el, eng_acc_in_size(e)), (size_t)n_buckets);
   add_buf(pl, ZO_TIER_HOST, "grad_staging", pl->grad_staging_bytes, 1, 1, -1);
 }
@@ -171,12 +171,21 @@ static zo_status plan_check_largest(const zo_engine_t *e, size_t largest) {
   return ZO_OK;
 }
 
-zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
+zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out) {
+  if (kind != ZO_DEVICE_AUTO && kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: device kind %d is not ZO_DEVICE_AUTO, ZO_DEVICE_HOST or "
+                        "ZO_DEVICE_CUDA", what, (int)kind);
   ZO_CHECK(eng_check_usable(e, what));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
-  /* what zo_engine_create refuses for this device, refused by the plan too (create did already on this engine) */
-  ZO_CHECK(zo_engine_check_device(&e->cfg, zo_device_get_kind(e->dev), e->world));
+  /* The device planned for: the engine's own (what its finalize allocates), or the one a dry run plans for on a
+   * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
+   * by the plan too (create did already for the engine's own). */
+  const zo_device_kind own = zo_device_get_kind(e->dev);
+  const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? own : kind;
+  ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
+  /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
+  const int dadam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && pk == ZO_DEVICE_CUDA;
   zo_plan *pl = calloc(1, sizeof *pl);
   if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
   if (!pl || !pl->tensor) {
@@ -222,10 +231,10 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   /* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), at the end of the block */
   const size_t norm_bytes = mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
   pl->dev_norm_off = SIZE_MAX;
-  if (eng_device_adam(e)) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(norm_bytes, 256));
+  if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(norm_bytes, 256));
   /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
   pl->dev_stage_off = SIZE_MAX;
-  if (eng_device_adam(e) && e->world > 1) {
+  if (dadam && e->world > 1) {
     size_t shard_largest = 0;
     for (int i = 0; i < e->n_params; i++)
       if (e->params[i]->shard_n > shard_largest) shard_largest = e->params[i]->shard_n;
@@ -262,8 +271,8 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
       }
   }
   if (pres && e->tier != ZO_OFFLOAD_NONE) add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
-  if (eng_device_adam(e)) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", norm_bytes, 1, 1, -1);
-  plan_grad_staging(e, pl);
+  if (dadam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", norm_bytes, 1, 1, -1);
+  plan_grad_staging(e, dadam, pl);
   dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
   add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
@@ -316,10 +325,10 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out) {
   return ZO_OK;
 }
 
-zo_status zo_engine_plan(const zo_engine_t *e, zo_plan **out) {
+zo_status zo_engine_plan(const zo_engine_t *e, zo_device_kind kind, zo_plan **out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "plan: NULL argument");
   *out = NULL;
-  return zo_plan_make(e, "plan", out);
+  return zo_plan_make(e, "plan", kind, out);
 }
 
 void zo_plan_free(zo_plan *p) {

@@ -9,8 +9,9 @@
 #include "zoffload/budget.h"
 #include "zoffload/plan.h"
 
-/* zo_engine_plan() with @what naming the caller in the messages of its usage checks ("budget", "finalize"). */
-zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_plan **out);
+/* zo_engine_plan() for device @kind (ZO_DEVICE_AUTO: the engine's own) with @what naming the caller in the messages
+ * of its usage checks ("budget", "finalize"). */
+zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out);
 /* Bytes (count x bytes, saturated) of the plan's buffers named @name, or of every buffer whose name starts
  * with @name when it ends with '.' (e.g. "state_host."); 0 when there is none. */
 size_t zo_plan_sum(const zo_plan *p, const char *name);

@@ -563,6 +563,20 @@ static void test_legacy(void) {
   CHECK_EQ(c.zoffload.swap_sqpoll, 1);
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"swap_checksum\": 1}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.swap_checksum");
+  /* zoffload.allow_pageable_host: false by default (an unregistered pinned buffer fails finalize on CUDA), a bool */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.allow_pageable_host, 0);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"allow_pageable_host\": true}}", &c), ZO_OK);
+  CHECK_EQ(c.zoffload.allow_pageable_host, 1);
+  {
+    char d[8192];
+    zo_config_describe(&c, d, sizeof d);
+    CHECK_HAS(d, "zoffload.allow_pageable_host = 1\n");
+  }
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"allow_pageable_host\": 1}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.allow_pageable_host: expected true or false, got 1");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"allow_pageable_host\": \"yes\"}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.allow_pageable_host: expected true or false");
 
   /* zoffload.device: "auto" by default; "cuda" and "host" by name; anything else names the path and the choices. */
   CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);

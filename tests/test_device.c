@@ -1354,6 +1354,9 @@ static void test_cuda_foreign_pointers(void) {
   c.zero.stage = 2;
   c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
   c.zoffload.adam_threads = 1;
+  /* test_device_fakecuda_pageable (FAKE_CUDA_NOREG=1) tests the device layer's pageable copies: the engine's pinned
+   * buffers are then unregistered too, which finalize refuses unless allowed (test_engine_pinreg tests that) */
+  c.zoffload.allow_pageable_host = 1;
   zo_engine_t *e = NULL;
   zo_param_t *p = NULL;
   float *w = hbuf(NE * sizeof(float)), *g = hbuf(NE * sizeof(float));

@@ -5,7 +5,9 @@
  * kernels are built, with gradient accumulation and several ranks too, and refuses what device
  * Adam cannot do with exactly zo_engine_check_device()'s message (what
  * zo-train --dry-run prints); the plan lists the norm partials, their host
- * copy and the fp32 accumulation regions, and finalize allocates exactly the plan; master weights go to device
+ * copy and the fp32 accumulation regions, and finalize allocates exactly the plan; the plan an engine on a
+ * host device makes for ZO_DEVICE_CUDA (zo-train --dry-run --device cuda without a GPU) is what finalize
+ * allocates on the GPU, entry by entry (device Adam gas 1 and 2, CPU Adam); master weights go to device
  * memory and back through host copies (load_param, get_master, a checkpoint
  * save and load); the first kernel launch (the accumulation) fails with the
  * stand-in's error as ZO_ERR_CUDA. The update itself is checked on a GPU by
@@ -17,6 +19,7 @@
 
 #include "adam_device.h"
 #include "zo_test.h"
+#include "zoffload/budget.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/engine.h"
 #include "zoffload/plan.h"
@@ -32,10 +35,85 @@ static void config(zo_config_t *c, int gas) {
   c->zoffload.adam_threads = 1;
 }
 
+/* Bytes (count x bytes) of the ledger's buffers on tier @t (@pinned_only: only pinned ones). */
+static size_t zo_plan_sum_bytes_for_test(const zo_plan_buf *b, int n, zo_tier t, int pinned_only) {
+  size_t s = 0;
+  for (int i = 0; i < n; i++)
+    if (b[i].tier == t && (!pinned_only || b[i].pinned)) s += b[i].bytes * (size_t)b[i].count;
+  return s;
+}
+
 static int plan_has(const zo_plan *p, zo_tier t, const char *purpose) {
   for (int i = 0; i < p->n_bufs; i++)
     if (p->buf[i].tier == t && !strcmp(p->buf[i].purpose, purpose)) return 1;
   return 0;
+}
+
+/* The ledger @led[@n] of a finalize equals @p entry by entry (tier, purpose, bytes, count, pinned); @what names the
+ * case. Returns the mismatches. */
+static int ledger_is_plan(const char *what, const zo_plan_buf *led, int n, const zo_plan *p) {
+  int bad = 0;
+  if (n != p->n_bufs) bad += FAIL_AT("%s: %d buffers allocated, %d planned", what, n, p->n_bufs) ? 0 : 1;
+  for (int i = 0; i < n && i < p->n_bufs; i++)
+    if (led[i].tier != p->buf[i].tier || strcmp(led[i].purpose, p->buf[i].purpose) || led[i].bytes != p->buf[i].bytes ||
+        led[i].count != p->buf[i].count || led[i].pinned != p->buf[i].pinned)
+      bad += FAIL_AT("%s: buffer %d: allocated %s %s %d x %zu (pinned %d), planned %s %s %d x %zu (pinned %d)", what, i,
+                     zo_tier_name(led[i].tier), led[i].purpose, led[i].count, led[i].bytes, led[i].pinned,
+                     zo_tier_name(p->buf[i].tier), p->buf[i].purpose, p->buf[i].count, p->buf[i].bytes,
+                     p->buf[i].pinned) ? 0 : 1;
+  for (int i = n; i < p->n_bufs; i++)
+    bad += FAIL_AT("%s: planned but not allocated: %s %s %zu", what, zo_tier_name(p->buf[i].tier), p->buf[i].purpose,
+                   p->buf[i].bytes) ? 0 : 1;
+  for (int i = p->n_bufs; i < n; i++)
+    bad += FAIL_AT("%s: allocated but not planned: %s %s %zu", what, zo_tier_name(led[i].tier), led[i].purpose,
+                   led[i].bytes) ? 0 : 1;
+  return bad;
+}
+
+/*
+ * What zo-train --dry-run --device cuda does on a machine without a GPU: an engine on a host device plans for
+ * ZO_DEVICE_CUDA. That plan must be the buffers the same config's finalize allocates on the CUDA device (@gpu, the
+ * stand-in), entry by entry; the host device's own plan (ZO_DEVICE_AUTO) is not (device Adam's norm_host, the
+ * grad_staging ring). @c: the config; tensors of NA and NB elements.
+ */
+static void dry_run_plan_is_gpu_finalize(const char *what, const zo_config_t *c, zo_device_t *gpu) {
+  enum { NA = 1000, NB = 3 };
+  zo_device_t *host = NULL;
+  zo_engine_t *eh = NULL, *eg = NULL;
+  zo_plan *ph = NULL, *pown = NULL;
+  zo_param_t *p;
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, SIZE_MAX, &host))) return;
+  if (!CHECK_OK(zo_engine_create(c, host, NULL, &eh)) || !CHECK_OK(zo_engine_register_param(eh, "a", NA, &p)) ||
+      !CHECK_OK(zo_engine_register_param(eh, "b", NB, &p)) || !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_CUDA, &ph)) ||
+      !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_AUTO, &pown)))
+    goto out;
+  /* the dry run's budget (zo_engine_budget_for) sums that plan */
+  zo_budget bud;
+  if (CHECK_OK(zo_engine_budget_for(eh, ZO_DEVICE_CUDA, NULL, &bud)))
+    for (int i = 0; i < bud.n_lines; i++) {
+      const zo_budget_line *l = &bud.line[i];
+      if (l->tier == ZO_TIER_DEVICE) CHECK_EQ(l->engine_bytes, ph->device_need_bytes);
+      if (l->tier == ZO_TIER_HOST) CHECK_EQ(l->engine_bytes, ph->host_bytes);
+      if (l->tier == ZO_TIER_PINNED) CHECK_EQ(l->engine_bytes, ph->pinned_bytes);
+    }
+  if (!CHECK_OK(zo_engine_create(c, gpu, NULL, &eg)) || !CHECK_OK(zo_engine_register_param(eg, "a", NA, &p)) ||
+      !CHECK_OK(zo_engine_register_param(eg, "b", NB, &p)) || !CHECK_OK(zo_engine_finalize(eg)))
+    goto out;
+  const zo_plan_buf *led;
+  const int n = zo_engine_allocations(eg, &led);
+  const int bad = ledger_is_plan(what, led, n, ph);
+  CHECK_EQ(ph->host_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_HOST, 0));
+  CHECK_EQ(ph->pinned_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_HOST, 1));
+  CHECK_EQ(ph->device_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_DEVICE, 0));
+  printf("test_engine_devadam: %s: the host device's plan for cuda = the GPU's finalize, %d buffers%s; host %zu "
+         "(pinned %zu) bytes vs the host device's own plan: host %zu (pinned %zu)\n", what, n, bad ? " (NOT)" : "",
+         ph->host_bytes, ph->pinned_bytes, pown->host_bytes, pown->pinned_bytes);
+out:
+  zo_plan_free(ph);
+  zo_plan_free(pown);
+  zo_engine_destroy(eh);
+  zo_engine_destroy(eg);
+  zo_device_destroy(host);
 }
 
 int main(int argc, char **argv) {
@@ -84,7 +162,7 @@ int main(int argc, char **argv) {
   CHECK_OK(zo_engine_register_param(e, "a", NA, &pa));
   CHECK_OK(zo_engine_register_param(e, "b", NB, &pb));
   zo_plan *plan = NULL;
-  if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  if (!CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &plan))) goto out;
   CHECK(plan_has(plan, ZO_TIER_HOST, "device_adam.norm_host"));
   CHECK(plan->dev_norm_off != SIZE_MAX && plan->dev_norm_off < plan->device_bytes);
   CHECK(!plan_has(plan, ZO_TIER_HOST, "grad_staging")); /* accumulation on the device: no host staging ring */
@@ -132,6 +210,23 @@ int main(int argc, char **argv) {
   printf("test_engine_devadam: the stand-in's launch error: %s\n", zo_last_error());
   zo_device_free(dev, g);
   free(va), free(vb), free(got);
+
+  /* 3. the dry run's plan (zo-train --dry-run --device cuda without a GPU: a host device planning for cuda) is what
+   * finalize allocates on the GPU: device Adam with accumulation, device Adam without, CPU Adam with accumulation */
+  config(&c, 2);
+  dry_run_plan_is_gpu_finalize("device Adam, gas 2", &c, dev);
+  config(&c, 1);
+  dry_run_plan_is_gpu_finalize("device Adam, gas 1", &c, dev);
+  config(&c, 2);
+  c.zero.stage = 1;
+  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  dry_run_plan_is_gpu_finalize("offload_optimizer cpu, gas 2", &c, dev);
+  /* a kind the plan does not know */
+  {
+    zo_plan *bad = NULL;
+    CHECK_ST(zo_engine_plan(e, (zo_device_kind)7, &bad), ZO_ERR_INVALID_ARG);
+    CHECK(bad == NULL);
+  }
 out_plan:
   zo_plan_free(plan);
 out:

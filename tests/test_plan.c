@@ -87,7 +87,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     if (!CHECK_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]))) goto out;
   }
   zo_plan *plan = NULL, *again = NULL;
-  if (!CHECK_OK(zo_engine_plan(e, &plan))) goto out;
+  if (!CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &plan))) goto out;
   /* gradient accumulation: the host gradient shard is fp32, and one rank stages through pinned buckets; with the
    * optimizer state on nvme the gradients live in grad.swp (the same extents as the state files), every hand-over
    * staged on one rank */
@@ -115,7 +115,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     if (l->tier == ZO_TIER_NVME) CHECK_EQ(l->engine_bytes, plan->nvme_bytes[0] + plan->nvme_bytes[1]); /* one path */
   }
   /* neither the plan nor the budget changed the engine: the same plan again */
-  if (CHECK_OK(zo_engine_plan(e, &again))) {
+  if (CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &again))) {
     CHECK_EQ(again->n_bufs, plan->n_bufs);
     for (int i = 0; i < plan->n_bufs && i < again->n_bufs; i++) CHECK(bufs_equal(&again->buf[i], &plan->buf[i]));
     CHECK_EQ(again->swap_align, plan->swap_align);
@@ -155,7 +155,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
   /* the plan is refused after finalize */
   zo_plan *late = NULL;
-  CHECK_ST(zo_engine_plan(e, &late), ZO_ERR_INVALID_USAGE);
+  CHECK_ST(zo_engine_plan(e, ZO_DEVICE_AUTO, &late), ZO_ERR_INVALID_USAGE);
   if (!bad)
     printf("ok: %s: %d kinds of buffer as planned; device %zu, host %zu (pinned %zu), nvme %zu bytes\n", label, n,
            sum[ZO_TIER_DEVICE], sum[ZO_TIER_HOST], pinned, sum[ZO_TIER_NVME]);

@@ -218,6 +218,41 @@ c['train_batch_size'] = c['train_micro_batch_size_per_gpu'] * 2; json.dump(c, op
       echo "FAIL: device Adam with accumulation: device_block $block, expected $block1 + 2 bytes x 124475904 (fp32 sum)"
       failures=$((failures + 1))
     fi
+    # The plan the dry run prints is the GPU run's (zo_engine_plan for ZO_DEVICE_CUDA; test_engine_devadam checks it
+    # equals finalize's allocations on the stand-in): the device block by the arithmetic below, the norm partials'
+    # pinned host copy (148 tensors x 256 doubles) as the engine's only host bytes, and no host staging ring even
+    # with accumulation (device Adam sums on the device).
+    if [ $acc != p ] && ! "$py" - "$cfgdir/gpt2-124m.json" "$work/out" ${acc} <<'EOF3'; then failures=$((failures + 1)); fi
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+L, C, T, V = m["n_layer"], m["d_model"], m["seq_len"], m["vocab"]
+sizes = [V * C, T * C]
+for _ in range(L):
+    sizes += [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+sizes += [C, C]
+ru = lambda x: (x + 255) // 256 * 256
+g = 4 if sys.argv[3] == "2" else 2                 # the gradient region: fp32 sum with accumulation, else bf16
+norm = len(sizes) * 256 * 8                        # double[n_tensors x 256] norm partials (ZO_DEV_SQNORM_BLOCKS)
+block = sum(ru(2 * n) + 3 * ru(4 * n) + ru(g * n) for n in sizes) + ru(norm)
+plan, budget = {}, {}
+for line in open(sys.argv[2]):
+    f = line.split()
+    if len(f) == 6 and f[0] in ("device", "host", "nvme") and f[2].isdigit():
+        plan[f[1]] = (int(f[2]), int(f[3]), f[5])  # count, bytes each, pinned
+    if len(f) > 5 and f[0] in ("device", "host", "pinned") and f[1].isdigit():
+        budget[f[0]] = int(f[2])                   # engine_bytes
+ok = True
+def want(what, got, exp):
+    global ok
+    print(f"  {what}: {got}, expected {exp}" + ("" if got == exp else "  <-- MISMATCH"))
+    ok &= got == exp
+want("plan device_block", plan.get("device_block"), (1, block, "-"))
+want("plan device_adam.norm_host", plan.get("device_adam.norm_host"), (1, norm, "yes"))
+want("plan grad_staging (none on a GPU)", plan.get("grad_staging"), None)
+want("budget engine bytes (device, host, pinned)", (budget.get("device"), budget.get("host"), budget.get("pinned")),
+     (block, norm, norm))
+sys.exit(0 if ok else 1)
+EOF3
     if [ $acc = p ] && { [ $rc -ne 1 ] || ! grep -q 'zo-train: error: zero_optimization.offload_optimizer.device "none" on a cuda device (device Adam) needs offload_param.device "none"' "$work/err"; }; then
       echo "FAIL: device Adam with parameter offload: the dry run should refuse it as zo_engine_create does"
       failures=$((failures + 1))

@@ -98,6 +98,17 @@ typedef struct zo_budget {
 ZO_API zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out);
 
 /*
+ * zo_engine_budget_for() - zo_engine_budget() of the plan for a device of
+ * @kind (see zo_engine_plan(): ZO_DEVICE_AUTO is the engine's own device, as
+ * zo_engine_budget(); ZO_DEVICE_CUDA plans a GPU run, e.g. a dry run on a
+ * host device standing in for a GPU). What is available is still measured on
+ * @e's device and this machine. Returns what zo_engine_budget() returns, and
+ * ZO_ERR_INVALID_ARG for a @kind not HOST, CUDA or AUTO, ZO_ERR_UNSUPPORTED
+ * for what zo_engine_check_device() refuses on @kind.
+ */
+ZO_API zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4], zo_budget *out);
+
+/*
  * zo_budget_check() - ZO_OK when @b fits, else ZO_ERR_OUT_OF_MEMORY with a
  * message holding one sentence per tier that does not fit: the tier, the
  * bytes needed and available, where the figure comes from, the key to change

@@ -169,6 +169,10 @@ typedef struct zo_config {
     double pinned_fraction;      /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
                                     (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
                                     loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */
+    int allow_pageable_host;     /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
+                                    that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is
+                                    an error at zo_engine_finalize() (ZO_ERR_CUDA); 1: one warning naming the
+                                    bytes that stayed pageable, and the run goes on with slower, blocking copies */
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

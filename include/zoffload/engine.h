@@ -158,7 +158,12 @@ ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
  * the limit (e.g. a device limit too small for the working weights, or a
  * "fit" arena larger than the device has free); ZO_ERR_CONFIG
  * (device_arena_bytes outside what works); ZO_ERR_IO / ZO_ERR_SYSTEM from
- * swap file creation (file and size named); ZO_ERR_INVALID_USAGE when called
+ * swap file creation (file and size named); ZO_ERR_CUDA on a CUDA device when
+ * a pinned host buffer of the plan is not registered with CUDA
+ * (cudaHostRegister refused: RLIMIT_MEMLOCK, a container's memlock limit),
+ * naming the buffer, its bytes, the CUDA error and the way out, unless
+ * zoffload.allow_pageable_host is true (then one warning names the bytes that
+ * stayed pageable); ZO_ERR_INVALID_USAGE when called
  * twice or with no tensor. After a failure other than those two usage errors
  * the engine holds tiers sized for the tensors of that moment and accepts
  * only zo_engine_destroy(): register_param, budget and finalize answer

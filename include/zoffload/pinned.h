@@ -15,7 +15,9 @@
  *  - registration is independent of mlock: an extent that mlock refused is
  *    still registered (the driver locks it); when registration fails, the
  *    memory stays as it was (mlock only, pageable for the GPU), ONE warning
- *    per process names the CUDA error, and the pool keeps working;
+ *    per process names the CUDA error, and the pool keeps working (the
+ *    engine refuses such a buffer at zo_engine_finalize() unless
+ *    zoffload.allow_pageable_host);
  *  - pools with opts.pin == 0 are never registered.
  * Registration (not cudaHostAlloc) because the extent hooks own the mapping.
  *

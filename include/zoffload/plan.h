@@ -14,6 +14,9 @@
  * SIZE_MAX (saturated): the budget refuses it, and so finalize.
  * Thread-safety: a plan is a plain value; zo_engine_plan() reads the engine
  * and must not run beside another call on the same engine.
+ * Pinned buffers (zo_plan_buf.pinned) on a CUDA device must be registered
+ * with CUDA: zo_engine_finalize() refuses one that cudaHostRegister did not
+ * take (ZO_ERR_CUDA) unless zoffload.allow_pageable_host is true.
  */
 #ifndef ZOFFLOAD_PLAN_H
 #define ZOFFLOAD_PLAN_H
@@ -124,12 +127,25 @@ typedef struct zo_plan {
  * zo_engine_plan() - the plan for the tensors registered so far, before
  * zo_engine_finalize(). Allocates *@out (free it with zo_plan_free()); reads
  * @e and changes nothing in it.
- * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL argument), ZO_ERR_INVALID_USAGE
- * (after finalize, no tensor registered, or a failed finalize),
- * ZO_ERR_CONFIG (a sub_group_size that cuts the tensors into more than 2^24
- * pieces), ZO_ERR_OUT_OF_MEMORY (the plan's tables).
+ * @kind: the device the plan is for. ZO_DEVICE_AUTO: the engine's own, what
+ *        its zo_engine_finalize() allocates. ZO_DEVICE_CUDA or
+ *        ZO_DEVICE_HOST: what finalize would allocate for the same config and
+ *        tensors on an engine created on a device of that kind, e.g. a dry
+ *        run of a GPU configuration on a host device standing in for a GPU
+ *        that is not there (zo-train --dry-run --device cuda). The kind
+ *        decides device Adam (offload_optimizer "none" on CUDA: the norm
+ *        partials in device_block and their pinned host copy
+ *        "device_adam.norm_host", no host "grad_staging" ring) and what
+ *        zo_engine_check_device() refuses. Not modelled: the NCCL staging
+ *        ("comm_staging") of a communicator the engine was not created with.
+ * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL argument, @kind not one of the
+ * three), ZO_ERR_INVALID_USAGE (after finalize, no tensor registered, or a
+ * failed finalize), ZO_ERR_UNSUPPORTED (what zo_engine_check_device()
+ * refuses on a device of @kind: device Adam's limits), ZO_ERR_CONFIG (a
+ * sub_group_size that cuts the tensors into more than 2^24 pieces),
+ * ZO_ERR_OUT_OF_MEMORY (the plan's tables).
  */
-ZO_API zo_status zo_engine_plan(const zo_engine_t *e, zo_plan **out);
+ZO_API zo_status zo_engine_plan(const zo_engine_t *e, zo_device_kind kind, zo_plan **out);
 
 /* zo_plan_free() - free a plan of zo_engine_plan(); NULL is accepted. */
 ZO_API void zo_plan_free(zo_plan *p);

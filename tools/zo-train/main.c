@@ -165,7 +165,7 @@ static void assume_machine(const train_opts *o, zo_budget *b) {
  * model exists: printed for --dry-run, checked otherwise. @standin: the
  * device is a host device standing in for a GPU that is not here (a dry run
  * of a cuda config on a machine without one), whose bytes are then not host
- * memory. @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
+ * memory, and the plan is the GPU run's (zo_engine_plan() for ZO_DEVICE_CUDA). @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
  */
 static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print,
                   const train_opts *o) {
@@ -181,7 +181,10 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
     snprintf(v, sizeof v, "%lld", (long long)o->assume_host);
     setenv("ZO_TEST_MEMTOTAL", v, 1);
   }
-  if (zo_engine_budget(eng, app, &b) != ZO_OK) {
+  /* a stand-in plans the GPU run's buffers (device Adam's norm partials and their host copy, no host staging ring),
+   * not the host device's: the same plan, and so the same bytes, as the run's finalize */
+  const zo_device_kind plan_kind = standin ? ZO_DEVICE_CUDA : ZO_DEVICE_AUTO;
+  if (zo_engine_budget_for(eng, plan_kind, app, &b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
     return -1;
   }
@@ -208,7 +211,7 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
                 : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
     zo_budget_print(&b, stdout);
     zo_plan *plan; /* the buffers behind the engine's bytes */
-    if (zo_engine_plan(eng, &plan) == ZO_OK) {
+    if (zo_engine_plan(eng, plan_kind, &plan) == ZO_OK) {
       printf("zo-train: memory plan (bytes):\n");
       zo_plan_print(plan, stdout);
       zo_plan_free(plan);

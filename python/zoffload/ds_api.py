@@ -53,6 +53,28 @@ def config_source(args, config, config_params):
     return config
 
 
+def dist_init(dist_init_required):
+    """initialize(dist_init_required=...) as DeepSpeed takes it, before the engine picks its communicator
+    (comm.engine_comm()): True: torch.distributed initialised now unless it is (zoffload.comm.init_distributed:
+    torchrun's variables, MPI discovery under mpirun, else one rank on 127.0.0.1). None: left to the engine, which
+    initialises it when torchrun / the deepspeed launcher started several ranks (under mpirun the engine runs over
+    MPI and leaves torch.distributed alone). False: never initialised here; torchrun's several ranks without an
+    initialised process group are then refused (RuntimeError naming the fix), where DeepSpeed fails at its first
+    collective."""
+    from . import comm
+    if dist_init_required is None:
+        return
+    if dist_init_required:
+        comm.init_distributed(verbose=False)
+        return
+    rank, world, _, _, source = comm.launch_info()
+    if source == "torchrun" and world > 1 and not comm.is_initialized():
+        raise RuntimeError("zoffload.initialize: dist_init_required=False, but torch.distributed is not initialised "
+                           "and the launcher started %d ranks (RANK=%d): call torch.distributed.init_process_group() "
+                           "or zoffload.comm.init_distributed() before initialize(), or leave dist_init_required "
+                           "None" % (world, rank))
+
+
 def _qualname(obj):
     t = type(obj)
     return "%s.%s" % (t.__module__, t.__qualname__)

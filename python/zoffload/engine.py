@@ -126,8 +126,10 @@ class Engine(DeepSpeedEngineAPI):
         self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
-        if not self.place.cuda:  # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does)
-            self.place.compute = _precision.cpu_compute_dtype(model, self.params, self.wdtype)
+        # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does); refused without fp16/bf16
+        compute = _precision.model_compute_dtype(model, self.params, self.wdtype, self.place.cuda)
+        if not self.place.cuda:
+            self.place.compute = compute
         self.handles = []
         # The dtype each gradient is handed over in: the working precision (zo_engine_grad_dtype()), or fp32 when
         # micro-batches are accumulated and the model computes in fp32 (the engine sums fp32 then, so the sum

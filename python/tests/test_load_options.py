@@ -18,10 +18,13 @@ def _masters(e):
     return {n: e.master_weights(n).clone().flatten() for n, _ in e.params}
 
 
-def _cfg(lr, stage=2):
+def _cfg(lr, stage=2, nvme=None):
     c = cfg()
     c["optimizer"]["params"]["lr"] = lr
     c["zero_optimization"]["stage"] = stage
+    if nvme is not None:  # the state on NVMe: the weights-only load writes the masters through the swap layer
+        os.makedirs(nvme, exist_ok=True)
+        c["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": nvme}
     return c
 
 
@@ -38,16 +41,17 @@ def _exp_avg_all_zero(ckpt):
     return m["step"], zero and nonzero_master
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_load_module_only_fine_tunes(tmp_path, stage):
-    e1, _, _, _ = zoffload.initialize(model=mlp(0), config=_cfg(1e-2, stage))
+@pytest.mark.parametrize("stage,tier", [(2, "cpu"), (3, "cpu"), (2, "nvme")])
+def test_load_module_only_fine_tunes(tmp_path, stage, tier):
+    nvme = str(tmp_path / "nvme") if tier == "nvme" else None
+    e1, _, _, _ = zoffload.initialize(model=mlp(0), config=_cfg(1e-2, stage, nvme))
     run(e1, 3)
     e1.save_checkpoint(tmp_path / "a", tag="global_step3", client_state={"epoch": 1})
     saved = _masters(e1)
     assert _exp_avg_all_zero(str(tmp_path / "a" / "global_step3")) == (3, False)
     e1.close()
     # a new engine with another lr, the module's weights only
-    e2, _, _, _ = zoffload.initialize(model=mlp(5), config=_cfg(3e-3, stage))
+    e2, _, _, _ = zoffload.initialize(model=mlp(5), config=_cfg(3e-3, stage, nvme))
     path, client = e2.load_checkpoint(tmp_path / "a", load_module_only=True)
     assert path == str(tmp_path / "a" / "global_step3") and client == {"epoch": 1}
     got = _masters(e2)
@@ -60,7 +64,7 @@ def test_load_module_only_fine_tunes(tmp_path, stage):
     with torch.no_grad():
         for n, p in ref_model.named_parameters():
             p.copy_(saved[n].view(p.shape))
-    ref, _, _, _ = zoffload.initialize(model=ref_model, config=_cfg(3e-3, stage))
+    ref, _, _, _ = zoffload.initialize(model=ref_model, config=_cfg(3e-3, stage, nvme and nvme + "-ref"))
     assert run(e2, 3, 3) == run(ref, 3, 3)
     assert e2.last_info["lr"] == pytest.approx(3e-3)
     ref.close()

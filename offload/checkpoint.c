@@ -671,6 +671,9 @@ out:
 typedef struct load_ctx {
   const char *dir, *mpath;
   json_t *m;
+  const zo_load_opts *o; /* never NULL (zeros: zo_engine_load's behaviour) */
+  json_t *enames;        /* not_strict: this engine's tensor names (an object name -> null), for the unexpected ones */
+  int n_missing, n_unexpected;
 } load_ctx;
 
 static zo_status bad(const load_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -734,6 +737,7 @@ static int get_u64(json_t *o, const char *key, uint64_t *v) {
 typedef struct lrun {
   uint64_t off, nbytes;
   uint32_t crc;
+  int used; /* read and applied: the tensor is in the checkpoint (not_strict), and the kind is wanted (weights_only) */
 } lrun;
 
 /* An integer field of @o in [lo, hi] into *@v; else an error naming @what.@key, the value and the range. */
@@ -778,9 +782,46 @@ static zo_status check_scalars(const zo_engine_t *e, const load_ctx *c, saved_sc
   return ZO_OK;
 }
 
+/* Tensor @p's manifest entry @t checked against the engine, its runs into @lr (ST_KINDS of them). With
+ * weights_only the Adam state's dtype and size are not compared (it is not read). */
+static zo_status check_entry(zo_engine_t *e, load_ctx *c, json_t *t, const zo_param_t *p, const char *rank_file,
+                             lrun *runs) {
+  char e1[96];
+  uint64_t numel, so, sn;
+  if (get_u64(t, "numel", &numel) || numel != p->n || get_u64(t, "shard_offset", &so) || so != p->shard_off ||
+      get_u64(t, "shard_numel", &sn) || sn != p->shard_n)
+    return bad(c, "tensor '%s': numel, shard_offset or shard_numel missing or other than this engine's (registered "
+               "with %zu elements, this rank's shard %zu at %zu)", p->name, p->n, p->shard_n, p->shard_off);
+  const char *f = json_string_value(json_object_get(t, "file"));
+  if (!f || strcmp(f, rank_file))
+    return bad(c, "tensor '%s': file '%s', expected '%s' (this rank's)", p->name, esc(e1, f), rank_file);
+  for (int k = 0; k < ST_KINDS; k++) {
+    json_t *r = json_object_get(t, k_kind[k]);
+    const char *crc = json_string_value(json_object_get(r, "crc32c"));
+    const char *dt = json_string_value(json_object_get(r, "dtype"));
+    lrun *lr = &runs[k];
+    int hex8 = crc && strlen(crc) == 8;
+    for (int j = 0; hex8 && j < 8; j++)
+      hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
+    if (!hex8) return bad(c, "tensor '%s': %s.crc32c: '%s', expected 8 hex digits", p->name, k_kind[k], esc(e1, crc));
+    if (get_u64(r, "offset", &lr->off) || get_u64(r, "nbytes", &lr->nbytes) || !dt ||
+        lr->off > UINT64_MAX - lr->nbytes)
+      return bad(c, "tensor '%s': %s: offset, nbytes or dtype missing or malformed", p->name, k_kind[k]);
+    lr->crc = (uint32_t)strtoul(crc, NULL, 16);
+    lr->used = !c->o->weights_only || k == ST_MASTER;
+    if (lr->used && (lr->nbytes != (uint64_t)p->shard_n * e->esz[k] ||
+        strcmp(dt, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype))))
+      return bad(c, "tensor '%s': %s is %s, %" PRIu64 " bytes; this engine's is %s, %" PRIu64 " bytes", p->name,
+                 k_kind[k], esc(e1, dt), lr->nbytes, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype),
+                 (uint64_t)p->shard_n * e->esz[k]);
+  }
+  return ZO_OK;
+}
+
 static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *rank_file, size_t rf_cap) {
   json_t *m = c->m;
   char e1[96];
+  zo_status st = ZO_OK;
   if (!json_is_object(m)) return bad(c, "expected a JSON object");
   const char *fmt = json_string_value(json_object_get(m, "format"));
   if (!fmt || strcmp(fmt, CKPT_FORMAT)) return bad(c, "format: \"%s\", expected \"" CKPT_FORMAT "\"", esc(e1, fmt));
@@ -792,49 +833,54 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
     return bad(c, "world_size: saved with %lld ranks, this engine has %d",
                json_is_integer(ws) ? (long long)json_integer_value(ws) : -1LL, e->world);
   const char *sd = json_string_value(json_object_get(m, "state_dtype"));
-  if (!sd || strcmp(sd, zo_dtype_name(e->sdtype)))
+  if (!c->o->weights_only && (!sd || strcmp(sd, zo_dtype_name(e->sdtype))))
     return bad(c, "state_dtype: saved as %s, this engine keeps %s (zoffload.optimizer_state_dtype)", esc(e1, sd),
                zo_dtype_name(e->sdtype));
   json_t *ts = json_object_get(m, "tensors");
   if (!json_is_array(ts)) return bad(c, "tensors: expected an array");
-  if (json_array_size(ts) != (size_t)e->n_params)
-    return bad(c, "tensors: the checkpoint has %zu, this engine registered %d", json_array_size(ts), e->n_params);
   snprintf(rank_file, rf_cap, "rank%05d.bin", e->rank); /* the one zo_engine_save() names for this rank */
-  for (int i = 0; i < e->n_params; i++) {
-    json_t *t = json_array_get(ts, (size_t)i);
-    const zo_param_t *p = e->params[i];
-    const char *nm = json_string_value(json_object_get(t, "name"));
-    if (!nm || strcmp(nm, p->name))
-      return bad(c, "tensors[%d].name: '%s' where this engine registered '%s'", i, esc(e1, nm), p->name);
-    uint64_t numel, so, sn;
-    if (get_u64(t, "numel", &numel) || numel != p->n || get_u64(t, "shard_offset", &so) || so != p->shard_off ||
-        get_u64(t, "shard_numel", &sn) || sn != p->shard_n)
-      return bad(c, "tensor '%s': numel, shard_offset or shard_numel missing or other than this engine's (registered "
-                 "with %zu elements, this rank's shard %zu at %zu)", p->name, p->n, p->shard_n, p->shard_off);
-    const char *f = json_string_value(json_object_get(t, "file"));
-    if (!f || strcmp(f, rank_file))
-      return bad(c, "tensor '%s': file '%s', expected '%s' (this rank's)", p->name, esc(e1, f), rank_file);
-    for (int k = 0; k < ST_KINDS; k++) {
-      json_t *r = json_object_get(t, k_kind[k]);
-      const char *crc = json_string_value(json_object_get(r, "crc32c"));
-      const char *dt = json_string_value(json_object_get(r, "dtype"));
-      lrun *lr = &runs[i * ST_KINDS + k];
-      int hex8 = crc && strlen(crc) == 8;
-      for (int j = 0; hex8 && j < 8; j++)
-        hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
-      if (!hex8) return bad(c, "tensor '%s': %s.crc32c: '%s', expected 8 hex digits", p->name, k_kind[k], esc(e1, crc));
-      if (get_u64(r, "offset", &lr->off) || get_u64(r, "nbytes", &lr->nbytes) || !dt ||
-          lr->off > UINT64_MAX - lr->nbytes)
-        return bad(c, "tensor '%s': %s: offset, nbytes or dtype missing or malformed", p->name, k_kind[k]);
-      lr->crc = (uint32_t)strtoul(crc, NULL, 16);
-      if (lr->nbytes != (uint64_t)p->shard_n * e->esz[k] ||
-          strcmp(dt, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype)))
-        return bad(c, "tensor '%s': %s is %s, %" PRIu64 " bytes; this engine's is %s, %" PRIu64 " bytes", p->name,
-                   k_kind[k], esc(e1, dt), lr->nbytes, zo_dtype_name(k == ST_MASTER ? ZO_DTYPE_F32 : e->sdtype),
-                   (uint64_t)p->shard_n * e->esz[k]);
+  if (!c->o->not_strict) {
+    if (json_array_size(ts) != (size_t)e->n_params)
+      return bad(c, "tensors: the checkpoint has %zu, this engine registered %d", json_array_size(ts), e->n_params);
+    for (int i = 0; i < e->n_params; i++) {
+      json_t *t = json_array_get(ts, (size_t)i);
+      const zo_param_t *p = e->params[i];
+      const char *nm = json_string_value(json_object_get(t, "name"));
+      if (!nm || strcmp(nm, p->name))
+        return bad(c, "tensors[%d].name: '%s' where this engine registered '%s'", i, esc(e1, nm), p->name);
+      ZO_CHECK(check_entry(e, c, t, p, rank_file, &runs[i * ST_KINDS]));
     }
+    return ZO_OK;
   }
-  return ZO_OK;
+  /* not strict: matched by name, through an index of the manifest's names and one of the engine's */
+  json_t *idx = json_object();
+  if (!idx || !(c->enames = json_object()))
+    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
+  for (size_t j = 0; j < json_array_size(ts) && st == ZO_OK; j++) {
+    const char *nm = json_string_value(json_object_get(json_array_get(ts, j), "name"));
+    if (!nm) st = bad(c, "tensors[%zu].name: missing or not a string", j);
+    else if (json_object_get(idx, nm)) st = bad(c, "tensors[%zu].name: '%s' is listed twice", j, esc(e1, nm));
+    else if (json_object_set_new(idx, nm, json_integer((json_int_t)j)))
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
+  }
+  for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
+    const zo_param_t *p = e->params[i];
+    if (json_object_set_new_nocheck(c->enames, p->name, json_null())) {
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
+      break;
+    }
+    json_t *j = json_object_get(idx, p->name);
+    if (!j) {
+      c->n_missing++; /* its runs stay unused */
+      continue;
+    }
+    st = check_entry(e, c, json_array_get(ts, (size_t)json_integer_value(j)), p, rank_file, &runs[i * ST_KINDS]);
+  }
+  for (size_t j = 0; j < json_array_size(ts) && st == ZO_OK; j++)
+    if (!json_object_get(c->enames, json_string_value(json_object_get(json_array_get(ts, j), "name"))))
+      c->n_unexpected++;
+  json_decref(idx);
+  return st;
 }
 
 /* The checkpoint directory @path names into @dir, this rank's manifest file in it into @mpath (both PATH_MAX),
@@ -861,6 +907,7 @@ static zo_status load_check_crcs(const zo_engine_t *e, int fd, const lrun *runs,
   for (int i = 0; i < e->n_params; i++) {
     for (int k = 0; k < ST_KINDS; k++) {
       const lrun *r = &runs[i * ST_KINDS + k];
+      if (!r->used) continue;
       uint32_t crc;
       zo_status st = file_crc(fd, r->off, r->nbytes, buf, fpath, &crc);
       if (st != ZO_OK) return zo_error_prefix(st, "tensor '%s' %s", e->params[i]->name, k_kind[k]);
@@ -884,7 +931,7 @@ static zo_status load_verify(zo_engine_t *e, load_ctx *c, lrun *runs, void *buf,
   ZO_CHECK(join(fpath, PATH_MAX, c->dir, rank_file));
   ZO_CHECK(open_regular(fpath, fd, &fsize));
   for (int i = 0; i < e->n_params * ST_KINDS; i++) /* every run inside the file (offset + nbytes checked above) */
-    if (runs[i].off + runs[i].nbytes > fsize)
+    if (runs[i].used && runs[i].off + runs[i].nbytes > fsize)
       return zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': tensor '%s' %s at offset %" PRIu64 " (%" PRIu64 " bytes) "
                           "ends past the end of '%s' (%" PRIu64 " bytes)", c->mpath, e->params[i / ST_KINDS]->name,
                           k_kind[i % ST_KINDS], runs[i].off, runs[i].nbytes, fpath, fsize);
@@ -900,11 +947,12 @@ static zo_status load_param_nvme(zo_engine_t *e, zo_param_t *p, const lrun *r, i
     size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
     uint64_t n_el = eng_padded_el(e, n);
     for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
+      if (!r[k].used) continue; /* weights_only: the state on the swap file stays */
       memset((char *)sl->buf[k] + n * e->esz[k], 0, (n_el - n) * e->esz[k]);
       st = pread_all(fd, sl->buf[k], n * e->esz[k], r[k].off + off * e->esz[k], fpath);
     }
     for (int k = 0; k < ST_KINDS && st == ZO_OK; k++)
-      st = eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]);
+      if (r[k].used) st = eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]);
     int done;
     if (st == ZO_OK) st = eng_slot_settle(e, sl, 1, &done);
     if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]);
@@ -920,9 +968,11 @@ static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char
   for (int i = 0; i < e->n_params && st == ZO_OK; i++) {
     zo_param_t *p = e->params[i];
     const lrun *r = &runs[i * ST_KINDS];
+    if (!r[ST_MASTER].used) continue; /* not_strict: not in the checkpoint; keeps its values and state */
     if (eng_device_adam(e)) { /* device memory: through a host copy; the working copy from the master read */
       void *h[ST_KINDS] = {0};
       for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
+        if (!r[k].used) continue;
         h[k] = malloc(r[k].nbytes ? r[k].nbytes : 1);
         st = h[k] ? pread_all(fd, h[k], r[k].nbytes, r[k].off, fpath)
                   : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of host memory for '%s'", p->name);
@@ -933,7 +983,8 @@ static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char
       continue;
     }
     if (e->tier != ZO_OFFLOAD_NVME) {
-      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) st = pread_all(fd, p->state[k], r[k].nbytes, r[k].off, fpath);
+      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++)
+        if (r[k].used) st = pread_all(fd, p->state[k], r[k].nbytes, r[k].off, fpath);
       if (st == ZO_OK) st = eng_upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]);
       continue;
     }
@@ -950,14 +1001,16 @@ static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char
   return st;
 }
 
-/* The step counter and loss scaler from the checkpoint; a warning when it was saved with another config; the
- * application's state into *app_state (may be NULL). */
+/* The step counter and loss scaler from the checkpoint (not with weights_only: they belong to the optimizer's
+ * state); a warning when it was saved with another config; the application's state into *app_state (may be NULL). */
 static zo_status load_scalars_app(zo_engine_t *e, const load_ctx *c, const saved_scalars *sv, char **app_state) {
-  e->step = sv->step;
-  e->loss_scale = sv->loss_scale;
-  e->ls_iter = sv->ls_iter;
-  e->ls_last_overflow = sv->ls_last_overflow;
-  e->ls_hysteresis = (int)sv->ls_hysteresis;
+  if (!c->o->weights_only) {
+    e->step = sv->step;
+    e->loss_scale = sv->loss_scale;
+    e->ls_iter = sv->ls_iter;
+    e->ls_last_overflow = sv->ls_last_overflow;
+    e->ls_hysteresis = (int)sv->ls_hysteresis;
+  }
   char h[32], e1[96];
   snprintf(h, sizeof h, "crc32c:%08x", config_hash(&e->cfg));
   const char *saved_h = json_string_value(json_object_get(c->m, "config_hash"));
@@ -970,14 +1023,32 @@ static zo_status load_scalars_app(zo_engine_t *e, const load_ctx *c, const saved
   return ZO_OK;
 }
 
+/* not_strict: each unmatched tensor to opts->on_unmatched, missing ones (registration order) then unexpected ones */
+static void report_unmatched(const zo_engine_t *e, const load_ctx *c, const lrun *runs) {
+  const zo_load_opts *o = c->o;
+  if (!o->not_strict || !o->on_unmatched) return;
+  for (int i = 0; i < e->n_params; i++)
+    if (!runs[i * ST_KINDS + ST_MASTER].used) o->on_unmatched(e->params[i]->name, 0, o->user);
+  json_t *ts = json_object_get(c->m, "tensors");
+  for (size_t j = 0; j < json_array_size(ts); j++) {
+    const char *nm = json_string_value(json_object_get(json_array_get(ts, j), "name"));
+    if (nm && !json_object_get(c->enames, nm)) o->on_unmatched(nm, 1, o->user);
+  }
+}
+
 zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
+  return zo_engine_load_ex(e, path, NULL, app_state);
+}
+
+zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts, char **app_state) {
+  static const zo_load_opts k_defaults = {0};
   if (app_state) *app_state = NULL;
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
   if (e->n_grads > 0 || e->n_accum > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
   char dir[PATH_MAX], mpath[PATH_MAX], fpath[PATH_MAX];
   /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
-  load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL};
+  load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL, .o = opts ? opts : &k_defaults};
   zo_status st = load_manifest(e, path, dir, mpath, &c.m);
   int fd = -1;
   saved_scalars sv = {0};
@@ -987,11 +1058,17 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
   /* 1. every rank's part checked, every checksum, before anything changes */
   if (st == ZO_OK) st = load_verify(e, &c, runs, buf, fpath, &fd, &sv);
   if ((st = eng_dp_agree(e, st, "load: checking the ranks' parts")) != ZO_OK) goto out;
+  report_unmatched(e, &c, runs);
   /* 2. apply */
   st = load_apply(e, runs, fd, fpath);
   if (st == ZO_OK) st = load_scalars_app(e, &c, &sv, app_state);
+  if (st == ZO_OK && opts) {
+    opts->n_missing = c.n_missing;
+    opts->n_unexpected = c.n_unexpected;
+  }
 out:
   if (fd >= 0) close(fd);
+  json_decref(c.enames);
   json_decref(c.m);
   free(buf);
   free(runs);

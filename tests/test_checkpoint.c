@@ -173,6 +173,66 @@ int main(int argc, char **argv) {
   }
   CHECK(same_master(&a, &b)); /* Adam state and step came back too: the next updates agree bit for bit */
 
+  /* zo_engine_load_ex: weights_only (DeepSpeed's load_module_only) into a fresh engine with another lr: the masters
+   * of step 3, but Adam's moments, step and lr schedule as a fresh engine's, so its next step is a first Adam step
+   * from those masters (r: a fresh engine given them by zo_engine_load_param) bit for bit; the checkpoint's state
+   * dtype (f32) need not be this engine's (bf16). not_strict: matched by name, the unmatched ones reported. */
+  {
+    rig full, f, r, s16;
+    static float m[4096];
+    REQ(rig_open(&full, 0, NULL));
+    REQ(zo_engine_load(full.e, root, NULL));
+    REQ(rig_open(&f, 0, NULL));
+    REQ(rig_open(&r, 0, NULL));
+    REQ(zo_engine_set_lr(f.e, 3e-3));
+    REQ(zo_engine_set_lr(r.e, 3e-3));
+    zo_load_opts lo = {.weights_only = 1};
+    REQ(zo_engine_load_ex(f.e, root, &lo, &app));
+    CHECK(app && strstr(app, "\"epoch\":2") != NULL); /* app_state still comes back */
+    free(app);
+    CHECK_EQ(lo.n_missing, 0);
+    CHECK_EQ(zo_engine_steps_applied(f.e), 0);
+    CHECK_EQ(zo_engine_steps_applied(full.e), 3);
+    CHECK(same_master(&f, &full));
+    for (int i = 0; i < NP; i++) {
+      REQ(zo_engine_get_master(full.e, full.p[i], m, NULL, NULL));
+      REQ(zo_engine_load_param(r.e, r.p[i], m));
+    }
+    REQ(rig_step(&f, 4));
+    REQ(rig_step(&r, 4));
+    CHECK(same_master(&f, &r));
+    CHECK_EQ(zo_engine_steps_applied(f.e), 1);
+    REQ(rig_open(&s16, 1, NULL));
+    REQ(zo_engine_load_ex(s16.e, root, &lo, NULL));
+    CHECK(same_master(&s16, &full));
+    rig_close(&s16);
+    rig_close(&r);
+    rig_close(&f);
+
+    rig n, fresh;
+    char unmatched[1024] = "";
+    REQ(rig_open(&n, 0, "tok_embeddings"));
+    REQ(rig_open(&fresh, 0, NULL));
+    zo_load_opts ns = {.not_strict = 1, .on_unmatched = record_removed, .user = unmatched};
+    REQ(zo_engine_load_ex(n.e, root, &ns, NULL));
+    CHECK_STR(unmatched, "0:tok_embeddings 1:wte ");
+    CHECK_EQ(ns.n_missing, 1);
+    CHECK_EQ(ns.n_unexpected, 1);
+    CHECK_EQ(zo_engine_steps_applied(n.e), 3);
+    static float x[4096], y[4096];
+    REQ(zo_engine_get_master(n.e, n.p[0], x, NULL, NULL)); /* missing: keeps its values */
+    REQ(zo_engine_get_master(fresh.e, fresh.p[0], y, NULL, NULL));
+    CHECK(memcmp(x, y, k_n[0] * sizeof(float)) == 0);
+    for (int i = 1; i < NP; i++) { /* matched: the checkpoint's */
+      REQ(zo_engine_get_master(n.e, n.p[i], x, NULL, NULL));
+      REQ(zo_engine_get_master(full.e, full.p[i], y, NULL, NULL));
+      CHECK(memcmp(x, y, k_n[i] * sizeof(float)) == 0);
+    }
+    rig_close(&fresh);
+    rig_close(&n);
+    rig_close(&full);
+  }
+
   /* keep_last 2 over saves at 4, 5, 6: only 5 and 6 stay; the leftover is gone; on_removed names each */
   char removed[1024] = "";
   o.on_removed = record_removed, o.user = removed;

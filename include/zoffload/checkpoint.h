@@ -135,6 +135,43 @@ ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_
  */
 ZO_API zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state);
 
+/* Options of zo_engine_load_ex(); NULL, or every field 0, is zo_engine_load()'s behaviour. */
+typedef struct zo_load_opts {
+  /* 1: the master weights only (DeepSpeed's load_module_only / load_optimizer_states=False): each loaded tensor's
+   * fp32 master shard from the checkpoint and its working copy rebuilt from it; exp_avg, exp_avg_sq, the applied
+   * step count (Adam's bias correction, and the config's lr schedule, which follows it) and the loss scaler stay as
+   * this engine has them (a fresh engine: zeros, step 0, the initial scale). Only the master runs' checksums are
+   * verified; the checkpoint's state dtype may differ from this engine's (its Adam state is not read).
+   * 0: everything, as zo_engine_load(). */
+  int weights_only;
+  /* 1: tensors matched by name (DeepSpeed's load_module_strict=False, torch's load_state_dict(strict=False)):
+   * each tensor of this engine that the checkpoint holds loads; one it does not hold ("missing") keeps its values
+   * and state; a checkpoint tensor this engine did not register ("unexpected") is not read. A matched name whose
+   * element count or shard differs is still an error (ZO_ERR_CONFIG naming it, as torch's size mismatch), and so
+   * is a name twice in the manifest. 0: the checkpoint's tensors must be this engine's, in registration order. */
+  int not_strict;
+  /* Optional (NULL: none); used only with not_strict. Called once per unmatched tensor after every rank's checks
+   * passed and before anything is applied, missing ones first (registration order, @unexpected 0), then unexpected
+   * ones (manifest order, @unexpected 1). @name is valid only during the call (for an unexpected one: the
+   * manifest's bytes, any but NUL). Synchronously on the calling thread, on every rank; it must not call into this
+   * engine. @user is the field below. */
+  void (*on_unmatched)(const char *name, int unexpected, void *user);
+  void *user; /* passed to on_unmatched */
+  int n_missing, n_unexpected; /* out: the counts of the two kinds above (0 when strict); set on ZO_OK */
+} zo_load_opts;
+
+/*
+ * zo_engine_load_ex() - zo_engine_load() with @opts (may be NULL: the same as
+ * zo_engine_load()). Same call rules (after zo_engine_finalize(), between
+ * steps; several ranks: a collective call with the same options), the same
+ * all-or-nothing checks before anything changes, and the same errors, plus:
+ * with @opts->not_strict, ZO_ERR_CONFIG naming a matched tensor whose
+ * element count or shard differs or a name the manifest lists twice.
+ * *@app_state as zo_engine_load() (the saved one, with weights_only too).
+ * Thread-safety: as the engine (one thread drives an engine).
+ */
+ZO_API zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts, char **app_state);
+
 /*
  * zo_engine_export_safetensors() - write the consolidated fp32 master
  * weights of every tensor, cast to @dtype (ZO_DTYPE_F32 or ZO_DTYPE_BF16,

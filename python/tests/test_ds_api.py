@@ -202,8 +202,6 @@ def test_load_checkpoint_missing(tmp_path):
         assert e.load_checkpoint(tmp_path / "nothing") == (None, None)
     with pytest.warns(UserWarning, match="does not exist"):
         assert e.load_checkpoint(tmp_path, tag="global_step9") == (None, None)
-    with pytest.raises(NotImplementedError, match="load_module_only"):
-        e.load_checkpoint(tmp_path, load_module_only=True)
     e.close()
 
 

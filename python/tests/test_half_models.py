@@ -212,6 +212,29 @@ def test_half_model_without_half_config_is_refused(dtype):
         zoffload.initialize(model=model(dtype), config=cfg(2))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_model_without_half_config_is_refused_on_cuda(dtype, monkeypatch):
+    """The same refusal for a CUDA model (which would otherwise get fp32 parameters silently), decided by
+    _precision.model_compute_dtype: called directly with cuda=True, and through initialize() with a placement
+    that says cuda but runs on the host backend (torch here has no CUDA; test_cuda.py runs CUDA models on a GPU)."""
+    from zoffload import _device, _precision
+    m = model(dtype)
+    params = list(m.named_parameters())
+    with pytest.raises(TypeError, match=r"parameter 'scale' is %s, but the config enables neither fp16 nor bf16"
+                       % str(dtype).replace(".", r"\.")):
+        _precision.model_compute_dtype(m, params, torch.float32, cuda=True)
+    assert _precision.model_compute_dtype(m, params, torch.bfloat16, cuda=True) == torch.bfloat16
+    assert m.scale.dtype == dtype  # on CUDA the placement gives the parameters the working dtype, not this
+
+    class CudaSaysPlacement(_device.HostPlacement):
+        cuda = True
+
+    monkeypatch.setattr(_device, "placement", lambda model, device: CudaSaysPlacement())
+    with pytest.raises(TypeError, match=r"parameter 'scale' is %s, but the config enables neither fp16 nor bf16"
+                       % str(dtype).replace(".", r"\.")):
+        zoffload.initialize(model=model(dtype), config=cfg(2))
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 def test_fp16_overflow_skips_and_halves_scale(stage):
     """An inf gradient in an fp16 model: the step is skipped (was_step_applied() False, masters and parameters

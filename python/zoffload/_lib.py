@@ -308,6 +308,20 @@ lib.zo_engine_save.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(
                                ctypes.c_size_t]
 lib.zo_engine_load.restype = ctypes.c_int
 lib.zo_engine_load.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+LoadOnUnmatched = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p)
+
+
+class LoadOpts(ctypes.Structure):
+    """zo_load_opts (zoffload/checkpoint.h), field for field."""
+    _fields_ = [("weights_only", ctypes.c_int), ("not_strict", ctypes.c_int), ("on_unmatched", LoadOnUnmatched),
+                ("user", ctypes.c_void_p), ("n_missing", ctypes.c_int), ("n_unexpected", ctypes.c_int)]
+
+
+lib.zo_engine_steps_applied.restype = ctypes.c_int64
+lib.zo_engine_steps_applied.argtypes = [ctypes.c_void_p]
+lib.zo_engine_load_ex.restype = ctypes.c_int
+lib.zo_engine_load_ex.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(LoadOpts),
+                                  ctypes.POINTER(ctypes.c_void_p)]
 libc = ctypes.CDLL(None)  # free() for what the library malloc'd (its malloc resolves to the process's)
 libc.free.argtypes = [ctypes.c_void_p]
 libc.free.restype = None

@@ -1,8 +1,9 @@
 """A CPU model's dtype against the config's fp16/bf16 blocks, as DeepSpeed's engine takes a model: which dtype the
 model computes in on the host device, the module cast to it where DeepSpeed casts (module.half() /
 module.bfloat16()), refused where it would train without the precision the config asks for. Not the engine's
-precision itself (fp32 masters, the working dtype: zo_engine_working_dtype) nor CUDA models (_device.CudaPlacement
-gives those the working dtype always).
+precision itself (fp32 masters, the working dtype: zo_engine_working_dtype) nor how CUDA models compute
+(_device.CudaPlacement gives those the working dtype always); a 16-bit CUDA model without fp16/bf16 is refused the
+same way as a CPU one (model_compute_dtype).
 """
 import torch
 
@@ -38,12 +39,29 @@ def cpu_compute_dtype(model, params, working):
     half = [(n, p) for n, p in params if p.dtype in HALF]
     if not half:
         return torch.float32
-    if working == torch.float32:
+    refuse_half_without_precision(half, working)
+    with torch.no_grad():
+        model.to(working)
+    return working
+
+
+def refuse_half_without_precision(params, working):
+    """TypeError naming the first fp16/bf16 parameter of @params when the engine's @working dtype is fp32 (the
+    config enables neither fp16 nor bf16): CPU and CUDA models alike."""
+    half = [(n, p) for n, p in params if p.dtype in HALF]
+    if half and working == torch.float32:
         n, p = half[0]
         raise TypeError("zoffload.initialize: parameter '%s' is %s, but the config enables neither fp16 nor bf16: "
                         "set \"%s\": {\"enabled\": true} (the engine then keeps fp32 master weights of the 16-bit "
                         "model), or train the model in fp32 (model.float())"
                         % (n, p.dtype, "fp16" if p.dtype == torch.float16 else "bf16"))
-    with torch.no_grad():
-        model.to(working)
+
+
+def model_compute_dtype(model, params, working, cuda):
+    """The dtype @model computes in, decided before its parameters meet the engine: on the CPU cpu_compute_dtype();
+    on CUDA @working (CudaPlacement gives the parameters the working dtype), after the same refusal of a 16-bit
+    model under a config with neither fp16 nor bf16 (which would otherwise get fp32 parameters silently)."""
+    if not cuda:
+        return cpu_compute_dtype(model, params, working)
+    refuse_half_without_precision(params, working)
     return working

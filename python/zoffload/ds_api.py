@@ -53,6 +53,28 @@ def config_source(args, config, config_params):
     return config
 
 
+def dist_init(dist_init_required):
+    """initialize(dist_init_required=...) as DeepSpeed takes it, before the engine picks its communicator
+    (comm.engine_comm()): True: torch.distributed initialised now unless it is (zoffload.comm.init_distributed:
+    torchrun's variables, MPI discovery under mpirun, else one rank on 127.0.0.1). None: left to the engine, which
+    initialises it when torchrun / the deepspeed launcher started several ranks (under mpirun the engine runs over
+    MPI and leaves torch.distributed alone). False: never initialised here; torchrun's several ranks without an
+    initialised process group are then refused (RuntimeError naming the fix), where DeepSpeed fails at its first
+    collective."""
+    from . import comm
+    if dist_init_required is None:
+        return
+    if dist_init_required:
+        comm.init_distributed(verbose=False)
+        return
+    rank, world, _, _, source = comm.launch_info()
+    if source == "torchrun" and world > 1 and not comm.is_initialized():
+        raise RuntimeError("zoffload.initialize: dist_init_required=False, but torch.distributed is not initialised "
+                           "and the launcher started %d ranks (RANK=%d): call torch.distributed.init_process_group() "
+                           "or zoffload.comm.init_distributed() before initialize(), or leave dist_init_required "
+                           "None" % (world, rank))
+
+
 def _qualname(obj):
     t = type(obj)
     return "%s.%s" % (t.__module__, t.__qualname__)
@@ -317,13 +339,20 @@ class DeepSpeedEngineAPI:
                         load_lr_scheduler_states=True, load_module_only=False):
         """DeepSpeed's load_checkpoint: LOAD_DIR/TAG, TAG read from LOAD_DIR/latest when None. Returns (its path,
         client_state), or (None, None) with a warning when there is no `latest` or no such checkpoint (as DeepSpeed).
-        The engine restores master weights, Adam state, step and loss scaler together (zo_engine_load, every
-        checksum verified first): load_optimizer_states=False / load_module_only=True are refused
-        (NotImplementedError), as is load_module_strict=False (the tensors must match by name and size)."""
-        if load_module_only or not load_optimizer_states or not load_module_strict:
-            raise NotImplementedError("zoffload load_checkpoint: load_module_only=True, load_optimizer_states=False "
-                                      "and load_module_strict=False are not supported: the engine restores the "
-                                      "weights and the Adam state together, of the same tensors")
+        By default the engine restores master weights, Adam state, step and loss scaler together (zo_engine_load,
+        every checksum verified first), this engine's counters, the optimizer's param_groups settings and the lr
+        scheduler. As DeepSpeed with ZeRO:
+          load_module_only=True: the weights only (fp32 masters from the checkpoint, the working copy rebuilt); Adam
+            state, its step, the loss scaler, global_steps/micro_steps, the optimizer's settings and the lr scheduler
+            stay as this engine has them (a fresh engine: zero moments, step 0): fine-tuning from a checkpoint.
+          load_optimizer_states=False: the weights as above, Adam state, step and loss scaler kept as this engine has
+            them, but global_steps/micro_steps and (with load_lr_scheduler_states) a client lr scheduler restored.
+            The config's "scheduler" follows the engine's Adam step count, so it restarts with it.
+          load_lr_scheduler_states=False: the lr scheduler keeps its state.
+          load_module_strict=False: tensors matched by name; a trained parameter the checkpoint lacks ("missing")
+            keeps its value and Adam state, a checkpoint tensor the model lacks ("unexpected") is ignored; both are
+            named in one warning and kept in self.last_load_incompatible_keys as (missing, unexpected) lists, the
+            fields of torch's load_state_dict result. A matched name of another size is still an error."""
         load_dir = str(load_dir)
         if tag is None:
             latest = os.path.join(load_dir, "latest")
@@ -338,24 +367,39 @@ class DeepSpeedEngineAPI:
             warnings.warn("zoffload load_checkpoint: the checkpoint %s does not exist" % path)
             return None, None
         raw = ctypes.c_void_p()
-        _lib.check(_lib.lib.zo_engine_load(self.eng, path.encode(), ctypes.byref(raw)), "load_checkpoint")
+        missing, unexpected = [], []
+
+        def unmatched(name, is_unexpected, _user):
+            (unexpected if is_unexpected else missing).append(name.decode(errors="backslashreplace"))
+
+        weights_only = bool(load_module_only or not load_optimizer_states)
+        cb = _lib.LoadOnUnmatched(unmatched)  # alive for the call
+        opts = _lib.LoadOpts(weights_only=int(weights_only), not_strict=int(not load_module_strict),
+                             on_unmatched=cb, user=None)
+        _lib.check(_lib.lib.zo_engine_load_ex(self.eng, path.encode(), ctypes.byref(opts), ctypes.byref(raw)),
+                   "load_checkpoint")
         app = {}
         if raw.value:
             app = json.loads(ctypes.string_at(raw).decode())
             _lib.libc.free(raw)
-        self.micro_steps = int(app.get("micro_steps", 0))
-        self.global_steps = int(app.get("global_steps", 0))
-        self.applied_steps = int(app.get("applied_steps", self.global_steps))
+        if not load_module_only:
+            self.micro_steps = int(app.get("micro_steps", 0))
+            self.global_steps = int(app.get("global_steps", 0))
+        self.applied_steps = int(_lib.lib.zo_engine_steps_applied(self.eng))  # the checkpoint's unless weights_only
+        self.last_load_incompatible_keys = (missing, unexpected)
+        if (missing or unexpected) and self.rank == 0:
+            warnings.warn("zoffload load_checkpoint(load_module_strict=False) %s: missing keys (kept as they were) %s; "
+                          "unexpected keys (ignored) %s" % (path, missing, unexpected))
         self._write_back()
         extra = {}
         cfile = os.path.join(path, CLIENT_STATE_FILE)
         if os.path.isfile(cfile):
             extra = torch.load(cfile, map_location="cpu")
-        if self.optimizer is not None and extra.get("optimizer"):
+        if self.optimizer is not None and extra.get("optimizer") and not weights_only:
             self.optimizer.load_state_dict(extra["optimizer"])
             self._lr_client = self._lr_client or bool(extra.get("lr_client"))
-        if (load_lr_scheduler_states and self.lr_scheduler is not None and extra.get("lr_scheduler") is not None
-                and hasattr(self.lr_scheduler, "load_state_dict")):
+        if (load_lr_scheduler_states and not load_module_only and self.lr_scheduler is not None
+                and extra.get("lr_scheduler") is not None and hasattr(self.lr_scheduler, "load_state_dict")):
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
         self._show_lr()
         self._sync_lr()

@@ -126,8 +126,10 @@ class Engine(DeepSpeedEngineAPI):
         self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
-        if not self.place.cuda:  # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does)
-            self.place.compute = _precision.cpu_compute_dtype(model, self.params, self.wdtype)
+        # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does); refused without fp16/bf16
+        compute = _precision.model_compute_dtype(model, self.params, self.wdtype, self.place.cuda)
+        if not self.place.cuda:
+            self.place.compute = compute
         self.handles = []
         # The dtype each gradient is handed over in: the working precision (zo_engine_grad_dtype()), or fp32 when
         # micro-batches are accumulated and the model computes in fp32 (the engine sums fp32 then, so the sum
@@ -471,8 +473,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     as a ConfigLRScheduler; None when the config has none). @training_data: a torch Dataset, returned as a
     DataLoader of train_micro_batch_size_per_gpu with a DistributedSampler over the ranks and @collate_fn; else None.
     @model_parameters: which parameters to train and their groups (a group's "weight_decay" replaces the config's).
-    @mpu and @dist_init_required are accepted and unused (no model parallelism; the ranks come from the launcher's
-    environment). zoffload's own: @device, where the model computes, "cpu" or "cuda[:N]" (default: its
+    @mpu is accepted and unused (no model parallelism). @dist_init_required as DeepSpeed's (ds_api.dist_init):
+    True initialises torch.distributed now, None lets the engine do it when torchrun started several ranks, False
+    never does (refused under torchrun's several ranks without an initialised process group). zoffload's own: @device, where the model computes, "cpu" or "cuda[:N]" (default: its
     parameters' device); a model too large for the GPU is built on the CPU and given device="cuda", so the GPU holds
     the working weights (bf16/fp16 when the config enables them) and never the fp32 model. Raises
     zoffload.ZoffloadError naming the JSON path of a bad config or the library's reason, TypeError for parameters
@@ -481,6 +484,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if model is None:
         raise ValueError("zoffload.initialize: model= is required")
     read = _read_config(ds_api.config_source(args, config, config_params))
+    ds_api.dist_init(dist_init_required)
     client_opt = None
     if optimizer is not None:
         read, model_parameters, client_opt = ds_api.with_client_optimizer(read, optimizer, model, model_parameters)

@@ -294,6 +294,18 @@ class ZoffloadTrainer(_trainer_class()):
         self.zoffload_config = zoffload_config
         self.zo_engine = None
         self._zo_resume = None
+        # Several ranks (torchrun): the Trainer's accelerator.prepare(model) would wrap the model in
+        # DistributedDataParallel, whose construction broadcasts rank 0's parameters and whose backward all-reduces
+        # the gradients; the engine reduces them itself (as DeepSpeed's engine replaces DDP under HF), so the model
+        # is taken as it is. Other objects (data loaders) are prepared as before.
+        prepare_model = self.accelerator.prepare_model
+
+        def _prepare_model(model, device_placement=None, evaluation_mode=False):
+            if self.zo_engine is not None and model is self.model:
+                return model
+            return prepare_model(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
+
+        self.accelerator.prepare_model = _prepare_model
 
     # --- the engine, at the start of train() ---
 

@@ -1,7 +1,8 @@
 /*
  * config_internal.h - private to the config parser: what config.c (the
- * values) shares with config_keys.c (unknown keys and the closest known one)
- * and config_nonfinite.c (Infinity and NaN before jansson reads the text).
+ * values) shares with config_keys.c (unknown keys and the closest known one),
+ * config_nonfinite.c (Infinity and NaN before jansson reads the text) and
+ * config_describe.c (the resolved config as text).
  * Not installed.
  */
 #ifndef ZO_CONFIG_INTERNAL_H
@@ -24,6 +25,9 @@ typedef struct parse_ctx {
 
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG (config.c). */
 zo_status __attribute__((format(printf, 3, 4))) cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...);
+
+/* zoffload.comm's names, indexed by zo_comm_choice (config.c). */
+extern const char *const cfg_comm_names[3];
 
 /* True when key is in the NULL-terminated list. */
 static inline int in_list(const char *key, const char *const *list) {

@@ -660,22 +660,21 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
 
 /* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
 
-zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
-  if (out) *out = NULL;
-  if (!nvme_path || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL", !out ? "out" : "nvme_path");
+/* The arguments of zo_swap_create: @opts' block size, queue depth and rank (defaults filled in), the ring mode
+ * ZO_SWAP_RING_FLAGS asks for, and @nvme_path an existing directory. */
+static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *opts, size_t *block, unsigned *qd,
+                                   int *rank, enum ring_mode *ring_mode) {
   if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
-  size_t block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
-  unsigned qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
-  int rank = opts ? opts->rank : 0;
-  if (block > SWAP_MAX_BLOCK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", block, SWAP_MAX_BLOCK);
-  if (qd > SWAP_MAX_QD)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", qd, SWAP_MAX_QD);
-  if (rank < 0 || rank > SWAP_MAX_RANK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", rank, SWAP_MAX_RANK);
-  enum ring_mode ring_mode;
-  zo_status env_st = ring_env(opts, &ring_mode);
-  if (env_st != ZO_OK) return env_st;
+  *block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
+  *qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
+  *rank = opts ? opts->rank : 0;
+  if (*block > SWAP_MAX_BLOCK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", *block, SWAP_MAX_BLOCK);
+  if (*qd > SWAP_MAX_QD)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", *qd, SWAP_MAX_QD);
+  if (*rank < 0 || *rank > SWAP_MAX_RANK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", *rank, SWAP_MAX_RANK);
+  ZO_CHECK(ring_env(opts, ring_mode));
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
@@ -685,6 +684,17 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   }
   if (!S_ISDIR(st.st_mode))
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENOTDIR));
+  return ZO_OK;
+}
+
+zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
+  if (out) *out = NULL;
+  if (!nvme_path || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL", !out ? "out" : "nvme_path");
+  size_t block = 0;
+  unsigned qd = 0;
+  int rank = 0;
+  enum ring_mode ring_mode = RING_AUTO;
+  ZO_CHECK(create_check_args(nvme_path, opts, &block, &qd, &rank, &ring_mode));
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");

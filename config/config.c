@@ -16,30 +16,14 @@
 
 #include "base_internal.h"
 #include "config_auto.h"
+#include "config_internal.h"
 #include "zoffload/config.h"
 #include "zoffload/dtype.h"
 
-#define PATH_CAP 256
-
-typedef struct parse_ctx {
-  const char *src; /* document name for messages */
-  int64_t *n_unknown; /* unknown keys seen so far in this parse (the first UNKNOWN_NAMED are named) */
-} parse_ctx;
-
-/* Unknown keys named one warning line each; the rest are counted into one summary line at the end. */
-#define UNKNOWN_NAMED 8
-
 /* ---------- messages ---------- */
 
-/* True when key is in the NULL-terminated list. */
-static int in_list(const char *key, const char *const *list) {
-  for (; list && *list; list++)
-    if (!strcmp(key, *list)) return 1;
-  return 0;
-}
-
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG. */
-static zo_status __attribute__((format(printf, 3, 4)))
+zo_status __attribute__((format(printf, 3, 4)))
 cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
   char msg[768], emsg[900], epath[256];
   va_list ap;
@@ -49,73 +33,6 @@ cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
   /* the path's keys and the values quoted come from the file: escaped, so no control byte reaches a terminal */
   return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src, zo_escape(epath, sizeof epath, path, strlen(path)),
                       zo_escape(emsg, sizeof emsg, msg, strlen(msg)));
-}
-
-/*
- * Python's json.dumps() (so HF accelerate's "steps_per_print": float("inf")) writes the literals Infinity,
- * -Infinity and NaN, which JSON and jansson refuse. Before jansson reads the text, each such literal outside a
- * string becomes the string NONFINITE_MARK + literal ("\u001fInfinity"): steps_per_print reads Infinity as
- * "never"; every other key refuses the value as it refuses any string, and messages show the literal bare.
- */
-#define NONFINITE_MARK "\x1f"
-static const char *const k_nonfinite[] = {"-Infinity", "Infinity", "NaN"};
-
-/* The literal at s[i] (outside a string, not inside a longer word), or NULL. */
-static const char *nonfinite_at(const char *s, size_t len, size_t i) {
-  if (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '-' || s[i - 1] == '.')) return NULL;
-  for (size_t k = 0; k < sizeof k_nonfinite / sizeof k_nonfinite[0]; k++) {
-    size_t n = strlen(k_nonfinite[k]);
-    if (len - i >= n && !memcmp(s + i, k_nonfinite[k], n) &&
-        (i + n == len || !(isalnum((unsigned char)s[i + n]) || s[i + n] == '_')))
-      return k_nonfinite[k];
-  }
-  return NULL;
-}
-
-/*
- * nonfinite_to_strings() - *@out: a malloc'd copy of @s (@len bytes) with each literal quoted as above, and its
- * length in *@out_len; *@out stays NULL when @s has none (parse @s itself). Error positions jansson reports later
- * on a line holding one are off by 8 columns per literal before them. ZO_ERR_OUT_OF_MEMORY or ZO_OK.
- */
-static zo_status nonfinite_to_strings(const char *s, size_t len, char **out, size_t *out_len) {
-  *out = NULL;
-  for (int pass = 0; pass < 2; pass++) {
-    size_t n_lit = 0, o = 0;
-    int in_str = 0;
-    for (size_t i = 0; i < len; i++) {
-      const char *lit = NULL;
-      if (in_str) {
-        if (s[i] == '\\' && i + 1 < len) {
-          if (pass) (*out)[o++] = s[i];
-          i++;
-        } else if (s[i] == '"') {
-          in_str = 0;
-        }
-      } else if (s[i] == '"') {
-        in_str = 1;
-      } else if ((s[i] == '-' || s[i] == 'I' || s[i] == 'N') && (lit = nonfinite_at(s, len, i))) {
-        n_lit++;
-        if (pass) o += (size_t)sprintf(*out + o, "\"\\u001f%s\"", lit);
-        i += strlen(lit) - 1;
-        continue;
-      }
-      if (pass) (*out)[o++] = s[i];
-    }
-    if (!pass) {
-      if (!n_lit) return ZO_OK;
-      /* each literal gains "\u001f and a closing quote: 8 bytes; n_lit <= len, so no overflow */
-      *out = malloc(len + 8 * n_lit + 1);
-      if (!*out) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "config: out of host memory (%zu bytes)", len + 8 * n_lit + 1);
-    } else {
-      *out_len = o;
-    }
-  }
-  return ZO_OK;
-}
-
-/* True when @v is the string nonfinite_to_strings() made of @lit. */
-static int is_nonfinite(const json_t *v, const char *lit) {
-  return json_is_string(v) && json_string_value(v)[0] == NONFINITE_MARK[0] && !strcmp(json_string_value(v) + 1, lit);
 }
 
 /* Render a JSON value for "got ..." : strings quoted, numbers, literals, or its kind. */
@@ -159,94 +76,6 @@ static const char *pj(char *out, const char *base, const char *key) {
 }
 
 static void warn_inert(const char *path) { zo_warn("config: %s is accepted but has no effect yet", path); }
-static void warn_unknown(const parse_ctx *c, const char *path) {
-  if (++*c->n_unknown <= UNKNOWN_NAMED) zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
-}
-
-/* ---------- unknown keys: the closest known key ---------- */
-
-/* Keys longer than this get no suggestion (and cost nothing to compare). */
-#define KEY_DIST_LEN 64
-
-/*
- * key_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent characters, each
- * counting 1: "enabeld" -> "enabled" is 1) between @a and @b, byte-wise; KEY_DIST_LEN when either is longer.
- */
-static int key_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n >= KEY_DIST_LEN || m >= KEY_DIST_LEN) return KEY_DIST_LEN;
-  int rows[3][KEY_DIST_LEN + 1]; /* rows i-2, i-1, i of the DP table, used round robin */
-  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int d = up[j - 1] + cost;
-      if (up[j] + 1 < d) d = up[j] + 1;
-      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d) d = up2[j - 2] + 1;
-      cur[j] = d;
-    }
-  }
-  return rows[n % 3][m];
-}
-
-/* Known keys under @base (NULL: the unknown key's own block), for the suggestion. */
-typedef struct key_set {
-  const char *base;
-  const char *const *keys; /* NULL-terminated */
-} key_set;
-
-/*
- * closest_key() - the known key nearest @key: within 2 edits, and at most a third of the longer name's length (so
- * "a" suggests nothing); an exact match counts only in a set with its own @base (a key one level off). First
- * best wins. Returns the key, its set's base in *@base_out; NULL when none is that close.
- */
-static const char *closest_key(const char *key, const key_set *sets, size_t n_sets, const char **base_out) {
-  const char *best = NULL;
-  int best_d = 3;
-  for (size_t s = 0; s < n_sets; s++)
-    for (const char *const *k = sets[s].keys; k && *k; k++) {
-      int d = key_distance(key, *k);
-      size_t longer = strlen(key) > strlen(*k) ? strlen(key) : strlen(*k);
-      if ((d == 0 && !sets[s].base) || d >= best_d || (size_t)(3 * d) > longer) continue;
-      best = *k;
-      best_d = d;
-      *base_out = sets[s].base;
-    }
-  return best;
-}
-
-/* "did you mean <base>.<key>?" for @key at @path (whose block is @path less ".key"), or "" when nothing is close. */
-static const char *did_you_mean(char *out, size_t cap, const char *path, const char *key, const key_set *sets,
-                                size_t n_sets) {
-  const char *base = NULL, *best = closest_key(key, sets, n_sets, &base);
-  out[0] = 0;
-  if (!best) return out;
-  size_t plen = strlen(path), klen = strlen(key);
-  int own_len = plen > klen ? (int)(plen - klen - 1) : 0; /* the block's path: path less ".key" */
-  if (base) snprintf(out, cap, "; did you mean %s%s%s?", base, base[0] ? "." : "", best);
-  else snprintf(out, cap, "; did you mean %.*s%s%s?", own_len, path, own_len ? "." : "", best);
-  return out;
-}
-
-/*
- * unknown_key() - @key at @path is in a block zoffload reads and is none of its keys: an error (DeepSpeed's
- * config models refuse unknown fields too), naming the closest known key when one is close.
- */
-static zo_status unknown_key(const parse_ctx *c, const char *path, const char *key, const key_set *sets,
-                             size_t n_sets) {
-  char hint[PATH_CAP + 32];
-  did_you_mean(hint, sizeof hint, path, key, sets, n_sets);
-  if (hint[0]) return cfg_err(c, path, "not a DeepSpeed or zoffload key%s", hint);
-  size_t plen = strlen(path), klen = strlen(key);
-  if (plen <= klen + 1) /* a key so long that the path was cut (pj) */
-    return cfg_err(c, path, "not a DeepSpeed or zoffload key (docs/configuration.md lists them)");
-  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)",
-                 (int)(plen - klen - 1), path);
-}
-#define KEY_SETS(...) ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
 
 /* ---------- typed getters: each checks type then range and names the path ---------- */
 
@@ -354,12 +183,12 @@ static zo_status get_device_kind(const parse_ctx *c, const char *path, const jso
 }
 
 /* zoffload.comm: "auto", "nccl" or "mpi" (zo_comm_choice). */
-static const char *const k_comm_names[] = {"auto", "nccl", "mpi"};
+const char *const cfg_comm_names[3] = {"auto", "nccl", "mpi"};
 static zo_status get_comm(const parse_ctx *c, const char *path, const json_t *v, zo_comm_choice *out) {
   static const char *what = "\"auto\", \"nccl\" or \"mpi\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
-  for (int i = 0; i < (int)(sizeof k_comm_names / sizeof k_comm_names[0]); i++)
-    if (!strcmp(json_string_value(v), k_comm_names[i])) {
+  for (int i = 0; i < (int)(sizeof cfg_comm_names / sizeof cfg_comm_names[0]); i++)
+    if (!strcmp(json_string_value(v), cfg_comm_names[i])) {
       *out = (zo_comm_choice)i;
       return ZO_OK;
     }
@@ -416,10 +245,9 @@ static const char *const opt_keys[] = {"type", "params", "legacy_fusion", NULL};
 static const char *const opt_param_keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
                                              "amsgrad", "torch_adam", "fp32_optimizer_states", NULL};
 
-static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
-  char p[PATH_CAP];
-  ZO_CHECK(get_obj(c, "optimizer", blk));
-  const json_t *t = json_object_get(blk, "type");
+/* optimizer.type (@t, NULL when missing): "Adam" or "AdamW", any case; a DeepSpeed optimizer zoffload does not
+ * implement is named as one. */
+static zo_status parse_optimizer_type(const parse_ctx *c, const json_t *t, zo_config_t *cfg) {
   if (!t) return cfg_err(c, "optimizer.type", "missing (expected \"Adam\" or \"AdamW\")");
   if (!json_is_string(t)) return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
   const char *ts = json_string_value(t);
@@ -438,7 +266,65 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
                      ts);
     return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
   }
+  return ZO_OK;
+}
 
+/* optimizer.betas at @q: [beta1, beta2], each in [0, 1) as float32. */
+static zo_status parse_betas(const parse_ctx *c, const char *q, const json_t *v2, zo_config_t *cfg) {
+  if (!json_is_array(v2) || json_array_size(v2) != 2)
+    return type_err(c, q, "an array of two numbers [beta1, beta2]", v2);
+  char r[PATH_CAP + 8];
+  double b[2];
+  for (int i = 0; i < 2; i++) {
+    snprintf(r, sizeof r, "%s[%d]", q, i);
+    ZO_CHECK(get_dbl(c, r, json_array_get(v2, i), 0, 1, LO_INCL | HI_EXCL, &b[i]));
+    if (!((float)b[i] < 1.0f)) /* 1 - beta^step is the bias correction's divisor */
+      return cfg_err(c, r, "expected a number in [0, 1), got %.17g, which is 1 as float32 (what the optimizer "
+                     "computes in): at most %.9g", b[i], (double)nextafterf(1.0f, 0.0f));
+  }
+  cfg->optimizer.beta1 = b[0];
+  cfg->optimizer.beta2 = b[1];
+  return ZO_OK;
+}
+
+/* One key @k2 of optimizer.params (at @q) of optimizer @ts; adam_w_mode goes to *@adam_w_mode. */
+static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *k2, const json_t *v2, const char *ts,
+                                 int *adam_w_mode, zo_config_t *cfg) {
+  if (!strcmp(k2, "lr")) {
+    ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->optimizer.lr));
+  } else if (!strcmp(k2, "betas")) {
+    ZO_CHECK(parse_betas(c, q, v2, cfg));
+  } else if (!strcmp(k2, "eps")) {
+    ZO_CHECK(get_dbl(c, q, v2, FLT_MIN, 1, LO_INCL | HI_INCL, &cfg->optimizer.eps));
+  } else if (!strcmp(k2, "weight_decay")) {
+    ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_WEIGHT_DECAY_MAX, LO_INCL | HI_INCL, &cfg->optimizer.weight_decay));
+  } else if (!strcmp(k2, "bias_correction")) {
+    ZO_CHECK(get_bool(c, q, v2, &cfg->optimizer.bias_correction));
+  } else if (!strcmp(k2, "adam_w_mode")) {
+    ZO_CHECK(get_bool(c, q, v2, adam_w_mode));
+  } else if (!strcmp(k2, "amsgrad")) {
+    int ams = 0;
+    ZO_CHECK(get_bool(c, q, v2, &ams));
+    if (ams) return cfg_err(c, q, "amsgrad is not supported (expected false)");
+  } else if (!strcmp(k2, "torch_adam") || !strcmp(k2, "fp32_optimizer_states")) {
+    warn_inert(q);
+  } else if (!strcmp(k2, "max_grad_norm")) {
+    return cfg_err(c, q, "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
+  } else {
+    char hint[PATH_CAP + 32];
+    return cfg_err(c, q,
+                   "not a parameter of %s (it takes lr, betas, eps, weight_decay, bias_correction, "
+                   "adam_w_mode, amsgrad); DeepSpeed would reject it too%s",
+                   ts, cfg_did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, opt_param_keys})));
+  }
+  return ZO_OK;
+}
+
+static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  char p[PATH_CAP];
+  ZO_CHECK(get_obj(c, "optimizer", blk));
+  ZO_CHECK(parse_optimizer_type(c, json_object_get(blk, "type"), cfg));
+  const char *ts = json_string_value(json_object_get(blk, "type"));
   int adam_w_mode = 1; /* DeepSpeed ADAM_W_MODE_DEFAULT */
   const char *key;
   json_t *v;
@@ -451,51 +337,12 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
       json_t *v2;
       char q[PATH_CAP];
       json_object_foreach(v, k2, v2) {
-        pj(q, p, k2);
-        if (!strcmp(k2, "lr")) {
-          ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->optimizer.lr));
-        } else if (!strcmp(k2, "betas")) {
-          if (!json_is_array(v2) || json_array_size(v2) != 2)
-            return type_err(c, q, "an array of two numbers [beta1, beta2]", v2);
-          char r[PATH_CAP + 8];
-          double b[2];
-          for (int i = 0; i < 2; i++) {
-            snprintf(r, sizeof r, "%s[%d]", q, i);
-            ZO_CHECK(get_dbl(c, r, json_array_get(v2, i), 0, 1, LO_INCL | HI_EXCL, &b[i]));
-            if (!((float)b[i] < 1.0f)) /* 1 - beta^step is the bias correction's divisor */
-              return cfg_err(c, r, "expected a number in [0, 1), got %.17g, which is 1 as float32 (what the optimizer "
-                             "computes in): at most %.9g", b[i], (double)nextafterf(1.0f, 0.0f));
-          }
-          cfg->optimizer.beta1 = b[0];
-          cfg->optimizer.beta2 = b[1];
-        } else if (!strcmp(k2, "eps")) {
-          ZO_CHECK(get_dbl(c, q, v2, FLT_MIN, 1, LO_INCL | HI_INCL, &cfg->optimizer.eps));
-        } else if (!strcmp(k2, "weight_decay")) {
-          ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_WEIGHT_DECAY_MAX, LO_INCL | HI_INCL, &cfg->optimizer.weight_decay));
-        } else if (!strcmp(k2, "bias_correction")) {
-          ZO_CHECK(get_bool(c, q, v2, &cfg->optimizer.bias_correction));
-        } else if (!strcmp(k2, "adam_w_mode")) {
-          ZO_CHECK(get_bool(c, q, v2, &adam_w_mode));
-        } else if (!strcmp(k2, "amsgrad")) {
-          int ams = 0;
-          ZO_CHECK(get_bool(c, q, v2, &ams));
-          if (ams) return cfg_err(c, q, "amsgrad is not supported (expected false)");
-        } else if (!strcmp(k2, "torch_adam") || !strcmp(k2, "fp32_optimizer_states")) {
-          warn_inert(q);
-        } else if (!strcmp(k2, "max_grad_norm")) {
-          return cfg_err(c, q, "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
-        } else {
-          char hint[PATH_CAP + 32];
-          return cfg_err(c, q,
-                         "not a parameter of %s (it takes lr, betas, eps, weight_decay, bias_correction, "
-                         "adam_w_mode, amsgrad); DeepSpeed would reject it too%s",
-                         ts, did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, opt_param_keys})));
-        }
+        ZO_CHECK(optimizer_param(c, pj(q, p, k2), k2, v2, ts, &adam_w_mode, cfg));
       }
     } else if (!strcmp(key, "legacy_fusion")) {
       warn_inert(p);
     } else { /* "adam_w_mode" one level too high: did you mean optimizer.params.adam_w_mode? */
-      return unknown_key(c, p, key, KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
+      return cfg_unknown_key(c, p, key, KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
     }
   }
   /* DeepSpeed engine: effective_adam_w_mode = name == "adamw" or adam_w_mode. */
@@ -540,7 +387,7 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
     pj(p, "scheduler", key);
     if (!strcmp(key, "type")) continue;
     if (strcmp(key, "params"))
-      return unknown_key(c, p, key, KEY_SETS({NULL, sched_keys}, {"scheduler.params", sched_param_keys[st - 1]}));
+      return cfg_unknown_key(c, p, key, KEY_SETS({NULL, sched_keys}, {"scheduler.params", sched_param_keys[st - 1]}));
     ZO_CHECK(get_obj(c, p, v));
     const char *k2;
     json_t *v2;
@@ -574,7 +421,7 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
                                 : "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type";
         char hint[PATH_CAP + 32];
         return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too%s", ts, takes,
-                       did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, sched_param_keys[st - 1]})));
+                       cfg_did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, sched_param_keys[st - 1]})));
       }
     }
   }
@@ -623,7 +470,7 @@ static zo_status data_types_key(const parse_ctx *c, const char *p, const char *k
     warn_inert(p);
     return ZO_OK;
   }
-  if (strcmp(key, "grad_accum_dtype")) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  if (strcmp(key, "grad_accum_dtype")) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   static const char *what = "\"fp32\", \"bf16\" or \"fp16\"";
   if (!json_is_string(v)) return type_err(c, p, what, v);
   const char *s = json_string_value(v);
@@ -650,7 +497,7 @@ static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, co
   static const char *const keys[] = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
                                      "hysteresis", "min_loss_scale", "consecutive_hysteresis", "auto_cast",
                                      "fp16_master_weights_and_grads", "type", NULL};
-  if (!in_list(key, keys)) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   warn_inert(p); /* consecutive_hysteresis, auto_cast, fp16_master_weights_and_grads, type */
   return ZO_OK;
 }
@@ -661,7 +508,7 @@ static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, co
   if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->bf16.enabled);
   static const char *const keys[] = {"enabled", "immediate_grad_update", "check_grad_overflow",
                                      "bf16_master_weights_and_grads", "bf16_optimizer_states", NULL};
-  if (!in_list(key, keys)) return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   warn_inert(p);
   return ZO_OK;
 }
@@ -711,7 +558,7 @@ static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const 
     return ZO_OK;
   }
   if (!in_list(key, offload_optimizer_keys))
-    return unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
+    return cfg_unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
   warn_inert(p); /* fast_init, pipeline, super_offload, cpuadam_cores_perc */
   return ZO_OK;
 }
@@ -726,7 +573,7 @@ static zo_status offload_param_key(const parse_ctx *c, const char *p, const char
     warn_inert(p); /* nvme parameters are read from params.swp on every fetch; no host cache yet */
     return ZO_OK;
   }
-  return unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));
+  return cfg_unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));
 }
 
 /* The offload_block of @o, cfg->zero.offload_optimizer or .offload_param (two struct types, hence a macro). */
@@ -761,20 +608,17 @@ static const char *const zero_keys[] = {
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold", "reduce_bucket_size", "allgather_bucket_size", NULL};
 
-static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
-  static const char *Z = "zero_optimization";
-  if (json_is_boolean(blk)) { /* legacy: true = stage 1, false = stage 0 */
-    cfg->zero.stage = json_is_true(blk) ? 1 : 0;
-    return ZO_OK;
-  }
-  if (!json_is_object(blk)) return type_err(c, Z, "an object (or legacy true/false)", blk);
+/* What zero_optimization's keys said that its legacy forms and stage-dependent defaults depend on. */
+typedef struct zero_seen {
+  int overlap_given, oo_given, op_given; /* overlap_comm, offload_optimizer, offload_param given (not null) */
+  int oo_pin, op_pin;                    /* pin_memory given in offload_optimizer, offload_param */
+  int legacy_cpu, legacy_param, legacy_pin; /* cpu_offload, cpu_offload_param(s), cpu_offload_use_pin_memory; -1 absent */
+  const char *legacy_param_key;          /* which spelling of cpu_offload_param was given */
+} zero_seen;
 
-  int overlap_given = 0, oo_given = 0, op_given = 0, oo_pin = 0, op_pin = 0;
-  int legacy_cpu = -1, legacy_param = -1, legacy_pin = -1;
-  const char *legacy_param_key = "cpu_offload_param";
-  const char *key;
-  json_t *v;
-  char p[PATH_CAP];
+/* One key of zero_optimization (at @p); what the legacy forms need is noted in @seen. */
+static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                          zero_seen *seen) {
   struct { const char *name; int64_t *dst; } sizes[] = {
       {"sub_group_size", &cfg->zero.sub_group_size},
       {"stage3_prefetch_bucket_size", &cfg->zero.stage3_prefetch_bucket_size},
@@ -784,73 +628,94 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
       {"reduce_bucket_size", &cfg->zero.reduce_bucket_size},
       {"allgather_bucket_size", &cfg->zero.allgather_bucket_size},
   };
-  json_object_foreach((json_t *)blk, key, v) {
-    pj(p, Z, key);
-    size_t si = 0;
-    for (; si < sizeof sizes / sizeof sizes[0]; si++)
-      if (!strcmp(key, sizes[si].name)) break;
-    if (si < sizeof sizes / sizeof sizes[0]) {
-      /* sub_group_size, the stage3_* budgets and, on several ranks, reduce_bucket_size (the reduction ring with
-       * overlap_comm) and allgather_bucket_size (the waves of the weight all-gather, stages 1-2) are all acted on */
-      ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, ZO_CONFIG_MAX_ELEMS, sizes[si].dst));
-    } else if (!strcmp(key, "stage")) {
-      ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
-    } else if (!strcmp(key, "offload_optimizer")) {
-      const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_optimizer, &oo_pin, offload_optimizer_key);
-      ZO_CHECK(parse_offload(c, p, v, &b, cfg));
-      oo_given = !json_is_null(v);
-    } else if (!strcmp(key, "offload_param")) {
-      const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_param, &op_pin, offload_param_key);
-      ZO_CHECK(parse_offload(c, p, v, &b, cfg));
-      op_given = !json_is_null(v);
-    } else if (!strcmp(key, "overlap_comm")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->zero.overlap_comm));
-      overlap_given = 1;
-    } else if (!strcmp(key, "contiguous_gradients")) {
-      ZO_CHECK(get_bool(c, p, v, &cfg->zero.contiguous_gradients));
-      warn_inert(p);
-    } else if (!strcmp(key, "cpu_offload")) {
-      ZO_CHECK(get_bool(c, p, v, &legacy_cpu));
-    } else if (!strcmp(key, "cpu_offload_param") || !strcmp(key, "cpu_offload_params")) {
-      if (legacy_param >= 0)
-        return cfg_err(c, p, "given together with zero_optimization.%s", legacy_param_key);
-      ZO_CHECK(get_bool(c, p, v, &legacy_param));
-      legacy_param_key = key;
-    } else if (!strcmp(key, "cpu_offload_use_pin_memory")) {
-      ZO_CHECK(get_bool(c, p, v, &legacy_pin));
-    } else if (in_list(key, zero_inert)) {
-      warn_inert(p);
-    } else {
-      return unknown_key(c, p, key, KEY_SETS({NULL, zero_keys}, {NULL, zero_inert}));
-    }
+  size_t si = 0;
+  for (; si < sizeof sizes / sizeof sizes[0]; si++)
+    if (!strcmp(key, sizes[si].name)) break;
+  if (si < sizeof sizes / sizeof sizes[0]) {
+    /* sub_group_size, the stage3_* budgets and, on several ranks, reduce_bucket_size (the reduction ring with
+     * overlap_comm) and allgather_bucket_size (the waves of the weight all-gather, stages 1-2) are all acted on */
+    ZO_CHECK(get_i64(c, p, v, si == 0 ? 1 : 0, ZO_CONFIG_MAX_ELEMS, sizes[si].dst));
+  } else if (!strcmp(key, "stage")) {
+    ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
+  } else if (!strcmp(key, "offload_optimizer")) {
+    const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_optimizer, &seen->oo_pin, offload_optimizer_key);
+    ZO_CHECK(parse_offload(c, p, v, &b, cfg));
+    seen->oo_given = !json_is_null(v);
+  } else if (!strcmp(key, "offload_param")) {
+    const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_param, &seen->op_pin, offload_param_key);
+    ZO_CHECK(parse_offload(c, p, v, &b, cfg));
+    seen->op_given = !json_is_null(v);
+  } else if (!strcmp(key, "overlap_comm")) {
+    ZO_CHECK(get_bool(c, p, v, &cfg->zero.overlap_comm));
+    seen->overlap_given = 1;
+  } else if (!strcmp(key, "contiguous_gradients")) {
+    ZO_CHECK(get_bool(c, p, v, &cfg->zero.contiguous_gradients));
+    warn_inert(p);
+  } else if (!strcmp(key, "cpu_offload")) {
+    ZO_CHECK(get_bool(c, p, v, &seen->legacy_cpu));
+  } else if (!strcmp(key, "cpu_offload_param") || !strcmp(key, "cpu_offload_params")) {
+    if (seen->legacy_param >= 0)
+      return cfg_err(c, p, "given together with zero_optimization.%s", seen->legacy_param_key);
+    ZO_CHECK(get_bool(c, p, v, &seen->legacy_param));
+    seen->legacy_param_key = key;
+  } else if (!strcmp(key, "cpu_offload_use_pin_memory")) {
+    ZO_CHECK(get_bool(c, p, v, &seen->legacy_pin));
+  } else if (in_list(key, zero_inert)) {
+    warn_inert(p);
+  } else {
+    return cfg_unknown_key(c, p, key, KEY_SETS({NULL, zero_keys}, {NULL, zero_inert}));
   }
+  return ZO_OK;
+}
 
-  /* Legacy forms, as DeepSpeed maps them: cpu_offload -> offload_optimizer {device: cpu},
-     cpu_offload_param -> offload_param {device: cpu}; a deprecated key and its
-     replacement together are an error (DeepSpeed's deprecated-field check). */
-  if (legacy_cpu >= 0) {
-    if (oo_given)
+/* Legacy forms, as DeepSpeed maps them: cpu_offload -> offload_optimizer {device: cpu},
+   cpu_offload_param -> offload_param {device: cpu}; a deprecated key and its
+   replacement together are an error (DeepSpeed's deprecated-field check). */
+static zo_status zero_legacy(const parse_ctx *c, const zero_seen *seen, zo_config_t *cfg) {
+  char p[PATH_CAP];
+  if (seen->legacy_cpu >= 0) {
+    if (seen->oo_given)
       return cfg_err(c, "zero_optimization.cpu_offload",
                      "deprecated form cannot be combined with zero_optimization.offload_optimizer");
-    if (legacy_cpu) cfg->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    if (seen->legacy_cpu) cfg->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
   }
-  if (legacy_param >= 0) {
-    if (op_given)
-      return cfg_err(c, pj(p, Z, legacy_param_key),
+  if (seen->legacy_param >= 0) {
+    if (seen->op_given)
+      return cfg_err(c, pj(p, "zero_optimization", seen->legacy_param_key),
                      "deprecated form cannot be combined with zero_optimization.offload_param");
-    if (legacy_param) cfg->zero.offload_param.device = ZO_OFFLOAD_CPU;
+    if (seen->legacy_param) cfg->zero.offload_param.device = ZO_OFFLOAD_CPU;
   }
   /* cpu_offload_use_pin_memory: pin_memory of whichever offload is on, unless given explicitly. */
-  if (legacy_pin >= 0) {
-    if (!oo_pin && cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE)
-      cfg->zero.offload_optimizer.pin_memory = legacy_pin;
-    if (!op_pin && cfg->zero.offload_param.device != ZO_OFFLOAD_NONE) cfg->zero.offload_param.pin_memory = legacy_pin;
+  if (seen->legacy_pin >= 0) {
+    if (!seen->oo_pin && cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE)
+      cfg->zero.offload_optimizer.pin_memory = seen->legacy_pin;
+    if (!seen->op_pin && cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
+      cfg->zero.offload_param.pin_memory = seen->legacy_pin;
   }
+  return ZO_OK;
+}
+
+static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
+  static const char *Z = "zero_optimization";
+  if (json_is_boolean(blk)) { /* legacy: true = stage 1, false = stage 0 */
+    cfg->zero.stage = json_is_true(blk) ? 1 : 0;
+    return ZO_OK;
+  }
+  if (!json_is_object(blk)) return type_err(c, Z, "an object (or legacy true/false)", blk);
+
+  zero_seen seen = {.legacy_cpu = -1, .legacy_param = -1, .legacy_pin = -1, .legacy_param_key = "cpu_offload_param"};
+  const char *key;
+  json_t *v;
+  char p[PATH_CAP];
+  json_object_foreach((json_t *)blk, key, v) {
+    ZO_CHECK(zero_key(c, pj(p, Z, key), key, v, cfg, &seen));
+  }
+  ZO_CHECK(zero_legacy(c, &seen, cfg));
   if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_optimizer.nvme_path[0])
     return cfg_err(c, "zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_param.nvme_path[0])
     return cfg_err(c, "zero_optimization.offload_param.nvme_path", "required when device is \"nvme\"");
-  if (!overlap_given) cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
+  if (!seen.overlap_given) cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
   return ZO_OK;
 }
 
@@ -881,7 +746,7 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
   } else {
     static const char *const keys[] = {"block_size", "queue_depth", "intra_op_parallelism", "thread_count",
                                        "single_submit", "overlap_events", "use_gds", NULL};
-    return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+    return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   }
   return ZO_OK;
 }
@@ -923,7 +788,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
                                      "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
                                      "host_link_gbps", "pinned_fraction", "allow_pageable_host", NULL};
-  return unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
 /* ---------- top level ---------- */
@@ -1088,6 +953,78 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.comm_timeout_s = ZO_CONFIG_COMM_TIMEOUT_S;
 }
 
+/* Reads @json_text (@len bytes) into *@root with Infinity/NaN quoted first (config_nonfinite.c); ZO_ERR_CONFIG
+ * naming line and column when it is not JSON, or when its top level is not an object. */
+static zo_status load_json(const parse_ctx *c, const char *json_text, size_t len, json_t **root) {
+  json_error_t jerr;
+  char *quoted = NULL; /* json_text with Infinity/NaN quoted, when it has any */
+  size_t quoted_len = 0;
+  ZO_CHECK(cfg_nonfinite_to_strings(json_text, len, &quoted, &quoted_len));
+  *root = quoted ? json_loadb(quoted, quoted_len, JSON_REJECT_DUPLICATES, &jerr)
+                 : json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(quoted);
+  char ebuf[256];
+  if (!*root)
+    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column,
+                        zo_escape(ebuf, sizeof ebuf, jerr.text, strlen(jerr.text))); /* jansson quotes the bytes near it */
+  if (!json_is_object(*root)) {
+    char got[64];
+    return zo_error_set(ZO_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", c->src,
+                        show(*root, got, sizeof got));
+  }
+  return ZO_OK;
+}
+
+/* The batch sizes as given (0: absent), for resolve_batch(). */
+typedef struct batch_given {
+  int64_t tb, mb, gas; /* train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps */
+} batch_given;
+
+/* One top-level key: a value, a block zoffload reads, an application's block, a DeepSpeed key it does not act on,
+ * a typo of a known key (an error) or an unknown key (a warning). */
+static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v, const zo_config_opts *opts,
+                         batch_given *bg, zo_config_t *cfg) {
+  if (!strcmp(key, "train_batch_size")) return get_i64(c, key, v, 1, INT64_MAX, &bg->tb);
+  if (!strcmp(key, "train_micro_batch_size_per_gpu")) return get_i64(c, key, v, 1, INT64_MAX, &bg->mb);
+  if (!strcmp(key, "gradient_accumulation_steps")) return get_i64(c, key, v, 1, INT64_MAX, &bg->gas);
+  if (!strcmp(key, "gradient_clipping")) return get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping);
+  if (!strcmp(key, "steps_per_print") && cfg_is_nonfinite(v, "Infinity")) {
+    cfg->steps_per_print = INT64_MAX; /* HF accelerate's float("inf"): never print (the largest count does that) */
+    return ZO_OK;
+  }
+  if (!strcmp(key, "steps_per_print")) return get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print);
+  if (!strcmp(key, "optimizer")) return parse_optimizer(c, v, cfg);
+  if (!strcmp(key, "scheduler")) return parse_scheduler(c, v, cfg);
+  if (!strcmp(key, "fp16")) return parse_keys(c, key, v, fp16_key, cfg, NULL);
+  if (!strcmp(key, "data_types")) return parse_keys(c, key, v, data_types_key, cfg, NULL);
+  if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16")) return parse_keys(c, key, v, bf16_key, cfg, NULL);
+  if (!strcmp(key, "zero_optimization")) return parse_zero(c, v, cfg);
+  if (!strcmp(key, "aio")) return parse_keys(c, key, v, aio_key, cfg, NULL);
+  if (!strcmp(key, "zoffload")) return parse_keys(c, key, v, zoffload_key, cfg, NULL);
+  if (opts && in_list(key, opts->app_blocks)) return ZO_OK;
+  if (in_list(key, top_inert)) {
+    warn_inert(key);
+    return ZO_OK;
+  }
+  /* a name close to a known block is a typo (an error); anything else is the application's (a warning) */
+  char hint[PATH_CAP + 32];
+  const key_set sets[] = {{NULL, top_keys}, {NULL, top_inert}, {NULL, opts ? opts->app_blocks : NULL}};
+  if (cfg_did_you_mean(hint, sizeof hint, key, key, sets, sizeof sets / sizeof sets[0])[0])
+    return cfg_err(c, key, "not a DeepSpeed or zoffload key%s", hint);
+  cfg_warn_unknown(c, key);
+  return ZO_OK;
+}
+
+/* The checks across blocks, once every key is read; then the batch sizes. */
+static zo_status check_whole(const parse_ctx *c, const json_t *root, const batch_given *bg, int ws, zo_config_t *cfg) {
+  if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16"))
+    return cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");
+  if (cfg->fp16.enabled && cfg->bf16.enabled)
+    return cfg_err(c, "bf16.enabled", "fp16.enabled and bf16.enabled cannot both be true");
+  ZO_CHECK(check_decay(c, cfg));
+  return resolve_batch(c, bg->tb, bg->mb, bg->gas, ws, cfg);
+}
+
 zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
                           zo_config_t *cfg) {
   if (!json_text || !cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: json_text and cfg must not be NULL");
@@ -1099,78 +1036,20 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
   parse_ctx ctx = {source ? source : "config", &n_unknown};
   const parse_ctx *c = &ctx;
 
-  json_error_t jerr;
-  char *quoted = NULL; /* json_text with Infinity/NaN quoted, when it has any */
-  size_t quoted_len = 0;
-  ZO_CHECK(nonfinite_to_strings(json_text, len, &quoted, &quoted_len));
-  json_t *root = quoted ? json_loadb(quoted, quoted_len, JSON_REJECT_DUPLICATES, &jerr)
-                        : json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
-  free(quoted);
-  char ebuf[256];
-  if (!root)
-    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column,
-                        zo_escape(ebuf, sizeof ebuf, jerr.text, strlen(jerr.text))); /* jansson quotes the bytes near it */
-
-  zo_status st = ZO_OK;
-  if (!json_is_object(root)) {
-    char got[64];
-    st = zo_error_set(ZO_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", c->src,
-                      show(root, got, sizeof got));
-    goto out;
-  }
+  json_t *root = NULL;
+  zo_status st = load_json(c, json_text, len, &root);
+  if (st != ZO_OK) goto out;
   /* "auto" (HF Trainer style) at the keys HF fills in: from the application's values (config_auto.c) */
   ZO_CHECK_GOTO(cfg_fill_auto(root, opts ? opts->auto_values : NULL, ws, c->src), st, out);
-
-  int64_t tb = 0, mb = 0, gas = 0;
+  batch_given bg = {0, 0, 0};
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
-    if (!strcmp(key, "train_batch_size")) ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &tb), st, out);
-    else if (!strcmp(key, "train_micro_batch_size_per_gpu"))
-      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &mb), st, out);
-    else if (!strcmp(key, "gradient_accumulation_steps"))
-      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &gas), st, out);
-    else if (!strcmp(key, "gradient_clipping"))
-      ZO_CHECK_GOTO(get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping), st, out);
-    else if (!strcmp(key, "steps_per_print") && is_nonfinite(v, "Infinity"))
-      cfg->steps_per_print = INT64_MAX; /* HF accelerate's float("inf"): never print (the largest count does that) */
-    else if (!strcmp(key, "steps_per_print"))
-      ZO_CHECK_GOTO(get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print), st, out);
-    else if (!strcmp(key, "optimizer")) ZO_CHECK_GOTO(parse_optimizer(c, v, cfg), st, out);
-    else if (!strcmp(key, "scheduler")) ZO_CHECK_GOTO(parse_scheduler(c, v, cfg), st, out);
-    else if (!strcmp(key, "fp16")) ZO_CHECK_GOTO(parse_keys(c, key, v, fp16_key, cfg, NULL), st, out);
-    else if (!strcmp(key, "data_types")) ZO_CHECK_GOTO(parse_keys(c, key, v, data_types_key, cfg, NULL), st, out);
-    else if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16"))
-      ZO_CHECK_GOTO(parse_keys(c, key, v, bf16_key, cfg, NULL), st, out);
-    else if (!strcmp(key, "zero_optimization")) ZO_CHECK_GOTO(parse_zero(c, v, cfg), st, out);
-    else if (!strcmp(key, "aio")) ZO_CHECK_GOTO(parse_keys(c, key, v, aio_key, cfg, NULL), st, out);
-    else if (!strcmp(key, "zoffload")) ZO_CHECK_GOTO(parse_keys(c, key, v, zoffload_key, cfg, NULL), st, out);
-    else if (opts && in_list(key, opts->app_blocks)) continue;
-    else if (in_list(key, top_inert)) warn_inert(key);
-    else { /* a name close to a known block is a typo (an error); anything else is the application's (a warning) */
-      char hint[PATH_CAP + 32];
-      const key_set sets[] = {{NULL, top_keys}, {NULL, top_inert}, {NULL, opts ? opts->app_blocks : NULL}};
-      if (did_you_mean(hint, sizeof hint, key, key, sets, sizeof sets / sizeof sets[0])[0]) {
-        st = cfg_err(c, key, "not a DeepSpeed or zoffload key%s", hint);
-        goto out;
-      }
-      warn_unknown(c, key);
-    }
+    ZO_CHECK_GOTO(top_key(c, key, v, opts, &bg, cfg), st, out);
   }
-  if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16")) {
-    st = cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");
-    goto out;
-  }
-  if (cfg->fp16.enabled && cfg->bf16.enabled) {
-    st = cfg_err(c, "bf16.enabled", "fp16.enabled and bf16.enabled cannot both be true");
-    goto out;
-  }
-  ZO_CHECK_GOTO(check_decay(c, cfg), st, out);
-  st = resolve_batch(c, tb, mb, gas, ws, cfg);
+  st = check_whole(c, root, &bg, ws, cfg);
 out:
-  if (n_unknown > UNKNOWN_NAMED)
-    zo_warn("config: ... and %" PRId64 " more keys that are not DeepSpeed or zoffload keys (%" PRId64 " in all); ignored",
-            n_unknown - UNKNOWN_NAMED, n_unknown);
+  cfg_warn_unknown_total(c);
   json_decref(root);
   return st;
 }
@@ -1255,7 +1134,7 @@ double zo_config_lr_at(const zo_config_t *cfg, int64_t step) {
   return zo_config_lr_at_iteration(cfg, step - 2);
 }
 
-/* ---------- describe ---------- */
+/* ---------- offload device names ---------- */
 
 const char *zo_offload_device_name(zo_offload_device d) {
   switch (d) {
@@ -1275,117 +1154,6 @@ zo_status zo_offload_device_parse(const char *name, zo_offload_device *out) {
       return ZO_OK;
     }
   return zo_error_set(ZO_ERR_INVALID_ARG, "offload device \"%s\": expected \"none\", \"cpu\" or \"nvme\"", name);
-}
-
-typedef struct sbuf {
-  char *buf;
-  size_t cap, len;
-} sbuf;
-
-static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = b->len < b->cap ? b->cap - b->len : 0;
-  int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) b->len += (size_t)n;
-}
-
-/* The keys both offload blocks share, under @base; returns 1 when @device is not none (its other keys follow). */
-static int sb_offload_shared(sbuf *b, const char *base, zo_offload_device device, const char *nvme_path,
-                             int pin_memory, int buffer_count) {
-  sb_printf(b, "%s.device = %s\n", base, zo_offload_device_name(device));
-  if (device == ZO_OFFLOAD_NONE) return 0;
-  if (device == ZO_OFFLOAD_NVME) sb_printf(b, "%s.nvme_path = %s\n", base, nvme_path);
-  sb_printf(b, "%s.pin_memory = %d\n", base, pin_memory);
-  sb_printf(b, "%s.buffer_count = %d\n", base, buffer_count);
-  return 1;
-}
-
-size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
-  sbuf b = {buf, buf ? cap : 0, 0};
-  if (b.cap) buf[0] = 0;
-  static const char *sched_names[] = {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-  sb_printf(&b, "train_batch_size = %" PRId64 "\n", cfg->train_batch_size);
-  sb_printf(&b, "train_micro_batch_size_per_gpu = %" PRId64 "\n", cfg->train_micro_batch_size_per_gpu);
-  sb_printf(&b, "gradient_accumulation_steps = %" PRId64 "\n", cfg->gradient_accumulation_steps);
-  sb_printf(&b, "gradient_clipping = %g\n", cfg->gradient_clipping);
-  sb_printf(&b, "steps_per_print = %" PRId64 "\n", cfg->steps_per_print);
-  sb_printf(&b, "optimizer.type = %s\n", cfg->optimizer.type == ZO_OPT_ADAMW ? "AdamW" : "Adam");
-  sb_printf(&b, "optimizer.adam_w_mode = %d\n", cfg->optimizer.adam_w_mode);
-  sb_printf(&b, "optimizer.lr = %g\n", cfg->optimizer.lr);
-  sb_printf(&b, "optimizer.betas = [%g, %g]\n", cfg->optimizer.beta1, cfg->optimizer.beta2);
-  sb_printf(&b, "optimizer.eps = %g\n", cfg->optimizer.eps);
-  sb_printf(&b, "optimizer.weight_decay = %g\n", cfg->optimizer.weight_decay);
-  sb_printf(&b, "optimizer.bias_correction = %d\n", cfg->optimizer.bias_correction);
-  unsigned si = (unsigned)cfg->scheduler.type;
-  sb_printf(&b, "scheduler.type = %s\n", si < 4 ? sched_names[si] : "?");
-  if (cfg->scheduler.type != ZO_SCHED_NONE) {
-    if (cfg->scheduler.type != ZO_SCHED_WARMUP_COSINE_LR) {
-      sb_printf(&b, "scheduler.warmup_min_lr = %g\n", cfg->scheduler.warmup_min_lr);
-      sb_printf(&b, "scheduler.warmup_max_lr = %g\n", cfg->scheduler.warmup_max_lr);
-    } else {
-      sb_printf(&b, "scheduler.warmup_min_ratio = %g\n", cfg->scheduler.warmup_min_ratio);
-      sb_printf(&b, "scheduler.cos_min_ratio = %g\n", cfg->scheduler.cos_min_ratio);
-    }
-    sb_printf(&b, "scheduler.warmup_num_steps = %" PRId64 "\n", cfg->scheduler.warmup_num_steps);
-    sb_printf(&b, "scheduler.warmup_type = %s\n", cfg->scheduler.warmup_type_log ? "log" : "linear");
-    if (cfg->scheduler.type != ZO_SCHED_WARMUP_LR)
-      sb_printf(&b, "scheduler.total_num_steps = %" PRId64 "\n", cfg->scheduler.total_num_steps);
-  }
-  sb_printf(&b, "fp16.enabled = %d\n", cfg->fp16.enabled);
-  if (cfg->fp16.enabled) {
-    if (cfg->fp16.loss_scale > 0) sb_printf(&b, "fp16.loss_scale = %g\n", cfg->fp16.loss_scale);
-    else sb_printf(&b, "fp16.loss_scale = dynamic\n");
-    sb_printf(&b, "fp16.initial_scale_power = %d\n", cfg->fp16.initial_scale_power);
-    sb_printf(&b, "fp16.loss_scale_window = %" PRId64 "\n", cfg->fp16.loss_scale_window);
-    sb_printf(&b, "fp16.hysteresis = %d\n", cfg->fp16.hysteresis);
-    sb_printf(&b, "fp16.min_loss_scale = %g\n", cfg->fp16.min_loss_scale);
-  }
-  sb_printf(&b, "bf16.enabled = %d\n", cfg->bf16.enabled);
-  sb_printf(&b, "zero_optimization.stage = %d\n", cfg->zero.stage);
-  const char *oo = "zero_optimization.offload_optimizer";
-  if (sb_offload_shared(&b, oo, cfg->zero.offload_optimizer.device, cfg->zero.offload_optimizer.nvme_path,
-                        cfg->zero.offload_optimizer.pin_memory, cfg->zero.offload_optimizer.buffer_count)) {
-    sb_printf(&b, "%s.pipeline_read = %d\n", oo, cfg->zero.offload_optimizer.pipeline_read);
-    sb_printf(&b, "%s.pipeline_write = %d\n", oo, cfg->zero.offload_optimizer.pipeline_write);
-    sb_printf(&b, "%s.ratio = %g\n", oo, cfg->zero.offload_optimizer.ratio);
-  }
-  const char *op = "zero_optimization.offload_param";
-  if (sb_offload_shared(&b, op, cfg->zero.offload_param.device, cfg->zero.offload_param.nvme_path,
-                        cfg->zero.offload_param.pin_memory, cfg->zero.offload_param.buffer_count)) {
-    sb_printf(&b, "%s.buffer_size = %" PRId64 "\n", op, cfg->zero.offload_param.buffer_size);
-    sb_printf(&b, "%s.max_in_cpu = %" PRId64 "\n", op, cfg->zero.offload_param.max_in_cpu);
-  }
-  sb_printf(&b, "zero_optimization.sub_group_size = %" PRId64 "\n", cfg->zero.sub_group_size);
-  sb_printf(&b, "aio.block_size = %" PRId64 "\n", cfg->aio.block_size);
-  sb_printf(&b, "aio.queue_depth = %" PRId64 "\n", cfg->aio.queue_depth);
-  sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
-  if (cfg->zoffload.comm != ZO_COMM_AUTO) /* printed only when given: dumps of configs without it stay as they were */
-    sb_printf(&b, "zoffload.comm = %s\n", k_comm_names[cfg->zoffload.comm]);
-  if (cfg->zoffload.comm_timeout_s != ZO_CONFIG_COMM_TIMEOUT_S) /* printed only when given, as zoffload.comm */
-    sb_printf(&b, "zoffload.comm_timeout_s = %g\n", cfg->zoffload.comm_timeout_s);
-  sb_printf(&b, "zoffload.device_memory_limit = %" PRId64 "%s\n", cfg->zoffload.device_memory_limit,
-            cfg->zoffload.device_memory_limit ? "" : " (no cap: unlimited on host, the whole GPU on cuda)");
-  if (cfg->zoffload.device_arena_bytes == ZO_ARENA_FIT)
-    sb_printf(&b, "zoffload.device_arena_bytes = fit (what the engine holds)\n");
-  else
-    sb_printf(&b, "zoffload.device_arena_bytes = %" PRId64 "%s\n", cfg->zoffload.device_arena_bytes,
-              cfg->zoffload.device_arena_bytes ? "" : " (auto: what the device has free at finalize; 90% on cuda)");
-  sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
-            cfg->zoffload.adam_threads ? "" : " (all physical cores)");
-  if (cfg->grad_accum_dtype >= 0) /* printed only when given: dumps of configs without it stay as they were */
-    sb_printf(&b, "data_types.grad_accum_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->grad_accum_dtype));
-  sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n", zo_dtype_name((zo_dtype)cfg->zoffload.optimizer_state_dtype));
-  sb_printf(&b, "zoffload.swap_checksum = %d\n", cfg->zoffload.swap_checksum);
-  sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);
-  sb_printf(&b, "zoffload.delayed_param_update = %d\n", cfg->zoffload.delayed_param_update);
-  sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
-  if (cfg->zoffload.pinned_fraction != ZO_CONFIG_PINNED_FRACTION) /* printed only when given: dumps stay as they were */
-    sb_printf(&b, "zoffload.pinned_fraction = %g\n", cfg->zoffload.pinned_fraction);
-  if (cfg->zoffload.allow_pageable_host) /* printed only when given: dumps stay as they were */
-    sb_printf(&b, "zoffload.allow_pageable_host = 1\n");
-  return b.len;
 }
 
 size_t zo_config_sizeof(void) { return sizeof(zo_config_t); }

@@ -612,27 +612,13 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
 
 /* Allocate what @plan says, in its order; every size and offset is the plan's (plan.c), each request is noted in
  * the ledger (zo_engine_allocations()). */
-static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
-  zo_status st;
-  const size_t gsz = zo_dtype_size(e->adtype); /* p->grad: the accumulation dtype */
-  const int pin = e->cfg.zero.offload_optimizer.pin_memory;
-  /* The start-up budget: host memory, pinned memory and NVMe space are checked
-   * here, before anything is allocated; device memory just below, with
-   * messages that also name the limit in force. */
-  zo_budget budget;
-  ZO_CHECK(zo_plan_budget(e, plan, NULL, &budget));
-  budget.line[0].fits = 1;
-  ZO_CHECK(zo_budget_check(&budget));
-  e->tasks = calloc(e->n_params, sizeof *e->tasks);
-  if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-
-  /* Device block: working weights unless they are offloaded; plus master,
-   * state and gradients for offload_optimizer "none". */
+/* The device block (the plan's resident regions: working weights unless they are offloaded; plus master, state
+ * and gradients for offload_optimizer "none") carved from a new arena, with the device memory checked first: the
+ * resident block, and with parameter offload at least the largest tensor besides. Then the NCCL staging's entry
+ * in the ledger. */
+static zo_status alloc_device_block(zo_engine_t *e, const zo_plan *plan) {
   const int pres = e->ptier == ZO_OFFLOAD_NONE; /* working weights resident in device memory */
   const size_t dev = plan->device_bytes;
-  for (int i = 0; i < e->n_params; i++) e->params[i]->flat_off = plan->tensor[i].flat_off;
-  /* What the device can hold, before the arena takes it: the resident
-   * block, and with parameter offload at least the largest tensor besides. */
   size_t used = 0, peak = 0, limit = 0, avail = 0;
   ZO_CHECK(zo_device_mem_info(e->dev, &used, &peak, &limit));
   ZO_CHECK(zo_device_mem_available(e->dev, &avail));
@@ -642,9 +628,9 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
                         "memory but only %zu of %zu are free; raise it to at least %zu", largest_dev,
                         avail - dev, limit, used + dev + largest_dev);
   if (dev) {
-    st = dev > avail ? zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: cannot allocate %zu bytes: %zu in use of "
-                                    "limit %zu", dev, used, limit)
-                     : create_arena(e, dev, avail);
+    zo_status st = dev > avail ? zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: cannot allocate %zu bytes: %zu in "
+                                              "use of limit %zu", dev, used, limit)
+                               : create_arena(e, dev, avail);
     if (st == ZO_OK) st = zo_arena_alloc(e->arena, dev, &e->dev_blk); /* pinned for the engine's life */
     if (st == ZO_OK) e->dev_block = zo_arena_ptr(e->dev_blk);
     if (st != ZO_OK) {
@@ -659,12 +645,18 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
   if (!e->arena) ZO_CHECK(create_arena(e, dev, avail));
   e->dev_block_bytes = dev;
+  return ZO_OK;
+}
+
+/* Each tensor's pointers into the device block at the plan's offsets; device Adam's norm partials and upload stage
+ * there too, with the partials' host copy. */
+static zo_status place_device_tensors(zo_engine_t *e, const zo_plan *plan) {
   char *d = e->dev_block;
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     const size_t *off = plan->tensor[i].dev_off;
     p->stage = -1;
-    if (pres) {
+    if (e->ptier == ZO_OFFLOAD_NONE) {
       p->weights = d + off[0];
       p->pstate = P_RESIDENT;
     }
@@ -679,20 +671,14 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->dnorm_host, "device_adam.norm_host",
                                    zo_plan_bytes(plan, "device_adam.norm_host"), 1));
   }
+  return ZO_OK;
+}
 
-  /* Parameter offload (the live budget holds the largest tensor: checked by the plan) */
-  if (!pres) {
-    for (int i = 0; i < e->n_params; i++) {
-      zo_param_t *p = e->params[i];
-      p->persistent = (int64_t)p->n <= e->cfg.zero.stage3_param_persistence_threshold;
-      ZO_CHECK(zo_event_create(e->dev, &p->ready));
-    }
-  }
-
-  /* Host: gradients (landing buffer of the device-to-host copies); staging of
-   * the working copy (upload source, or nvme write source with padded extents). */
-  e->swap_align = plan->swap_align;
-  for (int i = 0; i < e->n_params; i++) e->params[i]->pw_el = plan->tensor[i].pw_el;
+/* Host, for offload_optimizer cpu or nvme: gradients (landing buffer of the device-to-host copies) and the cpu
+ * state, each tensor pointed into them; then the staging of the working copy when the weights stay resident. */
+static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
+  const size_t gsz = zo_dtype_size(e->adtype); /* p->grad: the accumulation dtype */
+  const int pin = e->cfg.zero.offload_optimizer.pin_memory;
   static const char *const k_state_host[ST_KINDS] = {"state_host.master", "state_host.exp_avg",
                                                      "state_host.exp_avg_sq"};
   if (e->tier != ZO_OFFLOAD_NONE) {
@@ -710,8 +696,51 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (pres && e->tier != ZO_OFFLOAD_NONE)
+  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE)
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
+  return ZO_OK;
+}
+
+/* The write-back ring of parameters on nvme (its size: plan.c). */
+static zo_status alloc_write_back(zo_engine_t *e, const zo_plan *plan) {
+  if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
+                        "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
+  e->wb_bytes = plan->wb_bytes;
+  int pinned;
+  zo_status st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
+                           "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
+  eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", e->wb_bytes, 1, -1);
+  return eng_pin_check(e, "write_back_ring", e->wb_ring, e->wb_bytes);
+}
+
+/* Every tier's buffers, in the plan's order (the ledger lists them so: test_plan compares the two), after the
+ * start-up budget has checked host memory, pinned memory and NVMe space before anything is allocated (device
+ * memory: alloc_device_block, with messages that also name the limit in force). */
+static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
+  zo_budget budget;
+  ZO_CHECK(zo_plan_budget(e, plan, NULL, &budget));
+  budget.line[0].fits = 1;
+  ZO_CHECK(zo_budget_check(&budget));
+  e->tasks = calloc(e->n_params, sizeof *e->tasks);
+  if (!e->tasks) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+
+  for (int i = 0; i < e->n_params; i++) e->params[i]->flat_off = plan->tensor[i].flat_off;
+  ZO_CHECK(alloc_device_block(e, plan));
+  ZO_CHECK(place_device_tensors(e, plan));
+  /* Parameter offload (the live budget holds the largest tensor: checked by the plan) */
+  if (e->ptier != ZO_OFFLOAD_NONE) {
+    for (int i = 0; i < e->n_params; i++) {
+      zo_param_t *p = e->params[i];
+      p->persistent = (int64_t)p->n <= e->cfg.zero.stage3_param_persistence_threshold;
+      ZO_CHECK(zo_event_create(e->dev, &p->ready));
+    }
+  }
+  e->swap_align = plan->swap_align;
+  for (int i = 0; i < e->n_params; i++) e->params[i]->pw_el = plan->tensor[i].pw_el;
+  ZO_CHECK(alloc_host_state(e, plan));
   ZO_CHECK(eng_acc_alloc(e, plan->grad_staging_bytes));
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
@@ -720,20 +749,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_nvme_state(e, plan));
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    /* The write-back ring (its size: plan.c). */
-    if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
-      return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
-                          "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
-    e->wb_bytes = plan->wb_bytes;
-    int pinned;
-    st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
-    if (st != ZO_OK)
-      return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
-                             "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
-    eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", e->wb_bytes, 1, -1);
-    ZO_CHECK(eng_pin_check(e, "write_back_ring", e->wb_ring, e->wb_bytes));
-  }
+  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_write_back(e, plan));
   if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */
     zo_warn("engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
             "pageable, as zoffload.allow_pageable_host allows: host<->device copies from them are staged by the "

@@ -171,38 +171,12 @@ static zo_status plan_check_largest(const zo_engine_t *e, size_t largest) {
   return ZO_OK;
 }
 
-zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out) {
-  if (kind != ZO_DEVICE_AUTO && kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: device kind %d is not ZO_DEVICE_AUTO, ZO_DEVICE_HOST or "
-                        "ZO_DEVICE_CUDA", what, (int)kind);
-  ZO_CHECK(eng_check_usable(e, what));
-  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
-  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
-  /* The device planned for: the engine's own (what its finalize allocates), or the one a dry run plans for on a
-   * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
-   * by the plan too (create did already for the engine's own). */
-  const zo_device_kind own = zo_device_get_kind(e->dev);
-  const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? own : kind;
-  ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
-  /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
-  const int dadam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && pk == ZO_DEVICE_CUDA;
-  zo_plan *pl = calloc(1, sizeof *pl);
-  if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
-  if (!pl || !pl->tensor) {
-    zo_plan_free(pl);
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  }
-  const zo_config_t *c = &e->cfg;
-  const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype); /* the host gradient shard */
-  const int pin = c->zero.offload_optimizer.pin_memory, pres = e->ptier == ZO_OFFLOAD_NONE;
-  pl->n_tensors = e->n_params;
-  pl->wsz = wsz;
-  pl->state_esz = e->esz[0] + e->esz[1] + e->esz[2];
-  pl->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
-  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = eng_extent_unit_at(e, pl->swap_align);
-
-  /* Device block: working weights unless they are offloaded; plus master, state and gradients for
-   * offload_optimizer "none". Regions 256-byte aligned. */
+/* Per tensor: its regions in the device block (working weights unless they are offloaded; master, state and
+ * gradient shard for offload_optimizer "none"; 256-byte aligned), its offset in the flat shard and in the host-tier
+ * working copy. Returns the device block's bytes so far; sets the plan's element totals and largest tensor. */
+static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
+  const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype);
+  const int pres = e->ptier == ZO_OFFLOAD_NONE;
   size_t dev = 0, shard_total = 0, largest = 0, pw_total = 0;
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
@@ -228,10 +202,21 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
     pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
+  return dev;
+}
+
+/* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), bytes */
+static size_t dev_norm_bytes(const zo_engine_t *e) {
+  return mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
+}
+
+/* Device: the block (the tensors' regions, then device Adam's norm sums and, on several ranks, its upload stage),
+ * the largest tensor a fetch needs beside it, and the NCCL communicators' staging. */
+static zo_status plan_device(const zo_engine_t *e, int dadam, zo_plan *pl) {
+  size_t dev = plan_tensors(e, pl);
   /* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), at the end of the block */
-  const size_t norm_bytes = mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
   pl->dev_norm_off = SIZE_MAX;
-  if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(norm_bytes, 256));
+  if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(dev_norm_bytes(e), 256));
   /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
   pl->dev_stage_off = SIZE_MAX;
   if (dadam && e->world > 1) {
@@ -240,14 +225,11 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
       if (e->params[i]->shard_n > shard_largest) shard_largest = e->params[i]->shard_n;
     pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, eng_acc_in_size(e)), 256));
   }
-  zo_status bst = plan_check_largest(e, largest);
-  if (bst != ZO_OK) {
-    zo_plan_free(pl);
-    return bst;
-  }
-  pl->largest_dev_bytes = round_sat(mul_sat(largest, wsz), ZO_DEVICE_ALIGN);
+  ZO_CHECK(plan_check_largest(e, pl->largest_el));
+  pl->largest_dev_bytes = round_sat(mul_sat(pl->largest_el, pl->wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
-  pl->device_need_bytes = pres ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
+  pl->device_need_bytes =
+      e->ptier == ZO_OFFLOAD_NONE ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
   /* NCCL communicators' staging of host buffers (gpu/comm_nccl.c): device memory each communicator holds from its
    * creation, outside the arena; in the device need, not in the resident block. */
   const int n_nccl = eng_nccl_comms(e);
@@ -257,10 +239,18 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
     pl->device_bytes = blk;
     pl->device_need_bytes = add_sat(pl->device_need_bytes, mul_sat(ZO_COMM_NCCL_STAGE_BYTES, (size_t)n_nccl));
   }
+  return ZO_OK;
+}
 
-  /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy. */
+/* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy, device
+ * Adam's norm sums, the several-rank buffers; then the offloaded parameters (param_host, or params.swp and its
+ * staging). */
+static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
+  const zo_config_t *c = &e->cfg;
+  const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype), shard_total = pl->shard_total_el;
+  const int pin = c->zero.offload_optimizer.pin_memory;
   if (e->tier != ZO_OFFLOAD_NONE) {
-    /* nvme: the gradients live in grad.swp beside the state (below), not in host memory */
+    /* nvme: the gradients live in grad.swp beside the state (plan_nvme_state), not in host memory */
     if (e->tier == ZO_OFFLOAD_CPU) add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
     if (e->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
     if (e->tier == ZO_OFFLOAD_CPU)
@@ -270,8 +260,9 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
         add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, e->esz[k]), 1, pin, -1);
       }
   }
-  if (pres && e->tier != ZO_OFFLOAD_NONE) add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
-  if (dadam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", norm_bytes, 1, 1, -1);
+  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE)
+    add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
+  if (dadam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(e), 1, 1, -1);
   plan_grad_staging(e, dadam, pl);
   dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
@@ -279,48 +270,86 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
   pl->pg_ring_bytes = pg_ring_bytes(e);
   add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
   if (e->ptier == ZO_OFFLOAD_CPU)
-    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(pw_total, wsz), 1, c->zero.offload_param.pin_memory, -1);
+    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(pl->pw_total_el, wsz), 1, c->zero.offload_param.pin_memory, -1);
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pw_total, wsz), 1, 0, 1);
+    add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pl->pw_total_el, wsz), 1, 0, 1);
     pl->n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
-    pl->pstage_el = round_sat(largest, pl->extent_unit);
+    pl->pstage_el = round_sat(pl->largest_el, pl->extent_unit);
     add_buf(pl, ZO_TIER_HOST, "offload_param.staging", mul_sat(pl->pstage_el, wsz), pl->n_pstage, 1, -1);
   }
-  /* NVMe state: the sub-groups give the files' extents and the size of the buffer sets. */
-  if (e->tier == ZO_OFFLOAD_NVME) {
-    zo_status st = plan_sub_groups(e, pl);
-    if (st != ZO_OK) {
-      zo_plan_free(pl);
-      return st;
-    }
-    for (int k = 0; k < ST_KINDS; k++) {
-      char name[40];
-      snprintf(name, sizeof name, "%s.swp", k_kind[k]);
-      add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, e->esz[k]), 1, 0, 0);
-    }
-    /* the gradients: grad.swp in the accumulation dtype, the same extents */
-    add_buf(pl, ZO_TIER_NVME, "grad.swp", mul_sat(pl->state_file_el, gsz), 1, 0, 0);
-    int nbuf = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
-    if (nbuf > pl->n_sgs) nbuf = pl->n_sgs;
-    pl->n_slots = nbuf;
-    for (int k = 0; k < ST_KINDS; k++) {
-      char name[40];
-      snprintf(name, sizeof name, "sub_group_buffers.%s", k_kind[k]);
-      add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, e->esz[k]), nbuf, 1, -1);
-    }
-    add_buf(pl, ZO_TIER_HOST, "sub_group_buffers.grad", mul_sat(pl->slot_el, gsz), nbuf, 1, -1);
-    /* the hand-over's chunks go to grad.swp through these (engine_gradnv.c): two, so one write stays in flight */
-    pl->grad_io_el = eng_gnv_el(e);
-    add_buf(pl, ZO_TIER_HOST, "grad_swap_buffers", mul_sat(pl->grad_io_el, gsz), 2, 1, -1);
+}
+
+/* NVMe state: the sub-groups give the files' extents (master, exp_avg, exp_avg_sq and grad.swp) and the size of the
+ * host buffer sets they pass through. */
+static zo_status plan_nvme_state(const zo_engine_t *e, zo_plan *pl) {
+  const size_t gsz = zo_dtype_size(e->adtype);
+  ZO_CHECK(plan_sub_groups(e, pl));
+  for (int k = 0; k < ST_KINDS; k++) {
+    char name[40];
+    snprintf(name, sizeof name, "%s.swp", k_kind[k]);
+    add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, e->esz[k]), 1, 0, 0);
   }
-  /* The write-back ring: offload_param.buffer_count tensors of the largest size, and at least two of them and
-   * two sub-groups (bytes of the working dtype). */
-  if (e->ptier == ZO_OFFLOAD_NVME) {
-    size_t el = mul_sat((size_t)(pl->n_pstage > 2 ? pl->n_pstage : 2), pl->pstage_el);
-    if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
-    pl->wb_bytes = round_sat(mul_sat(el, wsz), pl->swap_align);
-    add_buf(pl, ZO_TIER_HOST, "write_back_ring", pl->wb_bytes, 1, 1, -1);
+  /* the gradients: grad.swp in the accumulation dtype, the same extents */
+  add_buf(pl, ZO_TIER_NVME, "grad.swp", mul_sat(pl->state_file_el, gsz), 1, 0, 0);
+  int nbuf = e->cfg.zero.offload_optimizer.buffer_count < 1 ? 1 : e->cfg.zero.offload_optimizer.buffer_count;
+  if (nbuf > pl->n_sgs) nbuf = pl->n_sgs;
+  pl->n_slots = nbuf;
+  for (int k = 0; k < ST_KINDS; k++) {
+    char name[40];
+    snprintf(name, sizeof name, "sub_group_buffers.%s", k_kind[k]);
+    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, e->esz[k]), nbuf, 1, -1);
   }
+  add_buf(pl, ZO_TIER_HOST, "sub_group_buffers.grad", mul_sat(pl->slot_el, gsz), nbuf, 1, -1);
+  /* the hand-over's chunks go to grad.swp through these (engine_gradnv.c): two, so one write stays in flight */
+  pl->grad_io_el = eng_gnv_el(e);
+  add_buf(pl, ZO_TIER_HOST, "grad_swap_buffers", mul_sat(pl->grad_io_el, gsz), 2, 1, -1);
+  return ZO_OK;
+}
+
+/* The write-back ring (parameters on nvme): offload_param.buffer_count tensors of the largest size, and at least
+ * two of them and two sub-groups (bytes of the working dtype). */
+static void plan_write_back(const zo_engine_t *e, zo_plan *pl) {
+  size_t el = mul_sat((size_t)(pl->n_pstage > 2 ? pl->n_pstage : 2), pl->pstage_el);
+  if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
+  pl->wb_bytes = round_sat(mul_sat(el, pl->wsz), pl->swap_align);
+  add_buf(pl, ZO_TIER_HOST, "write_back_ring", pl->wb_bytes, 1, 1, -1);
+}
+
+zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out) {
+  if (kind != ZO_DEVICE_AUTO && kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: device kind %d is not ZO_DEVICE_AUTO, ZO_DEVICE_HOST or "
+                        "ZO_DEVICE_CUDA", what, (int)kind);
+  ZO_CHECK(eng_check_usable(e, what));
+  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
+  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
+  /* The device planned for: the engine's own (what its finalize allocates), or the one a dry run plans for on a
+   * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
+   * by the plan too (create did already for the engine's own). */
+  const zo_device_kind own = zo_device_get_kind(e->dev);
+  const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? own : kind;
+  ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
+  /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
+  const int dadam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && pk == ZO_DEVICE_CUDA;
+  zo_plan *pl = calloc(1, sizeof *pl);
+  if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
+  if (!pl || !pl->tensor) {
+    zo_plan_free(pl);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  }
+  pl->n_tensors = e->n_params;
+  pl->wsz = zo_dtype_size(e->wdtype);
+  pl->state_esz = e->esz[0] + e->esz[1] + e->esz[2];
+  pl->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = eng_extent_unit_at(e, pl->swap_align);
+
+  zo_status st = plan_device(e, dadam, pl);
+  if (st == ZO_OK) plan_host(e, dadam, pl);
+  if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = plan_nvme_state(e, pl);
+  if (st != ZO_OK) {
+    zo_plan_free(pl);
+    return st;
+  }
+  if (e->ptier == ZO_OFFLOAD_NVME) plan_write_back(e, pl);
   *out = pl;
   return ZO_OK;
 }

@@ -1,10 +1,11 @@
 /*
- * swap.c - the NVMe tier: preallocated swap files in a locked private
- * directory, extents inside them, transfers cut into block_size pieces driven
- * by io_uring (O_DIRECT, fixed buffers and files, optional SQPOLL) or by a
- * small pool of pread/pwrite threads when the ring is refused, and optional
- * CRC32C per chunk. Not a cache and not a tensor layout: callers choose extents.
- * The private directory's ownership (lock, marker, stale clean-up) is swap_dir.c.
+ * swap.c - the NVMe tier's handle and transfers: requests cut into block_size
+ * pieces driven by io_uring (O_DIRECT, fixed buffers and files, optional
+ * SQPOLL), or by a small pool of pread/pwrite threads when the ring is refused,
+ * optionally kept in flight by a progress thread. Not a cache and not a tensor
+ * layout: callers choose extents. The swap files, their extents and CRC32C
+ * records are swap_file.c; the private directory's ownership (lock, marker,
+ * stale clean-up) is swap_dir.c.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -26,21 +27,16 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <isa-l/crc.h>
-#include <liburing.h>
-
 #include "base_internal.h"
 #include "nvtx.h"
-#include "swap_dir.h"
 #include "swap_internal.h"
-#include "zoffload/swap.h"
+#include "swap_state.h"
 
 #define SWAP_DEFAULT_BLOCK (1u << 20)
 #define SWAP_DEFAULT_QD 32u
 #define SWAP_MAX_BLOCK ((size_t)1 << 30)
 #define SWAP_MAX_QD 32768u
 #define SWAP_MAX_RETRIES 16    /* -EAGAIN/-EINTR or no-progress short transfers per piece */
-#define SWAP_FILE_SLOTS 256u   /* fixed-file table size with opts.register_files */
 #define SWAP_MAX_BUFFERS 16384u /* io_uring's limit on registered buffers */
 #define SWAP_MAX_RANK 99999999
 
@@ -65,138 +61,10 @@ struct zo_kstatx {
 };
 _Static_assert(sizeof(struct zo_kstatx) == 256, "struct statx is 256 bytes");
 
-typedef struct zo_swap_piece zo_swap_piece_t;
-typedef struct zo_swap_ext zo_swap_ext_t;
-
-struct zo_swap_piece {
-  zo_swap_req_t *req;
-  uint64_t off;  /* file byte offset of the piece */
-  char *buf;     /* user buffer at that offset */
-  size_t len;    /* piece length, bytes */
-  size_t done;   /* bytes confirmed so far (aligned down under O_DIRECT) */
-  unsigned retries;
-  int res;       /* pool path: result of the last pread/pwrite (bytes or -errno) */
-  zo_swap_piece_t *next_free; /* free list, or the pool's work/done queues */
-};
-
-/* A free extent of a swap file; the list is sorted by offset and never has two touching. */
-struct zo_swap_ext {
-  uint64_t off, len; /* bytes */
-  zo_swap_ext_t *next;
-};
-
-struct zo_swap_file {
-  zo_swap_t *sw;
-  zo_swap_file_t *prev, *next; /* sw->files */
-  int fd;
-  int slot;             /* index in the ring's fixed-file table, or -1 */
-  int direct;           /* opened with O_DIRECT */
-  unsigned n_reqs;      /* requests not yet waited */
-  uint64_t size;        /* bytes */
-  zo_swap_ext_t *free_ext; /* free extents, sorted by offset */
-  uint64_t free_bytes;
-  size_t csum_chunk;    /* bytes per CRC; 0: no checksums */
-  uint64_t n_chunks;
-  uint32_t *crc;        /* [n_chunks] CRC32C of each chunk as last written whole */
-  uint64_t *crc_valid;  /* [(n_chunks + 63) / 64] bit set: crc[c] is known */
-  char path[PATH_MAX + 256]; /* full path: dir + "/" + name */
-  const char *name;     /* points into path */
-};
-
-struct zo_swap_req {
-  zo_swap_t *sw;
-  zo_swap_file_t *f;
-  int is_write;
-  char *buf;
-  uint64_t off;
-  size_t nbytes;
-  size_t carved;        /* bytes already handed to pieces */
-  unsigned n_inflight;  /* pieces issued and not completed */
-  int queued;           /* on sw's pending list */
-  int err;              /* first failure: -errno, or 1 for unexpected EOF; 0 none */
-  int urgent;           /* queued ahead of requests that are not urgent */
-  uint64_t err_off;
-  size_t err_len;
-  zo_swap_req_t *pend_prev, *pend_next; /* FIFO of requests with bytes not yet carved */
-  zo_swap_req_t *live_prev, *live_next; /* every request not yet waited */
-};
-
-/* The pread/pwrite fallback: workers take pieces from work, run one call, put them on done. */
-typedef struct zo_swap_pool {
-  pthread_t *threads;
-  unsigned n_threads;
-  pthread_mutex_t mu;
-  pthread_cond_t work_cv, done_cv;
-  zo_swap_piece_t *work_head, *work_tail, *done_head, *done_tail;
-  int stop;
-} zo_swap_pool_t;
-
-struct zo_swap {
-  zo_swap_dir_t pdir;       /* the private directory, owned (swap_dir.c) */
-  int rank;
-  size_t align;
-  size_t block_size;
-  unsigned qd;               /* pieces in flight at most now (zo_swap_set_queue) */
-  unsigned qd_max;          /* queue_depth at create: ring entries and piece descriptors */
-  int use_uring;
-  int sqpoll;               /* ring set up with IORING_SETUP_SQPOLL */
-  unsigned ring_flags;      /* IORING_SETUP_* the ring was created with */
-  int fixed_files;          /* sparse fixed-file table registered */
-  unsigned char slot_used[SWAP_FILE_SLOTS];
-  struct iovec *bufs;       /* [n_bufs] registered buffers */
-  unsigned n_bufs;
-  int checksum_default;     /* opts.checksum */
-  struct io_uring ring;
-  zo_swap_pool_t pool;
-  int pool_started;
-  int direct;               /* 0 once some file fell back to buffered I/O */
-  zo_swap_file_t *files;
-  zo_swap_piece_t *pieces;  /* [qd] */
-  zo_swap_piece_t *free_pieces;
-  unsigned n_inflight;      /* pieces issued (ring or pool) and not reaped */
-  unsigned n_unsubmitted;   /* SQEs prepared but not yet accepted by io_uring_submit */
-  unsigned n_live;          /* requests not yet waited */
-  zo_swap_req_t *pend_head, *pend_tail;
-  zo_swap_req_t *live;
-  int inject_k;             /* fault injection: completions left until it fires; 0 off */
-  int inject_res;
-  unsigned long n_completions; /* every piece completion, for tests */
-  int refuse_direct;           /* test hook: pretend O_DIRECT opens fail with EINVAL */
-  char desc[PATH_MAX + 256];   /* zo_swap_describe() */
-
-  /* opts.progress_thread: a library thread owns the ring (or the pool's
-   * completion queue) and keeps queue_depth pieces in flight whether or not
-   * the caller calls in. Callers then only queue requests and wait on done_cv;
-   * mu guards the request lists, the pieces and the counters both touch. */
-  int bg;
-  pthread_t bg_thread;
-  pthread_mutex_t mu;
-  pthread_cond_t bg_cv;     /* the thread: a request was queued, or stop */
-  pthread_cond_t done_cv;   /* callers: pieces completed */
-  int bg_stop;
-  int bg_err;               /* -errno: the ring failed under the thread (sticky) */
-};
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
-
-static zo_status sys_status(int err) {
-  return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
-}
-
-uint32_t zo_swap_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
-  /* ISA-L's crc32_iscsi() applies neither the initial nor the final inversion itself. */
-  uint32_t c = ~crc;
-  const unsigned char *p = buf;
-  while (nbytes) {
-    int n = nbytes > (1u << 30) ? (1 << 30) : (int)nbytes;
-    c = crc32_iscsi((unsigned char *)p, n, c);
-    p += n;
-    nbytes -= (size_t)n;
-  }
-  return ~c;
-}
 
 /* Logical block size of the block device holding @dev, or 0 when it cannot be asked. */
 static size_t blockdev_logical_size(unsigned maj, unsigned min) {
@@ -301,56 +169,6 @@ static void req_fail(zo_swap_t *sw, zo_swap_req_t *r, int err, uint64_t off, siz
   r->err_off = off;
   r->err_len = len;
   pend_remove(sw, r); /* do not start more pieces of a failed request */
-}
-
-/* ---- checksums: CRC32C per chunk, in host memory ----------------------------------------- */
-
-static void crc_forget(zo_swap_file_t *f, uint64_t off, uint64_t nbytes) {
-  if (!f->csum_chunk || !nbytes) return;
-  uint64_t c0 = off / f->csum_chunk, c1 = (off + nbytes - 1) / f->csum_chunk;
-  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) f->crc_valid[c / 64] &= ~(1ull << (c % 64));
-}
-
-/* Chunk @c's byte range [*start, *end) in the file. */
-static void chunk_range(const zo_swap_file_t *f, uint64_t c, uint64_t *start, uint64_t *end) {
-  *start = c * f->csum_chunk;
-  *end = *start + f->csum_chunk;
-  if (*end > f->size) *end = f->size;
-}
-
-/* Record the CRCs of the chunks that @buf (file range [off, off+n)) covers whole; forget partial ones. */
-static void crc_record(zo_swap_file_t *f, uint64_t off, const char *buf, size_t n) {
-  if (!f->csum_chunk) return;
-  uint64_t c0 = off / f->csum_chunk, c1 = (off + n - 1) / f->csum_chunk;
-  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) {
-    uint64_t s, e;
-    chunk_range(f, c, &s, &e);
-    if (s >= off && e <= off + n) {
-      f->crc[c] = zo_swap_crc32c(0, buf + (s - off), (size_t)(e - s));
-      f->crc_valid[c / 64] |= 1ull << (c % 64);
-    } else {
-      f->crc_valid[c / 64] &= ~(1ull << (c % 64));
-    }
-  }
-}
-
-/* Verify the chunks a completed read covers whole; ZO_ERR_CORRUPT on the first mismatch. */
-static zo_status crc_verify(zo_swap_file_t *f, uint64_t off, const char *buf, size_t n) {
-  if (!f->csum_chunk) return ZO_OK;
-  uint64_t c0 = off / f->csum_chunk, c1 = (off + n - 1) / f->csum_chunk;
-  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) {
-    if (!(f->crc_valid[c / 64] >> (c % 64) & 1)) continue;
-    uint64_t s, e;
-    chunk_range(f, c, &s, &e);
-    if (s < off || e > off + n) continue;
-    uint32_t got = zo_swap_crc32c(0, buf + (s - off), (size_t)(e - s));
-    if (got != f->crc[c])
-      return zo_error_set(ZO_ERR_CORRUPT,
-                          "swap: read '%s' at offset %" PRIu64 ", length %" PRIu64
-                          " bytes: CRC32C mismatch (expected 0x%08x, got 0x%08x): the data on disk changed",
-                          f->path, s, e - s, f->crc[c], got);
-  }
-  return ZO_OK;
 }
 
 /* ---- the completion path (0 / -errno inside) ---------------------------------------------- */
@@ -842,22 +660,21 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
 
 /* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
 
-zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
-  if (out) *out = NULL;
-  if (!nvme_path || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL", !out ? "out" : "nvme_path");
+/* The arguments of zo_swap_create: @opts' block size, queue depth and rank (defaults filled in), the ring mode
+ * ZO_SWAP_RING_FLAGS asks for, and @nvme_path an existing directory. */
+static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *opts, size_t *block, unsigned *qd,
+                                   int *rank, enum ring_mode *ring_mode) {
   if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
-  size_t block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
-  unsigned qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
-  int rank = opts ? opts->rank : 0;
-  if (block > SWAP_MAX_BLOCK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", block, SWAP_MAX_BLOCK);
-  if (qd > SWAP_MAX_QD)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", qd, SWAP_MAX_QD);
-  if (rank < 0 || rank > SWAP_MAX_RANK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", rank, SWAP_MAX_RANK);
-  enum ring_mode ring_mode;
-  zo_status env_st = ring_env(opts, &ring_mode);
-  if (env_st != ZO_OK) return env_st;
+  *block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
+  *qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
+  *rank = opts ? opts->rank : 0;
+  if (*block > SWAP_MAX_BLOCK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", *block, SWAP_MAX_BLOCK);
+  if (*qd > SWAP_MAX_QD)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", *qd, SWAP_MAX_QD);
+  if (*rank < 0 || *rank > SWAP_MAX_RANK)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", *rank, SWAP_MAX_RANK);
+  ZO_CHECK(ring_env(opts, ring_mode));
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
@@ -867,6 +684,17 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   }
   if (!S_ISDIR(st.st_mode))
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENOTDIR));
+  return ZO_OK;
+}
+
+zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
+  if (out) *out = NULL;
+  if (!nvme_path || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL", !out ? "out" : "nvme_path");
+  size_t block = 0;
+  unsigned qd = 0;
+  int rank = 0;
+  enum ring_mode ring_mode = RING_AUTO;
+  ZO_CHECK(create_check_args(nvme_path, opts, &block, &qd, &rank, &ring_mode));
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");
@@ -918,28 +746,6 @@ err:
   return st_ret;
 }
 
-static void file_free(zo_swap_file_t *f) {
-  while (f->free_ext) {
-    zo_swap_ext_t *x = f->free_ext;
-    f->free_ext = x->next;
-    free(x);
-  }
-  free(f->crc);
-  free(f->crc_valid);
-  free(f);
-}
-
-/* Close @f's descriptor and give back its fixed-file slot. */
-static void file_close(zo_swap_t *sw, zo_swap_file_t *f) {
-  if (f->slot >= 0) {
-    int minus1 = -1;
-    io_uring_register_files_update(&sw->ring, (unsigned)f->slot, &minus1, 1);
-    sw->slot_used[f->slot] = 0;
-    f->slot = -1;
-  }
-  close(f->fd);
-}
-
 void zo_swap_destroy(zo_swap_t *sw) {
   if (!sw) return;
   if (sw->n_inflight) zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped", sw->n_inflight);
@@ -956,13 +762,7 @@ void zo_swap_destroy(zo_swap_t *sw) {
     n_live++;
   }
   if (n_live) zo_warn("swap: destroy freed %u requests that were never waited", n_live);
-  while (sw->files) {
-    zo_swap_file_t *f = sw->files;
-    sw->files = f->next;
-    file_close(sw, f);
-    if (unlinkat(sw->pdir.fd, f->name, 0) != 0) zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
-    file_free(f);
-  }
+  zo_swap_files_close_all(sw);
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
   zo_swap_dir_close(&sw->pdir);
   free(sw->bufs);
@@ -1005,9 +805,6 @@ int zo_swap_uses_sqpoll(const zo_swap_t *sw) { return sw ? sw->sqpoll : 0; }
 int zo_swap_uses_fixed_files(const zo_swap_t *sw) { return sw ? sw->fixed_files : 0; }
 unsigned zo_swap_n_registered_buffers(const zo_swap_t *sw) { return sw ? sw->n_bufs : 0; }
 const char *zo_swap_dir(const zo_swap_t *sw) { return sw ? sw->pdir.path : ""; }
-uint64_t zo_swap_file_size(const zo_swap_file_t *f) { return f ? f->size : 0; }
-const char *zo_swap_file_path(const zo_swap_file_t *f) { return f ? f->path : ""; }
-int zo_swap_file_checksummed(const zo_swap_file_t *f) { return f && f->csum_chunk; }
 
 const char *zo_swap_describe(zo_swap_t *sw) {
   if (!sw) return "no swap";
@@ -1073,275 +870,6 @@ zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsig
   return ZO_OK;
 }
 
-/* Rewrite the owner marker with the names of our files and @extra (a file about to be made); 0 or -errno. */
-static int record_files(zo_swap_t *sw, const char *extra) {
-  size_t n = extra ? 1 : 0;
-  for (const zo_swap_file_t *f = sw->files; f; f = f->next) n++;
-  const char **names = malloc((n ? n : 1) * sizeof *names);
-  if (!names) return -ENOMEM;
-  size_t i = 0;
-  for (const zo_swap_file_t *f = sw->files; f; f = f->next) names[i++] = f->name;
-  if (extra) names[i++] = extra;
-  int ret = zo_swap_dir_record(&sw->pdir, names, n);
-  free(names);
-  return ret;
-}
-
-zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, zo_swap_file_t **out) {
-  return zo_swap_file_create_ex(sw, name, nbytes, NULL, out);
-}
-
-/* The arguments of zo_swap_file_create_ex; whether the file is checksummed and in chunks of how many bytes. */
-static zo_status file_check_args(const zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
-                                 int *checksum, size_t *chunk) {
-  size_t nl = strlen(name);
-  int ctrl = 0; /* a newline would split the name's line in the owner marker */
-  for (const unsigned char *c = (const unsigned char *)name; *c; c++) ctrl |= *c < 0x20 || *c == 0x7f;
-  if (!nl || nl >= 200 || ctrl || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
-      zo_swap_dir_reserved(name))
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: bad swap file name '%s' (need 1..199 bytes, no '/' or control characters, not . .. %s "
-                        "or %s)",
-                        name, ZO_SWAP_DIR_MARKER, ZO_SWAP_DIR_PROBE);
-  if (nbytes > (uint64_t)INT64_MAX)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large", name, nbytes);
-  *checksum = (fo && fo->checksum) || sw->checksum_default;
-  *chunk = fo && fo->checksum_chunk ? fo->checksum_chunk : sw->align;
-  if (*checksum && *chunk % sw->align)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': checksum_chunk %zu bytes is not a multiple of %zu", name,
-                        *chunk, sw->align);
-  return ZO_OK;
-}
-
-/* A file record of @nbytes, not opened yet: its path, one free extent over its aligned length, and the checksum
- * arrays when @checksum (chunks of @chunk bytes). */
-static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int checksum, size_t chunk,
-                          zo_swap_file_t **out) {
-  zo_swap_file_t *f = calloc(1, sizeof *f);
-  if (!f) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s'", name);
-  f->sw = sw;
-  f->size = nbytes;
-  f->slot = -1;
-  f->fd = -1;
-  snprintf(f->path, sizeof f->path, "%s/%.199s", sw->pdir.path, name);
-  f->name = f->path + strlen(sw->pdir.path) + 1;
-  uint64_t usable = nbytes / sw->align * sw->align;
-  if (usable) {
-    f->free_ext = malloc(sizeof *f->free_ext);
-    if (!f->free_ext) goto oom;
-    *f->free_ext = (zo_swap_ext_t){0, usable, NULL};
-    f->free_bytes = usable;
-  }
-  if (checksum) {
-    f->csum_chunk = chunk;
-    f->n_chunks = (nbytes + chunk - 1) / chunk;
-    f->crc = malloc((f->n_chunks ? f->n_chunks : 1) * sizeof *f->crc);
-    f->crc_valid = calloc((f->n_chunks + 63) / 64 + 1, sizeof *f->crc_valid);
-    if (!f->crc || !f->crc_valid) goto oom;
-  }
-  *out = f;
-  return ZO_OK;
-oom:
-  file_free(f);
-  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)", name, nbytes);
-}
-
-/* Create f's file in the private directory, with O_DIRECT unless the file system refuses it (then buffered, for
- * this file and the swap's later ones). */
-static zo_status file_open(zo_swap_t *sw, zo_swap_file_t *f, const char *name) {
-  const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
-  f->direct = 1;
-  if (sw->refuse_direct) {
-    f->fd = -1;
-    errno = EINVAL;
-  } else {
-    f->fd = openat(sw->pdir.fd, name, flags | O_DIRECT, 0600);
-  }
-  if (f->fd < 0 && errno == EINVAL) {
-    /* Some file systems create the file and then refuse O_DIRECT: start over buffered. */
-    unlinkat(sw->pdir.fd, name, 0);
-    f->direct = 0;
-    f->fd = openat(sw->pdir.fd, name, flags, 0600);
-    if (f->fd >= 0) {
-      sw->direct = 0;
-      zo_warn_once("O_DIRECT refused on %s, using buffered I/O", sw->pdir.path);
-    }
-  }
-  if (f->fd < 0) {
-    int e = errno;
-    return zo_error_set(e == EEXIST || e == ELOOP ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
-                        "swap: create '%s': %s", f->path, strerror(e));
-  }
-  return ZO_OK;
-}
-
-/* Reserve f's @nbytes on disk (fallocate, else ftruncate); on failure the file is closed and removed. */
-static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *name, uint64_t nbytes) {
-  if (!nbytes) return ZO_OK;
-  int rc = fallocate(f->fd, 0, 0, (off_t)nbytes);
-  int e = rc ? errno : 0;
-  if (rc && (e == EOPNOTSUPP || e == ENOSYS)) {
-    rc = ftruncate(f->fd, (off_t)nbytes);
-    e = rc ? errno : 0;
-  }
-  if (!rc) return ZO_OK;
-  zo_status st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
-                              "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
-                              strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
-  close(f->fd);
-  unlinkat(sw->pdir.fd, name, 0);
-  return st;
-}
-
-/* A fixed-file slot for f when the ring has a free one; one try: a file without a slot just uses its descriptor. */
-static void file_take_slot(zo_swap_t *sw, zo_swap_file_t *f) {
-  if (!sw->fixed_files) return;
-  for (unsigned i = 0; i < SWAP_FILE_SLOTS; i++) {
-    if (sw->slot_used[i]) continue;
-    if (io_uring_register_files_update(&sw->ring, i, &f->fd, 1) == 1) {
-      sw->slot_used[i] = 1;
-      f->slot = (int)i;
-    }
-    break;
-  }
-}
-
-zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
-                                 zo_swap_file_t **out) {
-  if (out) *out = NULL;
-  if (!sw || !name || !out)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
-  int checksum;
-  size_t chunk;
-  ZO_CHECK(file_check_args(sw, name, nbytes, fo, &checksum, &chunk));
-  zo_swap_file_t *f = NULL;
-  ZO_CHECK(file_new(sw, name, nbytes, checksum, chunk, &f));
-  /* Named in the owner marker before it exists, so a crash never leaves a file a later run would not recognise. */
-  int rec = record_files(sw, name);
-  zo_status st = ZO_OK;
-  if (rec < 0)
-    st = zo_error_set(sys_status(-rec), "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
-                      sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
-  if (st == ZO_OK) st = file_open(sw, f, name);
-  if (st == ZO_OK) st = file_preallocate(sw, f, name, nbytes);
-  if (st != ZO_OK) {
-    file_free(f);
-    return st;
-  }
-  file_take_slot(sw, f);
-  f->next = sw->files;
-  if (sw->files) sw->files->prev = f;
-  sw->files = f;
-  *out = f;
-  return ZO_OK;
-}
-
-zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
-  if (!f) return ZO_OK;
-  if (!sw || f->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s' does not belong to this swap", f->path);
-  if (f->n_reqs)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: remove '%s': %u requests not yet waited", f->path, f->n_reqs);
-  if (f->prev)
-    f->prev->next = f->next;
-  else
-    sw->files = f->next;
-  if (f->next) f->next->prev = f->prev;
-  file_close(sw, f);
-  zo_status st = ZO_OK;
-  if (unlinkat(sw->pdir.fd, f->name, 0) != 0) {
-    int e = errno;
-    st = zo_error_set(ZO_ERR_SYSTEM, "swap: unlink '%s': %s", f->path, strerror(e));
-  }
-  file_free(f);
-  record_files(sw, NULL); /* if this fails, the marker names a file that is gone: harmless */
-  return st;
-}
-
-/* ---- extents: first fit over a sorted free list, coalesced on free ------------------------ */
-
-uint64_t zo_swap_file_free_bytes(const zo_swap_file_t *f) { return f ? f->free_bytes : 0; }
-
-uint64_t zo_swap_file_largest_free(const zo_swap_file_t *f) {
-  uint64_t m = 0;
-  for (const zo_swap_ext_t *x = f ? f->free_ext : NULL; x; x = x->next)
-    if (x->len > m) m = x->len;
-  return m;
-}
-
-zo_status zo_swap_extent_alloc(zo_swap_file_t *f, uint64_t nbytes, uint64_t *offset) {
-  if (!f || !offset) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc: %s is NULL", !f ? "file" : "offset");
-  if (!nbytes) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': zero bytes", f->path);
-  uint64_t a = f->sw->align;
-  if (nbytes > UINT64_MAX - a)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': %" PRIu64 " bytes too large", f->path, nbytes);
-  uint64_t need = (nbytes + a - 1) / a * a;
-  zo_swap_ext_t **pp = &f->free_ext;
-  while (*pp && (*pp)->len < need) pp = &(*pp)->next;
-  if (!*pp)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                        "swap: swap file '%s' has no free extent of %" PRIu64 " bytes (%" PRIu64
-                        " bytes free, largest free extent %" PRIu64 " bytes, file size %" PRIu64 ")",
-                        f->path, need, f->free_bytes, zo_swap_file_largest_free(f), f->size);
-  zo_swap_ext_t *x = *pp;
-  *offset = x->off;
-  x->off += need;
-  x->len -= need;
-  if (!x->len) {
-    *pp = x->next;
-    free(x);
-  }
-  f->free_bytes -= need;
-  return ZO_OK;
-}
-
-zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbytes) {
-  if (!f) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_free: file is NULL");
-  uint64_t a = f->sw->align;
-  uint64_t len = nbytes > UINT64_MAX - a ? 0 : (nbytes + a - 1) / a * a;
-  if (!nbytes || !len || offset % a || offset > f->size || len > f->size - offset)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: extent_free in '%s': offset %" PRIu64 ", length %" PRIu64
-                        " bytes is not an aligned extent inside the file (size %" PRIu64 ", alignment %" PRIu64 ")",
-                        f->path, offset, nbytes, f->size, a);
-  zo_swap_ext_t *prev = NULL, *next = f->free_ext;
-  while (next && next->off < offset) {
-    prev = next;
-    next = next->next;
-  }
-  if ((prev && prev->off + prev->len > offset) || (next && offset + len > next->off))
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: extent_free in '%s': offset %" PRIu64 ", length %" PRIu64
-                        " bytes overlaps free space (double free?)",
-                        f->path, offset, len);
-  crc_forget(f, offset, len);
-  f->free_bytes += len;
-  if (prev && prev->off + prev->len == offset) { /* grow prev, maybe absorb next */
-    prev->len += len;
-    if (next && prev->off + prev->len == next->off) {
-      prev->len += next->len;
-      prev->next = next->next;
-      free(next);
-    }
-    return ZO_OK;
-  }
-  if (next && offset + len == next->off) {
-    next->off = offset;
-    next->len += len;
-    return ZO_OK;
-  }
-  zo_swap_ext_t *x = malloc(sizeof *x);
-  if (!x) {
-    f->free_bytes -= len; /* leaked from the allocator's view, never handed out twice */
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a free extent of '%s'", f->path);
-  }
-  *x = (zo_swap_ext_t){offset, len, next};
-  if (prev)
-    prev->next = x;
-  else
-    f->free_ext = x;
-  return ZO_OK;
-}
-
 /* ---- transfers ---------------------------------------------------------------------------- */
 
 static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
@@ -1366,7 +894,7 @@ static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, v
                         f->path, offset, nbytes, f->size);
   zo_swap_req_t *r = calloc(1, sizeof *r);
   if (!r) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a request");
-  if (is_write) crc_record(f, offset, buf, nbytes);
+  if (is_write) zo_swap_crc_record(f, offset, buf, nbytes);
   r->sw = sw;
   r->f = f;
   r->is_write = is_write;
@@ -1480,8 +1008,8 @@ static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
   else if (req->err)
     st = zo_error_set(ZO_ERR_IO, "swap: %s '%s' at offset %" PRIu64 ", length %zu bytes: %s",
                       req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len, strerror(-req->err));
-  if (req->err && req->is_write) crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
-  if (!req->err && !req->is_write) st = crc_verify(req->f, req->off, req->buf, req->nbytes);
+  if (req->err && req->is_write) zo_swap_crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
+  if (!req->err && !req->is_write) st = zo_swap_crc_verify(req->f, req->off, req->buf, req->nbytes);
   req->f->n_reqs--;
   free(req);
   return st;

@@ -2,7 +2,7 @@
  * swap_dir.c - who owns the private swap directory nvme_path/zoffload-rank<R>:
  * made atomically with its owner marker inside, locked while in use,
  * recognised and emptied when a dead run left it, removed at the end. Not the
- * swap files' I/O (swap.c), which only has their names recorded here.
+ * swap files (swap_file.c), which only have their names recorded here.
  *
  * Why ownership is race-free. The lock is flock(LOCK_EX) on the directory
  * itself (an open descriptor of it), never on a file inside it, and

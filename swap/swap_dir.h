@@ -1,7 +1,7 @@
 /*
  * swap_dir.h - ownership of the private swap directory nvme_path/zoffload-rank<R>
  * (swap_dir.c): made, locked, recognised as ours, emptied when a dead run left
- * it, removed. Not installed; not the swap files' I/O (swap.c).
+ * it, removed. Not installed; not the swap files (swap_file.c) nor their I/O (swap.c).
  */
 #ifndef ZO_SWAP_DIR_H
 #define ZO_SWAP_DIR_H

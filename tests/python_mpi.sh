@@ -5,22 +5,12 @@
 # (parameters and state on nvme); save_16bit_model and zoffload-zero-to-fp32's reading of a two-rank checkpoint
 # give the one rank's weights too (digests in the same files). Exit 77 without torch.
 set -u
-lib=$1 src=$2
-shift 2
-mpirun=("$@")
-py=/usr/bin/python3
-"$py" -c "import torch" 2>/dev/null || { echo "skip: /usr/bin/python3 lacks torch"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/zo-pympi.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
-export ZO_TEST_NVME=$work/nvme
-mkdir -p "$ZO_TEST_NVME"
+. "$(dirname "$0")/python_env.sh" torch zo-pympi "$@" # lib, src, mpirun, py, $work, on_two_ranks
 for sc in "2 cpu" "3 nvme"; do
   set -- $sc
   "$py" "$src/python/tests/mpi_train.py" "$1" "$2" "$work/one" >"$work/one.out" 2>&1 \
     || { tail -20 "$work/one.out"; echo "FAIL: stage $1 $2 on one rank"; exit 1; }
-  "${mpirun[@]}" -np 2 -x ZOFFLOAD_LIBRARY -x PYTHONPATH -x ZO_TEST_NVME \
-    "$py" "$src/python/tests/mpi_train.py" "$1" "$2" "$work/two" >"$work/two.out" 2>&1 \
+  on_two_ranks "$src/python/tests/mpi_train.py" "$1" "$2" "$work/two" >"$work/two.out" 2>&1 \
     || { tail -20 "$work/two.out"; echo "FAIL: stage $1 $2 on two ranks"; exit 1; }
   cmp -s "$work/one" "$work/two" || { paste "$work/one" "$work/two"; echo "FAIL: stage $1 $2: losses differ"; exit 1; }
   [ -z "$(ls -A "$ZO_TEST_NVME")" ] || { echo "FAIL: swap files left: $(ls -A "$ZO_TEST_NVME")"; exit 1; }

@@ -4,21 +4,11 @@
 # 16-bit state dict gathered on rank 0) gives the file one rank gives, to the last bit, with the parameters on
 # cpu and on nvme. Exit 77 without torch.
 set -u
-lib=$1 src=$2
-shift 2
-mpirun=("$@")
-py=/usr/bin/python3
-"$py" -c "import torch" 2>/dev/null || { echo "skip: /usr/bin/python3 lacks torch"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/zo-pyzero.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
-export ZO_TEST_NVME=$work/nvme
-mkdir -p "$ZO_TEST_NVME"
+. "$(dirname "$0")/python_env.sh" torch zo-pyzero "$@" # lib, src, mpirun, py, $work, on_two_ranks
 for tier in cpu nvme; do
   "$py" "$src/python/tests/mpi_zero.py" "$tier" "$work/one" >"$work/one.out" 2>&1 \
     || { tail -20 "$work/one.out"; echo "FAIL: $tier on one rank"; exit 1; }
-  "${mpirun[@]}" -np 2 -x ZOFFLOAD_LIBRARY -x PYTHONPATH -x ZO_TEST_NVME \
-    "$py" "$src/python/tests/mpi_zero.py" "$tier" "$work/two" >"$work/two.out" 2>&1 \
+  on_two_ranks "$src/python/tests/mpi_zero.py" "$tier" "$work/two" >"$work/two.out" 2>&1 \
     || { tail -20 "$work/two.out"; echo "FAIL: $tier on two ranks"; exit 1; }
   cmp -s "$work/one" "$work/two" || { paste "$work/one" "$work/two"; echo "FAIL: $tier: one and two ranks differ"; exit 1; }
   echo "ok   zoffload.zero on 2 ranks ($tier): losses, the written-back row and the state dict's sum equal one rank's"

@@ -6,16 +6,7 @@
 # halves, at stage 2 (state on cpu) and stage 3 (parameters and state on nvme): python/tests/mpi_train.py, as
 # tests/python_mpi.sh runs it. Exit 77 without torch or torch.distributed.run.
 set -u
-lib=$1 src=$2
-shift 2
-mpirun=("$@")
-py=/usr/bin/python3
-"$py" -c "import torch.distributed.run" 2>/dev/null || { echo "skip: /usr/bin/python3 lacks torch.distributed.run"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/zo-pytorchrun.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
-export ZO_TEST_NVME=$work/nvme
-mkdir -p "$ZO_TEST_NVME"
+. "$(dirname "$0")/python_env.sh" torch.distributed.run zo-pytorchrun "$@" # lib, src, mpirun, py, $work, on_two_ranks
 # A free port for the rendezvous (torchrun's rank 0 listens on it); the kernel picks one.
 port=$("$py" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 # --redirects 2 --tee 2: Debian's torch 1.13 under Python 3.11 parses the default "0" to None (enum.Flag iteration
@@ -32,8 +23,7 @@ for sc in "2 cpu" "3 nvme"; do
   grep -q "zoffload.initialize: ranks\|Traceback" "$work/tr.out" && { tail -30 "$work/tr.out"; echo "FAIL: stage $1 $2: errors under torchrun"; exit 1; }
   cmp -s "$work/one" "$work/tr" || { paste "$work/one" "$work/tr"; echo "FAIL: stage $1 $2: torchrun's losses differ from one rank's"; exit 1; }
   if [ ${#mpirun[@]} -gt 0 ]; then
-    "${mpirun[@]}" -np 2 -x ZOFFLOAD_LIBRARY -x PYTHONPATH -x ZO_TEST_NVME \
-      "$py" "$src/python/tests/mpi_train.py" "$1" "$2" "$work/mpi" >"$work/mpi.out" 2>&1 \
+    on_two_ranks "$src/python/tests/mpi_train.py" "$1" "$2" "$work/mpi" >"$work/mpi.out" 2>&1 \
       || { tail -20 "$work/mpi.out"; echo "FAIL: stage $1 $2 under mpirun"; exit 1; }
     cmp -s "$work/mpi" "$work/tr" || { paste "$work/mpi" "$work/tr"; echo "FAIL: stage $1 $2: torchrun's losses differ from mpirun's"; exit 1; }
     also=" and mpirun -np 2's"

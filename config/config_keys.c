@@ -1,0 +1,103 @@
+/*
+ * config_keys.c - unknown keys in a config: an error in the blocks zoffload
+ * reads, naming the closest known key (optimal string alignment distance);
+ * a counted warning at the top level, where the application's own blocks
+ * live. Not the lists of known keys: each sits beside its block's parser in
+ * config.c.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base_internal.h"
+#include "config_internal.h"
+
+/* Unknown keys named one warning line each; the rest are counted into one summary line at the end. */
+#define UNKNOWN_NAMED 8
+
+/* Keys longer than this get no suggestion (and cost nothing to compare). */
+#define KEY_DIST_LEN 64
+
+/*
+ * key_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent characters, each
+ * counting 1: "enabeld" -> "enabled" is 1) between @a and @b, byte-wise; KEY_DIST_LEN when either is longer.
+ */
+static int key_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n >= KEY_DIST_LEN || m >= KEY_DIST_LEN) return KEY_DIST_LEN;
+  int rows[3][KEY_DIST_LEN + 1]; /* rows i-2, i-1, i of the DP table, used round robin */
+  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int d = up[j - 1] + cost;
+      if (up[j] + 1 < d) d = up[j] + 1;
+      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d) d = up2[j - 2] + 1;
+      cur[j] = d;
+    }
+  }
+  return rows[n % 3][m];
+}
+
+/*
+ * closest_key() - the known key nearest @key: within 2 edits, and at most a third of the longer name's length (so
+ * "a" suggests nothing); an exact match counts only in a set with its own @base (a key one level off). First
+ * best wins. Returns the key, its set's base in *@base_out; NULL when none is that close.
+ */
+static const char *closest_key(const char *key, const key_set *sets, size_t n_sets, const char **base_out) {
+  const char *best = NULL;
+  int best_d = 3;
+  for (size_t s = 0; s < n_sets; s++)
+    for (const char *const *k = sets[s].keys; k && *k; k++) {
+      int d = key_distance(key, *k);
+      size_t longer = strlen(key) > strlen(*k) ? strlen(key) : strlen(*k);
+      if ((d == 0 && !sets[s].base) || d >= best_d || (size_t)(3 * d) > longer) continue;
+      best = *k;
+      best_d = d;
+      *base_out = sets[s].base;
+    }
+  return best;
+}
+
+/* "did you mean <base>.<key>?" for @key at @path (whose block is @path less ".key"), or "" when nothing is close. */
+const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char *key, const key_set *sets,
+                             size_t n_sets) {
+  const char *base = NULL, *best = closest_key(key, sets, n_sets, &base);
+  out[0] = 0;
+  if (!best) return out;
+  size_t plen = strlen(path), klen = strlen(key);
+  int own_len = plen > klen ? (int)(plen - klen - 1) : 0; /* the block's path: path less ".key" */
+  if (base) snprintf(out, cap, "; did you mean %s%s%s?", base, base[0] ? "." : "", best);
+  else snprintf(out, cap, "; did you mean %.*s%s%s?", own_len, path, own_len ? "." : "", best);
+  return out;
+}
+
+/*
+ * cfg_unknown_key() - @key at @path is in a block zoffload reads and is none of its keys: an error (DeepSpeed's
+ * config models refuse unknown fields too), naming the closest known key when one is close.
+ */
+zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key, const key_set *sets,
+                          size_t n_sets) {
+  char hint[PATH_CAP + 32];
+  cfg_did_you_mean(hint, sizeof hint, path, key, sets, n_sets);
+  if (hint[0]) return cfg_err(c, path, "not a DeepSpeed or zoffload key%s", hint);
+  size_t plen = strlen(path), klen = strlen(key);
+  if (plen <= klen + 1) /* a key so long that the path was cut (pj) */
+    return cfg_err(c, path, "not a DeepSpeed or zoffload key (docs/configuration.md lists them)");
+  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)",
+                 (int)(plen - klen - 1), path);
+}
+
+void cfg_warn_unknown(const parse_ctx *c, const char *path) {
+  if (++*c->n_unknown <= UNKNOWN_NAMED) zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
+}
+
+void cfg_warn_unknown_total(const parse_ctx *c) {
+  int64_t n_unknown = *c->n_unknown;
+  if (n_unknown > UNKNOWN_NAMED)
+    zo_warn("config: ... and %" PRId64 " more keys that are not DeepSpeed or zoffload keys (%" PRId64 " in all); ignored",
+            n_unknown - UNKNOWN_NAMED, n_unknown);
+}

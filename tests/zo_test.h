@@ -182,7 +182,11 @@ static inline double zo_test_rand_uniform(uint64_t *state, double lo, double hi)
 static inline int zo_test_scratch_dir(const char *base, const char *name, char *out, size_t cap) {
   if (!base || !base[0]) base = getenv("TMPDIR");
   if (!base || !base[0]) base = "/tmp";
-  snprintf(out, cap, "%s/%s-XXXXXX", base, name);
+  int n = snprintf(out, cap, "%s/%s-XXXXXX", base, name);
+  if (n < 0 || (size_t)n >= cap) {
+    fprintf(stderr, "skip: the scratch directory name under %s is longer than %zu bytes\n", base, cap - 1);
+    return -1;
+  }
   if (mkdtemp(out)) return 0;
   fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
   return -1;

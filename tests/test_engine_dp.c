@@ -91,8 +91,10 @@ static int open_engine(setup *s, const zo_config_t *cfg_in, zo_comm_t *comm) {
   memset(s, 0, sizeof *s);
   zo_config_t c = *cfg_in, *cfg = &c;
   if (!comm) { /* the reference keeps its swap directory apart */
-    CHECK((size_t)snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) < sizeof c.zero.offload_optimizer.nvme_path);
-    CHECK((size_t)snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s/ref", g_dir) < sizeof c.zero.offload_param.nvme_path);
+    CHECK((size_t)snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) <
+        sizeof c.zero.offload_optimizer.nvme_path);
+    CHECK((size_t)snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s/ref", g_dir) <
+        sizeof c.zero.offload_param.nvme_path);
     mkdir(c.zero.offload_optimizer.nvme_path, 0700);
   }
   REQ_INT(zo_test_device_create((size_t)cfg_in->zoffload.device_memory_limit, &s->dev));

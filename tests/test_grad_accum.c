@@ -151,8 +151,10 @@ static void run_case(const char *label, const zo_config_t *c, zo_dtype mb_dtype,
   if (zo_test_kind == ZO_DEVICE_HOST) CHECK_OK(zo_device_set_link_gbps(dev, 0.2));
   if (use_cs) CHECK_OK(zo_stream_create(dev, &cs));
   zo_config_t cb = *c; /* the reference's swap files in a directory of their own */
-  CHECK((size_t)snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) < sizeof cb.zero.offload_optimizer.nvme_path);
-  CHECK((size_t)snprintf(cb.zero.offload_param.nvme_path, sizeof cb.zero.offload_param.nvme_path, "%s/ref", g_dir) < sizeof cb.zero.offload_param.nvme_path);
+  CHECK((size_t)snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) <
+      sizeof cb.zero.offload_optimizer.nvme_path);
+  CHECK((size_t)snprintf(cb.zero.offload_param.nvme_path, sizeof cb.zero.offload_param.nvme_path, "%s/ref", g_dir) <
+      sizeof cb.zero.offload_param.nvme_path);
   mkdir(cb.zero.offload_optimizer.nvme_path, 0700);
   int bad = eng_open(&a, c, dev, cs) || eng_open(&b, &cb, dev, NULL);
   const size_t dsz = zo_dtype_size(mb_dtype);

@@ -12,8 +12,9 @@
 #include "zoffload/config.h"
 #include "zoffload/dtype.h"
 
-/* How the field is stored; chosen by _Generic from the member's type, so a type change that the table does not
- * follow fails to compile instead of reading the wrong bytes. Enums are named with their own name function. */
+/* How the field is stored; chosen by _Generic from the member's type, with no default: a line whose macro does not
+ * fit its member (I64 on a double, an enum outside NAMED), or a type change the table does not follow, fails to
+ * compile instead of reading the wrong bytes. Enums are named by their own name function (NAMED). */
 typedef enum { F_I64, F_INT, F_F64, F_STR } field_kind;
 
 typedef struct key {
@@ -24,17 +25,15 @@ typedef struct key {
   const char *(*name)(int v); /* ZO_CONFIG_STR of an enum or a dtype: its JSON name */
 } key;
 
-#define KIND(m)                                                                                                     \
-  _Generic((&((const zo_config_t *)0)->m), const int64_t *: F_I64, const int *: F_INT, const double *: F_F64,    \
-           const char(*)[4096]: F_STR)
-#define I64(path, m) {path, ZO_CONFIG_I64, offsetof(zo_config_t, m), KIND(m), NULL}
-#define F64(path, m) {path, ZO_CONFIG_F64, offsetof(zo_config_t, m), KIND(m), NULL}
-#define BOOL(path, m) {path, ZO_CONFIG_BOOL, offsetof(zo_config_t, m), KIND(m), NULL}
-#define STR(path, m) {path, ZO_CONFIG_STR, offsetof(zo_config_t, m), KIND(m), NULL}
-/* an enum (or int) field read as int and shown by @fn; the static assert keeps it an int-sized field */
-#define NAMED(path, m, fn)                                                                                          \
-  {path, ZO_CONFIG_STR, offsetof(zo_config_t, m) + 0 * sizeof(char[sizeof(((zo_config_t *)0)->m) == sizeof(int) ? 1 : -1]), \
-   F_INT, fn}
+#define FIELD(m) (&((const zo_config_t *)0)->m)
+#define KIND_INT(m) _Generic(FIELD(m), const int64_t *: F_I64, const int *: F_INT)
+#define I64(path, m) {path, ZO_CONFIG_I64, offsetof(zo_config_t, m), KIND_INT(m), NULL}
+#define BOOL(path, m) {path, ZO_CONFIG_BOOL, offsetof(zo_config_t, m), KIND_INT(m), NULL}
+#define F64(path, m) {path, ZO_CONFIG_F64, offsetof(zo_config_t, m), _Generic(FIELD(m), const double *: F_F64), NULL}
+#define STR(path, m) {path, ZO_CONFIG_STR, offsetof(zo_config_t, m), _Generic(FIELD(m), const char(*)[4096]: F_STR), NULL}
+/* an enum (or int) field read as int and shown by @fn; INT_SIZED refuses (to compile) any other size */
+#define INT_SIZED(m) (0 * sizeof(char[sizeof(((zo_config_t *)0)->m) == sizeof(int) ? 1 : -1]))
+#define NAMED(path, m, fn) {path, ZO_CONFIG_STR, offsetof(zo_config_t, m) + INT_SIZED(m), F_INT, fn}
 
 static const char *offload_name(int v) { return zo_offload_device_name((zo_offload_device)v); }
 static const char *opt_name(int v) { return v == ZO_OPT_ADAMW ? "AdamW" : "Adam"; }

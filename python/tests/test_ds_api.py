@@ -114,7 +114,8 @@ def test_client_optimizer_taken_sgd_refused():
         e2, _, _, _ = zoffload.initialize(model=mlp(), config=cfg(),
                                           optimizer=lambda ps: torch.optim.Adam(ps, lr=2e-3))
     assert any("\"optimizer\" section" in str(x.message) for x in w)
-    assert (e2.resolved.optimizer.params.lr, e2.resolved.optimizer.params.adam_w_mode) == (2e-3, False)  # torch Adam: L2 decay
+    o2 = e2.resolved.optimizer.params
+    assert (o2.lr, o2.adam_w_mode) == (2e-3, False)  # torch Adam: L2 decay
     e2.close()
     m = mlp()
     e3, _, _, _ = zoffload.initialize(model=m, config=cfg(optimizer=False),

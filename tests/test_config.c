@@ -958,6 +958,192 @@ static void test_offload_device_parse(void) {
   CHECK_EQ(zo_offload_device_parse("cpu", NULL), ZO_ERR_INVALID_ARG);
 }
 
+/* ---- zo_config_get_*(): every path of the table reads what the parser resolved ---- */
+
+typedef struct want_key {
+  const char *path;
+  zo_config_value_type type;
+  int64_t i;     /* I64, BOOL */
+  double f;      /* F64 */
+  const char *s; /* STR */
+} want_key;
+
+static void test_get(void) {
+  /* every value differs from its default, so a path reading the wrong field shows */
+  const char *j =
+      "{\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 3, \"gradient_clipping\": 0.5,"
+      " \"steps_per_print\": 7, \"data_types\": {\"grad_accum_dtype\": \"bf16\"},"
+      " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 2e-4, \"betas\": [0.8, 0.99], \"eps\": 1e-6,"
+      "   \"weight_decay\": 0.25, \"bias_correction\": false, \"adam_w_mode\": false}},"
+      " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 11, \"total_num_steps\": 99,"
+      "   \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.125, \"warmup_min_ratio\": 0.0625}},"
+      " \"fp16\": {\"enabled\": true, \"loss_scale\": 128, \"initial_scale_power\": 12, \"loss_scale_window\": 77,"
+      "   \"hysteresis\": 3, \"min_loss_scale\": 0.5},"
+      " \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 1234,"
+      "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/oo\", \"pin_memory\": true,"
+      "     \"buffer_count\": 6, \"pipeline_read\": false, \"pipeline_write\": false, \"ratio\": 0.75},"
+      "   \"offload_param\": {\"device\": \"cpu\", \"nvme_path\": \"/op\", \"pin_memory\": true, \"buffer_count\": 7,"
+      "     \"buffer_size\": 4321, \"max_in_cpu\": 5432},"
+      "   \"stage3_prefetch_bucket_size\": 111, \"stage3_max_live_parameters\": 222,"
+      "   \"stage3_max_reuse_distance\": 333, \"stage3_param_persistence_threshold\": 444, \"overlap_comm\": false,"
+      "   \"reduce_bucket_size\": 555, \"allgather_bucket_size\": 666, \"contiguous_gradients\": false},"
+      " \"aio\": {\"block_size\": 8192, \"queue_depth\": 16, \"intra_op_parallelism\": 2, \"single_submit\": true,"
+      "   \"overlap_events\": false, \"use_gds\": false},"
+      " \"zoffload\": {\"device\": \"host\", \"device_memory_limit\": 65536, \"adam_threads\": 3,"
+      "   \"optimizer_state_dtype\": \"bf16\", \"swap_checksum\": true, \"swap_sqpoll\": true,"
+      "   \"host_link_gbps\": 12.5, \"device_arena_bytes\": \"fit\", \"comm\": \"mpi\", \"comm_timeout_s\": 90,"
+      "   \"pinned_fraction\": 0.5, \"allow_pageable_host\": true}}";
+  static const want_key want[] = {
+      {"train_batch_size", ZO_CONFIG_I64, 24, 0, NULL},
+      {"train_micro_batch_size_per_gpu", ZO_CONFIG_I64, 3, 0, NULL},
+      {"gradient_accumulation_steps", ZO_CONFIG_I64, 8, 0, NULL}, /* derived: 24 / 3 / 1 */
+      {"gradient_clipping", ZO_CONFIG_F64, 0, 0.5, NULL},
+      {"data_types.grad_accum_dtype", ZO_CONFIG_STR, 0, 0, "bf16"},
+      {"steps_per_print", ZO_CONFIG_I64, 7, 0, NULL},
+      {"optimizer.type", ZO_CONFIG_STR, 0, 0, "Adam"},
+      {"optimizer.params.adam_w_mode", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"optimizer.params.lr", ZO_CONFIG_F64, 0, 2e-4, NULL},
+      {"optimizer.params.betas[0]", ZO_CONFIG_F64, 0, 0.8, NULL},
+      {"optimizer.params.betas[1]", ZO_CONFIG_F64, 0, 0.99, NULL},
+      {"optimizer.params.eps", ZO_CONFIG_F64, 0, 1e-6, NULL},
+      {"optimizer.params.weight_decay", ZO_CONFIG_F64, 0, 0.25, NULL},
+      {"optimizer.params.bias_correction", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"scheduler.type", ZO_CONFIG_STR, 0, 0, "WarmupCosineLR"},
+      {"scheduler.params.warmup_min_lr", ZO_CONFIG_F64, 0, 0, NULL}, /* defaults: cosine has no lrs */
+      {"scheduler.params.warmup_max_lr", ZO_CONFIG_F64, 0, 1e-3, NULL},
+      {"scheduler.params.warmup_num_steps", ZO_CONFIG_I64, 11, 0, NULL},
+      {"scheduler.params.warmup_type", ZO_CONFIG_STR, 0, 0, "linear"},
+      {"scheduler.params.total_num_steps", ZO_CONFIG_I64, 99, 0, NULL},
+      {"scheduler.params.cos_min_ratio", ZO_CONFIG_F64, 0, 0.125, NULL},
+      {"scheduler.params.warmup_min_ratio", ZO_CONFIG_F64, 0, 0.0625, NULL},
+      {"fp16.enabled", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"fp16.loss_scale", ZO_CONFIG_F64, 0, 128, NULL},
+      {"fp16.initial_scale_power", ZO_CONFIG_I64, 12, 0, NULL},
+      {"fp16.loss_scale_window", ZO_CONFIG_I64, 77, 0, NULL},
+      {"fp16.hysteresis", ZO_CONFIG_I64, 3, 0, NULL},
+      {"fp16.min_loss_scale", ZO_CONFIG_F64, 0, 0.5, NULL},
+      {"bf16.enabled", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zero_optimization.stage", ZO_CONFIG_I64, 3, 0, NULL},
+      {"zero_optimization.offload_optimizer.device", ZO_CONFIG_STR, 0, 0, "nvme"},
+      {"zero_optimization.offload_optimizer.nvme_path", ZO_CONFIG_STR, 0, 0, "/oo"},
+      {"zero_optimization.offload_optimizer.pin_memory", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"zero_optimization.offload_optimizer.buffer_count", ZO_CONFIG_I64, 6, 0, NULL},
+      {"zero_optimization.offload_optimizer.pipeline_read", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zero_optimization.offload_optimizer.pipeline_write", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zero_optimization.offload_optimizer.ratio", ZO_CONFIG_F64, 0, 0.75, NULL},
+      {"zero_optimization.offload_param.device", ZO_CONFIG_STR, 0, 0, "cpu"},
+      {"zero_optimization.offload_param.nvme_path", ZO_CONFIG_STR, 0, 0, "/op"},
+      {"zero_optimization.offload_param.pin_memory", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"zero_optimization.offload_param.buffer_count", ZO_CONFIG_I64, 7, 0, NULL},
+      {"zero_optimization.offload_param.buffer_size", ZO_CONFIG_I64, 4321, 0, NULL},
+      {"zero_optimization.offload_param.max_in_cpu", ZO_CONFIG_I64, 5432, 0, NULL},
+      {"zero_optimization.sub_group_size", ZO_CONFIG_I64, 1234, 0, NULL},
+      {"zero_optimization.stage3_prefetch_bucket_size", ZO_CONFIG_I64, 111, 0, NULL},
+      {"zero_optimization.stage3_max_live_parameters", ZO_CONFIG_I64, 222, 0, NULL},
+      {"zero_optimization.stage3_max_reuse_distance", ZO_CONFIG_I64, 333, 0, NULL},
+      {"zero_optimization.stage3_param_persistence_threshold", ZO_CONFIG_I64, 444, 0, NULL},
+      {"zero_optimization.overlap_comm", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zero_optimization.reduce_bucket_size", ZO_CONFIG_I64, 555, 0, NULL},
+      {"zero_optimization.allgather_bucket_size", ZO_CONFIG_I64, 666, 0, NULL},
+      {"zero_optimization.contiguous_gradients", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"aio.block_size", ZO_CONFIG_I64, 8192, 0, NULL},
+      {"aio.queue_depth", ZO_CONFIG_I64, 16, 0, NULL},
+      {"aio.intra_op_parallelism", ZO_CONFIG_I64, 2, 0, NULL},
+      {"aio.single_submit", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"aio.overlap_events", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"aio.use_gds", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zoffload.device", ZO_CONFIG_STR, 0, 0, "host"},
+      {"zoffload.device_memory_limit", ZO_CONFIG_I64, 65536, 0, NULL},
+      {"zoffload.adam_threads", ZO_CONFIG_I64, 3, 0, NULL},
+      {"zoffload.optimizer_state_dtype", ZO_CONFIG_STR, 0, 0, "bf16"},
+      {"zoffload.swap_checksum", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"zoffload.swap_sqpoll", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"zoffload.delayed_param_update", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zoffload.host_link_gbps", ZO_CONFIG_F64, 0, 12.5, NULL},
+      {"zoffload.device_arena_bytes", ZO_CONFIG_I64, ZO_ARENA_FIT, 0, NULL},
+      {"zoffload.comm", ZO_CONFIG_STR, 0, 0, "mpi"},
+      {"zoffload.comm_timeout_s", ZO_CONFIG_F64, 0, 90, NULL},
+      {"zoffload.pinned_fraction", ZO_CONFIG_F64, 0, 0.5, NULL},
+      {"zoffload.allow_pageable_host", ZO_CONFIG_BOOL, 1, 0, NULL},
+  };
+  size_t n_want = sizeof want / sizeof want[0];
+  zo_config_t c;
+  CHECK_EQ(parse(j, &c), ZO_OK);
+  /* the table lists exactly these paths: a new line in it needs its value here */
+  size_t n = 0;
+  zo_config_value_type t;
+  while (zo_config_key_at(n, &t)) n++;
+  CHECK_EQ((long long)n, (long long)n_want);
+  CHECK(zo_config_key_at(n, NULL) == NULL);
+  for (size_t i = 0; i < n_want; i++) {
+    const want_key *w = &want[i];
+    CHECK_EQ((int)zo_config_key_type(w->path), (int)w->type);
+    int64_t iv = -12345;
+    double fv = -1;
+    int bv = -1;
+    const char *sv = NULL;
+    switch (w->type) {
+    case ZO_CONFIG_I64:
+      CHECK_EQ(zo_config_get_i64(&c, w->path, &iv), ZO_OK);
+      if (iv != w->i) fprintf(stderr, "  %s = %lld, want %lld\n", w->path, (long long)iv, (long long)w->i);
+      CHECK(iv == w->i);
+      CHECK_EQ(zo_config_get_f64(&c, w->path, &fv), ZO_ERR_INVALID_ARG); /* wrong type, *out unchanged */
+      CHECK(fv == -1);
+      break;
+    case ZO_CONFIG_F64:
+      CHECK_EQ(zo_config_get_f64(&c, w->path, &fv), ZO_OK);
+      if (fv != w->f) fprintf(stderr, "  %s = %.17g, want %.17g\n", w->path, fv, w->f);
+      CHECK(fv == w->f);
+      CHECK_EQ(zo_config_get_i64(&c, w->path, &iv), ZO_ERR_INVALID_ARG);
+      CHECK(iv == -12345);
+      break;
+    case ZO_CONFIG_BOOL:
+      CHECK_EQ(zo_config_get_bool(&c, w->path, &bv), ZO_OK);
+      if (bv != w->i) fprintf(stderr, "  %s = %d, want %lld\n", w->path, bv, (long long)w->i);
+      CHECK(bv == w->i);
+      CHECK_EQ(zo_config_get_str(&c, w->path, &sv), ZO_ERR_INVALID_ARG);
+      break;
+    case ZO_CONFIG_STR:
+      CHECK_EQ(zo_config_get_str(&c, w->path, &sv), ZO_OK);
+      if (!sv || strcmp(sv, w->s)) fprintf(stderr, "  %s = \"%s\", want \"%s\"\n", w->path, sv ? sv : "(null)", w->s);
+      CHECK(sv && !strcmp(sv, w->s));
+      CHECK_EQ(zo_config_get_bool(&c, w->path, &bv), ZO_ERR_INVALID_ARG);
+      break;
+    }
+  }
+  /* the defaults' names: no scheduler block, grad_accum_dtype not given, AdamW */
+  CHECK_EQ(parse("{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"AdamW\"}}", &c), ZO_OK);
+  const char *sv = NULL;
+  CHECK_EQ(zo_config_get_str(&c, "scheduler.type", &sv), ZO_OK);
+  CHECK(!strcmp(sv, "none"));
+  CHECK_EQ(zo_config_get_str(&c, "data_types.grad_accum_dtype", &sv), ZO_OK);
+  CHECK(!strcmp(sv, ""));
+  CHECK_EQ(zo_config_get_str(&c, "optimizer.type", &sv), ZO_OK);
+  CHECK(!strcmp(sv, "AdamW"));
+  CHECK_EQ(zo_config_get_str(&c, "zero_optimization.offload_param.device", &sv), ZO_OK);
+  CHECK(!strcmp(sv, "none"));
+  int64_t iv = 0;
+  CHECK_EQ(zo_config_get_i64(&c, "gradient_accumulation_steps", &iv), ZO_OK);
+  CHECK(iv == 1); /* only train_batch_size: gas = 1 (DeepSpeed) */
+  CHECK(iv == c.gradient_accumulation_steps);
+  /* errors name the path and the type */
+  iv = 42;
+  CHECK_EQ(zo_config_get_i64(&c, "zero_optimization.stag", &iv), ZO_ERR_INVALID_ARG);
+  CHECK(iv == 42);
+  CHECK_HAS(zo_last_error(), "config path \"zero_optimization.stag\": not a key zo_config_get_i64 reads");
+  CHECK_EQ(zo_config_get_i64(&c, "optimizer.params.lr", &iv), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "config path \"optimizer.params.lr\" is a real (zo_config_get_f64), not an integer");
+  CHECK_EQ(zo_config_get_str(&c, "zero_optimization.stage", &sv), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "is an integer (zo_config_get_i64), not a string");
+  CHECK_EQ(zo_config_get_i64(&c, "", &iv), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_config_get_i64(NULL, "zero_optimization.stage", &iv), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_config_get_i64(&c, NULL, &iv), ZO_ERR_INVALID_ARG);
+  CHECK_EQ(zo_config_get_i64(&c, "zero_optimization.stage", NULL), ZO_ERR_INVALID_ARG);
+  CHECK_HAS(zo_last_error(), "zo_config_get_i64: out is NULL");
+  CHECK_EQ((int)zo_config_key_type("zero_optimization.stag"), 0);
+  CHECK_EQ((int)zo_config_key_type(NULL), 0);
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "tests/config";
   zo_log_set_handler(on_log, NULL, ZO_LOG_DEBUG);
@@ -974,5 +1160,6 @@ int main(int argc, char **argv) {
   test_boundaries();
   test_many_unknown();
   test_offload_device_parse();
+  test_get();
   return zo_test_finish("test_config");
 }

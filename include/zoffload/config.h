@@ -64,6 +64,7 @@ typedef enum zo_sched_type {
  * silent fallback to MPI); MPI: MPI through host memory even on GPUs. */
 typedef enum zo_comm_choice { ZO_COMM_AUTO = 0, ZO_COMM_NCCL = 1, ZO_COMM_MPI = 2 } zo_comm_choice;
 
+/* A field added here is readable by path once it has its line in config/config_get.c's table. */
 typedef struct zo_config {
   /* Resolved and consistent: train_batch_size == micro * gas * world_size, each >= 1, the product without
    * overflow (an overflowing product is a ZO_ERR_CONFIG naming the key). */
@@ -331,6 +332,68 @@ ZO_API double zo_config_lr_at_iteration(const zo_config_t *cfg, int64_t last_bat
  * the return value >= @cap. Thread-safe.
  */
 ZO_API size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap);
+
+/*
+ * Reading one resolved value by the DeepSpeed JSON path that sets it, for
+ * bindings (ctypes, cffi) that must not mirror zo_config_t's layout: a field
+ * added anywhere in the struct changes no path. The paths are the JSON keys
+ * ("zero_optimization.stage", "optimizer.params.lr",
+ * "zero_optimization.offload_param.device", "gradient_accumulation_steps"),
+ * the betas as "optimizer.params.betas[0]" and "[1]"; zo_config_key_at()
+ * lists them all. Each value is the resolved one: defaults filled in,
+ * gradient_accumulation_steps derived, legacy forms mapped, "auto" filled.
+ * Types, as the JSON writes them:
+ *   ZO_CONFIG_I64  integers (element counts, steps, bytes; units as the
+ *                  field in zo_config_t: *_size, max_in_cpu ... elements,
+ *                  block_size, device_memory_limit, device_arena_bytes bytes;
+ *                  device_arena_bytes -1 is "fit", ZO_ARENA_FIT);
+ *   ZO_CONFIG_F64  reals (lr, betas, clipping, ratios, seconds, GB/s);
+ *   ZO_CONFIG_BOOL true/false keys, 1 or 0 (resolved: adam_w_mode, overlap_comm);
+ *   ZO_CONFIG_STR  names: the enums as the JSON spells them
+ *                  (offload devices "none"/"cpu"/"nvme", optimizer.type
+ *                  "Adam"/"AdamW", scheduler.type "none" when there is no
+ *                  scheduler block, else "WarmupLR"/"WarmupDecayLR"/
+ *                  "WarmupCosineLR", scheduler.params.warmup_type
+ *                  "log"/"linear", zoffload.device "auto"/"cuda"/"host",
+ *                  zoffload.comm "auto"/"nccl"/"mpi", dtypes "fp32"/"fp16"/
+ *                  "bf16", data_types.grad_accum_dtype "" when not given)
+ *                  and the nvme_path strings ("" when absent).
+ * All of these functions only read: safe to call concurrently on one @cfg
+ * (the error message of a failed call is the calling thread's last error).
+ */
+typedef enum zo_config_value_type {
+  ZO_CONFIG_I64 = 1,
+  ZO_CONFIG_F64 = 2,
+  ZO_CONFIG_BOOL = 3,
+  ZO_CONFIG_STR = 4,
+} zo_config_value_type;
+
+/*
+ * zo_config_get_i64() / _f64() / _bool() / _str() - the value at @path in the
+ * resolved @cfg into *@out. _str's *@out points into @cfg (nvme_path: valid
+ * while @cfg is) or at a static name. Returns ZO_OK; ZO_ERR_INVALID_ARG (*@out
+ * unchanged) when an argument is NULL, when @path is not a known path
+ * ("config path \"zero_optimization.stag\": not a key zo_config_get reads"),
+ * or when the path holds another type ("config path \"optimizer.params.lr\"
+ * is a real (zo_config_get_f64), not an integer"). Thread-safe (read only).
+ */
+ZO_API zo_status zo_config_get_i64(const zo_config_t *cfg, const char *path, int64_t *out);
+ZO_API zo_status zo_config_get_f64(const zo_config_t *cfg, const char *path, double *out);
+ZO_API zo_status zo_config_get_bool(const zo_config_t *cfg, const char *path, int *out);
+ZO_API zo_status zo_config_get_str(const zo_config_t *cfg, const char *path, const char **out);
+
+/*
+ * zo_config_key_type() - the type of the value at @path, or 0 when @path is
+ * NULL or not a known path (nothing is logged). Thread-safe.
+ */
+ZO_API zo_config_value_type zo_config_key_type(const char *path);
+
+/*
+ * zo_config_key_at() - the @i-th known path (0-based; NULL when @i is past the
+ * last) and, when @type is not NULL, its type into *@type. Static strings.
+ * Thread-safe.
+ */
+ZO_API const char *zo_config_key_at(size_t i, zo_config_value_type *type);
 
 /* zo_offload_device_name() - "none", "cpu" or "nvme" ("?" otherwise). */
 ZO_API const char *zo_offload_device_name(zo_offload_device d);

@@ -99,8 +99,8 @@ def test_client_optimizer_taken_sgd_refused():
     model = mlp()
     client = torch.optim.AdamW(model.parameters(), lr=5e-3, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.05)
     engine, opt, _, _ = zoffload.initialize(model=model, optimizer=client, config=cfg(optimizer=False))
-    o = engine.resolved.optimizer
-    assert (o.lr, o.beta1, o.beta2, o.eps, o.adam_w_mode) == (5e-3, 0.8, 0.99, 1e-7, 1)
+    o = engine.resolved.optimizer.params
+    assert (o.lr, o.get("betas[0]"), o.get("betas[1]"), o.eps, o.adam_w_mode) == (5e-3, 0.8, 0.99, 1e-7, True)
     assert o.weight_decay == pytest.approx(0.05)
     got = run(engine, 6)
     engine.close()
@@ -114,12 +114,13 @@ def test_client_optimizer_taken_sgd_refused():
         e2, _, _, _ = zoffload.initialize(model=mlp(), config=cfg(),
                                           optimizer=lambda ps: torch.optim.Adam(ps, lr=2e-3))
     assert any("\"optimizer\" section" in str(x.message) for x in w)
-    assert (e2.resolved.optimizer.lr, e2.resolved.optimizer.adam_w_mode) == (2e-3, 0)  # torch Adam: L2 decay
+    o2 = e2.resolved.optimizer.params
+    assert (o2.lr, o2.adam_w_mode) == (2e-3, False)  # torch Adam: L2 decay
     e2.close()
     m = mlp()
     e3, _, _, _ = zoffload.initialize(model=m, config=cfg(optimizer=False),
                                       optimizer=zoffload.optim.CPUAdam(m.parameters(), lr=4e-3, adamw_mode=False))
-    assert (e3.resolved.optimizer.lr, e3.resolved.optimizer.adam_w_mode) == (4e-3, 0)
+    assert (e3.resolved.optimizer.params.lr, e3.resolved.optimizer.params.adam_w_mode) == (4e-3, False)
     e3.close()
     with pytest.raises(TypeError, match=r"torch\.optim\.sgd\.SGD cannot run"):
         m = mlp()

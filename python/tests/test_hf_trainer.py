@@ -125,7 +125,7 @@ def test_stage2_cpu_50_steps_lr_follows_trainer_schedule(tmp_path):
     t = run(tmp_path, 2)
     e = t.zo_engine
     assert (e.train_micro_batch_size_per_gpu(), e.gradient_accumulation_steps(), e.train_batch_size()) == (2, 1, 2)
-    assert e.resolved.optimizer.lr == 2e-3 and e.resolved.optimizer.weight_decay == 0.01
+    assert e.resolved.optimizer.params.lr == 2e-3 and e.resolved.optimizer.params.weight_decay == 0.01
     assert e.resolved.gradient_clipping == 1.0  # max_grad_norm
     want = trainer_schedule(t.args, 50)
     assert len(t.lrs) == 50
@@ -158,7 +158,7 @@ def test_config_scheduler_auto_from_arguments(tmp_path):
     """The template's own WarmupDecayLR with "auto" warmup/total steps and lrs: filled from the arguments (warmup
     steps, max_steps, learning_rate) and run by the library; the Trainer logs that schedule."""
     t = run(tmp_path, 2, steps=8, scheduler=True, warmup_steps=3)
-    s = t.zo_engine.resolved.scheduler
+    s = t.zo_engine.resolved.scheduler.params
     assert (s.warmup_num_steps, s.total_num_steps, s.warmup_min_lr, s.warmup_max_lr) == (3, 8, 0.0, 2e-3)
     # DeepSpeed's WarmupDecayLR (log warmup), step k running the scheduler at last_batch_iteration k - 2
     want = [0.0]

@@ -193,32 +193,7 @@ class EngineMem(ctypes.Structure):  # zoffload/engine.h zo_engine_mem
                [(k, ctypes.c_size_t) for k in ("param_bytes", "grad_bytes", "state_bytes", "comm_bytes")]
 
 
-class ConfigOptimizer(ctypes.Structure):  # zo_config_t.optimizer
-    _fields_ = [("type", ctypes.c_int), ("adam_w_mode", ctypes.c_int), ("lr", ctypes.c_double),
-                ("beta1", ctypes.c_double), ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
-                ("weight_decay", ctypes.c_double), ("bias_correction", ctypes.c_int)]
-
-
-class ConfigScheduler(ctypes.Structure):  # zo_config_t.scheduler
-    _fields_ = [("type", ctypes.c_int), ("warmup_min_lr", ctypes.c_double), ("warmup_max_lr", ctypes.c_double),
-                ("warmup_num_steps", ctypes.c_int64), ("warmup_type_log", ctypes.c_int),
-                ("total_num_steps", ctypes.c_int64), ("cos_min_ratio", ctypes.c_double),
-                ("warmup_min_ratio", ctypes.c_double)]
-
-
-SCHED_NONE = 0  # zo_sched_type
-
-
-class ConfigHead(ctypes.Structure):
-    """The leading fields of zo_config_t (zoffload/config.h), field for field in its order: the values of the
-    resolved config the package uses (gradient_accumulation_steps as the library derived it from the batch sizes,
-    the optimizer's hyperparameters with their defaults), never re-read from the JSON. A prefix only: view a
-    zo_config_sizeof() buffer that zo_config_parse() filled (config_head()); test_initialize.py compares every
-    field with zo_config_describe()'s text."""
-    _fields_ = [("train_batch_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
-                ("gradient_accumulation_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
-                ("grad_accum_dtype", ctypes.c_int), ("steps_per_print", ctypes.c_int64),
-                ("optimizer", ConfigOptimizer), ("scheduler", ConfigScheduler)]
+CFG_I64, CFG_F64, CFG_BOOL, CFG_STR = 1, 2, 3, 4  # zo_config_value_type
 
 
 _vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
@@ -228,6 +203,12 @@ for _name, _res, _args in (
         ("zo_config_lr_at", ctypes.c_double, [_vp, ctypes.c_int64]),
         ("zo_config_auto_init", None, [ctypes.POINTER(ConfigAuto)]),
         ("zo_config_describe", _sz, [_vp, ctypes.c_char_p, _sz]),
+        ("zo_config_get_i64", _i, [_vp, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+        ("zo_config_get_f64", _i, [_vp, ctypes.c_char_p, ctypes.POINTER(ctypes.c_double)]),
+        ("zo_config_get_bool", _i, [_vp, ctypes.c_char_p, ctypes.POINTER(_i)]),
+        ("zo_config_get_str", _i, [_vp, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]),
+        ("zo_config_key_type", _i, [ctypes.c_char_p]),
+        ("zo_config_key_at", ctypes.c_char_p, [_sz, _vp]),
         ("zo_device_create", _i, [_i, _i, _sz, ctypes.POINTER(_vp)]),
         ("zo_device_destroy", None, [_vp]),
         ("zo_device_kind_name", ctypes.c_char_p, [_i]),
@@ -283,13 +264,57 @@ def local_ordinal(n_devices):
 COPY_H2D, COPY_D2H = 0, 1
 
 
-def config_head(buf):
-    """The ConfigHead view of @buf, a ctypes buffer of zo_config_sizeof() bytes that zo_config_parse() filled."""
-    if ctypes.sizeof(ConfigHead) > len(buf):
-        raise RuntimeError("zoffload: zo_config_t is %d bytes in %s, shorter than the %d its leading fields take "
-                          "here: the package and the library do not match" % (len(buf), path,
-                                                                              ctypes.sizeof(ConfigHead)))
-    return ConfigHead.from_buffer(buf)
+class ConfigView:
+    """The config in @buf (a zo_config_sizeof() buffer that zo_config_parse() filled) as the library resolved it,
+    read value by value through zo_config_get_*() by DeepSpeed JSON path, never through a mirror of zo_config_t's
+    layout: get("zero_optimization.stage"), get("optimizer.params.betas[0]"), or attribute by attribute
+    (view.zero_optimization.offload_param.device). Integers are int, reals float, booleans bool, names and paths
+    str (zoffload/config.h lists the paths and names). Keeps @buf alive; reads it on each access."""
+
+    _GET = {CFG_I64: ("zo_config_get_i64", ctypes.c_int64), CFG_F64: ("zo_config_get_f64", ctypes.c_double),
+            CFG_BOOL: ("zo_config_get_bool", ctypes.c_int), CFG_STR: ("zo_config_get_str", ctypes.c_char_p)}
+
+    def __init__(self, buf, _prefix=""):
+        self._buf, self._prefix = buf, _prefix
+
+    def get(self, path):
+        """The resolved value at the JSON path @path (relative to this view's block). ZoffloadError naming the path
+        when the library has no such path."""
+        full = (self._prefix + path).encode()
+        fn, ctype = self._GET.get(lib.zo_config_key_type(full), ("zo_config_get_i64", ctypes.c_int64))
+        out = ctype()
+        check(getattr(lib, fn)(self._buf, full, ctypes.byref(out)), "the resolved config")
+        if ctype is ctypes.c_char_p:
+            return out.value.decode()
+        return bool(out.value) if fn == "zo_config_get_bool" else out.value
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        full = self._prefix + name
+        if lib.zo_config_key_type(full.encode()):
+            return self.get(name)
+        if any(k.startswith(full + ".") for k in config_paths()):
+            return ConfigView(self._buf, full + ".")
+        raise AttributeError("the resolved config has no %s (zoffload/config.h: zo_config_get_*)" % full)
+
+
+def config_paths():
+    """Every JSON path zo_config_get_*() reads, in the library's order."""
+    global _PATHS
+    if _PATHS is None:
+        out, i = [], 0
+        while True:
+            k = lib.zo_config_key_at(i, None)
+            if k is None:
+                break
+            out.append(k.decode())
+            i += 1
+        _PATHS = tuple(out)
+    return _PATHS
+
+
+_PATHS = None
 
 
 # zo_save_opts.on_removed(path, leftover, user): each checkpoint keep_last removed, each leftover of a killed save

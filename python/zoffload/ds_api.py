@@ -145,9 +145,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
     fp32 master weights and Adam state live in the engine: save_checkpoint() saves them)."""
 
     def __init__(self, engine, param_groups=None):
-        head = engine.resolved.optimizer
-        defaults = {"lr": head.lr, "betas": (head.beta1, head.beta2), "eps": head.eps,
-                    "weight_decay": head.weight_decay, "bias_correction": bool(head.bias_correction)}
+        head = engine.resolved.optimizer.params
+        defaults = {"lr": head.lr, "betas": (head.get("betas[0]"), head.get("betas[1]")), "eps": head.eps,
+                    "weight_decay": head.weight_decay, "bias_correction": head.bias_correction}
         params = [p for _, p in engine.params]
         super().__init__([{"params": params}] if params else [{"params": [torch.zeros(0, requires_grad=True)]}],
                          defaults)
@@ -217,7 +217,7 @@ class DeepSpeedEngineAPI:
         if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
             lr_scheduler = lr_scheduler(optimizer)  # DeepSpeed: a callable takes the optimizer
         self._lr_client = lr_scheduler is not None
-        if lr_scheduler is None and self.resolved.scheduler.type != _lib.SCHED_NONE:
+        if lr_scheduler is None and self.resolved.scheduler.type != "none":
             lr_scheduler = ConfigLRScheduler(self)
         self.lr_scheduler = lr_scheduler
         if not self._lr_client:

@@ -45,14 +45,14 @@ def _param_groups(model, model_parameters, head):
     whose group sets one. @model_parameters as torch optimizers and deepspeed.initialize take it: None (every
     parameter that requires grad), an iterable of parameters, or of dicts (parameter groups) with "params" and
     optionally "weight_decay"; a group's "lr", "betas" or "eps" must equal the resolved config's optimizer params
-    (@head, _lib.ConfigHead: the engine runs one schedule), and any other key is refused by name."""
+    (@head, _lib.ConfigView: the engine runs one schedule), and any other key is refused by name."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if model_parameters is None:
         return named, {}
     items = list(model_parameters)
     groups = items if items and isinstance(items[0], dict) else [{"params": items}]
-    o = head.optimizer
-    opt = {"lr": o.lr, "betas": [o.beta1, o.beta2], "eps": o.eps}
+    o = head.optimizer.params
+    opt = {"lr": o.lr, "betas": [o.get("betas[0]"), o.get("betas[1]")], "eps": o.eps}
     names = {id(p): n for n, p in model.named_parameters()}
     chosen, decay = set(), {}
     for gi, g in enumerate(groups):
@@ -85,6 +85,39 @@ def _param_groups(model, model_parameters, head):
     return [(n, p) for n, p in named if id(p) in chosen], decay
 
 
+class _Resolved:
+    """The config as initialize() read it (config: the dict), where the model computes (place), the engine's ranks
+    (comm, rank, world) and the config as the library resolved it for them (buf, view: _lib.ConfigView), parsed
+    once: initialize() picks the engine class by its zero_optimization.stage."""
+
+
+def _resolve(model, config, read=None, device=None):
+    """The _Resolved of @config (@read: _read_config's tuple of it, when read already) for @model on @device."""
+    text, name, conf = read or _read_config(config)
+    place = _device.placement(model, device)
+    zcfg = conf.get("zoffload", {})
+    if place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
+        # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
+        conf["zoffload"] = dict(zcfg, device_arena_bytes="fit")
+        text = json.dumps(conf)
+    cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
+    # The ranks a launcher started: one, or data-parallel ranks, each training on its own part of the global
+    # batch (the caller's data loader decides which), over MPI under mpirun, over torch.distributed under
+    # torchrun / the deepspeed launcher or when the script initialised it (comm.engine_comm() says how).
+    comm = _comm.engine_comm()
+    rank, world = _lib.lib.zo_comm_rank(comm), _lib.lib.zo_comm_size(comm)
+    app = (ctypes.c_char_p * 1)()  # no application blocks
+    opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=world,
+                           auto_values=_lib.auto_values_pointer())
+    raw = text.encode()
+    _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
+               "zoffload.initialize: config")
+    r = _Resolved()
+    r.config, r.place, r.comm, r.rank, r.world, r.buf = conf, place, comm, rank, world, cfg
+    r.view = _lib.ConfigView(cfg)
+    return r
+
+
 class Engine(DeepSpeedEngineAPI):
     """What zoffload.initialize() returns first. Not thread-safe. DeepSpeed's engine methods beyond the training
     step (train/eval, counters, save_checkpoint/load_checkpoint by string tag, save_16bit_model) are in
@@ -92,28 +125,12 @@ class Engine(DeepSpeedEngineAPI):
 
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
-        text, name, self.config = _read or _read_config(config)  # initialize() has read it already
-        self.place = _device.placement(model, device)
-        zcfg = self.config.get("zoffload", {})
-        if self.place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
-            # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
-            self.config["zoffload"] = dict(zcfg, device_arena_bytes="fit")
-            text = json.dumps(self.config)
-        self._cfg = cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())  # kept: the lr schedule
-        # The ranks a launcher started: one, or data-parallel ranks, each training on its own part of the global
-        # batch (the caller's data loader decides which), over MPI under mpirun, over torch.distributed under
-        # torchrun / the deepspeed launcher or when the script initialised it (comm.engine_comm() says how).
-        self.comm = _comm.engine_comm()
-        self.rank, self.world_size = _lib.lib.zo_comm_rank(self.comm), _lib.lib.zo_comm_size(self.comm)
-        app = (ctypes.c_char_p * 1)()  # no application blocks
-        opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=self.world_size,
-                               auto_values=_lib.auto_values_pointer())
-        raw = text.encode()
-        _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
-                   "zoffload.initialize: config")
+        r = _read if isinstance(_read, _Resolved) else _resolve(model, config, _read, device)  # initialize()'s
+        self.config, self.place, self.comm, self.rank, self.world_size = r.config, r.place, r.comm, r.rank, r.world
+        self._cfg = cfg = r.buf  # kept: the lr schedule
         # Every setting this class uses comes from the resolved config, as the library parsed it (defaults filled
         # in, gradient_accumulation_steps derived from train_batch_size / micro batch / ranks), not from the JSON.
-        self.resolved = head = _lib.config_head(cfg)
+        self.resolved = head = r.view
         self.gas = int(head.gradient_accumulation_steps)
         self.params, decay = _param_groups(model, model_parameters, head)
         self.shapes = [p.shape for _, p in self.params]
@@ -488,12 +505,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     client_opt = None
     if optimizer is not None:
         read, model_parameters, client_opt = ds_api.with_client_optimizer(read, optimizer, model, model_parameters)
-    zo = read[2].get("zero_optimization", {})
-    if isinstance(zo, dict) and zo.get("stage", 0) == 3:
+    resolved = _resolve(model, config, read, device)
+    if resolved.view.zero_optimization.stage == 3:  # as the library resolved it (legacy forms included)
         from .stage3 import Stage3Engine
-        engine = Stage3Engine(model, config, read, device, model_parameters)
+        engine = Stage3Engine(model, config, resolved, device, model_parameters)
     else:
-        engine = Engine(model, config, read, device, model_parameters)
+        engine = Engine(model, config, resolved, device, model_parameters)
     opt = ds_api.ZeroOptimizer(engine, client_opt.param_groups if client_opt is not None else None)
     engine._attach(opt, lr_scheduler)
     if training_data is not None:

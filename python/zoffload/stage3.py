@@ -142,9 +142,9 @@ class Stage3Engine(Engine):
             ref = getattr(p, "_zo_ref", None)
             if ref is None:
                 if self.fstore is None:
-                    off = zero.offload_view(self._cfg).zero_optimization.offload_param
-                    nvme = zero._OFFLOAD.get(off.device) == "nvme"
-                    self.fstore = zero.Store("nvme" if nvme else "cpu", off.nvme_path.decode() if nvme else None)
+                    off = self.resolved.zero_optimization.offload_param
+                    nvme = off.device == "nvme"
+                    self.fstore = zero.Store("nvme" if nvme else "cpu", off.nvme_path if nvme else None)
                 key = len(self.frozen)
                 self.fstore.put(key, p.detach())
                 ref = zero._Ref(self.fstore, key, p.shape)

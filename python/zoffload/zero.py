@@ -53,67 +53,8 @@ class ZeroParamStatus:
     INFLIGHT = "INFLIGHT"
 
 
-# --- the resolved config, read through to zero_optimization.offload_param (zoffload/config.h, field for field) ---
-
-class _Sched(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("warmup_min_lr", ctypes.c_double), ("warmup_max_lr", ctypes.c_double),
-                ("warmup_num_steps", ctypes.c_int64), ("warmup_type_log", ctypes.c_int),
-                ("total_num_steps", ctypes.c_int64), ("cos_min_ratio", ctypes.c_double),
-                ("warmup_min_ratio", ctypes.c_double)]
-
-
-class _Fp16(ctypes.Structure):
-    _fields_ = [("enabled", ctypes.c_int), ("loss_scale", ctypes.c_double), ("initial_scale_power", ctypes.c_int),
-                ("loss_scale_window", ctypes.c_int64), ("hysteresis", ctypes.c_int),
-                ("min_loss_scale", ctypes.c_double)]
-
-
-class _Bf16(ctypes.Structure):
-    _fields_ = [("enabled", ctypes.c_int)]
-
-
-class _OffloadOptimizer(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_int), ("nvme_path", ctypes.c_char * 4096), ("pin_memory", ctypes.c_int),
-                ("buffer_count", ctypes.c_int), ("pipeline_read", ctypes.c_int), ("pipeline_write", ctypes.c_int),
-                ("ratio", ctypes.c_double)]
-
-
-class _OffloadParam(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_int), ("nvme_path", ctypes.c_char * 4096), ("pin_memory", ctypes.c_int),
-                ("buffer_count", ctypes.c_int), ("buffer_size", ctypes.c_int64), ("max_in_cpu", ctypes.c_int64)]
-
-
-class _Zero(ctypes.Structure):
-    _fields_ = [("stage", ctypes.c_int), ("offload_optimizer", _OffloadOptimizer), ("offload_param", _OffloadParam)]
-
-
-class ConfigToOffload(ctypes.Structure):
-    """zo_config_t from its first field through zero_optimization.offload_param, field for field: a prefix, like
-    _lib.ConfigHead (spelled out here, not built on it, so either may grow alone). test_zero_init.py checks it
-    against zo_config_describe()."""
-    _fields_ = [("train_batch_size", ctypes.c_int64), ("train_micro_batch_size_per_gpu", ctypes.c_int64),
-                ("gradient_accumulation_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
-                ("grad_accum_dtype", ctypes.c_int), ("steps_per_print", ctypes.c_int64),
-                ("optimizer", _lib.ConfigOptimizer), ("scheduler", _Sched), ("fp16", _Fp16), ("bf16", _Bf16),
-                ("zero_optimization", _Zero)]
-
-
-_OFFLOAD = {0: "none", 1: "cpu", 2: "nvme"}
-
-
-
-
-def offload_view(buf):
-    """The ConfigToOffload view of @buf, a zo_config_sizeof() buffer zo_config_parse() filled."""
-    if ctypes.sizeof(ConfigToOffload) > len(buf):
-        raise RuntimeError("zoffload: zo_config_t is %d bytes in %s, shorter than the %d its fields through "
-                           "offload_param take here: the package and the library do not match"
-                           % (len(buf), _lib.path, ctypes.sizeof(ConfigToOffload)))
-    return ConfigToOffload.from_buffer(buf)
-
-
 def _parse(config):
-    """(buffer, ConfigToOffload view) of @config (a dict or a JSON file path) as the library resolves it, for the
+    """(buffer, _lib.ConfigView) of @config (a dict or a JSON file path) as the library resolves it, for the
     world size the launcher's environment gives (zo_launch_info_get)."""
     if isinstance(config, dict):
         text, name = json.dumps(config), "config"
@@ -128,7 +69,7 @@ def _parse(config):
     raw = text.encode()
     _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), buf),
                "zoffload.zero.Init: config")
-    return buf, offload_view(buf)
+    return buf, _lib.ConfigView(buf)
 
 
 # --- the store a partitioned parameter's values live in until the engine takes them ---
@@ -324,8 +265,8 @@ class Init:
                 return
             off = view.zero_optimization.offload_param
             if remote_device is None:
-                remote_device = {"nvme": "nvme"}.get(_OFFLOAD.get(off.device), "cpu")
-            nvme = off.nvme_path.decode() or view.zero_optimization.offload_optimizer.nvme_path.decode() or None
+                remote_device = "nvme" if off.device == "nvme" else "cpu"
+            nvme = off.nvme_path or view.zero_optimization.offload_optimizer.nvme_path or None
         remote_device = remote_device or "cpu"
         self.store = Store(remote_device, nvme)
         if module is not None:

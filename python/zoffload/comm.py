@@ -16,6 +16,8 @@ Launchers (the same rules the engine follows, Engine.__init__ -> engine_comm()):
       mpi_discovery does with mpi4py).
   neither: one rank.
 """
+import atexit
+import collections
 import ctypes
 import datetime
 import itertools
@@ -272,11 +274,30 @@ def _ext_barrier(g, handle):
     _start(handle, dist.barrier(group=g.pg, async_op=True))
 
 
+# A completed operation's work object and tensors stay referenced here a while after wait(): the gloo worker thread
+# that ran it drops its own references only after it marked the work complete. Were the worker's the last ones,
+# it would free tensors Python created, taking the GIL to do so; when that happens while the interpreter is
+# finalising (a rank that exits right after its last collective, e.g. save_model on a rank that does not write),
+# Python ends the worker thread inside a noexcept destructor: "terminate called without an active exception",
+# SIGABRT at exit. With the last references here, Python frees them (its own thread, holding the GIL) and
+# _hold_at_exit keeps the recent ones for good.
+_done = collections.deque(maxlen=64)
+
+
 def _finish(h):
-    work, finish, _ = _works.pop(h)
+    work, finish, keep = _works.pop(h)
     work.wait()
     if finish:
         finish()
+    _done.append((work, keep))
+
+
+@atexit.register
+def _hold_at_exit():
+    """At exit (before the interpreter is finalised): the operations completed last, and any still in flight, are
+    never freed, so no gloo worker thread frees a Python tensor during finalisation."""
+    for held in (_done, _works):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(held))
 
 
 def _ext_wait(g, h):

@@ -2,6 +2,7 @@
 # python_hf_torchrun.sh LIBZOFFLOAD SOURCE_DIR [STAGE] - zoffload.hf.ZoffloadTrainer on two ranks started by torchrun
 # (CPU, gloo): python/tests/hf_torchrun.py, 6 steps of a tiny GPT2LMHeadModel. STAGE 2 (the default): the optimizer
 # on cpu; STAGE 3: parameters and optimizer on nvme, the model built under zoffload.zero.Init (zoffload.hf.from_config).
+# Each rank builds its model from its own seed (its rank): the engine starts every rank from rank 0's weights.
 #   1. one rank with gradient_accumulation_steps 2 and two ranks with 1 train on the same global batch (4 sequences
 #      per step): rank r's loss at step k equals, to the last bit, the one rank's micro-batch 2k + r (accelerate
 #      deals the Trainer's batches to the ranks in turn, and the engine's mean over two ranks of one micro-batch
@@ -10,7 +11,7 @@
 #      for tensor, every key of the model's state dict present;
 #   3. the two ranks' checkpoint-3 (save_steps 3: the engine's global_step3 with one shard file per rank) resumed
 #      on two ranks gives the uninterrupted run's losses of steps 4-6 to the last bit.
-# Exit 77 without torch.distributed.run, transformers or accelerate.
+# Exit 77 without torch.distributed.run, transformers or accelerate. ZO_KEEP=1 keeps the work directory.
 set -u
 lib=$1 src=$2 stage=${3:-2}
 py=/usr/bin/python3

@@ -55,7 +55,9 @@ class Recorder(zh.ZoffloadTrainer):
 def main():
     stage, gas, steps, outdir, losses = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     resume = sys.argv[6] if len(sys.argv) > 6 else None
-    torch.manual_seed(0)
+    # each rank its own initial weights: the engine starts every rank from rank 0's (as DeepSpeed's zero.Init and
+    # engine broadcast them), so the two ranks still train the one rank's model
+    torch.manual_seed(int(os.environ.get("RANK", "0")))
     cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=2,
                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     zc = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",

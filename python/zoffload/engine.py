@@ -175,9 +175,14 @@ class Engine(DeepSpeedEngineAPI):
             _lib.check(_lib.lib.zo_device_malloc(self.dev, self.ring_bytes, ctypes.byref(self.ring)),
                        "gradient ring (%d bytes)" % self.ring_bytes)
         _lib.check(_lib.lib.zo_engine_finalize(self.eng), "zo_engine_finalize")
+        # Every rank starts from rank 0's values, as DeepSpeed's engine (and zero.Init) broadcast them: ranks that
+        # built their models from different seeds would otherwise each keep the shard of a different model.
         with torch.no_grad():
             for (n, p), h in zip(self.params, self.handles):
                 src = self._initial_value(p)  # one tensor at a time
+                if self.world_size > 1 and src.numel():
+                    _lib.check(_lib.lib.zo_comm_broadcast(self.comm, src.data_ptr(), src.numel() * 4, 0),
+                               "broadcast of '%s' from rank 0" % n)
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
         self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
         self._gkeep, self._gkeep_bytes = [], 0  # CUDA: gradients handed over, alive until a fence

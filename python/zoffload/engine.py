@@ -184,6 +184,8 @@ class Engine(DeepSpeedEngineAPI):
                     _lib.check(_lib.lib.zo_comm_broadcast(self.comm, src.data_ptr(), src.numel() * 4, 0),
                                "broadcast of '%s' from rank 0" % n)
                 _lib.check(_lib.lib.zo_engine_load_param(self.eng, h, src.data_ptr()), "load '%s'" % n)
+        if self.world_size > 1:
+            self._broadcast_rest(model)
         self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
         self._gkeep, self._gkeep_bytes = [], 0  # CUDA: gradients handed over, alive until a fence
         self._keep_cap = 2 * max([s.numel() for s in self.shapes] + [0]) * 4  # CUDA: kept bytes before a fence
@@ -219,6 +221,23 @@ class Engine(DeepSpeedEngineAPI):
     def _initial_value(self, p):
         """The fp32 host tensor zo_engine_load_param() starts parameter @p from (stage3.py: zero.Init's store)."""
         return p.detach().to(device="cpu", dtype=torch.float32).contiguous()
+
+    def _broadcast_rest(self, model):
+        """Several ranks: what the engine does not hold (frozen parameters, buffers such as running statistics)
+        from rank 0 too, as DeepSpeed's engine broadcasts the module at start, so every rank computes with one
+        model. Empty tensors (stage 3's partitioned frozen parameters) are left alone."""
+        trained = {id(p) for _, p in self.params}
+        with torch.no_grad():
+            for m in model.modules():
+                rest = [(k, b) for k, b in m._buffers.items() if b is not None]
+                rest += [(k, p) for k, p in m._parameters.items() if p is not None and id(p) not in trained]
+                for key, t in rest:
+                    if not t.numel():
+                        continue
+                    host = t.detach().to("cpu", copy=True).contiguous()
+                    _lib.check(_lib.lib.zo_comm_broadcast(self.comm, host.data_ptr(), host.numel() * host.element_size(),
+                                                          0), "broadcast of %s '%s' from rank 0" % (type(m).__name__, key))
+                    t.copy_(host)
 
     def _move_rest(self, model):
         """CUDA: what the engine does not hold (buffers, frozen parameters) to the GPU, floating-point ones in the

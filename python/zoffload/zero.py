@@ -31,7 +31,8 @@ Limits: a module's parameters are whole until its __init__ returns (peak host me
 parameters, plus one parameter for nvme); every rank keeps the whole tensors in its store until initialize()
 (the engine keeps only the rank's shard); Init-partitioned parameters train at stage 3 only; before
 initialize(), GatheredParameters' writes stay on the rank that makes them (there is no communicator yet), and
-initialize() starts every rank's parameters (trained and frozen) and buffers from rank 0's values.
+initialize() starts every rank's trained parameters and buffers from rank 0's values (frozen parameters that
+Init partitioned stay each rank's own; the others are broadcast too).
 """
 import ctypes
 import itertools

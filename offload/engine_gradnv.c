@@ -3,7 +3,9 @@
  * goes to grad.swp (the accumulation dtype, the state files' extents) through a few bounded I/O buffers, cast on
  * the first contribution of a step and read-added-written on later ones, with the norm taken from the final chunk
  * while it is in memory. ZeRO-Infinity swaps gradients out with the optimizer state (DeepSpeed
- * partitioned_optimizer_swapper.swap_out_gradients). Not here: the staging copies (engine_accum.c), the reduction
+ * partitioned_optimizer_swapper.swap_out_gradients). A sub-group whose state already sits in a slot when its first
+ * gradient of the step arrives keeps the step's gradients in that slot's gradient buffer instead (no grad.swp write
+ * and read back; the slot stays until its update): the same arithmetic into another buffer, the same bits. Not here: the staging copies (engine_accum.c), the reduction
  * over ranks (engine_dp.c), reading a sub-group's gradient into its slot for Adam (engine_nvme.c).
  */
 #include <math.h>
@@ -114,11 +116,65 @@ static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dty
   return ZO_OK;
 }
 
+zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
+  if (!g->gheld) return ZO_OK;
+  g->gheld = 0;
+  g->grads_in = 0;
+  const size_t asz = zo_dtype_size(e->adtype);
+  zo_swap_req_t *rq;
+  ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], g->file_el * asz, e->slots[g->slot].buf[ST_GRAD],
+                                       g->n_el * asz, &rq));
+  e->nvme_write_bytes += g->n_el * asz;
+  zo_status st = eng_swap_wait(e, e->swap, &rq);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp", (int)(g - e->sgs),
+                           (unsigned long long)g->file_el, (unsigned long long)g->n_el);
+  return ZO_OK;
+}
+
+/* Where the chunk of file elements [f, f + m) goes: the sub-group holding it in its slot, or NULL (grad.swp). The
+ * first gradient of a step to reach a sub-group decides: held when its state sits in a slot that nothing else
+ * needs before its update (loaded, being read without its gradients, or last step's write-back, which leaves the
+ * gradient buffer alone) and the chunk lies inside it; a chunk spanning sub-groups goes to grad.swp, and a held one
+ * it touches is written out first (eng_gnv_unhold). */
+static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **out) {
+  *out = NULL;
+  sub_group *one = NULL;
+  int n_touch = 0;
+  for (int i = 0; i < e->n_sgs; i++) {
+    sub_group *g = &e->sgs[i];
+    if (g->file_el >= f + m || g->file_el + g->n_el <= f) continue;
+    n_touch++, one = g;
+    if (g->file_el > f || g->file_el + g->n_el < f + m) { /* spans beyond this sub-group */
+      g->gtouched = 1;
+      ZO_CHECK(eng_gnv_unhold(e, g));
+      one = NULL, n_touch = 2;
+    }
+  }
+  if (n_touch != 1 || !one) return ZO_OK;
+  sub_group *g = one;
+  if (!g->gtouched) {
+    g->gtouched = 1;
+    if (g->slot >= 0 && !g->done && !g->grads_in && !e->slots[g->slot].req[ST_GRAD] &&
+        (g->phase == SG_LOADED || g->phase == SG_READING || g->phase == SG_WRITING))
+      g->gheld = 1, g->grads_in = 1;
+  }
+  if (g->gheld) *out = g;
+  return ZO_OK;
+}
+
 zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
                       int last) {
   const size_t asz = zo_dtype_size(e->adtype), ssz = zo_dtype_size(st), unit = eng_extent_unit(e);
   for (size_t o = off; o < off + n; o += e->gnv_el) {
     const size_t m = off + n - o < e->gnv_el ? off + n - o : e->gnv_el;
+    sub_group *g;
+    ZO_CHECK(gnv_holder(e, p->file_el + o, m, &g));
+    if (g) { /* in its slot: cast or add there, no I/O */
+      void *dst = (char *)e->slots[g->slot].buf[ST_GRAD] + (p->file_el + o - g->file_el) * asz;
+      ZO_CHECK(gnv_add_norm(e, dst, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
+      continue;
+    }
     const int b = e->gnv_next;
     e->gnv_next = (e->gnv_next + 1) % e->gnv_n;
     void *buf = (char *)e->gnv_host.ptr + (size_t)b * e->gnv_el * asz;

@@ -114,6 +114,8 @@ typedef struct sub_group {
   int pos;                   /* position in this step's order (e->sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
   int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
+  int gtouched;              /* nvme: a gradient of this step has reached it (engine_gradnv.c) */
+  int gheld;                 /* nvme: this step's gradients go to its slot's gradient buffer, not grad.swp */
 } sub_group;
 
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
@@ -559,5 +561,9 @@ zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);
 zo_status eng_gnv_poll(zo_engine_t *e);
 /* Wait every gradient write in flight (errors kept: the first is returned); every final contribution landed. */
 zo_status eng_gnv_drain(zo_engine_t *e);
+/* Sub-group @g holds this step's gradients in its slot (g->gheld): write its slot's gradient buffer to grad.swp and
+ * wait (the file then holds every contribution so far), and let its later contributions go to grad.swp. Before its
+ * slot is dropped (eng_nv_quiesce), or when a chunk spans it and another sub-group. */
+zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g);
 
 #endif /* ZO_ENGINE_INTERNAL_H */

@@ -151,7 +151,7 @@ static int slot_for_read(const zo_engine_t *e, int pos) {
     int gi = e->slots[s].sg;
     if (gi < 0) return s;
     const sub_group *g = &e->sgs[gi];
-    if (g->phase != SG_LOADED) continue;
+    if (g->phase != SG_LOADED || (g->gheld && !g->done)) continue; /* held: this step's gradients are in it */
     int next = g->done ? INT_MAX : g->pos;
     if (next > far) far = next, best = s;
   }
@@ -317,6 +317,7 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
     e->sgs[e->sg_order[i]].pos = i;
     e->sgs[i].done = 0;
     e->sgs[i].grads_in = 0; /* the next step's gradients are not in yet */
+    e->sgs[i].gtouched = e->sgs[i].gheld = 0;
   }
   for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   e->nv_done = 0;
@@ -339,6 +340,10 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     }
     zo_status st = eng_slot_settle(e, sl, 1, &done);
     if (first == ZO_OK) first = st;
+    if (sl->sg >= 0 && e->sgs[sl->sg].gheld) { /* this step's gradients so far: to grad.swp before the slot goes */
+      st = e->sgs[sl->sg].done ? (e->sgs[sl->sg].gheld = 0, ZO_OK) : eng_gnv_unhold(e, &e->sgs[sl->sg]);
+      if (first == ZO_OK) first = st;
+    }
     if (sl->sg >= 0) {
       e->sgs[sl->sg].phase = SG_IDLE;
       e->sgs[sl->sg].slot = -1;

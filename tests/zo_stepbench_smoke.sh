@@ -16,7 +16,7 @@ fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
 for flag in --params --layers --nvme-path --steps --compute-ms-per-layer --offload-param --offload-optimizer \
-  --device --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --help; do
+  --device --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --gas --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 
@@ -104,6 +104,17 @@ rc=$?
 [ "$rc" -eq 0 ] || { echo "$out2"; fail "cpu/cpu run exited $rc"; }
 grep -q '^  "baseline_disk_gbps": null' "$dir/cpu.json" || fail "cpu run: baseline_disk_gbps is not null"
 grep -Eq '^  n/a +disk' <<<"$out2" || fail "cpu run: disk target not n/a"
+
+# 4b. --gas N: N micro-batches a step, all but the last through zo_engine_grad_accumulate.
+"$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --gas 0 >/dev/null 2>"$dir/err" && fail "--gas 0 accepted"
+grep -q -- "--gas" "$dir/err" || fail "--gas 0: no message naming --gas: $(cat "$dir/err")"
+out4=$("$bin" --params 1M --layers 2 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 --offload-optimizer nvme \
+  --no-baseline --gas 2 --json "$dir/gas2.json" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || { echo "$out4"; fail "--gas 2 run exited $rc"; }
+grep -q '^    "gas": 2,' "$dir/gas2.json" || fail "--gas 2: config.gas is not 2"
+grep -q '^  gradient_accumulation_steps 2: 2 forward and backward passes per step' <<<"$out4" ||
+  fail "--gas 2: no gradient_accumulation_steps line: $out4"
 
 # 5. --device cuda: 77 with "no CUDA device" on a machine without a GPU (this one, usually); a full run with one.
 out3=$("$bin" --params 100000 --layers 2 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 --offload-param cpu \

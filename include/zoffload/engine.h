@@ -296,7 +296,10 @@ ZO_API zo_status zo_engine_set_lr(zo_engine_t *e, double lr);
  * largest shard, sub_group_size) elements (rounded up to 64 Ki), added by
  * read-add-write for later micro-batches; the norm is taken from the final
  * chunk in memory, and each sub-group's gradient is read into its slot with
- * its state for Adam (ZeRO-Infinity's gradient swapping). The hand-over then
+ * its state for Adam (ZeRO-Infinity's gradient swapping); a sub-group whose
+ * state is already in a slot when its first gradient of the step arrives
+ * keeps the step's gradients in that slot instead (no grad.swp I/O; the slot
+ * stays until its update; the same bits). The hand-over then
  * waits for each chunk's copy (the staging is synchronous), not for the disk.
  * Sums are formed in fp32 and rounded to
  * the accumulation dtype once per contribution, so with an fp32 accumulator
@@ -429,10 +432,11 @@ typedef struct zo_step_info {
  * slot is free, in the order the sub-groups' gradients completed in the last
  * step (first step: reverse registration order), so the first reads of a
  * step overlap the forward pass; its Adam starts when its state is in memory
- * and all its gradients have landed, that is are written to grad.swp (during
- * backward, unless clipping or fp16 need the whole step first: then every
- * sub-group's gradients are parked in grad.swp until the step), after its
- * gradients are read into the slot beside the state; its write-back (of the
+ * and all its gradients have landed, that is are written to grad.swp or
+ * held in its slot (during backward, unless clipping or fp16 need the whole
+ * step first: then every sub-group's gradients are parked in grad.swp, or its
+ * slot, until the step), after its gradients are read into the slot beside
+ * the state; its write-back (of the
  * state only: the gradient file is not state, never checkpointed) is issued at once and
  * left in flight when this call returns (a later read of the same slot, or
  * zo_engine_get_master(), waits for it). A slot keeps its clean state until

@@ -106,6 +106,7 @@ static int configure(opts *o, bench *b) {
   if (o->queue_depth) cfg->aio.queue_depth = o->queue_depth;
   cfg->zoffload.device_memory_limit = (int64_t)o->device_limit;
   cfg->zoffload.adam_threads = o->adam_threads;
+  cfg->gradient_accumulation_steps = o->gas;
   return 0;
 }
 
@@ -121,6 +122,7 @@ static void print_config(const opts *o, const bench *b) {
          zo_device_kind_name(o->device), link_desc, zo_offload_device_name(o->oparam), zo_offload_device_name(o->oopt),
          b->cfg.zero.stage, o->device_limit, (long long)b->cfg.zero.sub_group_size,
          b->cfg.zero.offload_optimizer.buffer_count, (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth);
+  if (o->gas > 1) printf("  gradient_accumulation_steps %d: %d forward and backward passes per step\n", o->gas, o->gas);
   fflush(stdout);
 }
 
@@ -256,10 +258,10 @@ static int load_model(const opts *o, bench *b) {
   return 0;
 }
 
-/* One step into @r: forward over layers 0..L-1 (fetch, spin, release), backward over L-1..0 (fetch, spin,
- * grad_ready, release), zo_engine_step; the bytes and link figures from the counters before and after. Returns 0,
- * or 1 after printing the error. */
-static int run_step(const bench *b, double csec, step_rec *r) {
+/* One step into @r: --gas micro-batches of forward over layers 0..L-1 (fetch, spin, release) and backward over
+ * L-1..0 (fetch, spin, grad_accumulate or, in the last micro-batch, grad_ready, release), zo_engine_step; the bytes
+ * and link figures from the counters before and after. Returns 0, or 1 after printing the error. */
+static int run_step(const bench *b, int gas, double csec, step_rec *r) {
   zo_device_t *dev = b->dev;
   zo_engine_t *eng = b->eng;
   zo_param_t **P = b->P;
@@ -273,31 +275,35 @@ static int run_step(const bench *b, double csec, step_rec *r) {
   ZCHECK(zo_engine_mem_info(eng, &ma));
   if (dev_link_stats) ZCHECK(zo_device_link_stats(dev, &la));
   double t0 = zo_clock_s(), t;
-  for (int l = 0; l < L; l++) { /* forward */
-    const void *w = NULL;
-    zo_dtype dt;
-    t = zo_clock_s();
-    ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
-    r->fetch_wait_s += zo_clock_s() - t;
-    r->compute_s += spin(csec);
-    ZCHECK(zo_engine_release(eng, P[l]));
-  }
   double t_opt0 = 0;
-  for (int l = L - 1; l >= 0; l--) { /* backward */
-    const void *w = NULL;
-    zo_dtype dt;
-    t = zo_clock_s();
-    ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
-    r->fetch_wait_s += zo_clock_s() - t;
-    r->compute_s += spin(csec);
-    t = zo_clock_s();
-    if (l == L - 1) {
-      t_opt0 = t;
-      ZCHECK(zo_engine_mem_info(eng, &mb));
+  for (int mb_i = 0; mb_i < gas; mb_i++) {
+    const int last_mb = mb_i == gas - 1;
+    for (int l = 0; l < L; l++) { /* forward */
+      const void *w = NULL;
+      zo_dtype dt;
+      t = zo_clock_s();
+      ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
+      r->fetch_wait_s += zo_clock_s() - t;
+      r->compute_s += spin(csec);
+      ZCHECK(zo_engine_release(eng, P[l]));
     }
-    ZCHECK(zo_engine_grad_ready(eng, P[l], dgrad, wdt));
-    r->grad_ready_s += zo_clock_s() - t;
-    ZCHECK(zo_engine_release(eng, P[l]));
+    for (int l = L - 1; l >= 0; l--) { /* backward */
+      const void *w = NULL;
+      zo_dtype dt;
+      t = zo_clock_s();
+      ZCHECK(zo_engine_fetch(eng, P[l], &w, &dt));
+      r->fetch_wait_s += zo_clock_s() - t;
+      r->compute_s += spin(csec);
+      t = zo_clock_s();
+      if (l == L - 1 && last_mb) {
+        t_opt0 = t;
+        ZCHECK(zo_engine_mem_info(eng, &mb));
+      }
+      if (last_mb) ZCHECK(zo_engine_grad_ready(eng, P[l], dgrad, wdt));
+      else ZCHECK(zo_engine_grad_accumulate(eng, P[l], dgrad, wdt));
+      r->grad_ready_s += zo_clock_s() - t;
+      ZCHECK(zo_engine_release(eng, P[l]));
+    }
   }
   t = zo_clock_s();
   ZCHECK(zo_engine_step(eng, &r->info));
@@ -336,7 +342,7 @@ static int run_steps(const opts *o, bench *b) {
   const double csec = o->compute_ms * 1e-3;
   for (int k = 0; k < o->steps; k++) {
     step_rec *r = &b->rec[k];
-    if (run_step(b, csec, r)) return 1;
+    if (run_step(b, o->gas, csec, r)) return 1;
     printf("step %d: %.3f s (compute %.3f, fetch wait %.3f, grad_ready %.3f, engine_step %.3f [adam %.3f swap %.3f "
            "grad wait %.3f]), disk %.3f GB/s over %.3f s, link %.3f GB/s\n",
            k + 1, r->step_s, r->compute_s, r->fetch_wait_s, r->grad_ready_s, r->engine_step_s, r->info.adam_s,

@@ -57,11 +57,14 @@ static void usage(FILE *f) {
     "  --reduce-bucket-size N     zero_optimization.reduce_bucket_size in elements (default 5e8)\n"
     "  --allgather-bucket-size N  zero_optimization.allgather_bucket_size in elements (default 5e8): stage 1-2 weight\n"
     "                             gathers in waves of it, stage 3 coalesces consecutive fetches' gathers up to it\n"
+    "  --gas N                    gradient_accumulation_steps: N forward and backward passes per step, the\n"
+    "                             gradients of all but the last through zo_engine_grad_accumulate (default 1)\n"
     "  --help                     this text\n"
     "\n"
     "One step: forward over layers 0..L-1 (zo_engine_fetch, spin X ms, zo_engine_release), backward\n"
     "over L-1..0 (fetch, spin X ms, zo_engine_grad_ready with a fixed gradient pattern, release),\n"
-    "then zo_engine_step. Definitions (per step; the summary is the mean over the steps after warmup):\n"
+    "then zo_engine_step (--gas N: N forward and backward passes, all but the last through\n"
+    "zo_engine_grad_accumulate). Definitions (per step; the summary is the mean over the steps after warmup):\n"
     "  step_s             wall time of forward + backward + zo_engine_step\n"
     "  compute_s          time spent spinning (the emulated compute)\n"
     "  fetch_wait_s       time inside zo_engine_fetch (compute waiting for weights: exposed); the\n"
@@ -94,7 +97,7 @@ static void usage(FILE *f) {
 
 enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
        O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE,
-       O_OVERLAP, O_RBUCKET, O_ABUCKET };
+       O_OVERLAP, O_RBUCKET, O_ABUCKET, O_GAS };
 static const struct option lo[] = {
     {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
     {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -104,7 +107,8 @@ static const struct option lo[] = {
     {"warmup", 1, 0, O_WARM}, {"bf16", 0, 0, O_BF16}, {"fp32", 0, 0, O_FP32}, {"no-baseline", 0, 0, O_NOBASE},
     {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP},
     {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {"overlap-comm", 1, 0, O_OVERLAP},
-    {"reduce-bucket-size", 1, 0, O_RBUCKET}, {"allgather-bucket-size", 1, 0, O_ABUCKET}, {0, 0, 0, 0}};
+    {"reduce-bucket-size", 1, 0, O_RBUCKET}, {"allgather-bucket-size", 1, 0, O_ABUCKET}, {"gas", 1, 0, O_GAS},
+    {0, 0, 0, 0}};
 
 /* --link-gbps @arg: 0 (unlimited) or as zoffload.host_link_gbps; 0, or -1 after printing the range. */
 static int parse_link(const char *arg, opts *o) {
@@ -178,6 +182,7 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_RBUCKET: return parse_count64(arg, &o->reduce_bucket);
     case O_ABUCKET: return parse_count64(arg, &o->allgather_bucket);
     case O_STAGE: return parse_int(arg, 0, 3, &o->stage);
+    case O_GAS: return parse_int(arg, 1, 1 << 20, &o->gas);
     case O_HELP: usage(stdout); exit(0);
     default: return 2;
   }
@@ -220,6 +225,7 @@ int parse_args(int argc, char **argv, opts *o) {
   o->device = ZO_DEVICE_HOST;
   o->stage = -1;
   o->overlap_comm = -1;
+  o->gas = 1;
   int c, li = -1;
   opterr = 0;
   while ((li = -1, c = getopt_long(argc, argv, "", lo, &li)) != -1) {

@@ -156,6 +156,7 @@ static json_t *config_json(const opts *o, const bench *b) {
   json_object_set_new(c, "block_size", json_integer(cfg->aio.block_size));
   json_object_set_new(c, "queue_depth", json_integer(cfg->aio.queue_depth));
   json_object_set_new(c, "adam_threads", json_integer(o->adam_threads));
+  json_object_set_new(c, "gas", json_integer(o->gas));
   json_object_set_new(c, "dtype", json_string(zo_dtype_name(wdt)));
   json_object_set_new(c, "nvme_path", json_string(o->nvme_path));
   return c;

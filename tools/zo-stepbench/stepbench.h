@@ -46,6 +46,7 @@ typedef struct opts {
   int overlap_comm;         /* --overlap-comm on|off; -1: the config default (on at stage 3) */
   int64_t reduce_bucket;    /* --reduce-bucket-size, 0: the config default */
   int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
+  int gas;                  /* --gas: gradient_accumulation_steps, micro-batches per step (default 1) */
 } opts;
 
 /*

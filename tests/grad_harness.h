@@ -1,8 +1,8 @@
 /*
- * grad_harness.h - the pieces test_grad_accum.c and test_grad_nvme.c share: the micro-batch gradients they
- * feed (multiples of 1/64, so sums are exact in any order), their cast to the hand-over dtype, and an engine
- * over NP tensors of k_sizes elements (weights from a fixed seed) with one fp32-sized device buffer per tensor.
- * Include after zo_test.h, once the including test has defined NP, k_sizes[NP] and g_comm.
+ * grad_harness.h - the pieces test_grad_accum.c, test_grad_nvme.c and test_devadam_emu.c share: their common
+ * config, the micro-batch gradients they feed (multiples of 1/64, so sums are exact in any order), their cast to
+ * the hand-over dtype, and an engine over NP tensors of k_sizes elements (weights from a fixed seed) with one fp32-sized device buffer per tensor.
+ * Include after zo_test.h, once the including test has defined NP, k_sizes[NP], g_comm and W (its world size).
  */
 #ifndef ZO_GRAD_HARNESS_H
 #define ZO_GRAD_HARNESS_H
@@ -15,6 +15,22 @@
 #include "zo_test.h"
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
+
+/* The settings test_grad_accum, test_grad_nvme and test_devadam_emu train with: stage 2, AdamW (lr 1e-2, weight
+ * decay 0.1), one sample a micro-batch, @gas micro-batches a step on each of the W ranks, one Adam thread; tiers,
+ * buckets, precision and clipping are each test's own. */
+static void grad_adamw_config(zo_config_t *c, int gas) {
+  zo_config_defaults(c);
+  c->train_micro_batch_size_per_gpu = 1;
+  c->gradient_accumulation_steps = gas;
+  c->train_batch_size = gas * W;
+  c->optimizer.type = ZO_OPT_ADAMW;
+  c->optimizer.adam_w_mode = 1;
+  c->optimizer.lr = 1e-2;
+  c->optimizer.weight_decay = 0.1;
+  c->zero.stage = 2;
+  c->zoffload.adam_threads = 1;
+}
 
 /* Micro-batch @mb's gradient element j of tensor i at step s on rank q: a multiple of 1/64 in (-2, 2). */
 static float grad_of(int q, int s, int mb, int i, size_t j) {

@@ -36,19 +36,10 @@ static const char *g_dir = "/tmp";
 #include "grad_harness.h"
 
 static void config(zo_config_t *c, zo_offload_device tier, zo_dtype wd, int gas) {
-  zo_config_defaults(c);
-  c->train_micro_batch_size_per_gpu = 1;
-  c->gradient_accumulation_steps = gas;
-  c->train_batch_size = gas * W;
+  grad_adamw_config(c, gas);
   c->bf16.enabled = wd == ZO_DTYPE_BF16;
-  c->optimizer.type = ZO_OPT_ADAMW;
-  c->optimizer.adam_w_mode = 1;
-  c->optimizer.lr = 1e-2;
-  c->optimizer.weight_decay = 0.1;
   c->gradient_clipping = 1.0; /* the norms here are ~10-300: every step clips */
-  c->zero.stage = 2;
   c->zero.offload_optimizer.device = tier;
-  c->zoffload.adam_threads = 1;
 }
 
 /* Micro-batch @mb's gradients of step @s in @dt through @g's device buffers: accumulated (mb < gas - 1) or

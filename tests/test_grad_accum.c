@@ -39,19 +39,10 @@ static char g_dir[4096];
 #include "grad_harness.h"
 
 static void base_config(zo_config_t *c, zo_offload_device tier) {
-  zo_config_defaults(c);
-  c->train_micro_batch_size_per_gpu = 1;
-  c->gradient_accumulation_steps = MB;
-  c->train_batch_size = MB * W;
-  c->optimizer.type = ZO_OPT_ADAMW;
-  c->optimizer.adam_w_mode = 1;
-  c->optimizer.lr = 1e-2;
-  c->optimizer.weight_decay = 0.1;
-  c->zero.stage = 2;
+  grad_adamw_config(c, MB);
   c->zero.offload_optimizer.device = tier;
   c->zero.sub_group_size = 3000;
   c->zero.reduce_bucket_size = 1500; /* smaller than three of the tensors: they go through in chunks */
-  c->zoffload.adam_threads = 1;
   snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s", g_dir);
   snprintf(c->zero.offload_param.nvme_path, sizeof c->zero.offload_param.nvme_path, "%s", g_dir);
 }

@@ -36,19 +36,10 @@ static int g_resident;
 #include "grad_harness.h"
 
 static void base_config(zo_config_t *c, int gas) {
-  zo_config_defaults(c);
-  c->train_micro_batch_size_per_gpu = 1;
-  c->gradient_accumulation_steps = gas;
-  c->train_batch_size = gas * W;
-  c->optimizer.type = ZO_OPT_ADAMW;
-  c->optimizer.adam_w_mode = 1;
-  c->optimizer.lr = 1e-2;
-  c->optimizer.weight_decay = 0.1;
-  c->zero.stage = 2;
+  grad_adamw_config(c, gas);
   c->zero.sub_group_size = 20000;
   c->zero.reduce_bucket_size = 65536;
   c->zero.offload_optimizer.buffer_count = 2;
-  c->zoffload.adam_threads = 1;
 }
 
 /* One step: @gas micro-batches per tensor (the last with grad_ready), each the gradient times the loss scale in

@@ -17,20 +17,7 @@ import transformers
 
 import zoffload.hf as zh
 import zoffload.zero
-
-VOCAB, SEQ = 96, 16
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n=64):
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.randint(0, VOCAB, (n, SEQ), generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.x[i]}
+from hf_tokens import SEQ, VOCAB, Tokens
 
 
 class Recorder(zh.ZoffloadTrainer):
@@ -76,7 +63,7 @@ def main():
         output_dir=outdir, max_steps=steps, per_device_train_batch_size=2, gradient_accumulation_steps=gas,
         learning_rate=2e-3, warmup_steps=2, weight_decay=0.01, logging_steps=1, save_strategy="steps", save_steps=3,
         report_to=[], use_cpu=True, seed=3, disable_tqdm=True, dataloader_drop_last=True)
-    t = Recorder(model=model, args=args, train_dataset=Tokens(), zoffload_config=zc)
+    t = Recorder(model=model, args=args, train_dataset=Tokens(64), zoffload_config=zc)
     t.train(resume_from_checkpoint=resume)
     e = t.zo_engine
     rank = e.rank

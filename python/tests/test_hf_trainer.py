@@ -16,9 +16,9 @@ pytest.importorskip("accelerate")
 import zoffload  # noqa: E402
 import zoffload.hf as zh  # noqa: E402
 import zoffload.zero as zero  # noqa: E402
+from hf_tokens import SEQ, VOCAB, Tokens  # noqa: E402
 
 HF_JSON = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "configs", "hf_zero3_nvme.json")
-VOCAB, SEQ = 96, 16
 
 
 def gpt2_config():
@@ -31,18 +31,6 @@ def build(seed=0, stage=2, zc=None):
     if stage == 3:
         return zh.from_config(transformers.GPT2LMHeadModel, gpt2_config(), zc)
     return transformers.GPT2LMHeadModel(gpt2_config())
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n=160):
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.randint(0, VOCAB, (n, SEQ), generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.x[i]}
 
 
 def hf_config(stage, tmp_path, scheduler=False):

@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
-# gpu.sh [--dry] [STAGE...] - the one prepared, bounded check for a machine with an NVIDIA GPU (H100/H200, 16 cores,
-# the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose torch sees the GPU). Not a benchmark suite:
-# each stage is cut off at its bound (`timeout`), and the whole run stops starting stages after $ZO_GPU_BUDGET_S
-# (default 470 s), so `timeout 480 ./scripts/gpu.sh` always ends with the report printed.
+# gpu.sh [--dry] [--only STAGE,...] [STAGE...] - the one prepared, bounded check for a machine with an NVIDIA GPU
+# (H100/H200, 16 cores, the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose torch sees the GPU).
+# Not a benchmark suite: each stage is cut off at its bound (`timeout`), and the whole run stops starting stages
+# after $ZO_GPU_BUDGET_S (default 420 s), so `timeout 450 ./scripts/gpu.sh` always ends with the report printed.
 #
 # The Debian libraries come as .deb files: `bash scripts/deps.sh --download debs` on a machine with apt, the
 # repository with debs/ copied over, then on the GPU machine:
-#     ZO_DEBS=debs timeout 480 ./scripts/gpu.sh
+#     ZO_DEBS=debs timeout 450 ./scripts/gpu.sh
 # (unpacked with `dpkg -x` under build/deps, no root; see docs/gpu-check.md). Without ZO_DEBS the build runs
 # scripts/deps.sh as the other scripts do (installs missing packages as root).
 #
-# Stages, in order of value; STAGE arguments pick some (default: all). Bound in seconds, then what it does:
-#   build                180  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu), ninja -j16
-#   ctest_gpu             90  ctest -L gpu -E python_cuda: CUDA device conformance, every zo-train kernel against the
-#                             CPU model's gradients, the NCCL comm on one GPU
-#   sanitizer_memcheck    60  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
-#   sanitizer_racecheck   30  ... --tool racecheck
-#   sanitizer_synccheck   30  ... --tool synccheck
-#   adam_device           45  ctest -R test_adam_device: device Adam against CPU Adam
-#   ratio_124m           120  gpt2-124m, 20 steps with the optimizer on cpu, then 20 all on the GPU
-#                             (--offload-optimizer none): median tokens/s after 2 warm-up steps, and their ratio
-#   gpt_10b              150  configs/gpt-10b.json for 10 steps: steps done, tokens/s, peak device memory
-#   nccl_1rank            30  ctest -R test_comm_nccl: the nccl backend on one rank
-#   python_cuda          120  ctest -R python_cuda: the Python front's CUDA path ($ZO_PYTHON, else the first of
-#                             python3, /usr/bin/python3 whose torch sees the GPU)
+# Stages, in order of value; `--only a,b` or STAGE arguments pick some (default: all; a run without `build` reuses
+# $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/) or estimated (~),
+# then what it does. The whole run: about 6 minutes (~340 s of stages) on an H100/H200 with 16 cores; a GPU is lent
+# for 15 minutes in all, its start-up included, so a rerun of the stages that failed (--only) fits beside it.
+#   build                120   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
+#                                  architecture (ZO_CUDA_ARCHS, else nvidia-smi's compute capability), ninja -j16
+#   ctest_gpu             60    6  ctest -L gpu, less the tests that have a stage of their own: CUDA device
+#                                  conformance, every zo-train kernel against the CPU model's gradients
+#   cuda_vs_host          90  ~25  a small config trained 30 steps with --device cuda and with --device host: losses
+#                                  within the bf16 tolerance, the loss falling; then each tier on cuda (optimizer cpu,
+#                                  optimizer nvme, parameters nvme) 4 steps, resumed from step 2: bit for bit
+#   python_cuda           90   66  ctest -R python_cuda: the Python front's CUDA path, ordered against torch's streams
+#                                  ($ZO_PYTHON, else the first of python3, /usr/bin/python3 whose torch sees the GPU)
+#   nccl_1rank            20    2  ctest -R test_comm_nccl: the nccl backend on one rank
+#   adam_device           20    1  ctest -R test_adam_device: device Adam against CPU Adam
+#   sanitizer_memcheck    60   25  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
+#                                  (API errors not reported: the tests provoke some on purpose and check each)
+#   sanitizer_racecheck   60  ~30  ... --tool racecheck
+#   sanitizer_synccheck   45  ~20  ... --tool synccheck
+#   ratio_124m            75  ~20  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with
+#                                  ZeRO-Offload's delayed parameter update: median per-step tokens/s after 2 warm-up
+#                                  steps; PASS when the DPU run reaches 0.9 of all-on-the-GPU
+#   gpt_10b              150 ~120  configs/gpt-10b.json for 10 steps: steps done, tokens/s, peak device memory
 # Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as it ends:
 #   STAGE RESULT WALL_s FIGURES      RESULT: PASS, FAIL, SKIP (could not run here: no GPU, no tool) or TIMEOUT
 # (cut off at its bound, or not started because the run's budget was spent), so a run cut off from outside still
@@ -43,26 +52,37 @@ self=$PWD/scripts/gpu.sh
 inner=0
 [ "${1:-}" = "--stage-cmd" ] && { inner=1; shift; }
 dry=${ZO_GPU_DRY:-0}
-[ $inner -eq 0 ] && [ "${1:-}" = "--dry" ] && { dry=1; shift; }
-[ "${ZO_DEVICE:-}" = host ] && dry=1
-ALL=(build ctest_gpu sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck adam_device ratio_124m gpt_10b
-     nccl_1rank python_cuda)
-declare -A BOUND=([build]=180 [ctest_gpu]=90 [sanitizer_memcheck]=60 [sanitizer_racecheck]=30
-                  [sanitizer_synccheck]=30 [adam_device]=45 [ratio_124m]=120 [gpt_10b]=150 [nccl_1rank]=30
-                  [python_cuda]=120)
-budget=${ZO_GPU_BUDGET_S:-470}
+ALL=(build ctest_gpu cuda_vs_host python_cuda nccl_1rank adam_device sanitizer_memcheck sanitizer_racecheck
+     sanitizer_synccheck ratio_124m gpt_10b)
+declare -A BOUND=([build]=120 [ctest_gpu]=60 [cuda_vs_host]=90 [python_cuda]=90 [nccl_1rank]=20 [adam_device]=20
+                  [sanitizer_memcheck]=60 [sanitizer_racecheck]=60 [sanitizer_synccheck]=45 [ratio_124m]=75
+                  [gpt_10b]=150)
+budget=${ZO_GPU_BUDGET_S:-420}
 bd=${ZO_BUILD:-build-gpu}
 out=${ZO_GPU_OUT:-gpu-results}
 nvme=${ZO_NVME:-$bd/gpu-nvme}
 jobs=${ZO_JOBS:-16}
 gpu=${ZO_GPU_HAVE:-0}
 if [ $inner -eq 0 ]; then
-  stages=("$@")
+  stages=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --dry) dry=1 ;;
+      --only) [ $# -ge 2 ] || { echo "gpu.sh: --only needs STAGE[,STAGE...]" >&2; exit 2; }
+              IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift ;;
+      --only=*) IFS=, read -r -a more <<<"${1#--only=}"; stages+=("${more[@]}") ;;
+      -h | --help) sed -n '2,/^set -uo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+      -*) echo "gpu.sh: unknown option '$1' (--dry, --only STAGE,...)" >&2; exit 2 ;;
+      *) stages+=("$1") ;;
+    esac
+    shift
+  done
   [ ${#stages[@]} -eq 0 ] && stages=("${ALL[@]}")
   for s in "${stages[@]}"; do
     [ -n "${BOUND[$s]+set}" ] || { echo "gpu.sh: unknown stage '$s' (stages: ${ALL[*]})" >&2; exit 2; }
   done
 fi
+[ "${ZO_DEVICE:-}" = host ] && dry=1
 report=$out/report.txt
 start=$SECONDS
 status=0
@@ -129,9 +149,15 @@ do_build() {
   else
     bash scripts/deps.sh || return 1
   fi
-  local gen=()
+  local gen=() arch=${ZO_CUDA_ARCHS:-}
   command -v ninja >/dev/null && [ ! -f "$bd/Makefile" ] && gen=(-G Ninja)
-  cmake -S . -B "$bd" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release || return 1
+  # this GPU's architecture only (compute capability 9.0 -> 90): half the nvcc work of the default "80;90"
+  [ -z "$arch" ] && arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  case $arch in '' | *[!0-9\;]*) arch="80;90" ;; esac
+  # -Werror for CUDA depends on the host compiler: the ctest cuda_werror_sources checks it where the project is
+  # built every day; a warning of this image's compiler must not cost the GPU run
+  cmake -S . -B "$bd" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DZO_CUDA_WERROR=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" || return 1
   cmake --build "$bd" -j"$jobs"
 }
 fig_build() {
@@ -139,7 +165,10 @@ fig_build() {
   grep -m1 -o 'zoffload: NCCL not found' "$1"
   grep -c -E '^\[[0-9]+/[0-9]+\]|Building' "$1" | sed 's/$/ build steps/'
 }
-do_ctest_gpu() { ctest --test-dir "$bd" -L gpu -E python_cuda --output-on-failure --timeout 80; }
+# the tests with a stage of their own are not run twice
+do_ctest_gpu() {
+  ctest --test-dir "$bd" -L gpu -E '^(python_cuda|test_adam_device|test_comm_nccl)$' -V --timeout 55
+}
 fig_ctest() {
   python3 - "$1" <<'EOF'
 import re, sys
@@ -147,12 +176,13 @@ t = open(sys.argv[1], errors="replace").read()
 if "No tests were found" in t:
     print("no such test in this build;")
     sys.exit()
-m = re.findall(r"(\d+) tests failed out of (\d+)", t)
+# "100% tests passed, 0 tests failed out of 5" or, by CMake version, "100% tests passed out of 5"
+m = re.findall(r"\d+% tests passed(?:, (\d+) tests? failed)? out of (\d+)", t)
 if not m and re.search(r"^skip: ", t, re.M):
     sys.exit()  # the stage skipped before ctest (it says why)
 bad = re.findall(r"^\s*\d+ - (\S+) \((Failed|Timeout|Not Run|SEGFAULT|Exception)[^)]*\)", t, re.M)
 skip = re.findall(r"^\s*\d+ - (\S+) \(Skipped\)", t, re.M)
-s = f"ctest: {m[-1][1]} tests, {m[-1][0]} failed" if m else "ctest: no summary"
+s = f"ctest: {m[-1][1]} tests, {m[-1][0] or 0} failed" if m else "ctest: no summary"
 s += "".join(f", {n} ({w})" for n, w in bad) + (f", skipped: {' '.join(skip)}" if skip else "")
 print(s + ";")
 EOF
@@ -167,25 +197,35 @@ import json, shlex, sys
 for t in json.load(sys.stdin).get("tests", []):
     if t.get("command"): print(" ".join(shlex.quote(a) for a in t["command"]))'
 }
+# The tools' options: memcheck reports no API errors (--report-api-errors no): the tests provoke some on purpose
+# (test_device's whole-GPU cudaMalloc, a copy from a pointer that is not device memory) and check each return code
+# themselves, and NCCL probes its kernels with cudaFuncGetAttributes at start-up; a memory error in a kernel is
+# still reported. racecheck and synccheck look at shared memory and barriers, so only the programs that launch our
+# own kernels (not test_comm: its kernels are NCCL's).
 do_sanitizer() {
-  local tool=$1 n=0 bad=0 skipped=0 cmd
+  local tool=$1 n=0 bad=0 skipped=0 cmd opts
   local cs nv
   nv=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$bd/CMakeCache.txt" 2>/dev/null)
   for cs in "$(command -v compute-sanitizer)" "${nv:+$(dirname "$nv")/compute-sanitizer}" \
             /usr/local/cuda/bin/compute-sanitizer ""; do [ -n "$cs" ] && [ -x "$cs" ] && break; done
   [ -n "$cs" ] || { echo "skip: no compute-sanitizer (PATH, beside nvcc, /usr/local/cuda/bin)"; return 77; }
+  "$cs" --version 2>&1 | tail -1
+  case $tool in memcheck) opts="--report-api-errors no" ;; *) opts="" ;; esac
   while read -r cmd; do
+    [ "$tool" != memcheck ] && [[ "$cmd" == */test_comm\ * ]] && continue
     n=$((n + 1))
-    echo "-- compute-sanitizer --tool $tool $cmd"
-    eval "\"\$cs\" --tool $tool --error-exitcode 86 --print-limit 20 $cmd"
+    echo "-- compute-sanitizer --tool $tool $opts $cmd"
+    local t0=$SECONDS
+    eval "\"\$cs\" --tool $tool $opts --error-exitcode 86 --print-limit 20 $cmd"
     local rc=$?
-    case $rc in 0) ;; 77) skipped=$((skipped + 1)) ;; *) bad=$((bad + 1)); echo "-- exit $rc" ;; esac
+    echo "-- exit $rc after $((SECONDS - t0)) s"
+    case $rc in 0) ;; 77) skipped=$((skipped + 1)) ;; *) bad=$((bad + 1)) ;; esac
   done < <(gpu_test_cmds)
   echo "sanitizer $tool: $n programs, $skipped skipped (77), $bad failed"
   [ $n -gt 0 ] && [ $bad -eq 0 ]
 }
-fig_sanitizer() { grep -E '^sanitizer |ERROR SUMMARY: [1-9]' "$1" | sort | uniq -c | sed 's/^ *//' | head -4; }
-do_adam_device() { ctest --test-dir "$bd" -R '^test_adam_device$' --no-tests=error --output-on-failure --timeout 40; }
+fig_sanitizer() { grep -E '^sanitizer |ERROR SUMMARY: [1-9]' "$1" | sort | uniq -c | sed 's/^ *1 //; s/^ *//' | head -4; }
+do_adam_device() { ctest --test-dir "$bd" -R '^test_adam_device$' --no-tests=error -V --timeout 18; }
 # zo-train NAME ARGS...: one run, its JSON lines in $out/NAME.jsonl
 zt() {
   local name=$1
@@ -194,7 +234,24 @@ zt() {
   "$bd/tools/zo-train" --data "${ZO_CORPUS:-/usr/share/games/fortunes}" --nvme-path "$nvme" --no-sample \
     --log-json "$out/$name.jsonl" "$@"
 }
-# median tokens/s of a run's JSON lines after 2 warm-up steps
+# derive SRC DST PATH=JSON...: DST is the config SRC with each dotted PATH set to the JSON value (e.g.
+# steps_per_print=1, zoffload.delayed_param_update=true)
+derive() {
+  python3 - "$@" <<'EOF'
+import json, sys
+src, dst, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
+c = json.load(open(src))
+for kv in sets:
+    path, val = kv.split("=", 1)
+    keys = path.split(".")
+    d = c
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = json.loads(val)
+json.dump(c, open(dst, "w"), indent=1)
+EOF
+}
+# median per-step tokens/s of a run's JSON lines (steps_per_print 1) after 2 warm-up steps
 tps() {
   python3 - "$1" <<'EOF'
 import json, statistics, sys
@@ -204,18 +261,91 @@ w = rows[2:] or rows
 print(f"{statistics.median(r['tokens_per_s'] for r in w):.0f}" if w else "0")
 EOF
 }
+# cuda_vs_host: is training on the GPU right? The same small config (configs/default.json: 4 layers, d_model 128,
+# bf16 working weights, AdamW on cpu) for 30 steps on each device, from the same seed and batches. Tolerance: at
+# every step |loss_cuda - loss_host| <= 0.02 loss_host. Both compute from the same bf16 weights, but the CUDA model
+# rounds its activations and gradients to bf16 (8 significant bits, 0.4% per rounding; test_gpt_cuda sees 0.3% to
+# 1.3% relative L2 error in one step's gradients) and the difference compounds through Adam over the steps. The
+# loss must fall: step 30's cuda loss below 0.8 of step 1's (the host run goes 5.56 -> 3.36). Then each tier on
+# cuda for 4 steps with a checkpoint every 2, and a second run resumed from step 2's checkpoint: steps 3 and 4's
+# loss and gradient norm equal bit for bit (zo-train's CUDA kernels use fixed-order reductions, no atomics).
+do_cuda_vs_host() {
+  mkdir -p "$nvme" || return 1
+  local cfg=$out/cuda_vs_host.json n=30 dev=cuda
+  [ $dry -eq 1 ] && n=3 dev=host
+  derive configs/default.json "$cfg" steps_per_print=1 || return 1
+  rm -f "$out"/cvh-*.jsonl
+  zt cvh-host --config "$cfg" --steps $n --device host || return 1
+  zt cvh-cuda --config "$cfg" --steps $n --device $dev || return 1
+  python3 - "$out/cvh-host.jsonl" "$out/cvh-cuda.jsonl" $n <<'EOF' || return 1
+import json, sys
+h, c = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+n = int(sys.argv[3])
+if len(h) != n or len(c) != n:
+    sys.exit(f"cuda_vs_host: expected {n} logged steps, host logged {len(h)}, cuda {len(c)}")
+rel = [abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(h, c)]
+worst = max(range(n), key=lambda i: rel[i])
+ok = rel[worst] <= 0.02
+fall = c[-1]["loss"] < 0.8 * c[0]["loss"] if n >= 10 else True
+print(f"cuda_vs_host: {n} steps, loss host {h[0]['loss']:.4f} -> {h[-1]['loss']:.4f}, cuda {c[0]['loss']:.4f} -> "
+      f"{c[-1]['loss']:.4f}, max rel diff {rel[worst]:.2e} at step {worst + 1} (tolerance 2e-2)"
+      + ("" if ok else " OVER") + ("" if fall else ", the cuda loss did not fall below 0.8 of step 1's"))
+sys.exit(0 if ok and fall else 1)
+EOF
+  local t flags ck fail=0 summary=""
+  for t in opt_cpu opt_nvme param_nvme; do
+    case $t in
+      opt_cpu) flags=(--offload-optimizer cpu) ;;
+      opt_nvme) flags=(--offload-optimizer nvme) ;;
+      param_nvme) flags=(--offload-param nvme) ;;
+    esac
+    ck=$nvme/cvh-ck-$t
+    rm -rf "$ck"
+    zt cvh-$t --config "$cfg" --steps 4 --device $dev "${flags[@]}" --save "$ck" --save-every 2 --keep-last 0 &&
+      zt cvh-$t-resumed --config "$cfg" --steps 4 --device $dev "${flags[@]}" \
+        --resume "$(ls -d "$ck"/step-* | sort | head -1)" &&
+      python3 - "$out/cvh-$t.jsonl" "$out/cvh-$t-resumed.jsonl" "$t" <<'EOF'
+import json, sys
+a, b = ({r["step"]: r for r in (json.loads(l) for l in open(p) if l.strip())} for p in sys.argv[1:3])
+t = sys.argv[3]
+same = [s for s in (3, 4) if s in a and s in b and (a[s]["loss"], a[s]["grad_norm"]) == (b[s]["loss"], b[s]["grad_norm"])]
+print(f"cuda_vs_host: tier {t}: 4 steps, loss {a[1]['loss']:.6f} -> {a[4]['loss']:.6f}; resumed from step 2: "
+      f"steps 3, 4 " + ("equal bit for bit" if len(same) == 2 else
+      f"DIFFER: step 4 loss {a[4]['loss']!r} vs {b.get(4, {}).get('loss')!r}"))
+sys.exit(0 if len(same) == 2 else 1)
+EOF
+    [ $? -eq 0 ] || { fail=1; summary="$summary $t"; }
+  done
+  [ $fail -eq 0 ] || { echo "cuda_vs_host: tiers failed:$summary"; return 1; }
+}
+fig_cvh() {
+  grep -m1 -o 'max rel diff [^ ]* at step [0-9]*' "$1"
+  grep -m1 -o 'cuda [0-9.]* -> [0-9.]*' "$1"
+  grep -o 'tier [a-z_]*: .*' "$1" | sed 's/: 4 steps.*resumed from step 2: steps 3, 4 /: /' | tr '\n' ';'
+  grep -m1 'tiers failed' "$1"
+}
+# ratio_124m: what offloading the optimizer to the CPU costs against keeping it on the GPU, on GPT-2 small
+# (configs/gpt2-124m.json, gradient clipping 1.0), per step: all on the GPU (device Adam), the optimizer on cpu as
+# configured (the CPU Adam runs after the backward: clipping needs the global norm first, so nothing hides it), and
+# on cpu with ZeRO-Offload's delayed parameter update (step N's Adam runs during step N+1's forward and backward).
+# The target, ZeRO-Offload's claim that the CPU step can be hidden: the DPU run at 0.9 or more of all-on-the-GPU.
 do_ratio_124m() {
-  mkdir -p "$nvme"
+  mkdir -p "$nvme" || return 1
   rm -f "$out"/ratio_124m-*.jsonl
-  local cfg=(--config configs/gpt2-124m.json --steps 20) dev=(--device cuda)
-  [ $dry -eq 1 ] && cfg=(--config configs/default.json --steps 3) dev=(--device host)
-  zt ratio_124m-opt-cpu "${cfg[@]}" "${dev[@]}" || return 1
-  zt ratio_124m-all-gpu "${cfg[@]}" "${dev[@]}" --offload-optimizer none || return 1
-  local a b
-  a=$(tps "$out/ratio_124m-opt-cpu.jsonl") b=$(tps "$out/ratio_124m-all-gpu.jsonl")
-  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); r = a / b if b else 0
-print(f'ratio_124m: optimizer cpu {a:.0f} tok/s, all on the GPU {b:.0f} tok/s, ratio {r:.3f} (target >= 0.9)')
-sys.exit(0 if r >= 0.9 else 1)" "$a" "$b"
+  local src=configs/gpt2-124m.json n=20 dev=(--device cuda)
+  [ $dry -eq 1 ] && src=configs/default.json n=3 dev=(--device host)
+  derive "$src" "$out/ratio_124m.json" steps_per_print=1 || return 1
+  derive "$src" "$out/ratio_124m-dpu.json" steps_per_print=1 zoffload.delayed_param_update=true || return 1
+  zt ratio_124m-all-gpu --config "$out/ratio_124m.json" --steps $n "${dev[@]}" --offload-optimizer none || return 1
+  zt ratio_124m-opt-cpu --config "$out/ratio_124m.json" --steps $n "${dev[@]}" || return 1
+  zt ratio_124m-opt-cpu-dpu --config "$out/ratio_124m-dpu.json" --steps $n "${dev[@]}" || return 1
+  local a c p
+  a=$(tps "$out/ratio_124m-all-gpu.jsonl") c=$(tps "$out/ratio_124m-opt-cpu.jsonl")
+  p=$(tps "$out/ratio_124m-opt-cpu-dpu.jsonl")
+  python3 -c "import sys; a, c, p = map(float, sys.argv[1:4]); rc, rp = (c / a, p / a) if a else (0, 0)
+print(f'ratio_124m: all on the GPU {a:.0f} tok/s; optimizer cpu {c:.0f} tok/s (ratio {rc:.3f}), with DPU {p:.0f}' +
+      f' tok/s (ratio {rp:.3f}, target >= 0.9)')
+sys.exit(0 if rp >= 0.9 else 1)" "$a" "$c" "$p"
 }
 fig_ratio() { grep -m1 '^ratio_124m:' "$1" | sed 's/^ratio_124m: //'; }
 do_gpt_10b() {
@@ -233,7 +363,9 @@ if rows:
     w = rows[2:] or rows
     print(f"steps {len(rows)}, loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, "
           f"{statistics.median(r['tokens_per_s'] for r in w):.0f} tok/s, "
-          f"peak device {max(r.get('device_peak_bytes', 0) for r in rows) / 2**30:.1f} GiB;")
+          f"device: peak live {max(r.get('arena_peak_live_bytes', 0) for r in rows) / 2**30:.1f} GiB of an arena of "
+          f"{max(r.get('arena_capacity_bytes', 0) for r in rows) / 2**30:.1f} GiB, "
+          f"pinned host {max(r.get('pinned_bytes', 0) for r in rows) / 2**30:.1f} GiB;")
 else:
     print("no step logged;")
 EOF
@@ -244,7 +376,7 @@ do_nccl() {
       "wheel: see the build log's 'zoffload: NCCL' line)"
     return 77
   fi
-  ctest --test-dir "$bd" -R '^test_comm_nccl$' --no-tests=error --output-on-failure --timeout 25
+  ctest --test-dir "$bd" -R '^test_comm_nccl$' --no-tests=error -V --timeout 18
 }
 do_python_cuda() {
   if [ -z "${ZO_PYTHON:-}" ]; then
@@ -257,7 +389,7 @@ do_python_cuda() {
     done
   fi
   echo "python: ${ZO_PYTHON:-none whose torch sees the GPU}"
-  ctest --test-dir "$bd" -R '^python_cuda$' --no-tests=error --output-on-failure --timeout 115
+  ctest --test-dir "$bd" -R '^python_cuda$' --no-tests=error -V --timeout 85
 }
 
 # ---------------------------------------------------------------- the run
@@ -285,14 +417,15 @@ if [ ! -x "$bd/tools/zo-train" ]; then
   done
 else
   stage ctest_gpu gpu fig_ctest do_ctest_gpu
+  stage cuda_vs_host gpu fig_cvh do_cuda_vs_host
+  stage python_cuda gpu fig_ctest do_python_cuda
+  stage nccl_1rank gpu fig_ctest do_nccl
+  stage adam_device gpu fig_ctest do_adam_device
   stage sanitizer_memcheck gpu fig_sanitizer do_sanitizer memcheck
   stage sanitizer_racecheck gpu fig_sanitizer do_sanitizer racecheck
   stage sanitizer_synccheck gpu fig_sanitizer do_sanitizer synccheck
-  stage adam_device gpu fig_ctest do_adam_device
   stage ratio_124m gpu fig_ratio do_ratio_124m
   stage gpt_10b gpu fig_10b do_gpt_10b
-  stage nccl_1rank gpu fig_ctest do_nccl
-  stage python_cuda gpu fig_ctest do_python_cuda
 fi
 echo
 echo "== report ($report), $((SECONDS - start)) s in all:"

@@ -685,8 +685,12 @@ static int report(const train_job *j, const train_progress *p) {
   const double tok_s = n * j->B * j->T * j->gas * j->world / p->t_steps, tflops = tok_s * j->flops_tok / 1e12;
   char mfu_s[48] = "";
   if (j->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / j->peak_tflops);
-  printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB\n", tok_s, tflops,
-         mfu_s, mem.device_peak_bytes / 1048576.0);
+  /* The device's peak counts the arena whole (reserved at finalize, 90% of the free memory on a GPU by default);
+   * what the engine used of it is its peak live bytes. */
+  printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB (the engine's arena: "
+         "%.1f MiB reserved, peak live %.1f MiB)\n",
+         tok_s, tflops, mfu_s, mem.device_peak_bytes / 1048576.0, mem.arena.capacity / 1048576.0,
+         mem.arena.peak_live_bytes / 1048576.0);
   if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0) return engine_error();
   return 0;
 }

@@ -61,6 +61,9 @@ static void run(zo_device_t *dev, zo_stream_t *s, size_t n, zo_dtype gt, zo_dtyp
   for (int64_t t = 1; t <= 10; t++) {
     zo_adam_hparams hp = ref_hparams(adamw, t);
     ref_grad(g, gt, n, t);
+    /* zo_memcpy() runs on the device's private stream, unordered with @s: the previous step's kernel may still
+     * read dg, so wait for it before dg is overwritten (as run_acc does). */
+    CHECK_OK(zo_stream_synchronize(s));
     CHECK_OK(zo_memcpy(dev, dg, g, n * gs, ZO_COPY_H2D));
     zo_adam_dev_job j = {.param = dp, .grad = dg, .exp_avg = dm, .exp_avg_sq = dv, .param_out = dout,
                          .grad_dtype = gt, .state_dtype = st, .out_dtype = ot, .n = n, .seed = seed,

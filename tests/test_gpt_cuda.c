@@ -6,6 +6,10 @@
  * per-group scratches zeroed at each backward begin(g), a 50304-token vocab,
  * sampling, and gpt_cuda_device_bytes() against cudaMemGetInfo. Needs a GPU:
  * exit 77 without one. Not a speed test.
+ * Streams: the model queues everything on its own non-blocking stream, which
+ * the legacy default stream does not wait for (nor it for the model's): every
+ * memset and copy of gradients here goes on the model's stream, and the
+ * weights are uploaded and synchronized before any model exists.
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -73,6 +77,8 @@ typedef struct model_set {
 } model_set;
 
 static void set_init(model_set *s, const gpt_config *c, uint64_t seed) {
+  cudaStream_t up; /* the weights' upload, complete before set_init returns (before any model's stream reads them) */
+  CUDA_OK(cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking));
   s->c = *c;
   s->np = gpt_num_params(c);
   s->specs = calloc((size_t)s->np, sizeof *s->specs);
@@ -100,8 +106,10 @@ static void set_init(model_set *s, const gpt_config *c, uint64_t seed) {
     }
     CUDA_OK(cudaMalloc(&s->dw[i], n * 2));
     CUDA_OK(cudaMalloc(&s->dg[i], n * 2));
-    CUDA_OK(cudaMemcpy(s->dw[i], s->wh[i], n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(s->dw[i], s->wh[i], n * 2, cudaMemcpyHostToDevice, up)); /* wh lives until set_free */
   }
+  CUDA_OK(cudaStreamSynchronize(up));
+  CUDA_OK(cudaStreamDestroy(up));
 }
 
 static void set_free(model_set *s) {
@@ -125,17 +133,22 @@ static void attach(model_set *s, gpt_cuda *g) {
   }
 }
 
-static void zero_grads(model_set *s) {
-  for (int i = 0; i < s->np; i++) CUDA_OK(cudaMemset(s->dg[i], 0, s->specs[i].n_elems * 2));
+/* Zero the device gradients on @g's stream, ahead of the backward that adds into them there. Returns when enqueued. */
+static void zero_grads(model_set *s, gpt_cuda *g) {
+  cudaStream_t st = (cudaStream_t)gpt_cuda_stream(g);
+  for (int i = 0; i < s->np; i++) CUDA_OK(cudaMemsetAsync(s->dg[i], 0, s->specs[i].n_elems * 2, st));
 }
 
-/* Device gradients as bf16 bits, one array per tensor (caller frees with free_grads). */
-static uint16_t **fetch_grads(model_set *s) {
+/* Device gradients as bf16 bits, one array per tensor (caller frees with free_grads): copied on @g's stream,
+ * behind the backward that wrote them, and synchronized. */
+static uint16_t **fetch_grads(model_set *s, gpt_cuda *g) {
+  cudaStream_t st = (cudaStream_t)gpt_cuda_stream(g);
   uint16_t **out = calloc((size_t)s->np, sizeof *out);
   for (int i = 0; i < s->np; i++) {
     out[i] = malloc(s->specs[i].n_elems * 2);
-    CUDA_OK(cudaMemcpy(out[i], s->dg[i], s->specs[i].n_elems * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpyAsync(out[i], s->dg[i], s->specs[i].n_elems * 2, cudaMemcpyDeviceToHost, st));
   }
+  CUDA_OK(cudaStreamSynchronize(st));
   return out;
 }
 
@@ -155,12 +168,11 @@ static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t
     return NAN;
   }
   attach(s, g);
-  zero_grads(s);
+  zero_grads(s, g);
   float loss = gpt_cuda_forward(g, x, y, B, T);
   if (isnan(loss)) FAIL_AT("gpt_cuda_forward: %s", gpt_cuda_last_error(g));
   if (gpt_cuda_backward(g, 1.0f) != 0) FAIL_AT("gpt_cuda_backward: %s", gpt_cuda_last_error(g));
-  CUDA_OK(cudaStreamSynchronize((cudaStream_t)gpt_cuda_stream(g)));
-  *grads = fetch_grads(s);
+  *grads = fetch_grads(s, g);
   gpt_cuda_destroy(g);
   return loss;
 }
@@ -329,15 +341,14 @@ static void test_small(void) {
       hook_log h = {.s = &s, .g = g, .n = 0, .fail_phase = -1, .fail_group = -1};
       for (int i = 0; i < s.np; i++) gpt_cuda_set_grad(g, i, s.dg[i]);
       gpt_cuda_set_hook(g, log_hook, &h);
-      zero_grads(&s);
+      zero_grads(&s, g);
       float lh = gpt_cuda_forward(g, x, y, B, T);
       check_hook_seq(&h, GPT_HOOK_FORWARD, "forward hooks");
       h.n = 0;
       CHECK_EQ(gpt_cuda_backward(g, 1.0f), 0);
-      CUDA_OK(cudaStreamSynchronize((cudaStream_t)gpt_cuda_stream(g)));
       check_hook_seq(&h, GPT_HOOK_BACKWARD, "backward hooks");
       CHECK(memcmp(&lh, &l0, sizeof lh) == 0);
-      uint16_t **gh = fetch_grads(&s);
+      uint16_t **gh = fetch_grads(&s, g);
       if (g0) bitwise_same_grads(&s, g0, gh, "weights set by the hook");
       free_grads(&s, gh);
       /* a second backward without a new forward is refused (the logits became dlogits) */
@@ -458,12 +469,11 @@ static void test_per_pass(void) {
     h.g = g;
     gpt_cuda_set_hook(g, pass_hook_fn, &h);
     for (int k = 0; k < 2; k++) {
-      zero_grads(&s); /* the copies out overwrite every tensor */
+      zero_grads(&s, g); /* the copies out overwrite every tensor */
       const float l = gpt_cuda_forward(g, x[k], y[k], B, T);
       CHECK(memcmp(&l, &lw[k], sizeof l) == 0);
       CHECK_EQ(gpt_cuda_backward(g, 1.0f), 0);
-      CUDA_OK(cudaStreamSynchronize((cudaStream_t)gpt_cuda_stream(g)));
-      uint16_t **got = fetch_grads(&s);
+      uint16_t **got = fetch_grads(&s, g);
       if (want[k]) bitwise_same_grads(&s, want[k], got, k ? "per-pass scratch, micro-batch 2" :
                                                             "per-pass scratch, micro-batch 1");
       free_grads(&s, got);
@@ -502,8 +512,30 @@ static void test_large_vocab(void) {
   set_free(&s);
 }
 
-/* gpt_cuda_device_bytes() against what create takes from the device. */
+/*
+ * The environment variable that shows a CUDA tool injected into this process, or NULL. compute-sanitizer sets
+ * NV_SANITIZER_INJECTION_PORT_BASE and NV_SANITIZER_INJECTION_PORT_RANGE_BEGIN in the program's environment
+ * (seen with CUDA 13.0's: `compute-sanitizer --require-cuda-init=no env` printed PORT_BASE=49152,
+ * PORT_RANGE_BEGIN=0, NVTX_INJECTION64_PATH=libsanitizer-collection.so); CUPTI tools such as Nsight Systems and
+ * Nsight Compute are loaded through CUDA_INJECTION64_PATH. Such a tool may allocate device memory of its own while
+ * the program runs, so a cudaMemGetInfo difference can include the tool's.
+ */
+static const char *cuda_tool_var(void) {
+  static const char *const vars[] = {"NV_SANITIZER_INJECTION_PORT_BASE", "NV_SANITIZER_INJECTION_PORT_RANGE_BEGIN",
+                                     "CUDA_INJECTION64_PATH"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return vars[i];
+  }
+  return NULL;
+}
+
+/* gpt_cuda_device_bytes() against what create takes from the device: the difference of cudaMemGetInfo's free
+ * memory around gpt_cuda_create, both read in this process after its context exists (main creates it) and after
+ * cudaDeviceSynchronize. Within [want - 2 MiB, want + HANDLE_SLACK]. Under a CUDA tool (cuda_tool_var()) the
+ * difference is printed but not checked, with a note saying why: the tool's own allocations land in it. */
 static void test_memory(void) {
+  const char *tool = cuda_tool_var();
   const gpt_config c = {.n_layer = 2, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 50304};
   const int max_batch = 64;
   for (int rec = 0; rec <= 1; rec++) {
@@ -526,8 +558,13 @@ static void test_memory(void) {
     size_t used = free0 > free1 ? free0 - free1 : 0;
     printf("memory (recompute %d): gpt_cuda_device_bytes %zu, cudaMemGetInfo delta %zu (%+.1f MiB)\n", rec, want,
            used, ((double)used - (double)want) / 1048576.0);
-    CHECK(used + ((size_t)2 << 20) >= want);
-    CHECK(used <= want + HANDLE_SLACK);
+    if (tool) {
+      printf("memory (recompute %d): note: delta not checked: %s is set, a CUDA tool (compute-sanitizer?) in this "
+             "process allocates device memory of its own\n", rec, tool);
+    } else {
+      CHECK(used + ((size_t)2 << 20) >= want);
+      CHECK(used <= want + HANDLE_SLACK);
+    }
     gpt_cuda_destroy(g);
   }
   CHECK(gpt_cuda_device_bytes(&c, max_batch, 1) < gpt_cuda_device_bytes(&c, max_batch, 0));

@@ -11,16 +11,24 @@ nvme), stages (2, 3) and streams (default, a side stream): they differ only in w
 how the weights reach the GPU and which stream orders the copies; any difference is a bug (a race between a copy
 and a kernel shows up as one). Against torch.optim.AdamW on the same GPU the tolerance is test_initialize.py's
 1e-4 relative, for the reasons given there (the optimizer's last-bit rounding, amplified slowly).
+
+Without pytest, `python test_cuda.py [test_name ...]` runs the same tests through plain_runner.py (python_cuda.sh
+does that where the interpreter has no pytest); exit 77 there when torch sees no CUDA device.
 """
 import os
 import sys
 
-import pytest
 import torch
 
 import zoffload
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
+try:
+    import pytest
+except ImportError:  # run as a script by plain_runner.py (see __main__ below)
+    pytest = None
+
+if pytest:
+    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT, batches, config, corpus  # noqa: E402
@@ -28,8 +36,8 @@ from train_gpt import GPT, batches, config, corpus  # noqa: E402
 STEPS = 50
 
 
-@pytest.fixture(autouse=True)
-def deterministic():
+def _deterministic():
+    """Around every test: pytest's autouse fixture, plain_runner's @fixture."""
     torch.use_deterministic_algorithms(True)
     flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled())
     torch.backends.cuda.enable_flash_sdp(False)
@@ -38,6 +46,10 @@ def deterministic():
     torch.backends.cuda.enable_flash_sdp(flags[0])
     torch.backends.cuda.enable_mem_efficient_sdp(flags[1])
     torch.use_deterministic_algorithms(False)
+
+
+if pytest:
+    deterministic = pytest.fixture(autouse=True, name="deterministic")(_deterministic)
 
 
 def _run(tier="cpu", nvme=None, stage=2, bf16=False, stream=None, steps=STEPS, model=None):
@@ -158,3 +170,12 @@ def test_peak_memory_below_torch_adamw():
     print("peak GPU memory: torch AdamW %d bytes, zoffload %d bytes (%.2fx)" % (torch_peak, zo_peak,
                                                                                  zo_peak / torch_peak))
     assert zo_peak < 0.75 * torch_peak
+
+
+if __name__ == "__main__":
+    import plain_runner  # beside this file, which is sys.path[0] when run as a script
+
+    if not torch.cuda.is_available():
+        print("skip: torch sees no CUDA device")
+        sys.exit(77)
+    sys.exit(plain_runner.run(globals(), fixture=_deterministic, only=sys.argv[1:]))

@@ -760,6 +760,38 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
 
 /* ---------------------------------------------------------------- initial weights */
 
+/*
+ * Host state of one shard set from fp32 values: the master copied, exp_avg and exp_avg_sq zeroed. A 10B model is
+ * 38.7 GB of master weights and 38.7 GB of moments (bf16): some 8 s on one core at 10 GB/s. So a shard of
+ * LOAD_POOL_MIN_EL elements and up is split over the Adam pool's (bound) threads in one contiguous range each; a
+ * smaller one is copied here, where a pool hop would cost more than the copy. Same bytes for any thread count.
+ */
+#define LOAD_POOL_MIN_EL ((size_t)1 << 20)
+
+typedef struct load_job {
+  const zo_engine_t *e;
+  const zo_param_t *p;
+  const float *src; /* the shard's values */
+} load_job;
+
+static void load_host_range(void *arg, size_t begin, size_t end, int thread) {
+  (void)thread;
+  const load_job *j = arg;
+  const size_t n = end - begin;
+  memcpy((float *)j->p->state[ST_MASTER] + begin, j->src + begin, n * sizeof(float));
+  for (int k = ST_EXP_AVG; k <= ST_EXP_AVG_SQ; k++) /* all-zero bits are 0.0 in fp32 and bf16 */
+    memset((char *)j->p->state[k] + begin * j->e->esz[k], 0, n * j->e->esz[k]);
+}
+
+static zo_status load_host_state(zo_engine_t *e, zo_param_t *p, const float *src) {
+  load_job j = {e, p, src};
+  if (p->shard_n < LOAD_POOL_MIN_EL) {
+    load_host_range(&j, 0, p->shard_n, 0);
+    return ZO_OK;
+  }
+  return zo_adam_pool_parallel_for(e->pool, load_host_range, &j, p->shard_n, ZO_ADAM_TILE_CONTIGUOUS);
+}
+
 zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values) {
   if (!e || !p || !values) return zo_error_set(ZO_ERR_INVALID_ARG, "load_param: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
@@ -771,9 +803,7 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
     ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]));
     ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, src));
   } else if (e->tier != ZO_OFFLOAD_NVME) {
-    memcpy(p->state[ST_MASTER], src, p->shard_n * sizeof(float));
-    memset(p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]); /* all-zero bits are 0.0 in fp32 and bf16 */
-    memset(p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]);
+    ZO_CHECK(load_host_state(e, p, src));
     ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]));
   } else {
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */

@@ -753,6 +753,79 @@ static void test_finalize_order(const char *dir) {
   zo_engine_destroy(e);
 }
 
+/*
+ * load_param of a shard of 1 Mi elements and more, which the Adam pool's threads copy and zero in one range each
+ * (77 elements past a multiple of 64 at the end), and of a small one, copied inline: the master is @v bit for bit,
+ * and the moments are zero: two engines whose first steps took different gradients, loaded again with the same
+ * values, take the same second step to the same bits. Returns the big tensor's master after that step, malloc'ed.
+ */
+enum { LOAD_BIG = (1 << 20) + 77, LOAD_SMALL = 77 };
+static float *load_twice(zo_config_t cfg, uint64_t first_grad_seed, const char *label) {
+  const size_t n[2] = {LOAD_BIG, LOAD_SMALL};
+  zo_device_t *dev = NULL;
+  zo_engine_t *e = NULL;
+  zo_param_t *ps[2];
+  void *scratch = NULL;
+  float *v = malloc(LOAD_BIG * sizeof(float)), *g = malloc(LOAD_BIG * sizeof(float));
+  float *got = malloc(LOAD_BIG * sizeof(float));
+  if (!v || !g || !got || zo_device_create(g_kind, 0, 0, &dev) != ZO_OK ||
+      zo_device_malloc(dev, (LOAD_BIG + LOAD_SMALL) * sizeof(float), &scratch) != ZO_OK ||
+      zo_engine_create(&cfg, dev, NULL, &e) != ZO_OK || zo_engine_register_param(e, "big", n[0], &ps[0]) != ZO_OK ||
+      zo_engine_register_param(e, "small", n[1], &ps[1]) != ZO_OK || zo_engine_finalize(e) != ZO_OK) {
+    FAIL_AT("%s: engine set-up: %s", label, zo_last_error());
+    free(got);
+    got = NULL;
+    goto out;
+  }
+  for (int round = 0; round < 2; round++) {
+    uint64_t vs = 7 + (uint64_t)round, gs = round ? 1234 : first_grad_seed;
+    size_t off = 0;
+    for (int i = 0; i < 2; i++) {
+      for (size_t j = 0; j < n[i]; j++) v[j] = zo_test_rand_pm1f(&vs);
+      if (zo_engine_load_param(e, ps[i], v) != ZO_OK) {
+        FAIL_AT("%s: load_param: %s", label, zo_last_error());
+        goto out;
+      }
+      size_t so = 99, sn = 0;
+      if (zo_engine_get_master(e, ps[i], got, &so, &sn) != ZO_OK) FAIL_AT("%s: get_master: %s", label, zo_last_error());
+      CHECK(so == 0 && sn == n[i]);
+      CHECK_BYTES(i ? "master of 'small' after load_param" : "master of 'big' after load_param", got, v,
+                  n[i] * sizeof(float));
+      for (size_t j = 0; j < n[i]; j++) g[j] = zo_test_rand_pm1f(&gs);
+      if (zo_engine_grad_ready(e, ps[i], to_device(dev, scratch, off, g, n[i] * sizeof(float)), ZO_DTYPE_F32) !=
+          ZO_OK)
+        FAIL_AT("%s: grad_ready: %s", label, zo_last_error());
+      off += n[i] * sizeof(float);
+    }
+    zo_step_info info;
+    if (zo_engine_step(e, &info) != ZO_OK) FAIL_AT("%s: step: %s", label, zo_last_error());
+  }
+  size_t so, sn;
+  if (zo_engine_get_master(e, ps[0], got, &so, &sn) != ZO_OK) FAIL_AT("%s: get_master: %s", label, zo_last_error());
+out:
+  zo_engine_destroy(e);
+  if (dev && scratch) zo_device_free(dev, scratch);
+  zo_device_destroy(dev);
+  free(v);
+  free(g);
+  return got;
+}
+
+static void test_load_large(void) {
+  for (int bf16_state = 0; bf16_state <= 1; bf16_state++) {
+    zo_config_t cfg;
+    base_config(&cfg);
+    cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    cfg.zoffload.optimizer_state_dtype = bf16_state ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+    const char *label = bf16_state ? "load_param 1 Mi + 77, cpu, bf16 state" : "load_param 1 Mi + 77, cpu, fp32 state";
+    float *a = load_twice(cfg, 11, label), *b = load_twice(cfg, 12, label);
+    if (a && b) CHECK_BYTES("master after a step from reloaded weights (the moments zeroed)", a, b, LOAD_BIG * 4);
+    printf("ok   %-40s master copied, moments zeroed on the pool's threads\n", label);
+    free(a);
+    free(b);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "--backend")) {
     if (!strcmp(argv[2], "cuda")) {
@@ -824,6 +897,7 @@ int main(int argc, char **argv) {
   test_dpu();
   test_huge_counts(dir);
   test_finalize_order(dir);
+  test_load_large();
   test_misuse(dir);
   rmdir(dir);
   return zo_test_finish("test_engine");

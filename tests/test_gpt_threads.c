@@ -2,7 +2,9 @@
  * test_gpt_threads.c - zo-train's GPT model forks parallel regions only for
  * work above its threshold: the tiny model's forward + backward forks none
  * (neither gpt.c's loops nor OpenBLAS), a model of the default config's size
- * does, and gradients are bitwise the same on 1 and 2 threads. Counts
+ * does, and gradients are bitwise the same on 1 and 2 threads; the
+ * initial weights (gpt_param_init) fork above the threshold too and are
+ * bitwise those of 1 thread and of the serial reference below. Counts
  * GOMP_parallel calls by defining it here (the executable's definition
  * precedes libgomp's for libopenblas too). Not a speed test: nothing here
  * depends on how busy the machine is.
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "gpt.h"
+#include "rng.h"
 #include "zo_test.h"
 
 /* Regions asked for more than one thread: num_threads 1 is what gcc passes when an if clause is false. */
@@ -42,6 +45,58 @@ static long pass(gpt_model *m, const gpt_config *c, int B) {
   return forks - f0;
 }
 
+/*
+ * gpt_param_init()'s normals one pair after another, as it was before it forked: the scalar reference. Elements 2k
+ * and 2k+1 of tensor @i are Box-Muller of splitmix64(key + 2k) and splitmix64(key + 2k + 1).
+ */
+static float u01_ref(uint64_t r) { return ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f); }
+static void init_normal_ref(int i, uint64_t seed, float std, size_t n, float *out) {
+  const uint64_t key = splitmix64(seed ^ splitmix64(0x5A17ull + (uint64_t)i));
+  for (size_t j = 0; j < n; j += 2) {
+    const uint64_t k = j / 2;
+    const float u1 = u01_ref(splitmix64(key + 2 * k)), u2 = u01_ref(splitmix64(key + 2 * k + 1));
+    const float rad = sqrtf(-2.0f * logf(u1)), th = 6.28318530717958647f * u2;
+    out[j] = std * rad * cosf(th);
+    if (j + 1 < n) out[j + 1] = std * rad * sinf(th);
+  }
+}
+
+/*
+ * Every tensor of @c initialised on 2 threads, on 1, and by the reference (the normal ones: wte, wpe, layer 0's qkv
+ * weight at std 0.02 and its attention projection at 0.02 / sqrt(2 n_layer)): the same bits. Returns the regions
+ * forked on 2 threads.
+ */
+static long check_init(const gpt_config *c, uint64_t seed) {
+  const int np = gpt_num_params(c);
+  gpt_param_spec *specs = calloc((size_t)np, sizeof *specs);
+  gpt_param_specs(c, specs);
+  size_t max_n = 0;
+  for (int i = 0; i < np; i++) max_n = specs[i].n_elems > max_n ? specs[i].n_elems : max_n;
+  float *a = malloc(max_n * sizeof(float)), *b = malloc(max_n * sizeof(float));
+  long forked = 0;
+  for (int i = 0; i < np; i++) {
+    const size_t n = specs[i].n_elems;
+    memset(a, 0xff, n * sizeof(float)); /* NaN: an element left unwritten differs */
+    memset(b, 0xff, n * sizeof(float));
+    gpt_set_threads(2);
+    const long f0 = forks;
+    gpt_param_init(c, i, seed, a);
+    forked += forks - f0;
+    gpt_set_threads(1);
+    gpt_param_init(c, i, seed, b);
+    CHECK_BYTES(specs[i].name, a, b, n * sizeof(float));
+    if (i == 0 || i == 1 || i == 2 + GPT_P_QKV_W || i == 2 + GPT_P_ATTPROJ_W) {
+      init_normal_ref(i, seed, i == 2 + GPT_P_ATTPROJ_W ? 0.02f / sqrtf(2.0f * (float)c->n_layer) : 0.02f, n, b);
+      CHECK_BYTES(specs[i].name, a, b, n * sizeof(float));
+    }
+  }
+  gpt_set_threads(2);
+  free(a);
+  free(b);
+  free(specs);
+  return forked;
+}
+
 static gpt_model *make(const gpt_config *c, int B) {
   char err[256];
   gpt_model *m = NULL;
@@ -65,6 +120,20 @@ int main(void) {
   printf("tiny model (L=2 C=32 T=32 B=4): %ld regions forked in a forward + backward\n", f_tiny);
   CHECK_EQ(f_tiny, 0);
   gpt_destroy(m);
+
+  /* initial weights: a model of tensors of at most 4 Ki elements (37 us of work) stays on one thread; an odd-length
+   * wpe (seq_len 1023 x d_model 33: the last pair has one element) and default.json's model fork, same bits */
+  const gpt_config small = {.n_layer = 1, .n_head = 2, .d_model = 16, .seq_len = 16, .vocab = 256};
+  const long f_init_small = check_init(&small, 1234);
+  const gpt_config odd = {.n_layer = 1, .n_head = 3, .d_model = 33, .seq_len = 1023, .vocab = 256};
+  const long f_init_odd = check_init(&odd, 99);
+  const gpt_config dflt = {.n_layer = 4, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 256};
+  const long f_init_big = check_init(&dflt, 1337);
+  printf("initial weights forked %ld (small), %ld (odd wpe), %ld (default model) regions; same bits on 1 and 2 "
+         "threads and as the serial reference\n", f_init_small, f_init_odd, f_init_big);
+  CHECK_EQ(f_init_small, 0);
+  CHECK(f_init_odd > 0);
+  CHECK(f_init_big > 0);
 
   /* configs/default.json's model: the big loops and products still fork */
   const gpt_config big = {.n_layer = 4, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 256};

@@ -180,8 +180,12 @@ ZO_API zo_status zo_engine_finalize(zo_engine_t *e);
  * on several ranks a device copy an earlier fetch gathered is dropped (the
  * next fetch gathers the new weights): release @p's fetches first, or that
  * copy keeps the old weights until the next step.
+ * With the optimizer state in host memory, a shard of 1 Mi elements or
+ * more is copied and zeroed by the engine's Adam pool threads (queued behind
+ * its tasks), the working copy cast as after a step.
  * Synchronous. Only after zo_engine_finalize(). Returns ZO_OK,
- * ZO_ERR_INVALID_ARG, ZO_ERR_INVALID_USAGE, ZO_ERR_IO (nvme write).
+ * ZO_ERR_INVALID_ARG, ZO_ERR_INVALID_USAGE, ZO_ERR_IO (nvme write),
+ * ZO_ERR_OUT_OF_MEMORY (the pool's task).
  */
 ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values);
 

@@ -61,56 +61,6 @@ static inline float fast_expf(float x) {
 static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f); }
 
 
-void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
-  int np = gpt_num_params(c);
-  if (i < 0 || i >= np || !out) return;
-  size_t n;
-  int kind; /* 0 normal, 1 ones, 2 zeros */
-  float std = 0.02f;
-  const size_t C = (size_t)c->d_model;
-  if (i == 0) {
-    n = (size_t)c->vocab * C;
-    kind = 0;
-  } else if (i == 1) {
-    n = (size_t)c->seq_len * C;
-    kind = 0;
-  } else if (i >= np - 2) {
-    n = C;
-    kind = i == np - 2 ? 1 : 2;
-  } else {
-    int k = (i - 2) % GPT_PARAMS_PER_LAYER;
-    switch (k) {
-      case GPT_P_LN1_W: case GPT_P_LN2_W: n = C; kind = 1; break;
-      case GPT_P_LN1_B: case GPT_P_LN2_B: case GPT_P_ATTPROJ_B: case GPT_P_FCPROJ_B: n = C; kind = 2; break;
-      case GPT_P_QKV_B: n = 3 * C; kind = 2; break;
-      case GPT_P_FC_B: n = 4 * C; kind = 2; break;
-      case GPT_P_QKV_W: n = 3 * C * C; kind = 0; break;
-      case GPT_P_FC_W: n = 4 * C * C; kind = 0; break;
-      case GPT_P_ATTPROJ_W: n = C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
-      default: /* GPT_P_FCPROJ_W */ n = 4 * C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
-    }
-  }
-  if (kind == 1) {
-    for (size_t j = 0; j < n; j++) out[j] = 1.0f;
-    return;
-  }
-  if (kind == 2) {
-    memset(out, 0, n * sizeof(float));
-    return;
-  }
-  /* Box-Muller on pairs: elements 2k and 2k+1 share the counter k. */
-  const uint64_t key = splitmix64(seed ^ splitmix64(0x5A17ull + (uint64_t)i));
-  for (size_t j = 0; j < n; j += 2) {
-    uint64_t k = j / 2;
-    float u1 = u01(splitmix64(key + 2 * k));
-    float u2 = u01(splitmix64(key + 2 * k + 1));
-    float rad = sqrtf(-2.0f * logf(u1));
-    float th = 6.28318530717958647f * u2;
-    out[j] = std * rad * cosf(th);
-    if (j + 1 < n) out[j + 1] = std * rad * sinf(th);
-  }
-}
-
 const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL model"; }
 
 /*
@@ -255,6 +205,7 @@ const char *gpt_blas_core(void) {
 #define NS_GELU 0.6    /* GELU forward; backward ~1.5x */
 #define NS_EXP 1.5     /* softmax: per element */
 #define NS_MAC 0.015   /* sgemm: per multiply-add */
+#define NS_INIT 9.0    /* gpt_param_init's normals (splitmix64, logf, sincosf): per element */
 
 /* 1 when work of this estimated single-core time is worth a parallel region. */
 static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
@@ -273,6 +224,68 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, fl
   if (narrow) omp_set_num_threads(1);
   cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (narrow) omp_set_num_threads(nt);
+}
+
+/* ------------------------------------------------------------------ */
+/* initialisation */
+
+/*
+ * One call per tensor; a 10B model is 9.68e9 elements at ~9 ns each on one
+ * core (logf, sincosf: 88 s on the 2-core EPYC), so the normal tensors fork
+ * over the pairs above the work threshold like the kernels below.
+ */
+void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
+  int np = gpt_num_params(c);
+  if (i < 0 || i >= np || !out) return;
+  size_t n;
+  int kind; /* 0 normal, 1 ones, 2 zeros */
+  float std = 0.02f;
+  const size_t C = (size_t)c->d_model;
+  if (i == 0) {
+    n = (size_t)c->vocab * C;
+    kind = 0;
+  } else if (i == 1) {
+    n = (size_t)c->seq_len * C;
+    kind = 0;
+  } else if (i >= np - 2) {
+    n = C;
+    kind = i == np - 2 ? 1 : 2;
+  } else {
+    int k = (i - 2) % GPT_PARAMS_PER_LAYER;
+    switch (k) {
+      case GPT_P_LN1_W: case GPT_P_LN2_W: n = C; kind = 1; break;
+      case GPT_P_LN1_B: case GPT_P_LN2_B: case GPT_P_ATTPROJ_B: case GPT_P_FCPROJ_B: n = C; kind = 2; break;
+      case GPT_P_QKV_B: n = 3 * C; kind = 2; break;
+      case GPT_P_FC_B: n = 4 * C; kind = 2; break;
+      case GPT_P_QKV_W: n = 3 * C * C; kind = 0; break;
+      case GPT_P_FC_W: n = 4 * C * C; kind = 0; break;
+      case GPT_P_ATTPROJ_W: n = C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
+      default: /* GPT_P_FCPROJ_W */ n = 4 * C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
+    }
+  }
+  if (kind == 1) {
+    for (size_t j = 0; j < n; j++) out[j] = 1.0f;
+    return;
+  }
+  if (kind == 2) {
+    memset(out, 0, n * sizeof(float));
+    return;
+  }
+  /* Box-Muller on pairs: elements 2k and 2k+1 share the counter k, and pair k is a function of (key, k) alone, so
+   * the pairs split over any number of threads (static chunks) give the bits one thread gives. */
+  const uint64_t key = splitmix64(seed ^ splitmix64(0x5A17ull + (uint64_t)i));
+  const size_t pairs = n / 2 + (n & 1);
+  adapt_threads();
+#pragma omp parallel for schedule(static) if (par((double)n * NS_INIT))
+  for (size_t k = 0; k < pairs; k++) {
+    const size_t j = 2 * k;
+    float u1 = u01(splitmix64(key + 2 * k));
+    float u2 = u01(splitmix64(key + 2 * k + 1));
+    float rad = sqrtf(-2.0f * logf(u1));
+    float th = 6.28318530717958647f * u2;
+    out[j] = std * rad * cosf(th);
+    if (j + 1 < n) out[j + 1] = std * rad * sinf(th);
+  }
 }
 
 /* ------------------------------------------------------------------ */

@@ -90,7 +90,10 @@ size_t gpt_total_elems(const gpt_config *c);
  * N(0, 0.02/sqrt(2*n_layer)); LayerNorm weights 1; biases 0.
  * Normals come from a counter-based generator: element j of tensor i is a
  * function of (seed, i, j) only (splitmix64 finaliser + Box-Muller), so the
- * result does not depend on the order or number of calls. Thread-safe.
+ * result does not depend on the order or number of calls, nor on the thread
+ * count: a tensor above the work threshold is filled by the OpenMP threads
+ * of gpt_set_threads() (static chunks of element pairs), bitwise as by one.
+ * Thread-safe (called inside a parallel region it runs on that one thread).
  */
 void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out);
 

@@ -197,26 +197,39 @@ import json, shlex, sys
 for t in json.load(sys.stdin).get("tests", []):
     if t.get("command"): print(" ".join(shlex.quote(a) for a in t["command"]))'
 }
+# The kernels of this tree (every `__global__ void NAME` of gpu/ and tools/), as one regular expression
+own_kernels_regex() {
+  grep -ho '__global__ void [A-Za-z_0-9]*' gpu/*.cu tools/*/*.cu 2>/dev/null | awk '{print $3}' | sort -u | paste -sd'|'
+}
 # The tools' options: memcheck reports no API errors (--report-api-errors no): the tests provoke some on purpose
 # (test_device's whole-GPU cudaMalloc, a copy from a pointer that is not device memory) and check each return code
 # themselves, and NCCL probes its kernels with cudaFuncGetAttributes at start-up; a memory error in a kernel is
-# still reported. racecheck and synccheck look at shared memory and barriers, so only the programs that launch our
-# own kernels (not test_comm: its kernels are NCCL's).
+# still reported. racecheck and synccheck look at shared memory and barriers: only our own kernels
+# (--kernel-name regex=..., matched in the mangled names; cuBLAS's GEMMs under racecheck took test_gpt_cuda past
+# 28 s on an H200, our kernels alone a few seconds), and only the programs that launch them (not test_comm: its
+# kernels are NCCL's).
 do_sanitizer() {
-  local tool=$1 n=0 bad=0 skipped=0 cmd opts
+  local tool=$1 n=0 bad=0 skipped=0 cmd opts=()
   local cs nv
   nv=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$bd/CMakeCache.txt" 2>/dev/null)
   for cs in "$(command -v compute-sanitizer)" "${nv:+$(dirname "$nv")/compute-sanitizer}" \
             /usr/local/cuda/bin/compute-sanitizer ""; do [ -n "$cs" ] && [ -x "$cs" ] && break; done
   [ -n "$cs" ] || { echo "skip: no compute-sanitizer (PATH, beside nvcc, /usr/local/cuda/bin)"; return 77; }
   "$cs" --version 2>&1 | tail -1
-  case $tool in memcheck) opts="--report-api-errors no" ;; *) opts="" ;; esac
+  case $tool in
+    memcheck) opts=(--report-api-errors no) ;;
+    *) local re
+       re=$(own_kernels_regex)
+       [ -n "$re" ] || { echo "no __global__ kernels found in gpu/ and tools/"; return 1; }
+       opts=(--kernel-name "regex=$re") ;;
+  esac
   while read -r cmd; do
     [ "$tool" != memcheck ] && [[ "$cmd" == */test_comm\ * ]] && continue
     n=$((n + 1))
-    echo "-- compute-sanitizer --tool $tool $opts $cmd"
+    echo "-- compute-sanitizer --tool $tool ${opts[*]} $cmd"
     local t0=$SECONDS
-    eval "\"\$cs\" --tool $tool $opts --error-exitcode 86 --print-limit 20 $cmd"
+    eval "set -- $cmd" # the command as ctest gives it, each argument shell-quoted
+    "$cs" --tool "$tool" "${opts[@]}" --error-exitcode 86 --print-limit 20 "$@"
     local rc=$?
     echo "-- exit $rc after $((SECONDS - t0)) s"
     case $rc in 0) ;; 77) skipped=$((skipped + 1)) ;; *) bad=$((bad + 1)) ;; esac

@@ -11,28 +11,31 @@
 # scripts/deps.sh as the other scripts do (installs missing packages as root).
 #
 # Stages, in order of value; `--only a,b` or STAGE arguments pick some (default: all; a run without `build` reuses
-# $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/) or estimated (~),
-# then what it does. The whole run: about 6 minutes (~340 s of stages) on an H100/H200 with 16 cores; a GPU is lent
-# for 15 minutes in all, its start-up included, so a rerun of the stages that failed (--only) fits beside it.
+# $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/; ~ where the stage
+# failed there), then what it does. A GPU is lent for 15 minutes in all, its start-up included, so a rerun of the
+# stages that failed (--only) fits beside a full run.
 #   build                120   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
 #                                  architecture (ZO_CUDA_ARCHS, else nvidia-smi's compute capability), ninja -j16
-#   ctest_gpu             60    6  ctest -L gpu, less the tests that have a stage of their own: CUDA device
+#   ctest_gpu             60    5  ctest -L gpu, less the tests that have a stage of their own: CUDA device
 #                                  conformance, every zo-train kernel against the CPU model's gradients
-#   cuda_vs_host          90  ~25  a small config trained 30 steps with --device cuda and with --device host: losses
+#   cuda_vs_host          90   17  a small config trained 30 steps with --device cuda and with --device host: losses
 #                                  within the bf16 tolerance, the loss falling; then each tier on cuda (optimizer cpu,
 #                                  optimizer nvme, parameters nvme) 4 steps, resumed from step 2: bit for bit
-#   python_cuda           90   66  ctest -R python_cuda: the Python front's CUDA path, ordered against torch's streams
+#   python_cuda           90   56  ctest -R python_cuda: the Python front's CUDA path, ordered against torch's streams
 #                                  ($ZO_PYTHON, else the first of python3, /usr/bin/python3 whose torch sees the GPU)
 #   nccl_1rank            20    2  ctest -R test_comm_nccl: the nccl backend on one rank
 #   adam_device           20    1  ctest -R test_adam_device: device Adam against CPU Adam
-#   sanitizer_memcheck    60   25  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
+#   sanitizer_memcheck    60   24  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
 #                                  (API errors not reported: the tests provoke some on purpose and check each)
-#   sanitizer_racecheck   60  ~30  ... --tool racecheck
-#   sanitizer_synccheck   45  ~20  ... --tool synccheck
-#   ratio_124m            75  ~20  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with
+#   sanitizer_racecheck   90   ~7  ... --tool racecheck, our own kernels (see do_sanitizer; over every kernel when
+#                                  the sanitizer fails internally with the filter: >35 s for test_gpt_cuda)
+#   sanitizer_synccheck   45    4  ... --tool synccheck, our own kernels
+#   ratio_124m            75   14  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with
 #                                  ZeRO-Offload's delayed parameter update: median per-step tokens/s after 2 warm-up
 #                                  steps; PASS when the DPU run reaches 0.9 of all-on-the-GPU
-#   gpt_10b              150 ~120  configs/gpt-10b.json for 10 steps: steps done, tokens/s, peak device memory
+#   gpt_10b              150   91  configs/gpt-10b.json for 10 steps: steps done, tokens/s, peak device memory
+# Seen in all: 237 s of stages (racecheck over every kernel not included); with the start-up and the transfers a
+# full run takes about 5 minutes of the 15 lent.
 # Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as it ends:
 #   STAGE RESULT WALL_s FIGURES      RESULT: PASS, FAIL, SKIP (could not run here: no GPU, no tool) or TIMEOUT
 # (cut off at its bound, or not started because the run's budget was spent), so a run cut off from outside still
@@ -55,7 +58,7 @@ dry=${ZO_GPU_DRY:-0}
 ALL=(build ctest_gpu cuda_vs_host python_cuda nccl_1rank adam_device sanitizer_memcheck sanitizer_racecheck
      sanitizer_synccheck ratio_124m gpt_10b)
 declare -A BOUND=([build]=120 [ctest_gpu]=60 [cuda_vs_host]=90 [python_cuda]=90 [nccl_1rank]=20 [adam_device]=20
-                  [sanitizer_memcheck]=60 [sanitizer_racecheck]=60 [sanitizer_synccheck]=45 [ratio_124m]=75
+                  [sanitizer_memcheck]=60 [sanitizer_racecheck]=90 [sanitizer_synccheck]=45 [ratio_124m]=75
                   [gpt_10b]=150)
 budget=${ZO_GPU_BUDGET_S:-420}
 bd=${ZO_BUILD:-build-gpu}
@@ -229,8 +232,19 @@ do_sanitizer() {
     echo "-- compute-sanitizer --tool $tool ${opts[*]} $cmd"
     local t0=$SECONDS
     eval "set -- $cmd" # the command as ctest gives it, each argument shell-quoted
-    "$cs" --tool "$tool" "${opts[@]}" --error-exitcode 86 --print-limit 20 "$@"
-    local rc=$?
+    "$cs" --tool "$tool" "${opts[@]}" --error-exitcode 86 --print-limit 20 "$@" 2>&1 | tee "$out/sanitizer.tmp"
+    local rc=${PIPESTATUS[0]}
+    # On an H200 (compute-sanitizer 2025.3.1) racecheck with the kernel filter stopped test_gpt_cuda at its first
+    # forward: "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception", then an illegal
+    # address reported at the launch after cuBLAS's first GEMM (which the filter leaves unchecked); memcheck over
+    # every kernel finds nothing there. So such a failure is retried over every kernel, and that verdict counts.
+    if [ $rc -ne 0 ] && [ ${#opts[@]} -gt 0 ] && [ "$tool" != memcheck ] &&
+       grep -q 'Internal Sanitizer Error' "$out/sanitizer.tmp"; then
+      echo "-- the sanitizer failed internally with the kernel filter: again over every kernel"
+      "$cs" --tool "$tool" --error-exitcode 86 --print-limit 20 "$@"
+      rc=$?
+    fi
+    rm -f "$out/sanitizer.tmp"
     echo "-- exit $rc after $((SECONDS - t0)) s"
     case $rc in 0) ;; 77) skipped=$((skipped + 1)) ;; *) bad=$((bad + 1)) ;; esac
   done < <(gpu_test_cmds)

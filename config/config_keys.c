@@ -92,7 +92,9 @@ zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
 }
 
 void cfg_warn_unknown(const parse_ctx *c, const char *path) {
-  if (++*c->n_unknown <= UNKNOWN_NAMED) zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", path);
+  char epath[4 * PATH_CAP]; /* the key is the file's: escaped as cfg_err() does, so no control byte reaches a terminal */
+  if (++*c->n_unknown <= UNKNOWN_NAMED)
+    zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", zo_escape(epath, sizeof epath, path, strlen(path)));
 }
 
 void cfg_warn_unknown_total(const parse_ctx *c) {

@@ -937,6 +937,19 @@ static void test_many_unknown(void) {
   free(js);
 }
 
+/* ---- an unknown key's warning quotes the key escaped, as the errors do (was: raw ESC and BEL bytes) ---- */
+
+static void test_unknown_key_escaped(void) {
+  zo_config_t c;
+  g_nlog = 0;
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"k\\u001b[31mX\\u0007\\u00ff\": 1}", &c), ZO_OK);
+  CHECK_EQ(g_nlog, 1);
+  CHECK_EQ(count_log("config: k\\x1b[31mX\\x07\\xc3\\xbf is not a DeepSpeed or zoffload key; ignored"), 1);
+  for (int i = 0; i < g_nlog && i < MAX_LOG; i++)
+    for (const unsigned char *b = (const unsigned char *)g_log[i]; *b; b++)
+      if (*b < 0x20 || *b > 0x7e) FAIL_AT("warning %d holds the raw byte 0x%02x: %s", i, *b, g_log[i]);
+}
+
 /* ---- zo_offload_device_parse(): the one tier-name parser (config, zo-train, zo-stepbench) ---- */
 
 static void test_offload_device_parse(void) {
@@ -1159,6 +1172,7 @@ int main(int argc, char **argv) {
   test_lr();
   test_boundaries();
   test_many_unknown();
+  test_unknown_key_escaped();
   test_offload_device_parse();
   test_get();
   return zo_test_finish("test_config");

@@ -41,6 +41,17 @@ else
   echo "note: running as root on a file system without chattr +i: unwritable-directory case not exercised"
 fi
 expect "missing config" "$work/none.json" --config "$work/none.json"
+mkdir -p "$work/cfgdir"
+expect "config is a directory" "config '$work/cfgdir' is a directory, not a JSON file" --config "$work/cfgdir"
+# the config is read once: a pipe works (was: "malformed JSON" on the second reading, which found the pipe drained)
+timeout -k 10 60 "$zo" --no-sample --config <(cat "$cfg") --dry-run >"$work/out" 2>"$work/err"
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q 'dry run: the configuration fits' "$work/out"; then
+  echo "FAIL --config <(cat tiny.json): rc=$rc, want 0 and a fitting dry run; stderr:"; cat "$work/err"
+  failures=$((failures + 1))
+else
+  echo "ok   --config <(cat tiny.json): rc 0, $(grep -c . "$work/out") lines, the dry run fits"
+fi
 printf '{\n  "train_batch_size": 8,\n  "optimizer": {"type": "Adam",, }\n}\n' >"$work/bad.json"
 expect "malformed config" "bad.json:3:" --config "$work/bad.json"
 printf '{"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "gpu"}}}\n' >"$work/enum.json"

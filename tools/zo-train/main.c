@@ -763,7 +763,9 @@ int main(int argc, char **argv) {
   int rc = train_opts_parse(argc, argv, &o); /* the command line; --help */
   if (rc >= 0) return rc;
   static train_job j; /* zeroed; static for its size (zo_config_t) */
-  if (plan(&o, &j)) return 1;              /* config, ranks, batch, compute kind: nothing allocated */
+  rc = plan(&o, &j);                       /* config, ranks, batch, compute kind: nothing allocated */
+  train_opts_free(&o);                     /* the config's bytes: parsed into j */
+  if (rc) return 1;
   if (!o.dry_run && open_data(&j)) return 1; /* the corpus (not for a dry run) */
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);

@@ -174,14 +174,24 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   if ((o->assume_host >= 0 || o->assume_nvme >= 0) && !o->dry_run)
     return train_die("%s: plans a machine that is not this one: only with --dry-run%s",
                      o->assume_host >= 0 ? "--assume-host-memory" : "--assume-nvme-free", "");
+  char err[1024]; /* once: a pipe (--config <(...)) has no second reading */
+  if (train_config_read(o->config_path, &o->config_text, &o->config_len, err, sizeof err))
+    return train_die("%s%s", err, "");
   return -1;
+}
+
+void train_opts_free(train_opts *o) {
+  if (!o) return;
+  free(o->config_text);
+  o->config_text = NULL, o->config_len = 0;
 }
 
 /* zo-train's own blocks first, so the DeepSpeed part's "auto" values can come from them. */
 int train_opts_settings(const train_opts *o, train_settings *ts) {
   char err[1024];
   train_settings_defaults(ts);
-  if (train_settings_load(o->config_path, ts, err, sizeof err)) return train_die("%s%s", err, "");
+  if (train_settings_load(o->config_path, o->config_text, o->config_len, ts, err, sizeof err))
+    return train_die("%s%s", err, "");
   if (gpt_config_check(&ts->model, err, sizeof err)) return train_die("%s: %s", o->config_path, err);
   if (o->data_override) snprintf(ts->data_path, sizeof ts->data_path, "%s", o->data_override);
   if (o->steps_override > 0) ts->steps = o->steps_override;
@@ -240,7 +250,7 @@ int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_con
   /* the values filled in for "auto" are info lines: shown here unless ZO_LOG_LEVEL says otherwise */
   const int own_log = getenv("ZO_LOG_LEVEL") == NULL;
   if (own_log) zo_log_set_handler(config_log, NULL, ZO_LOG_INFO);
-  const zo_status cst = zo_config_load_file(o->config_path, &copts, cfg);
+  const zo_status cst = zo_config_parse(o->config_text, o->config_len, o->config_path, &copts, cfg);
   if (own_log) zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
   if (cst != ZO_OK) return train_die("%s%s", zo_last_error(), "");
   if (o->seed_override >= 0) ts->seed = (uint64_t)o->seed_override;

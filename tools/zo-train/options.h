@@ -22,25 +22,32 @@ typedef struct train_opts {
   int64_t save_every, keep_last, micro_batch, grad_accum;
   int64_t assume_host, assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
                                      * each nvme_path's free bytes, in bytes; -1: this machine's */
+  char *config_text;  /* config_path's bytes, read once by train_opts_parse() (NUL-terminated; train_opts_free) */
+  size_t config_len;  /* bytes of config_text */
 } train_opts;
 
 /*
  * train_opts_parse() - the command line into @o, with the checks that need no
  * config (the --export-dtype value, --resume latest and --save-every without
- * --save). Returns -1 to go on, else the exit status: 0 after --help, 2 for a
- * bad option or value, 1 for a failed check (message printed).
+ * --save), then the config file's bytes into o->config_text, read once (both
+ * parsers below take them from there). Returns -1 to go on, else the exit
+ * status: 0 after --help, 2 for a bad option or value, 1 for a failed check
+ * or a config that cannot be read (message printed).
  */
 int train_opts_parse(int argc, char **argv, train_opts *o);
 
+/* train_opts_free() - what train_opts_parse() allocated (the config's bytes); @o may be NULL. */
+void train_opts_free(train_opts *o);
+
 /*
  * train_opts_settings() - zo-train's own config blocks (model, data, train)
- * from o->config_path into @ts, then --data and --steps. Returns 0, or 1
+ * from o->config_text into @ts, then --data and --steps. Returns 0, or 1
  * after printing the error.
  */
 int train_opts_settings(const train_opts *o, train_settings *ts);
 
 /*
- * train_opts_config() - the DeepSpeed-style config from o->config_path into
+ * train_opts_config() - the DeepSpeed-style config from o->config_text into
  * @cfg for @world ranks ("auto" values filled in from @ts and --micro-batch /
  * --grad-accum, each printed), then the overrides: --seed and
  * --activation-checkpointing (into @ts), --offload-optimizer, --offload-param,

@@ -3,9 +3,14 @@
  * jansson. Unknown keys inside these blocks are errors (they are ours, so a
  * typo should not train the wrong model silently).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -124,15 +129,59 @@ static json_t *get_block(ctx *c, json_t *root, const char *name, int *rc) {
   return json_is_object(b) ? b : NULL;
 }
 
-int train_settings_load(const char *path, train_settings *ts, char *err, size_t errlen) {
+int train_config_read(const char *path, char **text, size_t *len, char *err, size_t errlen) {
+  *text = NULL, *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* open(O_RDONLY) of a directory succeeds; read() fails */
+    snprintf(err, errlen, "config '%s' is a directory, not a JSON file", path);
+    close(fd);
+    return -1;
+  }
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (cap - n < 2) { /* room for a byte and the NUL */
+      size_t ncap = cap ? cap * 2 : 65536;
+      char *nb = realloc(buf, ncap);
+      if (!nb) {
+        snprintf(err, errlen, "cannot read config '%s': out of host memory at %zu bytes", path, n);
+        goto fail;
+      }
+      buf = nb, cap = ncap;
+    }
+    ssize_t r = read(fd, buf + n, cap - n - 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      snprintf(err, errlen, "cannot read config '%s' at byte %zu: %s", path, n, strerror(errno));
+      goto fail;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = 0;
+  *text = buf, *len = n;
+  return 0;
+fail:
+  free(buf);
+  close(fd);
+  return -1;
+}
+
+int train_settings_load(const char *path, const char *text, size_t len, train_settings *ts, char *err,
+                        size_t errlen) {
   ctx c = {path, err, errlen};
   json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
+  json_t *root = json_loadb(text, len, 0, &je);
   char eb[256];
   if (!root) {
-    if (je.line < 1) snprintf(err, errlen, "cannot read config '%s': %s", path, je.text);
-    else snprintf(err, errlen, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column,
-                  zo_escape(eb, sizeof eb, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
+    snprintf(err, errlen, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column,
+             zo_escape(eb, sizeof eb, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
     return -1;
   }
   int rc = -1;

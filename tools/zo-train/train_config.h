@@ -1,7 +1,7 @@
 /*
  * train_config.h - zo-train's own config blocks ("model", "data", "train"),
- * read from the same JSON file as the DeepSpeed-style engine config.
- * The engine's keys are read by zo_config_load_file(), not here.
+ * read from the same JSON text as the DeepSpeed-style engine config.
+ * The engine's keys are read by zo_config_parse(), not here.
  */
 #ifndef ZO_TRAIN_CONFIG_H
 #define ZO_TRAIN_CONFIG_H
@@ -36,11 +36,22 @@ extern const char *const train_app_blocks[];
 void train_settings_defaults(train_settings *ts);
 
 /*
- * train_settings_load() - read the "model", "data" and "train" blocks of the
- * JSON file at @path over the defaults already in @ts. Returns 0, or -1 with
- * a one-line message in @err naming the file and the JSON path (or line and
- * column when the JSON is malformed).
+ * train_config_read() - the whole config file at @path into *@text (malloc'd,
+ * *@len bytes and a NUL after them; the caller frees it). Read once, so that
+ * both parsers see the same bytes and a pipe (--config <(...)) works.
+ * Returns 0, or -1 with a one-line message in @err naming @path (cannot be
+ * opened or read, or a directory).
  */
-int train_settings_load(const char *path, train_settings *ts, char *err, size_t errlen);
+int train_config_read(const char *path, char **text, size_t *len, char *err, size_t errlen);
+
+/*
+ * train_settings_load() - read the "model", "data" and "train" blocks of the
+ * JSON text @text (@len bytes, the file @path's, named in messages) over the
+ * defaults already in @ts. Returns 0, or -1 with a one-line message in @err
+ * naming the file and the JSON path (or line and column when the JSON is
+ * malformed).
+ */
+int train_settings_load(const char *path, const char *text, size_t len, train_settings *ts, char *err,
+                        size_t errlen);
 
 #endif

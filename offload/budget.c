@@ -46,24 +46,33 @@ static size_t mem_available(void) {
   return kb == SIZE_MAX ? SIZE_MAX : kb * 1024;
 }
 
-/* MemTotal of /proc/meminfo, bytes; SIZE_MAX when unreadable. ZO_TEST_MEMTOTAL (bytes), when set, stands in for
- * it, so tests can size the pinned rule against a machine of any size (zoffload/budget.h). */
-static size_t mem_total(void) {
+/* MemTotal of /proc/meminfo into *@out, bytes; SIZE_MAX when unreadable. ZO_TEST_MEMTOTAL (bytes), when set and
+ * not empty, stands in for it, so tests can size the pinned rule against a machine of any size (zoffload/budget.h):
+ * decimal digits only, in [1, SIZE_MAX - 1], else ZO_ERR_INVALID_ARG naming it (strtoull alone took "-1" as
+ * SIZE_MAX, "no limit", and ignored "1e9" or "64G" without a word). */
+static zo_status mem_total(size_t *out) {
   const char *t = getenv("ZO_TEST_MEMTOTAL");
   if (t && *t) {
-    char *end;
+    char *end, et[64];
     errno = 0;
-    unsigned long long v = strtoull(t, &end, 10);
-    if (!errno && end != t && !*end && v > 0 && v <= SIZE_MAX) return (size_t)v;
+    unsigned long long v = t[0] >= '0' && t[0] <= '9' ? strtoull(t, &end, 10) : 0; /* no sign, no blank */
+    if (t[0] < '0' || t[0] > '9' || errno || *end || v == 0 || v >= SIZE_MAX)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "budget: environment variable ZO_TEST_MEMTOTAL='%s': expected a byte "
+                          "count in [1, %zu] (it stands in for MemTotal; unset it to use /proc/meminfo)",
+                          zo_escape(et, sizeof et, t, strlen(t)), SIZE_MAX - 1);
+    *out = (size_t)v;
+    return ZO_OK;
   }
+  *out = SIZE_MAX;
   FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return SIZE_MAX;
+  if (!f) return ZO_OK;
   char line[256];
   size_t kb = SIZE_MAX;
   while (fgets(line, sizeof line, f))
     if (sscanf(line, "MemTotal: %zu kB", &kb) == 1) break;
   fclose(f);
-  return kb == SIZE_MAX || kb > SIZE_MAX / 1024 ? SIZE_MAX : kb * 1024;
+  *out = kb == SIZE_MAX || kb > SIZE_MAX / 1024 ? SIZE_MAX : kb * 1024;
+  return ZO_OK;
 }
 
 static int read_u64_file(const char *path, uint64_t *v) {
@@ -298,15 +307,16 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
 /* Pinned line: refused over zoffload.pinned_fraction of MemTotal (page-locked memory cannot be reclaimed: the OS,
  * the driver, a data loader and the page cache need the rest); over RLIMIT_MEMLOCK below that, a warning (the pool
  * falls back to pageable memory). */
-static void budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
+static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
   char a[32], b2[32];
+  size_t total = SIZE_MAX;
+  ZO_CHECK(mem_total(&total));
   zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
   lp->engine_bytes = p->pinned_bytes;
   lp->app_bytes = app[ZO_TIER_PINNED];
   lp->need = add_sat(p->pinned_bytes, app[ZO_TIER_PINNED]);
   double frac = e->cfg.zoffload.pinned_fraction;
   if (!(frac > 0 && frac <= 1)) frac = ZO_CONFIG_PINNED_FRACTION; /* a config not from zo_config_defaults() */
-  const size_t total = mem_total();
   const size_t cap = total == SIZE_MAX ? SIZE_MAX : (size_t)((double)total * frac);
   const size_t memlock = memlock_limit();
   lp->available = cap < memlock ? cap : memlock;
@@ -334,6 +344,7 @@ static void budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t a
              "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
              "zero_optimization.offload_optimizer.pin_memory to false", (lp->need + 1023) / 1024);
   }
+  return ZO_OK;
 }
 
 /* NVMe lines, one per file system (both nvme_paths on one file system share a line), against statvfs f_bavail. */
@@ -376,7 +387,7 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
   zo_budget_line *ld;
   ZO_CHECK(budget_device(e, p, app, out, &ld));
   budget_host(e, p, app, out, ld);
-  budget_pinned(e, p, app, out);
+  ZO_CHECK(budget_pinned(e, p, app, out));
   budget_nvme(&e->cfg, p, out);
   for (int i = 0; i < out->n_lines; i++) out->fits &= out->line[i].fits;
   return ZO_OK;

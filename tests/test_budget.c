@@ -127,6 +127,24 @@ int main(int argc, char **argv) {
   setenv("ZO_TEST_MEMTOTAL", "1073741824", 1);
   CHECK_OK(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg));
   CHECK(line(&b, ZO_TIER_PINNED) && line(&b, ZO_TIER_PINNED)->fits);
+
+  /* a ZO_TEST_MEMTOTAL that is not a byte count in [1, SIZE_MAX - 1] is refused naming it (was: "-1" read as
+   * SIZE_MAX, so the 2e7 pinned elements "fit" any fraction of an unlimited machine; "1e9" silently ignored) */
+  cfg.zoffload.pinned_fraction = 0.85;
+  static const char *const bad[] = {"-1", "1e9", "64G", " 5", "+5", "0", "18446744073709551615",
+                                    "99999999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("ZO_TEST_MEMTOTAL", bad[i], 1);
+    char want[64];
+    snprintf(want, sizeof want, "ZO_TEST_MEMTOTAL='%s'", bad[i]);
+    CHECK_ST(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg), ZO_ERR_INVALID_USAGE); /* a setup failure */
+    CHECK_HAS(msg, want);
+    CHECK_HAS(msg, "expected a byte count in [1, ");
+  }
+  printf("ZO_TEST_MEMTOTAL=-1: %s\n", (setenv("ZO_TEST_MEMTOTAL", "-1", 1), budget_of(&cfg, 20000000, 0, &b, msg,
+                                                                                     sizeof msg), msg));
+  setenv("ZO_TEST_MEMTOTAL", "", 1); /* empty: as unset, /proc/meminfo */
+  CHECK_OK(budget_of(&cfg, 1000, 0, &b, msg, sizeof msg));
   unsetenv("ZO_TEST_MEMTOTAL");
   return zo_test_finish("test_budget");
 }

@@ -24,8 +24,9 @@
  *           smaller sub_group_size or buffer_count, or the fraction). Under
  *           the fraction but over RLIMIT_MEMLOCK the pool falls back to
  *           pageable memory (slower copies), so that only warns. For tests,
- *           the environment variable ZO_TEST_MEMTOTAL (bytes) stands in for
- *           MemTotal;
+ *           the environment variable ZO_TEST_MEMTOTAL (bytes, decimal
+ *           digits, 1 to SIZE_MAX - 1; any other value is
+ *           ZO_ERR_INVALID_ARG naming it) stands in for MemTotal;
  *   nvme    statvfs(f_bavail * f_frsize) of each distinct nvme_path (one line
  *           when optimizer state and parameters share a file system).
  * Engine bytes are the memory plan's (zoffload/plan.h), which
@@ -93,7 +94,8 @@ typedef struct zo_budget {
  * Returns ZO_OK (whether or not it fits), ZO_ERR_INVALID_ARG (NULL @e or
  * @out), ZO_ERR_INVALID_USAGE (after finalize, or no tensor registered),
  * ZO_ERR_CONFIG (the plan's sub_group_size refusal, see zo_engine_plan()),
- * ZO_ERR_OUT_OF_MEMORY (the plan's small tables).
+ * ZO_ERR_OUT_OF_MEMORY (the plan's small tables), ZO_ERR_INVALID_ARG (a
+ * ZO_TEST_MEMTOTAL that is not a byte count, see "pinned" above).
  */
 ZO_API zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out);
 

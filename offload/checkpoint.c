@@ -832,6 +832,17 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
   if (!json_is_integer(ws) || json_integer_value(ws) != e->world)
     return bad(c, "world_size: saved with %lld ranks, this engine has %d",
                json_is_integer(ws) ? (long long)json_integer_value(ws) : -1LL, e->world);
+  /* The precision before the loss scaler's fields: fp16's dynamic scale is state of fp16 alone, so a resume that
+   * switches to or from fp16 is refused naming both (was: "loss_scaler.hysteresis: 0, expected 1.." for bf16 to
+   * fp16, and fp16 to bf16 trained on with fp16's scale). bf16 and fp32 have no scaler: either resumes as the other. */
+  const char *wd = json_string_value(json_object_get(m, "working_dtype")), *ewd = zo_dtype_name(e->wdtype);
+  if (!c->o->weights_only && wd && strcmp(wd, ewd) && (e->wdtype == ZO_DTYPE_F16 || !strcmp(wd, "fp16"))) {
+    const char *key = e->wdtype == ZO_DTYPE_F16 ? "fp16.enabled" : e->wdtype == ZO_DTYPE_BF16 ? "bf16.enabled"
+                                                                                              : "no fp16 or bf16";
+    return zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s' was written with %s, the config asks for %s (%s): fp16's loss "
+                        "scaler does not carry over to or from another precision; resume with %s, or load the master "
+                        "weights only (zo_load_opts.weights_only, DeepSpeed's load_optimizer_states=False)", c->dir, esc(e1, wd), ewd, key, e1);
+  }
   const char *sd = json_string_value(json_object_get(m, "state_dtype"));
   if (!c->o->weights_only && (!sd || strcmp(sd, zo_dtype_name(e->sdtype))))
     return bad(c, "state_dtype: saved as %s, this engine keeps %s (zoffload.optimizer_state_dtype)", esc(e1, sd),

@@ -4,6 +4,7 @@
 # --resume with a non-zero exit, naming the file and the field:
 #   - manifest step 2^63-1, app_state.step 2^62, app_state.step 2 beside an engine step 3, an fp16 loss
 #     scale of 0, -1 or 1e38, a tensor's numel changed (the message prints the registered count);
+#   - a bf16 checkpoint under an fp16 config and the reverse (the message names both precisions);
 #   - a FIFO in place of the shard file, the manifest or `latest` (refused at once, never a hang);
 #   - `latest` of random bytes: the message shows them escaped (\xNN), never a raw control byte; so does
 #     a config whose value holds an ESC, or whose bytes are not JSON;
@@ -56,6 +57,12 @@ for v in 0 -1 1e38; do
   refused "loss-scale-$v" "$d" "$work/fp16.json" "$d/$m" "loss_scaler.loss_scale"
 done
 refused past-steps "$work/bf" "$cfg" "step 3, past --steps 2"
+# a switch to or from fp16 names both precisions before any loss scaler field (was: "loss_scaler.hysteresis: 0")
+refused bf16-to-fp16 "$work/bf" "$work/fp16.json" \
+  "checkpoint '$work/bf/step-000000000003' was written with bf16, the config asks for fp16 (fp16.enabled)"
+grep -q hysteresis "$work/bf16-to-fp16.out" && fail "bf16-to-fp16: the message is about the loss scaler's fields"
+refused fp16-to-bf16 "$work/fp" "$cfg" \
+  "checkpoint '$work/fp/step-000000000003' was written with fp16, the config asks for bf16 (bf16.enabled)"
 d=$(fresh bf c4); edit "$d/$m" 'm["tensors"][0]["numel"] += 1'
 refused numel "$d" "$cfg" "$d/$m" "registered with " " elements"
 grep -q "registered with  elements" "$work/numel.out" && fail "numel: an empty number in the message"

@@ -106,7 +106,8 @@ ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_
 /*
  * zo_engine_load() - restore a checkpoint written by zo_engine_save() into
  * an engine with the same tensors (names, element counts) and state dtype,
- * any tier layout (a checkpoint taken with state on nvme loads onto cpu and
+ * and the same working dtype where either is fp16 (its loss scaler's state
+ * belongs to fp16; bf16 and fp32 load as each other), any tier layout (a checkpoint taken with state on nvme loads onto cpu and
  * the reverse). @path: a checkpoint directory, or a root whose `latest`
  * names one. Call after zo_engine_finalize() and before the first
  * zo_engine_grad_ready() of a step (it replaces zo_engine_load_param()).
@@ -129,7 +130,8 @@ ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_
  * mid-step); ZO_ERR_IO (missing or unreadable file, or not a regular file,
  * named); ZO_ERR_CONFIG (manifest malformed, a field out of range, or
  * tensors/dtypes/world size that do not match this engine: the manifest's
- * path and the first field named); ZO_ERR_CORRUPT (CRC32C mismatch: file,
+ * path and the first field named; a switch to or from fp16 names the
+ * checkpoint directory and both precisions, before the loss scaler's fields); ZO_ERR_CORRUPT (CRC32C mismatch: file,
  * tensor, kind of state, byte offset and length named; a byte range past the
  * end of the shard file; `latest` not naming a directory).
  */

@@ -5,7 +5,8 @@
 # export byte-identical weights (safetensors, fp32); with parameter offload under a device
 # limit below the model. Also: a checkpoint taken with the state on nvme resumes with it on
 # cpu (the format does not depend on the tier), the app state names a wrong model, and a
-# flipped byte in a shard file is reported naming the file and the tensor. Exit 0 pass, 1 fail.
+# flipped byte in a shard file is reported naming the file and the tensor; --seed on resume warns that it is not
+# used. Exit 0 pass, 1 fail.
 set -u
 zo=$1 cfg=$2 corpus=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-resume.XXXXXX")
@@ -50,6 +51,15 @@ run cross "${t[@]}" --offload-optimizer cpu --offload-param none --device-memory
     --resume "$work/pnone-onvme-ckpt/step-000000000010" --export-safetensors "$work/cross.st"
 cmp -s "$work/cross.st" "$work/pnone-ocpu-straight.st" || fail "nvme checkpoint resumed on cpu: weights differ"
 echo "ok   a checkpoint of nvme state resumed with the state on cpu: same weights"
+
+# --seed on resume is not used (the checkpoint's seed and RNG state are): a warning names the flag, the weights are
+# the straight run's (was: silently ignored).
+run seed --offload-optimizer cpu --offload-param none --device-memory-limit 0 --steps 20 \
+    --resume "$work/pnone-ocpu-ckpt/step-000000000010" --seed 7 --export-safetensors "$work/seed.st"
+grep -q "warning: --resume: --seed 7 is not used: the run continues the checkpoint's (seed 1337)" "$work/seed.out" \
+  || { cat "$work/seed.out"; fail "--seed on resume: no warning naming it"; }
+cmp -s "$work/seed.st" "$work/pnone-ocpu-straight.st" || fail "--seed on resume: weights differ from the straight run's"
+echo "ok   --seed 7 on resume: $(grep -o 'warning: .*(seed 1337)' "$work/seed.out"); same weights"
 
 # The wrong model is refused by name; so is a flipped byte, naming the file and the tensor.
 ck="$work/pnone-ocpu-ckpt"

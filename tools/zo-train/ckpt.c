@@ -101,6 +101,7 @@ int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model,
   pos->step = step;
   pos->skipped = skipped;
   pos->rng = strtoull(rng, NULL, 16);
+  pos->seed = strtoull(sd, NULL, 16);
   json_decref(app);
   return 0;
 }

@@ -18,6 +18,7 @@ typedef struct train_position {
   int64_t step;    /* optimizer steps done (including skipped ones) */
   uint64_t rng;    /* splitmix64 state of the training batch sampler after that step */
   int64_t skipped; /* fp16 overflow steps so far */
+  uint64_t seed;   /* train.seed (or --seed) of the run that saved it: set by train_ckpt_load() */
 } train_position;
 
 /*

@@ -507,6 +507,17 @@ static int resume_from(const train_opts *o, train_job *j) {
             (long long)j->pos.step, (long long)j->ts.steps);
     return 1;
   }
+  /* The run continues the checkpoint's: its weights and batch RNG state, and from here its seed (sampling, the seed
+   * recorded in later checkpoints). A seed asked for here is not used: say so, naming where it came from. */
+  if (j->pos.seed != j->ts.seed && j->rank == 0) {
+    char asked[64];
+    if (o->seed_override >= 0) snprintf(asked, sizeof asked, "--seed %lld", (long long)o->seed_override);
+    else snprintf(asked, sizeof asked, "train.seed %llu", (unsigned long long)j->ts.seed);
+    fprintf(stderr, "zo-train: warning: --resume: %s is not used: the run continues the checkpoint's (seed %llu): its "
+            "weights, batch order (RNG state) and sampling; start without --resume for a new seed\n", asked,
+            (unsigned long long)j->pos.seed);
+  }
+  j->ts.seed = j->pos.seed;
   printf("zo-train: resumed from %s at step %lld\n", from, (long long)j->pos.step);
   return 0;
 }

@@ -6,7 +6,7 @@
 # limit below the model. Also: a checkpoint taken with the state on nvme resumes with it on
 # cpu (the format does not depend on the tier), the app state names a wrong model, and a
 # flipped byte in a shard file is reported naming the file and the tensor; --seed on resume warns that it is not
-# used. Exit 0 pass, 1 fail.
+# used; a resume at the last step reports the checkpoint's val loss (no nan). Exit 0 pass, 1 fail.
 set -u
 zo=$1 cfg=$2 corpus=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-resume.XXXXXX")
@@ -60,6 +60,16 @@ grep -q "warning: --resume: --seed 7 is not used: the run continues the checkpoi
   || { cat "$work/seed.out"; fail "--seed on resume: no warning naming it"; }
 cmp -s "$work/seed.st" "$work/pnone-ocpu-straight.st" || fail "--seed on resume: weights differ from the straight run's"
 echo "ok   --seed 7 on resume: $(grep -o 'warning: .*(seed 1337)' "$work/seed.out"); same weights"
+
+# Resumed at the last step (checkpoint step == --steps): nothing to train, the checkpoint's val loss reported, exit 0
+# (was: "0 steps ... train loss nan | val loss 5.xxxx -> nan").
+run final --offload-optimizer cpu --offload-param none --device-memory-limit 0 --steps 20 \
+    --resume "$work/pnone-ocpu-ckpt"
+val=$(grep -o '"step":20,[^}]*"val_loss":[^,}]*' "$work/pnone-ocpu-straight.jsonl" | sed 's/.*"val_loss"://')
+want=$(printf 'no steps trained (resumed at step 20, which is --steps) | val loss %.4f (the checkpoint' "$val")
+grep -qF "$want" "$work/final.out" || { cat "$work/final.out"; fail "resumed at the last step: no '$want'"; }
+grep -qi nan "$work/final.out" && { cat "$work/final.out"; fail "resumed at the last step: nan in the output"; }
+echo "ok   resumed at the last step: $(grep 'done:' "$work/final.out")"
 
 # The wrong model is refused by name; so is a flipped byte, naming the file and the tensor.
 ck="$work/pnone-ocpu-ckpt"

@@ -692,10 +692,17 @@ static int finish(const train_opts *o, train_job *j, const train_progress *p) {
 static int report(const train_job *j, const train_progress *p) {
   const int64_t step = p->step;
   double wall = zo_clock_s() - p->t_start;
+  if (step - 1 <= j->pos.step) { /* no step ran: no train loss, and the val loss is the one of the start */
+    char why[96] = "";
+    if (j->pos.step >= j->ts.steps)
+      snprintf(why, sizeof why, " (resumed at step %lld, which is --steps)", (long long)j->pos.step);
+    printf("zo-train: done: no steps trained%s | val loss %.4f (%s weights) | skipped steps %lld\n", why,
+           p->first_val, j->pos.step ? "the checkpoint's" : "the initial", (long long)p->skipped);
+    return 0;
+  }
   printf("zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
          (long long)(step - 1 - j->pos.step), wall, j->pos.step ? " (after the resumed ones)" : "", p->last_loss,
          p->first_val, p->last_val, (long long)p->skipped);
-  if (step - 1 <= j->pos.step) return 0;
   /* where a step's time went, and how much of the offload work was hidden */
   const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
   const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;

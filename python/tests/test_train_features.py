@@ -241,3 +241,36 @@ def test_export_safetensors(tmp_path):
             engine2.export_safetensors(tmp_path / "x", torch.float16)
         finally:
             engine2.close()
+
+
+def test_step_without_backward_raises():
+    """engine.step() with no engine.backward() (and no .grad made outside it) since the last step() raises naming
+    both calls, and changes nothing (was: silent; a step with no gradients). A .grad from loss.backward() still
+    steps; with gradient accumulation each micro-step's step() needs its own backward()."""
+    def make(gas=1):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        c = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": gas,
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+             "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+        engine, _, _, _ = zoffload.initialize(model=model, config=c)
+        return engine, model
+
+    x, y = torch.randn(2, 4), torch.randn(2, 2)
+    engine, model = make()
+    w0 = model.weight.detach().clone()
+    with pytest.raises(RuntimeError, match=r"engine\.step\(\) without engine\.backward\(loss\)"):
+        engine.step()
+    assert torch.equal(model.weight.detach(), w0) and engine.global_steps == 0
+    engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+    assert engine.step() is not None
+    with pytest.raises(RuntimeError, match=r"without engine\.backward"):
+        engine.step()  # a second step() for one backward()
+    torch.nn.functional.mse_loss(engine(x), y).backward()  # .grad made outside engine.backward(): steps
+    assert engine.step() is not None and engine.global_steps == 2
+
+    engine, _ = make(gas=2)
+    engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+    assert engine.step() is None  # micro-step 1 of 2
+    with pytest.raises(RuntimeError, match=r"without engine\.backward"):
+        engine.step()

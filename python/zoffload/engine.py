@@ -204,6 +204,7 @@ class Engine(DeepSpeedEngineAPI):
         # torch's post-accumulate-grad hook (torch >= 2.1), else a hook on each parameter's AccumulateGrad node
         # (what DeepSpeed does on older torch).
         self._in_backward = False  # inside engine.backward(): the hooks hand gradients over
+        self._backward_seen = False  # a backward() since the last step() (step() without one and no .grad raises)
         self._boundary = False
         self._handed = [False] * len(self.params)  # zo_engine_grad_ready() made in this optimizer step
         self.hooks = []
@@ -268,6 +269,7 @@ class Engine(DeepSpeedEngineAPI):
         gradient goes to the engine as soon as backward has accumulated it (zo_engine_grad_accumulate, or
         zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
         after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse."""
+        self._backward_seen = True
         self._boundary = self.is_gradient_accumulation_boundary()
         if self._boundary:
             self._sync_lr()  # updates may start as the gradients land
@@ -359,7 +361,12 @@ class Engine(DeepSpeedEngineAPI):
         """Call after every backward(). At an accumulation boundary: the gradients backward did not hand over to
         the engine (zeros for a parameter without one; a .grad made outside backward()), the optimizer step (clipping, loss scaling, the schedule: all the engine's),
         the new working weights into the model's parameters, gradients cleared. Returns the step's
-        zo_step_info as a dict, or None between boundaries."""
+        zo_step_info as a dict, or None between boundaries. RuntimeError when neither backward() nor a .grad
+        made outside it came since the last step() (DeepSpeed steps on regardless: with nothing to apply, a bug)."""
+        if not self._backward_seen and all(p.grad is None for _, p in self.params):
+            raise RuntimeError("zoffload: engine.step() without engine.backward(loss) since the last step(): no "
+                               "gradient to apply; call engine.backward(loss) before each step()")
+        self._backward_seen = False
         if not self.is_gradient_accumulation_boundary():
             self.micro_steps += 1
             return None

@@ -181,7 +181,7 @@ def test_string_tag_checkpoint_resumes_exactly(tmp_path, stage):
     keep = torch.arange(5.0)
     assert e1.save_checkpoint(tmp_path, tag="global_step3", client_state={"t": keep, "epoch": 1}) is True
     assert (tmp_path / "latest").read_text() == "global_step3\n"
-    # the default tag is global_step3 again: that checkpoint is replaced, client_state.pt with it
+    # the default tag is global_step3 again: that checkpoint is replaced, client_state.safetensors with it
     assert e1.save_checkpoint(tmp_path, client_state={"t": keep, "epoch": 1}, save_latest=False) is True
     rest = run(e1, 3, 3)
     e1.save_checkpoint(tmp_path, tag="other", save_latest=False)
@@ -269,7 +269,7 @@ def test_ds_style_example_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]
     assert [ln.split()[1] for ln in lines] == ["1", "2", "3", "4"], r.stdout
-    assert "eval step 2" in r.stdout and (save / "global_step4" / "client_state.pt").is_file()
+    assert "eval step 2" in r.stdout and (save / "global_step4" / "client_state.safetensors").is_file()
     r = subprocess.run([sys.executable, script, "--deepspeed", "--deepspeed_config", str(save / "ds_config.json"),
                         "--steps", "6", "--load_dir", str(save)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -27,11 +27,13 @@ _TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}  
 
 class _CudaMemory:
     """An engine allocation shown to torch through the CUDA array interface (version 2: no stream, the caller
-    orders). torch keeps this object alive as long as the tensor made from it; the memory stays the engine's."""
+    orders). torch keeps this object alive as long as the tensor made from it, and it keeps @owner (the engine's
+    memory token, engine._Memory) alive: the memory stays the engine's until no such tensor is left."""
 
-    def __init__(self, ptr, numel, typestr):
+    def __init__(self, ptr, numel, typestr, owner=None):
         self.__cuda_array_interface__ = {"shape": (numel,), "typestr": typestr, "data": (ptr, False),
                                          "strides": None, "version": 2}
+        self.owner = owner
 
 
 class HostPlacement:
@@ -48,10 +50,13 @@ class HostPlacement:
         # parameters are the working weights themselves
         return torch.float32 if self.compute == torch.float32 else working
 
-    def view(self, ptr, numel, dtype):
-        """A tensor over @numel elements of @dtype at engine address @ptr (no copy)."""
+    def view(self, ptr, numel, dtype, owner=None):
+        """A tensor over @numel elements of @dtype at engine address @ptr (no copy). Every tensor sharing its
+        storage keeps @owner (the engine's memory token) alive."""
         nbytes = numel * torch.tensor([], dtype=dtype).element_size()
-        return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
+        buf = (ctypes.c_char * nbytes).from_address(ptr)
+        buf.owner = owner  # torch.frombuffer keeps buf as long as the storage
+        return torch.frombuffer(buf, dtype=dtype)
 
     def bind(self, lib, dev, eng):
         """Tell the engine where compute runs: on the host backend compute is synchronous with the caller."""
@@ -86,8 +91,8 @@ class CudaPlacement:
     def param_dtype(self, working):
         return working
 
-    def view(self, ptr, numel, dtype):
-        t = torch.as_tensor(_CudaMemory(ptr, numel, _TYPESTR[dtype]), device=self.device)
+    def view(self, ptr, numel, dtype, owner=None):
+        t = torch.as_tensor(_CudaMemory(ptr, numel, _TYPESTR[dtype], owner), device=self.device)
         return t.view(dtype) if t.dtype != dtype else t
 
     def bind(self, lib, dev, eng):

@@ -1,24 +1,31 @@
 """DeepSpeed's API over zoffload's engine: deepspeed.initialize()'s arguments and 4-tuple, add_config_arguments, a
 client optimizer's hyper-parameters taken as the engine's, a client lr scheduler honoured, the engine's DeepSpeed
-methods (train/eval, counters, checkpoints by string tag with torch-saved client_state, save_16bit_model). Not the
-engine itself (engine.py, stage3.py) nor the offline converter (zero_to_fp32.py).
+methods (train/eval, counters, checkpoints by string tag with client_state stored without pickle, save_16bit_model).
+Not the engine itself (engine.py, stage3.py) nor the offline converter (zero_to_fp32.py).
 
     import zoffload as deepspeed
     engine, optimizer, loader, scheduler = deepspeed.initialize(args=args, model=model,
                                                                 model_parameters=model.parameters(),
                                                                 training_data=dataset)
 """
+import copy
 import ctypes
 import json
+import math
 import os
 import re
 import warnings
 
 import torch
 
-from . import _lib
+from . import _ckpt, _lib
+from ._ckpt import CheckpointError
 
-CLIENT_STATE_FILE = "client_state.pt"  # beside the C engine's manifest.json and rankNNNNN.bin, written by rank 0
+# beside the C engine's manifest.json and rankNNNNN.bin, written by rank 0 (_ckpt.py: the format)
+CLIENT_STATE_FILE = _ckpt.CLIENT_STATE_FILE
+LEGACY_CLIENT_STATE_FILE = _ckpt.LEGACY_CLIENT_STATE_FILE  # older checkpoints' pickle (torch.save)
+_CONVERT_HINT = ("A checkpoint you made yourself with an older zoffload can be converted once (this runs the pickle): "
+                 "zoffload.ds_api.convert_legacy_client_state(checkpoint_dir).")
 
 
 def add_config_arguments(parser):
@@ -298,38 +305,46 @@ class DeepSpeedEngineAPI:
     def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True):  # noqa: B006 (DeepSpeed's)
         """DeepSpeed's save_checkpoint: the checkpoint SAVE_DIR/TAG (default "global_step<global_steps>"), crash-safe
         (zo_engine_save with the name TAG: master weights, Adam state on its tier, step, loss scaler, this engine's
-        counters), @client_state (anything torch.save takes, tensors included) with the lr scheduler's and the
-        optimizer's settings in TAG/client_state.pt (rank 0), then SAVE_DIR/latest naming TAG when @save_latest.
-        Several ranks: a collective call with the same arguments. Returns True."""
+        counters), @client_state with the lr scheduler's and the optimizer's settings in TAG/client_state.safetensors
+        (rank 0; no pickle: tensors and numpy arrays in the safetensors data, the rest JSON in its header, so
+        @client_state holds None, bool, int, float, str, bytes, lists, tuples, dicts, tensors and numpy arrays:
+        TypeError naming the entry of anything else, before anything is written), then SAVE_DIR/latest naming TAG
+        when @save_latest. Several ranks: a collective call with the same arguments. Returns True."""
         tag = "global_step%d" % self.global_steps if tag is None else str(tag)
+        extra = {"client_state": client_state,
+                 "lr_scheduler": (self.lr_scheduler.state_dict() if self.lr_scheduler is not None
+                                  and hasattr(self.lr_scheduler, "state_dict") else None),
+                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                 "lr_client": self._lr_client}
+        blob = _ckpt.client_state_bytes(extra)  # every rank: one refuses what they all refuse, before the collective
         app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
                           "applied_steps": self.applied_steps})
         opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(), no_latest=1)
         out = ctypes.create_string_buffer(4096)
-        # A checkpoint of the same tag is replaced (as DeepSpeed does): its client_state.pt, which zo_engine_save
-        # does not know, waits beside it and is removed once the new one is in place, put back if the save fails.
-        old = os.path.join(str(save_dir), str(tag), CLIENT_STATE_FILE)
-        aside = os.path.join(str(save_dir), ".%s.%s.old" % (tag, CLIENT_STATE_FILE))
-        moved = self.rank == 0 and os.path.isfile(old)
-        if moved:
-            os.replace(old, aside)
+        # A checkpoint of the same tag is replaced (as DeepSpeed does): its client state (an older checkpoint's
+        # client_state.pt too), which zo_engine_save does not know, waits beside it and is removed once the new one
+        # is in place, put back if the save fails.
+        moved = []
+        if self.rank == 0:
+            for name in (CLIENT_STATE_FILE, LEGACY_CLIENT_STATE_FILE):
+                old = os.path.join(str(save_dir), str(tag), name)
+                aside = os.path.join(str(save_dir), ".%s.%s.old" % (tag, name))
+                if os.path.isfile(old):
+                    os.replace(old, aside)
+                    moved.append((old, aside))
         try:
             _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
                        "save_checkpoint '%s'" % tag)
         except BaseException:
-            if moved and not os.path.exists(old):
-                os.replace(aside, old)
+            for old, aside in moved:
+                if not os.path.exists(old):
+                    os.replace(aside, old)
             raise
-        if moved:
+        for _, aside in moved:
             os.unlink(aside)
         path = out.value.decode()
         if self.rank == 0:
-            extra = {"client_state": client_state,
-                     "lr_scheduler": (self.lr_scheduler.state_dict() if self.lr_scheduler is not None
-                                      and hasattr(self.lr_scheduler, "state_dict") else None),
-                     "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                     "lr_client": self._lr_client}
-            _write_atomic(os.path.join(path, CLIENT_STATE_FILE), lambda f: torch.save(extra, f))
+            _write_atomic(os.path.join(path, CLIENT_STATE_FILE), lambda f: f.write(blob))
             if save_latest:
                 _write_atomic(os.path.join(str(save_dir), "latest"), lambda f: f.write((tag + "\n").encode()))
         self.all_reduce_mean(0.0)  # every rank returns after rank 0's files are in place
@@ -352,58 +367,152 @@ class DeepSpeedEngineAPI:
           load_module_strict=False: tensors matched by name; a trained parameter the checkpoint lacks ("missing")
             keeps its value and Adam state, a checkpoint tensor the model lacks ("unexpected") is ignored; both are
             named in one warning and kept in self.last_load_incompatible_keys as (missing, unexpected) lists, the
-            fields of torch's load_state_dict result. A matched name of another size is still an error."""
+            fields of torch's load_state_dict result. A matched name of another size is still an error.
+        The files are untrusted input, read and checked before anything changes: `latest` must hold one valid name
+        (offload/checkpoint.c's rule) of a directory under LOAD_DIR that is not a symbolic link; the client state
+        is client_state.safetensors (no pickle); an older checkpoint's client_state.pt (a pickle) is loaded only
+        with torch.load(weights_only=True) on a torch where that is safe (2.6 on), else refused. Any error
+        (CheckpointError, a ValueError, or ZoffloadError from the library) names the file and leaves this engine,
+        its optimizer and scheduler as they were."""
         load_dir = str(load_dir)
         if tag is None:
-            latest = os.path.join(load_dir, "latest")
-            if not os.path.isfile(latest):
+            tag = _ckpt.read_latest(load_dir)
+            if tag is None:
                 warnings.warn("zoffload load_checkpoint: unable to find latest file at %s, if trying to load latest "
-                              "checkpoint please pass a tag" % latest)
+                              "checkpoint please pass a tag" % os.path.join(load_dir, "latest"))
                 return None, None
-            with open(latest) as f:
-                tag = f.read().strip()
         path = os.path.join(load_dir, str(tag))
         if not os.path.isdir(path):
             warnings.warn("zoffload load_checkpoint: the checkpoint %s does not exist" % path)
             return None, None
+        weights_only = bool(load_module_only or not load_optimizer_states)
+        load_opt = self.optimizer is not None and not weights_only
+        load_sched = (load_lr_scheduler_states and not load_module_only and self.lr_scheduler is not None
+                      and hasattr(self.lr_scheduler, "load_state_dict"))
+        # 1. everything read and checked, on every rank, before anything changes
+        failure = None
+        try:
+            cfile, extra = self._read_client_state(path)
+            counters = self._read_counters(path)
+        except Exception as e:  # CheckpointError naming the file, an OSError, no safetensors package, ...
+            failure = e
+        if self.world_size > 1 and self.all_reduce_mean(1.0 if failure is not None else 0.0) > 0 and failure is None:
+            failure = CheckpointError("load_checkpoint %s: another rank could not read its checkpoint files (its "
+                                      "error names them); nothing loaded" % path)
+        if failure is not None:
+            raise failure
+        # 2. the optimizer's settings and the scheduler (their own checks), undone if anything after fails
+        saved = self._python_state(load_sched)
+        try:
+            if load_opt and extra.get("optimizer"):
+                self.optimizer.load_state_dict(extra["optimizer"])
+                self._lr_client = self._lr_client or bool(extra.get("lr_client"))
+                lrs = {g.get("lr") for g in self.optimizer.param_groups}
+                if len(lrs) > 1 or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in lrs):
+                    raise ValueError("the optimizer's param_groups lr %s: one finite lr >= 0 for every group"
+                                     % sorted(lrs, key=repr))
+            if load_sched and extra.get("lr_scheduler") is not None:
+                self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+        except Exception as e:
+            self._restore_python_state(saved)
+            raise CheckpointError("%s: the %s state does not load: %s: %s" % (
+                cfile, "optimizer or lr scheduler", type(e).__name__, e)) from e
+        # 3. the engine: zo_engine_load_ex checks every field and checksum first and changes nothing on an error
         raw = ctypes.c_void_p()
         missing, unexpected = [], []
 
         def unmatched(name, is_unexpected, _user):
             (unexpected if is_unexpected else missing).append(name.decode(errors="backslashreplace"))
 
-        weights_only = bool(load_module_only or not load_optimizer_states)
         cb = _lib.LoadOnUnmatched(unmatched)  # alive for the call
         opts = _lib.LoadOpts(weights_only=int(weights_only), not_strict=int(not load_module_strict),
                              on_unmatched=cb, user=None)
-        _lib.check(_lib.lib.zo_engine_load_ex(self.eng, path.encode(), ctypes.byref(opts), ctypes.byref(raw)),
-                   "load_checkpoint")
-        app = {}
+        try:
+            _lib.check(_lib.lib.zo_engine_load_ex(self.eng, path.encode(), ctypes.byref(opts), ctypes.byref(raw)),
+                       "load_checkpoint")
+        except BaseException:
+            self._restore_python_state(saved)
+            raise
         if raw.value:
-            app = json.loads(ctypes.string_at(raw).decode())
-            _lib.libc.free(raw)
+            _lib.libc.free(raw)  # the app_state the manifest holds: read and checked in step 1
+        # 4. what cannot fail any more
         if not load_module_only:
-            self.micro_steps = int(app.get("micro_steps", 0))
-            self.global_steps = int(app.get("global_steps", 0))
+            self.micro_steps, self.global_steps = counters
         self.applied_steps = int(_lib.lib.zo_engine_steps_applied(self.eng))  # the checkpoint's unless weights_only
         self.last_load_incompatible_keys = (missing, unexpected)
         if (missing or unexpected) and self.rank == 0:
             warnings.warn("zoffload load_checkpoint(load_module_strict=False) %s: missing keys (kept as they were) %s; "
                           "unexpected keys (ignored) %s" % (path, missing, unexpected))
         self._write_back()
-        extra = {}
-        cfile = os.path.join(path, CLIENT_STATE_FILE)
-        if os.path.isfile(cfile):
-            extra = torch.load(cfile, map_location="cpu")
-        if self.optimizer is not None and extra.get("optimizer") and not weights_only:
-            self.optimizer.load_state_dict(extra["optimizer"])
-            self._lr_client = self._lr_client or bool(extra.get("lr_client"))
-        if (load_lr_scheduler_states and not load_module_only and self.lr_scheduler is not None
-                and extra.get("lr_scheduler") is not None and hasattr(self.lr_scheduler, "load_state_dict")):
-            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
         self._show_lr()
         self._sync_lr()
         return path, extra.get("client_state", {})
+
+    def _read_client_state(self, path):
+        """(the file, its dict) of checkpoint @path's client state: client_state.safetensors, else an older
+        checkpoint's client_state.pt through _ckpt.load_pickle (refused where unsafe), else (None, {}). Checked:
+        a dict whose "optimizer" is None or a dict with a list of dict param_groups, "lr_scheduler" None or a dict.
+        CheckpointError naming the file."""
+        cfile = os.path.join(path, CLIENT_STATE_FILE)
+        legacy = os.path.join(path, LEGACY_CLIENT_STATE_FILE)
+        if os.path.lexists(cfile):
+            extra = _ckpt.read_client_state(cfile)
+        elif os.path.lexists(legacy):
+            cfile, extra = legacy, _ckpt.load_pickle(legacy, _CONVERT_HINT)
+        else:
+            return None, {}
+        if not isinstance(extra, dict):
+            raise CheckpointError("%s: a %s, not the dict save_checkpoint() writes" % (cfile, type(extra).__name__))
+        opt, sched = extra.get("optimizer"), extra.get("lr_scheduler")
+        if opt is not None and not (isinstance(opt, dict) and isinstance(opt.get("param_groups", []), list)
+                                    and all(isinstance(g, dict) for g in opt.get("param_groups", []))):
+            raise CheckpointError("%s: \"optimizer\" is not an optimizer state dict (param_groups a list of dicts)"
+                                  % cfile)
+        if sched is not None and not isinstance(sched, dict):
+            raise CheckpointError("%s: \"lr_scheduler\" is a %s, not a state dict" % (cfile, type(sched).__name__))
+        return cfile, extra
+
+    def _read_counters(self, path):
+        """(micro_steps, global_steps) of the app_state in this rank's manifest of checkpoint @path, read before
+        zo_engine_load_ex applies anything (which passes app_state through unchecked): each a non-negative integer,
+        0 when absent; CheckpointError naming the manifest and field otherwise. A manifest that is missing or not
+        JSON gives (0, 0) here: zo_engine_load_ex then refuses it, naming it."""
+        mfile = os.path.join(path, "manifest.json" if self.world_size == 1 else "manifest-rank%05d.json" % self.rank)
+        try:
+            _ckpt.check_regular(mfile)
+            with open(mfile, "rb") as f:
+                m = json.loads(f.read(1 << 30))
+        except (OSError, ValueError, RecursionError, CheckpointError):
+            return 0, 0
+        app = m.get("app_state") if isinstance(m, dict) else None
+        if app is None:
+            return 0, 0
+        if not isinstance(app, dict):
+            raise CheckpointError("%s: app_state is a %s, not an object" % (mfile, type(app).__name__))
+        out = []
+        for key in ("micro_steps", "global_steps"):
+            v = app.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 62:
+                raise CheckpointError("%s: app_state.%s is %r, not a count" % (mfile, key, v))
+            out.append(v)
+        return tuple(out)
+
+    def _python_state(self, with_scheduler):
+        """What load_checkpoint may change on the Python side, to put back (_restore_python_state)."""
+        groups = ([{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+                  if self.optimizer is not None else None)
+        sched = copy.deepcopy(self.lr_scheduler.state_dict()) if with_scheduler else None
+        return groups, sched, self._lr_client
+
+    def _restore_python_state(self, saved):
+        groups, sched, self._lr_client = saved
+        if groups is not None:
+            for g, s in zip(self.optimizer.param_groups, groups):
+                for k in [k for k in g if k != "params" and k not in s]:
+                    del g[k]
+                g.update(s)
+        if sched is not None:
+            self.lr_scheduler.load_state_dict(sched)
 
     def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin"):
         """DeepSpeed's save_16bit_model: the consolidated model state_dict in the working dtype (bf16 / fp16 when the
@@ -497,3 +606,19 @@ def training_dataloader(engine, training_data, collate_fn):
     sampler = DistributedSampler(training_data, num_replicas=engine.world_size, rank=engine.rank)
     return DataLoader(training_data, batch_size=engine.train_micro_batch_size_per_gpu(), sampler=sampler,
                       collate_fn=collate_fn)
+
+
+def convert_legacy_client_state(checkpoint_dir):
+    """The client_state.pt (a pickle) of a checkpoint an older zoffload wrote, rewritten as client_state.safetensors
+    (no pickle), which load_checkpoint() reads; the .pt is removed once the new file is durable. It UNPICKLES the
+    file, running any code it names: call it only on a checkpoint you made yourself. @checkpoint_dir: the checkpoint
+    (SAVE_DIR/TAG). TypeError naming an entry the new format cannot hold (nothing changed then). Returns the new
+    file's path."""
+    legacy = os.path.join(str(checkpoint_dir), LEGACY_CLIENT_STATE_FILE)
+    _ckpt.check_regular(legacy)
+    extra = torch.load(legacy, map_location="cpu", weights_only=False)  # the caller vouches for this file
+    blob = _ckpt.client_state_bytes(extra)
+    out = os.path.join(str(checkpoint_dir), CLIENT_STATE_FILE)
+    _write_atomic(out, lambda f: f.write(blob))
+    os.unlink(legacy)
+    return out

@@ -14,8 +14,11 @@ mpirun or torchrun started (comm.py), checkpoints (save_checkpoint / load_checkp
 models run on the engine's host device; CUDA models (or a CPU model with device="cuda") on its CUDA backend,
 ordered against torch.cuda.current_stream() (_device.py says how parameters meet the engine's GPU memory).
 """
+import atexit
 import ctypes
 import json
+import warnings
+import weakref
 
 import torch
 
@@ -118,15 +121,112 @@ def _resolve(model, config, read=None, device=None):
     return r
 
 
+class _Handles:
+    """The C objects one engine owns, freed once by _free_handles(): the engine (its memory, its swap files and
+    their directory nvme_path/zoffload-rank<R>), the placement's stream, the gradient ring, the device, the
+    communicator. Holds nothing that refers back to the engine, so its finalizer does not keep the engine alive."""
+    __slots__ = ("eng", "dev", "ring", "comm", "place", "__weakref__")
+
+    def __init__(self):
+        self.eng = self.dev = self.ring = self.comm = self.place = None
+
+
+_live_handles = set()  # every _Handles not freed yet: _at_exit frees them
+
+
+def _free_handles(h):
+    if h.eng:
+        _lib.lib.zo_engine_destroy(h.eng)  # the swap files and the swap directory go with it
+    h.eng = None
+    if h.place is not None:
+        h.place.close()
+    h.place = None
+    if h.dev:
+        if h.ring is not None and h.ring.value:
+            _lib.lib.zo_device_free(h.dev, h.ring)
+        _lib.lib.zo_device_destroy(h.dev)
+    h.dev = h.ring = None
+    if h.comm:
+        _lib.lib.zo_comm_destroy(h.comm)
+    h.comm = None
+    _live_handles.discard(h)
+
+
+class _Memory:
+    """The engine's memory, as a token: the open engine holds it, and so does every tensor that views the engine's
+    memory (place.view's buffer object, kept by torch as long as the storage). When the last reference goes, its
+    finalizer frees the engine's handles (_free_handles): no tensor Python can reach points into freed memory."""
+    __slots__ = ("__weakref__",)
+
+
+_open_engines = weakref.WeakSet()  # engines not closed yet, for _at_exit
+
+
+@atexit.register
+def _at_exit():
+    """At interpreter exit (a normal one, or an uncaught exception): every engine still open is closed without
+    copying its parameters (their storage becomes empty: the process is ending), and every engine's handles are
+    freed, those that tensors still view too, so no swap file or swap directory is left behind for the next run to
+    remove."""
+    for e in list(_open_engines):
+        e._close(copy_params=False)
+    for h in list(_live_handles):
+        _free_handles(h)
+
+
+def _closed_method(name, prop=False):
+    what = "engine(...)" if name == "__call__" else "engine.%s%s" % (name, " read" if prop else "()")
+
+    def closed(self, *args, **kwargs):
+        raise RuntimeError("zoffload: %s after engine.close(): its memory, swap files and device are freed; make a "
+                           "new engine with zoffload.initialize()" % what)
+    closed.__name__ = name
+    return property(closed) if prop else closed
+
+
+_closed_classes = {}
+
+
+def _closed_class(cls):
+    """@cls with every method and property it defines (Engine's, DeepSpeedEngineAPI's, a subclass's: public and
+    private, __call__ included) replaced by one raising RuntimeError that names it; close() and __del__ stay. What a
+    closed engine becomes: a call into the library with freed handles would crash the interpreter."""
+    if cls not in _closed_classes:
+        ns = {}
+        for klass in cls.__mro__:
+            if klass is object:
+                continue
+            for name, attr in vars(klass).items():
+                if name in ns or name in ("close", "_close", "__del__", "__init__") or (
+                        name.startswith("__") and name != "__call__"):
+                    continue
+                if isinstance(attr, property):
+                    ns[name] = _closed_method(name, prop=True)
+                elif callable(attr) or isinstance(attr, (staticmethod, classmethod)):
+                    ns[name] = _closed_method(name)
+        _closed_classes[cls] = type("Closed" + cls.__name__, (cls,), ns)
+    return _closed_classes[cls]
+
+
 class Engine(DeepSpeedEngineAPI):
     """What zoffload.initialize() returns first. Not thread-safe. DeepSpeed's engine methods beyond the training
     step (train/eval, counters, save_checkpoint/load_checkpoint by string tag, save_16bit_model) are in
     ds_api.DeepSpeedEngineAPI."""
 
+    _closed = False
+
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
         r = _read if isinstance(_read, _Resolved) else _resolve(model, config, _read, device)  # initialize()'s
         self.config, self.place, self.comm, self.rank, self.world_size = r.config, r.place, r.comm, r.rank, r.world
+        # What the engine owns is freed when it is closed and no tensor views its memory (_Memory), or at exit.
+        self._h = _Handles()
+        self._h.comm, self._h.place = self.comm, self.place
+        _live_handles.add(self._h)
+        self._mem = _Memory()
+        self._finalizer = weakref.finalize(self._mem, _free_handles, self._h)
+        self._finalizer.atexit = False  # _at_exit frees it, after the open engines' parameters let go
+        _open_engines.add(self)
         self._cfg = cfg = r.buf  # kept: the lr schedule
         # Every setting this class uses comes from the resolved config, as the library parsed it (defaults filled
         # in, gradient_accumulation_steps derived from train_batch_size / micro batch / ranks), not from the JSON.
@@ -135,10 +235,10 @@ class Engine(DeepSpeedEngineAPI):
         self.params, decay = _param_groups(model, model_parameters, head)
         self.shapes = [p.shape for _, p in self.params]
         _precision.check_param_dtypes(self.params, self.place.cuda)
-        self.dev = ctypes.c_void_p()
+        self.dev = self._h.dev = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_device_create(self.place.kind, self.place.ordinal, 0, ctypes.byref(self.dev)),
                    "zo_device_create(%s)" % self.place.device)
-        self.eng = ctypes.c_void_p()
+        self.eng = self._h.eng = ctypes.c_void_p()
         _lib.check(_lib.lib.zo_engine_create(cfg, self.dev, self.comm, ctypes.byref(self.eng)), "zo_engine_create")
         self.place.bind(_lib.lib, self.dev, self.eng)
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
@@ -170,6 +270,7 @@ class Engine(DeepSpeedEngineAPI):
         # tensor in the hand-over dtype (each slot 64-byte aligned), reused from its start after a
         # zo_engine_grad_fence(); torch's .grad is freed as soon as it is copied in.
         self.ring, self.ring_bytes, self.ring_at = ctypes.c_void_p(), 0, 0
+        self._h.ring = self.ring
         if not self.place.cuda and self.params:
             self.ring_bytes = 2 * (max(p.numel() for _, p in self.params) * gsz + 64)
             _lib.check(_lib.lib.zo_device_malloc(self.dev, self.ring_bytes, ctypes.byref(self.ring)),
@@ -206,6 +307,7 @@ class Engine(DeepSpeedEngineAPI):
         self._in_backward = False  # inside engine.backward(): the hooks hand gradients over
         self._backward_seen = False  # a backward() since the last step() (step() without one and no .grad raises)
         self._boundary = False
+        self._boundary_backward = False  # a backward() of the boundary micro-step handed gradients (grad_ready)
         self._handed = [False] * len(self.params)  # zo_engine_grad_ready() made in this optimizer step
         self.hooks = []
         self._keep_nodes = []  # torch < 2.1: the AccumulateGrad nodes the hooks hang on
@@ -268,15 +370,30 @@ class Engine(DeepSpeedEngineAPI):
         """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); each parameter's
         gradient goes to the engine as soon as backward has accumulated it (zo_engine_grad_accumulate, or
         zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
-        after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse."""
+        after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse.
+        Several backward() calls in one micro-step before the boundary add up, as torch's .grad does. In the
+        boundary micro-step (every one with gradient_accumulation_steps 1) the first backward() hands over the
+        step's last gradients and the engine may start applying them at once, so a second backward() before
+        step() is refused (RuntimeError naming the call) before it computes anything: sum the losses into one
+        backward(), or call step() between them. Nothing handed over is lost either way."""
         self._backward_seen = True
-        self._boundary = self.is_gradient_accumulation_boundary()
+        boundary = self.is_gradient_accumulation_boundary()
+        if boundary and self._boundary_backward:
+            raise RuntimeError(
+                "zoffload: engine.backward() called a second time before engine.step() in micro-step %d, the one "
+                "that ends the accumulation (gradient_accumulation_steps %d): the first call handed this optimizer "
+                "step's last gradients to the engine (zo_engine_grad_ready), which may be applying them already, so "
+                "these could not be added to them; nothing was computed. Sum the losses and call backward() once, "
+                "or call engine.step() after each backward()" % (self.micro_steps, self.gas))
+        self._boundary = boundary
         if self._boundary:
             self._sync_lr()  # updates may start as the gradients land
         self._in_backward = True
         try:
             (loss * (self.loss_scale / self.gas)).backward()
         finally:
+            if self._boundary and any(self._handed):
+                self._boundary_backward = True
             self._in_backward = self._boundary = False
             self._fence()
 
@@ -370,6 +487,14 @@ class Engine(DeepSpeedEngineAPI):
         if not self.is_gradient_accumulation_boundary():
             self.micro_steps += 1
             return None
+        late = [n for (n, p), handed in zip(self.params, self._handed) if handed and p.grad is not None]
+        if late:
+            raise RuntimeError(
+                "zoffload: engine.step(): %s hold .grad from a backward outside engine.backward() made after "
+                "engine.backward() handed their last gradients of this optimizer step to the engine, which cannot "
+                "add to them; they would be lost. Call engine.backward() once per micro-step with the summed loss "
+                "(or set their .grad to None to drop it) and call step() again" % ", ".join(
+                    "'%s'" % n for n in late[:8]))
         self._sync_lr()
         with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
@@ -379,6 +504,7 @@ class Engine(DeepSpeedEngineAPI):
             info = _lib.StepInfo()
             _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
             self._gkeep, self._gkeep_bytes, self.ring_at = [], 0, 0  # every gradient copy has landed
+            self._boundary_backward = False
             self._after_step()
         for _, p in self.params:
             p.grad = None
@@ -408,7 +534,7 @@ class Engine(DeepSpeedEngineAPI):
                 t = _DT[dt.value]
                 if self.place.param_dtype(t) == t:
                     if self._aliased[i] != ptr.value:
-                        p.data = self.place.view(ptr.value, p.numel(), t).view(self.shapes[i])
+                        p.data = self.place.view(ptr.value, p.numel(), t, self._mem).view(self.shapes[i])
                         self._aliased[i] = ptr.value
                 else:
                     nbytes = p.numel() * torch.tensor([], dtype=t).element_size()
@@ -474,32 +600,43 @@ class Engine(DeepSpeedEngineAPI):
         return out
 
     def close(self):
-        """Free the engine (swap files removed) and its device. Parameters that viewed the engine's memory get
-        copies of their own first, so the model stays usable (views of them taken earlier do not: they dangle).
-        Also done when the object is collected."""
-        if getattr(self, "eng", None):
-            with torch.no_grad():
-                for i, at in enumerate(getattr(self, "_aliased", [])):
-                    if at is not None:
-                        p = self.params[i][1]
-                        p.data = p.data.clone()
-                        self._aliased[i] = None
-            _lib.lib.zo_engine_destroy(self.eng)
-            self.eng = None
-        if getattr(self, "place", None):
-            self.place.close()
-        if getattr(self, "dev", None):
-            if getattr(self, "ring", None) and self.ring.value:
-                _lib.lib.zo_device_free(self.dev, self.ring)
-                self.ring = ctypes.c_void_p()
-            _lib.lib.zo_device_destroy(self.dev)
-            self.dev = None
-        if getattr(self, "comm", None):
-            _lib.lib.zo_comm_destroy(self.comm)
-            self.comm = None
+        """Free the engine (its swap files and nvme_path/zoffload-rank<R> removed), its device and communicator.
+        Parameters that viewed the engine's memory get copies of their own first, so the model stays usable. A
+        tensor taken from them before close() (a view, .data, .detach()) still views the engine's memory: that
+        memory, and with it the engine and its swap files, is then freed when the last such tensor is collected
+        (a warning says so), and at interpreter exit at the latest. Afterwards every method of the engine raises
+        RuntimeError naming it. Idempotent; also done when the object is collected and at interpreter exit."""
+        self._close(copy_params=True)
+
+    def _close(self, copy_params):
+        if self._closed:
+            return
+        self._closed = True
+        _open_engines.discard(self)
+        with torch.no_grad():
+            for i, at in enumerate(getattr(self, "_aliased", [])):
+                if at is not None:
+                    p = self.params[i][1]
+                    p.data = p.data.clone() if copy_params else torch.empty(0, dtype=p.dtype, device=p.device)
+                    self._aliased[i] = None
+        self._remove_hooks()
+        self.eng = self.dev = self.comm = self.ring = None
+        self._mem = None  # the handles are freed now, unless a tensor still views the engine's memory
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None and fin.alive and copy_params:
+            warnings.warn("zoffload: engine.close(): tensors taken from the parameters before close() still view the "
+                          "engine's memory; it, the engine and its swap files are freed when the last of them is "
+                          "collected (or at exit)")
+        self.__class__ = _closed_class(type(self))
+
+    def _remove_hooks(self):
+        """The hooks that call into the engine, removed at close."""
+        for h in getattr(self, "hooks", []):
+            h.remove()
+        self.hooks, self._keep_nodes = [], []
 
     def __del__(self):
-        self.close()
+        self._close(copy_params=True)
 
 
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,

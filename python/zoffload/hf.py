@@ -24,8 +24,9 @@ import os
 
 import torch
 
-from . import _lib
+from . import _ckpt, _lib
 from . import zero as _zero
+from ._ckpt import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -123,29 +124,53 @@ def from_config(model_class, config, zoffload_config, training_args=None, **kwar
 
 
 def _checkpoint_files(path):
-    """The weight files of a save_pretrained() directory, shards in their index's order."""
+    """The weight files of a save_pretrained() directory, shards in their index's order: model.safetensors (or its
+    sharded index) before pytorch_model.bin (a pickle: _tensors loads it only where that is safe). A shard the
+    index names must be a plain file name in @path of the index's kind (CheckpointError naming the index)."""
     for index, single in (("model.safetensors.index.json", "model.safetensors"),
                           ("pytorch_model.bin.index.json", "pytorch_model.bin")):
         ip = os.path.join(path, index)
-        if os.path.isfile(ip):
-            with open(ip) as f:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
+        if os.path.lexists(ip):
+            _ckpt.check_regular(ip, follow=True)
+            try:
+                with open(ip, "rb") as f:
+                    wm = json.loads(f.read())["weight_map"]
+                shards = sorted(set(wm.values()))
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                raise CheckpointError("%s: not a weight index (a JSON object with a \"weight_map\" of shard "
+                                      "names): %s: %s" % (ip, type(e).__name__, e)) from None
+            ext = single[single.index("."):]
+            for s in shards:
+                if not (_ckpt.name_ok(s) and s.endswith(ext)):
+                    raise CheckpointError("%s names the shard %r: a shard is a file name in %s ending %s"
+                                          % (ip, s, path, ext))
             return [os.path.join(path, s) for s in shards]
-        if os.path.isfile(os.path.join(path, single)):
+        if os.path.lexists(os.path.join(path, single)):
             return [os.path.join(path, single)]
     raise FileNotFoundError("zoffload.hf.from_pretrained: %s has no model.safetensors, pytorch_model.bin or their "
                             "sharded index" % path)
 
 
 def _tensors(file):
-    """(name, tensor) of one weight file, a tensor at a time for safetensors (a torch file is read whole)."""
+    """(name, tensor) of one weight file, a tensor at a time for safetensors; a torch file (pickle) read whole with
+    _ckpt.load_pickle (torch.load(weights_only=True) where this torch makes that safe, else refused). Errors are
+    CheckpointError naming @file."""
     if file.endswith(".safetensors"):
+        _ckpt.check_regular(file, follow=True)
         from safetensors import safe_open
-        with safe_open(file, framework="pt", device="cpu") as f:
+        try:
+            f = safe_open(file, framework="pt", device="cpu")
+        except Exception as e:  # safetensors_rust.SafetensorError
+            raise CheckpointError("%s: not a safetensors file: %s: %s" % (file, type(e).__name__, e)) from e
+        with f:
             for k in f.keys():
                 yield k, f.get_tensor(k)
     else:
-        sd = torch.load(file, map_location="cpu")
+        sd = _ckpt.load_pickle(file, "Save the model with save_pretrained(safe_serialization=True) (model.safetensors, "
+                                     "which loads without pickle) and load that.", follow=True)
+        if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                               for k, v in sd.items()):
+            raise CheckpointError("%s: not a state dict (names to tensors)" % file)
         for k in list(sd):
             yield k, sd.pop(k)
 

@@ -231,7 +231,7 @@ class Stage3Engine(Engine):
         # wait for the weights to land; the release orders the buffer's reuse after it.
         t = _DT[dt.value]
         with torch.no_grad():
-            w = self.place.view(ptr.value, self.shapes[i].numel(), t)
+            w = self.place.view(ptr.value, self.shapes[i].numel(), t, self._mem)
             p.data = w.to(self.place.param_dtype(t), copy=True).view(self.shapes[i])
 
     def _release(self, i):
@@ -402,7 +402,7 @@ class Stage3Engine(Engine):
                                                             ctypes.byref(dt)), "fetch '%s'" % key)
                     try:
                         if keep:
-                            t = self.place.view(ptr.value, self.shapes[i].numel(), _DT[dt.value])
+                            t = self.place.view(ptr.value, self.shapes[i].numel(), _DT[dt.value], self._mem)
                             out[key] = t.to("cpu", copy=True).view(self.shapes[i])
                     finally:
                         with self.place.ordered():
@@ -430,8 +430,8 @@ class Stage3Engine(Engine):
     def _write_back(self):
         return None  # the hooks fetch the weights when a module runs; between uses parameters are empty
 
-    def close(self):
+    def _remove_hooks(self):
         for h in getattr(self, "module_hooks", []):
             h.remove()
         self.module_hooks = []
-        super().close()
+        super()._remove_hooks()

@@ -15,11 +15,8 @@ import sys
 
 import torch
 
-from . import _lib
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read: the file and the field named."""
+from . import _ckpt, _lib
+from ._ckpt import CheckpointError  # a checkpoint that cannot be read: the file and the field named
 
 
 def _resolve(checkpoint_dir, tag=None):
@@ -29,13 +26,9 @@ def _resolve(checkpoint_dir, tag=None):
     if tag is not None:
         d = os.path.join(d, str(tag))
     elif not os.path.isfile(os.path.join(d, "manifest.json")):
-        latest = os.path.join(d, "latest")
-        if not os.path.isfile(latest):
+        name = _ckpt.read_latest(d)  # checked as offload/checkpoint.c checks it
+        if name is None:
             raise CheckpointError("%s holds neither manifest.json nor latest; pass --tag" % d)
-        with open(latest) as f:
-            name = f.read().strip()
-        if not name or "/" in name or name.startswith("."):
-            raise CheckpointError("%s does not name a checkpoint directory (it holds %r)" % (latest, name))
         d = os.path.join(d, name)
     if not os.path.isfile(os.path.join(d, "manifest.json")):
         raise CheckpointError("%s is not a checkpoint directory (no manifest.json)" % d)

@@ -480,11 +480,11 @@ class Engine(DeepSpeedEngineAPI):
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries. RuntimeError when neither backward() nor a .grad
         made outside it came since the last step() (DeepSpeed steps on regardless: with nothing to apply, a bug)."""
-        if not self._backward_seen and all(p.grad is None for _, p in self.params):
+        if not self._backward_seen and not any(self._handed) and all(p.grad is None for _, p in self.params):
             raise RuntimeError("zoffload: engine.step() without engine.backward(loss) since the last step(): no "
                                "gradient to apply; call engine.backward(loss) before each step()")
-        self._backward_seen = False
         if not self.is_gradient_accumulation_boundary():
+            self._backward_seen = False
             self.micro_steps += 1
             return None
         late = [n for (n, p), handed in zip(self.params, self._handed) if handed and p.grad is not None]
@@ -495,6 +495,7 @@ class Engine(DeepSpeedEngineAPI):
                 "add to them; they would be lost. Call engine.backward() once per micro-step with the summed loss "
                 "(or set their .grad to None to drop it) and call step() again" % ", ".join(
                     "'%s'" % n for n in late[:8]))
+        self._backward_seen = False
         self._sync_lr()
         with torch.no_grad(), self.place.ordered():
             for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)

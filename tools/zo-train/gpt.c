@@ -121,8 +121,18 @@ static int own_runnable(void) {
 
 static int threads_adapt = 1; /* gpt_set_thread_adapt() */
 
+/* OpenBLAS on one thread of its own whatever the OpenMP team (gemm() below forks over tiles itself). The
+ * OpenMP build's openblas_set_num_threads() also sets the OpenMP thread count, so that is put back after. */
+static void blas_single(int omp_threads) {
+  openblas_set_num_threads(1);
+  omp_set_num_threads(omp_threads);
+}
+
 static void adapt_threads(void) {
-  if (threads_cap == 0) threads_cap = threads_now = omp_get_max_threads();
+  if (threads_cap == 0) {
+    threads_cap = threads_now = omp_get_max_threads();
+    blas_single(threads_cap);
+  }
   if (!threads_adapt || threads_cap <= 1) return;
   const double t = zo_clock_s();
   if (t - threads_checked < 0.01) return;
@@ -146,8 +156,7 @@ static void adapt_threads(void) {
 
 void gpt_set_threads(int n) {
   if (n < 1) return;
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  blas_single(n);
   threads_cap = threads_now = n;
   threads_checked = 0;
 }
@@ -169,16 +178,16 @@ const char *gpt_blas_core(void) {
 /* when to fork: parallel regions only above a work threshold */
 
 /*
- * Every OpenMP region below (and OpenBLAS's own, which fork on the same
- * runtime) is a fork and a join: the join waits for the slowest thread, and
- * when another process has taken that thread's core, the wait is a slice of
- * the scheduler's time, milliseconds, not the microsecond a fork costs on an
- * idle machine. Before the thresholds, 40 steps of tests/configs/tiny.json
+ * Every OpenMP region below (OpenBLAS itself runs on one thread; gemm()
+ * forks over a product's tiles) is a fork and a join: the join waits for the
+ * slowest thread, and when another process has taken that thread's core, the
+ * wait is a slice of the scheduler's time, milliseconds, not the microsecond
+ * a fork costs on an idle machine. Before the thresholds, 40 steps of tests/configs/tiny.json
  * (L=2, C=32, T=32, B=4, some 80 regions a step of 1 to 100 us of work each)
  * took 0.2 s idle and 12 to 21 s beside three busy processes on 2 cores.
  * So a loop forks only when its estimated single-core time is at least
- * GPT_PAR_MIN_NS, and a matrix product lets OpenBLAS use more threads only
- * above the same time (gemm() below).
+ * GPT_PAR_MIN_NS, and a matrix product is cut into tiles only above the
+ * same time (gemm() below).
  *
  * Costs, measured on the 2-core EPYC (Zen 5, AVX-512, gcc -O2 -march=native,
  * one core, L2-resident data): add or copy 0.1 ns an element, LayerNorm 0.3
@@ -211,19 +220,91 @@ const char *gpt_blas_core(void) {
 static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
 
 /*
- * cblas_sgemm with OpenBLAS kept to one thread below the threshold. The
- * OpenMP build of OpenBLAS takes its thread count from omp_get_max_threads()
- * at each call (and runs single-threaded inside an active parallel region), so
- * the calling thread's OpenMP thread count is set to 1 around a small product
- * and restored after; the product itself is the same code.
+ * Matrix products: C (M,N) = alpha op(A) op(B) + beta C, row-major, cut into
+ * output tiles whose shape is a function of (M, N, K) alone (gemm_tiles()),
+ * each tile one single-threaded cblas_sgemm; the tiles fork over the team.
+ * So every element of C is formed by the same call on the same operands
+ * whatever the thread count (and whichever thread takes the tile), and the
+ * products do not depend on it.
+ *
+ * OpenBLAS's own threading does not give that: it splits a product by its
+ * thread count, and where the split falls changes an element's bits. With
+ * OpenBLAS 0.3.21's Haswell kernels (OPENBLAS_CORETYPE Haswell, or Zen,
+ * which uses them, on this EPYC) 1% to 16% of the elements of each product
+ * of the default model differed between 1 and 2 threads (2048x128x128,
+ * the attention projection: 25321 of 262144); with the SkylakeX kernels
+ * none in these products, which nothing promises.
+ *
+ * The longer side of C is split: a tile repacks the operand of the other
+ * side (OpenBLAS packs both for each call), so the repacking stays a
+ * fraction of the product. A tile aims at GEMM_TILE_MAC multiply-adds or
+ * more (~250 us; a fork is ~1 us), in a power of two of tiles, at most
+ * one per GEMM_TILE_SIDE of the split side (and 2); below the work
+ * threshold a product is one tile, on the calling thread. Inside a parallel
+ * region (attention's per-head products) a product's tiles run in turn on
+ * the calling thread. Forward + backward of the default model (L=4 C=128
+ * T=128 B=16) on the 2-core EPYC (OpenBLAS's own pick, Cooperlake), best of
+ * 5 x 20 passes, machine shared: OpenBLAS's threads 141.7 ms on 1 thread,
+ * 76.7 on 2; tiles, side 256: 143.2 and 73.5; side 128: 144.3 and 74.6;
+ * rows first, 64 at the least, at most 16 Mi multiply-adds: 147.5 and 75.4
+ * (the transposed weight-gradient products, K = B*T, repack the most).
  */
+#define GEMM_TILE_MAC (16.0 * 1024 * 1024)
+#define GEMM_TILE_SIDE 256 /* a split side of L rows or columns: at most L / 256 tiles (and 2) */
+#define GEMM_TILE_ALIGN 16 /* a tile's side: a multiple of the kernels' unroll (16 rows and columns cover them) */
+
+static inline int div_up(long a, long b) { return (int)((a + b - 1) / b); }
+static inline int round_up(int a, int b) { return div_up(a, b) * b; }
+
+/* The tile of an (M,N,K) product: *mb rows by *nb columns (M and N: one tile). Depends on the shape only. */
+static void gemm_tiles(int M, int N, int K, int *mb, int *nb) {
+  *mb = M, *nb = N;
+  const double mac = (double)M * N * K;
+  if (!par(mac * NS_MAC)) return;
+  const int L = M >= N ? M : N; /* the longer side is split: the operand each tile repacks is the other side's */
+  const long most = L / GEMM_TILE_SIDE > 2 ? L / GEMM_TILE_SIDE : 2;
+  long want = 1; /* the largest power of two of tiles of GEMM_TILE_MAC each, at most @most */
+  while (2 * want <= most && 2.0 * want * GEMM_TILE_MAC <= mac) want *= 2;
+  if (want == 1) return;
+  const int side = round_up(div_up(L, want), GEMM_TILE_ALIGN);
+  if (M >= N)
+    *mb = side;
+  else
+    *nb = side;
+}
+
+/*
+ * One cblas_sgemm on the calling thread. The OpenMP build of OpenBLAS takes
+ * its thread count from omp_get_max_threads() at each call (one thread inside
+ * an active parallel region), so outside one the calling thread's OpenMP
+ * thread count is 1 for the call and restored after.
+ */
+static void sgemm_1t(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (nt > 1) omp_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (nt > 1) omp_set_num_threads(nt);
+}
+
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc) {
-  const int nt = omp_get_max_threads();
-  const int narrow = nt > 1 && !omp_in_parallel() && !par((double)M * N * K * NS_MAC);
-  if (narrow) omp_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (narrow) omp_set_num_threads(nt);
+  int mb, nb;
+  gemm_tiles(M, N, K, &mb, &nb);
+  const int tm = div_up(M, mb), tn = div_up(N, nb);
+  if (tm * tn == 1) {
+    sgemm_1t(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  /* dynamic: a thread that lost its core for a while leaves its later tiles to the others */
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel())
+  for (int t = 0; t < tm * tn; t++) {
+    const int i0 = (t / tn) * mb, j0 = (t % tn) * nb;
+    const int m = M - i0 < mb ? M - i0 : mb, n = N - j0 < nb ? N - j0 : nb;
+    const float *a = ta == CblasNoTrans ? A + (size_t)i0 * lda : A + i0;
+    const float *b = tb == CblasNoTrans ? B + j0 : B + (size_t)j0 * ldb;
+    sgemm_1t(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
+  }
 }
 
 /* ------------------------------------------------------------------ */

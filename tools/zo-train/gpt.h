@@ -13,10 +13,11 @@
  * gpt_last_error(); nothing here exits or aborts.
  *
  * Thread-safety: a gpt_model is used by one thread at a time; the calls
- * parallelise internally with OpenMP (and OpenBLAS), see gpt_set_threads().
- * Determinism: for the same inputs, weights and thread count, forward, loss
- * and gradients are bitwise identical run to run (no atomics; every
- * reduction has a fixed order).
+ * parallelise internally with OpenMP (OpenBLAS on one thread per call), see
+ * gpt_set_threads(). Determinism: for the same inputs and weights, forward,
+ * loss and gradients are bitwise identical run to run and on any thread
+ * count (no atomics; every reduction has a fixed order, every matrix product
+ * fixed tiles), for a given OpenBLAS kernel family (gpt_blas_core()).
  */
 #ifndef ZO_TRAIN_GPT_H
 #define ZO_TRAIN_GPT_H
@@ -327,12 +328,13 @@ void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user);
 
 /*
  * gpt_set_threads() - use up to @n threads (n >= 1) for the OpenMP loops and
- * for OpenBLAS; process-wide (omp_set_num_threads, openblas_set_num_threads).
- * By default both use every core the OpenMP runtime reports. A loop or a
- * matrix product runs on one thread below a work threshold (GPT_PAR_MIN_NS in
- * gpt.c), and each forward and backward uses fewer threads while other
- * processes keep the cores busy (gpt_set_thread_adapt()). Results do not
- * depend on the thread count.
+ * the tiles of the matrix products; process-wide (omp_set_num_threads;
+ * OpenBLAS itself is kept to one thread, openblas_set_num_threads(1)). By
+ * default every core the OpenMP runtime reports. A loop or a matrix product
+ * runs on one thread below a work threshold (GPT_PAR_MIN_NS in gpt.c), and
+ * each forward and backward uses fewer threads while other processes keep
+ * the cores busy (gpt_set_thread_adapt()). Results do not depend on the
+ * thread count.
  */
 void gpt_set_threads(int n);
 

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "                           zoffload.pinned_fraction applies to, and MemAvailable) instead of this one's\n"
           "  --assume-nvme-free B     with --dry-run: plan as if each nvme_path's file system had B bytes free\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
+          "  --fixed-threads          keep all of them while other processes keep the cores busy (default: each\n"
+          "                           forward and backward takes fewer then; the results are the same bits)\n"
           "  --no-sample              skip the generated sample at the end (default: sample)\n"
           "  --save DIR               write checkpoints under DIR (one directory per step, DIR/latest names the\n"
           "                           newest complete one): every --save-every steps and after the last step\n"
@@ -122,7 +124,8 @@ static const struct option opts[] = {
     {"resume", required_argument, 0, 'R'},   {"export-safetensors", required_argument, 0, 'X'},
     {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
     {"grad-accum", required_argument, 0, 'G'}, {"model-memory", required_argument, 0, 'm'},
-    {"assume-host-memory", required_argument, 0, 'H'}, {"assume-nvme-free", required_argument, 0, 'F'}, {0, 0, 0, 0}};
+    {"assume-host-memory", required_argument, 0, 'H'}, {"assume-nvme-free", required_argument, 0, 'F'},
+    {"fixed-threads", no_argument, 0, 'x'},  {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
 static int parse_option(int c, const char *arg, train_opts *o) {
@@ -136,6 +139,7 @@ static int parse_option(int c, const char *arg, train_opts *o) {
     case 'n': o->nvme_override = arg; break;
     case 't': if (parse_i64("--threads", arg, 1, 4096, &o->threads)) return 2; break;
     case 'N': o->do_sample = 0; break;
+    case 'x': o->fixed_threads = 1; break;
     case 'P': o->param_override = arg; break;
     case 'L': if (parse_i64("--device-memory-limit", arg, 0, INT64_MAX, &o->limit_override)) return 2; break;
     case 'D': o->device_override = arg; break;
@@ -240,6 +244,7 @@ static int override_config(const train_opts *o, zo_config_t *cfg) {
     gpt_set_threads((int)o->threads);
     cfg->zoffload.adam_threads = (int)o->threads;
   }
+  if (o->fixed_threads) gpt_set_thread_adapt(0);
   return 0;
 }
 

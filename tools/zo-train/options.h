@@ -17,7 +17,7 @@ typedef struct train_opts {
   const char *config_path, *data_override, *log_json, *offload_override, *nvme_override;
   int64_t steps_override, seed_override, threads, limit_override;
   const char *param_override, *device_override, *ckpt_override, *memory_override;
-  int do_sample, dry_run;
+  int do_sample, dry_run, fixed_threads;
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;
   int64_t assume_host, assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
@@ -51,7 +51,7 @@ int train_opts_settings(const train_opts *o, train_settings *ts);
  * @cfg for @world ranks ("auto" values filled in from @ts and --micro-batch /
  * --grad-accum, each printed), then the overrides: --seed and
  * --activation-checkpointing (into @ts), --offload-optimizer, --offload-param,
- * --device-memory-limit, --device, --nvme-path, --threads. Returns 0, or 1
+ * --device-memory-limit, --device, --nvme-path, --threads, --fixed-threads. Returns 0, or 1
  * after printing the error.
  */
 int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_config_t *cfg);

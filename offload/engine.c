@@ -804,6 +804,10 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
     ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, src));
   } else if (e->tier != ZO_OFFLOAD_NVME) {
     ZO_CHECK(load_host_state(e, p, src));
+    /* The working copy is cast into @p's staging region, which an upload queued by an earlier load of @p (or a
+     * step) may still be reading: wait for the copy stream first (start-up and checkpoint loads only; ThreadSanitizer
+     * caught the cast racing that memcpy when test_engine loaded one tensor twice). */
+    if (e->copy_stream) ZO_CHECK(zo_stream_synchronize(e->copy_stream));
     ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, p->state[ST_MASTER]));
   } else {
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */

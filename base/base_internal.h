@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "zoffload/status.h"
 
 /*
@@ -89,6 +90,27 @@ static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1
  */
 int zo_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, size_t *done);
 int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done);
+
+/*
+ * Replacing a file whose directory others may write to (tmpfile.c says why it is safe):
+ *   fd = zo_tmpfile_open(path, tmp, sizeof tmp);   write, fsync, close
+ *   zo_tmpfile_place(tmp, path, &found);            unlink(tmp) when it did not place it
+ * zo_tmpfile_open() - a new regular file beside @target named "DIR/.BASE.PID.N.tmp" (BASE: at most the first 200
+ * bytes of @target's last component; N the first of 0..ZO_TMPFILE_TRIES-1 whose name is free), its name into @tmp
+ * (@cap bytes). Made with O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode 0644 less the umask: nothing that exists
+ * at a name is opened or followed, that name is skipped. Returns the descriptor, or -errno: -ENAMETOOLONG (@tmp too
+ * small), -EISDIR (@target ends in '/'), -EEXIST (every name taken), or open's.
+ * zo_tmpfile_target_check() - 0 when @target is absent or a regular file (lstat: a symbolic link is not one), 1 when
+ * it is something else (its mode into *@found, may be NULL), -errno when lstat fails otherwise.
+ * zo_tmpfile_place() - zo_tmpfile_target_check(@target), then rename(@tmp, @target): 0 placed; 1 refused (*@found
+ * set, @tmp left for the caller to remove); -errno (lstat's or rename's).
+ * zo_file_kind() - "a symbolic link", "a directory", "a character device", "a FIFO", ... for messages.
+ */
+#define ZO_TMPFILE_TRIES 100
+int zo_tmpfile_open(const char *target, char *tmp, size_t cap);
+int zo_tmpfile_target_check(const char *target, mode_t *found);
+int zo_tmpfile_place(const char *tmp, const char *target, mode_t *found);
+const char *zo_file_kind(mode_t mode);
 
 /*
  * zo_tl_host_func - nonzero while the calling thread runs a stream host function (zo_launch_host_func): the host

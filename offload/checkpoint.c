@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "engine_internal.h"
 
 #define CKPT_FORMAT "zoffload-checkpoint"
@@ -95,13 +96,40 @@ static zo_status fsync_path(const char *path, int dir) {
   return r ? sys_err(ZO_ERR_IO, "fsync of", path) : ZO_OK;
 }
 
-/* write a whole small file, fsync it */
+/* A new file in this save's own temporary directory: O_EXCL|O_NOFOLLOW, so nothing that exists is opened. */
+static int create_new(const char *path) {
+  return open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
+/* write a whole small new file (create_new), fsync it */
 static zo_status write_file(const char *path, const char *text) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = create_new(path);
   if (fd < 0) return sys_err(ZO_ERR_IO, "cannot create", path);
   zo_status st = pwrite_all(fd, text, strlen(text), 0, path);
   if (st == ZO_OK && fsync(fd)) st = sys_err(ZO_ERR_IO, "fsync of", path);
   close(fd);
+  return st;
+}
+
+/* Replace @path (`latest`) with @text crash-safely: a fresh temporary file beside it (zo_tmpfile_open: never one
+ * that exists), fsynced, renamed over @path unless @path is there and not a regular file (refused, naming it). */
+static zo_status replace_file(const char *path, const char *text) {
+  char tmp[PATH_MAX];
+  int fd = zo_tmpfile_open(path, tmp, sizeof tmp);
+  if (fd < 0)
+    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot create a temporary file beside '%s': %s", path,
+                        strerror(-fd));
+  zo_status st = pwrite_all(fd, text, strlen(text), 0, tmp);
+  if (st == ZO_OK && fsync(fd)) st = sys_err(ZO_ERR_IO, "fsync of", tmp);
+  close(fd);
+  mode_t found = 0;
+  int r = st == ZO_OK ? zo_tmpfile_place(tmp, path, &found) : 0;
+  if (st == ZO_OK && r > 0)
+    st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' is %s, not a regular file: not replacing it", path,
+                      zo_file_kind(found));
+  else if (st == ZO_OK && r < 0)
+    st = zo_error_set(ZO_ERR_IO, "checkpoint: cannot rename '%s' to '%s': %s", tmp, path, strerror(-r));
+  if (st != ZO_OK) unlink(tmp);
   return st;
 }
 
@@ -294,7 +322,7 @@ static zo_status copy_range(int src_fd, uint64_t src_off, const char *src, int d
 
 /* Write every tensor's three kinds of state into @path; fill runs[i * ST_KINDS + k]. */
 static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, void *buf) {
-  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = create_new(path);
   if (fd < 0) return sys_err(ZO_ERR_IO, "cannot create", path);
   int sfd[ST_KINDS] = {-1, -1, -1};
   zo_status st = ZO_OK;
@@ -438,20 +466,45 @@ static void prune_checkpoints(const char *root, int64_t tag, int keep_last, cons
   free(ents);
 }
 
+/* Decimal digits from @s to its end (at most 18 of them) into *@v; 1 when @s is only those. */
+static int all_digits(const char *s, long long *v) {
+  int n = 0;
+  *v = 0;
+  for (; *s; s++, n++)
+    if (*s < '0' || *s > '9' || n >= 18) return 0;
+    else *v = *v * 10 + (*s - '0');
+  return n > 0;
+}
+
 /* Whether @name is ".tmp-step-N.PID" or ".old-step-N.PID" (@prefix ".tmp-" or ".old-"), as zo_engine_save names
- * them. */
-static int leftover_name(const char *name, const char *prefix) {
+ * them; PID into *@pid. */
+static int leftover_name(const char *name, const char *prefix, long long *pid) {
   int64_t step;
   const char *end;
-  if (strncmp(name, prefix, 5) || !parse_step_name(name + 5, &step, &end) || *end != '.' || !end[1]) return 0;
-  for (end++; *end; end++)
-    if (*end < '0' || *end > '9') return 0;
-  return 1;
+  if (strncmp(name, prefix, 5) || !parse_step_name(name + 5, &step, &end) || *end != '.') return 0;
+  return all_digits(end + 1, pid);
+}
+
+/* Whether @name is ".latest.PID.N.tmp", replace_file()'s temporary name for `latest`; PID into *@pid. */
+static int latest_tmp_name(const char *name, long long *pid) {
+  char pid_s[24], n_s[24];
+  const char *p = name + 8, *d1, *d2;
+  long long n;
+  if (strncmp(name, ".latest.", 8) || !(d1 = strchr(p, '.')) || !(d2 = strchr(d1 + 1, '.')) || strcmp(d2, ".tmp") ||
+      d1 - p >= (long)sizeof pid_s || d2 - d1 - 1 >= (long)sizeof n_s)
+    return 0;
+  memcpy(pid_s, p, (size_t)(d1 - p));
+  pid_s[d1 - p] = 0;
+  memcpy(n_s, d1 + 1, (size_t)(d2 - d1 - 1));
+  n_s[d2 - d1 - 1] = 0;
+  return all_digits(pid_s, pid) && all_digits(n_s, &n);
 }
 
 /* Remove leftovers of a killed save under @root: .tmp-step-N.PID and .old-step-N.PID directories holding only
- * this format's files, and the file .latest.tmp; each named in a log line and to @opts->on_removed. Anything else
- * is left alone. */
+ * this format's files, and the files .latest.PID.N.tmp (and .latest.tmp, the name before them), where no process
+ * runs as PID any more (zo_ckpt_pid_gone: a save of a live process is never touched); each named in a log line and
+ * to @opts->on_removed. Anything else is left alone; what is named so but is not this format's, or is of a live
+ * process, is named in a warning. The caller holds the root's lock. */
 static void remove_leftovers(const char *root, const zo_save_opts *opts) {
   DIR *d = opendir(root);
   if (!d) return;
@@ -459,9 +512,13 @@ static void remove_leftovers(const char *root, const zo_save_opts *opts) {
   char path[PATH_MAX], why[256];
   struct stat sb;
   while ((de = readdir(d))) {
-    const int dir = leftover_name(de->d_name, ".tmp-") || leftover_name(de->d_name, ".old-");
-    if ((!dir && strcmp(de->d_name, ".latest.tmp")) || join(path, sizeof path, root, de->d_name) != ZO_OK) continue;
-    if (dir && ours(path, 1, why, sizeof why)) {
+    long long pid = -1; /* -1: the name carries none (.latest.tmp) */
+    const int dir = leftover_name(de->d_name, ".tmp-", &pid) || leftover_name(de->d_name, ".old-", &pid);
+    const int file = !dir && (latest_tmp_name(de->d_name, &pid) || !strcmp(de->d_name, ".latest.tmp"));
+    if ((!dir && !file) || join(path, sizeof path, root, de->d_name) != ZO_OK) continue;
+    if (pid >= 0 && !zo_ckpt_pid_gone((long)pid)) {
+      zo_warn("checkpoint: left '%s' alone: process %lld, which wrote it, is alive", path, pid);
+    } else if (dir && ours(path, 1, why, sizeof why)) {
       zo_warn("checkpoint: left '%s' alone: %s", path, why);
     } else if (dir ? remove_ours(path) == 0 : lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0) {
       zo_info("checkpoint: removed '%s', left by an interrupted save", path);
@@ -514,12 +571,21 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
   return ZO_OK;
 }
 
-/* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers. */
-static zo_status save_root(zo_engine_t *e, const char *root, const zo_save_opts *opts) {
+/* Several ranks (a collective call): rank 0 alone makes the root, locks it for the save (*@lock: the caller
+ * releases it; refused while another process holds it), checks that `latest` can be replaced, and clears
+ * leftovers. */
+static zo_status save_root(zo_engine_t *e, const char *root, const zo_save_opts *opts, zo_checkpoint_lock_t **lock) {
   zo_status st0 = ZO_OK;
+  *lock = NULL;
   if (e->rank == 0) {
-    if (mkdir(root, 0755) && errno != EEXIST) st0 = sys_err(ZO_ERR_IO, "cannot create checkpoint root", root);
-    else remove_leftovers(root, opts);
+    char latest[PATH_MAX];
+    mode_t found = 0;
+    st0 = zo_ckpt_save_begin(root, lock);
+    if (st0 == ZO_OK && !(opts && opts->no_latest) && (st0 = join(latest, sizeof latest, root, "latest")) == ZO_OK &&
+        zo_tmpfile_target_check(latest, &found) > 0)
+      st0 = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' is %s, not a regular file: not replacing it (nothing saved)",
+                         latest, zo_file_kind(found));
+    if (st0 == ZO_OK) remove_leftovers(root, opts);
   }
   return eng_dp_from_rank0(e, st0, "save: creating the checkpoint root");
 }
@@ -527,7 +593,7 @@ static zo_status save_root(zo_engine_t *e, const char *root, const zo_save_opts 
 /* The names and paths of one save under its root. */
 typedef struct save_paths {
   char name[256], rank_file[32], mfile[48];
-  char tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX], ltmp[PATH_MAX];
+  char tmp[PATH_MAX], final[PATH_MAX], old[PATH_MAX], file[PATH_MAX], latest[PATH_MAX];
 } save_paths;
 
 /* Every name of the save of step @tag under @root; the temporary and set-aside directories carry rank 0's pid
@@ -548,7 +614,6 @@ static zo_status save_names(zo_engine_t *e, const char *root, int64_t tag, const
   ZO_CHECK(join(sp->final, sizeof sp->final, root, sp->name));
   ZO_CHECK(join(sp->old, sizeof sp->old, root, oldn));
   ZO_CHECK(join(sp->latest, sizeof sp->latest, root, "latest"));
-  ZO_CHECK(join(sp->ltmp, sizeof sp->ltmp, root, ".latest.tmp"));
   return join(sp->file, sizeof sp->file, sp->tmp, sp->mfile); /* the longest name inside tmp */
 }
 
@@ -601,8 +666,7 @@ static zo_status save_place(const save_paths *sp, const char *root, int64_t tag,
   if (opts && opts->no_latest) goto placed;
   char line[300];
   snprintf(line, sizeof line, "%s\n", sp->name);
-  ZO_CHECK(write_file(sp->ltmp, line));
-  if (rename(sp->ltmp, sp->latest)) return sys_err(ZO_ERR_IO, "cannot rename into place", sp->ltmp);
+  ZO_CHECK(replace_file(sp->latest, line));
   ZO_CHECK(fsync_path(root, 1));
 placed:
   if (had_old && remove_ours(sp->old))
@@ -614,19 +678,33 @@ fail:
   return st;
 }
 
+/* This save's temporary directory: made new (mkdir), never one that exists. Something at its name is not a leftover
+ * remove_leftovers() could take (this process's own name: another kind of file, or not this format's): named. */
+static zo_status make_tmp_dir(const char *tmp) {
+  if (mkdir(tmp, 0755) == 0) return ZO_OK;
+  struct stat sb;
+  if (errno == EEXIST && lstat(tmp, &sb) == 0)
+    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot create this save's temporary directory '%s': it exists and "
+                        "is %s this save did not make; not writing into it (move it away)", tmp,
+                        zo_file_kind(sb.st_mode));
+  return sys_err(ZO_ERR_IO, "cannot create", tmp);
+}
+
 zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir, size_t cap) {
   json_t *app;
   ZO_CHECK(save_check(e, root, opts, &app));
   const int64_t tag = opts && opts->tag >= 0 ? opts->tag : e->step;
   const int keep_last = opts && opts->keep_last > 0 ? opts->keep_last : 0;
   save_paths sp;
+  zo_checkpoint_lock_t *lock = NULL; /* rank 0: the root's, for this save */
   zo_status st = zo_engine_synchronize(e);
   if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = eng_nv_quiesce(e); /* every state write-back on disk */
-  /* Several ranks (a collective call): rank 0 alone makes the root and clears leftovers, and names the temporary
-   * directory every rank writes its part into. */
-  if (st == ZO_OK) st = save_root(e, root, opts);
+  /* Several ranks (a collective call): rank 0 alone makes and locks the root and clears leftovers, and names the
+   * temporary directory every rank writes its part into. */
+  if (st == ZO_OK) st = save_root(e, root, opts, &lock);
   if (st == ZO_OK) st = save_names(e, root, tag, opts ? opts->name : NULL, &sp);
   if (st != ZO_OK) {
+    zo_ckpt_save_end(lock);
     json_decref(app);
     return st;
   }
@@ -638,7 +716,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   int placing = 0; /* rank 0 of several: past the agreement, every other rank waits for its word */
   /* Every rank makes every collective call below whatever happens to it, so none waits for one never made. */
   if (!runs || !buf) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
-  if (st == ZO_OK && e->rank == 0 && mkdir(sp.tmp, 0755)) st = sys_err(ZO_ERR_IO, "cannot create", sp.tmp);
+  if (st == ZO_OK && e->rank == 0) st = make_tmp_dir(sp.tmp);
   if (e->world > 1) { /* everyone hears of rank 0's directory */
     zo_status s0 = eng_dp_from_rank0(e, e->rank == 0 ? st : ZO_OK, "save: creating the temporary directory");
     if (st == ZO_OK) st = s0;
@@ -657,6 +735,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   if (st == ZO_OK && saved_dir && cap) snprintf(saved_dir, cap, "%s", sp.final);
 out:
   if (placing) (void)eng_dp_from_rank0(e, st, "save: putting the checkpoint into place"); /* the others wait for it */
+  zo_ckpt_save_end(lock);
   free(text);
   json_decref(m);
   json_decref(app);

@@ -78,10 +78,29 @@ static zo_status st_pad_header(char **hdr, size_t *padded) {
   return ZO_OK;
 }
 
-/* Create @tmp into *fd and write the padded header's length (little-endian u64), then the header. */
-static zo_status st_write_header(const char *tmp, const char *hdr, size_t padded, int *fd) {
-  if ((*fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-    return zo_error_set(ZO_ERR_IO, "safetensors: cannot create '%s': %s", tmp, strerror(errno));
+/* @path as the export may replace it: absent or a regular file (never a symbolic link, a device, a directory or a
+ * FIFO: refused, naming it and what it is, before anything is written). */
+static zo_status st_target_check(const char *path) {
+  mode_t found = 0;
+  int r = zo_tmpfile_target_check(path, &found);
+  if (r > 0)
+    return zo_error_set(ZO_ERR_IO, "safetensors: '%s' is %s, not a regular file: not replacing it", path,
+                        zo_file_kind(found));
+  if (r < 0) return zo_error_set(ZO_ERR_IO, "safetensors: cannot stat '%s': %s", path, strerror(-r));
+  return ZO_OK;
+}
+
+/* Create a fresh temporary file beside @path into *fd, its name into @tmp (PATH_MAX; zo_tmpfile_open: never a file
+ * that exists, so a planted link is not followed), and write the padded header's length (little-endian u64), then
+ * the header. */
+static zo_status st_write_header(const char *path, char *tmp, const char *hdr, size_t padded, int *fd) {
+  ZO_CHECK(st_target_check(path));
+  if ((*fd = zo_tmpfile_open(path, tmp, PATH_MAX)) < 0) {
+    int e = -*fd;
+    *fd = -1;
+    tmp[0] = 0;
+    return zo_error_set(ZO_ERR_IO, "safetensors: cannot create a temporary file beside '%s': %s", path, strerror(e));
+  }
   uint8_t len8[8];
   for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)padded >> (8 * b)); /* little-endian u64 */
   ZO_CHECK(write_all(*fd, len8, 8, 0, tmp));
@@ -111,13 +130,18 @@ static zo_status st_write_tensors(zo_engine_t *e, zo_dtype dtype, int writer, in
   return st;
 }
 
-/* The writer: @tmp made durable (closed, *fd = -1) and renamed to @path. */
+/* The writer: @tmp made durable (closed, *fd = -1) and renamed to @path, unless @path became something other than a
+ * regular file meanwhile (refused as st_target_check). */
 static zo_status st_place(int *fd, const char *tmp, const char *path) {
   if (fsync(*fd)) return zo_error_set(ZO_ERR_IO, "safetensors: fsync of '%s': %s", tmp, strerror(errno));
   close(*fd);
   *fd = -1;
-  if (rename(tmp, path))
-    return zo_error_set(ZO_ERR_IO, "safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+  mode_t found = 0;
+  int r = zo_tmpfile_place(tmp, path, &found);
+  if (r > 0)
+    return zo_error_set(ZO_ERR_IO, "safetensors: '%s' is %s, not a regular file: not replacing it", path,
+                        zo_file_kind(found));
+  if (r < 0) return zo_error_set(ZO_ERR_IO, "safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(-r));
   return ZO_OK;
 }
 
@@ -132,8 +156,7 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
   char *hdr = NULL;
   size_t max_n, padded = 0;
   ZO_CHECK(st_header(e, dtype, &hdr, &max_n));
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[PATH_MAX] = "";
   float *f32 = malloc(max_n * sizeof(float) + 64);
   void *out = dtype == ZO_DTYPE_F32 ? (void *)f32 : malloc(max_n * zo_dtype_size(dtype) + 64);
   int fd = -1;
@@ -143,7 +166,7 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
     goto out;
   }
   if ((st = st_pad_header(&hdr, &padded)) != ZO_OK) goto out;
-  if (writer) st = st_write_header(tmp, hdr, padded, &fd);
+  if (writer) st = st_write_header(path, tmp, hdr, padded, &fd);
   st = st_write_tensors(e, dtype, writer, fd, tmp, 8 + padded, f32, out, st);
   /* every rank hears of rank 0's writes, and rank 0 of the others' shards */
   if ((st = eng_dp_agree(e, st, "export_safetensors")) != ZO_OK) goto fail;
@@ -153,7 +176,7 @@ zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtyp
 fail:
   if (fd >= 0) close(fd);
   fd = -1;
-  if (writer) unlink(tmp);
+  if (writer && tmp[0]) unlink(tmp);
 out:
   if (e->world > 1) { /* rank 0's fsync and rename, for everyone */
     zo_status s0 = eng_dp_from_rank0(e, st, "export_safetensors: putting the file into place");

@@ -34,3 +34,20 @@ endif()
 add_test(NAME zo_train_ckpt_validate
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_ckpt_validate.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
 set_tests_properties(zo_train_ckpt_validate PROPERTIES LABELS "unit" TIMEOUT 300)
+# Temporary files of saves and exports never open or follow what is planted at their names, and never replace
+# anything but a regular file; one run per checkpoint root (zo_checkpoint_lock), leftovers only of gone processes.
+zo_add_test(test_ckpt_tmpfiles SOURCES test_ckpt_tmpfiles.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})
+zo_add_test(test_ckpt_lock SOURCES test_ckpt_lock.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})
+# zo-train's side: planted links at .latest.tmp and OUT.tmp, --export-safetensors to a link, FIFO, directory or
+# device and a `latest` that is a link refused at start-up; 20 rounds of two runs on one --save root (one refused
+# naming the other, nothing lost), leftovers of a gone process removed and of a live one kept.
+add_test(NAME zo_train_tmpfiles
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_tmpfiles.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
+add_test(NAME zo_train_root_lock
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zo_train_root_lock.sh $<TARGET_FILE:zo-train> ${ZO_TINY} ${ZO_CORPUS})
+set_tests_properties(zo_train_tmpfiles zo_train_root_lock PROPERTIES LABELS "unit" TIMEOUT 180)
+# The Python front: _write_atomic steps around planted links and refuses non-regular targets; save_checkpoint() in a
+# second process on one root is refused naming the first (the same C lock).
+add_test(NAME python_ckpt_files COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python_ckpt_files.sh $<TARGET_FILE:zoffload>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_ckpt_files PROPERTIES LABELS "unit;python" SKIP_RETURN_CODE 77 TIMEOUT 120)

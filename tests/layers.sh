@@ -79,7 +79,7 @@ done
 # offload/ holds the engine alone.
 for f in $(ls offload); do
   case $f in
-    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | checkpoint.c | safetensors.c) ;;
+    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | checkpoint*.[ch] | safetensors.c) ;;
     *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, checkpoint, safetensors)" ;;
   esac
 done

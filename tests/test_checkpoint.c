@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
   REQ(zo_engine_save(a.e, root, &o, path, sizeof path));
   CHECK_HAS(path, "step-000000000003");
   char junk[1100];
-  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.1", root);
+  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.4194305", root); /* a pid no process has: above 2^22 */
   CHECK(mkdir(junk, 0755) == 0);
   REQ(rig_open(&b, 0, NULL));
   REQ(zo_engine_load(b.e, root, &app));
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
     o.tag = t;
     REQ(zo_engine_save(a.e, root, &o, NULL, 0));
   }
-  CHECK_STR(removed, "1:.tmp-step-000000000009.1 0:step-000000000003 0:step-000000000004 ");
+  CHECK_STR(removed, "1:.tmp-step-000000000009.4194305 0:step-000000000003 0:step-000000000004 ");
   o.on_removed = NULL, o.user = NULL;
   CHECK_EQ(count_dirs(root, "step-"), 2);
   CHECK_EQ(count_dirs(root, ".tmp-"), 0);

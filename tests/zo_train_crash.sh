@@ -5,7 +5,7 @@
 # printed its first checkpoint, so no kill depends on how fast the machine starts a process; after each
 # kill a new process must load `latest` (every checksum verified) and name its step. The tiny model
 # spends most of its time in saves, so most kills land inside one (counted by the .tmp-* directory
-# or .latest.tmp a killed save leaves behind). Exit 0 pass, 1 fail.
+# or .latest.PID.N.tmp a killed save leaves behind). Exit 0 pass, 1 fail.
 set -u
 zo=$1 cfg=$2 corpus=$3 kills=${4:-60}
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-crash.XXXXXX")
@@ -26,7 +26,7 @@ for ((i = 1; i <= kills; i++)); do
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   [ -n "$(ls -A "$root" 2>/dev/null | grep '^\.tmp-')" ] && mid_save=$((mid_save + 1))
-  [ -e "$root/.latest.tmp" ] && mid_latest=$((mid_latest + 1))
+  compgen -G "$root/.latest.*.tmp" >/dev/null && mid_latest=$((mid_latest + 1))
   [ -e "$root/latest" ] || continue
   name=$(cat "$root/latest")
   step=$((10#${name#step-}))

@@ -13,17 +13,26 @@
  *   rankRRRRR.bin    this rank's shards: every tensor's fp32 master weights,
  *                    exp_avg and exp_avg_sq (state dtype), each run starting
  *                    at a 4096-byte boundary.
- * Written crash-safe: into ROOT/.tmp-step-N.PID, every file fsynced, the
- * directory fsynced, renamed into place, ROOT fsynced; then ROOT/latest (a
- * one-line file naming the directory) replaced the same way (write
- * .latest.tmp, fsync, rename, fsync ROOT). A kill at any moment leaves
- * `latest` naming a complete checkpoint (or no `latest` before the first
- * save completes). Older checkpoints beyond keep_last are removed only after
- * the new one and `latest` are durable. One writer per ROOT: leftover
- * .tmp-step-N.PID / .old-step-N.PID directories of a killed save (holding
- * only checkpoint files) and .latest.tmp are removed by the next save, each
- * named in an info log line and to zo_save_opts.on_removed. A save never replaces a same-named directory
- * that is not a checkpoint (ZO_ERR_IO naming it).
+ * Written crash-safe: into ROOT/.tmp-step-N.PID (made new: something
+ * already there is refused, named), every file created new (O_EXCL,
+ * O_NOFOLLOW) and fsynced, the directory fsynced, renamed into place, ROOT
+ * fsynced; then ROOT/latest (a one-line file naming the directory) replaced
+ * the same way: written to a new ROOT/.latest.PID.N.tmp (O_EXCL|O_NOFOLLOW:
+ * whatever is planted at a name is skipped, never opened or followed),
+ * fsynced, renamed, ROOT fsynced. `latest` must be absent or a regular file:
+ * a symbolic link, directory, device or FIFO there is refused before anything
+ * is written and left as it is. A kill at any moment leaves `latest` naming a
+ * complete checkpoint (or no `latest` before the first save completes).
+ * Older checkpoints beyond keep_last are removed only after the new one and
+ * `latest` are durable. One run per ROOT: each save holds the root's lock
+ * (zo_checkpoint_lock() below; a run can hold it throughout), so a save while
+ * another process holds it is refused, naming that process. Leftovers of a
+ * killed save (.tmp-step-N.PID / .old-step-N.PID directories holding only
+ * checkpoint files, .latest.PID.N.tmp files, and the .latest.tmp of earlier
+ * versions) are removed by the next save when no process runs as PID (those
+ * of a live process are left, named in a warning), each named in an info log
+ * line and to zo_save_opts.on_removed. A save never replaces a same-named
+ * directory that is not a checkpoint (ZO_ERR_IO naming it).
  * Optimizer state on NVMe is copied file to file with copy_file_range(2)
  * (restored through the swap layer's io_uring writes), never through a host
  * copy of the whole state; checksums are computed over the written file in
@@ -53,10 +62,11 @@ typedef struct zo_save_opts {
                             other, and any newer one, is left alone (a warning names it) */
   /* Optional (NULL: none). Called once for each thing zo_engine_save() removed under root, after it is gone:
    * @leftover 0: a checkpoint directory removed by keep_last (after the new checkpoint and `latest` are durable);
-   * @leftover 1: a leftover of an interrupted save (a .tmp-step-N.PID or .old-step-N.PID directory, or the file
-   * .latest.tmp; before the new checkpoint is written). Not called for what is left alone or could not be removed
-   * (those are warnings). @path is root as the caller gave it, '/', and the entry's name (step-<digits>,
-   * .tmp-step-<digits>.<digits>, .old-step-<digits>.<digits> or .latest.tmp): not escaped, valid only during the
+   * @leftover 1: a leftover of an interrupted save whose process is gone (a .tmp-step-N.PID or .old-step-N.PID
+   * directory, or the file .latest.PID.N.tmp or .latest.tmp; before the new checkpoint is written). Not called for
+   * what is left alone or could not be removed (those are warnings). @path is root as the caller gave it, '/', and
+   * the entry's name (step-<digits>, .tmp-step-<digits>.<digits>, .old-step-<digits>.<digits>,
+   * .latest.<digits>.<digits>.tmp or .latest.tmp): not escaped, valid only during the
    * call. @user is the field below. Called synchronously on the thread that called zo_engine_save(), on rank 0
    * only (the rank that removes); it must not call into this engine. */
   void (*on_removed)(const char *path, int leftover, void *user);
@@ -70,6 +80,36 @@ typedef struct zo_save_opts {
   const char *name;
   int no_latest; /* 1: `latest` is left as it was (DeepSpeed's save_latest=False); 0: replaced as above */
 } zo_save_opts;
+
+/*
+ * zo_checkpoint_lock() - hold the checkpoint root @root for this run (made
+ * if missing; its parent must exist) until zo_checkpoint_unlock(): another
+ * process's zo_checkpoint_lock() or zo_engine_save() on that root is
+ * refused until then, naming this one. zo_engine_save() takes the same lock
+ * for each save by itself; take it for the whole run (zo-train does, with
+ * --save, at start-up) so a second run is refused before it trains rather
+ * than at its first save, and so its saves cannot interleave with ours.
+ * The lock is flock(2) on ROOT/.zoffload-lock, which holds the owner's
+ * record (pid, host, process start time, command line; escaped) and is
+ * removed by the last unlock; the kernel drops the lock when the process
+ * dies, however it dies, and the next run takes the root over. Handles in
+ * one process share one lock (a count): this process's engines and callers
+ * do not refuse each other. A fork()ed child shares the lock and must not
+ * save to the root. A file system without flock (ENOLCK, EOPNOTSUPP: Lustre
+ * without -o flock) gives one warning and the root unlocked.
+ * Returns ZO_OK and *@lock; ZO_ERR_INVALID_ARG (NULL or empty);
+ * ZO_ERR_INVALID_USAGE "checkpoint: root R is in use by another run: pid P
+ * on host H, started T, command: C (lock file ...)"; ZO_ERR_IO (the root
+ * cannot be made or opened; .zoffload-lock is a symbolic link, not a
+ * regular file, or has other hard links: named, never opened through or
+ * written); ZO_ERR_SYSTEM; ZO_ERR_OUT_OF_MEMORY. Thread-safe.
+ */
+typedef struct zo_checkpoint_lock zo_checkpoint_lock_t;
+ZO_API zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock);
+
+/* zo_checkpoint_unlock() - release one handle of zo_checkpoint_lock(); the last one in the process empties and
+ * removes ROOT/.zoffload-lock, then drops the lock. NULL is accepted. Thread-safe. */
+ZO_API void zo_checkpoint_unlock(zo_checkpoint_lock_t *lock);
 
 /*
  * zo_engine_set_param_shape() - record the shape of a registered tensor
@@ -94,10 +134,13 @@ ZO_API zo_status zo_engine_set_param_shape(zo_param_t *p, int ndim, const int64_
  * manifest.json) and moves `latest`; every rank returns the same outcome.
  * @saved_dir (may be NULL) receives the checkpoint's path (@cap bytes).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, app_state not a JSON object);
- * ZO_ERR_INVALID_USAGE (before finalize, or gradients handed over for a
+ * ZO_ERR_INVALID_USAGE (another process holds @root: zo_checkpoint_lock()'s
+ * message naming it, nothing written; before finalize, or gradients handed over for a
  * step not yet taken: zo_engine_grad_ready() or, between micro-batches,
  * zo_engine_grad_accumulate(), whose partial sums a checkpoint does not keep); ZO_ERR_IO / ZO_ERR_SYSTEM naming the file and offset
- * (a full disk among them): the partial checkpoint is removed and the
+ * (a full disk among them), or `latest`, the lock file or the temporary
+ * directory's name not what a save may write (a symbolic link, a FIFO:
+ * named, left as they are): the partial checkpoint is removed and the
  * previous one and `latest` are untouched; ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir,
@@ -182,8 +225,12 @@ ZO_API zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opt
  * data_offsets}, "__metadata__": {...}} padded with spaces to 8 bytes, then
  * the tensors back to back in registration order), so PyTorch's
  * safetensors.torch.load_file and Hugging Face load them directly. Shapes
- * are those of zo_engine_set_param_shape() (else 1-D). Written to
- * @path.tmp, fsynced and renamed. Several ranks: a collective call; each
+ * are those of zo_engine_set_param_shape() (else 1-D). Written to a new
+ * DIR/.NAME.PID.N.tmp beside @path (O_EXCL|O_NOFOLLOW: whatever is planted
+ * at a name is skipped, never opened or followed), fsynced and renamed over
+ * @path, which must be absent or a regular file: a symbolic link, device,
+ * directory or FIFO there is refused (ZO_ERR_IO naming it and what it is)
+ * before anything is written, and left as it is. Several ranks: a collective call; each
  * tensor's master shards are all-gathered and rank 0 writes @path; every
  * rank returns rank 0's outcome. Format: https://github.com/huggingface/safetensors
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_IO naming the file (rank

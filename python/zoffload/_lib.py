@@ -351,6 +351,12 @@ libc = ctypes.CDLL(None)  # free() for what the library malloc'd (its malloc res
 libc.free.argtypes = [ctypes.c_void_p]
 libc.free.restype = None
 
+# one run per checkpoint root (zoffload/checkpoint.h), the lock zo-train and zo_engine_save take
+lib.zo_checkpoint_lock.restype = ctypes.c_int
+lib.zo_checkpoint_lock.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+lib.zo_checkpoint_unlock.restype = None
+lib.zo_checkpoint_unlock.argtypes = [ctypes.c_void_p]
+
 lib.zo_engine_set_trace.restype = ctypes.c_int
 lib.zo_engine_set_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
 

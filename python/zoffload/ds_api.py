@@ -10,11 +10,14 @@ Not the engine itself (engine.py, stage3.py) nor the offline converter (zero_to_
 """
 import copy
 import ctypes
+import errno
 import json
 import math
 import os
 import re
+import stat
 import warnings
+import weakref
 
 import torch
 
@@ -309,7 +312,9 @@ class DeepSpeedEngineAPI:
         (rank 0; no pickle: tensors and numpy arrays in the safetensors data, the rest JSON in its header, so
         @client_state holds None, bool, int, float, str, bytes, lists, tuples, dicts, tensors and numpy arrays:
         TypeError naming the entry of anything else, before anything is written), then SAVE_DIR/latest naming TAG
-        when @save_latest. Several ranks: a collective call with the same arguments. Returns True."""
+        when @save_latest. SAVE_DIR is this engine's from the first save there until close() (_hold_save_root): another
+        process saving there meanwhile is refused. Several ranks: a collective call with the same arguments.
+        Returns True."""
         tag = "global_step%d" % self.global_steps if tag is None else str(tag)
         extra = {"client_state": client_state,
                  "lr_scheduler": (self.lr_scheduler.state_dict() if self.lr_scheduler is not None
@@ -317,6 +322,7 @@ class DeepSpeedEngineAPI:
                  "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                  "lr_client": self._lr_client}
         blob = _ckpt.client_state_bytes(extra)  # every rank: one refuses what they all refuse, before the collective
+        self._hold_save_root(save_dir)  # before anything under it changes
         app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
                           "applied_steps": self.applied_steps})
         opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(), no_latest=1)
@@ -349,6 +355,38 @@ class DeepSpeedEngineAPI:
                 _write_atomic(os.path.join(str(save_dir), "latest"), lambda f: f.write((tag + "\n").encode()))
         self.all_reduce_mean(0.0)  # every rank returns after rank 0's files are in place
         return True
+
+    _save_root = None  # (path, weakref.finalize releasing its zo_checkpoint_lock, None off rank 0) or None
+
+    def _hold_save_root(self, save_dir):
+        """save_checkpoint()'s root held for this engine's run with zo_checkpoint_lock (the lock zo-train and
+        zo_engine_save take; zoffload/checkpoint.h), from the first save there until close(), the engine's
+        collection or the process's end: another process's run is then refused there naming this one, and this one
+        is refused (ZoffloadError naming the owner's pid, host, start time and command) while another run holds
+        it. A save to another root moves the hold there. Rank 0 locks; every rank raises with it."""
+        root = os.path.abspath(str(save_dir))
+        if self._save_root is not None and self._save_root[0] == root:
+            return
+        handle, err = ctypes.c_void_p(), None
+        if self.rank == 0:
+            try:
+                _lib.check(_lib.lib.zo_checkpoint_lock(root.encode(), ctypes.byref(handle)), "save_checkpoint")
+            except _lib.ZoffloadError as e:
+                err = e
+        if self.world_size > 1 and self.all_reduce_mean(1.0 if err else 0.0) > 0:
+            raise err or _lib.ZoffloadError("ZO_ERR_INVALID_USAGE", "save_checkpoint: rank 0 could not lock the "
+                                            "checkpoint root %s (its error says why)" % root)
+        if err is not None:
+            raise err
+        self._release_save_root()
+        self._save_root = (root, weakref.finalize(self, _lib.lib.zo_checkpoint_unlock, handle.value)
+                           if handle.value else None)
+
+    def _release_save_root(self):
+        """Let go of the root _hold_save_root() holds (close() calls it)."""
+        held, self._save_root = self._save_root, None
+        if held is not None and held[1] is not None:
+            held[1]()
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
                         load_lr_scheduler_states=True, load_module_only=False):
@@ -582,14 +620,53 @@ def _safetensors_bytes(save_file, state):
             return f.read()
 
 
+def _replaceable(path):
+    """OSError naming @path when it is there and not a regular file (lstat: a symbolic link, a directory, a device,
+    a FIFO), which _write_atomic never replaces."""
+    try:
+        m = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(m):
+        kind = ("a symbolic link" if stat.S_ISLNK(m) else "a directory" if stat.S_ISDIR(m) else "a device"
+                if stat.S_ISCHR(m) or stat.S_ISBLK(m) else "a FIFO" if stat.S_ISFIFO(m) else "not a regular file")
+        raise OSError(errno.EEXIST, "zoffload: '%s' is %s, not a regular file: not replacing it" % (path, kind))
+
+
 def _write_atomic(path, write):
-    """@write(binary file) into PATH.tmp, fsynced and renamed over @path, the directory fsynced."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """@write(binary file) into a new temporary file beside @path, fsynced and renamed over @path, the directory
+    fsynced: the C library's way (base/tmpfile.c). The temporary file is DIR/.NAME.PID.N.tmp made with
+    O_EXCL|O_NOFOLLOW (N the first free of 0..99): whatever is planted at a name (a symbolic link to someone's file)
+    is skipped, never opened or followed. @path itself must be absent or a regular file: anything else (a symbolic
+    link, a directory, a device, a FIFO) is refused with OSError naming it, before and again just before the
+    rename, and left as it is."""
+    path = str(path)
+    d, base = os.path.split(path)
+    _replaceable(path)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for n in range(100):
+        tmp = os.path.join(d, ".%s.%d.%d.tmp" % (base[:200], os.getpid(), n))
+        try:
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(errno.EEXIST, "zoffload: no free temporary name beside '%s' (.%s.%d.0.tmp to .99.tmp taken)"
+                      % (path, base[:200], os.getpid()))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        _replaceable(path)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     d = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(d)

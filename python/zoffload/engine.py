@@ -581,8 +581,9 @@ class Engine(DeepSpeedEngineAPI):
         """zo_engine_export_safetensors(): the consolidated fp32 master weights of every trained parameter, in
         @dtype (torch.float32 or torch.bfloat16, rounded to nearest even), under their model names and shapes,
         to @path in the safetensors format that safetensors.torch.load_file and Hugging Face's from_pretrained
-        read (what DeepSpeed's save_16bit_model gives). Written to @path.tmp and renamed. Several ranks: a
-        collective call, every rank passes the same @path and rank 0 writes it. Returns @path as a string."""
+        read (what DeepSpeed's save_16bit_model gives). Written beside @path and renamed over it (a link, directory,
+        device or FIFO at @path is refused: ZoffloadError naming it). Several ranks: a collective call, every rank
+        passes the same @path and rank 0 writes it. Returns @path as a string."""
         codes = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16}
         if dtype not in codes:
             raise TypeError("export_safetensors: dtype %s; torch.float32 or torch.bfloat16" % dtype)
@@ -614,6 +615,7 @@ class Engine(DeepSpeedEngineAPI):
             return
         self._closed = True
         _open_engines.discard(self)
+        self._release_save_root()  # save_checkpoint()'s root (ds_api.py)
         with torch.no_grad():
             for i, at in enumerate(getattr(self, "_aliased", [])):
                 if at is not None:

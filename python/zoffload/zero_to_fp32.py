@@ -105,14 +105,14 @@ def get_fp32_state_dict_from_zoffload_checkpoint(checkpoint_dir, tag=None):
 def convert_zoffload_checkpoint_to_fp32_state_dict(checkpoint_dir, output_file, tag=None, safe_serialization=False):
     """The consolidated fp32 state dict of the checkpoint to @output_file: torch.save, or safetensors when
     @safe_serialization. Returns the state dict."""
+    from .ds_api import _write_atomic  # a fresh temporary file beside it; a link or device there is refused
     sd = get_fp32_state_dict_from_zoffload_checkpoint(checkpoint_dir, tag)
-    tmp = str(output_file) + ".tmp"
     if safe_serialization:
-        from safetensors.torch import save_file
-        save_file({k: v.contiguous() for k, v in sd.items()}, tmp, metadata={"format": "pt"})
+        from safetensors.torch import save
+        _write_atomic(str(output_file),
+                      lambda f: f.write(save({k: v.contiguous() for k, v in sd.items()}, metadata={"format": "pt"})))
     else:
-        torch.save(sd, tmp)
-    os.replace(tmp, str(output_file))
+        _write_atomic(str(output_file), lambda f: torch.save(sd, f))
     return sd
 
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -285,6 +286,7 @@ typedef struct train_job {
   int n_val;               /* validation windows */
   zo_device_t *dev;
   zo_engine_t *eng;
+  zo_checkpoint_lock_t *save_lock; /* --save DIR held for the run (rank 0) */
   train_model *model;
   FILE *jf;                /* --log-json, rank 0 */
   gpt_param_spec *specs;   /* [np] */
@@ -368,6 +370,45 @@ static int plan(const train_opts *o, train_job *j) {
   j->total = gpt_total_elems(&j->ts.model);
   j->flops_tok = train_model_flops_per_token(&j->ts.model, j->T);
   return 0;
+}
+
+/* What lstat(2) says @path is, for messages; NULL when it is absent or a regular file (what a run may replace). */
+static const char *not_regular(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
+  return S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a directory"
+         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+         : "not a regular file";
+}
+
+/* The run's outputs claimed before anything is allocated, so a run that could not write them is refused at once and
+ * not after it trained. --save DIR: rank 0 holds the root for the whole run (zo_checkpoint_lock; a second run on it
+ * is refused, naming this one), and its `latest` must be replaceable; --export-safetensors F must be absent or a
+ * regular file (the library refuses anything else when it writes). Every rank hears rank 0's outcome. Not for a dry
+ * run, which writes nothing. 0, or 1 after printing the error (on rank 0). */
+static int claim_outputs(const train_opts *o, train_job *j) {
+  if (o->dry_run) return 0;
+  double failed = 0;
+  const char *kind;
+  char latest[4096];
+  if (j->rank == 0 && o->save_root && zo_checkpoint_lock(o->save_root, &j->save_lock) != ZO_OK) {
+    fprintf(stderr, "zo-train: error: --save: %s\n", or_unknown(zo_last_error()));
+    failed = 1;
+  }
+  if (j->rank == 0 && !failed && o->save_root) {
+    snprintf(latest, sizeof latest, "%s/latest", o->save_root);
+    if ((kind = not_regular(latest))) {
+      fprintf(stderr, "zo-train: error: --save: '%s' is %s, not a regular file: not replacing it\n", latest, kind);
+      failed = 1;
+    }
+  }
+  if (j->rank == 0 && !failed && o->export_path && (kind = not_regular(o->export_path))) {
+    fprintf(stderr, "zo-train: error: --export-safetensors: '%s' is %s, not a regular file: not replacing it\n",
+            o->export_path, kind);
+    failed = 1;
+  }
+  if (j->world > 1 && zo_comm_broadcast(j->comm, &failed, sizeof failed, 0) != ZO_OK) return engine_error();
+  return failed != 0;
 }
 
 /* The corpus and its validation windows (not for a dry run); 0, or 1 after printing the error. */
@@ -755,6 +796,7 @@ static void job_free(train_job *j) {
   zo_device_destroy(j->dev);
   data_close(j->data);
   zo_comm_destroy(j->comm);
+  zo_checkpoint_unlock(j->save_lock); /* after the engine: its last save is done */
   free(j->specs);
   free(j->params);
   free(j->in);
@@ -784,7 +826,14 @@ int main(int argc, char **argv) {
   rc = plan(&o, &j);                       /* config, ranks, batch, compute kind: nothing allocated */
   train_opts_free(&o);                     /* the config's bytes: parsed into j */
   if (rc) return 1;
-  if (!o.dry_run && open_data(&j)) return 1; /* the corpus (not for a dry run) */
+  if (claim_outputs(&o, &j)) {               /* --save DIR ours until the end of the run; the outputs writable */
+    zo_checkpoint_unlock(j.save_lock);
+    return 1;
+  }
+  if (!o.dry_run && open_data(&j)) {         /* the corpus (not for a dry run) */
+    zo_checkpoint_unlock(j.save_lock);
+    return 1;
+  }
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   train_progress p = {.saved_step = -1};

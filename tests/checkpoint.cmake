@@ -48,6 +48,6 @@ add_test(NAME zo_train_root_lock
 set_tests_properties(zo_train_tmpfiles zo_train_root_lock PROPERTIES LABELS "unit" TIMEOUT 180)
 # The Python front: _write_atomic steps around planted links and refuses non-regular targets; save_checkpoint() in a
 # second process on one root is refused naming the first (the same C lock).
-add_test(NAME python_ckpt_files COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python_ckpt_files.sh $<TARGET_FILE:zoffload>
-         ${CMAKE_SOURCE_DIR})
+add_test(NAME python_ckpt_files COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python_tests.sh $<TARGET_FILE:zoffload>
+         ${CMAKE_SOURCE_DIR} test_ckpt_files.py)
 set_tests_properties(python_ckpt_files PROPERTIES LABELS "unit;python" SKIP_RETURN_CODE 77 TIMEOUT 120)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_rig.h"
 #include "ckpt.h"
 #include "fuzz_driver.h"
 #include "zoffload/checkpoint.h"
@@ -75,12 +76,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (!mkdtemp(g_root)) die("mkdtemp");
   atexit(cleanup);
   zo_config_t c;
-  zo_config_defaults(&c);
-  c.train_batch_size = c.train_micro_batch_size_per_gpu = c.gradient_accumulation_steps = 1;
-  c.optimizer.type = ZO_OPT_ADAMW;
-  c.zero.stage = 2;
-  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  c.zoffload.adam_threads = 1;
+  ckpt_rig_config(&c);
   c.fp16.enabled = 1; /* the loss scaler's fields are checked in their fp16 ranges */
   static const char *const names[NP] = {"wte", "h.0.ln.bias", "lm_head.weight"};
   static const size_t ns[NP] = {96, 7, 64};

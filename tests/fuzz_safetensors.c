@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_rig.h"
 #include "fuzz_driver.h"
 #include "zoffload/adam.h"
 #include "zoffload/checkpoint.h"
@@ -135,12 +136,7 @@ static void round_trip(const uint8_t *d, size_t left) {
     take(&d, &left, w[t].v, w[t].n * sizeof(float)); /* any bits: NaN payloads, infinities, subnormals */
   }
   zo_config_t c;
-  zo_config_defaults(&c);
-  c.train_batch_size = c.train_micro_batch_size_per_gpu = c.gradient_accumulation_steps = 1;
-  c.optimizer.type = ZO_OPT_ADAMW;
-  c.zero.stage = 2;
-  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  c.zoffload.adam_threads = 1;
+  ckpt_rig_config(&c);
   zo_engine_t *e = NULL;
   zo_param_t *p[MAX_T];
   int ok = zo_engine_create(&c, g_dev, NULL, &e) == ZO_OK;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# python_tests.sh LIBZOFFLOAD SOURCE_DIR - the Python package's tests (python/tests, pytest) against the library just
-# built, with Debian's torch (/usr/bin/python3), then the CPUAdam benchmark at a small size as a smoke run (it
-# reports its ratio; speed is judged at 100M parameters by hand, not here). Exit 77 without torch or pytest.
+# python_tests.sh LIBZOFFLOAD SOURCE_DIR [TEST_FILE] - the Python package's tests (python/tests, pytest) against the
+# library just built, with Debian's torch (/usr/bin/python3), then the CPUAdam benchmark at a small size as a smoke
+# run (it reports its ratio; speed is judged at 100M parameters by hand, not here); with TEST_FILE (relative to
+# python/tests), that file alone and no benchmark. Exit 77 without torch or pytest.
 # The interpreter starts as a user's would, without extra static TLS, so the pinned pool runs without jemalloc
 # (zoffload/pinned.h); test_initialize.py's allocator test runs the other two ways in subprocesses.
 set -u
@@ -10,5 +11,9 @@ py=/usr/bin/python3
 "$py" -c "import torch, pytest" 2>/dev/null || { echo "skip: /usr/bin/python3 lacks torch or pytest"; exit 77; }
 unset GLIBC_TUNABLES LD_PRELOAD
 export ZOFFLOAD_LIBRARY=$lib PYTHONPATH=$src/python
+if [ $# -ge 3 ]; then
+  cd "${TMPDIR:-/tmp}" || exit 1
+  exec "$py" -m pytest -q -p no:cacheprovider "$src/python/tests/$3"
+fi
 "$py" -m pytest -q -p no:cacheprovider --ignore="$src/python/tests/test_cuda.py" "$src/python/tests" || exit 1
 "$py" "$src/python/benchmarks/cpu_adam_bench.py" --params 4e6 --steps 3 || exit 1

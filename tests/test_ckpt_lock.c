@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_rig.h"
 #include "zo_test.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/device.h"
@@ -32,32 +33,6 @@
 
 #define DEAD_PID 4194305L /* PID_MAX_LIMIT (2^22) + 1: no Linux process ever has it */
 
-typedef struct rig {
-  zo_device_t *dev;
-  zo_engine_t *e;
-  zo_param_t *p;
-} rig;
-
-static zo_status rig_open(rig *r) {
-  memset(r, 0, sizeof *r);
-  zo_config_t c;
-  zo_config_defaults(&c);
-  c.train_batch_size = c.train_micro_batch_size_per_gpu = c.gradient_accumulation_steps = 1;
-  c.optimizer.type = ZO_OPT_ADAMW;
-  c.zero.stage = 2;
-  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  c.zoffload.adam_threads = 1;
-  zo_status st = zo_device_create(ZO_DEVICE_HOST, 0, 0, &r->dev);
-  if (st == ZO_OK) st = zo_engine_create(&c, r->dev, NULL, &r->e);
-  if (st == ZO_OK) st = zo_engine_register_param(r->e, "w", 64, &r->p);
-  if (st == ZO_OK) st = zo_engine_finalize(r->e);
-  return st;
-}
-
-static void rig_close(rig *r) {
-  zo_engine_destroy(r->e);
-  zo_device_destroy(r->dev);
-}
 
 /*
  * A child holding @root: how 1 takes it with zo_checkpoint_lock(), how 2 only flock()s ROOT/.zoffload-lock and
@@ -155,8 +130,8 @@ int main(int argc, char **argv) {
   CHECK(symlink("root", rlink) == 0); /* beside it */
   CHECK_ST(zo_checkpoint_lock(rlink, &l1), ZO_ERR_INVALID_USAGE);
   CHECK_HAS(zo_last_error(), want);
-  rig r;
-  if (!CHECK_OK(rig_open(&r))) return zo_test_finish("test_ckpt_lock");
+  ckpt_rig r;
+  if (!CHECK_OK(ckpt_rig_open(&r, 0))) return zo_test_finish("test_ckpt_lock");
   zo_save_opts o = {.tag = 1};
   CHECK_ST(zo_engine_save(r.e, root, &o, NULL, 0), ZO_ERR_INVALID_USAGE);
   CHECK_HAS(zo_last_error(), want);
@@ -259,7 +234,7 @@ int main(int argc, char **argv) {
     CHECK_HAS(removed, name);
   }
   CHECK(access(lockf, F_OK) != 0);
-  rig_close(&r);
+  ckpt_rig_close(&r);
   if (!zo_test_failures) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -22,6 +22,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "ckpt_rig.h"
 #include "zo_test.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/device.h"
@@ -30,35 +31,6 @@
 #define VICTIM_TEXT "the victim's own bytes\n"
 #define NAMES 10 /* .PID.0.tmp .. .PID.9.tmp */
 
-typedef struct rig {
-  zo_device_t *dev;
-  zo_engine_t *e;
-  zo_param_t *p;
-} rig;
-
-static zo_status rig_open(rig *r) {
-  memset(r, 0, sizeof *r);
-  zo_config_t c;
-  zo_config_defaults(&c);
-  c.train_batch_size = c.train_micro_batch_size_per_gpu = c.gradient_accumulation_steps = 1;
-  c.optimizer.type = ZO_OPT_ADAMW;
-  c.zero.stage = 2;
-  c.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  c.zoffload.adam_threads = 1;
-  zo_status st = zo_device_create(ZO_DEVICE_HOST, 0, 0, &r->dev);
-  if (st == ZO_OK) st = zo_engine_create(&c, r->dev, NULL, &r->e);
-  if (st == ZO_OK) st = zo_engine_register_param(r->e, "w", 64, &r->p);
-  if (st == ZO_OK) st = zo_engine_finalize(r->e);
-  float v[64];
-  for (int i = 0; i < 64; i++) v[i] = (float)i / 64.f;
-  if (st == ZO_OK) st = zo_engine_load_param(r->e, r->p, v);
-  return st;
-}
-
-static void rig_close(rig *r) {
-  zo_engine_destroy(r->e);
-  zo_device_destroy(r->dev);
-}
 
 /* @path as a new file holding VICTIM_TEXT; 1 when made. */
 static int make_victim(const char *path) {
@@ -113,8 +85,8 @@ int main(int argc, char **argv) {
   snprintf(victim, sizeof victim, "%s/victim", dir);
   CHECK(make_victim(victim));
   CHECK(mkdir(root, 0755) == 0);
-  rig r;
-  if (!CHECK_OK(rig_open(&r))) return zo_test_finish("test_ckpt_tmpfiles");
+  ckpt_rig r;
+  if (!CHECK_OK(ckpt_rig_open(&r, 1))) return zo_test_finish("test_ckpt_tmpfiles");
 
   /* 1. links at .latest.tmp and at .latest.PID.0..9.tmp: the save goes on beside them; `latest` is a regular file */
   snprintf(p, sizeof p, "%s/.latest.tmp", root);
@@ -207,7 +179,7 @@ int main(int argc, char **argv) {
     CHECK_EQ(zo_test_count_entries(dir), before);
   }
   CHECK(victim_intact(victim));
-  rig_close(&r);
+  ckpt_rig_close(&r);
   if (!zo_test_failures) {
     snprintf(p, sizeof p, "rm -rf '%s'", dir);
     if (system(p) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -40,7 +40,7 @@ if [ "${1:-}" = "--download" ]; then
   [ "$(id -u)" -eq 0 ] && apt-get update -qq
   (cd "$dir" && apt-get download "${ZO_CARRY[@]}")
   echo "zoffload: $(ls "$dir"/*.deb | wc -l) packages in $dir ($(du -sh "$dir" | cut -f1)); on the other machine:"
-  echo "  ZO_DEBS=$dir timeout 480 ./scripts/gpu.sh   (the repository root; DIR relative to it, e.g. debs)"
+  echo "  ZO_DEBS=$dir timeout 450 ./scripts/gpu.sh   (the repository root; DIR relative to it, e.g. debs)"
   exit 0
 fi
 

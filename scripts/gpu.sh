@@ -429,7 +429,7 @@ mkdir -p "$out"
 if [ $dry -eq 0 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then gpu=1; fi
 export ZO_GPU_DRY=$dry ZO_GPU_HAVE=$gpu ZO_BUILD=$bd ZO_GPU_OUT=$out ZO_NVME=$nvme ZO_JOBS=$jobs
 {
-  echo "# gpu.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname)," \
+  echo "# gpu.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(n=$(git status --porcelain 2>/dev/null | wc -l); [ "$n" -gt 0 ] && echo " + $n changed paths (a copied tree's .git can be older than its files)") on $(hostname)," \
     "$(nproc) cores, budget ${budget} s$([ $dry -eq 1 ] && echo ', --dry (plumbing only)')"
   if [ $gpu -eq 1 ]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/# GPU: /'
   else echo "# GPU: none$([ $dry -eq 1 ] && echo ' (--dry)'): the GPU stages report SKIP"; fi

@@ -145,10 +145,6 @@ static int marker_names(const char *text, const char *name) {
 
 /* ---- taking over a directory a dead run left --------------------------------------------- */
 
-static const char *kind_of(mode_t m) {
-  return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : "a special file";
-}
-
 /* An entry of a stale directory we may remove: a regular file the whole marker names, or the probe. */
 static int removable(const char *text, const char *name, mode_t mode) {
   return S_ISREG(mode) && strcmp(name, ZO_SWAP_DIR_MARKER) != 0 &&
@@ -190,12 +186,12 @@ static zo_status take_stale(zo_swap_dir_t *d) {
                           "swap: swap directory %s was not made by zoffload (owner marker %s: %s) and holds '%s' "
                           "(%s); nothing removed: move it away or use another nvme_path or rank",
                           d->path, ZO_SWAP_DIR_MARKER, mret ? strerror(-mret) : "not a zoffload marker", de->d_name,
-                          kind_of(es.st_mode));
+                          zo_file_kind(es.st_mode));
       } else if (pid >= 0 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0 && !removable(text, de->d_name, es.st_mode)) {
         st = zo_error_set(ZO_ERR_INVALID_ARG,
                           "swap: stale swap directory %s (left by pid %ld) holds '%s' (%s), which is not one of its "
                           "swap files; nothing removed: move it away or use another nvme_path or rank",
-                          d->path, pid, de->d_name, kind_of(es.st_mode));
+                          d->path, pid, de->d_name, zo_file_kind(es.st_mode));
       } else if (pass == 1 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0) {
         if (unlinkat(d->fd, de->d_name, 0) != 0) {
           int e = errno;

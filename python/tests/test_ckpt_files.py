@@ -102,10 +102,15 @@ def test_save_checkpoint_links_at_latest_temporaries(tmp_path):
     assert (root / "latest").is_symlink() and v.read_bytes() == VICTIM
 
 
+def start_child(root):
+    """CHILD on @root: it saves one checkpoint (holding the root), says "saved", and closes on a line of stdin."""
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
 def test_two_processes_saving_to_one_root(tmp_path):
     root = tmp_path / "ckpt"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    child = start_child(root)
     try:
         assert child.stdout.readline() == "saved\n", child.stderr.read()
         e = engine()
@@ -130,8 +135,7 @@ def test_two_processes_saving_to_one_root(tmp_path):
 
 def test_root_of_a_killed_process_is_taken_over(tmp_path):
     root = tmp_path / "ckpt"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    child = start_child(root)
     try:
         assert child.stdout.readline() == "saved\n", child.stderr.read()
     finally:

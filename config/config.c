@@ -785,9 +785,19 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   }
   if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
   if (!strcmp(key, "allow_pageable_host")) return get_bool(c, p, v, &cfg->zoffload.allow_pageable_host);
+  if (!strcmp(key, "placement")) {
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (s && !strcmp(s, "config")) cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;
+    else if (s && !strcmp(s, "auto")) cfg->zoffload.placement = ZO_PLACEMENT_AUTO;
+    else return type_err(c, p, "\"config\" or \"auto\"", v);
+    return ZO_OK;
+  }
+  if (!strcmp(key, "optimizer_max_in_cpu"))
+    return get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zoffload.optimizer_max_in_cpu);
   static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
                                      "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
-                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", NULL};
+                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", "placement",
+                                     "optimizer_max_in_cpu", NULL};
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
@@ -948,6 +958,8 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.delayed_param_update = 0;
   cfg->zoffload.host_link_gbps = 0;
   cfg->zoffload.pinned_fraction = ZO_CONFIG_PINNED_FRACTION;
+  cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;
+  cfg->zoffload.optimizer_max_in_cpu = 0;
   cfg->zoffload.device_arena_bytes = 0;
   cfg->zoffload.comm = ZO_COMM_AUTO;
   cfg->zoffload.comm_timeout_s = ZO_CONFIG_COMM_TIMEOUT_S;

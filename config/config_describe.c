@@ -121,5 +121,9 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
     sb_printf(&b, "zoffload.pinned_fraction = %g\n", cfg->zoffload.pinned_fraction);
   if (cfg->zoffload.allow_pageable_host) /* printed only when given: dumps stay as they were */
     sb_printf(&b, "zoffload.allow_pageable_host = 1\n");
+  if (cfg->zoffload.placement != ZO_PLACEMENT_CONFIG) /* printed only when given: dumps stay as they were */
+    sb_printf(&b, "zoffload.placement = auto\n");
+  if (cfg->zoffload.optimizer_max_in_cpu) /* printed only when given */
+    sb_printf(&b, "zoffload.optimizer_max_in_cpu = %" PRId64 "\n", cfg->zoffload.optimizer_max_in_cpu);
   return b.len;
 }

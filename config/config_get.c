@@ -45,6 +45,7 @@ static const char *warmup_type_name(int v) { return v ? "log" : "linear"; }
 static const char *dtype_name(int v) { return v < 0 ? "" : zo_dtype_name((zo_dtype)v); }
 static const char *device_kind_name(int v) { return zo_device_kind_name((zo_device_kind)v); }
 static const char *comm_name(int v) { return (unsigned)v < 3 ? cfg_comm_names[v] : "?"; }
+static const char *placement_name(int v) { return v == ZO_PLACEMENT_AUTO ? "auto" : v == ZO_PLACEMENT_CONFIG ? "config" : "?"; }
 
 #define OO "zero_optimization.offload_optimizer."
 #define OP "zero_optimization.offload_param."
@@ -120,6 +121,8 @@ static const key keys[] = {
     F64("zoffload.comm_timeout_s", zoffload.comm_timeout_s),
     F64("zoffload.pinned_fraction", zoffload.pinned_fraction),
     BOOL("zoffload.allow_pageable_host", zoffload.allow_pageable_host),
+    NAMED("zoffload.placement", zoffload.placement, placement_name),
+    I64("zoffload.optimizer_max_in_cpu", zoffload.optimizer_max_in_cpu),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 

@@ -327,7 +327,7 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
   int sfd[ST_KINDS] = {-1, -1, -1};
   zo_status st = ZO_OK;
   if (e->tier == ZO_OFFLOAD_NVME) {
-    for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
+    for (int k = 0; k < ST_KINDS && st == ZO_OK && e->files[k]; k++) { /* no files: every sub-group resident */
       const char *sp = zo_swap_file_path(e->files[k]);
       sfd[k] = open(sp, O_RDONLY | O_CLOEXEC); /* buffered: O_DIRECT writes already reached the file */
       if (sfd[k] < 0) st = sys_err(ZO_ERR_IO, "cannot open swap file", sp);
@@ -341,8 +341,14 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
       r->off = off;
       r->nbytes = (uint64_t)p->shard_n * e->esz[k];
       if (e->tier == ZO_OFFLOAD_NVME) {
-        st = copy_range(sfd[k], p->file_el * e->esz[k], zo_swap_file_path(e->files[k]), fd, off, path, r->nbytes,
-                        buf);
+        /* the streamed part from its file, the resident part (zoffload.optimizer_max_in_cpu) from host memory */
+        for (size_t o = 0, n; o < p->shard_n && st == ZO_OK; o += n) {
+          void *res[SL_KINDS];
+          n = eng_nv_span(e, p, o, p->shard_n - o, res);
+          st = res[k] ? pwrite_all(fd, res[k], n * e->esz[k], off + o * e->esz[k], path)
+                      : copy_range(sfd[k], (p->file_el + o) * e->esz[k], zo_swap_file_path(e->files[k]), fd,
+                                   off + o * e->esz[k], path, n * e->esz[k], buf);
+        }
         if (st == ZO_OK) st = file_crc(fd, off, r->nbytes, buf, path, &r->crc);
       } else if (eng_device_adam(e)) { /* device memory: through a host copy */
         void *h = malloc(r->nbytes ? r->nbytes : 1);
@@ -1033,8 +1039,16 @@ static zo_status load_verify(zo_engine_t *e, load_ctx *c, lrun *runs, void *buf,
 static zo_status load_param_nvme(zo_engine_t *e, zo_param_t *p, const lrun *r, int fd, const char *fpath) {
   zo_status st = ZO_OK;
   sg_slot *sl = &e->slots[0];
-  for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += e->slot_el) {
-    size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+  for (size_t off = 0, n; off < p->shard_n && st == ZO_OK; off += n) {
+    void *res[SL_KINDS];
+    n = eng_nv_span(e, p, off, p->shard_n - off, res);
+    if (res[ST_MASTER]) { /* resident (zoffload.optimizer_max_in_cpu): straight into host memory */
+      for (int k = 0; k < ST_KINDS && st == ZO_OK; k++)
+        if (r[k].used) st = pread_all(fd, res[k], n * e->esz[k], r[k].off + off * e->esz[k], fpath);
+      if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, res[ST_MASTER]);
+      continue;
+    }
+    if (n > e->slot_el) n = e->slot_el;
     uint64_t n_el = eng_padded_el(e, n);
     for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
       if (!r[k].used) continue; /* weights_only: the state on the swap file stays */

@@ -105,6 +105,7 @@ static zo_status create_validate(const zo_config_t *cfg) {
 static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   const zo_offload_device tier = cfg->zero.offload_optimizer.device;
   e->cfg = *cfg;
+  e->opt_res_el = cfg->zoffload.optimizer_max_in_cpu > 0 ? (size_t)cfg->zoffload.optimizer_max_in_cpu : 0;
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
   e->gdtype = e->wdtype; /* the model's gradients come in its working precision */
@@ -301,9 +302,10 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_pg_free(e);
   zo_adam_pool_destroy(e->pool);
   free(e->tasks);
-  for (int s = 0; s < e->n_slots; s++)
+  for (int s = 0; s < e->n_stream_slots; s++) /* the resident slots point into e->res */
     for (int k = 0; k < SL_KINDS; k++)
       if (e->slots[s].buf[k]) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
+  for (int k = 0; k < SL_KINDS; k++) eng_host_buf_free(&e->res[k]);
   free(e->slots);
   free(e->pieces);
   free(e->sgs);
@@ -554,17 +556,20 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
                             .n_el = sg->n_el};
   }
   e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
+  e->res_file_el = plan->state_file_el;
+  e->piece_el = e->opt_res_el ? plan->piece_el : 0;
   for (int k = 0; k < SL_KINDS; k++) {
     const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
+    if (!fbytes) continue; /* every sub-group resident: no files */
     st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
     if (st != ZO_OK) return zo_error_prefix(st, k == ST_GRAD ? "engine: gradient file" : "engine: optimizer state file");
     eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
   }
   const int nbuf = plan->n_slots;
-  e->slots = calloc(nbuf, sizeof *e->slots);
+  e->slots = calloc((size_t)nbuf + (size_t)plan->n_res_sgs + 1, sizeof *e->slots);
   e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
   if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  e->n_slots = nbuf;
+  e->n_slots = e->n_stream_slots = nbuf;
   for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
   for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
     e->sg_order[i] = e->n_sgs - 1 - i;
@@ -587,6 +592,27 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
       ZO_CHECK(eng_pin_check(e, k_sg_buf[k], e->slots[s].buf[k], slot_bytes[k]));
     }
   }
+  /* The resident sub-groups: their state and gradient sums in host memory, one permanent slot each pointing into
+   * it (engine_nvme.c); loaded from the start, never read or written back. */
+  static const char *const k_res_buf[SL_KINDS] = {"resident_state.master", "resident_state.exp_avg",
+                                                  "resident_state.exp_avg_sq", "resident_state.grad"};
+  for (int k = 0; k < SL_KINDS && plan->res_el; k++) {
+    const size_t bytes = zo_plan_bytes(plan, k_res_buf[k]);
+    st = eng_host_buf_alloc_as(e, &e->res[k], k_res_buf[k], bytes, 0);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "engine: optimizer state kept in host memory (%zu elements; lower "
+                             "zoffload.optimizer_max_in_cpu)", plan->res_el);
+  }
+  for (int g = 0; g < e->n_sgs; g++) {
+    sub_group *sg = &e->sgs[g];
+    if (!plan->sg[g].resident) continue;
+    sg_slot *sl = &e->slots[e->n_slots];
+    for (int k = 0; k < SL_KINDS; k++) sl->buf[k] = (char *)e->res[k].ptr + (sg->file_el - e->res_file_el) * e->esz[k];
+    sl->sg = g;
+    sg->slot = e->n_slots++;
+    sg->resident = 1;
+    sg->phase = SG_LOADED;
+  }
   /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
   struct iovec iov[SL_KINDS * 64];
   unsigned n_iov = 0;
@@ -607,6 +633,10 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
   memset(e->gnv_host.ptr, 0, e->gnv_host.nbytes);
   zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
           "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
+  if (plan->n_res_sgs)
+    zo_info("nvme optimizer state: %d of %d sub-groups (%zu of %llu elements) resident in host memory, the rest "
+            "streamed", plan->n_res_sgs, e->n_sgs, plan->res_el,
+            (unsigned long long)(plan->state_file_el + plan->res_el));
   return ZO_OK;
 }
 
@@ -813,8 +843,17 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */
     ZO_CHECK(eng_nv_quiesce(e));
     sg_slot *sl = &e->slots[0];
-    for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
-      size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+    for (size_t off = 0, n; off < p->shard_n; off += n) {
+      void *res[SL_KINDS];
+      n = eng_nv_span(e, p, off, p->shard_n - off, res);
+      if (res[ST_MASTER]) { /* resident: straight into host memory */
+        const uint64_t n_el = eng_padded_el(e, n);
+        for (int k = 0; k < ST_KINDS; k++) memset(res[k], 0, n_el * e->esz[k]);
+        memcpy(res[ST_MASTER], src + off, n * sizeof(float));
+        ZO_CHECK(eng_upload_shard(e, p, off, n, res[ST_MASTER]));
+        continue;
+      }
+      if (n > e->slot_el) n = e->slot_el;
       uint64_t n_el = eng_padded_el(e, n);
       for (int k = 0; k < ST_KINDS; k++) memset(sl->buf[k], 0, n_el * e->esz[k]);
       memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));

@@ -118,6 +118,9 @@ static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dty
 
 zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
   if (!g->gheld) return ZO_OK;
+  if (g->resident) /* chunks are cut at piece boundaries when sub-groups are resident: never spans one */
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradients of resident sub-group %d would go to grad.swp (a bug)",
+                        (int)(g - e->sgs));
   g->gheld = 0;
   g->grads_in = 0;
   const size_t asz = zo_dtype_size(e->adtype);
@@ -166,8 +169,13 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
 zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
                       int last) {
   const size_t asz = zo_dtype_size(e->adtype), ssz = zo_dtype_size(st), unit = eng_extent_unit(e);
-  for (size_t o = off; o < off + n; o += e->gnv_el) {
-    const size_t m = off + n - o < e->gnv_el ? off + n - o : e->gnv_el;
+  for (size_t o = off, m; o < off + n; o += m) {
+    m = off + n - o < e->gnv_el ? off + n - o : e->gnv_el;
+    if (e->piece_el) { /* resident sub-groups: cut at piece boundaries (multiples of the norm chunk), so that a chunk
+                          lies in one sub-group */
+      const size_t end = (o / e->piece_el + 1) * e->piece_el;
+      if (o + m > end) m = end - o;
+    }
     sub_group *g;
     ZO_CHECK(gnv_holder(e, p->file_el + o, m, &g));
     if (g) { /* in its slot: cast or add there, no I/O */

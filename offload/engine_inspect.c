@@ -22,8 +22,9 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
   }
   for (int k = 0; k < SL_KINDS; k++) { /* nvme: the state's slots and files, and the gradients' */
-    m->host_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
-    m->pinned_bytes += (size_t)e->n_slots * e->slot_el * e->esz[k];
+    m->host_bytes += (size_t)e->n_stream_slots * e->slot_el * e->esz[k];
+    m->pinned_bytes += (size_t)e->n_stream_slots * e->slot_el * e->esz[k];
+    m->host_bytes += e->res[k].nbytes; /* resident sub-groups (pageable) */
     m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
   }
   m->host_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
@@ -50,9 +51,11 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
   if (e->ptier == ZO_OFFLOAD_NVME) m->param_bytes = e->pfile ? zo_swap_file_size(e->pfile) : 0;
   if (e->tier == ZO_OFFLOAD_CPU) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
-  if (e->tier == ZO_OFFLOAD_NVME) m->grad_bytes = e->files[ST_GRAD] ? zo_swap_file_size(e->files[ST_GRAD]) : 0;
+  if (e->tier == ZO_OFFLOAD_NVME)
+    m->grad_bytes = (e->files[ST_GRAD] ? zo_swap_file_size(e->files[ST_GRAD]) : 0) + e->res[ST_GRAD].nbytes;
   for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
-    m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes : e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+    m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes
+                      : (e->files[k] ? zo_swap_file_size(e->files[k]) : 0) + e->res[k].nbytes;
   m->comm_bytes = e->dp_grad.nbytes + e->dp_gather.nbytes + e->pg_ring.nbytes;
   return ZO_OK;
 }
@@ -70,8 +73,14 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   }
   ZO_CHECK(eng_nv_quiesce(e));
   sg_slot *sl = &e->slots[0];
-  for (size_t off = 0; off < p->shard_n; off += e->slot_el) {
-    size_t n = p->shard_n - off < e->slot_el ? p->shard_n - off : e->slot_el;
+  for (size_t off = 0, n; off < p->shard_n; off += n) {
+    void *res[SL_KINDS];
+    n = eng_nv_span(e, p, off, p->shard_n - off, res);
+    if (res[ST_MASTER]) { /* resident: in host memory */
+      memcpy(out + off, res[ST_MASTER], n * sizeof(float));
+      continue;
+    }
+    if (n > e->slot_el) n = e->slot_el;
     ZO_CHECK(eng_swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], eng_padded_el(e, n), &sl->req[ST_MASTER]));
     zo_status st = eng_swap_wait(e, e->swap, &sl->req[ST_MASTER]);
     if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);

@@ -116,6 +116,8 @@ typedef struct sub_group {
   int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
   int gtouched;              /* nvme: a gradient of this step has reached it (engine_gradnv.c) */
   int gheld;                 /* nvme: this step's gradients go to its slot's gradient buffer, not grad.swp */
+  int resident;              /* its state and gradients live in host memory for the whole run (the resident range,
+                                zoffload.optimizer_max_in_cpu): its slot is permanent, nothing is read or written */
 } sub_group;
 
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
@@ -282,9 +284,19 @@ struct zo_engine {
   int n_pieces;
   sub_group *sgs;
   int n_sgs;
-  sg_slot *slots;
+  sg_slot *slots;            /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
   int n_slots;
-  size_t slot_el;            /* elements per slot buffer (largest sub-group) */
+  int n_stream_slots;        /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
+  size_t slot_el;            /* elements per streaming slot buffer (largest streamed sub-group) */
+  /* Split optimizer state (zoffload.optimizer_max_in_cpu; engine_nvme.c): file elements [res_file_el, ...) belong
+   * to the resident sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold
+   * [0, res_file_el). */
+  size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  uint64_t res_file_el;
+  host_buf res[SL_KINDS];
+  size_t piece_el;           /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
+                                cut at piece boundaries so that none spans two sub-groups. 0: not cut */
+  int nv_res_busy;           /* resident sub-groups whose update is in flight */
 
   /* what finalize requested, per kind of buffer (zo_engine_allocations(); plan.c) */
   zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
@@ -540,8 +552,12 @@ zo_status eng_nv_advance(zo_engine_t *e);
 zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s);
 /* After the step: next step's order, then its reads start. */
 zo_status eng_nv_end_step(zo_engine_t *e);
-/* Bring the pipeline to rest: every slot free, every write on disk. Keeps the first error. */
+/* Bring the pipeline to rest: every streaming slot free, every write on disk. Keeps the first error. */
 zo_status eng_nv_quiesce(zo_engine_t *e);
+/* Shard elements [off, off + n) of @p at most, from @off on, that lie wholly in the files or wholly in the resident
+ * range: returns their count (> 0 for n > 0) and sets *@res to where element @off's state of kind k lives in host
+ * memory (res[k] for k < SL_KINDS) when resident, else NULL. */
+size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n, void *res[SL_KINDS]);
 
 /* ---------------------------------------------------------------- engine_gradnv.c */
 

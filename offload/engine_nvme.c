@@ -129,11 +129,16 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
     }
     ZO_CHECK(eng_finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
   }
+  g->done = 1;
+  e->nv_done++;
+  if (g->resident) { /* updated in place in host memory: nothing to write */
+    g->phase = SG_LOADED;
+    e->nv_res_busy--;
+    return ZO_OK;
+  }
   sg_slot *sl = &e->slots[g->slot];
   for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 1, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
   g->phase = SG_WRITING;
-  g->done = 1;
-  e->nv_done++;
   if (!e->cfg.zero.offload_optimizer.pipeline_write) { /* on disk before anything else moves */
     int d;
     ZO_CHECK(eng_slot_settle(e, sl, 1, &d));
@@ -147,7 +152,7 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
  * or needed furthest away). -1 when none. */
 static int slot_for_read(const zo_engine_t *e, int pos) {
   int best = -1, far = pos;
-  for (int s = 0; s < e->n_slots; s++) {
+  for (int s = 0; s < e->n_stream_slots; s++) {
     int gi = e->slots[s].sg;
     if (gi < 0) return s;
     const sub_group *g = &e->sgs[gi];
@@ -161,7 +166,7 @@ static int slot_for_read(const zo_engine_t *e, int pos) {
 static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
   if (!e->cfg.zero.offload_optimizer.pipeline_read) { /* one sub-group at a time, read when its update can start */
     if (!e->nv_adam_ok) return ZO_OK;
-    for (int s = 0; s < e->n_slots; s++) {
+    for (int s = 0; s < e->n_stream_slots; s++) {
       const int gi = e->slots[s].sg;
       const sub_group *h = gi >= 0 ? &e->sgs[gi] : NULL;
       if (h && (h->phase == SG_READING || h->phase == SG_GRADS || h->phase == SG_UPDATING ||
@@ -220,6 +225,16 @@ zo_status eng_nv_advance(zo_engine_t *e) {
       } else if (g->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, g, 0, &done));
         progress |= done;
+      } else if (g->resident && g->phase == SG_LOADED && !g->done && e->nv_adam_ok && sg_landed(e, g)) {
+        /* One resident update in flight at a time: queued behind it, the streamed sub-groups' updates free their
+         * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. */
+        if (e->nv_res_busy) continue;
+        if (!g->grads_in)
+          return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: resident sub-group %d has no gradients in memory (a bug)",
+                              (int)(g - e->sgs));
+        ZO_CHECK(sg_submit_adam(e, g));
+        e->nv_res_busy++;
+        progress = 1;
       } else if (g->phase == SG_LOADED && !g->done && e->nv_adam_ok && sg_landed(e, g)) {
         if (g->grads_in) ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
         else ZO_CHECK(sg_read_grads(e, g));
@@ -244,8 +259,8 @@ zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s) {
       if (no_slot)
         zo_debug("step %lld: %d of %d sub-groups found no free buffer and were read inside the step (waited "
                  "%.2f ms); zero_optimization.offload_optimizer.buffer_count %d, up to %d would read them during "
-                 "forward and backward", (long long)e->step + 1, no_slot, e->n_sgs, no_slot_s * 1e3, e->n_slots,
-                 e->n_slots + no_slot);
+                 "forward and backward", (long long)e->step + 1, no_slot, e->n_sgs, no_slot_s * 1e3, e->n_stream_slots,
+                 e->n_stream_slots + no_slot);
       return ZO_OK;
     }
     sub_group *g = NULL; /* the first sub-group in order not yet updated */
@@ -340,6 +355,7 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     }
     zo_status st = eng_slot_settle(e, sl, 1, &done);
     if (first == ZO_OK) first = st;
+    if (sl->sg >= 0 && e->sgs[sl->sg].resident) continue; /* permanent: its state and gradients stay in memory */
     if (sl->sg >= 0 && e->sgs[sl->sg].gheld) { /* this step's gradients so far: to grad.swp before the slot goes */
       st = e->sgs[sl->sg].done ? (e->sgs[sl->sg].gheld = 0, ZO_OK) : eng_gnv_unhold(e, &e->sgs[sl->sg]);
       if (first == ZO_OK) first = st;
@@ -353,4 +369,16 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
   }
   e->nv_pos_read = 0;
   return first;
+}
+
+/* ---------------------------------------------------------------- resident range */
+
+size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n, void *res[SL_KINDS]) {
+  const uint64_t el = p->file_el + off, r = e->res_file_el;
+  for (int k = 0; k < SL_KINDS; k++) res[k] = NULL;
+  if (el >= r) {
+    for (int k = 0; k < SL_KINDS; k++) res[k] = (char *)e->res[k].ptr + (el - r) * e->esz[k];
+    return n;
+  }
+  return el + n <= r ? n : (size_t)(r - el);
 }

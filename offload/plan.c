@@ -106,8 +106,13 @@ static size_t pg_ring_bytes(const zo_engine_t *e) {
  * pieces into sub-groups; each sub-group is one contiguous, aligned range in every state file. */
 static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
   const size_t unit = pl->extent_unit;
+  /* With resident sub-groups, pieces start at multiples of the gradient norm's 64 Ki-element chunk too: the
+   * gradient hand-over is cut at piece boundaries (no chunk spans two sub-groups), and its norm is summed by those
+   * chunks from each shard's start (the same bits whatever the cut). Both are powers of two. */
+  const size_t punit = e->opt_res_el && unit < 65536 ? 65536 : unit;
   size_t sgs = (size_t)e->cfg.zero.sub_group_size;
-  if (zo_size_round_up(sgs < unit ? unit : sgs, unit, &sgs)) sgs = SIZE_MAX / unit * unit;
+  if (zo_size_round_up(sgs < punit ? punit : sgs, punit, &sgs)) sgs = SIZE_MAX / punit * punit;
+  pl->piece_el = sgs;
   /* The plan is made before the budget says whether anything fits: refuse one whose own arrays (about 80 bytes
    * a piece) would be more than 1.3 GiB (a tiny sub_group_size for huge tensors). Each count is at most
    * ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
@@ -148,11 +153,23 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
     } while (k < pl->n_pieces && pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit) - g->file_el <= sgs);
     g->n_pieces = k - g->first_piece;
     g->n_el = end - g->file_el;
-    if (g->n_el > max_el) max_el = g->n_el;
   }
-  pl->slot_el = max_el;
   const zo_plan_sub_group *last = &pl->sg[pl->n_sgs - 1];
-  pl->state_file_el = last->file_el + last->n_el;
+  const uint64_t total_el = last->file_el + last->n_el;
+  /* Resident: the last sub-groups whose elements fit in zoffload.optimizer_max_in_cpu (or the planner's budget);
+   * the files hold the rest, [0, state_file_el). The last ones are the first whose gradients complete in backward. */
+  uint64_t res = 0;
+  int first_res = pl->n_sgs;
+  while (first_res > 0 && res + pl->sg[first_res - 1].n_el <= (uint64_t)e->opt_res_el)
+    res += pl->sg[--first_res].n_el;
+  pl->n_res_sgs = pl->n_sgs - first_res;
+  pl->state_file_el = first_res < pl->n_sgs ? pl->sg[first_res].file_el : total_el;
+  pl->res_el = (size_t)res;
+  for (int g = 0; g < pl->n_sgs; g++) {
+    pl->sg[g].resident = g >= first_res;
+    if (!pl->sg[g].resident && pl->sg[g].n_el > max_el) max_el = pl->sg[g].n_el;
+  }
+  pl->slot_el = max_el; /* the largest streamed sub-group; 0 when every one is resident */
   return ZO_OK;
 }
 
@@ -291,8 +308,16 @@ static zo_status plan_nvme_state(const zo_engine_t *e, zo_plan *pl) {
   }
   /* the gradients: grad.swp in the accumulation dtype, the same extents */
   add_buf(pl, ZO_TIER_NVME, "grad.swp", mul_sat(pl->state_file_el, gsz), 1, 0, 0);
+  /* the resident sub-groups' state and gradient sums: host memory for the whole run, not page-locked (only the CPU
+   * reads and writes them: Adam, and the gradient hand-over's adds from its pinned buckets) */
+  for (int k = 0; k < ST_KINDS; k++) {
+    char name[40];
+    snprintf(name, sizeof name, "resident_state.%s", k_kind[k]);
+    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->res_el, e->esz[k]), 1, 0, -1);
+  }
+  add_buf(pl, ZO_TIER_HOST, "resident_state.grad", mul_sat(pl->res_el, gsz), 1, 0, -1);
   int nbuf = e->cfg.zero.offload_optimizer.buffer_count < 1 ? 1 : e->cfg.zero.offload_optimizer.buffer_count;
-  if (nbuf > pl->n_sgs) nbuf = pl->n_sgs;
+  if (nbuf > pl->n_sgs - pl->n_res_sgs) nbuf = pl->n_sgs - pl->n_res_sgs;
   pl->n_slots = nbuf;
   for (int k = 0; k < ST_KINDS; k++) {
     char name[40];

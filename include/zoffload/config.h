@@ -64,6 +64,12 @@ typedef enum zo_sched_type {
  * silent fallback to MPI); MPI: MPI through host memory even on GPUs. */
 typedef enum zo_comm_choice { ZO_COMM_AUTO = 0, ZO_COMM_NCCL = 1, ZO_COMM_MPI = 2 } zo_comm_choice;
 
+/* zoffload.placement: who decides the split of each kind of state over device memory, pinned host memory and NVMe.
+ * CONFIG (default): the devices as the config writes them (offload_optimizer.device, offload_param.device,
+ * offload_param.max_in_cpu, zoffload.optimizer_max_in_cpu), nothing else; AUTO: the placement planner
+ * (zoffload/placement.h) chooses, within the machine's limits, the split with the least predicted step time. */
+typedef enum zo_placement_mode { ZO_PLACEMENT_CONFIG = 0, ZO_PLACEMENT_AUTO = 1 } zo_placement_mode;
+
 /* A field added here is readable by path once it has its line in config/config_get.c's table. */
 typedef struct zo_config {
   /* Resolved and consistent: train_batch_size == micro * gas * world_size, each >= 1, the product without
@@ -170,6 +176,14 @@ typedef struct zo_config {
     double pinned_fraction;      /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
                                     (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
                                     loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */
+    zo_placement_mode placement; /* "placement": "config" (default) or "auto" (zo_placement_mode) */
+    int64_t optimizer_max_in_cpu; /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device
+                                    "nvme": the optimizer state (fp32 master, exp_avg, exp_avg_sq) and gradient sum of
+                                    up to this many elements, in whole sub-groups (the last ones in registration
+                                    order), live in (pageable) host memory for the whole run and never touch the
+                                    NVMe files; the rest streams as before. Losses are the same bits whatever its
+                                    value. The counterpart of offload_param.max_in_cpu for the optimizer; with
+                                    "placement": "auto" the planner chooses it. At most ZO_CONFIG_MAX_ELEMS */
     int allow_pageable_host;     /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
                                     that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is
                                     an error at zo_engine_finalize() (ZO_ERR_CUDA); 1: one warning naming the

@@ -68,7 +68,8 @@ typedef struct zo_plan_piece {
 
 typedef struct zo_plan_sub_group {
   int first_piece, n_pieces;
-  uint64_t file_el, n_el; /* element range in each state file, padded */
+  uint64_t file_el, n_el; /* element range in each state file, padded (a resident one: in the resident range) */
+  int resident;           /* 1: its state and gradient sum live in host memory ("resident_state.*"), not the files */
 } zo_plan_sub_group;
 
 enum { ZO_PLAN_MAX_BUFS = 32 };
@@ -101,7 +102,12 @@ typedef struct zo_plan {
   zo_plan_sub_group *sg;      /* [n_sgs] */
   size_t slot_el;             /* elements per sub-group buffer (the largest sub-group) */
   int n_slots;                /* sub-group buffer sets */
-  uint64_t state_file_el;     /* elements of every state file */
+  uint64_t state_file_el;     /* elements of every state file: the streamed sub-groups' range [0, state_file_el) */
+  int n_res_sgs;              /* resident sub-groups (zoffload.optimizer_max_in_cpu): the last n_res_sgs */
+  size_t res_el;              /* elements of the resident range [state_file_el, state_file_el + res_el), padded as
+                                 the files are; each "resident_state.*" buffer holds res_el of its kind */
+  size_t piece_el;            /* elements per piece: sub_group_size rounded up to the extent unit, and with
+                                 residency to a multiple of 65536 (the gradient norm's chunk) too */
   size_t pstage_el;           /* elements per offload_param staging buffer */
   int n_pstage;
   size_t wb_bytes;            /* the write-back ring */

@@ -123,6 +123,11 @@ static const key keys[] = {
     BOOL("zoffload.allow_pageable_host", zoffload.allow_pageable_host),
     NAMED("zoffload.placement", zoffload.placement, placement_name),
     I64("zoffload.optimizer_max_in_cpu", zoffload.optimizer_max_in_cpu),
+    F64("zoffload.speeds.nvme_read_gbps", zoffload.speeds.nvme_read_gbps),
+    F64("zoffload.speeds.nvme_write_gbps", zoffload.speeds.nvme_write_gbps),
+    F64("zoffload.speeds.h2d_gbps", zoffload.speeds.h2d_gbps),
+    F64("zoffload.speeds.d2h_gbps", zoffload.speeds.d2h_gbps),
+    F64("zoffload.speeds.adam_gparams_per_s", zoffload.speeds.adam_gparams_per_s),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 

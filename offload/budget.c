@@ -50,7 +50,7 @@ static size_t mem_available(void) {
  * not empty, stands in for it, so tests can size the pinned rule against a machine of any size (zoffload/budget.h):
  * decimal digits only, in [1, SIZE_MAX - 1], else ZO_ERR_INVALID_ARG naming it (strtoull alone took "-1" as
  * SIZE_MAX, "no limit", and ignored "1e9" or "64G" without a word). */
-static zo_status mem_total(size_t *out) {
+zo_status zo_plan_mem_total(size_t *out) {
   const char *t = getenv("ZO_TEST_MEMTOTAL");
   if (t && *t) {
     char *end, et[64];
@@ -310,7 +310,7 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
 static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
   char a[32], b2[32];
   size_t total = SIZE_MAX;
-  ZO_CHECK(mem_total(&total));
+  ZO_CHECK(zo_plan_mem_total(&total));
   zo_budget_line *lp = add_line(out, ZO_TIER_PINNED, "host (page-locked)");
   lp->engine_bytes = p->pinned_bytes;
   lp->app_bytes = app[ZO_TIER_PINNED];

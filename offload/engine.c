@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 
 #include "engine_internal.h"
+#include "zoffload/placement.h"
 #include "pinned_internal.h"
 #include "plan_internal.h"
 #include "zoffload/budget.h"
@@ -307,6 +308,7 @@ void zo_engine_destroy(zo_engine_t *e) {
       if (e->slots[s].buf[k]) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
   for (int k = 0; k < SL_KINDS; k++) eng_host_buf_free(&e->res[k]);
   free(e->slots);
+  zo_plan_free(e->plan);
   free(e->pieces);
   free(e->sgs);
   free(e->sg_order);
@@ -499,10 +501,20 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   ZO_CHECK(eng_check_usable(e, "finalize"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
   if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
+  /* zoffload.placement "auto" that nobody placed yet (zo_engine_place): the planner, with the machine's rates */
+  if (e->cfg.zoffload.placement == ZO_PLACEMENT_AUTO && !e->placed) {
+    zo_step_rates r;
+    zo_placement pl;
+    ZO_CHECK(zo_step_rates_get(e, 0, 0, &r));
+    ZO_CHECK(zo_engine_place(e, &r, NULL, &pl));
+    zo_info("placement \"auto\": optimizer state %zu of %zu elements and working weights %zu of %zu in host memory",
+            pl.optimizer_resident_el, pl.optimizer_total_el, pl.param_cached_el, pl.param_total_el);
+  }
   zo_plan *plan = NULL;
   zo_status st = zo_plan_make(e, "finalize", ZO_DEVICE_AUTO, &plan);
   if (st == ZO_OK) st = finalize_tiers(e, plan);
-  zo_plan_free(plan);
+  if (st == ZO_OK) e->plan = plan; /* kept: the layout as allocated (zo_engine_predict) */
+  else zo_plan_free(plan);
   if (st != ZO_OK) e->fin_failed = 1;
   return st;
 }

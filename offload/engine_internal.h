@@ -291,6 +291,9 @@ struct zo_engine {
   /* Split optimizer state (zoffload.optimizer_max_in_cpu; engine_nvme.c): file elements [res_file_el, ...) belong
    * to the resident sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold
    * [0, res_file_el). */
+  zo_plan *plan;             /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
+  int placed;                /* zo_engine_place() chose the budgets (placement "auto") */
+  size_t pcache_el;          /* offload_param nvme: elements of working copies kept in host memory (plan.c) */
   size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
   uint64_t res_file_el;
   host_buf res[SL_KINDS];

@@ -20,4 +20,7 @@ size_t zo_plan_bytes(const zo_plan *p, const char *name);
 /* The budget of plan @p of engine @e (zo_engine_budget() without making the plan; budget.c). */
 zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out);
 
+/* MemTotal of /proc/meminfo (or ZO_TEST_MEMTOTAL) into *@out, bytes; SIZE_MAX when unreadable (budget.c). */
+zo_status zo_plan_mem_total(size_t *out);
+
 #endif /* ZO_PLAN_INTERNAL_H */

@@ -51,6 +51,7 @@ typedef struct zo_plan_tensor {
   size_t flat_off;       /* elements: its shard's first element in the host arrays (grad_host, state_host) */
   size_t pw_el;          /* elements: its working copy in the parameter host tier (param_host, params.swp) */
   uint64_t file_el;      /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
+  int pw_host;           /* offload_param "nvme": 1 when its working copy is kept in host memory ("param_host") */
   size_t dev_off[5];     /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
                             (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
                             (offload_optimizer "none": the shard in the accumulation dtype, which with device

@@ -25,6 +25,7 @@
 #include "gpt.h"
 #include "model.h"
 #include "options.h"
+#include "predict.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
@@ -71,6 +72,7 @@ typedef struct step_log {
   double loss, val, lr, tok_s, tflops, mfu, loss_scale, grad_norm;
   int skipped;
   double step_s, fwd_s, bwd_s, opt_s, adam_s, swap_s, fetch_s; /* sums over the steps so far */
+  double last_step_s, pred_step_s; /* the logged step alone, and its prediction (zoffload/placement.h); < 0: none */
 } step_log;
 
 static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
@@ -87,6 +89,8 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "grad_norm", isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
   json_object_set_new(o, "skipped", json_boolean(l->skipped));
   json_object_set_new(o, "step_ms", json_real(l->step_s * per));
+  json_object_set_new(o, "last_step_ms", json_real(l->last_step_s * 1e3));
+  json_object_set_new(o, "predicted_step_ms", l->pred_step_s > 0 ? json_real(l->pred_step_s * 1e3) : json_null());
   json_object_set_new(o, "forward_ms", json_real(l->fwd_s * per));
   json_object_set_new(o, "backward_ms", json_real(l->bwd_s * per));
   json_object_set_new(o, "optimizer_ms", json_real(l->opt_s * per));
@@ -169,7 +173,7 @@ static void assume_machine(const train_opts *o, zo_budget *b) {
  * memory, and the plan is the GPU run's (zo_engine_plan() for ZO_DEVICE_CUDA). @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
  */
 static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print,
-                  const train_opts *o) {
+                  const train_opts *o, train_predict *tp, double compute_s, const char *compute_src, int is_auto) {
   size_t app[4];
   if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, zo_engine_grad_dtype(eng),
                         train_model_hand_dtype(eng), app)) {
@@ -185,6 +189,10 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   /* a stand-in plans the GPU run's buffers (device Adam's norm partials and their host copy, no host staging ring),
    * not the host device's: the same plan, and so the same bytes, as the run's finalize */
   const zo_device_kind plan_kind = standin ? ZO_DEVICE_CUDA : ZO_DEVICE_AUTO;
+  /* the placement (zoffload.placement "auto" chooses the split here; "config" keeps it) and its predicted step */
+  if (train_predict_start(tp, eng, compute_s, compute_src, plan_kind, app, o->assume_host, o->assume_nvme, standin,
+                          is_auto, print))
+    return -1;
   if (zo_engine_budget_for(eng, plan_kind, app, &b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
     return -1;
@@ -289,6 +297,7 @@ typedef struct train_job {
   zo_checkpoint_lock_t *save_lock; /* --save DIR held for the run (rank 0) */
   train_model *model;
   FILE *jf;                /* --log-json, rank 0 */
+  train_predict pred;      /* the placement's predicted step, and each step's against its measured time */
   gpt_param_spec *specs;   /* [np] */
   zo_param_t **params;     /* [np] */
   uint8_t *in, *tg;        /* (B x world, T): the global micro-batch */
@@ -307,6 +316,9 @@ typedef struct train_progress {
   int64_t tokens_window; /* the job's tokens since the last printed step */
   double first_val, last_val, last_loss;
   double fwd0, bwd0, eval_fwd; /* model seconds at the start; forward seconds spent on validation since */
+  double last_step_s, last_compute_s; /* the last step alone: its time, its compute (forward + backward less fetch
+                                         waits), which the next step's prediction takes */
+  int64_t steps_run;     /* steps this run has taken */
 } train_progress;
 
 static int engine_error(void) {
@@ -592,6 +604,10 @@ static double validate(train_job *j) {
  * @p. Returns 0, or 1 after printing the error. */
 static int train_step(train_job *j, train_progress *p, double *loss_out, double *loss_scale, zo_step_info *info) {
   const int B = j->B, T = j->T, gas = j->gas, world = j->world;
+  train_predict_before_step(&j->pred, j->eng, p->last_compute_s); /* the model's step, before it runs */
+  zo_engine_mem m0;
+  zo_engine_mem_info(j->eng, &m0);
+  const double f0 = train_model_forward_seconds(j->model), b0 = train_model_backward_seconds(j->model);
   const double t_step0 = zo_clock_s();
   *loss_scale = zo_engine_loss_scale(j->eng);
   if (train_model_zero_grad(j->model)) return model_error(j->model);
@@ -622,8 +638,18 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
   p->t_fetch += info->fetch_wait_s;
   p->t_comm += info->comm_s;
   p->comm_bytes += (double)info->comm_bytes;
-  p->t_steps += zo_clock_s() - t_step0;
+  const double t_end = zo_clock_s();
+  p->t_steps += t_end - t_step0;
   p->skipped += info->skipped;
+  p->last_step_s = t_end - t_step0;
+  p->last_compute_s = train_model_forward_seconds(j->model) - f0 + train_model_backward_seconds(j->model) - b0 -
+                      info->fetch_wait_s;
+  zo_engine_mem m1;
+  zo_engine_mem_info(j->eng, &m1);
+  if (p->steps_run++ > 0) /* the first warms up: the summary compares the others */
+    train_predict_after_step(&j->pred, p->last_step_s, t2 - t_step0, t_end - t2, info->adam_s,
+                             (double)(m1.nvme_read_bytes - m0.nvme_read_bytes),
+                             (double)(m1.nvme_write_bytes - m0.nvme_write_bytes));
   return 0;
 }
 
@@ -663,7 +689,8 @@ static int log_step(train_job *j, train_progress *p, double loss, double loss_sc
     step_log l = {.step = p->step, .loss = loss, .val = val, .lr = info->lr, .tok_s = tok_s, .tflops = tflops,
                   .mfu = mfu, .loss_scale = loss_scale, .grad_norm = info->grad_norm, .skipped = info->skipped,
                   .step_s = p->t_steps, .fwd_s = t_fwd, .bwd_s = t_bwd, .opt_s = p->t_opt, .adam_s = p->t_adam,
-                  .swap_s = p->t_swap, .fetch_s = p->t_fetch};
+                  .swap_s = p->t_swap, .fetch_s = p->t_fetch, .last_step_s = p->last_step_s,
+                  .pred_step_s = j->pred.ok ? j->pred.step.step_s : -1};
     write_json(j->jf, &l, &mem);
   }
   p->t_window = zo_clock_s();
@@ -764,6 +791,7 @@ static int report(const train_job *j, const train_progress *p) {
          "%.1f MiB reserved, peak live %.1f MiB)\n",
          tok_s, tflops, mfu_s, mem.device_peak_bytes / 1048576.0, mem.arena.capacity / 1048576.0,
          mem.arena.peak_live_bytes / 1048576.0);
+  if (j->rank == 0) train_predict_report(&j->pred); /* which resource bounds the run, measured against predicted */
   if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0) return engine_error();
   return 0;
 }
@@ -808,7 +836,15 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   if (create_engine(j)) return 1;
   print_plan(o, j);
   /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
-  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o);
+  /* the compute of a step for the model: the FLOPs (a recompute of forward with activation checkpointing) over a rate */
+  const double flops_step = j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);
+  char csrc[160];
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  const double compute_s = train_compute_estimate(flops_step, o->compute_tflops, j->cuda,
+                                                  o->threads > 0 ? (int)o->threads : ncpu > 0 ? (int)ncpu : 1,
+                                                  zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
+  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s, csrc,
+                   j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO);
   if (o->dry_run) {
     if (!brc) printf("zo-train: dry run: the configuration fits\n");
     return brc ? 1 : 0;

@@ -52,6 +52,8 @@ static void usage(FILE *f) {
           "  --assume-host-memory B   with --dry-run: plan for a machine with B bytes of host memory (MemTotal, which\n"
           "                           zoffload.pinned_fraction applies to, and MemAvailable) instead of this one's\n"
           "  --assume-nvme-free B     with --dry-run: plan as if each nvme_path's file system had B bytes free\n"
+          "  --compute-tflops X       the model's compute rate (TFLOP/s) for the predicted step and zoffload.placement\n"
+          "                           \"auto\" (default: gpt.c's sgemm cost model on the CPU, 40%% of the GPU's peak)\n"
           "  --threads N              compute and Adam threads (default: all cores)\n"
           "  --fixed-threads          keep all of them while other processes keep the cores busy (default: each\n"
           "                           forward and backward takes fewer then; the results are the same bits)\n"
@@ -127,7 +129,7 @@ static const struct option opts[] = {
     {"export-dtype", required_argument, 0, 'T'}, {"micro-batch", required_argument, 0, 'M'},
     {"grad-accum", required_argument, 0, 'G'}, {"model-memory", required_argument, 0, 'm'},
     {"assume-host-memory", required_argument, 0, 'H'}, {"assume-nvme-free", required_argument, 0, 'F'},
-    {"fixed-threads", no_argument, 0, 'x'},  {0, 0, 0, 0}};
+    {"fixed-threads", no_argument, 0, 'x'},  {"compute-tflops", required_argument, 0, 'C'}, {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
 static int parse_option(int c, const char *arg, train_opts *o) {
@@ -158,6 +160,12 @@ static int parse_option(int c, const char *arg, train_opts *o) {
     case 'G': if (parse_i64("--grad-accum", arg, 1, INT_MAX, &o->grad_accum)) return 2; break;
     case 'H': if (parse_i64("--assume-host-memory", arg, 1, INT64_MAX, &o->assume_host)) return 2; break;
     case 'F': if (parse_i64("--assume-nvme-free", arg, 0, INT64_MAX, &o->assume_nvme)) return 2; break;
+    case 'C':
+      if (zo_tool_parse_double(arg, 1e-6, 1e6, &o->compute_tflops)) {
+        fprintf(stderr, "zo-train: --compute-tflops: expected a number in [1e-6, 1e6] TFLOP/s, got '%s'\n", arg);
+        return 2;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
   }

@@ -815,12 +815,13 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     else return type_err(c, p, "\"config\" or \"auto\"", v);
     return ZO_OK;
   }
+  if (!strcmp(key, "placement_host_bytes")) return get_bytes(c, p, v, &cfg->zoffload.placement_host_bytes);
   if (!strcmp(key, "optimizer_max_in_cpu"))
     return get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zoffload.optimizer_max_in_cpu);
   static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
                                      "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
                                      "host_link_gbps", "pinned_fraction", "allow_pageable_host", "placement",
-                                     "optimizer_max_in_cpu", "speeds", NULL};
+                                     "optimizer_max_in_cpu", "placement_host_bytes", "speeds", NULL};
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 

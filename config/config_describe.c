@@ -123,6 +123,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
     sb_printf(&b, "zoffload.allow_pageable_host = 1\n");
   if (cfg->zoffload.placement != ZO_PLACEMENT_CONFIG) /* printed only when given: dumps stay as they were */
     sb_printf(&b, "zoffload.placement = auto\n");
+  if (cfg->zoffload.placement_host_bytes) /* printed only when given */
+    sb_printf(&b, "zoffload.placement_host_bytes = %" PRId64 "\n", cfg->zoffload.placement_host_bytes);
   if (cfg->zoffload.optimizer_max_in_cpu) /* printed only when given */
     sb_printf(&b, "zoffload.optimizer_max_in_cpu = %" PRId64 "\n", cfg->zoffload.optimizer_max_in_cpu);
   /* zoffload.speeds: each printed only when given (0: measured or cached by zo_speeds_get), as zoffload.comm */

@@ -123,6 +123,7 @@ static const key keys[] = {
     BOOL("zoffload.allow_pageable_host", zoffload.allow_pageable_host),
     NAMED("zoffload.placement", zoffload.placement, placement_name),
     I64("zoffload.optimizer_max_in_cpu", zoffload.optimizer_max_in_cpu),
+    I64("zoffload.placement_host_bytes", zoffload.placement_host_bytes),
     F64("zoffload.speeds.nvme_read_gbps", zoffload.speeds.nvme_read_gbps),
     F64("zoffload.speeds.nvme_write_gbps", zoffload.speeds.nvme_write_gbps),
     F64("zoffload.speeds.h2d_gbps", zoffload.speeds.h2d_gbps),

@@ -268,6 +268,8 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
                                                                            : PLACE_HEADROOM_MIN;
   size_t host_room, pinned_room, nvme_room;
   limits(&b, o, headroom, &host_room, &pinned_room, &nvme_room);
+  const int64_t cap = e->cfg.zoffload.placement_host_bytes; /* the user's cap on the host memory kept state takes */
+  if (cap > 0 && (uint64_t)cap < host_room) host_room = (size_t)cap;
   const size_t deficit = nvme_deficit(&b, o);
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);
   const size_t opt_el_bytes = base->state_esz + gsz; /* a resident element: its state and gradient sum */

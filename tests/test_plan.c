@@ -28,6 +28,7 @@ static zo_device_t *g_dev; /* NULL: the engine makes its own; `test_plan nccl`: 
 static int R, W;
 static char g_dir[4096];
 static int g_gas = 1; /* gradient_accumulation_steps of every cell */
+static int64_t g_opt_res; /* zoffload.optimizer_max_in_cpu of every cell */
 
 static const char *tier_of(zo_offload_device d) {
   return d == ZO_OFFLOAD_NONE ? "none" : d == ZO_OFFLOAD_CPU ? "cpu" : "nvme";
@@ -52,9 +53,9 @@ static size_t plan_bytes(const zo_plan *p, const char *purpose) {
 /* One engine: plan, budget, finalize; the ledger against the plan. */
 static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu, int overlap) {
   char label[160];
-  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, gas %d, rank %d of %d", tier_of(ptier),
-           tier_of(otier), stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "",
-           overlap ? ", overlap_comm" : "", g_gas, R, W);
+  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, gas %d, optimizer_max_in_cpu %lld, rank %d "
+           "of %d", tier_of(ptier), tier_of(otier), stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "",
+           overlap ? ", overlap_comm" : "", g_gas, (long long)g_opt_res, R, W);
   zo_config_t c;
   zo_config_defaults(&c);
   c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
@@ -72,6 +73,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   c.zero.allgather_bucket_size = 3000;
   c.zero.stage3_prefetch_bucket_size = 3000;
   c.zoffload.delayed_param_update = dpu;
+  c.zoffload.optimizer_max_in_cpu = g_opt_res;
   c.zoffload.adam_threads = 1;
   snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
@@ -257,6 +259,10 @@ int main(int argc, char **argv) {
           const int stage = tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3;
           run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
         }
+  /* the optimizer state kept in host memory (zoffload.optimizer_max_in_cpu): every sub-group resident, no files */
+  g_opt_res = (int64_t)1 << 40, g_gas = 4;
+  for (int p = 0; p < 3; p++) run_cell(tiers[p], ZO_OFFLOAD_NVME, tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3, 1, 0, W > 1);
+  g_opt_res = 0;
   g_gas = 1;
   run_bounded(1);
   run_bounded(4);

@@ -307,15 +307,17 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
       best = pr.step_s, best_k = k, best_res = n_res, best_bytes = bytes;
   }
   if (!isfinite(best)) {
-    char need[32], room[32];
-    zo_format_bytes(need, sizeof need, (double)deficit);
-    zo_format_bytes(room, sizeof room, (double)host_room);
-    zo_plan_free(base);
-    free(cached);
-    e->opt_res_el = keep_opt, e->pcache_el = keep_par;
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zoffload.placement \"auto\": no split fits: the NVMe files need %s more "
-                        "than the disk has, and host memory has %s to keep state in (after a headroom of "
-                        "max(2 GiB, MemTotal / 8)); free disk space, or use a larger machine", need, room);
+    /* No split frees enough NVMe space: keep as much as host memory holds (the least the disk then lacks) and let
+     * the start-up budget refuse it, naming what to change. */
+    best_k = 0, best_res = 0;
+    size_t res_bytes = 0;
+    while (opt_nv && best_res < base->n_sgs) {
+      const size_t nb = mul_sat((size_t)base->sg[base->n_sgs - 1 - best_res].n_el, opt_el_bytes);
+      if (add_sat(res_bytes, nb) > host_room) break;
+      res_bytes = add_sat(res_bytes, nb), best_res++;
+    }
+    zo_warn("zoffload.placement \"auto\": no split frees the %zu bytes the NVMe files lack; keeping what host memory "
+            "holds (%zu bytes)", deficit, res_bytes);
   }
   /* Set the budgets: exactly the chosen sub-groups' and tensors' elements. */
   size_t res_el = 0, cache_el = 0;

@@ -753,6 +753,28 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
 
 /* ---------- zoffload (our own block) ---------- */
 
+/* zoffload.speeds: GB/s or 1e9 elements/s, each 0 (not given) or in [ZO_CONFIG_SPEED_MIN, ZO_CONFIG_SPEED_MAX]. */
+static zo_status speeds_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
+                            const void *arg) {
+  (void)arg;
+  static const char *const keys[] = {"nvme_read_gbps", "nvme_write_gbps", "h2d_gbps", "d2h_gbps", "adam_gparams_per_s",
+                                     NULL};
+  double *const dst[] = {&cfg->zoffload.speeds.nvme_read_gbps, &cfg->zoffload.speeds.nvme_write_gbps,
+                         &cfg->zoffload.speeds.h2d_gbps, &cfg->zoffload.speeds.d2h_gbps,
+                         &cfg->zoffload.speeds.adam_gparams_per_s};
+  for (int i = 0; keys[i]; i++) {
+    if (strcmp(key, keys[i])) continue;
+    double g;
+    ZO_CHECK(get_dbl(c, p, v, 0, ZO_CONFIG_SPEED_MAX, LO_INCL | HI_INCL, &g));
+    if (g != 0 && g < ZO_CONFIG_SPEED_MIN)
+      return cfg_err(c, p, "expected 0 (not given: measured) or a number in [%g, %g], got %g", ZO_CONFIG_SPEED_MIN,
+                     ZO_CONFIG_SPEED_MAX, g);
+    *dst[i] = g;
+    return ZO_OK;
+  }
+  return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+}
+
 static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
                              const void *arg) {
   (void)arg;
@@ -785,9 +807,10 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   }
   if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
   if (!strcmp(key, "allow_pageable_host")) return get_bool(c, p, v, &cfg->zoffload.allow_pageable_host);
+  if (!strcmp(key, "speeds")) return parse_keys(c, p, v, speeds_key, cfg, NULL);
   static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
                                      "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
-                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", NULL};
+                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", "speeds", NULL};
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 

@@ -121,5 +121,12 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
     sb_printf(&b, "zoffload.pinned_fraction = %g\n", cfg->zoffload.pinned_fraction);
   if (cfg->zoffload.allow_pageable_host) /* printed only when given: dumps stay as they were */
     sb_printf(&b, "zoffload.allow_pageable_host = 1\n");
+  /* zoffload.speeds: each printed only when given (0: measured or cached by zo_speeds_get), as zoffload.comm */
+  const struct { const char *name; double v; } sp[] = {
+      {"nvme_read_gbps", cfg->zoffload.speeds.nvme_read_gbps}, {"nvme_write_gbps", cfg->zoffload.speeds.nvme_write_gbps},
+      {"h2d_gbps", cfg->zoffload.speeds.h2d_gbps},             {"d2h_gbps", cfg->zoffload.speeds.d2h_gbps},
+      {"adam_gparams_per_s", cfg->zoffload.speeds.adam_gparams_per_s}};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++)
+    if (sp[i].v != 0) sb_printf(&b, "zoffload.speeds.%s = %g\n", sp[i].name, sp[i].v);
   return b.len;
 }

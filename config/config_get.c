@@ -120,6 +120,11 @@ static const key keys[] = {
     F64("zoffload.comm_timeout_s", zoffload.comm_timeout_s),
     F64("zoffload.pinned_fraction", zoffload.pinned_fraction),
     BOOL("zoffload.allow_pageable_host", zoffload.allow_pageable_host),
+    F64("zoffload.speeds.nvme_read_gbps", zoffload.speeds.nvme_read_gbps),
+    F64("zoffload.speeds.nvme_write_gbps", zoffload.speeds.nvme_write_gbps),
+    F64("zoffload.speeds.h2d_gbps", zoffload.speeds.h2d_gbps),
+    F64("zoffload.speeds.d2h_gbps", zoffload.speeds.d2h_gbps),
+    F64("zoffload.speeds.adam_gparams_per_s", zoffload.speeds.adam_gparams_per_s),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 

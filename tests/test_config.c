@@ -577,6 +577,48 @@ static void test_legacy(void) {
   CHECK_HAS(zo_last_error(), "zoffload.allow_pageable_host: expected true or false, got 1");
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"allow_pageable_host\": \"yes\"}}", &c), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.allow_pageable_host: expected true or false");
+  /* zoffload.speeds: every figure 0 (not given) by default and not printed; given ones read verbatim and printed;
+   * a value below the minimum, a wrong type, a block that is not an object and a misspelt key name the path. */
+  CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
+  CHECK(c.zoffload.speeds.nvme_read_gbps == 0 && c.zoffload.speeds.nvme_write_gbps == 0);
+  CHECK(c.zoffload.speeds.h2d_gbps == 0 && c.zoffload.speeds.d2h_gbps == 0 && c.zoffload.speeds.adam_gparams_per_s == 0);
+  {
+    char d[8192];
+    zo_config_describe(&c, d, sizeof d);
+    CHECK(!strstr(d, "zoffload.speeds."));
+  }
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"nvme_read_gbps\": 3.5, \"nvme_write_gbps\": 2,"
+                 " \"h2d_gbps\": 24.5, \"d2h_gbps\": 0.001, \"adam_gparams_per_s\": 1.25}}}", &c), ZO_OK);
+  CHECK(c.zoffload.speeds.nvme_read_gbps == 3.5);
+  CHECK(c.zoffload.speeds.nvme_write_gbps == 2);
+  CHECK(c.zoffload.speeds.h2d_gbps == 24.5);
+  CHECK(c.zoffload.speeds.d2h_gbps == 0.001);
+  CHECK(c.zoffload.speeds.adam_gparams_per_s == 1.25);
+  {
+    char d[8192];
+    zo_config_describe(&c, d, sizeof d);
+    CHECK_HAS(d, "zoffload.speeds.nvme_read_gbps = 3.5\n");
+    CHECK_HAS(d, "zoffload.speeds.d2h_gbps = 0.001\n");
+    CHECK_HAS(d, "zoffload.speeds.adam_gparams_per_s = 1.25\n");
+  }
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"h2d_gbps\": 0}}}", &c), ZO_OK);
+  CHECK(c.zoffload.speeds.h2d_gbps == 0);
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"h2d_gbps\": 0.0001}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds.h2d_gbps: expected 0 (not given: measured) or a number in [0.001, 1e+06]");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"nvme_read_gbps\": -1}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds.nvme_read_gbps: expected a number in [0, 1e+06]");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"adam_gparams_per_s\": 2e6}}}", &c),
+           ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds.adam_gparams_per_s: expected a number in [0, 1e+06]");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"d2h_gbps\": \"fast\"}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds.d2h_gbps: expected a number, got \"fast\"");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": 5}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds: expected an object");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speeds\": {\"nvme_raed_gbps\": 1}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.speeds.nvme_raed_gbps: not a DeepSpeed or zoffload key; did you mean "
+                             "zoffload.speeds.nvme_read_gbps?");
+  CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"speds\": {}}}", &c), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "did you mean zoffload.speeds?");
 
   /* zoffload.device: "auto" by default; "cuda" and "host" by name; anything else names the path and the choices. */
   CHECK_EQ(parse("{\"train_batch_size\": 8}", &c), ZO_OK);
@@ -710,7 +752,8 @@ typedef struct num_key {
   double lo, hi;      /* accepted range (integers: exact below 2^53; see lo_i/hi_i) */
   int64_t lo_i, hi_i; /* integers */
   int lo_excl;        /* reals: lo excluded */
-  int special;        /* 1: betas (below 1 as float32), 2: host_link_gbps (0 or >= 0.1), 3: block_size (x4096) */
+  int special;        /* 1: betas (below 1 as float32), 2: host_link_gbps (0 or >= 0.1), 3: block_size (x4096),
+                         4: zoffload.speeds.* (0 or >= 1e-3) */
 } num_key;
 
 #define TB "\"train_batch_size\": 8, "
@@ -792,6 +835,16 @@ static const num_key k_num_keys[] = {
        0),
     DK("{" TB "\"zoffload\": {\"comm_timeout_s\": %s}}", "zoffload.comm_timeout_s", zoffload.comm_timeout_s, 0,
        86400, 1, 0),
+    DK("{" TB "\"zoffload\": {\"speeds\": {\"nvme_read_gbps\": %s}}}", "zoffload.speeds.nvme_read_gbps",
+       zoffload.speeds.nvme_read_gbps, 0, 1e6, 0, 4),
+    DK("{" TB "\"zoffload\": {\"speeds\": {\"nvme_write_gbps\": %s}}}", "zoffload.speeds.nvme_write_gbps",
+       zoffload.speeds.nvme_write_gbps, 0, 1e6, 0, 4),
+    DK("{" TB "\"zoffload\": {\"speeds\": {\"h2d_gbps\": %s}}}", "zoffload.speeds.h2d_gbps", zoffload.speeds.h2d_gbps,
+       0, 1e6, 0, 4),
+    DK("{" TB "\"zoffload\": {\"speeds\": {\"d2h_gbps\": %s}}}", "zoffload.speeds.d2h_gbps", zoffload.speeds.d2h_gbps,
+       0, 1e6, 0, 4),
+    DK("{" TB "\"zoffload\": {\"speeds\": {\"adam_gparams_per_s\": %s}}}", "zoffload.speeds.adam_gparams_per_s",
+       zoffload.speeds.adam_gparams_per_s, 0, 1e6, 0, 4),
 };
 
 /* The boundary values: integer literals, their real forms, and the reals that are not the same in float32. */
@@ -801,6 +854,7 @@ static const char *const k_values[] = {
     "72057594037927937", "1073741824", "1073745920", "2147483648.0", "4.294967296e9", "4.611686018427387904e18",
     "9.2233720368547758e18", "1e-50", "1e-40", "1e-38", "1.2e-38", "1e40", "3.5e38", "3.4e38", "1e-9", "0.1",
     "0.09999", "0.5", "0.9999999999", "0.99999994", "1.0", "-0.0", "100", "100.5", "1e6", "1000001", "64", "65",
+    "0.001", "0.00099",
 };
 
 /* Whether @k accepts @val (the text in the document), as its documented range says; *@x: the value as read. */
@@ -821,6 +875,7 @@ static int num_expected_ok(const num_key *k, const char *val, long double *x) {
   if (!(d <= k->hi)) return 0;
   if (k->special == 1 && !((float)d < 1.0f)) return 0;
   if (k->special == 2 && d != 0 && d < 0.1) return 0;
+  if (k->special == 4 && d != 0 && d < 1e-3) return 0;
   return d == 0 || (fabs(d) >= FLT_MIN && fabs(d) <= FLT_MAX);
 }
 
@@ -1005,7 +1060,8 @@ static void test_get(void) {
       " \"zoffload\": {\"device\": \"host\", \"device_memory_limit\": 65536, \"adam_threads\": 3,"
       "   \"optimizer_state_dtype\": \"bf16\", \"swap_checksum\": true, \"swap_sqpoll\": true,"
       "   \"host_link_gbps\": 12.5, \"device_arena_bytes\": \"fit\", \"comm\": \"mpi\", \"comm_timeout_s\": 90,"
-      "   \"pinned_fraction\": 0.5, \"allow_pageable_host\": true}}";
+      "   \"pinned_fraction\": 0.5, \"allow_pageable_host\": true, \"speeds\": {\"nvme_read_gbps\": 3.25,"
+      "   \"nvme_write_gbps\": 1.5, \"h2d_gbps\": 22, \"d2h_gbps\": 21.5, \"adam_gparams_per_s\": 0.75}}}";
   static const want_key want[] = {
       {"train_batch_size", ZO_CONFIG_I64, 24, 0, NULL},
       {"train_micro_batch_size_per_gpu", ZO_CONFIG_I64, 3, 0, NULL},
@@ -1078,6 +1134,11 @@ static void test_get(void) {
       {"zoffload.comm_timeout_s", ZO_CONFIG_F64, 0, 90, NULL},
       {"zoffload.pinned_fraction", ZO_CONFIG_F64, 0, 0.5, NULL},
       {"zoffload.allow_pageable_host", ZO_CONFIG_BOOL, 1, 0, NULL},
+      {"zoffload.speeds.nvme_read_gbps", ZO_CONFIG_F64, 0, 3.25, NULL},
+      {"zoffload.speeds.nvme_write_gbps", ZO_CONFIG_F64, 0, 1.5, NULL},
+      {"zoffload.speeds.h2d_gbps", ZO_CONFIG_F64, 0, 22, NULL},
+      {"zoffload.speeds.d2h_gbps", ZO_CONFIG_F64, 0, 21.5, NULL},
+      {"zoffload.speeds.adam_gparams_per_s", ZO_CONFIG_F64, 0, 0.75, NULL},
   };
   size_t n_want = sizeof want / sizeof want[0];
   zo_config_t c;

@@ -55,6 +55,8 @@ typedef enum zo_sched_type {
 #define ZO_CONFIG_PINNED_FRACTION 0.85               /* zoffload.pinned_fraction default: of MemTotal */
 #define ZO_CONFIG_COMM_TIMEOUT_S 600.0               /* zoffload.comm_timeout_s default (ZO_COMM_TIMEOUT_S_DEFAULT) */
 #define ZO_CONFIG_COMM_TIMEOUT_S_MAX 86400.0         /* zoffload.comm_timeout_s: in (0, MAX] (ZO_COMM_TIMEOUT_S_MAX) */
+#define ZO_CONFIG_SPEED_MIN 1e-3                     /* zoffload.speeds.*: 0 (not given) or in [MIN, MAX] */
+#define ZO_CONFIG_SPEED_MAX 1e6
 
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
@@ -174,6 +176,14 @@ typedef struct zo_config {
                                     that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is
                                     an error at zo_engine_finalize() (ZO_ERR_CUDA); 1: one warning naming the
                                     bytes that stayed pageable, and the run goes on with slower, blocking copies */
+    struct {
+      /* "speeds": machine speeds the placement planner uses instead of measuring them (zoffload/speeds.h);
+       * each 0 (default) when not given: then zo_speeds_get() takes it from its cache or measures it; else in
+       * [ZO_CONFIG_SPEED_MIN, ZO_CONFIG_SPEED_MAX] */
+      double nvme_read_gbps, nvme_write_gbps; /* GB/s (1e9 bytes/s) of swap reads / writes at the nvme_path */
+      double h2d_gbps, d2h_gbps;              /* GB/s of pinned host -> device / device -> host copies */
+      double adam_gparams_per_s;              /* fused CPU Adam, 1e9 elements per second on the whole pool */
+    } speeds;
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
 

@@ -4,7 +4,7 @@
 # header's layer must be below the including file's layer (or the same module):
 #
 #   4 tools/                                  (the programs)
-#   3 offload/ + engine.h budget.h checkpoint.h plan.h zoffload.h   (the engine)
+#   3 offload/ + engine.h budget.h checkpoint.h plan.h speeds.h zoffload.h   (the engine)
 #   2 host/ config/ swap/ cpu_adam/ + pinned.h config.h swap.h adam.h
 #   1 gpu/ + device.h arena.h comm.h           (host/ uses gpu/'s cuda_host.h hook)
 #   0 base/ + status.h dtype.h
@@ -12,7 +12,8 @@
 # Peers of one layer (swap and cpu_adam, say) do not include each other, and the
 # tools use the library through its public headers only (as a user would).
 # offload/ holds the engine alone: every file in it has a name of the engine's
-# (engine*, budget, plan, checkpoint, safetensors). Public headers follow the
+# (engine*, budget, plan, checkpoint, safetensors, speeds: the machine speeds
+# its planner uses). Public headers follow the
 # same rule among themselves. Exit 0 pass, 1 fail (every violation listed).
 set -u
 cd "${1:-.}" || exit 1
@@ -25,7 +26,7 @@ module[include/zoffload/pinned.h]=host
 module[include/zoffload/config.h]=config
 module[include/zoffload/swap.h]=swap
 module[include/zoffload/adam.h]=cpu_adam
-for h in engine budget checkpoint plan zoffload; do module[include/zoffload/$h.h]=offload; done
+for h in engine budget checkpoint plan speeds zoffload; do module[include/zoffload/$h.h]=offload; done
 layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2
 layer[offload]=3 layer[tools]=4
 
@@ -79,8 +80,8 @@ done
 # offload/ holds the engine alone.
 for f in $(ls offload); do
   case $f in
-    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | checkpoint*.[ch] | safetensors.c) ;;
-    *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, checkpoint, safetensors)" ;;
+    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | checkpoint*.[ch] | safetensors.c | speeds.c) ;;
+    *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, checkpoint, safetensors, speeds)" ;;
   esac
 done
 

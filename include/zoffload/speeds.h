@@ -31,7 +31,7 @@ extern "C" {
  * Each *_src says where its figure came from, one of:
  *   "config zoffload.speeds.nvme_read_gbps"              given in the config (the value verbatim, x 1e9)
  *   "cache /root/.cache/zoffload/speeds.json (measured 2026-11-27 17:05:11)"
- *   "measured: 256 MiB O_DIRECT io_uring, block 1 MiB, qd 8, median of 3 passes 0.131 s"
+ *   "measured: 256.0 MiB O_DIRECT io_uring, block 1.0 MiB, qd 8, median of 3 passes 0.0836 s"
  *   "no nvme path", "no device"                          the call asked for none (value 0)
  *   "not measured: <why>"                                 e.g. the disk is short of space (value 0, warned)
  */
@@ -56,7 +56,7 @@ typedef struct zo_speeds_opts {
                          whole MiB). Never more than a quarter of the free space of the nvme path. */
   size_t link_bytes;  /* bytes per copy: 0 for 64 MiB; at least 1 MiB. On an emulated link, at most what the
                          link moves in 0.1 s. */
-  size_t adam_elems;  /* elements per Adam pass: 0 for 4 Mi (4194304); at least 4096. */
+  size_t adam_elems;  /* elements per Adam pass: 0 for 4 Mi (4194304); 4096 to SIZE_MAX / 16. */
   int max_passes;     /* passes per figure, the median kept: 0 for 3; 1..15. After the first, a pass starts
                          only while that figure's passes have taken less than 0.4 s. */
   int remeasure;      /* 1: as ZO_SPEEDS_REMEASURE=1, measure what the config does not give, ignoring the cache
@@ -101,12 +101,13 @@ ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const c
  *    a live process holds one; a dead run's is cleaned up as zo_swap_create()
  *    does), one preallocated swap file of disk_bytes: whole-file writes, then
  *    whole-file reads, in requests of max(8 MiB, block size) from a ring of
- *    pinned (mlocked) buffers keeping 2 x block size x queue depth bytes in
- *    flight. File and directory are removed before returning. When the free
- *    space is short (less than four times the bytes to move, with at least
- *    1 MiB to move) nothing is written: both figures are 0, "not measured:
- *    ...". On a file system that refuses O_DIRECT the figures are buffered
- *    I/O's and the source says so.
+ *    pinned (mlocked) buffers, 4 to 16 requests queued (2 x block size x
+ *    queue depth bytes where 256 MiB of buffers allow). File and directory
+ *    are removed before returning. The bytes moved are cut to a quarter of
+ *    the free space; when that leaves less than 16 MiB (or disk_bytes, if
+ *    smaller) nothing is written: both figures are 0, "not measured: the
+ *    disk is short: ...". On a file system that refuses O_DIRECT the
+ *    figures are buffered I/O's and the source says so.
  *  - link: zo_memcpy() of link_bytes from a pinned host buffer to a
  *    zo_device_malloc() buffer and back (after one untimed copy each way).
  *    On a host device whose link is not emulated while the config has
@@ -137,7 +138,9 @@ ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const c
  * file, and its figures are measured again; another program's file, or a
  * symbolic link, FIFO or directory at the path, is warned about and left
  * alone (figures measured, not cached). Cache problems never fail the call.
- * Logs one zo_info() line per figure: its value and source.
+ * Logs one zo_info() line per figure: its value and source, e.g.
+ * "speeds: NVMe read 3.213 GB/s (measured: 256.0 MiB O_DIRECT io_uring, ...)";
+ * problems are zo_warn() lines.
  * Thread-safe: calls are serialised by a process-wide lock (measurements
  * would disturb each other). @dev may be used by other threads meanwhile,
  * but the link figures then count their copies too.

@@ -61,6 +61,7 @@ typedef struct figure {
   int open;              /* 1: from neither the config nor a missing path/device: the cache or a measurement */
   int measured;          /* 1: measured by this call (written to the cache) */
   char key[SP_KEY_CAP];  /* the cache entry's key */
+  char path[PATH_MAX];   /* disk figures: the real path of the nvme path (kept in the entry) */
   char how[ZO_SPEEDS_SRC_CAP]; /* how it was measured, kept in the cache entry */
 } figure;
 
@@ -254,8 +255,23 @@ static int make_parents(const char *path) {
   return 0;
 }
 
+/* Drop the entries of nvme paths that no longer exist (temporary directories): their figures cannot be asked for
+ * again, and the file would grow with every run on a new one. */
+static void cache_prune(cache *c) {
+  const char *key;
+  json_t *e, *path;
+  void *tmp;
+  struct stat sb;
+  json_object_foreach_safe(c->entries, tmp, key, e) {
+    if (json_is_string(path = json_object_get(e, "path")) && stat(json_string_value(path), &sb) != 0 &&
+        errno == ENOENT)
+      json_object_del(c->entries, key);
+  }
+}
+
 /* Replace the cache file with c's entries, atomically (base/tmpfile.c); a failure is a warning. */
 static void cache_write(cache *c) {
+  cache_prune(c);
   json_t *root = json_object();
   char *text = NULL;
   char tmp[PATH_MAX + 64] = "";
@@ -314,8 +330,10 @@ static int cache_lookup(const cache *c, const char *key, double *value, char *at
   return 1;
 }
 
-static void cache_put(cache *c, const char *key, double value, const char *how, const char *at) {
+/* Add (or replace) entry @key; @path: the nvme path a disk figure was measured at (for cache_prune), else NULL. */
+static void cache_put(cache *c, const char *key, double value, const char *how, const char *at, const char *path) {
   json_t *e = json_pack("{s:f, s:s, s:s}", "value", value, "how", how, "measured_at", at);
+  if (e && path) json_object_set_new(e, "path", json_string(path));
   if (e && json_object_set_new(c->entries, key, e) == 0) c->dirty = 1;
 }
 
@@ -682,10 +700,12 @@ static void make_keys(figure *f, const zo_config_t *cfg, zo_device_t *dev, const
     char *real = realpath(nvme_path, NULL);
     struct stat sb;
     const unsigned long long st_dev = stat(real ? real : nvme_path, &sb) == 0 ? (unsigned long long)sb.st_dev : 0;
-    for (int i = F_NVME_READ; i <= F_NVME_WRITE; i++)
+    for (int i = F_NVME_READ; i <= F_NVME_WRITE; i++) {
+      setf(f[i].path, sizeof f[i].path, "%s", real ? real : nvme_path);
       setf(f[i].key, sizeof f[i].key, "%s host=%s path=%s st_dev=%llu block_size=%lld queue_depth=%lld "
            "checksum=%d sqpoll=%d", k_name[i], host, real ? real : nvme_path, st_dev, (long long)cfg->aio.block_size,
            (long long)cfg->aio.queue_depth, cfg->zoffload.swap_checksum, cfg->zoffload.swap_sqpoll);
+    }
     free(real);
   }
   if (f[F_H2D].open || f[F_D2H].open) {
@@ -805,7 +825,7 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
     char at[64];
     now_text(at, sizeof at);
     for (int i = 0; i < F_COUNT; i++)
-      if (f[i].measured) cache_put(&c, f[i].key, *f[i].value, f[i].how, at);
+      if (f[i].measured) cache_put(&c, f[i].key, *f[i].value, f[i].how, at, i <= F_NVME_WRITE ? f[i].path : NULL);
     if (c.dirty && c.writable) cache_write(&c);
   }
   for (int i = 0; i < F_COUNT; i++) log_figure(&f[i], i);

@@ -159,6 +159,7 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   zo_config_t c;
   base_config(&c);
   zo_speeds s1, s2, s3;
+  zo_speeds_opts o;
   unlink(cache);
   /* 1. measured, positive and finite, written to the cache (its directory made) */
   warn_reset();
@@ -192,6 +193,24 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   CHECK_OK(zo_speeds_get_ex(&c2, dev, dir, &k_small, &s3));
   CHECK(starts(s3.nvme_read_src, "measured: ") && starts(s3.nvme_write_src, "measured: "));
   CHECK(starts(s3.h2d_src, "cache ") && starts(s3.adam_src, "cache "));
+  /* entries of an nvme path that is gone are dropped at the next write; the others stay */
+  char gone[4400];
+  snprintf(gone, sizeof gone, "%s-gone", dir);
+  CHECK(mkdir(gone, 0700) == 0);
+  CHECK_OK(zo_speeds_get_ex(&c, NULL, gone, &k_small, &s3));
+  CHECK(starts(s3.nvme_read_src, "measured: "));
+  free(text);
+  text = read_all(cache, &n);
+  CHECK(text && strstr(text, "-gone"));
+  CHECK(rmdir(gone) == 0);
+  o = k_small;
+  o.remeasure = 1; /* a write */
+  CHECK_OK(zo_speeds_get_ex(&c, NULL, NULL, &o, &s3));
+  free(text);
+  text = read_all(cache, &n);
+  CHECK(text && !strstr(text, "-gone") && strstr(text, "\"nvme_read host="));
+  CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s3));
+  check_all(&s3, "cache ", __LINE__);
   /* 3. ZO_SPEEDS_REMEASURE=1 ignores the cache (and updates it); "0" does not */
   setenv("ZO_SPEEDS_REMEASURE", "1", 1);
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s3));
@@ -200,7 +219,7 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s3));
   check_all(&s3, "cache ", __LINE__);
   unsetenv("ZO_SPEEDS_REMEASURE");
-  zo_speeds_opts o = k_small;
+  o = k_small;
   o.remeasure = 1;
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &o, &s3));
   check_all(&s3, "measured: ", __LINE__);

@@ -129,8 +129,10 @@ ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const c
  * the thread count, SIMD level and the three dtypes. A measured figure is
  * added to the entries there, and the file replaced atomically (a new
  * temporary file beside it, fsynced, renamed over it; missing directories
- * are made, mode 0700). Two processes writing at once may each lose the
- * other's new entries (measured again next time), never corrupt the file.
+ * are made, mode 0700); entries of nvme paths that no longer exist (a
+ * temporary directory's) are dropped then. Two processes writing at once may
+ * each lose the other's new entries (measured again next time), never
+ * corrupt the file.
  * The file is replaced only when zoffload wrote it (its top-level
  * "zoffload_speeds" marker) or it is missing or empty; a file that is not
  * JSON but starts with the marker is taken as a damaged one of ours. A

@@ -34,4 +34,20 @@ fi
 "$rep" --path "$dir" | grep -q "io_uring:" || fail "text output lacks the io_uring section"
 "$rep" --help | grep -q -- "--path" || fail "--help does not list --path"
 "$rep" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "a bad flag should exit 2"
+# --speeds: a "speeds" section with a source per figure; the disk figures from --config (no disk I/O here), the
+# rest measured into a cache under DIR (never $HOME); a second run reads them from that cache.
+cfg=$dir/zo_report_speeds.json cache=$dir/zo_report_speeds_cache.json
+rm -f "$cache"
+printf '{"train_batch_size": 1, "zoffload": {"adam_threads": 1, "speeds": {"nvme_read_gbps": 1.5, "nvme_write_gbps": 0.75}}}\n' >"$cfg"
+out=$(ZO_SPEEDS_CACHE=$cache "$rep" --json --speeds --path "$dir" --config "$cfg") || fail "zo-report --speeds exited $?"
+for key in '"speeds"' '"nvme_read"' '"gbps": 1.5' '"source": "config zoffload.speeds.nvme_read_gbps"' '"h2d"' \
+           '"source": "measured: ' '"gelems_per_s"'; do
+  grep -qF "$key" <<<"$out" || fail "--speeds: $key missing from --json output"
+done
+[ -f "$cache" ] || fail "--speeds did not write the cache $cache"
+txt=$(ZO_SPEEDS_CACHE=$cache "$rep" --speeds --config "$cfg") || fail "zo-report --speeds (text) exited $?"
+grep -q "^  adam .* G elements/s (cache $cache (measured " <<<"$txt" || fail "--speeds text: adam not read from the cache"
+grep -q "^  nvme_read .*1.5 GB/s (config zoffload.speeds.nvme_read_gbps)" <<<"$txt" || fail "--speeds text: nvme_read"
+"$rep" --config "$dir/no-such.json" >/dev/null 2>&1; [ $? -eq 2 ] || fail "an unreadable --config should exit 2"
+rm -f "$cfg" "$cache"
 echo "zo_report_smoke: ok"

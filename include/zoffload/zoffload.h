@@ -10,6 +10,7 @@
  *   swap.h    io_uring swap files (the NVMe tier)
  *   device.h  device memory, streams, events (host backend; CUDA later)
  *   comm.h    collectives between ranks (self now; NCCL/MPI later)
+ *   speeds.h  machine speeds (disk, link, CPU Adam) for the placement planner
  */
 #ifndef ZOFFLOAD_H
 #define ZOFFLOAD_H
@@ -26,6 +27,7 @@
 #include "zoffload/budget.h"
 #include "zoffload/plan.h"
 #include "zoffload/checkpoint.h"
+#include "zoffload/speeds.h"
 
 #define ZOFFLOAD_VERSION_MAJOR 0
 #define ZOFFLOAD_VERSION_MINOR 1

@@ -1,8 +1,10 @@
 /*
  * zo-report - what this machine offers zoffload (the counterpart of DeepSpeed's
  * ds_report): CPU and SIMD, cores and NUMA, GPUs, NCCL/MPI, io_uring, O_DIRECT
- * on a path, memlock limits, library versions and build options. Reports
- * only: it changes nothing and exits 0 even when pieces are missing.
+ * on a path, memlock limits, library versions and build options, and with
+ * --speeds the machine speeds the placement planner uses (zoffload/speeds.h).
+ * Reports only: it changes nothing (but the speeds cache, with --speeds) and
+ * exits 0 even when pieces are missing.
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -25,8 +27,10 @@
 #include <liburing.h>
 
 #include "zoffload/adam.h"
+#include "zoffload/config.h"
 #include "zoffload/device.h"
 #include "zoffload/pinned.h"
+#include "zoffload/speeds.h"
 
 #if ZO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -53,12 +57,22 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: zo-report [--path DIR] [--json] [--help]\n"
-          "  --path DIR  also test O_DIRECT on DIR: statx DIO alignment, and a 4 KiB aligned\n"
-          "              O_DIRECT write + read of a temporary file (removed). Default: not tested.\n"
-          "  --json      print one JSON object instead of text. Default: text.\n"
-          "  --help      this message.\n"
-          "Exit status 0 whatever is missing; 2 on a bad command line.\n");
+          "usage: zo-report [--path DIR] [--speeds] [--config FILE] [--json] [--help]\n"
+          "  --path DIR     also test O_DIRECT on DIR: statx DIO alignment, and a 4 KiB aligned\n"
+          "                 O_DIRECT write + read of a temporary file (removed). Default: not tested.\n"
+          "  --speeds       also report the machine speeds the placement planner uses, each with its\n"
+          "                 source: the config's zoffload.speeds, the speeds cache, or a measurement\n"
+          "                 (about 1 s, then cached): swap read/write at DIR (--path, else the config's\n"
+          "                 nvme_path; none without either), host<->device copies on the config's device,\n"
+          "                 CPU Adam on its threads. ZO_SPEEDS_REMEASURE=1 measures again; the cache is\n"
+          "                 $ZO_SPEEDS_CACHE, else $XDG_CACHE_HOME/zoffload/speeds.json, else\n"
+          "                 ~/.cache/zoffload/speeds.json. Default: not reported.\n"
+          "  --config FILE  the DeepSpeed-style config whose settings --speeds measures with (aio block\n"
+          "                 size and queue depth, zoffload.adam_threads, dtypes, device, host_link_gbps).\n"
+          "                 Default: the defaults with bf16.\n"
+          "  --json         print one JSON object instead of text. Default: text.\n"
+          "  --help         this message.\n"
+          "Exit status 0 whatever is missing; 2 on a bad command line or an unreadable --config.\n");
 }
 
 static json_t *limit_json(rlim_t v) { return v == RLIM_INFINITY ? json_string("unlimited") : json_integer((json_int_t)v); }
@@ -542,6 +556,57 @@ static json_t *report_path(const char *dir) {
   return o;
 }
 
+/* ------------------------------------------------------------- speeds */
+/* The speeds of zoffload/speeds.h for @cfg: each figure {"gbps" (or "gelems_per_s"), "source"}; null when unknown. */
+static json_t *report_speeds(const zo_config_t *cfg, const char *path) {
+  json_t *o = json_object();
+  char cache[4096];
+  json_object_set_new(o, "cache", json_string(zo_speeds_cache_path(cache, sizeof cache) == ZO_OK ? cache : "none"));
+  if (!path && cfg->zero.offload_optimizer.nvme_path[0]) path = cfg->zero.offload_optimizer.nvme_path;
+  if (!path && cfg->zero.offload_param.nvme_path[0]) path = cfg->zero.offload_param.nvme_path;
+  json_object_set_new(o, "nvme_path", path ? json_string(path) : json_null());
+  zo_device_t *dev = NULL;
+  const zo_device_kind kind = cfg->zoffload.device_kind;
+  zo_status st = zo_device_create(kind, kind == ZO_DEVICE_HOST ? 0 : zo_device_default_ordinal(),
+                                  (size_t)cfg->zoffload.device_memory_limit, &dev);
+  if (st == ZO_OK) json_object_set_new(o, "device", json_string(zo_device_name(dev)));
+  else json_object_set_new(o, "device_error", json_sprintf("%s: %s", zo_status_string(st), zo_last_error()));
+  zo_speeds s;
+  st = zo_speeds_get(cfg, dev, path, &s);
+  zo_device_destroy(dev);
+  if (st != ZO_OK) {
+    json_object_set_new(o, "error", json_sprintf("%s: %s", zo_status_string(st), zo_last_error()));
+    return o;
+  }
+  const struct { const char *name; double v; const char *src; } f[] = {
+      {"nvme_read", s.nvme_read_bytes_per_s, s.nvme_read_src},
+      {"nvme_write", s.nvme_write_bytes_per_s, s.nvme_write_src},
+      {"h2d", s.h2d_bytes_per_s, s.h2d_src},
+      {"d2h", s.d2h_bytes_per_s, s.d2h_src},
+      {"adam", s.adam_elems_per_s, s.adam_src}};
+  for (int i = 0; i < 5; i++) {
+    json_t *v = f[i].v > 0 ? json_real(f[i].v * 1e-9) : json_null();
+    json_object_set_new(o, f[i].name, json_pack("{s:o, s:s}", i == 4 ? "gelems_per_s" : "gbps", v, "source", f[i].src));
+  }
+  return o;
+}
+
+/* The speeds section as text: one line per figure, 4 significant digits. */
+static void print_speeds(json_t *o) {
+  printf("speeds:\n");
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) {
+    if (json_is_string(v)) printf("  %-24s %s\n", k, json_string_value(v));
+    else if (json_is_null(v)) printf("  %-24s none\n", k);
+    if (!json_is_object(v)) continue;
+    json_t *g = json_object_get(v, "gbps"), *e = json_object_get(v, "gelems_per_s"), *x = g ? g : e;
+    char val[48] = "unknown";
+    if (json_is_number(x)) snprintf(val, sizeof val, "%.4g %s", json_number_value(x), g ? "GB/s" : "G elements/s");
+    printf("  %-24s %s (%s)\n", k, val, json_string_value(json_object_get(v, "source")));
+  }
+}
+
 /* ------------------------------------------------------------ memlock */
 static json_t *report_memlock(void) {
   json_t *o = json_object();
@@ -616,15 +681,18 @@ static void print_text(const char *key, json_t *v, int depth) {
 }
 
 int main(int argc, char **argv) {
-  const char *path = NULL;
-  int as_json = 0;
+  const char *path = NULL, *config = NULL;
+  int as_json = 0, speeds = 0;
   static const struct option longopts[] = {
-      {"path", required_argument, NULL, 'p'}, {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
+      {"path", required_argument, NULL, 'p'}, {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
+      {"speeds", no_argument, NULL, 's'},     {"config", required_argument, NULL, 'c'}, {0}};
   int c;
-  while ((c = getopt_long(argc, argv, "p:jh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "p:jhsc:", longopts, NULL)) != -1) {
     switch (c) {
       case 'p': path = optarg; break;
       case 'j': as_json = 1; break;
+      case 's': speeds = 1; break;
+      case 'c': config = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -633,6 +701,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zo-report: unexpected argument '%s'\n", argv[optind]);
     usage(stderr);
     return 2;
+  }
+  zo_config_t cfg;
+  zo_config_defaults(&cfg);
+  cfg.bf16.enabled = 1;
+  if (config) {
+    static const char *const app_blocks[] = {"model", "data", "train", NULL}; /* zo-train's own blocks */
+    const zo_config_opts co = {.app_blocks = app_blocks};
+    if (zo_config_load_file(config, &co, &cfg) != ZO_OK) {
+      fprintf(stderr, "zo-report: --config: %s\n", zo_last_error());
+      return 2;
+    }
   }
   json_t *r = json_object();
   json_object_set_new(r, "zoffload", report_build());
@@ -645,13 +724,17 @@ int main(int argc, char **argv) {
   if (path) json_object_set_new(r, "path", report_path(path));
   json_object_set_new(r, "memlock", report_memlock());
   json_object_set_new(r, "libraries", report_libraries());
+  json_t *sp = speeds ? report_speeds(&cfg, path) : NULL; /* last: nothing else runs while it measures */
+  if (sp && as_json) json_object_set_new(r, "speeds", sp), sp = NULL;
   if (as_json) {
     char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s) puts(s);
     free(s);
   } else {
     print_text(NULL, r, 0);
+    if (sp) print_speeds(sp);
   }
+  json_decref(sp);
   json_decref(r);
   return 0;
 }

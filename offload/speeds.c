@@ -702,8 +702,10 @@ static void make_keys(figure *f, const zo_config_t *cfg, zo_device_t *dev, const
     const unsigned long long st_dev = stat(real ? real : nvme_path, &sb) == 0 ? (unsigned long long)sb.st_dev : 0;
     for (int i = F_NVME_READ; i <= F_NVME_WRITE; i++) {
       setf(f[i].path, sizeof f[i].path, "%s", real ? real : nvme_path);
-      setf(f[i].key, sizeof f[i].key, "%s host=%s path=%s st_dev=%llu block_size=%lld queue_depth=%lld "
-           "checksum=%d sqpoll=%d", k_name[i], host, real ? real : nvme_path, st_dev, (long long)cfg->aio.block_size,
+      /* keyed by the file system the path is on (its device), not the directory: every directory of one disk
+       * (a run's temporary ones too) shares one measurement */
+      setf(f[i].key, sizeof f[i].key, "%s host=%s st_dev=%llu block_size=%lld queue_depth=%lld "
+           "checksum=%d sqpoll=%d", k_name[i], host, st_dev, (long long)cfg->aio.block_size,
            (long long)cfg->aio.queue_depth, cfg->zoffload.swap_checksum, cfg->zoffload.swap_sqpoll);
     }
     free(real);
@@ -825,7 +827,7 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
     char at[64];
     now_text(at, sizeof at);
     for (int i = 0; i < F_COUNT; i++)
-      if (f[i].measured) cache_put(&c, f[i].key, *f[i].value, f[i].how, at, i <= F_NVME_WRITE ? f[i].path : NULL);
+      if (f[i].measured) cache_put(&c, f[i].key, *f[i].value, f[i].how, at, NULL); /* disk: per device, kept */
     if (c.dirty && c.writable) cache_write(&c);
   }
   for (int i = 0; i < F_COUNT; i++) log_figure(&f[i], i);

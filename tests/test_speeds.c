@@ -193,22 +193,14 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   CHECK_OK(zo_speeds_get_ex(&c2, dev, dir, &k_small, &s3));
   CHECK(starts(s3.nvme_read_src, "measured: ") && starts(s3.nvme_write_src, "measured: "));
   CHECK(starts(s3.h2d_src, "cache ") && starts(s3.adam_src, "cache "));
-  /* entries of an nvme path that is gone are dropped at the next write; the others stay */
-  char gone[4400];
-  snprintf(gone, sizeof gone, "%s-gone", dir);
-  CHECK(mkdir(gone, 0700) == 0);
-  CHECK_OK(zo_speeds_get_ex(&c, NULL, gone, &k_small, &s3));
-  CHECK(starts(s3.nvme_read_src, "measured: "));
-  free(text);
-  text = read_all(cache, &n);
-  CHECK(text && strstr(text, "-gone"));
-  CHECK(rmdir(gone) == 0);
-  o = k_small;
-  o.remeasure = 1; /* a write */
-  CHECK_OK(zo_speeds_get_ex(&c, NULL, NULL, &o, &s3));
-  free(text);
-  text = read_all(cache, &n);
-  CHECK(text && !strstr(text, "-gone") && strstr(text, "\"nvme_read host="));
+  /* another directory of the same file system: the disk's figures from the cache (one measurement per disk, however
+   * many temporary directories the runs use) */
+  char other[4400];
+  snprintf(other, sizeof other, "%s-other", dir);
+  CHECK(mkdir(other, 0700) == 0);
+  CHECK_OK(zo_speeds_get_ex(&c, NULL, other, &k_small, &s3));
+  CHECK(starts(s3.nvme_read_src, "cache ") && starts(s3.nvme_write_src, "cache "));
+  CHECK(rmdir(other) == 0);
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s3));
   check_all(&s3, "cache ", __LINE__);
   /* 3. ZO_SPEEDS_REMEASURE=1 ignores the cache (and updates it); "0" does not */

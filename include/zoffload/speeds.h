@@ -123,14 +123,14 @@ ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const c
  * $XDG_CACHE_HOME/zoffload/speeds.json (an absolute XDG_CACHE_HOME), else
  * $HOME/.cache/zoffload/speeds.json; none (nothing cached) when none of
  * these is set. Its entries are keyed by what each figure depends on: the
- * host name; for the disk also the real path of @nvme_path, its st_dev, the
- * block size, queue depth, checksum and SQPOLL settings; for the link the
+ * host name; for the disk also the file system @nvme_path is on (its st_dev:
+ * every directory of one disk shares a measurement), the block size, queue
+ * depth, checksum and SQPOLL settings; for the link the
  * device's kind (and name, on a GPU) and the emulated link rate; for Adam
  * the thread count, SIMD level and the three dtypes. A measured figure is
  * added to the entries there, and the file replaced atomically (a new
  * temporary file beside it, fsynced, renamed over it; missing directories
- * are made, mode 0700); entries of nvme paths that no longer exist (a
- * temporary directory's) are dropped then. Two processes writing at once may
+ * are made, mode 0700). Two processes writing at once may
  * each lose the other's new entries (measured again next time), never
  * corrupt the file.
  * The file is replaced only when zoffload wrote it (its top-level

@@ -570,7 +570,7 @@ static zo_status offload_param_key(const parse_ctx *c, const char *p, const char
     return get_i64(c, p, v, 1, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.buffer_size);
   if (!strcmp(key, "max_in_cpu")) {
     ZO_CHECK(get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.max_in_cpu));
-    warn_inert(p); /* nvme parameters are read from params.swp on every fetch; no host cache yet */
+    cfg->zero.offload_param.max_in_cpu_set = 1; /* the host cache of nvme parameters acts on it (plan.c) */
     return ZO_OK;
   }
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));

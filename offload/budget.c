@@ -236,8 +236,9 @@ static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budg
   int n = 0;
   /* Each element of sub_group_size costs nbuf x (state + gradient) bytes, plus two working-dtype elements of the
    * write-back ring. */
-  const size_t per = (size_t)nbuf * state_esz + (e->ptier == ZO_OFFLOAD_NVME ? 2 * wsz : 0);
-  const size_t now = sg_bytes + (e->ptier == ZO_OFFLOAD_NVME ? 2 * p->slot_el * wsz : 0);
+  const int ring = p->wb_bytes > 0; /* parameters on nvme, not all cached in host memory */
+  const size_t per = (size_t)nbuf * state_esz + (ring ? 2 * wsz : 0);
+  const size_t now = sg_bytes + (ring ? 2 * p->slot_el * wsz : 0);
   if (now > over) {
     size_t fit = (now - over) / per, unit = p->extent_unit;
     fit = fit / unit * unit;
@@ -269,6 +270,10 @@ static void host_advice(const zo_engine_t *e, const zo_plan *p, const size_t app
   if (e->ptier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lh->advice)
     n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_param.device to \"nvme\" "
                   "(moves %s of working weights to nvme_path)", n ? "; or " : "", hsize(a, sizeof a, param_host));
+  if (e->ptier == ZO_OFFLOAD_NVME && param_host && (size_t)n < sizeof lh->advice)
+    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%slower zero_optimization.offload_param.max_in_cpu (now "
+                  "%zu elements: the working weights of the first %d tensors, %s, are cached in host memory)",
+                  n ? "; or " : "", e->pcache_el, p->pcache_tensors, hsize(a, sizeof a, param_host));
   if (!n && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST && ld->need > over)
     n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zoffload.device_memory_limit or offload more: the "
                   "host device's %s are host memory", hsize(a, sizeof a, ld->need));

@@ -116,6 +116,8 @@ static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
   e->esz[ST_GRAD] = zo_dtype_size(e->adtype); /* grad.swp (offload_optimizer "nvme") */
   e->ptier = cfg->zero.offload_param.device;
+  /* the host cache of nvme parameters: offload_param.max_in_cpu only when the config wrote it (config.h) */
+  e->pcache_el = cfg->zero.offload_param.max_in_cpu_set ? (size_t)cfg->zero.offload_param.max_in_cpu : 0;
   e->dpu = cfg->zoffload.delayed_param_update;
   if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE))
     return zo_error_set(ZO_ERR_CONFIG, "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
@@ -525,10 +527,12 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
                       "another", what);
 }
 
-/* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads. */
+/* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads; neither when every tensor
+ * is cached in param_host (e->pfile stays NULL). */
 static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   zo_status st;
   const size_t pbytes = zo_plan_bytes(plan, "params.swp");
+  if (!pbytes || !plan->n_pstage) return ZO_OK;
   st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
   if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
   eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
@@ -745,6 +749,7 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
 
 /* The write-back ring of parameters on nvme (its size: plan.c). */
 static zo_status alloc_write_back(zo_engine_t *e, const zo_plan *plan) {
+  if (!plan->wb_bytes) return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
   if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
                         "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
@@ -781,12 +786,13 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     }
   }
   e->swap_align = plan->swap_align;
-  for (int i = 0; i < e->n_params; i++) e->params[i]->pw_el = plan->tensor[i].pw_el;
+  for (int i = 0; i < e->n_params; i++)
+    e->params[i]->pw_el = plan->tensor[i].pw_el, e->params[i]->pw_host = plan->tensor[i].pw_host;
   ZO_CHECK(alloc_host_state(e, plan));
   ZO_CHECK(eng_acc_alloc(e, plan->grad_staging_bytes));
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
-  if (e->ptier == ZO_OFFLOAD_CPU)
+  if (e->ptier == ZO_OFFLOAD_CPU || plan->pcache_el) /* nvme: the tensors cached in host memory */
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host", zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));

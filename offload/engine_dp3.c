@@ -67,13 +67,14 @@ static zo_status q_grow(zo_engine_t *e) {
 }
 
 /*
- * This rank's block of @p's working weights into @dst (part_n elements): from the host tier (cpu), or (nvme) from
+ * This rank's block of @p's working weights into @dst (part_n elements): from param_host (cpu, and nvme tensors
+ * cached there by offload_param.max_in_cpu), or (nvme) from
  * the write-back ring while the newest update is still there, else read from params.swp through staging buffer
  * 0 (which no fetch uses at stage 3 on several ranks: gathered tensors are copied from the ring), blocking.
  */
 static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  if (e->ptier == ZO_OFFLOAD_CPU) {
+  if (p->pw_host) {
     memcpy(dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
     return ZO_OK;
   }

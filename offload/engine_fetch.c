@@ -191,19 +191,21 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
 }
 
 /* Start bringing @p's working copy to the device: device buffer, then (nvme)
- * a read into a staging buffer or (cpu) the host-to-device copy. A prefetch
+ * a read into a staging buffer or (cpu, and nvme tensors cached in
+ * param_host) the host-to-device copy. A prefetch
  * of trace position @pos may evict only copies needed later than @pos, and
  * returns ZO_OK with *started = 0 when it finds no room (device memory or
  * staging buffers); a demand fetch evicts and waits instead. */
 static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
   const size_t wsz = zo_dtype_size(e->wdtype);
+  const int in_file = eng_pw_in_file(e, p); /* else in param_host: copied from there, no staging, no disk */
   *started = 0;
   int b = -1;
   /* nvme: while the tensor's new weights are still being written to
    * params.swp, its write-back source in host memory is the freshest copy:
    * copy from there, no read (this is what lets the next step's first layers,
    * updated last, start without a write-then-read round trip). */
-  wb_entry *fw = e->ptier == ZO_OFFLOAD_NVME && p->shard_n == p->n ? eng_wb_find(e, p, 0, -1) : NULL;
+  wb_entry *fw = in_file && p->shard_n == p->n ? eng_wb_find(e, p, 0, -1) : NULL;
   /* stage 3 on several ranks: the tensor all-gathered for this fetch (engine_dp3.c); a prefetch whose gather has
    * not landed yet waits for a later call */
   const void *gathered = NULL;
@@ -213,7 +215,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   }
   const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
   if (forward) fw->hold = 1; /* making device room below may reap regions */
-  if (e->ptier == ZO_OFFLOAD_NVME && !forward && !gathered) {
+  if (in_file && !forward && !gathered) {
     ZO_CHECK(free_stage(e, demand, &b));
     if (b < 0) return ZO_OK;
   }
@@ -224,10 +226,10 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   e->live_el += p->n;
   e->inflight_el += p->n;
   p->last_use = ++e->fetch_clock;
-  const void *host_src = gathered                   ? gathered
-                         : e->ptier == ZO_OFFLOAD_CPU ? (char *)e->param_host.ptr + p->pw_el * wsz
-                         : forward                    ? (char *)e->wb_ring + fw->ring_off
-                                                      : NULL;
+  const void *host_src = gathered  ? gathered
+                         : !in_file ? (char *)e->param_host.ptr + p->pw_el * wsz
+                         : forward  ? (char *)e->wb_ring + fw->ring_off
+                                    : NULL;
   if (host_src) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));

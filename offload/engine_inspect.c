@@ -49,7 +49,8 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     }
   }
   if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
-  if (e->ptier == ZO_OFFLOAD_NVME) m->param_bytes = e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  if (e->ptier == ZO_OFFLOAD_NVME) /* params.swp, and the tensors cached in param_host (offload_param.max_in_cpu) */
+    m->param_bytes = (e->pfile ? zo_swap_file_size(e->pfile) : 0) + e->param_host.nbytes;
   if (e->tier == ZO_OFFLOAD_CPU) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
   if (e->tier == ZO_OFFLOAD_NVME)
     m->grad_bytes = (e->files[ST_GRAD] ? zo_swap_file_size(e->files[ST_GRAD]) : 0) + e->res[ST_GRAD].nbytes;

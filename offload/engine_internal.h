@@ -74,7 +74,10 @@ struct zo_param {
   int pstate;               /* P_HOST, P_READING (nvme read in flight), P_COPYING (H2D in flight), P_RESIDENT */
   int in_use;               /* fetches not yet released */
   int persistent;           /* n <= stage3_param_persistence_threshold: stays on the device once fetched */
-  size_t pw_el;             /* element offset of the tensor's working copy in the host tier (padded for nvme) */
+  size_t pw_el;             /* element offset of the tensor's working copy: in param_host when pw_host, else in
+                               params.swp (padded extents); the plan's zo_plan_tensor.pw_el */
+  int pw_host;              /* the working copy lives in param_host: every tensor under offload_param "cpu", the
+                               tensors cached there under "nvme" (offload_param.max_in_cpu, eng_set_param_cache) */
   int stage;                /* nvme: staging buffer index while P_READING / P_COPYING, else -1 */
   zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
   zo_event_t *ready;        /* H2D completion of the working copy */
@@ -293,7 +296,6 @@ struct zo_engine {
    * [0, res_file_el). */
   zo_plan *plan;             /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
   int placed;                /* zo_engine_place() chose the budgets (placement "auto") */
-  size_t pcache_el;          /* offload_param nvme: elements of working copies kept in host memory (plan.c) */
   size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
   uint64_t res_file_el;
   host_buf res[SL_KINDS];
@@ -318,8 +320,11 @@ struct zo_engine {
 
   /* parameter offload and the fetch coordinator */
   zo_offload_device ptier;   /* offload_param.device */
-  host_buf param_host;       /* cpu: every tensor's working copy (pinned) */
-  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per tensor */
+  host_buf param_host;       /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
+  size_t pcache_el;          /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
+                                else 0; eng_set_param_cache); the plan caches whole tensors within it */
+  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
+                                is cached */
   void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
   int n_pstage;
   size_t pstage_el;          /* elements per staging buffer */
@@ -415,6 +420,14 @@ void eng_host_buf_free(host_buf *b);
 
 /* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
 void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
+/* The host cache of nvme parameters (offload_param.max_in_cpu): how many tensors, from the first registered on,
+ * a budget of @budget_el elements holds whole (each eng_pw_held() elements; the first that does not fit ends the
+ * run); *@held_el (when not NULL) their elements. A pure function of the registered tensors and @budget_el, which
+ * the plan (and so finalize and the budget) uses; 0 unless offload_param.device is "nvme". */
+int eng_param_cache_count(const zo_engine_t *e, size_t budget_el, size_t *held_el);
+/* Before finalize: the host cache's budget, @el elements (SIZE_MAX: every tensor); replaces the config's
+ * offload_param.max_in_cpu. ZO_ERR_INVALID_ARG (NULL), ZO_ERR_INVALID_USAGE (after finalize, or a failed one). */
+zo_status eng_set_param_cache(zo_engine_t *e, size_t el);
 
 /* ---------------------------------------------------------------- engine_dp.c */
 
@@ -452,6 +465,13 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
 
 /* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's shard). */
 static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
+/* Elements of @p's working copy that this rank's host tier holds: the tensor, or at stage 3 on several ranks its
+ * block (part_n). */
+static inline size_t eng_pw_held(const zo_engine_t *e, const zo_param_t *p) { return eng_dp3(e) ? p->part_n : p->n; }
+/* @p's working copy is in params.swp: offload_param "nvme" and not cached in param_host. */
+static inline int eng_pw_in_file(const zo_engine_t *e, const zo_param_t *p) {
+  return e->ptier == ZO_OFFLOAD_NVME && !p->pw_host;
+}
 /* NCCL communicators the engine uses, each holding ZO_COMM_NCCL_STAGE_BYTES of device staging: its comm, and the
  * gathers' split of it at stage 3 on several ranks (eng_pg_alloc); 0 on other backends. */
 static inline int eng_nccl_comms(const zo_engine_t *e) {

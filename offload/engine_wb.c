@@ -10,8 +10,9 @@
 /* ---------------------------------------------------------------- working weights */
 
 /* Where the working-dtype copy of shard elements [off, ...) is written:
- * - parameters offloaded to cpu: the host tier itself (pinned param_host);
- * - parameters offloaded to nvme: a region of the write-back ring, which is
+ * - parameters offloaded to cpu, and nvme parameters cached in host memory
+ *   (offload_param.max_in_cpu): the host tier itself (param_host);
+ * - the other nvme parameters: a region of the write-back ring, which is
  *   then written to params.swp;
  * - parameters resident, state in device memory: the device tensor itself;
  * - parameters resident, state on the host: the shard's own region of the
@@ -19,7 +20,7 @@
  *   overwritten within a step. */
 void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  if (e->ptier == ZO_OFFLOAD_CPU) /* several ranks at stage 3: the host tier holds only this rank's block */
+  if (p->pw_host) /* several ranks at stage 3: the host tier holds only this rank's block */
     return (char *)e->param_host.ptr + (p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off) * wsz;
   if (e->ptier == ZO_OFFLOAD_NVME) return p->wb_ptr; /* eng_wb_alloc() for [off, ...) came just before */
   if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
@@ -101,7 +102,8 @@ static int64_t wb_fit(const zo_engine_t *e, size_t need) {
  * Blocks, finishing the oldest regions, while the ring is full. Sets
  * p->wb_ptr, which eng_working_dst() returns. */
 zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
-  if (e->ptier != ZO_OFFLOAD_NVME || n == 0) return ZO_OK; /* an empty shard (several ranks) writes nothing */
+  /* cpu, and cached nvme tensors, write into param_host; an empty shard (several ranks) writes nothing */
+  if (!eng_pw_in_file(e, p) || n == 0) return ZO_OK;
   const size_t need = zo_round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
   ZO_CHECK(eng_wb_reap(e));
   int64_t at;
@@ -152,19 +154,21 @@ zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n
 
 /* Publish new working weights of shard elements [off, off + n) written at
  * eng_working_dst(): queue the host-to-device copy when a device copy exists
- * (with one rank this is the whole all-gather), and for nvme parameters
- * queue the write of the padded range to params.swp. */
+ * (with one rank this is the whole all-gather), and for nvme parameters in
+ * params.swp queue the write of the padded range there (a cached one is
+ * published as under cpu: param_host is its home). */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
   if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
+  const int in_file = eng_pw_in_file(e, p);
   /* Several ranks: stages 1-2 upload the all-gathered tensor in eng_dp_publish(); stage 3 gathers at every fetch
-   * and drops the stale device copies after the step, so only the nvme write below is left to do. */
-  if (e->world > 1 && e->cfg.zero.stage > 0 && e->ptier != ZO_OFFLOAD_NVME) return ZO_OK;
+   * and drops the stale device copies after the step, so only the params.swp write below is left to do. */
+  if (e->world > 1 && e->cfg.zero.stage > 0 && !in_file) return ZO_OK;
   const size_t wsz = zo_dtype_size(e->wdtype);
   double t0 = zo_clock_s();
   zo_status st = ZO_OK;
-  const void *src = e->ptier == ZO_OFFLOAD_NVME ? NULL : eng_working_dst(e, p, off);
+  const void *src = in_file ? NULL : eng_working_dst(e, p, off);
   wb_entry *w = NULL;
-  if (e->ptier == ZO_OFFLOAD_NVME) {
+  if (in_file) {
     w = eng_wb_find(e, p, off, WB_FILLING);
     if (!w)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no write-back region for '%s' at %zu", p->name, off); /* a bug */
@@ -213,6 +217,8 @@ zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, 
     free(tmp);
     return st;
   }
+  /* param_host is written in place: a host-to-device copy out of it (a fetch, a refresh) must have landed first */
+  if (p->pw_host && p->ready) ZO_CHECK(zo_event_synchronize(p->ready));
   ZO_CHECK(eng_wb_alloc(e, p, off, n, NULL, 0));
   ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool)));
   return eng_queue_upload(e, p, off, n);

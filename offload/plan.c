@@ -173,28 +173,60 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
   return ZO_OK;
 }
 
-/* Parameter offload: each tensor is fetched whole, so the live-parameter bound and (nvme) the staging buffers must
- * each hold the largest; refused here, so --dry-run and the budget refuse what finalize would. */
-static zo_status plan_check_largest(const zo_engine_t *e, size_t largest) {
+/* Parameter offload: each tensor is fetched whole, so the live-parameter bound must hold the largest and (nvme) the
+ * staging buffers the largest read from params.swp; refused here, so --dry-run and the budget refuse what finalize
+ * would. */
+static zo_status plan_check_largest(const zo_engine_t *e, const zo_plan *pl) {
   const zo_config_t *c = &e->cfg;
+  const size_t largest = pl->largest_el, lfile = pl->largest_file_el;
   if (e->ptier != ZO_OFFLOAD_NONE && (int64_t)largest > c->zero.stage3_max_live_parameters)
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
                         "largest tensor (%zu elements); raise it to at least %zu",
                         (long long)c->zero.stage3_max_live_parameters, largest, largest);
-  if (e->ptier == ZO_OFFLOAD_NVME && (int64_t)largest > c->zero.offload_param.buffer_size)
+  if (e->ptier == ZO_OFFLOAD_NVME && (int64_t)lfile > c->zero.offload_param.buffer_size)
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
-                        "largest tensor (%zu elements); raise it to at least %zu",
-                        (long long)c->zero.offload_param.buffer_size, largest, largest);
+                        "largest tensor%s (%zu elements); raise it to at least %zu",
+                        (long long)c->zero.offload_param.buffer_size,
+                        pl->pcache_tensors ? " read from params.swp (the first tensors are cached in host memory by "
+                                             "offload_param.max_in_cpu)" : "", lfile, lfile);
+  return ZO_OK;
+}
+
+/* ---------------------------------------------------------------- the host cache of nvme parameters */
+
+int eng_param_cache_count(const zo_engine_t *e, size_t budget_el, size_t *held_el) {
+  size_t sum = 0; /* <= budget_el throughout, so the sum cannot wrap */
+  int n = 0;
+  if (e->ptier == ZO_OFFLOAD_NVME)
+    for (; n < e->n_params; n++) {
+      const size_t held = eng_pw_held(e, e->params[n]);
+      if (held > budget_el - sum) break;
+      sum += held;
+    }
+  if (held_el) *held_el = sum;
+  return n;
+}
+
+zo_status eng_set_param_cache(zo_engine_t *e, size_t el) {
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_cache: NULL engine");
+  ZO_CHECK(eng_check_usable(e, "set_param_cache"));
+  if (e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_param_cache: the host cache of nvme parameters (%zu elements) is "
+                        "set before zo_engine_finalize(); the engine is already finalized", el);
+  e->pcache_el = el;
   return ZO_OK;
 }
 
 /* Per tensor: its regions in the device block (working weights unless they are offloaded; master, state and
- * gradient shard for offload_optimizer "none"; 256-byte aligned), its offset in the flat shard and in the host-tier
- * working copy. Returns the device block's bytes so far; sets the plan's element totals and largest tensor. */
+ * gradient shard for offload_optimizer "none"; 256-byte aligned), its offset in the flat shard and where its working
+ * copy lives (param_host or params.swp, and its offset there). Returns the device block's bytes so far; sets the
+ * plan's element totals and largest tensors. */
 static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
   const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype);
   const int pres = e->ptier == ZO_OFFLOAD_NONE;
-  size_t dev = 0, shard_total = 0, largest = 0, pw_total = 0;
+  size_t dev = 0, shard_total = 0, largest = 0, pw_total = 0, cached = 0, largest_file = 0;
+  /* nvme: the first tensors within the host cache's budget keep their working copy in param_host */
+  pl->pcache_tensors = eng_param_cache_count(e, e->pcache_el, &pl->pcache_el);
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
     zo_plan_tensor *t = &pl->tensor[i];
@@ -213,12 +245,21 @@ static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
     t->flat_off = shard_total;
     shard_total = add_sat(shard_total, p->shard_n);
     if (p->n > largest) largest = p->n;
-    /* the host-tier working copy: several ranks at stage 3 hold their block; nvme pads every extent */
+    /* the host-tier working copy: several ranks at stage 3 hold their block; nvme pads every extent of params.swp,
+     * not those of the tensors cached in param_host (a layout of its own) */
+    const size_t held = eng_pw_held(e, p);
+    t->pw_host = e->ptier == ZO_OFFLOAD_CPU || i < pl->pcache_tensors;
+    if (i < pl->pcache_tensors) {
+      t->pw_el = cached;
+      cached = add_sat(cached, held);
+      continue;
+    }
     t->pw_el = pw_total;
-    const size_t held = eng_dp3(e) ? p->part_n : p->n;
     pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
+    if (e->ptier == ZO_OFFLOAD_NVME && p->n > largest_file) largest_file = p->n;
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
+  pl->largest_file_el = largest_file;
   return dev;
 }
 
@@ -242,7 +283,7 @@ static zo_status plan_device(const zo_engine_t *e, int dadam, zo_plan *pl) {
       if (e->params[i]->shard_n > shard_largest) shard_largest = e->params[i]->shard_n;
     pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, eng_acc_in_size(e)), 256));
   }
-  ZO_CHECK(plan_check_largest(e, pl->largest_el));
+  ZO_CHECK(plan_check_largest(e, pl));
   pl->largest_dev_bytes = round_sat(mul_sat(pl->largest_el, pl->wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
   pl->device_need_bytes =
@@ -260,8 +301,8 @@ static zo_status plan_device(const zo_engine_t *e, int dadam, zo_plan *pl) {
 }
 
 /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy, device
- * Adam's norm sums, the several-rank buffers; then the offloaded parameters (param_host, or params.swp and its
- * staging). */
+ * Adam's norm sums, the several-rank buffers; then the offloaded parameters (param_host: all of them under cpu, the
+ * cached ones under nvme; params.swp and its staging for the others). */
 static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
   const zo_config_t *c = &e->cfg;
   const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype), shard_total = pl->shard_total_el;
@@ -286,12 +327,13 @@ static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
   add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
   pl->pg_ring_bytes = pg_ring_bytes(e);
   add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
-  if (e->ptier == ZO_OFFLOAD_CPU)
-    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(pl->pw_total_el, wsz), 1, c->zero.offload_param.pin_memory, -1);
-  if (e->ptier == ZO_OFFLOAD_NVME) {
+  if (e->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
+    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(e->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz),
+            1, c->zero.offload_param.pin_memory, -1);
+  if (e->ptier == ZO_OFFLOAD_NVME) { /* every tensor cached: no file (0 bytes are not planned), no staging */
     add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pl->pw_total_el, wsz), 1, 0, 1);
-    pl->n_pstage = c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
-    pl->pstage_el = round_sat(pl->largest_el, pl->extent_unit);
+    pl->pstage_el = round_sat(pl->largest_file_el, pl->extent_unit);
+    pl->n_pstage = !pl->pstage_el ? 0 : c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
     add_buf(pl, ZO_TIER_HOST, "offload_param.staging", mul_sat(pl->pstage_el, wsz), pl->n_pstage, 1, -1);
   }
 }
@@ -331,9 +373,10 @@ static zo_status plan_nvme_state(const zo_engine_t *e, zo_plan *pl) {
   return ZO_OK;
 }
 
-/* The write-back ring (parameters on nvme): offload_param.buffer_count tensors of the largest size, and at least
- * two of them and two sub-groups (bytes of the working dtype). */
+/* The write-back ring (parameters on nvme): offload_param.buffer_count tensors of the largest size in params.swp,
+ * and at least two of them and two sub-groups (bytes of the working dtype); none when every tensor is cached. */
 static void plan_write_back(const zo_engine_t *e, zo_plan *pl) {
+  if (!pl->pstage_el) return;
   size_t el = mul_sat((size_t)(pl->n_pstage > 2 ? pl->n_pstage : 2), pl->pstage_el);
   if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
   pl->wb_bytes = round_sat(mul_sat(el, pl->wsz), pl->swap_align);
@@ -428,6 +471,9 @@ void zo_plan_print(const zo_plan *p, void *fp) {
           p->host_bytes, p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
   if (p->n_sgs)
     fprintf(f, "; %d sub-groups of up to %zu elements, %d buffer sets", p->n_sgs, p->slot_el, p->n_slots);
+  if (p->pcache_tensors)
+    fprintf(f, "; %d of %d tensors' working weights (%zu elements) cached in param_host (offload_param.max_in_cpu)",
+            p->pcache_tensors, p->n_tensors, p->pcache_el);
   fprintf(f, "\n");
 }
 

@@ -98,6 +98,9 @@ static void check_invariants(const zo_config_t *c, int ws) {
   INV_RANGE(c->zero.offload_param.buffer_count, 1, 1 << 20, "offload_param.buffer_count in [1, 2^20]");
   INV_RANGE(c->zero.offload_param.buffer_size, 1, ZO_CONFIG_MAX_ELEMS, "offload_param.buffer_size in [1, 2^56]");
   INV_RANGE(c->zero.offload_param.max_in_cpu, 0, ZO_CONFIG_MAX_ELEMS, "offload_param.max_in_cpu in [0, 2^56]");
+  INV_RANGE(c->zero.offload_param.max_in_cpu_set, 0, 1, "offload_param.max_in_cpu_set 0 or 1");
+  if (!c->zero.offload_param.max_in_cpu_set && c->zero.offload_param.max_in_cpu != 1000000000) /* the default */
+    broken("offload_param.max_in_cpu differs from its default though not written", c->zero.offload_param.max_in_cpu);
   INV_RANGE(c->zero.sub_group_size, 1, ZO_CONFIG_MAX_ELEMS, "sub_group_size in [1, 2^56]");
   const int64_t elems[] = {c->zero.stage3_prefetch_bucket_size, c->zero.stage3_max_live_parameters,
                            c->zero.stage3_max_reuse_distance, c->zero.stage3_param_persistence_threshold,

@@ -25,7 +25,8 @@ case $mode in
         [ $fuzzer = ON ] && san="$san,fuzzer-no-link"
         tests="test_config test_config_auto test_adam test_cast test_adam_fused test_adam_pool test_swap test_swap_io
                test_swap_crc test_swap_dir test_swap_queue test_device test_pinned_cuda test_arena test_comm
-               test_engine test_engine_dp test_budget test_checkpoint test_data test_gpt_grad test_grad_nvme"
+               test_engine test_engine_dp test_budget test_checkpoint test_data test_gpt_grad test_grad_nvme
+               test_param_cache"
         # (test_pinned is left out: ASan makes mlock a no-op, and that test checks the locked bytes)
         export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:print_summary=1
         export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -33,7 +34,7 @@ case $mode in
         # never saw allocated (third-party, not ours): no OMPT tool under ASan
         export OMP_TOOL=disabled ;;
   tsan) san="thread"
-        tests="test_engine test_adam_pool test_swap_queue test_swap_io test_device"
+        tests="test_engine test_param_cache test_adam_pool test_swap_queue test_swap_io test_device"
         export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/tests/tsan.supp"
         export OMP_TOOL=disabled # libomp's OMPT tool (libarcher) trips TSan's allocator check at start-up
         # Without archer TSan cannot see libomp's barriers, so a buffer an OpenMP team filled (zo_cast of a 1 Mi-element

@@ -96,6 +96,18 @@ int main(int argc, char **argv) {
   CHECK_HAS(msg, "nvme space at ");
   CHECK_HAS(msg, "nvme_path");
 
+  /* host, through the host cache of nvme parameters: offload_param.max_in_cpu written as 1e12 keeps 4e11 bf16
+   * working weights (800 GB) in host memory; the advice names the key */
+  cfg.zero.offload_param.max_in_cpu = 1000000000000ll, cfg.zero.offload_param.max_in_cpu_set = 1;
+  CHECK_ST(budget_of(&cfg, 400000000000ull, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
+  printf("host, nvme parameters cached: %s\n", msg);
+  CHECK(line(&b, ZO_TIER_HOST) && !line(&b, ZO_TIER_HOST)->fits);
+  CHECK(line(&b, ZO_TIER_HOST) && line(&b, ZO_TIER_HOST)->engine_bytes >= 800000000000ull);
+  CHECK_HAS(msg, "offload_param.max_in_cpu");
+  cfg.zero.offload_param.max_in_cpu_set = 0; /* not written: nothing cached (the tensor passes through staging) */
+  budget_of(&cfg, 400000000000ull, 0, &b, msg, sizeof msg);
+  CHECK(!strstr(msg, "max_in_cpu"));
+
   /* host, through the pinned sub-group buffers: DeepSpeed's default sub_group_size (1e9) with state on nvme */
   cfg.zero.sub_group_size = 1000000000;
   cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;

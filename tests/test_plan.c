@@ -7,7 +7,11 @@
  * zo_engine_finalize() requested (zo_engine_allocations()) equals the plan
  * entry by entry (tier, purpose, bytes, count, pinning, nvme path) and per
  * tier; the budget's engine bytes are the plan's; making a plan or a budget
- * changes nothing (a second plan is equal to the first). Exit 0 pass, 1 fail,
+ * changes nothing (a second plan is equal to the first). With parameters on
+ * nvme and offload_param.max_in_cpu written, the first tensors within it are
+ * cached whole in "param_host" and only the rest are in params.swp, whose
+ * staging and write-back ring are sized from the largest uncached tensor
+ * (none of the three when every tensor is cached). Exit 0 pass, 1 fail,
  * 77 skip.
  */
 #include <stdio.h>
@@ -29,6 +33,8 @@ static int R, W;
 static char g_dir[4096];
 static int g_gas = 1; /* gradient_accumulation_steps of every cell */
 static int64_t g_opt_res; /* zoffload.optimizer_max_in_cpu of every cell */
+static int64_t g_max_in_cpu = -1; /* offload_param.max_in_cpu of every cell; -1: not written */
+static const size_t *g_sizes = k_sizes; /* the tensors of every cell, NP of them */
 
 static const char *tier_of(zo_offload_device d) {
   return d == ZO_OFFLOAD_NONE ? "none" : d == ZO_OFFLOAD_CPU ? "cpu" : "nvme";
@@ -50,12 +56,58 @@ static size_t plan_bytes(const zo_plan *p, const char *purpose) {
   return 0;
 }
 
+/* The host cache of nvme parameters in @plan: the first tensors whose held elements (stage 3 on several ranks:
+ * their blocks) add up to at most max_in_cpu, whole, in "param_host" at unpadded offsets; the rest in params.swp
+ * at padded ones, the staging buffers and the write-back ring sized from the largest of them. */
+static void check_param_cache(const zo_plan *plan, zo_offload_device ptier, int stage, const char *label) {
+  size_t budget = ptier == ZO_OFFLOAD_NVME && g_max_in_cpu >= 0 ? (size_t)g_max_in_cpu : 0, held_sum = 0;
+  size_t host_el = 0, file_el = 0, largest_file = 0;
+  int n_cached = 0, bad = 0;
+  for (int i = 0; i < NP; i++) {
+    const size_t held = W > 1 && stage == 3 ? (g_sizes[i] + (size_t)W - 1) / (size_t)W : g_sizes[i];
+    const int cached = n_cached == i && held_sum + held <= budget;
+    if (cached) n_cached++, held_sum += held;
+    const zo_plan_tensor *t = &plan->tensor[i];
+    bad |= !CHECK_EQ(t->pw_host, ptier == ZO_OFFLOAD_CPU || cached);
+    if (ptier == ZO_OFFLOAD_NONE) continue;
+    bad |= !CHECK_EQ(t->pw_el, t->pw_host ? host_el : file_el);
+    if (t->pw_host) {
+      host_el += held;
+    } else {
+      file_el += (held + plan->extent_unit - 1) / plan->extent_unit * plan->extent_unit;
+      if (g_sizes[i] > largest_file) largest_file = g_sizes[i];
+    }
+  }
+  bad |= !CHECK_EQ(plan->pcache_tensors, n_cached);
+  bad |= !CHECK_EQ(plan->pcache_el, held_sum);
+  if (ptier == ZO_OFFLOAD_CPU) bad |= !CHECK_EQ(plan_bytes(plan, "param_host"), host_el * plan->wsz);
+  if (ptier != ZO_OFFLOAD_NVME) {
+    if (bad) fprintf(stderr, "  in %s\n", label);
+    return;
+  }
+  bad |= !CHECK_EQ(plan_bytes(plan, "param_host"), held_sum * plan->wsz);
+  bad |= !CHECK_EQ(plan->pw_total_el, file_el);
+  bad |= !CHECK_EQ(plan_bytes(plan, "params.swp"), file_el * plan->wsz);
+  bad |= !CHECK_EQ(plan->largest_file_el, largest_file);
+  const size_t pstage = (largest_file + plan->extent_unit - 1) / plan->extent_unit * plan->extent_unit;
+  bad |= !CHECK_EQ(plan->pstage_el, pstage);
+  bad |= !CHECK_EQ(plan_bytes(plan, "offload_param.staging"), pstage * plan->wsz * (pstage ? 3 : 0)); /* buffer_count */
+  bad |= !CHECK_EQ(plan->wb_bytes > 0, largest_file > 0);
+  bad |= !CHECK_EQ(plan_bytes(plan, "write_back_ring"), plan->wb_bytes);
+  if (bad) fprintf(stderr, "  in %s\n", label);
+  else if (g_max_in_cpu >= 0)
+    printf("ok: %s: %d of %d tensors cached (%zu elements), params.swp %zu elements, staging %zu elements\n", label,
+           n_cached, NP, held_sum, file_el, pstage);
+}
+
 /* One engine: plan, budget, finalize; the ledger against the plan. */
 static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu, int overlap) {
   char label[160];
-  snprintf(label, sizeof label, "param %s, optimizer %s, stage %d, %s%s%s, gas %d, optimizer_max_in_cpu %lld, rank %d "
-           "of %d", tier_of(ptier), tier_of(otier), stage, bf16 ? "bf16" : "fp32", dpu ? ", delayed_param_update" : "",
-           overlap ? ", overlap_comm" : "", g_gas, (long long)g_opt_res, R, W);
+  char cache[48] = "";
+  if (g_max_in_cpu >= 0) snprintf(cache, sizeof cache, ", max_in_cpu %lld", (long long)g_max_in_cpu);
+  snprintf(label, sizeof label, "param %s%s, optimizer %s, stage %d, %s%s%s, gas %d, optimizer_max_in_cpu %lld, rank %d "
+           "of %d", tier_of(ptier), cache, tier_of(otier), stage, bf16 ? "bf16" : "fp32",
+           dpu ? ", delayed_param_update" : "", overlap ? ", overlap_comm" : "", g_gas, (long long)g_opt_res, R, W);
   zo_config_t c;
   zo_config_defaults(&c);
   c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
@@ -75,6 +127,7 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   c.zoffload.delayed_param_update = dpu;
   c.zoffload.optimizer_max_in_cpu = g_opt_res;
   c.zoffload.adam_threads = 1;
+  if (g_max_in_cpu >= 0) c.zero.offload_param.max_in_cpu = g_max_in_cpu, c.zero.offload_param.max_in_cpu_set = 1;
   snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
@@ -86,10 +139,11 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   for (int i = 0; i < NP; i++) {
     char name[16];
     snprintf(name, sizeof name, "t%d", i);
-    if (!CHECK_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]))) goto out;
+    if (!CHECK_OK(zo_engine_register_param(e, name, g_sizes[i], &ps[i]))) goto out;
   }
   zo_plan *plan = NULL, *again = NULL;
   if (!CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &plan))) goto out;
+  check_param_cache(plan, ptier, stage, label);
   /* gradient accumulation: the host gradient shard is fp32, and one rank stages through pinned buckets; with the
    * optimizer state on nvme the gradients live in grad.swp (the same extents as the state files), every hand-over
    * staged on one rank */
@@ -155,6 +209,9 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   CHECK_EQ(sum[ZO_TIER_HOST], plan->host_bytes);
   CHECK_EQ(pinned, plan->pinned_bytes);
   CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
+  zo_engine_mem m; /* the working weights' bytes: param_host and params.swp (cpu: param_host alone) */
+  if (ptier != ZO_OFFLOAD_NONE && CHECK_OK(zo_engine_mem_info(e, &m)))
+    CHECK_EQ(m.param_bytes, plan_bytes(plan, "param_host") + plan_bytes(plan, "params.swp"));
   /* the plan is refused after finalize */
   zo_plan *late = NULL;
   CHECK_ST(zo_engine_plan(e, ZO_DEVICE_AUTO, &late), ZO_ERR_INVALID_USAGE);
@@ -264,6 +321,23 @@ int main(int argc, char **argv) {
   for (int p = 0; p < 3; p++) run_cell(tiers[p], ZO_OFFLOAD_NVME, tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3, 1, 0, W > 1);
   g_opt_res = 0;
   g_gas = 1;
+  /* the host cache of nvme parameters: written as 0 (nothing cached), splitting the tensors (the first two on one
+   * rank, 5 elements then; the first four, all but the largest), every tensor; then the largest first, so the
+   * staging and the ring follow a smaller uncached one */
+  static const int64_t budgets[] = {0, 8, 2009, 1000000000};
+  for (int k = 0; k < 4; k++)
+    for (int o = 1; o < 3; o++) {
+      g_max_in_cpu = budgets[k];
+      run_cell(ZO_OFFLOAD_NVME, tiers[o], 3, 1, 0, 0);
+    }
+  static const size_t largest_first[NP] = {4097, 1000, 7, 1001, 1};
+  g_sizes = largest_first;
+  g_max_in_cpu = W > 1 ? 2549 : 5097; /* the first two */
+  run_cell(ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME, 3, 1, 0, 0);
+  run_cell(ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU, 3, 0, 0, 0);
+  g_max_in_cpu = 1000000000;
+  run_cell(ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU, 3, 1, 0, 0); /* written, no effect under cpu */
+  g_sizes = k_sizes, g_max_in_cpu = -1;
   run_bounded(1);
   run_bounded(4);
   if (W == 1) {

@@ -131,7 +131,15 @@ typedef struct zo_config {
       int pin_memory;           /* default 0 */
       int buffer_count;         /* default 5 */
       int64_t buffer_size;      /* elements, default 1e8 */
-      int64_t max_in_cpu;       /* elements, default 1e9 */
+      /* elements, default 1e9 (DeepSpeed's), acted on only when @max_in_cpu_set: with device "nvme", the
+       * working copies of the first registered tensors whose elements (their stage-3 partitions on several ranks)
+       * add up to at most max_in_cpu stay in host memory ("param_host", pinned as pin_memory says) instead of
+       * params.swp, so their fetches read no disk; whole tensors in registration order, stopping at the first that
+       * does not fit. No effect with device "none" or "cpu". */
+      int64_t max_in_cpu;
+      int max_in_cpu_set;       /* 1 when the JSON wrote offload_param.max_in_cpu; 0 (absent, and
+                                   zo_config_defaults()): nothing is cached in host memory, whatever max_in_cpu
+                                   holds (DeepSpeed's documented default of 1e9 is not acted on unless written) */
     } offload_param;
     int64_t sub_group_size; /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
     /* Parsed and validated, but the engine does not act on them yet (a warning says so). */

@@ -503,7 +503,8 @@ typedef struct zo_engine_mem {
                                capacity, live and free bytes, largest free block, fragmentation, compactions */
   /* What this rank holds, by kind, on whatever tier it lives (with several ranks, its share): */
   size_t param_bytes;       /* working weights: the device copy (resident), the host tier (offload_param cpu) or
-                               params.swp (nvme); at stage 3 on several ranks the rank's blocks */
+                               params.swp plus the tensors cached in host memory by offload_param.max_in_cpu
+                               (nvme); at stage 3 on several ranks the rank's blocks */
   size_t grad_bytes;        /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp
                                with "nvme") */
   size_t state_bytes;       /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */

@@ -49,9 +49,12 @@ typedef struct zo_plan_buf {
 /* Where one registered tensor goes (index = registration order). */
 typedef struct zo_plan_tensor {
   size_t flat_off;       /* elements: its shard's first element in the host arrays (grad_host, state_host) */
-  size_t pw_el;          /* elements: its working copy in the parameter host tier (param_host, params.swp) */
+  size_t pw_el;          /* elements: its working copy's offset in param_host (@pw_host 1) or in params.swp
+                            (@pw_host 0): two element spaces, each from 0; 0 without parameter offload */
+  int pw_host;           /* where its working copy lives: 1 in "param_host" (every tensor under offload_param
+                            "cpu"; under "nvme" the tensors cached by offload_param.max_in_cpu), 0 in params.swp
+                            (the other "nvme" tensors) or on the device (offload_param "none") */
   uint64_t file_el;      /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
-  int pw_host;           /* offload_param "nvme": 1 when its working copy is kept in host memory ("param_host") */
   size_t dev_off[5];     /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
                             (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
                             (offload_optimizer "none": the shard in the accumulation dtype, which with device
@@ -93,7 +96,16 @@ typedef struct zo_plan {
   size_t largest_el;          /* elements of the largest tensor */
   size_t largest_dev_bytes;   /* its device copy (parameter offload needs it beside the block) */
   size_t dev_state_bytes;     /* offload_optimizer "none": master, state and gradients in device_block */
-  size_t pw_total_el;         /* elements of the parameter host tier layout */
+  size_t pw_total_el;         /* elements of the parameter tier's layout: param_host under offload_param "cpu",
+                                 params.swp under "nvme" (the uncached tensors' padded extents; 0 when every
+                                 tensor is cached: no params.swp) */
+  size_t pcache_el;           /* offload_param "nvme": elements cached in "param_host" (the first pcache_tensors
+                                 tensors, unpadded, each its pw_el there); 0 otherwise */
+  int pcache_tensors;         /* offload_param "nvme": tensors cached in "param_host" (registration order, from
+                                 the first) */
+  size_t largest_file_el;     /* offload_param "nvme": elements of the largest tensor in params.swp, what the
+                                 staging buffers and the write-back ring are sized from (0 when every tensor is
+                                 cached: neither is planned); 0 otherwise */
   size_t swap_align;          /* bytes; 0 without NVMe */
   size_t extent_unit;         /* elements per alignment unit of the narrowest NVMe kind; 0 without NVMe */
   size_t state_esz;           /* bytes per element of master + exp_avg + exp_avg_sq */
@@ -109,9 +121,10 @@ typedef struct zo_plan {
                                  the files are; each "resident_state.*" buffer holds res_el of its kind */
   size_t piece_el;            /* elements per piece: sub_group_size rounded up to the extent unit, and with
                                  residency to a multiple of 65536 (the gradient norm's chunk) too */
-  size_t pstage_el;           /* elements per offload_param staging buffer */
-  int n_pstage;
-  size_t wb_bytes;            /* the write-back ring */
+  size_t pstage_el;           /* elements per offload_param staging buffer (largest_file_el, padded) */
+  int n_pstage;               /* offload_param.buffer_count of them; 0 when every tensor is cached */
+  size_t wb_bytes;            /* the write-back ring of new working weights bound for params.swp (0 when every
+                                 tensor is cached) */
   size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
   size_t grad_io_el;          /* offload_optimizer "nvme": elements of each of the two "grad_swap_buffers" the
                                  gradient chunks go to grad.swp through (min(reduce_bucket_size, largest shard,

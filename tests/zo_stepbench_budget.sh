@@ -13,6 +13,7 @@ if [ "$avail_kb" -gt $((40 * 1024 * 1024)) ]; then
   exit 77
 fi
 mkdir -p "$dir"
+export ZO_SPEEDS_CACHE="$dir/speeds.json" # refused before the planner measures anything; never under $HOME if not
 start=$(date +%s.%N)
 timeout 60 "$sb" --params 1e9 --layers 24 --nvme-path "$dir" --steps 2 >"$dir/out" 2>&1
 rc=$?

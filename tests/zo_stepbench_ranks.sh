@@ -11,6 +11,7 @@ bin=$1 parent=$2
 shift 2
 dir=$(mktemp -d "$parent/stepbench-ranks.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
+export ZO_SPEEDS_CACHE="$dir/speeds.json" # the placement planner's speeds (link, Adam): cached here, never under $HOME
 fail() { echo "FAIL: $*"; exit 1; }
 params=1000003 layers=5 # 200000 elements a layer, the last 200003: uneven over 2 and 3 ranks
 # stage 2: a reduce-scatter and an all-gather of every tensor a step (ZeRO: 2 x params); stage 3 with the

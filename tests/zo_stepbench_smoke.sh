@@ -2,7 +2,10 @@
 # zo_stepbench_smoke.sh - runs zo-stepbench on a tiny synthetic model (parameters and optimizer state on
 # NVMe, emulated link) in a scratch directory under the build dir, and checks its exit status, printed
 # report and the JSON keys the issue's contract names (grep/sed/awk only). It checks the tool works and
-# reports; it does not judge the disk's or the pipeline's speed.
+# reports; it does not judge the disk's or the pipeline's speed, nor the step model's accuracy (no timing
+# thresholds): the predicted step is checked to be there, the placement options to reach the planner, and kept
+# optimizer state to lower the NVMe reads (byte counts). The machine speeds are cached in the scratch
+# directory ($ZO_SPEEDS_CACHE), never under $HOME.
 # usage: zo_stepbench_smoke.sh ZO_STEPBENCH_BINARY SCRATCH_PARENT_DIR
 set -u
 bin=${1:?usage: zo_stepbench_smoke.sh BIN DIR}
@@ -10,13 +13,21 @@ parent=${2:?usage: zo_stepbench_smoke.sh BIN DIR}
 [ -x "$bin" ] || { echo "SKIP: $bin not built"; exit 77; }
 dir=$(mktemp -d "$parent/stepbench-smoke.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
+export ZO_SPEEDS_CACHE="$dir/speeds.json" # the planner's speeds: measured once here, then cached here
 fails=0
 fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
+# top-level JSON number KEY of FILE (the file's two-space layout)
+top() { sed -n "s/^  \"$1\": \([^,]*\),*\$/\1/p" "$2"; }
+# the number KEY of the top-level object OBJ of FILE
+nested() { sed -n "/^  \"$2\": {/,/^  }/p" "$3" | sed -n "s/^    \"$1\": \([^,]*\),*\$/\1/p"; }
+# 0 when $1 is a positive finite number as jansson writes one
+positive() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] && awk -v v="$1" 'BEGIN { exit !(v + 0 > 0) }'; }
 
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
 for flag in --params --layers --nvme-path --steps --compute-ms-per-layer --offload-param --offload-optimizer \
-  --device --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --gas --help; do
+  --device --device-limit --link-gbps --sub-group-size --buffer-count --bf16 --fp32 --json --gas --placement \
+  --optimizer-max-in-cpu --param-max-in-cpu --placement-host-bytes --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 
@@ -44,6 +55,11 @@ for n in 4611686018427387905 1e14; do
   [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] || fail "--params $n: exit $rc, want a refusal: $(tail -3 "$dir/err")"
   grep -q -- "--params" "$dir/err" || fail "--params $n: no message naming --params: $(tail -3 "$dir/err")"
   grep -q "link limit" "$dir/out" && fail "--params $n: the link was measured (allocated) before the refusal"
+done
+for bad in "--placement planner" "--optimizer-max-in-cpu -5" "--param-max-in-cpu 1.5" "--placement-host-bytes x"; do
+  # shellcheck disable=SC2086 # the option and its value, two words
+  "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 $bad >/dev/null 2>"$dir/err" && fail "$bad accepted"
+  grep -q -- "${bad%% *}" "$dir/err" || fail "$bad: no message naming ${bad%% *}: $(cat "$dir/err")"
 done
 "$bin" --params 1000 --layers 2 --nvme-path "$dir" --steps 1 --device gpu >/dev/null 2>"$dir/err" && fail "--device gpu accepted"
 grep -q -- "--device" "$dir/err" || fail "--device gpu: no message naming --device: $(cat "$dir/err")"
@@ -93,9 +109,70 @@ for key in step_s disk_gbps baseline_disk_gbps overlap_efficiency params_per_s l
   v=$(sed -n "s/^  \"$key\": \\([^,]*\\),*\$/\\1/p" "$json")
   awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "\"$key\" is '$v', want a positive number"
 done
+# The placement and the predicted step (zo_engine_place before finalize), printed and in the JSON beside the
+# measured figures; the keys above stay.
+grep -Eq '^  placement "config": placement: optimizer state [0-9]+ of [0-9]+ elements' <<<"$out" ||
+  fail "no placement line printed"
+grep -Eq '^  predicted step [0-9.]+ ms \(bound by [a-z]+\)' <<<"$out" || fail "no \"predicted step\" line printed"
+grep -Eq '^    step +[0-9.]+ ms +[0-9.]+ ms +[0-9.]+$' <<<"$out" || fail "no measured against predicted step row"
+grep -Eq '^    nvme read +[0-9.]+ GB +[0-9.]+ GB' <<<"$out" || fail "no measured against predicted nvme read row"
+for key in predicted_step_ms step_over_predicted nvme_read_bytes nvme_write_bytes predicted_nvme_read_bytes \
+  predicted_nvme_write_bytes nvme_read_over_predicted nvme_write_over_predicted; do
+  v=$(top "$key" "$json")
+  positive "$v" || fail "\"$key\" is '$v', want a positive finite number"
+done
+for key in step_ms compute_ms nvme_read_bytes nvme_write_bytes; do
+  v=$(sed -n '/^    "predicted": {/,/^    }/p' "$json" | sed -n "s/^      \"$key\": \([^,]*\),*\$/\1/p")
+  positive "$v" || fail "placement.predicted.$key is '$v', want a positive finite number"
+done
+# compute = 4 layers x 2 passes x 1 ms x gas 1, and 2 fetches of each layer per step
+c=$(sed -n '/^    "rates": {/,/^    }/p' "$json" | sed -n 's/^      "compute_s": \([^,]*\),*$/\1/p')
+awk -v v="$c" 'BEGIN { exit !(v > 0.008 - 1e-12 && v < 0.008 + 1e-12) }' || fail "placement.rates.compute_s is '$c', want 0.008"
+c=$(sed -n '/^    "rates": {/,/^    }/p' "$json" | sed -n 's/^      "fetches_per_step": \([^,]*\),*$/\1/p')
+awk -v v="$c" 'BEGIN { exit !(v == 2) }' || fail "placement.rates.fetches_per_step is '$c', want 2"
+grep -q '^  "placement": {' "$json" && grep -q '^    "mode": "config",' "$json" || fail "JSON placement.mode is not \"config\""
 n_ps=$(grep -c '"step": [0-9]' "$json")
 [ "$n_ps" -eq 3 ] || fail "per_step has $n_ps entries, want 3"
 grep -Eq '"status": "(PASS|MISS|n/a)"' "$json" || fail "targets carry no status"
+
+# 3b. --placement auto: the planner chooses the split and the run goes on. zo-stepbench prints no loss or checksum
+# to compare across placements (zo_train_placement.sh checks the bits). --placement-host-bytes caps what the
+# planner keeps in host memory: at 1 byte no sub-group fits, so none is kept.
+out5=$("$bin" --params 2M --layers 4 --nvme-path "$dir" --steps 3 --compute-ms-per-layer 1 --offload-param nvme \
+  --offload-optimizer nvme --link-gbps 8 --sub-group-size 262144 --no-baseline --placement auto --json "$dir/auto.json" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || { echo "$out5"; fail "--placement auto run exited $rc"; }
+grep -Eq '^  placement "auto": placement: optimizer state [0-9]+ of [0-9]+ elements' <<<"$out5" ||
+  fail "--placement auto: no placement line"
+grep -Eq '^  predicted step [0-9.]+ ms' <<<"$out5" || fail "--placement auto: no \"predicted step\" line"
+grep -q '^    "mode": "auto",' "$dir/auto.json" || fail "--placement auto: JSON placement.mode is not \"auto\""
+grep -q '^    "placement": "auto",' "$dir/auto.json" || fail "--placement auto: JSON config.placement is not \"auto\""
+for key in predicted_step_ms step_over_predicted; do
+  v=$(top "$key" "$dir/auto.json")
+  positive "$v" || fail "--placement auto: \"$key\" is '$v', want a positive finite number"
+done
+"$bin" --params 2M --layers 4 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 --offload-optimizer nvme \
+  --sub-group-size 262144 --no-baseline --placement auto --placement-host-bytes 1 --json "$dir/cap.json" >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "--placement-host-bytes 1 run exited non-zero"; }
+v=$(nested resident_sub_groups placement "$dir/cap.json")
+[ "$v" = 0 ] || fail "--placement auto --placement-host-bytes 1: $v sub-groups kept in host memory, want 0"
+
+# 3c. --optimizer-max-in-cpu keeps the last sub-groups' state in host memory: fewer NVMe reads per step, measured
+# and predicted, than with none kept. Byte counts, not times: 8 sub-groups of 262144 elements (12 state bytes
+# each); with none kept at least the 4 that 4 buffers cannot hold are read each step (how many more depends on
+# timing), with 1.6M kept 6 stay in host memory and at most the other 2 are read.
+for m in 0 1.6M; do
+  "$bin" --params 2M --layers 4 --nvme-path "$dir" --steps 4 --compute-ms-per-layer 0 --offload-optimizer nvme \
+    --sub-group-size 262144 --buffer-count 4 --no-baseline --optimizer-max-in-cpu $m --json "$dir/opt$m.json" \
+    >"$dir/out" 2>&1 || { cat "$dir/out"; fail "--optimizer-max-in-cpu $m run exited non-zero"; }
+done
+v0=$(nested resident_sub_groups placement "$dir/opt0.json") v1=$(nested resident_sub_groups placement "$dir/opt1.6M.json")
+[ "$v0" = 0 ] && [ "$v1" = 6 ] || fail "resident sub-groups: '$v0' with --optimizer-max-in-cpu 0, '$v1' with 1.6M; want 0 and 6"
+for key in nvme_read_bytes predicted_nvme_read_bytes; do
+  r0=$(top $key "$dir/opt0.json") r1=$(top $key "$dir/opt1.6M.json")
+  positive "$r0" && awk -v a="$r1" -v b="$r0" 'BEGIN { exit !(a + 0 < b + 0) }' ||
+    fail "$key per step: $r1 with --optimizer-max-in-cpu 1.6M, $r0 with 0; want fewer"
+done
 
 # 4. Optimizer on cpu, fp32, no disk: baseline is null, the run still reports.
 out2=$("$bin" --params 100000 --layers 2 --nvme-path "$dir" --steps 2 --compute-ms-per-layer 0 \

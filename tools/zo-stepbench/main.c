@@ -2,7 +2,8 @@
  * zo-stepbench - measures the offload engine's step pipeline at scale on a
  * synthetic model (L layers, one tensor each, fixed CPU-spin "compute" per
  * layer) against the disk's own O_DIRECT io_uring throughput measured on the
- * same path in the same run. It is a benchmark tool, not a test and not a model.
+ * same path in the same run, and against the step-time model's prediction for its placement
+ * (zoffload/placement.h). It is a benchmark tool, not a test and not a model.
  * main() reads as the run's table of contents; options.c holds the command
  * line, baseline.c the disk baseline, report.c the summary and the JSON.
  */
@@ -61,6 +62,23 @@ static float pattern(uint64_t i, unsigned seed, float scale) {
 static uint64_t nvme_total(const zo_engine_mem *m) { return m->nvme_read_bytes + m->nvme_write_bytes; }
 
 
+/* offload_param.max_in_cpu = @n through the config parser, as a config file writes it: an engine with the host
+ * cache of nvme parameters acts on the key only when the document writes it (DeepSpeed's default 1e9 is no
+ * budget), and only the parser records that. The parsed offload_param block replaces @cfg's; the caller sets its
+ * other fields after. Returns 0, or 1 after printing the error. */
+static int set_param_max_in_cpu(zo_config_t *cfg, int64_t n) {
+  char doc[128];
+  snprintf(doc, sizeof doc, "{\"train_batch_size\": 1, \"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": %lld}}}",
+           (long long)n);
+  zo_config_t *tmp = malloc(sizeof *tmp); /* large (nvme paths): not on the stack */
+  if (!tmp) DIE("out of host memory");
+  const zo_status st = zo_config_parse(doc, strlen(doc), "--param-max-in-cpu", NULL, tmp);
+  if (st == ZO_OK) cfg->zero.offload_param = tmp->zero.offload_param;
+  free(tmp);
+  ZCHECK(st);
+  return 0;
+}
+
 /* The model's shape and the engine's configuration, built in code; with --ranks, the ranks (rank 0 prints and
  * measures the disk). Returns 0, or 1 after printing the error. */
 static int configure(opts *o, bench *b) {
@@ -94,6 +112,7 @@ static int configure(opts *o, bench *b) {
   cfg->zero.offload_optimizer.pipeline_write = 1;
   snprintf(cfg->zero.offload_optimizer.nvme_path, sizeof cfg->zero.offload_optimizer.nvme_path, "%s", o->nvme_path);
   if (o->buffer_count) cfg->zero.offload_optimizer.buffer_count = o->buffer_count;
+  if (o->param_max_in_cpu >= 0 && set_param_max_in_cpu(cfg, o->param_max_in_cpu)) return 1;
   cfg->zero.offload_param.device = o->oparam;
   cfg->zero.offload_param.pin_memory = 1;
   snprintf(cfg->zero.offload_param.nvme_path, sizeof cfg->zero.offload_param.nvme_path, "%s", o->nvme_path);
@@ -107,6 +126,9 @@ static int configure(opts *o, bench *b) {
   cfg->zoffload.device_memory_limit = (int64_t)o->device_limit;
   cfg->zoffload.adam_threads = o->adam_threads;
   cfg->gradient_accumulation_steps = o->gas;
+  cfg->zoffload.placement = o->placement;
+  cfg->zoffload.optimizer_max_in_cpu = o->optimizer_max_in_cpu;
+  cfg->zoffload.placement_host_bytes = o->placement_host_bytes;
   return 0;
 }
 
@@ -149,17 +171,37 @@ static int open_device(const opts o, bench *b) {
   return 0;
 }
 
-/* The engine with one parameter per layer, then the start-up budget before any disk work: a configuration that
- * cannot fit (e.g. DeepSpeed's default sub_group_size of 1e9 with state on nvme, whose pinned sub-group buffers
- * outgrow host memory) ends here in a second, naming the key to change, instead of after the baseline or in the
- * OOM killer. Returns 0, or 1 after printing the error. */
-static int create_engine(bench *b) {
+/* The start-up budget of the engine's plan as it stands, before any disk work: a configuration that cannot fit
+ * (e.g. DeepSpeed's default sub_group_size of 1e9 with state on nvme, whose pinned sub-group buffers outgrow host
+ * memory) ends here in a second, naming the key to change, instead of after the baseline or in the OOM killer.
+ * @app: what the tool holds besides the engine, per zo_tier. Returns 0, or 1 after printing the error. */
+static int check_budget(bench *b, const size_t app[4]) {
+  zo_budget bud;
+  ZCHECK(zo_engine_budget(b->eng, app, &bud));
+  if (!bud.fits) {
+    zo_budget_print(&bud, stdout);
+    fflush(stdout);
+    if (zo_budget_check(&bud) != ZO_OK)
+      DIE("--params %" PRIu64 " with these options does not fit this machine: %s", b->N, zo_last_error());
+  }
+  return 0;
+}
+
+/* What the tool holds besides the engine, per zo_tier: the device gradient buffer load_model() allocates. */
+static void app_bytes(const bench *b, size_t app[4]) {
+  memset(app, 0, 4 * sizeof *app);
+  app[ZO_TIER_DEVICE] = b->largest * b->wsz;
+}
+
+/* The engine with one parameter per layer, then (placement "config") the start-up budget; with "auto" the
+ * budget waits for the split the planner chooses (place_engine()). Returns 0, or 1 after printing the error. */
+static int create_engine(const opts *o, bench *b) {
   const zo_config_t cfg = b->cfg;
   zo_device_t *dev = b->dev;
   zo_comm_t *comm = b->comm;
   zo_engine_t *eng = NULL;
   const int L = b->L;
-  const size_t per = b->per, largest = b->largest, wsz = b->wsz;
+  const size_t per = b->per, largest = b->largest;
   const zo_dtype wdt = b->wdt;
   ZCHECK(zo_engine_create(&cfg, dev, comm, &eng));
   b->eng = eng;
@@ -173,17 +215,44 @@ static int create_engine(bench *b) {
     numel[l] = l == L - 1 ? largest : per;
     ZCHECK(zo_engine_register_param(eng, name, numel[l], &P[l]));
   }
-  size_t app[4] = {0};
-  app[ZO_TIER_DEVICE] = largest * wsz; /* the gradient buffer allocated below */
-  zo_budget bud;
-  ZCHECK(zo_engine_budget(eng, app, &bud));
-  if (!bud.fits) {
-    zo_budget_print(&bud, stdout);
-    fflush(stdout);
-    if (zo_budget_check(&bud) != ZO_OK)
-      DIE("--params %" PRIu64 " with these options does not fit this machine: %s", b->N, zo_last_error());
+  size_t app[4];
+  app_bytes(b, app);
+  return o->placement == ZO_PLACEMENT_AUTO ? 0 : check_budget(b, app);
+}
+
+static const char *const k_rate_name[6] = {"nvme read", "nvme write", "host->device", "device->host", "adam",
+                                           "compute"};
+
+/* The placement and its predicted step, before finalize: the machine's speeds (zo_step_rates_get: the config has
+ * none, so the speeds cache or a ~1 s measurement of this disk, link and Adam pool), the synthetic compute of one
+ * optimizer step exactly as run_step() spins it (L layers x 2 passes x --compute-ms-per-layer x --gas) and its
+ * fetches (each layer once forward and once backward per micro-batch: 2 x --gas), then zo_engine_place(): "auto"
+ * chooses the split (and the budget is checked for it here), "config" only predicts. Returns 0, or 1 after
+ * printing the error. */
+static int place_engine(const opts *o, bench *b) {
+  const double compute_s = (double)b->L * 2.0 * o->compute_ms * 1e-3 * (double)o->gas;
+  const double fetches = 2.0 * o->gas;
+  ZCHECK(zo_step_rates_get(b->eng, compute_s, fetches, &b->rates));
+  zo_step_rates *r = &b->rates;
+  snprintf(r->src[5], sizeof r->src[5], "%d layers x 2 passes x %g ms x gas %d, CPU spin", b->L, o->compute_ms,
+           o->gas);
+  size_t app[4];
+  app_bytes(b, app);
+  const zo_place_opts po = {.app = app};
+  ZCHECK(zo_engine_place(b->eng, r, &po, &b->place));
+  const double v[6] = {r->nvme_read_Bps, r->nvme_write_Bps, r->h2d_Bps, r->d2h_Bps, r->adam_el_per_s, r->compute_s};
+  printf("  speeds:");
+  for (int i = 0; i < 6; i++) {
+    if (i == 4) printf(" %s %.3g Gelem/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
+    else if (i == 5) printf(" %s %.3f s/step (%s)\n", k_rate_name[i], v[i], r->src[i]);
+    else printf(" %s %.2f GB/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
   }
-  return 0;
+  printf("  %s ", o->placement == ZO_PLACEMENT_AUTO ? "placement \"auto\":" : "placement \"config\":");
+  zo_placement_print(&b->place, stdout);
+  printf("  ");
+  zo_step_prediction_print(&b->place.pred, stdout);
+  fflush(stdout);
+  return o->placement == ZO_PLACEMENT_AUTO ? check_budget(b, app) : 0;
 }
 
 /* The link's limit, on the quiet device before the engine allocates any of it (at finalize): copies of one
@@ -321,6 +390,8 @@ static int run_step(const bench *b, int gas, double csec, step_rec *r) {
     lb.d2h_bytes = mc.d2h_bytes;
   }
   r->nvme_bytes = nvme_total(&mc) - nvme_total(&ma);
+  r->nvme_read_bytes = mc.nvme_read_bytes - ma.nvme_read_bytes;
+  r->nvme_write_bytes = mc.nvme_write_bytes - ma.nvme_write_bytes;
   r->opt_nvme_bytes = nvme_total(&mc) - nvme_total(&mb);
   r->h2d_bytes = lb.h2d_bytes - la.h2d_bytes;
   r->d2h_bytes = lb.d2h_bytes - la.d2h_bytes;
@@ -392,6 +463,8 @@ static void add_step(step_rec *s, const step_rec *r) {
   s->engine_step_s += r->engine_step_s;
   s->opt_window_s += r->opt_window_s;
   s->nvme_bytes += r->nvme_bytes;
+  s->nvme_read_bytes += r->nvme_read_bytes;
+  s->nvme_write_bytes += r->nvme_write_bytes;
   s->opt_nvme_bytes += r->opt_nvme_bytes;
   s->h2d_bytes += r->h2d_bytes;
   s->d2h_bytes += r->d2h_bytes;
@@ -446,6 +519,13 @@ static void summarize(const opts *o, bench *b) {
   m->link_ratio = lim->ok ? s.link_gbps / lim->duplex_gbps : NAN;
   m->link_h2d_ratio = lim->ok ? m->link_h2d_gbps / lim->h2d_gbps : NAN;
   m->link_d2h_ratio = lim->ok ? m->link_d2h_gbps / lim->d2h_gbps : NAN;
+  /* against the model: the same mean step time, and the mean swap bytes per step */
+  const zo_step_prediction *p = &b->place.pred;
+  m->nvme_read_bytes = (double)s.nvme_read_bytes / n;
+  m->nvme_write_bytes = (double)s.nvme_write_bytes / n;
+  m->step_over_predicted = p->step_s > 0 ? s.step_s / p->step_s : NAN;
+  m->read_over_predicted = p->nvme_read_bytes ? m->nvme_read_bytes / (double)p->nvme_read_bytes : NAN;
+  m->write_over_predicted = p->nvme_write_bytes ? m->nvme_write_bytes / (double)p->nvme_write_bytes : NAN;
   m->s = s;
   m->n = n;
 }
@@ -462,13 +542,13 @@ static void bench_free(bench *b) {
   zo_comm_destroy(b->comm);
 }
 
-/* Configure, device, engine and budget, link limit, baseline, load, steps, baseline again, summary, targets,
- * JSON: the exit status (0, 1, or 77 for --device cuda without a GPU). */
+/* Configure, device, engine and budget, placement and predicted step, link limit, baseline, load, steps, baseline
+ * again, summary, targets, JSON: the exit status (0, 1, or 77 for --device cuda without a GPU). */
 static int run(opts *o, bench *b) {
   int rc;
   if ((rc = configure(o, b))) return rc;
   print_config(o, b);
-  if ((rc = open_device(*o, b)) || (rc = create_engine(b))) return rc;
+  if ((rc = open_device(*o, b)) || (rc = create_engine(o, b)) || (rc = place_engine(o, b))) return rc;
   measure_link(b);
   baseline_before(o, b);
   if ((rc = load_model(o, b)) || (rc = run_steps(o, b))) return rc;

@@ -59,6 +59,15 @@ static void usage(FILE *f) {
     "                             gathers in waves of it, stage 3 coalesces consecutive fetches' gathers up to it\n"
     "  --gas N                    gradient_accumulation_steps: N forward and backward passes per step, the\n"
     "                             gradients of all but the last through zo_engine_grad_accumulate (default 1)\n"
+    "  --placement config|auto    zoffload.placement: config keeps the split the options give; auto lets the\n"
+    "                             planner choose how much optimizer state and how many working weights stay in\n"
+    "                             host memory (the split of least predicted step that fits) (default config)\n"
+    "  --optimizer-max-in-cpu N   zoffload.optimizer_max_in_cpu: elements of optimizer state (whole sub-groups,\n"
+    "                             the last ones) kept in host memory with --offload-optimizer nvme (default 0)\n"
+    "  --param-max-in-cpu N       offload_param.max_in_cpu: elements of working weights (whole tensors, the first\n"
+    "                             ones) kept in host memory with --offload-param nvme (default: not written, none)\n"
+    "  --placement-host-bytes B   zoffload.placement_host_bytes, suffixes K M G (binary): the most host memory\n"
+    "                             --placement auto keeps state in (default 0 = what the machine has free)\n"
     "  --help                     this text\n"
     "\n"
     "One step: forward over layers 0..L-1 (zo_engine_fetch, spin X ms, zo_engine_release), backward\n"
@@ -92,12 +101,18 @@ static void usage(FILE *f) {
     "  adam_s             zo_step_info.adam_s (CPU Adam time)\n"
     "  overlap_efficiency max(compute_s, transfer_s, adam_s) / step_s: 1.0 = everything but the\n"
     "                     longest stage hidden. (The issue writes the ratio as step time over the max;\n"
-    "                     that is 1 / overlap_efficiency, reported as step_over_bound.)\n");
+    "                     that is 1 / overlap_efficiency, reported as step_over_bound.)\n"
+    "  predicted_step_ms  zo_engine_place()'s step-time model (zoffload/placement.h) for the placement, before\n"
+    "                     finalize: machine speeds from zo_step_rates_get() (the speeds cache, or a ~1 s\n"
+    "                     measurement), compute L x 2 x X ms x gas, 2 x gas fetches of each layer per step;\n"
+    "                     step_over_predicted = step_s (the mean) / predicted_step_ms\n"
+    "  nvme_read_bytes    swap bytes read per step (zo_engine_mem deltas), nvme_write_bytes written, beside\n"
+    "                     the model's predicted_nvme_read_bytes and predicted_nvme_write_bytes\n");
 }
 
 enum { O_PARAMS = 256, O_LAYERS, O_NVME, O_STEPS, O_COMPUTE, O_OPARAM, O_OOPT, O_DEVLIM, O_LINK, O_SGS, O_BC,
        O_PBC, O_BS, O_QD, O_AT, O_WARM, O_BF16, O_FP32, O_NOBASE, O_JSON, O_HELP, O_DEVICE, O_RANKS, O_STAGE,
-       O_OVERLAP, O_RBUCKET, O_ABUCKET, O_GAS };
+       O_OVERLAP, O_RBUCKET, O_ABUCKET, O_GAS, O_PLACEMENT, O_OPT_MAX_CPU, O_PARAM_MAX_CPU, O_PLACE_HOST };
 static const struct option lo[] = {
     {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"nvme-path", 1, 0, O_NVME},
     {"steps", 1, 0, O_STEPS}, {"compute-ms-per-layer", 1, 0, O_COMPUTE}, {"offload-param", 1, 0, O_OPARAM},
@@ -108,6 +123,8 @@ static const struct option lo[] = {
     {"device", 1, 0, O_DEVICE}, {"json", 1, 0, O_JSON}, {"help", 0, 0, O_HELP},
     {"ranks", 0, 0, O_RANKS}, {"stage", 1, 0, O_STAGE}, {"overlap-comm", 1, 0, O_OVERLAP},
     {"reduce-bucket-size", 1, 0, O_RBUCKET}, {"allgather-bucket-size", 1, 0, O_ABUCKET}, {"gas", 1, 0, O_GAS},
+    {"placement", 1, 0, O_PLACEMENT}, {"optimizer-max-in-cpu", 1, 0, O_OPT_MAX_CPU},
+    {"param-max-in-cpu", 1, 0, O_PARAM_MAX_CPU}, {"placement-host-bytes", 1, 0, O_PLACE_HOST},
     {0, 0, 0, 0}};
 
 /* --link-gbps @arg: 0 (unlimited) or as zoffload.host_link_gbps; 0, or -1 after printing the range. */
@@ -135,6 +152,15 @@ static int parse_int(const char *arg, int64_t lo_, int64_t hi, int *out) {
 static int parse_count64(const char *arg, int64_t *out) {
   uint64_t u;
   if (zo_tool_parse_count(arg, 0, &u) || u == 0 || u > INT64_MAX) return 1;
+  *out = (int64_t)u;
+  return 0;
+}
+
+/* An element count (decimal suffixes) in [0, ZO_CONFIG_MAX_ELEMS], as the config's max_in_cpu keys, into *@out; 0,
+ * or 1 for a bad value. */
+static int parse_elems(const char *arg, int64_t *out) {
+  uint64_t u;
+  if (zo_tool_parse_count(arg, 0, &u) || u > (uint64_t)ZO_CONFIG_MAX_ELEMS) return 1;
   *out = (int64_t)u;
   return 0;
 }
@@ -183,6 +209,16 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_ABUCKET: return parse_count64(arg, &o->allgather_bucket);
     case O_STAGE: return parse_int(arg, 0, 3, &o->stage);
     case O_GAS: return parse_int(arg, 1, 1 << 20, &o->gas);
+    case O_PLACEMENT:
+      if (strcmp(arg, "config") && strcmp(arg, "auto")) return 1;
+      o->placement = !strcmp(arg, "auto") ? ZO_PLACEMENT_AUTO : ZO_PLACEMENT_CONFIG;
+      return 0;
+    case O_OPT_MAX_CPU: return parse_elems(arg, &o->optimizer_max_in_cpu);
+    case O_PARAM_MAX_CPU: return parse_elems(arg, &o->param_max_in_cpu);
+    case O_PLACE_HOST:
+      if (zo_tool_parse_count(arg, 1, &u) || u > INT64_MAX) return 1;
+      o->placement_host_bytes = (int64_t)u;
+      return 0;
     case O_HELP: usage(stdout); exit(0);
     default: return 2;
   }
@@ -226,6 +262,8 @@ int parse_args(int argc, char **argv, opts *o) {
   o->stage = -1;
   o->overlap_comm = -1;
   o->gas = 1;
+  o->placement = ZO_PLACEMENT_CONFIG;
+  o->param_max_in_cpu = -1;
   int c, li = -1;
   opterr = 0;
   while ((li = -1, c = getopt_long(argc, argv, "", lo, &li)) != -1) {

@@ -9,6 +9,30 @@
 
 #include "stepbench.h"
 
+/* @r with three decimals into @buf (@cap bytes), or "-" where it is not finite (no prediction to divide by). */
+static const char *ratio_str(char *buf, size_t cap, double r) {
+  if (isfinite(r)) snprintf(buf, cap, "%.3f", r);
+  else snprintf(buf, cap, "-");
+  return buf;
+}
+
+/* The measured step (the mean over the steps after warmup, as step_s) and swap bytes against the placement's
+ * predicted ones, one row each. */
+static void report_predicted(const opts *o, const bench *b) {
+  const summary *m = &b->sum;
+  const zo_step_prediction *p = &b->place.pred;
+  char r[3][16];
+  printf("  measured against predicted (placement \"%s\", bound by %s), per step, mean over steps %d..%d:\n",
+         o->placement == ZO_PLACEMENT_AUTO ? "auto" : "config", p->bound ? p->bound : "?", o->warmup + 1, o->steps);
+  printf("    %-11s %12s %12s %8s\n", "", "measured", "predicted", "ratio");
+  printf("    %-11s %9.1f ms %9.1f ms %8s\n", "step", m->s.step_s * 1e3, p->step_s * 1e3,
+         ratio_str(r[0], sizeof r[0], m->step_over_predicted));
+  printf("    %-11s %9.4f GB %9.4f GB %8s\n", "nvme read", m->nvme_read_bytes / 1e9, (double)p->nvme_read_bytes / 1e9,
+         ratio_str(r[1], sizeof r[1], m->read_over_predicted));
+  printf("    %-11s %9.4f GB %9.4f GB %8s\n", "nvme write", m->nvme_write_bytes / 1e9, (double)p->nvme_write_bytes / 1e9,
+         ratio_str(r[2], sizeof r[2], m->write_over_predicted));
+}
+
 void report_summary(const opts *o, const bench *b) {
   const step_rec s = b->sum.s;
   const int n = b->sum.n, world = b->world;
@@ -50,6 +74,7 @@ void report_summary(const opts *o, const bench *b) {
            lim.d2h_gbps);
   else
     printf("  link vs limit: n/a (limit not measured: %s)\n", lim.note);
+  report_predicted(o, b);
 }
 
 json_t *report_targets(const opts *o, const bench *b) {
@@ -108,6 +133,8 @@ static json_t *step_json(const step_rec *r, int idx) {
   json_object_set_new(j, "opt_window_s", json_real(r->opt_window_s));
   json_object_set_new(j, "nvme_bytes", json_integer((json_int_t)r->nvme_bytes));
   json_object_set_new(j, "opt_nvme_bytes", json_integer((json_int_t)r->opt_nvme_bytes));
+  json_object_set_new(j, "nvme_read_bytes", json_integer((json_int_t)r->nvme_read_bytes));
+  json_object_set_new(j, "nvme_write_bytes", json_integer((json_int_t)r->nvme_write_bytes));
   json_object_set_new(j, "h2d_bytes", json_integer((json_int_t)r->h2d_bytes));
   json_object_set_new(j, "d2h_bytes", json_integer((json_int_t)r->d2h_bytes));
   json_object_set_new(j, "h2d_busy_s", json_real(r->h2d_busy_s));
@@ -157,6 +184,10 @@ static json_t *config_json(const opts *o, const bench *b) {
   json_object_set_new(c, "queue_depth", json_integer(cfg->aio.queue_depth));
   json_object_set_new(c, "adam_threads", json_integer(o->adam_threads));
   json_object_set_new(c, "gas", json_integer(o->gas));
+  json_object_set_new(c, "placement", json_string(o->placement == ZO_PLACEMENT_AUTO ? "auto" : "config"));
+  json_object_set_new(c, "optimizer_max_in_cpu", json_integer(o->optimizer_max_in_cpu));
+  json_object_set_new(c, "param_max_in_cpu", o->param_max_in_cpu >= 0 ? json_integer(o->param_max_in_cpu) : json_null());
+  json_object_set_new(c, "placement_host_bytes", json_integer(o->placement_host_bytes));
   json_object_set_new(c, "dtype", json_string(zo_dtype_name(wdt)));
   json_object_set_new(c, "nvme_path", json_string(o->nvme_path));
   return c;
@@ -215,6 +246,58 @@ static void memory_comm_json(json_t *root, const bench *b) {
   json_object_set_new(root, "communication", cm);
 }
 
+/* A real, or null where it is not finite (jansson has no NaN). */
+static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+/* The placement zo_engine_place() gave, its predicted step and the rates it was predicted from. */
+static json_t *placement_json(const opts *o, const bench *b) {
+  const zo_placement *pl = &b->place;
+  const zo_step_prediction *p = &pl->pred;
+  const zo_step_rates *r = &b->rates;
+  json_t *j = json_object();
+  json_object_set_new(j, "mode", json_string(o->placement == ZO_PLACEMENT_AUTO ? "auto" : "config"));
+  json_object_set_new(j, "optimizer_max_in_cpu", json_integer((json_int_t)pl->optimizer_max_in_cpu));
+  json_object_set_new(j, "param_max_in_cpu", json_integer((json_int_t)pl->param_max_in_cpu));
+  json_object_set_new(j, "optimizer_resident_el", json_integer((json_int_t)pl->optimizer_resident_el));
+  json_object_set_new(j, "optimizer_total_el", json_integer((json_int_t)pl->optimizer_total_el));
+  json_object_set_new(j, "resident_sub_groups", json_integer(pl->resident_sub_groups));
+  json_object_set_new(j, "sub_groups", json_integer(pl->sub_groups));
+  json_object_set_new(j, "param_cached_el", json_integer((json_int_t)pl->param_cached_el));
+  json_object_set_new(j, "param_total_el", json_integer((json_int_t)pl->param_total_el));
+  json_object_set_new(j, "host_bytes", json_integer((json_int_t)pl->host_bytes));
+  json_object_set_new(j, "pinned_bytes", json_integer((json_int_t)pl->pinned_bytes));
+  json_object_set_new(j, "nvme_bytes", json_integer((json_int_t)pl->nvme_bytes));
+  json_object_set_new(j, "candidates", json_integer(pl->candidates));
+  json_t *pr = json_object();
+  json_object_set_new(pr, "bound", json_string(p->bound ? p->bound : "?"));
+  json_object_set_new(pr, "step_ms", json_real(p->step_s * 1e3));
+  json_object_set_new(pr, "fwd_bwd_ms", json_real(p->fwd_bwd_s * 1e3));
+  json_object_set_new(pr, "update_ms", json_real(p->update_s * 1e3));
+  json_object_set_new(pr, "compute_ms", json_real(p->compute_s * 1e3));
+  json_object_set_new(pr, "adam_ms", json_real(p->adam_s * 1e3));
+  json_object_set_new(pr, "nvme_read_ms", json_real(p->nvme_read_s * 1e3));
+  json_object_set_new(pr, "nvme_write_ms", json_real(p->nvme_write_s * 1e3));
+  json_object_set_new(pr, "h2d_ms", json_real(p->h2d_s * 1e3));
+  json_object_set_new(pr, "d2h_ms", json_real(p->d2h_s * 1e3));
+  json_object_set_new(pr, "nvme_read_bytes", json_integer((json_int_t)p->nvme_read_bytes));
+  json_object_set_new(pr, "nvme_write_bytes", json_integer((json_int_t)p->nvme_write_bytes));
+  json_object_set_new(pr, "h2d_bytes", json_integer((json_int_t)p->h2d_bytes));
+  json_object_set_new(pr, "d2h_bytes", json_integer((json_int_t)p->d2h_bytes));
+  json_object_set_new(j, "predicted", pr);
+  static const char *const k_rate[6] = {"nvme_read_Bps", "nvme_write_Bps", "h2d_Bps", "d2h_Bps", "adam_el_per_s",
+                                        "compute_s"};
+  const double v[6] = {r->nvme_read_Bps, r->nvme_write_Bps, r->h2d_Bps, r->d2h_Bps, r->adam_el_per_s, r->compute_s};
+  json_t *rates = json_object(), *src = json_object();
+  for (int i = 0; i < 6; i++) {
+    json_object_set_new(rates, k_rate[i], json_real(v[i]));
+    json_object_set_new(src, k_rate[i], json_string(r->src[i]));
+  }
+  json_object_set_new(rates, "fetches_per_step", json_real(r->fetches_per_step));
+  json_object_set_new(rates, "src", src);
+  json_object_set_new(j, "rates", rates);
+  return j;
+}
+
 /* What each figure means. */
 static json_t *definitions_json(void) {
   json_t *d = json_object();
@@ -226,6 +309,9 @@ static json_t *definitions_json(void) {
   json_object_set_new(d, "link_limit", json_string("before the engine starts, best of 3: zo_memcpy_async loops of chunk_bytes (one layer in the working dtype) between pinned host and device memory, H2D alone, D2H alone, and both at once on two streams (duplex_gbps = both directions' bytes / time until both finished); host device: the emulated link, or memcpy when unlimited"));
   json_object_set_new(d, "link_ratio", json_string("link_gbps / link_limit.duplex_gbps; link_h2d_ratio = link_h2d_gbps / link_limit.h2d_gbps, link_d2h_ratio likewise (1.0: the step is bound by the link)"));
   json_object_set_new(d, "params_per_s", json_string("params / optimizer window"));
+  json_object_set_new(d, "predicted_step_ms", json_string("zo_engine_place()'s step-time model (zoffload/placement.h) for the run's placement, before finalize: rates from zo_step_rates_get() (placement.rates and their sources), compute = layers x 2 passes x compute_ms_per_layer x gas (a CPU spin), 2 x gas fetches of each layer per step"));
+  json_object_set_new(d, "step_over_predicted", json_string("step_s (the mean over the steps after warmup) / predicted_step_ms"));
+  json_object_set_new(d, "nvme_read_bytes", json_string("swap bytes read per step (zo_engine_mem nvme_read_bytes, from before forward to the return of zo_engine_step), mean over the steps after warmup; nvme_write_bytes likewise; predicted_nvme_*_bytes the model's; *_over_predicted measured / predicted"));
   json_object_set_new(d, "communication", json_string("--ranks: exposed_s = time blocked in collectives per step (zo_step_info.comm_s); bytes_per_rank = what a ring algorithm sends from one rank for them (zo_step_info.comm_bytes); ratio = bytes_per_rank / zero_paper_bytes (2 x params x bytes per element for stages 0-2, 3 x for stage 3)"));
   return d;
 }
@@ -262,6 +348,15 @@ int report_json(const opts *o, const bench *b, json_t *targets) {
   json_object_set_new(root, "link_limit", linkbench_json(&lim));
   json_object_set_new(root, "opt_window_s", json_real(s.opt_window_s));
   json_object_set_new(root, "opt_nvme_bytes_per_param", json_real(m->opt_bytes_per_param));
+  json_object_set_new(root, "predicted_step_ms", json_real(b->place.pred.step_s * 1e3));
+  json_object_set_new(root, "step_over_predicted", real_or_null(m->step_over_predicted));
+  json_object_set_new(root, "nvme_read_bytes", json_real(m->nvme_read_bytes));
+  json_object_set_new(root, "nvme_write_bytes", json_real(m->nvme_write_bytes));
+  json_object_set_new(root, "predicted_nvme_read_bytes", json_integer((json_int_t)b->place.pred.nvme_read_bytes));
+  json_object_set_new(root, "predicted_nvme_write_bytes", json_integer((json_int_t)b->place.pred.nvme_write_bytes));
+  json_object_set_new(root, "nvme_read_over_predicted", real_or_null(m->read_over_predicted));
+  json_object_set_new(root, "nvme_write_over_predicted", real_or_null(m->write_over_predicted));
+  json_object_set_new(root, "placement", placement_json(o, b));
   json_t *ex = json_object();
   json_object_set_new(ex, "fetch_wait_s", json_real(s.fetch_wait_s));
   json_object_set_new(ex, "grad_ready_s", json_real(s.grad_ready_s));

@@ -17,6 +17,7 @@
 #include "zoffload/device.h"
 #include "zoffload/dtype.h"
 #include "zoffload/engine.h"
+#include "zoffload/placement.h"
 
 /* ------------------------------------------------------------ options (options.c) */
 
@@ -47,6 +48,10 @@ typedef struct opts {
   int64_t reduce_bucket;    /* --reduce-bucket-size, 0: the config default */
   int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
   int gas;                  /* --gas: gradient_accumulation_steps, micro-batches per step (default 1) */
+  zo_placement_mode placement;  /* --placement: zoffload.placement (default config) */
+  int64_t optimizer_max_in_cpu; /* --optimizer-max-in-cpu: zoffload.optimizer_max_in_cpu, elements (default 0) */
+  int64_t param_max_in_cpu;     /* --param-max-in-cpu: offload_param.max_in_cpu, elements; -1: not given (unwritten) */
+  int64_t placement_host_bytes; /* --placement-host-bytes: zoffload.placement_host_bytes (default 0: no cap) */
 } opts;
 
 /*
@@ -77,6 +82,7 @@ int run_baseline(const char *dir, uint64_t size, size_t bs, unsigned qd, baselin
 typedef struct step_rec {
   double step_s, compute_s, fetch_wait_s, grad_ready_s, engine_step_s, opt_window_s;
   uint64_t nvme_bytes, opt_nvme_bytes, h2d_bytes, d2h_bytes;
+  uint64_t nvme_read_bytes, nvme_write_bytes; /* of nvme_bytes: the step's swap reads and writes */
   double h2d_busy_s, d2h_busy_s, link_stall_s;
   double disk_gbps, link_gbps, params_per_s, transfer_s, overlap_efficiency;
   zo_step_info info;
@@ -92,6 +98,9 @@ typedef struct summary {
   double opt_bytes_per_param; /* nvme bytes in the optimizer window per parameter */
   double disk_ratio;          /* s.disk_gbps / baseline, NAN without one */
   double link_h2d_gbps, link_d2h_gbps, link_ratio, link_h2d_ratio, link_d2h_ratio;
+  double nvme_read_bytes, nvme_write_bytes; /* mean per step, measured (zo_engine_mem deltas) */
+  double step_over_predicted;           /* s.step_s / the placement's predicted step; NAN without a prediction */
+  double read_over_predicted, write_over_predicted; /* measured / predicted NVMe bytes; NAN where predicted 0 */
 } summary;
 
 /* One run: the model's shape, the engine and its device, what was measured; bench_free() releases it. */
@@ -116,12 +125,15 @@ typedef struct bench {
   baseline base_runs[2];   /* before and after the steps */
   baseline base;           /* the better of the two */
   double t_fin, t_load;
+  zo_step_rates rates;     /* the model's inputs: the machine's speeds (zoffload/speeds.h) and the synthetic compute */
+  zo_placement place;      /* zo_engine_place() before finalize: the split and its predicted step */
   step_rec *rec;           /* [steps] */
   zo_engine_mem mend;      /* after the last step */
   summary sum;
 } bench;
 
-/* The summary lines: step time against its bound, exposed waits, communication, optimizer window, link. */
+/* The summary lines: step time against its bound, exposed waits, communication, optimizer window, link, and the
+ * measured step and NVMe bytes against the placement's predicted ones. */
 void report_summary(const opts *o, const bench *b);
 
 /* The targets of issue 5 this run can judge, printed; returns them as a JSON array. */

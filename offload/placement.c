@@ -115,10 +115,11 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
    * asynchronous, reads and writes in flight together (an NVMe device serves both at once). */
   const double fetch = secs(p_read, rd);
   const double async_a = fmax(secs(s_read_a + g_read_a, rd), secs(g_write, wr));
+  /* the link's copies are on the same path: a fetch's host-to-device copy follows its read, a gradient's
+   * device-to-host copy is waited before it is added into the host shard */
   const double link = o->h2d_s + o->d2h_s;
-  double a = o->compute_s + fetch;
-  if (fetch + async_a > a) a = fetch + async_a;
-  if (link > a) a = link;
+  double a = o->compute_s + fetch + link;
+  if (fetch + link + async_a > a) a = fetch + link + async_a;
   /* the update: Adam against the disk's remaining work (reads and writes together), plus the first streamed
    * sub-group's read, which nothing overlaps */
   const double disk_b = fmax(secs(s_read_b + g_read_b, rd), secs(s_write + p_write, wr));

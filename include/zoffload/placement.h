@@ -20,21 +20,24 @@
  * rates (zoffload/speeds.h: NVMe read and write through the swap engine,
  * host<->device copies, CPU Adam; compute from the caller), one optimizer
  * step is two phases:
- *   forward + backward  max(compute, the disk's work of the phase, the
- *                        link's work): the parameter fetches' reads, the
- *                        gradient writes to grad.swp (and the read-adds of
- *                        accumulation), the next sub-groups' state read into
- *                        free buffers, the last step's parameter write-backs;
+ *   forward + backward  compute, plus the parameter fetches' NVMe reads and
+ *                        the link's copies (a fetch is demand-driven and its
+ *                        prefetch window is about a layer: its reads and
+ *                        copies add to the compute), or, when longer, those
+ *                        plus the phase's asynchronous disk work (gradients
+ *                        to grad.swp and the read-adds of accumulation, the
+ *                        next sub-groups' state read into free buffers);
  *   update              max(Adam over every element, the disk's work left:
  *                        the other streamed sub-groups' state and gradient
  *                        reads, every state write-back, the new working
  *                        weights to params.swp) plus one sub-group's read that
  *                        nothing overlaps;
  * with the update folded into the first phase when it starts as gradients
- * land (no gradient clipping, no fp16, no delayed update). The disk's reads
- * and writes share it: its time is read bytes / read rate + write bytes /
- * write rate. The model is the design's, not a fit to any run; the figures
- * it was checked against are in docs/placement.md.
+ * land (no gradient clipping, no fp16, no delayed update). Reads and writes
+ * are in flight together (an NVMe device serves both): the disk's time for
+ * a piece of asynchronous work is the longer of its reads / read rate and
+ * its writes / write rate. The model is the design's, not a fit to any run;
+ * the figures it was checked against are in docs/placement.md.
  *
  * Thread-safety: as the engine (one thread at a time per engine).
  */

@@ -173,7 +173,8 @@ static void assume_machine(const train_opts *o, zo_budget *b) {
  * memory, and the plan is the GPU run's (zo_engine_plan() for ZO_DEVICE_CUDA). @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
  */
 static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print,
-                  const train_opts *o, train_predict *tp, double compute_s, const char *compute_src, int is_auto) {
+                  const train_opts *o, train_predict *tp, double compute_s, const char *compute_src, int is_auto,
+                  int rank0) {
   size_t app[4];
   if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, zo_engine_grad_dtype(eng),
                         train_model_hand_dtype(eng), app)) {
@@ -191,7 +192,7 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   const zo_device_kind plan_kind = standin ? ZO_DEVICE_CUDA : ZO_DEVICE_AUTO;
   /* the placement (zoffload.placement "auto" chooses the split here; "config" keeps it) and its predicted step */
   if (train_predict_start(tp, eng, compute_s, compute_src, plan_kind, app, o->assume_host, o->assume_nvme, standin,
-                          is_auto, print))
+                          is_auto, rank0))
     return -1;
   if (zo_engine_budget_for(eng, plan_kind, app, &b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
@@ -844,7 +845,7 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
                                                   o->threads > 0 ? (int)o->threads : ncpu > 0 ? (int)ncpu : 1,
                                                   zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
   int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s, csrc,
-                   j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO);
+                   j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO, j->rank == 0);
   if (o->dry_run) {
     if (!brc) printf("zo-train: dry run: the configuration fits\n");
     return brc ? 1 : 0;

@@ -54,7 +54,7 @@ int train_predict_start(train_predict *tp, zo_engine_t *eng, double compute_s, c
   }
   tp->step = pl.pred;
   tp->ok = 1;
-  if (print || is_auto) {
+  if (print) { /* the rates with their sources, the placement and its predicted step */
     const double v[6] = {tp->rates.nvme_read_Bps, tp->rates.nvme_write_Bps, tp->rates.h2d_Bps, tp->rates.d2h_Bps,
                          tp->rates.adam_el_per_s, tp->rates.compute_s};
     printf("zo-train: rates:");

@@ -34,8 +34,8 @@ double train_compute_estimate(double flops_step, double tflops, int cuda, int th
 
 /* Start-up: the rates (zo_step_rates_get), then zo_engine_place (placement "auto" chooses; "config" predicts), with
  * @app, @kind and the --assume figures (< 0: none); @standin: the host device stands in for a GPU (its bytes
- * are not host memory); @is_auto: zoffload.placement is "auto"; prints the placement, the sources and "predicted step" when
- * @print or the placement is auto. Returns 0, or 1 after printing the error. */
+ * are not host memory); @is_auto: zoffload.placement is "auto"; with @print (rank 0), prints the rates and their
+ * sources, the placement and "predicted step". Returns 0, or 1 after printing the error. */
 int train_predict_start(train_predict *tp, zo_engine_t *eng, double compute_s, const char *compute_src,
                         zo_device_kind kind, const size_t app[4], int64_t assume_host, int64_t assume_nvme, int standin, int is_auto, int print);
 

@@ -89,3 +89,18 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
   }
   return ZO_OK;
 }
+
+zo_status zo_engine_nvme_busy(const zo_engine_t *e, double busy_s[2], uint64_t bytes[2]) {
+  if (!e || !busy_s || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "nvme_busy: NULL argument");
+  busy_s[0] = busy_s[1] = 0;
+  bytes[0] = bytes[1] = 0;
+  zo_swap_t *sw[2] = {e->swap, e->pswap != e->swap ? e->pswap : NULL};
+  for (int i = 0; i < 2; i++) {
+    if (!sw[i]) continue;
+    double s[2];
+    uint64_t b[2];
+    ZO_CHECK(zo_swap_busy(sw[i], s, b));
+    for (int w = 0; w < 2; w++) busy_s[w] += s[w], bytes[w] += b[w];
+  }
+  return ZO_OK;
+}

@@ -214,8 +214,19 @@ static int piece_complete(zo_swap_t *sw, zo_swap_piece_t *p, int res) {
   return 1;
 }
 
+/* A request complete (done or failed, every piece back): its bytes and the time its direction was busy. */
+static void busy_done(zo_swap_t *sw, zo_swap_req_t *r) {
+  if (r->busy_counted || !req_done(r)) return;
+  const int w = r->is_write != 0;
+  r->busy_counted = 1;
+  sw->busy_bytes[w] += r->nbytes;
+  if (sw->busy_n[w] && --sw->busy_n[w] == 0) sw->busy_s[w] += zo_clock_s() - sw->busy_t0[w];
+}
+
 static void piece_release(zo_swap_t *sw, zo_swap_piece_t *p) {
+  zo_swap_req_t *r = p->req;
   p->req->n_inflight--;
+  busy_done(sw, r);
   p->req = NULL;
   p->next_free = sw->free_pieces;
   sw->free_pieces = p;
@@ -903,6 +914,7 @@ static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, v
   r->nbytes = nbytes;
   r->urgent = urgent;
   bg_lock(sw);
+  if (sw->busy_n[is_write != 0]++ == 0) sw->busy_t0[is_write != 0] = zo_clock_s();
   r->live_next = sw->live;
   if (sw->live) sw->live->live_prev = r;
   sw->live = r;
@@ -1045,4 +1057,16 @@ unsigned long zo_swap_test_completions(const zo_swap_t *sw) { return sw ? sw->n_
 
 void zo_swap_test_refuse_direct(zo_swap_t *sw) {
   if (sw) sw->refuse_direct = 1;
+}
+
+zo_status zo_swap_busy(zo_swap_t *sw, double busy_s[2], uint64_t bytes[2]) {
+  if (!sw || !busy_s || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: busy: NULL argument");
+  bg_lock(sw);
+  const double now = zo_clock_s();
+  for (int w = 0; w < 2; w++) {
+    busy_s[w] = sw->busy_s[w] + (sw->busy_n[w] ? now - sw->busy_t0[w] : 0);
+    bytes[w] = sw->busy_bytes[w];
+  }
+  bg_unlock(sw);
+  return ZO_OK;
 }

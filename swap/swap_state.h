@@ -71,6 +71,7 @@ struct zo_swap_req {
   int queued;           /* on sw's pending list */
   int err;              /* first failure: -errno, or 1 for unexpected EOF; 0 none */
   int urgent;           /* queued ahead of requests that are not urgent */
+  int busy_counted;     /* its completion was counted in the busy time (zo_swap_busy) */
   uint64_t err_off;
   size_t err_len;
   zo_swap_req_t *pend_prev, *pend_next; /* FIFO of requests with bytes not yet carved */
@@ -112,6 +113,11 @@ struct zo_swap {
   unsigned n_inflight;      /* pieces issued (ring or pool) and not reaped */
   unsigned n_unsubmitted;   /* SQEs prepared but not yet accepted by io_uring_submit */
   unsigned n_live;          /* requests not yet waited */
+  /* zo_swap_busy(): per direction ([0] reads, [1] writes), the requests submitted and not yet complete, since
+   * when some have been, the seconds with at least one in flight and the bytes of those completed */
+  unsigned busy_n[2];
+  double busy_t0[2], busy_s[2];
+  uint64_t busy_bytes[2];
   zo_swap_req_t *pend_head, *pend_tail;
   zo_swap_req_t *live;
   int inject_k;             /* fault injection: completions left until it fires; 0 off */

@@ -511,6 +511,14 @@ typedef struct zo_engine_mem {
   size_t comm_bytes;        /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
 } zo_engine_mem;
 
+/*
+ * zo_engine_nvme_busy() - the engine's swap I/O so far, per direction ([0] reads, [1] writes): the seconds with a
+ * request of that direction in flight and the bytes completed (zoffload/swap.h zo_swap_busy(), the optimizer
+ * state's handle plus the parameters' when they have their own). Differences over a step give the throughput the
+ * disk gave this run's own I/O; zeros without NVMe. Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_engine_nvme_busy(const zo_engine_t *e, double busy_s[2], uint64_t bytes[2]);
+
 /* zo_engine_mem_info() - fill @m. Returns ZO_OK or ZO_ERR_INVALID_ARG. */
 ZO_API zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m);
 

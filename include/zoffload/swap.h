@@ -392,6 +392,18 @@ ZO_API zo_status zo_swap_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset,
 ZO_API zo_status zo_swap_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
                                size_t nbytes);
 
+/*
+ * zo_swap_busy() - for each direction ([0] reads, [1] writes) since
+ * zo_swap_create(): the seconds during which at least one request of that
+ * direction was submitted and not yet complete (@busy_s; a request in
+ * flight now counts up to now), and the bytes of the requests that have
+ * completed (@bytes). Bytes over busy time is the throughput the disk gave
+ * this handle's own I/O, reads and writes in flight together as they were
+ * (zoffload/placement.h's step-time model takes it from the last step).
+ * Thread-safe (the handle's lock). Returns ZO_OK or ZO_ERR_INVALID_ARG.
+ */
+ZO_API zo_status zo_swap_busy(zo_swap_t *sw, double busy_s[2], uint64_t bytes[2]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -320,6 +320,7 @@ typedef struct train_progress {
   double last_step_s, last_compute_s; /* the last step alone: its time, its compute (forward + backward less fetch
                                          waits), which the next step's prediction takes */
   int64_t steps_run;     /* steps this run has taken */
+  double last_busy_s[2], last_busy_bytes[2]; /* the last step's swap I/O per direction (zo_engine_nvme_busy) */
 } train_progress;
 
 static int engine_error(void) {
@@ -605,7 +606,11 @@ static double validate(train_job *j) {
  * @p. Returns 0, or 1 after printing the error. */
 static int train_step(train_job *j, train_progress *p, double *loss_out, double *loss_scale, zo_step_info *info) {
   const int B = j->B, T = j->T, gas = j->gas, world = j->world;
-  train_predict_before_step(&j->pred, j->eng, p->last_compute_s); /* the model's step, before it runs */
+  /* the model's step, before it runs, from the last step's compute and disk throughput */
+  train_predict_before_step(&j->pred, j->eng, p->last_compute_s, p->last_busy_s, p->last_busy_bytes);
+  double busy0[2];
+  uint64_t bytes0[2];
+  zo_engine_nvme_busy(j->eng, busy0, bytes0);
   zo_engine_mem m0;
   zo_engine_mem_info(j->eng, &m0);
   const double f0 = train_model_forward_seconds(j->model), b0 = train_model_backward_seconds(j->model);
@@ -647,6 +652,11 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
                       info->fetch_wait_s;
   zo_engine_mem m1;
   zo_engine_mem_info(j->eng, &m1);
+  double busy1[2];
+  uint64_t bytes1[2];
+  zo_engine_nvme_busy(j->eng, busy1, bytes1);
+  for (int w = 0; w < 2; w++)
+    p->last_busy_s[w] = busy1[w] - busy0[w], p->last_busy_bytes[w] = (double)(bytes1[w] - bytes0[w]);
   if (p->steps_run++ > 0) /* the first warms up: the summary compares the others */
     train_predict_after_step(&j->pred, p->last_step_s, t2 - t_step0, t_end - t2, info->adam_s,
                              (double)(m1.nvme_read_bytes - m0.nvme_read_bytes),

@@ -72,10 +72,18 @@ int train_predict_start(train_predict *tp, zo_engine_t *eng, double compute_s, c
   return 0;
 }
 
-void train_predict_before_step(train_predict *tp, zo_engine_t *eng, double compute_s) {
+void train_predict_before_step(train_predict *tp, zo_engine_t *eng, double compute_s, const double busy_s[2],
+                               const double bytes[2]) {
   if (!tp->ok) return;
   tp->rates.compute_s = compute_s > 0 ? compute_s : tp->compute_est_s;
   if (compute_s > 0) snprintf(tp->rates.src[5], sizeof tp->rates.src[5], "the last step's, measured");
+  double *rate[2] = {&tp->rates.nvme_read_Bps, &tp->rates.nvme_write_Bps};
+  for (int w = 0; w < 2; w++)
+    if (bytes[w] >= 256.0 * 1048576 && busy_s[w] >= 0.1) {
+      *rate[w] = bytes[w] / busy_s[w];
+      snprintf(tp->rates.src[w], sizeof tp->rates.src[w], "the last step's own swap I/O: %.2f GB in %.2f s", bytes[w] / 1e9,
+               busy_s[w]);
+    }
   zo_step_prediction p;
   if (zo_engine_predict(eng, &tp->rates, &p) == ZO_OK) tp->step = p;
 }

@@ -39,8 +39,12 @@ double train_compute_estimate(double flops_step, double tflops, int cuda, int th
 int train_predict_start(train_predict *tp, zo_engine_t *eng, double compute_s, const char *compute_src,
                         zo_device_kind kind, const size_t app[4], int64_t assume_host, int64_t assume_nvme, int standin, int is_auto, int print);
 
-/* Before step @step: predict it with the last measured compute (@compute_s > 0; else the estimate). */
-void train_predict_before_step(train_predict *tp, zo_engine_t *eng, double compute_s);
+/* Before a step: predict it with the last step's measured compute (@compute_s > 0; else the estimate) and the
+ * throughput the disk gave the last step's own swap I/O, per direction (@busy_s seconds with a request in flight,
+ * @bytes completed: zo_engine_nvme_busy() differences), used when it moved at least 256 MiB over 0.1 s (else the
+ * start-up rate stays). */
+void train_predict_before_step(train_predict *tp, zo_engine_t *eng, double compute_s, const double busy_s[2],
+                               const double bytes[2]);
 
 /* After a step (not the run's first): its measured parts, for the summary. */
 void train_predict_after_step(train_predict *tp, double step_s, double fwd_bwd_s, double update_s, double adam_s,

@@ -554,6 +554,12 @@ static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   return ZO_OK;
 }
 
+/* Pool task: bytes [b, end) of the buffer at @arg zeroed. */
+static void zero_range(void *arg, size_t b, size_t end, int thread) {
+  (void)thread;
+  memset((char *)arg + b, 0, end - b);
+}
+
 /* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group buffers. */
 static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
   zo_status st;
@@ -618,6 +624,9 @@ static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
     if (st != ZO_OK)
       return zo_error_prefix(st, "engine: optimizer state kept in host memory (%zu elements; lower "
                              "zoffload.optimizer_max_in_cpu)", plan->res_el);
+    /* zeroed on the Adam threads: the pages are faulted in parallel (tens of GB: one thread took most of a minute)
+     * and the gradient sums start at zero */
+    ZO_CHECK(zo_adam_pool_parallel_for(e->pool, zero_range, e->res[k].ptr, bytes, (size_t)64 << 20));
   }
   for (int g = 0; g < e->n_sgs; g++) {
     sub_group *sg = &e->sgs[g];

@@ -17,9 +17,9 @@
 #include "zoffload/placement.h"
 #include "zoffload/speeds.h"
 
-/* Host memory the planner leaves to the OS, the page cache and the data loader: max(2 GiB, MemTotal / 6). */
+/* Host memory the planner leaves to the OS, the page cache and the data loader: max(2 GiB, MemTotal / 7). */
 #define PLACE_HEADROOM_MIN ((size_t)2 << 30)
-#define PLACE_HEADROOM_DIV 6
+#define PLACE_HEADROOM_DIV 7
 
 static size_t add_sat(size_t a, size_t b) {
   size_t r;

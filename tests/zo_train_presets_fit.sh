@@ -15,7 +15,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/zo-presets-fit.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 declare -A FITS=(
   [default]="gpu cpu" [fp16]="gpu cpu" [none]="gpu cpu" [nvme]="gpu cpu" [infinity]="gpu cpu"
-  [gpt2-124m]="gpu" [gpt2-1.5b]="gpu" [gpt-10b]="gpu" [gpt-10b-infinity]="gpu" [gpt-2b-nvme]="gpu cpu"
+  [gpt2-124m]="gpu" [gpt2-1.5b]="gpu" [gpt-10b]="gpu" [gpt-10b-infinity]="gpu" [gpt-2b-nvme]="gpu cpu" [gpt-4b-nvme]="gpu cpu"
   [gpt-6.7b-nvme]="" [gpt-100b-infinity]=""
 )
 gpu_args=(--device cuda --device-memory-limit 80000000000 --assume-host-memory 134217728000 --assume-nvme-free 68719476736)

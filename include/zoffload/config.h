@@ -189,7 +189,7 @@ typedef struct zo_config {
     zo_placement_mode placement; /* "placement": "config" (default) or "auto" (zo_placement_mode) */
     int64_t placement_host_bytes; /* "placement_host_bytes": bytes (or "64GiB"); with "placement": "auto", the most host
                                     memory the planner keeps state in, besides the engine's other buffers; 0 (default):
-                                    MemAvailable less max(2 GiB, MemTotal / 6) less what the plan needs anyway */
+                                    MemAvailable less max(2 GiB, MemTotal / 7) less what the plan needs anyway */
     int64_t optimizer_max_in_cpu; /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device
                                     "nvme": the optimizer state (fp32 master, exp_avg, exp_avg_sq) and gradient sum of
                                     up to this many elements, in whole sub-groups (the last ones in registration

@@ -113,7 +113,7 @@ typedef struct zo_place_opts {
  * number of whole tensors cached (registration order) with parameters on
  * "nvme", each with as many whole sub-groups resident as the rest of host
  * memory holds (the last ones first) with the optimizer on "nvme"; host
- * memory for them is the host line's available bytes less max(2 GiB, 1/6
+ * memory for them is the host line's available bytes less max(2 GiB, 1/7
  * of MemTotal) (the OS, page cache and the data loader), less what the plan
  * with nothing kept needs; the working-weight cache also fits the pinned
  * rule. The least predicted step wins, the smaller footprint on a tie.

@@ -161,14 +161,6 @@ static size_t fs_free(const char *path, dev_t *fsid) {
 
 /* ------------------------------------------------------------ the budget */
 
-/* Saturating addition (zo_size_add stores SIZE_MAX on overflow): a byte count too large for size_t becomes
- * SIZE_MAX, which no line fits (see fits_in), so the budget refuses it instead of comparing a wrapped value.
- * The plan's own byte counts saturate the same way (plan.c). */
-static size_t add_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_add(a, b, &r);
-  return r;
-}
 /* @need fits in @available (SIZE_MAX: no limit); a saturated need never does. */
 static int fits_in(size_t need, size_t available) { return need != SIZE_MAX && need <= available; }
 

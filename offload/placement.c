@@ -21,16 +21,6 @@
 #define PLACE_HEADROOM_MIN ((size_t)2 << 30)
 #define PLACE_HEADROOM_DIV 7
 
-static size_t add_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_add(a, b, &r);
-  return r;
-}
-static size_t mul_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_mul(a, b, &r);
-  return r;
-}
 static size_t sub0(size_t a, size_t b) { return a > b ? a - b : 0; }
 
 /* ---------------------------------------------------------------- the model */

@@ -14,24 +14,6 @@
 
 static const char *const k_kind[ST_KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
-/* Saturating size arithmetic (zo_size_* store SIZE_MAX on overflow): a byte count too large for size_t becomes
- * SIZE_MAX, which the budget refuses instead of comparing a wrapped value. */
-static size_t mul_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_mul(a, b, &r);
-  return r;
-}
-static size_t add_sat(size_t a, size_t b) {
-  size_t r;
-  zo_size_add(a, b, &r);
-  return r;
-}
-static size_t round_sat(size_t x, size_t align) {
-  size_t r;
-  zo_size_round_up(x, align, &r);
-  return r;
-}
-
 static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, int count, int pinned, int path) {
   if (!bytes || count < 1 || p->n_bufs == ZO_PLAN_MAX_BUFS) return;
   zo_plan_buf *b = &p->buf[p->n_bufs++];

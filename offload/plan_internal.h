@@ -6,8 +6,28 @@
 #ifndef ZO_PLAN_INTERNAL_H
 #define ZO_PLAN_INTERNAL_H
 
+#include "base_internal.h"
 #include "zoffload/budget.h"
 #include "zoffload/plan.h"
+
+/* Saturating size arithmetic (zo_size_* store SIZE_MAX on overflow): a byte count too large for size_t becomes
+ * SIZE_MAX, which the budget refuses (it never fits) instead of comparing a wrapped value. Shared by the plan, the
+ * budget and the placement planner. */
+static inline size_t mul_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_mul(a, b, &r);
+  return r;
+}
+static inline size_t add_sat(size_t a, size_t b) {
+  size_t r;
+  zo_size_add(a, b, &r);
+  return r;
+}
+static inline size_t round_sat(size_t x, size_t align) {
+  size_t r;
+  zo_size_round_up(x, align, &r);
+  return r;
+}
 
 /* zo_engine_plan() for device @kind (ZO_DEVICE_AUTO: the engine's own) with @what naming the caller in the messages
  * of its usage checks ("budget", "finalize"). */

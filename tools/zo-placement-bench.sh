@@ -8,11 +8,21 @@
 # most --max-ratio, each last step within --max-error of its prediction, auto's peak RSS at most --max-rss-gib.
 # The last line is one JSON object. Exit 0 when every check passes, 1 when one fails, 2 on a usage error.
 #
-# usage: zo-placement-bench.sh --zo-train BIN --config FILE --nvme-path DIR [--steps 3] [--max-ratio 0.45]
-#                              [--max-error 0.25] [--max-rss-gib 20] [--out DIR]
+# usage: zo-placement-bench.sh --zo-train BIN --config FILE --nvme-path DIR [--steps N] [--max-ratio X]
+#                              [--max-error X] [--max-rss-gib X] [--out DIR] [--help]
+#   --zo-train BIN      the zo-train to run (required)
+#   --config FILE       the preset, as written (required); the auto run adds "zoffload": {"placement": "auto"}
+#   --nvme-path DIR     the swap directory of both runs (required)
+#   --steps N           steps of each run (default 3); the config's steps_per_print must log step N
+#   --max-ratio X       the limit on auto's last step over config's (default 0.45)
+#   --max-error X       the limit on |last step / predicted - 1| of each run (default 0.25)
+#   --max-rss-gib X     the limit on auto's peak RSS, GiB (default 20)
+#   --out DIR           keep the configs, logs and --log-json files there (default: a new temporary directory)
+#   -h, --help          this text
 set -u
 zo="" cfg="" nvme="" steps=3 max_ratio=0.45 max_err=0.25 max_rss=20 out=""
-usage() { sed -n 's/^# \{0,1\}usage: //p' "$0"; exit 2; }
+help() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+usage() { help >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --zo-train) zo=$2; shift 2 ;;
@@ -23,7 +33,7 @@ while [ $# -gt 0 ]; do
     --max-error) max_err=$2; shift 2 ;;
     --max-rss-gib) max_rss=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) help; exit 0 ;;
     *) echo "zo-placement-bench: unknown argument '$1'" >&2; usage ;;
   esac
 done

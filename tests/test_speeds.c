@@ -352,19 +352,31 @@ static void test_args(const char *dir) {
 }
 
 /* Where the cache is: ZO_SPEEDS_CACHE, else an absolute XDG_CACHE_HOME, else HOME; none without them. */
-static void test_cache_path(const char *cache) {
+static void test_cache_path(const char *cache, const char *dir) {
   char buf[4200], *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
   CHECK_OK(zo_speeds_cache_path(buf, sizeof buf));
   CHECK(!strcmp(buf, cache));
   CHECK_ST(zo_speeds_cache_path(buf, 4), ZO_ERR_INVALID_ARG);
+  /* the directories named below are under the scratch directory (absolute: XDG_CACHE_HOME must be); only the
+   * path is resolved, nothing is written there */
+  char *abs = realpath(dir, NULL), xdg[4200], want[4300], fake_home[4200];
+  if (!CHECK(abs != NULL)) {
+    free(home);
+    return;
+  }
+  snprintf(xdg, sizeof xdg, "%s/xdg-cache", abs);
+  snprintf(fake_home, sizeof fake_home, "%s/home", abs);
+  free(abs);
   unsetenv("ZO_SPEEDS_CACHE");
-  setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
+  setenv("XDG_CACHE_HOME", xdg, 1);
   CHECK_OK(zo_speeds_cache_path(buf, sizeof buf));
-  CHECK(!strcmp(buf, "/xdg/cache/zoffload/speeds.json"));
+  snprintf(want, sizeof want, "%s/zoffload/speeds.json", xdg);
+  CHECK(!strcmp(buf, want));
   setenv("XDG_CACHE_HOME", "relative", 1); /* the XDG spec: a relative path is ignored */
-  setenv("HOME", "/home/someone", 1);
+  setenv("HOME", fake_home, 1);
   CHECK_OK(zo_speeds_cache_path(buf, sizeof buf));
-  CHECK(!strcmp(buf, "/home/someone/.cache/zoffload/speeds.json"));
+  snprintf(want, sizeof want, "%s/.cache/zoffload/speeds.json", fake_home);
+  CHECK(!strcmp(buf, want));
   unsetenv("XDG_CACHE_HOME");
   unsetenv("HOME");
   CHECK_ST(zo_speeds_cache_path(buf, sizeof buf), ZO_ERR_UNSUPPORTED);
@@ -396,7 +408,7 @@ int main(int argc, char **argv) {
   test_nothing_to_measure();
   test_cache(swapdir, dev, cache);
   test_emulated_link(dev);
-  test_cache_path(cache);
+  test_cache_path(cache, dir);
 
   zo_device_destroy(dev);
   char cmd[8800];

@@ -171,10 +171,12 @@ zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r, zo_ste
 
 /* ---------------------------------------------------------------- the planner */
 
-/* Budget lines of @b by tier: the first host and pinned line, and the nvme lines' least room. */
+/* Budget lines of @b by tier: the room left on the host line (less @headroom) and the pinned line, the least room
+ * of the nvme lines, and what the worst nvme line lacks (0 when every one fits). */
 static void limits(const zo_budget *b, const zo_place_opts *o, size_t headroom, size_t *host, size_t *pinned,
-                   size_t *nvme_room) {
+                   size_t *nvme_room, size_t *nvme_deficit) {
   *host = *pinned = *nvme_room = SIZE_MAX;
+  *nvme_deficit = 0;
   size_t dev_need = 0;
   for (int i = 0; i < b->n_lines; i++)
     if (b->line[i].tier == ZO_TIER_DEVICE && o->device_not_host) dev_need = b->line[i].need;
@@ -188,38 +190,59 @@ static void limits(const zo_budget *b, const zo_place_opts *o, size_t headroom, 
       *pinned = avail == SIZE_MAX ? SIZE_MAX : sub0(avail, l->need);
     } else if (l->tier == ZO_TIER_NVME) {
       const size_t avail = o->assume_nvme_free ? o->assume_nvme_free : l->available;
-      const size_t room = avail == SIZE_MAX ? SIZE_MAX : avail >= l->need ? avail - l->need : 0;
-      /* below the need: the room is negative; kept as 0 and the deficit below */
-      if (room < *nvme_room) *nvme_room = room;
+      if (avail == SIZE_MAX) continue;
+      if (sub0(avail, l->need) < *nvme_room) *nvme_room = sub0(avail, l->need);
+      if (sub0(l->need, avail) > *nvme_deficit) *nvme_deficit = sub0(l->need, avail);
     }
   }
 }
 
-/* NVMe bytes the base plan needs beyond what is there (0 when it fits), the worst nvme line. */
-static size_t nvme_deficit(const zo_budget *b, const zo_place_opts *o) {
-  size_t worst = 0;
-  for (int i = 0; i < b->n_lines; i++) {
-    const zo_budget_line *l = &b->line[i];
-    if (l->tier != ZO_TIER_NVME) continue;
-    const size_t avail = o->assume_nvme_free ? o->assume_nvme_free : l->available;
-    if (avail != SIZE_MAX && l->need > avail && l->need - avail > worst) worst = l->need - avail;
+/* How many of @pl's sub-groups, the last ones first, fit in @room bytes at @el_bytes an element; their bytes in
+ * *@bytes. */
+static int fit_sub_groups(const zo_plan *pl, size_t el_bytes, size_t room, size_t *bytes) {
+  int n = 0;
+  *bytes = 0;
+  while (n < pl->n_sgs) {
+    const size_t nb = mul_sat((size_t)pl->sg[pl->n_sgs - 1 - n].n_el, el_bytes);
+    if (add_sat(*bytes, nb) > room) break;
+    *bytes = add_sat(*bytes, nb), n++;
   }
-  return worst;
+  return n;
 }
 
-zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *opts, zo_placement *out) {
-  if (!e || !r || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "place: NULL argument");
-  ZO_CHECK(eng_check_usable(e, "place"));
-  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "place: the engine is already finalized");
-  const zo_place_opts none = {0};
-  const zo_place_opts *o = opts ? opts : &none;
-  memset(out, 0, sizeof *out);
-  const int auto_mode = e->cfg.zoffload.placement == ZO_PLACEMENT_AUTO;
-  const int opt_nv = e->tier == ZO_OFFLOAD_NVME, par_nv = e->ptier == ZO_OFFLOAD_NVME;
-  const size_t keep_opt = e->opt_res_el, keep_par = e->pcache_el;
+/* @out's description of the engine's placement as it stands (the budgets e->opt_res_el and e->pcache_el) for a
+ * device of @kind, and its predicted step; the limits and the candidate count are the caller's. */
+static zo_status describe(const zo_engine_t *e, zo_device_kind kind, const zo_step_rates *r, zo_placement *out) {
+  zo_plan *pl;
+  ZO_CHECK(zo_plan_make(e, "place", kind, &pl));
+  unsigned char *c = cached_of(e, pl);
+  if (!c) {
+    zo_plan_free(pl);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "place: out of host memory");
+  }
+  out->optimizer_max_in_cpu = e->opt_res_el, out->param_max_in_cpu = e->pcache_el;
+  out->resident_sub_groups = pl->n_res_sgs, out->sub_groups = pl->n_sgs;
+  out->optimizer_resident_el = pl->res_el, out->optimizer_total_el = (size_t)pl->state_file_el + pl->res_el;
+  out->param_total_el = out->param_cached_el = 0;
+  for (int i = 0; i < e->n_params && e->ptier == ZO_OFFLOAD_NVME; i++) {
+    out->param_total_el += e->params[i]->n;
+    if (c[i]) out->param_cached_el += e->params[i]->n;
+  }
+  out->host_bytes = pl->host_bytes, out->pinned_bytes = pl->pinned_bytes;
+  out->nvme_bytes = add_sat(pl->nvme_bytes[0], pl->nvme_bytes[1]);
+  pm_layout L = {pl, pl->n_res_sgs, c};
+  model(e, &L, r, &out->pred);
+  free(c);
+  zo_plan_free(pl);
+  return ZO_OK;
+}
 
+/* "auto": the budgets of the split with the least predicted step, set in e->opt_res_el and e->pcache_el; @out gets
+ * the limits and the number of candidates. */
+static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *o, zo_placement *out) {
+  const int opt_nv = e->tier == ZO_OFFLOAD_NVME, par_nv = e->ptier == ZO_OFFLOAD_NVME;
   /* The base: nothing kept in host memory (with residency's piece rounding when the optimizer may keep some). */
-  if (auto_mode) e->opt_res_el = opt_nv ? 1 : 0, e->pcache_el = 0;
+  e->opt_res_el = opt_nv ? 1 : 0, e->pcache_el = 0;
   zo_plan *base = NULL;
   zo_status st = zo_plan_make(e, "place", o->kind, &base);
   zo_budget b;
@@ -228,46 +251,18 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
   if (st == ZO_OK) st = zo_plan_mem_total(&total);
   unsigned char *cached = st == ZO_OK ? calloc((size_t)e->n_params + 1, 1) : NULL;
   if (st == ZO_OK && !cached) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "place: out of host memory");
-  if (st != ZO_OK || !auto_mode) {
-    e->opt_res_el = keep_opt, e->pcache_el = keep_par;
+  if (st != ZO_OK) {
     zo_plan_free(base);
     free(cached);
-    if (st != ZO_OK) return st;
-    /* "config": the config's own placement, predicted */
-    zo_plan *pl;
-    ZO_CHECK(zo_plan_make(e, "place", o->kind, &pl));
-    out->optimizer_max_in_cpu = e->opt_res_el, out->param_max_in_cpu = e->pcache_el;
-    out->resident_sub_groups = pl->n_res_sgs, out->sub_groups = pl->n_sgs;
-    out->optimizer_resident_el = pl->res_el, out->optimizer_total_el = (size_t)pl->state_file_el + pl->res_el;
-    out->host_bytes = pl->host_bytes, out->pinned_bytes = pl->pinned_bytes;
-    out->nvme_bytes = add_sat(pl->nvme_bytes[0], pl->nvme_bytes[1]);
-    out->host_limit = out->pinned_limit = out->nvme_limit = SIZE_MAX;
-    unsigned char *c = cached_of(e, pl);
-    if (!c) {
-      zo_plan_free(pl);
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "place: out of host memory");
-    }
-    for (int i = 0; i < e->n_params; i++)
-      if (e->ptier == ZO_OFFLOAD_NVME) {
-        out->param_total_el += e->params[i]->n;
-        if (c[i]) out->param_cached_el += e->params[i]->n;
-      }
-    pm_layout L = {pl, pl->n_res_sgs, c};
-    model(e, &L, r, &out->pred);
-    out->candidates = 1;
-    free(c);
-    zo_plan_free(pl);
-    return ZO_OK;
+    return st;
   }
-
   const size_t headroom = total == SIZE_MAX ? PLACE_HEADROOM_MIN
                           : total / PLACE_HEADROOM_DIV > PLACE_HEADROOM_MIN ? total / PLACE_HEADROOM_DIV
                                                                            : PLACE_HEADROOM_MIN;
-  size_t host_room, pinned_room, nvme_room;
-  limits(&b, o, headroom, &host_room, &pinned_room, &nvme_room);
+  size_t host_room, pinned_room, nvme_room, deficit;
+  limits(&b, o, headroom, &host_room, &pinned_room, &nvme_room, &deficit);
   const int64_t cap = e->cfg.zoffload.placement_host_bytes; /* the user's cap on the host memory kept state takes */
   if (cap > 0 && (uint64_t)cap < host_room) host_room = (size_t)cap;
-  const size_t deficit = nvme_deficit(&b, o);
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);
   const size_t opt_el_bytes = base->state_esz + gsz; /* a resident element: its state and gradient sum */
   const int pin = e->cfg.zero.offload_param.pin_memory;
@@ -276,8 +271,7 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
   /* Candidates: the first k tensors cached (parameters on nvme), then the most sub-groups the rest holds. */
   double best = INFINITY;
   int best_k = 0, best_res = 0;
-  size_t best_bytes = SIZE_MAX;
-  size_t cache_bytes = 0;
+  size_t best_bytes = SIZE_MAX, cache_bytes = 0, res_bytes;
   for (int k = 0; k <= (par_nv ? e->n_params : 0); k++) {
     if (k > 0) {
       const zo_param_t *p = e->params[k - 1];
@@ -285,36 +279,24 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
       cached[k - 1] = 1;
     }
     if (cache_bytes > host_room || (pin && cache_bytes > pinned_room)) break;
-    const size_t left = host_room - cache_bytes;
-    int n_res = 0;
-    size_t res_bytes = 0;
-    while (opt_nv && n_res < base->n_sgs) {
-      const size_t nb = mul_sat((size_t)base->sg[base->n_sgs - 1 - n_res].n_el, opt_el_bytes);
-      if (add_sat(res_bytes, nb) > left) break;
-      res_bytes = add_sat(res_bytes, nb), n_res++;
-    }
+    const int n_res = opt_nv ? fit_sub_groups(base, opt_el_bytes, host_room - cache_bytes, &res_bytes) : 0;
+    if (!opt_nv) res_bytes = 0;
     /* the NVMe space it frees must cover what the base lacks */
-    if (add_sat(res_bytes, cache_bytes) < deficit) continue;
+    const size_t bytes = add_sat(res_bytes, cache_bytes);
+    if (bytes < deficit) continue;
     pm_layout L = {base, n_res, cached};
     zo_step_prediction pr;
     model(e, &L, r, &pr);
     out->candidates++;
-    const size_t bytes = add_sat(res_bytes, cache_bytes);
     if (pr.step_s < best * (1 - 1e-9) || (pr.step_s <= best * (1 + 1e-9) && bytes < best_bytes))
       best = pr.step_s, best_k = k, best_res = n_res, best_bytes = bytes;
   }
   if (!isfinite(best)) {
     /* No split frees enough NVMe space: keep as much as host memory holds (the least the disk then lacks) and let
      * the start-up budget refuse it, naming what to change. */
-    best_k = 0, best_res = 0;
-    size_t res_bytes = 0;
-    while (opt_nv && best_res < base->n_sgs) {
-      const size_t nb = mul_sat((size_t)base->sg[base->n_sgs - 1 - best_res].n_el, opt_el_bytes);
-      if (add_sat(res_bytes, nb) > host_room) break;
-      res_bytes = add_sat(res_bytes, nb), best_res++;
-    }
+    best_k = 0, best_res = opt_nv ? fit_sub_groups(base, opt_el_bytes, host_room, &res_bytes) : 0;
     zo_warn("zoffload.placement \"auto\": no split frees the %zu bytes the NVMe files lack; keeping what host memory "
-            "holds (%zu bytes)", deficit, res_bytes);
+            "holds (%zu bytes)", deficit, opt_nv ? res_bytes : 0);
   }
   /* Set the budgets: exactly the chosen sub-groups' and tensors' elements. */
   size_t res_el = 0, cache_el = 0;
@@ -324,28 +306,28 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
   e->pcache_el = cache_el;
   zo_plan_free(base);
   free(cached);
-  /* The chosen plan, predicted as it will be allocated. */
-  zo_plan *pl;
-  ZO_CHECK(zo_plan_make(e, "place", o->kind, &pl));
-  unsigned char *c = cached_of(e, pl);
-  if (!c) {
-    zo_plan_free(pl);
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "place: out of host memory");
+  return ZO_OK;
+}
+
+zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *opts, zo_placement *out) {
+  if (!e || !r || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "place: NULL argument");
+  ZO_CHECK(eng_check_usable(e, "place"));
+  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "place: the engine is already finalized");
+  const zo_place_opts none = {0};
+  const zo_place_opts *o = opts ? opts : &none;
+  memset(out, 0, sizeof *out);
+  if (e->cfg.zoffload.placement != ZO_PLACEMENT_AUTO) { /* "config": the config's own placement, predicted */
+    out->host_limit = out->pinned_limit = out->nvme_limit = SIZE_MAX;
+    out->candidates = 1;
+    return describe(e, o->kind, r, out);
   }
-  out->optimizer_max_in_cpu = e->opt_res_el, out->param_max_in_cpu = e->pcache_el;
-  out->resident_sub_groups = pl->n_res_sgs, out->sub_groups = pl->n_sgs;
-  out->optimizer_resident_el = pl->res_el, out->optimizer_total_el = (size_t)pl->state_file_el + pl->res_el;
-  for (int i = 0; i < e->n_params; i++)
-    if (par_nv) {
-      out->param_total_el += e->params[i]->n;
-      if (c[i]) out->param_cached_el += e->params[i]->n;
-    }
-  out->host_bytes = pl->host_bytes, out->pinned_bytes = pl->pinned_bytes;
-  out->nvme_bytes = add_sat(pl->nvme_bytes[0], pl->nvme_bytes[1]);
-  pm_layout L = {pl, pl->n_res_sgs, c};
-  model(e, &L, r, &out->pred);
-  free(c);
-  zo_plan_free(pl);
+  const size_t keep_opt = e->opt_res_el, keep_par = e->pcache_el;
+  zo_status st = choose(e, r, o, out);
+  if (st != ZO_OK) {
+    e->opt_res_el = keep_opt, e->pcache_el = keep_par;
+    return st;
+  }
+  ZO_CHECK(describe(e, o->kind, r, out)); /* the chosen plan, predicted as it will be allocated */
   e->placed = 1;
   return ZO_OK;
 }

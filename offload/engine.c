@@ -340,6 +340,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host);
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
+  eng_host_buf_free(&e->stage_host2);
   eng_host_buf_free(&e->dp_grad);
   eng_acc_free(e);
   eng_host_buf_free(&e->dp_gather);
@@ -753,6 +754,8 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
   }
   if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE)
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
+  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE && e->dpu)
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2", zo_plan_bytes(plan, "stage_host2"), 1));
   return ZO_OK;
 }
 
@@ -793,6 +796,8 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
       p->persistent = (int64_t)p->n <= e->cfg.zero.stage3_param_persistence_threshold;
       ZO_CHECK(zo_event_create(e->dev, &p->ready));
     }
+  } else if (eng_ready_per_tensor(e)) {
+    for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &e->params[i]->ready));
   }
   e->swap_align = plan->swap_align;
   for (int i = 0; i < e->n_params; i++)

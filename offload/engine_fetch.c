@@ -353,7 +353,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   zo_status st;
   int entry_state = P_RESIDENT;
   if (e->ptier == ZO_OFFLOAD_NONE) {
-    st = wait_ready(e, e->weights_ready);
+    st = wait_ready(e, eng_ready_per_tensor(e) ? p->ready : e->weights_ready);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s': working weight upload", p->name);
   } else {
     ZO_CHECK(trace_fetch(e, p));

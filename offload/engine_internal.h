@@ -223,6 +223,7 @@ struct zo_engine {
   int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
   host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
+  host_buf stage_host2;      /* DPU: second staging of the working copy (the last step's uploads read the other) */
   int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
   zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
   double lr_override;        /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
@@ -363,6 +364,13 @@ static inline wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->w
  * moments and gradients in device memory, updated by the kernel of gpu/adam_device.h on the copy stream. */
 static inline int eng_device_adam(const zo_engine_t *e) {
   return e->tier == ZO_OFFLOAD_NONE && e->dev && !zo_device_host_addressable(e->dev);
+}
+/* Per-tensor readiness of resident working weights: optimizer state in host memory (cpu), parameters on the device,
+ * one rank. Each tensor's upload records its own p->ready (eng_queue_upload() is the only writer of its device
+ * copy), so the forward's fetch of a tensor waits for that tensor's upload only, not the whole step's. Otherwise
+ * fetches wait for e->weights_ready (several ranks upload in eng_dp_publish(); device Adam writes in place). */
+static inline int eng_ready_per_tensor(const zo_engine_t *e) {
+  return e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_CPU && e->world == 1;
 }
 /* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it (@kind H2D/D2H). */
 zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind);

@@ -75,6 +75,7 @@ struct gpt_cuda {
   cudaStream_t stream;
   int own_stream;
   cublasHandle_t blas;
+  int gemm_reference; /* ZO_GPT_CUDA_GEMM=reference: every GEMM by zgc_gemm_reference(), none by cuBLAS */
   cudaEvent_t staged; /* recorded after the host-to-device copies of the pinned staging buffers */
   void *mem;          /* the one device allocation */
   size_t mem_bytes;
@@ -322,6 +323,8 @@ extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute
   int rc = create_gpu_stream(m, stream);
   if (rc == 0) rc = create_memory(m, N);
   if (rc == 0) rc = create_blas(m);
+  const char *gemm_env = getenv("ZO_GPT_CUDA_GEMM");
+  m->gemm_reference = gemm_env && strcmp(gemm_env, "reference") == 0;
   if (rc != 0) {
     seterr(err, errlen, "%s", m->err);
     gpt_cuda_destroy(m);
@@ -405,6 +408,12 @@ static int gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOpera
                 float alpha, const void *A, int lda, long long sA, const void *B, int ldb, long long sB, float beta,
                 void *Cp, cudaDataType_t ctype, int ldc, long long sC, int batch) {
   cublasStatus_t st;
+  if (m->gemm_reference) {
+    const cudaError_t e = zgc_gemm_reference(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, M, Nn, K, alpha, (const bf16 *)A,
+                                             lda, sA, (const bf16 *)B, ldb, sB, beta, Cp, ctype == CUDA_R_32F, ldc, sC,
+                                             batch, m->stream);
+    return e == cudaSuccess ? 0 : fail_cuda(m, e, "kernel zgc_gemm_reference", what);
+  }
   if (batch == 1) {
     st = cublasGemmEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, Cp, ctype,
                       ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);

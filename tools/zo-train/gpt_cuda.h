@@ -17,7 +17,12 @@
  * gradient (fp32, summed with the embedding's part before its one rounding).
  * Weight gradients are added by the GEMM itself (beta = 1 onto the caller's
  * bf16 gradient): one rounding per tensor per backward. Element-wise and
- * reduction kernels compute in fp32. Kernels after Karpathy's llm.c
+ * reduction kernels compute in fp32. With ZO_GPT_CUDA_GEMM=reference in the
+ * environment at gpt_cuda_create(), every GEMM is instead a plain kernel of
+ * ours with the same meaning (one thread per output, fp32 accumulation in k
+ * order; slow): for compute-sanitizer's racecheck, so that no cuBLAS kernel
+ * runs (its kernel filter failed on cuBLAS's Hopper kernels). Kernels after
+ * Karpathy's llm.c
  * (train_gpt2.cu); recompute is activation checkpointing per transformer
  * block (Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016;
  * Megatron-LM's full recompute, Korthikanti et al. 2022).

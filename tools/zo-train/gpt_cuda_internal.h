@@ -46,6 +46,16 @@ cudaError_t zgc_xent_forward(float *lse, float *losses, const zgc_bf16 *logits, 
 /* In place over logits (N,V): (softmax - onehot(target)) * dscale. */
 cudaError_t zgc_xent_backward(zgc_bf16 *logits, const float *lse, const uint8_t *targets, int N, int V, float dscale,
                               cudaStream_t s);
+/*
+ * The reference GEMM: cublasGemmStridedBatchedEx's meaning (column-major; C (M,Nn) = alpha op(A) op(B) + beta C for
+ * each of @batch matrices, A, B bf16, C bf16 (@c_f32 0) or fp32, fp32 accumulation over k in order 0..K-1; C is not
+ * read when beta is 0) by one thread per element of C. Slow (no tiling) and plain on purpose: only for runs under
+ * compute-sanitizer's racecheck, whose kernel filter fails on cuBLAS's Hopper kernels (docs/gpu-runs/), so that
+ * every kernel launched is ours and small. @ta, @tb: 1 for the transpose (CUBLAS_OP_T), 0 for CUBLAS_OP_N.
+ */
+cudaError_t zgc_gemm_reference(int ta, int tb, int M, int Nn, int K, float alpha, const zgc_bf16 *A, int lda,
+                               long long sA, const zgc_bf16 *B, int ldb, long long sB, float beta, void *C, int c_f32,
+                               int ldc, long long sC, int batch, cudaStream_t s);
 /* out[0] = mean of losses (N), summed in double in a fixed order. */
 cudaError_t zgc_mean(float *out, const float *losses, int N, cudaStream_t s);
 /* out (n) = (bf16) in (n). */

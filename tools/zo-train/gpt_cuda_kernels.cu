@@ -3,7 +3,8 @@
  * LayerNorm, GELU, attention softmax, cross-entropy, reductions), bf16 in
  * memory, fp32 inside. Simple by design: grid-stride loops, one block or one
  * warp per row, fixed-order reductions (no atomics), so results are
- * deterministic. Not the GEMMs (cuBLAS, in gpt_cuda.cu). After llm.c's
+ * deterministic. Not the GEMMs (cuBLAS, in gpt_cuda.cu), except a plain
+ * reference GEMM for runs under compute-sanitizer. After llm.c's
  * train_gpt2.cu; the CPU references are in gpt.c.
  */
 #include <math.h>
@@ -463,5 +464,40 @@ __global__ void wte_backward_kernel(bf16 *gwte, const float *gwte32, const float
 cudaError_t zgc_wte_backward(bf16 *gwte, const float *gwte32, const float *dres, const int *off, const int *pos, int V,
                              int C, cudaStream_t s) {
   wte_backward_kernel<<<grid_for((size_t)V * C), THREADS, 0, s>>>(gwte, gwte32, dres, off, pos, V, C);
+  return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- reference GEMM (racecheck runs only) */
+
+__global__ void gemm_reference_kernel(int ta, int tb, int M, int Nn, int K, float alpha, const bf16 *A, int lda,
+                                      long long sA, const bf16 *B, int ldb, long long sB, float beta, void *C,
+                                      int c_f32, int ldc, long long sC, size_t n) {
+  GRID_STRIDE(idx, n) {
+    const size_t i = idx % (size_t)M, r = idx / (size_t)M, j = r % (size_t)Nn, b = r / (size_t)Nn;
+    const bf16 *a = A + (size_t)b * (size_t)sA, *bm = B + (size_t)b * (size_t)sB;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+      const float x = ld(ta ? a[(size_t)k + i * (size_t)lda] : a[i + (size_t)k * (size_t)lda]);
+      const float y = ld(tb ? bm[j + (size_t)k * (size_t)ldb] : bm[(size_t)k + j * (size_t)ldb]);
+      acc = fmaf(x, y, acc);
+    }
+    const size_t o = (size_t)b * (size_t)sC + i + j * (size_t)ldc;
+    if (c_f32) {
+      float *c = (float *)C;
+      c[o] = beta != 0.0f ? alpha * acc + beta * c[o] : alpha * acc;
+    } else {
+      bf16 *c = (bf16 *)C;
+      c[o] = st(beta != 0.0f ? alpha * acc + beta * ld(c[o]) : alpha * acc);
+    }
+  }
+}
+
+cudaError_t zgc_gemm_reference(int ta, int tb, int M, int Nn, int K, float alpha, const bf16 *A, int lda,
+                               long long sA, const bf16 *B, int ldb, long long sB, float beta, void *C, int c_f32,
+                               int ldc, long long sC, int batch, cudaStream_t s) {
+  const size_t n = (size_t)M * (size_t)Nn * (size_t)batch;
+  if (n == 0) return cudaSuccess;
+  gemm_reference_kernel<<<grid_for(n), THREADS, 0, s>>>(ta, tb, M, Nn, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
+                                                        c_f32, ldc, sC, n);
   return cudaGetLastError();
 }

@@ -27,7 +27,7 @@
 #   adam_device           20    1  ctest -R test_adam_device: device Adam against CPU Adam
 #   sanitizer_memcheck    60   24  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
 #                                  (API errors not reported: the tests provoke some on purpose and check each)
-#   sanitizer_racecheck   90    ?  ... --tool racecheck over every kernel, the model's GEMMs by a plain kernel of
+#   sanitizer_racecheck   90   32  ... --tool racecheck over every kernel, the model's GEMMs by a plain kernel of
 #                                  ours instead of cuBLAS (ZO_GPT_CUDA_GEMM=reference; see do_sanitizer)
 #   sanitizer_synccheck   45    4  ... --tool synccheck, our own kernels
 #   ratio_124m            75   14  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with

@@ -11,14 +11,17 @@
  * (zo_comm_set_timeout); a failure or a timeout aborts the communicator. The
  * ncclUniqueId of rank 0 reaches the others through a bootstrap communicator
  * (MPI) or a TCP rendezvous on MASTER_ADDR:MASTER_PORT, as torchrun sets
- * them. Compiled whenever NCCL is found; run only where there is a GPU.
+ * them. Compiled whenever nccl.h is found; libnccl itself is opened at the
+ * first communicator (below); run only where there is a GPU.
  */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,99 @@
 
 #include "base_internal.h"
 #include "comm_internal.h"
+
+/* ------------------------------------------------------------ libnccl, loaded at first use */
+
+/*
+ * libzoffload does not link libnccl: a DT_NEEDED libnccl.so.2 would be loaded with the library (at `import zoffload`
+ * in Python), and a process that then loads a newer NCCL by the same soname, as torch's CUDA wheels do, gets ours
+ * instead and fails on the symbols it lacks (seen with torch 2.15: "libtorch_cuda.so: undefined symbol:
+ * ncclCommResume"). So the first communicator opens NCCL with dlopen(RTLD_LOCAL), in this order:
+ *   1. a libnccl.so.2 the process has already loaded (torch's, when torch came first): RTLD_NOLOAD, so one NCCL
+ *      serves both (NCCL keeps its ABI within a major version);
+ *   2. $ZO_NCCL_LIBRARY, a file path;
+ *   3. "libnccl.so.2" through the loader's search (LD_LIBRARY_PATH, this library's RUNPATH, ld.so.cache);
+ *   4. the libnccl found at build time (ZO_NCCL_LIBRARY_PATH).
+ * What remains: a process that uses the nccl backend before it loads torch still holds our libnccl.so.2 when
+ * torch's libraries ask for theirs (load torch first, as every training script does).
+ */
+typedef struct nccl_api {
+  ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+  ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*CommSplit)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *); /* NCCL >= 2.18; may be NULL */
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
+  ncclResult_t (*CommCount)(const ncclComm_t, int *);
+  ncclResult_t (*CommUserRank)(const ncclComm_t, int *);
+  const char *(*GetErrorString)(ncclResult_t);
+  ncclResult_t (*GetVersion)(int *);
+  ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+} nccl_api;
+
+static nccl_api N;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static char nccl_load_err[768]; /* empty once loaded */
+
+#ifndef ZO_NCCL_LIBRARY_PATH
+#define ZO_NCCL_LIBRARY_PATH ""
+#endif
+
+static void nccl_load_once(void) {
+  const char *env = getenv("ZO_NCCL_LIBRARY");
+  const char *tries[4] = {"libnccl.so.2", env && *env ? env : NULL, "libnccl.so.2", ZO_NCCL_LIBRARY_PATH};
+  void *h = NULL;
+  const char *picked = NULL;
+  size_t off = 0;
+  for (int i = 0; i < 4 && !h; i++) {
+    if (!tries[i] || !*tries[i]) continue;
+    h = dlopen(tries[i], RTLD_LAZY | RTLD_LOCAL | (i == 0 ? RTLD_NOLOAD : 0));
+    if (h) {
+      picked = tries[i];
+    } else if (i > 0 && off < sizeof nccl_load_err) {
+      const char *why = dlerror();
+      off += (size_t)snprintf(nccl_load_err + off, sizeof nccl_load_err - off, "%s%s", off ? "; " : "",
+                              why ? why : tries[i]);
+    }
+  }
+  if (!h) return;
+  struct {
+    void **slot;
+    const char *name;
+    int optional;
+  } syms[] = {
+      {(void **)&N.GetUniqueId, "ncclGetUniqueId", 0},     {(void **)&N.CommInitRank, "ncclCommInitRank", 0},
+      {(void **)&N.CommSplit, "ncclCommSplit", 1},         {(void **)&N.CommDestroy, "ncclCommDestroy", 0},
+      {(void **)&N.CommAbort, "ncclCommAbort", 0},         {(void **)&N.CommGetAsyncError, "ncclCommGetAsyncError", 0},
+      {(void **)&N.CommCount, "ncclCommCount", 0},         {(void **)&N.CommUserRank, "ncclCommUserRank", 0},
+      {(void **)&N.GetErrorString, "ncclGetErrorString", 0}, {(void **)&N.GetVersion, "ncclGetVersion", 0},
+      {(void **)&N.AllGather, "ncclAllGather", 0},         {(void **)&N.ReduceScatter, "ncclReduceScatter", 0},
+      {(void **)&N.AllReduce, "ncclAllReduce", 0},         {(void **)&N.Broadcast, "ncclBroadcast", 0},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    *syms[i].slot = dlsym(h, syms[i].name);
+    if (!*syms[i].slot && !syms[i].optional) {
+      snprintf(nccl_load_err, sizeof nccl_load_err, "%s (opened as %s) has no %s", picked, picked, syms[i].name);
+      memset(&N, 0, sizeof N);
+      return; /* the handle stays open: harmless, and closing a library the process shares is not ours to do */
+    }
+  }
+  nccl_load_err[0] = 0;
+  int v = 0;
+  if (N.GetVersion(&v) == ncclSuccess) zo_debug("comm nccl: NCCL %d from %s", v, picked);
+}
+
+/* NCCL's entry points in N, or ZO_ERR_UNSUPPORTED naming every place looked in. Thread-safe (pthread_once). */
+static zo_status nccl_load(void) {
+  if (pthread_once(&nccl_once, nccl_load_once) != 0)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: loading libnccl: pthread_once failed");
+  if (N.AllReduce) return ZO_OK;
+  return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: cannot load NCCL: %s (set ZO_NCCL_LIBRARY to a libnccl.so.2, "
+                      "or put its directory on LD_LIBRARY_PATH)", nccl_load_err[0] ? nccl_load_err : "not found");
+}
 
 typedef struct nccl_comm {
   ncclComm_t comm;
@@ -57,7 +153,7 @@ static nccl_req *nreq(zo_comm_req_t *r) { return (nccl_req *)(void *)r->impl; }
  * failure (or NCCL's CUDA error behind ncclUnhandledCudaError) would fail the caller's next kernel launch check. */
 static zo_status nccl_fail(ncclResult_t rc, const char *what) {
   (void)cudaGetLastError();
-  return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s: %s", what, ncclGetErrorString(rc));
+  return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s: %s", what, N.GetErrorString(rc));
 }
 static zo_status cuda_fail(cudaError_t rc, const char *what) {
   (void)cudaGetLastError();
@@ -231,7 +327,7 @@ static zo_status nc_all_gather(zo_comm_t *c, const void *send, void *recv, size_
   if (zo_size_mul(nbytes, W, &total))
     return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: all-gather of %zu bytes from %zu ranks overflows", nbytes, W);
   if (on_device(recv) && on_device(send)) {
-    NCCL_TRY(ncclAllGather(send, recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
+    NCCL_TRY(N.AllGather(send, recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
     return finish(m, r, "all-gather", total);
   }
   const size_t cs = ZO_COMM_NCCL_STAGE_BYTES / W;
@@ -240,7 +336,7 @@ static zo_status nc_all_gather(zo_comm_t *c, const void *send, void *recv, size_
   for (size_t off = 0; off < nbytes; off += cs) {
     const size_t k = nbytes - off < cs ? nbytes - off : cs;
     ZO_CHECK(copy(m, st + R * k, (const char *)send + off, k));
-    NCCL_TRY(ncclAllGather(st + R * k, st, k, ncclUint8, m->comm, m->stream), "ncclAllGather");
+    NCCL_TRY(N.AllGather(st + R * k, st, k, ncclUint8, m->comm, m->stream), "ncclAllGather");
     for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, (char *)recv + q * nbytes + off, st + q * k, k));
   }
   return finish(m, r, "all-gather", total);
@@ -255,7 +351,7 @@ static zo_status nc_reduce_scatter(zo_comm_t *c, const void *send, void *recv, s
   if (zo_size_mul(recv_n, esz, &blk) || zo_size_mul(blk, W, &total))
     return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: reduce-scatter of %zu elements to %zu ranks overflows", recv_n, W);
   if (on_device(send) && on_device(recv)) {
-    NCCL_TRY(ncclReduceScatter(send, recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
+    NCCL_TRY(N.ReduceScatter(send, recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
     return finish(m, r, "reduce-scatter", total);
   }
   const size_t ce = ZO_COMM_NCCL_STAGE_BYTES / (W * esz);
@@ -264,7 +360,7 @@ static zo_status nc_reduce_scatter(zo_comm_t *c, const void *send, void *recv, s
   for (size_t off = 0; off < recv_n; off += ce) {
     const size_t k = recv_n - off < ce ? recv_n - off : ce, kb = k * esz;
     for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, st + q * kb, (const char *)send + q * blk + off * esz, kb));
-    NCCL_TRY(ncclReduceScatter(st, st + R * kb, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
+    NCCL_TRY(N.ReduceScatter(st, st + R * kb, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
     ZO_CHECK(copy(m, (char *)recv + off * esz, st + R * kb, kb)); /* in place: block R at off, read above */
   }
   return finish(m, r, "reduce-scatter", total);
@@ -278,7 +374,7 @@ static zo_status nc_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t,
   if (zo_size_mul(n, esz, &bytes))
     return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: all-reduce of %zu elements overflows", n);
   if (on_device(buf)) {
-    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
+    NCCL_TRY(N.AllReduce(buf, buf, n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
     return finish(m, r, "all-reduce", bytes);
   }
   const size_t ce = ZO_COMM_NCCL_STAGE_BYTES / esz;
@@ -286,7 +382,7 @@ static zo_status nc_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t,
     const size_t k = n - off < ce ? n - off : ce;
     char *h = (char *)buf + off * esz;
     ZO_CHECK(copy(m, m->stage, h, k * esz));
-    NCCL_TRY(ncclAllReduce(m->stage, m->stage, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
+    NCCL_TRY(N.AllReduce(m->stage, m->stage, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
     ZO_CHECK(copy(m, h, m->stage, k * esz));
   }
   return finish(m, r, "all-reduce", bytes);
@@ -296,14 +392,14 @@ static zo_status nc_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, 
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "broadcast"));
   if (on_device(buf)) {
-    NCCL_TRY(ncclBroadcast(buf, buf, nbytes, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
+    NCCL_TRY(N.Broadcast(buf, buf, nbytes, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
     return finish(m, r, "broadcast", nbytes);
   }
   for (size_t off = 0; off < nbytes; off += ZO_COMM_NCCL_STAGE_BYTES) {
     const size_t k = nbytes - off < ZO_COMM_NCCL_STAGE_BYTES ? nbytes - off : ZO_COMM_NCCL_STAGE_BYTES;
     char *h = (char *)buf + off;
     if (c->rank == root) ZO_CHECK(copy(m, m->stage, h, k));
-    NCCL_TRY(ncclBroadcast(m->stage, m->stage, k, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
+    NCCL_TRY(N.Broadcast(m->stage, m->stage, k, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
     if (c->rank != root) ZO_CHECK(copy(m, h, m->stage, k));
   }
   return finish(m, r, "broadcast", nbytes);
@@ -314,7 +410,7 @@ static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "barrier"));
   CUDA_TRY(cudaMemsetAsync(m->stage, 0, sizeof(float), m->stream), "cudaMemsetAsync");
-  NCCL_TRY(ncclAllReduce(m->stage, m->stage, 1, ncclFloat32, ncclSum, m->comm, m->stream), "ncclAllReduce");
+  NCCL_TRY(N.AllReduce(m->stage, m->stage, 1, ncclFloat32, ncclSum, m->comm, m->stream), "ncclAllReduce");
   return finish(m, r, "barrier", sizeof(float));
 }
 
@@ -324,7 +420,7 @@ static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
 static zo_status abort_comm(zo_comm_req_t *r, const char *why) {
   nccl_comm *m = r->c->backend;
   const nccl_req *q = nreq(r);
-  if (!m->aborted) (void)ncclCommAbort(m->comm);
+  if (!m->aborted) (void)N.CommAbort(m->comm);
   m->aborted = 1;
   snprintf(m->why, sizeof m->why, "%s of %zu bytes over %d rank%s: %s", q->what, q->nbytes, r->c->size,
            r->c->size == 1 ? "" : "s", why);
@@ -347,11 +443,11 @@ static zo_status poll_once(zo_comm_req_t *r, int *done) {
                         q->nbytes, m->why);
   }
   ncclResult_t async = ncclSuccess;
-  ncclResult_t ar = ncclCommGetAsyncError(m->comm, &async);
+  ncclResult_t ar = N.CommGetAsyncError(m->comm, &async);
   if (ar != ncclSuccess) async = ar;
   if (async != ncclSuccess && async != ncclInProgress) {
     char why[160];
-    snprintf(why, sizeof why, "NCCL reported an asynchronous error: %s", ncclGetErrorString(async));
+    snprintf(why, sizeof why, "NCCL reported an asynchronous error: %s", N.GetErrorString(async));
     return abort_comm(r, why);
   }
   cudaError_t e = cudaEventQuery(q->done);
@@ -398,7 +494,7 @@ static void nc_destroy(zo_comm_t *c) {
   nccl_comm *m = c->backend;
   cudaSetDevice(m->ordinal);
   cudaStreamSynchronize(m->stream); /* after an abort too: NCCL's aborted kernels have returned */
-  if (!m->aborted) ncclCommDestroy(m->comm); /* ncclCommAbort freed it */
+  if (!m->aborted) N.CommDestroy(m->comm); /* ncclCommAbort freed it */
   if (m->stage) cudaFree(m->stage);
   zo_stream_destroy(c->stream); /* owns m->stream */
   (void)cudaGetLastError();    /* the unchecked calls above leave nothing behind */
@@ -441,7 +537,7 @@ static zo_status wrap(zo_device_t *dev, ncclComm_t comm, int rank, int size, zo_
     free(m);
     if (stage && cudaFree(stage) != cudaSuccess) (void)cudaGetLastError();
     zo_stream_destroy(s);
-    ncclCommDestroy(comm);
+    N.CommDestroy(comm);
     return st != ZO_OK ? st : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "comm nccl: out of host memory");
   }
   m->stage = stage;
@@ -459,10 +555,12 @@ static zo_status nc_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "split"));
   ncclComm_t sub;
-  NCCL_TRY(ncclCommSplit(m->comm, color, key, &sub, NULL), "ncclCommSplit");
+  if (!N.CommSplit)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: split: this libnccl has no ncclCommSplit (NCCL 2.18 or later)");
+  NCCL_TRY(N.CommSplit(m->comm, color, key, &sub, NULL), "ncclCommSplit");
   int rank = 0, size = 0;
-  ncclCommUserRank(sub, &rank);
-  ncclCommCount(sub, &size);
+  N.CommUserRank(sub, &rank);
+  N.CommCount(sub, &size);
   return wrap(m->dev, sub, rank, size, out);
 }
 
@@ -475,9 +573,10 @@ zo_status zo_comm_nccl_create(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t 
     ZO_CHECK(zo_launch_info_get(&li));
     rank = li.rank, world = li.world_size;
   }
+  ZO_CHECK(nccl_load());
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
-  if (rank == 0) NCCL_TRY(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (rank == 0) NCCL_TRY(N.GetUniqueId(&id), "ncclGetUniqueId");
   if (world > 1) {
     if (bootstrap) {
       zo_status st = zo_comm_broadcast(bootstrap, &id, sizeof id, 0);
@@ -488,6 +587,6 @@ zo_status zo_comm_nccl_create(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t 
   }
   CUDA_TRY(cudaSetDevice(zo_device_ordinal(dev)), "cudaSetDevice");
   ncclComm_t comm;
-  NCCL_TRY(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
+  NCCL_TRY(N.CommInitRank(&comm, world, id, rank), "ncclCommInitRank");
   return wrap(dev, comm, rank, world, out);
 }

@@ -60,15 +60,15 @@ class Recorder(zh.ZoffloadTrainer):
         super().__init__(*a, **kw)
         self.losses, self.lrs = [], []
 
-    def compute_loss(self, model, inputs, return_outputs=False):
-        out = super().compute_loss(model, inputs, return_outputs)
+    def compute_loss(self, model, inputs, return_outputs=False, **kw):  # transformers >= 4.46: num_items_in_batch
+        out = super().compute_loss(model, inputs, return_outputs, **kw)
         if not return_outputs:  # training (evaluation asks for the outputs too)
             self.losses.append(out.item())
         return out
 
-    def training_step(self, model, inputs):
+    def training_step(self, model, inputs, *rest):  # transformers >= 4.46: num_items_in_batch
         before = self.zo_engine.global_steps
-        out = super().training_step(model, inputs)
+        out = super().training_step(model, inputs, *rest)
         if self.zo_engine.global_steps != before:
             self.lrs.append(self.zo_engine.last_info["lr"])
         return out

@@ -313,12 +313,24 @@ class Engine(DeepSpeedEngineAPI):
         self._keep_nodes = []  # torch < 2.1: the AccumulateGrad nodes the hooks hang on
         self.handed_in_backward = 0  # zo_engine_grad_ready() calls from the hooks
         self.accumulated_in_backward = 0  # zo_engine_grad_accumulate() calls from the hooks
+        # The hooks hold the engine weakly: torch 2 keeps a parameter's hooks where Python's collector does not look
+        # while autograd also holds the parameter, so a strong reference made the engine -> parameter -> hook ->
+        # engine cycle uncollectable (an engine dropped without close() kept its memory and swap files).
+        ref = weakref.ref(self)
+
+        def on_grad(i):
+            def hook(*_):
+                e = ref()
+                if e is not None:
+                    e._on_grad(i)
+            return hook
+
         for i, (_, p) in enumerate(self.params):
             if hasattr(p, "register_post_accumulate_grad_hook"):
-                self.hooks.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._on_grad(i)))
+                self.hooks.append(p.register_post_accumulate_grad_hook(on_grad(i)))
             else:
                 node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
-                self.hooks.append(node.register_hook(lambda *_, i=i: self._on_grad(i)))
+                self.hooks.append(node.register_hook(on_grad(i)))
                 self._keep_nodes.append(node)
 
     def _initial_value(self, p):
@@ -366,8 +378,10 @@ class Engine(DeepSpeedEngineAPI):
     def loss_scale(self):
         return _lib.lib.zo_engine_loss_scale(self.eng)
 
-    def backward(self, loss):
-        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps, then loss.backward(); each parameter's
+    def backward(self, loss, scale_wrt_gas=True):
+        """loss x loss scale (1 unless fp16) / gradient_accumulation_steps (not divided with scale_wrt_gas=False,
+        DeepSpeed's argument: the caller's loss is already normalised over the accumulated batch, as transformers'
+        Trainer passes it), then loss.backward(); each parameter's
         gradient goes to the engine as soon as backward has accumulated it (zo_engine_grad_accumulate, or
         zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
         after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse.
@@ -390,7 +404,7 @@ class Engine(DeepSpeedEngineAPI):
             self._sync_lr()  # updates may start as the gradients land
         self._in_backward = True
         try:
-            (loss * (self.loss_scale / self.gas)).backward()
+            (loss * (self.loss_scale / self.gas if scale_wrt_gas else self.loss_scale)).backward()
         finally:
             if self._boundary and any(self._handed):
                 self._boundary_backward = True

@@ -363,18 +363,39 @@ class ZoffloadTrainer(_trainer_class()):
         self.zo_engine = engine
         self.optimizer = _TrainerOptimizer(zopt)
         self.lr_scheduler = _TrainerScheduler(sched)
+        self._created_lr_scheduler = False  # transformers 5 drops a scheduler it created itself; this one is ours
 
-    def training_step(self, model, inputs):
+    def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
+        """transformers 5 no longer calls create_optimizer_and_scheduler() from train(): the engine is built here,
+        before its create_optimizer() and create_scheduler(), which then keep the engine's."""
+        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
+        return super()._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
         """The Trainer's step with the engine's backward (loss / gradient_accumulation_steps; gradients handed to
         the engine as backward forms them) and the engine's step() after it (the optimizer step at each
-        accumulation boundary, with clipping and the scheduler)."""
+        accumulation boundary, with clipping and the scheduler). transformers 4.46 and later pass
+        @num_items_in_batch: the loss is then computed with it, and when the Trainer counts it as normalised over
+        the accumulated batch already (a model that takes loss kwargs, or a compute_loss_func), the engine does
+        not divide it again (scale_wrt_gas=False), as the Trainer tells DeepSpeed."""
         model.train()
         inputs = self._prepare_inputs(inputs)
+        kw = {} if num_items_in_batch is None else {"num_items_in_batch": num_items_in_batch}
         with self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs)
-        self.zo_engine.backward(loss)
+            loss = self.compute_loss(model, inputs, **kw)
+        scaled = self._loss_scaled_for_ga(num_items_in_batch)
+        self.zo_engine.backward(loss, scale_wrt_gas=not scaled)
         self.zo_engine.step()
-        return loss.detach() / self.args.gradient_accumulation_steps
+        return loss.detach() if scaled else loss.detach() / self.args.gradient_accumulation_steps
+
+    def _loss_scaled_for_ga(self, num_items_in_batch):
+        """Whether compute_loss's result is already normalised over the accumulated batch (transformers' rule;
+        False on versions without it)."""
+        fixed = getattr(self, "loss_is_scaled_for_ga", None)
+        if fixed is not None:
+            return bool(fixed)
+        return bool((getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None)
+                    or getattr(self, "compute_loss_func", None) is not None)
 
     # --- saving and resuming ---
 

@@ -103,6 +103,9 @@ class Stage3Engine(Engine):
         # first and last hooks of the root module: around every fetch and release of a pass
         self.module_hooks = [model.register_forward_pre_hook(lambda mod, inp: self._pass_begins())]
         self._in_pass = False  # between the root module's pre- and post-hook
+        # fetches a module's pre-hook made inside backward (activation checkpointing's recompute) whose post-hook
+        # has not run yet: released at backward's end if it never does (_release_recomputed)
+        self._recomputed = []
         self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
         from .zero import external_parameters
         for m in model.modules():
@@ -248,6 +251,8 @@ class Stage3Engine(Engine):
             self._fetch(i)
         for f in fids:
             self._ffetch(f)
+        if self._in_backward:
+            self._recomputed.append((ids, fids))
         if fids and torch.is_grad_enabled():
             # The module's backward may need its frozen weights (for the gradient of its inputs): released once
             # the gradient of every input that needs one is complete (a hook on each input, which fires after all
@@ -265,6 +270,11 @@ class Stage3Engine(Engine):
         return None
 
     def _forward_done(self, ids, fids, inp, out):
+        if self._in_backward:  # a recompute's module finished: its pre-hook's fetch is released below, as usual
+            for k in range(len(self._recomputed) - 1, -1, -1):
+                if self._recomputed[k] == (ids, fids):
+                    del self._recomputed[k]
+                    break
         wrap = torch.is_grad_enabled()
         for i in ids:
             self._release(i)
@@ -311,11 +321,24 @@ class Stage3Engine(Engine):
                 self._release(i)
         self._frozen_backward_done(range(len(self.frozen)))
 
-    def backward(self, loss):
+    def backward(self, loss, scale_wrt_gas=True):
         try:
-            super().backward(loss)
+            super().backward(loss, scale_wrt_gas=scale_wrt_gas)
         finally:  # frozen weights a backward fetched whose inputs' gradient hooks did not all fire
             self._frozen_backward_done(range(len(self.frozen)))
+            self._release_recomputed()
+
+    def _release_recomputed(self):
+        """torch's non-reentrant checkpoint stops a recompute as soon as the tensors backward needs exist (early
+        stop, torch 2.2's default): the modules it stopped in never reach their post-hook, so their fetches are
+        released here, after the backward that used them. Left fetched, a parameter kept its pre-step copy into the
+        next step (its next fetch found it live): the losses of stage 3 left stage 2's from the second step on."""
+        left, self._recomputed = self._recomputed, []
+        for ids, fids in reversed(left):
+            for i in ids:
+                self._release(i)
+            for f in fids:
+                self._frelease(f)
 
     # --- zero.GatheredParameters and the consolidated state dict ---
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# torch2-env.sh DIR - make (or reuse) a Python venv at DIR with the package registry's current torch 2.x and the
+# libraries DeepSpeed users run beside it (torchvision, deepspeed, transformers, accelerate), and install this
+# checkout's Python package into it (editable: python/ is imported from the checkout), using the libzoffload that
+# scripts/build.sh built (build/libzoffload.so; built here first when it is missing).
+#
+# About 6 GB of downloads the first time (torch's CUDA wheels and NVIDIA's libraries), so the default test command
+# never runs this; the `torch2` ctest label runs the Python suite in the venv when ZO_TORCH2_VENV names one (see
+# README.md) and skips (77) otherwise. Idempotent: a package already installed is left as it is (`pip install`
+# without --upgrade); a second run downloads nothing and takes seconds. Prints what the venv holds at the end.
+#
+# Environment: ZO_TORCH2_PYTHON, the interpreter the venv is made from (default /usr/bin/python3: Debian's, whose
+# version the registry's wheels cover); ZO_TORCH2_PACKAGES, the package list (default below).
+# DeepSpeed runs here on the CPU (DS_ACCELERATOR=cpu) and compiles its ops at first use; its NVMe op wants
+# libaio-dev, which scripts/deps.sh --deepspeed installs.
+set -euo pipefail
+[ $# -eq 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+venv=$1
+cd "$(dirname "$0")/.."
+root=$PWD
+py=${ZO_TORCH2_PYTHON:-/usr/bin/python3}
+pkgs=${ZO_TORCH2_PACKAGES:-"torch torchvision deepspeed transformers accelerate safetensors pytest numpy"}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "torch2-env: making a venv at $venv from $py"
+  "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+fi
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install --quiet $pkgs
+[ -f build/libzoffload.so ] || bash scripts/build.sh
+lib=$root/build/libzoffload.so
+"$venv/bin/python" -m pip install --quiet --no-deps -e "$root/python"
+# The venv's activate script points the package at this checkout's library (once).
+if ! grep -q '^export ZOFFLOAD_LIBRARY=' "$venv/bin/activate"; then
+  printf '\n# torch2-env.sh: the library scripts/build.sh built\nexport ZOFFLOAD_LIBRARY=%q\n' "$lib" >>"$venv/bin/activate"
+fi
+echo "torch2-env: $venv"
+ZOFFLOAD_LIBRARY=$lib "$venv/bin/python" - <<'EOF'
+import importlib.metadata as md
+for name in ("torch", "torchvision", "deepspeed", "transformers", "accelerate", "zoffload"):
+    try:
+        print(f"  {name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"  {name}: not installed")
+import torch, zoffload
+print(f"  torch {torch.__version__} imports beside zoffload (cuda built: {torch.version.cuda})")
+EOF
+echo "  library: $lib (export ZOFFLOAD_LIBRARY, or source $venv/bin/activate)"

@@ -11,8 +11,8 @@
 #
 # Environment: ZO_TORCH2_PYTHON, the interpreter the venv is made from (default /usr/bin/python3: Debian's, whose
 # version the registry's wheels cover); ZO_TORCH2_PACKAGES, the package list (default below).
-# DeepSpeed runs here on the CPU (DS_ACCELERATOR=cpu) and compiles its ops at first use; its NVMe op wants
-# libaio-dev, which scripts/deps.sh --deepspeed installs.
+# DeepSpeed runs here on the CPU (DS_ACCELERATOR=cpu) and compiles its ops at first use; its NVMe op (async_io)
+# wants libaio-dev, installed here with apt-get when missing (as root; else the line to run is printed).
 set -euo pipefail
 [ $# -eq 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 venv=$1
@@ -20,6 +20,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 py=${ZO_TORCH2_PYTHON:-/usr/bin/python3}
 pkgs=${ZO_TORCH2_PACKAGES:-"torch torchvision deepspeed transformers accelerate safetensors pytest numpy"}
+if ! dpkg -s libaio-dev >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev >/dev/null
+  else
+    echo "torch2-env: DeepSpeed's NVMe offload needs libaio-dev: sudo apt-get install libaio-dev" >&2
+  fi
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "torch2-env: making a venv at $venv from $py"
   "$py" -m venv "$venv"

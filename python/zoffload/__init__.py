@@ -8,7 +8,8 @@ reimplements it). ``zoffload.__library__`` is the file that was loaded.
 from ._lib import ZoffloadError, lib as _clib, path as __library__
 
 __version__ = "0.1.0"
-__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "add_config_arguments", "Engine", "host_allocator"]
+__all__ = ["ZoffloadError", "__library__", "optim", "initialize", "add_config_arguments", "Engine", "host_allocator",
+           "init_distributed", "accelerator", "moe"]
 
 
 def host_allocator():
@@ -23,3 +24,5 @@ from . import optim  # noqa: E402  (after the library is loaded)
 from . import zero  # noqa: E402  (deepspeed.zero: Init, GatheredParameters, register_external_parameter)
 from .engine import Engine, initialize  # noqa: E402
 from .ds_api import add_config_arguments  # noqa: E402
+from .comm import init_distributed  # noqa: E402  (deepspeed.init_distributed)
+from . import accelerator, moe  # noqa: E402,F401  (deepspeed.accelerator.get_accelerator, deepspeed.moe.utils)

@@ -303,6 +303,43 @@ class DeepSpeedEngineAPI:
     def device(self):
         return torch.device(self.place.device)
 
+    def bfloat16_enabled(self):
+        """The config's bf16 block is enabled (the engine's working dtype is bf16)."""
+        return bool(self.resolved.bf16.enabled)
+
+    def fp16_enabled(self):
+        """The config's fp16 block is enabled (the engine's working dtype is fp16, with loss scaling)."""
+        return bool(self.resolved.fp16.enabled)
+
+    # --- the wrapped module's, as DeepSpeed's engine (an nn.Module around it) answers them ---
+
+    def parameters(self, recurse=True):
+        return self.module.parameters(recurse)
+
+    def named_parameters(self, prefix="", recurse=True):
+        return self.module.named_parameters(prefix, recurse)
+
+    def buffers(self, recurse=True):
+        return self.module.buffers(recurse)
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self.module.named_buffers(prefix, recurse)
+
+    def modules(self):
+        return self.module.modules()
+
+    def named_modules(self, *args, **kwargs):
+        return self.module.named_modules(*args, **kwargs)
+
+    def children(self):
+        return self.module.children()
+
+    def state_dict(self, *args, **kwargs):
+        """The module's state_dict: its keys without DeepSpeed's "module." prefix (DeepSpeed's engine is an
+        nn.Module whose child is the model). At stage 3 the parameters are empty between uses: use
+        save_16bit_model() or consolidated_state_dict() for the weights."""
+        return self.module.state_dict(*args, **kwargs)
+
     # --- checkpoints, DeepSpeed's way ---
 
     def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True):  # noqa: B006 (DeepSpeed's)

@@ -40,6 +40,8 @@ def run(engine, steps, first=0):
     losses = []
     for s in range(first, first + steps):
         x, y = data(s)
+        if engine.bfloat16_enabled() and next(engine.parameters()).dtype == torch.bfloat16:
+            x, y = x.bfloat16(), y.bfloat16()  # torch 2: the model was cast, as DeepSpeed casts it
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()

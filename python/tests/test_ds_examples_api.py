@@ -62,7 +62,10 @@ def test_engine_precision_and_module_questions(precision):
         assert sum(p.numel() for p in engine.parameters()) == 8 * 8 + 8 + 8 * 4 + 4
         assert list(engine.state_dict()) == list(model.state_dict())
         assert len(list(engine.modules())) == 4 and len(list(engine.children())) == 3
-        loss = engine(torch.randn(2, 8)).float().pow(2).mean()
+        x = torch.randn(2, 8)
+        if engine.bfloat16_enabled() or engine.fp16_enabled():  # as DeepSpeed's examples cast their inputs
+            x = x.to(next(engine.parameters()).dtype)
+        loss = engine(x).float().pow(2).mean()
         engine.backward(loss)
         engine.step()
         assert engine.global_steps == 1

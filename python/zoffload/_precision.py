@@ -24,10 +24,12 @@ def check_param_dtypes(params, cuda):
 def cpu_compute_dtype(model, params, working):
     """The dtype a CPU @model computes in, given the engine's @working dtype (torch.float32, or the 16-bit dtype of
     the config's enabled fp16/bf16 block), casting the module where DeepSpeed's engine would:
-      - every trained parameter fp32: torch.float32, nothing cast. The parameters receive the working weights
-        widened (a zoffload choice: DeepSpeed casts the module to the working dtype, but torch's CPU kernels lack
-        many 16-bit ops, e.g. fp16 matmul and bf16 mse_loss in torch 1.13); model.half() / .to(torch.bfloat16)
-        before initialize() gives DeepSpeed's 16-bit compute;
+      - every trained parameter fp32 and @working 16-bit where this torch's CPU kernels have the ops a model
+        trains with in that dtype (cpu_kernels(): torch 2.x): the module cast to @working, as DeepSpeed's engine
+        casts it (a DeepSpeed script then casts its inputs by engine.bfloat16_enabled()/fp16_enabled());
+      - every trained parameter fp32 otherwise (fp32 training, or a torch whose CPU kernels lack 16-bit ops, e.g.
+        fp16 matmul and bf16 mse_loss in torch 1.13): torch.float32, nothing cast. The parameters receive the
+        working weights widened; model.half() / .to(torch.bfloat16) before initialize() gives 16-bit compute;
       - some trained parameter fp16/bf16 (model.half(), .to(torch.bfloat16)) and @working 16-bit: the whole module
         (parameters, frozen ones and floating buffers) cast to @working, as DeepSpeed's module.half() /
         module.bfloat16(), so a bf16 model under fp16.enabled becomes fp16; the parameters are then the working
@@ -38,11 +40,42 @@ def cpu_compute_dtype(model, params, working):
         without fp16's loss scaling would let small gradients underflow silently."""
     half = [(n, p) for n, p in params if p.dtype in HALF]
     if not half:
-        return torch.float32
+        if working == torch.float32 or not cpu_kernels(working):
+            return torch.float32
+        with torch.no_grad():
+            model.to(working)
+        return working
     refuse_half_without_precision(half, working)
     with torch.no_grad():
         model.to(working)
     return working
+
+
+_KERNELS = {}
+
+
+def cpu_kernels(dtype):
+    """Whether this torch trains in @dtype on the CPU: a forward and backward through the ops GPT-, BERT- and
+    CNN-style models use (linear, conv2d, max_pool2d, layer_norm, gelu, softmax, embedding, cross_entropy,
+    mse_loss) runs without error. Probed once per dtype; torch 1.13 fails it (no CPU fp16 matmul, no bf16
+    mse_loss), torch 2.x passes."""
+    if dtype not in _KERNELS:
+        import torch.nn.functional as F
+        try:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(2, 3, 8, 8, generator=g).to(dtype).requires_grad_()
+            w = torch.randn(4, 3, 3, 3, generator=g).to(dtype).requires_grad_()
+            h = F.max_pool2d(F.relu(F.conv2d(x, w, torch.zeros(4, dtype=dtype))), 2).flatten(1)
+            lin = torch.randn(8, h.shape[1], generator=g).to(dtype).requires_grad_()
+            h = F.gelu(F.layer_norm(F.linear(h, lin), (8,)))
+            emb = torch.randn(10, 8, generator=g).to(dtype).requires_grad_()
+            h = h + F.embedding(torch.tensor([1, 2]), emb)
+            loss = F.cross_entropy(h, torch.tensor([0, 1])) + F.mse_loss(F.softmax(h, -1), torch.zeros_like(h))
+            loss.backward()
+            _KERNELS[dtype] = all(t.grad is not None and t.grad.dtype == dtype for t in (x, w, lin, emb))
+        except (RuntimeError, NotImplementedError, TypeError):
+            _KERNELS[dtype] = False
+    return _KERNELS[dtype]
 
 
 def refuse_half_without_precision(params, working):

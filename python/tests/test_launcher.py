@@ -9,8 +9,11 @@ import pytest
 
 SCRIPT = textwrap.dedent("""
     import os, sys
-    print("rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"], "world", os.environ["WORLD_SIZE"],
-          os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], "args", " ".join(sys.argv[1:]), flush=True)
+    # one write per line: the ranks share the pipe and run unbuffered (python -u), so print()'s separate writes of
+    # each argument could interleave between ranks
+    line = " ".join(["rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"], "world", os.environ["WORLD_SIZE"],
+                     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], "args"] + sys.argv[1:]) + "\\n"
+    os.write(1, line.encode())
     if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
         sys.exit(3)
     if os.environ.get("FAIL_RANK"):

@@ -109,7 +109,7 @@ static void nccl_load_once(void) {
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(h, syms[i].name);
     if (!*syms[i].slot && !syms[i].optional) {
-      snprintf(nccl_load_err, sizeof nccl_load_err, "%s (opened as %s) has no %s", picked, picked, syms[i].name);
+      snprintf(nccl_load_err, sizeof nccl_load_err, "%s has no %s", picked, syms[i].name);
       memset(&N, 0, sizeof N);
       return; /* the handle stays open: harmless, and closing a library the process shares is not ours to do */
     }

@@ -752,10 +752,11 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
         for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE)
+  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE && e->dpu)
-    ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2", zo_plan_bytes(plan, "stage_host2"), 1));
+    if (e->dpu)
+      ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2", zo_plan_bytes(plan, "stage_host2"), 1));
+  }
   return ZO_OK;
 }
 

@@ -15,8 +15,9 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   size_t used = 0, peak = 0, limit = 0;
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
-  const host_buf *hb[] = {&e->grad_host,      &e->grad_host2,    &e->stage_host,    &e->stage_host2,
-                          &e->state_host[0], &e->state_host[1], &e->state_host[2], &e->param_host, &e->dp_grad, &e->dp_gather, &e->pg_ring, &e->acc_ring, &e->gnv_host};
+  const host_buf *hb[] = {&e->grad_host,     &e->grad_host2,    &e->stage_host,    &e->stage_host2, &e->state_host[0],
+                          &e->state_host[1], &e->state_host[2], &e->param_host,    &e->dp_grad,     &e->dp_gather,
+                          &e->pg_ring,       &e->acc_ring,      &e->gnv_host};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;

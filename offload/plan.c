@@ -300,10 +300,11 @@ static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
         add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, e->esz[k]), 1, pin, -1);
       }
   }
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE)
+  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE) {
     add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE && e->dpu) /* the last step's uploads read the other */
-    add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
+    if (e->dpu) /* the last step's uploads read the other */
+      add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
+  }
   if (dadam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(e), 1, 1, -1);
   plan_grad_staging(e, dadam, pl);
   dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);

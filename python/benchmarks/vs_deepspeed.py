@@ -24,6 +24,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 PLACEMENTS = {
@@ -96,10 +97,10 @@ def model_and_data(a):
 
     torch.manual_seed(1234)
     model = GPT()
-    data = b"".join(open(f, "rb").read() for f in sorted(glob.glob("/usr/share/games/fortunes/*"))
+    data = b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(a.corpus, "*")))
                     if os.path.isfile(f) and not f.endswith(".dat"))
     if len(data) < a.seq + 2:
-        raise SystemExit("vs_deepspeed: no corpus in /usr/share/games/fortunes (apt-get install fortunes)")
+        raise SystemExit("vs_deepspeed: no corpus in %s (--corpus DIR; Debian's: apt-get install fortunes)" % a.corpus)
     g = torch.Generator().manual_seed(7)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     batches = []
@@ -163,7 +164,7 @@ def child(a):
 
 def run_child(a, framework, placement):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, "--placement", placement]
-    for k in ("steps", "layers", "d_model", "heads", "seq", "batch", "threads", "nvme_path"):
+    for k in ("steps", "layers", "d_model", "heads", "seq", "batch", "threads", "nvme_path", "corpus"):
         cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(a.threads))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
@@ -185,7 +186,10 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--nvme-path", default="/tmp/vs_deepspeed_nvme")
+    ap.add_argument("--nvme-path", default=os.path.join(tempfile.gettempdir(), "vs_deepspeed_nvme"),
+                    help="swap directory of the nvme runs (default: vs_deepspeed_nvme under $TMPDIR)")
+    ap.add_argument("--corpus", default=os.environ.get("ZO_CORPUS", "/usr/share/games/fortunes"),
+                    help="directory of text files (default: $ZO_CORPUS, else Debian's fortunes, as zo-train's)")
     ap.add_argument("--placements", default="s2_cpu,s3_cpu,s3_nvme")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one run (default 1800)")
     ap.add_argument("--child", choices=("torch", "zoffload", "deepspeed"), dest="framework")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # torch2-env.sh DIR - make (or reuse) a Python venv at DIR with the package registry's current torch 2.x and the
 # libraries DeepSpeed users run beside it (torchvision, deepspeed, transformers, accelerate), and install this
-# checkout's Python package into it (editable: python/ is imported from the checkout), using the libzoffload that
-# scripts/build.sh built (build/libzoffload.so; built here first when it is missing).
+# checkout's package into it as a user would (`pip install .`: the library built by pyproject.toml's backend, inside
+# the package). The torch2 tests still import python/ and build/libzoffload.so (PYTHONPATH, ZOFFLOAD_LIBRARY), so
+# they test the checkout as it is.
 #
 # About 6 GB of downloads the first time (torch's CUDA wheels and NVIDIA's libraries), so the default test command
 # never runs this; the `torch2` ctest label runs the Python suite in the venv when ZO_TORCH2_VENV names one (see
@@ -34,15 +35,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pip install --quiet $pkgs
-[ -f build/libzoffload.so ] || bash scripts/build.sh
-lib=$root/build/libzoffload.so
-"$venv/bin/python" -m pip install --quiet --no-deps -e "$root/python"
-# The venv's activate script points the package at this checkout's library (once).
-if ! grep -q '^export ZOFFLOAD_LIBRARY=' "$venv/bin/activate"; then
-  printf '\n# torch2-env.sh: the library scripts/build.sh built\nexport ZOFFLOAD_LIBRARY=%q\n' "$lib" >>"$venv/bin/activate"
+"$venv/bin/python" -m pip install --quiet --no-deps "$root"
+# An earlier version of this script pointed the venv's activate at build/libzoffload.so; the package carries its own
+# library now: drop that line (and only it, found by the comment it wrote above it).
+if grep -q '^# torch2-env.sh: the library scripts/build.sh built$' "$venv/bin/activate"; then
+  sed -i '/^# torch2-env.sh: the library scripts\/build.sh built$/{N;/\nexport ZOFFLOAD_LIBRARY=/d}' "$venv/bin/activate"
 fi
 echo "torch2-env: $venv"
-ZOFFLOAD_LIBRARY=$lib "$venv/bin/python" - <<'EOF'
+(cd / && env -u ZOFFLOAD_LIBRARY -u PYTHONPATH "$venv/bin/python" - <<'EOF'
 import importlib.metadata as md
 for name in ("torch", "torchvision", "deepspeed", "transformers", "accelerate", "zoffload"):
     try:
@@ -51,5 +51,6 @@ for name in ("torch", "torchvision", "deepspeed", "transformers", "accelerate", 
         print(f"  {name}: not installed")
 import torch, zoffload
 print(f"  torch {torch.__version__} imports beside zoffload (cuda built: {torch.version.cuda})")
+print(f"  zoffload {zoffload.__file__}, library {zoffload.__library__}")
 EOF
-echo "  library: $lib (export ZOFFLOAD_LIBRARY, or source $venv/bin/activate)"
+)

@@ -30,9 +30,8 @@ pkg_of() {
   return 0
 }
 # 1. pkg-config modules, with what they require
-mods=$(grep -ho 'pkg_check_modules([A-Z_]* REQUIRED IMPORTED_TARGET [^)]*)' "$src/CMakeLists.txt" | awk '{print $4}' |
-       tr -d ')')
-[ -n "$mods" ] || { echo "FAIL: no pkg_check_modules in CMakeLists.txt"; exit 1; }
+mods=$(grep -o '^ *zo_require_pkg([A-Z_]* [^ )]*' "$src/CMakeLists.txt" | awk '{print $2}')
+[ -n "$mods" ] || { echo "FAIL: no zo_require_pkg(VAR module package) in CMakeLists.txt"; exit 1; }
 seen=""
 queue=($mods)
 while [ ${#queue[@]} -gt 0 ]; do

@@ -1,11 +1,19 @@
 """ctypes declarations of the libzoffload calls the package uses (the C headers are the reference:
-include/zoffload/adam.h, status.h). Loaded once, from $ZOFFLOAD_LIBRARY (a file path) when it is set, else
-through the system's loader (an installed prefix on the library path, or LD_LIBRARY_PATH)."""
+include/zoffload/adam.h, status.h). Loaded once, the first of:
+  1. the package's own copy, zoffload/libzoffload.so, which `pip install .` builds and installs beside this file
+     (an editable install keeps it in site-packages, which the package's __path__ lists beside the source);
+  2. $ZOFFLOAD_LIBRARY (a file path): a package run from the source tree (PYTHONPATH=python) has no copy of its
+     own, and the tests point it at build/libzoffload.so;
+  3. the system's loader (an installed prefix on the library path, or LD_LIBRARY_PATH).
+`path` is the file the process mapped (from /proc/self/maps), `source` which of the three it came from."""
 import contextlib
 import contextvars
 import ctypes
 import ctypes.util
+import importlib.util
 import os
+import sys
+import warnings
 
 # zoffload/dtype.h
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
@@ -65,12 +73,37 @@ def _open(name):
         raise
 
 
+def _packaged():
+    """The package's own libzoffload.so, or None: the first of the package's directories (more than one under an
+    editable install) that holds one."""
+    parent = __name__.rpartition(".")[0]
+    # An editable install (pip install -e ., scikit-build-core) rebuilds the library, when it was installed with
+    # editable.rebuild=true, as the spec of a file it installed is looked up: look it up (nothing is imported; any
+    # other install just finds the file, or nothing). A failed rebuild raises, with CMake's output above.
+    importlib.util.find_spec(parent + ".libzoffload")
+    pkg = sys.modules.get(parent)
+    for d in list(getattr(pkg, "__path__", None) or [os.path.dirname(os.path.abspath(__file__))]):
+        f = os.path.join(d, "libzoffload.so")
+        if os.path.isfile(f):
+            return f
+    return None
+
+
 def _load():
-    path = os.environ.get("ZOFFLOAD_LIBRARY")
-    if path:
-        if not os.path.isfile(path):
-            raise ImportError("zoffload: ZOFFLOAD_LIBRARY=%r is not a file" % path)
-        return _open(path), os.path.realpath(path)
+    env = os.environ.get("ZOFFLOAD_LIBRARY")
+    own = _packaged()
+    if own:
+        lib = _open(own)
+        where = _where(lib, own)
+        if env and os.path.realpath(env) != os.path.realpath(where):
+            warnings.warn("zoffload: loaded the package's own %s; ZOFFLOAD_LIBRARY=%s is used only by a package "
+                          "without one (run from the source tree: PYTHONPATH=python)" % (where, env), stacklevel=3)
+        return lib, where, "package"
+    if env:
+        if not os.path.isfile(env):
+            raise ImportError("zoffload: ZOFFLOAD_LIBRARY=%r is not a file" % env)
+        lib = _open(env)
+        return lib, _where(lib, env), "ZOFFLOAD_LIBRARY"
     tried = []
     for name in ("libzoffload.so.0", ctypes.util.find_library("zoffload"), "libzoffload.so"):
         if not name:
@@ -80,9 +113,11 @@ def _load():
         except OSError as e:
             tried.append("%s: %s" % (name, e))
             continue
-        return lib, _where(lib, name)
-    raise ImportError("zoffload: libzoffload not found (set ZOFFLOAD_LIBRARY to the file, e.g. build/libzoffload.so, "
-                      "or install zoffload where the loader looks); tried " + "; ".join(tried))
+        return lib, _where(lib, name), "loader"
+    raise ImportError("zoffload: libzoffload not found: this package carries no copy (install it with `pip install .` "
+                      "from the zoffload checkout, which builds it), ZOFFLOAD_LIBRARY is not set (a library built "
+                      "with scripts/build.sh: ZOFFLOAD_LIBRARY=build/libzoffload.so) and the loader found none; "
+                      "tried " + "; ".join(tried))
 
 
 def _where(lib, name):
@@ -100,7 +135,7 @@ def _where(lib, name):
     return name
 
 
-lib, path = _load()
+lib, path, source = _load()
 
 lib.zo_last_error.restype = ctypes.c_char_p
 lib.zo_last_error.argtypes = []

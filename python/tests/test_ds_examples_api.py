@@ -71,3 +71,22 @@ def test_engine_precision_and_module_questions(precision):
         assert engine.global_steps == 1
     finally:
         engine.close()
+
+
+def test_destroy_closes_and_keeps_the_model(tmp_path):
+    """engine.destroy() (DeepSpeed's, which DeepSpeed-ZenFlow's zf_benchmark.py calls at its end) closes the
+    engine: its swap directory is gone, the model keeps the trained weights, and a later call is refused by name."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path)}}}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    engine.backward(engine(torch.randn(2, 8)).pow(2).mean())
+    engine.step()
+    trained = model.weight.detach().clone()
+    assert list(tmp_path.iterdir())  # the swap directory
+    engine.destroy()
+    assert list(tmp_path.iterdir()) == []
+    assert torch.equal(model.weight, trained)
+    with pytest.raises(RuntimeError, match="step"):
+        engine.step()

@@ -303,6 +303,11 @@ class DeepSpeedEngineAPI:
     def device(self):
         return torch.device(self.place.device)
 
+    def destroy(self):
+        """DeepSpeed's name for releasing the engine's resources at the end of a run: close() (the engine, its swap
+        files and communicator freed; the model keeps its weights)."""
+        self.close()
+
     def bfloat16_enabled(self):
         """The config's bf16 block is enabled (the engine's working dtype is bf16)."""
         return bool(self.resolved.bf16.enabled)

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemalloc-dev
-             libjansson-dev libopenblas-openmp-dev libisal-dev fortunes fio gnuplot-nox time python3
+             libjansson-dev libopenblas-openmp-dev libisal-dev libdnnl-dev fortunes fio gnuplot-nox time python3
              python3-torch python3-numpy python3-pip clang libclang-rt-dev libomp-dev
              libopenmpi-dev openmpi-bin python3-pytest)
 # Python packages Debian does not have, for /usr/bin/python3 (the tests' interpreter): the safetensors
@@ -32,7 +32,8 @@ ZO_PIP=(safetensors "transformers:transformers==4.36.2" "accelerate:accelerate==
 # the corpus. Open MPI is left out (the mpi tests are optional and need a package registry).
 ZO_CARRY=(liburing2 liburing-dev libhwloc15 libhwloc-dev libudev1 libjemalloc2 libjemalloc-dev
           libjansson4 libjansson-dev libopenblas0-openmp libopenblas-openmp-dev libgfortran5
-          libisal2 libisal-dev pkgconf pkgconf-bin libpkgconf3 fortunes fortunes-min)
+          libisal2 libisal-dev libdnnl2 libdnnl-dev ocl-icd-libopencl1 pkgconf pkgconf-bin libpkgconf3 fortunes
+          fortunes-min)
 
 if [ "${1:-}" = "--download" ]; then
   dir=${2:?usage: deps.sh --download DIR}

@@ -2,8 +2,8 @@
 # configure_missing_deps.sh SOURCE_DIR WORK_DIR - configure the project with pkg-config looking in an empty
 # directory only (PKG_CONFIG_LIBDIR) and ISA-L's fallback search pointed nowhere, as on a machine without the -dev
 # packages: the configure step must fail with one "zoffload: missing build dependencies" error that names each
-# library's Debian package and the apt-get line, both with the tools (OpenBLAS too) and as `pip install .` builds it
-# (SKBUILD: the library alone, OpenBLAS not needed).
+# library's Debian package and the apt-get line, both with the tools (OpenBLAS and oneDNN too) and as `pip install .`
+# builds it (SKBUILD: the library alone, neither needed).
 set -u
 src=$1 work=$2
 rm -rf "$work" && mkdir -p "$work/empty" || exit 1
@@ -31,7 +31,7 @@ check() { # NAME EXPECTED-PACKAGES [cmake args]
     esac
   done
 }
-check tools "liburing-dev libhwloc-dev libjansson-dev libjemalloc-dev libisal-dev libopenblas-openmp-dev"
+check tools "liburing-dev libhwloc-dev libjansson-dev libjemalloc-dev libisal-dev libopenblas-openmp-dev libdnnl-dev"
 check pip "liburing-dev libhwloc-dev libjansson-dev libjemalloc-dev libisal-dev" -DSKBUILD=ON -DBUILD_TESTING=OFF
-if grep -q "openblas" "$work/pip.log"; then echo "FAIL: pip: the library alone does not need OpenBLAS"; fail=1; fi
+if grep -qi "openblas\|dnnl" "$work/pip.log"; then echo "FAIL: pip: the library alone needs neither OpenBLAS nor oneDNN"; fail=1; fi
 exit $fail

@@ -20,6 +20,8 @@
 #include "rng.h"
 #include "sample.h"
 #include "seterr.h"
+#include "gemm_bf16.h"
+#include "zoffload/adam.h" /* zo_cast */
 #include "zoffload/status.h"
 
 /* OpenBLAS extensions; declared here in case <cblas.h> of another BLAS lacks them. */
@@ -307,6 +309,44 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, fl
   }
 }
 
+/*
+ * The bf16 products (gpt_set_gemm_bf16): the same tiles as gemm() (a function of
+ * the shape), each tile one oneDNN call on one thread (gemm_bf16_1t), so the
+ * bits do not depend on the thread count either. A failed tile marks the pass
+ * failed (m->gemm_failed, its message in m->err); the caller's pass returns
+ * the error at its end.
+ */
+static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                   int ldb, int accumulate, float *C, int ldc) {
+  int mb, nb;
+  gemm_tiles(M, N, K, &mb, &nb);
+  const int tm = div_up(M, mb), tn = div_up(N, nb);
+#pragma omp parallel for schedule(dynamic, 1) if (tm * tn > 1 && !omp_in_parallel())
+  for (int t = 0; t < tm * tn; t++) {
+    const int i0 = (t / tn) * mb, j0 = (t % tn) * nb;
+    const int mm = M - i0 < mb ? M - i0 : mb, n = N - j0 < nb ? N - j0 : nb;
+    const uint16_t *a = ta ? A + i0 : A + (size_t)i0 * lda;
+    const uint16_t *b = tb ? B + (size_t)j0 * ldb : B + j0;
+    char err[sizeof m->err];
+    if (gemm_bf16_1t(ta, tb, mm, n, K, a, lda, b, ldb, accumulate, C + (size_t)i0 * ldc + j0, ldc, err,
+                     sizeof err)) {
+#pragma omp critical(gpt_gemm16_err)
+      if (!m->gemm_failed) {
+        m->gemm_failed = 1;
+        seterr(m->err, sizeof m->err, "%s", err);
+      }
+    }
+  }
+}
+
+/* @n fp32 values to bf16 (round to nearest even), one thread: a product's activation operand, N x (C or 4C). */
+static void to_bf16(gpt_model *m, uint16_t *dst, const float *src, size_t n) {
+  if (zo_cast(dst, ZO_DTYPE_BF16, src, ZO_DTYPE_F32, n, 1) != ZO_OK && !m->gemm_failed) {
+    m->gemm_failed = 1;
+    seterr(m->err, sizeof m->err, "bf16 products: rounding %zu activations to bf16 failed", n);
+  }
+}
+
 /* ------------------------------------------------------------------ */
 /* initialisation */
 
@@ -430,6 +470,25 @@ static void matmul_forward(float *out, const float *inp, const float *W, const f
   gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
 }
 
+/* matmul_forward() with bf16 W (OC,C) and inp rounded to bf16 (gpt_set_gemm_bf16); bias and accumulation as there. */
+static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, const uint16_t *W, const float *bias,
+                                int N, int C, int OC, int accumulate) {
+  if (bias) {
+#pragma omp parallel for schedule(static) if (par((double)N * OC * NS_ADD))
+    for (int n = 0; n < N; n++) {
+      float *o = out + (size_t)n * OC;
+      if (accumulate) {
+#pragma omp simd
+        for (int k = 0; k < OC; k++) o[k] += bias[k];
+      } else {
+        memcpy(o, bias, (size_t)OC * sizeof(float));
+      }
+    }
+  }
+  to_bf16(m, m->act16, inp, (size_t)N * C);
+  gemm16(m, 0, 1, N, OC, C, m->act16, C, W, C, bias || accumulate, out, OC);
+}
+
 /*
  * Causal multi-head attention. qkv (B,T,3C) -> out (B,T,C); att
  * (B,NH,T,T) keeps the softmax (zero above the diagonal). Per (b,h):
@@ -518,6 +577,15 @@ static const float *W(gpt_model *m, int i) {
 static float *G(gpt_model *m, int i) {
   return m->streamed ? (float *)m->bind[m->n_params + i] : m->gscratch + m->offsets[i];
 }
+
+/* The products of block parameter @wi: bf16 when gpt_set_gemm_bf16() made it one of those (its binding is bf16). */
+static void mm_forward(gpt_model *m, float *out, const float *inp, int wi, int bi, int N, int C, int OC, int acc) {
+  if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, wi))
+    matmul_forward_bf16(m, out, inp, (const uint16_t *)m->bind[wi], W(m, bi), N, C, OC, acc);
+  else
+    matmul_forward(out, inp, W(m, wi), W(m, bi), N, C, OC, acc);
+}
+
 
 
 void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user) {
@@ -620,16 +688,16 @@ static void block_forward(gpt_model *m, int l, int to_output) {
   const size_t NC = (size_t)N * C;
   block_acts a = block_slot(m, l);
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res, W(m, LP(l, GPT_P_LN1_W)), W(m, LP(l, GPT_P_LN1_B)), N, C);
-  matmul_forward(a.qkv, a.ln1, W(m, LP(l, GPT_P_QKV_W)), W(m, LP(l, GPT_P_QKV_B)), N, C, 3 * C, 0);
+  mm_forward(m, a.qkv, a.ln1, LP(l, GPT_P_QKV_W), LP(l, GPT_P_QKV_B), N, C, 3 * C, 0);
   attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
   memcpy(a.r2, a.res, NC * sizeof(float));
-  matmul_forward(a.r2, a.atty, W(m, LP(l, GPT_P_ATTPROJ_W)), W(m, LP(l, GPT_P_ATTPROJ_B)), N, C, C, 1);
+  mm_forward(m, a.r2, a.atty, LP(l, GPT_P_ATTPROJ_W), LP(l, GPT_P_ATTPROJ_B), N, C, C, 1);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.r2, W(m, LP(l, GPT_P_LN2_W)), W(m, LP(l, GPT_P_LN2_B)), N, C);
-  matmul_forward(a.fch, a.ln2, W(m, LP(l, GPT_P_FC_W)), W(m, LP(l, GPT_P_FC_B)), N, C, 4 * C, 0);
+  mm_forward(m, a.fch, a.ln2, LP(l, GPT_P_FC_W), LP(l, GPT_P_FC_B), N, C, 4 * C, 0);
   gelu_forward(a.fcg, a.fch, NC * 4);
   if (!to_output) return;
   memcpy(a.r3, a.r2, NC * sizeof(float));
-  matmul_forward(a.r3, a.fcg, W(m, LP(l, GPT_P_FCPROJ_W)), W(m, LP(l, GPT_P_FCPROJ_B)), N, 4 * C, C, 1);
+  mm_forward(m, a.r3, a.fcg, LP(l, GPT_P_FCPROJ_W), LP(l, GPT_P_FCPROJ_B), N, 4 * C, C, 1);
 }
 
 float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
@@ -654,6 +722,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   m->B = B;
   m->T = T;
   m->have_targets = 0;
+  m->gemm_failed = 0;
   if (m->streamed) memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind); /* bound in the hook only */
 
   if (hook(m, GPT_HOOK_FORWARD, 0, 0)) return NAN;
@@ -661,6 +730,7 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   for (int l = 0; l < L; l++) {
     if (hook(m, GPT_HOOK_FORWARD, l + 1, 0)) return NAN;
     block_forward(m, l, 1);
+    if (m->gemm_failed) return NAN; /* a bf16 product failed: m->err names it */
     if (hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return NAN;
   }
   const int f = m->n_params - 2;
@@ -711,6 +781,24 @@ static void matmul_backward(float *dinp, float *dW, float *dbias, const float *d
               dinp, C);
   gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
   if (dbias) colsum_add(dbias, dout, N, OC);
+}
+
+/* matmul_backward() with bf16 W and dout, inp rounded to bf16 (gpt_set_gemm_bf16); dW accumulates in fp32. */
+static void matmul_backward_bf16(gpt_model *m, float *dinp, float *dW, float *dbias, const float *dout,
+                                 const float *inp, const uint16_t *Wt, int N, int C, int OC, int dinp_acc) {
+  to_bf16(m, m->dout16, dout, (size_t)N * OC);
+  to_bf16(m, m->act16, inp, (size_t)N * C);
+  gemm16(m, 0, 0, N, C, OC, m->dout16, OC, Wt, C, dinp_acc, dinp, C);
+  gemm16(m, 1, 0, OC, C, N, m->dout16, OC, m->act16, C, 1, dW, C);
+  if (dbias) colsum_add(dbias, dout, N, OC);
+}
+
+static void mm_backward(gpt_model *m, float *dinp, int wi, int bi, const float *dout, const float *inp, int N, int C,
+                        int OC) {
+  if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, wi))
+    matmul_backward_bf16(m, dinp, G(m, wi), G(m, bi), dout, inp, (const uint16_t *)m->bind[wi], N, C, OC, 0);
+  else
+    matmul_backward(dinp, G(m, wi), G(m, bi), dout, inp, W(m, wi), N, C, OC, 0);
 }
 
 /*
@@ -844,6 +932,7 @@ int gpt_backward(gpt_model *m, float loss_mult) {
   /* One backward's gradient is formed in gscratch and added at the end, so
    * accumulation over calls is a single rounding per element (two equal
    * backwards give exactly 2x). */
+  m->gemm_failed = 0;
   if (m->streamed) /* bound in the hook only; each gradient buffer is zeroed at its group's begin */
     memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind);
   else
@@ -880,23 +969,20 @@ int gpt_backward(gpt_model *m, float loss_mult) {
     const float *res = a.res, *ln1 = a.ln1, *qkv = a.qkv, *att = a.att, *atty = a.atty, *r2 = a.r2, *ln2 = a.ln2;
     const float *fch = a.fch, *fcg = a.fcg;
     /* r3 = r2 + fcg Wfp^T + bfp */
-    matmul_backward(m->dbuf_4c, G(m, LP(l, GPT_P_FCPROJ_W)), G(m, LP(l, GPT_P_FCPROJ_B)), m->dres, fcg,
-                    W(m, LP(l, GPT_P_FCPROJ_W)), N, 4 * C, C, 0);
+    mm_backward(m, m->dbuf_4c, LP(l, GPT_P_FCPROJ_W), LP(l, GPT_P_FCPROJ_B), m->dres, fcg, N, 4 * C, C);
     gelu_backward(m->dbuf_4c, fch, NC * 4);
     /* fch = ln2 Wfc^T + bfc */
-    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_FC_W)), G(m, LP(l, GPT_P_FC_B)), m->dbuf_4c, ln2,
-                    W(m, LP(l, GPT_P_FC_W)), N, C, 4 * C, 0);
+    mm_backward(m, m->dbuf_c, LP(l, GPT_P_FC_W), LP(l, GPT_P_FC_B), m->dbuf_4c, ln2, N, C, 4 * C);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN2_W)), G(m, LP(l, GPT_P_LN2_B)), m->dbuf_c, r2,
                        a.ln2_mean, a.ln2_rstd, W(m, LP(l, GPT_P_LN2_W)), N, C);
     /* r2 = res + atty Wp^T + bp */
-    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_ATTPROJ_W)), G(m, LP(l, GPT_P_ATTPROJ_B)), m->dres, atty,
-                    W(m, LP(l, GPT_P_ATTPROJ_W)), N, C, C, 0);
+    mm_backward(m, m->dbuf_c, LP(l, GPT_P_ATTPROJ_W), LP(l, GPT_P_ATTPROJ_B), m->dres, atty, N, C, C);
     attention_backward(m->dbuf_3c, m->datt, m->dbuf_c, qkv, att, B, T, C, NH);
     /* qkv = ln1 Wqkv^T + bqkv */
-    matmul_backward(m->dbuf_c, G(m, LP(l, GPT_P_QKV_W)), G(m, LP(l, GPT_P_QKV_B)), m->dbuf_3c, ln1,
-                    W(m, LP(l, GPT_P_QKV_W)), N, C, 3 * C, 0);
+    mm_backward(m, m->dbuf_c, LP(l, GPT_P_QKV_W), LP(l, GPT_P_QKV_B), m->dbuf_3c, ln1, N, C, 3 * C);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN1_W)), G(m, LP(l, GPT_P_LN1_B)), m->dbuf_c, res,
                        a.ln1_mean, a.ln1_rstd, W(m, LP(l, GPT_P_LN1_W)), N, C);
+    if (m->gemm_failed) return -1; /* a bf16 product failed: m->err names it */
     if (group_done(m, l + 1)) return -1;
   }
   encoder_backward(G(m, 0), G(m, 1), m->dres, m->inputs, B, T, C);

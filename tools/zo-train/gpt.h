@@ -202,6 +202,32 @@ int gpt_bind_weight(gpt_model *m, int i, const float *w);
 int gpt_bind_grad(gpt_model *m, int i, float *g);
 
 /*
+ * bf16 matrix products (zo-train's train.cpu_gemm "bf16"), streamed models
+ * only. gpt_set_gemm_bf16() - from now on the four matrix products of each
+ * block (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj: the tensors for
+ * which gpt_gemm_bf16_param() is 1) take bf16 operands and accumulate in fp32
+ * (gemm_bf16.h, oneDNN), as the CUDA model does: their weights are bound
+ * with gpt_bind_weight_bf16() (bf16 bit patterns, e.g. the engine's working
+ * copy, no cast), each product's activation operand is rounded to bf16
+ * (round to nearest even), and its result, the gradients included, stays
+ * fp32. The token embedding (tied output projection), LayerNorms, biases
+ * and the attention products stay fp32. Results then differ from the fp32
+ * products' (the rounding), and are again the same bits on any thread count
+ * (tiles by shape, one oneDNN call per tile on one thread). Allocates two
+ * bf16 scratches of gpt_gemm_bf16_bytes() / 2 bytes each, counted by
+ * gpt_allocated_bytes(). Returns 0, or -1 (not a streamed model, out of
+ * memory) with gpt_last_error() set. A product that fails (oneDNN could not
+ * make its primitive) fails the pass: gpt_forward() returns NAN and
+ * gpt_backward() -1, naming the shape.
+ */
+int gpt_set_gemm_bf16(gpt_model *m);
+size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch);
+int gpt_gemm_bf16_param(const gpt_config *c, int i);
+int gpt_bind_weight_bf16(gpt_model *m, int i, const uint16_t *w);
+/* gpt_gemm_bf16_isa() - which oneDNN kernel the bf16 products run (for the log). */
+const char *gpt_gemm_bf16_isa(void);
+
+/*
  * gpt_streamed_host_bytes() - bytes of host memory gpt_create_streamed(c,
  * max_batch, recompute) allocates: gpt_host_bytes() without the three
  * parameter layouts, with a binding table (two pointers a parameter)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gpt.h"
+#include "gemm_bf16.h"
 #include "gpt_internal.h"
 #include "seterr.h"
 
@@ -309,6 +310,8 @@ static int create(const gpt_config *c, int max_batch, int recompute, int streame
 void gpt_destroy(gpt_model *m) {
   if (!m) return;
   for (int i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
+  free(m->act16);
+  free(m->dout16);
   free(m->specs);
   free(m->offsets);
   free(m->bind);
@@ -354,7 +357,58 @@ static int bind(gpt_model *m, int i, int k, void *p, const char *fn) {
   return 0;
 }
 
-int gpt_bind_weight(gpt_model *m, int i, const float *w) { return bind(m, i, 0, (void *)w, "gpt_bind_weight"); }
+int gpt_bind_weight(gpt_model *m, int i, const float *w) {
+  if (m && m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, i)) {
+    seterr(m->err, sizeof m->err, "gpt_bind_weight: %s computes in bf16 (gpt_set_gemm_bf16): gpt_bind_weight_bf16",
+           m->specs[i].name);
+    return -1;
+  }
+  return bind(m, i, 0, (void *)w, "gpt_bind_weight");
+}
+
+int gpt_bind_weight_bf16(gpt_model *m, int i, const uint16_t *w) {
+  if (m && (!m->gemm_bf16 || !gpt_gemm_bf16_param(&m->cfg, i))) {
+    seterr(m->err, sizeof m->err, "gpt_bind_weight_bf16: parameter %d is not a bf16 product's weight%s", i,
+           m->gemm_bf16 ? "" : " (gpt_set_gemm_bf16 not called)");
+    return -1;
+  }
+  return bind(m, i, 0, (void *)w, "gpt_bind_weight_bf16");
+}
+
+int gpt_gemm_bf16_param(const gpt_config *c, int i) {
+  if (i < 2 || i >= 2 + GPT_PARAMS_PER_LAYER * c->n_layer) return 0;
+  const int k = (i - 2) % GPT_PARAMS_PER_LAYER;
+  return k == GPT_P_QKV_W || k == GPT_P_ATTPROJ_W || k == GPT_P_FC_W || k == GPT_P_FCPROJ_W;
+}
+
+size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch) {
+  size_t n; /* two scratches of max_batch x seq_len x 4C bf16, each rounded up to 64 bytes */
+  if (__builtin_mul_overflow((size_t)max_batch * (size_t)c->seq_len, 4 * (size_t)c->d_model * 2, &n) ||
+      __builtin_add_overflow(n, (size_t)63, &n))
+    return SIZE_MAX;
+  return n / 64 * 64 * 2;
+}
+
+int gpt_set_gemm_bf16(gpt_model *m) {
+  if (!m) return -1;
+  if (!m->streamed) {
+    seterr(m->err, sizeof m->err, "gpt_set_gemm_bf16: bf16 products need a streamed model (gpt_create_streamed)");
+    return -1;
+  }
+  if (m->gemm_bf16) return 0;
+  const size_t bytes = gpt_gemm_bf16_bytes(&m->cfg, m->max_batch);
+  if (bytes == SIZE_MAX || !(m->act16 = aligned_alloc(64, bytes / 2)) || !(m->dout16 = aligned_alloc(64, bytes / 2))) {
+    free(m->act16);
+    m->act16 = NULL;
+    seterr(m->err, sizeof m->err, "gpt_set_gemm_bf16: out of memory (2 x %zu bytes)", bytes / 2);
+    return -1;
+  }
+  m->allocated += bytes;
+  m->gemm_bf16 = 1;
+  return 0;
+}
+
+const char *gpt_gemm_bf16_isa(void) { return gemm_bf16_isa(); }
 int gpt_bind_grad(gpt_model *m, int i, float *g) { return bind(m, i, 1, g, "gpt_bind_grad"); }
 
 const float *gpt_logits(const gpt_model *m) { return m ? m->logits : NULL; }

@@ -71,9 +71,14 @@ struct gpt_model {
    * unbound. NULL in resident mode. */
   void **bind;
   size_t allocated; /* bytes allocated by create, counted by gpt_alloc.c's helper */
-  /* 62, not 64: the two fields above keep sizeof(gpt_model), which
+  /* gpt_set_gemm_bf16(): the four products of each block in bf16 (gemm_bf16.h); the bound weights of those
+   * tensors are bf16 (bind[i] a const uint16_t *), act16 and dout16 the activations rounded to bf16
+   * (max_batch x seq_len x 4C each); gemm_failed: a product failed in this pass (message in err) */
+  int gemm_bf16, gemm_failed;
+  uint16_t *act16, *dout16;
+  /* 59, not 64: the fields above keep sizeof(gpt_model), which
    * gpt_host_bytes() counts, at its size before streamed mode */
-  void *allocs[62];
+  void *allocs[59];
   int n_allocs;
   int streamed; /* 1: weights and gradients come through gpt_bind_weight/grad */
   char err[256];

@@ -176,8 +176,8 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
                   const train_opts *o, train_predict *tp, double compute_s, const char *compute_src, int is_auto,
                   int rank0) {
   size_t app[4];
-  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, zo_engine_grad_dtype(eng),
-                        train_model_hand_dtype(eng), app)) {
+  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, ts->cpu_gemm_bf16,
+                        zo_engine_grad_dtype(eng), train_model_hand_dtype(eng), app)) {
     fprintf(stderr, "zo-train: error: the CUDA model's sizes are unknown to a build without CUDA compute\n");
     return -1;
   }
@@ -507,8 +507,8 @@ static void print_plan(const train_opts *o, const train_job *j) {
 /* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the error. */
 static int create_model(train_job *j) {
   char err[1024];
-  if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->ts.model_streamed, j->eng, j->dev,
-                         j->params, &j->model, err, sizeof err)) {
+  if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->ts.model_streamed,
+                         j->ts.cpu_gemm_bf16, j->eng, j->dev, j->params, &j->model, err, sizeof err)) {
     fprintf(stderr, "zo-train: error: %s\n", err);
     return 1;
   }

@@ -47,6 +47,7 @@ struct train_model {
    * through a device ring of twice the largest tensor in the hand-over dtype, packed one after another (64-byte
    * aligned) and reused from its start after one fence when the next does not fit in what is left. */
   int streamed;
+  int gemm_bf16; /* train.cpu_gemm "bf16": the blocks' product weights bound as the engine's bf16 copies */
   float *wscr[2], *gscr[2];
   size_t *soff;
   char *ring;
@@ -110,8 +111,8 @@ double train_model_flops_per_token(const gpt_config *c, int T) {
   return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
 }
 
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, zo_dtype grad_dtype,
-                      zo_dtype hand_dtype, size_t app[4]) {
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, int gemm_bf16,
+                      zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]) {
   memset(app, 0, 4 * sizeof app[0]);
   const int np = gpt_num_params(c);
   gpt_param_spec *specs = calloc(np, sizeof *specs);
@@ -129,6 +130,7 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
     over |= __builtin_add_overflow(gpt_group_elems(c, 0), gpt_max_group_elems(c), &scr);
     over |= __builtin_mul_overflow(scr, 2 * sizeof(float), &scr);
     over |= __builtin_add_overflow(scr, gpt_streamed_host_bytes(c, max_batch, recompute), &host);
+    if (gemm_bf16) over |= __builtin_add_overflow(host, gpt_gemm_bf16_bytes(c, max_batch), &host);
     app[ZO_TIER_DEVICE] = over ? SIZE_MAX : dev;
     app[ZO_TIER_HOST] = over ? SIZE_MAX : host;
     return 0;
@@ -234,7 +236,8 @@ static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
 #endif
 
 /* Streamed cpu, a group's begin: fetch each tensor, cast it into the group's fp32 scratch and lend it to the
- * model; in backward also lend the gradient scratch (the model zeroes and fills it). */
+ * model (with train.cpu_gemm "bf16" the blocks' product weights are lent as fetched, in bf16); in backward also
+ * lend the gradient scratch (the model zeroes and fills it). */
 static int stream_begin(train_model *m, int phase, int group) {
   int first, count;
   gpt_group_params(&m->cfg, group, &first, &count);
@@ -243,12 +246,16 @@ static int stream_begin(train_model *m, int phase, int group) {
     const void *w;
     zo_dtype dt;
     float *ws = m->wscr[k] + m->soff[i];
-    if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK ||
-        zo_cast(ws, ZO_DTYPE_F32, w, dt, m->specs[i].n_elems, 0) != ZO_OK)
+    if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
+    if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, i)) {
+      /* the working copy is the operand: bf16 (train_model_create required the working dtype to be) */
+      if (gpt_bind_weight_bf16(m->cpu, i, (const uint16_t *)w)) return 1;
+    } else if (zo_cast(ws, ZO_DTYPE_F32, w, dt, m->specs[i].n_elems, 0) != ZO_OK) {
       return -1;
-    if (gpt_bind_weight(m->cpu, i, ws) ||
-        (phase == GPT_HOOK_BACKWARD && gpt_bind_grad(m->cpu, i, m->gscr[k] + m->soff[i])))
+    } else if (gpt_bind_weight(m->cpu, i, ws)) {
       return 1; /* the model's own error (gpt_last_error), not the engine's */
+    }
+    if (phase == GPT_HOOK_BACKWARD && gpt_bind_grad(m->cpu, i, m->gscr[k] + m->soff[i])) return 1;
   }
   return 0;
 }
@@ -328,12 +335,19 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
     return snprintf(err, errlen, "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
                     "does not fit: %s", m->ring_bytes, zo_last_error()), -1;
   gpt_set_hook(m->cpu, on_layer, m);
+  if (m->gemm_bf16) {
+    if (gpt_set_gemm_bf16(m->cpu)) return snprintf(err, errlen, "%s", gpt_last_error(m->cpu)), -1;
+    snprintf(m->desc, sizeof m->desc, "cpu (the blocks' products in bf16 with fp32 accumulation, %s; the rest fp32, "
+             "OpenBLAS %s; streamed: one layer group's weights at a time%s)", gpt_gemm_bf16_isa(), gpt_blas_core(),
+             recompute ? ", activation checkpointing" : "");
+    return 0;
+  }
   snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s, streamed: one layer group's weights at a time%s)",
            gpt_blas_core(), recompute ? ", activation checkpointing" : "");
   return 0;
 }
 
-int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, zo_engine_t *eng,
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
                        zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen) {
   train_model *m = calloc(1, sizeof *m);
   if (!m) return snprintf(err, errlen, "out of memory"), -1;
@@ -347,6 +361,15 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   m->hand_dtype = train_model_hand_dtype(eng);
   m->streamed = streamed && !m->cuda;
   m->cuda_streamed = streamed && m->cuda;
+  if (gemm_bf16 && (m->cuda || !m->streamed || m->grad_dtype != ZO_DTYPE_BF16)) {
+    snprintf(err, errlen, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
+             "bf16.enabled (its products take the engine's bf16 working weights); this run has %s%s, working dtype "
+             "%s: set train.cpu_gemm to \"fp32\"", m->cuda ? "the CUDA model" : "the CPU model",
+             m->cuda || m->streamed ? "" : " resident", zo_dtype_name(m->grad_dtype));
+    free(m);
+    return -1;
+  }
+  m->gemm_bf16 = gemm_bf16;
   m->specs = calloc(m->n_params, sizeof *m->specs);
   m->goff = calloc(m->n_params, sizeof *m->goff);
   if (!m->specs || !m->goff) {

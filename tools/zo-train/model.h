@@ -41,11 +41,12 @@ int train_model_cuda_built(void);
  * activations and workspaces (gpt_cuda_device_bytes) plus, @streamed, three
  * bf16 gradient scratches (group 0's and twice the largest other group's,
  * each tensor rounded up to 256 bytes), else the bf16 gradient buffer of the
- * whole model, on the device. Pure arithmetic; SIZE_MAX for a sum past size_t.
+ * whole model, on the device; @gemm_bf16 (cpu streamed): the two bf16 activation scratches of
+ * gpt_gemm_bf16_bytes() on the host. Pure arithmetic; SIZE_MAX for a sum past size_t.
  * Returns 0, or -1 when @cuda is asked of a build without CUDA compute.
  */
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, zo_dtype grad_dtype,
-                      zo_dtype hand_dtype, size_t app[4]);
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, int gemm_bf16,
+                      zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]);
 
 /* train_model_hand_dtype() - the dtype a streamed model hands gradients over in: fp32 when @eng accumulates
  * micro-batches in fp32 (zo_engine_grad_accum_dtype), else the working dtype. */
@@ -73,9 +74,11 @@ zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
  * sync) and hands each tensor over from there at its end, every
  * micro-batch; not @streamed: one bf16 buffer of the whole model's
  * gradients, summed over the micro-batches in bf16 and handed over in the
- * last. Returns 0 or -1 with a message in @err.
+ * last. @gemm_bf16 (train.cpu_gemm "bf16"; cpu @streamed with bf16.enabled only, refused otherwise, naming
+ * the key): the blocks' four products take bf16 operands (gpt_set_gemm_bf16), their weights bound straight from
+ * the engine's bf16 working copies instead of cast into the fp32 scratch. Returns 0 or -1 with a message in @err.
  */
-int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, zo_engine_t *eng,
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
                        zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen);
 void train_model_destroy(train_model *m);
 

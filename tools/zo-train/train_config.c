@@ -238,7 +238,7 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
   if (brc) goto out;
   if (t) {
     static const char *const keys[] = {"steps", "seed", "val_windows", "sample_bytes", "temperature",
-                                       "activation_checkpointing", "model_memory", NULL};
+                                       "activation_checkpointing", "model_memory", "cpu_gemm", NULL};
     int64_t v;
     if (check_keys(&c, t, "train", keys)) goto out;
     if (get_int(&c, t, "train", "steps", 1, INT64_MAX / 2, &ts->steps)) goto out;
@@ -266,6 +266,14 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
       goto out;
     }
     if (mm) ts->model_streamed = !strcmp(json_string_value(mm), "streamed");
+    json_t *cg = json_object_get(t, "cpu_gemm");
+    if (cg && (!json_is_string(cg) || (strcmp(json_string_value(cg), "fp32") &&
+                                       strcmp(json_string_value(cg), "bf16")))) {
+      fail(&c, "train.cpu_gemm", "expected \"fp32\" or \"bf16\", got ",
+           json_is_string(cg) ? json_string_value(cg) : type_name(cg));
+      goto out;
+    }
+    if (cg) ts->cpu_gemm_bf16 = !strcmp(json_string_value(cg), "bf16");
   }
   rc = 0;
 out:

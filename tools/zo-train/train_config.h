@@ -27,6 +27,9 @@ typedef struct train_settings {
   int model_streamed;     /* train.model_memory: "streamed" (default, 1): the cpu model holds one layer group's
                              fp32 weights and gradients at a time, the cuda model a layer group's bf16 gradients;
                              "resident" (0): the whole model in fp32 (cuda: the whole model's bf16 gradients) */
+  int cpu_gemm_bf16;      /* train.cpu_gemm: "fp32" (default, 0): the CPU model's products in fp32 (OpenBLAS);
+                             "bf16" (1): the blocks' four products with bf16 operands and fp32 accumulation
+                             (oneDNN; streamed CPU model under bf16.enabled only), as the CUDA model computes */
 } train_settings;
 
 /* The application-owned top-level blocks, for zo_config_opts.app_blocks. */

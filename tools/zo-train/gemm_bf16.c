@@ -1,6 +1,19 @@
 /* gemm_bf16.c - bf16 matrix products of the CPU model through oneDNN's matmul (gemm_bf16.h). */
 #include "gemm_bf16.h"
 
+#include <stdio.h>
+
+#if !ZO_HAVE_ONEDNN /* built with -DZO_WITH_ONEDNN=OFF (the sanitizer builds) */
+int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                 int accumulate, float *C, int ldc, char *err, size_t errlen) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)accumulate, (void)C;
+  (void)ldc;
+  if (err && errlen) snprintf(err, errlen, "bf16 matmul: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)");
+  return -1;
+}
+const char *gemm_bf16_isa(void) { return "unavailable: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)"; }
+#else
+
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -169,3 +182,4 @@ const char *gemm_bf16_isa(void) {
   pthread_once(&g_isa_once, probe_isa);
   return g_isa;
 }
+#endif /* ZO_HAVE_ONEDNN */

@@ -452,20 +452,24 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
  * out (N,OC) (+)= inp (N,C) W^T + bias, W (OC,C). With @accumulate the
  * product is added to what out holds (the residual stream).
  */
-static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
-                           int accumulate) {
-  if (bias) {
+/* The bias of a product into out (N,OC) before it: added (@accumulate) or copied into each row. */
+static void bias_rows(float *out, const float *bias, int N, int OC, int accumulate) {
+  if (!bias) return;
 #pragma omp parallel for schedule(static) if (par((double)N * OC * NS_ADD))
-    for (int n = 0; n < N; n++) {
-      float *o = out + (size_t)n * OC;
-      if (accumulate) {
+  for (int n = 0; n < N; n++) {
+    float *o = out + (size_t)n * OC;
+    if (accumulate) {
 #pragma omp simd
-        for (int k = 0; k < OC; k++) o[k] += bias[k];
-      } else {
-        memcpy(o, bias, (size_t)OC * sizeof(float));
-      }
+      for (int k = 0; k < OC; k++) o[k] += bias[k];
+    } else {
+      memcpy(o, bias, (size_t)OC * sizeof(float));
     }
   }
+}
+
+static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
+                           int accumulate) {
+  bias_rows(out, bias, N, OC, accumulate);
   float beta = (bias || accumulate) ? 1.0f : 0.0f;
   gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
 }
@@ -473,18 +477,7 @@ static void matmul_forward(float *out, const float *inp, const float *W, const f
 /* matmul_forward() with bf16 W (OC,C) and inp rounded to bf16 (gpt_set_gemm_bf16); bias and accumulation as there. */
 static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, const uint16_t *W, const float *bias,
                                 int N, int C, int OC, int accumulate) {
-  if (bias) {
-#pragma omp parallel for schedule(static) if (par((double)N * OC * NS_ADD))
-    for (int n = 0; n < N; n++) {
-      float *o = out + (size_t)n * OC;
-      if (accumulate) {
-#pragma omp simd
-        for (int k = 0; k < OC; k++) o[k] += bias[k];
-      } else {
-        memcpy(o, bias, (size_t)OC * sizeof(float));
-      }
-    }
-  }
+  bias_rows(out, bias, N, OC, accumulate);
   to_bf16(m, m->act16, inp, (size_t)N * C);
   gemm16(m, 0, 1, N, OC, C, m->act16, C, W, C, bias || accumulate, out, OC);
 }

@@ -396,6 +396,11 @@ int gpt_set_gemm_bf16(gpt_model *m) {
     return -1;
   }
   if (m->gemm_bf16) return 0;
+  const char *isa = gemm_bf16_isa();
+  if (!strncmp(isa, "unavailable", 11)) {
+    seterr(m->err, sizeof m->err, "gpt_set_gemm_bf16: bf16 products %s", isa);
+    return -1;
+  }
   const size_t bytes = gpt_gemm_bf16_bytes(&m->cfg, m->max_batch);
   if (bytes == SIZE_MAX || !(m->act16 = aligned_alloc(64, bytes / 2)) || !(m->dout16 = aligned_alloc(64, bytes / 2))) {
     free(m->act16);

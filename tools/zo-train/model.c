@@ -336,7 +336,7 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
                     "does not fit: %s", m->ring_bytes, zo_last_error()), -1;
   gpt_set_hook(m->cpu, on_layer, m);
   if (m->gemm_bf16) {
-    if (gpt_set_gemm_bf16(m->cpu)) return snprintf(err, errlen, "%s", gpt_last_error(m->cpu)), -1;
+    if (gpt_set_gemm_bf16(m->cpu)) return snprintf(err, errlen, "train.cpu_gemm: %s", gpt_last_error(m->cpu)), -1;
     snprintf(m->desc, sizeof m->desc, "cpu (the blocks' products in bf16 with fp32 accumulation, %s; the rest fp32, "
              "OpenBLAS %s; streamed: one layer group's weights at a time%s)", gpt_gemm_bf16_isa(), gpt_blas_core(),
              recompute ? ", activation checkpointing" : "");

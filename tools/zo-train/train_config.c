@@ -103,6 +103,19 @@ static int get_num(ctx *c, json_t *obj, const char *block, const char *key, doub
   return 0;
 }
 
+/* train.KEY, one of two strings: *out 0 for @s0, 1 for @s1 (untouched when the key is absent). */
+static int get_choice(ctx *c, json_t *obj, const char *key, const char *s0, const char *s1, int *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return 0;
+  char path[128], msg[160];
+  snprintf(path, sizeof path, "train.%s", key);
+  snprintf(msg, sizeof msg, "expected \"%s\" or \"%s\", got ", s0, s1);
+  if (!json_is_string(v) || (strcmp(json_string_value(v), s0) && strcmp(json_string_value(v), s1)))
+    return fail(c, path, msg, json_is_string(v) ? json_string_value(v) : type_name(v));
+  *out = !strcmp(json_string_value(v), s1);
+  return 0;
+}
+
 static int check_keys(ctx *c, json_t *obj, const char *block, const char *const *known) {
   const char *key;
   json_t *v;
@@ -258,22 +271,9 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
       goto out;
     }
     if (ac) ts->activation_checkpointing = json_is_true(ac);
-    json_t *mm = json_object_get(t, "model_memory");
-    if (mm && (!json_is_string(mm) || (strcmp(json_string_value(mm), "streamed") &&
-                                       strcmp(json_string_value(mm), "resident")))) {
-      fail(&c, "train.model_memory", "expected \"streamed\" or \"resident\", got ",
-           json_is_string(mm) ? json_string_value(mm) : type_name(mm));
+    if (get_choice(&c, t, "model_memory", "resident", "streamed", &ts->model_streamed) ||
+        get_choice(&c, t, "cpu_gemm", "fp32", "bf16", &ts->cpu_gemm_bf16))
       goto out;
-    }
-    if (mm) ts->model_streamed = !strcmp(json_string_value(mm), "streamed");
-    json_t *cg = json_object_get(t, "cpu_gemm");
-    if (cg && (!json_is_string(cg) || (strcmp(json_string_value(cg), "fp32") &&
-                                       strcmp(json_string_value(cg), "bf16")))) {
-      fail(&c, "train.cpu_gemm", "expected \"fp32\" or \"bf16\", got ",
-           json_is_string(cg) ? json_string_value(cg) : type_name(cg));
-      goto out;
-    }
-    if (cg) ts->cpu_gemm_bf16 = !strcmp(json_string_value(cg), "bf16");
   }
   rc = 0;
 out:

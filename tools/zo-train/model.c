@@ -361,15 +361,15 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   m->hand_dtype = train_model_hand_dtype(eng);
   m->streamed = streamed && !m->cuda;
   m->cuda_streamed = streamed && m->cuda;
-  if (gemm_bf16 && (m->cuda || !m->streamed || m->grad_dtype != ZO_DTYPE_BF16)) {
+  if (gemm_bf16 && !m->cuda && (!m->streamed || m->grad_dtype != ZO_DTYPE_BF16)) {
     snprintf(err, errlen, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
-             "bf16.enabled (its products take the engine's bf16 working weights); this run has %s%s, working dtype "
-             "%s: set train.cpu_gemm to \"fp32\"", m->cuda ? "the CUDA model" : "the CPU model",
-             m->cuda || m->streamed ? "" : " resident", zo_dtype_name(m->grad_dtype));
+             "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
+             "working dtype %s: set train.cpu_gemm to \"fp32\"", m->streamed ? "" : " resident",
+             zo_dtype_name(m->grad_dtype));
     free(m);
     return -1;
   }
-  m->gemm_bf16 = gemm_bf16;
+  m->gemm_bf16 = gemm_bf16 && !m->cuda; /* the CUDA model's products are bf16 already */
   m->specs = calloc(m->n_params, sizeof *m->specs);
   m->goff = calloc(m->n_params, sizeof *m->goff);
   if (!m->specs || !m->goff) {

@@ -74,8 +74,8 @@ zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
  * sync) and hands each tensor over from there at its end, every
  * micro-batch; not @streamed: one bf16 buffer of the whole model's
  * gradients, summed over the micro-batches in bf16 and handed over in the
- * last. @gemm_bf16 (train.cpu_gemm "bf16"; cpu @streamed with bf16.enabled only, refused otherwise, naming
- * the key): the blocks' four products take bf16 operands (gpt_set_gemm_bf16), their weights bound straight from
+ * last. @gemm_bf16 (train.cpu_gemm "bf16"; on the CPU model with @streamed and bf16.enabled only, refused
+ * otherwise naming the key; nothing to do on cuda, whose products are bf16 already): the blocks' four products take bf16 operands (gpt_set_gemm_bf16), their weights bound straight from
  * the engine's bf16 working copies instead of cast into the fp32 scratch. Returns 0 or -1 with a message in @err.
  */
 int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,

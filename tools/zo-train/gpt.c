@@ -448,10 +448,6 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
   }
 }
 
-/*
- * out (N,OC) (+)= inp (N,C) W^T + bias, W (OC,C). With @accumulate the
- * product is added to what out holds (the residual stream).
- */
 /* The bias of a product into out (N,OC) before it: added (@accumulate) or copied into each row. */
 static void bias_rows(float *out, const float *bias, int N, int OC, int accumulate) {
   if (!bias) return;
@@ -467,6 +463,10 @@ static void bias_rows(float *out, const float *bias, int N, int OC, int accumula
   }
 }
 
+/*
+ * out (N,OC) (+)= inp (N,C) W^T + bias, W (OC,C). With @accumulate the
+ * product is added to what out holds (the residual stream).
+ */
 static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
                            int accumulate) {
   bias_rows(out, bias, N, OC, accumulate);
@@ -578,8 +578,6 @@ static void mm_forward(gpt_model *m, float *out, const float *inp, int wi, int b
   else
     matmul_forward(out, inp, W(m, wi), W(m, bi), N, C, OC, acc);
 }
-
-
 
 void gpt_set_hook(gpt_model *m, gpt_hook_fn fn, void *user) {
   m->hook = fn;

@@ -853,7 +853,8 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   const double compute_s = train_compute_estimate(flops_step, o->compute_tflops, j->cuda,
                                                   o->threads > 0 ? (int)o->threads : ncpu > 0 ? (int)ncpu : 1,
-                                                  zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
+                                                  j->ts.cpu_gemm_bf16, zo_device_peak_tflops(j->dev), csrc,
+                                                  sizeof csrc);
   int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s, csrc,
                    j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO, j->rank == 0);
   if (o->dry_run) {

@@ -27,10 +27,11 @@ typedef struct train_predict {
 } train_predict;
 
 /* The compute of one optimizer step, seconds: @flops_step over @tflops x 1e12 FLOP/s when given (> 0); else on the
- * CPU gpt.c's cost model (2 FLOP per multiply-add at NS_MAC ns each, per thread) over @threads; else on a GPU 40% of
- * @peak_tflops when known; else 0 (unknown). @src names the source. */
-double train_compute_estimate(double flops_step, double tflops, int cuda, int threads, double peak_tflops, char *src,
-                              size_t src_cap);
+ * CPU gpt.c's cost model (2 FLOP per multiply-add at NS_MAC ns each, per thread; with @gemm_bf16, train.cpu_gemm
+ * "bf16", the bf16 products' measured rate) over @threads; else on a GPU 40% of @peak_tflops when known; else 0
+ * (unknown). @src names the source. */
+double train_compute_estimate(double flops_step, double tflops, int cuda, int threads, int gemm_bf16,
+                              double peak_tflops, char *src, size_t src_cap);
 
 /* Start-up: the rates (zo_step_rates_get), then zo_engine_place (placement "auto" chooses; "config" predicts), with
  * @app, @kind and the --assume figures (< 0: none); @standin: the host device stands in for a GPU (its bytes

@@ -39,13 +39,9 @@ def cpu_compute_dtype(model, params, working):
         is enabled but the following parameters have dtype that is not torch.float32"); training a 16-bit copy
         without fp16's loss scaling would let small gradients underflow silently."""
     half = [(n, p) for n, p in params if p.dtype in HALF]
-    if not half:
-        if working == torch.float32 or not cpu_kernels(working):
-            return torch.float32
-        with torch.no_grad():
-            model.to(working)
-        return working
-    refuse_half_without_precision(half, working)
+    if not half and (working == torch.float32 or not cpu_kernels(working)):
+        return torch.float32
+    refuse_half_without_precision(half, working)  # (nothing to refuse when no parameter is 16-bit)
     with torch.no_grad():
         model.to(working)
     return working

@@ -17,7 +17,6 @@ const char *gemm_bf16_isa(void) { return "unavailable: zo-train was built withou
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

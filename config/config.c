@@ -461,19 +461,26 @@ static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *
 
 /* ---------- data_types ---------- */
 
-/* data_types (DeepSpeed): grad_accum_dtype "fp32", "bf16" or "fp16"; param_dtype and buffer_dtype are not acted on. */
+/* data_types (DeepSpeed): grad_accum_dtype "fp32", "bf16" or "fp16"; param_dtype is not acted on; buffer_dtype (the
+ * same values) is checked here and acted on by the Python front, which casts a module's floating buffers to it;
+ * zo-train's GPT has no buffers. */
 static zo_status data_types_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
                                 zo_config_t *cfg, const void *arg) {
   (void)arg;
   static const char *const keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype", NULL};
-  if (!strcmp(key, "param_dtype") || !strcmp(key, "buffer_dtype")) {
+  if (!strcmp(key, "param_dtype")) {
     warn_inert(p);
     return ZO_OK;
   }
-  if (strcmp(key, "grad_accum_dtype")) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
+  if (strcmp(key, "grad_accum_dtype") && strcmp(key, "buffer_dtype"))
+    return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   static const char *what = "\"fp32\", \"bf16\" or \"fp16\"";
   if (!json_is_string(v)) return type_err(c, p, what, v);
   const char *s = json_string_value(v);
+  if (!strcmp(key, "buffer_dtype")) {
+    if (strcmp(s, "fp32") && strcmp(s, "bf16") && strcmp(s, "fp16")) return type_err(c, p, what, v);
+    return ZO_OK;
+  }
   if (!strcmp(s, "fp32")) cfg->grad_accum_dtype = ZO_DTYPE_F32;
   else if (!strcmp(s, "bf16")) cfg->grad_accum_dtype = ZO_DTYPE_BF16;
   else if (!strcmp(s, "fp16")) cfg->grad_accum_dtype = ZO_DTYPE_F16;

@@ -90,3 +90,29 @@ def test_destroy_closes_and_keeps_the_model(tmp_path):
     assert torch.equal(model.weight, trained)
     with pytest.raises(RuntimeError, match="step"):
         engine.step()
+
+
+def test_ops_adam_is_cpu_adam_and_configures_the_engine():
+    """SuperOffload's finetune_zero3.py: `from deepspeed.ops.adam import DeepSpeedCPUAdam` on a bf16 model, passed as
+    the client optimizer of a bf16 stage-3 engine; its lr and betas become the engine's Adam."""
+    from zoffload.ops.adam import DeepSpeedCPUAdam
+    from zoffload.optim import CPUAdam
+    assert DeepSpeedCPUAdam is CPUAdam
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to(torch.bfloat16)
+    opt = DeepSpeedCPUAdam(model.parameters(), lr=0.001, betas=(0.9, 0.999))
+    cfg = {"train_batch_size": 4, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True}}}
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
+    try:
+        x = torch.randn(4, 8).to(torch.bfloat16)
+        losses = []
+        for _ in range(3):
+            loss = engine(x).float().pow(2).mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+        assert engine.get_lr() == [0.001]
+        assert losses[2] < losses[0], losses
+    finally:
+        engine.close()

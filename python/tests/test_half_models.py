@@ -198,7 +198,7 @@ def test_fp32_model_bf16_config(stage):
 
 
 def test_bf16_model_fp16_config_is_cast():
-    """A bf16 model with fp16.enabled: cast to fp16 as DeepSpeed's engine does (module.half()), and it trains."""
+    """A bf16 model with fp16.enabled: its parameters cast to fp16 as DeepSpeed's engine does, and it trains."""
     m = model(torch.bfloat16)
     engine, _, _, _ = zoffload.initialize(model=m, config=cfg(2, fp16=True))
     assert {p.dtype for p in m.parameters()} == {torch.float16}
@@ -209,6 +209,48 @@ def test_bf16_model_fp16_config_is_cast():
         engine.step()
         assert engine.was_step_applied() and torch.isfinite(loss)
     engine.close()
+
+
+class Rotary(torch.nn.Module):
+    """A Llama-style fp32 buffer (the rotary frequencies) beside 16-bit parameters, and a frozen parameter."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(n) / n)), persistent=False)
+        self.w = torch.nn.Parameter(torch.ones(n))
+        self.frozen = torch.nn.Parameter(torch.ones(n), requires_grad=False)
+
+    def forward(self, x):
+        return ((x * self.w * self.frozen) * torch.cos(7.0 * self.inv_freq).to(x.dtype)).square().mean()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_buffers_keep_their_dtype_unless_buffer_dtype(stage):
+    """DeepSpeed 0.19's cast: the parameters (frozen ones too) to the working dtype, floating buffers kept (a rotary
+    inv_freq rounded to bf16 moves every position's angle) unless data_types.buffer_dtype names a dtype."""
+    for extra, want in (({}, torch.float32), ({"data_types": {"buffer_dtype": "bf16"}}, torch.bfloat16)):
+        m = Rotary(16).to(torch.bfloat16)
+        m.inv_freq = m.inv_freq.float()  # a model loaded in bf16 keeps it fp32 (transformers does)
+        c = dict(cfg(stage, fp16=True), **extra)
+        engine, _, _, _ = zoffload.initialize(model=m, model_parameters=[m.w], config=c)
+        try:
+            assert m.inv_freq.dtype == want and m.frozen.dtype == torch.float16, extra
+            if stage != 3:
+                assert m.w.dtype == torch.float16
+            for k in range(2):
+                loss = engine(torch.ones(16, dtype=torch.float16))
+                engine.backward(loss)
+                engine.step()
+                assert torch.isfinite(loss)
+        finally:
+            engine.close()
+
+
+def test_buffer_dtype_is_checked():
+    m = Rotary(4).to(torch.bfloat16)
+    with pytest.raises(zoffload.ZoffloadError, match="data_types.buffer_dtype"):
+        zoffload.initialize(model=m, model_parameters=[m.w],
+                            config=dict(cfg(2, bf16=True), data_types={"buffer_dtype": "int8"}))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

@@ -1,7 +1,7 @@
 """A CPU model's dtype against the config's fp16/bf16 blocks, as DeepSpeed's engine takes a model: which dtype the
-model computes in on the host device, the module cast to it where DeepSpeed casts (module.half() /
-module.bfloat16()), refused where it would train without the precision the config asks for. Not the engine's
-precision itself (fp32 masters, the working dtype: zo_engine_working_dtype) nor how CUDA models compute
+model computes in on the host device, the module's parameters cast to it where DeepSpeed casts them (its buffers
+as data_types.buffer_dtype says), refused where it would train without the precision the config asks for. Not the
+engine's precision itself (fp32 masters, the working dtype: zo_engine_working_dtype) nor how CUDA models compute
 (_device.CudaPlacement gives those the working dtype always); a 16-bit CUDA model without fp16/bf16 is refused the
 same way as a CPU one (model_compute_dtype).
 """
@@ -21,7 +21,7 @@ def check_param_dtypes(params, cuda):
                             "fp16/bf16 ones with the config's fp16/bf16 block enabled" % (n, p.dtype))
 
 
-def cpu_compute_dtype(model, params, working):
+def cpu_compute_dtype(model, params, working, buffers=None):
     """The dtype a CPU @model computes in, given the engine's @working dtype (torch.float32, or the 16-bit dtype of
     the config's enabled fp16/bf16 block), casting the module where DeepSpeed's engine would:
       - every trained parameter fp32 and @working 16-bit where this torch's CPU kernels have the ops a model
@@ -30,21 +30,48 @@ def cpu_compute_dtype(model, params, working):
       - every trained parameter fp32 otherwise (fp32 training, or a torch whose CPU kernels lack 16-bit ops, e.g.
         fp16 matmul and bf16 mse_loss in torch 1.13): torch.float32, nothing cast. The parameters receive the
         working weights widened; model.half() / .to(torch.bfloat16) before initialize() gives 16-bit compute;
-      - some trained parameter fp16/bf16 (model.half(), .to(torch.bfloat16)) and @working 16-bit: the whole module
-        (parameters, frozen ones and floating buffers) cast to @working, as DeepSpeed's module.half() /
-        module.bfloat16(), so a bf16 model under fp16.enabled becomes fp16; the parameters are then the working
-        copy itself;
+      - some trained parameter fp16/bf16 (model.half(), .to(torch.bfloat16)) and @working 16-bit: the module's
+        parameters (frozen ones too) cast to @working, so a bf16 model under fp16.enabled becomes fp16; the
+        parameters are then the working copy itself;
       - some trained parameter 16-bit and @working fp32 (neither fp16 nor bf16 enabled): TypeError naming the
         parameter (DeepSpeed's engine refused this too in the versions whose __check_params ran: "torch.float32
         is enabled but the following parameters have dtype that is not torch.float32"); training a 16-bit copy
-        without fp16's loss scaling would let small gradients underflow silently."""
+        without fp16's loss scaling would let small gradients underflow silently.
+    Where the module is cast (the first and third case) its floating buffers keep their dtype (a Llama's fp32
+    rotary inv_freq stays fp32), or are cast to @buffers, the config's data_types.buffer_dtype, when given: as
+    DeepSpeed 0.19's engine casts (_cast_module_mixed_precision, "Cast params only; preserve fp32 buffers"), where
+    older DeepSpeed called module.half() / module.bfloat16() on everything.
+    """
     half = [(n, p) for n, p in params if p.dtype in HALF]
     if not half and (working == torch.float32 or not cpu_kernels(working)):
         return torch.float32
     refuse_half_without_precision(half, working)  # (nothing to refuse when no parameter is 16-bit)
-    with torch.no_grad():
-        model.to(working)
+    cast_module(model, working, buffers)
     return working
+
+
+BUFFER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def buffer_dtype(config):
+    """The config dict's data_types.buffer_dtype as a torch dtype ("fp32", "bf16" or "fp16"; the library's parser
+    refused any other value before this is asked), or None when absent: buffers keep the dtype they were built in."""
+    dt = config.get("data_types") if isinstance(config, dict) else None
+    return BUFFER_DTYPES[dt["buffer_dtype"]] if isinstance(dt, dict) and dt.get("buffer_dtype") else None
+
+
+def cast_module(model, working, buffers=None):
+    """@model's floating parameters (trained and frozen) to @working; its floating buffers to @buffers when that is
+    not None, else left as they are. In place (parameter.data, the module's _buffers entries)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != working:
+                p.data = p.data.to(working)
+        if buffers is not None:
+            for m in model.modules():
+                for key, b in m._buffers.items():
+                    if b is not None and b.is_floating_point() and b.dtype != buffers:
+                        m._buffers[key] = b.to(buffers)
 
 
 _KERNELS = {}
@@ -86,11 +113,11 @@ def refuse_half_without_precision(params, working):
                         % (n, p.dtype, "fp16" if p.dtype == torch.float16 else "bf16"))
 
 
-def model_compute_dtype(model, params, working, cuda):
+def model_compute_dtype(model, params, working, cuda, buffers=None):
     """The dtype @model computes in, decided before its parameters meet the engine: on the CPU cpu_compute_dtype();
     on CUDA @working (CudaPlacement gives the parameters the working dtype), after the same refusal of a 16-bit
     model under a config with neither fp16 nor bf16 (which would otherwise get fp32 parameters silently)."""
     if not cuda:
-        return cpu_compute_dtype(model, params, working)
+        return cpu_compute_dtype(model, params, working, buffers)
     refuse_half_without_precision(params, working)
     return working

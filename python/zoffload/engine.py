@@ -244,7 +244,8 @@ class Engine(DeepSpeedEngineAPI):
         self.gdtype = _lib.lib.zo_engine_grad_dtype(self.eng)
         self.wdtype = _DT[_lib.lib.zo_engine_working_dtype(self.eng)]
         # a 16-bit model computes in the working dtype (cast to it as DeepSpeed does); refused without fp16/bf16
-        compute = _precision.model_compute_dtype(model, self.params, self.wdtype, self.place.cuda)
+        self.buffer_dtype = _precision.buffer_dtype(r.config)  # None: buffers keep their dtype
+        compute = _precision.model_compute_dtype(model, self.params, self.wdtype, self.place.cuda, self.buffer_dtype)
         if not self.place.cuda:
             self.place.compute = compute
         self.handles = []
@@ -355,14 +356,16 @@ class Engine(DeepSpeedEngineAPI):
                     t.copy_(host)
 
     def _move_rest(self, model):
-        """CUDA: what the engine does not hold (buffers, frozen parameters) to the GPU, floating-point ones in the
-        working dtype, as module.to(device) and DeepSpeed's module.bfloat16()/half() would."""
+        """CUDA: what the engine does not hold (buffers, frozen parameters) to the GPU: frozen floating-point
+        parameters in the working dtype; buffers in their own dtype, floating ones in data_types.buffer_dtype when
+        the config gives it (DeepSpeed 0.19's engine: parameters cast, buffers preserved unless buffer_dtype)."""
         trained = {id(p) for _, p in self.params}
         with torch.no_grad():
             for m in model.modules():
                 for key, b in m._buffers.items():
                     if b is not None:
-                        m._buffers[key] = b.to(self.place.device, self.wdtype if b.is_floating_point() else None)
+                        bdt = self.buffer_dtype if b.is_floating_point() else None
+                        m._buffers[key] = b.to(self.place.device, bdt)
                 for p in m.parameters(recurse=False):
                     if id(p) not in trained:
                         p.data = p.data.to(self.place.device, self.wdtype if p.is_floating_point() else None)

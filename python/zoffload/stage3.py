@@ -3,13 +3,15 @@
 Between uses every parameter holds an empty tensor; the engine keeps its working weights on the tier
 offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
   - forward pre-hook of a module with parameters of its own or external ones (zero.register_external_parameter):
-    fetch those (the whole subtree for nn.MultiheadAttention and nn.TransformerEncoderLayer, which use their
-    children's weights without calling them; a root module's own parameters for its whole forward, as DeepSpeed)
+    fetch those (the whole subtree for a leaf: nn.MultiheadAttention and nn.TransformerEncoderLayer, which use their
+    children's weights without calling them, and the modules utils.set_z3_leaf_modules flagged; a leaf's
+    descendants get no hooks; a root module's own parameters for its whole forward, as DeepSpeed)
     and point each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from
     bf16/fp16; on the GPU in the working dtype, copied on torch's current stream);
   - frozen parameters (requires_grad=False) live in a store on offload_param's tier (zero.Store), fetched by the
-    same hooks, for backward only when an input of the module needs a gradient, released by hooks on those
-    inputs; zero.Init's parameters are registered by ds_shape and loaded from Init's store;
+    same hooks, for backward only when an input of the module needs a gradient or the module trains parameters
+    of its own, released by hooks on those inputs (else at backward's end); zero.Init's parameters are registered
+    by ds_shape and loaded from Init's store;
   - forward post-hook: release them, and wrap the module's outputs in an autograd function whose backward
     fetches them again before the module's own backward runs (torch 1.13 has no full backward pre-hook);
   - the parameter's gradient hook (after accumulation): hand the gradient over (in every micro-step: accumulate
@@ -108,10 +110,21 @@ class Stage3Engine(Engine):
         self._recomputed = []
         self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
         from .zero import external_parameters
+        from .utils import z3_leaf_module
+        # a leaf (a _SUBTREE module, or one utils.set_z3_leaf_modules flagged) fetches its whole subtree; the modules
+        # inside it get no hooks of their own
+        leaves = {id(m): m for m in model.modules() if isinstance(m, _SUBTREE) or z3_leaf_module(m)}
+        inside = {id(c) for m in leaves.values() for c in m.modules() if c is not m}
         for m in model.modules():
-            own = list(m.parameters(recurse=(isinstance(m, _SUBTREE)))) + external_parameters(m)
+            if id(m) in inside:
+                continue
+            sub = list(m.modules()) if id(m) in leaves else [m]
+            own = list(m.parameters(recurse=id(m) in leaves)) + [q for c in sub for q in external_parameters(c)]
             if not own:
                 continue
+            if z3_leaf_module(m):
+                for q in own:
+                    q.ds_z3_leaf_module = m
             ids = tuple(sorted({self.index[id(p)] for p in own if id(p) in self.index}))
             fids = tuple(sorted({self.findex[id(p)] for p in own if id(p) in self.findex}))
             self.module_hooks.append(m.register_forward_pre_hook(
@@ -282,8 +295,9 @@ class Stage3Engine(Engine):
             self._frelease(f)
         if not wrap:
             return None
-        # frozen weights are fetched for backward only when some input needs a gradient (else nothing needs them)
-        if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in inp):
+        # frozen weights are fetched for backward when some input needs a gradient, or when the module trains
+        # parameters of its own, whose gradients may need them (w * mask, with mask frozen); else nothing needs them
+        if not ids and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in inp):
             fids = ()
         if isinstance(out, torch.Tensor):
             return _PreBackward.apply(self, ids, fids, out)[0] if out.requires_grad else None

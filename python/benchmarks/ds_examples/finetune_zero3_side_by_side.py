@@ -2,7 +2,7 @@
 DeepSpeed, under zoffload with its import lines changed, and under a plain-torch reference, in one run.
 
     DIR/bin/python python/benchmarks/ds_examples/finetune_zero3_side_by_side.py \\
-        --examples PATH/DeepSpeedExamples --work /tmp/fz3 [--kind llama|moe] [--rounds 2] [--steps 20]
+        --examples PATH/DeepSpeedExamples --work /tmp/fz3 [--kind llama|moe] [--rounds 3] [--steps 20]
 
 DIR is the torch 2 venv of scripts/torch2-env.sh (torch, DeepSpeed, transformers, datasets; the script also
 imports wandb: pip install wandb). The script is run as the example's own finetune_llama-8b_1gpu.sh runs it in its
@@ -78,7 +78,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     bindir = os.path.dirname(sys.executable)
     os.makedirs(a.work, exist_ok=True)

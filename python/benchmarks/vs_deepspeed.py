@@ -11,6 +11,10 @@ of --rounds rounds (zoffload first in odd rounds, DeepSpeed first in even ones),
 falls on both. Per run: the median seconds per step after --warmup steps; per framework and placement: the
 median over the rounds, the peak RSS, and the loss difference to torch's at fixed steps.
 
+The config leaves gradient_clipping out unless --gradient-clipping gives it (torch then clips with
+clip_grad_norm_ too): DeepSpeed 0.19.8 reads the missing key as 1.0 (GRADIENT_CLIPPING_DEFAULT, changed from 0 by
+deepspeedai/DeepSpeed#8068), zoffload as 0, no clipping, as DeepSpeed did before.
+
 Run with the torch 2 venv's python (scripts/torch2-env.sh DIR; ZOFFLOAD_LIBRARY from its activate script):
     DIR/bin/python python/benchmarks/vs_deepspeed.py --nvme-path /path/on/nvme
 The last line is one JSON object: zoffload_s_per_step, deepspeed_s_per_step, torch_s_per_step (stage 2 cpu) and
@@ -47,7 +51,9 @@ def ds_config(a, placement):
             zero["offload_param"].update(nvme_path=a.nvme_path, buffer_count=5,
                                          buffer_size=max(int(1e8), 4 * a.d_model * a.d_model * 2))
         zero["stage3_param_persistence_threshold"] = 0
+    clip = {} if a.gradient_clipping is None else {"gradient_clipping": a.gradient_clipping}
     return {
+        **clip,
         "train_micro_batch_size_per_gpu": a.batch,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WD}},
@@ -125,6 +131,8 @@ def child(a):
             loss = model(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if a.gradient_clipping:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.gradient_clipping)
             opt.step()
             return loss.item()
         close = None
@@ -164,8 +172,10 @@ def child(a):
 
 def run_child(a, framework, placement):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, "--placement", placement]
-    for k in ("steps", "layers", "d_model", "heads", "seq", "batch", "threads", "nvme_path", "corpus"):
-        cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
+    for k in ("steps", "layers", "d_model", "heads", "seq", "batch", "threads", "nvme_path", "corpus",
+              "gradient_clipping"):
+        if getattr(a, k) is not None:
+            cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(a.threads))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
     for line in p.stdout.splitlines():
@@ -191,6 +201,9 @@ def main():
     ap.add_argument("--corpus", default=os.environ.get("ZO_CORPUS", "/usr/share/games/fortunes"),
                     help="directory of text files (default: $ZO_CORPUS, else Debian's fortunes, as zo-train's)")
     ap.add_argument("--placements", default="s2_cpu,s3_cpu,s3_nvme")
+    ap.add_argument("--gradient-clipping", type=float, default=None,
+                    help="the config's gradient_clipping, and torch's clip_grad_norm_ (default: the key left out, "
+                         "which DeepSpeed 0.19.8 reads as 1.0 and zoffload as 0, no clipping)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one run (default 1800)")
     ap.add_argument("--child", choices=("torch", "zoffload", "deepspeed"), dest="framework")
     ap.add_argument("--placement", default="s2_cpu")

@@ -10,7 +10,9 @@ imports wandb: pip install wandb). The script is run as the example's own finetu
 DeepSpeedCPUAdam as the client optimizer; activation checkpointing), with local stand-ins for the hub model and
 dataset (finetune_inputs.py: a small Llama, or with --kind moe a Qwen3-MoE run with the script's own
 --leaf_module Qwen3MoeSparseMoeBlock), --attn_implementation sdpa (flash-attn is CUDA-only) and
---max_length 256. The copies:
+--max_length 256. The config leaves gradient_clipping out, as the example's does: DeepSpeed 0.19.8 then clips
+the gradient norm at 1.0 (its default since deepspeedai/DeepSpeed#8068), zoffload and the reference do not clip;
+--gradient-clipping X writes the key for all three. The copies:
   deepspeed  the script unchanged, `deepspeed --num_gpus 1` (DS_ACCELERATOR=cpu)
   zoffload   its import lines changed (printed as a diff), `zoffload --num_gpus 1`
   torch      its import lines pointed at torchref/ (bf16 model, fp32 master weights, torch's Adam)
@@ -45,9 +47,11 @@ def ported(text, package):
     return "".join(out)
 
 
-def config(batch):
-    """The "zerooffload" config that the example's finetune_llama-8b_1gpu.sh writes, with its batch size."""
-    return {"train_batch_size": batch, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+def config(batch, clip=None):
+    """The "zerooffload" config that the example's finetune_llama-8b_1gpu.sh writes, with its batch size; with
+    @clip, "gradient_clipping": @clip added (the example leaves it out: 1.0 to DeepSpeed 0.19.8, 0 to zoffload)."""
+    extra = {} if clip is None else {"gradient_clipping": clip}
+    return {**extra, "train_batch_size": batch, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
             "zero_optimization": {"stage": 3, "overlap_comm": False, "reduce_bucket_size": 4e8,
                                   "sub_group_size": 4e8,
                                   "offload_optimizer": {"device": "cpu", "pin_memory": True}},
@@ -79,6 +83,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gradient-clipping", type=float, default=None,
+                    help="add gradient_clipping to the config (default: left out, as the example writes it)")
     a = ap.parse_args()
     bindir = os.path.dirname(sys.executable)
     os.makedirs(a.work, exist_ok=True)
@@ -97,7 +103,7 @@ def main():
                                                "a/" + SCRIPT, "b/" + SCRIPT, n=0))
     cfg = os.path.join(a.work, "zerooffload.json")
     with open(cfg, "w") as fh:
-        json.dump(config(a.batch), fh, indent=4)
+        json.dump(config(a.batch, a.gradient_clipping), fh, indent=4)
     args = ["--deepspeed_config=" + cfg, "--model_name", os.path.join(inputs, "model"), "--num_train_epochs", "1",
             "--lr", "1e-5", "--batch_size", str(a.batch), "--weight_decay", "0.01",
             "--output_dir", os.path.join(a.work, "out"), "--seed", "42", "--max_length", "256",
@@ -128,7 +134,7 @@ def main():
     first = {n: results[n][0]["steps"] for n in names}
     for s in sorted(first["torch"]):
         print("%4d  %s" % (s, "  ".join("%-9.4f" % first[n][s][0] if s in first[n] else "%-9s" % "-" for n in names)))
-    summary = {"kind": a.kind, "steps": a.steps, "rounds": a.rounds}
+    summary = {"kind": a.kind, "steps": a.steps, "rounds": a.rounds, "gradient_clipping": a.gradient_clipping}
     for n in names:
         same = all(sorted((s, v[0]) for s, v in x["steps"].items()) ==
                    sorted((s, v[0]) for s, v in first[n].items()) for x in results[n])

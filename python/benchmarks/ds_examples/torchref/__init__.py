@@ -4,8 +4,9 @@ builds it, its parameters cast to the config's fp16/bf16 dtype when one is enabl
 0.19's engine casts); fp32 master weights (the cast parameters' values) are updated by torch.optim.AdamW (Adam
 when adam_w_mode is False; foreach=False) with the client optimizer's hyper-parameters, or the config's
 "optimizer" block, then rounded into the parameters (round to nearest even). Data: DeepSpeed's loader under a
-launcher (DistributedSampler, seed 0). One rank, no loss scaling, no gradient accumulation, no clipping;
-save_checkpoint() writes nothing. Used by finetune_zero3_side_by_side.py and the HelloDeepSpeed run of
+launcher (DistributedSampler, seed 0). The config's gradient_clipping (absent: none) clips the fp32 gradients'
+global norm with clip_grad_norm_. One rank, no loss scaling, no gradient accumulation; save_checkpoint() writes
+nothing. Used by finetune_zero3_side_by_side.py and the HelloDeepSpeed run of
 docs/pytorch/vs-deepspeed.md."""
 import json
 
@@ -53,6 +54,7 @@ class Engine:
         hyper, adamw = _hyper(optimizer, config)
         self.opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(self.master, foreach=False, **hyper)
         self.micro = config.get("train_micro_batch_size_per_gpu", config.get("train_batch_size"))
+        self.clip = float(config.get("gradient_clipping", 0.0))
 
     def __call__(self, *a, **k):
         return self.module(*a, **k)
@@ -71,6 +73,8 @@ class Engine:
         for p, m in zip(self.params, self.master):
             m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
             p.grad = None
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.master, self.clip)
         self.opt.step()
         for p, m in zip(self.params, self.master):
             p.copy_(m)

@@ -606,14 +606,37 @@ static const char *const zero_inert[] = {
     "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
     "override_module_apply", "log_trace_cache_warnings", "zenflow", "prefetch_bucket_size",
     "param_persistence_threshold", "max_live_parameters", "max_reuse_distance", "save_muon_momentum_buffer_in_memory",
-    "allgather_sequential", "stage3_allgather_sequential", "enable_sanity_checks", "leaf_module", "grad_hooks",
-    NULL};
+    "allgather_sequential", "stage3_allgather_sequential", "enable_sanity_checks", "grad_hooks", NULL};
 /* zero_optimization keys zoffload reads (parse_zero), for suggestions. */
 static const char *const zero_keys[] = {
     "stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "cpu_offload",
     "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory", "sub_group_size",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-    "stage3_param_persistence_threshold", "reduce_bucket_size", "allgather_bucket_size", NULL};
+    "stage3_param_persistence_threshold", "reduce_bucket_size", "allgather_bucket_size", "leaf_module", NULL};
+
+/* zero_optimization.leaf_module (DeepSpeed's ZeRO-3 leaf modules): null, or an object whose classes, names and
+ * name_suffixes are each a string or an array of strings. Checked here; the Python front flags the modules
+ * (zoffload.utils.apply_leaf_module_config); zo-train's GPT has no module tree. */
+static zo_status leaf_module_block(const parse_ctx *c, const char *p, const json_t *v) {
+  static const char *const keys[] = {"classes", "names", "name_suffixes", NULL};
+  if (json_is_null(v)) return ZO_OK;
+  if (!json_is_object(v)) return type_err(c, p, "an object (classes, names, name_suffixes)", v);
+  const char *key;
+  const json_t *x;
+  char q[PATH_CAP], r[PATH_CAP + 24];
+  json_object_foreach((json_t *)v, key, x) {
+    pj(q, p, key);
+    if (!in_list(key, keys)) return cfg_unknown_key(c, q, key, KEY_SETS({NULL, keys}));
+    if (json_is_string(x)) continue;
+    if (!json_is_array(x)) return type_err(c, q, "a string or an array of strings", x);
+    for (size_t i = 0; i < json_array_size(x); i++) {
+      if (json_is_string(json_array_get(x, i))) continue;
+      snprintf(r, sizeof r, "%s[%zu]", q, i);
+      return type_err(c, r, "a string", json_array_get(x, i));
+    }
+  }
+  return ZO_OK;
+}
 
 /* What zero_optimization's keys said that its legacy forms and stage-dependent defaults depend on. */
 typedef struct zero_seen {
@@ -667,6 +690,8 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
     seen->legacy_param_key = key;
   } else if (!strcmp(key, "cpu_offload_use_pin_memory")) {
     ZO_CHECK(get_bool(c, p, v, &seen->legacy_pin));
+  } else if (!strcmp(key, "leaf_module")) {
+    ZO_CHECK(leaf_module_block(c, p, v));
   } else if (in_list(key, zero_inert)) {
     warn_inert(p);
   } else {

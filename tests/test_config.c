@@ -425,6 +425,15 @@ static void test_unknown_keys(void) {
        "t.json: optimizer.params.betaz: not a parameter of AdamW (it takes lr, betas, eps, weight_decay, "
        "bias_correction, adam_w_mode, amsgrad); DeepSpeed would reject it too; did you mean optimizer.params.betas?"},
       {"\"fp16\": {\"enabeld\": true}", "t.json: fp16.enabeld: not a DeepSpeed or zoffload key; did you mean fp16.enabled?"},
+      {"\"zero_optimization\": {\"stage\": 3, \"leaf_module\": {\"class\": [\"X\"]}}",
+       "t.json: zero_optimization.leaf_module.class: not a DeepSpeed or zoffload key; did you mean "
+       "zero_optimization.leaf_module.classes?"},
+      {"\"zero_optimization\": {\"stage\": 3, \"leaf_module\": {\"names\": [\"a\", 3]}}",
+       "t.json: zero_optimization.leaf_module.names[1]: expected a string, got 3"},
+      {"\"zero_optimization\": {\"stage\": 3, \"leaf_module\": [\"a\"]}",
+       "t.json: zero_optimization.leaf_module: expected an object (classes, names, name_suffixes), got an array"},
+      {"\"data_types\": {\"buffer_dtype\": \"int8\"}",
+       "t.json: data_types.buffer_dtype: expected \"fp32\", \"bf16\" or \"fp16\", got \"int8\""},
       {"\"bf16\": {\"enable\": true}", "t.json: bf16.enable: not a DeepSpeed or zoffload key; did you mean bf16.enabled?"},
       {"\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"buffer_sise\": 1}}",
        "t.json: zero_optimization.offload_param.buffer_sise: not a DeepSpeed or zoffload key; did you mean "
@@ -470,11 +479,13 @@ static void test_unknown_keys(void) {
       " \"flops_profiler\": {\"enabled\": false}, \"tensorboard\": {\"enabled\": false}, \"wandb\": {\"enabled\": false},\n"
       " \"csv_monitor\": {\"enabled\": false}, \"activation_checkpointing\": {\"partition_activations\": false},\n"
       " \"wall_clock_breakdown\": false, \"tensor_parallel\": {\"autotp_size\": 1},\n"
-      " \"data_types\": {\"param_dtype\": \"bf16\"}, \"zero_optimization\": {\"stage\": 3, \"leaf_module\": {}},\n"
+      " \"data_types\": {\"param_dtype\": \"bf16\", \"buffer_dtype\": \"bf16\"},\n"
+      " \"zero_optimization\": {\"stage\": 3, \"grad_hooks\": true, \"leaf_module\": {\"classes\": \"A\", \"names\": [],\n"
+      "                       \"name_suffixes\": [\"mlp\"]}},\n"
       " \"aio\": {\"block_size\": 1048576}, \"steps_per_print\": Infinity}";
   const char *inert[] = {"comms_logger", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
                          "activation_checkpointing", "wall_clock_breakdown", "tensor_parallel",
-                         "data_types.param_dtype", "zero_optimization.leaf_module"};
+                         "data_types.param_dtype", "zero_optimization.grad_hooks"};
   const size_t n_inert = sizeof inert / sizeof inert[0];
   g_nlog = 0;
   zo_status st = parse(js2, &c);
@@ -485,7 +496,8 @@ static void test_unknown_keys(void) {
     snprintf(want, sizeof want, "config: %s is accepted but has no effect yet", inert[i]);
     if (count_log(want) != 1) FAIL_AT("warning \"%s\" seen %d times, want 1", want, count_log(want));
   }
-  CHECK_EQ(g_nlog, n_inert); /* and nothing else: aio.block_size and steps_per_print are acted on */
+  CHECK_EQ(g_nlog, n_inert); /* and nothing else: aio.block_size and steps_per_print are acted on, and
+                                data_types.buffer_dtype and zero_optimization.leaf_module by the Python front */
   CHECK_EQ(count_log("not a DeepSpeed or zoffload key"), 0);
   /* HF accelerate's "steps_per_print": float("inf") as Python's json.dumps writes it: never print */
   CHECK_EQ(c.steps_per_print, INT64_MAX);

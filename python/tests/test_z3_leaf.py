@@ -8,7 +8,7 @@ import torch
 
 import zoffload
 from zoffload.utils import (get_z3_leaf_modules, set_z3_leaf_modules, set_z3_leaf_modules_by_name,
-                            unset_z3_leaf_modules, z3_leaf_module, z3_leaf_parameter)
+                            set_z3_leaf_modules_by_suffix, unset_z3_leaf_modules, z3_leaf_module, z3_leaf_parameter)
 
 STEPS = 6
 
@@ -68,12 +68,15 @@ def _reference():
     return losses
 
 
-def _train(leaf):
+def _train(leaf, leaf_config=None):
     torch.manual_seed(0)
     model = Net()
     if leaf:
         assert set_z3_leaf_modules(model, ["MoE"]) == [model.moe]
-    engine, _, _, _ = zoffload.initialize(model=model, model_parameters=model.parameters(), config=CFG)
+    cfg = CFG
+    if leaf_config is not None:
+        cfg = dict(CFG, zero_optimization=dict(CFG["zero_optimization"], leaf_module=leaf_config))
+    engine, _, _, _ = zoffload.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     orders, losses = [], []
     fetch = engine._fetch
 
@@ -108,6 +111,48 @@ def test_leaf_fetches_the_same_order_every_step_and_trains_as_torch():
                                                         for w in ("weight", "bias")])
 
 
+@pytest.mark.parametrize("block", [{"classes": ["MoE"]}, {"classes": "%s.MoE" % __name__},
+                                   {"classes": [], "names": ["moe"]}, {"name_suffixes": "oe"}])
+def test_the_config_flags_leaves(block):
+    """zero_optimization.leaf_module (DeepSpeed 0.19's key): classes, names or name suffixes."""
+    want = _reference()
+    losses, orders, hooked, leaf_params = _train(leaf=False, leaf_config=block)
+    assert losses == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert all(o == orders[0] for o in orders), orders
+    assert hooked["moe"] > 0 and hooked["moe.experts.0"] == 0 and "moe.gate.weight" in leaf_params
+
+
+class Qwen3MoeSparseMoeBlock(MoE):
+    """Stands for transformers' class of that name, which DeepSpeed 0.19 (and zoffload) flag by default."""
+
+
+Qwen3MoeSparseMoeBlock.__module__ = "transformers.models.qwen3_moe.modeling_qwen3_moe"
+
+
+def test_default_leaf_classes_and_config_warnings():
+    model = Net()
+    model.moe = Qwen3MoeSparseMoeBlock()
+    engine, _, _, _ = zoffload.initialize(model=model, model_parameters=model.parameters(), config=CFG)
+    try:
+        assert z3_leaf_module(model.moe) and len(model.moe.experts[0]._forward_pre_hooks) == 0
+    finally:
+        engine.close()
+    model = Net()
+    model.moe = Qwen3MoeSparseMoeBlock()
+    cfg = dict(CFG, zero_optimization=dict(CFG["zero_optimization"],
+                                           leaf_module={"classes": ["Mixtral"], "names": ["nope"]}))
+    with pytest.warns(UserWarning) as seen:
+        engine, _, _, _ = zoffload.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    engine.close()
+    text = "\n".join(str(w.message) for w in seen)
+    assert "leaf_module.names: no module named ['nope']" in text
+    assert "leaf_module.classes: no module of ['Mixtral'] in the model" in text
+    assert not z3_leaf_module(model.moe)  # the config's classes replace the defaults
+    with pytest.raises(zoffload.ZoffloadError, match=r"zero_optimization.leaf_module.class: .*did you mean"):
+        zoffload.initialize(model=Net(), config=dict(CFG, zero_optimization=dict(
+            CFG["zero_optimization"], leaf_module={"class": "MoE"})))
+
+
 def test_without_the_flag_the_order_follows_the_routing():
     """The case the flag is for (and the proof that the model above routes data-dependently)."""
     want = _reference()
@@ -132,6 +177,11 @@ def test_flags_and_errors():
     assert set_z3_leaf_modules_by_name(model, ["out", "nope"], raise_if_not_found=False) == ([model.out], ["nope"])
     with pytest.raises(ValueError, match=r"no module named \['nope'\]"):
         set_z3_leaf_modules_by_name(model, ["nope"])
+    assert set_z3_leaf_modules_by_suffix(model, ["xperts.1", "zz"], raise_if_not_found=False) == (
+        [model.moe.experts[1]], ["zz"])
+    with pytest.raises(ValueError, match=r"no module whose name ends with \['zz'\]"):
+        set_z3_leaf_modules_by_suffix(model, ["zz"])
+    unset_z3_leaf_modules(model, [torch.nn.Linear])
     engine, _, _, _ = zoffload.initialize(model=model, model_parameters=model.parameters(), config=CFG)
     try:
         with pytest.raises(RuntimeError, match="parameter 'inp.weight' already belongs to a ZeRO stage 3 engine"):

@@ -4,8 +4,9 @@ Between uses every parameter holds an empty tensor; the engine keeps its working
 offload_param names (cpu or nvme) and fetches them along its recorded trace, prefetching ahead. Hooks:
   - forward pre-hook of a module with parameters of its own or external ones (zero.register_external_parameter):
     fetch those (the whole subtree for a leaf: nn.MultiheadAttention and nn.TransformerEncoderLayer, which use their
-    children's weights without calling them, and the modules utils.set_z3_leaf_modules flagged; a leaf's
-    descendants get no hooks; a root module's own parameters for its whole forward, as DeepSpeed)
+    children's weights without calling them, and the modules utils.set_z3_leaf_modules or the config's
+    zero_optimization.leaf_module flagged; a leaf's descendants get no hooks; a root module's own parameters for
+    its whole forward, as DeepSpeed)
     and point each parameter's storage at a copy of the fetched weights (on the CPU widened to fp32 from
     bf16/fp16; on the GPU in the working dtype, copied on torch's current stream);
   - frozen parameters (requires_grad=False) live in a store on offload_param's tier (zero.Store), fetched by the
@@ -110,7 +111,9 @@ class Stage3Engine(Engine):
         self._recomputed = []
         self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
         from .zero import external_parameters
-        from .utils import z3_leaf_module
+        from .utils import apply_leaf_module_config, z3_leaf_module
+        zero = self.config.get("zero_optimization") if isinstance(self.config, dict) else None
+        apply_leaf_module_config(model, zero.get("leaf_module") if isinstance(zero, dict) else None)
         # a leaf (a _SUBTREE module, or one utils.set_z3_leaf_modules flagged) fetches its whole subtree; the modules
         # inside it get no hooks of their own
         leaves = {id(m): m for m in model.modules() if isinstance(m, _SUBTREE) or z3_leaf_module(m)}

@@ -268,6 +268,14 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   ZO_CHECK_GOTO(create_pool(e, cfg), st, fail);
   ZO_CHECK_GOTO(create_comm(e, comm), st, fail);
   ZO_CHECK_GOTO(zo_engine_check_device(cfg, zo_device_get_kind(e->dev), e->world), st, fail);
+  if (e->world > 1 && e->cfg.zero.stage == 3 && e->ptier == ZO_OFFLOAD_NONE &&
+      zo_device_get_kind(e->dev) == ZO_DEVICE_HOST) {
+    /* Stage 3 on several ranks of the host device: its memory is the host's, so the parameters partitioned "in
+     * device memory" are the host tier's partitions (DeepSpeed's CPU accelerator partitions them in RAM too). */
+    e->ptier = e->cfg.zero.offload_param.device = ZO_OFFLOAD_CPU;
+    zo_info("engine: stage 3 on %d ranks of the host device: parameters partitioned in host memory "
+            "(as offload_param.device \"cpu\")", e->world);
+  }
   if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);

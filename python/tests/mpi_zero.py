@@ -1,4 +1,5 @@
-"""mpi_zero.py TIER OUT - zoffload.zero on the ranks a launcher started (or one): the small GPT of
+"""mpi_zero.py TIER OUT - zoffload.zero on the ranks a launcher started (or one), the parameters on TIER (cpu, nvme,
+or device: no offload_param, the optimizer on cpu): the small GPT of
 examples/train_gpt.py built under zero.Init, trained 4 steps at stage 3 (data parallel: rank r on windows
 4r..4r+3 of each global batch of 8; one rank accumulates the two halves), then GatheredParameters with
 modifier_rank = the last rank (it writes 0.25 into row 0 of wte.weight, the other ranks 7 + rank; the
@@ -23,10 +24,11 @@ def _init(**kw):
 
 tier, out = sys.argv[1], sys.argv[2]
 world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
-cfg = config(device=tier, nvme=os.environ.get("ZO_TEST_NVME"), batch=4)
+cfg = config(device="cpu" if tier == "device" else tier, nvme=os.environ.get("ZO_TEST_NVME"), batch=4)
 cfg["gradient_accumulation_steps"] = 2 if world == 1 else 1
 cfg["zero_optimization"]["stage"] = 3
-cfg["zero_optimization"]["offload_param"] = {"device": tier, "nvme_path": os.environ.get("ZO_TEST_NVME")}
+if tier != "device":  # "device": no offload_param (ZeRO-Offload's stage 3: the parameters in device memory)
+    cfg["zero_optimization"]["offload_param"] = {"device": tier, "nvme_path": os.environ.get("ZO_TEST_NVME")}
 torch.manual_seed(1337)
 with zoffload.zero.Init(config_dict_or_path=cfg):
     model = GPT(layers=1)

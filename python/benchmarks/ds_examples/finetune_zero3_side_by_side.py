@@ -32,7 +32,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join("training", "DeepSpeed-SuperOffload", "finetune_zero3.py")
-STEP = re.compile(r"Step\s+(\d+) \| Loss: ([0-9.naif]+) \| Time:\s*(\d+)ms")
+# rank 0's own handler's lines (every rank also logs through the root logger, as "INFO:finetune_zero3:Step ...")
+STEP = re.compile(r" - finetune_zero3 - INFO - Step\s+(\d+) \| Loss: ([0-9.naif]+) \| Time:\s*(\d+)ms")
 
 
 def ported(text, package):
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="ranks each launcher starts (default 1); above 1 the torch reference is left out")
     ap.add_argument("--gradient-clipping", type=float, default=None,
                     help="add gradient_clipping to the config (default: left out, as the example writes it)")
     a = ap.parse_args()
@@ -113,15 +116,17 @@ def main():
         args += ["--leaf_module", "Qwen3MoeSparseMoeBlock"]
     base = dict(os.environ, TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled")
     cmds = {
-        "deepspeed": ([os.path.join(bindir, "deepspeed"), "--num_gpus", "1", "--master_port", "29611"],
+        "deepspeed": ([os.path.join(bindir, "deepspeed"), "--num_gpus", str(a.ranks), "--master_port", "29611"],
                       dict(base, DS_ACCELERATOR="cpu")),
-        "zoffload": ([os.path.join(bindir, "zoffload"), "--num_gpus", "1", "--master_port", "29612"], base),
+        "zoffload": ([os.path.join(bindir, "zoffload"), "--num_gpus", str(a.ranks), "--master_port", "29612"], base),
         "torch": ([sys.executable], dict(base, PYTHONPATH=HERE + os.pathsep + base.get("PYTHONPATH", ""))),
     }
+    if a.ranks > 1:  # the reference is one process; rank 0 logs the loss of its own part of the batch
+        del cmds["torch"]
     names = list(cmds)
     results = {n: [] for n in names}
     for r in range(a.rounds):
-        order = names[r % 3:] + names[:r % 3]
+        order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
             prog, env = cmds[n]
             log = os.path.join(a.work, "%s-round%d.log" % (n, r + 1))
@@ -132,9 +137,10 @@ def main():
                   flush=True)
     print("\nstep  %s" % "  ".join("%-9s" % n for n in names))
     first = {n: results[n][0]["steps"] for n in names}
-    for s in sorted(first["torch"]):
+    for s in sorted(first[names[-1]]):
         print("%4d  %s" % (s, "  ".join("%-9.4f" % first[n][s][0] if s in first[n] else "%-9s" % "-" for n in names)))
-    summary = {"kind": a.kind, "steps": a.steps, "rounds": a.rounds, "gradient_clipping": a.gradient_clipping}
+    summary = {"kind": a.kind, "steps": a.steps, "rounds": a.rounds, "ranks": a.ranks,
+               "gradient_clipping": a.gradient_clipping}
     for n in names:
         same = all(sorted((s, v[0]) for s, v in x["steps"].items()) ==
                    sorted((s, v[0]) for s, v in first[n].items()) for x in results[n])
@@ -143,7 +149,7 @@ def main():
         summary[n + "_wall_s"] = [round(x["wall_s"], 1) for x in results[n]]
         summary[n + "_losses_same_every_round"] = same
         summary[n + "_losses"] = [first[n][s][0] for s in sorted(first[n])]
-        if n != "torch":
+        if n != "torch" and "torch" in first:
             d = [abs(first[n][s][0] - first["torch"][s][0]) for s in first["torch"] if s in first[n]]
             summary[n + "_max_abs_loss_diff_to_torch"] = round(max(d), 4)
     print(json.dumps(summary))

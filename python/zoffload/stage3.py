@@ -114,8 +114,8 @@ class Stage3Engine(Engine):
         from .utils import apply_leaf_module_config, z3_leaf_module
         zero = self.config.get("zero_optimization") if isinstance(self.config, dict) else None
         apply_leaf_module_config(model, zero.get("leaf_module") if isinstance(zero, dict) else None)
-        # a leaf (a _SUBTREE module, or one utils.set_z3_leaf_modules flagged) fetches its whole subtree; the modules
-        # inside it get no hooks of their own
+        # a leaf (a _SUBTREE module, or one utils.set_z3_leaf_modules or the config flagged) fetches its whole subtree;
+        # the modules inside it get no hooks of their own
         leaves = {id(m): m for m in model.modules() if isinstance(m, _SUBTREE) or z3_leaf_module(m)}
         inside = {id(c) for m in leaves.values() for c in m.modules() if c is not m}
         for m in model.modules():

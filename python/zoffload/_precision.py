@@ -56,8 +56,8 @@ BUFFER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.fl
 def buffer_dtype(config):
     """The config dict's data_types.buffer_dtype as a torch dtype ("fp32", "bf16" or "fp16"; the library's parser
     refused any other value before this is asked), or None when absent: buffers keep the dtype they were built in."""
-    dt = config.get("data_types") if isinstance(config, dict) else None
-    return BUFFER_DTYPES[dt["buffer_dtype"]] if isinstance(dt, dict) and dt.get("buffer_dtype") else None
+    name = (config.get("data_types") or {}).get("buffer_dtype")
+    return BUFFER_DTYPES[name] if name else None
 
 
 def cast_module(model, working, buffers=None):

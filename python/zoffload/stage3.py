@@ -112,8 +112,8 @@ class Stage3Engine(Engine):
         self._outside = False  # the pass is outside training (evaluation, no grad): not in the trace
         from .zero import external_parameters
         from .utils import apply_leaf_module_config, z3_leaf_module
-        zero = self.config.get("zero_optimization") if isinstance(self.config, dict) else None
-        apply_leaf_module_config(model, zero.get("leaf_module") if isinstance(zero, dict) else None)
+        # (the config is a dict, its zero_optimization an object or absent: the library's parser checked both)
+        apply_leaf_module_config(model, (self.config.get("zero_optimization") or {}).get("leaf_module"))
         # a leaf (a _SUBTREE module, or one utils.set_z3_leaf_modules or the config flagged) fetches its whole subtree;
         # the modules inside it get no hooks of their own
         leaves = {id(m): m for m in model.modules() if isinstance(m, _SUBTREE) or z3_leaf_module(m)}

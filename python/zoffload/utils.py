@@ -98,12 +98,13 @@ def unset_z3_leaf_modules(model, leaf_module_classes, raise_if_not_found=True):
     return _flag_by_class(model, leaf_module_classes, False, raise_if_not_found, "unset_z3_leaf_modules")
 
 
-def _flag_by_name(model, patterns, flag, raise_if_not_found, what, match, check=True):
+def _flag_by_name(model, patterns, flag, raise_if_not_found, what, suffix, check=True):
+    """The modules whose name (model.named_modules()) is one of @patterns, or with @suffix ends with one."""
     if check:
         _refuse_if_initialized(model, what)
     found, missing, seen = [], [], set()
     for pat in patterns:
-        hits = [m for n, m in model.named_modules() if match(n, pat)]
+        hits = [m for n, m in model.named_modules() if (n.endswith(pat) if suffix else n == pat)]
         if not hits:
             missing.append(pat)
         for m in hits:
@@ -112,7 +113,7 @@ def _flag_by_name(model, patterns, flag, raise_if_not_found, what, match, check=
                 found.append(m)
     if missing and raise_if_not_found:
         raise ValueError("zoffload.utils.%s: no module %s %s in the model" % (
-            what, "named" if what.endswith("by_name") else "whose name ends with", missing))
+            what, "whose name ends with" if suffix else "named", missing))
     for m in found:
         m._z3_leaf = bool(flag)
     return found, missing
@@ -122,8 +123,7 @@ def set_z3_leaf_modules_by_name(model, module_names, flag=True, raise_if_not_fou
     """Flag (or with @flag False unflag) the modules named in @module_names (names as model.named_modules() gives
     them). Returns (the modules found, the names not found). ValueError naming the missing ones unless
     @raise_if_not_found is False; RuntimeError after a stage-3 initialize() of the model."""
-    return _flag_by_name(model, module_names, flag, raise_if_not_found, "set_z3_leaf_modules_by_name",
-                         lambda n, pat: n == pat)
+    return _flag_by_name(model, module_names, flag, raise_if_not_found, "set_z3_leaf_modules_by_name", False)
 
 
 def set_z3_leaf_modules_by_suffix(model, module_name_suffixes, flag=True, raise_if_not_found=True):
@@ -131,7 +131,7 @@ def set_z3_leaf_modules_by_suffix(model, module_name_suffixes, flag=True, raise_
     (e.g. "mlp" flags layers.0.mlp, layers.1.mlp, ...). Returns (the modules found, the suffixes nothing matched);
     the same errors."""
     return _flag_by_name(model, module_name_suffixes, flag, raise_if_not_found, "set_z3_leaf_modules_by_suffix",
-                         lambda n, pat: n.endswith(pat))
+                         True)
 
 
 def apply_leaf_module_config(model, block):
@@ -149,10 +149,8 @@ def apply_leaf_module_config(model, block):
     classes = listed("classes", DEFAULT_LEAF_MODULE_CLASSES)
     names, suffixes = listed("names", ()), listed("name_suffixes", ())
     found = _flag_by_class(model, classes, True, False, "apply_leaf_module_config", check=False) if classes else []
-    by_name, missing = _flag_by_name(model, names, True, False, "set_z3_leaf_modules_by_name",
-                                     lambda n, pat: n == pat, check=False)
-    by_suffix, unmatched = _flag_by_name(model, suffixes, True, False, "set_z3_leaf_modules_by_suffix",
-                                         lambda n, pat: n.endswith(pat), check=False)
+    by_name, missing = _flag_by_name(model, names, True, False, "apply_leaf_module_config", False, check=False)
+    by_suffix, unmatched = _flag_by_name(model, suffixes, True, False, "apply_leaf_module_config", True, check=False)
     if missing:
         warnings.warn("zoffload: zero_optimization.leaf_module.names: no module named %s in the model" % missing)
     if unmatched:

@@ -1,8 +1,8 @@
 """finetune_inputs.py OUT LAYERS HIDDEN [llama|moe] - local stand-ins for the hub model and dataset that
 DeepSpeedExamples' training/DeepSpeed-SuperOffload/finetune_zero3.py downloads (no network here):
-  OUT/data/train.json   alpaca-format rows (instruction, input, output) from Debian's fortunes (fortunes-min and
-                        the other files under /usr/share/games/fortunes): input the fortune's first line, output the
-                        rest; the script's --dataset_name takes the directory
+  OUT/data/train.json   alpaca-format rows (instruction, input, output) from the fortune files of $ZO_CORPUS
+                        (default Debian's, /usr/share/games/fortunes, as vs_deepspeed.py): input the fortune's first
+                        line, output the rest; the script's --dataset_name takes the directory
   OUT/model             a byte-level BPE tokenizer (2,000 tokens) trained on the same text, and a randomly
                         initialised (seed 0) Llama (llama) or Qwen3-MoE with 8 experts, 2 per token (moe), saved
                         with save_pretrained; the script's --model_name takes the directory
@@ -18,9 +18,12 @@ from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
                           Qwen3MoeForCausalLM)
 
 
+CORPUS = os.environ.get("ZO_CORPUS", "/usr/share/games/fortunes")
+
+
 def rows_and_texts():
     rows, texts = [], []
-    for f in sorted(glob.glob("/usr/share/games/fortunes/*")):
+    for f in sorted(glob.glob(os.path.join(CORPUS, "*"))):
         if "." in os.path.basename(f) or os.path.isdir(f) or os.path.islink(f):
             continue
         with open(f, encoding="utf-8", errors="replace") as fh:
@@ -32,7 +35,7 @@ def rows_and_texts():
                              "input": lines[0], "output": "\n".join(lines[1:])})
                 texts.append(fortune)
     if not rows:
-        sys.exit("finetune_inputs.py: no fortunes under /usr/share/games/fortunes (Debian: apt-get install fortunes)")
+        sys.exit("finetune_inputs.py: no fortunes under %s (ZO_CORPUS; Debian's: apt-get install fortunes)" % CORPUS)
     return rows, texts
 
 

@@ -2,7 +2,7 @@
 DeepSpeed, under zoffload with its import lines changed, and under a plain-torch reference, in one run.
 
     DIR/bin/python python/benchmarks/ds_examples/finetune_zero3_side_by_side.py \\
-        --examples PATH/DeepSpeedExamples --work /tmp/fz3 [--kind llama|moe] [--rounds 3] [--steps 20]
+        --examples PATH/DeepSpeedExamples [--work DIR] [--kind llama|moe] [--rounds 3] [--steps 20]
 
 DIR is the torch 2 venv of scripts/torch2-env.sh (torch, DeepSpeed, transformers, datasets; the script also
 imports wandb: pip install wandb). The script is run as the example's own finetune_llama-8b_1gpu.sh runs it in its
@@ -28,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,7 +77,7 @@ def run(name, cmd, env, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--examples", required=True, help="a DeepSpeedExamples checkout")
-    ap.add_argument("--work", required=True, help="a directory for the inputs, copies and logs")
+    ap.add_argument("--work", help="a directory for the inputs, copies and logs (default: a new one under $TMPDIR)")
     ap.add_argument("--kind", choices=("llama", "moe"), default="llama")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=512)
@@ -90,7 +91,11 @@ def main():
                     help="add gradient_clipping to the config (default: left out, as the example writes it)")
     a = ap.parse_args()
     bindir = os.path.dirname(sys.executable)
-    os.makedirs(a.work, exist_ok=True)
+    if a.work:
+        os.makedirs(a.work, exist_ok=True)
+    else:
+        a.work = tempfile.mkdtemp(prefix="finetune_zero3-")
+        print("finetune_zero3_side_by_side: inputs, copies and logs in %s" % a.work)
     inputs = os.path.join(a.work, "inputs-%s-%dx%d" % (a.kind, a.layers, a.hidden))
     if not os.path.exists(os.path.join(inputs, "model", "config.json")):
         subprocess.check_call([sys.executable, os.path.join(HERE, "finetune_inputs.py"), inputs, str(a.layers),

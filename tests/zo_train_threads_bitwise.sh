@@ -15,7 +15,21 @@ sed 's/"steps_per_print": *[0-9]*/"steps_per_print": 1/' "$cfg" >"$work/config.j
 grep -q '"steps_per_print": 1\b' "$work/config.json" || fail "$cfg: no steps_per_print to set to 1"
 # step N's "loss", "val_loss" and "grad_norm" as written, one line a step
 fields() { sed 's/.*"step": *\([0-9]*\).*"loss": *\([^,]*\),.*"val_loss": *\([^,]*\),.*"grad_norm": *\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+# A core type runs only where the CPU executes its kernels (an OPENBLAS_CORETYPE beyond the CPU dies of SIGILL):
+# Haswell and Zen need AVX2 and FMA, SkylakeX AVX-512 (F, CD, DQ, BW, VL). The skipped ones are named.
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+runs() { local f; for f in "$@"; do case "$flags" in *" $f "*) ;; *) echo "$f"; return 1 ;; esac; done; }
+coretypes=
 for ct in ${ZO_CORETYPES:-Haswell Zen SkylakeX}; do
+  case $ct in
+    SkylakeX | SkylakeX*) need="avx512f avx512cd avx512dq avx512bw avx512vl" ;;
+    *) need="avx2 fma" ;;
+  esac
+  if miss=$(runs $need); then coretypes="$coretypes $ct"
+  else echo "SKIP OPENBLAS_CORETYPE=$ct: this CPU has no $miss"; fi
+done
+[ -n "$coretypes" ] || fail "no core type of '${ZO_CORETYPES:-Haswell Zen SkylakeX}' runs on this CPU"
+for ct in $coretypes; do
   for t in 1 2; do
     fixed=; [ $t -gt 1 ] && fixed=--fixed-threads
     out="$work/$ct-t$t"

@@ -11,6 +11,10 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
   if (err && errlen) snprintf(err, errlen, "bf16 matmul: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)");
   return -1;
 }
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
+                      size_t errlen) {
+  return gemm_bf16_1t(ta, tb, M, N, K, NULL, lda, NULL, ldb, accumulate, NULL, ldc, err, errlen);
+}
 const char *gemm_bf16_isa(void) { return "unavailable: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)"; }
 #else
 
@@ -38,10 +42,20 @@ static _Thread_local dnnl_stream_t t_stream;
 static _Thread_local void *t_scratch;
 static _Thread_local size_t t_scratch_bytes;
 
+static const char *status_name(dnnl_status_t s) {
+  switch (s) {
+    case dnnl_out_of_memory: return " (out of memory)";
+    case dnnl_invalid_arguments: return " (invalid arguments)";
+    case dnnl_unimplemented: return " (unimplemented: no bf16 matmul for this CPU's instruction set)";
+    case dnnl_runtime_error: return " (runtime error)";
+    default: return "";
+  }
+}
+
 static int fail(char *err, size_t errlen, const char *what, const int *key, dnnl_status_t s) {
   if (err && errlen)
-    snprintf(err, errlen, "bf16 matmul %s (ta %d tb %d M %d N %d K %d lda %d ldb %d ldc %d acc %d): oneDNN status %d",
-             what, key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], (int)s);
+    snprintf(err, errlen, "bf16 matmul %s (ta %d tb %d M %d N %d K %d lda %d ldb %d ldc %d acc %d): oneDNN status %d%s",
+             what, key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], (int)s, status_name(s));
   return -1;
 }
 
@@ -154,6 +168,13 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
   if (cm) dnnl_memory_destroy(cm);
   if (sm) dnnl_memory_destroy(sm);
   return s == dnnl_success ? 0 : fail(err, errlen, "execution", key, s);
+}
+
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
+                      size_t errlen) {
+  const int key[9] = {!!ta, !!tb, M, N, K, lda, ldb, ldc, !!accumulate};
+  if (M <= 0 || N <= 0 || K <= 0) return 0; /* gemm_bf16_1t makes no primitive for these */
+  return lookup(key, err, errlen) ? 0 : -1;
 }
 
 static char g_isa[320];

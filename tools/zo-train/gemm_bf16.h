@@ -37,6 +37,15 @@
 int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                  int accumulate, float *C, int ldc, char *err, size_t errlen);
 
+/*
+ * gemm_bf16_prepare() - make and cache the primitive gemm_bf16_1t() would use
+ * for this shape, layout and @accumulate, without running it. Returns 0, or
+ * -1 with a message in @err naming the shape and oneDNN's status (creation
+ * failed: e.g. no bf16 matmul for this CPU; out of memory). Thread-safe.
+ */
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
+                      size_t errlen);
+
 /* gemm_bf16_isa() - the kernel oneDNN picked for a representative product (e.g. "brg:avx512_core_bf16"), for the
  * log; "unavailable: ..." when oneDNN cannot make one. */
 const char *gemm_bf16_isa(void);

@@ -339,6 +339,32 @@ static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint
   }
 }
 
+/* The primitive of every tile of one (M,N,K) bf16 product (gemm16's tiles), made now: 0, or -1 with @err. */
+static int prepare16(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
+                     size_t errlen) {
+  int mb, nb;
+  gemm_tiles(M, N, K, &mb, &nb);
+  const int ms[2] = {mb, M % mb}, ns[2] = {nb, N % nb}; /* full tiles, and the edge ones (0: none) */
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      if (ms[a] > 0 && ns[b] > 0 && gemm_bf16_prepare(ta, tb, ms[a], ns[b], K, lda, ldb, accumulate, ldc, err, errlen))
+        return -1;
+  return 0;
+}
+
+int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t errlen) {
+  const int C = c->d_model, N = max_batch * c->seq_len;
+  const int io[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* (in, out) of qkv, attn proj, fc, fc proj */
+  for (int p = 0; p < 4; p++) {
+    const int Ci = io[p][0], OC = io[p][1];
+    if (prepare16(0, 1, N, OC, Ci, Ci, Ci, 1, OC, err, errlen) ||  /* forward: out (N,OC) = inp W^T (+ bias) */
+        prepare16(0, 0, N, Ci, OC, OC, Ci, 0, Ci, err, errlen) ||  /* backward: dinp (N,Ci) = dout W */
+        prepare16(1, 0, OC, Ci, N, OC, Ci, 1, Ci, err, errlen))    /* backward: dW (OC,Ci) += dout^T inp */
+      return -1;
+  }
+  return 0;
+}
+
 /* @n fp32 values to bf16 (round to nearest even), one thread: a product's activation operand, N x (C or 4C). */
 static void to_bf16(gpt_model *m, uint16_t *dst, const float *src, size_t n) {
   if (zo_cast(dst, ZO_DTYPE_BF16, src, ZO_DTYPE_F32, n, 1) != ZO_OK && !m->gemm_failed) {

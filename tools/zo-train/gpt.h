@@ -221,6 +221,15 @@ int gpt_bind_grad(gpt_model *m, int i, float *g);
  * gpt_backward() -1, naming the shape.
  */
 int gpt_set_gemm_bf16(gpt_model *m);
+/*
+ * gpt_gemm_bf16_probe() - whether this CPU runs the bf16 products of @c's
+ * blocks at micro-batch @max_batch: makes (and caches) oneDNN's primitive of
+ * every tile of every such product, forward and backward, now. No model is
+ * needed; nothing is computed. Returns 0, or -1 with the first failure in
+ * @err (@errlen bytes), naming the shape and oneDNN's status (e.g. status 3,
+ * unimplemented: oneDNN 2.6 has no bf16 matmul below AVX-512). Thread-safe.
+ */
+int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t errlen);
 size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch);
 int gpt_gemm_bf16_param(const gpt_config *c, int i);
 int gpt_bind_weight_bf16(gpt_model *m, int i, const uint16_t *w);

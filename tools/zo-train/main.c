@@ -846,6 +846,14 @@ static void job_free(train_job *j) {
 static int run(const train_opts *o, train_job *j, train_progress *p) {
   if (create_engine(j)) return 1;
   print_plan(o, j);
+  /* train.cpu_gemm: "auto" probes oneDNN here, and "bf16" that this CPU cannot run is refused here, a dry run too */
+  char gmsg[1024];
+  if (train_resolve_cpu_gemm(j->ts.cpu_gemm, &j->ts.model, j->B, j->cuda, j->ts.model_streamed,
+                             zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg, sizeof gmsg)) {
+    fprintf(stderr, "zo-train: error: %s\n", gmsg);
+    return 1;
+  }
+  if (gmsg[0]) printf("zo-train: %s\n", gmsg);
   /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
   /* the compute of a step for the model: the FLOPs (a recompute of forward with activation checkpointing) over a rate */
   const double flops_step = j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);

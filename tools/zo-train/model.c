@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "model.h"
+#include "train_config.h"
+#include "zoffload/status.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
 #include "zoffload/device.h"
@@ -347,6 +349,51 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
   return 0;
 }
 
+int train_resolve_cpu_gemm(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
+                           int *bf16, char *msg, size_t cap) {
+  *bf16 = 0;
+  msg[0] = 0;
+  if (cuda || mode == TRAIN_GEMM_FP32) return 0; /* the CUDA model's products are bf16 already */
+  const char *what = mode == TRAIN_GEMM_AUTO ? "\"auto\"" : "\"bf16\"";
+  if (!streamed || working != ZO_DTYPE_BF16) {
+    if (mode == TRAIN_GEMM_AUTO)
+      return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): bf16 products need the CPU "
+                      "model with train.model_memory \"streamed\" and bf16.enabled; this run has%s working dtype %s",
+                      gpt_blas_core(), streamed ? "" : " the model resident,", zo_dtype_name(working)), 0;
+    snprintf(msg, cap, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
+             "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
+             "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", streamed ? "" : " resident",
+             zo_dtype_name(working));
+    return -1;
+  }
+  char why[512];
+  const double t0 = zo_clock_s();
+  const int rc = gpt_gemm_bf16_probe(c, max_batch, why, sizeof why);
+  const double ms = (zo_clock_s() - t0) * 1e3;
+  /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads either name) */
+  const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
+                                                                                                 : NULL;
+  char cpu[160];
+  snprintf(cpu, sizeof cpu, "%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
+                                        : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
+                                                                            : "no AVX-512",
+           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? (!strcmp(lim, "DNNL_MAX_CPU_ISA")
+                                                                            ? " by DNNL_MAX_CPU_ISA" : " by ONEDNN_MAX_CPU_ISA") : "");
+  if (rc == 0) {
+    *bf16 = 1;
+    if (mode == TRAIN_GEMM_AUTO)
+      snprintf(msg, cap, "train.cpu_gemm \"auto\": bf16 products (%s: every product of this model at micro-batch %d "
+               "made in %.0f ms; CPU: %s)", gpt_gemm_bf16_isa(), max_batch, ms, cpu);
+    return 0;
+  }
+  if (mode == TRAIN_GEMM_AUTO)
+    return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): this CPU (%s) cannot run "
+                    "oneDNN's bf16 products: %s", gpt_blas_core(), cpu, why), 0;
+  snprintf(msg, cap, "train.cpu_gemm: %s: this CPU (%s) cannot run oneDNN's bf16 products: %s; set train.cpu_gemm to "
+           "\"auto\" (bf16 products where the CPU runs them, fp32 elsewhere) or \"fp32\"", what, cpu, why);
+  return -1;
+}
+
 int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
                        zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen) {
   train_model *m = calloc(1, sizeof *m);
@@ -364,7 +411,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   if (gemm_bf16 && !m->cuda && (!m->streamed || m->grad_dtype != ZO_DTYPE_BF16)) {
     snprintf(err, errlen, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
              "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
-             "working dtype %s: set train.cpu_gemm to \"fp32\"", m->streamed ? "" : " resident",
+             "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", m->streamed ? "" : " resident",
              zo_dtype_name(m->grad_dtype));
     free(m);
     return -1;

@@ -104,16 +104,20 @@ static int get_num(ctx *c, json_t *obj, const char *block, const char *key, doub
 }
 
 /* train.KEY, one of two strings: *out 0 for @s0, 1 for @s1 (untouched when the key is absent). */
-static int get_choice(ctx *c, json_t *obj, const char *key, const char *s0, const char *s1, int *out) {
+/* train.@key: one of the NULL-terminated @choices (its index into *@out), else an error listing them. */
+static int get_choice(ctx *c, json_t *obj, const char *key, const char *const *choices, int *out) {
   json_t *v = json_object_get(obj, key);
   if (!v) return 0;
-  char path[128], msg[160];
+  for (int i = 0; json_is_string(v) && choices[i]; i++)
+    if (!strcmp(json_string_value(v), choices[i])) return *out = i, 0;
+  char path[128], msg[160] = "expected ";
   snprintf(path, sizeof path, "train.%s", key);
-  snprintf(msg, sizeof msg, "expected \"%s\" or \"%s\", got ", s0, s1);
-  if (!json_is_string(v) || (strcmp(json_string_value(v), s0) && strcmp(json_string_value(v), s1)))
-    return fail(c, path, msg, json_is_string(v) ? json_string_value(v) : type_name(v));
-  *out = !strcmp(json_string_value(v), s1);
-  return 0;
+  for (int i = 0; choices[i]; i++) {
+    const size_t len = strlen(msg);
+    snprintf(msg + len, sizeof msg - len, "%s\"%s\"", i == 0 ? "" : choices[i + 1] ? ", " : " or ", choices[i]);
+  }
+  strncat(msg, ", got ", sizeof msg - strlen(msg) - 1);
+  return fail(c, path, msg, json_is_string(v) ? json_string_value(v) : type_name(v));
 }
 
 static int check_keys(ctx *c, json_t *obj, const char *block, const char *const *known) {
@@ -271,8 +275,9 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
       goto out;
     }
     if (ac) ts->activation_checkpointing = json_is_true(ac);
-    if (get_choice(&c, t, "model_memory", "resident", "streamed", &ts->model_streamed) ||
-        get_choice(&c, t, "cpu_gemm", "fp32", "bf16", &ts->cpu_gemm_bf16))
+    static const char *const memory[] = {"resident", "streamed", NULL}, *const gemm[] = {"fp32", "bf16", "auto", NULL};
+    if (get_choice(&c, t, "model_memory", memory, &ts->model_streamed) ||
+        get_choice(&c, t, "cpu_gemm", gemm, &ts->cpu_gemm))
       goto out;
   }
   rc = 0;

@@ -847,3 +847,58 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
   *out = res;
   return ZO_OK;
 }
+
+/* ------------------------------------------------------------------------------------------------ app figures */
+
+zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure, double *value,
+                           char *src, size_t src_cap) {
+  if (!key || !measure || !value || !src || !src_cap)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: %s is NULL or empty",
+                        !key ? "key" : !measure ? "measure" : !value ? "value" : "src");
+  const size_t klen = strlen(key);
+  if (klen == 0 || klen > 1024)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: key of %zu bytes (1 to 1024)", klen);
+  for (size_t i = 0; i < klen; i++)
+    if (key[i] < 0x20 || key[i] > 0x7e)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: key byte %zu is 0x%02x, not printable ASCII",
+                          i, (unsigned char)key[i]);
+  *value = 0;
+  src[0] = 0;
+  char host[256], *full = malloc(klen + sizeof host + 16);
+  cache c = {.entries = json_object()};
+  if (!full || !c.entries) {
+    free(full);
+    json_decref(c.entries);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "speeds: out of host memory");
+  }
+  host_name(host, sizeof host);
+  sprintf(full, "app %s host=%s", key, host);
+  pthread_mutex_lock(&g_lock);
+  if (zo_speeds_cache_path(c.path, sizeof c.path) == ZO_OK) cache_read(&c);
+  else zo_info("%s; nothing is cached", zo_last_error());
+  char at[64], how[ZO_SPEEDS_SRC_CAP] = "";
+  zo_status st = ZO_OK;
+  if (c.path[0] && !remeasure && !env_remeasure() && cache_lookup(&c, full, value, at, sizeof at)) {
+    setf(src, src_cap, "cache %s (measured %s)", c.path, at);
+  } else if ((st = measure(ctx, value, how, sizeof how)) != ZO_OK) {
+    zo_error_set(st, "not measured: %s", how[0] ? how : zo_status_string(st));
+  } else if (!(isfinite(*value) && *value > 0)) {
+    st = zo_error_set(ZO_ERR_INVALID_ARG, "not measured: the measurement of \"%s\" gave %g, not a positive finite "
+                      "number", key, *value);
+  }
+  if (st != ZO_OK) {
+    *value = 0;
+    setf(src, src_cap, "%s", zo_last_error());
+  } else if (!src[0]) {
+    setf(src, src_cap, "measured: %s", how);
+    if (c.path[0]) {
+      now_text(at, sizeof at);
+      cache_put(&c, full, *value, how, at, NULL);
+      if (c.dirty && c.writable) cache_write(&c);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  json_decref(c.entries);
+  free(full);
+  return st;
+}

@@ -3,7 +3,8 @@
  * verbatim; measured ones are positive and finite, and written to the cache; a second call reads them from the
  * cache; a damaged cache is warned about, measured again and rewritten; ZO_SPEEDS_REMEASURE ignores it; another
  * program's file at the cache path is warned about and left byte for byte; no nvme path / no device give 0 with
- * that as the source; an emulated link is what the link figures see. Plumbing only: no speed is compared with a
+ * that as the source; an emulated link is what the link figures see; an application's own figure
+ * (zo_speeds_figure) is measured once and then read from the same cache. Plumbing only: no speed is compared with a
  * threshold (the machine may be busy), except that an emulated link cannot be beaten.
  * Usage: test_speeds [SCRATCH_BASE] (the swap directory and the cache go in a new directory under it).
  */
@@ -391,6 +392,90 @@ static void test_cache_path(const char *cache, const char *dir) {
   setenv("ZO_SPEEDS_CACHE", cache, 1);
 }
 
+/* zo_speeds_figure(): an application's own figure, measured once, then read from the same cache file beside the
+ * library's entries; ZO_SPEEDS_REMEASURE and @remeasure measure again; a failed measurement is returned with its
+ * reason and cached nowhere; bad keys and a measurement that is not a positive number are refused. */
+typedef struct fig_ctx {
+  int calls;
+  double value;
+  zo_status st;
+} fig_ctx;
+
+static zo_status fig_measure(void *ctx, double *value, char *how, size_t cap) {
+  fig_ctx *f = ctx;
+  f->calls++;
+  *value = f->value;
+  snprintf(how, cap, f->st == ZO_OK ? "timed %d" : "the probe broke (%d)", f->calls);
+  return f->st;
+}
+
+static void test_figure(const char *cache) {
+  fig_ctx f = {.value = 0.25, .st = ZO_OK};
+  double v = -1;
+  char src[ZO_SPEEDS_SRC_CAP];
+  const char *key = "test figure: model L=2 C=64 threads=2";
+  CHECK_OK(zo_speeds_figure(key, fig_measure, &f, 1, &v, src, sizeof src)); /* remeasure: whatever a run left */
+  CHECK_EQ(f.calls, 1);
+  CHECK(v == 0.25);
+  CHECK(!strcmp(src, "measured: timed 1"));
+  f.value = 9; /* the cache answers now, not the measurement */
+  CHECK_OK(zo_speeds_figure(key, fig_measure, &f, 0, &v, src, sizeof src));
+  CHECK_EQ(f.calls, 1);
+  CHECK(v == 0.25);
+  CHECK(!strncmp(src, "cache ", 6) && strstr(src, cache) && strstr(src, "(measured "));
+  /* the entry sits in the library's file, keyed with the host name */
+  json_t *root = json_load_file(cache, 0, NULL);
+  json_t *ent = root ? json_object_get(root, "entries") : NULL;
+  int found = 0;
+  const char *k;
+  json_t *e;
+  json_object_foreach(ent, k, e) {
+    if (!strncmp(k, "app test figure: model L=2 C=64 threads=2 host=", 47)) {
+      found = 1;
+      CHECK(json_real_value(json_object_get(e, "value")) == 0.25);
+      CHECK(!strcmp(json_string_value(json_object_get(e, "how")), "timed 1"));
+    }
+  }
+  CHECK(found);
+  CHECK(json_object_get(root, "zoffload_speeds") != NULL);
+  json_decref(root);
+  /* another key is another figure; the environment's remeasure too */
+  CHECK_OK(zo_speeds_figure("test figure: another", fig_measure, &f, 0, &v, src, sizeof src));
+  CHECK_EQ(f.calls, 2);
+  CHECK(v == 9);
+  setenv("ZO_SPEEDS_REMEASURE", "1", 1);
+  f.value = 0.5;
+  CHECK_OK(zo_speeds_figure(key, fig_measure, &f, 0, &v, src, sizeof src));
+  unsetenv("ZO_SPEEDS_REMEASURE");
+  CHECK_EQ(f.calls, 3);
+  CHECK(v == 0.5);
+  /* a failed measurement: its status and reason, nothing cached (the next call measures again) */
+  fig_ctx bad = {.value = 1, .st = ZO_ERR_OUT_OF_MEMORY};
+  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src), ZO_ERR_OUT_OF_MEMORY);
+  CHECK(v == 0);
+  CHECK(!strcmp(src, "not measured: the probe broke (1)"));
+  CHECK(strstr(zo_last_error(), "the probe broke (1)") != NULL);
+  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src), ZO_ERR_OUT_OF_MEMORY);
+  CHECK_EQ(bad.calls, 2);
+  fig_ctx nan_fig = {.value = NAN, .st = ZO_OK}, neg = {.value = -1, .st = ZO_OK};
+  CHECK_ST(zo_speeds_figure("test figure: nan", fig_measure, &nan_fig, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK(v == 0 && strstr(src, "not a positive finite number"));
+  CHECK_ST(zo_speeds_figure("test figure: negative", fig_measure, &neg, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  /* arguments */
+  char longkey[1100];
+  memset(longkey, 'k', sizeof longkey - 1);
+  longkey[sizeof longkey - 1] = 0;
+  CHECK_ST(zo_speeds_figure(NULL, fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure(key, NULL, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure(key, fig_measure, &f, 0, NULL, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure(key, fig_measure, &f, 0, &v, src, 0), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure("", fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure(longkey, fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure("tab\there", fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK(strstr(zo_last_error(), "byte 3 is 0x09"));
+  CHECK_EQ(f.calls, 3); /* no refused call measured */
+}
+
 int main(int argc, char **argv) {
   char dir[4096], swapdir[4200], cache[4300];
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "test_speeds", dir, sizeof dir)) return ZO_TEST_SKIP;
@@ -409,6 +494,7 @@ int main(int argc, char **argv) {
   test_cache(swapdir, dev, cache);
   test_emulated_link(dev);
   test_cache_path(cache, dir);
+  test_figure(cache);
 
   zo_device_destroy(dev);
   char cmd[8800];

@@ -164,6 +164,37 @@ ZO_API zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, cons
  */
 ZO_API zo_status zo_speeds_cache_path(char *buf, size_t cap);
 
+/*
+ * zo_speeds_measure_fn - an application's measurement for zo_speeds_figure():
+ * sets *@value (> 0 and finite, in the unit the application keys it by) and a
+ * one-line @how (@how_cap bytes), and returns ZO_OK; or returns another
+ * zo_status with the reason in @how, and nothing is cached.
+ */
+typedef zo_status (*zo_speeds_measure_fn)(void *ctx, double *value, char *how, size_t how_cap);
+
+/*
+ * zo_speeds_figure() - one figure that the application measures itself (a
+ * model's compute time a micro-batch, say), kept in zo_speeds_get_ex()'s
+ * cache beside the library's figures, under the entry
+ * "app <@key> host=<host name>". @key names everything the figure depends on
+ * besides the host (shapes, batch, thread count, kernels): 1 to 1024 bytes,
+ * printable ASCII. The figure is, in order: the cache's entry (unless
+ * ZO_SPEEDS_REMEASURE=1 in the environment or @remeasure), else
+ * @measure(@ctx, ...), whose value is then cached with its @how and the date.
+ * *@value: the figure; @src (@src_cap bytes, NUL-terminated, cut when longer):
+ * "cache PATH (measured DATE)" or "measured: HOW". The file's rules (where it
+ * is, when it is replaced, warnings for a damaged one) are
+ * zo_speeds_get_ex()'s. Synchronous; thread-safe (one zo_speeds_* call at a
+ * time in the process; @measure runs under that lock and must not call one).
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG for a NULL @key, @measure, @value or @src,
+ * a zero @src_cap, a key that is empty, longer or not printable ASCII, or a
+ * @measure that returned ZO_OK with a value not positive and finite; or
+ * @measure's status (*@value 0; @src and zo_last_error() "not measured: "
+ * and its @how).
+ */
+ZO_API zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure,
+                                  double *value, char *src, size_t src_cap);
+
 #ifdef __cplusplus
 }
 #endif

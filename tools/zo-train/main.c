@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,8 @@
 #include "model.h"
 #include "options.h"
 #include "predict.h"
+#include "probe.h"
+#include "zoffload/speeds.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
@@ -857,12 +860,26 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
   /* the compute of a step for the model: the FLOPs (a recompute of forward with activation checkpointing) over a rate */
   const double flops_step = j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);
-  char csrc[160];
-  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const double compute_s = train_compute_estimate(flops_step, o->compute_tflops, j->cuda,
-                                                  o->threads > 0 ? (int)o->threads : ncpu > 0 ? (int)ncpu : 1,
-                                                  j->ts.cpu_gemm_bf16, zo_device_peak_tflops(j->dev), csrc,
-                                                  sizeof csrc);
+  char csrc[320], psrc[ZO_SPEEDS_SRC_CAP] = "";
+  const int threads = o->threads > 0 ? (int)o->threads : omp_get_max_threads(); /* gpt.c's team */
+  /* the CPU model's compute measured here (probe.h; cached per machine and model), else the cost model */
+  const double mb_s = !j->cuda && o->compute_tflops <= 0
+                          ? train_compute_probe(&j->ts.model, j->B, j->ts.activation_checkpointing,
+                                                j->ts.cpu_gemm_bf16, j->ts.model_streamed,
+                                                zo_engine_working_dtype(j->eng), train_model_hand_dtype(j->eng),
+                                                threads, o->fixed_threads,
+                                                train_cpu_cost_rate(threads, j->ts.cpu_gemm_bf16), psrc, sizeof psrc)
+                          : 0;
+  double compute_s;
+  if (mb_s > 0) {
+    compute_s = mb_s * j->gas;
+    snprintf(csrc, sizeof csrc, "%d micro-batch%s x %.1f ms, gpt.c %s", j->gas, j->gas == 1 ? "" : "es", mb_s * 1e3,
+             psrc);
+  } else {
+    compute_s = train_compute_estimate(flops_step, o->compute_tflops, j->cuda, threads, j->ts.cpu_gemm_bf16,
+                                       zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
+    if (psrc[0] && j->rank == 0) printf("zo-train: compute probe %s; the cost model stands in\n", psrc);
+  }
   int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s, csrc,
                    j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO, j->rank == 0);
   if (o->dry_run) {

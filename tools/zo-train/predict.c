@@ -14,6 +14,10 @@
  * shapes (64 tokens, d_model 2560): 162-184 GFLOP/s, about a multiply-add per 0.0115 ns (gemm_bf16.h) */
 #define TRAIN_NS_MAC_BF16 0.0115
 
+double train_cpu_cost_rate(int threads, int gemm_bf16) {
+  return (threads > 0 ? threads : 1) * 2.0 / ((gemm_bf16 ? TRAIN_NS_MAC_BF16 : TRAIN_NS_MAC) * 1e-9);
+}
+
 double train_compute_estimate(double flops_step, double tflops, int cuda, int threads, int gemm_bf16,
                               double peak_tflops, char *src, size_t src_cap) {
   if (tflops > 0) {
@@ -21,8 +25,7 @@ double train_compute_estimate(double flops_step, double tflops, int cuda, int th
     return flops_step / (tflops * 1e12);
   }
   if (!cuda) {
-    const double ns = gemm_bf16 ? TRAIN_NS_MAC_BF16 : TRAIN_NS_MAC;
-    const double rate = (threads > 0 ? threads : 1) * 2.0 / (ns * 1e-9);
+    const double rate = train_cpu_cost_rate(threads, gemm_bf16);
     snprintf(src, src_cap, "%.3g FLOP at %.0f GFLOP/s (%s, %d thread%s)", flops_step, rate / 1e9,
              gemm_bf16 ? "oneDNN's bf16 products as measured" : "gpt.c's sgemm cost model", threads,
              threads == 1 ? "" : "s");

@@ -17,7 +17,7 @@
 typedef struct train_predict {
   zo_step_rates rates;      /* compute_s: the estimate, then the last step's measured compute */
   double compute_est_s;     /* the start-up estimate (FLOPs / rate) */
-  char compute_src[160];
+  char compute_src[320];
   zo_step_prediction step;  /* the prediction for the step in progress (made before it) */
   int ok;                   /* rates and prediction available */
   /* sums over the steps after the first (the first warms up: no read-ahead from an earlier step) */
@@ -25,6 +25,10 @@ typedef struct train_predict {
   double pred_s, pred_fb_s, pred_up_s, meas_s, meas_fb_s, meas_up_s;
   double pred_rd, pred_wr, meas_rd, meas_wr, pred_adam_s, meas_adam_s;
 } train_predict;
+
+/* The CPU model's FLOP/s by the cost model (gpt.c's NS_MAC a multiply-add a thread; with @gemm_bf16, the bf16
+ * products' measured rate) on @threads threads: where the compute probe (probe.h) is not measured. */
+double train_cpu_cost_rate(int threads, int gemm_bf16);
 
 /* The compute of one optimizer step, seconds: @flops_step over @tflops x 1e12 FLOP/s when given (> 0); else on the
  * CPU gpt.c's cost model (2 FLOP per multiply-add at NS_MAC ns each, per thread; with @gemm_bf16, train.cpu_gemm

@@ -82,7 +82,12 @@ typedef struct zo_adam_job {
 enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
 
 /*
- * Non-temporal stores by default (ZO_ADAM_NO_NT_STORES clears them). Measured
+ * Non-temporal stores. ZO_ADAM_NT_DEFAULT is what every update streams unless
+ * ZO_ADAM_NO_NT_STORES clears it: param_out. Whether p, m, v stream
+ * (ZO_NT_STATE) is not fixed here: ZO_ADAM_STORES=nt sets it, and by default
+ * each pool measures it once (pool.c, "Store probe"; adam_stores.h), because
+ * it is a property of the machine: the history below found no gain on this
+ * project's Zen 5, and issue 40 found a 2.7x one on a Zen 3. Measured
  * on the 2-core EPYC (Zen 5, AVX-512 + BF16) with the AVX-512 kernel, 64-byte
  * aligned arrays, the pool, medians of 9-11 interleaved repetitions. The
  * machine was shared with other jobs (load average 6-8), so the spread is
@@ -106,6 +111,36 @@ enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
  * three interleaved rounds): streaming p, m, v as well gave per-round paired
  * bf16-state/fp32-state ratios of 1.41, 1.27, 1.02 against 1.27, 1.33, 1.14
  * for param_out only: no clear difference, so the default stays.
+ * Issue 40 (part 5): a user's AMD EPYC without AVX-512 (Zen 2/3 class), 2^28
+ * at 2 threads: zo-adambench's p32_g32_s32 roofline 35.98 GB/s with
+ * streaming stores, 13.43 GB/s with regular ones; adamw_fp32g (which then
+ * streamed nothing) 13.21 GB/s = 36.7%, adamw_fp32g_nont 13.09, adamw_bf16g_out
+ * 54.8% of its roofline. The kernel ran at the regular-store roofline: the
+ * loss was the store kind, so p, m, v now follow the pool's probe. On the
+ * 2-core Zen 5 (zo-adambench --sizes 2^28 --threads 2 --reps 5, three rounds
+ * alternating the build before the probe and the one with it, load average
+ * ~2.2 = the benchmark's own two threads; %roof of the best roofline, the
+ * per-round paired figure in brackets):
+ *   AVX2    roofline p32_g32_s32 regular/nt 57.5/56.6, 65.9/63.6, 65.8/64.4 GB/s;
+ *           probe: nt 0.99x, 0.95x, 0.97x regular (lowest pair 0.92-0.93x), 0 pairs dropped -> regular
+ *           adamw_fp32g      before 101.5 (101.4), 99.4 (99.7), 100.3 (100.1)
+ *                            after  100.6 (100.0), 99.3 (99.8), 100.3 (100.4)
+ *           adamw_bf16g_out  before 100.3 (100.1), 102.2 (101.7), 101.2 (101.2)
+ *                            after  101.1 (102.0), 101.2 (101.0), 101.6 (101.7)
+ *   AVX-512 roofline regular/nt 66.0/63.3, 66.1/63.4, 65.6/62.7 GB/s;
+ *           probe: nt 0.94x, 0.99x, 0.97x regular (lowest 0.92-0.95x), 0 dropped -> regular
+ *           adamw_fp32g      before 100.8 (101.0), 100.1 (100.1), 99.6 (99.7)
+ *                            after  99.9 (100.1), 99.5 (99.3), 99.2 (99.4)
+ *           adamw_bf16g_out  before 102.6 (102.7), 102.9 (103.0), 102.4 (102.5)
+ *                            after  102.9 (103.0), 102.9 (102.6), 102.2 (102.3)
+ * so here the probe keeps regular stores and nothing changes. Forcing
+ * ZO_ADAM_STORES=nt (one run each): AVX2 adamw_fp32g 99.5% (98.4) against
+ * adamw_fp32g_nont 100.2% (99.0); AVX-512 97.9% (98.3) against 100.1% (99.7),
+ * adamw_bf16g_out 101.3% (101.5) against 102.2-102.9% with param_out only:
+ * streaming p, m, v costs 1-2% here (3-5% in the roofline kernels), what a
+ * wrong probe would cost. On the Zen 3 the probe's pairs should read about
+ * 35.98 / 13.43 = 2.7x (its kernel tracked the regular-store roofline), far
+ * above the 1.15x median the probe needs; not measured there yet.
  */
 #ifndef ZO_ADAM_NT_DEFAULT
 #define ZO_ADAM_NT_DEFAULT (ZO_NT_OUT)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "adam_internal.h"
+#include "adam_stores.h"
 #include "base_internal.h"
 
 /* ---------------------------------------------------------------- scalar reference */
@@ -74,7 +75,9 @@ zo_status zo_adam_job_init(const char *what, const zo_adam_hparams *hp, const zo
   j->ot = sh->param_out ? sh->out_dtype : ZO_DTYPE_F32;
   j->seed = sh->seed;
   j->step32 = (uint32_t)hp->step;
-  j->nt = (flags & ZO_ADAM_NO_NT_STORES) ? 0u : (unsigned)(ZO_ADAM_NT_DEFAULT);
+  /* the pool replaces ZO_NT_STATE by its own choice (pool.c, adam_stores_setup); elsewhere auto means regular */
+  j->nt = (flags & ZO_ADAM_NO_NT_STORES) ? 0u
+          : (unsigned)(ZO_ADAM_NT_DEFAULT) | (zo_adam_stores_env() == ZO_STORES_NT ? (unsigned)ZO_NT_STATE : 0u);
   return ZO_OK;
 }
 

@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "adam_internal.h"
+#include "adam_stores.h"
 #include "base_internal.h"
 #include "nvtx.h"
 
@@ -39,11 +41,19 @@ struct zo_adam_task {
   int active;    /* threads that have not finished the current phase (under mu) */
   int done;      /* under mu */
   int skipped;
+  size_t seg_b, seg_e; /* the current phase covers units [seg_b, seg_e): [0, n), or one store-probe segment */
   atomic_size_t next_tile;
   atomic_int nonfinite;
   /* K_ADAM */
   zo_adam_job job;
   unsigned flags;
+  int stores_set;  /* the update phase's store kind is set (adam_stores_setup) */
+  int probe_all;   /* zo_adam_pool_probe_stores()'s scratch task: take every pair still missing, whatever the size */
+  int probe_nseg;  /* > 0: the update phase runs as this many store-probe segments (under mu) */
+  int probe_seg;   /* the running segment */
+  size_t probe_per; /* elements per segment (the last may be shorter), a multiple of 64 */
+  double seg_t0;   /* zo_clock_s() when the running segment was published */
+  double seg_cpu;  /* CPU seconds the running segment's threads spent in it so far (under mu) */
   /* K_FOR */
   void (*fn)(void *, size_t, size_t, int);
   void *arg;
@@ -71,7 +81,21 @@ struct zo_adam_pool {
   zo_scan_fn scan;
   zo_sqnorm_fn sqfn;
   size_t tile;
-  char desc[512];
+  /* Store kind of param, m, v (see "Store probe" below); all under mu. */
+  zo_adam_stores stores;   /* ZO_ADAM_STORES at create */
+  unsigned state_nt;       /* ZO_NT_STATE when the update tasks stream p, m, v, else 0 */
+  int probe_pending;       /* auto: the probe has not decided yet */
+  int probe_pairs;         /* pairs timed so far */
+  double probe_t[2][ZO_STORES_PROBE_PAIRS]; /* seconds, [0 regular, 1 nt][pair]: the pairs kept */
+  int probe_clean[ZO_STORES_PROBE_PAIRS];   /* the running task's pairs: both segments undisturbed so far */
+  int probe_dropped;       /* pairs dropped because a thread lost its core during a segment */
+  double probe_ratio;      /* once decided: median regular time / nt time */
+  double probe_low;        /* and the lowest pair's */
+  size_t llc_bytes;        /* the last-level caches of the pool's cores, summed (distinct caches) */
+  size_t probe_seg_bytes;  /* a probe segment touches at least this many bytes */
+  unsigned desc_ver, stores_ver; /* desc is rebuilt when they differ */
+  char desc_base[448];     /* threads, cores, SIMD, tiles */
+  char desc[640];          /* desc_base and the store kind */
 };
 
 typedef struct {
@@ -117,9 +141,10 @@ static size_t task_tile(size_t setting, size_t n, int nt) { return setting == ZO
  */
 #define POOL_MIN_ELEMS_PER_THREAD ((size_t)65536)
 static int task_threads(const zo_adam_pool_t *P, const struct zo_adam_task *T) {
-  size_t want = T->kind == K_SQNORM ? T->n : (T->n + POOL_MIN_ELEMS_PER_THREAD - 1) / POOL_MIN_ELEMS_PER_THREAD;
+  const size_t n = T->seg_e - T->seg_b;
+  size_t want = T->kind == K_SQNORM ? n : (n + POOL_MIN_ELEMS_PER_THREAD - 1) / POOL_MIN_ELEMS_PER_THREAD;
   if (T->tile > 0) {
-    size_t tiles = (T->n + T->tile - 1) / T->tile;
+    size_t tiles = (n + T->tile - 1) / T->tile;
     if (tiles < want) want = tiles;
   }
   if (want > (size_t)P->nt) want = (size_t)P->nt;
@@ -148,19 +173,186 @@ static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size
   }
 }
 
-/* Thread t runs part @slot (of T->want) of the phase: a contiguous range, or tiles taken dynamically. */
+/* Thread t runs part @slot (of T->want) of the phase's [seg_b, seg_e): a contiguous range, or tiles taken
+ * dynamically. */
 static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int t, int slot) {
+  const size_t sb = T->seg_b, se = T->seg_e;
   if (T->tile == 0) {
     size_t b, e;
-    static_range(T->n, T->want, slot, T->align, &b, &e);
-    if (e > b) run_range(P, T, phase, b, e, t);
+    static_range(se - sb, T->want, slot, T->align, &b, &e);
+    if (e > b) run_range(P, T, phase, sb + b, sb + e, t);
     return;
   }
   for (;;) {
     size_t b = atomic_fetch_add_explicit(&T->next_tile, T->tile, memory_order_relaxed);
-    if (b >= T->n) break;
-    run_range(P, T, phase, b, b + T->tile < T->n ? b + T->tile : T->n, t);
+    if (b >= se) break;
+    run_range(P, T, phase, b, b + T->tile < se ? b + T->tile : se, t);
   }
+}
+
+/*
+ * Store probe. Whether streaming (non-temporal) stores of param, m and v pay
+ * depends on the machine, not on the kernel: on a Zen 3 EPYC (AVX2 only,
+ * issue 40) zo-adambench's 28 B/param roofline ran at 35.98 GB/s with
+ * streaming stores and 13.43 GB/s with regular ones, and the fp32-grad update
+ * (which then streamed nothing) at 13.21 GB/s; on the 2-core Zen 5 EPYC this
+ * project is measured on, the two rooflines are within a few percent (numbers
+ * in adam_internal.h). So with ZO_ADAM_STORES=auto (the default) each pool
+ * measures once, on its own threads and on the shard of the first update task
+ * that is far bigger than the pool's last-level caches: that task's update
+ * phase runs as 2k equal segments (k <= ZO_STORES_PROBE_PAIRS pairs), each
+ * touching at least probe_seg_bytes, alternately with regular and streaming
+ * p, m, v stores (pair q runs regular first when q is even, streaming first
+ * when odd, so neither kind always follows the other). Each segment is timed
+ * from its publication to its last thread's end. A pair counts only when in
+ * both its segments the threads were on their cores >= PROBE_MIN_BUSY of the
+ * time (thread CPU time over threads x wall time): on the 2-core EPYC while
+ * another job built (load average 1.5-2.3), 128 MiB segments took 3.5-5 ms
+ * undisturbed (busy 0.83-0.99, pair ratios 0.89-1.03) and up to 22 ms when a
+ * thread lost its core (busy 0.18-0.75), which made single probes read 0.21x
+ * to 1.56x without the filter; 2^27-element fp32 shards cut in 6 segments
+ * (its own arrays) took 9.6-10.2 ms undisturbed (busy 0.83-0.95) and up to
+ * 49 ms disturbed. Dropped pairs are timed again on later tasks. Once
+ * ZO_STORES_PROBE_PAIRS pairs are in (from one task or several),
+ * zo_adam_stores_decide() picks the kind for every later task. The probe
+ * costs no extra memory traffic: it is the task's own work, and the store
+ * kind never changes a result bit (the segments are ranges of the same
+ * element-wise update, as tiles are). Tasks with ZO_ADAM_NO_NT_STORES, with
+ * p, m or v not 64-byte aligned, or too small are not probed; until the
+ * decision, p, m, v get regular stores. zo_adam_pool_probe_stores() runs the
+ * same probe at once on scratch arrays.
+ */
+#define PROBE_LLC_FACTOR 4                   /* a segment touches >= this many times the pool's LLC bytes */
+#define PROBE_MIN_SEG_BYTES ((size_t)64 << 20) /* and at least this */
+#define PROBE_MAX_SEG_BYTES ((size_t)512 << 20) /* and at most this (pools over many L3s: 2 x 256 MiB of L3 -> 2x) */
+#define PROBE_TEST_SEG_ELEMS ((size_t)4096)  /* ZO_ADAM_STORES=probe: segments of at least this many elements */
+#define ZO_STR_(x) #x
+#define ZO_STR(x) ZO_STR_(x)
+#define PROBE_CALL_ATTEMPTS 12 /* zo_adam_pool_probe_stores(): runs of its scratch update at most */
+#define PROBE_MIN_BUSY 0.8 /* a segment counts when its threads' CPU time is >= this x threads x wall time */
+#define LLC_FALLBACK_BYTES ((size_t)32 << 20) /* when hwloc reports no cache */
+
+/* CPU time of the calling thread, seconds. */
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Segment s of the running probe is timed for pair q: 1 when it streams p, m, v. */
+static int probe_seg_nt(int q, int s) { return (q % 2 == 0) == (s % 2 == 1); }
+
+/* Under mu: point T at probe segment T->probe_seg (its range and store kind). */
+static void probe_segment_set(zo_adam_pool_t *P, struct zo_adam_task *T) {
+  int s = T->probe_seg;
+  T->seg_b = (size_t)s * T->probe_per;
+  T->seg_e = T->seg_b + T->probe_per < T->n ? T->seg_b + T->probe_per : T->n;
+  unsigned nt = probe_seg_nt(P->probe_pairs + s / 2, s) ? (unsigned)ZO_NT_STATE : 0u;
+  T->job.nt = (T->job.nt & ~(unsigned)ZO_NT_STATE) | nt;
+}
+
+/* Under mu, when the first update phase of T is published: its store kind, and the probe if T is one. */
+static void adam_stores_setup(zo_adam_pool_t *P, struct zo_adam_task *T) {
+  T->stores_set = 1;
+  if (T->flags & ZO_ADAM_NO_NT_STORES) return; /* job.nt is 0: every store regular */
+  zo_adam_job *j = &T->job;
+  j->nt = (j->nt & ~(unsigned)ZO_NT_STATE) | P->state_nt;
+  if (!P->probe_pending) return;
+  const size_t ssz = zo_dtype_size(j->st), osz = j->out ? zo_dtype_size(j->ot) : 0;
+  if (((uintptr_t)j->p | (uintptr_t)j->m | (uintptr_t)j->v) & 63) return; /* would not stream everywhere */
+  const size_t bpe = 4 + zo_dtype_size(j->gt) + 2 * ssz + osz; /* bytes touched per element */
+  const size_t seg_min = P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS : (P->probe_seg_bytes + bpe - 1) / bpe;
+  const size_t left = (size_t)(ZO_STORES_PROBE_PAIRS - P->probe_pairs);
+  size_t k = T->probe_all && T->n >= 2 * left * PROBE_TEST_SEG_ELEMS ? left : T->n / (2 * seg_min);
+  if (k == 0) return;
+  if (k > left) k = left;
+  T->probe_nseg = (int)(2 * k);
+  T->probe_seg = 0;
+  for (size_t q = 0; q < k; q++) P->probe_clean[P->probe_pairs + q] = 1;
+  T->probe_per = ((T->n + 2 * k - 1) / (2 * k) + 63) / 64 * 64; /* n >= 2k * 4096: every segment is non-empty */
+  probe_segment_set(P, T);
+}
+
+/* Under mu, by the last thread out of a probe segment: record its time; 1 when T has another segment to run
+ * (set up, to be published), 0 when the update phase is complete (decided, when enough pairs are in). */
+static int probe_segment_done(zo_adam_pool_t *P, struct zo_adam_task *T) {
+  const int s = T->probe_seg, q = P->probe_pairs + s / 2;
+  const double wall = zo_clock_s() - T->seg_t0;
+  P->probe_t[probe_seg_nt(q, s)][q] = wall;
+  /* undisturbed: its threads were on their cores nearly all the segment (a thread that loses its core to
+     another process for one time slice, ~3 ms, doubles a 3 ms segment's wall time) */
+  if (!(T->seg_cpu >= PROBE_MIN_BUSY * (double)T->want * wall) && P->stores != ZO_STORES_PROBE)
+    P->probe_clean[q] = 0; /* (ZO_ADAM_STORES=probe keeps every pair: its tiny segments are never "busy") */
+  if (++T->probe_seg < T->probe_nseg) {
+    probe_segment_set(P, T);
+    return 1;
+  }
+  /* keep the clean pairs, in order; the dropped ones are timed again on a later task */
+  const int first = P->probe_pairs, npairs = T->probe_nseg / 2;
+  for (int k = first; k < first + npairs; k++) {
+    if (!P->probe_clean[k]) {
+      P->probe_dropped++;
+      continue;
+    }
+    P->probe_t[0][P->probe_pairs] = P->probe_t[0][k];
+    P->probe_t[1][P->probe_pairs] = P->probe_t[1][k];
+    P->probe_pairs++;
+  }
+  T->probe_nseg = 0;
+  if (P->probe_pairs >= ZO_STORES_PROBE_PAIRS) {
+    int nt = zo_adam_stores_decide(P->probe_t[0], P->probe_t[1], ZO_STORES_PROBE_PAIRS, &P->probe_ratio);
+    P->probe_low = 0;
+    for (int k = 0; k < ZO_STORES_PROBE_PAIRS; k++) {
+      double x = P->probe_t[1][k] > 0 ? P->probe_t[0][k] / P->probe_t[1][k] : 0;
+      if (k == 0 || x < P->probe_low) P->probe_low = x;
+    }
+    P->state_nt = nt ? (unsigned)ZO_NT_STATE : 0u;
+    P->probe_pending = 0;
+  }
+  P->stores_ver++; /* the description's counts changed */
+  return 0;
+}
+
+/* The last-level caches (the outermost data or unified cache above each of the pool's cores), each counted
+ * once; LLC_FALLBACK_BYTES when the topology has none. */
+static size_t pool_llc_bytes(hwloc_topology_t topo, hwloc_bitmap_t *sets, int nsets, int nt) {
+  size_t sum = 0;
+  hwloc_obj_t seen[64];
+  int nseen = 0;
+  for (int t = 0; topo && t < nt && t < nsets; t++) {
+    hwloc_obj_t llc = NULL;
+    for (hwloc_obj_t o = hwloc_get_obj_covering_cpuset(topo, sets[t]); o; o = o->parent)
+      if (hwloc_obj_type_is_cache(o->type) && o->attr && o->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) llc = o;
+    int dup = 0;
+    for (int i = 0; i < nseen; i++) dup |= seen[i] == llc;
+    if (!llc || dup) continue;
+    if (nseen < 64) seen[nseen++] = llc;
+    sum += (size_t)llc->attr->cache.size;
+  }
+  return sum ? sum : LLC_FALLBACK_BYTES;
+}
+
+/* Under mu (or before the threads see P): P->desc from desc_base and the store kind. */
+static void pool_compose_desc(zo_adam_pool_t *P) {
+  char mib[32];
+  const char *src = P->stores == ZO_STORES_NT ? "ZO_ADAM_STORES=nt" : "ZO_ADAM_STORES=regular";
+  if (P->simd == ZO_SIMD_SCALAR)
+    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores regular (the scalar kernel never streams)", P->desc_base);
+  else if (P->probe_pending)
+    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores regular until probed (auto: %d of %d pairs timed, %d dropped; "
+             "probes a 64-byte aligned update of >= %s per segment)", P->desc_base, P->probe_pairs,
+             ZO_STORES_PROBE_PAIRS, P->probe_dropped,
+             P->stores == ZO_STORES_PROBE ? "4 Ki elements"
+                                          : zo_format_bytes(mib, sizeof mib, (double)P->probe_seg_bytes));
+  else if (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE)
+    snprintf(P->desc, sizeof P->desc,
+             "%s, p/m/v stores %s (probe: nt %.2fx regular, median of %d pairs, lowest %.2fx, %d dropped%s)",
+             P->desc_base, P->state_nt ? "nt" : "regular", P->probe_ratio, ZO_STORES_PROBE_PAIRS, P->probe_low,
+             P->probe_dropped,
+             P->state_nt ? "" : "; nt needs a median >= " ZO_STR(ZO_STORES_NT_WIN) "x and every pair > 1x");
+  else
+    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores %s (%s)", P->desc_base, P->state_nt ? "nt" : "regular", src);
+  P->desc_ver = P->stores_ver;
 }
 
 /*
@@ -173,9 +365,14 @@ static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int 
  */
 static void publish(zo_adam_pool_t *P, int by_worker) {
   struct zo_adam_task *T = P->head;
+  if (T->kind == K_ADAM && T->phase == 1 && !T->stores_set) adam_stores_setup(P, T);
   T->want = T->active = task_threads(P, T);
   T->claimed = 0;
-  atomic_store_explicit(&T->next_tile, 0, memory_order_relaxed);
+  atomic_store_explicit(&T->next_tile, T->seg_b, memory_order_relaxed);
+  if (T->probe_nseg) {
+    T->seg_cpu = 0;
+    T->seg_t0 = zo_clock_s();
+  }
   P->gen++;
   if (T->want >= P->nt) {
     pthread_cond_broadcast(&P->work_cv);
@@ -186,6 +383,12 @@ static void publish(zo_adam_pool_t *P, int by_worker) {
 
 /* Under mu, by the last thread out of a phase: advance the head task or complete it. */
 static void finish_phase(zo_adam_pool_t *P, struct zo_adam_task *T) {
+  if (T->kind == K_ADAM && T->phase == 1 && T->probe_nseg) {
+    if (probe_segment_done(P, T)) {
+      publish(P, 1); /* the next segment */
+      return;
+    }
+  }
   if (T->kind == K_ADAM && T->phase == 0) {
     if (atomic_load_explicit(&T->nonfinite, memory_order_relaxed)) {
       T->skipped = 1;
@@ -219,14 +422,18 @@ static void *worker_main(void *argp) {
     if (!T || T->claimed == T->want) continue;
     const int slot = T->claimed++;
     int phase = T->phase;
+    const int timed = T->kind == K_ADAM && T->probe_nseg > 0; /* a store-probe segment: count this thread's CPU time */
     pthread_mutex_unlock(&P->mu);
+    const double cpu0 = timed ? thread_cpu_s() : 0;
     /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN pre-scan. */
     ZO_NVTX_PUSH(T->kind == K_ADAM  ? (phase == 0 ? "adam scan" : "adam")
                  : T->kind == K_FOR ? "adam pool for"
                                     : "grad norm");
     run_phase(P, T, phase, t, slot);
     ZO_NVTX_POP();
+    const double cpu = timed ? thread_cpu_s() - cpu0 : 0;
     pthread_mutex_lock(&P->mu);
+    T->seg_cpu += cpu;
     if (--T->active == 0) finish_phase(P, T);
   }
   pthread_mutex_unlock(&P->mu);
@@ -259,14 +466,14 @@ static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_
       if (hit) nl += (size_t)snprintf(nodes + nl, sizeof nodes - nl, "%s%u", nl ? "," : "", node->os_index);
     }
   }
-  snprintf(P->desc, sizeof P->desc, "%d thread%s %s%s%s%s%s, %s, %s", P->nt, P->nt == 1 ? "" : "s",
+  snprintf(P->desc_base, sizeof P->desc_base, "%d thread%s %s%s%s%s%s, %s, %s", P->nt, P->nt == 1 ? "" : "s",
            bound ? "bound to cores " : "unbound", bound ? cores : "", nodes[0] ? " (NUMA node " : "", nodes,
            nodes[0] ? ")" : "", zo_simd_name(P->simd), P->tile == ZO_ADAM_TILE_AUTO ? "dynamic tiles of up to 256 Ki elements"
            : P->tile                     ? "dynamic tiles"
                                          : "contiguous ranges");
   if (P->tile > ZO_ADAM_TILE_AUTO) {
-    size_t dl = strlen(P->desc);
-    snprintf(P->desc + dl, sizeof P->desc - dl, " of %zu elements", P->tile);
+    size_t dl = strlen(P->desc_base);
+    snprintf(P->desc_base + dl, sizeof P->desc_base - dl, " of %zu elements", P->tile);
   }
 }
 
@@ -428,7 +635,16 @@ zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **ou
   pthread_cond_init(&P->done_cv, NULL);
   ZO_CHECK_GOTO(pool_start_threads(P, nt), st, fail);
   bind_threads(P, cs.topo, cs.sets, cs.nsets, o.bind);
+  P->llc_bytes = pool_llc_bytes(cs.topo, cs.sets, cs.nsets, nt);
   core_sets_free(&cs);
+  P->probe_seg_bytes = PROBE_LLC_FACTOR * P->llc_bytes;
+  if (P->probe_seg_bytes < PROBE_MIN_SEG_BYTES) P->probe_seg_bytes = PROBE_MIN_SEG_BYTES;
+  if (P->probe_seg_bytes > PROBE_MAX_SEG_BYTES) P->probe_seg_bytes = PROBE_MAX_SEG_BYTES;
+  /* no task can run before *out is returned, so these need no lock */
+  P->stores = zo_adam_stores_env();
+  P->state_nt = P->stores == ZO_STORES_NT && lvl != ZO_SIMD_SCALAR ? (unsigned)ZO_NT_STATE : 0u;
+  P->probe_pending = (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE) && lvl != ZO_SIMD_SCALAR;
+  pool_compose_desc(P);
   *out = P;
   return ZO_OK;
 
@@ -459,9 +675,34 @@ void zo_adam_pool_destroy(zo_adam_pool_t *P) {
 }
 
 int zo_adam_pool_threads(const zo_adam_pool_t *P) { return P ? P->nt : 0; }
-const char *zo_adam_pool_describe(const zo_adam_pool_t *P) { return P ? P->desc : ""; }
+const char *zo_adam_pool_describe(const zo_adam_pool_t *cP) {
+  if (!cP) return "";
+  zo_adam_pool_t *P = (zo_adam_pool_t *)cP; /* the text is rebuilt once the probe has decided */
+  pthread_mutex_lock(&P->mu);
+  if (P->desc_ver != P->stores_ver) pool_compose_desc(P);
+  pthread_mutex_unlock(&P->mu);
+  return P->desc;
+}
+
+int zo_adam_pool_stores_nt(const zo_adam_pool_t *cP, double *probe_ratio) {
+  if (probe_ratio) *probe_ratio = 0;
+  if (!cP) return 0;
+  zo_adam_pool_t *P = (zo_adam_pool_t *)cP;
+  pthread_mutex_lock(&P->mu);
+  int r = P->probe_pending ? -1 : P->state_nt ? 1 : 0;
+  if (probe_ratio && !P->probe_pending) *probe_ratio = P->probe_ratio;
+  pthread_mutex_unlock(&P->mu);
+  return r;
+}
 
 /* ---------------------------------------------------------------- tasks */
+
+/* zo_adam_pool_probe_stores()'s first touch: zero [b, e) of its four float arrays. */
+static void probe_zero_range(void *arg, size_t b, size_t e, int thread) {
+  float **a = arg;
+  (void)thread;
+  for (int k = 0; k < 4; k++) memset(a[k] + b, 0, (e - b) * sizeof(float));
+}
 
 
 /* Queue T (under mu): at the tail, or (@urgent) behind the running head and the urgent tasks queued before it. */
@@ -518,6 +759,7 @@ zo_status zo_adam_pool_submit(zo_adam_pool_t *P, const zo_adam_hparams *hp, cons
   T->job = j;
   T->flags = flags;
   T->n = sh->n;
+  T->seg_e = sh->n;
   T->tile = task_tile(P->tile, sh->n, P->nt);
   T->align = 64;
   T->phase = (flags & ZO_ADAM_SKIP_NONFINITE) ? 0 : 1;
@@ -582,6 +824,7 @@ zo_status zo_adam_pool_submit_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_
   T->fn = fn;
   T->arg = arg;
   T->n = n;
+  T->seg_e = n;
   T->tile = tile == ZO_ADAM_TILE_CONTIGUOUS ? 0 : tile ? tile : task_tile(P->tile, n, P->nt);
   T->align = 64;
   T->phase = 1;
@@ -624,6 +867,7 @@ zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad
   T->n_elems = n;
   T->part = part;
   T->n = nchunks;
+  T->seg_e = nchunks;
   /* dynamic tiles of 4 chunks (256 Ki elements, as Adam's auto tiles): a thread slowed by other load does not
      hold up the rest; each chunk's partial has a fixed slot, so the result does not depend on who sums it */
   T->tile = nchunks >= 8 * (size_t)P->nt ? 4 : 0;
@@ -635,5 +879,66 @@ zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad
   free(part);
   *sqnorm = s;
   if (nonfinite) *nonfinite = !isfinite(s);
+  return st;
+}
+
+/* ---------------------------------------------------------------- store probe on scratch */
+
+/* Under mu: the pairs the probe still needs, 0 when it is not pending. */
+static size_t probe_missing(const zo_adam_pool_t *P) {
+  return P->probe_pending ? (size_t)(ZO_STORES_PROBE_PAIRS - P->probe_pairs) : 0;
+}
+
+zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *P) {
+  if (!P) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_probe_stores: pool is NULL");
+  pthread_mutex_lock(&P->mu);
+  const size_t seg_bytes = P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS * 16 : P->probe_seg_bytes;
+  const size_t pairs = probe_missing(P);
+  pthread_mutex_unlock(&P->mu);
+  if (!pairs) return ZO_OK;
+  /* fp32 param, grad, m, v (16 bytes an element, no copy-out), all zero: the update keeps them zero */
+  const size_t n = (2 * pairs * seg_bytes / 16 + 63) / 64 * 64, nbytes = n * 4;
+  float *a[4] = {NULL, NULL, NULL, NULL};
+  zo_status st = ZO_OK;
+  for (int k = 0; k < 4 && st == ZO_OK; k++)
+    if (!(a[k] = aligned_alloc(64, nbytes))) {
+      char b[32];
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_probe_stores: cannot allocate 4 x %s of scratch",
+                        zo_format_bytes(b, sizeof b, (double)nbytes));
+    }
+  if (st == ZO_OK) {
+    /* first touch on the pool's threads, so the pages sit where its tasks' pages do */
+    ZO_CHECK_GOTO(zo_adam_pool_parallel_for(P, probe_zero_range, a, n, 0), st, done);
+    const zo_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
+                                .mode = ZO_ADAM_MODE_ADAMW, .bias_correction = 1, .step = 1, .grad_scale = 1.0f};
+    const zo_adam_shard sh = {.param = a[0], .grad = a[1], .grad_dtype = ZO_DTYPE_F32, .exp_avg = a[2],
+                              .exp_avg_sq = a[3], .state_dtype = ZO_DTYPE_F32, .n = n};
+    zo_adam_job j;
+    ZO_CHECK_GOTO(zo_adam_job_init("zo_adam_pool_probe_stores", &hp, &sh, 0, &j), st, done);
+    /* pairs disturbed by other processes are dropped: a few more runs of the scratch update, then give up
+       (regular stores meanwhile; a later large task may still complete the probe) */
+    for (int attempt = 0; attempt < PROBE_CALL_ATTEMPTS && st == ZO_OK; attempt++) {
+      pthread_mutex_lock(&P->mu);
+      const size_t missing = probe_missing(P);
+      pthread_mutex_unlock(&P->mu);
+      if (!missing) break;
+      struct zo_adam_task *T = task_new(P);
+      if (!T) {
+        st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_probe_stores: cannot allocate a task");
+        goto done;
+      }
+      T->kind = K_ADAM;
+      T->job = j;
+      T->n = T->seg_e = n;
+      T->tile = task_tile(P->tile, n, P->nt);
+      T->align = 64;
+      T->phase = 1;
+      T->probe_all = 1;
+      submit_task(P, T, 0);
+      st = zo_adam_task_wait(T, NULL);
+    }
+  }
+done:
+  for (int k = 0; k < 4; k++) free(a[k]);
   return st;
 }

@@ -201,11 +201,24 @@ enum {
   /* If any gradient element is inf/NaN: write NOTHING (param, m, v, param_out
    * untouched) and report it. Costs one read-only pre-scan of grad. */
   ZO_ADAM_SKIP_NONFINITE = 1u << 0,
-  /* Force regular stores (for measurements). By default the AVX-512 and AVX2
-   * kernels stream (non-temporal stores) only param_out, the write-only
-   * stream, where it saves the read-for-ownership; param, m and v were just
-   * read, so streaming them saved nothing in measurements. Numbers in
-   * cpu_adam/adam_internal.h (ZO_ADAM_NT_DEFAULT). The scalar kernel never streams. */
+  /* Force regular stores for every array (for measurements; overrides
+   * ZO_ADAM_STORES). Otherwise the AVX-512 and AVX2 kernels stream
+   * (non-temporal stores) param_out, the write-only stream, where it saves the
+   * read-for-ownership, and stream param, m and v as the environment variable
+   * ZO_ADAM_STORES says (read when a pool is created, and on every
+   * zo_adam_update() / zo_adam_step_ex() call):
+   *   auto (default, or unset): a pool measures which kind is faster once, on
+   *         its own threads, during its first 64-byte aligned update tasks far
+   *         bigger than its last-level caches, or at zo_adam_pool_probe_stores()
+   *         (zo_adam_pool_describe() and zo_adam_pool_stores_nt() report the
+   *         outcome); regular stores until then, and always outside pools;
+   *   regular: regular stores for param, m and v;
+   *   nt:      streaming stores for param, m and v;
+   *   probe:   as auto, but the pool probes on its first update task whatever
+   *            its size (tests of the probe; the timings then mean nothing).
+   * Only 64-byte aligned streams are streamed. Store kinds never change a
+   * result bit. Numbers in cpu_adam/adam_internal.h and cpu_adam/pool.c
+   * ("Store probe"). The scalar kernel never streams. */
   ZO_ADAM_NO_NT_STORES = 1u << 1,
 };
 
@@ -332,9 +345,40 @@ ZO_API int zo_adam_pool_threads(const zo_adam_pool_t *pool);
 
 /*
  * zo_adam_pool_describe() - e.g. "2 threads bound to cores 0,1 (NUMA node 0),
- * avx512, dynamic tiles of up to 256 Ki elements". Valid as long as the pool. "" for NULL.
+ * avx512, dynamic tiles of up to 256 Ki elements, p/m/v stores regular
+ * (probe: nt 0.97x regular, median of 3 pairs, lowest 0.93x, 0 dropped; ...)".
+ * Valid as long as the pool; the store part is rewritten while the store
+ * probe times pairs and when it decides (see ZO_ADAM_NO_NT_STORES): call
+ * again after updates to see it. "" for NULL.
  */
 ZO_API const char *zo_adam_pool_describe(const zo_adam_pool_t *pool);
+
+/*
+ * zo_adam_pool_stores_nt() - how the pool's update tasks store param, m and v
+ * (ZO_ADAM_STORES, ZO_ADAM_NO_NT_STORES): 1 streaming (non-temporal), 0
+ * regular, -1 not decided yet (auto, no task big enough so far: regular
+ * meanwhile). @probe_ratio (may be NULL): when the probe has decided, the
+ * median of its paired regular-time / streaming-time ratios (> 1: streaming
+ * was faster); else 0. 0 and 0 for NULL.
+ */
+ZO_API int zo_adam_pool_stores_nt(const zo_adam_pool_t *pool, double *probe_ratio);
+
+/*
+ * zo_adam_pool_probe_stores() - run the store probe now (ZO_ADAM_STORES auto
+ * or probe, not decided yet; else a no-op returning ZO_OK), for callers whose
+ * update tasks are too small to be probed (each pair of probe segments must
+ * touch 8x the last-level cache bytes of the pool's cores, 128 MiB to
+ * 1 GiB): an fp32 update of zeroed scratch arrays on the pool's threads,
+ * 6 x 4 x LLC bytes in all, 384 MiB to 3 GiB (768 MiB for one 32 MiB L3),
+ * allocated, first-touched and freed here; 0.23-0.30 s on the idle 2-core
+ * EPYC, mostly page faults. Pairs of timings disturbed by other processes
+ * are dropped and the update run again, 12 runs at most (~25 ms each here):
+ * on a busy machine the probe may stay undecided (later large tasks go on
+ * probing). Queued behind earlier tasks; synchronous. Returns ZO_OK (see
+ * zo_adam_pool_stores_nt() for the outcome), ZO_ERR_INVALID_ARG for a NULL
+ * pool, ZO_ERR_OUT_OF_MEMORY when the scratch cannot be allocated.
+ */
+ZO_API zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *pool);
 
 /*
  * zo_adam_pool_submit() - queue a zo_adam_update() of one shard. @hp and @sh

@@ -22,6 +22,7 @@
 
 #define MAX_LIST 32
 #define ALIGN_BYTES (2u << 20) /* 2 MiB: transparent huge pages can back every array */
+#define PROBE_CALL_MIN_N ((size_t)1 << 24) /* from this size on, each pool's store probe runs before its rounds */
 
 /* ------------------------------------------------------------------ options */
 
@@ -60,6 +61,13 @@ static void usage(FILE *f) {
           "  --json FILE       also write the figures as JSON to FILE (default: none)\n"
           "  --strict          exit 3 when a target is missed (default: exit 0; only errors fail)\n"
           "  -h, --help        this text\n"
+          "Stores: the _nont variants pass ZO_ADAM_NO_NT_STORES (every store regular); the others stream param_out\n"
+          "and store param, m, v as each pool chooses, by environment ZO_ADAM_STORES: auto (default) = the pool\n"
+          "times both kinds (zo_adam_pool_probe_stores(), before the rounds when n >= 2^24, on scratch of 6 x 4 x\n"
+          "its last-level cache) and streams only when the median of 3 timed pairs is >= 1.15x faster and none\n"
+          "is slower; pairs disturbed by other processes are dropped, and while undecided the pool probes its\n"
+          "first large updates instead; regular; nt. The stores column shows what was streamed (nt: p, m, v and\n"
+          "param_out; out-nt: param_out only), the configuration line the pool's probe result.\n"
           "Targets checked at the end, at the largest size and the largest thread count:\n"
           "  1. adamw_fp32g >= 90%% of the p32_g32_s32 roofline (28 B/param)\n"
           "  2. adamw_bf16g_out >= 90%% of the p32_g16_s32_out16 roofline (28 B/param)\n"
@@ -694,9 +702,12 @@ typedef struct var_figs {
   double roof_pk, pct_best;  /* the same from the fastest repetitions */
   double pct_paired;         /* median of per-round roofline time / variant time */
   const char *roofname, *stores;
+  int pool_nt;               /* zo_adam_pool_stores_nt(): 1 p, m, v streamed, 0 regular, -1 undecided (regular) */
+  double probe_ratio;        /* the pool's store probe: regular time / nt time, 0 when it has not run */
 } var_figs;
 
-static void variant_figures(const bench *b, size_t n, const job *J, const roofs *rf, var_figs *f) {
+static void variant_figures(const bench *b, size_t n, const job *J, const roofs *rf, zo_adam_pool_t *pool,
+                            var_figs *f) {
   const variant *v = J->var;
   int reps = b->o.reps;
   for (int r = 0; r < reps; r++) f->tot[r] = J->t[r] + J->t_cast[r];
@@ -723,7 +734,14 @@ static void variant_figures(const bench *b, size_t n, const job *J, const roofs 
       ratio[r] = 100.0 * (b->jobs[ja].t[r] + (jb >= 0 ? b->jobs[jb].t[r] : 0)) / f->tot[r];
     f->pct_paired = summarize(ratio, reps).med;
   }
-  f->stores = v->sqnorm ? "none" : (v->flags & ZO_ADAM_NO_NT_STORES) ? "regular" : "default";
+  /* what the kernel streamed: with ZO_ADAM_NO_NT_STORES or at the scalar level nothing; else param_out
+     (when there is one) and p, m, v as the pool chose (ZO_ADAM_STORES; auto: its probe, before the rounds) */
+  f->pool_nt = zo_adam_pool_stores_nt(pool, &f->probe_ratio);
+  f->stores = v->sqnorm                                                          ? "none"
+              : (v->flags & ZO_ADAM_NO_NT_STORES) || b->level == ZO_SIMD_SCALAR ? "regular"
+              : f->pool_nt == 1                                                  ? "nt"
+              : v->copy_out && !v->unfused                                       ? "out-nt"
+                                                                                 : "regular";
 }
 
 static json_t *variant_json(const bench *b, size_t n, int T, const job *J, const roofs *rf, const var_figs *f) {
@@ -746,6 +764,9 @@ static json_t *variant_json(const bench *b, size_t n, int T, const job *J, const
   json_object_set_new(e, "pct_of_roofline_paired", json_real(f->pct_paired));
   json_object_set_new(e, "roofline_gbps_best_of_reps", json_real(f->roof_pk));
   json_object_set_new(e, "mode", json_string(v->sqnorm ? "sqnorm" : "adamw"));
+  json_object_set_new(e, "pool_pmv_stores", json_string(f->pool_nt == 1 ? "nt" : f->pool_nt == 0 ? "regular"
+                                                                                                : "undecided"));
+  json_object_set_new(e, "store_probe_ratio", json_real(f->probe_ratio));
   if (v->unfused) {
     stats sc = summarize(J->t_cast, b->o.reps);
     json_object_set_new(e, "cast_seconds_median", json_real(sc.med));
@@ -768,7 +789,7 @@ static void pick_targets(target_pick *tp, const variant *v, size_t n, const var_
 }
 
 /* one variant's row (and JSON) */
-static void report_variant(bench *b, size_t n, int T, const job *J, const roofs *rf) {
+static void report_variant(bench *b, size_t n, int T, const job *J, const roofs *rf, zo_adam_pool_t *pool) {
   const variant *v = J->var;
   const char *simd = zo_simd_name(b->level);
   if (J->failed) {
@@ -777,7 +798,7 @@ static void report_variant(bench *b, size_t n, int T, const job *J, const roofs 
     return;
   }
   var_figs f;
-  variant_figures(b, n, J, rf, &f);
+  variant_figures(b, n, J, rf, pool, &f);
   char sp[48], rfs[32];
   snprintf(sp, sizeof sp, "%.2f [%.2f-%.2f]", f.gb, f.gbmin, f.gbmax);
   snprintf(rfs, sizeof rfs, "%.2f", f.roof);
@@ -802,6 +823,15 @@ static int run_config(bench *b, size_t n, int T) {
             zo_last_error());
     return 1;
   }
+  /* the pool's store probe (ZO_ADAM_STORES auto) before anything is timed, on its own scratch (6 x 4 x LLC
+     bytes), for the memory-bound sizes: else the first large update, or, when other processes disturb that,
+     a timed one would probe. Smaller shards are never probed (their pools store p, m, v regularly). */
+  double tp0 = zo_clock_s();
+  st = n >= PROBE_CALL_MIN_N ? zo_adam_pool_probe_stores(pool) : ZO_OK;
+  double t_probe = zo_clock_s() - tp0;
+  if (st != ZO_OK)
+    fprintf(stderr, "zo-adambench: warning: zo_adam_pool_probe_stores: %s: %s\n", zo_status_string(st),
+            zo_last_error());
   int first_var;
   int nj = plan_jobs(b, &first_var);
   run_ctx R = {.pool = pool, .B = &b->B, .n = n, .level = b->level,
@@ -811,13 +841,14 @@ static int run_config(bench *b, size_t n, int T) {
   run_rounds(b, &R, nj, T);
   char nbuf[32];
   fmt_n(n, nbuf, sizeof nbuf);
-  printf("\n== n = %s (%zu), threads = %d: %s; load average %.2f -> %.2f\n", nbuf, n, T,
-         zo_adam_pool_describe(pool), la0, loadavg1());
+  printf("\n== n = %s (%zu), threads = %d: %s; ", nbuf, n, T, zo_adam_pool_describe(pool));
+  if (n >= PROBE_CALL_MIN_N) printf("store probe call %.2f s; ", t_probe);
+  printf("load average %.2f -> %.2f\n", la0, loadavg1());
   printf("%-8s %-26s %-6s %-5s %-5s %-5s %4s %9s %17s %8s %15s %6s %7s\n", "kind", "name", "simd", "grad", "state",
          "out", "B/p", "Mparam/s", "GB/s [min-max]", "stores", "roof GB/s", "%roof", "paired");
   roofs rf;
   report_rooflines(b, n, T, first_var, &rf);
-  for (int j = first_var; j < nj; j++) report_variant(b, n, T, &b->jobs[j], &rf);
+  for (int j = first_var; j < nj; j++) report_variant(b, n, T, &b->jobs[j], &rf, pool);
   zo_adam_pool_destroy(pool);
   return -1;
 }

@@ -264,10 +264,6 @@ AI void st_h16(uint16_t *a, __m256i x, __mmask16 k, int full, int nt) {
     _mm256_mask_storeu_epi16(a, k, x);
 }
 
-typedef struct {
-  int p, m, v, o; /* stream with non-temporal stores */
-} nt_set;
-
 /* One 16-lane fused update at element i; returns the nonfinite lanes of the raw gradient. */
 AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out, int native, size_t i,
                      __mmask16 k, int full, nt_set nt, uint32_t hi0, uint32_t base0) {
@@ -358,19 +354,10 @@ AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dty
   }
   if (has_out && (j->nt & ZO_NT_OUT)) nt.o = aligned_to((char *)j->out + i * osz, 16 * osz);
   int any_nt = nt.p | nt.m | nt.v | nt.o;
-  /* The store kinds are constants in the common cases (none; param_out only, the default; all), so the loop
-     carries no per-store tests; any other mix takes the generic loop. */
+  /* ZO_NT_LOOP (adam_internal.h): the store kinds as constants in the common cases */
 #define MAIN_LOOP(NTS) \
   for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, NTS, hi0, base0)
-  const nt_set out_only = {0, 0, 0, 1}, all = {1, 1, 1, has_out};
-  if (!any_nt)
-    MAIN_LOOP(none);
-  else if (!nt.p && !nt.m && !nt.v && nt.o)
-    MAIN_LOOP(out_only);
-  else if (nt.p && nt.m && nt.v && nt.o == has_out)
-    MAIN_LOOP(all);
-  else
-    MAIN_LOOP(nt);
+  ZO_NT_LOOP(MAIN_LOOP, nt, has_out);
 #undef MAIN_LOOP
   if (i < e) bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none, hi0, base0);
   if (any_nt) _mm_sfence(); /* order the streaming stores before whatever publishes completion */

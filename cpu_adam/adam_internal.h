@@ -146,6 +146,32 @@ enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
 #define ZO_ADAM_NT_DEFAULT (ZO_NT_OUT)
 #endif
 
+/* Which streams of a range kernel's main loop use non-temporal stores (1) or regular ones (0). */
+typedef struct zo_nt_set {
+  int p, m, v, o;
+} nt_set;
+
+/*
+ * ZO_NT_LOOP(LOOP, nt, has_out) - run LOOP(kinds) with the store kinds as
+ * compile-time constants in the common cases (none; param_out only, the
+ * default; all of p, m, v and param_out), so the vector loop carries no
+ * per-store tests; any other mix runs LOOP(nt). Shared by the AVX2 and
+ * AVX-512 range kernels, whose LOOP is their own vector body.
+ */
+#define ZO_NT_LOOP(LOOP, nt, has_out)                                      \
+  do {                                                                     \
+    const nt_set none_ = {0, 0, 0, 0}, out_only_ = {0, 0, 0, 1};           \
+    const nt_set all_ = {1, 1, 1, (has_out)};                              \
+    if (!((nt).p | (nt).m | (nt).v | (nt).o))                              \
+      LOOP(none_);                                                         \
+    else if (!(nt).p && !(nt).m && !(nt).v && (nt).o)                      \
+      LOOP(out_only_);                                                     \
+    else if ((nt).p && (nt).m && (nt).v && (nt).o == (has_out))            \
+      LOOP(all_);                                                          \
+    else                                                                   \
+      LOOP(nt);                                                            \
+  } while (0)
+
 /* Range kernels: update elements [b, e) of the job's shard; return 1 if any grad element there is inf/NaN. */
 typedef int (*zo_adam_range_fn)(const zo_adam_job *j, size_t b, size_t e);
 int zo_adam_range_scalar(const zo_adam_job *j, size_t b, size_t e);

@@ -1,13 +1,19 @@
 /*
- * checkpoint_internal.h - what checkpoint.c and safetensors.c take from
- * checkpoint_lock.c: the root lock held around one save, and whether the
- * process a leftover is named after is gone. Not installed; the public lock
+ * checkpoint_internal.h - what checkpoint.c, checkpoint_load.c and
+ * safetensors.c share: the root lock held around one save and whether the
+ * process a leftover is named after is gone (checkpoint_lock.c), the format's
+ * constants and the file helpers of checkpoint.c. Not installed; the public
  * calls are in zoffload/checkpoint.h.
  */
 #ifndef ZO_CHECKPOINT_INTERNAL_H
 #define ZO_CHECKPOINT_INTERNAL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "zoffload/checkpoint.h"
+#include "zoffload/config.h"
+#include "zoffload/engine.h"
 
 #define ZO_CKPT_LOCK_NAME ".zoffload-lock" /* the lock file in a checkpoint root */
 
@@ -25,5 +31,29 @@ void zo_ckpt_save_end(zo_checkpoint_lock_t *lock);
  * may go; 0 when it runs (or may: EPERM).
  */
 int zo_ckpt_pid_gone(long pid);
+
+/* The checkpoint format (manifest "format", "format_version"), the rank file's alignment, checksum read size. */
+#define CKPT_FORMAT "zoffload-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_ALIGN 4096
+#define CKPT_CHUNK ((size_t)8 << 20) /* bytes per read while checksumming */
+
+/* The manifest's names of the three state kinds: "master", "exp_avg", "exp_avg_sq". */
+extern const char *const ck_kind[3];
+
+/* @a "/" @b into @out (@cap bytes); ZO_ERR_INVALID_ARG naming both when it does not fit. */
+zo_status ck_join(char *out, size_t cap, const char *a, const char *b);
+/* All @n bytes of @fd at @off; ZO_ERR_IO naming @path and the offset on an error or a short file. */
+zo_status ck_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path);
+/* @path opened read-only, O_NOFOLLOW, a regular file (refused naming it otherwise), with its size. */
+zo_status ck_open_regular(const char *path, int *fd_out, uint64_t *size);
+/* The whole regular file @path, at most @max bytes, NUL-terminated, into *@text (malloc'd) and *@n. */
+zo_status ck_read_small(const char *path, size_t max, char **text, size_t *n);
+/* CRC32C of @n bytes of @fd at @off, read through @buf (CKPT_CHUNK bytes). */
+zo_status ck_file_crc(int fd, uint64_t off, uint64_t n, void *buf, const char *path, uint32_t *crc);
+/* This rank's manifest file name: "manifest.json" on one rank, "manifest-rankNNNNN.json" on several. */
+void ck_manifest_name(const zo_engine_t *e, char *out, size_t cap);
+/* CRC32C of zo_config_describe(@cfg): the manifest's "config_hash". */
+uint32_t ck_config_hash(const zo_config_t *cfg);
 
 #endif /* ZO_CHECKPOINT_INTERNAL_H */

@@ -202,7 +202,12 @@ def _decode(v, where, tensors, used, file):
             n *= d
         if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != n * dt.itemsize:
             raise bad("ndarray of %s %s is %d bytes" % (dt.str, x["shape"], raw.numel() * raw.element_size()))
-        arr = np.frombuffer(raw.numpy().tobytes(), dtype=dt).reshape(x["shape"])
+        if len(x["shape"]) > 32:
+            raise bad("ndarray of %d dimensions (32 at most)" % len(x["shape"]))
+        try:
+            arr = np.frombuffer(raw.numpy().tobytes(), dtype=dt).reshape(x["shape"])
+        except ValueError as e:  # a shape numpy cannot make, e.g. [2^62, 0]
+            raise bad("ndarray of shape %s: %s" % (str(x["shape"])[:80], e)) from None
         if x["scalar"]:
             if x["shape"]:
                 raise bad("a numpy scalar of shape %s" % x["shape"])
@@ -234,7 +239,9 @@ def read_client_state(path):
     try:
         with safe_open(path, framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            # copies: get_tensor() may return memory mapped from the file, which a later write to the file would
+            # change under the caller (and a truncation turn into SIGBUS)
+            tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
     except Exception as e:  # safetensors_rust.SafetensorError: a header or a length that does not add up
         raise CheckpointError("%s: not a safetensors file: %s: %s" % (path, type(e).__name__, e)) from e
     text = meta.get(_META_KEY)

@@ -473,6 +473,7 @@ class DeepSpeedEngineAPI:
         failure = None
         try:
             cfile, extra = self._read_client_state(path)
+            self._check_client_settings(cfile, extra, load_opt, load_sched)
             counters = self._read_counters(path)
         except Exception as e:  # CheckpointError naming the file, an OSError, no safetensors package, ...
             failure = e
@@ -551,6 +552,64 @@ class DeepSpeedEngineAPI:
         if sched is not None and not isinstance(sched, dict):
             raise CheckpointError("%s: \"lr_scheduler\" is a %s, not a state dict" % (cfile, type(sched).__name__))
         return cfile, extra
+
+    # The engine's own ranges (zoffload/config.h, zo_adam_check_hparams, zo_engine_set_lr) for what a loaded
+    # optimizer param_group may hold; a value outside is refused before anything is applied.
+    _LR_MAX = 100.0  # ZO_CONFIG_LR_MAX
+
+    def _check_client_settings(self, cfile, extra, load_opt, load_sched):
+        """What load_checkpoint will hand the optimizer, the scheduler and then the engine, checked with the engine's
+        own ranges before anything is applied: every optimizer param_group's lr (one lr for all groups, in [0, 100]),
+        betas (two numbers in [0, 1)), eps and weight_decay (finite, >= 0); the lr scheduler's state key by key
+        against this scheduler's own state_dict() (the same kinds of values; every number finite; base_lrs and
+        _last_lr in [0, 100]; last_epoch and _step_count integers). CheckpointError naming @cfile and the field."""
+        def bad(field, why):
+            return CheckpointError("%s: %s: %s" % (cfile, field, why))
+
+        def num(x):
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        if load_opt and cfile is not None and "optimizer" in extra and extra["optimizer"] is None:
+            raise bad("optimizer", "null: the checkpoint was saved without an optimizer, and this engine has one; "
+                      "pass load_optimizer_states=False to load its weights only")
+        opt = extra.get("optimizer") if load_opt else None
+        if opt is not None:
+            lrs = set()
+            for i, g in enumerate(opt.get("param_groups", [])):
+                where = "optimizer.param_groups[%d]" % i
+                if "lr" in g:
+                    lr = g["lr"]
+                    if not (num(lr) and math.isfinite(lr) and 0 <= lr <= self._LR_MAX):
+                        raise bad(where + ".lr", "%r is outside [0, %g]" % (lr, self._LR_MAX))
+                    lrs.add(float(lr))
+                if "betas" in g:
+                    b = g["betas"]
+                    if not (isinstance(b, (list, tuple)) and len(b) == 2
+                            and all(num(x) and math.isfinite(x) and 0 <= x < 1 for x in b)):
+                        raise bad(where + ".betas", "%r: expected two numbers in [0, 1)" % (b,))
+                for k in ("eps", "weight_decay"):
+                    if k in g and not (num(g[k]) and math.isfinite(g[k]) and g[k] >= 0):
+                        raise bad("%s.%s" % (where, k), "%r: expected a finite number >= 0" % (g[k],))
+            if len(lrs) > 1:
+                raise bad("optimizer.param_groups", "the learning rates %s: the engine runs one lr for every "
+                          "parameter" % sorted(lrs))
+        sched = extra.get("lr_scheduler") if load_sched else None
+        if sched is not None:
+            mine = self.lr_scheduler.state_dict()
+            for k, v in sched.items():
+                field = "lr_scheduler.%s" % k
+                if k in ("base_lrs", "_last_lr"):
+                    if not (isinstance(v, (list, tuple))
+                            and all(num(x) and math.isfinite(x) and 0 <= x <= self._LR_MAX for x in v)):
+                        raise bad(field, "%r: expected numbers in [0, %g]" % (v, self._LR_MAX))
+                elif k in ("last_epoch", "_step_count", "last_batch_iteration"):
+                    if not (isinstance(v, int) and not isinstance(v, bool)):
+                        raise bad(field, "%r: expected an integer" % (v,))
+                elif num(v) and not math.isfinite(v):
+                    raise bad(field, "%r: not a finite number" % (v,))
+                elif k in mine and mine[k] is not None and v is not None and num(mine[k]) != num(v):
+                    raise bad(field, "a %s where this scheduler holds a %s" % (type(v).__name__,
+                                                                            type(mine[k]).__name__))
 
     def _read_counters(self, path):
         """(micro_steps, global_steps) of the app_state in this rank's manifest of checkpoint @path, read before

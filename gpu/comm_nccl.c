@@ -208,7 +208,12 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
     return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %d ranks and no bootstrap communicator: set MASTER_ADDR and "
                         "MASTER_PORT (as torchrun does) or pass an mpi communicator", world);
   const char *tv = getenv("ZO_NCCL_RENDEZVOUS_TIMEOUT");
-  const double timeout = tv && atof(tv) > 0 ? atof(tv) : 300.0, t0 = mono_s();
+  char *end = NULL;
+  const double tset = tv && *tv ? strtod(tv, &end) : 300.0;
+  if (tv && *tv && (!end || *end || !(tset >= 1.0 && tset <= 86400.0)))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: ZO_NCCL_RENDEZVOUS_TIMEOUT=%.40s: expected seconds in [1, "
+                        "86400]", tv);
+  const double timeout = tset, t0 = mono_s();
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = rank == 0 ? AI_PASSIVE : 0};
   struct addrinfo *ai = NULL;
   int gai = getaddrinfo(rank == 0 ? NULL : addr, port, &hints, &ai);

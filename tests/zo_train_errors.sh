@@ -27,6 +27,9 @@ expect "missing --data" "$work/no-such-corpus" --config "$cfg" --data "$work/no-
 expect "empty corpus" "$work/empty.txt" --config "$cfg" --data "$work/empty.txt"
 head -c 20 /etc/os-release >"$work/tiny.txt"
 expect "corpus too small" "$work/tiny.txt" --config "$cfg" --data "$work/tiny.txt"
+# --export-safetensors into a directory that is not there: refused at start-up, not after the run trained
+expect "export directory missing" "export-safetensors: the directory '$work/no-such-dir' does not exist" \
+  --config "$cfg" --data /usr/share/games/fortunes --steps 1 --export-safetensors "$work/no-such-dir/w.safetensors"
 expect "nvme_path missing" "$work/no-such-dir" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/no-such-dir"
 : >"$work/file"
 expect "nvme_path not a directory" "$work/file" --config "$cfg" --offload-optimizer nvme --nvme-path "$work/file"

@@ -424,6 +424,21 @@ static int claim_outputs(const train_opts *o, train_job *j) {
             o->export_path, kind);
     failed = 1;
   }
+  if (j->rank == 0 && !failed && o->export_path) { /* its directory must exist and take a new file, checked now */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->export_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK | X_OK) != 0) {
+      fprintf(stderr, "zo-train: error: --export-safetensors: the directory '%s' %s: the weights could not be "
+              "written at the end of the run\n", dir, stat(dir, &sb) != 0 ? "does not exist"
+              : !S_ISDIR(sb.st_mode) ? "is not a directory" : "is not writable");
+      failed = 1;
+    }
+  }
   if (j->world > 1 && zo_comm_broadcast(j->comm, &failed, sizeof failed, 0) != ZO_OK) return engine_error();
   return failed != 0;
 }

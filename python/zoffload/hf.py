@@ -422,17 +422,146 @@ class ZoffloadTrainer(_trainer_class()):
     def _has_engine_checkpoint(self, checkpoint):
         return checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "latest"))
 
+    # Nothing the Trainer reads for us is unpickled plainly: transformers' own loaders (_load_rng_state,
+    # _load_from_checkpoint, _load_best_model, _load_optimizer_and_scheduler) call torch.load, which runs whatever
+    # code a pickle names, so each is replaced here. What we write is pickle-free (the RNG state as
+    # rng_state.safetensors through _ckpt's client-state format, the weights as model.safetensors, the engine's
+    # checkpoint); a pickle file of another run goes through _ckpt.load_pickle (torch.load(weights_only=True) on a
+    # torch where that is safe, else CheckpointError naming the file).
+
+    def _rng_file(self, directory, ext):
+        if self.args.world_size > 1:
+            return os.path.join(directory, "rng_state_%d.%s" % (self.args.process_index, ext))
+        return os.path.join(directory, "rng_state.%s" % ext)
+
+    def _save_rng_state(self, output_dir):
+        """The Trainer's RNG state (Python's, numpy's, torch's cpu and cuda generators) as rng_state.safetensors
+        (rng_state_<rank>.safetensors with several ranks): tensors and numpy arrays as tensors, the rest JSON, no
+        pickle (_ckpt.client_state_bytes)."""
+        import random
+        import numpy as np
+        state = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+        if torch.cuda.is_available():
+            if str(getattr(self.args, "parallel_mode", "")).endswith("DISTRIBUTED"):
+                state["cuda"] = list(torch.cuda.random.get_rng_state_all())
+            else:
+                state["cuda"] = torch.cuda.random.get_rng_state()
+        os.makedirs(output_dir, exist_ok=True)
+        data = _ckpt.client_state_bytes(state)
+        path = self._rng_file(output_dir, "safetensors")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def _load_rng_state(self, checkpoint):
+        """The RNG state _save_rng_state wrote (read without pickle); else a Trainer's rng_state.pth through
+        _ckpt.load_pickle (refused on a torch that cannot load a pickle safely); neither there: left as it is,
+        as the Trainer does."""
+        if checkpoint is None:
+            return
+        path = self._rng_file(checkpoint, "safetensors")
+        if os.path.lexists(path):
+            state = _ckpt.read_client_state(path)
+        else:
+            path = self._rng_file(checkpoint, "pth")
+            if not os.path.lexists(path):
+                logger.info("ZoffloadTrainer: no RNG state in %s; reproducibility of the resumed run is not "
+                            "guaranteed", checkpoint)
+                return
+            state = _ckpt.load_pickle(path, "Resume from a checkpoint ZoffloadTrainer saved (rng_state.safetensors, "
+                                            "which loads without pickle), or delete %s to resume without the RNG "
+                                            "state." % path)
+        self._set_rng_state(state, path)
+
+    def _set_rng_state(self, state, path):
+        import random
+        import numpy as np
+        if not isinstance(state, dict) or not all(k in state for k in ("python", "numpy", "cpu")):
+            raise CheckpointError("%s: not an RNG state (a dict of python, numpy and cpu)" % path)
+        try:
+            py = state["python"]
+            if isinstance(py, list):  # a tuple survives the format; a list from elsewhere is taken as one
+                py = tuple(tuple(e) if isinstance(e, list) else e for e in py)
+            random.setstate(py)
+            npst = state["numpy"]
+            np.random.set_state(tuple(npst) if isinstance(npst, list) else npst)
+            cpu = state["cpu"]
+            if not isinstance(cpu, torch.Tensor) or cpu.dtype != torch.uint8:
+                raise TypeError("cpu is a %s, not a uint8 tensor" % type(cpu).__name__)
+            torch.random.set_rng_state(cpu)
+        except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+            raise CheckpointError("%s: not an RNG state this process can take: %s: %s" % (path, type(e).__name__,
+                                                                                         e)) from None
+        cuda = state.get("cuda")
+        if cuda is not None and torch.cuda.is_available():
+            try:
+                if isinstance(cuda, (list, tuple)):
+                    torch.cuda.random.set_rng_state_all(list(cuda))
+                else:
+                    torch.cuda.random.set_rng_state(cuda)
+            except Exception as e:
+                logger.info("ZoffloadTrainer: the GPU RNG state of %s not restored (%s: %s): the resumed run will "
+                            "differ from an uninterrupted one", path, type(e).__name__, e)
+
+    def _load_weights_safely(self, directory, model=None):
+        """The weights of the save_pretrained() directory @directory into @model (self.model) with
+        load_pretrained_weights: model.safetensors (or its index) without pickle, pytorch_model.bin (or its
+        shards) only through _ckpt.load_pickle. Returns whether @directory held model weights; adapters (PEFT)
+        are loaded by the model's load_adapter only from adapter_model.safetensors."""
+        model = self.model if model is None else model
+        if any(os.path.lexists(os.path.join(directory, n)) for n in (
+                "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")):
+            load_pretrained_weights(model, directory)
+            return True
+        if os.path.lexists(os.path.join(directory, "adapter_model.bin")) and \
+                not os.path.lexists(os.path.join(directory, "adapter_model.safetensors")):
+            _ckpt.load_pickle(os.path.join(directory, "adapter_model.bin"),
+                              "Save the adapter with safe_serialization=True (adapter_model.safetensors).")
+        if os.path.lexists(os.path.join(directory, "adapter_model.safetensors")) and \
+                hasattr(model, "load_adapter") and hasattr(model, "active_adapter"):
+            model.load_adapter(directory, model.active_adapter, is_trainable=True)
+            return True
+        return False
+
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         """A checkpoint-N with the engine's checkpoint: its weights come back with the engine's state (after the
-        engine exists); one without it (a plain Trainer checkpoint) loads as the Trainer's own."""
+        engine exists); one without it (a plain Trainer checkpoint): its weights, read with no plain pickle load
+        (_load_weights_safely)."""
         if self._has_engine_checkpoint(resume_from_checkpoint):
             self._zo_resume = resume_from_checkpoint
             return
-        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if not self._load_weights_safely(resume_from_checkpoint, model):
+            raise ValueError("Can't find a valid checkpoint at %s" % resume_from_checkpoint)
+
+    def _load_best_model(self):
+        """load_best_model_at_end: the best checkpoint's engine checkpoint (weights with the engine's state, as
+        DeepSpeed's deepspeed_load_checkpoint does); without one, its weights read with no plain pickle load."""
+        best = self.state.best_model_checkpoint
+        if self.zo_engine is not None and self._has_engine_checkpoint(best):
+            path, _ = self.zo_engine.load_checkpoint(best)
+            if path is None:
+                raise FileNotFoundError("ZoffloadTrainer: no zoffload checkpoint in %s" % best)
+            return
+        if not self._load_weights_safely(best):
+            logger.warning("ZoffloadTrainer: could not locate the best model at %s", best)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
+        """The engine's checkpoint when @checkpoint has one; else a Trainer's optimizer.pt and scheduler.pt (both
+        there, as the Trainer requires) through _ckpt.load_pickle; else nothing."""
+        if checkpoint is None:
+            return
         if self.zo_engine is None or not self._has_engine_checkpoint(checkpoint):
-            return super()._load_optimizer_and_scheduler(checkpoint)
+            files = [os.path.join(checkpoint, n) for n in ("optimizer.pt", "scheduler.pt")]
+            if not all(os.path.lexists(f) for f in files):
+                return
+            what = ("Resume from a checkpoint ZoffloadTrainer saved (the engine's checkpoint, which loads without "
+                    "pickle), or delete optimizer.pt and scheduler.pt to resume the weights only.")
+            opt, sched = (_ckpt.load_pickle(f, what) for f in files)
+            self.optimizer.load_state_dict(opt)
+            self.lr_scheduler.load_state_dict(sched)
+            return
         path, _ = self.zo_engine.load_checkpoint(checkpoint)
         if path is None:
             raise FileNotFoundError("ZoffloadTrainer: no zoffload checkpoint in %s" % checkpoint)

@@ -146,6 +146,18 @@ static zo_status check_entry(zo_engine_t *e, load_ctx *c, json_t *t, const zo_pa
       get_u64(t, "shard_numel", &sn) || sn != p->shard_n)
     return bad(c, "tensor '%s': numel, shard_offset or shard_numel missing or other than this engine's (registered "
                "with %zu elements, this rank's shard %zu at %zu)", p->name, p->n, p->shard_n, p->shard_off);
+  /* shape: 1..8 dims >= 0 whose product, overflow-checked, is numel (the engine's save writes [numel] or its dims) */
+  json_t *sh = json_object_get(t, "shape");
+  uint64_t prod = 1;
+  int shape_ok = json_is_array(sh) && json_array_size(sh) >= 1 && json_array_size(sh) <= 8;
+  for (size_t d = 0; shape_ok && d < json_array_size(sh); d++) {
+    json_t *v = json_array_get(sh, d);
+    shape_ok = json_is_integer(v) && json_integer_value(v) >= 0 &&
+               !__builtin_mul_overflow(prod, (uint64_t)json_integer_value(v), &prod);
+  }
+  if (!shape_ok || prod != numel)
+    return bad(c, "tensor '%s': shape: expected 1 to 8 dimensions >= 0 whose product is numel %" PRIu64, p->name,
+               numel);
   const char *f = json_string_value(json_object_get(t, "file"));
   if (!f || strcmp(f, rank_file))
     return bad(c, "tensor '%s': file '%s', expected '%s' (this rank's)", p->name, esc(e1, f), rank_file);
@@ -204,6 +216,18 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
   json_t *ts = json_object_get(m, "tensors");
   if (!json_is_array(ts)) return bad(c, "tensors: expected an array");
   snprintf(rank_file, rf_cap, "rank%05d.bin", e->rank); /* the one zo_engine_save() names for this rank */
+  /* rank_files: the one file this rank's manifest describes, as zo_engine_save() writes it; nothing else is opened,
+   * and a list naming other paths (../../etc/passwd, /dev/zero) or 100k entries is a forged manifest */
+  json_t *rf = json_object_get(m, "rank_files");
+  if (!json_is_array(rf) || json_array_size(rf) != 1 || !json_is_string(json_array_get(rf, 0)) ||
+      strcmp(json_string_value(json_array_get(rf, 0)), rank_file)) {
+    char got[128];
+    if (!json_is_array(rf)) snprintf(got, sizeof got, "no array");
+    else if (json_array_size(rf) != 1) snprintf(got, sizeof got, "%zu entries", json_array_size(rf));
+    else if (!json_is_string(json_array_get(rf, 0))) snprintf(got, sizeof got, "an entry that is not a string");
+    else snprintf(got, sizeof got, "'%s'", esc(e1, json_string_value(json_array_get(rf, 0))));
+    return bad(c, "rank_files: expected [\"%s\"] (this rank's file), got %s", rank_file, got);
+  }
   if (!c->o->not_strict) {
     if (json_array_size(ts) != (size_t)e->n_params)
       return bad(c, "tensors: the checkpoint has %zu, this engine registered %d", json_array_size(ts), e->n_params);

@@ -3,7 +3,9 @@
 # removes only what it wrote. Three-step runs of the tiny model; each edited checkpoint must be refused on
 # --resume with a non-zero exit, naming the file and the field:
 #   - manifest step 2^63-1, app_state.step 2^62, app_state.step 2 beside an engine step 3, an fp16 loss
-#     scale of 0, -1 or 1e38, a tensor's numel changed (the message prints the registered count);
+#     scale of 0, -1 or 1e38, a tensor's numel changed (the message prints the registered count), rank_files
+#     naming other paths (../../../../etc/passwd, /dev/zero), 100k entries or none, a shape of [2^62, 2^62, 4] or
+#     of 9 dimensions;
 #   - a bf16 checkpoint under an fp16 config and the reverse (the message names both precisions);
 #   - a FIFO in place of the shard file, the manifest or `latest` (refused at once, never a hang);
 #   - `latest` of random bytes: the message shows them escaped (\xNN), never a raw control byte; so does
@@ -57,6 +59,16 @@ for v in 0 -1 1e38; do
   refused "loss-scale-$v" "$d" "$work/fp16.json" "$d/$m" "loss_scaler.loss_scale"
 done
 refused past-steps "$work/bf" "$cfg" "step 3, past --steps 2"
+# rank_files names this rank's file and nothing else; a tensor's shape multiplies to its numel (issue 41: were accepted)
+i=0
+for rf in '["../../../../etc/passwd"]' '["/dev/zero"]' '["rank%05d.bin" % k for k in range(100000)]' '[]' '[7]'; do
+  i=$((i + 1)); d=$(fresh bf c-rf$i); edit "$d/$m" "m['rank_files'] = $rf"
+  refused "rank-files-$i" "$d" "$cfg" "$d/$m" 'rank_files: expected ["rank00000.bin"]'
+done
+d=$(fresh bf c-shape); edit "$d/$m" 'm["tensors"][0]["shape"] = [2**62, 2**62, 4]'
+refused shape-huge "$d" "$cfg" "$d/$m" "shape: expected 1 to 8 dimensions >= 0 whose product is numel"
+d=$(fresh bf c-shape9); edit "$d/$m" 'm["tensors"][0]["shape"] = [1] * 9'
+refused shape-9-dims "$d" "$cfg" "$d/$m" "shape: expected 1 to 8 dimensions"
 # a switch to or from fp16 names both precisions before any loss scaler field (was: "loss_scaler.hysteresis: 0")
 refused bf16-to-fp16 "$work/bf" "$work/fp16.json" \
   "checkpoint '$work/bf/step-000000000003' was written with bf16, the config asks for fp16 (fp16.enabled)"

@@ -694,6 +694,7 @@ static zo_status make_tmp_dir(const char *tmp) {
 }
 
 zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir, size_t cap) {
+  ENG_CHECK_OWNER(e, "save");
   json_t *app;
   ZO_CHECK(save_check(e, root, opts, &app));
   const int64_t tag = opts && opts->tag >= 0 ? opts->tag : e->step;

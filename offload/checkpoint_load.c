@@ -438,6 +438,7 @@ zo_status zo_engine_load(zo_engine_t *e, const char *path, char **app_state) {
 }
 
 zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts, char **app_state) {
+  ENG_CHECK_OWNER(e, "load");
   static const zo_load_opts k_defaults = {0};
   if (app_state) *app_state = NULL;
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");

@@ -30,8 +30,17 @@
  * for the run, Python's save_checkpoint() lock and zo_engine_save()'s own do
  * not refuse each other; saves on one root in one process run one at a time
  * (a mutex per root), so a leftover named after this process is never a
- * save in progress. A fork()ed child shares its parent's lock (flock follows
- * the open file description): it must not save to the root.
+ * save in progress. A fork()ed child inherits the descriptor, and with it the
+ * parent's flock (flock follows the open file description, unlike fcntl
+ * locks, which a child does not inherit): so the child neither uses nor lets
+ * go of an entry it inherited (owner_pid): zo_checkpoint_lock() there takes
+ * the root anew (and is refused: the parent holds it), and
+ * zo_checkpoint_unlock() of an inherited handle does nothing to the file:
+ * no truncate, unlink or LOCK_UN (the last two would hand the root to a
+ * second run while the parent still saves there). Its descriptors are left
+ * open in the child (O_CLOEXEC: an exec drops them); a close would be safe
+ * too, as the parent's descriptor keeps the open file description and so the
+ * lock, but it needs g_mu, which a parent thread may have held at the fork.
  * When the file system has no flock (ENOLCK, EOPNOTSUPP, ENOSYS: Lustre
  * without -o flock) the root is used unlocked, with one warning.
  */
@@ -64,6 +73,7 @@ typedef struct root_ent {
   int dirfd;               /* the root, for the lock file's name after a rename of the root */
   int fd;                  /* ROOT/.zoffload-lock, flock held while locked; -1 when unlocked */
   int refs;                /* handles */
+  long owner_pid;          /* the process that took the lock; a fork()ed child's copy is not its own */
   pthread_mutex_t save_mu; /* one zo_engine_save() at a time on this root in this process */
   char root[PATH_MAX];     /* as first given, for messages */
   struct root_ent *next;
@@ -334,7 +344,8 @@ zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock) {
   }
   pthread_mutex_lock(&g_mu);
   root_ent *r = g_roots;
-  while (r && (r->dev != st.st_dev || r->ino != st.st_ino)) r = r->next;
+  const long me = (long)getpid();
+  while (r && (r->dev != st.st_dev || r->ino != st.st_ino || r->owner_pid != me)) r = r->next; /* not a parent's */
   zo_status s = ZO_OK;
   if (r) {
     r->refs++;
@@ -346,7 +357,7 @@ zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock) {
     close(dirfd);
     free(r);
   } else {
-    r->dev = st.st_dev, r->ino = st.st_ino, r->dirfd = dirfd, r->refs = 1;
+    r->dev = st.st_dev, r->ino = st.st_ino, r->dirfd = dirfd, r->refs = 1, r->owner_pid = me;
     snprintf(r->root, sizeof r->root, "%s", root);
     pthread_mutex_init(&r->save_mu, NULL);
     r->next = g_roots;
@@ -366,6 +377,12 @@ void zo_checkpoint_unlock(zo_checkpoint_lock_t *lock) {
   if (!lock) return;
   root_ent *r = lock->ent;
   free(lock);
+  if (r->owner_pid != (long)getpid()) {
+    /* A fork()ed child's copy of its parent's handle: the file and its flock are the parent's (see the top). The
+     * entry stays in the child's list (a copy, freed with the child) and g_mu is not taken: another thread of the
+     * parent may have held it at the fork. */
+    return;
+  }
   pthread_mutex_lock(&g_mu); /* held through let_go: another thread of ours must not find the file still locked */
   if (--r->refs == 0) {
     for (root_ent **p = &g_roots; *p; p = &(*p)->next)

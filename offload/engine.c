@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "engine_internal.h"
 #include "zoffload/placement.h"
@@ -258,6 +259,7 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   zo_engine_t *e = calloc(1, sizeof *e);
   if (!e) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   e->lr_override = -1; /* the config's schedule */
+  e->owner_pid = (long)getpid();
   zo_status st = ZO_OK;
   if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
     free(e);
@@ -300,6 +302,10 @@ const char *zo_engine_last_error(const zo_engine_t *e) {
 
 void zo_engine_destroy(zo_engine_t *e) {
   if (!e) return;
+  /* A fork()ed child: the engine's threads, streams, swap files and locks are the parent's. Joining or waiting on
+   * them hangs (the child has none of the threads), and freeing or removing them would take them from the parent;
+   * the child's copy of the memory is simply left (it goes when the child exits). */
+  if (e->owner_pid != (long)getpid()) return;
   if (e->tasks) zo_engine_synchronize(e);
   if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
   if (e->swap) eng_nv_quiesce(e);
@@ -417,6 +423,7 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
 zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double weight_decay) {
   if (!e || !p || p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay: NULL argument or a "
                                                    "tensor of another engine");
+  ENG_CHECK_OWNER(e, "set_param_weight_decay");
   if (!(weight_decay >= 0.0 && weight_decay <= 1e6)) /* also refuses NaN */
     return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay '%s': %g is not in [0, 1e6]", p->name,
                         weight_decay);
@@ -530,7 +537,16 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   return st;
 }
 
+zo_status eng_check_owner(const zo_engine_t *e, const char *what) {
+  const long me = (long)getpid();
+  if (!e || e->owner_pid == me) return ZO_OK;
+  return zo_error_set(ZO_ERR_INVALID_USAGE, "zo_engine_%s: this engine was created by process %ld; a forked child "
+                      "(pid %ld) cannot use it (its threads and locks stay with the parent): create a new engine in "
+                      "the child", what, e->owner_pid, me);
+}
+
 zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
+  ZO_CHECK(eng_check_owner(e, what));
   if (!e->fin_failed) return ZO_OK;
   return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: zo_engine_finalize() failed on this engine; destroy it and create "
                       "another", what);
@@ -865,6 +881,7 @@ static zo_status load_host_state(zo_engine_t *e, zo_param_t *p, const float *src
 
 zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values) {
   if (!e || !p || !values) return zo_error_set(ZO_ERR_INVALID_ARG, "load_param: NULL argument");
+  ENG_CHECK_OWNER(e, "load_param");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
   const float *src = values + p->shard_off;
   zo_status st;

@@ -316,6 +316,7 @@ static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad
 }
 
 zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  ENG_CHECK_OWNER(e, "grad_accumulate");
   ZO_NVTX_PUSHF("gradient accumulate %s", p ? p->name : "?");
   zo_status st = grad_accumulate(e, p, grad, grad_dtype);
   ZO_NVTX_POP();
@@ -323,6 +324,7 @@ zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *g
 }
 
 zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {
+  ENG_CHECK_OWNER(e, "grad_fence");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_fence: engine is NULL");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_fence: engine not finalized");
   if (!e->grad_read_set) return ZO_OK; /* nothing handed over yet */

@@ -401,6 +401,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
 }
 
 zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
+  ENG_CHECK_OWNER(e, "fetch");
   ZO_NVTX_PUSHF("fetch %s", p ? p->name : "?");
   zo_status st = fetch(e, p, weights, dtype);
   ZO_NVTX_POP();
@@ -408,6 +409,7 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
 }
 
 zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
+  ENG_CHECK_OWNER(e, "set_trace");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
   if (!enabled && !e->trace_off && e->finalized && eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e));
   e->trace_off = !enabled;
@@ -446,6 +448,7 @@ static zo_status release(zo_engine_t *e, zo_param_t *p) {
 }
 
 zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
+  ENG_CHECK_OWNER(e, "release");
   ZO_NVTX_PUSHF("release %s", p ? p->name : "?");
   zo_status st = release(e, p);
   ZO_NVTX_POP();

@@ -9,6 +9,7 @@
 /* ---------------------------------------------------------------- inspection */
 
 zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
+  ENG_CHECK_OWNER(e, "mem_info");
   if (!e || !m) return zo_error_set(ZO_ERR_INVALID_ARG, "mem_info: NULL argument");
   memset(m, 0, sizeof *m);
   m->device_bytes = e->dev_block_bytes;
@@ -63,6 +64,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
 }
 
 zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset, size_t *shard_n) {
+  ENG_CHECK_OWNER(e, "get_master");
   if (!e || !p || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "get_master: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
   if (shard_offset) *shard_offset = p->shard_off;
@@ -92,6 +94,7 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
 }
 
 zo_status zo_engine_nvme_busy(const zo_engine_t *e, double busy_s[2], uint64_t bytes[2]) {
+  ENG_CHECK_OWNER(e, "nvme_busy");
   if (!e || !busy_s || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "nvme_busy: NULL argument");
   busy_s[0] = busy_s[1] = 0;
   bytes[0] = bytes[1] = 0;

@@ -184,6 +184,8 @@ typedef struct host_buf {
 
 struct zo_engine {
   zo_config_t cfg;
+  long owner_pid;            /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a
+                                fork()ed child has a copy of this struct but none of its threads; eng_check_owner) */
   zo_device_t *dev;
   int own_dev;
   zo_comm_t *comm;
@@ -422,6 +424,12 @@ zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose
 zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes);
 /* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
 zo_status eng_check_usable(const zo_engine_t *e, const char *what);
+/* ZO_OK when this process created @e; else (a fork()ed child holding a copy of its parent's engine, whose Adam
+ * threads, stream threads and locks stay with the parent) ZO_ERR_INVALID_USAGE naming @what, both pids and the way
+ * out, at once. Every public zo_engine_* call that takes an engine is to check it first (ENG_CHECK_OWNER), before
+ * it waits on or queues to any thread; eng_check_usable() (and so zo_plan_make()) includes it. */
+zo_status eng_check_owner(const zo_engine_t *e, const char *what);
+#define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_check_owner(e, what))
 void eng_host_buf_free(host_buf *b);
 
 /* ---------------------------------------------------------------- plan.c */

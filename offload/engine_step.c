@@ -136,6 +136,7 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
 }
 
 zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+  ENG_CHECK_OWNER(e, "grad_ready");
   ZO_NVTX_PUSHF("gradient copy %s", p ? p->name : "?");
   zo_status st = grad_ready(e, p, grad, grad_dtype);
   ZO_NVTX_POP();
@@ -197,6 +198,7 @@ static zo_status dpu_publish(zo_engine_t *e) {
 }
 
 zo_status zo_engine_synchronize(zo_engine_t *e) {
+  ENG_CHECK_OWNER(e, "synchronize");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
   zo_status st = e->dpu_pending ? dpu_publish(e) : ZO_OK;
   zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream) : ZO_OK; /* staging is free again after */
@@ -474,6 +476,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
 }
 
 zo_status zo_engine_set_lr(zo_engine_t *e, double lr) {
+  ENG_CHECK_OWNER(e, "set_lr");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: engine is NULL");
   if (isnan(lr) || lr > ZO_CONFIG_LR_MAX)
     return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: lr %g is outside [0, %g] (negative: the config's schedule)", lr,
@@ -483,6 +486,7 @@ zo_status zo_engine_set_lr(zo_engine_t *e, double lr) {
 }
 
 zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info) {
+  ENG_CHECK_OWNER(e, "step");
   ZO_NVTX_PUSH("optimizer step");
   zo_status st = step(e, info);
   ZO_NVTX_POP();

@@ -146,6 +146,7 @@ static zo_status st_place(int *fd, const char *tmp, const char *path) {
 }
 
 zo_status zo_engine_export_safetensors(zo_engine_t *e, const char *path, zo_dtype dtype) {
+  ENG_CHECK_OWNER(e, "export_safetensors");
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: NULL argument");
   if (dtype != ZO_DTYPE_F32 && dtype != ZO_DTYPE_BF16)
     return zo_error_set(ZO_ERR_INVALID_ARG, "export_safetensors: dtype %s: expected fp32 or bf16", zo_dtype_name(dtype));

@@ -102,7 +102,11 @@ typedef struct zo_save_opts {
  * on host H, started T, command: C (lock file ...)"; ZO_ERR_IO (the root
  * cannot be made or opened; .zoffload-lock is a symbolic link, not a
  * regular file, or has other hard links: named, never opened through or
- * written); ZO_ERR_SYSTEM; ZO_ERR_OUT_OF_MEMORY. Thread-safe.
+ * written); ZO_ERR_SYSTEM; ZO_ERR_OUT_OF_MEMORY. Thread-safe. The lock is
+ * the process's: zo_checkpoint_unlock() of a handle a fork()ed child
+ * inherited returns without releasing or removing anything (the lock,
+ * flock(2)'s, is shared with the parent), and a lock taken in the child is
+ * refused while the parent holds the root, naming it.
  */
 typedef struct zo_checkpoint_lock zo_checkpoint_lock_t;
 ZO_API zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock);

@@ -84,13 +84,23 @@ ZO_API zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind k
  * from duplicating @comm; ZO_ERR_INVALID_ARG / ZO_ERR_OUT_OF_MEMORY / errors of
  * zo_swap_create() (nvme: the private swap directory is created here, so a
  * missing or unwritable nvme_path fails now, not mid-training).
+ * The engine belongs to the calling process: a fork()ed child's copy has
+ * none of its threads, and every zo_engine_* call on it there (register,
+ * finalize, fetch, release, grad_ready, grad_accumulate, grad_fence, step,
+ * synchronize, set_lr, save, load, export, inspection, planning) returns
+ * ZO_ERR_INVALID_USAGE at once, naming both pids; create a new engine in
+ * the child. zo_engine_destroy() there returns without touching anything.
  */
 ZO_API zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm,
                                   zo_engine_t **out);
 
 /*
  * zo_engine_destroy() - wait for outstanding copies and swap I/O, free every
- * buffer and remove the swap directory and files. NULL ok.
+ * buffer and remove the swap directory and files. NULL ok. In a fork()ed
+ * child of the process that created @e it returns at once and touches
+ * nothing (the threads, files and memory are the parent's; the child's copy
+ * goes with the child), so a child's exit handler cannot hang on threads it
+ * does not have or remove the parent's swap files.
  */
 ZO_API void zo_engine_destroy(zo_engine_t *e);
 

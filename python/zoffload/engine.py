@@ -17,6 +17,7 @@ ordered against torch.cuda.current_stream() (_device.py says how parameters meet
 import atexit
 import ctypes
 import json
+import os
 import warnings
 import weakref
 
@@ -174,12 +175,40 @@ def _at_exit():
         _free_handles(h)
 
 
-def _closed_method(name, prop=False):
+def _after_fork_in_child():
+    """os.fork() (a DataLoader worker, multiprocessing's fork start method): the engines and handles the child
+    inherits are its parent's, whose threads, streams, swap files and checkpoint lock the child does not have.
+    Destroying them would hang or crash the child and take the swap files and lock from the parent; so the child
+    forgets them (no close, no finalizer, nothing at exit) and every method of an inherited engine raises
+    RuntimeError naming both processes. Engines the child creates itself are its own."""
+    parent, me = os.getppid(), os.getpid()
+    for e in list(_open_engines):
+        e._closed = True  # _close() and __del__ do nothing
+        held = getattr(e, "_save_root", None)  # save_checkpoint()'s root lock: the parent's, not released here
+        if held is not None and held[1] is not None:
+            held[1].detach()
+        e.__class__ = _closed_class(type(e), forked=(parent, me))
+    _open_engines.clear()
+    for h in list(_live_handles):
+        h.eng = h.dev = h.ring = h.comm = h.place = None  # _free_handles(), from a finalizer, then frees nothing
+    _live_handles.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _closed_method(name, prop=False, forked=None):
     what = "engine(...)" if name == "__call__" else "engine.%s%s" % (name, " read" if prop else "()")
+    if forked:
+        why = ("zoffload: %s: this engine was created by process %d; a forked child (pid %d) cannot use it (its "
+               "threads, swap files and checkpoint lock stay with the parent): create a new engine in the child"
+               % ((what,) + tuple(forked)))
+    else:
+        why = ("zoffload: %s after engine.close(): its memory, swap files and device are freed; make a new engine "
+               "with zoffload.initialize()" % what)
 
     def closed(self, *args, **kwargs):
-        raise RuntimeError("zoffload: %s after engine.close(): its memory, swap files and device are freed; make a "
-                           "new engine with zoffload.initialize()" % what)
+        raise RuntimeError(why)
     closed.__name__ = name
     return property(closed) if prop else closed
 
@@ -187,11 +216,13 @@ def _closed_method(name, prop=False):
 _closed_classes = {}
 
 
-def _closed_class(cls):
+def _closed_class(cls, forked=None):
     """@cls with every method and property it defines (Engine's, DeepSpeedEngineAPI's, a subclass's: public and
     private, __call__ included) replaced by one raising RuntimeError that names it; close() and __del__ stay. What a
-    closed engine becomes: a call into the library with freed handles would crash the interpreter."""
-    if cls not in _closed_classes:
+    closed engine becomes: a call into the library with freed handles would crash the interpreter. @forked: (parent
+    pid, child pid): what an engine inherited by a forked child becomes (_after_fork_in_child), its message saying so."""
+    key = (cls, forked)
+    if key not in _closed_classes:
         ns = {}
         for klass in cls.__mro__:
             if klass is object:
@@ -201,11 +232,11 @@ def _closed_class(cls):
                         name.startswith("__") and name != "__call__"):
                     continue
                 if isinstance(attr, property):
-                    ns[name] = _closed_method(name, prop=True)
+                    ns[name] = _closed_method(name, prop=True, forked=forked)
                 elif callable(attr) or isinstance(attr, (staticmethod, classmethod)):
-                    ns[name] = _closed_method(name)
-        _closed_classes[cls] = type("Closed" + cls.__name__, (cls,), ns)
-    return _closed_classes[cls]
+                    ns[name] = _closed_method(name, forked=forked)
+        _closed_classes[key] = type(("Inherited" if forked else "Closed") + cls.__name__, (cls,), ns)
+    return _closed_classes[key]
 
 
 class Engine(DeepSpeedEngineAPI):

@@ -27,7 +27,8 @@ zo_adam_stores zo_adam_stores_env(void);
  * zo_adam_stores_decide() - the probe's choice from @pairs pairs of times
  * (seconds; t_regular[k] and t_nt[k] ran back to back on equal halves of the
  * same memory-bound work). *ratio: the median of t_regular[k] / t_nt[k]
- * (> 1: streaming is faster), 0 when a time is not positive or finite.
+ * (> 1: streaming is faster), 0 when a time is not positive or finite;
+ * *lowest (may be NULL): the smallest of those ratios, 0 likewise.
  * Returns 1 (stream p, m, v) when the median is >= ZO_STORES_NT_WIN and no
  * pair found streaming slower or equal (every ratio > 1), else 0 (regular
  * stores). The pool feeds it undisturbed pairs only (pool.c): unfiltered,
@@ -39,6 +40,6 @@ zo_adam_stores zo_adam_stores_env(void);
  * pair >= 1.15x: that bias would keep a machine where streaming gains
  * 1.2-1.3x on regular stores. Pure: no clock, no state. @pairs in [1, 64].
  */
-int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio);
+int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio, double *lowest);
 
 #endif /* ZO_ADAM_STORES_H */

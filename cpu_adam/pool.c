@@ -300,12 +300,8 @@ static int probe_segment_done(zo_adam_pool_t *P, struct zo_adam_task *T) {
   }
   T->probe_nseg = 0;
   if (P->probe_pairs >= ZO_STORES_PROBE_PAIRS) {
-    int nt = zo_adam_stores_decide(P->probe_t[0], P->probe_t[1], ZO_STORES_PROBE_PAIRS, &P->probe_ratio);
-    P->probe_low = 0;
-    for (int k = 0; k < ZO_STORES_PROBE_PAIRS; k++) {
-      double x = P->probe_t[1][k] > 0 ? P->probe_t[0][k] / P->probe_t[1][k] : 0;
-      if (k == 0 || x < P->probe_low) P->probe_low = x;
-    }
+    int nt = zo_adam_stores_decide(P->probe_t[0], P->probe_t[1], ZO_STORES_PROBE_PAIRS, &P->probe_ratio,
+                                   &P->probe_low);
     P->state_nt = nt ? (unsigned)ZO_NT_STATE : 0u;
     P->probe_pending = 0;
   }

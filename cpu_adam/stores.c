@@ -20,9 +20,10 @@ zo_adam_stores zo_adam_stores_env(void) {
   return ZO_STORES_AUTO;
 }
 
-int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio) {
+int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio, double *lowest) {
   double r[64];
   if (ratio) *ratio = 0;
+  if (lowest) *lowest = 0;
   if (!t_regular || !t_nt || pairs < 1 || pairs > 64) return 0;
   for (int k = 0; k < pairs; k++) {
     if (!(t_regular[k] > 0 && t_nt[k] > 0 && isfinite(t_regular[k]) && isfinite(t_nt[k]))) return 0;
@@ -33,5 +34,6 @@ int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs
   }
   double med = pairs % 2 ? r[pairs / 2] : 0.5 * (r[pairs / 2 - 1] + r[pairs / 2]);
   if (ratio) *ratio = med;
+  if (lowest) *lowest = r[0];
   return med >= ZO_STORES_NT_WIN && r[0] > 1.0;
 }

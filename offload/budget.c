@@ -274,6 +274,14 @@ static void host_advice(const zo_engine_t *e, const zo_plan *p, const size_t app
              "model or batch, or a machine with more memory", hsize(a, sizeof a, app[ZO_TIER_HOST]));
 }
 
+size_t zo_host_memory_available(char *source, size_t cap) {
+  size_t avail = mem_available();
+  char cg[160] = "";
+  const size_t room = cgroup_room(cg, sizeof cg);
+  if (source && cap) snprintf(source, cap, "%s", room < avail ? cg : "MemAvailable");
+  return room < avail ? room : avail;
+}
+
 /* Host line (plus the device bytes on a host device, whose memory is host memory): MemAvailable or the cgroup. */
 static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out,
                         const zo_budget_line *ld) {
@@ -283,14 +291,7 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
   lh->app_bytes = app[ZO_TIER_HOST];
   lh->need = add_sat(add_sat(p->host_bytes, app[ZO_TIER_HOST]),
                      zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
-  size_t avail = mem_available();
-  snprintf(lh->source, sizeof lh->source, "MemAvailable");
-  char cg[160] = "";
-  size_t room = cgroup_room(cg, sizeof cg);
-  if (room < avail) {
-    avail = room;
-    snprintf(lh->source, sizeof lh->source, "%s", cg);
-  }
+  size_t avail = zo_host_memory_available(lh->source, sizeof lh->source);
   if (zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
     snprintf(lh->source + strlen(lh->source), sizeof lh->source - strlen(lh->source), "; includes the host device's %s",
              hsize(a, sizeof a, ld->need));

@@ -23,45 +23,47 @@ static void test_decide(void) {
   double r;
   /* the Zen 3 of issue 40: streaming 2.7x faster */
   const double zr[3] = {0.30, 0.31, 0.29}, zn[3] = {0.11, 0.115, 0.108};
-  CHECK_EQ(zo_adam_stores_decide(zr, zn, 3, &r), 1);
+  CHECK_EQ(zo_adam_stores_decide(zr, zn, 3, &r, NULL), 1);
   CHECK_CLOSE(r, 0.31 / 0.115, 1e-12, 1e-12); /* the median of 2.73, 2.70, 2.69 */
   /* the Zen 5 here: streaming a few percent slower or faster */
   const double fr[3] = {1.00, 1.00, 1.00}, fn[3] = {1.03, 0.97, 1.01};
-  CHECK_EQ(zo_adam_stores_decide(fr, fn, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(fr, fn, 3, &r, NULL), 0);
   CHECK_CLOSE(r, 1.0 / 1.01, 1e-12, 1e-12);
   /* the threshold is on the median: exactly ZO_STORES_NT_WIN streams, just below does not */
   const double one[3] = {1, 1, 1};
   double tn[3] = {1 / 1.05, 1 / ZO_STORES_NT_WIN, 1 / 1.3};
-  CHECK_EQ(zo_adam_stores_decide(one, tn, 3, &r), 1);
+  CHECK_EQ(zo_adam_stores_decide(one, tn, 3, &r, NULL), 1);
   CHECK_CLOSE(r, ZO_STORES_NT_WIN, 1e-12, 1e-12);
   tn[1] = 1 / (ZO_STORES_NT_WIN - 1e-6);
-  CHECK_EQ(zo_adam_stores_decide(one, tn, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(one, tn, 3, &r, NULL), 0);
   /* a good median but one pair found streaming slower: regular */
   const double mixed[3] = {1 / 1.3, 1 / 1.25, 1 / 0.95};
-  CHECK_EQ(zo_adam_stores_decide(one, mixed, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(one, mixed, 3, &r, NULL), 0);
   CHECK_CLOSE(r, 1.25, 1e-12, 1e-12);
   /* a pair exactly equal is not "faster": regular */
   const double tie[3] = {1 / 1.5, 1.0, 1 / 1.6};
-  CHECK_EQ(zo_adam_stores_decide(one, tie, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(one, tie, 3, &r, NULL), 0);
   /* an even count: the median is the mean of the middle two, order does not matter */
   const double four_r[4] = {1, 1, 1, 1}, four_n[4] = {1 / 1.4, 1 / 1.1, 1 / 1.3, 1 / 1.2};
-  CHECK_EQ(zo_adam_stores_decide(four_r, four_n, 4, &r), 1);
+  double low = 0;
+  CHECK_EQ(zo_adam_stores_decide(four_r, four_n, 4, &r, &low), 1);
   CHECK_CLOSE(r, 1.25, 1e-12, 1e-12);
+  CHECK_CLOSE(low, 1.1, 1e-12, 1e-12); /* the lowest pair's ratio, which the pool's description shows */
   /* one pair */
-  CHECK_EQ(zo_adam_stores_decide(zr, zn, 1, NULL), 1);
+  CHECK_EQ(zo_adam_stores_decide(zr, zn, 1, NULL, NULL), 1);
   /* bad input: regular, ratio 0 */
   double bad[3] = {0.1, 0.0, 0.1};
-  CHECK_EQ(zo_adam_stores_decide(one, bad, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(one, bad, 3, &r, NULL), 0);
   CHECK_CLOSE(r, 0.0, 0, 0);
   bad[1] = -1;
-  CHECK_EQ(zo_adam_stores_decide(bad, one, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(bad, one, 3, &r, NULL), 0);
   bad[1] = NAN;
-  CHECK_EQ(zo_adam_stores_decide(one, bad, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(one, bad, 3, &r, NULL), 0);
   bad[1] = INFINITY;
-  CHECK_EQ(zo_adam_stores_decide(bad, one, 3, &r), 0);
-  CHECK_EQ(zo_adam_stores_decide(zr, zn, 0, &r), 0);
-  CHECK_EQ(zo_adam_stores_decide(zr, zn, 65, &r), 0);
-  CHECK_EQ(zo_adam_stores_decide(NULL, zn, 3, &r), 0);
+  CHECK_EQ(zo_adam_stores_decide(bad, one, 3, &r, NULL), 0);
+  CHECK_EQ(zo_adam_stores_decide(zr, zn, 0, &r, NULL), 0);
+  CHECK_EQ(zo_adam_stores_decide(zr, zn, 65, &r, NULL), 0);
+  CHECK_EQ(zo_adam_stores_decide(NULL, zn, 3, &r, NULL), 0);
   CHECK_CLOSE(r, 0.0, 0, 0);
 }
 

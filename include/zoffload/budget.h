@@ -111,6 +111,16 @@ ZO_API zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget
 ZO_API zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4], zo_budget *out);
 
 /*
+ * zo_host_memory_available() - bytes of host memory this process may still
+ * take: the smaller of /proc/meminfo's MemAvailable and the room left under
+ * the cgroup v2 memory.max of its cgroup and their ancestors, as the budget's
+ * host line measures it; SIZE_MAX when neither can be read. @source (@cap
+ * bytes; may be NULL) gets where the figure comes from ("MemAvailable" or the
+ * cgroup's memory.max). Reads /proc and /sys on every call; thread-safe.
+ */
+ZO_API size_t zo_host_memory_available(char *source, size_t cap);
+
+/*
  * zo_budget_check() - ZO_OK when @b fits, else ZO_ERR_OUT_OF_MEMORY with a
  * message holding one sentence per tier that does not fit: the tier, the
  * bytes needed and available, where the figure comes from, the key to change

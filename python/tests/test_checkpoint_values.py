@@ -9,19 +9,9 @@ import pytest
 import torch
 
 from zoffload import _ckpt
-from test_checkpoint_safety import engine, same, snapshot, train
+from test_checkpoint_safety import engine, same, saved, snapshot, train  # noqa: F401 (saved: a fixture)
 
 CS = _ckpt.CLIENT_STATE_FILE
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    root = tmp_path_factory.mktemp("values") / "ckpt"
-    e, _ = engine()
-    train(e, 2)
-    e.save_checkpoint(root, client_state={"t": torch.arange(4.0), "epoch": 1})
-    e.close()
-    return root
 
 
 def crafted(tmp_path, saved, edit):

@@ -27,6 +27,7 @@ import torch
 from . import _ckpt, _lib
 from . import zero as _zero
 from ._ckpt import CheckpointError
+from .ds_api import _write_atomic  # save_checkpoint's writer: no name planted beside the file is followed
 
 logger = logging.getLogger(__name__)
 
@@ -448,11 +449,7 @@ class ZoffloadTrainer(_trainer_class()):
                 state["cuda"] = torch.cuda.random.get_rng_state()
         os.makedirs(output_dir, exist_ok=True)
         data = _ckpt.client_state_bytes(state)
-        path = self._rng_file(output_dir, "safetensors")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        _write_atomic(self._rng_file(output_dir, "safetensors"), lambda f: f.write(data))
 
     def _load_rng_state(self, checkpoint):
         """The RNG state _save_rng_state wrote (read without pickle); else a Trainer's rng_state.pth through

@@ -432,10 +432,13 @@ static int claim_outputs(const train_opts *o, train_job *j) {
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK | X_OK) != 0) {
+    const char *why = stat(dir, &sb) != 0            ? "does not exist"
+                      : !S_ISDIR(sb.st_mode)         ? "is not a directory"
+                      : access(dir, W_OK | X_OK) != 0 ? "is not writable"
+                                                     : NULL;
+    if (why) {
       fprintf(stderr, "zo-train: error: --export-safetensors: the directory '%s' %s: the weights could not be "
-              "written at the end of the run\n", dir, stat(dir, &sb) != 0 ? "does not exist"
-              : !S_ISDIR(sb.st_mode) ? "is not a directory" : "is not writable");
+              "written at the end of the run\n", dir, why);
       failed = 1;
     }
   }

@@ -374,11 +374,10 @@ int train_resolve_cpu_gemm(int mode, const gpt_config *c, int max_batch, int cud
   const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
                                                                                                  : NULL;
   char cpu[160];
-  snprintf(cpu, sizeof cpu, "%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
-                                        : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
-                                                                            : "no AVX-512",
-           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? (!strcmp(lim, "DNNL_MAX_CPU_ISA")
-                                                                            ? " by DNNL_MAX_CPU_ISA" : " by ONEDNN_MAX_CPU_ISA") : "");
+  snprintf(cpu, sizeof cpu, "%s%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
+                                          : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
+                                                                              : "no AVX-512",
+           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? " by " : "", lim ? lim : "");
   if (rc == 0) {
     *bf16 = 1;
     if (mode == TRAIN_GEMM_AUTO)

@@ -6,12 +6,14 @@
 #include "probe.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
 #include "zoffload/adam.h"
+#include "zoffload/budget.h"
 #include "zoffload/dtype.h"
 #include "zoffload/speeds.h"
 #include "zoffload/status.h"
@@ -19,7 +21,7 @@
 #define PROBE_PASSES 3         /* timed passes per cut, the median kept (after one untimed) */
 #define PROBE_MIN_S 0.02       /* a cut whose passes are shorter gets up to PROBE_MAX_PASSES */
 #define PROBE_MAX_PASSES 9
-#define PROBE_MEM_SHARE 4      /* the probe takes at most 1/PROBE_MEM_SHARE of MemAvailable */
+#define PROBE_MEM_SHARE 4      /* the probe takes at most 1/PROBE_MEM_SHARE of the host memory available */
 #define PROBE_BUDGET_S 4.0     /* nor more than about this many seconds by the cost model */
 
 /* One cut's buffers: group 0 (wte, wpe), one block's tensors (every block binds the same: the values do not
@@ -79,18 +81,6 @@ static int hook(void *user, int phase, int group, int end) {
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
-}
-
-/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. */
-static size_t mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  fclose(f);
-  return (size_t)kb * 1024;
 }
 
 /* Median seconds of a forward + backward of @p's cut of @L layers at @B x seq_len tokens; < 0 on failure. */
@@ -171,10 +161,11 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
               "%.0f s)", est, PROBE_BUDGET_S);
     goto out;
   }
-  const size_t avail = mem_available();
-  if (avail && need > (double)avail / PROBE_MEM_SHARE) {
-    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY, "a %d-layer cut needs %.2f GiB, more than 1/%d of "
-              "MemAvailable (%.2f GiB)", L, need / 1073741824.0, PROBE_MEM_SHARE, (double)avail / 1073741824.0);
+  char asrc[160];
+  const size_t avail = zo_host_memory_available(asrc, sizeof asrc);
+  if (avail != SIZE_MAX && need > (double)avail / PROBE_MEM_SHARE) {
+    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY, "a %d-layer cut needs %.2f GiB, more than 1/%d of the %.2f GiB "
+              "available (%s)", L, need / 1073741824.0, PROBE_MEM_SHARE, (double)avail / 1073741824.0, asrc);
     goto out;
   }
   const size_t T = (size_t)c->seq_len, tok = (size_t)a->B * T;

@@ -30,7 +30,8 @@
  * this model's entry. A cut's weights are one block's tensors bound for every
  * block, so the probe holds one block's fp32 weights and gradients (and bf16
  * copies), the embeddings and a 2-layer cut's activations: it declines when
- * that is more than a quarter of MemAvailable, and when its passes would take
+ * that is more than a quarter of the host memory available (zo_host_memory_available:
+ * MemAvailable or the cgroup's room, as the budget measures it), and when its passes would take
  * more than about 4 s at @cost_rate FLOP/s (the cost model's rate: a model
  * that large is measured by its own steps). Runs the model on the calling
  * thread's OpenMP team (about 4 x 2 passes). Returns the seconds (> 0) with

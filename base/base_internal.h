@@ -105,12 +105,23 @@ int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done);
  * zo_tmpfile_place() - zo_tmpfile_target_check(@target), then rename(@tmp, @target): 0 placed; 1 refused (*@found
  * set, @tmp left for the caller to remove); -errno (lstat's or rename's).
  * zo_file_kind() - "a symbolic link", "a directory", "a character device", "a FIFO", ... for messages.
+ * zo_tmpfile_sweep() - remove what writers killed before their rename left of @target: each entry of @target's
+ * directory named exactly ".BASE.PID.N.tmp" (BASE as zo_tmpfile_open makes it for @target, truncation to 200 bytes
+ * included; PID and N decimal as it prints them) whose PID zo_pid_gone() calls gone and which lstat(2) calls a
+ * regular file; each removal logged at INFO naming its path. A link, FIFO, directory or device, another target's
+ * leftover and a live process's (this one's included) stay. Best effort: an unreadable directory or a failed
+ * unlink is skipped silently. Call it before zo_tmpfile_open. A PID is only checked on this host: a writer on
+ * another host sharing the directory is not seen.
+ * zo_pid_gone() - 1 when no process runs as @pid here (kill(pid, 0) fails with ESRCH); 0 when one runs (or may:
+ * EPERM), for this process's own pid, and for @pid outside 1..INT_MAX.
  */
 #define ZO_TMPFILE_TRIES 100
 int zo_tmpfile_open(const char *target, char *tmp, size_t cap);
 int zo_tmpfile_target_check(const char *target, mode_t *found);
 int zo_tmpfile_place(const char *tmp, const char *target, mode_t *found);
 const char *zo_file_kind(mode_t mode);
+void zo_tmpfile_sweep(const char *target);
+int zo_pid_gone(long pid);
 
 /*
  * zo_tl_host_func - nonzero while the calling thread runs a stream host function (zo_launch_host_func): the host

@@ -16,10 +16,18 @@
  * that lstat and the rename only someone who can write the directory can swap
  * the entry, and that someone could remove it anyway: the rename gives them
  * nothing they did not have.
+ *
+ * A writer killed between the open and the rename leaves its temporary file
+ * behind; zo_tmpfile_sweep() removes those of one target whose process is
+ * gone. It proves each is ours by its whole name (what zo_tmpfile_open makes
+ * for that target, a PID and N as it prints them), removes only what lstat(2)
+ * calls a regular file, and unlinks a directory entry, which follows nothing.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,13 +37,21 @@
 
 #define TMP_BASE_MAX 200 /* bytes of the target's name kept in the temporary name (NAME_MAX is 255) */
 
-int zo_tmpfile_open(const char *target, char *tmp, size_t cap) {
+/* @target split as zo_tmpfile_open names its temporary files: *@base its last component, *@dir_len the bytes before it
+ * (with the '/'), and the returned length of the part of *@base the names carry (0: "dir/", no file name). */
+static size_t tmp_base(const char *target, const char **base, int *dir_len) {
   const char *slash = strrchr(target, '/');
-  const char *base = slash ? slash + 1 : target;
-  const int dir_len = slash ? (int)(slash - target) + 1 : 0; /* with the '/' */
-  size_t blen = strlen(base);
+  *base = slash ? slash + 1 : target;
+  *dir_len = slash ? (int)(slash - target) + 1 : 0; /* with the '/' */
+  size_t blen = strlen(*base);
+  return blen > TMP_BASE_MAX ? TMP_BASE_MAX : blen;
+}
+
+int zo_tmpfile_open(const char *target, char *tmp, size_t cap) {
+  const char *base;
+  int dir_len;
+  const size_t blen = tmp_base(target, &base, &dir_len);
   if (!blen) return -EISDIR; /* "dir/": no file name */
-  if (blen > TMP_BASE_MAX) blen = TMP_BASE_MAX;
   for (int n = 0; n < ZO_TMPFILE_TRIES; n++) {
     int len = snprintf(tmp, cap, "%.*s.%.*s.%ld.%d.tmp", dir_len, target, (int)blen, base, (long)getpid(), n);
     if (len < 0 || (size_t)len >= cap) return -ENAMETOOLONG;
@@ -44,6 +60,61 @@ int zo_tmpfile_open(const char *target, char *tmp, size_t cap) {
     if (errno != EEXIST) return -errno;
   }
   return -EEXIST;
+}
+
+int zo_pid_gone(long pid) {
+  if (pid <= 0 || pid > INT_MAX || pid == (long)getpid()) return 0; /* no process's, or this one's: not gone */
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The decimal number at *@p as "%ld" / "%d" print it (digits, no sign, no leading zero but in "0"), at most @max,
+ * into *@v; *@p moved past it. 0 when there is none. */
+static int tmp_number(const char **p, long max, long *v) {
+  const char *s = *p;
+  long n = 0;
+  if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9')) return 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (n > (max - (*s - '0')) / 10) return 0;
+    n = n * 10 + (*s - '0');
+  }
+  *p = s;
+  *v = n;
+  return 1;
+}
+
+/* 1 when @name is ".BASE.PID.N.tmp" with BASE the @blen bytes at @base, PID in 1..INT_MAX (into *@pid) and N in
+ * 0..ZO_TMPFILE_TRIES-1: a name zo_tmpfile_open gives a temporary file of that target. */
+static int tmp_name_ours(const char *name, const char *base, size_t blen, long *pid) {
+  long n;
+  if (name[0] != '.' || strncmp(name + 1, base, blen) || name[1 + blen] != '.') return 0;
+  const char *p = name + 2 + blen;
+  if (!tmp_number(&p, INT_MAX, pid) || *pid <= 0 || *p++ != '.') return 0;
+  if (!tmp_number(&p, ZO_TMPFILE_TRIES - 1, &n)) return 0;
+  return !strcmp(p, ".tmp");
+}
+
+void zo_tmpfile_sweep(const char *target) {
+  const char *base;
+  int dir_len;
+  const size_t blen = tmp_base(target, &base, &dir_len);
+  char dir[PATH_MAX], path[PATH_MAX];
+  if (!blen || dir_len >= (int)sizeof dir) return;
+  if (dir_len) snprintf(dir, sizeof dir, "%.*s", dir_len, target); /* "/" stays "/" */
+  else snprintf(dir, sizeof dir, ".");
+  DIR *d = opendir(dir);
+  if (!d) return;
+  const int dfd = dirfd(d);
+  struct dirent *de;
+  struct stat sb;
+  long pid;
+  while ((de = readdir(d))) {
+    if (!tmp_name_ours(de->d_name, base, blen, &pid) || !zo_pid_gone(pid)) continue;
+    if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+    if (unlinkat(dfd, de->d_name, 0) != 0) continue;
+    snprintf(path, sizeof path, "%.*s%s", dir_len, target, de->d_name);
+    zo_info("removed '%s', left by an interrupted write of '%s' (process %ld, gone)", path, target, pid);
+  }
+  closedir(d);
 }
 
 int zo_tmpfile_target_check(const char *target, mode_t *found) {

@@ -9,6 +9,7 @@
 #include "zoffload/checkpoint.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <math.h>
 #include <errno.h>
@@ -98,14 +99,43 @@ static int create_new(const char *path) {
   return open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 }
 
-/* write a whole small new file (create_new), fsync it */
-static zo_status write_file(const char *path, const char *text) {
+static int format_file_name(const char *n);
+
+/* Write @n bytes as a whole new file (create_new) and fsync it; ck_fault(@half) with half of them written. */
+static zo_status write_bytes(const char *path, const void *buf, size_t n, const char *half) {
   int fd = create_new(path);
   if (fd < 0) return sys_err(ZO_ERR_IO, "cannot create", path);
-  zo_status st = pwrite_all(fd, text, strlen(text), 0, path);
+  zo_status st = pwrite_all(fd, buf, n / 2, 0, path);
+  if (st == ZO_OK) ck_fault(half);
+  if (st == ZO_OK) st = pwrite_all(fd, (const char *)buf + n / 2, n - n / 2, n / 2, path);
   if (st == ZO_OK && fsync(fd)) st = sys_err(ZO_ERR_IO, "fsync of", path);
   close(fd);
   return st;
+}
+
+static zo_status write_file(const char *path, const char *text) {
+  return write_bytes(path, text, strlen(text), "manifest-half");
+}
+
+void ck_fault(const char *stage) {
+  const char *at = getenv("ZO_CKPT_KILL_AT");
+  if (at && !strcmp(at, stage)) {
+    fprintf(stderr, "zoffload: ZO_CKPT_KILL_AT=%s: killing this process (pid %ld) mid-save\n", stage, (long)getpid());
+    kill(getpid(), SIGKILL);
+  }
+}
+
+int ck_file_name_ok(const char *n) {
+  size_t len = strlen(n);
+  if (len < 1 || len > 64 || !((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= 'A' && n[0] <= 'Z') || (n[0] >= '0' && n[0] <= '9')))
+    return 0;
+  for (size_t i = 0; i < len; i++) {
+    const char c = n[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+          c == '-'))
+      return 0;
+  }
+  return !format_file_name(n);
 }
 
 /* Replace @path (`latest`) with @text crash-safely: a fresh temporary file beside it (zo_tmpfile_open: never one
@@ -211,8 +241,37 @@ static int format_file_name(const char *n) {
   return !strcmp(r + 5, n[0] == 'r' ? ".bin" : ".json");
 }
 
-/* Whether @path is a directory this format wrote: a real directory (not a link) holding only regular files named
- * as format_file_name(), and manifest.json among them unless @partial (a killed save's temporary directory).
+/* What a checkpoint directory @dir may hold besides the format's own files: the caller's files its manifest.json
+ * lists under "files" (zo_save_opts.files), as an object name -> null; NULL when there is no readable manifest or
+ * it lists none. *@has_manifest: dir/manifest.json is a regular file. */
+static json_t *listed_files(const char *dir, int *has_manifest) {
+  char f[PATH_MAX], *text = NULL;
+  size_t n = 0;
+  struct stat sb;
+  *has_manifest = ck_join(f, sizeof f, dir, "manifest.json") == ZO_OK && lstat(f, &sb) == 0 && S_ISREG(sb.st_mode);
+  if (!*has_manifest || ck_read_small(f, CKPT_MANIFEST_MAX, &text, &n) != ZO_OK) return NULL;
+  json_t *m = json_loadb(text, n, 0, NULL), *out = NULL;
+  free(text);
+  json_t *files = json_object_get(m, "files");
+  for (size_t i = 0; i < json_array_size(files); i++) {
+    const char *name = json_string_value(json_object_get(json_array_get(files, i), "name"));
+    if (!name || !ck_file_name_ok(name) || (!out && !(out = json_object()))) continue;
+    json_object_set_new(out, name, json_null());
+  }
+  json_decref(m);
+  return out;
+}
+
+/* Whether a file named @n in a checkpoint directory is one a save wrote: the format's own, one @listed (the
+ * manifest's "files"), or, beside a manifest, the client state files the Python front wrote into a checkpoint
+ * directory after the save before "files" existed. */
+static int file_ours(const char *n, json_t *listed, int has_manifest) {
+  return format_file_name(n) || (listed && json_object_get(listed, n)) ||
+         (has_manifest && (!strcmp(n, "client_state.safetensors") || !strcmp(n, "client_state.pt")));
+}
+
+/* Whether @path is a directory this format wrote: a real directory (not a link) holding only regular files a save
+ * wrote (file_ours), and manifest.json among them unless @partial (a killed save's temporary directory).
  * Else -1 with the reason in @why (escaped: names on disk are untrusted). */
 static int ours(const char *path, int partial, char *why, size_t cap) {
   struct stat sb;
@@ -225,20 +284,21 @@ static int ours(const char *path, int partial, char *why, size_t cap) {
     snprintf(why, cap, "cannot list it: %s", strerror(errno));
     return -1;
   }
-  int has_manifest = 0, rc = 0;
+  int has_manifest, rc = 0;
+  json_t *listed = listed_files(path, &has_manifest);
   struct dirent *de;
   char f[PATH_MAX], esc[96];
   while (rc == 0 && (de = readdir(d))) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if (!format_file_name(de->d_name) || ck_join(f, sizeof f, path, de->d_name) != ZO_OK || lstat(f, &sb) ||
-        !S_ISREG(sb.st_mode)) {
+    if (!file_ours(de->d_name, listed, has_manifest) || ck_join(f, sizeof f, path, de->d_name) != ZO_OK ||
+        lstat(f, &sb) || !S_ISREG(sb.st_mode)) {
       snprintf(why, cap, "it holds '%s', which this format does not write",
                zo_escape(esc, sizeof esc, de->d_name, strlen(de->d_name)));
       rc = -1;
     }
-    if (!strcmp(de->d_name, "manifest.json")) has_manifest = 1;
   }
   closedir(d);
+  json_decref(listed);
   if (rc == 0 && !partial && !has_manifest) {
     snprintf(why, cap, "it holds no manifest.json");
     rc = -1;
@@ -248,14 +308,21 @@ static int ours(const char *path, int partial, char *why, size_t cap) {
 
 /* Remove a directory ours() accepted: its files, then itself. */
 static int remove_ours(const char *path) {
+  int has_manifest;
+  json_t *listed = listed_files(path, &has_manifest); /* before manifest.json goes */
   DIR *d = opendir(path);
-  if (!d) return -1;
+  if (!d) {
+    json_decref(listed);
+    return -1;
+  }
   struct dirent *de;
   char f[PATH_MAX];
   int rc = 0;
   while ((de = readdir(d)))
-    if (format_file_name(de->d_name) && ck_join(f, sizeof f, path, de->d_name) == ZO_OK && unlink(f)) rc = -1;
+    if (file_ours(de->d_name, listed, has_manifest) && ck_join(f, sizeof f, path, de->d_name) == ZO_OK && unlink(f))
+      rc = -1;
   closedir(d);
+  json_decref(listed);
   return rmdir(path) || rc ? -1 : 0;
 }
 
@@ -367,7 +434,21 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
   return st;
 }
 
-static json_t *manifest_json(zo_engine_t *e, int64_t tag, const run *runs, const char *rank_file, json_t *app) {
+/* Rank 0's manifest lists the caller's files (zo_save_opts.files): name, size, CRC32C; an empty list when none. */
+static json_t *files_json(const zo_save_opts *opts) {
+  json_t *files = json_array();
+  for (int i = 0; opts && i < opts->n_files; i++) {
+    const zo_save_file *f = &opts->files[i];
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", zo_swap_crc32c(0, f->data, f->nbytes));
+    json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", f->name, "nbytes", (json_int_t)f->nbytes,
+                                           "crc32c", crc));
+  }
+  return files;
+}
+
+static json_t *manifest_json(zo_engine_t *e, int64_t tag, const run *runs, const char *rank_file, json_t *app,
+                             const zo_save_opts *opts) {
   json_t *m = json_object(), *tensors = json_array();
   json_object_set_new(m, "format", json_string(CKPT_FORMAT));
   json_object_set_new(m, "format_version", json_integer(CKPT_FORMAT_VERSION));
@@ -404,6 +485,7 @@ static json_t *manifest_json(zo_engine_t *e, int64_t tag, const run *runs, const
   }
   json_object_set_new(m, "tensors", tensors);
   if (app) json_object_set(m, "app_state", app);
+  if (e->rank == 0) json_object_set_new(m, "files", files_json(opts));
   return m;
 }
 
@@ -479,13 +561,21 @@ static int all_digits(const char *s, long long *v) {
   return n > 0;
 }
 
-/* Whether @name is ".tmp-step-N.PID" or ".old-step-N.PID" (@prefix ".tmp-" or ".old-"), as zo_engine_save names
- * them; PID into *@pid. */
+/* Whether the @len bytes at @s are a checkpoint directory's name: 1..255 bytes of printable ASCII without '/' or
+ * space, not starting with '.' (what zo_save_opts.name takes and zo_engine_load() accepts in `latest`). */
+static int dir_name_ok(const char *s, size_t len) {
+  int ok = len > 0 && len < 256 && s[0] != '.';
+  for (size_t i = 0; i < len && ok; i++) ok = s[i] > 0x20 && s[i] < 0x7f && s[i] != '/';
+  return ok;
+}
+
+/* Whether @name is ".tmp-NAME.PID" or ".old-NAME.PID" (@prefix ".tmp-" or ".old-"), as zo_engine_save names them
+ * for the checkpoint NAME (step-N or a caller's name); PID into *@pid. */
 static int leftover_name(const char *name, const char *prefix, long long *pid) {
-  int64_t step;
-  const char *end;
-  if (strncmp(name, prefix, 5) || !parse_step_name(name + 5, &step, &end) || *end != '.') return 0;
-  return all_digits(end + 1, pid);
+  const char *dot = strrchr(name, '.');
+  if (strncmp(name, prefix, 5) || !dot || dot < name + 5 || !dir_name_ok(name + 5, (size_t)(dot - name - 5)))
+    return 0;
+  return all_digits(dot + 1, pid);
 }
 
 /* Whether @name is ".latest.PID.N.tmp", replace_file()'s temporary name for `latest`; PID into *@pid. */
@@ -503,7 +593,7 @@ static int latest_tmp_name(const char *name, long long *pid) {
   return all_digits(pid_s, pid) && all_digits(n_s, &n);
 }
 
-/* Remove leftovers of a killed save under @root: .tmp-step-N.PID and .old-step-N.PID directories holding only
+/* Remove leftovers of a killed save under @root: .tmp-NAME.PID and .old-NAME.PID directories holding only
  * this format's files, and the files .latest.PID.N.tmp (and .latest.tmp, the name before them), where no process
  * runs as PID any more (zo_ckpt_pid_gone: a save of a live process is never touched); each named in a log line and
  * to @opts->on_removed. Anything else is left alone; what is named so but is not this format's, or is of a live
@@ -552,15 +642,29 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
                         "zo_engine_step() and the next zo_engine_grad_accumulate()", e->n_accum);
   if (opts && opts->name) { /* what resolve_dir() accepts in `latest` */
     size_t len = strlen(opts->name);
-    int ok = len > 0 && len < 256 && opts->name[0] != '.';
-    for (size_t i = 0; i < len && ok; i++) ok = opts->name[i] > 0x20 && opts->name[i] < 0x7f && opts->name[i] != '/';
     char q[96];
-    if (!ok)
+    if (!dir_name_ok(opts->name, len))
       return zo_error_set(ZO_ERR_INVALID_ARG, "save: name \"%s\": a checkpoint name is 1..255 bytes of printable "
                           "ASCII without '/' or space, not starting with '.'", zo_escape(q, sizeof q, opts->name, len));
     if (opts->keep_last > 0)
       return zo_error_set(ZO_ERR_INVALID_ARG, "save: keep_last %d with the name \"%s\": named checkpoints are never "
                           "pruned; keep_last must be 0", opts->keep_last, zo_escape(q, sizeof q, opts->name, len));
+  }
+  if (opts && (opts->n_files < 0 || opts->n_files > ZO_SAVE_FILES_MAX || (opts->n_files > 0 && !opts->files)))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "save: n_files %d: expected 0..%d with files not NULL", opts->n_files,
+                        ZO_SAVE_FILES_MAX);
+  for (int i = 0; opts && i < opts->n_files; i++) {
+    const zo_save_file *f = &opts->files[i];
+    char q[96];
+    if (!f->name || !ck_file_name_ok(f->name))
+      return zo_error_set(ZO_ERR_INVALID_ARG, "save: files[%d].name \"%s\": a file name is 1..64 bytes of "
+                          "[A-Za-z0-9_.-] starting with a letter or digit, not manifest*.json or rankNNNNN.bin", i,
+                          f->name ? zo_escape(q, sizeof q, f->name, strlen(f->name)) : "(NULL)");
+    if (!f->data && f->nbytes)
+      return zo_error_set(ZO_ERR_INVALID_ARG, "save: files[%d] '%s': NULL data of %zu bytes", i, f->name, f->nbytes);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(opts->files[j].name, f->name))
+        return zo_error_set(ZO_ERR_INVALID_ARG, "save: files[%d] and files[%d] are both named '%s'", j, i, f->name);
   }
   if (opts && opts->app_state) {
     json_error_t je;
@@ -622,11 +726,12 @@ static zo_status save_names(zo_engine_t *e, const char *root, int64_t tag, const
 
 /* Every rank: its shard file and its manifest into the temporary directory (rank 0 of several: its manifest as
  * manifest.json too). *m and *text: the manifest, for the caller to release. */
-static zo_status save_write_parts(zo_engine_t *e, save_paths *sp, int64_t tag, json_t *app, run *runs, void *buf,
-                                  json_t **m, char **text) {
+static zo_status save_write_parts(zo_engine_t *e, save_paths *sp, int64_t tag, json_t *app,
+                                  const zo_save_opts *opts, run *runs, void *buf, json_t **m, char **text) {
   ck_join(sp->file, sizeof sp->file, sp->tmp, sp->rank_file); /* fits: tmp/mfile, the longest, did */
   ZO_CHECK(write_rank_file(e, sp->file, runs, buf));
-  *m = manifest_json(e, tag, runs, sp->rank_file, app);
+  ck_fault("rank-file");
+  *m = manifest_json(e, tag, runs, sp->rank_file, app, opts);
   *text = json_dumps(*m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   if (!*text) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: cannot format the manifest");
   ZO_CHECK(ck_join(sp->file, sizeof sp->file, sp->tmp, sp->mfile));
@@ -635,45 +740,67 @@ static zo_status save_write_parts(zo_engine_t *e, save_paths *sp, int64_t tag, j
     ZO_CHECK(ck_join(sp->file, sizeof sp->file, sp->tmp, "manifest.json"));
     ZO_CHECK(write_file(sp->file, *text));
   }
+  ck_fault("manifest");
+  /* the caller's files after the manifest that lists them: a killed save's directory holds none it does not list */
+  for (int i = 0; e->rank == 0 && opts && i < opts->n_files; i++) {
+    ZO_CHECK(ck_join(sp->file, sizeof sp->file, sp->tmp, opts->files[i].name));
+    ZO_CHECK(write_bytes(sp->file, opts->files[i].data, opts->files[i].nbytes, "file-half"));
+  }
+  ck_fault("files");
   return ZO_OK;
 }
 
-/* Rank 0: the temporary directory into place as the step's directory, then `latest` onto it, and keep_last
- * applied. A directory of the same step (an earlier run's, or one a kill left before `latest` moved) goes aside
- * first and is removed once the new one is durable. Until the rename into place, a failure removes the temporary
- * directory. */
+/* Rank 0: the temporary directory into place as the checkpoint's directory, then `latest` onto it, and keep_last
+ * applied. A directory of the same name (a reused tag, an earlier run's step, or one a kill left before `latest`
+ * moved) is swapped with the new one in one step (renameat2 RENAME_EXCHANGE: the name always holds a whole
+ * checkpoint, the old or the new), and the old one, now at the temporary name, is removed once `latest` is durable;
+ * a kill before that leaves it as a leftover the next save removes. Where the file system cannot exchange (EINVAL:
+ * not ext4, XFS, btrfs, tmpfs...), the old one is renamed aside first, which leaves the name empty for a moment.
+ * Until the switch, a failure removes the temporary directory. */
 static zo_status save_place(const save_paths *sp, const char *root, int64_t tag, int keep_last,
                             const zo_save_opts *opts) {
   zo_status st;
-  int had_old = 0;
+  int had_old = 0, exchanged = 0;
   struct stat fsb;
   char why[256];
   if ((st = fsync_path(sp->tmp, 1)) != ZO_OK) goto fail;
-  if (lstat(sp->final, &fsb) == 0 && ours(sp->final, 0, why, sizeof why)) {
-    st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' exists and is not a checkpoint this format wrote (%s): not "
-                      "replacing it", sp->final, why);
-    goto fail;
+  ck_fault("synced");
+  if (lstat(sp->final, &fsb) == 0) {
+    if (ours(sp->final, 0, why, sizeof why)) {
+      st = zo_error_set(ZO_ERR_IO, "checkpoint: '%s' exists and is not a checkpoint this format wrote (%s): not "
+                        "replacing it", sp->final, why);
+      goto fail;
+    }
+    if (renameat2(AT_FDCWD, sp->tmp, AT_FDCWD, sp->final, RENAME_EXCHANGE) == 0) {
+      exchanged = 1;
+    } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+      st = sys_err(ZO_ERR_IO, "cannot exchange with the new checkpoint", sp->final);
+      goto fail;
+    } else if (rename(sp->final, sp->old) == 0) {
+      had_old = 1;
+    } else if (errno != ENOENT) {
+      st = sys_err(ZO_ERR_IO, "cannot move aside", sp->final);
+      goto fail;
+    }
   }
-  if (rename(sp->final, sp->old) == 0) {
-    had_old = 1;
-  } else if (errno != ENOENT) {
-    st = sys_err(ZO_ERR_IO, "cannot move aside", sp->final);
-    goto fail;
-  }
-  if (rename(sp->tmp, sp->final)) {
+  if (!exchanged && rename(sp->tmp, sp->final)) {
     st = sys_err(ZO_ERR_IO, "cannot rename into place", sp->tmp);
     if (had_old) rename(sp->old, sp->final);
     goto fail;
   }
+  ck_fault("placed");
   ZO_CHECK(fsync_path(root, 1));
-  if (opts && opts->no_latest) goto placed;
-  char line[300];
-  snprintf(line, sizeof line, "%s\n", sp->name);
-  ZO_CHECK(replace_file(sp->latest, line));
-  ZO_CHECK(fsync_path(root, 1));
-placed:
-  if (had_old && remove_ours(sp->old))
-    zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", sp->old, sp->name);
+  ck_fault("root-synced");
+  if (!(opts && opts->no_latest)) {
+    char line[300];
+    snprintf(line, sizeof line, "%s\n", sp->name);
+    ZO_CHECK(replace_file(sp->latest, line));
+    ZO_CHECK(fsync_path(root, 1));
+  }
+  ck_fault("latest");
+  if ((exchanged && remove_ours(sp->tmp)) || (had_old && remove_ours(sp->old)))
+    zo_warn("checkpoint: could not remove '%s', the replaced copy of %s", exchanged ? sp->tmp : sp->old, sp->name);
+  ck_fault("old-removed");
   if (keep_last > 0) prune_checkpoints(root, tag, keep_last, opts);
   return ZO_OK;
 fail:
@@ -707,6 +834,7 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
    * temporary directory every rank writes its part into. */
   if (st == ZO_OK) st = save_root(e, root, opts, &lock);
   if (st == ZO_OK) st = save_names(e, root, tag, opts ? opts->name : NULL, &sp);
+  if (st == ZO_OK) ck_fault("locked");
   if (st != ZO_OK) {
     zo_ckpt_save_end(lock);
     json_decref(app);
@@ -721,11 +849,12 @@ zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *o
   /* Every rank makes every collective call below whatever happens to it, so none waits for one never made. */
   if (!runs || !buf) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "save: out of memory (%zu bytes)", CKPT_CHUNK);
   if (st == ZO_OK && e->rank == 0) st = make_tmp_dir(sp.tmp);
+  if (st == ZO_OK) ck_fault("tmp-made");
   if (e->world > 1) { /* everyone hears of rank 0's directory */
     zo_status s0 = eng_dp_from_rank0(e, e->rank == 0 ? st : ZO_OK, "save: creating the temporary directory");
     if (st == ZO_OK) st = s0;
   }
-  if (st == ZO_OK) st = save_write_parts(e, &sp, tag, app, runs, buf, &m, &text);
+  if (st == ZO_OK) st = save_write_parts(e, &sp, tag, app, opts, runs, buf, &m, &text);
   if ((st = eng_dp_agree(e, st, "save: writing the ranks' parts")) != ZO_OK) {
     if (e->rank == 0) remove_ours(sp.tmp); /* holds only what this save wrote */
     goto out;

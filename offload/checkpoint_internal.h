@@ -55,5 +55,20 @@ zo_status ck_file_crc(int fd, uint64_t off, uint64_t n, void *buf, const char *p
 void ck_manifest_name(const zo_engine_t *e, char *out, size_t cap);
 /* CRC32C of zo_config_describe(@cfg): the manifest's "config_hash". */
 uint32_t ck_config_hash(const zo_config_t *cfg);
+/* Whether @n is a name zo_save_opts.files takes: 1..64 bytes of [A-Za-z0-9_.-], a letter or digit first, none of
+ * the format's own names (manifest.json, manifest-rankNNNNN.json, rankNNNNN.bin). */
+int ck_file_name_ok(const char *n);
+/* A manifest may list a million tensors at a few hundred bytes each; more than this is not one. */
+#define CKPT_MANIFEST_MAX ((size_t)1 << 30)
+/*
+ * ck_fault() - a test hook for the crash-safety tests (tests/test_ckpt_kill.c, python/tests/test_save_kill.py):
+ * when the environment's ZO_CKPT_KILL_AT names @stage, the process kills itself with SIGKILL there, as a power cut
+ * or the OOM killer would, after one line on stderr. The stages of a save, in order: "locked" (root locked, names
+ * chosen), "tmp-made", "rank-file" (this rank's shard file written), "manifest-half" (half of the manifest
+ * written), "manifest", "file-half" (half of a caller's file written), "files" (the caller's files written), "synced" (the temporary
+ * directory fsynced), "placed" (switched into place), "root-synced", "latest" (`latest` replaced),
+ * "old-removed" (the replaced copy removed). Unset or another name: nothing.
+ */
+void ck_fault(const char *stage);
 
 #endif /* ZO_CHECKPOINT_INTERNAL_H */

@@ -75,8 +75,6 @@ static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
   return st;
 }
 
-/* A manifest may list a million tensors at a few hundred bytes each; more than this is not one. */
-#define CKPT_MANIFEST_MAX ((size_t)1 << 30)
 /* Steps, loss-scaler iterations: at most 2^48 (far past any run; keeps step + 1 and the bias correction exact). */
 #define CKPT_MAX_STEP ((int64_t)1 << 48)
 
@@ -309,14 +307,123 @@ static zo_status load_check_crcs(const zo_engine_t *e, int fd, const lrun *runs,
   return ZO_OK;
 }
 
+/* One entry of a manifest's "files" (zo_save_opts.files), checked. */
+typedef struct lfile {
+  const char *name; /* inside the manifest's JSON */
+  uint64_t nbytes;
+  uint32_t crc;
+} lfile;
+
+/* The manifest's "files" checked whole: absent (another rank's manifest, or a checkpoint from before it existed)
+ * or an array of at most ZO_SAVE_FILES_MAX objects {name: a ck_file_name_ok() name listed once, nbytes: 0..2^48,
+ * crc32c: 8 hex digits}; into @out (ZO_SAVE_FILES_MAX entries) and *@n. */
+static zo_status check_files(const load_ctx *c, lfile *out, int *n) {
+  json_t *fs = json_object_get(c->m, "files");
+  char e1[96];
+  *n = 0;
+  if (!fs) return ZO_OK;
+  if (!json_is_array(fs) || json_array_size(fs) > ZO_SAVE_FILES_MAX)
+    return bad(c, "files: expected an array of at most %d entries", ZO_SAVE_FILES_MAX);
+  for (size_t i = 0; i < json_array_size(fs); i++) {
+    json_t *f = json_array_get(fs, i);
+    lfile *l = &out[i];
+    l->name = json_string_value(json_object_get(f, "name"));
+    if (!l->name || !ck_file_name_ok(l->name))
+      return bad(c, "files[%zu].name: '%s', expected 1..64 bytes of [A-Za-z0-9_.-] (not the format's own names)", i,
+                 esc(e1, l->name));
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(out[j].name, l->name)) return bad(c, "files[%zu].name: '%s' is listed twice", i, l->name);
+    const char *crc = json_string_value(json_object_get(f, "crc32c"));
+    int hex8 = crc && strlen(crc) == 8;
+    for (int j = 0; hex8 && j < 8; j++)
+      hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
+    if (!hex8) return bad(c, "files[%zu].crc32c: '%s', expected 8 hex digits", i, esc(e1, crc));
+    int64_t nb;
+    char what[32];
+    snprintf(what, sizeof what, "files[%zu]", i);
+    ZO_CHECK(get_range(c, f, what, "nbytes", 0, CKPT_MAX_STEP, &nb));
+    l->nbytes = (uint64_t)nb;
+    l->crc = (uint32_t)strtoul(crc, NULL, 16);
+    *n = (int)i + 1;
+  }
+  return ZO_OK;
+}
+
+/* The file @f of the checkpoint directory @dir opened (a regular file, not followed), its size and CRC32C as the
+ * manifest lists them; with @data, read whole into *@data (malloc'd), else checked through @buf (CKPT_CHUNK). */
+static zo_status verify_file(const char *dir, const lfile *f, void *buf, void **data) {
+  char path[PATH_MAX];
+  int fd = -1;
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  ZO_CHECK(ck_join(path, sizeof path, dir, f->name));
+  ZO_CHECK(ck_open_regular(path, &fd, &size));
+  zo_status st = ZO_OK;
+  void *all = NULL;
+  if (size != f->nbytes)
+    st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s': %" PRIu64 " bytes, the manifest says %" PRIu64, path, size,
+                      f->nbytes);
+  else if (data && !(all = malloc(size ? (size_t)size : 1)))
+    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "checkpoint '%s': out of memory for %" PRIu64 " bytes", path, size);
+  else if (data && (st = ck_pread_all(fd, all, (size_t)size, 0, path)) == ZO_OK)
+    crc = zo_swap_crc32c(0, all, (size_t)size);
+  else if (!data)
+    st = ck_file_crc(fd, 0, size, buf, path, &crc);
+  if (st == ZO_OK && crc != f->crc)
+    st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint '%s' (%" PRIu64 " bytes): CRC32C %08x, the manifest says %08x", path,
+                      size, crc, f->crc);
+  close(fd);
+  if (st == ZO_OK && data) *data = all;
+  else free(all);
+  return st;
+}
+
+zo_status zo_checkpoint_read_file(const char *dir, const char *name, void **data, size_t *nbytes) {
+  char mpath[PATH_MAX], e1[96];
+  if (data) *data = NULL;
+  if (nbytes) *nbytes = 0;
+  if (!dir || !name || !data || !nbytes) return zo_error_set(ZO_ERR_INVALID_ARG, "checkpoint_read_file: NULL argument");
+  if (!ck_file_name_ok(name))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "checkpoint_read_file: '%s' is not a name zo_save_opts.files takes",
+                        zo_escape(e1, sizeof e1, name, strlen(name)));
+  ZO_CHECK(ck_join(mpath, sizeof mpath, dir, "manifest.json"));
+  load_ctx c = {.dir = dir, .mpath = mpath};
+  char *text = NULL;
+  size_t n = 0;
+  ZO_CHECK(ck_read_small(mpath, CKPT_MANIFEST_MAX, &text, &n));
+  json_error_t je;
+  c.m = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  if (!c.m)
+    return zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s':%d:%d: malformed JSON: %s", mpath, je.line, je.column,
+                        zo_escape(e1, sizeof e1, je.text, strlen(je.text)));
+  lfile fs[ZO_SAVE_FILES_MAX];
+  int nf = 0;
+  zo_status st = json_is_object(c.m) ? check_files(&c, fs, &nf) : bad(&c, "expected a JSON object");
+  int k = -1;
+  for (int i = 0; i < nf && st == ZO_OK && k < 0; i++)
+    if (!strcmp(fs[i].name, name)) k = i;
+  if (st == ZO_OK && k < 0)
+    st = zo_error_set(ZO_ERR_IO, "checkpoint '%s' lists no file '%s'%s", mpath, name,
+                      json_object_get(c.m, "files") ? "" : " (it has no \"files\" list: written before there was one)");
+  if (st == ZO_OK && (st = verify_file(dir, &fs[k], NULL, data)) == ZO_OK) *nbytes = (size_t)fs[k].nbytes;
+  json_decref(c.m);
+  return st;
+}
+
 /* This rank's part checked against the engine: the manifest (into runs and *sv), then its file (@fpath,
  * PATH_MAX; opened into *fd): every run inside it, every checksum right. */
 static zo_status load_verify(zo_engine_t *e, load_ctx *c, lrun *runs, void *buf, char *fpath, int *fd,
                              saved_scalars *sv) {
   char rank_file[256];
   uint64_t fsize = 0;
+  lfile files[ZO_SAVE_FILES_MAX];
+  int n_files = 0;
   ZO_CHECK(check_manifest(e, c, runs, rank_file, sizeof rank_file));
   ZO_CHECK(check_scalars(e, c, sv));
+  ZO_CHECK(check_files(c, files, &n_files));
+  for (int i = 0; i < n_files; i++) /* the caller's files (rank 0's manifest lists them): whole, or nothing loads */
+    ZO_CHECK(verify_file(c->dir, &files[i], buf, NULL));
   ZO_CHECK(ck_join(fpath, PATH_MAX, c->dir, rank_file));
   ZO_CHECK(ck_open_regular(fpath, fd, &fsize));
   for (int i = 0; i < e->n_params * ST_KINDS; i++) /* every run inside the file (offset + nbytes checked above) */

@@ -213,9 +213,8 @@ static int record_read(int fd, owner *o) {
 /* ---- taking and letting go ------------------------------------------------------------------ */
 
 int zo_ckpt_pid_gone(long pid) {
-  if (pid == (long)getpid()) return 1; /* ours: this process's saves on a root run one at a time */
-  if (pid <= 0 || pid > INT_MAX) return 1;
-  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+  /* ours: this process's saves on a root run one at a time; no process has a pid outside 1..INT_MAX */
+  return pid == (long)getpid() || pid <= 0 || pid > INT_MAX || zo_pid_gone(pid);
 }
 
 static zo_status sys_status(int err) { return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM; }

@@ -90,11 +90,13 @@ static zo_status st_target_check(const char *path) {
   return ZO_OK;
 }
 
-/* Create a fresh temporary file beside @path into *fd, its name into @tmp (PATH_MAX; zo_tmpfile_open: never a file
- * that exists, so a planted link is not followed), and write the padded header's length (little-endian u64), then
- * the header. */
+/* Remove the temporary files of @path that exports killed mid-write left (zo_tmpfile_sweep: of gone processes, regular
+ * files only), create a fresh temporary file beside @path into *fd, its name into @tmp (PATH_MAX; zo_tmpfile_open:
+ * never a file that exists, so a planted link is not followed), and write the padded header's length (little-endian
+ * u64), then the header. */
 static zo_status st_write_header(const char *path, char *tmp, const char *hdr, size_t padded, int *fd) {
   ZO_CHECK(st_target_check(path));
+  zo_tmpfile_sweep(path);
   if ((*fd = zo_tmpfile_open(path, tmp, PATH_MAX)) < 0) {
     int e = -*fd;
     *fd = -1;

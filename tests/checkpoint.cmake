@@ -51,3 +51,6 @@ set_tests_properties(zo_train_tmpfiles zo_train_root_lock PROPERTIES LABELS "uni
 add_test(NAME python_ckpt_files COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python_tests.sh $<TARGET_FILE:zoffload>
          ${CMAKE_SOURCE_DIR} test_ckpt_files.py)
 set_tests_properties(python_ckpt_files PROPERTIES LABELS "unit;python" SKIP_RETURN_CODE 77 TIMEOUT 120)
+# A save killed (SIGKILL) at each of its stages and at 50 random moments, with a reused tag and per-step tags:
+# every load afterwards is one whole checkpoint, the old or the new, with its own caller's file (zo_save_opts.files).
+zo_add_test(test_ckpt_kill SOURCES test_ckpt_kill.c LABELS unit ARGS ${CMAKE_CURRENT_BINARY_DIR})

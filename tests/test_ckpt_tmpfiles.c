@@ -8,18 +8,22 @@
  * (N = 0..9, PID this process's); each victim keeps its bytes, and each save
  * or export either succeeds beside the links or fails naming what it found.
  * `latest`, or the export's target, as a symbolic link, a FIFO, a directory or
- * (as root) a character device is refused and left as it was. zo-train's side
- * runs in zo_train_tmpfiles.sh.
+ * (as root) a character device is refused and left as it was. The export
+ * removes leftovers DIR/.OUT.PID.N.tmp of its own target whose PID no longer
+ * runs, and only regular files: not a live process's, a link, a FIFO, a
+ * directory or another target's. zo-train's side runs in zo_train_tmpfiles.sh.
  *
  * usage: test_ckpt_tmpfiles [SCRATCH_BASE]   Exit 0 pass, 1 fail, 77 skip.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt_rig.h"
@@ -76,6 +80,33 @@ static void plant(const char *dir, const char *base, const char *legacy, const c
     CHECK(symlink(victim, p) == 0);
   }
   if (legacy) CHECK(symlink(victim, legacy) == 0);
+}
+
+/* 1 when @path exists (lstat) and is of type @type (S_IFREG, S_IFLNK, S_IFIFO, S_IFDIR). */
+static int is_type(const char *path, mode_t type) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && (sb.st_mode & S_IFMT) == type;
+}
+
+/* The pid of a child that has exited and been reaped: no process runs as it (until the number is reused). */
+static long dead_pid(void) {
+  pid_t c = fork();
+  if (c == 0) _exit(0);
+  if (c < 0 || waitpid(c, NULL, 0) != c) return -1;
+  return (long)c;
+}
+
+/* Log lines down to INFO (the sweep's "removed" lines), kept to check each names its path; library threads may log
+ * concurrently, hence the flag. */
+static char g_log[8192];
+static atomic_flag g_log_busy = ATOMIC_FLAG_INIT;
+static void keep_log(zo_log_level level, const char *msg, void *user) {
+  (void)level, (void)user;
+  while (atomic_flag_test_and_set(&g_log_busy)) {
+  }
+  size_t n = strlen(g_log);
+  snprintf(g_log + n, sizeof g_log - n, "%s\n", msg);
+  atomic_flag_clear(&g_log_busy);
 }
 
 int main(int argc, char **argv) {
@@ -179,6 +210,63 @@ int main(int argc, char **argv) {
     CHECK_EQ(zo_test_count_entries(dir), before);
   }
   CHECK(victim_intact(victim));
+
+  /* 6. leftovers of an export killed mid-write: DIR/.OUT.PID.N.tmp of this target and a gone PID, a regular file,
+   * is removed (one log line naming it); one of a live PID, a link, a FIFO, a directory named so, another target's
+   * and names that only look alike stay */
+  char sd[800], lp[12][1200];
+  snprintf(sd, sizeof sd, "%s/sweep", dir);
+  CHECK(mkdir(sd, 0755) == 0);
+  const long dead = dead_pid(), live = (long)getpid();
+  CHECK(dead > 0);
+  snprintf(out, sizeof out, "%s/model.safetensors", sd);
+  snprintf(lp[0], sizeof lp[0], "%s/.model.safetensors.%ld.3.tmp", sd, dead);   /* removed */
+  snprintf(lp[1], sizeof lp[1], "%s/.model.safetensors.%ld.3.tmp", sd, live);   /* live pid: kept */
+  snprintf(lp[2], sizeof lp[2], "%s/.model.safetensors.%ld.4.tmp", sd, dead);   /* symlink: kept */
+  snprintf(lp[3], sizeof lp[3], "%s/.model.safetensors.%ld.5.tmp", sd, dead);   /* FIFO: kept */
+  snprintf(lp[4], sizeof lp[4], "%s/.other.safetensors.%ld.3.tmp", sd, dead);   /* another target: kept */
+  snprintf(lp[5], sizeof lp[5], "%s/.model.safetensors.%ld.6.tmp", sd, dead);   /* directory: kept */
+  snprintf(lp[6], sizeof lp[6], "%s/.model.safetensors.1.%ld.3.tmp", sd, dead); /* target model.safetensors.1 */
+  snprintf(lp[7], sizeof lp[7], "%s/.model.safetensors.%ld.3.tmp.x", sd, dead); /* not the pattern */
+  snprintf(lp[8], sizeof lp[8], "%s/.model.safetensors.0%ld.3.tmp", sd, dead);  /* never made by us */
+  snprintf(lp[9], sizeof lp[9], "%s/model.safetensors.%ld.3.tmp", sd, dead);    /* no leading dot */
+  for (int i = 0; i < 10; i++) {
+    if (i == 2) CHECK(symlink(victim, lp[i]) == 0);
+    else if (i == 3) CHECK(mkfifo(lp[i], 0644) == 0);
+    else if (i == 5) CHECK(mkdir(lp[i], 0755) == 0);
+    else CHECK(make_victim(lp[i]));
+  }
+  /* a target name over 200 bytes: its temporary names carry the first 200, and so does the sweep */
+  char longname[240], longout[1200];
+  memset(longname, 'L', 230);
+  longname[230] = 0;
+  snprintf(longout, sizeof longout, "%s/%s", sd, longname);
+  snprintf(lp[10], sizeof lp[10], "%s/.%.200s.%ld.0.tmp", sd, longname, dead);  /* removed */
+  snprintf(lp[11], sizeof lp[11], "%s/.%.199s.%ld.0.tmp", sd, longname, dead);  /* 199 bytes: not its: kept */
+  CHECK(make_victim(lp[10]));
+  CHECK(make_victim(lp[11]));
+  g_log[0] = 0;
+  zo_log_set_handler(keep_log, NULL, ZO_LOG_INFO);
+  CHECK_OK(zo_engine_export_safetensors(r.e, out, ZO_DTYPE_F32));
+  CHECK_OK(zo_engine_export_safetensors(r.e, longout, ZO_DTYPE_F32));
+  zo_log_set_handler(NULL, NULL, ZO_LOG_WARN);
+  CHECK(is_type(out, S_IFREG));
+  CHECK_OK(zo_safetensors_read(out, NULL, NULL));
+  CHECK(is_type(longout, S_IFREG));
+  CHECK(access(lp[0], F_OK) != 0 && errno == ENOENT);
+  CHECK(access(lp[10], F_OK) != 0 && errno == ENOENT);
+  CHECK_HAS(g_log, lp[0]);
+  CHECK_HAS(g_log, lp[10]);
+  CHECK(victim_intact(lp[1]));
+  CHECK(is_type(lp[2], S_IFLNK));
+  CHECK(is_type(lp[3], S_IFIFO));
+  CHECK(victim_intact(lp[4]));
+  CHECK(is_type(lp[5], S_IFDIR));
+  for (int i = 6; i < 10; i++) CHECK(victim_intact(lp[i]));
+  CHECK(victim_intact(lp[11]));
+  CHECK(victim_intact(victim));
+  /* the 12 leftovers less the 2 removed, and the two exports: no temporary file of these exports left */
+  CHECK_EQ(zo_test_count_entries(sd), 12 - 2 + 2);
   ckpt_rig_close(&r);
   if (!zo_test_failures) {
     snprintf(p, sizeof p, "rm -rf '%s'", dir);

@@ -69,6 +69,12 @@ d=$(fresh bf c-shape); edit "$d/$m" 'm["tensors"][0]["shape"] = [2**62, 2**62, 4
 refused shape-huge "$d" "$cfg" "$d/$m" "shape: expected 1 to 8 dimensions >= 0 whose product is numel"
 d=$(fresh bf c-shape9); edit "$d/$m" 'm["tensors"][0]["shape"] = [1] * 9'
 refused shape-9-dims "$d" "$cfg" "$d/$m" "shape: expected 1 to 8 dimensions"
+# the caller's files (zo_save_opts.files): the list's form, and each listed file whole (size and CRC32C)
+d=$(fresh bf c-files1); edit "$d/$m" 'm["files"] = [{"name": "../../etc/passwd", "nbytes": 1, "crc32c": "00000000"}]'
+refused files-dotdot "$d" "$cfg" "$d/$m" "files[0].name: '../../etc/passwd', expected 1..64 bytes"
+d=$(fresh bf c-files2); printf 'abc' > "$d/extra.bin"
+edit "$d/$m" 'm["files"] = [{"name": "extra.bin", "nbytes": 3, "crc32c": "00000000"}]'
+refused files-crc "$d" "$cfg" "$d/extra.bin" "CRC32C"
 # a switch to or from fp16 names both precisions before any loss scaler field (was: "loss_scaler.hysteresis: 0")
 refused bf16-to-fp16 "$work/bf" "$work/fp16.json" \
   "checkpoint '$work/bf/step-000000000003' was written with bf16, the config asks for fp16 (fp16.enabled)"

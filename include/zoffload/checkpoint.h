@@ -23,11 +23,15 @@
  * a symbolic link, directory, device or FIFO there is refused before anything
  * is written and left as it is. A kill at any moment leaves `latest` naming a
  * complete checkpoint (or no `latest` before the first save completes).
- * Older checkpoints beyond keep_last are removed only after the new one and
+ * A directory of the same name (a reused tag) is swapped with the new one in
+ * one step (renameat2 RENAME_EXCHANGE), so the name holds the old checkpoint
+ * or the new one, whole, at every moment, with the caller's files
+ * (zo_save_opts.files) of the same save; the old copy is removed after
+ * `latest` is durable. Older checkpoints beyond keep_last are removed only after the new one and
  * `latest` are durable. One run per ROOT: each save holds the root's lock
  * (zo_checkpoint_lock() below; a run can hold it throughout), so a save while
  * another process holds it is refused, naming that process. Leftovers of a
- * killed save (.tmp-step-N.PID / .old-step-N.PID directories holding only
+ * killed save (.tmp-NAME.PID / .old-NAME.PID directories holding only
  * checkpoint files, .latest.PID.N.tmp files, and the .latest.tmp of earlier
  * versions) are removed by the next save when no process runs as PID (those
  * of a live process are left, named in a warning), each named in an info log
@@ -62,10 +66,10 @@ typedef struct zo_save_opts {
                             other, and any newer one, is left alone (a warning names it) */
   /* Optional (NULL: none). Called once for each thing zo_engine_save() removed under root, after it is gone:
    * @leftover 0: a checkpoint directory removed by keep_last (after the new checkpoint and `latest` are durable);
-   * @leftover 1: a leftover of an interrupted save whose process is gone (a .tmp-step-N.PID or .old-step-N.PID
+   * @leftover 1: a leftover of an interrupted save whose process is gone (a .tmp-NAME.PID or .old-NAME.PID
    * directory, or the file .latest.PID.N.tmp or .latest.tmp; before the new checkpoint is written). Not called for
    * what is left alone or could not be removed (those are warnings). @path is root as the caller gave it, '/', and
-   * the entry's name (step-<digits>, .tmp-step-<digits>.<digits>, .old-step-<digits>.<digits>,
+   * the entry's name (step-<digits>, .tmp-NAME.<digits>, .old-NAME.<digits>,
    * .latest.<digits>.<digits>.tmp or .latest.tmp): not escaped, valid only during the
    * call. @user is the field below. Called synchronously on the thread that called zo_engine_save(), on rank 0
    * only (the rank that removes); it must not call into this engine. */
@@ -76,10 +80,48 @@ typedef struct zo_save_opts {
    * (what zo_engine_load() accepts in `latest`); ZO_ERR_INVALID_ARG naming it otherwise. The manifest's "tag" is
    * still @tag as above (the applied step count when < 0). A same-named checkpoint directory is replaced as a
    * step directory is. keep_last must be 0 with a name (ZO_ERR_INVALID_ARG): named directories are never pruned,
-   * and leftovers of a killed named save (.tmp-<name>.PID) are not removed by later saves. */
+   * and leftovers of a killed named save (.tmp-<name>.PID) are removed by later saves as a step's are. */
   const char *name;
   int no_latest; /* 1: `latest` is left as it was (DeepSpeed's save_latest=False); 0: replaced as above */
+  /* Optional (NULL / 0: none). The caller's own files, written by rank 0 into the checkpoint directory beside the
+   * manifest, inside the same crash-safe save: each is complete and fsynced in the temporary directory before the
+   * directory is switched into place, so a kill at any moment leaves the old checkpoint with its old files or the
+   * new one with the new files, never a mix (the Python front's client_state.safetensors). At most
+   * ZO_SAVE_FILES_MAX; each name 1..64 bytes of [A-Za-z0-9_.-] starting with a letter or digit, not one of the
+   * format's own names (manifest*.json, rankNNNNN.bin) and not twice; ZO_ERR_INVALID_ARG naming it otherwise.
+   * Rank 0's manifest (manifest.json) lists them under "files" ({name, nbytes, crc32c}; an empty array when none),
+   * and zo_engine_load() verifies each before anything is applied; read one back with zo_checkpoint_read_file().
+   * Ranks other than 0 pass none (theirs are ignored). */
+  const struct zo_save_file *files;
+  int n_files;
 } zo_save_opts;
+
+/* One caller's file of a save (zo_save_opts.files): @nbytes bytes at @data (any bytes; 0 allowed) as @name. */
+typedef struct zo_save_file {
+  const char *name;
+  const void *data;
+  size_t nbytes;
+} zo_save_file;
+#define ZO_SAVE_FILES_MAX 16
+
+/*
+ * zo_checkpoint_read_file() - the caller's file @name that zo_engine_save()
+ * stored in the checkpoint directory @dir (zo_save_opts.files), read whole
+ * and verified against dir/manifest.json: its size and CRC32C as listed
+ * there. On ZO_OK *@data is malloc'd (free() it; never NULL, even for 0
+ * bytes) and *@nbytes its size. @dir is a checkpoint directory, not a root
+ * (no `latest` is followed). The manifest and the file are opened without
+ * following a final symbolic link and without blocking: anything but a
+ * regular file is refused, named. Reads only; thread-safe.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL, or @name not a valid file name);
+ * ZO_ERR_IO (manifest.json or the file missing or not a regular file, or
+ * the manifest lists no file @name; a checkpoint written before
+ * zo_save_opts.files existed has no "files" list at all: named); ZO_ERR_CONFIG (the manifest
+ * malformed or its "files" entry malformed, naming the manifest and field);
+ * ZO_ERR_CORRUPT (size or CRC32C other than listed: file, both values);
+ * ZO_ERR_OUT_OF_MEMORY.
+ */
+ZO_API zo_status zo_checkpoint_read_file(const char *dir, const char *name, void **data, size_t *nbytes);
 
 /*
  * zo_checkpoint_lock() - hold the checkpoint root @root for this run (made
@@ -234,7 +276,12 @@ ZO_API zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opt
  * at a name is skipped, never opened or followed), fsynced and renamed over
  * @path, which must be absent or a regular file: a symbolic link, device,
  * directory or FIFO there is refused (ZO_ERR_IO naming it and what it is)
- * before anything is written, and left as it is. Several ranks: a collective call; each
+ * before anything is written, and left as it is. Before writing, temporary
+ * files that earlier exports of the same @path left when killed mid-write
+ * (DIR/.NAME.PID.N.tmp, regular files only, whose PID no longer runs on this
+ * host) are removed, each in an info log line; anything else at such a name
+ * (a link, FIFO, directory, a running process's file) is left alone.
+ * Several ranks: a collective call; each
  * tensor's master shards are all-gathered and rank 0 writes @path; every
  * rank returns rank 0's outcome. Format: https://github.com/huggingface/safetensors
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (dtype); ZO_ERR_IO naming the file (rank

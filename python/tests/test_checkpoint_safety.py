@@ -71,6 +71,35 @@ class Payload:
         return (os.system, ("touch '%s'" % self.marker,))
 
 
+def rewrite_manifest(ckpt_dir, edit):
+    """manifest.json of checkpoint @ckpt_dir passed through @edit(dict)."""
+    mf = os.path.join(str(ckpt_dir), "manifest.json")
+    with open(mf) as f:
+        m = json.load(f)
+    edit(m)
+    with open(mf, "w") as f:
+        json.dump(m, f)
+
+
+def resign(ckpt_dir):
+    """The manifest's "files" entries of checkpoint @ckpt_dir made to match the files as they are now (a test that
+    crafts a client state on purpose, to reach the checks behind the checksum)."""
+    import ctypes
+    from zoffload import _lib
+
+    def edit(m):
+        for f in m.get("files", []):
+            data = open(os.path.join(str(ckpt_dir), f["name"]), "rb").read()
+            f["nbytes"] = len(data)
+            f["crc32c"] = "%08x" % _lib.lib.zo_swap_crc32c(0, ctypes.c_char_p(data), len(data))
+    rewrite_manifest(ckpt_dir, edit)
+
+
+def as_legacy(ckpt_dir):
+    """Checkpoint @ckpt_dir as a zoffload before zo_save_opts.files wrote it: no "files" list in its manifest."""
+    rewrite_manifest(ckpt_dir, lambda m: m.pop("files", None))
+
+
 def test_client_state_round_trips_without_pickle(tmp_path):
     e, _ = engine()
     train(e, 1)
@@ -117,6 +146,7 @@ def test_pickle_payload_in_every_file_runs_nothing(tmp_path, saved, monkeypatch,
         shutil.copytree(saved, work)
         if rel.endswith(".pt"):  # an older checkpoint: its client state is the pickle
             (work / "global_step2" / "client_state.safetensors").unlink(missing_ok=True)
+            as_legacy(work / "global_step2")
         torch.save(Payload(marker), str(work / rel))
         with pytest.raises(Exception) as info:
             e.load_checkpoint(work)
@@ -219,6 +249,7 @@ def test_legacy_client_state_converts_once(tmp_path, saved):
     extra = _ckpt.read_client_state(str(d / "client_state.safetensors"))
     os.unlink(d / "client_state.safetensors")
     torch.save(extra, str(d / "client_state.pt"))
+    as_legacy(d)
     e, _ = engine(5)
     if not _ckpt.pickle_loads_safely():
         with pytest.raises(_ckpt.CheckpointError, match="convert_legacy_client_state"):

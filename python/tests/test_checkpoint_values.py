@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from zoffload import _ckpt
-from test_checkpoint_safety import engine, same, saved, snapshot, train  # noqa: F401 (saved: a fixture)
+from test_checkpoint_safety import engine, resign, same, saved, snapshot, train  # noqa: F401 (saved: a fixture)
 
 CS = _ckpt.CLIENT_STATE_FILE
 
@@ -22,6 +22,7 @@ def crafted(tmp_path, saved, edit):
     state = _ckpt.read_client_state(str(cs))
     edit(state)
     cs.write_bytes(_ckpt.client_state_bytes(state))
+    resign(cs.parent)  # crafted on purpose: past the checksum, to the checks of the values
     return root, cs
 
 

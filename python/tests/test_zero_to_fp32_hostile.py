@@ -157,6 +157,10 @@ CASES = [
      "listed twice"),
     ("numel_huge", lambda d: _edit(d, lambda m: _t0(m, numel=2 ** 62, shape=[2 ** 62])), "manifest.json",
      "elements"),
+    ("files_not_array", lambda d: _edit(d, lambda m: m.update(files={"name": "x"})), "manifest.json", "files"),
+    ("files_dotdot", lambda d: _edit(d, lambda m: m.update(files=[{"name": "../../etc/passwd", "nbytes": 1,
+                                                                   "crc32c": "00000000"}])),
+     "manifest.json", "files[0].name"),
     ("crc_mismatch", None, "rank00000.bin", "CRC32C"),
 ]
 

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import stat
+import struct
 
 import torch
 
@@ -235,15 +236,31 @@ def read_client_state(path):
     it returns; CheckpointError naming @path (and the entry) for a file that is not a regular file, not a whole
     safetensors file, has no or malformed client-state metadata, or tensors it does not name."""
     check_regular(path)
-    from safetensors import safe_open
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with safe_open(path, framework="pt", device="cpu") as f:
-            meta = f.metadata() or {}
-            # copies: get_tensor() may return memory mapped from the file, which a later write to the file would
-            # change under the caller (and a truncation turn into SIGBUS)
-            tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
+            raise CheckpointError("%s is not a regular file: a checkpoint holds regular files only" % path)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            blob = f.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return client_state_from_bytes(blob, path)
+
+
+def client_state_from_bytes(blob, path):
+    """read_client_state() of the file's bytes @blob (read whole: nothing stays mapped to the file, which a later
+    write would change under the caller and a truncation turn into SIGBUS); @path names it in errors."""
+    from safetensors.torch import load as st_load
+    try:
+        tensors = st_load(bytes(blob))
+        (hlen,) = struct.unpack("<Q", blob[:8])
+        meta = json.loads(blob[8:8 + hlen]).get("__metadata__") or {}
     except Exception as e:  # safetensors_rust.SafetensorError: a header or a length that does not add up
         raise CheckpointError("%s: not a safetensors file: %s: %s" % (path, type(e).__name__, e)) from e
+    if not isinstance(meta, dict):
+        raise CheckpointError("%s: not a safetensors file: __metadata__ is not an object" % path)
     text = meta.get(_META_KEY)
     if text is None:
         raise CheckpointError("%s: no %r entry in its metadata: not a client state save_checkpoint() wrote"

@@ -356,11 +356,21 @@ _PATHS = None
 SaveOnRemoved = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p)
 
 
+class SaveFile(ctypes.Structure):
+    """zo_save_file (zoffload/checkpoint.h): one of the caller's files of a save."""
+    _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.c_void_p), ("nbytes", ctypes.c_size_t)]
+
+
 class SaveOpts(ctypes.Structure):
     """zo_save_opts (zoffload/checkpoint.h), field for field: C reads all of them, so this layout must match."""
     _fields_ = [("tag", ctypes.c_int64), ("app_state", ctypes.c_char_p), ("keep_last", ctypes.c_int),
                 ("on_removed", SaveOnRemoved), ("user", ctypes.c_void_p), ("name", ctypes.c_char_p),
-                ("no_latest", ctypes.c_int)]
+                ("no_latest", ctypes.c_int), ("files", ctypes.POINTER(SaveFile)), ("n_files", ctypes.c_int)]
+
+
+lib.zo_checkpoint_read_file.restype = ctypes.c_int
+lib.zo_checkpoint_read_file.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                        ctypes.POINTER(ctypes.c_size_t)]
 
 
 lib.zo_engine_save.restype = ctypes.c_int

@@ -367,35 +367,19 @@ class DeepSpeedEngineAPI:
         self._hold_save_root(save_dir)  # before anything under it changes
         app = json.dumps({"micro_steps": self.micro_steps, "global_steps": self.global_steps,
                           "applied_steps": self.applied_steps})
-        opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(), no_latest=1)
-        out = ctypes.create_string_buffer(4096)
-        # A checkpoint of the same tag is replaced (as DeepSpeed does): its client state (an older checkpoint's
-        # client_state.pt too), which zo_engine_save does not know, waits beside it and is removed once the new one
-        # is in place, put back if the save fails.
-        moved = []
-        if self.rank == 0:
-            for name in (CLIENT_STATE_FILE, LEGACY_CLIENT_STATE_FILE):
-                old = os.path.join(str(save_dir), str(tag), name)
-                aside = os.path.join(str(save_dir), ".%s.%s.old" % (tag, name))
-                if os.path.isfile(old):
-                    os.replace(old, aside)
-                    moved.append((old, aside))
-        try:
-            _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), out, len(out)),
-                       "save_checkpoint '%s'" % tag)
-        except BaseException:
-            for old, aside in moved:
-                if not os.path.exists(old):
-                    os.replace(aside, old)
-            raise
-        for _, aside in moved:
-            os.unlink(aside)
-        path = out.value.decode()
-        if self.rank == 0:
-            _write_atomic(os.path.join(path, CLIENT_STATE_FILE), lambda f: f.write(blob))
-            if save_latest:
-                _write_atomic(os.path.join(str(save_dir), "latest"), lambda f: f.write((tag + "\n").encode()))
-        self.all_reduce_mean(0.0)  # every rank returns after rank 0's files are in place
+        # The client state goes into the C save as one of its files: written and synced in the save's temporary
+        # directory with the rest, listed with its CRC32C in the manifest, switched into place with the checkpoint
+        # in one step (a reused tag's old checkpoint stays whole until then), `latest` moved after it. A kill at
+        # any moment leaves the old checkpoint or the new one, each with its own client state.
+        files = (_lib.SaveFile * 1)()
+        files[0].name, files[0].data, files[0].nbytes = CLIENT_STATE_FILE.encode(), ctypes.cast(
+            ctypes.c_char_p(blob), ctypes.c_void_p), len(blob)
+        opts = _lib.SaveOpts(tag=-1, app_state=app.encode(), keep_last=0, name=tag.encode(),
+                             no_latest=int(not save_latest), files=files, n_files=1 if self.rank == 0 else 0)
+        _fault("py-before-save")
+        _lib.check(_lib.lib.zo_engine_save(self.eng, str(save_dir).encode(), ctypes.byref(opts), None, 0),
+                   "save_checkpoint '%s'" % tag)
+        _fault("py-saved")
         return True
 
     _save_root = None  # (path, weakref.finalize releasing its zo_checkpoint_lock, None off rank 0) or None
@@ -536,7 +520,22 @@ class DeepSpeedEngineAPI:
         CheckpointError naming the file."""
         cfile = os.path.join(path, CLIENT_STATE_FILE)
         legacy = os.path.join(path, LEGACY_CLIENT_STATE_FILE)
-        if os.path.lexists(cfile):
+        listed = self._listed_files(path)
+        if listed is not None:  # the save wrote it with the checkpoint: read through the library, size and CRC32C
+            if CLIENT_STATE_FILE not in listed:
+                if os.path.lexists(cfile):
+                    raise CheckpointError("%s: not listed in the checkpoint's manifest.json: not written by its save"
+                                          % cfile)
+                return None, {}
+            data, n = ctypes.c_void_p(), ctypes.c_size_t()
+            _lib.check(_lib.lib.zo_checkpoint_read_file(path.encode(), CLIENT_STATE_FILE.encode(), ctypes.byref(data),
+                                                        ctypes.byref(n)), "load_checkpoint")
+            try:
+                blob = ctypes.string_at(data, n.value)
+            finally:
+                _lib.libc.free(data)
+            extra = _ckpt.client_state_from_bytes(blob, cfile)
+        elif os.path.lexists(cfile):  # a checkpoint from before the manifest listed it: no checksum to verify
             extra = _ckpt.read_client_state(cfile)
         elif os.path.lexists(legacy):
             cfile, extra = legacy, _ckpt.load_pickle(legacy, _CONVERT_HINT)
@@ -552,6 +551,22 @@ class DeepSpeedEngineAPI:
         if sched is not None and not isinstance(sched, dict):
             raise CheckpointError("%s: \"lr_scheduler\" is a %s, not a state dict" % (cfile, type(sched).__name__))
         return cfile, extra
+
+    @staticmethod
+    def _listed_files(path):
+        """The names rank 0's manifest.json of checkpoint @path lists under "files" (the files its save wrote beside
+        the engine's: zo_save_opts.files), or None when it has no such list (a checkpoint from before it existed) or
+        cannot be read here (zo_engine_load_ex then names what is wrong with it)."""
+        try:
+            _ckpt.check_regular(os.path.join(path, "manifest.json"))
+            with open(os.path.join(path, "manifest.json"), "rb") as f:
+                m = json.loads(f.read(1 << 30))
+        except (OSError, ValueError, RecursionError, CheckpointError):
+            return None
+        files = m.get("files") if isinstance(m, dict) else None
+        if not isinstance(files, list):
+            return None
+        return {f.get("name") for f in files if isinstance(f, dict)}
 
     # The engine's own ranges (zoffload/config.h, zo_adam_check_hparams, zo_engine_set_lr) for what a loaded
     # optimizer param_group may hold; a value outside is refused before anything is applied.
@@ -711,6 +726,15 @@ class DeepSpeedEngineAPI:
         # a sum over the ranks, the others adding zeros: rank 0's bytes
         _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, buf, n), "checkpoint path")
         return bytes(int(buf[i]) for i in range(n) if buf[i] != 0).decode()
+
+
+def _fault(stage):
+    """The Python stages of save_checkpoint() for the crash-safety test (python/tests/test_save_kill.py), as the C
+    library's ck_fault (offload/checkpoint_internal.h): ZO_CKPT_KILL_AT=STAGE kills this process with SIGKILL there.
+    Unset or another stage: nothing."""
+    if os.environ.get("ZO_CKPT_KILL_AT") == stage:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _safetensors_bytes(save_file, state):

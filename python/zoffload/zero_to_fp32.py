@@ -254,7 +254,38 @@ def check_manifest(mpath, m, rank, world=None):
         raise bad("loss_scaler.loss_scale: %s, expected a number" % ("missing" if x is None else "not a number"))
     if not (2.0 ** -64 <= x <= 2.0 ** 64):
         raise bad("loss_scaler.loss_scale: %g, expected %g..%g" % (x, 2.0 ** -64, 2.0 ** 64))
+    _check_files(bad, m)
     return out, world
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_FORMAT_NAME = re.compile(r"(manifest\.json|manifest-rank[0-9]{5}\.json|rank[0-9]{5}\.bin)\Z")
+
+
+def _check_files(bad, m):
+    """check_files (offload/checkpoint_load.c): the manifest's "files" (the caller's files of the save,
+    zo_save_opts.files) absent, or at most 16 entries {name, nbytes 0..2^48, crc32c 8 hex digits}, each name once.
+    The converter reads none of them (they hold no weights); their form is checked as the loader checks it."""
+    fs = m.get("files")
+    if fs is None:
+        return
+    if not isinstance(fs, list) or len(fs) > 16:
+        raise bad("files: expected an array of at most 16 entries")
+    seen = set()
+    for i, f in enumerate(fs):
+        f = f if isinstance(f, dict) else {}
+        nm = f.get("name")
+        if not isinstance(nm, str) or not _FILE_NAME.match(nm) or _FORMAT_NAME.match(nm):
+            raise bad("files[%d].name: '%s', expected 1..64 bytes of [A-Za-z0-9_.-] (not the format's own names)"
+                      % (i, _esc(nm) if isinstance(nm, str) else "(missing)"))
+        if nm in seen:
+            raise bad("files[%d].name: '%s' is listed twice" % (i, nm))
+        seen.add(nm)
+        crc = f.get("crc32c")
+        if not (isinstance(crc, str) and re.fullmatch(r"[0-9a-fA-F]{8}", crc)):
+            raise bad("files[%d].crc32c: '%s', expected 8 hex digits" % (i, _esc(crc) if isinstance(crc, str)
+                                                                          else "(missing)"))
+        _get_range(bad, f, "files[%d]" % i, "nbytes", 0, CKPT_MAX_STEP)
 
 
 def _check_tensors(bad, ts, rank_file, sd):

@@ -91,10 +91,20 @@ zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
                  (int)(plen - klen - 1), path);
 }
 
+/* Bytes of an unknown key a warning shows; a longer one is cut there and its length given (a 10 MB key is one
+ * short line, not the first kilobyte of it). */
+#define UNKNOWN_SHOWN 60
+
 void cfg_warn_unknown(const parse_ctx *c, const char *path) {
-  char epath[4 * PATH_CAP]; /* the key is the file's: escaped as cfg_err() does, so no control byte reaches a terminal */
-  if (++*c->n_unknown <= UNKNOWN_NAMED)
-    zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", zo_escape(epath, sizeof epath, path, strlen(path)));
+  char epath[4 * UNKNOWN_SHOWN + 4]; /* the key is the file's: escaped as cfg_err() does, so no control byte reaches a
+                                        terminal (each byte at most 4: \xNN) */
+  if (++*c->n_unknown > UNKNOWN_NAMED) return;
+  size_t n = strlen(path);
+  if (n <= UNKNOWN_SHOWN)
+    zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", zo_escape(epath, sizeof epath, path, n));
+  else
+    zo_warn("config: %s... (%zu bytes) is not a DeepSpeed or zoffload key; ignored",
+            zo_escape(epath, sizeof epath, path, UNKNOWN_SHOWN), n);
 }
 
 void cfg_warn_unknown_total(const parse_ctx *c) {

@@ -212,3 +212,19 @@ def test_gc_of_an_unclosed_engine_frees_it(tmp_path):
     del e
     gc.collect()
     assert os.listdir(nvme) == []
+
+
+def test_counters_refused_after_close():
+    """global_steps, micro_steps, applied_steps, last_info and the hand-over counts are read like any property
+    while the engine is open (and set by it) and raise RuntimeError naming them after close(), as every property
+    does. Before: they still read after close()."""
+    e, _, _, _ = zoffload.initialize(model=mlp(), config=cfg())
+    e.backward(e(xs(1)[0]).sum())
+    e.step()
+    assert (e.global_steps, e.micro_steps, e.applied_steps) == (1, 1, 1)
+    assert e.last_info["step"] == 1
+    e.close()
+    for name in ("global_steps", "micro_steps", "applied_steps", "last_info", "handed_in_backward",
+                 "accumulated_in_backward"):
+        with pytest.raises(RuntimeError, match=r"engine\.%s read after engine\.close\(\)" % name):
+            getattr(e, name)

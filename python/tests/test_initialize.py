@@ -9,9 +9,12 @@ so after 100 steps the losses agree to about 1e-6 relative (seen: 2.0e-7; weight
 relative on every step's loss and on the final weights' mean absolute difference relative to their mean
 magnitude; the test prints what it saw.
 """
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -415,3 +418,76 @@ def test_stage3_gradient_accumulation():
     assert l2 == l3
     for n in m2:
         assert torch.equal(m2[n], m3[n]), n
+
+
+# --- config files (issue 41, "Smaller"): read and judged by the library's parser, every error naming the file ---
+
+def _small_config(**extra):
+    return dict({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
+                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}, **extra)
+
+
+def test_config_file_nested_1000_deep_is_read(tmp_path, capfd):
+    """A file with a value nested 1000 deep at a key zoffload does not read (zo-train and the C parser take it):
+    initialize() trains with it, the library warning of the unknown key. Before: RecursionError from Python's json."""
+    body = json.dumps(_small_config())
+    deep = "[" * 1000 + "]" * 1000
+    path = tmp_path / "deep.json"
+    path.write_text(body[:-1] + ', "my_app": ' + deep + "}")
+    engine, _, _, _ = zoffload.initialize(model=torch.nn.Linear(4, 2), config=str(path))
+    engine.backward(engine(torch.randn(1, 4)).sum())
+    engine.step()
+    assert engine.global_steps == 1
+    assert isinstance(engine.config["my_app"], list) and engine.config["train_micro_batch_size_per_gpu"] == 1
+    engine.close()
+    assert "my_app is not a DeepSpeed or zoffload key" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["bad_utf8", "empty", "trailing", "not_object", "unterminated", "fifo", "dir"])
+def test_config_file_malformed_names_the_file(tmp_path, case):
+    """Every malformed config file is a ZoffloadError naming the file (and the line and column where the library's
+    parser gives them); a FIFO is refused at once, not waited on. Before: UnicodeDecodeError / JSONDecodeError
+    without the path, IsADirectoryError, and a FIFO blocked initialize() until a writer came."""
+    path = tmp_path / ("cfg-%s.json" % case)
+    good = json.dumps(_small_config()).encode()
+    if case == "fifo":
+        os.mkfifo(path)
+    elif case == "dir":
+        path.mkdir()
+    else:
+        path.write_bytes({"bad_utf8": good[:-1] + b', "x": "\xff\xfe"}', "empty": b"", "trailing": good + b" xyz",
+                          "not_object": b"[1, 2]", "unterminated": good[:-1]}[case])
+
+    def unblock():  # the old code blocked in open(): a writer comes (and goes) so the test fails instead of hanging
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    timer = threading.Timer(10, unblock)
+    timer.daemon = True
+    if case == "fifo":
+        timer.start()
+    try:
+        with pytest.raises(zoffload.ZoffloadError) as err:
+            zoffload.initialize(model=torch.nn.Linear(4, 2), config=str(path))
+    finally:
+        timer.cancel()
+    msg = str(err.value)
+    assert str(path) in msg, msg
+    if case in ("bad_utf8", "empty", "trailing", "unterminated"):
+        assert re.search(re.escape(str(path)) + r":\d+:\d+: malformed JSON", msg), msg
+    if case == "fifo":
+        assert "not a regular file" in msg, msg
+
+
+def test_unknown_key_warning_is_cut_and_escaped(capfd):
+    """A 10 MB unknown top-level key is named by its first bytes and its length, escaped: the warning stays one
+    short line. Before: its first thousand bytes, with no length, in the warning."""
+    key = "\x1b[31m" + "k" * 10_000_000
+    engine, _, _, _ = zoffload.initialize(model=torch.nn.Linear(4, 2), config=_small_config(**{key: 1}))
+    engine.close()
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if "not a DeepSpeed or zoffload key" in ln]
+    assert len(lines) == 1, err[:3000]
+    assert len(lines[0]) < 200, lines[0]
+    assert "\\x1b[31mkkk" in lines[0] and "(10000005 bytes)" in lines[0] and "\x1b" not in lines[0], lines[0]

@@ -15,9 +15,13 @@ models run on the engine's host device; CUDA models (or a CPU model with device=
 ordered against torch.cuda.current_stream() (_device.py says how parameters meet the engine's GPU memory).
 """
 import atexit
+import contextlib
 import ctypes
 import json
 import os
+import re
+import stat
+import sys
 import warnings
 import weakref
 
@@ -30,15 +34,103 @@ from .ds_api import DeepSpeedEngineAPI
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
 
 
+# The library's JSON parser (jansson) reads nesting up to 2048 deep; Python's json, a recursion limit deep (1000 by
+# default). Config text is read and written with the limit raised past what the library takes.
+_JSON_DEPTH = 3 * 2048
+
+
+@contextlib.contextmanager
+def _deep_json():
+    """Python's json within this block reads and writes nesting as deep as the library's parser accepts."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _JSON_DEPTH))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def _read_config(config):
     """(JSON text, the name its errors give, the parsed dict: a copy) of @config, a DeepSpeed-style dict or a
-    JSON file path."""
+    JSON file path. A file is judged by the library's parser (zo_config_parse(), as zo-train reads it): a file
+    that is not JSON, not UTF-8, empty, or not an object is a ZoffloadError naming it with the parser's line and
+    column; one that is not a regular file (a FIFO, a directory, a device) is refused at once (opened
+    non-blocking, never read or waited on). Nesting as deep as the library reads (2048) is read (_deep_json)."""
     if isinstance(config, dict):
-        text, name = json.dumps(config), "config"
-    else:
-        with open(config) as f:
-            text, name = f.read(), config
-    return text, name, json.loads(text)
+        with _deep_json():
+            text = json.dumps(config)
+            return text, "config", json.loads(text)
+    name = os.fsdecode(config)
+    raw = _read_regular_file(name)
+    try:
+        with _deep_json():
+            conf = json.loads(raw.decode("utf-8"))
+        if isinstance(conf, dict):
+            return raw.decode("utf-8"), name, conf
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        pass
+    # not JSON, not UTF-8, deeper than the library reads or not an object: the library's parser says why, naming the
+    # file, line and column
+    _check_json(raw, name)
+    raise _config_error(name, "not a JSON object that Python's json reads")
+
+
+def _shown(text, keep=60):
+    """@text for a message: its first @keep characters with the unprintable ones (control characters, the bytes
+    of a file name that are not UTF-8) and the backslash escaped, then "... (N characters)" when it was longer."""
+    out = "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape", "backslashreplace").decode()
+                  for c in text[:keep])
+    return out if len(text) <= keep else "%s... (%d characters)" % (out, len(text))
+
+
+def _config_error(name, why):
+    return _lib.ZoffloadError("ZO_ERR_CONFIG", "zoffload.initialize: config: %s: %s (ZO_ERR_CONFIG)"
+                              % (_shown(name, 4096), why))
+
+
+def _read_regular_file(name):
+    """The bytes of the config file @name; ZoffloadError naming it when it cannot be read or is not a regular file
+    (opened non-blocking, so a FIFO without a writer is refused, not waited on)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise _config_error(name, "cannot read config: %s" % (e.strerror or e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise _config_error(name, "not a regular file (%s); a config is a JSON file" % kind)
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    except OSError as e:
+        raise _config_error(name, "cannot read config: %s" % (e.strerror or e)) from None
+    finally:
+        os.close(fd)
+
+
+def _check_json(raw, name):
+    """ZoffloadError with the library's message (naming @name, with line and column) when zo_config_parse() finds
+    @raw not to be a JSON object (found before any key is read: nothing is logged then); its other judgements
+    (ranges, batch sizes for this rank count) wait for _resolve(), which parses the config for the engine's ranks."""
+    cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
+    app = (ctypes.c_char_p * 1)()
+    opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=1,
+                           auto_values=_lib.auto_values_pointer())
+    src = _shown(name, 4096)  # the library prints the name as given: control characters escaped here
+    st = _lib.lib.zo_config_parse(raw, len(raw), src.encode(), ctypes.byref(opts), cfg)
+    if st == 0:
+        return
+    msg = _lib.lib.zo_last_error().decode(errors="replace")
+    rest = msg[len(src):] if msg.startswith(src) else ""
+    if re.match(r":\d+:\d+: malformed JSON", rest) or rest.startswith(": expected a JSON object at the top level"):
+        _lib.check(st, "zoffload.initialize: config")
 
 
 _SAME_AS_CONFIG = ("lr", "betas", "eps")  # group keys the engine takes from the config only
@@ -103,7 +195,8 @@ def _resolve(model, config, read=None, device=None):
     if place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
         # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
         conf["zoffload"] = dict(zcfg, device_arena_bytes="fit")
-        text = json.dumps(conf)
+        with _deep_json():
+            text = json.dumps(conf)
     cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
     # The ranks a launcher started: one, or data-parallel ranks, each training on its own part of the global
     # batch (the caller's data loader decides which), over MPI under mpirun, over torch.distributed under
@@ -114,7 +207,7 @@ def _resolve(model, config, read=None, device=None):
     opts = _lib.ConfigOpts(app_blocks=ctypes.cast(app, ctypes.c_void_p), world_size=world,
                            auto_values=_lib.auto_values_pointer())
     raw = text.encode()
-    _lib.check(_lib.lib.zo_config_parse(raw, len(raw), name.encode(), ctypes.byref(opts), cfg),
+    _lib.check(_lib.lib.zo_config_parse(raw, len(raw), _shown(name, 4096).encode(), ctypes.byref(opts), cfg),
                "zoffload.initialize: config")
     r = _Resolved()
     r.config, r.place, r.comm, r.rank, r.world, r.buf = conf, place, comm, rank, world, cfg
@@ -239,12 +332,34 @@ def _closed_class(cls, forked=None):
     return _closed_classes[key]
 
 
+def _state(name, doc):
+    """A property over the private field _<name>: read and set as a plain attribute while the engine is open, so
+    that _closed_class() makes reading it after close() raise as every property does."""
+    field = "_" + name
+
+    def get(self):
+        return getattr(self, field)
+
+    def set(self, value):
+        setattr(self, field, value)
+    get.__name__ = set.__name__ = name
+    return property(get, set, doc=doc)
+
+
 class Engine(DeepSpeedEngineAPI):
     """What zoffload.initialize() returns first. Not thread-safe. DeepSpeed's engine methods beyond the training
     step (train/eval, counters, save_checkpoint/load_checkpoint by string tag, save_16bit_model) are in
     ds_api.DeepSpeedEngineAPI."""
 
     _closed = False
+    micro_steps = _state("micro_steps", "step() calls so far (DeepSpeed's engine.micro_steps)")
+    global_steps = _state("global_steps", "optimizer steps so far, skipped fp16 steps included (DeepSpeed's)")
+    applied_steps = _state("applied_steps", "optimizer steps applied (fp16 overflow skips not counted), as the "
+                                            "engine counts them")
+    last_info = _state("last_info", "the last optimizer step's zo_step_info as a dict (None before the first)")
+    handed_in_backward = _state("handed_in_backward", "zo_engine_grad_ready() calls from the gradient hooks")
+    accumulated_in_backward = _state("accumulated_in_backward",
+                                     "zo_engine_grad_accumulate() calls from the gradient hooks")
 
     def __init__(self, model, config, _read=None, device=None, model_parameters=None):
         self.module = model
@@ -688,50 +803,3 @@ class Engine(DeepSpeedEngineAPI):
 
     def __del__(self):
         self._close(copy_params=True)
-
-
-def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
-               mpu=None, dist_init_required=None, collate_fn=None, config=None, config_params=None, device=None):
-    """deepspeed.initialize(): hand @model's trainable parameters to a zoffload engine and return
-    (engine, optimizer, training_dataloader, lr_scheduler) as DeepSpeed does.
-
-    The engine is an Engine (a Stage3Engine at zero_optimization.stage 3, whose parameters hold storage only while a
-    module uses them). The config: @config (a DeepSpeed-style dict or a JSON file path), else @config_params, else
-    args.deepspeed_config (zoffload.add_config_arguments); ValueError when there is none or two.
-    @optimizer: None (the config's "optimizer" section), a torch.optim.Adam / AdamW, zoffload.optim.CPUAdam or
-    DeepSpeedCPUAdam-style instance whose hyper-parameters (lr, betas, eps, weight_decay per group, adamw_mode)
-    become the engine's, replacing a config "optimizer" section with a warning (DeepSpeed also uses the client's),
-    or a callable taking the parameters and returning one; any other optimizer is refused (TypeError naming it).
-    The returned optimizer (ZeroOptimizer) has param_groups whose "lr" schedulers set, step()/zero_grad()
-    delegating to the engine. @lr_scheduler: a scheduler over that optimizer (or over the client's, whose
-    param_groups it shares) or a callable taking the optimizer; engine.step() steps it after each applied
-    optimizer step and the engine runs the lr it sets. Without one the config's "scheduler" section runs (returned
-    as a ConfigLRScheduler; None when the config has none). @training_data: a torch Dataset, returned as a
-    DataLoader of train_micro_batch_size_per_gpu with a DistributedSampler over the ranks and @collate_fn; else None.
-    @model_parameters: which parameters to train and their groups (a group's "weight_decay" replaces the config's).
-    @mpu is accepted and unused (no model parallelism). @dist_init_required as DeepSpeed's (ds_api.dist_init):
-    True initialises torch.distributed now, None lets the engine do it when torchrun started several ranks, False
-    never does (refused under torchrun's several ranks without an initialised process group). zoffload's own: @device, where the model computes, "cpu" or "cuda[:N]" (default: its
-    parameters' device); a model too large for the GPU is built on the CPU and given device="cuda", so the GPU holds
-    the working weights (bf16/fp16 when the config enables them) and never the fp32 model. Raises
-    zoffload.ZoffloadError naming the JSON path of a bad config or the library's reason, TypeError for parameters
-    or an optimizer it cannot take, RuntimeError when torch has no CUDA device for device="cuda"."""
-    from . import ds_api
-    if model is None:
-        raise ValueError("zoffload.initialize: model= is required")
-    read = _read_config(ds_api.config_source(args, config, config_params))
-    ds_api.dist_init(dist_init_required)
-    client_opt = None
-    if optimizer is not None:
-        read, model_parameters, client_opt = ds_api.with_client_optimizer(read, optimizer, model, model_parameters)
-    resolved = _resolve(model, config, read, device)
-    if resolved.view.zero_optimization.stage == 3:  # as the library resolved it (legacy forms included)
-        from .stage3 import Stage3Engine
-        engine = Stage3Engine(model, config, resolved, device, model_parameters)
-    else:
-        engine = Engine(model, config, resolved, device, model_parameters)
-    opt = ds_api.ZeroOptimizer(engine, client_opt.param_groups if client_opt is not None else None)
-    engine._attach(opt, lr_scheduler)
-    if training_data is not None:
-        engine.training_dataloader = ds_api.training_dataloader(engine, training_data, collate_fn)
-    return engine, opt, engine.training_dataloader, engine.lr_scheduler

@@ -22,7 +22,8 @@ def host_allocator():
 
 from . import optim  # noqa: E402  (after the library is loaded)
 from . import zero  # noqa: E402  (deepspeed.zero: Init, GatheredParameters, register_external_parameter)
-from .engine import Engine, initialize  # noqa: E402
+from .engine import Engine  # noqa: E402
+from .api import initialize  # noqa: E402
 from .ds_api import add_config_arguments  # noqa: E402
 from .comm import init_distributed  # noqa: E402  (deepspeed.init_distributed)
 from . import accelerator, moe  # noqa: E402,F401  (deepspeed.accelerator.get_accelerator, deepspeed.moe.utils)

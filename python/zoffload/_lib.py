@@ -10,10 +10,28 @@ import contextlib
 import contextvars
 import ctypes
 import ctypes.util
+import enum
 import importlib.util
 import os
 import sys
 import warnings
+
+class Status(enum.IntEnum):
+    """zo_status (zoffload/status.h): the ABI's numbers, named as zo_status_string() names them without "ZO_ERR_"
+    (python/tests/test_abi_layout.py checks each against the library)."""
+    OK = 0
+    INVALID_ARG = 1
+    INVALID_USAGE = 2
+    OUT_OF_MEMORY = 3
+    SYSTEM = 4
+    IO = 5
+    UNSUPPORTED = 6
+    CUDA = 7
+    NCCL = 8
+    MPI = 9
+    CONFIG = 10
+    CORRUPT = 11
+
 
 # zoffload/dtype.h
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2

@@ -30,7 +30,6 @@ import torch.distributed as dist
 from . import _lib
 
 ReduceOp = dist.ReduceOp
-ZO_ERR_INVALID_ARG, ZO_ERR_SYSTEM, ZO_ERR_UNSUPPORTED = 1, 4, 6
 
 
 def launch_info():
@@ -231,7 +230,7 @@ def _guard(fn):
             return fn(_groups[ctx], *args) or 0
         except Exception as e:  # noqa: BLE001 (every failure goes back to C as a status)
             _errors[ctx] = "%s: %s" % (type(e).__name__, e)
-            return ZO_ERR_SYSTEM
+            return int(_lib.Status.SYSTEM)
     return run
 
 

@@ -2,7 +2,7 @@
  * half.h - scalar conversions between float32 and the 16-bit floats
  * (bfloat16, IEEE binary16), bit-exact and portable (no _Float16, which
  * some compilers lack on x86 without AVX512-FP16). Shared by cpu_adam/ (the
- * scalar kernels and tails) and gpu/comm.c (16-bit reductions staged in
+ * scalar kernels and tails) and comm/comm.c (16-bit reductions staged in
  * fp32), and by the device Adam kernel (gpu/adam_device.cu). Not installed.
  */
 #ifndef ZO_HALF_H

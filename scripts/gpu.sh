@@ -212,7 +212,7 @@ own_kernels_regex() {
 # the programs that launch them (not test_comm: its kernels are NCCL's). synccheck: --kernel-name regex=... (matched
 # in the mangled names). racecheck: with that filter the sanitizer failed internally on an H200 (below), and over
 # every kernel cuBLAS's GEMMs took test_gpt_cuda past 90 s; so it runs with ZO_GPT_CUDA_GEMM=reference, which makes
-# every GEMM of the model a plain kernel of ours (tools/zo-train/gpt_cuda.h): no cuBLAS kernel runs, and every
+# every GEMM of the model a plain kernel of ours (models/gpt_cuda.h): no cuBLAS kernel runs, and every
 # kernel is checked.
 do_sanitizer() {
   local tool=$1 n=0 bad=0 skipped=0 cmd opts=()

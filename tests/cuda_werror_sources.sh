@@ -2,7 +2,7 @@
 # cuda_werror_sources.sh SOURCE_DIR BUILD_DIR - the CI check for CUDA sources on a machine without a GPU: when the
 # build found nvcc, every .cu file of the tree (outside build directories) is compiled into this build (an entry of
 # BUILD_DIR/compile_commands.json and its object file) for sm_80 and sm_90, with nvcc's and the host compiler's
-# warnings as errors (-Werror=all-warnings -Xcompiler=-Werror, tools/CMakeLists.txt ZO_CUDA_WERROR). A .cu file
+# warnings as errors (-Werror=all-warnings -Xcompiler=-Werror, models/CMakeLists.txt ZO_CUDA_WERROR). A .cu file
 # left out of the build, or built without -Werror or without one of the two architectures, fails. Not a compile of
 # its own: the build did that. Exit 0 pass, 1 fail, 77 when this build has no CUDA compiler.
 set -u

@@ -1,6 +1,6 @@
 /*
  * fake_nccl.c - a stand-in libnccl.so.2 for running the nccl collectives
- * backend (gpu/comm_nccl.c) on one rank against the stand-in libcudart
+ * backend (comm/comm_nccl.c) on one rank against the stand-in libcudart
  * (fake_cudart.c), on machines without a GPU. Not NCCL: only nranks == 1,
  * where every collective is a copy (or nothing, in place) enqueued on the
  * caller's stream through cudaMemcpyAsync. Strict where NCCL is:

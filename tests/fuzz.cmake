@@ -33,7 +33,7 @@ zo_fuzz_target(fuzz_engine_seq SOURCES fuzz_engine_seq.c
 # their seeds come from a real checkpoint and a real export each target makes at start-up.
 zo_fuzz_target(fuzz_checkpoint SOURCES fuzz_checkpoint.c ${CMAKE_SOURCE_DIR}/tools/zo-train/ckpt.c
                LIBS PkgConfig::JANSSON SMOKE -runs=1000 -timeout=10)
-target_include_directories(fuzz_checkpoint PRIVATE ${CMAKE_SOURCE_DIR}/tools/zo-train)
+target_include_directories(fuzz_checkpoint PRIVATE ${CMAKE_SOURCE_DIR}/tools/zo-train ${CMAKE_SOURCE_DIR}/models)
 zo_fuzz_target(fuzz_safetensors SOURCES fuzz_safetensors.c LIBS PkgConfig::JANSSON SMOKE -runs=1000 -timeout=10)
 
 if(NOT ZO_SANITIZE)

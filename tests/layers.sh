@@ -5,12 +5,14 @@
 #
 #   4 tools/                                  (the programs)
 #   3 offload/ + engine.h budget.h checkpoint.h plan.h placement.h speeds.h zoffload.h   (the engine)
-#   2 host/ config/ swap/ cpu_adam/ + pinned.h config.h swap.h adam.h
-#   1 gpu/ + device.h arena.h comm.h           (host/ uses gpu/'s cuda_host.h hook)
+#   3 models/                                 (the GPT zo-train trains; a peer of offload)
+#   2 host/ config/ swap/ cpu_adam/ comm/ + pinned.h config.h swap.h adam.h comm.h   (comm/ runs on gpu/'s devices)
+#   1 gpu/ + device.h arena.h                  (host/ uses gpu/'s cuda_host.h hook)
 #   0 base/ + status.h dtype.h
 #
 # Peers of one layer (swap and cpu_adam, say) do not include each other, and the
-# tools use the library through its public headers only (as a user would).
+# tools and models/ use the library through its public headers only (as a user
+# would; the tools include models/ headers too).
 # offload/ holds the engine alone: every file in it has a name of the engine's
 # (engine*, budget, plan, placement, speeds, checkpoint, safetensors). Public headers follow the
 # same rule among themselves. Exit 0 pass, 1 fail (every violation listed).
@@ -20,14 +22,15 @@ cd "${1:-.}" || exit 1
 declare -A layer module
 # Public headers: the module and layer each belongs to.
 for h in status dtype; do module[include/zoffload/$h.h]=base; done
-for h in device arena comm; do module[include/zoffload/$h.h]=gpu; done
+for h in device arena; do module[include/zoffload/$h.h]=gpu; done
+module[include/zoffload/comm.h]=comm
 module[include/zoffload/pinned.h]=host
 module[include/zoffload/config.h]=config
 module[include/zoffload/swap.h]=swap
 module[include/zoffload/adam.h]=cpu_adam
 for h in engine budget checkpoint plan placement speeds zoffload; do module[include/zoffload/$h.h]=offload; done
-layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2
-layer[offload]=3 layer[tools]=4
+layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2 layer[comm]=2
+layer[offload]=3 layer[models]=3 layer[tools]=4
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
@@ -44,16 +47,16 @@ module_of() {
 # include/ and in the folders the build puts on the include path.
 resolve() { # file include
   local dir=${1%/*} inc=$2 d
-  for d in "$dir" include base gpu host config swap cpu_adam offload tools/common tools/zo-train; do
+  for d in "$dir" include base gpu comm host config swap cpu_adam offload models tools/common tools/zo-train; do
     [ -f "$d/$inc" ] && { echo "$d/$inc"; return; }
   done
   echo ""
 }
 
 n_files=0 n_edges=0
-files=$(git ls-files 2>/dev/null -- base gpu host config swap cpu_adam offload tools include \
+files=$(git ls-files 2>/dev/null -- base gpu comm host config swap cpu_adam offload models tools include \
         | grep -E '\.(c|h|cu|cc)$') || files=""
-[ -n "$files" ] || files=$(find base gpu host config swap cpu_adam offload tools include -name '*.[ch]' -o -name '*.cu')
+[ -n "$files" ] || files=$(find base gpu comm host config swap cpu_adam offload models tools include -name '*.[ch]' -o -name '*.cu')
 for f in $files; do
   n_files=$((n_files + 1))
   from=$(module_of "$f")
@@ -68,8 +71,10 @@ for f in $files; do
     [ "$to" = "$from" ] && continue
     lt=${layer[$to]:-}
     [ -n "$lt" ] || { bad "$f includes $target, in no layer"; continue; }
-    if [ "$from" = tools ] && [ "${target#include/}" = "$target" ]; then
+    if [ "$from" = tools ] && [ "${target#include/}" = "$target" ] && [ "$to" != models ]; then
       bad "$f includes $target: the tools use the library through its public headers (include/zoffload) only"
+    elif [ "$from" = models ] && [ "${target#include/}" = "$target" ]; then
+      bad "$f includes $target: models/ uses the library through its public headers (include/zoffload) only"
     elif [ "$lt" -ge "$lf" ]; then
       bad "$f (layer $lf, $from) includes $target (layer $lt, $to): includes must point down"
     fi

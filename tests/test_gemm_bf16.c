@@ -1,5 +1,5 @@
 /*
- * test_gemm_bf16.c - the CPU model's bf16 products (tools/zo-train/gemm_bf16.h) against a reference written here:
+ * test_gemm_bf16.c - the CPU model's bf16 products (models/gemm_bf16.h) against a reference written here:
  * the same bf16 operands widened to double and summed in double. Every layout the model uses (A and B plain or
  * transposed, leading dimensions wider than the rows), overwrite and accumulate, shapes with odd edges; each
  * element within the fp32 accumulation bound K * 2^-23 * sum|a*b| (plus the initial C when accumulating), two

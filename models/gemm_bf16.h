@@ -3,7 +3,8 @@
  * bf16 operands, fp32 accumulation and fp32 result, as the CUDA model computes
  * (and as torch's bf16 autocast on the CPU does), through oneDNN's matmul
  * (brgemm kernels: AVX512_BF16 where the CPU has it, oneDNN's emulation on
- * other AVX-512 CPUs). Not part of libzoffload: the model of zo-train only.
+ * other AVX-512 CPUs). Not part of libzoffload: the model of zo-train only
+ * (models/, part of zo_gpt).
  *
  * Why: at the model shapes of the large presets (64 tokens, d_model 2560)
  * OpenBLAS 0.3.21's sgemm runs at 71-89 GFLOP/s a core on this project's

@@ -1,8 +1,9 @@
 /*
- * gpt_cuda.h - zo-train's GPT model (gpt.h) on one CUDA GPU: the same math,
- * parameter order, hooks and loss, with bf16 storage and fp32 accumulation.
- * Not an optimizer and not a memory manager for weights or gradients: both
- * stay the caller's (the offload engine's); this owns activations only.
+ * gpt_cuda.h - zo-train's GPT model (gpt.h) on one CUDA GPU (models/, library
+ * zo_gpt_cuda): the same math, parameter order, hooks and loss, with bf16
+ * storage and fp32 accumulation. Not an optimizer and not a memory manager for
+ * weights or gradients: both stay the caller's (the offload engine's); this
+ * owns activations only.
  *
  * Conventions as in gpt.h: B batch, T time, C d_model, NH n_head, hs = C/NH,
  * V vocab, L n_layer, N = B*T; Linear weights (out, in) row-major, y = x W^T + b;

@@ -1,8 +1,9 @@
 /*
- * gpt.c - zo-train's GPT-2-style model: initialisation, forward, backward and
- * sampling in float32 on the CPU (OpenBLAS + OpenMP); the registry, buffer
- * layout and create/destroy are in gpt_alloc.c. Not an optimizer and not the
- * training loop (main.c); no mixed precision.
+ * gpt.c - zo-train's GPT-2-style model (models/, library zo_gpt):
+ * initialisation, forward, backward and sampling in float32 on the CPU
+ * (OpenBLAS + OpenMP); the registry, buffer layout and create/destroy are in
+ * gpt_alloc.c. Not an optimizer and not the training loop
+ * (tools/zo-train/main.c); no mixed precision.
  */
 #include "gpt.h"
 #include "gpt_internal.h"

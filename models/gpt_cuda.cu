@@ -1,9 +1,9 @@
 /*
- * gpt_cuda.cu - zo-train's GPT model on a CUDA GPU (API in gpt_cuda.h): the
- * device memory plan, cuBLAS GEMMs, forward, backward with optional
- * per-block recompute, sampling. The element-wise and reduction kernels are
- * in gpt_cuda_kernels.cu. Not an optimizer; weights and gradients are the
- * caller's.
+ * gpt_cuda.cu - zo-train's GPT model on a CUDA GPU (models/, library
+ * zo_gpt_cuda; API in gpt_cuda.h): the device memory plan, cuBLAS GEMMs,
+ * forward, backward with optional per-block recompute, sampling. The
+ * element-wise and reduction kernels are in gpt_cuda_kernels.cu. Not an
+ * optimizer; weights and gradients are the caller's.
  */
 #include "gpt_cuda.h"
 

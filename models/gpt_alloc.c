@@ -1,7 +1,8 @@
 /*
- * gpt_alloc.c - zo-train's GPT model: parameter registry (names, shapes,
- * layer groups), buffer layout, host bytes, create/destroy, and the streamed
- * mode's weight and gradient bindings. Not the passes (gpt.c) and no math.
+ * gpt_alloc.c - zo-train's GPT model (models/, zo_gpt): parameter registry
+ * (names, shapes, layer groups), buffer layout, host bytes, create/destroy, and
+ * the streamed mode's weight and gradient bindings. Not the passes (gpt.c) and
+ * no math.
  */
 #include <stdint.h>
 #include <stdio.h>

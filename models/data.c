@@ -1,7 +1,8 @@
 /*
- * data.c - zo-train's corpus loader: read a file or a directory of files,
- * split into train / val blocks by a splitmix64 hash, cut byte windows.
- * Not a tokenizer and not a streaming reader (the corpus lives in memory).
+ * data.c - zo-train's corpus loader (models/, part of zo_gpt): read a file or a
+ * directory of files, split into train / val blocks by a splitmix64 hash, cut
+ * byte windows. Not a tokenizer and not a streaming reader (the corpus lives in
+ * memory).
  */
 #include "data.h"
 

@@ -1,8 +1,8 @@
 /*
- * data.h - zo-train's text corpus: load bytes from a file or a directory,
- * split them into train / validation deterministically, and cut batches of
- * byte windows. Not a tokenizer (tokens are raw bytes, ids 0..255) and not a
- * streaming loader: the whole corpus is held in memory.
+ * data.h - zo-train's text corpus (models/, part of zo_gpt): load bytes from a
+ * file or a directory, split them into train / validation deterministically,
+ * and cut batches of byte windows. Not a tokenizer (tokens are raw bytes, ids
+ * 0..255) and not a streaming loader: the whole corpus is held in memory.
  *
  * Errors are plain ints (0 ok, -1 error) with a one-line message in the
  * caller's buffer; nothing here exits or aborts. A loader is read-only after

@@ -1,10 +1,11 @@
 /*
- * gpt.h - the model of zo-train: a GPT-2-style byte-level decoder, forward and
- * backward on the CPU in float32 (cblas_sgemm for matmuls, OpenMP loops for the
- * rest). Not part of libzoffload and not a general NN library: one fixed
- * architecture, every parameter a separate tensor so an offload engine can own
- * each one. Shape of the code after Karpathy's llm.c (train_gpt2.c); GPT-2:
- * Radford et al., "Language Models are Unsupervised Multitask Learners" (2019).
+ * gpt.h - the model of zo-train (models/, library zo_gpt): a GPT-2-style
+ * byte-level decoder, forward and backward on the CPU in float32 (cblas_sgemm
+ * for matmuls, OpenMP loops for the rest). Not part of libzoffload and not a
+ * general NN library: one fixed architecture, every parameter a separate tensor
+ * so an offload engine can own each one. Shape of the code after Karpathy's
+ * llm.c (train_gpt2.c); GPT-2: Radford et al., "Language Models are
+ * Unsupervised Multitask Learners" (2019).
  *
  * Conventions: B batch, T time (tokens per row), C d_model, NH n_head,
  * hs = C/NH, V vocab, L n_layer, N = B*T. Linear weights are stored as in

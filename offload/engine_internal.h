@@ -436,11 +436,6 @@ void eng_host_buf_free(host_buf *b);
 
 /* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
 void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
-/* The host cache of nvme parameters (offload_param.max_in_cpu): how many tensors, from the first registered on,
- * a budget of @budget_el elements holds whole (each eng_pw_held() elements; the first that does not fit ends the
- * run); *@held_el (when not NULL) their elements. A pure function of the registered tensors and @budget_el, which
- * the plan (and so finalize and the budget) uses; 0 unless offload_param.device is "nvme". */
-int eng_param_cache_count(const zo_engine_t *e, size_t budget_el, size_t *held_el);
 /* Before finalize: the host cache's budget, @el elements (SIZE_MAX: every tensor); replaces the config's
  * offload_param.max_in_cpu. ZO_ERR_INVALID_ARG (NULL), ZO_ERR_INVALID_USAGE (after finalize, or a failed one). */
 zo_status eng_set_param_cache(zo_engine_t *e, size_t el);

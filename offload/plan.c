@@ -1,9 +1,11 @@
 /*
  * plan.c - the memory plan (zoffload/plan.h): every buffer finalize allocates
  * and the layout it places the tensors by, from the configuration, the
- * registered tensors and the swap alignment. Reads the engine, changes
- * nothing in it, allocates nothing but the plan. Not here: what the machine
- * has (budget.c), the allocations themselves (engine.c finalize_tiers).
+ * registered tensors and the swap alignment. The planning itself
+ * (zo_plan_compute) is a pure function of a zo_plan_input (plan_internal.h);
+ * zo_plan_make fills one from the engine, reading it and changing nothing in
+ * it. Allocates nothing but the plan. Not here: what the machine has
+ * (budget.c), the allocations themselves (engine.c finalize_tiers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,72 +29,75 @@ static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, in
   if (t == ZO_TIER_NVME) p->nvme_bytes[path] = add_sat(p->nvme_bytes[path], total);
 }
 
+/* Parameters partitioned over ranks: stage 3 on several ranks (eng_dp3 of the input). */
+static int in_dp3(const zo_plan_input *in) { return in->world > 1 && in->cfg->zero.stage == 3; }
+
 /* Several ranks (engine_dp.c): the gradient reduction ring and the gather buffer of the updated weights. */
-static void dp_host_bytes(const zo_engine_t *e, size_t *grad_bytes, size_t *gather_bytes) {
+static void dp_host_bytes(const zo_plan_input *in, size_t *grad_bytes, size_t *gather_bytes) {
+  const zo_config_t *c = in->cfg;
   size_t largest = 0, total = 0, gather = 0, gather_largest = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const zo_param_t *p = e->params[i];
-    const size_t el = e->cfg.zero.stage == 0 ? p->n : eng_dp_padded(e, p), padded = eng_dp_padded(e, p);
+  for (int i = 0; i < in->n_tensors; i++) {
+    const zo_plan_input_tensor *p = &in->tensor[i];
+    const size_t el = c->zero.stage == 0 ? p->n : p->dp_padded, padded = p->dp_padded;
     if (el > largest) largest = el;
     if (padded > gather_largest) gather_largest = padded;
     total = add_sat(total, el);
     gather = add_sat(gather, padded);
   }
   /* the updated weights are gathered in waves of allgather_bucket_size elements (at least the largest tensor) */
-  const size_t ag = e->cfg.zero.allgather_bucket_size > 0 ? (size_t)e->cfg.zero.allgather_bucket_size : 0;
+  const size_t ag = c->zero.allgather_bucket_size > 0 ? (size_t)c->zero.allgather_bucket_size : 0;
   if (ag < gather) gather = ag;
   if (gather < gather_largest) gather = gather_largest;
   /* overlap_comm: reductions stay in flight while backward goes on, in a ring of reduce_bucket_size
    * elements (at least the largest tensor; at most every gradient of a step); else one tensor at a time */
   size_t ring = largest;
-  if (e->cfg.zero.overlap_comm) {
-    const size_t bucket = e->cfg.zero.reduce_bucket_size > 0 ? (size_t)e->cfg.zero.reduce_bucket_size : 0;
+  if (c->zero.overlap_comm) {
+    const size_t bucket = c->zero.reduce_bucket_size > 0 ? (size_t)c->zero.reduce_bucket_size : 0;
     ring = bucket < total ? bucket : total;
     if (ring < largest) ring = largest;
   }
-  *grad_bytes = e->world > 1 ? mul_sat(ring, eng_acc_in_size(e)) : 0; /* fp32 hand-overs too when accepted */
+  *grad_bytes = in->world > 1 ? mul_sat(ring, in->acc_in_size) : 0; /* fp32 hand-overs too when accepted */
   /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
-  *gather_bytes = e->world > 1 && (e->cfg.zero.stage == 1 || e->cfg.zero.stage == 2)
-                      ? mul_sat(gather, zo_dtype_size(e->wdtype)) : 0;
+  *gather_bytes = in->world > 1 && (c->zero.stage == 1 || c->zero.stage == 2)
+                      ? mul_sat(gather, zo_dtype_size(in->wdtype)) : 0;
 }
 
 /* One rank with accumulation (or fp32 hand-overs): the pinned staging buckets gradients pass through
- * (engine_accum.c), one buffer of n_buckets x bucket elements x 4 bytes. */
-static void plan_grad_staging(const zo_engine_t *e, int dev_adam, zo_plan *pl) {
-  size_t bucket_el;
-  int n_buckets;
-  eng_acc_ring_shape(e, dev_adam, &bucket_el, &n_buckets);
-  pl->grad_staging_bytes = mul_sat(mul_sat(bucket_el, eng_acc_in_size(e)), (size_t)n_buckets);
+ * (engine_accum.c), one buffer of n_buckets x bucket elements x the hand-over's bytes. */
+static void plan_grad_staging(const zo_plan_input *in, zo_plan *pl) {
+  const int n_buckets = in->acc_n_buckets > 0 ? in->acc_n_buckets : 0;
+  pl->grad_staging_bytes = mul_sat(mul_sat(in->acc_bucket_el, in->acc_in_size), (size_t)n_buckets);
   add_buf(pl, ZO_TIER_HOST, "grad_staging", pl->grad_staging_bytes, 1, 1, -1);
 }
 
 /* Stage 3 on several ranks (engine_dp3.c): the ring the working weights are all-gathered into. */
-static size_t pg_ring_bytes(const zo_engine_t *e) {
-  if (!eng_dp3(e)) return 0;
+static size_t pg_ring_bytes(const zo_plan_input *in) {
+  if (!in_dp3(in)) return 0;
   size_t largest = 0, total = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const size_t el = eng_dp_padded(e, e->params[i]);
+  for (int i = 0; i < in->n_tensors; i++) {
+    const size_t el = in->tensor[i].dp_padded;
     if (el > largest) largest = el;
     total = add_sat(total, el);
   }
   /* stage3_prefetch_bucket_size elements gathered ahead, and room for the fetch in use beside them; no more than
    * two uses of every tensor (a step's forward and backward) */
-  const size_t bucket = e->cfg.zero.stage3_prefetch_bucket_size > 0 ? (size_t)e->cfg.zero.stage3_prefetch_bucket_size : 0;
+  const int64_t pb = in->cfg->zero.stage3_prefetch_bucket_size;
+  const size_t bucket = pb > 0 ? (size_t)pb : 0;
   size_t el = add_sat(bucket, largest);
   if (el > mul_sat(2, total)) el = mul_sat(2, total);
   if (el < mul_sat(2, largest)) el = mul_sat(2, largest);
-  return mul_sat(el, zo_dtype_size(e->wdtype));
+  return mul_sat(el, zo_dtype_size(in->wdtype));
 }
 
 /* NVMe optimizer state: cut the shards into pieces of at most sub_group_size elements and pack consecutive
  * pieces into sub-groups; each sub-group is one contiguous, aligned range in every state file. */
-static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
+static zo_status plan_sub_groups(const zo_plan_input *in, zo_plan *pl) {
   const size_t unit = pl->extent_unit;
   /* With resident sub-groups, pieces start at multiples of the gradient norm's 64 Ki-element chunk too: the
    * gradient hand-over is cut at piece boundaries (no chunk spans two sub-groups), and its norm is summed by those
    * chunks from each shard's start (the same bits whatever the cut). Both are powers of two. */
-  const size_t punit = e->opt_res_el && unit < 65536 ? 65536 : unit;
-  size_t sgs = (size_t)e->cfg.zero.sub_group_size;
+  const size_t punit = in->opt_res_el && unit < 65536 ? 65536 : unit;
+  size_t sgs = (size_t)in->cfg->zero.sub_group_size;
   if (zo_size_round_up(sgs < punit ? punit : sgs, punit, &sgs)) sgs = SIZE_MAX / punit * punit;
   pl->piece_el = sgs;
   /* The plan is made before the budget says whether anything fits: refuse one whose own arrays (about 80 bytes
@@ -100,18 +105,18 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
    * ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
   enum { ZO_PLAN_MAX_PIECES = 1 << 24 };
   size_t n_pieces = 0;
-  for (int i = 0; i < e->n_params; i++) n_pieces += e->params[i]->shard_n / sgs + (e->params[i]->shard_n % sgs != 0);
+  for (int i = 0; i < in->n_tensors; i++) n_pieces += in->tensor[i].shard_n / sgs + (in->tensor[i].shard_n % sgs != 0);
   if (n_pieces > ZO_PLAN_MAX_PIECES)
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
-                        "all) into %zu pieces, more than %d; raise it", (long long)e->cfg.zero.sub_group_size,
-                        e->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
+                        "all) into %zu pieces, more than %d; raise it", (long long)in->cfg->zero.sub_group_size,
+                        in->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
   const int cap = (int)n_pieces;
   pl->piece = calloc(cap ? cap : 1, sizeof *pl->piece);
   pl->sg = calloc(cap ? cap : 1, sizeof *pl->sg);
   if (!pl->piece || !pl->sg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   uint64_t file_el = 0;
-  for (int i = 0; i < e->n_params; i++) {
-    const zo_param_t *p = e->params[i];
+  for (int i = 0; i < in->n_tensors; i++) {
+    const zo_plan_input_tensor *p = &in->tensor[i];
     pl->tensor[i].file_el = file_el;
     for (size_t off = 0; off < p->shard_n; off += sgs) {
       zo_plan_piece *pc = &pl->piece[pl->n_pieces++];
@@ -142,7 +147,7 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
    * the files hold the rest, [0, state_file_el). The last ones are the first whose gradients complete in backward. */
   uint64_t res = 0;
   int first_res = pl->n_sgs;
-  while (first_res > 0 && res + pl->sg[first_res - 1].n_el <= (uint64_t)e->opt_res_el)
+  while (first_res > 0 && res + pl->sg[first_res - 1].n_el <= (uint64_t)in->opt_res_el)
     res += pl->sg[--first_res].n_el;
   pl->n_res_sgs = pl->n_sgs - first_res;
   pl->state_file_el = first_res < pl->n_sgs ? pl->sg[first_res].file_el : total_el;
@@ -158,14 +163,14 @@ static zo_status plan_sub_groups(const zo_engine_t *e, zo_plan *pl) {
 /* Parameter offload: each tensor is fetched whole, so the live-parameter bound must hold the largest and (nvme) the
  * staging buffers the largest read from params.swp; refused here, so --dry-run and the budget refuse what finalize
  * would. */
-static zo_status plan_check_largest(const zo_engine_t *e, const zo_plan *pl) {
-  const zo_config_t *c = &e->cfg;
+static zo_status plan_check_largest(const zo_plan_input *in, const zo_plan *pl) {
+  const zo_config_t *c = in->cfg;
   const size_t largest = pl->largest_el, lfile = pl->largest_file_el;
-  if (e->ptier != ZO_OFFLOAD_NONE && (int64_t)largest > c->zero.stage3_max_live_parameters)
+  if (in->ptier != ZO_OFFLOAD_NONE && (int64_t)largest > c->zero.stage3_max_live_parameters)
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
                         "largest tensor (%zu elements); raise it to at least %zu",
                         (long long)c->zero.stage3_max_live_parameters, largest, largest);
-  if (e->ptier == ZO_OFFLOAD_NVME && (int64_t)lfile > c->zero.offload_param.buffer_size)
+  if (in->ptier == ZO_OFFLOAD_NVME && (int64_t)lfile > c->zero.offload_param.buffer_size)
     return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
                         "largest tensor%s (%zu elements); raise it to at least %zu",
                         (long long)c->zero.offload_param.buffer_size,
@@ -176,12 +181,15 @@ static zo_status plan_check_largest(const zo_engine_t *e, const zo_plan *pl) {
 
 /* ---------------------------------------------------------------- the host cache of nvme parameters */
 
-int eng_param_cache_count(const zo_engine_t *e, size_t budget_el, size_t *held_el) {
+/* The host cache of nvme parameters (offload_param.max_in_cpu): how many tensors, from the first registered on,
+ * a budget of @budget_el elements holds whole (each pw_held elements; the first that does not fit ends the run);
+ * *@held_el their elements. 0 unless offload_param is "nvme". */
+static int plan_cache_count(const zo_plan_input *in, size_t budget_el, size_t *held_el) {
   size_t sum = 0; /* <= budget_el throughout, so the sum cannot wrap */
   int n = 0;
-  if (e->ptier == ZO_OFFLOAD_NVME)
-    for (; n < e->n_params; n++) {
-      const size_t held = eng_pw_held(e, e->params[n]);
+  if (in->ptier == ZO_OFFLOAD_NVME)
+    for (; n < in->n_tensors; n++) {
+      const size_t held = in->tensor[n].pw_held;
       if (held > budget_el - sum) break;
       sum += held;
     }
@@ -203,21 +211,21 @@ zo_status eng_set_param_cache(zo_engine_t *e, size_t el) {
  * gradient shard for offload_optimizer "none"; 256-byte aligned), its offset in the flat shard and where its working
  * copy lives (param_host or params.swp, and its offset there). Returns the device block's bytes so far; sets the
  * plan's element totals and largest tensors. */
-static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
-  const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype);
-  const int pres = e->ptier == ZO_OFFLOAD_NONE;
+static size_t plan_tensors(const zo_plan_input *in, zo_plan *pl) {
+  const size_t wsz = pl->wsz, gsz = zo_dtype_size(in->adtype);
+  const int pres = in->ptier == ZO_OFFLOAD_NONE;
   size_t dev = 0, shard_total = 0, largest = 0, pw_total = 0, cached = 0, largest_file = 0;
   /* nvme: the first tensors within the host cache's budget keep their working copy in param_host */
-  pl->pcache_tensors = eng_param_cache_count(e, e->pcache_el, &pl->pcache_el);
-  for (int i = 0; i < e->n_params; i++) {
-    const zo_param_t *p = e->params[i];
+  pl->pcache_tensors = plan_cache_count(in, in->pcache_el, &pl->pcache_el);
+  for (int i = 0; i < in->n_tensors; i++) {
+    const zo_plan_input_tensor *p = &in->tensor[i];
     zo_plan_tensor *t = &pl->tensor[i];
     for (int r = 0; r < 5; r++) t->dev_off[r] = SIZE_MAX;
     if (pres) t->dev_off[0] = dev, dev = add_sat(dev, round_sat(mul_sat(p->n, wsz), 256));
-    if (e->tier == ZO_OFFLOAD_NONE) {
+    if (in->tier == ZO_OFFLOAD_NONE) {
       for (int k = 0; k < ST_KINDS; k++) {
         t->dev_off[1 + k] = dev;
-        const size_t b = round_sat(mul_sat(p->shard_n, e->esz[k]), 256);
+        const size_t b = round_sat(mul_sat(p->shard_n, in->esz[k]), 256);
         dev = add_sat(dev, b), pl->dev_state_bytes = add_sat(pl->dev_state_bytes, b);
       }
       t->dev_off[4] = dev;
@@ -229,16 +237,16 @@ static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
     if (p->n > largest) largest = p->n;
     /* the host-tier working copy: several ranks at stage 3 hold their block; nvme pads every extent of params.swp,
      * not those of the tensors cached in param_host (a layout of its own) */
-    const size_t held = eng_pw_held(e, p);
-    t->pw_host = e->ptier == ZO_OFFLOAD_CPU || i < pl->pcache_tensors;
+    const size_t held = p->pw_held;
+    t->pw_host = in->ptier == ZO_OFFLOAD_CPU || i < pl->pcache_tensors;
     if (i < pl->pcache_tensors) {
       t->pw_el = cached;
       cached = add_sat(cached, held);
       continue;
     }
     t->pw_el = pw_total;
-    pw_total = add_sat(pw_total, e->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
-    if (e->ptier == ZO_OFFLOAD_NVME && p->n > largest_file) largest_file = p->n;
+    pw_total = add_sat(pw_total, in->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
+    if (in->ptier == ZO_OFFLOAD_NVME && p->n > largest_file) largest_file = p->n;
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
   pl->largest_file_el = largest_file;
@@ -246,34 +254,35 @@ static size_t plan_tensors(const zo_engine_t *e, zo_plan *pl) {
 }
 
 /* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), bytes */
-static size_t dev_norm_bytes(const zo_engine_t *e) {
-  return mul_sat(mul_sat((size_t)e->n_params, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
+static size_t dev_norm_bytes(const zo_plan_input *in) {
+  return mul_sat(mul_sat((size_t)in->n_tensors, ZO_DEV_SQNORM_BLOCKS), sizeof(double));
 }
 
 /* Device: the block (the tensors' regions, then device Adam's norm sums and, on several ranks, its upload stage),
  * the largest tensor a fetch needs beside it, and the NCCL communicators' staging. */
-static zo_status plan_device(const zo_engine_t *e, int dadam, zo_plan *pl) {
-  size_t dev = plan_tensors(e, pl);
+static zo_status plan_device(const zo_plan_input *in, zo_plan *pl) {
+  const int dadam = in->device_adam;
+  size_t dev = plan_tensors(in, pl);
   /* device Adam: the per-tensor partial sums of the gradient norm (gpu/adam_device.h), at the end of the block */
   pl->dev_norm_off = SIZE_MAX;
-  if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(dev_norm_bytes(e), 256));
+  if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(dev_norm_bytes(in), 256));
   /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
   pl->dev_stage_off = SIZE_MAX;
-  if (dadam && e->world > 1) {
+  if (dadam && in->world > 1) {
     size_t shard_largest = 0;
-    for (int i = 0; i < e->n_params; i++)
-      if (e->params[i]->shard_n > shard_largest) shard_largest = e->params[i]->shard_n;
-    pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, eng_acc_in_size(e)), 256));
+    for (int i = 0; i < in->n_tensors; i++)
+      if (in->tensor[i].shard_n > shard_largest) shard_largest = in->tensor[i].shard_n;
+    pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, in->acc_in_size), 256));
   }
-  ZO_CHECK(plan_check_largest(e, pl));
+  ZO_CHECK(plan_check_largest(in, pl));
   pl->largest_dev_bytes = round_sat(mul_sat(pl->largest_el, pl->wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
   pl->device_need_bytes =
-      e->ptier == ZO_OFFLOAD_NONE ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
+      in->ptier == ZO_OFFLOAD_NONE ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
   /* NCCL communicators' staging of host buffers (gpu/comm_nccl.c): device memory each communicator holds from its
    * creation, outside the arena; in the device need, not in the resident block. */
-  const int n_nccl = eng_nccl_comms(e);
-  if (n_nccl) {
+  const int n_nccl = in->n_nccl_comms;
+  if (n_nccl > 0) {
     const size_t blk = pl->device_bytes;
     add_buf(pl, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, n_nccl, 0, -1);
     pl->device_bytes = blk;
@@ -285,37 +294,37 @@ static zo_status plan_device(const zo_engine_t *e, int dadam, zo_plan *pl) {
 /* Host: gradients (landing buffer of the device-to-host copies), cpu state, staging of the working copy, device
  * Adam's norm sums, the several-rank buffers; then the offloaded parameters (param_host: all of them under cpu, the
  * cached ones under nvme; params.swp and its staging for the others). */
-static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
-  const zo_config_t *c = &e->cfg;
-  const size_t wsz = pl->wsz, gsz = zo_dtype_size(e->adtype), shard_total = pl->shard_total_el;
+static void plan_host(const zo_plan_input *in, zo_plan *pl) {
+  const zo_config_t *c = in->cfg;
+  const size_t wsz = pl->wsz, gsz = zo_dtype_size(in->adtype), shard_total = pl->shard_total_el;
   const int pin = c->zero.offload_optimizer.pin_memory;
-  if (e->tier != ZO_OFFLOAD_NONE) {
+  if (in->tier != ZO_OFFLOAD_NONE) {
     /* nvme: the gradients live in grad.swp beside the state (plan_nvme_state), not in host memory */
-    if (e->tier == ZO_OFFLOAD_CPU) add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
-    if (e->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
-    if (e->tier == ZO_OFFLOAD_CPU)
+    if (in->tier == ZO_OFFLOAD_CPU) add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
+    if (in->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
+    if (in->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) {
         char name[40];
         snprintf(name, sizeof name, "state_host.%s", k_kind[k]);
-        add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, e->esz[k]), 1, pin, -1);
+        add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, in->esz[k]), 1, pin, -1);
       }
   }
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE) {
+  if (in->ptier == ZO_OFFLOAD_NONE && in->tier != ZO_OFFLOAD_NONE) {
     add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
-    if (e->dpu) /* the last step's uploads read the other */
+    if (in->dpu) /* the last step's uploads read the other */
       add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
   }
-  if (dadam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(e), 1, 1, -1);
-  plan_grad_staging(e, dadam, pl);
-  dp_host_bytes(e, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
+  if (in->device_adam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(in), 1, 1, -1);
+  plan_grad_staging(in, pl);
+  dp_host_bytes(in, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
   add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
-  pl->pg_ring_bytes = pg_ring_bytes(e);
+  pl->pg_ring_bytes = pg_ring_bytes(in);
   add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
-  if (e->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
-    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(e->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz),
+  if (in->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
+    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(in->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz),
             1, c->zero.offload_param.pin_memory, -1);
-  if (e->ptier == ZO_OFFLOAD_NVME) { /* every tensor cached: no file (0 bytes are not planned), no staging */
+  if (in->ptier == ZO_OFFLOAD_NVME) { /* every tensor cached: no file (0 bytes are not planned), no staging */
     add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pl->pw_total_el, wsz), 1, 0, 1);
     pl->pstage_el = round_sat(pl->largest_file_el, pl->extent_unit);
     pl->n_pstage = !pl->pstage_el ? 0 : c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
@@ -325,13 +334,13 @@ static void plan_host(const zo_engine_t *e, int dadam, zo_plan *pl) {
 
 /* NVMe state: the sub-groups give the files' extents (master, exp_avg, exp_avg_sq and grad.swp) and the size of the
  * host buffer sets they pass through. */
-static zo_status plan_nvme_state(const zo_engine_t *e, zo_plan *pl) {
-  const size_t gsz = zo_dtype_size(e->adtype);
-  ZO_CHECK(plan_sub_groups(e, pl));
+static zo_status plan_nvme_state(const zo_plan_input *in, zo_plan *pl) {
+  const size_t gsz = zo_dtype_size(in->adtype);
+  ZO_CHECK(plan_sub_groups(in, pl));
   for (int k = 0; k < ST_KINDS; k++) {
     char name[40];
     snprintf(name, sizeof name, "%s.swp", k_kind[k]);
-    add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, e->esz[k]), 1, 0, 0);
+    add_buf(pl, ZO_TIER_NVME, name, mul_sat(pl->state_file_el, in->esz[k]), 1, 0, 0);
   }
   /* the gradients: grad.swp in the accumulation dtype, the same extents */
   add_buf(pl, ZO_TIER_NVME, "grad.swp", mul_sat(pl->state_file_el, gsz), 1, 0, 0);
@@ -340,32 +349,102 @@ static zo_status plan_nvme_state(const zo_engine_t *e, zo_plan *pl) {
   for (int k = 0; k < ST_KINDS; k++) {
     char name[40];
     snprintf(name, sizeof name, "resident_state.%s", k_kind[k]);
-    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->res_el, e->esz[k]), 1, 0, -1);
+    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->res_el, in->esz[k]), 1, 0, -1);
   }
   add_buf(pl, ZO_TIER_HOST, "resident_state.grad", mul_sat(pl->res_el, gsz), 1, 0, -1);
-  int nbuf = e->cfg.zero.offload_optimizer.buffer_count < 1 ? 1 : e->cfg.zero.offload_optimizer.buffer_count;
+  int nbuf = in->cfg->zero.offload_optimizer.buffer_count < 1 ? 1 : in->cfg->zero.offload_optimizer.buffer_count;
   if (nbuf > pl->n_sgs - pl->n_res_sgs) nbuf = pl->n_sgs - pl->n_res_sgs;
   pl->n_slots = nbuf;
   for (int k = 0; k < ST_KINDS; k++) {
     char name[40];
     snprintf(name, sizeof name, "sub_group_buffers.%s", k_kind[k]);
-    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, e->esz[k]), nbuf, 1, -1);
+    add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->slot_el, in->esz[k]), nbuf, 1, -1);
   }
   add_buf(pl, ZO_TIER_HOST, "sub_group_buffers.grad", mul_sat(pl->slot_el, gsz), nbuf, 1, -1);
   /* the hand-over's chunks go to grad.swp through these (engine_gradnv.c): two, so one write stays in flight */
-  pl->grad_io_el = eng_gnv_el(e);
+  pl->grad_io_el = in->grad_io_el;
   add_buf(pl, ZO_TIER_HOST, "grad_swap_buffers", mul_sat(pl->grad_io_el, gsz), 2, 1, -1);
   return ZO_OK;
 }
 
 /* The write-back ring (parameters on nvme): offload_param.buffer_count tensors of the largest size in params.swp,
  * and at least two of them and two sub-groups (bytes of the working dtype); none when every tensor is cached. */
-static void plan_write_back(const zo_engine_t *e, zo_plan *pl) {
+static void plan_write_back(const zo_plan_input *in, zo_plan *pl) {
   if (!pl->pstage_el) return;
   size_t el = mul_sat((size_t)(pl->n_pstage > 2 ? pl->n_pstage : 2), pl->pstage_el);
-  if (e->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
+  if (in->tier == ZO_OFFLOAD_NVME && mul_sat(2, pl->slot_el) > el) el = mul_sat(2, pl->slot_el);
   pl->wb_bytes = round_sat(mul_sat(el, pl->wsz), pl->swap_align);
   add_buf(pl, ZO_TIER_HOST, "write_back_ring", pl->wb_bytes, 1, 1, -1);
+}
+
+zo_status zo_plan_compute(const zo_plan_input *in, const char *what, zo_plan **out) {
+  if (!what) what = "plan";
+  if (!in || !out || !in->cfg || (in->n_tensors > 0 && !in->tensor))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
+  *out = NULL;
+  if (in->n_tensors < 1) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: no tensor to plan", what);
+  /* NVMe extents are padded to the extent unit: a plan with a tier on nvme needs one */
+  if ((in->tier == ZO_OFFLOAD_NVME || in->ptier == ZO_OFFLOAD_NVME) && !in->extent_unit)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: an nvme tier needs an extent unit (0 given)", what);
+  zo_plan *pl = calloc(1, sizeof *pl);
+  if (pl) pl->tensor = calloc((size_t)in->n_tensors, sizeof *pl->tensor);
+  if (!pl || !pl->tensor) {
+    zo_plan_free(pl);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  }
+  pl->n_tensors = in->n_tensors;
+  pl->wsz = zo_dtype_size(in->wdtype);
+  pl->state_esz = in->esz[0] + in->esz[1] + in->esz[2];
+  pl->swap_align = in->swap_align;
+  if (in->tier == ZO_OFFLOAD_NVME || in->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = in->extent_unit;
+
+  zo_status st = plan_device(in, pl);
+  if (st == ZO_OK) plan_host(in, pl);
+  if (st == ZO_OK && in->tier == ZO_OFFLOAD_NVME) st = plan_nvme_state(in, pl);
+  if (st != ZO_OK) {
+    zo_plan_free(pl);
+    return st;
+  }
+  if (in->ptier == ZO_OFFLOAD_NVME) plan_write_back(in, pl);
+  *out = pl;
+  return ZO_OK;
+}
+
+/* The planner's input from engine @e for device @kind (ZO_DEVICE_AUTO: the engine's own; checked by the caller):
+ * fills *@in, allocating its tensor array (plan_input_free). */
+static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_plan_input *in) {
+  memset(in, 0, sizeof *in);
+  zo_plan_input_tensor *t = calloc((size_t)(e->n_params > 0 ? e->n_params : 1), sizeof *t);
+  if (!t) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  for (int i = 0; i < e->n_params; i++) {
+    const zo_param_t *p = e->params[i];
+    t[i].n = p->n, t[i].shard_n = p->shard_n, t[i].dp_padded = eng_dp_padded(e, p), t[i].pw_held = eng_pw_held(e, p);
+  }
+  in->tensor = t;
+  in->n_tensors = e->n_params;
+  in->cfg = &e->cfg;
+  in->world = e->world;
+  in->device = kind == ZO_DEVICE_AUTO ? zo_device_get_kind(e->dev) : kind;
+  /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
+  in->device_adam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && kind == ZO_DEVICE_CUDA;
+  in->tier = e->tier, in->ptier = e->ptier, in->dpu = e->dpu;
+  in->wdtype = e->wdtype, in->adtype = e->adtype;
+  in->acc_in_size = eng_acc_in_size(e);
+  eng_acc_ring_shape(e, in->device_adam, &in->acc_bucket_el, &in->acc_n_buckets);
+  if (e->tier == ZO_OFFLOAD_NVME) in->grad_io_el = eng_gnv_el(e);
+  for (int k = 0; k < ST_KINDS; k++) in->esz[k] = e->esz[k];
+  in->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) in->extent_unit = eng_extent_unit_at(e, in->swap_align);
+  in->pcache_el = e->pcache_el;
+  in->opt_res_el = e->opt_res_el;
+  in->n_nccl_comms = eng_nccl_comms(e);
+  in->total_el = e->total_el;
+  return ZO_OK;
+}
+
+static void plan_input_free(zo_plan_input *in) {
+  free((void *)in->tensor);
+  in->tensor = NULL;
 }
 
 zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out) {
@@ -378,33 +457,13 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
   /* The device planned for: the engine's own (what its finalize allocates), or the one a dry run plans for on a
    * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
    * by the plan too (create did already for the engine's own). */
-  const zo_device_kind own = zo_device_get_kind(e->dev);
-  const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? own : kind;
+  const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? zo_device_get_kind(e->dev) : kind;
   ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
-  /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
-  const int dadam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && pk == ZO_DEVICE_CUDA;
-  zo_plan *pl = calloc(1, sizeof *pl);
-  if (pl) pl->tensor = calloc((size_t)e->n_params, sizeof *pl->tensor);
-  if (!pl || !pl->tensor) {
-    zo_plan_free(pl);
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  }
-  pl->n_tensors = e->n_params;
-  pl->wsz = zo_dtype_size(e->wdtype);
-  pl->state_esz = e->esz[0] + e->esz[1] + e->esz[2];
-  pl->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
-  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = eng_extent_unit_at(e, pl->swap_align);
-
-  zo_status st = plan_device(e, dadam, pl);
-  if (st == ZO_OK) plan_host(e, dadam, pl);
-  if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = plan_nvme_state(e, pl);
-  if (st != ZO_OK) {
-    zo_plan_free(pl);
-    return st;
-  }
-  if (e->ptier == ZO_OFFLOAD_NVME) plan_write_back(e, pl);
-  *out = pl;
-  return ZO_OK;
+  zo_plan_input in;
+  ZO_CHECK(eng_plan_input(e, kind, &in));
+  const zo_status st = zo_plan_compute(&in, what, out);
+  plan_input_free(&in);
+  return st;
 }
 
 zo_status zo_engine_plan(const zo_engine_t *e, zo_device_kind kind, zo_plan **out) {

@@ -11,8 +11,12 @@
  * nvme and offload_param.max_in_cpu written, the first tensors within it are
  * cached whole in "param_host" and only the rest are in params.swp, whose
  * staging and write-back ring are sized from the largest uncached tensor
- * (none of the three when every tensor is cached). Exit 0 pass, 1 fail,
- * 77 skip.
+ * (none of the three when every tensor is cached). And the planner alone
+ * (zo_plan_compute, plan_internal.h): plans from hand-built inputs with no
+ * engine, device or communicator, checked buffer by buffer against sizes
+ * computed by hand (cpu and nvme tiers, the host cache, resident
+ * sub-groups, the refusals with their messages, saturation). Exit 0 pass,
+ * 1 fail, 77 skip.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 #include "zoffload/config.h"
 #include "zoffload/engine.h"
 #include "zoffload/plan.h"
+#include "plan_internal.h" /* zo_plan_input, zo_plan_compute, zo_plan_bytes, zo_plan_sum */
 
 enum { NP = 5 };
 static const size_t k_sizes[NP] = {1, 7, 1000, 1001, 4097};
@@ -277,6 +282,228 @@ out:
   zo_engine_destroy(e);
 }
 
+/* ---------------------------------------------------------------- the planner alone, no engine */
+
+/* A configuration with every key the planner reads written (not the defaults') and an input of @n tensors of
+ * @sizes on one rank: shard, dp-padded and held counts are the tensor's own. */
+static void pure_input(zo_config_t *c, zo_plan_input *in, zo_plan_input_tensor *t, const size_t *sizes, int n) {
+  zo_config_defaults(c);
+  c->zero.stage = 2;
+  c->zero.reduce_bucket_size = 5000;
+  c->zero.allgather_bucket_size = 3000;
+  c->zero.stage3_prefetch_bucket_size = 3000;
+  c->zero.overlap_comm = 0;
+  c->zero.sub_group_size = 2500;
+  c->zero.stage3_max_live_parameters = 1000000;
+  c->zero.offload_optimizer.pin_memory = 1;
+  c->zero.offload_optimizer.buffer_count = 4;
+  c->zero.offload_param.pin_memory = 1;
+  c->zero.offload_param.buffer_count = 3;
+  c->zero.offload_param.buffer_size = 1000000;
+  memset(in, 0, sizeof *in);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    t[i].n = t[i].shard_n = t[i].dp_padded = t[i].pw_held = sizes[i];
+    total += sizes[i];
+  }
+  in->cfg = c;
+  in->world = 1;
+  in->device = ZO_DEVICE_HOST;
+  in->tier = ZO_OFFLOAD_CPU, in->ptier = ZO_OFFLOAD_NONE;
+  in->wdtype = ZO_DTYPE_BF16, in->adtype = ZO_DTYPE_F32; /* bf16 weights, fp32 gradient sums */
+  in->acc_in_size = 4;
+  in->esz[0] = in->esz[1] = in->esz[2] = 4;
+  in->total_el = total;
+  in->n_tensors = n;
+  in->tensor = t;
+}
+
+/* Plans from hand-built inputs: no engine, device or communicator; every byte count computed here by hand. */
+static void run_pure(void) {
+  static const size_t sizes[2] = {1000, 3000};
+  zo_config_t c;
+  zo_plan_input in;
+  zo_plan_input_tensor t[2];
+  zo_plan *pl = NULL;
+  int failures = zo_test_failures;
+
+  /* stage 2, offload_optimizer cpu, parameters on the device; one staging bucket of 3000 fp32 elements */
+  pure_input(&c, &in, t, sizes, 2);
+  in.acc_bucket_el = 3000, in.acc_n_buckets = 1;
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(pl->n_tensors, 2);
+    CHECK_EQ(pl->shard_total_el, 4000);
+    CHECK_EQ(pl->largest_el, 3000);
+    CHECK_EQ(pl->tensor[0].flat_off, 0);
+    CHECK_EQ(pl->tensor[1].flat_off, 1000);
+    CHECK_EQ(pl->tensor[0].dev_off[0], 0);    /* the working weights: 1000 x 2 bytes -> 2048 */
+    CHECK_EQ(pl->tensor[1].dev_off[0], 2048); /* 3000 x 2 bytes -> 6144 */
+    CHECK_EQ(pl->tensor[0].dev_off[1], SIZE_MAX); /* no state on the device */
+    CHECK_EQ(zo_plan_bytes(pl, "device_block"), 2048 + 6144);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_host"), 4000 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "state_host.master"), 4000 * 4);
+    CHECK_EQ(zo_plan_sum(pl, "state_host."), 3 * 4000 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "stage_host"), 4000 * 2);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_staging"), 3000 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_host2"), 0); /* no delayed_param_update */
+    CHECK_EQ(zo_plan_bytes(pl, "dp_grad"), 0);    /* one rank */
+    CHECK_EQ(zo_plan_bytes(pl, "param_host"), 0);
+    CHECK_EQ(zo_plan_bytes(pl, "comm_staging"), 0);
+    CHECK_EQ(pl->device_bytes, 8192);
+    CHECK_EQ(pl->device_need_bytes, 8192);
+    CHECK_EQ(pl->host_bytes, 4000 * 4 + 3 * 4000 * 4 + 4000 * 2 + 3000 * 4);
+    CHECK_EQ(pl->pinned_bytes, pl->host_bytes); /* pin_memory, and staging is always pinned */
+    CHECK_EQ(pl->nvme_bytes[0] + pl->nvme_bytes[1], 0);
+    CHECK_EQ(pl->swap_align, 0);
+    CHECK_EQ(pl->extent_unit, 0);
+    zo_plan_free(pl), pl = NULL;
+  }
+  /* the same with delayed_param_update and one NCCL communicator: a second gradient and staging buffer, and the
+   * communicator's staging in the device need only */
+  in.dpu = 1, in.n_nccl_comms = 1;
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(zo_plan_bytes(pl, "grad_host2"), 4000 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "stage_host2"), 4000 * 2);
+    CHECK_EQ(zo_plan_bytes(pl, "comm_staging"), ZO_COMM_NCCL_STAGE_BYTES);
+    CHECK_EQ(pl->device_bytes, 8192);
+    CHECK_EQ(pl->device_need_bytes, 8192 + ZO_COMM_NCCL_STAGE_BYTES);
+    zo_plan_free(pl), pl = NULL;
+  }
+
+  /* stage 3, optimizer state and parameters on nvme, swap alignment 4096: the extent unit is 4096 / 2 (bf16, the
+   * narrowest nvme kind) = 2048 elements; sub_group_size 2500 -> pieces of 4096; each tensor one piece at file
+   * elements 0 (1000 -> extent 2048) and 2048 (3000 -> 4096); they do not fit one sub-group: two, of 2048 and 4096 */
+  pure_input(&c, &in, t, sizes, 2);
+  c.zero.stage = 3;
+  in.tier = in.ptier = ZO_OFFLOAD_NVME;
+  in.swap_align = 4096, in.extent_unit = 2048;
+  in.grad_io_el = 65536, in.acc_bucket_el = 65536, in.acc_n_buckets = 1; /* what the engine makes of these */
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(pl->swap_align, 4096);
+    CHECK_EQ(pl->extent_unit, 2048);
+    CHECK_EQ(pl->piece_el, 4096);
+    CHECK_EQ(pl->n_pieces, 2);
+    CHECK_EQ(pl->n_sgs, 2);
+    if (pl->n_sgs == 2) {
+      CHECK_EQ(pl->sg[0].file_el, 0);
+      CHECK_EQ(pl->sg[0].n_el, 2048);
+      CHECK_EQ(pl->sg[1].file_el, 2048);
+      CHECK_EQ(pl->sg[1].n_el, 4096);
+    }
+    CHECK_EQ(pl->tensor[1].file_el, 2048);
+    CHECK_EQ(pl->state_file_el, 6144);
+    CHECK_EQ(pl->slot_el, 4096);
+    CHECK_EQ(pl->n_slots, 2); /* buffer_count 4, two sub-groups */
+    CHECK_EQ(zo_plan_bytes(pl, "device_block"), 0); /* nothing resident on the device */
+    CHECK_EQ(zo_plan_bytes(pl, "master.swp"), 6144 * 4);
+    CHECK_EQ(zo_plan_sum(pl, "exp_avg_sq.swp"), 6144 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "grad.swp"), 6144 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_host"), 0); /* the gradients are in grad.swp */
+    CHECK_EQ(zo_plan_bytes(pl, "sub_group_buffers.master"), 4096 * 4);
+    CHECK_EQ(zo_plan_sum(pl, "sub_group_buffers."), 2 * 4 * 4096 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_swap_buffers"), 65536 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "grad_staging"), 65536 * 4);
+    CHECK_EQ(zo_plan_sum(pl, "resident_state."), 0);
+    /* params.swp: the extents 2048 + 4096 of bf16; staging: three of the largest padded, 4096 elements */
+    CHECK_EQ(pl->tensor[0].pw_el, 0);
+    CHECK_EQ(pl->tensor[1].pw_el, 2048);
+    CHECK_EQ(pl->pw_total_el, 6144);
+    CHECK_EQ(zo_plan_bytes(pl, "params.swp"), 6144 * 2);
+    CHECK_EQ(pl->largest_file_el, 3000);
+    CHECK_EQ(pl->pstage_el, 4096);
+    CHECK_EQ(zo_plan_bytes(pl, "offload_param.staging"), 4096 * 2);
+    CHECK_EQ(zo_plan_sum(pl, "offload_param.staging"), 3 * 4096 * 2);
+    /* the write-back ring: max(3, 2) x 4096 elements (more than two sub-groups of 4096) x 2 bytes, 4096-aligned */
+    CHECK_EQ(pl->wb_bytes, 3 * 4096 * 2);
+    CHECK_EQ(zo_plan_bytes(pl, "write_back_ring"), 3 * 4096 * 2);
+    CHECK_EQ(pl->nvme_bytes[0], 4 * 6144 * 4);
+    CHECK_EQ(pl->nvme_bytes[1], 6144 * 2);
+    CHECK_EQ(pl->device_bytes, 0);
+    CHECK_EQ(pl->device_need_bytes, 6144); /* the largest tensor fetched: 3000 x 2 bytes, 256-aligned */
+    zo_plan_free(pl), pl = NULL;
+  }
+  /* the host cache of nvme parameters: a budget of 1500 elements holds the first tensor whole, not the second */
+  in.pcache_el = 1500;
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(pl->pcache_tensors, 1);
+    CHECK_EQ(pl->pcache_el, 1000);
+    CHECK_EQ(pl->tensor[0].pw_host, 1);
+    CHECK_EQ(pl->tensor[1].pw_host, 0);
+    CHECK_EQ(pl->tensor[1].pw_el, 0);
+    CHECK_EQ(zo_plan_bytes(pl, "param_host"), 1000 * 2);
+    CHECK_EQ(zo_plan_bytes(pl, "params.swp"), 4096 * 2);
+    zo_plan_free(pl), pl = NULL;
+  }
+  in.pcache_el = 0;
+  /* resident sub-groups (optimizer_max_in_cpu 4096 elements): the last sub-group, whose pieces start at multiples of
+   * 65536 too; the files hold the first */
+  in.opt_res_el = 4096;
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(pl->piece_el, 65536);
+    CHECK_EQ(pl->n_sgs, 1); /* both extents (2048 + 4096) fit one sub-group of 65536 */
+    CHECK_EQ(pl->n_res_sgs, 0); /* 6144 elements: more than 4096 */
+    zo_plan_free(pl), pl = NULL;
+  }
+  in.opt_res_el = 6144;
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(pl->n_res_sgs, 1);
+    CHECK_EQ(pl->state_file_el, 0);
+    CHECK_EQ(pl->res_el, 6144);
+    CHECK_EQ(zo_plan_bytes(pl, "master.swp"), 0);
+    CHECK_EQ(zo_plan_bytes(pl, "resident_state.master"), 6144 * 4);
+    CHECK_EQ(zo_plan_bytes(pl, "resident_state.grad"), 6144 * 4);
+    CHECK_EQ(pl->n_slots, 0);
+    zo_plan_free(pl), pl = NULL;
+  }
+  in.opt_res_el = 0;
+
+  /* the limits on the largest tensor, refused with their messages */
+  c.zero.stage3_max_live_parameters = 2999;
+  if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
+    CHECK_HAS(zo_last_error(), "zero_optimization.stage3_max_live_parameters: 2999 elements cannot hold the largest "
+                 "tensor (3000 elements); raise it to at least 3000");
+  CHECK(pl == NULL);
+  c.zero.stage3_max_live_parameters = 1000000, c.zero.offload_param.buffer_size = 2999;
+  if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
+    CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.buffer_size: 2999 elements cannot hold the largest "
+                 "tensor (3000 elements); raise it to at least 3000");
+
+  /* sub_group_size: 1 element with two tensors of 2^35 (optimizer on nvme, unit 4096 / 4 = 1024 elements): pieces of
+   * 1024, 2^26 of them, more than the plan's 2^24 */
+  static const size_t huge[2] = {(size_t)1 << 35, (size_t)1 << 35};
+  pure_input(&c, &in, t, huge, 2);
+  c.zero.sub_group_size = 1;
+  in.tier = ZO_OFFLOAD_NVME;
+  in.swap_align = 4096, in.extent_unit = 1024;
+  if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
+    CHECK_HAS(zo_last_error(), "zero_optimization.sub_group_size: 1 elements cut the tensors (68719476736 elements "
+                 "in all) into 67108864 pieces, more than 16777216; raise it");
+  CHECK(pl == NULL);
+
+  /* sizes past size_t saturate at SIZE_MAX, never wrap: a tensor of SIZE_MAX / 2 elements (fp32 gradients: twice
+   * too many bytes; bf16 weights: SIZE_MAX - 1 bytes, past it once rounded up to 256) */
+  static const size_t vast[1] = {SIZE_MAX / 2};
+  pure_input(&c, &in, t, vast, 1);
+  if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
+    CHECK_EQ(zo_plan_bytes(pl, "grad_host"), SIZE_MAX);
+    CHECK_EQ(pl->host_bytes, SIZE_MAX);
+    CHECK_EQ(zo_plan_bytes(pl, "device_block"), SIZE_MAX);
+    CHECK_EQ(zo_plan_bytes(pl, "stage_host"), SIZE_MAX - 1);
+    zo_plan_free(pl), pl = NULL;
+  }
+
+  /* what it refuses as arguments */
+  CHECK_ST(zo_plan_compute(NULL, "plan", &pl), ZO_ERR_INVALID_ARG);
+  pure_input(&c, &in, t, sizes, 2);
+  in.n_tensors = 0;
+  CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_INVALID_ARG);
+  in.n_tensors = 2, in.tier = ZO_OFFLOAD_NVME; /* nvme without an extent unit */
+  CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_INVALID_ARG);
+  if (zo_test_failures == failures)
+    printf("ok: plans from hand-built inputs (no engine, device or communicator): cpu, nvme, the host cache, "
+           "resident sub-groups, the refusals and saturation\n");
+}
+
 /*
  * test_plan nccl DIR: one rank on the nccl backend against the stand-in libcudart and libnccl (tests/fake_nccl.c):
  * the communicator's device staging is a "comm_staging" buffer of the plan, and of the ledger, outside the
@@ -301,6 +528,7 @@ static int nccl_main(const char *dir) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main(argc > 2 ? argv[2] : NULL);
+  run_pure(); /* first: it needs nothing the rest makes */
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];

@@ -561,11 +561,16 @@ static int all_digits(const char *s, long long *v) {
   return n > 0;
 }
 
-/* Whether the @len bytes at @s are a checkpoint directory's name: 1..255 bytes of printable ASCII without '/' or
- * space, not starting with '.' (what zo_save_opts.name takes and zo_engine_load() accepts in `latest`). */
-static int dir_name_ok(const char *s, size_t len) {
+int ck_dir_name_ok(const char *s, size_t len) {
   int ok = len > 0 && len < 256 && s[0] != '.';
   for (size_t i = 0; i < len && ok; i++) ok = s[i] > 0x20 && s[i] < 0x7f && s[i] != '/';
+  return ok;
+}
+
+int ck_hex8(const char *s) {
+  int ok = s && strlen(s) == 8;
+  for (int j = 0; ok && j < 8; j++)
+    ok = (s[j] >= '0' && s[j] <= '9') || (s[j] >= 'a' && s[j] <= 'f') || (s[j] >= 'A' && s[j] <= 'F');
   return ok;
 }
 
@@ -573,7 +578,7 @@ static int dir_name_ok(const char *s, size_t len) {
  * for the checkpoint NAME (step-N or a caller's name); PID into *@pid. */
 static int leftover_name(const char *name, const char *prefix, long long *pid) {
   const char *dot = strrchr(name, '.');
-  if (strncmp(name, prefix, 5) || !dot || dot < name + 5 || !dir_name_ok(name + 5, (size_t)(dot - name - 5)))
+  if (strncmp(name, prefix, 5) || !dot || dot < name + 5 || !ck_dir_name_ok(name + 5, (size_t)(dot - name - 5)))
     return 0;
   return all_digits(dot + 1, pid);
 }
@@ -643,7 +648,7 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
   if (opts && opts->name) { /* what resolve_dir() accepts in `latest` */
     size_t len = strlen(opts->name);
     char q[96];
-    if (!dir_name_ok(opts->name, len))
+    if (!ck_dir_name_ok(opts->name, len))
       return zo_error_set(ZO_ERR_INVALID_ARG, "save: name \"%s\": a checkpoint name is 1..255 bytes of printable "
                           "ASCII without '/' or space, not starting with '.'", zo_escape(q, sizeof q, opts->name, len));
     if (opts->keep_last > 0)

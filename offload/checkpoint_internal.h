@@ -58,6 +58,11 @@ uint32_t ck_config_hash(const zo_config_t *cfg);
 /* Whether @n is a name zo_save_opts.files takes: 1..64 bytes of [A-Za-z0-9_.-], a letter or digit first, none of
  * the format's own names (manifest.json, manifest-rankNNNNN.json, rankNNNNN.bin). */
 int ck_file_name_ok(const char *n);
+/* Whether the @len bytes at @s are a checkpoint directory's name: 1..255 bytes of printable ASCII without '/' or
+ * space, not starting with '.' (what zo_save_opts.name takes and zo_engine_load() accepts in `latest`). */
+int ck_dir_name_ok(const char *s, size_t len);
+/* Whether @s (may be NULL) is a CRC32C as the manifest writes it: exactly 8 hex digits. */
+int ck_hex8(const char *s);
 /* A manifest may list a million tensors at a few hundred bytes each; more than this is not one. */
 #define CKPT_MANIFEST_MAX ((size_t)1 << 30)
 /*

@@ -60,9 +60,8 @@ static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
   size_t n;
   ZO_CHECK(ck_read_small(f, 4096, &text, &n));
   size_t len = strcspn(text, "\n"); /* one line: the directory's name (a NUL in it ends strcspn early) */
-  int ok = len > 0 && len < 256 && text[0] != '.';
-  for (size_t i = 0; i < len && ok; i++) ok = text[i] > 0x20 && text[i] < 0x7f && text[i] != '/';
-  ok = ok && (len == n || (text[len] == '\n' && len + 1 == n)); /* nothing after the line */
+  /* a valid name, and nothing after its line */
+  const int ok = ck_dir_name_ok(text, len) && (len == n || (text[len] == '\n' && len + 1 == n));
   zo_status st = ZO_OK;
   if (!ok)
     st = zo_error_set(ZO_ERR_CORRUPT, "checkpoint: '%s' does not name a checkpoint directory (it holds \"%s\")", f,
@@ -164,10 +163,7 @@ static zo_status check_entry(zo_engine_t *e, load_ctx *c, json_t *t, const zo_pa
     const char *crc = json_string_value(json_object_get(r, "crc32c"));
     const char *dt = json_string_value(json_object_get(r, "dtype"));
     lrun *lr = &runs[k];
-    int hex8 = crc && strlen(crc) == 8;
-    for (int j = 0; hex8 && j < 8; j++)
-      hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
-    if (!hex8) return bad(c, "tensor '%s': %s.crc32c: '%s', expected 8 hex digits", p->name, ck_kind[k], esc(e1, crc));
+    if (!ck_hex8(crc)) return bad(c, "tensor '%s': %s.crc32c: '%s', expected 8 hex digits", p->name, ck_kind[k], esc(e1, crc));
     if (get_u64(r, "offset", &lr->off) || get_u64(r, "nbytes", &lr->nbytes) || !dt ||
         lr->off > UINT64_MAX - lr->nbytes)
       return bad(c, "tensor '%s': %s: offset, nbytes or dtype missing or malformed", p->name, ck_kind[k]);
@@ -334,10 +330,7 @@ static zo_status check_files(const load_ctx *c, lfile *out, int *n) {
     for (size_t j = 0; j < i; j++)
       if (!strcmp(out[j].name, l->name)) return bad(c, "files[%zu].name: '%s' is listed twice", i, l->name);
     const char *crc = json_string_value(json_object_get(f, "crc32c"));
-    int hex8 = crc && strlen(crc) == 8;
-    for (int j = 0; hex8 && j < 8; j++)
-      hex8 = (crc[j] >= '0' && crc[j] <= '9') || (crc[j] >= 'a' && crc[j] <= 'f') || (crc[j] >= 'A' && crc[j] <= 'F');
-    if (!hex8) return bad(c, "files[%zu].crc32c: '%s', expected 8 hex digits", i, esc(e1, crc));
+    if (!ck_hex8(crc)) return bad(c, "files[%zu].crc32c: '%s', expected 8 hex digits", i, esc(e1, crc));
     int64_t nb;
     char what[32];
     snprintf(what, sizeof what, "files[%zu]", i);

@@ -4,6 +4,7 @@ rest JSON in its header), and the rule for pickle files (torch.save: client_stat
 Face pytorch_model.bin). Not the engine's own files (manifests, rankNNNNN.bin: offload/checkpoint.c reads them).
 """
 import base64
+import errno
 import json
 import os
 import re
@@ -40,6 +41,35 @@ def check_regular(path, follow=False):
     if not stat.S_ISREG(st.st_mode):
         raise CheckpointError("%s is not a regular file: a checkpoint holds regular files only" % path)
     return st
+
+
+def file_kind(mode):
+    """What a file of @mode (st_mode) is, for a message: "a FIFO", "a directory", "a device", "a socket"."""
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a plain file")
+
+
+def open_regular(path):
+    """(fd, size) of @path opened to read as ck_open_regular (offload/checkpoint.c) opens it: not through a symbolic
+    link in its last component, without blocking (a FIFO or a device in place of a checkpoint file would block or
+    never end), refused unless a regular file; the descriptor blocking again on return. CheckpointError naming it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CheckpointError("checkpoint: '%s' is a symbolic link: a checkpoint holds regular files only"
+                                  % path) from None
+        raise CheckpointError("checkpoint: cannot open '%s': %s" % (path, e.strerror)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError("checkpoint: '%s' is not a regular file (%s): a checkpoint holds regular files only"
+                                  % (path, file_kind(st.st_mode)))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
 
 
 def read_latest(root):
@@ -236,16 +266,9 @@ def read_client_state(path):
     it returns; CheckpointError naming @path (and the entry) for a file that is not a regular file, not a whole
     safetensors file, has no or malformed client-state metadata, or tensors it does not name."""
     check_regular(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
-            raise CheckpointError("%s is not a regular file: a checkpoint holds regular files only" % path)
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            blob = f.read()
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    fd, _ = open_regular(path)  # and again at the open: replaced between the check and the open
+    with os.fdopen(fd, "rb") as f:
+        blob = f.read()
     return client_state_from_bytes(blob, path)
 
 

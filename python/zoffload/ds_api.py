@@ -557,12 +557,7 @@ class DeepSpeedEngineAPI:
         """The names rank 0's manifest.json of checkpoint @path lists under "files" (the files its save wrote beside
         the engine's: zo_save_opts.files), or None when it has no such list (a checkpoint from before it existed) or
         cannot be read here (zo_engine_load_ex then names what is wrong with it)."""
-        try:
-            _ckpt.check_regular(os.path.join(path, "manifest.json"))
-            with open(os.path.join(path, "manifest.json"), "rb") as f:
-                m = json.loads(f.read(1 << 30))
-        except (OSError, ValueError, RecursionError, CheckpointError):
-            return None
+        m = _read_manifest(os.path.join(path, "manifest.json"))
         files = m.get("files") if isinstance(m, dict) else None
         if not isinstance(files, list):
             return None
@@ -632,12 +627,7 @@ class DeepSpeedEngineAPI:
         0 when absent; CheckpointError naming the manifest and field otherwise. A manifest that is missing or not
         JSON gives (0, 0) here: zo_engine_load_ex then refuses it, naming it."""
         mfile = os.path.join(path, "manifest.json" if self.world_size == 1 else "manifest-rank%05d.json" % self.rank)
-        try:
-            _ckpt.check_regular(mfile)
-            with open(mfile, "rb") as f:
-                m = json.loads(f.read(1 << 30))
-        except (OSError, ValueError, RecursionError, CheckpointError):
-            return 0, 0
+        m = _read_manifest(mfile)
         app = m.get("app_state") if isinstance(m, dict) else None
         if app is None:
             return 0, 0
@@ -726,6 +716,18 @@ class DeepSpeedEngineAPI:
         # a sum over the ranks, the others adding zeros: rank 0's bytes
         _lib.check(_lib.lib.zo_comm_all_reduce_f64(self.comm, buf, n), "checkpoint path")
         return bytes(int(buf[i]) for i in range(n) if buf[i] != 0).decode()
+
+
+def _read_manifest(mfile):
+    """The JSON of the manifest @mfile (a regular file, at most 1 GiB read), or None when it is missing, not a
+    regular file or not JSON: what load_checkpoint reads from it ahead of the library is then absent, and
+    zo_engine_load_ex refuses the manifest, naming it."""
+    try:
+        _ckpt.check_regular(mfile)
+        with open(mfile, "rb") as f:
+            return json.loads(f.read(1 << 30))
+    except (OSError, ValueError, RecursionError, CheckpointError):
+        return None
 
 
 def _fault(stage):

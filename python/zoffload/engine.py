@@ -27,7 +27,7 @@ import weakref
 
 import torch
 
-from . import _device, _lib, _precision
+from . import _ckpt, _device, _lib, _precision
 from . import comm as _comm
 from .ds_api import DeepSpeedEngineAPI
 
@@ -98,10 +98,7 @@ def _read_regular_file(name):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else
-                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
-                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
-            raise _config_error(name, "not a regular file (%s); a config is a JSON file" % kind)
+            raise _config_error(name, "not a regular file (%s); a config is a JSON file" % _ckpt.file_kind(st.st_mode))
         chunks = []
         while True:
             b = os.read(fd, 1 << 20)

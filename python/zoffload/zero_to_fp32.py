@@ -14,11 +14,9 @@ every run inside its rank file) before a byte of weights is read or memory for t
 CRC32C (zo_swap_crc32c) checked before it is used. Any refusal is a CheckpointError naming the file and the field.
 """
 import argparse
-import errno
 import json
 import os
 import re
-import stat
 import sys
 
 import torch
@@ -54,34 +52,6 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _kind(mode):
-    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a plain file")
-
-
-def open_regular(path):
-    """(fd, size) of @path opened to read as ck_open_regular (offload/checkpoint.c) opens it: not through a symbolic
-    link in its last component, without blocking (a FIFO or a device in place of a checkpoint file would block or
-    never end), refused unless a regular file; the descriptor blocking again on return. CheckpointError naming it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise CheckpointError("checkpoint: '%s' is a symbolic link: a checkpoint holds regular files only"
-                                  % path) from None
-        raise CheckpointError("checkpoint: cannot open '%s': %s" % (path, e.strerror)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError("checkpoint: '%s' is not a regular file (%s): a checkpoint holds regular files only"
-                                  % (path, _kind(st.st_mode)))
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st.st_size
-
-
 def _pread_all(fd, n, off, path):
     """@n bytes of @fd at @off in reads of at most CKPT_CHUNK; CheckpointError naming @path at a short file."""
     out = bytearray(n)
@@ -98,7 +68,7 @@ def _pread_all(fd, n, off, path):
 def read_small(path, limit):
     """The whole of the small regular file @path (open_regular), at most @limit bytes, as ck_read_small reads it;
     its size checked before a byte is read."""
-    fd, size = open_regular(path)
+    fd, size = _ckpt.open_regular(path)
     try:
         if size > limit:
             raise CheckpointError("checkpoint: '%s' is %d bytes, more than the %d this file may hold"
@@ -403,7 +373,7 @@ def get_fp32_state_dict_from_zoffload_checkpoint(checkpoint_dir, tag=None):
     try:
         for rank, mpath, entries in ranks:  # every run inside its file, before anything is read
             fpath = os.path.join(d, "rank%05d.bin" % rank)
-            fd, fsize = open_regular(fpath)
+            fd, fsize = _ckpt.open_regular(fpath)
             opened.append((fd, fpath))
             for nm, _, _, _, _, runs in entries:
                 for k, off, nb, _ in runs:

@@ -226,7 +226,7 @@ static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, 
     ZO_CHECK(zo_memcpy_async(e->copy_stream, e->acc_ring.ptr, src + off * gsz, n * gsz, ZO_COPY_D2H));
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
-    e->d2h_bytes += n * gsz;
+    e->ctr.d2h_bytes += n * gsz;
     ZO_CHECK(zo_event_synchronize(e->grad_read));
     st = eng_gnv_put(e, p, off, n, e->acc_ring.ptr, dtype, add, last);
   }
@@ -248,7 +248,7 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
     ZO_CHECK(zo_memcpy_async(e->copy_stream, c->bucket, src + c->off * gsz, c->n * gsz, ZO_COPY_D2H));
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
-    e->d2h_bytes += c->n * gsz;
+    e->ctr.d2h_bytes += c->n * gsz;
     atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
     ZO_CHECK(zo_launch_host_func(e->copy_stream, acc_chunk_landed, c));
     ZO_CHECK(zo_event_record(e->acc_ev[c->b], e->copy_stream)); /* acc_reclaim */

@@ -110,7 +110,7 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
   }
   /* what a bandwidth-optimal (ring) algorithm sends from each rank: (W-1)/W of the tensor for a reduce-scatter,
    * twice that for an all-reduce (Patarasuk & Yuan 2009) */
-  e->dp_bytes += (e->cfg.zero.stage == 0 ? 2 : 1) * (size_t)(e->world - 1) * p->part_n * gsz;
+  e->ctr.dp_bytes += (e->cfg.zero.stage == 0 ? 2 : 1) * (size_t)(e->world - 1) * p->part_n * gsz;
   if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' over %d ranks", p->name, e->world);
   return ZO_OK;
 }
@@ -128,7 +128,7 @@ static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine
     zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, e->dstage_dev, dt, p->shard_n, add);
     if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
   }
-  e->h2d_bytes += nb;
+  e->ctr.h2d_bytes += nb;
   if (last)
     ZO_CHECK(zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
                                    e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS));
@@ -200,7 +200,7 @@ zo_status eng_comm_finish(zo_engine_t *e, zo_comm_req_t *req, int wait, int *don
   if (!wait) return zo_comm_test(req, done);
   const double t0 = zo_clock_s();
   zo_status st = zo_comm_wait(req);
-  e->dp_comm_s += zo_clock_s() - t0;
+  e->ctr.dp_comm_s += zo_clock_s() - t0;
   *done = 1;
   return st;
 }
@@ -233,7 +233,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
   ZO_CHECK(zo_event_record(r->copied, e->copy_stream));
   ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
   e->grad_read_set = 1;
-  e->d2h_bytes += p->n * gsz;
+  e->ctr.d2h_bytes += p->n * gsz;
   e->dp_q_n++;
   e->dp_head = off + bytes;
   if (!e->cfg.zero.overlap_comm) return eng_dp_drain(e); /* one reduction at a time, done before returning */
@@ -249,7 +249,7 @@ static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req
     if (eng_device_adam(e)) ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
     else memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
   }
-  e->dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
+  e->ctr.dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
   zo_status st = zo_comm_iall_gather(e->comm, block, t, p->part_n * wsz, req);
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   return ZO_OK;
@@ -263,7 +263,7 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   const char *t = (const char *)e->dp_gather.ptr + p->dp_off * wsz;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));
-  e->h2d_bytes += p->n * wsz;
+  e->ctr.h2d_bytes += p->n * wsz;
   return ZO_OK;
 }
 

@@ -89,7 +89,7 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[0], nbytes, &req);
   if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
   if (st != ZO_OK) return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
-  e->nvme_read_bytes += nbytes;
+  e->ctr.nvme_read_bytes += nbytes;
   memcpy(dst, e->pstage[0], p->part_n * wsz);
   return ZO_OK;
 }
@@ -157,7 +157,7 @@ static zo_status launch(zo_engine_t *e, int k) {
     return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", g_at(e, first)->p->name, k - 1,
                            e->world);
   }
-  e->dp_bytes += (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
+  e->ctr.dp_bytes += (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
   for (int i = 0; i < k; i++) g_at(e, first + i)->b = b;
   b->first_seq = g_at(e, first)->seq;
   return ZO_OK;

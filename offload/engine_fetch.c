@@ -76,7 +76,7 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
   ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
   ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
-  e->h2d_bytes += q->n * wsz;
+  e->ctr.h2d_bytes += q->n * wsz;
   q->pstate = P_COPYING;
   return ZO_OK;
 }
@@ -235,7 +235,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
     if (forward) fw->h2d = 1, fw->hold = 0; /* the region lives until this copy is done */
     if (gathered) eng_pg_mark_h2d(e, pos);   /* likewise the gather's region */
-    e->h2d_bytes += p->n * wsz;
+    e->ctr.h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
     ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
@@ -245,7 +245,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
     zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
-    e->nvme_read_bytes += nbytes;
+    e->ctr.nvme_read_bytes += nbytes;
     p->pstate = P_READING;
   }
   *started = 1;
@@ -273,7 +273,7 @@ zo_status eng_prefetch_ahead(zo_engine_t *e) {
     int started;
     ZO_CHECK(start_fetch(e, q, 0, j, &started));
     if (!started) break;
-    e->n_prefetch++;
+    e->ctr.n_prefetch++;
   }
   return ZO_OK;
 }
@@ -372,7 +372,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     if (p->pstate == P_HOST) {
       int started;
       ZO_CHECK(start_fetch(e, p, 1, pos, &started));
-      e->n_demand++;
+      e->ctr.n_demand++;
     }
     if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
     p->in_use++;
@@ -387,7 +387,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     if (eng_dp3(e)) ZO_CHECK(eng_pg_consume(e, pos));
   }
   const double waited = zo_clock_s() - t0;
-  e->fetch_wait_s += waited;
+  e->ctr.fetch_wait_s += waited;
   if (waited > 1e-3)
     zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, e->trace_pos, waited * 1e3,
              entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"

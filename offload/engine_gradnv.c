@@ -127,7 +127,7 @@ zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
   zo_swap_req_t *rq;
   ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], g->file_el * asz, e->slots[g->slot].buf[ST_GRAD],
                                        g->n_el * asz, &rq));
-  e->nvme_write_bytes += g->n_el * asz;
+  e->ctr.nvme_write_bytes += g->n_el * asz;
   zo_status st = eng_swap_wait(e, e->swap, &rq);
   if (st != ZO_OK)
     return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp", (int)(g - e->sgs),
@@ -197,7 +197,7 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
         if (e->gnv_req[b2] && e->gnv_p[b2] == p && e->gnv_o[b2] == o) ZO_CHECK(gnv_finish(e, b2));
       zo_swap_req_t *rq;
       ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz, &rq));
-      e->nvme_read_bytes += n_el * asz;
+      e->ctr.nvme_read_bytes += n_el * asz;
       zo_status rs = eng_swap_wait(e, e->swap, &rq);
       if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
     }
@@ -205,7 +205,7 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
     /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
     ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz,
                                          &e->gnv_req[b]));
-    e->nvme_write_bytes += n_el * asz;
+    e->ctr.nvme_write_bytes += n_el * asz;
     e->gnv_p[b] = p, e->gnv_o[b] = o;
     p->gnv_pending++;
   }

@@ -35,10 +35,10 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->host_bytes += e->wb_bytes;
   m->pinned_bytes += e->wb_bytes;
   m->device_param_bytes = e->live_el * zo_dtype_size(e->wdtype);
-  m->nvme_read_bytes = e->nvme_read_bytes;
-  m->nvme_write_bytes = e->nvme_write_bytes;
-  m->h2d_bytes = e->h2d_bytes;
-  m->d2h_bytes = e->d2h_bytes;
+  m->nvme_read_bytes = e->ctr.nvme_read_bytes;
+  m->nvme_write_bytes = e->ctr.nvme_write_bytes;
+  m->h2d_bytes = e->ctr.h2d_bytes;
+  m->d2h_bytes = e->ctr.d2h_bytes;
   if (e->arena) ZO_CHECK(zo_arena_get_stats(e->arena, &m->arena));
   /* by kind */
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);

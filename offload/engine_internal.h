@@ -182,7 +182,21 @@ typedef struct host_buf {
   int pinned;
 } host_buf;
 
+/* What the engine moved and waited for, added to by every part: the bytes since create (zo_engine_memory_stats), the
+ * rest since the last step (zo_step_info; the step reads and resets them). */
+struct eng_counters {
+  uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
+  double swap_wait_s;        /* blocked on swap I/O */
+  double copy_s;             /* queueing working-weight uploads */
+  double dp_comm_s;          /* blocked in collectives */
+  uint64_t dp_bytes;         /* bytes this rank sent into collectives */
+  double fetch_wait_s;       /* compute blocked in zo_engine_fetch() */
+  int64_t n_prefetch, n_demand;
+};
+
 struct zo_engine {
+  /* ---- the core: configuration, device, streams, tensor table, memory plan, optimizer state (engine.c, plan.c,
+   * engine_step.c) */
   zo_config_t cfg;
   long owner_pid;            /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a
                                 fork()ed child has a copy of this struct but none of its threads; eng_check_owner) */
@@ -197,6 +211,66 @@ struct zo_engine {
   zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
   zo_dtype adtype;           /* the host gradient shard p->grad that Adam and the norm read: gdtype when
                                 gradient_accumulation_steps is 1, else fp32; data_types.grad_accum_dtype overrides */
+  size_t esz[SL_KINDS];      /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
+  int finalized;
+  int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
+  zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
+  zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
+  int n_grads;               /* gradients handed over in this step */
+  int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
+  int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
+  host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
+  host_buf stage_host2;      /* DPU: second staging of the working copy (the last step's uploads read the other) */
+  int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
+  zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
+  double lr_override;        /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
+  double *norm_parts;        /* cpu, none: every shard's p->norm_part */
+  zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
+  int grad_read_set;
+  zo_param_t **params;
+  int n_params, cap_params;
+  size_t total_el;           /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
+  zo_stream_t *copy_stream;
+  zo_event_t *weights_ready;
+  zo_stream_t *compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
+  zo_event_t *compute_mark;  /* recorded on compute_stream where the copy stream must wait for it */
+  /* Device memory: every engine allocation is a block of this arena (one
+   * reservation, defragmented by compaction). dev_blk: the resident block. */
+  zo_arena_t *arena;
+  zo_arena_block_t *dev_blk;
+  /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
+  host_buf grad_host, stage_host, state_host[ST_KINDS];
+  void *dev_block;           /* device: all working weights (+ state and grads for "none") */
+  double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
+                                dev_block), written on the copy stream as each gradient lands */
+  void *dstage_dev;          /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
+  host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
+  size_t dev_block_bytes;
+  size_t swap_align;
+  zo_plan *plan;             /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
+  int placed;                /* zo_engine_place() chose the budgets (placement "auto") */
+  size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
+  int n_ledger;
+  size_t pageable_bytes;     /* their unregistered bytes, all buffers */
+  char pageable_first[40];   /* the first one's plan purpose */
+  char pageable_why[256];    /* the registration error */
+  int64_t step;              /* applied optimizer steps */
+  double loss_scale;
+  int64_t ls_iter, ls_last_overflow;
+  int ls_hysteresis;
+  zo_offload_device ptier;   /* offload_param.device */
+  host_buf param_host;       /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
+  size_t pcache_el;          /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
+                                else 0; eng_set_param_cache); the plan caches whole tensors within it */
+  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
+                                is cached */
+  zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
+  int own_pswap;
+
+  struct eng_counters ctr;
+
+  /* ---- gradient accumulation (engine_accum.c) */
   int acc_ok;                /* gradient_accumulation_steps > 1 or adtype != gdtype: zo_engine_grad_accumulate()
                                 and fp32 hand-overs are accepted (staging and the reduction ring hold fp32) */
   int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
@@ -207,51 +281,16 @@ struct zo_engine {
   size_t acc_n_chunks;
   struct acc_chunk *acc_last[2]; /* per bucket: the chunk staged through it last (its add reads the bucket) */
   zo_event_t *acc_ev[2];     /* per bucket: recorded behind that chunk's host function (it has queued the add) */
-  double *norm_parts;        /* cpu, none: every shard's p->norm_part */
-  zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
-  int grad_read_set;
-  size_t esz[SL_KINDS];      /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
-  int finalized;
-  int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
-  zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
-  zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
-  int n_grads;               /* gradients handed over in this step */
-  int *sg_order;             /* nvme: sub-groups in the order they are updated (their gradients complete) */
-  int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
-  int nv_done;               /* nvme: sub-groups updated in this step */
-  int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
-  int nv_in_step;            /* nvme: inside zo_engine_step(), which waits on every state read */
-  zo_adam_hparams nv_hp;
-  int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
-  int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
-  host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
-  host_buf stage_host2;      /* DPU: second staging of the working copy (the last step's uploads read the other) */
-  int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
-  zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
-  double lr_override;        /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
 
-  zo_param_t **params;
-  int n_params, cap_params;
-  size_t total_el;           /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
-
-  zo_stream_t *copy_stream;
-  zo_event_t *weights_ready;
-  zo_stream_t *compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
-  zo_event_t *compute_mark;  /* recorded on compute_stream where the copy stream must wait for it */
-
-  /* Device memory: every engine allocation is a block of this arena (one
-   * reservation, defragmented by compaction). dev_blk: the resident block. */
-  zo_arena_t *arena;
-  zo_arena_block_t *dev_blk;
-
-  /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
-  host_buf grad_host, stage_host, state_host[ST_KINDS];
-  /* several ranks (engine_dp.c): the whole gradient of one tensor, padded, reduced in place; every tensor's
-   * working weights, padded, all-gathered in place */
+  /* ---- several ranks: gradient reductions and the all-gather of working weights (engine_dp.c) */
+  /* the whole gradient of one tensor, padded, reduced in place; every tensor's working weights, padded,
+   * all-gathered in place */
   host_buf dp_grad, dp_gather;
   dp_red *dp_q;              /* reductions in flight, oldest first: circular, dp_q_n from dp_q_first */
   int dp_q_first, dp_q_n;
   size_t dp_head;            /* next free byte of dp_grad (a ring: regions are freed oldest first) */
+
+  /* ---- stage 3 on several ranks: the parameter gathers (engine_dp3.c) */
   host_buf pg_ring;          /* stage 3 on several ranks: all-gathered working weights, one region per fetch */
   dp_gat *pg_q;              /* gathers in flight or not yet consumed, in fetch order: circular */
   int pg_q_first, pg_q_n, pg_q_cap;
@@ -260,32 +299,10 @@ struct zo_engine {
   uint64_t pg_seq;           /* entries queued so far */
   zo_comm_t *pg_comm;        /* a duplicate of comm for the gathers: their order is fixed by the fetch calls, that
                                 of the gradient reductions by when copies land, so they may not share one */
-  double dp_comm_s;          /* blocked in collectives since the last step */
-  uint64_t dp_bytes;         /* bytes this rank sent into collectives since the last step */
-  void *dev_block;           /* device: all working weights (+ state and grads for "none") */
-  double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
-                                dev_block), written on the copy stream as each gradient lands */
-  void *dstage_dev;          /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
-  host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
-  size_t dev_block_bytes;
 
-  /* nvme */
+  /* ---- offload_optimizer nvme: the optimizer-state pipeline over sub-groups (engine_nvme.c) */
   zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
-  zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
-  int own_pswap;
-  void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
-  size_t wb_bytes;
-  wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
-  int wb_first, wb_n, wb_cap;
   zo_swap_file_t *files[SL_KINDS]; /* the state files and [ST_GRAD] grad.swp */
-  /* nvme: gradients go to grad.swp through gnv_n buffers of gnv_el elements of adtype (engine_gradnv.c) */
-  host_buf gnv_host;
-  size_t gnv_el;
-  int gnv_n, gnv_next;
-  zo_swap_req_t *gnv_req[2]; /* the write out of each buffer in flight */
-  zo_param_t *gnv_p[2];      /* and whose gradient it writes, from which shard element */
-  size_t gnv_o[2];
-  size_t swap_align;
   piece *pieces;
   int n_pieces;
   sub_group *sgs;
@@ -294,40 +311,35 @@ struct zo_engine {
   int n_slots;
   int n_stream_slots;        /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
   size_t slot_el;            /* elements per streaming slot buffer (largest streamed sub-group) */
-  /* Split optimizer state (zoffload.optimizer_max_in_cpu; engine_nvme.c): file elements [res_file_el, ...) belong
-   * to the resident sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold
-   * [0, res_file_el). */
-  zo_plan *plan;             /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
-  int placed;                /* zo_engine_place() chose the budgets (placement "auto") */
-  size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  /* Split optimizer state (zoffload.optimizer_max_in_cpu): file elements [res_file_el, ...) belong to the resident
+   * sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold [0, res_file_el). */
   uint64_t res_file_el;
   host_buf res[SL_KINDS];
   size_t piece_el;           /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
                                 cut at piece boundaries so that none spans two sub-groups. 0: not cut */
   int nv_res_busy;           /* resident sub-groups whose update is in flight */
+  int *sg_order;             /* nvme: sub-groups in the order they are updated (their gradients complete) */
+  int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
+  int nv_done;               /* nvme: sub-groups updated in this step */
+  int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
+  int nv_in_step;            /* nvme: inside zo_engine_step(), which waits on every state read */
+  zo_adam_hparams nv_hp;
 
-  /* what finalize requested, per kind of buffer (zo_engine_allocations(); plan.c) */
-  zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
-  int n_ledger;
-  /* on a CUDA device, pinned host buffers cudaHostRegister did not take (eng_pin_check; with
-   * zoffload.allow_pageable_host, finalize warns once with these) */
-  size_t pageable_bytes;     /* their unregistered bytes, all buffers */
-  char pageable_first[40];   /* the first one's plan purpose */
-  char pageable_why[256];    /* the registration error */
+  /* ---- offload_optimizer nvme: gradients in grad.swp (engine_gradnv.c) */
+  host_buf gnv_host;
+  size_t gnv_el;
+  int gnv_n, gnv_next;
+  zo_swap_req_t *gnv_req[2]; /* the write out of each buffer in flight */
+  zo_param_t *gnv_p[2];      /* and whose gradient it writes, from which shard element */
+  size_t gnv_o[2];
 
-  /* optimizer state */
-  int64_t step;              /* applied optimizer steps */
-  double loss_scale;
-  int64_t ls_iter, ls_last_overflow;
-  int ls_hysteresis;
+  /* ---- offload_param nvme: the write-back ring (engine_wb.c) */
+  void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
+  size_t wb_bytes;
+  wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
+  int wb_first, wb_n, wb_cap;
 
-  /* parameter offload and the fetch coordinator */
-  zo_offload_device ptier;   /* offload_param.device */
-  host_buf param_host;       /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
-  size_t pcache_el;          /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
-                                else 0; eng_set_param_cache); the plan caches whole tensors within it */
-  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
-                                is cached */
+  /* ---- parameter offload: the fetch coordinator (engine_fetch.c) */
   void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
   int n_pstage;
   size_t pstage_el;          /* elements per staging buffer */
@@ -337,12 +349,6 @@ struct zo_engine {
   int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
   int *rec, rec_len, rec_cap;
   int64_t fetch_clock;
-  double fetch_wait_s;       /* compute blocked in zo_engine_fetch() since the last step */
-  int64_t n_prefetch, n_demand;
-
-  uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
-  double swap_wait_s;
-  double copy_s;             /* queueing working-weight uploads */
 };
 
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the

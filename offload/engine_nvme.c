@@ -19,8 +19,8 @@ zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, 
   zo_status st = write        ? zo_swap_submit_write(e->swap, e->files[k], off, buf, nbytes, req)
                  : e->nv_in_step ? zo_swap_submit_read_urgent(e->swap, e->files[k], off, buf, nbytes, req)
                                  : zo_swap_submit_read(e->swap, e->files[k], off, buf, nbytes, req);
-  if (write) e->nvme_write_bytes += nbytes;
-  else e->nvme_read_bytes += nbytes;
+  if (write) e->ctr.nvme_write_bytes += nbytes;
+  else e->ctr.nvme_read_bytes += nbytes;
   return st;
 }
 
@@ -29,7 +29,7 @@ zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
   double t0 = zo_clock_s();
   zo_status st = zo_swap_wait(sw, *req);
   *req = NULL;
-  e->swap_wait_s += zo_clock_s() - t0;
+  e->ctr.swap_wait_s += zo_clock_s() - t0;
   return st;
 }
 
@@ -110,7 +110,7 @@ static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   const uint64_t nbytes = g->n_el * e->esz[ST_GRAD];
   ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], g->file_el * e->esz[ST_GRAD], sl->buf[ST_GRAD],
                                       nbytes, &sl->req[ST_GRAD]));
-  e->nvme_read_bytes += nbytes;
+  e->ctr.nvme_read_bytes += nbytes;
   g->phase = SG_GRADS;
   g->grads_in = 1;
   return ZO_OK;

@@ -102,7 +102,7 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence */
     e->grad_read_set = 1;
   }
-  if (kind == ZO_COPY_D2H) e->d2h_bytes += p->shard_n * gsz;
+  if (kind == ZO_COPY_D2H) e->ctr.d2h_bytes += p->shard_n * gsz;
   return zo_launch_host_func(e->copy_stream, eng_grad_landed, p);
 }
 
@@ -253,11 +253,11 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
     ZO_CHECK(dpu_publish(e)); /* the uploads overlap the next forward: it waits per tensor (eng_ready_per_tensor) */
     *dpu_wait = zo_clock_s() - td;
   }
-  inf->fetch_wait_s = e->fetch_wait_s;
-  inf->n_prefetch = e->n_prefetch;
-  inf->n_demand_fetch = e->n_demand;
-  e->fetch_wait_s = 0;
-  e->n_prefetch = e->n_demand = 0;
+  inf->fetch_wait_s = e->ctr.fetch_wait_s;
+  inf->n_prefetch = e->ctr.n_prefetch;
+  inf->n_demand_fetch = e->ctr.n_demand;
+  e->ctr.fetch_wait_s = 0;
+  e->ctr.n_prefetch = e->ctr.n_demand = 0;
   return ZO_OK;
 }
 
@@ -425,10 +425,10 @@ static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int ea
 static zo_status step_publish(zo_engine_t *e, zo_step_info *inf) {
   if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
-  inf->comm_s = e->dp_comm_s;
-  inf->comm_bytes = e->dp_bytes;
-  e->dp_comm_s = 0;
-  e->dp_bytes = 0;
+  inf->comm_s = e->ctr.dp_comm_s;
+  inf->comm_bytes = e->ctr.dp_bytes;
+  e->ctr.dp_comm_s = 0;
+  e->ctr.dp_bytes = 0;
   return ZO_OK;
 }
 
@@ -461,11 +461,11 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   }
   const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, step_clip(e, norm));
   double adam_s = zo_clock_s() - t0;
-  const double swap0 = e->swap_wait_s, copy0 = e->copy_s;
+  const double swap0 = e->ctr.swap_wait_s, copy0 = e->ctr.copy_s;
   ZO_CHECK(step_dispatch(e, &hp, early, &adam_s));
   ZO_CHECK(step_publish(e, &inf));
-  inf.swap_s = e->swap_wait_s - swap0;
-  inf.copy_s = e->copy_s - copy0;
+  inf.swap_s = e->ctr.swap_wait_s - swap0;
+  inf.copy_s = e->ctr.copy_s - copy0;
   inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
   ZO_CHECK(step_advance(e));
   inf.step = e->step;

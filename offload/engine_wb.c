@@ -180,9 +180,9 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
     const uint64_t el = p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off;
     if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * wsz, src, w->bytes, &w->req);
     if (st == ZO_OK) w->state = WB_WRITING;
-    e->nvme_write_bytes += w->bytes;
+    e->ctr.nvme_write_bytes += w->bytes;
     if (eng_dp3(e)) { /* no device copy to refresh: the next fetch gathers */
-      e->copy_s += zo_clock_s() - t0;
+      e->ctr.copy_s += zo_clock_s() - t0;
       return st;
     }
   }
@@ -199,9 +199,9 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
     if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
     if (st == ZO_OK && !was_pinned) st = eng_blk_unpin(e, p, e->copy_stream);
     if (w) w->h2d = 1;
-    e->h2d_bytes += n * wsz;
+    e->ctr.h2d_bytes += n * wsz;
   }
-  e->copy_s += zo_clock_s() - t0;
+  e->ctr.copy_s += zo_clock_s() - t0;
   return st;
 }
 

@@ -3,7 +3,7 @@
  * temporary file beside the target that opens nothing existing, and a rename
  * over the target only while the target is absent or a regular file. Not the
  * swap files (swap/swap_file.c) and not who owns a directory (swap/swap_dir.c,
- * offload/checkpoint_lock.c).
+ * offload/checkpoint/lock.c).
  *
  * Why this is safe in a directory others can write to. The temporary file is
  * made with O_CREAT|O_EXCL|O_NOFOLLOW, so whatever sits at its name (a planted

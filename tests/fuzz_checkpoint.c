@@ -1,6 +1,6 @@
 /*
  * fuzz_checkpoint.c - fuzz target over what reads a checkpoint: the manifest
- * (offload/checkpoint.c's checks of every field against the engine), the
+ * (offload/checkpoint/save.c's checks of every field against the engine), the
  * `latest` file, and zo-train's app_state (tools/zo-train/ckpt.c), through
  * train_ckpt_load() as --resume calls it. Start-up (LLVMFuzzerInitialize)
  * makes a small fp16 engine and saves a real checkpoint of it in a temporary

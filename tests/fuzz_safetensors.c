@@ -1,6 +1,6 @@
 /*
  * fuzz_safetensors.c - fuzz target over the safetensors writer and reader
- * (offload/safetensors.c). By the input's first byte:
+ * (offload/checkpoint/safetensors.c). By the input's first byte:
  *   even - the rest is a safetensors file: zo_safetensors_parse() must
  *          accept it (and then hand out tensors inside the buffer: every byte
  *          is read) or refuse it with a message free of control bytes;

@@ -6,7 +6,7 @@
  * For a reused tag ("best", as DeepSpeed users save their best model) and
  * for per-step tags ("gen<N>" with `latest` moved), a child process saves
  * generation 1, then another saves generation 2 with ZO_CKPT_KILL_AT set to
- * each stage of a save in turn (ck_fault in offload/checkpoint.c: locked,
+ * each stage of a save in turn (ck_fault in offload/checkpoint/save.c: locked,
  * tmp-made, rank-file, manifest-half, manifest, file-half, files, synced,
  * placed, root-synced, latest, old-removed) and dies by SIGKILL there. Then
  * a fresh engine loads `latest`: it must load, its weights must be one

@@ -2,7 +2,7 @@
 state (issue 41, item 3). Before: saving tag="best" in a loop and killing at random, 5 of 8 loads returned an empty
 client state (the old one removed before the new one was written) with `.best.client_state.safetensors.old` left
 behind. A child process trains and saves; SIGKILL reaches it at a named stage of the save (ZO_CKPT_KILL_AT: the
-Python front's "py-before-save" / "py-saved" and the C library's stages, offload/checkpoint_internal.h) or at a
+Python front's "py-before-save" / "py-saved" and the C library's stages, offload/checkpoint/checkpoint_internal.h) or at a
 random moment of a loop of saves. A fresh engine then loads `latest`: it must load, and the client state must be the
 same save's as the engine's counters and master weights (the child stores its step and its master weights in it).
 tests/test_ckpt_kill.c kills the C save at each of its stages and 50 random moments."""

@@ -1,5 +1,5 @@
 """zoffload-zero-to-fp32 (python/zoffload/zero_to_fp32.py) on checkpoints from someone else (issue 41, item 6): it
-reads them under the C loader's rules (offload/checkpoint_load.c, what `zo-train --resume` applies). Each hostile
+reads them under the C loader's rules (offload/checkpoint/load.c, what `zo-train --resume` applies). Each hostile
 checkpoint below is refused in time (no hang on a FIFO), with one line naming the file and no traceback; a valid
 one (written by zo-train, else by the Python engine) still converts to the same weights.
 

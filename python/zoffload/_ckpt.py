@@ -1,7 +1,7 @@
 """Reading checkpoint files that may come from someone else: the name `latest` holds (checked as the C library's
 resolve_dir checks it), the client state of save_checkpoint() without pickle (tensors in a safetensors file, the
 rest JSON in its header), and the rule for pickle files (torch.save: client_state.pt of older checkpoints, a Hugging
-Face pytorch_model.bin). Not the engine's own files (manifests, rankNNNNN.bin: offload/checkpoint.c reads them).
+Face pytorch_model.bin). Not the engine's own files (manifests, rankNNNNN.bin: offload/checkpoint/save.c reads them).
 """
 import base64
 import errno
@@ -16,7 +16,7 @@ import torch
 CLIENT_STATE_FILE = "client_state.safetensors"  # save_checkpoint()'s client state, rank 0, beside manifest.json
 LEGACY_CLIENT_STATE_FILE = "client_state.pt"  # what save_checkpoint() wrote before: a pickle (torch.save)
 _META_KEY = "zoffload.client_state"  # the header metadata entry holding the JSON (format version 1)
-_LATEST_MAX_BYTES = 4096  # what offload/checkpoint.c reads of `latest`
+_LATEST_MAX_BYTES = 4096  # what offload/checkpoint/save.c reads of `latest`
 
 
 class CheckpointError(ValueError):
@@ -24,7 +24,7 @@ class CheckpointError(ValueError):
 
 
 def name_ok(name):
-    """Whether @name may be a checkpoint directory's name, as offload/checkpoint.c decides for `latest` and
+    """Whether @name may be a checkpoint directory's name, as offload/checkpoint/save.c decides for `latest` and
     zo_save_opts.name: 1..255 bytes of printable ASCII without '/' or space, not starting with '.' (so neither '.'
     nor '..')."""
     return (isinstance(name, str) and 0 < len(name) < 256 and not name.startswith(".")
@@ -50,7 +50,7 @@ def file_kind(mode):
 
 
 def open_regular(path):
-    """(fd, size) of @path opened to read as ck_open_regular (offload/checkpoint.c) opens it: not through a symbolic
+    """(fd, size) of @path opened to read as ck_open_regular (offload/checkpoint/save.c) opens it: not through a symbolic
     link in its last component, without blocking (a FIFO or a device in place of a checkpoint file would block or
     never end), refused unless a regular file; the descriptor blocking again on return. CheckpointError naming it."""
     try:

@@ -433,7 +433,7 @@ class DeepSpeedEngineAPI:
             named in one warning and kept in self.last_load_incompatible_keys as (missing, unexpected) lists, the
             fields of torch's load_state_dict result. A matched name of another size is still an error.
         The files are untrusted input, read and checked before anything changes: `latest` must hold one valid name
-        (offload/checkpoint.c's rule) of a directory under LOAD_DIR that is not a symbolic link; the client state
+        (offload/checkpoint/save.c's rule) of a directory under LOAD_DIR that is not a symbolic link; the client state
         is client_state.safetensors (no pickle); an older checkpoint's client_state.pt (a pickle) is loaded only
         with torch.load(weights_only=True) on a torch where that is safe (2.6 on), else refused. Any error
         (CheckpointError, a ValueError, or ZoffloadError from the library) names the file and leaves this engine,
@@ -732,7 +732,7 @@ def _read_manifest(mfile):
 
 def _fault(stage):
     """The Python stages of save_checkpoint() for the crash-safety test (python/tests/test_save_kill.py), as the C
-    library's ck_fault (offload/checkpoint_internal.h): ZO_CKPT_KILL_AT=STAGE kills this process with SIGKILL there.
+    library's ck_fault (offload/checkpoint/checkpoint_internal.h): ZO_CKPT_KILL_AT=STAGE kills this process with SIGKILL there.
     Unset or another stage: nothing."""
     if os.environ.get("ZO_CKPT_KILL_AT") == stage:
         import signal

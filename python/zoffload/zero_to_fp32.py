@@ -7,7 +7,7 @@ Not a reader of DeepSpeed's own checkpoint format.
 
 CHECKPOINT_DIR is the save_dir of engine.save_checkpoint() (its `latest` names the tag unless --tag is given) or a
 checkpoint directory itself. A checkpoint may come from someone else: it is read under the rules of the C loader
-(offload/checkpoint_load.c, what `zo-train --resume` applies), with its messages: every file opened without following
+(offload/checkpoint/load.c, what `zo-train --resume` applies), with its messages: every file opened without following
 a symbolic link and without blocking, anything but a regular file refused; a manifest of at most 1 GiB, strict JSON;
 every field checked (the format, each tensor's numel, shard, file, and each run's offset, nbytes, dtype and CRC32C,
 every run inside its rank file) before a byte of weights is read or memory for them taken; every master shard's
@@ -24,10 +24,10 @@ import torch
 from . import _ckpt, _lib
 from ._ckpt import CheckpointError  # a checkpoint that cannot be read: the file and the field named
 
-CKPT_FORMAT = "zoffload-checkpoint"  # offload/checkpoint_internal.h
+CKPT_FORMAT = "zoffload-checkpoint"  # offload/checkpoint/checkpoint_internal.h
 CKPT_FORMAT_VERSION = 1
-CKPT_MANIFEST_MAX = 1 << 30  # offload/checkpoint_load.c: more than this is not a manifest
-CKPT_CHUNK = 8 << 20  # bytes per read while checksumming (offload/checkpoint_internal.h)
+CKPT_MANIFEST_MAX = 1 << 30  # offload/checkpoint/load.c: more than this is not a manifest
+CKPT_CHUNK = 8 << 20  # bytes per read while checksumming (offload/checkpoint/checkpoint_internal.h)
 CKPT_MAX_STEP = 1 << 48
 _INT64_MAX = (1 << 63) - 1  # jansson's json_int_t: a larger integer is not one it reads
 _UINT64_MAX = (1 << 64) - 1
@@ -109,7 +109,7 @@ def _no_constant(name):
 
 
 def load_manifest(mpath):
-    """The manifest @mpath parsed as load_manifest (offload/checkpoint_load.c) parses it: a regular file of at most
+    """The manifest @mpath parsed as load_manifest (offload/checkpoint/load.c) parses it: a regular file of at most
     CKPT_MANIFEST_MAX bytes, UTF-8 JSON, no key twice, no NaN, nesting within jansson's depth. CheckpointError
     "checkpoint '<mpath>':LINE:COL: malformed JSON: ..." otherwise."""
     raw = read_small(mpath, CKPT_MANIFEST_MAX)
@@ -139,7 +139,7 @@ def load_manifest(mpath):
 
 
 def _resolve(checkpoint_dir, tag=None):
-    """The checkpoint directory, as resolve_dir (offload/checkpoint_load.c) finds it: CHECKPOINT_DIR/TAG, or
+    """The checkpoint directory, as resolve_dir (offload/checkpoint/load.c) finds it: CHECKPOINT_DIR/TAG, or
     CHECKPOINT_DIR itself when manifest.json is there (whatever it is: reading it names it when it is not a regular
     file), else the one CHECKPOINT_DIR/latest names (_ckpt.read_latest: checked as the C library checks it)."""
     d = str(checkpoint_dir)
@@ -160,7 +160,7 @@ def _resolve(checkpoint_dir, tag=None):
 
 
 def _get_range(bad, o, what, key, lo, hi):
-    """get_range (offload/checkpoint_load.c): the integer o[key] in lo..hi, else an error naming what.key."""
+    """get_range (offload/checkpoint/load.c): the integer o[key] in lo..hi, else an error naming what.key."""
     x = o.get(key)
     field = "%s.%s" % (what, key) if what else key
     if not _is_int(x):
@@ -179,7 +179,7 @@ def _u64(o, key):
 
 def check_manifest(mpath, m, rank, world=None):
     """The manifest @m (of file @mpath, rank @rank) checked as check_manifest, check_scalars and check_entry
-    (offload/checkpoint_load.c) check it, with what the converter takes from the manifest itself in place of the
+    (offload/checkpoint/load.c) check it, with what the converter takes from the manifest itself in place of the
     engine's registration: ([(name, shape, numel, shard_offset, shard_numel, [(kind, offset, nbytes, crc)])] in the
     manifest's order, world_size). CheckpointError "checkpoint '<mpath>': <field>: ..." at the first thing wrong."""
     def bad(msg):
@@ -233,7 +233,7 @@ _FORMAT_NAME = re.compile(r"(manifest\.json|manifest-rank[0-9]{5}\.json|rank[0-9
 
 
 def _check_files(bad, m):
-    """check_files (offload/checkpoint_load.c): the manifest's "files" (the caller's files of the save,
+    """check_files (offload/checkpoint/load.c): the manifest's "files" (the caller's files of the save,
     zo_save_opts.files) absent, or at most 16 entries {name, nbytes 0..2^48, crc32c 8 hex digits}, each name once.
     The converter reads none of them (they hold no weights); their form is checked as the loader checks it."""
     fs = m.get("files")
@@ -259,7 +259,7 @@ def _check_files(bad, m):
 
 
 def _check_tensors(bad, ts, rank_file, sd):
-    """check_entry (offload/checkpoint_load.c) for each entry of the manifest's "tensors" @ts."""
+    """check_entry (offload/checkpoint/load.c) for each entry of the manifest's "tensors" @ts."""
     if len(ts) > _TENSORS_MAX:
         raise bad("tensors: %d, more than the %d a checkpoint may list" % (len(ts), _TENSORS_MAX))
     out, seen = [], set()

@@ -1,8 +1,8 @@
 /*
- * checkpoint_internal.h - what checkpoint.c, checkpoint_load.c and
+ * checkpoint_internal.h - what checkpoint/save.c, checkpoint/load.c and
  * safetensors.c share: the root lock held around one save and whether the
- * process a leftover is named after is gone (checkpoint_lock.c), the format's
- * constants and the file helpers of checkpoint.c. Not installed; the public
+ * process a leftover is named after is gone (checkpoint/lock.c), the format's
+ * constants and the file helpers of checkpoint/save.c. Not installed; the public
  * calls are in zoffload/checkpoint.h.
  */
 #ifndef ZO_CHECKPOINT_INTERNAL_H

@@ -3,7 +3,7 @@
  * weights in Hugging Face's safetensors format (a JSON header made with
  * jansson, then the raw little-endian tensors), and a checking reader of such
  * files (zo_safetensors_parse/read: for tests and tools; it does not load
- * into an engine). Not the checkpoint (checkpoint.c), which also keeps the
+ * into an engine). Not the checkpoint (checkpoint/save.c), which also keeps the
  * optimizer state.
  * Format: https://github.com/huggingface/safetensors (README, "Format").
  */

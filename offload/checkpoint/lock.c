@@ -1,8 +1,8 @@
 /*
- * checkpoint_lock.c - one run per checkpoint root: zo_checkpoint_lock() /
+ * checkpoint/lock.c - one run per checkpoint root: zo_checkpoint_lock() /
  * zo_checkpoint_unlock(), which zo_engine_save() also takes for each save,
  * and whether the process a leftover is named after is gone. Not the
- * checkpoint format (checkpoint.c) and not the swap directory's ownership
+ * checkpoint format (checkpoint/save.c) and not the swap directory's ownership
  * (swap/swap_dir.c), whose approach this follows.
  *
  * The lock is flock(LOCK_EX) on ROOT/.zoffload-lock, a regular file opened

@@ -1,9 +1,9 @@
 /*
- * checkpoint.c - zo_engine_save(): the engine's master weights, Adam state
+ * checkpoint/save.c - zo_engine_save(): the engine's master weights, Adam state
  * (any tier), step and loss scaler in a crash-safe directory per step, with
  * a JSON manifest (jansson) and CRC32C per tensor (ISA-L, through
- * zo_swap_crc32c), and the file helpers checkpoint_load.c shares. Not the
- * load (checkpoint_load.c), not the safetensors export (safetensors.c) and
+ * zo_swap_crc32c), and the file helpers checkpoint/load.c shares. Not the
+ * load (checkpoint/load.c), not the safetensors export (safetensors.c) and
  * not the optimizer: it only moves bytes the engine already holds.
  */
 #include "zoffload/checkpoint.h"

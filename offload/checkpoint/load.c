@@ -1,6 +1,6 @@
 /*
- * checkpoint_load.c - zo_engine_load() / zo_engine_load_ex(): a checkpoint
- * zo_engine_save() wrote (checkpoint.c), checked whole before anything is
+ * checkpoint/load.c - zo_engine_load() / zo_engine_load_ex(): a checkpoint
+ * zo_engine_save() wrote (checkpoint/save.c), checked whole before anything is
  * applied: the manifest's every field against this engine, each tensor's
  * CRC32C, then the bytes into the engine's tiers. Not the save.
  */

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -18,9 +17,6 @@
 #include "pinned_internal.h"
 #include "plan_internal.h"
 #include "zoffload/budget.h"
-
-/* the optimizer state files, and [ST_GRAD] the gradients' (not state: never checkpointed) */
-static const char *const k_state_file[SL_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp", "grad.swp"};
 
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   b->nbytes = nbytes;
@@ -207,11 +203,12 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
                      .progress_thread = 1};
   const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
   zo_status st;
-  if (e->tier == ZO_OFFLOAD_NVME && (st = zo_swap_create(opath, &so, &e->swap)) != ZO_OK)
+  if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_create(&e->nv, opath, &so)) != ZO_OK)
     return zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
+  zo_swap_t *osw = eng_nv_swap(e->nv);
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    if (e->swap && !strcmp(opath, ppath)) {
-      e->pswap = e->swap; /* one private directory per rank and path */
+    if (osw && !strcmp(opath, ppath)) {
+      e->pswap = osw; /* one private directory per rank and path */
     } else {
       if (!ppath[0])
         return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: required when "
@@ -221,7 +218,7 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
       e->own_pswap = 1;
     }
   }
-  e->swap_align = zo_swap_alignment(e->swap ? e->swap : e->pswap);
+  e->swap_align = zo_swap_alignment(osw ? osw : e->pswap);
   if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
   return ZO_OK;
 }
@@ -308,26 +305,17 @@ void zo_engine_destroy(zo_engine_t *e) {
   if (e->owner_pid != (long)getpid()) return;
   if (e->tasks) zo_engine_synchronize(e);
   if (e->copy_stream) zo_stream_synchronize(e->copy_stream);
-  if (e->swap) eng_nv_quiesce(e);
+  if (e->nv) eng_nv_quiesce(e);
   for (int i = 0; e->tasks && i < e->n_params; i++)
     if (e->tasks[i]) zo_adam_task_wait(e->tasks[i], NULL);
-  for (int q = 0; q < e->n_pieces; q++)
-    if (e->pieces[q].task) zo_adam_task_wait(e->pieces[q].task, NULL);
+  eng_nv_wait_tasks(e->nv);
   /* several ranks: collectives in flight finished, and the gathers' copies out of the ring, while the tensors'
    * events still exist (gathers issued ahead for the next step may be pending here) */
   eng_dp_free(e);
   eng_pg_free(e);
   zo_adam_pool_destroy(e->pool);
   free(e->tasks);
-  for (int s = 0; s < e->n_stream_slots; s++) /* the resident slots point into e->res */
-    for (int k = 0; k < SL_KINDS; k++)
-      if (e->slots[s].buf[k]) zo_host_free(e->slots[s].buf[k], e->slot_el * e->esz[k], 1);
-  for (int k = 0; k < SL_KINDS; k++) eng_host_buf_free(&e->res[k]);
-  free(e->slots);
   zo_plan_free(e->plan);
-  free(e->pieces);
-  free(e->sgs);
-  free(e->sg_order);
   /* Parameter offload: in-flight reads, staging buffers, device copies, events. */
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
@@ -348,9 +336,8 @@ void zo_engine_destroy(zo_engine_t *e) {
   free(e->rec);
   eng_host_buf_free(&e->param_host);
   if (e->own_pswap) zo_swap_destroy(e->pswap);
-  if (e->swap) eng_gnv_drain(e); /* gradient writes in flight (after an error) */
-  eng_host_buf_free(&e->gnv_host);
-  zo_swap_destroy(e->swap); /* closes and removes the files and the private directory */
+  eng_gnv_free(e); /* gradient writes in flight (after an error) */
+  eng_nv_free(e);  /* closes and removes the files and the private directory */
   eng_host_buf_free(&e->grad_host);
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
@@ -579,117 +566,6 @@ static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   return ZO_OK;
 }
 
-/* Pool task: bytes [b, end) of the buffer at @arg zeroed. */
-static void zero_range(void *arg, size_t b, size_t end, int thread) {
-  (void)thread;
-  memset((char *)arg + b, 0, end - b);
-}
-
-/* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group buffers. */
-static zo_status alloc_nvme_state(zo_engine_t *e, const zo_plan *plan) {
-  zo_status st;
-  /* the plan's sub-groups and pieces, with the pipeline's bookkeeping beside them */
-  e->pieces = calloc(plan->n_pieces ? plan->n_pieces : 1, sizeof *e->pieces);
-  e->sgs = calloc(plan->n_sgs ? plan->n_sgs : 1, sizeof *e->sgs);
-  if (!e->pieces || !e->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  for (int i = 0; i < e->n_params; i++) e->params[i]->file_el = plan->tensor[i].file_el;
-  for (int q = 0; q < plan->n_pieces; q++) {
-    const zo_plan_piece *pc = &plan->piece[q];
-    e->pieces[q] = (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
-  }
-  for (int g = 0; g < plan->n_sgs; g++) {
-    const zo_plan_sub_group *sg = &plan->sg[g];
-    e->sgs[g] = (sub_group){.first_piece = sg->first_piece, .n_pieces = sg->n_pieces, .file_el = sg->file_el,
-                            .n_el = sg->n_el};
-  }
-  e->n_pieces = plan->n_pieces, e->n_sgs = plan->n_sgs, e->slot_el = plan->slot_el;
-  e->res_file_el = plan->state_file_el;
-  e->piece_el = e->opt_res_el ? plan->piece_el : 0;
-  for (int k = 0; k < SL_KINDS; k++) {
-    const size_t fbytes = zo_plan_bytes(plan, k_state_file[k]);
-    if (!fbytes) continue; /* every sub-group resident: no files */
-    st = zo_swap_file_create(e->swap, k_state_file[k], fbytes, &e->files[k]);
-    if (st != ZO_OK) return zo_error_prefix(st, k == ST_GRAD ? "engine: gradient file" : "engine: optimizer state file");
-    eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(e->files[k]), 0, 0);
-  }
-  const int nbuf = plan->n_slots;
-  e->slots = calloc((size_t)nbuf + (size_t)plan->n_res_sgs + 1, sizeof *e->slots);
-  e->sg_order = calloc(e->n_sgs, sizeof *e->sg_order);
-  if (!e->slots || !e->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  e->n_slots = e->n_stream_slots = nbuf;
-  for (int s = 0; s < nbuf; s++) e->slots[s].sg = -1;
-  for (int i = 0; i < e->n_sgs; i++) { /* first step: backward runs in reverse registration order */
-    e->sg_order[i] = e->n_sgs - 1 - i;
-    e->sgs[e->n_sgs - 1 - i].pos = i;
-    e->sgs[i].slot = -1;
-  }
-  static const char *const k_sg_buf[SL_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
-                                                 "sub_group_buffers.exp_avg_sq", "sub_group_buffers.grad"};
-  size_t slot_bytes[SL_KINDS];
-  for (int k = 0; k < SL_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
-  for (int s = 0; s < nbuf; s++) {
-    for (int k = 0; k < SL_KINDS; k++) {
-      int pinned;
-      st = zo_host_alloc(slot_bytes[k], 1, &e->slots[s].buf[k], &pinned);
-      if (st != ZO_OK)
-        return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
-                               "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
-                               s + 1, nbuf, e->slot_el);
-      eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
-      ZO_CHECK(eng_pin_check(e, k_sg_buf[k], e->slots[s].buf[k], slot_bytes[k]));
-    }
-  }
-  /* The resident sub-groups: their state and gradient sums in host memory, one permanent slot each pointing into
-   * it (engine_nvme.c); loaded from the start, never read or written back. */
-  static const char *const k_res_buf[SL_KINDS] = {"resident_state.master", "resident_state.exp_avg",
-                                                  "resident_state.exp_avg_sq", "resident_state.grad"};
-  for (int k = 0; k < SL_KINDS && plan->res_el; k++) {
-    const size_t bytes = zo_plan_bytes(plan, k_res_buf[k]);
-    st = eng_host_buf_alloc_as(e, &e->res[k], k_res_buf[k], bytes, 0);
-    if (st != ZO_OK)
-      return zo_error_prefix(st, "engine: optimizer state kept in host memory (%zu elements; lower "
-                             "zoffload.optimizer_max_in_cpu)", plan->res_el);
-    /* zeroed on the Adam threads: the pages are faulted in parallel (tens of GB: one thread took most of a minute)
-     * and the gradient sums start at zero */
-    ZO_CHECK(zo_adam_pool_parallel_for(e->pool, zero_range, e->res[k].ptr, bytes, (size_t)64 << 20));
-  }
-  for (int g = 0; g < e->n_sgs; g++) {
-    sub_group *sg = &e->sgs[g];
-    if (!plan->sg[g].resident) continue;
-    sg_slot *sl = &e->slots[e->n_slots];
-    for (int k = 0; k < SL_KINDS; k++) sl->buf[k] = (char *)e->res[k].ptr + (sg->file_el - e->res_file_el) * e->esz[k];
-    sl->sg = g;
-    sg->slot = e->n_slots++;
-    sg->resident = 1;
-    sg->phase = SG_LOADED;
-  }
-  /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
-  struct iovec iov[SL_KINDS * 64];
-  unsigned n_iov = 0;
-  for (int s = 0; s < nbuf && n_iov + SL_KINDS <= sizeof iov / sizeof iov[0]; s++)
-    for (int k = 0; k < SL_KINDS; k++)
-      iov[n_iov++] = (struct iovec){.iov_base = e->slots[s].buf[k], .iov_len = slot_bytes[k]};
-  if (zo_swap_register_buffers(e->swap, iov, n_iov) != ZO_OK)
-    zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
-            zo_last_error());
-  /* the gradient hand-over's buffers to grad.swp (engine_gradnv.c), zeroed: the padding of a short chunk is
-   * written too */
-  e->gnv_el = plan->grad_io_el;
-  e->gnv_n = 2;
-  const size_t gnv_each = zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
-  ZO_CHECK(eng_host_buf_alloc(&e->gnv_host, gnv_each * (size_t)e->gnv_n, 1)); /* plan.c: the product fits */
-  for (int b = 0; b < e->gnv_n; b++) eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
-  ZO_CHECK(eng_pin_check(e, "grad_swap_buffers", e->gnv_host.ptr, e->gnv_host.nbytes));
-  memset(e->gnv_host.ptr, 0, e->gnv_host.nbytes);
-  zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
-          "swap: %s", e->n_params, e->n_sgs, e->slot_el, nbuf, zo_swap_describe(e->swap));
-  if (plan->n_res_sgs)
-    zo_info("nvme optimizer state: %d of %d sub-groups (%zu of %llu elements) resident in host memory, the rest "
-            "streamed", plan->n_res_sgs, e->n_sgs, plan->res_el,
-            (unsigned long long)(plan->state_file_el + plan->res_el));
-  return ZO_OK;
-}
-
 /* Allocate what @plan says, in its order; every size and offset is the plan's (plan.c), each request is noted in
  * the ledger (zo_engine_allocations()). */
 /* The device block (the plan's resident regions: working weights unless they are offloaded; plus master, state
@@ -835,7 +711,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host", zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
-  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_nvme_state(e, plan));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_alloc(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_write_back(e, plan));
   if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */
     zo_warn("engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
@@ -900,7 +776,8 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
   } else {
     /* Stream the shard through slot 0 in slot-sized chunks: master from values, state zeros. */
     ZO_CHECK(eng_nv_quiesce(e));
-    sg_slot *sl = &e->slots[0];
+    sg_slot *sl = eng_nv_slot(e->nv, 0);
+    const size_t slot_el = eng_nv_slot_el(e->nv);
     for (size_t off = 0, n; off < p->shard_n; off += n) {
       void *res[SL_KINDS];
       n = eng_nv_span(e, p, off, p->shard_n - off, res);
@@ -911,7 +788,7 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
         ZO_CHECK(eng_upload_shard(e, p, off, n, res[ST_MASTER]));
         continue;
       }
-      if (n > e->slot_el) n = e->slot_el;
+      if (n > slot_el) n = slot_el;
       uint64_t n_el = eng_padded_el(e, n);
       for (int k = 0; k < ST_KINDS; k++) memset(sl->buf[k], 0, n_el * e->esz[k]);
       memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));

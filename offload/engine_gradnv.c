@@ -12,11 +12,23 @@
 #include <stdlib.h>
 
 #include "engine_internal.h"
+#include "plan_internal.h"
 #include "zoffload/adam.h"
 
 /* The norm's summation chunk (cpu_adam: ZO_SQNORM_CHUNK): a shard's squared norm is the sum, in order, of the
  * sums of its 64 Ki-element chunks, so adding chunk by chunk here gives the bits of the whole-shard pass. */
 enum { GNV_NORM_CHUNK = 65536 };
+
+/* Gradients in grad.swp (e->gnv; offload_optimizer "nvme"): allocated at finalize (eng_gnv_alloc), freed at destroy
+ * (eng_gnv_free); NULL before. No other file touches its fields. */
+struct eng_gnv {
+  host_buf host;             /* the n I/O buffers of el elements (accumulation dtype), one pinned allocation */
+  size_t el;                 /* elements per buffer: the plan's grad_io_el (eng_gnv_el) */
+  int n, next;               /* buffers, and the one the next chunk takes (in turn) */
+  zo_swap_req_t *req[2];     /* the write out of each buffer in flight */
+  zo_param_t *p[2];          /* and whose gradient it writes, from which shard element */
+  size_t o[2];
+};
 
 size_t eng_gnv_el(const zo_engine_t *e) {
   size_t largest = 0;
@@ -33,6 +45,33 @@ size_t eng_gnv_el(const zo_engine_t *e) {
   return r;
 }
 
+zo_status eng_gnv_alloc(zo_engine_t *e, const zo_plan *plan) {
+  struct eng_gnv *gn = calloc(1, sizeof *gn);
+  if (!gn) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  e->gnv = gn;
+  gn->el = plan->grad_io_el;
+  gn->n = 2;
+  const size_t gnv_each = zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
+  ZO_CHECK(eng_host_buf_alloc(&gn->host, gnv_each * (size_t)gn->n, 1)); /* plan.c: the product fits */
+  for (int b = 0; b < gn->n; b++) eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
+  ZO_CHECK(eng_pin_check(e, "grad_swap_buffers", gn->host.ptr, gn->host.nbytes));
+  memset(gn->host.ptr, 0, gn->host.nbytes); /* the padding of a short chunk is written too */
+  return ZO_OK;
+}
+
+void eng_gnv_free(zo_engine_t *e) {
+  if (!e->gnv) return;
+  eng_gnv_drain(e); /* gradient writes in flight (after an error) */
+  eng_host_buf_free(&e->gnv->host);
+  free(e->gnv);
+  e->gnv = NULL;
+}
+
+const host_buf *eng_gnv_host(const struct eng_gnv *gn) {
+  static const host_buf none;
+  return gn ? &gn->host : &none;
+}
+
 /* @p's final contribution is on disk: its norm's verdict and outcome, then the flag the pipeline reads. */
 static void gnv_landed(zo_param_t *p) {
   p->landed_st = p->gnv_st;
@@ -45,12 +84,13 @@ static void gnv_landed(zo_param_t *p) {
 /* The write out of buffer @b has completed (or is waited here): collect it; its tensor lands when it was the
  * last write of its final contribution. */
 static zo_status gnv_finish(zo_engine_t *e, int b) {
-  if (!e->gnv_req[b]) return ZO_OK;
-  zo_param_t *p = e->gnv_p[b];
-  zo_status st = eng_swap_wait(e, e->swap, &e->gnv_req[b]);
-  e->gnv_p[b] = NULL;
+  struct eng_gnv *gn = e->gnv;
+  if (!gn->req[b]) return ZO_OK;
+  zo_param_t *p = gn->p[b];
+  zo_status st = eng_swap_wait(e, eng_nv_swap(e->nv), &gn->req[b]);
+  gn->p[b] = NULL;
   if (st != ZO_OK) {
-    st = zo_error_prefix(st, "gradient of '%s' [%zu, ...) to grad.swp", p->name, e->gnv_o[b]);
+    st = zo_error_prefix(st, "gradient of '%s' [%zu, ...) to grad.swp", p->name, gn->o[b]);
     if (p->gnv_st == ZO_OK) p->gnv_st = st;
   }
   if (--p->gnv_pending == 0 && p->gnv_final) gnv_landed(p);
@@ -58,18 +98,20 @@ static zo_status gnv_finish(zo_engine_t *e, int b) {
 }
 
 zo_status eng_gnv_poll(zo_engine_t *e) {
-  for (int b = 0; b < e->gnv_n; b++) {
+  struct eng_gnv *gn = e->gnv;
+  for (int b = 0; gn && b < gn->n; b++) {
     int done = 0;
-    if (!e->gnv_req[b]) continue;
-    ZO_CHECK(zo_swap_poll(e->swap, e->gnv_req[b], &done));
+    if (!gn->req[b]) continue;
+    ZO_CHECK(zo_swap_poll(eng_nv_swap(e->nv), gn->req[b], &done));
     if (done) ZO_CHECK(gnv_finish(e, b));
   }
   return ZO_OK;
 }
 
 zo_status eng_gnv_drain(zo_engine_t *e) {
+  struct eng_gnv *gn = e->gnv;
   zo_status first = ZO_OK;
-  for (int b = 0; b < e->gnv_n; b++) {
+  for (int b = 0; gn && b < gn->n; b++) {
     zo_status st = gnv_finish(e, b);
     if (first == ZO_OK) first = st;
   }
@@ -104,7 +146,7 @@ static void gnv_add_norm_range(void *arg, size_t b, size_t end, int thread) {
  * norms added to *sqnorm in order (the bits of one pass from the buffer's start): on the pool, waited here. */
 static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dtype st, size_t m, int add, int last,
                               double *sqnorm) {
-  const size_t nparts = (e->gnv_el + GNV_NORM_CHUNK - 1) / GNV_NORM_CHUNK;
+  const size_t nparts = (e->gnv->el + GNV_NORM_CHUNK - 1) / GNV_NORM_CHUNK;
   if (!e->norm_parts && !(e->norm_parts = calloc(nparts ? nparts : 1, sizeof *e->norm_parts))) /* eng_acc_free */
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient norm partials", nparts);
   gnv_job j = {buf, src, e->adtype, st, add, last, e->norm_parts};
@@ -120,17 +162,18 @@ zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
   if (!g->gheld) return ZO_OK;
   if (g->resident) /* chunks are cut at piece boundaries when sub-groups are resident: never spans one */
     return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradients of resident sub-group %d would go to grad.swp (a bug)",
-                        (int)(g - e->sgs));
+                        eng_nv_sg_index(e->nv, g));
   g->gheld = 0;
   g->grads_in = 0;
   const size_t asz = zo_dtype_size(e->adtype);
   zo_swap_req_t *rq;
-  ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], g->file_el * asz, e->slots[g->slot].buf[ST_GRAD],
-                                       g->n_el * asz, &rq));
+  zo_swap_t *sw = eng_nv_swap(e->nv);
+  ZO_CHECK(zo_swap_submit_write_urgent(sw, eng_nv_file(e->nv, ST_GRAD), g->file_el * asz,
+                                       eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD], g->n_el * asz, &rq));
   e->ctr.nvme_write_bytes += g->n_el * asz;
-  zo_status st = eng_swap_wait(e, e->swap, &rq);
+  zo_status st = eng_swap_wait(e, sw, &rq);
   if (st != ZO_OK)
-    return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp", (int)(g - e->sgs),
+    return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp", eng_nv_sg_index(e->nv, g),
                            (unsigned long long)g->file_el, (unsigned long long)g->n_el);
   return ZO_OK;
 }
@@ -144,8 +187,8 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
   *out = NULL;
   sub_group *one = NULL;
   int n_touch = 0;
-  for (int i = 0; i < e->n_sgs; i++) {
-    sub_group *g = &e->sgs[i];
+  for (int i = 0; i < eng_nv_n_sgs(e->nv); i++) {
+    sub_group *g = eng_nv_sg(e->nv, i);
     if (g->file_el >= f + m || g->file_el + g->n_el <= f) continue;
     n_touch++, one = g;
     if (g->file_el > f || g->file_el + g->n_el < f + m) { /* spans beyond this sub-group */
@@ -158,7 +201,7 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
   sub_group *g = one;
   if (!g->gtouched) {
     g->gtouched = 1;
-    if (g->slot >= 0 && !g->done && !g->grads_in && !e->slots[g->slot].req[ST_GRAD] &&
+    if (g->slot >= 0 && !g->done && !g->grads_in && !eng_nv_slot(e->nv, g->slot)->req[ST_GRAD] &&
         (g->phase == SG_LOADED || g->phase == SG_READING || g->phase == SG_WRITING))
       g->gheld = 1, g->grads_in = 1;
   }
@@ -168,24 +211,28 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
 
 zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
                       int last) {
+  struct eng_gnv *gn = e->gnv;
+  zo_swap_t *sw = eng_nv_swap(e->nv);
+  zo_swap_file_t *gfile = eng_nv_file(e->nv, ST_GRAD);
+  const size_t piece_el = eng_nv_piece_el(e->nv);
   const size_t asz = zo_dtype_size(e->adtype), ssz = zo_dtype_size(st), unit = eng_extent_unit(e);
   for (size_t o = off, m; o < off + n; o += m) {
-    m = off + n - o < e->gnv_el ? off + n - o : e->gnv_el;
-    if (e->piece_el) { /* resident sub-groups: cut at piece boundaries (multiples of the norm chunk), so that a chunk
-                          lies in one sub-group */
-      const size_t end = (o / e->piece_el + 1) * e->piece_el;
+    m = off + n - o < gn->el ? off + n - o : gn->el;
+    if (piece_el) { /* resident sub-groups: cut at piece boundaries (multiples of the norm chunk), so that a chunk
+                       lies in one sub-group */
+      const size_t end = (o / piece_el + 1) * piece_el;
       if (o + m > end) m = end - o;
     }
     sub_group *g;
     ZO_CHECK(gnv_holder(e, p->file_el + o, m, &g));
     if (g) { /* in its slot: cast or add there, no I/O */
-      void *dst = (char *)e->slots[g->slot].buf[ST_GRAD] + (p->file_el + o - g->file_el) * asz;
+      void *dst = (char *)eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD] + (p->file_el + o - g->file_el) * asz;
       ZO_CHECK(gnv_add_norm(e, dst, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
       continue;
     }
-    const int b = e->gnv_next;
-    e->gnv_next = (e->gnv_next + 1) % e->gnv_n;
-    void *buf = (char *)e->gnv_host.ptr + (size_t)b * e->gnv_el * asz;
+    const int b = gn->next;
+    gn->next = (gn->next + 1) % gn->n;
+    void *buf = (char *)gn->host.ptr + (size_t)b * gn->el * asz;
     ZO_CHECK(gnv_finish(e, b));
     /* [o, o + m) lies at file_el + o: aligned at both ends (o is a multiple of the extent unit; the end is padded
      * up to one, inside the shard's padded extent) */
@@ -193,20 +240,19 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
     if (add) {
       /* the last write of this range (from the other buffer) may still be in flight: on disk before it is read
        * (the swap orders nothing between requests) */
-      for (int b2 = 0; b2 < e->gnv_n; b2++)
-        if (e->gnv_req[b2] && e->gnv_p[b2] == p && e->gnv_o[b2] == o) ZO_CHECK(gnv_finish(e, b2));
+      for (int b2 = 0; b2 < gn->n; b2++)
+        if (gn->req[b2] && gn->p[b2] == p && gn->o[b2] == o) ZO_CHECK(gnv_finish(e, b2));
       zo_swap_req_t *rq;
-      ZO_CHECK(zo_swap_submit_read_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz, &rq));
+      ZO_CHECK(zo_swap_submit_read_urgent(sw, gfile, (p->file_el + o) * asz, buf, n_el * asz, &rq));
       e->ctr.nvme_read_bytes += n_el * asz;
-      zo_status rs = eng_swap_wait(e, e->swap, &rq);
+      zo_status rs = eng_swap_wait(e, sw, &rq);
       if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
     }
     ZO_CHECK(gnv_add_norm(e, buf, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
     /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
-    ZO_CHECK(zo_swap_submit_write_urgent(e->swap, e->files[ST_GRAD], (p->file_el + o) * asz, buf, n_el * asz,
-                                         &e->gnv_req[b]));
+    ZO_CHECK(zo_swap_submit_write_urgent(sw, gfile, (p->file_el + o) * asz, buf, n_el * asz, &gn->req[b]));
     e->ctr.nvme_write_bytes += n_el * asz;
-    e->gnv_p[b] = p, e->gnv_o[b] = o;
+    gn->p[b] = p, gn->o[b] = o;
     p->gnv_pending++;
   }
   return ZO_OK;

@@ -18,16 +18,16 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->device_peak_bytes = peak;
   const host_buf *hb[] = {&e->grad_host,     &e->grad_host2,    &e->stage_host,    &e->stage_host2, &e->state_host[0],
                           &e->state_host[1], &e->state_host[2], &e->param_host,    &e->dp_grad,     &e->dp_gather,
-                          &e->pg_ring,       &e->acc_ring,      &e->gnv_host};
+                          &e->pg_ring,       &e->acc_ring,      eng_gnv_host(e->gnv)};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
   }
   for (int k = 0; k < SL_KINDS; k++) { /* nvme: the state's slots and files, and the gradients' */
-    m->host_bytes += (size_t)e->n_stream_slots * e->slot_el * e->esz[k];
-    m->pinned_bytes += (size_t)e->n_stream_slots * e->slot_el * e->esz[k];
-    m->host_bytes += e->res[k].nbytes; /* resident sub-groups (pageable) */
-    m->nvme_bytes += e->files[k] ? zo_swap_file_size(e->files[k]) : 0;
+    m->host_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
+    m->pinned_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
+    m->host_bytes += eng_nv_res_bytes(e->nv, k); /* resident sub-groups (pageable) */
+    m->nvme_bytes += eng_nv_file_bytes(e->nv, k);
   }
   m->host_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
   m->pinned_bytes += (size_t)e->n_pstage * e->pstage_el * zo_dtype_size(e->wdtype);
@@ -55,10 +55,10 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     m->param_bytes = (e->pfile ? zo_swap_file_size(e->pfile) : 0) + e->param_host.nbytes;
   if (e->tier == ZO_OFFLOAD_CPU) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
   if (e->tier == ZO_OFFLOAD_NVME)
-    m->grad_bytes = (e->files[ST_GRAD] ? zo_swap_file_size(e->files[ST_GRAD]) : 0) + e->res[ST_GRAD].nbytes;
+    m->grad_bytes = eng_nv_file_bytes(e->nv, ST_GRAD) + eng_nv_res_bytes(e->nv, ST_GRAD);
   for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
     m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes
-                      : (e->files[k] ? zo_swap_file_size(e->files[k]) : 0) + e->res[k].nbytes;
+                      : eng_nv_file_bytes(e->nv, k) + eng_nv_res_bytes(e->nv, k);
   m->comm_bytes = e->dp_grad.nbytes + e->dp_gather.nbytes + e->pg_ring.nbytes;
   return ZO_OK;
 }
@@ -76,7 +76,8 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
     return ZO_OK;
   }
   ZO_CHECK(eng_nv_quiesce(e));
-  sg_slot *sl = &e->slots[0];
+  sg_slot *sl = eng_nv_slot(e->nv, 0);
+  const size_t slot_el = eng_nv_slot_el(e->nv);
   for (size_t off = 0, n; off < p->shard_n; off += n) {
     void *res[SL_KINDS];
     n = eng_nv_span(e, p, off, p->shard_n - off, res);
@@ -84,9 +85,9 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
       memcpy(out + off, res[ST_MASTER], n * sizeof(float));
       continue;
     }
-    if (n > e->slot_el) n = e->slot_el;
+    if (n > slot_el) n = slot_el;
     ZO_CHECK(eng_swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], eng_padded_el(e, n), &sl->req[ST_MASTER]));
-    zo_status st = eng_swap_wait(e, e->swap, &sl->req[ST_MASTER]);
+    zo_status st = eng_swap_wait(e, eng_nv_swap(e->nv), &sl->req[ST_MASTER]);
     if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
     memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));
   }
@@ -98,7 +99,8 @@ zo_status zo_engine_nvme_busy(const zo_engine_t *e, double busy_s[2], uint64_t b
   if (!e || !busy_s || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "nvme_busy: NULL argument");
   busy_s[0] = busy_s[1] = 0;
   bytes[0] = bytes[1] = 0;
-  zo_swap_t *sw[2] = {e->swap, e->pswap != e->swap ? e->pswap : NULL};
+  zo_swap_t *osw = eng_nv_swap(e->nv);
+  zo_swap_t *sw[2] = {osw, e->pswap != osw ? e->pswap : NULL};
   for (int i = 0; i < 2; i++) {
     if (!sw[i]) continue;
     double s[2];

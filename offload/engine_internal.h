@@ -10,9 +10,13 @@
  *                     of nvme parameters (offload_param.device "nvme");
  *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
  *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
- *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups;
+ *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups, and
+ *                     its state (struct eng_nv, e->nv: the swap, the state
+ *                     files, sub-groups, slots), created with the engine,
+ *                     filled at finalize and freed there;
  *   engine_gradnv.c   gradients in grad.swp beside the NVMe state (written,
- *                     read-added, their norm on the way);
+ *                     read-added, their norm on the way; struct eng_gnv,
+ *                     e->gnv: the I/O buffers, allocated and freed there);
  *   engine_inspect.c  memory accounting and master-weight read-back;
  *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
  *                     stage 0) and the all-gather of updated working weights.
@@ -114,7 +118,7 @@ typedef struct sub_group {
   int phase;                 /* SG_* (see the NVMe pipeline below) */
   int slot;                  /* slot holding its state, or -1 */
   int done;                  /* updated in this step */
-  int pos;                   /* position in this step's order (e->sg_order) */
+  int pos;                   /* position in this step's order (engine_nvme.c: the pipeline's sg_order) */
   int ready_at;              /* largest grad_seq of its tensors: when it became complete */
   int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
   int gtouched;              /* nvme: a gradient of this step has reached it (engine_gradnv.c) */
@@ -126,19 +130,17 @@ typedef struct sub_group {
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
 enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4, SG_GRADS = 5 };
 
-typedef struct piece {
-  zo_param_t *p;
-  size_t off, n;             /* element range inside the shard */
-  uint64_t file_el;          /* element offset of element `off` in each state file */
-  zo_adam_task_t *task;      /* Adam update in flight */
-} piece;
-
 /* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq, and its gradient (ST_GRAD). */
 typedef struct sg_slot {
   void *buf[SL_KINDS];
   zo_swap_req_t *req[SL_KINDS]; /* reads or writes not yet waited */
   int sg;                    /* sub-group whose state it holds, or -1 */
 } sg_slot;
+
+/* offload_optimizer nvme: the optimizer-state pipeline (defined in engine_nvme.c) and the gradients in grad.swp
+ * (engine_gradnv.c), each owned by its file; the others use the functions declared below. */
+struct eng_nv;
+struct eng_gnv;
 
 /* offload_param nvme: one region of the write-back ring (see eng_wb_alloc). */
 typedef struct wb_entry {
@@ -265,7 +267,8 @@ struct zo_engine {
                                 else 0; eng_set_param_cache); the plan caches whole tensors within it */
   zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
                                 is cached */
-  zo_swap_t *pswap;          /* working weights (offload_param nvme): e->swap when the paths agree */
+  zo_swap_t *pswap;          /* working weights (offload_param nvme): the optimizer state's (eng_nv_swap) when the
+                                paths agree */
   int own_pswap;
 
   struct eng_counters ctr;
@@ -301,37 +304,10 @@ struct zo_engine {
                                 of the gradient reductions by when copies land, so they may not share one */
 
   /* ---- offload_optimizer nvme: the optimizer-state pipeline over sub-groups (engine_nvme.c) */
-  zo_swap_t *swap;           /* optimizer state (NULL unless offload_optimizer.device is nvme) */
-  zo_swap_file_t *files[SL_KINDS]; /* the state files and [ST_GRAD] grad.swp */
-  piece *pieces;
-  int n_pieces;
-  sub_group *sgs;
-  int n_sgs;
-  sg_slot *slots;            /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
-  int n_slots;
-  int n_stream_slots;        /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
-  size_t slot_el;            /* elements per streaming slot buffer (largest streamed sub-group) */
-  /* Split optimizer state (zoffload.optimizer_max_in_cpu): file elements [res_file_el, ...) belong to the resident
-   * sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold [0, res_file_el). */
-  uint64_t res_file_el;
-  host_buf res[SL_KINDS];
-  size_t piece_el;           /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
-                                cut at piece boundaries so that none spans two sub-groups. 0: not cut */
-  int nv_res_busy;           /* resident sub-groups whose update is in flight */
-  int *sg_order;             /* nvme: sub-groups in the order they are updated (their gradients complete) */
-  int nv_pos_read;           /* nvme: position in sg_order of the next state read to issue */
-  int nv_done;               /* nvme: sub-groups updated in this step */
-  int nv_adam_ok;            /* nvme: updates may start (nv_hp is this step's) */
-  int nv_in_step;            /* nvme: inside zo_engine_step(), which waits on every state read */
-  zo_adam_hparams nv_hp;
+  struct eng_nv *nv;         /* NULL unless offload_optimizer.device is nvme (eng_nv_create) */
 
   /* ---- offload_optimizer nvme: gradients in grad.swp (engine_gradnv.c) */
-  host_buf gnv_host;
-  size_t gnv_el;
-  int gnv_n, gnv_next;
-  zo_swap_req_t *gnv_req[2]; /* the write out of each buffer in flight */
-  zo_param_t *gnv_p[2];      /* and whose gradient it writes, from which shard element */
-  size_t gnv_o[2];
+  struct eng_gnv *gnv;       /* NULL until finalize allocates it (eng_gnv_alloc), and unless nvme */
 
   /* ---- offload_param nvme: the write-back ring (engine_wb.c) */
   void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
@@ -568,6 +544,48 @@ zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, 
 
 /* ---------------------------------------------------------------- engine_nvme.c */
 
+/* At create (offload_optimizer "nvme"): the pipeline's state, zeroed, with the optimizer state's swap over the
+ * directory @path (@so) into *@out; on an error *@out stays NULL. Its files and buffers come at finalize. */
+zo_status eng_nv_create(struct eng_nv **out, const char *path, const zo_swap_opts *so);
+/* Finalize, nvme: the plan's sub-groups and pieces (and every tensor's file_el), the state files and grad.swp, the
+ * sub-groups' pinned slot buffers (registered with the swap), the resident sub-groups' state in host memory, and the
+ * gradient I/O buffers (eng_gnv_alloc); each noted in the ledger. On an error what was allocated stays for
+ * eng_nv_free. */
+zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan);
+/* Destroy: wait the sub-groups' Adam tasks still in flight (errors ignored; after an error), before the pool goes.
+ * @nv NULL: nothing. */
+void eng_nv_wait_tasks(struct eng_nv *nv);
+/* Destroy: free e->nv (NULL: nothing) and set it NULL: the slot buffers, the resident state, and the swap (closes and
+ * removes the files and the private directory). After eng_nv_quiesce, eng_gnv_free and the last use of e->pswap
+ * (which may be this swap). */
+void eng_nv_free(zo_engine_t *e);
+/* The optimizer state's swap (e->pswap too when the paths agree); NULL when @nv is. */
+zo_swap_t *eng_nv_swap(const struct eng_nv *nv);
+/* State file @k (< SL_KINDS; ST_GRAD: grad.swp), or NULL: @nv NULL, or no files (every sub-group resident). */
+zo_swap_file_t *eng_nv_file(const struct eng_nv *nv, int k);
+/* Memory accounting: bytes of state file @k (0 when there is none or @nv is NULL). */
+uint64_t eng_nv_file_bytes(const struct eng_nv *nv, int k);
+/* Memory accounting: host bytes of kind @k of the resident sub-groups (pageable; 0 when none or @nv is NULL). */
+size_t eng_nv_res_bytes(const struct eng_nv *nv, int k);
+/* Memory accounting: elements of one kind's pinned streaming slot buffers, all slots together (their bytes: times
+ * esz[k]); 0 when @nv is NULL. */
+size_t eng_nv_stream_el(const struct eng_nv *nv);
+/* Slot @s (streaming slots first, then one per resident sub-group; g->slot). After eng_nv_quiesce() slot 0 is free:
+ * load_param, get_master and checkpoint load stream a shard through it, eng_nv_slot_el() elements per kind at a
+ * time (their pieces outside the resident range, eng_nv_span). */
+sg_slot *eng_nv_slot(struct eng_nv *nv, int s);
+/* Elements per streaming slot buffer (the largest streamed sub-group; 0 when every one is resident). */
+size_t eng_nv_slot_el(const struct eng_nv *nv);
+/* The sub-groups: their count, the @i-th (file order, < eng_nv_n_sgs), and the index of @g (for messages). */
+int eng_nv_n_sgs(const struct eng_nv *nv);
+sub_group *eng_nv_sg(struct eng_nv *nv, int i);
+int eng_nv_sg_index(const struct eng_nv *nv, const sub_group *g);
+/* Residency on (zoffload.optimizer_max_in_cpu): elements per piece, where gradient chunks are cut; 0: not cut. */
+size_t eng_nv_piece_el(const struct eng_nv *nv);
+/* The step's first grad_ready(), when no step-wide fact is needed first: sub-groups' updates may start as their
+ * gradients land, with @hp (this step's hyperparameters). */
+void eng_nv_allow_adam(struct eng_nv *nv, const zo_adam_hparams *hp);
+
 /* Elements per alignment unit of the narrowest kind of state (extent padding), for swap alignment @align:
  * extents padded to a multiple of it start and end aligned in every state file (and params.swp). */
 static inline size_t eng_extent_unit_at(const zo_engine_t *e, size_t align) {
@@ -588,8 +606,9 @@ zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
 zo_status eng_slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done);
 /* Move the NVMe pipeline forward as far as it goes without blocking. */
 zo_status eng_nv_advance(zo_engine_t *e);
-/* zo_engine_step(): update every sub-group not yet updated; adds Adam time to *@adam_s. */
-zo_status eng_nv_finish_step(zo_engine_t *e, double *adam_s);
+/* zo_engine_step(): update every sub-group not yet updated, with @hp unless updates started early
+ * (eng_nv_allow_adam); its state reads go ahead of queued write-backs meanwhile. Adds Adam time to *@adam_s. */
+zo_status eng_nv_finish_step(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s);
 /* After the step: next step's order, then its reads start. */
 zo_status eng_nv_end_step(zo_engine_t *e);
 /* Bring the pipeline to rest: every streaming slot free, every write on disk. Keeps the first error. */
@@ -600,6 +619,16 @@ zo_status eng_nv_quiesce(zo_engine_t *e);
 size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n, void *res[SL_KINDS]);
 
 /* ---------------------------------------------------------------- engine_gradnv.c */
+
+/* Finalize (from eng_nv_alloc): e->gnv with its gradient I/O buffers (the plan's grad_io_el elements each, one pinned
+ * allocation noted as the plan's two "grad_swap_buffers"), zeroed. On an error what was allocated stays for
+ * eng_gnv_free. */
+zo_status eng_gnv_alloc(zo_engine_t *e, const zo_plan *plan);
+/* Destroy: wait the gradient writes in flight (errors ignored), free e->gnv (NULL: nothing) and set it NULL. Before
+ * eng_nv_free (the writes go through its swap). */
+void eng_gnv_free(zo_engine_t *e);
+/* Memory accounting: the gradient I/O buffers (one pinned allocation); an empty buffer when @gn is NULL. */
+const host_buf *eng_gnv_host(const struct eng_gnv *gn);
 
 /* offload_optimizer "nvme": elements per gradient I/O buffer (and per staging bucket): min(reduce_bucket_size,
  * largest shard, sub_group_size) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
@@ -613,7 +642,7 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
 /* The final contribution of @p has been put (@st: the puts' outcome): it lands (p->nonfinite, p->landed_st,
  * p->landed) once its writes in flight are on disk, now or in eng_gnv_poll / eng_gnv_drain. Returns @st. */
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);
-/* Collect finished gradient writes without blocking (landing the tensors they complete). */
+/* Collect finished gradient writes without blocking (landing the tensors they complete); none before finalize. */
 zo_status eng_gnv_poll(zo_engine_t *e);
 /* Wait every gradient write in flight (errors kept: the first is returned); every final contribution landed. */
 zo_status eng_gnv_drain(zo_engine_t *e);

@@ -117,8 +117,8 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
     e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
     if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
     if (early && e->tier == ZO_OFFLOAD_NVME) {
-      e->nv_hp = step_hparams(e, 1.0);
-      e->nv_adam_ok = 1;
+      const zo_adam_hparams hp = step_hparams(e, 1.0);
+      eng_nv_allow_adam(e->nv, &hp);
     }
   }
   p->grad_seq = e->n_grads;
@@ -343,11 +343,7 @@ static zo_status step_skip(zo_engine_t *e, zo_step_info *inf) {
 
 /* NVMe tier: finish the sub-group pipeline (state read, Adam, write-back). */
 static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
-  if (!e->nv_adam_ok) e->nv_hp = *hp;
-  e->nv_in_step = 1;
-  zo_status st = eng_nv_finish_step(e, adam_s);
-  e->nv_in_step = 0;
-  ZO_CHECK(st);
+  ZO_CHECK(eng_nv_finish_step(e, hp, adam_s));
   return eng_nv_end_step(e); /* reads for the next step start now, behind the last write-backs */
 }
 

@@ -431,7 +431,8 @@ static zo_status load_verify(zo_engine_t *e, load_ctx *c, lrun *runs, void *buf,
  * stay valid), and its working weights uploaded. */
 static zo_status load_param_nvme(zo_engine_t *e, zo_param_t *p, const lrun *r, int fd, const char *fpath) {
   zo_status st = ZO_OK;
-  sg_slot *sl = &e->slots[0];
+  sg_slot *sl = eng_nv_slot(e->nv, 0);
+  const size_t slot_el = eng_nv_slot_el(e->nv);
   for (size_t off = 0, n; off < p->shard_n && st == ZO_OK; off += n) {
     void *res[SL_KINDS];
     n = eng_nv_span(e, p, off, p->shard_n - off, res);
@@ -441,7 +442,7 @@ static zo_status load_param_nvme(zo_engine_t *e, zo_param_t *p, const lrun *r, i
       if (st == ZO_OK) st = eng_upload_shard(e, p, off, n, res[ST_MASTER]);
       continue;
     }
-    if (n > e->slot_el) n = e->slot_el;
+    if (n > slot_el) n = slot_el;
     uint64_t n_el = eng_padded_el(e, n);
     for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
       if (!r[k].used) continue; /* weights_only: the state on the swap file stays */

@@ -391,8 +391,9 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
   int sfd[ST_KINDS] = {-1, -1, -1};
   zo_status st = ZO_OK;
   if (e->tier == ZO_OFFLOAD_NVME) {
-    for (int k = 0; k < ST_KINDS && st == ZO_OK && e->files[k]; k++) { /* no files: every sub-group resident */
-      const char *sp = zo_swap_file_path(e->files[k]);
+    /* no files: every sub-group resident */
+    for (int k = 0; k < ST_KINDS && st == ZO_OK && eng_nv_file(e->nv, k); k++) {
+      const char *sp = zo_swap_file_path(eng_nv_file(e->nv, k));
       sfd[k] = open(sp, O_RDONLY | O_CLOEXEC); /* buffered: O_DIRECT writes already reached the file */
       if (sfd[k] < 0) st = sys_err(ZO_ERR_IO, "cannot open swap file", sp);
     }
@@ -410,7 +411,7 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
           void *res[SL_KINDS];
           n = eng_nv_span(e, p, o, p->shard_n - o, res);
           st = res[k] ? pwrite_all(fd, res[k], n * e->esz[k], off + o * e->esz[k], path)
-                      : copy_range(sfd[k], (p->file_el + o) * e->esz[k], zo_swap_file_path(e->files[k]), fd,
+                      : copy_range(sfd[k], (p->file_el + o) * e->esz[k], zo_swap_file_path(eng_nv_file(e->nv, k)), fd,
                                    off + o * e->esz[k], path, n * e->esz[k], buf);
         }
         if (st == ZO_OK) st = ck_file_crc(fd, off, r->nbytes, buf, path, &r->crc);

@@ -366,6 +366,54 @@ int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t er
   return 0;
 }
 
+void gpt_gemm_bf16_refusal(char *msg, size_t cap, int streamed, zo_dtype working) {
+  snprintf(msg, cap, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
+           "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
+           "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", streamed ? "" : " resident",
+           zo_dtype_name(working));
+}
+
+int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
+                          int *bf16, char *msg, size_t cap) {
+  *bf16 = 0;
+  msg[0] = 0;
+  if (cuda || mode == GPT_GEMM_FP32) return 0; /* the CUDA model's products are bf16 already */
+  const char *what = mode == GPT_GEMM_AUTO ? "\"auto\"" : "\"bf16\"";
+  if (!streamed || working != ZO_DTYPE_BF16) {
+    if (mode == GPT_GEMM_AUTO)
+      return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): bf16 products need the CPU "
+                      "model with train.model_memory \"streamed\" and bf16.enabled; this run has%s working dtype %s",
+                      gpt_blas_core(), streamed ? "" : " the model resident,", zo_dtype_name(working)), 0;
+    gpt_gemm_bf16_refusal(msg, cap, streamed, working);
+    return -1;
+  }
+  char why[512];
+  const double t0 = zo_clock_s();
+  const int rc = gpt_gemm_bf16_probe(c, max_batch, why, sizeof why);
+  const double ms = (zo_clock_s() - t0) * 1e3;
+  /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads either name) */
+  const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
+                                                                                                 : NULL;
+  char cpu[160];
+  snprintf(cpu, sizeof cpu, "%s%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
+                                          : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
+                                                                              : "no AVX-512",
+           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? " by " : "", lim ? lim : "");
+  if (rc == 0) {
+    *bf16 = 1;
+    if (mode == GPT_GEMM_AUTO)
+      snprintf(msg, cap, "train.cpu_gemm \"auto\": bf16 products (%s: every product of this model at micro-batch %d "
+               "made in %.0f ms; CPU: %s)", gpt_gemm_bf16_isa(), max_batch, ms, cpu);
+    return 0;
+  }
+  if (mode == GPT_GEMM_AUTO)
+    return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): this CPU (%s) cannot run "
+                    "oneDNN's bf16 products: %s", gpt_blas_core(), cpu, why), 0;
+  snprintf(msg, cap, "train.cpu_gemm: %s: this CPU (%s) cannot run oneDNN's bf16 products: %s; set train.cpu_gemm to "
+           "\"auto\" (bf16 products where the CPU runs them, fp32 elsewhere) or \"fp32\"", what, cpu, why);
+  return -1;
+}
+
 /* @n fp32 values to bf16 (round to nearest even), one thread: a product's activation operand, N x (C or 4C). */
 static void to_bf16(gpt_model *m, uint16_t *dst, const float *src, size_t n) {
   if (zo_cast(dst, ZO_DTYPE_BF16, src, ZO_DTYPE_F32, n, 1) != ZO_OK && !m->gemm_failed) {

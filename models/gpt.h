@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zoffload/dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -231,6 +233,31 @@ int gpt_set_gemm_bf16(gpt_model *m);
  * unimplemented: oneDNN 2.6 has no bf16 matmul below AVX-512). Thread-safe.
  */
 int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t errlen);
+
+/* The CPU model's products, as train.cpu_gemm names them: fp32 (OpenBLAS), bf16 (oneDNN), auto (bf16 where the
+ * CPU runs them). */
+enum { GPT_GEMM_FP32 = 0, GPT_GEMM_BF16 = 1, GPT_GEMM_AUTO = 2 };
+
+/*
+ * gpt_gemm_bf16_resolve() - train.cpu_gemm as a run takes it, before the
+ * model or its budget exists (so a dry run decides as the run does). @mode:
+ * GPT_GEMM_FP32, _BF16 or _AUTO; @c, @max_batch: the model and micro-batch
+ * whose product shapes are probed; @cuda: the CUDA model (its products are
+ * bf16 already: 0, nothing to probe); @streamed, @working: the CPU model's
+ * train.model_memory and the engine's working dtype (bf16 products need
+ * "streamed" and bf16). "bf16" and "auto" probe oneDNN once for every
+ * product tile of the model (gpt_gemm_bf16_probe). Sets *@bf16: 1 for bf16
+ * products, 0 for fp32. Returns 0 with @msg (@cap bytes) a line for the log
+ * ("" when there is nothing to say: "fp32", or "bf16" that the model line
+ * names), or -1 with @msg the error, naming train.cpu_gemm: "bf16" where the
+ * model cannot take it or the CPU cannot run it. Thread-safe.
+ */
+int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
+                          int *bf16, char *msg, size_t cap);
+
+/* gpt_gemm_bf16_refusal() - into @msg (@cap bytes), the error of train.cpu_gemm "bf16" asked of a CPU model that
+ * is not @streamed or whose working dtype @working is not bf16 (the products take the bf16 working weights). */
+void gpt_gemm_bf16_refusal(char *msg, size_t cap, int streamed, zo_dtype working);
 size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch);
 int gpt_gemm_bf16_param(const gpt_config *c, int i);
 int gpt_bind_weight_bf16(gpt_model *m, int i, const uint16_t *w);
@@ -259,6 +286,24 @@ size_t gpt_streamed_host_bytes(const gpt_config *c, int max_batch, int recompute
  */
 size_t gpt_group_elems(const gpt_config *c, int group);
 size_t gpt_max_group_elems(const gpt_config *c);
+
+/*
+ * gpt_group_layout() - layer group @group's tensors (gpt_group_params()) back
+ * to back in a scratch of @elem_bytes-byte elements, each starting at a
+ * multiple of @align_bytes (a multiple of @elem_bytes): sets @off[i] (NULL:
+ * not set) to tensor i's offset in elements for each tensor i of the group
+ * (@specs: gpt_param_specs()), and returns the group's bytes.
+ */
+size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group, size_t elem_bytes,
+                        size_t align_bytes, size_t *off);
+
+/*
+ * gpt_flops_per_token() - model FLOPs per trained token: 6N + 12 L C T
+ * (forward and backward of the N parameters' matmuls, and of attention's
+ * scores and weighted sum over T positions), as PaLM's appendix B and llm.c
+ * count them; recomputation is not counted (that would be hardware FLOPs).
+ */
+double gpt_flops_per_token(const gpt_config *c, int T);
 
 /*
  * gpt_allocated_bytes() - bytes @m's create allocated, counted by each

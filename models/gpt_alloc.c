@@ -442,6 +442,22 @@ size_t gpt_group_elems(const gpt_config *c, int group) {
 #undef PAD
 }
 
+double gpt_flops_per_token(const gpt_config *c, int T) {
+  return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
+}
+
+size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group, size_t elem_bytes,
+                        size_t align_bytes, size_t *off) {
+  int first, count;
+  gpt_group_params(c, group, &first, &count);
+  size_t b = 0; /* no overflow for a config that passes gpt_config_check(): at most 12 tensors of 4 * 65536^2 */
+  for (int i = first; i < first + count; i++) {
+    if (off) off[i] = b / elem_bytes;
+    b += (specs[i].n_elems * elem_bytes + align_bytes - 1) / align_bytes * align_bytes;
+  }
+  return b;
+}
+
 size_t gpt_max_group_elems(const gpt_config *c) {
   size_t mx = 0;
   for (int g = 1; g < gpt_num_groups(c); g++) {

@@ -4,7 +4,7 @@
 # header's layer must be below the including file's layer (or the same module):
 #
 #   4 tools/                                  (the programs)
-#   3 offload/ + engine.h budget.h checkpoint.h plan.h placement.h speeds.h zoffload.h   (the engine)
+#   3 offload/ + engine.h budget.h checkpoint.h plan.h placement.h speeds.h handover.h zoffload.h   (the engine)
 #   3 models/                                 (the GPT zo-train trains; a peer of offload)
 #   2 host/ config/ swap/ cpu_adam/ comm/ + pinned.h config.h swap.h adam.h comm.h   (comm/ runs on gpu/'s devices)
 #   1 gpu/ + device.h arena.h                  (host/ uses gpu/'s cuda_host.h hook)
@@ -14,7 +14,7 @@
 # tools and models/ use the library through its public headers only (as a user
 # would; the tools include models/ headers too).
 # offload/ holds the engine alone: every file in it has a name of the engine's
-# (engine*, budget, plan, placement, speeds) or lies in its checkpoint/ room. Public headers follow the
+# (engine*, budget, plan, placement, speeds, handover) or lies in its checkpoint/ room. Public headers follow the
 # same rule among themselves. Exit 0 pass, 1 fail (every violation listed).
 set -u
 cd "${1:-.}" || exit 1
@@ -28,7 +28,7 @@ module[include/zoffload/pinned.h]=host
 module[include/zoffload/config.h]=config
 module[include/zoffload/swap.h]=swap
 module[include/zoffload/adam.h]=cpu_adam
-for h in engine budget checkpoint plan placement speeds zoffload; do module[include/zoffload/$h.h]=offload; done
+for h in engine budget checkpoint plan placement speeds handover zoffload; do module[include/zoffload/$h.h]=offload; done
 layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2 layer[comm]=2
 layer[offload]=3 layer[models]=3 layer[tools]=4
 
@@ -84,8 +84,8 @@ done
 # offload/ holds the engine alone.
 for f in $(ls offload); do
   case $f in
-    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | placement.c | speeds.c | checkpoint) ;;
-    *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, placement, speeds, checkpoint/)" ;;
+    CMakeLists.txt | engine*.[ch] | budget.c | plan.c | plan_internal.h | placement.c | speeds.c | handover.c | checkpoint) ;;
+    *) bad "offload/$f is not one of the engine's files (engine*, budget, plan, placement, speeds, handover, checkpoint/)" ;;
   esac
 done
 # offload/checkpoint/ holds the checkpoints alone: save, load, the run lock, the safetensors export.

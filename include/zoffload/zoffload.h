@@ -7,6 +7,7 @@
  *   dtype.h       element types
  *   config.h      DeepSpeed-style JSON configuration
  *   engine.h      the offload engine (parameters, tiers, optimizer step)
+ *   handover.h    a front's gradient hand-over space: one fence per space's worth
  *   budget.h      the start-up budget: each tier's bytes against the machine
  *   plan.h        the memory plan: every buffer of every tier
  *   checkpoint.h  checkpoint save and load, safetensors export
@@ -34,6 +35,7 @@
 #include "zoffload/arena.h"
 #include "zoffload/comm.h"
 #include "zoffload/engine.h"
+#include "zoffload/handover.h"
 #include "zoffload/budget.h"
 #include "zoffload/plan.h"
 #include "zoffload/checkpoint.h"

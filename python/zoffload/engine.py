@@ -214,18 +214,22 @@ def _resolve(model, config, read=None, device=None):
 
 class _Handles:
     """The C objects one engine owns, freed once by _free_handles(): the engine (its memory, its swap files and
-    their directory nvme_path/zoffload-rank<R>), the placement's stream, the gradient ring, the device, the
-    communicator. Holds nothing that refers back to the engine, so its finalizer does not keep the engine alive."""
-    __slots__ = ("eng", "dev", "ring", "comm", "place", "__weakref__")
+    their directory nvme_path/zoffload-rank<R>), the gradient hand-over, the placement's stream, the gradient ring,
+    the device, the communicator. Holds nothing that refers back to the engine, so its finalizer does not keep the
+    engine alive."""
+    __slots__ = ("eng", "handover", "dev", "ring", "comm", "place", "__weakref__")
 
     def __init__(self):
-        self.eng = self.dev = self.ring = self.comm = self.place = None
+        self.eng = self.handover = self.dev = self.ring = self.comm = self.place = None
 
 
 _live_handles = set()  # every _Handles not freed yet: _at_exit frees them
 
 
 def _free_handles(h):
+    if h.handover is not None and h.handover.value:
+        _lib.lib.zo_grad_handover_destroy(h.handover)
+    h.handover = None
     if h.eng:
         _lib.lib.zo_engine_destroy(h.eng)  # the swap files and the swap directory go with it
     h.eng = None
@@ -280,7 +284,7 @@ def _after_fork_in_child():
         e.__class__ = _closed_class(type(e), forked=(parent, me))
     _open_engines.clear()
     for h in list(_live_handles):
-        h.eng = h.dev = h.ring = h.comm = h.place = None  # _free_handles(), from a finalizer, then frees nothing
+        h.eng = h.handover = h.dev = h.ring = h.comm = h.place = None  # _free_handles() then frees nothing
     _live_handles.clear()
 
 
@@ -413,7 +417,7 @@ class Engine(DeepSpeedEngineAPI):
         # CPU models: gradients reach the engine through a ring in the host device's memory, twice the largest
         # tensor in the hand-over dtype (each slot 64-byte aligned), reused from its start after a
         # zo_engine_grad_fence(); torch's .grad is freed as soon as it is copied in.
-        self.ring, self.ring_bytes, self.ring_at = ctypes.c_void_p(), 0, 0
+        self.ring, self.ring_bytes = ctypes.c_void_p(), 0
         self._h.ring = self.ring
         if not self.place.cuda and self.params:
             self.ring_bytes = 2 * (max(p.numel() for _, p in self.params) * gsz + 64)
@@ -432,8 +436,15 @@ class Engine(DeepSpeedEngineAPI):
         if self.world_size > 1:
             self._broadcast_rest(model)
         self._aliased = [None] * len(self.params)  # stages 1-2: the engine address a parameter views, or None
-        self._gkeep, self._gkeep_bytes = [], 0  # CUDA: gradients handed over, alive until a fence
-        self._keep_cap = 2 * max([s.numel() for s in self.shapes] + [0]) * 4  # CUDA: kept bytes before a fence
+        # The gradients' hand-over space (zoffload/handover.h: one fence when the next gradient does not fit): on
+        # the CPU the ring (64-byte aligned slots); on CUDA the bytes of the gradients handed over, kept alive in
+        # _gkeep until a fence on torch's stream, twice the largest gradient in fp32.
+        self._gkeep = []
+        cap, align, fstream = ((2 * max([s.numel() for s in self.shapes] + [0]) * 4, 1, self.place.zstream)
+                               if self.place.cuda else (self.ring_bytes, 64, None))
+        self.handover = self._h.handover = ctypes.c_void_p()
+        _lib.check(_lib.lib.zo_grad_handover_create(self.eng, cap, align, fstream, ctypes.byref(self.handover)),
+                   "zo_grad_handover_create")
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 0), "set_trace")  # not part of any step's fetch order
         self._write_back()
         _lib.check(_lib.lib.zo_engine_set_trace(self.eng, 1), "set_trace")
@@ -558,14 +569,12 @@ class Engine(DeepSpeedEngineAPI):
             self._fence()
 
     def _fence(self):
-        """zo_engine_grad_fence(): the gradients handed over so far are read; the ring and torch's memory of the
-        kept gradients are free again (on the GPU: for work queued on torch's stream from here on)."""
-        if self.place.cuda:
-            with self.place.ordered():
-                _lib.check(_lib.lib.zo_engine_grad_fence(self.eng, self.place.zstream), "zo_engine_grad_fence")
-        else:
-            _lib.check(_lib.lib.zo_engine_grad_fence(self.eng, None), "zo_engine_grad_fence")
-        self._gkeep, self._gkeep_bytes, self.ring_at = [], 0, 0
+        """zo_grad_handover_fence() (zo_engine_grad_fence()): the gradients handed over so far are read; the ring
+        and torch's memory of the kept gradients are free again (on the GPU: for work queued on torch's stream from
+        here on)."""
+        with self.place.ordered():
+            _lib.check(_lib.lib.zo_grad_handover_fence(self.handover), "zo_engine_grad_fence")
+        self._gkeep = []
 
     def _hand_over(self, i, last=True):
         """Parameter @i's .grad (zeros when it has none) to the engine: zo_engine_grad_ready() when @last, else
@@ -577,27 +586,27 @@ class Engine(DeepSpeedEngineAPI):
                                                           device=self.place.device)
         code = _lib.DTYPE_F32 if self.f32_ok and g.dtype == torch.float32 else self.gdtype
         g = g.detach().to(_DT[code]).contiguous()
-        call, what = ((_lib.lib.zo_engine_grad_ready, "grad_ready") if last else
-                      (_lib.lib.zo_engine_grad_accumulate, "grad_accumulate"))
         nbytes = g.numel() * g.element_size()
-        if self.place.cuda:
-            # The engine copies this rank's shard out of torch's memory on its copy stream, after the work queued
-            # on the compute stream so far; torch must not reuse the memory before a fence: kept until then,
-            # and fenced when twice the largest gradient is held (backward's end fences the rest).
-            if self._gkeep and self._gkeep_bytes + nbytes > self._keep_cap:
-                self._fence()
-            self._gkeep.append(g)
-            self._gkeep_bytes += nbytes
-            with self.place.ordered():
-                _lib.check(call(self.eng, h, g.data_ptr(), code), "%s '%s'" % (what, n))
-        else:
-            if self.ring_at + nbytes > self.ring_bytes:
-                self._fence()
-            buf = self.ring.value + self.ring_at
-            self.ring_at += (nbytes + 63) // 64 * 64
-            _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), nbytes, _lib.COPY_H2D),
+        at, fenced = ctypes.c_size_t(), ctypes.c_int()
+        with self.place.ordered():
+            # Its place in the hand-over space: when it does not fit, a fence first (the engine has read everything
+            # handed over; backward's end fences the rest), and the kept gradients go.
+            _lib.check(_lib.lib.zo_grad_handover_reserve(self.handover, nbytes, ctypes.byref(at), ctypes.byref(fenced)),
                        "gradient of '%s'" % n)
-            _lib.check(call(self.eng, h, buf, code), "%s '%s'" % (what, n))
+            if fenced.value:
+                self._gkeep = []
+            if self.place.cuda:
+                # The engine copies this rank's shard out of torch's memory on its copy stream, after the work
+                # queued on the compute stream so far; torch must not reuse the memory before a fence: kept.
+                self._gkeep.append(g)
+                buf = g.data_ptr()
+            else:
+                buf = self.ring.value + at.value
+                _lib.check(_lib.lib.zo_memcpy(self.dev, buf, g.data_ptr(), nbytes, _lib.COPY_H2D),
+                           "gradient of '%s'" % n)
+            # zo_engine_grad_ready() when last, else zo_engine_grad_accumulate()
+            _lib.check(_lib.lib.zo_grad_handover_put(self.handover, h, buf, code, int(last)),
+                       "%s '%s'" % ("grad_ready" if last else "grad_accumulate", n))
         p.grad = None
         if last:
             self._handed[i] = True
@@ -664,7 +673,8 @@ class Engine(DeepSpeedEngineAPI):
             self._handed = [False] * len(self.params)
             info = _lib.StepInfo()
             _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
-            self._gkeep, self._gkeep_bytes, self.ring_at = [], 0, 0  # every gradient copy has landed
+            self._gkeep = []  # every gradient copy has landed: the hand-over space is free without a fence
+            _lib.lib.zo_grad_handover_reset(self.handover)
             self._boundary_backward = False
             self._after_step()
         for _, p in self.params:

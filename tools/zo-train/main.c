@@ -385,7 +385,7 @@ static int plan(const train_opts *o, train_job *j) {
   if (train_opts_config(o, j->world, &j->ts, &j->cfg) || batch_shape(j) || resolve_compute(o, j)) return 1;
   j->np = gpt_num_params(&j->ts.model);
   j->total = gpt_total_elems(&j->ts.model);
-  j->flops_tok = train_model_flops_per_token(&j->ts.model, j->T);
+  j->flops_tok = gpt_flops_per_token(&j->ts.model, j->T);
   return 0;
 }
 
@@ -869,8 +869,8 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   print_plan(o, j);
   /* train.cpu_gemm: "auto" probes oneDNN here, and "bf16" that this CPU cannot run is refused here, a dry run too */
   char gmsg[1024];
-  if (train_resolve_cpu_gemm(j->ts.cpu_gemm, &j->ts.model, j->B, j->cuda, j->ts.model_streamed,
-                             zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg, sizeof gmsg)) {
+  if (gpt_gemm_bf16_resolve(j->ts.cpu_gemm, &j->ts.model, j->B, j->cuda, j->ts.model_streamed,
+                            zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg, sizeof gmsg)) {
     fprintf(stderr, "zo-train: error: %s\n", gmsg);
     return 1;
   }

@@ -15,6 +15,7 @@
 #include "zoffload/budget.h"
 #include "zoffload/device.h"
 #include "zoffload/dtype.h"
+#include "zoffload/handover.h"
 #if ZO_TRAIN_CUDA
 #include "gpt_cuda.h"
 #endif
@@ -46,14 +47,13 @@ struct train_model {
   zo_dtype grad_dtype;
   /* streamed (cpu): no full-model buffer; fp32 scratch for group 0 ([0], live through each pass) and for the
    * group in flight ([1]), tensor i at soff[i] floats in its group's scratch; gradients go out tensor by tensor
-   * through a device ring of twice the largest tensor in the hand-over dtype, packed one after another (64-byte
-   * aligned) and reused from its start after one fence when the next does not fit in what is left. */
+   * through a device ring of twice the largest tensor in the hand-over dtype, its space the hand-over's (ho). */
   int streamed;
   int gemm_bf16; /* train.cpu_gemm "bf16": the blocks' product weights bound as the engine's bf16 copies */
   float *wscr[2], *gscr[2];
   size_t *soff;
   char *ring;
-  size_t ring_bytes, ring_head;
+  zo_grad_handover_t *ho;   /* streamed: the gradients' hand-over (cpu: its space the ring; cuda: unbounded) */
   zo_dtype hand_dtype;      /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
   int hand_over;            /* 1 in the last micro-batch of a step */
   int failed;               /* an engine call in the hook failed: message in zo_last_error() */
@@ -81,25 +81,16 @@ static size_t train_model_ring_bytes(const gpt_param_spec *specs, int n_params, 
   return 2 * ((b + 63) / 64 * 64);
 }
 
-/* The cuda streamed model's bf16 gradient scratch of group @g: its tensors back to back, each rounded up to 256
- * bytes (cuBLAS sees the alignment of gpt_cuda_set_weight()'s contract). No overflow for a config that passes
- * gpt_config_check() (at most 4 * 65536^2 elements a tensor, 12 tensors a group). */
-static size_t cuda_group_bytes(const gpt_config *c, const gpt_param_spec *specs, int g) {
-  int first, count;
-  gpt_group_params(c, g, &first, &count);
-  size_t b = 0;
-  for (int i = first; i < first + count; i++) b += (specs[i].n_elems * 2 + 255) / 256 * 256;
-  return b;
-}
-
-/* Its three scratches: group 0 and twice the largest other group (SIZE_MAX past size_t). */
+/* The cuda streamed model's three bf16 gradient scratches: group 0 and twice the largest other group (SIZE_MAX past
+ * size_t), each group's tensors back to back, each rounded up to 256 bytes (cuBLAS sees the alignment of
+ * gpt_cuda_set_weight()'s contract). */
 static size_t cuda_scratch_bytes(const gpt_config *c, const gpt_param_spec *specs, size_t *g0, size_t *gmax) {
   size_t mx = 0, b;
   for (int g = 1; g < gpt_num_groups(c); g++) {
-    const size_t n = cuda_group_bytes(c, specs, g);
+    const size_t n = gpt_group_layout(c, specs, g, 2, 256, NULL);
     mx = n > mx ? n : mx;
   }
-  *g0 = cuda_group_bytes(c, specs, 0);
+  *g0 = gpt_group_layout(c, specs, 0, 2, 256, NULL);
   *gmax = mx;
   if (mx > SIZE_MAX / 2 || __builtin_add_overflow(2 * mx, *g0, &b)) return SIZE_MAX;
   return b;
@@ -107,10 +98,6 @@ static size_t cuda_scratch_bytes(const gpt_config *c, const gpt_param_spec *spec
 
 zo_dtype train_model_hand_dtype(const zo_engine_t *eng) {
   return zo_engine_grad_accum_dtype(eng) == ZO_DTYPE_F32 ? ZO_DTYPE_F32 : zo_engine_grad_dtype(eng);
-}
-
-double train_model_flops_per_token(const gpt_config *c, int T) {
-  return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
 }
 
 int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, int gemm_bf16,
@@ -194,7 +181,7 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
 #if ZO_TRAIN_CUDA
 /* Streamed cuda, group @g's gradient scratch and its bytes (the group's own, not the largest). */
 static char *cuda_scratch(const train_model *m, int g, size_t *bytes) {
-  *bytes = cuda_group_bytes(&m->cfg, m->specs, g);
+  *bytes = gpt_group_layout(&m->cfg, m->specs, g, 2, 256, NULL);
   return m->gscr_dev[g == 0 ? 0 : 1 + g % 2];
 }
 
@@ -214,7 +201,7 @@ static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
   char *scr = cuda_scratch(m, group, &bytes);
   const int bwd = phase == GPT_HOOK_BACKWARD;
   if (!end) {
-    if (bwd && group == 0 && zo_engine_grad_fence(m->eng, m->stream) != ZO_OK) return -1;
+    if (bwd && group == 0 && zo_grad_handover_fence(m->ho) != ZO_OK) return -1;
     if (bwd && zo_memset_async(m->stream, scr, 0, bytes) != ZO_OK) return -1;
     for (int i = first; i < first + count; i++) {
       const void *w;
@@ -225,11 +212,9 @@ static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
     }
     return 0;
   }
-  if (bwd && group >= 2 && zo_engine_grad_fence(m->eng, m->stream) != ZO_OK) return -1;
+  if (bwd && group >= 2 && zo_grad_handover_fence(m->ho) != ZO_OK) return -1;
   for (int i = first; i < first + count; i++) {
-    const void *g = scr + m->goff[i] * 2;
-    if (bwd && (m->hand_over ? zo_engine_grad_ready(m->eng, m->params[i], g, ZO_DTYPE_BF16)
-                             : zo_engine_grad_accumulate(m->eng, m->params[i], g, ZO_DTYPE_BF16)) != ZO_OK)
+    if (bwd && zo_grad_handover_put(m->ho, m->params[i], scr + m->goff[i] * 2, ZO_DTYPE_BF16, m->hand_over) != ZO_OK)
       return -1;
     if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
   }
@@ -262,21 +247,15 @@ static int stream_begin(train_model *m, int phase, int group) {
   return 0;
 }
 
-/* Streamed cpu, hand one tensor's gradient of this micro-batch over: cast into the ring's next free bytes (when
- * the rest of the ring is too short: a fence, after which the whole ring is free again, and its start), then
- * accumulate, or ready in the last micro-batch. One fence per ring's worth of gradients, not per tensor. */
+/* Streamed cpu, hand one tensor's gradient of this micro-batch over: cast into the ring where the hand-over places
+ * it (a fence first when the rest of the ring is too short: one per ring's worth, not per tensor), then accumulate,
+ * or ready in the last micro-batch. */
 static int stream_hand_over(train_model *m, int i, const float *g) {
-  const size_t n = m->specs[i].n_elems, bytes = (n * zo_dtype_size(m->hand_dtype) + 63) / 64 * 64;
-  if (bytes > m->ring_bytes - m->ring_head) {
-    if (zo_engine_grad_fence(m->eng, NULL) != ZO_OK) return -1;
-    m->ring_head = 0;
-  }
-  void *dst = m->ring + m->ring_head;
-  m->ring_head += bytes;
-  if (zo_cast(dst, m->hand_dtype, g, ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
-  zo_status st = m->hand_over ? zo_engine_grad_ready(m->eng, m->params[i], dst, m->hand_dtype)
-                              : zo_engine_grad_accumulate(m->eng, m->params[i], dst, m->hand_dtype);
-  return st == ZO_OK ? 0 : -1;
+  const size_t n = m->specs[i].n_elems;
+  size_t off;
+  if (zo_grad_handover_reserve(m->ho, n * zo_dtype_size(m->hand_dtype), &off, NULL) != ZO_OK) return -1;
+  if (zo_cast(m->ring + off, m->hand_dtype, g, ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
+  return zo_grad_handover_put(m->ho, m->params[i], m->ring + off, m->hand_dtype, m->hand_over) == ZO_OK ? 0 : -1;
 }
 
 static int stream_end(train_model *m, int phase, int group) {
@@ -315,15 +294,8 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
   if (gpt_create_streamed(&m->cfg, max_batch, recompute, &m->cpu, err, errlen)) return -1;
   m->soff = calloc(m->n_params, sizeof *m->soff);
   if (!m->soff) return snprintf(err, errlen, "out of memory"), -1;
-  for (int g = 0; g < gpt_num_groups(&m->cfg); g++) {
-    int first, count;
-    gpt_group_params(&m->cfg, g, &first, &count);
-    size_t off = 0; /* each tensor 64-byte aligned, as gpt_group_elems() counts */
-    for (int i = first; i < first + count; i++) {
-      m->soff[i] = off;
-      off += (m->specs[i].n_elems + 15) / 16 * 16;
-    }
-  }
+  for (int g = 0; g < gpt_num_groups(&m->cfg); g++) /* each tensor 64-byte aligned, as gpt_group_elems() counts */
+    gpt_group_layout(&m->cfg, m->specs, g, sizeof(float), 64, m->soff);
   const size_t el[2] = {gpt_group_elems(&m->cfg, 0), gpt_max_group_elems(&m->cfg)};
   for (int k = 0; k < 2; k++) {
     const size_t bytes = (el[k] * sizeof(float) + 63) / 64 * 64;
@@ -332,10 +304,12 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
     if (!m->wscr[k] || !m->gscr[k])
       return snprintf(err, errlen, "out of memory for the model's fp32 scratch (2 x %zu bytes)", bytes), -1;
   }
-  m->ring_bytes = train_model_ring_bytes(m->specs, m->n_params, m->hand_dtype);
-  if (zo_device_malloc(m->dev, m->ring_bytes, (void **)&m->ring) != ZO_OK)
+  const size_t ring = train_model_ring_bytes(m->specs, m->n_params, m->hand_dtype);
+  if (zo_device_malloc(m->dev, ring, (void **)&m->ring) != ZO_OK)
     return snprintf(err, errlen, "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
-                    "does not fit: %s", m->ring_bytes, zo_last_error()), -1;
+                    "does not fit: %s", ring, zo_last_error()), -1;
+  if (zo_grad_handover_create(m->eng, ring, ZO_GRAD_HANDOVER_ALIGN, NULL, &m->ho) != ZO_OK)
+    return snprintf(err, errlen, "%s", zo_last_error()), -1;
   gpt_set_hook(m->cpu, on_layer, m);
   if (m->gemm_bf16) {
     if (gpt_set_gemm_bf16(m->cpu)) return snprintf(err, errlen, "train.cpu_gemm: %s", gpt_last_error(m->cpu)), -1;
@@ -347,50 +321,6 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
   snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s, streamed: one layer group's weights at a time%s)",
            gpt_blas_core(), recompute ? ", activation checkpointing" : "");
   return 0;
-}
-
-int train_resolve_cpu_gemm(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
-                           int *bf16, char *msg, size_t cap) {
-  *bf16 = 0;
-  msg[0] = 0;
-  if (cuda || mode == TRAIN_GEMM_FP32) return 0; /* the CUDA model's products are bf16 already */
-  const char *what = mode == TRAIN_GEMM_AUTO ? "\"auto\"" : "\"bf16\"";
-  if (!streamed || working != ZO_DTYPE_BF16) {
-    if (mode == TRAIN_GEMM_AUTO)
-      return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): bf16 products need the CPU "
-                      "model with train.model_memory \"streamed\" and bf16.enabled; this run has%s working dtype %s",
-                      gpt_blas_core(), streamed ? "" : " the model resident,", zo_dtype_name(working)), 0;
-    snprintf(msg, cap, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
-             "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
-             "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", streamed ? "" : " resident",
-             zo_dtype_name(working));
-    return -1;
-  }
-  char why[512];
-  const double t0 = zo_clock_s();
-  const int rc = gpt_gemm_bf16_probe(c, max_batch, why, sizeof why);
-  const double ms = (zo_clock_s() - t0) * 1e3;
-  /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads either name) */
-  const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
-                                                                                                 : NULL;
-  char cpu[160];
-  snprintf(cpu, sizeof cpu, "%s%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
-                                          : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
-                                                                              : "no AVX-512",
-           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? " by " : "", lim ? lim : "");
-  if (rc == 0) {
-    *bf16 = 1;
-    if (mode == TRAIN_GEMM_AUTO)
-      snprintf(msg, cap, "train.cpu_gemm \"auto\": bf16 products (%s: every product of this model at micro-batch %d "
-               "made in %.0f ms; CPU: %s)", gpt_gemm_bf16_isa(), max_batch, ms, cpu);
-    return 0;
-  }
-  if (mode == TRAIN_GEMM_AUTO)
-    return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): this CPU (%s) cannot run "
-                    "oneDNN's bf16 products: %s", gpt_blas_core(), cpu, why), 0;
-  snprintf(msg, cap, "train.cpu_gemm: %s: this CPU (%s) cannot run oneDNN's bf16 products: %s; set train.cpu_gemm to "
-           "\"auto\" (bf16 products where the CPU runs them, fp32 elsewhere) or \"fp32\"", what, cpu, why);
-  return -1;
 }
 
 int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
@@ -408,10 +338,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   m->streamed = streamed && !m->cuda;
   m->cuda_streamed = streamed && m->cuda;
   if (gemm_bf16 && !m->cuda && (!m->streamed || m->grad_dtype != ZO_DTYPE_BF16)) {
-    snprintf(err, errlen, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
-             "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
-             "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", m->streamed ? "" : " resident",
-             zo_dtype_name(m->grad_dtype));
+    gpt_gemm_bf16_refusal(err, errlen, m->streamed, m->grad_dtype);
     free(m);
     return -1;
   }
@@ -428,15 +355,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   m->grad_bytes = total * zo_dtype_size(m->grad_dtype);
   size_t g0 = 0, gmax = 0;
   if (m->cuda_streamed) { /* tensor i at goff[i] elements (256-byte units) in its group's bf16 scratch */
-    for (int g = 0; g < gpt_num_groups(c); g++) {
-      int first, count;
-      gpt_group_params(c, g, &first, &count);
-      size_t off = 0;
-      for (int i = first; i < first + count; i++) {
-        m->goff[i] = off / 2;
-        off += (m->specs[i].n_elems * 2 + 255) / 256 * 256;
-      }
-    }
+    for (int g = 0; g < gpt_num_groups(c); g++) gpt_group_layout(c, m->specs, g, 2, 256, m->goff);
     m->grad_bytes = cuda_scratch_bytes(c, m->specs, &g0, &gmax);
   }
 
@@ -449,7 +368,8 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
     }
     if (gpt_cuda_create(c, max_batch, recompute, NULL, &m->gpu, err, errlen)) goto fail;
     if (zo_stream_wrap(dev, gpt_cuda_stream(m->gpu), &m->stream) != ZO_OK ||
-        zo_engine_set_compute_stream(eng, m->stream) != ZO_OK) {
+        zo_engine_set_compute_stream(eng, m->stream) != ZO_OK ||
+        zo_grad_handover_create(eng, 0, ZO_GRAD_HANDOVER_ALIGN, m->stream, &m->ho) != ZO_OK) {
       snprintf(err, errlen, "%s", zo_last_error());
       goto fail;
     }
@@ -513,6 +433,7 @@ void train_model_destroy(train_model *m) {
   if (!m) return;
   if (m->dev_grads) zo_device_free(m->dev, m->dev_grads);
   if (m->ring) zo_device_free(m->dev, m->ring);
+  zo_grad_handover_destroy(m->ho);
   for (int k = 0; k < 2; k++) {
     free(m->wscr[k]);
     free(m->gscr[k]);

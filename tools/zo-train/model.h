@@ -53,23 +53,6 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
 zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
 
 /*
- * train_resolve_cpu_gemm() - train.cpu_gemm as this run takes it, before the
- * model or its budget exists (so a dry run decides as the run does). @mode:
- * TRAIN_GEMM_FP32, _BF16 or _AUTO (train_config.h); @c, @max_batch: the
- * model and micro-batch whose product shapes are probed; @cuda: the CUDA
- * model (its products are bf16 already: 0, nothing to probe); @streamed,
- * @working: the CPU model's train.model_memory and the engine's working
- * dtype (bf16 products need "streamed" and bf16). "bf16" and "auto" probe
- * oneDNN once for every product tile of the model (gpt_gemm_bf16_probe).
- * Sets *@bf16: 1 for bf16 products, 0 for fp32. Returns 0 with @msg a line
- * for the log ("" when there is nothing to say: "fp32", or "bf16" that the
- * model line names), or -1 with @msg the error, naming train.cpu_gemm:
- * "bf16" where the model cannot take it or the CPU cannot run it.
- */
-int train_resolve_cpu_gemm(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
-                           int *bf16, char *msg, size_t cap);
-
-/*
  * train_model_create() - the model on @dev (cuda when zo_device_get_kind(dev)
  * is ZO_DEVICE_CUDA), its gradient buffer in @dev's memory, and its hooks on
  * @eng, whose tensors @params (gpt_param_specs() order, registered by the
@@ -129,13 +112,5 @@ const char *train_model_describe(const train_model *m);
 /* Wall seconds of forward and backward so far (cuda: to the end of their GPU work). */
 double train_model_forward_seconds(const train_model *m);
 double train_model_backward_seconds(const train_model *m);
-
-/*
- * train_model_flops_per_token() - model FLOPs per trained token: 6N + 12 L C T
- * (forward and backward of the N parameters' matmuls, and of attention's
- * scores and weighted sum over T positions), as PaLM's appendix B and llm.c
- * count them; recomputation is not counted (that would be hardware FLOPs).
- */
-double train_model_flops_per_token(const gpt_config *c, int T);
 
 #endif

@@ -154,7 +154,7 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
                       (a->bf16 ? (double)gpt_gemm_bf16_bytes(&two, a->B) : 0);
   /* the passes of both cuts (with recompute a forward more in backward), by the cost model */
   const double est = (PROBE_PASSES + 1) * (double)a->B * c->seq_len * (a->recompute ? 4.0 / 3 : 1) *
-                     (train_model_flops_per_token(&one, c->seq_len) + (L > 1 ? train_model_flops_per_token(&two, c->seq_len) : 0)) /
+                     (gpt_flops_per_token(&one, c->seq_len) + (L > 1 ? gpt_flops_per_token(&two, c->seq_len) : 0)) /
                      a->cost_rate;
   if (est > PROBE_BUDGET_S) {
     st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "the probe would take about %.0f s by the cost model (more than "

@@ -27,14 +27,13 @@ typedef struct train_settings {
   int model_streamed;     /* train.model_memory: "streamed" (default, 1): the cpu model holds one layer group's
                              fp32 weights and gradients at a time, the cuda model a layer group's bf16 gradients;
                              "resident" (0): the whole model in fp32 (cuda: the whole model's bf16 gradients) */
-  int cpu_gemm;           /* train.cpu_gemm as written: TRAIN_GEMM_FP32 (default), TRAIN_GEMM_BF16, TRAIN_GEMM_AUTO */
-  int cpu_gemm_bf16;      /* train.cpu_gemm resolved (train_resolve_cpu_gemm): 0, the CPU model's products in fp32
+  int cpu_gemm;           /* train.cpu_gemm as written: GPT_GEMM_FP32 (default), GPT_GEMM_BF16, GPT_GEMM_AUTO */
+  int cpu_gemm_bf16;      /* train.cpu_gemm resolved (gpt_gemm_bf16_resolve): 0, the CPU model's products in fp32
                              (OpenBLAS); 1, the blocks' four products with bf16 operands and fp32 accumulation
                              (oneDNN; streamed CPU model under bf16.enabled only), as the CUDA model computes */
 } train_settings;
 
-/* train.cpu_gemm's values, in the order of the config's strings "fp32", "bf16", "auto". */
-enum { TRAIN_GEMM_FP32 = 0, TRAIN_GEMM_BF16 = 1, TRAIN_GEMM_AUTO = 2 };
+/* train.cpu_gemm's values: gpt.h's GPT_GEMM_FP32, _BF16, _AUTO, in the order of the strings "fp32", "bf16", "auto". */
 
 /* The application-owned top-level blocks, for zo_config_opts.app_blocks. */
 extern const char *const train_app_blocks[];

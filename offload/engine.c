@@ -262,6 +262,8 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
     free(e);
     return zo_error_set(ZO_ERR_CONFIG, "zoffload.optimizer_state_dtype: expected fp32 or bf16");
   }
+  ZO_CHECK_GOTO(eng_wb_create(e), st, fail);
+  ZO_CHECK_GOTO(eng_fetch_create(e), st, fail);
   ZO_CHECK_GOTO(create_tiers(e, cfg), st, fail);
   ZO_CHECK_GOTO(create_device(e, cfg, dev), st, fail);
   ZO_CHECK_GOTO(create_pool(e, cfg), st, fail);
@@ -323,17 +325,8 @@ void zo_engine_destroy(zo_engine_t *e) {
     if (p->blk) zo_arena_free(e->arena, p->blk, NULL); /* the copy stream is idle; compute is the caller's to finish */
     zo_event_destroy(p->ready);
   }
-  for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = wb_at(e, i);
-    if (w->state == WB_WRITING) zo_swap_wait(e->pswap, w->req);
-  }
-  free(e->wb);
-  if (e->wb_ring) zo_host_free(e->wb_ring, e->wb_bytes, 1);
-  for (int i = 0; i < e->n_pstage; i++) zo_host_free(e->pstage[i], e->pstage_el * zo_dtype_size(e->wdtype), 1);
-  free(e->pstage);
-  free(e->pstage_busy);
-  free(e->trace);
-  free(e->rec);
+  eng_wb_free(e);
+  eng_fetch_free(e);
   eng_host_buf_free(&e->param_host);
   if (e->own_pswap) zo_swap_destroy(e->pswap);
   eng_gnv_free(e); /* gradient writes in flight (after an error) */
@@ -548,22 +541,7 @@ static zo_status alloc_param_nvme(zo_engine_t *e, const zo_plan *plan) {
   st = zo_swap_file_create(e->pswap, "params.swp", pbytes, &e->pfile);
   if (st != ZO_OK) return zo_error_prefix(st, "engine: working weights file");
   eng_ledger_note(e, ZO_TIER_NVME, "params.swp", zo_swap_file_size(e->pfile), 0, 1);
-  e->pstage_el = plan->pstage_el;
-  e->n_pstage = plan->n_pstage;
-  e->pstage = calloc(e->n_pstage, sizeof *e->pstage);
-  e->pstage_busy = calloc(e->n_pstage, sizeof *e->pstage_busy);
-  if (!e->pstage || !e->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  const size_t each = zo_plan_bytes(plan, "offload_param.staging");
-  for (int b = 0; b < e->n_pstage; b++) {
-    int pinned;
-    st = zo_host_alloc(each, 1, &e->pstage[b], &pinned);
-    if (st != ZO_OK)
-      return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
-                             "zero_optimization.offload_param.buffer_count)", b + 1, e->n_pstage, each);
-    eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
-    ZO_CHECK(eng_pin_check(e, "offload_param.staging", e->pstage[b], each));
-  }
-  return ZO_OK;
+  return eng_fetch_stage_alloc(e, plan);
 }
 
 /* Allocate what @plan says, in its order; every size and offset is the plan's (plan.c), each request is noted in
@@ -660,22 +638,6 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
   return ZO_OK;
 }
 
-/* The write-back ring of parameters on nvme (its size: plan.c). */
-static zo_status alloc_write_back(zo_engine_t *e, const zo_plan *plan) {
-  if (!plan->wb_bytes) return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
-  if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
-                        "buffers of %zu elements is more bytes than size_t holds", e->n_pstage, e->pstage_el);
-  e->wb_bytes = plan->wb_bytes;
-  int pinned;
-  zo_status st = zo_host_alloc(e->wb_bytes, 1, &e->wb_ring, &pinned);
-  if (st != ZO_OK)
-    return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
-                           "zero_optimization.offload_param.buffer_count or buffer_size)", e->wb_bytes);
-  eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", e->wb_bytes, 1, -1);
-  return eng_pin_check(e, "write_back_ring", e->wb_ring, e->wb_bytes);
-}
-
 /* Every tier's buffers, in the plan's order (the ledger lists them so: test_plan compares the two), after the
  * start-up budget has checked host memory, pinned memory and NVMe space before anything is allocated (device
  * memory: alloc_device_block, with messages that also name the limit in force). */
@@ -712,7 +674,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_alloc(e, plan));
-  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_write_back(e, plan));
+  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_wb_ring_alloc(e, plan));
   if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */
     zo_warn("engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
             "pageable, as zoffload.allow_pageable_host allows: host<->device copies from them are staged by the "

@@ -78,19 +78,20 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
     memcpy(dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
     return ZO_OK;
   }
-  wb_entry *w = eng_wb_find(e, p, 0, -1);
-  if (w && w->state != WB_FILLING && w->n == p->shard_n) {
-    memcpy(dst, (const char *)e->wb_ring + w->ring_off, p->shard_n * wsz);
+  const wb_entry *w = eng_wb_written(e->wb, p, p->shard_n);
+  if (w) {
+    memcpy(dst, eng_wb_data(e->wb, w), p->shard_n * wsz);
     return ZO_OK;
   }
   ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
   zo_swap_req_t *req = NULL;
   const size_t nbytes = zo_round_up(p->part_n * wsz, e->swap_align);
-  zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[0], nbytes, &req);
+  zo_status st =
+      zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, eng_fetch_stage(e->fetch, 0), nbytes, &req);
   if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
   if (st != ZO_OK) return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
   e->ctr.nvme_read_bytes += nbytes;
-  memcpy(dst, e->pstage[0], p->part_n * wsz);
+  memcpy(dst, eng_fetch_stage(e->fetch, 0), p->part_n * wsz);
   return ZO_OK;
 }
 
@@ -190,17 +191,17 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
 }
 
 zo_status eng_pg_issue(zo_engine_t *e) {
-  if (!e->trace_valid || e->trace_off) return ZO_OK;
+  if (!eng_trace_follow(e->fetch)) return ZO_OK;
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
   for (int i = 0; i < e->pg_q_n; i++) ahead += (int64_t)g_at(e, i)->p->n;
   const int64_t bucket_cap = e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
-  while (e->pg_next < e->trace_len) {
+  while (e->pg_next < eng_trace_len(e->fetch)) {
     /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and the bucket */
     int k = 0;
     int64_t in_bucket = 0;
-    while (e->pg_next < e->trace_len && k < 256) {
-      zo_param_t *p = e->params[e->trace[e->pg_next]];
+    while (e->pg_next < eng_trace_len(e->fetch) && k < 256) {
+      zo_param_t *p = e->params[eng_trace_at(e->fetch, e->pg_next)];
       if ((e->pg_q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) ||
           (k && in_bucket + (int64_t)p->n > bucket_cap))
         break;
@@ -290,7 +291,7 @@ zo_status eng_pg_drop_pending(zo_engine_t *e) {
     zo_status s2 = pop_oldest(e);
     if (st == ZO_OK) st = s2;
   }
-  e->pg_next = e->trace_pos;
+  e->pg_next = eng_trace_pos(e->fetch);
   return st;
 }
 

@@ -10,6 +10,76 @@
 
 #include "engine_internal.h"
 #include "nvtx.h"
+#include "pinned_internal.h"
+#include "plan_internal.h"
+
+/* The fetch coordinator (e->fetch): created with the engine, its staging buffers allocated at finalize under
+ * offload_param "nvme". */
+struct eng_fetch {
+  void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
+  int n_pstage;
+  size_t pstage_el;          /* elements per staging buffer */
+  uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
+  size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
+  int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
+  int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
+  int *rec, rec_len, rec_cap;
+  int64_t fetch_clock;
+};
+
+zo_status eng_fetch_create(zo_engine_t *e) {
+  e->fetch = calloc(1, sizeof *e->fetch);
+  return e->fetch ? ZO_OK : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+}
+
+/* The plan's staging buffers of nvme reads, each noted in the ledger. */
+zo_status eng_fetch_stage_alloc(zo_engine_t *e, const zo_plan *plan) {
+  struct eng_fetch *f = e->fetch;
+  f->pstage_el = plan->pstage_el;
+  f->n_pstage = plan->n_pstage;
+  f->pstage = calloc(f->n_pstage, sizeof *f->pstage);
+  f->pstage_busy = calloc(f->n_pstage, sizeof *f->pstage_busy);
+  if (!f->pstage || !f->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  const size_t each = zo_plan_bytes(plan, "offload_param.staging");
+  for (int b = 0; b < f->n_pstage; b++) {
+    int pinned;
+    zo_status st = zo_host_alloc(each, 1, &f->pstage[b], &pinned);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
+                             "zero_optimization.offload_param.buffer_count)", b + 1, f->n_pstage, each);
+    eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
+    ZO_CHECK(eng_pin_check(e, "offload_param.staging", f->pstage[b], each));
+  }
+  return ZO_OK;
+}
+
+void eng_fetch_free(zo_engine_t *e) {
+  struct eng_fetch *f = e->fetch;
+  if (!f) return;
+  for (int i = 0; i < f->n_pstage; i++) zo_host_free(f->pstage[i], f->pstage_el * zo_dtype_size(e->wdtype), 1);
+  free(f->pstage);
+  free(f->pstage_busy);
+  free(f->trace);
+  free(f->rec);
+  free(f);
+  e->fetch = NULL;
+}
+
+void *eng_fetch_stage(const struct eng_fetch *f, int b) { return f->pstage[b]; }
+
+size_t eng_fetch_stage_bytes(const zo_engine_t *e) {
+  return (size_t)e->fetch->n_pstage * e->fetch->pstage_el * zo_dtype_size(e->wdtype);
+}
+
+size_t eng_fetch_live_el(const struct eng_fetch *f) { return f->live_el; }
+
+int eng_trace_follow(const struct eng_fetch *f) { return f->trace_valid && !f->trace_off; }
+
+int eng_trace_len(const struct eng_fetch *f) { return f->trace_len; }
+
+int eng_trace_pos(const struct eng_fetch *f) { return f->trace_pos; }
+
+int eng_trace_at(const struct eng_fetch *f, int pos) { return f->trace[pos]; }
 
 /* ---------------------------------------------------------------- device copies in the arena */
 
@@ -49,7 +119,7 @@ void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
   p->blk = NULL;
   p->weights = NULL;
   p->pstate = P_HOST;
-  e->live_el -= p->n;
+  e->fetch->live_el -= p->n;
 }
 
 /* Make room for @need bytes of device memory by dropping released device
@@ -74,7 +144,7 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   zo_status st = eng_swap_wait(e, e->pswap, &q->read_req);
   if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->fetch->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
   ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
   e->ctr.h2d_bytes += q->n * wsz;
   q->pstate = P_COPYING;
@@ -83,9 +153,9 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
 
 /* Position in the trace, at or after the current one, where tensor @idx is
  * fetched next; INT_MAX when not again in this step. */
-static int next_use(const zo_engine_t *e, int idx) {
-  for (int j = e->trace_pos; j < e->trace_len; j++)
-    if (e->trace[j] == idx) return j;
+static int next_use(const struct eng_fetch *f, int idx) {
+  for (int j = f->trace_pos; j < f->trace_len; j++)
+    if (f->trace[j] == idx) return j;
   return INT_MAX;
 }
 
@@ -98,7 +168,7 @@ static int evict_for_prefetch(zo_engine_t *e, int pos) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *q = e->params[i];
     if (q->pstate != P_RESIDENT || q->in_use || q->persistent) continue;
-    int u = next_use(e, q->index);
+    int u = next_use(e->fetch, q->index);
     if (u > far) far = u, victim = q;
   }
   if (!victim) return 0;
@@ -109,10 +179,11 @@ static int evict_for_prefetch(zo_engine_t *e, int pos) {
 /* q's host-to-device copy has landed: free its staging buffer; a copy no
  * fetch holds may be moved by a compaction from now on. */
 static zo_status copy_landed(zo_engine_t *e, zo_param_t *q) {
-  if (q->stage >= 0) e->pstage_busy[q->stage] = 0;
+  struct eng_fetch *f = e->fetch;
+  if (q->stage >= 0) f->pstage_busy[q->stage] = 0;
   q->stage = -1;
   q->pstate = P_RESIDENT;
-  e->inflight_el -= q->n;
+  f->inflight_el -= q->n;
   return q->in_use ? ZO_OK : eng_blk_unpin(e, q, e->compute_stream);
 }
 
@@ -138,17 +209,18 @@ static zo_status pump(zo_engine_t *e) {
 /* A free nvme staging buffer, or -1. With @wait, completes the oldest
  * in-flight fetch that holds one instead of giving up. */
 static zo_status free_stage(zo_engine_t *e, int wait, int *b) {
+  struct eng_fetch *f = e->fetch;
   *b = -1;
   ZO_CHECK(pump(e));
-  for (int k = 0; k < e->n_pstage; k++)
-    if (!e->pstage_busy[k]) {
+  for (int k = 0; k < f->n_pstage; k++)
+    if (!f->pstage_busy[k]) {
       *b = k;
       return ZO_OK;
     }
   if (!wait) return ZO_OK;
   zo_param_t *q = NULL; /* every buffer is held by a fetch in flight: finish the one issued first */
-  for (int k = 0; k < e->n_pstage; k++) {
-    zo_param_t *c = e->params[e->pstage_busy[k] - 1];
+  for (int k = 0; k < f->n_pstage; k++) {
+    zo_param_t *c = e->params[f->pstage_busy[k] - 1];
     if (!q || c->last_use < q->last_use) q = c;
   }
   if (q->pstate == P_READING) ZO_CHECK(finish_read(e, q));
@@ -179,7 +251,7 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
       return ZO_OK;
     }
     if (evict_one(e)) continue;
-    if (e->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
+    if (e->fetch->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
       ZO_CHECK(eng_settle_fetches(e));
       if (evict_one(e)) continue;
     }
@@ -197,15 +269,11 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
  * returns ZO_OK with *started = 0 when it finds no room (device memory or
  * staging buffers); a demand fetch evicts and waits instead. */
 static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
+  struct eng_fetch *f = e->fetch;
   const size_t wsz = zo_dtype_size(e->wdtype);
   const int in_file = eng_pw_in_file(e, p); /* else in param_host: copied from there, no staging, no disk */
   *started = 0;
   int b = -1;
-  /* nvme: while the tensor's new weights are still being written to
-   * params.swp, its write-back source in host memory is the freshest copy:
-   * copy from there, no read (this is what lets the next step's first layers,
-   * updated last, start without a write-then-read round trip). */
-  wb_entry *fw = in_file && p->shard_n == p->n ? eng_wb_find(e, p, 0, -1) : NULL;
   /* stage 3 on several ranks: the tensor all-gathered for this fetch (engine_dp3.c); a prefetch whose gather has
    * not landed yet waits for a later call */
   const void *gathered = NULL;
@@ -213,37 +281,42 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     ZO_CHECK(eng_pg_src(e, pos, demand, &gathered));
     if (!gathered) return ZO_OK;
   }
-  const int forward = fw && fw->state != WB_FILLING && fw->n == p->n;
-  if (forward) fw->hold = 1; /* making device room below may reap regions */
+  /* nvme: while the tensor's new weights are still being written to
+   * params.swp, its write-back source in host memory is the freshest copy:
+   * copy from there, no read (this is what lets the next step's first layers,
+   * updated last, start without a write-then-read round trip). */
+  wb_entry *fw = in_file && p->shard_n == p->n ? eng_wb_written(e->wb, p, p->n) : NULL;
+  const int forward = fw != NULL;
+  if (forward) eng_wb_hold(fw, 1); /* making device room below may reap regions */
   if (in_file && !forward && !gathered) {
     ZO_CHECK(free_stage(e, demand, &b));
     if (b < 0) return ZO_OK;
   }
   int got = 0;
   zo_status dst = device_copy_alloc(e, p, demand, pos, &got);
-  if (forward) fw->hold = 0;
+  if (forward) eng_wb_hold(fw, 0);
   if (dst != ZO_OK || !got) return dst;
-  e->live_el += p->n;
-  e->inflight_el += p->n;
-  p->last_use = ++e->fetch_clock;
+  f->live_el += p->n;
+  f->inflight_el += p->n;
+  p->last_use = ++f->fetch_clock;
   const void *host_src = gathered  ? gathered
                          : !in_file ? (char *)e->param_host.ptr + p->pw_el * wsz
-                         : forward  ? (char *)e->wb_ring + fw->ring_off
+                         : forward  ? eng_wb_data(e->wb, fw)
                                     : NULL;
   if (host_src) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
-    if (forward) fw->h2d = 1, fw->hold = 0; /* the region lives until this copy is done */
+    if (forward) eng_wb_mark_h2d(fw), eng_wb_hold(fw, 0); /* the region lives until this copy is done */
     if (gathered) eng_pg_mark_h2d(e, pos);   /* likewise the gather's region */
     e->ctr.h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
     ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
-    e->pstage_busy[b] = (uint64_t)p->index + 1;
+    f->pstage_busy[b] = (uint64_t)p->index + 1;
     p->stage = b;
     size_t nbytes = zo_round_up(p->n * wsz, e->swap_align);
     /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
-    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pstage[b], nbytes, &p->read_req);
+    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, f->pstage[b], nbytes, &p->read_req);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
     e->ctr.nvme_read_bytes += nbytes;
     p->pstate = P_READING;
@@ -258,17 +331,18 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
  * stage3_max_live_parameters. Never crosses the end of the step (the
  * optimizer step changes the weights). */
 zo_status eng_prefetch_ahead(zo_engine_t *e) {
+  struct eng_fetch *f = e->fetch;
   ZO_CHECK(pump(e));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_issue(e)); /* the gathers along the trace come first, in trace order */
-  if (!e->trace_valid || e->trace_off) return ZO_OK;
+  if (!f->trace_valid || f->trace_off) return ZO_OK;
   /* Refill in batches: wait until half the bucket has landed, then fill it, so
    * the copy engine takes many tensors per wake-up instead of one per release. */
-  if ((int64_t)e->inflight_el * 2 > e->cfg.zero.stage3_prefetch_bucket_size) return ZO_OK;
-  for (int j = e->trace_pos; j < e->trace_len; j++) {
-    zo_param_t *q = e->params[e->trace[j]];
+  if ((int64_t)f->inflight_el * 2 > e->cfg.zero.stage3_prefetch_bucket_size) return ZO_OK;
+  for (int j = f->trace_pos; j < f->trace_len; j++) {
+    zo_param_t *q = e->params[f->trace[j]];
     if (q->pstate != P_HOST) continue;
-    if ((int64_t)(e->inflight_el + q->n) > e->cfg.zero.stage3_prefetch_bucket_size ||
-        (int64_t)(e->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
+    if ((int64_t)(f->inflight_el + q->n) > e->cfg.zero.stage3_prefetch_bucket_size ||
+        (int64_t)(f->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
       break;
     int started;
     ZO_CHECK(start_fetch(e, q, 0, j, &started));
@@ -282,27 +356,28 @@ zo_status eng_prefetch_ahead(zo_engine_t *e) {
  * a fetch that departs from it switches the rest of the step to demand
  * fetching, with one warning, and the step's order becomes the new trace. */
 static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
-  if (e->trace_off) return ZO_OK;
-  if (e->rec_len == e->rec_cap) {
-    int cap = e->rec_cap ? 2 * e->rec_cap : 256;
-    int *n = realloc(e->rec, cap * sizeof *n);
+  struct eng_fetch *f = e->fetch;
+  if (f->trace_off) return ZO_OK;
+  if (f->rec_len == f->rec_cap) {
+    int cap = f->rec_cap ? 2 * f->rec_cap : 256;
+    int *n = realloc(f->rec, cap * sizeof *n);
     if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    e->rec = n;
-    e->rec_cap = cap;
+    f->rec = n;
+    f->rec_cap = cap;
   }
-  e->rec[e->rec_len++] = p->index;
-  if (!e->trace_valid) return ZO_OK;
-  if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == p->index) {
-    e->trace_pos++;
+  f->rec[f->rec_len++] = p->index;
+  if (!f->trace_valid) return ZO_OK;
+  if (f->trace_pos < f->trace_len && f->trace[f->trace_pos] == p->index) {
+    f->trace_pos++;
     return ZO_OK;
   }
-  if (!e->trace_warned)
+  if (!f->trace_warned)
     zo_warn("fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
             "demand for the rest of the step and recording the new order",
-            e->trace_pos, e->trace_pos < e->trace_len ? e->params[e->trace[e->trace_pos]]->name : "(end of trace)",
+            f->trace_pos, f->trace_pos < f->trace_len ? e->params[f->trace[f->trace_pos]]->name : "(end of trace)",
             p->name);
-  e->trace_warned = 1;
-  e->trace_valid = 0;
+  f->trace_warned = 1;
+  f->trace_valid = 0;
   if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* gathered ahead along the old trace: no fetch will use them */
   return ZO_OK;
 }
@@ -319,19 +394,20 @@ zo_status eng_settle_fetches(zo_engine_t *e) {
 /* At the end of a step: adopt the step's fetch order as the trace when there
  * was none or it changed. */
 zo_status eng_trace_end_step(zo_engine_t *e) {
+  struct eng_fetch *f = e->fetch;
   if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* a step that ended before its trace did */
-  if (e->ptier == ZO_OFFLOAD_NONE || e->rec_len == 0) return ZO_OK;
-  int same = e->trace_valid && e->trace_len == e->rec_len && e->trace_pos == e->trace_len;
+  if (e->ptier == ZO_OFFLOAD_NONE || f->rec_len == 0) return ZO_OK;
+  int same = f->trace_valid && f->trace_len == f->rec_len && f->trace_pos == f->trace_len;
   if (!same) {
-    free(e->trace);
-    e->trace = malloc(e->rec_len * sizeof *e->trace);
-    if (!e->trace) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    memcpy(e->trace, e->rec, e->rec_len * sizeof *e->trace);
-    e->trace_len = e->rec_len;
+    free(f->trace);
+    f->trace = malloc(f->rec_len * sizeof *f->trace);
+    if (!f->trace) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    memcpy(f->trace, f->rec, f->rec_len * sizeof *f->trace);
+    f->trace_len = f->rec_len;
   }
-  e->trace_valid = 1;
-  e->trace_pos = 0;
-  e->rec_len = 0;
+  f->trace_valid = 1;
+  f->trace_pos = 0;
+  f->rec_len = 0;
   e->pg_next = 0;
   return ZO_OK;
 }
@@ -344,6 +420,7 @@ static zo_status wait_ready(zo_engine_t *e, zo_event_t *ev) {
 
 static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
+  struct eng_fetch *f = e->fetch;
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
   if (p->has_grad)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': its gradient was handed over in this step "
@@ -361,8 +438,8 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     /* stage 3 on several ranks: every fetch has its gather, issued ahead along the trace or now */
     int pos = 0;
     if (eng_dp3(e)) {
-      if (e->trace_valid && !e->trace_off) {
-        pos = e->trace_pos - 1;
+      if (f->trace_valid && !f->trace_off) {
+        pos = f->trace_pos - 1;
         ZO_CHECK(eng_pg_issue(e));
       } else {
         pos = -1;
@@ -376,7 +453,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     }
     if (p->pstate == P_READING) ZO_CHECK(finish_read(e, p));
     p->in_use++;
-    p->last_use = ++e->fetch_clock;
+    p->last_use = ++f->fetch_clock;
     ZO_CHECK(eng_blk_pin(e, p)); /* not moved until release; prefetches below may compact */
     /* The host-to-device copy, or a refresh queued after the last step. With
      * a compute stream the copy lands later (pump() notices); the block stays
@@ -389,7 +466,7 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   const double waited = zo_clock_s() - t0;
   e->ctr.fetch_wait_s += waited;
   if (waited > 1e-3)
-    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, e->trace_pos, waited * 1e3,
+    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, f->trace_pos, waited * 1e3,
              entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
              : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
   if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e)); /* overlaps the compute that follows */
@@ -411,13 +488,15 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
 zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
   ENG_CHECK_OWNER(e, "set_trace");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
-  if (!enabled && !e->trace_off && e->finalized && eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e));
-  e->trace_off = !enabled;
+  struct eng_fetch *f = e->fetch;
+  if (!enabled && !f->trace_off && e->finalized && eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e));
+  f->trace_off = !enabled;
   return ZO_OK;
 }
 
 static zo_status release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
+  struct eng_fetch *f = e->fetch;
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
   if (e->world > 1) ZO_CHECK(eng_dp_progress(e, 0)); /* gradient reductions in flight */
   ZO_CHECK(eng_nv_advance(e));
@@ -432,11 +511,11 @@ static zo_status release(zo_engine_t *e, zo_param_t *p) {
    * again within stage3_max_reuse_distance elements; a compaction may move it
    * once the compute queued so far is done with it. */
   int keep = p->persistent;
-  if (!keep && e->trace_valid && !e->trace_off) {
+  if (!keep && f->trace_valid && !f->trace_off) {
     int64_t dist = 0;
-    for (int j = e->trace_pos; j < e->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
-      keep = e->trace[j] == p->index;
-      dist += (int64_t)e->params[e->trace[j]]->n;
+    for (int j = f->trace_pos; j < f->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
+      keep = f->trace[j] == p->index;
+      dist += (int64_t)e->params[f->trace[j]]->n;
     }
   }
   if (keep) {

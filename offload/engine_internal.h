@@ -7,8 +7,11 @@
  *                     (zoffload/plan.h), and the ledger of what finalize
  *                     allocated;
  *   engine_wb.c       where new working weights go, and the write-back ring
- *                     of nvme parameters (offload_param.device "nvme");
- *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction;
+ *                     of nvme parameters (offload_param.device "nvme"):
+ *                     struct eng_wb, opaque, defined and owned there;
+ *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction, the
+ *                     staging buffers of nvme reads: struct eng_fetch, opaque,
+ *                     defined and owned there;
  *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
  *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups, and
  *                     its state (struct eng_nv, e->nv: the swap, the state
@@ -141,21 +144,11 @@ typedef struct sg_slot {
  * (engine_gradnv.c), each owned by its file; the others use the functions declared below. */
 struct eng_nv;
 struct eng_gnv;
-
-/* offload_param nvme: one region of the write-back ring (see eng_wb_alloc). */
-typedef struct wb_entry {
-  int param;                 /* tensor index */
-  size_t off, n;             /* shard elements it holds */
-  size_t ring_off, bytes;    /* bytes of the ring (n elements padded to the swap alignment) */
-  int state;                 /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
-  zo_swap_req_t *req;
-  zo_adam_task_t **task;     /* the Adam task filling it; NULL for a cast */
-  int early;                 /* *task is set by on_grad_landed on the copy stream */
-  int h2d;                   /* a host-to-device copy from it may be in flight (the tensor's ready event) */
-  int hold;                  /* a fetch is about to copy from it: not freed meanwhile */
-} wb_entry;
-
-enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
+/* offload_param nvme: the write-back ring (e->wb) and one region of it (see eng_wb_alloc); opaque, engine_wb.c. */
+struct eng_wb;
+typedef struct wb_entry wb_entry;
+/* Parameter offload: the fetch coordinator (e->fetch); opaque, engine_fetch.c. */
+struct eng_fetch;
 
 /* Several ranks: one gradient reduction in flight (engine_dp.c), in a region of e->dp_grad. */
 typedef struct dp_red {
@@ -310,21 +303,10 @@ struct zo_engine {
   struct eng_gnv *gnv;       /* NULL until finalize allocates it (eng_gnv_alloc), and unless nvme */
 
   /* ---- offload_param nvme: the write-back ring (engine_wb.c) */
-  void *wb_ring;             /* offload_param nvme: pinned write-back ring of new working weights */
-  size_t wb_bytes;
-  wb_entry *wb;              /* its live regions, oldest first: circular, wb_n from wb_first */
-  int wb_first, wb_n, wb_cap;
+  struct eng_wb *wb;         /* the pinned ring of new working weights bound for params.swp, and its live regions */
 
   /* ---- parameter offload: the fetch coordinator (engine_fetch.c) */
-  void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
-  int n_pstage;
-  size_t pstage_el;          /* elements per staging buffer */
-  uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
-  size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
-  int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
-  int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
-  int *rec, rec_len, rec_cap;
-  int64_t fetch_clock;
+  struct eng_fetch *fetch;   /* the trace of the fetch order, the nvme staging buffers, device-held elements */
 };
 
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
@@ -339,10 +321,6 @@ static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, 
   if (head < tail && tail - head >= bytes) return *off = head, 1;
   return 0;
 }
-
-/* The i-th live region of the write-back ring, oldest first. */
-static inline wb_entry *wb_at(const zo_engine_t *e, int i) { return &e->wb[(e->wb_first + i) % e->wb_cap]; }
-
 
 /* Device Adam: offload_optimizer "none" on a device whose memory the host cannot address (a GPU): master weights,
  * moments and gradients in device memory, updated by the kernel of gpu/adam_device.h on the copy stream. */
@@ -361,6 +339,13 @@ zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes
 
 /* ---------------------------------------------------------------- engine_wb.c */
 
+/* At create: e->wb, the write-back ring's bookkeeping (no ring yet). Every engine has one from then on. */
+zo_status eng_wb_create(zo_engine_t *e);
+/* At finalize, offload_param "nvme": the ring of the plan's wb_bytes (none when every tensor is cached in
+ * param_host), noted in the ledger. */
+zo_status eng_wb_ring_alloc(zo_engine_t *e, const zo_plan *plan);
+/* At destroy: wait the params.swp writes in flight (errors ignored), free the ring and e->wb (NULL: a no-op). */
+void eng_wb_free(zo_engine_t *e);
 /* Where the working-dtype copy of shard elements [off, ...) of @p is written
  * (see the comment at its definition). */
 void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off);
@@ -370,8 +355,21 @@ void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off);
 zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early);
 /* Collect finished params.swp writes without blocking; free regions oldest first. */
 zo_status eng_wb_reap(zo_engine_t *e);
-/* The newest region of @p holding [off, ...) in @state (-1: any), or NULL. */
-wb_entry *eng_wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int state);
+/* The newest region of @p from shard element 0 when its weights are written (no longer being filled) and it holds
+ * exactly @n elements (the fetched tensor, or this rank's block), else NULL: a fetch may copy from it instead of
+ * reading params.swp. Valid until the next eng_wb_alloc(), and the next eng_wb_reap() unless held. */
+wb_entry *eng_wb_written(const struct eng_wb *wb, const zo_param_t *p, size_t n);
+/* The bytes of region @w in the ring (pinned host memory; its tensor's elements in the working dtype). */
+const void *eng_wb_data(const struct eng_wb *wb, const wb_entry *w);
+/* @hold 1: region @w is not freed by eng_wb_reap() (a fetch is about to copy from it); 0: it may be again. */
+void eng_wb_hold(wb_entry *w, int hold);
+/* A host-to-device copy out of region @w was queued (its tensor's ready event marks its end): @w lives until it
+ * has landed. */
+void eng_wb_mark_h2d(wb_entry *w);
+/* Bytes of the ring (pinned host memory; 0 before finalize or without one). */
+size_t eng_wb_ring_bytes(const struct eng_wb *wb);
+/* Live regions of the ring (0 once every write is on disk and reaped). For tests. */
+int eng_wb_live(const struct eng_wb *wb);
 /* Wait the params.swp writes of @p in flight (those overlapping [off, off + n) when n > 0). */
 zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n);
 /* Publish new working weights of shard elements [off, off + n) written at eng_working_dst(). */
@@ -381,6 +379,28 @@ zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, 
 
 /* ---------------------------------------------------------------- engine_fetch.c */
 
+/* At create: e->fetch, the fetch coordinator (no trace, no staging buffers yet). Every engine has one from then on. */
+zo_status eng_fetch_create(zo_engine_t *e);
+/* At finalize, offload_param "nvme" with params.swp: the plan's n_pstage staging buffers of pstage_el elements of
+ * the nvme reads, noted in the ledger. */
+zo_status eng_fetch_stage_alloc(zo_engine_t *e, const zo_plan *plan);
+/* At destroy: free the staging buffers, the trace and e->fetch (NULL: a no-op). No read may be in flight. */
+void eng_fetch_free(zo_engine_t *e);
+/* Staging buffer @b (< the plan's n_pstage) of nvme reads. Stage 3 on several ranks reads a rank's own block
+ * through buffer 0, which no fetch uses there (engine_dp3.c). */
+void *eng_fetch_stage(const struct eng_fetch *f, int b);
+/* Bytes of every staging buffer together (pinned host memory; 0 without any). */
+size_t eng_fetch_stage_bytes(const zo_engine_t *e);
+/* Elements of working copies held on the device (fetched, kept, or in flight). */
+size_t eng_fetch_live_el(const struct eng_fetch *f);
+/* Fetches follow the trace: a trace was adopted, this step has not left it, and zo_engine_set_trace() did not turn
+ * it off. */
+int eng_trace_follow(const struct eng_fetch *f);
+/* Fetches in the trace (0 before the first step's end), the position of the next fetch in it, and the tensor index
+ * of the fetch at position @pos (0 <= pos < eng_trace_len()). */
+int eng_trace_len(const struct eng_fetch *f);
+int eng_trace_pos(const struct eng_fetch *f);
+int eng_trace_at(const struct eng_fetch *f, int pos);
 /* Pin p->blk (no compaction moves it) and refresh p->weights; a no-op when pinned. */
 zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p);
 /* Let a compaction move p->blk once the work queued on @last_use (NULL: none) is done. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "engine_internal.h"
+#include "pinned_internal.h"
 
 /* ---------------------------------------------------------------- working weights */
 
@@ -40,6 +41,69 @@ void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
  * whose new weights are still there is copied to the device from it, not
  * read back from params.swp.
  */
+
+/* One region of the ring. */
+typedef struct wb_entry {
+  int param;                 /* tensor index */
+  size_t off, n;             /* shard elements it holds */
+  size_t ring_off, bytes;    /* bytes of the ring (n elements padded to the swap alignment) */
+  int state;                 /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
+  zo_swap_req_t *req;
+  zo_adam_task_t **task;     /* the Adam task filling it; NULL for a cast */
+  int early;                 /* *task is set by on_grad_landed on the copy stream */
+  int h2d;                   /* a host-to-device copy from it may be in flight (the tensor's ready event) */
+  int hold;                  /* a fetch is about to copy from it: not freed meanwhile */
+} wb_entry;
+
+enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
+
+/* The ring (e->wb): created with the engine, its memory allocated at finalize under offload_param "nvme". */
+struct eng_wb {
+  void *ring;                /* pinned write-back ring of new working weights, or NULL */
+  size_t bytes;              /* its size */
+  wb_entry *q;               /* its live regions, oldest first: circular, n from first */
+  int first, n, cap;
+};
+
+/* The i-th live region of the ring, oldest first. */
+static inline wb_entry *wb_at(const struct eng_wb *wb, int i) { return &wb->q[(wb->first + i) % wb->cap]; }
+
+zo_status eng_wb_create(zo_engine_t *e) {
+  e->wb = calloc(1, sizeof *e->wb);
+  return e->wb ? ZO_OK : zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+}
+
+/* The ring of the plan's size (plan.c), noted in the ledger. */
+zo_status eng_wb_ring_alloc(zo_engine_t *e, const zo_plan *plan) {
+  struct eng_wb *wb = e->wb;
+  if (!plan->wb_bytes) return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
+  if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
+    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
+                        "buffers of %zu elements is more bytes than size_t holds", plan->n_pstage, plan->pstage_el);
+  wb->bytes = plan->wb_bytes;
+  int pinned;
+  zo_status st = zo_host_alloc(wb->bytes, 1, &wb->ring, &pinned);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
+                           "zero_optimization.offload_param.buffer_count or buffer_size)", wb->bytes);
+  eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", wb->bytes, 1, -1);
+  return eng_pin_check(e, "write_back_ring", wb->ring, wb->bytes);
+}
+
+/* Wait the params.swp writes in flight (errors ignored), then free the ring. */
+void eng_wb_free(zo_engine_t *e) {
+  struct eng_wb *wb = e->wb;
+  if (!wb) return;
+  for (int i = 0; i < wb->n; i++) {
+    wb_entry *w = wb_at(wb, i);
+    if (w->state == WB_WRITING) zo_swap_wait(e->pswap, w->req);
+  }
+  free(wb->q);
+  if (wb->ring) zo_host_free(wb->ring, wb->bytes, 1);
+  free(wb);
+  e->wb = NULL;
+}
+
 /* Finish what region @w waits for, blocking: its Adam task (which issues the
  * write), the write, the host-to-device copy. */
 static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
@@ -66,8 +130,9 @@ static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
 
 /* Collect finished writes without blocking, then free regions from the oldest on. */
 zo_status eng_wb_reap(zo_engine_t *e) {
-  for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = wb_at(e, i);
+  struct eng_wb *wb = e->wb;
+  for (int i = 0; i < wb->n; i++) {
+    wb_entry *w = wb_at(wb, i);
     int done = 0;
     if (w->state == WB_WRITING) {
       ZO_CHECK(zo_swap_poll(e->pswap, w->req, &done));
@@ -78,20 +143,20 @@ zo_status eng_wb_reap(zo_engine_t *e) {
       if (done) w->h2d = 0;
     }
   }
-  while (e->wb_n && e->wb[e->wb_first].state == WB_DONE && !e->wb[e->wb_first].h2d && !e->wb[e->wb_first].hold) {
-    e->wb_first = (e->wb_first + 1) % e->wb_cap;
-    e->wb_n--;
+  while (wb->n && wb->q[wb->first].state == WB_DONE && !wb->q[wb->first].h2d && !wb->q[wb->first].hold) {
+    wb->first = (wb->first + 1) % wb->cap;
+    wb->n--;
   }
   return ZO_OK;
 }
 
 /* Byte offset in the ring where @need bytes fit after the newest region, or -1. */
-static int64_t wb_fit(const zo_engine_t *e, size_t need) {
-  if (!e->wb_n) return need <= e->wb_bytes ? 0 : -1;
-  const wb_entry *first = wb_at(e, 0), *last = wb_at(e, e->wb_n - 1);
+static int64_t wb_fit(const struct eng_wb *wb, size_t need) {
+  if (!wb->n) return need <= wb->bytes ? 0 : -1;
+  const wb_entry *first = wb_at(wb, 0), *last = wb_at(wb, wb->n - 1);
   const size_t head = first->ring_off, tail = last->ring_off + last->bytes;
   if (last->ring_off >= head) { /* live regions in one run [head, tail) */
-    if (tail + need <= e->wb_bytes) return (int64_t)tail;
+    if (tail + need <= wb->bytes) return (int64_t)tail;
     return need <= head ? 0 : -1; /* wrap to the start */
   }
   return tail + need <= head ? (int64_t)tail : -1; /* wrapped: the gap [tail, head) */
@@ -104,47 +169,65 @@ static int64_t wb_fit(const zo_engine_t *e, size_t need) {
 zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
   /* cpu, and cached nvme tensors, write into param_host; an empty shard (several ranks) writes nothing */
   if (!eng_pw_in_file(e, p) || n == 0) return ZO_OK;
+  struct eng_wb *wb = e->wb;
   const size_t need = zo_round_up(n * zo_dtype_size(e->wdtype), e->swap_align);
   ZO_CHECK(eng_wb_reap(e));
   int64_t at;
-  while ((at = wb_fit(e, need)) < 0) {
-    if (!e->wb_n)
+  while ((at = wb_fit(wb, need)) < 0) {
+    if (!wb->n)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: '%s' needs %zu bytes of write-back ring of %zu", p->name, need,
-                          e->wb_bytes); /* a bug: the ring is sized for the largest tensor */
-    ZO_CHECK(wb_settle(e, &e->wb[e->wb_first]));
+                          wb->bytes); /* a bug: the ring is sized for the largest tensor */
+    ZO_CHECK(wb_settle(e, &wb->q[wb->first]));
     ZO_CHECK(eng_wb_reap(e));
   }
-  if (e->wb_n == e->wb_cap) {
-    int cap = e->wb_cap ? 2 * e->wb_cap : 64;
+  if (wb->n == wb->cap) {
+    int cap = wb->cap ? 2 * wb->cap : 64;
     wb_entry *nw = malloc(cap * sizeof *nw);
     if (!nw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    for (int i = 0; i < e->wb_n; i++) nw[i] = *wb_at(e, i);
-    free(e->wb);
-    e->wb = nw;
-    e->wb_cap = cap;
-    e->wb_first = 0;
+    for (int i = 0; i < wb->n; i++) nw[i] = *wb_at(wb, i);
+    free(wb->q);
+    wb->q = nw;
+    wb->cap = cap;
+    wb->first = 0;
   }
-  *wb_at(e, e->wb_n++) =
+  *wb_at(wb, wb->n++) =
       (wb_entry){.param = p->index, .off = off, .n = n, .ring_off = (size_t)at, .bytes = need, .state = WB_FILLING,
                  .task = task, .early = early};
-  p->wb_ptr = (char *)e->wb_ring + at;
+  p->wb_ptr = (char *)wb->ring + at;
   return ZO_OK;
 }
 
 /* The newest region of @p holding [off, ...) in @state (-1: any), or NULL. */
-wb_entry *eng_wb_find(zo_engine_t *e, const zo_param_t *p, size_t off, int state) {
-  for (int i = e->wb_n - 1; i >= 0; i--) {
-    wb_entry *w = wb_at(e, i);
+static wb_entry *wb_find(const struct eng_wb *wb, const zo_param_t *p, size_t off, int state) {
+  for (int i = wb->n - 1; i >= 0; i--) {
+    wb_entry *w = wb_at(wb, i);
     if (w->param == p->index && w->off == off && (state < 0 || w->state == state)) return w;
   }
   return NULL;
 }
 
+/* The newest region of @p from shard element 0, when it holds exactly @n elements that are written (no longer being
+ * filled); NULL when there is none or the newest is not so. */
+wb_entry *eng_wb_written(const struct eng_wb *wb, const zo_param_t *p, size_t n) {
+  wb_entry *w = wb_find(wb, p, 0, -1);
+  return w && w->state != WB_FILLING && w->n == n ? w : NULL;
+}
+
+const void *eng_wb_data(const struct eng_wb *wb, const wb_entry *w) { return (const char *)wb->ring + w->ring_off; }
+
+void eng_wb_hold(wb_entry *w, int hold) { w->hold = hold; }
+
+void eng_wb_mark_h2d(wb_entry *w) { w->h2d = 1; }
+
+size_t eng_wb_ring_bytes(const struct eng_wb *wb) { return wb->bytes; }
+
+int eng_wb_live(const struct eng_wb *wb) { return wb->n; }
+
 /* Wait the params.swp writes of @p in flight (all of them, or those that
  * overlap [off, off + n) when n > 0): before p is read back, or written again. */
 zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n) {
-  for (int i = 0; i < e->wb_n; i++) {
-    wb_entry *w = wb_at(e, i);
+  for (int i = 0; i < e->wb->n; i++) {
+    wb_entry *w = wb_at(e->wb, i);
     if (w->param != p->index || w->state != WB_WRITING) continue;
     if (n && (w->off >= off + n || off >= w->off + w->n)) continue;
     ZO_CHECK(wb_settle(e, w));
@@ -169,10 +252,10 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
   const void *src = in_file ? NULL : eng_working_dst(e, p, off);
   wb_entry *w = NULL;
   if (in_file) {
-    w = eng_wb_find(e, p, off, WB_FILLING);
+    w = wb_find(e->wb, p, off, WB_FILLING);
     if (!w)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no write-back region for '%s' at %zu", p->name, off); /* a bug */
-    src = (char *)e->wb_ring + w->ring_off;
+    src = eng_wb_data(e->wb, w);
     /* The last write of this range must be on disk first: two writes in flight
      * to one range may land in either order. (Long done, in practice.) */
     st = eng_wb_drain(e, p, off, n);

@@ -162,7 +162,7 @@ static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int 
     if (eng_pw_in_file(e, ps[i])) out->window_want += zo_round_up(eng_pw_held(e, ps[i]) * 2, e->swap_align);
   }
   if (!CHECK_OK(eng_wb_reap(e)) || !CHECK_OK(zo_engine_set_trace(e, 0))) goto out;
-  CHECK_EQ(e->wb_n, 0);
+  CHECK_EQ(eng_wb_live(e->wb), 0);
   zo_engine_mem m0;
   if (!CHECK_OK(zo_engine_mem_info(e, &m0))) goto out;
   for (int i = 0; i < NP; i++)

@@ -332,7 +332,7 @@ zo_status eng_trace_end_step(zo_engine_t *e) {
   e->trace_valid = 1;
   e->trace_pos = 0;
   e->rec_len = 0;
-  e->pg_next = 0;
+  eng_pg_rewind(e->pg);
   return ZO_OK;
 }
 

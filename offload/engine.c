@@ -107,7 +107,7 @@ static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
   e->gdtype = e->wdtype; /* the model's gradients come in its working precision */
-  eng_acc_setup(e);       /* the accumulation dtype: gdtype, or fp32 with gradient accumulation */
+  ZO_CHECK(eng_acc_create(e)); /* the accumulation dtype: gdtype, or fp32 with gradient accumulation */
   e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   e->esz[ST_MASTER] = sizeof(float);
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
@@ -335,9 +335,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_host_buf_free(&e->grad_host2);
   eng_host_buf_free(&e->stage_host);
   eng_host_buf_free(&e->stage_host2);
-  eng_host_buf_free(&e->dp_grad);
   eng_acc_free(e);
-  eng_host_buf_free(&e->dp_gather);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
   eng_host_buf_free(&e->dnorm_host);
   if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);

@@ -24,24 +24,52 @@ typedef struct acc_chunk {
   size_t off, n;
   zo_dtype dtype;
   int add;
-  int b;             /* its bucket: e->acc_ring at b * acc_bucket_el */
+  int b;             /* its bucket: the ring at b * bucket_el */
   void *bucket;
   atomic_int queued; /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores 0) */
   zo_adam_task_t *task; /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
   zo_status st;      /* the host function's failure to queue it */
 } acc_chunk;
 
-void eng_acc_setup(zo_engine_t *e) {
+/* The part's state (e->acc), from create to destroy. */
+struct eng_acc {
+  int ok;                    /* gradient_accumulation_steps > 1 or adtype != gdtype: zo_engine_grad_accumulate()
+                                and fp32 hand-overs are accepted (staging and the reduction ring hold fp32) */
+  int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
+  host_buf ring;             /* one rank, ok: nb pinned buckets of bucket_el fp32 */
+  size_t bucket_el;
+  int nb, next;
+  acc_chunk *chunks;         /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
+  size_t n_chunks;
+  acc_chunk *last[2];        /* per bucket: the chunk staged through it last (its add reads the bucket) */
+  zo_event_t *ev[2];         /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+};
+
+zo_status eng_acc_create(zo_engine_t *e) {
   const zo_config_t *c = &e->cfg;
+  e->acc = calloc(1, sizeof *e->acc);
+  if (!e->acc) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   /* fp32 with accumulation on every tier (DeepSpeed's default grad_accum_dtype under bf16), so every tier sums
    * micro-batches to the same bits; data_types.grad_accum_dtype overrides (e.g. "bf16" to halve the device
    * bytes of offload_optimizer "none") */
   if (c->grad_accum_dtype >= 0) e->adtype = (zo_dtype)c->grad_accum_dtype;
   else e->adtype = c->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : e->gdtype;
-  e->acc_ok = c->gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
+  e->acc->ok = c->gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
+  return ZO_OK;
 }
 
-size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc_ok ? sizeof(float) : zo_dtype_size(e->gdtype); }
+size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc->ok ? sizeof(float) : zo_dtype_size(e->gdtype); }
+
+int eng_acc_pending(const struct eng_acc *a) { return a->n_accum; }
+
+void eng_acc_end_step(struct eng_acc *a) { a->n_accum = 0; }
+
+size_t eng_acc_host_mem(const struct eng_acc *a, size_t *host_bytes, size_t *pinned_bytes) {
+  if (!a) return 0;
+  *host_bytes += a->ring.nbytes;
+  if (a->ring.pinned) *pinned_bytes += a->ring.nbytes;
+  return a->ring.nbytes;
+}
 
 void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets) {
   *bucket_el = 0, *n_buckets = 0;
@@ -51,7 +79,7 @@ void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, i
     *bucket_el = eng_gnv_el(e), *n_buckets = 1;
     return;
   }
-  if (!e->acc_ok) return;
+  if (!e->acc->ok) return;
   size_t largest = 0;
   for (int i = 0; i < e->n_params; i++)
     if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
@@ -66,20 +94,21 @@ void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, i
 /* Descriptors: one per bucket-sized chunk of every shard, so a chunk's add reads its own while later chunks
  * are queued behind it (the buckets themselves are reused in copy-stream order: no host wait). */
 static zo_status acc_alloc_chunks(zo_engine_t *e) {
+  struct eng_acc *a = e->acc;
   size_t total = 0;
-  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + e->acc_bucket_el - 1) / e->acc_bucket_el;
-  e->acc_chunks = calloc(total ? total : 1, sizeof *e->acc_chunks);
-  if (!e->acc_chunks)
+  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + a->bucket_el - 1) / a->bucket_el;
+  a->chunks = calloc(total ? total : 1, sizeof *a->chunks);
+  if (!a->chunks)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient chunk descriptors", total);
-  e->acc_n_chunks = total;
-  for (int b = 0; b < e->acc_nb; b++) ZO_CHECK(zo_event_create(e->dev, &e->acc_ev[b]));
+  a->n_chunks = total;
+  for (int b = 0; b < a->nb; b++) ZO_CHECK(zo_event_create(e->dev, &a->ev[b]));
   for (int i = 0, k = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
-    p->acc_chunks = &e->acc_chunks[k];
-    for (size_t off = 0; off < p->shard_n; off += e->acc_bucket_el, k++) {
-      acc_chunk *c = &e->acc_chunks[k];
+    p->acc_chunks = &a->chunks[k];
+    for (size_t off = 0; off < p->shard_n; off += a->bucket_el, k++) {
+      acc_chunk *c = &a->chunks[k];
       c->p = p, c->off = off;
-      c->n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
+      c->n = p->shard_n - off < a->bucket_el ? p->shard_n - off : a->bucket_el;
       atomic_init(&c->queued, 0);
     }
   }
@@ -105,24 +134,27 @@ zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes) {
   ZO_CHECK(zo_event_create(e->dev, &e->grad_read));
   ZO_CHECK(acc_alloc_norm_parts(e));
   int nb;
-  eng_acc_ring_shape(e, eng_device_adam(e), &e->acc_bucket_el, &nb);
+  eng_acc_ring_shape(e, eng_device_adam(e), &e->acc->bucket_el, &nb);
   if (!nb) return ZO_OK;
-  ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc_ring, "grad_staging", bytes, 1));
-  e->acc_nb = nb;
+  ZO_CHECK(eng_host_buf_alloc_as(e, &e->acc->ring, "grad_staging", bytes, 1));
+  e->acc->nb = nb;
   if (e->tier == ZO_OFFLOAD_NVME) return ZO_OK; /* staged synchronously: no chunk descriptors */
   return acc_alloc_chunks(e);
 }
 
 void eng_acc_free(zo_engine_t *e) {
-  free(e->acc_chunks);
-  e->acc_chunks = NULL, e->acc_n_chunks = 0;
-  for (int b = 0; b < e->acc_nb; b++) zo_event_destroy(e->acc_ev[b]), e->acc_ev[b] = NULL, e->acc_last[b] = NULL;
-  e->acc_nb = 0;
+  struct eng_acc *a = e->acc;
+  if (a) {
+    free(a->chunks);
+    for (int b = 0; b < a->nb; b++) zo_event_destroy(a->ev[b]);
+  }
   free(e->norm_parts);
   e->norm_parts = NULL;
-  eng_host_buf_free(&e->acc_ring);
+  if (a) eng_host_buf_free(&a->ring);
   zo_event_destroy(e->grad_read);
   e->grad_read = NULL;
+  free(a);
+  e->acc = NULL;
 }
 
 static inline float load_el(const void *s, zo_dtype t, size_t i) {
@@ -175,8 +207,8 @@ static void acc_chunk_landed(void *arg) {
 /* Chunk c's add has run (its task waited for: c->task is free again, and so is its bucket). Its host function
  * may not have run yet: then wait for the event behind it (its bucket has not been reused since: that would
  * have reclaimed c). */
-static zo_status acc_reclaim(zo_engine_t *e, acc_chunk *c) {
-  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_event_synchronize(e->acc_ev[c->b]));
+static zo_status acc_reclaim(struct eng_acc *a, acc_chunk *c) {
+  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_event_synchronize(a->ev[c->b]));
   zo_status st = c->st;
   c->st = ZO_OK;
   if (c->task) {
@@ -189,10 +221,10 @@ static zo_status acc_reclaim(zo_engine_t *e, acc_chunk *c) {
   return ZO_OK;
 }
 
-zo_status eng_acc_drain(zo_engine_t *e) {
+zo_status eng_acc_drain(struct eng_acc *a) {
   zo_status first = ZO_OK;
-  for (size_t k = 0; k < e->acc_n_chunks; k++) {
-    zo_status st = acc_reclaim(e, &e->acc_chunks[k]);
+  for (size_t k = 0; k < a->n_chunks; k++) {
+    zo_status st = acc_reclaim(a, &a->chunks[k]);
     if (first == ZO_OK) first = st;
   }
   return first;
@@ -202,14 +234,15 @@ zo_status eng_acc_drain(zo_engine_t *e) {
  * bucket of the ring, free again too (the add of the chunk staged through it last has read it). Either nearly
  * always has; else this waits for it. */
 static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chunk **out) {
+  struct eng_acc *a = e->acc;
   acc_chunk *c = &p->acc_chunks[k];
-  ZO_CHECK(acc_reclaim(e, c));
-  const int b = e->acc_next;
-  if (e->acc_last[b]) ZO_CHECK(acc_reclaim(e, e->acc_last[b]));
-  e->acc_last[b] = c;
+  ZO_CHECK(acc_reclaim(a, c));
+  const int b = a->next;
+  if (a->last[b]) ZO_CHECK(acc_reclaim(a, a->last[b]));
+  a->last[b] = c;
   c->b = b;
-  c->bucket = (char *)e->acc_ring.ptr + (size_t)b * e->acc_bucket_el * eng_acc_in_size(e);
-  e->acc_next = (e->acc_next + 1) % e->acc_nb;
+  c->bucket = (char *)a->ring.ptr + (size_t)b * a->bucket_el * eng_acc_in_size(e);
+  a->next = (a->next + 1) % a->nb;
   *out = c;
   return ZO_OK;
 }
@@ -221,27 +254,28 @@ static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, 
   const int add = p->n_acc > 0;
   if (last) p->sqnorm = 0.0;
   zo_status st = ZO_OK;
-  for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += e->acc_bucket_el) {
-    const size_t n = p->shard_n - off < e->acc_bucket_el ? p->shard_n - off : e->acc_bucket_el;
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, e->acc_ring.ptr, src + off * gsz, n * gsz, ZO_COPY_D2H));
+  const struct eng_acc *a = e->acc;
+  for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += a->bucket_el) {
+    const size_t n = p->shard_n - off < a->bucket_el ? p->shard_n - off : a->bucket_el;
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, a->ring.ptr, src + off * gsz, n * gsz, ZO_COPY_D2H));
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
     e->ctr.d2h_bytes += n * gsz;
     ZO_CHECK(zo_event_synchronize(e->grad_read));
-    st = eng_gnv_put(e, p, off, n, e->acc_ring.ptr, dtype, add, last);
+    st = eng_gnv_put(e, p, off, n, a->ring.ptr, dtype, add, last);
   }
   if (last) return eng_gnv_land(e, p, st); /* lands once its writes are on disk */
   return st;
 }
 
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
-  if (!e->acc_nb)
+  if (!e->acc->nb)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "gradient of '%s': no staging ring (a bug: sized at finalize)", p->name);
   const size_t gsz = zo_dtype_size(dtype);
   const char *src = (const char *)grad + p->shard_off * gsz;
   if (e->tier == ZO_OFFLOAD_NVME) return acc_stage_nvme(e, p, src, dtype, last);
   const int add = p->n_acc > 0;
-  for (size_t k = 0; k * e->acc_bucket_el < p->shard_n; k++) {
+  for (size_t k = 0; k * e->acc->bucket_el < p->shard_n; k++) {
     acc_chunk *c;
     ZO_CHECK(acc_take_chunk(e, p, k, &c));
     c->dtype = dtype, c->add = add;
@@ -251,7 +285,7 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
     e->ctr.d2h_bytes += c->n * gsz;
     atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
     ZO_CHECK(zo_launch_host_func(e->copy_stream, acc_chunk_landed, c));
-    ZO_CHECK(zo_event_record(e->acc_ev[c->b], e->copy_stream)); /* acc_reclaim */
+    ZO_CHECK(zo_event_record(e->acc->ev[c->b], e->copy_stream)); /* acc_reclaim */
   }
   if (last) ZO_CHECK(zo_launch_host_func(e->copy_stream, eng_grad_landed, p));
   return ZO_OK;
@@ -278,10 +312,10 @@ zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *g
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
   if (p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': engine not finalized", what, p->name);
-  if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && e->acc_ok))
+  if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && e->acc->ok))
     return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)%s", what,
                         p->name, zo_dtype_name(dtype), zo_dtype_name(e->gdtype),
-                        e->acc_ok && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
+                        e->acc->ok && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
                         : dtype == ZO_DTYPE_F32 ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
                                                   "data_types.grad_accum_dtype set)" : "");
   if (p->has_grad)
@@ -300,7 +334,7 @@ zo_status eng_acc_after_compute(zo_engine_t *e) {
 
 static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
   ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate"));
-  if (!e->acc_ok)
+  if (!e->acc->ok)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_accumulate '%s': gradient_accumulation_steps is 1 and the "
                         "accumulation dtype is the working dtype (%s); set gradient_accumulation_steps > 1 or "
                         "data_types.grad_accum_dtype, or hand the summed gradient to zo_engine_grad_ready()",
@@ -311,7 +345,7 @@ static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad
     ZO_CHECK(eng_acc_after_compute(e));
     ZO_CHECK(eng_device_adam(e) ? eng_acc_device(e, p, grad, dtype) : eng_acc_stage(e, p, grad, dtype, 0));
   }
-  if (p->n_acc++ == 0) e->n_accum++;
+  if (p->n_acc++ == 0) e->acc->n_accum++;
   return eng_nv_advance(e);
 }
 

@@ -36,6 +36,27 @@
 
 #include "engine_internal.h"
 
+/* One gradient reduction in flight, in a region of the reduction buffer (eng_dp.grad). */
+typedef struct dp_red {
+  zo_param_t *p;
+  zo_dtype dtype;            /* of the hand-over (and of the reduction) */
+  int add;                   /* add into p->grad (earlier contributions of this step), else overwrite */
+  int last;                  /* zo_engine_grad_ready(): the landed work follows */
+  size_t off;                /* region of the reduction buffer */
+  zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
+  zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
+} dp_red;
+
+/* The part's state (e->dp), several ranks, from finalize to destroy. */
+struct eng_dp {
+  /* the whole gradient of one tensor, padded, reduced in place; every tensor's working weights, padded,
+   * all-gathered in place */
+  host_buf grad, gather;
+  dp_red *q;                 /* reductions in flight, oldest first: circular (n_params entries), q_n from q_first */
+  int q_first, q_n;
+  size_t head;               /* next free byte of grad (a ring: regions are freed oldest first) */
+};
+
 zo_status eng_dp_check(const zo_engine_t *e) {
   if (e->cfg.zero.stage == 3 && e->ptier == ZO_OFFLOAD_NONE)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
@@ -78,29 +99,46 @@ zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
 }
 
 zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes) {
-  ZO_CHECK(eng_host_buf_alloc_as(e, &e->dp_grad, "dp_grad", grad_bytes, 1));
-  ZO_CHECK(eng_host_buf_alloc_as(e, &e->dp_gather, "dp_gather", gather_bytes, 1));
-  e->dp_q = calloc((size_t)e->n_params, sizeof *e->dp_q);
-  if (!e->dp_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
-  for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &e->dp_q[i].copied));
+  e->dp = calloc(1, sizeof *e->dp);
+  if (!e->dp) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  struct eng_dp *d = e->dp;
+  ZO_CHECK(eng_host_buf_alloc_as(e, &d->grad, "dp_grad", grad_bytes, 1));
+  ZO_CHECK(eng_host_buf_alloc_as(e, &d->gather, "dp_gather", gather_bytes, 1));
+  d->q = calloc((size_t)e->n_params, sizeof *d->q);
+  if (!d->q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
+  for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &d->q[i].copied));
   return ZO_OK;
 }
 
-static dp_red *q_at(const zo_engine_t *e, int i) { return &e->dp_q[(e->dp_q_first + i) % e->n_params]; }
+static dp_red *q_at(const zo_engine_t *e, int i) { return &e->dp->q[(e->dp->q_first + i) % e->n_params]; }
 
 void eng_dp_free(zo_engine_t *e) {
-  if (!e->dp_q) return;
-  for (int i = 0; i < e->dp_q_n; i++) zo_comm_wait(q_at(e, i)->req); /* after an error: let MPI finish them */
-  for (int i = 0; i < e->n_params; i++) zo_event_destroy(e->dp_q[i].copied);
-  free(e->dp_q);
-  e->dp_q = NULL;
+  struct eng_dp *d = e->dp;
+  if (!d) return;
+  if (d->q) {
+    for (int i = 0; i < d->q_n; i++) zo_comm_wait(q_at(e, i)->req); /* after an error: let MPI finish them */
+    for (int i = 0; i < e->n_params; i++) zo_event_destroy(d->q[i].copied);
+    free(d->q);
+  }
+  eng_host_buf_free(&d->grad);
+  eng_host_buf_free(&d->gather);
+  free(d);
+  e->dp = NULL;
+}
+
+size_t eng_dp_host_mem(const struct eng_dp *d, size_t *host_bytes, size_t *pinned_bytes) {
+  if (!d) return 0;
+  *host_bytes += d->grad.nbytes + d->gather.nbytes;
+  if (d->grad.pinned) *pinned_bytes += d->grad.nbytes;
+  if (d->gather.pinned) *pinned_bytes += d->gather.nbytes;
+  return d->grad.nbytes + d->gather.nbytes;
 }
 
 /* The copy has landed: start the collective on the region (every rank starts them in grad_ready order). */
 static zo_status red_start(zo_engine_t *e, dp_red *r) {
   const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
-  char *buf = (char *)e->dp_grad.ptr + r->off;
+  char *buf = (char *)e->dp->grad.ptr + r->off;
   zo_status st;
   if (e->cfg.zero.stage == 0) {
     st = zo_comm_iall_reduce(e->comm, buf, p->n, r->dtype, &r->req);
@@ -140,7 +178,7 @@ static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine
 static void red_land(zo_engine_t *e, dp_red *r) {
   const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
-  const char *buf = (const char *)e->dp_grad.ptr + r->off;
+  const char *buf = (const char *)e->dp->grad.ptr + r->off;
   const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
   /* p->grad: host memory (cpu), or device memory with device Adam (none), which the host never reads or writes:
    * red_land_device (test_devadam_emu_np2 and test_engine_dp_np2_fakecuda run it where a host access faults) */
@@ -158,13 +196,13 @@ static void red_land(zo_engine_t *e, dp_red *r) {
     if (r->last) eng_grad_landed(p);
   }
   r->req = NULL;
-  e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
-  e->dp_q_n--;
+  e->dp->q_first = (e->dp->q_first + 1) % e->n_params;
+  e->dp->q_n--;
 }
 
 zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
   /* start, in queue order, the reductions whose copies have landed */
-  for (int i = 0; i < e->dp_q_n; i++) {
+  for (int i = 0; i < e->dp->q_n; i++) {
     dp_red *r = q_at(e, i);
     if (r->req) continue;
     int done = 0;
@@ -178,7 +216,7 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
     ZO_CHECK(red_start(e, r));
   }
   /* land, oldest first, those that completed; the oldest waited for when asked */
-  while (e->dp_q_n) {
+  while (e->dp->q_n) {
     dp_red *r = q_at(e, 0);
     if (!r->req) break;
     int done = 0;
@@ -186,8 +224,8 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
     wait_oldest = 0;
     if (st != ZO_OK) {
       r->req = NULL; /* freed by wait/test */
-      e->dp_q_first = (e->dp_q_first + 1) % e->n_params;
-      e->dp_q_n--;
+      e->dp->q_first = (e->dp->q_first + 1) % e->n_params;
+      e->dp->q_n--;
       return zo_error_prefix(st, "gradient of '%s' over %d ranks", r->p->name, e->world);
     }
     if (!done) break;
@@ -206,24 +244,25 @@ zo_status eng_comm_finish(zo_engine_t *e, zo_comm_req_t *req, int wait, int *don
 }
 
 zo_status eng_dp_drain(zo_engine_t *e) {
-  while (e->dp_q_n) ZO_CHECK(eng_dp_progress(e, 1));
+  while (e->dp->q_n) ZO_CHECK(eng_dp_progress(e, 1));
   return ZO_OK;
 }
 
 zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
+  struct eng_dp *d = e->dp;
   const size_t gsz = zo_dtype_size(dtype), bytes = red_elems(e, p) * gsz;
   size_t off = 0;
-  while (e->dp_q_n == e->n_params ||
-         !eng_ring_take(e->dp_grad.nbytes, e->dp_head, e->dp_q_n ? q_at(e, 0)->off : 0, e->dp_q_n, bytes, &off)) {
+  while (d->q_n == e->n_params ||
+         !eng_ring_take(d->grad.nbytes, d->head, d->q_n ? q_at(e, 0)->off : 0, d->q_n, bytes, &off)) {
     /* full: the oldest must finish first */
-    if (!e->dp_q_n)
+    if (!d->q_n)
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradient of '%s' (%zu bytes) larger than the reduction "
-                          "buffer (%zu bytes)", p->name, bytes, e->dp_grad.nbytes); /* a bug: sized at finalize */
+                          "buffer (%zu bytes)", p->name, bytes, d->grad.nbytes); /* a bug: sized at finalize */
     ZO_CHECK(eng_dp_progress(e, 1));
   }
-  dp_red *r = &e->dp_q[(e->dp_q_first + e->dp_q_n) % e->n_params];
+  dp_red *r = &d->q[(d->q_first + d->q_n) % e->n_params];
   r->p = p, r->off = off, r->req = NULL, r->dtype = dtype, r->add = p->n_acc > 0, r->last = last;
-  char *buf = (char *)e->dp_grad.ptr + off;
+  char *buf = (char *)d->grad.ptr + off;
   if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
     ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
     ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
@@ -234,8 +273,8 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
   ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
   e->grad_read_set = 1;
   e->ctr.d2h_bytes += p->n * gsz;
-  e->dp_q_n++;
-  e->dp_head = off + bytes;
+  d->q_n++;
+  d->head = off + bytes;
   if (!e->cfg.zero.overlap_comm) return eng_dp_drain(e); /* one reduction at a time, done before returning */
   return eng_dp_progress(e, 0);
 }
@@ -243,7 +282,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
 /* Start the all-gather of @p's working weights into its region of the gather buffer (at p->dp_off). */
 static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  char *t = (char *)e->dp_gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
+  char *t = (char *)e->dp->gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
   memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
   if (p->shard_n) { /* device Adam: the kernel wrote it in device memory, on the copy stream */
     if (eng_device_adam(e)) ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
@@ -261,7 +300,7 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
   int done;
   zo_status st = eng_comm_finish(e, req, 1, &done);
   if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
-  const char *t = (const char *)e->dp_gather.ptr + p->dp_off * wsz;
+  const char *t = (const char *)e->dp->gather.ptr + p->dp_off * wsz;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));
   e->ctr.h2d_bytes += p->n * wsz;
   return ZO_OK;
@@ -270,7 +309,7 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
   /* stage 0: every rank updated the whole tensor; stage 3: fetches gather (engine_dp3.c) */
   if (e->world == 1 || e->cfg.zero.stage == 0 || e->cfg.zero.stage == 3) return ZO_OK;
-  const size_t cap = e->dp_gather.nbytes / zo_dtype_size(e->wdtype);
+  const size_t cap = e->dp->gather.nbytes / zo_dtype_size(e->wdtype);
   const int first = p ? p->index : 0, end = p ? p->index + 1 : e->n_params;
   zo_comm_req_t **reqs = calloc((size_t)e->n_params, sizeof *reqs);
   if (!reqs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %d requests", e->n_params);

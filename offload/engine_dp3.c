@@ -32,37 +32,74 @@
 
 #include "engine_internal.h"
 
+/* One all-gather of a tensor's working weights, for one fetch. */
+typedef struct dp_gat {
+  zo_param_t *p;
+  int pos;                   /* trace position it serves, or -1 (a demand fetch) */
+  size_t off;                /* region of the ring (eng_pg.ring): the tensor padded to part_n x world */
+  struct pg_bucket *b;       /* the all-gather it is part of */
+  uint64_t seq;              /* its place in the order of all entries (buckets find their members by it) */
+  int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
+} dp_gat;
+
+/* The part's state (e->pg), stage 3 on several ranks, from finalize to destroy. */
+struct eng_pg {
+  host_buf ring;             /* all-gathered working weights, one region per fetch */
+  dp_gat *q;                 /* gathers in flight or not yet consumed, in fetch order: circular */
+  int q_first, q_n, q_cap;
+  size_t head;               /* next free byte of ring */
+  int next;                  /* next trace position to gather for */
+  uint64_t seq;              /* entries queued so far */
+  zo_comm_t *comm;           /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that
+                                of the gradient reductions by when copies land, so they may not share one */
+};
+
 zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
-  ZO_CHECK(eng_host_buf_alloc_as(e, &e->pg_ring, "pg_ring", ring_bytes, 1));
-  zo_status st = zo_comm_split(e->comm, 0, e->rank, &e->pg_comm); /* collective: every rank finalizes */
+  e->pg = calloc(1, sizeof *e->pg);
+  if (!e->pg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  struct eng_pg *pg = e->pg;
+  ZO_CHECK(eng_host_buf_alloc_as(e, &pg->ring, "pg_ring", ring_bytes, 1));
+  zo_status st = zo_comm_split(e->comm, 0, e->rank, &pg->comm); /* collective: every rank finalizes */
   if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
   if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
-  e->pg_q_cap = 64;
-  e->pg_q = calloc((size_t)e->pg_q_cap, sizeof *e->pg_q);
-  if (!e->pg_q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
+  pg->q_cap = 64;
+  pg->q = calloc((size_t)pg->q_cap, sizeof *pg->q);
+  if (!pg->q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
   return ZO_OK;
 }
 
-static dp_gat *g_at(const zo_engine_t *e, int i) { return &e->pg_q[(e->pg_q_first + i) % e->pg_q_cap]; }
+static dp_gat *g_at(const struct eng_pg *pg, int i) { return &pg->q[(pg->q_first + i) % pg->q_cap]; }
 static zo_status pop_oldest(zo_engine_t *e);
 
 void eng_pg_free(zo_engine_t *e) {
-  while (e->pg_q_n) pop_oldest(e); /* after an error: let MPI finish them */
-  free(e->pg_q);
-  e->pg_q = NULL;
-  e->pg_q_n = 0;
-  eng_host_buf_free(&e->pg_ring);
-  zo_comm_destroy(e->pg_comm);
-  e->pg_comm = NULL;
+  struct eng_pg *pg = e->pg;
+  if (!pg) return;
+  while (pg->q_n) pop_oldest(e); /* after an error: let MPI finish them */
+  free(pg->q);
+  eng_host_buf_free(&pg->ring);
+  zo_comm_destroy(pg->comm);
+  free(pg);
+  e->pg = NULL;
 }
 
-static zo_status q_grow(zo_engine_t *e) {
-  const int cap = 2 * e->pg_q_cap;
+size_t eng_pg_host_mem(const struct eng_pg *g, size_t *host_bytes, size_t *pinned_bytes) {
+  if (!g) return 0;
+  *host_bytes += g->ring.nbytes;
+  if (g->ring.pinned) *pinned_bytes += g->ring.nbytes;
+  return g->ring.nbytes;
+}
+
+void eng_pg_rewind(struct eng_pg *g) {
+  if (g) g->next = 0;
+}
+
+static zo_status q_grow(struct eng_pg *pg) {
+  const int cap = 2 * pg->q_cap;
   dp_gat *q = calloc((size_t)cap, sizeof *q);
   if (!q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
-  for (int i = 0; i < e->pg_q_n; i++) q[i] = *g_at(e, i);
-  free(e->pg_q);
-  e->pg_q = q, e->pg_q_first = 0, e->pg_q_cap = cap;
+  for (int i = 0; i < pg->q_n; i++) q[i] = *g_at(pg, i);
+  free(pg->q);
+  pg->q = q, pg->q_first = 0, pg->q_cap = cap;
   return ZO_OK;
 }
 
@@ -113,33 +150,35 @@ struct pg_bucket {
 
 /* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring is full. */
 static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
+  struct eng_pg *pg = e->pg;
   const size_t bytes = eng_dp_padded(e, p) * zo_dtype_size(e->wdtype);
   size_t off = 0;
   *ok = 0;
-  if (!eng_ring_take(e->pg_ring.nbytes, e->pg_head, e->pg_q_n ? g_at(e, 0)->off : 0, e->pg_q_n, bytes, &off))
+  if (!eng_ring_take(pg->ring.nbytes, pg->head, pg->q_n ? g_at(pg, 0)->off : 0, pg->q_n, bytes, &off))
     return ZO_OK;
-  if (e->pg_q_n == e->pg_q_cap) ZO_CHECK(q_grow(e));
-  dp_gat *g = &e->pg_q[(e->pg_q_first + e->pg_q_n) % e->pg_q_cap];
-  *g = (dp_gat){.p = p, .pos = pos, .off = off, .seq = e->pg_seq++};
-  e->pg_q_n++;
-  e->pg_head = off + bytes;
+  if (pg->q_n == pg->q_cap) ZO_CHECK(q_grow(pg));
+  dp_gat *g = &pg->q[(pg->q_first + pg->q_n) % pg->q_cap];
+  *g = (dp_gat){.p = p, .pos = pos, .off = off, .seq = pg->seq++};
+  pg->q_n++;
+  pg->head = off + bytes;
   *ok = 1;
   return ZO_OK;
 }
 
 /* Start one all-gather for the newest @k queued entries (reserve()d, in fetch order). */
 static zo_status launch(zo_engine_t *e, int k) {
+  struct eng_pg *pg = e->pg;
   const size_t wsz = zo_dtype_size(e->wdtype);
   struct pg_bucket *b = calloc(1, sizeof *b);
   if (!b) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket");
-  const int first = e->pg_q_n - k;
-  for (int i = 0; i < k; i++) b->per_rank += g_at(e, first + i)->p->part_n;
+  const int first = pg->q_n - k;
+  for (int i = 0; i < k; i++) b->per_rank += g_at(pg, first + i)->p->part_n;
   b->refs = b->n_members = k;
   zo_status st = ZO_OK;
   char *send, *recv;
   if (k == 1) {
-    dp_gat *g = g_at(e, first);
-    recv = (char *)e->pg_ring.ptr + g->off;
+    dp_gat *g = g_at(pg, first);
+    recv = (char *)pg->ring.ptr + g->off;
     send = recv + (size_t)e->rank * g->p->part_n * wsz;
     st = own_block(e, g->p, send); /* this rank's, padded */
   } else {
@@ -148,19 +187,19 @@ static zo_status launch(zo_engine_t *e, int k) {
                                       "bytes", (size_t)e->world * b->per_rank * wsz);
     recv = b->packed;
     send = recv + (size_t)e->rank * b->per_rank * wsz;
-    for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(e, first + i)->p->part_n, i++)
-      st = own_block(e, g_at(e, first + i)->p, send + (size_t)at * wsz);
+    for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(pg, first + i)->p->part_n, i++)
+      st = own_block(e, g_at(pg, first + i)->p, send + (size_t)at * wsz);
   }
-  if (st == ZO_OK) st = zo_comm_iall_gather(e->pg_comm, send, recv, b->per_rank * wsz, &b->req);
+  if (st == ZO_OK) st = zo_comm_iall_gather(pg->comm, send, recv, b->per_rank * wsz, &b->req);
   if (st != ZO_OK) {
     free(b->packed);
     free(b);
-    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", g_at(e, first)->p->name, k - 1,
+    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", g_at(pg, first)->p->name, k - 1,
                            e->world);
   }
   e->ctr.dp_bytes += (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
-  for (int i = 0; i < k; i++) g_at(e, first + i)->b = b;
-  b->first_seq = g_at(e, first)->seq;
+  for (int i = 0; i < k; i++) g_at(pg, first + i)->b = b;
+  b->first_seq = g_at(pg, first)->seq;
   return ZO_OK;
 }
 
@@ -175,13 +214,13 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
   if (!*done || !b->packed) return ZO_OK;
   /* members are consecutive in the queue from first_seq, and all still queued: popped only after this */
   const size_t wsz = zo_dtype_size(e->wdtype);
-  const int first = (int)(b->first_seq - g_at(e, 0)->seq);
+  const int first = (int)(b->first_seq - g_at(e->pg, 0)->seq);
   size_t at = 0;
   for (int i = 0; i < b->n_members; i++) {
-    const dp_gat *mi = g_at(e, first + i);
+    const dp_gat *mi = g_at(e->pg, first + i);
     const size_t part = mi->p->part_n;
     for (int q = 0; q < e->world; q++)
-      memcpy((char *)e->pg_ring.ptr + mi->off + (size_t)q * part * wsz,
+      memcpy((char *)e->pg->ring.ptr + mi->off + (size_t)q * part * wsz,
              b->packed + ((size_t)q * b->per_rank + at) * wsz, part * wsz);
     at += part;
   }
@@ -192,24 +231,25 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
 
 zo_status eng_pg_issue(zo_engine_t *e) {
   if (!eng_trace_follow(e->fetch)) return ZO_OK;
+  struct eng_pg *pg = e->pg;
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
-  for (int i = 0; i < e->pg_q_n; i++) ahead += (int64_t)g_at(e, i)->p->n;
+  for (int i = 0; i < pg->q_n; i++) ahead += (int64_t)g_at(pg, i)->p->n;
   const int64_t bucket_cap = e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
-  while (e->pg_next < eng_trace_len(e->fetch)) {
+  while (pg->next < eng_trace_len(e->fetch)) {
     /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and the bucket */
     int k = 0;
     int64_t in_bucket = 0;
-    while (e->pg_next < eng_trace_len(e->fetch) && k < 256) {
-      zo_param_t *p = e->params[eng_trace_at(e->fetch, e->pg_next)];
-      if ((e->pg_q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) ||
+    while (pg->next < eng_trace_len(e->fetch) && k < 256) {
+      zo_param_t *p = e->params[eng_trace_at(e->fetch, pg->next)];
+      if ((pg->q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) ||
           (k && in_bucket + (int64_t)p->n > bucket_cap))
         break;
       int ok;
-      ZO_CHECK(reserve(e, p, e->pg_next, &ok));
+      ZO_CHECK(reserve(e, p, pg->next, &ok));
       if (!ok) break;
       ahead += (int64_t)p->n, in_bucket += (int64_t)p->n;
-      e->pg_next++, k++;
+      pg->next++, k++;
     }
     if (!k) break;
     ZO_CHECK(launch(e, k));
@@ -220,7 +260,7 @@ zo_status eng_pg_issue(zo_engine_t *e) {
 /* Wait for the oldest entry's gather and the copy out of it, then free its region (and its bucket with the last
  * member). */
 static zo_status pop_oldest(zo_engine_t *e) {
-  dp_gat *g = g_at(e, 0);
+  dp_gat *g = g_at(e->pg, 0);
   zo_status st = ZO_OK;
   int done;
   if (g->b) st = bucket_finish(e, g, 1, &done);
@@ -232,8 +272,8 @@ static zo_status pop_oldest(zo_engine_t *e) {
       free(g->b);
     }
   }
-  e->pg_q_first = (e->pg_q_first + 1) % e->pg_q_cap;
-  e->pg_q_n--;
+  e->pg->q_first = (e->pg->q_first + 1) % e->pg->q_cap;
+  e->pg->q_n--;
   return st;
 }
 
@@ -242,24 +282,24 @@ zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
     int ok;
     ZO_CHECK(reserve(e, p, -1, &ok));
     if (ok) return launch(e, 1);
-    if (!e->pg_q_n) /* a bug: the ring holds two of the largest tensors */
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'", e->pg_ring.nbytes,
+    if (!e->pg->q_n) /* a bug: the ring holds two of the largest tensors */
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'", e->pg->ring.nbytes,
                           p->name);
     ZO_CHECK(pop_oldest(e)); /* entries left by demand fetches already done */
   }
 }
 
 /* The entry for @pos (-1: the newest), or NULL. */
-static dp_gat *find(const zo_engine_t *e, int pos) {
-  if (pos < 0) return e->pg_q_n ? g_at(e, e->pg_q_n - 1) : NULL;
-  for (int i = 0; i < e->pg_q_n; i++)
-    if (g_at(e, i)->pos == pos) return g_at(e, i);
+static dp_gat *find(const struct eng_pg *pg, int pos) {
+  if (pos < 0) return pg->q_n ? g_at(pg, pg->q_n - 1) : NULL;
+  for (int i = 0; i < pg->q_n; i++)
+    if (g_at(pg, i)->pos == pos) return g_at(pg, i);
   return NULL;
 }
 
 zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
   *src = NULL;
-  dp_gat *g = find(e, pos);
+  dp_gat *g = find(e->pg, pos);
   if (!g) {
     if (wait) /* a bug: every fetch gathers first */
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather for trace position %d", pos);
@@ -268,30 +308,30 @@ zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
   int done = 0;
   ZO_CHECK(bucket_finish(e, g, wait, &done));
   if (!done) return ZO_OK;
-  *src = (const char *)e->pg_ring.ptr + g->off;
+  *src = (const char *)e->pg->ring.ptr + g->off;
   return ZO_OK;
 }
 
 void eng_pg_mark_h2d(zo_engine_t *e, int pos) {
-  dp_gat *g = find(e, pos);
+  dp_gat *g = find(e->pg, pos);
   if (g) g->h2d = 1;
 }
 
 zo_status eng_pg_consume(zo_engine_t *e, int pos) {
   /* Demand entries of earlier fetches and this one's: every entry up to it is done with. */
-  dp_gat *g = find(e, pos);
+  dp_gat *g = find(e->pg, pos);
   if (!g) return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather to consume at trace position %d", pos);
-  while (e->pg_q_n && g_at(e, 0) != g) ZO_CHECK(pop_oldest(e));
+  while (e->pg->q_n && g_at(e->pg, 0) != g) ZO_CHECK(pop_oldest(e));
   return pop_oldest(e);
 }
 
 zo_status eng_pg_drop_pending(zo_engine_t *e) {
   zo_status st = ZO_OK;
-  while (e->pg_q_n) {
+  while (e->pg->q_n) {
     zo_status s2 = pop_oldest(e);
     if (st == ZO_OK) st = s2;
   }
-  e->pg_next = eng_trace_pos(e->fetch);
+  e->pg->next = eng_trace_pos(e->fetch);
   return st;
 }
 

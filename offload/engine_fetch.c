@@ -408,7 +408,7 @@ zo_status eng_trace_end_step(zo_engine_t *e) {
   f->trace_valid = 1;
   f->trace_pos = 0;
   f->rec_len = 0;
-  e->pg_next = 0;
+  eng_pg_rewind(e->pg);
   return ZO_OK;
 }
 

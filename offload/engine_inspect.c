@@ -17,12 +17,15 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
   const host_buf *hb[] = {&e->grad_host,     &e->grad_host2,    &e->stage_host,    &e->stage_host2, &e->state_host[0],
-                          &e->state_host[1], &e->state_host[2], &e->param_host,    &e->dp_grad,     &e->dp_gather,
-                          &e->pg_ring,       &e->acc_ring,      eng_gnv_host(e->gnv)};
+                          &e->state_host[1], &e->state_host[2], &e->param_host,    eng_gnv_host(e->gnv)};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
   }
+  /* several ranks: the reduction and gather buffers (engine_dp.c), the stage 3 gather ring (engine_dp3.c) */
+  const size_t comm_bytes = eng_dp_host_mem(e->dp, &m->host_bytes, &m->pinned_bytes) +
+                            eng_pg_host_mem(e->pg, &m->host_bytes, &m->pinned_bytes);
+  eng_acc_host_mem(e->acc, &m->host_bytes, &m->pinned_bytes); /* one rank: the gradient staging ring */
   for (int k = 0; k < SL_KINDS; k++) { /* nvme: the state's slots and files, and the gradients' */
     m->host_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
     m->pinned_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
@@ -59,7 +62,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
     m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes
                       : eng_nv_file_bytes(e->nv, k) + eng_nv_res_bytes(e->nv, k);
-  m->comm_bytes = e->dp_grad.nbytes + e->dp_gather.nbytes + e->pg_ring.nbytes;
+  m->comm_bytes = comm_bytes;
   return ZO_OK;
 }
 

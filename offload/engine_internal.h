@@ -21,8 +21,15 @@
  *                     read-added, their norm on the way; struct eng_gnv,
  *                     e->gnv: the I/O buffers, allocated and freed there);
  *   engine_inspect.c  memory accounting and master-weight read-back;
+ *   engine_accum.c    gradient accumulation over micro-batches and the
+ *                     staging buckets (its state: struct eng_acc, e->acc);
  *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
- *                     stage 0) and the all-gather of updated working weights.
+ *                     stage 0) and the all-gather of updated working weights
+ *                     (its state: struct eng_dp, e->dp);
+ *   engine_dp3.c      stage 3 on several ranks: the parameter gathers (its
+ *                     state: struct eng_pg, e->pg).
+ * A part's state struct is opaque: defined, allocated and freed in its file,
+ * read and written by no other (they call the part's functions below).
  * Not installed. Every function here runs on the engine's thread (the one
  * calling the public zo_engine_* functions) unless its comment says otherwise.
  */
@@ -58,7 +65,8 @@ struct zo_param {
   size_t shard_n;           /* elements in this rank's shard (may be 0) */
   size_t part_n;            /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
                                to part_n x world is what the collectives move */
-  size_t dp_off;            /* several ranks: element offset of the padded tensor in e->dp_gather (per wave) */
+  size_t dp_off;            /* several ranks: element offset of the padded tensor in the gather buffer (engine_dp.c,
+                               per wave) */
   size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
   float weight_decay;       /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
   void *weights;            /* device: working copy, n elements of the working dtype; with parameter
@@ -150,27 +158,6 @@ typedef struct wb_entry wb_entry;
 /* Parameter offload: the fetch coordinator (e->fetch); opaque, engine_fetch.c. */
 struct eng_fetch;
 
-/* Several ranks: one gradient reduction in flight (engine_dp.c), in a region of e->dp_grad. */
-typedef struct dp_red {
-  zo_param_t *p;
-  zo_dtype dtype;            /* of the hand-over (and of the reduction) */
-  int add;                   /* add into p->grad (earlier contributions of this step), else overwrite */
-  int last;                  /* zo_engine_grad_ready(): the landed work follows */
-  size_t off;                /* region of e->dp_grad */
-  zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
-  zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
-} dp_red;
-
-/* Stage 3 on several ranks: one all-gather of a tensor's working weights (engine_dp3.c), for one fetch. */
-typedef struct dp_gat {
-  zo_param_t *p;
-  int pos;                   /* trace position it serves, or -1 (a demand fetch) */
-  size_t off;                /* region of e->pg_ring: the tensor padded to part_n x world */
-  struct pg_bucket *b;       /* the all-gather it is part of (engine_dp3.c) */
-  uint64_t seq;              /* its place in the order of all entries (buckets find their members by it) */
-  int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
-} dp_gat;
-
 typedef struct host_buf {
   void *ptr;
   size_t nbytes;
@@ -188,6 +175,10 @@ struct eng_counters {
   double fetch_wait_s;       /* compute blocked in zo_engine_fetch() */
   int64_t n_prefetch, n_demand;
 };
+
+struct eng_acc; /* gradient accumulation's state (engine_accum.c) */
+struct eng_dp;  /* several ranks: the gradient reductions' and weight all-gathers' state (engine_dp.c) */
+struct eng_pg;  /* stage 3 on several ranks: the parameter gathers' state (engine_dp3.c) */
 
 struct zo_engine {
   /* ---- the core: configuration, device, streams, tensor table, memory plan, optimizer state (engine.c, plan.c,
@@ -267,34 +258,14 @@ struct zo_engine {
   struct eng_counters ctr;
 
   /* ---- gradient accumulation (engine_accum.c) */
-  int acc_ok;                /* gradient_accumulation_steps > 1 or adtype != gdtype: zo_engine_grad_accumulate()
-                                and fp32 hand-overs are accepted (staging and the reduction ring hold fp32) */
-  int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
-  host_buf acc_ring;         /* one rank, acc_ok: acc_nb pinned buckets of acc_bucket_el fp32 (engine_accum.c) */
-  size_t acc_bucket_el;
-  int acc_nb, acc_next;
-  struct acc_chunk *acc_chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
-  size_t acc_n_chunks;
-  struct acc_chunk *acc_last[2]; /* per bucket: the chunk staged through it last (its add reads the bucket) */
-  zo_event_t *acc_ev[2];     /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+  struct eng_acc *acc;       /* from create (eng_acc_create) to destroy (eng_acc_free); never NULL in between */
 
   /* ---- several ranks: gradient reductions and the all-gather of working weights (engine_dp.c) */
-  /* the whole gradient of one tensor, padded, reduced in place; every tensor's working weights, padded,
-   * all-gathered in place */
-  host_buf dp_grad, dp_gather;
-  dp_red *dp_q;              /* reductions in flight, oldest first: circular, dp_q_n from dp_q_first */
-  int dp_q_first, dp_q_n;
-  size_t dp_head;            /* next free byte of dp_grad (a ring: regions are freed oldest first) */
+  struct eng_dp *dp;         /* several ranks: from finalize (eng_dp_alloc) to destroy (eng_dp_free); else NULL */
 
   /* ---- stage 3 on several ranks: the parameter gathers (engine_dp3.c) */
-  host_buf pg_ring;          /* stage 3 on several ranks: all-gathered working weights, one region per fetch */
-  dp_gat *pg_q;              /* gathers in flight or not yet consumed, in fetch order: circular */
-  int pg_q_first, pg_q_n, pg_q_cap;
-  size_t pg_head;            /* next free byte of pg_ring */
-  int pg_next;               /* next trace position to gather for */
-  uint64_t pg_seq;           /* entries queued so far */
-  zo_comm_t *pg_comm;        /* a duplicate of comm for the gathers: their order is fixed by the fetch calls, that
-                                of the gradient reductions by when copies land, so they may not share one */
+  struct eng_pg *pg;         /* stage 3 on several ranks: from finalize (eng_pg_alloc) to destroy (eng_pg_free); else
+                                NULL */
 
   /* ---- offload_optimizer nvme: the optimizer-state pipeline over sub-groups (engine_nvme.c) */
   struct eng_nv *nv;         /* NULL unless offload_optimizer.device is nvme (eng_nv_create) */
@@ -454,10 +425,15 @@ zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
 zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what);
 /* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
 zo_status eng_dp_check(const zo_engine_t *e);
-/* The gradient and gather buffers of @grad_bytes and @gather_bytes (the plan's), and the reduction queue. */
+/* At finalize, several ranks: e->dp, with the gradient and gather buffers of @grad_bytes and @gather_bytes (the
+ * plan's "dp_grad" and "dp_gather") and the reduction queue. On a failure what was allocated stays for eng_dp_free. */
 zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes);
-/* Wait what is in flight (errors ignored) and free the queue's events. */
+/* At destroy: wait what is in flight (errors ignored), free the queue's events, the buffers and e->dp (NULL after);
+ * a no-op when e->dp is NULL. */
 void eng_dp_free(zo_engine_t *e);
+/* zo_engine_mem_info: the bytes of @d's host buffers added to *@host_bytes, and of those pinned to *@pinned_bytes;
+ * returns the bytes added (zo_engine_mem.comm_bytes). 0 for NULL (one rank, or before finalize). */
+size_t eng_dp_host_mem(const struct eng_dp *d, size_t *host_bytes, size_t *pinned_bytes);
 /* Start the reduction of one contribution to @p's gradient (the whole tensor at @grad on the device, @dtype)
  * over the ranks; when it completes, this rank's block is copied into p->grad (cast or added: engine_accum.c)
  * and, with @last (zo_engine_grad_ready), eng_grad_landed(p) runs. With overlap_comm off it completes before
@@ -490,9 +466,18 @@ static inline int eng_pw_in_file(const zo_engine_t *e, const zo_param_t *p) {
 static inline int eng_nccl_comms(const zo_engine_t *e) {
   return !strcmp(zo_comm_backend(e->comm), "nccl") ? 1 + eng_dp3(e) : 0;
 }
-/* The gather ring of @ring_bytes (the plan's), its communicator and queue. */
+/* At finalize, stage 3 on several ranks (collective): e->pg, with the gather ring of @ring_bytes (the plan's
+ * "pg_ring"), its communicator and queue. On a failure what was allocated stays for eng_pg_free. */
 zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes);
+/* At destroy: finish the gathers queued (errors ignored), free the ring, the queue, the communicator and e->pg
+ * (NULL after); a no-op when e->pg is NULL. */
 void eng_pg_free(zo_engine_t *e);
+/* zo_engine_mem_info: the bytes of @g's gather ring added to *@host_bytes, and when pinned to *@pinned_bytes;
+ * returns the bytes added (zo_engine_mem.comm_bytes). 0 for NULL (not stage 3 on several ranks, or before
+ * finalize). */
+size_t eng_pg_host_mem(const struct eng_pg *g, size_t *host_bytes, size_t *pinned_bytes);
+/* A new trace was adopted (eng_trace_end_step): gathers ahead start again from its position 0. A no-op for NULL. */
+void eng_pg_rewind(struct eng_pg *g);
 /* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size allow. */
 zo_status eng_pg_issue(zo_engine_t *e);
 /* A demand fetch (no trace, or trace off): gather @p now; its entry is the newest (position -1). */
@@ -511,8 +496,9 @@ void eng_pg_drop_device_copies(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_accum.c */
 
-/* At create: the accumulation dtype and whether accumulation / fp32 hand-overs are accepted. */
-void eng_acc_setup(zo_engine_t *e);
+/* At create: e->acc (ZO_ERR_OUT_OF_MEMORY when it cannot be allocated), the accumulation dtype e->adtype and
+ * whether accumulation / fp32 hand-overs are accepted. */
+zo_status eng_acc_create(zo_engine_t *e);
 /* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
 size_t eng_acc_in_size(const zo_engine_t *e);
 /* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed); @dev_adam: for device
@@ -520,7 +506,17 @@ size_t eng_acc_in_size(const zo_engine_t *e);
 void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets);
 /* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence event. */
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes);
+/* At destroy: what eng_acc_alloc allocated, and e->acc (NULL after). Also after a create that failed (e->acc may be
+ * NULL then). */
 void eng_acc_free(zo_engine_t *e);
+/* Tensors with accumulated contributions (zo_engine_grad_accumulate) in this step: checkpoint save and load refuse
+ * while it is > 0. */
+int eng_acc_pending(const struct eng_acc *a);
+/* The step took the accumulated contributions (zo_engine_step, which zeroes each p->n_acc): none is pending. */
+void eng_acc_end_step(struct eng_acc *a);
+/* zo_engine_mem_info: the bytes of @a's staging ring added to *@host_bytes, and when pinned to *@pinned_bytes;
+ * returns the bytes added. 0 for NULL. */
+size_t eng_acc_host_mem(const struct eng_acc *a, size_t *host_bytes, size_t *pinned_bytes);
 /* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
 void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
 /* One rank: the contribution at @grad (@dtype, whole tensor on the device) into p->grad through the staging
@@ -534,7 +530,7 @@ zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dty
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype, const char *what);
 /* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the
  * copy stream); the first failure, naming the tensor. */
-zo_status eng_acc_drain(zo_engine_t *e);
+zo_status eng_acc_drain(struct eng_acc *a);
 /* The copy stream waits for the compute queued so far on the compute stream (which produced the gradient). */
 zo_status eng_acc_after_compute(zo_engine_t *e);
 

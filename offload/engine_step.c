@@ -230,7 +230,7 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
-  ZO_CHECK(eng_acc_drain(e));       /* the staged adds on the pool */
+  ZO_CHECK(eng_acc_drain(e->acc));  /* the staged adds on the pool */
   ZO_CHECK(eng_grad_norms_wait(e)); /* and the norms behind them */
   if (eng_device_adam(e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
     ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));
@@ -277,7 +277,7 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
     p->has_grad = 0;
     p->n_acc = 0;
   }
-  e->n_accum = 0;
+  eng_acc_end_step(e->acc);
   *early = e->early_adam;
   e->n_grads = 0;
   e->early_adam = 0;

@@ -567,7 +567,7 @@ done:
 
 /* ------------------------------------------------------------------------------------------------ Adam */
 
-/* The dtypes of the engine's Adam update (offload/engine.c create_tiers, engine_accum.c eng_acc_setup). */
+/* The dtypes of the engine's Adam update (offload/engine.c create_tiers, engine_accum.c eng_acc_create). */
 typedef struct adam_types {
   zo_dtype grad, state, out;
 } adam_types;

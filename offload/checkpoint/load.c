@@ -544,7 +544,8 @@ zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts
   if (app_state) *app_state = NULL;
   if (!e || !path) return zo_error_set(ZO_ERR_INVALID_ARG, "load: NULL argument");
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: engine not finalized");
-  if (e->n_grads > 0 || e->n_accum > 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
+  if (e->n_grads > 0 || eng_acc_pending(e->acc) > 0)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
   char dir[PATH_MAX], mpath[PATH_MAX], fpath[PATH_MAX];
   /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
   load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL, .o = opts ? opts : &k_defaults};

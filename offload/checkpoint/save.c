@@ -642,10 +642,10 @@ static zo_status save_check(const zo_engine_t *e, const char *root, const zo_sav
   if (e->n_grads > 0)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d gradients handed over for a step not taken yet; save between "
                         "zo_engine_step() and the next zo_engine_grad_ready()", e->n_grads);
-  if (e->n_accum > 0)
+  if (eng_acc_pending(e->acc) > 0)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "save: %d tensors hold micro-batch gradients accumulated for a step "
                         "not taken yet (zo_engine_grad_accumulate), which a checkpoint does not keep; save between "
-                        "zo_engine_step() and the next zo_engine_grad_accumulate()", e->n_accum);
+                        "zo_engine_step() and the next zo_engine_grad_accumulate()", eng_acc_pending(e->acc));
   if (opts && opts->name) { /* what resolve_dir() accepts in `latest` */
     size_t len = strlen(opts->name);
     char q[96];

@@ -18,72 +18,6 @@
 #include "plan_internal.h"
 #include "zoffload/budget.h"
 
-zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
-  b->nbytes = nbytes;
-  if (nbytes == 0) return ZO_OK;
-  zo_status st = zo_host_alloc(nbytes, pin, &b->ptr, &b->pinned);
-  if (st != ZO_OK) return zo_error_prefix(st, "engine");
-  return ZO_OK;
-}
-
-zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin) {
-  ZO_CHECK(eng_host_buf_alloc(b, nbytes, pin));
-  eng_ledger_note(e, ZO_TIER_HOST, purpose, nbytes, pin, -1);
-  if (pin) ZO_CHECK(eng_pin_check(e, purpose, b->ptr, nbytes));
-  return ZO_OK;
-}
-
-/* RLIMIT_MEMLOCK as "soft X, hard Y" (bytes or "unlimited"), for the messages below. */
-static void memlock_limits(char *out, size_t len) {
-  struct rlimit rl = {0, 0};
-  char soft[32] = "unknown", hard[32] = "unknown";
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-    if (rl.rlim_cur == RLIM_INFINITY) snprintf(soft, sizeof soft, "unlimited");
-    else snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
-    if (rl.rlim_max == RLIM_INFINITY) snprintf(hard, sizeof hard, "unlimited");
-    else snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
-  }
-  snprintf(out, len, "soft %s, hard %s", soft, hard);
-}
-
-/*
- * Point 6 of the GPU review: a pinned buffer that CUDA did not register is pageable for the GPU (every copy staged
- * by the driver through its own bounce buffer, slower, and synchronous with the host), so the pool's one warning is
- * not enough: on a CUDA device finalize refuses it, naming the buffer, unless the config allows pageable memory.
- */
-zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes) {
-  if (!nbytes || !e->dev || zo_device_get_kind(e->dev) != ZO_DEVICE_CUDA) return ZO_OK;
-  char why[256];
-  const size_t left = zo_host_unregistered_bytes(ptr, nbytes, why, sizeof why);
-  if (!left) return ZO_OK;
-  if (!why[0]) snprintf(why, sizeof why, "not registered (no cudaHostRegister error recorded)");
-  if (e->cfg.zoffload.allow_pageable_host) {
-    if (!e->pageable_first[0]) {
-      snprintf(e->pageable_first, sizeof e->pageable_first, "%s", purpose);
-      snprintf(e->pageable_why, sizeof e->pageable_why, "%s", why);
-    }
-    zo_size_add(e->pageable_bytes, left, &e->pageable_bytes);
-    return ZO_OK;
-  }
-  char lim[96];
-  memlock_limits(lim, sizeof lim);
-  return zo_error_set(ZO_ERR_CUDA,
-                      "engine: the pinned host buffer \"%s\" (%zu bytes, %zu of them not registered) could not be "
-                      "registered with CUDA: %s. Copies between it and the GPU would be pageable (staged by the "
-                      "driver, slower, blocking). Likely cause: the locked-memory limit (RLIMIT_MEMLOCK: %s; raise it "
-                      "with `ulimit -l unlimited`, memlock in /etc/security/limits.conf, LimitMEMLOCK= for a systemd "
-                      "unit, or a container's memlock limit, e.g. docker run --ulimit memlock=-1), or more page-locked "
-                      "memory than the machine gives (lower zoffload.pinned_fraction, offload to nvme, or set "
-                      "offload_optimizer/offload_param pin_memory false). To run with pageable copies anyway, set "
-                      "zoffload.allow_pageable_host to true",
-                      purpose, nbytes, left, why, lim);
-}
-
-void eng_host_buf_free(host_buf *b) {
-  zo_host_free(b->ptr, b->nbytes, b->pinned);
-  memset(b, 0, sizeof *b);
-}
-
 /* ---------------------------------------------------------------- create */
 
 /* The config facts the engine checks before allocating anything. */
@@ -221,32 +155,6 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   e->swap_align = zo_swap_alignment(osw ? osw : e->pswap);
   if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
   return ZO_OK;
-}
-
-/* The combinations device Adam (offload_optimizer "none" on a GPU) does not handle yet (parameter offload;
- * gradient accumulation and several ranks it does), each refused by
- * zo_engine_check_device() with one message, so zo_engine_create and a dry run (zo-train --dry-run plans a GPU
- * run on a host device) refuse alike. */
-zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world) {
-  if (!cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "check_device: cfg is NULL");
-  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE || kind == ZO_DEVICE_HOST) return ZO_OK;
-  const char *name = zo_device_kind_name(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind);
-  char why[256];
-  if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why, sizeof why))
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device needs "
-                        "the device Adam kernel: %s; use \"cpu\" or \"nvme\"", name, why);
-  (void)world; /* several ranks: reduced through host buffers (engine_dp.c), added on the device */
-  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
-                        "(device Adam) needs offload_param.device \"none\", got \"%s\"", name,
-                        zo_offload_device_name(cfg->zero.offload_param.device));
-  return ZO_OK;
-}
-
-zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
-  if (!nbytes) return ZO_OK;
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, dst, src, nbytes, kind));
-  return zo_stream_synchronize(e->copy_stream);
 }
 
 zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
@@ -513,21 +421,6 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   else zo_plan_free(plan);
   if (st != ZO_OK) e->fin_failed = 1;
   return st;
-}
-
-zo_status eng_check_owner(const zo_engine_t *e, const char *what) {
-  const long me = (long)getpid();
-  if (!e || e->owner_pid == me) return ZO_OK;
-  return zo_error_set(ZO_ERR_INVALID_USAGE, "zo_engine_%s: this engine was created by process %ld; a forked child "
-                      "(pid %ld) cannot use it (its threads and locks stay with the parent): create a new engine in "
-                      "the child", what, e->owner_pid, me);
-}
-
-zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
-  ZO_CHECK(eng_check_owner(e, what));
-  if (!e->fin_failed) return ZO_OK;
-  return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: zo_engine_finalize() failed on this engine; destroy it and create "
-                      "another", what);
 }
 
 /* Working weights on NVMe (finalize): params.swp and the staging buffers of the reads; neither when every tensor

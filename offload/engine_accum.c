@@ -1,14 +1,14 @@
 /*
- * engine_accum.c - gradient accumulation over micro-batches (zo_engine_grad_accumulate) and the bounded
+ * engine_accum.c - gradient accumulation over micro-batches (zo_engine_grad_accumulate's staging) and the bounded
  * gradient path: each contribution leaves the caller's buffer through a ring of pinned staging buckets and is
  * cast or added into the host gradient shard p->grad in the accumulation dtype (fp32 when
  * gradient_accumulation_steps > 1, as DeepSpeed stage 1/2 accumulate the partition in fp32;
- * data_types.grad_accum_dtype overrides), and zo_engine_grad_fence(). Several ranks reduce each micro-batch
+ * data_types.grad_accum_dtype overrides). Several ranks reduce each micro-batch
  * through engine_dp.c's ring instead and add there (red_land). Device Adam (offload_optimizer "none" on a GPU)
  * adds on the device instead, with a kernel, into its device gradient shard (eng_acc_device). With
  * offload_optimizer "nvme" every hand-over
- * goes through one bucket, chunk by chunk, to grad.swp (engine_gradnv.c). Not here: the single hand-over's direct copy
- * and the landed work (engine_step.c).
+ * goes through one bucket, chunk by chunk, to grad.swp (engine_gradnv.c). Not here: the public hand-over calls and the single
+ * hand-over's direct copy (engine_grad.c), the landed work (engine_adam.c).
  */
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -33,8 +33,6 @@ typedef struct acc_chunk {
 
 /* The part's state (e->acc), from create to destroy. */
 struct eng_acc {
-  int ok;                    /* gradient_accumulation_steps > 1 or adtype != gdtype: zo_engine_grad_accumulate()
-                                and fp32 hand-overs are accepted (staging and the reduction ring hold fp32) */
   int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
   host_buf ring;             /* one rank, ok: nb pinned buckets of bucket_el fp32 */
   size_t bucket_el;
@@ -54,13 +52,14 @@ zo_status eng_acc_create(zo_engine_t *e) {
    * bytes of offload_optimizer "none") */
   if (c->grad_accum_dtype >= 0) e->adtype = (zo_dtype)c->grad_accum_dtype;
   else e->adtype = c->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : e->gdtype;
-  e->acc->ok = c->gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
   return ZO_OK;
 }
 
-size_t eng_acc_in_size(const zo_engine_t *e) { return e->acc->ok ? sizeof(float) : zo_dtype_size(e->gdtype); }
-
 int eng_acc_pending(const struct eng_acc *a) { return a->n_accum; }
+
+void eng_acc_note(struct eng_acc *a, zo_param_t *p) {
+  if (p->n_acc++ == 0) a->n_accum++;
+}
 
 void eng_acc_end_step(struct eng_acc *a) { a->n_accum = 0; }
 
@@ -69,26 +68,6 @@ size_t eng_acc_host_mem(const struct eng_acc *a, size_t *host_bytes, size_t *pin
   *host_bytes += a->ring.nbytes;
   if (a->ring.pinned) *pinned_bytes += a->ring.nbytes;
   return a->ring.nbytes;
-}
-
-void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets) {
-  *bucket_el = 0, *n_buckets = 0;
-  if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
-  if (dev_adam) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
-  if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
-    *bucket_el = eng_gnv_el(e), *n_buckets = 1;
-    return;
-  }
-  if (!e->acc->ok) return;
-  size_t largest = 0;
-  for (int i = 0; i < e->n_params; i++)
-    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
-  /* reduce_bucket_size elements (DeepSpeed's unit), capped at this rank's largest shard */
-  const int64_t rb = e->cfg.zero.reduce_bucket_size;
-  *bucket_el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
-  if (*bucket_el == 0) *bucket_el = 1;
-  /* overlap_comm: two buckets, so the next chunk's copy is queued while the last one's add runs */
-  *n_buckets = e->cfg.zero.overlap_comm ? 2 : 1;
 }
 
 /* Descriptors: one per bucket-sized chunk of every shard, so a chunk's add reads its own while later chunks
@@ -155,32 +134,6 @@ void eng_acc_free(zo_engine_t *e) {
   e->grad_read = NULL;
   free(a);
   e->acc = NULL;
-}
-
-static inline float load_el(const void *s, zo_dtype t, size_t i) {
-  if (t == ZO_DTYPE_F32) return ((const float *)s)[i];
-  const uint16_t h = ((const uint16_t *)s)[i];
-  return t == ZO_DTYPE_BF16 ? zo_bf16_to_f32(h) : zo_f16_to_f32(h);
-}
-
-static inline void store_el(void *d, zo_dtype t, size_t i, float x) {
-  if (t == ZO_DTYPE_F32) ((float *)d)[i] = x;
-  else ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
-}
-
-_Atomic uint64_t eng_host_func_grad_bytes;
-
-void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
-  eng_note_grad_bytes(n * zo_dtype_size(st));
-  if (!add && dt == st) {
-    memcpy(dst, src, n * zo_dtype_size(dt));
-  } else if (dt == ZO_DTYPE_F32 && st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */
-    float *restrict d = dst;
-    const float *restrict s = src;
-    for (size_t i = 0; i < n; i++) d[i] += s[i];
-  } else {
-    for (size_t i = 0; i < n; i++) store_el(dst, dt, i, (add ? load_el(dst, dt, i) : 0.0f) + load_el(src, st, i));
-  }
 }
 
 /* Pool task: elements [b, end) of chunk c's bucket added (or cast) into p->grad. Element-wise: any split gives
@@ -312,10 +265,10 @@ zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *g
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
   if (p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': engine not finalized", what, p->name);
-  if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && e->acc->ok))
+  if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && eng_acc_ok(e)))
     return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)%s", what,
                         p->name, zo_dtype_name(dtype), zo_dtype_name(e->gdtype),
-                        e->acc->ok && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
+                        eng_acc_ok(e) && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
                         : dtype == ZO_DTYPE_F32 ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
                                                   "data_types.grad_accum_dtype set)" : "");
   if (p->has_grad)
@@ -330,38 +283,4 @@ zo_status eng_acc_after_compute(zo_engine_t *e) {
   if (!e->compute_stream) return ZO_OK;
   ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
   return zo_stream_wait_event(e->copy_stream, e->compute_mark);
-}
-
-static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
-  ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate"));
-  if (!e->acc->ok)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_accumulate '%s': gradient_accumulation_steps is 1 and the "
-                        "accumulation dtype is the working dtype (%s); set gradient_accumulation_steps > 1 or "
-                        "data_types.grad_accum_dtype, or hand the summed gradient to zo_engine_grad_ready()",
-                        p->name, zo_dtype_name(e->gdtype));
-  if (e->world > 1) {
-    ZO_CHECK(eng_dp_grad(e, p, grad, dtype, 0));
-  } else {
-    ZO_CHECK(eng_acc_after_compute(e));
-    ZO_CHECK(eng_device_adam(e) ? eng_acc_device(e, p, grad, dtype) : eng_acc_stage(e, p, grad, dtype, 0));
-  }
-  if (p->n_acc++ == 0) e->acc->n_accum++;
-  return eng_nv_advance(e);
-}
-
-zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  ENG_CHECK_OWNER(e, "grad_accumulate");
-  ZO_NVTX_PUSHF("gradient accumulate %s", p ? p->name : "?");
-  zo_status st = grad_accumulate(e, p, grad, grad_dtype);
-  ZO_NVTX_POP();
-  return st;
-}
-
-zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {
-  ENG_CHECK_OWNER(e, "grad_fence");
-  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_fence: engine is NULL");
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_fence: engine not finalized");
-  if (!e->grad_read_set) return ZO_OK; /* nothing handed over yet */
-  if (s) return zo_stream_wait_event(s, e->grad_read);
-  return zo_event_synchronize(e->grad_read);
 }

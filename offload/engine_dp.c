@@ -193,7 +193,7 @@ static void red_land(zo_engine_t *e, dp_red *r) {
     if (st != ZO_OK && p->landed_st == ZO_OK) p->landed_st = st; /* reported at the step (step_grad_norm) */
   } else {
     eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
-    if (r->last) eng_grad_landed(p);
+    if (r->last) eng_grad_land(p, ZO_OK);
   }
   r->req = NULL;
   e->dp->q_first = (e->dp->q_first + 1) % e->n_params;

@@ -30,21 +30,6 @@ struct eng_gnv {
   size_t o[2];
 };
 
-size_t eng_gnv_el(const zo_engine_t *e) {
-  size_t largest = 0;
-  for (int i = 0; i < e->n_params; i++)
-    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
-  const int64_t rb = e->cfg.zero.reduce_bucket_size;
-  size_t el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
-  const int64_t sgs = e->cfg.zero.sub_group_size; /* no larger than a sub-group's buffer */
-  if (sgs > 0 && (uint64_t)sgs < el) el = (size_t)sgs;
-  size_t unit = eng_extent_unit_at(e, e->swap_align ? e->swap_align : 4096);
-  if (unit < GNV_NORM_CHUNK) unit = GNV_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
-  size_t r;
-  if (zo_size_round_up(el ? el : 1, unit, &r)) r = unit;
-  return r;
-}
-
 zo_status eng_gnv_alloc(zo_engine_t *e, const zo_plan *plan) {
   struct eng_gnv *gn = calloc(1, sizeof *gn);
   if (!gn) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
@@ -72,13 +57,13 @@ const host_buf *eng_gnv_host(const struct eng_gnv *gn) {
   return gn ? &gn->host : &none;
 }
 
-/* @p's final contribution is on disk: its norm's verdict and outcome, then the flag the pipeline reads. */
+/* @p's final contribution is on disk: it lands (eng_grad_land: the norm's verdict, the outcome of its writes, then
+ * the flag the pipeline reads). */
 static void gnv_landed(zo_param_t *p) {
-  p->landed_st = p->gnv_st;
+  const zo_status st = p->gnv_st;
   p->gnv_st = ZO_OK;
   p->gnv_final = 0;
-  p->nonfinite = !isfinite(p->sqnorm);
-  atomic_store_explicit(&p->landed, 1, memory_order_release);
+  eng_grad_land(p, st);
 }
 
 /* The write out of buffer @b has completed (or is waited here): collect it; its tensor lands when it was the

@@ -1,37 +1,40 @@
 /*
- * engine_internal.h - the engine's private struct and the functions its
- * files share. The engine is one object split by subsystem:
- *   engine.c          lifecycle: create, destroy, the parameter registry,
- *                     finalize (allocates the memory plan), initial weights;
- *   plan.c            the memory plan: every tier's buffers and the layout
- *                     (zoffload/plan.h), and the ledger of what finalize
- *                     allocated;
- *   engine_wb.c       where new working weights go, and the write-back ring
- *                     of nvme parameters (offload_param.device "nvme"):
- *                     struct eng_wb, opaque, defined and owned there;
- *   engine_fetch.c    the fetch coordinator: trace, prefetch, eviction, the
- *                     staging buffers of nvme reads: struct eng_fetch, opaque,
- *                     defined and owned there;
- *   engine_step.c     gradient hand-over, Adam tasks and the optimizer step;
- *   engine_nvme.c     the NVMe optimizer-state pipeline over sub-groups, and
- *                     its state (struct eng_nv, e->nv: the swap, the state
- *                     files, sub-groups, slots), created with the engine,
- *                     filled at finalize and freed there;
- *   engine_gradnv.c   gradients in grad.swp beside the NVMe state (written,
- *                     read-added, their norm on the way; struct eng_gnv,
- *                     e->gnv: the I/O buffers, allocated and freed there);
- *   engine_inspect.c  memory accounting and master-weight read-back;
- *   engine_accum.c    gradient accumulation over micro-batches and the
- *                     staging buckets (its state: struct eng_acc, e->acc);
- *   engine_dp.c       several ranks: gradient reduce-scatter (all-reduce at
- *                     stage 0) and the all-gather of updated working weights
- *                     (its state: struct eng_dp, e->dp);
- *   engine_dp3.c      stage 3 on several ranks: the parameter gathers (its
- *                     state: struct eng_pg, e->pg).
- * A part's state struct is opaque: defined, allocated and freed in its file,
- * read and written by no other (they call the part's functions below).
- * Not installed. Every function here runs on the engine's thread (the one
- * calling the public zo_engine_* functions) unless its comment says otherwise.
+ * engine_internal.h - the engine's private struct and the functions its files share. Not installed.
+ *
+ * The engine is a core (struct zo_engine: config, device, streams, tensor table, memory plan and ledger, host
+ * buffers, optimizer and loss-scale state, counters) plus one owned part per pipeline. Each part's struct is opaque:
+ * defined, allocated and freed in its own file, whose fields no other file touches; the others call the functions
+ * declared below under that file's name.
+ *
+ *   engine_core.c     below every part: host buffers (pinned, registered, in the ledger), the owner and usable
+ *                     checks, swap waits, the extent layout, the gradient cast/add. Calls no other engine file.
+ *   engine.c          lifecycle: create, destroy, the parameter registry, finalize (allocates the plan: each part
+ *                     its own buffers), initial weights;
+ *   plan.c            the memory plan: every tier's buffers and the layout (zoffload/plan.h), the buffer shapes
+ *                     the parts allocate by, and the ledger's report; with budget.c and placement.c the planner,
+ *                     a pure function of (config, tensor table, machine): it calls no part;
+ *   engine_grad.c     the gradient hand-over (grad_ready, grad_accumulate, grad_fence) and eng_progress(), the one
+ *                     function that moves the pipelines on;
+ *   engine_adam.c     the Adam tasks: a step's hyperparameters, the landed-gradient event (eng_grad_land, raised
+ *                     there only), the norms, the fused update's submission;
+ *   engine_step.c     the optimizer step: norms, clipping, loss scale, the updates, the delayed update;
+ *   engine_accum.c    struct eng_acc (e->acc): accumulation over micro-batches, the staging buckets;
+ *   engine_dp.c       struct eng_dp (e->dp): several ranks, the gradient reduce-scatter (all-reduce at stage 0) and
+ *                     the all-gather of updated working weights;
+ *   engine_dp3.c      struct eng_pg (e->pg): stage 3 on several ranks, the parameter gathers;
+ *   engine_nvme.c     struct eng_nv (e->nv): the NVMe optimizer-state pipeline over sub-groups (the swap, the state
+ *                     files, sub-groups, slots, the resident range);
+ *   engine_gradnv.c   struct eng_gnv (e->gnv): gradients in grad.swp beside the NVMe state (written, read-added,
+ *                     their norm on the way);
+ *   engine_wb.c       struct eng_wb (e->wb): where new working weights go, and the write-back ring of nvme
+ *                     parameters (offload_param.device "nvme");
+ *   engine_fetch.c    struct eng_fetch (e->fetch): the fetch coordinator (trace, prefetch, eviction, the staging of
+ *                     nvme reads) and the publish of new weights into the device copies;
+ *   engine_inspect.c  memory accounting and master-weight read-back.
+ * Checkpoints (checkpoint/) and the fronts' hand-over helper (handover.c) sit beside them.
+ *
+ * Every function here runs on the engine's thread (the one calling the public zo_engine_* functions) unless its
+ * comment says otherwise.
  */
 #ifndef ZO_ENGINE_INTERNAL_H
 #define ZO_ENGINE_INTERNAL_H
@@ -305,8 +308,54 @@ static inline int eng_device_adam(const zo_engine_t *e) {
 static inline int eng_ready_per_tensor(const zo_engine_t *e) {
   return e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_CPU && e->world == 1;
 }
+
+/* Gradient accumulation (gradient_accumulation_steps > 1) or an accumulation dtype other than the hand-over's:
+ * zo_engine_grad_accumulate() and fp32 hand-overs are accepted (staging and the reduction ring hold fp32). */
+static inline int eng_acc_ok(const zo_engine_t *e) {
+  return e->cfg.gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
+}
+
+/* ---------------------------------------------------------------- engine_core.c (calls no other engine file) */
+
 /* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it (@kind H2D/D2H). */
 zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind);
+/* A host buffer of @nbytes (0: none), pinned when @pin (zo_host_alloc: the pinned pool, registered with CUDA on a
+ * CUDA device); ZO_ERR_OUT_OF_MEMORY. */
+zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
+/* eng_host_buf_alloc() of a buffer of the plan named @purpose, noted in the ledger. */
+zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin);
+/* A pinned host buffer of the plan (@purpose, @nbytes at @ptr) just allocated: on a CUDA device, every byte of it must
+ * be registered with CUDA; ZO_ERR_CUDA naming it, the error and the way out when not, unless
+ * zoffload.allow_pageable_host (then noted for finalize's one warning). ZO_OK on other devices. */
+zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes);
+/* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
+zo_status eng_check_usable(const zo_engine_t *e, const char *what);
+/* ZO_OK when this process created @e; else (a fork()ed child holding a copy of its parent's engine, whose Adam
+ * threads, stream threads and locks stay with the parent) ZO_ERR_INVALID_USAGE naming @what, both pids and the way
+ * out, at once. Every public zo_engine_* call that takes an engine is to check it first (ENG_CHECK_OWNER), before
+ * it waits on or queues to any thread; eng_check_usable() (and so zo_plan_make()) includes it. */
+zo_status eng_check_owner(const zo_engine_t *e, const char *what);
+#define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_check_owner(e, what))
+/* Free a buffer of eng_host_buf_alloc (an empty one too); *b is zeroed. */
+void eng_host_buf_free(host_buf *b);
+/* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
+void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
+/* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
+void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
+/* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
+ * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
+ * copies). Counted on both backends (the host device's stream threads and the cuda backend's host-function
+ * trampoline set zo_tl_host_func). For tests. */
+extern _Atomic uint64_t eng_host_func_grad_bytes;
+static inline void eng_note_grad_bytes(size_t nbytes) {
+  if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
+}
+/* eng_extent_unit_at() for the engine's swap alignment. */
+size_t eng_extent_unit(const zo_engine_t *e);
+/* Elements of a padded extent for @n elements (nvme layout). */
+uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
+/* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */
+zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
 
 /* ---------------------------------------------------------------- engine_wb.c */
 
@@ -339,16 +388,26 @@ void eng_wb_hold(wb_entry *w, int hold);
 void eng_wb_mark_h2d(wb_entry *w);
 /* Bytes of the ring (pinned host memory; 0 before finalize or without one). */
 size_t eng_wb_ring_bytes(const struct eng_wb *wb);
+/* offload_param nvme, @p's working copy in params.swp: its filled region of shard elements [off, off + n) (Adam or a
+ * cast wrote it) is written to params.swp, once the last write of that range is on disk; *@src its data (the
+ * source of the device copy's refresh), *@w the region (NULL, and ZO_ERR_INVALID_USAGE, when none is filling: a bug).
+ * The write is left in flight (eng_wb_reap, eng_wb_drain). */
+zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void **src, wb_entry **w);
 /* Live regions of the ring (0 once every write is on disk and reaped). For tests. */
 int eng_wb_live(const struct eng_wb *wb);
 /* Wait the params.swp writes of @p in flight (those overlapping [off, off + n) when n > 0). */
 zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n);
+
+/* ---------------------------------------------------------------- engine_fetch.c */
+
+/* The publish of new working weights into the device copies (and, for nvme parameters, params.swp): */
 /* Publish new working weights of shard elements [off, off + n) written at eng_working_dst(). */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
 /* Working weights of [off, off + n) cast from fp32 @master, then published. */
 zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master);
+/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote (eng_queue_upload). */
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
 
-/* ---------------------------------------------------------------- engine_fetch.c */
 
 /* At create: e->fetch, the fetch coordinator (no trace, no staging buffers yet). Every engine has one from then on. */
 zo_status eng_fetch_create(zo_engine_t *e);
@@ -386,29 +445,17 @@ zo_status eng_settle_fetches(zo_engine_t *e);
 /* End of step: adopt the step's fetch order as the trace when it changed. */
 zo_status eng_trace_end_step(zo_engine_t *e);
 
-/* ---------------------------------------------------------------- engine.c */
-
-zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
-/* eng_host_buf_alloc() of a buffer of the plan named @purpose, noted in the ledger. */
-zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin);
-/* A pinned host buffer of the plan (@purpose, @nbytes at @ptr) just allocated: on a CUDA device, every byte of it must
- * be registered with CUDA; ZO_ERR_CUDA naming it, the error and the way out when not, unless
- * zoffload.allow_pageable_host (then noted for finalize's one warning). ZO_OK on other devices. */
-zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes);
-/* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
-zo_status eng_check_usable(const zo_engine_t *e, const char *what);
-/* ZO_OK when this process created @e; else (a fork()ed child holding a copy of its parent's engine, whose Adam
- * threads, stream threads and locks stay with the parent) ZO_ERR_INVALID_USAGE naming @what, both pids and the way
- * out, at once. Every public zo_engine_* call that takes an engine is to check it first (ENG_CHECK_OWNER), before
- * it waits on or queues to any thread; eng_check_usable() (and so zo_plan_make()) includes it. */
-zo_status eng_check_owner(const zo_engine_t *e, const char *what);
-#define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_check_owner(e, what))
-void eng_host_buf_free(host_buf *b);
-
 /* ---------------------------------------------------------------- plan.c */
 
-/* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
-void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
+/* The buffer shapes the plan sizes and the parts allocate by (in plan.c, so that the planner needs no part). */
+/* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
+size_t eng_acc_in_size(const zo_engine_t *e);
+/* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed); @dev_adam: for device
+ * Adam (eng_device_adam(), or the plan's device kind), which needs none. */
+void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets);
+/* offload_optimizer "nvme": elements per gradient I/O buffer (and per staging bucket): min(reduce_bucket_size,
+ * largest shard, sub_group_size) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
+size_t eng_gnv_el(const zo_engine_t *e);
 /* Before finalize: the host cache's budget, @el elements (SIZE_MAX: every tensor); replaces the config's
  * offload_param.max_in_cpu. ZO_ERR_INVALID_ARG (NULL), ZO_ERR_INVALID_USAGE (after finalize, or a failed one). */
 zo_status eng_set_param_cache(zo_engine_t *e, size_t el);
@@ -499,11 +546,6 @@ void eng_pg_drop_device_copies(zo_engine_t *e);
 /* At create: e->acc (ZO_ERR_OUT_OF_MEMORY when it cannot be allocated), the accumulation dtype e->adtype and
  * whether accumulation / fp32 hand-overs are accepted. */
 zo_status eng_acc_create(zo_engine_t *e);
-/* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
-size_t eng_acc_in_size(const zo_engine_t *e);
-/* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed); @dev_adam: for device
- * Adam (eng_device_adam(), or the plan's device kind), which needs none. */
-void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets);
 /* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence event. */
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes);
 /* At destroy: what eng_acc_alloc allocated, and e->acc (NULL after). Also after a create that failed (e->acc may be
@@ -512,13 +554,13 @@ void eng_acc_free(zo_engine_t *e);
 /* Tensors with accumulated contributions (zo_engine_grad_accumulate) in this step: checkpoint save and load refuse
  * while it is > 0. */
 int eng_acc_pending(const struct eng_acc *a);
+/* One contribution of @p was accumulated (zo_engine_grad_accumulate): p->n_acc counted, and @p among the pending. */
+void eng_acc_note(struct eng_acc *a, zo_param_t *p);
 /* The step took the accumulated contributions (zo_engine_step, which zeroes each p->n_acc): none is pending. */
 void eng_acc_end_step(struct eng_acc *a);
 /* zo_engine_mem_info: the bytes of @a's staging ring added to *@host_bytes, and when pinned to *@pinned_bytes;
  * returns the bytes added. 0 for NULL. */
 size_t eng_acc_host_mem(const struct eng_acc *a, size_t *host_bytes, size_t *pinned_bytes);
-/* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
-void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
 /* One rank: the contribution at @grad (@dtype, whole tensor on the device) into p->grad through the staging
  * buckets; with @last, eng_grad_landed(p) follows on the copy stream. */
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last);
@@ -534,29 +576,36 @@ zo_status eng_acc_drain(struct eng_acc *a);
 /* The copy stream waits for the compute queued so far on the compute stream (which produced the gradient). */
 zo_status eng_acc_after_compute(zo_engine_t *e);
 
-/* ---------------------------------------------------------------- engine_step.c */
+/* ---------------------------------------------------------------- engine_adam.c */
 
 /* The norm's summation chunk (cpu_adam's ZO_SQNORM_CHUNK): a shard's squared norm is the in-order sum of its
  * chunks' squared norms, the bits of zo_grad_sqnorm_ex() over the whole shard. */
 #define ENG_NORM_CHUNK ((size_t)65536)
-/* A landed gradient shard: queue its norm (and early Adam) on the pool; see its definition. */
+/* The hyperparameters of optimizer step e->step + 1 (the lr schedule or zo_engine_set_lr, betas, eps, AdamW or L2,
+ * bias correction), every gradient multiplied by @clip / (loss_scale x world); weight decay is each tensor's. */
+zo_adam_hparams eng_adam_hparams(const zo_engine_t *e, double clip);
+/* The event "@p's gradient of this step has landed" (its final contribution is in p->grad, or on disk in grad.swp),
+ * raised here only: @st the outcome of the work that brought it. Host memory: queues its norm (and its early Adam
+ * update, e->early_adam) on the pool; nvme: takes the verdict of the norm summed on the way (p->sqnorm). Then
+ * p->landed_st and, last, p->landed (release store: the NVMe pipeline may queue its sub-group). Runs on the copy
+ * stream's thread (eng_grad_landed) or the engine thread; O(1), no CUDA call. Device Adam has no landing: its norm
+ * is summed on the device and read at the step. */
+void eng_grad_land(zo_param_t *p, zo_status st);
+/* eng_grad_land(@arg, ZO_OK) as a stream host function (zo_launch_host_func), behind the copies of the gradient. */
 void eng_grad_landed(void *arg);
-/* Wait for the norm tasks eng_grad_landed() queued; sets each shard's sqnorm and nonfinite. */
+/* Wait for the norm tasks eng_grad_land() queued; sets each shard's sqnorm and nonfinite. */
 zo_status eng_grad_norms_wait(zo_engine_t *e);
-/* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
- * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
- * copies). Counted on both backends (the host device's stream threads and the cuda backend's host-function
- * trampoline set zo_tl_host_func). For tests. */
-extern _Atomic uint64_t eng_host_func_grad_bytes;
-static inline void eng_note_grad_bytes(size_t nbytes) {
-  if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
-}
-
 /* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
                           const void *grad, void *master, void *m, void *v, zo_adam_task_t **task);
-/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote. */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+
+/* ---------------------------------------------------------------- engine_grad.c */
+
+/* One progress step of every pipeline, without blocking: the gradient reductions in flight (several ranks), then
+ * the NVMe pipeline (state reads and write-backs, gradient writes, updates whose gradients landed). The engine has
+ * no thread of its own for these: every public call that hands a gradient over or fetches (zo_engine_grad_ready,
+ * zo_engine_grad_accumulate, zo_engine_fetch, zo_engine_release) calls it once. */
+zo_status eng_progress(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_nvme.c */
 
@@ -610,14 +659,8 @@ static inline size_t eng_extent_unit_at(const zo_engine_t *e, size_t align) {
   if (e->tier == ZO_OFFLOAD_NVME && zo_dtype_size(e->adtype) < narrow) narrow = zo_dtype_size(e->adtype); /* grad.swp */
   return align / narrow;
 }
-/* The same for the engine's swap alignment. */
-size_t eng_extent_unit(const zo_engine_t *e);
-/* Elements of a padded extent for @n elements (nvme layout). */
-uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
 /* Queue a read or write of elements [el, el + n_el) of state kind @k. */
 zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req);
-/* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */
-zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
 /* Collect a slot's finished requests (*done = 1 when none is left); @wait blocks for all. */
 zo_status eng_slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done);
 /* Move the NVMe pipeline forward as far as it goes without blocking. */
@@ -646,9 +689,6 @@ void eng_gnv_free(zo_engine_t *e);
 /* Memory accounting: the gradient I/O buffers (one pinned allocation); an empty buffer when @gn is NULL. */
 const host_buf *eng_gnv_host(const struct eng_gnv *gn);
 
-/* offload_optimizer "nvme": elements per gradient I/O buffer (and per staging bucket): min(reduce_bucket_size,
- * largest shard, sub_group_size) rounded up to a multiple of 64 Ki elements (the norm's chunk) and of the extent unit. */
-size_t eng_gnv_el(const zo_engine_t *e);
 /* Shard elements [off, off + n) of @p's contribution at @src (@st; host memory) into grad.swp: cast (@add 0) or
  * added to what the file holds; @off a multiple of eng_gnv_el() (or 0). With @last (the final contribution of the
  * step) their squared norm is added to p->sqnorm (which the caller zeroes before the first chunk) chunk by chunk

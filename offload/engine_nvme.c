@@ -225,8 +225,6 @@ void eng_nv_allow_adam(struct eng_nv *nv, const zo_adam_hparams *hp) {
 
 /* ---------------------------------------------------------------- layout */
 
-size_t eng_extent_unit(const zo_engine_t *e) { return eng_extent_unit_at(e, e->swap_align); }
-
 /* Queue a read or write of elements [el, el + n_el) of state kind k. */
 zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req) {
   const struct eng_nv *nv = e->nv;
@@ -239,18 +237,6 @@ zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, 
   else e->ctr.nvme_read_bytes += nbytes;
   return st;
 }
-
-/* Wait *req on @sw (optimizer state or params.swp), timed as exposed swap wait; *req becomes NULL. */
-zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
-  double t0 = zo_clock_s();
-  zo_status st = zo_swap_wait(sw, *req);
-  *req = NULL;
-  e->ctr.swap_wait_s += zo_clock_s() - t0;
-  return st;
-}
-
-/* Elements of a padded extent for n elements (nvme layout). */
-uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return zo_round_up(n, eng_extent_unit(e)); }
 
 /* ---------------------------------------------------------------- pipeline */
 

@@ -1,8 +1,8 @@
 /*
- * engine_step.c - gradient hand-over (device-to-host copies, per-shard norms,
- * Adam started as gradients land), dynamic loss scaling, and the optimizer
- * step. Not here: the Adam arithmetic (cpu_adam/) or the NVMe state
- * pipeline (engine_nvme.c).
+ * engine_step.c - the optimizer step: the wait for every gradient, the global norm, clipping, the overflow verdict
+ * and dynamic loss scaling, the updates on each tier, the delayed update, and the publish. Not here: the hand-over
+ * (engine_grad.c), the Adam tasks and the landed-gradient event (engine_adam.c), the Adam arithmetic (cpu_adam/),
+ * the NVMe state pipeline (engine_nvme.c).
  */
 #include <math.h>
 #include <string.h>
@@ -13,170 +13,7 @@
 
 /* ---------------------------------------------------------------- gradients */
 
-/* The hyperparameters of optimizer step e->step + 1, with every gradient
- * multiplied by clip / loss_scale. */
-static zo_adam_hparams step_hparams(const zo_engine_t *e, double clip) {
-  const int64_t t = e->step + 1;
-  return (zo_adam_hparams){
-      .lr = (float)(e->lr_override >= 0 ? e->lr_override : zo_config_lr_at(&e->cfg, t)),
-      .beta1 = (float)e->cfg.optimizer.beta1,
-      .beta2 = (float)e->cfg.optimizer.beta2,
-      .eps = (float)e->cfg.optimizer.eps,
-      /* .weight_decay is each tensor's own (eng_submit_adam) */
-      .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
-      .bias_correction = e->cfg.optimizer.bias_correction,
-      .step = t,
-      .grad_scale = (float)(clip / (e->loss_scale * e->world)), /* several ranks: the mean of their gradients */
-  };
-}
-
-/* Pool task: the squared norms of the ENG_NORM_CHUNK-element chunks of p's gradient in [b, end) (tiles of one
- * chunk each), into p->norm_part; eng_grad_norms_wait() sums them in order. */
-static void norm_chunks(void *arg, size_t b, size_t end, int thread) {
-  (void)thread;
-  zo_param_t *p = arg;
-  const zo_dtype dt = p->eng->adtype;
-  const size_t asz = zo_dtype_size(dt);
-  eng_note_grad_bytes((end - b) * asz);
-  for (size_t k = b / ENG_NORM_CHUNK; k * ENG_NORM_CHUNK < end; k++) {
-    const size_t o = k * ENG_NORM_CHUNK, m = p->shard_n - o < ENG_NORM_CHUNK ? p->shard_n - o : ENG_NORM_CHUNK;
-    /* cannot fail: a known dtype, m > 0 */
-    (void)zo_grad_sqnorm_ex((const char *)p->grad + o * asz, dt, m, ZO_SIMD_AUTO, 1, &p->norm_part[k], NULL);
-  }
-}
-
-/* Runs on the copy stream's thread (a host function; several ranks: the engine thread) once p's gradient shard
- * has landed in host memory. O(1) and no CUDA call: host functions of a stream share one driver thread, so work
- * here would hold up the stream's later copies. It queues on the Adam pool the shard's squared norm (for
- * clipping, overflow and the report; urgent, so it runs ahead of queued Adam updates, behind the shard's staged
- * adds) and, when nothing global stands in the way, its Adam update, so the CPU updates this shard while the
- * device computes the rest of backward. */
-void eng_grad_landed(void *arg) {
-  zo_param_t *p = arg;
-  zo_engine_t *e = p->eng;
-  p->sqnorm = 0.0, p->nonfinite = 0; /* an empty shard; else eng_grad_norms_wait() */
-  p->landed_st = ZO_OK;
-  if (p->shard_n)
-    p->landed_st = zo_adam_pool_submit_for(e->pool, norm_chunks, p, p->shard_n, ENG_NORM_CHUNK, ZO_ADAM_TASK_URGENT,
-                                           &p->norm_task);
-  if (p->landed_st == ZO_OK && e->early_adam)
-    p->landed_st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
-                               p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
-  atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
-}
-
-zo_status eng_grad_norms_wait(zo_engine_t *e) {
-  zo_status first = ZO_OK;
-  for (int i = 0; i < e->n_params; i++) {
-    zo_param_t *p = e->params[i];
-    if (!p->norm_task) continue;
-    zo_status st = zo_adam_task_wait(p->norm_task, NULL);
-    p->norm_task = NULL;
-    if (st != ZO_OK && first == ZO_OK) first = zo_error_prefix(st, "gradient norm of '%s'", p->name);
-    double s = 0.0; /* zo_sqnorm_combine's order */
-    for (size_t k = 0; k * ENG_NORM_CHUNK < p->shard_n; k++) s += p->norm_part[k];
-    p->sqnorm = s;
-    p->nonfinite = !isfinite(s); /* squares of finite floats cannot overflow a double sum */
-  }
-  return first;
-}
-
-/* The last contribution of @p on one rank: today's direct copy of the shard into p->grad when nothing was
- * accumulated and the dtype is the accumulation dtype (bitwise the single hand-over of before), else through
- * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
-static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  ZO_CHECK(eng_acc_after_compute(e));
-  if (eng_device_adam(e)) { /* into the device gradient shard (added to what was accumulated), then the norm's
-                             * partial sums of the sum on the device, behind it (read at the step) */
-    ZO_CHECK(eng_acc_device(e, p, grad, grad_dtype));
-    p->landed_st = ZO_OK;
-    return zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
-                                 e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS);
-  }
-  if (p->n_acc || grad_dtype != e->adtype || e->tier == ZO_OFFLOAD_NVME) /* nvme: to grad.swp */
-    return eng_acc_stage(e, p, grad, grad_dtype, 1);
-  const size_t gsz = zo_dtype_size(grad_dtype);
-  zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
-  if (p->shard_n) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
-    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence */
-    e->grad_read_set = 1;
-  }
-  if (kind == ZO_COPY_D2H) e->ctr.d2h_bytes += p->shard_n * gsz;
-  return zo_launch_host_func(e->copy_stream, eng_grad_landed, p);
-}
-
-static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  ZO_CHECK(eng_acc_check(e, p, grad, grad_dtype, "grad_ready"));
-  if (e->n_grads++ == 0) {
-    /* Adam may start per shard (cpu, none) or per sub-group (nvme) before the
-     * step only when no step-wide fact is needed first: the global norm
-     * (clipping) and the overflow verdict (fp16) are known only once every
-     * gradient is in. */
-    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
-    e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
-    if (e->early_adam) e->early_hp = step_hparams(e, 1.0);
-    if (early && e->tier == ZO_OFFLOAD_NVME) {
-      const zo_adam_hparams hp = step_hparams(e, 1.0);
-      eng_nv_allow_adam(e->nv, &hp);
-    }
-  }
-  p->grad_seq = e->n_grads;
-  if (e->early_adam) /* eng_grad_landed writes the new weights into it */
-    ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
-  if (e->world > 1) { /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
-    ZO_CHECK(eng_dp_grad(e, p, grad, grad_dtype, 1));
-  } else {
-    /* One rank: the reduce-scatter of the gradient is the copy of our shard, after the compute queued so far
-     * (which produced it). */
-    ZO_CHECK(grad_ready_one_rank(e, p, grad, grad_dtype));
-  }
-  p->has_grad = 1;
-  return eng_nv_advance(e);
-}
-
-zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  ENG_CHECK_OWNER(e, "grad_ready");
-  ZO_NVTX_PUSHF("gradient copy %s", p ? p->name : "?");
-  zo_status st = grad_ready(e, p, grad, grad_dtype);
-  ZO_NVTX_POP();
-  return st;
-}
-
 /* ---------------------------------------------------------------- step */
-
-/* Queue the fused Adam update of shard elements [off, off + n) of p (its
- * gradient at @grad) on the pool: fp32 master, state, and the working-dtype copy-out in one pass, with
- * p's weight decay (the config's unless a parameter group set its own). */
-zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                          const void *grad, void *master, void *m, void *v, zo_adam_task_t **task) {
-  zo_adam_hparams own = *hp; /* the pool copies the hyperparameters at submit */
-  own.weight_decay = p->weight_decay;
-  hp = &own;
-  const zo_adam_shard sh = {
-      .param = master,
-      .grad = grad,
-      .grad_dtype = e->adtype,
-      .exp_avg = m,
-      .exp_avg_sq = v,
-      .state_dtype = e->sdtype,
-      .param_out = eng_working_dst(e, p, off),
-      .out_dtype = e->wdtype,
-      .n = n,
-      .seed = p->flat_off + off,
-  };
-  zo_status st = zo_adam_pool_submit(e->pool, hp, &sh, 0, task);
-  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
-  return ZO_OK;
-}
-
-/* Wait an Adam task, then queue the upload of the working weights it wrote. */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
-  zo_status st = zo_adam_task_wait(*task, NULL);
-  *task = NULL;
-  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
-  return eng_queue_upload(e, p, off, n);
-}
 
 /* Delayed update: wait the last step's Adam tasks and queue the uploads of the working weights they wrote (each
  * tensor's own event, fetch waits for it), then flip the staging of the working copy: the next Adam writes the
@@ -455,7 +292,7 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     if (info) *info = inf;
     return ZO_OK;
   }
-  const zo_adam_hparams hp = early ? e->early_hp : step_hparams(e, step_clip(e, norm));
+  const zo_adam_hparams hp = early ? e->early_hp : eng_adam_hparams(e, step_clip(e, norm));
   double adam_s = zo_clock_s() - t0;
   const double swap0 = e->ctr.swap_wait_s, copy0 = e->ctr.copy_s;
   ZO_CHECK(step_dispatch(e, &hp, early, &adam_s));

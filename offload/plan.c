@@ -523,25 +523,47 @@ void zo_plan_print(const zo_plan *p, void *fp) {
 
 /* ---------------------------------------------------------------- the ledger */
 
-void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path) {
-  if (!bytes) return;
-  for (int i = 0; i < e->n_ledger; i++) {
-    zo_plan_buf *b = &e->ledger[i];
-    if (!strcmp(b->purpose, purpose) && b->bytes == bytes && b->tier == t) {
-      b->count++;
-      return;
-    }
-  }
-  if (e->n_ledger == ZO_PLAN_MAX_BUFS) return;
-  zo_plan_buf *b = &e->ledger[e->n_ledger++];
-  memset(b, 0, sizeof *b);
-  b->tier = t;
-  snprintf(b->purpose, sizeof b->purpose, "%s", purpose);
-  b->bytes = bytes, b->count = 1, b->pinned = pinned, b->path = t == ZO_TIER_NVME ? path : -1;
-}
-
 int zo_engine_allocations(const zo_engine_t *e, const zo_plan_buf **bufs) {
   if (!e || !bufs) return 0;
   *bufs = e->ledger;
   return e->n_ledger;
+}
+
+/* ---------------------------------------------------------------- buffer shapes the parts allocate by */
+
+size_t eng_acc_in_size(const zo_engine_t *e) { return eng_acc_ok(e) ? sizeof(float) : zo_dtype_size(e->gdtype); }
+
+void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets) {
+  *bucket_el = 0, *n_buckets = 0;
+  if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
+  if (dev_adam) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
+  if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
+    *bucket_el = eng_gnv_el(e), *n_buckets = 1;
+    return;
+  }
+  if (!eng_acc_ok(e)) return;
+  size_t largest = 0;
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
+  /* reduce_bucket_size elements (DeepSpeed's unit), capped at this rank's largest shard */
+  const int64_t rb = e->cfg.zero.reduce_bucket_size;
+  *bucket_el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
+  if (*bucket_el == 0) *bucket_el = 1;
+  /* overlap_comm: two buckets, so the next chunk's copy is queued while the last one's add runs */
+  *n_buckets = e->cfg.zero.overlap_comm ? 2 : 1;
+}
+
+size_t eng_gnv_el(const zo_engine_t *e) {
+  size_t largest = 0;
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
+  const int64_t rb = e->cfg.zero.reduce_bucket_size;
+  size_t el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;
+  const int64_t sgs = e->cfg.zero.sub_group_size; /* no larger than a sub-group's buffer */
+  if (sgs > 0 && (uint64_t)sgs < el) el = (size_t)sgs;
+  size_t unit = eng_extent_unit_at(e, e->swap_align ? e->swap_align : 4096);
+  if (unit < ENG_NORM_CHUNK) unit = ENG_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
+  size_t r;
+  if (zo_size_round_up(el ? el : 1, unit, &r)) r = unit;
+  return r;
 }

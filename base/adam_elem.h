@@ -28,15 +28,15 @@
 
 /* Constants of one update call, already rounded to float32 once. */
 typedef struct zo_adam_consts {
-  float b1, omb1;     /* beta1, 1 - beta1 */
-  float b2, omb2;     /* beta2, 1 - beta2 */
+  float b1, omb1; /* beta1, 1 - beta1 */
+  float b2, omb2; /* beta2, 1 - beta2 */
   float eps;
-  float step_size;    /* lr / bc1 */
-  float sqrt_bc2;     /* sqrt(bc2) */
-  float wd;           /* L2 mode: weight_decay added to g */
-  float decay;        /* AdamW mode: 1 - lr*weight_decay */
+  float step_size; /* lr / bc1 */
+  float sqrt_bc2;  /* sqrt(bc2) */
+  float wd;        /* L2 mode: weight_decay added to g */
+  float decay;     /* AdamW mode: 1 - lr*weight_decay */
   float grad_scale;
-  int l2;             /* 1: L2 mode, 0: AdamW */
+  int l2; /* 1: L2 mode, 0: AdamW */
 } zo_adam_consts;
 
 /*
@@ -44,7 +44,8 @@ typedef struct zo_adam_consts {
  * exactly these float32 operations in this order, which makes all levels,
  * and the device kernel, bit-identical.
  */
-static inline ZO_HD void zo_adam_elem(const zo_adam_consts *c, float *p, float g, float *m, float *v) {
+static inline ZO_HD void zo_adam_elem(const zo_adam_consts *c, float *p, float g, float *m,
+                                      float *v) {
   float pp = *p;
   float gg = g * c->grad_scale;
   if (c->l2)
@@ -121,8 +122,9 @@ static inline ZO_HD void zo_elem_store(void *a, zo_dtype t, size_t i, float f) {
  * Returns 1 when the gradient element is inf or NaN (the update is applied
  * anyway; callers that skip scan first).
  */
-static inline ZO_HD int zo_adam_elem_fused(const zo_adam_consts *c, size_t i, float *p, const void *g, zo_dtype gt,
-                                           void *m, void *v, zo_dtype st, void *out, zo_dtype ot, uint64_t seed,
+static inline ZO_HD int zo_adam_elem_fused(const zo_adam_consts *c, size_t i, float *p,
+                                           const void *g, zo_dtype gt, void *m, void *v,
+                                           zo_dtype st, void *out, zo_dtype ot, uint64_t seed,
                                            uint32_t step32) {
   float gf = zo_elem_load(g, gt, i);
   int bad = (zo_f32_bits(gf) & 0x7fffffffu) >= 0x7f800000u;

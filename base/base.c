@@ -58,7 +58,8 @@ zo_status zo_error_prefix(zo_status st, const char *fmt, ...) {
 /* ---- the stop request: one lock-free atomic, so a signal handler may raise it */
 
 static atomic_int g_stop;
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "zo_request_stop must be async-signal-safe: atomic_int must be lock-free");
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2,
+               "zo_request_stop must be async-signal-safe: atomic_int must be lock-free");
 
 void zo_request_stop(void) { atomic_store(&g_stop, 1); }
 
@@ -85,7 +86,8 @@ static int io_all(int fd, char *buf, size_t n, uint64_t off, size_t *done, int w
   size_t d = 0;
   int rc = 0;
   while (d < n) {
-    ssize_t k = write ? pwrite(fd, buf + d, n - d, (off_t)(off + d)) : pread(fd, buf + d, n - d, (off_t)(off + d));
+    ssize_t k = write ? pwrite(fd, buf + d, n - d, (off_t)(off + d))
+                      : pread(fd, buf + d, n - d, (off_t)(off + d));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       rc = k == 0 ? 1 : -1;
@@ -101,7 +103,9 @@ int zo_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, size_t *done)
   return io_all(fd, (char *)(uintptr_t)buf, n, off, done, 1);
 }
 
-int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done) { return io_all(fd, buf, n, off, done, 0); }
+int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done) {
+  return io_all(fd, buf, n, off, done, 0);
+}
 
 const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
   if (!out || cap == 0) return out;
@@ -112,7 +116,8 @@ const char *zo_escape(char *out, size_t cap, const void *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   const unsigned char *b = s;
   size_t o = 0, total = 0;
-  for (size_t i = 0; i < n && total < cap; i++) total += b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\' ? 1 : 4;
+  for (size_t i = 0; i < n && total < cap; i++)
+    total += b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\' ? 1 : 4;
   const size_t reserve = total < cap ? 0 : 3; /* it does not all fit: keep room for "..." */
   for (size_t i = 0; i < n; i++) {
     const int plain = b[i] >= 0x20 && b[i] <= 0x7e && b[i] != '\\';

@@ -28,10 +28,10 @@ void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define zo_debug(...) zo_log(ZO_LOG_DEBUG, __VA_ARGS__)
 
 /* zo_log_once() - log the first time this call site is reached in the process; zo_warn_once() at WARN. */
-#define zo_log_once(level, ...)                                            \
-  do {                                                                     \
-    static atomic_int zo_logged_;                                          \
-    if (atomic_exchange(&zo_logged_, 1) == 0) zo_log(level, __VA_ARGS__);  \
+#define zo_log_once(level, ...)                                           \
+  do {                                                                    \
+    static atomic_int zo_logged_;                                         \
+    if (atomic_exchange(&zo_logged_, 1) == 0) zo_log(level, __VA_ARGS__); \
   } while (0)
 #define zo_warn_once(...) zo_log_once(ZO_LOG_WARN, __VA_ARGS__)
 
@@ -43,9 +43,9 @@ void zo_log(zo_log_level level, const char *fmt, ...) __attribute__((format(prin
   } while (0)
 
 /* ZO_CHECK(expr): return the zo_status of expr when it is not ZO_OK. */
-#define ZO_CHECK(expr)               \
-  do {                               \
-    zo_status zo_st_ = (expr);       \
+#define ZO_CHECK(expr)                  \
+  do {                                  \
+    zo_status zo_st_ = (expr);          \
     if (zo_st_ != ZO_OK) return zo_st_; \
   } while (0)
 

@@ -47,7 +47,7 @@ static inline ZO_HD uint16_t zo_f32_to_f16(float f) {
   uint32_t ax = x & 0x7fffffffu;
   if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
   if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: ties to even go to inf */
-  if (ax >= 0x38800000u) {                                    /* >= 2^-14: normal half */
+  if (ax >= 0x38800000u) {                                  /* >= 2^-14: normal half */
     uint32_t r = (ax - 0x38000000u) + 0xfffu + ((ax >> 13) & 1u);
     return (uint16_t)(sign | (r >> 13));
   }

@@ -50,7 +50,8 @@ static void init(void) {
     memset(&g_je, 0, sizeof g_je);
     return;
   }
-  g_je.source = "loaded privately"; /* never dlclose()d: arenas and their hooks live as long as the process */
+  g_je.source =
+      "loaded privately"; /* never dlclose()d: arenas and their hooks live as long as the process */
   g_api = &g_je;
 }
 

@@ -35,7 +35,8 @@
 
 #include "base_internal.h"
 
-#define TMP_BASE_MAX 200 /* bytes of the target's name kept in the temporary name (NAME_MAX is 255) */
+#define TMP_BASE_MAX \
+  200 /* bytes of the target's name kept in the temporary name (NAME_MAX is 255) */
 
 /* @target split as zo_tmpfile_open names its temporary files: *@base its last component, *@dir_len the bytes before it
  * (with the '/'), and the returned length of the part of *@base the names carry (0: "dir/", no file name). */
@@ -53,7 +54,8 @@ int zo_tmpfile_open(const char *target, char *tmp, size_t cap) {
   const size_t blen = tmp_base(target, &base, &dir_len);
   if (!blen) return -EISDIR; /* "dir/": no file name */
   for (int n = 0; n < ZO_TMPFILE_TRIES; n++) {
-    int len = snprintf(tmp, cap, "%.*s.%.*s.%ld.%d.tmp", dir_len, target, (int)blen, base, (long)getpid(), n);
+    int len = snprintf(tmp, cap, "%.*s.%.*s.%ld.%d.tmp", dir_len, target, (int)blen, base,
+                       (long)getpid(), n);
     if (len < 0 || (size_t)len >= cap) return -ENAMETOOLONG;
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) return fd;
@@ -63,7 +65,8 @@ int zo_tmpfile_open(const char *target, char *tmp, size_t cap) {
 }
 
 int zo_pid_gone(long pid) {
-  if (pid <= 0 || pid > INT_MAX || pid == (long)getpid()) return 0; /* no process's, or this one's: not gone */
+  if (pid <= 0 || pid > INT_MAX || pid == (long)getpid())
+    return 0; /* no process's, or this one's: not gone */
   return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
@@ -99,8 +102,10 @@ void zo_tmpfile_sweep(const char *target) {
   const size_t blen = tmp_base(target, &base, &dir_len);
   char dir[PATH_MAX], path[PATH_MAX];
   if (!blen || dir_len >= (int)sizeof dir) return;
-  if (dir_len) snprintf(dir, sizeof dir, "%.*s", dir_len, target); /* "/" stays "/" */
-  else snprintf(dir, sizeof dir, ".");
+  if (dir_len)
+    snprintf(dir, sizeof dir, "%.*s", dir_len, target); /* "/" stays "/" */
+  else
+    snprintf(dir, sizeof dir, ".");
   DIR *d = opendir(dir);
   if (!d) return;
   const int dfd = dirfd(d);
@@ -112,7 +117,8 @@ void zo_tmpfile_sweep(const char *target) {
     if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
     if (unlinkat(dfd, de->d_name, 0) != 0) continue;
     snprintf(path, sizeof path, "%.*s%s", dir_len, target, de->d_name);
-    zo_info("removed '%s', left by an interrupted write of '%s' (process %ld, gone)", path, target, pid);
+    zo_info("removed '%s', left by an interrupted write of '%s' (process %ld, gone)", path, target,
+            pid);
   }
   closedir(d);
 }

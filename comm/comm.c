@@ -23,7 +23,8 @@ static zo_status env_int(const char *name, int lo, int *out, int *found) {
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno || end == v || *end || x < lo || x > INT_MAX)
-    return zo_error_set(ZO_ERR_CONFIG, "launcher: %s='%s' is not a whole number >= %d", name, v, lo);
+    return zo_error_set(ZO_ERR_CONFIG, "launcher: %s='%s' is not a whole number >= %d", name, v,
+                        lo);
   *out = (int)x;
   *found = 1;
   return ZO_OK;
@@ -46,14 +47,16 @@ zo_status zo_launch_info_get(zo_launch_info *li) {
     ZO_CHECK(env_int(k[i].rank, 0, &rank, &f_rank));
     if (!f_size && !f_rank) continue;
     if (f_rank != f_size)
-      return zo_error_set(ZO_ERR_CONFIG, "launcher: %s is set but %s is not", f_rank ? k[i].rank : k[i].size,
-                          f_rank ? k[i].size : k[i].rank);
+      return zo_error_set(ZO_ERR_CONFIG, "launcher: %s is set but %s is not",
+                          f_rank ? k[i].rank : k[i].size, f_rank ? k[i].size : k[i].rank);
     if (rank >= size)
-      return zo_error_set(ZO_ERR_CONFIG, "launcher: %s=%d is not below %s=%d", k[i].rank, rank, k[i].size, size);
+      return zo_error_set(ZO_ERR_CONFIG, "launcher: %s=%d is not below %s=%d", k[i].rank, rank,
+                          k[i].size, size);
     ZO_CHECK(env_int(k[i].local_rank, 0, &lr, &f_lr));
     ZO_CHECK(env_int(k[i].local_size, 1, &ls, &f_ls));
     if (!f_lr) lr = 0, ls = 1;
-    if (f_lr && !f_ls) ls = lr + 1 > size ? lr + 1 : size; /* torchrun always sets both; be lenient */
+    if (f_lr && !f_ls)
+      ls = lr + 1 > size ? lr + 1 : size; /* torchrun always sets both; be lenient */
     if (lr >= ls)
       return zo_error_set(ZO_ERR_CONFIG, "launcher: %s=%d is not below %s=%d", k[i].local_rank, lr,
                           k[i].local_size, ls);
@@ -90,28 +93,31 @@ static zo_status self_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
   return zo_comm_create_self(out);
 }
 
-static zo_status self_all_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t *r) {
+static zo_status self_all_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
+                                 zo_comm_req_t *r) {
   (void)c;
   if (send != recv) memcpy(recv, send, send_nbytes); /* front rejected partial overlap */
   r->complete = 1;
   return ZO_OK;
 }
 
-static zo_status self_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
-                                     zo_comm_req_t *r) {
+static zo_status self_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                     zo_red_type t, zo_comm_req_t *r) {
   (void)c;
   if (send != recv) memcpy(recv, send, recv_n * (t == ZO_RED_F64 ? 8 : 4)); /* sum over one rank */
   r->complete = 1;
   return ZO_OK;
 }
 
-static zo_status self_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t, zo_comm_req_t *r) {
+static zo_status self_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t,
+                                 zo_comm_req_t *r) {
   (void)c, (void)buf, (void)n, (void)t; /* the sum over one rank is the value itself */
   r->complete = 1;
   return ZO_OK;
 }
 
-static zo_status self_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t *r) {
+static zo_status self_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root,
+                                zo_comm_req_t *r) {
   (void)c, (void)buf, (void)nbytes, (void)root;
   r->complete = 1;
   return ZO_OK;
@@ -167,7 +173,8 @@ zo_status zo_comm_create_self(zo_comm_t **out) {
 #if !ZO_HAVE_NCCL
 zo_status zo_comm_nccl_create(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t **out) {
   (void)dev, (void)bootstrap, (void)out;
-  return zo_error_set(ZO_ERR_UNSUPPORTED, "comm: this zoffload was built without NCCL (the CUDA toolkit's NCCL was "
+  return zo_error_set(ZO_ERR_UNSUPPORTED,
+                      "comm: this zoffload was built without NCCL (the CUDA toolkit's NCCL was "
                       "not found at configure time)");
 }
 #endif
@@ -185,7 +192,8 @@ zo_status zo_comm_create_nccl(zo_device_t *dev, zo_comm_t *bootstrap, zo_comm_t 
 #if !ZO_HAVE_MPI
 zo_status zo_comm_mpi_create(const void *mpi_comm, zo_comm_t **out) {
   (void)mpi_comm, (void)out;
-  return zo_error_set(ZO_ERR_UNSUPPORTED, "comm: this zoffload was built without MPI (install libopenmpi-dev and "
+  return zo_error_set(ZO_ERR_UNSUPPORTED,
+                      "comm: this zoffload was built without MPI (install libopenmpi-dev and "
                       "rebuild: scripts/deps.sh does)");
 }
 #endif
@@ -204,11 +212,14 @@ zo_status zo_comm_create_from_env(zo_comm_t **out) {
   if (li.world_size == 1) return zo_comm_create_self(out);
   zo_status st = zo_comm_mpi_create(NULL, out);
   if (st != ZO_OK)
-    return zo_error_prefix(st, "comm: the launcher (%s) asks for %d ranks", li.source, li.world_size);
+    return zo_error_prefix(st, "comm: the launcher (%s) asks for %d ranks", li.source,
+                           li.world_size);
   if (zo_comm_rank(*out) != li.rank || zo_comm_size(*out) != li.world_size) {
-    st = zo_error_set(ZO_ERR_MPI, "comm: MPI says rank %d of %d, the launcher's variables (%s) say rank %d of %d; "
-                      "start every rank with the same launcher", zo_comm_rank(*out), zo_comm_size(*out), li.source,
-                      li.rank, li.world_size);
+    st = zo_error_set(
+        ZO_ERR_MPI,
+        "comm: MPI says rank %d of %d, the launcher's variables (%s) say rank %d of %d; "
+        "start every rank with the same launcher",
+        zo_comm_rank(*out), zo_comm_size(*out), li.source, li.rank, li.world_size);
     zo_comm_destroy(*out);
     *out = NULL;
   }
@@ -216,11 +227,14 @@ zo_status zo_comm_create_from_env(zo_comm_t **out) {
 }
 
 zo_status zo_comm_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
-  if (!c || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: %s is NULL", !c ? "comm" : "out");
+  if (!c || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: %s is NULL", !c ? "comm" : "out");
   *out = NULL;
-  if (color < 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: color %d is negative", color);
+  if (color < 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_split: color %d is negative", color);
   zo_status st = c->ops->split(c, color, key, out);
-  if (st == ZO_OK && *out) (*out)->timeout_s = c->timeout_s; /* a split keeps its parent's watchdog */
+  if (st == ZO_OK && *out)
+    (*out)->timeout_s = c->timeout_s; /* a split keeps its parent's watchdog */
   return st;
 }
 
@@ -251,7 +265,8 @@ zo_stream_t *zo_comm_stream(const zo_comm_t *c) { return c ? c->stream : NULL; }
 static float *stage_get(zo_comm_t *c, size_t n, size_t *got) {
   int best = -1;
   for (int i = 0; i < ZO_COMM_STAGE_CACHE; i++)
-    if (c->stage_free[i] && c->stage_free_n[i] >= n && (best < 0 || c->stage_free_n[i] < c->stage_free_n[best]))
+    if (c->stage_free[i] && c->stage_free_n[i] >= n &&
+        (best < 0 || c->stage_free_n[i] < c->stage_free_n[best]))
       best = i;
   if (best >= 0) {
     float *p = c->stage_free[best];
@@ -314,7 +329,8 @@ zo_status zo_comm_wait(zo_comm_req_t *r) {
 }
 
 zo_status zo_comm_test(zo_comm_req_t *r, int *done) {
-  if (!r || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_test: %s is NULL", !r ? "req" : "done");
+  if (!r || !done)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_test: %s is NULL", !r ? "req" : "done");
   *done = 0;
   zo_status st = ZO_OK;
   int fin = r->complete;
@@ -355,8 +371,8 @@ static int ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
  * size blocks of @block_nbytes; the small one is block @rank of it (in place)
  * or lies outside it.
  */
-static zo_status check_blocks(const zo_comm_t *c, const char *what, const void *small, const void *big,
-                              size_t block_nbytes) {
+static zo_status check_blocks(const zo_comm_t *c, const char *what, const void *small,
+                              const void *big, size_t block_nbytes) {
   size_t size = (size_t)c->size;
   if (block_nbytes > SIZE_MAX / size || (uintptr_t)big + block_nbytes * size < (uintptr_t)big)
     return zo_error_set(ZO_ERR_INVALID_ARG, "%s: %d ranks x %zu bytes overflows", what, c->size,
@@ -381,7 +397,8 @@ static zo_status check_dtype(const char *what, zo_dtype t) {
  * The start every non-blocking call shares: *@req cleared, @c checked, a request made in *@r. An operation on no
  * data (@empty) is complete at once: it is handed out in *@req and *@r is NULL. Returns the argument errors.
  */
-static zo_status begin(zo_comm_t *c, const char *what, zo_comm_req_t **req, int empty, zo_comm_req_t **r) {
+static zo_status begin(zo_comm_t *c, const char *what, zo_comm_req_t **req, int empty,
+                       zo_comm_req_t **r) {
   *r = NULL;
   if (!req) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: req is NULL", what);
   *req = NULL;
@@ -397,13 +414,15 @@ static zo_status begin(zo_comm_t *c, const char *what, zo_comm_req_t **req, int 
   return ZO_OK;
 }
 
-zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t **req) {
+zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
+                              zo_comm_req_t **req) {
   zo_comm_req_t *r;
   ZO_CHECK(begin(c, "zo_comm_all_gather", req, send_nbytes == 0, &r));
   if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   if (!send || !recv)
-    st = zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_all_gather: %s is NULL", !send ? "send" : "recv");
+    st =
+        zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_all_gather: %s is NULL", !send ? "send" : "recv");
   if (st == ZO_OK) st = check_blocks(c, "zo_comm_all_gather", send, recv, send_nbytes);
   if (st == ZO_OK) st = c->ops->all_gather(c, send, recv, send_nbytes, r);
   return started(st, r, req);
@@ -414,10 +433,11 @@ zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t
  * staging of @n elements of @src, widened now; after completion @out_n elements from stage + @result_off are
  * rounded back into @out (req_finish).
  */
-static zo_status stage16(zo_comm_t *c, zo_comm_req_t *r, const char *what, const void *src, size_t n, zo_dtype t,
-                         size_t result_off, void *out, size_t out_n) {
+static zo_status stage16(zo_comm_t *c, zo_comm_req_t *r, const char *what, const void *src,
+                         size_t n, zo_dtype t, size_t result_off, void *out, size_t out_n) {
   if (!(r->stage = stage_get(c, n, &r->stage_n)))
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %zu %s elements in fp32", what, n,
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "%s: out of host memory staging %zu %s elements in fp32", what, n,
                         zo_dtype_name(t));
   widen(src, t, r->stage, n);
   r->stage_result = r->stage + result_off;
@@ -431,8 +451,8 @@ static zo_red_type red_type(const zo_comm_t *c, zo_dtype t) {
   return t == ZO_DTYPE_BF16 ? ZO_RED_BF16 : ZO_RED_F16;
 }
 
-zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype,
-                                  zo_comm_req_t **req) {
+zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                  zo_dtype dtype, zo_comm_req_t **req) {
   static const char what[] = "zo_comm_reduce_scatter";
   ZO_CHECK(check_dtype(what, dtype));
   zo_comm_req_t *r;
@@ -440,21 +460,25 @@ zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, si
   if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   const size_t esz = zo_dtype_size(dtype), size = (size_t)c->size;
-  if (!send || !recv) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL", what, !send ? "send" : "recv");
+  if (!send || !recv)
+    st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL", what, !send ? "send" : "recv");
   if (st == ZO_OK && recv_n > SIZE_MAX / 4 / size)
     st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: recv_n %zu overflows", what, recv_n);
   if (st == ZO_OK) st = check_blocks(c, what, recv, send, recv_n * esz);
   const zo_red_type rt = red_type(c, dtype);
-  if (st == ZO_OK && dtype != ZO_DTYPE_F32 && rt == ZO_RED_F32) { /* reduced in place in fp32 staging */
+  if (st == ZO_OK && dtype != ZO_DTYPE_F32 &&
+      rt == ZO_RED_F32) { /* reduced in place in fp32 staging */
     st = stage16(c, r, what, send, size * recv_n, dtype, (size_t)c->rank * recv_n, recv, recv_n);
-    if (st == ZO_OK) st = c->ops->reduce_scatter(c, r->stage, (float *)r->stage_result, recv_n, ZO_RED_F32, r);
+    if (st == ZO_OK)
+      st = c->ops->reduce_scatter(c, r->stage, (float *)r->stage_result, recv_n, ZO_RED_F32, r);
   } else if (st == ZO_OK) {
     st = c->ops->reduce_scatter(c, send, recv, recv_n, rt, r);
   }
   return started(st, r, req);
 }
 
-zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype, zo_comm_req_t **req) {
+zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
+                              zo_comm_req_t **req) {
   static const char what[] = "zo_comm_all_reduce";
   ZO_CHECK(check_dtype(what, dtype));
   zo_comm_req_t *r;
@@ -462,7 +486,8 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
   if (!r) return ZO_OK;
   zo_status st = ZO_OK;
   if (!buf) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: buf is NULL", what);
-  if (st == ZO_OK && n > SIZE_MAX / sizeof(float)) st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
+  if (st == ZO_OK && n > SIZE_MAX / sizeof(float))
+    st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: n %zu overflows", what, n);
   const zo_red_type rt = red_type(c, dtype);
   if (st == ZO_OK && dtype != ZO_DTYPE_F32 && rt == ZO_RED_F32) {
     st = stage16(c, r, what, buf, n, dtype, 0, buf, n);
@@ -473,9 +498,11 @@ zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
   return started(st, r, req);
 }
 
-zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t **req) {
+zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root,
+                             zo_comm_req_t **req) {
   if (c && (root < 0 || root >= c->size))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: root %d outside [0, %d)", root, c->size);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_comm_broadcast: root %d outside [0, %d)", root,
+                        c->size);
   zo_comm_req_t *r;
   ZO_CHECK(begin(c, "zo_comm_broadcast", req, nbytes == 0, &r));
   if (!r) return ZO_OK;
@@ -490,7 +517,8 @@ zo_status zo_comm_all_gather(zo_comm_t *c, const void *send, void *recv, size_t 
   return zo_comm_wait(r);
 }
 
-zo_status zo_comm_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype) {
+zo_status zo_comm_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                 zo_dtype dtype) {
   zo_comm_req_t *r = NULL;
   ZO_CHECK(zo_comm_ireduce_scatter(c, send, recv, recv_n, dtype, &r));
   return zo_comm_wait(r);

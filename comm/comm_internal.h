@@ -23,15 +23,16 @@ typedef struct zo_comm_ops {
   zo_status (*split)(zo_comm_t *c, int color, int key, zo_comm_t **out);
   /* Start an operation; arguments checked, sizes > 0. Completion through wait/test. An operation
    * that a backend finishes at once sets r->complete. */
-  zo_status (*all_gather)(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t *r);
+  zo_status (*all_gather)(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
+                          zo_comm_req_t *r);
   /* In place (recv == send + rank * recv_n) allowed. */
-  zo_status (*reduce_scatter)(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
-                              zo_comm_req_t *r);
+  zo_status (*reduce_scatter)(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                              zo_red_type t, zo_comm_req_t *r);
   zo_status (*all_reduce)(zo_comm_t *c, void *buf, size_t n, zo_red_type t, zo_comm_req_t *r);
   zo_status (*broadcast)(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t *r);
   zo_status (*barrier)(zo_comm_t *c, zo_comm_req_t *r);
-  zo_status (*wait)(zo_comm_req_t *r);             /* block until complete (not called when r->complete) */
-  zo_status (*test)(zo_comm_req_t *r, int *done);  /* never blocks */
+  zo_status (*wait)(zo_comm_req_t *r); /* block until complete (not called when r->complete) */
+  zo_status (*test)(zo_comm_req_t *r, int *done); /* never blocks */
 } zo_comm_ops;
 
 enum { ZO_COMM_STAGE_CACHE = 4 };
@@ -40,8 +41,8 @@ struct zo_comm {
   const zo_comm_ops *ops;
   int rank, size;
   void *backend;
-  zo_stream_t *stream;      /* nccl: the stream its operations run on; else NULL */
-  double timeout_s;         /* zo_comm_set_timeout(): nccl's watchdog, seconds from a collective's start */
+  zo_stream_t *stream; /* nccl: the stream its operations run on; else NULL */
+  double timeout_s; /* zo_comm_set_timeout(): nccl's watchdog, seconds from a collective's start */
   /* fp32 staging buffers of finished 16-bit reductions, kept for the next ones (a fresh 10 MB malloc costs its
    * page faults at every call) */
   float *stage_free[ZO_COMM_STAGE_CACHE];
@@ -50,7 +51,7 @@ struct zo_comm {
 
 struct zo_comm_req {
   zo_comm_t *c;
-  int complete;             /* the backend has finished (self: at start) */
+  int complete; /* the backend has finished (self: at start) */
   /* After completion: move `move_bytes` from move_src to move_dst (MPI's in-place reduce-scatter leaves the
    * result at the start of the buffer, NCCL's rule wants it at the rank's block). */
   void *move_dst;
@@ -58,12 +59,12 @@ struct zo_comm_req {
   size_t move_bytes;
   /* 16-bit reductions: fp32 staging, rounded into out[out_n] of out_dtype after completion. */
   float *stage;
-  size_t stage_n;           /* elements of stage */
+  size_t stage_n; /* elements of stage */
   const float *stage_result;
   void *out;
   size_t out_n;
   zo_dtype out_dtype;
-  unsigned char impl[64];   /* the backend's handle (an MPI_Request) */
+  unsigned char impl[64]; /* the backend's handle (an MPI_Request) */
 };
 
 zo_comm_t *zo_comm_alloc(const zo_comm_ops *ops, int rank, int size, void *backend);

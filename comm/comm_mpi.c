@@ -16,7 +16,8 @@
 #include "base_internal.h"
 #include "comm_internal.h"
 
-_Static_assert(sizeof(MPI_Request) <= sizeof(((zo_comm_req_t *)0)->impl), "MPI_Request must fit a request's impl");
+_Static_assert(sizeof(MPI_Request) <= sizeof(((zo_comm_req_t *)0)->impl),
+               "MPI_Request must fit a request's impl");
 
 typedef struct mpi_comm {
   MPI_Comm comm;
@@ -30,9 +31,9 @@ static zo_status mpi_err(int rc, const char *what) {
   if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
   return zo_error_set(ZO_ERR_MPI, "comm mpi: %s: %s", what, s);
 }
-#define MPI_TRY(call, what)                      \
-  do {                                           \
-    int rc_ = (call);                            \
+#define MPI_TRY(call, what)                            \
+  do {                                                 \
+    int rc_ = (call);                                  \
     if (rc_ != MPI_SUCCESS) return mpi_err(rc_, what); \
   } while (0)
 
@@ -49,7 +50,9 @@ static zo_status mpi_init(void) {
   if (!inited) {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (fin) return zo_error_set(ZO_ERR_INVALID_USAGE, "comm mpi: MPI was already finalized in this process");
+    if (fin)
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "comm mpi: MPI was already finalized in this process");
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Init_thread");
     atexit(on_exit_finalize); /* after the caller's last use; MPI cannot be initialized twice */
@@ -57,9 +60,11 @@ static zo_status mpi_init(void) {
     MPI_Query_thread(&provided);
   }
   if (provided < MPI_THREAD_SERIALIZED)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm mpi: MPI gives thread level %d, the engine needs "
-                        "MPI_THREAD_SERIALIZED (%d): initialize MPI with MPI_Init_thread(MPI_THREAD_SERIALIZED)",
-                        provided, MPI_THREAD_SERIALIZED);
+    return zo_error_set(
+        ZO_ERR_UNSUPPORTED,
+        "comm mpi: MPI gives thread level %d, the engine needs "
+        "MPI_THREAD_SERIALIZED (%d): initialize MPI with MPI_Init_thread(MPI_THREAD_SERIALIZED)",
+        provided, MPI_THREAD_SERIALIZED);
   return ZO_OK;
 }
 
@@ -110,8 +115,8 @@ static zo_status mpi_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
  * base type when it fits, else a committed contiguous block of 2^k elements
  * that divides n (freed after the call is posted: MPI keeps what it needs).
  */
-static zo_status count_type(size_t n, MPI_Datatype base, const char *what, int *count, MPI_Datatype *type,
-                            int *derived) {
+static zo_status count_type(size_t n, MPI_Datatype base, const char *what, int *count,
+                            MPI_Datatype *type, int *derived) {
   *derived = 0;
   if (n <= INT_MAX) {
     *count = (int)n, *type = base;
@@ -124,32 +129,37 @@ static zo_status count_type(size_t n, MPI_Datatype base, const char *what, int *
     *count = (int)(n / blk), *derived = 1;
     return ZO_OK;
   }
-  return zo_error_set(ZO_ERR_INVALID_ARG, "%s: %zu elements are more than one MPI call takes (INT_MAX, or a "
-                      "multiple of a power of two up to 2^20 times that)", what, n);
+  return zo_error_set(ZO_ERR_INVALID_ARG,
+                      "%s: %zu elements are more than one MPI call takes (INT_MAX, or a "
+                      "multiple of a power of two up to 2^20 times that)",
+                      what, n);
 }
 
 /* The datatype's reduction: a derived block type cannot be summed by MPI_SUM, so reductions keep int counts. */
 static zo_status red_count(size_t n, const char *what, int *count) {
   if (n > INT_MAX)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: %zu elements in one reduction; MPI takes at most %d: split it",
-                        what, n, INT_MAX);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "%s: %zu elements in one reduction; MPI takes at most %d: split it", what,
+                        n, INT_MAX);
   *count = (int)n;
   return ZO_OK;
 }
 
-static zo_status mpi_all_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes, zo_comm_req_t *r) {
+static zo_status mpi_all_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
+                                zo_comm_req_t *r) {
   mpi_comm *m = c->backend;
   int count = 0, derived = 0;
   MPI_Datatype t = MPI_BYTE;
   ZO_CHECK(count_type(send_nbytes, MPI_BYTE, "zo_comm_all_gather", &count, &t, &derived));
   const int in_place = send == (const char *)recv + (size_t)c->rank * send_nbytes;
-  int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, m->comm, req_of(r));
+  int rc =
+      MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, m->comm, req_of(r));
   if (derived) MPI_Type_free(&t);
   return rc == MPI_SUCCESS ? ZO_OK : mpi_err(rc, "MPI_Iallgather");
 }
 
-static zo_status mpi_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
-                                    zo_comm_req_t *r) {
+static zo_status mpi_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                    zo_red_type t, zo_comm_req_t *r) {
   mpi_comm *m = c->backend;
   int count = 0;
   ZO_CHECK(red_count(recv_n, "zo_comm_reduce_scatter", &count));
@@ -158,7 +168,8 @@ static zo_status mpi_reduce_scatter(zo_comm_t *c, const void *send, void *recv, 
   int rc;
   if (recv == (const char *)send + (size_t)c->rank * recv_n * esz) {
     /* MPI's in-place form leaves the result at the start of the buffer; NCCL's rule wants it at the rank's block */
-    rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, count, dt, MPI_SUM, m->comm, req_of(r));
+    rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, count, dt, MPI_SUM, m->comm,
+                                   req_of(r));
     if (c->rank) r->move_dst = recv, r->move_src = send, r->move_bytes = recv_n * esz;
   } else {
     rc = MPI_Ireduce_scatter_block(send, recv, count, dt, MPI_SUM, m->comm, req_of(r));
@@ -166,12 +177,13 @@ static zo_status mpi_reduce_scatter(zo_comm_t *c, const void *send, void *recv, 
   return rc == MPI_SUCCESS ? ZO_OK : mpi_err(rc, "MPI_Ireduce_scatter_block");
 }
 
-static zo_status mpi_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t, zo_comm_req_t *r) {
+static zo_status mpi_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t,
+                                zo_comm_req_t *r) {
   mpi_comm *m = c->backend;
   int count = 0;
   ZO_CHECK(red_count(n, "zo_comm_all_reduce", &count));
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, count, t == ZO_RED_F64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, m->comm,
-                          req_of(r));
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, count, t == ZO_RED_F64 ? MPI_DOUBLE : MPI_FLOAT,
+                          MPI_SUM, m->comm, req_of(r));
   return rc == MPI_SUCCESS ? ZO_OK : mpi_err(rc, "MPI_Iallreduce");
 }
 

@@ -53,7 +53,8 @@
 typedef struct nccl_api {
   ncclResult_t (*GetUniqueId)(ncclUniqueId *);
   ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
-  ncclResult_t (*CommSplit)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *); /* NCCL >= 2.18; may be NULL */
+  ncclResult_t (*CommSplit)(ncclComm_t, int, int, ncclComm_t *,
+                            ncclConfig_t *); /* NCCL >= 2.18; may be NULL */
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
   ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
@@ -62,9 +63,12 @@ typedef struct nccl_api {
   const char *(*GetErrorString)(ncclResult_t);
   ncclResult_t (*GetVersion)(int *);
   ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                                ncclComm_t, cudaStream_t);
+  ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t);
+  ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t);
 } nccl_api;
 
 static nccl_api N;
@@ -77,7 +81,8 @@ static char nccl_load_err[768]; /* empty once loaded */
 
 static void nccl_load_once(void) {
   const char *env = getenv("ZO_NCCL_LIBRARY");
-  const char *tries[4] = {"libnccl.so.2", env && *env ? env : NULL, "libnccl.so.2", ZO_NCCL_LIBRARY_PATH};
+  const char *tries[4] = {"libnccl.so.2", env && *env ? env : NULL, "libnccl.so.2",
+                          ZO_NCCL_LIBRARY_PATH};
   void *h = NULL;
   const char *picked = NULL;
   size_t off = 0;
@@ -88,8 +93,8 @@ static void nccl_load_once(void) {
       picked = tries[i];
     } else if (i > 0 && off < sizeof nccl_load_err) {
       const char *why = dlerror();
-      off += (size_t)snprintf(nccl_load_err + off, sizeof nccl_load_err - off, "%s%s", off ? "; " : "",
-                              why ? why : tries[i]);
+      off += (size_t)snprintf(nccl_load_err + off, sizeof nccl_load_err - off, "%s%s",
+                              off ? "; " : "", why ? why : tries[i]);
     }
   }
   if (!h) return;
@@ -98,13 +103,20 @@ static void nccl_load_once(void) {
     const char *name;
     int optional;
   } syms[] = {
-      {(void **)&N.GetUniqueId, "ncclGetUniqueId", 0},     {(void **)&N.CommInitRank, "ncclCommInitRank", 0},
-      {(void **)&N.CommSplit, "ncclCommSplit", 1},         {(void **)&N.CommDestroy, "ncclCommDestroy", 0},
-      {(void **)&N.CommAbort, "ncclCommAbort", 0},         {(void **)&N.CommGetAsyncError, "ncclCommGetAsyncError", 0},
-      {(void **)&N.CommCount, "ncclCommCount", 0},         {(void **)&N.CommUserRank, "ncclCommUserRank", 0},
-      {(void **)&N.GetErrorString, "ncclGetErrorString", 0}, {(void **)&N.GetVersion, "ncclGetVersion", 0},
-      {(void **)&N.AllGather, "ncclAllGather", 0},         {(void **)&N.ReduceScatter, "ncclReduceScatter", 0},
-      {(void **)&N.AllReduce, "ncclAllReduce", 0},         {(void **)&N.Broadcast, "ncclBroadcast", 0},
+      {(void **)&N.GetUniqueId, "ncclGetUniqueId", 0},
+      {(void **)&N.CommInitRank, "ncclCommInitRank", 0},
+      {(void **)&N.CommSplit, "ncclCommSplit", 1},
+      {(void **)&N.CommDestroy, "ncclCommDestroy", 0},
+      {(void **)&N.CommAbort, "ncclCommAbort", 0},
+      {(void **)&N.CommGetAsyncError, "ncclCommGetAsyncError", 0},
+      {(void **)&N.CommCount, "ncclCommCount", 0},
+      {(void **)&N.CommUserRank, "ncclCommUserRank", 0},
+      {(void **)&N.GetErrorString, "ncclGetErrorString", 0},
+      {(void **)&N.GetVersion, "ncclGetVersion", 0},
+      {(void **)&N.AllGather, "ncclAllGather", 0},
+      {(void **)&N.ReduceScatter, "ncclReduceScatter", 0},
+      {(void **)&N.AllReduce, "ncclAllReduce", 0},
+      {(void **)&N.Broadcast, "ncclBroadcast", 0},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(h, syms[i].name);
@@ -124,28 +136,32 @@ static zo_status nccl_load(void) {
   if (pthread_once(&nccl_once, nccl_load_once) != 0)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: loading libnccl: pthread_once failed");
   if (N.AllReduce) return ZO_OK;
-  return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: cannot load NCCL: %s (set ZO_NCCL_LIBRARY to a libnccl.so.2, "
-                      "or put its directory on LD_LIBRARY_PATH)", nccl_load_err[0] ? nccl_load_err : "not found");
+  return zo_error_set(ZO_ERR_UNSUPPORTED,
+                      "comm nccl: cannot load NCCL: %s (set ZO_NCCL_LIBRARY to a libnccl.so.2, "
+                      "or put its directory on LD_LIBRARY_PATH)",
+                      nccl_load_err[0] ? nccl_load_err : "not found");
 }
 
 typedef struct nccl_comm {
   ncclComm_t comm;
   cudaStream_t stream;
-  zo_device_t *dev;   /* borrowed: the caller's CUDA device, which must outlive the communicator */
+  zo_device_t *dev; /* borrowed: the caller's CUDA device, which must outlive the communicator */
   int ordinal;
-  void *stage;        /* device, ZO_COMM_NCCL_STAGE_BYTES: host buffers pass through it, chunk by chunk */
-  int aborted;        /* ncclCommAbort ran (watchdog or asynchronous error): every later operation is refused */
-  char why[256];      /* what aborted it, for those refusals */
+  void *stage; /* device, ZO_COMM_NCCL_STAGE_BYTES: host buffers pass through it, chunk by chunk */
+  int aborted; /* ncclCommAbort ran (watchdog or asynchronous error): every later operation is refused */
+  char why[256]; /* what aborted it, for those refusals */
 } nccl_comm;
 
 /* What a request holds (in zo_comm_req_t.impl): the completion event, and what the watchdog's message names. */
 typedef struct nccl_req {
   cudaEvent_t done;
-  const char *what;   /* "all-gather", ... */
-  size_t nbytes;      /* the message: bytes of the whole receive (all-gather) or send (reduce-scatter) buffer */
-  double t_start;     /* CLOCK_MONOTONIC seconds when it was queued: the watchdog counts from here */
+  const char *what; /* "all-gather", ... */
+  size_t
+      nbytes; /* the message: bytes of the whole receive (all-gather) or send (reduce-scatter) buffer */
+  double t_start; /* CLOCK_MONOTONIC seconds when it was queued: the watchdog counts from here */
 } nccl_req;
-_Static_assert(sizeof(nccl_req) <= sizeof(((zo_comm_req_t *)0)->impl), "nccl_req must fit a request's impl");
+_Static_assert(sizeof(nccl_req) <= sizeof(((zo_comm_req_t *)0)->impl),
+               "nccl_req must fit a request's impl");
 
 static nccl_req *nreq(zo_comm_req_t *r) { return (nccl_req *)(void *)r->impl; }
 
@@ -159,14 +175,14 @@ static zo_status cuda_fail(cudaError_t rc, const char *what) {
   (void)cudaGetLastError();
   return zo_error_set(ZO_ERR_CUDA, "comm nccl: %s: %s", what, cudaGetErrorString(rc));
 }
-#define NCCL_TRY(call, what)                           \
-  do {                                                 \
-    ncclResult_t rc_ = (call);                         \
+#define NCCL_TRY(call, what)                             \
+  do {                                                   \
+    ncclResult_t rc_ = (call);                           \
     if (rc_ != ncclSuccess) return nccl_fail(rc_, what); \
   } while (0)
-#define CUDA_TRY(call, what)                           \
-  do {                                                 \
-    cudaError_t rc_ = (call);                          \
+#define CUDA_TRY(call, what)                             \
+  do {                                                   \
+    cudaError_t rc_ = (call);                            \
     if (rc_ != cudaSuccess) return cuda_fail(rc_, what); \
   } while (0)
 
@@ -205,38 +221,50 @@ static int read_all(int fd, void *p, size_t n) {
 static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
   const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
   if (!addr || !port)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %d ranks and no bootstrap communicator: set MASTER_ADDR and "
-                        "MASTER_PORT (as torchrun does) or pass an mpi communicator", world);
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "comm nccl: %d ranks and no bootstrap communicator: set MASTER_ADDR and "
+                        "MASTER_PORT (as torchrun does) or pass an mpi communicator",
+                        world);
   const char *tv = getenv("ZO_NCCL_RENDEZVOUS_TIMEOUT");
   char *end = NULL;
   const double tset = tv && *tv ? strtod(tv, &end) : 300.0;
   if (tv && *tv && (!end || *end || !(tset >= 1.0 && tset <= 86400.0)))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: ZO_NCCL_RENDEZVOUS_TIMEOUT=%.40s: expected seconds in [1, "
-                        "86400]", tv);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "comm nccl: ZO_NCCL_RENDEZVOUS_TIMEOUT=%.40s: expected seconds in [1, "
+                        "86400]",
+                        tv);
   const double timeout = tset, t0 = mono_s();
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = rank == 0 ? AI_PASSIVE : 0};
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = rank == 0 ? AI_PASSIVE : 0};
   struct addrinfo *ai = NULL;
   int gai = getaddrinfo(rank == 0 ? NULL : addr, port, &hints, &ai);
   if (gai != 0)
-    return zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous %s:%s: %s", addr, port, gai_strerror(gai));
+    return zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous %s:%s: %s", addr, port,
+                        gai_strerror(gai));
   zo_status st = ZO_OK;
   if (rank == 0) {
     int ls = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     if (ls < 0 || setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         bind(ls, ai->ai_addr, ai->ai_addrlen) != 0 || listen(ls, world) != 0) {
-      st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: listening on port %s: %s", port, strerror(errno));
+      st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: listening on port %s: %s", port,
+                        strerror(errno));
     }
     for (int got = 1; st == ZO_OK && got < world; got++) {
       struct pollfd pf = {.fd = ls, .events = POLLIN};
       const int left_ms = (int)((timeout - (mono_s() - t0)) * 1e3);
       if (left_ms <= 0 || poll(&pf, 1, left_ms) <= 0) {
-        st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: %d of %d ranks connected to port %s within %.0f s "
-                          "(ZO_NCCL_RENDEZVOUS_TIMEOUT)", got - 1, world - 1, port, timeout);
+        st =
+            zo_error_set(ZO_ERR_SYSTEM,
+                         "comm nccl: rendezvous: %d of %d ranks connected to port %s within %.0f s "
+                         "(ZO_NCCL_RENDEZVOUS_TIMEOUT)",
+                         got - 1, world - 1, port, timeout);
         break;
       }
       int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
       if (fd < 0 || write_all(fd, id, sizeof *id) != 0)
-        st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: sending the NCCL id: %s", strerror(errno));
+        st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: sending the NCCL id: %s",
+                          strerror(errno));
       if (fd >= 0) close(fd);
     }
     if (ls >= 0) close(ls);
@@ -245,15 +273,18 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
       int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
         if (read_all(fd, id, sizeof *id) != 0)
-          st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: reading the NCCL id from %s:%s: %s", addr, port,
+          st = zo_error_set(ZO_ERR_SYSTEM,
+                            "comm nccl: rendezvous: reading the NCCL id from %s:%s: %s", addr, port,
                             strerror(errno));
         close(fd);
         break;
       }
       if (fd >= 0) close(fd);
       if (mono_s() - t0 > timeout) {
-        st = zo_error_set(ZO_ERR_SYSTEM, "comm nccl: rendezvous: rank 0 at %s:%s did not answer within %.0f s "
-                          "(ZO_NCCL_RENDEZVOUS_TIMEOUT)", addr, port, timeout);
+        st = zo_error_set(ZO_ERR_SYSTEM,
+                          "comm nccl: rendezvous: rank 0 at %s:%s did not answer within %.0f s "
+                          "(ZO_NCCL_RENDEZVOUS_TIMEOUT)",
+                          addr, port, timeout);
         break;
       }
       usleep(100000);
@@ -269,7 +300,8 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
 static int on_device(const void *p) {
   struct cudaPointerAttributes at;
   if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-    (void)cudaGetLastError(); /* an unregistered host pointer may leave an error behind on old runtimes */
+    (void)
+        cudaGetLastError(); /* an unregistered host pointer may leave an error behind on old runtimes */
     return 0;
   }
   return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
@@ -278,7 +310,8 @@ static int on_device(const void *p) {
 /* A copy between any two of host and device memory: cudaMemcpyDefault (unified addressing) picks the direction,
  * so a send buffer that is device memory is never copied as if it were host memory. */
 static zo_status copy(nccl_comm *m, void *dst, const void *src, size_t n) {
-  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, m->stream), "cudaMemcpyAsync (staging a host buffer)");
+  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, m->stream),
+           "cudaMemcpyAsync (staging a host buffer)");
   return ZO_OK;
 }
 
@@ -310,8 +343,9 @@ static size_t red_size(zo_red_type t) { return t == ZO_RED_F64 ? 8 : t == ZO_RED
 /* The device, and a communicator that has not been aborted. */
 static zo_status ready(const nccl_comm *m, const char *what) {
   if (m->aborted)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "comm nccl: %s on a communicator that was aborted (%s); destroy it",
-                        what, m->why);
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "comm nccl: %s on a communicator that was aborted (%s); destroy it", what,
+                        m->why);
   CUDA_TRY(cudaSetDevice(m->ordinal), "cudaSetDevice");
   return ZO_OK;
 }
@@ -324,49 +358,62 @@ static zo_status ready(const nccl_comm *m, const char *what) {
  *   all-reduce, broadcast: k <= S bytes in, the operation, out.
  * A buffer that is device memory is used directly when every buffer of the operation is.
  */
-static zo_status nc_all_gather(zo_comm_t *c, const void *send, void *recv, size_t nbytes, zo_comm_req_t *r) {
+static zo_status nc_all_gather(zo_comm_t *c, const void *send, void *recv, size_t nbytes,
+                               zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "all-gather"));
   const size_t W = (size_t)c->size, R = (size_t)c->rank;
   size_t total;
   if (zo_size_mul(nbytes, W, &total))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: all-gather of %zu bytes from %zu ranks overflows", nbytes, W);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "comm nccl: all-gather of %zu bytes from %zu ranks overflows", nbytes, W);
   if (on_device(recv) && on_device(send)) {
     NCCL_TRY(N.AllGather(send, recv, nbytes, ncclUint8, m->comm, m->stream), "ncclAllGather");
     return finish(m, r, "all-gather", total);
   }
   const size_t cs = ZO_COMM_NCCL_STAGE_BYTES / W;
-  if (cs == 0) return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small", W);
+  if (cs == 0)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small",
+                        W);
   char *st = m->stage;
   for (size_t off = 0; off < nbytes; off += cs) {
     const size_t k = nbytes - off < cs ? nbytes - off : cs;
     ZO_CHECK(copy(m, st + R * k, (const char *)send + off, k));
     NCCL_TRY(N.AllGather(st + R * k, st, k, ncclUint8, m->comm, m->stream), "ncclAllGather");
-    for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, (char *)recv + q * nbytes + off, st + q * k, k));
+    for (size_t q = 0; q < W; q++)
+      ZO_CHECK(copy(m, (char *)recv + q * nbytes + off, st + q * k, k));
   }
   return finish(m, r, "all-gather", total);
 }
 
-static zo_status nc_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_red_type t,
-                                   zo_comm_req_t *r) {
+static zo_status nc_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                   zo_red_type t, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "reduce-scatter"));
   const size_t W = (size_t)c->size, R = (size_t)c->rank, esz = red_size(t);
   size_t blk, total;
   if (zo_size_mul(recv_n, esz, &blk) || zo_size_mul(blk, W, &total))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "comm nccl: reduce-scatter of %zu elements to %zu ranks overflows", recv_n, W);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "comm nccl: reduce-scatter of %zu elements to %zu ranks overflows", recv_n,
+                        W);
   if (on_device(send) && on_device(recv)) {
-    NCCL_TRY(N.ReduceScatter(send, recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
+    NCCL_TRY(N.ReduceScatter(send, recv, recv_n, nccl_type(t), ncclSum, m->comm, m->stream),
+             "ncclReduceScatter");
     return finish(m, r, "reduce-scatter", total);
   }
   const size_t ce = ZO_COMM_NCCL_STAGE_BYTES / (W * esz);
-  if (ce == 0) return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small", W);
+  if (ce == 0)
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: %zu ranks: host-buffer staging too small",
+                        W);
   char *st = m->stage;
   for (size_t off = 0; off < recv_n; off += ce) {
     const size_t k = recv_n - off < ce ? recv_n - off : ce, kb = k * esz;
-    for (size_t q = 0; q < W; q++) ZO_CHECK(copy(m, st + q * kb, (const char *)send + q * blk + off * esz, kb));
-    NCCL_TRY(N.ReduceScatter(st, st + R * kb, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclReduceScatter");
-    ZO_CHECK(copy(m, (char *)recv + off * esz, st + R * kb, kb)); /* in place: block R at off, read above */
+    for (size_t q = 0; q < W; q++)
+      ZO_CHECK(copy(m, st + q * kb, (const char *)send + q * blk + off * esz, kb));
+    NCCL_TRY(N.ReduceScatter(st, st + R * kb, k, nccl_type(t), ncclSum, m->comm, m->stream),
+             "ncclReduceScatter");
+    ZO_CHECK(copy(m, (char *)recv + off * esz, st + R * kb,
+                  kb)); /* in place: block R at off, read above */
   }
   return finish(m, r, "reduce-scatter", total);
 }
@@ -387,7 +434,8 @@ static zo_status nc_all_reduce(zo_comm_t *c, void *buf, size_t n, zo_red_type t,
     const size_t k = n - off < ce ? n - off : ce;
     char *h = (char *)buf + off * esz;
     ZO_CHECK(copy(m, m->stage, h, k * esz));
-    NCCL_TRY(N.AllReduce(m->stage, m->stage, k, nccl_type(t), ncclSum, m->comm, m->stream), "ncclAllReduce");
+    NCCL_TRY(N.AllReduce(m->stage, m->stage, k, nccl_type(t), ncclSum, m->comm, m->stream),
+             "ncclAllReduce");
     ZO_CHECK(copy(m, h, m->stage, k * esz));
   }
   return finish(m, r, "all-reduce", bytes);
@@ -401,10 +449,12 @@ static zo_status nc_broadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, 
     return finish(m, r, "broadcast", nbytes);
   }
   for (size_t off = 0; off < nbytes; off += ZO_COMM_NCCL_STAGE_BYTES) {
-    const size_t k = nbytes - off < ZO_COMM_NCCL_STAGE_BYTES ? nbytes - off : ZO_COMM_NCCL_STAGE_BYTES;
+    const size_t k =
+        nbytes - off < ZO_COMM_NCCL_STAGE_BYTES ? nbytes - off : ZO_COMM_NCCL_STAGE_BYTES;
     char *h = (char *)buf + off;
     if (c->rank == root) ZO_CHECK(copy(m, m->stage, h, k));
-    NCCL_TRY(N.Broadcast(m->stage, m->stage, k, ncclUint8, root, m->comm, m->stream), "ncclBroadcast");
+    NCCL_TRY(N.Broadcast(m->stage, m->stage, k, ncclUint8, root, m->comm, m->stream),
+             "ncclBroadcast");
     if (c->rank != root) ZO_CHECK(copy(m, h, m->stage, k));
   }
   return finish(m, r, "broadcast", nbytes);
@@ -415,7 +465,8 @@ static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
   nccl_comm *m = c->backend;
   ZO_CHECK(ready(m, "barrier"));
   CUDA_TRY(cudaMemsetAsync(m->stage, 0, sizeof(float), m->stream), "cudaMemsetAsync");
-  NCCL_TRY(N.AllReduce(m->stage, m->stage, 1, ncclFloat32, ncclSum, m->comm, m->stream), "ncclAllReduce");
+  NCCL_TRY(N.AllReduce(m->stage, m->stage, 1, ncclFloat32, ncclSum, m->comm, m->stream),
+           "ncclAllReduce");
   return finish(m, r, "barrier", sizeof(float));
 }
 
@@ -427,11 +478,12 @@ static zo_status abort_comm(zo_comm_req_t *r, const char *why) {
   const nccl_req *q = nreq(r);
   if (!m->aborted) (void)N.CommAbort(m->comm);
   m->aborted = 1;
-  snprintf(m->why, sizeof m->why, "%s of %zu bytes over %d rank%s: %s", q->what, q->nbytes, r->c->size,
-           r->c->size == 1 ? "" : "s", why);
+  snprintf(m->why, sizeof m->why, "%s of %zu bytes over %d rank%s: %s", q->what, q->nbytes,
+           r->c->size, r->c->size == 1 ? "" : "s", why);
   if (cudaEventDestroy(nreq(r)->done) != cudaSuccess) (void)cudaGetLastError();
   (void)cudaGetLastError();
-  return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s; the communicator was aborted (ncclCommAbort)", m->why);
+  return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s; the communicator was aborted (ncclCommAbort)",
+                      m->why);
 }
 
 /*
@@ -444,7 +496,8 @@ static zo_status poll_once(zo_comm_req_t *r, int *done) {
   *done = 1;
   if (m->aborted) { /* another request's failure aborted the communicator: this one never completes */
     if (cudaEventDestroy(q->done) != cudaSuccess) (void)cudaGetLastError();
-    return zo_error_set(ZO_ERR_NCCL, "comm nccl: %s of %zu bytes: the communicator was aborted (%s)", q->what,
+    return zo_error_set(ZO_ERR_NCCL,
+                        "comm nccl: %s of %zu bytes: the communicator was aborted (%s)", q->what,
                         q->nbytes, m->why);
   }
   ncclResult_t async = ncclSuccess;
@@ -460,7 +513,8 @@ static zo_status poll_once(zo_comm_req_t *r, int *done) {
     if (cudaEventDestroy(q->done) != cudaSuccess) (void)cudaGetLastError();
     return ZO_OK;
   }
-  (void)cudaGetLastError(); /* cudaErrorNotReady (or the failure) is not left as the thread's last error */
+  (void)
+      cudaGetLastError(); /* cudaErrorNotReady (or the failure) is not left as the thread's last error */
   if (e != cudaErrorNotReady) {
     char why[160];
     snprintf(why, sizeof why, "waiting for it: %s", cudaGetErrorString(e));
@@ -469,7 +523,9 @@ static zo_status poll_once(zo_comm_req_t *r, int *done) {
   const double age = mono_s() - q->t_start, limit = r->c->timeout_s;
   if (age > limit) {
     char why[160];
-    snprintf(why, sizeof why, "not complete after %.1f s (the timeout, zoffload.comm_timeout_s, is %g s)", age, limit);
+    snprintf(why, sizeof why,
+             "not complete after %.1f s (the timeout, zoffload.comm_timeout_s, is %g s)", age,
+             limit);
     return abort_comm(r, why);
   }
   *done = 0;
@@ -502,7 +558,7 @@ static void nc_destroy(zo_comm_t *c) {
   if (!m->aborted) N.CommDestroy(m->comm); /* ncclCommAbort freed it */
   if (m->stage) cudaFree(m->stage);
   zo_stream_destroy(c->stream); /* owns m->stream */
-  (void)cudaGetLastError();    /* the unchecked calls above leave nothing behind */
+  (void)cudaGetLastError();     /* the unchecked calls above leave nothing behind */
   free(m);
 }
 
@@ -525,15 +581,17 @@ static zo_status wrap(zo_device_t *dev, ncclComm_t comm, int rank, int size, zo_
   zo_stream_t *s = NULL;
   zo_status st = zo_stream_create(dev, &s);
   void *stage = NULL;
-  if (st == ZO_OK) { /* the staging of host buffers, bounded, taken now: before an engine's arena sizes itself */
+  if (st ==
+      ZO_OK) { /* the staging of host buffers, bounded, taken now: before an engine's arena sizes itself */
     cudaError_t e = cudaSetDevice(zo_device_ordinal(dev));
     if (e == cudaSuccess) e = cudaMalloc(&stage, ZO_COMM_NCCL_STAGE_BYTES);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       stage = NULL;
-      st = zo_error_set(e == cudaErrorMemoryAllocation ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_CUDA,
-                        "comm nccl: %zu bytes of device memory for staging host buffers (cudaMalloc): %s",
-                        (size_t)ZO_COMM_NCCL_STAGE_BYTES, cudaGetErrorString(e));
+      st = zo_error_set(
+          e == cudaErrorMemoryAllocation ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_CUDA,
+          "comm nccl: %zu bytes of device memory for staging host buffers (cudaMalloc): %s",
+          (size_t)ZO_COMM_NCCL_STAGE_BYTES, cudaGetErrorString(e));
     }
   }
   nccl_comm *m = st == ZO_OK ? calloc(1, sizeof *m) : NULL;
@@ -561,7 +619,8 @@ static zo_status nc_split(zo_comm_t *c, int color, int key, zo_comm_t **out) {
   ZO_CHECK(ready(m, "split"));
   ncclComm_t sub;
   if (!N.CommSplit)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: split: this libnccl has no ncclCommSplit (NCCL 2.18 or later)");
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "comm nccl: split: this libnccl has no ncclCommSplit (NCCL 2.18 or later)");
   NCCL_TRY(N.CommSplit(m->comm, color, key, &sub, NULL), "ncclCommSplit");
   int rank = 0, size = 0;
   N.CommUserRank(sub, &rank);

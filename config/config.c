@@ -31,7 +31,8 @@ cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   /* the path's keys and the values quoted come from the file: escaped, so no control byte reaches a terminal */
-  return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src, zo_escape(epath, sizeof epath, path, strlen(path)),
+  return zo_error_set(ZO_ERR_CONFIG, "%s: %s: %s", c->src,
+                      zo_escape(epath, sizeof epath, path, strlen(path)),
                       zo_escape(emsg, sizeof emsg, msg, strlen(msg)));
 }
 
@@ -40,13 +41,16 @@ static const char *show(const json_t *v, char *buf, size_t cap) {
   switch (json_typeof(v)) {
     case JSON_STRING: {
       const char *s = json_string_value(v);
-      if (s[0] == NONFINITE_MARK[0] && in_list(s + 1, (const char *const[]){"-Infinity", "Infinity", "NaN", NULL})) {
+      if (s[0] == NONFINITE_MARK[0] &&
+          in_list(s + 1, (const char *const[]){"-Infinity", "Infinity", "NaN", NULL})) {
         snprintf(buf, cap, "%s", s + 1); /* a literal JSON refuses, as written */
         break;
       }
       size_t n = strlen(s);
-      if (n > 48) snprintf(buf, cap, "\"%.45s...\"", s);
-      else snprintf(buf, cap, "\"%s\"", s);
+      if (n > 48)
+        snprintf(buf, cap, "\"%.45s...\"", s);
+      else
+        snprintf(buf, cap, "\"%s\"", s);
       break;
     }
     case JSON_INTEGER: snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
@@ -64,23 +68,30 @@ static const char *show(const json_t *v, char *buf, size_t cap) {
 static zo_status type_err(const parse_ctx *c, const char *path, const char *what, const json_t *v) {
   char got[64];
   int is_auto = json_is_string(v) && !strcmp(json_string_value(v), "auto");
-  return cfg_err(c, path, "expected %s, got %s%s", what, show(v, got, sizeof got),
-                 is_auto ? " (\"auto\" is filled in only at the keys the HF Trainer fills in: see zo_config_auto)" : "");
+  return cfg_err(
+      c, path, "expected %s, got %s%s", what, show(v, got, sizeof got),
+      is_auto
+          ? " (\"auto\" is filled in only at the keys the HF Trainer fills in: see zo_config_auto)"
+          : "");
 }
 
 /* Join "base.key" (or just "key" when base is empty) into out. */
 static const char *pj(char *out, const char *base, const char *key) {
-  int n = base[0] ? snprintf(out, PATH_CAP, "%s.%s", base, key) : snprintf(out, PATH_CAP, "%s", key);
-  if (n >= PATH_CAP) memcpy(out + PATH_CAP - 4, "...", 4); /* absurdly long key: keep a readable prefix */
+  int n =
+      base[0] ? snprintf(out, PATH_CAP, "%s.%s", base, key) : snprintf(out, PATH_CAP, "%s", key);
+  if (n >= PATH_CAP)
+    memcpy(out + PATH_CAP - 4, "...", 4); /* absurdly long key: keep a readable prefix */
   return out;
 }
 
-static void warn_inert(const char *path) { zo_warn("config: %s is accepted but has no effect yet", path); }
+static void warn_inert(const char *path) {
+  zo_warn("config: %s is accepted but has no effect yet", path);
+}
 
 /* ---------- typed getters: each checks type then range and names the path ---------- */
 
-static zo_status get_i64(const parse_ctx *c, const char *path, const json_t *v, int64_t lo, int64_t hi,
-                         int64_t *out) {
+static zo_status get_i64(const parse_ctx *c, const char *path, const json_t *v, int64_t lo,
+                         int64_t hi, int64_t *out) {
   int64_t x;
   if (json_is_integer(v)) {
     x = (int64_t)json_integer_value(v);
@@ -96,13 +107,15 @@ static zo_status get_i64(const parse_ctx *c, const char *path, const json_t *v, 
   if (x < lo || x > hi) {
     if (hi == INT64_MAX)
       return cfg_err(c, path, "expected an integer >= %" PRId64 ", got %" PRId64, lo, x);
-    return cfg_err(c, path, "expected an integer in [%" PRId64 ", %" PRId64 "], got %" PRId64, lo, hi, x);
+    return cfg_err(c, path, "expected an integer in [%" PRId64 ", %" PRId64 "], got %" PRId64, lo,
+                   hi, x);
   }
   *out = x;
   return ZO_OK;
 }
 
-static zo_status get_int(const parse_ctx *c, const char *path, const json_t *v, int lo, int hi, int *out) {
+static zo_status get_int(const parse_ctx *c, const char *path, const json_t *v, int lo, int hi,
+                         int *out) {
   int64_t x;
   ZO_CHECK(get_i64(c, path, v, lo, hi, &x));
   *out = (int)x;
@@ -112,8 +125,8 @@ static zo_status get_int(const parse_ctx *c, const char *path, const json_t *v, 
 /* Range flags for get_dbl. */
 enum { LO_INCL = 1, LO_EXCL = 2, HI_INCL = 4, HI_EXCL = 8 };
 
-static zo_status get_dbl(const parse_ctx *c, const char *path, const json_t *v, double lo, double hi,
-                         int flags, double *out) {
+static zo_status get_dbl(const parse_ctx *c, const char *path, const json_t *v, double lo,
+                         double hi, int flags, double *out) {
   if (!json_is_number(v)) return type_err(c, path, "a number", v);
   double x = json_number_value(v);
   int bad = !isfinite(x);
@@ -138,8 +151,11 @@ static zo_status get_dbl(const parse_ctx *c, const char *path, const json_t *v, 
   /* Adam, the scheduler's lr and the loss scaler compute in float32 (zoffload/adam.h): a value that is infinite
    * there, or subnormal or 0 (the SIMD kernels flush subnormals), is not the value written. */
   if (x != 0 && !(fabs(x) >= FLT_MIN && fabs(x) <= FLT_MAX))
-    return cfg_err(c, path, "got %g, which is %s as float32 (what the optimizer computes in); expected 0 or a "
-                   "magnitude in [%g, %g]", x, fabs(x) > FLT_MAX ? "infinite" : "0 or subnormal", FLT_MIN, FLT_MAX);
+    return cfg_err(
+        c, path,
+        "got %g, which is %s as float32 (what the optimizer computes in); expected 0 or a "
+        "magnitude in [%g, %g]",
+        x, fabs(x) > FLT_MAX ? "infinite" : "0 or subnormal", FLT_MIN, FLT_MAX);
   *out = x;
   return ZO_OK;
 }
@@ -155,7 +171,8 @@ static zo_status get_obj(const parse_ctx *c, const char *path, const json_t *v) 
 }
 
 /* nvme_path: a string (or null meaning absent) that fits the fixed buffer. */
-static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v, char *out, size_t cap) {
+static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v, char *out,
+                          size_t cap) {
   if (json_is_null(v)) {
     out[0] = 0;
     return ZO_OK;
@@ -167,15 +184,18 @@ static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v,
   return ZO_OK;
 }
 
-static zo_status get_device(const parse_ctx *c, const char *path, const json_t *v, zo_offload_device *out) {
+static zo_status get_device(const parse_ctx *c, const char *path, const json_t *v,
+                            zo_offload_device *out) {
   static const char *what = "\"none\", \"cpu\" or \"nvme\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
-  if (zo_offload_device_parse(json_string_value(v), out) != ZO_OK) return type_err(c, path, what, v);
+  if (zo_offload_device_parse(json_string_value(v), out) != ZO_OK)
+    return type_err(c, path, what, v);
   return ZO_OK;
 }
 
 /* zoffload.device: "auto", "cuda" or "host" (zo_device_kind). */
-static zo_status get_device_kind(const parse_ctx *c, const char *path, const json_t *v, zo_device_kind *out) {
+static zo_status get_device_kind(const parse_ctx *c, const char *path, const json_t *v,
+                                 zo_device_kind *out) {
   static const char *what = "\"auto\", \"cuda\" or \"host\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
   if (zo_device_kind_parse(json_string_value(v), out) != ZO_OK) return type_err(c, path, what, v);
@@ -184,7 +204,8 @@ static zo_status get_device_kind(const parse_ctx *c, const char *path, const jso
 
 /* zoffload.comm: "auto", "nccl" or "mpi" (zo_comm_choice). */
 const char *const cfg_comm_names[3] = {"auto", "nccl", "mpi"};
-static zo_status get_comm(const parse_ctx *c, const char *path, const json_t *v, zo_comm_choice *out) {
+static zo_status get_comm(const parse_ctx *c, const char *path, const json_t *v,
+                          zo_comm_choice *out) {
   static const char *what = "\"auto\", \"nccl\" or \"mpi\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
   for (int i = 0; i < (int)(sizeof cfg_comm_names / sizeof cfg_comm_names[0]); i++)
@@ -200,9 +221,12 @@ static zo_status get_state_dtype(const parse_ctx *c, const char *path, const jso
   static const char *what = "\"fp32\" or \"bf16\"";
   if (!json_is_string(v)) return type_err(c, path, what, v);
   const char *s = json_string_value(v);
-  if (!strcmp(s, "fp32")) *out = ZO_DTYPE_F32;
-  else if (!strcmp(s, "bf16")) *out = ZO_DTYPE_BF16;
-  else return type_err(c, path, what, v);
+  if (!strcmp(s, "fp32"))
+    *out = ZO_DTYPE_F32;
+  else if (!strcmp(s, "bf16"))
+    *out = ZO_DTYPE_BF16;
+  else
+    return type_err(c, path, what, v);
   return ZO_OK;
 }
 
@@ -214,7 +238,8 @@ static zo_status get_state_dtype(const parse_ctx *c, const char *path, const jso
 static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v, int64_t *out) {
   static const char *what = "a byte count (integer, or a string like \"64MiB\" or \"1GB\")";
   if (json_is_number(v)) {
-    if (get_i64(c, path, v, 0, INT64_MAX, out) != ZO_OK) return type_err(c, path, "a byte count >= 0", v);
+    if (get_i64(c, path, v, 0, INT64_MAX, out) != ZO_OK)
+      return type_err(c, path, "a byte count >= 0", v);
     return ZO_OK;
   }
   if (!json_is_string(v)) return type_err(c, path, what, v);
@@ -224,15 +249,30 @@ static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v
   double x = strtod(s, &end);
   if (end == s || errno || !isfinite(x) || x < 0) return type_err(c, path, what, v);
   while (*end == ' ') end++;
-  static const struct { const char *unit; double mul; } units[] = {
-      {"", 1},         {"b", 1},          {"k", 1e3},          {"kb", 1e3},           {"m", 1e6},
-      {"mb", 1e6},     {"g", 1e9},        {"gb", 1e9},         {"t", 1e12},           {"tb", 1e12},
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+  static const struct {
+    const char *unit;
+    double mul;
+  } units[] = {
+      {"", 1},
+      {"b", 1},
+      {"k", 1e3},
+      {"kb", 1e3},
+      {"m", 1e6},
+      {"mb", 1e6},
+      {"g", 1e9},
+      {"gb", 1e9},
+      {"t", 1e12},
+      {"tb", 1e12},
+      {"kib", 1024.0},
+      {"mib", 1048576.0},
+      {"gib", 1073741824.0},
+      {"tib", 1099511627776.0},
   };
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
     if (strcasecmp(end, units[i].unit)) continue;
     double b = floor(x * units[i].mul);
-    if (b >= 9223372036854775808.0) return cfg_err(c, path, "byte count %s does not fit in 63 bits", s);
+    if (b >= 9223372036854775808.0)
+      return cfg_err(c, path, "byte count %s does not fit in 63 bits", s);
     *out = (int64_t)b;
     return ZO_OK;
   }
@@ -242,8 +282,9 @@ static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v
 /* ---------- optimizer ---------- */
 
 static const char *const opt_keys[] = {"type", "params", "legacy_fusion", NULL};
-static const char *const opt_param_keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
-                                             "amsgrad", "torch_adam", "fp32_optimizer_states", NULL};
+static const char *const opt_param_keys[] = {
+    "lr",          "betas",   "eps",        "weight_decay",          "bias_correction",
+    "adam_w_mode", "amsgrad", "torch_adam", "fp32_optimizer_states", NULL};
 
 /* optimizer.type (@t, NULL when missing): "Adam" or "AdamW", any case; a DeepSpeed optimizer zoffload does not
  * implement is named as one. */
@@ -251,26 +292,31 @@ static zo_status parse_optimizer_type(const parse_ctx *c, const json_t *t, zo_co
   if (!t) return cfg_err(c, "optimizer.type", "missing (expected \"Adam\" or \"AdamW\")");
   if (!json_is_string(t)) return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
   const char *ts = json_string_value(t);
-  if (!strcasecmp(ts, "adam")) cfg->optimizer.type = ZO_OPT_ADAM;
-  else if (!strcasecmp(ts, "adamw")) cfg->optimizer.type = ZO_OPT_ADAMW;
+  if (!strcasecmp(ts, "adam"))
+    cfg->optimizer.type = ZO_OPT_ADAM;
+  else if (!strcasecmp(ts, "adamw"))
+    cfg->optimizer.type = ZO_OPT_ADAMW;
   else {
-    static const char *const ds_known[] = {"lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad",
-                                           "lion", "muadam", "muadamw", "musgd", "muon", NULL};
+    static const char *const ds_known[] = {"lamb",    "onebitadam", "zerooneadam", "onebitlamb",
+                                           "adagrad", "lion",       "muadam",      "muadamw",
+                                           "musgd",   "muon",       NULL};
     char low[64];
     size_t i = 0;
     for (; ts[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)ts[i]);
     low[i] = 0;
     if (in_list(low, ds_known))
-      return cfg_err(c, "optimizer.type",
-                     "expected \"Adam\" or \"AdamW\", got \"%s\" (a DeepSpeed optimizer zoffload does not implement)",
-                     ts);
+      return cfg_err(
+          c, "optimizer.type",
+          "expected \"Adam\" or \"AdamW\", got \"%s\" (a DeepSpeed optimizer zoffload does not implement)",
+          ts);
     return type_err(c, "optimizer.type", "\"Adam\" or \"AdamW\"", t);
   }
   return ZO_OK;
 }
 
 /* optimizer.betas at @q: [beta1, beta2], each in [0, 1) as float32. */
-static zo_status parse_betas(const parse_ctx *c, const char *q, const json_t *v2, zo_config_t *cfg) {
+static zo_status parse_betas(const parse_ctx *c, const char *q, const json_t *v2,
+                             zo_config_t *cfg) {
   if (!json_is_array(v2) || json_array_size(v2) != 2)
     return type_err(c, q, "an array of two numbers [beta1, beta2]", v2);
   char r[PATH_CAP + 8];
@@ -279,8 +325,11 @@ static zo_status parse_betas(const parse_ctx *c, const char *q, const json_t *v2
     snprintf(r, sizeof r, "%s[%d]", q, i);
     ZO_CHECK(get_dbl(c, r, json_array_get(v2, i), 0, 1, LO_INCL | HI_EXCL, &b[i]));
     if (!((float)b[i] < 1.0f)) /* 1 - beta^step is the bias correction's divisor */
-      return cfg_err(c, r, "expected a number in [0, 1), got %.17g, which is 1 as float32 (what the optimizer "
-                     "computes in): at most %.9g", b[i], (double)nextafterf(1.0f, 0.0f));
+      return cfg_err(
+          c, r,
+          "expected a number in [0, 1), got %.17g, which is 1 as float32 (what the optimizer "
+          "computes in): at most %.9g",
+          b[i], (double)nextafterf(1.0f, 0.0f));
   }
   cfg->optimizer.beta1 = b[0];
   cfg->optimizer.beta2 = b[1];
@@ -288,8 +337,9 @@ static zo_status parse_betas(const parse_ctx *c, const char *q, const json_t *v2
 }
 
 /* One key @k2 of optimizer.params (at @q) of optimizer @ts; adam_w_mode goes to *@adam_w_mode. */
-static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *k2, const json_t *v2, const char *ts,
-                                 int *adam_w_mode, zo_config_t *cfg) {
+static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *k2,
+                                 const json_t *v2, const char *ts, int *adam_w_mode,
+                                 zo_config_t *cfg) {
   if (!strcmp(k2, "lr")) {
     ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->optimizer.lr));
   } else if (!strcmp(k2, "betas")) {
@@ -297,7 +347,8 @@ static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *
   } else if (!strcmp(k2, "eps")) {
     ZO_CHECK(get_dbl(c, q, v2, FLT_MIN, 1, LO_INCL | HI_INCL, &cfg->optimizer.eps));
   } else if (!strcmp(k2, "weight_decay")) {
-    ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_WEIGHT_DECAY_MAX, LO_INCL | HI_INCL, &cfg->optimizer.weight_decay));
+    ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_WEIGHT_DECAY_MAX, LO_INCL | HI_INCL,
+                     &cfg->optimizer.weight_decay));
   } else if (!strcmp(k2, "bias_correction")) {
     ZO_CHECK(get_bool(c, q, v2, &cfg->optimizer.bias_correction));
   } else if (!strcmp(k2, "adam_w_mode")) {
@@ -309,13 +360,16 @@ static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *
   } else if (!strcmp(k2, "torch_adam") || !strcmp(k2, "fp32_optimizer_states")) {
     warn_inert(q);
   } else if (!strcmp(k2, "max_grad_norm")) {
-    return cfg_err(c, q, "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
+    return cfg_err(
+        c, q,
+        "not an optimizer parameter; use the top-level \"gradient_clipping\" (as DeepSpeed requires)");
   } else {
     char hint[PATH_CAP + 32];
     return cfg_err(c, q,
                    "not a parameter of %s (it takes lr, betas, eps, weight_decay, bias_correction, "
                    "adam_w_mode, amsgrad); DeepSpeed would reject it too%s",
-                   ts, cfg_did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, opt_param_keys})));
+                   ts,
+                   cfg_did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, opt_param_keys})));
   }
   return ZO_OK;
 }
@@ -342,7 +396,8 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
     } else if (!strcmp(key, "legacy_fusion")) {
       warn_inert(p);
     } else { /* "adam_w_mode" one level too high: did you mean optimizer.params.adam_w_mode? */
-      return cfg_unknown_key(c, p, key, KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
+      return cfg_unknown_key(c, p, key,
+                             KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
     }
   }
   /* DeepSpeed engine: effective_adam_w_mode = name == "adamw" or adam_w_mode. */
@@ -355,11 +410,12 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
 static const char *const sched_keys[] = {"type", "params", NULL};
 /* the params of WarmupLR, WarmupDecayLR and WarmupCosineLR (zo_sched_type - 1) */
 static const char *const sched_param_keys[3][7] = {
-    {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration", NULL},
-    {"total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration",
+    {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration",
      NULL},
-    {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type", "last_batch_iteration",
-     NULL},
+    {"total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+     "last_batch_iteration", NULL},
+    {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
+     "last_batch_iteration", NULL},
 };
 
 static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_config_t *cfg) {
@@ -370,13 +426,18 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
   if (!json_is_string(t)) return type_err(c, "scheduler.type", what, t);
   const char *ts = json_string_value(t);
   zo_sched_type st;
-  if (!strcmp(ts, "WarmupLR")) st = ZO_SCHED_WARMUP_LR;
-  else if (!strcmp(ts, "WarmupDecayLR")) st = ZO_SCHED_WARMUP_DECAY_LR;
-  else if (!strcmp(ts, "WarmupCosineLR")) st = ZO_SCHED_WARMUP_COSINE_LR;
+  if (!strcmp(ts, "WarmupLR"))
+    st = ZO_SCHED_WARMUP_LR;
+  else if (!strcmp(ts, "WarmupDecayLR"))
+    st = ZO_SCHED_WARMUP_DECAY_LR;
+  else if (!strcmp(ts, "WarmupCosineLR"))
+    st = ZO_SCHED_WARMUP_COSINE_LR;
   else if (!strcmp(ts, "OneCycle") || !strcmp(ts, "LRRangeTest"))
-    return cfg_err(c, "scheduler.type", "expected %s, got \"%s\" (a DeepSpeed scheduler zoffload does not implement)",
+    return cfg_err(c, "scheduler.type",
+                   "expected %s, got \"%s\" (a DeepSpeed scheduler zoffload does not implement)",
                    what, ts);
-  else return type_err(c, "scheduler.type", what, t);
+  else
+    return type_err(c, "scheduler.type", what, t);
   cfg->scheduler.type = st;
 
   int have_total = 0;
@@ -387,7 +448,9 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
     pj(p, "scheduler", key);
     if (!strcmp(key, "type")) continue;
     if (strcmp(key, "params"))
-      return cfg_unknown_key(c, p, key, KEY_SETS({NULL, sched_keys}, {"scheduler.params", sched_param_keys[st - 1]}));
+      return cfg_unknown_key(c, p, key,
+                             KEY_SETS({NULL, sched_keys},
+                                      {"scheduler.params", sched_param_keys[st - 1]}));
     ZO_CHECK(get_obj(c, p, v));
     const char *k2;
     json_t *v2;
@@ -395,15 +458,20 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
       pj(q, p, k2);
       int lr_sched = st != ZO_SCHED_WARMUP_COSINE_LR, decaying = st != ZO_SCHED_WARMUP_LR;
       if (lr_sched && !strcmp(k2, "warmup_min_lr")) {
-        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->scheduler.warmup_min_lr));
+        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL,
+                         &cfg->scheduler.warmup_min_lr));
       } else if (lr_sched && !strcmp(k2, "warmup_max_lr")) {
-        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL, &cfg->scheduler.warmup_max_lr));
+        ZO_CHECK(get_dbl(c, q, v2, 0, ZO_CONFIG_LR_MAX, LO_INCL | HI_INCL,
+                         &cfg->scheduler.warmup_max_lr));
       } else if (!strcmp(k2, "warmup_num_steps")) {
         ZO_CHECK(get_i64(c, q, v2, 0, INT64_MAX, &cfg->scheduler.warmup_num_steps));
       } else if (!strcmp(k2, "warmup_type")) {
-        if (json_is_string(v2) && !strcmp(json_string_value(v2), "log")) cfg->scheduler.warmup_type_log = 1;
-        else if (json_is_string(v2) && !strcmp(json_string_value(v2), "linear")) cfg->scheduler.warmup_type_log = 0;
-        else return type_err(c, q, "\"log\" or \"linear\"", v2);
+        if (json_is_string(v2) && !strcmp(json_string_value(v2), "log"))
+          cfg->scheduler.warmup_type_log = 1;
+        else if (json_is_string(v2) && !strcmp(json_string_value(v2), "linear"))
+          cfg->scheduler.warmup_type_log = 0;
+        else
+          return type_err(c, q, "\"log\" or \"linear\"", v2);
       } else if (decaying && !strcmp(k2, "total_num_steps")) {
         ZO_CHECK(get_i64(c, q, v2, 1, INT64_MAX, &cfg->scheduler.total_num_steps));
         have_total = 1;
@@ -414,27 +482,32 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
       } else if (!strcmp(k2, "last_batch_iteration")) {
         warn_inert(q);
       } else {
-        const char *takes = st == ZO_SCHED_WARMUP_LR
-                                ? "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
-                            : st == ZO_SCHED_WARMUP_DECAY_LR
-                                ? "total_num_steps, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
-                                : "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type";
+        const char *takes =
+            st == ZO_SCHED_WARMUP_LR ? "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
+            : st == ZO_SCHED_WARMUP_DECAY_LR
+                ? "total_num_steps, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
+                : "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type";
         char hint[PATH_CAP + 32];
-        return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too%s", ts, takes,
-                       cfg_did_you_mean(hint, sizeof hint, q, k2, KEY_SETS({NULL, sched_param_keys[st - 1]})));
+        return cfg_err(c, q, "not a parameter of %s (it takes %s); DeepSpeed would reject it too%s",
+                       ts, takes,
+                       cfg_did_you_mean(hint, sizeof hint, q, k2,
+                                        KEY_SETS({NULL, sched_param_keys[st - 1]})));
       }
     }
   }
   if (st != ZO_SCHED_WARMUP_LR) {
-    if (!have_total) return cfg_err(c, "scheduler.params.total_num_steps", "missing (required by %s)", ts);
+    if (!have_total)
+      return cfg_err(c, "scheduler.params.total_num_steps", "missing (required by %s)", ts);
     int64_t w = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps;
     if (st == ZO_SCHED_WARMUP_COSINE_LR && cfg->scheduler.total_num_steps == w)
       return cfg_err(c, "scheduler.params.total_num_steps",
-                     "must differ from warmup_num_steps (%" PRId64 ") for WarmupCosineLR (DeepSpeed divides by "
+                     "must differ from warmup_num_steps (%" PRId64
+                     ") for WarmupCosineLR (DeepSpeed divides by "
                      "their difference)",
                      w);
     if (cfg->scheduler.total_num_steps < w)
-      zo_warn("config: scheduler.params.total_num_steps %" PRId64 " is less than warmup_num_steps %" PRId64,
+      zo_warn("config: scheduler.params.total_num_steps %" PRId64
+              " is less than warmup_num_steps %" PRId64,
               cfg->scheduler.total_num_steps, w);
   }
   return ZO_OK;
@@ -443,12 +516,12 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
 /* ---------- blocks: an object whose keys are parsed one by one ---------- */
 
 /* Parses the value @v of @key; @path is "<block>.<key>"; @arg is what parse_keys() was given. */
-typedef zo_status (*key_fn)(const parse_ctx *c, const char *path, const char *key, const json_t *v, zo_config_t *cfg,
-                            const void *arg);
+typedef zo_status (*key_fn)(const parse_ctx *c, const char *path, const char *key, const json_t *v,
+                            zo_config_t *cfg, const void *arg);
 
 /* Checks that @blk (at @base) is an object, then hands each key and its path to @fn; stops at the first error. */
-static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *blk, key_fn fn, zo_config_t *cfg,
-                            const void *arg) {
+static zo_status parse_keys(const parse_ctx *c, const char *base, const json_t *blk, key_fn fn,
+                            zo_config_t *cfg, const void *arg) {
   ZO_CHECK(get_obj(c, base, blk));
   const char *key;
   json_t *v;
@@ -481,40 +554,59 @@ static zo_status data_types_key(const parse_ctx *c, const char *p, const char *k
     if (strcmp(s, "fp32") && strcmp(s, "bf16") && strcmp(s, "fp16")) return type_err(c, p, what, v);
     return ZO_OK;
   }
-  if (!strcmp(s, "fp32")) cfg->grad_accum_dtype = ZO_DTYPE_F32;
-  else if (!strcmp(s, "bf16")) cfg->grad_accum_dtype = ZO_DTYPE_BF16;
-  else if (!strcmp(s, "fp16")) cfg->grad_accum_dtype = ZO_DTYPE_F16;
-  else return type_err(c, p, what, v);
+  if (!strcmp(s, "fp32"))
+    cfg->grad_accum_dtype = ZO_DTYPE_F32;
+  else if (!strcmp(s, "bf16"))
+    cfg->grad_accum_dtype = ZO_DTYPE_BF16;
+  else if (!strcmp(s, "fp16"))
+    cfg->grad_accum_dtype = ZO_DTYPE_F16;
+  else
+    return type_err(c, p, what, v);
   return ZO_OK;
 }
 
 /* ---------- fp16 / bf16 ---------- */
 
-static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                          const void *arg) {
+static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                          zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->fp16.enabled);
   if (!strcmp(key, "loss_scale"))
     return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_INCL | HI_INCL, &cfg->fp16.loss_scale);
-  if (!strcmp(key, "initial_scale_power")) return get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power);
-  if (!strcmp(key, "loss_scale_window")) return get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window);
+  if (!strcmp(key, "initial_scale_power"))
+    return get_int(c, p, v, 0, 64, &cfg->fp16.initial_scale_power);
+  if (!strcmp(key, "loss_scale_window"))
+    return get_i64(c, p, v, 1, INT64_MAX, &cfg->fp16.loss_scale_window);
   if (!strcmp(key, "hysteresis")) return get_int(c, p, v, 1, 1 << 30, &cfg->fp16.hysteresis);
   if (!strcmp(key, "min_loss_scale"))
-    return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_EXCL | HI_INCL, &cfg->fp16.min_loss_scale);
-  static const char *const keys[] = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
-                                     "hysteresis", "min_loss_scale", "consecutive_hysteresis", "auto_cast",
-                                     "fp16_master_weights_and_grads", "type", NULL};
+    return get_dbl(c, p, v, 0, ZO_CONFIG_LOSS_SCALE_MAX, LO_EXCL | HI_INCL,
+                   &cfg->fp16.min_loss_scale);
+  static const char *const keys[] = {"enabled",
+                                     "loss_scale",
+                                     "initial_scale_power",
+                                     "loss_scale_window",
+                                     "hysteresis",
+                                     "min_loss_scale",
+                                     "consecutive_hysteresis",
+                                     "auto_cast",
+                                     "fp16_master_weights_and_grads",
+                                     "type",
+                                     NULL};
   if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   warn_inert(p); /* consecutive_hysteresis, auto_cast, fp16_master_weights_and_grads, type */
   return ZO_OK;
 }
 
-static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                          const void *arg) {
+static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                          zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "enabled")) return get_bool(c, p, v, &cfg->bf16.enabled);
-  static const char *const keys[] = {"enabled", "immediate_grad_update", "check_grad_overflow",
-                                     "bf16_master_weights_and_grads", "bf16_optimizer_states", NULL};
+  static const char *const keys[] = {"enabled",
+                                     "immediate_grad_update",
+                                     "check_grad_overflow",
+                                     "bf16_master_weights_and_grads",
+                                     "bf16_optimizer_states",
+                                     NULL};
   if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   warn_inert(p);
   return ZO_OK;
@@ -523,9 +615,11 @@ static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, co
 /* ---------- zero_optimization ---------- */
 
 /* The keys both offload blocks take, then each one's own (DeepSpeed's offload_config.py). */
-static const char *const offload_shared_keys[] = {"device", "nvme_path", "pin_memory", "buffer_count", NULL};
-static const char *const offload_optimizer_keys[] = {"pipeline_read", "pipeline_write", "ratio", "fast_init",
-                                                     "pipeline", "super_offload", "cpuadam_cores_perc", NULL};
+static const char *const offload_shared_keys[] = {"device", "nvme_path", "pin_memory",
+                                                  "buffer_count", NULL};
+static const char *const offload_optimizer_keys[] = {
+    "pipeline_read", "pipeline_write",     "ratio", "fast_init", "pipeline",
+    "super_offload", "cpuadam_cores_perc", NULL};
 static const char *const offload_param_keys[] = {"buffer_size", "max_in_cpu", NULL};
 
 /* An offload block: where its shared keys go, and the parser of its own keys. */
@@ -540,8 +634,8 @@ typedef struct offload_block {
 } offload_block;
 
 /* Keys offload_optimizer and offload_param share (device, nvme_path, pin_memory, buffer_count); the rest: b->own. */
-static zo_status offload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                             const void *arg) {
+static zo_status offload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                             zo_config_t *cfg, const void *arg) {
   const offload_block *b = arg;
   if (!strcmp(key, "device")) return get_device(c, p, v, b->device);
   if (!strcmp(key, "nvme_path")) return get_path(c, p, v, b->nvme_path, b->nvme_path_cap);
@@ -554,65 +648,114 @@ static zo_status offload_key(const parse_ctx *c, const char *p, const char *key,
   return b->own(c, p, key, v, cfg, NULL);
 }
 
-static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
-                                       zo_config_t *cfg, const void *arg) {
+static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const char *key,
+                                       const json_t *v, zo_config_t *cfg, const void *arg) {
   (void)arg;
-  if (!strcmp(key, "pipeline_read")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read);
-  if (!strcmp(key, "pipeline_write")) return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write);
+  if (!strcmp(key, "pipeline_read"))
+    return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_read);
+  if (!strcmp(key, "pipeline_write"))
+    return get_bool(c, p, v, &cfg->zero.offload_optimizer.pipeline_write);
   if (!strcmp(key, "ratio")) {
     ZO_CHECK(get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio));
-    if (cfg->zero.offload_optimizer.ratio < 1.0) warn_inert(p); /* partial offload is not built: all state is offloaded */
+    if (cfg->zero.offload_optimizer.ratio < 1.0)
+      warn_inert(p); /* partial offload is not built: all state is offloaded */
     return ZO_OK;
   }
   if (!in_list(key, offload_optimizer_keys))
-    return cfg_unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
+    return cfg_unknown_key(c, p, key,
+                           KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
   warn_inert(p); /* fast_init, pipeline, super_offload, cpuadam_cores_perc */
   return ZO_OK;
 }
 
-static zo_status offload_param_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
-                                   zo_config_t *cfg, const void *arg) {
+static zo_status offload_param_key(const parse_ctx *c, const char *p, const char *key,
+                                   const json_t *v, zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "buffer_size"))
     return get_i64(c, p, v, 1, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.buffer_size);
   if (!strcmp(key, "max_in_cpu")) {
     ZO_CHECK(get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zero.offload_param.max_in_cpu));
-    cfg->zero.offload_param.max_in_cpu_set = 1; /* the host cache of nvme parameters acts on it (plan.c) */
+    cfg->zero.offload_param.max_in_cpu_set =
+        1; /* the host cache of nvme parameters acts on it (plan.c) */
     return ZO_OK;
   }
-  return cfg_unknown_key(c, p, key, KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));
+  return cfg_unknown_key(c, p, key,
+                         KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_param_keys}));
 }
 
 /* The offload_block of @o, cfg->zero.offload_optimizer or .offload_param (two struct types, hence a macro). */
-#define OFFLOAD_BLOCK(o, pin_given, own) \
-  {&(o).device, (o).nvme_path, sizeof (o).nvme_path, &(o).pin_memory, (pin_given), &(o).buffer_count, (own)}
+#define OFFLOAD_BLOCK(o, pin_given, own)                                           \
+  {                                                                                \
+    &(o).device, (o).nvme_path, sizeof(o).nvme_path, &(o).pin_memory, (pin_given), \
+        &(o).buffer_count, (own)                                                   \
+  }
 
 /* offload_optimizer or offload_param at @base: null means no offload (DeepSpeed: Optional, None). */
-static zo_status parse_offload(const parse_ctx *c, const char *base, const json_t *blk, const offload_block *b,
-                               zo_config_t *cfg) {
+static zo_status parse_offload(const parse_ctx *c, const char *base, const json_t *blk,
+                               const offload_block *b, zo_config_t *cfg) {
   if (json_is_null(blk)) return ZO_OK;
   return parse_keys(c, base, blk, offload_key, cfg, b);
 }
 
 /* zero_optimization keys DeepSpeed knows and zoffload neither parses nor acts on. */
-static const char *const zero_inert[] = {
-    "reduce_scatter", "use_multi_rank_bucket_allreduce", "allgather_partitions", "load_from_fp32_weights",
-    "elastic_checkpoint", "stage3_model_persistence_threshold", "model_persistence_threshold",
-    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-    "gather_16bit_weights_on_model_save", "module_granularity_threshold", "stage3_module_granularity_threshold",
-    "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params", "ignore_unused_parameters",
-    "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
-    "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
-    "override_module_apply", "log_trace_cache_warnings", "zenflow", "prefetch_bucket_size",
-    "param_persistence_threshold", "max_live_parameters", "max_reuse_distance", "save_muon_momentum_buffer_in_memory",
-    "allgather_sequential", "stage3_allgather_sequential", "enable_sanity_checks", "grad_hooks", NULL};
+static const char *const zero_inert[] = {"reduce_scatter",
+                                         "use_multi_rank_bucket_allreduce",
+                                         "allgather_partitions",
+                                         "load_from_fp32_weights",
+                                         "elastic_checkpoint",
+                                         "stage3_model_persistence_threshold",
+                                         "model_persistence_threshold",
+                                         "stage3_gather_16bit_weights_on_model_save",
+                                         "stage3_gather_fp16_weights_on_model_save",
+                                         "gather_16bit_weights_on_model_save",
+                                         "module_granularity_threshold",
+                                         "stage3_module_granularity_threshold",
+                                         "use_all_reduce_for_fetch_params",
+                                         "stage3_use_all_reduce_for_fetch_params",
+                                         "ignore_unused_parameters",
+                                         "legacy_stage1",
+                                         "round_robin_gradients",
+                                         "zero_hpz_partition_size",
+                                         "zero_quantized_weights",
+                                         "zero_quantized_nontrainable_weights",
+                                         "zero_quantized_gradients",
+                                         "zeropp_loco_param",
+                                         "mics_shard_size",
+                                         "mics_hierarchical_params_gather",
+                                         "memory_efficient_linear",
+                                         "pipeline_loading_checkpoint",
+                                         "override_module_apply",
+                                         "log_trace_cache_warnings",
+                                         "zenflow",
+                                         "prefetch_bucket_size",
+                                         "param_persistence_threshold",
+                                         "max_live_parameters",
+                                         "max_reuse_distance",
+                                         "save_muon_momentum_buffer_in_memory",
+                                         "allgather_sequential",
+                                         "stage3_allgather_sequential",
+                                         "enable_sanity_checks",
+                                         "grad_hooks",
+                                         NULL};
 /* zero_optimization keys zoffload reads (parse_zero), for suggestions. */
-static const char *const zero_keys[] = {
-    "stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "cpu_offload",
-    "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory", "sub_group_size",
-    "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-    "stage3_param_persistence_threshold", "reduce_bucket_size", "allgather_bucket_size", "leaf_module", NULL};
+static const char *const zero_keys[] = {"stage",
+                                        "offload_optimizer",
+                                        "offload_param",
+                                        "overlap_comm",
+                                        "contiguous_gradients",
+                                        "cpu_offload",
+                                        "cpu_offload_param",
+                                        "cpu_offload_params",
+                                        "cpu_offload_use_pin_memory",
+                                        "sub_group_size",
+                                        "stage3_prefetch_bucket_size",
+                                        "stage3_max_live_parameters",
+                                        "stage3_max_reuse_distance",
+                                        "stage3_param_persistence_threshold",
+                                        "reduce_bucket_size",
+                                        "allgather_bucket_size",
+                                        "leaf_module",
+                                        NULL};
 
 /* zero_optimization.leaf_module (DeepSpeed's ZeRO-3 leaf modules): null, or an object whose classes, names and
  * name_suffixes are each a string or an array of strings. Checked here; the Python front flags the modules
@@ -640,16 +783,21 @@ static zo_status leaf_module_block(const parse_ctx *c, const char *p, const json
 
 /* What zero_optimization's keys said that its legacy forms and stage-dependent defaults depend on. */
 typedef struct zero_seen {
-  int overlap_given, oo_given, op_given; /* overlap_comm, offload_optimizer, offload_param given (not null) */
-  int oo_pin, op_pin;                    /* pin_memory given in offload_optimizer, offload_param */
-  int legacy_cpu, legacy_param, legacy_pin; /* cpu_offload, cpu_offload_param(s), cpu_offload_use_pin_memory; -1 absent */
-  const char *legacy_param_key;          /* which spelling of cpu_offload_param was given */
+  int overlap_given, oo_given,
+      op_given;       /* overlap_comm, offload_optimizer, offload_param given (not null) */
+  int oo_pin, op_pin; /* pin_memory given in offload_optimizer, offload_param */
+  int legacy_cpu, legacy_param,
+      legacy_pin; /* cpu_offload, cpu_offload_param(s), cpu_offload_use_pin_memory; -1 absent */
+  const char *legacy_param_key; /* which spelling of cpu_offload_param was given */
 } zero_seen;
 
 /* One key of zero_optimization (at @p); what the legacy forms need is noted in @seen. */
-static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                          zero_seen *seen) {
-  struct { const char *name; int64_t *dst; } sizes[] = {
+static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                          zo_config_t *cfg, zero_seen *seen) {
+  struct {
+    const char *name;
+    int64_t *dst;
+  } sizes[] = {
       {"sub_group_size", &cfg->zero.sub_group_size},
       {"stage3_prefetch_bucket_size", &cfg->zero.stage3_prefetch_bucket_size},
       {"stage3_max_live_parameters", &cfg->zero.stage3_max_live_parameters},
@@ -668,11 +816,13 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
   } else if (!strcmp(key, "stage")) {
     ZO_CHECK(get_int(c, p, v, 0, 3, &cfg->zero.stage));
   } else if (!strcmp(key, "offload_optimizer")) {
-    const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_optimizer, &seen->oo_pin, offload_optimizer_key);
+    const offload_block b =
+        OFFLOAD_BLOCK(cfg->zero.offload_optimizer, &seen->oo_pin, offload_optimizer_key);
     ZO_CHECK(parse_offload(c, p, v, &b, cfg));
     seen->oo_given = !json_is_null(v);
   } else if (!strcmp(key, "offload_param")) {
-    const offload_block b = OFFLOAD_BLOCK(cfg->zero.offload_param, &seen->op_pin, offload_param_key);
+    const offload_block b =
+        OFFLOAD_BLOCK(cfg->zero.offload_param, &seen->op_pin, offload_param_key);
     ZO_CHECK(parse_offload(c, p, v, &b, cfg));
     seen->op_given = !json_is_null(v);
   } else if (!strcmp(key, "overlap_comm")) {
@@ -735,7 +885,10 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
   }
   if (!json_is_object(blk)) return type_err(c, Z, "an object (or legacy true/false)", blk);
 
-  zero_seen seen = {.legacy_cpu = -1, .legacy_param = -1, .legacy_pin = -1, .legacy_param_key = "cpu_offload_param"};
+  zero_seen seen = {.legacy_cpu = -1,
+                    .legacy_param = -1,
+                    .legacy_pin = -1,
+                    .legacy_param_key = "cpu_offload_param"};
   const char *key;
   json_t *v;
   char p[PATH_CAP];
@@ -743,24 +896,30 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
     ZO_CHECK(zero_key(c, pj(p, Z, key), key, v, cfg, &seen));
   }
   ZO_CHECK(zero_legacy(c, &seen, cfg));
-  if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_optimizer.nvme_path[0])
-    return cfg_err(c, "zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
+  if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME &&
+      !cfg->zero.offload_optimizer.nvme_path[0])
+    return cfg_err(c, "zero_optimization.offload_optimizer.nvme_path",
+                   "required when device is \"nvme\"");
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_param.nvme_path[0])
-    return cfg_err(c, "zero_optimization.offload_param.nvme_path", "required when device is \"nvme\"");
-  if (!seen.overlap_given) cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
+    return cfg_err(c, "zero_optimization.offload_param.nvme_path",
+                   "required when device is \"nvme\"");
+  if (!seen.overlap_given)
+    cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
   return ZO_OK;
 }
 
 /* ---------- aio ---------- */
 
-static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                        const void *arg) {
+static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                         zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "block_size")) {
-    ZO_CHECK(get_i64(c, p, v, 1, ZO_CONFIG_MAX_BLOCK_SIZE, &cfg->aio.block_size)); /* zo_swap's largest piece */
+    ZO_CHECK(get_i64(c, p, v, 1, ZO_CONFIG_MAX_BLOCK_SIZE,
+                     &cfg->aio.block_size)); /* zo_swap's largest piece */
     if (cfg->aio.block_size % 4096)
-      return cfg_err(c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
-                     cfg->aio.block_size);
+      return cfg_err(
+          c, p, "expected a positive multiple of 4096 bytes (O_DIRECT alignment), got %" PRId64,
+          cfg->aio.block_size);
   } else if (!strcmp(key, "queue_depth")) {
     ZO_CHECK(get_i64(c, p, v, 1, 32768, &cfg->aio.queue_depth));
   } else if (!strcmp(key, "intra_op_parallelism") || !strcmp(key, "thread_count")) {
@@ -776,8 +935,14 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
     if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
   } else {
-    static const char *const keys[] = {"block_size", "queue_depth", "intra_op_parallelism", "thread_count",
-                                       "single_submit", "overlap_events", "use_gds", NULL};
+    static const char *const keys[] = {"block_size",
+                                       "queue_depth",
+                                       "intra_op_parallelism",
+                                       "thread_count",
+                                       "single_submit",
+                                       "overlap_events",
+                                       "use_gds",
+                                       NULL};
     return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
   }
   return ZO_OK;
@@ -786,35 +951,37 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
 /* ---------- zoffload (our own block) ---------- */
 
 /* zoffload.speeds: GB/s or 1e9 elements/s, each 0 (not given) or in [ZO_CONFIG_SPEED_MIN, ZO_CONFIG_SPEED_MAX]. */
-static zo_status speeds_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                            const void *arg) {
+static zo_status speeds_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                            zo_config_t *cfg, const void *arg) {
   (void)arg;
-  static const char *const keys[] = {"nvme_read_gbps", "nvme_write_gbps", "h2d_gbps", "d2h_gbps", "adam_gparams_per_s",
-                                     NULL};
-  double *const dst[] = {&cfg->zoffload.speeds.nvme_read_gbps, &cfg->zoffload.speeds.nvme_write_gbps,
-                         &cfg->zoffload.speeds.h2d_gbps, &cfg->zoffload.speeds.d2h_gbps,
-                         &cfg->zoffload.speeds.adam_gparams_per_s};
+  static const char *const keys[] = {"nvme_read_gbps", "nvme_write_gbps",    "h2d_gbps",
+                                     "d2h_gbps",       "adam_gparams_per_s", NULL};
+  double *const dst[] = {&cfg->zoffload.speeds.nvme_read_gbps,
+                         &cfg->zoffload.speeds.nvme_write_gbps, &cfg->zoffload.speeds.h2d_gbps,
+                         &cfg->zoffload.speeds.d2h_gbps, &cfg->zoffload.speeds.adam_gparams_per_s};
   for (int i = 0; keys[i]; i++) {
     if (strcmp(key, keys[i])) continue;
     double g;
     ZO_CHECK(get_dbl(c, p, v, 0, ZO_CONFIG_SPEED_MAX, LO_INCL | HI_INCL, &g));
     if (g != 0 && g < ZO_CONFIG_SPEED_MIN)
-      return cfg_err(c, p, "expected 0 (not given: measured) or a number in [%g, %g], got %g", ZO_CONFIG_SPEED_MIN,
-                     ZO_CONFIG_SPEED_MAX, g);
+      return cfg_err(c, p, "expected 0 (not given: measured) or a number in [%g, %g], got %g",
+                     ZO_CONFIG_SPEED_MIN, ZO_CONFIG_SPEED_MAX, g);
     *dst[i] = g;
     return ZO_OK;
   }
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
-static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v, zo_config_t *cfg,
-                             const void *arg) {
+static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key, const json_t *v,
+                              zo_config_t *cfg, const void *arg) {
   (void)arg;
   if (!strcmp(key, "device")) return get_device_kind(c, p, v, &cfg->zoffload.device_kind);
-  if (!strcmp(key, "device_memory_limit")) return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
+  if (!strcmp(key, "device_memory_limit"))
+    return get_bytes(c, p, v, &cfg->zoffload.device_memory_limit);
   if (!strcmp(key, "comm")) return get_comm(c, p, v, &cfg->zoffload.comm);
   if (!strcmp(key, "comm_timeout_s"))
-    return get_dbl(c, p, v, 0, ZO_CONFIG_COMM_TIMEOUT_S_MAX, LO_EXCL | HI_INCL, &cfg->zoffload.comm_timeout_s);
+    return get_dbl(c, p, v, 0, ZO_CONFIG_COMM_TIMEOUT_S_MAX, LO_EXCL | HI_INCL,
+                   &cfg->zoffload.comm_timeout_s);
   if (!strcmp(key, "device_arena_bytes")) {
     if (json_is_string(v) && !strcmp(json_string_value(v), "fit")) {
       cfg->zoffload.device_arena_bytes = ZO_ARENA_FIT;
@@ -823,61 +990,132 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     return get_bytes(c, p, v, &cfg->zoffload.device_arena_bytes);
   }
   if (!strcmp(key, "adam_threads")) return get_int(c, p, v, 0, 4096, &cfg->zoffload.adam_threads);
-  if (!strcmp(key, "optimizer_state_dtype")) return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
+  if (!strcmp(key, "optimizer_state_dtype"))
+    return get_state_dtype(c, p, v, &cfg->zoffload.optimizer_state_dtype);
   if (!strcmp(key, "swap_checksum")) return get_bool(c, p, v, &cfg->zoffload.swap_checksum);
   if (!strcmp(key, "swap_sqpoll")) return get_bool(c, p, v, &cfg->zoffload.swap_sqpoll);
-  if (!strcmp(key, "delayed_param_update")) return get_bool(c, p, v, &cfg->zoffload.delayed_param_update);
+  if (!strcmp(key, "delayed_param_update"))
+    return get_bool(c, p, v, &cfg->zoffload.delayed_param_update);
   if (!strcmp(key, "host_link_gbps")) {
     /* 0 is no emulation; a link slower than the minimum turns each step's transfers into hours (a hang) */
     double g;
     ZO_CHECK(get_dbl(c, p, v, 0, ZO_CONFIG_LINK_GBPS_MAX, LO_INCL | HI_INCL, &g));
     if (g != 0 && g < ZO_CONFIG_LINK_GBPS_MIN)
-      return cfg_err(c, p, "expected 0 (no emulated link) or a number in [%g, %g] GB/s, got %g", ZO_CONFIG_LINK_GBPS_MIN,
-                     ZO_CONFIG_LINK_GBPS_MAX, g);
+      return cfg_err(c, p, "expected 0 (no emulated link) or a number in [%g, %g] GB/s, got %g",
+                     ZO_CONFIG_LINK_GBPS_MIN, ZO_CONFIG_LINK_GBPS_MAX, g);
     cfg->zoffload.host_link_gbps = g;
     return ZO_OK;
   }
-  if (!strcmp(key, "pinned_fraction")) return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
-  if (!strcmp(key, "allow_pageable_host")) return get_bool(c, p, v, &cfg->zoffload.allow_pageable_host);
+  if (!strcmp(key, "pinned_fraction"))
+    return get_dbl(c, p, v, 0, 1, LO_EXCL | HI_INCL, &cfg->zoffload.pinned_fraction);
+  if (!strcmp(key, "allow_pageable_host"))
+    return get_bool(c, p, v, &cfg->zoffload.allow_pageable_host);
   if (!strcmp(key, "speeds")) return parse_keys(c, p, v, speeds_key, cfg, NULL);
   if (!strcmp(key, "placement")) {
     const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-    if (s && !strcmp(s, "config")) cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;
-    else if (s && !strcmp(s, "auto")) cfg->zoffload.placement = ZO_PLACEMENT_AUTO;
-    else return type_err(c, p, "\"config\" or \"auto\"", v);
+    if (s && !strcmp(s, "config"))
+      cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;
+    else if (s && !strcmp(s, "auto"))
+      cfg->zoffload.placement = ZO_PLACEMENT_AUTO;
+    else
+      return type_err(c, p, "\"config\" or \"auto\"", v);
     return ZO_OK;
   }
-  if (!strcmp(key, "placement_host_bytes")) return get_bytes(c, p, v, &cfg->zoffload.placement_host_bytes);
+  if (!strcmp(key, "placement_host_bytes"))
+    return get_bytes(c, p, v, &cfg->zoffload.placement_host_bytes);
   if (!strcmp(key, "optimizer_max_in_cpu"))
     return get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zoffload.optimizer_max_in_cpu);
-  static const char *const keys[] = {"device", "device_memory_limit", "comm", "device_arena_bytes", "adam_threads",
-                                     "optimizer_state_dtype", "swap_checksum", "swap_sqpoll", "delayed_param_update",
-                                     "host_link_gbps", "pinned_fraction", "allow_pageable_host", "placement",
-                                     "optimizer_max_in_cpu", "placement_host_bytes", "speeds", NULL};
+  static const char *const keys[] = {"device",
+                                     "device_memory_limit",
+                                     "comm",
+                                     "device_arena_bytes",
+                                     "adam_threads",
+                                     "optimizer_state_dtype",
+                                     "swap_checksum",
+                                     "swap_sqpoll",
+                                     "delayed_param_update",
+                                     "host_link_gbps",
+                                     "pinned_fraction",
+                                     "allow_pageable_host",
+                                     "placement",
+                                     "optimizer_max_in_cpu",
+                                     "placement_host_bytes",
+                                     "speeds",
+                                     NULL};
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
 
 /* ---------- top level ---------- */
 
 /* Top-level keys DeepSpeed knows that zoffload does not act on. */
-static const char *const top_inert[] = {
-    "wall_clock_breakdown", "memory_breakdown", "prescale_gradients", "gradient_predivide_factor",
-    "sparse_gradients", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "communication_data_type", "seq_parallel_communication_data_type", "disable_allgather", "dump_state",
-    "amp", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
-    "checkpoint", "elasticity", "pipeline", "compression_training", "data_efficiency",
-    "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue", "progressive_layer_drop",
-    "quantize_training", "weight_quantization", "hybrid_engine", "compile", "timers", "graph_harvesting",
-    "use_data_before_expert_parallelism", "torch_autocast", "dataloader_drop_last", "load_universal_checkpoint",
-    "use_node_local_storage", "fp8", "gradient_accumulation_dtype", "steps_per_log", "comms_logger",
-    "managed_gradient_accumulation", "gradient_allreduce_op", "tensor_parallel", "expert_parallel", "log_level",
-    "vocabulary_size", "datastates_ckpt",
-    NULL};
+static const char *const top_inert[] = {"wall_clock_breakdown",
+                                        "memory_breakdown",
+                                        "prescale_gradients",
+                                        "gradient_predivide_factor",
+                                        "sparse_gradients",
+                                        "zero_allow_untested_optimizer",
+                                        "zero_force_ds_cpu_optimizer",
+                                        "communication_data_type",
+                                        "seq_parallel_communication_data_type",
+                                        "disable_allgather",
+                                        "dump_state",
+                                        "amp",
+                                        "activation_checkpointing",
+                                        "flops_profiler",
+                                        "tensorboard",
+                                        "wandb",
+                                        "csv_monitor",
+                                        "comet",
+                                        "checkpoint",
+                                        "elasticity",
+                                        "pipeline",
+                                        "compression_training",
+                                        "data_efficiency",
+                                        "curriculum_learning",
+                                        "autotuning",
+                                        "nebula",
+                                        "sparse_attention",
+                                        "eigenvalue",
+                                        "progressive_layer_drop",
+                                        "quantize_training",
+                                        "weight_quantization",
+                                        "hybrid_engine",
+                                        "compile",
+                                        "timers",
+                                        "graph_harvesting",
+                                        "use_data_before_expert_parallelism",
+                                        "torch_autocast",
+                                        "dataloader_drop_last",
+                                        "load_universal_checkpoint",
+                                        "use_node_local_storage",
+                                        "fp8",
+                                        "gradient_accumulation_dtype",
+                                        "steps_per_log",
+                                        "comms_logger",
+                                        "managed_gradient_accumulation",
+                                        "gradient_allreduce_op",
+                                        "tensor_parallel",
+                                        "expert_parallel",
+                                        "log_level",
+                                        "vocabulary_size",
+                                        "datastates_ckpt",
+                                        NULL};
 /* Top-level keys zoffload reads (zo_config_parse), for suggestions. */
-static const char *const top_keys[] = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-    "steps_per_print", "optimizer", "scheduler", "fp16", "data_types", "bf16", "bfloat16", "zero_optimization", "aio",
-    "zoffload", NULL};
+static const char *const top_keys[] = {"train_batch_size",
+                                       "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps",
+                                       "gradient_clipping",
+                                       "steps_per_print",
+                                       "optimizer",
+                                       "scheduler",
+                                       "fp16",
+                                       "data_types",
+                                       "bf16",
+                                       "bfloat16",
+                                       "zero_optimization",
+                                       "aio",
+                                       "zoffload",
+                                       NULL};
 
 /*
  * Decoupled weight decay (AdamW: adam_w_mode) multiplies each weight by 1 - lr * weight_decay every step: past 1
@@ -888,16 +1126,20 @@ static zo_status check_decay(const parse_ctx *c, const zo_config_t *cfg) {
   if (!cfg->optimizer.adam_w_mode || cfg->optimizer.weight_decay == 0) return ZO_OK;
   double lr = cfg->optimizer.lr;
   const char *lr_key = "optimizer.params.lr";
-  if (cfg->scheduler.type == ZO_SCHED_WARMUP_LR || cfg->scheduler.type == ZO_SCHED_WARMUP_DECAY_LR) {
+  if (cfg->scheduler.type == ZO_SCHED_WARMUP_LR ||
+      cfg->scheduler.type == ZO_SCHED_WARMUP_DECAY_LR) {
     lr = fmax(cfg->scheduler.warmup_min_lr, cfg->scheduler.warmup_max_lr);
-    lr_key = cfg->scheduler.warmup_max_lr >= cfg->scheduler.warmup_min_lr ? "scheduler.params.warmup_max_lr"
-                                                                          : "scheduler.params.warmup_min_lr";
+    lr_key = cfg->scheduler.warmup_max_lr >= cfg->scheduler.warmup_min_lr
+                 ? "scheduler.params.warmup_max_lr"
+                 : "scheduler.params.warmup_min_lr";
   }
   if (lr * cfg->optimizer.weight_decay <= 1.0) return ZO_OK;
-  return cfg_err(c, "optimizer.params.weight_decay",
-                 "%g times the peak learning rate %g (%s) is %g > 1: decoupled weight decay (adam_w_mode) would "
-                 "multiply the weights by %g each step; expected weight_decay <= %g", cfg->optimizer.weight_decay, lr,
-                 lr_key, lr * cfg->optimizer.weight_decay, 1.0 - lr * cfg->optimizer.weight_decay, 1.0 / lr);
+  return cfg_err(
+      c, "optimizer.params.weight_decay",
+      "%g times the peak learning rate %g (%s) is %g > 1: decoupled weight decay (adam_w_mode) would "
+      "multiply the weights by %g each step; expected weight_decay <= %g",
+      cfg->optimizer.weight_decay, lr, lr_key, lr * cfg->optimizer.weight_decay,
+      1.0 - lr * cfg->optimizer.weight_decay, 1.0 / lr);
 }
 
 /* a * b * c into *out; 0 when that overflows int64_t */
@@ -907,7 +1149,8 @@ static int mul3_i64(int64_t a, int64_t b, int64_t c, int64_t *out) {
 }
 
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion; every product overflow-checked. */
-static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64_t gas, int ws, zo_config_t *cfg) {
+static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64_t gas, int ws,
+                               zo_config_t *cfg) {
   int has_tb = tb > 0, has_mb = mb > 0, has_gas = gas > 0;
   const char *derived = "";
   if (has_tb && has_mb && has_gas) {
@@ -927,13 +1170,15 @@ static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64
     gas = 1;
     tb = -1;
   } else {
-    return cfg_err(c, "train_batch_size",
-                   "missing: either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    return cfg_err(
+        c, "train_batch_size",
+        "missing: either train_batch_size or train_micro_batch_size_per_gpu must be given");
   }
   int64_t prod = 0;
   if (mb >= 1 && gas >= 1 && !mul3_i64(mb, gas, ws, &prod))
     return cfg_err(c, has_mb ? "train_micro_batch_size_per_gpu" : "train_batch_size",
-                   "train_micro_batch_size_per_gpu %" PRId64 " * gradient_accumulation_steps %" PRId64
+                   "train_micro_batch_size_per_gpu %" PRId64
+                   " * gradient_accumulation_steps %" PRId64
                    " * world_size %d does not fit in 64 bits (at most %" PRId64 ")%s",
                    mb, gas, ws, INT64_MAX, derived);
   if (tb == -1) tb = prod;
@@ -951,7 +1196,8 @@ static zo_status resolve_batch(const parse_ctx *c, int64_t tb, int64_t mb, int64
 void zo_config_defaults(zo_config_t *cfg) {
   if (!cfg) return;
   memset(cfg, 0, sizeof *cfg);
-  cfg->train_batch_size = cfg->train_micro_batch_size_per_gpu = cfg->gradient_accumulation_steps = 1;
+  cfg->train_batch_size = cfg->train_micro_batch_size_per_gpu = cfg->gradient_accumulation_steps =
+      1;
   cfg->gradient_clipping = 0.0;
   cfg->steps_per_print = 10;
   cfg->optimizer.type = ZO_OPT_ADAM;
@@ -1033,39 +1279,48 @@ static zo_status load_json(const parse_ctx *c, const char *json_text, size_t len
   free(quoted);
   char ebuf[256];
   if (!*root)
-    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line, jerr.column,
-                        zo_escape(ebuf, sizeof ebuf, jerr.text, strlen(jerr.text))); /* jansson quotes the bytes near it */
+    return zo_error_set(ZO_ERR_CONFIG, "%s:%d:%d: malformed JSON: %s", c->src, jerr.line,
+                        jerr.column,
+                        zo_escape(ebuf, sizeof ebuf, jerr.text,
+                                  strlen(jerr.text))); /* jansson quotes the bytes near it */
   if (!json_is_object(*root)) {
     char got[64];
-    return zo_error_set(ZO_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", c->src,
-                        show(*root, got, sizeof got));
+    return zo_error_set(ZO_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s",
+                        c->src, show(*root, got, sizeof got));
   }
   return ZO_OK;
 }
 
 /* The batch sizes as given (0: absent), for resolve_batch(). */
 typedef struct batch_given {
-  int64_t tb, mb, gas; /* train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps */
+  int64_t tb, mb,
+      gas; /* train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps */
 } batch_given;
 
 /* One top-level key: a value, a block zoffload reads, an application's block, a DeepSpeed key it does not act on,
  * a typo of a known key (an error) or an unknown key (a warning). */
-static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v, const zo_config_opts *opts,
-                         batch_given *bg, zo_config_t *cfg) {
+static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v,
+                         const zo_config_opts *opts, batch_given *bg, zo_config_t *cfg) {
   if (!strcmp(key, "train_batch_size")) return get_i64(c, key, v, 1, INT64_MAX, &bg->tb);
-  if (!strcmp(key, "train_micro_batch_size_per_gpu")) return get_i64(c, key, v, 1, INT64_MAX, &bg->mb);
-  if (!strcmp(key, "gradient_accumulation_steps")) return get_i64(c, key, v, 1, INT64_MAX, &bg->gas);
-  if (!strcmp(key, "gradient_clipping")) return get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping);
+  if (!strcmp(key, "train_micro_batch_size_per_gpu"))
+    return get_i64(c, key, v, 1, INT64_MAX, &bg->mb);
+  if (!strcmp(key, "gradient_accumulation_steps"))
+    return get_i64(c, key, v, 1, INT64_MAX, &bg->gas);
+  if (!strcmp(key, "gradient_clipping"))
+    return get_dbl(c, key, v, 0, 0, LO_INCL, &cfg->gradient_clipping);
   if (!strcmp(key, "steps_per_print") && cfg_is_nonfinite(v, "Infinity")) {
-    cfg->steps_per_print = INT64_MAX; /* HF accelerate's float("inf"): never print (the largest count does that) */
+    cfg->steps_per_print =
+        INT64_MAX; /* HF accelerate's float("inf"): never print (the largest count does that) */
     return ZO_OK;
   }
-  if (!strcmp(key, "steps_per_print")) return get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print);
+  if (!strcmp(key, "steps_per_print"))
+    return get_i64(c, key, v, 1, INT64_MAX, &cfg->steps_per_print);
   if (!strcmp(key, "optimizer")) return parse_optimizer(c, v, cfg);
   if (!strcmp(key, "scheduler")) return parse_scheduler(c, v, cfg);
   if (!strcmp(key, "fp16")) return parse_keys(c, key, v, fp16_key, cfg, NULL);
   if (!strcmp(key, "data_types")) return parse_keys(c, key, v, data_types_key, cfg, NULL);
-  if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16")) return parse_keys(c, key, v, bf16_key, cfg, NULL);
+  if (!strcmp(key, "bf16") || !strcmp(key, "bfloat16"))
+    return parse_keys(c, key, v, bf16_key, cfg, NULL);
   if (!strcmp(key, "zero_optimization")) return parse_zero(c, v, cfg);
   if (!strcmp(key, "aio")) return parse_keys(c, key, v, aio_key, cfg, NULL);
   if (!strcmp(key, "zoffload")) return parse_keys(c, key, v, zoffload_key, cfg, NULL);
@@ -1076,7 +1331,9 @@ static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v, c
   }
   /* a name close to a known block is a typo (an error); anything else is the application's (a warning) */
   char hint[PATH_CAP + 32];
-  const key_set sets[] = {{NULL, top_keys}, {NULL, top_inert}, {NULL, opts ? opts->app_blocks : NULL}};
+  const key_set sets[] = {{NULL, top_keys},
+                          {NULL, top_inert},
+                          {NULL, opts ? opts->app_blocks : NULL}};
   if (cfg_did_you_mean(hint, sizeof hint, key, key, sets, sizeof sets / sizeof sets[0])[0])
     return cfg_err(c, key, "not a DeepSpeed or zoffload key%s", hint);
   cfg_warn_unknown(c, key);
@@ -1084,7 +1341,8 @@ static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v, c
 }
 
 /* The checks across blocks, once every key is read; then the batch sizes. */
-static zo_status check_whole(const parse_ctx *c, const json_t *root, const batch_given *bg, int ws, zo_config_t *cfg) {
+static zo_status check_whole(const parse_ctx *c, const json_t *root, const batch_given *bg, int ws,
+                             zo_config_t *cfg) {
   if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16"))
     return cfg_err(c, "bfloat16", "given together with \"bf16\" (bfloat16 is its legacy name)");
   if (cfg->fp16.enabled && cfg->bf16.enabled)
@@ -1093,9 +1351,10 @@ static zo_status check_whole(const parse_ctx *c, const json_t *root, const batch
   return resolve_batch(c, bg->tb, bg->mb, bg->gas, ws, cfg);
 }
 
-zo_status zo_config_parse(const char *json_text, size_t len, const char *source, const zo_config_opts *opts,
-                          zo_config_t *cfg) {
-  if (!json_text || !cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: json_text and cfg must not be NULL");
+zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
+                          const zo_config_opts *opts, zo_config_t *cfg) {
+  if (!json_text || !cfg)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: json_text and cfg must not be NULL");
   zo_config_defaults(cfg);
   int ws = opts ? opts->world_size : 0;
   if (ws < 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_parse: world_size %d < 0", ws);
@@ -1112,9 +1371,7 @@ zo_status zo_config_parse(const char *json_text, size_t len, const char *source,
   batch_given bg = {0, 0, 0};
   const char *key;
   json_t *v;
-  json_object_foreach(root, key, v) {
-    ZO_CHECK_GOTO(top_key(c, key, v, opts, &bg, cfg), st, out);
-  }
+  json_object_foreach(root, key, v) { ZO_CHECK_GOTO(top_key(c, key, v, opts, &bg, cfg), st, out); }
   st = check_whole(c, root, &bg, ws, cfg);
 out:
   cfg_warn_unknown_total(c);
@@ -1123,7 +1380,8 @@ out:
 }
 
 zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_config_t *cfg) {
-  if (!path || !cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_load_file: path and cfg must not be NULL");
+  if (!path || !cfg)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_config_load_file: path and cfg must not be NULL");
   zo_config_defaults(cfg);
   FILE *f = fopen(path, "rb");
   if (!f) return zo_error_set(ZO_ERR_CONFIG, "cannot read config '%s': %s", path, strerror(errno));
@@ -1136,7 +1394,8 @@ zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_c
       if (!nb) {
         free(buf);
         fclose(f);
-        return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "cannot read config '%s': out of host memory", path);
+        return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "cannot read config '%s': out of host memory",
+                            path);
       }
       buf = nb;
       cap = ncap;
@@ -1149,7 +1408,8 @@ zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_c
   fclose(f);
   if (rd_err) {
     free(buf);
-    return zo_error_set(ZO_ERR_CONFIG, "cannot read config '%s': %s", path, strerror(rd_err ? rd_err : EIO));
+    return zo_error_set(ZO_ERR_CONFIG, "cannot read config '%s': %s", path,
+                        strerror(rd_err ? rd_err : EIO));
   }
   zo_status st = zo_config_parse(buf, len, path, opts, cfg);
   free(buf);
@@ -1160,12 +1420,14 @@ zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_c
 
 double zo_config_lr_at_iteration(const zo_config_t *cfg, int64_t it) {
   const double lr = cfg->optimizer.lr;
-  const int64_t w = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps; /* max(2, .) */
+  const int64_t w =
+      cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps; /* max(2, .) */
   const int64_t total = cfg->scheduler.total_num_steps;
   const double min_lr = cfg->scheduler.warmup_min_lr, delta = cfg->scheduler.warmup_max_lr - min_lr;
   double warm = 0.0; /* the warmup fraction, used while it < w */
   if (it >= 0 && it < w)
-    warm = cfg->scheduler.warmup_type_log ? log((double)(it + 1)) / log((double)w) : (double)it / (double)w;
+    warm = cfg->scheduler.warmup_type_log ? log((double)(it + 1)) / log((double)w)
+                                          : (double)it / (double)w;
   switch (cfg->scheduler.type) {
     case ZO_SCHED_NONE: return lr;
     case ZO_SCHED_WARMUP_LR:
@@ -1214,14 +1476,17 @@ const char *zo_offload_device_name(zo_offload_device d) {
 }
 
 zo_status zo_offload_device_parse(const char *name, zo_offload_device *out) {
-  if (!name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_offload_device_parse: %s is NULL", !name ? "name" : "out");
+  if (!name || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_offload_device_parse: %s is NULL",
+                        !name ? "name" : "out");
   static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
   for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
     if (!strcmp(name, zo_offload_device_name(tiers[i]))) {
       *out = tiers[i];
       return ZO_OK;
     }
-  return zo_error_set(ZO_ERR_INVALID_ARG, "offload device \"%s\": expected \"none\", \"cpu\" or \"nvme\"", name);
+  return zo_error_set(ZO_ERR_INVALID_ARG,
+                      "offload device \"%s\": expected \"none\", \"cpu\" or \"nvme\"", name);
 }
 
 size_t zo_config_sizeof(void) { return sizeof(zo_config_t); }

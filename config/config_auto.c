@@ -33,7 +33,8 @@ typedef struct auto_key {
 static const auto_key k_keys[] = {
     {NULL, NULL, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu"},
     {NULL, NULL, "gradient_accumulation_steps", "gradient_accumulation_steps"},
-    {NULL, NULL, "train_batch_size", "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size"},
+    {NULL, NULL, "train_batch_size",
+     "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size"},
     {NULL, NULL, "gradient_clipping", "gradient_clipping"},
     {"optimizer", "params", "lr", "lr"},
     {"optimizer", "params", "betas", "beta1, beta2"},
@@ -51,11 +52,14 @@ static const auto_key k_keys[] = {
 };
 
 /* a * b into *out; 0 when that overflows int64_t */
-static int mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static int mul_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 /* The value for key @i, or NULL when @a does not know it; *@overflow set when it does not fit in 64 bits. */
 static json_t *value_of(int i, const zo_config_auto *a, int ws, int *overflow) {
-  const int64_t h = a->hidden_size, mb = a->train_micro_batch_size_per_gpu, gas = a->gradient_accumulation_steps;
+  const int64_t h = a->hidden_size, mb = a->train_micro_batch_size_per_gpu,
+                gas = a->gradient_accumulation_steps;
   int64_t x, y;
   *overflow = 0;
   switch (i) {
@@ -67,7 +71,8 @@ static json_t *value_of(int i, const zo_config_auto *a, int ws, int *overflow) {
       return json_integer(y);
     case 3: return isnan(a->gradient_clipping) ? NULL : json_real(a->gradient_clipping);
     case 4: return isnan(a->lr) ? NULL : json_real(a->lr);
-    case 5: return isnan(a->beta1) || isnan(a->beta2) ? NULL : json_pack("[f, f]", a->beta1, a->beta2);
+    case 5:
+      return isnan(a->beta1) || isnan(a->beta2) ? NULL : json_pack("[f, f]", a->beta1, a->beta2);
     case 6: return isnan(a->eps) ? NULL : json_real(a->eps);
     case 7: return isnan(a->weight_decay) ? NULL : json_real(a->weight_decay);
     case 8: return json_integer(0);
@@ -89,7 +94,9 @@ static json_t *value_of(int i, const zo_config_auto *a, int ws, int *overflow) {
   return NULL;
 }
 
-static int is_auto(const json_t *v) { return json_is_string(v) && !strcmp(json_string_value(v), "auto"); }
+static int is_auto(const json_t *v) {
+  return json_is_string(v) && !strcmp(json_string_value(v), "auto");
+}
 
 zo_status cfg_fill_auto(json_t *root, const zo_config_auto *a, int world_size, const char *src) {
   const int n = (int)(sizeof k_keys / sizeof k_keys[0]);
@@ -100,25 +107,32 @@ zo_status cfg_fill_auto(json_t *root, const zo_config_auto *a, int world_size, c
     if (obj && k->sub) obj = json_object_get(obj, k->sub);
     if (!json_is_object(obj) || !is_auto(json_object_get(obj, k->key))) continue;
     char path[160];
-    snprintf(path, sizeof path, "%s%s%s%s%s", k->block ? k->block : "", k->block ? "." : "", k->sub ? k->sub : "",
-             k->sub ? "." : "", k->key);
+    snprintf(path, sizeof path, "%s%s%s%s%s", k->block ? k->block : "", k->block ? "." : "",
+             k->sub ? k->sub : "", k->sub ? "." : "", k->key);
     if (!a)
-      return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" is filled in by the HF Trainer, not by DeepSpeed; this "
-                          "application gives no values for \"auto\" (zo_config_opts.auto_values): write a value",
-                          src, path);
+      return zo_error_set(
+          ZO_ERR_CONFIG,
+          "%s: %s: \"auto\" is filled in by the HF Trainer, not by DeepSpeed; this "
+          "application gives no values for \"auto\" (zo_config_opts.auto_values): write a value",
+          src, path);
     int overflow;
     json_t *v = value_of(i, a, world_size, &overflow);
     if (overflow)
-      return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" would be %s, which does not fit in 64 bits: write a "
-                          "value", src, path, k->needs);
+      return zo_error_set(ZO_ERR_CONFIG,
+                          "%s: %s: \"auto\" would be %s, which does not fit in 64 bits: write a "
+                          "value",
+                          src, path, k->needs);
     if (!v)
-      return zo_error_set(ZO_ERR_CONFIG, "%s: %s: \"auto\" needs %s from the application, which did not give it: "
-                          "write a value", src, path, k->needs);
+      return zo_error_set(ZO_ERR_CONFIG,
+                          "%s: %s: \"auto\" needs %s from the application, which did not give it: "
+                          "write a value",
+                          src, path, k->needs);
     char *shown = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
     zo_info("config: %s \"auto\" -> %s (%s)", path, shown ? shown : "?", k->needs);
     free(shown);
     if (json_object_set_new(obj, k->key, v))
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: %s: out of memory filling in \"auto\"", src, path);
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: %s: out of memory filling in \"auto\"", src,
+                          path);
   }
   return ZO_OK;
 }

@@ -26,14 +26,26 @@ typedef struct key {
 } key;
 
 #define FIELD(m) (&((const zo_config_t *)0)->m)
-#define KIND_INT(m) _Generic(FIELD(m), const int64_t *: F_I64, const int *: F_INT)
-#define I64(path, m) {path, ZO_CONFIG_I64, offsetof(zo_config_t, m), KIND_INT(m), NULL}
-#define BOOL(path, m) {path, ZO_CONFIG_BOOL, offsetof(zo_config_t, m), KIND_INT(m), NULL}
-#define F64(path, m) {path, ZO_CONFIG_F64, offsetof(zo_config_t, m), _Generic(FIELD(m), const double *: F_F64), NULL}
-#define STR(path, m) {path, ZO_CONFIG_STR, offsetof(zo_config_t, m), _Generic(FIELD(m), const char(*)[4096]: F_STR), NULL}
+#define KIND_INT(m) _Generic(FIELD(m), const int64_t * : F_I64, const int * : F_INT)
+#define I64(path, m) \
+  { path, ZO_CONFIG_I64, offsetof(zo_config_t, m), KIND_INT(m), NULL }
+#define BOOL(path, m) \
+  { path, ZO_CONFIG_BOOL, offsetof(zo_config_t, m), KIND_INT(m), NULL }
+#define F64(path, m)                                                                               \
+  {                                                                                                \
+    path, ZO_CONFIG_F64, offsetof(zo_config_t, m), _Generic(FIELD(m), const double *: F_F64), NULL \
+  }
+#define STR(path, m)                               \
+  {                                                \
+    path, ZO_CONFIG_STR, offsetof(zo_config_t, m), \
+        _Generic(FIELD(m), const char(*)[4096]     \
+                 : F_STR),                         \
+        NULL                                       \
+  }
 /* an enum (or int) field read as int and shown by @fn; INT_SIZED refuses (to compile) any other size */
 #define INT_SIZED(m) (0 * sizeof(char[sizeof(((zo_config_t *)0)->m) == sizeof(int) ? 1 : -1]))
-#define NAMED(path, m, fn) {path, ZO_CONFIG_STR, offsetof(zo_config_t, m) + INT_SIZED(m), F_INT, fn}
+#define NAMED(path, m, fn) \
+  { path, ZO_CONFIG_STR, offsetof(zo_config_t, m) + INT_SIZED(m), F_INT, fn }
 
 static const char *offload_name(int v) { return zo_offload_device_name((zo_offload_device)v); }
 static const char *opt_name(int v) { return v == ZO_OPT_ADAMW ? "AdamW" : "Adam"; }
@@ -45,7 +57,9 @@ static const char *warmup_type_name(int v) { return v ? "log" : "linear"; }
 static const char *dtype_name(int v) { return v < 0 ? "" : zo_dtype_name((zo_dtype)v); }
 static const char *device_kind_name(int v) { return zo_device_kind_name((zo_device_kind)v); }
 static const char *comm_name(int v) { return (unsigned)v < 3 ? cfg_comm_names[v] : "?"; }
-static const char *placement_name(int v) { return v == ZO_PLACEMENT_AUTO ? "auto" : v == ZO_PLACEMENT_CONFIG ? "config" : "?"; }
+static const char *placement_name(int v) {
+  return v == ZO_PLACEMENT_AUTO ? "auto" : v == ZO_PLACEMENT_CONFIG ? "config" : "?";
+}
 
 #define OO "zero_optimization.offload_optimizer."
 #define OP "zero_optimization.offload_param."
@@ -97,7 +111,8 @@ static const key keys[] = {
     I64("zero_optimization.stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size),
     I64("zero_optimization.stage3_max_live_parameters", zero.stage3_max_live_parameters),
     I64("zero_optimization.stage3_max_reuse_distance", zero.stage3_max_reuse_distance),
-    I64("zero_optimization.stage3_param_persistence_threshold", zero.stage3_param_persistence_threshold),
+    I64("zero_optimization.stage3_param_persistence_threshold",
+        zero.stage3_param_persistence_threshold),
     BOOL("zero_optimization.overlap_comm", zero.overlap_comm),
     I64("zero_optimization.reduce_bucket_size", zero.reduce_bucket_size),
     I64("zero_optimization.allgather_bucket_size", zero.allgather_bucket_size),
@@ -140,27 +155,30 @@ static const key *find(const char *path) {
 
 static const char *type_word(zo_config_value_type t) {
   switch (t) {
-  case ZO_CONFIG_I64: return "an integer";
-  case ZO_CONFIG_F64: return "a real";
-  case ZO_CONFIG_BOOL: return "a boolean";
-  default: return "a string";
+    case ZO_CONFIG_I64: return "an integer";
+    case ZO_CONFIG_F64: return "a real";
+    case ZO_CONFIG_BOOL: return "a boolean";
+    default: return "a string";
   }
 }
 
 static const char *type_getter(zo_config_value_type t) {
   switch (t) {
-  case ZO_CONFIG_I64: return "zo_config_get_i64";
-  case ZO_CONFIG_F64: return "zo_config_get_f64";
-  case ZO_CONFIG_BOOL: return "zo_config_get_bool";
-  default: return "zo_config_get_str";
+    case ZO_CONFIG_I64: return "zo_config_get_i64";
+    case ZO_CONFIG_F64: return "zo_config_get_f64";
+    case ZO_CONFIG_BOOL: return "zo_config_get_bool";
+    default: return "zo_config_get_str";
   }
 }
 
 /* The key at @path of type @want, or NULL with the error set (*@st). */
-static const key *lookup(const zo_config_t *cfg, const char *path, const void *out, zo_config_value_type want,
-                         const char *fn, zo_status *st) {
+static const key *lookup(const zo_config_t *cfg, const char *path, const void *out,
+                         zo_config_value_type want, const char *fn, zo_status *st) {
   if (!cfg || !path || !out) {
-    *st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL", fn, !cfg ? "cfg" : !path ? "path" : "out");
+    *st = zo_error_set(ZO_ERR_INVALID_ARG, "%s: %s is NULL", fn,
+                       !cfg    ? "cfg"
+                       : !path ? "path"
+                               : "out");
     return NULL;
   }
   const key *k = find(path);
@@ -169,8 +187,8 @@ static const key *lookup(const zo_config_t *cfg, const char *path, const void *o
     return NULL;
   }
   if (k->type != want) {
-    *st = zo_error_set(ZO_ERR_INVALID_ARG, "config path \"%s\" is %s (%s), not %s", path, type_word(k->type),
-                       type_getter(k->type), type_word(want));
+    *st = zo_error_set(ZO_ERR_INVALID_ARG, "config path \"%s\" is %s (%s), not %s", path,
+                       type_word(k->type), type_getter(k->type), type_word(want));
     return NULL;
   }
   return k;

@@ -16,15 +16,18 @@
 
 #include "zoffload/status.h"
 
-#define PATH_CAP 256 /* bytes of a JSON path in messages ("zero_optimization.offload_param.device") */
+#define PATH_CAP \
+  256 /* bytes of a JSON path in messages ("zero_optimization.offload_param.device") */
 
 typedef struct parse_ctx {
   const char *src; /* document name for messages */
-  int64_t *n_unknown; /* unknown keys seen so far in this parse (the first few are named: config_keys.c) */
+  int64_t *
+      n_unknown; /* unknown keys seen so far in this parse (the first few are named: config_keys.c) */
 } parse_ctx;
 
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG (config.c). */
-zo_status __attribute__((format(printf, 3, 4))) cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...);
+zo_status __attribute__((format(printf, 3, 4)))
+cfg_err(const parse_ctx *c, const char *path, const char *fmt, ...);
 
 /* zoffload.comm's names, indexed by zo_comm_choice (config.c). */
 extern const char *const cfg_comm_names[3];
@@ -45,18 +48,20 @@ typedef struct key_set {
 } key_set;
 
 /* The sets given inline, and their count: the last two arguments of cfg_unknown_key() and cfg_did_you_mean(). */
-#define KEY_SETS(...) ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
+#define KEY_SETS(...) \
+  ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
 
 /* "; did you mean <base>.<key>?" for @key at @path (whose block is @path less ".key") into @out, or "" when no known
  * key of @sets is close. Returns @out. */
-const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char *key, const key_set *sets,
-                             size_t n_sets);
+const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char *key,
+                             const key_set *sets, size_t n_sets);
 
 /*
  * cfg_unknown_key() - @key at @path is in a block zoffload reads and is none of its keys: an error (DeepSpeed's
  * config models refuse unknown fields too), naming the closest known key when one is close. Returns ZO_ERR_CONFIG.
  */
-zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key, const key_set *sets, size_t n_sets);
+zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
+                          const key_set *sets, size_t n_sets);
 
 /* An unknown top-level key (the application's, perhaps): a warning naming it, for the first few of a parse. */
 void cfg_warn_unknown(const parse_ctx *c, const char *path);

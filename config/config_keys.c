@@ -35,7 +35,8 @@ static int key_distance(const char *a, const char *b) {
       int d = up[j - 1] + cost;
       if (up[j] + 1 < d) d = up[j] + 1;
       if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d) d = up2[j - 2] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+        d = up2[j - 2] + 1;
       cur[j] = d;
     }
   }
@@ -47,7 +48,8 @@ static int key_distance(const char *a, const char *b) {
  * "a" suggests nothing); an exact match counts only in a set with its own @base (a key one level off). First
  * best wins. Returns the key, its set's base in *@base_out; NULL when none is that close.
  */
-static const char *closest_key(const char *key, const key_set *sets, size_t n_sets, const char **base_out) {
+static const char *closest_key(const char *key, const key_set *sets, size_t n_sets,
+                               const char **base_out) {
   const char *best = NULL;
   int best_d = 3;
   for (size_t s = 0; s < n_sets; s++)
@@ -63,15 +65,17 @@ static const char *closest_key(const char *key, const key_set *sets, size_t n_se
 }
 
 /* "did you mean <base>.<key>?" for @key at @path (whose block is @path less ".key"), or "" when nothing is close. */
-const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char *key, const key_set *sets,
-                             size_t n_sets) {
+const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char *key,
+                             const key_set *sets, size_t n_sets) {
   const char *base = NULL, *best = closest_key(key, sets, n_sets, &base);
   out[0] = 0;
   if (!best) return out;
   size_t plen = strlen(path), klen = strlen(key);
   int own_len = plen > klen ? (int)(plen - klen - 1) : 0; /* the block's path: path less ".key" */
-  if (base) snprintf(out, cap, "; did you mean %s%s%s?", base, base[0] ? "." : "", best);
-  else snprintf(out, cap, "; did you mean %.*s%s%s?", own_len, path, own_len ? "." : "", best);
+  if (base)
+    snprintf(out, cap, "; did you mean %s%s%s?", base, base[0] ? "." : "", best);
+  else
+    snprintf(out, cap, "; did you mean %.*s%s%s?", own_len, path, own_len ? "." : "", best);
   return out;
 }
 
@@ -79,15 +83,16 @@ const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char
  * cfg_unknown_key() - @key at @path is in a block zoffload reads and is none of its keys: an error (DeepSpeed's
  * config models refuse unknown fields too), naming the closest known key when one is close.
  */
-zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key, const key_set *sets,
-                          size_t n_sets) {
+zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
+                          const key_set *sets, size_t n_sets) {
   char hint[PATH_CAP + 32];
   cfg_did_you_mean(hint, sizeof hint, path, key, sets, n_sets);
   if (hint[0]) return cfg_err(c, path, "not a DeepSpeed or zoffload key%s", hint);
   size_t plen = strlen(path), klen = strlen(key);
   if (plen <= klen + 1) /* a key so long that the path was cut (pj) */
     return cfg_err(c, path, "not a DeepSpeed or zoffload key (docs/configuration.md lists them)");
-  return cfg_err(c, path, "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)",
+  return cfg_err(c, path,
+                 "not a DeepSpeed or zoffload key of %.*s (docs/configuration.md lists them)",
                  (int)(plen - klen - 1), path);
 }
 
@@ -96,12 +101,14 @@ zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
 #define UNKNOWN_SHOWN 60
 
 void cfg_warn_unknown(const parse_ctx *c, const char *path) {
-  char epath[4 * UNKNOWN_SHOWN + 4]; /* the key is the file's: escaped as cfg_err() does, so no control byte reaches a
+  char epath[4 * UNKNOWN_SHOWN +
+             4]; /* the key is the file's: escaped as cfg_err() does, so no control byte reaches a
                                         terminal (each byte at most 4: \xNN) */
   if (++*c->n_unknown > UNKNOWN_NAMED) return;
   size_t n = strlen(path);
   if (n <= UNKNOWN_SHOWN)
-    zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored", zo_escape(epath, sizeof epath, path, n));
+    zo_warn("config: %s is not a DeepSpeed or zoffload key; ignored",
+            zo_escape(epath, sizeof epath, path, n));
   else
     zo_warn("config: %s... (%zu bytes) is not a DeepSpeed or zoffload key; ignored",
             zo_escape(epath, sizeof epath, path, UNKNOWN_SHOWN), n);
@@ -110,6 +117,7 @@ void cfg_warn_unknown(const parse_ctx *c, const char *path) {
 void cfg_warn_unknown_total(const parse_ctx *c) {
   int64_t n_unknown = *c->n_unknown;
   if (n_unknown > UNKNOWN_NAMED)
-    zo_warn("config: ... and %" PRId64 " more keys that are not DeepSpeed or zoffload keys (%" PRId64 " in all); ignored",
+    zo_warn("config: ... and %" PRId64
+            " more keys that are not DeepSpeed or zoffload keys (%" PRId64 " in all); ignored",
             n_unknown - UNKNOWN_NAMED, n_unknown);
 }

@@ -20,7 +20,9 @@ static const char *const k_nonfinite[] = {"-Infinity", "Infinity", "NaN"};
 
 /* The literal at s[i] (outside a string, not inside a longer word), or NULL. */
 static const char *nonfinite_at(const char *s, size_t len, size_t i) {
-  if (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '-' || s[i - 1] == '.')) return NULL;
+  if (i > 0 &&
+      (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '-' || s[i - 1] == '.'))
+    return NULL;
   for (size_t k = 0; k < sizeof k_nonfinite / sizeof k_nonfinite[0]; k++) {
     size_t n = strlen(k_nonfinite[k]);
     if (len - i >= n && !memcmp(s + i, k_nonfinite[k], n) &&
@@ -63,7 +65,9 @@ zo_status cfg_nonfinite_to_strings(const char *s, size_t len, char **out, size_t
       if (!n_lit) return ZO_OK;
       /* each literal gains "\u001f and a closing quote: 8 bytes; n_lit <= len, so no overflow */
       *out = malloc(len + 8 * n_lit + 1);
-      if (!*out) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "config: out of host memory (%zu bytes)", len + 8 * n_lit + 1);
+      if (!*out)
+        return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "config: out of host memory (%zu bytes)",
+                            len + 8 * n_lit + 1);
     } else {
       *out_len = o;
     }
@@ -73,5 +77,6 @@ zo_status cfg_nonfinite_to_strings(const char *s, size_t len, char **out, size_t
 
 /* True when @v is the string cfg_nonfinite_to_strings() made of @lit. */
 int cfg_is_nonfinite(const json_t *v, const char *lit) {
-  return json_is_string(v) && json_string_value(v)[0] == NONFINITE_MARK[0] && !strcmp(json_string_value(v) + 1, lit);
+  return json_is_string(v) && json_string_value(v)[0] == NONFINITE_MARK[0] &&
+         !strcmp(json_string_value(v) + 1, lit);
 }

@@ -31,15 +31,16 @@ static int detect_features(void) {
   int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
   if (!osxsave || !avx) return 0;
   uint64_t xcr0 = xgetbv0();
-  int ymm_os = (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
+  int ymm_os = (xcr0 & 0x6) == 0x6;             /* XMM and YMM state */
   int zmm_os = ymm_os && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
   unsigned max_sub = a;
-  int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
-      avx512vl = (b >> 31) & 1;
+  int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1,
+      avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
   if (ymm_os && avx2 && fma && f16c) f |= FEAT_AVX2;
   if ((f & FEAT_AVX2) && zmm_os && avx512f && avx512dq && avx512bw && avx512vl) f |= FEAT_AVX512;
-  if ((f & FEAT_AVX512) && max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1))
+  if ((f & FEAT_AVX512) && max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+      ((a >> 5) & 1))
     f |= FEAT_AVX512_BF16;
   return f;
 }
@@ -92,11 +93,13 @@ zo_simd zo_simd_resolve(zo_simd requested) {
   else if (!strcmp(env, "avx512"))
     want = ZO_SIMD_AVX512;
   if (want == ZO_SIMD_AUTO) {
-    zo_warn_once("ZO_SIMD=%s is not one of scalar, avx2, avx512; using %s", env, zo_simd_name(zo_simd_best()));
+    zo_warn_once("ZO_SIMD=%s is not one of scalar, avx2, avx512; using %s", env,
+                 zo_simd_name(zo_simd_best()));
     return zo_simd_best();
   }
   if (!zo_simd_supported(want)) {
-    zo_warn_once("ZO_SIMD=%s is not supported by this CPU; using %s", env, zo_simd_name(zo_simd_best()));
+    zo_warn_once("ZO_SIMD=%s is not supported by this CPU; using %s", env,
+                 zo_simd_name(zo_simd_best()));
     return zo_simd_best();
   }
   return want;
@@ -105,10 +108,12 @@ zo_simd zo_simd_resolve(zo_simd requested) {
 /* Resolve @simd for a call named @what, or record the error. */
 zo_status zo_adam_resolve_simd(const char *what, zo_simd simd, zo_simd *out) {
   if ((int)simd < ZO_SIMD_AUTO || (int)simd > ZO_SIMD_AVX512)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: simd level %d is not a zo_simd value", what, (int)simd);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: simd level %d is not a zo_simd value", what,
+                        (int)simd);
   zo_simd r = zo_simd_resolve(simd);
   if (r == ZO_SIMD_AUTO)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "%s: SIMD level %s is not supported by this CPU/OS (best is %s)", what,
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "%s: SIMD level %s is not supported by this CPU/OS (best is %s)", what,
                         zo_simd_name(simd), zo_simd_name(zo_simd_best()));
   *out = r;
   return ZO_OK;
@@ -150,26 +155,33 @@ void zo_cast_kernel_scalar(void *dst, zo_dtype dt, const void *src, zo_dtype st,
 
 /* ---------------------------------------------------------------- Adam */
 
-static int dtype_ok(zo_dtype t) { return t == ZO_DTYPE_F32 || t == ZO_DTYPE_F16 || t == ZO_DTYPE_BF16; }
+static int dtype_ok(zo_dtype t) {
+  return t == ZO_DTYPE_F32 || t == ZO_DTYPE_F16 || t == ZO_DTYPE_BF16;
+}
 
 zo_status zo_adam_check_hparams(const zo_adam_hparams *hp) {
   if (!hp) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: hparams is NULL");
   if (!(hp->lr >= 0.0f))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: lr = %g, expected >= 0", (double)hp->lr);
   if (!(hp->eps >= 0.0f))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: eps = %g, expected >= 0", (double)hp->eps);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: eps = %g, expected >= 0",
+                        (double)hp->eps);
   if (!(hp->weight_decay >= 0.0f))
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: weight_decay = %g, expected >= 0",
                         (double)hp->weight_decay);
   if (!(hp->beta1 >= 0.0f && hp->beta1 < 1.0f))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: beta1 = %g, expected in [0, 1)", (double)hp->beta1);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: beta1 = %g, expected in [0, 1)",
+                        (double)hp->beta1);
   if (!(hp->beta2 >= 0.0f && hp->beta2 < 1.0f))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: beta2 = %g, expected in [0, 1)", (double)hp->beta2);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: beta2 = %g, expected in [0, 1)",
+                        (double)hp->beta2);
   if (hp->mode != ZO_ADAM_MODE_L2 && hp->mode != ZO_ADAM_MODE_ADAMW)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: mode = %d, expected ZO_ADAM_MODE_L2 or ZO_ADAM_MODE_ADAMW",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_adam_step: mode = %d, expected ZO_ADAM_MODE_L2 or ZO_ADAM_MODE_ADAMW",
                         (int)hp->mode);
   if (hp->bias_correction && hp->step < 1)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: step = %lld with bias correction, expected >= 1",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_adam_step: step = %lld with bias correction, expected >= 1",
                         (long long)hp->step);
   return ZO_OK;
 }
@@ -194,19 +206,21 @@ void zo_adam_make_consts(const zo_adam_hparams *hp, zo_adam_consts *c) {
 }
 
 /* A thin wrapper over the fused range kernels of zo_adam_update() (fp32 states, no seed), split over OpenMP. */
-zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad, zo_dtype grad_dtype,
-                          float *exp_avg, float *exp_avg_sq, void *param_out, zo_dtype out_dtype, size_t n,
-                          zo_simd simd, int n_threads) {
+zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad,
+                          zo_dtype grad_dtype, float *exp_avg, float *exp_avg_sq, void *param_out,
+                          zo_dtype out_dtype, size_t n, zo_simd simd, int n_threads) {
   ZO_CHECK(zo_adam_check_hparams(hp));
   if (!dtype_ok(grad_dtype))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: grad dtype %d is not F32, F16 or BF16", (int)grad_dtype);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: grad dtype %d is not F32, F16 or BF16",
+                        (int)grad_dtype);
   if (param_out && !dtype_ok(out_dtype))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_step: param_out dtype %d is not F32, F16 or BF16",
-                        (int)out_dtype);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_adam_step: param_out dtype %d is not F32, F16 or BF16", (int)out_dtype);
   zo_simd lvl = ZO_SIMD_SCALAR;
   ZO_CHECK(zo_adam_resolve_simd("zo_adam_step", simd, &lvl));
   if (n == 0) return ZO_OK;
-  zo_adam_shard sh = {param, grad, grad_dtype, exp_avg, exp_avg_sq, ZO_DTYPE_F32, param_out, out_dtype, n, 0};
+  zo_adam_shard sh = {param,        grad,      grad_dtype, exp_avg, exp_avg_sq,
+                      ZO_DTYPE_F32, param_out, out_dtype,  n,       0};
   zo_adam_job j;
   ZO_CHECK(zo_adam_job_init("zo_adam_step", hp, &sh, 0, &j));
   zo_adam_range_fn fn = zo_adam_range_for(lvl);
@@ -225,29 +239,32 @@ zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *g
   return ZO_OK;
 }
 
-zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
-                       size_t n, zo_simd simd, int n_threads) {
-  return zo_adam_step_ex(hp, param, grad, ZO_DTYPE_F32, exp_avg, exp_avg_sq, NULL, ZO_DTYPE_F32, n, simd, n_threads);
+zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const float *grad, float *exp_avg,
+                       float *exp_avg_sq, size_t n, zo_simd simd, int n_threads) {
+  return zo_adam_step_ex(hp, param, grad, ZO_DTYPE_F32, exp_avg, exp_avg_sq, NULL, ZO_DTYPE_F32, n,
+                         simd, n_threads);
 }
 
 /* ---------------------------------------------------------------- gradient norm */
 
-zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_threads, double *sqnorm, int *nonfinite) {
+zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_threads, double *sqnorm,
+                         int *nonfinite) {
   return zo_sqnorm_run("zo_grad_sqnorm", grad, ZO_DTYPE_F32, n, simd, n_threads, sqnorm, nonfinite);
 }
 
 /* ---------------------------------------------------------------- casts */
 
-zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n, zo_simd simd,
-                     int n_threads) {
+zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n,
+                     zo_simd simd, int n_threads) {
   if (!dtype_ok(dst_type) || !dtype_ok(src_type))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: dtype %d -> %d, expected F32, F16 or BF16", (int)src_type,
-                        (int)dst_type);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: dtype %d -> %d, expected F32, F16 or BF16",
+                        (int)src_type, (int)dst_type);
   zo_simd lvl = ZO_SIMD_SCALAR;
   ZO_CHECK(zo_adam_resolve_simd("zo_cast", simd, &lvl));
   if (n == 0) return ZO_OK;
   if (!dst || !src)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: %s is NULL with n = %zu", !dst ? "dst" : "src", n);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_cast: %s is NULL with n = %zu",
+                        !dst ? "dst" : "src", n);
   size_t ssz = zo_dtype_size(src_type), dsz = zo_dtype_size(dst_type);
   int nt = pick_threads(n_threads, n);
   if (src_type == dst_type) {
@@ -274,6 +291,7 @@ zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src
   return ZO_OK;
 }
 
-zo_status zo_cast(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n, int n_threads) {
+zo_status zo_cast(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n,
+                  int n_threads) {
   return zo_cast_ex(dst, dst_type, src, src_type, n, ZO_SIMD_AUTO, n_threads);
 }

@@ -16,9 +16,11 @@
  * zero-extend and a shift.
  */
 AI __m512 widen_bf16(__m256i h) {
-  const __m512i idx = _mm512_setr_epi32(0 << 16, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16, 6 << 16, 7 << 16, 8 << 16,
-                                        9 << 16, 10 << 16, 11 << 16, 12 << 16, 13 << 16, 14 << 16, 15 << 16);
-  return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xaaaaaaaau, idx, _mm512_castsi256_si512(h)));
+  const __m512i idx = _mm512_setr_epi32(0 << 16, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16,
+                                        6 << 16, 7 << 16, 8 << 16, 9 << 16, 10 << 16, 11 << 16,
+                                        12 << 16, 13 << 16, 14 << 16, 15 << 16);
+  return _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi16((__mmask32)0xaaaaaaaau, idx, _mm512_castsi256_si512(h)));
 }
 
 /* Load up to 16 elements of dtype t (lanes outside mask k read as 0) as float. */
@@ -33,7 +35,8 @@ AI __m512 load16(const void *a, zo_dtype t, __mmask16 k) {
 AI __m512i bf16_bits16(__m512 f) {
   __m512i x = _mm512_castps_si512(f);
   __m512i hi = _mm512_srli_epi32(x, 16);
-  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1))));
+  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                   _mm512_and_si512(hi, _mm512_set1_epi32(1))));
   r = _mm512_srli_epi32(r, 16);
   __mmask16 isnan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
   return _mm512_mask_mov_epi32(r, isnan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
@@ -43,12 +46,15 @@ AI void store16(void *a, zo_dtype t, __m512 f, __mmask16 k) {
   if (t == ZO_DTYPE_F32)
     _mm512_mask_storeu_ps(a, k, f);
   else if (t == ZO_DTYPE_F16)
-    _mm256_mask_storeu_epi16(a, k, _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_mask_storeu_epi16(a, k,
+                             _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   else
     _mm256_mask_storeu_epi16(a, k, _mm512_cvtepi32_epi16(bf16_bits16(f)));
 }
 
-AI __mmask16 tail_mask(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
+AI __mmask16 tail_mask(size_t left) {
+  return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
 
 /* Squares of 16 floats added to the lanes i % 16 = 0-7 (a0) and 8-15 (a1); FMA is exact here (d*d fits a double). */
 AI void sq16(__m512 x, __m512d *a0, __m512d *a1) {
@@ -125,14 +131,19 @@ AI void cast_body(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n
   const size_t head = (size_t)cast_head(dst, dsz, n); /* up to 31 elements */
   size_t i = 0;
   for (; i < head; i += 16)
-    store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(head - i)), tail_mask(head - i));
+    store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(head - i)),
+            tail_mask(head - i));
   i = head;
   int nt = n * dsz >= ZO_CAST_NT_BYTES && ((uintptr_t)((char *)dst + i * dsz) & 63) == 0;
   if (nt)
-    for (; i + 16 <= n; i += 16) store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 1);
+    for (; i + 16 <= n; i += 16)
+      store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 1);
   else
-    for (; i + 16 <= n; i += 16) store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 0);
-  if (i < n) store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(n - i)), tail_mask(n - i));
+    for (; i + 16 <= n; i += 16)
+      store16_full((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, 0xffff), 0);
+  if (i < n)
+    store16((char *)dst + i * dsz, dt, load16((const char *)src + i * ssz, st, tail_mask(n - i)),
+            tail_mask(n - i));
   if (nt) _mm_sfence();
 }
 
@@ -163,26 +174,33 @@ void zo_cast_kernel_avx512(void *dst, zo_dtype dt, const void *src, zo_dtype st,
  */
 __attribute__((target("avx512bf16"))) static inline __m512i cvt32_bf16(__m512 lo, __m512 hi) {
   __m512i r = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0))
+  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0,
+                       0))
     r = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_bits16(lo))),
                            _mm512_cvtepi32_epi16(bf16_bits16(hi)), 1);
   return r;
 }
 
-__attribute__((target("avx512bf16"))) static void cast_f32_bf16_native(uint16_t *dst, const float *src, size_t n) {
+__attribute__((target("avx512bf16"))) static void cast_f32_bf16_native(uint16_t *dst,
+                                                                       const float *src, size_t n) {
   const size_t head = (size_t)cast_head(dst, 2, n); /* up to 31 elements */
   size_t i = 0;
   for (; i < head; i += 16)
-    store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(head - i)), tail_mask(head - i));
+    store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(head - i)),
+            tail_mask(head - i));
   i = head;
   int nt = n * 2 >= ZO_CAST_NT_BYTES && ((uintptr_t)(dst + i) & 63) == 0;
   if (nt)
     for (; i + 32 <= n; i += 32)
-      _mm512_stream_si512((void *)(dst + i), cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
+      _mm512_stream_si512((void *)(dst + i),
+                          cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
   else
     for (; i + 32 <= n; i += 32)
-      _mm512_storeu_si512(dst + i, cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
-  for (; i < n; i += 16) store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(n - i)), tail_mask(n - i));
+      _mm512_storeu_si512(dst + i,
+                          cvt32_bf16(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
+  for (; i < n; i += 16)
+    store16(dst + i, ZO_DTYPE_BF16, load16(src + i, ZO_DTYPE_F32, tail_mask(n - i)),
+            tail_mask(n - i));
   if (nt) _mm_sfence();
 }
 
@@ -207,7 +225,8 @@ AI __m256i rne_bf16(__m512 f, int native) {
   if (!native) return _mm512_cvtepi32_epi16(bf16_bits16(f));
   __m256i r = cvtne_bf16_asm(f);
   __mmask16 den = _mm512_fpclass_ps_mask(f, 0x20); /* denormal, either sign */
-  if (__builtin_expect(den != 0, 0)) r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(bf16_bits16(f)));
+  if (__builtin_expect(den != 0, 0))
+    r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(bf16_bits16(f)));
   return r;
 }
 
@@ -216,7 +235,8 @@ AI __m256i sr_bf16(__m512 f, __m512i r) {
   __m512i x = _mm512_castps_si512(f);
   __m512i t = _mm512_srli_epi32(_mm512_add_epi32(x, r), 16);
   __mmask16 isnan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  t = _mm512_mask_mov_epi32(t, isnan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
+  t = _mm512_mask_mov_epi32(t, isnan,
+                            _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
   return _mm512_cvtepi32_epi16(t);
 }
 
@@ -265,8 +285,9 @@ AI void st_h16(uint16_t *a, __m256i x, __mmask16 k, int full, int nt) {
 }
 
 /* One 16-lane fused update at element i; returns the nonfinite lanes of the raw gradient. */
-AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out, int native, size_t i,
-                     __mmask16 k, int full, nt_set nt, uint32_t hi0, uint32_t base0) {
+AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out,
+                     int native, size_t i, __mmask16 k, int full, nt_set nt, uint32_t hi0,
+                     uint32_t base0) {
   const zo_adam_consts *c = &j->c;
   __m512 graw = load16((const char *)j->g + i * zo_dtype_size(gt), gt, k);
   __mmask16 bad = _mm512_fpclass_ps_mask(graw, 0x99); /* QNaN | +inf | -inf | SNaN */
@@ -280,7 +301,8 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
                             _mm512_mul_ps(_mm512_set1_ps(c->omb1), gv));
   __m512 vv = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(c->b2), load_state16(j->v, st, i, k)),
                             _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c->omb2), gv), gv));
-  __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(c->sqrt_bc2)), _mm512_set1_ps(c->eps));
+  __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(c->sqrt_bc2)),
+                             _mm512_set1_ps(c->eps));
   pv = _mm512_sub_ps(pv, _mm512_mul_ps(_mm512_set1_ps(c->step_size), _mm512_div_ps(mv, den)));
   st_ps(j->p + i, pv, k, full, nt.p);
   if (st == ZO_DTYPE_F32) {
@@ -291,15 +313,19 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     __m512i y = sr_y16(j, __builtin_expect(hi == hi0, 1) ? base0 : zo_sr_base(hi, j->step32), i);
     /* h = y ^ (y >> 16): its high half is y's, so rv = y >> 16 and rm = (y ^ rv) & 0xffff (one ternary-logic op) */
     __m512i rv = _mm512_srli_epi32(y, 16);
-    __m512i rm = _mm512_ternarylogic_epi32(y, rv, _mm512_set1_epi32(0xffff), 0x28); /* (a ^ b) & c */
+    __m512i rm =
+        _mm512_ternarylogic_epi32(y, rv, _mm512_set1_epi32(0xffff), 0x28); /* (a ^ b) & c */
     __m256i m16, v16;
-    if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0, 1)) { /* neither m nor v is NaN */
+    if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0,
+                         1)) { /* neither m nor v is NaN */
       /* no NaN: add the random bits and gather the high halves of m and v with one permute */
-      const __m512i hi_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
-                                                 0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
-                                                 0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
-      __m512i both = _mm512_permutex2var_epi16(_mm512_add_epi32(_mm512_castps_si512(mv), rm), hi_words,
-                                               _mm512_add_epi32(_mm512_castps_si512(vv), rv));
+      const __m512i hi_words =
+          _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                            0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                            0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+      __m512i both =
+          _mm512_permutex2var_epi16(_mm512_add_epi32(_mm512_castps_si512(mv), rm), hi_words,
+                                    _mm512_add_epi32(_mm512_castps_si512(vv), rv));
       m16 = _mm512_castsi512_si256(both);
       v16 = _mm512_extracti64x4_epi64(both, 1);
     } else {
@@ -313,23 +339,25 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     if (ot == ZO_DTYPE_F32)
       st_ps((float *)j->out + i, pv, k, full, nt.o);
     else if (ot == ZO_DTYPE_F16)
-      st_h16((uint16_t *)j->out + i, _mm512_cvtps_ph(pv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, full,
-             nt.o);
+      st_h16((uint16_t *)j->out + i,
+             _mm512_cvtps_ph(pv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, full, nt.o);
     else
       st_h16((uint16_t *)j->out + i, rne_bf16(pv, native), k, full, nt.o);
   }
   return bad & k;
 }
 
-static inline int aligned_to(const void *a, size_t bytes) { return ((uintptr_t)a & (bytes - 1)) == 0; }
+static inline int aligned_to(const void *a, size_t bytes) {
+  return ((uintptr_t)a & (bytes - 1)) == 0;
+}
 
 /*
  * Range [b, e): a masked head until param is 64-byte aligned, full vectors
  * (streaming the streams that are aligned for it when j->nt allows), a
  * masked tail. gt, st, ot, has_out, native are constants in every instance.
  */
-AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot, int has_out,
-                  int native) {
+AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dtype st, zo_dtype ot,
+                  int has_out, int native) {
   /* A private copy: stores through the float arrays could alias *jp, which made the compiler reload every
      pointer and constant after each store; the copy's address does not escape, so they stay in registers. */
   const zo_adam_job jl = *jp;
@@ -342,7 +370,8 @@ AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dty
   size_t head = ((64 - ((uintptr_t)(j->p + i) & 63)) & 63) / 4;
   if (head > e - i) head = e - i;
   if (head) {
-    bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)((1u << head) - 1u), 0, none, hi0, base0);
+    bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)((1u << head) - 1u), 0, none, hi0,
+                   base0);
     i += head;
   }
   const size_t ssz = zo_dtype_size(st), osz = zo_dtype_size(ot);
@@ -355,27 +384,31 @@ AI int fused_body(const zo_adam_job *jp, size_t b, size_t e, zo_dtype gt, zo_dty
   if (has_out && (j->nt & ZO_NT_OUT)) nt.o = aligned_to((char *)j->out + i * osz, 16 * osz);
   int any_nt = nt.p | nt.m | nt.v | nt.o;
   /* ZO_NT_LOOP (adam_internal.h): the store kinds as constants in the common cases */
-#define MAIN_LOOP(NTS) \
-  for (; i + 16 <= e; i += 16) bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, NTS, hi0, base0)
+#define MAIN_LOOP(NTS)         \
+  for (; i + 16 <= e; i += 16) \
+  bad |= fused16(j, gt, st, ot, has_out, native, i, (__mmask16)0xffff, 1, NTS, hi0, base0)
   ZO_NT_LOOP(MAIN_LOOP, nt, has_out);
 #undef MAIN_LOOP
-  if (i < e) bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none, hi0, base0);
+  if (i < e)
+    bad |= fused16(j, gt, st, ot, has_out, native, i, tail_mask(e - i), 0, none, hi0, base0);
   if (any_nt) _mm_sfence(); /* order the streaming stores before whatever publishes completion */
   return bad != 0;
 }
 
-#define FUSED_VARIANT(name, GT, ST, OT, HAS, NATIVE) \
-  static int name(const zo_adam_job *j, size_t b, size_t e) { return fused_body(j, b, e, GT, ST, OT, HAS, NATIVE); }
-#define FUSED_FOR_GT(gname, GT)                                                                  \
-  FUSED_VARIANT(fz_##gname##_f32_none, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 0, 0)                     \
-  FUSED_VARIANT(fz_##gname##_f32_f32, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 1, 0)                      \
-  FUSED_VARIANT(fz_##gname##_f32_f16, GT, ZO_DTYPE_F32, ZO_DTYPE_F16, 1, 0)                      \
-  FUSED_VARIANT(fz_##gname##_f32_bf16, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 0)                    \
-  FUSED_VARIANT(fz_##gname##_f32_bf16n, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 1)                   \
-  FUSED_VARIANT(fz_##gname##_bf16_none, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 0, 0)                   \
-  FUSED_VARIANT(fz_##gname##_bf16_f32, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 1, 0)                    \
-  FUSED_VARIANT(fz_##gname##_bf16_f16, GT, ZO_DTYPE_BF16, ZO_DTYPE_F16, 1, 0)                    \
-  FUSED_VARIANT(fz_##gname##_bf16_bf16, GT, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, 0)                  \
+#define FUSED_VARIANT(name, GT, ST, OT, HAS, NATIVE)          \
+  static int name(const zo_adam_job *j, size_t b, size_t e) { \
+    return fused_body(j, b, e, GT, ST, OT, HAS, NATIVE);      \
+  }
+#define FUSED_FOR_GT(gname, GT)                                                 \
+  FUSED_VARIANT(fz_##gname##_f32_none, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 0, 0)    \
+  FUSED_VARIANT(fz_##gname##_f32_f32, GT, ZO_DTYPE_F32, ZO_DTYPE_F32, 1, 0)     \
+  FUSED_VARIANT(fz_##gname##_f32_f16, GT, ZO_DTYPE_F32, ZO_DTYPE_F16, 1, 0)     \
+  FUSED_VARIANT(fz_##gname##_f32_bf16, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 0)   \
+  FUSED_VARIANT(fz_##gname##_f32_bf16n, GT, ZO_DTYPE_F32, ZO_DTYPE_BF16, 1, 1)  \
+  FUSED_VARIANT(fz_##gname##_bf16_none, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 0, 0)  \
+  FUSED_VARIANT(fz_##gname##_bf16_f32, GT, ZO_DTYPE_BF16, ZO_DTYPE_F32, 1, 0)   \
+  FUSED_VARIANT(fz_##gname##_bf16_f16, GT, ZO_DTYPE_BF16, ZO_DTYPE_F16, 1, 0)   \
+  FUSED_VARIANT(fz_##gname##_bf16_bf16, GT, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, 0) \
   FUSED_VARIANT(fz_##gname##_bf16_bf16n, GT, ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, 1)
 FUSED_FOR_GT(g32, ZO_DTYPE_F32)
 FUSED_FOR_GT(g16, ZO_DTYPE_F16)
@@ -383,8 +416,15 @@ FUSED_FOR_GT(gb16, ZO_DTYPE_BF16)
 
 typedef int (*fused_fn)(const zo_adam_job *, size_t, size_t);
 /* [grad dtype][state: 0 f32, 1 bf16][out: 0 none, 1 f32, 2 f16, 3 bf16, 4 bf16 native] */
-#define ROW(g) {{fz_##g##_f32_none, fz_##g##_f32_f32, fz_##g##_f32_f16, fz_##g##_f32_bf16, fz_##g##_f32_bf16n}, \
-                {fz_##g##_bf16_none, fz_##g##_bf16_f32, fz_##g##_bf16_f16, fz_##g##_bf16_bf16, fz_##g##_bf16_bf16n}}
+#define ROW(g)                                                                      \
+  {                                                                                 \
+    {fz_##g##_f32_none, fz_##g##_f32_f32, fz_##g##_f32_f16, fz_##g##_f32_bf16,      \
+     fz_##g##_f32_bf16n},                                                           \
+    {                                                                               \
+      fz_##g##_bf16_none, fz_##g##_bf16_f32, fz_##g##_bf16_f16, fz_##g##_bf16_bf16, \
+          fz_##g##_bf16_bf16n                                                       \
+    }                                                                               \
+  }
 static const fused_fn k_fused[3][2][5] = {
     [ZO_DTYPE_F32] = ROW(g32),
     [ZO_DTYPE_F16] = ROW(g16),
@@ -394,7 +434,8 @@ static const fused_fn k_fused[3][2][5] = {
 int zo_adam_range_avx512(const zo_adam_job *j, size_t b, size_t e) {
   if (e <= b) return 0;
   int o = 0;
-  if (j->out) o = j->ot == ZO_DTYPE_F32 ? 1 : j->ot == ZO_DTYPE_F16 ? 2 : (zo_simd_has_avx512_bf16() ? 4 : 3);
+  if (j->out)
+    o = j->ot == ZO_DTYPE_F32 ? 1 : j->ot == ZO_DTYPE_F16 ? 2 : (zo_simd_has_avx512_bf16() ? 4 : 3);
   return k_fused[j->gt][j->st == ZO_DTYPE_BF16][o](j, b, e);
 }
 
@@ -403,14 +444,17 @@ int zo_scan_nonfinite_avx512(const void *g, zo_dtype gt, size_t b, size_t e) {
   const size_t gsz = zo_dtype_size(gt);
   size_t i = b;
   if (gt == ZO_DTYPE_F32) {
-    for (; i + 16 <= e; i += 16) bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps((const float *)g + i), 0x99);
+    for (; i + 16 <= e; i += 16)
+      bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps((const float *)g + i), 0x99);
   } else {
     /* 16-bit floats: exponent all ones <=> (h & 0x7fff) >= limit; 32 lanes per step */
     const __m512i lim = _mm512_set1_epi16(gt == ZO_DTYPE_F16 ? 0x7c00 : 0x7f80);
     const __m512i absm = _mm512_set1_epi16(0x7fff);
     __mmask32 b32 = 0;
     for (; i + 32 <= e; i += 32)
-      b32 |= _mm512_cmpge_epu16_mask(_mm512_and_si512(_mm512_loadu_si512((const uint16_t *)g + i), absm), lim);
+      b32 |= _mm512_cmpge_epu16_mask(_mm512_and_si512(_mm512_loadu_si512((const uint16_t *)g + i),
+                                                      absm),
+                                     lim);
     bad = b32 != 0;
   }
   for (; i < e; i += 16) {

@@ -69,14 +69,15 @@ void zo_cast_kernel_avx512bf16(void *dst, zo_dtype dt, const void *src, zo_dtype
 /* Everything one fused update needs; the range kernels read it and update [b, e) of the shard. */
 typedef struct zo_adam_job {
   zo_adam_consts c;
-  float *p;           /* float32[n] */
-  const void *g;      /* gt[n] */
-  void *m, *v;        /* st[n] each */
-  void *out;          /* ot[n] or NULL */
+  float *p;      /* float32[n] */
+  const void *g; /* gt[n] */
+  void *m, *v;   /* st[n] each */
+  void *out;     /* ot[n] or NULL */
   zo_dtype gt, st, ot;
-  uint64_t seed;      /* bf16 state rounding: key = i + seed */
-  uint32_t step32;    /* (uint32)hp->step */
-  unsigned nt;        /* streams that may use non-temporal stores: ZO_NT_STATE (p, m, v), ZO_NT_OUT (param_out) */
+  uint64_t seed;   /* bf16 state rounding: key = i + seed */
+  uint32_t step32; /* (uint32)hp->step */
+  unsigned
+      nt; /* streams that may use non-temporal stores: ZO_NT_STATE (p, m, v), ZO_NT_OUT (param_out) */
 } zo_adam_job;
 
 enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
@@ -158,18 +159,18 @@ typedef struct zo_nt_set {
  * per-store tests; any other mix runs LOOP(nt). Shared by the AVX2 and
  * AVX-512 range kernels, whose LOOP is their own vector body.
  */
-#define ZO_NT_LOOP(LOOP, nt, has_out)                                      \
-  do {                                                                     \
-    const nt_set none_ = {0, 0, 0, 0}, out_only_ = {0, 0, 0, 1};           \
-    const nt_set all_ = {1, 1, 1, (has_out)};                              \
-    if (!((nt).p | (nt).m | (nt).v | (nt).o))                              \
-      LOOP(none_);                                                         \
-    else if (!(nt).p && !(nt).m && !(nt).v && (nt).o)                      \
-      LOOP(out_only_);                                                     \
-    else if ((nt).p && (nt).m && (nt).v && (nt).o == (has_out))            \
-      LOOP(all_);                                                          \
-    else                                                                   \
-      LOOP(nt);                                                            \
+#define ZO_NT_LOOP(LOOP, nt, has_out)                            \
+  do {                                                           \
+    const nt_set none_ = {0, 0, 0, 0}, out_only_ = {0, 0, 0, 1}; \
+    const nt_set all_ = {1, 1, 1, (has_out)};                    \
+    if (!((nt).p | (nt).m | (nt).v | (nt).o))                    \
+      LOOP(none_);                                               \
+    else if (!(nt).p && !(nt).m && !(nt).v && (nt).o)            \
+      LOOP(out_only_);                                           \
+    else if ((nt).p && (nt).m && (nt).v && (nt).o == (has_out))  \
+      LOOP(all_);                                                \
+    else                                                         \
+      LOOP(nt);                                                  \
   } while (0)
 
 /* Range kernels: update elements [b, e) of the job's shard; return 1 if any grad element there is inf/NaN. */
@@ -191,16 +192,16 @@ zo_status zo_adam_check_hparams(const zo_adam_hparams *hp);
 void zo_adam_make_consts(const zo_adam_hparams *hp, zo_adam_consts *c);
 zo_status zo_adam_resolve_simd(const char *what, zo_simd simd, zo_simd *out);
 /* Validate (hp, sh, flags) and fill *j; lvl is an already-resolved level. */
-zo_status zo_adam_job_init(const char *what, const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags,
-                           zo_adam_job *j);
+zo_status zo_adam_job_init(const char *what, const zo_adam_hparams *hp, const zo_adam_shard *sh,
+                           unsigned flags, zo_adam_job *j);
 zo_adam_range_fn zo_adam_range_for(zo_simd lvl);
 zo_scan_fn zo_scan_for(zo_simd lvl);
 zo_sqnorm_fn zo_sqnorm_for(zo_simd lvl);
 /* Sum of squares of chunk k (ZO_SQNORM_CHUNK elements, the last may be short) of a grad of any dtype, lanes summed. */
 double zo_sqnorm_chunk(zo_sqnorm_fn fn, const void *g, zo_dtype gt, size_t n, size_t k);
 /* zo_grad_sqnorm_ex() with the caller's name in messages (zo_grad_sqnorm() shares it). */
-zo_status zo_sqnorm_run(const char *what, const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd,
-                        int n_threads, double *sqnorm, int *nonfinite);
+zo_status zo_sqnorm_run(const char *what, const void *grad, zo_dtype grad_dtype, size_t n,
+                        zo_simd simd, int n_threads, double *sqnorm, int *nonfinite);
 /* Combine chunk partials in order into the final sum. */
 double zo_sqnorm_combine(const double *part, size_t nchunks);
 

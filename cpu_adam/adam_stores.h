@@ -12,7 +12,8 @@ typedef enum zo_adam_stores {
   ZO_STORES_AUTO = 0,    /* pools probe once (see pool.c); elsewhere regular */
   ZO_STORES_REGULAR = 1, /* p, m, v regular stores */
   ZO_STORES_NT = 2,      /* p, m, v streamed wherever aligned */
-  ZO_STORES_PROBE = 3,   /* tests: as auto, but the probe runs on the first update task whatever its size */
+  ZO_STORES_PROBE =
+      3, /* tests: as auto, but the probe runs on the first update task whatever its size */
 } zo_adam_stores;
 
 /* Parse ZO_ADAM_STORES (read on every call; unset or empty: auto; an unknown value warns once, auto). */
@@ -40,6 +41,7 @@ zo_adam_stores zo_adam_stores_env(void);
  * pair >= 1.15x: that bias would keep a machine where streaming gains
  * 1.2-1.3x on regular stores. Pure: no clock, no state. @pairs in [1, 64].
  */
-int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio, double *lowest);
+int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio,
+                          double *lowest);
 
 #endif /* ZO_ADAM_STORES_H */

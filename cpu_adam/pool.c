@@ -29,31 +29,32 @@
 enum { K_ADAM = 0, K_FOR = 1, K_SQNORM = 2 };
 
 struct zo_adam_task {
-  struct zo_adam_task *next;             /* FIFO link */
+  struct zo_adam_task *next;                  /* FIFO link */
   struct zo_adam_task *live_prev, *live_next; /* every handle not yet waited on, for destroy */
   int kind;
-  int phase;     /* K_ADAM: 0 pre-scan (only with SKIP), 1 update */
-  size_t n;      /* units of the task: elements, or chunks for K_SQNORM */
-  size_t tile;   /* 0: one contiguous range per thread; else dynamic tiles of this many units */
-  size_t align;  /* contiguous ranges start at multiples of this */
-  int want;      /* threads that take part in the current phase: fewer than the pool's for small tasks (under mu) */
-  int claimed;   /* threads that have taken part of the current phase so far (under mu) */
-  int active;    /* threads that have not finished the current phase (under mu) */
-  int done;      /* under mu */
+  int phase;    /* K_ADAM: 0 pre-scan (only with SKIP), 1 update */
+  size_t n;     /* units of the task: elements, or chunks for K_SQNORM */
+  size_t tile;  /* 0: one contiguous range per thread; else dynamic tiles of this many units */
+  size_t align; /* contiguous ranges start at multiples of this */
+  int want; /* threads that take part in the current phase: fewer than the pool's for small tasks (under mu) */
+  int claimed; /* threads that have taken part of the current phase so far (under mu) */
+  int active;  /* threads that have not finished the current phase (under mu) */
+  int done;    /* under mu */
   int skipped;
-  size_t seg_b, seg_e; /* the current phase covers units [seg_b, seg_e): [0, n), or one store-probe segment */
+  size_t seg_b,
+      seg_e; /* the current phase covers units [seg_b, seg_e): [0, n), or one store-probe segment */
   atomic_size_t next_tile;
   atomic_int nonfinite;
   /* K_ADAM */
   zo_adam_job job;
   unsigned flags;
-  int stores_set;  /* the update phase's store kind is set (adam_stores_setup) */
-  int probe_all;   /* zo_adam_pool_probe_stores()'s scratch task: take every pair still missing, whatever the size */
-  int probe_nseg;  /* > 0: the update phase runs as this many store-probe segments (under mu) */
-  int probe_seg;   /* the running segment */
+  int stores_set; /* the update phase's store kind is set (adam_stores_setup) */
+  int probe_all; /* zo_adam_pool_probe_stores()'s scratch task: take every pair still missing, whatever the size */
+  int probe_nseg;   /* > 0: the update phase runs as this many store-probe segments (under mu) */
+  int probe_seg;    /* the running segment */
   size_t probe_per; /* elements per segment (the last may be shorter), a multiple of 64 */
-  double seg_t0;   /* zo_clock_s() when the running segment was published */
-  double seg_cpu;  /* CPU seconds the running segment's threads spent in it so far (under mu) */
+  double seg_t0;    /* zo_clock_s() when the running segment was published */
+  double seg_cpu;   /* CPU seconds the running segment's threads spent in it so far (under mu) */
   /* K_FOR */
   void (*fn)(void *, size_t, size_t, int);
   void *arg;
@@ -69,7 +70,8 @@ struct zo_adam_pool {
   pthread_cond_t work_cv; /* workers: a new phase is published, or stop */
   pthread_cond_t done_cv; /* waiters: a task completed */
   struct zo_adam_task *head, *tail;
-  struct zo_adam_task *urgent; /* the last ZO_ADAM_TASK_URGENT task queued and not yet completed, or NULL */
+  struct zo_adam_task
+      *urgent; /* the last ZO_ADAM_TASK_URGENT task queued and not yet completed, or NULL */
   struct zo_adam_task *live;
   uint64_t gen; /* bumped each time a phase is published */
   int stop;
@@ -82,20 +84,21 @@ struct zo_adam_pool {
   zo_sqnorm_fn sqfn;
   size_t tile;
   /* Store kind of param, m, v (see "Store probe" below); all under mu. */
-  zo_adam_stores stores;   /* ZO_ADAM_STORES at create */
-  unsigned state_nt;       /* ZO_NT_STATE when the update tasks stream p, m, v, else 0 */
-  int probe_pending;       /* auto: the probe has not decided yet */
-  int probe_pairs;         /* pairs timed so far */
+  zo_adam_stores stores; /* ZO_ADAM_STORES at create */
+  unsigned state_nt;     /* ZO_NT_STATE when the update tasks stream p, m, v, else 0 */
+  int probe_pending;     /* auto: the probe has not decided yet */
+  int probe_pairs;       /* pairs timed so far */
   double probe_t[2][ZO_STORES_PROBE_PAIRS]; /* seconds, [0 regular, 1 nt][pair]: the pairs kept */
-  int probe_clean[ZO_STORES_PROBE_PAIRS];   /* the running task's pairs: both segments undisturbed so far */
-  int probe_dropped;       /* pairs dropped because a thread lost its core during a segment */
-  double probe_ratio;      /* once decided: median regular time / nt time */
-  double probe_low;        /* and the lowest pair's */
-  size_t llc_bytes;        /* the last-level caches of the pool's cores, summed (distinct caches) */
-  size_t probe_seg_bytes;  /* a probe segment touches at least this many bytes */
+  int probe_clean
+      [ZO_STORES_PROBE_PAIRS]; /* the running task's pairs: both segments undisturbed so far */
+  int probe_dropped;           /* pairs dropped because a thread lost its core during a segment */
+  double probe_ratio;          /* once decided: median regular time / nt time */
+  double probe_low;            /* and the lowest pair's */
+  size_t llc_bytes;       /* the last-level caches of the pool's cores, summed (distinct caches) */
+  size_t probe_seg_bytes; /* a probe segment touches at least this many bytes */
   unsigned desc_ver, stores_ver; /* desc is rebuilt when they differ */
-  char desc_base[448];     /* threads, cores, SIMD, tiles */
-  char desc[640];          /* desc_base and the store kind */
+  char desc_base[448];           /* threads, cores, SIMD, tiles */
+  char desc[640];                /* desc_base and the store kind */
 };
 
 typedef struct {
@@ -123,7 +126,9 @@ static size_t auto_tile(size_t n, int nt) {
   return t > AUTO_TILE_MAX ? AUTO_TILE_MAX : t < AUTO_TILE_MIN ? AUTO_TILE_MIN : t;
 }
 /* The task's tile from the pool's or the caller's setting: 0 contiguous, ZO_ADAM_TILE_AUTO auto, else as given. */
-static size_t task_tile(size_t setting, size_t n, int nt) { return setting == ZO_ADAM_TILE_AUTO ? auto_tile(n, nt) : setting; }
+static size_t task_tile(size_t setting, size_t n, int nt) {
+  return setting == ZO_ADAM_TILE_AUTO ? auto_tile(n, nt) : setting;
+}
 
 /*
  * Threads per task. A phase is joined by every thread that takes part, and a
@@ -142,7 +147,8 @@ static size_t task_tile(size_t setting, size_t n, int nt) { return setting == ZO
 #define POOL_MIN_ELEMS_PER_THREAD ((size_t)65536)
 static int task_threads(const zo_adam_pool_t *P, const struct zo_adam_task *T) {
   const size_t n = T->seg_e - T->seg_b;
-  size_t want = T->kind == K_SQNORM ? n : (n + POOL_MIN_ELEMS_PER_THREAD - 1) / POOL_MIN_ELEMS_PER_THREAD;
+  size_t want =
+      T->kind == K_SQNORM ? n : (n + POOL_MIN_ELEMS_PER_THREAD - 1) / POOL_MIN_ELEMS_PER_THREAD;
   if (T->tile > 0) {
     size_t tiles = (n + T->tile - 1) / T->tile;
     if (tiles < want) want = tiles;
@@ -160,7 +166,8 @@ static void static_range(size_t n, int nt, int t, size_t align, size_t *b, size_
   *e = hi < n ? hi : n;
 }
 
-static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size_t b, size_t e, int t) {
+static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size_t b, size_t e,
+                      int t) {
   switch (T->kind) {
     case K_ADAM:
       if (phase == 0 ? P->scan(T->job.g, T->job.gt, b, e) : P->range(&T->job, b, e))
@@ -168,7 +175,8 @@ static void run_range(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, size
       break;
     case K_FOR: T->fn(T->arg, b, e, t); break;
     case K_SQNORM:
-      for (size_t k = b; k < e; k++) T->part[k] = zo_sqnorm_chunk(P->sqfn, T->g, T->gt, T->n_elems, k);
+      for (size_t k = b; k < e; k++)
+        T->part[k] = zo_sqnorm_chunk(P->sqfn, T->g, T->gt, T->n_elems, k);
       break;
   }
 }
@@ -222,14 +230,17 @@ static void run_phase(zo_adam_pool_t *P, struct zo_adam_task *T, int phase, int 
  * decision, p, m, v get regular stores. zo_adam_pool_probe_stores() runs the
  * same probe at once on scratch arrays.
  */
-#define PROBE_LLC_FACTOR 4                   /* a segment touches >= this many times the pool's LLC bytes */
+#define PROBE_LLC_FACTOR 4 /* a segment touches >= this many times the pool's LLC bytes */
 #define PROBE_MIN_SEG_BYTES ((size_t)64 << 20) /* and at least this */
-#define PROBE_MAX_SEG_BYTES ((size_t)512 << 20) /* and at most this (pools over many L3s: 2 x 256 MiB of L3 -> 2x) */
-#define PROBE_TEST_SEG_ELEMS ((size_t)4096)  /* ZO_ADAM_STORES=probe: segments of at least this many elements */
+#define PROBE_MAX_SEG_BYTES \
+  ((size_t)512 << 20) /* and at most this (pools over many L3s: 2 x 256 MiB of L3 -> 2x) */
+#define PROBE_TEST_SEG_ELEMS \
+  ((size_t)4096) /* ZO_ADAM_STORES=probe: segments of at least this many elements */
 #define ZO_STR_(x) #x
 #define ZO_STR(x) ZO_STR_(x)
 #define PROBE_CALL_ATTEMPTS 12 /* zo_adam_pool_probe_stores(): runs of its scratch update at most */
-#define PROBE_MIN_BUSY 0.8 /* a segment counts when its threads' CPU time is >= this x threads x wall time */
+#define PROBE_MIN_BUSY \
+  0.8 /* a segment counts when its threads' CPU time is >= this x threads x wall time */
 #define LLC_FALLBACK_BYTES ((size_t)32 << 20) /* when hwloc reports no cache */
 
 /* CPU time of the calling thread, seconds. */
@@ -259,9 +270,11 @@ static void adam_stores_setup(zo_adam_pool_t *P, struct zo_adam_task *T) {
   j->nt = (j->nt & ~(unsigned)ZO_NT_STATE) | P->state_nt;
   if (!P->probe_pending) return;
   const size_t ssz = zo_dtype_size(j->st), osz = j->out ? zo_dtype_size(j->ot) : 0;
-  if (((uintptr_t)j->p | (uintptr_t)j->m | (uintptr_t)j->v) & 63) return; /* would not stream everywhere */
+  if (((uintptr_t)j->p | (uintptr_t)j->m | (uintptr_t)j->v) & 63)
+    return;                                                    /* would not stream everywhere */
   const size_t bpe = 4 + zo_dtype_size(j->gt) + 2 * ssz + osz; /* bytes touched per element */
-  const size_t seg_min = P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS : (P->probe_seg_bytes + bpe - 1) / bpe;
+  const size_t seg_min =
+      P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS : (P->probe_seg_bytes + bpe - 1) / bpe;
   const size_t left = (size_t)(ZO_STORES_PROBE_PAIRS - P->probe_pairs);
   size_t k = T->probe_all && T->n >= 2 * left * PROBE_TEST_SEG_ELEMS ? left : T->n / (2 * seg_min);
   if (k == 0) return;
@@ -269,7 +282,8 @@ static void adam_stores_setup(zo_adam_pool_t *P, struct zo_adam_task *T) {
   T->probe_nseg = (int)(2 * k);
   T->probe_seg = 0;
   for (size_t q = 0; q < k; q++) P->probe_clean[P->probe_pairs + q] = 1;
-  T->probe_per = ((T->n + 2 * k - 1) / (2 * k) + 63) / 64 * 64; /* n >= 2k * 4096: every segment is non-empty */
+  T->probe_per = ((T->n + 2 * k - 1) / (2 * k) + 63) / 64 *
+                 64; /* n >= 2k * 4096: every segment is non-empty */
   probe_segment_set(P, T);
 }
 
@@ -282,7 +296,8 @@ static int probe_segment_done(zo_adam_pool_t *P, struct zo_adam_task *T) {
   /* undisturbed: its threads were on their cores nearly all the segment (a thread that loses its core to
      another process for one time slice, ~3 ms, doubles a 3 ms segment's wall time) */
   if (!(T->seg_cpu >= PROBE_MIN_BUSY * (double)T->want * wall) && P->stores != ZO_STORES_PROBE)
-    P->probe_clean[q] = 0; /* (ZO_ADAM_STORES=probe keeps every pair: its tiny segments are never "busy") */
+    P->probe_clean[q] =
+        0; /* (ZO_ADAM_STORES=probe keeps every pair: its tiny segments are never "busy") */
   if (++T->probe_seg < T->probe_nseg) {
     probe_segment_set(P, T);
     return 1;
@@ -300,8 +315,8 @@ static int probe_segment_done(zo_adam_pool_t *P, struct zo_adam_task *T) {
   }
   T->probe_nseg = 0;
   if (P->probe_pairs >= ZO_STORES_PROBE_PAIRS) {
-    int nt = zo_adam_stores_decide(P->probe_t[0], P->probe_t[1], ZO_STORES_PROBE_PAIRS, &P->probe_ratio,
-                                   &P->probe_low);
+    int nt = zo_adam_stores_decide(P->probe_t[0], P->probe_t[1], ZO_STORES_PROBE_PAIRS,
+                                   &P->probe_ratio, &P->probe_low);
     P->state_nt = nt ? (unsigned)ZO_NT_STATE : 0u;
     P->probe_pending = 0;
   }
@@ -318,7 +333,9 @@ static size_t pool_llc_bytes(hwloc_topology_t topo, hwloc_bitmap_t *sets, int ns
   for (int t = 0; topo && t < nt && t < nsets; t++) {
     hwloc_obj_t llc = NULL;
     for (hwloc_obj_t o = hwloc_get_obj_covering_cpuset(topo, sets[t]); o; o = o->parent)
-      if (hwloc_obj_type_is_cache(o->type) && o->attr && o->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) llc = o;
+      if (hwloc_obj_type_is_cache(o->type) && o->attr &&
+          o->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION)
+        llc = o;
     int dup = 0;
     for (int i = 0; i < nseen; i++) dup |= seen[i] == llc;
     if (!llc || dup) continue;
@@ -333,21 +350,27 @@ static void pool_compose_desc(zo_adam_pool_t *P) {
   char mib[32];
   const char *src = P->stores == ZO_STORES_NT ? "ZO_ADAM_STORES=nt" : "ZO_ADAM_STORES=regular";
   if (P->simd == ZO_SIMD_SCALAR)
-    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores regular (the scalar kernel never streams)", P->desc_base);
+    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores regular (the scalar kernel never streams)",
+             P->desc_base);
   else if (P->probe_pending)
-    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores regular until probed (auto: %d of %d pairs timed, %d dropped; "
-             "probes a 64-byte aligned update of >= %s per segment)", P->desc_base, P->probe_pairs,
-             ZO_STORES_PROBE_PAIRS, P->probe_dropped,
-             P->stores == ZO_STORES_PROBE ? "4 Ki elements"
-                                          : zo_format_bytes(mib, sizeof mib, (double)P->probe_seg_bytes));
-  else if (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE)
     snprintf(P->desc, sizeof P->desc,
-             "%s, p/m/v stores %s (probe: nt %.2fx regular, median of %d pairs, lowest %.2fx, %d dropped%s)",
-             P->desc_base, P->state_nt ? "nt" : "regular", P->probe_ratio, ZO_STORES_PROBE_PAIRS, P->probe_low,
-             P->probe_dropped,
-             P->state_nt ? "" : "; nt needs a median >= " ZO_STR(ZO_STORES_NT_WIN) "x and every pair > 1x");
+             "%s, p/m/v stores regular until probed (auto: %d of %d pairs timed, %d dropped; "
+             "probes a 64-byte aligned update of >= %s per segment)",
+             P->desc_base, P->probe_pairs, ZO_STORES_PROBE_PAIRS, P->probe_dropped,
+             P->stores == ZO_STORES_PROBE
+                 ? "4 Ki elements"
+                 : zo_format_bytes(mib, sizeof mib, (double)P->probe_seg_bytes));
+  else if (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE)
+    snprintf(
+        P->desc, sizeof P->desc,
+        "%s, p/m/v stores %s (probe: nt %.2fx regular, median of %d pairs, lowest %.2fx, %d dropped%s)",
+        P->desc_base, P->state_nt ? "nt" : "regular", P->probe_ratio, ZO_STORES_PROBE_PAIRS,
+        P->probe_low, P->probe_dropped,
+        P->state_nt ? ""
+                    : "; nt needs a median >= " ZO_STR(ZO_STORES_NT_WIN) "x and every pair > 1x");
   else
-    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores %s (%s)", P->desc_base, P->state_nt ? "nt" : "regular", src);
+    snprintf(P->desc, sizeof P->desc, "%s, p/m/v stores %s (%s)", P->desc_base,
+             P->state_nt ? "nt" : "regular", src);
   P->desc_ver = P->stores_ver;
 }
 
@@ -418,7 +441,8 @@ static void *worker_main(void *argp) {
     if (!T || T->claimed == T->want) continue;
     const int slot = T->claimed++;
     int phase = T->phase;
-    const int timed = T->kind == K_ADAM && T->probe_nseg > 0; /* a store-probe segment: count this thread's CPU time */
+    const int timed = T->kind == K_ADAM &&
+                      T->probe_nseg > 0; /* a store-probe segment: count this thread's CPU time */
     pthread_mutex_unlock(&P->mu);
     const double cpu0 = timed ? thread_cpu_s() : 0;
     /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN pre-scan. */
@@ -439,17 +463,20 @@ static void *worker_main(void *argp) {
 /* ---------------------------------------------------------------- create / destroy */
 
 /* Pick cores (cpusets singlified to one PU each) and bind the started threads; fills the description. */
-static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_t *sets, int nsets, int bind) {
+static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_t *sets, int nsets,
+                         int bind) {
   char cores[256] = "";
   size_t len = 0;
   int bound = 0;
   if (bind && topo && nsets > 0) {
     bound = 1;
     for (int t = 0; t < P->nt; t++)
-      if (hwloc_set_thread_cpubind(topo, P->threads[t], sets[t % nsets], HWLOC_CPUBIND_THREAD) != 0) bound = 0;
+      if (hwloc_set_thread_cpubind(topo, P->threads[t], sets[t % nsets], HWLOC_CPUBIND_THREAD) != 0)
+        bound = 0;
     if (!bound) zo_warn_once("zo_adam_pool: binding threads to cores failed; threads run unbound");
     for (int t = 0; t < P->nt && t < nsets && len + 12 < sizeof cores; t++)
-      len += (size_t)snprintf(cores + len, sizeof cores - len, "%s%d", t ? "," : "", hwloc_bitmap_first(sets[t]));
+      len += (size_t)snprintf(cores + len, sizeof cores - len, "%s%d", t ? "," : "",
+                              hwloc_bitmap_first(sets[t]));
   }
   char nodes[128] = "";
   if (topo && nsets > 0) {
@@ -458,15 +485,19 @@ static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_
     for (int i = 0; i < nn && nl + 12 < sizeof nodes; i++) {
       hwloc_obj_t node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
       int hit = 0;
-      for (int s = 0; s < nsets && s < P->nt; s++) hit |= hwloc_bitmap_intersects(node->cpuset, sets[s]);
-      if (hit) nl += (size_t)snprintf(nodes + nl, sizeof nodes - nl, "%s%u", nl ? "," : "", node->os_index);
+      for (int s = 0; s < nsets && s < P->nt; s++)
+        hit |= hwloc_bitmap_intersects(node->cpuset, sets[s]);
+      if (hit)
+        nl +=
+            (size_t)snprintf(nodes + nl, sizeof nodes - nl, "%s%u", nl ? "," : "", node->os_index);
     }
   }
-  snprintf(P->desc_base, sizeof P->desc_base, "%d thread%s %s%s%s%s%s, %s, %s", P->nt, P->nt == 1 ? "" : "s",
-           bound ? "bound to cores " : "unbound", bound ? cores : "", nodes[0] ? " (NUMA node " : "", nodes,
-           nodes[0] ? ")" : "", zo_simd_name(P->simd), P->tile == ZO_ADAM_TILE_AUTO ? "dynamic tiles of up to 256 Ki elements"
-           : P->tile                     ? "dynamic tiles"
-                                         : "contiguous ranges");
+  snprintf(P->desc_base, sizeof P->desc_base, "%d thread%s %s%s%s%s%s, %s, %s", P->nt,
+           P->nt == 1 ? "" : "s", bound ? "bound to cores " : "unbound", bound ? cores : "",
+           nodes[0] ? " (NUMA node " : "", nodes, nodes[0] ? ")" : "", zo_simd_name(P->simd),
+           P->tile == ZO_ADAM_TILE_AUTO ? "dynamic tiles of up to 256 Ki elements"
+           : P->tile                    ? "dynamic tiles"
+                                        : "contiguous ranges");
   if (P->tile > ZO_ADAM_TILE_AUTO) {
     size_t dl = strlen(P->desc_base);
     snprintf(P->desc_base + dl, sizeof P->desc_base - dl, " of %zu elements", P->tile);
@@ -490,14 +521,18 @@ static void core_sets_free(core_sets *cs) {
 }
 
 /* The options with their defaults, checked; the SIMD level they resolve to. */
-static zo_status pool_opts_check(const zo_adam_pool_opts *opts, zo_adam_pool_opts *o, zo_simd *lvl) {
-  *o = (zo_adam_pool_opts){.n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = ZO_SIMD_AUTO};
+static zo_status pool_opts_check(const zo_adam_pool_opts *opts, zo_adam_pool_opts *o,
+                                 zo_simd *lvl) {
+  *o = (zo_adam_pool_opts){
+      .n_threads = 0, .numa_node = -1, .bind = 1, .tile_elems = 0, .simd = ZO_SIMD_AUTO};
   if (opts) *o = *opts;
-  if (o->share_count < 0 || o->share_index < 0 || (o->share_count > 1 && o->share_index >= o->share_count))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: share_index %d of share_count %d", o->share_index,
-                        o->share_count);
+  if (o->share_count < 0 || o->share_index < 0 ||
+      (o->share_count > 1 && o->share_index >= o->share_count))
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: share_index %d of share_count %d",
+                        o->share_index, o->share_count);
   if (o->n_threads < 0 || o->n_threads > 1024)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: n_threads = %d, expected 0..1024", o->n_threads);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: n_threads = %d, expected 0..1024",
+                        o->n_threads);
   *lvl = ZO_SIMD_SCALAR;
   return zo_adam_resolve_simd("zo_adam_pool_create", o->simd, lvl);
 }
@@ -512,7 +547,8 @@ static zo_status pool_find_node(hwloc_topology_t topo, int numa_node, hwloc_obj_
     if ((int)x->os_index == numa_node) *node = x;
   }
   if (!*node)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d does not exist (%d nodes)", numa_node,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_adam_pool_create: NUMA node %d does not exist (%d nodes)", numa_node,
                         nn);
   return ZO_OK;
 }
@@ -535,17 +571,22 @@ static zo_status pool_core_sets(const zo_adam_pool_opts *o, core_sets *cs) {
     if (cs->topo) hwloc_topology_destroy(cs->topo);
     cs->topo = NULL;
     if (o->numa_node >= 0)
-      return zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: hwloc topology unavailable, cannot select NUMA node %d",
-                          o->numa_node);
+      return zo_error_set(
+          ZO_ERR_SYSTEM,
+          "zo_adam_pool_create: hwloc topology unavailable, cannot select NUMA node %d",
+          o->numa_node);
     zo_warn_once("zo_adam_pool: hwloc topology unavailable; threads run unbound");
     return ZO_OK;
   }
   hwloc_obj_t node;
   ZO_CHECK(pool_find_node(cs->topo, o->numa_node, &node));
-  hwloc_obj_type_t type = hwloc_get_nbobjs_by_type(cs->topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  hwloc_obj_type_t type =
+      hwloc_get_nbobjs_by_type(cs->topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   int nobj = hwloc_get_nbobjs_by_type(cs->topo, type);
   cs->sets = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof *cs->sets);
-  if (!cs->sets) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate %d cpusets", nobj);
+  if (!cs->sets)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate %d cpusets",
+                        nobj);
   for (int i = 0; i < nobj; i++) {
     hwloc_obj_t c = hwloc_get_obj_by_type(cs->topo, type, i);
     if (!c->cpuset || hwloc_bitmap_iszero(c->cpuset)) continue;
@@ -556,8 +597,10 @@ static zo_status pool_core_sets(const zo_adam_pool_opts *o, core_sets *cs) {
     cs->sets[cs->nsets++] = s;
   }
   if (node && cs->nsets == 0)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d has no cores", o->numa_node);
-  if (o->share_count > 1 && cs->nsets > 0) pool_take_share(cs, o->share_index, o->share_count); /* this rank's share */
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_create: NUMA node %d has no cores",
+                        o->numa_node);
+  if (o->share_count > 1 && cs->nsets > 0)
+    pool_take_share(cs, o->share_index, o->share_count); /* this rank's share */
   return ZO_OK;
 }
 
@@ -584,13 +627,16 @@ static void pool_free(zo_adam_pool_t *P) {
 static zo_status pool_start_threads(zo_adam_pool_t *P, int nt) {
   for (int t = 0; t < nt; t++) {
     worker_arg *w = malloc(sizeof *w);
-    if (!w) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: out of memory starting thread %d", t);
+    if (!w)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "zo_adam_pool_create: out of memory starting thread %d", t);
     w->pool = P;
     w->index = t;
     int rc = pthread_create(&P->threads[t], NULL, worker_main, w);
     if (rc != 0) {
       free(w);
-      return zo_error_set(ZO_ERR_SYSTEM, "zo_adam_pool_create: pthread_create for thread %d of %d: %s", t, nt,
+      return zo_error_set(ZO_ERR_SYSTEM,
+                          "zo_adam_pool_create: pthread_create for thread %d of %d: %s", t, nt,
                           strerror(rc));
     }
     P->n_started++;
@@ -615,7 +661,8 @@ zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **ou
 
   P = calloc(1, sizeof *P);
   if (!P || !(P->threads = calloc((size_t)nt, sizeof *P->threads))) {
-    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_create: cannot allocate a pool of %d threads", nt);
+    st = zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                      "zo_adam_pool_create: cannot allocate a pool of %d threads", nt);
     goto fail;
   }
   P->nt = nt;
@@ -639,7 +686,8 @@ zo_status zo_adam_pool_create(const zo_adam_pool_opts *opts, zo_adam_pool_t **ou
   /* no task can run before *out is returned, so these need no lock */
   P->stores = zo_adam_stores_env();
   P->state_nt = P->stores == ZO_STORES_NT && lvl != ZO_SIMD_SCALAR ? (unsigned)ZO_NT_STATE : 0u;
-  P->probe_pending = (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE) && lvl != ZO_SIMD_SCALAR;
+  P->probe_pending =
+      (P->stores == ZO_STORES_AUTO || P->stores == ZO_STORES_PROBE) && lvl != ZO_SIMD_SCALAR;
   pool_compose_desc(P);
   *out = P;
   return ZO_OK;
@@ -743,9 +791,11 @@ static zo_status submit_task(zo_adam_pool_t *P, struct zo_adam_task *T, int urge
   return ZO_OK;
 }
 
-zo_status zo_adam_pool_submit(zo_adam_pool_t *P, const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags,
-                              zo_adam_task_t **task) {
-  if (!P || !task) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit: %s is NULL", !P ? "pool" : "task");
+zo_status zo_adam_pool_submit(zo_adam_pool_t *P, const zo_adam_hparams *hp, const zo_adam_shard *sh,
+                              unsigned flags, zo_adam_task_t **task) {
+  if (!P || !task)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit: %s is NULL",
+                        !P ? "pool" : "task");
   *task = NULL;
   zo_adam_job j;
   ZO_CHECK(zo_adam_job_init("zo_adam_pool_submit", hp, sh, flags, &j));
@@ -765,7 +815,8 @@ zo_status zo_adam_pool_submit(zo_adam_pool_t *P, const zo_adam_hparams *hp, cons
 }
 
 zo_status zo_adam_task_poll(zo_adam_task_t *T, int *done) {
-  if (!T || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_task_poll: %s is NULL", !T ? "task" : "done");
+  if (!T || !done)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_task_poll: %s is NULL", !T ? "task" : "done");
   zo_adam_pool_t *P = task_pool(T);
   pthread_mutex_lock(&P->mu);
   *done = T->done;
@@ -797,25 +848,30 @@ zo_status zo_adam_task_wait(zo_adam_task_t *T, zo_adam_result *res) {
   return ZO_OK;
 }
 
-zo_status zo_adam_pool_update(zo_adam_pool_t *P, const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags,
-                              zo_adam_result *res) {
+zo_status zo_adam_pool_update(zo_adam_pool_t *P, const zo_adam_hparams *hp, const zo_adam_shard *sh,
+                              unsigned flags, zo_adam_result *res) {
   if (res) res->nonfinite = res->skipped = 0;
   zo_adam_task_t *T = NULL;
   ZO_CHECK(zo_adam_pool_submit(P, hp, sh, flags, &T));
   return zo_adam_task_wait(T, res);
 }
 
-zo_status zo_adam_pool_submit_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_t begin, size_t end, int thread),
-                                   void *arg, size_t n, size_t tile, unsigned flags, zo_adam_task_t **task) {
+zo_status zo_adam_pool_submit_for(zo_adam_pool_t *P,
+                                  void (*fn)(void *arg, size_t begin, size_t end, int thread),
+                                  void *arg, size_t n, size_t tile, unsigned flags,
+                                  zo_adam_task_t **task) {
   if (!task) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: task is NULL");
   *task = NULL;
   if (!P || !fn)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: %s is NULL", !P ? "pool" : "fn");
-  if (n == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: n is 0 (nothing to run)");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: %s is NULL",
+                        !P ? "pool" : "fn");
+  if (n == 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: n is 0 (nothing to run)");
   if (flags & ~(unsigned)ZO_ADAM_TASK_URGENT)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_submit_for: unknown flags 0x%x", flags);
   struct zo_adam_task *T = task_new(P);
-  if (!T) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_submit_for: cannot allocate a task");
+  if (!T)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_submit_for: cannot allocate a task");
   T->kind = K_FOR;
   T->fn = fn;
   T->arg = arg;
@@ -829,33 +885,38 @@ zo_status zo_adam_pool_submit_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_
   return ZO_OK;
 }
 
-zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *P, void (*fn)(void *arg, size_t begin, size_t end, int thread),
+zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *P,
+                                    void (*fn)(void *arg, size_t begin, size_t end, int thread),
                                     void *arg, size_t n, size_t tile) {
   if (!P || !fn)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_parallel_for: %s is NULL", !P ? "pool" : "fn");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_parallel_for: %s is NULL",
+                        !P ? "pool" : "fn");
   if (n == 0) return ZO_OK;
   zo_adam_task_t *T;
   ZO_CHECK(zo_adam_pool_submit_for(P, fn, arg, n, tile, 0, &T));
   return zo_adam_task_wait(T, NULL);
 }
 
-zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad_dtype, size_t n, double *sqnorm,
-                              int *nonfinite) {
+zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *P, const void *grad, zo_dtype grad_dtype, size_t n,
+                              double *sqnorm, int *nonfinite) {
   if (!P) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_sqnorm: pool is NULL");
   if (!sqnorm) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_sqnorm: sqnorm is NULL");
   *sqnorm = 0.0;
   if (nonfinite) *nonfinite = 0;
   if (grad_dtype != ZO_DTYPE_F32 && grad_dtype != ZO_DTYPE_F16 && grad_dtype != ZO_DTYPE_BF16)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_sqnorm: grad dtype %d is not F32, F16 or BF16",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_adam_pool_sqnorm: grad dtype %d is not F32, F16 or BF16",
                         (int)grad_dtype);
   if (n == 0) return ZO_OK;
-  if (!grad) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_sqnorm: grad is NULL with n = %zu", n);
+  if (!grad)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_sqnorm: grad is NULL with n = %zu", n);
   size_t nchunks = (n + ZO_SQNORM_CHUNK - 1) / ZO_SQNORM_CHUNK;
   double *part = malloc(nchunks * sizeof *part);
   struct zo_adam_task *T = part ? task_new(P) : NULL;
   if (!T) {
     free(part);
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_sqnorm: cannot allocate %zu chunk partials", nchunks);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "zo_adam_pool_sqnorm: cannot allocate %zu chunk partials", nchunks);
   }
   T->kind = K_SQNORM;
   T->g = grad;
@@ -888,7 +949,8 @@ static size_t probe_missing(const zo_adam_pool_t *P) {
 zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *P) {
   if (!P) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_adam_pool_probe_stores: pool is NULL");
   pthread_mutex_lock(&P->mu);
-  const size_t seg_bytes = P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS * 16 : P->probe_seg_bytes;
+  const size_t seg_bytes =
+      P->stores == ZO_STORES_PROBE ? PROBE_TEST_SEG_ELEMS * 16 : P->probe_seg_bytes;
   const size_t pairs = probe_missing(P);
   pthread_mutex_unlock(&P->mu);
   if (!pairs) return ZO_OK;
@@ -899,16 +961,29 @@ zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *P) {
   for (int k = 0; k < 4 && st == ZO_OK; k++)
     if (!(a[k] = aligned_alloc(64, nbytes))) {
       char b[32];
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_probe_stores: cannot allocate 4 x %s of scratch",
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "zo_adam_pool_probe_stores: cannot allocate 4 x %s of scratch",
                         zo_format_bytes(b, sizeof b, (double)nbytes));
     }
   if (st == ZO_OK) {
     /* first touch on the pool's threads, so the pages sit where its tasks' pages do */
     ZO_CHECK_GOTO(zo_adam_pool_parallel_for(P, probe_zero_range, a, n, 0), st, done);
-    const zo_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
-                                .mode = ZO_ADAM_MODE_ADAMW, .bias_correction = 1, .step = 1, .grad_scale = 1.0f};
-    const zo_adam_shard sh = {.param = a[0], .grad = a[1], .grad_dtype = ZO_DTYPE_F32, .exp_avg = a[2],
-                              .exp_avg_sq = a[3], .state_dtype = ZO_DTYPE_F32, .n = n};
+    const zo_adam_hparams hp = {.lr = 1e-3f,
+                                .beta1 = 0.9f,
+                                .beta2 = 0.999f,
+                                .eps = 1e-8f,
+                                .weight_decay = 0.0f,
+                                .mode = ZO_ADAM_MODE_ADAMW,
+                                .bias_correction = 1,
+                                .step = 1,
+                                .grad_scale = 1.0f};
+    const zo_adam_shard sh = {.param = a[0],
+                              .grad = a[1],
+                              .grad_dtype = ZO_DTYPE_F32,
+                              .exp_avg = a[2],
+                              .exp_avg_sq = a[3],
+                              .state_dtype = ZO_DTYPE_F32,
+                              .n = n};
     zo_adam_job j;
     ZO_CHECK_GOTO(zo_adam_job_init("zo_adam_pool_probe_stores", &hp, &sh, 0, &j), st, done);
     /* pairs disturbed by other processes are dropped: a few more runs of the scratch update, then give up
@@ -920,7 +995,8 @@ zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *P) {
       if (!missing) break;
       struct zo_adam_task *T = task_new(P);
       if (!T) {
-        st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_probe_stores: cannot allocate a task");
+        st =
+            zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_adam_pool_probe_stores: cannot allocate a task");
         goto done;
       }
       T->kind = K_ADAM;

@@ -20,7 +20,8 @@ zo_adam_stores zo_adam_stores_env(void) {
   return ZO_STORES_AUTO;
 }
 
-int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio, double *lowest) {
+int zo_adam_stores_decide(const double *t_regular, const double *t_nt, int pairs, double *ratio,
+                          double *lowest) {
   double r[64];
   if (ratio) *ratio = 0;
   if (lowest) *lowest = 0;

@@ -15,8 +15,8 @@
 __global__ void zo_adam_kernel(zo_adam_dev_job j) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < j.n; i += stride)
-    (void)zo_adam_elem_fused(&j.c, i, j.param, j.grad, j.grad_dtype, j.exp_avg, j.exp_avg_sq, j.state_dtype,
-                             j.param_out, j.out_dtype, j.seed, j.step32);
+    (void)zo_adam_elem_fused(&j.c, i, j.param, j.grad, j.grad_dtype, j.exp_avg, j.exp_avg_sq,
+                             j.state_dtype, j.param_out, j.out_dtype, j.seed, j.step32);
 }
 
 /* One partial per block: each thread's strided elements in double, then a fixed tree over the block. */
@@ -38,7 +38,8 @@ __global__ void zo_sqnorm_kernel(const void *g, zo_dtype gt, size_t n, double *p
 }
 
 /* One micro-batch into the accumulated gradient: engine_accum.c's eng_acc_add, element for element. */
-__global__ void zo_grad_acc_kernel(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add) {
+__global__ void zo_grad_acc_kernel(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
+                                   int add) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     zo_elem_store(dst, dt, i, (add ? zo_elem_load(dst, dt, i) : 0.0f) + zo_elem_load(src, st, i));
@@ -55,15 +56,20 @@ extern "C" int zo_adam_device_launch(void *stream, const zo_adam_dev_job *j) {
   return (int)cudaGetLastError();
 }
 
-extern "C" int zo_sqnorm_device_launch(void *stream, const void *g, zo_dtype gt, size_t n, double *partials) {
-  zo_sqnorm_kernel<<<ZO_DEV_SQNORM_BLOCKS, ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(g, gt, n, partials);
+extern "C" int zo_sqnorm_device_launch(void *stream, const void *g, zo_dtype gt, size_t n,
+                                       double *partials) {
+  zo_sqnorm_kernel<<<ZO_DEV_SQNORM_BLOCKS, ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(
+      g, gt, n, partials);
   return (int)cudaGetLastError();
 }
 
-extern "C" int zo_grad_acc_device_launch(void *stream, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
-                                         int add) {
-  zo_grad_acc_kernel<<<grid_for(n), ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(dst, dt, src, st, n, add);
+extern "C" int zo_grad_acc_device_launch(void *stream, void *dst, zo_dtype dt, const void *src,
+                                         zo_dtype st, size_t n, int add) {
+  zo_grad_acc_kernel<<<grid_for(n), ZO_DEV_ADAM_THREADS, 0, (cudaStream_t)stream>>>(dst, dt, src,
+                                                                                    st, n, add);
   return (int)cudaGetLastError();
 }
 
-extern "C" const char *zo_adam_device_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
+extern "C" const char *zo_adam_device_error_string(int err) {
+  return cudaGetErrorString((cudaError_t)err);
+}

@@ -24,16 +24,17 @@
 
 /* One fused update of n elements, every pointer device memory of the stream's device. */
 typedef struct zo_adam_dev_job {
-  zo_adam_consts c;   /* zo_adam_make_consts() of the step's hyperparameters */
-  float *param;       /* float32[n]: fp32 master weights, updated in place; 4-byte aligned */
-  const void *grad;   /* grad_dtype[n] (F32, F16, BF16), read only */
-  void *exp_avg;      /* state_dtype[n] (F32, or BF16 with stochastic rounding), updated in place */
-  void *exp_avg_sq;   /* state_dtype[n] */
-  void *param_out;    /* out_dtype[n]: the working copy written from the new master in the same pass; or NULL */
+  zo_adam_consts c; /* zo_adam_make_consts() of the step's hyperparameters */
+  float *param;     /* float32[n]: fp32 master weights, updated in place; 4-byte aligned */
+  const void *grad; /* grad_dtype[n] (F32, F16, BF16), read only */
+  void *exp_avg;    /* state_dtype[n] (F32, or BF16 with stochastic rounding), updated in place */
+  void *exp_avg_sq; /* state_dtype[n] */
+  void *
+      param_out; /* out_dtype[n]: the working copy written from the new master in the same pass; or NULL */
   zo_dtype grad_dtype, state_dtype, out_dtype;
-  size_t n;           /* elements, not bytes; 0 is a no-op */
-  uint64_t seed;      /* bf16 state rounding key of element i: seed + i (as zo_adam_shard.seed) */
-  uint32_t step32;    /* (uint32_t) the 1-based step, for the rounding hash */
+  size_t n;        /* elements, not bytes; 0 is a no-op */
+  uint64_t seed;   /* bf16 state rounding key of element i: seed + i (as zo_adam_shard.seed) */
+  uint32_t step32; /* (uint32_t) the 1-based step, for the rounding hash */
 } zo_adam_dev_job;
 
 /* Blocks of zo_grad_sqnorm_device(): the number of partial sums it writes. */
@@ -72,7 +73,8 @@ zo_status zo_adam_device_step(zo_stream_t *s, const zo_adam_dev_job *j);
  * partials is +inf or NaN when any element is inf or NaN (the overflow
  * check). Returns when enqueued; errors as zo_adam_device_step().
  */
-zo_status zo_grad_sqnorm_device(zo_stream_t *s, const void *g, zo_dtype gt, size_t n, double *partials);
+zo_status zo_grad_sqnorm_device(zo_stream_t *s, const void *g, zo_dtype gt, size_t n,
+                                double *partials);
 
 /*
  * zo_grad_acc_device() - queue the accumulation of one micro-batch's gradient
@@ -84,6 +86,7 @@ zo_status zo_grad_sqnorm_device(zo_stream_t *s, const void *g, zo_dtype gt, size
  * BF16), @src: @st[n], both device memory of @s's device, not overlapping.
  * Returns when enqueued; errors as zo_adam_device_step().
  */
-zo_status zo_grad_acc_device(zo_stream_t *s, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
+zo_status zo_grad_acc_device(zo_stream_t *s, void *dst, zo_dtype dt, const void *src, zo_dtype st,
+                             size_t n, int add);
 
 #endif /* ZO_ADAM_DEVICE_H */

@@ -14,7 +14,8 @@ extern "C" {
 /* cudaError_t of the launch of the update / norm / accumulation kernel on @stream (a cudaStream_t); 0 when queued. */
 int zo_adam_device_launch(void *stream, const zo_adam_dev_job *j);
 int zo_sqnorm_device_launch(void *stream, const void *g, zo_dtype gt, size_t n, double *partials);
-int zo_grad_acc_device_launch(void *stream, void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
+int zo_grad_acc_device_launch(void *stream, void *dst, zo_dtype dt, const void *src, zo_dtype st,
+                              size_t n, int add);
 const char *zo_adam_device_error_string(int err);
 #ifdef __cplusplus
 }

@@ -77,8 +77,10 @@ static void uses_clear(zo_arena_t *a, zo_arena_block_t *s) {
 int arena_uses_settle(zo_arena_t *a, zo_arena_block_t *s, int wait) {
   for (unsigned i = 0; i < s->n_uses;) {
     int done = 1;
-    if (wait) zo_event_synchronize(s->uses[i].ev);
-    else zo_event_query(s->uses[i].ev, &done);
+    if (wait)
+      zo_event_synchronize(s->uses[i].ev);
+    else
+      zo_event_query(s->uses[i].ev, &done);
     if (done) {
       ev_put(a, s->uses[i].ev);
       s->uses[i] = s->uses[--s->n_uses];
@@ -155,8 +157,10 @@ void arena_bin_insert(zo_arena_t *a, zo_arena_block_t *s) {
 void arena_bin_remove(zo_arena_t *a, zo_arena_block_t *s) {
   int fl, sl;
   bin_of(s->size, &fl, &sl);
-  if (s->bprev) s->bprev->bnext = s->bnext;
-  else a->bins[fl][sl] = s->bnext;
+  if (s->bprev)
+    s->bprev->bnext = s->bnext;
+  else
+    a->bins[fl][sl] = s->bnext;
   if (s->bnext) s->bnext->bprev = s->bprev;
   s->bprev = s->bnext = NULL;
   if (!a->bins[fl][sl]) {
@@ -247,8 +251,10 @@ void arena_make_free(zo_arena_t *a, zo_arena_block_t *s) {
 /* ------------------------------------------------------------ pending frees */
 
 static void pending_unlink(zo_arena_t *a, zo_arena_block_t *s) {
-  if (s->bprev) s->bprev->bnext = s->bnext;
-  else a->pending = s->bnext;
+  if (s->bprev)
+    s->bprev->bnext = s->bnext;
+  else
+    a->pending = s->bnext;
   if (s->bnext) s->bnext->bprev = s->bprev;
   s->bprev = s->bnext = NULL;
 }
@@ -268,8 +274,10 @@ void arena_reclaim(zo_arena_t *a, int wait) {
 
 static void trace_line(zo_arena_t *a, char op, uint64_t id, size_t nbytes) {
   if (!a->trace) return;
-  if (op == 'a') fprintf(a->trace, "a %llu %zu\n", (unsigned long long)id, nbytes);
-  else fprintf(a->trace, "%c %llu\n", op, (unsigned long long)id);
+  if (op == 'a')
+    fprintf(a->trace, "a %llu %zu\n", (unsigned long long)id, nbytes);
+  else
+    fprintf(a->trace, "%c %llu\n", op, (unsigned long long)id);
 }
 
 /* Arenas that traced to ZO_ARENA_TRACE so far in this process. */
@@ -296,20 +304,23 @@ static zo_status trace_open(zo_arena_t *a, const zo_arena_opts *opts) {
   }
   a->trace = fopen(path, "w");
   if (!a->trace)
-    return zo_error_set(ZO_ERR_SYSTEM, "zo_arena_create: cannot open trace file %s: %s", path, strerror(errno));
+    return zo_error_set(ZO_ERR_SYSTEM, "zo_arena_create: cannot open trace file %s: %s", path,
+                        strerror(errno));
   fprintf(a->trace, "# arena %zu\n", a->capacity);
   return ZO_OK;
 }
 
 /* ------------------------------------------------------------ create / destroy */
 
-zo_status zo_arena_create(zo_device_t *dev, size_t capacity_bytes, const zo_arena_opts *opts, zo_arena_t **out) {
+zo_status zo_arena_create(zo_device_t *dev, size_t capacity_bytes, const zo_arena_opts *opts,
+                          zo_arena_t **out) {
   if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_create: out is NULL");
   *out = NULL;
   if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_create: dev is NULL");
   const size_t cap = capacity_bytes / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN;
   if (cap == 0)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_create: capacity %zu bytes is below one block (%d bytes)",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_arena_create: capacity %zu bytes is below one block (%d bytes)",
                         capacity_bytes, ZO_ARENA_ALIGN);
   const zo_arena_policy policy = opts ? opts->policy : ZO_ARENA_BEST_FIT;
   if (policy != ZO_ARENA_BEST_FIT && policy != ZO_ARENA_FIRST_FIT_NO_COMPACT)
@@ -326,7 +337,8 @@ zo_status zo_arena_create(zo_device_t *dev, size_t capacity_bytes, const zo_aren
   size_t scratch = cap / 64 / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN;
   if (scratch < ZO_ARENA_ALIGN) scratch = ZO_ARENA_ALIGN;
   if (scratch > ARENA_SCRATCH_MAX) scratch = ARENA_SCRATCH_MAX;
-  if (policy != ZO_ARENA_BEST_FIT || cap > SIZE_MAX - scratch) scratch = 0; /* never compacts; or no room */
+  if (policy != ZO_ARENA_BEST_FIT || cap > SIZE_MAX - scratch)
+    scratch = 0; /* never compacts; or no room */
   zo_status st = ZO_ERR_OUT_OF_MEMORY;
   if (scratch) {
     st = zo_device_malloc(dev, cap + scratch, (void **)&a->base);
@@ -359,7 +371,8 @@ void zo_arena_destroy(zo_arena_t *a) {
   if (!a) return;
   if (a->stream) zo_stream_synchronize(a->stream);
   if (a->st.n_live_blocks)
-    zo_debug("zo_arena_destroy: %zu blocks (%zu bytes) still live", a->st.n_live_blocks, a->st.live_bytes);
+    zo_debug("zo_arena_destroy: %zu blocks (%zu bytes) still live", a->st.n_live_blocks,
+             a->st.live_bytes);
   for (zo_arena_block_t *s = a->head; s; s = s->next) arena_uses_settle(a, s, 1);
   for (seg_slab *sl = a->slabs, *nx; sl; sl = nx) {
     nx = sl->next;
@@ -383,16 +396,18 @@ static int is_live(const zo_arena_t *a, const zo_arena_block_t *b) {
 
 static zo_status oom(zo_arena_t *a, size_t nbytes) {
   a->st.n_failed++;
-  return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                      "device arena: cannot allocate %zu bytes: %zu live (%zu pinned), %zu free of %zu, largest "
-                      "free block %zu",
-                      nbytes, a->st.live_bytes, a->st.pinned_bytes, a->capacity - a->st.live_bytes, a->capacity,
-                      arena_largest_free(a));
+  return zo_error_set(
+      ZO_ERR_OUT_OF_MEMORY,
+      "device arena: cannot allocate %zu bytes: %zu live (%zu pinned), %zu free of %zu, largest "
+      "free block %zu",
+      nbytes, a->st.live_bytes, a->st.pinned_bytes, a->capacity - a->st.live_bytes, a->capacity,
+      arena_largest_free(a));
 }
 
 zo_status zo_arena_alloc(zo_arena_t *a, size_t nbytes, zo_arena_block_t **out) {
   if (out) *out = NULL;
-  if (!a || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_alloc: %s is NULL", !a ? "arena" : "out");
+  if (!a || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_alloc: %s is NULL", !a ? "arena" : "out");
   if (nbytes == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_alloc: nbytes is 0");
   pthread_mutex_lock(&a->mu);
   if (nbytes > a->capacity) {
@@ -472,7 +487,8 @@ zo_status zo_arena_pin(zo_arena_t *a, zo_arena_block_t *b, void **ptr) {
   pthread_mutex_lock(&a->mu);
   if (!is_live(a, b)) {
     pthread_mutex_unlock(&a->mu);
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_pin: %p is not a live block of this arena", (void *)b);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_pin: %p is not a live block of this arena",
+                        (void *)b);
   }
   if (b->pins++ == 0) a->st.pinned_bytes += b->size;
   if (ptr) *ptr = a->base + b->off;
@@ -486,12 +502,14 @@ zo_status zo_arena_unpin(zo_arena_t *a, zo_arena_block_t *b, zo_stream_t *last_u
   pthread_mutex_lock(&a->mu);
   zo_status st = ZO_OK;
   if (!is_live(a, b)) {
-    st = zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_unpin: %p is not a live block of this arena", (void *)b);
+    st = zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_unpin: %p is not a live block of this arena",
+                      (void *)b);
   } else if (!b->pins) {
     st = zo_error_set(ZO_ERR_INVALID_USAGE, "zo_arena_unpin: block %llu (%zu bytes) is not pinned",
                       (unsigned long long)b->id, b->size);
   } else if ((st = use_add(a, b, last_use)) != ZO_OK) {
-    st = zo_error_prefix(st, "zo_arena_unpin: block %llu: recording its last use", (unsigned long long)b->id);
+    st = zo_error_prefix(st, "zo_arena_unpin: block %llu: recording its last use",
+                         (unsigned long long)b->id);
   } else {
     if (--b->pins == 0) a->st.pinned_bytes -= b->size;
     a->gen++;
@@ -507,13 +525,17 @@ zo_status zo_arena_free(zo_arena_t *a, zo_arena_block_t *b, zo_stream_t *last_us
   pthread_mutex_lock(&a->mu);
   zo_status st = ZO_OK;
   if (!is_live(a, b)) {
-    st = zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_free: %p is not a live block of this arena (freed twice?)",
+    st = zo_error_set(ZO_ERR_INVALID_ARG,
+                      "zo_arena_free: %p is not a live block of this arena (freed twice?)",
                       (void *)b);
   } else if (b->pins > 1) {
-    st = zo_error_set(ZO_ERR_INVALID_USAGE, "zo_arena_free: block %llu (%zu bytes) is pinned %d times; unpin "
-                      "all but the owner's pin first", (unsigned long long)b->id, b->size, b->pins);
+    st = zo_error_set(ZO_ERR_INVALID_USAGE,
+                      "zo_arena_free: block %llu (%zu bytes) is pinned %d times; unpin "
+                      "all but the owner's pin first",
+                      (unsigned long long)b->id, b->size, b->pins);
   } else if ((st = use_add(a, b, last_use)) != ZO_OK) {
-    st = zo_error_prefix(st, "zo_arena_free: block %llu: recording its last use", (unsigned long long)b->id);
+    st = zo_error_prefix(st, "zo_arena_free: block %llu: recording its last use",
+                         (unsigned long long)b->id);
   }
   if (st != ZO_OK) {
     pthread_mutex_unlock(&a->mu);
@@ -540,13 +562,15 @@ zo_status zo_arena_free(zo_arena_t *a, zo_arena_block_t *b, zo_stream_t *last_us
 }
 
 zo_status zo_arena_get_stats(zo_arena_t *a, zo_arena_stats *out) {
-  if (!a || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_get_stats: %s is NULL", !a ? "arena" : "out");
+  if (!a || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_arena_get_stats: %s is NULL", !a ? "arena" : "out");
   pthread_mutex_lock(&a->mu);
   *out = a->st;
   out->capacity = a->capacity;
   out->free_bytes = a->capacity - a->st.live_bytes;
   out->largest_free = arena_largest_free(a);
-  out->fragmentation = out->free_bytes ? 1.0 - (double)out->largest_free / (double)out->free_bytes : 0.0;
+  out->fragmentation =
+      out->free_bytes ? 1.0 - (double)out->largest_free / (double)out->free_bytes : 0.0;
   pthread_mutex_unlock(&a->mu);
   return ZO_OK;
 }

@@ -28,7 +28,8 @@ typedef struct stage_area {
 static zo_status move_down(zo_arena_t *a, char *dst, char *src, size_t size, stage_area stage) {
   const size_t d = (size_t)(src - dst);
   const size_t direct = d >= size ? 1 : size / d + (size % d != 0);
-  const size_t staged = stage.nbytes ? 2 * (size / stage.nbytes + (size % stage.nbytes != 0)) : SIZE_MAX;
+  const size_t staged =
+      stage.nbytes ? 2 * (size / stage.nbytes + (size % stage.nbytes != 0)) : SIZE_MAX;
   if (direct <= staged) {
     const size_t chunk = d < size ? d : size;
     for (size_t o = 0; o < size; o += chunk) {
@@ -92,16 +93,20 @@ static void rebuild_free(zo_arena_t *a) {
       zo_arena_block_t *g = arena_seg_new(a, at, end - at, SEG_FREE);
       if (g) {
         g->prev = prev;
-        if (prev) prev->next = g;
-        else a->head = g;
+        if (prev)
+          prev->next = g;
+        else
+          a->head = g;
         prev = g;
         arena_bin_insert(a, g);
       }
     }
     if (!s) break;
     s->prev = prev;
-    if (prev) prev->next = s;
-    else a->head = s;
+    if (prev)
+      prev->next = s;
+    else
+      a->head = s;
     prev = s;
     at = s->off + s->size;
     s = nx;
@@ -172,7 +177,8 @@ typedef struct evac_move {
 typedef struct evac_plan {
   evac_move *mv; /* [n] */
   size_t n, cost;
-  size_t sub_size, sub_lo, sub_hi; /* sub-goal: a hole of sub_size outside stretch [sub_lo, sub_hi); 0 = none */
+  size_t sub_size, sub_lo,
+      sub_hi; /* sub-goal: a hole of sub_size outside stretch [sub_lo, sub_hi); 0 = none */
 } evac_plan;
 
 typedef struct evac_work {
@@ -212,7 +218,8 @@ static int excluded_off(const size_t (*ex)[2], int n_ex, size_t off) {
 
 /* Plan for a hole of @want in a stretch not among the @n_ex stretches @ex (the goals this one
  * serves), moving blocks only into holes outside those too. */
-static void evac_planner(zo_arena_t *a, size_t want, const size_t (*ex)[2], int n_ex, evac_work *w, evac_plan *p) {
+static void evac_planner(zo_arena_t *a, size_t want, const size_t (*ex)[2], int n_ex, evac_work *w,
+                         evac_plan *p) {
   p->n = 0;
   p->cost = SIZE_MAX;
   p->sub_size = 0;
@@ -227,8 +234,10 @@ static void evac_planner(zo_arena_t *a, size_t want, const size_t (*ex)[2], int 
     const size_t lo = first->off, hi = last->off + last->size;
     size_t fr = 0, n = 0;
     for (zo_arena_block_t *s = first;; s = s->next) {
-      if (s->state == SEG_FREE) fr += s->size;
-      else w->cand[n++].blk = s; /* live, unpinned */
+      if (s->state == SEG_FREE)
+        fr += s->size;
+      else
+        w->cand[n++].blk = s; /* live, unpinned */
       if (s == last) break;
     }
     first = after;
@@ -236,13 +245,16 @@ static void evac_planner(zo_arena_t *a, size_t want, const size_t (*ex)[2], int 
     const size_t need = want - fr;
     size_t nh = 0;
     for (zo_arena_block_t *s = a->head; s; s = s->next)
-      if (s->state == SEG_FREE && (s->off < lo || s->off >= hi) && !excluded_off(ex, n_ex, s->off)) {
+      if (s->state == SEG_FREE && (s->off < lo || s->off >= hi) &&
+          !excluded_off(ex, n_ex, s->off)) {
         w->holes[nh] = s;
         w->room[nh++] = s->size;
       }
     qsort(w->cand, n, sizeof *w->cand, by_size_desc);
-    size_t evac = 0, n_mv = 0, single = SIZE_MAX, enough = 0; /* enough: smallest block >= need, bytes */
-    for (size_t i = 0; i < n && w->cand[i].blk->size >= need; i++) { /* descending: the last is the smallest */
+    size_t evac = 0, n_mv = 0, single = SIZE_MAX,
+           enough = 0; /* enough: smallest block >= need, bytes */
+    for (size_t i = 0; i < n && w->cand[i].blk->size >= need;
+         i++) { /* descending: the last is the smallest */
       enough = w->cand[i].blk->size;
       if (best_hole(w->room, nh, w->cand[i].blk->size) != SIZE_MAX) single = i;
     }
@@ -283,7 +295,8 @@ static zo_status evac_run(zo_arena_t *a, const evac_plan *p, size_t *moved) {
     zo_arena_block_t *vac = arena_seg_new(a, s->off, s->size, SEG_FREE);
     if (!vac) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device arena: out of host memory");
     zo_status st = wait_uses(a, s);
-    if (st == ZO_OK) st = zo_memcpy_async(a->stream, a->base + f->off, a->base + s->off, s->size, ZO_COPY_D2D);
+    if (st == ZO_OK)
+      st = zo_memcpy_async(a->stream, a->base + f->off, a->base + s->off, s->size, ZO_COPY_D2D);
     if (st != ZO_OK) {
       arena_seg_release(a, vac);
       return st;
@@ -292,14 +305,18 @@ static zo_status evac_run(zo_arena_t *a, const evac_plan *p, size_t *moved) {
     *moved += s->size;
     vac->prev = s->prev; /* vac takes s's place in the address list */
     vac->next = s->next;
-    if (s->prev) s->prev->next = vac;
-    else a->head = vac;
+    if (s->prev)
+      s->prev->next = vac;
+    else
+      a->head = vac;
     if (s->next) s->next->prev = vac;
     arena_bin_remove(a, f); /* s goes before f, at f's start */
     s->prev = f->prev;
     s->next = f;
-    if (f->prev) f->prev->next = s;
-    else a->head = s;
+    if (f->prev)
+      f->prev->next = s;
+    else
+      a->head = s;
     f->prev = s;
     s->off = f->off;
     f->off += s->size;
@@ -325,7 +342,8 @@ static zo_status evac_run(zo_arena_t *a, const evac_plan *p, size_t *moved) {
 static zo_status evacuate(zo_arena_t *a, size_t want, size_t *moved) {
   size_t n_seg = 0;
   for (zo_arena_block_t *s = a->head; s; s = s->next) n_seg++;
-  evac_work w = {malloc(n_seg * sizeof *w.holes), malloc(n_seg * sizeof *w.room), malloc(n_seg * sizeof *w.cand)};
+  evac_work w = {malloc(n_seg * sizeof *w.holes), malloc(n_seg * sizeof *w.room),
+                 malloc(n_seg * sizeof *w.cand)};
   evac_plan p = {malloc(n_seg * sizeof *p.mv), 0, 0, 0, 0, 0};
   zo_status st = ZO_OK;
   if (!w.holes || !w.room || !w.cand || !p.mv) {

@@ -19,10 +19,10 @@ enum { SEG_FREE = 0, SEG_LIVE = 1, SEG_PENDING = 2, SEG_DEAD = 3 /* record back 
 
 /* TLSF geometry: 2^SL_BITS sub-classes per power of two; sizes in ZO_ARENA_ALIGN units. */
 enum { SL_BITS = 5, SL_COUNT = 1 << SL_BITS, FL_COUNT = 64 - SL_BITS + 1 };
-enum { BIN_SCAN = 16 };   /* blocks of one bin looked at for the best fit */
-enum { SLAB_SEGS = 256 }; /* segment records allocated at a time */
+enum { BIN_SCAN = 16 };                      /* blocks of one bin looked at for the best fit */
+enum { SLAB_SEGS = 256 };                    /* segment records allocated at a time */
 #define ARENA_SCRATCH_MAX ((size_t)64 << 20) /* bytes: bound of the compaction scratch */
-#define SEG_MAGIC 0x7a6f6172656e61ull /* "zoarena" */
+#define SEG_MAGIC 0x7a6f6172656e61ull        /* "zoarena" */
 
 /* One recorded last use: the work enqueued on @s up to the record of @ev. */
 typedef struct seg_use {
@@ -37,11 +37,11 @@ typedef struct seg_use {
 struct zo_arena_block {
   uint64_t magic;
   zo_arena_t *arena;
-  size_t off, size;                /* bytes from the reservation's base; multiples of ZO_ARENA_ALIGN */
-  int state;                       /* SEG_* */
-  int pins;                        /* live: pin count */
-  uint64_t id;                     /* live/pending: allocation number (trace ids) */
-  seg_use *uses;                   /* live/pending: last uses not known complete; [n_uses], capacity cap_uses */
+  size_t off, size; /* bytes from the reservation's base; multiples of ZO_ARENA_ALIGN */
+  int state;        /* SEG_* */
+  int pins;         /* live: pin count */
+  uint64_t id;      /* live/pending: allocation number (trace ids) */
+  seg_use *uses;    /* live/pending: last uses not known complete; [n_uses], capacity cap_uses */
   unsigned n_uses, cap_uses;
   zo_arena_block_t *prev, *next;   /* address order */
   zo_arena_block_t *bprev, *bnext; /* free: bin list; pending: pending list; dead: pool list */
@@ -58,22 +58,24 @@ struct zo_arena {
   pthread_mutex_t mu;
   char *base;
   size_t capacity;
-  size_t scratch_bytes; /* past capacity in the same reservation: where overlapping compaction moves stage; may be 0 */
+  size_t
+      scratch_bytes; /* past capacity in the same reservation: where overlapping compaction moves stage; may be 0 */
   zo_arena_policy policy;
   zo_arena_block_t *head; /* lowest address */
   zo_arena_block_t *bins[FL_COUNT][SL_COUNT];
-  uint64_t fl_map;          /* bit fl: some bins[fl][*] non-empty */
+  uint64_t fl_map;           /* bit fl: some bins[fl][*] non-empty */
   uint32_t sl_map[FL_COUNT]; /* bit sl: bins[fl][sl] non-empty */
   zo_arena_block_t *pending; /* freed blocks waiting for their uses */
   zo_arena_block_t *pool;    /* dead records */
   seg_slab *slabs;
   zo_event_t **ev_pool; /* idle events, [n_ev_pool] of cap_ev_pool */
   size_t n_ev_pool, cap_ev_pool;
-  zo_arena_stats st; /* capacity, live/pending/pinned bytes and counters; the rest filled by get_stats */
+  zo_arena_stats
+      st; /* capacity, live/pending/pinned bytes and counters; the rest filled by get_stats */
   uint64_t next_id;
   FILE *trace;
-  uint64_t gen;         /* frees and unpins so far: what can let a compaction do more */
-  uint64_t futile_gen;  /* at this gen, a compaction could not make a hole of futile_size bytes */
+  uint64_t gen;        /* frees and unpins so far: what can let a compaction do more */
+  uint64_t futile_gen; /* at this gen, a compaction could not make a hole of futile_size bytes */
   size_t futile_size;
 };
 

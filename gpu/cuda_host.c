@@ -15,11 +15,12 @@
 #include <cuda_runtime_api.h>
 #endif
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* serializes activate and set_activate_hook */
-static void (*g_hook)(void);                              /* under g_mu */
-static atomic_int g_active;                               /* 0 -> 1 once, under g_mu; read without */
-static int g_ordinal = -1;                                /* written before g_active is set */
-static zo_cuda_host_reg_fn g_fake_reg;                    /* written before g_active is set */
+static pthread_mutex_t g_mu =
+    PTHREAD_MUTEX_INITIALIZER;         /* serializes activate and set_activate_hook */
+static void (*g_hook)(void);           /* under g_mu */
+static atomic_int g_active;            /* 0 -> 1 once, under g_mu; read without */
+static int g_ordinal = -1;             /* written before g_active is set */
+static zo_cuda_host_reg_fn g_fake_reg; /* written before g_active is set */
 static zo_cuda_host_unreg_fn g_fake_unreg;
 
 int zo_cuda_host_active(void) { return atomic_load_explicit(&g_active, memory_order_acquire); }
@@ -39,7 +40,9 @@ static void activate(int ordinal, zo_cuda_host_reg_fn reg, zo_cuda_host_unreg_fn
 
 void zo_cuda_host_activate(int ordinal) { activate(ordinal, NULL, NULL); }
 
-void zo_cuda_host_set_fake(zo_cuda_host_reg_fn reg, zo_cuda_host_unreg_fn unreg) { activate(-1, reg, unreg); }
+void zo_cuda_host_set_fake(zo_cuda_host_reg_fn reg, zo_cuda_host_unreg_fn unreg) {
+  activate(-1, reg, unreg);
+}
 
 void zo_cuda_host_set_activate_hook(void (*fn)(void)) {
   pthread_mutex_lock(&g_mu);
@@ -57,21 +60,23 @@ static zo_status use_device(void) {
   cudaError_t e = cudaSetDevice(g_ordinal);
   if (e == cudaSuccess) return ZO_OK;
   (void)cudaGetLastError();
-  return zo_error_set(ZO_ERR_CUDA, "cudaSetDevice(%d): %s (%s)", g_ordinal, cudaGetErrorString(e), cudaGetErrorName(e));
+  return zo_error_set(ZO_ERR_CUDA, "cudaSetDevice(%d): %s (%s)", g_ordinal, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
 }
 #endif
 
 zo_status zo_cuda_host_register(void *ptr, size_t nbytes) {
   if (!zo_cuda_host_active())
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "cudaHostRegister: no CUDA device has been created in this process");
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "cudaHostRegister: no CUDA device has been created in this process");
   if (g_fake_reg) return g_fake_reg(ptr, nbytes);
 #if ZO_HAVE_CUDA
   ZO_CHECK(use_device());
   cudaError_t e = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable);
   if (e == cudaSuccess) return ZO_OK;
   (void)cudaGetLastError(); /* not the caller's framework's error to find later */
-  return zo_error_set(ZO_ERR_CUDA, "cudaHostRegister(%p, %zu bytes, portable) on cuda:%d: %s (%s)", ptr, nbytes,
-                      g_ordinal, cudaGetErrorString(e), cudaGetErrorName(e));
+  return zo_error_set(ZO_ERR_CUDA, "cudaHostRegister(%p, %zu bytes, portable) on cuda:%d: %s (%s)",
+                      ptr, nbytes, g_ordinal, cudaGetErrorString(e), cudaGetErrorName(e));
 #else
   return zo_error_set(ZO_ERR_UNSUPPORTED, "cudaHostRegister: CUDA backend not built");
 #endif
@@ -79,7 +84,8 @@ zo_status zo_cuda_host_register(void *ptr, size_t nbytes) {
 
 zo_status zo_cuda_host_unregister(void *ptr) {
   if (!zo_cuda_host_active())
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "cudaHostUnregister: no CUDA device has been created in this process");
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "cudaHostUnregister: no CUDA device has been created in this process");
   if (g_fake_unreg) return g_fake_unreg(ptr);
 #if ZO_HAVE_CUDA
   ZO_CHECK(use_device());

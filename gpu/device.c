@@ -34,14 +34,17 @@ const char *zo_device_kind_name(zo_device_kind kind) {
 }
 
 zo_status zo_device_kind_parse(const char *name, zo_device_kind *out) {
-  if (!name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_kind_parse: %s is NULL", !name ? "name" : "out");
+  if (!name || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_kind_parse: %s is NULL",
+                        !name ? "name" : "out");
   static const zo_device_kind kinds[] = {ZO_DEVICE_HOST, ZO_DEVICE_CUDA, ZO_DEVICE_AUTO};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (!strcmp(name, zo_device_kind_name(kinds[i]))) {
       *out = kinds[i];
       return ZO_OK;
     }
-  return zo_error_set(ZO_ERR_INVALID_ARG, "device kind \"%s\": expected \"auto\", \"cuda\" or \"host\"", name);
+  return zo_error_set(ZO_ERR_INVALID_ARG,
+                      "device kind \"%s\": expected \"auto\", \"cuda\" or \"host\"", name);
 }
 
 /* Dense bf16 peaks, TFLOP/s, from NVIDIA's product datasheets; first match wins. */
@@ -50,13 +53,17 @@ static const struct {
   const char *name;
   double tflops;
 } k_bf16_peak[] = {
-    {9, 0, "H100 PCIe", 756}, {9, 0, "H100 NVL", 835}, {9, 0, "H200 NVL", 835}, {9, 0, "GH200", 989},
-    {9, 0, "H100", 989},      {9, 0, "H200", 989},     {10, 0, "B200", 2250},  {8, 0, "A100", 312},
-    {8, 0, "A30", 165},       {8, 9, "L40S", 362},     {8, 9, "L40", 181},     {8, 9, "L4", 121},
-    {8, 9, "RTX 4090", 165},  {8, 6, "A40", 150},      {8, 6, "A10", 125},     {8, 6, "RTX 3090", 71},
+    {9, 0, "H100 PCIe", 756}, {9, 0, "H100 NVL", 835}, {9, 0, "H200 NVL", 835},
+    {9, 0, "GH200", 989},     {9, 0, "H100", 989},     {9, 0, "H200", 989},
+    {10, 0, "B200", 2250},    {8, 0, "A100", 312},     {8, 0, "A30", 165},
+    {8, 9, "L40S", 362},      {8, 9, "L40", 181},      {8, 9, "L4", 121},
+    {8, 9, "RTX 4090", 165},  {8, 6, "A40", 150},      {8, 6, "A10", 125},
+    {8, 6, "RTX 3090", 71},
 };
 
-static int is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static int is_alnum(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 /* 1 when @word occurs in @name with no letter or digit right before or after it. */
 static int name_has_word(const char *name, const char *word) {
@@ -69,7 +76,8 @@ static int name_has_word(const char *name, const char *word) {
 double zo_gpu_bf16_peak_tflops(int major, int minor, const char *name) {
   if (!name) return 0;
   for (size_t i = 0; i < sizeof k_bf16_peak / sizeof k_bf16_peak[0]; i++)
-    if (k_bf16_peak[i].major == major && k_bf16_peak[i].minor == minor && name_has_word(name, k_bf16_peak[i].name))
+    if (k_bf16_peak[i].major == major && k_bf16_peak[i].minor == minor &&
+        name_has_word(name, k_bf16_peak[i].name))
       return k_bf16_peak[i].tflops;
   return 0;
 }
@@ -88,11 +96,12 @@ int zo_device_cuda_count(void) {
 }
 
 /* The launchers' per-node rank variables, in the order they are consulted (zoffload/device.h). */
-static const char *const k_local_rank_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                                "SLURM_LOCALID"};
+static const char *const k_local_rank_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                "MPI_LOCALRANKID", "SLURM_LOCALID"};
 
 zo_status zo_device_local_rank(int *local_rank, const char **var) {
-  if (!local_rank) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_rank: local_rank is NULL");
+  if (!local_rank)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_rank: local_rank is NULL");
   for (size_t i = 0; i < sizeof k_local_rank_vars / sizeof k_local_rank_vars[0]; i++) {
     const char *name = k_local_rank_vars[i], *s = getenv(name);
     if (!s || !s[0]) continue; /* unset or empty: the next launcher's variable */
@@ -100,8 +109,8 @@ zo_status zo_device_local_rank(int *local_rank, const char **var) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || end == s || v < 0 || v > ZO_LOCAL_RANK_MAX || s[0] < '0' || s[0] > '9')
-      return zo_error_set(ZO_ERR_CONFIG, "%s=\"%s\" is not a local rank (a decimal integer 0..%d)", name, s,
-                          ZO_LOCAL_RANK_MAX);
+      return zo_error_set(ZO_ERR_CONFIG, "%s=\"%s\" is not a local rank (a decimal integer 0..%d)",
+                          name, s, ZO_LOCAL_RANK_MAX);
     *local_rank = (int)v;
     if (var) *var = name;
     return ZO_OK;
@@ -114,17 +123,19 @@ zo_status zo_device_local_rank(int *local_rank, const char **var) {
 zo_status zo_device_local_ordinal(int n_devices, int *ordinal) {
   if (!ordinal) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_ordinal: ordinal is NULL");
   if (n_devices < 0)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_local_ordinal: n_devices is %d, expected >= 0", n_devices);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "zo_device_local_ordinal: n_devices is %d, expected >= 0", n_devices);
   int lr;
   const char *var;
   ZO_CHECK(zo_device_local_rank(&lr, &var));
   if (n_devices > 0 && lr >= n_devices) {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    return zo_error_set(ZO_ERR_CONFIG,
-                        "%s=%d, but this process sees %d CUDA device%s (CUDA_VISIBLE_DEVICES%s%s): one rank per GPU "
-                        "needs local ranks 0..%d; start fewer ranks per node, or make more GPUs visible",
-                        var, lr, n_devices, n_devices == 1 ? "" : "s", cvd ? "=" : " unset", cvd ? cvd : "",
-                        n_devices - 1);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "%s=%d, but this process sees %d CUDA device%s (CUDA_VISIBLE_DEVICES%s%s): one rank per GPU "
+        "needs local ranks 0..%d; start fewer ranks per node, or make more GPUs visible",
+        var, lr, n_devices, n_devices == 1 ? "" : "s", cvd ? "=" : " unset", cvd ? cvd : "",
+        n_devices - 1);
   }
   *ordinal = lr;
   return ZO_OK;
@@ -160,7 +171,8 @@ zo_range_where zo_device_range_where(zo_device_t *dev, const void *p, size_t nby
   size_t i = alloc_upper_bound(dev, a); /* allocs[i-1].base <= a < allocs[i].base */
   if (i > 0) {
     const zo_alloc_rec *r = &dev->allocs[i - 1];
-    if (a < r->base + r->nbytes) w = (b <= r->base + r->nbytes) ? ZO_RANGE_DEVICE : ZO_RANGE_PARTIAL;
+    if (a < r->base + r->nbytes)
+      w = (b <= r->base + r->nbytes) ? ZO_RANGE_DEVICE : ZO_RANGE_PARTIAL;
   }
   if (w == ZO_RANGE_HOST && i < dev->n_allocs && dev->allocs[i].base < b) w = ZO_RANGE_PARTIAL;
   pthread_mutex_unlock(&dev->mem_mu);
@@ -181,7 +193,8 @@ static zo_status check_side(zo_device_t *dev, const char *what, const char *side
                         "of %s%s%s%s",
                         what, zo_copy_kind_name(kind), side, p, nbytes, dev->name,
                         w == ZO_RANGE_PARTIAL ? " (it runs past an allocation's end)" : "",
-                        why[0] ? " nor device memory of this GPU: the CUDA runtime says " : "", why);
+                        why[0] ? " nor device memory of this GPU: the CUDA runtime says " : "",
+                        why);
   if (!want_device && w != ZO_RANGE_HOST)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "%s: %s copy: %s %p + %zu bytes overlaps device memory of %s but the copy "
@@ -221,14 +234,16 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
   if (kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA && kind != ZO_DEVICE_AUTO)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_create: unknown device kind %d", (int)kind);
 #if ZO_HAVE_CUDA
-  if (kind == ZO_DEVICE_AUTO) kind = zo_device_cuda_probe(NULL, 0) > 0 ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
+  if (kind == ZO_DEVICE_AUTO)
+    kind = zo_device_cuda_probe(NULL, 0) > 0 ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
 #else
   if (kind == ZO_DEVICE_AUTO) kind = ZO_DEVICE_HOST;
   if (kind == ZO_DEVICE_CUDA)
-    return zo_error_set(ZO_ERR_UNSUPPORTED,
-                        "zo_device_create(cuda:%d): CUDA backend not built (zoffload was configured without the "
-                        "CUDA toolkit or with -DZO_WITH_CUDA=OFF)",
-                        ordinal);
+    return zo_error_set(
+        ZO_ERR_UNSUPPORTED,
+        "zo_device_create(cuda:%d): CUDA backend not built (zoffload was configured without the "
+        "CUDA toolkit or with -DZO_WITH_CUDA=OFF)",
+        ordinal);
 #endif
 
   zo_device_t *dev = calloc(1, sizeof *dev);
@@ -277,7 +292,8 @@ zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_limit_by
 void zo_device_destroy(zo_device_t *dev) {
   if (!dev) return;
   zo_status st = zo_device_synchronize(dev);
-  if (st != ZO_OK) zo_warn("zo_device_destroy(%s): queued work failed: %s", dev->name, zo_last_error());
+  if (st != ZO_OK)
+    zo_warn("zo_device_destroy(%s): queued work failed: %s", dev->name, zo_last_error());
   /* Streams first (their workers may hold references used by waits), then events. */
   while (dev->streams) zo_stream_destroy(dev->streams);
   while (dev->events) zo_event_destroy(dev->events);
@@ -337,7 +353,8 @@ zo_status zo_device_malloc(zo_device_t *dev, size_t nbytes, void **dptr) {
       dev->used -= nbytes;
       pthread_mutex_unlock(&dev->mem_mu);
       dev->ops->mem_free(dev, p);
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_device_malloc: allocation table: out of host memory");
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "zo_device_malloc: allocation table: out of host memory");
     }
     dev->allocs = t;
     dev->cap_allocs = cap;
@@ -387,9 +404,12 @@ zo_status zo_device_mem_info(const zo_device_t *dev, size_t *used_bytes, size_t 
 
 zo_status zo_device_mem_available(zo_device_t *dev, size_t *bytes) {
   if (bytes) *bytes = 0;
-  if (!dev || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_mem_available: NULL argument");
+  if (!dev || !bytes)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_mem_available: NULL argument");
   pthread_mutex_lock(&dev->mem_mu);
-  size_t avail = dev->limit == SIZE_MAX ? SIZE_MAX : dev->limit - (dev->used < dev->limit ? dev->used : dev->limit);
+  size_t avail = dev->limit == SIZE_MAX
+                     ? SIZE_MAX
+                     : dev->limit - (dev->used < dev->limit ? dev->used : dev->limit);
   pthread_mutex_unlock(&dev->mem_mu);
   if (dev->ops->mem_backend_free) {
     size_t b = 0;
@@ -434,7 +454,8 @@ zo_status zo_stream_wrap(zo_device_t *dev, void *native_stream, zo_stream_t **ou
   if (!dev || !out)
     return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wrap: %s is NULL", !dev ? "dev" : "out");
   if (!dev->ops->stream_wrap)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_stream_wrap(%s): the %s backend has no native streams to wrap",
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zo_stream_wrap(%s): the %s backend has no native streams to wrap",
                         dev->name, dev->ops->backend);
   zo_stream_t *s = NULL;
   ZO_CHECK(dev->ops->stream_wrap(dev, native_stream, &s));
@@ -475,15 +496,17 @@ zo_status zo_memset_async(zo_stream_t *s, void *dptr, int value, size_t nbytes) 
   if (!dptr) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_memset_async: dptr is NULL");
   if ((uintptr_t)dptr + nbytes < (uintptr_t)dptr ||
       zo_device_range_where(s->dev, dptr, nbytes) != ZO_RANGE_DEVICE)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "zo_memset_async: %p + %zu bytes is not inside one live device allocation of %s",
-                        dptr, nbytes, s->dev->name);
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "zo_memset_async: %p + %zu bytes is not inside one live device allocation of %s", dptr,
+        nbytes, s->dev->name);
   return s->dev->ops->memset_async(s, dptr, value, nbytes);
 }
 
 zo_status zo_launch_host_func(zo_stream_t *s, void (*fn)(void *arg), void *arg) {
   if (!s || !fn)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_launch_host_func: %s is NULL", !s ? "stream" : "fn");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_launch_host_func: %s is NULL",
+                        !s ? "stream" : "fn");
   return s->dev->ops->launch_host_func(s, fn, arg);
 }
 
@@ -532,7 +555,8 @@ void zo_event_destroy(zo_event_t *ev) {
 
 zo_status zo_event_record(zo_event_t *ev, zo_stream_t *s) {
   if (!ev || !s)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_event_record: %s is NULL", !ev ? "event" : "stream");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_event_record: %s is NULL",
+                        !ev ? "event" : "stream");
   if (ev->dev != s->dev)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "zo_event_record: event of device %d recorded on a stream of device %d",
@@ -553,7 +577,8 @@ zo_status zo_event_synchronize(zo_event_t *ev) {
 
 zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev) {
   if (!ev || !s)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wait_event: %s is NULL", !ev ? "event" : "stream");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wait_event: %s is NULL",
+                        !ev ? "event" : "stream");
   if (ev->dev->ops != s->dev->ops)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "zo_stream_wait_event: event of backend %s, stream of backend %s",
@@ -563,7 +588,8 @@ zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev) {
 
 /* ------------------------------------------------------------ sync copy */
 
-zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
+                    zo_copy_kind kind) {
   if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_memcpy: dev is NULL");
   if (nbytes == 0) return ZO_OK;
   ZO_CHECK(zo_device_check_copy(dev, "zo_memcpy", dst, src, nbytes, kind));
@@ -575,9 +601,10 @@ zo_status zo_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
 zo_status zo_device_set_link_gbps(zo_device_t *dev, double gbps) {
   if (!dev) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_set_link_gbps: dev is NULL");
   if (!(gbps >= 0.0) || gbps > 1e9)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "zo_device_set_link_gbps(%s): gbps %g is not a number in [0, 1e9] (0 = unlimited)",
-                        dev->name, gbps);
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "zo_device_set_link_gbps(%s): gbps %g is not a number in [0, 1e9] (0 = unlimited)",
+        dev->name, gbps);
   if (!dev->ops->set_link_gbps)
     return zo_error_set(ZO_ERR_UNSUPPORTED,
                         "zo_device_set_link_gbps(%s): the %s backend has a real host-device link; "
@@ -587,10 +614,12 @@ zo_status zo_device_set_link_gbps(zo_device_t *dev, double gbps) {
 }
 
 zo_status zo_device_link_stats(const zo_device_t *dev, zo_link_stats *out) {
-  if (!dev || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_link_stats: %s is NULL", dev ? "out" : "dev");
+  if (!dev || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_device_link_stats: %s is NULL",
+                        dev ? "out" : "dev");
   memset(out, 0, sizeof *out);
   if (!dev->ops->link_stats)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_device_link_stats(%s): not kept by the %s backend", dev->name,
-                        dev->ops->backend);
+    return zo_error_set(ZO_ERR_UNSUPPORTED, "zo_device_link_stats(%s): not kept by the %s backend",
+                        dev->name, dev->ops->backend);
   return dev->ops->link_stats(dev, out);
 }

@@ -37,15 +37,15 @@
 #include "device_internal.h"
 
 typedef struct cuda_dev {
-  cudaStream_t sync_stream; /* private, non-blocking: zo_memcpy() runs here */
-  pthread_mutex_t link_mu;  /* guards the counters */
+  cudaStream_t sync_stream;               /* private, non-blocking: zo_memcpy() runs here */
+  pthread_mutex_t link_mu;                /* guards the counters */
   unsigned long long bytes[2], copies[2]; /* [0] H2D, [1] D2H */
 } cuda_dev;
 
 typedef struct cuda_stream {
   zo_stream_t base; /* must be first */
   cudaStream_t st;
-  int owned; /* 0: wrapped, the caller's */
+  int owned;   /* 0: wrapped, the caller's */
   uint64_t id; /* for messages */
   pthread_mutex_t mu;
   zo_status err; /* sticky: the first failure */
@@ -62,7 +62,8 @@ static atomic_uint_fast64_t g_stream_ids;
 /* ------------------------------------------------------------ errors */
 
 /* ZO_ERR_CUDA "<what> on cuda:N: <string> (<name>)"; clears the runtime's last error. */
-static zo_status __attribute__((format(printf, 3, 4))) cu_fail(cudaError_t e, int ordinal, const char *fmt, ...) {
+static zo_status __attribute__((format(printf, 3, 4)))
+cu_fail(cudaError_t e, int ordinal, const char *fmt, ...) {
   char what[256];
   va_list ap;
   va_start(ap, fmt);
@@ -139,14 +140,16 @@ static zo_status cuda_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
     } else {
       (void)cudaGetLastError();
     }
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                        "device memory: %s: cudaMalloc of %zu bytes failed: out of memory (%s free of %s on the GPU)",
-                        dev->name, nbytes, fb, tb);
+    return zo_error_set(
+        ZO_ERR_OUT_OF_MEMORY,
+        "device memory: %s: cudaMalloc of %zu bytes failed: out of memory (%s free of %s on the GPU)",
+        dev->name, nbytes, fb, tb);
   }
   if (e != cudaSuccess) return cu_fail(e, dev->ordinal, "cudaMalloc(%zu bytes)", nbytes);
   if ((uintptr_t)p % ZO_DEVICE_ALIGN) { /* cudaMalloc promises 256; check rather than trust */
     cudaFree(p);
-    return zo_error_set(ZO_ERR_CUDA, "cudaMalloc(%zu bytes) on cuda:%d returned %p, not %d-byte aligned", nbytes,
+    return zo_error_set(ZO_ERR_CUDA,
+                        "cudaMalloc(%zu bytes) on cuda:%d returned %p, not %d-byte aligned", nbytes,
                         dev->ordinal, p, ZO_DEVICE_ALIGN);
   }
   *dptr = p;
@@ -229,14 +232,16 @@ static zo_status cuda_stream_wrap(zo_device_t *dev, void *native, zo_stream_t **
   cudaStream_t st = (cudaStream_t)native;
   unsigned flags = 0;
   cudaError_t e = cudaStreamGetFlags(st, &flags); /* a cheap validity check of the handle */
-  if (e != cudaSuccess) return cu_fail(e, dev->ordinal, "zo_stream_wrap: cudaStreamGetFlags(%p)", native);
+  if (e != cudaSuccess)
+    return cu_fail(e, dev->ordinal, "zo_stream_wrap: cudaStreamGetFlags(%p)", native);
 #if CUDART_VERSION >= 12080
   int owner = -1;
   e = cudaStreamGetDevice(st, &owner);
-  if (e != cudaSuccess) return cu_fail(e, dev->ordinal, "zo_stream_wrap: cudaStreamGetDevice(%p)", native);
+  if (e != cudaSuccess)
+    return cu_fail(e, dev->ordinal, "zo_stream_wrap: cudaStreamGetDevice(%p)", native);
   if (owner != dev->ordinal)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wrap(%s): stream %p belongs to cuda:%d", dev->name, native,
-                        owner);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "zo_stream_wrap(%s): stream %p belongs to cuda:%d",
+                        dev->name, native, owner);
 #endif
   cuda_stream *s = NULL;
   ZO_CHECK(stream_new(dev, &s));
@@ -252,7 +257,8 @@ static void cuda_stream_destroy(zo_stream_t *st) {
   cuda_stream *s = (cuda_stream *)st;
   int ordinal = st->dev->ordinal;
   if (use_device(ordinal) != ZO_OK) {
-    zo_warn("zo_stream_destroy: stream %llu: %s; the CUDA stream leaks", (unsigned long long)s->id, zo_last_error());
+    zo_warn("zo_stream_destroy: stream %llu: %s; the CUDA stream leaks", (unsigned long long)s->id,
+            zo_last_error());
     stream_free(s);
     return;
   }
@@ -261,7 +267,9 @@ static void cuda_stream_destroy(zo_stream_t *st) {
     cu_fail(e, ordinal, "cudaStreamSynchronize(stream %llu)", (unsigned long long)s->id);
     zo_debug("zo_stream_destroy: %s", zo_last_error());
   }
-  if (s->err != ZO_OK) zo_debug("zo_stream_destroy: stream %llu had failed: %s", (unsigned long long)s->id, s->err_msg);
+  if (s->err != ZO_OK)
+    zo_debug("zo_stream_destroy: stream %llu had failed: %s", (unsigned long long)s->id,
+             s->err_msg);
   if (s->owned) {
     e = cudaStreamDestroy(s->st);
     if (e != cudaSuccess) {
@@ -286,7 +294,8 @@ static void h2h_fn(void *arg) {
   free(op);
 }
 
-static zo_status cuda_memcpy_async(zo_stream_t *st, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+static zo_status cuda_memcpy_async(zo_stream_t *st, void *dst, const void *src, size_t nbytes,
+                                   zo_copy_kind kind) {
   cuda_stream *s = (cuda_stream *)st;
   zo_device_t *dev = st->dev;
   zo_status rc = use_device(dev->ordinal);
@@ -294,20 +303,24 @@ static zo_status cuda_memcpy_async(zo_stream_t *st, void *dst, const void *src, 
   cudaError_t e;
   if (kind == ZO_COPY_H2H) {
     h2h_op *op = malloc(sizeof *op);
-    if (!op) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_memcpy_async: H2H copy: out of host memory");
+    if (!op)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zo_memcpy_async: H2H copy: out of host memory");
     *op = (h2h_op){dst, src, nbytes};
     e = cudaLaunchHostFunc(s->st, h2h_fn, op);
     if (e != cudaSuccess) {
       free(op);
-      return stream_fail(s, cu_fail(e, dev->ordinal, "cudaLaunchHostFunc(H2H copy of %zu bytes, stream %llu)", nbytes,
-                                    (unsigned long long)s->id));
+      return stream_fail(s, cu_fail(e, dev->ordinal,
+                                    "cudaLaunchHostFunc(H2H copy of %zu bytes, stream %llu)",
+                                    nbytes, (unsigned long long)s->id));
     }
     return ZO_OK;
   }
   e = cudaMemcpyAsync(dst, src, nbytes, cuda_kind(kind), s->st);
   if (e != cudaSuccess)
-    return stream_fail(s, cu_fail(e, dev->ordinal, "cudaMemcpyAsync(%s, %zu bytes, %p -> %p, stream %llu)",
-                                  zo_copy_kind_name(kind), nbytes, src, dst, (unsigned long long)s->id));
+    return stream_fail(s, cu_fail(e, dev->ordinal,
+                                  "cudaMemcpyAsync(%s, %zu bytes, %p -> %p, stream %llu)",
+                                  zo_copy_kind_name(kind), nbytes, src, dst,
+                                  (unsigned long long)s->id));
   count_link(dev, kind, nbytes);
   return ZO_OK;
 }
@@ -318,7 +331,8 @@ static zo_status cuda_memset_async(zo_stream_t *st, void *dptr, int value, size_
   if (rc != ZO_OK) return stream_fail(s, rc);
   cudaError_t e = cudaMemsetAsync(dptr, value, nbytes, s->st);
   if (e != cudaSuccess)
-    return stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaMemsetAsync(%p, %d, %zu bytes, stream %llu)", dptr, value,
+    return stream_fail(s, cu_fail(e, st->dev->ordinal,
+                                  "cudaMemsetAsync(%p, %d, %zu bytes, stream %llu)", dptr, value,
                                   nbytes, (unsigned long long)s->id));
   return ZO_OK;
 }
@@ -350,7 +364,8 @@ static zo_status cuda_launch_host_func(zo_stream_t *st, void (*fn)(void *), void
   cudaError_t e = cudaLaunchHostFunc(s->st, host_func_tramp, op);
   if (e != cudaSuccess) {
     free(op);
-    return stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaLaunchHostFunc(stream %llu)", (unsigned long long)s->id));
+    return stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaLaunchHostFunc(stream %llu)",
+                                  (unsigned long long)s->id));
   }
   return ZO_OK;
 }
@@ -361,7 +376,8 @@ static zo_status cuda_stream_synchronize(zo_stream_t *st) {
   if (rc != ZO_OK) return stream_fail(s, rc);
   cudaError_t e = cudaStreamSynchronize(s->st);
   if (e != cudaSuccess)
-    stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaStreamSynchronize(stream %llu)", (unsigned long long)s->id));
+    stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaStreamSynchronize(stream %llu)",
+                           (unsigned long long)s->id));
   return stream_sticky(s);
 }
 
@@ -372,10 +388,12 @@ static zo_status cuda_stream_query(zo_stream_t *st, int *idle) {
   if (rc != ZO_OK) return stream_fail(s, rc);
   cudaError_t e = cudaStreamQuery(s->st);
   if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError(); /* "not ready" is an answer, not an error (as PyTorch clears it too) */
+    (void)
+        cudaGetLastError(); /* "not ready" is an answer, not an error (as PyTorch clears it too) */
     *idle = 0;
   } else if (e != cudaSuccess) {
-    stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaStreamQuery(stream %llu)", (unsigned long long)s->id));
+    stream_fail(s, cu_fail(e, st->dev->ordinal, "cudaStreamQuery(stream %llu)",
+                           (unsigned long long)s->id));
   }
   return stream_sticky(s);
 }
@@ -434,7 +452,8 @@ static zo_status cuda_event_record(zo_event_t *e, zo_stream_t *st) {
   if (rc != ZO_OK) return stream_fail(s, rc);
   cudaError_t err = cudaEventRecord(((cuda_event *)e)->ev, s->st);
   if (err != cudaSuccess)
-    return stream_fail(s, cu_fail(err, st->dev->ordinal, "cudaEventRecord(stream %llu)", (unsigned long long)s->id));
+    return stream_fail(s, cu_fail(err, st->dev->ordinal, "cudaEventRecord(stream %llu)",
+                                  (unsigned long long)s->id));
   return ZO_OK;
 }
 
@@ -466,14 +485,16 @@ static zo_status cuda_stream_wait_event(zo_stream_t *st, zo_event_t *e) {
   if (rc != ZO_OK) return stream_fail(s, rc);
   cudaError_t err = cudaStreamWaitEvent(s->st, ((cuda_event *)e)->ev, 0);
   if (err != cudaSuccess)
-    return stream_fail(s, cu_fail(err, st->dev->ordinal, "cudaStreamWaitEvent(stream %llu, event of cuda:%d)",
+    return stream_fail(s, cu_fail(err, st->dev->ordinal,
+                                  "cudaStreamWaitEvent(stream %llu, event of cuda:%d)",
                                   (unsigned long long)s->id, e->dev->ordinal));
   return ZO_OK;
 }
 
 /* ------------------------------------------------------------ sync copy, link counters */
 
-static zo_status cuda_memcpy_sync(zo_device_t *dev, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+static zo_status cuda_memcpy_sync(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
+                                  zo_copy_kind kind) {
   if (kind == ZO_COPY_H2H) {
     memcpy(dst, src, nbytes);
     return ZO_OK;
@@ -482,8 +503,8 @@ static zo_status cuda_memcpy_sync(zo_device_t *dev, void *dst, const void *src, 
   ZO_CHECK(use_device(dev->ordinal));
   cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cuda_kind(kind), cd->sync_stream);
   if (e != cudaSuccess)
-    return cu_fail(e, dev->ordinal, "zo_memcpy: cudaMemcpyAsync(%s, %zu bytes, %p -> %p)", zo_copy_kind_name(kind),
-                   nbytes, src, dst);
+    return cu_fail(e, dev->ordinal, "zo_memcpy: cudaMemcpyAsync(%s, %zu bytes, %p -> %p)",
+                   zo_copy_kind_name(kind), nbytes, src, dst);
   count_link(dev, kind, nbytes);
   e = cudaStreamSynchronize(cd->sync_stream);
   if (e != cudaSuccess)
@@ -510,12 +531,15 @@ static int ptr_on_device(const void *p, int ordinal, char *why, size_t cap) {
   cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) { /* before CUDA 11, host memory it never saw is an error */
     (void)cudaGetLastError();
-    snprintf(why, cap, "memory it does not know (cudaPointerGetAttributes: %s)", cudaGetErrorName(e));
+    snprintf(why, cap, "memory it does not know (cudaPointerGetAttributes: %s)",
+             cudaGetErrorName(e));
     return 0;
   }
-  if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == ordinal) return 1;
+  if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == ordinal)
+    return 1;
   if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
-    snprintf(why, cap, "%s memory of cuda:%d", a.type == cudaMemoryTypeDevice ? "device" : "managed", a.device);
+    snprintf(why, cap, "%s memory of cuda:%d",
+             a.type == cudaMemoryTypeDevice ? "device" : "managed", a.device);
   else if (a.type == cudaMemoryTypeHost)
     snprintf(why, cap, "host memory (registered or pinned)");
   else
@@ -524,7 +548,8 @@ static int ptr_on_device(const void *p, int ordinal, char *why, size_t cap) {
 }
 
 /* A framework's device memory (torch's tensors): its first and last byte on this GPU. */
-static int cuda_foreign_device_mem(zo_device_t *dev, const void *p, size_t nbytes, char *why, size_t cap) {
+static int cuda_foreign_device_mem(zo_device_t *dev, const void *p, size_t nbytes, char *why,
+                                   size_t cap) {
   if (use_device(dev->ordinal) != ZO_OK) {
     snprintf(why, cap, "nothing: %s", zo_last_error());
     return 0;
@@ -575,16 +600,18 @@ int zo_device_cuda_probe(char *why, size_t cap) {
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     if (why)
-      snprintf(why, cap, "cudaGetDeviceCount: %s (%s)%s", cudaGetErrorString(e), cudaGetErrorName(e),
-               e == cudaErrorInsufficientDriver ? "; no NVIDIA driver is loaded, or it is older than the CUDA runtime"
-               : e == cudaErrorNoDevice         ? "; check CUDA_VISIBLE_DEVICES"
-                                                : "");
+      snprintf(why, cap, "cudaGetDeviceCount: %s (%s)%s", cudaGetErrorString(e),
+               cudaGetErrorName(e),
+               e == cudaErrorInsufficientDriver
+                   ? "; no NVIDIA driver is loaded, or it is older than the CUDA runtime"
+               : e == cudaErrorNoDevice ? "; check CUDA_VISIBLE_DEVICES"
+                                        : "");
     return 0;
   }
   if (n <= 0 && why) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    snprintf(why, cap, "cudaGetDeviceCount found 0 devices%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=\"" : "",
-             vis ? vis : "", vis ? "\")" : "");
+    snprintf(why, cap, "cudaGetDeviceCount found 0 devices%s%s%s",
+             vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "");
   }
   return n > 0 ? n : 0;
 }
@@ -596,9 +623,10 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
   if (n <= 0) return zo_error_set(ZO_ERR_UNSUPPORTED, "no CUDA device: %s", why);
   if (ord >= n) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    return zo_error_set(ZO_ERR_INVALID_ARG, "cuda:%d: only %d CUDA device%s visible (ordinals 0..%d)%s%s%s", ord, n,
-                        n == 1 ? " is" : "s are", n - 1, vis ? "; CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "",
-                        vis ? "\"" : "");
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "cuda:%d: only %d CUDA device%s visible (ordinals 0..%d)%s%s%s", ord, n,
+                        n == 1 ? " is" : "s are", n - 1, vis ? "; CUDA_VISIBLE_DEVICES=\"" : "",
+                        vis ? vis : "", vis ? "\"" : "");
   }
   ZO_CHECK(use_device(ord));
   struct cudaDeviceProp prop;
@@ -632,8 +660,8 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
   snprintf(dev->model, sizeof dev->model, "%s", prop.name);
   /* the NUMA node its PCI device hangs off, for binding host threads and pinned memory near it */
   char numa_path[96];
-  snprintf(numa_path, sizeof numa_path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/numa_node", (unsigned)prop.pciDomainID,
-           (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
+  snprintf(numa_path, sizeof numa_path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/numa_node",
+           (unsigned)prop.pciDomainID, (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
   FILE *nf = fopen(numa_path, "r");
   if (nf) {
     if (fscanf(nf, "%d", &dev->numa_node) != 1 || dev->numa_node < 0) dev->numa_node = -1;
@@ -641,8 +669,8 @@ zo_status zo_device_cuda_init(zo_device_t *dev) {
   }
   dev->cc_major = prop.major;
   dev->cc_minor = prop.minor;
-  snprintf(dev->name, sizeof dev->name, "cuda:%d %s (sm_%d%d, %s%s)", ord, prop.name, prop.major, prop.minor, total,
-           limit);
+  snprintf(dev->name, sizeof dev->name, "cuda:%d %s (sm_%d%d, %s%s)", ord, prop.name, prop.major,
+           prop.minor, total, limit);
   dev->ops = &cuda_ops;
   dev->backend = cd;
   /* Pinned host pools of the process start registering their memory with CUDA. */

@@ -46,13 +46,13 @@
 
 /* Backend state of one host device: the emulated link, lane 0 = H2D, 1 = D2H. */
 typedef struct host_dev {
-  pthread_mutex_t link_mu; /* guards everything below */
-  double gbps;             /* 0 = unlimited */
+  pthread_mutex_t link_mu;  /* guards everything below */
+  double gbps;              /* 0 = unlimited */
   int64_t busy_until_ns[2]; /* CLOCK_MONOTONIC time the lane's last reserved slot ends */
   unsigned long long bytes[2], copies[2];
   int64_t busy_ns[2], stall_ns[2];
-  unsigned arena;          /* jemalloc arena of the device memory; 0: none (plain posix_memalign) */
-  const zo_je *je;         /* jemalloc's API when arena != 0 */
+  unsigned arena;  /* jemalloc arena of the device memory; 0: none (plain posix_memalign) */
+  const zo_je *je; /* jemalloc's API when arena != 0 */
 } host_dev;
 
 static int64_t mono_ns(void) {
@@ -74,8 +74,7 @@ static int sleep_until_ns(int64_t t) {
     if (now >= t) return 0;
     int64_t until = t - now > ZO_STOP_POLL_MS * 1000000LL ? now + ZO_STOP_POLL_MS * 1000000LL : t;
     struct timespec ts = {(time_t)(until / 1000000000LL), (long)(until % 1000000000LL)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
   }
   return 1; /* cut short by a stop request */
 }
@@ -86,7 +85,8 @@ static int sleep_until_ns(int64_t t) {
  * the lane is free (FIFO in the order callers reach the mutex), memcpy, then
  * sleep until the slot ends. Other kinds are a plain memcpy.
  */
-static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+static void link_memcpy(zo_device_t *dev, void *dst, const void *src, size_t nbytes,
+                        zo_copy_kind kind) {
   host_dev *hd = dev->backend;
   if (!hd || (kind != ZO_COPY_H2D && kind != ZO_COPY_D2H)) {
     memcpy(dst, src, nbytes);
@@ -199,7 +199,9 @@ static atomic_uint_fast64_t g_stream_ids;
 
 /* ------------------------------------------------------------ stream refs */
 
-static void stream_retain(host_stream *s) { atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed); }
+static void stream_retain(host_stream *s) {
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
 
 static void stream_release(host_stream *s) {
   if (!s) return;
@@ -300,8 +302,10 @@ static zo_status enqueue(host_stream *s, host_op *op) {
 
 static host_op *op_new(host_op_type type, const char *what) {
   host_op *op = calloc(1, sizeof *op);
-  if (!op) zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: cannot allocate a stream op: out of host memory", what);
-  else op->type = type;
+  if (!op)
+    zo_error_set(ZO_ERR_OUT_OF_MEMORY, "%s: cannot allocate a stream op: out of host memory", what);
+  else
+    op->type = type;
   return op;
 }
 
@@ -320,9 +324,11 @@ static host_op *op_new(host_op_type type, const char *what) {
 static zo_status host_mem_alloc(zo_device_t *dev, size_t nbytes, void **dptr) {
   host_dev *hd = dev->backend;
   if (hd && hd->arena) {
-    void *q = hd->je->mallocx(nbytes, MALLOCX_ALIGN(ZO_DEVICE_ALIGN) | MALLOCX_ARENA(hd->arena) | MALLOCX_TCACHE_NONE);
+    void *q = hd->je->mallocx(nbytes, MALLOCX_ALIGN(ZO_DEVICE_ALIGN) | MALLOCX_ARENA(hd->arena) |
+                                          MALLOCX_TCACHE_NONE);
     if (!q)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: %s: host allocation of %zu bytes failed", dev->name,
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "device memory: %s: host allocation of %zu bytes failed", dev->name,
                           nbytes);
     *dptr = q;
     return ZO_OK;
@@ -394,7 +400,9 @@ static void host_stream_destroy(zo_stream_t *st) {
   host_stream *s = (host_stream *)st;
   pthread_mutex_lock(&s->mu);
   while (s->completed < s->issued) pthread_cond_wait(&s->done_cv, &s->mu);
-  if (s->err != ZO_OK) zo_debug("zo_stream_destroy: stream %llu had failed: %s", (unsigned long long)s->id, s->err_msg);
+  if (s->err != ZO_OK)
+    zo_debug("zo_stream_destroy: stream %llu had failed: %s", (unsigned long long)s->id,
+             s->err_msg);
   s->stop = 1;
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);

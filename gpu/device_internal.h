@@ -87,10 +87,10 @@ struct zo_device {
   const zo_device_ops *ops;
   zo_device_kind kind;
   int ordinal;
-  char name[320]; /* CUDA device names run to 256 bytes */
-  char model[256]; /* CUDA: the GPU's product name (cudaDeviceProp.name); host: "" */
+  char name[320];         /* CUDA device names run to 256 bytes */
+  char model[256];        /* CUDA: the GPU's product name (cudaDeviceProp.name); host: "" */
   int cc_major, cc_minor; /* CUDA: compute capability; host: 0 */
-  int numa_node;             /* NUMA node (OS index) of the GPU's PCI device from sysfs; -1: unknown or host */
+  int numa_node; /* NUMA node (OS index) of the GPU's PCI device from sysfs; -1: unknown or host */
 
   /* Memory accounting (bytes), all under mem_mu. */
   pthread_mutex_t mem_mu;

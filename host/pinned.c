@@ -72,10 +72,11 @@ struct zo_pinned_pool {
   pthread_mutex_t mu; /* guards regs/n_regs/cap_regs and crs/n_crs/cap_crs */
   region *regs;       /* mmap'ed, not malloc'ed: hooks run inside jemalloc */
   size_t n_regs, cap_regs;
-  crange *crs;        /* committed ranges, only when opts.pin (mmap'ed too) */
+  crange *crs; /* committed ranges, only when opts.pin (mmap'ed too) */
   size_t n_crs, cap_crs;
   struct zo_pinned_pool *prev_pool, *next_pool; /* g_pools, under g_pools_mu */
-  atomic_size_t bytes_reserved, bytes_mapped, bytes_pinned, bytes_allocated, n_allocs, n_pin_failures, n_unpinned_live;
+  atomic_size_t bytes_reserved, bytes_mapped, bytes_pinned, bytes_allocated, n_allocs,
+      n_pin_failures, n_unpinned_live;
   atomic_size_t bytes_registered, n_register_failures;
   char reg_err[256]; /* the latest refused cudaHostRegister's error, under mu ("" when none) */
 };
@@ -89,8 +90,9 @@ struct zo_pinned_pool {
 static int table_reserve(void **tab, size_t *cap, size_t n, size_t esz) {
   if (n < *cap) return 0;
   size_t ncap = *cap ? *cap * 2 : 256;
-  void *t = *tab ? mremap(*tab, *cap * esz, ncap * esz, MREMAP_MAYMOVE)
-                 : mmap(NULL, ncap * esz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *t =
+      *tab ? mremap(*tab, *cap * esz, ncap * esz, MREMAP_MAYMOVE)
+           : mmap(NULL, ncap * esz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (t == MAP_FAILED) return -1;
   *tab = t;
   *cap = ncap;
@@ -131,17 +133,20 @@ static void cr_register(zo_pinned_pool_t *p, crange *c) {
   }
   atomic_fetch_add(&p->n_register_failures, 1);
   snprintf(p->reg_err, sizeof p->reg_err, "%s", zo_last_error());
-  zo_warn_once("pinned host pool: cannot register %zu bytes with CUDA (%s); that memory stays pageable for the GPU "
-               "(mlock only): host<->device copies from it are staged by the driver, slower, and may block",
-               c->len, zo_last_error());
+  zo_warn_once(
+      "pinned host pool: cannot register %zu bytes with CUDA (%s); that memory stays pageable for the GPU "
+      "(mlock only): host<->device copies from it are staged by the driver, slower, and may block",
+      c->len, zo_last_error());
 }
 
 /* Track [base, base+len), just committed, and register it when CUDA is active. Caller holds mu. */
 static void cr_add(zo_pinned_pool_t *p, uintptr_t base, size_t len) {
   if (!p->opts.pin || len == 0) return;
   if (table_reserve((void **)&p->crs, &p->cap_crs, p->n_crs, sizeof(crange))) {
-    zo_warn_once("pinned host pool: cannot grow the table of committed ranges; %zu bytes will not be registered "
-                 "with CUDA", len);
+    zo_warn_once(
+        "pinned host pool: cannot grow the table of committed ranges; %zu bytes will not be registered "
+        "with CUDA",
+        len);
     return;
   }
   crange *c = &p->crs[p->n_crs++];
@@ -200,16 +205,21 @@ static void warn_pin_refused(size_t nbytes, int err) {
   struct rlimit rl = {0, 0};
   getrlimit(RLIMIT_MEMLOCK, &rl);
   char soft[32], hard[32];
-  if (rl.rlim_cur == RLIM_INFINITY) snprintf(soft, sizeof soft, "unlimited");
-  else snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
-  if (rl.rlim_max == RLIM_INFINITY) snprintf(hard, sizeof hard, "unlimited");
-  else snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
-  zo_warn_once("pinned host pool: cannot pin %zu bytes (mlock: %s); RLIMIT_MEMLOCK is %s (hard limit %s). "
-               "Falling back to pageable host memory: host<->device and NVMe transfers will be slower. "
-               "Raise the limit with `ulimit -l unlimited` in the launching shell, a `memlock` line in "
-               "/etc/security/limits.conf (e.g. `* - memlock unlimited`), or LimitMEMLOCK=infinity in the "
-               "systemd unit; or grant CAP_IPC_LOCK",
-               nbytes, strerror(err), soft, hard);
+  if (rl.rlim_cur == RLIM_INFINITY)
+    snprintf(soft, sizeof soft, "unlimited");
+  else
+    snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
+  if (rl.rlim_max == RLIM_INFINITY)
+    snprintf(hard, sizeof hard, "unlimited");
+  else
+    snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
+  zo_warn_once(
+      "pinned host pool: cannot pin %zu bytes (mlock: %s); RLIMIT_MEMLOCK is %s (hard limit %s). "
+      "Falling back to pageable host memory: host<->device and NVMe transfers will be slower. "
+      "Raise the limit with `ulimit -l unlimited` in the launching shell, a `memlock` line in "
+      "/etc/security/limits.conf (e.g. `* - memlock unlimited`), or LimitMEMLOCK=infinity in the "
+      "systemd unit; or grant CAP_IPC_LOCK",
+      nbytes, strerror(err), soft, hard);
 }
 
 /*
@@ -267,10 +277,11 @@ static void prefault_parallel(void *addr, size_t len, size_t page) {
  * on the node. Returns 1 when locked, 0 when pageable.
  */
 static int place_and_lock(zo_pinned_pool_t *p, void *addr, size_t len) {
-  if (p->topo &&
-      hwloc_set_area_membind(p->topo, addr, len, p->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) != 0)
-    zo_warn_once("pinned host pool: cannot bind memory to NUMA node %d (%s); pages go where first touch puts them",
-                 p->opts.numa_node, strerror(errno));
+  if (p->topo && hwloc_set_area_membind(p->topo, addr, len, p->nodeset, HWLOC_MEMBIND_BIND,
+                                        HWLOC_MEMBIND_BYNODESET) != 0)
+    zo_warn_once(
+        "pinned host pool: cannot bind memory to NUMA node %d (%s); pages go where first touch puts them",
+        p->opts.numa_node, strerror(errno));
   if (!p->opts.pin) return 0;
   prefault_parallel(addr, len, p->page);
   if (mlock(addr, len) == 0) return 1;
@@ -300,7 +311,8 @@ static void *map_region(zo_pinned_pool_t *p, size_t size, size_t align, int dire
   if (align < p->page) align = p->page;
   size_t extra = align - p->page;
   if (size > SIZE_MAX - extra) return NULL;
-  uint8_t *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint8_t *raw =
+      mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   uintptr_t a = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
   if (a > (uintptr_t)raw) munmap(raw, a - (uintptr_t)raw);
@@ -338,8 +350,10 @@ static int region_pinned(zo_pinned_pool_t *p, const void *addr) {
  * failed (the pages then stay). */
 static int drop_pages(void *addr, size_t len, int pinned) {
   if (pinned) munlock(addr, len);
-  return mmap(addr, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED
-             ? -1 : 0;
+  return mmap(addr, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+              0) == MAP_FAILED
+             ? -1
+             : 0;
 }
 
 /*
@@ -360,8 +374,10 @@ static void unmap_range(zo_pinned_pool_t *p, void *addr, size_t size, int commit
   p->regs[i].live -= size < r.live ? size : r.live;
   int whole = p->regs[i].live == 0;
   if (whole) p->regs[i] = p->regs[--p->n_regs];
-  if (whole) cr_remove(p, r.base, r.len);
-  else cr_remove(p, (uintptr_t)addr, size);
+  if (whole)
+    cr_remove(p, r.base, r.len);
+  else
+    cr_remove(p, (uintptr_t)addr, size);
   pthread_mutex_unlock(&p->mu);
   if (whole) {
     if (committed && r.pinned) munlock(addr, size);
@@ -384,8 +400,8 @@ static void unmap_range(zo_pinned_pool_t *p, void *addr, size_t size, int commit
 
 static zo_pinned_pool_t *pool_of(extent_hooks_t *h) { return (zo_pinned_pool_t *)(void *)h; }
 
-static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit,
-                        unsigned arena_ind) {
+static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
+                        bool *zero, bool *commit, unsigned arena_ind) {
   (void)arena_ind;
   if (new_addr) return NULL; /* no growing in place; jemalloc then maps elsewhere */
   void *addr = map_region(pool_of(h), size, alignment, 0);
@@ -396,7 +412,8 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 }
 
 /* Arena destroyed: its retained extents go back to the kernel. */
-static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena_ind) {
+static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed,
+                         unsigned arena_ind) {
   (void)arena_ind;
   unmap_range(pool_of(h), addr, size, committed);
 }
@@ -409,7 +426,8 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t offse
   uint8_t *a = (uint8_t *)addr + offset;
   int want_pin = region_pinned(p, addr);
   if (want_pin < 0) return true;
-  if (mmap(a, length, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+  if (mmap(a, length, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+      MAP_FAILED)
     return true;
   int pinned = place_and_lock(p, a, length);
   if (pinned != want_pin) {
@@ -446,15 +464,15 @@ static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off
   return false;
 }
 
-static bool hook_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a, size_t size_b, bool committed,
-                       unsigned arena_ind) {
+static bool hook_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a, size_t size_b,
+                       bool committed, unsigned arena_ind) {
   (void)h, (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
   return false;
 }
 
 /* Merge only pieces of one mmap, so every extent is pinned or pageable as a whole. */
-static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b, size_t size_b, bool committed,
-                       unsigned arena_ind) {
+static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b, size_t size_b,
+                       bool committed, unsigned arena_ind) {
   (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
   zo_pinned_pool_t *p = pool_of(h);
   pthread_mutex_lock(&p->mu);
@@ -469,7 +487,9 @@ static zo_status arena_ctl_size(const zo_je *je, unsigned arena, const char *nam
   char key[64];
   snprintf(key, sizeof key, "arena.%u.%s", arena, name);
   int rc = je->mallctl(key, NULL, NULL, &v, sizeof v);
-  if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zu): %s", key, v, strerror(rc));
+  if (rc)
+    return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zu): %s", key, v,
+                        strerror(rc));
   return ZO_OK;
 }
 
@@ -477,7 +497,9 @@ static zo_status arena_ctl_ssize(const zo_je *je, unsigned arena, const char *na
   char key[64];
   snprintf(key, sizeof key, "arena.%u.%s", arena, name);
   int rc = je->mallctl(key, NULL, NULL, &v, sizeof v);
-  if (rc) return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zd): %s", key, v, strerror(rc));
+  if (rc)
+    return zo_error_set(ZO_ERR_SYSTEM, "pinned host pool: mallctl(\"%s\", %zd): %s", key, v,
+                        strerror(rc));
   return ZO_OK;
 }
 
@@ -487,7 +509,8 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
   *out = NULL;
   if (!opts) opts = &defaults;
   if (opts->numa_node < -1 || (opts->pin != 0 && opts->pin != 1) || opts->decay_ms < -1)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned host pool: bad options (numa_node %d, pin %d, decay_ms %d)",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "pinned host pool: bad options (numa_node %d, pin %d, decay_ms %d)",
                         opts->numa_node, opts->pin, opts->decay_ms);
   zo_pinned_pool_t *p = calloc(1, sizeof *p);
   if (!p) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned host pool: out of host memory");
@@ -517,9 +540,11 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
       goto fail;
     }
     int n_nodes = hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE);
-    hwloc_obj_t node = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_NUMANODE, (unsigned)opts->numa_node);
+    hwloc_obj_t node =
+        hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_NUMANODE, (unsigned)opts->numa_node);
     if (!node) {
-      st = zo_error_set(ZO_ERR_INVALID_ARG, "pinned host pool: NUMA node %d does not exist (this machine has %d)",
+      st = zo_error_set(ZO_ERR_INVALID_ARG,
+                        "pinned host pool: NUMA node %d does not exist (this machine has %d)",
                         opts->numa_node, n_nodes);
       goto fail;
     }
@@ -532,8 +557,10 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
 
   p->je = zo_je_get();
   if (!p->je) {
-    zo_log_once(ZO_LOG_INFO, "pinned host pool: no jemalloc (%s): each pinned buffer is mapped on its own, in "
-                "whole pages", zo_je_why());
+    zo_log_once(ZO_LOG_INFO,
+                "pinned host pool: no jemalloc (%s): each pinned buffer is mapped on its own, in "
+                "whole pages",
+                zo_je_why());
     *out = p;
     return ZO_OK;
   }
@@ -543,7 +570,8 @@ zo_status zo_pinned_pool_create(const zo_pinned_opts *opts, zo_pinned_pool_t **o
                               .destroy = hook_destroy,
                               .commit = hook_commit,
                               .decommit = hook_decommit,
-                              .purge_lazy = NULL,   /* refused: pages of a locked extent stay until decommit */
+                              .purge_lazy =
+                                  NULL, /* refused: pages of a locked extent stay until decommit */
                               .purge_forced = NULL,
                               .split = hook_split,
                               .merge = hook_merge};
@@ -572,8 +600,10 @@ void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
   if (!p) return;
   if (p->opts.pin) { /* off the list first: an activation cannot register what is going away */
     pthread_mutex_lock(&g_pools_mu);
-    if (p->prev_pool) p->prev_pool->next_pool = p->next_pool;
-    else if (g_pools == p) g_pools = p->next_pool;
+    if (p->prev_pool)
+      p->prev_pool->next_pool = p->next_pool;
+    else if (g_pools == p)
+      g_pools = p->next_pool;
     if (p->next_pool) p->next_pool->prev_pool = p->prev_pool;
     pthread_mutex_unlock(&g_pools_mu);
   }
@@ -581,7 +611,8 @@ void zo_pinned_pool_destroy(zo_pinned_pool_t *p) {
     char key[64];
     snprintf(key, sizeof key, "arena.%u.destroy", p->arena);
     int rc = p->je->mallctl(key, NULL, NULL, NULL, 0);
-    if (rc) zo_warn("pinned host pool: jemalloc %s: %s; its extents stay mapped", key, strerror(rc));
+    if (rc)
+      zo_warn("pinned host pool: jemalloc %s: %s; its extents stay mapped", key, strerror(rc));
     if (rc) goto out; /* jemalloc may still use them */
   }
   /* Direct buffers never freed, and anything jemalloc did not hand back. */
@@ -609,18 +640,22 @@ static int arena_flags(const zo_pinned_pool_t *p, size_t align) {
 zo_status zo_pinned_alloc(zo_pinned_pool_t *p, size_t nbytes, size_t align, int zero, void **out) {
   if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: out is NULL");
   *out = NULL;
-  if (!p || nbytes == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: %s", p ? "nbytes is 0" : "pool is NULL");
+  if (!p || nbytes == 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: %s", p ? "nbytes is 0" : "pool is NULL");
   if (align == 0) align = 16;
   if (align & (align - 1))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: alignment %zu is not a power of two", align);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "pinned alloc: alignment %zu is not a power of two",
+                        align);
 
   int flags = arena_flags(p, align);
   size_t pages = nbytes > SIZE_MAX - p->page ? SIZE_MAX : (nbytes + p->page - 1) & ~(p->page - 1);
   if (nbytes >= DIRECT_MIN_BYTES || !p->have_arena) {
-    if (pages == SIZE_MAX) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: %zu bytes is too large", nbytes);
+    if (pages == SIZE_MAX)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: %zu bytes is too large", nbytes);
     void *a = map_region(p, pages, align, 1);
     if (!a)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot map %zu bytes: %s", pages, strerror(errno));
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot map %zu bytes: %s", pages,
+                          strerror(errno));
     atomic_fetch_add(&p->bytes_allocated, pages);
     atomic_fetch_add(&p->n_allocs, 1);
     *out = a; /* fresh anonymous pages are zero */
@@ -628,8 +663,8 @@ zo_status zo_pinned_alloc(zo_pinned_pool_t *p, size_t nbytes, size_t align, int 
   }
   void *a = p->je->mallocx(nbytes, flags | (zero ? MALLOCX_ZERO : 0));
   if (!a)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "pinned alloc: cannot allocate %zu bytes (alignment %zu)", nbytes,
-                        align);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "pinned alloc: cannot allocate %zu bytes (alignment %zu)", nbytes, align);
   atomic_fetch_add(&p->bytes_allocated, p->je->sallocx(a, 0));
   atomic_fetch_add(&p->n_allocs, 1);
   *out = a;
@@ -677,14 +712,16 @@ int zo_pinned_is_registered(zo_pinned_pool_t *p, const void *ptr) {
 
 /* Bytes of [@ptr, @ptr + @nbytes) that no registered range of @p covers; *@why the pool's latest registration
  * error. The committed ranges are disjoint, so the covered parts add up to at most @nbytes. */
-static size_t unregistered_in(zo_pinned_pool_t *p, const void *ptr, size_t nbytes, char *why, size_t why_len) {
+static size_t unregistered_in(zo_pinned_pool_t *p, const void *ptr, size_t nbytes, char *why,
+                              size_t why_len) {
   const uintptr_t a = (uintptr_t)ptr, b = nbytes > UINTPTR_MAX - a ? UINTPTR_MAX : a + nbytes;
   size_t covered = 0;
   pthread_mutex_lock(&p->mu);
   for (size_t i = 0; i < p->n_crs; i++) {
     const crange *c = &p->crs[i];
     if (!c->registered) continue;
-    const uintptr_t lo = c->base > a ? c->base : a, hi = c->base + c->len < b ? c->base + c->len : b;
+    const uintptr_t lo = c->base > a ? c->base : a,
+                    hi = c->base + c->len < b ? c->base + c->len : b;
     if (lo < hi) covered += hi - lo;
   }
   if (why && why_len) snprintf(why, why_len, "%s", p->reg_err);
@@ -797,17 +834,20 @@ static size_t round_page(size_t n) {
 }
 
 zo_status zo_host_alloc(size_t nbytes, int pin, void **out, int *pinned) {
-  if (!out || nbytes == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "host alloc: nbytes must be > 0");
+  if (!out || nbytes == 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "host alloc: nbytes must be > 0");
   *out = NULL;
   if (pinned) *pinned = 0;
   if (!pin) {
     size_t len;
-    if (zo_size_round_up(nbytes, (size_t)sysconf(_SC_PAGESIZE), &len)) /* round_page() would wrap to 0 */
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: %zu bytes is more than the address space holds", nbytes);
+    if (zo_size_round_up(nbytes, (size_t)sysconf(_SC_PAGESIZE),
+                         &len)) /* round_page() would wrap to 0 */
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "host alloc: %zu bytes is more than the address space holds", nbytes);
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: cannot map %zu bytes: %s", round_page(nbytes),
-                          strerror(errno));
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "host alloc: cannot map %zu bytes: %s",
+                          round_page(nbytes), strerror(errno));
     *out = p;
     return ZO_OK;
   }

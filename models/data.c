@@ -53,7 +53,8 @@ static int read_file_into(const char *path, bytes_t *b, char *err, size_t errlen
   struct stat st;
   if (fstat(fd, &st) == 0 && st.st_size > 0 && bytes_reserve(b, (size_t)st.st_size) != 0) {
     close(fd);
-    seterr(err, errlen, "corpus file '%s': out of memory (%lld bytes)", path, (long long)st.st_size);
+    seterr(err, errlen, "corpus file '%s': out of memory (%lld bytes)", path,
+           (long long)st.st_size);
     return -1;
   }
   for (;;) {
@@ -81,7 +82,9 @@ static int ends_with(const char *s, const char *suf) {
   return n >= k && memcmp(s + n - k, suf, k) == 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int add_file(data_loader *d, const char *path) {
   char **f = realloc(d->files, (size_t)(d->n_files + 1) * sizeof *f);
@@ -94,7 +97,8 @@ static int add_file(data_loader *d, const char *path) {
 }
 
 /* The names in directory @path, less ".", ".." and *.dat / *.u8 (zo-train's own outputs), in *@names[*@nn]. */
-static int list_dir_names(const char *path, char ***names_out, size_t *nn_out, char *err, size_t errlen) {
+static int list_dir_names(const char *path, char ***names_out, size_t *nn_out, char *err,
+                          size_t errlen) {
   DIR *dir = opendir(path);
   if (!dir) {
     seterr(err, errlen, "corpus '%s': cannot open directory: %s", path, strerror(errno));
@@ -133,7 +137,8 @@ static int list_dir_names(const char *path, char ***names_out, size_t *nn_out, c
 }
 
 /* Read the file @name of directory @path into @b if it is a regular file (symlinks, directories, devices: skipped). */
-static int read_dir_entry(data_loader *d, const char *path, const char *name, bytes_t *b, char *err, size_t errlen) {
+static int read_dir_entry(data_loader *d, const char *path, const char *name, bytes_t *b, char *err,
+                          size_t errlen) {
   size_t plen = strlen(path);
   size_t need = plen + 1 + strlen(name) + 1;
   char *full = malloc(need);
@@ -163,7 +168,8 @@ static int read_dir(data_loader *d, const char *path, bytes_t *b, char *err, siz
   char **names = NULL;
   size_t nn = 0;
   int rc = list_dir_names(path, &names, &nn, err, errlen);
-  if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
+  if (rc == 0 && nn > 1)
+    qsort(names, nn, sizeof *names, cmp_str); /* names is NULL for an empty directory (UBSan) */
   for (size_t i = 0; i < nn && rc == 0; i++) rc = read_dir_entry(d, path, names[i], b, err, errlen);
   for (size_t i = 0; i < nn; i++) free(names[i]);
   free(names);
@@ -180,7 +186,8 @@ void data_close(data_loader *d) {
 }
 
 /* The arguments data_open() refuses before it touches the file system. */
-static int check_open_args(const char *path, double val_fraction, int seq_len, char *err, size_t errlen) {
+static int check_open_args(const char *path, double val_fraction, int seq_len, char *err,
+                           size_t errlen) {
   if (!path || !*path) {
     seterr(err, errlen, "data.path: empty");
     return -1;
@@ -197,7 +204,8 @@ static int check_open_args(const char *path, double val_fraction, int seq_len, c
 }
 
 /* Read the corpus at @path (a directory or a regular file, @st its stat) into @b; non-empty, or an error. */
-static int read_corpus(data_loader *d, const char *path, const struct stat *st, bytes_t *b, char *err, size_t errlen) {
+static int read_corpus(data_loader *d, const char *path, const struct stat *st, bytes_t *b,
+                       char *err, size_t errlen) {
   int rc;
   if (S_ISDIR(st->st_mode)) {
     rc = read_dir(d, path, b, err, errlen);
@@ -213,14 +221,16 @@ static int read_corpus(data_loader *d, const char *path, const struct stat *st, 
   }
   if (rc != 0) return -1;
   if (b->n == 0) {
-    seterr(err, errlen, "corpus '%s' is empty (0 bytes in %d file%s)", path, d->n_files, d->n_files == 1 ? "" : "s");
+    seterr(err, errlen, "corpus '%s' is empty (0 bytes in %d file%s)", path, d->n_files,
+           d->n_files == 1 ? "" : "s");
     return -1;
   }
   return 0;
 }
 
 /* Mark each of @nblk blocks val (1) or train (0) by its splitmix64 hash; at least one of each where possible. */
-static void mark_val_blocks(uint8_t *is_val, size_t nblk, double val_fraction, uint64_t split_seed) {
+static void mark_val_blocks(uint8_t *is_val, size_t nblk, double val_fraction,
+                            uint64_t split_seed) {
   const uint64_t key = splitmix64(split_seed);
   /* threshold on the top 53 bits, exact for val_fraction in [0, 1) */
   const uint64_t thr = (uint64_t)(val_fraction * 9007199254740992.0);
@@ -238,8 +248,8 @@ static void mark_val_blocks(uint8_t *is_val, size_t nblk, double val_fraction, u
 }
 
 /* Copy the blocks of @b into d->split_bytes[DATA_TRAIN] and [DATA_VAL], in order, as @is_val assigns them. */
-static int copy_splits(data_loader *d, const bytes_t *b, const uint8_t *is_val, size_t nblk, const char *path,
-                       char *err, size_t errlen) {
+static int copy_splits(data_loader *d, const bytes_t *b, const uint8_t *is_val, size_t nblk,
+                       const char *path, char *err, size_t errlen) {
   size_t n_split[2] = {0, 0};
   for (size_t k = 0; k < nblk; k++) {
     size_t len = k + 1 == nblk ? b->n - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
@@ -264,8 +274,8 @@ static int copy_splits(data_loader *d, const bytes_t *b, const uint8_t *is_val, 
 }
 
 /* Split the corpus @b into train / val by blocks of DATA_BLOCK_BYTES. */
-static int split_corpus(data_loader *d, const bytes_t *b, double val_fraction, uint64_t split_seed, const char *path,
-                        char *err, size_t errlen) {
+static int split_corpus(data_loader *d, const bytes_t *b, double val_fraction, uint64_t split_seed,
+                        const char *path, char *err, size_t errlen) {
   const size_t nblk = (b->n + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES;
   uint8_t *is_val = calloc(nblk, 1);
   if (!is_val) {
@@ -279,22 +289,23 @@ static int split_corpus(data_loader *d, const bytes_t *b, double val_fraction, u
 }
 
 /* Each split in use holds at least one window of seq_len + 1 bytes. */
-static int check_split_sizes(const data_loader *d, const char *path, double val_fraction, int seq_len, char *err,
-                             size_t errlen) {
+static int check_split_sizes(const data_loader *d, const char *path, double val_fraction,
+                             int seq_len, char *err, size_t errlen) {
   const size_t need = (size_t)seq_len + 1;
   if (d->split_n[DATA_TRAIN] < need || (val_fraction > 0.0 && d->split_n[DATA_VAL] < need)) {
-    seterr(err, errlen,
-           "corpus '%s' has %zu bytes; need at least %zu for seq_len %d (train %zu bytes, val %zu bytes, "
-           "val_fraction %g; each split needs seq_len+1 bytes)",
-           path, d->total, val_fraction > 0.0 ? 2 * need : need, seq_len, d->split_n[DATA_TRAIN],
-           d->split_n[DATA_VAL], val_fraction);
+    seterr(
+        err, errlen,
+        "corpus '%s' has %zu bytes; need at least %zu for seq_len %d (train %zu bytes, val %zu bytes, "
+        "val_fraction %g; each split needs seq_len+1 bytes)",
+        path, d->total, val_fraction > 0.0 ? 2 * need : need, seq_len, d->split_n[DATA_TRAIN],
+        d->split_n[DATA_VAL], val_fraction);
     return -1;
   }
   return 0;
 }
 
-int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len, data_loader **out, char *err,
-              size_t errlen) {
+int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len,
+              data_loader **out, char *err, size_t errlen) {
   if (!out) {
     seterr(err, errlen, "data_open: out is NULL");
     return -1;
@@ -344,8 +355,8 @@ const uint8_t *data_split_bytes(const data_loader *d, data_split split, size_t *
   return d->split_bytes[split];
 }
 
-int data_next_batch(const data_loader *d, data_split split, int B, int T, uint64_t *rng_state, uint8_t *inputs,
-                    uint8_t *targets) {
+int data_next_batch(const data_loader *d, data_split split, int B, int T, uint64_t *rng_state,
+                    uint8_t *inputs, uint8_t *targets) {
   if (!d || !rng_state || !inputs || !targets || B < 1 || T < 1) return -1;
   if (split != DATA_TRAIN && split != DATA_VAL) return -1;
   const size_t n = d->split_n[split];
@@ -370,7 +381,8 @@ int data_val_windows(const data_loader *d, int T, int max_windows) {
   return w < (size_t)max_windows ? (int)w : max_windows;
 }
 
-int data_val_batch(const data_loader *d, int T, int first, int B, uint8_t *inputs, uint8_t *targets) {
+int data_val_batch(const data_loader *d, int T, int first, int B, uint8_t *inputs,
+                   uint8_t *targets) {
   if (!d || !inputs || !targets || T < 1 || B < 1 || first < 0) return -1;
   size_t n = d->split_n[DATA_VAL];
   size_t avail = n >= (size_t)T + 1 ? (n - 1) / (size_t)T : 0;

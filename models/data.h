@@ -52,8 +52,8 @@ typedef struct data_loader data_loader;
  * a split too small ("corpus 'x' has N bytes; need at least M for seq_len T
  * (train A bytes, val B bytes)"), bad arguments, out of memory.
  */
-int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len, data_loader **out, char *err,
-              size_t errlen);
+int data_open(const char *path, double val_fraction, uint64_t split_seed, int seq_len,
+              data_loader **out, char *err, size_t errlen);
 
 /* data_close() - free the loader; NULL is accepted. */
 void data_close(data_loader *d);
@@ -79,8 +79,8 @@ const uint8_t *data_split_bytes(const data_loader *d, data_split split, size_t *
  * B*T bytes each. Returns 0, or -1 when B < 1, T < 1, a pointer is NULL, or
  * the split holds fewer than T+1 bytes.
  */
-int data_next_batch(const data_loader *d, data_split split, int B, int T, uint64_t *rng_state, uint8_t *inputs,
-                    uint8_t *targets);
+int data_next_batch(const data_loader *d, data_split split, int B, int T, uint64_t *rng_state,
+                    uint8_t *inputs, uint8_t *targets);
 
 /*
  * data_val_windows() - size of the fixed validation set for window length
@@ -96,7 +96,8 @@ int data_val_windows(const data_loader *d, int T, int max_windows);
  * as data_next_batch(). Returns 0, or -1 when the range runs past the val
  * split or an argument is bad. Deterministic: no rng.
  */
-int data_val_batch(const data_loader *d, int T, int first, int B, uint8_t *inputs, uint8_t *targets);
+int data_val_batch(const data_loader *d, int T, int first, int B, uint8_t *inputs,
+                   uint8_t *targets);
 
 #ifdef __cplusplus
 }

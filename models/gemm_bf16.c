@@ -4,18 +4,22 @@
 #include <stdio.h>
 
 #if !ZO_HAVE_ONEDNN /* built with -DZO_WITH_ONEDNN=OFF (the sanitizer builds) */
-int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                 int accumulate, float *C, int ldc, char *err, size_t errlen) {
-  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)accumulate, (void)C;
+int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                 int ldb, int accumulate, float *C, int ldc, char *err, size_t errlen) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)accumulate, (void)C;
   (void)ldc;
-  if (err && errlen) snprintf(err, errlen, "bf16 matmul: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)");
+  if (err && errlen)
+    snprintf(err, errlen, "bf16 matmul: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)");
   return -1;
 }
-int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
-                      size_t errlen) {
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate,
+                      int ldc, char *err, size_t errlen) {
   return gemm_bf16_1t(ta, tb, M, N, K, NULL, lda, NULL, ldb, accumulate, NULL, ldc, err, errlen);
 }
-const char *gemm_bf16_isa(void) { return "unavailable: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)"; }
+const char *gemm_bf16_isa(void) {
+  return "unavailable: zo-train was built without oneDNN (-DZO_WITH_ONEDNN=OFF)";
+}
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -46,7 +50,8 @@ static const char *status_name(dnnl_status_t s) {
   switch (s) {
     case dnnl_out_of_memory: return " (out of memory)";
     case dnnl_invalid_arguments: return " (invalid arguments)";
-    case dnnl_unimplemented: return " (unimplemented: no bf16 matmul for this CPU's instruction set)";
+    case dnnl_unimplemented:
+      return " (unimplemented: no bf16 matmul for this CPU's instruction set)";
     case dnnl_runtime_error: return " (runtime error)";
     default: return "";
   }
@@ -54,14 +59,18 @@ static const char *status_name(dnnl_status_t s) {
 
 static int fail(char *err, size_t errlen, const char *what, const int *key, dnnl_status_t s) {
   if (err && errlen)
-    snprintf(err, errlen, "bf16 matmul %s (ta %d tb %d M %d N %d K %d lda %d ldb %d ldc %d acc %d): oneDNN status %d%s",
-             what, key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], (int)s, status_name(s));
+    snprintf(
+        err, errlen,
+        "bf16 matmul %s (ta %d tb %d M %d N %d K %d lda %d ldb %d ldc %d acc %d): oneDNN status %d%s",
+        what, key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], (int)s,
+        status_name(s));
   return -1;
 }
 
 /* Create the primitive of @key on one thread (its blocking must not depend on the caller's thread count). */
 static int create(prim *e, const int *key, char *err, size_t errlen) {
-  const int ta = key[0], tb = key[1], M = key[2], N = key[3], K = key[4], lda = key[5], ldb = key[6], ldc = key[7];
+  const int ta = key[0], tb = key[1], M = key[2], N = key[3], K = key[4], lda = key[5],
+            ldb = key[6], ldc = key[7];
   dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
   dnnl_dims_t as = {lda, 1}, bs = {ldb, 1}, cs = {ldc, 1};
   if (ta) as[0] = 1, as[1] = lda; /* A stored (K,M): element (m,k) at k*lda + m */
@@ -78,10 +87,12 @@ static int create(prim *e, const int *key, char *err, size_t errlen) {
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
   if ((s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
-      (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success)
+      (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) !=
+          dnnl_success)
     goto out;
   if (key[8]) { /* C += A B: the sum post-op reads C before it is written */
-    if ((s = dnnl_post_ops_create(&po)) != dnnl_success || (s = dnnl_post_ops_append_sum(po, 1.0f)) != dnnl_success ||
+    if ((s = dnnl_post_ops_create(&po)) != dnnl_success ||
+        (s = dnnl_post_ops_append_sum(po, 1.0f)) != dnnl_success ||
         (s = dnnl_primitive_attr_set_post_ops(attr, po)) != dnnl_success)
       goto out;
   }
@@ -131,8 +142,8 @@ out:
   return e;
 }
 
-int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                 int accumulate, float *C, int ldc, char *err, size_t errlen) {
+int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                 int ldb, int accumulate, float *C, int ldc, char *err, size_t errlen) {
   const int key[9] = {!!ta, !!tb, M, N, K, lda, ldb, ldc, !!accumulate};
   if (M <= 0 || N <= 0) return 0;
   if (K <= 0) { /* an empty sum: C = 0, or C unchanged */
@@ -143,7 +154,8 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
   prim *e = lookup(key, err, errlen);
   if (!e) return -1;
   dnnl_status_t s;
-  if (!t_stream && (s = dnnl_stream_create(&t_stream, g_eng, dnnl_stream_default_flags)) != dnnl_success) {
+  if (!t_stream &&
+      (s = dnnl_stream_create(&t_stream, g_eng, dnnl_stream_default_flags)) != dnnl_success) {
     t_stream = NULL;
     return fail(err, errlen, "stream", key, s);
   }
@@ -159,9 +171,12 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
       (s = dnnl_memory_create(&bm, &e->b_md, g_eng, (void *)B)) == dnnl_success &&
       (s = dnnl_memory_create(&cm, &e->c_md, g_eng, C)) == dnnl_success &&
       (s = dnnl_memory_create(&sm, &e->s_md, g_eng, t_scratch)) == dnnl_success) {
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
-    if ((s = dnnl_primitive_execute(e->p, t_stream, 4, args)) == dnnl_success) s = dnnl_stream_wait(t_stream);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am},
+                               {DNNL_ARG_WEIGHTS, bm},
+                               {DNNL_ARG_DST, cm},
+                               {DNNL_ARG_SCRATCHPAD, sm}};
+    if ((s = dnnl_primitive_execute(e->p, t_stream, 4, args)) == dnnl_success)
+      s = dnnl_stream_wait(t_stream);
   }
   if (am) dnnl_memory_destroy(am);
   if (bm) dnnl_memory_destroy(bm);
@@ -170,8 +185,8 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
   return s == dnnl_success ? 0 : fail(err, errlen, "execution", key, s);
 }
 
-int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
-                      size_t errlen) {
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate,
+                      int ldc, char *err, size_t errlen) {
   const int key[9] = {!!ta, !!tb, M, N, K, lda, ldb, ldc, !!accumulate};
   if (M <= 0 || N <= 0 || K <= 0) return 0; /* gemm_bf16_1t makes no primitive for these */
   return lookup(key, err, errlen) ? 0 : -1;
@@ -202,4 +217,4 @@ const char *gemm_bf16_isa(void) {
   pthread_once(&g_isa_once, probe_isa);
   return g_isa;
 }
-#endif /* ZO_HAVE_ONEDNN */
+#endif                 /* ZO_HAVE_ONEDNN */

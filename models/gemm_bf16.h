@@ -35,8 +35,8 @@
  * and oneDNN's status (creation failed, out of memory); C is then unchanged
  * or partly written.
  */
-int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                 int accumulate, float *C, int ldc, char *err, size_t errlen);
+int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                 int ldb, int accumulate, float *C, int ldc, char *err, size_t errlen);
 
 /*
  * gemm_bf16_prepare() - make and cache the primitive gemm_bf16_1t() would use
@@ -44,8 +44,8 @@ int gemm_bf16_1t(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
  * -1 with a message in @err naming the shape and oneDNN's status (creation
  * failed: e.g. no bf16 matmul for this CPU; out of memory). Thread-safe.
  */
-int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
-                      size_t errlen);
+int gemm_bf16_prepare(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate,
+                      int ldc, char *err, size_t errlen);
 
 /* gemm_bf16_isa() - the kernel oneDNN picked for a representative product (e.g. "brg:avx512_core_bf16"), for the
  * log; "unavailable: ..." when oneDNN cannot make one. */

@@ -46,8 +46,8 @@ static inline float fast_expf(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   /* round to nearest by the 1.5*2^23 trick: vectorises, no libm call */
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;  /* ln2 high part (exact in float) */
-  r = r - n * -2.12194440e-4f;     /* ln2 low part */
+  float r = x - n * 0.693359375f; /* ln2 high part (exact in float) */
+  r = r - n * -2.12194440e-4f;    /* ln2 low part */
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -55,7 +55,10 @@ static inline float fast_expf(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  union { float f; int32_t i; } s;
+  union {
+    float f;
+    int32_t i;
+  } s;
   s.i = ((int32_t)n + 127) << 23;
   return p * s.f;
 }
@@ -85,7 +88,8 @@ const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL 
  * team size follows the 15-minute load average, and beside the same three
  * processes 10 steps of the default config had not finished after 10 minutes.
  */
-static int threads_cap; /* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
+static int
+    threads_cap; /* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
 static int threads_now;
 static double threads_checked; /* zo_clock_s() of the last look at /proc/loadavg */
 
@@ -115,7 +119,8 @@ static int own_runnable(void) {
     const size_t len = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[len] = 0;
-    const char *rp = strrchr(buf, ')'); /* "tid (comm) S ...": comm may hold blanks and parentheses */
+    const char *rp =
+        strrchr(buf, ')'); /* "tid (comm) S ...": comm may hold blanks and parentheses */
     if (rp && rp[1] == ' ' && rp[2] == 'R') n++;
   }
   closedir(d);
@@ -212,12 +217,12 @@ const char *gpt_blas_core(void) {
 #ifndef GPT_PAR_MIN_NS
 #define GPT_PAR_MIN_NS 50000.0
 #endif
-#define NS_ADD 0.15    /* add, copy, scale: per element */
-#define NS_LN 0.4      /* LayerNorm, forward or one backward loop: per element */
-#define NS_GELU 0.6    /* GELU forward; backward ~1.5x */
-#define NS_EXP 1.5     /* softmax: per element */
-#define NS_MAC 0.015   /* sgemm: per multiply-add */
-#define NS_INIT 9.0    /* gpt_param_init's normals (splitmix64, logf, sincosf): per element */
+#define NS_ADD 0.15  /* add, copy, scale: per element */
+#define NS_LN 0.4    /* LayerNorm, forward or one backward loop: per element */
+#define NS_GELU 0.6  /* GELU forward; backward ~1.5x */
+#define NS_EXP 1.5   /* softmax: per element */
+#define NS_MAC 0.015 /* sgemm: per multiply-add */
+#define NS_INIT 9.0  /* gpt_param_init's normals (splitmix64, logf, sincosf): per element */
 
 /* 1 when work of this estimated single-core time is worth a parallel region. */
 static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
@@ -254,7 +259,8 @@ static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
  */
 #define GEMM_TILE_MAC (16.0 * 1024 * 1024)
 #define GEMM_TILE_SIDE 256 /* a split side of L rows or columns: at most L / 256 tiles (and 2) */
-#define GEMM_TILE_ALIGN 16 /* a tile's side: a multiple of the kernels' unroll (16 rows and columns cover them) */
+#define GEMM_TILE_ALIGN \
+  16 /* a tile's side: a multiple of the kernels' unroll (16 rows and columns cover them) */
 
 static inline int div_up(long a, long b) { return (int)((a + b - 1) / b); }
 static inline int round_up(int a, int b) { return div_up(a, b) * b; }
@@ -264,7 +270,9 @@ static void gemm_tiles(int M, int N, int K, int *mb, int *nb) {
   *mb = M, *nb = N;
   const double mac = (double)M * N * K;
   if (!par(mac * NS_MAC)) return;
-  const int L = M >= N ? M : N; /* the longer side is split: the operand each tile repacks is the other side's */
+  const int L =
+      M >= N ? M
+             : N; /* the longer side is split: the operand each tile repacks is the other side's */
   const long most = L / GEMM_TILE_SIDE > 2 ? L / GEMM_TILE_SIDE : 2;
   long want = 1; /* the largest power of two of tiles of GEMM_TILE_MAC each, at most @most */
   while (2 * want <= most && 2.0 * want * GEMM_TILE_MAC <= mac) want *= 2;
@@ -282,16 +290,17 @@ static void gemm_tiles(int M, int N, int K, int *mb, int *nb) {
  * an active parallel region), so outside one the calling thread's OpenMP
  * thread count is 1 for the call and restored after.
  */
-static void sgemm_1t(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static void sgemm_1t(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc) {
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (nt > 1) omp_set_num_threads(1);
   cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (nt > 1) omp_set_num_threads(nt);
 }
 
-static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   int mb, nb;
   gemm_tiles(M, N, K, &mb, &nb);
   const int tm = div_up(M, mb), tn = div_up(N, nb);
@@ -317,8 +326,8 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, fl
  * failed (m->gemm_failed, its message in m->err); the caller's pass returns
  * the error at its end.
  */
-static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
-                   int ldb, int accumulate, float *C, int ldc) {
+static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, int accumulate, float *C, int ldc) {
   int mb, nb;
   gemm_tiles(M, N, K, &mb, &nb);
   const int tm = div_up(M, mb), tn = div_up(N, nb);
@@ -329,8 +338,8 @@ static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint
     const uint16_t *a = ta ? A + i0 : A + (size_t)i0 * lda;
     const uint16_t *b = tb ? B + (size_t)j0 * ldb : B + j0;
     char err[sizeof m->err];
-    if (gemm_bf16_1t(ta, tb, mm, n, K, a, lda, b, ldb, accumulate, C + (size_t)i0 * ldc + j0, ldc, err,
-                     sizeof err)) {
+    if (gemm_bf16_1t(ta, tb, mm, n, K, a, lda, b, ldb, accumulate, C + (size_t)i0 * ldc + j0, ldc,
+                     err, sizeof err)) {
 #pragma omp critical(gpt_gemm16_err)
       if (!m->gemm_failed) {
         m->gemm_failed = 1;
@@ -341,49 +350,62 @@ static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint
 }
 
 /* The primitive of every tile of one (M,N,K) bf16 product (gemm16's tiles), made now: 0, or -1 with @err. */
-static int prepare16(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc, char *err,
-                     size_t errlen) {
+static int prepare16(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc,
+                     char *err, size_t errlen) {
   int mb, nb;
   gemm_tiles(M, N, K, &mb, &nb);
-  const int ms[2] = {mb, M % mb}, ns[2] = {nb, N % nb}; /* full tiles, and the edge ones (0: none) */
+  const int ms[2] = {mb, M % mb},
+            ns[2] = {nb, N % nb}; /* full tiles, and the edge ones (0: none) */
   for (int a = 0; a < 2; a++)
     for (int b = 0; b < 2; b++)
-      if (ms[a] > 0 && ns[b] > 0 && gemm_bf16_prepare(ta, tb, ms[a], ns[b], K, lda, ldb, accumulate, ldc, err, errlen))
+      if (ms[a] > 0 && ns[b] > 0 &&
+          gemm_bf16_prepare(ta, tb, ms[a], ns[b], K, lda, ldb, accumulate, ldc, err, errlen))
         return -1;
   return 0;
 }
 
 int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t errlen) {
   const int C = c->d_model, N = max_batch * c->seq_len;
-  const int io[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* (in, out) of qkv, attn proj, fc, fc proj */
+  const int io[4][2] = {{C, 3 * C},
+                        {C, C},
+                        {C, 4 * C},
+                        {4 * C, C}}; /* (in, out) of qkv, attn proj, fc, fc proj */
   for (int p = 0; p < 4; p++) {
     const int Ci = io[p][0], OC = io[p][1];
-    if (prepare16(0, 1, N, OC, Ci, Ci, Ci, 1, OC, err, errlen) ||  /* forward: out (N,OC) = inp W^T (+ bias) */
-        prepare16(0, 0, N, Ci, OC, OC, Ci, 0, Ci, err, errlen) ||  /* backward: dinp (N,Ci) = dout W */
-        prepare16(1, 0, OC, Ci, N, OC, Ci, 1, Ci, err, errlen))    /* backward: dW (OC,Ci) += dout^T inp */
+    if (prepare16(0, 1, N, OC, Ci, Ci, Ci, 1, OC, err,
+                  errlen) || /* forward: out (N,OC) = inp W^T (+ bias) */
+        prepare16(0, 0, N, Ci, OC, OC, Ci, 0, Ci, err,
+                  errlen) || /* backward: dinp (N,Ci) = dout W */
+        prepare16(1, 0, OC, Ci, N, OC, Ci, 1, Ci, err,
+                  errlen)) /* backward: dW (OC,Ci) += dout^T inp */
       return -1;
   }
   return 0;
 }
 
 void gpt_gemm_bf16_refusal(char *msg, size_t cap, int streamed, zo_dtype working) {
-  snprintf(msg, cap, "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
-           "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
-           "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"", streamed ? "" : " resident",
-           zo_dtype_name(working));
+  snprintf(
+      msg, cap,
+      "train.cpu_gemm: \"bf16\" is for the CPU model with train.model_memory \"streamed\" and "
+      "bf16.enabled (its products take the engine's bf16 working weights); this run has the CPU model%s, "
+      "working dtype %s: set train.cpu_gemm to \"fp32\" or \"auto\"",
+      streamed ? "" : " resident", zo_dtype_name(working));
 }
 
-int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
-                          int *bf16, char *msg, size_t cap) {
+int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed,
+                          zo_dtype working, int *bf16, char *msg, size_t cap) {
   *bf16 = 0;
   msg[0] = 0;
   if (cuda || mode == GPT_GEMM_FP32) return 0; /* the CUDA model's products are bf16 already */
   const char *what = mode == GPT_GEMM_AUTO ? "\"auto\"" : "\"bf16\"";
   if (!streamed || working != ZO_DTYPE_BF16) {
     if (mode == GPT_GEMM_AUTO)
-      return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): bf16 products need the CPU "
-                      "model with train.model_memory \"streamed\" and bf16.enabled; this run has%s working dtype %s",
-                      gpt_blas_core(), streamed ? "" : " the model resident,", zo_dtype_name(working)), 0;
+      return snprintf(
+                 msg, cap,
+                 "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): bf16 products need the CPU "
+                 "model with train.model_memory \"streamed\" and bf16.enabled; this run has%s working dtype %s",
+                 gpt_blas_core(), streamed ? "" : " the model resident,", zo_dtype_name(working)),
+             0;
     gpt_gemm_bf16_refusal(msg, cap, streamed, working);
     return -1;
   }
@@ -392,25 +414,38 @@ int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda
   const int rc = gpt_gemm_bf16_probe(c, max_batch, why, sizeof why);
   const double ms = (zo_clock_s() - t0) * 1e3;
   /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads either name) */
-  const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA" : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
-                                                                                                 : NULL;
+  const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA"
+                    : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
+                                                 : NULL;
   char cpu[160];
-  snprintf(cpu, sizeof cpu, "%s%s%s%s%s", zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
-                                          : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
-                                                                              : "no AVX-512",
-           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? " by " : "", lim ? lim : "");
+  snprintf(cpu, sizeof cpu, "%s%s%s%s%s",
+           zo_simd_has_avx512_bf16()           ? "AVX512_BF16"
+           : zo_simd_supported(ZO_SIMD_AVX512) ? "AVX-512 without AVX512_BF16"
+                                               : "no AVX-512",
+           lim ? ", oneDNN held to " : "", lim ? getenv(lim) : "", lim ? " by " : "",
+           lim ? lim : "");
   if (rc == 0) {
     *bf16 = 1;
     if (mode == GPT_GEMM_AUTO)
-      snprintf(msg, cap, "train.cpu_gemm \"auto\": bf16 products (%s: every product of this model at micro-batch %d "
-               "made in %.0f ms; CPU: %s)", gpt_gemm_bf16_isa(), max_batch, ms, cpu);
+      snprintf(
+          msg, cap,
+          "train.cpu_gemm \"auto\": bf16 products (%s: every product of this model at micro-batch %d "
+          "made in %.0f ms; CPU: %s)",
+          gpt_gemm_bf16_isa(), max_batch, ms, cpu);
     return 0;
   }
   if (mode == GPT_GEMM_AUTO)
-    return snprintf(msg, cap, "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): this CPU (%s) cannot run "
-                    "oneDNN's bf16 products: %s", gpt_blas_core(), cpu, why), 0;
-  snprintf(msg, cap, "train.cpu_gemm: %s: this CPU (%s) cannot run oneDNN's bf16 products: %s; set train.cpu_gemm to "
-           "\"auto\" (bf16 products where the CPU runs them, fp32 elsewhere) or \"fp32\"", what, cpu, why);
+    return snprintf(
+               msg, cap,
+               "train.cpu_gemm \"auto\": fp32 products (OpenBLAS %s): this CPU (%s) cannot run "
+               "oneDNN's bf16 products: %s",
+               gpt_blas_core(), cpu, why),
+           0;
+  snprintf(
+      msg, cap,
+      "train.cpu_gemm: %s: this CPU (%s) cannot run oneDNN's bf16 products: %s; set train.cpu_gemm to "
+      "\"auto\" (bf16 products where the CPU runs them, fp32 elsewhere) or \"fp32\"",
+      what, cpu, why);
   return -1;
 }
 
@@ -449,14 +484,44 @@ void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
   } else {
     int k = (i - 2) % GPT_PARAMS_PER_LAYER;
     switch (k) {
-      case GPT_P_LN1_W: case GPT_P_LN2_W: n = C; kind = 1; break;
-      case GPT_P_LN1_B: case GPT_P_LN2_B: case GPT_P_ATTPROJ_B: case GPT_P_FCPROJ_B: n = C; kind = 2; break;
-      case GPT_P_QKV_B: n = 3 * C; kind = 2; break;
-      case GPT_P_FC_B: n = 4 * C; kind = 2; break;
-      case GPT_P_QKV_W: n = 3 * C * C; kind = 0; break;
-      case GPT_P_FC_W: n = 4 * C * C; kind = 0; break;
-      case GPT_P_ATTPROJ_W: n = C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
-      default: /* GPT_P_FCPROJ_W */ n = 4 * C * C; kind = 0; std = 0.02f / sqrtf(2.0f * (float)c->n_layer); break;
+      case GPT_P_LN1_W:
+      case GPT_P_LN2_W:
+        n = C;
+        kind = 1;
+        break;
+      case GPT_P_LN1_B:
+      case GPT_P_LN2_B:
+      case GPT_P_ATTPROJ_B:
+      case GPT_P_FCPROJ_B:
+        n = C;
+        kind = 2;
+        break;
+      case GPT_P_QKV_B:
+        n = 3 * C;
+        kind = 2;
+        break;
+      case GPT_P_FC_B:
+        n = 4 * C;
+        kind = 2;
+        break;
+      case GPT_P_QKV_W:
+        n = 3 * C * C;
+        kind = 0;
+        break;
+      case GPT_P_FC_W:
+        n = 4 * C * C;
+        kind = 0;
+        break;
+      case GPT_P_ATTPROJ_W:
+        n = C * C;
+        kind = 0;
+        std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+        break;
+      default: /* GPT_P_FCPROJ_W */
+        n = 4 * C * C;
+        kind = 0;
+        std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+        break;
     }
   }
   if (kind == 1) {
@@ -487,7 +552,8 @@ void gpt_param_init(const gpt_config *c, int i, uint64_t seed, float *out) {
 /* ------------------------------------------------------------------ */
 /* forward kernels */
 
-static void encoder_forward(float *out, const uint8_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
+static void encoder_forward(float *out, const uint8_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C) {
 #pragma omp parallel for schedule(static) if (par((double)B * T * C * NS_ADD))
   for (int n = 0; n < B * T; n++) {
     const float *e = wte + (size_t)inp[n] * C;
@@ -499,8 +565,8 @@ static void encoder_forward(float *out, const uint8_t *inp, const float *wte, co
 }
 
 /* out (N,C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for backward. */
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int N, int C) {
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static) if (par((double)N * C * NS_LN))
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
@@ -542,16 +608,16 @@ static void bias_rows(float *out, const float *bias, int N, int OC, int accumula
  * out (N,OC) (+)= inp (N,C) W^T + bias, W (OC,C). With @accumulate the
  * product is added to what out holds (the residual stream).
  */
-static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N, int C, int OC,
-                           int accumulate) {
+static void matmul_forward(float *out, const float *inp, const float *W, const float *bias, int N,
+                           int C, int OC, int accumulate) {
   bias_rows(out, bias, N, OC, accumulate);
   float beta = (bias || accumulate) ? 1.0f : 0.0f;
   gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
 }
 
 /* matmul_forward() with bf16 W (OC,C) and inp rounded to bf16 (gpt_set_gemm_bf16); bias and accumulation as there. */
-static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, const uint16_t *W, const float *bias,
-                                int N, int C, int OC, int accumulate) {
+static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, const uint16_t *W,
+                                const float *bias, int N, int C, int OC, int accumulate) {
   bias_rows(out, bias, N, OC, accumulate);
   to_bf16(m, m->act16, inp, (size_t)N * C);
   gemm16(m, 0, 1, N, OC, C, m->act16, C, W, C, bias || accumulate, out, OC);
@@ -564,11 +630,13 @@ static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, cons
  * matmuls run single-threaded inside the OpenMP loop (OpenBLAS does not
  * nest threads inside a parallel region).
  */
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH) {
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   /* per (b,h): two T*T*hs products and a T*T softmax (half of it masked) */
-#pragma omp parallel for schedule(static) if (par((double)B * NH * T * T * (2.0 * hs * NS_MAC + NS_EXP / 2)))
+#pragma omp parallel for schedule( \
+    static) if (par((double)B * NH * T * T * (2.0 * hs * NS_MAC + NS_EXP / 2)))
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -610,8 +678,8 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 /* probs (N,V) = softmax(logits); losses (N) = -log probs[target]. */
-static void softmax_xent_forward(float *probs, float *losses, const float *logits, const uint8_t *targets, int N,
-                                 int V) {
+static void softmax_xent_forward(float *probs, float *losses, const float *logits,
+                                 const uint8_t *targets, int N, int V) {
 #pragma omp parallel for schedule(static) if (par((double)N * V * NS_EXP))
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * V;
@@ -647,7 +715,8 @@ static float *G(gpt_model *m, int i) {
 }
 
 /* The products of block parameter @wi: bf16 when gpt_set_gemm_bf16() made it one of those (its binding is bf16). */
-static void mm_forward(gpt_model *m, float *out, const float *inp, int wi, int bi, int N, int C, int OC, int acc) {
+static void mm_forward(gpt_model *m, float *out, const float *inp, int wi, int bi, int N, int C,
+                       int OC, int acc) {
   if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, wi))
     matmul_forward_bf16(m, out, inp, (const uint16_t *)m->bind[wi], W(m, bi), N, C, OC, acc);
   else
@@ -674,8 +743,9 @@ static int stream_group(gpt_model *m, int phase, int group, int end) {
     if (end) {
       *w = *g = NULL;
     } else if (!*w || (phase == GPT_HOOK_BACKWARD && !*g)) {
-      seterr(m->err, sizeof m->err, "%s: %s (parameter %d) has no %s bound at the begin of group %d", fn,
-             m->specs[i].name, i, *w ? "gradient buffer (gpt_bind_grad)" : "weights (gpt_bind_weight)", group);
+      seterr(m->err, sizeof m->err,
+             "%s: %s (parameter %d) has no %s bound at the begin of group %d", fn, m->specs[i].name,
+             i, *w ? "gradient buffer (gpt_bind_grad)" : "weights (gpt_bind_weight)", group);
       return -1;
     } else if (phase == GPT_HOOK_BACKWARD) {
       memset(*g, 0, m->specs[i].n_elems * sizeof(float));
@@ -687,8 +757,8 @@ static int stream_group(gpt_model *m, int phase, int group, int end) {
 /* Call the hook; non-zero aborts the pass with an error message. */
 static int hook(gpt_model *m, int phase, int group, int end) {
   if (m->hook && m->hook(m->hook_user, phase, group, end)) {
-    seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d", phase ? "gpt_backward" : "gpt_forward",
-           group);
+    seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d",
+           phase ? "gpt_backward" : "gpt_forward", group);
     return -1;
   }
   return m->streamed ? stream_group(m, phase, group, end) : 0;
@@ -713,7 +783,8 @@ static int check_tokens(gpt_model *m, const uint8_t *t, size_t n, const char *wh
   if (m->cfg.vocab >= 256) return 0;
   for (size_t i = 0; i < n; i++) {
     if (t[i] >= m->cfg.vocab) {
-      seterr(m->err, sizeof m->err, "gpt_forward: %s[%zu] = %d is not < vocab %d", what, i, t[i], m->cfg.vocab);
+      seterr(m->err, sizeof m->err, "gpt_forward: %s[%zu] = %d is not < vocab %d", what, i, t[i],
+             m->cfg.vocab);
       return -1;
     }
   }
@@ -734,7 +805,8 @@ static block_acts block_slot(gpt_model *m, int l) {
   block_acts a;
   a.res = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * NC;
   a.ln1 = m->ln1 + s * NC, a.ln1_mean = m->ln1_mean + s * Nn, a.ln1_rstd = m->ln1_rstd + s * Nn;
-  a.qkv = m->qkv + s * NC * 3, a.att = m->att + s * TT, a.atty = m->atty + s * NC, a.r2 = m->residual2 + s * NC;
+  a.qkv = m->qkv + s * NC * 3, a.att = m->att + s * TT, a.atty = m->atty + s * NC,
+  a.r2 = m->residual2 + s * NC;
   a.ln2 = m->ln2 + s * NC, a.ln2_mean = m->ln2_mean + s * Nn, a.ln2_rstd = m->ln2_rstd + s * Nn;
   a.fch = m->fch + s * NC * 4, a.fcg = m->fch_gelu + s * NC * 4;
   a.r3 = m->residual3 + (size_t)l * NC;
@@ -753,12 +825,14 @@ static void block_forward(gpt_model *m, int l, int to_output) {
   const int B = m->B, T = m->T, N = B * T, C = m->cfg.d_model, NH = m->cfg.n_head;
   const size_t NC = (size_t)N * C;
   block_acts a = block_slot(m, l);
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res, W(m, LP(l, GPT_P_LN1_W)), W(m, LP(l, GPT_P_LN1_B)), N, C);
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res, W(m, LP(l, GPT_P_LN1_W)),
+                    W(m, LP(l, GPT_P_LN1_B)), N, C);
   mm_forward(m, a.qkv, a.ln1, LP(l, GPT_P_QKV_W), LP(l, GPT_P_QKV_B), N, C, 3 * C, 0);
   attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
   memcpy(a.r2, a.res, NC * sizeof(float));
   mm_forward(m, a.r2, a.atty, LP(l, GPT_P_ATTPROJ_W), LP(l, GPT_P_ATTPROJ_B), N, C, C, 1);
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.r2, W(m, LP(l, GPT_P_LN2_W)), W(m, LP(l, GPT_P_LN2_B)), N, C);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.r2, W(m, LP(l, GPT_P_LN2_W)),
+                    W(m, LP(l, GPT_P_LN2_B)), N, C);
   mm_forward(m, a.fch, a.ln2, LP(l, GPT_P_FC_W), LP(l, GPT_P_FC_B), N, C, 4 * C, 0);
   gelu_forward(a.fcg, a.fch, NC * 4);
   if (!to_output) return;
@@ -768,9 +842,11 @@ static void block_forward(gpt_model *m, int l, int to_output) {
 
 float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
   if (!m) return NAN;
-  m->err[0] = 0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
+  m->err[0] =
+      0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
   if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
-    seterr(m->err, sizeof m->err, "gpt_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
+    seterr(m->err, sizeof m->err,
+           "gpt_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
            (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);
     return NAN;
   }
@@ -789,7 +865,8 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   m->T = T;
   m->have_targets = 0;
   m->gemm_failed = 0;
-  if (m->streamed) memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind); /* bound in the hook only */
+  if (m->streamed)
+    memset(m->bind, 0, 2 * (size_t)m->n_params * sizeof *m->bind); /* bound in the hook only */
 
   if (hook(m, GPT_HOOK_FORWARD, 0, 0)) return NAN;
   encoder_forward(m->encoded, inputs, W(m, 0), W(m, 1), B, T, C);
@@ -801,8 +878,8 @@ float gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets, i
   }
   const int f = m->n_params - 2;
   if (hook(m, GPT_HOOK_FORWARD, L + 1, 0)) return NAN;
-  layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * NC, W(m, f), W(m, f + 1), N,
-                    C);
+  layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * NC, W(m, f),
+                    W(m, f + 1), N, C);
   if (hook(m, GPT_HOOK_FORWARD, L + 1, 1)) return NAN;
   matmul_forward(m->logits, m->lnf, W(m, 0), NULL, N, C, V, 0);
   if (hook(m, GPT_HOOK_FORWARD, 0, 1)) return NAN;
@@ -841,17 +918,18 @@ static void colsum_add(float *dst, const float *src, int N, int K) {
  * Backward of out = inp W^T + b: dinp (N,C) = dout W (overwritten, or added
  * when @dinp_acc), dW (OC,C) += dout^T inp, dbias (OC) += column sums.
  */
-static void matmul_backward(float *dinp, float *dW, float *dbias, const float *dout, const float *inp, const float *Wt,
-                            int N, int C, int OC, int dinp_acc) {
-  gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, Wt, C, dinp_acc ? 1.0f : 0.0f,
-              dinp, C);
+static void matmul_backward(float *dinp, float *dW, float *dbias, const float *dout,
+                            const float *inp, const float *Wt, int N, int C, int OC, int dinp_acc) {
+  gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, Wt, C, dinp_acc ? 1.0f : 0.0f, dinp,
+       C);
   gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW, C);
   if (dbias) colsum_add(dbias, dout, N, OC);
 }
 
 /* matmul_backward() with bf16 W and dout, inp rounded to bf16 (gpt_set_gemm_bf16); dW accumulates in fp32. */
-static void matmul_backward_bf16(gpt_model *m, float *dinp, float *dW, float *dbias, const float *dout,
-                                 const float *inp, const uint16_t *Wt, int N, int C, int OC, int dinp_acc) {
+static void matmul_backward_bf16(gpt_model *m, float *dinp, float *dW, float *dbias,
+                                 const float *dout, const float *inp, const uint16_t *Wt, int N,
+                                 int C, int OC, int dinp_acc) {
   to_bf16(m, m->dout16, dout, (size_t)N * OC);
   to_bf16(m, m->act16, inp, (size_t)N * C);
   gemm16(m, 0, 0, N, C, OC, m->dout16, OC, Wt, C, dinp_acc, dinp, C);
@@ -859,10 +937,11 @@ static void matmul_backward_bf16(gpt_model *m, float *dinp, float *dW, float *db
   if (dbias) colsum_add(dbias, dout, N, OC);
 }
 
-static void mm_backward(gpt_model *m, float *dinp, int wi, int bi, const float *dout, const float *inp, int N, int C,
-                        int OC) {
+static void mm_backward(gpt_model *m, float *dinp, int wi, int bi, const float *dout,
+                        const float *inp, int N, int C, int OC) {
   if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, wi))
-    matmul_backward_bf16(m, dinp, G(m, wi), G(m, bi), dout, inp, (const uint16_t *)m->bind[wi], N, C, OC, 0);
+    matmul_backward_bf16(m, dinp, G(m, wi), G(m, bi), dout, inp, (const uint16_t *)m->bind[wi], N,
+                         C, OC, 0);
   else
     matmul_backward(dinp, G(m, wi), G(m, bi), dout, inp, W(m, wi), N, C, OC, 0);
 }
@@ -872,8 +951,9 @@ static void mm_backward(gpt_model *m, float *dinp, int wi, int bi, const float *
  * mean(w*dout*xhat)), dw (C) += sum_n dout*xhat, db (C) += sum_n dout,
  * with xhat = (inp - mean) * rstd recomputed.
  */
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *mean, const float *rstd, const float *w, int N, int C) {
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *mean, const float *rstd,
+                               const float *w, int N, int C) {
 #pragma omp parallel for schedule(static) if (par((double)N * C * NS_LN))
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -933,12 +1013,13 @@ static void gelu_backward(float *d, const float *inp, size_t n) {
  * dS = att * (datt - rowsum(att*datt)) / sqrt(hs) (causal), dq = dS k,
  * dk = dS^T q. dqkv (B,T,3C) is overwritten; datt (B,NH,T,T) is scratch.
  */
-static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
-                               int T, int C, int NH) {
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   /* per (b,h): four T*T*hs products and two passes over the causal T*T half */
-#pragma omp parallel for schedule(static) if (par((double)B * NH * T * T * (4.0 * hs * NS_MAC + NS_ADD)))
+#pragma omp parallel for schedule( \
+    static) if (par((double)B * NH * T * T * (4.0 * hs * NS_MAC + NS_ADD)))
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const size_t base = (size_t)b * T * C3 + (size_t)h * hs;
@@ -965,7 +1046,8 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
 }
 
 /* dwte[tok] += dres, dwpe[t] += dres; wpe over t in parallel, wte in row order (ids repeat). */
-static void encoder_backward(float *dwte, float *dwpe, const float *dres, const uint8_t *inp, int B, int T, int C) {
+static void encoder_backward(float *dwte, float *dwpe, const float *dres, const uint8_t *inp, int B,
+                             int T, int C) {
 #pragma omp parallel for schedule(static) if (par((double)B * T * C * NS_ADD))
   for (int t = 0; t < T; t++) {
     float *dp = dwpe + (size_t)t * C;
@@ -1024,25 +1106,28 @@ int gpt_backward(gpt_model *m, float loss_mult) {
   const int f = m->n_params - 2;
   memset(m->dres, 0, NC * sizeof(float));
   if (hook(m, GPT_HOOK_BACKWARD, L + 1, 0)) return -1;
-  layernorm_backward(m->dres, G(m, f), G(m, f + 1), m->dbuf_c, m->residual3 + (size_t)(L - 1) * NC, m->lnf_mean,
-                     m->lnf_rstd, W(m, f), N, C);
+  layernorm_backward(m->dres, G(m, f), G(m, f + 1), m->dbuf_c, m->residual3 + (size_t)(L - 1) * NC,
+                     m->lnf_mean, m->lnf_rstd, W(m, f), N, C);
   if (group_done(m, L + 1)) return -1;
 
   for (int l = L - 1; l >= 0; l--) {
     if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0)) return -1;
     if (m->recompute) block_forward(m, l, 0);
     const block_acts a = block_slot(m, l);
-    const float *res = a.res, *ln1 = a.ln1, *qkv = a.qkv, *att = a.att, *atty = a.atty, *r2 = a.r2, *ln2 = a.ln2;
+    const float *res = a.res, *ln1 = a.ln1, *qkv = a.qkv, *att = a.att, *atty = a.atty, *r2 = a.r2,
+                *ln2 = a.ln2;
     const float *fch = a.fch, *fcg = a.fcg;
     /* r3 = r2 + fcg Wfp^T + bfp */
-    mm_backward(m, m->dbuf_4c, LP(l, GPT_P_FCPROJ_W), LP(l, GPT_P_FCPROJ_B), m->dres, fcg, N, 4 * C, C);
+    mm_backward(m, m->dbuf_4c, LP(l, GPT_P_FCPROJ_W), LP(l, GPT_P_FCPROJ_B), m->dres, fcg, N, 4 * C,
+                C);
     gelu_backward(m->dbuf_4c, fch, NC * 4);
     /* fch = ln2 Wfc^T + bfc */
     mm_backward(m, m->dbuf_c, LP(l, GPT_P_FC_W), LP(l, GPT_P_FC_B), m->dbuf_4c, ln2, N, C, 4 * C);
     layernorm_backward(m->dres, G(m, LP(l, GPT_P_LN2_W)), G(m, LP(l, GPT_P_LN2_B)), m->dbuf_c, r2,
                        a.ln2_mean, a.ln2_rstd, W(m, LP(l, GPT_P_LN2_W)), N, C);
     /* r2 = res + atty Wp^T + bp */
-    mm_backward(m, m->dbuf_c, LP(l, GPT_P_ATTPROJ_W), LP(l, GPT_P_ATTPROJ_B), m->dres, atty, N, C, C);
+    mm_backward(m, m->dbuf_c, LP(l, GPT_P_ATTPROJ_W), LP(l, GPT_P_ATTPROJ_B), m->dres, atty, N, C,
+                C);
     attention_backward(m->dbuf_3c, m->datt, m->dbuf_c, qkv, att, B, T, C, NH);
     /* qkv = ln1 Wqkv^T + bqkv */
     mm_backward(m, m->dbuf_c, LP(l, GPT_P_QKV_W), LP(l, GPT_P_QKV_B), m->dbuf_3c, ln1, N, C, 3 * C);
@@ -1066,7 +1151,8 @@ static int sample_check(void *model, const uint8_t *toks, size_t n) {
 
 /* resident: sampling computes with the weights already in the model, no hook;
  * streamed: the weights come through the hook's bindings, so it stays */
-static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb, float *scratch) {
+static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb,
+                                        float *scratch) {
   (void)Vb, (void)scratch;
   gpt_model *m = model;
   gpt_hook_fn saved = m->hook;
@@ -1076,11 +1162,12 @@ static const float *sample_forward_last(void *model, const uint8_t *toks, int T,
   return isnan(r) ? NULL : m->logits + (size_t)(T - 1) * m->cfg.vocab;
 }
 
-int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature, uint64_t seed,
-               uint8_t *out) {
+int gpt_sample(gpt_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
+               uint64_t seed, uint8_t *out) {
   if (!m) return -1;
-  const gen_backend g = {m, "gpt_sample", "memory", m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab, 0,
-                         sample_check, sample_forward_last};
+  const gen_backend g = {
+      m, "gpt_sample", "memory",           m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab,
+      0, sample_check, sample_forward_last};
   const int rc = gen_sample(&g, prompt, prompt_len, n_new, temperature, seed, out);
   if (rc == GEN_OK || rc == GEN_ERR_FORWARD) m->have_targets = 0;
   return rc == GEN_OK ? 0 : -1;

@@ -34,25 +34,36 @@ extern "C" {
 
 /* The model's hyper-parameters (the tool's config block `model {...}`). */
 typedef struct gpt_config {
-  int n_layer;  /* L, number of transformer blocks, >= 1 */
-  int n_head;   /* NH, attention heads; must divide d_model */
-  int d_model;  /* C, channels of the residual stream */
-  int seq_len;  /* maximum T: rows of wpe and the attention window */
-  int vocab;    /* V, rows of wte; 256 for raw bytes (token ids are uint8) */
+  int n_layer; /* L, number of transformer blocks, >= 1 */
+  int n_head;  /* NH, attention heads; must divide d_model */
+  int d_model; /* C, channels of the residual stream */
+  int seq_len; /* maximum T: rows of wpe and the attention window */
+  int vocab;   /* V, rows of wte; 256 for raw bytes (token ids are uint8) */
 } gpt_config;
 
 /* One parameter tensor: its name (GPT-2 / Hugging Face naming) and shape. */
 typedef struct gpt_param_spec {
-  char name[64];   /* e.g. "h.0.attn.c_attn.weight" */
-  int ndim;        /* 1 or 2 */
-  int shape[2];    /* shape[0] rows (out features), shape[1] cols (in features); shape[1] = 1 when ndim == 1 */
-  size_t n_elems;  /* shape[0] * shape[1], elements not bytes */
+  char name[64]; /* e.g. "h.0.attn.c_attn.weight" */
+  int ndim;      /* 1 or 2 */
+  int shape
+      [2]; /* shape[0] rows (out features), shape[1] cols (in features); shape[1] = 1 when ndim == 1 */
+  size_t n_elems; /* shape[0] * shape[1], elements not bytes */
 } gpt_param_spec;
 
 /* Parameters per block, in this order inside each block (see gpt_param_specs()). */
 enum {
-  GPT_P_LN1_W = 0, GPT_P_LN1_B, GPT_P_QKV_W, GPT_P_QKV_B, GPT_P_ATTPROJ_W, GPT_P_ATTPROJ_B,
-  GPT_P_LN2_W, GPT_P_LN2_B, GPT_P_FC_W, GPT_P_FC_B, GPT_P_FCPROJ_W, GPT_P_FCPROJ_B,
+  GPT_P_LN1_W = 0,
+  GPT_P_LN1_B,
+  GPT_P_QKV_W,
+  GPT_P_QKV_B,
+  GPT_P_ATTPROJ_W,
+  GPT_P_ATTPROJ_B,
+  GPT_P_LN2_W,
+  GPT_P_LN2_B,
+  GPT_P_FC_W,
+  GPT_P_FC_B,
+  GPT_P_FCPROJ_W,
+  GPT_P_FCPROJ_B,
   GPT_PARAMS_PER_LAYER
 };
 
@@ -127,7 +138,8 @@ int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, s
  * (2016); per-block granularity as in Megatron-LM / DeepSpeed's
  * activation checkpointing.
  */
-int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err, size_t errlen);
+int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err,
+                  size_t errlen);
 
 /*
  * gpt_host_bytes() - bytes of host memory gpt_create_ex(c, max_batch,
@@ -185,8 +197,8 @@ int gpt_recompute(const gpt_model *m);
  * streamed model; gpt_sample() calls the hook (GPT_HOOK_FORWARD only) for
  * each of its forwards, so the hook binds there too.
  */
-int gpt_create_streamed(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err,
-                        size_t errlen);
+int gpt_create_streamed(const gpt_config *c, int max_batch, int recompute, gpt_model **out,
+                        char *err, size_t errlen);
 
 /* gpt_streamed() - 1 if @m was created with gpt_create_streamed(), else 0 (also for NULL). */
 int gpt_streamed(const gpt_model *m);
@@ -252,8 +264,8 @@ enum { GPT_GEMM_FP32 = 0, GPT_GEMM_BF16 = 1, GPT_GEMM_AUTO = 2 };
  * names), or -1 with @msg the error, naming train.cpu_gemm: "bf16" where the
  * model cannot take it or the CPU cannot run it. Thread-safe.
  */
-int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed, zo_dtype working,
-                          int *bf16, char *msg, size_t cap);
+int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda, int streamed,
+                          zo_dtype working, int *bf16, char *msg, size_t cap);
 
 /* gpt_gemm_bf16_refusal() - into @msg (@cap bytes), the error of train.cpu_gemm "bf16" asked of a CPU model that
  * is not @streamed or whose working dtype @working is not bf16 (the products take the bf16 working weights). */
@@ -294,8 +306,8 @@ size_t gpt_max_group_elems(const gpt_config *c);
  * not set) to tensor i's offset in elements for each tensor i of the group
  * (@specs: gpt_param_specs()), and returns the group's bytes.
  */
-size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group, size_t elem_bytes,
-                        size_t align_bytes, size_t *off);
+size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group,
+                        size_t elem_bytes, size_t align_bytes, size_t *off);
 
 /*
  * gpt_flops_per_token() - model FLOPs per trained token: 6N + 12 L C T

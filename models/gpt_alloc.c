@@ -61,10 +61,12 @@ void gpt_param_specs(const gpt_config *c, gpt_param_spec *out) {
   char nm[64];
   spec_set(&out[0], "wte", c->vocab, C, 2);
   spec_set(&out[1], "wpe", c->seq_len, C, 2);
-  static const char *suffix[GPT_PARAMS_PER_LAYER] = {
-      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  static const char *suffix[GPT_PARAMS_PER_LAYER] = {"ln_1.weight",        "ln_1.bias",
+                                                     "attn.c_attn.weight", "attn.c_attn.bias",
+                                                     "attn.c_proj.weight", "attn.c_proj.bias",
+                                                     "ln_2.weight",        "ln_2.bias",
+                                                     "mlp.c_fc.weight",    "mlp.c_fc.bias",
+                                                     "mlp.c_proj.weight",  "mlp.c_proj.bias"};
   static const int rows_x[GPT_PARAMS_PER_LAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
   static const int cols_x[GPT_PARAMS_PER_LAYER] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0};
   for (int l = 0; l < c->n_layer; l++) {
@@ -84,7 +86,8 @@ void gpt_param_specs(const gpt_config *c, gpt_param_spec *out) {
 
 size_t gpt_total_elems(const gpt_config *c) {
   size_t C = (size_t)c->d_model;
-  size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+  size_t per_layer =
+      2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
   return (size_t)c->vocab * C + (size_t)c->seq_len * C + (size_t)c->n_layer * per_layer + 2 * C;
 }
 
@@ -93,10 +96,36 @@ size_t gpt_total_elems(const gpt_config *c) {
 
 /* The float buffers of a model, in allocation order. */
 enum {
-  BUF_PARAMS, BUF_GRADS, BUF_GSCRATCH, BUF_ENCODED, BUF_LN1, BUF_LN1_MEAN, BUF_LN1_RSTD, BUF_QKV, BUF_ATT,
-  BUF_ATTY, BUF_RESIDUAL2, BUF_LN2, BUF_LN2_MEAN, BUF_LN2_RSTD, BUF_FCH, BUF_FCH_GELU, BUF_RESIDUAL3, BUF_LNF,
-  BUF_LNF_MEAN, BUF_LNF_RSTD, BUF_LOGITS, BUF_PROBS, BUF_LOSSES, BUF_DRES, BUF_DBUF_C, BUF_DBUF_3C, BUF_DBUF_4C,
-  BUF_DLOGITS, BUF_DATT, BUF_COUNT
+  BUF_PARAMS,
+  BUF_GRADS,
+  BUF_GSCRATCH,
+  BUF_ENCODED,
+  BUF_LN1,
+  BUF_LN1_MEAN,
+  BUF_LN1_RSTD,
+  BUF_QKV,
+  BUF_ATT,
+  BUF_ATTY,
+  BUF_RESIDUAL2,
+  BUF_LN2,
+  BUF_LN2_MEAN,
+  BUF_LN2_RSTD,
+  BUF_FCH,
+  BUF_FCH_GELU,
+  BUF_RESIDUAL3,
+  BUF_LNF,
+  BUF_LNF_MEAN,
+  BUF_LNF_RSTD,
+  BUF_LOGITS,
+  BUF_PROBS,
+  BUF_LOSSES,
+  BUF_DRES,
+  BUF_DBUF_C,
+  BUF_DBUF_3C,
+  BUF_DBUF_4C,
+  BUF_DLOGITS,
+  BUF_DATT,
+  BUF_COUNT
 };
 
 /* a * b, or SIZE_MAX when it does not fit size_t (SIZE_MAX then poisons every later product and sum). */
@@ -121,8 +150,10 @@ static size_t param_layout_floats(const gpt_config *c) {
   const size_t C = (size_t)c->d_model, A = GPT_ALIGN_FLOATS;
 #define PAD(n) (((n) + A - 1) / A * A)
   /* ln_1 w,b; attn.c_proj.bias; ln_2 w,b; mlp.c_proj.bias: C each */
-  const size_t per_layer = 6 * PAD(C) + PAD(3 * C * C) + PAD(3 * C) + PAD(C * C) + 2 * PAD(4 * C * C) + PAD(4 * C);
-  return PAD((size_t)c->vocab * C) + PAD((size_t)c->seq_len * C) + (size_t)c->n_layer * per_layer + 2 * PAD(C);
+  const size_t per_layer =
+      6 * PAD(C) + PAD(3 * C * C) + PAD(3 * C) + PAD(C * C) + 2 * PAD(4 * C * C) + PAD(4 * C);
+  return PAD((size_t)c->vocab * C) + PAD((size_t)c->seq_len * C) + (size_t)c->n_layer * per_layer +
+         2 * PAD(C);
 #undef PAD
 }
 
@@ -165,7 +196,8 @@ static size_t host_bytes(const gpt_config *c, int max_batch, int recompute, int 
   const size_t N = mulz((size_t)max_batch, (size_t)c->seq_len);
   total = addz(total, mulz(N, 2)); /* inputs, targets */
   /* specs, and the offsets (resident) or the weight and gradient bindings (streamed) */
-  const size_t per_param = sizeof(gpt_param_spec) + (streamed ? 2 * sizeof(void *) : sizeof(size_t));
+  const size_t per_param =
+      sizeof(gpt_param_spec) + (streamed ? 2 * sizeof(void *) : sizeof(size_t));
   total = addz(total, mulz((size_t)gpt_num_params(c), per_param));
   return total;
 }
@@ -199,24 +231,25 @@ static void *m_memalign64(gpt_model *m, size_t nb) {
   return p;
 }
 
-static int create(const gpt_config *c, int max_batch, int recompute, int streamed, gpt_model **out, char *err,
-                  size_t errlen);
+static int create(const gpt_config *c, int max_batch, int recompute, int streamed, gpt_model **out,
+                  char *err, size_t errlen);
 
 int gpt_create(const gpt_config *c, int max_batch, gpt_model **out, char *err, size_t errlen) {
   return gpt_create_ex(c, max_batch, 0, out, err, errlen);
 }
 
-int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err, size_t errlen) {
+int gpt_create_ex(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err,
+                  size_t errlen) {
   return create(c, max_batch, recompute, 0, out, err, errlen);
 }
 
-int gpt_create_streamed(const gpt_config *c, int max_batch, int recompute, gpt_model **out, char *err,
-                        size_t errlen) {
+int gpt_create_streamed(const gpt_config *c, int max_batch, int recompute, gpt_model **out,
+                        char *err, size_t errlen) {
   return create(c, max_batch, recompute, 1, out, err, errlen);
 }
 
-static int create(const gpt_config *c, int max_batch, int recompute, int streamed, gpt_model **out, char *err,
-                  size_t errlen) {
+static int create(const gpt_config *c, int max_batch, int recompute, int streamed, gpt_model **out,
+                  char *err, size_t errlen) {
   const char *fn = streamed ? "gpt_create_streamed" : "gpt_create";
   if (!out) {
     seterr(err, errlen, "%s: out is NULL", fn);
@@ -268,21 +301,43 @@ static int create(const gpt_config *c, int max_batch, int recompute, int streame
   size_t n[BUF_COUNT];
   buffer_floats(c, max_batch, m->recompute, n);
   float **slot[BUF_COUNT] = {
-      [BUF_PARAMS] = &m->params_mem, [BUF_GRADS] = &m->grads_mem, [BUF_GSCRATCH] = &m->gscratch,
-      [BUF_ENCODED] = &m->encoded, [BUF_LN1] = &m->ln1, [BUF_LN1_MEAN] = &m->ln1_mean,
-      [BUF_LN1_RSTD] = &m->ln1_rstd, [BUF_QKV] = &m->qkv, [BUF_ATT] = &m->att, [BUF_ATTY] = &m->atty,
-      [BUF_RESIDUAL2] = &m->residual2, [BUF_LN2] = &m->ln2, [BUF_LN2_MEAN] = &m->ln2_mean,
-      [BUF_LN2_RSTD] = &m->ln2_rstd, [BUF_FCH] = &m->fch, [BUF_FCH_GELU] = &m->fch_gelu,
-      [BUF_RESIDUAL3] = &m->residual3, [BUF_LNF] = &m->lnf, [BUF_LNF_MEAN] = &m->lnf_mean,
-      [BUF_LNF_RSTD] = &m->lnf_rstd, [BUF_LOGITS] = &m->logits, [BUF_PROBS] = &m->probs,
-      [BUF_LOSSES] = &m->losses, [BUF_DRES] = &m->dres, [BUF_DBUF_C] = &m->dbuf_c, [BUF_DBUF_3C] = &m->dbuf_3c,
-      [BUF_DBUF_4C] = &m->dbuf_4c, [BUF_DLOGITS] = &m->dlogits, [BUF_DATT] = &m->datt,
+      [BUF_PARAMS] = &m->params_mem,
+      [BUF_GRADS] = &m->grads_mem,
+      [BUF_GSCRATCH] = &m->gscratch,
+      [BUF_ENCODED] = &m->encoded,
+      [BUF_LN1] = &m->ln1,
+      [BUF_LN1_MEAN] = &m->ln1_mean,
+      [BUF_LN1_RSTD] = &m->ln1_rstd,
+      [BUF_QKV] = &m->qkv,
+      [BUF_ATT] = &m->att,
+      [BUF_ATTY] = &m->atty,
+      [BUF_RESIDUAL2] = &m->residual2,
+      [BUF_LN2] = &m->ln2,
+      [BUF_LN2_MEAN] = &m->ln2_mean,
+      [BUF_LN2_RSTD] = &m->ln2_rstd,
+      [BUF_FCH] = &m->fch,
+      [BUF_FCH_GELU] = &m->fch_gelu,
+      [BUF_RESIDUAL3] = &m->residual3,
+      [BUF_LNF] = &m->lnf,
+      [BUF_LNF_MEAN] = &m->lnf_mean,
+      [BUF_LNF_RSTD] = &m->lnf_rstd,
+      [BUF_LOGITS] = &m->logits,
+      [BUF_PROBS] = &m->probs,
+      [BUF_LOSSES] = &m->losses,
+      [BUF_DRES] = &m->dres,
+      [BUF_DBUF_C] = &m->dbuf_c,
+      [BUF_DBUF_3C] = &m->dbuf_3c,
+      [BUF_DBUF_4C] = &m->dbuf_4c,
+      [BUF_DLOGITS] = &m->dlogits,
+      [BUF_DATT] = &m->datt,
   };
-  int ok = streamed || m->n_floats == n[BUF_PARAMS]; /* param_layout_floats() agrees with the offsets */
+  int ok =
+      streamed || m->n_floats == n[BUF_PARAMS]; /* param_layout_floats() agrees with the offsets */
   for (int k = 0; ok && k < BUF_COUNT; k++) {
     if (streamed && resident_only(k)) continue; /* the caller binds weights and gradients */
     void *p = NULL;
-    if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0]) || !(p = m_memalign64(m, alloc_bytes(n[k])))) {
+    if (m->n_allocs >= (int)(sizeof m->allocs / sizeof m->allocs[0]) ||
+        !(p = m_memalign64(m, alloc_bytes(n[k])))) {
       ok = 0;
       break;
     }
@@ -295,9 +350,11 @@ static int create(const gpt_config *c, int max_batch, int recompute, int streame
   if (!ok || !m->inputs || !m->targets) {
     const size_t total = m->allocated;
     gpt_destroy(m);
-    seterr(err, errlen, "%s: out of memory after %zu of %zu bytes (model %d layers, d_model %d, batch %d x %d%s)",
-           fn, total, want, c->n_layer, c->d_model, max_batch, c->seq_len,
-           recompute ? ", activation checkpointing" : "");
+    seterr(
+        err, errlen,
+        "%s: out of memory after %zu of %zu bytes (model %d layers, d_model %d, batch %d x %d%s)",
+        fn, total, want, c->n_layer, c->d_model, max_batch, c->seq_len,
+        recompute ? ", activation checkpointing" : "");
     return -1;
   }
   if (!streamed) {
@@ -347,7 +404,8 @@ static int bind(gpt_model *m, int i, int k, void *p, const char *fn) {
     return -1;
   }
   if (i < 0 || i >= m->n_params) {
-    seterr(m->err, sizeof m->err, "%s: parameter %d is out of range [0, %d]", fn, i, m->n_params - 1);
+    seterr(m->err, sizeof m->err, "%s: parameter %d is out of range [0, %d]", fn, i,
+           m->n_params - 1);
     return -1;
   }
   if ((uintptr_t)p % 64 != 0) {
@@ -360,7 +418,8 @@ static int bind(gpt_model *m, int i, int k, void *p, const char *fn) {
 
 int gpt_bind_weight(gpt_model *m, int i, const float *w) {
   if (m && m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, i)) {
-    seterr(m->err, sizeof m->err, "gpt_bind_weight: %s computes in bf16 (gpt_set_gemm_bf16): gpt_bind_weight_bf16",
+    seterr(m->err, sizeof m->err,
+           "gpt_bind_weight: %s computes in bf16 (gpt_set_gemm_bf16): gpt_bind_weight_bf16",
            m->specs[i].name);
     return -1;
   }
@@ -369,7 +428,8 @@ int gpt_bind_weight(gpt_model *m, int i, const float *w) {
 
 int gpt_bind_weight_bf16(gpt_model *m, int i, const uint16_t *w) {
   if (m && (!m->gemm_bf16 || !gpt_gemm_bf16_param(&m->cfg, i))) {
-    seterr(m->err, sizeof m->err, "gpt_bind_weight_bf16: parameter %d is not a bf16 product's weight%s", i,
+    seterr(m->err, sizeof m->err,
+           "gpt_bind_weight_bf16: parameter %d is not a bf16 product's weight%s", i,
            m->gemm_bf16 ? "" : " (gpt_set_gemm_bf16 not called)");
     return -1;
   }
@@ -384,7 +444,8 @@ int gpt_gemm_bf16_param(const gpt_config *c, int i) {
 
 size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch) {
   size_t n; /* two scratches of max_batch x seq_len x 4C bf16, each rounded up to 64 bytes */
-  if (__builtin_mul_overflow((size_t)max_batch * (size_t)c->seq_len, 4 * (size_t)c->d_model * 2, &n) ||
+  if (__builtin_mul_overflow((size_t)max_batch * (size_t)c->seq_len, 4 * (size_t)c->d_model * 2,
+                             &n) ||
       __builtin_add_overflow(n, (size_t)63, &n))
     return SIZE_MAX;
   return n / 64 * 64 * 2;
@@ -393,7 +454,8 @@ size_t gpt_gemm_bf16_bytes(const gpt_config *c, int max_batch) {
 int gpt_set_gemm_bf16(gpt_model *m) {
   if (!m) return -1;
   if (!m->streamed) {
-    seterr(m->err, sizeof m->err, "gpt_set_gemm_bf16: bf16 products need a streamed model (gpt_create_streamed)");
+    seterr(m->err, sizeof m->err,
+           "gpt_set_gemm_bf16: bf16 products need a streamed model (gpt_create_streamed)");
     return -1;
   }
   if (m->gemm_bf16) return 0;
@@ -403,7 +465,8 @@ int gpt_set_gemm_bf16(gpt_model *m) {
     return -1;
   }
   const size_t bytes = gpt_gemm_bf16_bytes(&m->cfg, m->max_batch);
-  if (bytes == SIZE_MAX || !(m->act16 = aligned_alloc(64, bytes / 2)) || !(m->dout16 = aligned_alloc(64, bytes / 2))) {
+  if (bytes == SIZE_MAX || !(m->act16 = aligned_alloc(64, bytes / 2)) ||
+      !(m->dout16 = aligned_alloc(64, bytes / 2))) {
     free(m->act16);
     m->act16 = NULL;
     seterr(m->err, sizeof m->err, "gpt_set_gemm_bf16: out of memory (2 x %zu bytes)", bytes / 2);
@@ -427,9 +490,12 @@ double gpt_backward_seconds(const gpt_model *m) { return m ? m->t_bwd : 0.0; }
 int gpt_num_groups(const gpt_config *c) { return c->n_layer + 2; }
 
 void gpt_group_params(const gpt_config *c, int group, int *first, int *count) {
-  if (group <= 0) *first = 0, *count = 2;
-  else if (group <= c->n_layer) *first = LP(group - 1, 0), *count = GPT_PARAMS_PER_LAYER;
-  else *first = 2 + GPT_PARAMS_PER_LAYER * c->n_layer, *count = 2;
+  if (group <= 0)
+    *first = 0, *count = 2;
+  else if (group <= c->n_layer)
+    *first = LP(group - 1, 0), *count = GPT_PARAMS_PER_LAYER;
+  else
+    *first = 2 + GPT_PARAMS_PER_LAYER * c->n_layer, *count = 2;
 }
 
 size_t gpt_group_elems(const gpt_config *c, int group) {
@@ -446,11 +512,12 @@ double gpt_flops_per_token(const gpt_config *c, int T) {
   return 6.0 * (double)gpt_total_elems(c) + 12.0 * c->n_layer * (double)c->d_model * T;
 }
 
-size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group, size_t elem_bytes,
-                        size_t align_bytes, size_t *off) {
+size_t gpt_group_layout(const gpt_config *c, const gpt_param_spec *specs, int group,
+                        size_t elem_bytes, size_t align_bytes, size_t *off) {
   int first, count;
   gpt_group_params(c, group, &first, &count);
-  size_t b = 0; /* no overflow for a config that passes gpt_config_check(): at most 12 tensors of 4 * 65536^2 */
+  size_t b =
+      0; /* no overflow for a config that passes gpt_config_check(): at most 12 tensors of 4 * 65536^2 */
   for (int i = first; i < first + count; i++) {
     if (off) off[i] = b / elem_bytes;
     b += (specs[i].n_elems * elem_bytes + align_bytes - 1) / align_bytes * align_bytes;
@@ -466,4 +533,3 @@ size_t gpt_max_group_elems(const gpt_config *c) {
   }
   return mx;
 }
-

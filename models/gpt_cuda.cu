@@ -27,43 +27,43 @@ typedef zgc_bf16 bf16;
 
 /* One transformer block's saved activations; N = B*T rows of the current forward. */
 typedef struct acts {
-  bf16 *ln1;        /* (N, C)  LayerNorm 1 output */
-  float *ln1_mean;  /* (N) */
-  float *ln1_rstd;  /* (N) */
-  bf16 *qkvr;       /* (3, B, NH, T, hs)  q | k | v by head */
-  bf16 *att;        /* (B, NH, T, T)  causal softmax, 0 above the diagonal (scores in place first) */
-  bf16 *atty;       /* (N, C)  attention output before c_proj */
-  bf16 *res2;       /* (N, C)  residual + attention branch */
-  bf16 *ln2;        /* (N, C) */
-  float *ln2_mean;  /* (N) */
-  float *ln2_rstd;  /* (N) */
-  bf16 *fch;        /* (N, 4C)  c_fc output (GELU input) */
-  bf16 *fcg;        /* (N, 4C)  GELU output */
+  bf16 *ln1;       /* (N, C)  LayerNorm 1 output */
+  float *ln1_mean; /* (N) */
+  float *ln1_rstd; /* (N) */
+  bf16 *qkvr;      /* (3, B, NH, T, hs)  q | k | v by head */
+  bf16 *att;       /* (B, NH, T, T)  causal softmax, 0 above the diagonal (scores in place first) */
+  bf16 *atty;      /* (N, C)  attention output before c_proj */
+  bf16 *res2;      /* (N, C)  residual + attention branch */
+  bf16 *ln2;       /* (N, C) */
+  float *ln2_mean; /* (N) */
+  float *ln2_rstd; /* (N) */
+  bf16 *fch;       /* (N, 4C)  c_fc output (GELU input) */
+  bf16 *fcg;       /* (N, 4C)  GELU output */
 } acts;
 
 /* Everything else carved from the one allocation. */
 typedef struct bufs {
-  bf16 **resid;    /* [L+1] of (N, C): resid[l] = input of block l, resid[L] = last block's output */
-  bf16 *lnf;       /* (N, C) */
-  float *lnf_mean; /* (N) */
-  float *lnf_rstd; /* (N) */
-  bf16 *logits;    /* (N, V); dlogits in place during backward */
-  float *lse;      /* (N)  logsumexp of each row */
-  float *losses;   /* (N) */
-  float *loss;     /* (1)  mean loss */
-  uint8_t *inputs; /* (N) */
-  uint8_t *targets;/* (N) */
-  int *tok_pos;    /* (N)  positions sorted by token id (stable) */
-  int *tok_off;    /* (257) start of each token id's positions in tok_pos */
-  float *dres;     /* (N, C)  fp32 gradient of the residual stream */
-  bf16 *dA;        /* (N, C)  bf16 copy of dres; attention output by head; forward scratch */
-  bf16 *dB;        /* (N, C)  d LN outputs, d atty; forward c_proj scratch */
-  bf16 *dqkv;      /* (N, 3C) d qkv; forward qkv scratch */
-  bf16 *d4c;       /* (N, 4C) d fch; d q|k|v by head */
-  bf16 *datt;      /* (B, NH, T, T) */
-  float *gwte32;   /* (V, C)  this backward's wte gradient before its one rounding */
-  float *part;     /* (ZGC_MAX_CHUNKS, 4C) column-sum partials */
-  void *cublas_ws; /* CUBLAS_WS_BYTES */
+  bf16 **resid; /* [L+1] of (N, C): resid[l] = input of block l, resid[L] = last block's output */
+  bf16 *lnf;    /* (N, C) */
+  float *lnf_mean;  /* (N) */
+  float *lnf_rstd;  /* (N) */
+  bf16 *logits;     /* (N, V); dlogits in place during backward */
+  float *lse;       /* (N)  logsumexp of each row */
+  float *losses;    /* (N) */
+  float *loss;      /* (1)  mean loss */
+  uint8_t *inputs;  /* (N) */
+  uint8_t *targets; /* (N) */
+  int *tok_pos;     /* (N)  positions sorted by token id (stable) */
+  int *tok_off;     /* (257) start of each token id's positions in tok_pos */
+  float *dres;      /* (N, C)  fp32 gradient of the residual stream */
+  bf16 *dA;         /* (N, C)  bf16 copy of dres; attention output by head; forward scratch */
+  bf16 *dB;         /* (N, C)  d LN outputs, d atty; forward c_proj scratch */
+  bf16 *dqkv;       /* (N, 3C) d qkv; forward qkv scratch */
+  bf16 *d4c;        /* (N, 4C) d fch; d q|k|v by head */
+  bf16 *datt;       /* (B, NH, T, T) */
+  float *gwte32;    /* (V, C)  this backward's wte gradient before its one rounding */
+  float *part;      /* (ZGC_MAX_CHUNKS, 4C) column-sum partials */
+  void *cublas_ws;  /* CUBLAS_WS_BYTES */
 } bufs;
 
 struct gpt_cuda {
@@ -80,9 +80,9 @@ struct gpt_cuda {
   void *mem;          /* the one device allocation */
   size_t mem_bytes;
   bufs b;
-  acts *sets;      /* [n_sets] */
-  bf16 **resid_v;  /* storage of b.resid */
-  void *pinned;    /* host staging */
+  acts *sets;     /* [n_sets] */
+  bf16 **resid_v; /* storage of b.resid */
+  void *pinned;   /* host staging */
   uint8_t *h_inputs, *h_targets;
   int *h_tok_off, *h_tok_pos;
   float *h_loss;
@@ -100,28 +100,28 @@ struct gpt_cuda {
 
 /* Message "<call>: <what>: <call text> failed: <name> (<string>)" and return -1. */
 static int fail_cuda(gpt_cuda *m, cudaError_t e, const char *call, const char *what) {
-  seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call, cudaGetErrorName(e),
-         cudaGetErrorString(e));
+  seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call,
+         cudaGetErrorName(e), cudaGetErrorString(e));
   return -1;
 }
 
 static int fail_blas(gpt_cuda *m, cublasStatus_t st, const char *call, const char *what) {
-  seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call, cublasGetStatusName(st),
-         cublasGetStatusString(st));
+  seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call,
+         cublasGetStatusName(st), cublasGetStatusString(st));
   return -1;
 }
 
 /* Check a CUDA call (or a zgc_ launcher, which returns cudaGetLastError()); on failure return -1 from the caller. */
-#define CU(call, desc)                                              \
-  do {                                                              \
-    cudaError_t e_ = (call);                                        \
-    if (e_ != cudaSuccess) return fail_cuda(m, e_, #call, (desc));  \
+#define CU(call, desc)                                             \
+  do {                                                             \
+    cudaError_t e_ = (call);                                       \
+    if (e_ != cudaSuccess) return fail_cuda(m, e_, #call, (desc)); \
   } while (0)
 /* A kernel launcher: the message names the kernel rather than the argument list. */
-#define KERN(name, args, desc)                                                  \
-  do {                                                                          \
-    cudaError_t e_ = name args;                                                 \
-    if (e_ != cudaSuccess) return fail_cuda(m, e_, "kernel " #name, (desc));    \
+#define KERN(name, args, desc)                                               \
+  do {                                                                       \
+    cudaError_t e_ = name args;                                              \
+    if (e_ != cudaSuccess) return fail_cuda(m, e_, "kernel " #name, (desc)); \
   } while (0)
 
 /* ------------------------------------------------------------------ */
@@ -143,8 +143,8 @@ static void *take(carver *cv, size_t nbytes) {
  * with @base NULL only counts. @b, @sets (n_sets entries) and @resid (L+1)
  * may be NULL when counting. Returns the total bytes (gpt_cuda_device_bytes).
  */
-static size_t plan(const gpt_config *c, int max_batch, int recompute, char *base, bufs *b, acts *sets,
-                   bf16 **resid) {
+static size_t plan(const gpt_config *c, int max_batch, int recompute, char *base, bufs *b,
+                   acts *sets, bf16 **resid) {
   const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, V = (size_t)c->vocab;
   const size_t NH = (size_t)c->n_head, Tm = (size_t)c->seq_len;
   const size_t N = (size_t)max_batch * Tm, NC = N * C, TT = (size_t)max_batch * NH * Tm * Tm;
@@ -206,7 +206,8 @@ extern "C" size_t gpt_cuda_device_bytes(const gpt_config *c, int max_batch, int 
 
 /* The host side of a new model: its config, the parameter tables and the activation sets; NULL (with @err) when
  * out of host memory. */
-static gpt_cuda *create_host(const gpt_config *c, int max_batch, int recompute, char *err, size_t errlen) {
+static gpt_cuda *create_host(const gpt_config *c, int max_batch, int recompute, char *err,
+                             size_t errlen) {
   gpt_cuda *m = (gpt_cuda *)calloc(1, sizeof *m);
   if (!m) {
     seterr(err, errlen, "gpt_cuda_create: out of host memory (%zu bytes)", sizeof *m);
@@ -239,7 +240,8 @@ static int create_gpu_stream(gpt_cuda *m, void *stream) {
   cudaDeviceProp prop;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
-  if (e != cudaSuccess) return fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
+  if (e != cudaSuccess)
+    return fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
   snprintf(m->dev_name, sizeof m->dev_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
   if (stream) {
     m->stream = (cudaStream_t)stream;
@@ -264,7 +266,8 @@ static int create_memory(gpt_cuda *m, size_t N) {
   if (e != cudaSuccess) {
     m->mem = NULL;
     char what[200];
-    snprintf(what, sizeof what, "%zu bytes of activations (%d layers, d_model %d, batch %d x %d, recompute %d)",
+    snprintf(what, sizeof what,
+             "%zu bytes of activations (%d layers, d_model %d, batch %d x %d, recompute %d)",
              m->mem_bytes, c->n_layer, c->d_model, m->max_batch, c->seq_len, m->recompute);
     return fail_cuda(m, e, "cudaMalloc", what);
   }
@@ -294,18 +297,21 @@ static int create_blas(gpt_cuda *m) {
     return fail_blas(m, st, "cublasCreate", "the cuBLAS handle");
   }
   st = cublasSetStream(m->blas, m->stream);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(m->blas, m->b.cublas_ws, CUBLAS_WS_BYTES);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasSetWorkspace(m->blas, m->b.cublas_ws, CUBLAS_WS_BYTES);
   /* fp32 accumulation all the way: no split-K reductions in the bf16 output type */
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasSetMathMode(m->blas,
-                           (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+                           (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (st != CUBLAS_STATUS_SUCCESS)
-    return fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode", "configuring the cuBLAS handle");
+    return fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode",
+                     "configuring the cuBLAS handle");
   return 0;
 }
 
-extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out,
-                               char *err, size_t errlen) {
+extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream,
+                               gpt_cuda **out, char *err, size_t errlen) {
   if (!out) {
     seterr(err, errlen, "gpt_cuda_create: out is NULL");
     return -1;
@@ -313,8 +319,9 @@ extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute
   *out = NULL;
   if (gpt_config_check(c, err, errlen) != 0) return -1;
   if (max_batch < 1 || (long long)max_batch * c->seq_len > 0x7fffffffLL) {
-    seterr(err, errlen, "gpt_cuda_create: max_batch %d must be >= 1 with max_batch * seq_len (%d) < 2^31", max_batch,
-           c->seq_len);
+    seterr(err, errlen,
+           "gpt_cuda_create: max_batch %d must be >= 1 with max_batch * seq_len (%d) < 2^31",
+           max_batch, c->seq_len);
     return -1;
   }
   gpt_cuda *m = create_host(c, max_batch, recompute, err, errlen);
@@ -337,7 +344,8 @@ extern "C" int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute
 
 extern "C" void gpt_cuda_destroy(gpt_cuda *m) {
   if (!m) return;
-  if (m->stream) (void)cudaStreamSynchronize(m->stream); /* nothing queued may still use the buffers */
+  if (m->stream)
+    (void)cudaStreamSynchronize(m->stream); /* nothing queued may still use the buffers */
   if (m->blas) (void)cublasDestroy(m->blas);
   if (m->mem) (void)cudaFree(m->mem);
   if (m->pinned) (void)cudaFreeHost(m->pinned);
@@ -367,7 +375,9 @@ extern "C" void gpt_cuda_set_hook(gpt_cuda *m, gpt_hook_fn fn, void *user) {
   m->hook_user = user;
 }
 
-extern "C" const char *gpt_cuda_last_error(const gpt_cuda *m) { return m ? m->err : "gpt_cuda: NULL model"; }
+extern "C" const char *gpt_cuda_last_error(const gpt_cuda *m) {
+  return m ? m->err : "gpt_cuda: NULL model";
+}
 extern "C" const char *gpt_cuda_device_name(const gpt_cuda *m) { return m ? m->dev_name : "none"; }
 
 /* ------------------------------------------------------------------ */
@@ -378,7 +388,8 @@ static int LP(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
 /* Call the hook; non-zero aborts the pass with a message. */
 static int hook(gpt_cuda *m, int phase, int group, int end) {
   if (!m->hook || !m->hook(m->hook_user, phase, group, end)) return 0;
-  seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d (%s)", m->fn, group, end ? "end" : "begin");
+  seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d (%s)", m->fn, group,
+         end ? "end" : "begin");
   return -1;
 }
 
@@ -404,33 +415,36 @@ static int need(gpt_cuda *m, int first, int count, int want_w, int want_g) {
  * C = alpha op(A) op(B) + beta C, C of type @ctype (bf16 or fp32); strided
  * batched when @batch > 1. @what names the tensor for the error message.
  */
-static int gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOperation_t tb, int M, int Nn, int K,
-                float alpha, const void *A, int lda, long long sA, const void *B, int ldb, long long sB, float beta,
-                void *Cp, cudaDataType_t ctype, int ldc, long long sC, int batch) {
+static int gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOperation_t tb, int M,
+                int Nn, int K, float alpha, const void *A, int lda, long long sA, const void *B,
+                int ldb, long long sB, float beta, void *Cp, cudaDataType_t ctype, int ldc,
+                long long sC, int batch) {
   cublasStatus_t st;
   if (m->gemm_reference) {
-    const cudaError_t e = zgc_gemm_reference(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, M, Nn, K, alpha, (const bf16 *)A,
-                                             lda, sA, (const bf16 *)B, ldb, sB, beta, Cp, ctype == CUDA_R_32F, ldc, sC,
-                                             batch, m->stream);
+    const cudaError_t e =
+        zgc_gemm_reference(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, M, Nn, K, alpha, (const bf16 *)A,
+                           lda, sA, (const bf16 *)B, ldb, sB, beta, Cp, ctype == CUDA_R_32F, ldc,
+                           sC, batch, m->stream);
     return e == cudaSuccess ? 0 : fail_cuda(m, e, "kernel zgc_gemm_reference", what);
   }
   if (batch == 1) {
-    st = cublasGemmEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, Cp, ctype,
-                      ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                      &beta, Cp, ctype, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return fail_blas(m, st, "cublasGemmEx", what);
   } else {
-    st = cublasGemmStridedBatchedEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb,
-                                    sB, &beta, Cp, ctype, ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmStridedBatchedEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, sA, B,
+                                    CUDA_R_16BF, ldb, sB, &beta, Cp, ctype, ldc, sC, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return fail_blas(m, st, "cublasGemmStridedBatchedEx", what);
   }
   return 0;
 }
 
 /* out (N,OC) = inp (N,IC) W^T, W (OC,IC); beta 1 adds to what out holds (the broadcast bias). */
-static int linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *inp, const bf16 *W, int N, int IC,
-                          int OC, float beta) {
-  return gemm(m, what, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, W, IC, 0, inp, IC, 0, beta, out, CUDA_R_16BF, OC, 0,
-              1);
+static int linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *inp, const bf16 *W,
+                          int N, int IC, int OC, float beta) {
+  return gemm(m, what, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, W, IC, 0, inp, IC, 0, beta, out,
+              CUDA_R_16BF, OC, 0, 1);
 }
 
 /*
@@ -438,14 +452,17 @@ static int linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *
  * (overwritten), dW (OC,IC) += dout^T inp (GEMM with beta 1 on the caller's
  * bf16 gradient: fp32 accumulation, one rounding), db (OC) += column sums.
  */
-static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, bf16 *db, const bf16 *dout,
-                           const bf16 *inp, const bf16 *W, int N, int IC, int OC) {
+static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, bf16 *db,
+                           const bf16 *dout, const bf16 *inp, const bf16 *W, int N, int IC,
+                           int OC) {
   char w[160];
   snprintf(w, sizeof w, "%s: d input", what);
-  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f, dinp, CUDA_R_16BF, IC, 0, 1))
+  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f, dinp,
+           CUDA_R_16BF, IC, 0, 1))
     return -1;
   snprintf(w, sizeof w, "%s: d weight", what);
-  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f, dW, CUDA_R_16BF, IC, 0, 1))
+  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f, dW,
+           CUDA_R_16BF, IC, 0, 1))
     return -1;
   snprintf(w, sizeof w, "%s: d bias", what);
   KERN(zgc_colsum_add, (db, dout, N, OC, m->b.part, m->stream), w);
@@ -465,35 +482,47 @@ static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, 
   char what[96];
 #define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
   KERN(zgc_layernorm_forward,
-       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[LP(l, GPT_P_LN1_W)], w[LP(l, GPT_P_LN1_B)], N, C, s),
+       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[LP(l, GPT_P_LN1_W)], w[LP(l, GPT_P_LN1_B)], N,
+        C, s),
        WHAT("ln_1"));
-  KERN(zgc_bias_broadcast, (m->b.dqkv, w[LP(l, GPT_P_QKV_B)], N, 3 * C, s), WHAT("attn.c_attn bias"));
-  if (linear_forward(m, WHAT("attn.c_attn"), m->b.dqkv, a->ln1, w[LP(l, GPT_P_QKV_W)], N, C, 3 * C, 1.0f)) return -1;
+  KERN(zgc_bias_broadcast, (m->b.dqkv, w[LP(l, GPT_P_QKV_B)], N, 3 * C, s),
+       WHAT("attn.c_attn bias"));
+  if (linear_forward(m, WHAT("attn.c_attn"), m->b.dqkv, a->ln1, w[LP(l, GPT_P_QKV_W)], N, C, 3 * C,
+                     1.0f))
+    return -1;
   KERN(zgc_to_heads, (a->qkvr, m->b.dqkv, B, T, NH, hs, 3, s), WHAT("q,k,v to heads"));
   const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
   const long long sTh = (long long)T * hs, sTT = (long long)T * T;
   /* scores (T,T) = q k^T / sqrt(hs) per (b, head) */
-  if (gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, sTh,
-           q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT, B * NH))
+  if (gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+           1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
+           B * NH))
     return -1;
   KERN(zgc_softmax_causal_forward, (a->att, B * NH, T, s), WHAT("attention softmax"));
   /* y (T,hs) = att v per (b, head), into dA by head */
-  if (gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh, a->att, T, sTT, 0.0f,
-           m->b.dA, CUDA_R_16BF, hs, sTh, B * NH))
+  if (gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh, a->att,
+           T, sTT, 0.0f, m->b.dA, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_from_heads, (a->atty, m->b.dA, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
-  if (linear_forward(m, WHAT("attn.c_proj"), m->b.dB, a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C, C, 0.0f)) return -1;
-  KERN(zgc_residual_bias, (a->res2, res_in, m->b.dB, w[LP(l, GPT_P_ATTPROJ_B)], N, C, s), WHAT("residual 2"));
+  if (linear_forward(m, WHAT("attn.c_proj"), m->b.dB, a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C, C,
+                     0.0f))
+    return -1;
+  KERN(zgc_residual_bias, (a->res2, res_in, m->b.dB, w[LP(l, GPT_P_ATTPROJ_B)], N, C, s),
+       WHAT("residual 2"));
   KERN(zgc_layernorm_forward,
-       (a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LP(l, GPT_P_LN2_W)], w[LP(l, GPT_P_LN2_B)], N, C, s),
+       (a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LP(l, GPT_P_LN2_W)], w[LP(l, GPT_P_LN2_B)], N,
+        C, s),
        WHAT("ln_2"));
   KERN(zgc_bias_broadcast, (a->fch, w[LP(l, GPT_P_FC_B)], N, 4 * C, s), WHAT("mlp.c_fc bias"));
-  if (linear_forward(m, WHAT("mlp.c_fc"), a->fch, a->ln2, w[LP(l, GPT_P_FC_W)], N, C, 4 * C, 1.0f)) return -1;
+  if (linear_forward(m, WHAT("mlp.c_fc"), a->fch, a->ln2, w[LP(l, GPT_P_FC_W)], N, C, 4 * C, 1.0f))
+    return -1;
   KERN(zgc_gelu_forward, (a->fcg, a->fch, NC * 4, s), WHAT("gelu"));
   if (res_out) {
-    if (linear_forward(m, WHAT("mlp.c_proj"), m->b.dB, a->fcg, w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C, C, 0.0f))
+    if (linear_forward(m, WHAT("mlp.c_proj"), m->b.dB, a->fcg, w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C,
+                       C, 0.0f))
       return -1;
-    KERN(zgc_residual_bias, (res_out, a->res2, m->b.dB, w[LP(l, GPT_P_FCPROJ_B)], N, C, s), WHAT("residual 3"));
+    KERN(zgc_residual_bias, (res_out, a->res2, m->b.dB, w[LP(l, GPT_P_FCPROJ_B)], N, C, s),
+         WHAT("residual 3"));
   }
 #undef WHAT
   return 0;
@@ -515,22 +544,24 @@ static int block_backward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in)
 #define WHAT(x) (snprintf(what, sizeof what, "block %d %s backward", l, (x)), what)
   /* block output = res2 + fcg Wfp^T + bfp */
   KERN(zgc_f32_to_bf16, (b->dA, b->dres, NC, s), WHAT("residual grad to bf16"));
-  if (linear_backward(m, WHAT("mlp.c_proj"), b->d4c, g[LP(l, GPT_P_FCPROJ_W)], g[LP(l, GPT_P_FCPROJ_B)], b->dA, a->fcg,
-                      w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C, C))
+  if (linear_backward(m, WHAT("mlp.c_proj"), b->d4c, g[LP(l, GPT_P_FCPROJ_W)],
+                      g[LP(l, GPT_P_FCPROJ_B)], b->dA, a->fcg, w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C,
+                      C))
     return -1;
   KERN(zgc_gelu_backward, (b->d4c, a->fch, NC * 4, s), WHAT("gelu"));
   /* fch = ln2 Wfc^T + bfc */
-  if (linear_backward(m, WHAT("mlp.c_fc"), b->dB, g[LP(l, GPT_P_FC_W)], g[LP(l, GPT_P_FC_B)], b->d4c, a->ln2,
-                      w[LP(l, GPT_P_FC_W)], N, C, 4 * C))
+  if (linear_backward(m, WHAT("mlp.c_fc"), b->dB, g[LP(l, GPT_P_FC_W)], g[LP(l, GPT_P_FC_B)],
+                      b->d4c, a->ln2, w[LP(l, GPT_P_FC_W)], N, C, 4 * C))
     return -1;
   KERN(zgc_layernorm_backward,
-       (b->dres, g[LP(l, GPT_P_LN2_W)], g[LP(l, GPT_P_LN2_B)], b->dB, a->res2, a->ln2_mean, a->ln2_rstd,
-        w[LP(l, GPT_P_LN2_W)], N, C, b->part, s),
+       (b->dres, g[LP(l, GPT_P_LN2_W)], g[LP(l, GPT_P_LN2_B)], b->dB, a->res2, a->ln2_mean,
+        a->ln2_rstd, w[LP(l, GPT_P_LN2_W)], N, C, b->part, s),
        WHAT("ln_2"));
   /* res2 = res_in + atty Wp^T + bp */
   KERN(zgc_f32_to_bf16, (b->dA, b->dres, NC, s), WHAT("residual grad to bf16"));
-  if (linear_backward(m, WHAT("attn.c_proj"), b->dB, g[LP(l, GPT_P_ATTPROJ_W)], g[LP(l, GPT_P_ATTPROJ_B)], b->dA,
-                      a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C, C))
+  if (linear_backward(m, WHAT("attn.c_proj"), b->dB, g[LP(l, GPT_P_ATTPROJ_W)],
+                      g[LP(l, GPT_P_ATTPROJ_B)], b->dA, a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C,
+                      C))
     return -1;
   /* attention: dy by head into dA (free again), dq|dk|dv by head into d4c */
   KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
@@ -538,30 +569,30 @@ static int block_backward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in)
   bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
   const long long sTh = (long long)T * hs, sTT = (long long)T * T;
   /* datt (T,T) = dy v^T */
-  if (gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, sTh, b->dA, hs, sTh,
-           0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
+  if (gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
+           sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
     return -1;
   /* dv (T,hs) = att^T dy */
-  if (gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA, hs, sTh, a->att, T,
-           sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
+  if (gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA, hs,
+           sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
        WHAT("attention softmax"));
   /* dq (T,hs) = dS k; dk (T,hs) = dS^T q */
-  if (gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh, b->datt, T, sTT, 0.0f,
-           dq, CUDA_R_16BF, hs, sTh, B * NH))
+  if (gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
+           b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
-  if (gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, sTh, b->datt, T, sTT,
-           0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
+  if (gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, sTh,
+           b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
   /* qkv = ln1 Wqkv^T + bqkv */
-  if (linear_backward(m, WHAT("attn.c_attn"), b->dB, g[LP(l, GPT_P_QKV_W)], g[LP(l, GPT_P_QKV_B)], b->dqkv, a->ln1,
-                      w[LP(l, GPT_P_QKV_W)], N, C, 3 * C))
+  if (linear_backward(m, WHAT("attn.c_attn"), b->dB, g[LP(l, GPT_P_QKV_W)], g[LP(l, GPT_P_QKV_B)],
+                      b->dqkv, a->ln1, w[LP(l, GPT_P_QKV_W)], N, C, 3 * C))
     return -1;
   KERN(zgc_layernorm_backward,
-       (b->dres, g[LP(l, GPT_P_LN1_W)], g[LP(l, GPT_P_LN1_B)], b->dB, res_in, a->ln1_mean, a->ln1_rstd,
-        w[LP(l, GPT_P_LN1_W)], N, C, b->part, s),
+       (b->dres, g[LP(l, GPT_P_LN1_W)], g[LP(l, GPT_P_LN1_B)], b->dB, res_in, a->ln1_mean,
+        a->ln1_rstd, w[LP(l, GPT_P_LN1_W)], N, C, b->part, s),
        WHAT("ln_1"));
 #undef WHAT
   return 0;
@@ -571,7 +602,8 @@ static int check_tokens(gpt_cuda *m, const uint8_t *t, size_t n, const char *wha
   if (m->cfg.vocab >= 256) return 0;
   for (size_t i = 0; i < n; i++) {
     if (t[i] >= m->cfg.vocab) {
-      seterr(m->err, sizeof m->err, "%s: %s[%zu] = %d is not < vocab %d", m->fn, what, i, t[i], m->cfg.vocab);
+      seterr(m->err, sizeof m->err, "%s: %s[%zu] = %d is not < vocab %d", m->fn, what, i, t[i],
+             m->cfg.vocab);
       return -1;
     }
   }
@@ -581,7 +613,8 @@ static int check_tokens(gpt_cuda *m, const uint8_t *t, size_t n, const char *wha
 /* ------------------------------------------------------------------ */
 /* forward */
 
-static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T, float *loss) {
+static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T,
+                        float *loss) {
   const int L = m->cfg.n_layer, C = m->cfg.d_model, V = m->cfg.vocab, N = B * T;
   const size_t Nn = (size_t)N;
   const bufs *b = &m->b;
@@ -614,23 +647,29 @@ static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targe
   CU(cudaEventRecord(m->staged, s), "recording the staging event");
 
   if (hook(m, GPT_HOOK_FORWARD, 0, 0) || need(m, 0, 2, 1, 0)) return -1;
-  KERN(zgc_encoder_forward, (b->resid[0], b->inputs, m->w[0], m->w[1], B, T, C, s), "embedding (wte + wpe)");
+  KERN(zgc_encoder_forward, (b->resid[0], b->inputs, m->w[0], m->w[1], B, T, C, s),
+       "embedding (wte + wpe)");
   for (int l = 0; l < L; l++) {
-    if (hook(m, GPT_HOOK_FORWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 0)) return -1;
-    if (block_forward(m, l, &m->sets[m->recompute ? 0 : l], b->resid[l], b->resid[l + 1])) return -1;
+    if (hook(m, GPT_HOOK_FORWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 0))
+      return -1;
+    if (block_forward(m, l, &m->sets[m->recompute ? 0 : l], b->resid[l], b->resid[l + 1]))
+      return -1;
     if (hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return -1;
   }
   const int f = m->n_params - 2;
   if (hook(m, GPT_HOOK_FORWARD, L + 1, 0) || need(m, f, 2, 1, 0)) return -1;
-  KERN(zgc_layernorm_forward, (b->lnf, b->lnf_mean, b->lnf_rstd, b->resid[L], m->w[f], m->w[f + 1], N, C, s), "ln_f");
+  KERN(zgc_layernorm_forward,
+       (b->lnf, b->lnf_mean, b->lnf_rstd, b->resid[L], m->w[f], m->w[f + 1], N, C, s), "ln_f");
   if (hook(m, GPT_HOOK_FORWARD, L + 1, 1)) return -1;
   if (need(m, 0, 1, 1, 0)) return -1;
-  if (linear_forward(m, "LM head (logits = ln_f wte^T)", b->logits, b->lnf, m->w[0], N, C, V, 0.0f)) return -1;
+  if (linear_forward(m, "LM head (logits = ln_f wte^T)", b->logits, b->lnf, m->w[0], N, C, V, 0.0f))
+    return -1;
   if (hook(m, GPT_HOOK_FORWARD, 0, 1)) return -1;
   if (targets) {
     KERN(zgc_xent_forward, (b->lse, b->losses, b->logits, b->targets, N, V, s), "cross-entropy");
     KERN(zgc_mean, (b->loss, b->losses, N, s), "mean loss");
-    CU(cudaMemcpyAsync(m->h_loss, b->loss, sizeof(float), cudaMemcpyDeviceToHost, s), "copying the loss");
+    CU(cudaMemcpyAsync(m->h_loss, b->loss, sizeof(float), cudaMemcpyDeviceToHost, s),
+       "copying the loss");
   }
   CU(cudaStreamSynchronize(s), "end of the forward pass");
   if (targets) {
@@ -640,12 +679,15 @@ static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targe
   return 0;
 }
 
-extern "C" float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
+extern "C" float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B,
+                                  int T) {
   if (!m) return NAN;
   m->fn = "gpt_cuda_forward";
-  m->err[0] = 0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
+  m->err[0] =
+      0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
   if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
-    seterr(m->err, sizeof m->err, "gpt_cuda_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
+    seterr(m->err, sizeof m->err,
+           "gpt_cuda_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
            (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);
     return NAN;
   }
@@ -673,25 +715,28 @@ static int backward_pass(gpt_cuda *m, float loss_mult) {
 
   if (hook(m, GPT_HOOK_BACKWARD, 0, 0) || need(m, 0, 1, 1, 0)) return -1;
   /* dlogits = (softmax - onehot(target)) * loss_mult / N, in place */
-  KERN(zgc_xent_backward, (b->logits, b->lse, b->targets, N, V, loss_mult / (float)N, s), "cross-entropy backward");
+  KERN(zgc_xent_backward, (b->logits, b->lse, b->targets, N, V, loss_mult / (float)N, s),
+       "cross-entropy backward");
   /* logits = lnf wte^T: dlnf (N,C) = dlogits wte into dB; the wte part of this backward in fp32 */
-  if (gemm(m, "LM head backward: d ln_f", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, m->w[0], C, 0, b->logits, V, 0, 0.0f,
-           b->dB, CUDA_R_16BF, C, 0, 1))
+  if (gemm(m, "LM head backward: d ln_f", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, m->w[0], C, 0,
+           b->logits, V, 0, 0.0f, b->dB, CUDA_R_16BF, C, 0, 1))
     return -1;
-  if (gemm(m, "LM head backward: d wte (fp32)", CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, 1.0f, b->lnf, C, 0, b->logits, V, 0,
-           0.0f, b->gwte32, CUDA_R_32F, C, 0, 1))
+  if (gemm(m, "LM head backward: d wte (fp32)", CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, 1.0f, b->lnf, C,
+           0, b->logits, V, 0, 0.0f, b->gwte32, CUDA_R_32F, C, 0, 1))
     return -1;
 
   const int f = m->n_params - 2;
   if (hook(m, GPT_HOOK_BACKWARD, L + 1, 0) || need(m, f, 2, 1, 1)) return -1;
   CU(cudaMemsetAsync(b->dres, 0, NC * sizeof(float), s), "zeroing the residual gradient");
   KERN(zgc_layernorm_backward,
-       (b->dres, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd, m->w[f], N, C, b->part, s),
+       (b->dres, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd, m->w[f], N, C,
+        b->part, s),
        "ln_f backward");
   if (hook(m, GPT_HOOK_BACKWARD, L + 1, 1)) return -1;
 
   for (int l = L - 1; l >= 0; l--) {
-    if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 1)) return -1;
+    if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 1))
+      return -1;
     const acts *a = &m->sets[m->recompute ? 0 : l];
     if (m->recompute && block_forward(m, l, a, b->resid[l], NULL)) return -1;
     if (block_backward(m, l, a, b->resid[l])) return -1;
@@ -699,7 +744,8 @@ static int backward_pass(gpt_cuda *m, float loss_mult) {
   }
   if (need(m, 0, 2, 0, 1)) return -1;
   KERN(zgc_wpe_backward, (m->g[1], b->dres, B, T, C, s), "wpe backward");
-  KERN(zgc_wte_backward, (m->g[0], b->gwte32, b->dres, b->tok_off, b->tok_pos, V, C, s), "wte backward");
+  KERN(zgc_wte_backward, (m->g[0], b->gwte32, b->dres, b->tok_off, b->tok_pos, V, C, s),
+       "wte backward");
   if (hook(m, GPT_HOOK_BACKWARD, 0, 1)) return -1;
   return 0;
 }
@@ -720,7 +766,8 @@ extern "C" int gpt_cuda_backward(gpt_cuda *m, float loss_mult) {
 /* The first @Vb logits of row @row of the last forward, to the host as float. */
 static int last_logits(gpt_cuda *m, int row, int Vb, float *out) {
   const bf16 *src = m->b.logits + (size_t)row * m->cfg.vocab;
-  CU(cudaMemcpyAsync(m->h_logits, src, (size_t)Vb * sizeof(bf16), cudaMemcpyDeviceToHost, m->stream),
+  CU(cudaMemcpyAsync(m->h_logits, src, (size_t)Vb * sizeof(bf16), cudaMemcpyDeviceToHost,
+                     m->stream),
      "copying the last logits");
   CU(cudaStreamSynchronize(m->stream), "sampling");
   for (int v = 0; v < Vb; v++) out[v] = __bfloat162float(m->h_logits[v]);
@@ -731,20 +778,23 @@ static int sample_check(void *model, const uint8_t *toks, size_t n) {
   return check_tokens((gpt_cuda *)model, toks, n, "prompt");
 }
 
-static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb, float *scratch) {
+static const float *sample_forward_last(void *model, const uint8_t *toks, int T, int Vb,
+                                        float *scratch) {
   gpt_cuda *m = (gpt_cuda *)model;
   float r = 0.0f;
   m->fn = "gpt_cuda_sample";
-  if (forward_pass(m, toks, NULL, 1, T, &r) != 0 || last_logits(m, T - 1, Vb, scratch) != 0) return NULL;
+  if (forward_pass(m, toks, NULL, 1, T, &r) != 0 || last_logits(m, T - 1, Vb, scratch) != 0)
+    return NULL;
   return scratch;
 }
 
-extern "C" int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
-                               uint64_t seed, uint8_t *out) {
+extern "C" int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new,
+                               float temperature, uint64_t seed, uint8_t *out) {
   if (!m) return -1;
   m->fn = "gpt_cuda_sample";
-  const gen_backend g = {m, "gpt_cuda_sample", "host memory", m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab, 1,
-                         sample_check, sample_forward_last};
+  const gen_backend g = {
+      m, "gpt_cuda_sample", "host memory",      m->err, sizeof m->err, m->cfg.seq_len, m->cfg.vocab,
+      1, sample_check,      sample_forward_last};
   gpt_hook_fn saved = m->hook; /* sampling computes with the weights already set */
   m->hook = NULL;
   const int rc = gen_sample(&g, prompt, prompt_len, n_new, temperature, seed, out);

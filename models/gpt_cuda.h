@@ -95,8 +95,8 @@ size_t gpt_cuda_device_bytes(const gpt_config *c, int max_batch, int recompute);
  * Synchronous. Returns 0 and *@out, or -1 with a message in @err (@errlen
  * bytes): bad config, cudaMalloc failure (with the byte count), cuBLAS.
  */
-int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out, char *err,
-                    size_t errlen);
+int gpt_cuda_create(const gpt_config *c, int max_batch, int recompute, void *stream, gpt_cuda **out,
+                    char *err, size_t errlen);
 
 /* gpt_cuda_destroy() - synchronize the stream, free everything; NULL is accepted. */
 void gpt_cuda_destroy(gpt_cuda *m);
@@ -174,8 +174,8 @@ int gpt_cuda_backward(gpt_cuda *m, float loss_mult);
  * Runs without the hook, with the weights currently set. Synchronous.
  * Returns 0, or -1 (message in gpt_cuda_last_error()).
  */
-int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature, uint64_t seed,
-                    uint8_t *out);
+int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new,
+                    float temperature, uint64_t seed, uint8_t *out);
 
 /* gpt_cuda_last_error() - the message of the last failed call on @m ("" if none). */
 const char *gpt_cuda_last_error(const gpt_cuda *m);

@@ -13,8 +13,8 @@
 
 typedef zgc_bf16 bf16;
 
-#define THREADS 256           /* every kernel: 256 threads (8 warps) per block */
-#define MAX_GRID (1u << 20)   /* grid-stride loops cover the rest */
+#define THREADS 256                /* every kernel: 256 threads (8 warps) per block */
+#define MAX_GRID (1u << 20)        /* grid-stride loops cover the rest */
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 static __device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
@@ -33,8 +33,9 @@ static unsigned grid_rows(size_t rows) {
   return rows > MAX_GRID ? MAX_GRID : (unsigned)rows;
 }
 
-#define GRID_STRIDE(i, n) \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                 \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (size_t)gridDim.x * blockDim.x)
 
 /* Butterfly reductions: every lane ends with the same value, in a fixed order. */
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -69,8 +70,8 @@ static __device__ float block_reduce(float v, float *sh, int is_max) {
 /* ------------------------------------------------------------------ */
 /* forward */
 
-__global__ void encoder_forward_kernel(bf16 *out, const uint8_t *inp, const bf16 *wte, const bf16 *wpe, int T, int C,
-                                       size_t NC) {
+__global__ void encoder_forward_kernel(bf16 *out, const uint8_t *inp, const bf16 *wte,
+                                       const bf16 *wpe, int T, int C, size_t NC) {
   GRID_STRIDE(i, NC) {
     const size_t n = i / (size_t)C, c = i % (size_t)C;
     const size_t t = n % (size_t)T;
@@ -78,15 +79,15 @@ __global__ void encoder_forward_kernel(bf16 *out, const uint8_t *inp, const bf16
   }
 }
 
-cudaError_t zgc_encoder_forward(bf16 *out, const uint8_t *inp, const bf16 *wte, const bf16 *wpe, int B, int T, int C,
-                                cudaStream_t s) {
+cudaError_t zgc_encoder_forward(bf16 *out, const uint8_t *inp, const bf16 *wte, const bf16 *wpe,
+                                int B, int T, int C, cudaStream_t s) {
   const size_t NC = (size_t)B * T * C;
   encoder_forward_kernel<<<grid_for(NC), THREADS, 0, s>>>(out, inp, wte, wpe, T, C, NC);
   return cudaGetLastError();
 }
 
-__global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
-                                         const bf16 *b, int N, int C) {
+__global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                         const bf16 *w, const bf16 *b, int N, int C) {
   __shared__ float sh[33];
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
     const bf16 *x = inp + (size_t)n * C;
@@ -100,7 +101,8 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, co
       v += d * d;
     }
     const float rs = 1.0f / sqrtf(block_reduce(v, sh, 0) / (float)C + 1e-5f);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = st((ld(x[c]) - mu) * rs * ld(w[c]) + ld(b[c]));
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+      o[c] = st((ld(x[c]) - mu) * rs * ld(w[c]) + ld(b[c]));
     if (threadIdx.x == 0) {
       mean[n] = mu;
       rstd[n] = rs;
@@ -108,9 +110,10 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, co
   }
 }
 
-cudaError_t zgc_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
-                                  int N, int C, cudaStream_t s) {
-  layernorm_forward_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+cudaError_t zgc_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                  const bf16 *w, const bf16 *b, int N, int C, cudaStream_t s) {
+  layernorm_forward_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N,
+                                                                    C);
   return cudaGetLastError();
 }
 
@@ -124,12 +127,13 @@ cudaError_t zgc_bias_broadcast(bf16 *out, const bf16 *bias, int N, int OC, cudaS
   return cudaGetLastError();
 }
 
-__global__ void residual_bias_kernel(bf16 *out, const bf16 *res, const bf16 *y, const bf16 *bias, int C, size_t n) {
+__global__ void residual_bias_kernel(bf16 *out, const bf16 *res, const bf16 *y, const bf16 *bias,
+                                     int C, size_t n) {
   GRID_STRIDE(i, n) out[i] = st((ld(res[i]) + ld(bias[i % (size_t)C])) + ld(y[i]));
 }
 
-cudaError_t zgc_residual_bias(bf16 *out, const bf16 *res, const bf16 *y, const bf16 *bias, int N, int C,
-                              cudaStream_t s) {
+cudaError_t zgc_residual_bias(bf16 *out, const bf16 *res, const bf16 *y, const bf16 *bias, int N,
+                              int C, cudaStream_t s) {
   const size_t n = (size_t)N * C;
   residual_bias_kernel<<<grid_for(n), THREADS, 0, s>>>(out, res, y, bias, C, n);
   return cudaGetLastError();
@@ -140,7 +144,8 @@ cudaError_t zgc_residual_bias(bf16 *out, const bf16 *res, const bf16 *y, const b
  * (B,T,P*C) with C = NH*hs: part s, batch b, head h, time t, dim d sits at
  * ((b*T + t)*P + s)*C + h*hs + d.
  */
-static __device__ __forceinline__ size_t heads_to_rows(size_t i, int B, int T, int NH, int hs, int P) {
+static __device__ __forceinline__ size_t heads_to_rows(size_t i, int B, int T, int NH, int hs,
+                                                       int P) {
   size_t r = i;
   const size_t d = r % (size_t)hs;
   r /= (size_t)hs;
@@ -154,21 +159,25 @@ static __device__ __forceinline__ size_t heads_to_rows(size_t i, int B, int T, i
   return ((b * T + t) * P + part) * C + h * hs + d;
 }
 
-__global__ void to_heads_kernel(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P, size_t n) {
+__global__ void to_heads_kernel(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P,
+                                size_t n) {
   GRID_STRIDE(i, n) out[i] = in[heads_to_rows(i, B, T, NH, hs, P)];
 }
 
-__global__ void from_heads_kernel(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P, size_t n) {
+__global__ void from_heads_kernel(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P,
+                                  size_t n) {
   GRID_STRIDE(i, n) out[heads_to_rows(i, B, T, NH, hs, P)] = in[i];
 }
 
-cudaError_t zgc_to_heads(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P, cudaStream_t s) {
+cudaError_t zgc_to_heads(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P,
+                         cudaStream_t s) {
   const size_t n = (size_t)P * B * T * NH * hs;
   to_heads_kernel<<<grid_for(n), THREADS, 0, s>>>(out, in, B, T, NH, hs, P, n);
   return cudaGetLastError();
 }
 
-cudaError_t zgc_from_heads(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P, cudaStream_t s) {
+cudaError_t zgc_from_heads(bf16 *out, const bf16 *in, int B, int T, int NH, int hs, int P,
+                           cudaStream_t s) {
   const size_t n = (size_t)P * B * T * NH * hs;
   from_heads_kernel<<<grid_for(n), THREADS, 0, s>>>(out, in, B, T, NH, hs, P, n);
   return cudaGetLastError();
@@ -181,7 +190,8 @@ cudaError_t zgc_from_heads(bf16 *out, const bf16 *in, int B, int T, int NH, int 
 __global__ void softmax_causal_forward_kernel(bf16 *att, size_t rows, int T) {
   const int lane = threadIdx.x & 31;
   const size_t wpb = blockDim.x >> 5;
-  for (size_t r = (size_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * wpb) {
+  for (size_t r = (size_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows;
+       r += (size_t)gridDim.x * wpb) {
     const int i = (int)(r % (size_t)T);
     bf16 *p = att + r * (size_t)T;
     float mx = -INFINITY;
@@ -200,23 +210,28 @@ cudaError_t zgc_softmax_causal_forward(bf16 *att, int BH, int T, cudaStream_t s)
   return cudaGetLastError();
 }
 
-__global__ void softmax_causal_backward_kernel(bf16 *datt, const bf16 *att, size_t rows, int T, float scale) {
+__global__ void softmax_causal_backward_kernel(bf16 *datt, const bf16 *att, size_t rows, int T,
+                                               float scale) {
   const int lane = threadIdx.x & 31;
   const size_t wpb = blockDim.x >> 5;
-  for (size_t r = (size_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * wpb) {
+  for (size_t r = (size_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows;
+       r += (size_t)gridDim.x * wpb) {
     const int i = (int)(r % (size_t)T);
     const bf16 *a = att + r * (size_t)T;
     bf16 *d = datt + r * (size_t)T;
     float s = 0.0f;
     for (int j = lane; j <= i; j += 32) s += ld(a[j]) * ld(d[j]);
     s = warp_sum(s);
-    for (int j = lane; j < T; j += 32) d[j] = j <= i ? st(ld(a[j]) * (ld(d[j]) - s) * scale) : st(0.0f);
+    for (int j = lane; j < T; j += 32)
+      d[j] = j <= i ? st(ld(a[j]) * (ld(d[j]) - s) * scale) : st(0.0f);
   }
 }
 
-cudaError_t zgc_softmax_causal_backward(bf16 *datt, const bf16 *att, int BH, int T, float scale, cudaStream_t s) {
+cudaError_t zgc_softmax_causal_backward(bf16 *datt, const bf16 *att, int BH, int T, float scale,
+                                        cudaStream_t s) {
   const size_t rows = (size_t)BH * T;
-  softmax_causal_backward_kernel<<<grid_rows((rows + 7) / 8), THREADS, 0, s>>>(datt, att, rows, T, scale);
+  softmax_causal_backward_kernel<<<grid_rows((rows + 7) / 8), THREADS, 0, s>>>(datt, att, rows, T,
+                                                                               scale);
   return cudaGetLastError();
 }
 
@@ -250,8 +265,8 @@ cudaError_t zgc_gelu_backward(bf16 *d, const bf16 *inp, size_t n, cudaStream_t s
 }
 
 /* One block per row: logsumexp and the cross-entropy of the target (log-sum-exp form, as gpt.c). */
-__global__ void xent_forward_kernel(float *lse, float *losses, const bf16 *logits, const uint8_t *targets, int N,
-                                    int V) {
+__global__ void xent_forward_kernel(float *lse, float *losses, const bf16 *logits,
+                                    const uint8_t *targets, int N, int V) {
   __shared__ float sh[33];
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
     const bf16 *l = logits + (size_t)n * V;
@@ -269,14 +284,14 @@ __global__ void xent_forward_kernel(float *lse, float *losses, const bf16 *logit
   }
 }
 
-cudaError_t zgc_xent_forward(float *lse, float *losses, const bf16 *logits, const uint8_t *targets, int N, int V,
-                             cudaStream_t s) {
+cudaError_t zgc_xent_forward(float *lse, float *losses, const bf16 *logits, const uint8_t *targets,
+                             int N, int V, cudaStream_t s) {
   xent_forward_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(lse, losses, logits, targets, N, V);
   return cudaGetLastError();
 }
 
-__global__ void xent_backward_kernel(bf16 *logits, const float *lse, const uint8_t *targets, int V, size_t n,
-                                     float dscale) {
+__global__ void xent_backward_kernel(bf16 *logits, const float *lse, const uint8_t *targets, int V,
+                                     size_t n, float dscale) {
   GRID_STRIDE(i, n) {
     const size_t row = i / (size_t)V;
     const int v = (int)(i % (size_t)V);
@@ -286,8 +301,8 @@ __global__ void xent_backward_kernel(bf16 *logits, const float *lse, const uint8
   }
 }
 
-cudaError_t zgc_xent_backward(bf16 *logits, const float *lse, const uint8_t *targets, int N, int V, float dscale,
-                              cudaStream_t s) {
+cudaError_t zgc_xent_backward(bf16 *logits, const float *lse, const uint8_t *targets, int N, int V,
+                              float dscale, cudaStream_t s) {
   const size_t n = (size_t)N * V;
   xent_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(logits, lse, targets, V, n, dscale);
   return cudaGetLastError();
@@ -361,8 +376,9 @@ cudaError_t zgc_colsum_add(bf16 *g, const bf16 *x, int N, int K, float *part, cu
 }
 
 /* One block per row: dinp += rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)). */
-__global__ void layernorm_backward_dx_kernel(float *dinp, const bf16 *dout, const bf16 *inp, const float *mean,
-                                             const float *rstd, const bf16 *w, int N, int C) {
+__global__ void layernorm_backward_dx_kernel(float *dinp, const bf16 *dout, const bf16 *inp,
+                                             const float *mean, const float *rstd, const bf16 *w,
+                                             int N, int C) {
   __shared__ float sh[33];
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
     const bf16 *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -385,8 +401,9 @@ __global__ void layernorm_backward_dx_kernel(float *dinp, const bf16 *dout, cons
 }
 
 /* part (P, 2C): [p][c] = sum over the chunk of dy*xhat, [p][C + c] = sum of dy. */
-__global__ void layernorm_backward_partial_kernel(float *part, const bf16 *dout, const bf16 *inp, const float *mean,
-                                                  const float *rstd, int N, int C, int R) {
+__global__ void layernorm_backward_partial_kernel(float *part, const bf16 *dout, const bf16 *inp,
+                                                  const float *mean, const float *rstd, int N,
+                                                  int C, int R) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int p = blockIdx.y;
   if (c >= C) return;
@@ -401,7 +418,8 @@ __global__ void layernorm_backward_partial_kernel(float *part, const bf16 *dout,
   part[(size_t)p * 2 * C + C + c] = ab;
 }
 
-__global__ void layernorm_backward_finish_kernel(bf16 *dw, bf16 *db, const float *part, int P, int C) {
+__global__ void layernorm_backward_finish_kernel(bf16 *dw, bf16 *db, const float *part, int P,
+                                                 int C) {
   GRID_STRIDE(c, (size_t)C) {
     float sw = 0.0f, sb = 0.0f;
     for (int p = 0; p < P; p++) {
@@ -413,10 +431,11 @@ __global__ void layernorm_backward_finish_kernel(bf16 *dw, bf16 *db, const float
   }
 }
 
-cudaError_t zgc_layernorm_backward(float *dinp, bf16 *dw, bf16 *db, const bf16 *dout, const bf16 *inp,
-                                   const float *mean, const float *rstd, const bf16 *w, int N, int C, float *part,
-                                   cudaStream_t s) {
-  layernorm_backward_dx_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(dinp, dout, inp, mean, rstd, w, N, C);
+cudaError_t zgc_layernorm_backward(float *dinp, bf16 *dw, bf16 *db, const bf16 *dout,
+                                   const bf16 *inp, const float *mean, const float *rstd,
+                                   const bf16 *w, int N, int C, float *part, cudaStream_t s) {
+  layernorm_backward_dx_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(dinp, dout, inp, mean, rstd,
+                                                                        w, N, C);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   int R, P;
@@ -447,8 +466,8 @@ cudaError_t zgc_wpe_backward(bf16 *gwpe, const float *dres, int B, int T, int C,
 }
 
 /* One thread per (token row v, channel c); only rows v < 256 can have positions (token ids are bytes). */
-__global__ void wte_backward_kernel(bf16 *gwte, const float *gwte32, const float *dres, const int *off,
-                                    const int *pos, int V, int C) {
+__global__ void wte_backward_kernel(bf16 *gwte, const float *gwte32, const float *dres,
+                                    const int *off, const int *pos, int V, int C) {
   const size_t VC = (size_t)V * C;
   GRID_STRIDE(i, VC) {
     const size_t v = i / (size_t)C, c = i % (size_t)C;
@@ -461,17 +480,19 @@ __global__ void wte_backward_kernel(bf16 *gwte, const float *gwte32, const float
   }
 }
 
-cudaError_t zgc_wte_backward(bf16 *gwte, const float *gwte32, const float *dres, const int *off, const int *pos, int V,
-                             int C, cudaStream_t s) {
-  wte_backward_kernel<<<grid_for((size_t)V * C), THREADS, 0, s>>>(gwte, gwte32, dres, off, pos, V, C);
+cudaError_t zgc_wte_backward(bf16 *gwte, const float *gwte32, const float *dres, const int *off,
+                             const int *pos, int V, int C, cudaStream_t s) {
+  wte_backward_kernel<<<grid_for((size_t)V * C), THREADS, 0, s>>>(gwte, gwte32, dres, off, pos, V,
+                                                                  C);
   return cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- reference GEMM (racecheck runs only) */
 
-__global__ void gemm_reference_kernel(int ta, int tb, int M, int Nn, int K, float alpha, const bf16 *A, int lda,
-                                      long long sA, const bf16 *B, int ldb, long long sB, float beta, void *C,
-                                      int c_f32, int ldc, long long sC, size_t n) {
+__global__ void gemm_reference_kernel(int ta, int tb, int M, int Nn, int K, float alpha,
+                                      const bf16 *A, int lda, long long sA, const bf16 *B, int ldb,
+                                      long long sB, float beta, void *C, int c_f32, int ldc,
+                                      long long sC, size_t n) {
   GRID_STRIDE(idx, n) {
     const size_t i = idx % (size_t)M, r = idx / (size_t)M, j = r % (size_t)Nn, b = r / (size_t)Nn;
     const bf16 *a = A + (size_t)b * (size_t)sA, *bm = B + (size_t)b * (size_t)sB;
@@ -492,12 +513,13 @@ __global__ void gemm_reference_kernel(int ta, int tb, int M, int Nn, int K, floa
   }
 }
 
-cudaError_t zgc_gemm_reference(int ta, int tb, int M, int Nn, int K, float alpha, const bf16 *A, int lda,
-                               long long sA, const bf16 *B, int ldb, long long sB, float beta, void *C, int c_f32,
-                               int ldc, long long sC, int batch, cudaStream_t s) {
+cudaError_t zgc_gemm_reference(int ta, int tb, int M, int Nn, int K, float alpha, const bf16 *A,
+                               int lda, long long sA, const bf16 *B, int ldb, long long sB,
+                               float beta, void *C, int c_f32, int ldc, long long sC, int batch,
+                               cudaStream_t s) {
   const size_t n = (size_t)M * (size_t)Nn * (size_t)batch;
   if (n == 0) return cudaSuccess;
-  gemm_reference_kernel<<<grid_for(n), THREADS, 0, s>>>(ta, tb, M, Nn, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
-                                                        c_f32, ldc, sC, n);
+  gemm_reference_kernel<<<grid_for(n), THREADS, 0, s>>>(ta, tb, M, Nn, K, alpha, A, lda, sA, B, ldb,
+                                                        sB, beta, C, c_f32, ldc, sC, n);
   return cudaGetLastError();
 }

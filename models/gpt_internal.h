@@ -16,15 +16,15 @@
 struct gpt_model {
   gpt_config cfg;
   int max_batch;
-  int recompute;         /* activation checkpointing: per-block buffers hold one block */
+  int recompute; /* activation checkpointing: per-block buffers hold one block */
   int n_params;
   gpt_param_spec *specs; /* [n_params] */
   size_t *offsets;       /* [n_params], in floats, into params_mem and grads_mem (resident mode) */
   size_t n_floats;       /* length of params_mem / grads_mem including padding */
-  float *params_mem;     /* every weight tensor, each 64-byte aligned (resident mode; NULL streamed) */
-  float *grads_mem;      /* the same layout for gradients (resident mode; NULL streamed) */
-  float *gscratch;       /* the same layout: one backward's gradient before it is added to grads_mem */
-  gpt_hook_fn hook;      /* layer-group hook (NULL: none) */
+  float *params_mem; /* every weight tensor, each 64-byte aligned (resident mode; NULL streamed) */
+  float *grads_mem;  /* the same layout for gradients (resident mode; NULL streamed) */
+  float *gscratch;   /* the same layout: one backward's gradient before it is added to grads_mem */
+  gpt_hook_fn hook;  /* layer-group hook (NULL: none) */
   void *hook_user;
 
   /* Activations, sized for max_batch x seq_len; a forward with (B,T) uses the

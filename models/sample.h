@@ -49,7 +49,8 @@ enum {
 static inline int gen_sample(const gen_backend *g, const uint8_t *prompt, int prompt_len, int n_new,
                              float temperature, uint64_t seed, uint8_t *out) {
   if (n_new < 0 || prompt_len < 0 || (prompt_len > 0 && !prompt) || (n_new > 0 && !out)) {
-    seterr(g->err, g->errlen, "%s: bad arguments (prompt_len %d, n_new %d)", g->fn, prompt_len, n_new);
+    seterr(g->err, g->errlen, "%s: bad arguments (prompt_len %d, n_new %d)", g->fn, prompt_len,
+           n_new);
     return GEN_ERR_SETUP;
   }
   const int S = g->seq_len, V = g->vocab;

@@ -10,7 +10,8 @@
 #include <stdio.h>
 
 /* seterr() - format into @err (at most @errlen bytes, NUL-terminated); no-op when @err is NULL or @errlen is 0. */
-static inline void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static inline void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;

@@ -55,11 +55,14 @@ zo_status zo_plan_mem_total(size_t *out) {
   if (t && *t) {
     char *end, et[64];
     errno = 0;
-    unsigned long long v = t[0] >= '0' && t[0] <= '9' ? strtoull(t, &end, 10) : 0; /* no sign, no blank */
+    unsigned long long v =
+        t[0] >= '0' && t[0] <= '9' ? strtoull(t, &end, 10) : 0; /* no sign, no blank */
     if (t[0] < '0' || t[0] > '9' || errno || *end || v == 0 || v >= SIZE_MAX)
-      return zo_error_set(ZO_ERR_INVALID_ARG, "budget: environment variable ZO_TEST_MEMTOTAL='%s': expected a byte "
-                          "count in [1, %zu] (it stands in for MemTotal; unset it to use /proc/meminfo)",
-                          zo_escape(et, sizeof et, t, strlen(t)), SIZE_MAX - 1);
+      return zo_error_set(
+          ZO_ERR_INVALID_ARG,
+          "budget: environment variable ZO_TEST_MEMTOTAL='%s': expected a byte "
+          "count in [1, %zu] (it stands in for MemTotal; unset it to use /proc/meminfo)",
+          zo_escape(et, sizeof et, t, strlen(t)), SIZE_MAX - 1);
     *out = (size_t)v;
     return ZO_OK;
   }
@@ -177,7 +180,8 @@ zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget *out) 
   return zo_engine_budget_for(e, ZO_DEVICE_AUTO, app, out);
 }
 
-zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4], zo_budget *out) {
+zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4],
+                               zo_budget *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "budget: NULL argument");
   zo_plan *plan;
   ZO_CHECK(zo_plan_make(e, "budget", kind, &plan));
@@ -187,8 +191,8 @@ zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t
 }
 
 /* Device line: the resident block, and with parameter offload room for the largest tensor; advice when it does not fit. */
-static zo_status budget_device(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out,
-                               zo_budget_line **ld_out) {
+static zo_status budget_device(const zo_engine_t *e, const zo_plan *p, const size_t app[4],
+                               zo_budget *out, zo_budget_line **ld_out) {
   const int pres = e->ptier == ZO_OFFLOAD_NONE;
   const size_t dev_state = p->dev_state_bytes, largest_dev = p->largest_dev_bytes;
   const size_t dev = p->device_need_bytes;
@@ -199,29 +203,38 @@ static zo_status budget_device(const zo_engine_t *e, const zo_plan *p, const siz
   ld->need = add_sat(dev, app[ZO_TIER_DEVICE]);
   ZO_CHECK(zo_device_mem_available(e->dev, &ld->available));
   snprintf(ld->source, sizeof ld->source, "%s",
-           zo_device_get_kind(e->dev) == ZO_DEVICE_CUDA ? "cudaMemGetInfo, under zoffload.device_memory_limit"
-           : ld->available == SIZE_MAX                  ? "host device, no zoffload.device_memory_limit"
-                                                        : "zoffload.device_memory_limit");
+           zo_device_get_kind(e->dev) == ZO_DEVICE_CUDA
+               ? "cudaMemGetInfo, under zoffload.device_memory_limit"
+           : ld->available == SIZE_MAX ? "host device, no zoffload.device_memory_limit"
+                                       : "zoffload.device_memory_limit");
   if (!fits_in(ld->need, ld->available)) {
     ld->fits = 0;
     if (e->tier == ZO_OFFLOAD_NONE)
-      snprintf(ld->advice, sizeof ld->advice, "set zero_optimization.offload_optimizer.device to \"cpu\" (moves "
-               "%s of master weights, Adam state and gradients to host memory)", hsize(a, sizeof a, dev_state));
+      snprintf(ld->advice, sizeof ld->advice,
+               "set zero_optimization.offload_optimizer.device to \"cpu\" (moves "
+               "%s of master weights, Adam state and gradients to host memory)",
+               hsize(a, sizeof a, dev_state));
     else if (pres)
-      snprintf(ld->advice, sizeof ld->advice, "set zero_optimization.offload_param.device to \"cpu\" (ZeRO stage 3: "
-               "the device then holds at least the largest tensor, %s, instead of all %s of working weights)",
-               hsize(a, sizeof a, largest_dev), hsize(b2, sizeof b2, dev));
+      snprintf(
+          ld->advice, sizeof ld->advice,
+          "set zero_optimization.offload_param.device to \"cpu\" (ZeRO stage 3: "
+          "the device then holds at least the largest tensor, %s, instead of all %s of working weights)",
+          hsize(a, sizeof a, largest_dev), hsize(b2, sizeof b2, dev));
     else
-      snprintf(ld->advice, sizeof ld->advice, "raise zoffload.device_memory_limit by at least %zu bytes, or use a "
-               "device with more memory (the largest tensor alone needs %s)", ld->need - ld->available,
-               hsize(a, sizeof a, largest_dev));
+      snprintf(ld->advice, sizeof ld->advice,
+               "raise zoffload.device_memory_limit by at least %zu bytes, or use a "
+               "device with more memory (the largest tensor alone needs %s)",
+               ld->need - ld->available, hsize(a, sizeof a, largest_dev));
   }
   return ZO_OK;
 }
 
 /* Host advice, NVMe optimizer tier: a smaller sub_group_size that fits (@over bytes too many), else lower it. */
-static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budget_line *lh, size_t over) {
-  const size_t wsz = p->wsz, state_esz = p->state_esz + zo_dtype_size(e->adtype); /* a slot holds the gradient too */
+static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budget_line *lh,
+                                 size_t over) {
+  const size_t wsz = p->wsz,
+               state_esz =
+                   p->state_esz + zo_dtype_size(e->adtype); /* a slot holds the gradient too */
   const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers.");
   const int nbuf = p->n_slots;
   char a[32];
@@ -235,43 +248,56 @@ static int host_advice_sub_group(const zo_engine_t *e, const zo_plan *p, zo_budg
     size_t fit = (now - over) / per, unit = p->extent_unit;
     fit = fit / unit * unit;
     if (fit >= unit)
-      n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zero_optimization.sub_group_size to at most %zu "
-                    "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)", fit,
-                    e->cfg.zero.sub_group_size, nbuf, p->slot_el, state_esz, hsize(a, sizeof a, sg_bytes));
+      n += snprintf(lh->advice + n, sizeof lh->advice - n,
+                    "set zero_optimization.sub_group_size to at most %zu "
+                    "(now %" PRId64 ": %d buffer sets x %zu elements x %zu bytes = %s pinned)",
+                    fit, e->cfg.zero.sub_group_size, nbuf, p->slot_el, state_esz,
+                    hsize(a, sizeof a, sg_bytes));
   }
   if (!n)
-    n += snprintf(lh->advice + n, sizeof lh->advice - n, "lower zero_optimization.sub_group_size and "
-                  "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)", nbuf, p->slot_el,
-                  hsize(a, sizeof a, sg_bytes));
+    n += snprintf(lh->advice + n, sizeof lh->advice - n,
+                  "lower zero_optimization.sub_group_size and "
+                  "offload_optimizer.buffer_count (%d buffer sets of %zu elements hold %s)",
+                  nbuf, p->slot_el, hsize(a, sizeof a, sg_bytes));
   return n;
 }
 
 /* Host advice when the host line does not fit: what to offload further, or whose bytes leave too little. */
-static void host_advice(const zo_engine_t *e, const zo_plan *p, const size_t app[4], const zo_budget_line *ld,
-                        zo_budget_line *lh) {
-  const size_t state_host = zo_plan_sum(p, "state_host."), param_host = zo_plan_sum(p, "param_host");
+static void host_advice(const zo_engine_t *e, const zo_plan *p, const size_t app[4],
+                        const zo_budget_line *ld, zo_budget_line *lh) {
+  const size_t state_host = zo_plan_sum(p, "state_host."),
+               param_host = zo_plan_sum(p, "param_host");
   const size_t sg_bytes = zo_plan_sum(p, "sub_group_buffers.");
   const size_t over = lh->need > lh->available ? lh->need - lh->available : 0;
   char a[32];
   int n = 0;
   if (e->tier == ZO_OFFLOAD_NVME && sg_bytes) n += host_advice_sub_group(e, p, lh, over);
   if (e->tier == ZO_OFFLOAD_CPU && state_host)
-    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_optimizer.device to "
-                  "\"nvme\" (moves %s of master weights and Adam state to nvme_path)", n ? "; or " : "",
-                  hsize(a, sizeof a, state_host));
+    n += snprintf(lh->advice + n, sizeof lh->advice - n,
+                  "%sset zero_optimization.offload_optimizer.device to "
+                  "\"nvme\" (moves %s of master weights and Adam state to nvme_path)",
+                  n ? "; or " : "", hsize(a, sizeof a, state_host));
   if (e->ptier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lh->advice)
-    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%sset zero_optimization.offload_param.device to \"nvme\" "
-                  "(moves %s of working weights to nvme_path)", n ? "; or " : "", hsize(a, sizeof a, param_host));
+    n += snprintf(lh->advice + n, sizeof lh->advice - n,
+                  "%sset zero_optimization.offload_param.device to \"nvme\" "
+                  "(moves %s of working weights to nvme_path)",
+                  n ? "; or " : "", hsize(a, sizeof a, param_host));
   if (e->ptier == ZO_OFFLOAD_NVME && param_host && (size_t)n < sizeof lh->advice)
-    n += snprintf(lh->advice + n, sizeof lh->advice - n, "%slower zero_optimization.offload_param.max_in_cpu (now "
-                  "%zu elements: the working weights of the first %d tensors, %s, are cached in host memory)",
-                  n ? "; or " : "", e->pcache_el, p->pcache_tensors, hsize(a, sizeof a, param_host));
+    n += snprintf(
+        lh->advice + n, sizeof lh->advice - n,
+        "%slower zero_optimization.offload_param.max_in_cpu (now "
+        "%zu elements: the working weights of the first %d tensors, %s, are cached in host memory)",
+        n ? "; or " : "", e->pcache_el, p->pcache_tensors, hsize(a, sizeof a, param_host));
   if (!n && zo_device_get_kind(e->dev) == ZO_DEVICE_HOST && ld->need > over)
-    n += snprintf(lh->advice + n, sizeof lh->advice - n, "set zoffload.device_memory_limit or offload more: the "
-                  "host device's %s are host memory", hsize(a, sizeof a, ld->need));
+    n += snprintf(lh->advice + n, sizeof lh->advice - n,
+                  "set zoffload.device_memory_limit or offload more: the "
+                  "host device's %s are host memory",
+                  hsize(a, sizeof a, ld->need));
   if (!n && (size_t)n < sizeof lh->advice)
-    snprintf(lh->advice, sizeof lh->advice, "the caller's own %s (e.g. the model) leave too little: use a smaller "
-             "model or batch, or a machine with more memory", hsize(a, sizeof a, app[ZO_TIER_HOST]));
+    snprintf(lh->advice, sizeof lh->advice,
+             "the caller's own %s (e.g. the model) leave too little: use a smaller "
+             "model or batch, or a machine with more memory",
+             hsize(a, sizeof a, app[ZO_TIER_HOST]));
 }
 
 size_t zo_host_memory_available(char *source, size_t cap) {
@@ -293,8 +319,8 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
                      zo_device_get_kind(e->dev) == ZO_DEVICE_HOST ? ld->need : 0);
   size_t avail = zo_host_memory_available(lh->source, sizeof lh->source);
   if (zo_device_get_kind(e->dev) == ZO_DEVICE_HOST)
-    snprintf(lh->source + strlen(lh->source), sizeof lh->source - strlen(lh->source), "; includes the host device's %s",
-             hsize(a, sizeof a, ld->need));
+    snprintf(lh->source + strlen(lh->source), sizeof lh->source - strlen(lh->source),
+             "; includes the host device's %s", hsize(a, sizeof a, ld->need));
   lh->available = avail;
   if (!fits_in(lh->need, lh->available)) {
     lh->fits = 0;
@@ -305,7 +331,8 @@ static void budget_host(const zo_engine_t *e, const zo_plan *p, const size_t app
 /* Pinned line: refused over zoffload.pinned_fraction of MemTotal (page-locked memory cannot be reclaimed: the OS,
  * the driver, a data loader and the page cache need the rest); over RLIMIT_MEMLOCK below that, a warning (the pool
  * falls back to pageable memory). */
-static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
+static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const size_t app[4],
+                               zo_budget *out) {
   char a[32], b2[32];
   size_t total = SIZE_MAX;
   ZO_CHECK(zo_plan_mem_total(&total));
@@ -314,33 +341,41 @@ static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const siz
   lp->app_bytes = app[ZO_TIER_PINNED];
   lp->need = add_sat(p->pinned_bytes, app[ZO_TIER_PINNED]);
   double frac = e->cfg.zoffload.pinned_fraction;
-  if (!(frac > 0 && frac <= 1)) frac = ZO_CONFIG_PINNED_FRACTION; /* a config not from zo_config_defaults() */
+  if (!(frac > 0 && frac <= 1))
+    frac = ZO_CONFIG_PINNED_FRACTION; /* a config not from zo_config_defaults() */
   const size_t cap = total == SIZE_MAX ? SIZE_MAX : (size_t)((double)total * frac);
   const size_t memlock = memlock_limit();
   lp->available = cap < memlock ? cap : memlock;
   if (cap < memlock)
-    snprintf(lp->source, sizeof lp->source, "%g%% of MemTotal %s (zoffload.pinned_fraction %g)", frac * 100,
-             hsize(a, sizeof a, total), frac);
+    snprintf(lp->source, sizeof lp->source, "%g%% of MemTotal %s (zoffload.pinned_fraction %g)",
+             frac * 100, hsize(a, sizeof a, total), frac);
   else
-    snprintf(lp->source, sizeof lp->source, "%s", memlock == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK"
-                                                                      : "RLIMIT_MEMLOCK");
+    snprintf(lp->source, sizeof lp->source, "%s",
+             memlock == SIZE_MAX ? "RLIMIT_MEMLOCK unlimited or CAP_IPC_LOCK" : "RLIMIT_MEMLOCK");
   if (!fits_in(lp->need, cap)) {
     lp->fits = 0;
-    int n = snprintf(lp->advice, sizeof lp->advice, "page-locked memory is limited to %g%% of MemTotal (%s of %s), "
-                     "leaving the rest to the OS, driver, data loader and page cache: ", frac * 100,
-                     hsize(a, sizeof a, cap), hsize(b2, sizeof b2, total));
+    int n = snprintf(lp->advice, sizeof lp->advice,
+                     "page-locked memory is limited to %g%% of MemTotal (%s of %s), "
+                     "leaving the rest to the OS, driver, data loader and page cache: ",
+                     frac * 100, hsize(a, sizeof a, cap), hsize(b2, sizeof b2, total));
     if (e->tier == ZO_OFFLOAD_CPU && (size_t)n < sizeof lp->advice)
-      n += snprintf(lp->advice + n, sizeof lp->advice - n, "set zero_optimization.offload_optimizer.device to "
+      n += snprintf(lp->advice + n, sizeof lp->advice - n,
+                    "set zero_optimization.offload_optimizer.device to "
                     "\"nvme\", ");
     if ((size_t)n < sizeof lp->advice)
-      snprintf(lp->advice + n, sizeof lp->advice - n, "set zero_optimization.offload_optimizer.pin_memory (and "
+      snprintf(lp->advice + n, sizeof lp->advice - n,
+               "set zero_optimization.offload_optimizer.pin_memory (and "
                "offload_param.pin_memory) to false, lower zero_optimization.sub_group_size or "
-               "offload_optimizer.buffer_count, or raise zoffload.pinned_fraction (now %g)", frac);
+               "offload_optimizer.buffer_count, or raise zoffload.pinned_fraction (now %g)",
+               frac);
   } else if (!fits_in(lp->need, memlock)) {
     lp->warn = 1;
-    snprintf(lp->advice, sizeof lp->advice, "beyond RLIMIT_MEMLOCK the pool falls back to pageable memory (slower "
-             "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
-             "zero_optimization.offload_optimizer.pin_memory to false", (lp->need + 1023) / 1024);
+    snprintf(
+        lp->advice, sizeof lp->advice,
+        "beyond RLIMIT_MEMLOCK the pool falls back to pageable memory (slower "
+        "host-device copies): raise it to at least %zu KiB (`ulimit -l`, LimitMEMLOCK=) or set "
+        "zero_optimization.offload_optimizer.pin_memory to false",
+        (lp->need + 1023) / 1024);
   }
   return ZO_OK;
 }
@@ -348,9 +383,13 @@ static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const siz
 /* NVMe lines, one per file system (both nvme_paths on one file system share a line), against statvfs f_bavail. */
 static void budget_nvme(const zo_config_t *c, const zo_plan *p, zo_budget *out) {
   char a[32], b2[32];
-  struct { const char *path, *key; size_t bytes; } want[2] = {
-      {c->zero.offload_optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path", p->nvme_bytes[0]},
-      {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path", p->nvme_bytes[1]}};
+  struct {
+    const char *path, *key;
+    size_t bytes;
+  } want[2] = {{c->zero.offload_optimizer.nvme_path,
+                "zero_optimization.offload_optimizer.nvme_path", p->nvme_bytes[0]},
+               {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path",
+                p->nvme_bytes[1]}};
   dev_t fsid[2] = {0, 0};
   zo_budget_line *ln[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
@@ -371,13 +410,15 @@ static void budget_nvme(const zo_config_t *c, const zo_plan *p, zo_budget *out) 
     zo_budget_line *l = ln[k];
     if (!l || (k == 1 && l == ln[0]) || fits_in(l->need, l->available)) continue;
     l->fits = 0;
-    snprintf(l->advice, sizeof l->advice, "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
+    snprintf(l->advice, sizeof l->advice,
+             "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
              hsize(a, sizeof a, l->need), want[k].path, hsize(b2, sizeof b2, l->available));
   }
 }
 
 /* The plan's bytes per tier (plan.c) against what the machine has: one line per tier, in this order. */
-zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4], zo_budget *out) {
+zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4],
+                         zo_budget *out) {
   memset(out, 0, sizeof *out);
   const size_t zero[4] = {0, 0, 0, 0};
   if (!app) app = zero;
@@ -398,32 +439,43 @@ zo_status zo_budget_check(const zo_budget *b) {
   for (int i = 0; i < b->n_lines; i++) {
     const zo_budget_line *l = &b->line[i];
     char a[32], v[32];
-    if (l->warn) zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need), l->source,
-                         l->advice);
+    if (l->warn)
+      zo_warn("start-up budget: pinned memory %s over %s: %s", hsize(a, sizeof a, l->need),
+              l->source, l->advice);
     if (l->fits || n >= (int)sizeof msg - 1) continue;
-    if (l->need == SIZE_MAX) snprintf(a, sizeof a, "more than size_t holds"); /* saturated (plan.c, add_sat) */
-    else hsize(a, sizeof a, l->need);
+    if (l->need == SIZE_MAX)
+      snprintf(a, sizeof a, "more than size_t holds"); /* saturated (plan.c, add_sat) */
+    else
+      hsize(a, sizeof a, l->need);
     n += snprintf(msg + n, sizeof msg - n, "%s%s%s%s: needs %zu bytes (%s), %s available (%s): %s",
-                  n ? " | " : "", zo_tier_name(l->tier), l->tier == ZO_TIER_NVME ? " space at " : " memory",
-                  l->tier == ZO_TIER_NVME ? l->where : "", l->need, a, hsize(v, sizeof v, l->available), l->source,
-                  l->advice);
+                  n ? " | " : "", zo_tier_name(l->tier),
+                  l->tier == ZO_TIER_NVME ? " space at " : " memory",
+                  l->tier == ZO_TIER_NVME ? l->where : "", l->need, a,
+                  hsize(v, sizeof v, l->available), l->source, l->advice);
   }
   if (!n) return ZO_OK;
-  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "start-up budget: this configuration does not fit: %s", msg);
+  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "start-up budget: this configuration does not fit: %s",
+                      msg);
 }
 
 void zo_budget_print(const zo_budget *b, void *fp) {
   FILE *f = fp ? fp : stdout;
   if (!b) return;
-  fprintf(f, "%-7s %20s %20s %20s %20s  %-6s %s\n", "tier", "need_bytes", "engine_bytes", "caller_bytes",
-          "available_bytes", "fits", "where (available from)");
+  fprintf(f, "%-7s %20s %20s %20s %20s  %-6s %s\n", "tier", "need_bytes", "engine_bytes",
+          "caller_bytes", "available_bytes", "fits", "where (available from)");
   for (int i = 0; i < b->n_lines; i++) {
     const zo_budget_line *l = &b->line[i];
     char av[32];
-    if (l->available == SIZE_MAX) snprintf(av, sizeof av, "unlimited");
-    else snprintf(av, sizeof av, "%zu", l->available);
-    fprintf(f, "%-7s %20zu %20zu %20zu %20s  %-6s %s (%s)\n", zo_tier_name(l->tier), l->need, l->engine_bytes,
-            l->app_bytes, av, !l->fits ? "NO" : l->warn ? "warn" : "yes", l->where, l->source);
+    if (l->available == SIZE_MAX)
+      snprintf(av, sizeof av, "unlimited");
+    else
+      snprintf(av, sizeof av, "%zu", l->available);
+    fprintf(f, "%-7s %20zu %20zu %20zu %20s  %-6s %s (%s)\n", zo_tier_name(l->tier), l->need,
+            l->engine_bytes, l->app_bytes, av,
+            !l->fits  ? "NO"
+            : l->warn ? "warn"
+                      : "yes",
+            l->where, l->source);
   }
   for (int i = 0; i < b->n_lines; i++)
     if (!b->line[i].fits || b->line[i].warn)

@@ -24,10 +24,11 @@
 static zo_status create_validate(const zo_config_t *cfg) {
   const zo_offload_device tier = cfg->zero.offload_optimizer.device;
   if (tier != ZO_OFFLOAD_NONE && cfg->zero.stage < 1)
-    return zo_error_set(ZO_ERR_CONFIG,
-                        "zero_optimization.offload_optimizer.device: \"%s\" needs zero_optimization.stage >= 1, "
-                        "got %d (as in DeepSpeed, optimizer offload is part of ZeRO)",
-                        tier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zero_optimization.offload_optimizer.device: \"%s\" needs zero_optimization.stage >= 1, "
+        "got %d (as in DeepSpeed, optimizer offload is part of ZeRO)",
+        tier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
   if (cfg->fp16.enabled && cfg->bf16.enabled)
     return zo_error_set(ZO_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; choose one");
   return ZO_OK;
@@ -37,27 +38,34 @@ static zo_status create_validate(const zo_config_t *cfg) {
 static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   const zo_offload_device tier = cfg->zero.offload_optimizer.device;
   e->cfg = *cfg;
-  e->opt_res_el = cfg->zoffload.optimizer_max_in_cpu > 0 ? (size_t)cfg->zoffload.optimizer_max_in_cpu : 0;
+  e->opt_res_el =
+      cfg->zoffload.optimizer_max_in_cpu > 0 ? (size_t)cfg->zoffload.optimizer_max_in_cpu : 0;
   e->tier = tier;
   e->wdtype = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
   e->gdtype = e->wdtype; /* the model's gradients come in its working precision */
-  ZO_CHECK(eng_acc_create(e)); /* the accumulation dtype: gdtype, or fp32 with gradient accumulation */
+  ZO_CHECK(
+      eng_acc_create(e)); /* the accumulation dtype: gdtype, or fp32 with gradient accumulation */
   e->sdtype = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   e->esz[ST_MASTER] = sizeof(float);
   e->esz[ST_EXP_AVG] = e->esz[ST_EXP_AVG_SQ] = zo_dtype_size(e->sdtype);
   e->esz[ST_GRAD] = zo_dtype_size(e->adtype); /* grad.swp (offload_optimizer "nvme") */
   e->ptier = cfg->zero.offload_param.device;
   /* the host cache of nvme parameters: offload_param.max_in_cpu only when the config wrote it (config.h) */
-  e->pcache_el = cfg->zero.offload_param.max_in_cpu_set ? (size_t)cfg->zero.offload_param.max_in_cpu : 0;
+  e->pcache_el =
+      cfg->zero.offload_param.max_in_cpu_set ? (size_t)cfg->zero.offload_param.max_in_cpu : 0;
   e->dpu = cfg->zoffload.delayed_param_update;
   if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE))
-    return zo_error_set(ZO_ERR_CONFIG, "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
-                        "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
-                        zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
+        "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
+        zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
   if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
-                        "got %d (parameters are partitioned and offloaded only in stage 3)",
-                        e->ptier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zero_optimization.offload_param.device: \"%s\" needs zero_optimization.stage 3, "
+        "got %d (parameters are partitioned and offloaded only in stage 3)",
+        e->ptier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", cfg->zero.stage);
   return ZO_OK;
 }
 
@@ -86,13 +94,17 @@ static zo_status create_device(zo_engine_t *e, const zo_config_t *cfg, zo_device
  * those cores, so two ranks' threads are not bound to the same ones. */
 static zo_status create_pool(zo_engine_t *e, const zo_config_t *cfg) {
   /* the pinned buffers on that node too, when this is the process's first engine (the pool does not exist yet) */
-  if (zo_device_numa_node(e->dev) >= 0 && zo_host_prefer_numa_node(zo_device_numa_node(e->dev)) == 0)
-    zo_info("engine: pinned host memory bound to NUMA node %d (near '%s')", zo_device_numa_node(e->dev),
-            zo_device_name(e->dev));
-  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = zo_device_numa_node(e->dev),
-                          .bind = 1, .simd = ZO_SIMD_AUTO};
+  if (zo_device_numa_node(e->dev) >= 0 &&
+      zo_host_prefer_numa_node(zo_device_numa_node(e->dev)) == 0)
+    zo_info("engine: pinned host memory bound to NUMA node %d (near '%s')",
+            zo_device_numa_node(e->dev), zo_device_name(e->dev));
+  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads,
+                          .numa_node = zo_device_numa_node(e->dev),
+                          .bind = 1,
+                          .simd = ZO_SIMD_AUTO};
   zo_launch_info li;
-  if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1) po.share_index = li.local_rank, po.share_count = li.local_size;
+  if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1)
+    po.share_index = li.local_rank, po.share_count = li.local_size;
   if (zo_adam_pool_create(&po, &e->pool) != ZO_OK && po.numa_node >= 0) {
     zo_warn("engine: Adam threads on NUMA node %d of '%s': %s; using every node", po.numa_node,
             zo_device_name(e->dev), zo_last_error());
@@ -131,11 +143,13 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
                      .rank = e->rank,
                      .register_files = 1,
                      .sqpoll = cfg->zoffload.swap_sqpoll,
-                     .sqpoll_idle_ms = 50, /* a polling kernel thread left spinning takes a core from Adam */
+                     .sqpoll_idle_ms =
+                         50, /* a polling kernel thread left spinning takes a core from Adam */
                      .checksum = cfg->zoffload.swap_checksum,
                      /* the disk keeps streaming between our calls (one per layer of compute) */
                      .progress_thread = 1};
-  const char *opath = cfg->zero.offload_optimizer.nvme_path, *ppath = cfg->zero.offload_param.nvme_path;
+  const char *opath = cfg->zero.offload_optimizer.nvme_path,
+             *ppath = cfg->zero.offload_param.nvme_path;
   zo_status st;
   if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_create(&e->nv, opath, &so)) != ZO_OK)
     return zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
@@ -145,19 +159,22 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
       e->pswap = osw; /* one private directory per rank and path */
     } else {
       if (!ppath[0])
-        return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: required when "
-                                           "offload_param.device is \"nvme\"");
+        return zo_error_set(ZO_ERR_CONFIG,
+                            "zero_optimization.offload_param.nvme_path: required when "
+                            "offload_param.device is \"nvme\"");
       if ((st = zo_swap_create(ppath, &so, &e->pswap)) != ZO_OK)
         return zo_error_prefix(st, "zero_optimization.offload_param.nvme_path");
       e->own_pswap = 1;
     }
   }
   e->swap_align = zo_swap_alignment(osw ? osw : e->pswap);
-  if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align) e->swap_align = zo_swap_alignment(e->pswap);
+  if (e->pswap && zo_swap_alignment(e->pswap) > e->swap_align)
+    e->swap_align = zo_swap_alignment(e->pswap);
   return ZO_OK;
 }
 
-zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm, zo_engine_t **out) {
+zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *comm,
+                           zo_engine_t **out) {
   if (!cfg || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "engine: cfg and out must not be NULL");
   *out = NULL;
   ZO_CHECK(create_validate(cfg));
@@ -166,7 +183,8 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   e->lr_override = -1; /* the config's schedule */
   e->owner_pid = (long)getpid();
   zo_status st = ZO_OK;
-  if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 && cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
+  if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32 &&
+      cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_BF16) {
     free(e);
     return zo_error_set(ZO_ERR_CONFIG, "zoffload.optimizer_state_dtype: expected fp32 or bf16");
   }
@@ -183,15 +201,18 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
      * device memory" are the host tier's partitions (DeepSpeed's CPU accelerator partitions them in RAM too). */
     e->ptier = e->cfg.zero.offload_param.device = ZO_OFFLOAD_CPU;
     zo_info("engine: stage 3 on %d ranks of the host device: parameters partitioned in host memory "
-            "(as offload_param.device \"cpu\")", e->world);
+            "(as offload_param.device \"cpu\")",
+            e->world);
   }
   if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
   ZO_CHECK_GOTO(zo_event_create(e->dev, &e->weights_ready), st, fail);
-  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK_GOTO(create_swap(e, cfg), st, fail);
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME)
+    ZO_CHECK_GOTO(create_swap(e, cfg), st, fail);
   e->loss_scale = 1.0;
   if (cfg->fp16.enabled) {
-    e->loss_scale = cfg->fp16.loss_scale > 0 ? cfg->fp16.loss_scale : ldexp(1.0, cfg->fp16.initial_scale_power);
+    e->loss_scale =
+        cfg->fp16.loss_scale > 0 ? cfg->fp16.loss_scale : ldexp(1.0, cfg->fp16.initial_scale_power);
     e->ls_hysteresis = cfg->fp16.hysteresis;
     e->ls_last_overflow = -1;
   }
@@ -230,7 +251,9 @@ void zo_engine_destroy(zo_engine_t *e) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     if (p->read_req) zo_swap_wait(e->pswap, p->read_req);
-    if (p->blk) zo_arena_free(e->arena, p->blk, NULL); /* the copy stream is idle; compute is the caller's to finish */
+    if (p->blk)
+      zo_arena_free(e->arena, p->blk,
+                    NULL); /* the copy stream is idle; compute is the caller's to finish */
     zo_event_destroy(p->ready);
   }
   eng_wb_free(e);
@@ -260,43 +283,55 @@ void zo_engine_destroy(zo_engine_t *e) {
 
 /* ---------------------------------------------------------------- registry */
 
-zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems, zo_param_t **out) {
+zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_elems,
+                                   zo_param_t **out) {
   if (!e || !name || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: NULL argument");
   ZO_CHECK(eng_check_usable(e, "register_param"));
   if (e->finalized)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "register_param '%s': the engine is already finalized", name);
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "register_param '%s': the engine is already finalized", name);
   if (!name[0] || strlen(name) >= sizeof((zo_param_t *)0)->name)
     return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: name '%s' must be 1..127 bytes", name);
-  if (n_elems == 0) return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': n_elems is 0", name);
+  if (n_elems == 0)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': n_elems is 0", name);
   /* The limit keeps every byte count derived from element counts (budget, finalize, the tiers) inside size_t. */
   size_t total;
   if (n_elems > ZO_ENGINE_MAX_ELEMS)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': %zu elements are more than one tensor may have "
-                        "(at most %zu = 2^48)", name, n_elems, ZO_ENGINE_MAX_ELEMS);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "register_param '%s': %zu elements are more than one tensor may have "
+                        "(at most %zu = 2^48)",
+                        name, n_elems, ZO_ENGINE_MAX_ELEMS);
   if (zo_size_add(e->total_el, n_elems, &total) || total > ZO_ENGINE_MAX_ELEMS)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': %zu elements on top of the %zu already registered "
-                        "are more than one engine may hold (at most %zu = 2^48 in all tensors)", name, n_elems,
-                        e->total_el, ZO_ENGINE_MAX_ELEMS);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "register_param '%s': %zu elements on top of the %zu already registered "
+                        "are more than one engine may hold (at most %zu = 2^48 in all tensors)",
+                        name, n_elems, e->total_el, ZO_ENGINE_MAX_ELEMS);
   for (int i = 0; i < e->n_params; i++)
     if (!strcmp(e->params[i]->name, name))
-      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: tensor '%s' is already registered", name);
+      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param: tensor '%s' is already registered",
+                          name);
   if (e->n_params == e->cap_params) {
     if (e->cap_params > (1 << 29))
-      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': more than %d tensors", name, e->cap_params);
+      return zo_error_set(ZO_ERR_INVALID_ARG, "register_param '%s': more than %d tensors", name,
+                          e->cap_params);
     int cap = e->cap_params ? 2 * e->cap_params : 64;
     zo_param_t **np = realloc(e->params, cap * sizeof *np);
-    if (!np) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
+    if (!np)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
     e->params = np;
     e->cap_params = cap;
   }
   zo_param_t *p = calloc(1, sizeof *p);
-  if (!p) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
+  if (!p)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "register_param '%s': out of host memory", name);
   snprintf(p->name, sizeof p->name, "%s", name);
   p->index = e->n_params;
   p->eng = e;
   p->n = n_elems;
-  p->weight_decay = (float)e->cfg.optimizer.weight_decay; /* the config's, until a parameter group sets its own */
-  p->part_n = e->cfg.zero.stage == 0 ? n_elems : (n_elems + (size_t)e->world - 1) / (size_t)e->world;
+  p->weight_decay =
+      (float)e->cfg.optimizer.weight_decay; /* the config's, until a parameter group sets its own */
+  p->part_n =
+      e->cfg.zero.stage == 0 ? n_elems : (n_elems + (size_t)e->world - 1) / (size_t)e->world;
   const size_t per = p->part_n, lo = e->cfg.zero.stage == 0 ? 0 : per * (size_t)e->rank;
   p->shard_off = lo < n_elems ? lo : n_elems;
   p->shard_n = lo < n_elems ? (n_elems - lo < per ? n_elems - lo : per) : 0;
@@ -307,16 +342,20 @@ zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size_t n_el
 }
 
 zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double weight_decay) {
-  if (!e || !p || p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay: NULL argument or a "
-                                                   "tensor of another engine");
+  if (!e || !p || p->eng != e)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay: NULL argument or a "
+                                            "tensor of another engine");
   ENG_CHECK_OWNER(e, "set_param_weight_decay");
   if (!(weight_decay >= 0.0 && weight_decay <= 1e6)) /* also refuses NaN */
-    return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay '%s': %g is not in [0, 1e6]", p->name,
-                        weight_decay);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_weight_decay '%s': %g is not in [0, 1e6]",
+                        p->name, weight_decay);
   if (p->has_grad)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_param_weight_decay '%s': its gradient was already handed over "
-                        "in this step (its update may have begun); call before zo_engine_grad_ready() or after "
-                        "zo_engine_step()", p->name);
+    return zo_error_set(
+        ZO_ERR_INVALID_USAGE,
+        "set_param_weight_decay '%s': its gradient was already handed over "
+        "in this step (its update may have begun); call before zo_engine_grad_ready() or after "
+        "zo_engine_step()",
+        p->name);
   p->weight_decay = (float)weight_decay;
   return ZO_OK;
 }
@@ -325,7 +364,8 @@ zo_status zo_engine_set_compute_stream(zo_engine_t *e, zo_stream_t *s) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_compute_stream: engine is NULL");
   ZO_CHECK(eng_check_usable(e, "set_compute_stream"));
   if (e->finalized && e->compute_stream != s)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_compute_stream: call it before zo_engine_finalize()");
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "set_compute_stream: call it before zo_engine_finalize()");
   if (s && !e->compute_mark) ZO_CHECK(zo_event_create(e->dev, &e->compute_mark));
   e->compute_stream = s;
   return ZO_OK;
@@ -363,9 +403,14 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
   if (want > 0) {
     cap = (size_t)want;
     if (cap > avail || cap < resident)
-      return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_arena_bytes: %zu bytes %s; set it between %zu and %zu, or "
-                          "0 (auto)", cap, cap > avail ? "are more than the device has available" :
-                          "cannot hold the resident weights (and state)", resident, avail);
+      return zo_error_set(
+          ZO_ERR_CONFIG,
+          "zoffload.device_arena_bytes: %zu bytes %s; set it between %zu and %zu, or "
+          "0 (auto)",
+          cap,
+          cap > avail ? "are more than the device has available"
+                      : "cannot hold the resident weights (and state)",
+          resident, avail);
   } else if (want == ZO_ARENA_FIT || avail == SIZE_MAX) {
     const size_t wsz = zo_dtype_size(e->wdtype);
     size_t copies = 0, largest = 0;
@@ -379,13 +424,17 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
       size_t live;
       if (!zo_size_mul((size_t)e->cfg.zero.stage3_max_live_parameters, wsz, &live) &&
           !zo_size_round_up(live, ZO_DEVICE_ALIGN, &live) &&
-          !zo_size_add(live, 2 * largest + (size_t)ZO_DEVICE_ALIGN * (size_t)e->n_params, &live) && live < copies)
+          !zo_size_add(live, 2 * largest + (size_t)ZO_DEVICE_ALIGN * (size_t)e->n_params, &live) &&
+          live < copies)
         copies = live;
     }
     if (zo_size_add(cap, copies, &cap) || cap > avail)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "zoffload.device_arena_bytes \"fit\": the engine holds up to %zu "
-                          "bytes on the device, %zu are available; lower zero_optimization.stage3_max_live_parameters "
-                          "or offload more", cap, avail);
+      return zo_error_set(
+          ZO_ERR_OUT_OF_MEMORY,
+          "zoffload.device_arena_bytes \"fit\": the engine holds up to %zu "
+          "bytes on the device, %zu are available; lower zero_optimization.stage3_max_live_parameters "
+          "or offload more",
+          cap, avail);
   } else {
     cap = zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
     if (cap < resident) cap = avail;
@@ -404,21 +453,25 @@ zo_status zo_engine_finalize(zo_engine_t *e) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "finalize: engine is NULL");
   ZO_CHECK(eng_check_usable(e, "finalize"));
   if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: already finalized");
-  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
+  if (e->n_params == 0)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "finalize: no parameter was registered");
   /* zoffload.placement "auto" that nobody placed yet (zo_engine_place): the planner, with the machine's rates */
   if (e->cfg.zoffload.placement == ZO_PLACEMENT_AUTO && !e->placed) {
     zo_step_rates r;
     zo_placement pl;
     ZO_CHECK(zo_step_rates_get(e, 0, 0, &r));
     ZO_CHECK(zo_engine_place(e, &r, NULL, &pl));
-    zo_info("placement \"auto\": optimizer state %zu of %zu elements and working weights %zu of %zu in host memory",
-            pl.optimizer_resident_el, pl.optimizer_total_el, pl.param_cached_el, pl.param_total_el);
+    zo_info(
+        "placement \"auto\": optimizer state %zu of %zu elements and working weights %zu of %zu in host memory",
+        pl.optimizer_resident_el, pl.optimizer_total_el, pl.param_cached_el, pl.param_total_el);
   }
   zo_plan *plan = NULL;
   zo_status st = zo_plan_make(e, "finalize", ZO_DEVICE_AUTO, &plan);
   if (st == ZO_OK) st = finalize_tiers(e, plan);
-  if (st == ZO_OK) e->plan = plan; /* kept: the layout as allocated (zo_engine_predict) */
-  else zo_plan_free(plan);
+  if (st == ZO_OK)
+    e->plan = plan; /* kept: the layout as allocated (zo_engine_predict) */
+  else
+    zo_plan_free(plan);
   if (st != ZO_OK) e->fin_failed = 1;
   return st;
 }
@@ -449,25 +502,34 @@ static zo_status alloc_device_block(zo_engine_t *e, const zo_plan *plan) {
   ZO_CHECK(zo_device_mem_available(e->dev, &avail));
   const size_t largest_dev = plan->largest_dev_bytes;
   if (!pres && dev <= avail && largest_dev > avail - dev)
-    return zo_error_set(ZO_ERR_CONFIG, "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
-                        "memory but only %zu of %zu are free; raise it to at least %zu", largest_dev,
-                        avail - dev, limit, used + dev + largest_dev);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zoffload.device_memory_limit: the largest tensor needs %zu bytes of device "
+        "memory but only %zu of %zu are free; raise it to at least %zu",
+        largest_dev, avail - dev, limit, used + dev + largest_dev);
   if (dev) {
-    zo_status st = dev > avail ? zo_error_set(ZO_ERR_OUT_OF_MEMORY, "device memory: cannot allocate %zu bytes: %zu in "
-                                              "use of limit %zu", dev, used, limit)
+    zo_status st = dev > avail ? zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                                              "device memory: cannot allocate %zu bytes: %zu in "
+                                              "use of limit %zu",
+                                              dev, used, limit)
                                : create_arena(e, dev, avail);
-    if (st == ZO_OK) st = zo_arena_alloc(e->arena, dev, &e->dev_blk); /* pinned for the engine's life */
+    if (st == ZO_OK)
+      st = zo_arena_alloc(e->arena, dev, &e->dev_blk); /* pinned for the engine's life */
     if (st == ZO_OK) e->dev_block = zo_arena_ptr(e->dev_blk);
     if (st != ZO_OK) {
-      return zo_error_prefix(st, "engine: device memory for %d tensors (%s%s%s); raise zoffload.device_memory_limit "
-                             "or offload more", e->n_params, pres ? "working weights" : "",
-                             pres && e->tier == ZO_OFFLOAD_NONE ? ", " : "",
-                             e->tier == ZO_OFFLOAD_NONE ? "master weights, Adam state and gradients" : "");
+      return zo_error_prefix(
+          st,
+          "engine: device memory for %d tensors (%s%s%s); raise zoffload.device_memory_limit "
+          "or offload more",
+          e->n_params, pres ? "working weights" : "",
+          pres && e->tier == ZO_OFFLOAD_NONE ? ", " : "",
+          e->tier == ZO_OFFLOAD_NONE ? "master weights, Adam state and gradients" : "");
     }
     eng_ledger_note(e, ZO_TIER_DEVICE, "device_block", dev, 0, -1);
   }
   /* the NCCL communicator's staging, held since its creation (the gathers' split adds one: eng_pg_alloc) */
-  if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
+  if (eng_nccl_comms(e))
+    eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
   if (!e->arena) ZO_CHECK(create_arena(e, dev, avail));
   e->dev_block_bytes = dev;
   return ZO_OK;
@@ -508,23 +570,31 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
                                                      "state_host.exp_avg_sq"};
   if (e->tier != ZO_OFFLOAD_NONE) {
     if (e->tier == ZO_OFFLOAD_CPU)
-      ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host", zo_plan_bytes(plan, "grad_host"), pin));
-    if (e->dpu) ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host2, "grad_host2", zo_plan_bytes(plan, "grad_host2"), 1));
+      ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host",
+                                     zo_plan_bytes(plan, "grad_host"), pin));
+    if (e->dpu)
+      ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host2, "grad_host2",
+                                     zo_plan_bytes(plan, "grad_host2"), 1));
     if (e->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++)
-        ZO_CHECK(eng_host_buf_alloc_as(e, &e->state_host[k], k_state_host[k], zo_plan_bytes(plan, k_state_host[k]), pin));
+        ZO_CHECK(eng_host_buf_alloc_as(e, &e->state_host[k], k_state_host[k],
+                                       zo_plan_bytes(plan, k_state_host[k]), pin));
     for (int i = 0; i < e->n_params; i++) {
       zo_param_t *p = e->params[i];
       p->host_off = p->flat_off;
-      p->grad = e->tier == ZO_OFFLOAD_CPU ? (char *)e->grad_host.ptr + p->host_off * gsz : NULL; /* nvme: grad.swp */
+      p->grad = e->tier == ZO_OFFLOAD_CPU ? (char *)e->grad_host.ptr + p->host_off * gsz
+                                          : NULL; /* nvme: grad.swp */
       if (e->tier == ZO_OFFLOAD_CPU)
-        for (int k = 0; k < ST_KINDS; k++) p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
+        for (int k = 0; k < ST_KINDS; k++)
+          p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
   if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE) {
-    ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host", zo_plan_bytes(plan, "stage_host"), 1));
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host",
+                                   zo_plan_bytes(plan, "stage_host"), 1));
     if (e->dpu)
-      ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2", zo_plan_bytes(plan, "stage_host2"), 1));
+      ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2",
+                                     zo_plan_bytes(plan, "stage_host2"), 1));
   }
   return ZO_OK;
 }
@@ -561,15 +631,18 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
   if (e->ptier == ZO_OFFLOAD_CPU || plan->pcache_el) /* nvme: the tensors cached in host memory */
-    ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host", zo_plan_bytes(plan, "param_host"),
+    ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host",
+                                   zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_alloc(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_wb_ring_alloc(e, plan));
   if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */
-    zo_warn("engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
-            "pageable, as zoffload.allow_pageable_host allows: host<->device copies from them are staged by the "
-            "driver, slower, and block", e->pageable_bytes, e->pageable_first, e->pageable_why);
+    zo_warn(
+        "engine: %zu bytes of pinned host buffers (the first: \"%s\") are not registered with CUDA (%s) and stay "
+        "pageable, as zoffload.allow_pageable_host allows: host<->device copies from them are staged by the "
+        "driver, slower, and block",
+        e->pageable_bytes, e->pageable_first, e->pageable_why);
   e->finalized = 1;
   return ZO_OK;
 }
@@ -605,19 +678,25 @@ static zo_status load_host_state(zo_engine_t *e, zo_param_t *p, const float *src
     load_host_range(&j, 0, p->shard_n, 0);
     return ZO_OK;
   }
-  return zo_adam_pool_parallel_for(e->pool, load_host_range, &j, p->shard_n, ZO_ADAM_TILE_CONTIGUOUS);
+  return zo_adam_pool_parallel_for(e->pool, load_host_range, &j, p->shard_n,
+                                   ZO_ADAM_TILE_CONTIGUOUS);
 }
 
 zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *values) {
   if (!e || !p || !values) return zo_error_set(ZO_ERR_INVALID_ARG, "load_param: NULL argument");
   ENG_CHECK_OWNER(e, "load_param");
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first", p->name);
+  if (!e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "load_param '%s': call zo_engine_finalize() first",
+                        p->name);
   const float *src = values + p->shard_off;
   zo_status st;
-  if (eng_device_adam(e)) { /* master from @values and zero moments into device memory, through the copy stream */
+  if (eng_device_adam(
+          e)) { /* master from @values and zero moments into device memory, through the copy stream */
     ZO_CHECK(eng_dev_copy(e, p->state[ST_MASTER], src, p->shard_n * sizeof(float), ZO_COPY_H2D));
-    ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]));
-    ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG_SQ], 0, p->shard_n * e->esz[ST_EXP_AVG_SQ]));
+    ZO_CHECK(
+        zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]));
+    ZO_CHECK(zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG_SQ], 0,
+                             p->shard_n * e->esz[ST_EXP_AVG_SQ]));
     ZO_CHECK(eng_upload_shard(e, p, 0, p->shard_n, src));
   } else if (e->tier != ZO_OFFLOAD_NVME) {
     ZO_CHECK(load_host_state(e, p, src));
@@ -645,7 +724,8 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
       uint64_t n_el = eng_padded_el(e, n);
       for (int k = 0; k < ST_KINDS; k++) memset(sl->buf[k], 0, n_el * e->esz[k]);
       memcpy(sl->buf[ST_MASTER], src + off, n * sizeof(float));
-      for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]));
+      for (int k = 0; k < ST_KINDS; k++)
+        ZO_CHECK(eng_swap_io(e, 1, k, p->file_el + off, sl->buf[k], n_el, &sl->req[k]));
       int done;
       st = eng_slot_settle(e, sl, 1, &done);
       if (st != ZO_OK) return zo_error_prefix(st, "load_param '%s'", p->name);
@@ -653,7 +733,8 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
       ZO_CHECK(eng_upload_shard(e, p, off, n, sl->buf[ST_MASTER]));
     }
   }
-  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, p)); /* every rank's shard of the working weights, all-gathered */
+  if (e->world > 1)
+    ZO_CHECK(eng_dp_publish(e, p)); /* every rank's shard of the working weights, all-gathered */
   /* Several ranks at stage 3: a device copy gathered by an earlier fetch holds the old weights (the upload above
    * wrote only this rank's block); dropped, the next fetch gathers the new ones, as after a step. */
   if (eng_dp3(e) && p->blk && !p->in_use && p->pstate == P_RESIDENT) eng_drop_device_copy(e, p);

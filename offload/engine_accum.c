@@ -24,23 +24,26 @@ typedef struct acc_chunk {
   size_t off, n;
   zo_dtype dtype;
   int add;
-  int b;             /* its bucket: the ring at b * bucket_el */
+  int b; /* its bucket: the ring at b * bucket_el */
   void *bucket;
-  atomic_int queued; /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores 0) */
-  zo_adam_task_t *task; /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
-  zo_status st;      /* the host function's failure to queue it */
+  atomic_int
+      queued; /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores 0) */
+  zo_adam_task_t *
+      task; /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
+  zo_status st; /* the host function's failure to queue it */
 } acc_chunk;
 
 /* The part's state (e->acc), from create to destroy. */
 struct eng_acc {
-  int n_accum;               /* tensors with accumulated contributions in this step (checkpoint save refuses) */
-  host_buf ring;             /* one rank, ok: nb pinned buckets of bucket_el fp32 */
+  int n_accum;   /* tensors with accumulated contributions in this step (checkpoint save refuses) */
+  host_buf ring; /* one rank, ok: nb pinned buckets of bucket_el fp32 */
   size_t bucket_el;
   int nb, next;
-  acc_chunk *chunks;         /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
+  acc_chunk *chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
   size_t n_chunks;
-  acc_chunk *last[2];        /* per bucket: the chunk staged through it last (its add reads the bucket) */
-  zo_event_t *ev[2];         /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+  acc_chunk *last[2]; /* per bucket: the chunk staged through it last (its add reads the bucket) */
+  zo_event_t
+      *ev[2]; /* per bucket: recorded behind that chunk's host function (it has queued the add) */
 };
 
 zo_status eng_acc_create(zo_engine_t *e) {
@@ -50,8 +53,10 @@ zo_status eng_acc_create(zo_engine_t *e) {
   /* fp32 with accumulation on every tier (DeepSpeed's default grad_accum_dtype under bf16), so every tier sums
    * micro-batches to the same bits; data_types.grad_accum_dtype overrides (e.g. "bf16" to halve the device
    * bytes of offload_optimizer "none") */
-  if (c->grad_accum_dtype >= 0) e->adtype = (zo_dtype)c->grad_accum_dtype;
-  else e->adtype = c->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : e->gdtype;
+  if (c->grad_accum_dtype >= 0)
+    e->adtype = (zo_dtype)c->grad_accum_dtype;
+  else
+    e->adtype = c->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : e->gdtype;
   return ZO_OK;
 }
 
@@ -75,10 +80,12 @@ size_t eng_acc_host_mem(const struct eng_acc *a, size_t *host_bytes, size_t *pin
 static zo_status acc_alloc_chunks(zo_engine_t *e) {
   struct eng_acc *a = e->acc;
   size_t total = 0;
-  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + a->bucket_el - 1) / a->bucket_el;
+  for (int i = 0; i < e->n_params; i++)
+    total += (e->params[i]->shard_n + a->bucket_el - 1) / a->bucket_el;
   a->chunks = calloc(total ? total : 1, sizeof *a->chunks);
   if (!a->chunks)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient chunk descriptors", total);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "engine: out of host memory for %zu gradient chunk descriptors", total);
   a->n_chunks = total;
   for (int b = 0; b < a->nb; b++) ZO_CHECK(zo_event_create(e->dev, &a->ev[b]));
   for (int i = 0, k = 0; i < e->n_params; i++) {
@@ -96,12 +103,15 @@ static zo_status acc_alloc_chunks(zo_engine_t *e) {
 
 /* cpu, none: every shard's norm partials (eng_grad_landed's task), one per ENG_NORM_CHUNK elements. */
 static zo_status acc_alloc_norm_parts(zo_engine_t *e) {
-  if (e->tier == ZO_OFFLOAD_NVME) return ZO_OK; /* the norm is taken on the way to grad.swp (engine_gradnv.c) */
+  if (e->tier == ZO_OFFLOAD_NVME)
+    return ZO_OK; /* the norm is taken on the way to grad.swp (engine_gradnv.c) */
   size_t total = 0;
-  for (int i = 0; i < e->n_params; i++) total += (e->params[i]->shard_n + ENG_NORM_CHUNK - 1) / ENG_NORM_CHUNK;
+  for (int i = 0; i < e->n_params; i++)
+    total += (e->params[i]->shard_n + ENG_NORM_CHUNK - 1) / ENG_NORM_CHUNK;
   e->norm_parts = calloc(total ? total : 1, sizeof *e->norm_parts);
   if (!e->norm_parts)
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient norm partials", total);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "engine: out of host memory for %zu gradient norm partials", total);
   for (int i = 0, k = 0; i < e->n_params; i++) {
     e->params[i]->norm_part = &e->norm_parts[k];
     k += (int)((e->params[i]->shard_n + ENG_NORM_CHUNK - 1) / ENG_NORM_CHUNK);
@@ -153,7 +163,8 @@ static void acc_add_range(void *arg, size_t b, size_t end, int thread) {
  * in hand-over order. The bucket is copied into again only after acc_reclaim() has waited for the add. */
 static void acc_chunk_landed(void *arg) {
   acc_chunk *c = arg;
-  c->st = zo_adam_pool_submit_for(c->p->eng->pool, acc_add_range, c, c->n, 0, ZO_ADAM_TASK_URGENT, &c->task);
+  c->st = zo_adam_pool_submit_for(c->p->eng->pool, acc_add_range, c, c->n, 0, ZO_ADAM_TASK_URGENT,
+                                  &c->task);
   atomic_store_explicit(&c->queued, 0, memory_order_release);
 }
 
@@ -161,7 +172,8 @@ static void acc_chunk_landed(void *arg) {
  * may not have run yet: then wait for the event behind it (its bucket has not been reused since: that would
  * have reclaimed c). */
 static zo_status acc_reclaim(struct eng_acc *a, acc_chunk *c) {
-  if (atomic_load_explicit(&c->queued, memory_order_acquire)) ZO_CHECK(zo_event_synchronize(a->ev[c->b]));
+  if (atomic_load_explicit(&c->queued, memory_order_acquire))
+    ZO_CHECK(zo_event_synchronize(a->ev[c->b]));
   zo_status st = c->st;
   c->st = ZO_OK;
   if (c->task) {
@@ -169,8 +181,9 @@ static zo_status acc_reclaim(struct eng_acc *a, acc_chunk *c) {
     c->task = NULL;
     if (st == ZO_OK) st = s2;
   }
-  if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s' [%zu, %zu): add on the Adam pool", c->p->name, c->off,
-                                          c->off + c->n);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "gradient of '%s' [%zu, %zu): add on the Adam pool", c->p->name,
+                           c->off, c->off + c->n);
   return ZO_OK;
 }
 
@@ -202,7 +215,8 @@ static zo_status acc_take_chunk(zo_engine_t *e, zo_param_t *p, size_t k, acc_chu
 
 /* offload_optimizer "nvme": each chunk copied into the bucket, then (on this thread, once the copy has landed)
  * written to grad.swp or added there (engine_gradnv.c); the final contribution's norm on the way. */
-static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, zo_dtype dtype, int last) {
+static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, zo_dtype dtype,
+                                int last) {
   const size_t gsz = zo_dtype_size(dtype);
   const int add = p->n_acc > 0;
   if (last) p->sqnorm = 0.0;
@@ -211,7 +225,8 @@ static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, 
   for (size_t off = 0; off < p->shard_n && st == ZO_OK; off += a->bucket_el) {
     const size_t n = p->shard_n - off < a->bucket_el ? p->shard_n - off : a->bucket_el;
     ZO_CHECK(zo_memcpy_async(e->copy_stream, a->ring.ptr, src + off * gsz, n * gsz, ZO_COPY_D2H));
-    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+    ZO_CHECK(
+        zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
     e->ctr.d2h_bytes += n * gsz;
     ZO_CHECK(zo_event_synchronize(e->grad_read));
@@ -223,7 +238,8 @@ static zo_status acc_stage_nvme(zo_engine_t *e, zo_param_t *p, const char *src, 
 
 zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
   if (!e->acc->nb)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "gradient of '%s': no staging ring (a bug: sized at finalize)", p->name);
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "gradient of '%s': no staging ring (a bug: sized at finalize)", p->name);
   const size_t gsz = zo_dtype_size(dtype);
   const char *src = (const char *)grad + p->shard_off * gsz;
   if (e->tier == ZO_OFFLOAD_NVME) return acc_stage_nvme(e, p, src, dtype, last);
@@ -232,8 +248,10 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
     acc_chunk *c;
     ZO_CHECK(acc_take_chunk(e, p, k, &c));
     c->dtype = dtype, c->add = add;
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, c->bucket, src + c->off * gsz, c->n * gsz, ZO_COPY_D2H));
-    ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+    ZO_CHECK(
+        zo_memcpy_async(e->copy_stream, c->bucket, src + c->off * gsz, c->n * gsz, ZO_COPY_D2H));
+    ZO_CHECK(
+        zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
     e->grad_read_set = 1;
     e->ctr.d2h_bytes += c->n * gsz;
     atomic_store_explicit(&c->queued, 1, memory_order_relaxed);
@@ -249,13 +267,17 @@ zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dty
   const char *src = (const char *)grad + p->shard_off * gsz;
   const int add = p->n_acc > 0;
   if (!p->shard_n) return ZO_OK;
-  if (!add && dtype == e->adtype) { /* the first contribution, already in the accumulation dtype: a plain copy */
+  if (!add &&
+      dtype ==
+          e->adtype) { /* the first contribution, already in the accumulation dtype: a plain copy */
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, src, p->shard_n * gsz, ZO_COPY_D2D));
   } else {
-    zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, src, dtype, p->shard_n, add);
+    zo_status st =
+        zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, src, dtype, p->shard_n, add);
     if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
   }
-  ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
+  ZO_CHECK(
+      zo_event_record(e->grad_read, e->copy_stream)); /* the caller's buffer is read up to here */
   e->grad_read_set = 1;
   return ZO_OK;
 }
@@ -263,18 +285,25 @@ zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dty
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
                         const char *what) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
-  if (p->eng != e) return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': engine not finalized", what, p->name);
+  if (p->eng != e)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
+  if (!e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': engine not finalized", what, p->name);
   if (dtype != e->gdtype && !(dtype == ZO_DTYPE_F32 && eng_acc_ok(e)))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)%s", what,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "%s '%s': gradient dtype %s, expected %s (zo_engine_grad_dtype)%s", what,
                         p->name, zo_dtype_name(dtype), zo_dtype_name(e->gdtype),
                         eng_acc_ok(e) && e->gdtype != ZO_DTYPE_F32 ? " or fp32"
-                        : dtype == ZO_DTYPE_F32 ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
-                                                  "data_types.grad_accum_dtype set)" : "");
+                        : dtype == ZO_DTYPE_F32
+                            ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
+                              "data_types.grad_accum_dtype set)"
+                            : "");
   if (p->has_grad)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "%s '%s': gradient already handed over in this step "
-                        "(zo_engine_grad_ready was called; the next contribution belongs to the next step)", what,
-                        p->name);
+    return zo_error_set(
+        ZO_ERR_INVALID_USAGE,
+        "%s '%s': gradient already handed over in this step "
+        "(zo_engine_grad_ready was called; the next contribution belongs to the next step)",
+        what, p->name);
   return ZO_OK;
 }
 

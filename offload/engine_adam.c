@@ -22,7 +22,8 @@ zo_adam_hparams eng_adam_hparams(const zo_engine_t *e, double clip) {
       .mode = e->cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
       .bias_correction = e->cfg.optimizer.bias_correction,
       .step = t,
-      .grad_scale = (float)(clip / (e->loss_scale * e->world)), /* several ranks: the mean of their gradients */
+      .grad_scale = (float)(clip / (e->loss_scale *
+                                    e->world)), /* several ranks: the mean of their gradients */
   };
 }
 
@@ -35,9 +36,11 @@ static void norm_chunks(void *arg, size_t b, size_t end, int thread) {
   const size_t asz = zo_dtype_size(dt);
   eng_note_grad_bytes((end - b) * asz);
   for (size_t k = b / ENG_NORM_CHUNK; k * ENG_NORM_CHUNK < end; k++) {
-    const size_t o = k * ENG_NORM_CHUNK, m = p->shard_n - o < ENG_NORM_CHUNK ? p->shard_n - o : ENG_NORM_CHUNK;
+    const size_t o = k * ENG_NORM_CHUNK,
+                 m = p->shard_n - o < ENG_NORM_CHUNK ? p->shard_n - o : ENG_NORM_CHUNK;
     /* cannot fail: a known dtype, m > 0 */
-    (void)zo_grad_sqnorm_ex((const char *)p->grad + o * asz, dt, m, ZO_SIMD_AUTO, 1, &p->norm_part[k], NULL);
+    (void)zo_grad_sqnorm_ex((const char *)p->grad + o * asz, dt, m, ZO_SIMD_AUTO, 1,
+                            &p->norm_part[k], NULL);
   }
 }
 
@@ -55,14 +58,15 @@ void eng_grad_land(zo_param_t *p, zo_status st) {
   } else {
     p->sqnorm = 0.0, p->nonfinite = 0; /* an empty shard; else eng_grad_norms_wait() */
     if (st == ZO_OK && p->shard_n)
-      st = zo_adam_pool_submit_for(e->pool, norm_chunks, p, p->shard_n, ENG_NORM_CHUNK, ZO_ADAM_TASK_URGENT,
-                                   &p->norm_task);
+      st = zo_adam_pool_submit_for(e->pool, norm_chunks, p, p->shard_n, ENG_NORM_CHUNK,
+                                   ZO_ADAM_TASK_URGENT, &p->norm_task);
     if (st == ZO_OK && e->early_adam)
-      st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
-                           p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
+      st = eng_submit_adam(e, &e->early_hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER],
+                           p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ], &e->tasks[p->index]);
   }
   p->landed_st = st;
-  atomic_store_explicit(&p->landed, 1, memory_order_release); /* nvme: the engine thread may queue its sub-group */
+  atomic_store_explicit(&p->landed, 1,
+                        memory_order_release); /* nvme: the engine thread may queue its sub-group */
 }
 
 void eng_grad_landed(void *arg) { eng_grad_land(arg, ZO_OK); }
@@ -74,7 +78,8 @@ zo_status eng_grad_norms_wait(zo_engine_t *e) {
     if (!p->norm_task) continue;
     zo_status st = zo_adam_task_wait(p->norm_task, NULL);
     p->norm_task = NULL;
-    if (st != ZO_OK && first == ZO_OK) first = zo_error_prefix(st, "gradient norm of '%s'", p->name);
+    if (st != ZO_OK && first == ZO_OK)
+      first = zo_error_prefix(st, "gradient norm of '%s'", p->name);
     double s = 0.0; /* zo_sqnorm_combine's order */
     for (size_t k = 0; k * ENG_NORM_CHUNK < p->shard_n; k++) s += p->norm_part[k];
     p->sqnorm = s;
@@ -86,8 +91,9 @@ zo_status eng_grad_norms_wait(zo_engine_t *e) {
 /* Queue the fused Adam update of shard elements [off, off + n) of p (its
  * gradient at @grad) on the pool: fp32 master, state, and the working-dtype copy-out in one pass, with
  * p's weight decay (the config's unless a parameter group set its own). */
-zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                          const void *grad, void *master, void *m, void *v, zo_adam_task_t **task) {
+zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off,
+                          size_t n, const void *grad, void *master, void *m, void *v,
+                          zo_adam_task_t **task) {
   zo_adam_hparams own = *hp; /* the pool copies the hyperparameters at submit */
   own.weight_decay = p->weight_decay;
   hp = &own;

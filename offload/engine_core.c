@@ -23,7 +23,8 @@ zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin) {
   return ZO_OK;
 }
 
-zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin) {
+zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes,
+                                int pin) {
   ZO_CHECK(eng_host_buf_alloc(b, nbytes, pin));
   eng_ledger_note(e, ZO_TIER_HOST, purpose, nbytes, pin, -1);
   if (pin) ZO_CHECK(eng_pin_check(e, purpose, b->ptr, nbytes));
@@ -35,10 +36,14 @@ static void memlock_limits(char *out, size_t len) {
   struct rlimit rl = {0, 0};
   char soft[32] = "unknown", hard[32] = "unknown";
   if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-    if (rl.rlim_cur == RLIM_INFINITY) snprintf(soft, sizeof soft, "unlimited");
-    else snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
-    if (rl.rlim_max == RLIM_INFINITY) snprintf(hard, sizeof hard, "unlimited");
-    else snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
+    if (rl.rlim_cur == RLIM_INFINITY)
+      snprintf(soft, sizeof soft, "unlimited");
+    else
+      snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_max == RLIM_INFINITY)
+      snprintf(hard, sizeof hard, "unlimited");
+    else
+      snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
   }
   snprintf(out, len, "soft %s, hard %s", soft, hard);
 }
@@ -64,16 +69,17 @@ zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, si
   }
   char lim[96];
   memlock_limits(lim, sizeof lim);
-  return zo_error_set(ZO_ERR_CUDA,
-                      "engine: the pinned host buffer \"%s\" (%zu bytes, %zu of them not registered) could not be "
-                      "registered with CUDA: %s. Copies between it and the GPU would be pageable (staged by the "
-                      "driver, slower, blocking). Likely cause: the locked-memory limit (RLIMIT_MEMLOCK: %s; raise it "
-                      "with `ulimit -l unlimited`, memlock in /etc/security/limits.conf, LimitMEMLOCK= for a systemd "
-                      "unit, or a container's memlock limit, e.g. docker run --ulimit memlock=-1), or more page-locked "
-                      "memory than the machine gives (lower zoffload.pinned_fraction, offload to nvme, or set "
-                      "offload_optimizer/offload_param pin_memory false). To run with pageable copies anyway, set "
-                      "zoffload.allow_pageable_host to true",
-                      purpose, nbytes, left, why, lim);
+  return zo_error_set(
+      ZO_ERR_CUDA,
+      "engine: the pinned host buffer \"%s\" (%zu bytes, %zu of them not registered) could not be "
+      "registered with CUDA: %s. Copies between it and the GPU would be pageable (staged by the "
+      "driver, slower, blocking). Likely cause: the locked-memory limit (RLIMIT_MEMLOCK: %s; raise it "
+      "with `ulimit -l unlimited`, memlock in /etc/security/limits.conf, LimitMEMLOCK= for a systemd "
+      "unit, or a container's memlock limit, e.g. docker run --ulimit memlock=-1), or more page-locked "
+      "memory than the machine gives (lower zoffload.pinned_fraction, offload to nvme, or set "
+      "offload_optimizer/offload_param pin_memory false). To run with pageable copies anyway, set "
+      "zoffload.allow_pageable_host to true",
+      purpose, nbytes, left, why, lim);
 }
 
 void eng_host_buf_free(host_buf *b) {
@@ -90,18 +96,23 @@ zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, in
   if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE || kind == ZO_DEVICE_HOST) return ZO_OK;
   const char *name = zo_device_kind_name(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind);
   char why[256];
-  if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why, sizeof why))
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device needs "
-                        "the device Adam kernel: %s; use \"cpu\" or \"nvme\"", name, why);
+  if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why,
+                                     sizeof why))
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zero_optimization.offload_optimizer.device \"none\" on a %s device needs "
+                        "the device Adam kernel: %s; use \"cpu\" or \"nvme\"",
+                        name, why);
   (void)world; /* several ranks: reduced through host buffers (engine_dp.c), added on the device */
   if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device \"none\" on a %s device "
-                        "(device Adam) needs offload_param.device \"none\", got \"%s\"", name,
-                        zo_offload_device_name(cfg->zero.offload_param.device));
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zero_optimization.offload_optimizer.device \"none\" on a %s device "
+                        "(device Adam) needs offload_param.device \"none\", got \"%s\"",
+                        name, zo_offload_device_name(cfg->zero.offload_param.device));
   return ZO_OK;
 }
 
-zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind) {
+zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes,
+                       zo_copy_kind kind) {
   if (!nbytes) return ZO_OK;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, dst, src, nbytes, kind));
   return zo_stream_synchronize(e->copy_stream);
@@ -110,19 +121,25 @@ zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes
 zo_status eng_check_owner(const zo_engine_t *e, const char *what) {
   const long me = (long)getpid();
   if (!e || e->owner_pid == me) return ZO_OK;
-  return zo_error_set(ZO_ERR_INVALID_USAGE, "zo_engine_%s: this engine was created by process %ld; a forked child "
-                      "(pid %ld) cannot use it (its threads and locks stay with the parent): create a new engine in "
-                      "the child", what, e->owner_pid, me);
+  return zo_error_set(
+      ZO_ERR_INVALID_USAGE,
+      "zo_engine_%s: this engine was created by process %ld; a forked child "
+      "(pid %ld) cannot use it (its threads and locks stay with the parent): create a new engine in "
+      "the child",
+      what, e->owner_pid, me);
 }
 
 zo_status eng_check_usable(const zo_engine_t *e, const char *what) {
   ZO_CHECK(eng_check_owner(e, what));
   if (!e->fin_failed) return ZO_OK;
-  return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: zo_engine_finalize() failed on this engine; destroy it and create "
-                      "another", what);
+  return zo_error_set(ZO_ERR_INVALID_USAGE,
+                      "%s: zo_engine_finalize() failed on this engine; destroy it and create "
+                      "another",
+                      what);
 }
 
-void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path) {
+void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned,
+                     int path) {
   if (!bytes) return;
   for (int i = 0; i < e->n_ledger; i++) {
     zo_plan_buf *b = &e->ledger[i];
@@ -146,8 +163,10 @@ static inline float load_el(const void *s, zo_dtype t, size_t i) {
 }
 
 static inline void store_el(void *d, zo_dtype t, size_t i, float x) {
-  if (t == ZO_DTYPE_F32) ((float *)d)[i] = x;
-  else ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
+  if (t == ZO_DTYPE_F32)
+    ((float *)d)[i] = x;
+  else
+    ((uint16_t *)d)[i] = t == ZO_DTYPE_BF16 ? zo_f32_to_bf16(x) : zo_f32_to_f16(x);
 }
 
 _Atomic uint64_t eng_host_func_grad_bytes;
@@ -156,12 +175,14 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
   eng_note_grad_bytes(n * zo_dtype_size(st));
   if (!add && dt == st) {
     memcpy(dst, src, n * zo_dtype_size(dt));
-  } else if (dt == ZO_DTYPE_F32 && st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */
+  } else if (dt == ZO_DTYPE_F32 &&
+             st == ZO_DTYPE_F32) { /* the common case, vectorized by the compiler */
     float *restrict d = dst;
     const float *restrict s = src;
     for (size_t i = 0; i < n; i++) d[i] += s[i];
   } else {
-    for (size_t i = 0; i < n; i++) store_el(dst, dt, i, (add ? load_el(dst, dt, i) : 0.0f) + load_el(src, st, i));
+    for (size_t i = 0; i < n; i++)
+      store_el(dst, dt, i, (add ? load_el(dst, dt, i) : 0.0f) + load_el(src, st, i));
   }
 }
 
@@ -177,4 +198,6 @@ zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
 }
 
 /* Elements of a padded extent for n elements (nvme layout). */
-uint64_t eng_padded_el(const zo_engine_t *e, size_t n) { return zo_round_up(n, eng_extent_unit(e)); }
+uint64_t eng_padded_el(const zo_engine_t *e, size_t n) {
+  return zo_round_up(n, eng_extent_unit(e));
+}

@@ -39,12 +39,12 @@
 /* One gradient reduction in flight, in a region of the reduction buffer (eng_dp.grad). */
 typedef struct dp_red {
   zo_param_t *p;
-  zo_dtype dtype;            /* of the hand-over (and of the reduction) */
-  int add;                   /* add into p->grad (earlier contributions of this step), else overwrite */
-  int last;                  /* zo_engine_grad_ready(): the landed work follows */
-  size_t off;                /* region of the reduction buffer */
-  zo_event_t *copied;        /* the device-to-host copy of the gradient into the region */
-  zo_comm_req_t *req;        /* the reduce-scatter (all-reduce at stage 0), once started */
+  zo_dtype dtype;     /* of the hand-over (and of the reduction) */
+  int add;            /* add into p->grad (earlier contributions of this step), else overwrite */
+  int last;           /* zo_engine_grad_ready(): the landed work follows */
+  size_t off;         /* region of the reduction buffer */
+  zo_event_t *copied; /* the device-to-host copy of the gradient into the region */
+  zo_comm_req_t *req; /* the reduce-scatter (all-reduce at stage 0), once started */
 } dp_red;
 
 /* The part's state (e->dp), several ranks, from finalize to destroy. */
@@ -52,23 +52,29 @@ struct eng_dp {
   /* the whole gradient of one tensor, padded, reduced in place; every tensor's working weights, padded,
    * all-gathered in place */
   host_buf grad, gather;
-  dp_red *q;                 /* reductions in flight, oldest first: circular (n_params entries), q_n from q_first */
+  dp_red *q; /* reductions in flight, oldest first: circular (n_params entries), q_n from q_first */
   int q_first, q_n;
-  size_t head;               /* next free byte of grad (a ring: regions are freed oldest first) */
+  size_t head; /* next free byte of grad (a ring: regions are freed oldest first) */
 };
 
 zo_status eng_dp_check(const zo_engine_t *e) {
   if (e->cfg.zero.stage == 3 && e->ptier == ZO_OFFLOAD_NONE)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
-                        "parameters on the host tier or NVMe: set zero_optimization.offload_param.device to \"cpu\" "
-                        "or \"nvme\" (parameters partitioned in device memory are not built yet), or use stage 2",
-                        e->world, zo_comm_backend(e->comm));
+    return zo_error_set(
+        ZO_ERR_UNSUPPORTED,
+        "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
+        "parameters on the host tier or NVMe: set zero_optimization.offload_param.device to \"cpu\" "
+        "or \"nvme\" (parameters partitioned in device memory are not built yet), or use stage 2",
+        e->world, zo_comm_backend(e->comm));
   if (e->dpu)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "zoffload.delayed_param_update on %d ranks is not built yet; set it to "
-                        "false or run one rank", e->world);
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "zoffload.delayed_param_update on %d ranks is not built yet; set it to "
+                        "false or run one rank",
+                        e->world);
   if (e->cfg.zero.stage == 0 && e->tier != ZO_OFFLOAD_NONE)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage 0 with offload_optimizer.device \"%s\": offload "
-                        "needs stage 1 or more", zo_offload_device_name(e->tier));
+    return zo_error_set(ZO_ERR_CONFIG,
+                        "zero_optimization.stage 0 with offload_optimizer.device \"%s\": offload "
+                        "needs stage 1 or more",
+                        zo_offload_device_name(e->tier));
   return ZO_OK;
 }
 
@@ -84,7 +90,8 @@ zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what) {
   if (st != ZO_OK) return zo_error_prefix(st, "%s: agreeing over the ranks", what);
   if (mine != ZO_OK) return mine;
   if (failed > 0)
-    return zo_error_set(ZO_ERR_IO, "%s: %.0f other rank(s) failed (their own messages say why)", what, failed);
+    return zo_error_set(ZO_ERR_IO, "%s: %.0f other rank(s) failed (their own messages say why)",
+                        what, failed);
   return ZO_OK;
 }
 
@@ -105,18 +112,22 @@ zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes) {
   ZO_CHECK(eng_host_buf_alloc_as(e, &d->grad, "dp_grad", grad_bytes, 1));
   ZO_CHECK(eng_host_buf_alloc_as(e, &d->gather, "dp_gather", gather_bytes, 1));
   d->q = calloc((size_t)e->n_params, sizeof *d->q);
-  if (!d->q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
+  if (!d->q)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
   for (int i = 0; i < e->n_params; i++) ZO_CHECK(zo_event_create(e->dev, &d->q[i].copied));
   return ZO_OK;
 }
 
-static dp_red *q_at(const zo_engine_t *e, int i) { return &e->dp->q[(e->dp->q_first + i) % e->n_params]; }
+static dp_red *q_at(const zo_engine_t *e, int i) {
+  return &e->dp->q[(e->dp->q_first + i) % e->n_params];
+}
 
 void eng_dp_free(zo_engine_t *e) {
   struct eng_dp *d = e->dp;
   if (!d) return;
   if (d->q) {
-    for (int i = 0; i < d->q_n; i++) zo_comm_wait(q_at(e, i)->req); /* after an error: let MPI finish them */
+    for (int i = 0; i < d->q_n; i++)
+      zo_comm_wait(q_at(e, i)->req); /* after an error: let MPI finish them */
     for (int i = 0; i < e->n_params; i++) zo_event_destroy(d->q[i].copied);
     free(d->q);
   }
@@ -143,8 +154,8 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
   if (e->cfg.zero.stage == 0) {
     st = zo_comm_iall_reduce(e->comm, buf, p->n, r->dtype, &r->req);
   } else {
-    st = zo_comm_ireduce_scatter(e->comm, buf, buf + (size_t)e->rank * p->part_n * gsz, p->part_n, r->dtype,
-                                 &r->req);
+    st = zo_comm_ireduce_scatter(e->comm, buf, buf + (size_t)e->rank * p->part_n * gsz, p->part_n,
+                                 r->dtype, &r->req);
   }
   /* what a bandwidth-optimal (ring) algorithm sends from each rank: (W-1)/W of the tensor for a reduce-scatter,
    * twice that for an all-reduce (Patarasuk & Yuan 2009) */
@@ -157,13 +168,15 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
  * it (the first contribution in the accumulation dtype) or into the staging region and cast or added there
  * (zo_grad_acc_device), then with @last the norm partials of the sum; all on the copy stream, which is
  * synchronized before returning because the reduction buffer's region is reused as soon as this returns. */
-static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine, zo_dtype dt, int add, int last) {
+static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine, zo_dtype dt,
+                                 int add, int last) {
   const size_t nb = p->shard_n * zo_dtype_size(dt);
   if (p->shard_n && !add && dt == e->adtype) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, mine, nb, ZO_COPY_H2D));
   } else if (p->shard_n) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, e->dstage_dev, mine, nb, ZO_COPY_H2D));
-    zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, e->dstage_dev, dt, p->shard_n, add);
+    zo_status st =
+        zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, e->dstage_dev, dt, p->shard_n, add);
     if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
   }
   e->ctr.h2d_bytes += nb;
@@ -185,14 +198,19 @@ static void red_land(zo_engine_t *e, dp_red *r) {
   if (e->tier == ZO_OFFLOAD_NVME) { /* to grad.swp (engine_gradnv.c), the norm on the way */
     if (r->last) p->sqnorm = 0.0;
     zo_status st = eng_gnv_put(e, p, 0, p->shard_n, mine, r->dtype, r->add, r->last);
-    if (r->last) eng_gnv_land(e, p, st);
-    else if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st; /* reported at the step (eng_gnv_land) */
-  } else if (eng_device_adam(e)) { /* device memory: uploaded, cast or added there, the norm behind it */
+    if (r->last)
+      eng_gnv_land(e, p, st);
+    else if (st != ZO_OK && p->gnv_st == ZO_OK)
+      p->gnv_st = st; /* reported at the step (eng_gnv_land) */
+  } else if (eng_device_adam(
+                 e)) { /* device memory: uploaded, cast or added there, the norm behind it */
     if (!r->add) p->landed_st = ZO_OK; /* the step's first contribution */
     zo_status st = red_land_device(e, p, mine, r->dtype, r->add, r->last);
-    if (st != ZO_OK && p->landed_st == ZO_OK) p->landed_st = st; /* reported at the step (step_grad_norm) */
+    if (st != ZO_OK && p->landed_st == ZO_OK)
+      p->landed_st = st; /* reported at the step (step_grad_norm) */
   } else {
-    eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add); /* a memcpy when the dtypes agree */
+    eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n,
+                r->add); /* a memcpy when the dtypes agree */
     if (r->last) eng_grad_land(p, ZO_OK);
   }
   r->req = NULL;
@@ -252,12 +270,15 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
   struct eng_dp *d = e->dp;
   const size_t gsz = zo_dtype_size(dtype), bytes = red_elems(e, p) * gsz;
   size_t off = 0;
-  while (d->q_n == e->n_params ||
-         !eng_ring_take(d->grad.nbytes, d->head, d->q_n ? q_at(e, 0)->off : 0, d->q_n, bytes, &off)) {
+  while (
+      d->q_n == e->n_params ||
+      !eng_ring_take(d->grad.nbytes, d->head, d->q_n ? q_at(e, 0)->off : 0, d->q_n, bytes, &off)) {
     /* full: the oldest must finish first */
     if (!d->q_n)
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradient of '%s' (%zu bytes) larger than the reduction "
-                          "buffer (%zu bytes)", p->name, bytes, d->grad.nbytes); /* a bug: sized at finalize */
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "engine: gradient of '%s' (%zu bytes) larger than the reduction "
+                          "buffer (%zu bytes)",
+                          p->name, bytes, d->grad.nbytes); /* a bug: sized at finalize */
     ZO_CHECK(eng_dp_progress(e, 1));
   }
   dp_red *r = &d->q[(d->q_first + d->q_n) % e->n_params];
@@ -270,27 +291,34 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
   memset(buf + p->n * gsz, 0, bytes - p->n * gsz); /* the padding of the last block */
   ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
   ZO_CHECK(zo_event_record(r->copied, e->copy_stream));
-  ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
+  ZO_CHECK(zo_event_record(e->grad_read,
+                           e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
   e->grad_read_set = 1;
   e->ctr.d2h_bytes += p->n * gsz;
   d->q_n++;
   d->head = off + bytes;
-  if (!e->cfg.zero.overlap_comm) return eng_dp_drain(e); /* one reduction at a time, done before returning */
+  if (!e->cfg.zero.overlap_comm)
+    return eng_dp_drain(e); /* one reduction at a time, done before returning */
   return eng_dp_progress(e, 0);
 }
 
 /* Start the all-gather of @p's working weights into its region of the gather buffer (at p->dp_off). */
 static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  char *t = (char *)e->dp->gather.ptr + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
+  char *t = (char *)e->dp->gather.ptr + p->dp_off * wsz,
+       *block = t + (size_t)e->rank * p->part_n * wsz;
   memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
   if (p->shard_n) { /* device Adam: the kernel wrote it in device memory, on the copy stream */
-    if (eng_device_adam(e)) ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
-    else memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
+    if (eng_device_adam(e))
+      ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
+    else
+      memcpy(block, eng_working_dst(e, p, 0), p->shard_n * wsz);
   }
-  e->ctr.dp_bytes += (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
+  e->ctr.dp_bytes +=
+      (size_t)(e->world - 1) * p->part_n * wsz; /* ring all-gather: W-1 blocks from each rank */
   zo_status st = zo_comm_iall_gather(e->comm, block, t, p->part_n * wsz, req);
-  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   return ZO_OK;
 }
 
@@ -299,7 +327,8 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
   const size_t wsz = zo_dtype_size(e->wdtype);
   int done;
   zo_status st = eng_comm_finish(e, req, 1, &done);
-  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   const char *t = (const char *)e->dp->gather.ptr + p->dp_off * wsz;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));
   e->ctr.h2d_bytes += p->n * wsz;
@@ -312,7 +341,9 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
   const size_t cap = e->dp->gather.nbytes / zo_dtype_size(e->wdtype);
   const int first = p ? p->index : 0, end = p ? p->index + 1 : e->n_params;
   zo_comm_req_t **reqs = calloc((size_t)e->n_params, sizeof *reqs);
-  if (!reqs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %d requests", e->n_params);
+  if (!reqs)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %d requests",
+                        e->n_params);
   zo_status st = ZO_OK;
   /* In waves that fill the gather buffer: every gather of a wave in flight at once, then each upload as its
    * gather lands; the next wave reuses the buffer once those uploads are done. */

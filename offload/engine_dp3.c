@@ -35,22 +35,23 @@
 /* One all-gather of a tensor's working weights, for one fetch. */
 typedef struct dp_gat {
   zo_param_t *p;
-  int pos;                   /* trace position it serves, or -1 (a demand fetch) */
-  size_t off;                /* region of the ring (eng_pg.ring): the tensor padded to part_n x world */
-  struct pg_bucket *b;       /* the all-gather it is part of */
-  uint64_t seq;              /* its place in the order of all entries (buckets find their members by it) */
-  int h2d;                   /* a host-to-device copy out of the region was queued (p->ready marks it) */
+  int pos;             /* trace position it serves, or -1 (a demand fetch) */
+  size_t off;          /* region of the ring (eng_pg.ring): the tensor padded to part_n x world */
+  struct pg_bucket *b; /* the all-gather it is part of */
+  uint64_t seq; /* its place in the order of all entries (buckets find their members by it) */
+  int h2d;      /* a host-to-device copy out of the region was queued (p->ready marks it) */
 } dp_gat;
 
 /* The part's state (e->pg), stage 3 on several ranks, from finalize to destroy. */
 struct eng_pg {
-  host_buf ring;             /* all-gathered working weights, one region per fetch */
-  dp_gat *q;                 /* gathers in flight or not yet consumed, in fetch order: circular */
+  host_buf ring; /* all-gathered working weights, one region per fetch */
+  dp_gat *q;     /* gathers in flight or not yet consumed, in fetch order: circular */
   int q_first, q_n, q_cap;
-  size_t head;               /* next free byte of ring */
-  int next;                  /* next trace position to gather for */
-  uint64_t seq;              /* entries queued so far */
-  zo_comm_t *comm;           /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that
+  size_t head;  /* next free byte of ring */
+  int next;     /* next trace position to gather for */
+  uint64_t seq; /* entries queued so far */
+  zo_comm_t *
+      comm; /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that
                                 of the gradient reductions by when copies land, so they may not share one */
 };
 
@@ -59,16 +60,21 @@ zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
   if (!e->pg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   struct eng_pg *pg = e->pg;
   ZO_CHECK(eng_host_buf_alloc_as(e, &pg->ring, "pg_ring", ring_bytes, 1));
-  zo_status st = zo_comm_split(e->comm, 0, e->rank, &pg->comm); /* collective: every rank finalizes */
+  zo_status st =
+      zo_comm_split(e->comm, 0, e->rank, &pg->comm); /* collective: every rank finalizes */
   if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
-  if (eng_nccl_comms(e)) eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
+  if (eng_nccl_comms(e))
+    eng_ledger_note(e, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, 0, -1);
   pg->q_cap = 64;
   pg->q = calloc((size_t)pg->q_cap, sizeof *pg->q);
-  if (!pg->q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
+  if (!pg->q)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
   return ZO_OK;
 }
 
-static dp_gat *g_at(const struct eng_pg *pg, int i) { return &pg->q[(pg->q_first + i) % pg->q_cap]; }
+static dp_gat *g_at(const struct eng_pg *pg, int i) {
+  return &pg->q[(pg->q_first + i) % pg->q_cap];
+}
 static zo_status pop_oldest(zo_engine_t *e);
 
 void eng_pg_free(zo_engine_t *e) {
@@ -96,7 +102,8 @@ void eng_pg_rewind(struct eng_pg *g) {
 static zo_status q_grow(struct eng_pg *pg) {
   const int cap = 2 * pg->q_cap;
   dp_gat *q = calloc((size_t)cap, sizeof *q);
-  if (!q) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
+  if (!q)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
   for (int i = 0; i < pg->q_n; i++) q[i] = *g_at(pg, i);
   free(pg->q);
   pg->q = q, pg->q_first = 0, pg->q_cap = cap;
@@ -123,10 +130,11 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
   zo_swap_req_t *req = NULL;
   const size_t nbytes = zo_round_up(p->part_n * wsz, e->swap_align);
-  zo_status st =
-      zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, eng_fetch_stage(e->fetch, 0), nbytes, &req);
+  zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz,
+                                            eng_fetch_stage(e->fetch, 0), nbytes, &req);
   if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
-  if (st != ZO_OK) return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
   e->ctr.nvme_read_bytes += nbytes;
   memcpy(dst, eng_fetch_stage(e->fetch, 0), p->part_n * wsz);
   return ZO_OK;
@@ -140,12 +148,12 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
  * bucket of one gathers straight into its member's region.
  */
 struct pg_bucket {
-  zo_comm_req_t *req;        /* NULL once complete */
-  char *packed;              /* W x per_rank elements, rank-major; NULL for a bucket of one */
-  size_t per_rank;           /* elements of one rank's contribution: the members' part_n summed */
-  int refs;                  /* members not yet consumed */
+  zo_comm_req_t *req; /* NULL once complete */
+  char *packed;       /* W x per_rank elements, rank-major; NULL for a bucket of one */
+  size_t per_rank;    /* elements of one rank's contribution: the members' part_n summed */
+  int refs;           /* members not yet consumed */
   int n_members;
-  uint64_t first_seq;        /* the first member's dp_gat.seq; the others follow it */
+  uint64_t first_seq; /* the first member's dp_gat.seq; the others follow it */
 };
 
 /* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring is full. */
@@ -154,7 +162,8 @@ static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
   const size_t bytes = eng_dp_padded(e, p) * zo_dtype_size(e->wdtype);
   size_t off = 0;
   *ok = 0;
-  if (!eng_ring_take(pg->ring.nbytes, pg->head, pg->q_n ? g_at(pg, 0)->off : 0, pg->q_n, bytes, &off))
+  if (!eng_ring_take(pg->ring.nbytes, pg->head, pg->q_n ? g_at(pg, 0)->off : 0, pg->q_n, bytes,
+                     &off))
     return ZO_OK;
   if (pg->q_n == pg->q_cap) ZO_CHECK(q_grow(pg));
   dp_gat *g = &pg->q[(pg->q_first + pg->q_n) % pg->q_cap];
@@ -170,7 +179,8 @@ static zo_status launch(zo_engine_t *e, int k) {
   struct eng_pg *pg = e->pg;
   const size_t wsz = zo_dtype_size(e->wdtype);
   struct pg_bucket *b = calloc(1, sizeof *b);
-  if (!b) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket");
+  if (!b)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket");
   const int first = pg->q_n - k;
   for (int i = 0; i < k; i++) b->per_rank += g_at(pg, first + i)->p->part_n;
   b->refs = b->n_members = k;
@@ -183,8 +193,11 @@ static zo_status launch(zo_engine_t *e, int k) {
     st = own_block(e, g->p, send); /* this rank's, padded */
   } else {
     b->packed = malloc((size_t)e->world * b->per_rank * wsz);
-    if (!b->packed) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for a gather bucket of %zu "
-                                      "bytes", (size_t)e->world * b->per_rank * wsz);
+    if (!b->packed)
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "engine: out of host memory for a gather bucket of %zu "
+                        "bytes",
+                        (size_t)e->world * b->per_rank * wsz);
     recv = b->packed;
     send = recv + (size_t)e->rank * b->per_rank * wsz;
     for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(pg, first + i)->p->part_n, i++)
@@ -194,10 +207,11 @@ static zo_status launch(zo_engine_t *e, int k) {
   if (st != ZO_OK) {
     free(b->packed);
     free(b);
-    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", g_at(pg, first)->p->name, k - 1,
-                           e->world);
+    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks",
+                           g_at(pg, first)->p->name, k - 1, e->world);
   }
-  e->ctr.dp_bytes += (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
+  e->ctr.dp_bytes +=
+      (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
   for (int i = 0; i < k; i++) g_at(pg, first + i)->b = b;
   b->first_seq = g_at(pg, first)->seq;
   return ZO_OK;
@@ -210,7 +224,8 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
   if (!b->req) return ZO_OK;
   zo_status st = eng_comm_finish(e, b->req, wait, done);
   if (st != ZO_OK || *done) b->req = NULL; /* freed by wait/test */
-  if (st != ZO_OK) return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
   if (!*done || !b->packed) return ZO_OK;
   /* members are consecutive in the queue from first_seq, and all still queued: popped only after this */
   const size_t wsz = zo_dtype_size(e->wdtype);
@@ -235,7 +250,8 @@ zo_status eng_pg_issue(zo_engine_t *e) {
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
   for (int i = 0; i < pg->q_n; i++) ahead += (int64_t)g_at(pg, i)->p->n;
-  const int64_t bucket_cap = e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
+  const int64_t bucket_cap =
+      e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
   while (pg->next < eng_trace_len(e->fetch)) {
     /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and the bucket */
     int k = 0;
@@ -283,8 +299,8 @@ zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
     ZO_CHECK(reserve(e, p, -1, &ok));
     if (ok) return launch(e, 1);
     if (!e->pg->q_n) /* a bug: the ring holds two of the largest tensors */
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'", e->pg->ring.nbytes,
-                          p->name);
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'",
+                          e->pg->ring.nbytes, p->name);
     ZO_CHECK(pop_oldest(e)); /* entries left by demand fetches already done */
   }
 }
@@ -320,7 +336,9 @@ void eng_pg_mark_h2d(zo_engine_t *e, int pos) {
 zo_status eng_pg_consume(zo_engine_t *e, int pos) {
   /* Demand entries of earlier fetches and this one's: every entry up to it is done with. */
   dp_gat *g = find(e->pg, pos);
-  if (!g) return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather to consume at trace position %d", pos);
+  if (!g)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no gather to consume at trace position %d",
+                        pos);
   while (e->pg->q_n && g_at(e->pg, 0) != g) ZO_CHECK(pop_oldest(e));
   return pop_oldest(e);
 }

@@ -16,13 +16,13 @@
 /* The fetch coordinator (e->fetch): created with the engine, its staging buffers allocated at finalize under
  * offload_param "nvme". */
 struct eng_fetch {
-  void **pstage;             /* nvme: offload_param.buffer_count pinned staging buffers */
+  void **pstage; /* nvme: offload_param.buffer_count pinned staging buffers */
   int n_pstage;
-  size_t pstage_el;          /* elements per staging buffer */
-  uint64_t *pstage_busy;     /* per staging buffer: tensor index + 1 while in use, else 0 */
+  size_t pstage_el;            /* elements per staging buffer */
+  uint64_t *pstage_busy;       /* per staging buffer: tensor index + 1 while in use, else 0 */
   size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
   int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
-  int trace_off;             /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
+  int trace_off; /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
   int *rec, rec_len, rec_cap;
   int64_t fetch_clock;
 };
@@ -39,14 +39,17 @@ zo_status eng_fetch_stage_alloc(zo_engine_t *e, const zo_plan *plan) {
   f->n_pstage = plan->n_pstage;
   f->pstage = calloc(f->n_pstage, sizeof *f->pstage);
   f->pstage_busy = calloc(f->n_pstage, sizeof *f->pstage_busy);
-  if (!f->pstage || !f->pstage_busy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  if (!f->pstage || !f->pstage_busy)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   const size_t each = zo_plan_bytes(plan, "offload_param.staging");
   for (int b = 0; b < f->n_pstage; b++) {
     int pinned;
     zo_status st = zo_host_alloc(each, 1, &f->pstage[b], &pinned);
     if (st != ZO_OK)
-      return zo_error_prefix(st, "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
-                             "zero_optimization.offload_param.buffer_count)", b + 1, f->n_pstage, each);
+      return zo_error_prefix(st,
+                             "engine: offload_param staging buffer %d of %d (%zu bytes; lower "
+                             "zero_optimization.offload_param.buffer_count)",
+                             b + 1, f->n_pstage, each);
     eng_ledger_note(e, ZO_TIER_HOST, "offload_param.staging", each, 1, -1);
     ZO_CHECK(eng_pin_check(e, "offload_param.staging", f->pstage[b], each));
   }
@@ -56,7 +59,8 @@ zo_status eng_fetch_stage_alloc(zo_engine_t *e, const zo_plan *plan) {
 void eng_fetch_free(zo_engine_t *e) {
   struct eng_fetch *f = e->fetch;
   if (!f) return;
-  for (int i = 0; i < f->n_pstage; i++) zo_host_free(f->pstage[i], f->pstage_el * zo_dtype_size(e->wdtype), 1);
+  for (int i = 0; i < f->n_pstage; i++)
+    zo_host_free(f->pstage[i], f->pstage_el * zo_dtype_size(e->wdtype), 1);
   free(f->pstage);
   free(f->pstage_busy);
   free(f->trace);
@@ -114,8 +118,10 @@ void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
   /* A refresh of its new weights may still be queued on the copy stream (an
    * update that finished while compute held the tensor): let it run first. */
   if (p->ready) zo_event_synchronize(p->ready);
-  if (eng_blk_unpin(e, p, NULL) != ZO_OK || zo_arena_free(e->arena, p->blk, e->compute_stream) != ZO_OK)
-    zo_warn("engine: freeing the device copy of '%s': %s", p->name, zo_last_error()); /* a bug: blocks are ours */
+  if (eng_blk_unpin(e, p, NULL) != ZO_OK ||
+      zo_arena_free(e->arena, p->blk, e->compute_stream) != ZO_OK)
+    zo_warn("engine: freeing the device copy of '%s': %s", p->name,
+            zo_last_error()); /* a bug: blocks are ours */
   p->blk = NULL;
   p->weights = NULL;
   p->pstate = P_HOST;
@@ -144,7 +150,8 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   zo_status st = eng_swap_wait(e, e->pswap, &q->read_req);
   if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", q->name);
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->fetch->pstage[q->stage], q->n * wsz, ZO_COPY_H2D));
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, q->weights, e->fetch->pstage[q->stage], q->n * wsz,
+                           ZO_COPY_H2D));
   ZO_CHECK(zo_event_record(q->ready, e->copy_stream));
   e->ctr.h2d_bytes += q->n * wsz;
   q->pstate = P_COPYING;
@@ -238,7 +245,8 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
   const size_t wsz = zo_dtype_size(e->wdtype);
   *got = 0;
   for (;;) {
-    zo_status st = zo_arena_alloc(e->arena, p->n * wsz, &p->blk); /* compacts when fragmentation is in the way */
+    zo_status st = zo_arena_alloc(e->arena, p->n * wsz,
+                                  &p->blk); /* compacts when fragmentation is in the way */
     if (st == ZO_OK) {
       p->weights = zo_arena_ptr(p->blk);
       p->blk_pinned = 1;
@@ -251,12 +259,15 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
       return ZO_OK;
     }
     if (evict_one(e)) continue;
-    if (e->fetch->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
+    if (e->fetch
+            ->inflight_el) { /* prefetches hold the room: let them land, then they can be evicted */
       ZO_CHECK(eng_settle_fetches(e));
       if (evict_one(e)) continue;
     }
-    return zo_error_prefix(st, "fetch '%s' (%zu bytes): every device copy is in use; raise "
-                           "zoffload.device_memory_limit or release tensors sooner", p->name, p->n * wsz);
+    return zo_error_prefix(st,
+                           "fetch '%s' (%zu bytes): every device copy is in use; raise "
+                           "zoffload.device_memory_limit or release tensors sooner",
+                           p->name, p->n * wsz);
   }
   *got = 1;
   return ZO_OK;
@@ -271,7 +282,8 @@ static zo_status device_copy_alloc(zo_engine_t *e, zo_param_t *p, int demand, in
 static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos, int *started) {
   struct eng_fetch *f = e->fetch;
   const size_t wsz = zo_dtype_size(e->wdtype);
-  const int in_file = eng_pw_in_file(e, p); /* else in param_host: copied from there, no staging, no disk */
+  const int in_file =
+      eng_pw_in_file(e, p); /* else in param_host: copied from there, no staging, no disk */
   *started = 0;
   int b = -1;
   /* stage 3 on several ranks: the tensor all-gathered for this fetch (engine_dp3.c); a prefetch whose gather has
@@ -299,15 +311,16 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   f->live_el += p->n;
   f->inflight_el += p->n;
   p->last_use = ++f->fetch_clock;
-  const void *host_src = gathered  ? gathered
+  const void *host_src = gathered   ? gathered
                          : !in_file ? (char *)e->param_host.ptr + p->pw_el * wsz
                          : forward  ? eng_wb_data(e->wb, fw)
                                     : NULL;
   if (host_src) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
-    if (forward) eng_wb_mark_h2d(fw), eng_wb_hold(fw, 0); /* the region lives until this copy is done */
-    if (gathered) eng_pg_mark_h2d(e, pos);   /* likewise the gather's region */
+    if (forward)
+      eng_wb_mark_h2d(fw), eng_wb_hold(fw, 0); /* the region lives until this copy is done */
+    if (gathered) eng_pg_mark_h2d(e, pos);     /* likewise the gather's region */
     e->ctr.h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
@@ -316,7 +329,8 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
     p->stage = b;
     size_t nbytes = zo_round_up(p->n * wsz, e->swap_align);
     /* Ahead of optimizer-state transfers still queued: compute will wait for this one. */
-    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, f->pstage[b], nbytes, &p->read_req);
+    zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, f->pstage[b],
+                                              nbytes, &p->read_req);
     if (st != ZO_OK) return zo_error_prefix(st, "fetch '%s'", p->name);
     e->ctr.nvme_read_bytes += nbytes;
     p->pstate = P_READING;
@@ -333,7 +347,8 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
 zo_status eng_prefetch_ahead(zo_engine_t *e) {
   struct eng_fetch *f = e->fetch;
   ZO_CHECK(pump(e));
-  if (eng_dp3(e)) ZO_CHECK(eng_pg_issue(e)); /* the gathers along the trace come first, in trace order */
+  if (eng_dp3(e))
+    ZO_CHECK(eng_pg_issue(e)); /* the gathers along the trace come first, in trace order */
   if (!f->trace_valid || f->trace_off) return ZO_OK;
   /* Refill in batches: wait until half the bucket has landed, then fill it, so
    * the copy engine takes many tensors per wake-up instead of one per release. */
@@ -372,13 +387,17 @@ static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
     return ZO_OK;
   }
   if (!f->trace_warned)
-    zo_warn("fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
-            "demand for the rest of the step and recording the new order",
-            f->trace_pos, f->trace_pos < f->trace_len ? e->params[f->trace[f->trace_pos]]->name : "(end of trace)",
-            p->name);
+    zo_warn(
+        "fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
+        "demand for the rest of the step and recording the new order",
+        f->trace_pos,
+        f->trace_pos < f->trace_len ? e->params[f->trace[f->trace_pos]]->name : "(end of trace)",
+        p->name);
   f->trace_warned = 1;
   f->trace_valid = 0;
-  if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* gathered ahead along the old trace: no fetch will use them */
+  if (eng_dp3(e))
+    ZO_CHECK(
+        eng_pg_drop_pending(e)); /* gathered ahead along the old trace: no fetch will use them */
   return ZO_OK;
 }
 
@@ -421,11 +440,15 @@ static zo_status wait_ready(zo_engine_t *e, zo_event_t *ev) {
 static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype) {
   if (!e || !p || !weights) return zo_error_set(ZO_ERR_INVALID_ARG, "fetch: NULL argument");
   struct eng_fetch *f = e->fetch;
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
+  if (!e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
   if (p->has_grad)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': its gradient was handed over in this step "
-                        "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
-                        "after zo_engine_step()", p->name);
+    return zo_error_set(
+        ZO_ERR_INVALID_USAGE,
+        "fetch '%s': its gradient was handed over in this step "
+        "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
+        "after zo_engine_step()",
+        p->name);
   double t0 = zo_clock_s();
   zo_status st;
   int entry_state = P_RESIDENT;
@@ -466,10 +489,14 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   const double waited = zo_clock_s() - t0;
   e->ctr.fetch_wait_s += waited;
   if (waited > 1e-3)
-    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, f->trace_pos, waited * 1e3,
-             entry_state == P_HOST ? "demand fetch" : entry_state == P_READING ? "nvme read in flight"
-             : entry_state == P_COPYING ? "host-to-device copy in flight" : "refresh in flight");
-  if (e->ptier != ZO_OFFLOAD_NONE) ZO_CHECK(eng_prefetch_ahead(e)); /* overlaps the compute that follows */
+    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, f->trace_pos,
+             waited * 1e3,
+             entry_state == P_HOST      ? "demand fetch"
+             : entry_state == P_READING ? "nvme read in flight"
+             : entry_state == P_COPYING ? "host-to-device copy in flight"
+                                        : "refresh in flight");
+  if (e->ptier != ZO_OFFLOAD_NONE)
+    ZO_CHECK(eng_prefetch_ahead(e)); /* overlaps the compute that follows */
   ZO_CHECK(eng_progress(e));
   *weights = p->weights;
   if (dtype) *dtype = e->wdtype;
@@ -496,7 +523,8 @@ zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
 static zo_status release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
   struct eng_fetch *f = e->fetch;
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
+  if (!e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
   ZO_CHECK(eng_progress(e));
   if (e->ptier == ZO_OFFLOAD_NONE) return ZO_OK;
   if (!p->in_use) return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': not fetched", p->name);
@@ -511,7 +539,8 @@ static zo_status release(zo_engine_t *e, zo_param_t *p) {
   int keep = p->persistent;
   if (!keep && f->trace_valid && !f->trace_off) {
     int64_t dist = 0;
-    for (int j = f->trace_pos; j < f->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
+    for (int j = f->trace_pos;
+         j < f->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
       keep = f->trace[j] == p->index;
       dist += (int64_t)e->params[f->trace[j]]->n;
     }
@@ -551,22 +580,25 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
   if (in_file) {
     st = eng_wb_write(e, p, off, n, &src, &w);
     if (!w) return st; /* no region filling for it: a bug */
-    if (eng_dp3(e)) { /* no device copy to refresh: the next fetch gathers */
+    if (eng_dp3(e)) {  /* no device copy to refresh: the next fetch gathers */
       e->ctr.copy_s += zo_clock_s() - t0;
       return st;
     }
   }
-  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE && !p->persistent &&
-      !p->in_use) {
-    eng_drop_device_copy(e, p); /* stale: the prefetcher brings the new weights back in trace order */
+  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE &&
+      !p->persistent && !p->in_use) {
+    eng_drop_device_copy(e,
+                         p); /* stale: the prefetcher brings the new weights back in trace order */
   } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
     /* A cached copy may have been moved by a compaction: pin it (fresh
      * address) while the refresh is queued; it may move again after. */
     const int was_pinned = !p->blk || p->blk_pinned;
     if (!was_pinned) st = eng_blk_pin(e, p);
     if (st == ZO_OK)
-      st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src, n * wsz, ZO_COPY_H2D);
-    if (st == ZO_OK && p->ready) st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
+      st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src,
+                           n * wsz, ZO_COPY_H2D);
+    if (st == ZO_OK && p->ready)
+      st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
     if (st == ZO_OK && !was_pinned) st = eng_blk_unpin(e, p, e->copy_stream);
     if (w) eng_wb_mark_h2d(w);
     e->ctr.h2d_bytes += n * wsz;
@@ -576,12 +608,14 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
 }
 
 /* Working weights from fp32 master values (load time; steps fuse this into Adam). */
-zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master) {
+zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
+                           const float *master) {
   if (eng_device_adam(e)) { /* the working copy is device memory: cast on the host, then one copy */
     const size_t wsz = zo_dtype_size(e->wdtype);
     void *tmp = malloc(n ? n * wsz : 1);
-    if (!tmp) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the working copy of '%s'",
-                                  p->name);
+    if (!tmp)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "engine: out of host memory for the working copy of '%s'", p->name);
     zo_status st = zo_cast(tmp, e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool));
     if (st == ZO_OK) st = eng_dev_copy(e, eng_working_dst(e, p, off), tmp, n * wsz, ZO_COPY_H2D);
     free(tmp);
@@ -590,12 +624,14 @@ zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, 
   /* param_host is written in place: a host-to-device copy out of it (a fetch, a refresh) must have landed first */
   if (p->pw_host && p->ready) ZO_CHECK(zo_event_synchronize(p->ready));
   ZO_CHECK(eng_wb_alloc(e, p, off, n, NULL, 0));
-  ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool)));
+  ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n,
+                   zo_adam_pool_threads(e->pool)));
   return eng_queue_upload(e, p, off, n);
 }
 
 /* Wait an Adam task, then queue the upload of the working weights it wrote. */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n) {
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
+                          size_t n) {
   zo_status st = zo_adam_task_wait(*task, NULL);
   *task = NULL;
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);

@@ -14,9 +14,11 @@
 /* The last contribution of @p on one rank: today's direct copy of the shard into p->grad when nothing was
  * accumulated and the dtype is the accumulation dtype (bitwise the single hand-over of before), else through
  * the staging buckets (engine_accum.c); then the landed work, on the copy stream. */
-static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad,
+                                     zo_dtype grad_dtype) {
   ZO_CHECK(eng_acc_after_compute(e));
-  if (eng_device_adam(e)) { /* into the device gradient shard (added to what was accumulated), then the norm's
+  if (eng_device_adam(
+          e)) { /* into the device gradient shard (added to what was accumulated), then the norm's
                              * partial sums of the sum on the device, behind it (read at the step) */
     ZO_CHECK(eng_acc_device(e, p, grad, grad_dtype));
     p->landed_st = ZO_OK;
@@ -28,7 +30,8 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
   const size_t gsz = zo_dtype_size(grad_dtype);
   zo_copy_kind kind = e->tier == ZO_OFFLOAD_NONE ? ZO_COPY_D2D : ZO_COPY_D2H;
   if (p->shard_n) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz, p->shard_n * gsz, kind));
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, (const char *)grad + p->shard_off * gsz,
+                             p->shard_n * gsz, kind));
     ZO_CHECK(zo_event_record(e->grad_read, e->copy_stream)); /* zo_engine_grad_fence */
     e->grad_read_set = 1;
   }
@@ -43,7 +46,8 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
      * step only when no step-wide fact is needed first: the global norm
      * (clipping) and the overflow verdict (fp16) are known only once every
      * gradient is in. */
-    const int early = !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
+    const int early =
+        !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
     e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
     if (e->early_adam) e->early_hp = eng_adam_hparams(e, 1.0);
     if (early && e->tier == ZO_OFFLOAD_NVME) {
@@ -54,7 +58,8 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
   p->grad_seq = e->n_grads;
   if (e->early_adam) /* eng_grad_landed writes the new weights into it */
     ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
-  if (e->world > 1) { /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
+  if (e->world >
+      1) { /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
     ZO_CHECK(eng_dp_grad(e, p, grad, grad_dtype, 1));
   } else {
     /* One rank: the reduce-scatter of the gradient is the copy of our shard, after the compute queued so far
@@ -65,7 +70,8 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
   return eng_progress(e);
 }
 
-zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad,
+                               zo_dtype grad_dtype) {
   ENG_CHECK_OWNER(e, "grad_ready");
   ZO_NVTX_PUSHF("gradient copy %s", p ? p->name : "?");
   zo_status st = grad_ready(e, p, grad, grad_dtype);
@@ -76,21 +82,25 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, 
 static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
   ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate"));
   if (!eng_acc_ok(e))
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_accumulate '%s': gradient_accumulation_steps is 1 and the "
-                        "accumulation dtype is the working dtype (%s); set gradient_accumulation_steps > 1 or "
-                        "data_types.grad_accum_dtype, or hand the summed gradient to zo_engine_grad_ready()",
-                        p->name, zo_dtype_name(e->gdtype));
+    return zo_error_set(
+        ZO_ERR_INVALID_USAGE,
+        "grad_accumulate '%s': gradient_accumulation_steps is 1 and the "
+        "accumulation dtype is the working dtype (%s); set gradient_accumulation_steps > 1 or "
+        "data_types.grad_accum_dtype, or hand the summed gradient to zo_engine_grad_ready()",
+        p->name, zo_dtype_name(e->gdtype));
   if (e->world > 1) {
     ZO_CHECK(eng_dp_grad(e, p, grad, dtype, 0));
   } else {
     ZO_CHECK(eng_acc_after_compute(e));
-    ZO_CHECK(eng_device_adam(e) ? eng_acc_device(e, p, grad, dtype) : eng_acc_stage(e, p, grad, dtype, 0));
+    ZO_CHECK(eng_device_adam(e) ? eng_acc_device(e, p, grad, dtype)
+                                : eng_acc_stage(e, p, grad, dtype, 0));
   }
   eng_acc_note(e->acc, p);
   return eng_progress(e);
 }
 
-zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
+zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad,
+                                    zo_dtype grad_dtype) {
   ENG_CHECK_OWNER(e, "grad_accumulate");
   ZO_NVTX_PUSHF("gradient accumulate %s", p ? p->name : "?");
   zo_status st = grad_accumulate(e, p, grad, grad_dtype);
@@ -109,5 +119,6 @@ zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {
 
 zo_status eng_progress(zo_engine_t *e) {
   if (e->world > 1) ZO_CHECK(eng_dp_progress(e, 0)); /* gradient reductions in flight */
-  return eng_nv_advance(e); /* nvme: state reads, gradient writes (eng_gnv_poll), updates, write-backs */
+  return eng_nv_advance(
+      e); /* nvme: state reads, gradient writes (eng_gnv_poll), updates, write-backs */
 }

@@ -22,11 +22,11 @@ enum { GNV_NORM_CHUNK = 65536 };
 /* Gradients in grad.swp (e->gnv; offload_optimizer "nvme"): allocated at finalize (eng_gnv_alloc), freed at destroy
  * (eng_gnv_free); NULL before. No other file touches its fields. */
 struct eng_gnv {
-  host_buf host;             /* the n I/O buffers of el elements (accumulation dtype), one pinned allocation */
-  size_t el;                 /* elements per buffer: the plan's grad_io_el (eng_gnv_el) */
-  int n, next;               /* buffers, and the one the next chunk takes (in turn) */
-  zo_swap_req_t *req[2];     /* the write out of each buffer in flight */
-  zo_param_t *p[2];          /* and whose gradient it writes, from which shard element */
+  host_buf host; /* the n I/O buffers of el elements (accumulation dtype), one pinned allocation */
+  size_t el;     /* elements per buffer: the plan's grad_io_el (eng_gnv_el) */
+  int n, next;   /* buffers, and the one the next chunk takes (in turn) */
+  zo_swap_req_t *req[2]; /* the write out of each buffer in flight */
+  zo_param_t *p[2];      /* and whose gradient it writes, from which shard element */
   size_t o[2];
 };
 
@@ -36,9 +36,12 @@ zo_status eng_gnv_alloc(zo_engine_t *e, const zo_plan *plan) {
   e->gnv = gn;
   gn->el = plan->grad_io_el;
   gn->n = 2;
-  const size_t gnv_each = zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
-  ZO_CHECK(eng_host_buf_alloc(&gn->host, gnv_each * (size_t)gn->n, 1)); /* plan.c: the product fits */
-  for (int b = 0; b < gn->n; b++) eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
+  const size_t gnv_each =
+      zo_plan_bytes(plan, "grad_swap_buffers"); /* one allocation, noted as the plan's two */
+  ZO_CHECK(
+      eng_host_buf_alloc(&gn->host, gnv_each * (size_t)gn->n, 1)); /* plan.c: the product fits */
+  for (int b = 0; b < gn->n; b++)
+    eng_ledger_note(e, ZO_TIER_HOST, "grad_swap_buffers", gnv_each, 1, -1);
   ZO_CHECK(eng_pin_check(e, "grad_swap_buffers", gn->host.ptr, gn->host.nbytes));
   memset(gn->host.ptr, 0, gn->host.nbytes); /* the padding of a short chunk is written too */
   return ZO_OK;
@@ -117,27 +120,32 @@ static void gnv_add_norm_range(void *arg, size_t b, size_t end, int thread) {
   (void)thread;
   const gnv_job *j = arg;
   const size_t asz = zo_dtype_size(j->at);
-  eng_acc_add((char *)j->buf + b * asz, j->at, (const char *)j->src + b * zo_dtype_size(j->st), j->st, end - b, j->add);
+  eng_acc_add((char *)j->buf + b * asz, j->at, (const char *)j->src + b * zo_dtype_size(j->st),
+              j->st, end - b, j->add);
   if (!j->last) return;
   eng_note_grad_bytes((end - b) * asz);
   for (size_t k = b / GNV_NORM_CHUNK; k * GNV_NORM_CHUNK < end; k++) {
     const size_t o = k * GNV_NORM_CHUNK, n = end - o < GNV_NORM_CHUNK ? end - o : GNV_NORM_CHUNK;
     /* cannot fail: a known dtype, n > 0 */
-    (void)zo_grad_sqnorm_ex((const char *)j->buf + o * asz, j->at, n, ZO_SIMD_AUTO, 1, &j->part[k], NULL);
+    (void)zo_grad_sqnorm_ex((const char *)j->buf + o * asz, j->at, n, ZO_SIMD_AUTO, 1, &j->part[k],
+                            NULL);
   }
 }
 
 /* buf[0, m) = (add ? buf : 0) + src[0, m) in the accumulation dtype and, with @last, the norm chunks' squared
  * norms added to *sqnorm in order (the bits of one pass from the buffer's start): on the pool, waited here. */
-static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dtype st, size_t m, int add, int last,
-                              double *sqnorm) {
+static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dtype st, size_t m,
+                              int add, int last, double *sqnorm) {
   const size_t nparts = (e->gnv->el + GNV_NORM_CHUNK - 1) / GNV_NORM_CHUNK;
-  if (!e->norm_parts && !(e->norm_parts = calloc(nparts ? nparts : 1, sizeof *e->norm_parts))) /* eng_acc_free */
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for %zu gradient norm partials", nparts);
+  if (!e->norm_parts &&
+      !(e->norm_parts = calloc(nparts ? nparts : 1, sizeof *e->norm_parts))) /* eng_acc_free */
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                        "engine: out of host memory for %zu gradient norm partials", nparts);
   gnv_job j = {buf, src, e->adtype, st, add, last, e->norm_parts};
   zo_adam_task_t *t;
   /* urgent: ahead of queued sub-group updates; the engine thread waits for it as it did its own pass */
-  ZO_CHECK(zo_adam_pool_submit_for(e->pool, gnv_add_norm_range, &j, m, GNV_NORM_CHUNK, ZO_ADAM_TASK_URGENT, &t));
+  ZO_CHECK(zo_adam_pool_submit_for(e->pool, gnv_add_norm_range, &j, m, GNV_NORM_CHUNK,
+                                   ZO_ADAM_TASK_URGENT, &t));
   ZO_CHECK(zo_adam_task_wait(t, NULL));
   for (size_t k = 0; last && k * GNV_NORM_CHUNK < m; k++) *sqnorm += e->norm_parts[k];
   return ZO_OK;
@@ -146,7 +154,8 @@ static zo_status gnv_add_norm(zo_engine_t *e, void *buf, const void *src, zo_dty
 zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
   if (!g->gheld) return ZO_OK;
   if (g->resident) /* chunks are cut at piece boundaries when sub-groups are resident: never spans one */
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gradients of resident sub-group %d would go to grad.swp (a bug)",
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "engine: gradients of resident sub-group %d would go to grad.swp (a bug)",
                         eng_nv_sg_index(e->nv, g));
   g->gheld = 0;
   g->grads_in = 0;
@@ -154,12 +163,14 @@ zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
   zo_swap_req_t *rq;
   zo_swap_t *sw = eng_nv_swap(e->nv);
   ZO_CHECK(zo_swap_submit_write_urgent(sw, eng_nv_file(e->nv, ST_GRAD), g->file_el * asz,
-                                       eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD], g->n_el * asz, &rq));
+                                       eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD], g->n_el * asz,
+                                       &rq));
   e->ctr.nvme_write_bytes += g->n_el * asz;
   zo_status st = eng_swap_wait(e, sw, &rq);
   if (st != ZO_OK)
-    return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp", eng_nv_sg_index(e->nv, g),
-                           (unsigned long long)g->file_el, (unsigned long long)g->n_el);
+    return zo_error_prefix(st, "gradients of sub-group %d [%llu, +%llu) to grad.swp",
+                           eng_nv_sg_index(e->nv, g), (unsigned long long)g->file_el,
+                           (unsigned long long)g->n_el);
   return ZO_OK;
 }
 
@@ -194,8 +205,8 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
   return ZO_OK;
 }
 
-zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
-                      int last) {
+zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src,
+                      zo_dtype st, int add, int last) {
   struct eng_gnv *gn = e->gnv;
   zo_swap_t *sw = eng_nv_swap(e->nv);
   zo_swap_file_t *gfile = eng_nv_file(e->nv, ST_GRAD);
@@ -211,8 +222,10 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
     sub_group *g;
     ZO_CHECK(gnv_holder(e, p->file_el + o, m, &g));
     if (g) { /* in its slot: cast or add there, no I/O */
-      void *dst = (char *)eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD] + (p->file_el + o - g->file_el) * asz;
-      ZO_CHECK(gnv_add_norm(e, dst, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
+      void *dst =
+          (char *)eng_nv_slot(e->nv, g->slot)->buf[ST_GRAD] + (p->file_el + o - g->file_el) * asz;
+      ZO_CHECK(
+          gnv_add_norm(e, dst, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
       continue;
     }
     const int b = gn->next;
@@ -231,11 +244,14 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
       ZO_CHECK(zo_swap_submit_read_urgent(sw, gfile, (p->file_el + o) * asz, buf, n_el * asz, &rq));
       e->ctr.nvme_read_bytes += n_el * asz;
       zo_status rs = eng_swap_wait(e, sw, &rq);
-      if (rs != ZO_OK) return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
+      if (rs != ZO_OK)
+        return zo_error_prefix(rs, "gradient of '%s' [%zu, %zu) from grad.swp", p->name, o, o + m);
     }
-    ZO_CHECK(gnv_add_norm(e, buf, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
+    ZO_CHECK(
+        gnv_add_norm(e, buf, (const char *)src + (o - off) * ssz, st, m, add, last, &p->sqnorm));
     /* urgent: ahead of the state's bulk reads and write-backs, so the buffer comes back soon */
-    ZO_CHECK(zo_swap_submit_write_urgent(sw, gfile, (p->file_el + o) * asz, buf, n_el * asz, &gn->req[b]));
+    ZO_CHECK(zo_swap_submit_write_urgent(sw, gfile, (p->file_el + o) * asz, buf, n_el * asz,
+                                         &gn->req[b]));
     e->ctr.nvme_write_bytes += n_el * asz;
     gn->p[b] = p, gn->o[b] = o;
     p->gnv_pending++;

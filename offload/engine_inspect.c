@@ -16,8 +16,9 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   size_t used = 0, peak = 0, limit = 0;
   zo_device_mem_info(e->dev, &used, &peak, &limit);
   m->device_peak_bytes = peak;
-  const host_buf *hb[] = {&e->grad_host,     &e->grad_host2,    &e->stage_host,    &e->stage_host2, &e->state_host[0],
-                          &e->state_host[1], &e->state_host[2], &e->param_host,    eng_gnv_host(e->gnv)};
+  const host_buf *hb[] = {&e->grad_host,     &e->grad_host2,    &e->stage_host,
+                          &e->stage_host2,   &e->state_host[0], &e->state_host[1],
+                          &e->state_host[2], &e->param_host,    eng_gnv_host(e->gnv)};
   for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
     m->host_bytes += hb[i]->nbytes;
     if (hb[i]->pinned) m->pinned_bytes += hb[i]->nbytes;
@@ -25,7 +26,8 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   /* several ranks: the reduction and gather buffers (engine_dp.c), the stage 3 gather ring (engine_dp3.c) */
   const size_t comm_bytes = eng_dp_host_mem(e->dp, &m->host_bytes, &m->pinned_bytes) +
                             eng_pg_host_mem(e->pg, &m->host_bytes, &m->pinned_bytes);
-  eng_acc_host_mem(e->acc, &m->host_bytes, &m->pinned_bytes); /* one rank: the gradient staging ring */
+  eng_acc_host_mem(e->acc, &m->host_bytes,
+                   &m->pinned_bytes);  /* one rank: the gradient staging ring */
   for (int k = 0; k < SL_KINDS; k++) { /* nvme: the state's slots and files, and the gradients' */
     m->host_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
     m->pinned_bytes += eng_nv_stream_el(e->nv) * e->esz[k];
@@ -54,26 +56,31 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     }
   }
   if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
-  if (e->ptier == ZO_OFFLOAD_NVME) /* params.swp, and the tensors cached in param_host (offload_param.max_in_cpu) */
+  if (e->ptier ==
+      ZO_OFFLOAD_NVME) /* params.swp, and the tensors cached in param_host (offload_param.max_in_cpu) */
     m->param_bytes = (e->pfile ? zo_swap_file_size(e->pfile) : 0) + e->param_host.nbytes;
   if (e->tier == ZO_OFFLOAD_CPU) m->grad_bytes = e->grad_host.nbytes + e->grad_host2.nbytes;
   if (e->tier == ZO_OFFLOAD_NVME)
     m->grad_bytes = eng_nv_file_bytes(e->nv, ST_GRAD) + eng_nv_res_bytes(e->nv, ST_GRAD);
   for (int k = 0; k < ST_KINDS && e->tier != ZO_OFFLOAD_NONE; k++)
-    m->state_bytes += e->tier == ZO_OFFLOAD_CPU ? e->state_host[k].nbytes
-                      : eng_nv_file_bytes(e->nv, k) + eng_nv_res_bytes(e->nv, k);
+    m->state_bytes += e->tier == ZO_OFFLOAD_CPU
+                          ? e->state_host[k].nbytes
+                          : eng_nv_file_bytes(e->nv, k) + eng_nv_res_bytes(e->nv, k);
   m->comm_bytes = comm_bytes;
   return ZO_OK;
 }
 
-zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset, size_t *shard_n) {
+zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset,
+                               size_t *shard_n) {
   ENG_CHECK_OWNER(e, "get_master");
   if (!e || !p || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "get_master: NULL argument");
-  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
+  if (!e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
   if (shard_offset) *shard_offset = p->shard_off;
   if (shard_n) *shard_n = p->shard_n;
   ZO_CHECK(zo_engine_synchronize(e)); /* a delayed update still in flight */
-  if (eng_device_adam(e)) return eng_dev_copy(e, out, p->state[ST_MASTER], p->shard_n * sizeof(float), ZO_COPY_D2H);
+  if (eng_device_adam(e))
+    return eng_dev_copy(e, out, p->state[ST_MASTER], p->shard_n * sizeof(float), ZO_COPY_D2H);
   if (e->tier != ZO_OFFLOAD_NVME) {
     memcpy(out, p->state[ST_MASTER], p->shard_n * sizeof(float));
     return ZO_OK;
@@ -89,7 +96,8 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
       continue;
     }
     if (n > slot_el) n = slot_el;
-    ZO_CHECK(eng_swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], eng_padded_el(e, n), &sl->req[ST_MASTER]));
+    ZO_CHECK(eng_swap_io(e, 0, ST_MASTER, p->file_el + off, sl->buf[ST_MASTER], eng_padded_el(e, n),
+                         &sl->req[ST_MASTER]));
     zo_status st = eng_swap_wait(e, eng_nv_swap(e->nv), &sl->req[ST_MASTER]);
     if (st != ZO_OK) return zo_error_prefix(st, "get_master '%s'", p->name);
     memcpy(out + off, sl->buf[ST_MASTER], n * sizeof(float));

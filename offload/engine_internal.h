@@ -61,59 +61,66 @@ enum { ST_GRAD = 3, SL_KINDS = 4 };
 struct zo_param {
   char name[128];
   int index;
-  size_t n;                 /* elements of the whole tensor */
-  int ndim;                 /* zo_engine_set_param_shape(): 0 = 1-D [n] */
+  size_t n; /* elements of the whole tensor */
+  int ndim; /* zo_engine_set_param_shape(): 0 = 1-D [n] */
   int64_t dims[ZO_PARAM_MAX_DIMS];
-  size_t shard_off;         /* first element of this rank's shard */
-  size_t shard_n;           /* elements in this rank's shard (may be 0) */
-  size_t part_n;            /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
+  size_t shard_off; /* first element of this rank's shard */
+  size_t shard_n;   /* elements in this rank's shard (may be 0) */
+  size_t part_n; /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
                                to part_n x world is what the collectives move */
-  size_t dp_off;            /* several ranks: element offset of the padded tensor in the gather buffer (engine_dp.c,
+  size_t
+      dp_off; /* several ranks: element offset of the padded tensor in the gather buffer (engine_dp.c,
                                per wave) */
-  size_t flat_off;          /* first element of the shard in the rank's flat parameter space (rounding seed) */
-  float weight_decay;       /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
-  void *weights;            /* device: working copy, n elements of the working dtype; with parameter
+  size_t
+      flat_off; /* first element of the shard in the rank's flat parameter space (rounding seed) */
+  float
+      weight_decay; /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
+  void *weights;    /* device: working copy, n elements of the working dtype; with parameter
                                offload valid only while `blk` is pinned (a compaction may move it) */
-  zo_arena_block_t *blk;    /* parameter offload: the arena block of the device copy, or NULL */
-  int blk_pinned;           /* blk may not move: fetched (in_use), a copy into it in flight, or queued */
-  void *state[ST_KINDS];    /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
+  zo_arena_block_t *blk; /* parameter offload: the arena block of the device copy, or NULL */
+  int blk_pinned; /* blk may not move: fetched (in_use), a copy into it in flight, or queued */
+  void *state[ST_KINDS]; /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
                                exp_avg and exp_avg_sq state_dtype[shard_n] */
-  uint64_t file_el;         /* nvme: element offset of this shard's extent in every state file */
-  void *grad;               /* adtype[shard_n]: device (none) or host (cpu); NULL for nvme (grad.swp at file_el) */
-  size_t host_off;          /* element offset of this shard in the engine's host arrays (cpu, nvme) */
-  int has_grad;             /* grad_ready() seen since the last step */
+  uint64_t file_el;      /* nvme: element offset of this shard's extent in every state file */
+  void
+      *grad; /* adtype[shard_n]: device (none) or host (cpu); NULL for nvme (grad.swp at file_el) */
+  size_t host_off; /* element offset of this shard in the engine's host arrays (cpu, nvme) */
+  int has_grad;    /* grad_ready() seen since the last step */
   struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
-  int n_acc;                /* zo_engine_grad_accumulate() contributions of this step (engine_accum.c): > 0
+  int n_acc; /* zo_engine_grad_accumulate() contributions of this step (engine_accum.c): > 0
                                means p->grad holds (or will hold, once the copies land) their sum */
 
   /* Parameter offload (offload_param.device cpu or nvme): the working copy
    * lives on the host tier and `weights` points at a device buffer only while
    * the tensor is fetched or kept. */
-  int pstate;               /* P_HOST, P_READING (nvme read in flight), P_COPYING (H2D in flight), P_RESIDENT */
-  int in_use;               /* fetches not yet released */
-  int persistent;           /* n <= stage3_param_persistence_threshold: stays on the device once fetched */
-  size_t pw_el;             /* element offset of the tensor's working copy: in param_host when pw_host, else in
+  int pstate; /* P_HOST, P_READING (nvme read in flight), P_COPYING (H2D in flight), P_RESIDENT */
+  int in_use; /* fetches not yet released */
+  int persistent; /* n <= stage3_param_persistence_threshold: stays on the device once fetched */
+  size_t pw_el; /* element offset of the tensor's working copy: in param_host when pw_host, else in
                                params.swp (padded extents); the plan's zo_plan_tensor.pw_el */
-  int pw_host;              /* the working copy lives in param_host: every tensor under offload_param "cpu", the
+  int pw_host;  /* the working copy lives in param_host: every tensor under offload_param "cpu", the
                                tensors cached there under "nvme" (offload_param.max_in_cpu, eng_set_param_cache) */
-  int stage;                /* nvme: staging buffer index while P_READING / P_COPYING, else -1 */
-  zo_swap_req_t *read_req;  /* nvme: read of the working copy in flight */
-  zo_event_t *ready;        /* H2D completion of the working copy */
-  int64_t last_use;         /* fetch counter at the last fetch (eviction order) */
-  void *wb_ptr;             /* nvme: the write-back region allocated last for this tensor (eng_working_dst) */
+  int stage;    /* nvme: staging buffer index while P_READING / P_COPYING, else -1 */
+  zo_swap_req_t *read_req; /* nvme: read of the working copy in flight */
+  zo_event_t *ready;       /* H2D completion of the working copy */
+  int64_t last_use;        /* fetch counter at the last fetch (eviction order) */
+  void *wb_ptr; /* nvme: the write-back region allocated last for this tensor (eng_working_dst) */
 
   /* Set on the copy stream's thread when the gradient has landed (read by the
    * engine thread after synchronizing the stream); cpu, none: sqnorm and
    * nonfinite by the engine thread once the norm task is done (eng_grad_norms_wait). */
   zo_engine_t *eng;
-  double sqnorm;            /* squared L2 norm of the (loss-scaled) gradient shard */
-  int nonfinite;            /* the shard holds inf or NaN */
-  zo_status landed_st;      /* error of the work done when the gradient landed */
-  zo_adam_task_t *norm_task; /* cpu, none: the norm of the landed gradient on the Adam pool (eng_grad_landed), until
+  double sqnorm;       /* squared L2 norm of the (loss-scaled) gradient shard */
+  int nonfinite;       /* the shard holds inf or NaN */
+  zo_status landed_st; /* error of the work done when the gradient landed */
+  zo_adam_task_t *
+      norm_task; /* cpu, none: the norm of the landed gradient on the Adam pool (eng_grad_landed), until
                                 the step waits for it (which then sets sqnorm and nonfinite) */
-  double *norm_part;        /* cpu, none: [ceil(shard_n / ENG_NORM_CHUNK)] that task's per-chunk squared norms */
-  atomic_int landed;        /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
-  int grad_seq;             /* 1-based order of this tensor's grad_ready() in the step */
+  double *
+      norm_part; /* cpu, none: [ceil(shard_n / ENG_NORM_CHUNK)] that task's per-chunk squared norms */
+  atomic_int
+      landed; /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
+  int grad_seq; /* 1-based order of this tensor's grad_ready() in the step */
   /* nvme (engine_gradnv.c): writes of this tensor's gradient to grad.swp in flight, whether the final
    * contribution has been put (it lands when the last of them completes), and the first error on the way */
   int gnv_pending, gnv_final;
@@ -128,16 +135,16 @@ enum { P_HOST = 0, P_READING = 1, P_COPYING = 2, P_RESIDENT = 3 };
  * narrowest kind, so every kind's offsets stay aligned. */
 typedef struct sub_group {
   int first_piece, n_pieces;
-  uint64_t file_el, n_el;    /* element range in each state file, padded */
-  int phase;                 /* SG_* (see the NVMe pipeline below) */
-  int slot;                  /* slot holding its state, or -1 */
-  int done;                  /* updated in this step */
-  int pos;                   /* position in this step's order (engine_nvme.c: the pipeline's sg_order) */
-  int ready_at;              /* largest grad_seq of its tensors: when it became complete */
-  int grads_in;              /* nvme: this step's gradients are in its slot (or being read with its state) */
-  int gtouched;              /* nvme: a gradient of this step has reached it (engine_gradnv.c) */
-  int gheld;                 /* nvme: this step's gradients go to its slot's gradient buffer, not grad.swp */
-  int resident;              /* its state and gradients live in host memory for the whole run (the resident range,
+  uint64_t file_el, n_el; /* element range in each state file, padded */
+  int phase;              /* SG_* (see the NVMe pipeline below) */
+  int slot;               /* slot holding its state, or -1 */
+  int done;               /* updated in this step */
+  int pos;      /* position in this step's order (engine_nvme.c: the pipeline's sg_order) */
+  int ready_at; /* largest grad_seq of its tensors: when it became complete */
+  int grads_in; /* nvme: this step's gradients are in its slot (or being read with its state) */
+  int gtouched; /* nvme: a gradient of this step has reached it (engine_gradnv.c) */
+  int gheld;    /* nvme: this step's gradients go to its slot's gradient buffer, not grad.swp */
+  int resident; /* its state and gradients live in host memory for the whole run (the resident range,
                                 zoffload.optimizer_max_in_cpu): its slot is permanent, nothing is read or written */
 } sub_group;
 
@@ -148,7 +155,7 @@ enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING =
 typedef struct sg_slot {
   void *buf[SL_KINDS];
   zo_swap_req_t *req[SL_KINDS]; /* reads or writes not yet waited */
-  int sg;                    /* sub-group whose state it holds, or -1 */
+  int sg;                       /* sub-group whose state it holds, or -1 */
 } sg_slot;
 
 /* offload_optimizer nvme: the optimizer-state pipeline (defined in engine_nvme.c) and the gradients in grad.swp
@@ -171,23 +178,25 @@ typedef struct host_buf {
  * rest since the last step (zo_step_info; the step reads and resets them). */
 struct eng_counters {
   uint64_t nvme_read_bytes, nvme_write_bytes, h2d_bytes, d2h_bytes;
-  double swap_wait_s;        /* blocked on swap I/O */
-  double copy_s;             /* queueing working-weight uploads */
-  double dp_comm_s;          /* blocked in collectives */
-  uint64_t dp_bytes;         /* bytes this rank sent into collectives */
-  double fetch_wait_s;       /* compute blocked in zo_engine_fetch() */
+  double swap_wait_s;  /* blocked on swap I/O */
+  double copy_s;       /* queueing working-weight uploads */
+  double dp_comm_s;    /* blocked in collectives */
+  uint64_t dp_bytes;   /* bytes this rank sent into collectives */
+  double fetch_wait_s; /* compute blocked in zo_engine_fetch() */
   int64_t n_prefetch, n_demand;
 };
 
 struct eng_acc; /* gradient accumulation's state (engine_accum.c) */
-struct eng_dp;  /* several ranks: the gradient reductions' and weight all-gathers' state (engine_dp.c) */
-struct eng_pg;  /* stage 3 on several ranks: the parameter gathers' state (engine_dp3.c) */
+struct
+    eng_dp; /* several ranks: the gradient reductions' and weight all-gathers' state (engine_dp.c) */
+struct eng_pg; /* stage 3 on several ranks: the parameter gathers' state (engine_dp3.c) */
 
 struct zo_engine {
   /* ---- the core: configuration, device, streams, tensor table, memory plan, optimizer state (engine.c, plan.c,
    * engine_step.c) */
   zo_config_t cfg;
-  long owner_pid;            /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a
+  long
+      owner_pid; /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a
                                 fork()ed child has a copy of this struct but none of its threads; eng_check_owner) */
   zo_device_t *dev;
   int own_dev;
@@ -195,97 +204,117 @@ struct zo_engine {
   int own_comm;
   int rank, world;
   zo_offload_device tier;
-  zo_dtype wdtype;           /* working weights */
-  zo_dtype gdtype;           /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
-  zo_dtype sdtype;           /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
-  zo_dtype adtype;           /* the host gradient shard p->grad that Adam and the norm read: gdtype when
+  zo_dtype wdtype; /* working weights */
+  zo_dtype
+      gdtype; /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
+  zo_dtype sdtype; /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
+  zo_dtype adtype; /* the host gradient shard p->grad that Adam and the norm read: gdtype when
                                 gradient_accumulation_steps is 1, else fp32; data_types.grad_accum_dtype overrides */
-  size_t esz[SL_KINDS];      /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
+  size_t esz
+      [SL_KINDS]; /* bytes per element of each kind of state, and [ST_GRAD] of the gradient (nvme) */
   int finalized;
-  int fin_failed;            /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
-  zo_adam_pool_t *pool;      /* persistent Adam threads, bound to physical cores */
-  zo_adam_task_t **tasks;    /* one in-flight update per tensor (none, cpu) */
-  int n_grads;               /* gradients handed over in this step */
-  int dpu;                   /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
-  int dpu_pending;           /* Adam tasks of the last step still to be finished and published */
-  host_buf grad_host2;       /* DPU: second gradient buffer (the last step's Adam reads the other) */
-  host_buf stage_host2;      /* DPU: second staging of the working copy (the last step's uploads read the other) */
-  int early_adam;            /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
-  zo_adam_hparams early_hp;  /* their hyperparameters (those zo_engine_step would use) */
-  double lr_override;        /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
-  double *norm_parts;        /* cpu, none: every shard's p->norm_part */
-  zo_event_t *grad_read;     /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
+  int fin_failed; /* zo_engine_finalize() failed past its argument checks: only destroy is accepted */
+  zo_adam_pool_t *pool;   /* persistent Adam threads, bound to physical cores */
+  zo_adam_task_t **tasks; /* one in-flight update per tensor (none, cpu) */
+  int n_grads;            /* gradients handed over in this step */
+  int dpu;         /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
+  int dpu_pending; /* Adam tasks of the last step still to be finished and published */
+  host_buf grad_host2; /* DPU: second gradient buffer (the last step's Adam reads the other) */
+  host_buf
+      stage_host2; /* DPU: second staging of the working copy (the last step's uploads read the other) */
+  int early_adam; /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
+  zo_adam_hparams early_hp; /* their hyperparameters (those zo_engine_step would use) */
+  double
+      lr_override; /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
+  double *norm_parts; /* cpu, none: every shard's p->norm_part */
+  zo_event_t *
+      grad_read; /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
   int grad_read_set;
   zo_param_t **params;
   int n_params, cap_params;
-  size_t total_el;           /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
+  size_t
+      total_el; /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;
-  zo_stream_t *compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
-  zo_event_t *compute_mark;  /* recorded on compute_stream where the copy stream must wait for it */
+  zo_stream_t *
+      compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
+  zo_event_t *compute_mark; /* recorded on compute_stream where the copy stream must wait for it */
   /* Device memory: every engine allocation is a block of this arena (one
    * reservation, defragmented by compaction). dev_blk: the resident block. */
   zo_arena_t *arena;
   zo_arena_block_t *dev_blk;
   /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
   host_buf grad_host, stage_host, state_host[ST_KINDS];
-  void *dev_block;           /* device: all working weights (+ state and grads for "none") */
-  double *dnorm_dev;         /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
+  void *dev_block; /* device: all working weights (+ state and grads for "none") */
+  double
+      *dnorm_dev; /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
                                 dev_block), written on the copy stream as each gradient lands */
-  void *dstage_dev;          /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
-  host_buf dnorm_host;       /* device Adam: their pinned host copy, read at the step */
+  void *
+      dstage_dev; /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
+  host_buf dnorm_host; /* device Adam: their pinned host copy, read at the step */
   size_t dev_block_bytes;
   size_t swap_align;
-  zo_plan *plan;             /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
-  int placed;                /* zo_engine_place() chose the budgets (placement "auto") */
-  size_t opt_res_el;         /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  zo_plan *plan; /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
+  int placed;    /* zo_engine_place() chose the budgets (placement "auto") */
+  size_t
+      opt_res_el; /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
   zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
   int n_ledger;
-  size_t pageable_bytes;     /* their unregistered bytes, all buffers */
-  char pageable_first[40];   /* the first one's plan purpose */
-  char pageable_why[256];    /* the registration error */
-  int64_t step;              /* applied optimizer steps */
+  size_t pageable_bytes;   /* their unregistered bytes, all buffers */
+  char pageable_first[40]; /* the first one's plan purpose */
+  char pageable_why[256];  /* the registration error */
+  int64_t step;            /* applied optimizer steps */
   double loss_scale;
   int64_t ls_iter, ls_last_overflow;
   int ls_hysteresis;
-  zo_offload_device ptier;   /* offload_param.device */
-  host_buf param_host;       /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
-  size_t pcache_el;          /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
+  zo_offload_device ptier; /* offload_param.device */
+  host_buf
+      param_host; /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
+  size_t
+      pcache_el; /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
                                 else 0; eng_set_param_cache); the plan caches whole tensors within it */
-  zo_swap_file_t *pfile;     /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
+  zo_swap_file_t
+      *pfile; /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
                                 is cached */
-  zo_swap_t *pswap;          /* working weights (offload_param nvme): the optimizer state's (eng_nv_swap) when the
+  zo_swap_t
+      *pswap; /* working weights (offload_param nvme): the optimizer state's (eng_nv_swap) when the
                                 paths agree */
   int own_pswap;
 
   struct eng_counters ctr;
 
   /* ---- gradient accumulation (engine_accum.c) */
-  struct eng_acc *acc;       /* from create (eng_acc_create) to destroy (eng_acc_free); never NULL in between */
+  struct eng_acc
+      *acc; /* from create (eng_acc_create) to destroy (eng_acc_free); never NULL in between */
 
   /* ---- several ranks: gradient reductions and the all-gather of working weights (engine_dp.c) */
-  struct eng_dp *dp;         /* several ranks: from finalize (eng_dp_alloc) to destroy (eng_dp_free); else NULL */
+  struct eng_dp
+      *dp; /* several ranks: from finalize (eng_dp_alloc) to destroy (eng_dp_free); else NULL */
 
   /* ---- stage 3 on several ranks: the parameter gathers (engine_dp3.c) */
-  struct eng_pg *pg;         /* stage 3 on several ranks: from finalize (eng_pg_alloc) to destroy (eng_pg_free); else
+  struct eng_pg
+      *pg; /* stage 3 on several ranks: from finalize (eng_pg_alloc) to destroy (eng_pg_free); else
                                 NULL */
 
   /* ---- offload_optimizer nvme: the optimizer-state pipeline over sub-groups (engine_nvme.c) */
-  struct eng_nv *nv;         /* NULL unless offload_optimizer.device is nvme (eng_nv_create) */
+  struct eng_nv *nv; /* NULL unless offload_optimizer.device is nvme (eng_nv_create) */
 
   /* ---- offload_optimizer nvme: gradients in grad.swp (engine_gradnv.c) */
-  struct eng_gnv *gnv;       /* NULL until finalize allocates it (eng_gnv_alloc), and unless nvme */
+  struct eng_gnv *gnv; /* NULL until finalize allocates it (eng_gnv_alloc), and unless nvme */
 
   /* ---- offload_param nvme: the write-back ring (engine_wb.c) */
-  struct eng_wb *wb;         /* the pinned ring of new working weights bound for params.swp, and its live regions */
+  struct eng_wb
+      *wb; /* the pinned ring of new working weights bound for params.swp, and its live regions */
 
   /* ---- parameter offload: the fetch coordinator (engine_fetch.c) */
-  struct eng_fetch *fetch;   /* the trace of the fetch order, the nvme staging buffers, device-held elements */
+  struct eng_fetch
+      *fetch; /* the trace of the fetch order, the nvme staging buffers, device-held elements */
 };
 
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
  * next free byte at @head, place @bytes contiguously at *off. Returns 0 when they do not fit now. */
-static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, size_t bytes, size_t *off) {
+static inline int eng_ring_take(size_t cap, size_t head, size_t tail, int live, size_t bytes,
+                                size_t *off) {
   if (!live) return *off = 0, bytes <= cap;
   if (head > tail) {
     if (cap - head >= bytes) return *off = head, 1;
@@ -318,12 +347,14 @@ static inline int eng_acc_ok(const zo_engine_t *e) {
 /* ---------------------------------------------------------------- engine_core.c (calls no other engine file) */
 
 /* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it (@kind H2D/D2H). */
-zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes, zo_copy_kind kind);
+zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes,
+                       zo_copy_kind kind);
 /* A host buffer of @nbytes (0: none), pinned when @pin (zo_host_alloc: the pinned pool, registered with CUDA on a
  * CUDA device); ZO_ERR_OUT_OF_MEMORY. */
 zo_status eng_host_buf_alloc(host_buf *b, size_t nbytes, int pin);
 /* eng_host_buf_alloc() of a buffer of the plan named @purpose, noted in the ledger. */
-zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes, int pin);
+zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose, size_t nbytes,
+                                int pin);
 /* A pinned host buffer of the plan (@purpose, @nbytes at @ptr) just allocated: on a CUDA device, every byte of it must
  * be registered with CUDA; ZO_ERR_CUDA naming it, the error and the way out when not, unless
  * zoffload.allow_pageable_host (then noted for finalize's one warning). ZO_OK on other devices. */
@@ -339,7 +370,8 @@ zo_status eng_check_owner(const zo_engine_t *e, const char *what);
 /* Free a buffer of eng_host_buf_alloc (an empty one too); *b is zeroed. */
 void eng_host_buf_free(host_buf *b);
 /* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
-void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned, int path);
+void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned,
+                     int path);
 /* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
 void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
 /* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
@@ -348,7 +380,8 @@ void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n,
  * trampoline set zo_tl_host_func). For tests. */
 extern _Atomic uint64_t eng_host_func_grad_bytes;
 static inline void eng_note_grad_bytes(size_t nbytes) {
-  if (zo_tl_host_func) atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
+  if (zo_tl_host_func)
+    atomic_fetch_add_explicit(&eng_host_func_grad_bytes, nbytes, memory_order_relaxed);
 }
 /* eng_extent_unit_at() for the engine's swap alignment. */
 size_t eng_extent_unit(const zo_engine_t *e);
@@ -372,7 +405,8 @@ void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off);
 /* A write-back region for shard elements [off, off + n) of @p (offload_param
  * nvme; a no-op otherwise); its writer is *@task (NULL: a synchronous cast),
  * set on the copy stream's thread when @early. Blocks while the ring is full. */
-zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early);
+zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task,
+                       int early);
 /* Collect finished params.swp writes without blocking; free regions oldest first. */
 zo_status eng_wb_reap(zo_engine_t *e);
 /* The newest region of @p from shard element 0 when its weights are written (no longer being filled) and it holds
@@ -392,7 +426,8 @@ size_t eng_wb_ring_bytes(const struct eng_wb *wb);
  * cast wrote it) is written to params.swp, once the last write of that range is on disk; *@src its data (the
  * source of the device copy's refresh), *@w the region (NULL, and ZO_ERR_INVALID_USAGE, when none is filling: a bug).
  * The write is left in flight (eng_wb_reap, eng_wb_drain). */
-zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void **src, wb_entry **w);
+zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void **src,
+                       wb_entry **w);
 /* Live regions of the ring (0 once every write is on disk and reaped). For tests. */
 int eng_wb_live(const struct eng_wb *wb);
 /* Wait the params.swp writes of @p in flight (those overlapping [off, off + n) when n > 0). */
@@ -404,9 +439,11 @@ zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n
 /* Publish new working weights of shard elements [off, off + n) written at eng_working_dst(). */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
 /* Working weights of [off, off + n) cast from fp32 @master, then published. */
-zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const float *master);
+zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
+                           const float *master);
 /* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote (eng_queue_upload). */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off, size_t n);
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
+                          size_t n);
 
 
 /* At create: e->fetch, the fetch coordinator (no trace, no staging buffers yet). Every engine has one from then on. */
@@ -463,7 +500,9 @@ zo_status eng_set_param_cache(zo_engine_t *e, size_t el);
 /* ---------------------------------------------------------------- engine_dp.c */
 
 /* Elements of @p padded to world blocks of part_n: what its all-gathers and reduce-scatters move. */
-static inline size_t eng_dp_padded(const zo_engine_t *e, const zo_param_t *p) { return p->part_n * (size_t)e->world; }
+static inline size_t eng_dp_padded(const zo_engine_t *e, const zo_param_t *p) {
+  return p->part_n * (size_t)e->world;
+}
 /* Several ranks (collective): ZO_OK only when every rank's @mine is; a rank that succeeded hears of another's
  * failure as "@what: N other rank(s) failed". One rank: @mine. */
 zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
@@ -503,7 +542,9 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
 static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
 /* Elements of @p's working copy that this rank's host tier holds: the tensor, or at stage 3 on several ranks its
  * block (part_n). */
-static inline size_t eng_pw_held(const zo_engine_t *e, const zo_param_t *p) { return eng_dp3(e) ? p->part_n : p->n; }
+static inline size_t eng_pw_held(const zo_engine_t *e, const zo_param_t *p) {
+  return eng_dp3(e) ? p->part_n : p->n;
+}
 /* @p's working copy is in params.swp: offload_param "nvme" and not cached in param_host. */
 static inline int eng_pw_in_file(const zo_engine_t *e, const zo_param_t *p) {
   return e->ptier == ZO_OFFLOAD_NVME && !p->pw_host;
@@ -569,7 +610,8 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
  * p->grad, the device gradient shard in the accumulation dtype, on the copy stream; grad_read recorded behind. */
 zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype);
 /* The checks every hand-over shares (@what names the call in messages); nothing changes when one fails. */
-zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype, const char *what);
+zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
+                        const char *what);
 /* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the
  * copy stream); the first failure, naming the tensor. */
 zo_status eng_acc_drain(struct eng_acc *a);
@@ -596,8 +638,9 @@ void eng_grad_landed(void *arg);
 /* Wait for the norm tasks eng_grad_land() queued; sets each shard's sqnorm and nonfinite. */
 zo_status eng_grad_norms_wait(zo_engine_t *e);
 /* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
-zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off, size_t n,
-                          const void *grad, void *master, void *m, void *v, zo_adam_task_t **task);
+zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off,
+                          size_t n, const void *grad, void *master, void *m, void *v,
+                          zo_adam_task_t **task);
 
 /* ---------------------------------------------------------------- engine_grad.c */
 
@@ -655,12 +698,15 @@ void eng_nv_allow_adam(struct eng_nv *nv, const zo_adam_hparams *hp);
  * extents padded to a multiple of it start and end aligned in every state file (and params.swp). */
 static inline size_t eng_extent_unit_at(const zo_engine_t *e, size_t align) {
   size_t narrow = e->esz[ST_EXP_AVG] < e->esz[ST_MASTER] ? e->esz[ST_EXP_AVG] : e->esz[ST_MASTER];
-  if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow) narrow = zo_dtype_size(e->wdtype);
-  if (e->tier == ZO_OFFLOAD_NVME && zo_dtype_size(e->adtype) < narrow) narrow = zo_dtype_size(e->adtype); /* grad.swp */
+  if (e->ptier == ZO_OFFLOAD_NVME && zo_dtype_size(e->wdtype) < narrow)
+    narrow = zo_dtype_size(e->wdtype);
+  if (e->tier == ZO_OFFLOAD_NVME && zo_dtype_size(e->adtype) < narrow)
+    narrow = zo_dtype_size(e->adtype); /* grad.swp */
   return align / narrow;
 }
 /* Queue a read or write of elements [el, el + n_el) of state kind @k. */
-zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req);
+zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el,
+                      zo_swap_req_t **req);
 /* Collect a slot's finished requests (*done = 1 when none is left); @wait blocks for all. */
 zo_status eng_slot_settle(zo_engine_t *e, sg_slot *sl, int wait, int *done);
 /* Move the NVMe pipeline forward as far as it goes without blocking. */
@@ -675,7 +721,8 @@ zo_status eng_nv_quiesce(zo_engine_t *e);
 /* Shard elements [off, off + n) of @p at most, from @off on, that lie wholly in the files or wholly in the resident
  * range: returns their count (> 0 for n > 0) and sets *@res to where element @off's state of kind k lives in host
  * memory (res[k] for k < SL_KINDS) when resident, else NULL. */
-size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n, void *res[SL_KINDS]);
+size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n,
+                   void *res[SL_KINDS]);
 
 /* ---------------------------------------------------------------- engine_gradnv.c */
 
@@ -693,8 +740,8 @@ const host_buf *eng_gnv_host(const struct eng_gnv *gn);
  * added to what the file holds; @off a multiple of eng_gnv_el() (or 0). With @last (the final contribution of the
  * step) their squared norm is added to p->sqnorm (which the caller zeroes before the first chunk) chunk by chunk
  * from the shard's start (the bits of zo_grad_sqnorm_ex over the whole shard). Engine thread; writes may be left in flight (eng_gnv_land). */
-zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src, zo_dtype st, int add,
-                      int last);
+zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void *src,
+                      zo_dtype st, int add, int last);
 /* The final contribution of @p has been put (@st: the puts' outcome): it lands (p->nonfinite, p->landed_st,
  * p->landed) once its writes in flight are on disk, now or in eng_gnv_poll / eng_gnv_drain. Returns @st. */
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);

@@ -14,43 +14,47 @@
 /* A run of shard pieces' state: elements [off, off + n) of @p's shard, at file_el in every state file. */
 typedef struct piece {
   zo_param_t *p;
-  size_t off, n;             /* element range inside the shard */
-  uint64_t file_el;          /* element offset of element `off` in each state file */
-  zo_adam_task_t *task;      /* Adam update in flight */
+  size_t off, n;        /* element range inside the shard */
+  uint64_t file_el;     /* element offset of element `off` in each state file */
+  zo_adam_task_t *task; /* Adam update in flight */
 } piece;
 
 /* The pipeline's state (e->nv; NULL unless offload_optimizer.device is nvme): created with the engine (eng_nv_create:
  * the swap), filled at finalize (eng_nv_alloc), freed at destroy (eng_nv_free). No other file touches its fields. */
 struct eng_nv {
-  zo_swap_t *swap;           /* optimizer state */
-  zo_swap_file_t *files[SL_KINDS]; /* the state files and [ST_GRAD] grad.swp; NULL when every sub-group is resident */
+  zo_swap_t *swap; /* optimizer state */
+  zo_swap_file_t *files
+      [SL_KINDS]; /* the state files and [ST_GRAD] grad.swp; NULL when every sub-group is resident */
   piece *pieces;
   int n_pieces;
   sub_group *sgs;
   int n_sgs;
-  sg_slot *slots;            /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
+  sg_slot
+      *slots; /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
   int n_slots;
-  int n_stream_slots;        /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
-  size_t slot_el;            /* elements per streaming slot buffer (largest streamed sub-group) */
+  int n_stream_slots; /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
+  size_t slot_el;     /* elements per streaming slot buffer (largest streamed sub-group) */
   /* Split optimizer state (zoffload.optimizer_max_in_cpu): file elements [res_file_el, ...) belong to the resident
    * sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold [0, res_file_el). */
   uint64_t res_file_el;
   host_buf res[SL_KINDS];
-  size_t piece_el;           /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
+  size_t
+      piece_el; /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
                                 cut at piece boundaries so that none spans two sub-groups. 0: not cut */
-  int res_busy;              /* resident sub-groups whose update is in flight */
-  int *sg_order;             /* sub-groups in the order they are updated (their gradients complete) */
-  int pos_read;              /* position in sg_order of the next state read to issue */
-  int n_done;                /* sub-groups updated in this step */
-  int adam_ok;               /* updates may start (hp is this step's) */
-  int in_step;               /* inside zo_engine_step(), which waits on every state read */
+  int res_busy;  /* resident sub-groups whose update is in flight */
+  int *sg_order; /* sub-groups in the order they are updated (their gradients complete) */
+  int pos_read;  /* position in sg_order of the next state read to issue */
+  int n_done;    /* sub-groups updated in this step */
+  int adam_ok;   /* updates may start (hp is this step's) */
+  int in_step;   /* inside zo_engine_step(), which waits on every state read */
   zo_adam_hparams hp;
 };
 
 /* ---------------------------------------------------------------- lifecycle */
 
 /* the optimizer state files, and [ST_GRAD] the gradients' (not state: never checkpointed) */
-static const char *const k_state_file[SL_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp", "grad.swp"};
+static const char *const k_state_file[SL_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp",
+                                                   "grad.swp"};
 
 zo_status eng_nv_create(struct eng_nv **out, const char *path, const zo_swap_opts *so) {
   *out = NULL;
@@ -78,15 +82,19 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
   /* the plan's sub-groups and pieces, with the pipeline's bookkeeping beside them */
   nv->pieces = calloc(plan->n_pieces ? plan->n_pieces : 1, sizeof *nv->pieces);
   nv->sgs = calloc(plan->n_sgs ? plan->n_sgs : 1, sizeof *nv->sgs);
-  if (!nv->pieces || !nv->sgs) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  if (!nv->pieces || !nv->sgs)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   for (int i = 0; i < e->n_params; i++) e->params[i]->file_el = plan->tensor[i].file_el;
   for (int q = 0; q < plan->n_pieces; q++) {
     const zo_plan_piece *pc = &plan->piece[q];
-    nv->pieces[q] = (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
+    nv->pieces[q] =
+        (piece){.p = e->params[pc->tensor], .off = pc->off, .n = pc->n, .file_el = pc->file_el};
   }
   for (int g = 0; g < plan->n_sgs; g++) {
     const zo_plan_sub_group *sg = &plan->sg[g];
-    nv->sgs[g] = (sub_group){.first_piece = sg->first_piece, .n_pieces = sg->n_pieces, .file_el = sg->file_el,
+    nv->sgs[g] = (sub_group){.first_piece = sg->first_piece,
+                             .n_pieces = sg->n_pieces,
+                             .file_el = sg->file_el,
                              .n_el = sg->n_el};
   }
   nv->n_pieces = plan->n_pieces, nv->n_sgs = plan->n_sgs, nv->slot_el = plan->slot_el;
@@ -97,22 +105,27 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
     if (!fbytes) continue; /* every sub-group resident: no files */
     st = zo_swap_file_create(nv->swap, k_state_file[k], fbytes, &nv->files[k]);
     if (st != ZO_OK)
-      return zo_error_prefix(st, k == ST_GRAD ? "engine: gradient file" : "engine: optimizer state file");
+      return zo_error_prefix(st, k == ST_GRAD ? "engine: gradient file"
+                                              : "engine: optimizer state file");
     eng_ledger_note(e, ZO_TIER_NVME, k_state_file[k], zo_swap_file_size(nv->files[k]), 0, 0);
   }
   const int nbuf = plan->n_slots;
   nv->slots = calloc((size_t)nbuf + (size_t)plan->n_res_sgs + 1, sizeof *nv->slots);
   nv->sg_order = calloc(nv->n_sgs, sizeof *nv->sg_order);
-  if (!nv->slots || !nv->sg_order) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  if (!nv->slots || !nv->sg_order)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   nv->n_slots = nv->n_stream_slots = nbuf;
   for (int s = 0; s < nbuf; s++) nv->slots[s].sg = -1;
-  for (int i = 0; i < nv->n_sgs; i++) { /* first step: backward runs in reverse registration order */
+  for (int i = 0; i < nv->n_sgs;
+       i++) { /* first step: backward runs in reverse registration order */
     nv->sg_order[i] = nv->n_sgs - 1 - i;
     nv->sgs[nv->n_sgs - 1 - i].pos = i;
     nv->sgs[i].slot = -1;
   }
-  static const char *const k_sg_buf[SL_KINDS] = {"sub_group_buffers.master", "sub_group_buffers.exp_avg",
-                                                 "sub_group_buffers.exp_avg_sq", "sub_group_buffers.grad"};
+  static const char *const k_sg_buf[SL_KINDS] = {"sub_group_buffers.master",
+                                                 "sub_group_buffers.exp_avg",
+                                                 "sub_group_buffers.exp_avg_sq",
+                                                 "sub_group_buffers.grad"};
   size_t slot_bytes[SL_KINDS];
   for (int k = 0; k < SL_KINDS; k++) slot_bytes[k] = zo_plan_bytes(plan, k_sg_buf[k]);
   for (int s = 0; s < nbuf; s++) {
@@ -120,9 +133,11 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
       int pinned;
       st = zo_host_alloc(slot_bytes[k], 1, &nv->slots[s].buf[k], &pinned);
       if (st != ZO_OK)
-        return zo_error_prefix(st, "engine: sub-group buffer %d of %d (%zu elements; lower "
-                               "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
-                               s + 1, nbuf, nv->slot_el);
+        return zo_error_prefix(
+            st,
+            "engine: sub-group buffer %d of %d (%zu elements; lower "
+            "zero_optimization.sub_group_size or offload_optimizer.buffer_count)",
+            s + 1, nbuf, nv->slot_el);
       eng_ledger_note(e, ZO_TIER_HOST, k_sg_buf[k], slot_bytes[k], 1, -1);
       ZO_CHECK(eng_pin_check(e, k_sg_buf[k], nv->slots[s].buf[k], slot_bytes[k]));
     }
@@ -130,16 +145,20 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
   /* The resident sub-groups: their state and gradient sums in host memory, one permanent slot each pointing into
    * it (engine_nvme.c); loaded from the start, never read or written back. */
   static const char *const k_res_buf[SL_KINDS] = {"resident_state.master", "resident_state.exp_avg",
-                                                  "resident_state.exp_avg_sq", "resident_state.grad"};
+                                                  "resident_state.exp_avg_sq",
+                                                  "resident_state.grad"};
   for (int k = 0; k < SL_KINDS && plan->res_el; k++) {
     const size_t bytes = zo_plan_bytes(plan, k_res_buf[k]);
     st = eng_host_buf_alloc_as(e, &nv->res[k], k_res_buf[k], bytes, 0);
     if (st != ZO_OK)
-      return zo_error_prefix(st, "engine: optimizer state kept in host memory (%zu elements; lower "
-                             "zoffload.optimizer_max_in_cpu)", plan->res_el);
+      return zo_error_prefix(st,
+                             "engine: optimizer state kept in host memory (%zu elements; lower "
+                             "zoffload.optimizer_max_in_cpu)",
+                             plan->res_el);
     /* zeroed on the Adam threads: the pages are faulted in parallel (tens of GB: one thread took most of a minute)
      * and the gradient sums start at zero */
-    ZO_CHECK(zo_adam_pool_parallel_for(e->pool, zero_range, nv->res[k].ptr, bytes, (size_t)64 << 20));
+    ZO_CHECK(
+        zo_adam_pool_parallel_for(e->pool, zero_range, nv->res[k].ptr, bytes, (size_t)64 << 20));
   }
   for (int g = 0; g < nv->n_sgs; g++) {
     sub_group *sg = &nv->sgs[g];
@@ -159,15 +178,20 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
     for (int k = 0; k < SL_KINDS; k++)
       iov[n_iov++] = (struct iovec){.iov_base = nv->slots[s].buf[k], .iov_len = slot_bytes[k]};
   if (zo_swap_register_buffers(nv->swap, iov, n_iov) != ZO_OK)
-    zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O", n_iov,
-            zo_last_error());
-  ZO_CHECK(eng_gnv_alloc(e, plan)); /* the gradient hand-over's buffers to grad.swp (engine_gradnv.c) */
-  zo_info("nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
-          "swap: %s", e->n_params, nv->n_sgs, nv->slot_el, nbuf, zo_swap_describe(nv->swap));
+    zo_warn("swap: cannot register %u sub-group buffers with io_uring (%s); using unregistered I/O",
+            n_iov, zo_last_error());
+  ZO_CHECK(
+      eng_gnv_alloc(e, plan)); /* the gradient hand-over's buffers to grad.swp (engine_gradnv.c) */
+  zo_info(
+      "nvme optimizer state: %d tensors in %d sub-groups of up to %zu elements, %d buffer sets, "
+      "swap: %s",
+      e->n_params, nv->n_sgs, nv->slot_el, nbuf, zo_swap_describe(nv->swap));
   if (plan->n_res_sgs)
-    zo_info("nvme optimizer state: %d of %d sub-groups (%zu of %llu elements) resident in host memory, the rest "
-            "streamed", plan->n_res_sgs, nv->n_sgs, plan->res_el,
-            (unsigned long long)(plan->state_file_el + plan->res_el));
+    zo_info(
+        "nvme optimizer state: %d of %d sub-groups (%zu of %llu elements) resident in host memory, the rest "
+        "streamed",
+        plan->n_res_sgs, nv->n_sgs, plan->res_el,
+        (unsigned long long)(plan->state_file_el + plan->res_el));
   return ZO_OK;
 }
 
@@ -204,7 +228,9 @@ uint64_t eng_nv_file_bytes(const struct eng_nv *nv, int k) {
 
 size_t eng_nv_res_bytes(const struct eng_nv *nv, int k) { return nv ? nv->res[k].nbytes : 0; }
 
-size_t eng_nv_stream_el(const struct eng_nv *nv) { return nv ? (size_t)nv->n_stream_slots * nv->slot_el : 0; }
+size_t eng_nv_stream_el(const struct eng_nv *nv) {
+  return nv ? (size_t)nv->n_stream_slots * nv->slot_el : 0;
+}
 
 sg_slot *eng_nv_slot(struct eng_nv *nv, int s) { return &nv->slots[s]; }
 
@@ -226,15 +252,19 @@ void eng_nv_allow_adam(struct eng_nv *nv, const zo_adam_hparams *hp) {
 /* ---------------------------------------------------------------- layout */
 
 /* Queue a read or write of elements [el, el + n_el) of state kind k. */
-zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el, zo_swap_req_t **req) {
+zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, uint64_t n_el,
+                      zo_swap_req_t **req) {
   const struct eng_nv *nv = e->nv;
   const uint64_t off = el * e->esz[k], nbytes = n_el * e->esz[k];
   /* Inside zo_engine_step() the caller waits for every read: ahead of queued write-backs. */
-  zo_status st = write      ? zo_swap_submit_write(nv->swap, nv->files[k], off, buf, nbytes, req)
-                 : nv->in_step ? zo_swap_submit_read_urgent(nv->swap, nv->files[k], off, buf, nbytes, req)
-                               : zo_swap_submit_read(nv->swap, nv->files[k], off, buf, nbytes, req);
-  if (write) e->ctr.nvme_write_bytes += nbytes;
-  else e->ctr.nvme_read_bytes += nbytes;
+  zo_status st = write ? zo_swap_submit_write(nv->swap, nv->files[k], off, buf, nbytes, req)
+                 : nv->in_step
+                     ? zo_swap_submit_read_urgent(nv->swap, nv->files[k], off, buf, nbytes, req)
+                     : zo_swap_submit_read(nv->swap, nv->files[k], off, buf, nbytes, req);
+  if (write)
+    e->ctr.nvme_write_bytes += nbytes;
+  else
+    e->ctr.nvme_read_bytes += nbytes;
   return st;
 }
 
@@ -298,10 +328,12 @@ static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
     piece *pc = &nv->pieces[q];
     size_t b = pc->file_el - g->file_el;
     ZO_CHECK(eng_wb_alloc(e, pc->p, pc->off, pc->n, &pc->task, 0));
-    ZO_CHECK(eng_submit_adam(e, &nv->hp, pc->p, pc->off, pc->n, (char *)sl->buf[ST_GRAD] + b * e->esz[ST_GRAD],
+    ZO_CHECK(eng_submit_adam(e, &nv->hp, pc->p, pc->off, pc->n,
+                             (char *)sl->buf[ST_GRAD] + b * e->esz[ST_GRAD],
                              (char *)sl->buf[ST_MASTER] + b * e->esz[ST_MASTER],
-                         (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
-                         (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ], &pc->task));
+                             (char *)sl->buf[ST_EXP_AVG] + b * e->esz[ST_EXP_AVG],
+                             (char *)sl->buf[ST_EXP_AVG_SQ] + b * e->esz[ST_EXP_AVG_SQ],
+                             &pc->task));
   }
   g->phase = SG_UPDATING;
   return ZO_OK;
@@ -313,8 +345,8 @@ static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   sg_slot *sl = &nv->slots[g->slot];
   /* urgent: small beside the state, and Adam waits on it, while the next sub-groups' state streams */
   const uint64_t nbytes = g->n_el * e->esz[ST_GRAD];
-  ZO_CHECK(zo_swap_submit_read_urgent(nv->swap, nv->files[ST_GRAD], g->file_el * e->esz[ST_GRAD], sl->buf[ST_GRAD],
-                                      nbytes, &sl->req[ST_GRAD]));
+  ZO_CHECK(zo_swap_submit_read_urgent(nv->swap, nv->files[ST_GRAD], g->file_el * e->esz[ST_GRAD],
+                                      sl->buf[ST_GRAD], nbytes, &sl->req[ST_GRAD]));
   e->ctr.nvme_read_bytes += nbytes;
   g->phase = SG_GRADS;
   g->grads_in = 1;
@@ -343,7 +375,8 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
     return ZO_OK;
   }
   sg_slot *sl = &nv->slots[g->slot];
-  for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 1, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+  for (int k = 0; k < ST_KINDS; k++)
+    ZO_CHECK(eng_swap_io(e, 1, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
   g->phase = SG_WRITING;
   if (!e->cfg.zero.offload_optimizer.pipeline_write) { /* on disk before anything else moves */
     int d;
@@ -362,7 +395,8 @@ static int slot_for_read(const struct eng_nv *nv, int pos) {
     int gi = nv->slots[s].sg;
     if (gi < 0) return s;
     const sub_group *g = &nv->sgs[gi];
-    if (g->phase != SG_LOADED || (g->gheld && !g->done)) continue; /* held: this step's gradients are in it */
+    if (g->phase != SG_LOADED || (g->gheld && !g->done))
+      continue; /* held: this step's gradients are in it */
     int next = g->done ? INT_MAX : g->pos;
     if (next > far) far = next, best = s;
   }
@@ -371,7 +405,8 @@ static int slot_for_read(const struct eng_nv *nv, int pos) {
 
 static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
   struct eng_nv *nv = e->nv;
-  if (!e->cfg.zero.offload_optimizer.pipeline_read) { /* one sub-group at a time, read when its update can start */
+  if (!e->cfg.zero.offload_optimizer
+           .pipeline_read) { /* one sub-group at a time, read when its update can start */
     if (!nv->adam_ok) return ZO_OK;
     for (int s = 0; s < nv->n_stream_slots; s++) {
       const int gi = nv->slots[s].sg;
@@ -383,11 +418,13 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
   }
   while (nv->pos_read < nv->n_sgs) {
     sub_group *g = &nv->sgs[nv->sg_order[nv->pos_read]];
-    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_GRADS || g->phase == SG_UPDATING) {
+    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_GRADS ||
+        g->phase == SG_UPDATING) {
       nv->pos_read++; /* in memory already (or updated) */
       continue;
     }
-    if (g->phase == SG_WRITING) return ZO_OK; /* last step's write-back: it stays loaded once on disk */
+    if (g->phase == SG_WRITING)
+      return ZO_OK; /* last step's write-back: it stays loaded once on disk */
     int s = slot_for_read(nv, g->pos);
     if (s < 0) return ZO_OK;
     sg_slot *sl = &nv->slots[s];
@@ -396,9 +433,12 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
       nv->sgs[sl->sg].slot = -1;
       nv->sgs[sl->sg].grads_in = 0;
     }
-    for (int k = 0; k < ST_KINDS; k++) ZO_CHECK(eng_swap_io(e, 0, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
+    for (int k = 0; k < ST_KINDS; k++)
+      ZO_CHECK(eng_swap_io(e, 0, k, g->file_el, sl->buf[k], g->n_el, &sl->req[k]));
     g->grads_in = sg_landed(nv, g); /* its gradients are on disk already: read with the state */
-    if (g->grads_in) ZO_CHECK(eng_swap_io(e, 0, ST_GRAD, g->file_el, sl->buf[ST_GRAD], g->n_el, &sl->req[ST_GRAD]));
+    if (g->grads_in)
+      ZO_CHECK(
+          eng_swap_io(e, 0, ST_GRAD, g->file_el, sl->buf[ST_GRAD], g->n_el, &sl->req[ST_GRAD]));
     sl->sg = (int)(g - nv->sgs);
     g->slot = s;
     g->phase = SG_READING;
@@ -433,19 +473,23 @@ zo_status eng_nv_advance(zo_engine_t *e) {
       } else if (g->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, g, 0, &done));
         progress |= done;
-      } else if (g->resident && g->phase == SG_LOADED && !g->done && nv->adam_ok && sg_landed(nv, g)) {
+      } else if (g->resident && g->phase == SG_LOADED && !g->done && nv->adam_ok &&
+                 sg_landed(nv, g)) {
         /* One resident update in flight at a time: queued behind it, the streamed sub-groups' updates free their
          * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. */
         if (nv->res_busy) continue;
         if (!g->grads_in)
-          return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: resident sub-group %d has no gradients in memory (a bug)",
+          return zo_error_set(ZO_ERR_INVALID_USAGE,
+                              "engine: resident sub-group %d has no gradients in memory (a bug)",
                               (int)(g - nv->sgs));
         ZO_CHECK(sg_submit_adam(e, g));
         nv->res_busy++;
         progress = 1;
       } else if (g->phase == SG_LOADED && !g->done && nv->adam_ok && sg_landed(nv, g)) {
-        if (g->grads_in) ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
-        else ZO_CHECK(sg_read_grads(e, g));
+        if (g->grads_in)
+          ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
+        else
+          ZO_CHECK(sg_read_grads(e, g));
         progress = 1;
       }
     }
@@ -461,15 +505,18 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
   nv->adam_ok = 1;
   int no_slot = 0; /* sub-groups whose read could not start before the step for want of a slot */
   double no_slot_s = 0;
-  const sub_group *counted = NULL; /* the last of them (it stays first in order until it gets a slot) */
+  const sub_group *counted =
+      NULL; /* the last of them (it stays first in order until it gets a slot) */
   for (;;) {
     ZO_CHECK(eng_nv_advance(e));
     if (nv->n_done == nv->n_sgs) {
       if (no_slot)
-        zo_debug("step %lld: %d of %d sub-groups found no free buffer and were read inside the step (waited "
-                 "%.2f ms); zero_optimization.offload_optimizer.buffer_count %d, up to %d would read them during "
-                 "forward and backward", (long long)e->step + 1, no_slot, nv->n_sgs, no_slot_s * 1e3,
-                 nv->n_stream_slots, nv->n_stream_slots + no_slot);
+        zo_debug(
+            "step %lld: %d of %d sub-groups found no free buffer and were read inside the step (waited "
+            "%.2f ms); zero_optimization.offload_optimizer.buffer_count %d, up to %d would read them during "
+            "forward and backward",
+            (long long)e->step + 1, no_slot, nv->n_sgs, no_slot_s * 1e3, nv->n_stream_slots,
+            nv->n_stream_slots + no_slot);
       return ZO_OK;
     }
     sub_group *g = NULL; /* the first sub-group in order not yet updated */
@@ -496,11 +543,13 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
       for (int i = 0; i < 4 && !w; i++)
         for (int s = 0; s < nv->n_slots; s++) {
           const int gi = nv->slots[s].sg;
-          if (gi >= 0 && nv->sgs[gi].phase == most_advanced_first[i] && (!w || nv->sgs[gi].pos < nv->sgs[w->sg].pos))
+          if (gi >= 0 && nv->sgs[gi].phase == most_advanced_first[i] &&
+              (!w || nv->sgs[gi].pos < nv->sgs[w->sg].pos))
             w = &nv->slots[s];
         }
       if (!w)
-        return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: nvme pipeline stalled at sub-group %d (phase %d)",
+        return zo_error_set(ZO_ERR_INVALID_USAGE,
+                            "engine: nvme pipeline stalled at sub-group %d (phase %d)",
                             (int)(g - nv->sgs), g->phase); /* a bug: never expected */
       sub_group *h = &nv->sgs[w->sg];
       double t0 = zo_clock_s();
@@ -539,7 +588,8 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
     for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++)
       if (nv->pieces[q].p->grad_seq > g->ready_at) g->ready_at = nv->pieces[q].p->grad_seq;
   }
-  for (int i = 1; i < nv->n_sgs; i++) { /* insertion sort by ready_at, stable: usually already in order */
+  for (int i = 1; i < nv->n_sgs;
+       i++) { /* insertion sort by ready_at, stable: usually already in order */
     int x = nv->sg_order[i], j = i - 1;
     while (j >= 0 && nv->sgs[nv->sg_order[j]].ready_at > nv->sgs[x].ready_at) {
       nv->sg_order[j + 1] = nv->sg_order[j];
@@ -553,7 +603,8 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
     nv->sgs[i].grads_in = 0; /* the next step's gradients are not in yet */
     nv->sgs[i].gtouched = nv->sgs[i].gheld = 0;
   }
-  for (int i = 0; i < e->n_params; i++) atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
+  for (int i = 0; i < e->n_params; i++)
+    atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   nv->n_done = 0;
   nv->pos_read = 0;
   nv->adam_ok = 0;
@@ -575,9 +626,13 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     }
     zo_status st = eng_slot_settle(e, sl, 1, &done);
     if (first == ZO_OK) first = st;
-    if (sl->sg >= 0 && nv->sgs[sl->sg].resident) continue; /* permanent: its state and gradients stay in memory */
-    if (sl->sg >= 0 && nv->sgs[sl->sg].gheld) { /* this step's gradients so far: to grad.swp before the slot goes */
-      st = nv->sgs[sl->sg].done ? (nv->sgs[sl->sg].gheld = 0, ZO_OK) : eng_gnv_unhold(e, &nv->sgs[sl->sg]);
+    if (sl->sg >= 0 && nv->sgs[sl->sg].resident)
+      continue; /* permanent: its state and gradients stay in memory */
+    if (sl->sg >= 0 &&
+        nv->sgs[sl->sg]
+            .gheld) { /* this step's gradients so far: to grad.swp before the slot goes */
+      st = nv->sgs[sl->sg].done ? (nv->sgs[sl->sg].gheld = 0, ZO_OK)
+                                : eng_gnv_unhold(e, &nv->sgs[sl->sg]);
       if (first == ZO_OK) first = st;
     }
     if (sl->sg >= 0) {
@@ -593,7 +648,8 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
 
 /* ---------------------------------------------------------------- resident range */
 
-size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n, void *res[SL_KINDS]) {
+size_t eng_nv_span(const zo_engine_t *e, const zo_param_t *p, size_t off, size_t n,
+                   void *res[SL_KINDS]) {
   const struct eng_nv *nv = e->nv;
   const uint64_t el = p->file_el + off, r = nv->res_file_el;
   for (int k = 0; k < SL_KINDS; k++) res[k] = NULL;

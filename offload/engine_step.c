@@ -38,7 +38,8 @@ zo_status zo_engine_synchronize(zo_engine_t *e) {
   ENG_CHECK_OWNER(e, "synchronize");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
   zo_status st = e->dpu_pending ? dpu_publish(e) : ZO_OK;
-  zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream) : ZO_OK; /* staging is free again after */
+  zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream)
+                                : ZO_OK; /* staging is free again after */
   return st != ZO_OK ? st : s2;
 }
 
@@ -48,11 +49,15 @@ static zo_status step_check(const zo_engine_t *e) {
   if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "step: engine not finalized");
   for (int i = 0; i < e->n_params; i++) {
     if (e->params[i]->n_acc && !e->params[i]->has_grad)
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has %d accumulated micro-batch gradient(s) "
-                          "(zo_engine_grad_accumulate) but no zo_engine_grad_ready() in this step; hand over its "
-                          "last micro-batch with zo_engine_grad_ready()", e->params[i]->name, e->params[i]->n_acc);
+      return zo_error_set(
+          ZO_ERR_INVALID_USAGE,
+          "step: tensor '%s' has %d accumulated micro-batch gradient(s) "
+          "(zo_engine_grad_accumulate) but no zo_engine_grad_ready() in this step; hand over its "
+          "last micro-batch with zo_engine_grad_ready()",
+          e->params[i]->name, e->params[i]->n_acc);
     if (!e->params[i]->has_grad)
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "step: tensor '%s' has no gradient (zo_engine_grad_ready not called)",
                           e->params[i]->name);
   }
   return ZO_OK;
@@ -66,17 +71,21 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   double t0 = zo_clock_s();
   if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e)); /* every gradient on disk in grad.swp: landed */
+  if (e->tier == ZO_OFFLOAD_NVME)
+    ZO_CHECK(eng_gnv_drain(e));     /* every gradient on disk in grad.swp: landed */
   ZO_CHECK(eng_acc_drain(e->acc));  /* the staged adds on the pool */
   ZO_CHECK(eng_grad_norms_wait(e)); /* and the norms behind them */
-  if (eng_device_adam(e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
+  if (eng_device_adam(
+          e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
     ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));
     const double *part = e->dnorm_host.ptr;
     for (int i = 0; i < e->n_params; i++) {
       double s = 0;
-      for (int b = 0; b < ZO_DEV_SQNORM_BLOCKS; b++) s += part[(size_t)i * ZO_DEV_SQNORM_BLOCKS + b];
+      for (int b = 0; b < ZO_DEV_SQNORM_BLOCKS; b++)
+        s += part[(size_t)i * ZO_DEV_SQNORM_BLOCKS + b];
       e->params[i]->sqnorm = s;
-      e->params[i]->nonfinite = !isfinite(s); /* an inf or NaN element makes its square's sum inf or NaN */
+      e->params[i]->nonfinite =
+          !isfinite(s); /* an inf or NaN element makes its square's sum inf or NaN */
     }
   }
   inf->grad_wait_s = zo_clock_s() - t0;
@@ -87,7 +96,8 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
   *dpu_wait = 0;
   if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
     double td = zo_clock_s();
-    ZO_CHECK(dpu_publish(e)); /* the uploads overlap the next forward: it waits per tensor (eng_ready_per_tensor) */
+    ZO_CHECK(dpu_publish(
+        e)); /* the uploads overlap the next forward: it waits per tensor (eng_ready_per_tensor) */
     *dpu_wait = zo_clock_s() - td;
   }
   inf->fetch_wait_s = e->ctr.fetch_wait_s;
@@ -108,7 +118,8 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     if (p->landed_st != ZO_OK && landed == ZO_OK)
-      landed = zo_error_set(p->landed_st, "step: gradient of '%s': %s", p->name, zo_status_string(p->landed_st));
+      landed = zo_error_set(p->landed_st, "step: gradient of '%s': %s", p->name,
+                            zo_status_string(p->landed_st));
     sums[0] += p->sqnorm;
     sums[1] += p->nonfinite ? 1 : 0;
     p->has_grad = 0;
@@ -120,7 +131,8 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
   e->early_adam = 0;
   if (landed != ZO_OK) return landed;
   ZO_CHECK(zo_comm_all_reduce_f64(e->comm, sums, 2));
-  if (e->world > 1 && e->cfg.zero.stage == 0) sums[0] /= e->world, sums[1] /= e->world; /* each rank saw it all */
+  if (e->world > 1 && e->cfg.zero.stage == 0)
+    sums[0] /= e->world, sums[1] /= e->world; /* each rank saw it all */
   *nonfinite = sums[1] > 0 || !isfinite(sums[0]);
   *norm = sqrt(sums[0]) / (e->loss_scale * e->world); /* of the mean gradient over the ranks */
   return ZO_OK;
@@ -128,7 +140,8 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
 
 /* The clipping factor that brings the gradient norm down to gradient_clipping (1: no clipping). */
 static double step_clip(const zo_engine_t *e, double norm) {
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping) return e->cfg.gradient_clipping / (norm + 1e-6);
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
+    return e->cfg.gradient_clipping / (norm + 1e-6);
   return 1.0;
 }
 
@@ -158,18 +171,21 @@ static void update_loss_scale(zo_engine_t *e, int overflow) {
 static int step_overflow(const zo_engine_t *e, int nonfinite) {
   const int overflow = nonfinite && e->cfg.fp16.enabled;
   if (nonfinite && !overflow)
-    zo_warn("step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
-            "does", (long long)e->step + 1);
+    zo_warn(
+        "step %lld: non-finite gradient (inf or NaN) without fp16 loss scaling; applying the update as DeepSpeed "
+        "does",
+        (long long)e->step + 1);
   return overflow;
 }
 
 /* Skip an overflowed step: no update, the loss scale backs off. */
 static zo_status step_skip(zo_engine_t *e, zo_step_info *inf) {
-  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
+  if (e->tier == ZO_OFFLOAD_NVME)
+    ZO_CHECK(eng_nv_end_step(e)); /* the state read stays valid for the next step */
   double old = e->loss_scale;
   update_loss_scale(e, 1);
-  zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g", (long long)e->step + 1, old,
-          e->loss_scale);
+  zo_info("step %lld: gradient overflow, skipping the step; loss scale %g -> %g",
+          (long long)e->step + 1, old, e->loss_scale);
   inf->skipped = 1;
   inf->step = e->step;
   inf->loss_scale = e->loss_scale;
@@ -192,8 +208,8 @@ static zo_status step_queue_adam(zo_engine_t *e, const zo_adam_hparams *hp, int 
     zo_param_t *p = e->params[i];
     st = eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[i], 0);
     if (st == ZO_OK)
-      st = eng_submit_adam(e, hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER], p->state[ST_EXP_AVG],
-                           p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
+      st = eng_submit_adam(e, hp, p, 0, p->shard_n, p->grad, p->state[ST_MASTER],
+                           p->state[ST_EXP_AVG], p->state[ST_EXP_AVG_SQ], &e->tasks[i]);
   }
   return st;
 }
@@ -206,7 +222,8 @@ static void step_dpu_flip(zo_engine_t *e) {
   e->grad_host = e->grad_host2;
   e->grad_host2 = tmp;
   for (int i = 0; i < e->n_params; i++)
-    e->params[i]->grad = (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->adtype);
+    e->params[i]->grad =
+        (char *)e->grad_host.ptr + e->params[i]->host_off * zo_dtype_size(e->adtype);
 }
 
 /* Host-resident state (cpu, none): Adam on the pool while the uploads of the
@@ -235,10 +252,17 @@ static zo_status step_device(zo_engine_t *e, const zo_adam_hparams *hp, double *
     zo_param_t *p = e->params[i];
     zo_adam_hparams own = *hp;
     own.weight_decay = p->weight_decay;
-    zo_adam_dev_job j = {.param = p->state[ST_MASTER], .grad = p->grad, .exp_avg = p->state[ST_EXP_AVG],
-                         .exp_avg_sq = p->state[ST_EXP_AVG_SQ], .param_out = eng_working_dst(e, p, 0),
-                         .grad_dtype = e->adtype, .state_dtype = e->sdtype, .out_dtype = e->wdtype, .n = p->shard_n,
-                         .seed = p->flat_off, .step32 = (uint32_t)own.step};
+    zo_adam_dev_job j = {.param = p->state[ST_MASTER],
+                         .grad = p->grad,
+                         .exp_avg = p->state[ST_EXP_AVG],
+                         .exp_avg_sq = p->state[ST_EXP_AVG_SQ],
+                         .param_out = eng_working_dst(e, p, 0),
+                         .grad_dtype = e->adtype,
+                         .state_dtype = e->sdtype,
+                         .out_dtype = e->wdtype,
+                         .n = p->shard_n,
+                         .seed = p->flat_off,
+                         .step32 = (uint32_t)own.step};
     zo_adam_make_consts(&own, &j.c);
     zo_status st = zo_adam_device_step(e->copy_stream, &j);
     if (st != ZO_OK) return zo_error_prefix(st, "device adam '%s' [0, %zu)", p->name, p->shard_n);
@@ -247,7 +271,8 @@ static zo_status step_device(zo_engine_t *e, const zo_adam_hparams *hp, double *
   return ZO_OK;
 }
 
-static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early, double *adam_s) {
+static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early,
+                               double *adam_s) {
   if (e->tier == ZO_OFFLOAD_NVME) return step_nvme(e, hp, adam_s);
   if (eng_device_adam(e)) return step_device(e, hp, adam_s);
   return step_host(e, hp, early, adam_s);
@@ -256,7 +281,8 @@ static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int ea
 /* After the update: all-gather the new weights over the ranks, mark them
  * ready, take the step's communication figures into *inf. */
 static zo_status step_publish(zo_engine_t *e, zo_step_info *inf) {
-  if (e->world > 1) ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
+  if (e->world > 1)
+    ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf->comm_s = e->ctr.dp_comm_s;
   inf->comm_bytes = e->ctr.dp_bytes;
@@ -299,7 +325,8 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
   ZO_CHECK(step_publish(e, &inf));
   inf.swap_s = e->ctr.swap_wait_s - swap0;
   inf.copy_s = e->ctr.copy_s - copy0;
-  inf.adam_s = fmax(0.0, adam_s - inf.copy_s) + dpu_wait; /* the Adam sections timed the upload queueing too */
+  inf.adam_s = fmax(0.0, adam_s - inf.copy_s) +
+               dpu_wait; /* the Adam sections timed the upload queueing too */
   ZO_CHECK(step_advance(e));
   inf.step = e->step;
   inf.lr = hp.lr;
@@ -312,7 +339,8 @@ zo_status zo_engine_set_lr(zo_engine_t *e, double lr) {
   ENG_CHECK_OWNER(e, "set_lr");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: engine is NULL");
   if (isnan(lr) || lr > ZO_CONFIG_LR_MAX)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "set_lr: lr %g is outside [0, %g] (negative: the config's schedule)", lr,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "set_lr: lr %g is outside [0, %g] (negative: the config's schedule)", lr,
                         ZO_CONFIG_LR_MAX);
   e->lr_override = lr < 0 ? -1 : lr;
   return ZO_OK;

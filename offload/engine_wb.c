@@ -23,7 +23,8 @@ void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   if (p->pw_host) /* several ranks at stage 3: the host tier holds only this rank's block */
     return (char *)e->param_host.ptr + (p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off) * wsz;
-  if (e->ptier == ZO_OFFLOAD_NVME) return p->wb_ptr; /* eng_wb_alloc() for [off, ...) came just before */
+  if (e->ptier == ZO_OFFLOAD_NVME)
+    return p->wb_ptr; /* eng_wb_alloc() for [off, ...) came just before */
   if (e->tier == ZO_OFFLOAD_NONE) return (char *)p->weights + (p->shard_off + off) * wsz;
   return (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
 }
@@ -44,29 +45,31 @@ void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
 
 /* One region of the ring. */
 typedef struct wb_entry {
-  int param;                 /* tensor index */
-  size_t off, n;             /* shard elements it holds */
-  size_t ring_off, bytes;    /* bytes of the ring (n elements padded to the swap alignment) */
-  int state;                 /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
+  int param;              /* tensor index */
+  size_t off, n;          /* shard elements it holds */
+  size_t ring_off, bytes; /* bytes of the ring (n elements padded to the swap alignment) */
+  int state; /* WB_FILLING (cast or Adam writing it), WB_WRITING (params.swp write), WB_DONE */
   zo_swap_req_t *req;
-  zo_adam_task_t **task;     /* the Adam task filling it; NULL for a cast */
-  int early;                 /* *task is set by on_grad_landed on the copy stream */
-  int h2d;                   /* a host-to-device copy from it may be in flight (the tensor's ready event) */
-  int hold;                  /* a fetch is about to copy from it: not freed meanwhile */
+  zo_adam_task_t **task; /* the Adam task filling it; NULL for a cast */
+  int early;             /* *task is set by on_grad_landed on the copy stream */
+  int h2d;  /* a host-to-device copy from it may be in flight (the tensor's ready event) */
+  int hold; /* a fetch is about to copy from it: not freed meanwhile */
 } wb_entry;
 
 enum { WB_FILLING = 0, WB_WRITING = 1, WB_DONE = 2 };
 
 /* The ring (e->wb): created with the engine, its memory allocated at finalize under offload_param "nvme". */
 struct eng_wb {
-  void *ring;                /* pinned write-back ring of new working weights, or NULL */
-  size_t bytes;              /* its size */
-  wb_entry *q;               /* its live regions, oldest first: circular, n from first */
+  void *ring;   /* pinned write-back ring of new working weights, or NULL */
+  size_t bytes; /* its size */
+  wb_entry *q;  /* its live regions, oldest first: circular, n from first */
   int first, n, cap;
 };
 
 /* The i-th live region of the ring, oldest first. */
-static inline wb_entry *wb_at(const struct eng_wb *wb, int i) { return &wb->q[(wb->first + i) % wb->cap]; }
+static inline wb_entry *wb_at(const struct eng_wb *wb, int i) {
+  return &wb->q[(wb->first + i) % wb->cap];
+}
 
 zo_status eng_wb_create(zo_engine_t *e) {
   e->wb = calloc(1, sizeof *e->wb);
@@ -76,16 +79,22 @@ zo_status eng_wb_create(zo_engine_t *e) {
 /* The ring of the plan's size (plan.c), noted in the ledger. */
 zo_status eng_wb_ring_alloc(zo_engine_t *e, const zo_plan *plan) {
   struct eng_wb *wb = e->wb;
-  if (!plan->wb_bytes) return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
-  if (plan->wb_bytes == SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
-                        "buffers of %zu elements is more bytes than size_t holds", plan->n_pstage, plan->pstage_el);
+  if (!plan->wb_bytes)
+    return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
+  if (plan->wb_bytes ==
+      SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
+    return zo_error_set(ZO_ERR_CONFIG,
+                        "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
+                        "buffers of %zu elements is more bytes than size_t holds",
+                        plan->n_pstage, plan->pstage_el);
   wb->bytes = plan->wb_bytes;
   int pinned;
   zo_status st = zo_host_alloc(wb->bytes, 1, &wb->ring, &pinned);
   if (st != ZO_OK)
-    return zo_error_prefix(st, "engine: offload_param write-back ring (%zu bytes; lower "
-                           "zero_optimization.offload_param.buffer_count or buffer_size)", wb->bytes);
+    return zo_error_prefix(st,
+                           "engine: offload_param write-back ring (%zu bytes; lower "
+                           "zero_optimization.offload_param.buffer_count or buffer_size)",
+                           wb->bytes);
   eng_ledger_note(e, ZO_TIER_HOST, "write_back_ring", wb->bytes, 1, -1);
   return eng_pin_check(e, "write_back_ring", wb->ring, wb->bytes);
 }
@@ -109,12 +118,17 @@ void eng_wb_free(zo_engine_t *e) {
 static zo_status wb_settle(zo_engine_t *e, wb_entry *w) {
   zo_param_t *p = e->params[w->param];
   if (w->state == WB_FILLING) {
-    if (w->early) ZO_CHECK(zo_stream_synchronize(e->copy_stream)); /* its Adam is queued when the gradient lands */
+    if (w->early)
+      ZO_CHECK(
+          zo_stream_synchronize(e->copy_stream)); /* its Adam is queued when the gradient lands */
     if (w->early && p->landed_st != ZO_OK) return p->landed_st;
     if (!w->task || !*w->task)
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: write-back region of '%s' [%zu, %zu) has no writer",
-                          p->name, w->off, w->off + w->n); /* a bug: regions are filled right after allocation */
-    ZO_CHECK(eng_finish_adam(e, w->task, p, w->off, w->n)); /* eng_queue_upload() issues the write */
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "engine: write-back region of '%s' [%zu, %zu) has no writer", p->name,
+                          w->off,
+                          w->off + w->n); /* a bug: regions are filled right after allocation */
+    ZO_CHECK(
+        eng_finish_adam(e, w->task, p, w->off, w->n)); /* eng_queue_upload() issues the write */
   }
   if (w->state == WB_WRITING) {
     zo_status st = eng_swap_wait(e, e->pswap, &w->req);
@@ -143,7 +157,8 @@ zo_status eng_wb_reap(zo_engine_t *e) {
       if (done) w->h2d = 0;
     }
   }
-  while (wb->n && wb->q[wb->first].state == WB_DONE && !wb->q[wb->first].h2d && !wb->q[wb->first].hold) {
+  while (wb->n && wb->q[wb->first].state == WB_DONE && !wb->q[wb->first].h2d &&
+         !wb->q[wb->first].hold) {
     wb->first = (wb->first + 1) % wb->cap;
     wb->n--;
   }
@@ -166,7 +181,8 @@ static int64_t wb_fit(const struct eng_wb *wb, size_t need) {
  * (NULL for a synchronous cast); @early: *task is set by on_grad_landed.
  * Blocks, finishing the oldest regions, while the ring is full. Sets
  * p->wb_ptr, which eng_working_dst() returns. */
-zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task, int early) {
+zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_adam_task_t **task,
+                       int early) {
   /* cpu, and cached nvme tensors, write into param_host; an empty shard (several ranks) writes nothing */
   if (!eng_pw_in_file(e, p) || n == 0) return ZO_OK;
   struct eng_wb *wb = e->wb;
@@ -175,7 +191,8 @@ zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_a
   int64_t at;
   while ((at = wb_fit(wb, need)) < 0) {
     if (!wb->n)
-      return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: '%s' needs %zu bytes of write-back ring of %zu", p->name, need,
+      return zo_error_set(ZO_ERR_INVALID_USAGE,
+                          "engine: '%s' needs %zu bytes of write-back ring of %zu", p->name, need,
                           wb->bytes); /* a bug: the ring is sized for the largest tensor */
     ZO_CHECK(wb_settle(e, &wb->q[wb->first]));
     ZO_CHECK(eng_wb_reap(e));
@@ -190,9 +207,14 @@ zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_a
     wb->cap = cap;
     wb->first = 0;
   }
-  *wb_at(wb, wb->n++) =
-      (wb_entry){.param = p->index, .off = off, .n = n, .ring_off = (size_t)at, .bytes = need, .state = WB_FILLING,
-                 .task = task, .early = early};
+  *wb_at(wb, wb->n++) = (wb_entry){.param = p->index,
+                                   .off = off,
+                                   .n = n,
+                                   .ring_off = (size_t)at,
+                                   .bytes = need,
+                                   .state = WB_FILLING,
+                                   .task = task,
+                                   .early = early};
   p->wb_ptr = (char *)wb->ring + at;
   return ZO_OK;
 }
@@ -213,7 +235,9 @@ wb_entry *eng_wb_written(const struct eng_wb *wb, const zo_param_t *p, size_t n)
   return w && w->state != WB_FILLING && w->n == n ? w : NULL;
 }
 
-const void *eng_wb_data(const struct eng_wb *wb, const wb_entry *w) { return (const char *)wb->ring + w->ring_off; }
+const void *eng_wb_data(const struct eng_wb *wb, const wb_entry *w) {
+  return (const char *)wb->ring + w->ring_off;
+}
 
 void eng_wb_hold(wb_entry *w, int hold) { w->hold = hold; }
 
@@ -235,16 +259,21 @@ zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n
   return ZO_OK;
 }
 
-zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void **src, wb_entry **wp) {
+zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const void **src,
+                       wb_entry **wp) {
   wb_entry *w = *wp = wb_find(e->wb, p, off, WB_FILLING);
-  if (!w) return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no write-back region for '%s' at %zu", p->name, off);
+  if (!w)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no write-back region for '%s' at %zu",
+                        p->name, off);
   *src = eng_wb_data(e->wb, w);
   /* The last write of this range must be on disk first: two writes in flight
    * to one range may land in either order. (Long done, in practice.) */
   zo_status st = eng_wb_drain(e, p, off, n);
   /* w->bytes stays inside the tensor's padded extent; several ranks at stage 3 keep only this rank's block */
   const uint64_t el = p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off;
-  if (st == ZO_OK) st = zo_swap_submit_write(e->pswap, e->pfile, el * zo_dtype_size(e->wdtype), *src, w->bytes, &w->req);
+  if (st == ZO_OK)
+    st = zo_swap_submit_write(e->pswap, e->pfile, el * zo_dtype_size(e->wdtype), *src, w->bytes,
+                              &w->req);
   if (st == ZO_OK) w->state = WB_WRITING;
   e->ctr.nvme_write_bytes += w->bytes;
   return st;

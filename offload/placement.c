@@ -35,7 +35,8 @@ typedef struct pm_layout {
 
 static double secs(double bytes, double rate) { return rate > 0 ? bytes / rate : 0; }
 
-static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates *r, zo_step_prediction *o) {
+static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates *r,
+                  zo_step_prediction *o) {
   const zo_plan *pl = L->pl;
   const zo_config_t *c = &e->cfg;
   memset(o, 0, sizeof *o);
@@ -49,11 +50,13 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
     const zo_param_t *p = e->params[i];
     P += (double)p->shard_n;
     if (e->ptier == ZO_OFFLOAD_NONE) {
-      if (e->tier != ZO_OFFLOAD_NONE) h2d += (double)p->shard_n * wsz; /* the new weights, once a step */
+      if (e->tier != ZO_OFFLOAD_NONE)
+        h2d += (double)p->shard_n * wsz; /* the new weights, once a step */
       continue;
     }
     const int persistent = (int64_t)p->n <= c->zero.stage3_param_persistence_threshold;
-    h2d += (persistent ? 1 : F) * (double)p->n * wsz; /* a persistent tensor: refreshed once, stays */
+    h2d +=
+        (persistent ? 1 : F) * (double)p->n * wsz; /* a persistent tensor: refreshed once, stays */
     if (e->ptier == ZO_OFFLOAD_NVME && !(L->cached && L->cached[i])) {
       const double padded = ceil((double)p->n / unit) * unit * wsz;
       if (!persistent) p_read += F * padded;
@@ -65,21 +68,23 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
   double s_read_a = 0, s_read_b = 0, s_write = 0, g_read_a = 0, g_read_b = 0, g_write = 0, fill = 0;
   if (e->tier == ZO_OFFLOAD_NVME) {
     const int n_str = pl->n_sgs - L->n_res;
-    int slots = c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
+    int slots =
+        c->zero.offload_optimizer.buffer_count < 1 ? 1 : c->zero.offload_optimizer.buffer_count;
     if (slots > n_str) slots = n_str;
     double es = 0, held = 0, largest = 0;
     for (int g = 0; g < n_str; g++) {
       const double n = (double)pl->sg[g].n_el;
       es += n;
-      if (g >= n_str - slots) held += n; /* read ahead into the free buffers during forward: its gradients stay */
+      if (g >= n_str - slots)
+        held += n; /* read ahead into the free buffers during forward: its gradients stay */
       if (n > largest) largest = n;
     }
     if (slots < n_str) {
-      s_read_a = held * esz;          /* the first sub-groups in update order, read during forward */
-      s_read_b = (es - held) * esz;   /* the others, inside the update */
-      fill = largest * esz;           /* the first of them, which nothing overlaps */
-      g_read_b = (es - held) * gsz;   /* their gradients, back from grad.swp for Adam */
-      g_write = (es - held) * gsz;    /* written at the hand-over */
+      s_read_a = held * esz;        /* the first sub-groups in update order, read during forward */
+      s_read_b = (es - held) * esz; /* the others, inside the update */
+      fill = largest * esz;         /* the first of them, which nothing overlaps */
+      g_read_b = (es - held) * gsz; /* their gradients, back from grad.swp for Adam */
+      g_write = (es - held) * gsz;  /* written at the hand-over */
       g_read_a = (es - held) * gsz * (gas - 1); /* accumulation: read, added, written again */
       g_write += (es - held) * gsz * (gas - 1);
     }
@@ -119,9 +124,11 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
   if (e->dpu) { /* the last step's Adam overlaps this step's compute */
     o->fwd_bwd_s = a > o->adam_s ? a : o->adam_s;
     o->update_s = 0;
-  } else if (early) { /* updates start as gradients land: one phase, the disk's work and Adam overlapping */
+  } else if (
+      early) { /* updates start as gradients land: one phase, the disk's work and Adam overlapping */
     double t = a;
-    const double disk = fetch + fmax(secs(s_read_a + g_read_a + s_read_b + g_read_b, rd), secs(g_write + s_write + p_write, wr));
+    const double disk = fetch + fmax(secs(s_read_a + g_read_a + s_read_b + g_read_b, rd),
+                                     secs(g_write + s_write + p_write, wr));
     if (disk > t) t = disk;
     if (o->adam_s > t) t = o->adam_s;
     o->fwd_bwd_s = t, o->update_s = 0;
@@ -153,7 +160,8 @@ zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r, zo_ste
   zo_plan *pl = NULL;
   if (e->finalized) {
     /* as allocated: the plan finalize kept (its layout is the engine's) */
-    if (!e->plan) return zo_error_set(ZO_ERR_INVALID_USAGE, "predict: the engine kept no plan (a bug)");
+    if (!e->plan)
+      return zo_error_set(ZO_ERR_INVALID_USAGE, "predict: the engine kept no plan (a bug)");
     pl = e->plan;
   } else {
     ZO_CHECK(zo_plan_make(e, "predict", ZO_DEVICE_AUTO, &pl));
@@ -173,8 +181,8 @@ zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r, zo_ste
 
 /* Budget lines of @b by tier: the room left on the host line (less @headroom) and the pinned line, the least room
  * of the nvme lines, and what the worst nvme line lacks (0 when every one fits). */
-static void limits(const zo_budget *b, const zo_place_opts *o, size_t headroom, size_t *host, size_t *pinned,
-                   size_t *nvme_room, size_t *nvme_deficit) {
+static void limits(const zo_budget *b, const zo_place_opts *o, size_t headroom, size_t *host,
+                   size_t *pinned, size_t *nvme_room, size_t *nvme_deficit) {
   *host = *pinned = *nvme_room = SIZE_MAX;
   *nvme_deficit = 0;
   size_t dev_need = 0;
@@ -212,7 +220,8 @@ static int fit_sub_groups(const zo_plan *pl, size_t el_bytes, size_t room, size_
 
 /* @out's description of the engine's placement as it stands (the budgets e->opt_res_el and e->pcache_el) for a
  * device of @kind, and its predicted step; the limits and the candidate count are the caller's. */
-static zo_status describe(const zo_engine_t *e, zo_device_kind kind, const zo_step_rates *r, zo_placement *out) {
+static zo_status describe(const zo_engine_t *e, zo_device_kind kind, const zo_step_rates *r,
+                          zo_placement *out) {
   zo_plan *pl;
   ZO_CHECK(zo_plan_make(e, "place", kind, &pl));
   unsigned char *c = cached_of(e, pl);
@@ -222,7 +231,8 @@ static zo_status describe(const zo_engine_t *e, zo_device_kind kind, const zo_st
   }
   out->optimizer_max_in_cpu = e->opt_res_el, out->param_max_in_cpu = e->pcache_el;
   out->resident_sub_groups = pl->n_res_sgs, out->sub_groups = pl->n_sgs;
-  out->optimizer_resident_el = pl->res_el, out->optimizer_total_el = (size_t)pl->state_file_el + pl->res_el;
+  out->optimizer_resident_el = pl->res_el,
+  out->optimizer_total_el = (size_t)pl->state_file_el + pl->res_el;
   out->param_total_el = out->param_cached_el = 0;
   for (int i = 0; i < e->n_params && e->ptier == ZO_OFFLOAD_NVME; i++) {
     out->param_total_el += e->params[i]->n;
@@ -239,7 +249,8 @@ static zo_status describe(const zo_engine_t *e, zo_device_kind kind, const zo_st
 
 /* "auto": the budgets of the split with the least predicted step, set in e->opt_res_el and e->pcache_el; @out gets
  * the limits and the number of candidates. */
-static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *o, zo_placement *out) {
+static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *o,
+                        zo_placement *out) {
   const int opt_nv = e->tier == ZO_OFFLOAD_NVME, par_nv = e->ptier == ZO_OFFLOAD_NVME;
   /* The base: nothing kept in host memory (with residency's piece rounding when the optimizer may keep some). */
   e->opt_res_el = opt_nv ? 1 : 0, e->pcache_el = 0;
@@ -257,14 +268,17 @@ static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_o
     return st;
   }
   const size_t headroom = total == SIZE_MAX ? PLACE_HEADROOM_MIN
-                          : total / PLACE_HEADROOM_DIV > PLACE_HEADROOM_MIN ? total / PLACE_HEADROOM_DIV
-                                                                           : PLACE_HEADROOM_MIN;
+                          : total / PLACE_HEADROOM_DIV > PLACE_HEADROOM_MIN
+                              ? total / PLACE_HEADROOM_DIV
+                              : PLACE_HEADROOM_MIN;
   size_t host_room, pinned_room, nvme_room, deficit;
   limits(&b, o, headroom, &host_room, &pinned_room, &nvme_room, &deficit);
-  const int64_t cap = e->cfg.zoffload.placement_host_bytes; /* the user's cap on the host memory kept state takes */
+  const int64_t cap =
+      e->cfg.zoffload.placement_host_bytes; /* the user's cap on the host memory kept state takes */
   if (cap > 0 && (uint64_t)cap < host_room) host_room = (size_t)cap;
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);
-  const size_t opt_el_bytes = base->state_esz + gsz; /* a resident element: its state and gradient sum */
+  const size_t opt_el_bytes =
+      base->state_esz + gsz; /* a resident element: its state and gradient sum */
   const int pin = e->cfg.zero.offload_param.pin_memory;
   out->host_limit = host_room, out->pinned_limit = pinned_room, out->nvme_limit = nvme_room;
 
@@ -279,7 +293,8 @@ static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_o
       cached[k - 1] = 1;
     }
     if (cache_bytes > host_room || (pin && cache_bytes > pinned_room)) break;
-    const int n_res = opt_nv ? fit_sub_groups(base, opt_el_bytes, host_room - cache_bytes, &res_bytes) : 0;
+    const int n_res =
+        opt_nv ? fit_sub_groups(base, opt_el_bytes, host_room - cache_bytes, &res_bytes) : 0;
     if (!opt_nv) res_bytes = 0;
     /* the NVMe space it frees must cover what the base lacks */
     const size_t bytes = add_sat(res_bytes, cache_bytes);
@@ -295,28 +310,34 @@ static zo_status choose(zo_engine_t *e, const zo_step_rates *r, const zo_place_o
     /* No split frees enough NVMe space: keep as much as host memory holds (the least the disk then lacks) and let
      * the start-up budget refuse it, naming what to change. */
     best_k = 0, best_res = opt_nv ? fit_sub_groups(base, opt_el_bytes, host_room, &res_bytes) : 0;
-    zo_warn("zoffload.placement \"auto\": no split frees the %zu bytes the NVMe files lack; keeping what host memory "
-            "holds (%zu bytes)", deficit, opt_nv ? res_bytes : 0);
+    zo_warn(
+        "zoffload.placement \"auto\": no split frees the %zu bytes the NVMe files lack; keeping what host memory "
+        "holds (%zu bytes)",
+        deficit, opt_nv ? res_bytes : 0);
   }
   /* Set the budgets: exactly the chosen sub-groups' and tensors' elements. */
   size_t res_el = 0, cache_el = 0;
   for (int g = 0; g < best_res; g++) res_el += (size_t)base->sg[base->n_sgs - 1 - g].n_el;
   for (int i = 0; i < best_k; i++) cache_el += eng_dp3(e) ? e->params[i]->part_n : e->params[i]->n;
-  e->opt_res_el = opt_nv ? (res_el ? res_el : 1) : 0; /* 1: piece rounding as planned, nothing resident */
+  e->opt_res_el =
+      opt_nv ? (res_el ? res_el : 1) : 0; /* 1: piece rounding as planned, nothing resident */
   e->pcache_el = cache_el;
   zo_plan_free(base);
   free(cached);
   return ZO_OK;
 }
 
-zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *opts, zo_placement *out) {
+zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place_opts *opts,
+                          zo_placement *out) {
   if (!e || !r || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "place: NULL argument");
   ZO_CHECK(eng_check_usable(e, "place"));
-  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "place: the engine is already finalized");
+  if (e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "place: the engine is already finalized");
   const zo_place_opts none = {0};
   const zo_place_opts *o = opts ? opts : &none;
   memset(out, 0, sizeof *out);
-  if (e->cfg.zoffload.placement != ZO_PLACEMENT_AUTO) { /* "config": the config's own placement, predicted */
+  if (e->cfg.zoffload.placement !=
+      ZO_PLACEMENT_AUTO) { /* "config": the config's own placement, predicted */
     out->host_limit = out->pinned_limit = out->nvme_limit = SIZE_MAX;
     out->candidates = 1;
     return describe(e, o->kind, r, out);
@@ -336,11 +357,13 @@ zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const zo_place
 
 void zo_step_prediction_print(const zo_step_prediction *p, void *fp) {
   FILE *f = fp ? fp : stdout;
-  fprintf(f, "predicted step %.1f ms (bound by %s): forward+backward %.1f ms, update %.1f ms | busy: compute %.1f, "
-          "nvme read %.1f (%.2f GB), nvme write %.1f (%.2f GB), adam %.1f, h2d %.1f, d2h %.1f ms\n",
-          p->step_s * 1e3, p->bound ? p->bound : "?", p->fwd_bwd_s * 1e3, p->update_s * 1e3, p->compute_s * 1e3,
-          p->nvme_read_s * 1e3, p->nvme_read_bytes / 1e9, p->nvme_write_s * 1e3, p->nvme_write_bytes / 1e9,
-          p->adam_s * 1e3, p->h2d_s * 1e3, p->d2h_s * 1e3);
+  fprintf(
+      f,
+      "predicted step %.1f ms (bound by %s): forward+backward %.1f ms, update %.1f ms | busy: compute %.1f, "
+      "nvme read %.1f (%.2f GB), nvme write %.1f (%.2f GB), adam %.1f, h2d %.1f, d2h %.1f ms\n",
+      p->step_s * 1e3, p->bound ? p->bound : "?", p->fwd_bwd_s * 1e3, p->update_s * 1e3,
+      p->compute_s * 1e3, p->nvme_read_s * 1e3, p->nvme_read_bytes / 1e9, p->nvme_write_s * 1e3,
+      p->nvme_write_bytes / 1e9, p->adam_s * 1e3, p->h2d_s * 1e3, p->d2h_s * 1e3);
 }
 
 void zo_placement_print(const zo_placement *pl, void *fp) {
@@ -349,22 +372,27 @@ void zo_placement_print(const zo_placement *pl, void *fp) {
   zo_format_bytes(h, sizeof h, (double)pl->host_bytes);
   zo_format_bytes(pn, sizeof pn, (double)pl->pinned_bytes);
   zo_format_bytes(nv, sizeof nv, (double)pl->nvme_bytes);
-  if (pl->host_limit == SIZE_MAX) snprintf(hl, sizeof hl, "no limit");
-  else zo_format_bytes(hl, sizeof hl, (double)pl->host_limit);
-  fprintf(f, "placement: optimizer state %zu of %zu elements in host memory (%d of %d sub-groups), the rest on nvme "
-          "| working weights %zu of %zu offloaded elements in host memory | host %s (pinned %s), nvme %s | "
-          "room for kept state %s | %d placements compared\n",
-          pl->optimizer_resident_el, pl->optimizer_total_el, pl->resident_sub_groups, pl->sub_groups,
-          pl->param_cached_el, pl->param_total_el, h, pn, nv, hl, pl->candidates);
+  if (pl->host_limit == SIZE_MAX)
+    snprintf(hl, sizeof hl, "no limit");
+  else
+    zo_format_bytes(hl, sizeof hl, (double)pl->host_limit);
+  fprintf(
+      f,
+      "placement: optimizer state %zu of %zu elements in host memory (%d of %d sub-groups), the rest on nvme "
+      "| working weights %zu of %zu offloaded elements in host memory | host %s (pinned %s), nvme %s | "
+      "room for kept state %s | %d placements compared\n",
+      pl->optimizer_resident_el, pl->optimizer_total_el, pl->resident_sub_groups, pl->sub_groups,
+      pl->param_cached_el, pl->param_total_el, h, pn, nv, hl, pl->candidates);
 }
 
 /* ---------------------------------------------------------------- rates */
 
-zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per_step, zo_step_rates *r) {
+zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per_step,
+                            zo_step_rates *r) {
   if (!e || !r) return zo_error_set(ZO_ERR_INVALID_ARG, "step rates: NULL argument");
   memset(r, 0, sizeof *r);
   const zo_config_t *c = &e->cfg;
-  const char *path = e->tier == ZO_OFFLOAD_NVME   ? c->zero.offload_optimizer.nvme_path
+  const char *path = e->tier == ZO_OFFLOAD_NVME    ? c->zero.offload_optimizer.nvme_path
                      : e->ptier == ZO_OFFLOAD_NVME ? c->zero.offload_param.nvme_path
                                                    : NULL;
   zo_speeds sp;
@@ -379,6 +407,7 @@ zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per
   snprintf(r->src[2], sizeof r->src[2], "%s", sp.h2d_src);
   snprintf(r->src[3], sizeof r->src[3], "%s", sp.d2h_src);
   snprintf(r->src[4], sizeof r->src[4], "%s", sp.adam_src);
-  snprintf(r->src[5], sizeof r->src[5], "%s", compute_s > 0 ? "the caller" : "unknown (not in the prediction)");
+  snprintf(r->src[5], sizeof r->src[5], "%s",
+           compute_s > 0 ? "the caller" : "unknown (not in the prediction)");
   return ZO_OK;
 }

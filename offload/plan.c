@@ -16,7 +16,8 @@
 
 static const char *const k_kind[ST_KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
-static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, int count, int pinned, int path) {
+static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, int count, int pinned,
+                    int path) {
   if (!bytes || count < 1 || p->n_bufs == ZO_PLAN_MAX_BUFS) return;
   zo_plan_buf *b = &p->buf[p->n_bufs++];
   b->tier = t;
@@ -56,10 +57,12 @@ static void dp_host_bytes(const zo_plan_input *in, size_t *grad_bytes, size_t *g
     ring = bucket < total ? bucket : total;
     if (ring < largest) ring = largest;
   }
-  *grad_bytes = in->world > 1 ? mul_sat(ring, in->acc_in_size) : 0; /* fp32 hand-overs too when accepted */
+  *grad_bytes =
+      in->world > 1 ? mul_sat(ring, in->acc_in_size) : 0; /* fp32 hand-overs too when accepted */
   /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
   *gather_bytes = in->world > 1 && (c->zero.stage == 1 || c->zero.stage == 2)
-                      ? mul_sat(gather, zo_dtype_size(in->wdtype)) : 0;
+                      ? mul_sat(gather, zo_dtype_size(in->wdtype))
+                      : 0;
 }
 
 /* One rank with accumulation (or fp32 hand-overs): the pinned staging buckets gradients pass through
@@ -105,15 +108,19 @@ static zo_status plan_sub_groups(const zo_plan_input *in, zo_plan *pl) {
    * ZO_ENGINE_MAX_ELEMS / unit, so the size_t sum cannot wrap. */
   enum { ZO_PLAN_MAX_PIECES = 1 << 24 };
   size_t n_pieces = 0;
-  for (int i = 0; i < in->n_tensors; i++) n_pieces += in->tensor[i].shard_n / sgs + (in->tensor[i].shard_n % sgs != 0);
+  for (int i = 0; i < in->n_tensors; i++)
+    n_pieces += in->tensor[i].shard_n / sgs + (in->tensor[i].shard_n % sgs != 0);
   if (n_pieces > ZO_PLAN_MAX_PIECES)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
-                        "all) into %zu pieces, more than %d; raise it", (long long)in->cfg->zero.sub_group_size,
-                        in->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zero_optimization.sub_group_size: %lld elements cut the tensors (%zu elements in "
+        "all) into %zu pieces, more than %d; raise it",
+        (long long)in->cfg->zero.sub_group_size, in->total_el, n_pieces, ZO_PLAN_MAX_PIECES);
   const int cap = (int)n_pieces;
   pl->piece = calloc(cap ? cap : 1, sizeof *pl->piece);
   pl->sg = calloc(cap ? cap : 1, sizeof *pl->sg);
-  if (!pl->piece || !pl->sg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+  if (!pl->piece || !pl->sg)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   uint64_t file_el = 0;
   for (int i = 0; i < in->n_tensors; i++) {
     const zo_plan_input_tensor *p = &in->tensor[i];
@@ -137,7 +144,8 @@ static zo_status plan_sub_groups(const zo_plan_input *in, zo_plan *pl) {
     do {
       end = pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit);
       k++;
-    } while (k < pl->n_pieces && pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit) - g->file_el <= sgs);
+    } while (k < pl->n_pieces &&
+             pl->piece[k].file_el + zo_round_up(pl->piece[k].n, unit) - g->file_el <= sgs);
     g->n_pieces = k - g->first_piece;
     g->n_el = end - g->file_el;
   }
@@ -167,15 +175,22 @@ static zo_status plan_check_largest(const zo_plan_input *in, const zo_plan *pl) 
   const zo_config_t *c = in->cfg;
   const size_t largest = pl->largest_el, lfile = pl->largest_file_el;
   if (in->ptier != ZO_OFFLOAD_NONE && (int64_t)largest > c->zero.stage3_max_live_parameters)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
-                        "largest tensor (%zu elements); raise it to at least %zu",
-                        (long long)c->zero.stage3_max_live_parameters, largest, largest);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zero_optimization.stage3_max_live_parameters: %lld elements cannot hold the "
+        "largest tensor (%zu elements); raise it to at least %zu",
+        (long long)c->zero.stage3_max_live_parameters, largest, largest);
   if (in->ptier == ZO_OFFLOAD_NVME && (int64_t)lfile > c->zero.offload_param.buffer_size)
-    return zo_error_set(ZO_ERR_CONFIG, "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
-                        "largest tensor%s (%zu elements); raise it to at least %zu",
-                        (long long)c->zero.offload_param.buffer_size,
-                        pl->pcache_tensors ? " read from params.swp (the first tensors are cached in host memory by "
-                                             "offload_param.max_in_cpu)" : "", lfile, lfile);
+    return zo_error_set(
+        ZO_ERR_CONFIG,
+        "zero_optimization.offload_param.buffer_size: %lld elements cannot hold the "
+        "largest tensor%s (%zu elements); raise it to at least %zu",
+        (long long)c->zero.offload_param.buffer_size,
+        pl->pcache_tensors
+            ? " read from params.swp (the first tensors are cached in host memory by "
+              "offload_param.max_in_cpu)"
+            : "",
+        lfile, lfile);
   return ZO_OK;
 }
 
@@ -201,8 +216,10 @@ zo_status eng_set_param_cache(zo_engine_t *e, size_t el) {
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_param_cache: NULL engine");
   ZO_CHECK(eng_check_usable(e, "set_param_cache"));
   if (e->finalized)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "set_param_cache: the host cache of nvme parameters (%zu elements) is "
-                        "set before zo_engine_finalize(); the engine is already finalized", el);
+    return zo_error_set(ZO_ERR_INVALID_USAGE,
+                        "set_param_cache: the host cache of nvme parameters (%zu elements) is "
+                        "set before zo_engine_finalize(); the engine is already finalized",
+                        el);
   e->pcache_el = el;
   return ZO_OK;
 }
@@ -245,7 +262,8 @@ static size_t plan_tensors(const zo_plan_input *in, zo_plan *pl) {
       continue;
     }
     t->pw_el = pw_total;
-    pw_total = add_sat(pw_total, in->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
+    pw_total =
+        add_sat(pw_total, in->ptier == ZO_OFFLOAD_NVME ? round_sat(held, pl->extent_unit) : held);
     if (in->ptier == ZO_OFFLOAD_NVME && p->n > largest_file) largest_file = p->n;
   }
   pl->shard_total_el = shard_total, pl->largest_el = largest, pl->pw_total_el = pw_total;
@@ -272,13 +290,15 @@ static zo_status plan_device(const zo_plan_input *in, zo_plan *pl) {
     size_t shard_largest = 0;
     for (int i = 0; i < in->n_tensors; i++)
       if (in->tensor[i].shard_n > shard_largest) shard_largest = in->tensor[i].shard_n;
-    pl->dev_stage_off = dev, dev = add_sat(dev, round_sat(mul_sat(shard_largest, in->acc_in_size), 256));
+    pl->dev_stage_off = dev,
+    dev = add_sat(dev, round_sat(mul_sat(shard_largest, in->acc_in_size), 256));
   }
   ZO_CHECK(plan_check_largest(in, pl));
   pl->largest_dev_bytes = round_sat(mul_sat(pl->largest_el, pl->wsz), ZO_DEVICE_ALIGN);
   add_buf(pl, ZO_TIER_DEVICE, "device_block", dev, 1, 0, -1);
-  pl->device_need_bytes =
-      in->ptier == ZO_OFFLOAD_NONE ? pl->device_bytes : add_sat(pl->device_bytes, pl->largest_dev_bytes);
+  pl->device_need_bytes = in->ptier == ZO_OFFLOAD_NONE
+                              ? pl->device_bytes
+                              : add_sat(pl->device_bytes, pl->largest_dev_bytes);
   /* NCCL communicators' staging of host buffers (gpu/comm_nccl.c): device memory each communicator holds from its
    * creation, outside the arena; in the device need, not in the resident block. */
   const int n_nccl = in->n_nccl_comms;
@@ -286,7 +306,8 @@ static zo_status plan_device(const zo_plan_input *in, zo_plan *pl) {
     const size_t blk = pl->device_bytes;
     add_buf(pl, ZO_TIER_DEVICE, "comm_staging", ZO_COMM_NCCL_STAGE_BYTES, n_nccl, 0, -1);
     pl->device_bytes = blk;
-    pl->device_need_bytes = add_sat(pl->device_need_bytes, mul_sat(ZO_COMM_NCCL_STAGE_BYTES, (size_t)n_nccl));
+    pl->device_need_bytes =
+        add_sat(pl->device_need_bytes, mul_sat(ZO_COMM_NCCL_STAGE_BYTES, (size_t)n_nccl));
   }
   return ZO_OK;
 }
@@ -300,7 +321,8 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
   const int pin = c->zero.offload_optimizer.pin_memory;
   if (in->tier != ZO_OFFLOAD_NONE) {
     /* nvme: the gradients live in grad.swp beside the state (plan_nvme_state), not in host memory */
-    if (in->tier == ZO_OFFLOAD_CPU) add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
+    if (in->tier == ZO_OFFLOAD_CPU)
+      add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
     if (in->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
     if (in->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) {
@@ -314,7 +336,8 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
     if (in->dpu) /* the last step's uploads read the other */
       add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
   }
-  if (in->device_adam) add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(in), 1, 1, -1);
+  if (in->device_adam)
+    add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(in), 1, 1, -1);
   plan_grad_staging(in, pl);
   dp_host_bytes(in, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
@@ -322,13 +345,18 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
   pl->pg_ring_bytes = pg_ring_bytes(in);
   add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
   if (in->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
-    add_buf(pl, ZO_TIER_HOST, "param_host", mul_sat(in->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz),
-            1, c->zero.offload_param.pin_memory, -1);
-  if (in->ptier == ZO_OFFLOAD_NVME) { /* every tensor cached: no file (0 bytes are not planned), no staging */
+    add_buf(pl, ZO_TIER_HOST, "param_host",
+            mul_sat(in->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz), 1,
+            c->zero.offload_param.pin_memory, -1);
+  if (in->ptier ==
+      ZO_OFFLOAD_NVME) { /* every tensor cached: no file (0 bytes are not planned), no staging */
     add_buf(pl, ZO_TIER_NVME, "params.swp", mul_sat(pl->pw_total_el, wsz), 1, 0, 1);
     pl->pstage_el = round_sat(pl->largest_file_el, pl->extent_unit);
-    pl->n_pstage = !pl->pstage_el ? 0 : c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count : 1;
-    add_buf(pl, ZO_TIER_HOST, "offload_param.staging", mul_sat(pl->pstage_el, wsz), pl->n_pstage, 1, -1);
+    pl->n_pstage = !pl->pstage_el                           ? 0
+                   : c->zero.offload_param.buffer_count > 0 ? c->zero.offload_param.buffer_count
+                                                            : 1;
+    add_buf(pl, ZO_TIER_HOST, "offload_param.staging", mul_sat(pl->pstage_el, wsz), pl->n_pstage, 1,
+            -1);
   }
 }
 
@@ -352,7 +380,9 @@ static zo_status plan_nvme_state(const zo_plan_input *in, zo_plan *pl) {
     add_buf(pl, ZO_TIER_HOST, name, mul_sat(pl->res_el, in->esz[k]), 1, 0, -1);
   }
   add_buf(pl, ZO_TIER_HOST, "resident_state.grad", mul_sat(pl->res_el, gsz), 1, 0, -1);
-  int nbuf = in->cfg->zero.offload_optimizer.buffer_count < 1 ? 1 : in->cfg->zero.offload_optimizer.buffer_count;
+  int nbuf = in->cfg->zero.offload_optimizer.buffer_count < 1
+                 ? 1
+                 : in->cfg->zero.offload_optimizer.buffer_count;
   if (nbuf > pl->n_sgs - pl->n_res_sgs) nbuf = pl->n_sgs - pl->n_res_sgs;
   pl->n_slots = nbuf;
   for (int k = 0; k < ST_KINDS; k++) {
@@ -385,7 +415,8 @@ zo_status zo_plan_compute(const zo_plan_input *in, const char *what, zo_plan **o
   if (in->n_tensors < 1) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: no tensor to plan", what);
   /* NVMe extents are padded to the extent unit: a plan with a tier on nvme needs one */
   if ((in->tier == ZO_OFFLOAD_NVME || in->ptier == ZO_OFFLOAD_NVME) && !in->extent_unit)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: an nvme tier needs an extent unit (0 given)", what);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: an nvme tier needs an extent unit (0 given)",
+                        what);
   zo_plan *pl = calloc(1, sizeof *pl);
   if (pl) pl->tensor = calloc((size_t)in->n_tensors, sizeof *pl->tensor);
   if (!pl || !pl->tensor) {
@@ -396,7 +427,8 @@ zo_status zo_plan_compute(const zo_plan_input *in, const char *what, zo_plan **o
   pl->wsz = zo_dtype_size(in->wdtype);
   pl->state_esz = in->esz[0] + in->esz[1] + in->esz[2];
   pl->swap_align = in->swap_align;
-  if (in->tier == ZO_OFFLOAD_NVME || in->ptier == ZO_OFFLOAD_NVME) pl->extent_unit = in->extent_unit;
+  if (in->tier == ZO_OFFLOAD_NVME || in->ptier == ZO_OFFLOAD_NVME)
+    pl->extent_unit = in->extent_unit;
 
   zo_status st = plan_device(in, pl);
   if (st == ZO_OK) plan_host(in, pl);
@@ -418,7 +450,8 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   if (!t) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   for (int i = 0; i < e->n_params; i++) {
     const zo_param_t *p = e->params[i];
-    t[i].n = p->n, t[i].shard_n = p->shard_n, t[i].dp_padded = eng_dp_padded(e, p), t[i].pw_held = eng_pw_held(e, p);
+    t[i].n = p->n, t[i].shard_n = p->shard_n, t[i].dp_padded = eng_dp_padded(e, p),
+    t[i].pw_held = eng_pw_held(e, p);
   }
   in->tensor = t;
   in->n_tensors = e->n_params;
@@ -426,7 +459,8 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   in->world = e->world;
   in->device = kind == ZO_DEVICE_AUTO ? zo_device_get_kind(e->dev) : kind;
   /* device Adam, as eng_device_adam() says for an engine on that device: offload_optimizer "none" on a GPU */
-  in->device_adam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e) : e->tier == ZO_OFFLOAD_NONE && kind == ZO_DEVICE_CUDA;
+  in->device_adam = kind == ZO_DEVICE_AUTO ? eng_device_adam(e)
+                                           : e->tier == ZO_OFFLOAD_NONE && kind == ZO_DEVICE_CUDA;
   in->tier = e->tier, in->ptier = e->ptier, in->dpu = e->dpu;
   in->wdtype = e->wdtype, in->adtype = e->adtype;
   in->acc_in_size = eng_acc_in_size(e);
@@ -434,7 +468,8 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   if (e->tier == ZO_OFFLOAD_NVME) in->grad_io_el = eng_gnv_el(e);
   for (int k = 0; k < ST_KINDS; k++) in->esz[k] = e->esz[k];
   in->swap_align = e->ptier == ZO_OFFLOAD_NVME && !e->swap_align ? 4096 : e->swap_align;
-  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME) in->extent_unit = eng_extent_unit_at(e, in->swap_align);
+  if (e->tier == ZO_OFFLOAD_NVME || e->ptier == ZO_OFFLOAD_NVME)
+    in->extent_unit = eng_extent_unit_at(e, in->swap_align);
   in->pcache_el = e->pcache_el;
   in->opt_res_el = e->opt_res_el;
   in->n_nccl_comms = eng_nccl_comms(e);
@@ -449,11 +484,15 @@ static void plan_input_free(zo_plan_input *in) {
 
 zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind kind, zo_plan **out) {
   if (kind != ZO_DEVICE_AUTO && kind != ZO_DEVICE_HOST && kind != ZO_DEVICE_CUDA)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "%s: device kind %d is not ZO_DEVICE_AUTO, ZO_DEVICE_HOST or "
-                        "ZO_DEVICE_CUDA", what, (int)kind);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "%s: device kind %d is not ZO_DEVICE_AUTO, ZO_DEVICE_HOST or "
+                        "ZO_DEVICE_CUDA",
+                        what, (int)kind);
   ZO_CHECK(eng_check_usable(e, what));
-  if (e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
-  if (e->n_params == 0) return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
+  if (e->finalized)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: the engine is already finalized", what);
+  if (e->n_params == 0)
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "%s: no parameter was registered", what);
   /* The device planned for: the engine's own (what its finalize allocates), or the one a dry run plans for on a
    * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
    * by the plan too (create did already for the engine's own). */
@@ -489,7 +528,8 @@ static int name_matches(const char *purpose, const char *name) {
 size_t zo_plan_sum(const zo_plan *p, const char *name) {
   size_t s = 0;
   for (int i = 0; i < p->n_bufs; i++)
-    if (name_matches(p->buf[i].purpose, name)) s = add_sat(s, mul_sat(p->buf[i].bytes, (size_t)p->buf[i].count));
+    if (name_matches(p->buf[i].purpose, name))
+      s = add_sat(s, mul_sat(p->buf[i].bytes, (size_t)p->buf[i].count));
   return s;
 }
 
@@ -502,22 +542,31 @@ size_t zo_plan_bytes(const zo_plan *p, const char *name) {
 void zo_plan_print(const zo_plan *p, void *fp) {
   FILE *f = fp ? fp : stdout;
   if (!p) return;
-  fprintf(f, "%-7s %-28s %6s %20s %20s  %s\n", "tier", "buffer", "count", "bytes_each", "total_bytes", "pinned");
+  fprintf(f, "%-7s %-28s %6s %20s %20s  %s\n", "tier", "buffer", "count", "bytes_each",
+          "total_bytes", "pinned");
   for (int i = 0; i < p->n_bufs; i++) {
     const zo_plan_buf *b = &p->buf[i];
-    fprintf(f, "%-7s %-28s %6d %20zu %20zu  %s\n", zo_tier_name(b->tier), b->purpose, b->count, b->bytes,
-            mul_sat(b->bytes, (size_t)b->count), b->tier != ZO_TIER_HOST ? "-" : b->pinned ? "yes" : "no");
+    fprintf(f, "%-7s %-28s %6d %20zu %20zu  %s\n", zo_tier_name(b->tier), b->purpose, b->count,
+            b->bytes, mul_sat(b->bytes, (size_t)b->count),
+            b->tier != ZO_TIER_HOST ? "-"
+            : b->pinned             ? "yes"
+                                    : "no");
   }
   fprintf(f, "plan: device %zu", p->device_bytes);
   if (p->device_need_bytes != p->device_bytes)
     fprintf(f, " (needs %zu with the largest tensor's copy beside it)", p->device_need_bytes);
-  fprintf(f, ", host %zu (pinned %zu), nvme %zu (offload_optimizer.nvme_path) + %zu (offload_param.nvme_path) bytes",
-          p->host_bytes, p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
+  fprintf(
+      f,
+      ", host %zu (pinned %zu), nvme %zu (offload_optimizer.nvme_path) + %zu (offload_param.nvme_path) bytes",
+      p->host_bytes, p->pinned_bytes, p->nvme_bytes[0], p->nvme_bytes[1]);
   if (p->n_sgs)
-    fprintf(f, "; %d sub-groups of up to %zu elements, %d buffer sets", p->n_sgs, p->slot_el, p->n_slots);
+    fprintf(f, "; %d sub-groups of up to %zu elements, %d buffer sets", p->n_sgs, p->slot_el,
+            p->n_slots);
   if (p->pcache_tensors)
-    fprintf(f, "; %d of %d tensors' working weights (%zu elements) cached in param_host (offload_param.max_in_cpu)",
-            p->pcache_tensors, p->n_tensors, p->pcache_el);
+    fprintf(
+        f,
+        "; %d of %d tensors' working weights (%zu elements) cached in param_host (offload_param.max_in_cpu)",
+        p->pcache_tensors, p->n_tensors, p->pcache_el);
   fprintf(f, "\n");
 }
 
@@ -531,13 +580,17 @@ int zo_engine_allocations(const zo_engine_t *e, const zo_plan_buf **bufs) {
 
 /* ---------------------------------------------------------------- buffer shapes the parts allocate by */
 
-size_t eng_acc_in_size(const zo_engine_t *e) { return eng_acc_ok(e) ? sizeof(float) : zo_dtype_size(e->gdtype); }
+size_t eng_acc_in_size(const zo_engine_t *e) {
+  return eng_acc_ok(e) ? sizeof(float) : zo_dtype_size(e->gdtype);
+}
 
 void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, int *n_buckets) {
   *bucket_el = 0, *n_buckets = 0;
   if (e->world > 1) return; /* several ranks stage in the reduction ring (engine_dp.c) */
-  if (dev_adam) return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
-  if (e->tier == ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
+  if (dev_adam)
+    return; /* device Adam adds on the device, into its gradient shard (eng_acc_device) */
+  if (e->tier ==
+      ZO_OFFLOAD_NVME) { /* every hand-over: one bucket, written out to grad.swp (engine_gradnv.c) */
     *bucket_el = eng_gnv_el(e), *n_buckets = 1;
     return;
   }
@@ -562,7 +615,8 @@ size_t eng_gnv_el(const zo_engine_t *e) {
   const int64_t sgs = e->cfg.zero.sub_group_size; /* no larger than a sub-group's buffer */
   if (sgs > 0 && (uint64_t)sgs < el) el = (size_t)sgs;
   size_t unit = eng_extent_unit_at(e, e->swap_align ? e->swap_align : 4096);
-  if (unit < ENG_NORM_CHUNK) unit = ENG_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
+  if (unit < ENG_NORM_CHUNK)
+    unit = ENG_NORM_CHUNK; /* both powers of two: the larger is a multiple of the other */
   size_t r;
   if (zo_size_round_up(el ? el : 1, unit, &r)) r = unit;
   return r;

@@ -31,38 +31,43 @@
 
 #define SP_MIB ((size_t)1 << 20)
 #define SP_DISK_BYTES ((size_t)256 << 20) /* default zo_speeds_opts.disk_bytes */
-#define SP_DISK_MIN ((size_t)16 << 20)    /* a disk short of 4 x this (or of 4 x disk_bytes, when smaller) is skipped */
-#define SP_DISK_REQ ((size_t)8 << 20)     /* bytes per swap request at least (the engine's are sub-group pieces) */
-#define SP_DISK_SLICES 16                 /* requests in flight at most */
-#define SP_DISK_BUF_MAX ((size_t)256 << 20) /* pinned bytes for those requests at most (one request at least) */
-#define SP_LINK_BYTES ((size_t)64 << 20)  /* default zo_speeds_opts.link_bytes */
-#define SP_LINK_SLOT_S 0.1                /* an emulated link: a copy of at most this many seconds */
-#define SP_ADAM_ELEMS ((size_t)4 << 20)   /* default zo_speeds_opts.adam_elems */
+#define SP_DISK_MIN \
+  ((size_t)16 << 20) /* a disk short of 4 x this (or of 4 x disk_bytes, when smaller) is skipped */
+#define SP_DISK_REQ \
+  ((size_t)8 << 20)       /* bytes per swap request at least (the engine's are sub-group pieces) */
+#define SP_DISK_SLICES 16 /* requests in flight at most */
+#define SP_DISK_BUF_MAX \
+  ((size_t)256 << 20) /* pinned bytes for those requests at most (one request at least) */
+#define SP_LINK_BYTES ((size_t)64 << 20) /* default zo_speeds_opts.link_bytes */
+#define SP_LINK_SLOT_S 0.1               /* an emulated link: a copy of at most this many seconds */
+#define SP_ADAM_ELEMS ((size_t)4 << 20)  /* default zo_speeds_opts.adam_elems */
 #define SP_ADAM_MIN 4096
 #define SP_PASSES 3
 #define SP_MAX_PASSES 15
-#define SP_PASS_BUDGET_S 0.4              /* another pass of a figure only while its passes took less */
-#define SP_RANK_BASE 99999800             /* swap directories zoffload-rank99999800.. (zo-swapbench: 9999999N) */
+#define SP_PASS_BUDGET_S 0.4 /* another pass of a figure only while its passes took less */
+#define SP_RANK_BASE \
+  99999800 /* swap directories zoffload-rank99999800.. (zo-swapbench: 9999999N) */
 #define SP_RANK_TRIES 64
-#define SP_CACHE_MAX ((size_t)16 << 20)   /* a larger file at the cache path is not a speeds cache */
+#define SP_CACHE_MAX ((size_t)16 << 20) /* a larger file at the cache path is not a speeds cache */
 #define SP_MARKER "zoffload_speeds"
 #define SP_FORMAT 1
 #define SP_KEY_CAP (PATH_MAX + 512)
 
 enum { F_NVME_READ, F_NVME_WRITE, F_H2D, F_D2H, F_ADAM, F_COUNT };
 static const char *const k_name[F_COUNT] = {"nvme_read", "nvme_write", "h2d", "d2h", "adam"};
-static const char *const k_cfg_key[F_COUNT] = {"nvme_read_gbps", "nvme_write_gbps", "h2d_gbps", "d2h_gbps",
-                                               "adam_gparams_per_s"};
-static const char *const k_label[F_COUNT] = {"NVMe read", "NVMe write", "host->device", "device->host", "CPU Adam"};
+static const char *const k_cfg_key[F_COUNT] = {"nvme_read_gbps", "nvme_write_gbps", "h2d_gbps",
+                                               "d2h_gbps", "adam_gparams_per_s"};
+static const char *const k_label[F_COUNT] = {"NVMe read", "NVMe write", "host->device",
+                                             "device->host", "CPU Adam"};
 
 /* One figure being settled: where it goes in zo_speeds, and what is known of it. */
 typedef struct figure {
   double *value;
-  char *src;             /* [ZO_SPEEDS_SRC_CAP] */
-  int open;              /* 1: from neither the config nor a missing path/device: the cache or a measurement */
-  int measured;          /* 1: measured by this call (written to the cache) */
-  char key[SP_KEY_CAP];  /* the cache entry's key */
-  char path[PATH_MAX];   /* disk figures: the real path of the nvme path (kept in the entry) */
+  char *src; /* [ZO_SPEEDS_SRC_CAP] */
+  int open;  /* 1: from neither the config nor a missing path/device: the cache or a measurement */
+  int measured;         /* 1: measured by this call (written to the cache) */
+  char key[SP_KEY_CAP]; /* the cache entry's key */
+  char path[PATH_MAX];  /* disk figures: the real path of the nvme path (kept in the entry) */
   char how[ZO_SPEEDS_SRC_CAP]; /* how it was measured, kept in the cache entry */
 } figure;
 
@@ -72,7 +77,8 @@ typedef struct meas {
   char how[ZO_SPEEDS_SRC_CAP];
 } meas;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* one zo_speeds_get at a time in the process */
+static pthread_mutex_t g_lock =
+    PTHREAD_MUTEX_INITIALIZER; /* one zo_speeds_get at a time in the process */
 
 /* ------------------------------------------------------------------------------------------------ helpers */
 
@@ -120,7 +126,8 @@ static void host_name(char *buf, size_t cap) {
 static void now_text(char *buf, size_t cap) {
   time_t t = time(NULL);
   struct tm tm;
-  if (!localtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm)) snprintf(buf, cap, "unknown time");
+  if (!localtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm))
+    snprintf(buf, cap, "unknown time");
 }
 
 /* ZO_SPEEDS_REMEASURE set to anything but "" and "0". */
@@ -132,19 +139,26 @@ static int env_remeasure(void) {
 /* ------------------------------------------------------------------------------------------------ cache */
 
 zo_status zo_speeds_cache_path(char *buf, size_t cap) {
-  if (!buf || !cap) return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: cache path buffer is NULL or empty");
-  const char *env = getenv("ZO_SPEEDS_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (!buf || !cap)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: cache path buffer is NULL or empty");
+  const char *env = getenv("ZO_SPEEDS_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
+             *home = getenv("HOME");
   int n;
-  if (env && env[0]) n = snprintf(buf, cap, "%s", env);
-  else if (xdg && xdg[0] == '/') n = snprintf(buf, cap, "%s/zoffload/speeds.json", xdg); /* XDG: relative is invalid */
-  else if (home && home[0]) n = snprintf(buf, cap, "%s/.cache/zoffload/speeds.json", home);
+  if (env && env[0])
+    n = snprintf(buf, cap, "%s", env);
+  else if (xdg && xdg[0] == '/')
+    n = snprintf(buf, cap, "%s/zoffload/speeds.json", xdg); /* XDG: relative is invalid */
+  else if (home && home[0])
+    n = snprintf(buf, cap, "%s/.cache/zoffload/speeds.json", home);
   else {
     buf[0] = 0;
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "speeds: no cache: ZO_SPEEDS_CACHE, XDG_CACHE_HOME and HOME are unset");
+    return zo_error_set(ZO_ERR_UNSUPPORTED,
+                        "speeds: no cache: ZO_SPEEDS_CACHE, XDG_CACHE_HOME and HOME are unset");
   }
   if (n < 0 || (size_t)n >= cap) {
     buf[0] = 0;
-    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: the cache path needs %d bytes, the buffer has %zu", n + 1, cap);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "speeds: the cache path needs %d bytes, the buffer has %zu", n + 1, cap);
   }
   return ZO_OK;
 }
@@ -152,9 +166,10 @@ zo_status zo_speeds_cache_path(char *buf, size_t cap) {
 /* The speeds cache of one call: its entries as read, and whether the file may be replaced. */
 typedef struct cache {
   char path[PATH_MAX]; /* "" when there is none */
-  json_t *entries;     /* key -> {"value", "how", "measured_at"}; an empty object when nothing could be read */
-  int writable;        /* 1: missing, empty, or zoffload's own (marker): may be replaced */
-  int dirty;           /* 1: entries added by this call */
+  json_t *
+      entries; /* key -> {"value", "how", "measured_at"}; an empty object when nothing could be read */
+  int writable; /* 1: missing, empty, or zoffload's own (marker): may be replaced */
+  int dirty;    /* 1: entries added by this call */
 } cache;
 
 /* Text that starts as a cache of ours does: '{' then the marker key (written first), whitespace around. */
@@ -169,13 +184,17 @@ static int starts_with_marker(const char *s, size_t n) {
 
 /* Read the cache at c->path (set) into c; every problem is a warning naming the file. */
 static void cache_read(cache *c) {
-  int fd = open(c->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: a FIFO does not hang us */
+  int fd = open(c->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+                             O_CLOEXEC); /* O_NONBLOCK: a FIFO does not hang us */
   if (fd < 0) {
-    if (errno == ENOENT) c->writable = 1;
+    if (errno == ENOENT)
+      c->writable = 1;
     else if (errno == ELOOP)
-      zo_warn("speeds: cache %s is a symbolic link; left alone (figures are measured, not cached)", c->path);
+      zo_warn("speeds: cache %s is a symbolic link; left alone (figures are measured, not cached)",
+              c->path);
     else
-      zo_warn("speeds: cache %s cannot be read: %s; figures are measured, not cached", c->path, strerror(errno));
+      zo_warn("speeds: cache %s cannot be read: %s; figures are measured, not cached", c->path,
+              strerror(errno));
     return;
   }
   struct stat sb;
@@ -183,19 +202,23 @@ static void cache_read(cache *c) {
   json_t *root = NULL;
   const int fs = fstat(fd, &sb);
   if (fs != 0 || !S_ISREG(sb.st_mode)) {
-    zo_warn("speeds: cache %s is %s, not a file; left alone (figures are measured, not cached)", c->path,
-            fs != 0 ? "unreadable" : zo_file_kind(sb.st_mode));
+    zo_warn("speeds: cache %s is %s, not a file; left alone (figures are measured, not cached)",
+            c->path, fs != 0 ? "unreadable" : zo_file_kind(sb.st_mode));
     goto done;
   }
   if ((uint64_t)sb.st_size > SP_CACHE_MAX) {
-    zo_warn("speeds: cache %s holds %lld bytes, more than a speeds cache; left alone (figures are measured, not "
-            "cached)", c->path, (long long)sb.st_size);
+    zo_warn(
+        "speeds: cache %s holds %lld bytes, more than a speeds cache; left alone (figures are measured, not "
+        "cached)",
+        c->path, (long long)sb.st_size);
     goto done;
   }
   const size_t n = (size_t)sb.st_size;
   text = malloc(n + 1);
   if (!text) {
-    zo_warn("speeds: cache %s: out of host memory reading %zu bytes; figures are measured, not cached", c->path, n);
+    zo_warn(
+        "speeds: cache %s: out of host memory reading %zu bytes; figures are measured, not cached",
+        c->path, n);
     goto done;
   }
   size_t got = 0;
@@ -215,26 +238,33 @@ static void cache_read(cache *c) {
   if (!root) {
     if (starts_with_marker(text, n)) {
       char ebuf[256]; /* jansson quotes the bytes near the error: escaped, as config.c does */
-      zo_warn("speeds: cache %s is damaged (line %d, column %d: %s); figures are measured and the file rewritten",
-              c->path, je.line, je.column, zo_escape(ebuf, sizeof ebuf, je.text, strlen(je.text)));
+      zo_warn(
+          "speeds: cache %s is damaged (line %d, column %d: %s); figures are measured and the file rewritten",
+          c->path, je.line, je.column, zo_escape(ebuf, sizeof ebuf, je.text, strlen(je.text)));
       c->writable = 1;
     } else {
-      zo_warn("speeds: %s is not a zoffload speeds cache (not JSON, no \"" SP_MARKER "\" marker); left alone "
-              "(figures are measured, not cached)", c->path);
+      zo_warn("speeds: %s is not a zoffload speeds cache (not JSON, no \"" SP_MARKER
+              "\" marker); left alone "
+              "(figures are measured, not cached)",
+              c->path);
     }
     goto done;
   }
   json_t *mk = json_is_object(root) ? json_object_get(root, SP_MARKER) : NULL;
   if (!mk) {
-    zo_warn("speeds: %s is not a zoffload speeds cache (no \"" SP_MARKER "\" marker); left alone (figures are "
-            "measured, not cached)", c->path);
+    zo_warn("speeds: %s is not a zoffload speeds cache (no \"" SP_MARKER
+            "\" marker); left alone (figures are "
+            "measured, not cached)",
+            c->path);
     goto done;
   }
   c->writable = 1;
   json_t *ent = json_object_get(root, "entries");
   if (!json_is_integer(mk) || json_integer_value(mk) != SP_FORMAT || !json_is_object(ent)) {
-    zo_warn("speeds: cache %s is damaged or of another format (\"" SP_MARKER "\" is not %d, or no \"entries\" "
-            "object); figures are measured and the file rewritten", c->path, SP_FORMAT);
+    zo_warn("speeds: cache %s is damaged or of another format (\"" SP_MARKER
+            "\" is not %d, or no \"entries\" "
+            "object); figures are measured and the file rewritten",
+            c->path, SP_FORMAT);
     goto done;
   }
   json_object_update(c->entries, ent);
@@ -264,8 +294,8 @@ static void cache_prune(cache *c) {
   void *tmp;
   struct stat sb;
   json_object_foreach_safe(c->entries, tmp, key, e) {
-    if (json_is_string(path = json_object_get(e, "path")) && stat(json_string_value(path), &sb) != 0 &&
-        errno == ENOENT)
+    if (json_is_string(path = json_object_get(e, "path")) &&
+        stat(json_string_value(path), &sb) != 0 && errno == ENOENT)
       json_object_del(c->entries, key);
   }
 }
@@ -278,8 +308,10 @@ static void cache_write(cache *c) {
   char tmp[PATH_MAX + 64] = "";
   int fd = -1;
   if (!root || json_object_set_new(root, SP_MARKER, json_integer(SP_FORMAT)) ||
-      json_object_set_new(root, "about", json_string("machine speeds zoffload measured (zoffload/speeds.h), keyed by "
-                                                     "what each depends on; delete the file to measure again")) ||
+      json_object_set_new(root, "about",
+                          json_string(
+                              "machine speeds zoffload measured (zoffload/speeds.h), keyed by "
+                              "what each depends on; delete the file to measure again")) ||
       json_object_set(root, "entries", c->entries) ||
       !(text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) {
     zo_warn("speeds: cache %s: out of host memory; not written", c->path);
@@ -292,7 +324,8 @@ static void cache_write(cache *c) {
   }
   fd = zo_tmpfile_open(c->path, tmp, sizeof tmp);
   if (fd < 0) {
-    zo_warn("speeds: cache %s: cannot create a temporary file beside it: %s; not written", c->path, strerror(-fd));
+    zo_warn("speeds: cache %s: cannot create a temporary file beside it: %s; not written", c->path,
+            strerror(-fd));
     tmp[0] = 0;
     goto done;
   }
@@ -306,9 +339,13 @@ static void cache_write(cache *c) {
   fd = -1;
   mode_t found = 0;
   r = zo_tmpfile_place(tmp, c->path, &found);
-  if (r == 1) zo_warn("speeds: cache %s is %s now; left alone, not written", c->path, zo_file_kind(found));
-  else if (r < 0) zo_warn("speeds: cache %s: cannot rename %s over it: %s; not written", c->path, tmp, strerror(-r));
-  else tmp[0] = 0; /* placed */
+  if (r == 1)
+    zo_warn("speeds: cache %s is %s now; left alone, not written", c->path, zo_file_kind(found));
+  else if (r < 0)
+    zo_warn("speeds: cache %s: cannot rename %s over it: %s; not written", c->path, tmp,
+            strerror(-r));
+  else
+    tmp[0] = 0; /* placed */
 done:
   if (fd >= 0) close(fd);
   if (tmp[0]) unlink(tmp);
@@ -332,7 +369,8 @@ static int cache_lookup(const cache *c, const char *key, double *value, char *at
 }
 
 /* Add (or replace) entry @key; @path: the nvme path a disk figure was measured at (for cache_prune), else NULL. */
-static void cache_put(cache *c, const char *key, double value, const char *how, const char *at, const char *path) {
+static void cache_put(cache *c, const char *key, double value, const char *how, const char *at,
+                      const char *path) {
   json_t *e = json_pack("{s:f, s:s, s:s}", "value", value, "how", how, "measured_at", at);
   if (e && path) json_object_set_new(e, "path", json_string(path));
   if (e && json_object_set_new(c->entries, key, e) == 0) c->dirty = 1;
@@ -343,10 +381,10 @@ static void cache_put(cache *c, const char *key, double value, const char *how, 
 typedef struct disk_ctx {
   zo_swap_t *sw;
   zo_swap_file_t *f;
-  char *buf;        /* n_slices x slice bytes, pinned */
-  size_t slice;     /* bytes per request */
-  size_t n_slices;  /* requests in flight at most */
-  uint64_t total;   /* bytes per pass: the whole file */
+  char *buf;       /* n_slices x slice bytes, pinned */
+  size_t slice;    /* bytes per request */
+  size_t n_slices; /* requests in flight at most */
+  uint64_t total;  /* bytes per pass: the whole file */
   int is_write;
 } disk_ctx;
 
@@ -371,7 +409,8 @@ static zo_status disk_pass(void *arg, int pass, double *sec) {
     }
     if (tail == head) break;
     zo_status s2 = zo_swap_wait(d->sw, req[tail++ % d->n_slices]);
-    if (st == ZO_OK) st = s2; /* after an error nothing new is submitted; what is in flight is collected */
+    if (st == ZO_OK)
+      st = s2; /* after an error nothing new is submitted; what is in flight is collected */
   }
   *sec = zo_clock_s() - t0;
   return st;
@@ -382,25 +421,33 @@ static zo_status disk_pass(void *arg, int pass, double *sec) {
  * reads), reads when @want_r. ZO_OK with *w / *r filled (value 0 for one not wanted); else the error, with the
  * reason as the thread's last error (a disk short of space is ZO_ERR_IO).
  */
-static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t want_bytes, int max_passes, int want_r,
-                              int want_w, meas *r, meas *w) {
+static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t want_bytes,
+                              int max_passes, int want_r, int want_w, meas *r, meas *w) {
   struct statvfs vs;
-  if (statvfs(path, &vs) != 0) return zo_error_set(ZO_ERR_SYSTEM, "statvfs '%s': %s", path, strerror(errno));
+  if (statvfs(path, &vs) != 0)
+    return zo_error_set(ZO_ERR_SYSTEM, "statvfs '%s': %s", path, strerror(errno));
   uint64_t avail;
-  if (__builtin_mul_overflow((uint64_t)vs.f_bavail, (uint64_t)vs.f_frsize, &avail)) avail = UINT64_MAX;
+  if (__builtin_mul_overflow((uint64_t)vs.f_bavail, (uint64_t)vs.f_frsize, &avail))
+    avail = UINT64_MAX;
   uint64_t total = want_bytes / SP_MIB * SP_MIB;
   if (avail / 4 < total) total = avail / 4 / SP_MIB * SP_MIB;
   const uint64_t need = want_bytes < SP_DISK_MIN ? want_bytes / SP_MIB * SP_MIB : SP_DISK_MIN;
   char b1[32], b2[32], b3[32];
   if (total < need)
-    return zo_error_set(ZO_ERR_IO, "the disk is short: %s free at '%s', the measurement needs %s (4 x %s)",
-                        zo_format_bytes(b1, sizeof b1, (double)avail), path, zo_format_bytes(b2, sizeof b2, 4.0 * need),
+    return zo_error_set(ZO_ERR_IO,
+                        "the disk is short: %s free at '%s', the measurement needs %s (4 x %s)",
+                        zo_format_bytes(b1, sizeof b1, (double)avail), path,
+                        zo_format_bytes(b2, sizeof b2, 4.0 * need),
                         zo_format_bytes(b3, sizeof b3, (double)need));
 
   /* the engine's swap options (offload/engine.c create_swap), in a private directory of our own rank */
-  zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size, .queue_depth = (unsigned)cfg->aio.queue_depth,
-                     .register_files = 1, .sqpoll = cfg->zoffload.swap_sqpoll, .sqpoll_idle_ms = 50,
-                     .checksum = cfg->zoffload.swap_checksum, .progress_thread = 1};
+  zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
+                     .queue_depth = (unsigned)cfg->aio.queue_depth,
+                     .register_files = 1,
+                     .sqpoll = cfg->zoffload.swap_sqpoll,
+                     .sqpoll_idle_ms = 50,
+                     .checksum = cfg->zoffload.swap_checksum,
+                     .progress_thread = 1};
   zo_swap_t *sw = NULL;
   zo_swap_file_t *f = NULL;
   zo_pinned_pool_t *pool = NULL;
@@ -408,7 +455,8 @@ static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t w
   zo_status st = ZO_ERR_INVALID_USAGE;
   for (int k = 0; k < SP_RANK_TRIES && st == ZO_ERR_INVALID_USAGE; k++) {
     so.rank = SP_RANK_BASE + k;
-    st = zo_swap_create(path, &so, &sw); /* ZO_ERR_INVALID_USAGE: a live process holds this rank's directory */
+    st = zo_swap_create(path, &so,
+                        &sw); /* ZO_ERR_INVALID_USAGE: a live process holds this rank's directory */
   }
   if (st != ZO_OK) return st;
   const size_t align = zo_swap_alignment(sw), bs = zo_swap_block_size(sw);
@@ -416,8 +464,8 @@ static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t w
   total = total / align * align;
   disk_ctx d = {.sw = sw, .total = total};
   if (total == 0) {
-    st = zo_error_set(ZO_ERR_IO, "the disk is short: %s free at '%s'", zo_format_bytes(b1, sizeof b1, (double)avail),
-                      path);
+    st = zo_error_set(ZO_ERR_IO, "the disk is short: %s free at '%s'",
+                      zo_format_bytes(b1, sizeof b1, (double)avail), path);
     goto done;
   }
   /* requests of max(8 MiB, block size), enough of them in flight to keep 2 x block size x queue depth bytes queued,
@@ -442,17 +490,21 @@ static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t w
      * writes go out (zo-swapbench here: 1.04 GB/s read unregistered, 2.08 registered; this probe went from about
      * 1.05 to 1.25) */
     struct iovec iov = {.iov_base = buf, .iov_len = slice * n_slices};
-    (void)zo_swap_register_buffers(sw, &iov, 1); /* refused: plain I/O, as the engine then does (it warns) */
+    (void)zo_swap_register_buffers(sw, &iov,
+                                   1); /* refused: plain I/O, as the engine then does (it warns) */
   }
-  uint64_t *wds = buf; /* a pattern, not zeros (a disk may compress zeros); touches every page before timing */
-  for (size_t i = 0; i < slice * n_slices / sizeof *wds; i++) wds[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+  uint64_t *wds =
+      buf; /* a pattern, not zeros (a disk may compress zeros); touches every page before timing */
+  for (size_t i = 0; i < slice * n_slices / sizeof *wds; i++)
+    wds[i] = 0x9e3779b97f4a7c15ull * (i + 1);
   ZO_CHECK_GOTO(zo_swap_file_create(sw, "speeds.swp", total, &f), st, done);
   d.f = f;
 
   char mode[96];
-  setf(mode, sizeof mode, "%s %s, block %s, qd %u", zo_swap_is_direct(sw) ? "O_DIRECT" : "buffered (O_DIRECT refused)",
-       zo_swap_uses_io_uring(sw) ? "io_uring" : "pread/pwrite threads", zo_format_bytes(b2, sizeof b2, (double)bs),
-       qd);
+  setf(mode, sizeof mode, "%s %s, block %s, qd %u",
+       zo_swap_is_direct(sw) ? "O_DIRECT" : "buffered (O_DIRECT refused)",
+       zo_swap_uses_io_uring(sw) ? "io_uring" : "pread/pwrite threads",
+       zo_format_bytes(b2, sizeof b2, (double)bs), qd);
   zo_format_bytes(b1, sizeof b1, (double)total);
   double sec;
   int n;
@@ -487,7 +539,8 @@ static double link_gbps(const zo_config_t *cfg, zo_device_t *dev) {
   zo_link_stats ls;
   const double cur = zo_device_link_stats(dev, &ls) == ZO_OK ? ls.gbps : 0;
   if (cur == 0 && zo_device_get_kind(dev) == ZO_DEVICE_HOST && cfg->zoffload.host_link_gbps > 0)
-    return cfg->zoffload.host_link_gbps; /* the engine sets it at create (offload/engine.c create_device) */
+    return cfg->zoffload
+        .host_link_gbps; /* the engine sets it at create (offload/engine.c create_device) */
   return cur;
 }
 
@@ -502,14 +555,15 @@ static zo_status link_pass(void *arg, int pass, double *sec) {
   link_ctx *l = arg;
   (void)pass;
   const double t0 = zo_clock_s();
-  zo_status st = l->kind == ZO_COPY_H2D ? zo_memcpy(l->dev, l->dmem, l->host, l->nbytes, ZO_COPY_H2D)
-                                        : zo_memcpy(l->dev, l->host, l->dmem, l->nbytes, ZO_COPY_D2H);
+  zo_status st = l->kind == ZO_COPY_H2D
+                     ? zo_memcpy(l->dev, l->dmem, l->host, l->nbytes, ZO_COPY_H2D)
+                     : zo_memcpy(l->dev, l->host, l->dmem, l->nbytes, ZO_COPY_D2H);
   *sec = zo_clock_s() - t0;
   return st;
 }
 
-static zo_status measure_link(const zo_config_t *cfg, zo_device_t *dev, size_t want_bytes, int max_passes, meas *h2d,
-                              meas *d2h) {
+static zo_status measure_link(const zo_config_t *cfg, zo_device_t *dev, size_t want_bytes,
+                              int max_passes, meas *h2d, meas *d2h) {
   const double gbps = link_gbps(cfg, dev);
   zo_link_stats ls;
   const double before = zo_device_link_stats(dev, &ls) == ZO_OK ? ls.gbps : 0;
@@ -542,8 +596,10 @@ static zo_status measure_link(const zo_config_t *cfg, zo_device_t *dev, size_t w
   ZO_CHECK_GOTO(zo_memcpy(dev, l.host, l.dmem, SP_MIB, ZO_COPY_D2H), st, done);
   char b[32], emu[48] = "";
   zo_format_bytes(b, sizeof b, (double)nbytes);
-  if (zo_device_get_kind(dev) == ZO_DEVICE_HOST && gbps > 0) snprintf(emu, sizeof emu, ", emulated link %g GB/s", gbps);
-  else if (zo_device_get_kind(dev) == ZO_DEVICE_HOST) snprintf(emu, sizeof emu, ", no emulated link");
+  if (zo_device_get_kind(dev) == ZO_DEVICE_HOST && gbps > 0)
+    snprintf(emu, sizeof emu, ", emulated link %g GB/s", gbps);
+  else if (zo_device_get_kind(dev) == ZO_DEVICE_HOST)
+    snprintf(emu, sizeof emu, ", no emulated link");
   meas *m[2] = {h2d, d2h};
   for (int dir = 0; dir < 2; dir++) {
     double sec;
@@ -551,8 +607,8 @@ static zo_status measure_link(const zo_config_t *cfg, zo_device_t *dev, size_t w
     l.kind = dir ? ZO_COPY_D2H : ZO_COPY_H2D;
     ZO_CHECK_GOTO(timed_passes(link_pass, &l, max_passes, &sec, &n), st, done);
     m[dir]->value = (double)nbytes / sec;
-    setf(m[dir]->how, sizeof m[dir]->how, "measured: %s zo_memcpy %s, median of %d passes %.3g s%s", b,
-         dir ? "device -> pinned host" : "pinned host -> device", n, sec, emu);
+    setf(m[dir]->how, sizeof m[dir]->how, "measured: %s zo_memcpy %s, median of %d passes %.3g s%s",
+         b, dir ? "device -> pinned host" : "pinned host -> device", n, sec, emu);
   }
 done:
   if (set_link) {
@@ -575,16 +631,19 @@ typedef struct adam_types {
 static adam_types engine_adam_types(const zo_config_t *cfg) {
   adam_types t;
   t.out = cfg->bf16.enabled ? ZO_DTYPE_BF16 : cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_F32;
-  t.grad = cfg->grad_accum_dtype >= 0 ? (zo_dtype)cfg->grad_accum_dtype
-                                      : cfg->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32 : t.out;
+  t.grad = cfg->grad_accum_dtype >= 0             ? (zo_dtype)cfg->grad_accum_dtype
+           : cfg->gradient_accumulation_steps > 1 ? ZO_DTYPE_F32
+                                                  : t.out;
   t.state = cfg->zoffload.optimizer_state_dtype == ZO_DTYPE_BF16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
   return t;
 }
 
 /* An Adam pool made as the engine makes its own (offload/engine.c create_pool). */
 static zo_status adam_pool_make(const zo_config_t *cfg, zo_device_t *dev, zo_adam_pool_t **pool) {
-  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads, .numa_node = dev ? zo_device_numa_node(dev) : -1,
-                          .bind = 1, .simd = ZO_SIMD_AUTO};
+  zo_adam_pool_opts po = {.n_threads = cfg->zoffload.adam_threads,
+                          .numa_node = dev ? zo_device_numa_node(dev) : -1,
+                          .bind = 1,
+                          .simd = ZO_SIMD_AUTO};
   zo_launch_info li;
   if (zo_launch_info_get(&li) == ZO_OK && li.local_size > 1)
     po.share_index = li.local_rank, po.share_count = li.local_size;
@@ -619,15 +678,18 @@ static void *adam_buf(size_t n, size_t esz, size_t *nbytes) {
   return p;
 }
 
-static zo_status measure_adam(const zo_config_t *cfg, zo_adam_pool_t *pool, size_t n, int max_passes, meas *out) {
+static zo_status measure_adam(const zo_config_t *cfg, zo_adam_pool_t *pool, size_t n,
+                              int max_passes, meas *out) {
   const adam_types t = engine_adam_types(cfg);
   size_t bytes[5];
   void *b[5] = {adam_buf(n, 4, &bytes[0]), adam_buf(n, zo_dtype_size(t.grad), &bytes[1]),
-                adam_buf(n, zo_dtype_size(t.state), &bytes[2]), adam_buf(n, zo_dtype_size(t.state), &bytes[3]),
+                adam_buf(n, zo_dtype_size(t.state), &bytes[2]),
+                adam_buf(n, zo_dtype_size(t.state), &bytes[3]),
                 adam_buf(n, zo_dtype_size(t.out), &bytes[4])};
   zo_status st = ZO_OK;
   for (int i = 0; i < 5; i++)
-    if (!b[i]) st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "out of host memory for %zu Adam elements", n);
+    if (!b[i])
+      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "out of host memory for %zu Adam elements", n);
   if (st != ZO_OK) goto done;
   /* weights and gradients of a training run's size (not zeros: every lane does the work it does in training) */
   float *master = b[0], pat[4096];
@@ -635,25 +697,41 @@ static zo_status measure_adam(const zo_config_t *cfg, zo_adam_pool_t *pool, size
   for (int i = 0; i < 4096; i++) pat[i] = 1e-3f * (float)((i * 37) % 101 - 50) / 50.0f;
   const size_t gsz = zo_dtype_size(t.grad);
   for (size_t off = 0; off < n && st == ZO_OK; off += 4096)
-    st = zo_cast((char *)b[1] + off * gsz, t.grad, pat, ZO_DTYPE_F32, n - off < 4096 ? n - off : 4096, 1);
+    st = zo_cast((char *)b[1] + off * gsz, t.grad, pat, ZO_DTYPE_F32,
+                 n - off < 4096 ? n - off : 4096, 1);
   if (st != ZO_OK) goto done;
   adam_ctx a = {.pool = pool};
-  a.hp = (zo_adam_hparams){.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.beta1,
-                           .beta2 = (float)cfg->optimizer.beta2, .eps = (float)cfg->optimizer.eps,
-                           .weight_decay = (float)cfg->optimizer.weight_decay,
-                           .mode = cfg->optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
-                           .bias_correction = cfg->optimizer.bias_correction, .step = 1, .grad_scale = 1.0f};
-  a.sh = (zo_adam_shard){.param = master, .grad = b[1], .grad_dtype = t.grad, .exp_avg = b[2], .exp_avg_sq = b[3],
-                         .state_dtype = t.state, .param_out = b[4], .out_dtype = t.out, .n = n};
-  ZO_CHECK_GOTO(zo_adam_pool_update(pool, &a.hp, &a.sh, 0, NULL), st, done); /* untimed: first touch, wake-up */
+  a.hp =
+      (zo_adam_hparams){.lr = (float)cfg->optimizer.lr,
+                        .beta1 = (float)cfg->optimizer.beta1,
+                        .beta2 = (float)cfg->optimizer.beta2,
+                        .eps = (float)cfg->optimizer.eps,
+                        .weight_decay = (float)cfg->optimizer.weight_decay,
+                        .mode = cfg->optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
+                        .bias_correction = cfg->optimizer.bias_correction,
+                        .step = 1,
+                        .grad_scale = 1.0f};
+  a.sh = (zo_adam_shard){.param = master,
+                         .grad = b[1],
+                         .grad_dtype = t.grad,
+                         .exp_avg = b[2],
+                         .exp_avg_sq = b[3],
+                         .state_dtype = t.state,
+                         .param_out = b[4],
+                         .out_dtype = t.out,
+                         .n = n};
+  ZO_CHECK_GOTO(zo_adam_pool_update(pool, &a.hp, &a.sh, 0, NULL), st,
+                done); /* untimed: first touch, wake-up */
   double sec;
   int np;
   ZO_CHECK_GOTO(timed_passes(adam_pass, &a, max_passes, &sec, &np), st, done);
   out->value = (double)n / sec;
   const int nt = zo_adam_pool_threads(pool);
-  setf(out->how, sizeof out->how, "measured: %zu elements, grad %s, state %s, out %s, %d thread%s %s, median of %d "
-       "passes %.3g s", n, zo_dtype_name(t.grad), zo_dtype_name(t.state), zo_dtype_name(t.out), nt, nt == 1 ? "" : "s",
-       zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)), np, sec);
+  setf(out->how, sizeof out->how,
+       "measured: %zu elements, grad %s, state %s, out %s, %d thread%s %s, median of %d "
+       "passes %.3g s",
+       n, zo_dtype_name(t.grad), zo_dtype_name(t.state), zo_dtype_name(t.out), nt,
+       nt == 1 ? "" : "s", zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)), np, sec);
 done:
   for (int i = 0; i < 5; i++) free(b[i]);
   return st;
@@ -678,9 +756,12 @@ static void settle(figure *f, int which, zo_status st, const meas *m) {
 
 static void log_figure(const figure *f, int which) {
   const double v = *f->value;
-  if (v <= 0) zo_info("speeds: %s unknown (%s)", k_label[which], f->src);
-  else if (which == F_ADAM) zo_info("speeds: %s %.4g G elements/s (%s)", k_label[which], v * 1e-9, f->src);
-  else zo_info("speeds: %s %.4g GB/s (%s)", k_label[which], v * 1e-9, f->src);
+  if (v <= 0)
+    zo_info("speeds: %s unknown (%s)", k_label[which], f->src);
+  else if (which == F_ADAM)
+    zo_info("speeds: %s %.4g G elements/s (%s)", k_label[which], v * 1e-9, f->src);
+  else
+    zo_info("speeds: %s %.4g GB/s (%s)", k_label[which], v * 1e-9, f->src);
 }
 
 /* The options with their defaults filled in; ZO_ERR_INVALID_ARG naming one out of range. */
@@ -691,13 +772,15 @@ static zo_status resolve_opts(const zo_speeds_opts *in, zo_speeds_opts *o) {
   if (!o->adam_elems) o->adam_elems = SP_ADAM_ELEMS;
   if (!o->max_passes) o->max_passes = SP_PASSES;
   if (o->disk_bytes < SP_MIB || o->link_bytes < SP_MIB)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: opts disk_bytes %zu and link_bytes %zu: each 0 or at least %zu",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "speeds: opts disk_bytes %zu and link_bytes %zu: each 0 or at least %zu",
                         o->disk_bytes, o->link_bytes, SP_MIB);
   if (o->adam_elems < SP_ADAM_MIN || o->adam_elems > SIZE_MAX / 16)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: opts adam_elems %zu: 0, or %d to %zu", o->adam_elems, SP_ADAM_MIN,
-                        SIZE_MAX / 16);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: opts adam_elems %zu: 0, or %d to %zu",
+                        o->adam_elems, SP_ADAM_MIN, SIZE_MAX / 16);
   if (o->max_passes < 1 || o->max_passes > SP_MAX_PASSES)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: opts max_passes %d: 0, or 1 to %d", o->max_passes, SP_MAX_PASSES);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: opts max_passes %d: 0, or 1 to %d",
+                        o->max_passes, SP_MAX_PASSES);
   return ZO_OK;
 }
 
@@ -709,14 +792,17 @@ static void make_keys(figure *f, const zo_config_t *cfg, zo_device_t *dev, const
   if (f[F_NVME_READ].open || f[F_NVME_WRITE].open) {
     char *real = realpath(nvme_path, NULL);
     struct stat sb;
-    const unsigned long long st_dev = stat(real ? real : nvme_path, &sb) == 0 ? (unsigned long long)sb.st_dev : 0;
+    const unsigned long long st_dev =
+        stat(real ? real : nvme_path, &sb) == 0 ? (unsigned long long)sb.st_dev : 0;
     for (int i = F_NVME_READ; i <= F_NVME_WRITE; i++) {
       setf(f[i].path, sizeof f[i].path, "%s", real ? real : nvme_path);
       /* keyed by the file system the path is on (its device), not the directory: every directory of one disk
        * (a run's temporary ones too) shares one measurement */
-      setf(f[i].key, sizeof f[i].key, "%s host=%s st_dev=%llu block_size=%lld queue_depth=%lld "
-           "checksum=%d sqpoll=%d", k_name[i], host, st_dev, (long long)cfg->aio.block_size,
-           (long long)cfg->aio.queue_depth, cfg->zoffload.swap_checksum, cfg->zoffload.swap_sqpoll);
+      setf(f[i].key, sizeof f[i].key,
+           "%s host=%s st_dev=%llu block_size=%lld queue_depth=%lld "
+           "checksum=%d sqpoll=%d",
+           k_name[i], host, st_dev, (long long)cfg->aio.block_size, (long long)cfg->aio.queue_depth,
+           cfg->zoffload.swap_checksum, cfg->zoffload.swap_sqpoll);
     }
     free(real);
   }
@@ -726,34 +812,38 @@ static void make_keys(figure *f, const zo_config_t *cfg, zo_device_t *dev, const
     const char *name = host_dev ? "host" : zo_device_name(dev), *limit = strstr(name, ", limit ");
     const int name_len = limit ? (int)(limit - name) : (int)strlen(name);
     for (int i = F_H2D; i <= F_D2H; i++)
-      setf(f[i].key, sizeof f[i].key, "%s host=%s device=%.*s link_gbps=%.17g", k_name[i], host, name_len, name,
-           link_gbps(cfg, dev));
+      setf(f[i].key, sizeof f[i].key, "%s host=%s device=%.*s link_gbps=%.17g", k_name[i], host,
+           name_len, name, link_gbps(cfg, dev));
   }
   if (f[F_ADAM].open && pool) {
     const adam_types t = engine_adam_types(cfg);
-    setf(f[F_ADAM].key, sizeof f[F_ADAM].key, "adam host=%s threads=%d simd=%s grad=%s state=%s out=%s", host,
-         zo_adam_pool_threads(pool), zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)), zo_dtype_name(t.grad),
-         zo_dtype_name(t.state), zo_dtype_name(t.out));
+    setf(f[F_ADAM].key, sizeof f[F_ADAM].key,
+         "adam host=%s threads=%d simd=%s grad=%s state=%s out=%s", host,
+         zo_adam_pool_threads(pool), zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)),
+         zo_dtype_name(t.grad), zo_dtype_name(t.state), zo_dtype_name(t.out));
   }
 }
 
-zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path, zo_speeds *out) {
+zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path,
+                        zo_speeds *out) {
   return zo_speeds_get_ex(cfg, dev, nvme_path, NULL, out);
 }
 
-zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path, const zo_speeds_opts *opts,
-                           zo_speeds *out) {
+zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path,
+                           const zo_speeds_opts *opts, zo_speeds *out) {
   if (!out) return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: out is NULL");
   zo_speeds_opts o;
   ZO_CHECK(resolve_opts(opts, &o));
   if (nvme_path) {
     struct stat sb;
-    if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path is empty (NULL: no disk figures)");
+    if (!nvme_path[0])
+      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path is empty (NULL: no disk figures)");
     if (stat(nvme_path, &sb) != 0)
-      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path '%s': %s", nvme_path, strerror(errno));
+      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path '%s': %s", nvme_path,
+                          strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path '%s' is %s, not a directory", nvme_path,
-                          zo_file_kind(sb.st_mode));
+      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: nvme_path '%s' is %s, not a directory",
+                          nvme_path, zo_file_kind(sb.st_mode));
   }
   zo_config_t defaults;
   if (!cfg) {
@@ -770,10 +860,12 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
     json_decref(c.entries);
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "speeds: out of host memory");
   }
-  double *val[F_COUNT] = {&res.nvme_read_bytes_per_s, &res.nvme_write_bytes_per_s, &res.h2d_bytes_per_s,
-                          &res.d2h_bytes_per_s, &res.adam_elems_per_s};
-  char *src[F_COUNT] = {res.nvme_read_src, res.nvme_write_src, res.h2d_src, res.d2h_src, res.adam_src};
-  const double given[F_COUNT] = {cfg->zoffload.speeds.nvme_read_gbps, cfg->zoffload.speeds.nvme_write_gbps,
+  double *val[F_COUNT] = {&res.nvme_read_bytes_per_s, &res.nvme_write_bytes_per_s,
+                          &res.h2d_bytes_per_s, &res.d2h_bytes_per_s, &res.adam_elems_per_s};
+  char *src[F_COUNT] = {res.nvme_read_src, res.nvme_write_src, res.h2d_src, res.d2h_src,
+                        res.adam_src};
+  const double given[F_COUNT] = {cfg->zoffload.speeds.nvme_read_gbps,
+                                 cfg->zoffload.speeds.nvme_write_gbps,
                                  cfg->zoffload.speeds.h2d_gbps, cfg->zoffload.speeds.d2h_gbps,
                                  cfg->zoffload.speeds.adam_gparams_per_s};
   pthread_mutex_lock(&g_lock);
@@ -803,8 +895,10 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
   }
   /* 3. the cache */
   if (n_open && !o.no_cache) {
-    if (zo_speeds_cache_path(c.path, sizeof c.path) == ZO_OK) cache_read(&c);
-    else zo_info("%s; nothing is cached", zo_last_error());
+    if (zo_speeds_cache_path(c.path, sizeof c.path) == ZO_OK)
+      cache_read(&c);
+    else
+      zo_info("%s; nothing is cached", zo_last_error());
   }
   make_keys(f, cfg, dev, nvme_path, pool);
   if (n_open && c.path[0] && !o.remeasure && !env_remeasure()) {
@@ -819,8 +913,8 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
   meas m[F_COUNT];
   memset(m, 0, sizeof m);
   if (f[F_NVME_READ].open || f[F_NVME_WRITE].open) {
-    zo_status st = measure_disk(cfg, nvme_path, o.disk_bytes, o.max_passes, f[F_NVME_READ].open, f[F_NVME_WRITE].open,
-                                &m[F_NVME_READ], &m[F_NVME_WRITE]);
+    zo_status st = measure_disk(cfg, nvme_path, o.disk_bytes, o.max_passes, f[F_NVME_READ].open,
+                                f[F_NVME_WRITE].open, &m[F_NVME_READ], &m[F_NVME_WRITE]);
     for (int i = F_NVME_READ; i <= F_NVME_WRITE; i++)
       if (f[i].open) settle(&f[i], i, st, &m[i]);
   }
@@ -830,14 +924,16 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
       if (f[i].open) settle(&f[i], i, st, &m[i]);
   }
   if (f[F_ADAM].open)
-    settle(&f[F_ADAM], F_ADAM, measure_adam(cfg, pool, o.adam_elems, o.max_passes, &m[F_ADAM]), &m[F_ADAM]);
+    settle(&f[F_ADAM], F_ADAM, measure_adam(cfg, pool, o.adam_elems, o.max_passes, &m[F_ADAM]),
+           &m[F_ADAM]);
   zo_adam_pool_destroy(pool);
   /* the cache gets what was measured */
   if (c.path[0] && !o.no_cache) {
     char at[64];
     now_text(at, sizeof at);
     for (int i = 0; i < F_COUNT; i++)
-      if (f[i].measured) cache_put(&c, f[i].key, *f[i].value, f[i].how, at, NULL); /* disk: per device, kept */
+      if (f[i].measured)
+        cache_put(&c, f[i].key, *f[i].value, f[i].how, at, NULL); /* disk: per device, kept */
     if (c.dirty && c.writable) cache_write(&c);
   }
   for (int i = 0; i < F_COUNT; i++) log_figure(&f[i], i);
@@ -850,17 +946,22 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
 
 /* ------------------------------------------------------------------------------------------------ app figures */
 
-zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure, double *value,
-                           char *src, size_t src_cap) {
+zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure,
+                           double *value, char *src, size_t src_cap) {
   if (!key || !measure || !value || !src || !src_cap)
     return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: %s is NULL or empty",
-                        !key ? "key" : !measure ? "measure" : !value ? "value" : "src");
+                        !key       ? "key"
+                        : !measure ? "measure"
+                        : !value   ? "value"
+                                   : "src");
   const size_t klen = strlen(key);
   if (klen == 0 || klen > 1024)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: key of %zu bytes (1 to 1024)", klen);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "speeds: zo_speeds_figure: key of %zu bytes (1 to 1024)", klen);
   for (size_t i = 0; i < klen; i++)
     if (key[i] < 0x20 || key[i] > 0x7e)
-      return zo_error_set(ZO_ERR_INVALID_ARG, "speeds: zo_speeds_figure: key byte %zu is 0x%02x, not printable ASCII",
+      return zo_error_set(ZO_ERR_INVALID_ARG,
+                          "speeds: zo_speeds_figure: key byte %zu is 0x%02x, not printable ASCII",
                           i, (unsigned char)key[i]);
   *value = 0;
   src[0] = 0;
@@ -874,8 +975,10 @@ zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *
   host_name(host, sizeof host);
   sprintf(full, "app %s host=%s", key, host);
   pthread_mutex_lock(&g_lock);
-  if (zo_speeds_cache_path(c.path, sizeof c.path) == ZO_OK) cache_read(&c);
-  else zo_info("%s; nothing is cached", zo_last_error());
+  if (zo_speeds_cache_path(c.path, sizeof c.path) == ZO_OK)
+    cache_read(&c);
+  else
+    zo_info("%s; nothing is cached", zo_last_error());
   char at[64], how[ZO_SPEEDS_SRC_CAP] = "";
   zo_status st = ZO_OK;
   if (c.path[0] && !remeasure && !env_remeasure() && cache_lookup(&c, full, value, at, sizeof at)) {
@@ -883,8 +986,10 @@ zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *
   } else if ((st = measure(ctx, value, how, sizeof how)) != ZO_OK) {
     zo_error_set(st, "not measured: %s", how[0] ? how : zo_status_string(st));
   } else if (!(isfinite(*value) && *value > 0)) {
-    st = zo_error_set(ZO_ERR_INVALID_ARG, "not measured: the measurement of \"%s\" gave %g, not a positive finite "
-                      "number", key, *value);
+    st = zo_error_set(ZO_ERR_INVALID_ARG,
+                      "not measured: the measurement of \"%s\" gave %g, not a positive finite "
+                      "number",
+                      key, *value);
   }
   if (st != ZO_OK) {
     *value = 0;

@@ -36,7 +36,7 @@
 #define SWAP_DEFAULT_QD 32u
 #define SWAP_MAX_BLOCK ((size_t)1 << 30)
 #define SWAP_MAX_QD 32768u
-#define SWAP_MAX_RETRIES 16    /* -EAGAIN/-EINTR or no-progress short transfers per piece */
+#define SWAP_MAX_RETRIES 16     /* -EAGAIN/-EINTR or no-progress short transfers per piece */
 #define SWAP_MAX_BUFFERS 16384u /* io_uring's limit on registered buffers */
 #define SWAP_MAX_RANK 99999999
 
@@ -89,12 +89,13 @@ static size_t blockdev_logical_size(unsigned maj, unsigned min) {
 static size_t probe_alignment(zo_swap_t *sw) {
   size_t a = 0;
   unsigned maj = 0, min = 0;
-  int fd = openat(sw->pdir.fd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int fd =
+      openat(sw->pdir.fd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd >= 0) {
     struct zo_kstatx stx;
     memset(&stx, 0, sizeof stx);
-    if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_DIOALIGN | STATX_BASIC_STATS,
-                &stx) == 0) {
+    if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
+                STATX_DIOALIGN | STATX_BASIC_STATS, &stx) == 0) {
       maj = stx.stx_dev_major;
       min = stx.stx_dev_minor;
       if ((stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
@@ -121,8 +122,7 @@ static size_t probe_alignment(zo_swap_t *sw) {
 static void pend_push(zo_swap_t *sw, zo_swap_req_t *r) {
   zo_swap_req_t *at = NULL; /* insert before it; NULL: at the tail */
   if (r->urgent)
-    for (at = sw->pend_head; at && at->urgent; at = at->pend_next) {
-    }
+    for (at = sw->pend_head; at && at->urgent; at = at->pend_next) {}
   r->pend_next = at;
   r->pend_prev = at ? at->pend_prev : sw->pend_tail;
   if (r->pend_prev)
@@ -236,7 +236,8 @@ static void piece_release(zo_swap_t *sw, zo_swap_piece_t *p) {
 static int find_fixed_buf(const zo_swap_t *sw, const char *buf, size_t len) {
   for (unsigned i = 0; i < sw->n_bufs; i++) {
     const char *b = sw->bufs[i].iov_base;
-    if (buf >= b && len <= sw->bufs[i].iov_len && (size_t)(buf - b) <= sw->bufs[i].iov_len - len) return (int)i;
+    if (buf >= b && len <= sw->bufs[i].iov_len && (size_t)(buf - b) <= sw->bufs[i].iov_len - len)
+      return (int)i;
   }
   return -1;
 }
@@ -244,9 +245,11 @@ static int find_fixed_buf(const zo_swap_t *sw, const char *buf, size_t len) {
 /* Prepare one SQE for the remaining bytes of @p. */
 static int piece_prep_uring(zo_swap_t *sw, zo_swap_piece_t *p) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&sw->ring);
-  for (int tries = 0; !sqe && tries < 64; tries++) { /* cannot happen with pieces <= SQ entries, but be safe */
+  for (int tries = 0; !sqe && tries < 64;
+       tries++) { /* cannot happen with pieces <= SQ entries, but be safe */
     int ret = io_uring_submit(&sw->ring);
-    if (ret > 0) sw->n_unsubmitted -= (unsigned)ret > sw->n_unsubmitted ? sw->n_unsubmitted : (unsigned)ret;
+    if (ret > 0)
+      sw->n_unsubmitted -= (unsigned)ret > sw->n_unsubmitted ? sw->n_unsubmitted : (unsigned)ret;
     if (sw->sqpoll) io_uring_sqring_wait(&sw->ring);
     sqe = io_uring_get_sqe(&sw->ring);
   }
@@ -367,7 +370,8 @@ static int ring_submit(zo_swap_t *sw) {
     sw->n_unsubmitted = 0; /* liburing flushed every SQE into the ring */
     return 0;
   }
-  if (ret == -EAGAIN || ret == -EBUSY || ret == -EINTR) return 0; /* stays queued; retried on wait */
+  if (ret == -EAGAIN || ret == -EBUSY || ret == -EINTR)
+    return 0; /* stays queued; retried on wait */
   return ret;
 }
 
@@ -446,8 +450,8 @@ static int reap(zo_swap_t *sw, int wait) {
   if (wait) {
     int ret = ring_wait(sw);
     if (ret < 0) return ret;
-  } else if ((sw->ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)) && sw->n_inflight &&
-           !io_uring_cq_ready(&sw->ring)) {
+  } else if ((sw->ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)) &&
+             sw->n_inflight && !io_uring_cq_ready(&sw->ring)) {
     /* COOP/DEFER_TASKRUN post completions when we next enter the kernel: enter, without waiting. */
     int ret = io_uring_get_events(&sw->ring);
     if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) return ret;
@@ -589,19 +593,22 @@ static zo_status ring_env(const zo_swap_opts *opts, enum ring_mode *mode) {
   else if (!strcmp(env, "defer"))
     *mode = RING_DEFER;
   else
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: ZO_SWAP_RING_FLAGS='%s' is not one of none, coop, defer (or unset)",
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: ZO_SWAP_RING_FLAGS='%s' is not one of none, coop, defer (or unset)",
                         env);
   if (*mode == RING_DEFER && opts && opts->progress_thread)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: ZO_SWAP_RING_FLAGS=defer cannot be used with opts.progress_thread: "
-                        "IORING_SETUP_DEFER_TASKRUN needs IORING_SETUP_SINGLE_ISSUER, one thread that submits and "
-                        "reaps every request, and the creating thread is not the progress thread that submits "
-                        "(the kernel would answer EEXIST, \"File exists\"); unset it or use coop or none");
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "swap: ZO_SWAP_RING_FLAGS=defer cannot be used with opts.progress_thread: "
+        "IORING_SETUP_DEFER_TASKRUN needs IORING_SETUP_SINGLE_ISSUER, one thread that submits and "
+        "reaps every request, and the creating thread is not the progress thread that submits "
+        "(the kernel would answer EEXIST, \"File exists\"); unset it or use coop or none");
   if (*mode != RING_NONE && opts && opts->sqpoll)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: ZO_SWAP_RING_FLAGS=%s cannot be used with opts.sqpoll: the kernel takes no task-run "
-                        "flag with IORING_SETUP_SQPOLL; unset it or use none",
-                        env);
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "swap: ZO_SWAP_RING_FLAGS=%s cannot be used with opts.sqpoll: the kernel takes no task-run "
+        "flag with IORING_SETUP_SQPOLL; unset it or use none",
+        env);
   return ZO_OK;
 }
 
@@ -610,7 +617,8 @@ static zo_status ring_env(const zo_swap_opts *opts, enum ring_mode *mode) {
 static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mode mode) {
   int ret = -EINVAL;
   unsigned idle = opts && opts->sqpoll_idle_ms ? opts->sqpoll_idle_ms : 1000;
-  int single = opts && opts->single_issuer && !opts->progress_thread; /* the thread, not the creator, submits */
+  int single = opts && opts->single_issuer &&
+               !opts->progress_thread; /* the thread, not the creator, submits */
   struct utsname un;
   const char *kernel = uname(&un) == 0 ? un.release : "unknown";
   if (opts && opts->sqpoll) {
@@ -629,33 +637,39 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
     if (ret == 0)
       sw->ring_flags = f;
     else if (mode == RING_DEFER)
-      return zo_error_set(ZO_ERR_UNSUPPORTED,
-                          "swap: ZO_SWAP_RING_FLAGS=defer: io_uring_queue_init(%u) with IORING_SETUP_SINGLE_ISSUER|"
-                          "IORING_SETUP_DEFER_TASKRUN refused: %s (needs Linux 6.1+ and liburing 2.3+; kernel %s)",
-                          sw->qd_max, strerror(-ret), kernel);
+      return zo_error_set(
+          ZO_ERR_UNSUPPORTED,
+          "swap: ZO_SWAP_RING_FLAGS=defer: io_uring_queue_init(%u) with IORING_SETUP_SINGLE_ISSUER|"
+          "IORING_SETUP_DEFER_TASKRUN refused: %s (needs Linux 6.1+ and liburing 2.3+; kernel %s)",
+          sw->qd_max, strerror(-ret), kernel);
     else
-      zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without", strerror(-ret));
+      zo_warn_once("swap: io_uring SINGLE_ISSUER|DEFER_TASKRUN refused (%s); continuing without",
+                   strerror(-ret));
   }
   if (ret != 0 && (mode == RING_COOP || mode == RING_AUTO)) {
     ret = ring_try(sw, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0);
     if (ret == 0)
       sw->ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
     else if (mode == RING_COOP)
-      return zo_error_set(ZO_ERR_UNSUPPORTED,
-                          "swap: ZO_SWAP_RING_FLAGS=coop: io_uring_queue_init(%u) with IORING_SETUP_COOP_TASKRUN|"
-                          "IORING_SETUP_TASKRUN_FLAG refused: %s (needs Linux 5.19+ and liburing 2.2+; kernel %s)",
-                          sw->qd_max, strerror(-ret), kernel);
+      return zo_error_set(
+          ZO_ERR_UNSUPPORTED,
+          "swap: ZO_SWAP_RING_FLAGS=coop: io_uring_queue_init(%u) with IORING_SETUP_COOP_TASKRUN|"
+          "IORING_SETUP_TASKRUN_FLAG refused: %s (needs Linux 5.19+ and liburing 2.2+; kernel %s)",
+          sw->qd_max, strerror(-ret), kernel);
   }
   if (ret != 0) {
     ret = ring_try(sw, 0, 0);
     sw->ring_flags = 0;
   }
   if (ret != 0 && mode != RING_AUTO)
-    return zo_error_set(ZO_ERR_UNSUPPORTED, "swap: ZO_SWAP_RING_FLAGS=none: io_uring_queue_init(%u) failed: %s (kernel %s)",
-                        sw->qd_max, strerror(-ret), kernel);
+    return zo_error_set(
+        ZO_ERR_UNSUPPORTED,
+        "swap: ZO_SWAP_RING_FLAGS=none: io_uring_queue_init(%u) failed: %s (kernel %s)", sw->qd_max,
+        strerror(-ret), kernel);
   if (ret != 0) {
-    zo_warn_once("swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads", sw->qd,
-                 strerror(-ret));
+    zo_warn_once(
+        "swap: io_uring_queue_init(%u) failed: %s; falling back to a pool of pread/pwrite threads",
+        sw->qd, strerror(-ret));
     return ZO_OK;
   }
   sw->use_uring = 1;
@@ -664,7 +678,8 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
     if (ret == 0)
       sw->fixed_files = 1;
     else
-      zo_warn_once("swap: io_uring_register_files refused (%s); using plain file descriptors", strerror(-ret));
+      zo_warn_once("swap: io_uring_register_files refused (%s); using plain file descriptors",
+                   strerror(-ret));
   }
   return ZO_OK;
 }
@@ -673,34 +688,42 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
 
 /* The arguments of zo_swap_create: @opts' block size, queue depth and rank (defaults filled in), the ring mode
  * ZO_SWAP_RING_FLAGS asks for, and @nvme_path an existing directory. */
-static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *opts, size_t *block, unsigned *qd,
-                                   int *rank, enum ring_mode *ring_mode) {
+static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *opts, size_t *block,
+                                   unsigned *qd, int *rank, enum ring_mode *ring_mode) {
   if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
   *block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
   *qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
   *rank = opts ? opts->rank : 0;
   if (*block > SWAP_MAX_BLOCK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu", *block, SWAP_MAX_BLOCK);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: block_size %zu bytes exceeds the maximum %zu",
+                        *block, SWAP_MAX_BLOCK);
   if (*qd > SWAP_MAX_QD)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", *qd, SWAP_MAX_QD);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: queue_depth %u exceeds the maximum %u", *qd,
+                        SWAP_MAX_QD);
   if (*rank < 0 || *rank > SWAP_MAX_RANK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", *rank, SWAP_MAX_RANK);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", *rank,
+                        SWAP_MAX_RANK);
   ZO_CHECK(ring_env(opts, ring_mode));
 
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
     int e = errno;
-    return zo_error_set(e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP ? ZO_ERR_INVALID_ARG : ZO_ERR_SYSTEM,
+    return zo_error_set(e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP
+                            ? ZO_ERR_INVALID_ARG
+                            : ZO_ERR_SYSTEM,
                         "swap: nvme_path '%s': %s", nvme_path, strerror(e));
   }
   if (!S_ISDIR(st.st_mode))
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENOTDIR));
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path,
+                        strerror(ENOTDIR));
   return ZO_OK;
 }
 
 zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out) {
   if (out) *out = NULL;
-  if (!nvme_path || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL", !out ? "out" : "nvme_path");
+  if (!nvme_path || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL",
+                        !out ? "out" : "nvme_path");
   size_t block = 0;
   unsigned qd = 0;
   int rank = 0;
@@ -723,7 +746,8 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
     st_ret = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u piece descriptors", qd);
     goto err;
   }
-  for (unsigned i = 0; i < qd; i++) sw->pieces[i].next_free = i + 1 < qd ? &sw->pieces[i + 1] : NULL;
+  for (unsigned i = 0; i < qd; i++)
+    sw->pieces[i].next_free = i + 1 < qd ? &sw->pieces[i + 1] : NULL;
   sw->free_pieces = &sw->pieces[0];
 
   const char *force = getenv("ZO_SWAP_FORCE_PREAD");
@@ -735,14 +759,16 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
     unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4);
     int ret = pool_start(sw, nt);
     if (ret < 0) {
-      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start %u pread/pwrite threads: %s", nt, strerror(-ret));
+      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start %u pread/pwrite threads: %s", nt,
+                            strerror(-ret));
       goto err;
     }
   }
   if (opts && opts->progress_thread) {
     int ret = bg_start(sw);
     if (ret < 0) {
-      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start the progress thread: %s", strerror(-ret));
+      st_ret = zo_error_set(sys_status(-ret), "swap: cannot start the progress thread: %s",
+                            strerror(-ret));
       goto err;
     }
   }
@@ -759,7 +785,9 @@ err:
 
 void zo_swap_destroy(zo_swap_t *sw) {
   if (!sw) return;
-  if (sw->n_inflight) zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped", sw->n_inflight);
+  if (sw->n_inflight)
+    zo_warn("swap: destroy with %u pieces in flight; reaping them, results dropped",
+            sw->n_inflight);
   bg_stop(sw); /* lets the pieces in flight complete, starts nothing new */
   while (sw->pend_head) pend_remove(sw, sw->pend_head); /* start nothing new */
   while (sw->n_inflight)
@@ -788,14 +816,17 @@ unsigned zo_swap_queue_depth(const zo_swap_t *sw) { return sw ? sw->qd : 0; }
 zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_depth) {
   if (!sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: set_queue: sw is NULL");
   if (block_size > SWAP_MAX_BLOCK)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: set_queue: block_size %zu bytes exceeds the maximum %zu", block_size,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: set_queue: block_size %zu bytes exceeds the maximum %zu", block_size,
                         SWAP_MAX_BLOCK);
   if (queue_depth > sw->qd_max)
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: set_queue: queue_depth %u exceeds %u, the queue_depth the handle was created with",
-                        queue_depth, sw->qd_max);
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "swap: set_queue: queue_depth %u exceeds %u, the queue_depth the handle was created with",
+        queue_depth, sw->qd_max);
   if (sw->n_live) /* no request: the progress thread, if any, is asleep and holds no piece */
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: set_queue with %u requests outstanding", sw->n_live);
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: set_queue with %u requests outstanding",
+                        sw->n_live);
   if (block_size) {
     sw->block_size = zo_round_up(block_size, sw->align);
     if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
@@ -822,31 +853,37 @@ const char *zo_swap_describe(zo_swap_t *sw) {
   char eng[64];
   if (sw->use_uring)
     snprintf(eng, sizeof eng, "io_uring%s qd %u",
-             sw->ring_flags & IORING_SETUP_DEFER_TASKRUN ? " (defer_taskrun)"
-             : sw->ring_flags & IORING_SETUP_COOP_TASKRUN ? " (coop_taskrun)" : "",
+             sw->ring_flags & IORING_SETUP_DEFER_TASKRUN  ? " (defer_taskrun)"
+             : sw->ring_flags & IORING_SETUP_COOP_TASKRUN ? " (coop_taskrun)"
+                                                          : "",
              sw->qd);
   else
     snprintf(eng, sizeof eng, "pread/pwrite pool (%u threads) qd %u", sw->pool.n_threads, sw->qd);
   unsigned n_csum = 0;
   for (zo_swap_file_t *f = sw->files; f; f = f->next) n_csum += f->csum_chunk != 0;
-  snprintf(sw->desc, sizeof sw->desc,
-           "%s%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s", eng,
-           sw->bg ? " + progress thread" : "", sw->block_size, sw->direct ? "O_DIRECT" : "buffered", sw->align,
-           sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs, sw->sqpoll ? "sqpoll" : "no sqpoll",
-           n_csum, sw->rank, sw->pdir.path);
+  snprintf(
+      sw->desc, sizeof sw->desc,
+      "%s%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s",
+      eng, sw->bg ? " + progress thread" : "", sw->block_size, sw->direct ? "O_DIRECT" : "buffered",
+      sw->align, sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs,
+      sw->sqpoll ? "sqpoll" : "no sqpoll", n_csum, sw->rank, sw->pdir.path);
   return sw->desc;
 }
 
 zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsigned n) {
   if (!sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: sw is NULL");
-  if (n && !iov) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: iov is NULL with n = %u", n);
+  if (n && !iov)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: iov is NULL with n = %u", n);
   if (n > SWAP_MAX_BUFFERS)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: %u buffers, at most %u", n, SWAP_MAX_BUFFERS);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: %u buffers, at most %u", n,
+                        SWAP_MAX_BUFFERS);
   for (unsigned i = 0; i < n; i++)
     if (!iov[i].iov_base || !iov[i].iov_len)
-      return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: buffer %u is NULL or empty", i);
+      return zo_error_set(ZO_ERR_INVALID_ARG, "swap: register_buffers: buffer %u is NULL or empty",
+                          i);
   if (sw->n_live)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: register_buffers with %u requests outstanding", sw->n_live);
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: register_buffers with %u requests outstanding",
+                        sw->n_live);
   if (!sw->use_uring) return ZO_OK;
   if (sw->n_bufs) {
     io_uring_unregister_buffers(&sw->ring);
@@ -856,7 +893,8 @@ zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsig
   }
   if (!n) return ZO_OK;
   struct iovec *copy = malloc(n * sizeof *copy);
-  if (!copy) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u buffer descriptors", n);
+  if (!copy)
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u buffer descriptors", n);
   memcpy(copy, iov, n * sizeof *copy);
   int ret = io_uring_register_buffers(&sw->ring, copy, n);
   if (ret < 0) {
@@ -871,10 +909,11 @@ zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsig
       else
         snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
     }
-    return zo_error_set(ret == -ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM,
-                        "swap: io_uring_register_buffers(%u buffers, %zu bytes): %s (RLIMIT_MEMLOCK %s; raise it "
-                        "with ulimit -l or limits.conf)",
-                        n, total, strerror(-ret), lim);
+    return zo_error_set(
+        ret == -ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM,
+        "swap: io_uring_register_buffers(%u buffers, %zu bytes): %s (RLIMIT_MEMLOCK %s; raise it "
+        "with ulimit -l or limits.conf)",
+        n, total, strerror(-ret), lim);
   }
   sw->bufs = copy;
   sw->n_bufs = n;
@@ -883,26 +922,36 @@ zo_status zo_swap_register_buffers(zo_swap_t *sw, const struct iovec *iov, unsig
 
 /* ---- transfers ---------------------------------------------------------------------------- */
 
-static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
-                            int urgent, zo_swap_req_t **out) {
+static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
+                            size_t nbytes, int is_write, int urgent, zo_swap_req_t **out) {
   const char *op = is_write ? "write" : "read";
   if (out) *out = NULL;
   if (!sw || !f || !buf || !out)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s: %s is NULL", op, !sw ? "sw" : !f ? "file" : !buf ? "buf" : "req");
-  if (f->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s: file '%s' belongs to another swap", op, f->path);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s: %s is NULL", op,
+                        !sw    ? "sw"
+                        : !f   ? "file"
+                        : !buf ? "buf"
+                               : "req");
+  if (f->sw != sw)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s: file '%s' belongs to another swap", op,
+                        f->path);
   size_t a = sw->align;
   if ((uintptr_t)buf % a)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s '%s': buffer %p is not aligned to %zu bytes", op, f->path, buf, a);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s '%s': buffer %p is not aligned to %zu bytes",
+                        op, f->path, buf, a);
   if (offset % a)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s '%s': offset %" PRIu64 " is not a multiple of %zu bytes", op,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: %s '%s': offset %" PRIu64 " is not a multiple of %zu bytes", op,
                         f->path, offset, a);
   if (nbytes == 0 || nbytes % a)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %s '%s': length %zu bytes is not a nonzero multiple of %zu bytes", op,
-                        f->path, nbytes, a);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: %s '%s': length %zu bytes is not a nonzero multiple of %zu bytes",
+                        op, f->path, nbytes, a);
   if (offset > f->size || nbytes > f->size - offset)
     return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: %s '%s': offset %" PRIu64 " + length %zu bytes is past the file size %" PRIu64, op,
-                        f->path, offset, nbytes, f->size);
+                        "swap: %s '%s': offset %" PRIu64
+                        " + length %zu bytes is past the file size %" PRIu64,
+                        op, f->path, offset, nbytes, f->size);
   zo_swap_req_t *r = calloc(1, sizeof *r);
   if (!r) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a request");
   if (is_write) zo_swap_crc_record(f, offset, buf, nbytes);
@@ -924,7 +973,9 @@ static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, v
   if (sw->bg)
     pthread_cond_signal(&sw->bg_cv);
   else
-    (void)pump(sw, 1); /* a failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it */
+    (void)pump(
+        sw,
+        1); /* a failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it */
   bg_unlock(sw);
   *out = r;
   return ZO_OK;
@@ -938,89 +989,110 @@ static inline const char *nvtx_file_name(const zo_swap_file_t *f) {
 }
 
 /* NVTX range "swap read NAME" / "swap write NAME" around the submit (the wait has its own). */
-static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes, int is_write,
-                        int urgent, zo_swap_req_t **out) {
+static zo_status submit(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
+                        int is_write, int urgent, zo_swap_req_t **out) {
   ZO_NVTX_PUSHF("swap %s %s", is_write ? "write" : "read", nvtx_file_name(f));
   zo_status st = submit_req(sw, f, offset, buf, nbytes, is_write, urgent, out);
   ZO_NVTX_POP();
   return st;
 }
 
-zo_status zo_swap_submit_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
-                              zo_swap_req_t **req) {
+zo_status zo_swap_submit_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
+                              size_t nbytes, zo_swap_req_t **req) {
   return submit(sw, f, offset, buf, nbytes, 0, 0, req);
 }
 
-zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes,
-                                     zo_swap_req_t **req) {
+zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
+                                     size_t nbytes, zo_swap_req_t **req) {
   return submit(sw, f, offset, buf, nbytes, 0, 1, req);
 }
 
-zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf, size_t nbytes,
-                               zo_swap_req_t **req) {
+zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
+                               size_t nbytes, zo_swap_req_t **req) {
   return submit(sw, f, offset, (void *)buf, nbytes, 1, 0, req);
 }
 
-zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
-                                      size_t nbytes, zo_swap_req_t **req) {
+zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset,
+                                      const void *buf, size_t nbytes, zo_swap_req_t **req) {
   return submit(sw, f, offset, (void *)buf, nbytes, 1, 1, req);
 }
 
 zo_status zo_swap_poll(zo_swap_t *sw, zo_swap_req_t *req, int *done) {
   if (done) *done = 0;
-  if (!sw || !req || !done) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: %s is NULL", !sw ? "sw" : !req ? "req" : "done");
-  if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: request belongs to another swap");
+  if (!sw || !req || !done)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: %s is NULL",
+                        !sw    ? "sw"
+                        : !req ? "req"
+                               : "done");
+  if (req->sw != sw)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: poll: request belongs to another swap");
   if (sw->bg) {
     pthread_mutex_lock(&sw->mu);
     int ret = sw->bg_err;
     *done = req_done(req);
     pthread_mutex_unlock(&sw->mu);
     if (ret < 0 && !*done)
-      return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring (progress thread): %s", sw->pdir.path, strerror(-ret));
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring (progress thread): %s",
+                          sw->pdir.path, strerror(-ret));
     return ZO_OK;
   }
   int ret = pump(sw, 1);
   if (ret == 0) ret = reap(sw, 0);
   if (ret == 0) ret = pump(sw, 1); /* reaping freed slots */
-  if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring: %s", sw->pdir.path, strerror(-ret));
+  if (ret < 0)
+    return zo_error_set(ZO_ERR_SYSTEM, "swap: poll on '%s': io_uring: %s", sw->pdir.path,
+                        strerror(-ret));
   *done = req_done(req);
   return ZO_OK;
 }
 
 static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
-  if (!sw || !req) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: %s is NULL", !sw ? "sw" : "req");
-  if (req->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: request belongs to another swap");
+  if (!sw || !req)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: %s is NULL", !sw ? "sw" : "req");
+  if (req->sw != sw)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: wait: request belongs to another swap");
   if (sw->bg) {
     pthread_mutex_lock(&sw->mu);
     while (!req_done(req) && !sw->bg_err) pthread_cond_wait(&sw->done_cv, &sw->mu);
     int ret = sw->bg_err;
     if (!req_done(req)) {
       pthread_mutex_unlock(&sw->mu);
-      return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring (progress thread): %s", req->f->path,
-                          strerror(-ret));
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring (progress thread): %s",
+                          req->f->path, strerror(-ret));
     }
   }
   while (!sw->bg && !req_done(req)) {
     int ret = pump(sw, 0); /* submitted by reap()'s io_uring_submit_and_wait, or just below */
     if (ret == 0 && req_done(req)) ret = ring_submit(sw); /* others' pieces just prepared */
     if (ret == 0 && !req_done(req)) {
-      if (sw->n_inflight == 0) ret = -EPROTO; /* nothing can complete it: a bug, never a hang */
-      else ret = reap(sw, 1);
+      if (sw->n_inflight == 0)
+        ret = -EPROTO; /* nothing can complete it: a bug, never a hang */
+      else
+        ret = reap(sw, 1);
     }
-    if (ret < 0) return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring: %s", req->f->path, strerror(-ret));
+    if (ret < 0)
+      return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring: %s", req->f->path,
+                          strerror(-ret));
   }
-  if (!sw->bg) (void)pump(sw, 1); /* refill the slots freed by the last completions; errors resurface on the next wait */
+  if (!sw->bg)
+    (void)pump(
+        sw,
+        1); /* refill the slots freed by the last completions; errors resurface on the next wait */
   pend_remove(sw, req);
   live_remove(sw, req);
   bg_unlock(sw); /* the request is ours alone now: verify without holding up the progress thread */
   zo_status st = ZO_OK;
   if (req->err == 1)
-    st = zo_error_set(ZO_ERR_IO, "swap: read '%s' at offset %" PRIu64 ", length %zu bytes: unexpected end of file",
+    st = zo_error_set(ZO_ERR_IO,
+                      "swap: read '%s' at offset %" PRIu64
+                      ", length %zu bytes: unexpected end of file",
                       req->f->path, req->err_off, req->err_len);
   else if (req->err)
     st = zo_error_set(ZO_ERR_IO, "swap: %s '%s' at offset %" PRIu64 ", length %zu bytes: %s",
-                      req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len, strerror(-req->err));
-  if (req->err && req->is_write) zo_swap_crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
+                      req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len,
+                      strerror(-req->err));
+  if (req->err && req->is_write)
+    zo_swap_crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
   if (!req->err && !req->is_write) st = zo_swap_crc_verify(req->f, req->off, req->buf, req->nbytes);
   req->f->n_reqs--;
   free(req);
@@ -1029,19 +1101,22 @@ static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
 
 /* NVTX range "swap read wait NAME" / "swap write wait NAME": the time the caller blocks, CRC check included. */
 zo_status zo_swap_wait(zo_swap_t *sw, zo_swap_req_t *req) {
-  ZO_NVTX_PUSHF("swap %s wait %s", req && req->is_write ? "write" : "read", nvtx_file_name(req ? req->f : NULL));
+  ZO_NVTX_PUSHF("swap %s wait %s", req && req->is_write ? "write" : "read",
+                nvtx_file_name(req ? req->f : NULL));
   zo_status st = wait_req(sw, req);
   ZO_NVTX_POP();
   return st;
 }
 
-zo_status zo_swap_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf, size_t nbytes) {
+zo_status zo_swap_read(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
+                       size_t nbytes) {
   zo_swap_req_t *r;
   ZO_CHECK(zo_swap_submit_read(sw, f, offset, buf, nbytes, &r));
   return zo_swap_wait(sw, r);
 }
 
-zo_status zo_swap_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf, size_t nbytes) {
+zo_status zo_swap_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
+                        size_t nbytes) {
   zo_swap_req_t *r;
   ZO_CHECK(zo_swap_submit_write(sw, f, offset, buf, nbytes, &r));
   return zo_swap_wait(sw, r);
@@ -1060,7 +1135,8 @@ void zo_swap_test_refuse_direct(zo_swap_t *sw) {
 }
 
 zo_status zo_swap_busy(zo_swap_t *sw, double busy_s[2], uint64_t bytes[2]) {
-  if (!sw || !busy_s || !bytes) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: busy: NULL argument");
+  if (!sw || !busy_s || !bytes)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: busy: NULL argument");
   bg_lock(sw);
   const double now = zo_clock_s();
   for (int w = 0; w < 2; w++) {

@@ -50,11 +50,13 @@
 
 #define MAGIC "zoffload swap directory v1\n"
 #define MARKER_MAX_BYTES (16u << 20) /* larger is not ours */
-#define OPEN_TRIES 1000              /* start-overs in (3): each means another process made progress */
+#define OPEN_TRIES 1000 /* start-overs in (3): each means another process made progress */
 
 static atomic_uint g_tmp_seq; /* temporary names of this process */
 
-static zo_status sys_status(int err) { return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM; }
+static zo_status sys_status(int err) {
+  return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
+}
 
 int zo_swap_dir_reserved(const char *name) {
   return !strcmp(name, ZO_SWAP_DIR_MARKER) || !strcmp(name, ZO_SWAP_DIR_PROBE);
@@ -138,7 +140,8 @@ static int marker_names(const char *text, const char *name) {
   size_t nl = strlen(name);
   for (const char *p = strchr(text, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
     const char *line = p + 1;
-    if (!strncmp(line, "file ", 5) && !strncmp(line + 5, name, nl) && line[5 + nl] == '\n') return 1;
+    if (!strncmp(line, "file ", 5) && !strncmp(line + 5, name, nl) && line[5 + nl] == '\n')
+      return 1;
   }
   return 0;
 }
@@ -180,23 +183,29 @@ static zo_status take_stale(zo_swap_dir_t *d) {
       struct stat es;
       if (fstatat(d->fd, de->d_name, &es, AT_SYMLINK_NOFOLLOW) != 0) {
         int e = errno;
-        st = zo_error_set(sys_status(e), "swap: stale swap directory %s: '%s': %s", d->path, de->d_name, strerror(e));
+        st = zo_error_set(sys_status(e), "swap: stale swap directory %s: '%s': %s", d->path,
+                          de->d_name, strerror(e));
       } else if (pid < 0 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0) {
-        st = zo_error_set(ZO_ERR_INVALID_ARG,
-                          "swap: swap directory %s was not made by zoffload (owner marker %s: %s) and holds '%s' "
-                          "(%s); nothing removed: move it away or use another nvme_path or rank",
-                          d->path, ZO_SWAP_DIR_MARKER, mret ? strerror(-mret) : "not a zoffload marker", de->d_name,
-                          zo_file_kind(es.st_mode));
-      } else if (pid >= 0 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0 && !removable(text, de->d_name, es.st_mode)) {
-        st = zo_error_set(ZO_ERR_INVALID_ARG,
-                          "swap: stale swap directory %s (left by pid %ld) holds '%s' (%s), which is not one of its "
-                          "swap files; nothing removed: move it away or use another nvme_path or rank",
-                          d->path, pid, de->d_name, zo_file_kind(es.st_mode));
+        st = zo_error_set(
+            ZO_ERR_INVALID_ARG,
+            "swap: swap directory %s was not made by zoffload (owner marker %s: %s) and holds '%s' "
+            "(%s); nothing removed: move it away or use another nvme_path or rank",
+            d->path, ZO_SWAP_DIR_MARKER, mret ? strerror(-mret) : "not a zoffload marker",
+            de->d_name, zo_file_kind(es.st_mode));
+      } else if (pid >= 0 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0 &&
+                 !removable(text, de->d_name, es.st_mode)) {
+        st = zo_error_set(
+            ZO_ERR_INVALID_ARG,
+            "swap: stale swap directory %s (left by pid %ld) holds '%s' (%s), which is not one of its "
+            "swap files; nothing removed: move it away or use another nvme_path or rank",
+            d->path, pid, de->d_name, zo_file_kind(es.st_mode));
       } else if (pass == 1 && strcmp(de->d_name, ZO_SWAP_DIR_MARKER) != 0) {
         if (unlinkat(d->fd, de->d_name, 0) != 0) {
           int e = errno;
-          st = zo_error_set(ZO_ERR_SYSTEM, "swap: cannot empty stale swap directory %s (left by pid %ld): '%s': %s",
-                            d->path, pid, de->d_name, strerror(e));
+          st =
+              zo_error_set(ZO_ERR_SYSTEM,
+                           "swap: cannot empty stale swap directory %s (left by pid %ld): '%s': %s",
+                           d->path, pid, de->d_name, strerror(e));
         } else {
           n_removed++;
         }
@@ -209,20 +218,22 @@ static zo_status take_stale(zo_swap_dir_t *d) {
     }
     closedir(dir);
     if (st == ZO_OK && pid < 0) /* empty, or only a marker that is not ours */
-      st = zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: swap directory %s was not made by zoffload (owner marker %s: %s; %s); nothing removed: "
-                        "remove it or use another nvme_path or rank",
-                        d->path, ZO_SWAP_DIR_MARKER, mret ? strerror(-mret) : "not a zoffload marker",
-                        n_entries ? "it holds only that marker" : "it is empty");
+      st = zo_error_set(
+          ZO_ERR_INVALID_ARG,
+          "swap: swap directory %s was not made by zoffload (owner marker %s: %s; %s); nothing removed: "
+          "remove it or use another nvme_path or rank",
+          d->path, ZO_SWAP_DIR_MARKER, mret ? strerror(-mret) : "not a zoffload marker",
+          n_entries ? "it holds only that marker" : "it is empty");
   }
   free(text);
   if (st != ZO_OK) return st;
   d->marker_fd = openat(d->fd, ZO_SWAP_DIR_MARKER, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   int ret = d->marker_fd < 0 ? -errno : zo_swap_dir_record(d, NULL, 0);
   if (ret < 0)
-    return zo_error_set(sys_status(-ret), "swap: rewrite owner marker '%s/%s': %s", d->path, ZO_SWAP_DIR_MARKER,
-                        strerror(-ret));
-  zo_warn("swap: removed stale swap directory %s left by pid %ld (%u files)", d->path, pid, n_removed);
+    return zo_error_set(sys_status(-ret), "swap: rewrite owner marker '%s/%s': %s", d->path,
+                        ZO_SWAP_DIR_MARKER, strerror(-ret));
+  zo_warn("swap: removed stale swap directory %s left by pid %ld (%u files)", d->path, pid,
+          n_removed);
   return ZO_OK;
 }
 
@@ -249,7 +260,8 @@ static int make_dir(zo_swap_dir_t *d, const char *tmp, const char **step) {
   } else if (fstat(fd, &st) != 0 || ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)) {
     ret = -errno;
     *step = "chmod 0700";
-  } else if ((mfd = openat(fd, ZO_SWAP_DIR_MARKER, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0) {
+  } else if ((mfd = openat(fd, ZO_SWAP_DIR_MARKER,
+                           O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0) {
     ret = -errno;
     *step = "create the owner marker";
   } else {
@@ -291,13 +303,14 @@ zo_status zo_swap_dir_open(zo_swap_dir_t *d, const char *nvme_path, int rank) {
   while (plen > 1 && nvme_path[plen - 1] == '/') plen--;
   int n = snprintf(d->path, sizeof d->path, "%.*s/zoffload-rank%d", (int)plen, nvme_path, rank);
   if (n < 0 || (size_t)n + 256 >= sizeof d->path)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path, strerror(ENAMETOOLONG));
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path '%s': %s", nvme_path,
+                        strerror(ENAMETOOLONG));
   for (int tries = 0; tries < OPEN_TRIES; tries++) {
     int fd = open(d->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
       char tmp[PATH_MAX + 64];
-      snprintf(tmp, sizeof tmp, "%.*s/.zoffload-rank%d.%ld.%u.new", (int)plen, nvme_path, rank, (long)getpid(),
-               atomic_fetch_add(&g_tmp_seq, 1));
+      snprintf(tmp, sizeof tmp, "%.*s/.zoffload-rank%d.%ld.%u.new", (int)plen, nvme_path, rank,
+               (long)getpid(), atomic_fetch_add(&g_tmp_seq, 1));
       const char *step = "";
       int ret = make_dir(d, tmp, &step);
       if (ret == 0) return ZO_OK;
@@ -305,11 +318,13 @@ zo_status zo_swap_dir_open(zo_swap_dir_t *d, const char *nvme_path, int rank) {
        * temporary name (the mkdir; the next try takes the next number). */
       if (ret == -EEXIST) continue;
       if (ret == -EINVAL && !strcmp(step, "renameat2(RENAME_NOREPLACE)"))
-        return zo_error_set(ZO_ERR_UNSUPPORTED,
-                            "swap: nvme_path '%s': the file system refuses renameat2(RENAME_NOREPLACE) (%s), which "
-                            "zoffload needs to make '%s' atomically",
-                            nvme_path, strerror(-ret), d->path);
-      return zo_error_set(sys_status(-ret), "swap: nvme_path '%s': cannot make '%s' (%s of '%s'): %s", nvme_path,
+        return zo_error_set(
+            ZO_ERR_UNSUPPORTED,
+            "swap: nvme_path '%s': the file system refuses renameat2(RENAME_NOREPLACE) (%s), which "
+            "zoffload needs to make '%s' atomically",
+            nvme_path, strerror(-ret), d->path);
+      return zo_error_set(sys_status(-ret),
+                          "swap: nvme_path '%s': cannot make '%s' (%s of '%s'): %s", nvme_path,
                           d->path, step, tmp, strerror(-ret));
     }
     if (fd < 0) {
@@ -317,13 +332,15 @@ zo_status zo_swap_dir_open(zo_swap_dir_t *d, const char *nvme_path, int rank) {
       struct stat ls;
       if ((e == ELOOP || e == ENOTDIR) && lstat(d->path, &ls) == 0) {
         if (S_ISLNK(ls.st_mode))
-          return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' is a symbolic link; refusing to follow it",
+          return zo_error_set(ZO_ERR_INVALID_ARG,
+                              "swap: swap directory '%s' is a symbolic link; refusing to follow it",
                               d->path);
         if (!S_ISDIR(ls.st_mode))
-          return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' exists and is not a directory", d->path);
+          return zo_error_set(ZO_ERR_INVALID_ARG,
+                              "swap: swap directory '%s' exists and is not a directory", d->path);
       }
-      return zo_error_set(e == ELOOP || e == ENOTDIR ? ZO_ERR_INVALID_ARG : sys_status(e), "swap: open '%s': %s",
-                          d->path, strerror(e));
+      return zo_error_set(e == ELOOP || e == ENOTDIR ? ZO_ERR_INVALID_ARG : sys_status(e),
+                          "swap: open '%s': %s", d->path, strerror(e));
     }
     struct stat st, at_path;
     if (fstat(fd, &st) != 0) {
@@ -333,27 +350,31 @@ zo_status zo_swap_dir_open(zo_swap_dir_t *d, const char *nvme_path, int rank) {
     }
     if (st.st_uid != geteuid()) {
       close(fd);
-      return zo_error_set(ZO_ERR_INVALID_ARG, "swap: swap directory '%s' belongs to uid %u, not to us (uid %u)",
+      return zo_error_set(ZO_ERR_INVALID_ARG,
+                          "swap: swap directory '%s' belongs to uid %u, not to us (uid %u)",
                           d->path, (unsigned)st.st_uid, (unsigned)geteuid());
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
       int e = errno;
       long pid = e == EWOULDBLOCK ? owner_pid(fd) : -1;
       close(fd);
-      if (e != EWOULDBLOCK) return zo_error_set(ZO_ERR_SYSTEM, "swap: flock '%s': %s", d->path, strerror(e));
+      if (e != EWOULDBLOCK)
+        return zo_error_set(ZO_ERR_SYSTEM, "swap: flock '%s': %s", d->path, strerror(e));
       if (pid > 0)
-        return zo_error_set(ZO_ERR_INVALID_USAGE,
-                            "swap: swap directory %s is in use by a live process (pid %ld); use another nvme_path or "
-                            "rank",
-                            d->path, pid);
-      return zo_error_set(ZO_ERR_INVALID_USAGE,
-                          "swap: swap directory %s is in use by a live process (pid unknown: its owner marker is "
-                          "gone, it is being removed); use another nvme_path or rank",
-                          d->path);
+        return zo_error_set(
+            ZO_ERR_INVALID_USAGE,
+            "swap: swap directory %s is in use by a live process (pid %ld); use another nvme_path or "
+            "rank",
+            d->path, pid);
+      return zo_error_set(
+          ZO_ERR_INVALID_USAGE,
+          "swap: swap directory %s is in use by a live process (pid unknown: its owner marker is "
+          "gone, it is being removed); use another nvme_path or rank",
+          d->path);
     }
     /* (3): the inode we locked must still be linked, and be the one at the path. */
-    if (fstat(fd, &st) != 0 || st.st_nlink == 0 || lstat(d->path, &at_path) != 0 || at_path.st_dev != st.st_dev ||
-        at_path.st_ino != st.st_ino) {
+    if (fstat(fd, &st) != 0 || st.st_nlink == 0 || lstat(d->path, &at_path) != 0 ||
+        at_path.st_dev != st.st_dev || at_path.st_ino != st.st_ino) {
       close(fd);
       continue;
     }
@@ -370,10 +391,11 @@ zo_status zo_swap_dir_open(zo_swap_dir_t *d, const char *nvme_path, int rank) {
     d->owned = 1;
     return ZO_OK;
   }
-  return zo_error_set(ZO_ERR_INVALID_USAGE,
-                      "swap: swap directory %s is in use by a live process (it changed hands %d times while we tried "
-                      "to lock it); use another nvme_path or rank",
-                      d->path, OPEN_TRIES);
+  return zo_error_set(
+      ZO_ERR_INVALID_USAGE,
+      "swap: swap directory %s is in use by a live process (it changed hands %d times while we tried "
+      "to lock it); use another nvme_path or rank",
+      d->path, OPEN_TRIES);
 }
 
 void zo_swap_dir_close(zo_swap_dir_t *d) {

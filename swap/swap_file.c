@@ -36,7 +36,8 @@ uint32_t zo_swap_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
 void zo_swap_crc_forget(zo_swap_file_t *f, uint64_t off, uint64_t nbytes) {
   if (!f->csum_chunk || !nbytes) return;
   uint64_t c0 = off / f->csum_chunk, c1 = (off + nbytes - 1) / f->csum_chunk;
-  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++) f->crc_valid[c / 64] &= ~(1ull << (c % 64));
+  for (uint64_t c = c0; c <= c1 && c < f->n_chunks; c++)
+    f->crc_valid[c / 64] &= ~(1ull << (c % 64));
 }
 
 /* Chunk @c's byte range [*start, *end) in the file. */
@@ -73,10 +74,11 @@ zo_status zo_swap_crc_verify(zo_swap_file_t *f, uint64_t off, const char *buf, s
     if (s < off || e > off + n) continue;
     uint32_t got = zo_swap_crc32c(0, buf + (s - off), (size_t)(e - s));
     if (got != f->crc[c])
-      return zo_error_set(ZO_ERR_CORRUPT,
-                          "swap: read '%s' at offset %" PRIu64 ", length %" PRIu64
-                          " bytes: CRC32C mismatch (expected 0x%08x, got 0x%08x): the data on disk changed",
-                          f->path, s, e - s, f->crc[c], got);
+      return zo_error_set(
+          ZO_ERR_CORRUPT,
+          "swap: read '%s' at offset %" PRIu64 ", length %" PRIu64
+          " bytes: CRC32C mismatch (expected 0x%08x, got 0x%08x): the data on disk changed",
+          f->path, s, e - s, f->crc[c], got);
   }
   return ZO_OK;
 }
@@ -111,7 +113,8 @@ void zo_swap_files_close_all(zo_swap_t *sw) {
     zo_swap_file_t *f = sw->files;
     sw->files = f->next;
     file_close(sw, f);
-    if (unlinkat(sw->pdir.fd, f->name, 0) != 0) zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
+    if (unlinkat(sw->pdir.fd, f->name, 0) != 0)
+      zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
     file_free(f);
   }
 }
@@ -135,36 +138,41 @@ static int record_files(zo_swap_t *sw, const char *extra) {
   return ret;
 }
 
-zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes, zo_swap_file_t **out) {
+zo_status zo_swap_file_create(zo_swap_t *sw, const char *name, uint64_t nbytes,
+                              zo_swap_file_t **out) {
   return zo_swap_file_create_ex(sw, name, nbytes, NULL, out);
 }
 
 /* The arguments of zo_swap_file_create_ex; whether the file is checksummed and in chunks of how many bytes. */
-static zo_status file_check_args(const zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
-                                 int *checksum, size_t *chunk) {
+static zo_status file_check_args(const zo_swap_t *sw, const char *name, uint64_t nbytes,
+                                 const zo_swap_file_opts *fo, int *checksum, size_t *chunk) {
   size_t nl = strlen(name);
   int ctrl = 0; /* a newline would split the name's line in the owner marker */
-  for (const unsigned char *c = (const unsigned char *)name; *c; c++) ctrl |= *c < 0x20 || *c == 0x7f;
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+    ctrl |= *c < 0x20 || *c == 0x7f;
   if (!nl || nl >= 200 || ctrl || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
       zo_swap_dir_reserved(name))
-    return zo_error_set(ZO_ERR_INVALID_ARG,
-                        "swap: bad swap file name '%s' (need 1..199 bytes, no '/' or control characters, not . .. %s "
-                        "or %s)",
-                        name, ZO_SWAP_DIR_MARKER, ZO_SWAP_DIR_PROBE);
+    return zo_error_set(
+        ZO_ERR_INVALID_ARG,
+        "swap: bad swap file name '%s' (need 1..199 bytes, no '/' or control characters, not . .. %s "
+        "or %s)",
+        name, ZO_SWAP_DIR_MARKER, ZO_SWAP_DIR_PROBE);
   if (nbytes > (uint64_t)INT64_MAX)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large", name, nbytes);
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': size %" PRIu64 " bytes too large",
+                        name, nbytes);
   *checksum = (fo && fo->checksum) || sw->checksum_default;
   *chunk = fo && fo->checksum_chunk ? fo->checksum_chunk : sw->align;
   if (*checksum && *chunk % sw->align)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s': checksum_chunk %zu bytes is not a multiple of %zu", name,
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: file '%s': checksum_chunk %zu bytes is not a multiple of %zu", name,
                         *chunk, sw->align);
   return ZO_OK;
 }
 
 /* A file record of @nbytes, not opened yet: its path, one free extent over its aligned length, and the checksum
  * arrays when @checksum (chunks of @chunk bytes). */
-static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int checksum, size_t chunk,
-                          zo_swap_file_t **out) {
+static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int checksum,
+                          size_t chunk, zo_swap_file_t **out) {
   zo_swap_file_t *f = calloc(1, sizeof *f);
   if (!f) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s'", name);
   f->sw = sw;
@@ -191,7 +199,8 @@ static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int 
   return ZO_OK;
 oom:
   file_free(f);
-  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)", name, nbytes);
+  return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for file '%s' (%" PRIu64 " bytes)",
+                      name, nbytes);
 }
 
 /* Create f's file in the private directory, with O_DIRECT unless the file system refuses it (then buffered, for
@@ -217,14 +226,17 @@ static zo_status file_open(zo_swap_t *sw, zo_swap_file_t *f, const char *name) {
   }
   if (f->fd < 0) {
     int e = errno;
-    return zo_error_set(e == EEXIST || e == ELOOP ? ZO_ERR_INVALID_ARG : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO : sys_status(e),
+    return zo_error_set(e == EEXIST || e == ELOOP    ? ZO_ERR_INVALID_ARG
+                        : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO
+                                                     : sys_status(e),
                         "swap: create '%s': %s", f->path, strerror(e));
   }
   return ZO_OK;
 }
 
 /* Reserve f's @nbytes on disk (fallocate, else ftruncate); on failure the file is closed and removed. */
-static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *name, uint64_t nbytes) {
+static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *name,
+                                  uint64_t nbytes) {
   if (!nbytes) return ZO_OK;
   int rc = fallocate(f->fd, 0, 0, (off_t)nbytes);
   int e = rc ? errno : 0;
@@ -234,8 +246,9 @@ static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *
   }
   if (!rc) return ZO_OK;
   zo_status st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
-                              "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s", f->path, nbytes,
-                              strerror(e), e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
+                              "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s",
+                              f->path, nbytes, strerror(e),
+                              e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
   close(f->fd);
   unlinkat(sw->pdir.fd, name, 0);
   return st;
@@ -254,11 +267,14 @@ static void file_take_slot(zo_swap_t *sw, zo_swap_file_t *f) {
   }
 }
 
-zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes, const zo_swap_file_opts *fo,
-                                 zo_swap_file_t **out) {
+zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes,
+                                 const zo_swap_file_opts *fo, zo_swap_file_t **out) {
   if (out) *out = NULL;
   if (!sw || !name || !out)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL", !sw ? "sw" : !name ? "name" : "out");
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_file_create: %s is NULL",
+                        !sw     ? "sw"
+                        : !name ? "name"
+                                : "out");
   int checksum;
   size_t chunk;
   ZO_CHECK(file_check_args(sw, name, nbytes, fo, &checksum, &chunk));
@@ -268,7 +284,8 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
   int rec = record_files(sw, name);
   zo_status st = ZO_OK;
   if (rec < 0)
-    st = zo_error_set(sys_status(-rec), "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
+    st = zo_error_set(sys_status(-rec),
+                      "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
                       sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
   if (st == ZO_OK) st = file_open(sw, f, name);
   if (st == ZO_OK) st = file_preallocate(sw, f, name, nbytes);
@@ -286,9 +303,12 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
 
 zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
   if (!f) return ZO_OK;
-  if (!sw || f->sw != sw) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s' does not belong to this swap", f->path);
+  if (!sw || f->sw != sw)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: file '%s' does not belong to this swap",
+                        f->path);
   if (f->n_reqs)
-    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: remove '%s': %u requests not yet waited", f->path, f->n_reqs);
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "swap: remove '%s': %u requests not yet waited",
+                        f->path, f->n_reqs);
   if (f->prev)
     f->prev->next = f->next;
   else
@@ -317,18 +337,23 @@ uint64_t zo_swap_file_largest_free(const zo_swap_file_t *f) {
 }
 
 zo_status zo_swap_extent_alloc(zo_swap_file_t *f, uint64_t nbytes, uint64_t *offset) {
-  if (!f || !offset) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc: %s is NULL", !f ? "file" : "offset");
-  if (!nbytes) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': zero bytes", f->path);
+  if (!f || !offset)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc: %s is NULL",
+                        !f ? "file" : "offset");
+  if (!nbytes)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': zero bytes", f->path);
   uint64_t a = f->sw->align;
   if (nbytes > UINT64_MAX - a)
-    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: extent_alloc in '%s': %" PRIu64 " bytes too large", f->path, nbytes);
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: extent_alloc in '%s': %" PRIu64 " bytes too large", f->path, nbytes);
   uint64_t need = (nbytes + a - 1) / a * a;
   zo_swap_ext_t **pp = &f->free_ext;
   while (*pp && (*pp)->len < need) pp = &(*pp)->next;
   if (!*pp)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
                         "swap: swap file '%s' has no free extent of %" PRIu64 " bytes (%" PRIu64
-                        " bytes free, largest free extent %" PRIu64 " bytes, file size %" PRIu64 ")",
+                        " bytes free, largest free extent %" PRIu64 " bytes, file size %" PRIu64
+                        ")",
                         f->path, need, f->free_bytes, zo_swap_file_largest_free(f), f->size);
   zo_swap_ext_t *x = *pp;
   *offset = x->off;
@@ -349,7 +374,8 @@ zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbyte
   if (!nbytes || !len || offset % a || offset > f->size || len > f->size - offset)
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "swap: extent_free in '%s': offset %" PRIu64 ", length %" PRIu64
-                        " bytes is not an aligned extent inside the file (size %" PRIu64 ", alignment %" PRIu64 ")",
+                        " bytes is not an aligned extent inside the file (size %" PRIu64
+                        ", alignment %" PRIu64 ")",
                         f->path, offset, nbytes, f->size, a);
   zo_swap_ext_t *prev = NULL, *next = f->free_ext;
   while (next && next->off < offset) {
@@ -380,7 +406,8 @@ zo_status zo_swap_extent_free(zo_swap_file_t *f, uint64_t offset, uint64_t nbyte
   zo_swap_ext_t *x = malloc(sizeof *x);
   if (!x) {
     f->free_bytes -= len; /* leaked from the allocator's view, never handed out twice */
-    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a free extent of '%s'", f->path);
+    return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for a free extent of '%s'",
+                        f->path);
   }
   *x = (zo_swap_ext_t){offset, len, next};
   if (prev)

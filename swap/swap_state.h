@@ -18,7 +18,7 @@
 #include "swap_dir.h"
 #include "zoffload/swap.h"
 
-#define SWAP_FILE_SLOTS 256u   /* fixed-file table size with opts.register_files */
+#define SWAP_FILE_SLOTS 256u /* fixed-file table size with opts.register_files */
 
 
 typedef struct zo_swap_piece zo_swap_piece_t;
@@ -26,12 +26,12 @@ typedef struct zo_swap_ext zo_swap_ext_t;
 
 struct zo_swap_piece {
   zo_swap_req_t *req;
-  uint64_t off;  /* file byte offset of the piece */
-  char *buf;     /* user buffer at that offset */
-  size_t len;    /* piece length, bytes */
-  size_t done;   /* bytes confirmed so far (aligned down under O_DIRECT) */
+  uint64_t off; /* file byte offset of the piece */
+  char *buf;    /* user buffer at that offset */
+  size_t len;   /* piece length, bytes */
+  size_t done;  /* bytes confirmed so far (aligned down under O_DIRECT) */
   unsigned retries;
-  int res;       /* pool path: result of the last pread/pwrite (bytes or -errno) */
+  int res;                    /* pool path: result of the last pread/pwrite (bytes or -errno) */
   zo_swap_piece_t *next_free; /* free list, or the pool's work/done queues */
 };
 
@@ -45,18 +45,18 @@ struct zo_swap_file {
   zo_swap_t *sw;
   zo_swap_file_t *prev, *next; /* sw->files */
   int fd;
-  int slot;             /* index in the ring's fixed-file table, or -1 */
-  int direct;           /* opened with O_DIRECT */
-  unsigned n_reqs;      /* requests not yet waited */
-  uint64_t size;        /* bytes */
+  int slot;                /* index in the ring's fixed-file table, or -1 */
+  int direct;              /* opened with O_DIRECT */
+  unsigned n_reqs;         /* requests not yet waited */
+  uint64_t size;           /* bytes */
   zo_swap_ext_t *free_ext; /* free extents, sorted by offset */
   uint64_t free_bytes;
-  size_t csum_chunk;    /* bytes per CRC; 0: no checksums */
+  size_t csum_chunk; /* bytes per CRC; 0: no checksums */
   uint64_t n_chunks;
-  uint32_t *crc;        /* [n_chunks] CRC32C of each chunk as last written whole */
-  uint64_t *crc_valid;  /* [(n_chunks + 63) / 64] bit set: crc[c] is known */
+  uint32_t *crc;             /* [n_chunks] CRC32C of each chunk as last written whole */
+  uint64_t *crc_valid;       /* [(n_chunks + 63) / 64] bit set: crc[c] is known */
   char path[PATH_MAX + 256]; /* full path: dir + "/" + name */
-  const char *name;     /* points into path */
+  const char *name;          /* points into path */
 };
 
 struct zo_swap_req {
@@ -66,12 +66,12 @@ struct zo_swap_req {
   char *buf;
   uint64_t off;
   size_t nbytes;
-  size_t carved;        /* bytes already handed to pieces */
-  unsigned n_inflight;  /* pieces issued and not completed */
-  int queued;           /* on sw's pending list */
-  int err;              /* first failure: -errno, or 1 for unexpected EOF; 0 none */
-  int urgent;           /* queued ahead of requests that are not urgent */
-  int busy_counted;     /* its completion was counted in the busy time (zo_swap_busy) */
+  size_t carved;       /* bytes already handed to pieces */
+  unsigned n_inflight; /* pieces issued and not completed */
+  int queued;          /* on sw's pending list */
+  int err;             /* first failure: -errno, or 1 for unexpected EOF; 0 none */
+  int urgent;          /* queued ahead of requests that are not urgent */
+  int busy_counted;    /* its completion was counted in the busy time (zo_swap_busy) */
   uint64_t err_off;
   size_t err_len;
   zo_swap_req_t *pend_prev, *pend_next; /* FIFO of requests with bytes not yet carved */
@@ -89,30 +89,30 @@ typedef struct zo_swap_pool {
 } zo_swap_pool_t;
 
 struct zo_swap {
-  zo_swap_dir_t pdir;       /* the private directory, owned (swap_dir.c) */
+  zo_swap_dir_t pdir; /* the private directory, owned (swap_dir.c) */
   int rank;
   size_t align;
   size_t block_size;
-  unsigned qd;               /* pieces in flight at most now (zo_swap_set_queue) */
-  unsigned qd_max;          /* queue_depth at create: ring entries and piece descriptors */
+  unsigned qd;     /* pieces in flight at most now (zo_swap_set_queue) */
+  unsigned qd_max; /* queue_depth at create: ring entries and piece descriptors */
   int use_uring;
-  int sqpoll;               /* ring set up with IORING_SETUP_SQPOLL */
-  unsigned ring_flags;      /* IORING_SETUP_* the ring was created with */
-  int fixed_files;          /* sparse fixed-file table registered */
+  int sqpoll;          /* ring set up with IORING_SETUP_SQPOLL */
+  unsigned ring_flags; /* IORING_SETUP_* the ring was created with */
+  int fixed_files;     /* sparse fixed-file table registered */
   unsigned char slot_used[SWAP_FILE_SLOTS];
-  struct iovec *bufs;       /* [n_bufs] registered buffers */
+  struct iovec *bufs; /* [n_bufs] registered buffers */
   unsigned n_bufs;
-  int checksum_default;     /* opts.checksum */
+  int checksum_default; /* opts.checksum */
   struct io_uring ring;
   zo_swap_pool_t pool;
   int pool_started;
-  int direct;               /* 0 once some file fell back to buffered I/O */
+  int direct; /* 0 once some file fell back to buffered I/O */
   zo_swap_file_t *files;
-  zo_swap_piece_t *pieces;  /* [qd] */
+  zo_swap_piece_t *pieces; /* [qd] */
   zo_swap_piece_t *free_pieces;
-  unsigned n_inflight;      /* pieces issued (ring or pool) and not reaped */
-  unsigned n_unsubmitted;   /* SQEs prepared but not yet accepted by io_uring_submit */
-  unsigned n_live;          /* requests not yet waited */
+  unsigned n_inflight;    /* pieces issued (ring or pool) and not reaped */
+  unsigned n_unsubmitted; /* SQEs prepared but not yet accepted by io_uring_submit */
+  unsigned n_live;        /* requests not yet waited */
   /* zo_swap_busy(): per direction ([0] reads, [1] writes), the requests submitted and not yet complete, since
    * when some have been, the seconds with at least one in flight and the bytes of those completed */
   unsigned busy_n[2];
@@ -120,7 +120,7 @@ struct zo_swap {
   uint64_t busy_bytes[2];
   zo_swap_req_t *pend_head, *pend_tail;
   zo_swap_req_t *live;
-  int inject_k;             /* fault injection: completions left until it fires; 0 off */
+  int inject_k; /* fault injection: completions left until it fires; 0 off */
   int inject_res;
   unsigned long n_completions; /* every piece completion, for tests */
   int refuse_direct;           /* test hook: pretend O_DIRECT opens fail with EINVAL */
@@ -133,10 +133,10 @@ struct zo_swap {
   int bg;
   pthread_t bg_thread;
   pthread_mutex_t mu;
-  pthread_cond_t bg_cv;     /* the thread: a request was queued, or stop */
-  pthread_cond_t done_cv;   /* callers: pieces completed */
+  pthread_cond_t bg_cv;   /* the thread: a request was queued, or stop */
+  pthread_cond_t done_cv; /* callers: pieces completed */
   int bg_stop;
-  int bg_err;               /* -errno: the ring failed under the thread (sticky) */
+  int bg_err; /* -errno: the ring failed under the thread (sticky) */
 };
 
 /* The category of a failed system call's errno: out of memory, else system. */

@@ -24,9 +24,15 @@ static inline float ref_rand(uint64_t *s) {
 
 /* Hyperparameters of step @t: AdamW or L2, bias correction on, a scaled gradient (clip / loss scale). */
 static inline zo_adam_hparams ref_hparams(int adamw, int64_t t) {
-  return (zo_adam_hparams){.lr = 1e-3f * (float)(1.0 + 0.1 * (double)t), .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                           .weight_decay = 0.01f, .mode = adamw ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
-                           .bias_correction = 1, .step = t, .grad_scale = 0.75f};
+  return (zo_adam_hparams){.lr = 1e-3f * (float)(1.0 + 0.1 * (double)t),
+                           .beta1 = 0.9f,
+                           .beta2 = 0.999f,
+                           .eps = 1e-8f,
+                           .weight_decay = 0.01f,
+                           .mode = adamw ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
+                           .bias_correction = 1,
+                           .step = t,
+                           .grad_scale = 0.75f};
 }
 
 /* The gradient of step @t, element i, of dtype @gt into g (varies by step; |g| up to about 4). */
@@ -34,9 +40,12 @@ static inline void ref_grad(void *g, zo_dtype gt, size_t n, int64_t t) {
   uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)t * 0x100000001b3ull;
   for (size_t i = 0; i < n; i++) {
     float f = 4.0f * ref_rand(&s);
-    if (gt == ZO_DTYPE_BF16) ((uint16_t *)g)[i] = zo_f32_to_bf16(f);
-    else if (gt == ZO_DTYPE_F16) ((uint16_t *)g)[i] = zo_f32_to_f16(f);
-    else ((float *)g)[i] = f;
+    if (gt == ZO_DTYPE_BF16)
+      ((uint16_t *)g)[i] = zo_f32_to_bf16(f);
+    else if (gt == ZO_DTYPE_F16)
+      ((uint16_t *)g)[i] = zo_f32_to_f16(f);
+    else
+      ((float *)g)[i] = f;
   }
 }
 

@@ -31,7 +31,8 @@ static unsigned long devadam_emu_adam_runs, devadam_emu_norm_runs, devadam_emu_a
 /* zo_adam_kernel(zo_adam_dev_job j): the grid-stride loop, every element i < n once (elements independent). */
 static void emu_adam_kernel(dim3 grid, dim3 block, void **args, size_t shmem) {
   (void)shmem;
-  const zo_adam_dev_job *j = args[0]; /* the argument's copy: host memory; its pointers: device memory */
+  const zo_adam_dev_job *j =
+      args[0]; /* the argument's copy: host memory; its pointers: device memory */
   __atomic_add_fetch(&devadam_emu_adam_runs, 1, __ATOMIC_RELAXED);
   if (!j->n) return;
   float *param = DV(j->param);
@@ -42,8 +43,8 @@ static void emu_adam_kernel(dim3 grid, dim3 block, void **args, size_t shmem) {
   for (size_t b = 0; b < grid.x; b++)
     for (size_t t = 0; t < block.x; t++)
       for (size_t i = b * block.x + t; i < j->n; i += stride)
-        (void)zo_adam_elem_fused(&j->c, i, param, grad, j->grad_dtype, exp_avg, exp_avg_sq, j->state_dtype, param_out,
-                                 j->out_dtype, j->seed, j->step32);
+        (void)zo_adam_elem_fused(&j->c, i, param, grad, j->grad_dtype, exp_avg, exp_avg_sq,
+                                 j->state_dtype, param_out, j->out_dtype, j->seed, j->step32);
 }
 
 /* zo_sqnorm_kernel(const void *g, zo_dtype gt, size_t n, double *partials): block b's thread t sums x*x (x
@@ -91,11 +92,13 @@ static void emu_acc_kernel(dim3 grid, dim3 block, void **args, size_t shmem) {
   for (size_t b = 0; b < grid.x; b++)
     for (size_t t = 0; t < block.x; t++)
       for (size_t i = b * block.x + t; i < n; i += stride)
-        zo_elem_store(dst, dt, i, (add ? zo_elem_load(dst, dt, i) : 0.0f) + zo_elem_load(src, st, i));
+        zo_elem_store(dst, dt, i,
+                      (add ? zo_elem_load(dst, dt, i) : 0.0f) + zo_elem_load(src, st, i));
 }
 
 typedef void (*devadam_emu_fn)(dim3 grid, dim3 block, void **args, size_t shmem);
-typedef int (*devadam_emulate_fn)(const char *sub, devadam_emu_fn fn, int n_args, const size_t *arg_sizes);
+typedef int (*devadam_emulate_fn)(const char *sub, devadam_emu_fn fn, int n_args,
+                                  const size_t *arg_sizes);
 
 /* Register the emulations with the loaded stand-in. 1 when the three kernels are emulated, 0 when the stand-in
  * (or its emulation hook, or fake_cuda_hostview) is not loaded, -1 when it is but a kernel name matched nothing. */
@@ -104,10 +107,11 @@ static int devadam_emu_install(void) {
   devadam_emu_hostview = (devadam_hostview_fn)dlsym(RTLD_DEFAULT, "fake_cuda_hostview");
   if (!emulate || !devadam_emu_hostview) return 0;
   const size_t adam_args[] = {sizeof(zo_adam_dev_job)};
-  const size_t norm_args[] = {sizeof(const void *), sizeof(zo_dtype), sizeof(size_t), sizeof(double *)};
+  const size_t norm_args[] = {sizeof(const void *), sizeof(zo_dtype), sizeof(size_t),
+                              sizeof(double *)};
   if (emulate("zo_adam_kernel", emu_adam_kernel, 1, adam_args) < 1) return -1;
-  const size_t acc_args[] = {sizeof(void *), sizeof(zo_dtype), sizeof(const void *), sizeof(zo_dtype), sizeof(size_t),
-                             sizeof(int)};
+  const size_t acc_args[] = {sizeof(void *),   sizeof(zo_dtype), sizeof(const void *),
+                             sizeof(zo_dtype), sizeof(size_t),   sizeof(int)};
   if (emulate("zo_sqnorm_kernel", emu_sqnorm_kernel, 4, norm_args) < 1) return -1;
   if (emulate("zo_grad_acc_kernel", emu_acc_kernel, 6, acc_args) < 1) return -1;
   return 1;

@@ -81,19 +81,21 @@
 
 static __thread int t_dev = 0;
 static __thread cudaError_t t_last = cudaSuccess;
-static __thread int t_in_cb = 0; /* this thread is running a host func */
+static __thread int t_in_cb = 0;                         /* this thread is running a host func */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* tables */
 static int g_count = -1;
-static int g_fault_ = cudaSuccess; /* sticky for the context once set (atomic: any thread may set it) */
+static int g_fault_ =
+    cudaSuccess; /* sticky for the context once set (atomic: any thread may set it) */
 #define g_fault ((cudaError_t)__atomic_load_n(&g_fault_, __ATOMIC_ACQUIRE))
-static unsigned long long g_copies;                /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
+static unsigned long long g_copies; /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
 /* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the async paths) */
 static unsigned long long g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs;
 static void print_stats(void) {
-  fprintf(stderr,
-          "fake_cudart: %llu async copies/memsets (%llu poisoned at enqueue, %llu when started), %llu pageable or "
-          "H2H copies (synchronous), %llu host funcs\n",
-          g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs);
+  fprintf(
+      stderr,
+      "fake_cudart: %llu async copies/memsets (%llu poisoned at enqueue, %llu when started), %llu pageable or "
+      "H2H copies (synchronous), %llu host funcs\n",
+      g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs);
 }
 __attribute__((constructor)) static void fake_init(void) {
   if (getenv("FAKE_CUDA_STATS")) atexit(print_stats);
@@ -107,22 +109,22 @@ static cudaError_t fail(cudaError_t e) {
 
 /* A CUDA call from a host func: CUDA forbids it ("Host functions must not make any CUDA API calls"). */
 static void __attribute__((noreturn)) call_in_callback(const char *call) {
-  fprintf(stderr, "fake_cudart: %s called from inside a host func (cudaLaunchHostFunc): CUDA forbids CUDA calls there\n",
-          call);
+  fprintf(
+      stderr,
+      "fake_cudart: %s called from inside a host func (cudaLaunchHostFunc): CUDA forbids CUDA calls there\n",
+      call);
   fflush(stderr);
   abort();
 }
 /* Every API call starts here: no call from a host func; after a fault, every call returns it. */
-#define ENTER()                                     \
-  do {                                              \
-    if (t_in_cb) call_in_callback(__func__);        \
+#define ENTER()                                       \
+  do {                                                \
+    if (t_in_cb) call_in_callback(__func__);          \
     if (g_fault != cudaSuccess) return fail(g_fault); \
   } while (0)
 
 /* The test hook: the context takes a sticky fault now (e.g. cudaErrorIllegalAddress). */
-void fake_cuda_inject_fault(int e) {
-  __atomic_store_n(&g_fault_, e, __ATOMIC_RELEASE);
-}
+void fake_cuda_inject_fault(int e) { __atomic_store_n(&g_fault_, e, __ATOMIC_RELEASE); }
 
 /* FAKE_CUDA_DEVICES: how many GPUs to pretend (default 1, at most MAXDEV). */
 static int count(void) {
@@ -163,7 +165,8 @@ static int is_dev(const void *p, size_t n) {
 static void *hostview(const void *p) {
   pthread_mutex_lock(&g_mu);
   int i = find(g_alloc, g_nalloc, p, 1);
-  void *r = i >= 0 && g_alloc[i].alias ? g_alloc[i].alias + ((uintptr_t)p - g_alloc[i].base) : (void *)p;
+  void *r =
+      i >= 0 && g_alloc[i].alias ? g_alloc[i].alias + ((uintptr_t)p - g_alloc[i].base) : (void *)p;
   pthread_mutex_unlock(&g_mu);
   return r;
 }
@@ -212,8 +215,10 @@ static void run_on_cb_thread(void (*fn)(void *), void *arg) {
   pthread_once(&cb_once, cb_start);
   cb c = {NULL, fn, arg, 0};
   pthread_mutex_lock(&cb_mu);
-  if (cb_tail) cb_tail->next = &c;
-  else cb_head = &c;
+  if (cb_tail)
+    cb_tail->next = &c;
+  else
+    cb_head = &c;
   cb_tail = &c;
   pthread_cond_signal(&cb_cv);
   while (!c.done) pthread_cond_wait(&cb_done, &cb_mu);
@@ -221,7 +226,13 @@ static void run_on_cb_thread(void (*fn)(void *), void *arg) {
 }
 
 /* ---------------- streams */
-enum { OP_COPY, OP_SET, OP_FN, OP_WAIT, OP_KERNEL /* an emulated kernel: fn(arg) on the worker (kernel section) */ };
+enum {
+  OP_COPY,
+  OP_SET,
+  OP_FN,
+  OP_WAIT,
+  OP_KERNEL /* an emulated kernel: fn(arg) on the worker (kernel section) */
+};
 typedef struct op {
   struct op *next;
   int type;
@@ -244,7 +255,7 @@ struct CUstream_st {
   pthread_mutex_t mu;
   pthread_cond_t work, done;
   op *head, *tail;
-  op *cur; /* the op the worker runs now (off the list) */
+  op *cur;               /* the op the worker runs now (off the list) */
   useconds_t latency_us; /* before each copy or memset starts */
   uint64_t issued, completed;
   int stop, alive;
@@ -252,14 +263,18 @@ struct CUstream_st {
   struct CUstream_st *next_all;
 };
 #define SMAGIC 0x5eed5eed
-static struct CUstream_st *g_streams; /* all ever created (never freed: a harness) */
-static struct CUstream_st *g_default[MAXDEV];      /* the legacy default stream of each device */
-static __thread struct CUstream_st *t_ptds[MAXDEV]; /* this thread's per-thread default stream (a blocking one) */
+static struct CUstream_st *g_streams;         /* all ever created (never freed: a harness) */
+static struct CUstream_st *g_default[MAXDEV]; /* the legacy default stream of each device */
+static __thread struct CUstream_st
+    *t_ptds[MAXDEV]; /* this thread's per-thread default stream (a blocking one) */
 
 /* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error here. */
-static void __attribute__((noreturn)) use_after_destroy(const char *call, const char *what, const void *h) {
-  fprintf(stderr, "fake_cudart: %s on a destroyed %s %p (used after its cudaStreamDestroy/cudaEventDestroy)\n", call,
-          what, h);
+static void __attribute__((noreturn))
+use_after_destroy(const char *call, const char *what, const void *h) {
+  fprintf(
+      stderr,
+      "fake_cudart: %s on a destroyed %s %p (used after its cudaStreamDestroy/cudaEventDestroy)\n",
+      call, what, h);
   fflush(stderr);
   abort();
 }
@@ -288,7 +303,9 @@ static void *worker(void *a) {
       case OP_COPY: memcpy(o->dst, o->src, o->n); break;
       case OP_SET: memset(o->dst, o->val, o->n); break;
       case OP_FN: run_on_cb_thread(o->fn, o->arg); break;
-      case OP_KERNEL: o->fn(o->arg); break; /* on this worker, in stream order; frees its own argument */
+      case OP_KERNEL:
+        o->fn(o->arg);
+        break; /* on this worker, in stream order; frees its own argument */
       case OP_WAIT:
         pthread_mutex_lock(&o->ws->mu);
         while (o->ws->completed < o->wtarget) pthread_cond_wait(&o->ws->done, &o->ws->mu);
@@ -311,7 +328,8 @@ static struct CUstream_st *new_stream(int dev, unsigned flags) {
   s->dev = dev;
   s->flags = flags;
   s->alive = 1;
-  s->latency_us = latency_us(); /* (here, not in the worker: the caller's environment at creation) */
+  s->latency_us =
+      latency_us(); /* (here, not in the worker: the caller's environment at creation) */
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
@@ -359,8 +377,10 @@ static struct CUstream_st *resolve_as(cudaStream_t h, const char *call) {
 static uint64_t enqueue_raw(struct CUstream_st *s, op *o) {
   pthread_mutex_lock(&s->mu);
   o->seq = ++s->issued;
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
@@ -377,13 +397,16 @@ static void poison(struct CUstream_st *s, op *o) {
   int now = !(o->type == OP_COPY && overlaps(o->dst, o->n, o->src, o->n));
   pthread_mutex_lock(&s->mu);
   for (op *it = s->cur ? s->cur : s->head; now && it; it = it == s->cur ? s->head : it->next)
-    if (it->type == OP_FN || it->type == OP_WAIT || it->type == OP_KERNEL || (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
+    if (it->type == OP_FN || it->type == OP_WAIT || it->type == OP_KERNEL ||
+        (it->type == OP_COPY && overlaps(o->dst, o->n, it->src, it->n)))
       now = 0;
   pthread_mutex_unlock(&s->mu);
   __atomic_add_fetch(&g_n_async, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(now ? &g_n_poison_now : &g_n_poison_late, 1, __ATOMIC_RELAXED);
-  if (now) memset(o->dst, POISON, o->n);
-  else o->poison_at_start = 1;
+  if (now)
+    memset(o->dst, POISON, o->n);
+  else
+    o->poison_at_start = 1;
 }
 
 /* The legacy default stream synchronizes with the blocking streams of its device: before @o, a wait on their issued
@@ -396,7 +419,9 @@ static void implicit_sync(struct CUstream_st *s) {
   struct CUstream_st *legacy = g_default[s->dev];
   if (s == legacy) {
     for (struct CUstream_st *it = g_streams; it; it = it->next_all)
-      if (it != s && it->alive && it->dev == s->dev && !(it->flags & cudaStreamNonBlocking) && n < 64) other[n++] = it;
+      if (it != s && it->alive && it->dev == s->dev && !(it->flags & cudaStreamNonBlocking) &&
+          n < 64)
+        other[n++] = it;
   } else if (legacy) {
     other[n++] = legacy;
   }
@@ -439,8 +464,10 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
-    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered:
+      return "pointer does not correspond to a registered memory region";
     case cudaErrorNotSupported: return "operation not supported";
     default: return "fake error";
   }
@@ -547,7 +574,8 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   const size_t len = (n + 4095) & ~(size_t)4095;
   char *alias = NULL;
   void *q;
-  if (getenv("FAKE_CUDA_DEVICE_NOACCESS")) { /* the range the caller gets, inaccessible; the bytes elsewhere */
+  if (getenv(
+          "FAKE_CUDA_DEVICE_NOACCESS")) { /* the range the caller gets, inaccessible; the bytes elsewhere */
     q = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     alias = q == MAP_FAILED ? NULL : aligned_alloc(4096, len);
     if (!alias) {
@@ -581,7 +609,9 @@ cudaError_t cudaFree(void *p) {
     pthread_mutex_unlock(&g_mu);
     return fail(cudaErrorInvalidValue);
   }
-  if (g_alloc[i].dev != t_dev) fprintf(stderr, "fake_cudart: cudaFree of a cuda:%d pointer on cuda:%d\n", g_alloc[i].dev, t_dev);
+  if (g_alloc[i].dev != t_dev)
+    fprintf(stderr, "fake_cudart: cudaFree of a cuda:%d pointer on cuda:%d\n", g_alloc[i].dev,
+            t_dev);
   g_used[g_alloc[i].dev] -= g_alloc[i].len;
   char *alias = g_alloc[i].alias;
   const size_t len = (g_alloc[i].len + 4095) & ~(size_t)4095;
@@ -635,7 +665,9 @@ cudaError_t cudaHostUnregister(void *p) {
   pthread_mutex_unlock(&g_mu);
   return OK();
 }
-cudaError_t cudaStreamCreate(cudaStream_t *out) { return cudaStreamCreateWithFlags(out, cudaStreamDefault); }
+cudaError_t cudaStreamCreate(cudaStream_t *out) {
+  return cudaStreamCreateWithFlags(out, cudaStreamDefault);
+}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags) {
   ENTER();
   *out = (cudaStream_t)new_stream(t_dev, flags);
@@ -644,7 +676,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t h) {
   ENTER();
   struct CUstream_st *s = resolve(h);
-  if (!s || s == g_default[s->dev] || s == t_ptds[s->dev]) return fail(cudaErrorInvalidResourceHandle);
+  if (!s || s == g_default[s->dev] || s == t_ptds[s->dev])
+    return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->work);
@@ -691,12 +724,14 @@ static struct CUstream_st *usable_as(cudaStream_t h, const char *call) {
   struct CUstream_st *s = resolve_as(h, call);
   if (!s) return NULL;
   if (s->dev != t_dev) {
-    fprintf(stderr, "fake_cudart: work on a stream of cuda:%d while cuda:%d is current\n", s->dev, t_dev);
+    fprintf(stderr, "fake_cudart: work on a stream of cuda:%d while cuda:%d is current\n", s->dev,
+            t_dev);
     return NULL;
   }
   return s;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t h) {
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                            cudaStream_t h) {
   ENTER();
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
@@ -711,10 +746,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
   }
   const void *host = k == cudaMemcpyHostToDevice ? src : k == cudaMemcpyDeviceToHost ? dst : NULL;
   dst = hostview(dst), src = hostview(src); /* FAKE_CUDA_DEVICE_NOACCESS */
-  if (getenv("FAKE_CUDA_FAULT_AFTER") &&
-      __atomic_add_fetch(&g_copies, 1, __ATOMIC_RELAXED) > strtoull(getenv("FAKE_CUDA_FAULT_AFTER"), NULL, 10)) {
-    fprintf(stderr, "fake_cudart: FAKE_CUDA_FAULT_AFTER=%s: simulated illegal address, sticky from here on\n",
-            getenv("FAKE_CUDA_FAULT_AFTER"));
+  if (getenv("FAKE_CUDA_FAULT_AFTER") && __atomic_add_fetch(&g_copies, 1, __ATOMIC_RELAXED) >
+                                             strtoull(getenv("FAKE_CUDA_FAULT_AFTER"), NULL, 10)) {
+    fprintf(
+        stderr,
+        "fake_cudart: FAKE_CUDA_FAULT_AFTER=%s: simulated illegal address, sticky from here on\n",
+        getenv("FAKE_CUDA_FAULT_AFTER"));
     fake_cuda_inject_fault(cudaErrorIllegalAddress);
     return fail(g_fault);
   }
@@ -768,7 +805,8 @@ struct CUevent_st {
   int alive;
   struct CUevent_st *next_all;
 };
-static struct CUevent_st *g_events; /* all ever created (never freed: a destroyed one stays, marked dead) */
+static struct CUevent_st
+    *g_events; /* all ever created (never freed: a destroyed one stays, marked dead) */
 
 /* 1 when @e is a live event, 0 when unknown (or NULL); aborts when destroyed. */
 #define live_event(e) live_event_as(e, __func__)
@@ -916,7 +954,8 @@ typedef struct fake_emu { /* one fake_cuda_emulate */
   size_t sizes[FK_MAXARGS];
   struct fake_emu *next;
 } fake_emu;
-typedef struct fake_launch { /* an emulated launch in flight: the argument copies and the configuration */
+typedef struct
+    fake_launch { /* an emulated launch in flight: the argument copies and the configuration */
   fake_kernel_fn fn;
   dim3 grid, block;
   size_t shmem;
@@ -925,7 +964,12 @@ typedef struct fake_launch { /* an emulated launch in flight: the argument copie
 } fake_launch;
 static fake_kernel *g_kernels;
 static fake_emu *g_emus;
-static __thread struct { dim3 grid, block; size_t shmem; cudaStream_t s; int set; } t_cfg; /* pushed, not popped */
+static __thread struct {
+  dim3 grid, block;
+  size_t shmem;
+  cudaStream_t s;
+  int set;
+} t_cfg; /* pushed, not popped */
 
 /* The registration nvcc emits for every .cu with kernels (so a program holding them loads on the stand-in). */
 void **__cudaRegisterFatBinary(void *fat_cubin) {
@@ -935,8 +979,9 @@ void **__cudaRegisterFatBinary(void *fat_cubin) {
 }
 void __cudaRegisterFatBinaryEnd(void **h) { (void)h; }
 void __cudaUnregisterFatBinary(void **h) { (void)h; }
-void __cudaRegisterFunction(void **h, const char *host_fun, char *device_fun, const char *device_name, int limit,
-                            uint3 *tid, uint3 *bid, dim3 *bdim, dim3 *gdim, int *wsize) {
+void __cudaRegisterFunction(void **h, const char *host_fun, char *device_fun,
+                            const char *device_name, int limit, uint3 *tid, uint3 *bid, dim3 *bdim,
+                            dim3 *gdim, int *wsize) {
   (void)h, (void)device_fun, (void)limit, (void)tid, (void)bid, (void)bdim, (void)gdim, (void)wsize;
   fake_kernel *k = calloc(1, sizeof *k);
   k->host_fun = host_fun;
@@ -1000,18 +1045,21 @@ static void run_launch(void *arg) {
   l->fn(l->grid, l->block, l->args, l->shmem);
   free(l);
 }
-cudaError_t __cudaLaunchKernel(cudaKernel_t kh, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t h) {
+cudaError_t __cudaLaunchKernel(cudaKernel_t kh, dim3 grid, dim3 block, void **args, size_t shmem,
+                               cudaStream_t h) {
   ENTER();
   fake_kernel *k = (fake_kernel *)kh;
   if (!k) return fail(cudaErrorInvalidDeviceFunction);
-  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || (uint64_t)block.x * block.y * block.z > 1024)
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z ||
+      (uint64_t)block.x * block.y * block.z > 1024)
     return fail(cudaErrorInvalidConfiguration);
   fake_emu *m = NULL;
   pthread_mutex_lock(&g_mu);
   for (fake_emu *it = g_emus; it && !m; it = it->next)
     if (strstr(k->name, it->sub)) m = it;
   pthread_mutex_unlock(&g_mu);
-  if (!m) return fail(cudaErrorNotSupported); /* no kernel runs on the CPU unless a test emulates it */
+  if (!m)
+    return fail(cudaErrorNotSupported); /* no kernel runs on the CPU unless a test emulates it */
   struct CUstream_st *s = usable(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   size_t total = 0, off[FK_MAXARGS];

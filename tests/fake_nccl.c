@@ -27,17 +27,18 @@
 struct ncclComm {
   int magic;
   int rank, nranks, dev;
-  int alive;                 /* 0 once aborted or destroyed */
-  const char *killed_by;     /* "ncclCommAbort" or "ncclCommDestroy" */
-  ncclResult_t async_err;    /* guarded by g_mu */
-  int hung;                  /* collectives parked in hang_fn (guarded by g_mu) */
+  int alive;              /* 0 once aborted or destroyed */
+  const char *killed_by;  /* "ncclCommAbort" or "ncclCommDestroy" */
+  ncclResult_t async_err; /* guarded by g_mu */
+  int hung;               /* collectives parked in hang_fn (guarded by g_mu) */
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 
 static void __attribute__((noreturn)) dead_comm(const char *call, const struct ncclComm *c) {
-  fprintf(stderr, "fake_nccl: %s on a communicator %p after its %s\n", call, (const void *)c, c->killed_by);
+  fprintf(stderr, "fake_nccl: %s on a communicator %p after its %s\n", call, (const void *)c,
+          c->killed_by);
   fflush(stderr);
   abort();
 }
@@ -57,9 +58,11 @@ static int env_on(const char *k) {
 const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
     case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
@@ -93,7 +96,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
   (void)id;
   if (!out) return ncclInvalidArgument;
   if (nranks != 1 || rank != 0) {
-    fprintf(stderr, "fake_nccl: ncclCommInitRank(nranks %d, rank %d): only one rank is simulated\n", nranks, rank);
+    fprintf(stderr, "fake_nccl: ncclCommInitRank(nranks %d, rank %d): only one rank is simulated\n",
+            nranks, rank);
     return ncclInvalidUsage;
   }
   int dev = 0;
@@ -101,7 +105,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
   *out = new_comm(dev);
   return *out ? ncclSuccess : ncclSystemError;
 }
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *out,
+                           ncclConfig_t *config) {
   (void)key, (void)config;
   struct ncclComm *c = live(comm);
   if (!c || !out) return ncclInvalidArgument;
@@ -155,7 +160,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   pthread_mutex_lock(&g_mu);
   if (c->hung) {
     pthread_mutex_unlock(&g_mu);
-    fprintf(stderr, "fake_nccl: ncclCommDestroy with a collective still running (abort it first)\n");
+    fprintf(stderr,
+            "fake_nccl: ncclCommDestroy with a collective still running (abort it first)\n");
     fflush(stderr);
     abort();
   }
@@ -179,10 +185,16 @@ static void hang_fn(void *arg) {
 
 static size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -196,15 +208,15 @@ static int on_device(const void *p) {
 }
 
 /* One rank: recv <- send (@n bytes), unless in place; or the hang of FAKE_NCCL_HANG / FAKE_NCCL_ASYNC_ERROR. */
-static ncclResult_t coll(const char *call, ncclComm_t comm, const void *send, void *recv, size_t count,
-                         ncclDataType_t t, cudaStream_t stream) {
+static ncclResult_t coll(const char *call, ncclComm_t comm, const void *send, void *recv,
+                         size_t count, ncclDataType_t t, cudaStream_t stream) {
   struct ncclComm *c = live_as(comm, call);
   const size_t esz = type_size(t);
   if (!c || !esz || count > (size_t)-1 / esz) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
   if (!on_device(send) || !on_device(recv)) {
-    fprintf(stderr, "fake_nccl: %s: %s buffer %p is not device memory\n", call, on_device(send) ? "recv" : "send",
-            on_device(send) ? recv : (void *)send);
+    fprintf(stderr, "fake_nccl: %s: %s buffer %p is not device memory\n", call,
+            on_device(send) ? "recv" : "send", on_device(send) ? recv : (void *)send);
     return ncclInvalidArgument;
   }
   if (env_on("FAKE_NCCL_HANG") || env_on("FAKE_NCCL_ASYNC_ERROR")) {
@@ -220,22 +232,22 @@ static ncclResult_t coll(const char *call, ncclComm_t comm, const void *send, vo
              : ncclUnhandledCudaError;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   (void)op;
   return coll("ncclAllReduce", comm, send, recv, count, t, stream);
 }
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recv_count, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recv_count, ncclDataType_t t,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   (void)op;
   return coll("ncclReduceScatter", comm, send, recv, recv_count, t, stream);
 }
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t send_count, ncclDataType_t t, ncclComm_t comm,
-                           cudaStream_t stream) {
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t send_count, ncclDataType_t t,
+                           ncclComm_t comm, cudaStream_t stream) {
   return coll("ncclAllGather", comm, send, recv, send_count, t, stream);
 }
-ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
-                           cudaStream_t stream) {
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
   if (root != 0) return ncclInvalidArgument;
   return coll("ncclBroadcast", comm, send, recv, count, t, stream);
 }

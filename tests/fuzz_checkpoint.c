@@ -30,7 +30,9 @@ static zo_engine_t *g_eng;
 static gpt_config g_model = {.n_layer = 2, .n_head = 2, .d_model = 32, .seq_len = 32, .vocab = 256};
 static char g_root[512], g_in[600], g_ldir[600];
 
-static void quiet(zo_log_level lvl, const char *msg, void *user) { (void)lvl, (void)msg, (void)user; }
+static void quiet(zo_log_level lvl, const char *msg, void *user) {
+  (void)lvl, (void)msg, (void)user;
+}
 
 static long g_loaded, g_refused; /* what the inputs reached */
 
@@ -70,7 +72,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 #else
   (void)argc, (void)argv;
 #endif
-  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
+  zo_log_set_handler(quiet, NULL,
+                     ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
   const char *t = getenv("TMPDIR");
   snprintf(g_root, sizeof g_root, "%s/zo-fuzz-ckpt.XXXXXX", t && t[0] ? t : "/tmp");
   if (!mkdtemp(g_root)) die("mkdtemp");
@@ -82,7 +85,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   static const size_t ns[NP] = {96, 7, 64};
   const int64_t dims[2] = {8, 8};
   zo_param_t *p[NP];
-  if (zo_device_create(ZO_DEVICE_HOST, 0, 0, &g_dev) || zo_engine_create(&c, g_dev, NULL, &g_eng)) die("engine");
+  if (zo_device_create(ZO_DEVICE_HOST, 0, 0, &g_dev) || zo_engine_create(&c, g_dev, NULL, &g_eng))
+    die("engine");
   for (int i = 0; i < NP; i++)
     if (zo_engine_register_param(g_eng, names[i], ns[i], &p[i])) die("register");
   if (zo_engine_set_param_shape(p[2], 2, dims) || zo_engine_finalize(g_eng)) die("finalize");
@@ -94,7 +98,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   char ref[600], err[512], saved[700], path[800], src[800];
   snprintf(ref, sizeof ref, "%s/ref", g_root);
   train_position pos = {.step = 0, .rng = 0x1234, .skipped = 0};
-  if (train_ckpt_save(g_eng, ref, &pos, 42, &g_model, 0, saved, sizeof saved, err, sizeof err)) die(err);
+  if (train_ckpt_save(g_eng, ref, &pos, 42, &g_model, 0, saved, sizeof saved, err, sizeof err))
+    die(err);
   /* g_in: manifest.json from each input beside the real shard file; g_ldir: a root whose step directory holds both */
   snprintf(g_in, sizeof g_in, "%s/in", g_root);
   snprintf(g_ldir, sizeof g_ldir, "%s/l", g_root);
@@ -131,7 +136,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   train_position pos;
   if (train_ckpt_load(g_eng, from, &g_model, &pos, err, sizeof err) == 0) {
-    if (pos.step < 0 || pos.skipped < 0 || pos.skipped > pos.step) abort(); /* a position the loop cannot take */
+    if (pos.step < 0 || pos.skipped < 0 || pos.skipped > pos.step)
+      abort(); /* a position the loop cannot take */
     g_loaded++;
     return 0;
   }
@@ -139,9 +145,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!err[0]) abort(); /* every refusal has a message */
   for (const char *c = err; *c; c++)
     if ((unsigned char)*c < 0x20 || *c == 0x7f) {
-      fprintf(stderr, "fuzz_checkpoint: a control byte 0x%02x in the message: %s\n", (unsigned char)*c, err);
+      fprintf(stderr, "fuzz_checkpoint: a control byte 0x%02x in the message: %s\n",
+              (unsigned char)*c, err);
       abort();
     }
   return 0;
 }
-

@@ -37,7 +37,8 @@ typedef struct fuzz_buf {
 
 static fuzz_buf *g_fz_corpus;
 static int g_fz_n;
-static const char *g_fz_seed_dir; /* libFuzzer: the first corpus directory, where the seeds are written */
+static const char
+    *g_fz_seed_dir; /* libFuzzer: the first corpus directory, where the seeds are written */
 
 /* Add @n bytes as a corpus input: in memory for the driver, a file in the corpus directory under libFuzzer. */
 static void fuzz_add_seed(const char *name, const void *p, size_t n) {
@@ -61,7 +62,8 @@ static void fuzz_add_seed(const char *name, const void *p, size_t n) {
 static __attribute__((unused)) void fuzz_find_seed_dir(int argc, char **argv) {
   struct stat st;
   for (int i = 1; i < argc && !g_fz_seed_dir; i++)
-    if (argv[i][0] != '-' && stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) g_fz_seed_dir = argv[i];
+    if (argv[i][0] != '-' && stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode))
+      g_fz_seed_dir = argv[i];
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -108,7 +110,8 @@ static void fz_add_path(const char *path) {
   if (d) closedir(d);
 }
 
-static void fz_splice(uint8_t *b, size_t *n, size_t cap, size_t at, size_t del, const void *ins, size_t n_ins) {
+static void fz_splice(uint8_t *b, size_t *n, size_t cap, size_t at, size_t del, const void *ins,
+                      size_t n_ins) {
   if (at > *n) at = *n;
   if (del > *n - at) del = *n - at;
   if (*n - del + n_ins > cap) n_ins = cap - (*n - del);
@@ -117,12 +120,32 @@ static void fz_splice(uint8_t *b, size_t *n, size_t cap, size_t at, size_t del, 
   *n = *n - del + n_ins;
 }
 
-static const char *const k_fz_builtin[] = {"0", "-1", "1e308", "-1e308", "1e38", "9223372036854775807",
-                                           "-9223372036854775808", "18446744073709551616", "281474976710657",
-                                           "4611686018427387904", "null", "[]", "{}", "\"\"", "\"\\u001b[2J\"",
-                                           "\"\\u0000\"", "\"ffffffff\"", "\"zzzzzzzz\"", "\"__metadata__\"",
-                                           "\"F32\"", "\"BF16\"", "\"BOOL\"", "[0, 0]", "[1, 18446744073709551615]"};
-static const char **g_fz_tokens; /* k_fz_builtin, then the target's fuzz_add_token()s, then the -dict= entries */
+static const char *const k_fz_builtin[] = {"0",
+                                           "-1",
+                                           "1e308",
+                                           "-1e308",
+                                           "1e38",
+                                           "9223372036854775807",
+                                           "-9223372036854775808",
+                                           "18446744073709551616",
+                                           "281474976710657",
+                                           "4611686018427387904",
+                                           "null",
+                                           "[]",
+                                           "{}",
+                                           "\"\"",
+                                           "\"\\u001b[2J\"",
+                                           "\"\\u0000\"",
+                                           "\"ffffffff\"",
+                                           "\"zzzzzzzz\"",
+                                           "\"__metadata__\"",
+                                           "\"F32\"",
+                                           "\"BF16\"",
+                                           "\"BOOL\"",
+                                           "[0, 0]",
+                                           "[1, 18446744073709551615]"};
+static const char *
+    *g_fz_tokens; /* k_fz_builtin, then the target's fuzz_add_token()s, then the -dict= entries */
 static size_t g_fz_n_tokens;
 
 /* A token for the ':' swap; @t must outlive the run (a literal, or memory never freed). */
@@ -161,12 +184,19 @@ static void fz_mutate(uint8_t *b, size_t *n, size_t cap) {
   while (k--) {
     size_t at = *n ? fz_rnd() % (*n + 1) : 0;
     switch (fz_rnd() % (g_fz_mutate_custom ? 10 : 8)) {
-      case 0: if (*n) b[fz_rnd() % *n] ^= (uint8_t)(1u << (fz_rnd() % 8)); break;
-      case 1: { uint8_t c = (uint8_t)fz_rnd(); fz_splice(b, n, cap, at, 0, &c, 1); break; }
+      case 0:
+        if (*n) b[fz_rnd() % *n] ^= (uint8_t)(1u << (fz_rnd() % 8));
+        break;
+      case 1: {
+        uint8_t c = (uint8_t)fz_rnd();
+        fz_splice(b, n, cap, at, 0, &c, 1);
+        break;
+      }
       case 2: fz_splice(b, n, cap, at, 1 + fz_rnd() % 8, "", 0); break;
       case 3: { /* an interesting integer over 1-8 bytes (header lengths, offsets) */
-        static const uint64_t v[] = {0, 1, 0x7f, 0x80, 0xff, 0xffff, 0x7fffffff, 0xffffffffull, 1ull << 62,
-                                     UINT64_MAX, 100u << 20};
+        static const uint64_t v[] = {0,          1,          0x7f,       0x80,
+                                     0xff,       0xffff,     0x7fffffff, 0xffffffffull,
+                                     1ull << 62, UINT64_MAX, 100u << 20};
         uint64_t x = v[fz_rnd() % (sizeof v / sizeof v[0])];
         size_t w = 1 + fz_rnd() % 8;
         for (size_t i = 0; i < w && at + i < *n; i++) b[at + i] = (uint8_t)(x >> (8 * i));
@@ -180,7 +210,8 @@ static void fz_mutate(uint8_t *b, size_t *n, size_t cap) {
         fz_splice(b, n, cap, at, fz_rnd() % 16, o->p + from, len);
         break;
       }
-      case 8: case 9: g_fz_mutate_custom(b, n, cap, at); break;
+      case 8:
+      case 9: g_fz_mutate_custom(b, n, cap, at); break;
       default: { /* a value after a ':' swapped for a token */
         size_t i = at;
         while (i < *n && b[i] != ':') i++;
@@ -200,7 +231,8 @@ static volatile size_t g_fz_cur_n;
 
 static void fz_on_alarm(int sig) {
   (void)sig;
-  static const char msg[] = "fuzz: HANG: one input ran past the time limit (saved as fuzz-hang.bin)\n";
+  static const char msg[] =
+      "fuzz: HANG: one input ran past the time limit (saved as fuzz-hang.bin)\n";
   int fd = open("fuzz-hang.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
     if (write(fd, (const void *)g_fz_cur, g_fz_cur_n)) {}
@@ -216,7 +248,8 @@ static struct sigaction g_fz_old_act[NSIG];
 static void fz_on_crash(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
   static const char msg[] = "fuzz: CRASH: the input is saved as fuzz-crash.bin\n";
-  int fd = open("fuzz-crash.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* async-signal-safe calls only */
+  int fd =
+      open("fuzz-crash.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644); /* async-signal-safe calls only */
   if (fd >= 0) {
     if (write(fd, (const void *)g_fz_cur, g_fz_cur_n)) {}
     close(fd);
@@ -236,14 +269,20 @@ static double fz_now(void) {
  * names; its other flags are ignored) */
 int main(int argc, char **argv) {
   long runs = 10000, max_s = 0, timeout_s = 5;
-  for (size_t i = 0; i < sizeof k_fz_builtin / sizeof k_fz_builtin[0]; i++) fuzz_add_token(k_fz_builtin[i]);
+  for (size_t i = 0; i < sizeof k_fz_builtin / sizeof k_fz_builtin[0]; i++)
+    fuzz_add_token(k_fz_builtin[i]);
   const char *dict = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
-    else if (!strncmp(argv[i], "-dict=", 6)) dict = argv[i] + 6;
-    else if (!strncmp(argv[i], "-max_total_time=", 16)) max_s = atol(argv[i] + 16);
-    else if (!strncmp(argv[i], "-timeout=", 9)) timeout_s = atol(argv[i] + 9);
-    else fz_add_path(argv[i]);
+    if (!strncmp(argv[i], "-runs=", 6))
+      runs = atol(argv[i] + 6);
+    else if (!strncmp(argv[i], "-dict=", 6))
+      dict = argv[i] + 6;
+    else if (!strncmp(argv[i], "-max_total_time=", 16))
+      max_s = atol(argv[i] + 16);
+    else if (!strncmp(argv[i], "-timeout=", 9))
+      timeout_s = atol(argv[i] + 9);
+    else
+      fz_add_path(argv[i]);
   }
   LLVMFuzzerInitialize(&argc, &argv); /* adds the target's own seeds, tokens, mutation */
   if (dict) fz_load_dict(dict);
@@ -280,8 +319,10 @@ int main(int argc, char **argv) {
     done++;
   }
   alarm(0);
-  printf("%s: %ld executions in %.1f s (deterministic driver, seed 0x5eed2026, %d corpus inputs, %zu tokens), "
-         "0 crashes, 0 hangs\n", argv[0], done, fz_now() - t0, g_fz_n, g_fz_n_tokens);
+  printf(
+      "%s: %ld executions in %.1f s (deterministic driver, seed 0x5eed2026, %d corpus inputs, %zu tokens), "
+      "0 crashes, 0 hangs\n",
+      argv[0], done, fz_now() - t0, g_fz_n, g_fz_n_tokens);
   free(b);
   return 0;
 }

@@ -33,7 +33,9 @@
 enum { MAX_REAL = 1 << 19, MAX_T = 8, MAX_OPS = 96 };
 static const size_t k_dev_limit[4] = {64 << 10, 256 << 10, 1 << 20, 1 << 20};
 
-static void quiet(zo_log_level lvl, const char *msg, void *user) { (void)lvl, (void)msg, (void)user; }
+static void quiet(zo_log_level lvl, const char *msg, void *user) {
+  (void)lvl, (void)msg, (void)user;
+}
 
 /* Reads the input a byte at a time; zeros past its end. */
 typedef struct rd {
@@ -48,12 +50,32 @@ static uint64_t u64(rd *r) {
 }
 
 static size_t pick_count(rd *r) {
-  static const size_t k[] = {0, 1, 2, 3, 255, 256, 1000, 4096, 65536, MAX_REAL, MAX_REAL + 1,
-                             ((size_t)1 << 31) - 1, (size_t)1 << 31, ((size_t)1 << 31) + 1,
-                             ((size_t)1 << 32) - 1, (size_t)1 << 32, ((size_t)1 << 32) + 1,
-                             ZO_ENGINE_MAX_ELEMS - 1, ZO_ENGINE_MAX_ELEMS, ZO_ENGINE_MAX_ELEMS + 1,
-                             ZO_ENGINE_MAX_ELEMS / 2, (size_t)1 << 62, ((size_t)1 << 62) + 1,
-                             ((size_t)1 << 63) - 1, (size_t)1 << 63, SIZE_MAX};
+  static const size_t k[] = {0,
+                             1,
+                             2,
+                             3,
+                             255,
+                             256,
+                             1000,
+                             4096,
+                             65536,
+                             MAX_REAL,
+                             MAX_REAL + 1,
+                             ((size_t)1 << 31) - 1,
+                             (size_t)1 << 31,
+                             ((size_t)1 << 31) + 1,
+                             ((size_t)1 << 32) - 1,
+                             (size_t)1 << 32,
+                             ((size_t)1 << 32) + 1,
+                             ZO_ENGINE_MAX_ELEMS - 1,
+                             ZO_ENGINE_MAX_ELEMS,
+                             ZO_ENGINE_MAX_ELEMS + 1,
+                             ZO_ENGINE_MAX_ELEMS / 2,
+                             (size_t)1 << 62,
+                             ((size_t)1 << 62) + 1,
+                             ((size_t)1 << 63) - 1,
+                             (size_t)1 << 63,
+                             SIZE_MAX};
   const unsigned c = u8(r);
   if (c < 128) return 1 + (c * 37u + u8(r)) % 5000; /* small real tensors */
   if (c < 224) return k[c % (sizeof k / sizeof k[0])];
@@ -67,16 +89,18 @@ static int documented(zo_status st) {
 }
 
 static void fail(const char *what, zo_status st) {
-  fprintf(stderr, "fuzz_engine_seq: %s returned %s with message '%s'\n", what, zo_status_string(st), zo_last_error());
+  fprintf(stderr, "fuzz_engine_seq: %s returned %s with message '%s'\n", what, zo_status_string(st),
+          zo_last_error());
   abort();
 }
 
 /* Every call: ZO_OK, or a documented status with a message. */
 static int g_verbose; /* FUZZ_VERBOSE=1: print every call's status (to check what a seed reaches) */
-#define CALL(what, expr)                                                                        \
-  do {                                                                                          \
-    st = (expr);                                                                                \
-    if (g_verbose) fprintf(stderr, "  %s: %s %s\n", what, zo_status_string(st), st ? zo_last_error() : ""); \
+#define CALL(what, expr)                                                                       \
+  do {                                                                                         \
+    st = (expr);                                                                               \
+    if (g_verbose)                                                                             \
+      fprintf(stderr, "  %s: %s %s\n", what, zo_status_string(st), st ? zo_last_error() : ""); \
     if (st != ZO_OK && (!documented(st) || !zo_last_error()[0])) fail(what, st);               \
   } while (0)
 
@@ -138,15 +162,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.zero.offload_param.device = tiers[(c0 / 3) % 3];
   cfg.zero.stage = cfg.zero.offload_param.device != ZO_OFFLOAD_NONE ? 3 : (int)((c0 / 9) % 4);
   cfg.bf16.enabled = (c0 / 36) & 1;
-  cfg.zoffload.delayed_param_update = (c0 / 72) & 1 && cfg.zero.offload_optimizer.device == ZO_OFFLOAD_CPU &&
+  cfg.zoffload.delayed_param_update = (c0 / 72) & 1 &&
+                                      cfg.zero.offload_optimizer.device == ZO_OFFLOAD_CPU &&
                                       cfg.zero.offload_param.device == ZO_OFFLOAD_NONE;
   cfg.zero.offload_optimizer.pin_memory = c1 & 1;
-  cfg.zero.sub_group_size = (c1 >> 1) & 1 ? (int64_t)1 << 26 : 1000000000; /* plan arrays stay small */
+  cfg.zero.sub_group_size =
+      (c1 >> 1) & 1 ? (int64_t)1 << 26 : 1000000000; /* plan arrays stay small */
   cfg.zero.offload_optimizer.buffer_count = 1 + (int)((c1 >> 2) & 3);
   cfg.zero.offload_param.buffer_count = 1 + (int)((c1 >> 4) & 3);
   cfg.gradient_clipping = (c1 >> 6) & 1 ? 1.0 : 0.0;
   cfg.zoffload.device_arena_bytes = (c1 >> 7) & 1 ? ZO_ARENA_FIT : 0;
-  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", g_dir);
   const size_t limit = k_dev_limit[(c1 >> 2) & 3];
 
@@ -167,7 +194,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     zo_param_t *p = ps[i];
     char name[16];
     switch (o % 12) {
-      case 0: case 1: { /* register */
+      case 0:
+      case 1: {                                                   /* register */
         snprintf(name, sizeof name, "t%u", u8(&r) % (MAX_T + 2)); /* some names repeat */
         const size_t n = pick_count(&r);
         zo_param_t *np = NULL;
@@ -185,7 +213,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           finalized = 1;
           /* Bounded memory: the device limit refuses every tensor past MAX_REAL elements. */
           for (int k = 0; k < MAX_T; k++)
-            if (ps[k] && zo_engine_param_numel(ps[k]) > MAX_REAL) fail("finalize with a tensor past MAX_REAL", st);
+            if (ps[k] && zo_engine_param_numel(ps[k]) > MAX_REAL)
+              fail("finalize with a tensor past MAX_REAL", st);
         }
         break;
       case 3: {
@@ -218,7 +247,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       case 7:
         if (p) {
-          if (finalized && zo_engine_param_numel(p) > MAX_REAL) fail("grad_ready on a tensor past MAX_REAL", st);
+          if (finalized && zo_engine_param_numel(p) > MAX_REAL)
+            fail("grad_ready on a tensor past MAX_REAL", st);
           static const zo_dtype dts[4] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16, ZO_DTYPE_F32};
           const zo_dtype dt = (o / 12) & 1 ? dts[u8(&r) & 3] : zo_engine_grad_dtype(e);
           CALL("grad_ready", zo_engine_grad_ready(e, p, grad, dt));
@@ -230,11 +260,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       }
       case 9:
-        if (p) CALL("set_param_weight_decay", zo_engine_set_param_weight_decay(e, p, (double)(int)u8(&r) * 0.01 - 0.2));
+        if (p)
+          CALL("set_param_weight_decay",
+               zo_engine_set_param_weight_decay(e, p, (double)(int)u8(&r) * 0.01 - 0.2));
         break;
-      case 10:
-        CALL("synchronize", zo_engine_synchronize(e));
-        break;
+      case 10: CALL("synchronize", zo_engine_synchronize(e)); break;
       case 11:
         if (p && zo_engine_param_numel(p) <= MAX_REAL) {
           size_t off = 0, n = 0;

@@ -30,13 +30,19 @@ enum { MAX_T = 4, MAX_N = 64 };
 static char g_root[512], g_out[600];
 static zo_device_t *g_dev;
 
-static void quiet(zo_log_level lvl, const char *msg, void *user) { (void)lvl, (void)msg, (void)user; }
+static void quiet(zo_log_level lvl, const char *msg, void *user) {
+  (void)lvl, (void)msg, (void)user;
+}
 
-static long g_parsed, g_refused, g_trips, g_read_back, g_export_refused; /* what the inputs reached */
+static long g_parsed, g_refused, g_trips, g_read_back,
+    g_export_refused; /* what the inputs reached */
 
 static void cleanup(void) {
-  fprintf(stderr, "fuzz_safetensors: %ld files parsed, %ld refused; %ld round trips: %ld read back equal, %ld names "
-          "refused by the export\n", g_parsed, g_refused, g_trips, g_read_back, g_export_refused);
+  fprintf(
+      stderr,
+      "fuzz_safetensors: %ld files parsed, %ld refused; %ld round trips: %ld read back equal, %ld names "
+      "refused by the export\n",
+      g_parsed, g_refused, g_trips, g_read_back, g_export_refused);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
   if (g_root[0] && system(cmd)) {}
@@ -51,7 +57,8 @@ static void clean_message(const char *what) {
   }
   for (const char *c = e; *c; c++)
     if ((unsigned char)*c < 0x20 || *c == 0x7f) {
-      fprintf(stderr, "fuzz_safetensors: %s: a control byte 0x%02x in the message: %s\n", what, (unsigned char)*c, e);
+      fprintf(stderr, "fuzz_safetensors: %s: a control byte 0x%02x in the message: %s\n", what,
+              (unsigned char)*c, e);
       abort();
     }
 }
@@ -84,25 +91,27 @@ static void fail(const rt *r, const char *what) {
   abort();
 }
 
-static int check_tensor(void *user, const char *name, const char *dtype, int ndim, const int64_t *dims,
-                        const void *data, size_t nbytes) {
+static int check_tensor(void *user, const char *name, const char *dtype, int ndim,
+                        const int64_t *dims, const void *data, size_t nbytes) {
   rt *r = user;
   if (r->seen >= r->nt) fail(r, "more tensors than were written");
   const want *w = &r->w[r->seen];
   if (strcmp(name, w->name)) fail(r, "another name");
   if (strcmp(dtype, r->dtype)) fail(r, "another dtype");
-  if (ndim != w->ndim || memcmp(dims, w->dims, (size_t)ndim * sizeof *dims)) fail(r, "another shape");
+  if (ndim != w->ndim || memcmp(dims, w->dims, (size_t)ndim * sizeof *dims))
+    fail(r, "another shape");
   if (nbytes != w->n * r->esz || memcmp(data, w->bytes, nbytes)) fail(r, "other bytes");
   r->seen++;
   return 0;
 }
 
-static int touch(void *user, const char *name, const char *dtype, int ndim, const int64_t *dims, const void *data,
-                 size_t nbytes) {
+static int touch(void *user, const char *name, const char *dtype, int ndim, const int64_t *dims,
+                 const void *data, size_t nbytes) {
   uint64_t *sum = user;
   *sum += strlen(name) + strlen(dtype) + (uint64_t)ndim;
   for (int d = 0; d < ndim; d++) *sum += (uint64_t)dims[d];
-  for (size_t i = 0; i < nbytes; i++) *sum += ((const uint8_t *)data)[i]; /* ASan sees any read past the buffer */
+  for (size_t i = 0; i < nbytes; i++)
+    *sum += ((const uint8_t *)data)[i]; /* ASan sees any read past the buffer */
   return 0;
 }
 
@@ -133,7 +142,8 @@ static void round_trip(const uint8_t *d, size_t left) {
     w[t].ndim = w[t].n % rows == 0 && rows > 1 ? 2 : 1;
     w[t].dims[0] = w[t].ndim == 2 ? (int64_t)rows : (int64_t)w[t].n;
     w[t].dims[1] = w[t].ndim == 2 ? (int64_t)(w[t].n / rows) : 0;
-    take(&d, &left, w[t].v, w[t].n * sizeof(float)); /* any bits: NaN payloads, infinities, subnormals */
+    take(&d, &left, w[t].v,
+         w[t].n * sizeof(float)); /* any bits: NaN payloads, infinities, subnormals */
   }
   zo_config_t c;
   ckpt_rig_config(&c);
@@ -142,13 +152,13 @@ static void round_trip(const uint8_t *d, size_t left) {
   int ok = zo_engine_create(&c, g_dev, NULL, &e) == ZO_OK;
   int registered = 0;
   for (int t = 0; t < nt && ok; t++, registered++)
-    if (zo_engine_register_param(e, w[t].name, w[t].n, &p[t]) != ZO_OK) break; /* a duplicate name: refused */
+    if (zo_engine_register_param(e, w[t].name, w[t].n, &p[t]) != ZO_OK)
+      break; /* a duplicate name: refused */
   if (ok && registered == nt) {
     for (int t = 0; t < nt && ok; t++)
       if (w[t].ndim == 2) must(zo_engine_set_param_shape(p[t], 2, w[t].dims), "set_param_shape");
     must(zo_engine_finalize(e), "finalize");
-    for (int t = 0; t < nt; t++)
-      must(zo_engine_load_param(e, p[t], w[t].v), "load_param");
+    for (int t = 0; t < nt; t++) must(zo_engine_load_param(e, p[t], w[t].v), "load_param");
     const zo_dtype dt = bf16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
     for (int t = 0; t < nt; t++) {
       if (bf16) {
@@ -210,8 +220,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fuzz_add_seed(nm, s, n);
   }
   /* one tensor "wte" of 2 x 2 in BF16: 1.0, 2.0, 3.0, -0.5 */
-  static const uint8_t desc[] = {1, 0, 1, 2, 3, 1, 'w', 't', 'e', 0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64,
-                                 0, 0, 0, 191};
+  static const uint8_t desc[] = {1, 0, 1, 2,  3, 1, 'w', 't', 'e', 0, 0, 128, 63,
+                                 0, 0, 0, 64, 0, 0, 64,  64,  0,   0, 0, 191};
   round_trip(desc + 1, sizeof desc - 1); /* writes g_out: a real export */
   FILE *f = fopen(g_out, "rb");
   if (!f) {

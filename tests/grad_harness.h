@@ -34,8 +34,8 @@ static void grad_adamw_config(zo_config_t *c, int gas) {
 
 /* Micro-batch @mb's gradient element j of tensor i at step s on rank q: a multiple of 1/64 in (-2, 2). */
 static float grad_of(int q, int s, int mb, int i, size_t j) {
-  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^ (uint64_t)((s * 7 + mb) * 131 + i) * 0xbf58476d1ce4e5b9ull ^
-               j * 0x94d049bbull;
+  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^
+               (uint64_t)((s * 7 + mb) * 131 + i) * 0xbf58476d1ce4e5b9ull ^ j * 0x94d049bbull;
   h ^= h >> 29;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 32;

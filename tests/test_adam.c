@@ -18,8 +18,8 @@ static uint64_t rnd64(void) { return zo_test_rand64(&g_rng); }
 static double rnd_uniform(double lo, double hi) { return zo_test_rand_uniform(&g_rng, lo, hi); }
 
 /* Mixed tolerance |got - ref| <= atol + rtol*|ref| on float results (first 10 mismatches printed). Returns mismatches. */
-static size_t close_f(const char *file, int line, const char *what, const char *ctx, const float *got,
-                      const double *ref, size_t n, double atol, double rtol) {
+static size_t close_f(const char *file, int line, const char *what, const char *ctx,
+                      const float *got, const double *ref, size_t n, double atol, double rtol) {
   double *g = malloc(n * sizeof *g);
   char label[256];
   snprintf(label, sizeof label, "%s [%s]", what, ctx);
@@ -28,11 +28,12 @@ static size_t close_f(const char *file, int line, const char *what, const char *
   free(g);
   return bad;
 }
-#define CLOSE_F(what, ctx, got, ref, n, atol, rtol) close_f(__FILE__, __LINE__, what, ctx, got, ref, n, atol, rtol)
+#define CLOSE_F(what, ctx, got, ref, n, atol, rtol) \
+  close_f(__FILE__, __LINE__, what, ctx, got, ref, n, atol, rtol)
 
 /* Bit-for-bit equality of n floats (or any 4-byte words), labelled with ctx. Returns the differing byte count. */
-static size_t same_bits_at(const char *file, int line, const char *what, const char *ctx, const void *a, const void *b,
-                           size_t n_floats) {
+static size_t same_bits_at(const char *file, int line, const char *what, const char *ctx,
+                           const void *a, const void *b, size_t n_floats) {
   char label[256];
   snprintf(label, sizeof label, "%s [%s]", what, ctx);
   return zo_test_check_bytes(file, line, label, a, b, n_floats * 4);
@@ -40,7 +41,8 @@ static size_t same_bits_at(const char *file, int line, const char *what, const c
 #define SAME_BITS(what, ctx, a, b, n) same_bits_at(__FILE__, __LINE__, what, ctx, a, b, n)
 
 /* Double-precision reference of one step, the formula of torch.optim.Adam/AdamW. */
-static void ref_step(const zo_adam_hparams *hp, double *p, const double *g, double *m, double *v, size_t n) {
+static void ref_step(const zo_adam_hparams *hp, double *p, const double *g, double *m, double *v,
+                     size_t n) {
   double b1 = hp->beta1, b2 = hp->beta2, lr = hp->lr, wd = hp->weight_decay, eps = hp->eps;
   double bc1 = 1, bc2 = 1;
   if (hp->bias_correction) {
@@ -70,8 +72,8 @@ static const hset k_hsets[] = {
     {1e-2f, 0.8f, 0.99f, 1e-6f, 0.1f, 1.0f, 0.01f},
     {0.1f, 0.0f, 0.5f, 1e-3f, 0.0f, 1.0f, 3.0f},
     {3e-4f, 0.95f, 0.9999f, 1e-8f, 0.5f, 1.0f / 1024.0f, 1024.0f}, /* loss-scaled grads */
-    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.37f, 1e18f},               /* very large grads */
-    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1e-20f},               /* tiny grads (float v goes denormal) */
+    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.37f, 1e18f},             /* very large grads */
+    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1e-20f}, /* tiny grads (float v goes denormal) */
 };
 
 /*
@@ -110,14 +112,16 @@ static void test_vs_reference(void) {
             }
             char ctx[160];
             for (int t = 1; t <= NSTEP; t++) {
-              zo_adam_hparams hp = {H->lr, H->b1, H->b2, H->eps, H->wd, (zo_adam_mode)mode, bc, t, H->grad_scale};
+              zo_adam_hparams hp = {H->lr, H->b1, H->b2,        H->eps, H->wd, (zo_adam_mode)mode,
+                                    bc,    t,     H->grad_scale};
               for (size_t i = 0; i < n; i++) g[i] = g0[(size_t)(t - 1) * n + i], rg[i] = g[i];
               CHECK_OK(zo_adam_step(&hp, p, g, m, v, n, lvl, 1));
               ref_step(&hp, rp, rg, rm, rv, n);
-              snprintf(ctx, sizeof ctx, "%s hset %zu mode %d bc %d n %zu off %zu step %d", zo_simd_name(lvl), hs, mode,
-                       bc, n, off, t);
+              snprintf(ctx, sizeof ctx, "%s hset %zu mode %d bc %d n %zu off %zu step %d",
+                       zo_simd_name(lvl), hs, mode, bc, n, off, t);
               double sc = H->gmag > 1 ? H->gmag : 1;
-              if (CLOSE_F("param", ctx, p, rp, n, 1e-6, 1e-5) || CLOSE_F("exp_avg", ctx, m, rm, n, 1e-6 * sc, 1e-5) ||
+              if (CLOSE_F("param", ctx, p, rp, n, 1e-6, 1e-5) ||
+                  CLOSE_F("exp_avg", ctx, m, rm, n, 1e-6 * sc, 1e-5) ||
                   CLOSE_F("exp_avg_sq", ctx, v, rv, n, 1e-6 * sc * sc, 1e-5))
                 goto next;
             }
@@ -143,7 +147,8 @@ static void test_vs_reference(void) {
 /* Test 2: n_threads 1, 2, 3 and default give identical bits on a shard large enough to split. */
 static void test_threads(void) {
   const size_t n = 100003;
-  float *base = malloc(4 * n * sizeof(float)), *ref = malloc(3 * n * sizeof(float)), *w = malloc(3 * n * sizeof(float));
+  float *base = malloc(4 * n * sizeof(float)), *ref = malloc(3 * n * sizeof(float)),
+        *w = malloc(3 * n * sizeof(float));
   for (size_t i = 0; i < 4 * n; i++) base[i] = (float)rnd_uniform(-1, 1);
   for (size_t i = 0; i < n; i++) base[3 * n + i] = fabsf(base[3 * n + i]); /* v >= 0 */
   zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, ZO_ADAM_MODE_ADAMW, 1, 7, 0.5f};
@@ -153,7 +158,7 @@ static void test_threads(void) {
     if (!zo_simd_supported(lvl)) continue;
     for (int ti = 0; ti < 4; ti++) {
       float *out = (li == 0 && ti == 0) ? ref : w;
-      memcpy(out, base, n * sizeof(float));              /* p */
+      memcpy(out, base, n * sizeof(float));                 /* p */
       memcpy(out + n, base + 2 * n, 2 * n * sizeof(float)); /* m, v */
       CHECK_OK(zo_adam_step(&hp, out, base + n, out + n, out + 2 * n, n, lvl, threads[ti]));
       if (out != ref) {
@@ -176,14 +181,15 @@ static void test_zero_grad(void) {
     zo_simd lvl = k_levels[li];
     if (!zo_simd_supported(lvl)) continue;
     for (int mode = 0; mode < 2; mode++) {
-      for (size_t i = 0; i < n; i++) p[i] = (float)i - 500.0f, g[i] = 0.0f, m[i] = 0.0f, v[i] = 0.0f;
+      for (size_t i = 0; i < n; i++)
+        p[i] = (float)i - 500.0f, g[i] = 0.0f, m[i] = 0.0f, v[i] = 0.0f;
       zo_adam_hparams hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, (zo_adam_mode)mode, 1, 1, 1.0f};
       CHECK_OK(zo_adam_step(&hp, p, g, m, v, n, lvl, 1));
       int bad = 0;
       for (size_t i = 0; i < n && !bad; i++)
         if (p[i] != (float)i - 500.0f || m[i] != 0.0f || v[i] != 0.0f) {
-          FAIL_AT("zero grad %s mode %d changed state at %zu: p %g m %g v %g", zo_simd_name(lvl), mode, i,
-                  (double)p[i], (double)m[i], (double)v[i]);
+          FAIL_AT("zero grad %s mode %d changed state at %zu: p %g m %g v %g", zo_simd_name(lvl),
+                  mode, i, (double)p[i], (double)m[i], (double)v[i]);
           bad = 1;
         }
       /* with decoupled decay only the decay moves p: exactly p * (1 - lr*wd) when m = 0 */
@@ -194,7 +200,8 @@ static void test_zero_grad(void) {
       float decay = (float)(1.0 - 1e-2f * (double)0.1f);
       for (size_t i = 0; i < n; i++)
         if (p[i] != ((float)i - 500.0f) * decay) {
-          FAIL_AT("AdamW zero grad at %zu: got %.9g want %.9g", i, (double)p[i], (double)(((float)i - 500.0f) * decay));
+          FAIL_AT("AdamW zero grad at %zu: got %.9g want %.9g", i, (double)p[i],
+                  (double)(((float)i - 500.0f) * decay));
           break;
         }
     }
@@ -217,7 +224,8 @@ static uint16_t ref_bf16(float f) {
  */
 static void test_fused(void) {
   const size_t n = 3001;
-  float *p0 = malloc(n * 4), *gf = malloc(n * 4), *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+  float *p0 = malloc(n * 4), *gf = malloc(n * 4), *p = malloc(n * 4), *m = malloc(n * 4),
+        *v = malloc(n * 4);
   float *pr = malloc(n * 4), *mr = malloc(n * 4), *vr = malloc(n * 4), *outf = malloc(n * 4);
   uint16_t *gh = malloc(n * 2), *outh = malloc(n * 2);
   for (size_t i = 0; i < n; i++) p0[i] = (float)rnd_uniform(-2, 2);
@@ -230,7 +238,8 @@ static void test_fused(void) {
       memcpy(&gf[i], &b, 4);
     }
     if (gt == ZO_DTYPE_F16) {
-      CHECK_OK(zo_cast(gh, ZO_DTYPE_F16, gf, ZO_DTYPE_F32, n, 1)); /* bf16 values are exact in f16 here */
+      CHECK_OK(zo_cast(gh, ZO_DTYPE_F16, gf, ZO_DTYPE_F32, n,
+                       1)); /* bf16 values are exact in f16 here */
       CHECK_OK(zo_cast(gf, ZO_DTYPE_F32, gh, ZO_DTYPE_F16, n, 1));
     }
     const void *gptr = gt == ZO_DTYPE_F32 ? (const void *)gf : (const void *)gh;
@@ -243,17 +252,19 @@ static void test_fused(void) {
         for (size_t i = 0; i < n; i++) p[i] = p0[i], m[i] = 0.01f, v[i] = 0.02f;
         void *out = ot < 0 ? NULL : ot == ZO_DTYPE_F32 ? (void *)outf : (void *)outh;
         memset(outh, 0, n * 2);
-        CHECK_OK(zo_adam_step_ex(&hp, p, gptr, (zo_dtype)gt, m, v, out, (zo_dtype)(ot < 0 ? 0 : ot), n, lvl, 2));
+        CHECK_OK(zo_adam_step_ex(&hp, p, gptr, (zo_dtype)gt, m, v, out, (zo_dtype)(ot < 0 ? 0 : ot),
+                                 n, lvl, 2));
         char ctx[64];
-        snprintf(ctx, sizeof ctx, "%s grad %s out %s", zo_simd_name(lvl), zo_dtype_name((zo_dtype)gt),
-                 ot < 0 ? "none" : zo_dtype_name((zo_dtype)ot));
+        snprintf(ctx, sizeof ctx, "%s grad %s out %s", zo_simd_name(lvl),
+                 zo_dtype_name((zo_dtype)gt), ot < 0 ? "none" : zo_dtype_name((zo_dtype)ot));
         SAME_BITS("fused param", ctx, p, pr, n);
         SAME_BITS("fused exp_avg", ctx, m, mr, n);
         SAME_BITS("fused exp_avg_sq", ctx, v, vr, n);
         if (ot == ZO_DTYPE_F32) SAME_BITS("fused f32 copy", ctx, outf, pr, n);
         for (size_t i = 0; ot == ZO_DTYPE_BF16 && i < n; i++)
           if (outh[i] != ref_bf16(pr[i])) {
-            FAIL_AT("fused bf16 copy [%s] at %zu: 0x%04x vs 0x%04x", ctx, i, outh[i], ref_bf16(pr[i]));
+            FAIL_AT("fused bf16 copy [%s] at %zu: 0x%04x vs 0x%04x", ctx, i, outh[i],
+                    ref_bf16(pr[i]));
             break;
           }
         if (ot == ZO_DTYPE_F16) {
@@ -264,7 +275,8 @@ static void test_fused(void) {
         }
       }
   }
-  free(p0), free(gf), free(p), free(m), free(v), free(pr), free(mr), free(vr), free(outf), free(gh), free(outh);
+  free(p0), free(gf), free(p), free(m), free(v), free(pr), free(mr), free(vr), free(outf), free(gh),
+      free(outh);
 }
 
 /* Test 5: errors. */
@@ -297,7 +309,7 @@ static void test_errors(void) {
   CHECK_ST(zo_adam_step(&bad, x, x, x, x, 4, ZO_SIMD_AUTO, 1), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_adam_step(&hp, x, x, x, x, 4, (zo_simd)9, 1), ZO_ERR_INVALID_ARG);
   CHECK_EQ(zo_adam_step_ex(&hp, x, x, (zo_dtype)7, x, x, NULL, ZO_DTYPE_F32, 4, ZO_SIMD_AUTO, 1),
-               ZO_ERR_INVALID_ARG);
+           ZO_ERR_INVALID_ARG);
   for (size_t li = 1; li < 3; li++)
     if (!zo_simd_supported(k_levels[li])) {
       CHECK_ST(zo_adam_step(&hp, x, x, x, x, 4, k_levels[li], 1), ZO_ERR_UNSUPPORTED);
@@ -319,7 +331,8 @@ static void test_errors(void) {
   CHECK_EQ(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
   unsetenv("ZO_SIMD");
   CHECK_EQ(zo_simd_resolve(ZO_SIMD_AUTO), zo_simd_best());
-  CHECK(strcmp(zo_simd_name(ZO_SIMD_AVX512), "avx512") == 0 && strcmp(zo_simd_name(ZO_SIMD_AUTO), "auto") == 0);
+  CHECK(strcmp(zo_simd_name(ZO_SIMD_AVX512), "avx512") == 0 &&
+        strcmp(zo_simd_name(ZO_SIMD_AUTO), "auto") == 0);
 }
 
 /* Test 6: sqnorm vs a double reference (rtol 1e-12), bit-identical across threads and levels, nonfinite flag. */
@@ -348,8 +361,8 @@ static void test_sqnorm(void) {
         if (first < 0)
           first = s;
         else if (memcmp(&first, &s, sizeof s) != 0)
-          FAIL_AT("sqnorm n %zu %s threads %d not bit-identical: %.17g vs %.17g", n, zo_simd_name(k_levels[li]),
-                  threads[ti], s, first);
+          FAIL_AT("sqnorm n %zu %s threads %d not bit-identical: %.17g vs %.17g", n,
+                  zo_simd_name(k_levels[li]), threads[ti], s, first);
       }
     }
     /* inf and NaN at a random position (including tails) */
@@ -373,7 +386,8 @@ static void test_sqnorm(void) {
 }
 
 int main(void) {
-  printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()), zo_simd_has_avx512_bf16());
+  printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()),
+         zo_simd_has_avx512_bf16());
   test_vs_reference();
   printf("vs reference: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_threads();

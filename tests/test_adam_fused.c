@@ -45,8 +45,9 @@ static uint16_t f2b_rne(float f) {
   return (uint16_t)((x + 0x7fffu + lsb) >> 16);
 }
 static double load_d(const void *a, zo_dtype t, size_t i) {
-  return t == ZO_DTYPE_F32 ? ((const float *)a)[i] : t == ZO_DTYPE_F16 ? h2d(((const uint16_t *)a)[i])
-                                                                        : b2d(((const uint16_t *)a)[i]);
+  return t == ZO_DTYPE_F32   ? ((const float *)a)[i]
+         : t == ZO_DTYPE_F16 ? h2d(((const uint16_t *)a)[i])
+                             : b2d(((const uint16_t *)a)[i]);
 }
 
 /* The documented stochastic-rounding hash (zoffload/adam.h), written from the header's text. */
@@ -90,7 +91,8 @@ static void ref_elem(const zo_adam_hparams *hp, double *p, double g, double *m, 
  * operation order (constants rounded to float once; this file has no FMA
  * contraction: x86-64 without -mfma).
  */
-static void f32_update(const zo_adam_hparams *hp, float g, float m, float v, float p, float *mo, float *vo) {
+static void f32_update(const zo_adam_hparams *hp, float g, float m, float v, float p, float *mo,
+                       float *vo) {
   float omb1 = (float)(1.0 - (double)hp->beta1), omb2 = (float)(1.0 - (double)hp->beta2);
   float gg = g * hp->grad_scale;
   if (hp->mode == ZO_ADAM_MODE_L2) gg = gg + hp->weight_decay * p;
@@ -105,10 +107,16 @@ typedef struct {
 } hset;
 static const hset k_hsets[] = {
     {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, {1, 1, 1}},
-    {1e-2f, 0.8f, 0.99f, 1e-6f, 0.1f, 1.0f / 1024, {1024, 1024, 1024}},  /* loss-scaled */
-    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.37f, {1e18, 3e4, 1e18}},        /* very large */
-    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, {1e-20, 1e-6, 1e-20}},      /* very small (f16: subnormal) */
-    {0.1f, 0.0f, 0.5f, 1e-3f, 0.0f, 1.0f, {0, 0, 0}},                     /* zero gradients */
+    {1e-2f, 0.8f, 0.99f, 1e-6f, 0.1f, 1.0f / 1024, {1024, 1024, 1024}}, /* loss-scaled */
+    {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.37f, {1e18, 3e4, 1e18}},      /* very large */
+    {1e-3f,
+     0.9f,
+     0.999f,
+     1e-8f,
+     0.01f,
+     1.0f,
+     {1e-20, 1e-6, 1e-20}},                           /* very small (f16: subnormal) */
+    {0.1f, 0.0f, 0.5f, 1e-3f, 0.0f, 1.0f, {0, 0, 0}}, /* zero gradients */
 };
 
 /* Random shard: arrays at odd offsets into padded buffers. */
@@ -122,10 +130,12 @@ static void sb_alloc(shardbuf *s, size_t n, zo_dtype gt, zo_dtype st, zo_dtype o
   s->n = n;
   size_t sz[5] = {4, zo_dtype_size(gt), zo_dtype_size(st), zo_dtype_size(st), zo_dtype_size(ot)};
   void **dst[5] = {(void **)&s->p, &s->g, &s->m, &s->v, &s->out};
-  int aligned = rnd() % 3 == 0; /* a third: every array 64-byte aligned (the streaming-store path) */
+  int aligned =
+      rnd() % 3 == 0; /* a third: every array 64-byte aligned (the streaming-store path) */
   for (int k = 0; k < 5; k++) {
     s->mem[k] = aligned_alloc(64, (n * sz[k] + 128 + 63) / 64 * 64);
-    size_t off = aligned ? 0 : (1 + rnd() % 15) * sz[k]; /* else element-aligned, never 64-byte aligned */
+    size_t off =
+        aligned ? 0 : (1 + rnd() % 15) * sz[k]; /* else element-aligned, never 64-byte aligned */
     *dst[k] = s->mem[k] + off;
   }
   if (!has_out) s->out = NULL;
@@ -164,10 +174,12 @@ static void test_combinations(void) {
                 zo_dtype gt = k_dtypes[gi], st = si ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
                 zo_dtype ot = oi ? k_dtypes[oi - 1] : ZO_DTYPE_F32;
                 size_t n = sh == 0 ? 1 + rnd() % 40 : 1 + 2 * (rnd() % 400);
-                uint64_t seed = rnd() % 3 == 0 ? 0xfffffffffffffff0ull + rnd() % 8 : rnd(); /* also wrap the key */
+                uint64_t seed = rnd() % 3 == 0 ? 0xfffffffffffffff0ull + rnd() % 8
+                                               : rnd(); /* also wrap the key */
                 double gmag = H->gmag[gi];
                 /* initial state and NSTEP gradients, as doubles exactly representable in the dtypes */
-                float *p0 = malloc(n * 4), *m0 = malloc(n * 4), *v0 = malloc(n * 4), *gs = malloc(NSTEP * n * 4);
+                float *p0 = malloc(n * 4), *m0 = malloc(n * 4), *v0 = malloc(n * 4),
+                      *gs = malloc(NSTEP * n * 4);
                 for (size_t i = 0; i < n; i++) {
                   p0[i] = (float)urand(-1, 1);
                   m0[i] = (float)(urand(-0.1, 0.1) * gmag * H->scale);
@@ -194,25 +206,31 @@ static void test_combinations(void) {
                   char ctx[200];
                   int bad = 0;
                   for (int t = 1; t <= NSTEP && !bad; t++) {
-                    zo_adam_hparams hp = {H->lr, H->b1, H->b2, H->eps, H->wd, (zo_adam_mode)mode, bc, t, H->scale};
+                    zo_adam_hparams hp = {H->lr, H->b1, H->b2,   H->eps, H->wd, (zo_adam_mode)mode,
+                                          bc,    t,     H->scale};
                     for (size_t i = 0; i < n; i++) store_f(S.g, gt, i, gs[(size_t)(t - 1) * n + i]);
                     zo_adam_shard shd = {S.p, S.g, gt, S.m, S.v, st, S.out, ot, n, seed};
                     /* fp32 states: the same step through zo_adam_step_ex must give the same bits */
                     float *xp = NULL, *xm = NULL, *xv = NULL;
                     char *xo = NULL;
                     if (st == ZO_DTYPE_F32) {
-                      xp = malloc(n * 4), xm = malloc(n * 4), xv = malloc(n * 4), xo = malloc(n * 4);
+                      xp = malloc(n * 4), xm = malloc(n * 4), xv = malloc(n * 4),
+                      xo = malloc(n * 4);
                       memcpy(xp, S.p, n * 4), memcpy(xm, S.m, n * 4), memcpy(xv, S.v, n * 4);
-                      CHECK_OK(zo_adam_step_ex(&hp, xp, S.g, gt, xm, xv, oi ? xo : NULL, ot, n, lvl, 1));
+                      CHECK_OK(
+                          zo_adam_step_ex(&hp, xp, S.g, gt, xm, xv, oi ? xo : NULL, ot, n, lvl, 1));
                     }
-                    double *pp_prev = malloc(n * 8), *pm_prev = malloc(n * 8), *pv_prev = malloc(n * 8);
+                    double *pp_prev = malloc(n * 8), *pm_prev = malloc(n * 8),
+                           *pv_prev = malloc(n * 8);
                     for (size_t i = 0; i < n; i++)
-                      pp_prev[i] = S.p[i], pm_prev[i] = load_d(S.m, st, i), pv_prev[i] = load_d(S.v, st, i);
+                      pp_prev[i] = S.p[i], pm_prev[i] = load_d(S.m, st, i),
+                      pv_prev[i] = load_d(S.v, st, i);
                     zo_adam_result res = {-1, -1};
                     CHECK_OK(zo_adam_update(&hp, &shd, 0, lvl, &res));
                     CHECK_EQ(res.nonfinite, 0);
                     CHECK_EQ(res.skipped, 0);
-                    snprintf(ctx, sizeof ctx, "%s hset %zu grad %s state %s out %s mode %d bc %d n %zu step %d",
+                    snprintf(ctx, sizeof ctx,
+                             "%s hset %zu grad %s state %s out %s mode %d bc %d n %zu step %d",
                              zo_simd_name(lvl), hs, zo_dtype_name(gt), zo_dtype_name(st),
                              oi ? zo_dtype_name(ot) : "none", mode, bc, n, t);
                     double s = gmag * H->scale > 1 ? gmag * H->scale : 1;
@@ -233,12 +251,13 @@ static void test_combinations(void) {
                       for (size_t i = 0; i < n && !bad; i++) {
                         uint32_t h = sr_hash(seed + i, (uint32_t)t);
                         float mf, vf;
-                        f32_update(&hp, (float)load_d(S.g, gt, i), (float)pm_prev[i], (float)pv_prev[i],
-                                   (float)pp_prev[i], &mf, &vf);
+                        f32_update(&hp, (float)load_d(S.g, gt, i), (float)pm_prev[i],
+                                   (float)pv_prev[i], (float)pp_prev[i], &mf, &vf);
                         uint16_t gm = ((uint16_t *)S.m)[i], gv = ((uint16_t *)S.v)[i];
                         if (gm != f2b_sr(mf, h & 0xffff) || gv != f2b_sr(vf, h >> 16))
-                          bad += !FAIL_AT("%s: bf16 state %zu: m 0x%04x vs SR 0x%04x, v 0x%04x vs 0x%04x", ctx, i, gm,
-                                          f2b_sr(mf, h & 0xffff), gv, f2b_sr(vf, h >> 16));
+                          bad += !FAIL_AT(
+                              "%s: bf16 state %zu: m 0x%04x vs SR 0x%04x, v 0x%04x vs 0x%04x", ctx,
+                              i, gm, f2b_sr(mf, h & 0xffff), gv, f2b_sr(vf, h >> 16));
                       }
                       for (size_t i = 0; i < n; i++) rm[i] = gotm[i], rv[i] = gotv[i];
                     }
@@ -249,8 +268,8 @@ static void test_combinations(void) {
                       if (ot == ZO_DTYPE_BF16)
                         for (size_t i = 0; i < n; i++)
                           if (((uint16_t *)S.out)[i] != f2b_rne(S.p[i])) {
-                            bad += !FAIL_AT("%s: out[%zu] 0x%04x != RNE 0x%04x", ctx, i, ((uint16_t *)S.out)[i],
-                                            f2b_rne(S.p[i]));
+                            bad += !FAIL_AT("%s: out[%zu] 0x%04x != RNE 0x%04x", ctx, i,
+                                            ((uint16_t *)S.out)[i], f2b_rne(S.p[i]));
                             break;
                           }
                       free(want);
@@ -284,7 +303,8 @@ static void test_combinations(void) {
                     exit(1);
                   }
                 }
-                free(p0), free(m0), free(v0), free(gs), free(sc_p), free(sc_m), free(sc_v), free(sc_o);
+                free(p0), free(m0), free(v0), free(gs), free(sc_p), free(sc_m), free(sc_v),
+                    free(sc_o);
               }
   printf("combinations: %d shards checked at every supported level\n", combos);
 }
@@ -318,17 +338,21 @@ static void test_nonfinite(void) {
             float badv = kind == 0 ? INFINITY : kind == 1 ? -INFINITY : NAN;
             if (pos != (size_t)-1) store_f(S.g, gt, pos, badv);
             size_t ssz = zo_dtype_size(st);
-            char *cp = malloc(n * 4), *cm = malloc(n * ssz), *cv = malloc(n * ssz), *co = malloc(n * 2);
-            memcpy(cp, S.p, n * 4), memcpy(cm, S.m, n * ssz), memcpy(cv, S.v, n * ssz), memcpy(co, S.out, n * 2);
-            zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, ZO_ADAM_MODE_ADAMW, 1, 3, 1.0f};
+            char *cp = malloc(n * 4), *cm = malloc(n * ssz), *cv = malloc(n * ssz),
+                 *co = malloc(n * 2);
+            memcpy(cp, S.p, n * 4), memcpy(cm, S.m, n * ssz), memcpy(cv, S.v, n * ssz),
+                memcpy(co, S.out, n * 2);
+            zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, ZO_ADAM_MODE_ADAMW,
+                                  1,     3,    1.0f};
             zo_adam_shard shd = {S.p, S.g, gt, S.m, S.v, st, S.out, ZO_DTYPE_BF16, n, 7};
             zo_adam_result res = {-1, -1};
             CHECK_OK(zo_adam_update(&hp, &shd, ZO_ADAM_SKIP_NONFINITE, lvl, &res));
             char ctx[128];
-            snprintf(ctx, sizeof ctx, "%s grad %s state %s pos %zd kind %d", zo_simd_name(lvl), zo_dtype_name(gt),
-                     zo_dtype_name(st), (ssize_t)pos, kind);
+            snprintf(ctx, sizeof ctx, "%s grad %s state %s pos %zd kind %d", zo_simd_name(lvl),
+                     zo_dtype_name(gt), zo_dtype_name(st), (ssize_t)pos, kind);
             int dirty = pos != (size_t)-1;
-            if (!CHECK_EQ(res.nonfinite, dirty) || !CHECK_EQ(res.skipped, dirty)) fprintf(stderr, "  [%s]\n", ctx);
+            if (!CHECK_EQ(res.nonfinite, dirty) || !CHECK_EQ(res.skipped, dirty))
+              fprintf(stderr, "  [%s]\n", ctx);
             if (dirty) {
               CHECK_BYTES(ctx, S.p, cp, n * 4);
               CHECK_BYTES(ctx, S.m, cm, n * ssz);
@@ -337,7 +361,8 @@ static void test_nonfinite(void) {
               /* without SKIP: flagged, and the update runs (param changes somewhere) */
               res.nonfinite = res.skipped = -1;
               CHECK_OK(zo_adam_update(&hp, &shd, 0, lvl, &res));
-              if (!CHECK_EQ(res.nonfinite, 1) || !CHECK_EQ(res.skipped, 0)) fprintf(stderr, "  [%s]\n", ctx);
+              if (!CHECK_EQ(res.nonfinite, 1) || !CHECK_EQ(res.skipped, 0))
+                fprintf(stderr, "  [%s]\n", ctx);
               CHECK(memcmp(S.p, cp, n * 4) != 0);
             } else {
               CHECK(memcmp(S.p, cp, n * 4) != 0);
@@ -391,7 +416,8 @@ static void test_seed_split(void) {
     zo_adam_shard a = {p, g, ZO_DTYPE_F32, m, v, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, n, seed};
     CHECK_OK(zo_adam_update(&hp, &a, 0, lvl, NULL));
     zo_adam_shard b1 = {p2, g, ZO_DTYPE_F32, m2, v2, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, k, seed};
-    zo_adam_shard b2 = {p2 + k, g + k, ZO_DTYPE_F32, m2 + k, v2 + k, ZO_DTYPE_BF16, NULL, ZO_DTYPE_F32, n - k, seed + k};
+    zo_adam_shard b2 = {p2 + k,        g + k, ZO_DTYPE_F32, m2 + k, v2 + k,
+                        ZO_DTYPE_BF16, NULL,  ZO_DTYPE_F32, n - k,  seed + k};
     CHECK_OK(zo_adam_update(&hp, &b1, 0, lvl, NULL));
     CHECK_OK(zo_adam_update(&hp, &b2, 0, lvl, NULL));
     CHECK_BYTES("seed split m", m2, m, n * 2);
@@ -429,8 +455,8 @@ static void test_sqnorm(void) {
         CHECK_CLOSE(s, ref, 0.0, 1e-12);
         if (first < 0) first = s;
         if (memcmp(&s, &first, 8) != 0)
-          FAIL_AT("sqnorm %s %s threads %d: %.17g != %.17g", zo_dtype_name(gt), zo_simd_name(k_levels[li]), nt, s,
-                  first);
+          FAIL_AT("sqnorm %s %s threads %d: %.17g != %.17g", zo_dtype_name(gt),
+                  zo_simd_name(k_levels[li]), nt, s, first);
       }
     }
     if (gt == ZO_DTYPE_F32) {
@@ -458,13 +484,16 @@ static void test_no_nt(void) {
     float *g = aligned_alloc(64, 40064);
     for (size_t i = 0; i < n; i++) g[i] = (float)urand(-1, 1);
     for (int k = 0; k < 2; k++) {
-      p[k] = aligned_alloc(64, 40064), m[k] = aligned_alloc(64, 40064), v[k] = aligned_alloc(64, 40064);
+      p[k] = aligned_alloc(64, 40064), m[k] = aligned_alloc(64, 40064),
+      v[k] = aligned_alloc(64, 40064);
       o[k] = aligned_alloc(64, 20032);
       uint64_t r = 11;
       for (size_t i = 0; i < n; i++)
-        p[k][i] = zo_test_rand_pm1f(&r), m[k][i] = 0.01f * zo_test_rand_pm1f(&r), v[k][i] = 0.01f, o[k][i] = 0;
+        p[k][i] = zo_test_rand_pm1f(&r), m[k][i] = 0.01f * zo_test_rand_pm1f(&r), v[k][i] = 0.01f,
+        o[k][i] = 0;
       zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, ZO_ADAM_MODE_ADAMW, 1, 2, 1.0f};
-      zo_adam_shard s = {p[k], g, ZO_DTYPE_F32, m[k], v[k], ZO_DTYPE_F32, o[k], ZO_DTYPE_BF16, n, 0};
+      zo_adam_shard s = {p[k],         g,    ZO_DTYPE_F32,  m[k], v[k],
+                         ZO_DTYPE_F32, o[k], ZO_DTYPE_BF16, n,    0};
       CHECK_OK(zo_adam_update(&hp, &s, k ? ZO_ADAM_NO_NT_STORES : 0, lvl, NULL));
     }
     CHECK_BYTES("no-nt p", p[1], p[0], n * 4);
@@ -506,7 +535,8 @@ static void test_errors(void) {
   CHECK_ST(zo_adam_update(&bad, &s, 0, ZO_SIMD_AUTO, NULL), ZO_ERR_INVALID_ARG);
   double sq;
   CHECK_ST(zo_grad_sqnorm_ex(g, (zo_dtype)3, 4, ZO_SIMD_AUTO, 1, &sq, NULL), ZO_ERR_INVALID_ARG);
-  CHECK_ST(zo_grad_sqnorm_ex(NULL, ZO_DTYPE_F32, 4, ZO_SIMD_AUTO, 1, &sq, NULL), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_grad_sqnorm_ex(NULL, ZO_DTYPE_F32, 4, ZO_SIMD_AUTO, 1, &sq, NULL),
+           ZO_ERR_INVALID_ARG);
 }
 
 int main(void) {

@@ -55,9 +55,11 @@ static zo_adam_shard arr_shard(arrays *a, zo_dtype gt, zo_dtype st, uint64_t see
 static void test_bit_identity(void) {
   const size_t n = 200003;
   static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
-  for (int cfg = 0; cfg < 5; cfg++) { /* 1, 2, 3 threads auto tiles; 3 threads 4 Ki tiles; 3 contiguous */
-    zo_adam_pool_opts o = {cfg < 3 ? cfg + 1 : 3, -1, 1,
-                           cfg == 3 ? 4096 : cfg == 4 ? ZO_ADAM_TILE_CONTIGUOUS : 0, ZO_SIMD_AUTO, 0, 0};
+  for (int cfg = 0; cfg < 5;
+       cfg++) { /* 1, 2, 3 threads auto tiles; 3 threads 4 Ki tiles; 3 contiguous */
+    zo_adam_pool_opts o = {
+        cfg < 3 ? cfg + 1 : 3, -1, 1, cfg == 3 ? 4096 : cfg == 4 ? ZO_ADAM_TILE_CONTIGUOUS : 0,
+        ZO_SIMD_AUTO,          0,  0};
     zo_adam_pool_t *pool = NULL;
     REQUIRE_OK(zo_adam_pool_create(&o, &pool));
     printf("pool: %s\n", zo_adam_pool_describe(pool));
@@ -69,7 +71,8 @@ static void test_bit_identity(void) {
         arr_init(&a, n, gt, st, 42 + gi);
         arr_init(&b, n, gt, st, 42 + gi);
         for (int t = 1; t <= 2; t++) {
-          zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, (zo_adam_mode)(t & 1), 1, t, 0.5f};
+          zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, (zo_adam_mode)(t & 1),
+                                1,     t,    0.5f};
           zo_adam_shard sa = arr_shard(&a, gt, st, 1000), sb = arr_shard(&b, gt, st, 1000);
           zo_adam_result ra = {-1, -1}, rb = {-1, -1};
           CHECK_OK(zo_adam_update(&hp, &sa, 0, ZO_SIMD_AUTO, &ra));
@@ -185,7 +188,8 @@ static void test_sqnorm_for(void) {
   const size_t n = 1000003;
   uint16_t *g = malloc(n * 2);
   uint64_t r = 5;
-  for (size_t i = 0; i < n; i++) g[i] = (uint16_t)(0x3c00 + (zo_test_rand64(&r) & 0x3ff)); /* bf16 ~ 0.0078..0.0156 */
+  for (size_t i = 0; i < n; i++)
+    g[i] = (uint16_t)(0x3c00 + (zo_test_rand64(&r) & 0x3ff)); /* bf16 ~ 0.0078..0.0156 */
   double ref = -1;
   CHECK_OK(zo_grad_sqnorm_ex(g, ZO_DTYPE_BF16, n, ZO_SIMD_AUTO, 1, &ref, NULL));
   unsigned char *hits = malloc(n);
@@ -344,7 +348,8 @@ static void test_submit_for(void) {
   static const unsigned fl[5] = {0, 0, 0, ZO_ADAM_TASK_URGENT, ZO_ADAM_TASK_URGENT};
   static const size_t tiles[5] = {0, 0, 1000, ZO_ADAM_TILE_CONTIGUOUS, 64};
   for (int i = 1; i < 5; i++) {
-    CHECK_OK(zo_adam_pool_submit_for(pool, sf_mark, (void *)(intptr_t)i, n, tiles[i], fl[i], &t[i]));
+    CHECK_OK(
+        zo_adam_pool_submit_for(pool, sf_mark, (void *)(intptr_t)i, n, tiles[i], fl[i], &t[i]));
   }
   int done = -1;
   CHECK_OK(zo_adam_task_poll(t[4], &done));

@@ -48,7 +48,8 @@ static void test_decide(void) {
   double low = 0;
   CHECK_EQ(zo_adam_stores_decide(four_r, four_n, 4, &r, &low), 1);
   CHECK_CLOSE(r, 1.25, 1e-12, 1e-12);
-  CHECK_CLOSE(low, 1.1, 1e-12, 1e-12); /* the lowest pair's ratio, which the pool's description shows */
+  CHECK_CLOSE(low, 1.1, 1e-12,
+              1e-12); /* the lowest pair's ratio, which the pool's description shows */
   /* one pair */
   CHECK_EQ(zo_adam_stores_decide(zr, zn, 1, NULL, NULL), 1);
   /* bad input: regular, ratio 0 */
@@ -105,7 +106,8 @@ static void arr_free(arrays *a) {
   for (int k = 0; k < 5; k++) free(a->blk[k]);
 }
 static zo_adam_shard arr_shard(arrays *a, zo_dtype gt, zo_dtype st, int with_out) {
-  zo_adam_shard s = {a->p, a->g, gt, a->m, a->v, st, with_out ? a->out : NULL, ZO_DTYPE_BF16, a->n, 77};
+  zo_adam_shard s = {a->p,          a->g, gt, a->m, a->v, st, with_out ? a->out : NULL,
+                     ZO_DTYPE_BF16, a->n, 77};
   return s;
 }
 static void check_same(const char *ctx, arrays *got, arrays *ref, zo_dtype st) {
@@ -129,7 +131,9 @@ static void test_bits(void) {
   static const struct {
     zo_dtype gt, st;
     int out;
-  } kinds[] = {{ZO_DTYPE_F32, ZO_DTYPE_F32, 0}, {ZO_DTYPE_BF16, ZO_DTYPE_F32, 1}, {ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1}};
+  } kinds[] = {{ZO_DTYPE_F32, ZO_DTYPE_F32, 0},
+               {ZO_DTYPE_BF16, ZO_DTYPE_F32, 1},
+               {ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1}};
   for (int s = 0; s < 4; s++)
     for (int li = 0; li < 3; li++) {
       if (!zo_simd_supported(lv[li])) continue;
@@ -148,19 +152,23 @@ static void test_bits(void) {
           arr_init(&got, n, (size_t)skew, gt, st);
           arr_init(&upd, n, (size_t)skew, gt, st);
           for (int t = 1; t <= 2; t++) {
-            zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, (zo_adam_mode)(t & 1), 1, t, 0.5f};
-            zo_adam_shard a = arr_shard(&ref, gt, st, kinds[ki].out), b = arr_shard(&got, gt, st, kinds[ki].out),
+            zo_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, (zo_adam_mode)(t & 1),
+                                  1,     t,    0.5f};
+            zo_adam_shard a = arr_shard(&ref, gt, st, kinds[ki].out),
+                          b = arr_shard(&got, gt, st, kinds[ki].out),
                           c = arr_shard(&upd, gt, st, kinds[ki].out);
             CHECK_OK(zo_adam_update(&hp, &a, 0, ZO_SIMD_SCALAR, NULL));
             CHECK_OK(zo_adam_pool_update(pool, &hp, &b, 0, NULL));
             CHECK_OK(zo_adam_update(&hp, &c, 0, lv[li], NULL));
           }
           char ctx[128];
-          snprintf(ctx, sizeof ctx, "ZO_ADAM_STORES=%s %s skew %d grad %s state %s out %d: pool", k_settings[s],
-                   zo_simd_name(lv[li]), skew, zo_dtype_name(gt), zo_dtype_name(st), kinds[ki].out);
+          snprintf(ctx, sizeof ctx, "ZO_ADAM_STORES=%s %s skew %d grad %s state %s out %d: pool",
+                   k_settings[s], zo_simd_name(lv[li]), skew, zo_dtype_name(gt), zo_dtype_name(st),
+                   kinds[ki].out);
           check_same(ctx, &got, &ref, st);
-          snprintf(ctx, sizeof ctx, "ZO_ADAM_STORES=%s %s skew %d grad %s state %s out %d: update", k_settings[s],
-                   zo_simd_name(lv[li]), skew, zo_dtype_name(gt), zo_dtype_name(st), kinds[ki].out);
+          snprintf(ctx, sizeof ctx, "ZO_ADAM_STORES=%s %s skew %d grad %s state %s out %d: update",
+                   k_settings[s], zo_simd_name(lv[li]), skew, zo_dtype_name(gt), zo_dtype_name(st),
+                   kinds[ki].out);
           check_same(ctx, &upd, &ref, st);
           arr_free(&ref);
           arr_free(&got);
@@ -173,9 +181,11 @@ static void test_bits(void) {
         if (scalar || s < 2) {
           CHECK_EQ(nt, want0);
           CHECK_CLOSE(ratio, 0.0, 0, 0);
-          CHECK(strstr(d, scalar ? "(the scalar kernel never streams)" : s ? "(ZO_ADAM_STORES=nt)"
-                                                                          : "(ZO_ADAM_STORES=regular)") != NULL);
-        } else if (s == 2 || skew) { /* auto: 100003 elements are far below any last-level cache x 24 */
+          CHECK(strstr(d, scalar ? "(the scalar kernel never streams)"
+                          : s    ? "(ZO_ADAM_STORES=nt)"
+                                 : "(ZO_ADAM_STORES=regular)") != NULL);
+        } else if (s == 2 ||
+                   skew) { /* auto: 100003 elements are far below any last-level cache x 24 */
           CHECK_EQ(nt, -1);
           CHECK(strstr(d, "until probed") != NULL);
         } else {
@@ -276,7 +286,8 @@ static void test_probe_call(void) {
     }
     CHECK_OK(zo_adam_pool_probe_stores(pool)); /* decided: nothing to do */
     CHECK_EQ(zo_adam_pool_stores_nt(pool, NULL), nt);
-    printf("explicit probe, ZO_ADAM_STORES=%s: %s\n", s ? "probe" : "regular", zo_adam_pool_describe(pool));
+    printf("explicit probe, ZO_ADAM_STORES=%s: %s\n", s ? "probe" : "regular",
+           zo_adam_pool_describe(pool));
     zo_adam_pool_destroy(pool);
   }
   unsetenv("ZO_ADAM_STORES");

@@ -38,9 +38,10 @@
 #define KB 1024u
 #define ALIGN_UP(x) (((x) + ZO_ARENA_ALIGN - 1) / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN)
 
-static zo_device_t *g_dev;                  /* the backend under test, unlimited */
+static zo_device_t *g_dev;                     /* the backend under test, unlimited */
 static zo_device_kind g_kind = ZO_DEVICE_HOST; /* --backend */
-static zo_pinned_pool_t *g_pool; /* host buffers of asynchronous copies: pinned, as CUDA needs them to be */
+static zo_pinned_pool_t
+    *g_pool; /* host buffers of asynchronous copies: pinned, as CUDA needs them to be */
 
 /* A host buffer that an asynchronous copy may use: pageable memory would make CUDA's copy synchronous in the
  * caller (and stall it behind a gate). */
@@ -105,16 +106,19 @@ static int fill_block(zo_arena_block_t *b, uint64_t seed) {
 }
 
 /* 1 when the block holds the pattern of @seed; else prints where it differs (file:line of the caller). */
-static int block_ok_at(const char *file, int line, zo_arena_block_t *b, uint64_t seed, const char *what) {
+static int block_ok_at(const char *file, int line, zo_arena_block_t *b, uint64_t seed,
+                       const char *what) {
   const size_t n = zo_arena_size(b);
   if (ensure_host(n)) return zo_test_fail_at(file, line, "out of host memory");
   pattern(g_host_a, n, seed);
   zo_status st = zo_memcpy(g_dev, g_host_b, zo_arena_ptr(b), n, ZO_COPY_D2H);
-  if (st != ZO_OK) return zo_test_fail_at(file, line, "%s: D2H copy failed: %s", what, zo_last_error());
+  if (st != ZO_OK)
+    return zo_test_fail_at(file, line, "%s: D2H copy failed: %s", what, zo_last_error());
   if (!memcmp(g_host_a, g_host_b, n)) return 1;
   size_t i = 0;
   while (g_host_a[i] == g_host_b[i]) i++;
-  return zo_test_fail_at(file, line, "%s: block of %zu bytes (pattern %llu) differs from byte %zu on", what, n,
+  return zo_test_fail_at(file, line,
+                         "%s: block of %zu bytes (pattern %llu) differs from byte %zu on", what, n,
                          (unsigned long long)seed, i);
 }
 #define BLOCK_OK(b, seed, what) block_ok_at(__FILE__, __LINE__, (b), (seed), (what))
@@ -143,7 +147,8 @@ static void test_alignment(void) {
   zo_arena_t *a = mk_arena(64 * KB + 100, ZO_ARENA_BEST_FIT); /* rounded down to 64 KiB */
   REQUIRE(a);
   CHECK_OK(zo_device_mem_info(g_dev, &used1, NULL, NULL));
-  CHECK_EQ(used1 - used0, 64 * KB + 64 * KB / 64); /* one reservation: the rounded capacity and a 1/64 scratch */
+  CHECK_EQ(used1 - used0,
+           64 * KB + 64 * KB / 64); /* one reservation: the rounded capacity and a 1/64 scratch */
   CHECK_EQ(stats_of(a).capacity, 64 * KB);
   const size_t sizes[] = {1, 255, 256, 257, 1000, 4096, 5000, 511};
   enum { N = sizeof sizes / sizeof sizes[0] };
@@ -384,7 +389,8 @@ static void test_compaction_pinned(void) {
   zo_arena_block_t *big = NULL;
   CHECK_ST(zo_arena_alloc(a, 3 * KB, &big), ZO_ERR_OUT_OF_MEMORY);
   CHECK(big == NULL);
-  CHECK_HAS(zo_last_error(), "cannot allocate 3072 bytes: 5120 live (2048 pinned), 3072 free of 8192");
+  CHECK_HAS(zo_last_error(),
+            "cannot allocate 3072 bytes: 5120 live (2048 pinned), 3072 free of 8192");
   CHECK_HAS(zo_last_error(), "largest free block 1024");
   CHECK_EQ(stats_of(a).compactions, 0); /* it could not have helped: not tried */
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &big));
@@ -398,7 +404,8 @@ static void test_compaction_pinned(void) {
   CHECK(ptr_of(b[0]) == base + 4 * KB);
   CHECK(ptr_of(b[7]) == base + 6 * KB);
   const int live[] = {0, 2, 4, 5, 7};
-  for (int i = 0; i < 5; i++) BLOCK_OK(b[live[i]], (uint64_t)live[i], "compaction around pinned blocks");
+  for (int i = 0; i < 5; i++)
+    BLOCK_OK(b[live[i]], (uint64_t)live[i], "compaction around pinned blocks");
   CHECK_EQ(s.free_bytes, 1 * KB);
   void *pp = NULL;
   CHECK_OK(zo_arena_pin(a, b[4], &pp));
@@ -433,7 +440,7 @@ static void test_compaction_futile(void) {
   CHECK_EQ(stats_of(a).compactions, 1); /* tried: the stretch X..hole is 4 KiB long */
   CHECK_ST(zo_arena_alloc(a, 3 * KB, &n), ZO_ERR_OUT_OF_MEMORY);
   CHECK_ST(zo_arena_alloc(a, 4 * KB, &n), ZO_ERR_OUT_OF_MEMORY);
-  CHECK_EQ(stats_of(a).compactions, 1); /* nothing changed since: not tried again */
+  CHECK_EQ(stats_of(a).compactions, 1);      /* nothing changed since: not tried again */
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &n)); /* fits without moving */
   CHECK_OK(zo_arena_free(a, n, NULL));
   CHECK_ST(zo_arena_alloc(a, 3 * KB, &n), ZO_ERR_OUT_OF_MEMORY);
@@ -442,7 +449,8 @@ static void test_compaction_futile(void) {
   BLOCK_OK(X, 9, "futile compaction");
   char *pP = ptr_of(P);
   CHECK(fill_block(P, 10) == 0);
-  CHECK_OK(zo_arena_unpin(a, P, NULL)); /* now X's stretch reaches the end: P slides down by 1 KiB */
+  CHECK_OK(
+      zo_arena_unpin(a, P, NULL)); /* now X's stretch reaches the end: P slides down by 1 KiB */
   REQUIRE_OK(zo_arena_alloc(a, 3 * KB, &n));
   CHECK_EQ(stats_of(a).compactions, 3);
   CHECK(ptr_of(X) == pX);
@@ -552,7 +560,9 @@ static void pinholes_run(int with_scratch) {
   zo_arena_block_t *b[PH_NB], *sp[PH_NB], *big = NULL;
   if (!a) goto out;
   for (int i = 0; i < PH_NB; i++) {
-    if (!CHECK_OK(zo_arena_alloc(a, PH_BLK, &b[i])) || !CHECK_OK(zo_arena_alloc(a, PH_SPACER, &sp[i]))) goto out;
+    if (!CHECK_OK(zo_arena_alloc(a, PH_BLK, &b[i])) ||
+        !CHECK_OK(zo_arena_alloc(a, PH_SPACER, &sp[i])))
+      goto out;
   }
   char *base = ptr_of(b[0]);
   CHECK_EQ(stats_of(a).free_bytes, 0);
@@ -566,10 +576,13 @@ static void pinholes_run(int with_scratch) {
   CHECK_EQ(s.compactions, 1);
   CHECK_EQ(s.bytes_moved, (uint64_t)(PH_NB - 1) * PH_BLK); /* all but block 0 */
   const uint64_t bound = (uint64_t)(PH_NB - 1) * 2 * ((PH_BLK + scratch - 1) / scratch);
-  printf("pinholes%s: %d blocks of %d bytes moved in %llu copies (bound %llu)\n", with_scratch ? "" : ", no scratch",
-         PH_NB - 1, PH_BLK, (unsigned long long)s.copies, (unsigned long long)bound);
-  if (with_scratch) CHECK(s.copies <= bound);
-  else CHECK_EQ(s.copies, 330);
+  printf("pinholes%s: %d blocks of %d bytes moved in %llu copies (bound %llu)\n",
+         with_scratch ? "" : ", no scratch", PH_NB - 1, PH_BLK, (unsigned long long)s.copies,
+         (unsigned long long)bound);
+  if (with_scratch)
+    CHECK(s.copies <= bound);
+  else
+    CHECK_EQ(s.copies, 330);
   for (int i = 0; i < PH_NB; i++) {
     CHECK(ptr_of(b[i]) == base + (size_t)i * PH_BLK);
     BLOCK_OK(b[i], 900 + (uint64_t)i, "pinholes");
@@ -615,7 +628,8 @@ static void test_stats(void) {
   zo_arena_block_t *x = NULL;
   CHECK_ST(zo_arena_alloc(a, 5 * KB, &x), ZO_ERR_OUT_OF_MEMORY); /* more than is free */
   CHECK_ST(zo_arena_alloc(a, 4 * KB, &x), ZO_ERR_OUT_OF_MEMORY); /* all live blocks pinned */
-  CHECK_HAS(zo_last_error(), "cannot allocate 4096 bytes: 6144 live (6144 pinned), 4096 free of 10240");
+  CHECK_HAS(zo_last_error(),
+            "cannot allocate 4096 bytes: 6144 live (6144 pinned), 4096 free of 10240");
   s = stats_of(a);
   CHECK_EQ(s.n_failed, 2);
   CHECK_EQ(s.compactions, 0);
@@ -707,10 +721,10 @@ static void test_errors(void) {
   CHECK_ST(zo_arena_free(NULL, b, NULL), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_arena_free(a, ob, NULL), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_arena_free(a, NULL, NULL));
-  CHECK_OK(zo_arena_free(a, b, NULL)); /* pinned once (the owner's pin): fine */
+  CHECK_OK(zo_arena_free(a, b, NULL));                     /* pinned once (the owner's pin): fine */
   CHECK_ST(zo_arena_free(a, b, NULL), ZO_ERR_INVALID_ARG); /* freed twice */
   CHECK_HAS(zo_last_error(), "freed twice");
-  CHECK_ST(zo_arena_pin(a, b, NULL), ZO_ERR_INVALID_ARG);  /* use after free */
+  CHECK_ST(zo_arena_pin(a, b, NULL), ZO_ERR_INVALID_ARG); /* use after free */
   CHECK_ST(zo_arena_unpin(a, b, NULL), ZO_ERR_INVALID_ARG);
   /* stats, compact */
   zo_arena_stats st;
@@ -721,8 +735,9 @@ static void test_errors(void) {
   REQUIRE_OK(zo_arena_alloc(a, 4 * KB, &c));
   zo_arena_block_t *d = NULL;
   CHECK_ST(zo_arena_alloc(a, 4097, &d), ZO_ERR_OUT_OF_MEMORY);
-  CHECK_HAS(zo_last_error(), "device arena: cannot allocate 4097 bytes: 4096 live (4096 pinned), 4096 free of "
-                             "8192, largest free block 4096");
+  CHECK_HAS(zo_last_error(),
+            "device arena: cannot allocate 4097 bytes: 4096 live (4096 pinned), 4096 free of "
+            "8192, largest free block 4096");
   CHECK(d == NULL);
   zo_arena_destroy(NULL);
   zo_arena_destroy(a); /* with a live block: allowed */
@@ -735,19 +750,19 @@ static void test_errors(void) {
 /* ------------------------------------------------------------ traces */
 
 typedef struct tr_ev {
-  char op;        /* 'a', 'f', 'p', 'u' */
+  char op; /* 'a', 'f', 'p', 'u' */
   uint32_t id;
-  size_t nbytes;  /* 'a' only */
+  size_t nbytes; /* 'a' only */
 } tr_ev;
 
 typedef struct trace {
   char name[160];
   tr_ev *ev;
   size_t n, cap;
-  uint32_t n_ids;    /* highest id + 1 */
-  size_t peak_live;  /* bytes, sizes rounded to ZO_ARENA_ALIGN */
+  uint32_t n_ids;   /* highest id + 1 */
+  size_t peak_live; /* bytes, sizes rounded to ZO_ARENA_ALIGN */
   size_t n_allocs;
-  int adversarial;   /* must fail with first fit */
+  int adversarial; /* must fail with first fit */
 } trace;
 
 static int tr_push(trace *t, char op, uint32_t id, size_t nbytes) {
@@ -779,8 +794,10 @@ static int tr_analyze(trace *t) {
     const char *bad = NULL;
     switch (e->op) {
       case 'a':
-        if (state[e->id] != NONE) bad = "id allocated twice";
-        else if (e->nbytes == 0) bad = "zero bytes";
+        if (state[e->id] != NONE)
+          bad = "id allocated twice";
+        else if (e->nbytes == 0)
+          bad = "zero bytes";
         else {
           state[e->id] = LIVE;
           pins[e->id] = 1;
@@ -790,8 +807,10 @@ static int tr_analyze(trace *t) {
         }
         break;
       case 'f': {
-        if (state[e->id] != LIVE) bad = "free of a block not live";
-        else if (pins[e->id] > 1) bad = "free of a block pinned more than once";
+        if (state[e->id] != LIVE)
+          bad = "free of a block not live";
+        else if (pins[e->id] > 1)
+          bad = "free of a block pinned more than once";
         else {
           state[e->id] = GONE;
           size_t sz = 0;
@@ -802,13 +821,18 @@ static int tr_analyze(trace *t) {
         break;
       }
       case 'p':
-        if (state[e->id] != LIVE) bad = "pin of a block not live";
-        else pins[e->id]++;
+        if (state[e->id] != LIVE)
+          bad = "pin of a block not live";
+        else
+          pins[e->id]++;
         break;
       case 'u':
-        if (state[e->id] != LIVE) bad = "unpin of a block not live";
-        else if (pins[e->id] == 0) bad = "unpin of a block not pinned";
-        else pins[e->id]--;
+        if (state[e->id] != LIVE)
+          bad = "unpin of a block not live";
+        else if (pins[e->id] == 0)
+          bad = "unpin of a block not pinned";
+        else
+          pins[e->id]--;
         break;
       default: bad = "unknown op";
     }
@@ -850,8 +874,10 @@ static int tr_load(const char *path, const char *base, trace **ts, size_t *nts) 
       *ts = nt;
       cur = &nt[(*nts)++];
       memset(cur, 0, sizeof *cur);
-      if (section++) snprintf(cur->name, sizeof cur->name, "%s#%d", base, section);
-      else snprintf(cur->name, sizeof cur->name, "%s", base);
+      if (section++)
+        snprintf(cur->name, sizeof cur->name, "%s#%d", base, section);
+      else
+        snprintf(cur->name, sizeof cur->name, "%s", base);
     }
     char op;
     unsigned long long id, nb = 0;
@@ -896,7 +922,8 @@ static void gen_alternating(trace *t) {
       g_op(&g, 'u', large[i]);
     }
     for (int i = 0; i < PAIRS; i++) g_op(&g, 'f', large[i]);
-    if (r) for (int i = 0; i < PAIRS; i++) g_op(&g, 'f', prev_small[i]);
+    if (r)
+      for (int i = 0; i < PAIRS; i++) g_op(&g, 'f', prev_small[i]);
     uint32_t big = g_a(&g, (PAIRS / 2) * L);
     g_op(&g, 'u', big);
     g_op(&g, 'f', big);
@@ -979,8 +1006,8 @@ static void verify_all(const trace *t, zo_arena_block_t **blk, replay_result *r)
 /* Replay @t at @capacity. With @check, fill every block with its id's pattern and check all live blocks
  * after each compaction and at the end; last uses are real: a D2H read of the block on a stream, named
  * by the unpin or the free (so moves and reuses wait for it). */
-static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int check, zo_stream_t *s,
-                   replay_result *r) {
+static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int check,
+                   zo_stream_t *s, replay_result *r) {
   memset(r, 0, sizeof *r);
   r->capacity = capacity;
   zo_arena_t *a = mk_arena(capacity, policy);
@@ -1006,7 +1033,8 @@ static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int 
         zo_status st = zo_arena_alloc(a, e->nbytes, &blk[e->id]);
         if (st == ZO_ERR_OUT_OF_MEMORY) {
           if (policy == ZO_ARENA_BEST_FIT && r->failed < 3)
-            fprintf(stderr, "%s: event %zu (a %u %zu): %s\n", t->name, i, e->id, e->nbytes, zo_last_error());
+            fprintf(stderr, "%s: event %zu (a %u %zu): %s\n", t->name, i, e->id, e->nbytes,
+                    zo_last_error());
           r->failed++;
           break;
         }
@@ -1024,7 +1052,8 @@ static void replay(const trace *t, zo_arena_policy policy, size_t capacity, int 
         break;
       }
       case 'u':
-        if (check && s) CHECK_OK(zo_memcpy_async(s, sink, zo_arena_ptr(b), zo_arena_size(b), ZO_COPY_D2H));
+        if (check && s)
+          CHECK_OK(zo_memcpy_async(s, sink, zo_arena_ptr(b), zo_arena_size(b), ZO_COPY_D2H));
         CHECK_OK(zo_arena_unpin(a, b, check ? s : NULL));
         pins[e->id]--;
         break;
@@ -1057,7 +1086,9 @@ out:
   free(sink);
 }
 
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+static int cmp_str(const void *x, const void *y) {
+  return strcmp(*(char *const *)x, *(char *const *)y);
+}
 
 static void test_traces(const char *dir) {
   trace *ts = NULL;
@@ -1095,7 +1126,8 @@ static void test_traces(const char *dir) {
   ts = realloc(ts, (nts + 3) * sizeof *ts);
   REQUIRE(ts);
   void (*gens[3])(trace *) = {gen_alternating, gen_small_long_lived, gen_sawtooth};
-  const char *gnames[3] = {"synthetic:alternating", "synthetic:small-long-lived", "synthetic:sawtooth"};
+  const char *gnames[3] = {"synthetic:alternating", "synthetic:small-long-lived",
+                           "synthetic:sawtooth"};
   for (int i = 0; i < 3; i++) {
     trace *t = &ts[nts++];
     memset(t, 0, sizeof *t);
@@ -1105,9 +1137,10 @@ static void test_traces(const char *dir) {
   }
   zo_stream_t *s = NULL;
   REQUIRE_OK(zo_stream_create(g_dev, &s));
-  printf("\ntrace replay: capacity = peak live (sizes rounded to 256) + slack max(peak/8, 16 KiB)\n");
-  printf("%-30s %7s %11s %11s %11s %12s %10s %9s\n", "trace", "allocs", "peak_live", "capacity", "compactions",
-         "bytes_moved", "ff_failed", "bf_ms");
+  printf(
+      "\ntrace replay: capacity = peak live (sizes rounded to 256) + slack max(peak/8, 16 KiB)\n");
+  printf("%-30s %7s %11s %11s %11s %12s %10s %9s\n", "trace", "allocs", "peak_live", "capacity",
+         "compactions", "bytes_moved", "ff_failed", "bf_ms");
   for (size_t i = 0; i < nts; i++) {
     trace *t = &ts[i];
     if (tr_analyze(t)) {
@@ -1120,13 +1153,15 @@ static void test_traces(const char *dir) {
     const int fails0 = zo_test_failures;
     replay(t, ZO_ARENA_BEST_FIT, cap, 1, s, &bf);
     replay(t, ZO_ARENA_FIRST_FIT_NO_COMPACT, cap, 0, NULL, &ff);
-    printf("%-30s %7zu %11zu %11zu %11llu %12llu %10llu %9.1f\n", t->name, t->n_allocs, t->peak_live, cap,
-           (unsigned long long)bf.compactions, (unsigned long long)bf.bytes_moved, (unsigned long long)ff.failed,
-           bf.seconds * 1e3);
-    if (bf.failed) FAIL_AT("%s: %llu allocations failed with best fit and compaction", t->name,
-                           (unsigned long long)bf.failed);
+    printf("%-30s %7zu %11zu %11zu %11llu %12llu %10llu %9.1f\n", t->name, t->n_allocs,
+           t->peak_live, cap, (unsigned long long)bf.compactions,
+           (unsigned long long)bf.bytes_moved, (unsigned long long)ff.failed, bf.seconds * 1e3);
+    if (bf.failed)
+      FAIL_AT("%s: %llu allocations failed with best fit and compaction", t->name,
+              (unsigned long long)bf.failed);
     if (t->adversarial) {
-      if (!ff.failed) FAIL_AT("%s: adversarial, yet first fit without compaction never failed", t->name);
+      if (!ff.failed)
+        FAIL_AT("%s: adversarial, yet first fit without compaction never failed", t->name);
       if (!bf.compactions) FAIL_AT("%s: adversarial, yet best fit never compacted", t->name);
     }
     if (zo_test_failures != fails0) fprintf(stderr, "  (failures above: trace %s)\n", t->name);
@@ -1150,7 +1185,8 @@ static int read_file(const char *path, char *buf, size_t cap) {
 
 static void test_trace_record(void) {
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/zo-arena-trace-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  snprintf(dir, sizeof dir, "%s/zo-arena-trace-XXXXXX",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   REQUIRE(mkdtemp(dir));
   char path[320], buf[1024];
   snprintf(path, sizeof path, "%s/rec.trace", dir);
@@ -1263,8 +1299,9 @@ static void test_threads(void) {
   CHECK_EQ(s.live_bytes, 0);
   CHECK_EQ(s.n_live_blocks, 0);
   CHECK_EQ(s.largest_free, 160 * KB);
-  printf("two threads: ok (%llu allocs, %llu failed, %llu compactions)\n", (unsigned long long)s.n_allocs,
-         (unsigned long long)s.n_failed, (unsigned long long)s.compactions);
+  printf("two threads: ok (%llu allocs, %llu failed, %llu compactions)\n",
+         (unsigned long long)s.n_allocs, (unsigned long long)s.n_failed,
+         (unsigned long long)s.compactions);
   zo_arena_destroy(a);
 }
 
@@ -1291,7 +1328,8 @@ int main(int argc, char **argv) {
     return ZO_TEST_SKIP;
   }
   if (zo_device_create(g_kind, 0, 0, &g_dev) != ZO_OK) {
-    fprintf(stderr, "test_arena: cannot create the %s device: %s\n", zo_device_kind_name(g_kind), zo_last_error());
+    fprintf(stderr, "test_arena: cannot create the %s device: %s\n", zo_device_kind_name(g_kind),
+            zo_last_error());
     return 1;
   }
   printf("test_arena: %s\n", zo_device_name(g_dev));

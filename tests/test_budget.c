@@ -29,13 +29,16 @@ static void base_config(zo_config_t *c) {
 
 /* Budget of one tensor of @n elements on @cfg (device limit @limit bytes, 0 = none); the message of
  * zo_budget_check() in @msg. Returns its status. */
-static zo_status budget_of(const zo_config_t *cfg, size_t n, size_t limit, zo_budget *b, char *msg, size_t cap) {
+static zo_status budget_of(const zo_config_t *cfg, size_t n, size_t limit, zo_budget *b, char *msg,
+                           size_t cap) {
   zo_device_t *dev = NULL;
   zo_engine_t *e = NULL;
   zo_param_t *p;
   msg[0] = 0;
-  if (zo_device_create(ZO_DEVICE_HOST, 0, limit, &dev) != ZO_OK || zo_engine_create(cfg, dev, NULL, &e) != ZO_OK ||
-      zo_engine_register_param(e, "h.0.mlp.c_fc.weight", n, &p) != ZO_OK || zo_engine_budget(e, NULL, b) != ZO_OK) {
+  if (zo_device_create(ZO_DEVICE_HOST, 0, limit, &dev) != ZO_OK ||
+      zo_engine_create(cfg, dev, NULL, &e) != ZO_OK ||
+      zo_engine_register_param(e, "h.0.mlp.c_fc.weight", n, &p) != ZO_OK ||
+      zo_engine_budget(e, NULL, b) != ZO_OK) {
     snprintf(msg, cap, "setup: %s", zo_last_error());
     zo_engine_destroy(e);
     zo_device_destroy(dev);
@@ -87,8 +90,10 @@ int main(int argc, char **argv) {
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
   cfg.zero.offload_param.device = ZO_OFFLOAD_NVME;
   cfg.zero.sub_group_size = 1000000;
-  cfg.zero.stage3_max_live_parameters = cfg.zero.offload_param.buffer_size = 4000000000000ll; /* hold the tensor */
-  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  cfg.zero.stage3_max_live_parameters = cfg.zero.offload_param.buffer_size =
+      4000000000000ll; /* hold the tensor */
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
+           dir);
   snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", dir);
   CHECK_ST(budget_of(&cfg, 4000000000000ull, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
   printf("nvme: %s\n", msg);
@@ -104,7 +109,8 @@ int main(int argc, char **argv) {
   CHECK(line(&b, ZO_TIER_HOST) && !line(&b, ZO_TIER_HOST)->fits);
   CHECK(line(&b, ZO_TIER_HOST) && line(&b, ZO_TIER_HOST)->engine_bytes >= 800000000000ull);
   CHECK_HAS(msg, "offload_param.max_in_cpu");
-  cfg.zero.offload_param.max_in_cpu_set = 0; /* not written: nothing cached (the tensor passes through staging) */
+  cfg.zero.offload_param.max_in_cpu_set =
+      0; /* not written: nothing cached (the tensor passes through staging) */
   budget_of(&cfg, 400000000000ull, 0, &b, msg, sizeof msg);
   CHECK(!strstr(msg, "max_in_cpu"));
 
@@ -126,7 +132,8 @@ int main(int argc, char **argv) {
   CHECK_ST(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg), ZO_ERR_OUT_OF_MEMORY);
   printf("pinned: %s\n", msg);
   CHECK(line(&b, ZO_TIER_PINNED) && !line(&b, ZO_TIER_PINNED)->fits);
-  CHECK(line(&b, ZO_TIER_PINNED) && line(&b, ZO_TIER_PINNED)->available <= (size_t)(268435456 * 0.85));
+  CHECK(line(&b, ZO_TIER_PINNED) &&
+        line(&b, ZO_TIER_PINNED)->available <= (size_t)(268435456 * 0.85));
   CHECK_HAS(msg, "pinned memory: needs ");
   CHECK_HAS(msg, "85% of MemTotal");
   CHECK_HAS(msg, "offload_optimizer.device to \"nvme\"");
@@ -143,18 +150,19 @@ int main(int argc, char **argv) {
   /* a ZO_TEST_MEMTOTAL that is not a byte count in [1, SIZE_MAX - 1] is refused naming it (was: "-1" read as
    * SIZE_MAX, so the 2e7 pinned elements "fit" any fraction of an unlimited machine; "1e9" silently ignored) */
   cfg.zoffload.pinned_fraction = 0.85;
-  static const char *const bad[] = {"-1", "1e9", "64G", " 5", "+5", "0", "18446744073709551615",
-                                    "99999999999999999999999"};
+  static const char *const bad[] = {
+      "-1", "1e9", "64G", " 5", "+5", "0", "18446744073709551615", "99999999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("ZO_TEST_MEMTOTAL", bad[i], 1);
     char want[64];
     snprintf(want, sizeof want, "ZO_TEST_MEMTOTAL='%s'", bad[i]);
-    CHECK_ST(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg), ZO_ERR_INVALID_USAGE); /* a setup failure */
+    CHECK_ST(budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg),
+             ZO_ERR_INVALID_USAGE); /* a setup failure */
     CHECK_HAS(msg, want);
     CHECK_HAS(msg, "expected a byte count in [1, ");
   }
-  printf("ZO_TEST_MEMTOTAL=-1: %s\n", (setenv("ZO_TEST_MEMTOTAL", "-1", 1), budget_of(&cfg, 20000000, 0, &b, msg,
-                                                                                     sizeof msg), msg));
+  printf("ZO_TEST_MEMTOTAL=-1: %s\n", (setenv("ZO_TEST_MEMTOTAL", "-1", 1),
+                                       budget_of(&cfg, 20000000, 0, &b, msg, sizeof msg), msg));
   setenv("ZO_TEST_MEMTOTAL", "", 1); /* empty: as unset, /proc/meminfo */
   CHECK_OK(budget_of(&cfg, 1000, 0, &b, msg, sizeof msg));
   unsetenv("ZO_TEST_MEMTOTAL");

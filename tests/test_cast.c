@@ -28,9 +28,11 @@ static uint32_t bits_of(float f) {
 
 /* bf16 reference: look at the 16 dropped bits; above half rounds up, exactly half rounds to even. */
 static uint16_t ref_f32_to_bf16(uint32_t x) {
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN, payload truncated */
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t)((x >> 16) | 0x40); /* quiet NaN, payload truncated */
   uint32_t lower = x & 0xffff, up = x >> 16;
-  if (lower > 0x8000 || (lower == 0x8000 && (up & 1))) up++; /* carries into the exponent, up to inf */
+  if (lower > 0x8000 || (lower == 0x8000 && (up & 1)))
+    up++; /* carries into the exponent, up to inf */
   return (uint16_t)up;
 }
 
@@ -42,8 +44,8 @@ static uint16_t ref_f32_to_f16(uint32_t x) {
   double a = fabs((double)f);
   if (a >= 65520.0) return sign | 0x7c00;
   int e;
-  frexp(a, &e); /* a = fr * 2^e, fr in [0.5, 1) */
-  int ue = e - 1;  /* a in [2^ue, 2^(ue+1)) */
+  frexp(a, &e);   /* a = fr * 2^e, fr in [0.5, 1) */
+  int ue = e - 1; /* a in [2^ue, 2^(ue+1)) */
   if (ue < -14) ue = -14;
   double q = ldexp(1.0, ue - 10);
   double r = nearbyint(a / q) * q; /* exact scaling, RNE */
@@ -68,12 +70,13 @@ static uint32_t ref_f16_to_f32(uint16_t h) {
 static const zo_simd k_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512};
 
 static const uint32_t k_edges[] = {
-    0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001, 0x7fa00000, 0xff812345,
-    0x7f7fffff, 0xff7fffff, 0x7f7f8000, 0x7f7f7fff, 0x00800000, 0x80800000, 0x00000001, 0x80000001, 0x007fffff,
-    0x00008000, 0x00018000, 0x00017fff, 0x00008001, 0x3f808000, 0x3f818000, 0x3f807fff, 0x3f808001, 0x3f800000,
-    0x477fe000, 0x477fefff, 0x477ff000, 0x477ff001, 0x47800000, 0xc77ff000, 0x38800000, 0x387fffff, 0x387fe000,
-    0x387ff000, 0x33800000, 0x33000000, 0x33000001, 0xb3000001, 0x33c00000, 0x34400000, 0x34200000, 0x34600000,
-    0x38000000, 0x3f801000, 0x3f803000, 0x3f802000, 0x3f800fff, 0x477fffff, 0x7effffff, 0x00400000,
+    0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001, 0x7fa00000,
+    0xff812345, 0x7f7fffff, 0xff7fffff, 0x7f7f8000, 0x7f7f7fff, 0x00800000, 0x80800000, 0x00000001,
+    0x80000001, 0x007fffff, 0x00008000, 0x00018000, 0x00017fff, 0x00008001, 0x3f808000, 0x3f818000,
+    0x3f807fff, 0x3f808001, 0x3f800000, 0x477fe000, 0x477fefff, 0x477ff000, 0x477ff001, 0x47800000,
+    0xc77ff000, 0x38800000, 0x387fffff, 0x387fe000, 0x387ff000, 0x33800000, 0x33000000, 0x33000001,
+    0xb3000001, 0x33c00000, 0x34400000, 0x34200000, 0x34600000, 0x38000000, 0x3f801000, 0x3f803000,
+    0x3f802000, 0x3f800fff, 0x477fffff, 0x7effffff, 0x00400000,
 };
 #define N_EDGES (sizeof k_edges / sizeof *k_edges)
 
@@ -87,7 +90,8 @@ static void fill_inputs(uint32_t *x, size_t n) {
     else if (i % 3 == 1) /* exponents 97..145: the f16 range incl. subnormals and overflow */
       x[i] = (uint32_t)(rnd64() & 0x807fffff) | ((uint32_t)(97 + rnd64() % 49) << 23);
     else /* ties and near-ties for both formats */
-      x[i] = ((uint32_t)rnd64() & 0xffff0000u) | (uint32_t[]){0x8000, 0x7fff, 0x8001, 0x1000, 0x0fff, 0x3000}[rnd64() % 6];
+      x[i] = ((uint32_t)rnd64() & 0xffff0000u) |
+             (uint32_t[]){0x8000, 0x7fff, 0x8001, 0x1000, 0x0fff, 0x3000}[rnd64() % 6];
   }
 }
 
@@ -96,7 +100,8 @@ static void test_from_f32(zo_dtype dt) {
   uint32_t *src = malloc((n + 16) * 4);
   uint16_t *dst = malloc((n + 16) * 2), *want = malloc(n * 2);
   fill_inputs(src, n);
-  for (size_t i = 0; i < n; i++) want[i] = dt == ZO_DTYPE_BF16 ? ref_f32_to_bf16(src[i]) : ref_f32_to_f16(src[i]);
+  for (size_t i = 0; i < n; i++)
+    want[i] = dt == ZO_DTYPE_BF16 ? ref_f32_to_bf16(src[i]) : ref_f32_to_f16(src[i]);
   for (size_t li = 0; li < 3; li++) {
     if (!zo_simd_supported(k_levels[li])) continue;
     for (int th = 1; th <= 2; th++)
@@ -111,13 +116,13 @@ static void test_from_f32(zo_dtype dt) {
           if (dst[1 + i] != want[off + i]) {
             if (!bad)
               FAIL_AT("f32 0x%08x (%.9g) -> %s [%s, %d thr]: got 0x%04x want 0x%04x", src[off + i],
-                      (double)f_of(src[off + i]), zo_dtype_name(dt),
-                      zo_simd_name(k_levels[li]), th, dst[1 + i], want[off + i]);
+                      (double)f_of(src[off + i]), zo_dtype_name(dt), zo_simd_name(k_levels[li]), th,
+                      dst[1 + i], want[off + i]);
             bad++;
           }
         if (dst[0] != 0xabab || dst[1 + len] != 0xabab) {
-          FAIL_AT("%s [%s] wrote outside [0, %zu)", zo_dtype_name(dt),
-                  zo_simd_name(k_levels[li]), len);
+          FAIL_AT("%s [%s] wrote outside [0, %zu)", zo_dtype_name(dt), zo_simd_name(k_levels[li]),
+                  len);
           bad++;
         }
       }
@@ -141,7 +146,8 @@ static void test_to_f32_exhaustive(zo_dtype st) {
       uint32_t want = st == ZO_DTYPE_BF16 ? (uint32_t)i << 16 : ref_f16_to_f32((uint16_t)i);
       if (f[3 + i] != want) {
         if (!bad)
-          FAIL_AT("%s 0x%04zx -> f32 [%s]: got 0x%08x want 0x%08x", zo_dtype_name(st), i, zo_simd_name(k_levels[li]), f[3 + i], want);
+          FAIL_AT("%s 0x%04zx -> f32 [%s]: got 0x%08x want 0x%08x", zo_dtype_name(st), i,
+                  zo_simd_name(k_levels[li]), f[3 + i], want);
         bad++;
       }
     }
@@ -153,7 +159,8 @@ static void test_to_f32_exhaustive(zo_dtype st) {
       if (nan) want |= st == ZO_DTYPE_BF16 ? 0x40 : 0x200;
       if (back[i] != want) {
         if (!bad)
-          FAIL_AT("%s round trip 0x%04zx [%s]: got 0x%04x want 0x%04x", zo_dtype_name(st), i, zo_simd_name(k_levels[li]), back[i], want);
+          FAIL_AT("%s round trip 0x%04zx [%s]: got 0x%04x want 0x%04x", zo_dtype_name(st), i,
+                  zo_simd_name(k_levels[li]), back[i], want);
         bad++;
       }
     }
@@ -176,8 +183,8 @@ static void test_cross_and_copy(void) {
       uint16_t want = ref_f32_to_f16((uint32_t)i << 16);
       if (o[i] != want) {
         if (!bad)
-          FAIL_AT("bf16 0x%04zx -> f16 [%s]: got 0x%04x want 0x%04x", i,
-                  zo_simd_name(k_levels[li]), o[i], want);
+          FAIL_AT("bf16 0x%04zx -> f16 [%s]: got 0x%04x want 0x%04x", i, zo_simd_name(k_levels[li]),
+                  o[i], want);
         bad++;
       }
     }
@@ -186,8 +193,8 @@ static void test_cross_and_copy(void) {
       uint16_t want = ref_f32_to_bf16(ref_f16_to_f32((uint16_t)i));
       if (o[i] != want) {
         if (!bad)
-          FAIL_AT("f16 0x%04zx -> bf16 [%s]: got 0x%04x want 0x%04x", i,
-                  zo_simd_name(k_levels[li]), o[i], want);
+          FAIL_AT("f16 0x%04zx -> bf16 [%s]: got 0x%04x want 0x%04x", i, zo_simd_name(k_levels[li]),
+                  o[i], want);
         bad++;
       }
     }
@@ -208,7 +215,8 @@ static void test_round_trip_f32(void) {
   const size_t n = 100000;
   uint32_t *x = malloc(n * 4), *y = malloc(n * 4);
   uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
-  for (size_t i = 0; i < n; i++) x[i] = (uint32_t)(rnd64() & 0x807fffff) | ((uint32_t)(1 + rnd64() % 253) << 23);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (uint32_t)(rnd64() & 0x807fffff) | ((uint32_t)(1 + rnd64() % 253) << 23);
   CHECK_OK(zo_cast(a, ZO_DTYPE_BF16, x, ZO_DTYPE_F32, n, 0));
   CHECK_OK(zo_cast(y, ZO_DTYPE_F32, a, ZO_DTYPE_BF16, n, 0));
   CHECK_OK(zo_cast(b, ZO_DTYPE_BF16, y, ZO_DTYPE_F32, n, 0));
@@ -220,8 +228,8 @@ static void test_round_trip_f32(void) {
     double half_ulp = ldexp(1.0, e - 1 - 8); /* bf16 has 8 significant bits */
     if (a[i] != b[i] || !(fabs(xv - yv) <= half_ulp)) {
       if (!bad)
-        FAIL_AT("bf16 round trip of %.9g: got %.9g (0x%04x then 0x%04x), |diff| %.3g > %.3g", xv, yv, a[i], b[i],
-                fabs(xv - yv), half_ulp);
+        FAIL_AT("bf16 round trip of %.9g: got %.9g (0x%04x then 0x%04x), |diff| %.3g > %.3g", xv,
+                yv, a[i], b[i], fabs(xv - yv), half_ulp);
       bad++;
     }
   }
@@ -238,7 +246,8 @@ static void test_large(void) {
   uint32_t *src = malloc(n * 4);
   uint16_t *want = malloc(n * 2), *got = aligned_alloc(64, n * 2 + 64);
   fill_inputs(src, n);
-  for (size_t i = 0; i < 64; i++) src[n / 2 + i] = 0x00000001u + (uint32_t)i * 0x10001u; /* denormals mid-array */
+  for (size_t i = 0; i < 64; i++)
+    src[n / 2 + i] = 0x00000001u + (uint32_t)i * 0x10001u; /* denormals mid-array */
   const zo_dtype dts[] = {ZO_DTYPE_BF16, ZO_DTYPE_F16};
   for (int di = 0; di < 2; di++) {
     CHECK_OK(zo_cast_ex(want, dts[di], src, ZO_DTYPE_F32, n, ZO_SIMD_SCALAR, 1));
@@ -247,8 +256,8 @@ static void test_large(void) {
       for (int off = 0; off < 2; off++)
         for (int th = 1; th <= 2; th++) {
           char what[96];
-          snprintf(what, sizeof what, "large f32 -> %s [%s, dst offset %d, %d thr]", zo_dtype_name(dts[di]),
-                   zo_simd_name(k_levels[li]), off, th);
+          snprintf(what, sizeof what, "large f32 -> %s [%s, dst offset %d, %d thr]",
+                   zo_dtype_name(dts[di]), zo_simd_name(k_levels[li]), off, th);
           memset(got, 0xab, n * 2 + 64);
           CHECK_OK(zo_cast_ex(got + off, dts[di], src, ZO_DTYPE_F32, n, k_levels[li], th));
           CHECK_BYTES(what, got + off, want, n * 2);
@@ -270,7 +279,8 @@ static void test_errors(void) {
 }
 
 int main(void) {
-  printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()), zo_simd_has_avx512_bf16());
+  printf("simd best: %s, avx512_bf16: %d\n", zo_simd_name(zo_simd_best()),
+         zo_simd_has_avx512_bf16());
   test_from_f32(ZO_DTYPE_BF16);
   printf("f32 -> bf16: %s\n", zo_test_failures ? "FAIL" : "ok");
   test_from_f32(ZO_DTYPE_F16);

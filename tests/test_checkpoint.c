@@ -28,8 +28,8 @@
 #include "zo_test_backend.h"
 
 /* REQUIRE_OK for main(): stop with the verdict so far */
-#define REQ(expr)                                              \
-  do {                                                         \
+#define REQ(expr)                                                  \
+  do {                                                             \
     if (!CHECK_OK(expr)) return zo_test_finish("test_checkpoint"); \
   } while (0)
 
@@ -102,15 +102,16 @@ static zo_status rig_step(rig *r, int step) {
 static int same_master(rig *a, rig *b) {
   float x[4096], y[4096];
   for (int i = 0; i < NP; i++) {
-    if (zo_engine_get_master(a->e, a->p[i], x, NULL, NULL) || zo_engine_get_master(b->e, b->p[i], y, NULL, NULL))
+    if (zo_engine_get_master(a->e, a->p[i], x, NULL, NULL) ||
+        zo_engine_get_master(b->e, b->p[i], y, NULL, NULL))
       return 0;
     if (memcmp(x, y, k_n[i] * sizeof(float))) return 0;
   }
   return 1;
 }
 
-static int count_tensor(void *user, const char *name, const char *dtype, int ndim, const int64_t *dims,
-                        const void *data, size_t nbytes) {
+static int count_tensor(void *user, const char *name, const char *dtype, int ndim,
+                        const int64_t *dims, const void *data, size_t nbytes) {
   int *seen = user;
   (void)dtype, (void)ndim, (void)dims, (void)data;
   if (strcmp(name, k_names[*seen]) || nbytes != k_n[*seen] * sizeof(float)) return 1;
@@ -160,7 +161,8 @@ int main(int argc, char **argv) {
   REQ(zo_engine_save(a.e, root, &o, path, sizeof path));
   CHECK_HAS(path, "step-000000000003");
   char junk[1100];
-  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.4194305", root); /* a pid no process has: above 2^22 */
+  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.4194305",
+           root); /* a pid no process has: above 2^22 */
   CHECK(mkdir(junk, 0755) == 0);
   REQ(rig_open(&b, 0, NULL));
   REQ(zo_engine_load(b.e, root, &app));
@@ -171,7 +173,9 @@ int main(int argc, char **argv) {
     REQ(rig_step(&a, s));
     REQ(rig_step(&b, s));
   }
-  CHECK(same_master(&a, &b)); /* Adam state and step came back too: the next updates agree bit for bit */
+  CHECK(
+      same_master(&a,
+                  &b)); /* Adam state and step came back too: the next updates agree bit for bit */
 
   /* zo_engine_load_ex: weights_only (DeepSpeed's load_module_only) into a fresh engine with another lr: the masters
    * of step 3, but Adam's moments, step and lr schedule as a fresh engine's, so its next step is a first Adam step
@@ -316,7 +320,7 @@ int main(int argc, char **argv) {
   CHECK_HAS(zo_last_error(), "rank00000.bin");
   rig_close(&b);
   REQ(rig_open(&b, 0, NULL)); /* a fresh engine's weights */
-  CHECK(same_master(&b, &c));         /* c is untouched by the failed loads */
+  CHECK(same_master(&b, &c)); /* c is untouched by the failed loads */
   REQ(zo_engine_grad_ready(c.e, c.p[0], c.dgrad, zo_engine_grad_dtype(c.e)));
   CHECK_ST(zo_engine_load(c.e, root, NULL), ZO_ERR_INVALID_USAGE);
   rig_close(&c);
@@ -358,8 +362,10 @@ int main(int argc, char **argv) {
   /* keep_last never removes a checkpoint newer than this save's, nor a directory of someone else's */
   snprintf(path, sizeof path, "%s/step-000000000099", root); /* newer: copied from step 6 */
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/step-000000000006/'* '%s/' && mkdir '%s/step-000000000001' && "
-           "echo x > '%s/step-000000000001/notes.txt'", path, root, path, root, root);
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p '%s' && cp '%s/step-000000000006/'* '%s/' && mkdir '%s/step-000000000001' && "
+           "echo x > '%s/step-000000000001/notes.txt'",
+           path, root, path, root, root);
   CHECK(system(cmd) == 0);
   o.tag = 7, o.keep_last = 1;
   REQ(zo_engine_save(a.e, root, &o, NULL, 0));

@@ -37,11 +37,16 @@
 #define FILE_NAME "client_state.bin"
 #define FILE_BYTES ((size_t)256 << 10) /* big enough that a kill can land mid-write */
 
-static const char *const k_stages[] = {"locked", "tmp-made", "rank-file", "manifest-half", "manifest", "file-half",
-                                       "files", "synced", "placed", "root-synced", "latest", "old-removed"};
+static const char *const k_stages[] = {"locked",   "tmp-made",    "rank-file", "manifest-half",
+                                       "manifest", "file-half",   "files",     "synced",
+                                       "placed",   "root-synced", "latest",    "old-removed"};
 /* The first stage whose kill leaves the new checkpoint loading: "placed" for a reused tag (its name switched to the
  * new one), "latest" for per-step tags (`latest` moved to it). */
-enum { N_STAGES = sizeof k_stages / sizeof k_stages[0], FIRST_NEW_REUSED = 8, FIRST_NEW_PER_STEP = 10 };
+enum {
+  N_STAGES = sizeof k_stages / sizeof k_stages[0],
+  FIRST_NEW_REUSED = 8,
+  FIRST_NEW_PER_STEP = 10
+};
 
 /* Generation @g's weights (g + i / 64) and caller's file (every byte g, the first 8 bytes the generation). */
 static void gen_values(int g, float *w) {
@@ -74,7 +79,8 @@ static zo_status save_gen(ckpt_rig *r, const char *root, int g, int per_step) {
 
 /* In a child: open an engine, save generations @from..@to (to < 0: forever), writing one byte to @ready_fd (may
  * be -1) before the first save; exit 0 when all saved, 1 on an error. */
-static pid_t child_saves(const char *root, int from, int to, int per_step, const char *kill_at, int ready_fd) {
+static pid_t child_saves(const char *root, int from, int to, int per_step, const char *kill_at,
+                         int ready_fd) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   if (kill_at) setenv("ZO_CKPT_KILL_AT", kill_at, 1);
@@ -156,8 +162,8 @@ static void one_stage(const char *base, int per_step, int s) {
   wait_child(child_saves(root, 2, 2, per_step, k_stages[s], -1), &sig);
   if (!CHECK_EQ(sig, SIGKILL)) fprintf(stderr, "  stage %s was not reached\n", k_stages[s]);
   int g = loaded_gen(root);
-  fprintf(stderr, "%s tag, killed at %-13s -> loads generation %d\n", per_step ? "per-step" : "reused", k_stages[s],
-          g);
+  fprintf(stderr, "%s tag, killed at %-13s -> loads generation %d\n",
+          per_step ? "per-step" : "reused", k_stages[s], g);
   CHECK_EQ(g, s >= (per_step ? FIRST_NEW_PER_STEP : FIRST_NEW_REUSED) ? 2 : 1);
   /* the next save goes through, removes what the killed one left, and is what loads */
   if (CHECK_EQ(wait_child(child_saves(root, 3, 3, per_step, NULL, -1), &sig), 0)) {
@@ -177,7 +183,8 @@ static void random_kills(const char *base, int per_step, int rounds, uint64_t *r
   clock_gettime(CLOCK_MONOTONIC, &t0);
   CHECK_EQ(wait_child(child_saves(root, 2, 6, per_step, NULL, -1), &sig), 0);
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double save_s = ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / 5;
+  const double save_s =
+      ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / 5;
   int g_next = 7, seen_new = 0;
   for (int k = 0; k < rounds; k++) {
     int pfd[2];
@@ -198,14 +205,19 @@ static void random_kills(const char *base, int per_step, int rounds, uint64_t *r
     if (g >= from) seen_new++;
     g_next = (g > from ? g : from) + 1000; /* well past anything the killed child reached */
   }
-  fprintf(stderr, "%d random kills, %s tag: every load whole; %d of them loaded a generation the killed process "
-          "saved (one save %.1f ms)\n", rounds, per_step ? "per-step" : "reused", seen_new, save_s * 1e3);
-  if (CHECK_EQ(wait_child(child_saves(root, g_next, g_next, per_step, NULL, -1), &sig), 0)) root_clean(root);
+  fprintf(
+      stderr,
+      "%d random kills, %s tag: every load whole; %d of them loaded a generation the killed process "
+      "saved (one save %.1f ms)\n",
+      rounds, per_step ? "per-step" : "reused", seen_new, save_s * 1e3);
+  if (CHECK_EQ(wait_child(child_saves(root, g_next, g_next, per_step, NULL, -1), &sig), 0))
+    root_clean(root);
 }
 
 int main(int argc, char **argv) {
   char base[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-kill", base, sizeof base)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-kill", base, sizeof base))
+    return ZO_TEST_SKIP;
   for (int per_step = 0; per_step < 2; per_step++)
     for (int s = 0; s < N_STAGES; s++) one_stage(base, per_step, s);
   uint64_t rng = 0x5eed2026ull ^ (uint64_t)getpid();

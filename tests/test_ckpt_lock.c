@@ -100,14 +100,16 @@ static int exists(const char *root, const char *name) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && !strcmp(argv[1], "--try-lock")) { /* the other process of step 2: 0 when refused as busy */
+  if (argc == 3 &&
+      !strcmp(argv[1], "--try-lock")) { /* the other process of step 2: 0 when refused as busy */
     zo_checkpoint_lock_t *l;
     zo_status st = zo_checkpoint_lock(argv[2], &l);
     printf("%s\n", st == ZO_OK ? "locked" : zo_last_error());
     return st == ZO_ERR_INVALID_USAGE ? 0 : 1;
   }
   char dir[512], root[700], rlink[700], lockf[800], victim[800], want[600], host[256], name[256];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-lock", dir, sizeof dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-lock", dir, sizeof dir))
+    return ZO_TEST_SKIP;
   snprintf(root, sizeof root, "%s/root", dir);
   snprintf(rlink, sizeof rlink, "%s/root-link", dir);
   snprintf(lockf, sizeof lockf, "%s/.zoffload-lock", root);
@@ -122,7 +124,8 @@ int main(int argc, char **argv) {
   CHECK(access(lockf, F_OK) == 0);
   CHECK_ST(zo_checkpoint_lock(root, &l1), ZO_ERR_INVALID_USAGE);
   CHECK(l1 == NULL);
-  snprintf(want, sizeof want, "is in use by another run: pid %ld on host %s, started ", (long)child, host);
+  snprintf(want, sizeof want, "is in use by another run: pid %ld on host %s, started ", (long)child,
+           host);
   CHECK_HAS(zo_last_error(), want);
   CHECK_HAS(zo_last_error(), "command: ");
   CHECK_HAS(zo_last_error(), "test_ckpt_lock");
@@ -135,12 +138,13 @@ int main(int argc, char **argv) {
   zo_save_opts o = {.tag = 1};
   CHECK_ST(zo_engine_save(r.e, root, &o, NULL, 0), ZO_ERR_INVALID_USAGE);
   CHECK_HAS(zo_last_error(), want);
-  CHECK_EQ(zo_test_count_entries(root), 1); /* the lock file alone: nothing saved, nothing removed */
+  CHECK_EQ(zo_test_count_entries(root),
+           1); /* the lock file alone: nothing saved, nothing removed */
 
   /* 2. the holder killed: its root is taken over (the kernel dropped its lock; its record is stale) */
   end(child);
   CHECK_OK(zo_checkpoint_lock(root, &l1));
-  CHECK_OK(zo_checkpoint_lock(rlink, &l2)); /* handles in one process share the lock */
+  CHECK_OK(zo_checkpoint_lock(rlink, &l2));         /* handles in one process share the lock */
   CHECK_OK(zo_engine_save(r.e, root, &o, NULL, 0)); /* so does this process's save */
   char rec[4096];
   FILE *f = fopen(lockf, "r");
@@ -156,7 +160,8 @@ int main(int argc, char **argv) {
   n = f ? fread(msg, 1, sizeof msg - 1, f) : 0;
   msg[n] = 0;
   CHECK(f && pclose(f) == 0);
-  snprintf(want, sizeof want, "is in use by another run: pid %ld on host %s, started ", (long)getpid(), host);
+  snprintf(want, sizeof want, "is in use by another run: pid %ld on host %s, started ",
+           (long)getpid(), host);
   CHECK_HAS(msg, want);
   zo_checkpoint_unlock(l2);
   CHECK(access(lockf, F_OK) == 0); /* one handle left */
@@ -200,7 +205,8 @@ int main(int argc, char **argv) {
   if (live == 0)
     for (;;) pause();
   CHECK(live > 0);
-  const char *dead_names[] = {".tmp-step-000000000007.%ld", ".old-step-000000000007.%ld", ".latest.%ld.0.tmp"};
+  const char *dead_names[] = {".tmp-step-000000000007.%ld", ".old-step-000000000007.%ld",
+                              ".latest.%ld.0.tmp"};
   char removed[2048] = "", expect[2048] = "";
   for (int k = 0; k < 3; k++) {
     snprintf(name, sizeof name, dead_names[k], DEAD_PID);
@@ -221,7 +227,8 @@ int main(int argc, char **argv) {
     strcat(expect, name);
     CHECK_HAS(removed, name);
     snprintf(name, sizeof name, dead_names[k], (long)live);
-    if (strstr(removed, name)) FAIL_AT("removed '%s', a leftover of live pid %ld", name, (long)live);
+    if (strstr(removed, name))
+      FAIL_AT("removed '%s', a leftover of live pid %ld", name, (long)live);
   }
   CHECK_EQ(strlen(removed), strlen(expect) + 3);
   end(live);

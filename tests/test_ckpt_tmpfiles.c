@@ -102,8 +102,7 @@ static char g_log[8192];
 static atomic_flag g_log_busy = ATOMIC_FLAG_INIT;
 static void keep_log(zo_log_level level, const char *msg, void *user) {
   (void)level, (void)user;
-  while (atomic_flag_test_and_set(&g_log_busy)) {
-  }
+  while (atomic_flag_test_and_set(&g_log_busy)) {}
   size_t n = strlen(g_log);
   snprintf(g_log + n, sizeof g_log - n, "%s\n", msg);
   atomic_flag_clear(&g_log_busy);
@@ -111,7 +110,8 @@ static void keep_log(zo_log_level level, const char *msg, void *user) {
 
 int main(int argc, char **argv) {
   char dir[512], root[700], victim[800], p[1024], q[1024], b[256];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-tmpfiles", dir, sizeof dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "ckpt-tmpfiles", dir, sizeof dir))
+    return ZO_TEST_SKIP;
   snprintf(root, sizeof root, "%s/root", dir);
   snprintf(victim, sizeof victim, "%s/victim", dir);
   CHECK(make_victim(victim));
@@ -192,7 +192,8 @@ int main(int argc, char **argv) {
     if (k == 0) made = symlink(victim, out) == 0;
     if (k == 1) made = mkfifo(out, 0644) == 0;
     if (k == 2) made = mkdir(out, 0755) == 0;
-    if (k == 3) made = mknod(out, S_IFCHR | 0666, makedev(1, 7)) == 0; /* /dev/full's numbers, here */
+    if (k == 3)
+      made = mknod(out, S_IFCHR | 0666, makedev(1, 7)) == 0; /* /dev/full's numbers, here */
     if (!made) {
       CHECK(k == 3 && errno == EPERM); /* only root makes device nodes */
       printf("test_ckpt_tmpfiles: %s target skipped: %s\n", kinds[k], strerror(errno));
@@ -220,29 +221,38 @@ int main(int argc, char **argv) {
   const long dead = dead_pid(), live = (long)getpid();
   CHECK(dead > 0);
   snprintf(out, sizeof out, "%s/model.safetensors", sd);
-  snprintf(lp[0], sizeof lp[0], "%s/.model.safetensors.%ld.3.tmp", sd, dead);   /* removed */
-  snprintf(lp[1], sizeof lp[1], "%s/.model.safetensors.%ld.3.tmp", sd, live);   /* live pid: kept */
-  snprintf(lp[2], sizeof lp[2], "%s/.model.safetensors.%ld.4.tmp", sd, dead);   /* symlink: kept */
-  snprintf(lp[3], sizeof lp[3], "%s/.model.safetensors.%ld.5.tmp", sd, dead);   /* FIFO: kept */
-  snprintf(lp[4], sizeof lp[4], "%s/.other.safetensors.%ld.3.tmp", sd, dead);   /* another target: kept */
-  snprintf(lp[5], sizeof lp[5], "%s/.model.safetensors.%ld.6.tmp", sd, dead);   /* directory: kept */
-  snprintf(lp[6], sizeof lp[6], "%s/.model.safetensors.1.%ld.3.tmp", sd, dead); /* target model.safetensors.1 */
-  snprintf(lp[7], sizeof lp[7], "%s/.model.safetensors.%ld.3.tmp.x", sd, dead); /* not the pattern */
-  snprintf(lp[8], sizeof lp[8], "%s/.model.safetensors.0%ld.3.tmp", sd, dead);  /* never made by us */
-  snprintf(lp[9], sizeof lp[9], "%s/model.safetensors.%ld.3.tmp", sd, dead);    /* no leading dot */
+  snprintf(lp[0], sizeof lp[0], "%s/.model.safetensors.%ld.3.tmp", sd, dead); /* removed */
+  snprintf(lp[1], sizeof lp[1], "%s/.model.safetensors.%ld.3.tmp", sd, live); /* live pid: kept */
+  snprintf(lp[2], sizeof lp[2], "%s/.model.safetensors.%ld.4.tmp", sd, dead); /* symlink: kept */
+  snprintf(lp[3], sizeof lp[3], "%s/.model.safetensors.%ld.5.tmp", sd, dead); /* FIFO: kept */
+  snprintf(lp[4], sizeof lp[4], "%s/.other.safetensors.%ld.3.tmp", sd,
+           dead); /* another target: kept */
+  snprintf(lp[5], sizeof lp[5], "%s/.model.safetensors.%ld.6.tmp", sd, dead); /* directory: kept */
+  snprintf(lp[6], sizeof lp[6], "%s/.model.safetensors.1.%ld.3.tmp", sd,
+           dead); /* target model.safetensors.1 */
+  snprintf(lp[7], sizeof lp[7], "%s/.model.safetensors.%ld.3.tmp.x", sd,
+           dead); /* not the pattern */
+  snprintf(lp[8], sizeof lp[8], "%s/.model.safetensors.0%ld.3.tmp", sd,
+           dead);                                                            /* never made by us */
+  snprintf(lp[9], sizeof lp[9], "%s/model.safetensors.%ld.3.tmp", sd, dead); /* no leading dot */
   for (int i = 0; i < 10; i++) {
-    if (i == 2) CHECK(symlink(victim, lp[i]) == 0);
-    else if (i == 3) CHECK(mkfifo(lp[i], 0644) == 0);
-    else if (i == 5) CHECK(mkdir(lp[i], 0755) == 0);
-    else CHECK(make_victim(lp[i]));
+    if (i == 2)
+      CHECK(symlink(victim, lp[i]) == 0);
+    else if (i == 3)
+      CHECK(mkfifo(lp[i], 0644) == 0);
+    else if (i == 5)
+      CHECK(mkdir(lp[i], 0755) == 0);
+    else
+      CHECK(make_victim(lp[i]));
   }
   /* a target name over 200 bytes: its temporary names carry the first 200, and so does the sweep */
   char longname[240], longout[1200];
   memset(longname, 'L', 230);
   longname[230] = 0;
   snprintf(longout, sizeof longout, "%s/%s", sd, longname);
-  snprintf(lp[10], sizeof lp[10], "%s/.%.200s.%ld.0.tmp", sd, longname, dead);  /* removed */
-  snprintf(lp[11], sizeof lp[11], "%s/.%.199s.%ld.0.tmp", sd, longname, dead);  /* 199 bytes: not its: kept */
+  snprintf(lp[10], sizeof lp[10], "%s/.%.200s.%ld.0.tmp", sd, longname, dead); /* removed */
+  snprintf(lp[11], sizeof lp[11], "%s/.%.199s.%ld.0.tmp", sd, longname,
+           dead); /* 199 bytes: not its: kept */
   CHECK(make_victim(lp[10]));
   CHECK(make_victim(lp[11]));
   g_log[0] = 0;

@@ -46,7 +46,8 @@
     if (!CHECK_OK(expr)) return zo_test_finish("test_comm nccl"); \
   } while (0)
 
-static uint16_t ref_bf16(float f) { /* round to nearest even, written out here independently of the library */
+static uint16_t ref_bf16(
+    float f) { /* round to nearest even, written out here independently of the library */
   uint32_t u;
   memcpy(&u, &f, 4);
   uint32_t lsb = (u >> 16) & 1u;
@@ -63,7 +64,8 @@ static float from_bf16(uint16_t b) {
 static uint16_t ref_f16(float f) {
   if (f == 0) return 0;
   int e;
-  float q = nearbyintf(frexpf(fabsf(f), &e) * 2048.0f); /* f = m 2^e, m in [0.5, 1): 11 significant bits */
+  float q = nearbyintf(frexpf(fabsf(f), &e) *
+                       2048.0f); /* f = m 2^e, m in [0.5, 1): 11 significant bits */
   if (q == 2048.0f) q = 1024.0f, e++;
   return (uint16_t)((f < 0 ? 0x8000 : 0) | ((e + 14) << 10) | ((int)q - 1024));
 }
@@ -77,8 +79,10 @@ static float from_f16(uint16_t b) {
 static float val(int q, int blk, size_t i) { return (float)((q + 1) * (int)(i % 5) + blk - 3); }
 
 static void store(zo_dtype t, void *buf, size_t i, float v) {
-  if (t == ZO_DTYPE_F32) ((float *)buf)[i] = v;
-  else ((uint16_t *)buf)[i] = t == ZO_DTYPE_BF16 ? ref_bf16(v) : ref_f16(v);
+  if (t == ZO_DTYPE_F32)
+    ((float *)buf)[i] = v;
+  else
+    ((uint16_t *)buf)[i] = t == ZO_DTYPE_BF16 ? ref_bf16(v) : ref_f16(v);
 }
 static float load(zo_dtype t, const void *buf, size_t i) {
   if (t == ZO_DTYPE_F32) return ((const float *)buf)[i];
@@ -145,7 +149,8 @@ static void generic(zo_comm_t *c) {
     if (bad) FAIL_AT("all_reduce %s: %d wrong elements", zo_dtype_name(t), bad);
     /* a 16-bit sum that needs rounding: one rounding of the exact fp32 sum, to nearest even */
     if (t != ZO_DTYPE_F32) {
-      float mine = 1.0f + 0.0078125f * (float)(2 * R + 1); /* 1 + (2R+1) 2^-7: exact in bf16 and fp16 */
+      float mine =
+          1.0f + 0.0078125f * (float)(2 * R + 1); /* 1 + (2R+1) 2^-7: exact in bf16 and fp16 */
       store(t, rb, 0, mine);
       CHECK_OK(zo_comm_all_reduce(c, rb, 1, t));
       float sum = 0;
@@ -179,7 +184,8 @@ static void generic(zo_comm_t *c) {
   float *ag = malloc((size_t)W * N * 4), *ar = malloc(N * 4);
   for (int blk = 0; blk < W; blk++)
     for (size_t i = 0; i < N; i++) rs[(size_t)blk * N + i] = ref_bf16(val(R, blk, i));
-  for (size_t i = 0; i < N; i++) ag[(size_t)R * N + i] = (float)R * 1000 + (float)i, ar[i] = (float)i;
+  for (size_t i = 0; i < N; i++)
+    ag[(size_t)R * N + i] = (float)R * 1000 + (float)i, ar[i] = (float)i;
   zo_comm_req_t *q1 = NULL, *q2 = NULL, *q3 = NULL;
   CHECK_OK(zo_comm_ireduce_scatter(c, rs, rs + (size_t)R * N, N, ZO_DTYPE_BF16, &q1));
   CHECK_OK(zo_comm_iall_gather(c, ag + (size_t)R * N, ag, N * 4, &q2));
@@ -218,7 +224,8 @@ static void generic(zo_comm_t *c) {
     CHECK_CLOSE(r, want, 0, 0);
     zo_comm_destroy(sub);
   }
-  printf("ok: generic collectives on %d rank%s (backend %s), rank %d\n", W, W == 1 ? "" : "s", zo_comm_backend(c), R);
+  printf("ok: generic collectives on %d rank%s (backend %s), rank %d\n", W, W == 1 ? "" : "s",
+         zo_comm_backend(c), R);
 }
 
 static void self_only(void) {
@@ -264,8 +271,10 @@ static void self_only(void) {
 
   /* the launcher's variables */
   zo_launch_info li;
-  unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_RANK"), unsetenv("PMI_SIZE");
-  setenv("RANK", "3", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1), setenv("LOCAL_WORLD_SIZE", "2", 1);
+  unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_RANK"),
+      unsetenv("PMI_SIZE");
+  setenv("RANK", "3", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1),
+      setenv("LOCAL_WORLD_SIZE", "2", 1);
   CHECK_OK(zo_launch_info_get(&li));
   CHECK_EQ(li.rank, 3);
   CHECK_EQ(li.world_size, 4);
@@ -301,13 +310,15 @@ static int nccl_main(void) {
   if (!CHECK_OK(zo_comm_create_from_env(&boot))) return zo_test_finish("test_comm nccl");
   const int W = zo_comm_size(boot), R = zo_comm_rank(boot);
   if (zo_device_cuda_count() < (W > 1 ? W : 1)) {
-    printf("skip: %d CUDA device(s) for %d rank(s): the nccl backend needs one GPU per rank\n", zo_device_cuda_count(), W);
+    printf("skip: %d CUDA device(s) for %d rank(s): the nccl backend needs one GPU per rank\n",
+           zo_device_cuda_count(), W);
     zo_comm_destroy(boot);
     return ZO_TEST_SKIP;
   }
   zo_device_t *dev = NULL;
   zo_comm_t *c = NULL;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, W > 1 ? R : zo_device_default_ordinal(), 0, &dev)) ||
+  if (!CHECK_OK(
+          zo_device_create(ZO_DEVICE_CUDA, W > 1 ? R : zo_device_default_ordinal(), 0, &dev)) ||
       !CHECK_OK(zo_comm_create_nccl(dev, W > 1 ? boot : NULL, &c)))
     return zo_test_finish("test_comm nccl");
   CHECK(strcmp(zo_comm_backend(c), "nccl") == 0);
@@ -336,8 +347,9 @@ static int nccl_main(void) {
     bad += hf[(size_t)R * N + i] != b;
   }
   CHECK_EQ(bad, 0);
-  printf("ok: nccl on %d rank%s: device-memory bf16 all-reduce and fp32 in-place reduce-scatter of %d elements exact\n",
-         W, W == 1 ? "" : "s", N);
+  printf(
+      "ok: nccl on %d rank%s: device-memory bf16 all-reduce and fp32 in-place reduce-scatter of %d elements exact\n",
+      W, W == 1 ? "" : "s", N);
   /* all-gather from device memory into host memory (the send buffer is copied by its own kind, not as host) */
   uint16_t *hg = malloc((size_t)W * N * 2);
   memset(hg, 0, (size_t)W * N * 2);
@@ -362,12 +374,14 @@ static int nccl_main(void) {
   size_t avail = 0;
   CHECK_OK(zo_device_mem_available(dev, &avail));
   CHECK(avail < ZO_COMM_NCCL_STAGE_BYTES);
-  const size_t BIG = ZO_COMM_NCCL_STAGE_BYTES + ZO_COMM_NCCL_STAGE_BYTES / 2 + 3; /* bytes per rank: 2 chunks */
+  const size_t BIG =
+      ZO_COMM_NCCL_STAGE_BYTES + ZO_COMM_NCCL_STAGE_BYTES / 2 + 3; /* bytes per rank: 2 chunks */
   /* all-reduce twice: pageable, then page-locked (cudaHostRegister: the copies back are asynchronous, so the
    * result is read only after the collective's completion covers them) */
   const size_t ar_bytes = (BIG / 4 * 4 + 4095) / 4096 * 4096;
   float *ar = aligned_alloc(4096, ar_bytes);
-  int (*host_register)(void *, size_t, unsigned) = (int (*)(void *, size_t, unsigned))dlsym(RTLD_DEFAULT, "cudaHostRegister");
+  int (*host_register)(void *, size_t, unsigned) =
+      (int (*)(void *, size_t, unsigned))dlsym(RTLD_DEFAULT, "cudaHostRegister");
   int (*host_unregister)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "cudaHostUnregister");
   for (int pinned = 0; pinned < 2; pinned++) {
     if (pinned && (!host_register || !host_unregister || host_register(ar, ar_bytes, 0) != 0)) {
@@ -377,8 +391,11 @@ static int nccl_main(void) {
     for (size_t i = 0; i < BIG / 4; i++) ar[i] = (float)(i % 1000) + (float)R;
     CHECK_OK(zo_comm_all_reduce(c, ar, BIG / 4, ZO_DTYPE_F32));
     bad = 0;
-    for (size_t i = 0; i < BIG / 4; i++) bad += ar[i] != (float)W * (float)(i % 1000) + (float)(W * (W - 1) / 2);
-    if (bad) FAIL_AT("all_reduce of %zu floats in %s host memory: %d wrong", BIG / 4, pinned ? "pinned" : "pageable", bad);
+    for (size_t i = 0; i < BIG / 4; i++)
+      bad += ar[i] != (float)W * (float)(i % 1000) + (float)(W * (W - 1) / 2);
+    if (bad)
+      FAIL_AT("all_reduce of %zu floats in %s host memory: %d wrong", BIG / 4,
+              pinned ? "pinned" : "pageable", bad);
     if (pinned) host_unregister(ar);
   }
   free(ar);
@@ -387,7 +404,8 @@ static int nccl_main(void) {
   CHECK_OK(zo_comm_all_gather(c, gs, gr, BIG));
   bad = 0;
   for (int q = 0; q < W; q++)
-    for (size_t i = 0; i < BIG; i++) bad += gr[(size_t)q * BIG + i] != (uint8_t)(i * 13 + (size_t)q);
+    for (size_t i = 0; i < BIG; i++)
+      bad += gr[(size_t)q * BIG + i] != (uint8_t)(i * 13 + (size_t)q);
   CHECK_EQ(bad, 0);
   for (size_t i = 0; i < BIG; i++) gs[i] = (uint8_t)(R == 0 ? i * 5 + 1 : 0);
   CHECK_OK(zo_comm_broadcast(c, gs, BIG, 0));
@@ -411,8 +429,10 @@ static int nccl_main(void) {
   CHECK_OK(zo_comm_barrier(c));
   for (int i = 0; i < nfill; i++) zo_device_free(dev, fill[i]);
   free(fill);
-  printf("ok: nccl host buffers of %zu bytes per rank (over %zu bytes of staging) on a full GPU (%zu bytes free), "
-         "and an all-gather from device into host memory\n", BIG, (size_t)ZO_COMM_NCCL_STAGE_BYTES, avail);
+  printf(
+      "ok: nccl host buffers of %zu bytes per rank (over %zu bytes of staging) on a full GPU (%zu bytes free), "
+      "and an all-gather from device into host memory\n",
+      BIG, (size_t)ZO_COMM_NCCL_STAGE_BYTES, avail);
   free(h), free(hf);
   zo_comm_destroy(c);
   zo_device_destroy(dev);
@@ -445,7 +465,8 @@ static int nccl_fault_main(const char *mode) {
   }
   zo_device_t *dev = NULL;
   zo_comm_t *c = NULL;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev)) || !CHECK_OK(zo_comm_create_nccl(dev, NULL, &c)))
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &dev)) ||
+      !CHECK_OK(zo_comm_create_nccl(dev, NULL, &c)))
     return zo_test_finish("test_comm nccl_fault");
   CHECK_ST(zo_comm_set_timeout(c, 0), ZO_ERR_INVALID_ARG);
   CHECK_HAS(zo_last_error(), "outside (0, 86400]");
@@ -469,8 +490,10 @@ static int nccl_fault_main(const char *mode) {
   if (hang) CHECK_HAS(msg, "zoffload.comm_timeout_s");
   CHECK_EQ(cuda_last_error(), 0);
   CHECK_ST(zo_comm_barrier(c), ZO_ERR_INVALID_USAGE); /* aborted: refused, naming why */
-  CHECK_HAS(zo_last_error(), "barrier on a communicator that was aborted (all-reduce of 4096 bytes");
-  zo_comm_destroy(c); /* returns: the aborted collective's stream drains; no ncclCommDestroy after the abort */
+  CHECK_HAS(zo_last_error(),
+            "barrier on a communicator that was aborted (all-reduce of 4096 bytes");
+  zo_comm_destroy(
+      c); /* returns: the aborted collective's stream drains; no ncclCommDestroy after the abort */
   zo_device_free(dev, d);
   zo_device_destroy(dev);
   return zo_test_finish("test_comm nccl_fault");
@@ -492,10 +515,10 @@ typedef struct xworld {
 typedef struct xctx {
   xworld *w;
   int rank;
-  int fail_next;  /* the next all_reduce fails with this status */
-  int defer;      /* all_reduce hands back a handle whose first test says "not yet" */
+  int fail_next; /* the next all_reduce fails with this status */
+  int defer;     /* all_reduce hands back a handle whose first test says "not yet" */
   int tests, destroyed;
-  int heap;       /* freed by x_destroy */
+  int heap; /* freed by x_destroy */
 } xctx;
 
 static xworld *xworld_new(int size) {
@@ -508,7 +531,8 @@ static void xsync(xctx *x) { pthread_barrier_wait(&x->w->bar); }
 
 static int x_all_gather(void *ctx, const void *send, void *recv, size_t nb, void **h) {
   xctx *x = ctx;
-  void *mine = malloc(nb); /* in place: @send is a block of @recv, which the others' copies overwrite */
+  void *mine =
+      malloc(nb); /* in place: @send is a block of @recv, which the others' copies overwrite */
   memcpy(mine, send, nb);
   x->w->slot[x->rank] = mine;
   xsync(x);
@@ -523,13 +547,17 @@ static void xsum(xctx *x, size_t off, size_t n, zo_comm_elem t, void *out) {
   for (size_t i = 0; i < n; i++) {
     double s = 0;
     for (int r = 0; r < x->w->size; r++)
-      s += t == ZO_COMM_ELEM_F64 ? ((const double *)x->w->slot[r])[off + i] : ((const float *)x->w->slot[r])[off + i];
-    if (t == ZO_COMM_ELEM_F64) ((double *)out)[i] = s;
-    else ((float *)out)[i] = (float)s; /* small integers in generic(): exact either way */
+      s += t == ZO_COMM_ELEM_F64 ? ((const double *)x->w->slot[r])[off + i]
+                                 : ((const float *)x->w->slot[r])[off + i];
+    if (t == ZO_COMM_ELEM_F64)
+      ((double *)out)[i] = s;
+    else
+      ((float *)out)[i] = (float)s; /* small integers in generic(): exact either way */
   }
 }
 
-static int x_reduce_scatter(void *ctx, const void *send, void *recv, size_t n, zo_comm_elem t, void **h) {
+static int x_reduce_scatter(void *ctx, const void *send, void *recv, size_t n, zo_comm_elem t,
+                            void **h) {
   xctx *x = ctx;
   const size_t esz = t == ZO_COMM_ELEM_F64 ? 8 : 4;
   void *tmp = malloc(n * esz);
@@ -607,7 +635,8 @@ static int x_split(void *ctx, int color, int key, void **nctx, int *nrank, int *
   return 0;
 }
 
-static void x_destroy(void *ctx) { /* the worlds are left to the process: ranks destroy in any order */
+static void x_destroy(
+    void *ctx) { /* the worlds are left to the process: ranks destroy in any order */
   xctx *x = ctx;
   x->destroyed++;
   if (x->heap) free(x);
@@ -618,11 +647,16 @@ static void x_error(void *ctx, char *msg, size_t cap) {
   snprintf(msg, cap, "peer rank 1 is gone");
 }
 
-static const zo_comm_external_ops x_ops = {
-    .all_gather = x_all_gather, .reduce_scatter = x_reduce_scatter, .all_reduce = x_all_reduce,
-    .broadcast = x_broadcast,   .barrier = x_barrier,               .wait = x_wait,
-    .test = x_test,             .split = x_split,                   .destroy = x_destroy,
-    .error = x_error};
+static const zo_comm_external_ops x_ops = {.all_gather = x_all_gather,
+                                           .reduce_scatter = x_reduce_scatter,
+                                           .all_reduce = x_all_reduce,
+                                           .broadcast = x_broadcast,
+                                           .barrier = x_barrier,
+                                           .wait = x_wait,
+                                           .test = x_test,
+                                           .split = x_split,
+                                           .destroy = x_destroy,
+                                           .error = x_error};
 
 static void *x_rank_main(void *arg) {
   xctx *x = arg;
@@ -678,7 +712,9 @@ static int external_main(void) {
   CHECK_OK(zo_comm_create_external(&x_ops, &one, 0, 1, &c));
   one.fail_next = ZO_ERR_NCCL;
   CHECK_ST(zo_comm_all_reduce(c, f, 4, ZO_DTYPE_F32), ZO_ERR_NCCL);
-  CHECK_HAS(zo_last_error(), "comm external: all_reduce of 4 fp32 elements failed (callback returned 8): peer rank 1 is gone");
+  CHECK_HAS(
+      zo_last_error(),
+      "comm external: all_reduce of 4 fp32 elements failed (callback returned 8): peer rank 1 is gone");
   one.defer = 1; /* a handle: completed by test (after one "not yet") or wait */
   zo_comm_req_t *r = NULL;
   CHECK_OK(zo_comm_iall_reduce(c, f, 4, ZO_DTYPE_F32, &r));
@@ -688,7 +724,8 @@ static int external_main(void) {
   CHECK_OK(zo_comm_test(r, &done));
   CHECK_EQ(done, 1);
   uint16_t h16[3] = {0x3f80, 0x4000, 0x4040}; /* bf16 1, 2, 3: staged in fp32, sum over one rank */
-  CHECK_OK(zo_comm_all_reduce(c, h16, 3, ZO_DTYPE_BF16)); /* the blocking form waits on the handle */
+  CHECK_OK(
+      zo_comm_all_reduce(c, h16, 3, ZO_DTYPE_BF16)); /* the blocking form waits on the handle */
   CHECK_EQ(h16[2], 0x4040);
   CHECK_EQ(one.tests, 2);
   zo_comm_destroy(c);

@@ -74,49 +74,72 @@ int main(int argc, char **argv) {
   printf("%s", g_log);
   /* each filled key logged exactly once, with its value and where it came from */
   CHECK_EQ(count(g_log, "\"auto\" ->"), 17);
-  CHECK_EQ(count(g_log, "zero_optimization.reduce_bucket_size \"auto\" -> 589824 (hidden_size^2)"), 1);
+  CHECK_EQ(count(g_log, "zero_optimization.reduce_bucket_size \"auto\" -> 589824 (hidden_size^2)"),
+           1);
   CHECK_EQ(count(g_log, "optimizer.params.betas \"auto\" -> [0.9,0.95]"), 1);
   CHECK_EQ(count(g_log, "train_batch_size \"auto\" -> 24"), 1);
 
   /* a value the application did not give: the key and the field it needs */
   a.hidden_size = -1;
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}", &a, 1, &cfg),
-           ZO_ERR_CONFIG);
-  CHECK_HAS(zo_last_error(), "t.json: zero_optimization.reduce_bucket_size: \"auto\" needs hidden_size^2");
+  CHECK_ST(
+      parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}",
+            &a, 1, &cfg),
+      ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(),
+            "t.json: zero_optimization.reduce_bucket_size: \"auto\" needs hidden_size^2");
   /* no values at all */
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"auto\"}}}",
-                 NULL, 1, &cfg), ZO_ERR_CONFIG);
+  CHECK_ST(
+      parse(
+          "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"auto\"}}}",
+          NULL, 1, &cfg),
+      ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "optimizer.params.lr: \"auto\" is filled in by the HF Trainer");
   /* "auto" where HF fills nothing in stays a type error naming the key */
   a.hidden_size = 768;
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"sub_group_size\": \"auto\"}}", &a, 1, &cfg),
+  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"sub_group_size\": \"auto\"}}",
+                 &a, 1, &cfg),
            ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zero_optimization.sub_group_size: expected");
   /* explicit values are left alone */
-  CHECK_OK(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": 1000}}", &a, 1, &cfg));
+  CHECK_OK(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": 1000}}",
+                 &a, 1, &cfg));
   CHECK_EQ(cfg.zero.reduce_bucket_size, 1000);
   CHECK_EQ(count(g_log, "\"auto\" ->"), 0);
 
   /* products that do not fit in 64 bits: refused naming the key (was signed overflow: 2^32 squared wrapped to 0) */
   a.hidden_size = (int64_t)1 << 32;
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}", &a, 1, &cfg),
-           ZO_ERR_CONFIG);
-  CHECK_HAS(zo_last_error(), "t.json: zero_optimization.reduce_bucket_size: \"auto\" would be hidden_size^2, which does "
-                             "not fit in 64 bits");
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_prefetch_bucket_size\": \"auto\"}}", &a, 1,
-                 &cfg), ZO_ERR_CONFIG);
+  CHECK_ST(
+      parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}",
+            &a, 1, &cfg),
+      ZO_ERR_CONFIG);
+  CHECK_HAS(
+      zo_last_error(),
+      "t.json: zero_optimization.reduce_bucket_size: \"auto\" would be hidden_size^2, which does "
+      "not fit in 64 bits");
+  CHECK_ST(
+      parse(
+          "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_prefetch_bucket_size\": \"auto\"}}",
+          &a, 1, &cfg),
+      ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zero_optimization.stage3_prefetch_bucket_size: \"auto\" would be");
   a.hidden_size = INT64_MAX / 4;
-  CHECK_ST(parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_param_persistence_threshold\": \"auto\"}}",
-                 &a, 1, &cfg), ZO_ERR_CONFIG);
-  CHECK_HAS(zo_last_error(), "zero_optimization.stage3_param_persistence_threshold: \"auto\" would be 10 * hidden_size");
+  CHECK_ST(
+      parse(
+          "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage3_param_persistence_threshold\": \"auto\"}}",
+          &a, 1, &cfg),
+      ZO_ERR_CONFIG);
+  CHECK_HAS(
+      zo_last_error(),
+      "zero_optimization.stage3_param_persistence_threshold: \"auto\" would be 10 * hidden_size");
   a.hidden_size = 768;
   a.train_micro_batch_size_per_gpu = (int64_t)1 << 62;
   a.gradient_accumulation_steps = 4;
-  CHECK_ST(parse("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}", &a, 1, &cfg),
+  CHECK_ST(parse("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}",
+                 &a, 1, &cfg),
            ZO_ERR_CONFIG);
-  CHECK_HAS(zo_last_error(), "t.json: train_batch_size: \"auto\" would be train_micro_batch_size_per_gpu * "
-                             "gradient_accumulation_steps * world_size, which does not fit in 64 bits");
+  CHECK_HAS(zo_last_error(),
+            "t.json: train_batch_size: \"auto\" would be train_micro_batch_size_per_gpu * "
+            "gradient_accumulation_steps * world_size, which does not fit in 64 bits");
   a.train_micro_batch_size_per_gpu = 4, a.gradient_accumulation_steps = 3;
 
   /* the HF docs' ZeRO-3 NVMe config */

@@ -81,7 +81,8 @@ int main(void) {
   }
 
   /* ---- split of a multi-block corpus ---- */
-  const size_t NB = 100, tail = 1000, total = NB * DATA_BLOCK_BYTES + tail; /* 101 blocks, last partial */
+  const size_t NB = 100, tail = 1000,
+               total = NB * DATA_BLOCK_BYTES + tail; /* 101 blocks, last partial */
   uint8_t *corpus = malloc(total);
   uint64_t x = 88172645463325252ull;
   for (size_t i = 0; i < total; i++) { /* xorshift bytes: windows are unique in practice */
@@ -100,7 +101,8 @@ int main(void) {
     /* each block lies whole, in order, in exactly one split */
     size_t ptr = 0, pva = 0, nvb = 0;
     for (size_t k = 0; k * DATA_BLOCK_BYTES < total; k++) {
-      size_t len = total - k * DATA_BLOCK_BYTES < DATA_BLOCK_BYTES ? total - k * DATA_BLOCK_BYTES : DATA_BLOCK_BYTES;
+      size_t len = total - k * DATA_BLOCK_BYTES < DATA_BLOCK_BYTES ? total - k * DATA_BLOCK_BYTES
+                                                                   : DATA_BLOCK_BYTES;
       const uint8_t *blk = corpus + k * DATA_BLOCK_BYTES;
       if (ptr + len <= ntr && memcmp(tr + ptr, blk, len) == 0) {
         ptr += len;
@@ -114,7 +116,8 @@ int main(void) {
     }
     CHECK_EQ(ptr, ntr);
     CHECK_EQ(pva, nva);
-    printf("split: %zu train bytes, %zu val bytes, %zu of 101 blocks in val (val_fraction 0.2)\n", ntr, nva, nvb);
+    printf("split: %zu train bytes, %zu val bytes, %zu of 101 blocks in val (val_fraction 0.2)\n",
+           ntr, nva, nvb);
     CHECK(nvb >= 5 && nvb <= 40);
 
     /* same seed: same split; another seed: another split */
@@ -123,7 +126,8 @@ int main(void) {
     CHECK(data_open(path_of("big.txt"), 0.2, 43, 64, &d3, err, sizeof err) == 0);
     if (d2 && d3) {
       size_t n2 = 0, n3 = 0;
-      const uint8_t *v2 = data_split_bytes(d2, DATA_VAL, &n2), *v3 = data_split_bytes(d3, DATA_VAL, &n3);
+      const uint8_t *v2 = data_split_bytes(d2, DATA_VAL, &n2),
+                    *v3 = data_split_bytes(d3, DATA_VAL, &n3);
       CHECK(n2 == nva && memcmp(v2, va, nva) == 0);
       CHECK(n3 != nva || memcmp(v3, va, nva) != 0);
     }
@@ -144,7 +148,9 @@ int main(void) {
           memcpy(win, in + b * T, T);
           win[T] = tg[b * T + T - 1];
           if (memcmp(in + b * T + 1, tg + b * T, T - 1) != 0 || !memmem(sb, sn, win, T + 1)) {
-            if (!bad) fprintf(stderr, "%s:%d: split %d batch %d row %d is not a window of the split\n", __FILE__, __LINE__, split, it, b);
+            if (!bad)
+              fprintf(stderr, "%s:%d: split %d batch %d row %d is not a window of the split\n",
+                      __FILE__, __LINE__, split, it, b);
             bad++;
           }
         }
@@ -157,7 +163,8 @@ int main(void) {
       CHECK(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
     }
     CHECK(data_next_batch(d, DATA_TRAIN, 0, T, &x, in, tg) != 0);
-    CHECK(data_next_batch(d, DATA_TRAIN, 1, (int)ntr, &x, in, tg) != 0); /* window longer than the split */
+    CHECK(data_next_batch(d, DATA_TRAIN, 1, (int)ntr, &x, in, tg) !=
+          0); /* window longer than the split */
 
     /* fixed val set */
     int nw = data_val_windows(d, T, 1000000);
@@ -202,7 +209,8 @@ int main(void) {
   CHECK(data_open(path_of("tiny.txt"), 0.0, 1, 64, &d, err, sizeof err) != 0);
   printf("too small: %s\n", err);
   CHECK(strstr(err, "has 10 bytes; need at least 65 for seq_len 64") != NULL);
-  CHECK(data_open(path_of("corpus"), 0.5, 1, 4, &d, err, sizeof err) != 0); /* one block cannot feed two splits */
+  CHECK(data_open(path_of("corpus"), 0.5, 1, 4, &d, err, sizeof err) !=
+        0); /* one block cannot feed two splits */
   CHECK(strstr(err, "need at least") != NULL);
   CHECK(data_open(path_of("big.txt"), 1.0, 1, 4, &d, err, sizeof err) != 0);
   CHECK(strstr(err, "data.val_fraction") != NULL);
@@ -222,8 +230,8 @@ int main(void) {
       size_t ntr = 0, nva = 0;
       data_split_bytes(d, DATA_TRAIN, &ntr);
       data_split_bytes(d, DATA_VAL, &nva);
-      printf("default corpus: %d files, %zu bytes (train %zu, val %zu)\n", data_num_files(d), data_total_bytes(d), ntr,
-             nva);
+      printf("default corpus: %d files, %zu bytes (train %zu, val %zu)\n", data_num_files(d),
+             data_total_bytes(d), ntr, nva);
       CHECK(ntr + nva == data_total_bytes(d));
       for (int i = 0; i < data_num_files(d); i++) {
         const char *f = data_file_name(d, i);

@@ -47,7 +47,8 @@ static void config(zo_config_t *c, zo_offload_device tier, zo_dtype wd, int gas)
  * engine only) the gradient reaches the buffer by a copy queued on @cs (from a device scratch @scratch) and the
  * poison is a memset queued on @cs after zo_engine_grad_fence(e, cs): the engine must order itself after the
  * compute stream, and the fence must order the compute stream after the engine's reads. */
-static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s, int gas, zo_dtype dt) {
+static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s, int gas,
+                zo_dtype dt) {
   const size_t dsz = zo_dtype_size(dt);
   for (int mb = 0; mb < gas; mb++) {
     for (int i = 0; i < NP; i++) {
@@ -59,7 +60,8 @@ static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s,
       memset(nan, 0xff, nb);
       int bad;
       if (cs) /* the scratch is free: the copy out of it below was synchronized at the last fence + memset */
-        bad = !CHECK_OK(zo_stream_synchronize(cs)) || !CHECK_OK(zo_memcpy(dev, scratch, h, nb, ZO_COPY_H2D)) ||
+        bad = !CHECK_OK(zo_stream_synchronize(cs)) ||
+              !CHECK_OK(zo_memcpy(dev, scratch, h, nb, ZO_COPY_H2D)) ||
               !CHECK_OK(zo_memcpy_async(cs, g->dbuf[i], scratch, nb, ZO_COPY_D2D));
       else
         bad = !CHECK_OK(zo_memcpy(dev, g->dbuf[i], h, nb, ZO_COPY_H2D));
@@ -85,44 +87,48 @@ static int feed(zo_device_t *dev, zo_stream_t *cs, void *scratch, eng *g, int s,
  * the working dtype) of @g into @m and @w: with no
  * wait of the caller's own (the engine's fetch and get_master order themselves after the update), on @cs when
  * the engine has that compute stream. */
-static int snapshot(zo_device_t *dev, zo_stream_t *cs, eng *g, int i, float *m, size_t *shard_n, void *w) {
+static int snapshot(zo_device_t *dev, zo_stream_t *cs, eng *g, int i, float *m, size_t *shard_n,
+                    void *w) {
   if (!CHECK_OK(zo_engine_get_master(g->e, g->ps[i], m, NULL, shard_n))) return 1;
   const void *dw;
   zo_dtype dt;
   if (!CHECK_OK(zo_engine_fetch(g->e, g->ps[i], &dw, &dt))) return 1;
   const size_t nb = k_sizes[i] * zo_dtype_size(dt);
-  int bad = cs ? !CHECK_OK(zo_memcpy_async(cs, w, dw, nb, ZO_COPY_D2H)) || !CHECK_OK(zo_stream_synchronize(cs))
+  int bad = cs ? !CHECK_OK(zo_memcpy_async(cs, w, dw, nb, ZO_COPY_D2H)) ||
+                     !CHECK_OK(zo_stream_synchronize(cs))
                : !CHECK_OK(zo_memcpy(dev, w, dw, nb, ZO_COPY_D2H));
   return !CHECK_OK(zo_engine_release(g->e, g->ps[i])) || bad;
 }
 
 /* @a (e.g. host device, CPU Adam) and @b (stand-in CUDA, device Adam), each read on its compute stream (or
  * none): every tensor's master and working weights equal bit for bit. */
-static int same_weights(const char *label, int s, zo_device_t *adev, zo_stream_t *acs, eng *a, zo_device_t *bdev,
-                        zo_stream_t *bcs, eng *b) {
+static int same_weights(const char *label, int s, zo_device_t *adev, zo_stream_t *acs, eng *a,
+                        zo_device_t *bdev, zo_stream_t *bcs, eng *b) {
   int bad = 0;
   for (int i = 0; i < NP && !bad; i++) {
     const size_t n = k_sizes[i];
     float *ma = malloc(n * 4), *mb = malloc(n * 4);
     void *wa = malloc(n * 4), *wb = malloc(n * 4);
     size_t na = 0, nb = 0;
-    bad = snapshot(adev, acs, a, i, ma, &na, wa) || snapshot(bdev, bcs, b, i, mb, &nb, wb) || !CHECK_EQ(na, nb);
+    bad = snapshot(adev, acs, a, i, ma, &na, wa) || snapshot(bdev, bcs, b, i, mb, &nb, wb) ||
+          !CHECK_EQ(na, nb);
     const size_t wsz = zo_dtype_size(zo_engine_working_dtype(b->e));
     if (!bad && memcmp(ma, mb, na * 4)) {
       size_t j = 0;
       while (j < na && !memcmp(&ma[j], &mb[j], 4)) j++;
-      bad = FAIL_AT("%s step %d: master of t%d differs first at [%zu]: cpu %.9g device %.9g", label, s, i, j,
-                    (double)ma[j], (double)mb[j]);
+      bad = FAIL_AT("%s step %d: master of t%d differs first at [%zu]: cpu %.9g device %.9g", label,
+                    s, i, j, (double)ma[j], (double)mb[j]);
     }
-    if (!bad && memcmp(wa, wb, n * wsz)) bad = FAIL_AT("%s step %d: working weights of t%d differ", label, s, i);
+    if (!bad && memcmp(wa, wb, n * wsz))
+      bad = FAIL_AT("%s step %d: working weights of t%d differ", label, s, i);
     free(ma), free(mb), free(wa), free(wb);
   }
   return bad;
 }
 
 /* STEPS steps of both engines with @gas micro-batches of @dt gradients; then the checkpoint round trip. */
-static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo_stream_t *cs, void *scratch,
-                     zo_dtype wd, int gas) {
+static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo_stream_t *cs,
+                     void *scratch, zo_dtype wd, int gas) {
   zo_config_t ca, cb;
   config(&ca, ZO_OFFLOAD_CPU, wd, gas);
   config(&cb, ZO_OFFLOAD_NONE, wd, gas);
@@ -132,37 +138,44 @@ static void run_case(const char *label, zo_device_t *hdev, zo_device_t *cdev, zo
   if (eng_open(&a, &ca, hdev, NULL)) goto out_a;
   if (eng_open(&b, &cb, cdev, cs)) goto out_b;
   double first = 0, last = 0;
-  const unsigned long adam0 = devadam_emu_adam_runs, norm0 = devadam_emu_norm_runs, acc0 = devadam_emu_acc_runs;
+  const unsigned long adam0 = devadam_emu_adam_runs, norm0 = devadam_emu_norm_runs,
+                      acc0 = devadam_emu_acc_runs;
   for (int s = 0; s < STEPS; s++) {
     zo_step_info ia, ib;
-    if (feed(hdev, NULL, NULL, &a, s, gas, wd) || feed(cdev, cs, scratch, &b, s, gas, wd)) goto out_b;
+    if (feed(hdev, NULL, NULL, &a, s, gas, wd) || feed(cdev, cs, scratch, &b, s, gas, wd))
+      goto out_b;
     if (!CHECK_OK(zo_engine_step(a.e, &ia))) goto out_b;
     if (!CHECK_OK(zo_engine_step(b.e, &ib))) {
       printf("  %s\n", zo_last_error());
       goto out_b;
     }
     if (memcmp(&ia.grad_norm, &ib.grad_norm, sizeof(double)))
-      FAIL_AT("%s step %d: grad norm cpu %.17g device %.17g", label, s + 1, ia.grad_norm, ib.grad_norm);
+      FAIL_AT("%s step %d: grad norm cpu %.17g device %.17g", label, s + 1, ia.grad_norm,
+              ib.grad_norm);
     if (s == 0) first = ib.grad_norm;
     last = ib.grad_norm;
     if (same_weights(label, s + 1, hdev, NULL, &a, cdev, cs, &b)) goto out_b;
-    if (s == STEPS - 2 && !CHECK_OK(zo_engine_save(b.e, g_dir, NULL, saved, sizeof saved))) goto out_b;
+    if (s == STEPS - 2 && !CHECK_OK(zo_engine_save(b.e, g_dir, NULL, saved, sizeof saved)))
+      goto out_b;
   }
   /* every step: one update kernel per tensor, one norm kernel per tensor's hand-over (gas > 1: the boundary's) */
   CHECK_EQ(devadam_emu_adam_runs - adam0, STEPS * NP);
   CHECK_EQ(devadam_emu_norm_runs - norm0, STEPS * NP);
   /* with gas > 1 every micro-batch is added on the device (the first: a plain copy when already fp32) */
-  CHECK_EQ(devadam_emu_acc_runs - acc0, gas == 1 ? 0 : STEPS * NP * (wd == ZO_DTYPE_F32 ? gas - 1 : gas));
+  CHECK_EQ(devadam_emu_acc_runs - acc0,
+           gas == 1 ? 0 : STEPS * NP * (wd == ZO_DTYPE_F32 ? gas - 1 : gas));
   /* the checkpoint (saved before the last step) into a fresh device engine: its last step equals b's */
   if (eng_open(&r, &cb, cdev, cs) || !CHECK_OK(zo_engine_load(r.e, saved, NULL))) goto out_r;
   if (feed(cdev, cs, scratch, &r, STEPS - 1, gas, wd)) goto out_r;
   zo_step_info ir;
   if (!CHECK_OK(zo_engine_step(r.e, &ir))) goto out_r;
-  if (memcmp(&ir.grad_norm, &last, sizeof last)) FAIL_AT("%s resumed: grad norm %.17g, want %.17g", label, ir.grad_norm, last);
+  if (memcmp(&ir.grad_norm, &last, sizeof last))
+    FAIL_AT("%s resumed: grad norm %.17g, want %.17g", label, ir.grad_norm, last);
   if (!same_weights("resumed", STEPS, cdev, cs, &b, cdev, cs, &r) && zo_test_failures == failures0)
-    printf("test_devadam_emu: rank %d/%d: %s gas %d%s: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
-           "CPU Adam's bit for bit; resumed from step %d's checkpoint: equal\n",
-           R, W, label, gas, cs ? " (compute stream)" : "", STEPS, first, last, STEPS - 1);
+    printf(
+        "test_devadam_emu: rank %d/%d: %s gas %d%s: %d steps, grad norm %.6f .. %.6f, masters and working weights equal to "
+        "CPU Adam's bit for bit; resumed from step %d's checkpoint: equal\n",
+        R, W, label, gas, cs ? " (compute stream)" : "", STEPS, first, last, STEPS - 1);
 out_r:
   eng_close(&r, cdev);
 out_b:
@@ -190,22 +203,27 @@ static void gate_fn(void *arg) {
 static void test_launch_order(zo_device_t *dev) {
   enum { N = 1000 };
   zo_stream_t *s = NULL;
-  float *dsrc, *ddst, *dother; /* device pointers; src, dst, other: the host's view of their bytes */
+  float *dsrc, *ddst,
+      *dother; /* device pointers; src, dst, other: the host's view of their bytes */
   if (!CHECK_OK(zo_stream_create(dev, &s))) return;
-  if (!CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dsrc)) || !CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&ddst)) ||
+  if (!CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dsrc)) ||
+      !CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&ddst)) ||
       !CHECK_OK(zo_device_malloc(dev, N * 4, (void **)&dother)))
     return;
-  float *src = devadam_emu_hostview(dsrc), *dst = devadam_emu_hostview(ddst), *other = devadam_emu_hostview(dother);
+  float *src = devadam_emu_hostview(dsrc), *dst = devadam_emu_hostview(ddst),
+        *other = devadam_emu_hostview(dother);
   for (int i = 0; i < N; i++) src[i] = (float)i, dst[i] = -1.0f, other[i] = 7.0f;
   const unsigned long runs0 = devadam_emu_acc_runs;
   atomic_store(&g_gate, 0);
   CHECK_OK(zo_launch_host_func(s, gate_fn, NULL));
   CHECK_OK(zo_grad_acc_device(s, ddst, ZO_DTYPE_F32, dsrc, ZO_DTYPE_F32, N, 0));
-  CHECK_OK(zo_memcpy_async(s, dsrc, dother, N * 4, ZO_COPY_D2D)); /* after the kernel in stream order */
+  CHECK_OK(
+      zo_memcpy_async(s, dsrc, dother, N * 4, ZO_COPY_D2D)); /* after the kernel in stream order */
   usleep(20000);
   CHECK_EQ(devadam_emu_acc_runs - runs0, 0); /* behind the gate */
   CHECK(dst[0] == -1.0f && dst[N - 1] == -1.0f);
-  CHECK(src[N - 1] == (float)(N - 1)); /* the kernel's source: not poisoned while the kernel is pending */
+  CHECK(src[N - 1] ==
+        (float)(N - 1)); /* the kernel's source: not poisoned while the kernel is pending */
   atomic_store(&g_gate, 1);
   CHECK_OK(zo_stream_synchronize(s));
   CHECK_EQ(devadam_emu_acc_runs - runs0, 1);
@@ -225,8 +243,11 @@ static void test_launch_order(zo_device_t *dev) {
     CHECK_OK(zo_stream_synchronize(slow));
     bad = 0;
     for (int i = 0; i < N; i++) bad += dst[i] != (float)(2 * i);
-    if (bad) FAIL_AT("%d of %d elements of the kernel's result wrong (dst[0] = %g): its source was overwritten "
-                     "or poisoned before it ran", bad, N, (double)dst[0]);
+    if (bad)
+      FAIL_AT(
+          "%d of %d elements of the kernel's result wrong (dst[0] = %g): its source was overwritten "
+          "or poisoned before it ran",
+          bad, N, (double)dst[0]);
     zo_stream_destroy(slow);
   }
   zo_device_free(dev, dsrc), zo_device_free(dev, ddst), zo_device_free(dev, dother);
@@ -255,7 +276,9 @@ int main(int argc, char **argv) {
   const int gas_max = argc > 2 ? atoi(argv[2]) : MAXMB;
   zo_stream_t *cs = NULL;
   void *scratch = NULL;
-  if (!CHECK_OK(zo_stream_create(cdev, &cs)) || !CHECK_OK(zo_device_malloc(cdev, k_sizes[2] * 4, &scratch))) goto out;
+  if (!CHECK_OK(zo_stream_create(cdev, &cs)) ||
+      !CHECK_OK(zo_device_malloc(cdev, k_sizes[2] * 4, &scratch)))
+    goto out;
   run_case("bf16", hdev, cdev, NULL, NULL, ZO_DTYPE_BF16, 1);
   run_case("fp32", hdev, cdev, NULL, NULL, ZO_DTYPE_F32, 1);
   if (gas_max > 1) {

@@ -96,8 +96,8 @@ static void gate_wait_fn(void *arg) {
 static void sleep_fn(void *arg) { sleep_ms((int)(intptr_t)arg); }
 
 typedef struct flag_pair {
-  atomic_int set;      /* written by the first stream */
-  atomic_int seen;     /* what the second stream saw */
+  atomic_int set;  /* written by the first stream */
+  atomic_int seen; /* what the second stream saw */
 } flag_pair;
 
 static void set_flag_fn(void *arg) { atomic_store(&((flag_pair *)arg)->set, 1); }
@@ -128,7 +128,8 @@ static void store_flag_fn(void *arg) { atomic_store((atomic_int *)arg, 1); }
 /* The launchers' local-rank variables (zo_device_local_rank): a fixed order, every one of them, malformed values
  * named, and the ordinal refused past the visible GPUs. Every variable is saved and put back. */
 static void test_local_rank(void) {
-  static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                     "SLURM_LOCALID"};
   enum { NV = sizeof vars / sizeof vars[0] };
   char saved[NV][64];
   int had[NV];
@@ -147,8 +148,10 @@ static void test_local_rank(void) {
   for (int i = 0; i < NV; i++) {
     setenv(vars[i], "3", 1);
     lr = -1, var = NULL;
-    if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 3) || !CHECK(var && !strcmp(var, vars[i])))
-      fprintf(stderr, "  only %s=3 set: local rank %d from %s\n", vars[i], lr, var ? var : "(none)");
+    if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 3) ||
+        !CHECK(var && !strcmp(var, vars[i])))
+      fprintf(stderr, "  only %s=3 set: local rank %d from %s\n", vars[i], lr,
+              var ? var : "(none)");
     CHECK_EQ(zo_device_default_ordinal(), 3);
     unsetenv(vars[i]);
   }
@@ -158,7 +161,8 @@ static void test_local_rank(void) {
       setenv(vars[i], "1", 1), setenv(vars[k], "2", 1);
       lr = -1, var = NULL;
       if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 1))
-        fprintf(stderr, "  %s=1 and %s=2: got %d from %s\n", vars[i], vars[k], lr, var ? var : "(none)");
+        fprintf(stderr, "  %s=1 and %s=2: got %d from %s\n", vars[i], vars[k], lr,
+                var ? var : "(none)");
       setenv(vars[i], "", 1);
       lr = -1;
       if (!CHECK_OK(zo_device_local_rank(&lr, &var)) || !CHECK_EQ(lr, 2))
@@ -166,7 +170,8 @@ static void test_local_rank(void) {
       unsetenv(vars[i]), unsetenv(vars[k]);
     }
   /* malformed: an error naming the variable and its value, outputs untouched, no fall-through to a later variable */
-  static const char *const bad[] = {"abc", "-1", "2x", " 2", "+2", "65536", "99999999999999999999", "0x1"};
+  static const char *const bad[] = {"abc", "-1", "2x", " 2", "+2", "65536", "99999999999999999999",
+                                    "0x1"};
   setenv("SLURM_LOCALID", "1", 1);
   for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
     for (int i = 0; i < NV - 1; i++) {
@@ -174,7 +179,8 @@ static void test_local_rank(void) {
       lr = 42, var = "x";
       CHECK_ST(zo_device_local_rank(&lr, &var), ZO_ERR_CONFIG);
       char want[128];
-      snprintf(want, sizeof want, "%s=\"%s\" is not a local rank (a decimal integer 0..65535)", vars[i], bad[b]);
+      snprintf(want, sizeof want, "%s=\"%s\" is not a local rank (a decimal integer 0..65535)",
+               vars[i], bad[b]);
       if (!CHECK_HAS(zo_last_error(), want)) fprintf(stderr, "  %s=\"%s\"\n", vars[i], bad[b]);
       CHECK_EQ(lr, 42);
       CHECK(!strcmp(var, "x"));
@@ -231,13 +237,23 @@ static void test_api(void) {
   static const struct {
     const char *v;
     int want;
-  } ranks[] = {{"3", 3}, {"0", 0}, {"65535", 65535}, {"", 0}, {"abc", 0}, {"-1", 0},
-               {"2x", 0}, {" 2", 0}, {"+2", 0},   {"65536", 0}, {"99999999999999999999", 0}};
+  } ranks[] = {{"3", 3},
+               {"0", 0},
+               {"65535", 65535},
+               {"", 0},
+               {"abc", 0},
+               {"-1", 0},
+               {"2x", 0},
+               {" 2", 0},
+               {"+2", 0},
+               {"65536", 0},
+               {"99999999999999999999", 0}};
   unsetenv("LOCAL_RANK");
   CHECK_EQ(zo_device_default_ordinal(), 0);
   for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
     setenv("LOCAL_RANK", ranks[i].v, 1);
-    if (!CHECK_EQ(zo_device_default_ordinal(), ranks[i].want)) fprintf(stderr, "  LOCAL_RANK=\"%s\"\n", ranks[i].v);
+    if (!CHECK_EQ(zo_device_default_ordinal(), ranks[i].want))
+      fprintf(stderr, "  LOCAL_RANK=\"%s\"\n", ranks[i].v);
   }
   if (saved)
     setenv("LOCAL_RANK", saved_copy, 1);
@@ -450,7 +466,9 @@ static void *mt_alloc_thread(void *arg) {
       size[slot] = 1 + ((x >> 8) & 0xffff);
       zo_status st = zo_device_malloc(m->dev, size[slot], &live[slot]);
       if (st != ZO_OK && st != ZO_ERR_OUT_OF_MEMORY) m->fails++;
-      if (st == ZO_OK && zo_memcpy(m->dev, live[slot], m->pattern, size[slot], ZO_COPY_H2D) != ZO_OK) m->fails++;
+      if (st == ZO_OK &&
+          zo_memcpy(m->dev, live[slot], m->pattern, size[slot], ZO_COPY_H2D) != ZO_OK)
+        m->fails++;
     }
   }
   for (int s = 0; s < 16; s++)
@@ -485,7 +503,8 @@ static void test_alloc_threads(void) {
 }
 
 static void test_copies(void) {
-  static const size_t sizes[] = {1, 2, 3, 7, 63, 255, 256, 257, 4095, 4096, 4097, 65537, (1u << 20) + 13};
+  static const size_t sizes[] = {
+      1, 2, 3, 7, 63, 255, 256, 257, 4095, 4096, 4097, 65537, (1u << 20) + 13};
   const size_t maxn = (1u << 20) + 13;
   zo_device_t *dev = NULL;
   CHECK_OK(dev_create(0, 16u << 20, &dev));
@@ -534,12 +553,13 @@ static void test_copies(void) {
   /* Copy validation: every side must be where the kind says. */
   CHECK_ST(zo_memcpy_async(s, h, back, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG); /* dst is host */
   CHECK_HAS(zo_last_error(), "not inside one live device allocation");
-  CHECK_ST(zo_memcpy_async(s, d1, d2, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG);  /* src is device */
+  CHECK_ST(zo_memcpy_async(s, d1, d2, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG); /* src is device */
   CHECK_HAS(zo_last_error(), "overlaps device memory");
   CHECK_ST(zo_memcpy_async(s, back, h, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy_async(s, d1, h, 16, ZO_COPY_D2D), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy_async(s, h, d1, 16, ZO_COPY_H2H), ZO_ERR_INVALID_ARG);
-  CHECK_ST(zo_memcpy_async(s, (uint8_t *)d1 + 8, d1, 16, ZO_COPY_D2D), ZO_ERR_INVALID_ARG); /* overlap */
+  CHECK_ST(zo_memcpy_async(s, (uint8_t *)d1 + 8, d1, 16, ZO_COPY_D2D),
+           ZO_ERR_INVALID_ARG); /* overlap */
   CHECK_ST(zo_memcpy_async(s, d1, NULL, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy_async(s, d1, h, 16, (zo_copy_kind)9), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy_async(NULL, d1, h, 16, ZO_COPY_H2D), ZO_ERR_INVALID_ARG);
@@ -550,16 +570,18 @@ static void test_copies(void) {
   CHECK_ST(zo_memset_async(NULL, d1, 0, 16), ZO_ERR_INVALID_ARG);
   CHECK_OK(zo_memcpy_async(s, NULL, NULL, 0, ZO_COPY_H2D)); /* 0 bytes: no-op */
   CHECK_OK(zo_memset_async(s, NULL, 0, 0));
-  CHECK_OK(zo_stream_synchronize(s));                        /* rejected calls left no sticky error */
+  CHECK_OK(zo_stream_synchronize(s)); /* rejected calls left no sticky error */
 
   /* Bad device pointers, D2H: a host pointer, an interior pointer running past the end, a freed one. */
-  CHECK_ST(zo_memcpy_async(s, back, h + 64, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG); /* not device memory */
+  CHECK_ST(zo_memcpy_async(s, back, h + 64, 16, ZO_COPY_D2H),
+           ZO_ERR_INVALID_ARG); /* not device memory */
   CHECK_HAS(zo_last_error(), "is not inside one live device allocation");
   CHECK_ST(zo_memcpy(dev, back, h + 64, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_memcpy_async(s, back, (uint8_t *)d1 + maxn - 8, 16, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
   CHECK_HAS(zo_last_error(), "runs past an allocation's end");
   CHECK_ST(zo_memcpy(dev, back, (uint8_t *)d1 + 1, maxn, ZO_COPY_D2H), ZO_ERR_INVALID_ARG);
-  CHECK_OK(zo_memcpy_async(s, back, (uint8_t *)d1 + maxn - 16, 16, ZO_COPY_D2H)); /* interior, inside: fine */
+  CHECK_OK(zo_memcpy_async(s, back, (uint8_t *)d1 + maxn - 16, 16,
+                           ZO_COPY_D2H)); /* interior, inside: fine */
   void *gone = NULL;
   CHECK_OK(zo_device_malloc(dev, 4096, &gone));
   REQUIRE(gone);
@@ -577,7 +599,8 @@ static void test_copies(void) {
   void *other = NULL;
   CHECK_OK(dev_create(other_ordinal(), 0, &dev2));
   CHECK_OK(zo_device_malloc(dev2, 64, &other));
-  CHECK_ST(zo_memcpy_async(s, back, other, 16, ZO_COPY_D2H), g_kind == ZO_DEVICE_HOST ? ZO_ERR_INVALID_ARG : ZO_OK);
+  CHECK_ST(zo_memcpy_async(s, back, other, 16, ZO_COPY_D2H),
+           g_kind == ZO_DEVICE_HOST ? ZO_ERR_INVALID_ARG : ZO_OK);
   CHECK_OK(zo_stream_synchronize(s));
   zo_device_destroy(dev2);
 
@@ -611,14 +634,16 @@ static void test_stream_order(void) {
   /* The gate holds the whole chain in the queue until every op is issued; with pageable host
    * memory a CUDA copy could wait for the gate in the caller, so then run ungated. */
   const int gated = g_dma;
-  if (!gated) printf("%s: stream order: host buffers not registered with CUDA; chain not gated\n",
-                     zo_device_kind_name(g_kind));
+  if (!gated)
+    printf("%s: stream order: host buffers not registered with CUDA; chain not gated\n",
+           zo_device_kind_name(g_kind));
   gate g;
   atomic_init(&g.open, !gated);
   CHECK_OK(zo_launch_host_func(s, gate_wait_fn, &g));
   for (int i = 0; i < ITERS; i++) {
     CHECK_OK(zo_memcpy_async(s, A, src + (size_t)i * N, N, ZO_COPY_H2D));
-    if (i % 8 == 0) CHECK_OK(zo_launch_host_func(s, sleep_fn, (void *)(intptr_t)1)); /* stretch the queue */
+    if (i % 8 == 0)
+      CHECK_OK(zo_launch_host_func(s, sleep_fn, (void *)(intptr_t)1)); /* stretch the queue */
     CHECK_OK(zo_memcpy_async(s, B, A, N, ZO_COPY_D2D));
     CHECK_OK(zo_memcpy_async(s, C, B, N, ZO_COPY_D2D));
     CHECK_OK(zo_memcpy_async(s, out + (size_t)i * N, C, N, ZO_COPY_D2H));
@@ -642,7 +667,8 @@ static void test_stream_order(void) {
     args[i] = (order_arg){&log, i};
     CHECK_OK(zo_launch_host_func(s, log_fn, &args[i]));
   }
-  static int in_fn[2] = {-1, -1}; /* the flag is set inside each host function, and cleared after it */
+  static int in_fn[2] = {-1,
+                         -1}; /* the flag is set inside each host function, and cleared after it */
   CHECK_OK(zo_launch_host_func(s, tl_host_func_fn, &in_fn[0]));
   CHECK_OK(zo_launch_host_func(s, tl_host_func_fn, &in_fn[1]));
   CHECK_ST(zo_launch_host_func(s, NULL, NULL), ZO_ERR_INVALID_ARG);
@@ -699,7 +725,8 @@ static void test_cross_stream(void) {
   }
   CHECK_OK(zo_device_synchronize(dev));
   for (int i = 0; i < ITERS && !bad; i++)
-    bad = CHECK_BYTES("s2 reads s1's H2D through an event", out + (size_t)i * N, src + (size_t)i * N, N);
+    bad = CHECK_BYTES("s2 reads s1's H2D through an event", out + (size_t)i * N,
+                      src + (size_t)i * N, N);
 
   /* With the wait, s2's func always sees s1's flag. Without it the streams are unordered and
    * on the host backend s2 runs while s1 sleeps (observed with atomics: no data race); CUDA may
@@ -728,8 +755,9 @@ static void test_cross_stream(void) {
   }
   CHECK_EQ(saw_late, 0);
   if (g_kind == ZO_DEVICE_HOST) CHECK(saw_unordered > 0); /* streams must run concurrently */
-  printf("%s: cross-stream: with the wait s2 ran too early in %d/20; without it s2 ran first in %d/20\n",
-         zo_device_kind_name(g_kind), saw_late, saw_unordered);
+  printf(
+      "%s: cross-stream: with the wait s2 ran too early in %d/20; without it s2 ran first in %d/20\n",
+      zo_device_kind_name(g_kind), saw_late, saw_unordered);
 
   /* Concurrency through copies (every backend): s1 is blocked by a gate, s2's copies still complete. */
   gate g;
@@ -835,7 +863,9 @@ static void test_events(void) {
   CHECK_OK(zo_event_query(ev2, &done));
   CHECK_EQ(done, 1);
   CHECK_OK(zo_stream_query(s1, &idle)); /* the 50 ms sleep is very likely still running */
-  if (idle) printf("%s: events: note: s1 already idle after ev2 (slow machine?)\n", zo_device_kind_name(g_kind));
+  if (idle)
+    printf("%s: events: note: s1 already idle after ev2 (slow machine?)\n",
+           zo_device_kind_name(g_kind));
   CHECK_OK(zo_stream_synchronize(s3));
   CHECK_EQ(atomic_load(&ran), 1);
   CHECK_OK(zo_stream_synchronize(s1));
@@ -854,9 +884,7 @@ static void test_events(void) {
     CHECK_OK(zo_memcpy_async(s1, d, h, N, ZO_COPY_H2D));
     CHECK_OK(zo_memcpy_async(s1, out, d, N, ZO_COPY_D2H));
     CHECK_OK(zo_event_record(ev, s1));
-    do {
-      CHECK_OK(zo_event_query(ev, &done));
-    } while (!done);
+    do { CHECK_OK(zo_event_query(ev, &done)); } while (!done);
     if (CHECK_BYTES("bytes visible once the event completes", out, h, N)) break;
   }
 
@@ -883,7 +911,7 @@ static void test_events(void) {
   CHECK_ST(zo_event_record(ev, other), ZO_ERR_INVALID_ARG); /* event of another device */
   CHECK_OK(zo_stream_wait_event(other, ev));                /* waits across devices are allowed */
   CHECK_OK(zo_stream_synchronize(other));
-  zo_device_destroy(dev2);                                  /* destroys `other` too */
+  zo_device_destroy(dev2); /* destroys `other` too */
 
   zo_event_destroy(ev);
   zo_event_destroy(ev2);
@@ -999,7 +1027,7 @@ static void test_sticky_error_host(void) {
   atomic_store(&g.open, 1);
   CHECK_ST(zo_stream_synchronize(s), ZO_ERR_INVALID_USAGE);
   CHECK_HAS(zo_last_error(), "freed");
-  CHECK_EQ(atomic_load(&after), 1); /* later ops still ran */
+  CHECK_EQ(atomic_load(&after), 1);                         /* later ops still ran */
   CHECK_ST(zo_stream_synchronize(s), ZO_ERR_INVALID_USAGE); /* sticky */
   int idle = 0;
   CHECK_ST(zo_stream_query(s, &idle), ZO_ERR_INVALID_USAGE);
@@ -1012,10 +1040,14 @@ static void test_sticky_error_host(void) {
   free(h);
 }
 
-#define CHECK_GE(a, b) \
-  ((double)(a) >= (double)(b) ? 1 : FAIL_AT("%s >= %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
-#define CHECK_LT(a, b) \
-  ((double)(a) < (double)(b) ? 1 : FAIL_AT("%s < %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
+#define CHECK_GE(a, b)        \
+  ((double)(a) >= (double)(b) \
+       ? 1                    \
+       : FAIL_AT("%s >= %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
+#define CHECK_LT(a, b)       \
+  ((double)(a) < (double)(b) \
+       ? 1                   \
+       : FAIL_AT("%s < %s failed: %.6g vs %.6g", #a, #b, (double)(a), (double)(b)))
 
 /* Emulated PCIe link: a copy of B bytes at G GB/s takes >= B/G; one lane per direction shared by all streams. */
 static void test_link_emulation_host(void) {
@@ -1124,10 +1156,12 @@ static void test_link_emulation_host(void) {
   dt_free = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_EQ(ls.h2d_bytes, ls0.h2d_bytes + N);
-  CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0, 0); /* unthrottled: no slot taken (a deterministic check, not a clock) */
-  printf("host: link: 16 MiB unlimited %.2f ms, at 1 GB/s %.2f ms (slot %.2f), 2 streams same lane %.2f ms, "
-         "duplex %.2f ms\n",
-         dt_free * 1e3, dt_one * 1e3, slot16 * 1e3, dt_two * 1e3, dt_duplex * 1e3);
+  CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0,
+              0); /* unthrottled: no slot taken (a deterministic check, not a clock) */
+  printf(
+      "host: link: 16 MiB unlimited %.2f ms, at 1 GB/s %.2f ms (slot %.2f), 2 streams same lane %.2f ms, "
+      "duplex %.2f ms\n",
+      dt_free * 1e3, dt_one * 1e3, slot16 * 1e3, dt_two * 1e3, dt_duplex * 1e3);
 
   zo_device_destroy(dev);
   free(h);
@@ -1298,7 +1332,8 @@ static void test_cuda_two_gpus(void) {
   CHECK_OK(zo_memcpy(g1, out, d1, N, ZO_COPY_D2H));
   memset(h, 0x7e, N);
   CHECK_BYTES("GPU 1 memset seen after the cross-GPU wait", out, h, N);
-  CHECK_ST(zo_memcpy_async(s0, out, d1, N, ZO_COPY_D2H), ZO_ERR_INVALID_ARG); /* GPU 1 memory, GPU 0 stream */
+  CHECK_ST(zo_memcpy_async(s0, out, d1, N, ZO_COPY_D2H),
+           ZO_ERR_INVALID_ARG); /* GPU 1 memory, GPU 0 stream */
   zo_device_destroy(g1);
   zo_device_destroy(g0);
   hfree(h);
@@ -1323,7 +1358,8 @@ static void test_cuda_foreign_pointers(void) {
   CHECK_OK(zo_stream_synchronize(s));
   CHECK_BYTES("round trip through a plain cudaMalloc buffer", out, h, N);
   memset(out, 0, N);
-  CHECK_OK(zo_memcpy_async(s, out + 100, (uint8_t *)d + 100, N - 200, ZO_COPY_D2H)); /* an interior range */
+  CHECK_OK(zo_memcpy_async(s, out + 100, (uint8_t *)d + 100, N - 200,
+                           ZO_COPY_D2H)); /* an interior range */
   CHECK_OK(zo_stream_synchronize(s));
   CHECK_BYTES("interior range of a cudaMalloc buffer", out + 100, h + 100, N - 200);
   size_t used = 1;
@@ -1376,7 +1412,8 @@ static void test_cuda_foreign_pointers(void) {
   CHECK_OK(zo_engine_load_param(e, p, w));
   REQUIRE(zo_engine_grad_dtype(e) == ZO_DTYPE_F32);
   void *dg = NULL;
-  REQUIRE(cudaSetDevice(0) == cudaSuccess && cudaMalloc(&dg, NE * sizeof(float)) == cudaSuccess && dg);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess && cudaMalloc(&dg, NE * sizeof(float)) == cudaSuccess &&
+          dg);
   REQUIRE(cudaMemcpyAsync(dg, g, NE * sizeof(float), cudaMemcpyHostToDevice, 0) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(0) == cudaSuccess);
   zo_status st = zo_engine_grad_ready(e, p, dg, ZO_DTYPE_F32);
@@ -1402,8 +1439,9 @@ static void test_cuda_pinned_registration(void) {
   zo_pinned_stats_t ps;
   CHECK_OK(zo_pinned_stats(g_pool, &ps));
   if (ps.n_register_failures) {
-    printf("cuda: note: cudaHostRegister refused %zu time(s) here; pinned memory stays mlock-only\n",
-           ps.n_register_failures);
+    printf(
+        "cuda: note: cudaHostRegister refused %zu time(s) here; pinned memory stays mlock-only\n",
+        ps.n_register_failures);
     return;
   }
   CHECK_EQ(zo_pinned_is_registered(g_pool, g_early), 1); /* mapped before activation */
@@ -1433,7 +1471,8 @@ int main(int argc, char **argv) {
 
   /* The pool (and one buffer) exist before any CUDA device does: the device registers them. */
   zo_pinned_opts po = ZO_PINNED_OPTS_INIT;
-  if (zo_pinned_pool_create(&po, &g_pool) != ZO_OK || zo_pinned_alloc(g_pool, 4096, 4096, 1, &g_early) != ZO_OK) {
+  if (zo_pinned_pool_create(&po, &g_pool) != ZO_OK ||
+      zo_pinned_alloc(g_pool, 4096, 4096, 1, &g_early) != ZO_OK) {
     fprintf(stderr, "test_device: cannot create a pinned pool: %s\n", zo_last_error());
     return 1;
   }

@@ -30,7 +30,8 @@
 /* Gradients are handed over in device memory: stage host values into a
  * device scratch buffer (the host backend checks that copies name device
  * memory, as cudaMemcpy would). */
-static void *to_device(zo_device_t *dev, void *scratch, size_t off_bytes, const void *src, size_t nbytes) {
+static void *to_device(zo_device_t *dev, void *scratch, size_t off_bytes, const void *src,
+                       size_t nbytes) {
   char *d = (char *)scratch + off_bytes;
   if (zo_memcpy(dev, d, src, nbytes, ZO_COPY_H2D) != ZO_OK) {
     fprintf(stderr, "to_device: %s\n", zo_last_error());
@@ -82,7 +83,8 @@ static void ref_alloc(ref_state *r) {
   }
 }
 static void ref_free(ref_state *r) {
-  for (int i = 0; i < NP; i++) free(r->p[i]), free(r->m[i]), free(r->v[i]), free(r->g[i]), free(r->gq[i]);
+  for (int i = 0; i < NP; i++)
+    free(r->p[i]), free(r->m[i]), free(r->v[i]), free(r->g[i]), free(r->gq[i]);
 }
 
 static void base_config(zo_config_t *c) {
@@ -98,10 +100,12 @@ static void base_config(zo_config_t *c) {
 }
 
 /* Run `steps` steps through the engine and through the reference; compare. */
-static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, int steps, float grad_mag) {
+static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, int steps,
+                     float grad_mag) {
   if (skip_device_adam(label, cfg.zero.offload_optimizer.device)) return;
   if (nvme_dir)
-    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", nvme_dir);
+    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path,
+             "%s", nvme_dir);
   zo_engine_t *e = NULL;
   zo_param_t *ps[NP];
   ref_state r;
@@ -116,11 +120,13 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
   for (int i = 0; i < NP; i++) {
     snprintf(name, sizeof name, "t%d", i);
     REQUIRE_OK(zo_engine_register_param(e, name, k_sizes[i], &ps[i]));
-    if (k_wd[i] >= 0 && i % 2) REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* before finalize */
+    if (k_wd[i] >= 0 && i % 2)
+      REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* before finalize */
   }
   REQUIRE_OK(zo_engine_finalize(e));
   for (int i = 0; i < NP; i++) {
-    if (k_wd[i] >= 0 && !(i % 2)) REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* and after */
+    if (k_wd[i] >= 0 && !(i % 2))
+      REQUIRE_OK(zo_engine_set_param_weight_decay(e, ps[i], k_wd[i])); /* and after */
     for (size_t j = 0; j < k_sizes[i]; j++) r.p[i][j] = zo_test_rand_pm1f(&seed);
     REQUIRE_OK(zo_engine_load_param(e, ps[i], r.p[i]));
   }
@@ -156,18 +162,30 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
     /* Reference: the same hyperparameters the engine documents. */
     double norm = sqrt(sq);
     CHECK(fabs(info.grad_norm - norm) <= 1e-9 * norm);
-    double clip = cfg.gradient_clipping > 0 && norm > cfg.gradient_clipping ? cfg.gradient_clipping / (norm + 1e-6) : 1.0;
-    zo_adam_hparams hp = {.lr = (float)zo_config_lr_at(&cfg, applied), .beta1 = (float)cfg.optimizer.beta1,
-                          .beta2 = (float)cfg.optimizer.beta2, .eps = (float)cfg.optimizer.eps,
+    double clip = cfg.gradient_clipping > 0 && norm > cfg.gradient_clipping
+                      ? cfg.gradient_clipping / (norm + 1e-6)
+                      : 1.0;
+    zo_adam_hparams hp = {.lr = (float)zo_config_lr_at(&cfg, applied),
+                          .beta1 = (float)cfg.optimizer.beta1,
+                          .beta2 = (float)cfg.optimizer.beta2,
+                          .eps = (float)cfg.optimizer.eps,
                           .weight_decay = (float)cfg.optimizer.weight_decay,
                           .mode = cfg.optimizer.adam_w_mode ? ZO_ADAM_MODE_ADAMW : ZO_ADAM_MODE_L2,
-                          .bias_correction = cfg.optimizer.bias_correction, .step = applied,
+                          .bias_correction = cfg.optimizer.bias_correction,
+                          .step = applied,
                           .grad_scale = (float)(clip / 1.0)};
     CHECK(info.lr == hp.lr);
-    size_t flat = 0; /* bf16 state rounding is keyed by the element's offset in the flat parameter space */
+    size_t flat =
+        0; /* bf16 state rounding is keyed by the element's offset in the flat parameter space */
     for (int i = 0; i < NP; i++) {
-      zo_adam_shard sh = {.param = r.p[i], .grad = r.gq[i], .grad_dtype = gd, .exp_avg = r.m[i], .exp_avg_sq = r.v[i],
-                          .state_dtype = sd, .n = k_sizes[i], .seed = flat};
+      zo_adam_shard sh = {.param = r.p[i],
+                          .grad = r.gq[i],
+                          .grad_dtype = gd,
+                          .exp_avg = r.m[i],
+                          .exp_avg_sq = r.v[i],
+                          .state_dtype = sd,
+                          .n = k_sizes[i],
+                          .seed = flat};
       zo_adam_result res;
       zo_adam_hparams own = hp;
       if (k_wd[i] >= 0) own.weight_decay = (float)k_wd[i];
@@ -183,7 +201,9 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
     CHECK(off == 0 && n == k_sizes[i]);
     for (size_t j = 0; j < k_sizes[i] && mism < 10; j++)
       if (memcmp(&got[j], &r.p[i][j], 4)) {
-        if (!mism) fprintf(stderr, "%s: master t%d[%zu]: engine %.9g, reference %.9g\n", label, i, j, got[j], r.p[i][j]);
+        if (!mism)
+          fprintf(stderr, "%s: master t%d[%zu]: engine %.9g, reference %.9g\n", label, i, j, got[j],
+                  r.p[i][j]);
         mism++;
       }
     /* Working weights: the working-dtype cast of the reference master. */
@@ -197,8 +217,8 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
     const int differ = memcmp(wh, gbuf, k_sizes[i] * zo_dtype_size(wd)) != 0;
     free(wh);
     if (differ) {
-      fprintf(stderr, "%s: working weights of t%d differ from the %s cast of the reference\n", label, i,
-              zo_dtype_name(wd));
+      fprintf(stderr, "%s: working weights of t%d differ from the %s cast of the reference\n",
+              label, i, zo_dtype_name(wd));
       mism++;
     }
     REQUIRE_OK(zo_engine_release(e, ps[i]));
@@ -213,8 +233,10 @@ static void run_tier(const char *label, zo_config_t cfg, const char *nvme_dir, i
   } else {
     CHECK(mem.nvme_bytes == 0);
   }
-  printf("ok   %-40s %d steps, %s weights and grads, %s state, device %zu B, host %zu B, nvme %zu B\n", label, steps,
-         zo_dtype_name(wd), zo_dtype_name(sd), mem.device_bytes, mem.host_bytes, mem.nvme_bytes);
+  printf(
+      "ok   %-40s %d steps, %s weights and grads, %s state, device %zu B, host %zu B, nvme %zu B\n",
+      label, steps, zo_dtype_name(wd), zo_dtype_name(sd), mem.device_bytes, mem.host_bytes,
+      mem.nvme_bytes);
   zo_engine_destroy(e);
   zo_device_free(dev, scratch);
   zo_device_destroy(dev);
@@ -248,11 +270,13 @@ static void test_fp16_overflow(void) {
   REQUIRE_OK(zo_engine_load_param(e, p, w0));
   CHECK(zo_engine_loss_scale(e) == 256.0);
   CHECK(zo_engine_working_dtype(e) == ZO_DTYPE_F16);
-  double expect_scale[] = {256.0, 128.0}; /* hysteresis 2: first overflow keeps the scale, second halves it */
+  double expect_scale[] = {
+      256.0, 128.0}; /* hysteresis 2: first overflow keeps the scale, second halves it */
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 100; i++) g[i] = 1e5f; /* *256 overflows fp16 */
     REQUIRE_OK(zo_cast(g16, ZO_DTYPE_F16, g, ZO_DTYPE_F32, 100, 1));
-    REQUIRE_OK(zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
+    REQUIRE_OK(
+        zo_engine_grad_ready(e, p, to_device(dev, scratch, 0, g16, sizeof g16), ZO_DTYPE_F16));
     zo_step_info info;
     REQUIRE_OK(zo_engine_step(e, &info));
     CHECK(info.skipped == 1);
@@ -275,10 +299,15 @@ static void test_fp16_overflow(void) {
   REQUIRE_OK(zo_cast(back, ZO_DTYPE_F32, g16, ZO_DTYPE_F16, 100, 1));
   for (int i = 0; i < 100; i++) gun[i] = back[i];
   memcpy(ref, w0, sizeof ref);
-  zo_adam_hparams hp = {.lr = (float)zo_config_lr_at(&cfg, 1), .beta1 = (float)cfg.optimizer.beta1,
-                        .beta2 = (float)cfg.optimizer.beta2, .eps = (float)cfg.optimizer.eps,
-                        .weight_decay = (float)cfg.optimizer.weight_decay, .mode = ZO_ADAM_MODE_ADAMW,
-                        .bias_correction = 1, .step = 1, .grad_scale = (float)(1.0 / 128.0)};
+  zo_adam_hparams hp = {.lr = (float)zo_config_lr_at(&cfg, 1),
+                        .beta1 = (float)cfg.optimizer.beta1,
+                        .beta2 = (float)cfg.optimizer.beta2,
+                        .eps = (float)cfg.optimizer.eps,
+                        .weight_decay = (float)cfg.optimizer.weight_decay,
+                        .mode = ZO_ADAM_MODE_ADAMW,
+                        .bias_correction = 1,
+                        .step = 1,
+                        .grad_scale = (float)(1.0 / 128.0)};
   REQUIRE_OK(zo_adam_step(&hp, ref, gun, m, v, 100, ZO_SIMD_AUTO, 1));
   REQUIRE_OK(zo_engine_get_master(e, p, got, NULL, NULL));
   CHECK(memcmp(got, ref, sizeof ref) == 0);
@@ -301,7 +330,8 @@ static void test_misuse(const char *dir) {
   void *g;
   REQUIRE_OK(zo_device_create(g_kind, 0, 0, &dev));
   REQUIRE_OK(zo_device_malloc(dev, 256, &g));
-  if (g_kind == ZO_DEVICE_CUDA) cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
+  if (g_kind == ZO_DEVICE_CUDA)
+    cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
   static const float zeros[64];
   to_device(dev, g, 0, zeros, sizeof zeros);
   /* A step with a tensor that got no gradient names the tensor. */
@@ -324,7 +354,8 @@ static void test_misuse(const char *dir) {
   CHECK_HAS(zo_last_error(), "head.bias");
   CHECK_ST(zo_engine_set_param_weight_decay(e, b, NAN), ZO_ERR_INVALID_ARG);
   REQUIRE_OK(zo_engine_set_param_weight_decay(e, b, 0.0)); /* its gradient is not in yet */
-  CHECK(zo_engine_grad_ready(e, b, g, ZO_DTYPE_F16) == ZO_ERR_INVALID_ARG); /* fp16 grads without fp16 */
+  CHECK(zo_engine_grad_ready(e, b, g, ZO_DTYPE_F16) ==
+        ZO_ERR_INVALID_ARG); /* fp16 grads without fp16 */
   CHECK(zo_engine_step(e, NULL) == ZO_ERR_INVALID_USAGE);
   CHECK(strstr(zo_last_error(), "head.bias") != NULL);
   zo_engine_destroy(e);
@@ -333,7 +364,8 @@ static void test_misuse(const char *dir) {
 
   /* A device limit below the working weights fails at finalize, naming the limit. */
   cfg.zoffload.device_memory_limit = 4096;
-  if (g_kind == ZO_DEVICE_CUDA) cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
+  if (g_kind == ZO_DEVICE_CUDA)
+    cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
   REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
   REQUIRE_OK(zo_engine_register_param(e, "big", 100000, &a));
   CHECK(zo_engine_finalize(e) == ZO_ERR_OUT_OF_MEMORY);
@@ -384,7 +416,8 @@ static void test_misuse(const char *dir) {
 
   /* nvme: a missing nvme_path fails at create and names the key. */
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
-  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s/missing", dir);
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path,
+           "%s/missing", dir);
   CHECK(zo_engine_create(&cfg, NULL, NULL, &e) != ZO_OK);
   CHECK(strstr(zo_last_error(), "nvme_path") != NULL && strstr(zo_last_error(), "missing") != NULL);
   printf("ok   misuse errors\n");
@@ -444,7 +477,7 @@ static void po_run(zo_config_t cfg, size_t limit, int steps, int use_cs, po_resu
   for (int s = 1; s <= steps; s++) {
     int order[NP] = {0, 1, 2, 3};
     if (s == 3) order[1] = 2, order[2] = 1; /* step 3 departs from the trace */
-    for (int k = 0; k < NP; k++) { /* forward */
+    for (int k = 0; k < NP; k++) {          /* forward */
       REQUIRE_OK(zo_engine_fetch(e, ps[order[k]], &w, NULL));
       REQUIRE_OK(zo_engine_release(e, ps[order[k]]));
     }
@@ -498,10 +531,13 @@ static void test_param_offload(const char *dir) {
    * (new weights go to the nvme write-back ring from the copy stream's thread). */
   for (int oc = 0; oc < 6; oc++) {
     const int o = oc % 3, clip = oc < 3;
-    const char *label = clip ? "parameter offload, optimizer none, clip" : "parameter offload, optimizer none";
+    const char *label =
+        clip ? "parameter offload, optimizer none, clip" : "parameter offload, optimizer none";
     if (skip_device_adam(label, devs[o])) continue;
-    if (g_kind == ZO_DEVICE_CUDA && devs[o] == ZO_OFFLOAD_NONE) { /* kernels or not: create refuses it */
-      printf("skip %s: device Adam with offload_param \"cpu\"/\"nvme\" is refused on cuda\n", label);
+    if (g_kind == ZO_DEVICE_CUDA &&
+        devs[o] == ZO_OFFLOAD_NONE) { /* kernels or not: create refuses it */
+      printf("skip %s: device Adam with offload_param \"cpu\"/\"nvme\" is refused on cuda\n",
+             label);
       continue;
     }
     zo_config_t cfg;
@@ -511,7 +547,8 @@ static void test_param_offload(const char *dir) {
     cfg.zero.stage = 3;
     cfg.zero.sub_group_size = 2048;
     cfg.zero.offload_optimizer.device = devs[o];
-    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+    snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path,
+             "%s", dir);
     snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", dir);
     cfg.zero.stage3_param_persistence_threshold = 100; /* t2 (37 elements) stays on the device */
     cfg.zero.stage3_max_reuse_distance = 0;
@@ -523,7 +560,8 @@ static void test_param_offload(const char *dir) {
      * copies, less than the model's 20.3 KB of bf16 working weights. */
     const size_t state_dev = devs[o] == ZO_OFFLOAD_NONE ? 160 * 1024 : 0;
     const size_t limit = state_dev + 10000 /* scratch */ + 14 * 1024;
-    for (int qc = 2; qc < 6; qc++) { /* parameters on cpu and nvme, each without and with a compute stream */
+    for (int qc = 2; qc < 6;
+         qc++) { /* parameters on cpu and nvme, each without and with a compute stream */
       const int q = qc / 2, use_cs = qc % 2;
       cfg.zero.offload_param.device = devs[q];
       g_po_warnings = 0;
@@ -535,15 +573,17 @@ static void test_param_offload(const char *dir) {
         same &= !memcmp(got.working[i], ref.working[i], k_sizes[i] * 2);
       }
       if (!same)
-        fprintf(stderr, "param %s / optimizer %s%s: weights differ from resident parameters\n", names[q], names[o],
-                use_cs ? " / compute stream" : "");
+        fprintf(stderr, "param %s / optimizer %s%s: weights differ from resident parameters\n",
+                names[q], names[o], use_cs ? " / compute stream" : "");
       CHECK(same);
       CHECK(got.peak <= limit);
       CHECK(got.prefetches > 0);
       CHECK_EQ(g_po_warnings, 1); /* step 3's order change warns once */
-      printf("ok   offload_param %-4s offload_optimizer %-4s %s%s limit %zu B, peak %zu B, %lld prefetches, %lld "
-             "demand fetches over 4 steps\n", names[q], names[o], clip ? "clip   " : "no clip", use_cs ? " cs" : "   ",
-             limit, got.peak, (long long)got.prefetches, (long long)got.demand);
+      printf(
+          "ok   offload_param %-4s offload_optimizer %-4s %s%s limit %zu B, peak %zu B, %lld prefetches, %lld "
+          "demand fetches over 4 steps\n",
+          names[q], names[o], clip ? "clip   " : "no clip", use_cs ? " cs" : "   ", limit, got.peak,
+          (long long)got.prefetches, (long long)got.demand);
       po_free(&got);
       cfg.zero.offload_param.device = ZO_OFFLOAD_NONE;
     }
@@ -602,7 +642,8 @@ static void test_dpu(void) {
       REQUIRE_OK(zo_cast(g16, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, k_sizes[i], 1));
       char *g = (char *)scratch + goff[i] * 2;
       REQUIRE_OK(zo_memcpy(dev, g, g16, k_sizes[i] * 2, ZO_COPY_H2D));
-      for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_grad_ready(eng[k], ps[k][i], g, ZO_DTYPE_BF16));
+      for (int k = 0; k < 2; k++)
+        REQUIRE_OK(zo_engine_grad_ready(eng[k], ps[k][i], g, ZO_DTYPE_BF16));
     }
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_step(eng[k], NULL));
     for (int i = 0; i < NP; i++) { /* the DPU engine now computes with those weights */
@@ -634,7 +675,8 @@ static void test_dpu(void) {
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
   CHECK_ST(zo_engine_create(&cfg, dev, NULL, &bad), ZO_ERR_CONFIG);
   CHECK_HAS(zo_last_error(), "zoffload.delayed_param_update");
-  printf("ok   delayed parameter update: one step stale during training, identical after synchronize\n");
+  printf(
+      "ok   delayed parameter update: one step stale during training, identical after synchronize\n");
   free(buf);
   free(m0);
   free(m1);
@@ -652,8 +694,8 @@ static void test_huge_counts(const char *dir) {
   zo_config_t cfg;
   base_config(&cfg);
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  static const size_t huge[] = {((size_t)1 << 62) + 1, (size_t)1 << 62, ((size_t)1 << 63) - 1, SIZE_MAX,
-                                ZO_ENGINE_MAX_ELEMS + 1};
+  static const size_t huge[] = {((size_t)1 << 62) + 1, (size_t)1 << 62, ((size_t)1 << 63) - 1,
+                                SIZE_MAX, ZO_ENGINE_MAX_ELEMS + 1};
   for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
     zo_engine_t *e;
     zo_param_t *a, *h;
@@ -692,7 +734,8 @@ static void test_huge_counts(const char *dir) {
   /* nvme with sub_group_size 1: 2^38 pieces of 1024 elements; the piece count wrapped to 0 in an int and the plan
    * wrote past a one-entry array. Now refused, naming sub_group_size. */
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
-  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
+           dir);
   cfg.zero.sub_group_size = 1;
   REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
   REQUIRE_OK(zo_engine_register_param(e, "all", ZO_ENGINE_MAX_ELEMS, &a));
@@ -711,7 +754,8 @@ static void test_finalize_order(const char *dir) {
   zo_engine_t *e;
   zo_param_t *a, *b, *c;
   cfg.zoffload.device_memory_limit = 4096;
-  if (g_kind == ZO_DEVICE_CUDA) cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
+  if (g_kind == ZO_DEVICE_CUDA)
+    cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU; /* no device Adam kernel */
   REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
   REQUIRE_OK(zo_engine_register_param(e, "fits.not", 100000, &a));
   CHECK_ST(zo_engine_finalize(e), ZO_ERR_OUT_OF_MEMORY);
@@ -728,7 +772,8 @@ static void test_finalize_order(const char *dir) {
 
   base_config(&cfg);
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
-  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s", dir);
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
+           dir);
   REQUIRE_OK(zo_engine_create(&cfg, NULL, NULL, &e));
   REQUIRE_OK(zo_engine_register_param(e, "first", 3000, &a));
   REQUIRE_OK(zo_engine_budget(e, NULL, &bud));
@@ -770,8 +815,10 @@ static float *load_twice(zo_config_t cfg, uint64_t first_grad_seed, const char *
   float *got = malloc(LOAD_BIG * sizeof(float));
   if (!v || !g || !got || zo_device_create(g_kind, 0, 0, &dev) != ZO_OK ||
       zo_device_malloc(dev, (LOAD_BIG + LOAD_SMALL) * sizeof(float), &scratch) != ZO_OK ||
-      zo_engine_create(&cfg, dev, NULL, &e) != ZO_OK || zo_engine_register_param(e, "big", n[0], &ps[0]) != ZO_OK ||
-      zo_engine_register_param(e, "small", n[1], &ps[1]) != ZO_OK || zo_engine_finalize(e) != ZO_OK) {
+      zo_engine_create(&cfg, dev, NULL, &e) != ZO_OK ||
+      zo_engine_register_param(e, "big", n[0], &ps[0]) != ZO_OK ||
+      zo_engine_register_param(e, "small", n[1], &ps[1]) != ZO_OK ||
+      zo_engine_finalize(e) != ZO_OK) {
     FAIL_AT("%s: engine set-up: %s", label, zo_last_error());
     free(got);
     got = NULL;
@@ -787,13 +834,14 @@ static float *load_twice(zo_config_t cfg, uint64_t first_grad_seed, const char *
         goto out;
       }
       size_t so = 99, sn = 0;
-      if (zo_engine_get_master(e, ps[i], got, &so, &sn) != ZO_OK) FAIL_AT("%s: get_master: %s", label, zo_last_error());
+      if (zo_engine_get_master(e, ps[i], got, &so, &sn) != ZO_OK)
+        FAIL_AT("%s: get_master: %s", label, zo_last_error());
       CHECK(so == 0 && sn == n[i]);
-      CHECK_BYTES(i ? "master of 'small' after load_param" : "master of 'big' after load_param", got, v,
-                  n[i] * sizeof(float));
+      CHECK_BYTES(i ? "master of 'small' after load_param" : "master of 'big' after load_param",
+                  got, v, n[i] * sizeof(float));
       for (size_t j = 0; j < n[i]; j++) g[j] = zo_test_rand_pm1f(&gs);
-      if (zo_engine_grad_ready(e, ps[i], to_device(dev, scratch, off, g, n[i] * sizeof(float)), ZO_DTYPE_F32) !=
-          ZO_OK)
+      if (zo_engine_grad_ready(e, ps[i], to_device(dev, scratch, off, g, n[i] * sizeof(float)),
+                               ZO_DTYPE_F32) != ZO_OK)
         FAIL_AT("%s: grad_ready: %s", label, zo_last_error());
       off += n[i] * sizeof(float);
     }
@@ -801,7 +849,8 @@ static float *load_twice(zo_config_t cfg, uint64_t first_grad_seed, const char *
     if (zo_engine_step(e, &info) != ZO_OK) FAIL_AT("%s: step: %s", label, zo_last_error());
   }
   size_t so, sn;
-  if (zo_engine_get_master(e, ps[0], got, &so, &sn) != ZO_OK) FAIL_AT("%s: get_master: %s", label, zo_last_error());
+  if (zo_engine_get_master(e, ps[0], got, &so, &sn) != ZO_OK)
+    FAIL_AT("%s: get_master: %s", label, zo_last_error());
 out:
   zo_engine_destroy(e);
   if (dev && scratch) zo_device_free(dev, scratch);
@@ -817,9 +866,12 @@ static void test_load_large(void) {
     base_config(&cfg);
     cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
     cfg.zoffload.optimizer_state_dtype = bf16_state ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
-    const char *label = bf16_state ? "load_param 1 Mi + 77, cpu, bf16 state" : "load_param 1 Mi + 77, cpu, fp32 state";
+    const char *label = bf16_state ? "load_param 1 Mi + 77, cpu, bf16 state"
+                                   : "load_param 1 Mi + 77, cpu, fp32 state";
     float *a = load_twice(cfg, 11, label), *b = load_twice(cfg, 12, label);
-    if (a && b) CHECK_BYTES("master after a step from reloaded weights (the moments zeroed)", a, b, LOAD_BIG * 4);
+    if (a && b)
+      CHECK_BYTES("master after a step from reloaded weights (the moments zeroed)", a, b,
+                  LOAD_BIG * 4);
     printf("ok   %-40s master copied, moments zeroed on the pool's threads\n", label);
     free(a);
     free(b);
@@ -847,12 +899,14 @@ int main(int argc, char **argv) {
   printf("test_engine: %s backend%s\n", zo_device_kind_name(g_kind),
          g_device_kernels ? ", device Adam's kernels emulated by the stand-in" : "");
   char dir[2048];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-engine", dir, sizeof dir))
+    return ZO_TEST_SKIP;
   zo_config_t cfg;
   base_config(&cfg);
   for (int bf16 = 0; bf16 <= 1; bf16++) {
     cfg.bf16.enabled = bf16;
-    cfg.gradient_clipping = bf16 ? 0.5 : 0.0; /* grads of norm ~50: clipping active with bf16 runs */
+    cfg.gradient_clipping =
+        bf16 ? 0.5 : 0.0; /* grads of norm ~50: clipping active with bf16 runs */
     cfg.zero.stage = 0;
     cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
     run_tier(bf16 ? "none, bf16, clip" : "none, fp32", cfg, NULL, 4, 1.0f);
@@ -870,13 +924,15 @@ int main(int argc, char **argv) {
       snprintf(label, sizeof label, "nvme, %s, sub_group %lld, %d buffers", bf16 ? "bf16" : "fp32",
                (long long)sgs[k], nbuf[k]);
       run_tier(label, cfg, dir, 4, 1.0f);
-      CHECK_EQ(zo_test_count_entries(dir), 0); /* the private swap directory is gone after destroy */
+      CHECK_EQ(zo_test_count_entries(dir),
+               0); /* the private swap directory is gone after destroy */
     }
   }
   cfg.optimizer.adam_w_mode = 0; /* Adam with L2 weight decay, on nvme */
   cfg.zero.sub_group_size = 2048;
   run_tier("nvme, Adam (L2)", cfg, dir, 3, 1.0f);
-  cfg.zero.offload_optimizer.pipeline_read = cfg.zero.offload_optimizer.pipeline_write = 0; /* DeepSpeed's order */
+  cfg.zero.offload_optimizer.pipeline_read = cfg.zero.offload_optimizer.pipeline_write =
+      0; /* DeepSpeed's order */
   run_tier("nvme, no pipeline_read/write", cfg, dir, 3, 1.0f);
   cfg.zero.offload_optimizer.pipeline_read = cfg.zero.offload_optimizer.pipeline_write = 1;
   /* bf16 optimizer state (stochastic rounding keyed by flat offset): pieces of

@@ -53,20 +53,30 @@ static int plan_has(const zo_plan *p, zo_tier t, const char *purpose) {
  * case. Returns the mismatches. */
 static int ledger_is_plan(const char *what, const zo_plan_buf *led, int n, const zo_plan *p) {
   int bad = 0;
-  if (n != p->n_bufs) bad += FAIL_AT("%s: %d buffers allocated, %d planned", what, n, p->n_bufs) ? 0 : 1;
+  if (n != p->n_bufs)
+    bad += FAIL_AT("%s: %d buffers allocated, %d planned", what, n, p->n_bufs) ? 0 : 1;
   for (int i = 0; i < n && i < p->n_bufs; i++)
-    if (led[i].tier != p->buf[i].tier || strcmp(led[i].purpose, p->buf[i].purpose) || led[i].bytes != p->buf[i].bytes ||
-        led[i].count != p->buf[i].count || led[i].pinned != p->buf[i].pinned)
-      bad += FAIL_AT("%s: buffer %d: allocated %s %s %d x %zu (pinned %d), planned %s %s %d x %zu (pinned %d)", what, i,
-                     zo_tier_name(led[i].tier), led[i].purpose, led[i].count, led[i].bytes, led[i].pinned,
-                     zo_tier_name(p->buf[i].tier), p->buf[i].purpose, p->buf[i].count, p->buf[i].bytes,
-                     p->buf[i].pinned) ? 0 : 1;
+    if (led[i].tier != p->buf[i].tier || strcmp(led[i].purpose, p->buf[i].purpose) ||
+        led[i].bytes != p->buf[i].bytes || led[i].count != p->buf[i].count ||
+        led[i].pinned != p->buf[i].pinned)
+      bad +=
+          FAIL_AT(
+              "%s: buffer %d: allocated %s %s %d x %zu (pinned %d), planned %s %s %d x %zu (pinned %d)",
+              what, i, zo_tier_name(led[i].tier), led[i].purpose, led[i].count, led[i].bytes,
+              led[i].pinned, zo_tier_name(p->buf[i].tier), p->buf[i].purpose, p->buf[i].count,
+              p->buf[i].bytes, p->buf[i].pinned)
+              ? 0
+              : 1;
   for (int i = n; i < p->n_bufs; i++)
-    bad += FAIL_AT("%s: planned but not allocated: %s %s %zu", what, zo_tier_name(p->buf[i].tier), p->buf[i].purpose,
-                   p->buf[i].bytes) ? 0 : 1;
+    bad += FAIL_AT("%s: planned but not allocated: %s %s %zu", what, zo_tier_name(p->buf[i].tier),
+                   p->buf[i].purpose, p->buf[i].bytes)
+               ? 0
+               : 1;
   for (int i = p->n_bufs; i < n; i++)
-    bad += FAIL_AT("%s: allocated but not planned: %s %s %zu", what, zo_tier_name(led[i].tier), led[i].purpose,
-                   led[i].bytes) ? 0 : 1;
+    bad += FAIL_AT("%s: allocated but not planned: %s %s %zu", what, zo_tier_name(led[i].tier),
+                   led[i].purpose, led[i].bytes)
+               ? 0
+               : 1;
   return bad;
 }
 
@@ -83,8 +93,10 @@ static void dry_run_plan_is_gpu_finalize(const char *what, const zo_config_t *c,
   zo_plan *ph = NULL, *pown = NULL;
   zo_param_t *p;
   if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, SIZE_MAX, &host))) return;
-  if (!CHECK_OK(zo_engine_create(c, host, NULL, &eh)) || !CHECK_OK(zo_engine_register_param(eh, "a", NA, &p)) ||
-      !CHECK_OK(zo_engine_register_param(eh, "b", NB, &p)) || !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_CUDA, &ph)) ||
+  if (!CHECK_OK(zo_engine_create(c, host, NULL, &eh)) ||
+      !CHECK_OK(zo_engine_register_param(eh, "a", NA, &p)) ||
+      !CHECK_OK(zo_engine_register_param(eh, "b", NB, &p)) ||
+      !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_CUDA, &ph)) ||
       !CHECK_OK(zo_engine_plan(eh, ZO_DEVICE_AUTO, &pown)))
     goto out;
   /* the dry run's budget (zo_engine_budget_for) sums that plan */
@@ -96,7 +108,8 @@ static void dry_run_plan_is_gpu_finalize(const char *what, const zo_config_t *c,
       if (l->tier == ZO_TIER_HOST) CHECK_EQ(l->engine_bytes, ph->host_bytes);
       if (l->tier == ZO_TIER_PINNED) CHECK_EQ(l->engine_bytes, ph->pinned_bytes);
     }
-  if (!CHECK_OK(zo_engine_create(c, gpu, NULL, &eg)) || !CHECK_OK(zo_engine_register_param(eg, "a", NA, &p)) ||
+  if (!CHECK_OK(zo_engine_create(c, gpu, NULL, &eg)) ||
+      !CHECK_OK(zo_engine_register_param(eg, "a", NA, &p)) ||
       !CHECK_OK(zo_engine_register_param(eg, "b", NB, &p)) || !CHECK_OK(zo_engine_finalize(eg)))
     goto out;
   const zo_plan_buf *led;
@@ -105,9 +118,11 @@ static void dry_run_plan_is_gpu_finalize(const char *what, const zo_config_t *c,
   CHECK_EQ(ph->host_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_HOST, 0));
   CHECK_EQ(ph->pinned_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_HOST, 1));
   CHECK_EQ(ph->device_bytes, zo_plan_sum_bytes_for_test(led, n, ZO_TIER_DEVICE, 0));
-  printf("test_engine_devadam: %s: the host device's plan for cuda = the GPU's finalize, %d buffers%s; host %zu "
-         "(pinned %zu) bytes vs the host device's own plan: host %zu (pinned %zu)\n", what, n, bad ? " (NOT)" : "",
-         ph->host_bytes, ph->pinned_bytes, pown->host_bytes, pown->pinned_bytes);
+  printf(
+      "test_engine_devadam: %s: the host device's plan for cuda = the GPU's finalize, %d buffers%s; host %zu "
+      "(pinned %zu) bytes vs the host device's own plan: host %zu (pinned %zu)\n",
+      what, n, bad ? " (NOT)" : "", ph->host_bytes, ph->pinned_bytes, pown->host_bytes,
+      pown->pinned_bytes);
 out:
   zo_plan_free(ph);
   zo_plan_free(pown);
@@ -123,7 +138,8 @@ int main(int argc, char **argv) {
     return ZO_TEST_SKIP;
   }
   zo_device_t *dev;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &dev))) return zo_test_finish("test_engine_devadam");
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &dev)))
+    return zo_test_finish("test_engine_devadam");
   if (!zo_adam_device_available(dev, NULL, 0)) {
     printf("test_engine_devadam: SKIP: this build has no device Adam kernel\n");
     zo_device_destroy(dev);
@@ -165,7 +181,8 @@ int main(int argc, char **argv) {
   if (!CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &plan))) goto out;
   CHECK(plan_has(plan, ZO_TIER_HOST, "device_adam.norm_host"));
   CHECK(plan->dev_norm_off != SIZE_MAX && plan->dev_norm_off < plan->device_bytes);
-  CHECK(!plan_has(plan, ZO_TIER_HOST, "grad_staging")); /* accumulation on the device: no host staging ring */
+  CHECK(!plan_has(plan, ZO_TIER_HOST,
+                  "grad_staging")); /* accumulation on the device: no host staging ring */
   /* the device accumulation buffer: each tensor's gradient region in fp32 (not the bf16 hand-over dtype) */
   CHECK_EQ(plan->tensor[1].dev_off[0] - plan->tensor[0].dev_off[4], (NA * 4 + 255) / 256 * 256);
   CHECK_EQ(plan->dev_norm_off - plan->tensor[1].dev_off[4], 256); /* NB fp32 rounded up */

@@ -51,12 +51,14 @@ static void base_config(zo_config_t *c, int stage, zo_offload_device tier) {
   c->zero.offload_optimizer.device = tier;
   c->zero.sub_group_size = 1500;
   c->zoffload.adam_threads = 1;
-  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
 }
 
 /* Rank q's gradient element j of tensor i at step s: a multiple of 1/64 in (-2, 2). */
 static float grad_of(int q, int s, int i, size_t j) {
-  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^ (uint64_t)(s * 131 + i) * 0xbf58476d1ce4e5b9ull ^ j * 0x94d049bbull;
+  uint64_t h = (uint64_t)q * 0x9e3779b97f4a7c15ull ^
+               (uint64_t)(s * 131 + i) * 0xbf58476d1ce4e5b9ull ^ j * 0x94d049bbull;
   h ^= h >> 29;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 32;
@@ -71,7 +73,8 @@ static float grad_of(int q, int s, int i, size_t j) {
 /* Rank R's gradient of tensor @i at step @s into @g, and the mean over the ranks as the engine forms it into @mean:
  * the exact sum times fl(1/W). */
 static void grads(int s, int i, float *g, float *mean) {
-  const float inv_w = (float)(1.0 / W); /* as the engine: clip / (loss_scale * world) in double, then fp32 */
+  const float inv_w =
+      (float)(1.0 / W); /* as the engine: clip / (loss_scale * world) in double, then fp32 */
   for (size_t j = 0; j < k_sizes[i]; j++) {
     g[j] = grad_of(R, s, i, j);
     float t = 0;
@@ -91,10 +94,11 @@ static int open_engine(setup *s, const zo_config_t *cfg_in, zo_comm_t *comm) {
   memset(s, 0, sizeof *s);
   zo_config_t c = *cfg_in, *cfg = &c;
   if (!comm) { /* the reference keeps its swap directory apart */
-    CHECK((size_t)snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) <
-        sizeof c.zero.offload_optimizer.nvme_path);
-    CHECK((size_t)snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s/ref", g_dir) <
-        sizeof c.zero.offload_param.nvme_path);
+    CHECK((size_t)snprintf(c.zero.offload_optimizer.nvme_path,
+                           sizeof c.zero.offload_optimizer.nvme_path, "%s/ref",
+                           g_dir) < sizeof c.zero.offload_optimizer.nvme_path);
+    CHECK((size_t)snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path,
+                           "%s/ref", g_dir) < sizeof c.zero.offload_param.nvme_path);
     mkdir(c.zero.offload_optimizer.nvme_path, 0700);
   }
   REQ_INT(zo_test_device_create((size_t)cfg_in->zoffload.device_memory_limit, &s->dev));
@@ -133,12 +137,14 @@ static void hand_over(setup *s, int i, const float *g) {
 
 /* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size and allgather_bucket_size (elements; 0
  * keeps the defaults: every tensor in one wave) */
-static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap, int64_t bucket) {
+static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap,
+                     int64_t bucket) {
   if (zo_test_skip_device_kernels(label, tier == ZO_OFFLOAD_NONE)) return;
   zo_config_t cfg;
   base_config(&cfg, stage, tier);
   cfg.zero.overlap_comm = overlap;
-  if (bucket) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = bucket; /* both rings small */
+  if (bucket)
+    cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = bucket; /* both rings small */
   /* The reference's gradient is the mean rounded to fp32, fl(sum * fl(1/W)), exact when W is a power of two;
    * the engine's norm is of the exact sum, divided by W in double. Otherwise the two norms differ by ~1e-8
    * relative, and so would a clipping coefficient taken from them: clipping only where they agree exactly. */
@@ -191,8 +197,10 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
     REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
   }
-  if (bad_master) FAIL_AT("%s: master weights of %d tensors differ from the reference", label, bad_master);
-  if (bad_weights) FAIL_AT("%s: working weights of %d tensors differ from the reference", label, bad_weights);
+  if (bad_master)
+    FAIL_AT("%s: master weights of %d tensors differ from the reference", label, bad_master);
+  if (bad_weights)
+    FAIL_AT("%s: working weights of %d tensors differ from the reference", label, bad_weights);
   /* bytes per rank: the optimizer state of a partitioned run is about 1/W of the one-rank engine's */
   zo_engine_mem mem_m, mem_r;
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
@@ -202,9 +210,11 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     CHECK(mem_m.nvme_bytes <= mem_r.nvme_bytes / W + (size_t)NP * 3 * 4096 + 3 * 4096);
   }
   if (zo_test_failures == fail0)
-    printf("ok: %-22s %d rank%s, %d steps: masters and working weights equal the one-rank reference bit for bit; "
-         "host %zu B, nvme %zu B on this rank (one rank: %zu B, %zu B)\n", label, W, W == 1 ? "" : "s", steps,
-         mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes);
+    printf(
+        "ok: %-22s %d rank%s, %d steps: masters and working weights equal the one-rank reference bit for bit; "
+        "host %zu B, nvme %zu B on this rank (one rank: %zu B, %zu B)\n",
+        label, W, W == 1 ? "" : "s", steps, mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes,
+        mem_r.nvme_bytes);
   free(g), free(sum), free(mm), free(rm);
   close_engine(&m);
   close_engine(&ref);
@@ -217,8 +227,8 @@ static int masters_differ(setup *m, setup *ref) {
   for (int i = 0; i < NP; i++) {
     size_t off = 0, n = 0;
     if (!CHECK_OK(zo_engine_get_master(m->e, m->p[i], mm, &off, &n)) ||
-        !CHECK_OK(zo_engine_get_master(ref->e, ref->p[i], rm, NULL, NULL)) || off + n > k_sizes[i] ||
-        memcmp(mm, rm + off, n * 4))
+        !CHECK_OK(zo_engine_get_master(ref->e, ref->p[i], rm, NULL, NULL)) ||
+        off + n > k_sizes[i] || memcmp(mm, rm + off, n * 4))
       bad++;
   }
   free(mm), free(rm);
@@ -228,7 +238,8 @@ static int masters_differ(setup *m, setup *ref) {
 /* Fetch tensor @i from both engines: 1 when the working weights differ (or a fetch failed, reported), else 0. */
 static int fetch_both(setup *m, setup *ref, int i) {
   const void *wa = NULL, *wb = NULL;
-  if (!CHECK_OK(zo_engine_fetch(m->e, m->p[i], &wa, NULL)) || !CHECK_OK(zo_engine_fetch(ref->e, ref->p[i], &wb, NULL)))
+  if (!CHECK_OK(zo_engine_fetch(m->e, m->p[i], &wa, NULL)) ||
+      !CHECK_OK(zo_engine_fetch(ref->e, ref->p[i], &wb, NULL)))
     return 1;
   /* device pointers: read back through the device (the cuda backend's are not host-readable) */
   static float ha[4097], hb[4097];
@@ -248,7 +259,8 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
                        zo_offload_device ptier, zo_offload_device otier) {
   zo_config_t cfg;
   base_config(&cfg, 3, otier);
-  cfg.zero.allgather_bucket_size = allgather_bucket; /* consecutive fetches' gathers coalesced up to it */
+  cfg.zero.allgather_bucket_size =
+      allgather_bucket; /* consecutive fetches' gathers coalesced up to it */
   cfg.zero.offload_param.device = ptier;
   snprintf(cfg.zero.offload_param.nvme_path, sizeof cfg.zero.offload_param.nvme_path, "%s", g_dir);
   cfg.zero.overlap_comm = overlap;
@@ -300,17 +312,20 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
   }
   if (bad) FAIL_AT("stage 3: %d of %d fetches differ from the reference", bad, fetches);
   const int bad_master = masters_differ(&m, &ref);
-  if (bad_master) FAIL_AT("stage 3: master weights of %d tensors differ from the reference", bad_master);
+  if (bad_master)
+    FAIL_AT("stage 3: master weights of %d tensors differ from the reference", bad_master);
   zo_engine_mem mem_m, mem_r;
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
   REQUIRE_OK(zo_engine_mem_info(ref.e, &mem_r));
   if (zo_test_failures == fail0)
-    printf("ok: stage 3, param %s, state %s%s, prefetch bucket %lld, gather bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
-           "passes, one step off the trace) and the masters equal the one-rank reference bit for bit; host %zu B, "
-           "nvme %zu B on this rank (one rank: %zu B, %zu B); last step sent %llu B\n", zo_offload_device_name(ptier),
-           zo_offload_device_name(otier), overlap ? ", overlap" : "", (long long)prefetch_bucket, (long long)allgather_bucket, W,
-           steps, fetches,
-           mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes, (unsigned long long)a.comm_bytes);
+    printf(
+        "ok: stage 3, param %s, state %s%s, prefetch bucket %lld, gather bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
+        "passes, one step off the trace) and the masters equal the one-rank reference bit for bit; host %zu B, "
+        "nvme %zu B on this rank (one rank: %zu B, %zu B); last step sent %llu B\n",
+        zo_offload_device_name(ptier), zo_offload_device_name(otier), overlap ? ", overlap" : "",
+        (long long)prefetch_bucket, (long long)allgather_bucket, W, steps, fetches,
+        mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes, mem_r.nvme_bytes,
+        (unsigned long long)a.comm_bytes);
   free(g), free(sum);
   close_engine(&m);
   close_engine(&ref);
@@ -372,9 +387,11 @@ static void run_fp16(void) {
   const int bad = pow2 ? masters_differ(&m, &ref) : 0;
   if (bad) FAIL_AT("fp16: master weights of %d tensors differ from the reference", bad);
   if (zo_test_failures == fail0)
-    printf("ok: fp16, %d ranks: an inf on rank %d alone skipped step 3 on every rank (%d skipped here, %d in the "
-           "reference), loss scale 16 -> %g on all%s\n", W, W - 1, skipped_m, skipped_r, zo_engine_loss_scale(m.e),
-           pow2 ? "; masters equal the reference bit for bit" : "");
+    printf(
+        "ok: fp16, %d ranks: an inf on rank %d alone skipped step 3 on every rank (%d skipped here, %d in the "
+        "reference), loss scale 16 -> %g on all%s\n",
+        W, W - 1, skipped_m, skipped_r, zo_engine_loss_scale(m.e),
+        pow2 ? "; masters equal the reference bit for bit" : "");
   free(g), free(sum), free(h);
   close_engine(&m);
   close_engine(&ref);
@@ -402,17 +419,23 @@ int main(int argc, char **argv) {
   run_fp16();
   /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */
   run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
-  run_stage3(6, 1, 50000000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU); /* every gather of a step in one bucket */
-  run_stage3(6, 0, 50000000, 1, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);         /* one gather per fetch */
-  run_stage3(6, 0, 50000000, 1100, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);      /* buckets of 1 to 3 tensors */
+  run_stage3(6, 1, 50000000, 500000000, ZO_OFFLOAD_CPU,
+             ZO_OFFLOAD_CPU); /* every gather of a step in one bucket */
+  run_stage3(6, 0, 50000000, 1, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);    /* one gather per fetch */
+  run_stage3(6, 0, 50000000, 1100, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU); /* buckets of 1 to 3 tensors */
   run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU);
   run_stage3(6, 1, 50000000, 1100, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME);
   /* no offload_param on several ranks: on the host device its memory is the host's, so the engine partitions the
    * parameters there (as offload_param "cpu") and matches the one-rank engine, whose parameters stay resident */
-  if (zo_test_kind == ZO_DEVICE_HOST) run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU);
-  if (W > 1 && zo_test_kind != ZO_DEVICE_HOST) { /* parameters partitioned in GPU memory are not built: refused */
+  if (zo_test_kind == ZO_DEVICE_HOST)
+    run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU);
+  if (W > 1 &&
+      zo_test_kind !=
+          ZO_DEVICE_HOST) { /* parameters partitioned in GPU memory are not built: refused */
     zo_config_t cfg;
-    base_config(&cfg, 3, ZO_OFFLOAD_CPU); /* state on the host: on cuda, "none" is refused first (device Adam) */
+    base_config(
+        &cfg, 3,
+        ZO_OFFLOAD_CPU); /* state on the host: on cuda, "none" is refused first (device Adam) */
     zo_engine_t *e = NULL;
     CHECK_ST(zo_engine_create(&cfg, NULL, g_comm, &e), ZO_ERR_UNSUPPORTED);
     CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\" or \"nvme\"");

@@ -18,7 +18,9 @@
 #include "zoffload/engine.h"
 #include "zoffload/plan.h"
 
-enum { NA = 1 << 19 }; /* fp32 state 2 MiB a kind: buffers mapped on their own, registered on their own */
+enum {
+  NA = 1 << 19
+}; /* fp32 state 2 MiB a kind: buffers mapped on their own, registered on their own */
 
 static char g_warn[4096];
 static int g_n_warn;
@@ -60,12 +62,15 @@ static zo_status run(zo_device_t *dev, int allow, int train, char *err, size_t e
     void *g = NULL;
     for (int i = 0; i < NA; i++) v[i] = 0.5f, g16[i] = 0x3f80; /* bf16 1.0 */
     zo_step_info info;
-    if (CHECK_OK(zo_engine_load_param(e, p, v)) && CHECK_OK(zo_device_malloc(dev, (size_t)NA * 2, &g)) &&
+    if (CHECK_OK(zo_engine_load_param(e, p, v)) &&
+        CHECK_OK(zo_device_malloc(dev, (size_t)NA * 2, &g)) &&
         CHECK_OK(zo_memcpy(dev, g, g16, (size_t)NA * 2, ZO_COPY_H2D)) &&
-        CHECK_OK(zo_engine_grad_ready(e, p, g, ZO_DTYPE_BF16)) && CHECK_OK(zo_engine_step(e, &info))) {
+        CHECK_OK(zo_engine_grad_ready(e, p, g, ZO_DTYPE_BF16)) &&
+        CHECK_OK(zo_engine_step(e, &info))) {
       CHECK_EQ(zo_engine_steps_applied(e), 1);
       CHECK_OK(zo_engine_get_master(e, p, v, NULL, NULL));
-      if (!(v[0] < 0.5f && v[NA - 1] < 0.5f)) FAIL_AT("the step left the master weights at %g, %g", v[0], v[NA - 1]);
+      if (!(v[0] < 0.5f && v[NA - 1] < 0.5f))
+        FAIL_AT("the step left the master weights at %g, %g", v[0], v[NA - 1]);
     }
     if (g) zo_device_free(dev, g);
     free(v), free(g16);
@@ -77,9 +82,15 @@ static zo_status run(zo_device_t *dev, int allow, int train, char *err, size_t e
 /* The refusal's message names the buffer, its bytes, the CUDA error, the likely cause and the way out. */
 static void check_refusal(const char *what, const char *err) {
   printf("test_engine_pinreg: %s: %s\n", what, err);
-  static const char *const want[] = {"pinned host buffer \"", "bytes", "could not be registered with CUDA",
-                                     "cudaHostRegister", "RLIMIT_MEMLOCK", "ulimit -l", "memlock",
-                                     "zoffload.pinned_fraction", "zoffload.allow_pageable_host"};
+  static const char *const want[] = {"pinned host buffer \"",
+                                     "bytes",
+                                     "could not be registered with CUDA",
+                                     "cudaHostRegister",
+                                     "RLIMIT_MEMLOCK",
+                                     "ulimit -l",
+                                     "memlock",
+                                     "zoffload.pinned_fraction",
+                                     "zoffload.allow_pageable_host"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (!strstr(err, want[i])) FAIL_AT("%s: the message lacks \"%s\": %s", what, want[i], err);
 }
@@ -90,7 +101,8 @@ int main(void) {
     return ZO_TEST_SKIP;
   }
   zo_device_t *dev;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &dev))) return zo_test_finish("test_engine_pinreg");
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, SIZE_MAX, &dev)))
+    return zo_test_finish("test_engine_pinreg");
   zo_log_set_handler(on_log, NULL, ZO_LOG_WARN);
   char err[4096];
   unsetenv("FAKE_CUDA_REG_LIMIT");

@@ -155,7 +155,8 @@ static void expect_abort(const char *name, void (*fn)(void), const char *msg) {
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   printf("%s: child %s %d; stderr: %s%s", name, WIFSIGNALED(status) ? "killed by signal" : "exited",
-         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), buf, n && buf[n - 1] == '\n' ? "" : "\n");
+         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), buf,
+         n && buf[n - 1] == '\n' ? "" : "\n");
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
   CHECK_HAS(buf, msg);
 }
@@ -176,7 +177,8 @@ static void test_wrap_destroy_order(void) {
   CHECK_OK(zo_stream_wrap(dev, (void *)raw, &w));
   CHECK_OK(zo_memset_async(w, d, 0x5a, N));
   zo_stream_destroy(w);
-  CHECK(cudaStreamQuery(raw) == cudaSuccess); /* zo_stream_destroy synchronized it and left it alive */
+  CHECK(cudaStreamQuery(raw) ==
+        cudaSuccess); /* zo_stream_destroy synchronized it and left it alive */
   CHECK(cudaStreamDestroy(raw) == cudaSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK_OK(zo_device_free(dev, d));
@@ -262,7 +264,8 @@ static void test_poison_until_sync(void) {
   memset(h, 0, N);
   CHECK(cudaMemcpyAsync(h, d, N, cudaMemcpyDeviceToHost, s) == cudaSuccess);
   unsigned char first = h[0], last = h[N - 1]; /* no sync: a missing-sync bug */
-  CHECK_EQ(cudaStreamQuery(s), cudaErrorNotReady); /* (fails only after a 1 s stall between these two lines) */
+  CHECK_EQ(cudaStreamQuery(s),
+           cudaErrorNotReady); /* (fails only after a 1 s stall between these two lines) */
   (void)cudaGetLastError();
   CHECK_EQ(first, 0xA5);
   CHECK_EQ(last, 0xA5);
@@ -309,7 +312,8 @@ static void test_legacy_stream(void) {
   CHECK(cudaLaunchHostFunc(b, block_until_released, NULL) == cudaSuccess);
   /* the per-thread default stream syncs with the legacy stream only, not with other blocking streams */
   CHECK(cudaMemsetAsync((char *)d + N, 4, N, cudaStreamPerThread) == cudaSuccess);
-  CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess); /* (a hang here: the ctest timeout) */
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread) ==
+        cudaSuccess); /* (a hang here: the ctest timeout) */
   CHECK(cudaMemsetAsync(d, 1, N, cudaStreamLegacy) == cudaSuccess);
   CHECK(cudaMemsetAsync((char *)d + N, 2, N, nb) == cudaSuccess);
   CHECK(cudaStreamSynchronize(nb) == cudaSuccess); /* (a hang here: the ctest timeout) */
@@ -338,16 +342,19 @@ static void test_host_register_pages(void) {
   char *buf = aligned_alloc((size_t)pg, (size_t)pg * 4);
   REQUIRE(buf);
   CHECK(cudaHostRegister(buf, 100, cudaHostRegisterDefault) == cudaSuccess);
-  CHECK_EQ(cudaHostRegister(buf + 200, 100, cudaHostRegisterDefault), cudaErrorHostMemoryAlreadyRegistered);
+  CHECK_EQ(cudaHostRegister(buf + 200, 100, cudaHostRegisterDefault),
+           cudaErrorHostMemoryAlreadyRegistered);
   CHECK_EQ(cudaGetLastError(), cudaErrorHostMemoryAlreadyRegistered);
-  CHECK(cudaHostRegister(buf + pg, 100, cudaHostRegisterDefault) == cudaSuccess); /* the next page: fine */
+  CHECK(cudaHostRegister(buf + pg, 100, cudaHostRegisterDefault) ==
+        cudaSuccess); /* the next page: fine */
   CHECK(cudaHostUnregister(buf) == cudaSuccess);
   CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);
   char lim[32];
   snprintf(lim, sizeof lim, "%ld", 2 * pg);
   setenv("FAKE_CUDA_REG_LIMIT", lim, 1);
   CHECK(cudaHostRegister(buf, (size_t)pg, cudaHostRegisterDefault) == cudaSuccess);
-  CHECK(cudaHostRegister(buf + pg, 1, cudaHostRegisterDefault) == cudaSuccess); /* counts one whole page */
+  CHECK(cudaHostRegister(buf + pg, 1, cudaHostRegisterDefault) ==
+        cudaSuccess); /* counts one whole page */
   CHECK_EQ(cudaHostRegister(buf + 2 * pg, 1, cudaHostRegisterDefault), cudaErrorMemoryAllocation);
   (void)cudaGetLastError();
   CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);
@@ -363,9 +370,9 @@ static void test_host_register_pages(void) {
 static void test_properties(void) {
   struct cudaDeviceProp p;
   REQUIRE(cudaGetDeviceProperties(&p, 0) == cudaSuccess);
-  printf("test_properties: %s, sm_%d%d, %d SMs, %zu bytes, PCI %04x:%02x:%02x.0\n", p.name, p.major, p.minor,
-         p.multiProcessorCount, p.totalGlobalMem, (unsigned)p.pciDomainID, (unsigned)p.pciBusID,
-         (unsigned)p.pciDeviceID);
+  printf("test_properties: %s, sm_%d%d, %d SMs, %zu bytes, PCI %04x:%02x:%02x.0\n", p.name, p.major,
+         p.minor, p.multiProcessorCount, p.totalGlobalMem, (unsigned)p.pciDomainID,
+         (unsigned)p.pciBusID, (unsigned)p.pciDeviceID);
   CHECK_HAS(p.name, "Stand-in H100 80GB HBM3");
   CHECK_EQ(p.major, 9);
   CHECK_EQ(p.minor, 0);
@@ -388,7 +395,8 @@ int main(void) {
   /* children first: fork before this process starts any stand-in thread */
   expect_abort("old destroy order", child_old_destroy_order,
                "fake_cudart: cudaStreamSynchronize on a destroyed stream");
-  expect_abort("destroyed event", child_destroyed_event, "fake_cudart: cudaEventQuery on a destroyed event");
+  expect_abort("destroyed event", child_destroyed_event,
+               "fake_cudart: cudaEventQuery on a destroyed event");
   expect_abort("stream destroyed twice", child_destroyed_stream_twice,
                "fake_cudart: cudaStreamDestroy on a destroyed stream");
   expect_abort("CUDA call in a host func", child_cuda_call_in_host_func,

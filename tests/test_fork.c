@@ -30,15 +30,15 @@ enum { C_OK = 0, C_FINALIZE = 10, C_LOAD, C_GRAD_READY, C_STEP, C_MESSAGE, C_LOC
 
 static int child_refused(zo_status st, int code, long parent) {
   if (st != ZO_ERR_INVALID_USAGE) {
-    fprintf(stderr, "child: call %d returned %s, expected ZO_ERR_INVALID_USAGE (%s)\n", code, zo_status_string(st),
-            zo_last_error());
+    fprintf(stderr, "child: call %d returned %s, expected ZO_ERR_INVALID_USAGE (%s)\n", code,
+            zo_status_string(st), zo_last_error());
     return code;
   }
   char want[64];
   snprintf(want, sizeof want, "created by process %ld", parent);
   if (!strstr(zo_last_error(), want) || !strstr(zo_last_error(), "forked child")) {
-    fprintf(stderr, "child: call %d: message '%s' does not name the parent %ld and the child\n", code, zo_last_error(),
-            parent);
+    fprintf(stderr, "child: call %d: message '%s' does not name the parent %ld and the child\n",
+            code, zo_last_error(), parent);
     return C_MESSAGE;
   }
   return C_OK;
@@ -46,9 +46,10 @@ static int child_refused(zo_status st, int code, long parent) {
 
 /* What the child does with its copies: every use refused at once, then let go of without harm. Returns the first
  * failed check's code; goes on past a failure, so the let-go runs (and a hang or crash there shows) either way. */
-static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint_lock_t *lock, const char *root,
-                 long parent) {
-  alarm(10); /* a hang (a wait on the parent's Adam or stream threads) ends the child with SIGALRM */
+static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint_lock_t *lock,
+                 const char *root, long parent) {
+  alarm(
+      10); /* a hang (a wait on the parent's Adam or stream threads) ends the child with SIGALRM */
   int rc = C_OK, r;
   static float vals[N];
   zo_step_info info;
@@ -56,7 +57,8 @@ static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint
   if ((r = (expr)) && !rc) rc = r
   CHILD_CHECK(child_refused(zo_engine_finalize(e), C_FINALIZE, parent));
   CHILD_CHECK(child_refused(zo_engine_load_param(e, p, vals), C_LOAD, parent));
-  CHILD_CHECK(child_refused(zo_engine_grad_ready(e, p, dgrad, zo_engine_grad_dtype(e)), C_GRAD_READY, parent));
+  CHILD_CHECK(child_refused(zo_engine_grad_ready(e, p, dgrad, zo_engine_grad_dtype(e)),
+                            C_GRAD_READY, parent));
   CHILD_CHECK(child_refused(zo_engine_step(e, &info), C_STEP, parent));
 #undef CHILD_CHECK
   /* the root is the parent's: the child is refused it (the parent holds the flock), not handed the parent's entry */
@@ -66,8 +68,9 @@ static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint
     zo_checkpoint_unlock(mine);
     if (!rc) rc = C_LOCK_AGAIN;
   }
-  zo_checkpoint_unlock(lock); /* the inherited handle: must not remove or unlock the parent's file */
-  zo_engine_destroy(e);       /* must return at once, touching nothing of the parent's */
+  zo_checkpoint_unlock(
+      lock);            /* the inherited handle: must not remove or unlock the parent's file */
+  zo_engine_destroy(e); /* must return at once, touching nothing of the parent's */
   return rc;
 }
 
@@ -98,10 +101,13 @@ int main(int argc, char **argv) {
   zo_checkpoint_lock_t *lock = NULL;
   static float vals[N], grad[N];
   for (int i = 0; i < N; i++) vals[i] = (float)i / N, grad[i] = 1.f;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev)) || !CHECK_OK(zo_device_malloc(dev, sizeof grad, &dgrad)) ||
-      !CHECK_OK(zo_engine_create(&cfg, dev, NULL, &e)) || !CHECK_OK(zo_engine_register_param(e, "w", N, &p)) ||
-      !CHECK_OK(zo_engine_finalize(e)) || !CHECK_OK(zo_engine_load_param(e, p, vals)) ||
-      !CHECK_OK(zo_memcpy(dev, dgrad, grad, sizeof grad, ZO_COPY_H2D)) || !CHECK_OK(zo_checkpoint_lock(root, &lock)))
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev)) ||
+      !CHECK_OK(zo_device_malloc(dev, sizeof grad, &dgrad)) ||
+      !CHECK_OK(zo_engine_create(&cfg, dev, NULL, &e)) ||
+      !CHECK_OK(zo_engine_register_param(e, "w", N, &p)) || !CHECK_OK(zo_engine_finalize(e)) ||
+      !CHECK_OK(zo_engine_load_param(e, p, vals)) ||
+      !CHECK_OK(zo_memcpy(dev, dgrad, grad, sizeof grad, ZO_COPY_H2D)) ||
+      !CHECK_OK(zo_checkpoint_lock(root, &lock)))
     return 1;
   const zo_dtype gd = zo_engine_grad_dtype(e);
   /* one step first, so the pool's threads and the copy stream have run */
@@ -115,12 +121,15 @@ int main(int argc, char **argv) {
     perror("fork");
     return 1;
   }
-  if (pid == 0) _exit(child(e, p, dgrad, lock, root, (long)getppid())); /* _exit: no atexit of the parent's stdio */
+  if (pid == 0)
+    _exit(child(e, p, dgrad, lock, root,
+                (long)getppid())); /* _exit: no atexit of the parent's stdio */
 
   int status = 0;
   CHECK_EQ(waitpid(pid, &status, 0), pid);
   if (WIFSIGNALED(status))
-    FAIL_AT("child killed by signal %d (%s)", WTERMSIG(status), WTERMSIG(status) == SIGALRM ? "hung" : "crashed");
+    FAIL_AT("child killed by signal %d (%s)", WTERMSIG(status),
+            WTERMSIG(status) == SIGALRM ? "hung" : "crashed");
   else
     CHECK_EQ(WEXITSTATUS(status), C_OK);
 

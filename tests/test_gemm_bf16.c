@@ -34,13 +34,15 @@ static uint16_t rnd_bf16(void) {
 
 static void one(int ta, int tb, int M, int N, int K, int pad, int acc) {
   const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+               nc = (size_t)M * ldc;
   uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
   float *C = malloc(nc * 4), *C0 = malloc(nc * 4), *C2 = malloc(nc * 4);
   REQUIRE(A && B && C && C0 && C2);
   for (size_t i = 0; i < na; i++) A[i] = rnd_bf16();
   for (size_t i = 0; i < nb; i++) B[i] = rnd_bf16();
-  for (size_t i = 0; i < nc; i++) C0[i] = acc ? (float)((int)(zo_test_rand64(&g_rng) % 2001) - 1000) / 500.0f : 0.0f;
+  for (size_t i = 0; i < nc; i++)
+    C0[i] = acc ? (float)((int)(zo_test_rand64(&g_rng) % 2001) - 1000) / 500.0f : 0.0f;
   memcpy(C, C0, nc * 4);
   memcpy(C2, C0, nc * 4);
   char err[512];
@@ -63,8 +65,9 @@ static void one(int ta, int tb, int M, int N, int K, int pad, int acc) {
       const double got = C[(size_t)i * ldc + j];
       if (!(fabs(got - want) <= tol)) {
         bad++;
-        FAIL_AT("ta %d tb %d M %d N %d K %d acc %d: C[%d][%d] = %.9g, reference %.9g (tolerance %.3g)", ta, tb, M,
-                N, K, acc, i, j, got, want, tol);
+        FAIL_AT(
+            "ta %d tb %d M %d N %d K %d acc %d: C[%d][%d] = %.9g, reference %.9g (tolerance %.3g)",
+            ta, tb, M, N, K, acc, i, j, got, want, tol);
       }
     }
   /* the padding between rows is not written */
@@ -82,17 +85,21 @@ int main(void) {
     return ZO_TEST_SKIP;
   }
   /* the model's four layouts: forward (tb), input gradient (plain), weight gradient (ta) */
-  static const int shapes[][3] = {{64, 96, 32}, {37, 61, 129}, {128, 512, 64}, {1, 17, 300}, {256, 33, 5}};
+  static const int shapes[][3] = {
+      {64, 96, 32}, {37, 61, 129}, {128, 512, 64}, {1, 17, 300}, {256, 33, 5}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++)
-        for (int acc = 0; acc < 2; acc++) one(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], (int)(s % 3) * 7, acc);
+        for (int acc = 0; acc < 2; acc++)
+          one(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], (int)(s % 3) * 7, acc);
   /* K = 0: C = 0 or unchanged; M or N = 0: nothing */
   float c[4] = {1, 2, 3, 4};
   uint16_t z = 0;
   char err[256];
-  CHECK(gemm_bf16_1t(0, 0, 2, 2, 0, &z, 1, &z, 2, 1, c, 2, err, sizeof err) == 0 && c[0] == 1 && c[3] == 4);
-  CHECK(gemm_bf16_1t(0, 0, 2, 2, 0, &z, 1, &z, 2, 0, c, 2, err, sizeof err) == 0 && c[0] == 0 && c[3] == 0);
+  CHECK(gemm_bf16_1t(0, 0, 2, 2, 0, &z, 1, &z, 2, 1, c, 2, err, sizeof err) == 0 && c[0] == 1 &&
+        c[3] == 4);
+  CHECK(gemm_bf16_1t(0, 0, 2, 2, 0, &z, 1, &z, 2, 0, c, 2, err, sizeof err) == 0 && c[0] == 0 &&
+        c[3] == 0);
   CHECK(gemm_bf16_1t(0, 0, 0, 2, 3, &z, 3, &z, 2, 0, c, 2, err, sizeof err) == 0);
   return zo_test_finish("test_gemm_bf16");
 }

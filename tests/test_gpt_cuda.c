@@ -41,13 +41,13 @@
 /* cuBLAS handle state, its default workspace pool, allocation granularity: allowed above gpt_cuda_device_bytes(). */
 #define HANDLE_SLACK ((size_t)96 << 20)
 
-#define CUDA_OK(call)                                                                                         \
-  do {                                                                                                        \
-    cudaError_t e_ = (call);                                                                                  \
-    if (e_ != cudaSuccess) {                                                                                  \
-      FAIL_AT("%s failed: %s (%s)", #call, cudaGetErrorName(e_), cudaGetErrorString(e_));                     \
-      exit(1);                                                                                                \
-    }                                                                                                         \
+#define CUDA_OK(call)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      FAIL_AT("%s failed: %s (%s)", #call, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
   } while (0)
 
 /* float -> bf16 bits, round to nearest even (NaN kept quiet). */
@@ -71,13 +71,14 @@ typedef struct model_set {
   gpt_config c;
   int np;
   gpt_param_spec *specs;
-  uint16_t **wh;  /* [np] bf16 bits */
-  float **wf;     /* [np] the same values in fp32 (for the CPU model) */
+  uint16_t **wh;   /* [np] bf16 bits */
+  float **wf;      /* [np] the same values in fp32 (for the CPU model) */
   void **dw, **dg; /* [np] device weights, gradients */
 } model_set;
 
 static void set_init(model_set *s, const gpt_config *c, uint64_t seed) {
-  cudaStream_t up; /* the weights' upload, complete before set_init returns (before any model's stream reads them) */
+  cudaStream_t
+      up; /* the weights' upload, complete before set_init returns (before any model's stream reads them) */
   CUDA_OK(cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking));
   s->c = *c;
   s->np = gpt_num_params(c);
@@ -106,7 +107,8 @@ static void set_init(model_set *s, const gpt_config *c, uint64_t seed) {
     }
     CUDA_OK(cudaMalloc(&s->dw[i], n * 2));
     CUDA_OK(cudaMalloc(&s->dg[i], n * 2));
-    CUDA_OK(cudaMemcpyAsync(s->dw[i], s->wh[i], n * 2, cudaMemcpyHostToDevice, up)); /* wh lives until set_free */
+    CUDA_OK(cudaMemcpyAsync(s->dw[i], s->wh[i], n * 2, cudaMemcpyHostToDevice,
+                            up)); /* wh lives until set_free */
   }
   CUDA_OK(cudaStreamSynchronize(up));
   CUDA_OK(cudaStreamDestroy(up));
@@ -136,7 +138,8 @@ static void attach(model_set *s, gpt_cuda *g) {
 /* Zero the device gradients on @g's stream, ahead of the backward that adds into them there. Returns when enqueued. */
 static void zero_grads(model_set *s, gpt_cuda *g) {
   cudaStream_t st = (cudaStream_t)gpt_cuda_stream(g);
-  for (int i = 0; i < s->np; i++) CUDA_OK(cudaMemsetAsync(s->dg[i], 0, s->specs[i].n_elems * 2, st));
+  for (int i = 0; i < s->np; i++)
+    CUDA_OK(cudaMemsetAsync(s->dg[i], 0, s->specs[i].n_elems * 2, st));
 }
 
 /* Device gradients as bf16 bits, one array per tensor (caller frees with free_grads): copied on @g's stream,
@@ -158,8 +161,8 @@ static void free_grads(model_set *s, uint16_t **g) {
 }
 
 /* One forward+backward of the CUDA model on zeroed gradients; returns the loss, *grads the gradients. */
-static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t *x, const uint8_t *y, int B, int T,
-                       uint16_t ***grads) {
+static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t *x,
+                       const uint8_t *y, int B, int T, uint16_t ***grads) {
   char err[512];
   gpt_cuda *g = NULL;
   *grads = NULL;
@@ -178,14 +181,16 @@ static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t
 }
 
 /* CPU model on the same weights; returns the loss, and the gradients through gpt_grad(*out). */
-static float cpu_step(model_set *s, const uint8_t *x, const uint8_t *y, int B, int T, gpt_model **out) {
+static float cpu_step(model_set *s, const uint8_t *x, const uint8_t *y, int B, int T,
+                      gpt_model **out) {
   char err[256];
   gpt_model *cm = NULL;
   if (gpt_create(&s->c, B, &cm, err, sizeof err) != 0) {
     FAIL_AT("gpt_create: %s", err);
     exit(1);
   }
-  for (int i = 0; i < s->np; i++) memcpy(gpt_weight(cm, i), s->wf[i], s->specs[i].n_elems * sizeof(float));
+  for (int i = 0; i < s->np; i++)
+    memcpy(gpt_weight(cm, i), s->wf[i], s->specs[i].n_elems * sizeof(float));
   float loss = gpt_forward(cm, x, y, B, T);
   if (gpt_backward(cm, 1.0f) != 0) FAIL_AT("gpt_backward: %s", gpt_last_error(cm));
   *out = cm;
@@ -209,8 +214,8 @@ static void compare_grads(model_set *s, uint16_t **gc, gpt_model *cm, const char
     int ok = finite && den > 0 && rel < GRAD_RTOL;
     printf("  %-28s %12.4e %12.4e %s\n", s->specs[i].name, sqrt(den), rel, ok ? "" : "<-- FAIL");
     if (!ok)
-      FAIL_AT("%s: gradient of %s: rel L2 error %.4g (tolerance %g, |ref| %.4g, finite %d)", title, s->specs[i].name,
-              rel, GRAD_RTOL, sqrt(den), finite);
+      FAIL_AT("%s: gradient of %s: rel L2 error %.4g (tolerance %g, |ref| %.4g, finite %d)", title,
+              s->specs[i].name, rel, GRAD_RTOL, sqrt(den), finite);
   }
 }
 
@@ -236,7 +241,7 @@ typedef struct hook_log {
   model_set *s;
   gpt_cuda *g;
   int n;
-  int ev[256][3]; /* phase, group, end */
+  int ev[256][3];             /* phase, group, end */
   int fail_phase, fail_group; /* return 1 at begin of this (phase, group); -1: never */
 } hook_log;
 
@@ -283,8 +288,8 @@ static void check_hook_seq(hook_log *h, int phase, const char *what) {
   if (!CHECK_EQ(h->n, n)) return;
   for (int i = 0; i < n; i++)
     if (memcmp(h->ev[i], ev[i], sizeof ev[i]) != 0) {
-      FAIL_AT("%s: hook call %d is (phase %d, group %d, end %d), expected (%d, %d, %d)", what, i, h->ev[i][0],
-              h->ev[i][1], h->ev[i][2], ev[i][0], ev[i][1], ev[i][2]);
+      FAIL_AT("%s: hook call %d is (phase %d, group %d, end %d), expected (%d, %d, %d)", what, i,
+              h->ev[i][0], h->ev[i][1], h->ev[i][2], ev[i][0], ev[i][1], ev[i][2]);
       return;
     }
 }
@@ -422,14 +427,15 @@ static int pass_hook_fn(void *user, int phase, int group, int end) {
   if (!end) {
     for (int i = first; i < first + count; i++) gpt_cuda_set_weight(h->g, i, h->s->dw[i]);
     if (phase != GPT_HOOK_BACKWARD) return 0;
-    if (cudaMemsetAsync(scr, 0, group_scratch_bytes(h->s, group, NULL), st) != cudaSuccess) return 1;
+    if (cudaMemsetAsync(scr, 0, group_scratch_bytes(h->s, group, NULL), st) != cudaSuccess)
+      return 1;
     for (int i = first; i < first + count; i++) gpt_cuda_set_grad(h->g, i, scr + h->off[i]);
     return 0;
   }
   if (phase != GPT_HOOK_BACKWARD) return 0;
   for (int i = first; i < first + count; i++)
-    if (cudaMemcpyAsync(h->s->dg[i], scr + h->off[i], h->s->specs[i].n_elems * 2, cudaMemcpyDeviceToDevice, st) !=
-        cudaSuccess)
+    if (cudaMemcpyAsync(h->s->dg[i], scr + h->off[i], h->s->specs[i].n_elems * 2,
+                        cudaMemcpyDeviceToDevice, st) != cudaSuccess)
       return 1;
   return 0;
 }
@@ -474,8 +480,10 @@ static void test_per_pass(void) {
       CHECK(memcmp(&l, &lw[k], sizeof l) == 0);
       CHECK_EQ(gpt_cuda_backward(g, 1.0f), 0);
       uint16_t **got = fetch_grads(&s, g);
-      if (want[k]) bitwise_same_grads(&s, want[k], got, k ? "per-pass scratch, micro-batch 2" :
-                                                            "per-pass scratch, micro-batch 1");
+      if (want[k])
+        bitwise_same_grads(&s, want[k], got,
+                           k ? "per-pass scratch, micro-batch 2"
+                             : "per-pass scratch, micro-batch 1");
       free_grads(&s, got);
     }
     printf("per-pass gradient scratches (L=3, 2 micro-batches): losses %.6f %.6f\n", lw[0], lw[1]);
@@ -521,7 +529,8 @@ static void test_large_vocab(void) {
  * the program runs, so a cudaMemGetInfo difference can include the tool's.
  */
 static const char *cuda_tool_var(void) {
-  static const char *const vars[] = {"NV_SANITIZER_INJECTION_PORT_BASE", "NV_SANITIZER_INJECTION_PORT_RANGE_BEGIN",
+  static const char *const vars[] = {"NV_SANITIZER_INJECTION_PORT_BASE",
+                                     "NV_SANITIZER_INJECTION_PORT_RANGE_BEGIN",
                                      "CUDA_INJECTION64_PATH"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
     const char *v = getenv(vars[i]);
@@ -556,11 +565,14 @@ static void test_memory(void) {
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemGetInfo(&free1, &total));
     size_t used = free0 > free1 ? free0 - free1 : 0;
-    printf("memory (recompute %d): gpt_cuda_device_bytes %zu, cudaMemGetInfo delta %zu (%+.1f MiB)\n", rec, want,
-           used, ((double)used - (double)want) / 1048576.0);
+    printf(
+        "memory (recompute %d): gpt_cuda_device_bytes %zu, cudaMemGetInfo delta %zu (%+.1f MiB)\n",
+        rec, want, used, ((double)used - (double)want) / 1048576.0);
     if (tool) {
-      printf("memory (recompute %d): note: delta not checked: %s is set, a CUDA tool (compute-sanitizer?) in this "
-             "process allocates device memory of its own\n", rec, tool);
+      printf(
+          "memory (recompute %d): note: delta not checked: %s is set, a CUDA tool (compute-sanitizer?) in this "
+          "process allocates device memory of its own\n",
+          rec, tool);
     } else {
       CHECK(used + ((size_t)2 << 20) >= want);
       CHECK(used <= want + HANDLE_SLACK);

@@ -22,7 +22,8 @@ typedef struct {
   double **p; /* [np] parameter tensors in double */
 } ref_model;
 
-static void lin(double *out, const double *in, const double *W, const double *b, int N, int IN, int OUT) {
+static void lin(double *out, const double *in, const double *W, const double *b, int N, int IN,
+                int OUT) {
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OUT; o++) {
       double s = b ? b[o] : 0.0;
@@ -45,14 +46,18 @@ static void lnorm(double *out, const double *in, const double *w, const double *
 }
 
 /* Mean cross-entropy of the naive model; logits_out (N,V) if not NULL. */
-static double ref_forward(const ref_model *r, const uint8_t *inp, const uint8_t *tgt, int B, int T, double *logits_out) {
+static double ref_forward(const ref_model *r, const uint8_t *inp, const uint8_t *tgt, int B, int T,
+                          double *logits_out) {
   const int C = r->c.d_model, NH = r->c.n_head, V = r->c.vocab, hs = C / NH, N = B * T;
   double *x = calloc((size_t)N * C, sizeof(double)), *a = calloc((size_t)N * C, sizeof(double));
-  double *qkv = calloc((size_t)N * 3 * C, sizeof(double)), *y = calloc((size_t)N * C, sizeof(double));
-  double *t1 = calloc((size_t)N * C, sizeof(double)), *h = calloc((size_t)N * 4 * C, sizeof(double));
+  double *qkv = calloc((size_t)N * 3 * C, sizeof(double)),
+         *y = calloc((size_t)N * C, sizeof(double));
+  double *t1 = calloc((size_t)N * C, sizeof(double)),
+         *h = calloc((size_t)N * 4 * C, sizeof(double));
   double *lg = calloc((size_t)N * V, sizeof(double)), *sc = calloc((size_t)T, sizeof(double));
   for (int n = 0; n < N; n++)
-    for (int c = 0; c < C; c++) x[(size_t)n * C + c] = r->p[0][(size_t)inp[n] * C + c] + r->p[1][(size_t)(n % T) * C + c];
+    for (int c = 0; c < C; c++)
+      x[(size_t)n * C + c] = r->p[0][(size_t)inp[n] * C + c] + r->p[1][(size_t)(n % T) * C + c];
   for (int l = 0; l < r->c.n_layer; l++) {
     double **P = r->p + 2 + 12 * l;
     lnorm(a, x, P[0], P[1], N, C);
@@ -73,7 +78,8 @@ static double ref_forward(const ref_model *r, const uint8_t *inp, const uint8_t 
           double *o = y + ((size_t)b * T + t) * C + hh * hs;
           for (int i = 0; i < hs; i++) {
             double acc = 0;
-            for (int u = 0; u <= t; u++) acc += sc[u] / s * qkv[((size_t)b * T + u) * 3 * C + 2 * C + hh * hs + i];
+            for (int u = 0; u <= t; u++)
+              acc += sc[u] / s * qkv[((size_t)b * T + u) * 3 * C + 2 * C + hh * hs + i];
             o[i] = acc;
           }
         }
@@ -120,8 +126,8 @@ static void fill_init(gpt_model *m, const gpt_config *c, uint64_t seed) {
  * in float (atol = rtol = 0: equal values only, and an inf never matches).
  * @g1: the gradients of all @np tensors back to back. Prints the first with @what.
  */
-static size_t grads_mismatch(gpt_model *m, const gpt_param_spec *specs, int np, const float *g1, float mult,
-                             float atol, float rtol, const char *what) {
+static size_t grads_mismatch(gpt_model *m, const gpt_param_spec *specs, int np, const float *g1,
+                             float mult, float atol, float rtol, const char *what) {
   size_t bad = 0, o = 0;
   for (int i = 0; i < np; i++) {
     const float *g = gpt_grad(m, i);
@@ -129,8 +135,8 @@ static size_t grads_mismatch(gpt_model *m, const gpt_param_spec *specs, int np, 
       const float want = mult * g1[o + j];
       if (!(fabsf(g[j] - want) <= atol + rtol * fabsf(want))) {
         if (bad == 0)
-          fprintf(stderr, "%s:%d: %s[%zu] = %.9g %s, expected %.9g\n", __FILE__, __LINE__, specs[i].name, j, g[j],
-                  what, want);
+          fprintf(stderr, "%s:%d: %s[%zu] = %.9g %s, expected %.9g\n", __FILE__, __LINE__,
+                  specs[i].name, j, g[j], what, want);
         bad++;
       }
     }
@@ -171,8 +177,10 @@ int main(void) {
   CHECK(np == 28);
   CHECK(strcmp(specs[0].name, "wte") == 0 && specs[0].shape[0] == 256 && specs[0].shape[1] == 16);
   CHECK(strcmp(specs[1].name, "wpe") == 0 && specs[1].shape[0] == 8);
-  CHECK(strcmp(specs[4].name, "h.0.attn.c_attn.weight") == 0 && specs[4].shape[0] == 48 && specs[4].shape[1] == 16);
-  CHECK(strcmp(specs[12].name, "h.0.mlp.c_proj.weight") == 0 && specs[12].shape[0] == 16 && specs[12].shape[1] == 64);
+  CHECK(strcmp(specs[4].name, "h.0.attn.c_attn.weight") == 0 && specs[4].shape[0] == 48 &&
+        specs[4].shape[1] == 16);
+  CHECK(strcmp(specs[12].name, "h.0.mlp.c_proj.weight") == 0 && specs[12].shape[0] == 16 &&
+        specs[12].shape[1] == 64);
   CHECK(strcmp(specs[14].name, "h.1.ln_1.weight") == 0 && specs[14].ndim == 1);
   CHECK(strcmp(specs[27].name, "ln_f.bias") == 0);
   size_t tot = 0;
@@ -243,7 +251,9 @@ int main(void) {
     int bad_n = 0;
     for (int i = 0; i < 10 * 256 && bad_n < 10; i++) {
       if (!(fabs(lg[i] - lgd[i]) <= 1e-5 + 1e-5 * fabs(lgd[i]))) {
-        if (bad_n == 0) fprintf(stderr, "%s:%d: logits[%d] = %.9g, reference %.9g\n", __FILE__, __LINE__, i, lg[i], lgd[i]);
+        if (bad_n == 0)
+          fprintf(stderr, "%s:%d: logits[%d] = %.9g, reference %.9g\n", __FILE__, __LINE__, i,
+                  lg[i], lgd[i]);
         bad_n++;
       }
     }
@@ -278,7 +288,8 @@ int main(void) {
     double mx = 0;
     for (int s = 0; s < K; s++) {
       idx[s] = s == 0 ? 0 : s == 1 ? n - 1 : (size_t)((urand() + 1.0) * 0.5 * n) % n;
-      if (i == 0 && s >= 2) idx[s] = (size_t)inp[s] * 16 + (size_t)s % 16; /* rows that are also inputs */
+      if (i == 0 && s >= 2)
+        idx[s] = (size_t)inp[s] * 16 + (size_t)s % 16; /* rows that are also inputs */
       double *w = &r.p[i][idx[s]], keep = *w, h = 1e-4;
       *w = keep + h;
       double lp = ref_forward(&r, inp, tgt, B, T, NULL);
@@ -296,15 +307,16 @@ int main(void) {
       if (rel > worst) worst = rel;
       if (!(e <= atol + rtol * fabs(fd[s]))) {
         if (mismatches < 10)
-          fprintf(stderr, "%s:%d: grad %s[%zu] = %.9g, finite difference %.9g (atol %.3g, rtol %.3g)\n", __FILE__,
-                  __LINE__, specs[i].name, idx[s], g[idx[s]], fd[s], atol, rtol);
+          fprintf(stderr,
+                  "%s:%d: grad %s[%zu] = %.9g, finite difference %.9g (atol %.3g, rtol %.3g)\n",
+                  __FILE__, __LINE__, specs[i].name, idx[s], g[idx[s]], fd[s], atol, rtol);
         mismatches++;
       }
     }
     if (mismatches >= 10) break;
   }
-  printf("gradient check: %d tensors x %d elements, %d mismatches, worst error/tolerance %.3f\n", np, K, mismatches,
-         worst);
+  printf("gradient check: %d tensors x %d elements, %d mismatches, worst error/tolerance %.3f\n",
+         np, K, mismatches, worst);
   CHECK(mismatches == 0);
 
   /* backward twice accumulates exactly 2x; loss_mult scales */
@@ -336,7 +348,8 @@ int main(void) {
     gpt_model *mr = NULL;
     CHECK(gpt_create_ex(&cfg, B, 1, &mr, err, sizeof err) == 0);
     CHECK(gpt_recompute(mr) == 1 && gpt_recompute(m) == 0);
-    for (int i = 0; i < np; i++) memcpy(gpt_weight(mr, i), gpt_weight(m, i), specs[i].n_elems * sizeof(float));
+    for (int i = 0; i < np; i++)
+      memcpy(gpt_weight(mr, i), gpt_weight(m, i), specs[i].n_elems * sizeof(float));
     const int shapes[2][2] = {{B, T}, {1, 5}};
     for (int k = 0; k < 2; k++) {
       const int b = shapes[k][0], t = shapes[k][1];
@@ -351,15 +364,17 @@ int main(void) {
       size_t diff = 0;
       for (int i = 0; i < np; i++)
         if (memcmp(gpt_grad(m, i), gpt_grad(mr, i), specs[i].n_elems * sizeof(float)) != 0) {
-          if (diff == 0) fprintf(stderr, "%s:%d: gradient of %s differs with recompute (B %d, T %d)\n", __FILE__,
-                                 __LINE__, specs[i].name, b, t);
+          if (diff == 0)
+            fprintf(stderr, "%s:%d: gradient of %s differs with recompute (B %d, T %d)\n", __FILE__,
+                    __LINE__, specs[i].name, b, t);
           diff++;
         }
       CHECK(diff == 0);
       CHECK(h0.n == h1.n && h0.n == 2 * (2 * (cfg.n_layer + 2)));
       CHECK(memcmp(h0.ev, h1.ev, (size_t)h0.n * sizeof(int)) == 0);
-      printf("recompute (B %d, T %d): loss %.7f both ways, %zu of %d gradients differ, %d hook calls each\n", b, t,
-             c, diff, np, h1.n);
+      printf(
+          "recompute (B %d, T %d): loss %.7f both ways, %zu of %d gradients differ, %d hook calls each\n",
+          b, t, c, diff, np, h1.n);
     }
     gpt_set_hook(m, NULL, NULL);
     /* what it saves: L-1 blocks of ln1, atty, residual2, ln2 (N x C), qkv (3NC),
@@ -368,15 +383,18 @@ int main(void) {
     const size_t TT = (size_t)B * cfg.n_head * cfg.seq_len * cfg.seq_len, L = (size_t)cfg.n_layer;
     size_t saved = 0;
     const size_t per_block[] = {NC, NC, NC, NC, 3 * NC, 4 * NC, 4 * NC, Nn, Nn, Nn, Nn, TT};
-    for (size_t k = 0; k < sizeof per_block / sizeof per_block[0]; k++) saved += rb(L * per_block[k]) - rb(per_block[k]);
+    for (size_t k = 0; k < sizeof per_block / sizeof per_block[0]; k++)
+      saved += rb(L * per_block[k]) - rb(per_block[k]);
     const size_t full = gpt_host_bytes(&cfg, B, 0), ckpt = gpt_host_bytes(&cfg, B, 1);
-    printf("gpt_host_bytes: %zu without, %zu with activation checkpointing (saves %zu)\n", full, ckpt, full - ckpt);
+    printf("gpt_host_bytes: %zu without, %zu with activation checkpointing (saves %zu)\n", full,
+           ckpt, full - ckpt);
     CHECK(full - ckpt == saved && saved == 16640);
     /* a lower bound from the buffers alone: 3 parameter layouts and the activations */
     CHECK(full > 3 * gpt_total_elems(&cfg) * sizeof(float) + L * 15 * NC * sizeof(float));
     gpt_destroy(mr);
     /* sizes beyond size_t are refused before anything is allocated */
-    const gpt_config huge = {.n_layer = 1024, .n_head = 65536, .d_model = 65536, .seq_len = 65536, .vocab = 256};
+    const gpt_config huge = {
+        .n_layer = 1024, .n_head = 65536, .d_model = 65536, .seq_len = 65536, .vocab = 256};
     CHECK(gpt_host_bytes(&huge, 1 << 30, 1) == SIZE_MAX);
     gpt_model *mh = NULL;
     CHECK(gpt_create_ex(&huge, 1 << 30, 1, &mh, err, sizeof err) != 0 && mh == NULL);

@@ -26,15 +26,15 @@ typedef struct {
   const gpt_config *c;
   gpt_model *m;
   const gpt_param_spec *specs;
-  float **w;          /* [np] the weights */
-  float *w0, *g0;     /* group 0 scratch, gpt_group_elems(c, 0) floats */
-  float *wg, *gg;     /* the group in flight, gpt_max_group_elems(c) floats */
-  float **acc;        /* [np] sum over micro-batches */
-  float **last;       /* [np] the last backward's gradient, as taken at end(g) */
-  int bind_grads;     /* 0: bind weights only (a wrong hook) */
-  int skip_param;     /* >= 0: never bind this parameter's weights (a wrong hook) */
-  int n, ev[512];     /* calls, as in test_gpt_grad: phase*100000 + group*2 + end */
-  int max_live;       /* most groups bound at once besides group 0 */
+  float **w;      /* [np] the weights */
+  float *w0, *g0; /* group 0 scratch, gpt_group_elems(c, 0) floats */
+  float *wg, *gg; /* the group in flight, gpt_max_group_elems(c) floats */
+  float **acc;    /* [np] sum over micro-batches */
+  float **last;   /* [np] the last backward's gradient, as taken at end(g) */
+  int bind_grads; /* 0: bind weights only (a wrong hook) */
+  int skip_param; /* >= 0: never bind this parameter's weights (a wrong hook) */
+  int n, ev[512]; /* calls, as in test_gpt_grad: phase*100000 + group*2 + end */
+  int max_live;   /* most groups bound at once besides group 0 */
   int live;
 } feeder;
 
@@ -64,7 +64,8 @@ static int feed_hook(void *user, int phase, int group, int end) {
       const size_t n = f->specs[i].n_elems;
       memcpy(ws + o, f->w[i], n * sizeof(float));
       if (i != f->skip_param && gpt_bind_weight(f->m, i, ws + o) != 0) return -1;
-      if (phase == GPT_HOOK_BACKWARD && f->bind_grads && gpt_bind_grad(f->m, i, gs + o) != 0) return -1;
+      if (phase == GPT_HOOK_BACKWARD && f->bind_grads && gpt_bind_grad(f->m, i, gs + o) != 0)
+        return -1;
       o += (n + 15) / 16 * 16;
     }
     if (o != gpt_group_elems(f->c, group)) return -1;
@@ -93,15 +94,16 @@ static int idle_hook(void *user, int phase, int group, int end) {
 }
 
 /* Tensors of @np whose float32 contents differ bitwise between a[i] and b[i]; prints the first. */
-static int tensors_differ(const gpt_param_spec *specs, int np, float **a, float *const *b, const char *what) {
+static int tensors_differ(const gpt_param_spec *specs, int np, float **a, float *const *b,
+                          const char *what) {
   int diff = 0;
   for (int i = 0; i < np; i++)
     if (memcmp(a[i], b[i], specs[i].n_elems * sizeof(float)) != 0) {
       if (diff == 0) {
         size_t j = 0;
         while (j < specs[i].n_elems && memcmp(&a[i][j], &b[i][j], sizeof(float)) == 0) j++;
-        fprintf(stderr, "%s:%d: %s: %s[%zu] = %.9g streamed, %.9g resident\n", __FILE__, __LINE__, what,
-                specs[i].name, j, a[i][j], b[i][j]);
+        fprintf(stderr, "%s:%d: %s: %s[%zu] = %.9g streamed, %.9g resident\n", __FILE__, __LINE__,
+                what, specs[i].name, j, a[i][j], b[i][j]);
       }
       diff++;
     }
@@ -158,16 +160,24 @@ int main(void) {
      * allocation of create goes through (malloc's own statistics are not portable: the build may link
      * jemalloc, where mallinfo2() reports nothing) */
     const size_t want = gpt_streamed_host_bytes(&cfg, B, rc);
-    printf("recompute %d: gpt_streamed_host_bytes %zu, allocated %zu; gpt_host_bytes %zu, allocated %zu\n", rc,
-           want, gpt_allocated_bytes(ms), gpt_host_bytes(&cfg, B, rc), gpt_allocated_bytes(mr));
+    printf(
+        "recompute %d: gpt_streamed_host_bytes %zu, allocated %zu; gpt_host_bytes %zu, allocated %zu\n",
+        rc, want, gpt_allocated_bytes(ms), gpt_host_bytes(&cfg, B, rc), gpt_allocated_bytes(mr));
     CHECK_EQ(gpt_allocated_bytes(ms), want);
     CHECK_EQ(gpt_allocated_bytes(mr), gpt_host_bytes(&cfg, B, rc));
     /* the difference is exactly the three parameter layouts less the table's change */
     size_t layout = 0;
     for (int g = 0; g < gpt_num_groups(&cfg); g++) layout += gpt_group_elems(&cfg, g);
-    CHECK_EQ(gpt_host_bytes(&cfg, B, rc) - want, 3 * layout * sizeof(float) - (size_t)np * sizeof(size_t));
+    CHECK_EQ(gpt_host_bytes(&cfg, B, rc) - want,
+             3 * layout * sizeof(float) - (size_t)np * sizeof(size_t));
 
-    feeder f = {.c = &cfg, .m = ms, .specs = specs, .w = w, .acc = acc, .last = last, .bind_grads = 1,
+    feeder f = {.c = &cfg,
+                .m = ms,
+                .specs = specs,
+                .w = w,
+                .acc = acc,
+                .last = last,
+                .bind_grads = 1,
                 .skip_param = -1};
     f.w0 = alloc64(gpt_group_elems(&cfg, 0)), f.g0 = alloc64(gpt_group_elems(&cfg, 0));
     f.wg = alloc64(gpt_max_group_elems(&cfg)), f.gg = alloc64(gpt_max_group_elems(&cfg));
@@ -193,15 +203,17 @@ int main(void) {
       want_ev[e++] = 0;
       for (int g = 1; g <= L; g++) want_ev[e++] = 2 * g, want_ev[e++] = 2 * g + 1;
       want_ev[e++] = 2 * (L + 1), want_ev[e++] = 2 * (L + 1) + 1, want_ev[e++] = 1;
-      want_ev[e++] = 100000, want_ev[e++] = 100000 + 2 * (L + 1), want_ev[e++] = 100000 + 2 * (L + 1) + 1;
+      want_ev[e++] = 100000, want_ev[e++] = 100000 + 2 * (L + 1),
+      want_ev[e++] = 100000 + 2 * (L + 1) + 1;
       for (int g = L; g >= 1; g--) want_ev[e++] = 100000 + 2 * g, want_ev[e++] = 100000 + 2 * g + 1;
       want_ev[e++] = 100001;
       CHECK(e == f.n && memcmp(want_ev, f.ev, (size_t)e * sizeof(int)) == 0);
       float *rg[64];
-      for (int i = 0; i < np; i++) rg[i] = gpt_grad(mr, i), memcpy(mbg[k][i], last[i], specs[i].n_elems * 4);
+      for (int i = 0; i < np; i++)
+        rg[i] = gpt_grad(mr, i), memcpy(mbg[k][i], last[i], specs[i].n_elems * 4);
       bad_grad += tensors_differ(specs, np, last, rg, "per-micro-batch gradient");
-      printf("recompute %d, micro-batch %d (B %d, T %d): loss %.7f resident, %.7f streamed\n", rc, k, mb_b[k],
-             mb_t[k], lr, ls);
+      printf("recompute %d, micro-batch %d (B %d, T %d): loss %.7f resident, %.7f streamed\n", rc,
+             k, mb_b[k], mb_t[k], lr, ls);
     }
     CHECK(bad_loss == 0);
     CHECK(bad_grad == 0);
@@ -220,9 +232,10 @@ int main(void) {
     CHECK(bad_acc == 0);
     /* and the sum is a sum of different micro-batches' gradients (the comparison can fail) */
     CHECK(memcmp(mbg[0][4], mbg[1][4], specs[4].n_elems * 4) != 0);
-    printf("recompute %d: %d micro-batches: %d losses, %d per-micro-batch tensors, %d summed tensors differ "
-           "bitwise (of %d)\n",
-           rc, MB, bad_loss, bad_grad, bad_acc, np);
+    printf(
+        "recompute %d: %d micro-batches: %d losses, %d per-micro-batch tensors, %d summed tensors differ "
+        "bitwise (of %d)\n",
+        rc, MB, bad_loss, bad_grad, bad_acc, np);
 
     /* sampling: the streamed model fetches through the hook (forward phase only), same bytes */
     {
@@ -235,16 +248,19 @@ int main(void) {
       int bwd = 0;
       for (int i = 0; i < f.n && i < 512; i++) bwd += f.ev[i] >= 100000;
       CHECK(bwd == 0);
-      CHECK(gpt_backward(ms, 1.0f) != 0); /* sampling ends the last forward's targets, as resident */
+      CHECK(gpt_backward(ms, 1.0f) !=
+            0); /* sampling ends the last forward's targets, as resident */
     }
 
     /* unbound tensors: an error naming the tensor, never a crash */
     {
       gpt_set_hook(ms, NULL, NULL);
       CHECK(isnan(gpt_forward(ms, inp[0], tgt[0], B, T)));
-      CHECK(strcmp(gpt_last_error(ms),
-                   "gpt_forward: wte (parameter 0) has no weights (gpt_bind_weight) bound at the begin of group 0") ==
-            0);
+      CHECK(
+          strcmp(
+              gpt_last_error(ms),
+              "gpt_forward: wte (parameter 0) has no weights (gpt_bind_weight) bound at the begin of group 0") ==
+          0);
       printf("no hook: %s\n", gpt_last_error(ms));
       /* bindings do not outlive their pass: a hook that binds nothing after a good pass fails too */
       gpt_set_hook(ms, feed_hook, &f);
@@ -256,21 +272,24 @@ int main(void) {
       gpt_set_hook(ms, feed_hook, &f);
       f.skip_param = 2 + 12 + 2; /* h.1.attn.c_attn.weight */
       CHECK(isnan(gpt_forward(ms, inp[0], tgt[0], B, T)));
-      CHECK(strcmp(gpt_last_error(ms), "gpt_forward: h.1.attn.c_attn.weight (parameter 16) has no weights "
-                                       "(gpt_bind_weight) bound at the begin of group 2") == 0);
+      CHECK(strcmp(gpt_last_error(ms),
+                   "gpt_forward: h.1.attn.c_attn.weight (parameter 16) has no weights "
+                   "(gpt_bind_weight) bound at the begin of group 2") == 0);
       printf("one tensor unbound: %s\n", gpt_last_error(ms));
       f.skip_param = -1;
       /* weights but no gradient buffers in backward */
       CHECK(!isnan(gpt_forward(ms, inp[0], tgt[0], B, T)));
       f.bind_grads = 0;
       CHECK(gpt_backward(ms, 1.0f) == -1);
-      CHECK(strcmp(gpt_last_error(ms), "gpt_backward: wte (parameter 0) has no gradient buffer (gpt_bind_grad) "
-                                       "bound at the begin of group 0") == 0);
+      CHECK(strcmp(gpt_last_error(ms),
+                   "gpt_backward: wte (parameter 0) has no gradient buffer (gpt_bind_grad) "
+                   "bound at the begin of group 0") == 0);
       printf("no gradient buffers: %s\n", gpt_last_error(ms));
       f.bind_grads = 1;
       CHECK(gpt_backward(ms, 1.0f) == 0); /* the forward's targets survive a failed backward */
       /* bind refusals */
-      CHECK(gpt_bind_weight(ms, np, w[0]) == -1 && strstr(gpt_last_error(ms), "out of range [0, 27]") != NULL);
+      CHECK(gpt_bind_weight(ms, np, w[0]) == -1 &&
+            strstr(gpt_last_error(ms), "out of range [0, 27]") != NULL);
       CHECK(gpt_bind_grad(ms, 0, w[0] + 1) == -1 && strstr(gpt_last_error(ms), "wte: ") != NULL &&
             strstr(gpt_last_error(ms), "not 64-byte aligned") != NULL);
       CHECK(gpt_bind_weight(mr, 0, w[0]) == -1 &&
@@ -283,19 +302,24 @@ int main(void) {
 
   /* sizes: refused beyond size_t; a 2e9-parameter model, batch 1, recompute on */
   {
-    const gpt_config huge = {.n_layer = 1024, .n_head = 65536, .d_model = 65536, .seq_len = 65536, .vocab = 256};
+    const gpt_config huge = {
+        .n_layer = 1024, .n_head = 65536, .d_model = 65536, .seq_len = 65536, .vocab = 256};
     CHECK(gpt_streamed_host_bytes(&huge, 1 << 30, 1) == SIZE_MAX);
     CHECK(gpt_streamed_host_bytes(&cfg, 0, 1) == SIZE_MAX);
     gpt_model *mh = NULL;
     CHECK(gpt_create_streamed(&huge, 1 << 30, 1, &mh, err, sizeof err) != 0 && mh == NULL);
-    CHECK(strncmp(err, "gpt_create_streamed: the model's buffers", 40) == 0 && strstr(err, "overflow size_t"));
-    const gpt_config big = {.n_layer = 26, .n_head = 20, .d_model = 2560, .seq_len = 64, .vocab = 256};
+    CHECK(strncmp(err, "gpt_create_streamed: the model's buffers", 40) == 0 &&
+          strstr(err, "overflow size_t"));
+    const gpt_config big = {
+        .n_layer = 26, .n_head = 20, .d_model = 2560, .seq_len = 64, .vocab = 256};
     const size_t rs = gpt_host_bytes(&big, 1, 1), st = gpt_streamed_host_bytes(&big, 1, 1);
-    printf("d_model 2560, n_layer 26, n_head 20, seq_len 64, vocab 256, batch 1, recompute on: %zu parameters; "
-           "resident %zu bytes, streamed %zu bytes; group 0 %zu floats, largest other group %zu floats\n",
-           gpt_total_elems(&big), rs, st, gpt_group_elems(&big, 0), gpt_max_group_elems(&big));
+    printf(
+        "d_model 2560, n_layer 26, n_head 20, seq_len 64, vocab 256, batch 1, recompute on: %zu parameters; "
+        "resident %zu bytes, streamed %zu bytes; group 0 %zu floats, largest other group %zu floats\n",
+        gpt_total_elems(&big), rs, st, gpt_group_elems(&big, 0), gpt_max_group_elems(&big));
     /* C = 2560 pads nothing: the three layouts are 3 x 4 bytes a parameter, less the offsets table */
-    CHECK_EQ(rs - st, 3 * gpt_total_elems(&big) * sizeof(float) - (size_t)gpt_num_params(&big) * sizeof(size_t));
+    CHECK_EQ(rs - st, 3 * gpt_total_elems(&big) * sizeof(float) -
+                          (size_t)gpt_num_params(&big) * sizeof(size_t));
     CHECK(st < (size_t)64 << 20);
   }
 

@@ -40,7 +40,8 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
 static long pass(gpt_model *m, const gpt_config *c, int B) {
   const int T = c->seq_len;
   uint8_t *inp = malloc((size_t)B * T), *tgt = malloc((size_t)B * T);
-  for (int i = 0; i < B * T; i++) inp[i] = (uint8_t)((i * 37 + 11) % c->vocab), tgt[i] = (uint8_t)((i * 53 + 5) % c->vocab);
+  for (int i = 0; i < B * T; i++)
+    inp[i] = (uint8_t)((i * 37 + 11) % c->vocab), tgt[i] = (uint8_t)((i * 53 + 5) % c->vocab);
   gpt_zero_grad(m);
   const long f0 = forks;
   const float loss = gpt_forward(m, inp, tgt, B, T);
@@ -92,7 +93,9 @@ static long check_init(const gpt_config *c, uint64_t seed) {
     gpt_param_init(c, i, seed, b);
     CHECK_BYTES(specs[i].name, a, b, n * sizeof(float));
     if (i == 0 || i == 1 || i == 2 + GPT_P_QKV_W || i == 2 + GPT_P_ATTPROJ_W) {
-      init_normal_ref(i, seed, i == 2 + GPT_P_ATTPROJ_W ? 0.02f / sqrtf(2.0f * (float)c->n_layer) : 0.02f, n, b);
+      init_normal_ref(i, seed,
+                      i == 2 + GPT_P_ATTPROJ_W ? 0.02f / sqrtf(2.0f * (float)c->n_layer) : 0.02f, n,
+                      b);
       CHECK_BYTES(specs[i].name, a, b, n * sizeof(float));
     }
   }
@@ -134,9 +137,10 @@ static int run_child(const char *core) {
 
 int main(void) {
   const int child = getenv("ZO_TEST_GPT_THREADS_CHILD") != NULL;
-  printf("OPENBLAS_CORETYPE %s: OpenBLAS %s\n", getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset",
-         gpt_blas_core());
-  gpt_set_threads(2); /* a team of 2 whatever this machine has: the thresholds decide, not the core count */
+  printf("OPENBLAS_CORETYPE %s: OpenBLAS %s\n",
+         getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset", gpt_blas_core());
+  gpt_set_threads(
+      2); /* a team of 2 whatever this machine has: the thresholds decide, not the core count */
   gpt_set_thread_adapt(0);
 
   /* tests/configs/tiny.json's model: every region is below the threshold (main's code forked ~80 a pass) */
@@ -156,8 +160,10 @@ int main(void) {
   const long f_init_odd = check_init(&odd, 99);
   const gpt_config dflt = {.n_layer = 4, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 256};
   const long f_init_big = check_init(&dflt, 1337);
-  printf("initial weights forked %ld (small), %ld (odd wpe), %ld (default model) regions; same bits on 1 and 2 "
-         "threads and as the serial reference\n", f_init_small, f_init_odd, f_init_big);
+  printf(
+      "initial weights forked %ld (small), %ld (odd wpe), %ld (default model) regions; same bits on 1 and 2 "
+      "threads and as the serial reference\n",
+      f_init_small, f_init_odd, f_init_big);
   CHECK_EQ(f_init_small, 0);
   CHECK(f_init_odd > 0);
   CHECK(f_init_big > 0);
@@ -166,7 +172,8 @@ int main(void) {
   const gpt_config big = {.n_layer = 4, .n_head = 4, .d_model = 128, .seq_len = 128, .vocab = 256};
   m = make(&big, 16);
   const long f_big = pass(m, &big, 16);
-  printf("default model (L=4 C=128 T=128 B=16): %ld regions forked in a forward + backward\n", f_big);
+  printf("default model (L=4 C=128 T=128 B=16): %ld regions forked in a forward + backward\n",
+         f_big);
   CHECK(f_big > 0);
 
   /* the thread count does not change a bit of the gradients */
@@ -181,7 +188,8 @@ int main(void) {
     at += specs[i].n_elems;
   }
   const int failed_before = zo_test_failures;
-  for (int nt = 1; nt <= 3; nt += 2) { /* and an odd team: the tiles of a product do not follow the team size */
+  for (int nt = 1; nt <= 3;
+       nt += 2) { /* and an odd team: the tiles of a product do not follow the team size */
     gpt_set_threads(nt);
     (void)pass(m, &big, 16);
     at = g2;
@@ -190,7 +198,8 @@ int main(void) {
       at += specs[i].n_elems;
     }
   }
-  if (zo_test_failures == failed_before) printf("default model: gradients the same bits on 1, 2 and 3 threads\n");
+  if (zo_test_failures == failed_before)
+    printf("default model: gradients the same bits on 1, 2 and 3 threads\n");
   free(specs);
   free(g2);
   gpt_destroy(m);
@@ -202,7 +211,8 @@ int main(void) {
                         zo_simd_supported(ZO_SIMD_AVX512)};
     for (int i = 0; i < 3; i++) {
       if (!runs[i]) {
-        printf("OPENBLAS_CORETYPE %s: skipped, this CPU has no %s\n", cores[i], i == 2 ? "AVX-512" : "AVX2");
+        printf("OPENBLAS_CORETYPE %s: skipped, this CPU has no %s\n", cores[i],
+               i == 2 ? "AVX-512" : "AVX2");
         continue;
       }
       const int rc = run_child(cores[i]);

@@ -42,8 +42,10 @@ static void base_config(zo_config_t *c, zo_offload_device tier) {
   grad_adamw_config(c, MB);
   c->zero.offload_optimizer.device = tier;
   c->zero.sub_group_size = 3000;
-  c->zero.reduce_bucket_size = 1500; /* smaller than three of the tensors: they go through in chunks */
-  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s", g_dir);
+  c->zero.reduce_bucket_size =
+      1500; /* smaller than three of the tensors: they go through in chunks */
+  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(c->zero.offload_param.nvme_path, sizeof c->zero.offload_param.nvme_path, "%s", g_dir);
 }
 
@@ -74,8 +76,8 @@ static int poison(zo_device_t *dev, zo_stream_t *cs, void *dst, size_t nbytes) {
 /* One step of the accumulating engine: micro-batches 0..MB-2 accumulated, MB-1 handed over with ready, all
  * through one buffer per tensor that is overwritten right after each fence. @host[mb][i]: the gradients in
  * @dt, times the loss scale. With @misuse (step 2): the step is first tried without one tensor's ready. */
-static int step_accum(zo_device_t *dev, zo_stream_t *cs, eng *g, void *host[MB][NP], zo_dtype dt, int misuse,
-                      zo_step_info *inf) {
+static int step_accum(zo_device_t *dev, zo_stream_t *cs, eng *g, void *host[MB][NP], zo_dtype dt,
+                      int misuse, zo_step_info *inf) {
   const size_t dsz = zo_dtype_size(dt);
   for (int mb = 0; mb < MB; mb++) {
     for (int i = 0; i < NP; i++) {
@@ -85,7 +87,8 @@ static int step_accum(zo_device_t *dev, zo_stream_t *cs, eng *g, void *host[MB][
                                  : zo_engine_grad_ready(g->e, g->ps[i], g->dbuf[i], dt);
       if (!CHECK_OK(st)) return 1;
       if (!CHECK_OK(zo_engine_grad_fence(g->e, cs))) return 1;
-      if (poison(dev, cs, g->dbuf[i], k_sizes[i] * dsz)) return 1; /* the next micro-batch reuses it */
+      if (poison(dev, cs, g->dbuf[i], k_sizes[i] * dsz))
+        return 1; /* the next micro-batch reuses it */
     }
     if (mb == 1 && misuse) { /* between micro-batches: save refused, accumulation kept */
       CHECK_ST(zo_engine_save(g->e, g_dir, NULL, NULL, 0), ZO_ERR_INVALID_USAGE);
@@ -97,9 +100,11 @@ static int step_accum(zo_device_t *dev, zo_stream_t *cs, eng *g, void *host[MB][
   if (misuse) {
     CHECK_ST(zo_engine_step(g->e, inf), ZO_ERR_INVALID_USAGE);
     CHECK_HAS(zo_last_error(), "tensor 't2' has 3 accumulated micro-batch gradient(s)");
-    CHECK_ST(zo_engine_grad_accumulate(g->e, g->ps[0], g->dbuf[0], dt), ZO_ERR_INVALID_USAGE); /* after ready */
+    CHECK_ST(zo_engine_grad_accumulate(g->e, g->ps[0], g->dbuf[0], dt),
+             ZO_ERR_INVALID_USAGE); /* after ready */
     CHECK_HAS(zo_last_error(), "grad_accumulate 't0': gradient already handed over");
-    CHECK_ST(zo_engine_grad_ready(g->e, g->ps[0], g->dbuf[0], dt), ZO_ERR_INVALID_USAGE); /* twice */
+    CHECK_ST(zo_engine_grad_ready(g->e, g->ps[0], g->dbuf[0], dt),
+             ZO_ERR_INVALID_USAGE); /* twice */
     const zo_dtype bad = zo_engine_grad_dtype(g->e) == ZO_DTYPE_F16 ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
     CHECK_ST(zo_engine_grad_accumulate(g->e, g->ps[2], g->dbuf[2], bad), ZO_ERR_INVALID_ARG);
     CHECK_HAS(zo_last_error(), "grad_accumulate 't2': gradient dtype ");
@@ -117,12 +122,12 @@ static int step_accum(zo_device_t *dev, zo_stream_t *cs, eng *g, void *host[MB][
 }
 
 /* One step of the reference engine: the fp32 sum over the micro-batches, in order, handed over once. */
-static int step_summed(zo_device_t *dev, eng *g, void *host[MB][NP], zo_dtype dt, zo_step_info *inf) {
+static int step_summed(zo_device_t *dev, eng *g, void *host[MB][NP], zo_dtype dt,
+                       zo_step_info *inf) {
   for (int i = 0; i < NP; i++) {
     float *sum = calloc(k_sizes[i], 4);
     for (int mb = 0; mb < MB; mb++)
-      for (size_t j = 0; j < k_sizes[i]; j++)
-        sum[j] += load(host[mb][i], dt, j);
+      for (size_t j = 0; j < k_sizes[i]; j++) sum[j] += load(host[mb][i], dt, j);
     int bad = put(dev, NULL, g->dbuf[i], sum, k_sizes[i] * 4);
     free(sum);
     if (bad || !CHECK_OK(zo_engine_grad_ready(g->e, g->ps[i], g->dbuf[i], ZO_DTYPE_F32))) return 1;
@@ -135,17 +140,19 @@ static void run_case(const char *label, const zo_config_t *c, zo_dtype mb_dtype,
   zo_device_t *dev = NULL;
   zo_stream_t *cs = NULL;
   eng a, b;
-  if (zo_test_skip_device_kernels(label, c->zero.offload_optimizer.device == ZO_OFFLOAD_NONE)) return;
+  if (zo_test_skip_device_kernels(label, c->zero.offload_optimizer.device == ZO_OFFLOAD_NONE))
+    return;
   if (!CHECK_OK(zo_test_device_create(0, &dev))) return;
   /* a slow emulated link: the copies out of the caller's buffers are still in flight when a fence returns
    * early, so the poison below would reach the result (the cuda stand-in's copies always land later) */
   if (zo_test_kind == ZO_DEVICE_HOST) CHECK_OK(zo_device_set_link_gbps(dev, 0.2));
   if (use_cs) CHECK_OK(zo_stream_create(dev, &cs));
   zo_config_t cb = *c; /* the reference's swap files in a directory of their own */
-  CHECK((size_t)snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/ref", g_dir) <
-      sizeof cb.zero.offload_optimizer.nvme_path);
-  CHECK((size_t)snprintf(cb.zero.offload_param.nvme_path, sizeof cb.zero.offload_param.nvme_path, "%s/ref", g_dir) <
-      sizeof cb.zero.offload_param.nvme_path);
+  CHECK((size_t)snprintf(cb.zero.offload_optimizer.nvme_path,
+                         sizeof cb.zero.offload_optimizer.nvme_path, "%s/ref",
+                         g_dir) < sizeof cb.zero.offload_optimizer.nvme_path);
+  CHECK((size_t)snprintf(cb.zero.offload_param.nvme_path, sizeof cb.zero.offload_param.nvme_path,
+                         "%s/ref", g_dir) < sizeof cb.zero.offload_param.nvme_path);
   mkdir(cb.zero.offload_optimizer.nvme_path, 0700);
   int bad = eng_open(&a, c, dev, cs) || eng_open(&b, &cb, dev, NULL);
   const size_t dsz = zo_dtype_size(mb_dtype);
@@ -156,16 +163,19 @@ static void run_case(const char *label, const zo_config_t *c, zo_dtype mb_dtype,
     for (int mb = 0; mb < MB; mb++)
       for (int i = 0; i < NP; i++) {
         float *f = malloc(k_sizes[i] * 4);
-        for (size_t j = 0; j < k_sizes[i]; j++) f[j] = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
+        for (size_t j = 0; j < k_sizes[i]; j++)
+          f[j] = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
         free(host[mb][i]);
         host[mb][i] = malloc(k_sizes[i] * dsz);
         cast_to(host[mb][i], mb_dtype, f, k_sizes[i]);
         free(f);
       }
     zo_step_info ia, ib;
-    bad = step_accum(dev, cs, &a, host, mb_dtype, s == 2 && W == 1, &ia) || step_summed(dev, &b, host, mb_dtype, &ib);
+    bad = step_accum(dev, cs, &a, host, mb_dtype, s == 2 && W == 1, &ia) ||
+          step_summed(dev, &b, host, mb_dtype, &ib);
     if (bad) break;
-    if (!CHECK(ia.grad_norm == ib.grad_norm)) fprintf(stderr, "  %s step %d: norm %.17g vs %.17g\n", label, s, ia.grad_norm, ib.grad_norm);
+    if (!CHECK(ia.grad_norm == ib.grad_norm))
+      fprintf(stderr, "  %s step %d: norm %.17g vs %.17g\n", label, s, ia.grad_norm, ib.grad_norm);
     CHECK_EQ(ia.skipped, ib.skipped);
     CHECK(ia.loss_scale == ib.loss_scale);
   }
@@ -182,8 +192,10 @@ static void run_case(const char *label, const zo_config_t *c, zo_dtype mb_dtype,
   }
   for (int mb = 0; mb < MB; mb++)
     for (int i = 0; i < NP; i++) free(host[mb][i]);
-  if (!bad) printf("ok: %s (rank %d of %d): accumulate x%d + ready == one ready of the fp32 sum, bit for bit\n", label,
-                   R, W, MB - 1);
+  if (!bad)
+    printf(
+        "ok: %s (rank %d of %d): accumulate x%d + ready == one ready of the fp32 sum, bit for bit\n",
+        label, R, W, MB - 1);
   eng_close(&a, dev);
   eng_close(&b, dev);
   zo_stream_destroy(cs);
@@ -201,10 +213,12 @@ static void test_gas1(void) {
   eng g;
   if (!CHECK_OK(zo_test_device_create(0, &dev))) return;
   if (!eng_open(&g, &c, dev, NULL)) {
-    CHECK_ST(zo_engine_grad_accumulate(g.e, g.ps[0], g.dbuf[0], ZO_DTYPE_BF16), ZO_ERR_INVALID_USAGE);
+    CHECK_ST(zo_engine_grad_accumulate(g.e, g.ps[0], g.dbuf[0], ZO_DTYPE_BF16),
+             ZO_ERR_INVALID_USAGE);
     CHECK_HAS(zo_last_error(), "gradient_accumulation_steps is 1");
     CHECK_ST(zo_engine_grad_ready(g.e, g.ps[0], g.dbuf[0], ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
-    CHECK_HAS(zo_last_error(), "grad_ready 't0': gradient dtype fp32, expected bf16 (zo_engine_grad_dtype)");
+    CHECK_HAS(zo_last_error(),
+              "grad_ready 't0': gradient dtype fp32, expected bf16 (zo_engine_grad_dtype)");
     CHECK_OK(zo_engine_grad_fence(g.e, NULL)); /* nothing handed over: returns at once */
   }
   eng_close(&g, dev);
@@ -218,7 +232,8 @@ int main(int argc, char **argv) {
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];
   snprintf(base, sizeof base, "zo-test-accum-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
+    return ZO_TEST_SKIP;
   zo_config_t c;
   if (W == 1) {
     static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
@@ -235,7 +250,8 @@ int main(int argc, char **argv) {
     for (int t = 0; t < 3; t++) {
       base_config(&c, tiers[t]);
       c.fp16.enabled = 1, c.fp16.initial_scale_power = 4, c.fp16.loss_scale_window = 2;
-      if (tiers[t] == ZO_OFFLOAD_NONE) c.grad_accum_dtype = ZO_DTYPE_F32; /* device shard: working dtype unless set */
+      if (tiers[t] == ZO_OFFLOAD_NONE)
+        c.grad_accum_dtype = ZO_DTYPE_F32; /* device shard: working dtype unless set */
       snprintf(label, sizeof label, "%s, fp16 loss scaling, fp32 micro-batches", names[t]);
       run_case(label, &c, ZO_DTYPE_F32, 0);
       base_config(&c, tiers[t]);

@@ -51,7 +51,8 @@ static int one_step(zo_device_t *dev, eng *g, int s, int gas, zo_dtype dt, zo_st
       const size_t n = k_sizes[i];
       void *h = malloc(n * 4);
       float *f = malloc(n * 4);
-      for (size_t j = 0; j < n; j++) f[j] = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
+      for (size_t j = 0; j < n; j++)
+        f[j] = grad_of(R, s, mb, i, j) * (float)ls * (s == 3 ? 4.f : 1.f);
       cast_to(h, dt, f, n);
       free(f);
       int bad = !CHECK_OK(zo_engine_grad_fence(g->e, NULL)) ||
@@ -74,8 +75,9 @@ static void check_ledger(const eng *g, const char *label) {
     if (!strcmp(led[i].purpose, "grad.swp") && led[i].tier == ZO_TIER_NVME) file = 1;
     if (!strcmp(led[i].purpose, "grad_host")) host = 1;
   }
-  if (!CHECK(file && !host)) fprintf(stderr, "  %s: grad.swp %s, grad_host %s\n", label, file ? "yes" : "no",
-                                     host ? "yes" : "no");
+  if (!CHECK(file && !host))
+    fprintf(stderr, "  %s: grad.swp %s, grad_host %s\n", label, file ? "yes" : "no",
+            host ? "yes" : "no");
 }
 
 static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype dt) {
@@ -85,10 +87,14 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
   zo_config_t ca = *c, cb = *c;
   ca.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
   cb.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  snprintf(ca.zero.offload_optimizer.nvme_path, sizeof ca.zero.offload_optimizer.nvme_path, "%s/a", g_dir);
-  snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/b", g_dir);
-  memcpy(ca.zero.offload_param.nvme_path, ca.zero.offload_optimizer.nvme_path, sizeof ca.zero.offload_param.nvme_path);
-  memcpy(cb.zero.offload_param.nvme_path, cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_param.nvme_path);
+  snprintf(ca.zero.offload_optimizer.nvme_path, sizeof ca.zero.offload_optimizer.nvme_path, "%s/a",
+           g_dir);
+  snprintf(cb.zero.offload_optimizer.nvme_path, sizeof cb.zero.offload_optimizer.nvme_path, "%s/b",
+           g_dir);
+  memcpy(ca.zero.offload_param.nvme_path, ca.zero.offload_optimizer.nvme_path,
+         sizeof ca.zero.offload_param.nvme_path);
+  memcpy(cb.zero.offload_param.nvme_path, cb.zero.offload_optimizer.nvme_path,
+         sizeof cb.zero.offload_param.nvme_path);
   mkdir(ca.zero.offload_optimizer.nvme_path, 0700);
   mkdir(cb.zero.offload_optimizer.nvme_path, 0700);
   int bad = eng_open(&a, &ca, dev, NULL) || eng_open(&b, &cb, dev, NULL);
@@ -101,10 +107,13 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
           !CHECK_OK(zo_engine_mem_info(a.e, &m1)) || one_step(dev, &b, s, gas, dt, &ib);
     if (bad) break;
     if (g_resident && s >= 2 && !CHECK_EQ(m1.nvme_read_bytes - m0.nvme_read_bytes, 0))
-      fprintf(stderr, "  %s step %d: read %llu B from NVMe with the state resident (gradients through grad.swp)\n",
-              label, s, (unsigned long long)(m1.nvme_read_bytes - m0.nvme_read_bytes));
+      fprintf(
+          stderr,
+          "  %s step %d: read %llu B from NVMe with the state resident (gradients through grad.swp)\n",
+          label, s, (unsigned long long)(m1.nvme_read_bytes - m0.nvme_read_bytes));
     if (!CHECK(ia.grad_norm == ib.grad_norm))
-      fprintf(stderr, "  %s step %d: norm %.17g (nvme) vs %.17g (cpu)\n", label, s, ia.grad_norm, ib.grad_norm);
+      fprintf(stderr, "  %s step %d: norm %.17g (nvme) vs %.17g (cpu)\n", label, s, ia.grad_norm,
+              ib.grad_norm);
     CHECK_EQ(ia.skipped, ib.skipped);
     CHECK(ia.loss_scale == ib.loss_scale);
   }
@@ -119,8 +128,10 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
     }
     free(ma), free(mb);
   }
-  if (!bad) printf("ok: %s (rank %d of %d): nvme == cpu master weights and norms over %d steps, bit for bit\n", label,
-                   R, W, STEPS);
+  if (!bad)
+    printf(
+        "ok: %s (rank %d of %d): nvme == cpu master weights and norms over %d steps, bit for bit\n",
+        label, R, W, STEPS);
   eng_close(&a, dev);
   eng_close(&b, dev);
   zo_device_destroy(dev);
@@ -136,7 +147,8 @@ int main(int argc, char **argv) {
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64], label[160];
   snprintf(base, sizeof base, "zo-test-gradnv-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
+    return ZO_TEST_SKIP;
   zo_config_t c;
   const int stages[2] = {2, 3};
   for (int si = 0; si < (W > 1 ? 2 : 1); si++)
@@ -144,10 +156,12 @@ int main(int argc, char **argv) {
       for (int clip = 0; clip < 2; clip++) {
         base_config(&c, gas);
         c.zero.stage = stages[si];
-        if (stages[si] == 3) c.zero.offload_param.device = ZO_OFFLOAD_CPU; /* several ranks: stage 3 needs it */
+        if (stages[si] == 3)
+          c.zero.offload_param.device = ZO_OFFLOAD_CPU; /* several ranks: stage 3 needs it */
         c.gradient_clipping = clip ? 1.0 : 0;
         c.zero.overlap_comm = clip;
-        snprintf(label, sizeof label, "stage %d, fp32, gas %d, clipping %s", stages[si], gas, clip ? "on" : "off");
+        snprintf(label, sizeof label, "stage %d, fp32, gas %d, clipping %s", stages[si], gas,
+                 clip ? "on" : "off");
         run_case(label, &c, gas, ZO_DTYPE_F32);
       }
   for (int gas = 1; gas <= 4; gas += 3) {
@@ -156,7 +170,8 @@ int main(int argc, char **argv) {
     snprintf(label, sizeof label, "fp16 loss scaling, gas %d", gas);
     run_case(label, &c, gas, gas > 1 ? ZO_DTYPE_F32 : ZO_DTYPE_F16);
   }
-  if (W == 1) { /* the gpt-2b-nvme preset's setting: bf16, gas 1, clipping, parameters on nvme at stage 3 */
+  if (W ==
+      1) { /* the gpt-2b-nvme preset's setting: bf16, gas 1, clipping, parameters on nvme at stage 3 */
     base_config(&c, 1);
     c.bf16.enabled = 1;
     c.gradient_clipping = 1.0;

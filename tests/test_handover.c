@@ -53,17 +53,20 @@ static void test_space(zo_engine_t *e) {
   zo_grad_handover_t *h = NULL;
   size_t off = 99;
   int fenced = -1;
-  CHECK_ST(zo_grad_handover_create(e, 1024, 3, NULL, &h), ZO_ERR_INVALID_ARG); /* not a power of two */
+  CHECK_ST(zo_grad_handover_create(e, 1024, 3, NULL, &h),
+           ZO_ERR_INVALID_ARG); /* not a power of two */
   CHECK(h == NULL);
   CHECK_ST(zo_grad_handover_create(e, 1024, 8192, NULL, &h), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_grad_handover_create(NULL, 1024, 0, NULL, &h), ZO_ERR_INVALID_ARG);
   REQUIRE_OK(zo_grad_handover_create(e, 1024, 0, NULL, &h)); /* 0: ZO_GRAD_HANDOVER_ALIGN */
   CHECK_EQ(zo_grad_handover_used(h), 0);
   CHECK_OK(zo_grad_handover_reserve(h, 400, &off, &fenced));
-  CHECK_EQ(off, 0), CHECK_EQ(fenced, 0), CHECK_EQ(zo_grad_handover_used(h), 448); /* rounded up to 64 */
+  CHECK_EQ(off, 0), CHECK_EQ(fenced, 0),
+      CHECK_EQ(zo_grad_handover_used(h), 448); /* rounded up to 64 */
   CHECK_OK(zo_grad_handover_reserve(h, 148, &off, &fenced));
   CHECK_EQ(off, 448), CHECK_EQ(fenced, 0), CHECK_EQ(zo_grad_handover_used(h), 640);
-  CHECK_OK(zo_grad_handover_reserve(h, 400, &off, &fenced)); /* 640 + 400 > 1024: a fence, then the start */
+  CHECK_OK(zo_grad_handover_reserve(h, 400, &off,
+                                    &fenced)); /* 640 + 400 > 1024: a fence, then the start */
   CHECK_EQ(off, 0), CHECK_EQ(fenced, 1), CHECK_EQ(zo_grad_handover_used(h), 448);
   CHECK_ST(zo_grad_handover_reserve(h, 1025, &off, &fenced), ZO_ERR_INVALID_ARG); /* never fits */
   CHECK_HAS(zo_last_error(), "1025 bytes");
@@ -85,7 +88,8 @@ static void test_space(zo_engine_t *e) {
   CHECK_EQ(zo_grad_handover_used(NULL), 0);
   zo_grad_handover_destroy(h);
 
-  REQUIRE_OK(zo_grad_handover_create(e, 10, 1, NULL, &h)); /* counting bytes kept elsewhere: no padding */
+  REQUIRE_OK(
+      zo_grad_handover_create(e, 10, 1, NULL, &h)); /* counting bytes kept elsewhere: no padding */
   CHECK_OK(zo_grad_handover_reserve(h, 3, &off, &fenced));
   CHECK_OK(zo_grad_handover_reserve(h, 5, &off, &fenced));
   CHECK_EQ(off, 3), CHECK_EQ(fenced, 0), CHECK_EQ(zo_grad_handover_used(h), 8);
@@ -98,21 +102,25 @@ static void test_space(zo_engine_t *e) {
     CHECK_OK(zo_grad_handover_reserve(h, (size_t)1 << 40, &off, &fenced));
     CHECK_EQ(off, (long long)k << 40), CHECK_EQ(fenced, 0);
   }
-  CHECK_ST(zo_grad_handover_reserve(h, SIZE_MAX - 8, &off, &fenced), ZO_ERR_INVALID_ARG); /* past size_t */
+  CHECK_ST(zo_grad_handover_reserve(h, SIZE_MAX - 8, &off, &fenced),
+           ZO_ERR_INVALID_ARG); /* past size_t */
   CHECK_EQ(zo_grad_handover_used(h), (long long)4 << 40);
   zo_grad_handover_destroy(h);
   zo_grad_handover_destroy(NULL);
 }
 
 /* Micro-batch @mb's gradient of tensor @i, element j: multiples of 1/64, so sums are exact. */
-static float grad_of(int mb, int i, int j) { return (float)(((j * 7 + i * 13 + mb * 29) % 63) - 31) / 64.0f; }
+static float grad_of(int mb, int i, int j) {
+  return (float)(((j * 7 + i * 13 + mb * 29) % 63) - 31) / 64.0f;
+}
 
 /* put() routes: accumulate then ready through the hand-over on @a (gas 2) vs ready of the sum on @b (gas 1). */
 static void test_put(zo_device_t *dev, eng *a, eng *b) {
   zo_grad_handover_t *h = NULL;
   const size_t n[2] = {N0, N1};
   char *ring = NULL;
-  const size_t cap = 2 * ((N0 * 4 + 63) / 64 * 64); /* twice the largest tensor, as zo-train's ring */
+  const size_t cap =
+      2 * ((N0 * 4 + 63) / 64 * 64); /* twice the largest tensor, as zo-train's ring */
   REQUIRE_OK(zo_device_malloc(dev, cap, (void **)&ring));
   REQUIRE_OK(zo_grad_handover_create(a->e, cap, 0, NULL, &h));
   CHECK_ST(zo_grad_handover_put(NULL, a->p[0], ring, ZO_DTYPE_F32, 1), ZO_ERR_INVALID_ARG);
@@ -122,7 +130,8 @@ static void test_put(zo_device_t *dev, eng *a, eng *b) {
     for (int i = 0; i < 2; i++) {
       size_t off;
       int fenced;
-      for (size_t j = 0; j < n[i]; j++) g[j] = grad_of(mb, i, (int)j), sum[i][j] = mb ? sum[i][j] + g[j] : g[j];
+      for (size_t j = 0; j < n[i]; j++)
+        g[j] = grad_of(mb, i, (int)j), sum[i][j] = mb ? sum[i][j] + g[j] : g[j];
       if (!CHECK_OK(zo_grad_handover_reserve(h, n[i] * 4, &off, &fenced))) return;
       fences += fenced;
       CHECK_OK(zo_memcpy(dev, ring + off, g, n[i] * 4, ZO_COPY_H2D));
@@ -165,8 +174,9 @@ int main(void) {
   zo_device_t *dev = NULL;
   zo_comm_t *comm = NULL;
   eng a = {0}, b = {0};
-  if (CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev)) && CHECK_OK(zo_comm_create_self(&comm)) &&
-      eng_open(&a, dev, comm, 2) == 0 && eng_open(&b, dev, comm, 1) == 0) {
+  if (CHECK_OK(zo_device_create(ZO_DEVICE_HOST, 0, 0, &dev)) &&
+      CHECK_OK(zo_comm_create_self(&comm)) && eng_open(&a, dev, comm, 2) == 0 &&
+      eng_open(&b, dev, comm, 1) == 0) {
     test_space(a.e);
     test_put(dev, &a, &b);
   }

@@ -32,7 +32,8 @@ static const size_t k_sizes[NP] = {3000, 37, 5000, 1200, 2500};
 static zo_comm_t *g_comm;
 static int R, W;
 static char g_dir[4000];
-static char g_ckpt[4096]; /* the checkpoint root: under rank 0's g_dir on every rank (a save is collective) */
+static char g_ckpt
+    [4096]; /* the checkpoint root: under rank 0's g_dir on every rank (a save is collective) */
 
 /* The budget that caches the first two tensors (3037 elements on one rank; on two, their blocks 1500 + 19 of the
  * 3037 allowed, the third's 2500 not): the split. */
@@ -75,7 +76,8 @@ static void config(zo_config_t *c, zo_offload_device otier, int clip) {
   c->zero.stage3_max_reuse_distance = 0;
   c->zero.stage3_prefetch_bucket_size = 6000;
   c->zoffload.adam_threads = 1;
-  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c->zero.offload_optimizer.nvme_path, sizeof c->zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(c->zero.offload_param.nvme_path, sizeof c->zero.offload_param.nvme_path, "%s", g_dir);
 }
 
@@ -101,8 +103,8 @@ static int find_swp(const char *path, const struct stat *sb, int type, struct FT
  * @from + 1 .. @to after loading weights (seeded) or, with @load, the checkpoint there; with @save, a checkpoint
  * there at the end. Then master and fetched working weights into @out. Returns 0, or 1 after a failed check.
  */
-static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int to, const char *load, const char *save,
-               result *out) {
+static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int to,
+               const char *load, const char *save, result *out) {
   memset(out, 0, sizeof *out);
   zo_device_t *dev = NULL;
   zo_engine_t *e = NULL;
@@ -111,7 +113,8 @@ static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int 
   float *buf = malloc(5000 * 4);
   uint16_t *g16 = malloc(5000 * 2);
   int bad = 1;
-  if (!CHECK_OK(zo_test_device_create(limit, &dev)) || !CHECK_OK(zo_device_malloc(dev, 5000 * 2, &scratch)) ||
+  if (!CHECK_OK(zo_test_device_create(limit, &dev)) ||
+      !CHECK_OK(zo_device_malloc(dev, 5000 * 2, &scratch)) ||
       !CHECK_OK(zo_engine_create(c, dev, g_comm, &e)))
     goto out;
   for (int i = 0; i < NP; i++) {
@@ -138,7 +141,8 @@ static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int 
   const void *w;
   for (int s = from + 1; s <= to; s++) {
     for (int i = 0; i < NP; i++) /* forward */
-      if (!CHECK_OK(zo_engine_fetch(e, ps[i], &w, NULL)) || !CHECK_OK(zo_engine_release(e, ps[i]))) goto out;
+      if (!CHECK_OK(zo_engine_fetch(e, ps[i], &w, NULL)) || !CHECK_OK(zo_engine_release(e, ps[i])))
+        goto out;
     for (int i = NP - 1; i >= 0; i--) { /* backward: fetch, produce the gradient, hand it over */
       for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = grad_of(s, i, j);
       if (!CHECK_OK(zo_engine_fetch(e, ps[i], &w, NULL)) ||
@@ -159,17 +163,20 @@ static int run(const zo_config_t *c, size_t budget, size_t limit, int from, int 
   for (int i = 0; i < NP; i++) {
     if (!CHECK_OK(eng_wb_drain(e, ps[i], 0, 0))) goto out;
     if (ps[i]->pstate == P_RESIDENT) eng_drop_device_copy(e, ps[i]);
-    if (eng_pw_in_file(e, ps[i])) out->window_want += zo_round_up(eng_pw_held(e, ps[i]) * 2, e->swap_align);
+    if (eng_pw_in_file(e, ps[i]))
+      out->window_want += zo_round_up(eng_pw_held(e, ps[i]) * 2, e->swap_align);
   }
   if (!CHECK_OK(eng_wb_reap(e)) || !CHECK_OK(zo_engine_set_trace(e, 0))) goto out;
   CHECK_EQ(eng_wb_live(e->wb), 0);
   zo_engine_mem m0;
   if (!CHECK_OK(zo_engine_mem_info(e, &m0))) goto out;
   for (int i = 0; i < NP; i++)
-    if (!CHECK_OK(zo_engine_fetch(e, ps[i], &w, NULL)) || !CHECK_OK(zo_engine_release(e, ps[i]))) goto out;
+    if (!CHECK_OK(zo_engine_fetch(e, ps[i], &w, NULL)) || !CHECK_OK(zo_engine_release(e, ps[i])))
+      goto out;
   if (!CHECK_OK(zo_engine_mem_info(e, &out->m)) || !CHECK_OK(zo_engine_set_trace(e, 1))) goto out;
   out->window_read = out->m.nvme_read_bytes - m0.nvme_read_bytes;
-  for (int i = 0; i < NP; i++) { /* master and working weights after the steps (the pass above changed nothing) */
+  for (int i = 0; i < NP;
+       i++) { /* master and working weights after the steps (the pass above changed nothing) */
     size_t shard_n;
     out->master[i] = malloc(k_sizes[i] * 4);
     out->working[i] = malloc(k_sizes[i] * 2);
@@ -225,10 +232,12 @@ static void test_budgets(zo_offload_device otier, int clip) {
   config(&c, otier, clip);
   result r[4];
   static const size_t budgets[3] = {0, SPLIT, SIZE_MAX};
-  static const char *const names[4] = {"budget 0", "budget 3037 (split)", "budget all", "max_in_cpu 3037"};
+  static const char *const names[4] = {"budget 0", "budget 3037 (split)", "budget all",
+                                       "max_in_cpu 3037"};
   int bad = 0;
   for (int k = 0; k < 3; k++) bad |= run(&c, budgets[k], limit, 0, STEPS, NULL, NULL, &r[k]);
-  c.zero.offload_param.max_in_cpu = (int64_t)SPLIT, c.zero.offload_param.max_in_cpu_set = 1; /* the config's key */
+  c.zero.offload_param.max_in_cpu = (int64_t)SPLIT,
+  c.zero.offload_param.max_in_cpu_set = 1; /* the config's key */
   bad |= run(&c, BUDGET_CONFIG, limit, 0, STEPS, NULL, NULL, &r[3]);
   if (bad) goto out;
   static const int want_cached[4] = {0, 2, NP, 2};
@@ -253,16 +262,18 @@ static void test_budgets(zo_offload_device otier, int clip) {
     bad |= !CHECK_EQ(r[3].window_read, r[1].window_read);
     bad |= !CHECK_EQ(r[2].m.nvme_read_bytes, 0);
     bad |= !CHECK_EQ(r[2].m.nvme_write_bytes, 0);
-    bad |= !CHECK(r[1].m.nvme_write_bytes < r[0].m.nvme_write_bytes); /* one params.swp write per uncached update */
+    bad |= !CHECK(r[1].m.nvme_write_bytes <
+                  r[0].m.nvme_write_bytes); /* one params.swp write per uncached update */
   }
   if (!bad)
-    printf("ok   optimizer %-4s clip %d rank %d of %d: same bits with 0/2/5 tensors cached; a forward pass reads "
-           "%llu -> %llu -> %llu bytes; the run reads %llu -> %llu -> %llu, writes %llu -> %llu -> %llu\n", label_o,
-           clip, R, W, (unsigned long long)r[0].window_read, (unsigned long long)r[1].window_read,
-           (unsigned long long)r[2].window_read, (unsigned long long)r[0].m.nvme_read_bytes,
-           (unsigned long long)r[1].m.nvme_read_bytes, (unsigned long long)r[2].m.nvme_read_bytes,
-           (unsigned long long)r[0].m.nvme_write_bytes, (unsigned long long)r[1].m.nvme_write_bytes,
-           (unsigned long long)r[2].m.nvme_write_bytes);
+    printf(
+        "ok   optimizer %-4s clip %d rank %d of %d: same bits with 0/2/5 tensors cached; a forward pass reads "
+        "%llu -> %llu -> %llu bytes; the run reads %llu -> %llu -> %llu, writes %llu -> %llu -> %llu\n",
+        label_o, clip, R, W, (unsigned long long)r[0].window_read,
+        (unsigned long long)r[1].window_read, (unsigned long long)r[2].window_read,
+        (unsigned long long)r[0].m.nvme_read_bytes, (unsigned long long)r[1].m.nvme_read_bytes,
+        (unsigned long long)r[2].m.nvme_read_bytes, (unsigned long long)r[0].m.nvme_write_bytes,
+        (unsigned long long)r[1].m.nvme_write_bytes, (unsigned long long)r[2].m.nvme_write_bytes);
 out:
   for (int k = 0; k < 4; k++) result_free(&r[k]);
 }
@@ -281,11 +292,15 @@ static void test_checkpoint(zo_offload_device otier) {
   static const size_t budgets[2] = {0, SIZE_MAX};
   for (int k = 0; k < 2 && !bad; k++) {
     bad |= run(&c, budgets[k], k_limit, STEPS / 2, STEPS, root, NULL, &got[k]);
-    if (!bad) bad |= !same_bits(&got[k], &ref, k ? "resumed with every tensor cached" : "resumed with budget 0");
+    if (!bad)
+      bad |= !same_bits(&got[k], &ref,
+                        k ? "resumed with every tensor cached" : "resumed with budget 0");
   }
   if (!bad)
-    printf("ok   checkpoint of the split (optimizer %s, rank %d of %d) resumed with 0 and 5 tensors cached: the bits "
-           "of an uninterrupted run\n", otier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", R, W);
+    printf(
+        "ok   checkpoint of the split (optimizer %s, rank %d of %d) resumed with 0 and 5 tensors cached: the bits "
+        "of an uninterrupted run\n",
+        otier == ZO_OFFLOAD_CPU ? "cpu" : "nvme", R, W);
   result_free(&ref), result_free(&half), result_free(&got[0]), result_free(&got[1]);
   if (R == 0) {
     char cmd[4200];
@@ -302,14 +317,17 @@ int main(int argc, char **argv) {
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];
   snprintf(base, sizeof base, "zo-test-pcache-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
+    return ZO_TEST_SKIP;
   snprintf(g_ckpt, sizeof g_ckpt, "%s/ckpt", g_dir);
-  CHECK_OK(zo_comm_broadcast(g_comm, g_ckpt, sizeof g_ckpt, 0)); /* every rank saves into rank 0's root */
+  CHECK_OK(zo_comm_broadcast(g_comm, g_ckpt, sizeof g_ckpt,
+                             0)); /* every rank saves into rank 0's root */
   for (int clip = 0; clip < 2; clip++) {
     test_budgets(ZO_OFFLOAD_CPU, clip);
     test_budgets(ZO_OFFLOAD_NVME, clip);
   }
-  if (W == 1) test_budgets(ZO_OFFLOAD_NONE, 1); /* stage 3 with the state on the device: one rank only */
+  if (W == 1)
+    test_budgets(ZO_OFFLOAD_NONE, 1); /* stage 3 with the state on the device: one rank only */
   test_checkpoint(ZO_OFFLOAD_CPU);
   test_checkpoint(ZO_OFFLOAD_NVME);
   CHECK_OK(zo_comm_barrier(g_comm));

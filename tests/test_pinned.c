@@ -53,10 +53,26 @@ static int all_bytes_are(const uint8_t *p, size_t n, uint8_t v) {
 
 /* Sizes 1 B .. 64 MiB, many odd; each with several alignments; all pinned. */
 static void test_sizes_and_alignments(void) {
-  static const size_t sizes[] = {1,       7,          63,         64,          100,           1000,
-                                 4095,    4096,       4097,       12345,       65536,         65537,
-                                 200000,  (1u << 20) - 1, (1u << 20) + 3, 3u << 20, (5u << 20) + 12345,
-                                 16u << 20, (33u << 20) + 1, 64u << 20};
+  static const size_t sizes[] = {1,
+                                 7,
+                                 63,
+                                 64,
+                                 100,
+                                 1000,
+                                 4095,
+                                 4096,
+                                 4097,
+                                 12345,
+                                 65536,
+                                 65537,
+                                 200000,
+                                 (1u << 20) - 1,
+                                 (1u << 20) + 3,
+                                 3u << 20,
+                                 (5u << 20) + 12345,
+                                 16u << 20,
+                                 (33u << 20) + 1,
+                                 64u << 20};
   static const size_t aligns[] = {0, 64, 256, 4096};
   enum { NS = sizeof sizes / sizeof sizes[0], NA = sizeof aligns / sizeof aligns[0] };
   long long base_lck = vm_locked_bytes();
@@ -70,17 +86,20 @@ static void test_sizes_and_alignments(void) {
   for (int i = 0; i < NS; i++) {
     for (int a = 0; a < NA; a++) {
       size_t sz = sizes[i], al = aligns[a];
-      if (sz >= (16u << 20) && a > 1) continue; /* keep the big ones to two alignments: < 1 GiB in all */
+      if (sz >= (16u << 20) && a > 1)
+        continue; /* keep the big ones to two alignments: < 1 GiB in all */
       void *p = NULL;
       if (!CHECK_OK(zo_pinned_alloc(pool, sz, al, a & 1, &p))) continue;
       bufs[n++] = p;
       requested += sz;
       size_t want_al = al ? al : 16;
-      if (!CHECK_EQ((uintptr_t)p % want_al, 0)) fprintf(stderr, "  size %zu align %zu: %p\n", sz, al, p);
+      if (!CHECK_EQ((uintptr_t)p % want_al, 0))
+        fprintf(stderr, "  size %zu align %zu: %p\n", sz, al, p);
       if (a & 1) CHECK(all_bytes_are(p, sz, 0));
       memset(p, (int)(i * 7 + a), sz);
       CHECK(all_bytes_are(p, sz, (uint8_t)(i * 7 + a)));
-      if (!CHECK_EQ(zo_pinned_is_pinned(pool, p), 1)) fprintf(stderr, "  size %zu align %zu\n", sz, al);
+      if (!CHECK_EQ(zo_pinned_is_pinned(pool, p), 1))
+        fprintf(stderr, "  size %zu align %zu\n", sz, al);
     }
   }
   /* Every buffer still holds its own pattern: no overlaps. */
@@ -96,14 +115,15 @@ static void test_sizes_and_alignments(void) {
   zo_pinned_stats_t s;
   REQUIRE_OK(zo_pinned_stats(pool, &s));
   long long lck = vm_locked_bytes();
-  printf("  %d buffers, %zu bytes requested: allocated %zu, mapped %zu, pinned %zu; VmLck +%lld\n", n, requested,
-         s.bytes_allocated, s.bytes_mapped, s.bytes_pinned, lck - base_lck);
+  printf("  %d buffers, %zu bytes requested: allocated %zu, mapped %zu, pinned %zu; VmLck +%lld\n",
+         n, requested, s.bytes_allocated, s.bytes_mapped, s.bytes_pinned, lck - base_lck);
   CHECK_EQ(s.n_allocs, n);
   CHECK_EQ(s.pinned, 1);
   CHECK_EQ(s.n_pin_failures, 0);
   CHECK_EQ(s.numa_node, -1);
   CHECK(s.bytes_allocated >= requested);
-  CHECK(s.bytes_allocated <= requested + requested / 8 + (1u << 20)); /* size classes: well under 1/8 here */
+  CHECK(s.bytes_allocated <=
+        requested + requested / 8 + (1u << 20)); /* size classes: well under 1/8 here */
   CHECK(s.bytes_mapped >= s.bytes_allocated);
   CHECK_EQ(s.bytes_pinned, s.bytes_mapped);
   CHECK_EQ(lck - base_lck, (long long)s.bytes_pinned); /* the kernel agrees on what is locked */
@@ -116,8 +136,8 @@ static void test_sizes_and_alignments(void) {
   REQUIRE_OK(zo_pinned_pool_trim(pool));
   REQUIRE_OK(zo_pinned_stats(pool, &s));
   lck = vm_locked_bytes();
-  printf("  after free + trim: mapped %zu, pinned %zu (arena metadata); VmLck +%lld\n", s.bytes_mapped,
-         s.bytes_pinned, lck - base_lck);
+  printf("  after free + trim: mapped %zu, pinned %zu (arena metadata); VmLck +%lld\n",
+         s.bytes_mapped, s.bytes_pinned, lck - base_lck);
   CHECK(s.bytes_mapped <= (8u << 20)); /* metadata and retained slivers only */
   CHECK_EQ(lck - base_lck, (long long)s.bytes_pinned);
   zo_pinned_pool_destroy(pool);
@@ -134,7 +154,8 @@ static void test_reuse_and_zero(void) {
     memset(a, 0xab, sz);
     zo_pinned_free(pool, a);
     REQUIRE_OK(zo_pinned_alloc(pool, sz, 64, 1, &b));
-    if (!CHECK(all_bytes_are(b, sz, 0))) fprintf(stderr, "  size %zu: reused buffer not zeroed\n", sz);
+    if (!CHECK(all_bytes_are(b, sz, 0)))
+      fprintf(stderr, "  size %zu: reused buffer not zeroed\n", sz);
     zo_pinned_free(pool, b);
   }
   zo_pinned_stats_t s;
@@ -167,7 +188,8 @@ static void test_decay_zero(void) {
   zo_pinned_free(pool, p);
   REQUIRE_OK(zo_pinned_stats(pool, &s2));
   CHECK(s2.bytes_pinned + (512u << 10) <= s1.bytes_pinned);
-  if (g_jemalloc) CHECK(s2.bytes_reserved >= s1.bytes_mapped); /* jemalloc keeps the addresses for reuse */
+  if (g_jemalloc)
+    CHECK(s2.bytes_reserved >= s1.bytes_mapped); /* jemalloc keeps the addresses for reuse */
   zo_pinned_pool_destroy(pool);
 }
 
@@ -418,8 +440,10 @@ int main(void) {
   const char *nojem = getenv("ZOFFLOAD_NO_JEMALLOC");
   g_jemalloc = !(nojem && *nojem && strcmp(nojem, "0") != 0);
   printf("allocator: %s\n", zo_host_allocator());
-  CHECK_EQ(strncmp(zo_host_allocator(), g_jemalloc ? "jemalloc 5." : "page mappings (no jemalloc: ZOFFLOAD_NO_JEMALLOC",
-                   g_jemalloc ? 11 : 48), 0);
+  CHECK_EQ(strncmp(zo_host_allocator(),
+                   g_jemalloc ? "jemalloc 5." : "page mappings (no jemalloc: ZOFFLOAD_NO_JEMALLOC",
+                   g_jemalloc ? 11 : 48),
+           0);
   test_jemalloc_parts();
   printf("sizes and alignments\n");
   test_sizes_and_alignments();

@@ -34,11 +34,13 @@ static reg_rec g_regs[1 << 14];
 static size_t g_n_regs, g_reg_bytes, g_n_reg_calls, g_n_unreg_calls, g_violations;
 static int g_fail; /* 1: refuse registrations */
 static char g_first_violation[256];
-static char g_maps[1 << 20]; /* /proc/self/maps, read without malloc (the fake runs inside jemalloc hooks) */
+static char g_maps
+    [1 << 20]; /* /proc/self/maps, read without malloc (the fake runs inside jemalloc hooks) */
 
 static void violation(const char *what, uintptr_t base, size_t len) {
   if (g_violations++ == 0)
-    snprintf(g_first_violation, sizeof g_first_violation, "%s: [%#lx, +%zu)", what, (unsigned long)base, len);
+    snprintf(g_first_violation, sizeof g_first_violation, "%s: [%#lx, +%zu)", what,
+             (unsigned long)base, len);
 }
 
 /* 1 when every byte of [base, base+len) lies in read-write mappings. Caller holds g_mu. */
@@ -47,7 +49,8 @@ static int mapped_rw(uintptr_t base, size_t len) {
   if (fd < 0) return 1; /* cannot tell: do not fail on it */
   size_t n = 0;
   ssize_t r;
-  while (n < sizeof g_maps - 1 && (r = read(fd, g_maps + n, sizeof g_maps - 1 - n)) > 0) n += (size_t)r;
+  while (n < sizeof g_maps - 1 && (r = read(fd, g_maps + n, sizeof g_maps - 1 - n)) > 0)
+    n += (size_t)r;
   close(fd);
   g_maps[n] = '\0';
   uintptr_t need = base, end = base + len;
@@ -74,9 +77,11 @@ static zo_status fake_reg(void *ptr, size_t nbytes) {
     pthread_mutex_unlock(&g_mu);
     return ZO_ERR_CUDA;
   }
-  if (b % (uintptr_t)pg || nbytes % (size_t)pg || nbytes == 0) violation("register: not whole pages", b, nbytes);
+  if (b % (uintptr_t)pg || nbytes % (size_t)pg || nbytes == 0)
+    violation("register: not whole pages", b, nbytes);
   for (size_t i = 0; i < g_n_regs; i++)
-    if (b < g_regs[i].base + g_regs[i].len && g_regs[i].base < b + nbytes) violation("register: overlap", b, nbytes);
+    if (b < g_regs[i].base + g_regs[i].len && g_regs[i].base < b + nbytes)
+      violation("register: overlap", b, nbytes);
   if (!mapped_rw(b, nbytes)) violation("register: not mapped read-write", b, nbytes);
   if (g_n_regs < sizeof g_regs / sizeof g_regs[0]) {
     g_regs[g_n_regs++] = (reg_rec){b, nbytes};
@@ -117,7 +122,8 @@ static size_t fake_bytes(void) {
 static int g_reg_warnings;
 static void on_log(zo_log_level level, const char *msg, void *user) {
   (void)user;
-  if (level == ZO_LOG_WARN && strstr(msg, "cannot register")) __atomic_fetch_add(&g_reg_warnings, 1, __ATOMIC_RELAXED);
+  if (level == ZO_LOG_WARN && strstr(msg, "cannot register"))
+    __atomic_fetch_add(&g_reg_warnings, 1, __ATOMIC_RELAXED);
 }
 
 /* A pinning pool registers exactly what it has committed (no refusals). */
@@ -125,7 +131,8 @@ static void check_pool_invariant(const char *when, zo_pinned_pool_t *p) {
   zo_pinned_stats_t s;
   CHECK_OK(zo_pinned_stats(p, &s));
   if (s.bytes_registered != s.bytes_mapped)
-    FAIL_AT("%s: bytes_registered %zu != bytes_mapped %zu", when, s.bytes_registered, s.bytes_mapped);
+    FAIL_AT("%s: bytes_registered %zu != bytes_mapped %zu", when, s.bytes_registered,
+            s.bytes_mapped);
 }
 
 typedef struct churn_arg {
@@ -185,7 +192,8 @@ int main(void) {
   CHECK_OK(zo_pinned_stats(A, &s));
   CHECK_EQ(s.bytes_registered, 0);
   CHECK_EQ(g_n_reg_calls, 0);
-  CHECK_ST(zo_cuda_host_register(a[0], 4096), ZO_ERR_UNSUPPORTED); /* nothing to register with yet */
+  CHECK_ST(zo_cuda_host_register(a[0], 4096),
+           ZO_ERR_UNSUPPORTED); /* nothing to register with yet */
 
   /* "The first CUDA device": A's committed memory gets registered, B's never. */
   zo_cuda_host_set_fake(fake_reg, fake_unreg);
@@ -231,8 +239,8 @@ int main(void) {
   CHECK_OK(zo_pinned_stats(A, &s));
   CHECK_EQ(fake_bytes(), s.bytes_registered);
   CHECK_EQ(s.n_register_failures, 0);
-  printf("churn: %zu registrations, %zu unregistrations, %zu bytes registered now\n", g_n_reg_calls, g_n_unreg_calls,
-         s.bytes_registered);
+  printf("churn: %zu registrations, %zu unregistrations, %zu bytes registered now\n", g_n_reg_calls,
+         g_n_unreg_calls, s.bytes_registered);
   CHECK(g_n_unreg_calls > 0);
 
   /* The engine's process-wide pool, created after activation, registers too. */
@@ -279,6 +287,7 @@ int main(void) {
   zo_pinned_pool_destroy(C);
   CHECK_EQ(g_reg_warnings, 1);
 
-  if (g_violations) FAIL_AT("%zu fake-registration violations; first: %s", g_violations, g_first_violation);
+  if (g_violations)
+    FAIL_AT("%zu fake-registration violations; first: %s", g_violations, g_first_violation);
   return zo_test_finish("test_pinned_cuda");
 }

@@ -26,10 +26,15 @@ enum { NP = 12 };
 #define N_EL ((size_t)100000)
 static char g_dir[4096];
 
-static const zo_step_rates k_rates = {.nvme_read_Bps = 1e9, .nvme_write_Bps = 2e9, .h2d_Bps = 1e10, .d2h_Bps = 1e10,
-                                      .adam_el_per_s = 1e9, .compute_s = 0.01};
+static const zo_step_rates k_rates = {.nvme_read_Bps = 1e9,
+                                      .nvme_write_Bps = 2e9,
+                                      .h2d_Bps = 1e10,
+                                      .d2h_Bps = 1e10,
+                                      .adam_el_per_s = 1e9,
+                                      .compute_s = 0.01};
 
-static zo_engine_t *make(int placement_auto, int64_t opt_res, int64_t param_cache, int64_t host_bytes) {
+static zo_engine_t *make(int placement_auto, int64_t opt_res, int64_t param_cache,
+                         int64_t host_bytes) {
   zo_config_t c;
   zo_config_defaults(&c);
   c.train_batch_size = c.train_micro_batch_size_per_gpu = c.gradient_accumulation_steps = 1;
@@ -42,13 +47,15 @@ static zo_engine_t *make(int placement_auto, int64_t opt_res, int64_t param_cach
   c.zero.offload_optimizer.buffer_count = 2;
   c.zero.offload_param.device = ZO_OFFLOAD_NVME;
   c.zero.offload_param.buffer_size = (int64_t)N_EL;
-  if (param_cache >= 0) c.zero.offload_param.max_in_cpu = param_cache, c.zero.offload_param.max_in_cpu_set = 1;
+  if (param_cache >= 0)
+    c.zero.offload_param.max_in_cpu = param_cache, c.zero.offload_param.max_in_cpu_set = 1;
   c.zoffload.device_kind = ZO_DEVICE_HOST;
   c.zoffload.adam_threads = 1;
   c.zoffload.placement = placement_auto ? ZO_PLACEMENT_AUTO : ZO_PLACEMENT_CONFIG;
   c.zoffload.optimizer_max_in_cpu = opt_res;
   c.zoffload.placement_host_bytes = host_bytes;
-  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
   if (!CHECK_OK(zo_engine_create(&c, NULL, NULL, &e))) return NULL;
@@ -73,16 +80,20 @@ static void model_over_residency(void) {
     if (!e) return;
     zo_step_prediction pr;
     zo_plan *pl = NULL;
-    if (CHECK_OK(zo_engine_predict(e, &k_rates, &pr)) && CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &pl))) {
+    if (CHECK_OK(zo_engine_predict(e, &k_rates, &pr)) &&
+        CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &pl))) {
       CHECK(isfinite(pr.step_s) && pr.step_s > 0);
       CHECK(pr.step_s <= last * (1 + 1e-12));
       /* the state written back each step: every streamed sub-group's master and moments */
       CHECK_EQ((long long)pr.state_write_bytes, (long long)(pl->state_file_el * pl->state_esz));
       if (last_state != UINT64_MAX) CHECK(pr.state_read_bytes <= last_state);
-      if (res >= (int64_t)(NP * N_EL) * 2) CHECK_EQ((long long)pr.state_read_bytes + (long long)pr.state_write_bytes, 0);
-      printf("ok: optimizer_max_in_cpu %lld: %d of %d sub-groups resident, predicted step %.3f ms, state read %llu "
-             "written %llu B\n", (long long)res, pl->n_res_sgs, pl->n_sgs, pr.step_s * 1e3,
-             (unsigned long long)pr.state_read_bytes, (unsigned long long)pr.state_write_bytes);
+      if (res >= (int64_t)(NP * N_EL) * 2)
+        CHECK_EQ((long long)pr.state_read_bytes + (long long)pr.state_write_bytes, 0);
+      printf(
+          "ok: optimizer_max_in_cpu %lld: %d of %d sub-groups resident, predicted step %.3f ms, state read %llu "
+          "written %llu B\n",
+          (long long)res, pl->n_res_sgs, pl->n_sgs, pr.step_s * 1e3,
+          (unsigned long long)pr.state_read_bytes, (unsigned long long)pr.state_write_bytes);
       last = pr.step_s, last_state = pr.state_read_bytes;
     }
     zo_plan_free(pl);
@@ -101,8 +112,9 @@ static void model_over_residency(void) {
   CHECK(p[0].param_read_bytes > 0 && p[0].param_write_bytes > 0);
   CHECK_EQ((long long)p[1].param_read_bytes + (long long)p[1].param_write_bytes, 0);
   CHECK(p[1].step_s < p[0].step_s);
-  printf("ok: every working weight cached: predicted step %.3f ms (none cached %.3f ms), params.swp read 0 (%llu B)\n",
-         p[1].step_s * 1e3, p[0].step_s * 1e3, (unsigned long long)p[0].param_read_bytes);
+  printf(
+      "ok: every working weight cached: predicted step %.3f ms (none cached %.3f ms), params.swp read 0 (%llu B)\n",
+      p[1].step_s * 1e3, p[0].step_s * 1e3, (unsigned long long)p[0].param_read_bytes);
 }
 
 /* The planner within a given room. */
@@ -130,7 +142,8 @@ static void planner_rooms(void) {
       /* finalize allocates what was placed; the prediction after it is the placement's */
       if (CHECK_OK(zo_engine_finalize(e))) {
         zo_step_prediction after;
-        if (CHECK_OK(zo_engine_predict(e, &k_rates, &after))) CHECK(fabs(after.step_s - pl.pred.step_s) < 1e-12);
+        if (CHECK_OK(zo_engine_predict(e, &k_rates, &after)))
+          CHECK(fabs(after.step_s - pl.pred.step_s) < 1e-12);
         zo_engine_mem m;
         if (CHECK_OK(zo_engine_mem_info(e, &m)) && k == 2) CHECK_EQ((long long)m.nvme_bytes, 0);
       }
@@ -149,7 +162,8 @@ static void planner_rooms(void) {
 }
 
 int main(int argc, char **argv) {
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-placement", g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-placement", g_dir, sizeof g_dir))
+    return ZO_TEST_SKIP;
   model_over_residency();
   planner_rooms();
   CHECK_EQ(zo_test_count_entries(g_dir), 0); /* every swap file removed */

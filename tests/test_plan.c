@@ -36,8 +36,8 @@ static zo_comm_t *g_comm;
 static zo_device_t *g_dev; /* NULL: the engine makes its own; `test_plan nccl`: a CUDA device */
 static int R, W;
 static char g_dir[4096];
-static int g_gas = 1; /* gradient_accumulation_steps of every cell */
-static int64_t g_opt_res; /* zoffload.optimizer_max_in_cpu of every cell */
+static int g_gas = 1;             /* gradient_accumulation_steps of every cell */
+static int64_t g_opt_res;         /* zoffload.optimizer_max_in_cpu of every cell */
 static int64_t g_max_in_cpu = -1; /* offload_param.max_in_cpu of every cell; -1: not written */
 static const size_t *g_sizes = k_sizes; /* the tensors of every cell, NP of them */
 
@@ -46,13 +46,13 @@ static const char *tier_of(zo_offload_device d) {
 }
 
 static int bufs_equal(const zo_plan_buf *a, const zo_plan_buf *b) {
-  return a->tier == b->tier && !strcmp(a->purpose, b->purpose) && a->bytes == b->bytes && a->count == b->count &&
-         a->pinned == b->pinned && a->path == b->path;
+  return a->tier == b->tier && !strcmp(a->purpose, b->purpose) && a->bytes == b->bytes &&
+         a->count == b->count && a->pinned == b->pinned && a->path == b->path;
 }
 
 static void print_buf(const char *who, int i, const zo_plan_buf *b) {
-  fprintf(stderr, "  %s[%d]: %s %s %d x %zu bytes, pinned %d, path %d\n", who, i, zo_tier_name(b->tier), b->purpose,
-          b->count, b->bytes, b->pinned, b->path);
+  fprintf(stderr, "  %s[%d]: %s %s %d x %zu bytes, pinned %d, path %d\n", who, i,
+          zo_tier_name(b->tier), b->purpose, b->count, b->bytes, b->pinned, b->path);
 }
 
 static size_t plan_bytes(const zo_plan *p, const char *purpose) {
@@ -64,8 +64,10 @@ static size_t plan_bytes(const zo_plan *p, const char *purpose) {
 /* The host cache of nvme parameters in @plan: the first tensors whose held elements (stage 3 on several ranks:
  * their blocks) add up to at most max_in_cpu, whole, in "param_host" at unpadded offsets; the rest in params.swp
  * at padded ones, the staging buffers and the write-back ring sized from the largest of them. */
-static void check_param_cache(const zo_plan *plan, zo_offload_device ptier, int stage, const char *label) {
-  size_t budget = ptier == ZO_OFFLOAD_NVME && g_max_in_cpu >= 0 ? (size_t)g_max_in_cpu : 0, held_sum = 0;
+static void check_param_cache(const zo_plan *plan, zo_offload_device ptier, int stage,
+                              const char *label) {
+  size_t budget = ptier == ZO_OFFLOAD_NVME && g_max_in_cpu >= 0 ? (size_t)g_max_in_cpu : 0,
+         held_sum = 0;
   size_t host_el = 0, file_el = 0, largest_file = 0;
   int n_cached = 0, bad = 0;
   for (int i = 0; i < NP; i++) {
@@ -85,7 +87,8 @@ static void check_param_cache(const zo_plan *plan, zo_offload_device ptier, int 
   }
   bad |= !CHECK_EQ(plan->pcache_tensors, n_cached);
   bad |= !CHECK_EQ(plan->pcache_el, held_sum);
-  if (ptier == ZO_OFFLOAD_CPU) bad |= !CHECK_EQ(plan_bytes(plan, "param_host"), host_el * plan->wsz);
+  if (ptier == ZO_OFFLOAD_CPU)
+    bad |= !CHECK_EQ(plan_bytes(plan, "param_host"), host_el * plan->wsz);
   if (ptier != ZO_OFFLOAD_NVME) {
     if (bad) fprintf(stderr, "  in %s\n", label);
     return;
@@ -94,25 +97,34 @@ static void check_param_cache(const zo_plan *plan, zo_offload_device ptier, int 
   bad |= !CHECK_EQ(plan->pw_total_el, file_el);
   bad |= !CHECK_EQ(plan_bytes(plan, "params.swp"), file_el * plan->wsz);
   bad |= !CHECK_EQ(plan->largest_file_el, largest_file);
-  const size_t pstage = (largest_file + plan->extent_unit - 1) / plan->extent_unit * plan->extent_unit;
+  const size_t pstage =
+      (largest_file + plan->extent_unit - 1) / plan->extent_unit * plan->extent_unit;
   bad |= !CHECK_EQ(plan->pstage_el, pstage);
-  bad |= !CHECK_EQ(plan_bytes(plan, "offload_param.staging"), pstage * plan->wsz * (pstage ? 3 : 0)); /* buffer_count */
+  bad |= !CHECK_EQ(plan_bytes(plan, "offload_param.staging"),
+                   pstage * plan->wsz * (pstage ? 3 : 0)); /* buffer_count */
   bad |= !CHECK_EQ(plan->wb_bytes > 0, largest_file > 0);
   bad |= !CHECK_EQ(plan_bytes(plan, "write_back_ring"), plan->wb_bytes);
-  if (bad) fprintf(stderr, "  in %s\n", label);
+  if (bad)
+    fprintf(stderr, "  in %s\n", label);
   else if (g_max_in_cpu >= 0)
-    printf("ok: %s: %d of %d tensors cached (%zu elements), params.swp %zu elements, staging %zu elements\n", label,
-           n_cached, NP, held_sum, file_el, pstage);
+    printf(
+        "ok: %s: %d of %d tensors cached (%zu elements), params.swp %zu elements, staging %zu elements\n",
+        label, n_cached, NP, held_sum, file_el, pstage);
 }
 
 /* One engine: plan, budget, finalize; the ledger against the plan. */
-static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu, int overlap) {
+static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage, int bf16, int dpu,
+                     int overlap) {
   char label[160];
   char cache[48] = "";
-  if (g_max_in_cpu >= 0) snprintf(cache, sizeof cache, ", max_in_cpu %lld", (long long)g_max_in_cpu);
-  snprintf(label, sizeof label, "param %s%s, optimizer %s, stage %d, %s%s%s, gas %d, optimizer_max_in_cpu %lld, rank %d "
-           "of %d", tier_of(ptier), cache, tier_of(otier), stage, bf16 ? "bf16" : "fp32",
-           dpu ? ", delayed_param_update" : "", overlap ? ", overlap_comm" : "", g_gas, (long long)g_opt_res, R, W);
+  if (g_max_in_cpu >= 0)
+    snprintf(cache, sizeof cache, ", max_in_cpu %lld", (long long)g_max_in_cpu);
+  snprintf(label, sizeof label,
+           "param %s%s, optimizer %s, stage %d, %s%s%s, gas %d, optimizer_max_in_cpu %lld, rank %d "
+           "of %d",
+           tier_of(ptier), cache, tier_of(otier), stage, bf16 ? "bf16" : "fp32",
+           dpu ? ", delayed_param_update" : "", overlap ? ", overlap_comm" : "", g_gas,
+           (long long)g_opt_res, R, W);
   zo_config_t c;
   zo_config_defaults(&c);
   c.train_batch_size = c.train_micro_batch_size_per_gpu = 1;
@@ -121,7 +133,8 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   c.bf16.enabled = bf16;
   c.zero.stage = stage;
   c.zero.offload_optimizer.device = otier;
-  c.zero.offload_optimizer.pin_memory = otier == ZO_OFFLOAD_CPU && !bf16; /* pinned and pageable cpu state */
+  c.zero.offload_optimizer.pin_memory =
+      otier == ZO_OFFLOAD_CPU && !bf16; /* pinned and pageable cpu state */
   c.zero.offload_param.device = ptier;
   c.zero.offload_param.buffer_count = 3;
   c.zero.sub_group_size = 1500;
@@ -132,8 +145,10 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   c.zoffload.delayed_param_update = dpu;
   c.zoffload.optimizer_max_in_cpu = g_opt_res;
   c.zoffload.adam_threads = 1;
-  if (g_max_in_cpu >= 0) c.zero.offload_param.max_in_cpu = g_max_in_cpu, c.zero.offload_param.max_in_cpu_set = 1;
-  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  if (g_max_in_cpu >= 0)
+    c.zero.offload_param.max_in_cpu = g_max_in_cpu, c.zero.offload_param.max_in_cpu_set = 1;
+  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
   if (!CHECK_OK(zo_engine_create(&c, g_dev, g_comm, &e))) {
@@ -157,7 +172,8 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   if (otier == ZO_OFFLOAD_NVME) {
     CHECK_EQ(plan_bytes(plan, "grad_host"), 0);
     CHECK_EQ(plan_bytes(plan, "grad.swp"), plan->state_file_el * gsz);
-    CHECK_EQ(plan_bytes(plan, "sub_group_buffers.grad"), plan->slot_el * gsz * (size_t)plan->n_slots);
+    CHECK_EQ(plan_bytes(plan, "sub_group_buffers.grad"),
+             plan->slot_el * gsz * (size_t)plan->n_slots);
     CHECK_EQ(plan_bytes(plan, "grad_swap_buffers"), plan->grad_io_el * gsz * 2);
   }
   CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && (g_gas > 1 || otier == ZO_OFFLOAD_NVME));
@@ -173,12 +189,14 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     if (l->tier == ZO_TIER_DEVICE) CHECK_EQ(l->engine_bytes, plan->device_need_bytes);
     if (l->tier == ZO_TIER_HOST) CHECK_EQ(l->engine_bytes, plan->host_bytes);
     if (l->tier == ZO_TIER_PINNED) CHECK_EQ(l->engine_bytes, plan->pinned_bytes);
-    if (l->tier == ZO_TIER_NVME) CHECK_EQ(l->engine_bytes, plan->nvme_bytes[0] + plan->nvme_bytes[1]); /* one path */
+    if (l->tier == ZO_TIER_NVME)
+      CHECK_EQ(l->engine_bytes, plan->nvme_bytes[0] + plan->nvme_bytes[1]); /* one path */
   }
   /* neither the plan nor the budget changed the engine: the same plan again */
   if (CHECK_OK(zo_engine_plan(e, ZO_DEVICE_AUTO, &again))) {
     CHECK_EQ(again->n_bufs, plan->n_bufs);
-    for (int i = 0; i < plan->n_bufs && i < again->n_bufs; i++) CHECK(bufs_equal(&again->buf[i], &plan->buf[i]));
+    for (int i = 0; i < plan->n_bufs && i < again->n_bufs; i++)
+      CHECK(bufs_equal(&again->buf[i], &plan->buf[i]));
     CHECK_EQ(again->swap_align, plan->swap_align);
     CHECK_EQ(again->n_sgs, plan->n_sgs);
     CHECK_EQ(again->slot_el, plan->slot_el);
@@ -210,19 +228,22 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     for (int i = 0; i < n; i++) print_buf("finalize", i, &led[i]);
     for (int i = 0; i < plan->n_bufs; i++) print_buf("plan    ", i, &plan->buf[i]);
   }
-  CHECK_EQ(sum[ZO_TIER_DEVICE], plan->device_bytes + plan_bytes(plan, "comm_staging")); /* nccl: held by the comm */
+  CHECK_EQ(sum[ZO_TIER_DEVICE],
+           plan->device_bytes + plan_bytes(plan, "comm_staging")); /* nccl: held by the comm */
   CHECK_EQ(sum[ZO_TIER_HOST], plan->host_bytes);
   CHECK_EQ(pinned, plan->pinned_bytes);
   CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
-  zo_engine_mem m; /* the working weights' bytes: param_host and params.swp (cpu: param_host alone) */
+  zo_engine_mem
+      m; /* the working weights' bytes: param_host and params.swp (cpu: param_host alone) */
   if (ptier != ZO_OFFLOAD_NONE && CHECK_OK(zo_engine_mem_info(e, &m)))
     CHECK_EQ(m.param_bytes, plan_bytes(plan, "param_host") + plan_bytes(plan, "params.swp"));
   /* the plan is refused after finalize */
   zo_plan *late = NULL;
   CHECK_ST(zo_engine_plan(e, ZO_DEVICE_AUTO, &late), ZO_ERR_INVALID_USAGE);
   if (!bad)
-    printf("ok: %s: %d kinds of buffer as planned; device %zu, host %zu (pinned %zu), nvme %zu bytes\n", label, n,
-           sum[ZO_TIER_DEVICE], sum[ZO_TIER_HOST], pinned, sum[ZO_TIER_NVME]);
+    printf(
+        "ok: %s: %d kinds of buffer as planned; device %zu, host %zu (pinned %zu), nvme %zu bytes\n",
+        label, n, sum[ZO_TIER_DEVICE], sum[ZO_TIER_HOST], pinned, sum[ZO_TIER_NVME]);
   zo_plan_free(plan);
 out:
   zo_engine_destroy(e);
@@ -244,7 +265,8 @@ static void run_bounded(int gas) {
   c.zero.offload_param.device = ZO_OFFLOAD_NVME;
   c.zero.sub_group_size = 100000;
   c.zoffload.adam_threads = 1;
-  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s", g_dir);
+  snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "%s",
+           g_dir);
   snprintf(c.zero.offload_param.nvme_path, sizeof c.zero.offload_param.nvme_path, "%s", g_dir);
   zo_engine_t *e = NULL;
   if (!CHECK_OK(zo_engine_create(&c, g_dev, g_comm, &e))) return;
@@ -262,22 +284,24 @@ static void run_bounded(int gas) {
     if (led[i].tier != ZO_TIER_HOST) continue;
     const size_t total = led[i].bytes * (size_t)led[i].count;
     host += total;
-    if (!strncmp(led[i].purpose, "sub_group_buffers.", 18) || !strcmp(led[i].purpose, "grad_staging") ||
-        !strcmp(led[i].purpose, "grad_swap_buffers") || !strcmp(led[i].purpose, "offload_param.staging") ||
+    if (!strncmp(led[i].purpose, "sub_group_buffers.", 18) ||
+        !strcmp(led[i].purpose, "grad_staging") || !strcmp(led[i].purpose, "grad_swap_buffers") ||
+        !strcmp(led[i].purpose, "offload_param.staging") ||
         !strcmp(led[i].purpose, "write_back_ring") || !strcmp(led[i].purpose, "dp_grad") ||
         !strcmp(led[i].purpose, "pg_ring"))
       bounded += total;
     else
-      fprintf(stderr, "  host buffer outside the bounded set: %s, %d x %zu bytes\n", led[i].purpose, led[i].count,
-              led[i].bytes);
+      fprintf(stderr, "  host buffer outside the bounded set: %s, %d x %zu bytes\n", led[i].purpose,
+              led[i].count, led[i].bytes);
   }
   zo_engine_mem m;
   if (CHECK_OK(zo_engine_mem_info(e, &m))) CHECK_EQ(m.host_bytes, host);
   shard_el = (1000000 + (size_t)W - 1) / (size_t)W;
   if (CHECK(host <= bounded))
-    printf("ok: nvme state and parameters, 1e6 parameters, gas %d, rank %d of %d: host %zu bytes (%.2f per element of "
-           "the shard), all of it sub-group buffers, staging and rings\n", gas, R, W, host,
-           (double)host / (double)shard_el);
+    printf(
+        "ok: nvme state and parameters, 1e6 parameters, gas %d, rank %d of %d: host %zu bytes (%.2f per element of "
+        "the shard), all of it sub-group buffers, staging and rings\n",
+        gas, R, W, host, (double)host / (double)shard_el);
 out:
   zo_engine_destroy(e);
 }
@@ -286,7 +310,8 @@ out:
 
 /* A configuration with every key the planner reads written (not the defaults') and an input of @n tensors of
  * @sizes on one rank: shard, dp-padded and held counts are the tensor's own. */
-static void pure_input(zo_config_t *c, zo_plan_input *in, zo_plan_input_tensor *t, const size_t *sizes, int n) {
+static void pure_input(zo_config_t *c, zo_plan_input *in, zo_plan_input_tensor *t,
+                       const size_t *sizes, int n) {
   zo_config_defaults(c);
   c->zero.stage = 2;
   c->zero.reduce_bucket_size = 5000;
@@ -336,8 +361,8 @@ static void run_pure(void) {
     CHECK_EQ(pl->largest_el, 3000);
     CHECK_EQ(pl->tensor[0].flat_off, 0);
     CHECK_EQ(pl->tensor[1].flat_off, 1000);
-    CHECK_EQ(pl->tensor[0].dev_off[0], 0);    /* the working weights: 1000 x 2 bytes -> 2048 */
-    CHECK_EQ(pl->tensor[1].dev_off[0], 2048); /* 3000 x 2 bytes -> 6144 */
+    CHECK_EQ(pl->tensor[0].dev_off[0], 0);        /* the working weights: 1000 x 2 bytes -> 2048 */
+    CHECK_EQ(pl->tensor[1].dev_off[0], 2048);     /* 3000 x 2 bytes -> 6144 */
     CHECK_EQ(pl->tensor[0].dev_off[1], SIZE_MAX); /* no state on the device */
     CHECK_EQ(zo_plan_bytes(pl, "device_block"), 2048 + 6144);
     CHECK_EQ(zo_plan_bytes(pl, "grad_host"), 4000 * 4);
@@ -377,7 +402,8 @@ static void run_pure(void) {
   c.zero.stage = 3;
   in.tier = in.ptier = ZO_OFFLOAD_NVME;
   in.swap_align = 4096, in.extent_unit = 2048;
-  in.grad_io_el = 65536, in.acc_bucket_el = 65536, in.acc_n_buckets = 1; /* what the engine makes of these */
+  in.grad_io_el = 65536, in.acc_bucket_el = 65536,
+  in.acc_n_buckets = 1; /* what the engine makes of these */
   if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
     CHECK_EQ(pl->swap_align, 4096);
     CHECK_EQ(pl->extent_unit, 2048);
@@ -393,7 +419,7 @@ static void run_pure(void) {
     CHECK_EQ(pl->tensor[1].file_el, 2048);
     CHECK_EQ(pl->state_file_el, 6144);
     CHECK_EQ(pl->slot_el, 4096);
-    CHECK_EQ(pl->n_slots, 2); /* buffer_count 4, two sub-groups */
+    CHECK_EQ(pl->n_slots, 2);                       /* buffer_count 4, two sub-groups */
     CHECK_EQ(zo_plan_bytes(pl, "device_block"), 0); /* nothing resident on the device */
     CHECK_EQ(zo_plan_bytes(pl, "master.swp"), 6144 * 4);
     CHECK_EQ(zo_plan_sum(pl, "exp_avg_sq.swp"), 6144 * 4);
@@ -419,7 +445,8 @@ static void run_pure(void) {
     CHECK_EQ(pl->nvme_bytes[0], 4 * 6144 * 4);
     CHECK_EQ(pl->nvme_bytes[1], 6144 * 2);
     CHECK_EQ(pl->device_bytes, 0);
-    CHECK_EQ(pl->device_need_bytes, 6144); /* the largest tensor fetched: 3000 x 2 bytes, 256-aligned */
+    CHECK_EQ(pl->device_need_bytes,
+             6144); /* the largest tensor fetched: 3000 x 2 bytes, 256-aligned */
     zo_plan_free(pl), pl = NULL;
   }
   /* the host cache of nvme parameters: a budget of 1500 elements holds the first tensor whole, not the second */
@@ -440,7 +467,7 @@ static void run_pure(void) {
   in.opt_res_el = 4096;
   if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
     CHECK_EQ(pl->piece_el, 65536);
-    CHECK_EQ(pl->n_sgs, 1); /* both extents (2048 + 4096) fit one sub-group of 65536 */
+    CHECK_EQ(pl->n_sgs, 1);     /* both extents (2048 + 4096) fit one sub-group of 65536 */
     CHECK_EQ(pl->n_res_sgs, 0); /* 6144 elements: more than 4096 */
     zo_plan_free(pl), pl = NULL;
   }
@@ -460,13 +487,15 @@ static void run_pure(void) {
   /* the limits on the largest tensor, refused with their messages */
   c.zero.stage3_max_live_parameters = 2999;
   if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
-    CHECK_HAS(zo_last_error(), "zero_optimization.stage3_max_live_parameters: 2999 elements cannot hold the largest "
-                 "tensor (3000 elements); raise it to at least 3000");
+    CHECK_HAS(zo_last_error(),
+              "zero_optimization.stage3_max_live_parameters: 2999 elements cannot hold the largest "
+              "tensor (3000 elements); raise it to at least 3000");
   CHECK(pl == NULL);
   c.zero.stage3_max_live_parameters = 1000000, c.zero.offload_param.buffer_size = 2999;
   if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
-    CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.buffer_size: 2999 elements cannot hold the largest "
-                 "tensor (3000 elements); raise it to at least 3000");
+    CHECK_HAS(zo_last_error(),
+              "zero_optimization.offload_param.buffer_size: 2999 elements cannot hold the largest "
+              "tensor (3000 elements); raise it to at least 3000");
 
   /* sub_group_size: 1 element with two tensors of 2^35 (optimizer on nvme, unit 4096 / 4 = 1024 elements): pieces of
    * 1024, 2^26 of them, more than the plan's 2^24 */
@@ -476,8 +505,9 @@ static void run_pure(void) {
   in.tier = ZO_OFFLOAD_NVME;
   in.swap_align = 4096, in.extent_unit = 1024;
   if (CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_CONFIG))
-    CHECK_HAS(zo_last_error(), "zero_optimization.sub_group_size: 1 elements cut the tensors (68719476736 elements "
-                 "in all) into 67108864 pieces, more than 16777216; raise it");
+    CHECK_HAS(zo_last_error(),
+              "zero_optimization.sub_group_size: 1 elements cut the tensors (68719476736 elements "
+              "in all) into 67108864 pieces, more than 16777216; raise it");
   CHECK(pl == NULL);
 
   /* sizes past size_t saturate at SIZE_MAX, never wrap: a tensor of SIZE_MAX / 2 elements (fp32 gradients: twice
@@ -500,8 +530,9 @@ static void run_pure(void) {
   in.n_tensors = 2, in.tier = ZO_OFFLOAD_NVME; /* nvme without an extent unit */
   CHECK_ST(zo_plan_compute(&in, "plan", &pl), ZO_ERR_INVALID_ARG);
   if (zo_test_failures == failures)
-    printf("ok: plans from hand-built inputs (no engine, device or communicator): cpu, nvme, the host cache, "
-           "resident sub-groups, the refusals and saturation\n");
+    printf(
+        "ok: plans from hand-built inputs (no engine, device or communicator): cpu, nvme, the host cache, "
+        "resident sub-groups, the refusals and saturation\n");
 }
 
 /*
@@ -511,11 +542,13 @@ static void run_pure(void) {
  */
 static int nccl_main(const char *dir) {
   if (zo_device_cuda_count() < 1) {
-    printf("skip: test_plan nccl needs a CUDA device (the stand-in libcudart on LD_LIBRARY_PATH)\n");
+    printf(
+        "skip: test_plan nccl needs a CUDA device (the stand-in libcudart on LD_LIBRARY_PATH)\n");
     return ZO_TEST_SKIP;
   }
   R = 0, W = 1;
-  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &g_dev)) || !CHECK_OK(zo_comm_create_nccl(g_dev, NULL, &g_comm)))
+  if (!CHECK_OK(zo_device_create(ZO_DEVICE_CUDA, 0, 0, &g_dev)) ||
+      !CHECK_OK(zo_comm_create_nccl(g_dev, NULL, &g_comm)))
     return zo_test_finish("test_plan nccl");
   if (zo_test_scratch_dir(dir, "zo-test-plan-nccl", g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
   run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 0, 0);
@@ -533,7 +566,8 @@ int main(int argc, char **argv) {
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[64];
   snprintf(base, sizeof base, "zo-test-plan-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
+    return ZO_TEST_SKIP;
   static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
   for (g_gas = 1; g_gas <= 4; g_gas += 3) /* without and with gradient accumulation */
     for (int bf16 = 0; bf16 < 2; bf16++)
@@ -546,7 +580,8 @@ int main(int argc, char **argv) {
         }
   /* the optimizer state kept in host memory (zoffload.optimizer_max_in_cpu): every sub-group resident, no files */
   g_opt_res = (int64_t)1 << 40, g_gas = 4;
-  for (int p = 0; p < 3; p++) run_cell(tiers[p], ZO_OFFLOAD_NVME, tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3, 1, 0, W > 1);
+  for (int p = 0; p < 3; p++)
+    run_cell(tiers[p], ZO_OFFLOAD_NVME, tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3, 1, 0, W > 1);
   g_opt_res = 0;
   g_gas = 1;
   /* the host cache of nvme parameters: written as 0 (nothing cached), splitting the tensors (the first two on one
@@ -569,11 +604,13 @@ int main(int argc, char **argv) {
   run_bounded(1);
   run_bounded(4);
   if (W == 1) {
-    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1, 0);  /* delayed_param_update: a second gradient buffer */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1,
+             0); /* delayed_param_update: a second gradient buffer */
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 3, 1, 0, 0); /* stage 3, parameters resident */
   } else {
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 1, 1, 0, 1); /* stage 1 */
-    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 0, 0, 0, 1); /* stage 0: all-reduce, no gather buffer */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 0, 0, 0,
+             1); /* stage 0: all-reduce, no gather buffer */
   }
   CHECK_OK(zo_comm_barrier(g_comm));
   CHECK_EQ(zo_test_count_entries(g_dir), 0); /* every swap file removed */

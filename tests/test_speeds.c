@@ -27,7 +27,8 @@
 /* Warnings logged since the last reset, joined. */
 static char g_warn[16384];
 static size_t g_warn_len;
-static pthread_mutex_t g_warn_lock = PTHREAD_MUTEX_INITIALIZER; /* the handler may run on library threads */
+static pthread_mutex_t g_warn_lock =
+    PTHREAD_MUTEX_INITIALIZER; /* the handler may run on library threads */
 
 static void on_log(zo_log_level level, const char *msg, void *user) {
   (void)user;
@@ -38,7 +39,8 @@ static void on_log(zo_log_level level, const char *msg, void *user) {
     if (g_warn_len > sizeof g_warn - 1) g_warn_len = sizeof g_warn - 1;
   }
   pthread_mutex_unlock(&g_warn_lock);
-  if (getenv("ZO_TEST_VERBOSE")) fprintf(stderr, "  [%s] %s\n", level == ZO_LOG_WARN ? "warn" : "log", msg);
+  if (getenv("ZO_TEST_VERBOSE"))
+    fprintf(stderr, "  [%s] %s\n", level == ZO_LOG_WARN ? "warn" : "log", msg);
 }
 
 static void warn_reset(void) {
@@ -48,12 +50,14 @@ static void warn_reset(void) {
 }
 
 /* Small measurements: the test checks plumbing, not speed. */
-static const zo_speeds_opts k_small = {.disk_bytes = 8u << 20, .link_bytes = 4u << 20, .adam_elems = 1u << 18,
+static const zo_speeds_opts k_small = {.disk_bytes = 8u << 20,
+                                       .link_bytes = 4u << 20,
+                                       .adam_elems = 1u << 18,
                                        .max_passes = 2};
 
 static double fig(const zo_speeds *s, int i) {
-  const double v[5] = {s->nvme_read_bytes_per_s, s->nvme_write_bytes_per_s, s->h2d_bytes_per_s, s->d2h_bytes_per_s,
-                       s->adam_elems_per_s};
+  const double v[5] = {s->nvme_read_bytes_per_s, s->nvme_write_bytes_per_s, s->h2d_bytes_per_s,
+                       s->d2h_bytes_per_s, s->adam_elems_per_s};
   return v[i];
 }
 static const char *src(const zo_speeds *s, int i) {
@@ -62,15 +66,19 @@ static const char *src(const zo_speeds *s, int i) {
 }
 static const char *const k_fig[5] = {"nvme_read", "nvme_write", "h2d", "d2h", "adam"};
 
-static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+static int starts(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
 
 /* Every figure positive, finite and with a source starting with @prefix. */
 static void check_all(const zo_speeds *s, const char *prefix, int line) {
   for (int i = 0; i < 5; i++) {
     if (!(isfinite(fig(s, i)) && fig(s, i) > 0))
-      FAIL_AT("line %d: %s = %g, want positive and finite (src \"%s\")", line, k_fig[i], fig(s, i), src(s, i));
+      FAIL_AT("line %d: %s = %g, want positive and finite (src \"%s\")", line, k_fig[i], fig(s, i),
+              src(s, i));
     if (!starts(src(s, i), prefix))
-      FAIL_AT("line %d: %s src \"%s\", want it to start with \"%s\"", line, k_fig[i], src(s, i), prefix);
+      FAIL_AT("line %d: %s src \"%s\", want it to start with \"%s\"", line, k_fig[i], src(s, i),
+              prefix);
   }
 }
 
@@ -97,7 +105,8 @@ static void write_all(const char *path, const char *text) {
 static void base_config(zo_config_t *c) {
   zo_config_defaults(c);
   c->bf16.enabled = 1;
-  c->zoffload.adam_threads = 1; /* a busy 2-core machine: one thread is enough to test the plumbing */
+  c->zoffload.adam_threads =
+      1; /* a busy 2-core machine: one thread is enough to test the plumbing */
   c->aio.block_size = 1 << 20;
   c->aio.queue_depth = 4;
 }
@@ -177,7 +186,8 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
     CHECK_HAS(text, "\"adam host=");
     CHECK_HAS(text, "\"measured_at\"");
   }
-  CHECK_EQ(zo_test_count_entries(dir), 0); /* the swap directory zoffload-rank99999800 is gone again */
+  CHECK_EQ(zo_test_count_entries(dir),
+           0); /* the swap directory zoffload-rank99999800 is gone again */
   /* 2. read back from the cache, exactly */
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s2));
   check_all(&s2, "cache ", __LINE__);
@@ -242,7 +252,8 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   /* one damaged entry: that figure measured again, the others cached */
   free(text);
   text = read_all(cache, &n);
-  json_t *root = text ? json_loads(text, 0, NULL) : NULL, *ent = json_object_get(root, "entries"), *e;
+  json_t *root = text ? json_loads(text, 0, NULL) : NULL, *ent = json_object_get(root, "entries"),
+         *e;
   const char *key;
   int damaged = 0;
   json_object_foreach(ent, key, e) {
@@ -265,7 +276,8 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
   check_all(&s3, "cache ", __LINE__);
   free(text);
   /* 5. another program's files at the cache path: warned, measured, left byte for byte */
-  static const char *const foreign[] = {"{\"mine\": true, \"entries\": {}}\n", "hello, not JSON\n", "[1, 2, 3]"};
+  static const char *const foreign[] = {"{\"mine\": true, \"entries\": {}}\n", "hello, not JSON\n",
+                                        "[1, 2, 3]"};
   for (int k = 0; k < 3; k++) {
     write_all(cache, foreign[k]);
     warn_reset();
@@ -414,7 +426,8 @@ static void test_figure(const char *cache) {
   double v = -1;
   char src[ZO_SPEEDS_SRC_CAP];
   const char *key = "test figure: model L=2 C=64 threads=2";
-  CHECK_OK(zo_speeds_figure(key, fig_measure, &f, 1, &v, src, sizeof src)); /* remeasure: whatever a run left */
+  CHECK_OK(zo_speeds_figure(key, fig_measure, &f, 1, &v, src,
+                            sizeof src)); /* remeasure: whatever a run left */
   CHECK_EQ(f.calls, 1);
   CHECK(v == 0.25);
   CHECK(!strcmp(src, "measured: timed 1"));
@@ -451,16 +464,20 @@ static void test_figure(const char *cache) {
   CHECK(v == 0.5);
   /* a failed measurement: its status and reason, nothing cached (the next call measures again) */
   fig_ctx bad = {.value = 1, .st = ZO_ERR_OUT_OF_MEMORY};
-  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src), ZO_ERR_OUT_OF_MEMORY);
+  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src),
+           ZO_ERR_OUT_OF_MEMORY);
   CHECK(v == 0);
   CHECK(!strcmp(src, "not measured: the probe broke (1)"));
   CHECK(strstr(zo_last_error(), "the probe broke (1)") != NULL);
-  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src), ZO_ERR_OUT_OF_MEMORY);
+  CHECK_ST(zo_speeds_figure("test figure: broken", fig_measure, &bad, 0, &v, src, sizeof src),
+           ZO_ERR_OUT_OF_MEMORY);
   CHECK_EQ(bad.calls, 2);
   fig_ctx nan_fig = {.value = NAN, .st = ZO_OK}, neg = {.value = -1, .st = ZO_OK};
-  CHECK_ST(zo_speeds_figure("test figure: nan", fig_measure, &nan_fig, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure("test figure: nan", fig_measure, &nan_fig, 0, &v, src, sizeof src),
+           ZO_ERR_INVALID_ARG);
   CHECK(v == 0 && strstr(src, "not a positive finite number"));
-  CHECK_ST(zo_speeds_figure("test figure: negative", fig_measure, &neg, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure("test figure: negative", fig_measure, &neg, 0, &v, src, sizeof src),
+           ZO_ERR_INVALID_ARG);
   /* arguments */
   char longkey[1100];
   memset(longkey, 'k', sizeof longkey - 1);
@@ -471,16 +488,19 @@ static void test_figure(const char *cache) {
   CHECK_ST(zo_speeds_figure(key, fig_measure, &f, 0, &v, src, 0), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_speeds_figure("", fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_speeds_figure(longkey, fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
-  CHECK_ST(zo_speeds_figure("tab\there", fig_measure, &f, 0, &v, src, sizeof src), ZO_ERR_INVALID_ARG);
+  CHECK_ST(zo_speeds_figure("tab\there", fig_measure, &f, 0, &v, src, sizeof src),
+           ZO_ERR_INVALID_ARG);
   CHECK(strstr(zo_last_error(), "byte 3 is 0x09"));
   CHECK_EQ(f.calls, 3); /* no refused call measured */
 }
 
 int main(int argc, char **argv) {
   char dir[4096], swapdir[4200], cache[4300];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "test_speeds", dir, sizeof dir)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "test_speeds", dir, sizeof dir))
+    return ZO_TEST_SKIP;
   snprintf(swapdir, sizeof swapdir, "%s/nvme", dir);
-  snprintf(cache, sizeof cache, "%s/cache/sub/speeds.json", dir); /* directories made by the first write */
+  snprintf(cache, sizeof cache, "%s/cache/sub/speeds.json",
+           dir); /* directories made by the first write */
   if (mkdir(swapdir, 0700) != 0) return ZO_TEST_SKIP;
   setenv("ZO_SPEEDS_CACHE", cache, 1); /* never $HOME */
   unsetenv("ZO_SPEEDS_REMEASURE");

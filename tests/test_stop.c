@@ -44,7 +44,9 @@ int main(void) {
   CHECK_OK(zo_stream_synchronize(s));
   const double waited = zo_clock_s() - t0;
   pthread_join(th, NULL);
-  printf("a 4 KiB copy over a 1 byte/s link: stop requested after 0.2 s, synchronize returned after %.3f s\n", waited);
+  printf(
+      "a 4 KiB copy over a 1 byte/s link: stop requested after 0.2 s, synchronize returned after %.3f s\n",
+      waited);
   CHECK(waited < 600); /* generous: without the stop it is 4096 s */
   CHECK(zo_stop_requested() == 1);
   /* 2. While the stop stands, copies are not throttled (a synchronous one here), bytes unchanged. */
@@ -64,7 +66,9 @@ int main(void) {
   const double t1 = zo_clock_s();
   CHECK_OK(zo_memcpy(dev, d2, big, sizeof big, ZO_COPY_H2D));
   const double took = zo_clock_s() - t1;
-  printf("after zo_stop_reset(): 1 MiB over a 1 GB/s link took %.4f s (>= 0.001 s: emulated again)\n", took);
+  printf(
+      "after zo_stop_reset(): 1 MiB over a 1 GB/s link took %.4f s (>= 0.001 s: emulated again)\n",
+      took);
   CHECK(took >= 0.001);
   zo_device_free(dev, d2);
   zo_device_free(dev, d);

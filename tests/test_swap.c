@@ -135,15 +135,16 @@ static void test_layout(const char *root, int force_pread) {
     zo_swap_destroy(sw);
     return;
   }
-  if (!zo_swap_is_direct(sw)) printf("note: O_DIRECT not available under %s, files are buffered\n", root);
-  printf("%s: alignment %zu bytes, O_DIRECT %d, io_uring %d\n", force_pread ? "pread" : "io_uring", a,
-         zo_swap_is_direct(sw), zo_swap_uses_io_uring(sw));
+  if (!zo_swap_is_direct(sw))
+    printf("note: O_DIRECT not available under %s, files are buffered\n", root);
+  printf("%s: alignment %zu bytes, O_DIRECT %d, io_uring %d\n", force_pread ? "pread" : "io_uring",
+         a, zo_swap_is_direct(sw), zo_swap_uses_io_uring(sw));
   CHECK_EQ(zo_swap_file_size(f), n);
   CHECK_EQ(stat(zo_swap_file_path(f), &st), 0);
   CHECK_EQ(st.st_mode & 07777, 0600);
   CHECK_EQ(st.st_size, n);
   CHECK((uint64_t)st.st_blocks * 512 >= n); /* preallocated, not sparse */
-  CHECK_EQ(zo_test_count_entries(dir), 4); /* 3 files + the lock file */
+  CHECK_EQ(zo_test_count_entries(dir), 4);  /* 3 files + the lock file */
 
   zo_swap_file_t *dup = NULL;
   CHECK_ST(zo_swap_file_create(sw, "params.swp", 4096, &dup), ZO_ERR_INVALID_ARG);
@@ -184,8 +185,18 @@ static void test_roundtrip(const char *root, int force_pread) {
     zo_swap_destroy(sw);
     return;
   }
-  const size_t sizes[] = {a, 2 * a, 3 * a, 64 * 1024, MiB - a, MiB, MiB + a, 2 * MiB + MiB / 2, 5 * MiB + 3 * a,
-                          9 * MiB - a, 9 * MiB, 9 * MiB + 7 * a};
+  const size_t sizes[] = {a,
+                          2 * a,
+                          3 * a,
+                          64 * 1024,
+                          MiB - a,
+                          MiB,
+                          MiB + a,
+                          2 * MiB + MiB / 2,
+                          5 * MiB + 3 * a,
+                          9 * MiB - a,
+                          9 * MiB,
+                          9 * MiB + 7 * a};
   const size_t nsz = sizeof sizes / sizeof sizes[0];
   unsigned char *src = xalloc(a, 10 * MiB), *dst = xalloc(a, 10 * MiB);
   for (size_t i = 0; i < nsz; i++) {
@@ -205,7 +216,8 @@ static void test_roundtrip(const char *root, int force_pread) {
         r = NULL;
         CHECK_ST(zo_swap_submit_read(sw, f, off, dst, n, &r), ZO_OK);
         int done = 0;
-        for (int spins = 0; r && !done && spins < 1000000; spins++) CHECK_ST(zo_swap_poll(sw, r, &done), ZO_OK);
+        for (int spins = 0; r && !done && spins < 1000000; spins++)
+          CHECK_ST(zo_swap_poll(sw, r, &done), ZO_OK);
         if (r) CHECK_ST(zo_swap_wait(sw, r), ZO_OK);
       } else {
         CHECK_ST(zo_swap_write(sw, f, off, src, n), ZO_OK);
@@ -249,7 +261,8 @@ static void test_concurrent(const char *root, int force_pread) {
   for (int i = 0; i < NREQ; i++) {
     len[i] = (1 + rnd() % (slot / a)) * a;
     rq[i] = NULL;
-    CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i * slot, src + i * slot, len[i], &rq[i]), ZO_OK);
+    CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i * slot, src + i * slot, len[i], &rq[i]),
+             ZO_OK);
   }
   int done = 0;
   if (rq[NREQ - 1]) CHECK_ST(zo_swap_poll(sw, rq[NREQ - 1], &done), ZO_OK);
@@ -270,7 +283,8 @@ static void test_concurrent(const char *root, int force_pread) {
     if (rq[order[k]]) CHECK_ST(zo_swap_wait(sw, rq[order[k]]), ZO_OK);
   for (int i = 0; i < NREQ; i++) {
     char what[96];
-    snprintf(what, sizeof what, "%s request %d (%zu bytes)", force_pread ? "pread" : "io_uring", i, len[i]);
+    snprintf(what, sizeof what, "%s request %d (%zu bytes)", force_pread ? "pread" : "io_uring", i,
+             len[i]);
     if (CHECK_BYTES(what, dst + i * slot, src + i * slot, len[i])) break;
   }
   free(src);
@@ -343,14 +357,16 @@ static void test_faults(const char *root, int force_pread) {
 
   zo_swap_test_inject(sw, 3, -ENOSPC);
   CHECK_ST(zo_swap_write(sw, f, off, src, 4 * B), ZO_ERR_IO);
-  snprintf(want, sizeof want, "offset %llu, length %zu bytes", (unsigned long long)(off + 2 * B), B);
+  snprintf(want, sizeof want, "offset %llu, length %zu bytes", (unsigned long long)(off + 2 * B),
+           B);
   CHECK_MSG(want);
   CHECK_MSG(strerror(ENOSPC));
 
   zo_swap_test_inject(sw, 4, -EIO);
   memset(dst, 0, 4 * B);
   CHECK_ST(zo_swap_read(sw, f, off, dst, 4 * B), ZO_ERR_IO);
-  snprintf(want, sizeof want, "offset %llu, length %zu bytes", (unsigned long long)(off + 3 * B), B);
+  snprintf(want, sizeof want, "offset %llu, length %zu bytes", (unsigned long long)(off + 3 * B),
+           B);
   CHECK_MSG(want);
   CHECK_MSG("read");
 
@@ -384,7 +400,8 @@ static void test_faults(const char *root, int force_pread) {
   /* A failed request among others in flight: only it fails. */
   zo_swap_req_t *r[3] = {NULL, NULL, NULL};
   zo_swap_test_inject(sw, 6, -EIO); /* 6th completion: a piece of the 2nd request */
-  for (int i = 0; i < 3; i++) CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i * 4 * B, src, 4 * B, &r[i]), ZO_OK);
+  for (int i = 0; i < 3; i++)
+    CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i * 4 * B, src, 4 * B, &r[i]), ZO_OK);
   if (r[0]) CHECK_ST(zo_swap_wait(sw, r[0]), ZO_OK);
   if (r[1]) CHECK_ST(zo_swap_wait(sw, r[1]), ZO_ERR_IO);
   snprintf(want, sizeof want, "offset %llu", (unsigned long long)(4 * B + B));
@@ -438,7 +455,8 @@ static void test_destroy_unwaited(const char *root) {
   unsigned char *buf = xalloc(a, 1 << 20);
   fill_random(buf, 1 << 20);
   zo_swap_req_t *r = NULL;
-  for (int i = 0; f && i < 8; i++) CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i << 20, buf, 1 << 20, &r), ZO_OK);
+  for (int i = 0; f && i < 8; i++)
+    CHECK_ST(zo_swap_submit_write(sw, f, (uint64_t)i << 20, buf, 1 << 20, &r), ZO_OK);
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", zo_swap_dir(sw));
   g_warnings = 0;
@@ -476,7 +494,8 @@ static void test_buffered_fallback(const char *root) {
     CHECK_EQ(st.st_mode & 07777, 0600);
     unsigned char *src = xalloc(a, 256 * 1024), *dst = xalloc(a, 256 * 1024);
     fill_random(src, 256 * 1024);
-    zo_swap_test_inject(sw, 2, 1001); /* unaligned short count, resumed exactly on a buffered file */
+    zo_swap_test_inject(sw, 2,
+                        1001); /* unaligned short count, resumed exactly on a buffered file */
     CHECK_ST(zo_swap_write(sw, f, a, src, 256 * 1024), ZO_OK);
     memset(dst, 0, 256 * 1024);
     CHECK_ST(zo_swap_read(sw, f, a, dst, 256 * 1024), ZO_OK);
@@ -490,7 +509,8 @@ static void test_buffered_fallback(const char *root) {
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap", root, sizeof root))
+    return ZO_TEST_SKIP;
   printf("swap test directory: %s\n", root);
 
   test_create_errors(root);

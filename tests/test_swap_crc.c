@@ -86,7 +86,8 @@ static void corruption(const char *root, int force_pread, int via_handle_opt) {
   CHECK_ST(zo_swap_read(sw, f, 0, dst, n), ZO_ERR_CORRUPT);
   char want[160];
   uint64_t c0 = (uint64_t)bad / a * a;
-  snprintf(want, sizeof want, "at offset %llu, length %zu bytes: CRC32C mismatch", (unsigned long long)c0, a);
+  snprintf(want, sizeof want, "at offset %llu, length %zu bytes: CRC32C mismatch",
+           (unsigned long long)c0, a);
   CHECK_MSG(want);
   CHECK_MSG("exp_avg_sq.swp");
   snprintf(want, sizeof want, "expected 0x%08x", zo_swap_crc32c(0, src + c0, a));
@@ -114,7 +115,8 @@ static void corruption(const char *root, int force_pread, int via_handle_opt) {
     CHECK_OK(zo_swap_write(sw, g, off, src, 32 * a));
     REQUIRE(flip_byte(zo_swap_file_path(g), (off_t)(off + 20 * a)) == 0);
     CHECK_ST(zo_swap_read(sw, g, off, dst, 32 * a), ZO_ERR_CORRUPT);
-    snprintf(want, sizeof want, "offset %llu, length %zu", (unsigned long long)(off + 16 * a), 16 * a);
+    snprintf(want, sizeof want, "offset %llu, length %zu", (unsigned long long)(off + 16 * a),
+             16 * a);
     CHECK_MSG(want);
     /* a partial-chunk write makes that chunk unverifiable, never a false error */
     CHECK_OK(zo_swap_write(sw, g, off + 16 * a, src, a));
@@ -141,7 +143,8 @@ static void corruption(const char *root, int force_pread, int via_handle_opt) {
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-crc", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-crc", root, sizeof root))
+    return ZO_TEST_SKIP;
   crc_values();
   corruption(root, 0, 0);
   corruption(root, 1, 0);

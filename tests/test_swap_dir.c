@@ -44,7 +44,9 @@ static pid_t dead_run(const char *root, int rank) {
     zo_swap_opts o = {.rank = rank};
     zo_swap_t *sw = NULL;
     zo_swap_file_t *f = NULL;
-    if (zo_swap_create(root, &o, &sw) != ZO_OK || zo_swap_file_create(sw, "master.swp", 1 << 20, &f) != ZO_OK) _exit(3);
+    if (zo_swap_create(root, &o, &sw) != ZO_OK ||
+        zo_swap_file_create(sw, "master.swp", 1 << 20, &f) != ZO_OK)
+      _exit(3);
     _exit(0); /* "crash": no destroy */
   }
   int status = 0;
@@ -77,7 +79,8 @@ static void stale_and_live(const char *root) {
   zo_swap_t *sw2 = (zo_swap_t *)1;
   CHECK_ST(zo_swap_create(root, NULL, &sw2), ZO_ERR_INVALID_USAGE);
   CHECK(sw2 == NULL);
-  snprintf(want, sizeof want, "swap directory %s is in use by a live process (pid %ld); use another nvme_path or rank",
+  snprintf(want, sizeof want,
+           "swap directory %s is in use by a live process (pid %ld); use another nvme_path or rank",
            dir, (long)getpid());
   CHECK_MSG(want);
   /* ... and it did not disturb the live one */
@@ -109,8 +112,8 @@ static void stale_and_live(const char *root) {
   got[n > 0 ? n : 0] = 0;
   close(pipefd[0]);
   waitpid(pid, NULL, 0);
-  snprintf(want, sizeof want, "%d swap: swap directory %s is in use by a live process (pid %ld)", (int)ZO_ERR_INVALID_USAGE,
-           dir, (long)getpid());
+  snprintf(want, sizeof want, "%d swap: swap directory %s is in use by a live process (pid %ld)",
+           (int)ZO_ERR_INVALID_USAGE, dir, (long)getpid());
   CHECK_HAS(got, want);
   CHECK_EQ(stat(zo_swap_file_path(f), &st), 0); /* the child's refusal left our files alone */
   zo_swap_destroy(sw);
@@ -183,7 +186,10 @@ static void foreign_dirs(const char *root) {
   g_warnings = 0;
   CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
   CHECK(sw == NULL);
-  snprintf(want, sizeof want, "swap: swap directory %s was not made by zoffload (owner marker .zoffload-owner: No such file or directory) and holds 'thesis.tex' (a regular file); nothing removed", dir);
+  snprintf(
+      want, sizeof want,
+      "swap: swap directory %s was not made by zoffload (owner marker .zoffload-owner: No such file or directory) and holds 'thesis.tex' (a regular file); nothing removed",
+      dir);
   CHECK_MSG(want);
   CHECK_EQ(g_warnings, 0);
   CHECK(file_is(dir, "thesis.tex", thesis));
@@ -210,7 +216,8 @@ static void foreign_dirs(const char *root) {
   dead_run(root, 0);
   put_file(dir, "notes.txt", "keep me\n");
   CHECK_ST(zo_swap_create(root, NULL, &sw), ZO_ERR_INVALID_ARG);
-  CHECK_MSG("holds 'notes.txt' (a regular file), which is not one of its swap files; nothing removed");
+  CHECK_MSG(
+      "holds 'notes.txt' (a regular file), which is not one of its swap files; nothing removed");
   CHECK(file_is(dir, "notes.txt", "keep me\n"));
   snprintf(p, sizeof p, "%s/master.swp", dir);
   CHECK_EQ(stat(p, &st), 0);
@@ -354,7 +361,8 @@ static void disk_full(const char *root) {
 
 static void disk_limits(const char *root) {
   disk_full(root);
-  zo_swap_opts o = {.block_size = 64 * 1024, .queue_depth = 1}; /* in order: the short piece fails first */
+  zo_swap_opts o = {.block_size = 64 * 1024,
+                    .queue_depth = 1}; /* in order: the short piece fails first */
   zo_swap_t *sw = NULL;
   CHECK_OK(zo_swap_create(root, &o, &sw));
   if (!sw) return;
@@ -393,11 +401,13 @@ static void disk_limits(const char *root) {
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir", root, sizeof root))
+    return ZO_TEST_SKIP;
   zo_log_set_handler(capture_log, NULL, ZO_LOG_WARN);
   /* A mount namespace of our own for disk_full()'s tmpfs, while no thread exists yet (unshare of
    * CLONE_NEWNS implies CLONE_FS, refused in a multi-threaded process). */
-  g_private_mounts = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
+  g_private_mounts =
+      unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
   stale_and_live(root);
   foreign_dirs(root);
   modes_and_symlinks(root);

@@ -43,8 +43,9 @@ static int contender(const char *root, int rounds, int fd) {
       if (st == ZO_ERR_INVALID_USAGE && strstr(zo_last_error(), "is in use by a live process")) {
         busy++;
       } else if (problems++ < 5) {
-        int n = snprintf(line, sizeof line, "pid %ld round %d: create refused unclean: status %d: %s\n",
-                         (long)getpid(), i, (int)st, zo_last_error());
+        int n =
+            snprintf(line, sizeof line, "pid %ld round %d: create refused unclean: status %d: %s\n",
+                     (long)getpid(), i, (int)st, zo_last_error());
         if (write(fd, line, (size_t)n) != n) return 2;
       }
       sched_yield();
@@ -53,15 +54,15 @@ static int contender(const char *root, int rounds, int fd) {
     owned++;
     int s = open(sentinel, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
     if (s < 0 && problems++ < 5) {
-      int n = snprintf(line, sizeof line, "pid %ld round %d: TWO OWNERS: sentinel %s: %s\n", (long)getpid(), i,
-                       sentinel, strerror(errno));
+      int n = snprintf(line, sizeof line, "pid %ld round %d: TWO OWNERS: sentinel %s: %s\n",
+                       (long)getpid(), i, sentinel, strerror(errno));
       if (write(fd, line, (size_t)n) != n) return 2;
     }
     zo_swap_file_t *f = NULL;
     st = zo_swap_file_create(sw, "m.swp", 4096, &f);
     if (st != ZO_OK && problems++ < 5) {
-      int n = snprintf(line, sizeof line, "pid %ld round %d: owner cannot make a swap file: %s\n", (long)getpid(), i,
-                       zo_last_error());
+      int n = snprintf(line, sizeof line, "pid %ld round %d: owner cannot make a swap file: %s\n",
+                       (long)getpid(), i, zo_last_error());
       if (write(fd, line, (size_t)n) != n) return 2;
     }
     sched_yield(); /* let the others try while we own it */
@@ -78,7 +79,8 @@ static int contender(const char *root, int rounds, int fd) {
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir-race", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-dir-race", root, sizeof root))
+    return ZO_TEST_SKIP;
   int procs = argc > 2 ? atoi(argv[2]) : 4, rounds = argc > 3 ? atoi(argv[3]) : 1000;
   if (procs < 2 || procs > 64 || rounds < 1) {
     fprintf(stderr, "usage: test_swap_dir_race [DIR] [PROCS 2..64] [ROUNDS >= 1]\n");
@@ -104,7 +106,8 @@ int main(int argc, char **argv) {
     char out[8192] = "";
     size_t len = 0;
     ssize_t n;
-    while (len + 1 < sizeof out && (n = read(fds[p], out + len, sizeof out - 1 - len)) > 0) len += (size_t)n;
+    while (len + 1 < sizeof out && (n = read(fds[p], out + len, sizeof out - 1 - len)) > 0)
+      len += (size_t)n;
     out[len] = 0;
     close(fds[p]);
     int status = 0;
@@ -112,7 +115,8 @@ int main(int argc, char **argv) {
     const char *tail = strstr(out, "owned ");
     long o = 0, b = 0;
     if (tail && sscanf(tail, "owned %ld busy %ld", &o, &b) == 2) owned += o, busy += b;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) FAIL_AT("contender %d (pid %ld):\n%s", p, (long)pids[p], out);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      FAIL_AT("contender %d (pid %ld):\n%s", p, (long)pids[p], out);
   }
   printf("%d processes x %d rounds: %ld owned, %ld refused busy\n", procs, rounds, owned, busy);
   CHECK(owned > 0);

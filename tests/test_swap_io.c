@@ -70,7 +70,8 @@ static zo_swap_t *open_swap(const char *root, size_t block, unsigned qd, int fla
 static void roundtrip(const char *root, size_t block, unsigned qd, int flags) {
   zo_swap_t *sw = open_swap(root, block, qd, flags, 0);
   if (!sw) return;
-  if ((flags & F_SQPOLL) && !zo_swap_uses_sqpoll(sw)) printf("note: SQPOLL refused by the kernel; case run without it\n");
+  if ((flags & F_SQPOLL) && !zo_swap_uses_sqpoll(sw))
+    printf("note: SQPOLL refused by the kernel; case run without it\n");
   if ((flags & F_FIXED_FILE) && !zo_swap_uses_fixed_files(sw))
     printf("note: registered files refused by the kernel; case run without them\n");
   const size_t a = zo_swap_alignment(sw);
@@ -108,7 +109,8 @@ static void roundtrip(const char *root, size_t block, unsigned qd, int flags) {
   for (int fi = 0; fi < 2; fi++) {
     uint64_t off = 0;
     while (off < file_bytes && n < (fi + 1) * MAXR) {
-      size_t units = 1 + zo_test_rand64(&g_rng) % (3 * block / a + 2); /* up to ~3 blocks: many pieces */
+      size_t units =
+          1 + zo_test_rand64(&g_rng) % (3 * block / a + 2); /* up to ~3 blocks: many pieces */
       size_t len = units * a;
       if (len > file_bytes - off) len = file_bytes - off;
       rq[n].fi = fi;
@@ -129,7 +131,8 @@ static void roundtrip(const char *root, size_t block, unsigned qd, int flags) {
   }
   zo_swap_req_t *h[2 * MAXR];
   for (int i = 0; i < n; i++)
-    CHECK_OK(zo_swap_submit_write(sw, f[rq[i].fi], rq[i].off, src + rq[i].fi * file_bytes + rq[i].off, rq[i].len, &h[i]));
+    CHECK_OK(zo_swap_submit_write(sw, f[rq[i].fi], rq[i].off,
+                                  src + rq[i].fi * file_bytes + rq[i].off, rq[i].len, &h[i]));
   /* Poll the last one until done, then wait all in submission order. */
   int done = 0;
   struct timespec t0, t;
@@ -142,12 +145,15 @@ static void roundtrip(const char *root, size_t block, unsigned qd, int flags) {
   CHECK_EQ(done, 1); /* polling alone drives every request to completion */
   for (int i = 0; i < n; i++) CHECK_OK(zo_swap_wait(sw, h[i]));
   for (int i = 0; i < n; i++)
-    CHECK_OK(zo_swap_submit_read(sw, f[rq[i].fi], rq[i].off, dst + rq[i].fi * file_bytes + rq[i].off, rq[i].len, &h[i]));
+    CHECK_OK(zo_swap_submit_read(sw, f[rq[i].fi], rq[i].off,
+                                 dst + rq[i].fi * file_bytes + rq[i].off, rq[i].len, &h[i]));
   for (int i = n - 1; i >= 0; i--) CHECK_OK(zo_swap_wait(sw, h[i]));
   char what[160];
-  snprintf(what, sizeof what, "roundtrip block %zu qd %u fixedbuf %d fixedfile %d sqpoll %d pool %d thread %d (%d requests)",
-           block, qd, !!(flags & F_FIXED_BUF), !!(flags & F_FIXED_FILE), !!(flags & F_SQPOLL), !!(flags & F_POOL),
-           !!(flags & F_THREAD), n);
+  snprintf(
+      what, sizeof what,
+      "roundtrip block %zu qd %u fixedbuf %d fixedfile %d sqpoll %d pool %d thread %d (%d requests)",
+      block, qd, !!(flags & F_FIXED_BUF), !!(flags & F_FIXED_FILE), !!(flags & F_SQPOLL),
+      !!(flags & F_POOL), !!(flags & F_THREAD), n);
   CHECK_BYTES(what, dst, src, 2 * file_bytes);
   /* Unaligned-to-registration: a buffer outside the arena still works (unregistered path). */
   unsigned char *other = xalloc(a, 3 * a);
@@ -268,7 +274,8 @@ static void urgent_write(const char *root, int flags) {
   CHECK_OK(zo_swap_wait(sw, w));
   int done = 1;
   CHECK_OK(zo_swap_poll(sw, r, &done));
-  if (!(flags & F_THREAD)) CHECK_EQ(done, 0); /* the urgent write went ahead of ~60 pieces of the read */
+  if (!(flags & F_THREAD))
+    CHECK_EQ(done, 0); /* the urgent write went ahead of ~60 pieces of the read */
   CHECK_OK(zo_swap_wait(sw, r));
   CHECK_OK(zo_swap_read(sw, f, NB * B, got, B));
   CHECK_BYTES("urgent write", got, tail, B);
@@ -292,10 +299,10 @@ static void extents(const char *root) {
   }
   CHECK_EQ(zo_swap_file_free_bytes(f), 10 * a);
   uint64_t o[6];
-  CHECK_OK(zo_swap_extent_alloc(f, 1, &o[0]));        /* rounds up to a */
-  CHECK_OK(zo_swap_extent_alloc(f, a + 1, &o[1]));    /* 2a */
-  CHECK_OK(zo_swap_extent_alloc(f, 3 * a, &o[2]));    /* 3a */
-  CHECK_OK(zo_swap_extent_alloc(f, 2 * a, &o[3]));    /* 2a */
+  CHECK_OK(zo_swap_extent_alloc(f, 1, &o[0]));     /* rounds up to a */
+  CHECK_OK(zo_swap_extent_alloc(f, a + 1, &o[1])); /* 2a */
+  CHECK_OK(zo_swap_extent_alloc(f, 3 * a, &o[2])); /* 3a */
+  CHECK_OK(zo_swap_extent_alloc(f, 2 * a, &o[3])); /* 2a */
   CHECK_EQ(o[0], 0);
   CHECK_EQ(o[1], a);
   CHECK_EQ(o[2], 3 * a);
@@ -305,8 +312,8 @@ static void extents(const char *root) {
   CHECK_ST(zo_swap_extent_alloc(f, 3 * a, &o[4]), ZO_ERR_OUT_OF_MEMORY);
   CHECK_MSG("exp_avg.swp");
   char want[128];
-  snprintf(want, sizeof want, "no free extent of %llu bytes (%llu bytes free", (unsigned long long)(3 * a),
-           (unsigned long long)(2 * a));
+  snprintf(want, sizeof want, "no free extent of %llu bytes (%llu bytes free",
+           (unsigned long long)(3 * a), (unsigned long long)(2 * a));
   CHECK_MSG(want);
   /* free the 2nd and 4th: holes of 2a at a and 2a at 6a (+2a tail at 8a coalesces with the 4th) */
   CHECK_OK(zo_swap_extent_free(f, o[1], a + 1));
@@ -324,8 +331,8 @@ static void extents(const char *root) {
   CHECK_OK(zo_swap_extent_free(f, o[5], 4 * a));
   CHECK_ST(zo_swap_extent_free(f, o[5], 4 * a), ZO_ERR_INVALID_ARG);
   CHECK_MSG("double free");
-  CHECK_ST(zo_swap_extent_free(f, 7 * a, a), ZO_ERR_INVALID_ARG); /* inside free space */
-  CHECK_ST(zo_swap_extent_free(f, 1, a), ZO_ERR_INVALID_ARG);     /* misaligned */
+  CHECK_ST(zo_swap_extent_free(f, 7 * a, a), ZO_ERR_INVALID_ARG);     /* inside free space */
+  CHECK_ST(zo_swap_extent_free(f, 1, a), ZO_ERR_INVALID_ARG);         /* misaligned */
   CHECK_ST(zo_swap_extent_free(f, 9 * a, 5 * a), ZO_ERR_INVALID_ARG); /* past the end */
   CHECK_ST(zo_swap_extent_alloc(f, 0, &o[5]), ZO_ERR_INVALID_ARG);
   /* free everything in scrambled order: one extent of the whole file again */
@@ -413,7 +420,8 @@ static void registration(const char *root) {
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-io", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-io", root, sizeof root))
+    return ZO_TEST_SKIP;
   printf("swap test directory: %s\n", root);
   static const struct {
     size_t block;
@@ -426,7 +434,8 @@ int main(int argc, char **argv) {
         flags != (F_THREAD | F_FIXED_BUF | F_FIXED_FILE) && flags != (F_THREAD | F_SQPOLL))
       continue;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      if (flags && flags != F_POOL && flags != F_THREAD && s != 1 && s != 3) continue; /* full sweeps: plain, pool, thread */
+      if (flags && flags != F_POOL && flags != F_THREAD && s != 1 && s != 3)
+        continue; /* full sweeps: plain, pool, thread */
       roundtrip(root, shapes[s].block, shapes[s].qd, flags);
     }
   }

@@ -38,15 +38,17 @@ static void fill_random(unsigned char *p, size_t n) {
 
 /* Write @n random bytes at @off in @nreq requests submitted together, read them back with
  * zo_swap_poll() spins (no wait until done) into a cleared buffer, compare. */
-static void round_trip(zo_swap_t *sw, zo_swap_file_t *f, unsigned char *src, unsigned char *dst, uint64_t off,
-                       size_t n, unsigned nreq, const char *what) {
+static void round_trip(zo_swap_t *sw, zo_swap_file_t *f, unsigned char *src, unsigned char *dst,
+                       uint64_t off, size_t n, unsigned nreq, const char *what) {
   fill_random(src, n);
   memset(dst, 0, n);
   size_t part = n / nreq;
   zo_swap_req_t *r[16];
-  for (unsigned i = 0; i < nreq; i++) CHECK_OK(zo_swap_submit_write(sw, f, off + i * part, src + i * part, part, &r[i]));
+  for (unsigned i = 0; i < nreq; i++)
+    CHECK_OK(zo_swap_submit_write(sw, f, off + i * part, src + i * part, part, &r[i]));
   for (unsigned i = 0; i < nreq; i++) CHECK_OK(zo_swap_wait(sw, r[i]));
-  for (unsigned i = 0; i < nreq; i++) CHECK_OK(zo_swap_submit_read(sw, f, off + i * part, dst + i * part, part, &r[i]));
+  for (unsigned i = 0; i < nreq; i++)
+    CHECK_OK(zo_swap_submit_read(sw, f, off + i * part, dst + i * part, part, &r[i]));
   for (unsigned i = 0; i < nreq; i++) {
     int done = 0;
     long spins = 0;
@@ -126,7 +128,8 @@ static void test_set_queue(const char *root) {
 }
 
 /* Each ring mode: create, say what it is, round trip through wait and poll. */
-static void test_ring_mode(const char *root, const char *env, int single, int sqpoll, int pool, int rank) {
+static void test_ring_mode(const char *root, const char *env, int single, int sqpoll, int pool,
+                           int rank) {
   if (env)
     setenv("ZO_SWAP_RING_FLAGS", env, 1);
   else
@@ -135,8 +138,12 @@ static void test_ring_mode(const char *root, const char *env, int single, int sq
     setenv("ZO_SWAP_FORCE_PREAD", "1", 1);
   else
     unsetenv("ZO_SWAP_FORCE_PREAD");
-  zo_swap_opts o = {.block_size = 128 * 1024, .queue_depth = 8, .rank = rank, .single_issuer = single,
-                    .sqpoll = sqpoll, .sqpoll_idle_ms = 10};
+  zo_swap_opts o = {.block_size = 128 * 1024,
+                    .queue_depth = 8,
+                    .rank = rank,
+                    .single_issuer = single,
+                    .sqpoll = sqpoll,
+                    .sqpoll_idle_ms = 10};
   zo_swap_t *sw = NULL;
   zo_status st = zo_swap_create(root, &o, &sw);
   unsetenv("ZO_SWAP_RING_FLAGS");
@@ -155,7 +162,8 @@ static void test_ring_mode(const char *root, const char *env, int single, int sq
   unsigned char *src = aligned_alloc(a, FILE_BYTES), *dst = aligned_alloc(a, FILE_BYTES);
   if (f && src && dst) {
     char what[96];
-    snprintf(what, sizeof what, "ring mode env=%s single=%d sqpoll=%d pool=%d", env ? env : "-", single, sqpoll, pool);
+    snprintf(what, sizeof what, "ring mode env=%s single=%d sqpoll=%d pool=%d", env ? env : "-",
+             single, sqpoll, pool);
     round_trip(sw, f, src, dst, 0, FILE_BYTES, 8, what);
     round_trip(sw, f, src, dst, a, 64 * a, 1, what);
   } else {
@@ -178,7 +186,8 @@ static void test_ring_env(const char *root) {
   zo_swap_t *sw = (zo_swap_t *)1;
   zo_swap_opts o = {.block_size = 128 * 1024, .queue_depth = 8, .rank = 8};
   setenv("ZO_SWAP_RING_FLAGS", "xyz", 1);
-  if (!CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_INVALID_ARG)) zo_swap_destroy(sw); /* was silently ignored */
+  if (!CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_INVALID_ARG))
+    zo_swap_destroy(sw); /* was silently ignored */
   CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS='xyz' is not one of none, coop, defer");
   printf("ok: %s\n", zo_last_error());
   setenv("ZO_SWAP_RING_FLAGS", "defer", 1);
@@ -198,7 +207,8 @@ static void test_ring_env(const char *root) {
     free(src);
     free(dst);
     zo_swap_destroy(sw);
-    FAIL_AT("ZO_SWAP_RING_FLAGS=defer with progress_thread was taken; it must be refused at create");
+    FAIL_AT(
+        "ZO_SWAP_RING_FLAGS=defer with progress_thread was taken; it must be refused at create");
   } else {
     CHECK_EQ(st, ZO_ERR_INVALID_ARG);
     CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS=defer");
@@ -209,7 +219,8 @@ static void test_ring_env(const char *root) {
   zo_swap_opts sq = o;
   sq.sqpoll = 1;
   sw = NULL;
-  if (!CHECK_ST(zo_swap_create(root, &sq, &sw), ZO_ERR_INVALID_ARG)) zo_swap_destroy(sw); /* was: SQPOLL, defer ignored */
+  if (!CHECK_ST(zo_swap_create(root, &sq, &sw), ZO_ERR_INVALID_ARG))
+    zo_swap_destroy(sw); /* was: SQPOLL, defer ignored */
   CHECK_HAS(zo_last_error(), "sqpoll");
   /* coop over opts.single_issuer */
   setenv("ZO_SWAP_RING_FLAGS", "coop", 1);
@@ -239,7 +250,8 @@ static void test_ring_env_old_kernel(const char *root) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {.len = sizeof filt / sizeof filt[0], .filter = filt};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
       _exit(ZO_TEST_SKIP);
     zo_swap_opts o = {.queue_depth = 8, .rank = 9};
     zo_swap_t *sw = (zo_swap_t *)1;
@@ -247,7 +259,8 @@ static void test_ring_env_old_kernel(const char *root) {
     CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_UNSUPPORTED);
     CHECK(sw == NULL);
     CHECK_HAS(zo_last_error(), "ZO_SWAP_RING_FLAGS=defer");
-    CHECK_HAS(zo_last_error(), "refused: Invalid argument (needs Linux 6.1+ and liburing 2.3+; kernel ");
+    CHECK_HAS(zo_last_error(),
+              "refused: Invalid argument (needs Linux 6.1+ and liburing 2.3+; kernel ");
     printf("ok: old kernel: %s\n", zo_last_error());
     setenv("ZO_SWAP_RING_FLAGS", "none", 1);
     CHECK_ST(zo_swap_create(root, &o, &sw), ZO_ERR_UNSUPPORTED);
@@ -262,14 +275,16 @@ static void test_ring_env_old_kernel(const char *root) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status) && WEXITSTATUS(status) == ZO_TEST_SKIP)
-    printf("note: cannot install a seccomp filter; a kernel refusing DEFER_TASKRUN is not covered\n");
+    printf(
+        "note: cannot install a seccomp filter; a kernel refusing DEFER_TASKRUN is not covered\n");
   else
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 int main(int argc, char **argv) {
   char root[4096];
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-queue", root, sizeof root)) return ZO_TEST_SKIP;
+  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-swap-queue", root, sizeof root))
+    return ZO_TEST_SKIP;
   test_set_queue(root);
   test_ring_env(root);
   test_ring_env_old_kernel(root);

@@ -42,25 +42,27 @@ static inline int zo_test_fail_at(const char *file, int line, const char *fmt, .
 }
 
 /* Integers compared as long long (equality is the same for unsigned operands). Returns 1 when equal. */
-static inline int zo_test_check_eq(const char *file, int line, const char *a_expr, const char *b_expr, long long a,
-                                   long long b) {
+static inline int zo_test_check_eq(const char *file, int line, const char *a_expr,
+                                   const char *b_expr, long long a, long long b) {
   if (a == b) return 1;
   return zo_test_fail_at(file, line, "%s == %s failed: %lld vs %lld", a_expr, b_expr, a, b);
 }
 
 /* Returns 1 when @got == @want; otherwise prints both names and zo_last_error(). */
-static inline int zo_test_check_status(const char *file, int line, const char *expr, zo_status got, zo_status want) {
+static inline int zo_test_check_status(const char *file, int line, const char *expr, zo_status got,
+                                       zo_status want) {
   if (got == want) return 1;
-  return zo_test_fail_at(file, line, "%s returned %s, expected %s (last error: %s)", expr, zo_status_string(got),
-                         zo_status_string(want), zo_last_error());
+  return zo_test_fail_at(file, line, "%s returned %s, expected %s (last error: %s)", expr,
+                         zo_status_string(got), zo_status_string(want), zo_last_error());
 }
 
 /* Mixed tolerance |a - ref| <= atol + rtol*|ref|; NaN fails. Returns 1 when within. */
-static inline int zo_test_check_close(const char *file, int line, const char *a_expr, const char *ref_expr, double a,
-                                      double ref, double atol, double rtol) {
+static inline int zo_test_check_close(const char *file, int line, const char *a_expr,
+                                      const char *ref_expr, double a, double ref, double atol,
+                                      double rtol) {
   if (fabs(a - ref) <= atol + rtol * fabs(ref)) return 1;
-  return zo_test_fail_at(file, line, "%s ~= %s failed: %.17g vs %.17g (atol %g, rtol %g)", a_expr, ref_expr, a, ref,
-                         atol, rtol);
+  return zo_test_fail_at(file, line, "%s ~= %s failed: %.17g vs %.17g (atol %g, rtol %g)", a_expr,
+                         ref_expr, a, ref, atol, rtol);
 }
 
 /*
@@ -68,16 +70,17 @@ static inline int zo_test_check_close(const char *file, int line, const char *a_
  * NaN where @ref has NaN pass. Prints the first 10 mismatches and a count;
  * one failure however many elements differ. Returns the mismatch count.
  */
-static inline size_t zo_test_check_close_array(const char *file, int line, const char *what, const double *got,
-                                               const double *ref, size_t n, double atol, double rtol) {
+static inline size_t zo_test_check_close_array(const char *file, int line, const char *what,
+                                               const double *got, const double *ref, size_t n,
+                                               double atol, double rtol) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
     double err = fabs(got[i] - ref[i]);
     int same = got[i] == ref[i] || (isnan(got[i]) && isnan(ref[i]));
     if (!same && !(err <= atol + rtol * fabs(ref[i]))) {
       if (bad < 10)
-        fprintf(stderr, "%s:%d: %s[%zu]: got %.17g, expected %.17g (|diff| %.3g)\n", file, line, what, i, got[i],
-                ref[i], err);
+        fprintf(stderr, "%s:%d: %s[%zu]: got %.17g, expected %.17g (|diff| %.3g)\n", file, line,
+                what, i, got[i], ref[i], err);
       bad++;
     }
   }
@@ -86,14 +89,15 @@ static inline size_t zo_test_check_close_array(const char *file, int line, const
 }
 
 /* Compare @n bytes; prints the first 10 that differ and a count. Returns the mismatch count. */
-static inline size_t zo_test_check_bytes(const char *file, int line, const char *what, const void *got,
-                                         const void *want, size_t n) {
+static inline size_t zo_test_check_bytes(const char *file, int line, const char *what,
+                                         const void *got, const void *want, size_t n) {
   const uint8_t *g = got, *w = want;
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
     if (g[i] != w[i]) {
       if (bad < 10)
-        fprintf(stderr, "%s:%d: %s: byte %zu: got 0x%02x, expected 0x%02x\n", file, line, what, i, g[i], w[i]);
+        fprintf(stderr, "%s:%d: %s: byte %zu: got 0x%02x, expected 0x%02x\n", file, line, what, i,
+                g[i], w[i]);
       bad++;
     }
   }
@@ -102,11 +106,11 @@ static inline size_t zo_test_check_bytes(const char *file, int line, const char 
 }
 
 /* Returns 1 when @needle occurs in @hay; otherwise prints both strings. */
-static inline int zo_test_check_has(const char *file, int line, const char *hay_expr, const char *needle_expr,
-                                    const char *hay, const char *needle) {
+static inline int zo_test_check_has(const char *file, int line, const char *hay_expr,
+                                    const char *needle_expr, const char *hay, const char *needle) {
   if (strstr(hay, needle)) return 1;
-  return zo_test_fail_at(file, line, "strstr(%s, %s) failed:\n  text: %s\n  want: %s", hay_expr, needle_expr, hay,
-                         needle);
+  return zo_test_fail_at(file, line, "strstr(%s, %s) failed:\n  text: %s\n  want: %s", hay_expr,
+                         needle_expr, hay, needle);
 }
 
 /* Entries in directory @path other than . and ..; -1 when it cannot be opened. */
@@ -137,20 +141,21 @@ static inline int zo_test_finish(const char *name) {
 #define CHECK_EQ(a, b) zo_test_check_eq(__FILE__, __LINE__, #a, #b, (long long)(a), (long long)(b))
 #define CHECK_ST(expr, want) zo_test_check_status(__FILE__, __LINE__, #expr, (expr), (want))
 #define CHECK_OK(expr) CHECK_ST(expr, ZO_OK)
-#define CHECK_CLOSE(a, ref, atol, rtol) zo_test_check_close(__FILE__, __LINE__, #a, #ref, (a), (ref), (atol), (rtol))
+#define CHECK_CLOSE(a, ref, atol, rtol) \
+  zo_test_check_close(__FILE__, __LINE__, #a, #ref, (a), (ref), (atol), (rtol))
 #define CHECK_CLOSE_ARRAY(what, got, ref, n, atol, rtol) \
   zo_test_check_close_array(__FILE__, __LINE__, what, got, ref, n, atol, rtol)
 #define CHECK_BYTES(what, got, want, n) zo_test_check_bytes(__FILE__, __LINE__, what, got, want, n)
 #define CHECK_HAS(hay, needle) zo_test_check_has(__FILE__, __LINE__, #hay, #needle, (hay), (needle))
 
 /* ---- the same, but return from the (void) calling function on failure ---- */
-#define REQUIRE(cond)             \
-  do {                            \
-    if (!CHECK(cond)) return;     \
+#define REQUIRE(cond)         \
+  do {                        \
+    if (!CHECK(cond)) return; \
   } while (0)
-#define REQUIRE_OK(expr)          \
-  do {                            \
-    if (!CHECK_OK(expr)) return;  \
+#define REQUIRE_OK(expr)         \
+  do {                           \
+    if (!CHECK_OK(expr)) return; \
   } while (0)
 
 /* ---- random numbers: splitmix64 (Steele, Lea & Flood 2014), state in the caller ---- */
@@ -184,7 +189,8 @@ static inline int zo_test_scratch_dir(const char *base, const char *name, char *
   if (!base || !base[0]) base = "/tmp";
   int n = snprintf(out, cap, "%s/%s-XXXXXX", base, name);
   if (n < 0 || (size_t)n >= cap) {
-    fprintf(stderr, "skip: the scratch directory name under %s is longer than %zu bytes\n", base, cap - 1);
+    fprintf(stderr, "skip: the scratch directory name under %s is longer than %zu bytes\n", base,
+            cap - 1);
     return -1;
   }
   if (mkdtemp(out)) return 0;

@@ -42,8 +42,10 @@ static inline int zo_test_backend_arg(const char *prog, const char *rest, int *a
     printf("%s: no CUDA device, skipped\n", prog);
     return ZO_TEST_SKIP;
   }
-  int ordinal = 0; /* a rank without a GPU of its own fails here, before any collective its peers would wait in */
-  if (zo_test_kind == ZO_DEVICE_CUDA && zo_device_local_ordinal(zo_device_cuda_count(), &ordinal) != ZO_OK) {
+  int ordinal =
+      0; /* a rank without a GPU of its own fails here, before any collective its peers would wait in */
+  if (zo_test_kind == ZO_DEVICE_CUDA &&
+      zo_device_local_ordinal(zo_device_cuda_count(), &ordinal) != ZO_OK) {
     fprintf(stderr, "%s: %s\n", prog, zo_last_error());
     return 1;
   }

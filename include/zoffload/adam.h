@@ -29,14 +29,15 @@ typedef enum zo_simd {
 } zo_simd;
 
 typedef struct zo_adam_hparams {
-  float lr;             /* learning rate, >= 0 */
-  float beta1, beta2;   /* each in [0, 1) */
-  float eps;            /* >= 0, added to the bias-corrected sqrt(v) */
-  float weight_decay;   /* >= 0; meaning depends on @mode */
+  float lr;           /* learning rate, >= 0 */
+  float beta1, beta2; /* each in [0, 1) */
+  float eps;          /* >= 0, added to the bias-corrected sqrt(v) */
+  float weight_decay; /* >= 0; meaning depends on @mode */
   zo_adam_mode mode;
-  int bias_correction;  /* 1: divide by 1-beta^t as torch.optim.Adam/AdamW do; 0: no correction */
-  int64_t step;         /* 1-based step count t used for bias correction */
-  float grad_scale;     /* every gradient is multiplied by this first (1/loss_scale times clip coefficient); 1.0f for none */
+  int bias_correction; /* 1: divide by 1-beta^t as torch.optim.Adam/AdamW do; 0: no correction */
+  int64_t step;        /* 1-based step count t used for bias correction */
+  float
+      grad_scale; /* every gradient is multiplied by this first (1/loss_scale times clip coefficient); 1.0f for none */
 } zo_adam_hparams;
 
 /*
@@ -71,8 +72,9 @@ typedef struct zo_adam_hparams {
  * Source: Kingma & Ba, Adam (2015); Loshchilov & Hutter, AdamW (2019);
  * PyTorch torch/optim/adam.py _single_tensor_adam.
  */
-ZO_API zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const float *grad, float *exp_avg,
-                              float *exp_avg_sq, size_t n, zo_simd simd, int n_threads);
+ZO_API zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const float *grad,
+                              float *exp_avg, float *exp_avg_sq, size_t n, zo_simd simd,
+                              int n_threads);
 
 /*
  * zo_adam_step_ex() - zo_adam_step() with a low-precision gradient and a fused
@@ -87,9 +89,10 @@ ZO_API zo_status zo_adam_step(const zo_adam_hparams *hp, float *param, const flo
  * Everything else, including results and errors, as zo_adam_step(); an
  * unknown dtype gives ZO_ERR_INVALID_ARG.
  */
-ZO_API zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad, zo_dtype grad_dtype,
-                                 float *exp_avg, float *exp_avg_sq, void *param_out, zo_dtype out_dtype, size_t n,
-                                 zo_simd simd, int n_threads);
+ZO_API zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const void *grad,
+                                 zo_dtype grad_dtype, float *exp_avg, float *exp_avg_sq,
+                                 void *param_out, zo_dtype out_dtype, size_t n, zo_simd simd,
+                                 int n_threads);
 
 /*
  * zo_grad_sqnorm() - sum of g*g over grad[0..n) in double, for gradient
@@ -110,8 +113,8 @@ ZO_API zo_status zo_adam_step_ex(const zo_adam_hparams *hp, float *param, const 
  * ZO_ERR_OUT_OF_MEMORY when the partials array (8 bytes per chunk) cannot be
  * allocated.
  */
-ZO_API zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_threads, double *sqnorm,
-                                int *nonfinite);
+ZO_API zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n_threads,
+                                double *sqnorm, int *nonfinite);
 
 /*
  * zo_cast() - convert n elements between dtypes: F32<->BF16, F32<->F16,
@@ -131,15 +134,16 @@ ZO_API zo_status zo_grad_sqnorm(const float *grad, size_t n, zo_simd simd, int n
  * Source: IEEE 754-2008 section 4.3.1 (roundTiesToEven); bfloat16 as in
  * Intel's BF16 whitepaper (2018) without its denormal flushing.
  */
-ZO_API zo_status zo_cast(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n, int n_threads);
+ZO_API zo_status zo_cast(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n,
+                         int n_threads);
 
 /*
  * zo_cast_ex() - zo_cast() at an explicit SIMD level (for tests and
  * benchmarks). Adds ZO_ERR_UNSUPPORTED for a level this CPU lacks and
  * ZO_ERR_INVALID_ARG for a simd value outside the enum.
  */
-ZO_API zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type, size_t n,
-                            zo_simd simd, int n_threads);
+ZO_API zo_status zo_cast_ex(void *dst, zo_dtype dst_type, const void *src, zo_dtype src_type,
+                            size_t n, zo_simd simd, int n_threads);
 
 /*
  * zo_simd_best() - best level the CPU and OS support: AVX-512 needs F, BW,
@@ -189,11 +193,14 @@ typedef struct zo_adam_shard {
   const void *grad;           /* grad_dtype[n], read only */
   zo_dtype grad_dtype;        /* ZO_DTYPE_F32, ZO_DTYPE_BF16 or ZO_DTYPE_F16 (widened exactly) */
   void *exp_avg, *exp_avg_sq; /* state_dtype[n] each: first moment m, second moment v, in place */
-  zo_dtype state_dtype;       /* ZO_DTYPE_F32 (default, as DeepSpeed) or ZO_DTYPE_BF16 (stochastic rounding) */
-  void *param_out;            /* out_dtype[n] copy of the updated weights (the copy the GPU fetches next); NULL: none */
-  zo_dtype out_dtype;         /* ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32; ignored when param_out is NULL */
-  size_t n;                   /* elements, not bytes; 0 is a no-op */
-  uint64_t seed;              /* bf16 states only: added to the element index in the rounding hash (give every
+  zo_dtype
+      state_dtype; /* ZO_DTYPE_F32 (default, as DeepSpeed) or ZO_DTYPE_BF16 (stochastic rounding) */
+  void *
+      param_out; /* out_dtype[n] copy of the updated weights (the copy the GPU fetches next); NULL: none */
+  zo_dtype
+      out_dtype; /* ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32; ignored when param_out is NULL */
+  size_t n;      /* elements, not bytes; 0 is a no-op */
+  uint64_t seed; /* bf16 states only: added to the element index in the rounding hash (give every
                                  shard of a model a distinct seed, e.g. its offset in the flat parameter space) */
 } zo_adam_shard;
 
@@ -281,8 +288,8 @@ typedef struct zo_adam_result {
  * stochastic rounding as in Gupta et al., Deep Learning with Limited Numerical
  * Precision (2015).
  */
-ZO_API zo_status zo_adam_update(const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags, zo_simd simd,
-                                zo_adam_result *res);
+ZO_API zo_status zo_adam_update(const zo_adam_hparams *hp, const zo_adam_shard *sh, unsigned flags,
+                                zo_simd simd, zo_adam_result *res);
 
 /*
  * zo_grad_sqnorm_ex() - zo_grad_sqnorm() for a gradient of any dtype.
@@ -293,8 +300,8 @@ ZO_API zo_status zo_adam_update(const zo_adam_hparams *hp, const zo_adam_shard *
  * zo_grad_sqnorm(). @nonfinite may be NULL. Errors as zo_grad_sqnorm(), plus
  * ZO_ERR_INVALID_ARG for an unknown dtype.
  */
-ZO_API zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd, int n_threads,
-                                   double *sqnorm, int *nonfinite);
+ZO_API zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t n, zo_simd simd,
+                                   int n_threads, double *sqnorm, int *nonfinite);
 
 /* ---------------------------------------------------------------- thread pool */
 
@@ -307,15 +314,16 @@ typedef struct zo_adam_pool zo_adam_pool_t;
 typedef struct zo_adam_task zo_adam_task_t;
 
 typedef struct zo_adam_pool_opts {
-  int n_threads;     /* 0: one per physical core (hwloc), of numa_node when that is >= 0 */
-  int numa_node;     /* -1: any; else use only the cores of this NUMA node (the GPU's node when there is a GPU) */
-  int bind;          /* 1: bind each thread to one physical core with hwloc (default when opts is NULL); 0: no binding */
-  size_t tile_elems; /* 0 (default, measured best under load): threads take tiles dynamically, 256 Ki elements each
+  int n_threads; /* 0: one per physical core (hwloc), of numa_node when that is >= 0 */
+  int numa_node; /* -1: any; else use only the cores of this NUMA node (the GPU's node when there is a GPU) */
+  int bind; /* 1: bind each thread to one physical core with hwloc (default when opts is NULL); 0: no binding */
+  size_t
+      tile_elems; /* 0 (default, measured best under load): threads take tiles dynamically, 256 Ki elements each
                         (fewer for small shards: about 4 per thread, at least 4 Ki); ZO_ADAM_TILE_CONTIGUOUS: one
                         contiguous range per thread; else tiles of this many elements (rounded up to 64) */
-  zo_simd simd;      /* ZO_SIMD_AUTO: zo_simd_resolve() at create time */
-  int share_index;   /* with share_count > 1: the cores (of numa_node) are split in share_count contiguous groups */
-  int share_count;   /* and the pool takes group share_index, so ranks on one machine (local rank of local size)
+  zo_simd simd; /* ZO_SIMD_AUTO: zo_simd_resolve() at create time */
+  int share_index; /* with share_count > 1: the cores (of numa_node) are split in share_count contiguous groups */
+  int share_count; /* and the pool takes group share_index, so ranks on one machine (local rank of local size)
                         do not bind to the same cores; more shares than cores: one core each, wrapping around.
                         0 or 1: every core */
 } zo_adam_pool_opts;
@@ -395,8 +403,9 @@ ZO_API zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *pool);
  * the statuses of zo_adam_update() (nothing queued) and ZO_ERR_OUT_OF_MEMORY.
  * Thread-safe: several threads may submit to one pool.
  */
-ZO_API zo_status zo_adam_pool_submit(zo_adam_pool_t *pool, const zo_adam_hparams *hp, const zo_adam_shard *sh,
-                                     unsigned flags, zo_adam_task_t **task);
+ZO_API zo_status zo_adam_pool_submit(zo_adam_pool_t *pool, const zo_adam_hparams *hp,
+                                     const zo_adam_shard *sh, unsigned flags,
+                                     zo_adam_task_t **task);
 
 /* zo_adam_task_poll() - nonblocking: *done = 1 when the task has completed. ZO_ERR_INVALID_ARG for NULL arguments. */
 ZO_API zo_status zo_adam_task_poll(zo_adam_task_t *task, int *done);
@@ -409,8 +418,8 @@ ZO_API zo_status zo_adam_task_poll(zo_adam_task_t *task, int *done);
 ZO_API zo_status zo_adam_task_wait(zo_adam_task_t *task, zo_adam_result *res);
 
 /* zo_adam_pool_update() - zo_adam_pool_submit() then zo_adam_task_wait(). */
-ZO_API zo_status zo_adam_pool_update(zo_adam_pool_t *pool, const zo_adam_hparams *hp, const zo_adam_shard *sh,
-                                     unsigned flags, zo_adam_result *res);
+ZO_API zo_status zo_adam_pool_update(zo_adam_pool_t *pool, const zo_adam_hparams *hp,
+                                     const zo_adam_shard *sh, unsigned flags, zo_adam_result *res);
 
 /*
  * zo_adam_pool_sqnorm() - zo_grad_sqnorm_ex() on the pool threads, queued
@@ -418,8 +427,8 @@ ZO_API zo_status zo_adam_pool_update(zo_adam_pool_t *pool, const zo_adam_hparams
  * thread count. Errors as zo_grad_sqnorm_ex(), plus ZO_ERR_INVALID_ARG for a
  * NULL pool.
  */
-ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_dtype grad_dtype, size_t n,
-                                     double *sqnorm, int *nonfinite);
+ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_dtype grad_dtype,
+                                     size_t n, double *sqnorm, int *nonfinite);
 
 /*
  * zo_adam_pool_parallel_for() - run fn(arg, begin, end, thread) over [0, n)
@@ -433,8 +442,9 @@ ZO_API zo_status zo_adam_pool_sqnorm(zo_adam_pool_t *pool, const void *grad, zo_
  * ZO_OK, ZO_ERR_INVALID_ARG for a NULL pool or fn, ZO_ERR_OUT_OF_MEMORY.
  */
 ZO_API zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *pool,
-                                           void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
-                                           size_t n, size_t tile);
+                                           void (*fn)(void *arg, size_t begin, size_t end,
+                                                      int thread),
+                                           void *arg, size_t n, size_t tile);
 
 /* zo_adam_pool_submit_for() @flags: run before every task queued without it that has not started yet. */
 #define ZO_ADAM_TASK_URGENT 1u
@@ -460,9 +470,9 @@ ZO_API zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *pool,
  * it allocates the handle and takes the pool's mutex briefly, makes no CUDA
  * call and waits for no task.
  */
-ZO_API zo_status zo_adam_pool_submit_for(zo_adam_pool_t *pool,
-                                         void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
-                                         size_t n, size_t tile, unsigned flags, zo_adam_task_t **task);
+ZO_API zo_status zo_adam_pool_submit_for(
+    zo_adam_pool_t *pool, void (*fn)(void *arg, size_t begin, size_t end, int thread), void *arg,
+    size_t n, size_t tile, unsigned flags, zo_adam_task_t **task);
 
 #ifdef __cplusplus
 }

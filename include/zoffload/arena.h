@@ -84,8 +84,9 @@ typedef struct zo_arena_block zo_arena_block_t;
 
 /* Placement policy. */
 typedef enum zo_arena_policy {
-  ZO_ARENA_BEST_FIT = 0,             /* TLSF best fit; compacts when scattered free bytes block a request */
-  ZO_ARENA_FIRST_FIT_NO_COMPACT = 1, /* lowest-address free block that fits (a linear scan); never moves
+  ZO_ARENA_BEST_FIT = 0, /* TLSF best fit; compacts when scattered free bytes block a request */
+  ZO_ARENA_FIRST_FIT_NO_COMPACT =
+      1, /* lowest-address free block that fits (a linear scan); never moves
                                         anything: the baseline for tests and benchmarks */
 } zo_arena_policy;
 
@@ -113,22 +114,25 @@ typedef struct zo_arena_opts {
  * capacity == live_bytes + free_bytes; pending_bytes is part of free_bytes.
  */
 typedef struct zo_arena_stats {
-  size_t capacity;        /* bytes of the reservation */
-  size_t live_bytes;      /* allocated blocks, pinned or not */
-  size_t free_bytes;      /* capacity - live_bytes, including pending_bytes */
-  size_t pending_bytes;   /* freed with a stream, waiting for its work before reuse */
-  size_t largest_free;    /* largest single block allocatable now without waiting or moving */
-  double fragmentation;   /* 1 - largest_free / free_bytes; 0 when free_bytes == 0. Pending frees count
+  size_t capacity;      /* bytes of the reservation */
+  size_t live_bytes;    /* allocated blocks, pinned or not */
+  size_t free_bytes;    /* capacity - live_bytes, including pending_bytes */
+  size_t pending_bytes; /* freed with a stream, waiting for its work before reuse */
+  size_t largest_free;  /* largest single block allocatable now without waiting or moving */
+  double
+      fragmentation;   /* 1 - largest_free / free_bytes; 0 when free_bytes == 0. Pending frees count
                              as scattered until reclaimed: 0 means the free bytes are one block now */
-  size_t pinned_bytes;    /* live blocks with a pin count > 0 (compaction may not move them) */
+  size_t pinned_bytes; /* live blocks with a pin count > 0 (compaction may not move them) */
   size_t n_live_blocks;   /* live blocks */
   size_t peak_live_bytes; /* highest live_bytes since create */
   uint64_t n_allocs;      /* successful zo_arena_alloc() calls */
-  uint64_t n_failed;      /* zo_arena_alloc() calls that failed for want of memory (or a copy error) */
-  uint64_t compactions;   /* compactions run (zo_arena_alloc() and zo_arena_compact()) */
-  uint64_t bytes_moved;   /* bytes copied by compactions */
-  uint64_t copies;        /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked or staged) */
-  double compact_seconds; /* wall time inside compactions: waits for last uses, copies, bookkeeping */
+  uint64_t n_failed; /* zo_arena_alloc() calls that failed for want of memory (or a copy error) */
+  uint64_t compactions; /* compactions run (zo_arena_alloc() and zo_arena_compact()) */
+  uint64_t bytes_moved; /* bytes copied by compactions */
+  uint64_t
+      copies; /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked or staged) */
+  double
+      compact_seconds; /* wall time inside compactions: waits for last uses, copies, bookkeeping */
 } zo_arena_stats;
 
 /*

@@ -51,7 +51,12 @@
 extern "C" {
 #endif
 
-typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_PINNED = 2, ZO_TIER_NVME = 3 } zo_tier;
+typedef enum zo_tier {
+  ZO_TIER_DEVICE = 0,
+  ZO_TIER_HOST = 1,
+  ZO_TIER_PINNED = 2,
+  ZO_TIER_NVME = 3
+} zo_tier;
 
 /* zo_tier_name() - "device", "host", "pinned" or "nvme". */
 ZO_API const char *zo_tier_name(zo_tier t);
@@ -59,17 +64,19 @@ ZO_API const char *zo_tier_name(zo_tier t);
 /* One tier (or, for nvme, one file system) of the budget. Bytes throughout. */
 typedef struct zo_budget_line {
   zo_tier tier;
-  char where[256];      /* the device's name, "host", or the nvme_path */
-  size_t engine_bytes;  /* what the engine will hold here */
-  size_t app_bytes;     /* what the caller said it holds besides (zo_engine_budget @app) */
-  size_t need;          /* engine_bytes + app_bytes (+ device bytes on a host device's host line); SIZE_MAX when
+  char where[256];     /* the device's name, "host", or the nvme_path */
+  size_t engine_bytes; /* what the engine will hold here */
+  size_t app_bytes;    /* what the caller said it holds besides (zo_engine_budget @app) */
+  size_t
+      need; /* engine_bytes + app_bytes (+ device bytes on a host device's host line); SIZE_MAX when
                            the sum does not fit in size_t, which never fits */
-  size_t available;     /* what is there; SIZE_MAX: no limit known */
-  char source[160];     /* where `available` comes from, e.g. "MemAvailable", "cgroup memory.max", "statvfs" */
-  int fits;             /* need <= available (pinned: need <= zoffload.pinned_fraction of MemTotal, see `warn`) */
-  int warn;             /* pinned under the MemTotal rule but over RLIMIT_MEMLOCK: fits, but copies will be
+  size_t available; /* what is there; SIZE_MAX: no limit known */
+  char source
+      [160]; /* where `available` comes from, e.g. "MemAvailable", "cgroup memory.max", "statvfs" */
+  int fits; /* need <= available (pinned: need <= zoffload.pinned_fraction of MemTotal, see `warn`) */
+  int warn; /* pinned under the MemTotal rule but over RLIMIT_MEMLOCK: fits, but copies will be
                            pageable */
-  char advice[512];     /* when !fits or warn: the key to change and a value that would fit */
+  char advice[512]; /* when !fits or warn: the key to change and a value that would fit */
 } zo_budget_line;
 
 enum { ZO_BUDGET_MAX_LINES = 6 };
@@ -77,7 +84,7 @@ enum { ZO_BUDGET_MAX_LINES = 6 };
 typedef struct zo_budget {
   zo_budget_line line[ZO_BUDGET_MAX_LINES];
   int n_lines;
-  int fits;             /* every line fits */
+  int fits; /* every line fits */
 } zo_budget;
 
 /*
@@ -108,7 +115,8 @@ ZO_API zo_status zo_engine_budget(zo_engine_t *e, const size_t app[4], zo_budget
  * ZO_ERR_INVALID_ARG for a @kind not HOST, CUDA or AUTO, ZO_ERR_UNSUPPORTED
  * for what zo_engine_check_device() refuses on @kind.
  */
-ZO_API zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4], zo_budget *out);
+ZO_API zo_status zo_engine_budget_for(zo_engine_t *e, zo_device_kind kind, const size_t app[4],
+                                      zo_budget *out);
 
 /*
  * zo_host_memory_available() - bytes of host memory this process may still

@@ -57,9 +57,11 @@ extern "C" {
 
 /* Options of zo_engine_save(); NULL means all defaults. */
 typedef struct zo_save_opts {
-  int64_t tag;           /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
-  const char *app_state; /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
-  int keep_last;         /* after this save is durable, keep this many checkpoints: this one and the newest
+  int64_t
+      tag; /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
+  const char
+      *app_state; /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
+  int keep_last;  /* after this save is durable, keep this many checkpoints: this one and the newest
                             keep_last - 1 older ones; 0: keep all. Only directories named step-<12+ digits> older
                             than this save and holding manifest.json and nothing but manifest*.json and
                             rankNNNNN.bin regular files are removed (one info log line each, and on_removed); any
@@ -121,7 +123,8 @@ typedef struct zo_save_file {
  * ZO_ERR_CORRUPT (size or CRC32C other than listed: file, both values);
  * ZO_ERR_OUT_OF_MEMORY.
  */
-ZO_API zo_status zo_checkpoint_read_file(const char *dir, const char *name, void **data, size_t *nbytes);
+ZO_API zo_status zo_checkpoint_read_file(const char *dir, const char *name, void **data,
+                                         size_t *nbytes);
 
 /*
  * zo_checkpoint_lock() - hold the checkpoint root @root for this run (made
@@ -189,8 +192,8 @@ ZO_API zo_status zo_engine_set_param_shape(zo_param_t *p, int ndim, const int64_
  * named, left as they are): the partial checkpoint is removed and the
  * previous one and `latest` are untouched; ZO_ERR_OUT_OF_MEMORY.
  */
-ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts, char *saved_dir,
-                                size_t cap);
+ZO_API zo_status zo_engine_save(zo_engine_t *e, const char *root, const zo_save_opts *opts,
+                                char *saved_dir, size_t cap);
 
 /*
  * zo_engine_load() - restore a checkpoint written by zo_engine_save() into
@@ -248,7 +251,8 @@ typedef struct zo_load_opts {
    * engine. @user is the field below. */
   void (*on_unmatched)(const char *name, int unexpected, void *user);
   void *user; /* passed to on_unmatched */
-  int n_missing, n_unexpected; /* out: the counts of the two kinds above (0 when strict); set on ZO_OK */
+  int n_missing,
+      n_unexpected; /* out: the counts of the two kinds above (0 when strict); set on ZO_OK */
 } zo_load_opts;
 
 /*
@@ -261,7 +265,8 @@ typedef struct zo_load_opts {
  * *@app_state as zo_engine_load() (the saved one, with weights_only too).
  * Thread-safety: as the engine (one thread drives an engine).
  */
-ZO_API zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts, char **app_state);
+ZO_API zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts,
+                                   char **app_state);
 
 /*
  * zo_engine_export_safetensors() - write the consolidated fp32 master
@@ -316,7 +321,8 @@ typedef int (*zo_safetensors_visit_fn)(void *user, const char *name, const char 
  * field; names quoted through zo_escape); ZO_ERR_INVALID_USAGE (@fn
  * stopped); ZO_ERR_OUT_OF_MEMORY.
  */
-ZO_API zo_status zo_safetensors_parse(const void *buf, size_t n, zo_safetensors_visit_fn fn, void *user);
+ZO_API zo_status zo_safetensors_parse(const void *buf, size_t n, zo_safetensors_visit_fn fn,
+                                      void *user);
 
 /*
  * zo_safetensors_read() - zo_safetensors_parse() of the file @path, read

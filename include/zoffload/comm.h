@@ -179,7 +179,8 @@ typedef enum zo_comm_elem { ZO_COMM_ELEM_F32 = 0, ZO_COMM_ELEM_F64 = 1 } zo_comm
  */
 typedef struct zo_comm_external_ops {
   int (*all_gather)(void *ctx, const void *send, void *recv, size_t send_nbytes, void **handle);
-  int (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t recv_n, zo_comm_elem elem, void **handle);
+  int (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t recv_n, zo_comm_elem elem,
+                        void **handle);
   int (*all_reduce)(void *ctx, void *buf, size_t n, zo_comm_elem elem, void **handle);
   int (*broadcast)(void *ctx, void *buf, size_t nbytes, int root, void **handle);
   int (*barrier)(void *ctx, void **handle);
@@ -203,8 +204,8 @@ typedef struct zo_comm_external_ops {
  * callbacks' statuses with the operation and sizes named, and the @error
  * text when given. Thread-safe.
  */
-ZO_API zo_status zo_comm_create_external(const zo_comm_external_ops *ops, void *ctx, int rank, int world_size,
-                                         zo_comm_t **out);
+ZO_API zo_status zo_comm_create_external(const zo_comm_external_ops *ops, void *ctx, int rank,
+                                         int world_size, zo_comm_t **out);
 
 /*
  * zo_comm_stream() - the stream @c's operations run on: an NCCL
@@ -286,10 +287,12 @@ ZO_API zo_status zo_comm_all_gather(zo_comm_t *c, const void *send, void *recv, 
  * size overflow, illegal overlap, unknown dtype); ZO_ERR_OUT_OF_MEMORY (the
  * fp32 staging of a 16-bit reduction); ZO_ERR_MPI.
  */
-ZO_API zo_status zo_comm_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype);
+ZO_API zo_status zo_comm_reduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                        zo_dtype dtype);
 
 /* zo_comm_reduce_scatter_f32() - zo_comm_reduce_scatter() of fp32. */
-ZO_API zo_status zo_comm_reduce_scatter_f32(zo_comm_t *c, const float *send, float *recv, size_t recv_n);
+ZO_API zo_status zo_comm_reduce_scatter_f32(zo_comm_t *c, const float *send, float *recv,
+                                            size_t recv_n);
 
 /*
  * zo_comm_all_reduce() - element-wise sum over ranks of @dtype[n] at @buf,
@@ -334,10 +337,12 @@ ZO_API zo_status zo_comm_barrier(zo_comm_t *c);
  */
 ZO_API zo_status zo_comm_iall_gather(zo_comm_t *c, const void *send, void *recv, size_t send_nbytes,
                                      zo_comm_req_t **req);
-ZO_API zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n, zo_dtype dtype,
-                                         zo_comm_req_t **req);
-ZO_API zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype, zo_comm_req_t **req);
-ZO_API zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root, zo_comm_req_t **req);
+ZO_API zo_status zo_comm_ireduce_scatter(zo_comm_t *c, const void *send, void *recv, size_t recv_n,
+                                         zo_dtype dtype, zo_comm_req_t **req);
+ZO_API zo_status zo_comm_iall_reduce(zo_comm_t *c, void *buf, size_t n, zo_dtype dtype,
+                                     zo_comm_req_t **req);
+ZO_API zo_status zo_comm_ibroadcast(zo_comm_t *c, void *buf, size_t nbytes, int root,
+                                    zo_comm_req_t **req);
 
 /*
  * zo_comm_wait() - block until @req completes, write its result, free it.

@@ -17,7 +17,11 @@ extern "C" {
 #endif
 
 /* Where a tier of state lives (DeepSpeed's OffloadDeviceEnum: "none", "cpu", "nvme"). */
-typedef enum zo_offload_device { ZO_OFFLOAD_NONE = 0, ZO_OFFLOAD_CPU = 1, ZO_OFFLOAD_NVME = 2 } zo_offload_device;
+typedef enum zo_offload_device {
+  ZO_OFFLOAD_NONE = 0,
+  ZO_OFFLOAD_CPU = 1,
+  ZO_OFFLOAD_NVME = 2
+} zo_offload_device;
 
 /* optimizer.type; DeepSpeed matches it case-insensitively ("adam", "AdamW"). */
 typedef enum zo_optimizer_type { ZO_OPT_ADAM = 0, ZO_OPT_ADAMW = 1 } zo_optimizer_type;
@@ -45,17 +49,22 @@ typedef enum zo_sched_type {
  * each beta is < 1 as float32 (1 - beta^step divides). With decoupled weight
  * decay, weight_decay times the peak lr is at most 1.
  */
-#define ZO_CONFIG_MAX_ELEMS ((int64_t)1 << 56)       /* element counts: x 16 bytes still fits in 63 bits */
-#define ZO_CONFIG_MAX_BLOCK_SIZE ((int64_t)1 << 30)  /* aio.block_size, bytes (zo_swap's largest piece) */
-#define ZO_CONFIG_LR_MAX 100.0                       /* optimizer.params.lr, scheduler warmup_{min,max}_lr */
-#define ZO_CONFIG_WEIGHT_DECAY_MAX 1e6               /* as zo_engine_set_param_weight_decay() */
-#define ZO_CONFIG_LOSS_SCALE_MAX 18446744073709551616.0 /* fp16.loss_scale, min_loss_scale: 2^64 (2^initial_scale_power) */
-#define ZO_CONFIG_LINK_GBPS_MIN 0.1                  /* zoffload.host_link_gbps: 0 (none) or in [MIN, MAX] */
+#define ZO_CONFIG_MAX_ELEMS \
+  ((int64_t)1 << 56) /* element counts: x 16 bytes still fits in 63 bits */
+#define ZO_CONFIG_MAX_BLOCK_SIZE \
+  ((int64_t)1 << 30)                   /* aio.block_size, bytes (zo_swap's largest piece) */
+#define ZO_CONFIG_LR_MAX 100.0         /* optimizer.params.lr, scheduler warmup_{min,max}_lr */
+#define ZO_CONFIG_WEIGHT_DECAY_MAX 1e6 /* as zo_engine_set_param_weight_decay() */
+#define ZO_CONFIG_LOSS_SCALE_MAX \
+  18446744073709551616.0 /* fp16.loss_scale, min_loss_scale: 2^64 (2^initial_scale_power) */
+#define ZO_CONFIG_LINK_GBPS_MIN 0.1 /* zoffload.host_link_gbps: 0 (none) or in [MIN, MAX] */
 #define ZO_CONFIG_LINK_GBPS_MAX 1e6
-#define ZO_CONFIG_PINNED_FRACTION 0.85               /* zoffload.pinned_fraction default: of MemTotal */
-#define ZO_CONFIG_COMM_TIMEOUT_S 600.0               /* zoffload.comm_timeout_s default (ZO_COMM_TIMEOUT_S_DEFAULT) */
-#define ZO_CONFIG_COMM_TIMEOUT_S_MAX 86400.0         /* zoffload.comm_timeout_s: in (0, MAX] (ZO_COMM_TIMEOUT_S_MAX) */
-#define ZO_CONFIG_SPEED_MIN 1e-3                     /* zoffload.speeds.*: 0 (not given) or in [MIN, MAX] */
+#define ZO_CONFIG_PINNED_FRACTION 0.85 /* zoffload.pinned_fraction default: of MemTotal */
+#define ZO_CONFIG_COMM_TIMEOUT_S \
+  600.0 /* zoffload.comm_timeout_s default (ZO_COMM_TIMEOUT_S_DEFAULT) */
+#define ZO_CONFIG_COMM_TIMEOUT_S_MAX \
+  86400.0                        /* zoffload.comm_timeout_s: in (0, MAX] (ZO_COMM_TIMEOUT_S_MAX) */
+#define ZO_CONFIG_SPEED_MIN 1e-3 /* zoffload.speeds.*: 0 (not given) or in [MIN, MAX] */
 #define ZO_CONFIG_SPEED_MAX 1e6
 
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
@@ -78,34 +87,35 @@ typedef struct zo_config {
    * overflow (an overflowing product is a ZO_ERR_CONFIG naming the key). */
   int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
   double gradient_clipping; /* max global L2 norm; 0 = off */
-  int grad_accum_dtype;     /* data_types.grad_accum_dtype: the zo_dtype of the host gradient shard that gradients
+  int grad_accum_dtype; /* data_types.grad_accum_dtype: the zo_dtype of the host gradient shard that gradients
                                are accumulated in and Adam reads ("fp32", "bf16", "fp16"); -1 (default): the
                                working dtype when gradient_accumulation_steps is 1 or offload_optimizer is "none",
                                else fp32 (zo_engine_grad_accumulate) */
-  int64_t steps_per_print;  /* DeepSpeed default 10; Infinity in the JSON gives INT64_MAX */
+  int64_t steps_per_print; /* DeepSpeed default 10; Infinity in the JSON gives INT64_MAX */
   struct {
     zo_optimizer_type type;
     int adam_w_mode; /* resolved: 1 decoupled weight decay (AdamW), 0 L2 added to the gradient.
                         "Adam" honours params.adam_w_mode (default true); "AdamW" is always 1. */
-    double lr, beta1, beta2, eps, weight_decay; /* defaults 1e-3, 0.9, 0.999, 1e-8, 0; ranges: lr [0, 100],
+    double lr, beta1, beta2, eps,
+        weight_decay;    /* defaults 1e-3, 0.9, 0.999, 1e-8, 0; ranges: lr [0, 100],
                                                    betas [0, 1), eps [FLT_MIN, 1], weight_decay [0, 1e6] */
-    int bias_correction;                        /* default 1 */
+    int bias_correction; /* default 1 */
   } optimizer;
   struct {
-    zo_sched_type type;                /* ZO_SCHED_NONE when there is no "scheduler" block */
+    zo_sched_type type;                  /* ZO_SCHED_NONE when there is no "scheduler" block */
     double warmup_min_lr, warmup_max_lr; /* WarmupLR, WarmupDecayLR: defaults 0, 1e-3 */
-    int64_t warmup_num_steps;          /* as written, default 1000; DeepSpeed uses max(2, this) */
-    int warmup_type_log;               /* 1 "log" (DeepSpeed default), 0 "linear" */
-    int64_t total_num_steps;           /* WarmupDecayLR, WarmupCosineLR (required there); else 0 */
+    int64_t warmup_num_steps;            /* as written, default 1000; DeepSpeed uses max(2, this) */
+    int warmup_type_log;                 /* 1 "log" (DeepSpeed default), 0 "linear" */
+    int64_t total_num_steps; /* WarmupDecayLR, WarmupCosineLR (required there); else 0 */
     double cos_min_ratio, warmup_min_ratio; /* WarmupCosineLR: defaults 1e-4, 0 */
   } scheduler;
   struct {
-    int enabled;                /* default 0 */
-    double loss_scale;          /* 0 = dynamic (default); at most 2^64 */
-    int initial_scale_power;    /* dynamic scale starts at 2^this; default 16 */
-    int64_t loss_scale_window;  /* steps without overflow before doubling; default 1000 */
-    int hysteresis;             /* overflows tolerated before halving; default 2 */
-    double min_loss_scale;      /* default 1; (0, 2^64] */
+    int enabled;               /* default 0 */
+    double loss_scale;         /* 0 = dynamic (default); at most 2^64 */
+    int initial_scale_power;   /* dynamic scale starts at 2^this; default 16 */
+    int64_t loss_scale_window; /* steps without overflow before doubling; default 1000 */
+    int hysteresis;            /* overflows tolerated before halving; default 2 */
+    double min_loss_scale;     /* default 1; (0, 2^64] */
   } fp16;
   struct {
     int enabled; /* "bf16" or its legacy name "bfloat16"; default 0 */
@@ -123,7 +133,7 @@ typedef struct zo_config {
        * ahead, nothing during forward); pipeline_write 0: each write-back is waited
        * before anything else moves. */
       int pipeline_read, pipeline_write;
-      double ratio;             /* fraction of optimizer state offloaded, [0, 1], default 1 */
+      double ratio; /* fraction of optimizer state offloaded, [0, 1], default 1 */
     } offload_optimizer;
     struct {
       zo_offload_device device; /* default none */
@@ -137,67 +147,75 @@ typedef struct zo_config {
        * params.swp, so their fetches read no disk; whole tensors in registration order, stopping at the first that
        * does not fit. No effect with device "none" or "cpu". */
       int64_t max_in_cpu;
-      int max_in_cpu_set;       /* 1 when the JSON wrote offload_param.max_in_cpu; 0 (absent, and
+      int max_in_cpu_set; /* 1 when the JSON wrote offload_param.max_in_cpu; 0 (absent, and
                                    zo_config_defaults()): nothing is cached in host memory, whatever max_in_cpu
                                    holds (DeepSpeed's documented default of 1e9 is not acted on unless written) */
     } offload_param;
-    int64_t sub_group_size; /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
+    int64_t
+        sub_group_size; /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
     /* Parsed and validated, but the engine does not act on them yet (a warning says so). */
     int64_t stage3_prefetch_bucket_size;        /* elements, default 5e7 */
     int64_t stage3_max_live_parameters;         /* elements, default 1e9 */
     int64_t stage3_max_reuse_distance;          /* elements, default 1e9 */
     int64_t stage3_param_persistence_threshold; /* elements, default 1e5 */
-    int overlap_comm;           /* default: 1 for stage 3, else 0 (DeepSpeed) */
-    int64_t reduce_bucket_size;    /* elements, default 5e8 */
-    int64_t allgather_bucket_size; /* elements, default 5e8 */
-    int contiguous_gradients;      /* default 1 */
+    int overlap_comm;                           /* default: 1 for stage 3, else 0 (DeepSpeed) */
+    int64_t reduce_bucket_size;                 /* elements, default 5e8 */
+    int64_t allgather_bucket_size;              /* elements, default 5e8 */
+    int contiguous_gradients;                   /* default 1 */
   } zero;
   struct {
-    int64_t block_size;   /* bytes, a positive multiple of 4096 up to 1 GiB; default 1 MiB */
-    int64_t queue_depth;  /* io_uring entries, 1..32768; default 8 */
+    int64_t block_size;       /* bytes, a positive multiple of 4096 up to 1 GiB; default 1 MiB */
+    int64_t queue_depth;      /* io_uring entries, 1..32768; default 8 */
     int intra_op_parallelism; /* legacy name thread_count; default 1 (no effect yet) */
     int single_submit;        /* default 0 (no effect yet) */
     int overlap_events;       /* default 1 (no effect yet) */
     int use_gds;              /* default 0; true warns: not supported */
   } aio;
   struct {
-    zo_device_kind device_kind;  /* "device": "auto" (default: CUDA when built with it and a GPU is
+    zo_device_kind device_kind; /* "device": "auto" (default: CUDA when built with it and a GPU is
                                     visible, else host), "cuda" or "host" */
-    int64_t device_memory_limit; /* bytes the device may hold for zoffload; 0 = unlimited (host) or the
+    int64_t
+        device_memory_limit; /* bytes the device may hold for zoffload; 0 = unlimited (host) or the
                                     whole GPU (cuda) */
-    int adam_threads;            /* 0 = all physical cores */
-    int optimizer_state_dtype;   /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
+    int adam_threads;        /* 0 = all physical cores */
+    int optimizer_state_dtype; /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
                                     DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
-    int swap_checksum;           /* 1: CRC32C on every swap chunk, verified on read (ZO_ERR_CORRUPT); default 0 */
-    int swap_sqpoll;             /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
-    int delayed_param_update;    /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
+    int swap_checksum; /* 1: CRC32C on every swap chunk, verified on read (ZO_ERR_CORRUPT); default 0 */
+    int swap_sqpoll; /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
+    int delayed_param_update; /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
                                     needs offload_optimizer cpu, no parameter offload; default 0 */
-    double host_link_gbps;       /* host device backend: emulated host<->device link GB/s per direction; 0 = none,
+    double
+        host_link_gbps; /* host device backend: emulated host<->device link GB/s per direction; 0 = none,
                                     else in [0.1, 1e6] */
-    int64_t device_arena_bytes;  /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
+    int64_t
+        device_arena_bytes; /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
                                     0 = auto: all available device memory on a host device, 90% of the GPU's
                                     free memory on cuda (the rest: CUDA context, cuBLAS, activations);
                                     ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
                                     framework's allocator (see zo_engine_finalize()) */
-    zo_comm_choice comm;         /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
-    double comm_timeout_s;       /* "comm_timeout_s": an NCCL collective not complete this many seconds after its
+    zo_comm_choice comm; /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
+    double
+        comm_timeout_s; /* "comm_timeout_s": an NCCL collective not complete this many seconds after its
                                     start aborts the communicator with an error naming it (zo_comm_set_timeout());
                                     in (0, 86400], default 600 (ZO_CONFIG_COMM_TIMEOUT_S) */
-    double pinned_fraction;      /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
+    double
+        pinned_fraction; /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
                                     (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
                                     loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */
     zo_placement_mode placement; /* "placement": "config" (default) or "auto" (zo_placement_mode) */
-    int64_t placement_host_bytes; /* "placement_host_bytes": bytes (or "64GiB"); with "placement": "auto", the most host
+    int64_t
+        placement_host_bytes; /* "placement_host_bytes": bytes (or "64GiB"); with "placement": "auto", the most host
                                     memory the planner keeps state in, besides the engine's other buffers; 0 (default):
                                     MemAvailable less max(2 GiB, MemTotal / 7) less what the plan needs anyway */
-    int64_t optimizer_max_in_cpu; /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device
+    int64_t
+        optimizer_max_in_cpu; /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device
                                     "nvme": the optimizer state (fp32 master, exp_avg, exp_avg_sq) and gradient sum of
                                     up to this many elements, in whole sub-groups (the last ones in registration
                                     order), live in (pageable) host memory for the whole run and never touch the
                                     NVMe files; the rest streams as before. Losses are the same bits whatever its
                                     value. The counterpart of offload_param.max_in_cpu for the optimizer; with
                                     "placement": "auto" the planner chooses it. At most ZO_CONFIG_MAX_ELEMS */
-    int allow_pageable_host;     /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
+    int allow_pageable_host; /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
                                     that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is
                                     an error at zo_engine_finalize() (ZO_ERR_CUDA); 1: one warning naming the
                                     bytes that stayed pageable, and the run goes on with slower, blocking copies */
@@ -205,9 +223,10 @@ typedef struct zo_config {
       /* "speeds": machine speeds the placement planner uses instead of measuring them (zoffload/speeds.h);
        * each 0 (default) when not given: then zo_speeds_get() takes it from its cache or measures it; else in
        * [ZO_CONFIG_SPEED_MIN, ZO_CONFIG_SPEED_MAX] */
-      double nvme_read_gbps, nvme_write_gbps; /* GB/s (1e9 bytes/s) of swap reads / writes at the nvme_path */
-      double h2d_gbps, d2h_gbps;              /* GB/s of pinned host -> device / device -> host copies */
-      double adam_gparams_per_s;              /* fused CPU Adam, 1e9 elements per second on the whole pool */
+      double nvme_read_gbps,
+          nvme_write_gbps;       /* GB/s (1e9 bytes/s) of swap reads / writes at the nvme_path */
+      double h2d_gbps, d2h_gbps; /* GB/s of pinned host -> device / device -> host copies */
+      double adam_gparams_per_s; /* fused CPU Adam, 1e9 elements per second on the whole pool */
     } speeds;
   } zoffload; /* our own block "zoffload" */
 } zo_config_t;
@@ -249,10 +268,10 @@ typedef struct zo_config_auto {
   int64_t train_micro_batch_size_per_gpu; /* >= 1 */
   int64_t gradient_accumulation_steps;    /* >= 1 */
   double lr, beta1, beta2, eps, weight_decay;
-  double gradient_clipping;               /* 0: none */
-  int64_t warmup_num_steps;               /* >= 0 */
-  int64_t total_num_steps;                /* >= 1 */
-  int fp16, bf16;                         /* 0 or 1 */
+  double gradient_clipping; /* 0: none */
+  int64_t warmup_num_steps; /* >= 0 */
+  int64_t total_num_steps;  /* >= 1 */
+  int fp16, bf16;           /* 0 or 1 */
 } zo_config_auto;
 
 /* zo_config_auto_init() - every field of @a unknown (-1, NAN). Thread-safe. */
@@ -262,8 +281,9 @@ ZO_API void zo_config_auto_init(zo_config_auto *a);
 typedef struct zo_config_opts {
   const char *const *app_blocks; /* NULL-terminated top-level keys owned by the application
                                     (e.g. {"model","data",NULL}): skipped silently; may be NULL */
-  int world_size;                /* ranks, for train_batch_size = micro * gas * world_size; 0 means 1 */
-  const zo_config_auto *auto_values; /* values for keys left "auto" (see zo_config_auto); NULL: "auto" is an
+  int world_size; /* ranks, for train_batch_size = micro * gas * world_size; 0 means 1 */
+  const zo_config_auto
+      *auto_values; /* values for keys left "auto" (see zo_config_auto); NULL: "auto" is an
                                         error everywhere, naming the key */
 } zo_config_opts;
 
@@ -335,7 +355,8 @@ ZO_API size_t zo_config_sizeof(void);
  * ZO_ERR_CONFIG "cannot read config 'path': <strerror>" when the file cannot
  * be opened or read; ZO_ERR_INVALID_ARG when @path or @cfg is NULL.
  */
-ZO_API zo_status zo_config_load_file(const char *path, const zo_config_opts *opts, zo_config_t *cfg);
+ZO_API zo_status zo_config_load_file(const char *path, const zo_config_opts *opts,
+                                     zo_config_t *cfg);
 
 /*
  * zo_config_lr_at() - learning rate that DeepSpeed's engine applies in its

@@ -460,12 +460,13 @@ ZO_API zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev);
  * link is real and not timed here.
  */
 typedef struct zo_link_stats {
-  double gbps;                      /* current setting; 0 = unlimited */
-  unsigned long long h2d_bytes;     /* bytes of completed-or-running H2D copies (counted when started) */
-  unsigned long long d2h_bytes;     /* same for D2H */
+  double gbps; /* current setting; 0 = unlimited */
+  unsigned long long
+      h2d_bytes; /* bytes of completed-or-running H2D copies (counted when started) */
+  unsigned long long d2h_bytes;              /* same for D2H */
   unsigned long long h2d_copies, d2h_copies; /* copy counts */
-  double h2d_busy_s, d2h_busy_s;    /* sum of slot lengths B / gbps (0 while unlimited) */
-  double h2d_stall_s, d2h_stall_s;  /* time copies waited for the lane held by earlier copies */
+  double h2d_busy_s, d2h_busy_s;             /* sum of slot lengths B / gbps (0 while unlimited) */
+  double h2d_stall_s, d2h_stall_s; /* time copies waited for the lane held by earlier copies */
 } zo_link_stats;
 
 /*

@@ -148,7 +148,8 @@ ZO_API zo_status zo_engine_register_param(zo_engine_t *e, const char *name, size
  * value outside [0, 1e6] or NaN: named); ZO_ERR_INVALID_USAGE (its gradient
  * already handed over in this step).
  */
-ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p, double weight_decay);
+ZO_API zo_status zo_engine_set_param_weight_decay(zo_engine_t *e, zo_param_t *p,
+                                                  double weight_decay);
 
 /*
  * zo_engine_finalize() - allocate every tier for all registered tensors:
@@ -233,7 +234,8 @@ ZO_API zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float
  * when every device copy is in use (tensor named), ZO_ERR_IO from params.swp,
  * or the copy stream's error.
  */
-ZO_API zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_dtype *dtype);
+ZO_API zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights,
+                                 zo_dtype *dtype);
 
 /*
  * zo_engine_release() - compute is done with @p's working weights for now.
@@ -362,7 +364,8 @@ ZO_API zo_status zo_engine_set_lr(zo_engine_t *e, double lr);
  * accumulate into); the copy's device error or the collective's error. On an
  * error nothing already accumulated is lost.
  */
-ZO_API zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
+ZO_API zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad,
+                                           zo_dtype grad_dtype);
 
 /*
  * zo_engine_grad_ready() - hand over @p's LAST gradient contribution of this
@@ -382,7 +385,8 @@ ZO_API zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const 
  * dtype not accepted, both named), ZO_ERR_INVALID_USAGE (before finalize, or
  * twice in one step), or the copy's device error.
  */
-ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype);
+ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad,
+                                      zo_dtype grad_dtype);
 
 /*
  * zo_engine_grad_fence() - the caller's gradient buffers are free again.
@@ -403,21 +407,25 @@ ZO_API zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s);
 
 /* What one zo_engine_step() did. Times are wall-clock seconds inside the call. */
 typedef struct zo_step_info {
-  int64_t step;        /* optimizer steps applied so far (skipped ones not counted) */
-  int skipped;         /* 1: fp16 overflow (inf/NaN gradient), nothing was updated */
-  double lr;           /* learning rate used (0 when skipped) */
-  double grad_norm;    /* global L2 norm of the unscaled gradient, before clipping */
-  double loss_scale;   /* loss scale in force for the NEXT step */
-  double grad_wait_s;  /* waiting for gradient copies to land */
-  double adam_s;       /* CPU Adam with the fused working-dtype copy-out, plus the gradient norm pass */
-  double swap_s;       /* waiting on NVMe reads and writes */
-  double copy_s;       /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
-  double fetch_wait_s; /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
-  int64_t n_prefetch;  /* fetches the coordinator started ahead of use since the previous step */
+  int64_t step;       /* optimizer steps applied so far (skipped ones not counted) */
+  int skipped;        /* 1: fp16 overflow (inf/NaN gradient), nothing was updated */
+  double lr;          /* learning rate used (0 when skipped) */
+  double grad_norm;   /* global L2 norm of the unscaled gradient, before clipping */
+  double loss_scale;  /* loss scale in force for the NEXT step */
+  double grad_wait_s; /* waiting for gradient copies to land */
+  double adam_s; /* CPU Adam with the fused working-dtype copy-out, plus the gradient norm pass */
+  double swap_s; /* waiting on NVMe reads and writes */
+  double
+      copy_s; /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
+  double
+      fetch_wait_s; /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
+  int64_t n_prefetch;     /* fetches the coordinator started ahead of use since the previous step */
   int64_t n_demand_fetch; /* fetches started only when compute asked (first step, or off-trace) */
-  double comm_s;       /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce,
+  double
+      comm_s; /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce,
                           weight all-gather) since the previous step; 0 with one rank */
-  uint64_t comm_bytes; /* several ranks: bytes a bandwidth-optimal (ring) algorithm sends from this rank for
+  uint64_t
+      comm_bytes; /* several ranks: bytes a bandwidth-optimal (ring) algorithm sends from this rank for
                           those collectives since the previous step: (W-1) blocks per reduce-scatter and per
                           all-gather, twice that per all-reduce; ZeRO's paper counts 2 x parameters for
                           stages 1-2, which this approaches as (W-1)/W x 2 x parameters x bytes per element */
@@ -501,24 +509,29 @@ ZO_API zo_dtype zo_engine_grad_accum_dtype(const zo_engine_t *e);
 
 /* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */
 typedef struct zo_engine_mem {
-  size_t device_bytes;      /* device memory allocated by the engine (working weights, and state when device "none") */
+  size_t
+      device_bytes; /* device memory allocated by the engine (working weights, and state when device "none") */
   size_t device_peak_bytes; /* peak of the whole device (zo_device_mem_info) */
-  size_t host_bytes;        /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
-  size_t pinned_bytes;      /* of host_bytes, the page-locked part */
-  size_t nvme_bytes;        /* swap file bytes (preallocated) */
+  size_t
+      host_bytes; /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
+  size_t pinned_bytes;       /* of host_bytes, the page-locked part */
+  size_t nvme_bytes;         /* swap file bytes (preallocated) */
   size_t device_param_bytes; /* parameter offload: working copies held in device memory now */
   uint64_t nvme_read_bytes, nvme_write_bytes; /* cumulative swap traffic */
   uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
-  zo_arena_stats arena;     /* the device arena every engine allocation comes from (zoffload/arena.h): its
+  zo_arena_stats
+      arena; /* the device arena every engine allocation comes from (zoffload/arena.h): its
                                capacity, live and free bytes, largest free block, fragmentation, compactions */
   /* What this rank holds, by kind, on whatever tier it lives (with several ranks, its share): */
-  size_t param_bytes;       /* working weights: the device copy (resident), the host tier (offload_param cpu) or
+  size_t
+      param_bytes; /* working weights: the device copy (resident), the host tier (offload_param cpu) or
                                params.swp plus the tensors cached in host memory by offload_param.max_in_cpu
                                (nvme); at stage 3 on several ranks the rank's blocks */
-  size_t grad_bytes;        /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp
+  size_t
+      grad_bytes; /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp
                                with "nvme") */
-  size_t state_bytes;       /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */
-  size_t comm_bytes;        /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
+  size_t state_bytes; /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */
+  size_t comm_bytes;  /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
 } zo_engine_mem;
 
 /*
@@ -542,8 +555,8 @@ ZO_API size_t zo_engine_param_numel(const zo_param_t *p);
  * range in the whole tensor. Synchronous (reads swap for nvme). For tests and
  * checkpoints. Returns ZO_OK, ZO_ERR_INVALID_ARG, ZO_ERR_IO.
  */
-ZO_API zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t *shard_offset,
-                                      size_t *shard_n);
+ZO_API zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out,
+                                      size_t *shard_offset, size_t *shard_n);
 
 #ifdef __cplusplus
 }

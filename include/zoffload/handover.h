@@ -89,7 +89,8 @@ ZO_API void zo_grad_handover_destroy(zo_grad_handover_t *h);
  * and the space is as before (after a failed fence the gradients handed over
  * may still be read: keep their memory).
  */
-ZO_API zo_status zo_grad_handover_reserve(zo_grad_handover_t *h, size_t nbytes, size_t *offset, int *fenced);
+ZO_API zo_status zo_grad_handover_reserve(zo_grad_handover_t *h, size_t nbytes, size_t *offset,
+                                          int *fenced);
 
 /*
  * zo_grad_handover_put() - hand one micro-batch's gradient of @p over:
@@ -105,8 +106,8 @@ ZO_API zo_status zo_grad_handover_reserve(zo_grad_handover_t *h, size_t nbytes, 
  * dtype not accepted, ZO_ERR_INVALID_USAGE for grad_ready twice in a step or an
  * accumulation with nothing to accumulate into, the copy's device error).
  */
-ZO_API zo_status zo_grad_handover_put(zo_grad_handover_t *h, zo_param_t *p, const void *grad, zo_dtype grad_dtype,
-                                      int last);
+ZO_API zo_status zo_grad_handover_put(zo_grad_handover_t *h, zo_param_t *p, const void *grad,
+                                      zo_dtype grad_dtype, int last);
 
 /*
  * zo_grad_handover_fence() - zo_engine_grad_fence() on the hand-over's stream

@@ -50,12 +50,13 @@ typedef struct zo_pinned_pool zo_pinned_pool_t;
  */
 typedef struct zo_pinned_opts {
   int numa_node; /* hwloc logical index of the NUMA node to bind extents to; -1: no binding (first touch) */
-  int pin;       /* 1: mlock every extent (falls back to pageable when refused); 0: pageable pool */
-  int decay_ms;  /* how long freed extents stay mapped (and pinned) for reuse, in ms:
+  int pin;      /* 1: mlock every extent (falls back to pageable when refused); 0: pageable pool */
+  int decay_ms; /* how long freed extents stay mapped (and pinned) for reuse, in ms:
                     -1: jemalloc's default (10 s); 0: unmapped as soon as they are free */
 } zo_pinned_opts;
 
-#define ZO_PINNED_OPTS_INIT {-1, 1, -1}
+#define ZO_PINNED_OPTS_INIT \
+  { -1, 1, -1 }
 
 /*
  * zo_pinned_stats_t - accounting of one pool, in bytes. Arena extents come in
@@ -65,16 +66,21 @@ typedef struct zo_pinned_opts {
  * unlocked, pages dropped - after opts.decay_ms or zo_pinned_pool_trim().
  */
 typedef struct zo_pinned_stats {
-  size_t bytes_allocated; /* usable bytes of live zo_pinned_alloc() buffers (size classes, >= requested) */
-  size_t bytes_mapped;    /* bytes backed by memory: live buffers, metadata, free extents not yet decommitted */
-  size_t bytes_pinned;    /* the part of bytes_mapped that is mlock'ed */
-  size_t bytes_reserved;  /* address space held (>= bytes_mapped); given back when the pool is destroyed */
-  size_t n_allocs;        /* live buffers */
-  size_t n_pin_failures;  /* times mlock was refused (those extents stay pageable) */
-  int pinned;             /* 1 when every mapped byte is pinned; 0 after a fallback or when opts.pin == 0 */
-  int numa_node;          /* the node extents are bound to, -1 for none */
-  size_t bytes_registered;    /* the part of bytes_mapped registered with CUDA (0 until a CUDA device exists) */
-  size_t n_register_failures; /* times cudaHostRegister was refused (that memory stays mlock-only) */
+  size_t
+      bytes_allocated; /* usable bytes of live zo_pinned_alloc() buffers (size classes, >= requested) */
+  size_t
+      bytes_mapped; /* bytes backed by memory: live buffers, metadata, free extents not yet decommitted */
+  size_t bytes_pinned; /* the part of bytes_mapped that is mlock'ed */
+  size_t
+      bytes_reserved; /* address space held (>= bytes_mapped); given back when the pool is destroyed */
+  size_t n_allocs;    /* live buffers */
+  size_t n_pin_failures; /* times mlock was refused (those extents stay pageable) */
+  int pinned;    /* 1 when every mapped byte is pinned; 0 after a fallback or when opts.pin == 0 */
+  int numa_node; /* the node extents are bound to, -1 for none */
+  size_t
+      bytes_registered; /* the part of bytes_mapped registered with CUDA (0 until a CUDA device exists) */
+  size_t
+      n_register_failures; /* times cudaHostRegister was refused (that memory stays mlock-only) */
 } zo_pinned_stats_t;
 
 /*
@@ -119,7 +125,8 @@ ZO_API void zo_pinned_pool_destroy(zo_pinned_pool_t *pool);
  * power of two); ZO_ERR_OUT_OF_MEMORY (mapping failed; the message names the
  * size). Thread-safe (the arena has its own locks; no thread cache is used).
  */
-ZO_API zo_status zo_pinned_alloc(zo_pinned_pool_t *pool, size_t nbytes, size_t align, int zero, void **out);
+ZO_API zo_status zo_pinned_alloc(zo_pinned_pool_t *pool, size_t nbytes, size_t align, int zero,
+                                 void **out);
 
 /*
  * zo_pinned_free() - return a buffer from zo_pinned_alloc() on @pool; NULL is

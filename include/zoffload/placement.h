@@ -60,48 +60,53 @@ typedef struct zo_step_rates {
   double nvme_read_Bps, nvme_write_Bps; /* through the swap engine (zoffload/speeds.h) */
   double h2d_Bps, d2h_Bps;              /* host<->device copies of pinned memory */
   double adam_el_per_s;                 /* CPU Adam, elements/s, all of the engine's Adam threads */
-  double compute_s;                     /* forward and backward of one optimizer step (every micro-batch), seconds */
-  double fetches_per_step;              /* fetches of each offloaded tensor per optimizer step (forward and backward
+  double compute_s; /* forward and backward of one optimizer step (every micro-batch), seconds */
+  double
+      fetches_per_step; /* fetches of each offloaded tensor per optimizer step (forward and backward
                                            of every micro-batch: 2 x gradient_accumulation_steps when 0) */
-  char src[6][160];                     /* where each of the first six came from, in that order */
+  char src[6][160];     /* where each of the first six came from, in that order */
 } zo_step_rates;
 
 /* One optimizer step as the model sees it: seconds and bytes per step. */
 typedef struct zo_step_prediction {
-  double step_s;                        /* the prediction */
-  double fwd_bwd_s, update_s;           /* its two phases (update_s 0 when folded into the first) */
-  double compute_s, adam_s;             /* busy time of each resource over the step */
+  double step_s;              /* the prediction */
+  double fwd_bwd_s, update_s; /* its two phases (update_s 0 when folded into the first) */
+  double compute_s, adam_s;   /* busy time of each resource over the step */
   double nvme_read_s, nvme_write_s, h2d_s, d2h_s;
   uint64_t nvme_read_bytes, nvme_write_bytes; /* the step's traffic */
   uint64_t h2d_bytes, d2h_bytes;
   uint64_t param_read_bytes, param_write_bytes; /* of nvme_*_bytes: params.swp */
   uint64_t state_read_bytes, state_write_bytes; /* the optimizer state files */
   uint64_t grad_read_bytes, grad_write_bytes;   /* grad.swp */
-  const char *bound;                    /* the resource the step waits on most: "compute", "nvme", "adam", "link" */
+  const char *bound; /* the resource the step waits on most: "compute", "nvme", "adam", "link" */
 } zo_step_prediction;
 
 /* A placement: the two budgets, what they hold, and the step predicted for it. */
 typedef struct zo_placement {
-  size_t optimizer_max_in_cpu;          /* elements of optimizer state kept in host memory (whole sub-groups) */
-  size_t param_max_in_cpu;              /* elements of working weights kept in pinned host memory (whole tensors) */
-  size_t optimizer_resident_el, optimizer_total_el; /* what the first holds of the state's (padded) elements */
+  size_t
+      optimizer_max_in_cpu; /* elements of optimizer state kept in host memory (whole sub-groups) */
+  size_t
+      param_max_in_cpu; /* elements of working weights kept in pinned host memory (whole tensors) */
+  size_t optimizer_resident_el,
+      optimizer_total_el; /* what the first holds of the state's (padded) elements */
   int resident_sub_groups, sub_groups;
-  size_t param_cached_el, param_total_el; /* what the second holds of the offloaded working weights */
+  size_t param_cached_el,
+      param_total_el; /* what the second holds of the offloaded working weights */
   size_t host_bytes, pinned_bytes, nvme_bytes; /* the plan's sums for this placement */
   size_t host_limit, pinned_limit, nvme_limit; /* what it had to fit in (SIZE_MAX: no limit) */
-  int candidates;                       /* placements the planner compared */
+  int candidates;                              /* placements the planner compared */
   zo_step_prediction pred;
 } zo_placement;
 
 /* Options of zo_engine_place(); NULL means all zero. */
 typedef struct zo_place_opts {
-  zo_device_kind kind;                  /* the device planned for, as zo_engine_plan() (0: ZO_DEVICE_AUTO) */
-  const size_t *app;                    /* [4] bytes the caller holds besides the engine per zo_tier, as
+  zo_device_kind kind; /* the device planned for, as zo_engine_plan() (0: ZO_DEVICE_AUTO) */
+  const size_t *app;   /* [4] bytes the caller holds besides the engine per zo_tier, as
                                            zo_engine_budget(); NULL: none */
-  size_t assume_host_available;         /* 0: measured (MemAvailable / cgroup); else bytes, for a dry run */
-  size_t assume_pinned_limit;           /* 0: the pinned rule on this machine; else bytes */
-  size_t assume_nvme_free;              /* 0: statvfs of each nvme_path; else bytes each */
-  int device_not_host;                  /* 1: a host device stands in for @kind's (a dry run of a GPU plan on a
+  size_t assume_host_available; /* 0: measured (MemAvailable / cgroup); else bytes, for a dry run */
+  size_t assume_pinned_limit;   /* 0: the pinned rule on this machine; else bytes */
+  size_t assume_nvme_free;      /* 0: statvfs of each nvme_path; else bytes each */
+  int device_not_host; /* 1: a host device stands in for @kind's (a dry run of a GPU plan on a
                                            machine without one): its bytes are not host memory */
 } zo_place_opts;
 
@@ -131,7 +136,8 @@ ZO_API zo_status zo_engine_place(zo_engine_t *e, const zo_step_rates *r, const z
  * Returns ZO_OK, ZO_ERR_INVALID_ARG, or what zo_engine_plan() returns
  * (before finalize).
  */
-ZO_API zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r, zo_step_prediction *out);
+ZO_API zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r,
+                                   zo_step_prediction *out);
 
 /*
  * zo_step_rates_get() - fill @r from zoffload/speeds.h's figures for @e's
@@ -140,7 +146,8 @@ ZO_API zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r,
  * compute; 0 fetches: 2 per micro-batch). Returns what zo_speeds_get()
  * returns.
  */
-ZO_API zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per_step, zo_step_rates *r);
+ZO_API zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per_step,
+                                   zo_step_rates *r);
 
 /* zo_step_prediction_print() - one line "predicted step X ms: ..." on @f (a FILE *; NULL: stdout). */
 ZO_API void zo_step_prediction_print(const zo_step_prediction *p, void *f);

@@ -36,13 +36,16 @@ extern "C" {
  *   "not measured: <why>"                                 e.g. the disk is short of space (value 0, warned)
  */
 typedef struct zo_speeds {
-  double nvme_read_bytes_per_s;  /* swap reads at the nvme path: zo_swap reads (zoffload/swap.h) of a swap file
+  double
+      nvme_read_bytes_per_s; /* swap reads at the nvme path: zo_swap reads (zoffload/swap.h) of a swap file
                                     into pinned host memory, with the config's aio.block_size and aio.queue_depth */
   double nvme_write_bytes_per_s; /* swap writes at the nvme path, the same way */
-  double h2d_bytes_per_s;        /* pinned host -> device copies (zo_memcpy), synchronized; on the host device
+  double
+      h2d_bytes_per_s; /* pinned host -> device copies (zo_memcpy), synchronized; on the host device
                                     backend memcpy speed, or the emulated link (zoffload.host_link_gbps) */
-  double d2h_bytes_per_s;        /* device -> pinned host copies, the same way */
-  double adam_elems_per_s;       /* elements per second of the fused CPU Adam update (fp32 master, the config's
+  double d2h_bytes_per_s; /* device -> pinned host copies, the same way */
+  double
+      adam_elems_per_s; /* elements per second of the fused CPU Adam update (fp32 master, the config's
                                     optimizer_state_dtype, gradient and working dtypes as the engine derives them)
                                     on an Adam pool of zoffload.adam_threads threads: the whole pool, not one thread */
   char nvme_read_src[ZO_SPEEDS_SRC_CAP], nvme_write_src[ZO_SPEEDS_SRC_CAP];
@@ -52,23 +55,26 @@ typedef struct zo_speeds {
 
 /* How much zo_speeds_get_ex() measures, and whether it uses the cache; zero-filled means the defaults. */
 typedef struct zo_speeds_opts {
-  size_t disk_bytes;  /* bytes written, then read, per pass: 0 for 256 MiB; at least 1 MiB (rounded down to
+  size_t
+      disk_bytes; /* bytes written, then read, per pass: 0 for 256 MiB; at least 1 MiB (rounded down to
                          whole MiB). Never more than a quarter of the free space of the nvme path. */
-  size_t link_bytes;  /* bytes per copy: 0 for 64 MiB; at least 1 MiB. On an emulated link, at most what the
+  size_t
+      link_bytes; /* bytes per copy: 0 for 64 MiB; at least 1 MiB. On an emulated link, at most what the
                          link moves in 0.1 s. */
-  size_t adam_elems;  /* elements per Adam pass: 0 for 4 Mi (4194304); 4096 to SIZE_MAX / 16. */
-  int max_passes;     /* passes per figure, the median kept: 0 for 3; 1..15. After the first, a pass starts
+  size_t adam_elems; /* elements per Adam pass: 0 for 4 Mi (4194304); 4096 to SIZE_MAX / 16. */
+  int max_passes; /* passes per figure, the median kept: 0 for 3; 1..15. After the first, a pass starts
                          only while that figure's passes have taken less than 0.4 s. */
-  int remeasure;      /* 1: as ZO_SPEEDS_REMEASURE=1, measure what the config does not give, ignoring the cache
+  int remeasure; /* 1: as ZO_SPEEDS_REMEASURE=1, measure what the config does not give, ignoring the cache
                          (the cache is still updated) */
-  int no_cache;       /* 1: neither read nor write the cache */
+  int no_cache; /* 1: neither read nor write the cache */
 } zo_speeds_opts;
 
 /*
  * zo_speeds_get() - the machine's speeds for the planner: zo_speeds_get_ex()
  * with the default options (about 1 s of measuring when nothing is cached).
  */
-ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path, zo_speeds *out);
+ZO_API zo_status zo_speeds_get(const zo_config_t *cfg, zo_device_t *dev, const char *nvme_path,
+                               zo_speeds *out);
 
 /*
  * zo_speeds_get_ex() - fill @out, each figure from the first of:
@@ -192,8 +198,8 @@ typedef zo_status (*zo_speeds_measure_fn)(void *ctx, double *value, char *how, s
  * @measure's status (*@value 0; @src and zo_last_error() "not measured: "
  * and its @how).
  */
-ZO_API zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure,
-                                  double *value, char *src, size_t src_cap);
+ZO_API zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx,
+                                  int remeasure, double *value, char *src, size_t src_cap);
 
 #ifdef __cplusplus
 }

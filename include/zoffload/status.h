@@ -27,14 +27,15 @@ typedef enum zo_status {
   ZO_ERR_INVALID_ARG = 1,   /* caller passed a bad value (NULL, 0 length, misaligned pointer) */
   ZO_ERR_INVALID_USAGE = 2, /* calls in the wrong order or on a handle in the wrong state */
   ZO_ERR_OUT_OF_MEMORY = 3, /* host, pinned or device memory exhausted (message says which) */
-  ZO_ERR_SYSTEM = 4,        /* a system call failed for a reason other than I/O (errno in message) */
-  ZO_ERR_IO = 5,            /* a read or write failed or came back short (file, offset, length in message) */
-  ZO_ERR_UNSUPPORTED = 6,   /* feature not built in or not available on this machine */
-  ZO_ERR_CUDA = 7,          /* a CUDA runtime call failed */
-  ZO_ERR_NCCL = 8,          /* an NCCL call failed */
-  ZO_ERR_MPI = 9,           /* an MPI call failed */
-  ZO_ERR_CONFIG = 10,       /* a config file is malformed or has a wrong type or value (JSON path in message) */
-  ZO_ERR_CORRUPT = 11,      /* data read back does not match what was written (checksum) */
+  ZO_ERR_SYSTEM = 4, /* a system call failed for a reason other than I/O (errno in message) */
+  ZO_ERR_IO = 5, /* a read or write failed or came back short (file, offset, length in message) */
+  ZO_ERR_UNSUPPORTED = 6, /* feature not built in or not available on this machine */
+  ZO_ERR_CUDA = 7,        /* a CUDA runtime call failed */
+  ZO_ERR_NCCL = 8,        /* an NCCL call failed */
+  ZO_ERR_MPI = 9,         /* an MPI call failed */
+  ZO_ERR_CONFIG =
+      10, /* a config file is malformed or has a wrong type or value (JSON path in message) */
+  ZO_ERR_CORRUPT = 11, /* data read back does not match what was written (checksum) */
 } zo_status;
 
 /*

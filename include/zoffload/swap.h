@@ -31,26 +31,26 @@ typedef struct zo_swap_file zo_swap_file_t; /* one preallocated swap file in tha
 typedef struct zo_swap_req zo_swap_req_t;   /* one outstanding read or write */
 
 typedef struct zo_swap_opts {
-  size_t block_size;     /* bytes per io_uring request piece; 0: 1 MiB. Rounded up to a
+  size_t block_size;    /* bytes per io_uring request piece; 0: 1 MiB. Rounded up to a
                             multiple of zo_swap_alignment(); at most 1 GiB. DeepSpeed aio.block_size. */
-  unsigned queue_depth;  /* max pieces in flight across all requests; 0: 32; at most 32768.
+  unsigned queue_depth; /* max pieces in flight across all requests; 0: 32; at most 32768.
                             DeepSpeed aio.queue_depth. */
   /* Fields below were added later; zero keeps the defaults described. */
-  int rank;              /* names the private directory nvme_path/zoffload-rank<rank>; 0..99999999.
+  int rank;           /* names the private directory nvme_path/zoffload-rank<rank>; 0..99999999.
                             Ranks sharing one nvme_path must pass distinct values. */
-  int register_files;    /* 1: register every swap file with the ring (io_uring_register_files,
+  int register_files; /* 1: register every swap file with the ring (io_uring_register_files,
                             IOSQE_FIXED_FILE); if the kernel refuses, warn once and go on without. */
-  int sqpoll;            /* 1: IORING_SETUP_SQPOLL (a kernel thread polls the submission queue);
+  int sqpoll;         /* 1: IORING_SETUP_SQPOLL (a kernel thread polls the submission queue);
                             if refused (EPERM, EINVAL), warn once and go on without. */
   unsigned sqpoll_idle_ms; /* SQPOLL thread idle time before it sleeps; 0: 1000 ms. */
-  int checksum;          /* 1: every file created gets CRC32C per chunk, as if created with
+  int checksum;            /* 1: every file created gets CRC32C per chunk, as if created with
                             zo_swap_file_opts.checksum = 1 (zoffload config "swap_checksum"). */
-  unsigned pool_threads; /* threads of the pread/pwrite fallback; 0: min(4, queue_depth). */
-  int single_issuer;     /* 1: IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+; ignored with
+  unsigned pool_threads;   /* threads of the pread/pwrite fallback; 0: min(4, queue_depth). */
+  int single_issuer;       /* 1: IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+; ignored with
                             sqpoll): completions run only inside our own io_uring_enter. Then only
                             the thread that created the handle may submit, wait or poll (others get
                             ZO_ERR_SYSTEM "File exists"). If refused, warn once and go on without. */
-  int progress_thread;   /* 1: a library thread owns the ring and keeps queue_depth pieces in flight
+  int progress_thread; /* 1: a library thread owns the ring and keeps queue_depth pieces in flight
                             while the caller computes, so a request larger than queue_depth x
                             block_size proceeds at disk speed without zo_swap_poll() calls. The
                             caller's functions then only queue requests and wait for the thread
@@ -347,8 +347,8 @@ ZO_API zo_status zo_swap_submit_write(zo_swap_t *sw, zo_swap_file_t *f, uint64_t
  * reads something waits on now (a parameter fetch) while bulk transfers
  * (optimizer state) stream. Same arguments, rules and errors.
  */
-ZO_API zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, void *buf,
-                                            size_t nbytes, zo_swap_req_t **req);
+ZO_API zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset,
+                                            void *buf, size_t nbytes, zo_swap_req_t **req);
 
 /*
  * zo_swap_submit_write_urgent() - zo_swap_submit_write(), queued as
@@ -359,8 +359,8 @@ ZO_API zo_status zo_swap_submit_read_urgent(zo_swap_t *sw, zo_swap_file_t *f, ui
  * order among themselves; a read of a range must still wait for the write of
  * it. Same arguments, rules and errors as zo_swap_submit_write().
  */
-ZO_API zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, const void *buf,
-                                             size_t nbytes, zo_swap_req_t **req);
+ZO_API zo_status zo_swap_submit_write_urgent(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset,
+                                             const void *buf, size_t nbytes, zo_swap_req_t **req);
 
 /*
  * zo_swap_wait() - block until @req is complete, free it, return its status.

@@ -61,19 +61,19 @@
 #include "engine_internal.h"
 
 #define LOCK_MAGIC "zoffload checkpoint root lock v1\n"
-#define RECORD_MAX 4096       /* the record's bytes; a larger file is not one */
-#define COMMAND_MAX 1024      /* bytes of the command line kept (escaped) */
-#define BUSY_TRIES 100        /* looks at a torn or stale record, 10 ms apart */
-#define RELINK_TRIES 1000     /* start-overs in (3): each means another process made progress */
+#define RECORD_MAX 4096   /* the record's bytes; a larger file is not one */
+#define COMMAND_MAX 1024  /* bytes of the command line kept (escaped) */
+#define BUSY_TRIES 100    /* looks at a torn or stale record, 10 ms apart */
+#define RELINK_TRIES 1000 /* start-overs in (3): each means another process made progress */
 
 /* One root this process holds. */
 typedef struct root_ent {
   dev_t dev;
   ino_t ino;
-  int dirfd;               /* the root, for the lock file's name after a rename of the root */
-  int fd;                  /* ROOT/.zoffload-lock, flock held while locked; -1 when unlocked */
-  int refs;                /* handles */
-  long owner_pid;          /* the process that took the lock; a fork()ed child's copy is not its own */
+  int dirfd;      /* the root, for the lock file's name after a rename of the root */
+  int fd;         /* ROOT/.zoffload-lock, flock held while locked; -1 when unlocked */
+  int refs;       /* handles */
+  long owner_pid; /* the process that took the lock; a fork()ed child's copy is not its own */
   pthread_mutex_t save_mu; /* one zo_engine_save() at a time on this root in this process */
   char root[PATH_MAX];     /* as first given, for messages */
   struct root_ent *next;
@@ -102,7 +102,9 @@ static unsigned long long proc_start_ticks(long pid) {
   if (!s) return 0;
   unsigned long long v = 0;
   /* after ')': state (field 3) ... starttime (field 22) */
-  if (sscanf(s + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &v) != 1)
+  if (sscanf(s + 1,
+             " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             &v) != 1)
     return 0;
   return v;
 }
@@ -158,9 +160,11 @@ static int record_write(int fd) {
   strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
   host_name(host, sizeof host);
   command_line(cmd, sizeof cmd);
-  int len = snprintf(b, sizeof b, LOCK_MAGIC "pid %ld\nhost %s\nstarted %s\nproc_start %llu\ncommand %s\nend\n",
+  int len = snprintf(b, sizeof b,
+                     LOCK_MAGIC "pid %ld\nhost %s\nstarted %s\nproc_start %llu\ncommand %s\nend\n",
                      (long)getpid(), host, when, ticks, cmd);
-  if (len < 0 || len >= (int)sizeof b) len = (int)sizeof b - 1; /* the command cut: still a record without "end" */
+  if (len < 0 || len >= (int)sizeof b)
+    len = (int)sizeof b - 1; /* the command cut: still a record without "end" */
   if (ftruncate(fd, 0) != 0) return -errno;
   size_t done;
   int rc = zo_pwrite_all(fd, b, (size_t)len, 0, &done);
@@ -196,13 +200,16 @@ static int record_read(int fd, owner *o) {
   if (zo_pread_all(fd, b, RECORD_MAX, 0, &n) < 0) return 0;
   b[n] = 0;
   const size_t ml = strlen(LOCK_MAGIC);
-  if (n < ml + 4 || memcmp(b, LOCK_MAGIC, ml) || strcmp(b + n - 4, "end\n") || strlen(b) != n) return 0;
+  if (n < ml + 4 || memcmp(b, LOCK_MAGIC, ml) || strcmp(b + n - 4, "end\n") || strlen(b) != n)
+    return 0;
   memset(o, 0, sizeof *o);
   if (!field(b, "pid", v, sizeof v) || sscanf(v, "%ld", &o->pid) != 1 || o->pid <= 0) return 0;
   if (field(b, "proc_start", v, sizeof v)) sscanf(v, "%llu", &o->proc_start);
   if (!field(b, "host", o->host, sizeof o->host)) snprintf(o->host, sizeof o->host, "unknown");
-  if (!field(b, "started", o->started, sizeof o->started)) snprintf(o->started, sizeof o->started, "unknown");
-  if (!field(b, "command", o->command, sizeof o->command)) snprintf(o->command, sizeof o->command, "unknown");
+  if (!field(b, "started", o->started, sizeof o->started))
+    snprintf(o->started, sizeof o->started, "unknown");
+  if (!field(b, "command", o->command, sizeof o->command))
+    snprintf(o->command, sizeof o->command, "unknown");
   char me[256];
   host_name(me, sizeof me);
   if (strcmp(me, o->host)) return 1; /* another host's process: its word is all there is */
@@ -217,7 +224,9 @@ int zo_ckpt_pid_gone(long pid) {
   return pid == (long)getpid() || pid <= 0 || pid > INT_MAX || zo_pid_gone(pid);
 }
 
-static zo_status sys_status(int err) { return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM; }
+static zo_status sys_status(int err) {
+  return err == ENOMEM ? ZO_ERR_OUT_OF_MEMORY : ZO_ERR_SYSTEM;
+}
 
 /*
  * Take the lock file of the root open at @dirfd (@root, for messages) into *@fd_out (-1: the file system has no
@@ -229,26 +238,38 @@ static zo_status take(int dirfd, const char *root, int *fd_out) {
   for (int tries = 0; tries < RELINK_TRIES; tries++) {
     struct stat ls;
     if (fstatat(dirfd, ZO_CKPT_LOCK_NAME, &ls, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(ls.st_mode))
-      return zo_error_set(ZO_ERR_IO, "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME "' is %s, not a regular file: "
-                          "not opening it; remove it", root, zo_file_kind(ls.st_mode));
-    int fd = openat(dirfd, ZO_CKPT_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+      return zo_error_set(ZO_ERR_IO,
+                          "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME
+                          "' is %s, not a regular file: "
+                          "not opening it; remove it",
+                          root, zo_file_kind(ls.st_mode));
+    int fd = openat(dirfd, ZO_CKPT_LOCK_NAME,
+                    O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
       int e = errno;
       if (e == ELOOP)
-        return zo_error_set(ZO_ERR_IO, "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME "' is a symbolic link: not "
-                            "following it; remove it", root);
-      if (e == ENOENT) continue; /* unlinked between the stat and the open (a holder letting go): again */
+        return zo_error_set(ZO_ERR_IO,
+                            "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME
+                            "' is a symbolic link: not "
+                            "following it; remove it",
+                            root);
+      if (e == ENOENT)
+        continue; /* unlinked between the stat and the open (a holder letting go): again */
       return zo_error_set(e == EACCES || e == EROFS ? ZO_ERR_IO : sys_status(e),
-                          "checkpoint: cannot open lock file '%s/" ZO_CKPT_LOCK_NAME "': %s", root, strerror(e));
+                          "checkpoint: cannot open lock file '%s/" ZO_CKPT_LOCK_NAME "': %s", root,
+                          strerror(e));
     }
     struct stat st, at;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       int e = errno;
       close(fd);
-      return S_ISREG(st.st_mode) || e ? zo_error_set(ZO_ERR_SYSTEM, "checkpoint: fstat '%s/" ZO_CKPT_LOCK_NAME "': %s",
-                                                     root, strerror(e))
-                                      : zo_error_set(ZO_ERR_IO, "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME "' is %s, "
-                                                     "not a regular file; remove it", root, zo_file_kind(st.st_mode));
+      return S_ISREG(st.st_mode) || e
+                 ? zo_error_set(ZO_ERR_SYSTEM, "checkpoint: fstat '%s/" ZO_CKPT_LOCK_NAME "': %s",
+                                root, strerror(e))
+                 : zo_error_set(ZO_ERR_IO,
+                                "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME "' is %s, "
+                                "not a regular file; remove it",
+                                root, zo_file_kind(st.st_mode));
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
       int e = errno;
@@ -256,38 +277,48 @@ static zo_status take(int dirfd, const char *root, int *fd_out) {
         owner o;
         if (record_read(fd, &o)) {
           close(fd);
-          return zo_error_set(ZO_ERR_INVALID_USAGE,
-                              "checkpoint: root '%s' is in use by another run: pid %ld on host %s, started %s, "
-                              "command: %s (lock file '%s/" ZO_CKPT_LOCK_NAME "'); wait for it to end or save "
-                              "elsewhere", root, o.pid, o.host, o.started, o.command, root);
+          return zo_error_set(
+              ZO_ERR_INVALID_USAGE,
+              "checkpoint: root '%s' is in use by another run: pid %ld on host %s, started %s, "
+              "command: %s (lock file '%s/" ZO_CKPT_LOCK_NAME "'); wait for it to end or save "
+              "elsewhere",
+              root, o.pid, o.host, o.started, o.command, root);
         }
         close(fd);
         if (++busy_looks >= BUSY_TRIES)
-          return zo_error_set(ZO_ERR_INVALID_USAGE,
-                              "checkpoint: root '%s' is in use by another run (its lock file '%s/" ZO_CKPT_LOCK_NAME
-                              "' is locked but names no live owner after 1 s); wait for it to end or save elsewhere",
-                              root, root);
+          return zo_error_set(
+              ZO_ERR_INVALID_USAGE,
+              "checkpoint: root '%s' is in use by another run (its lock file '%s/" ZO_CKPT_LOCK_NAME
+              "' is locked but names no live owner after 1 s); wait for it to end or save elsewhere",
+              root, root);
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
         continue;
       }
       close(fd);
       if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
-        zo_warn("checkpoint: the file system of '%s' does not lock files (flock: %s): the root is used unlocked, "
-                "and two runs saving there are not kept apart", root, strerror(e));
+        zo_warn(
+            "checkpoint: the file system of '%s' does not lock files (flock: %s): the root is used unlocked, "
+            "and two runs saving there are not kept apart",
+            root, strerror(e));
         return ZO_OK;
       }
-      return zo_error_set(sys_status(e), "checkpoint: flock '%s/" ZO_CKPT_LOCK_NAME "': %s", root, strerror(e));
+      return zo_error_set(sys_status(e), "checkpoint: flock '%s/" ZO_CKPT_LOCK_NAME "': %s", root,
+                          strerror(e));
     }
     /* (3): still linked, and the one at the name */
-    if (fstat(fd, &st) != 0 || st.st_nlink == 0 || fstatat(dirfd, ZO_CKPT_LOCK_NAME, &at, AT_SYMLINK_NOFOLLOW) != 0 ||
+    if (fstat(fd, &st) != 0 || st.st_nlink == 0 ||
+        fstatat(dirfd, ZO_CKPT_LOCK_NAME, &at, AT_SYMLINK_NOFOLLOW) != 0 ||
         at.st_dev != st.st_dev || at.st_ino != st.st_ino) {
       close(fd);
       continue;
     }
     if (st.st_nlink > 1) { /* a hard link to someone's file: the record would be written into it */
       close(fd);
-      return zo_error_set(ZO_ERR_IO, "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME "' has %lu links: not writing "
-                          "into it; remove it", root, (unsigned long)st.st_nlink);
+      return zo_error_set(ZO_ERR_IO,
+                          "checkpoint: lock file '%s/" ZO_CKPT_LOCK_NAME
+                          "' has %lu links: not writing "
+                          "into it; remove it",
+                          root, (unsigned long)st.st_nlink);
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -296,23 +327,29 @@ static zo_status take(int dirfd, const char *root, int *fd_out) {
       (void)unlinkat(dirfd, ZO_CKPT_LOCK_NAME, 0); /* (2): ours, still locked */
       close(fd);
       return zo_error_set(r == -ENOSPC || r == -EIO ? ZO_ERR_IO : sys_status(-r),
-                          "checkpoint: writing lock file '%s/" ZO_CKPT_LOCK_NAME "': %s", root, strerror(-r));
+                          "checkpoint: writing lock file '%s/" ZO_CKPT_LOCK_NAME "': %s", root,
+                          strerror(-r));
     }
     *fd_out = fd;
     return ZO_OK;
   }
-  return zo_error_set(ZO_ERR_INVALID_USAGE, "checkpoint: root '%s' is in use by another run (its lock file changed "
-                      "hands %d times while we tried to lock it); wait for it to end or save elsewhere", root,
-                      RELINK_TRIES);
+  return zo_error_set(
+      ZO_ERR_INVALID_USAGE,
+      "checkpoint: root '%s' is in use by another run (its lock file changed "
+      "hands %d times while we tried to lock it); wait for it to end or save elsewhere",
+      root, RELINK_TRIES);
 }
 
 /* (2): the record emptied and the file removed while still locked, then the lock dropped. */
 static void let_go(root_ent *r) {
   if (r->fd >= 0) {
     struct stat st, at;
-    if (ftruncate(r->fd, 0) != 0) zo_warn("checkpoint: truncating '%s/" ZO_CKPT_LOCK_NAME "': %s", r->root, strerror(errno));
-    if (fstat(r->fd, &st) == 0 && fstatat(r->dirfd, ZO_CKPT_LOCK_NAME, &at, AT_SYMLINK_NOFOLLOW) == 0 &&
-        st.st_dev == at.st_dev && st.st_ino == at.st_ino && unlinkat(r->dirfd, ZO_CKPT_LOCK_NAME, 0) != 0)
+    if (ftruncate(r->fd, 0) != 0)
+      zo_warn("checkpoint: truncating '%s/" ZO_CKPT_LOCK_NAME "': %s", r->root, strerror(errno));
+    if (fstat(r->fd, &st) == 0 &&
+        fstatat(r->dirfd, ZO_CKPT_LOCK_NAME, &at, AT_SYMLINK_NOFOLLOW) == 0 &&
+        st.st_dev == at.st_dev && st.st_ino == at.st_ino &&
+        unlinkat(r->dirfd, ZO_CKPT_LOCK_NAME, 0) != 0)
       zo_warn("checkpoint: removing '%s/" ZO_CKPT_LOCK_NAME "': %s", r->root, strerror(errno));
     close(r->fd);
   }
@@ -323,7 +360,8 @@ static void let_go(root_ent *r) {
 
 zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock) {
   if (lock) *lock = NULL;
-  if (!root || !root[0] || !lock) return zo_error_set(ZO_ERR_INVALID_ARG, "checkpoint_lock: NULL or empty argument");
+  if (!root || !root[0] || !lock)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "checkpoint_lock: NULL or empty argument");
   if (strlen(root) >= PATH_MAX - 64)
     return zo_error_set(ZO_ERR_INVALID_ARG, "checkpoint: root '%.64s...' is too long", root);
   zo_checkpoint_lock_t *h = malloc(sizeof *h);
@@ -331,20 +369,24 @@ zo_status zo_checkpoint_lock(const char *root, zo_checkpoint_lock_t **lock) {
   if (mkdir(root, 0755) != 0 && errno != EEXIST) {
     int e = errno;
     free(h);
-    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot create checkpoint root '%s': %s", root, strerror(e));
+    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot create checkpoint root '%s': %s", root,
+                        strerror(e));
   }
-  int dirfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the root may be a link the user made */
+  int dirfd =
+      open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the root may be a link the user made */
   struct stat st;
   if (dirfd < 0 || fstat(dirfd, &st) != 0) {
     int e = errno;
     if (dirfd >= 0) close(dirfd);
     free(h);
-    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot open checkpoint root '%s': %s", root, strerror(e));
+    return zo_error_set(ZO_ERR_IO, "checkpoint: cannot open checkpoint root '%s': %s", root,
+                        strerror(e));
   }
   pthread_mutex_lock(&g_mu);
   root_ent *r = g_roots;
   const long me = (long)getpid();
-  while (r && (r->dev != st.st_dev || r->ino != st.st_ino || r->owner_pid != me)) r = r->next; /* not a parent's */
+  while (r && (r->dev != st.st_dev || r->ino != st.st_ino || r->owner_pid != me))
+    r = r->next; /* not a parent's */
   zo_status s = ZO_OK;
   if (r) {
     r->refs++;
@@ -382,7 +424,8 @@ void zo_checkpoint_unlock(zo_checkpoint_lock_t *lock) {
      * parent may have held it at the fork. */
     return;
   }
-  pthread_mutex_lock(&g_mu); /* held through let_go: another thread of ours must not find the file still locked */
+  pthread_mutex_lock(
+      &g_mu); /* held through let_go: another thread of ours must not find the file still locked */
   if (--r->refs == 0) {
     for (root_ent **p = &g_roots; *p; p = &(*p)->next)
       if (*p == r) {

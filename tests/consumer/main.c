@@ -10,9 +10,10 @@
 #include <zoffload/zoffload.h>
 
 int main(void) {
-  const char *json = "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, "
-                     "\"offload_optimizer\": {\"device\": \"cpu\"}}, \"optimizer\": {\"type\": \"AdamW\", "
-                     "\"params\": {\"lr\": 0.001}}}";
+  const char *json =
+      "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, "
+      "\"offload_optimizer\": {\"device\": \"cpu\"}}, \"optimizer\": {\"type\": \"AdamW\", "
+      "\"params\": {\"lr\": 0.001}}}";
   zo_config_t cfg;
   if (zo_config_parse(json, strlen(json), "consumer", NULL, &cfg) != ZO_OK) {
     fprintf(stderr, "zo_config_parse: %s\n", zo_last_error());
@@ -29,7 +30,7 @@ int main(void) {
     fprintf(stderr, "bad config not refused by name: %s\n", zo_last_error());
     return 1;
   }
-  printf("zoffload consumer: config ok (%s), status name %s\n", zo_offload_device_name(ZO_OFFLOAD_CPU),
-         zo_status_string(ZO_ERR_CONFIG));
+  printf("zoffload consumer: config ok (%s), status name %s\n",
+         zo_offload_device_name(ZO_OFFLOAD_CPU), zo_status_string(ZO_ERR_CONFIG));
   return 0;
 }

@@ -30,13 +30,18 @@ int zo_tool_parse_count(const char *s, int binary, uint64_t *out) {
   double m = 1;
   if (*end) {
     switch (*end) {
-      case 'k': case 'K': m = binary ? 1024.0 : 1e3; break;
-      case 'm': case 'M': m = binary ? 1048576.0 : 1e6; break;
-      case 'g': case 'G': m = binary ? 1073741824.0 : 1e9; break;
-      case 't': case 'T': m = binary ? 1099511627776.0 : 1e12; break;
+      case 'k':
+      case 'K': m = binary ? 1024.0 : 1e3; break;
+      case 'm':
+      case 'M': m = binary ? 1048576.0 : 1e6; break;
+      case 'g':
+      case 'G': m = binary ? 1073741824.0 : 1e9; break;
+      case 't':
+      case 'T': m = binary ? 1099511627776.0 : 1e12; break;
       default: return -1;
     }
-    if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2])) return -1;
+    if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2]))
+      return -1;
   }
   v *= m;
   if (v > 1.8e19 || v != floor(v)) return -1;
@@ -61,10 +66,22 @@ int zo_tool_parse_bytes(const char *s, uint64_t *out) {
   if (errno) return -1;
   uint64_t mul = 1;
   switch (toupper((unsigned char)*end)) {
-    case 'K': mul = (uint64_t)1 << 10; end++; break;
-    case 'M': mul = (uint64_t)1 << 20; end++; break;
-    case 'G': mul = (uint64_t)1 << 30; end++; break;
-    case 'T': mul = (uint64_t)1 << 40; end++; break;
+    case 'K':
+      mul = (uint64_t)1 << 10;
+      end++;
+      break;
+    case 'M':
+      mul = (uint64_t)1 << 20;
+      end++;
+      break;
+    case 'G':
+      mul = (uint64_t)1 << 30;
+      end++;
+      break;
+    case 'T':
+      mul = (uint64_t)1 << 40;
+      end++;
+      break;
     default: break;
   }
   if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
@@ -74,8 +91,8 @@ int zo_tool_parse_bytes(const char *s, uint64_t *out) {
   return 0;
 }
 
-int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx, char *bad,
-                       size_t bad_n) {
+int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx,
+                       char *bad, size_t bad_n) {
   char buf[ZO_TOOL_LIST_MAX];
   if (strlen(s) >= sizeof buf) return -2;
   memcpy(buf, s, strlen(s) + 1);

@@ -51,7 +51,7 @@ int zo_tool_parse_bytes(const char *s, uint64_t *out);
  * refused one (copied into @bad, @bad_n bytes, when @bad is not NULL), or -2
  * when @s is ZO_TOOL_LIST_MAX characters or longer (@fn not called).
  */
-int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx, char *bad,
-                       size_t bad_n);
+int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx,
+                       char *bad, size_t bad_n);
 
 #endif

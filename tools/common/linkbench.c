@@ -36,8 +36,9 @@ typedef struct lb_ctx {
 /* Queue @c->copies copies of one direction on stream @si, then the end stamp. */
 static zo_status lb_enqueue(lb_ctx *c, int si, zo_copy_kind kind, double *end) {
   for (int i = 0; i < c->copies; i++) {
-    zo_status st = kind == ZO_COPY_H2D ? zo_memcpy_async(c->s[si], c->dmem[0], c->host[0], c->chunk, kind)
-                                       : zo_memcpy_async(c->s[si], c->host[1], c->dmem[1], c->chunk, kind);
+    zo_status st = kind == ZO_COPY_H2D
+                       ? zo_memcpy_async(c->s[si], c->dmem[0], c->host[0], c->chunk, kind)
+                       : zo_memcpy_async(c->s[si], c->host[1], c->dmem[1], c->chunk, kind);
     if (st != ZO_OK) return st;
   }
   return zo_launch_host_func(c->s[si], lb_stamp, end);
@@ -67,8 +68,8 @@ int linkbench_measure(zo_device_t *dev, size_t chunk_bytes, int reps, linkbench 
   out->chunk_bytes = chunk_bytes;
   out->reps = reps;
   if (!dev || chunk_bytes == 0 || reps < 1) {
-    snprintf(out->note, sizeof out->note, "bad arguments (device %p, chunk %zu bytes, reps %d)", (void *)dev,
-             chunk_bytes, reps);
+    snprintf(out->note, sizeof out->note, "bad arguments (device %p, chunk %zu bytes, reps %d)",
+             (void *)dev, chunk_bytes, reps);
     return -1;
   }
   size_t n = (LB_TARGET_BYTES + chunk_bytes - 1) / chunk_bytes;
@@ -98,12 +99,13 @@ int linkbench_measure(zo_device_t *dev, size_t chunk_bytes, int reps, linkbench 
     st = zo_stream_create(dev, &c.s[i]);
   }
   if (st != ZO_OK) {
-    snprintf(out->note, sizeof out->note, "%s of %zu bytes: %s: %s", what, chunk_bytes, zo_status_string(st),
-             zo_last_error());
+    snprintf(out->note, sizeof out->note, "%s of %zu bytes: %s: %s", what, chunk_bytes,
+             zo_status_string(st), zo_last_error());
     goto done;
   }
   out->host_pinned = zo_pinned_is_pinned(pool, c.host[0]) && zo_pinned_is_pinned(pool, c.host[1]);
-  out->host_registered = zo_pinned_is_registered(pool, c.host[0]) && zo_pinned_is_registered(pool, c.host[1]);
+  out->host_registered =
+      zo_pinned_is_registered(pool, c.host[0]) && zo_pinned_is_registered(pool, c.host[1]);
 
   /* Warm-up: one copy each way (first-touch faults of device memory on the host backend, CUDA's lazy setup). */
   double h, d;
@@ -131,7 +133,8 @@ int linkbench_measure(zo_device_t *dev, size_t chunk_bytes, int reps, linkbench 
     }
   }
   if (st != ZO_OK) {
-    snprintf(out->note, sizeof out->note, "copy loop: %s: %s", zo_status_string(st), zo_last_error());
+    snprintf(out->note, sizeof out->note, "copy loop: %s: %s", zo_status_string(st),
+             zo_last_error());
     goto done;
   }
   out->ok = out->h2d_gbps > 0 && out->d2h_gbps > 0 && out->duplex_gbps > 0;
@@ -169,10 +172,13 @@ void linkbench_print(FILE *f, const char *indent, const linkbench *l) {
     fprintf(f, "%slink limit: not measured (%s)\n", indent, l->note);
     return;
   }
-  fprintf(f, "%slink limit (%d x %zu B copies per direction, best of %d): H2D %.3f GB/s, D2H %.3f GB/s, full duplex "
-             "%.3f GB/s (H2D %.3f + D2H %.3f)\n",
-          indent, l->copies, l->chunk_bytes, l->reps, l->h2d_gbps, l->d2h_gbps, l->duplex_gbps, l->duplex_h2d_gbps,
-          l->duplex_d2h_gbps);
-  fprintf(f, "%s  host buffers: %s, %s\n", indent, l->host_pinned ? "pinned" : "pageable (mlock refused)",
+  fprintf(
+      f,
+      "%slink limit (%d x %zu B copies per direction, best of %d): H2D %.3f GB/s, D2H %.3f GB/s, full duplex "
+      "%.3f GB/s (H2D %.3f + D2H %.3f)\n",
+      indent, l->copies, l->chunk_bytes, l->reps, l->h2d_gbps, l->d2h_gbps, l->duplex_gbps,
+      l->duplex_h2d_gbps, l->duplex_d2h_gbps);
+  fprintf(f, "%s  host buffers: %s, %s\n", indent,
+          l->host_pinned ? "pinned" : "pageable (mlock refused)",
           l->host_registered ? "registered with CUDA" : "not registered with CUDA");
 }

@@ -15,17 +15,17 @@
 
 /* GB/s is 1e9 bytes per second throughout. */
 typedef struct linkbench {
-  int ok;                  /* 1: measured; 0: not (why in note) */
-  size_t chunk_bytes;      /* bytes per copy: the pipeline's copy size */
-  int copies;              /* copies per direction in one repetition */
-  int reps;                /* repetitions of each measurement; the best is kept */
-  double h2d_gbps;         /* H2D alone, one stream */
-  double d2h_gbps;         /* D2H alone, one stream */
-  double duplex_h2d_gbps;  /* H2D while D2H runs on a second stream */
-  double duplex_d2h_gbps;  /* D2H while H2D runs */
-  double duplex_gbps;      /* both directions' bytes / the time until both finished */
-  int host_pinned;         /* the host buffers are mlock'ed (zo_pinned_is_pinned) */
-  int host_registered;     /* and registered with CUDA (zo_pinned_is_registered; 0 on the host backend) */
+  int ok;                 /* 1: measured; 0: not (why in note) */
+  size_t chunk_bytes;     /* bytes per copy: the pipeline's copy size */
+  int copies;             /* copies per direction in one repetition */
+  int reps;               /* repetitions of each measurement; the best is kept */
+  double h2d_gbps;        /* H2D alone, one stream */
+  double d2h_gbps;        /* D2H alone, one stream */
+  double duplex_h2d_gbps; /* H2D while D2H runs on a second stream */
+  double duplex_d2h_gbps; /* D2H while H2D runs */
+  double duplex_gbps;     /* both directions' bytes / the time until both finished */
+  int host_pinned;        /* the host buffers are mlock'ed (zo_pinned_is_pinned) */
+  int host_registered; /* and registered with CUDA (zo_pinned_is_registered; 0 on the host backend) */
   char note[256];
 } linkbench;
 

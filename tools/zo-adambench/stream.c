@@ -10,25 +10,25 @@
 
 int stream_pattern_bytes(stream_pattern p) {
   switch (p) {
-  case PAT_F32: return 28;
-  case PAT_H16: return 28;
-  case PAT_S16: return 20;
-  case PAT_CAST: return 6;
-  case PAT_RD32: return 4;
-  case PAT_RD16: return 2;
-  default: return 0;
+    case PAT_F32: return 28;
+    case PAT_H16: return 28;
+    case PAT_S16: return 20;
+    case PAT_CAST: return 6;
+    case PAT_RD32: return 4;
+    case PAT_RD16: return 2;
+    default: return 0;
   }
 }
 
 const char *stream_pattern_name(stream_pattern p) {
   switch (p) {
-  case PAT_F32: return "p32_g32_s32";
-  case PAT_H16: return "p32_g16_s32_out16";
-  case PAT_S16: return "p32_g16_s16_out16";
-  case PAT_CAST: return "cast_p32_out16";
-  case PAT_RD32: return "read_g32";
-  case PAT_RD16: return "read_g16";
-  default: return "?";
+    case PAT_F32: return "p32_g32_s32";
+    case PAT_H16: return "p32_g16_s32_out16";
+    case PAT_S16: return "p32_g16_s16_out16";
+    case PAT_CAST: return "cast_p32_out16";
+    case PAT_RD32: return "read_g32";
+    case PAT_RD16: return "read_g16";
+    default: return "?";
   }
 }
 
@@ -58,25 +58,25 @@ static inline uint16_t narrow16(float f) {
 static inline void elem(const stream_args *a, size_t i) {
   const float c = a->c;
   switch (a->pat) {
-  case PAT_F32:
-    a->p[i] += a->g[i] * c;
-    a->m[i] += c;
-    a->v[i] += c;
-    break;
-  case PAT_H16:
-    a->p[i] += widen16(a->g16[i]) * c;
-    a->m[i] += c;
-    a->v[i] += c;
-    a->out[i] = narrow16(a->p[i]);
-    break;
-  case PAT_S16:
-    a->p[i] += widen16(a->g16[i]) * c;
-    a->m16[i] = narrow16(widen16(a->m16[i]) + c);
-    a->v16[i] = narrow16(widen16(a->v16[i]) + c);
-    a->out[i] = narrow16(a->p[i]);
-    break;
-  case PAT_CAST: a->out[i] = narrow16(a->p[i]); break;
-  default: break;
+    case PAT_F32:
+      a->p[i] += a->g[i] * c;
+      a->m[i] += c;
+      a->v[i] += c;
+      break;
+    case PAT_H16:
+      a->p[i] += widen16(a->g16[i]) * c;
+      a->m[i] += c;
+      a->v[i] += c;
+      a->out[i] = narrow16(a->p[i]);
+      break;
+    case PAT_S16:
+      a->p[i] += widen16(a->g16[i]) * c;
+      a->m16[i] = narrow16(widen16(a->m16[i]) + c);
+      a->v16[i] = narrow16(widen16(a->v16[i]) + c);
+      a->out[i] = narrow16(a->p[i]);
+      break;
+    case PAT_CAST: a->out[i] = narrow16(a->p[i]); break;
+    default: break;
   }
 }
 
@@ -110,56 +110,56 @@ static size_t align_up(const stream_args *a, size_t b, size_t e) {
  * ones, fmadd and add. Expects i, e, c, nt, p, m, v, g, g16, m16, v16, out, acc0 and acc1 in scope;
  * leaves i at the first element the vector loop did not do (the caller's scalar tail does the rest).
  */
-#define STREAM_LOOPS(VF, W, loadf, storef, widen, narrow, storeh, fmadd, add)                                   \
-  switch (a->pat) {                                                                                            \
-  case PAT_F32:                                                                                                \
-    for (; i + (W) <= e; i += (W)) {                                                                           \
-      VF pp = fmadd(loadf(g + i), c, loadf(p + i));                                                            \
-      VF mm = add(loadf(m + i), c);                                                                            \
-      VF vv = add(loadf(v + i), c);                                                                            \
-      storef(p + i, pp, nt);                                                                                   \
-      storef(m + i, mm, nt);                                                                                   \
-      storef(v + i, vv, nt);                                                                                   \
-    }                                                                                                          \
-    break;                                                                                                     \
-  case PAT_H16:                                                                                                \
-    for (; i + (W) <= e; i += (W)) {                                                                           \
-      VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                                                          \
-      VF mm = add(loadf(m + i), c);                                                                            \
-      VF vv = add(loadf(v + i), c);                                                                            \
-      storef(p + i, pp, nt);                                                                                   \
-      storef(m + i, mm, nt);                                                                                   \
-      storef(v + i, vv, nt);                                                                                   \
-      storeh(out + i, narrow(pp), nt);                                                                         \
-    }                                                                                                          \
-    break;                                                                                                     \
-  case PAT_S16:                                                                                                \
-    for (; i + (W) <= e; i += (W)) {                                                                           \
-      VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                                                          \
-      VF mm = add(widen(m16 + i), c);                                                                          \
-      VF vv = add(widen(v16 + i), c);                                                                          \
-      storef(p + i, pp, nt);                                                                                   \
-      storeh(m16 + i, narrow(mm), nt);                                                                         \
-      storeh(v16 + i, narrow(vv), nt);                                                                         \
-      storeh(out + i, narrow(pp), nt);                                                                         \
-    }                                                                                                          \
-    break;                                                                                                     \
-  case PAT_CAST:                                                                                               \
-    for (; i + (W) <= e; i += (W)) storeh(out + i, narrow(loadf(p + i)), nt);                                  \
-    break;                                                                                                     \
-  case PAT_RD32: /* two accumulators: two loads in flight per step */                                          \
-    for (; i + 2 * (W) <= e; i += 2 * (W)) {                                                                   \
-      acc0 = add(acc0, loadf(g + i));                                                                          \
-      acc1 = add(acc1, loadf(g + i + (W)));                                                                    \
-    }                                                                                                          \
-    break;                                                                                                     \
-  case PAT_RD16:                                                                                               \
-    for (; i + 2 * (W) <= e; i += 2 * (W)) {                                                                   \
-      acc0 = add(acc0, widen(g16 + i));                                                                        \
-      acc1 = add(acc1, widen(g16 + i + (W)));                                                                  \
-    }                                                                                                          \
-    break;                                                                                                     \
-  default: break;                                                                                              \
+#define STREAM_LOOPS(VF, W, loadf, storef, widen, narrow, storeh, fmadd, add)   \
+  switch (a->pat) {                                                             \
+    case PAT_F32:                                                               \
+      for (; i + (W) <= e; i += (W)) {                                          \
+        VF pp = fmadd(loadf(g + i), c, loadf(p + i));                           \
+        VF mm = add(loadf(m + i), c);                                           \
+        VF vv = add(loadf(v + i), c);                                           \
+        storef(p + i, pp, nt);                                                  \
+        storef(m + i, mm, nt);                                                  \
+        storef(v + i, vv, nt);                                                  \
+      }                                                                         \
+      break;                                                                    \
+    case PAT_H16:                                                               \
+      for (; i + (W) <= e; i += (W)) {                                          \
+        VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                         \
+        VF mm = add(loadf(m + i), c);                                           \
+        VF vv = add(loadf(v + i), c);                                           \
+        storef(p + i, pp, nt);                                                  \
+        storef(m + i, mm, nt);                                                  \
+        storef(v + i, vv, nt);                                                  \
+        storeh(out + i, narrow(pp), nt);                                        \
+      }                                                                         \
+      break;                                                                    \
+    case PAT_S16:                                                               \
+      for (; i + (W) <= e; i += (W)) {                                          \
+        VF pp = fmadd(widen(g16 + i), c, loadf(p + i));                         \
+        VF mm = add(widen(m16 + i), c);                                         \
+        VF vv = add(widen(v16 + i), c);                                         \
+        storef(p + i, pp, nt);                                                  \
+        storeh(m16 + i, narrow(mm), nt);                                        \
+        storeh(v16 + i, narrow(vv), nt);                                        \
+        storeh(out + i, narrow(pp), nt);                                        \
+      }                                                                         \
+      break;                                                                    \
+    case PAT_CAST:                                                              \
+      for (; i + (W) <= e; i += (W)) storeh(out + i, narrow(loadf(p + i)), nt); \
+      break;                                                                    \
+    case PAT_RD32: /* two accumulators: two loads in flight per step */         \
+      for (; i + 2 * (W) <= e; i += 2 * (W)) {                                  \
+        acc0 = add(acc0, loadf(g + i));                                         \
+        acc1 = add(acc1, loadf(g + i + (W)));                                   \
+      }                                                                         \
+      break;                                                                    \
+    case PAT_RD16:                                                              \
+      for (; i + 2 * (W) <= e; i += 2 * (W)) {                                  \
+        acc0 = add(acc0, widen(g16 + i));                                       \
+        acc1 = add(acc1, widen(g16 + i + (W)));                                 \
+      }                                                                         \
+      break;                                                                    \
+    default: break;                                                             \
   }
 
 /* ---- AVX-512: 16 elements per step (f32 in a zmm, 16-bit in a ymm) ---- */
@@ -173,12 +173,16 @@ T512 static inline __m256i n512(__m512 f) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
 }
 T512 static inline void st512(float *d, __m512 x, int nt) {
-  if (nt) _mm512_stream_ps(d, x);
-  else _mm512_storeu_ps(d, x);
+  if (nt)
+    _mm512_stream_ps(d, x);
+  else
+    _mm512_storeu_ps(d, x);
 }
 T512 static inline void st256i(uint16_t *d, __m256i x, int nt) {
-  if (nt) _mm256_stream_si256((__m256i *)d, x);
-  else _mm256_storeu_si256((__m256i *)d, x);
+  if (nt)
+    _mm256_stream_si256((__m256i *)d, x);
+  else
+    _mm256_storeu_si256((__m256i *)d, x);
 }
 
 T512 static float run_avx512(const stream_args *a, size_t b, size_t e) {
@@ -191,7 +195,8 @@ T512 static float run_avx512(const stream_args *a, size_t b, size_t e) {
   const float *g = a->g;
   const uint16_t *g16 = a->g16;
   uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
-  STREAM_LOOPS(__m512, 16, _mm512_loadu_ps, st512, w512, n512, st256i, _mm512_fmadd_ps, _mm512_add_ps)
+  STREAM_LOOPS(__m512, 16, _mm512_loadu_ps, st512, w512, n512, st256i, _mm512_fmadd_ps,
+               _mm512_add_ps)
   s += run_scalar(a, i, e) + _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   if (nt) _mm_sfence();
   return s;
@@ -210,12 +215,16 @@ T256 static inline __m128i n256(__m256 f) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(pk, 0x08));
 }
 T256 static inline void st256(float *d, __m256 x, int nt) {
-  if (nt) _mm256_stream_ps(d, x);
-  else _mm256_storeu_ps(d, x);
+  if (nt)
+    _mm256_stream_ps(d, x);
+  else
+    _mm256_storeu_ps(d, x);
 }
 T256 static inline void st128i(uint16_t *d, __m128i x, int nt) {
-  if (nt) _mm_stream_si128((__m128i *)d, x);
-  else _mm_storeu_si128((__m128i *)d, x);
+  if (nt)
+    _mm_stream_si128((__m128i *)d, x);
+  else
+    _mm_storeu_si128((__m128i *)d, x);
 }
 
 T256 static float run_avx2(const stream_args *a, size_t b, size_t e) {
@@ -228,7 +237,8 @@ T256 static float run_avx2(const stream_args *a, size_t b, size_t e) {
   const float *g = a->g;
   const uint16_t *g16 = a->g16;
   uint16_t *m16 = a->m16, *v16 = a->v16, *out = a->out;
-  STREAM_LOOPS(__m256, 8, _mm256_loadu_ps, st256, w256, n256, st128i, _mm256_fmadd_ps, _mm256_add_ps)
+  STREAM_LOOPS(__m256, 8, _mm256_loadu_ps, st256, w256, n256, st128i, _mm256_fmadd_ps,
+               _mm256_add_ps)
   float lanes[8];
   _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
   for (int k = 0; k < 8; k++) s += lanes[k];
@@ -240,8 +250,11 @@ T256 static float run_avx2(const stream_args *a, size_t b, size_t e) {
 void stream_tile(void *arg, size_t begin, size_t end, int thread) {
   const stream_args *a = arg;
   float s;
-  if (a->level == 3) s = run_avx512(a, begin, end);
-  else if (a->level == 2) s = run_avx2(a, begin, end);
-  else s = run_scalar(a, begin, end);
+  if (a->level == 3)
+    s = run_avx512(a, begin, end);
+  else if (a->level == 2)
+    s = run_avx2(a, begin, end);
+  else
+    s = run_scalar(a, begin, end);
   if (a->sink && thread >= 0) a->sink[thread] += s; /* one slot per thread: no race */
 }

@@ -41,26 +41,27 @@ typedef struct opts {
 
 
 static void usage(FILE *f) {
-  fprintf(f,
-    "usage: zo-arenabench [options]\n"
-    "Fragments a device arena on purpose, forces compactions, and reports the time per GB they move\n"
-    "against a plain device-to-device zo_memcpy_async loop of the same bytes (same mean copy size)\n"
-    "measured in the same run. With --device cuda it also times CUDA virtual-memory remapping\n"
-    "(cuMemAddressReserve once; cuMemCreate/cuMemMap/cuMemSetAccess, remap, cuMemUnmap/cuMemRelease\n"
-    "per granularity-sized page), per GB.\n"
-    "\n"
-    "  --device D         host|cuda: the emulated device, or the CUDA GPU of LOCAL_RANK (default 0);\n"
-    "                     cuda exits 77 with \"no CUDA device\" when there is none (default host)\n"
-    "  --capacity BYTES   arena capacity, suffixes K M G (binary) (default 256M on host, 1G on cuda)\n"
-    "  --rounds N         fragment-and-compact rounds per scenario (default 4)\n"
-    "  --no-vmm           skip the CUDA virtual-memory measurement (default: measure it on cuda)\n"
-    "  --json FILE        also write the figures as JSON to FILE (default: none)\n"
-    "  --help             this text\n"
-    "\n"
-    "Scenarios: 'half' frees every other block of a full arena (holes as large as the blocks: moves\n"
-    "rarely overlap); 'pinholes' frees 256-byte spacers between blocks (every move overlaps its source\n"
-    "and stages through the arena's scratch, the worst case for copies). GB = 1e9 bytes.\n"
-    "Exit status: 0 done, 1 error, 2 bad flags, 77 --device cuda without a CUDA device.\n");
+  fprintf(
+      f,
+      "usage: zo-arenabench [options]\n"
+      "Fragments a device arena on purpose, forces compactions, and reports the time per GB they move\n"
+      "against a plain device-to-device zo_memcpy_async loop of the same bytes (same mean copy size)\n"
+      "measured in the same run. With --device cuda it also times CUDA virtual-memory remapping\n"
+      "(cuMemAddressReserve once; cuMemCreate/cuMemMap/cuMemSetAccess, remap, cuMemUnmap/cuMemRelease\n"
+      "per granularity-sized page), per GB.\n"
+      "\n"
+      "  --device D         host|cuda: the emulated device, or the CUDA GPU of LOCAL_RANK (default 0);\n"
+      "                     cuda exits 77 with \"no CUDA device\" when there is none (default host)\n"
+      "  --capacity BYTES   arena capacity, suffixes K M G (binary) (default 256M on host, 1G on cuda)\n"
+      "  --rounds N         fragment-and-compact rounds per scenario (default 4)\n"
+      "  --no-vmm           skip the CUDA virtual-memory measurement (default: measure it on cuda)\n"
+      "  --json FILE        also write the figures as JSON to FILE (default: none)\n"
+      "  --help             this text\n"
+      "\n"
+      "Scenarios: 'half' frees every other block of a full arena (holes as large as the blocks: moves\n"
+      "rarely overlap); 'pinholes' frees 256-byte spacers between blocks (every move overlaps its source\n"
+      "and stages through the arena's scratch, the worst case for copies). GB = 1e9 bytes.\n"
+      "Exit status: 0 done, 1 error, 2 bad flags, 77 --device cuda without a CUDA device.\n");
 }
 
 /* ------------------------------------------------------------ the D2D baseline */
@@ -77,8 +78,8 @@ static double d2d_gbps(zo_device_t *dev, size_t total, size_t chunk, size_t span
   if (span > total) span = total;
   if (span < chunk) span = chunk;
   span = span / chunk * chunk;
-  if (zo_device_malloc(dev, span, (void **)&src) != ZO_OK || zo_device_malloc(dev, span, (void **)&dst) != ZO_OK ||
-      zo_stream_create(dev, &s) != ZO_OK) {
+  if (zo_device_malloc(dev, span, (void **)&src) != ZO_OK ||
+      zo_device_malloc(dev, span, (void **)&dst) != ZO_OK || zo_stream_create(dev, &s) != ZO_OK) {
     fprintf(stderr, "zo-arenabench: baseline buffers of %zu bytes: %s\n", span, zo_last_error());
     goto out;
   }
@@ -126,19 +127,21 @@ static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-#define BCHECK(expr)                                                                       \
-  do {                                                                                     \
-    zo_status st_ = (expr);                                                                \
-    if (st_ != ZO_OK) {                                                                    \
-      fprintf(stderr, "zo-arenabench: %s: %s (%s)\n", #expr, zo_status_string(st_), zo_last_error()); \
-      goto fail;                                                                           \
-    }                                                                                      \
+#define BCHECK(expr)                                                                \
+  do {                                                                              \
+    zo_status st_ = (expr);                                                         \
+    if (st_ != ZO_OK) {                                                             \
+      fprintf(stderr, "zo-arenabench: %s: %s (%s)\n", #expr, zo_status_string(st_), \
+              zo_last_error());                                                     \
+      goto fail;                                                                    \
+    }                                                                               \
   } while (0)
 
 /* One scenario on @a (empty on entry and exit): per round, fill the arena with blocks of random
  * sizes (pinholes: each followed by a 256-byte spacer), unpin them, free every other block (the
  * spacers), then ask for 3/4 of the free bytes in one block, which only a compaction can give. */
-static int run_scenario(zo_device_t *dev, zo_arena_t *a, size_t cap, int pinholes, int rounds, scenario *sc) {
+static int run_scenario(zo_device_t *dev, zo_arena_t *a, size_t cap, int pinholes, int rounds,
+                        scenario *sc) {
   enum { MAXB = 1 << 16 };
   zo_arena_block_t **blk = calloc(MAXB, sizeof *blk);
   uint64_t rng = pinholes ? 0x5eed2 : 0x5eed1;
@@ -188,7 +191,8 @@ static int run_scenario(zo_device_t *dev, zo_arena_t *a, size_t cap, int pinhole
   sc->compact_seconds = s1.compact_seconds - s0.compact_seconds;
   sc->frag_before = rounds ? frag / rounds : 0;
   sc->mean_copy_bytes = sc->copies ? (size_t)(sc->bytes_moved / sc->copies) : 0;
-  sc->compact_gbps = sc->compact_seconds > 0 ? (double)sc->bytes_moved / sc->compact_seconds / 1e9 : 0;
+  sc->compact_gbps =
+      sc->compact_seconds > 0 ? (double)sc->bytes_moved / sc->compact_seconds / 1e9 : 0;
   sc->baseline_gbps = d2d_gbps(dev, sc->bytes_moved, sc->mean_copy_bytes, cap / 2, 3);
   sc->ratio = sc->baseline_gbps > 0 ? sc->compact_gbps / sc->baseline_gbps : 0;
   sc->ok = sc->compactions > 0 && sc->baseline_gbps > 0;
@@ -206,7 +210,7 @@ typedef struct vmm {
   char note[256];
   size_t granularity; /* bytes per page (recommended granularity) */
   int pages;
-  double reserve_s;                    /* one cuMemAddressReserve of 2 x pages x granularity */
+  double reserve_s; /* one cuMemAddressReserve of 2 x pages x granularity */
   double create_s, map_s, remap_s, unmap_s, release_s; /* totals over all pages */
 } vmm;
 
@@ -222,10 +226,12 @@ typedef struct cu_api {
   CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*PrimaryCtxRelease)(CUdevice);
   CUresult (*CtxSetCurrent)(CUcontext);
-  CUresult (*GetGranularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*GetGranularity)(size_t *, const CUmemAllocationProp *,
+                             CUmemAllocationGranularity_flags);
   CUresult (*AddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
   CUresult (*AddressFree)(CUdeviceptr, size_t);
-  CUresult (*Create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+  CUresult (*Create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long);
   CUresult (*Release)(CUmemGenericAllocationHandle);
   CUresult (*Map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   CUresult (*Unmap)(CUdeviceptr, size_t);
@@ -238,13 +244,13 @@ static int cu_load(cu_api *c, char *note, size_t cap) {
     snprintf(note, cap, "libcuda.so.1 not loadable: %s", dlerror());
     return -1;
   }
-#define SYM(field, name)                                        \
-  do {                                                          \
-    *(void **)&c->field = dlsym(h, name);                       \
-    if (!c->field) {                                            \
-      snprintf(note, cap, "libcuda.so.1 lacks %s", name);       \
-      return -1;                                                \
-    }                                                           \
+#define SYM(field, name)                                  \
+  do {                                                    \
+    *(void **)&c->field = dlsym(h, name);                 \
+    if (!c->field) {                                      \
+      snprintf(note, cap, "libcuda.so.1 lacks %s", name); \
+      return -1;                                          \
+    }                                                     \
   } while (0)
   SYM(Init, "cuInit");
   SYM(DeviceGet, "cuDeviceGet");
@@ -275,12 +281,12 @@ static void measure_vmm(int ordinal, size_t bytes, vmm *v) {
   size_t reserved = 0, g = 0;
   CUresult r;
   memset(v, 0, sizeof *v);
-#define CU(call)                                                            \
-  do {                                                                      \
-    if ((r = (call)) != CUDA_SUCCESS) {                                     \
+#define CU(call)                                                                  \
+  do {                                                                            \
+    if ((r = (call)) != CUDA_SUCCESS) {                                           \
       snprintf(v->note, sizeof v->note, "%s failed: CUresult %d", #call, (int)r); \
-      goto out;                                                             \
-    }                                                                       \
+      goto out;                                                                   \
+    }                                                                             \
   } while (0)
   if (cu_load(&c, v->note, sizeof v->note)) return;
   CU(c.Init(0));
@@ -326,7 +332,9 @@ static void measure_vmm(int ordinal, size_t bytes, vmm *v) {
     CU(c.SetAccess(va + (size_t)mapped * g, g, &acc, 1));
     v->map_s += zo_clock_s() - t0;
   }
-  for (; remapped < n; remapped++) { /* move each page to the second half: what a compaction would do instead of a copy */
+  for (
+      ; remapped < n;
+      remapped++) { /* move each page to the second half: what a compaction would do instead of a copy */
     const CUdeviceptr from = va + (size_t)remapped * g, to = va + (size_t)(n + remapped) * g;
     t0 = zo_clock_s();
     CU(c.Unmap(from, g));
@@ -372,10 +380,12 @@ static json_t *scenario_json(const scenario *s) {
   json_object_set_new(o, "copies", json_integer((json_int_t)s->copies));
   json_object_set_new(o, "mean_copy_bytes", json_integer((json_int_t)s->mean_copy_bytes));
   json_object_set_new(o, "compact_seconds", json_real(s->compact_seconds));
-  json_object_set_new(o, "compact_s_per_gb", json_real(s_per_gb(s->compact_seconds, (double)s->bytes_moved)));
+  json_object_set_new(o, "compact_s_per_gb",
+                      json_real(s_per_gb(s->compact_seconds, (double)s->bytes_moved)));
   json_object_set_new(o, "compact_gbps", json_real(s->compact_gbps));
   json_object_set_new(o, "baseline_gbps", json_real(s->baseline_gbps));
-  json_object_set_new(o, "baseline_s_per_gb", json_real(s->baseline_gbps > 0 ? 1.0 / s->baseline_gbps : 0));
+  json_object_set_new(o, "baseline_s_per_gb",
+                      json_real(s->baseline_gbps > 0 ? 1.0 / s->baseline_gbps : 0));
   json_object_set_new(o, "ratio", json_real(s->ratio));
   json_object_set_new(o, "ok", json_boolean(s->ok));
   return o;
@@ -416,8 +426,10 @@ static int parse_options(int argc, char **argv, opts *o) {
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
       case OPT_DEVICE:
-        if (!strcmp(optarg, "host")) o->device = ZO_DEVICE_HOST;
-        else if (!strcmp(optarg, "cuda")) o->device = ZO_DEVICE_CUDA;
+        if (!strcmp(optarg, "host"))
+          o->device = ZO_DEVICE_HOST;
+        else if (!strcmp(optarg, "cuda"))
+          o->device = ZO_DEVICE_CUDA;
         else {
           fprintf(stderr, "zo-arenabench: --device: '%s' is not host or cuda\n", optarg);
           return 2;
@@ -425,7 +437,8 @@ static int parse_options(int argc, char **argv, opts *o) {
         break;
       case OPT_CAPACITY:
         if (zo_tool_parse_count(optarg, 1, &o->capacity) || o->capacity < 64 * 1024) {
-          fprintf(stderr, "zo-arenabench: --capacity: '%s' is not a byte count of at least 64K\n", optarg);
+          fprintf(stderr, "zo-arenabench: --capacity: '%s' is not a byte count of at least 64K\n",
+                  optarg);
           return 2;
         }
         break;
@@ -471,20 +484,24 @@ fail:
 }
 
 static void print_scenarios(const scenario *sc) {
-  printf("%-9s %6s %11s %8s %9s %10s %11s %12s %11s %9s %6s\n", "scenario", "rounds", "compactions", "frag",
-         "moved_MB", "copies", "copy_bytes", "compact_s/GB", "compact_GB/s", "d2d_GB/s", "ratio");
+  printf("%-9s %6s %11s %8s %9s %10s %11s %12s %11s %9s %6s\n", "scenario", "rounds", "compactions",
+         "frag", "moved_MB", "copies", "copy_bytes", "compact_s/GB", "compact_GB/s", "d2d_GB/s",
+         "ratio");
   for (int i = 0; i < 2; i++)
-    printf("%-9s %6d %11d %8.3f %9.1f %10" PRIu64 " %11zu %12.4f %11.2f %9.2f %6.3f\n", sc[i].name, sc[i].rounds,
-           sc[i].compactions, sc[i].frag_before, (double)sc[i].bytes_moved / 1e6, sc[i].copies,
-           sc[i].mean_copy_bytes, s_per_gb(sc[i].compact_seconds, (double)sc[i].bytes_moved), sc[i].compact_gbps,
+    printf("%-9s %6d %11d %8.3f %9.1f %10" PRIu64 " %11zu %12.4f %11.2f %9.2f %6.3f\n", sc[i].name,
+           sc[i].rounds, sc[i].compactions, sc[i].frag_before, (double)sc[i].bytes_moved / 1e6,
+           sc[i].copies, sc[i].mean_copy_bytes,
+           s_per_gb(sc[i].compact_seconds, (double)sc[i].bytes_moved), sc[i].compact_gbps,
            sc[i].baseline_gbps, sc[i].ratio);
-  printf("  ratio = compaction GB/s over the plain D2D loop of the same bytes in copies of the same mean size\n"
-         "  (compaction time: waits for pending frees and last uses, copies, bookkeeping, the final synchronize)\n");
+  printf(
+      "  ratio = compaction GB/s over the plain D2D loop of the same bytes in copies of the same mean size\n"
+      "  (compaction time: waits for pending frees and last uses, copies, bookkeeping, the final synchronize)\n");
 }
 
 /* --device cuda without --no-vmm: the virtual-memory figures into *v (the arena is destroyed first, its
  * memory is needed) and printed. Returns v, or NULL when not measured. */
-static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, const scenario *sc, vmm *v) {
+static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, const scenario *sc,
+                    vmm *v) {
   memset(v, 0, sizeof *v);
   if (o->device != ZO_DEVICE_CUDA || o->no_vmm) return NULL;
 #if ZO_HAVE_CUDA
@@ -497,10 +514,12 @@ static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, cons
 #endif
   if (v->measured) {
     const double b = (double)v->pages * (double)v->granularity;
-    printf("vmm: %d pages of %zu KiB (%.1f MiB): reserve %.1f us once; per GB: create %.4f s, map+access %.4f s, "
-           "remap (unmap+map+access) %.4f s, unmap %.4f s, release %.4f s\n",
-           v->pages, v->granularity / 1024, b / MIB, v->reserve_s * 1e6, s_per_gb(v->create_s, b),
-           s_per_gb(v->map_s, b), s_per_gb(v->remap_s, b), s_per_gb(v->unmap_s, b), s_per_gb(v->release_s, b));
+    printf(
+        "vmm: %d pages of %zu KiB (%.1f MiB): reserve %.1f us once; per GB: create %.4f s, map+access %.4f s, "
+        "remap (unmap+map+access) %.4f s, unmap %.4f s, release %.4f s\n",
+        v->pages, v->granularity / 1024, b / MIB, v->reserve_s * 1e6, s_per_gb(v->create_s, b),
+        s_per_gb(v->map_s, b), s_per_gb(v->remap_s, b), s_per_gb(v->unmap_s, b),
+        s_per_gb(v->release_s, b));
     printf("  copy vs remap: compaction (half) %.4f s/GB, plain D2D %.4f s/GB, remap %.4f s/GB\n",
            s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved),
            sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0, s_per_gb(v->remap_s, b));
@@ -511,24 +530,29 @@ static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, cons
 }
 
 /* --json FILE; 0, or -1 when it cannot be written (printed) */
-static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenario *sc, const vmm *vp) {
+static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenario *sc,
+                      const vmm *vp) {
   json_t *root = json_object();
   json_object_set_new(root, "device", json_string(o->device == ZO_DEVICE_CUDA ? "cuda" : "host"));
   json_object_set_new(root, "device_name", json_string(zo_device_name(dev)));
   json_object_set_new(root, "capacity", json_integer((json_int_t)cap));
   json_object_set_new(root, "rounds", json_integer(o->rounds));
-  json_object_set_new(root, "compact_s_per_gb", json_real(s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved)));
-  json_object_set_new(root, "baseline_s_per_gb", json_real(sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0));
+  json_object_set_new(root, "compact_s_per_gb",
+                      json_real(s_per_gb(sc[0].compact_seconds, (double)sc[0].bytes_moved)));
+  json_object_set_new(root, "baseline_s_per_gb",
+                      json_real(sc[0].baseline_gbps > 0 ? 1.0 / sc[0].baseline_gbps : 0));
   json_object_set_new(root, "ratio", json_real(sc[0].ratio));
   json_t *arr = json_array();
   for (int i = 0; i < 2; i++) json_array_append_new(arr, scenario_json(&sc[i]));
   json_object_set_new(root, "scenarios", arr);
   json_object_set_new(root, "vmm", vmm_json(vp));
-  json_object_set_new(root, "definitions",
-                      json_string("GB = 1e9 bytes; ratio = compact_gbps / baseline_gbps; top-level figures are "
-                                  "scenario 'half'; baseline: one stream of D2D zo_memcpy_async of the same bytes "
-                                  "in copies of mean_copy_bytes walking buffers of min(bytes, capacity / 2), best of 3; vmm: CUDA driver virtual memory, "
-                                  "null on the host device"));
+  json_object_set_new(
+      root, "definitions",
+      json_string(
+          "GB = 1e9 bytes; ratio = compact_gbps / baseline_gbps; top-level figures are "
+          "scenario 'half'; baseline: one stream of D2D zo_memcpy_async of the same bytes "
+          "in copies of mean_copy_bytes walking buffers of min(bytes, capacity / 2), best of 3; vmm: CUDA driver virtual memory, "
+          "null on the host device"));
   int rc = 0;
   if (json_dump_file(root, o->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
     fprintf(stderr, "zo-arenabench: cannot write JSON to '%s'\n", o->json);
@@ -557,8 +581,8 @@ int main(int argc, char **argv) {
   }
   rc = 1;
   const size_t cap = (size_t)o.capacity / ZO_ARENA_ALIGN * ZO_ARENA_ALIGN;
-  printf("zo-arenabench: %s, arena %.1f MiB, %d round(s) per scenario\n", zo_device_name(dev), (double)cap / MIB,
-         o.rounds);
+  printf("zo-arenabench: %s, arena %.1f MiB, %d round(s) per scenario\n", zo_device_name(dev),
+         (double)cap / MIB, o.rounds);
   if ((st = zo_arena_create(dev, cap, NULL, &a)) != ZO_OK) {
     fprintf(stderr, "zo-arenabench: arena: %s\n", zo_last_error());
     goto done;

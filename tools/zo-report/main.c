@@ -56,26 +56,29 @@
 #endif
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: zo-report [--path DIR] [--speeds] [--config FILE] [--json] [--help]\n"
-          "  --path DIR     also test O_DIRECT on DIR: statx DIO alignment, and a 4 KiB aligned\n"
-          "                 O_DIRECT write + read of a temporary file (removed). Default: not tested.\n"
-          "  --speeds       also report the machine speeds the placement planner uses, each with its\n"
-          "                 source: the config's zoffload.speeds, the speeds cache, or a measurement\n"
-          "                 (about 1 s, then cached): swap read/write at DIR (--path, else the config's\n"
-          "                 nvme_path; none without either), host<->device copies on the config's device,\n"
-          "                 CPU Adam on its threads. ZO_SPEEDS_REMEASURE=1 measures again; the cache is\n"
-          "                 $ZO_SPEEDS_CACHE, else $XDG_CACHE_HOME/zoffload/speeds.json, else\n"
-          "                 ~/.cache/zoffload/speeds.json. Default: not reported.\n"
-          "  --config FILE  the DeepSpeed-style config whose settings --speeds measures with (aio block\n"
-          "                 size and queue depth, zoffload.adam_threads, dtypes, device, host_link_gbps).\n"
-          "                 Default: the defaults with bf16.\n"
-          "  --json         print one JSON object instead of text. Default: text.\n"
-          "  --help         this message.\n"
-          "Exit status 0 whatever is missing; 2 on a bad command line or an unreadable --config.\n");
+  fprintf(
+      f,
+      "usage: zo-report [--path DIR] [--speeds] [--config FILE] [--json] [--help]\n"
+      "  --path DIR     also test O_DIRECT on DIR: statx DIO alignment, and a 4 KiB aligned\n"
+      "                 O_DIRECT write + read of a temporary file (removed). Default: not tested.\n"
+      "  --speeds       also report the machine speeds the placement planner uses, each with its\n"
+      "                 source: the config's zoffload.speeds, the speeds cache, or a measurement\n"
+      "                 (about 1 s, then cached): swap read/write at DIR (--path, else the config's\n"
+      "                 nvme_path; none without either), host<->device copies on the config's device,\n"
+      "                 CPU Adam on its threads. ZO_SPEEDS_REMEASURE=1 measures again; the cache is\n"
+      "                 $ZO_SPEEDS_CACHE, else $XDG_CACHE_HOME/zoffload/speeds.json, else\n"
+      "                 ~/.cache/zoffload/speeds.json. Default: not reported.\n"
+      "  --config FILE  the DeepSpeed-style config whose settings --speeds measures with (aio block\n"
+      "                 size and queue depth, zoffload.adam_threads, dtypes, device, host_link_gbps).\n"
+      "                 Default: the defaults with bf16.\n"
+      "  --json         print one JSON object instead of text. Default: text.\n"
+      "  --help         this message.\n"
+      "Exit status 0 whatever is missing; 2 on a bad command line or an unreadable --config.\n");
 }
 
-static json_t *limit_json(rlim_t v) { return v == RLIM_INFINITY ? json_string("unlimited") : json_integer((json_int_t)v); }
+static json_t *limit_json(rlim_t v) {
+  return v == RLIM_INFINITY ? json_string("unlimited") : json_integer((json_int_t)v);
+}
 
 /* ---------------------------------------------------------------- CPU */
 static json_t *report_cpu(void) {
@@ -129,9 +132,12 @@ static json_t *report_topology(void) {
     json_object_set_new(o, "error", json_string("hwloc could not load the topology"));
     return o;
   }
-  json_object_set_new(o, "packages", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE)));
-  json_object_set_new(o, "physical_cores", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE)));
-  json_object_set_new(o, "hardware_threads", json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU)));
+  json_object_set_new(o, "packages",
+                      json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE)));
+  json_object_set_new(o, "physical_cores",
+                      json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE)));
+  json_object_set_new(o, "hardware_threads",
+                      json_integer(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU)));
   json_object_set_new(o, "online_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
   int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
   json_t *nodes = json_array();
@@ -142,7 +148,8 @@ static json_t *report_topology(void) {
     if (node->cpuset) hwloc_bitmap_list_snprintf(cpus, sizeof cpus, node->cpuset);
     json_object_set_new(j, "index", json_integer(i));
     json_object_set_new(j, "os_index", json_integer(node->os_index));
-    json_object_set_new(j, "memory_bytes", json_integer((json_int_t)node->attr->numanode.local_memory));
+    json_object_set_new(j, "memory_bytes",
+                        json_integer((json_int_t)node->attr->numanode.local_memory));
     json_object_set_new(j, "cpus", json_string(cpus));
     json_array_append_new(nodes, j);
   }
@@ -192,8 +199,9 @@ static double pcie_gbps(double gts, int width) {
 static json_t *pcie_json(const char *bus, hwloc_obj_t obj) {
   json_t *o = json_object();
   static const char *const attrs[2][2] = {{"current_link_speed", "current_link_width"},
-                                           {"max_link_speed", "max_link_width"}};
-  static const char *const keys[2][3] = {{"generation", "width", "gbps"}, {"max_generation", "max_width", "max_gbps"}};
+                                          {"max_link_speed", "max_link_width"}};
+  static const char *const keys[2][3] = {{"generation", "width", "gbps"},
+                                         {"max_generation", "max_width", "max_gbps"}};
   for (int m = 0; m < 2; m++) {
     char sp[64], wd[64];
     if (pci_sysfs(bus, attrs[m][0], sp, sizeof sp) || pci_sysfs(bus, attrs[m][1], wd, sizeof wd)) {
@@ -205,14 +213,17 @@ static json_t *pcie_json(const char *bus, hwloc_obj_t obj) {
     int gen = pcie_gen(gts);
     json_object_set_new(o, keys[m][0], gen ? json_integer(gen) : json_string(sp));
     json_object_set_new(o, keys[m][1], json_integer(width));
-    json_object_set_new(o, keys[m][2], gen && width > 0 ? json_real(pcie_gbps(gts, width)) : json_null());
+    json_object_set_new(o, keys[m][2],
+                        gen && width > 0 ? json_real(pcie_gbps(gts, width)) : json_null());
   }
   if (obj && obj->attr && obj->attr->pcidev.linkspeed > 0)
     json_object_set_new(o, "hwloc_gbps", json_real(obj->attr->pcidev.linkspeed));
   else
     json_object_set_new(o, "hwloc_gbps", json_null());
-  json_object_set_new(o, "note", json_string("GB/s per direction after encoding; an idle GPU may train its link "
-                                             "down (current vs max)"));
+  json_object_set_new(o, "note",
+                      json_string(
+                          "GB/s per direction after encoding; an idle GPU may train its link "
+                          "down (current vs max)"));
   return o;
 }
 
@@ -224,7 +235,8 @@ static json_t *numa_json(hwloc_topology_t topo, hwloc_obj_t obj) {
   if (!anc || !anc->nodeset || hwloc_bitmap_iszero(anc->nodeset)) return json_string("unknown");
   if (hwloc_bitmap_weight(anc->nodeset) == 1) return json_integer(hwloc_bitmap_first(anc->nodeset));
   char list[128];
-  hwloc_bitmap_list_snprintf(list, sizeof list, anc->nodeset); /* a package-level parent: several nodes */
+  hwloc_bitmap_list_snprintf(list, sizeof list,
+                             anc->nodeset); /* a package-level parent: several nodes */
   return json_string(list);
 }
 
@@ -276,8 +288,8 @@ static double h2d_gbps(void *dbuf, const void *host, size_t n) {
   double best = 0;
   for (int r = 0; r < 4; r++) {
     double t0 = mono_s();
-    if (cudaMemcpyAsync(dbuf, host, n, cudaMemcpyHostToDevice, 0) != cudaSuccess || cudaStreamSynchronize(0) !=
-        cudaSuccess) {
+    if (cudaMemcpyAsync(dbuf, host, n, cudaMemcpyHostToDevice, 0) != cudaSuccess ||
+        cudaStreamSynchronize(0) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
@@ -367,7 +379,8 @@ static json_t *gpu_json(int i, hwloc_topology_t topo) {
   json_object_set_new(j, "pci_bus_id", json_string(bus));
   unsigned dom = 0, b = 0, d = 0, f = 0;
   hwloc_obj_t obj = NULL;
-  if (topo && sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f) == 4) obj = hwloc_get_pcidev_by_busid(topo, dom, b, d, f);
+  if (topo && sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f) == 4)
+    obj = hwloc_get_pcidev_by_busid(topo, dom, b, d, f);
   json_object_set_new(j, "pcie", pcie_json(bus, obj));
   json_object_set_new(j, "numa_node", numa_json(topo, obj));
   json_object_set_new(j, "bf16_dense_tflops", bf16_peak_json(p.major, p.minor, p.name));
@@ -435,8 +448,10 @@ static json_t *report_nccl(void) {
   if (ncclGetVersion(&v) != ncclSuccess) return json_string("built, but ncclGetVersion failed");
   char s[32];
   /* NCCL >= 2.9 encodes major*10000 + minor*100 + patch; older major*1000 + minor*100 + patch. */
-  if (v >= 10000) snprintf(s, sizeof s, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-  else snprintf(s, sizeof s, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
+  if (v >= 10000)
+    snprintf(s, sizeof s, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+  else
+    snprintf(s, sizeof s, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
   return json_string(s);
 #else
   return json_string("not built");
@@ -468,8 +483,9 @@ static json_t *report_io_uring(void) {
               {"FSYNC", IORING_OP_FSYNC},
               {"FALLOCATE", IORING_OP_FALLOCATE}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-    json_object_set_new(ops, want[i].name, probe ? json_boolean(io_uring_opcode_supported(probe, want[i].op))
-                                                 : json_string("unknown (no probe)"));
+    json_object_set_new(ops, want[i].name,
+                        probe ? json_boolean(io_uring_opcode_supported(probe, want[i].op))
+                              : json_string("unknown (no probe)"));
   if (probe) io_uring_free_probe(probe);
   json_object_set_new(o, "ops", ops);
   io_uring_queue_exit(&ring);
@@ -498,12 +514,16 @@ static json_t *report_path(const char *dir) {
   if (statfs(dir, &sf) == 0) {
     char fs[32];
     snprintf(fs, sizeof fs, "0x%lx", (unsigned long)sf.f_type);
-    const char *name = sf.f_type == 0xEF53 ? "ext4" : sf.f_type == 0x58465342 ? "xfs"
-                       : sf.f_type == 0x9123683E ? "btrfs" : sf.f_type == 0x01021994 ? "tmpfs"
-                       : sf.f_type == 0x794c7630 ? "overlayfs" : fs;
+    const char *name = sf.f_type == 0xEF53       ? "ext4"
+                       : sf.f_type == 0x58465342 ? "xfs"
+                       : sf.f_type == 0x9123683E ? "btrfs"
+                       : sf.f_type == 0x01021994 ? "tmpfs"
+                       : sf.f_type == 0x794c7630 ? "overlayfs"
+                                                 : fs;
     json_object_set_new(o, "filesystem", json_string(name));
     json_object_set_new(o, "block_size", json_integer((json_int_t)sf.f_bsize));
-    json_object_set_new(o, "free_bytes", json_integer((json_int_t)sf.f_bavail * (json_int_t)sf.f_bsize));
+    json_object_set_new(o, "free_bytes",
+                        json_integer((json_int_t)sf.f_bavail * (json_int_t)sf.f_bsize));
   } else {
     json_object_set_new(o, "error", json_string(strerror(errno)));
     return o;
@@ -524,7 +544,8 @@ static json_t *report_path(const char *dir) {
     json_object_set_new(o, "dio_mem_align", json_integer(sx.stx_dio_mem_align));
     json_object_set_new(o, "dio_offset_align", json_integer(sx.stx_dio_offset_align));
   } else {
-    json_object_set_new(o, "dio_mem_align", json_string("not reported by statx (kernel < 6.1 or file system)"));
+    json_object_set_new(o, "dio_mem_align",
+                        json_string("not reported by statx (kernel < 6.1 or file system)"));
   }
   close(fd);
   const char *result = "yes";
@@ -541,10 +562,12 @@ static json_t *report_path(const char *dir) {
       memset(buf, 0, 4096);
       ssize_t r = w == 4096 ? pread(fd, buf, 4096, 0) : -1;
       if (w != 4096) {
-        snprintf(msg, sizeof msg, "no (4 KiB aligned write: %s)", w < 0 ? strerror(errno) : "short");
+        snprintf(msg, sizeof msg, "no (4 KiB aligned write: %s)",
+                 w < 0 ? strerror(errno) : "short");
         result = msg;
       } else if (r != 4096 || ((unsigned char *)buf)[4095] != 0x5a) {
-        snprintf(msg, sizeof msg, "no (4 KiB aligned read back: %s)", r < 0 ? strerror(errno) : "wrong data");
+        snprintf(msg, sizeof msg, "no (4 KiB aligned read back: %s)",
+                 r < 0 ? strerror(errno) : "wrong data");
         result = msg;
       }
       free(buf);
@@ -561,16 +584,22 @@ static json_t *report_path(const char *dir) {
 static json_t *report_speeds(const zo_config_t *cfg, const char *path) {
   json_t *o = json_object();
   char cache[4096];
-  json_object_set_new(o, "cache", json_string(zo_speeds_cache_path(cache, sizeof cache) == ZO_OK ? cache : "none"));
-  if (!path && cfg->zero.offload_optimizer.nvme_path[0]) path = cfg->zero.offload_optimizer.nvme_path;
+  json_object_set_new(o, "cache",
+                      json_string(zo_speeds_cache_path(cache, sizeof cache) == ZO_OK ? cache
+                                                                                     : "none"));
+  if (!path && cfg->zero.offload_optimizer.nvme_path[0])
+    path = cfg->zero.offload_optimizer.nvme_path;
   if (!path && cfg->zero.offload_param.nvme_path[0]) path = cfg->zero.offload_param.nvme_path;
   json_object_set_new(o, "nvme_path", path ? json_string(path) : json_null());
   zo_device_t *dev = NULL;
   const zo_device_kind kind = cfg->zoffload.device_kind;
   zo_status st = zo_device_create(kind, kind == ZO_DEVICE_HOST ? 0 : zo_device_default_ordinal(),
                                   (size_t)cfg->zoffload.device_memory_limit, &dev);
-  if (st == ZO_OK) json_object_set_new(o, "device", json_string(zo_device_name(dev)));
-  else json_object_set_new(o, "device_error", json_sprintf("%s: %s", zo_status_string(st), zo_last_error()));
+  if (st == ZO_OK)
+    json_object_set_new(o, "device", json_string(zo_device_name(dev)));
+  else
+    json_object_set_new(o, "device_error",
+                        json_sprintf("%s: %s", zo_status_string(st), zo_last_error()));
   zo_speeds s;
   st = zo_speeds_get(cfg, dev, path, &s);
   zo_device_destroy(dev);
@@ -578,15 +607,20 @@ static json_t *report_speeds(const zo_config_t *cfg, const char *path) {
     json_object_set_new(o, "error", json_sprintf("%s: %s", zo_status_string(st), zo_last_error()));
     return o;
   }
-  const struct { const char *name; double v; const char *src; } f[] = {
-      {"nvme_read", s.nvme_read_bytes_per_s, s.nvme_read_src},
-      {"nvme_write", s.nvme_write_bytes_per_s, s.nvme_write_src},
-      {"h2d", s.h2d_bytes_per_s, s.h2d_src},
-      {"d2h", s.d2h_bytes_per_s, s.d2h_src},
-      {"adam", s.adam_elems_per_s, s.adam_src}};
+  const struct {
+    const char *name;
+    double v;
+    const char *src;
+  } f[] = {{"nvme_read", s.nvme_read_bytes_per_s, s.nvme_read_src},
+           {"nvme_write", s.nvme_write_bytes_per_s, s.nvme_write_src},
+           {"h2d", s.h2d_bytes_per_s, s.h2d_src},
+           {"d2h", s.d2h_bytes_per_s, s.d2h_src},
+           {"adam", s.adam_elems_per_s, s.adam_src}};
   for (int i = 0; i < 5; i++) {
     json_t *v = f[i].v > 0 ? json_real(f[i].v * 1e-9) : json_null();
-    json_object_set_new(o, f[i].name, json_pack("{s:o, s:s}", i == 4 ? "gelems_per_s" : "gbps", v, "source", f[i].src));
+    json_object_set_new(o, f[i].name,
+                        json_pack("{s:o, s:s}", i == 4 ? "gelems_per_s" : "gbps", v, "source",
+                                  f[i].src));
   }
   return o;
 }
@@ -597,12 +631,15 @@ static void print_speeds(json_t *o) {
   const char *k;
   json_t *v;
   json_object_foreach(o, k, v) {
-    if (json_is_string(v)) printf("  %-24s %s\n", k, json_string_value(v));
-    else if (json_is_null(v)) printf("  %-24s none\n", k);
+    if (json_is_string(v))
+      printf("  %-24s %s\n", k, json_string_value(v));
+    else if (json_is_null(v))
+      printf("  %-24s none\n", k);
     if (!json_is_object(v)) continue;
     json_t *g = json_object_get(v, "gbps"), *e = json_object_get(v, "gelems_per_s"), *x = g ? g : e;
     char val[48] = "unknown";
-    if (json_is_number(x)) snprintf(val, sizeof val, "%.4g %s", json_number_value(x), g ? "GB/s" : "G elements/s");
+    if (json_is_number(x))
+      snprintf(val, sizeof val, "%.4g %s", json_number_value(x), g ? "GB/s" : "G elements/s");
     printf("  %-24s %s (%s)\n", k, val, json_string_value(json_object_get(v, "source")));
   }
 }
@@ -618,7 +655,8 @@ static json_t *report_memlock(void) {
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];
   if (syscall(SYS_capget, &hdr, data) == 0)
-    json_object_set_new(o, "cap_ipc_lock", json_boolean(data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32) & 1));
+    json_object_set_new(o, "cap_ipc_lock",
+                        json_boolean(data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32) & 1));
   return o;
 }
 
@@ -627,7 +665,8 @@ static json_t *report_libraries(void) {
   json_t *o = json_object();
   char v[64];
   json_object_set_new(o, "liburing", json_string(ZO_URING_PKG_VERSION));
-  snprintf(v, sizeof v, "%u.%u.%u", HWLOC_API_VERSION >> 16, HWLOC_API_VERSION >> 8 & 0xff, HWLOC_API_VERSION & 0xff);
+  snprintf(v, sizeof v, "%u.%u.%u", HWLOC_API_VERSION >> 16, HWLOC_API_VERSION >> 8 & 0xff,
+           HWLOC_API_VERSION & 0xff);
   json_object_set_new(o, "hwloc_api_compiled", json_string(v));
   unsigned hv = hwloc_get_api_version();
   snprintf(v, sizeof v, "%u.%u.%u", hv >> 16, hv >> 8 & 0xff, hv & 0xff);
@@ -635,9 +674,10 @@ static json_t *report_libraries(void) {
   json_object_set_new(o, "hwloc_package", json_string(ZO_HWLOC_PKG_VERSION));
   json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
   const char *je_version, *je_detail; /* what libzoffload's pinned pool finds (zoffload/pinned.h) */
-  json_object_set_new(o, "jemalloc", zo_host_jemalloc(&je_version, &je_detail)
-                                         ? json_pack("{s:s, s:s}", "version", je_version, "source", je_detail)
-                                         : json_pack("{s:n, s:s}", "version", "unavailable", je_detail));
+  json_object_set_new(o, "jemalloc",
+                      zo_host_jemalloc(&je_version, &je_detail)
+                          ? json_pack("{s:s, s:s}", "version", je_version, "source", je_detail)
+                          : json_pack("{s:n, s:s}", "version", "unavailable", je_detail));
   json_object_set_new(o, "openblas", json_string("not linked into libzoffload (zo-train only)"));
   return o;
 }
@@ -683,9 +723,12 @@ static void print_text(const char *key, json_t *v, int depth) {
 int main(int argc, char **argv) {
   const char *path = NULL, *config = NULL;
   int as_json = 0, speeds = 0;
-  static const struct option longopts[] = {
-      {"path", required_argument, NULL, 'p'}, {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
-      {"speeds", no_argument, NULL, 's'},     {"config", required_argument, NULL, 'c'}, {0}};
+  static const struct option longopts[] = {{"path", required_argument, NULL, 'p'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {"speeds", no_argument, NULL, 's'},
+                                           {"config", required_argument, NULL, 'c'},
+                                           {0}};
   int c;
   while ((c = getopt_long(argc, argv, "p:jhsc:", longopts, NULL)) != -1) {
     switch (c) {
@@ -706,7 +749,8 @@ int main(int argc, char **argv) {
   zo_config_defaults(&cfg);
   cfg.bf16.enabled = 1;
   if (config) {
-    static const char *const app_blocks[] = {"model", "data", "train", NULL}; /* zo-train's own blocks */
+    static const char *const app_blocks[] = {"model", "data", "train",
+                                             NULL}; /* zo-train's own blocks */
     const zo_config_opts co = {.app_blocks = app_blocks};
     if (zo_config_load_file(config, &co, &cfg) != ZO_OK) {
       fprintf(stderr, "zo-report: --config: %s\n", zo_last_error());
@@ -724,7 +768,8 @@ int main(int argc, char **argv) {
   if (path) json_object_set_new(r, "path", report_path(path));
   json_object_set_new(r, "memlock", report_memlock());
   json_object_set_new(r, "libraries", report_libraries());
-  json_t *sp = speeds ? report_speeds(&cfg, path) : NULL; /* last: nothing else runs while it measures */
+  json_t *sp =
+      speeds ? report_speeds(&cfg, path) : NULL; /* last: nothing else runs while it measures */
   if (sp && as_json) json_object_set_new(r, "speeds", sp), sp = NULL;
   if (as_json) {
     char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -19,8 +19,8 @@
  * One pass over [0, size) of @fd with @qd requests of @bs bytes in flight
  * (io_uring, O_DIRECT). Returns seconds, or a negative value on error (message printed).
  */
-static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t size, size_t bs, unsigned qd,
-                         char **bufs) {
+static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t size, size_t bs,
+                         unsigned qd, char **bufs) {
   uint64_t next = 0, done = 0;
   unsigned inflight = 0;
   int *slot_free = calloc(qd, sizeof *slot_free);
@@ -34,8 +34,10 @@ static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t s
       size_t len = size - next < bs ? (size_t)(size - next) : bs;
       struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
       if (!sqe) break;
-      if (is_write) io_uring_prep_write(sqe, fd, bufs[k], (unsigned)len, next);
-      else io_uring_prep_read(sqe, fd, bufs[k], (unsigned)len, next);
+      if (is_write)
+        io_uring_prep_write(sqe, fd, bufs[k], (unsigned)len, next);
+      else
+        io_uring_prep_read(sqe, fd, bufs[k], (unsigned)len, next);
       io_uring_sqe_set_data64(sqe, ((uint64_t)k << 48) | (uint64_t)len);
       slot_free[k] = 0;
       next += len;
@@ -53,8 +55,9 @@ static double uring_pass(struct io_uring *ring, int fd, int is_write, uint64_t s
       uint64_t d = io_uring_cqe_get_data64(cqe);
       size_t want = (size_t)(d & ((1ull << 48) - 1));
       if (cqe->res != (int)want) {
-        fprintf(stderr, "zo-stepbench: baseline: %s of %zu bytes returned %d (%s)\n", is_write ? "write" : "read",
-                want, cqe->res, cqe->res < 0 ? strerror(-cqe->res) : "short");
+        fprintf(stderr, "zo-stepbench: baseline: %s of %zu bytes returned %d (%s)\n",
+                is_write ? "write" : "read", want, cqe->res,
+                cqe->res < 0 ? strerror(-cqe->res) : "short");
         free(slot_free);
         return -1;
       }
@@ -80,7 +83,8 @@ int run_baseline(const char *dir, uint64_t size, size_t bs, unsigned qd, baselin
   snprintf(path, sizeof path, "%s/zo-stepbench-baseline.%d", dir, (int)getpid());
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
   if (fd < 0) {
-    fprintf(stderr, "zo-stepbench: baseline: cannot open '%s' with O_DIRECT: %s\n", path, strerror(errno));
+    fprintf(stderr, "zo-stepbench: baseline: cannot open '%s' with O_DIRECT: %s\n", path,
+            strerror(errno));
     return -1;
   }
   unlink(path); /* gone when closed, whatever happens */
@@ -94,7 +98,8 @@ int run_baseline(const char *dir, uint64_t size, size_t bs, unsigned qd, baselin
     memset(bufs[i], (int)(0x5a + i), bs);
   }
   if (posix_fallocate(fd, 0, (off_t)size) != 0) {
-    fprintf(stderr, "zo-stepbench: baseline: cannot preallocate %" PRIu64 " bytes in '%s'\n", size, dir);
+    fprintf(stderr, "zo-stepbench: baseline: cannot preallocate %" PRIu64 " bytes in '%s'\n", size,
+            dir);
     goto out;
   }
   int e = io_uring_queue_init(qd < 4096 ? qd * 2 : 8192, &ring, 0);

@@ -53,13 +53,15 @@ static float pattern(uint64_t i, unsigned seed, float scale) {
     return 1;                                      \
   } while (0)
 
-#define ZCHECK(call)                                                                        \
-  do {                                                                                      \
-    zo_status st_ = (call);                                                                 \
+#define ZCHECK(call)                                                                           \
+  do {                                                                                         \
+    zo_status st_ = (call);                                                                    \
     if (st_ != ZO_OK) DIE("%s failed: %s: %s", #call, zo_status_string(st_), zo_last_error()); \
   } while (0)
 
-static uint64_t nvme_total(const zo_engine_mem *m) { return m->nvme_read_bytes + m->nvme_write_bytes; }
+static uint64_t nvme_total(const zo_engine_mem *m) {
+  return m->nvme_read_bytes + m->nvme_write_bytes;
+}
 
 
 /* offload_param.max_in_cpu = @n through the config parser, as a config file writes it: an engine with the host
@@ -68,8 +70,10 @@ static uint64_t nvme_total(const zo_engine_mem *m) { return m->nvme_read_bytes +
  * other fields after. Returns 0, or 1 after printing the error. */
 static int set_param_max_in_cpu(zo_config_t *cfg, int64_t n) {
   char doc[128];
-  snprintf(doc, sizeof doc, "{\"train_batch_size\": 1, \"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": %lld}}}",
-           (long long)n);
+  snprintf(
+      doc, sizeof doc,
+      "{\"train_batch_size\": 1, \"zero_optimization\": {\"offload_param\": {\"max_in_cpu\": %lld}}}",
+      (long long)n);
   zo_config_t *tmp = malloc(sizeof *tmp); /* large (nvme paths): not on the stack */
   if (!tmp) DIE("out of host memory");
   const zo_status st = zo_config_parse(doc, strlen(doc), "--param-max-in-cpu", NULL, tmp);
@@ -90,14 +94,17 @@ static int configure(opts *o, bench *b) {
   b->wsz = zo_dtype_size(b->wdt);
   zo_config_t *cfg = &b->cfg;
   zo_config_defaults(cfg);
-  cfg->zero.stage = o->stage >= 0 ? o->stage : o->oparam != ZO_OFFLOAD_NONE ? 3 : (o->oopt != ZO_OFFLOAD_NONE ? 2 : 0);
+  cfg->zero.stage = o->stage >= 0                  ? o->stage
+                    : o->oparam != ZO_OFFLOAD_NONE ? 3
+                                                   : (o->oopt != ZO_OFFLOAD_NONE ? 2 : 0);
   /* Ranks: data-parallel copies of the same synthetic model; rank 0 prints and measures the disk. */
   if (o->ranks) {
     zo_comm_t *comm = NULL;
     ZCHECK(zo_comm_create_from_env(&comm));
     b->comm = comm;
     if (zo_comm_rank(comm) != 0) {
-      if (!freopen("/dev/null", "w", stdout)) DIE("rank %d: cannot silence stdout", zo_comm_rank(comm));
+      if (!freopen("/dev/null", "w", stdout))
+        DIE("rank %d: cannot silence stdout", zo_comm_rank(comm));
       o->no_baseline = 1, o->json = NULL;
     }
   }
@@ -110,16 +117,19 @@ static int configure(opts *o, bench *b) {
   cfg->zero.offload_optimizer.pin_memory = 1;
   cfg->zero.offload_optimizer.pipeline_read = 1;
   cfg->zero.offload_optimizer.pipeline_write = 1;
-  snprintf(cfg->zero.offload_optimizer.nvme_path, sizeof cfg->zero.offload_optimizer.nvme_path, "%s", o->nvme_path);
+  snprintf(cfg->zero.offload_optimizer.nvme_path, sizeof cfg->zero.offload_optimizer.nvme_path,
+           "%s", o->nvme_path);
   if (o->buffer_count) cfg->zero.offload_optimizer.buffer_count = o->buffer_count;
   if (o->param_max_in_cpu >= 0 && set_param_max_in_cpu(cfg, o->param_max_in_cpu)) return 1;
   cfg->zero.offload_param.device = o->oparam;
   cfg->zero.offload_param.pin_memory = 1;
-  snprintf(cfg->zero.offload_param.nvme_path, sizeof cfg->zero.offload_param.nvme_path, "%s", o->nvme_path);
+  snprintf(cfg->zero.offload_param.nvme_path, sizeof cfg->zero.offload_param.nvme_path, "%s",
+           o->nvme_path);
   if (o->param_buffer_count) cfg->zero.offload_param.buffer_count = o->param_buffer_count;
   const int64_t largest = (int64_t)b->largest;
   if (cfg->zero.offload_param.buffer_size < largest) cfg->zero.offload_param.buffer_size = largest;
-  if (cfg->zero.stage3_max_live_parameters < largest) cfg->zero.stage3_max_live_parameters = largest;
+  if (cfg->zero.stage3_max_live_parameters < largest)
+    cfg->zero.stage3_max_live_parameters = largest;
   if (o->sub_group_size) cfg->zero.sub_group_size = o->sub_group_size;
   if (o->block_size) cfg->aio.block_size = o->block_size;
   if (o->queue_depth) cfg->aio.queue_depth = o->queue_depth;
@@ -134,17 +144,24 @@ static int configure(opts *o, bench *b) {
 
 /* The run's shape and settings, two lines. */
 static void print_config(const opts *o, const bench *b) {
-  printf("zo-stepbench: %" PRIu64 " params in %d layers (%zu elements each, largest %zu), %s, compute %.3g ms/layer/pass\n",
+  printf("zo-stepbench: %" PRIu64
+         " params in %d layers (%zu elements each, largest %zu), %s, compute %.3g ms/layer/pass\n",
          b->N, b->L, b->per, b->largest, zo_dtype_name(b->wdt), o->compute_ms);
   char link_desc[64];
-  if (o->device == ZO_DEVICE_HOST) snprintf(link_desc, sizeof link_desc, "emulated link %.3g GB/s", o->link_gbps);
-  else snprintf(link_desc, sizeof link_desc, "real link");
-  printf("  device %s (%s), offload_param %s, offload_optimizer %s, stage %d, device limit %" PRIu64 " B, "
+  if (o->device == ZO_DEVICE_HOST)
+    snprintf(link_desc, sizeof link_desc, "emulated link %.3g GB/s", o->link_gbps);
+  else
+    snprintf(link_desc, sizeof link_desc, "real link");
+  printf("  device %s (%s), offload_param %s, offload_optimizer %s, stage %d, device limit %" PRIu64
+         " B, "
          "sub_group_size %lld, buffer_count %d, aio block %lld B qd %lld\n",
-         zo_device_kind_name(o->device), link_desc, zo_offload_device_name(o->oparam), zo_offload_device_name(o->oopt),
-         b->cfg.zero.stage, o->device_limit, (long long)b->cfg.zero.sub_group_size,
-         b->cfg.zero.offload_optimizer.buffer_count, (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth);
-  if (o->gas > 1) printf("  gradient_accumulation_steps %d: %d forward and backward passes per step\n", o->gas, o->gas);
+         zo_device_kind_name(o->device), link_desc, zo_offload_device_name(o->oparam),
+         zo_offload_device_name(o->oopt), b->cfg.zero.stage, o->device_limit,
+         (long long)b->cfg.zero.sub_group_size, b->cfg.zero.offload_optimizer.buffer_count,
+         (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth);
+  if (o->gas > 1)
+    printf("  gradient_accumulation_steps %d: %d forward and backward passes per step\n", o->gas,
+           o->gas);
   fflush(stdout);
 }
 
@@ -153,8 +170,9 @@ static void print_config(const opts *o, const bench *b) {
  * 77 without a CUDA device, or 1 after printing the error. */
 static int open_device(const opts o, bench *b) {
   zo_device_t *dev = NULL;
-  zo_status dst = zo_device_create(o.device, o.device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0,
-                                   (size_t)o.device_limit, &dev);
+  zo_status dst =
+      zo_device_create(o.device, o.device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0,
+                       (size_t)o.device_limit, &dev);
   b->dev = dev;
   if (dst == ZO_ERR_UNSUPPORTED && o.device == ZO_DEVICE_CUDA) {
     fprintf(stderr, "zo-stepbench: --device cuda: no CUDA device (%s)\n", zo_last_error());
@@ -162,9 +180,11 @@ static int open_device(const opts o, bench *b) {
   }
   ZCHECK(dst);
   printf("  device: %s\n", zo_device_name(dev));
-  if (o.device == ZO_DEVICE_HOST) ZCHECK(zo_device_set_link_gbps(dev, o.link_gbps));
-  else if (o.link_set) fprintf(stderr, "zo-stepbench: --link-gbps is ignored with --device %s: the link is real\n",
-                               zo_device_kind_name(o.device));
+  if (o.device == ZO_DEVICE_HOST)
+    ZCHECK(zo_device_set_link_gbps(dev, o.link_gbps));
+  else if (o.link_set)
+    fprintf(stderr, "zo-stepbench: --link-gbps is ignored with --device %s: the link is real\n",
+            zo_device_kind_name(o.device));
   /* Link bytes per step: the device's counters, or the engine's where the backend keeps none. */
   zo_link_stats lprobe;
   b->dev_link_stats = zo_device_link_stats(dev, &lprobe) == ZO_OK;
@@ -182,7 +202,8 @@ static int check_budget(bench *b, const size_t app[4]) {
     zo_budget_print(&bud, stdout);
     fflush(stdout);
     if (zo_budget_check(&bud) != ZO_OK)
-      DIE("--params %" PRIu64 " with these options does not fit this machine: %s", b->N, zo_last_error());
+      DIE("--params %" PRIu64 " with these options does not fit this machine: %s", b->N,
+          zo_last_error());
   }
   return 0;
 }
@@ -205,7 +226,9 @@ static int create_engine(const opts *o, bench *b) {
   const zo_dtype wdt = b->wdt;
   ZCHECK(zo_engine_create(&cfg, dev, comm, &eng));
   b->eng = eng;
-  if (zo_engine_grad_dtype(eng) != wdt) DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)), zo_dtype_name(wdt));
+  if (zo_engine_grad_dtype(eng) != wdt)
+    DIE("engine gradient dtype %s, expected %s", zo_dtype_name(zo_engine_grad_dtype(eng)),
+        zo_dtype_name(wdt));
   zo_param_t **P = b->P = calloc((size_t)L, sizeof *P);
   size_t *numel = b->numel = calloc((size_t)L, sizeof *numel);
   if (!P || !numel) DIE("out of host memory");
@@ -220,8 +243,8 @@ static int create_engine(const opts *o, bench *b) {
   return o->placement == ZO_PLACEMENT_AUTO ? 0 : check_budget(b, app);
 }
 
-static const char *const k_rate_name[6] = {"nvme read", "nvme write", "host->device", "device->host", "adam",
-                                           "compute"};
+static const char *const k_rate_name[6] = {"nvme read",    "nvme write", "host->device",
+                                           "device->host", "adam",       "compute"};
 
 /* The placement and its predicted step, before finalize: the machine's speeds (zo_step_rates_get: the config has
  * none, so the speeds cache or a ~1 s measurement of this disk, link and Adam pool), the synthetic compute of one
@@ -234,20 +257,25 @@ static int place_engine(const opts *o, bench *b) {
   const double fetches = 2.0 * o->gas;
   ZCHECK(zo_step_rates_get(b->eng, compute_s, fetches, &b->rates));
   zo_step_rates *r = &b->rates;
-  snprintf(r->src[5], sizeof r->src[5], "%d layers x 2 passes x %g ms x gas %d, CPU spin", b->L, o->compute_ms,
-           o->gas);
+  snprintf(r->src[5], sizeof r->src[5], "%d layers x 2 passes x %g ms x gas %d, CPU spin", b->L,
+           o->compute_ms, o->gas);
   size_t app[4];
   app_bytes(b, app);
   const zo_place_opts po = {.app = app};
   ZCHECK(zo_engine_place(b->eng, r, &po, &b->place));
-  const double v[6] = {r->nvme_read_Bps, r->nvme_write_Bps, r->h2d_Bps, r->d2h_Bps, r->adam_el_per_s, r->compute_s};
+  const double v[6] = {r->nvme_read_Bps, r->nvme_write_Bps, r->h2d_Bps,
+                       r->d2h_Bps,       r->adam_el_per_s,  r->compute_s};
   printf("  speeds:");
   for (int i = 0; i < 6; i++) {
-    if (i == 4) printf(" %s %.3g Gelem/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
-    else if (i == 5) printf(" %s %.3f s/step (%s)\n", k_rate_name[i], v[i], r->src[i]);
-    else printf(" %s %.2f GB/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
+    if (i == 4)
+      printf(" %s %.3g Gelem/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
+    else if (i == 5)
+      printf(" %s %.3f s/step (%s)\n", k_rate_name[i], v[i], r->src[i]);
+    else
+      printf(" %s %.2f GB/s (%s);", k_rate_name[i], v[i] / 1e9, r->src[i]);
   }
-  printf("  %s ", o->placement == ZO_PLACEMENT_AUTO ? "placement \"auto\":" : "placement \"config\":");
+  printf("  %s ",
+         o->placement == ZO_PLACEMENT_AUTO ? "placement \"auto\":" : "placement \"config\":");
   zo_placement_print(&b->place, stdout);
   printf("  ");
   zo_step_prediction_print(&b->place.pred, stdout);
@@ -259,7 +287,8 @@ static int place_engine(const opts *o, bench *b) {
  * layer's bytes. After the budget, so a --params the machine cannot hold is refused before this allocates. */
 static void measure_link(bench *b) {
   if (linkbench_measure(b->dev, b->per * b->wsz, 3, &b->lim) != 0)
-    fprintf(stderr, "zo-stepbench: link limit not measured (%s); link ratios not reported\n", b->lim.note);
+    fprintf(stderr, "zo-stepbench: link limit not measured (%s); link ratios not reported\n",
+            b->lim.note);
   linkbench_print(stdout, "", &b->lim);
 }
 
@@ -268,11 +297,12 @@ static void baseline_run(const opts *o, bench *b, int which, uint64_t bytes) {
   const char *when = which ? "after" : "before";
   fflush(stdout);
   baseline *r = &b->base_runs[which];
-  if (run_baseline(o->nvme_path, bytes, (size_t)b->cfg.aio.block_size, (unsigned)b->cfg.aio.queue_depth, r))
+  if (run_baseline(o->nvme_path, bytes, (size_t)b->cfg.aio.block_size,
+                   (unsigned)b->cfg.aio.queue_depth, r))
     fprintf(stderr, "zo-stepbench: baseline (%s) failed\n", when);
   else
-    printf("baseline (%s): read %.3f GB/s, write %.3f GB/s, read+write %.3f GB/s\n", when, r->read_gbps,
-           r->write_gbps, r->gbps);
+    printf("baseline (%s): read %.3f GB/s, write %.3f GB/s, read+write %.3f GB/s\n", when,
+           r->read_gbps, r->write_gbps, r->gbps);
 }
 
 /* Disk baseline, first run: before the engine touches the disk (quiet device), on the estimated swap size; the
@@ -282,9 +312,11 @@ static void baseline_before(const opts *o, bench *b) {
   b->want_base = !o->no_baseline && (o->oopt == ZO_OFFLOAD_NVME || o->oparam == ZO_OFFLOAD_NVME);
   if (!b->want_base) return;
   const uint64_t N = b->N;
-  uint64_t est = (o->oopt == ZO_OFFLOAD_NVME ? N * 12 : 0) + (o->oparam == ZO_OFFLOAD_NVME ? N * b->wsz : 0);
-  printf("baseline (before): io_uring O_DIRECT, %" PRIu64 " bytes, block %lld B, qd %lld, on %s ...\n", est,
-         (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth, o->nvme_path);
+  uint64_t est =
+      (o->oopt == ZO_OFFLOAD_NVME ? N * 12 : 0) + (o->oparam == ZO_OFFLOAD_NVME ? N * b->wsz : 0);
+  printf("baseline (before): io_uring O_DIRECT, %" PRIu64
+         " bytes, block %lld B, qd %lld, on %s ...\n",
+         est, (long long)b->cfg.aio.block_size, (long long)b->cfg.aio.queue_depth, o->nvme_path);
   baseline_run(o, b, 0, est);
 }
 
@@ -296,7 +328,8 @@ static int load_model(const opts *o, bench *b) {
   zo_param_t **P = b->P;
   const size_t largest = b->largest, wsz = b->wsz;
   void *dgrad = NULL;
-  ZCHECK(zo_device_malloc(dev, largest * wsz, &dgrad)); /* before finalize: its device arena takes what is left */
+  ZCHECK(zo_device_malloc(dev, largest * wsz,
+                          &dgrad)); /* before finalize: its device arena takes what is left */
   b->dgrad = dgrad;
   double t_fin = zo_clock_s();
   ZCHECK(zo_engine_finalize(eng));
@@ -306,8 +339,10 @@ static int load_model(const opts *o, bench *b) {
   if (!init || !hgrad) DIE("out of host memory for %zu elements", largest);
   for (size_t i = 0; i < largest; i++) {
     float g = pattern(i, 7, 1e-3f);
-    if (o->bf16) ((uint16_t *)hgrad)[i] = f32_to_bf16(g);
-    else ((float *)hgrad)[i] = g;
+    if (o->bf16)
+      ((uint16_t *)hgrad)[i] = f32_to_bf16(g);
+    else
+      ((float *)hgrad)[i] = g;
   }
   double t_load = zo_clock_s();
   for (int l = 0; l < b->L; l++) {
@@ -322,8 +357,8 @@ static int load_model(const opts *o, bench *b) {
   b->hgrad = NULL;
   zo_engine_mem m0;
   ZCHECK(zo_engine_mem_info(eng, &m0));
-  printf("  finalize %.2f s, load %.2f s; device %zu B, host %zu B (pinned %zu), nvme %zu B\n", t_fin, t_load,
-         m0.device_bytes, m0.host_bytes, m0.pinned_bytes, m0.nvme_bytes);
+  printf("  finalize %.2f s, load %.2f s; device %zu B, host %zu B (pinned %zu), nvme %zu B\n",
+         t_fin, t_load, m0.device_bytes, m0.host_bytes, m0.pinned_bytes, m0.nvme_bytes);
   return 0;
 }
 
@@ -368,8 +403,10 @@ static int run_step(const bench *b, int gas, double csec, step_rec *r) {
         t_opt0 = t;
         ZCHECK(zo_engine_mem_info(eng, &mb));
       }
-      if (last_mb) ZCHECK(zo_engine_grad_ready(eng, P[l], dgrad, wdt));
-      else ZCHECK(zo_engine_grad_accumulate(eng, P[l], dgrad, wdt));
+      if (last_mb)
+        ZCHECK(zo_engine_grad_ready(eng, P[l], dgrad, wdt));
+      else
+        ZCHECK(zo_engine_grad_accumulate(eng, P[l], dgrad, wdt));
       r->grad_ready_s += zo_clock_s() - t;
       ZCHECK(zo_engine_release(eng, P[l]));
     }
@@ -414,10 +451,12 @@ static int run_steps(const opts *o, bench *b) {
   for (int k = 0; k < o->steps; k++) {
     step_rec *r = &b->rec[k];
     if (run_step(b, o->gas, csec, r)) return 1;
-    printf("step %d: %.3f s (compute %.3f, fetch wait %.3f, grad_ready %.3f, engine_step %.3f [adam %.3f swap %.3f "
-           "grad wait %.3f]), disk %.3f GB/s over %.3f s, link %.3f GB/s\n",
-           k + 1, r->step_s, r->compute_s, r->fetch_wait_s, r->grad_ready_s, r->engine_step_s, r->info.adam_s,
-           r->info.swap_s, r->info.grad_wait_s, r->disk_gbps, r->opt_window_s, r->link_gbps);
+    printf(
+        "step %d: %.3f s (compute %.3f, fetch wait %.3f, grad_ready %.3f, engine_step %.3f [adam %.3f swap %.3f "
+        "grad wait %.3f]), disk %.3f GB/s over %.3f s, link %.3f GB/s\n",
+        k + 1, r->step_s, r->compute_s, r->fetch_wait_s, r->grad_ready_s, r->engine_step_s,
+        r->info.adam_s, r->info.swap_s, r->info.grad_wait_s, r->disk_gbps, r->opt_window_s,
+        r->link_gbps);
     fflush(stdout);
   }
   zo_engine_t *eng = b->eng;
@@ -447,8 +486,12 @@ static void finish_step(const bench *b, step_rec *r) {
   const linkbench *lim = &b->lim;
   double disk_s = base->ok && base->gbps > 0 ? (double)r->nvme_bytes / (base->gbps * 1e9) : 0;
   /* A lane's time: its busy time on the emulated link, else its bytes at the limit measured in this run. */
-  double h2d_s = r->h2d_busy_s > 0 ? r->h2d_busy_s : lim->ok ? (double)r->h2d_bytes / (lim->h2d_gbps * 1e9) : 0;
-  double d2h_s = r->d2h_busy_s > 0 ? r->d2h_busy_s : lim->ok ? (double)r->d2h_bytes / (lim->d2h_gbps * 1e9) : 0;
+  double h2d_s = r->h2d_busy_s > 0 ? r->h2d_busy_s
+                 : lim->ok         ? (double)r->h2d_bytes / (lim->h2d_gbps * 1e9)
+                                   : 0;
+  double d2h_s = r->d2h_busy_s > 0 ? r->d2h_busy_s
+                 : lim->ok         ? (double)r->d2h_bytes / (lim->d2h_gbps * 1e9)
+                                   : 0;
   r->transfer_s = fmax(fmax(h2d_s, d2h_s), disk_s);
   double bound = fmax(fmax(r->compute_s, r->transfer_s), r->info.adam_s);
   r->overlap_efficiency = r->step_s > 0 ? bound / r->step_s : 0;
@@ -494,9 +537,20 @@ static void summarize(const opts *o, bench *b) {
     add_step(&s, &b->rec[k]);
   }
   const double inv = 1.0 / n;
-  s.step_s *= inv; s.compute_s *= inv; s.fetch_wait_s *= inv; s.grad_ready_s *= inv; s.engine_step_s *= inv;
-  s.opt_window_s *= inv; s.h2d_busy_s *= inv; s.d2h_busy_s *= inv; s.link_stall_s *= inv; s.transfer_s *= inv;
-  s.info.adam_s *= inv; s.info.swap_s *= inv; s.info.grad_wait_s *= inv; s.info.copy_s *= inv;
+  s.step_s *= inv;
+  s.compute_s *= inv;
+  s.fetch_wait_s *= inv;
+  s.grad_ready_s *= inv;
+  s.engine_step_s *= inv;
+  s.opt_window_s *= inv;
+  s.h2d_busy_s *= inv;
+  s.d2h_busy_s *= inv;
+  s.link_stall_s *= inv;
+  s.transfer_s *= inv;
+  s.info.adam_s *= inv;
+  s.info.swap_s *= inv;
+  s.info.grad_wait_s *= inv;
+  s.info.copy_s *= inv;
   s.info.fetch_wait_s *= inv;
   s.info.comm_s *= inv;
   s.info.comm_bytes /= (uint64_t)n;
@@ -524,8 +578,10 @@ static void summarize(const opts *o, bench *b) {
   m->nvme_read_bytes = (double)s.nvme_read_bytes / n;
   m->nvme_write_bytes = (double)s.nvme_write_bytes / n;
   m->step_over_predicted = p->step_s > 0 ? s.step_s / p->step_s : NAN;
-  m->read_over_predicted = p->nvme_read_bytes ? m->nvme_read_bytes / (double)p->nvme_read_bytes : NAN;
-  m->write_over_predicted = p->nvme_write_bytes ? m->nvme_write_bytes / (double)p->nvme_write_bytes : NAN;
+  m->read_over_predicted =
+      p->nvme_read_bytes ? m->nvme_read_bytes / (double)p->nvme_read_bytes : NAN;
+  m->write_over_predicted =
+      p->nvme_write_bytes ? m->nvme_write_bytes / (double)p->nvme_write_bytes : NAN;
   m->s = s;
   m->n = n;
 }
@@ -548,7 +604,8 @@ static int run(opts *o, bench *b) {
   int rc;
   if ((rc = configure(o, b))) return rc;
   print_config(o, b);
-  if ((rc = open_device(*o, b)) || (rc = create_engine(o, b)) || (rc = place_engine(o, b))) return rc;
+  if ((rc = open_device(*o, b)) || (rc = create_engine(o, b)) || (rc = place_engine(o, b)))
+    return rc;
   measure_link(b);
   baseline_before(o, b);
   if ((rc = load_model(o, b)) || (rc = run_steps(o, b))) return rc;
@@ -563,7 +620,7 @@ static int run(opts *o, bench *b) {
 
 int main(int argc, char **argv) {
   opts o;
-  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines reach a log file as they happen */
+  setvbuf(stdout, NULL, _IOLBF, 0);         /* progress lines reach a log file as they happen */
   if (parse_args(argc, argv, &o)) return 2; /* the command line; --help exits 0 here */
   static bench b;                           /* zeroed; static for its size (zo_config_t) */
   int rc = run(&o, &b);

@@ -22,36 +22,39 @@
 /* ------------------------------------------------------------ options (options.c) */
 
 typedef struct opts {
-  uint64_t params;          /* total elements */
+  uint64_t params; /* total elements */
   int layers;
   const char *nvme_path;
   int steps;
-  double compute_ms;        /* per layer, per pass (forward and backward each) */
+  double compute_ms; /* per layer, per pass (forward and backward each) */
   zo_offload_device oparam, oopt;
-  uint64_t device_limit;    /* bytes, 0 = unlimited */
-  double link_gbps;         /* 0 = unlimited */
-  int64_t sub_group_size;   /* elements, 0 = config default */
-  int buffer_count;         /* optimizer; 0 = config default */
-  int param_buffer_count;   /* offload_param; 0 = config default */
+  uint64_t device_limit;  /* bytes, 0 = unlimited */
+  double link_gbps;       /* 0 = unlimited */
+  int64_t sub_group_size; /* elements, 0 = config default */
+  int buffer_count;       /* optimizer; 0 = config default */
+  int param_buffer_count; /* offload_param; 0 = config default */
   int bf16;
-  int64_t block_size;       /* aio.block_size bytes, 0 = default */
-  int64_t queue_depth;      /* aio.queue_depth, 0 = default */
+  int64_t block_size;  /* aio.block_size bytes, 0 = default */
+  int64_t queue_depth; /* aio.queue_depth, 0 = default */
   int adam_threads;
-  int warmup;               /* steps left out of the summary */
+  int warmup; /* steps left out of the summary */
   int no_baseline;
-  zo_device_kind device;    /* ZO_DEVICE_HOST (emulated link) or ZO_DEVICE_CUDA */
-  int link_set;             /* --link-gbps given */
+  zo_device_kind device; /* ZO_DEVICE_HOST (emulated link) or ZO_DEVICE_CUDA */
+  int link_set;          /* --link-gbps given */
   const char *json;
   int ranks;                /* --ranks: the ranks a launcher started (mpirun), one engine each */
   int stage;                /* --stage, -1: derived from the tiers */
   int overlap_comm;         /* --overlap-comm on|off; -1: the config default (on at stage 3) */
   int64_t reduce_bucket;    /* --reduce-bucket-size, 0: the config default */
   int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
-  int gas;                  /* --gas: gradient_accumulation_steps, micro-batches per step (default 1) */
-  zo_placement_mode placement;  /* --placement: zoffload.placement (default config) */
-  int64_t optimizer_max_in_cpu; /* --optimizer-max-in-cpu: zoffload.optimizer_max_in_cpu, elements (default 0) */
-  int64_t param_max_in_cpu;     /* --param-max-in-cpu: offload_param.max_in_cpu, elements; -1: not given (unwritten) */
-  int64_t placement_host_bytes; /* --placement-host-bytes: zoffload.placement_host_bytes (default 0: no cap) */
+  int gas; /* --gas: gradient_accumulation_steps, micro-batches per step (default 1) */
+  zo_placement_mode placement; /* --placement: zoffload.placement (default config) */
+  int64_t
+      optimizer_max_in_cpu; /* --optimizer-max-in-cpu: zoffload.optimizer_max_in_cpu, elements (default 0) */
+  int64_t
+      param_max_in_cpu; /* --param-max-in-cpu: offload_param.max_in_cpu, elements; -1: not given (unwritten) */
+  int64_t
+      placement_host_bytes; /* --placement-host-bytes: zoffload.placement_host_bytes (default 0: no cap) */
 } opts;
 
 /*
@@ -99,36 +102,39 @@ typedef struct summary {
   double disk_ratio;          /* s.disk_gbps / baseline, NAN without one */
   double link_h2d_gbps, link_d2h_gbps, link_ratio, link_h2d_ratio, link_d2h_ratio;
   double nvme_read_bytes, nvme_write_bytes; /* mean per step, measured (zo_engine_mem deltas) */
-  double step_over_predicted;           /* s.step_s / the placement's predicted step; NAN without a prediction */
-  double read_over_predicted, write_over_predicted; /* measured / predicted NVMe bytes; NAN where predicted 0 */
+  double
+      step_over_predicted; /* s.step_s / the placement's predicted step; NAN without a prediction */
+  double read_over_predicted,
+      write_over_predicted; /* measured / predicted NVMe bytes; NAN where predicted 0 */
 } summary;
 
 /* One run: the model's shape, the engine and its device, what was measured; bench_free() releases it. */
 typedef struct bench {
-  int L;                   /* layers */
-  uint64_t N;              /* parameters */
-  size_t per, largest;     /* elements of layers 0..L-2, of layer L-1 (takes the rest) */
-  zo_dtype wdt;            /* working dtype */
-  size_t wsz;              /* its bytes */
+  int L;               /* layers */
+  uint64_t N;          /* parameters */
+  size_t per, largest; /* elements of layers 0..L-2, of layer L-1 (takes the rest) */
+  zo_dtype wdt;        /* working dtype */
+  size_t wsz;          /* its bytes */
   zo_config_t cfg;
-  zo_comm_t *comm;         /* --ranks */
+  zo_comm_t *comm; /* --ranks */
   int world;
   zo_device_t *dev;
-  int dev_link_stats;      /* link bytes from the device's counters, else the engine's */
+  int dev_link_stats; /* link bytes from the device's counters, else the engine's */
   zo_engine_t *eng;
-  zo_param_t **P;          /* [L] */
-  size_t *numel;           /* [L] */
-  float *init;             /* [largest], while loading */
-  void *hgrad, *dgrad;     /* the gradient every layer hands over: host copy while loading; device */
+  zo_param_t **P;      /* [L] */
+  size_t *numel;       /* [L] */
+  float *init;         /* [largest], while loading */
+  void *hgrad, *dgrad; /* the gradient every layer hands over: host copy while loading; device */
   linkbench lim;
   int want_base;
-  baseline base_runs[2];   /* before and after the steps */
-  baseline base;           /* the better of the two */
+  baseline base_runs[2]; /* before and after the steps */
+  baseline base;         /* the better of the two */
   double t_fin, t_load;
-  zo_step_rates rates;     /* the model's inputs: the machine's speeds (zoffload/speeds.h) and the synthetic compute */
-  zo_placement place;      /* zo_engine_place() before finalize: the split and its predicted step */
-  step_rec *rec;           /* [steps] */
-  zo_engine_mem mend;      /* after the last step */
+  zo_step_rates
+      rates; /* the model's inputs: the machine's speeds (zoffload/speeds.h) and the synthetic compute */
+  zo_placement place; /* zo_engine_place() before finalize: the split and its predicted step */
+  step_rec *rec;      /* [steps] */
+  zo_engine_mem mend; /* after the last step */
   summary sum;
 } bench;
 

@@ -76,13 +76,14 @@ static zo_status ring_open(zo_bench *zb, const result *best, pass_ring *r, const
 }
 
 /* Read o->bytes chunk by chunk, each landed chunk copied H2D at once, until done or past @deadline (0: none). */
-static zo_status ring_run(zo_bench *zb, const opts *o, pass_ring *r, double deadline, zo_status st, uint64_t *moved,
-                          const char **what) {
+static zo_status ring_run(zo_bench *zb, const opts *o, pass_ring *r, double deadline, zo_status st,
+                          uint64_t *moved, const char **what) {
   const size_t chunk = r->chunk;
   const unsigned slots = r->slots;
   uint64_t nchunks = (o->bytes + chunk - 1) / chunk, head = 0, tail = 0;
   while (st == ZO_OK && tail < nchunks) {
-    while (st == ZO_OK && head < nchunks && head - tail < slots && !(deadline && head > tail && zo_clock_s() > deadline)) {
+    while (st == ZO_OK && head < nchunks && head - tail < slots &&
+           !(deadline && head > tail && zo_clock_s() > deadline)) {
       unsigned k = (unsigned)(head % slots);
       uint64_t off = head * chunk;
       r->lens[k] = o->bytes - off < chunk ? (size_t)(o->bytes - off) : chunk;
@@ -90,11 +91,13 @@ static zo_status ring_run(zo_bench *zb, const opts *o, pass_ring *r, double dead
       st = zo_event_synchronize(r->ev[k]); /* its previous H2D has read it */
       if (st != ZO_OK) break;
       *what = "swap read";
-      st = zo_swap_submit_read(zb->sw, zb->f, off, zb->buf + (size_t)k * chunk, r->lens[k], &r->reqs[k]);
+      st = zo_swap_submit_read(zb->sw, zb->f, off, zb->buf + (size_t)k * chunk, r->lens[k],
+                               &r->reqs[k]);
       if (st == ZO_OK) head++;
     }
     if (st != ZO_OK) break;
-    if (deadline && zo_clock_s() > deadline) nchunks = head; /* time is up: finish what is in flight */
+    if (deadline && zo_clock_s() > deadline)
+      nchunks = head; /* time is up: finish what is in flight */
     if (tail == head) break;
     unsigned k = (unsigned)(tail % slots);
     *what = "swap read";
@@ -102,7 +105,8 @@ static zo_status ring_run(zo_bench *zb, const opts *o, pass_ring *r, double dead
     r->reqs[k] = NULL;
     if (st != ZO_OK) break;
     *what = "H2D copy";
-    st = zo_memcpy_async(r->s, r->dbuf[tail & 1], zb->buf + (size_t)k * chunk, r->lens[k], ZO_COPY_H2D);
+    st = zo_memcpy_async(r->s, r->dbuf[tail & 1], zb->buf + (size_t)k * chunk, r->lens[k],
+                         ZO_COPY_H2D);
     if (st == ZO_OK) st = zo_event_record(r->ev[k], r->s);
     *moved += r->lens[k];
     tail++;
@@ -148,7 +152,7 @@ int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
   const result *best = o->do_op[OP_READ] ? best_of(OP_READ, ENG_ZO) : NULL;
   if (!g_dev || !best) {
     snprintf(p->note, sizeof p->note, "%s",
-             !g_dev                ? "no device"
+             !g_dev              ? "no device"
              : o->do_op[OP_READ] ? "no zoffload read measurement succeeded"
                                  : "reads were not swept (--ops)");
     return 0;
@@ -170,7 +174,8 @@ int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
   st = ring_run(zb, o, &r, deadline, st, &moved, &what);
   st = ring_drain(zb, &r, st, &what);
   p->seconds = zo_clock_s() - t0;
-  if (st != ZO_OK) snprintf(p->note, sizeof p->note, "%s: %s: %s", what, zo_status_string(st), zo_last_error());
+  if (st != ZO_OK)
+    snprintf(p->note, sizeof p->note, "%s: %s: %s", what, zo_status_string(st), zo_last_error());
   ring_free(&r);
   if (st != ZO_OK) return -1;
   return pass_result(p, moved);
@@ -189,16 +194,19 @@ void print_device_pass(void) {
   }
   char bss[32];
   fmt_size(g_pass.block_size, bss, sizeof bss);
-  printf("  %.3f GB/s: %" PRIu64 " bytes in %.3f s (%zu-byte chunks, %u pinned, bs=%s qd=%u) = %.3f of min(disk read "
+  printf("  %.3f GB/s: %" PRIu64
+         " bytes in %.3f s (%zu-byte chunks, %u pinned, bs=%s qd=%u) = %.3f of min(disk read "
          "%.3f GB/s [%s], H2D %.3f GB/s)\n",
-         g_pass.gbps, g_pass.bytes, g_pass.seconds, g_pass.chunk_bytes, g_pass.slots, bss, g_pass.queue_depth,
-         g_pass.ratio, g_pass.disk_read_gbps, g_pass.disk_engine ? g_pass.disk_engine : "-", g_pass.h2d_gbps);
+         g_pass.gbps, g_pass.bytes, g_pass.seconds, g_pass.chunk_bytes, g_pass.slots, bss,
+         g_pass.queue_depth, g_pass.ratio, g_pass.disk_read_gbps,
+         g_pass.disk_engine ? g_pass.disk_engine : "-", g_pass.h2d_gbps);
 }
 
 json_t *device_pass_json(void) {
   json_t *j = json_object();
   json_object_set_new(j, "ran", json_boolean(g_pass.ran));
-  json_object_set_new(j, "ok", json_boolean(g_pass.ok || !g_pass.ran)); /* skipped is not a failure */
+  json_object_set_new(j, "ok",
+                      json_boolean(g_pass.ok || !g_pass.ran)); /* skipped is not a failure */
   if (g_pass.ran && g_pass.ok) {
     json_object_set_new(j, "achieved_gbps", json_real(g_pass.gbps));
     json_object_set_new(j, "seconds", json_real(g_pass.seconds));
@@ -206,7 +214,8 @@ json_t *device_pass_json(void) {
     json_object_set_new(j, "limit_gbps", json_real(g_pass.limit_gbps));
     json_object_set_new(j, "ratio", json_real(g_pass.ratio));
     json_object_set_new(j, "disk_read_gbps", json_real(g_pass.disk_read_gbps));
-    json_object_set_new(j, "disk_read_engine", json_string(g_pass.disk_engine ? g_pass.disk_engine : "-"));
+    json_object_set_new(j, "disk_read_engine",
+                        json_string(g_pass.disk_engine ? g_pass.disk_engine : "-"));
     json_object_set_new(j, "h2d_limit_gbps", json_real(g_pass.h2d_gbps));
   }
   if (g_pass.ran) {
@@ -216,9 +225,11 @@ json_t *device_pass_json(void) {
     json_object_set_new(j, "read_queue_depth", json_integer(g_pass.queue_depth));
   }
   if (g_pass.note[0]) json_object_set_new(j, "note", json_string(g_pass.note));
-  json_object_set_new(j, "definition", json_string(
-      "swap reads of chunk_bytes into pinned chunks, each copied H2D as soon as it lands, at the sweep's best "
-      "zoffload read setting; achieved_gbps = bytes / (first submit to last copy complete); limit_gbps = "
-      "min(best read GB/s of any engine in the sweep, H2D limit at chunk_bytes measured in this run)"));
+  json_object_set_new(
+      j, "definition",
+      json_string(
+          "swap reads of chunk_bytes into pinned chunks, each copied H2D as soon as it lands, at the sweep's best "
+          "zoffload read setting; achieved_gbps = bytes / (first submit to last copy complete); limit_gbps = "
+          "min(best read GB/s of any engine in the sweep, H2D limit at chunk_bytes measured in this run)"));
   return j;
 }

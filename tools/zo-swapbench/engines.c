@@ -41,7 +41,8 @@ void zo_bench_close(zo_bench *zb) {
  * flight), the next submitted as the oldest completes; no new request after @max_sec. Returns 0 with
  * the seconds taken and the bytes moved, or -1 with the error printed.
  */
-int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec, uint64_t *moved) {
+int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec,
+                uint64_t *moved) {
   size_t nreq = (size_t)((bytes + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
   uint64_t inflight = (uint64_t)zo_swap_block_size(zb->sw) * zo_swap_queue_depth(zb->sw);
   size_t window = (size_t)((2 * inflight + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
@@ -59,11 +60,13 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, doub
   uint64_t done = 0;
   double t0 = zo_clock_s(), deadline = max_sec > 0 ? t0 + max_sec : 0;
   while (rc == 0 && (tail < head || head < nreq)) {
-    while (rc == 0 && head < nreq && head - tail < window && !(deadline && head > tail && zo_clock_s() > deadline)) {
+    while (rc == 0 && head < nreq && head - tail < window &&
+           !(deadline && head > tail && zo_clock_s() > deadline)) {
       uint64_t off = (uint64_t)head * SB_REQ_BYTES;
       size_t len = bytes - off < SB_REQ_BYTES ? (size_t)(bytes - off) : (size_t)SB_REQ_BYTES;
       char *b = zb->buf + (size_t)(off % zb->buf_bytes);
-      if (b + len > zb->buf + zb->buf_bytes) b = zb->buf; /* buf_bytes is a multiple of SB_REQ_BYTES or >= bytes */
+      if (b + len > zb->buf + zb->buf_bytes)
+        b = zb->buf; /* buf_bytes is a multiple of SB_REQ_BYTES or >= bytes */
       zo_status st = is_write ? zo_swap_submit_write(zb->sw, zb->f, off, b, len, &reqs[head])
                               : zo_swap_submit_read(zb->sw, zb->f, off, b, len, &reqs[head]);
       if (st != ZO_OK) {
@@ -77,7 +80,8 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, doub
     if (tail < head) {
       zo_status st = zo_swap_wait(zb->sw, reqs[tail]);
       if (st != ZO_OK && rc == 0) {
-        fprintf(stderr, "\nzo-swapbench: %s: %s: %s\n", op_name[is_write], zo_status_string(st), zo_last_error());
+        fprintf(stderr, "\nzo-swapbench: %s: %s: %s\n", op_name[is_write], zo_status_string(st),
+                zo_last_error());
         rc = -1;
       }
       done += lens[tail++];
@@ -126,10 +130,11 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
   zo_pinned_opts po = ZO_PINNED_OPTS_INIT;
   po.decay_ms = 0;
   st = zo_pinned_pool_create(&po, &zb->pool);
-  if (st == ZO_OK) st = zo_pinned_alloc(zb->pool, zb->buf_bytes, zo_swap_alignment(zb->sw), 0, (void **)&zb->buf);
+  if (st == ZO_OK)
+    st = zo_pinned_alloc(zb->pool, zb->buf_bytes, zo_swap_alignment(zb->sw), 0, (void **)&zb->buf);
   if (st != ZO_OK) {
-    fprintf(stderr, "zo-swapbench: pinned buffer of %zu bytes: %s: %s\n", zb->buf_bytes, zo_status_string(st),
-            zo_last_error());
+    fprintf(stderr, "zo-swapbench: pinned buffer of %zu bytes: %s: %s\n", zb->buf_bytes,
+            zo_status_string(st), zo_last_error());
     zo_bench_close(zb);
     return -1;
   }
@@ -140,11 +145,12 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
   if (v.regbuf > 0) {
     struct iovec iov = {zb->buf, zb->buf_bytes};
     st = zo_swap_register_buffers(zb->sw, &iov, 1);
-    if (st != ZO_OK) { /* e.g. RLIMIT_MEMLOCK too low: measure unregistered, reported as regbuf off */
+    if (st !=
+        ZO_OK) { /* e.g. RLIMIT_MEMLOCK too low: measure unregistered, reported as regbuf off */
       static int warned;
       if (!warned++)
-        fprintf(stderr, "zo-swapbench: register buffers: %s: %s; measuring without\n", zo_status_string(st),
-                zo_last_error());
+        fprintf(stderr, "zo-swapbench: register buffers: %s: %s; measuring without\n",
+                zo_status_string(st), zo_last_error());
     }
   }
 #else
@@ -170,9 +176,9 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
  * as with the ring. Short transfers are continued; errors stop that thread. */
 typedef struct pr_shared {
   int fd, is_write;
-  uint64_t size, bs;  /* size: bytes to move at most, from offset 0 */
-  double deadline;    /* no new block after this (zo_clock_s() clock); 0: none */
-  uint64_t moved;     /* bytes moved, summed under mu */
+  uint64_t size, bs; /* size: bytes to move at most, from offset 0 */
+  double deadline;   /* no new block after this (zo_clock_s() clock); 0: none */
+  uint64_t moved;    /* bytes moved, summed under mu */
   unsigned nthreads;
   pthread_barrier_t start;
   int err;
@@ -220,8 +226,9 @@ static void *pr_main(void *arg) {
   return NULL;
 }
 
-int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec, uint64_t bs,
-                          unsigned qd, double *sec, uint64_t *moved, char *note, size_t note_n) {
+int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec,
+                   uint64_t bs, unsigned qd, double *sec, uint64_t *moved, char *note,
+                   size_t note_n) {
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
   if (fd < 0) {
     snprintf(note, note_n, "open '%s': %s", path, strerror(errno));
@@ -271,8 +278,8 @@ int pread_transfer(const char *path, int direct, int is_write, uint64_t size, do
     *sec = zo_clock_s() - t0;
     *moved = sh.moved;
     if (sh.err) {
-      snprintf(note, note_n, "%s '%s' at offset %" PRIu64 ": %s", is_write ? "pwrite" : "pread", path, sh.err_off,
-               strerror(sh.err));
+      snprintf(note, note_n, "%s '%s' at offset %" PRIu64 ": %s", is_write ? "pwrite" : "pread",
+               path, sh.err_off, strerror(sh.err));
       rc = -1;
     }
   } else if (started) {

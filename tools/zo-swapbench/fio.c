@@ -31,8 +31,8 @@ typedef struct {
 } fio_cmd;
 
 /* Fill @a with the fio command line: @path with ':' escaped (fio splits file names on it), the op, the sizes. */
-static void fio_cmd_build(fio_cmd *a, const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
-                          uint64_t bs, unsigned qd, variant v) {
+static void fio_cmd_build(fio_cmd *a, const char *path, int is_write, uint64_t size, uint64_t bytes,
+                          double max_sec, uint64_t bs, unsigned qd, variant v) {
   char *w = a->file + snprintf(a->file, sizeof a->file, "--filename=");
   for (const char *p = path; *p && w < a->file + sizeof a->file - 3; p++) {
     if (*p == ':') *w++ = '\\';
@@ -45,7 +45,16 @@ static void fio_cmd_build(fio_cmd *a, const char *path, int is_write, uint64_t s
   snprintf(a->bs, sizeof a->bs, "--bs=%" PRIu64, bs);
   snprintf(a->qd, sizeof a->qd, "--iodepth=%u", qd);
   snprintf(a->rw, sizeof a->rw, "--rw=%s", is_write ? "write" : "read");
-  char *fixed[] = {"fio", "--name=x", a->file, a->size, a->io, a->bs, a->qd, "--ioengine=io_uring", "--direct=1", a->rw,
+  char *fixed[] = {"fio",
+                   "--name=x",
+                   a->file,
+                   a->size,
+                   a->io,
+                   a->bs,
+                   a->qd,
+                   "--ioengine=io_uring",
+                   "--direct=1",
+                   a->rw,
                    "--output-format=json"};
   int argc = 0;
   for (; argc < 11; argc++) a->argv[argc] = fixed[argc];
@@ -110,14 +119,14 @@ static int run_fio(char *const argv[], char **out, char *note, size_t note_n) {
   char *text = read_all(pipefd[0]);
   close(pipefd[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (!text) {
     snprintf(note, note_n, "out of memory reading fio output");
     return -1;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    snprintf(note, note_n, "fio exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    snprintf(note, note_n, "fio exited with status %d",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     free(text);
     return -1;
   }
@@ -126,8 +135,8 @@ static int run_fio(char *const argv[], char **out, char *note, size_t note_n) {
 }
 
 /* The op's bandwidth, bytes and seconds from fio's JSON output @out (fio may print notes before it). */
-static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double *gbps, double *sec, uint64_t *moved,
-                          char *note, size_t note_n) {
+static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double *gbps, double *sec,
+                          uint64_t *moved, char *note, size_t note_n) {
   const char *brace = strchr(out, '{');
   json_error_t jerr;
   json_t *root = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &jerr) : NULL;
@@ -157,8 +166,9 @@ static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double 
 }
 
 /* Run fio once on @path (':' escaped, as fio splits file names on it) and return bw_bytes of the op. */
-int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec, uint64_t bs,
-                 unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved, char *note, size_t note_n) {
+int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
+                 uint64_t bs, unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved,
+                 char *note, size_t note_n) {
   fio_cmd cmd;
   fio_cmd_build(&cmd, path, is_write, size, bytes, max_sec, bs, qd, v);
   char *out = NULL;

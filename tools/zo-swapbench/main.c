@@ -43,14 +43,16 @@ static void catch_signals(void) {
 /* The device first: --device cuda on a machine without a GPU ends here (77), before any disk work.
  * Returns -1 with g_dev set, or the exit status. */
 static int open_device(const opts *o) {
-  zo_status dst = zo_device_create(o->device, o->device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0, 0, &g_dev);
+  zo_status dst =
+      zo_device_create(o->device, o->device == ZO_DEVICE_CUDA ? zo_device_default_ordinal() : 0, 0,
+                       &g_dev);
   if (dst == ZO_OK) return -1;
   if (dst == ZO_ERR_UNSUPPORTED && o->device == ZO_DEVICE_CUDA) {
     fprintf(stderr, "zo-swapbench: --device cuda: no CUDA device (%s)\n", zo_last_error());
     return 77;
   }
-  fprintf(stderr, "zo-swapbench: --device %s: %s: %s\n", zo_device_kind_name(o->device), zo_status_string(dst),
-          zo_last_error());
+  fprintf(stderr, "zo-swapbench: --device %s: %s: %s\n", zo_device_kind_name(o->device),
+          zo_status_string(dst), zo_last_error());
   return 1;
 }
 
@@ -58,14 +60,18 @@ static int open_device(const opts *o) {
 static void print_plan(const opts *o, int use_fio) {
   char szs[32];
   fmt_size(o->size, szs, sizeof szs);
-  printf("zo-swapbench: path %s, file %s (%" PRIu64 " bytes), %d block sizes x %d queue depths, ops %s%s%s, "
+  printf("zo-swapbench: path %s, file %s (%" PRIu64
+         " bytes), %d block sizes x %d queue depths, ops %s%s%s, "
          "reps %d\n",
-         o->path, szs, o->size, o->n_bs, o->n_qd, o->do_op[0] ? "read" : "", o->do_op[0] && o->do_op[1] ? "," : "",
-         o->do_op[1] ? "write" : "", o->reps);
-  printf("registered buffers: %s; SQPOLL: %s; fio: %s\n", SB_HAVE_REGBUF ? "swept" : "n/a (not in this swap API)",
+         o->path, szs, o->size, o->n_bs, o->n_qd, o->do_op[0] ? "read" : "",
+         o->do_op[0] && o->do_op[1] ? "," : "", o->do_op[1] ? "write" : "", o->reps);
+  printf("registered buffers: %s; SQPOLL: %s; fio: %s\n",
+         SB_HAVE_REGBUF ? "swept" : "n/a (not in this swap API)",
          SB_HAVE_SQPOLL ? "swept" : "n/a (not in this swap API)",
-         use_fio ? (o->fio_variants ? "io_uring engine, ring variants mirrored" : "io_uring engine, plain")
-                 : o->no_fio ? "off (--no-fio)" : "not installed (apt-get install fio)");
+         use_fio     ? (o->fio_variants ? "io_uring engine, ring variants mirrored"
+                                        : "io_uring engine, plain")
+         : o->no_fio ? "off (--no-fio)"
+                     : "not installed (apt-get install fio)");
   fflush(stdout);
 }
 

@@ -12,55 +12,56 @@
 #include "swapbench.h"
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: zo-swapbench --path DIR [options]\n"
-          "Measures the zoffload NVMe swap engine (io_uring, O_DIRECT) on DIR against an O_DIRECT\n"
-          "pread/pwrite baseline and fio's io_uring engine, and prints the \"aio\" config block to paste.\n"
-          "\n"
-          "  --path DIR            directory on the disk to measure (required); private\n"
-          "                        zoffload-rank9999999N directories (one per ring variant)\n"
-          "                        are made in it and removed after\n"
-          "  --size BYTES          file size, suffixes K M G T (binary) (default 1G; --quick: 16M)\n"
-          "  --bytes BYTES         bytes moved per measurement at most, from the file's start\n"
-          "                        (default min(size, 512M))\n"
-          "  --max-seconds S       seconds per measurement at most; 0: no limit\n"
-          "                        (default 0.3; --quick: 0)\n"
-          "  --block-sizes LIST    comma list of block sizes, multiples of 4K\n"
-          "                        (default 128K,256K,512K,1M,2M,4M,8M; --quick: 128K,1M)\n"
-          "  --queue-depths LIST   comma list of queue depths 1..32768\n"
-          "                        (default 1,2,4,8,16,32,64,128; --quick: 1,8)\n"
-          "  --ops LIST            read, write or read,write (default read,write)\n"
-          "  --reps R              repetitions per measurement, best is reported (default 1)\n"
-          "  --json FILE           write every result, the best settings and the targets as JSON\n"
-          "  --plot FILE.png       draw GB/s against queue depth with gnuplot (script: FILE.png.gp)\n"
-          "  --quick               a short sweep on a small file (seconds; for tests)\n"
-          "  --no-fio              do not run fio even when it is installed\n"
-          "  --fio-variants        also run fio with the ring variants swept for zoffload\n"
-          "                        (--fixedbufs --registerfiles, --sqthread_poll); the fio\n"
-          "                        figure at a setting is then its best variant (default: plain)\n"
-          "  --device D            host|cuda: the device of the NVMe -> pinned -> device read pass;\n"
-          "                        cuda is the GPU of LOCAL_RANK (default 0) and exits 77 with\n"
-          "                        \"no CUDA device\" when there is none (default host: the emulated\n"
-          "                        device, copies at memcpy speed)\n"
-          "  --help                this text\n"
-          "\n"
-          "SIGINT / SIGTERM stop the sweep: what was measured is reported, and the exit status is 128 + the signal.\n"
-          "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
-          "untimed and kept for the whole sweep (zo_swap_set_queue switches block size and queue\n"
-          "depth); the host buffer is pinned (mlock). Each measurement moves the first --bytes of the\n"
-          "file or runs --max-seconds, for every engine alike (fio: --io_size, --runtime); the\n"
-          "repetitions of all engines are interleaved, their order rotated each time, and the best\n"
-          "is reported. The pread baseline (queue-depth threads, interleaved block stripes; one\n"
-          "thread at QD 1) and fio run on the first variant's file. SQPOLL variants use a %u ms\n"
-          "poller idle time, and the next engine starts after the poller sleeps. Registered buffers\n"
-          "(+ files) and SQPOLL are swept when the swap API offers them (this build: registered\n"
-          "buffers %s, SQPOLL %s).\n"
-          "\n"
-          "After the sweep, when reads were swept: the link limit (zo_memcpy_async loops between\n"
-          "pinned host and device memory: H2D, D2H, both at once; best of 3) and a read pass that\n"
-          "swaps chunks into pinned memory and copies each to the device as it lands, at the best\n"
-          "zoffload read setting, against min(best read of the sweep, H2D limit) of the same run.\n",
-          SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
+  fprintf(
+      out,
+      "usage: zo-swapbench --path DIR [options]\n"
+      "Measures the zoffload NVMe swap engine (io_uring, O_DIRECT) on DIR against an O_DIRECT\n"
+      "pread/pwrite baseline and fio's io_uring engine, and prints the \"aio\" config block to paste.\n"
+      "\n"
+      "  --path DIR            directory on the disk to measure (required); private\n"
+      "                        zoffload-rank9999999N directories (one per ring variant)\n"
+      "                        are made in it and removed after\n"
+      "  --size BYTES          file size, suffixes K M G T (binary) (default 1G; --quick: 16M)\n"
+      "  --bytes BYTES         bytes moved per measurement at most, from the file's start\n"
+      "                        (default min(size, 512M))\n"
+      "  --max-seconds S       seconds per measurement at most; 0: no limit\n"
+      "                        (default 0.3; --quick: 0)\n"
+      "  --block-sizes LIST    comma list of block sizes, multiples of 4K\n"
+      "                        (default 128K,256K,512K,1M,2M,4M,8M; --quick: 128K,1M)\n"
+      "  --queue-depths LIST   comma list of queue depths 1..32768\n"
+      "                        (default 1,2,4,8,16,32,64,128; --quick: 1,8)\n"
+      "  --ops LIST            read, write or read,write (default read,write)\n"
+      "  --reps R              repetitions per measurement, best is reported (default 1)\n"
+      "  --json FILE           write every result, the best settings and the targets as JSON\n"
+      "  --plot FILE.png       draw GB/s against queue depth with gnuplot (script: FILE.png.gp)\n"
+      "  --quick               a short sweep on a small file (seconds; for tests)\n"
+      "  --no-fio              do not run fio even when it is installed\n"
+      "  --fio-variants        also run fio with the ring variants swept for zoffload\n"
+      "                        (--fixedbufs --registerfiles, --sqthread_poll); the fio\n"
+      "                        figure at a setting is then its best variant (default: plain)\n"
+      "  --device D            host|cuda: the device of the NVMe -> pinned -> device read pass;\n"
+      "                        cuda is the GPU of LOCAL_RANK (default 0) and exits 77 with\n"
+      "                        \"no CUDA device\" when there is none (default host: the emulated\n"
+      "                        device, copies at memcpy speed)\n"
+      "  --help                this text\n"
+      "\n"
+      "SIGINT / SIGTERM stop the sweep: what was measured is reported, and the exit status is 128 + the signal.\n"
+      "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
+      "untimed and kept for the whole sweep (zo_swap_set_queue switches block size and queue\n"
+      "depth); the host buffer is pinned (mlock). Each measurement moves the first --bytes of the\n"
+      "file or runs --max-seconds, for every engine alike (fio: --io_size, --runtime); the\n"
+      "repetitions of all engines are interleaved, their order rotated each time, and the best\n"
+      "is reported. The pread baseline (queue-depth threads, interleaved block stripes; one\n"
+      "thread at QD 1) and fio run on the first variant's file. SQPOLL variants use a %u ms\n"
+      "poller idle time, and the next engine starts after the poller sleeps. Registered buffers\n"
+      "(+ files) and SQPOLL are swept when the swap API offers them (this build: registered\n"
+      "buffers %s, SQPOLL %s).\n"
+      "\n"
+      "After the sweep, when reads were swept: the link limit (zo_memcpy_async loops between\n"
+      "pinned host and device memory: H2D, D2H, both at once; best of 3) and a read pass that\n"
+      "swaps chunks into pinned memory and copies each to the device as it lands, at the best\n"
+      "zoffload read setting, against min(best read of the sweep, H2D limit) of the same run.\n",
+      SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
 }
 
 /* A block-size (@is_size) or queue-depth list being parsed, one zo_tool_split_list() token at a time. */
@@ -97,9 +98,12 @@ static int parse_list(const char *s, int is_size, uint64_t *out, int *n) {
 static int op_add(const char *tok, int index, void *ctx) {
   opts *o = ctx;
   (void)index;
-  if (!strcmp(tok, "read")) o->do_op[OP_READ] = 1;
-  else if (!strcmp(tok, "write")) o->do_op[OP_WRITE] = 1;
-  else return -1;
+  if (!strcmp(tok, "read"))
+    o->do_op[OP_READ] = 1;
+  else if (!strcmp(tok, "write"))
+    o->do_op[OP_WRITE] = 1;
+  else
+    return -1;
   return 0;
 }
 
@@ -110,16 +114,32 @@ typedef struct raw_values {
 
 /* getopt over argv into *o and *raw. Returns -1 to go on, or the exit status (message printed). */
 static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
-  enum { O_PATH_ = 256, O_SIZE, O_BYTES, O_MAXSEC, O_BS, O_QD, O_OPS, O_REPS, O_JSON, O_PLOT, O_QUICK, O_NOFIO, O_FIOVAR, O_HELP, O_DEVICE };
+  enum {
+    O_PATH_ = 256,
+    O_SIZE,
+    O_BYTES,
+    O_MAXSEC,
+    O_BS,
+    O_QD,
+    O_OPS,
+    O_REPS,
+    O_JSON,
+    O_PLOT,
+    O_QUICK,
+    O_NOFIO,
+    O_FIOVAR,
+    O_HELP,
+    O_DEVICE
+  };
   static const struct option lo[] = {
-      {"path", required_argument, 0, O_PATH_},      {"size", required_argument, 0, O_SIZE},
-      {"bytes", required_argument, 0, O_BYTES},     {"max-seconds", required_argument, 0, O_MAXSEC},
-      {"block-sizes", required_argument, 0, O_BS},  {"queue-depths", required_argument, 0, O_QD},
-      {"ops", required_argument, 0, O_OPS},         {"reps", required_argument, 0, O_REPS},
-      {"json", required_argument, 0, O_JSON},       {"plot", required_argument, 0, O_PLOT},
-      {"quick", no_argument, 0, O_QUICK},           {"no-fio", no_argument, 0, O_NOFIO},
-      {"fio-variants", no_argument, 0, O_FIOVAR},   {"help", no_argument, 0, O_HELP},
-      {"device", required_argument, 0, O_DEVICE},   {0, 0, 0, 0}};
+      {"path", required_argument, 0, O_PATH_},     {"size", required_argument, 0, O_SIZE},
+      {"bytes", required_argument, 0, O_BYTES},    {"max-seconds", required_argument, 0, O_MAXSEC},
+      {"block-sizes", required_argument, 0, O_BS}, {"queue-depths", required_argument, 0, O_QD},
+      {"ops", required_argument, 0, O_OPS},        {"reps", required_argument, 0, O_REPS},
+      {"json", required_argument, 0, O_JSON},      {"plot", required_argument, 0, O_PLOT},
+      {"quick", no_argument, 0, O_QUICK},          {"no-fio", no_argument, 0, O_NOFIO},
+      {"fio-variants", no_argument, 0, O_FIOVAR},  {"help", no_argument, 0, O_HELP},
+      {"device", required_argument, 0, O_DEVICE},  {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -134,7 +154,8 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
         char bad[ZO_TOOL_LIST_MAX];
         int n = zo_tool_split_list(optarg, op_add, o, bad, sizeof bad);
         if (n < 0) {
-          fprintf(stderr, "zo-swapbench: --ops: unknown op '%s' (read, write)\n", n == -1 ? bad : optarg);
+          fprintf(stderr, "zo-swapbench: --ops: unknown op '%s' (read, write)\n",
+                  n == -1 ? bad : optarg);
           return 2;
         }
         break;
@@ -192,10 +213,13 @@ static int check_queue_depths(const opts *o) {
   const uint64_t qd_use = o->bytes / bs_min ? o->bytes / bs_min : 1;
   for (int i = 0; i < o->n_qd; i++)
     if (o->qd[i] > qd_use) {
-      fprintf(stderr, "zo-swapbench: --queue-depths: %u is more than the %" PRIu64 " blocks of %" PRIu64 " bytes "
-              "(the smallest --block-sizes) in the %" PRIu64 " bytes a measurement moves (--bytes, at most --size); "
-              "use a queue depth of at most %" PRIu64 " or a larger --size/--bytes\n", o->qd[i], qd_use, bs_min,
-              o->bytes, qd_use);
+      fprintf(stderr,
+              "zo-swapbench: --queue-depths: %u is more than the %" PRIu64 " blocks of %" PRIu64
+              " bytes "
+              "(the smallest --block-sizes) in the %" PRIu64
+              " bytes a measurement moves (--bytes, at most --size); "
+              "use a queue depth of at most %" PRIu64 " or a larger --size/--bytes\n",
+              o->qd[i], qd_use, bs_min, o->bytes, qd_use);
       return 2;
     }
   return -1;
@@ -206,16 +230,27 @@ static int check_queue_depths(const opts *o) {
 static int parse_values(opts *o, const raw_values *raw) {
   o->size = o->quick ? 16 * MiB : GiB;
   if (raw->size && (zo_tool_parse_bytes(raw->size, &o->size) || o->size == 0)) {
-    fprintf(stderr, "zo-swapbench: --size: cannot parse '%s' (e.g. 1G, 512M, 1073741824)\n", raw->size);
+    fprintf(stderr, "zo-swapbench: --size: cannot parse '%s' (e.g. 1G, 512M, 1073741824)\n",
+            raw->size);
     return 2;
   }
-  if (parse_list(raw->bs ? raw->bs : o->quick ? "128K,1M" : "128K,256K,512K,1M,2M,4M,8M", 1, o->bs, &o->n_bs)) {
-    fprintf(stderr, "zo-swapbench: --block-sizes: need a comma list of multiples of 4K up to 1G, got '%s'\n", raw->bs);
+  if (parse_list(raw->bs    ? raw->bs
+                 : o->quick ? "128K,1M"
+                            : "128K,256K,512K,1M,2M,4M,8M",
+                 1, o->bs, &o->n_bs)) {
+    fprintf(
+        stderr,
+        "zo-swapbench: --block-sizes: need a comma list of multiples of 4K up to 1G, got '%s'\n",
+        raw->bs);
     return 2;
   }
   uint64_t qd64[SB_MAX_LIST];
-  if (parse_list(raw->qd ? raw->qd : o->quick ? "1,8" : "1,2,4,8,16,32,64,128", 0, qd64, &o->n_qd)) {
-    fprintf(stderr, "zo-swapbench: --queue-depths: need a comma list of 1..32768, got '%s'\n", raw->qd);
+  if (parse_list(raw->qd    ? raw->qd
+                 : o->quick ? "1,8"
+                            : "1,2,4,8,16,32,64,128",
+                 0, qd64, &o->n_qd)) {
+    fprintf(stderr, "zo-swapbench: --queue-depths: need a comma list of 1..32768, got '%s'\n",
+            raw->qd);
     return 2;
   }
   for (int i = 0; i < o->n_qd; i++) o->qd[i] = (unsigned)qd64[i];
@@ -223,7 +258,8 @@ static int parse_values(opts *o, const raw_values *raw) {
    * alignment in practice). */
   uint64_t rounded;
   if (__builtin_add_overflow(o->size, 64 * KiB - 1, &rounded)) {
-    fprintf(stderr, "zo-swapbench: --size: %" PRIu64 " bytes is more than a file can have\n", o->size);
+    fprintf(stderr, "zo-swapbench: --size: %" PRIu64 " bytes is more than a file can have\n",
+            o->size);
     return 2;
   }
   o->size = rounded / (64 * KiB) * (64 * KiB);
@@ -233,7 +269,8 @@ static int parse_values(opts *o, const raw_values *raw) {
     return 2;
   }
   if (o->bytes > o->size) o->bytes = o->size;
-  o->bytes = (o->bytes + 64 * KiB - 1) / (64 * KiB) * (64 * KiB); /* <= o->size, a multiple of 64 KiB: cannot wrap */
+  o->bytes = (o->bytes + 64 * KiB - 1) / (64 * KiB) *
+             (64 * KiB); /* <= o->size, a multiple of 64 KiB: cannot wrap */
   if (check_queue_depths(o) >= 0) return 2;
   o->max_sec = o->quick ? 0 : 0.3;
   if (raw->sec && zo_tool_parse_double(raw->sec, 0, 3600, &o->max_sec)) {

@@ -33,8 +33,8 @@ static const result *find(int op, int engine, uint64_t bs, unsigned qd) {
   const result *best = NULL;
   for (size_t i = 0; i < g_nres; i++) {
     const result *r = &g_res[i];
-    if (r->op == op && r->engine == engine && r->block_size == bs && r->queue_depth == qd && r->ok &&
-        (!best || r->gbps > best->gbps))
+    if (r->op == op && r->engine == engine && r->block_size == bs && r->queue_depth == qd &&
+        r->ok && (!best || r->gbps > best->gbps))
       best = r;
   }
   return best;
@@ -50,8 +50,8 @@ const result *best_of(int op, int engine) {
 }
 
 static void print_table(const opts *o, int use_fio) {
-  printf("\n%-5s %6s %4s %6s %6s | %8s %8s %8s | %7s %7s\n", "op", "bs", "qd", "regbuf", "sqpoll", "zoffload",
-         "pread", "fio", "zo/pr", "zo/fio");
+  printf("\n%-5s %6s %4s %6s %6s | %8s %8s %8s | %7s %7s\n", "op", "bs", "qd", "regbuf", "sqpoll",
+         "zoffload", "pread", "fio", "zo/pr", "zo/fio");
   printf("------------------------------------+----------------------------+----------------\n");
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
@@ -67,13 +67,15 @@ static void print_table(const opts *o, int use_fio) {
       snprintf(fs, sizeof fs, f ? "%.3f" : "-", f ? f->gbps : 0);
       snprintf(rp, sizeof rp, p && r->ok ? "%.2f" : "-", p && r->ok ? r->gbps / p->gbps : 0);
       snprintf(rf, sizeof rf, f && r->ok ? "%.2f" : "-", f && r->ok ? r->gbps / f->gbps : 0);
-      printf("%-5s %6s %4u %6s %6s | %8s %8s %8s | %7s %7s\n", op_name[op], bss, r->queue_depth, tri(r->regbuf),
-             tri(r->sqpoll), zs, ps, fs, rp, rf);
+      printf("%-5s %6s %4u %6s %6s | %8s %8s %8s | %7s %7s\n", op_name[op], bss, r->queue_depth,
+             tri(r->regbuf), tri(r->sqpoll), zs, ps, fs, rp, rf);
     }
   }
-  printf("(GB/s = 1e9 bytes/s; best of %d repetition%s, each the first %" PRIu64 " bytes of a %" PRIu64
+  printf("(GB/s = 1e9 bytes/s; best of %d repetition%s, each the first %" PRIu64
+         " bytes of a %" PRIu64
          "-byte file or %.2f s, whichever ends first; O_DIRECT, page cache bypassed)\n",
-         o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size, o->max_sec > 0 ? o->max_sec : INFINITY);
+         o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size,
+         o->max_sec > 0 ? o->max_sec : INFINITY);
 }
 
 
@@ -84,7 +86,8 @@ static void eval_targets(const opts *o, int use_fio, target *t, int *nt) {
     const result *zb = best_of(op, ENG_ZO);
     /* 1: against fio's best, at fio's best block size and queue depth (zoffload's best variant there). */
     target *a = &t[(*nt)++];
-    a->name = op == OP_READ ? "best read  >= 95% of fio's best (same bs, qd)" : "best write >= 95% of fio's best (same bs, qd)";
+    a->name = op == OP_READ ? "best read  >= 95% of fio's best (same bs, qd)"
+                            : "best write >= 95% of fio's best (same bs, qd)";
     a->need = 0.95;
     a->ratio = -1;
     const result *fb = use_fio ? best_of(op, ENG_FIO) : NULL;
@@ -98,15 +101,17 @@ static void eval_targets(const opts *o, int use_fio, target *t, int *nt) {
       fmt_size(fb->block_size, bss, sizeof bss);
       if (z) {
         a->ratio = z->gbps / fb->gbps;
-        snprintf(a->detail, sizeof a->detail, "zoffload %.3f vs fio %.3f GB/s at bs=%s qd=%u", z->gbps, fb->gbps, bss,
-                 fb->queue_depth);
+        snprintf(a->detail, sizeof a->detail, "zoffload %.3f vs fio %.3f GB/s at bs=%s qd=%u",
+                 z->gbps, fb->gbps, bss, fb->queue_depth);
       } else {
-        snprintf(a->detail, sizeof a->detail, "zoffload failed at bs=%s qd=%u", bss, fb->queue_depth);
+        snprintf(a->detail, sizeof a->detail, "zoffload failed at bs=%s qd=%u", bss,
+                 fb->queue_depth);
       }
     }
     /* 2: against the pread/pwrite baseline's best. */
     target *b = &t[(*nt)++];
-    b->name = op == OP_READ ? "best read  >= pread baseline's best" : "best write >= pwrite baseline's best";
+    b->name = op == OP_READ ? "best read  >= pread baseline's best"
+                            : "best write >= pwrite baseline's best";
     b->need = 1.0;
     b->ratio = -1;
     const result *pb = best_of(op, ENG_PREAD);
@@ -114,7 +119,8 @@ static void eval_targets(const opts *o, int use_fio, target *t, int *nt) {
       b->ratio = zb->gbps / pb->gbps;
       snprintf(b->detail, sizeof b->detail, "zoffload %.3f vs pread %.3f GB/s", zb->gbps, pb->gbps);
     } else {
-      snprintf(b->detail, sizeof b->detail, "no %s measurement succeeded", zb ? "pread" : "zoffload");
+      snprintf(b->detail, sizeof b->detail, "no %s measurement succeeded",
+               zb ? "pread" : "zoffload");
     }
   }
 }
@@ -130,10 +136,12 @@ static void print_best(const opts *o, int use_fio) {
     if (z) fmt_size(z->block_size, b1, sizeof b1);
     if (p) fmt_size(p->block_size, b2, sizeof b2);
     if (f) fmt_size(f->block_size, b3, sizeof b3);
-    printf("  %-5s zoffload %.3f GB/s (bs=%s qd=%u regbuf=%s sqpoll=%s)", op_name[op], z ? z->gbps : 0, b1,
-           z ? z->queue_depth : 0, tri(z ? z->regbuf : -1), tri(z ? z->sqpoll : -1));
+    printf("  %-5s zoffload %.3f GB/s (bs=%s qd=%u regbuf=%s sqpoll=%s)", op_name[op],
+           z ? z->gbps : 0, b1, z ? z->queue_depth : 0, tri(z ? z->regbuf : -1),
+           tri(z ? z->sqpoll : -1));
     printf("; pread %.3f GB/s (bs=%s qd=%u)", p ? p->gbps : 0, b2, p ? p->queue_depth : 0);
-    if (use_fio) printf("; fio %.3f GB/s (bs=%s qd=%u)", f ? f->gbps : 0, b3, f ? f->queue_depth : 0);
+    if (use_fio)
+      printf("; fio %.3f GB/s (bs=%s qd=%u)", f ? f->gbps : 0, b3, f ? f->queue_depth : 0);
     printf("\n");
   }
   /* The setting to paste: the best read setting when reads were swept (the optimizer state is read
@@ -155,14 +163,17 @@ static void print_best(const opts *o, int use_fio) {
     }
   }
   if (pick) {
-    printf("\nPaste into the config (%s):\n", zr && zw ? "best combined read+write setting" : "best setting");
-    printf("  \"aio\": {\"block_size\": %" PRIu64 ", \"queue_depth\": %u}\n", pick->block_size, pick->queue_depth);
+    printf("\nPaste into the config (%s):\n",
+           zr && zw ? "best combined read+write setting" : "best setting");
+    printf("  \"aio\": {\"block_size\": %" PRIu64 ", \"queue_depth\": %u}\n", pick->block_size,
+           pick->queue_depth);
     const result *pr = find(OP_READ, ENG_ZO, pick->block_size, pick->queue_depth);
     const result *pw = find(OP_WRITE, ENG_ZO, pick->block_size, pick->queue_depth);
-    printf("  (at that setting the fastest ring options were: read regbuf=%s sqpoll=%s, write regbuf=%s "
-           "sqpoll=%s)\n",
-           tri(pr ? pr->regbuf : -1), tri(pr ? pr->sqpoll : -1), tri(pw ? pw->regbuf : -1),
-           tri(pw ? pw->sqpoll : -1));
+    printf(
+        "  (at that setting the fastest ring options were: read regbuf=%s sqpoll=%s, write regbuf=%s "
+        "sqpoll=%s)\n",
+        tri(pr ? pr->regbuf : -1), tri(pr ? pr->sqpoll : -1), tri(pw ? pw->regbuf : -1),
+        tri(pw ? pw->sqpoll : -1));
   }
 }
 
@@ -173,7 +184,8 @@ static json_t *res_json(const result *r) {
   json_object_set_new(j, "block_size", json_integer((json_int_t)r->block_size));
   json_object_set_new(j, "block_size_used", json_integer((json_int_t)r->block_used));
   json_object_set_new(j, "queue_depth", json_integer(r->queue_depth));
-  json_object_set_new(j, "registered_buffers", r->regbuf < 0 ? json_string("n/a") : json_boolean(r->regbuf));
+  json_object_set_new(j, "registered_buffers",
+                      r->regbuf < 0 ? json_string("n/a") : json_boolean(r->regbuf));
   json_object_set_new(j, "sqpoll", r->sqpoll < 0 ? json_string("n/a") : json_boolean(r->sqpoll));
   json_object_set_new(j, "gbps", json_real(r->gbps));
   json_object_set_new(j, "gbps_mean", json_real(r->gbps_mean));
@@ -230,7 +242,10 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
     json_object_set_new(x, "target", json_string(t[i].name));
     json_object_set_new(x, "need", json_real(t[i].need));
     json_object_set_new(x, "ratio", t[i].ratio < 0 ? json_null() : json_real(t[i].ratio));
-    json_object_set_new(x, "status", json_string(t[i].ratio < 0 ? "n/a" : t[i].ratio >= t[i].need ? "PASS" : "MISS"));
+    json_object_set_new(x, "status",
+                        json_string(t[i].ratio < 0            ? "n/a"
+                                    : t[i].ratio >= t[i].need ? "PASS"
+                                                              : "MISS"));
     json_object_set_new(x, "detail", json_string(t[i].detail));
     json_array_append_new(tj, x);
   }
@@ -264,9 +279,13 @@ static int write_plot(const opts *o, int use_fio) {
   int nops = o->do_op[0] + o->do_op[1];
   int cairo = system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
   fprintf(f, "# written by zo-swapbench; run: gnuplot '%s'\n", gp);
-  fprintf(f, "set terminal %s size %d,520\nset output '%s'\n", cairo ? "pngcairo" : "png", 640 * nops, o->plot);
-  fprintf(f, "set logscale x 2\nset xlabel 'queue depth'\nset ylabel 'GB/s'\nset grid\nset key outside right\n");
-  fprintf(f, "set multiplot layout 1,%d title 'zo-swapbench: %s, file %" PRIu64 " bytes'\n", nops, o->path, o->size);
+  fprintf(f, "set terminal %s size %d,520\nset output '%s'\n", cairo ? "pngcairo" : "png",
+          640 * nops, o->plot);
+  fprintf(
+      f,
+      "set logscale x 2\nset xlabel 'queue depth'\nset ylabel 'GB/s'\nset grid\nset key outside right\n");
+  fprintf(f, "set multiplot layout 1,%d title 'zo-swapbench: %s, file %" PRIu64 " bytes'\n", nops,
+          o->path, o->size);
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
     fprintf(f, "$%s << EOD\n", op_name[op]);
@@ -277,9 +296,18 @@ static int write_plot(const opts *o, int use_fio) {
         const result *p = find(op, ENG_PREAD, o->bs[bi], o->qd[qi]);
         const result *x = use_fio ? find(op, ENG_FIO, o->bs[bi], o->qd[qi]) : NULL;
         fprintf(f, "%u ", o->qd[qi]);
-        if (z) fprintf(f, "%.4f ", z->gbps); else fprintf(f, "NaN ");
-        if (p) fprintf(f, "%.4f ", p->gbps); else fprintf(f, "NaN ");
-        if (x) fprintf(f, "%.4f\n", x->gbps); else fprintf(f, "NaN\n");
+        if (z)
+          fprintf(f, "%.4f ", z->gbps);
+        else
+          fprintf(f, "NaN ");
+        if (p)
+          fprintf(f, "%.4f ", p->gbps);
+        else
+          fprintf(f, "NaN ");
+        if (x)
+          fprintf(f, "%.4f\n", x->gbps);
+        else
+          fprintf(f, "NaN\n");
       }
       fprintf(f, "\n\n");
     }
@@ -287,19 +315,24 @@ static int write_plot(const opts *o, int use_fio) {
     for (int bi = 0; bi < o->n_bs; bi++) {
       char bss[32];
       fmt_size(o->bs[bi], bss, sizeof bss);
-      fprintf(f, "%s$%s index %d using 1:2 with linespoints lc %d dt 1 title 'zoffload %s'", bi ? ", \\\n  " : "",
-              op_name[op], bi, bi + 1, bss);
+      fprintf(f, "%s$%s index %d using 1:2 with linespoints lc %d dt 1 title 'zoffload %s'",
+              bi ? ", \\\n  " : "", op_name[op], bi, bi + 1, bss);
       if (use_fio)
-        fprintf(f, ", \\\n  $%s index %d using 1:4 with lines lc %d dt 2 title 'fio %s'", op_name[op], bi, bi + 1, bss);
-      fprintf(f, ", \\\n  $%s index %d using 1:3 with lines lc %d dt 3 title 'pread %s'", op_name[op], bi, bi + 1, bss);
+        fprintf(f, ", \\\n  $%s index %d using 1:4 with lines lc %d dt 2 title 'fio %s'",
+                op_name[op], bi, bi + 1, bss);
+      fprintf(f, ", \\\n  $%s index %d using 1:3 with lines lc %d dt 3 title 'pread %s'",
+              op_name[op], bi, bi + 1, bss);
     }
     fprintf(f, "\n");
   }
   fprintf(f, "unset multiplot\n");
   fclose(f);
   if (!have_program("gnuplot")) {
-    fprintf(stderr, "zo-swapbench: gnuplot is not installed (apt-get install gnuplot-nox); wrote the script %s, "
-                    "run gnuplot on it to draw %s\n", gp, o->plot);
+    fprintf(
+        stderr,
+        "zo-swapbench: gnuplot is not installed (apt-get install gnuplot-nox); wrote the script %s, "
+        "run gnuplot on it to draw %s\n",
+        gp, o->plot);
     return -1;
   }
   char cmd[2 * PATH_MAX + 64];
@@ -319,8 +352,8 @@ static void print_targets(const target *t, int nt) {
     if (t[i].ratio < 0)
       printf("  n/a   %s: %s\n", t[i].name, t[i].detail);
     else
-      printf("  %s  %s: ratio %.3f (need %.2f) - %s\n", t[i].ratio >= t[i].need ? "PASS" : "MISS", t[i].name,
-             t[i].ratio, t[i].need, t[i].detail);
+      printf("  %s  %s: ratio %.3f (need %.2f) - %s\n", t[i].ratio >= t[i].need ? "PASS" : "MISS",
+             t[i].name, t[i].ratio, t[i].need, t[i].detail);
   }
 }
 
@@ -332,7 +365,8 @@ int sb_report(const opts *o, int use_fio, int failures) {
   eval_targets(o, use_fio, t, &nt);
   print_targets(t, nt);
   print_device_pass();
-  if (failures) printf("\n%d measurement%s failed (see above)\n", failures, failures == 1 ? "" : "s");
+  if (failures)
+    printf("\n%d measurement%s failed (see above)\n", failures, failures == 1 ? "" : "s");
   int rc = failures ? 1 : 0;
   if (o->json && write_json(o, use_fio, t, nt) != 0) rc = 1;
   if (o->plot && write_plot(o, use_fio) != 0) rc = 1;

@@ -34,7 +34,8 @@
 #define SB_MAX_LIST 32
 #define SB_REQ_BYTES (64 * MiB)  /* zoffload: a measurement is submitted as requests of this size */
 #define SB_BUF_BYTES (256 * MiB) /* zoffload: host buffer, reused cyclically across requests */
-#define SB_PASS_CHUNK (16 * MiB) /* read pass: bytes per swap read and H2D copy at most (8+ chunks in flight) */
+#define SB_PASS_CHUNK \
+  (16 * MiB) /* read pass: bytes per swap read and H2D copy at most (8+ chunks in flight) */
 /* SQPOLL variants: the kernel poller spins this long after the last submission before it sleeps.
  * The library default (1 s) would leave it burning a core through the next engine's measurement
  * (on a 2-core machine that halves everyone's throughput); 20 ms never expires within a transfer. */
@@ -53,16 +54,16 @@ typedef struct variant {
 
 typedef struct result {
   int op, engine;
-  uint64_t block_size;  /* bytes requested on the command line */
-  uint64_t block_used;  /* bytes per piece actually used (zoffload rounds to its alignment) */
+  uint64_t block_size; /* bytes requested on the command line */
+  uint64_t block_used; /* bytes per piece actually used (zoffload rounds to its alignment) */
   unsigned queue_depth;
-  int regbuf, sqpoll;   /* -1 n/a */
-  double gbps;          /* best of the repetitions, 1e9 bytes per second */
+  int regbuf, sqpoll; /* -1 n/a */
+  double gbps;        /* best of the repetitions, 1e9 bytes per second */
   double gbps_mean;
-  double seconds;       /* of the best repetition */
-  uint64_t bytes;       /* moved by the best repetition */
+  double seconds; /* of the best repetition */
+  uint64_t bytes; /* moved by the best repetition */
   int reps;
-  int ok;               /* 0: the measurement failed (error text in note) */
+  int ok; /* 0: the measurement failed (error text in note) */
   char note[256];
 } result;
 
@@ -79,27 +80,27 @@ typedef struct opts {
   const char *plot;
   int quick;
   int no_fio;
-  int fio_variants; /* also run fio with --fixedbufs --registerfiles / --sqthread_poll */
-  uint64_t bytes;   /* bytes per measurement at most (from offset 0 of the file) */
-  double max_sec;   /* seconds per measurement at most (0: no limit) */
+  int fio_variants;      /* also run fio with --fixedbufs --registerfiles / --sqthread_poll */
+  uint64_t bytes;        /* bytes per measurement at most (from offset 0 of the file) */
+  double max_sec;        /* seconds per measurement at most (0: no limit) */
   zo_device_kind device; /* the device of the NVMe -> pinned -> device read pass: HOST or CUDA */
 } opts;
 
 /* The NVMe -> pinned -> device read pass (after the sweep, on the first variant's handle and file). */
 typedef struct dev_pass {
-  int ran;                /* 1: attempted (ok says whether it worked); 0: skipped, note says why */
+  int ran; /* 1: attempted (ok says whether it worked); 0: skipped, note says why */
   int ok;
-  uint64_t block_size;    /* the best zoffload read setting of the sweep */
+  uint64_t block_size; /* the best zoffload read setting of the sweep */
   unsigned queue_depth;
-  size_t chunk_bytes;     /* bytes per swap read and per H2D copy */
-  unsigned slots;         /* pinned chunks in flight */
-  uint64_t bytes;         /* moved */
-  double seconds, gbps;   /* first submit to last copy complete; bytes / seconds (1e9 B/s) */
-  double disk_read_gbps;  /* best read of the sweep, any engine */
+  size_t chunk_bytes;    /* bytes per swap read and per H2D copy */
+  unsigned slots;        /* pinned chunks in flight */
+  uint64_t bytes;        /* moved */
+  double seconds, gbps;  /* first submit to last copy complete; bytes / seconds (1e9 B/s) */
+  double disk_read_gbps; /* best read of the sweep, any engine */
   const char *disk_engine;
-  double h2d_gbps;        /* H2D limit at chunk_bytes, this run (g_link) */
-  double limit_gbps;      /* min(disk_read_gbps, h2d_gbps) */
-  double ratio;           /* gbps / limit_gbps */
+  double h2d_gbps;   /* H2D limit at chunk_bytes, this run (g_link) */
+  double limit_gbps; /* min(disk_read_gbps, h2d_gbps) */
+  double ratio;      /* gbps / limit_gbps */
   char note[256];
 } dev_pass;
 
@@ -114,20 +115,20 @@ typedef struct zo_bench {
 
 typedef struct target {
   const char *name;
-  double ratio;   /* < 0: not measurable */
+  double ratio; /* < 0: not measurable */
   double need;
   char detail[200];
 } target;
 
 /* ---- the run's state (main.c) --------------------------------------------------------------------- */
 
-extern result *g_res;                /* every measurement of the sweep, in order */
+extern result *g_res; /* every measurement of the sweep, in order */
 extern size_t g_nres, g_capres;
 extern volatile sig_atomic_t g_stop; /* the first SIGINT / SIGTERM, 0 while none came */
 extern zo_device_t *g_dev;           /* the device of the read pass */
 extern linkbench g_link;             /* its link limit, measured at the pass's chunk size */
 extern dev_pass g_pass;
-extern int g_tty;                    /* stderr is a terminal: draw the progress bar (sweep.c) */
+extern int g_tty; /* stderr is a terminal: draw the progress bar (sweep.c) */
 
 /* ---- options.c ---------------------------------------------------------------------------------- */
 
@@ -141,18 +142,21 @@ int sb_parse_options(int argc, char **argv, opts *o);
 int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int rank);
 void zo_bench_close(zo_bench *zb);
 /* One zoffload measurement of the first @bytes; 0, or -1 with the error printed. */
-int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec, uint64_t *moved);
+int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec,
+                uint64_t *moved);
 /* One pread/pwrite measurement with @qd threads; 0, or -1 with the error in @note. */
-int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec, uint64_t bs,
-                   unsigned qd, double *sec, uint64_t *moved, char *note, size_t note_n);
+int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec,
+                   uint64_t bs, unsigned qd, double *sec, uint64_t *moved, char *note,
+                   size_t note_n);
 
 /* ---- fio.c ------------------------------------------------------------------------------------------ */
 
 /* 1 when the shell finds @name on PATH. */
 int have_program(const char *name);
 /* One fio run; 0 with its GB/s, seconds and bytes, or -1 with the error in @note. */
-int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec, uint64_t bs,
-                 unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved, char *note, size_t note_n);
+int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
+                 uint64_t bs, unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved,
+                 char *note, size_t note_n);
 
 /* ---- sweep.c ---------------------------------------------------------------------------------------- */
 

@@ -49,7 +49,7 @@ static void progress_done(void) {
 
 /* One measurement slot: the repetitions of one engine at one setting. */
 typedef struct slot {
-  size_t res;         /* index into g_res */
+  size_t res; /* index into g_res */
   double gb[64];
   int n;
   int failed;
@@ -111,21 +111,21 @@ static void zo_slot_describe(slot *sl, zo_bench *zb, variant v) {
 
 /* One measurement for the engine of @r (a zoffload variant on @zb, pread or fio on @path) at its block size,
  * queue depth and op: 0 with the seconds, GB/s and bytes moved, or -1 with r->note set. */
-static int measure(const opts *o, result *r, zo_bench *zb, const char *path, int direct, double *sec, double *g,
-                   uint64_t *moved) {
+static int measure(const opts *o, result *r, zo_bench *zb, const char *path, int direct,
+                   double *sec, double *g, uint64_t *moved) {
   int rc, is_write = r->op == OP_WRITE;
   if (r->engine == ENG_ZO) {
     rc = zo_transfer(zb, is_write, o->bytes, o->max_sec, sec, moved);
     if (rc) snprintf(r->note, sizeof r->note, "%s", zo_last_error());
     *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
   } else if (r->engine == ENG_PREAD) {
-    rc = pread_transfer(path, direct, is_write, o->bytes, o->max_sec, r->block_size, r->queue_depth, sec, moved,
-                        r->note, sizeof r->note);
+    rc = pread_transfer(path, direct, is_write, o->bytes, o->max_sec, r->block_size, r->queue_depth,
+                        sec, moved, r->note, sizeof r->note);
     *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
   } else {
     variant v = {r->regbuf, r->sqpoll};
-    rc = fio_transfer(path, is_write, o->size, o->bytes, o->max_sec, r->block_size, r->queue_depth, v, g, sec, moved,
-                      r->note, sizeof r->note);
+    rc = fio_transfer(path, is_write, o->size, o->bytes, o->max_sec, r->block_size, r->queue_depth,
+                      v, g, sec, moved, r->note, sizeof r->note);
   }
   return rc;
 }
@@ -144,7 +144,8 @@ int run_sweep(const opts *o, int use_fio) {
   variant vars[4];
   int nv = 0;
   for (int rb = SB_HAVE_REGBUF ? 0 : -1; rb <= (SB_HAVE_REGBUF ? 1 : -1); rb++)
-    for (int sq = SB_HAVE_SQPOLL ? 0 : -1; sq <= (SB_HAVE_SQPOLL ? 1 : -1); sq++) vars[nv++] = (variant){rb, sq};
+    for (int sq = SB_HAVE_SQPOLL ? 0 : -1; sq <= (SB_HAVE_SQPOLL ? 1 : -1); sq++)
+      vars[nv++] = (variant){rb, sq};
   int nops = o->do_op[OP_READ] + o->do_op[OP_WRITE];
   int n_fio = use_fio ? (o->fio_variants ? nv : 1) : 0;
   int n_eng = nv + 1 + n_fio;
@@ -158,7 +159,8 @@ int run_sweep(const opts *o, int use_fio) {
   zo_bench zb[4];
   memset(zb, 0, sizeof zb);
   for (int vi = 0; vi < nv && !g_stop; vi++) {
-    snprintf(what, sizeof what, "fill file regbuf=%s sqpoll=%s", tri(vars[vi].regbuf), tri(vars[vi].sqpoll));
+    snprintf(what, sizeof what, "fill file regbuf=%s sqpoll=%s", tri(vars[vi].regbuf),
+             tri(vars[vi].sqpoll));
     progress(what);
     if (zo_bench_open(&zb[vi], o, qd_max, vars[vi], SB_RANK - vi) != 0) {
       for (int k = 0; k < nv; k++) zo_bench_close(&zb[k]);
@@ -191,14 +193,15 @@ int run_sweep(const opts *o, int use_fio) {
           else if (k == nv)
             sl[k].res = slot_new(op, ENG_PREAD, bs, bs, qd, (variant){-1, -1});
           else
-            sl[k].res = slot_new(op, ENG_FIO, bs, bs, qd, o->fio_variants ? vars[k - nv - 1] : (variant){0, 0});
+            sl[k].res = slot_new(op, ENG_FIO, bs, bs, qd,
+                                 o->fio_variants ? vars[k - nv - 1] : (variant){0, 0});
         }
         for (int rep = 0; rep < o->reps && !g_stop; rep++) {
           for (int kk = 0; kk < n_eng && !g_stop; kk++) {
             int k = (kk + rep) % n_eng;
             result *r = &g_res[sl[k].res];
-            snprintf(what, sizeof what, "%s %s bs=%s qd=%u rep %d", eng_name[r->engine], op_name[op], bss, qd,
-                     rep + 1);
+            snprintf(what, sizeof what, "%s %s bs=%s qd=%u rep %d", eng_name[r->engine],
+                     op_name[op], bss, qd, rep + 1);
             progress(what);
             g_step++;
             if (sl[k].failed) continue;
@@ -206,8 +209,8 @@ int run_sweep(const opts *o, int use_fio) {
             uint64_t moved = 0;
             int rc = measure(o, r, k < nv ? &zb[k] : NULL, path, direct, &sec, &g, &moved);
             if (rc != 0) {
-              fprintf(stderr, "\nzo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", eng_name[r->engine], op_name[op],
-                      bs, qd, r->note);
+              fprintf(stderr, "\nzo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n",
+                      eng_name[r->engine], op_name[op], bs, qd, r->note);
               sl[k].failed = 1;
               continue;
             }

@@ -28,7 +28,8 @@ typedef struct train_position {
  * @err (@errlen bytes).
  */
 int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *pos, uint64_t seed,
-                    const gpt_config *model, int keep_last, char *saved, size_t saved_len, char *err, size_t errlen);
+                    const gpt_config *model, int keep_last, char *saved, size_t saved_len,
+                    char *err, size_t errlen);
 
 /*
  * train_ckpt_load() - zo_engine_load() of @path (a checkpoint directory, or
@@ -36,7 +37,7 @@ int train_ckpt_save(zo_engine_t *eng, const char *root, const train_position *po
  * model saved must equal @model (else an error naming the field). Returns
  * 0, or -1 with a message in @err.
  */
-int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model, train_position *pos, char *err,
-                    size_t errlen);
+int train_ckpt_load(zo_engine_t *eng, const char *path, const gpt_config *model,
+                    train_position *pos, char *err, size_t errlen);
 
 #endif /* ZO_TRAIN_CKPT_H */

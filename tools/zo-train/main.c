@@ -53,11 +53,14 @@ static void on_signal(int sig) {
 
 /* Never an empty "zo-train: error: " line: a failure that left no message says so (a bug to report). */
 static const char *or_unknown(const char *msg) {
-  return msg && msg[0] ? msg : "failed without a message (a zo-train bug: please report the command and config)";
+  return msg && msg[0]
+             ? msg
+             : "failed without a message (a zo-train bug: please report the command and config)";
 }
 
 /* Mean loss over the fixed validation windows. */
-static double eval_val(train_model *m, const data_loader *d, int B, int T, int n_windows, uint8_t *in, uint8_t *tg) {
+static double eval_val(train_model *m, const data_loader *d, int B, int T, int n_windows,
+                       uint8_t *in, uint8_t *tg) {
   double sum = 0;
   int n = 0;
   for (int w = 0; w < n_windows; w += B) {
@@ -75,7 +78,8 @@ typedef struct step_log {
   double loss, val, lr, tok_s, tflops, mfu, loss_scale, grad_norm;
   int skipped;
   double step_s, fwd_s, bwd_s, opt_s, adam_s, swap_s, fetch_s; /* sums over the steps so far */
-  double last_step_s, pred_step_s; /* the logged step alone, and its prediction (zoffload/placement.h); < 0: none */
+  double last_step_s,
+      pred_step_s; /* the logged step alone, and its prediction (zoffload/placement.h); < 0: none */
 } step_log;
 
 static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
@@ -89,11 +93,13 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "model_tflops", json_real(l->tflops));
   json_object_set_new(o, "mfu", l->mfu > 0 ? json_real(l->mfu) : json_null());
   json_object_set_new(o, "loss_scale", json_real(l->loss_scale));
-  json_object_set_new(o, "grad_norm", isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
+  json_object_set_new(o, "grad_norm",
+                      isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
   json_object_set_new(o, "skipped", json_boolean(l->skipped));
   json_object_set_new(o, "step_ms", json_real(l->step_s * per));
   json_object_set_new(o, "last_step_ms", json_real(l->last_step_s * 1e3));
-  json_object_set_new(o, "predicted_step_ms", l->pred_step_s > 0 ? json_real(l->pred_step_s * 1e3) : json_null());
+  json_object_set_new(o, "predicted_step_ms",
+                      l->pred_step_s > 0 ? json_real(l->pred_step_s * 1e3) : json_null());
   json_object_set_new(o, "forward_ms", json_real(l->fwd_s * per));
   json_object_set_new(o, "backward_ms", json_real(l->bwd_s * per));
   json_object_set_new(o, "optimizer_ms", json_real(l->opt_s * per));
@@ -117,9 +123,11 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   /* the device arena (zoffload/arena.h) */
   json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem->arena.capacity));
   json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem->arena.live_bytes));
-  json_object_set_new(o, "arena_peak_live_bytes", json_integer((json_int_t)mem->arena.peak_live_bytes));
+  json_object_set_new(o, "arena_peak_live_bytes",
+                      json_integer((json_int_t)mem->arena.peak_live_bytes));
   json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem->arena.free_bytes));
-  json_object_set_new(o, "arena_largest_free_bytes", json_integer((json_int_t)mem->arena.largest_free));
+  json_object_set_new(o, "arena_largest_free_bytes",
+                      json_integer((json_int_t)mem->arena.largest_free));
   json_object_set_new(o, "arena_fragmentation", json_real(mem->arena.fragmentation));
   json_object_set_new(o, "arena_compactions", json_integer((json_int_t)mem->arena.compactions));
   json_object_set_new(o, "arena_bytes_moved", json_integer((json_int_t)mem->arena.bytes_moved));
@@ -141,18 +149,24 @@ static void assume_machine(const train_opts *o, zo_budget *b) {
   char a[32];
   for (int i = 0; i < b->n_lines; i++) {
     zo_budget_line *l = &b->line[i];
-    int64_t v = l->tier == ZO_TIER_HOST ? o->assume_host : l->tier == ZO_TIER_NVME ? o->assume_nvme : -1;
+    int64_t v = l->tier == ZO_TIER_HOST   ? o->assume_host
+                : l->tier == ZO_TIER_NVME ? o->assume_nvme
+                                          : -1;
     if (v < 0) continue;
     l->available = (size_t)v;
-    snprintf(l->source, sizeof l->source, "%s", l->tier == ZO_TIER_HOST ? "--assume-host-memory" : "--assume-nvme-free");
+    snprintf(l->source, sizeof l->source, "%s",
+             l->tier == ZO_TIER_HOST ? "--assume-host-memory" : "--assume-nvme-free");
     const int fits = l->need != SIZE_MAX && l->need <= l->available;
     char n[32];
     if (!fits && l->tier == ZO_TIER_NVME) /* the library's advice names this machine's free bytes */
-      snprintf(l->advice, sizeof l->advice, "point the nvme_path at a file system with at least %s free "
-               "(--assume-nvme-free gives %s), or set zero_optimization.offload_optimizer.device to \"cpu\"",
-               zo_format_bytes(n, sizeof n, (double)l->need), zo_format_bytes(a, sizeof a, (double)v));
+      snprintf(
+          l->advice, sizeof l->advice,
+          "point the nvme_path at a file system with at least %s free "
+          "(--assume-nvme-free gives %s), or set zero_optimization.offload_optimizer.device to \"cpu\"",
+          zo_format_bytes(n, sizeof n, (double)l->need), zo_format_bytes(a, sizeof a, (double)v));
     else if (!fits && (l->fits || !l->advice[0]))
-      snprintf(l->advice, sizeof l->advice, "offload more (zero_optimization.offload_optimizer / offload_param), or "
+      snprintf(l->advice, sizeof l->advice,
+               "offload more (zero_optimization.offload_optimizer / offload_param), or "
                "plan for more memory");
     if (fits) l->advice[0] = 0;
     l->fits = fits;
@@ -175,13 +189,16 @@ static void assume_machine(const train_opts *o, zo_budget *b) {
  * of a cuda config on a machine without one), whose bytes are then not host
  * memory, and the plan is the GPU run's (zo_engine_plan() for ZO_DEVICE_CUDA). @o: --assume-host-memory / --assume-nvme-free (assume_machine()).
  */
-static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin, int print,
-                  const train_opts *o, train_predict *tp, double compute_s, const char *compute_src, int is_auto,
-                  int rank0) {
+static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, int standin,
+                  int print, const train_opts *o, train_predict *tp, double compute_s,
+                  const char *compute_src, int is_auto, int rank0) {
   size_t app[4];
-  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed, ts->cpu_gemm_bf16,
-                        zo_engine_grad_dtype(eng), train_model_hand_dtype(eng), app)) {
-    fprintf(stderr, "zo-train: error: the CUDA model's sizes are unknown to a build without CUDA compute\n");
+  if (train_model_bytes(&ts->model, B, ts->activation_checkpointing, cuda, ts->model_streamed,
+                        ts->cpu_gemm_bf16, zo_engine_grad_dtype(eng), train_model_hand_dtype(eng),
+                        app)) {
+    fprintf(
+        stderr,
+        "zo-train: error: the CUDA model's sizes are unknown to a build without CUDA compute\n");
     return -1;
   }
   zo_budget b;
@@ -194,8 +211,8 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
    * not the host device's: the same plan, and so the same bytes, as the run's finalize */
   const zo_device_kind plan_kind = standin ? ZO_DEVICE_CUDA : ZO_DEVICE_AUTO;
   /* the placement (zoffload.placement "auto" chooses the split here; "config" keeps it) and its predicted step */
-  if (train_predict_start(tp, eng, compute_s, compute_src, plan_kind, app, o->assume_host, o->assume_nvme, standin,
-                          is_auto, rank0))
+  if (train_predict_start(tp, eng, compute_s, compute_src, plan_kind, app, o->assume_host,
+                          o->assume_nvme, standin, is_auto, rank0))
     return -1;
   if (zo_engine_budget_for(eng, plan_kind, app, &b) != ZO_OK) {
     fprintf(stderr, "zo-train: error: %s\n", zo_last_error());
@@ -206,22 +223,27 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
     b.line[ZO_TIER_HOST].fits = b.line[ZO_TIER_HOST].need <= b.line[ZO_TIER_HOST].available;
     char *src = strstr(b.line[ZO_TIER_HOST].source, "; includes the host device");
     if (src) *src = 0;
-    snprintf(b.line[ZO_TIER_DEVICE].where, sizeof b.line[ZO_TIER_DEVICE].where, "cuda (no GPU here: planned)");
+    snprintf(b.line[ZO_TIER_DEVICE].where, sizeof b.line[ZO_TIER_DEVICE].where,
+             "cuda (no GPU here: planned)");
     snprintf(b.line[ZO_TIER_DEVICE].source, sizeof b.line[ZO_TIER_DEVICE].source, "%s",
-             b.line[ZO_TIER_DEVICE].available == SIZE_MAX ? "not checked: pass --device-memory-limit BYTES"
-                                                          : "--device-memory-limit / zoffload.device_memory_limit");
+             b.line[ZO_TIER_DEVICE].available == SIZE_MAX
+                 ? "not checked: pass --device-memory-limit BYTES"
+                 : "--device-memory-limit / zoffload.device_memory_limit");
     b.fits = 1;
     for (int i = 0; i < b.n_lines; i++) b.fits &= b.line[i].fits;
   }
   if (o->assume_host >= 0 || o->assume_nvme >= 0) assume_machine(o, &b);
   if (print) {
-    printf("zo-train: start-up budget (bytes; caller = the model: %s):\n",
-           cuda ? (ts->model_streamed ? "activations, workspaces and bf16 gradient scratches on the device (group "
-                                        "0's and two of the largest layer group's)"
-                                      : "activations, workspaces and the bf16 gradient buffer on the device")
-                : ts->model_streamed ? "activations and one layer group's fp32 weights and gradients in host memory, "
-                                         "a gradient ring of twice the largest tensor on the device"
-                : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
+    printf(
+        "zo-train: start-up budget (bytes; caller = the model: %s):\n",
+        cuda ? (ts->model_streamed
+                    ? "activations, workspaces and bf16 gradient scratches on the device (group "
+                      "0's and two of the largest layer group's)"
+                    : "activations, workspaces and the bf16 gradient buffer on the device")
+        : ts->model_streamed
+            ? "activations and one layer group's fp32 weights and gradients in host memory, "
+              "a gradient ring of twice the largest tensor on the device"
+            : "fp32 weights, gradients and activations in host memory, the gradient hand-over buffer on the device");
     zo_budget_print(&b, stdout);
     zo_plan *plan; /* the buffers behind the engine's bytes */
     if (zo_engine_plan(eng, plan_kind, &plan) == ZO_OK) {
@@ -245,9 +267,16 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
 static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, double comm_bytes) {
   const int world = zo_comm_size(comm);
   enum { K = 10 };
-  double mine[K] = {(double)mem->device_bytes, (double)mem->host_bytes, (double)mem->pinned_bytes,
-                    (double)mem->nvme_bytes, comm_s, comm_bytes, (double)mem->param_bytes, (double)mem->grad_bytes,
-                    (double)mem->state_bytes, (double)mem->comm_bytes};
+  double mine[K] = {(double)mem->device_bytes,
+                    (double)mem->host_bytes,
+                    (double)mem->pinned_bytes,
+                    (double)mem->nvme_bytes,
+                    comm_s,
+                    comm_bytes,
+                    (double)mem->param_bytes,
+                    (double)mem->grad_bytes,
+                    (double)mem->state_bytes,
+                    (double)mem->comm_bytes};
   double *all = calloc((size_t)world * K, sizeof *all);
   if (!all) return -1;
   if (zo_comm_all_gather(comm, mine, all, sizeof mine) != ZO_OK) {
@@ -256,23 +285,26 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
   }
   for (int r = 0; r < world; r++) {
     const double *v = all + (size_t)r * K;
-    static const int order[] = {0, 1, 2, 3, 6, 7, 8, 9, 5}; /* the byte counts, in the order printed */
+    static const int order[] = {0, 1, 2, 3, 6,
+                                7, 8, 9, 5}; /* the byte counts, in the order printed */
     char b[9][32];
     for (int k = 0; k < 9; k++) zo_format_bytes(b[k], sizeof b[k], v[order[k]]);
-    printf("zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
-           "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n", r, world, b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], b[7], v[4] * 1e3, b[8]);
+    printf(
+        "zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
+        "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n",
+        r, world, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], v[4] * 1e3, b[8]);
   }
   free(all);
   return 0;
 }
 
 /* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing the error. */
-static int save_step(zo_engine_t *eng, const char *root, const train_position *pos, const train_settings *ts,
-                     int keep_last) {
+static int save_step(zo_engine_t *eng, const char *root, const train_position *pos,
+                     const train_settings *ts, int keep_last) {
   const double t0 = zo_clock_s();
   char saved[4096], err[1024];
-  if (train_ckpt_save(eng, root, pos, ts->seed, &ts->model, keep_last, saved, sizeof saved, err, sizeof err)) {
+  if (train_ckpt_save(eng, root, pos, ts->seed, &ts->model, keep_last, saved, sizeof saved, err,
+                      sizeof err)) {
     fprintf(stderr, "zo-train: error: --save: %s\n", err);
     return -1;
   }
@@ -286,44 +318,48 @@ static int save_step(zo_engine_t *eng, const char *root, const train_position *p
 typedef struct train_job {
   train_settings ts;
   zo_config_t cfg;
-  zo_comm_t *comm, *nccl;  /* the ranks; the engine's collectives over NCCL where it has them */
+  zo_comm_t *comm, *nccl; /* the ranks; the engine's collectives over NCCL where it has them */
   int rank, world;
-  int B, gas, T;           /* micro-batch, gradient accumulation, seq_len: B x world x T tokens fit an int */
+  int B, gas, T; /* micro-batch, gradient accumulation, seq_len: B x world x T tokens fit an int */
   zo_device_kind dev_kind; /* resolved: cuda or host */
   int cuda, standin;       /* compute on a GPU; a host device standing in for one (dry run) */
   int np;                  /* parameter tensors */
   size_t total;            /* parameters */
   double flops_tok, peak_tflops;
   data_loader *data;
-  int n_val;               /* validation windows */
+  int n_val; /* validation windows */
   zo_device_t *dev;
   zo_engine_t *eng;
   zo_checkpoint_lock_t *save_lock; /* --save DIR held for the run (rank 0) */
   train_model *model;
-  FILE *jf;                /* --log-json, rank 0 */
-  train_predict pred;      /* the placement's predicted step, and each step's against its measured time */
-  gpt_param_spec *specs;   /* [np] */
-  zo_param_t **params;     /* [np] */
-  uint8_t *in, *tg;        /* (B x world, T): the global micro-batch */
-  train_position pos;      /* where training starts: step 0, or the resumed checkpoint's */
+  FILE *jf; /* --log-json, rank 0 */
+  train_predict
+      pred; /* the placement's predicted step, and each step's against its measured time */
+  gpt_param_spec *specs; /* [np] */
+  zo_param_t **params;   /* [np] */
+  uint8_t *in, *tg;      /* (B x world, T): the global micro-batch */
+  train_position pos;    /* where training starts: step 0, or the resumed checkpoint's */
 } train_job;
 
 /* The training loop's position and its running sums (seconds unless named otherwise). */
 typedef struct train_progress {
   uint64_t rng;
-  int64_t step;          /* the step in progress; after the loop, one past the last completed */
-  int64_t skipped;       /* overflow-skipped steps, the resumed ones included */
-  int64_t saved_step;    /* the step of the last checkpoint this run wrote, -1: none */
-  int stop_all;          /* every rank saw a stop by the end of the last step (see train()) */
+  int64_t step;       /* the step in progress; after the loop, one past the last completed */
+  int64_t skipped;    /* overflow-skipped steps, the resumed ones included */
+  int64_t saved_step; /* the step of the last checkpoint this run wrote, -1: none */
+  int stop_all;       /* every rank saw a stop by the end of the last step (see train()) */
   double t_fetch, t_opt, t_swap, t_adam, t_steps, t_comm, comm_bytes;
   double t_start, t_window;
   int64_t tokens_window; /* the job's tokens since the last printed step */
   double first_val, last_val, last_loss;
-  double fwd0, bwd0, eval_fwd; /* model seconds at the start; forward seconds spent on validation since */
-  double last_step_s, last_compute_s; /* the last step alone: its time, its compute (forward + backward less fetch
+  double fwd0, bwd0,
+      eval_fwd; /* model seconds at the start; forward seconds spent on validation since */
+  double last_step_s,
+      last_compute_s; /* the last step alone: its time, its compute (forward + backward less fetch
                                          waits), which the next step's prediction takes */
-  int64_t steps_run;     /* steps this run has taken */
-  double last_busy_s[2], last_busy_bytes[2]; /* the last step's swap I/O per direction (zo_engine_nvme_busy) */
+  int64_t steps_run;  /* steps this run has taken */
+  double last_busy_s[2],
+      last_busy_bytes[2]; /* the last step's swap I/O per direction (zo_engine_nvme_busy) */
 } train_progress;
 
 static int engine_error(void) {
@@ -342,12 +378,13 @@ static int batch_shape(train_job *j) {
   j->T = j->ts.model.seq_len;
   const int64_t b_max = INT_MAX / ((int64_t)j->T * j->world);
   if (j->cfg.train_micro_batch_size_per_gpu > b_max)
-    return train_die_i64("train_micro_batch_size_per_gpu", j->cfg.train_micro_batch_size_per_gpu, 1, b_max,
-                         "micro-batch x model.seq_len x ranks tokens must fit in an int");
+    return train_die_i64("train_micro_batch_size_per_gpu", j->cfg.train_micro_batch_size_per_gpu, 1,
+                         b_max, "micro-batch x model.seq_len x ranks tokens must fit in an int");
   if (j->cfg.gradient_accumulation_steps > INT_MAX)
-    return train_die_i64("gradient_accumulation_steps", j->cfg.gradient_accumulation_steps, 1, INT_MAX,
-                         "a loop count");
-  j->B = (int)j->cfg.train_micro_batch_size_per_gpu, j->gas = (int)j->cfg.gradient_accumulation_steps; /* in range */
+    return train_die_i64("gradient_accumulation_steps", j->cfg.gradient_accumulation_steps, 1,
+                         INT_MAX, "a loop count");
+  j->B = (int)j->cfg.train_micro_batch_size_per_gpu,
+  j->gas = (int)j->cfg.gradient_accumulation_steps; /* in range */
   return 0;
 }
 
@@ -359,18 +396,23 @@ static int resolve_compute(const train_opts *o, train_job *j) {
   if (j->dev_kind == ZO_DEVICE_AUTO) {
     j->dev_kind = n_gpus > 0 && train_model_cuda_built() ? ZO_DEVICE_CUDA : ZO_DEVICE_HOST;
     if (n_gpus > 0 && !train_model_cuda_built())
-      printf("zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but this zo-train was built without CUDA "
-             "compute (no nvcc at configure time): using the host device\n", n_gpus, n_gpus == 1 ? "" : "s");
+      printf(
+          "zo-train: zoffload.device \"auto\": %d CUDA device%s visible, but this zo-train was built without CUDA "
+          "compute (no nvcc at configure time): using the host device\n",
+          n_gpus, n_gpus == 1 ? "" : "s");
   }
   j->cuda = j->dev_kind == ZO_DEVICE_CUDA;
   if (j->cuda && !train_model_cuda_built())
-    return train_die("zoffload.device is \"cuda\", but this zo-train was built without CUDA compute (no nvcc at "
-                     "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"%s%s", "", "");
+    return train_die(
+        "zoffload.device is \"cuda\", but this zo-train was built without CUDA compute (no nvcc at "
+        "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"%s%s",
+        "", "");
   j->standin = j->cuda && n_gpus == 0 && o->dry_run; /* plan a GPU run on a machine without one */
   if (j->cuda && n_gpus == 0 && !o->dry_run)
-    return train_die("zoffload.device is \"cuda\", but no CUDA device is visible (%s); set zoffload.device to \"auto\" "
-                     "or \"host\", or plan with --dry-run%s", getenv("CUDA_VISIBLE_DEVICES")
-                     ? "CUDA_VISIBLE_DEVICES is set" : "no GPU or driver", "");
+    return train_die(
+        "zoffload.device is \"cuda\", but no CUDA device is visible (%s); set zoffload.device to \"auto\" "
+        "or \"host\", or plan with --dry-run%s",
+        getenv("CUDA_VISIBLE_DEVICES") ? "CUDA_VISIBLE_DEVICES is set" : "no GPU or driver", "");
   return 0;
 }
 
@@ -382,7 +424,8 @@ static int plan(const train_opts *o, train_job *j) {
   j->rank = zo_comm_rank(j->comm), j->world = zo_comm_size(j->comm);
   if (j->rank != 0 && !freopen("/dev/null", "w", stdout))
     return train_die("rank %s: cannot silence stdout%s", "> 0", "");
-  if (train_opts_config(o, j->world, &j->ts, &j->cfg) || batch_shape(j) || resolve_compute(o, j)) return 1;
+  if (train_opts_config(o, j->world, &j->ts, &j->cfg) || batch_shape(j) || resolve_compute(o, j))
+    return 1;
   j->np = gpt_num_params(&j->ts.model);
   j->total = gpt_total_elems(&j->ts.model);
   j->flops_tok = gpt_flops_per_token(&j->ts.model, j->T);
@@ -393,9 +436,11 @@ static int plan(const train_opts *o, train_job *j) {
 static const char *not_regular(const char *path) {
   struct stat sb;
   if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
-  return S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a directory"
-         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISFIFO(sb.st_mode) ? "a FIFO"
-         : "not a regular file";
+  return S_ISLNK(sb.st_mode)                          ? "a symbolic link"
+         : S_ISDIR(sb.st_mode)                        ? "a directory"
+         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+         : S_ISFIFO(sb.st_mode)                       ? "a FIFO"
+                                                      : "not a regular file";
 }
 
 /* The run's outputs claimed before anything is allocated, so a run that could not write them is refused at once and
@@ -415,41 +460,53 @@ static int claim_outputs(const train_opts *o, train_job *j) {
   if (j->rank == 0 && !failed && o->save_root) {
     snprintf(latest, sizeof latest, "%s/latest", o->save_root);
     if ((kind = not_regular(latest))) {
-      fprintf(stderr, "zo-train: error: --save: '%s' is %s, not a regular file: not replacing it\n", latest, kind);
+      fprintf(stderr, "zo-train: error: --save: '%s' is %s, not a regular file: not replacing it\n",
+              latest, kind);
       failed = 1;
     }
   }
   if (j->rank == 0 && !failed && o->export_path && (kind = not_regular(o->export_path))) {
-    fprintf(stderr, "zo-train: error: --export-safetensors: '%s' is %s, not a regular file: not replacing it\n",
-            o->export_path, kind);
+    fprintf(
+        stderr,
+        "zo-train: error: --export-safetensors: '%s' is %s, not a regular file: not replacing it\n",
+        o->export_path, kind);
     failed = 1;
   }
-  if (j->rank == 0 && !failed && o->export_path) { /* its directory must exist and take a new file, checked now */
+  if (j->rank == 0 && !failed &&
+      o->export_path) { /* its directory must exist and take a new file, checked now */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", o->export_path);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    if (!slash)
+      snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+      dir[1] = 0;
+    else
+      *slash = 0;
     struct stat sb;
-    const char *why = stat(dir, &sb) != 0            ? "does not exist"
-                      : !S_ISDIR(sb.st_mode)         ? "is not a directory"
+    const char *why = stat(dir, &sb) != 0             ? "does not exist"
+                      : !S_ISDIR(sb.st_mode)          ? "is not a directory"
                       : access(dir, W_OK | X_OK) != 0 ? "is not writable"
-                                                     : NULL;
+                                                      : NULL;
     if (why) {
-      fprintf(stderr, "zo-train: error: --export-safetensors: the directory '%s' %s: the weights could not be "
-              "written at the end of the run\n", dir, why);
+      fprintf(
+          stderr,
+          "zo-train: error: --export-safetensors: the directory '%s' %s: the weights could not be "
+          "written at the end of the run\n",
+          dir, why);
       failed = 1;
     }
   }
-  if (j->world > 1 && zo_comm_broadcast(j->comm, &failed, sizeof failed, 0) != ZO_OK) return engine_error();
+  if (j->world > 1 && zo_comm_broadcast(j->comm, &failed, sizeof failed, 0) != ZO_OK)
+    return engine_error();
   return failed != 0;
 }
 
 /* The corpus and its validation windows (not for a dry run); 0, or 1 after printing the error. */
 static int open_data(train_job *j) {
   char err[1024];
-  if (data_open(j->ts.data_path, j->ts.val_fraction, j->ts.data_seed, j->T, &j->data, err, sizeof err))
+  if (data_open(j->ts.data_path, j->ts.val_fraction, j->ts.data_seed, j->T, &j->data, err,
+                sizeof err))
     return train_die("%s%s", err, "");
   j->n_val = data_val_windows(j->data, j->T, j->ts.val_windows);
   return 0;
@@ -473,35 +530,46 @@ static int create_engine(train_job *j) {
    * zoffload.device_memory_limit. A dry run of a cuda config without a GPU plans on a host device of that capacity. */
   const int on_gpu = j->dev_kind == ZO_DEVICE_CUDA && !j->standin;
   int ordinal = 0;
-  if (on_gpu && zo_device_local_ordinal(zo_device_cuda_count(), &ordinal) != ZO_OK) return engine_error();
+  if (on_gpu && zo_device_local_ordinal(zo_device_cuda_count(), &ordinal) != ZO_OK)
+    return engine_error();
   if (zo_device_create(j->standin ? ZO_DEVICE_HOST : j->dev_kind, ordinal,
                        (size_t)j->cfg.zoffload.device_memory_limit, &j->dev) != ZO_OK)
     return engine_error();
-  if (j->cfg.zoffload.host_link_gbps > 0 && zo_device_set_link_gbps(j->dev, j->cfg.zoffload.host_link_gbps) != ZO_OK)
+  if (j->cfg.zoffload.host_link_gbps > 0 &&
+      zo_device_set_link_gbps(j->dev, j->cfg.zoffload.host_link_gbps) != ZO_OK)
     return engine_error();
   /* Several ranks: the engine's collectives as zoffload.comm asks. "auto": NCCL (bootstrapped over MPI) on GPUs when
    * this zoffload has it, else MPI; "nccl": NCCL; "mpi": MPI through host memory. A failed NCCL start is an error
    * (no silent fallback to MPI). zo-train's own collectives (the loss) stay on MPI. */
   const zo_comm_choice want = j->cfg.zoffload.comm;
   if (j->world > 1 && want == ZO_COMM_NCCL && !j->cuda)
-    return train_die("zoffload.comm is \"nccl\", but the device is not CUDA (zoffload.device %s); set zoffload.comm "
-                     "to \"auto\" or \"mpi\"%s", zo_device_kind_name(j->dev_kind), "");
-  if (j->world > 1 && j->cuda && !j->standin && want != ZO_COMM_MPI && (want == ZO_COMM_NCCL || ZO_HAVE_NCCL)) {
+    return train_die(
+        "zoffload.comm is \"nccl\", but the device is not CUDA (zoffload.device %s); set zoffload.comm "
+        "to \"auto\" or \"mpi\"%s",
+        zo_device_kind_name(j->dev_kind), "");
+  if (j->world > 1 && j->cuda && !j->standin && want != ZO_COMM_MPI &&
+      (want == ZO_COMM_NCCL || ZO_HAVE_NCCL)) {
     if (zo_comm_create_nccl(j->dev, j->comm, &j->nccl) != ZO_OK)
-      return train_die("collectives: NCCL did not start: %s; set zoffload.comm to \"mpi\" to run the collectives "
-                       "over MPI through host memory%s", zo_last_error(), "");
-    if (zo_comm_set_timeout(j->nccl, j->cfg.zoffload.comm_timeout_s) != ZO_OK) return engine_error();
+      return train_die(
+          "collectives: NCCL did not start: %s; set zoffload.comm to \"mpi\" to run the collectives "
+          "over MPI through host memory%s",
+          zo_last_error(), "");
+    if (zo_comm_set_timeout(j->nccl, j->cfg.zoffload.comm_timeout_s) != ZO_OK)
+      return engine_error();
     printf("zo-train: collectives: nccl over %d GPUs\n", j->world);
   } else if (j->world > 1) {
     printf("zo-train: collectives: mpi over %d ranks\n", j->world);
   }
   /* A dry run of a cuda config without a GPU plans on a host device: what zo_engine_create refuses on the GPU (device
    * Adam's limits) is refused here with its message, so the dry run refuses exactly what the run would. */
-  if (j->standin && zo_engine_check_device(&j->cfg, ZO_DEVICE_CUDA, j->world) != ZO_OK) return engine_error();
-  if (zo_engine_create(&j->cfg, j->dev, j->nccl ? j->nccl : j->comm, &j->eng) != ZO_OK) return engine_error();
+  if (j->standin && zo_engine_check_device(&j->cfg, ZO_DEVICE_CUDA, j->world) != ZO_OK)
+    return engine_error();
+  if (zo_engine_create(&j->cfg, j->dev, j->nccl ? j->nccl : j->comm, &j->eng) != ZO_OK)
+    return engine_error();
   for (int i = 0; i < j->np; i++) {
     const gpt_param_spec *s = &j->specs[i];
-    if (zo_engine_register_param(j->eng, s->name, s->n_elems, &j->params[i]) != ZO_OK) return engine_error();
+    if (zo_engine_register_param(j->eng, s->name, s->n_elems, &j->params[i]) != ZO_OK)
+      return engine_error();
     const int64_t dims[2] = {s->shape[0], s->shape[1]};
     if (zo_engine_set_param_shape(j->params[i], s->ndim, dims) != ZO_OK) return engine_error();
   }
@@ -512,24 +580,29 @@ static int create_engine(train_job *j) {
 static void print_plan(const train_opts *o, const train_job *j) {
   const char *tier_name[] = {"none", "cpu", "nvme"};
   const zo_config_t *cfg = &j->cfg;
-  printf("zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
-         "%.3g model FLOPs per token (6N + 12LCT)\n", o->config_path, j->ts.model.n_layer, j->ts.model.n_head,
-         j->ts.model.d_model, j->T, j->ts.model.vocab, j->total, j->np, j->flops_tok);
-  printf("zo-train: batch %lld = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
-         "working weights: %s | activation checkpointing: %s | compute: %s\n", (long long)cfg->train_batch_size, j->B,
-         j->gas, j->world, j->world == 1 ? "" : "s",
-         tier_name[cfg->zero.offload_optimizer.device],
-         cfg->zero.offload_param.device == ZO_OFFLOAD_NONE ? "device" : tier_name[cfg->zero.offload_param.device],
-         zo_dtype_name(cfg->zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
-         zo_dtype_name(zo_engine_working_dtype(j->eng)), j->ts.activation_checkpointing ? "on" : "off",
-         j->cuda ? "cuda" : "cpu");
+  printf(
+      "zo-train: %s | model %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters in %d tensors, "
+      "%.3g model FLOPs per token (6N + 12LCT)\n",
+      o->config_path, j->ts.model.n_layer, j->ts.model.n_head, j->ts.model.d_model, j->T,
+      j->ts.model.vocab, j->total, j->np, j->flops_tok);
+  printf(
+      "zo-train: batch %lld = %d micro x %d accum x %d rank%s | optimizer state: %s | parameters: %s | state dtype: %s | "
+      "working weights: %s | activation checkpointing: %s | compute: %s\n",
+      (long long)cfg->train_batch_size, j->B, j->gas, j->world, j->world == 1 ? "" : "s",
+      tier_name[cfg->zero.offload_optimizer.device],
+      cfg->zero.offload_param.device == ZO_OFFLOAD_NONE ? "device"
+                                                        : tier_name[cfg->zero.offload_param.device],
+      zo_dtype_name(cfg->zoffload.optimizer_state_dtype ? ZO_DTYPE_BF16 : ZO_DTYPE_F32),
+      zo_dtype_name(zo_engine_working_dtype(j->eng)), j->ts.activation_checkpointing ? "on" : "off",
+      j->cuda ? "cuda" : "cpu");
 }
 
 /* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the error. */
 static int create_model(train_job *j) {
   char err[1024];
   if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->ts.model_streamed,
-                         j->ts.cpu_gemm_bf16, j->eng, j->dev, j->params, &j->model, err, sizeof err)) {
+                         j->ts.cpu_gemm_bf16, j->eng, j->dev, j->params, &j->model, err,
+                         sizeof err)) {
     fprintf(stderr, "zo-train: error: %s\n", err);
     return 1;
   }
@@ -539,8 +612,10 @@ static int create_model(train_job *j) {
   for (int i = 0; i < j->np; i++) max_n = j->specs[i].n_elems > max_n ? j->specs[i].n_elems : max_n;
   float *init = malloc(max_n * sizeof(float));
   if (!init) {
-    fprintf(stderr, "zo-train: error: out of host memory for the initial weights of one tensor (%zu bytes)\n",
-            max_n * sizeof(float));
+    fprintf(
+        stderr,
+        "zo-train: error: out of host memory for the initial weights of one tensor (%zu bytes)\n",
+        max_n * sizeof(float));
     return 1;
   }
   /* Both halves fork over the cores (gpt_param_init: OpenMP over element pairs; load_param: the Adam pool), with
@@ -558,8 +633,10 @@ static int create_model(train_job *j) {
   }
   free(init);
   const double t2 = zo_clock_s();
-  printf("zo-train: start-up: tiers allocated in %.2f s | initial weights of %zu parameters in %.2f s (init %.2f s, "
-         "into the engine %.2f s)\n", t1 - t0, j->total, t2 - t1, t_init, t2 - t1 - t_init);
+  printf(
+      "zo-train: start-up: tiers allocated in %.2f s | initial weights of %zu parameters in %.2f s (init %.2f s, "
+      "into the engine %.2f s)\n",
+      t1 - t0, j->total, t2 - t1, t_init, t2 - t1 - t_init);
   return 0;
 }
 
@@ -578,20 +655,27 @@ static int resume_from(const train_opts *o, train_job *j) {
     fprintf(stderr, "zo-train: error: --resume: %s\n", err);
     return 1;
   }
-  if (j->pos.step > j->ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
-    fprintf(stderr, "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n", from,
-            (long long)j->pos.step, (long long)j->ts.steps);
+  if (j->pos.step >
+      j->ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
+    fprintf(
+        stderr,
+        "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n",
+        from, (long long)j->pos.step, (long long)j->ts.steps);
     return 1;
   }
   /* The run continues the checkpoint's: its weights and batch RNG state, and from here its seed (sampling, the seed
    * recorded in later checkpoints). A seed asked for here is not used: say so, naming where it came from. */
   if (j->pos.seed != j->ts.seed && j->rank == 0) {
     char asked[64];
-    if (o->seed_override >= 0) snprintf(asked, sizeof asked, "--seed %lld", (long long)o->seed_override);
-    else snprintf(asked, sizeof asked, "train.seed %llu", (unsigned long long)j->ts.seed);
-    fprintf(stderr, "zo-train: warning: --resume: %s is not used: the run continues the checkpoint's (seed %llu): its "
-            "weights, batch order (RNG state) and sampling; start without --resume for a new seed\n", asked,
-            (unsigned long long)j->pos.seed);
+    if (o->seed_override >= 0)
+      snprintf(asked, sizeof asked, "--seed %lld", (long long)o->seed_override);
+    else
+      snprintf(asked, sizeof asked, "train.seed %llu", (unsigned long long)j->ts.seed);
+    fprintf(
+        stderr,
+        "zo-train: warning: --resume: %s is not used: the run continues the checkpoint's (seed %llu): its "
+        "weights, batch order (RNG state) and sampling; start without --resume for a new seed\n",
+        asked, (unsigned long long)j->pos.seed);
   }
   j->ts.seed = j->pos.seed;
   printf("zo-train: resumed from %s at step %lld\n", from, (long long)j->pos.step);
@@ -601,16 +685,20 @@ static int resume_from(const train_opts *o, train_job *j) {
 /* --log-json opened (rank 0), then the corpus and the device printed; 0, or 1 after printing the error. */
 static int open_log(const train_opts *o, train_job *j) {
   if (o->log_json && j->rank == 0 && !(j->jf = fopen(o->log_json, "w"))) {
-    fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", o->log_json, strerror(errno));
+    fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", o->log_json,
+            strerror(errno));
     return 1;
   }
   j->peak_tflops = zo_device_peak_tflops(j->dev);
-  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | Adam SIMD: %s\n", j->ts.data_path,
-         data_total_bytes(j->data), data_num_files(j->data), j->n_val, zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
+  printf("zo-train: corpus %s: %zu bytes in %d files; val %d windows | Adam SIMD: %s\n",
+         j->ts.data_path, data_total_bytes(j->data), data_num_files(j->data), j->n_val,
+         zo_simd_name(zo_simd_resolve(ZO_SIMD_AUTO)));
   char peak_s[64] = "unknown: no MFU";
-  if (j->peak_tflops > 0) snprintf(peak_s, sizeof peak_s, "%.0f TFLOP/s (MFU against it)", j->peak_tflops);
-  printf("zo-train: device %s (zoffload.device \"%s\") | model %s | dense bf16 peak %s\n", zo_device_name(j->dev),
-         zo_device_kind_name(j->cfg.zoffload.device_kind), train_model_describe(j->model), peak_s);
+  if (j->peak_tflops > 0)
+    snprintf(peak_s, sizeof peak_s, "%.0f TFLOP/s (MFU against it)", j->peak_tflops);
+  printf("zo-train: device %s (zoffload.device \"%s\") | model %s | dense bf16 peak %s\n",
+         zo_device_name(j->dev), zo_device_kind_name(j->cfg.zoffload.device_kind),
+         train_model_describe(j->model), peak_s);
   fflush(stdout);
   return 0;
 }
@@ -625,16 +713,19 @@ static double validate(train_job *j) {
 
 /* One optimizer step: gas micro-batches forward and backward, zo_engine_step, the loss over the ranks; the sums in
  * @p. Returns 0, or 1 after printing the error. */
-static int train_step(train_job *j, train_progress *p, double *loss_out, double *loss_scale, zo_step_info *info) {
+static int train_step(train_job *j, train_progress *p, double *loss_out, double *loss_scale,
+                      zo_step_info *info) {
   const int B = j->B, T = j->T, gas = j->gas, world = j->world;
   /* the model's step, before it runs, from the last step's compute and disk throughput */
-  train_predict_before_step(&j->pred, j->eng, p->last_compute_s, p->last_busy_s, p->last_busy_bytes);
+  train_predict_before_step(&j->pred, j->eng, p->last_compute_s, p->last_busy_s,
+                            p->last_busy_bytes);
   double busy0[2];
   uint64_t bytes0[2];
   zo_engine_nvme_busy(j->eng, busy0, bytes0);
   zo_engine_mem m0;
   zo_engine_mem_info(j->eng, &m0);
-  const double f0 = train_model_forward_seconds(j->model), b0 = train_model_backward_seconds(j->model);
+  const double f0 = train_model_forward_seconds(j->model),
+               b0 = train_model_backward_seconds(j->model);
   const double t_step0 = zo_clock_s();
   *loss_scale = zo_engine_loss_scale(j->eng);
   if (train_model_zero_grad(j->model)) return model_error(j->model);
@@ -644,15 +735,18 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
       fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
       return 1;
     }
-    float l = train_model_forward(j->model, j->in + (size_t)j->rank * B * T, j->tg + (size_t)j->rank * B * T, B, T);
+    float l = train_model_forward(j->model, j->in + (size_t)j->rank * B * T,
+                                  j->tg + (size_t)j->rank * B * T, B, T);
     if (isnan(l)) return model_error(j->model);
     loss += l / gas;
-    if (train_model_backward(j->model, (float)(*loss_scale / gas), micro == gas - 1)) return model_error(j->model);
+    if (train_model_backward(j->model, (float)(*loss_scale / gas), micro == gas - 1))
+      return model_error(j->model);
   }
   p->tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
   double t2 = zo_clock_s();
   if (zo_engine_step(j->eng, info) != ZO_OK) return engine_error();
-  if (world > 1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
+  if (world >
+      1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
     double red[2] = {loss, g_stop ? 1.0 : 0.0};
     if (zo_comm_all_reduce_f64(j->comm, red, 2) != ZO_OK) return engine_error();
     loss = red[0] / world;
@@ -669,15 +763,16 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
   p->t_steps += t_end - t_step0;
   p->skipped += info->skipped;
   p->last_step_s = t_end - t_step0;
-  p->last_compute_s = train_model_forward_seconds(j->model) - f0 + train_model_backward_seconds(j->model) - b0 -
-                      info->fetch_wait_s;
+  p->last_compute_s = train_model_forward_seconds(j->model) - f0 +
+                      train_model_backward_seconds(j->model) - b0 - info->fetch_wait_s;
   zo_engine_mem m1;
   zo_engine_mem_info(j->eng, &m1);
   double busy1[2];
   uint64_t bytes1[2];
   zo_engine_nvme_busy(j->eng, busy1, bytes1);
   for (int w = 0; w < 2; w++)
-    p->last_busy_s[w] = busy1[w] - busy0[w], p->last_busy_bytes[w] = (double)(bytes1[w] - bytes0[w]);
+    p->last_busy_s[w] = busy1[w] - busy0[w],
+    p->last_busy_bytes[w] = (double)(bytes1[w] - bytes0[w]);
   if (p->steps_run++ > 0) /* the first warms up: the summary compares the others */
     train_predict_after_step(&j->pred, p->last_step_s, t2 - t_step0, t_end - t2, info->adam_s,
                              (double)(m1.nvme_read_bytes - m0.nvme_read_bytes),
@@ -687,7 +782,8 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
 
 /* A printed step: validation, the step line (cumulative ms per step) and its --log-json object; 0, or 1 after
  * printing the error. */
-static int log_step(train_job *j, train_progress *p, double loss, double loss_scale, const zo_step_info *info) {
+static int log_step(train_job *j, train_progress *p, double loss, double loss_scale,
+                    const zo_step_info *info) {
   double tw = zo_clock_s() - p->t_window;
   const double f0 = train_model_forward_seconds(j->model);
   double val = validate(j);
@@ -709,19 +805,35 @@ static int log_step(train_job *j, train_progress *p, double loss, double loss_sc
   double per = 1e3 / (double)p->step; /* cumulative ms per step */
   char mfu_s[32] = "";
   if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
-  printf("step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
-         "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
-         "arena %s of %s live, frag %.2f, %llu compactions%s\n",
-         (long long)p->step, (long long)j->ts.steps, loss, val, info->lr, tok_s, tflops, mfu_s, p->t_steps * per,
-         t_fwd * per, t_bwd * per, p->t_opt * per, p->t_adam * per, p->t_swap * per, p->t_fetch * per, db,
-         mem.device_peak_bytes / 1048576.0, hb, nb, al, ac, mem.arena.fragmentation,
-         (unsigned long long)mem.arena.compactions, info->skipped ? " | overflow: skipped" : "");
+  printf(
+      "step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
+      "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
+      "arena %s of %s live, frag %.2f, %llu compactions%s\n",
+      (long long)p->step, (long long)j->ts.steps, loss, val, info->lr, tok_s, tflops, mfu_s,
+      p->t_steps * per, t_fwd * per, t_bwd * per, p->t_opt * per, p->t_adam * per, p->t_swap * per,
+      p->t_fetch * per, db, mem.device_peak_bytes / 1048576.0, hb, nb, al, ac,
+      mem.arena.fragmentation, (unsigned long long)mem.arena.compactions,
+      info->skipped ? " | overflow: skipped" : "");
   fflush(stdout);
   if (j->jf) {
-    step_log l = {.step = p->step, .loss = loss, .val = val, .lr = info->lr, .tok_s = tok_s, .tflops = tflops,
-                  .mfu = mfu, .loss_scale = loss_scale, .grad_norm = info->grad_norm, .skipped = info->skipped,
-                  .step_s = p->t_steps, .fwd_s = t_fwd, .bwd_s = t_bwd, .opt_s = p->t_opt, .adam_s = p->t_adam,
-                  .swap_s = p->t_swap, .fetch_s = p->t_fetch, .last_step_s = p->last_step_s,
+    step_log l = {.step = p->step,
+                  .loss = loss,
+                  .val = val,
+                  .lr = info->lr,
+                  .tok_s = tok_s,
+                  .tflops = tflops,
+                  .mfu = mfu,
+                  .loss_scale = loss_scale,
+                  .grad_norm = info->grad_norm,
+                  .skipped = info->skipped,
+                  .step_s = p->t_steps,
+                  .fwd_s = t_fwd,
+                  .bwd_s = t_bwd,
+                  .opt_s = p->t_opt,
+                  .adam_s = p->t_adam,
+                  .swap_s = p->t_swap,
+                  .fetch_s = p->t_fetch,
+                  .last_step_s = p->last_step_s,
                   .pred_step_s = j->pred.ok ? j->pred.step.step_s : -1};
     write_json(j->jf, &l, &mem);
   }
@@ -736,24 +848,30 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
   p->rng = j->pos.rng;
   p->skipped = j->pos.skipped;
   p->first_val = p->last_val = p->last_loss = NAN;
-  const int64_t print_every = j->cfg.steps_per_print > 0 ? j->cfg.steps_per_print : 10; /* int64 end to end */
+  const int64_t print_every =
+      j->cfg.steps_per_print > 0 ? j->cfg.steps_per_print : 10; /* int64 end to end */
   p->first_val = validate(j);
   if (isnan(p->first_val)) return model_error(j->model);
-  printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step, (long long)j->ts.steps,
-         p->first_val, j->pos.step ? "resumed weights" : "initial weights", j->ts.model.vocab,
-         log((double)j->ts.model.vocab));
-  fflush(stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
+  printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step,
+         (long long)j->ts.steps, p->first_val, j->pos.step ? "resumed weights" : "initial weights",
+         j->ts.model.vocab, log((double)j->ts.model.vocab));
+  fflush(
+      stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
   p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
   p->eval_fwd = 0;
   p->t_start = p->t_window = zo_clock_s();
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
-  for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop); p->step++) {
+  for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop);
+       p->step++) {
     double loss, loss_scale;
     zo_step_info info;
     if (train_step(j, p, &loss, &loss_scale, &info)) return 1;
-    if ((p->step % print_every == 0 || p->step == j->ts.steps) && log_step(j, p, loss, loss_scale, &info)) return 1;
-    if (o->save_root && ((o->save_every > 0 && p->step % o->save_every == 0) || p->step == j->ts.steps)) {
+    if ((p->step % print_every == 0 || p->step == j->ts.steps) &&
+        log_step(j, p, loss, loss_scale, &info))
+      return 1;
+    if (o->save_root &&
+        ((o->save_every > 0 && p->step % o->save_every == 0) || p->step == j->ts.steps)) {
       const double ts0 = zo_clock_s();
       const train_position now = {.step = p->step, .rng = p->rng, .skipped = p->skipped};
       if (save_step(j->eng, o->save_root, &now, &j->ts, (int)o->keep_last)) return 1;
@@ -767,10 +885,11 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
 /* After the loop: the delayed update drained, a signalled run's last step saved, --export-safetensors written.
  * 0, or 1 after printing the error. */
 static int finish(const train_opts *o, train_job *j, const train_progress *p) {
-  if (zo_engine_synchronize(j->eng) != ZO_OK) return engine_error(); /* a delayed update still in flight */
+  if (zo_engine_synchronize(j->eng) != ZO_OK)
+    return engine_error(); /* a delayed update still in flight */
   if (g_stop || p->stop_all) {
-    printf("zo-train: interrupted (%s) after step %lld; cleaning up\n", g_stop ? strsignal(g_stop) : "another rank",
-           (long long)p->step - 1);
+    printf("zo-train: interrupted (%s) after step %lld; cleaning up\n",
+           g_stop ? strsignal(g_stop) : "another rank", (long long)p->step - 1);
     /* Preempted: keep the last completed step, as a scheduler expects (the step in progress at the signal was
      * finished, not abandoned, so the engine's state is that step's). Nothing new since the start: nothing to save. */
     if (o->save_root && p->step - 1 > j->pos.step && p->saved_step != p->step - 1) {
@@ -792,39 +911,49 @@ static int finish(const train_opts *o, train_job *j, const train_progress *p) {
 static int report(const train_job *j, const train_progress *p) {
   const int64_t step = p->step;
   double wall = zo_clock_s() - p->t_start;
-  if (step - 1 <= j->pos.step) { /* no step ran: no train loss, and the val loss is the one of the start */
+  if (step - 1 <=
+      j->pos.step) { /* no step ran: no train loss, and the val loss is the one of the start */
     char why[96] = "";
     if (j->pos.step >= j->ts.steps)
-      snprintf(why, sizeof why, " (resumed at step %lld, which is --steps)", (long long)j->pos.step);
-    printf("zo-train: done: no steps trained%s | val loss %.4f (%s weights) | skipped steps %lld\n", why,
-           p->first_val, j->pos.step ? "the checkpoint's" : "the initial", (long long)p->skipped);
+      snprintf(why, sizeof why, " (resumed at step %lld, which is --steps)",
+               (long long)j->pos.step);
+    printf("zo-train: done: no steps trained%s | val loss %.4f (%s weights) | skipped steps %lld\n",
+           why, p->first_val, j->pos.step ? "the checkpoint's" : "the initial",
+           (long long)p->skipped);
     return 0;
   }
-  printf("zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
-         (long long)(step - 1 - j->pos.step), wall, j->pos.step ? " (after the resumed ones)" : "", p->last_loss,
-         p->first_val, p->last_val, (long long)p->skipped);
+  printf(
+      "zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
+      (long long)(step - 1 - j->pos.step), wall, j->pos.step ? " (after the resumed ones)" : "",
+      p->last_loss, p->first_val, p->last_val, (long long)p->skipped);
   /* where a step's time went, and how much of the offload work was hidden */
   const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
   const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;
   const double n = (double)(step - 1 - j->pos.step), compute = (t_fwd + t_bwd - p->t_fetch) / n;
   const double bound = fmax(compute, fmax(p->t_adam / n, p->t_swap / n));
-  printf("zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
-         "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
-         p->t_steps / n * 1e3, compute * 1e3, p->t_fetch / n * 1e3, p->t_opt / n * 1e3, p->t_adam / n * 1e3,
-         p->t_swap / n * 1e3, p->t_steps / n / bound);
+  printf(
+      "zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
+      "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
+      p->t_steps / n * 1e3, compute * 1e3, p->t_fetch / n * 1e3, p->t_opt / n * 1e3,
+      p->t_adam / n * 1e3, p->t_swap / n * 1e3, p->t_steps / n / bound);
   zo_engine_mem mem;
   zo_engine_mem_info(j->eng, &mem);
-  const double tok_s = n * j->B * j->T * j->gas * j->world / p->t_steps, tflops = tok_s * j->flops_tok / 1e12;
+  const double tok_s = n * j->B * j->T * j->gas * j->world / p->t_steps,
+               tflops = tok_s * j->flops_tok / 1e12;
   char mfu_s[48] = "";
-  if (j->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / j->peak_tflops);
+  if (j->peak_tflops > 0)
+    snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / j->peak_tflops);
   /* The device's peak counts the arena whole (reserved at finalize, 90% of the free memory on a GPU by default);
    * what the engine used of it is its peak live bytes. */
-  printf("zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB (the engine's arena: "
-         "%.1f MiB reserved, peak live %.1f MiB)\n",
-         tok_s, tflops, mfu_s, mem.device_peak_bytes / 1048576.0, mem.arena.capacity / 1048576.0,
-         mem.arena.peak_live_bytes / 1048576.0);
-  if (j->rank == 0) train_predict_report(&j->pred); /* which resource bounds the run, measured against predicted */
-  if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0) return engine_error();
+  printf(
+      "zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB (the engine's arena: "
+      "%.1f MiB reserved, peak live %.1f MiB)\n",
+      tok_s, tflops, mfu_s, mem.device_peak_bytes / 1048576.0, mem.arena.capacity / 1048576.0,
+      mem.arena.peak_live_bytes / 1048576.0);
+  if (j->rank == 0)
+    train_predict_report(&j->pred); /* which resource bounds the run, measured against predicted */
+  if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0)
+    return engine_error();
   return 0;
 }
 
@@ -835,7 +964,9 @@ static int sample(const train_opts *o, train_job *j, const train_progress *p) {
   zo_engine_set_trace(j->eng, 0);
   uint8_t *s = malloc(ts->sample_bytes + 1);
   static const uint8_t prompt[] = "The ";
-  int src = s ? train_model_sample(j->model, prompt, 4, ts->sample_bytes, (float)ts->temperature, ts->seed, s) : -1;
+  int src = s ? train_model_sample(j->model, prompt, 4, ts->sample_bytes, (float)ts->temperature,
+                                   ts->seed, s)
+              : -1;
   if (src == 0) {
     s[ts->sample_bytes] = 0;
     for (int i = 0; i < ts->sample_bytes; i++)
@@ -870,36 +1001,42 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
   /* train.cpu_gemm: "auto" probes oneDNN here, and "bf16" that this CPU cannot run is refused here, a dry run too */
   char gmsg[1024];
   if (gpt_gemm_bf16_resolve(j->ts.cpu_gemm, &j->ts.model, j->B, j->cuda, j->ts.model_streamed,
-                            zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg, sizeof gmsg)) {
+                            zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg,
+                            sizeof gmsg)) {
     fprintf(stderr, "zo-train: error: %s\n", gmsg);
     return 1;
   }
   if (gmsg[0]) printf("zo-train: %s\n", gmsg);
   /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
   /* the compute of a step for the model: the FLOPs (a recompute of forward with activation checkpointing) over a rate */
-  const double flops_step = j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);
+  const double flops_step =
+      j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);
   char csrc[320], psrc[ZO_SPEEDS_SRC_CAP] = "";
   const int threads = o->threads > 0 ? (int)o->threads : omp_get_max_threads(); /* gpt.c's team */
   /* the CPU model's compute measured here (probe.h; cached per machine and model), else the cost model */
-  const double mb_s = !j->cuda && o->compute_tflops <= 0
-                          ? train_compute_probe(&j->ts.model, j->B, j->ts.activation_checkpointing,
-                                                j->ts.cpu_gemm_bf16, j->ts.model_streamed,
-                                                zo_engine_working_dtype(j->eng), train_model_hand_dtype(j->eng),
-                                                threads, o->fixed_threads,
-                                                train_cpu_cost_rate(threads, j->ts.cpu_gemm_bf16), psrc, sizeof psrc)
-                          : 0;
+  const double mb_s =
+      !j->cuda && o->compute_tflops <= 0
+          ? train_compute_probe(&j->ts.model, j->B, j->ts.activation_checkpointing,
+                                j->ts.cpu_gemm_bf16, j->ts.model_streamed,
+                                zo_engine_working_dtype(j->eng), train_model_hand_dtype(j->eng),
+                                threads, o->fixed_threads,
+                                train_cpu_cost_rate(threads, j->ts.cpu_gemm_bf16), psrc,
+                                sizeof psrc)
+          : 0;
   double compute_s;
   if (mb_s > 0) {
     compute_s = mb_s * j->gas;
-    snprintf(csrc, sizeof csrc, "%d micro-batch%s x %.1f ms, gpt.c %s", j->gas, j->gas == 1 ? "" : "es", mb_s * 1e3,
-             psrc);
+    snprintf(csrc, sizeof csrc, "%d micro-batch%s x %.1f ms, gpt.c %s", j->gas,
+             j->gas == 1 ? "" : "es", mb_s * 1e3, psrc);
   } else {
-    compute_s = train_compute_estimate(flops_step, o->compute_tflops, j->cuda, threads, j->ts.cpu_gemm_bf16,
-                                       zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
-    if (psrc[0] && j->rank == 0) printf("zo-train: compute probe %s; the cost model stands in\n", psrc);
+    compute_s =
+        train_compute_estimate(flops_step, o->compute_tflops, j->cuda, threads, j->ts.cpu_gemm_bf16,
+                               zo_device_peak_tflops(j->dev), csrc, sizeof csrc);
+    if (psrc[0] && j->rank == 0)
+      printf("zo-train: compute probe %s; the cost model stands in\n", psrc);
   }
-  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s, csrc,
-                   j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO, j->rank == 0);
+  int brc = budget(j->eng, &j->ts, j->B, j->cuda, j->standin, o->dry_run, o, &j->pred, compute_s,
+                   csrc, j->cfg.zoffload.placement == ZO_PLACEMENT_AUTO, j->rank == 0);
   if (o->dry_run) {
     if (!brc) printf("zo-train: dry run: the configuration fits\n");
     return brc ? 1 : 0;
@@ -913,15 +1050,15 @@ int main(int argc, char **argv) {
   train_opts o;
   int rc = train_opts_parse(argc, argv, &o); /* the command line; --help */
   if (rc >= 0) return rc;
-  static train_job j; /* zeroed; static for its size (zo_config_t) */
-  rc = plan(&o, &j);                       /* config, ranks, batch, compute kind: nothing allocated */
-  train_opts_free(&o);                     /* the config's bytes: parsed into j */
+  static train_job j;  /* zeroed; static for its size (zo_config_t) */
+  rc = plan(&o, &j);   /* config, ranks, batch, compute kind: nothing allocated */
+  train_opts_free(&o); /* the config's bytes: parsed into j */
   if (rc) return 1;
-  if (claim_outputs(&o, &j)) {               /* --save DIR ours until the end of the run; the outputs writable */
+  if (claim_outputs(&o, &j)) { /* --save DIR ours until the end of the run; the outputs writable */
     zo_checkpoint_unlock(j.save_lock);
     return 1;
   }
-  if (!o.dry_run && open_data(&j)) {         /* the corpus (not for a dry run) */
+  if (!o.dry_run && open_data(&j)) { /* the corpus (not for a dry run) */
     zo_checkpoint_unlock(j.save_lock);
     return 1;
   }

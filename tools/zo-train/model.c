@@ -29,11 +29,11 @@ struct train_model {
 #endif
   zo_engine_t *eng;
   zo_device_t *dev;
-  zo_stream_t *stream;      /* cuda: the model's stream, wrapped; the engine's compute stream */
-  zo_param_t **params;      /* borrowed */
+  zo_stream_t *stream; /* cuda: the model's stream, wrapped; the engine's compute stream */
+  zo_param_t **params; /* borrowed */
   gpt_param_spec *specs;
   int n_params;
-  void *dev_grads;          /* resident: every gradient in grad_dtype, tensor i at goff[i] elements (device);
+  void *dev_grads; /* resident: every gradient in grad_dtype, tensor i at goff[i] elements (device);
                                cuda streamed: the three gradient scratches below, in one allocation */
   size_t *goff, grad_bytes;
   /* streamed (cuda): no full-model gradient buffer; bf16 scratches on the device, each tensor 256-byte aligned at
@@ -53,10 +53,12 @@ struct train_model {
   float *wscr[2], *gscr[2];
   size_t *soff;
   char *ring;
-  zo_grad_handover_t *ho;   /* streamed: the gradients' hand-over (cpu: its space the ring; cuda: unbounded) */
-  zo_dtype hand_dtype;      /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
-  int hand_over;            /* 1 in the last micro-batch of a step */
-  int failed;               /* an engine call in the hook failed: message in zo_last_error() */
+  zo_grad_handover_t
+      *ho; /* streamed: the gradients' hand-over (cpu: its space the ring; cuda: unbounded) */
+  zo_dtype
+      hand_dtype; /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
+  int hand_over; /* 1 in the last micro-batch of a step */
+  int failed;    /* an engine call in the hook failed: message in zo_last_error() */
   double t_fwd, t_bwd;
   char desc[384];
   char err[1024];
@@ -74,17 +76,21 @@ int train_model_cuda_built(void) { return ZO_TRAIN_CUDA; }
 
 /* The streamed model's gradient ring: twice the largest of the @n_params tensors in the hand-over dtype, 64-byte
  * units; SIZE_MAX past size_t. */
-static size_t train_model_ring_bytes(const gpt_param_spec *specs, int n_params, zo_dtype hand_dtype) {
+static size_t train_model_ring_bytes(const gpt_param_spec *specs, int n_params,
+                                     zo_dtype hand_dtype) {
   size_t largest = 0, b;
-  for (int i = 0; i < n_params; i++) largest = specs[i].n_elems > largest ? specs[i].n_elems : largest;
-  if (__builtin_mul_overflow(largest, zo_dtype_size(hand_dtype), &b) || b > SIZE_MAX / 2 - 64) return SIZE_MAX;
+  for (int i = 0; i < n_params; i++)
+    largest = specs[i].n_elems > largest ? specs[i].n_elems : largest;
+  if (__builtin_mul_overflow(largest, zo_dtype_size(hand_dtype), &b) || b > SIZE_MAX / 2 - 64)
+    return SIZE_MAX;
   return 2 * ((b + 63) / 64 * 64);
 }
 
 /* The cuda streamed model's three bf16 gradient scratches: group 0 and twice the largest other group (SIZE_MAX past
  * size_t), each group's tensors back to back, each rounded up to 256 bytes (cuBLAS sees the alignment of
  * gpt_cuda_set_weight()'s contract). */
-static size_t cuda_scratch_bytes(const gpt_config *c, const gpt_param_spec *specs, size_t *g0, size_t *gmax) {
+static size_t cuda_scratch_bytes(const gpt_config *c, const gpt_param_spec *specs, size_t *g0,
+                                 size_t *gmax) {
   size_t mx = 0, b;
   for (int g = 1; g < gpt_num_groups(c); g++) {
     const size_t n = gpt_group_layout(c, specs, g, 2, 256, NULL);
@@ -100,8 +106,8 @@ zo_dtype train_model_hand_dtype(const zo_engine_t *eng) {
   return zo_engine_grad_accum_dtype(eng) == ZO_DTYPE_F32 ? ZO_DTYPE_F32 : zo_engine_grad_dtype(eng);
 }
 
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, int gemm_bf16,
-                      zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]) {
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed,
+                      int gemm_bf16, zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]) {
   memset(app, 0, 4 * sizeof app[0]);
   const int np = gpt_num_params(c);
   gpt_param_spec *specs = calloc(np, sizeof *specs);
@@ -159,7 +165,8 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
       if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
 #if ZO_TRAIN_CUDA
       if (m->cuda) {
-        gpt_cuda_set_weight(m->gpu, i, w); /* the engine's device copy, read when the kernels are queued */
+        gpt_cuda_set_weight(m->gpu, i,
+                            w); /* the engine's device copy, read when the kernels are queued */
         continue;
       }
 #endif
@@ -170,7 +177,8 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
       void *g = (char *)m->dev_grads + m->goff[i] * zo_dtype_size(m->grad_dtype);
       /* cpu: in the model's working precision, as a bf16 or fp16 model produces it (fp16 overflow becomes inf);
        * cuda: the model accumulated it there in bf16 already. */
-      if (!m->cuda && zo_cast(g, m->grad_dtype, gpt_grad(m->cpu, i), ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
+      if (!m->cuda && zo_cast(g, m->grad_dtype, gpt_grad(m->cpu, i), ZO_DTYPE_F32, n, 0) != ZO_OK)
+        return -1;
       if (zo_engine_grad_ready(m->eng, m->params[i], g, m->grad_dtype) != ZO_OK) return -1;
     }
     if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
@@ -207,14 +215,16 @@ static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
       const void *w;
       zo_dtype dt;
       if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
-      gpt_cuda_set_weight(m->gpu, i, w); /* the engine's device copy, read when the kernels are queued */
+      gpt_cuda_set_weight(m->gpu, i,
+                          w); /* the engine's device copy, read when the kernels are queued */
       if (bwd) gpt_cuda_set_grad(m->gpu, i, scr + m->goff[i] * 2);
     }
     return 0;
   }
   if (bwd && group >= 2 && zo_grad_handover_fence(m->ho) != ZO_OK) return -1;
   for (int i = first; i < first + count; i++) {
-    if (bwd && zo_grad_handover_put(m->ho, m->params[i], scr + m->goff[i] * 2, ZO_DTYPE_BF16, m->hand_over) != ZO_OK)
+    if (bwd && zo_grad_handover_put(m->ho, m->params[i], scr + m->goff[i] * 2, ZO_DTYPE_BF16,
+                                    m->hand_over) != ZO_OK)
       return -1;
     if (zo_engine_release(m->eng, m->params[i]) != ZO_OK) return -1;
   }
@@ -253,9 +263,13 @@ static int stream_begin(train_model *m, int phase, int group) {
 static int stream_hand_over(train_model *m, int i, const float *g) {
   const size_t n = m->specs[i].n_elems;
   size_t off;
-  if (zo_grad_handover_reserve(m->ho, n * zo_dtype_size(m->hand_dtype), &off, NULL) != ZO_OK) return -1;
+  if (zo_grad_handover_reserve(m->ho, n * zo_dtype_size(m->hand_dtype), &off, NULL) != ZO_OK)
+    return -1;
   if (zo_cast(m->ring + off, m->hand_dtype, g, ZO_DTYPE_F32, n, 0) != ZO_OK) return -1;
-  return zo_grad_handover_put(m->ho, m->params[i], m->ring + off, m->hand_dtype, m->hand_over) == ZO_OK ? 0 : -1;
+  return zo_grad_handover_put(m->ho, m->params[i], m->ring + off, m->hand_dtype, m->hand_over) ==
+                 ZO_OK
+             ? 0
+             : -1;
 }
 
 static int stream_end(train_model *m, int phase, int group) {
@@ -294,7 +308,8 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
   if (gpt_create_streamed(&m->cfg, max_batch, recompute, &m->cpu, err, errlen)) return -1;
   m->soff = calloc(m->n_params, sizeof *m->soff);
   if (!m->soff) return snprintf(err, errlen, "out of memory"), -1;
-  for (int g = 0; g < gpt_num_groups(&m->cfg); g++) /* each tensor 64-byte aligned, as gpt_group_elems() counts */
+  for (int g = 0; g < gpt_num_groups(&m->cfg);
+       g++) /* each tensor 64-byte aligned, as gpt_group_elems() counts */
     gpt_group_layout(&m->cfg, m->specs, g, sizeof(float), 64, m->soff);
   const size_t el[2] = {gpt_group_elems(&m->cfg, 0), gpt_max_group_elems(&m->cfg)};
   for (int k = 0; k < 2; k++) {
@@ -302,29 +317,39 @@ static int create_streamed(train_model *m, int max_batch, int recompute, char *e
     m->wscr[k] = aligned_alloc(64, bytes);
     m->gscr[k] = aligned_alloc(64, bytes);
     if (!m->wscr[k] || !m->gscr[k])
-      return snprintf(err, errlen, "out of memory for the model's fp32 scratch (2 x %zu bytes)", bytes), -1;
+      return snprintf(err, errlen, "out of memory for the model's fp32 scratch (2 x %zu bytes)",
+                      bytes),
+             -1;
   }
   const size_t ring = train_model_ring_bytes(m->specs, m->n_params, m->hand_dtype);
   if (zo_device_malloc(m->dev, ring, (void **)&m->ring) != ZO_OK)
-    return snprintf(err, errlen, "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
-                    "does not fit: %s", ring, zo_last_error()), -1;
+    return snprintf(
+               err, errlen,
+               "the model's gradient ring (%zu bytes of device memory: twice the largest tensor) "
+               "does not fit: %s",
+               ring, zo_last_error()),
+           -1;
   if (zo_grad_handover_create(m->eng, ring, ZO_GRAD_HANDOVER_ALIGN, NULL, &m->ho) != ZO_OK)
     return snprintf(err, errlen, "%s", zo_last_error()), -1;
   gpt_set_hook(m->cpu, on_layer, m);
   if (m->gemm_bf16) {
-    if (gpt_set_gemm_bf16(m->cpu)) return snprintf(err, errlen, "train.cpu_gemm: %s", gpt_last_error(m->cpu)), -1;
-    snprintf(m->desc, sizeof m->desc, "cpu (the blocks' products in bf16 with fp32 accumulation, %s; the rest fp32, "
-             "OpenBLAS %s; streamed: one layer group's weights at a time%s)", gpt_gemm_bf16_isa(), gpt_blas_core(),
-             recompute ? ", activation checkpointing" : "");
+    if (gpt_set_gemm_bf16(m->cpu))
+      return snprintf(err, errlen, "train.cpu_gemm: %s", gpt_last_error(m->cpu)), -1;
+    snprintf(m->desc, sizeof m->desc,
+             "cpu (the blocks' products in bf16 with fp32 accumulation, %s; the rest fp32, "
+             "OpenBLAS %s; streamed: one layer group's weights at a time%s)",
+             gpt_gemm_bf16_isa(), gpt_blas_core(), recompute ? ", activation checkpointing" : "");
     return 0;
   }
-  snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s, streamed: one layer group's weights at a time%s)",
+  snprintf(m->desc, sizeof m->desc,
+           "cpu (fp32, OpenBLAS %s, streamed: one layer group's weights at a time%s)",
            gpt_blas_core(), recompute ? ", activation checkpointing" : "");
   return 0;
 }
 
-int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
-                       zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen) {
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed,
+                       int gemm_bf16, zo_engine_t *eng, zo_device_t *dev, zo_param_t **params,
+                       train_model **out, char *err, size_t errlen) {
   train_model *m = calloc(1, sizeof *m);
   if (!m) return snprintf(err, errlen, "out of memory"), -1;
   m->cfg = *c;
@@ -362,8 +387,11 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   if (m->cuda) {
 #if ZO_TRAIN_CUDA
     if (m->grad_dtype != ZO_DTYPE_BF16) {
-      snprintf(err, errlen, "bf16.enabled: zo-train's CUDA model computes in bf16; set \"bf16\": {\"enabled\": true} "
-               "(the working dtype is %s)", zo_dtype_name(m->grad_dtype));
+      snprintf(
+          err, errlen,
+          "bf16.enabled: zo-train's CUDA model computes in bf16; set \"bf16\": {\"enabled\": true} "
+          "(the working dtype is %s)",
+          zo_dtype_name(m->grad_dtype));
       goto fail;
     }
     if (gpt_cuda_create(c, max_batch, recompute, NULL, &m->gpu, err, errlen)) goto fail;
@@ -373,11 +401,13 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
       snprintf(err, errlen, "%s", zo_last_error());
       goto fail;
     }
-    snprintf(m->desc, sizeof m->desc, "cuda (%s, bf16 storage, fp32 accumulation%s)", gpt_cuda_device_name(m->gpu),
-             recompute ? ", activation checkpointing" : "");
+    snprintf(m->desc, sizeof m->desc, "cuda (%s, bf16 storage, fp32 accumulation%s)",
+             gpt_cuda_device_name(m->gpu), recompute ? ", activation checkpointing" : "");
 #else
-    snprintf(err, errlen, "zoffload.device is cuda, but this zo-train was built without CUDA compute (no nvcc at "
-             "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"");
+    snprintf(
+        err, errlen,
+        "zoffload.device is cuda, but this zo-train was built without CUDA compute (no nvcc at "
+        "configure time): rebuild with the CUDA toolkit, or set zoffload.device to \"host\"");
     goto fail;
 #endif
   } else if (m->streamed) {
@@ -386,7 +416,8 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
     return 0;
   } else {
     if (!zo_device_host_addressable(dev)) {
-      snprintf(err, errlen, "device %s is not host-addressable, and the CPU model reads device memory directly",
+      snprintf(err, errlen,
+               "device %s is not host-addressable, and the CPU model reads device memory directly",
                zo_device_name(dev));
       goto fail;
     }
@@ -398,8 +429,11 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
 #if ZO_TRAIN_CUDA
   if (m->cuda_streamed) {
     if (m->grad_bytes == SIZE_MAX || zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
-      snprintf(err, errlen, "the model's gradient scratches (%zu bytes of device memory: group 0's %zu and twice the "
-               "largest layer group's %zu, bf16) do not fit: %s", m->grad_bytes, g0, gmax, zo_last_error());
+      snprintf(
+          err, errlen,
+          "the model's gradient scratches (%zu bytes of device memory: group 0's %zu and twice the "
+          "largest layer group's %zu, bf16) do not fit: %s",
+          m->grad_bytes, g0, gmax, zo_last_error());
       goto fail;
     }
     m->gscr_dev[0] = m->dev_grads;
@@ -411,14 +445,16 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   }
 #endif
   if (zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
-    snprintf(err, errlen, "the model's gradient buffer (%zu bytes of device memory) does not fit: %s", m->grad_bytes,
-             zo_last_error());
+    snprintf(err, errlen,
+             "the model's gradient buffer (%zu bytes of device memory) does not fit: %s",
+             m->grad_bytes, zo_last_error());
     goto fail;
   }
 #if ZO_TRAIN_CUDA
   if (m->cuda) {
     for (int i = 0; i < m->n_params; i++)
-      gpt_cuda_set_grad(m->gpu, i, (char *)m->dev_grads + m->goff[i] * zo_dtype_size(m->grad_dtype));
+      gpt_cuda_set_grad(m->gpu, i,
+                        (char *)m->dev_grads + m->goff[i] * zo_dtype_size(m->grad_dtype));
     gpt_cuda_set_hook(m->gpu, on_layer, m);
   }
 #endif
@@ -455,7 +491,8 @@ void train_model_destroy(train_model *m) {
 /* ------------------------------------------------------------------ steps */
 
 int train_model_zero_grad(train_model *m) {
-  if (m->streamed || m->cuda_streamed) return 0; /* each micro-batch's gradient goes over; the engine sums them */
+  if (m->streamed || m->cuda_streamed)
+    return 0; /* each micro-batch's gradient goes over; the engine sums them */
   if (!m->cuda) {
     gpt_zero_grad(m->cpu);
     return 0;
@@ -487,7 +524,8 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
   double t0 = zo_clock_s();
   float l;
 #if ZO_TRAIN_CUDA
-  if (m->cuda) l = gpt_cuda_forward(m->gpu, in, tg, B, T);
+  if (m->cuda)
+    l = gpt_cuda_forward(m->gpu, in, tg, B, T);
   else
 #endif
     l = gpt_forward(m->cpu, in, tg, B, T);
@@ -495,8 +533,10 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
   if (l != l) {
     pass_error(m);
     if (!m->err[0]) /* the forward ran: the loss itself is NaN */
-      set_err(m, "the loss is NaN: the weights or activations are no longer finite (the training diverged: "
-                 "check optimizer.params lr, weight_decay and eps, gradient_clipping, and the fp16 loss scale)");
+      set_err(
+          m,
+          "the loss is NaN: the weights or activations are no longer finite (the training diverged: "
+          "check optimizer.params lr, weight_decay and eps, gradient_clipping, and the fp16 loss scale)");
   }
   return l;
 }
@@ -521,8 +561,8 @@ int train_model_backward(train_model *m, float loss_mult, int hand_over) {
   return rc;
 }
 
-int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
-                       uint64_t seed, uint8_t *out) {
+int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new,
+                       float temperature, uint64_t seed, uint8_t *out) {
   if (m->streamed) { /* the hook fetches and binds each group, as in training */
     if (gpt_sample(m->cpu, prompt, prompt_len, n_new, temperature, seed, out) == 0) return 0;
     set_err(m, "%s", m->failed ? zo_last_error() : gpt_last_error(m->cpu));
@@ -551,7 +591,8 @@ int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, in
     const void *w;
     zo_dtype dt;
     if (zo_engine_fetch(m->eng, m->params[fetched], &w, &dt) != ZO_OK) {
-      set_err(m, "the final weights do not fit on the device at once for sampling: %s", zo_last_error());
+      set_err(m, "the final weights do not fit on the device at once for sampling: %s",
+              zo_last_error());
       rc = 1;
       goto release;
     }

@@ -45,8 +45,8 @@ int train_model_cuda_built(void);
  * gpt_gemm_bf16_bytes() on the host. Pure arithmetic; SIZE_MAX for a sum past size_t.
  * Returns 0, or -1 when @cuda is asked of a build without CUDA compute.
  */
-int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed, int gemm_bf16,
-                      zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]);
+int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cuda, int streamed,
+                      int gemm_bf16, zo_dtype grad_dtype, zo_dtype hand_dtype, size_t app[4]);
 
 /* train_model_hand_dtype() - the dtype a streamed model hands gradients over in: fp32 when @eng accumulates
  * micro-batches in fp32 (zo_engine_grad_accum_dtype), else the working dtype. */
@@ -78,8 +78,9 @@ zo_dtype train_model_hand_dtype(const zo_engine_t *eng);
  * otherwise naming the key; nothing to do on cuda, whose products are bf16 already): the blocks' four products take bf16 operands (gpt_set_gemm_bf16), their weights bound straight from
  * the engine's bf16 working copies instead of cast into the fp32 scratch. Returns 0 or -1 with a message in @err.
  */
-int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed, int gemm_bf16, zo_engine_t *eng,
-                       zo_device_t *dev, zo_param_t **params, train_model **out, char *err, size_t errlen);
+int train_model_create(const gpt_config *c, int max_batch, int recompute, int streamed,
+                       int gemm_bf16, zo_engine_t *eng, zo_device_t *dev, zo_param_t **params,
+                       train_model **out, char *err, size_t errlen);
 void train_model_destroy(train_model *m);
 
 /* train_model_zero_grad() - zero the gradients before a step's first micro-batch (streamed, cpu or cuda: nothing
@@ -103,8 +104,8 @@ int train_model_backward(train_model *m, float loss_mult, int hand_over);
  * parameters offloaded to a device that cannot hold them all at once,
  * returns 1 (nothing sampled) with the reason in train_model_error().
  */
-int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new, float temperature,
-                       uint64_t seed, uint8_t *out);
+int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, int n_new,
+                       float temperature, uint64_t seed, uint8_t *out);
 
 const char *train_model_error(const train_model *m);
 /* "cpu (OpenBLAS Cooperlake, 2 threads)" or "cuda (NVIDIA H100 80GB HBM3, sm_90)". */

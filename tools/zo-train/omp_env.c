@@ -29,13 +29,16 @@
 
 __attribute__((constructor)) static void zo_train_omp_env(int argc, char **argv) {
   (void)argc;
-  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return; /* the user's choice, or the second start */
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+    return; /* the user's choice, or the second start */
   if (setenv("GOMP_SPINCOUNT", ZO_TRAIN_SPINCOUNT, 1) != 0) return;
   if (!argv || !argv[0]) return;
   execv("/proc/self/exe", argv);
   /* exec failed (no /proc): go on with libgomp's default spin; say so once */
-  fprintf(stderr, "zo-train: warning: could not re-execute with GOMP_SPINCOUNT=%s (/proc/self/exe); OpenMP threads "
-                  "spin libgomp's default 300000 rounds (set OMP_WAIT_POLICY=passive under CPU contention)\n",
-          ZO_TRAIN_SPINCOUNT);
+  fprintf(
+      stderr,
+      "zo-train: warning: could not re-execute with GOMP_SPINCOUNT=%s (/proc/self/exe); OpenMP threads "
+      "spin libgomp's default 300000 rounds (set OMP_WAIT_POLICY=passive under CPU contention)\n",
+      ZO_TRAIN_SPINCOUNT);
   unsetenv("GOMP_SPINCOUNT");
 }

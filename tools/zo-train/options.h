@@ -20,11 +20,14 @@ typedef struct train_opts {
   int do_sample, dry_run, fixed_threads;
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;
-  int64_t assume_host, assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
+  int64_t assume_host,
+      assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
                                      * each nvme_path's free bytes, in bytes; -1: this machine's */
-  double compute_tflops; /* --compute-tflops: the compute rate the step-time model assumes; 0: estimated */
-  char *config_text;  /* config_path's bytes, read once by train_opts_parse() (NUL-terminated; train_opts_free) */
-  size_t config_len;  /* bytes of config_text */
+  double
+      compute_tflops; /* --compute-tflops: the compute rate the step-time model assumes; 0: estimated */
+  char *
+      config_text; /* config_path's bytes, read once by train_opts_parse() (NUL-terminated; train_opts_free) */
+  size_t config_len; /* bytes of config_text */
 } train_opts;
 
 /*

@@ -18,26 +18,28 @@
 #include "zoffload/speeds.h"
 #include "zoffload/status.h"
 
-#define PROBE_PASSES 3         /* timed passes per cut, the median kept (after one untimed) */
-#define PROBE_MIN_S 0.02       /* a cut whose passes are shorter gets up to PROBE_MAX_PASSES */
+#define PROBE_PASSES 3   /* timed passes per cut, the median kept (after one untimed) */
+#define PROBE_MIN_S 0.02 /* a cut whose passes are shorter gets up to PROBE_MAX_PASSES */
 #define PROBE_MAX_PASSES 9
-#define PROBE_MEM_SHARE 4      /* the probe takes at most 1/PROBE_MEM_SHARE of the host memory available */
-#define PROBE_BUDGET_S 4.0     /* nor more than about this many seconds by the cost model */
+#define PROBE_MEM_SHARE \
+  4 /* the probe takes at most 1/PROBE_MEM_SHARE of the host memory available */
+#define PROBE_BUDGET_S 4.0 /* nor more than about this many seconds by the cost model */
 
 /* One cut's buffers: group 0 (wte, wpe), one block's tensors (every block binds the same: the values do not
  * change the time), ln_f. Offsets in elements, 64-byte aligned in every dtype. */
 typedef struct probe {
   const gpt_config *full;
   gpt_config cut;
-  int bf16;                  /* the blocks' products take the working copy (bf16) as their operand */
-  int streamed;              /* do what zo-train's streamed hook does (model.c): cast each fetched working copy
+  int bf16;     /* the blocks' products take the working copy (bf16) as their operand */
+  int streamed; /* do what zo-train's streamed hook does (model.c): cast each fetched working copy
                                 into the fp32 scratch, each gradient into the hand-over dtype */
-  zo_dtype work, hand;       /* working dtype, hand-over dtype */
-  void *src, *ring;          /* the working copies (work), the hand-over buffer (hand) */
-  float *w, *g;              /* fp32 weights and gradients of every role */
-  size_t off[2 + GPT_PARAMS_PER_LAYER + 2]; /* wte, wpe, the block's tensors, ln_f weight and bias */
+  zo_dtype work, hand; /* working dtype, hand-over dtype */
+  void *src, *ring;    /* the working copies (work), the hand-over buffer (hand) */
+  float *w, *g;        /* fp32 weights and gradients of every role */
+  size_t
+      off[2 + GPT_PARAMS_PER_LAYER + 2]; /* wte, wpe, the block's tensors, ln_f weight and bias */
   size_t len[2 + GPT_PARAMS_PER_LAYER + 2]; /* their elements */
-  size_t n;                  /* elements in each buffer */
+  size_t n;                                 /* elements in each buffer */
   gpt_model *m;
   char err[512];
 } probe;
@@ -64,15 +66,19 @@ static int hook(void *user, int phase, int group, int end) {
     const size_t o = p->off[r];
     if (end) { /* backward: the gradient handed over */
       if (phase == GPT_HOOK_BACKWARD && p->streamed &&
-          cast((char *)p->ring + o * zo_dtype_size(p->hand), p->hand, p->g + o, ZO_DTYPE_F32, p->len[r]))
+          cast((char *)p->ring + o * zo_dtype_size(p->hand), p->hand, p->g + o, ZO_DTYPE_F32,
+               p->len[r]))
         return -1;
       continue;
     }
     const void *wc = (const char *)p->src + o * zo_dtype_size(p->work);
     int rc;
-    if (p->bf16 && gpt_gemm_bf16_param(&p->cut, i)) rc = gpt_bind_weight_bf16(p->m, i, wc);
-    else if (p->streamed && cast(p->w + o, ZO_DTYPE_F32, wc, p->work, p->len[r])) return -1;
-    else rc = gpt_bind_weight(p->m, i, p->w + o);
+    if (p->bf16 && gpt_gemm_bf16_param(&p->cut, i))
+      rc = gpt_bind_weight_bf16(p->m, i, wc);
+    else if (p->streamed && cast(p->w + o, ZO_DTYPE_F32, wc, p->work, p->len[r]))
+      return -1;
+    else
+      rc = gpt_bind_weight(p->m, i, p->w + o);
     if (rc || (phase == GPT_HOOK_BACKWARD && gpt_bind_grad(p->m, i, p->g + o))) return -1;
   }
   return 0;
@@ -84,7 +90,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Median seconds of a forward + backward of @p's cut of @L layers at @B x seq_len tokens; < 0 on failure. */
-static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in, const uint8_t *tg) {
+static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in,
+                       const uint8_t *tg) {
   p->cut = *p->full;
   p->cut.n_layer = L;
   char err[256];
@@ -95,7 +102,8 @@ static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in,
   double t[PROBE_MAX_PASSES], sum = 0;
   int n = 0, ok = !p->bf16 || gpt_set_gemm_bf16(p->m) == 0;
   gpt_set_hook(p->m, hook, p);
-  for (int pass = -1; ok && n < PROBE_MAX_PASSES && (n < PROBE_PASSES || sum < PROBE_MIN_S); pass++) {
+  for (int pass = -1; ok && n < PROBE_MAX_PASSES && (n < PROBE_PASSES || sum < PROBE_MIN_S);
+       pass++) {
     const double t0 = zo_clock_s();
     const float loss = gpt_forward(p->m, in, tg, B, p->cut.seq_len);
     ok = loss == loss && gpt_backward(p->m, 1.0f) == 0;
@@ -110,7 +118,8 @@ static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in,
 }
 
 /* A failed measurement: @st, with the reason in @how. */
-static zo_status fail(char *how, size_t how_cap, zo_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static zo_status fail(char *how, size_t how_cap, zo_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static zo_status fail(char *how, size_t how_cap, zo_status st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -150,22 +159,28 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
   gpt_config two = *c;
   two.n_layer = L;
   const size_t wsz = zo_dtype_size(a->work), hsz = zo_dtype_size(a->hand);
-  const double need = (double)p.n * (8 + wsz + hsz) + (double)gpt_streamed_host_bytes(&two, a->B, a->recompute) +
+  const double need = (double)p.n * (8 + wsz + hsz) +
+                      (double)gpt_streamed_host_bytes(&two, a->B, a->recompute) +
                       (a->bf16 ? (double)gpt_gemm_bf16_bytes(&two, a->B) : 0);
   /* the passes of both cuts (with recompute a forward more in backward), by the cost model */
   const double est = (PROBE_PASSES + 1) * (double)a->B * c->seq_len * (a->recompute ? 4.0 / 3 : 1) *
-                     (gpt_flops_per_token(&one, c->seq_len) + (L > 1 ? gpt_flops_per_token(&two, c->seq_len) : 0)) /
+                     (gpt_flops_per_token(&one, c->seq_len) +
+                      (L > 1 ? gpt_flops_per_token(&two, c->seq_len) : 0)) /
                      a->cost_rate;
   if (est > PROBE_BUDGET_S) {
-    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "the probe would take about %.0f s by the cost model (more than "
-              "%.0f s)", est, PROBE_BUDGET_S);
+    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED,
+              "the probe would take about %.0f s by the cost model (more than "
+              "%.0f s)",
+              est, PROBE_BUDGET_S);
     goto out;
   }
   char asrc[160];
   const size_t avail = zo_host_memory_available(asrc, sizeof asrc);
   if (avail != SIZE_MAX && need > (double)avail / PROBE_MEM_SHARE) {
-    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY, "a %d-layer cut needs %.2f GiB, more than 1/%d of the %.2f GiB "
-              "available (%s)", L, need / 1073741824.0, PROBE_MEM_SHARE, (double)avail / 1073741824.0, asrc);
+    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY,
+              "a %d-layer cut needs %.2f GiB, more than 1/%d of the %.2f GiB "
+              "available (%s)",
+              L, need / 1073741824.0, PROBE_MEM_SHARE, (double)avail / 1073741824.0, asrc);
     goto out;
   }
   const size_t T = (size_t)c->seq_len, tok = (size_t)a->B * T;
@@ -175,10 +190,12 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
   p.ring = aligned_alloc(64, p.n * hsz);
   in = malloc(tok), tg = malloc(tok);
   if (!p.w || !p.g || !p.src || !p.ring || !in || !tg) {
-    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY, "out of host memory for %.2f GiB", need / 1073741824.0);
+    st = fail(how, how_cap, ZO_ERR_OUT_OF_MEMORY, "out of host memory for %.2f GiB",
+              need / 1073741824.0);
     goto out;
   }
-  uint64_t x = 0x9e3779b97f4a7c15ull; /* small weights (|w| < 0.02), LayerNorm scales near 1: finite losses */
+  uint64_t x =
+      0x9e3779b97f4a7c15ull; /* small weights (|w| < 0.02), LayerNorm scales near 1: finite losses */
   for (size_t i = 0; i < p.n; i++) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     p.w[i] = ((float)(x >> 40) / 16777216.0f - 0.5f) * 0.04f;
@@ -187,7 +204,8 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
     if (specs[i].ndim == 1 && strstr(specs[i].name, "ln") && strstr(specs[i].name, "weight"))
       for (size_t k = 0; k < specs[i].n_elems; k++) p.w[p.off[i] + k] += 1.0f;
   if (cast(p.src, a->work, p.w, ZO_DTYPE_F32, p.n)) {
-    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "the weights cannot be cast to %s", zo_dtype_name(a->work));
+    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "the weights cannot be cast to %s",
+              zo_dtype_name(a->work));
     goto out;
   }
   const int V = c->vocab < 256 ? c->vocab : 256;
@@ -199,15 +217,18 @@ static zo_status measure(void *ctx, double *value, char *how, size_t how_cap) {
   const double t1 = time_cut(&p, 1, a->B, a->recompute, in, tg);
   const double t2 = t1 >= 0 && L > 1 ? time_cut(&p, 2, a->B, a->recompute, in, tg) : t1;
   if (t1 < 0 || t2 < 0) {
-    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "a pass of the %d-layer cut failed: %s", t1 < 0 ? 1 : 2, p.err);
+    st = fail(how, how_cap, ZO_ERR_UNSUPPORTED, "a pass of the %d-layer cut failed: %s",
+              t1 < 0 ? 1 : 2, p.err);
     goto out;
   }
   /* a layer that measured no time (noise on a tiny model) counts as half the 1-layer cut */
   const double layer = L > 1 && t2 > t1 ? t2 - t1 : t1 / 2;
   *value = t1 + (c->n_layer - 1) * layer;
-  snprintf(how, how_cap, "forward+backward of 1- and 2-layer cuts at micro-batch %d: %.3g + %d x %.3g ms, %d "
-           "thread%s, %s products", a->B, t1 * 1e3, c->n_layer - 1, layer * 1e3, a->threads,
-           a->threads == 1 ? "" : "s", a->bf16 ? "bf16" : "fp32");
+  snprintf(how, how_cap,
+           "forward+backward of 1- and 2-layer cuts at micro-batch %d: %.3g + %d x %.3g ms, %d "
+           "thread%s, %s products",
+           a->B, t1 * 1e3, c->n_layer - 1, layer * 1e3, a->threads, a->threads == 1 ? "" : "s",
+           a->bf16 ? "bf16" : "fp32");
 out:
   free(p.w);
   free(p.g);
@@ -219,19 +240,29 @@ out:
   return st;
 }
 
-double train_compute_probe(const gpt_config *c, int B, int recompute, int gemm_bf16, int streamed, zo_dtype work,
-                           zo_dtype hand, int threads, int fixed_threads, double cost_rate, char *src, size_t cap) {
+double train_compute_probe(const gpt_config *c, int B, int recompute, int gemm_bf16, int streamed,
+                           zo_dtype work, zo_dtype hand, int threads, int fixed_threads,
+                           double cost_rate, char *src, size_t cap) {
   /* everything the time depends on besides the host: the model, the batch, the kernels and the threads */
   char key[512];
-  snprintf(key, sizeof key, "zo-train cpu compute per micro-batch: L=%d C=%d NH=%d T=%d V=%d B=%d recompute=%d "
-           "streamed=%d work=%s hand=%s products=%s blas=%s threads=%d%s onednn_isa=%s", c->n_layer, c->d_model,
-           c->n_head, c->seq_len, c->vocab, B, recompute, streamed, zo_dtype_name(work), zo_dtype_name(hand),
-           gemm_bf16 ? gpt_gemm_bf16_isa() : "fp32", gpt_blas_core(), threads, fixed_threads ? " fixed" : "",
+  snprintf(key, sizeof key,
+           "zo-train cpu compute per micro-batch: L=%d C=%d NH=%d T=%d V=%d B=%d recompute=%d "
+           "streamed=%d work=%s hand=%s products=%s blas=%s threads=%d%s onednn_isa=%s",
+           c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab, B, recompute, streamed,
+           zo_dtype_name(work), zo_dtype_name(hand), gemm_bf16 ? gpt_gemm_bf16_isa() : "fp32",
+           gpt_blas_core(), threads, fixed_threads ? " fixed" : "",
            getenv("ONEDNN_MAX_CPU_ISA") ? getenv("ONEDNN_MAX_CPU_ISA") : "auto");
   for (char *s = key; *s; s++)
     if (*s < 0x20 || *s > 0x7e) *s = '?';
-  probe_args a = {.c = c, .B = B, .recompute = recompute, .bf16 = gemm_bf16, .streamed = streamed,
-                  .threads = threads, .work = work, .hand = hand, .cost_rate = cost_rate > 0 ? cost_rate : 1e9};
+  probe_args a = {.c = c,
+                  .B = B,
+                  .recompute = recompute,
+                  .bf16 = gemm_bf16,
+                  .streamed = streamed,
+                  .threads = threads,
+                  .work = work,
+                  .hand = hand,
+                  .cost_rate = cost_rate > 0 ? cost_rate : 1e9};
   double v = 0;
   if (zo_speeds_figure(key, measure, &a, 0, &v, src, cap) != ZO_OK) return 0;
   return v;

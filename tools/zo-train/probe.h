@@ -38,7 +38,8 @@
  * @src (@cap bytes) saying where they come from ("measured: ..." or "cache
  * PATH (measured DATE)"), or 0 with @src "not measured: " and why.
  */
-double train_compute_probe(const gpt_config *c, int B, int recompute, int gemm_bf16, int streamed, zo_dtype work,
-                           zo_dtype hand, int threads, int fixed_threads, double cost_rate, char *src, size_t cap);
+double train_compute_probe(const gpt_config *c, int B, int recompute, int gemm_bf16, int streamed,
+                           zo_dtype work, zo_dtype hand, int threads, int fixed_threads,
+                           double cost_rate, char *src, size_t cap);
 
 #endif /* ZO_TRAIN_PROBE_H */

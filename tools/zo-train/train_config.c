@@ -41,8 +41,8 @@ typedef struct {
 
 static int fail(ctx *c, const char *path, const char *fmt, const char *got) {
   char ep[256], eg[512]; /* a key of the file's in the path, a value of its: escaped (zo_escape) */
-  snprintf(c->err, c->errlen, "%s: %s: %s%s", c->file, zo_escape(ep, sizeof ep, path, strlen(path)), fmt,
-           got ? zo_escape(eg, sizeof eg, got, strlen(got)) : "");
+  snprintf(c->err, c->errlen, "%s: %s: %s%s", c->file, zo_escape(ep, sizeof ep, path, strlen(path)),
+           fmt, got ? zo_escape(eg, sizeof eg, got, strlen(got)) : "");
   return -1;
 }
 
@@ -60,7 +60,8 @@ static const char *type_name(const json_t *v) {
 }
 
 /* Integer in [lo, hi]; reals with an integral value (5e3) are accepted. */
-static int get_int(ctx *c, json_t *obj, const char *block, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+static int get_int(ctx *c, json_t *obj, const char *block, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out) {
   json_t *v = json_object_get(obj, key);
   if (!v) return 0;
   char path[128], msg[160];
@@ -72,7 +73,8 @@ static int get_int(ctx *c, json_t *obj, const char *block, const char *key, int6
   } else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v)) {
     const double d = json_real_value(v);
     if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
-      snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %.17g", (long long)lo, (long long)hi, d);
+      snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %.17g", (long long)lo,
+               (long long)hi, d);
       return fail(c, path, msg, NULL);
     }
     x = (int64_t)d;
@@ -80,15 +82,16 @@ static int get_int(ctx *c, json_t *obj, const char *block, const char *key, int6
     return fail(c, path, "expected an integer, got ", type_name(v));
   }
   if (x < lo || x > hi) {
-    snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %lld", (long long)lo, (long long)hi,
-             (long long)x);
+    snprintf(msg, sizeof msg, "expected an integer in [%lld, %lld], got %lld", (long long)lo,
+             (long long)hi, (long long)x);
     return fail(c, path, msg, NULL);
   }
   *out = x;
   return 0;
 }
 
-static int get_num(ctx *c, json_t *obj, const char *block, const char *key, double lo, double hi, double *out) {
+static int get_num(ctx *c, json_t *obj, const char *block, const char *key, double lo, double hi,
+                   double *out) {
   json_t *v = json_object_get(obj, key);
   if (!v) return 0;
   char path[128], msg[160];
@@ -114,7 +117,11 @@ static int get_choice(ctx *c, json_t *obj, const char *key, const char *const *c
   snprintf(path, sizeof path, "train.%s", key);
   for (int i = 0; choices[i]; i++) {
     const size_t len = strlen(msg);
-    snprintf(msg + len, sizeof msg - len, "%s\"%s\"", i == 0 ? "" : choices[i + 1] ? ", " : " or ", choices[i]);
+    snprintf(msg + len, sizeof msg - len, "%s\"%s\"",
+             i == 0           ? ""
+             : choices[i + 1] ? ", "
+                              : " or ",
+             choices[i]);
   }
   strncat(msg, ", got ", sizeof msg - strlen(msg) - 1);
   return fail(c, path, msg, json_is_string(v) ? json_string_value(v) : type_name(v));
@@ -154,7 +161,8 @@ int train_config_read(const char *path, char **text, size_t *len, char *err, siz
     return -1;
   }
   struct stat sb;
-  if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* open(O_RDONLY) of a directory succeeds; read() fails */
+  if (fstat(fd, &sb) == 0 &&
+      S_ISDIR(sb.st_mode)) { /* open(O_RDONLY) of a directory succeeds; read() fails */
     snprintf(err, errlen, "config '%s' is a directory, not a JSON file", path);
     close(fd);
     return -1;
@@ -190,15 +198,16 @@ fail:
   return -1;
 }
 
-int train_settings_load(const char *path, const char *text, size_t len, train_settings *ts, char *err,
-                        size_t errlen) {
+int train_settings_load(const char *path, const char *text, size_t len, train_settings *ts,
+                        char *err, size_t errlen) {
   ctx c = {path, err, errlen};
   json_error_t je;
   json_t *root = json_loadb(text, len, 0, &je);
   char eb[256];
   if (!root) {
     snprintf(err, errlen, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column,
-             zo_escape(eb, sizeof eb, je.text, strlen(je.text))); /* jansson quotes the bytes near the error */
+             zo_escape(eb, sizeof eb, je.text,
+                       strlen(je.text))); /* jansson quotes the bytes near the error */
     return -1;
   }
   int rc = -1;
@@ -226,7 +235,8 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
     if (get_int(&c, m, "model", "seq_len", 1, 65536, &v)) goto out;
     ts->model.seq_len = (int)v;
     v = ts->model.vocab;
-    if (get_int(&c, m, "model", "vocab", 2, 65536, &v)) goto out; /* tokens are bytes; rows >= 256 are never inputs */
+    if (get_int(&c, m, "model", "vocab", 2, 65536, &v))
+      goto out; /* tokens are bytes; rows >= 256 are never inputs */
     ts->model.vocab = (int)v;
   }
   json_t *d = get_block(&c, root, "data", &brc);
@@ -254,8 +264,9 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
   json_t *t = get_block(&c, root, "train", &brc);
   if (brc) goto out;
   if (t) {
-    static const char *const keys[] = {"steps", "seed", "val_windows", "sample_bytes", "temperature",
-                                       "activation_checkpointing", "model_memory", "cpu_gemm", NULL};
+    static const char *const keys[] = {"steps",        "seed",        "val_windows",
+                                       "sample_bytes", "temperature", "activation_checkpointing",
+                                       "model_memory", "cpu_gemm",    NULL};
     int64_t v;
     if (check_keys(&c, t, "train", keys)) goto out;
     if (get_int(&c, t, "train", "steps", 1, INT64_MAX / 2, &ts->steps)) goto out;
@@ -275,7 +286,10 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
       goto out;
     }
     if (ac) ts->activation_checkpointing = json_is_true(ac);
-    static const char *const memory[] = {"resident", "streamed", NULL}, *const gemm[] = {"fp32", "bf16", "auto", NULL};
+    static const char *const memory[] = {"resident", "streamed", NULL}, *const gemm[] = {"fp32",
+                                                                                         "bf16",
+                                                                                         "auto",
+                                                                                         NULL};
     if (get_choice(&c, t, "model_memory", memory, &ts->model_streamed) ||
         get_choice(&c, t, "cpu_gemm", gemm, &ts->cpu_gemm))
       goto out;

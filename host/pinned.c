@@ -201,18 +201,24 @@ static long regions_find(const zo_pinned_pool_t *p, uintptr_t addr) {
 
 /* --------------------------------------------------------- map / unmap */
 
-static void warn_pin_refused(size_t nbytes, int err) {
+void zo_memlock_limits(char soft[32], char hard[32]) {
   struct rlimit rl = {0, 0};
-  getrlimit(RLIMIT_MEMLOCK, &rl);
-  char soft[32], hard[32];
+  snprintf(soft, 32, "unknown");
+  snprintf(hard, 32, "unknown");
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
   if (rl.rlim_cur == RLIM_INFINITY)
-    snprintf(soft, sizeof soft, "unlimited");
+    snprintf(soft, 32, "unlimited");
   else
-    snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
+    snprintf(soft, 32, "%llu bytes", (unsigned long long)rl.rlim_cur);
   if (rl.rlim_max == RLIM_INFINITY)
-    snprintf(hard, sizeof hard, "unlimited");
+    snprintf(hard, 32, "unlimited");
   else
-    snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
+    snprintf(hard, 32, "%llu bytes", (unsigned long long)rl.rlim_max);
+}
+
+static void warn_pin_refused(size_t nbytes, int err) {
+  char soft[32], hard[32];
+  zo_memlock_limits(soft, hard);
   zo_warn_once(
       "pinned host pool: cannot pin %zu bytes (mlock: %s); RLIMIT_MEMLOCK is %s (hard limit %s). "
       "Falling back to pageable host memory: host<->device and NVMe transfers will be slower. "

@@ -10,6 +10,10 @@
 #include "zoffload/pinned.h"
 #include "zoffload/status.h"
 
+/* The locked-memory limit (RLIMIT_MEMLOCK), soft and hard, each as "N bytes" or "unlimited" ("unknown" when
+ * getrlimit fails), for messages that tell how to raise it. Thread-safe. */
+void zo_memlock_limits(char soft[32], char hard[32]);
+
 /*
  * zo_host_alloc() - zero-filled host buffer of @nbytes, page aligned (4096).
  * @pin: 1 to take it from the process-wide pinned pool (created on first use:

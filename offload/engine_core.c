@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -33,18 +32,8 @@ zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose
 
 /* RLIMIT_MEMLOCK as "soft X, hard Y" (bytes or "unlimited"), for the messages below. */
 static void memlock_limits(char *out, size_t len) {
-  struct rlimit rl = {0, 0};
-  char soft[32] = "unknown", hard[32] = "unknown";
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-    if (rl.rlim_cur == RLIM_INFINITY)
-      snprintf(soft, sizeof soft, "unlimited");
-    else
-      snprintf(soft, sizeof soft, "%llu bytes", (unsigned long long)rl.rlim_cur);
-    if (rl.rlim_max == RLIM_INFINITY)
-      snprintf(hard, sizeof hard, "unlimited");
-    else
-      snprintf(hard, sizeof hard, "%llu bytes", (unsigned long long)rl.rlim_max);
-  }
+  char soft[32], hard[32];
+  zo_memlock_limits(soft, hard);
   snprintf(out, len, "soft %s, hard %s", soft, hard);
 }
 

@@ -3,7 +3,6 @@
  * bounded space, one fence when the next does not fit, grad_ready or grad_accumulate. Bookkeeping over the
  * public engine API only; not the engine's own staging (engine_accum.c, engine_dp.c).
  */
-#include <stdint.h>
 #include <stdlib.h>
 
 #include "base_internal.h"
@@ -58,18 +57,17 @@ zo_status zo_grad_handover_reserve(zo_grad_handover_t *h, size_t nbytes, size_t 
                         "grad_handover_reserve: a gradient of %zu bytes cannot fit in the "
                         "hand-over space of %zu bytes",
                         nbytes, h->capacity);
-  if (nbytes > SIZE_MAX - (h->align - 1))
+  size_t padded, end, next;
+  if (zo_size_round_up(nbytes, h->align, &padded))
     return zo_error_set(ZO_ERR_INVALID_ARG, "grad_handover_reserve: %zu bytes overflow size_t",
                         nbytes);
-  const size_t padded = (nbytes + h->align - 1) & ~(h->align - 1);
-  size_t end, next;
-  if (h->capacity && (__builtin_add_overflow(h->head, nbytes, &end) || end > h->capacity)) {
-    const zo_status st =
-        zo_grad_handover_fence(h); /* everything handed over is read: the whole space is free */
+  if (h->capacity && (zo_size_add(h->head, nbytes, &end) || end > h->capacity)) {
+    /* everything handed over is read: the whole space is free */
+    const zo_status st = zo_grad_handover_fence(h);
     if (st != ZO_OK) return st;
     if (fenced) *fenced = 1;
   }
-  if (__builtin_add_overflow(h->head, padded, &next))
+  if (zo_size_add(h->head, padded, &next))
     return zo_error_set(ZO_ERR_INVALID_ARG,
                         "grad_handover_reserve: %zu bytes past the %zu in use overflow size_t",
                         nbytes, h->head);

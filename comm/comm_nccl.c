@@ -581,8 +581,8 @@ static zo_status wrap(zo_device_t *dev, ncclComm_t comm, int rank, int size, zo_
   zo_stream_t *s = NULL;
   zo_status st = zo_stream_create(dev, &s);
   void *stage = NULL;
-  if (st ==
-      ZO_OK) { /* the staging of host buffers, bounded, taken now: before an engine's arena sizes itself */
+  /* the staging of host buffers, bounded, taken now: before an engine's arena sizes itself */
+  if (st == ZO_OK) {
     cudaError_t e = cudaSetDevice(zo_device_ordinal(dev));
     if (e == cudaSuccess) e = cudaMalloc(&stage, ZO_COMM_NCCL_STAGE_BYTES);
     if (e != cudaSuccess) {

@@ -103,8 +103,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "aio.block_size = %" PRId64 "\n", cfg->aio.block_size);
   sb_printf(&b, "aio.queue_depth = %" PRId64 "\n", cfg->aio.queue_depth);
   sb_printf(&b, "zoffload.device = %s\n", zo_device_kind_name(cfg->zoffload.device_kind));
-  if (cfg->zoffload.comm !=
-      ZO_COMM_AUTO) /* printed only when given: dumps of configs without it stay as they were */
+  /* printed only when given: dumps of configs without it stay as they were */
+  if (cfg->zoffload.comm != ZO_COMM_AUTO)
     sb_printf(&b, "zoffload.comm = %s\n", cfg_comm_names[cfg->zoffload.comm]);
   if (cfg->zoffload.comm_timeout_s !=
       ZO_CONFIG_COMM_TIMEOUT_S) /* printed only when given, as zoffload.comm */
@@ -122,8 +122,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
                   : " (auto: what the device has free at finalize; 90% on cuda)");
   sb_printf(&b, "zoffload.adam_threads = %d%s\n", cfg->zoffload.adam_threads,
             cfg->zoffload.adam_threads ? "" : " (all physical cores)");
-  if (cfg->grad_accum_dtype >=
-      0) /* printed only when given: dumps of configs without it stay as they were */
+  /* printed only when given: dumps of configs without it stay as they were */
+  if (cfg->grad_accum_dtype >= 0)
     sb_printf(&b, "data_types.grad_accum_dtype = %s\n",
               zo_dtype_name((zo_dtype)cfg->grad_accum_dtype));
   sb_printf(&b, "zoffload.optimizer_state_dtype = %s\n",

@@ -112,8 +112,8 @@ AI __m256i sr_hash8(uint64_t seed, uint32_t step32, size_t i) {
   uint32_t base = zo_sr_base(hi, step32);
   __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)lo0), iota);
   __m256i x = _mm256_add_epi32(lo, _mm256_set1_epi32((int)base));
-  if (__builtin_expect(lo0 > 0xfffffff8u,
-                       0)) { /* some lanes wrapped past 2^32: they belong to hi + 1 */
+  /* some lanes wrapped past 2^32: they belong to hi + 1 */
+  if (__builtin_expect(lo0 > 0xfffffff8u, 0)) {
     __m256i bias = _mm256_set1_epi32((int)0x80000000u);
     __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)lo0), bias),
                                          _mm256_xor_si256(lo, bias));

@@ -316,8 +316,8 @@ AI __mmask16 fused16(const zo_adam_job *j, zo_dtype gt, zo_dtype st, zo_dtype ot
     __m512i rm =
         _mm512_ternarylogic_epi32(y, rv, _mm512_set1_epi32(0xffff), 0x28); /* (a ^ b) & c */
     __m256i m16, v16;
-    if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0,
-                         1)) { /* neither m nor v is NaN */
+    /* neither m nor v is NaN */
+    if (__builtin_expect(_mm512_cmp_ps_mask(mv, vv, _CMP_UNORD_Q) == 0, 1)) {
       /* no NaN: add the random bits and gather the high halves of m and v with one permute */
       const __m512i hi_words =
           _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,

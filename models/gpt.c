@@ -376,8 +376,8 @@ int gpt_gemm_bf16_probe(const gpt_config *c, int max_batch, char *err, size_t er
                   errlen) || /* forward: out (N,OC) = inp W^T (+ bias) */
         prepare16(0, 0, N, Ci, OC, OC, Ci, 0, Ci, err,
                   errlen) || /* backward: dinp (N,Ci) = dout W */
-        prepare16(1, 0, OC, Ci, N, OC, Ci, 1, Ci, err,
-                  errlen)) /* backward: dW (OC,Ci) += dout^T inp */
+        /* backward: dW (OC,Ci) += dout^T inp */
+        prepare16(1, 0, OC, Ci, N, OC, Ci, 1, Ci, err, errlen))
       return -1;
   }
   return 0;

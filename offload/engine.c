@@ -251,9 +251,8 @@ void zo_engine_destroy(zo_engine_t *e) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *p = e->params[i];
     if (p->read_req) zo_swap_wait(e->pswap, p->read_req);
-    if (p->blk)
-      zo_arena_free(e->arena, p->blk,
-                    NULL); /* the copy stream is idle; compute is the caller's to finish */
+    /* the copy stream is idle; compute is the caller's to finish */
+    if (p->blk) zo_arena_free(e->arena, p->blk, NULL);
     zo_event_destroy(p->ready);
   }
   eng_wb_free(e);
@@ -690,8 +689,8 @@ zo_status zo_engine_load_param(zo_engine_t *e, zo_param_t *p, const float *value
                         p->name);
   const float *src = values + p->shard_off;
   zo_status st;
-  if (eng_device_adam(
-          e)) { /* master from @values and zero moments into device memory, through the copy stream */
+  /* master from @values and zero moments into device memory, through the copy stream */
+  if (eng_device_adam(e)) {
     ZO_CHECK(eng_dev_copy(e, p->state[ST_MASTER], src, p->shard_n * sizeof(float), ZO_COPY_H2D));
     ZO_CHECK(
         zo_memset_async(e->copy_stream, p->state[ST_EXP_AVG], 0, p->shard_n * e->esz[ST_EXP_AVG]));

@@ -267,9 +267,8 @@ zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dty
   const char *src = (const char *)grad + p->shard_off * gsz;
   const int add = p->n_acc > 0;
   if (!p->shard_n) return ZO_OK;
-  if (!add &&
-      dtype ==
-          e->adtype) { /* the first contribution, already in the accumulation dtype: a plain copy */
+  /* the first contribution, already in the accumulation dtype: a plain copy */
+  if (!add && dtype == e->adtype) {
     ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, src, p->shard_n * gsz, ZO_COPY_D2D));
   } else {
     zo_status st =

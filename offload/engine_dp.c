@@ -202,15 +202,15 @@ static void red_land(zo_engine_t *e, dp_red *r) {
       eng_gnv_land(e, p, st);
     else if (st != ZO_OK && p->gnv_st == ZO_OK)
       p->gnv_st = st; /* reported at the step (eng_gnv_land) */
-  } else if (eng_device_adam(
-                 e)) { /* device memory: uploaded, cast or added there, the norm behind it */
+  } else if (eng_device_adam(e)) {
+    /* device memory: uploaded, cast or added there, the norm behind it */
     if (!r->add) p->landed_st = ZO_OK; /* the step's first contribution */
     zo_status st = red_land_device(e, p, mine, r->dtype, r->add, r->last);
     if (st != ZO_OK && p->landed_st == ZO_OK)
       p->landed_st = st; /* reported at the step (step_grad_norm) */
   } else {
-    eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n,
-                r->add); /* a memcpy when the dtypes agree */
+    /* a memcpy when the dtypes agree */
+    eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add);
     if (r->last) eng_grad_land(p, ZO_OK);
   }
   r->req = NULL;

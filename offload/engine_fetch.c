@@ -587,8 +587,8 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) 
   }
   if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE &&
       !p->persistent && !p->in_use) {
-    eng_drop_device_copy(e,
-                         p); /* stale: the prefetcher brings the new weights back in trace order */
+    /* stale: the prefetcher brings the new weights back in trace order */
+    eng_drop_device_copy(e, p);
   } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
     /* A cached copy may have been moved by a compaction: pin it (fresh
      * address) while the refresh is queued; it may move again after. */

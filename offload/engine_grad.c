@@ -17,9 +17,9 @@
 static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *grad,
                                      zo_dtype grad_dtype) {
   ZO_CHECK(eng_acc_after_compute(e));
-  if (eng_device_adam(
-          e)) { /* into the device gradient shard (added to what was accumulated), then the norm's
-                             * partial sums of the sum on the device, behind it (read at the step) */
+  /* into the device gradient shard (added to what was accumulated), then the norm's
+   * partial sums of the sum on the device, behind it (read at the step) */
+  if (eng_device_adam(e)) {
     ZO_CHECK(eng_acc_device(e, p, grad, grad_dtype));
     p->landed_st = ZO_OK;
     return zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
@@ -58,8 +58,8 @@ static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_
   p->grad_seq = e->n_grads;
   if (e->early_adam) /* eng_grad_landed writes the new weights into it */
     ZO_CHECK(eng_wb_alloc(e, p, 0, p->shard_n, &e->tasks[p->index], 1));
-  if (e->world >
-      1) { /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
+  /* reduced over the ranks into p->grad (added to what was accumulated), then landed */
+  if (e->world > 1) {
     ZO_CHECK(eng_dp_grad(e, p, grad, grad_dtype, 1));
   } else {
     /* One rank: the reduce-scatter of the gradient is the copy of our shard, after the compute queued so far
@@ -119,6 +119,6 @@ zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {
 
 zo_status eng_progress(zo_engine_t *e) {
   if (e->world > 1) ZO_CHECK(eng_dp_progress(e, 0)); /* gradient reductions in flight */
-  return eng_nv_advance(
-      e); /* nvme: state reads, gradient writes (eng_gnv_poll), updates, write-backs */
+  /* nvme: state reads, gradient writes (eng_gnv_poll), updates, write-backs */
+  return eng_nv_advance(e);
 }

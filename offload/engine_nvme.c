@@ -628,9 +628,8 @@ zo_status eng_nv_quiesce(zo_engine_t *e) {
     if (first == ZO_OK) first = st;
     if (sl->sg >= 0 && nv->sgs[sl->sg].resident)
       continue; /* permanent: its state and gradients stay in memory */
-    if (sl->sg >= 0 &&
-        nv->sgs[sl->sg]
-            .gheld) { /* this step's gradients so far: to grad.swp before the slot goes */
+    /* this step's gradients so far: to grad.swp before the slot goes */
+    if (sl->sg >= 0 && nv->sgs[sl->sg].gheld) {
       st = nv->sgs[sl->sg].done ? (nv->sgs[sl->sg].gheld = 0, ZO_OK)
                                 : eng_gnv_unhold(e, &nv->sgs[sl->sg]);
       if (first == ZO_OK) first = st;

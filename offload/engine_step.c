@@ -75,8 +75,8 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
     ZO_CHECK(eng_gnv_drain(e));     /* every gradient on disk in grad.swp: landed */
   ZO_CHECK(eng_acc_drain(e->acc));  /* the staged adds on the pool */
   ZO_CHECK(eng_grad_norms_wait(e)); /* and the norms behind them */
-  if (eng_device_adam(
-          e)) { /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
+  /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
+  if (eng_device_adam(e)) {
     ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));
     const double *part = e->dnorm_host.ptr;
     for (int i = 0; i < e->n_params; i++) {

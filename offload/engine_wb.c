@@ -81,8 +81,8 @@ zo_status eng_wb_ring_alloc(zo_engine_t *e, const zo_plan *plan) {
   struct eng_wb *wb = e->wb;
   if (!plan->wb_bytes)
     return ZO_OK; /* every tensor cached in param_host: nothing is written to params.swp */
-  if (plan->wb_bytes ==
-      SIZE_MAX) /* the budget refused this already (saturated); kept for callers that skip it */
+  /* the budget refused this already (saturated); kept for callers that skip it */
+  if (plan->wb_bytes == SIZE_MAX)
     return zo_error_set(ZO_ERR_CONFIG,
                         "zero_optimization.offload_param.buffer_count: the write-back ring of %d "
                         "buffers of %zu elements is more bytes than size_t holds",
@@ -190,10 +190,11 @@ zo_status eng_wb_alloc(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, zo_a
   ZO_CHECK(eng_wb_reap(e));
   int64_t at;
   while ((at = wb_fit(wb, need)) < 0) {
+    /* a bug: the ring is sized for the largest tensor */
     if (!wb->n)
       return zo_error_set(ZO_ERR_INVALID_USAGE,
                           "engine: '%s' needs %zu bytes of write-back ring of %zu", p->name, need,
-                          wb->bytes); /* a bug: the ring is sized for the largest tensor */
+                          wb->bytes);
     ZO_CHECK(wb_settle(e, &wb->q[wb->first]));
     ZO_CHECK(eng_wb_reap(e));
   }

@@ -124,8 +124,8 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
   if (e->dpu) { /* the last step's Adam overlaps this step's compute */
     o->fwd_bwd_s = a > o->adam_s ? a : o->adam_s;
     o->update_s = 0;
-  } else if (
-      early) { /* updates start as gradients land: one phase, the disk's work and Adam overlapping */
+  } else if (early) {
+    /* updates start as gradients land: one phase, the disk's work and Adam overlapping */
     double t = a;
     const double disk = fetch + fmax(secs(s_read_a + g_read_a + s_read_b + g_read_b, rd),
                                      secs(g_write + s_write + p_write, wr));

@@ -184,8 +184,8 @@ static int starts_with_marker(const char *s, size_t n) {
 
 /* Read the cache at c->path (set) into c; every problem is a warning naming the file. */
 static void cache_read(cache *c) {
-  int fd = open(c->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
-                             O_CLOEXEC); /* O_NONBLOCK: a FIFO does not hang us */
+  /* O_NONBLOCK: a FIFO does not hang us */
+  int fd = open(c->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
       c->writable = 1;
@@ -490,8 +490,8 @@ static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t w
      * writes go out (zo-swapbench here: 1.04 GB/s read unregistered, 2.08 registered; this probe went from about
      * 1.05 to 1.25) */
     struct iovec iov = {.iov_base = buf, .iov_len = slice * n_slices};
-    (void)zo_swap_register_buffers(sw, &iov,
-                                   1); /* refused: plain I/O, as the engine then does (it warns) */
+    /* refused: plain I/O, as the engine then does (it warns) */
+    (void)zo_swap_register_buffers(sw, &iov, 1);
   }
   uint64_t *wds =
       buf; /* a pattern, not zeros (a disk may compress zeros); touches every page before timing */
@@ -720,8 +720,8 @@ static zo_status measure_adam(const zo_config_t *cfg, zo_adam_pool_t *pool, size
                          .param_out = b[4],
                          .out_dtype = t.out,
                          .n = n};
-  ZO_CHECK_GOTO(zo_adam_pool_update(pool, &a.hp, &a.sh, 0, NULL), st,
-                done); /* untimed: first touch, wake-up */
+  /* untimed: first touch, wake-up */
+  ZO_CHECK_GOTO(zo_adam_pool_update(pool, &a.hp, &a.sh, 0, NULL), st, done);
   double sec;
   int np;
   ZO_CHECK_GOTO(timed_passes(adam_pass, &a, max_passes, &sec, &np), st, done);

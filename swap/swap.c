@@ -970,12 +970,12 @@ static zo_status submit_req(zo_swap_t *sw, zo_swap_file_t *f, uint64_t offset, v
   sw->n_live++;
   f->n_reqs++;
   pend_push(sw, r);
-  if (sw->bg)
+  if (sw->bg) {
     pthread_cond_signal(&sw->bg_cv);
-  else
-    (void)pump(
-        sw,
-        1); /* a failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it */
+  } else {
+    /* a failing io_uring_submit leaves the SQEs in the ring; wait/poll retry and report it */
+    (void)pump(sw, 1);
+  }
   bg_unlock(sw);
   *out = r;
   return ZO_OK;
@@ -1074,10 +1074,8 @@ static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
       return zo_error_set(ZO_ERR_SYSTEM, "swap: wait on '%s': io_uring: %s", req->f->path,
                           strerror(-ret));
   }
-  if (!sw->bg)
-    (void)pump(
-        sw,
-        1); /* refill the slots freed by the last completions; errors resurface on the next wait */
+  /* refill the slots freed by the last completions; errors resurface on the next wait */
+  if (!sw->bg) (void)pump(sw, 1);
   pend_remove(sw, req);
   live_remove(sw, req);
   bg_unlock(sw); /* the request is ours alone now: verify without holding up the progress thread */

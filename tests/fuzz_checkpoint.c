@@ -72,8 +72,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 #else
   (void)argc, (void)argv;
 #endif
-  zo_log_set_handler(quiet, NULL,
-                     ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
+  /* warnings are expected; every path of the logger still runs */
+  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG);
   const char *t = getenv("TMPDIR");
   snprintf(g_root, sizeof g_root, "%s/zo-fuzz-ckpt.XXXXXX", t && t[0] ? t : "/tmp");
   if (!mkdtemp(g_root)) die("mkdtemp");

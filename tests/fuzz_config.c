@@ -163,8 +163,8 @@ static void mutate_json(uint8_t *b, size_t *n, size_t cap, size_t at) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  zo_log_set_handler(quiet, NULL,
-                     ZO_LOG_DEBUG); /* warnings are expected; every path of the logger still runs */
+  /* warnings are expected; every path of the logger still runs */
+  zo_log_set_handler(quiet, NULL, ZO_LOG_DEBUG);
 #ifndef ZO_LIBFUZZER
   /* Values the config parser treats specially, for the driver's ':' swaps (libFuzzer takes -dict= only). */
   static const char *const tokens[] = {

@@ -48,8 +48,8 @@ static void test_decide(void) {
   double low = 0;
   CHECK_EQ(zo_adam_stores_decide(four_r, four_n, 4, &r, &low), 1);
   CHECK_CLOSE(r, 1.25, 1e-12, 1e-12);
-  CHECK_CLOSE(low, 1.1, 1e-12,
-              1e-12); /* the lowest pair's ratio, which the pool's description shows */
+  /* the lowest pair's ratio, which the pool's description shows */
+  CHECK_CLOSE(low, 1.1, 1e-12, 1e-12);
   /* one pair */
   CHECK_EQ(zo_adam_stores_decide(zr, zn, 1, NULL, NULL), 1);
   /* bad input: regular, ratio 0 */
@@ -184,8 +184,8 @@ static void test_bits(void) {
           CHECK(strstr(d, scalar ? "(the scalar kernel never streams)"
                           : s    ? "(ZO_ADAM_STORES=nt)"
                                  : "(ZO_ADAM_STORES=regular)") != NULL);
-        } else if (s == 2 ||
-                   skew) { /* auto: 100003 elements are far below any last-level cache x 24 */
+        } else if (s == 2 || skew) {
+          /* auto: 100003 elements are far below any last-level cache x 24 */
           CHECK_EQ(nt, -1);
           CHECK(strstr(d, "until probed") != NULL);
         } else {

@@ -161,8 +161,8 @@ int main(int argc, char **argv) {
   REQ(zo_engine_save(a.e, root, &o, path, sizeof path));
   CHECK_HAS(path, "step-000000000003");
   char junk[1100];
-  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.4194305",
-           root); /* a pid no process has: above 2^22 */
+  /* a pid no process has: above 2^22 */
+  snprintf(junk, sizeof junk, "%s/.tmp-step-000000000009.4194305", root);
   CHECK(mkdir(junk, 0755) == 0);
   REQ(rig_open(&b, 0, NULL));
   REQ(zo_engine_load(b.e, root, &app));

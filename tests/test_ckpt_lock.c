@@ -138,8 +138,8 @@ int main(int argc, char **argv) {
   zo_save_opts o = {.tag = 1};
   CHECK_ST(zo_engine_save(r.e, root, &o, NULL, 0), ZO_ERR_INVALID_USAGE);
   CHECK_HAS(zo_last_error(), want);
-  CHECK_EQ(zo_test_count_entries(root),
-           1); /* the lock file alone: nothing saved, nothing removed */
+  /* the lock file alone: nothing saved, nothing removed */
+  CHECK_EQ(zo_test_count_entries(root), 1);
 
   /* 2. the holder killed: its root is taken over (the kernel dropped its lock; its record is stale) */
   end(child);

@@ -225,15 +225,15 @@ int main(int argc, char **argv) {
   snprintf(lp[1], sizeof lp[1], "%s/.model.safetensors.%ld.3.tmp", sd, live); /* live pid: kept */
   snprintf(lp[2], sizeof lp[2], "%s/.model.safetensors.%ld.4.tmp", sd, dead); /* symlink: kept */
   snprintf(lp[3], sizeof lp[3], "%s/.model.safetensors.%ld.5.tmp", sd, dead); /* FIFO: kept */
-  snprintf(lp[4], sizeof lp[4], "%s/.other.safetensors.%ld.3.tmp", sd,
-           dead); /* another target: kept */
+  /* another target: kept */
+  snprintf(lp[4], sizeof lp[4], "%s/.other.safetensors.%ld.3.tmp", sd, dead);
   snprintf(lp[5], sizeof lp[5], "%s/.model.safetensors.%ld.6.tmp", sd, dead); /* directory: kept */
-  snprintf(lp[6], sizeof lp[6], "%s/.model.safetensors.1.%ld.3.tmp", sd,
-           dead); /* target model.safetensors.1 */
-  snprintf(lp[7], sizeof lp[7], "%s/.model.safetensors.%ld.3.tmp.x", sd,
-           dead); /* not the pattern */
-  snprintf(lp[8], sizeof lp[8], "%s/.model.safetensors.0%ld.3.tmp", sd,
-           dead);                                                            /* never made by us */
+  /* target model.safetensors.1 */
+  snprintf(lp[6], sizeof lp[6], "%s/.model.safetensors.1.%ld.3.tmp", sd, dead);
+  /* not the pattern */
+  snprintf(lp[7], sizeof lp[7], "%s/.model.safetensors.%ld.3.tmp.x", sd, dead);
+  /* never made by us */
+  snprintf(lp[8], sizeof lp[8], "%s/.model.safetensors.0%ld.3.tmp", sd, dead);
   snprintf(lp[9], sizeof lp[9], "%s/model.safetensors.%ld.3.tmp", sd, dead); /* no leading dot */
   for (int i = 0; i < 10; i++) {
     if (i == 2)
@@ -251,8 +251,8 @@ int main(int argc, char **argv) {
   longname[230] = 0;
   snprintf(longout, sizeof longout, "%s/%s", sd, longname);
   snprintf(lp[10], sizeof lp[10], "%s/.%.200s.%ld.0.tmp", sd, longname, dead); /* removed */
-  snprintf(lp[11], sizeof lp[11], "%s/.%.199s.%ld.0.tmp", sd, longname,
-           dead); /* 199 bytes: not its: kept */
+  /* 199 bytes: not its: kept */
+  snprintf(lp[11], sizeof lp[11], "%s/.%.199s.%ld.0.tmp", sd, longname, dead);
   CHECK(make_victim(lp[10]));
   CHECK(make_victim(lp[11]));
   g_log[0] = 0;

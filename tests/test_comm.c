@@ -64,8 +64,8 @@ static float from_bf16(uint16_t b) {
 static uint16_t ref_f16(float f) {
   if (f == 0) return 0;
   int e;
-  float q = nearbyintf(frexpf(fabsf(f), &e) *
-                       2048.0f); /* f = m 2^e, m in [0.5, 1): 11 significant bits */
+  /* f = m 2^e, m in [0.5, 1): 11 significant bits */
+  float q = nearbyintf(frexpf(fabsf(f), &e) * 2048.0f);
   if (q == 2048.0f) q = 1024.0f, e++;
   return (uint16_t)((f < 0 ? 0x8000 : 0) | ((e + 14) << 10) | ((int)q - 1024));
 }
@@ -492,8 +492,8 @@ static int nccl_fault_main(const char *mode) {
   CHECK_ST(zo_comm_barrier(c), ZO_ERR_INVALID_USAGE); /* aborted: refused, naming why */
   CHECK_HAS(zo_last_error(),
             "barrier on a communicator that was aborted (all-reduce of 4096 bytes");
-  zo_comm_destroy(
-      c); /* returns: the aborted collective's stream drains; no ncclCommDestroy after the abort */
+  /* returns: the aborted collective's stream drains; no ncclCommDestroy after the abort */
+  zo_comm_destroy(c);
   zo_device_free(dev, d);
   zo_device_destroy(dev);
   return zo_test_finish("test_comm nccl_fault");

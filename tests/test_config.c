@@ -180,8 +180,8 @@ static void test_defaults_and_values(void) {
   CHECK_EQ(c.zero.stage, 0);
   CHECK_EQ(c.zero.overlap_comm, 0);
   CHECK_EQ(c.zero.offload_param.buffer_count, 5);
-  CHECK_EQ(c.zero.offload_param.max_in_cpu,
-           1000000000); /* DeepSpeed's default, not acted on: not written */
+  /* DeepSpeed's default, not acted on: not written */
+  CHECK_EQ(c.zero.offload_param.max_in_cpu, 1000000000);
   CHECK_EQ(c.zero.offload_param.max_in_cpu_set, 0);
   CHECK_EQ(
       parse(
@@ -450,8 +450,8 @@ static void test_warnings(void) {
     CHECK_EQ(count_log("config: model"), 0);
     CHECK_EQ(count_log("config: data"), 0);
     CHECK_EQ(count_log("frobnicate.a"), 0); /* an unknown block warns once, not per sub-key */
-    CHECK_EQ(count_log("stage3_"),
-             1); /* the stage3_* budgets are acted on: only ..._on_model_save warns */
+    /* the stage3_* budgets are acted on: only ..._on_model_save warns */
+    CHECK_EQ(count_log("stage3_"), 1);
     if (g_nlog != (int)nwant)
       for (int i = 0; i < g_nlog && i < MAX_LOG; i++) fprintf(stderr, "  got: %s\n", g_log[i]);
     CHECK_EQ(c.zero.stage3_prefetch_bucket_size, 50000000);
@@ -564,9 +564,9 @@ static void test_unknown_keys(void) {
     if (count_log(want) != 1)
       FAIL_AT("warning \"%s\" seen %d times, want 1", want, count_log(want));
   }
-  CHECK_EQ(g_nlog,
-           n_inert); /* and nothing else: aio.block_size and steps_per_print are acted on, and
-                                data_types.buffer_dtype and zero_optimization.leaf_module by the Python front */
+  /* and nothing else: aio.block_size and steps_per_print are acted on, and
+     data_types.buffer_dtype and zero_optimization.leaf_module by the Python front */
+  CHECK_EQ(g_nlog, n_inert);
   CHECK_EQ(count_log("not a DeepSpeed or zoffload key"), 0);
   /* HF accelerate's "steps_per_print": float("inf") as Python's json.dumps writes it: never print */
   CHECK_EQ(c.steps_per_print, INT64_MAX);
@@ -1171,8 +1171,8 @@ static void test_boundaries(void) {
           2, &c),
       ZO_OK);
   CHECK_EQ(c.train_batch_size, 2147483649LL * 2147483647LL * 2);
-  CHECK_EQ(parse("{\"train_micro_batch_size_per_gpu\": 4294967312}", &c),
-           ZO_OK); /* the library has no int */
+  /* the library has no int */
+  CHECK_EQ(parse("{\"train_micro_batch_size_per_gpu\": 4294967312}", &c), ZO_OK);
   CHECK_EQ(c.train_micro_batch_size_per_gpu, 4294967312LL);
   /* NaN and infinities are not JSON; Python writes them (json.dumps): refused, naming the key (steps_per_print's
    * Infinity aside: see test_unknown_keys) */
@@ -1223,12 +1223,13 @@ static void test_boundaries(void) {
           "\"weight_decay\": 300}}}",
           &c),
       ZO_OK);
+  /* L2: Adam normalises the decay term */
   CHECK_EQ(
       parse(
           "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, "
           "\"lr\": 0.003, \"weight_decay\": 1000}}}",
           &c),
-      ZO_OK); /* L2: Adam normalises the decay term */
+      ZO_OK);
   /* the emulated link: 1e-9 GB/s hung zo-train */
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"zoffload\": {\"host_link_gbps\": 1e-9}}", &c),
            ZO_ERR_CONFIG);

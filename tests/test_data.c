@@ -163,8 +163,8 @@ int main(void) {
       CHECK(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
     }
     CHECK(data_next_batch(d, DATA_TRAIN, 0, T, &x, in, tg) != 0);
-    CHECK(data_next_batch(d, DATA_TRAIN, 1, (int)ntr, &x, in, tg) !=
-          0); /* window longer than the split */
+    /* window longer than the split */
+    CHECK(data_next_batch(d, DATA_TRAIN, 1, (int)ntr, &x, in, tg) != 0);
 
     /* fixed val set */
     int nw = data_val_windows(d, T, 1000000);
@@ -209,8 +209,8 @@ int main(void) {
   CHECK(data_open(path_of("tiny.txt"), 0.0, 1, 64, &d, err, sizeof err) != 0);
   printf("too small: %s\n", err);
   CHECK(strstr(err, "has 10 bytes; need at least 65 for seq_len 64") != NULL);
-  CHECK(data_open(path_of("corpus"), 0.5, 1, 4, &d, err, sizeof err) !=
-        0); /* one block cannot feed two splits */
+  /* one block cannot feed two splits */
+  CHECK(data_open(path_of("corpus"), 0.5, 1, 4, &d, err, sizeof err) != 0);
   CHECK(strstr(err, "need at least") != NULL);
   CHECK(data_open(path_of("big.txt"), 1.0, 1, 4, &d, err, sizeof err) != 0);
   CHECK(strstr(err, "data.val_fraction") != NULL);

@@ -1156,8 +1156,8 @@ static void test_link_emulation_host(void) {
   dt_free = zo_clock_s() - t0;
   CHECK_OK(zo_device_link_stats(dev, &ls));
   CHECK_EQ(ls.h2d_bytes, ls0.h2d_bytes + N);
-  CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0,
-              0); /* unthrottled: no slot taken (a deterministic check, not a clock) */
+  /* unthrottled: no slot taken (a deterministic check, not a clock) */
+  CHECK_CLOSE(ls.h2d_busy_s, ls0.h2d_busy_s, 0, 0);
   printf(
       "host: link: 16 MiB unlimited %.2f ms, at 1 GB/s %.2f ms (slot %.2f), 2 streams same lane %.2f ms, "
       "duplex %.2f ms\n",

@@ -924,8 +924,8 @@ int main(int argc, char **argv) {
       snprintf(label, sizeof label, "nvme, %s, sub_group %lld, %d buffers", bf16 ? "bf16" : "fp32",
                (long long)sgs[k], nbuf[k]);
       run_tier(label, cfg, dir, 4, 1.0f);
-      CHECK_EQ(zo_test_count_entries(dir),
-               0); /* the private swap directory is gone after destroy */
+      /* the private swap directory is gone after destroy */
+      CHECK_EQ(zo_test_count_entries(dir), 0);
     }
   }
   cfg.optimizer.adam_w_mode = 0; /* Adam with L2 weight decay, on nvme */

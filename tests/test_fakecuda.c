@@ -177,8 +177,8 @@ static void test_wrap_destroy_order(void) {
   CHECK_OK(zo_stream_wrap(dev, (void *)raw, &w));
   CHECK_OK(zo_memset_async(w, d, 0x5a, N));
   zo_stream_destroy(w);
-  CHECK(cudaStreamQuery(raw) ==
-        cudaSuccess); /* zo_stream_destroy synchronized it and left it alive */
+  /* zo_stream_destroy synchronized it and left it alive */
+  CHECK(cudaStreamQuery(raw) == cudaSuccess);
   CHECK(cudaStreamDestroy(raw) == cudaSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK_OK(zo_device_free(dev, d));
@@ -312,8 +312,8 @@ static void test_legacy_stream(void) {
   CHECK(cudaLaunchHostFunc(b, block_until_released, NULL) == cudaSuccess);
   /* the per-thread default stream syncs with the legacy stream only, not with other blocking streams */
   CHECK(cudaMemsetAsync((char *)d + N, 4, N, cudaStreamPerThread) == cudaSuccess);
-  CHECK(cudaStreamSynchronize(cudaStreamPerThread) ==
-        cudaSuccess); /* (a hang here: the ctest timeout) */
+  /* (a hang here: the ctest timeout) */
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
   CHECK(cudaMemsetAsync(d, 1, N, cudaStreamLegacy) == cudaSuccess);
   CHECK(cudaMemsetAsync((char *)d + N, 2, N, nb) == cudaSuccess);
   CHECK(cudaStreamSynchronize(nb) == cudaSuccess); /* (a hang here: the ctest timeout) */
@@ -345,16 +345,16 @@ static void test_host_register_pages(void) {
   CHECK_EQ(cudaHostRegister(buf + 200, 100, cudaHostRegisterDefault),
            cudaErrorHostMemoryAlreadyRegistered);
   CHECK_EQ(cudaGetLastError(), cudaErrorHostMemoryAlreadyRegistered);
-  CHECK(cudaHostRegister(buf + pg, 100, cudaHostRegisterDefault) ==
-        cudaSuccess); /* the next page: fine */
+  /* the next page: fine */
+  CHECK(cudaHostRegister(buf + pg, 100, cudaHostRegisterDefault) == cudaSuccess);
   CHECK(cudaHostUnregister(buf) == cudaSuccess);
   CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);
   char lim[32];
   snprintf(lim, sizeof lim, "%ld", 2 * pg);
   setenv("FAKE_CUDA_REG_LIMIT", lim, 1);
   CHECK(cudaHostRegister(buf, (size_t)pg, cudaHostRegisterDefault) == cudaSuccess);
-  CHECK(cudaHostRegister(buf + pg, 1, cudaHostRegisterDefault) ==
-        cudaSuccess); /* counts one whole page */
+  /* counts one whole page */
+  CHECK(cudaHostRegister(buf + pg, 1, cudaHostRegisterDefault) == cudaSuccess);
   CHECK_EQ(cudaHostRegister(buf + 2 * pg, 1, cudaHostRegisterDefault), cudaErrorMemoryAllocation);
   (void)cudaGetLastError();
   CHECK(cudaHostUnregister(buf + pg) == cudaSuccess);

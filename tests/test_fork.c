@@ -48,8 +48,8 @@ static int child_refused(zo_status st, int code, long parent) {
  * failed check's code; goes on past a failure, so the let-go runs (and a hang or crash there shows) either way. */
 static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint_lock_t *lock,
                  const char *root, long parent) {
-  alarm(
-      10); /* a hang (a wait on the parent's Adam or stream threads) ends the child with SIGALRM */
+  /* a hang (a wait on the parent's Adam or stream threads) ends the child with SIGALRM */
+  alarm(10);
   int rc = C_OK, r;
   static float vals[N];
   zo_step_info info;
@@ -68,8 +68,8 @@ static int child(zo_engine_t *e, zo_param_t *p, const void *dgrad, zo_checkpoint
     zo_checkpoint_unlock(mine);
     if (!rc) rc = C_LOCK_AGAIN;
   }
-  zo_checkpoint_unlock(
-      lock);            /* the inherited handle: must not remove or unlock the parent's file */
+  /* the inherited handle: must not remove or unlock the parent's file */
+  zo_checkpoint_unlock(lock);
   zo_engine_destroy(e); /* must return at once, touching nothing of the parent's */
   return rc;
 }

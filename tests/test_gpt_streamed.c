@@ -248,8 +248,8 @@ int main(void) {
       int bwd = 0;
       for (int i = 0; i < f.n && i < 512; i++) bwd += f.ev[i] >= 100000;
       CHECK(bwd == 0);
-      CHECK(gpt_backward(ms, 1.0f) !=
-            0); /* sampling ends the last forward's targets, as resident */
+      /* sampling ends the last forward's targets, as resident */
+      CHECK(gpt_backward(ms, 1.0f) != 0);
     }
 
     /* unbound tensors: an error naming the tensor, never a crash */

@@ -139,8 +139,8 @@ int main(void) {
   const int child = getenv("ZO_TEST_GPT_THREADS_CHILD") != NULL;
   printf("OPENBLAS_CORETYPE %s: OpenBLAS %s\n",
          getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset", gpt_blas_core());
-  gpt_set_threads(
-      2); /* a team of 2 whatever this machine has: the thresholds decide, not the core count */
+  /* a team of 2 whatever this machine has: the thresholds decide, not the core count */
+  gpt_set_threads(2);
   gpt_set_thread_adapt(0);
 
   /* tests/configs/tiny.json's model: every region is below the threshold (main's code forked ~80 a pass) */

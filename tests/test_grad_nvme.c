@@ -170,8 +170,8 @@ int main(int argc, char **argv) {
     snprintf(label, sizeof label, "fp16 loss scaling, gas %d", gas);
     run_case(label, &c, gas, gas > 1 ? ZO_DTYPE_F32 : ZO_DTYPE_F16);
   }
-  if (W ==
-      1) { /* the gpt-2b-nvme preset's setting: bf16, gas 1, clipping, parameters on nvme at stage 3 */
+  /* the gpt-2b-nvme preset's setting: bf16, gas 1, clipping, parameters on nvme at stage 3 */
+  if (W == 1) {
     base_config(&c, 1);
     c.bf16.enabled = 1;
     c.gradient_clipping = 1.0;

@@ -445,8 +445,8 @@ static void run_pure(void) {
     CHECK_EQ(pl->nvme_bytes[0], 4 * 6144 * 4);
     CHECK_EQ(pl->nvme_bytes[1], 6144 * 2);
     CHECK_EQ(pl->device_bytes, 0);
-    CHECK_EQ(pl->device_need_bytes,
-             6144); /* the largest tensor fetched: 3000 x 2 bytes, 256-aligned */
+    /* the largest tensor fetched: 3000 x 2 bytes, 256-aligned */
+    CHECK_EQ(pl->device_need_bytes, 6144);
     zo_plan_free(pl), pl = NULL;
   }
   /* the host cache of nvme parameters: a budget of 1500 elements holds the first tensor whole, not the second */
@@ -604,13 +604,13 @@ int main(int argc, char **argv) {
   run_bounded(1);
   run_bounded(4);
   if (W == 1) {
-    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1,
-             0); /* delayed_param_update: a second gradient buffer */
+    /* delayed_param_update: a second gradient buffer */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, 2, 1, 1, 0);
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 3, 1, 0, 0); /* stage 3, parameters resident */
   } else {
     run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 1, 1, 0, 1); /* stage 1 */
-    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 0, 0, 0,
-             1); /* stage 0: all-reduce, no gather buffer */
+    /* stage 0: all-reduce, no gather buffer */
+    run_cell(ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE, 0, 0, 0, 1);
   }
   CHECK_OK(zo_comm_barrier(g_comm));
   CHECK_EQ(zo_test_count_entries(g_dir), 0); /* every swap file removed */

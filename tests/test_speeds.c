@@ -186,8 +186,8 @@ static void test_cache(const char *dir, zo_device_t *dev, const char *cache) {
     CHECK_HAS(text, "\"adam host=");
     CHECK_HAS(text, "\"measured_at\"");
   }
-  CHECK_EQ(zo_test_count_entries(dir),
-           0); /* the swap directory zoffload-rank99999800 is gone again */
+  /* the swap directory zoffload-rank99999800 is gone again */
+  CHECK_EQ(zo_test_count_entries(dir), 0);
   /* 2. read back from the cache, exactly */
   CHECK_OK(zo_speeds_get_ex(&c, dev, dir, &k_small, &s2));
   check_all(&s2, "cache ", __LINE__);
@@ -499,8 +499,8 @@ int main(int argc, char **argv) {
   if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, "test_speeds", dir, sizeof dir))
     return ZO_TEST_SKIP;
   snprintf(swapdir, sizeof swapdir, "%s/nvme", dir);
-  snprintf(cache, sizeof cache, "%s/cache/sub/speeds.json",
-           dir); /* directories made by the first write */
+  /* directories made by the first write */
+  snprintf(cache, sizeof cache, "%s/cache/sub/speeds.json", dir);
   if (mkdir(swapdir, 0700) != 0) return ZO_TEST_SKIP;
   setenv("ZO_SPEEDS_CACHE", cache, 1); /* never $HOME */
   unsetenv("ZO_SPEEDS_REMEASURE");

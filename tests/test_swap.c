@@ -494,8 +494,8 @@ static void test_buffered_fallback(const char *root) {
     CHECK_EQ(st.st_mode & 07777, 0600);
     unsigned char *src = xalloc(a, 256 * 1024), *dst = xalloc(a, 256 * 1024);
     fill_random(src, 256 * 1024);
-    zo_swap_test_inject(sw, 2,
-                        1001); /* unaligned short count, resumed exactly on a buffered file */
+    /* unaligned short count, resumed exactly on a buffered file */
+    zo_swap_test_inject(sw, 2, 1001);
     CHECK_ST(zo_swap_write(sw, f, a, src, 256 * 1024), ZO_OK);
     memset(dst, 0, 256 * 1024);
     CHECK_ST(zo_swap_read(sw, f, a, dst, 256 * 1024), ZO_OK);

@@ -52,8 +52,8 @@ static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
   char f[PATH_MAX], esc[96];
   struct stat sb;
   ZO_CHECK(ck_join(f, sizeof f, path, "manifest.json"));
-  if (lstat(f, &sb) ==
-      0) { /* whatever it is: the manifest's own reading names it when it is not a file */
+  /* whatever it is: the manifest's own reading names it when it is not a file */
+  if (lstat(f, &sb) == 0) {
     snprintf(dir, cap, "%s", path);
     return ZO_OK;
   }
@@ -236,8 +236,8 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
                esc(e1, sd), zo_dtype_name(e->sdtype));
   json_t *ts = json_object_get(m, "tensors");
   if (!json_is_array(ts)) return bad(c, "tensors: expected an array");
-  snprintf(rank_file, rf_cap, "rank%05d.bin",
-           e->rank); /* the one zo_engine_save() names for this rank */
+  /* the one zo_engine_save() names for this rank */
+  snprintf(rank_file, rf_cap, "rank%05d.bin", e->rank);
   /* rank_files: the one file this rank's manifest describes, as zo_engine_save() writes it; nothing else is opened,
    * and a list naming other paths (../../etc/passwd, /dev/zero) or 100k entries is a forged manifest */
   json_t *rf = json_object_get(m, "rank_files");
@@ -532,8 +532,8 @@ static zo_status load_apply(zo_engine_t *e, const lrun *runs, int fd, const char
     const lrun *r = &runs[i * ST_KINDS];
     if (!r[ST_MASTER].used)
       continue; /* not_strict: not in the checkpoint; keeps its values and state */
-    if (eng_device_adam(
-            e)) { /* device memory: through a host copy; the working copy from the master read */
+    /* device memory: through a host copy; the working copy from the master read */
+    if (eng_device_adam(e)) {
       void *h[ST_KINDS] = {0};
       for (int k = 0; k < ST_KINDS && st == ZO_OK; k++) {
         if (!r[k].used) continue;

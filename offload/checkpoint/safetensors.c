@@ -130,8 +130,8 @@ static zo_status st_write_tensors(zo_engine_t *e, zo_dtype dtype, int writer, in
     float *mine = e->world > 1 ? f32 + (size_t)e->rank * p->part_n : f32;
     zo_status s2 = zo_engine_get_master(e, p, mine, NULL, NULL);
     if (s2 != ZO_OK && st == ZO_OK) st = zo_error_prefix(s2, "safetensors '%s'", p->name);
-    if (e->world >
-        1) { /* this rank's shard at its block; the last rank's padding is not written out */
+    /* this rank's shard at its block; the last rank's padding is not written out */
+    if (e->world > 1) {
       memset(mine + p->shard_n, 0, (p->part_n - p->shard_n) * sizeof(float));
       s2 = zo_comm_all_gather(e->comm, mine, f32, p->part_n * sizeof(float));
       if (s2 != ZO_OK && st == ZO_OK)

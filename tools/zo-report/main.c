@@ -235,8 +235,8 @@ static json_t *numa_json(hwloc_topology_t topo, hwloc_obj_t obj) {
   if (!anc || !anc->nodeset || hwloc_bitmap_iszero(anc->nodeset)) return json_string("unknown");
   if (hwloc_bitmap_weight(anc->nodeset) == 1) return json_integer(hwloc_bitmap_first(anc->nodeset));
   char list[128];
-  hwloc_bitmap_list_snprintf(list, sizeof list,
-                             anc->nodeset); /* a package-level parent: several nodes */
+  /* a package-level parent: several nodes */
+  hwloc_bitmap_list_snprintf(list, sizeof list, anc->nodeset);
   return json_string(list);
 }
 

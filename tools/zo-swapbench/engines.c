@@ -145,8 +145,8 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
   if (v.regbuf > 0) {
     struct iovec iov = {zb->buf, zb->buf_bytes};
     st = zo_swap_register_buffers(zb->sw, &iov, 1);
-    if (st !=
-        ZO_OK) { /* e.g. RLIMIT_MEMLOCK too low: measure unregistered, reported as regbuf off */
+    /* e.g. RLIMIT_MEMLOCK too low: measure unregistered, reported as regbuf off */
+    if (st != ZO_OK) {
       static int warned;
       if (!warned++)
         fprintf(stderr, "zo-swapbench: register buffers: %s: %s; measuring without\n",

@@ -655,8 +655,8 @@ static int resume_from(const train_opts *o, train_job *j) {
     fprintf(stderr, "zo-train: error: --resume: %s\n", err);
     return 1;
   }
-  if (j->pos.step >
-      j->ts.steps) { /* nothing to train, and "0 steps, train loss nan" is no answer */
+  /* nothing to train, and "0 steps, train loss nan" is no answer */
+  if (j->pos.step > j->ts.steps) {
     fprintf(
         stderr,
         "zo-train: error: --resume: the checkpoint under %s is at step %lld, past --steps %lld\n",
@@ -745,8 +745,8 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
   p->tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
   double t2 = zo_clock_s();
   if (zo_engine_step(j->eng, info) != ZO_OK) return engine_error();
-  if (world >
-      1) { /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
+  /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
+  if (world > 1) {
     double red[2] = {loss, g_stop ? 1.0 : 0.0};
     if (zo_comm_all_reduce_f64(j->comm, red, 2) != ZO_OK) return engine_error();
     loss = red[0] / world;
@@ -855,8 +855,8 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
   printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step,
          (long long)j->ts.steps, p->first_val, j->pos.step ? "resumed weights" : "initial weights",
          j->ts.model.vocab, log((double)j->ts.model.vocab));
-  fflush(
-      stdout); /* the loop starts here: a script waiting to signal a step in progress reads this line */
+  /* the loop starts here: a script waiting to signal a step in progress reads this line */
+  fflush(stdout);
   p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
   p->eval_fwd = 0;
   p->t_start = p->t_window = zo_clock_s();
@@ -911,8 +911,8 @@ static int finish(const train_opts *o, train_job *j, const train_progress *p) {
 static int report(const train_job *j, const train_progress *p) {
   const int64_t step = p->step;
   double wall = zo_clock_s() - p->t_start;
-  if (step - 1 <=
-      j->pos.step) { /* no step ran: no train loss, and the val loss is the one of the start */
+  /* no step ran: no train loss, and the val loss is the one of the start */
+  if (step - 1 <= j->pos.step) {
     char why[96] = "";
     if (j->pos.step >= j->ts.steps)
       snprintf(why, sizeof why, " (resumed at step %lld, which is --steps)",

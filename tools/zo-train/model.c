@@ -165,8 +165,8 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
       if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
 #if ZO_TRAIN_CUDA
       if (m->cuda) {
-        gpt_cuda_set_weight(m->gpu, i,
-                            w); /* the engine's device copy, read when the kernels are queued */
+        /* the engine's device copy, read when the kernels are queued */
+        gpt_cuda_set_weight(m->gpu, i, w);
         continue;
       }
 #endif
@@ -215,8 +215,8 @@ static int cuda_streamed_hook(train_model *m, int phase, int group, int end) {
       const void *w;
       zo_dtype dt;
       if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
-      gpt_cuda_set_weight(m->gpu, i,
-                          w); /* the engine's device copy, read when the kernels are queued */
+      /* the engine's device copy, read when the kernels are queued */
+      gpt_cuda_set_weight(m->gpu, i, w);
       if (bwd) gpt_cuda_set_grad(m->gpu, i, scr + m->goff[i] * 2);
     }
     return 0;

@@ -3,9 +3,9 @@
 # the library's folders and tools/ is resolved to the header it names, and that
 # header's layer must be below the including file's layer (or the same module):
 #
-#   4 tools/                                  (the programs)
+#   5 tools/                                  (the programs)
+#   4 models/                                 (the GPT zo-train trains, and its wiring to the engine: a user of it)
 #   3 offload/ + engine.h budget.h checkpoint.h plan.h placement.h speeds.h handover.h zoffload.h   (the engine)
-#   3 models/                                 (the GPT zo-train trains; a peer of offload)
 #   2 host/ config/ swap/ cpu_adam/ comm/ + pinned.h config.h swap.h adam.h comm.h   (comm/ runs on gpu/'s devices)
 #   1 gpu/ + device.h arena.h                  (host/ uses gpu/'s cuda_host.h hook)
 #   0 base/ + status.h dtype.h
@@ -30,7 +30,7 @@ module[include/zoffload/swap.h]=swap
 module[include/zoffload/adam.h]=cpu_adam
 for h in engine budget checkpoint plan placement speeds handover zoffload; do module[include/zoffload/$h.h]=offload; done
 layer[base]=0 layer[gpu]=1 layer[host]=2 layer[config]=2 layer[swap]=2 layer[cpu_adam]=2 layer[comm]=2
-layer[offload]=3 layer[models]=3 layer[tools]=4
+layer[offload]=3 layer[models]=4 layer[tools]=5
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

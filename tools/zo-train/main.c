@@ -24,7 +24,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
-#include "model.h"
+#include "train_model.h"
 #include "options.h"
 #include "predict.h"
 #include "probe.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "train_model.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
 #include "zoffload/dtype.h"

@@ -1,6 +1,6 @@
 /*
- * model.h - zo-train's model behind one interface, on either compute
- * backend, wired to the offload engine:
+ * train_model.h - the GPT model zo-train trains, behind one interface, on
+ * either compute backend, wired to the offload engine (its public API only):
  *   cpu   gpt.c (fp32, OpenBLAS): each group's working weights are fetched
  *         from the engine and cast into the model's fp32 buffers; gradients
  *         are cast to the working dtype into a device buffer and handed over;

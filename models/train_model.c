@@ -1,6 +1,7 @@
 /*
- * model.c - zo-train's model on the cpu or cuda backend, wired to the engine
- * through the layer hook (see model.h).
+ * train_model.c - the GPT model on the cpu or cuda backend, wired to the engine
+ * through the layer hook (see train_model.h). Above the engine: a user of its
+ * public API, as zo-train and the tests are.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,15 +9,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
-#include "train_config.h"
+#include "train_model.h"
 #include "zoffload/status.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
 #include "zoffload/device.h"
 #include "zoffload/dtype.h"
 #include "zoffload/handover.h"
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
 #include "gpt_cuda.h"
 #endif
 
@@ -24,7 +24,7 @@ struct train_model {
   gpt_config cfg;
   int cuda;
   gpt_model *cpu;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   gpt_cuda *gpu;
 #endif
   zo_engine_t *eng;
@@ -72,7 +72,7 @@ static void set_err(train_model *m, const char *fmt, ...) {
   va_end(ap);
 }
 
-int train_model_cuda_built(void) { return ZO_TRAIN_CUDA; }
+int train_model_cuda_built(void) { return ZO_TRAIN_MODEL_CUDA; }
 
 /* The streamed model's gradient ring: twice the largest of the @n_params tensors in the hand-over dtype, 64-byte
  * units; SIZE_MAX past size_t. */
@@ -135,7 +135,7 @@ int train_model_bytes(const gpt_config *c, int max_batch, int recompute, int cud
     app[ZO_TIER_HOST] = gpt_host_bytes(c, max_batch, recompute);
     return 0;
   }
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (streamed) { /* three bf16 gradient scratches instead of the whole model's gradients */
     size_t g0, gmax;
     app[ZO_TIER_DEVICE] = cuda_scratch_bytes(c, specs, &g0, &gmax);
@@ -163,7 +163,7 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
       const void *w;
       zo_dtype dt;
       if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
       if (m->cuda) {
         /* the engine's device copy, read when the kernels are queued */
         gpt_cuda_set_weight(m->gpu, i, w);
@@ -186,7 +186,7 @@ static int hook_calls(train_model *m, int phase, int group, int end) {
   return 0;
 }
 
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
 /* Streamed cuda, group @g's gradient scratch and its bytes (the group's own, not the largest). */
 static char *cuda_scratch(const train_model *m, int g, size_t *bytes) {
   *bytes = gpt_group_layout(&m->cfg, m->specs, g, 2, 256, NULL);
@@ -285,7 +285,7 @@ static int stream_end(train_model *m, int phase, int group) {
 
 static int on_layer(void *user, int phase, int group, int end) {
   train_model *m = user;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda_streamed) {
     if (cuda_streamed_hook(m, phase, group, end) == 0) return 0;
     m->failed = 1;
@@ -385,7 +385,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
   }
 
   if (m->cuda) {
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
     if (m->grad_dtype != ZO_DTYPE_BF16) {
       snprintf(
           err, errlen,
@@ -426,7 +426,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
     snprintf(m->desc, sizeof m->desc, "cpu (fp32, OpenBLAS %s%s)", gpt_blas_core(),
              recompute ? ", activation checkpointing" : "");
   }
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda_streamed) {
     if (m->grad_bytes == SIZE_MAX || zo_device_malloc(dev, m->grad_bytes, &m->dev_grads) != ZO_OK) {
       snprintf(
@@ -450,7 +450,7 @@ int train_model_create(const gpt_config *c, int max_batch, int recompute, int st
              m->grad_bytes, zo_last_error());
     goto fail;
   }
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda) {
     for (int i = 0; i < m->n_params; i++)
       gpt_cuda_set_grad(m->gpu, i,
@@ -480,7 +480,7 @@ void train_model_destroy(train_model *m) {
    * gpt_cuda_destroy destroys (a destroyed stream used again is undefined behaviour; test_fakecuda). */
   zo_stream_destroy(m->stream);
   m->stream = NULL;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   gpt_cuda_destroy(m->gpu);
 #endif
   free(m->specs);
@@ -511,7 +511,7 @@ static void pass_error(train_model *m) {
     m->failed = 0;
     return;
   }
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda) {
     set_err(m, "%s", gpt_cuda_last_error(m->gpu));
     return;
@@ -523,7 +523,7 @@ static void pass_error(train_model *m) {
 float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
   double t0 = zo_clock_s();
   float l;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda)
     l = gpt_cuda_forward(m->gpu, in, tg, B, T);
   else
@@ -545,7 +545,7 @@ int train_model_backward(train_model *m, float loss_mult, int hand_over) {
   double t0 = zo_clock_s();
   int rc;
   m->hand_over = hand_over;
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   if (m->cuda) {
     rc = gpt_cuda_backward(m->gpu, loss_mult);
     if (rc == 0 && zo_stream_synchronize(m->stream) != ZO_OK) {
@@ -584,7 +584,7 @@ int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, in
     set_err(m, "%s", gpt_last_error(m->cpu));
     return -1;
   }
-#if ZO_TRAIN_CUDA
+#if ZO_TRAIN_MODEL_CUDA
   /* cuda computes from the engine's device copies: every tensor fetched at once, kept while sampling, released. */
   int fetched = 0, rc = -1;
   for (; fetched < m->n_params; fetched++) {

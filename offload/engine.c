@@ -190,6 +190,7 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
   }
   ZO_CHECK_GOTO(eng_wb_create(e), st, fail);
   ZO_CHECK_GOTO(eng_fetch_create(e), st, fail);
+  ZO_CHECK_GOTO(eng_trace_create(e), st, fail);
   ZO_CHECK_GOTO(create_tiers(e, cfg), st, fail);
   ZO_CHECK_GOTO(create_device(e, cfg, dev), st, fail);
   ZO_CHECK_GOTO(create_pool(e, cfg), st, fail);
@@ -257,6 +258,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   }
   eng_wb_free(e);
   eng_fetch_free(e);
+  eng_trace_free(e);
   eng_host_buf_free(&e->param_host);
   if (e->own_pswap) zo_swap_destroy(e->pswap);
   eng_gnv_free(e); /* gradient writes in flight (after an error) */
@@ -633,7 +635,10 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host",
                                    zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));
-  if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(alloc_param_nvme(e, plan));
+  if (e->ptier == ZO_OFFLOAD_NVME) {
+    ZO_CHECK(alloc_param_nvme(e, plan));
+    if (eng_dp3(e)) eng_pg_set_stage(e->pg, eng_fetch_stage(e->fetch, 0));
+  }
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_alloc(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_wb_ring_alloc(e, plan));
   if (e->pageable_bytes) /* zoffload.allow_pageable_host: the one warning (eng_pin_check refuses otherwise) */

@@ -18,7 +18,8 @@
 #include "half.h"
 #include "nvtx.h"
 
-/* The chunk a bucket carries: shard elements [off, off + n) of p, in dtype, added (or cast) into p->grad. */
+/* The chunk a bucket carries: shard elements [off, off + n) of p, in dtype, added (or cast) into
+ * p->grad. */
 typedef struct acc_chunk {
   zo_param_t *p;
   size_t off, n;
@@ -26,10 +27,11 @@ typedef struct acc_chunk {
   int add;
   int b; /* its bucket: the ring at b * bucket_el */
   void *bucket;
-  atomic_int
-      queued; /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores 0) */
-  zo_adam_task_t *
-      task; /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
+  /* 1 from enqueue until its host function has queued the add (the copy stream's thread stores
+   * 0) */
+  atomic_int queued;
+  /* the add on the Adam pool, from that host function until acc_reclaim() waits for it */
+  zo_adam_task_t *task;
   zo_status st; /* the host function's failure to queue it */
 } acc_chunk;
 
@@ -42,8 +44,8 @@ struct eng_acc {
   acc_chunk *chunks; /* one descriptor per chunk of every shard (p->acc_chunks points into it) */
   size_t n_chunks;
   acc_chunk *last[2]; /* per bucket: the chunk staged through it last (its add reads the bucket) */
-  zo_event_t
-      *ev[2]; /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+  /* per bucket: recorded behind that chunk's host function (it has queued the add) */
+  zo_event_t *ev[2];
 };
 
 zo_status eng_acc_create(zo_engine_t *e) {
@@ -101,7 +103,8 @@ static zo_status acc_alloc_chunks(zo_engine_t *e) {
   return ZO_OK;
 }
 
-/* cpu, none: every shard's norm partials (eng_grad_landed's task), one per ENG_NORM_CHUNK elements. */
+/* cpu, none: every shard's norm partials (eng_grad_landed's task), one per ENG_NORM_CHUNK
+ * elements. */
 static zo_status acc_alloc_norm_parts(zo_engine_t *e) {
   if (e->tier == ZO_OFFLOAD_NVME)
     return ZO_OK; /* the norm is taken on the way to grad.swp (engine_gradnv.c) */

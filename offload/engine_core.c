@@ -1,6 +1,6 @@
 /*
  * engine_core.c - what every part of the engine uses and nothing above it: host buffers (allocated, pinned,
- * registered with CUDA, noted in the ledger), the owner and usable checks of the public calls, the device check
+ * registered with CUDA, noted in the ledger), the device copies' arena blocks (pin, unpin, drop), the owner and usable checks of the public calls, the device check
  * of a configuration, a synchronous device copy, swap waits timed as exposed I/O, the extent layout, and the
  * gradient arithmetic (cast, add). Calls nothing in the engine's other files: the parts (engine_*.c) and the
  * planner (plan.c, budget.c, placement.c) sit above it.
@@ -189,4 +189,43 @@ zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req) {
 /* Elements of a padded extent for n elements (nvme layout). */
 uint64_t eng_padded_el(const zo_engine_t *e, size_t n) {
   return zo_round_up(n, eng_extent_unit(e));
+}
+
+/*
+ * A device copy is an arena block. It is pinned (never moved by a
+ * compaction) from its allocation until its host-to-device copy has landed,
+ * and again from zo_engine_fetch() to zo_engine_release() and around a
+ * queued refresh; in between, a cached copy may be moved, so p->weights is
+ * read again from the arena at every pin.
+ */
+zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p) {
+  if (p->blk_pinned) return ZO_OK;
+  zo_status st = zo_arena_pin(e->arena, p->blk, &p->weights);
+  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
+  p->blk_pinned = 1;
+  return ZO_OK;
+}
+
+zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use) {
+  if (!p->blk_pinned) return ZO_OK;
+  zo_status st = zo_arena_unpin(e->arena, p->blk, last_use);
+  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
+  p->blk_pinned = 0;
+  return ZO_OK;
+}
+
+/* Drop a released tensor's device copy (parameter offload only). Its block
+ * is reused only after the compute queued so far (the last reader) is done. */
+void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
+  /* A refresh of its new weights may still be queued on the copy stream (an
+   * update that finished while compute held the tensor): let it run first. */
+  if (p->ready) zo_event_synchronize(p->ready);
+  if (eng_blk_unpin(e, p, NULL) != ZO_OK ||
+      zo_arena_free(e->arena, p->blk, e->compute_stream) != ZO_OK)
+    zo_warn("engine: freeing the device copy of '%s': %s", p->name,
+            zo_last_error()); /* a bug: blocks are ours */
+  p->blk = NULL;
+  p->weights = NULL;
+  p->pstate = P_HOST;
+  e->dev_live_el -= p->n;
 }

@@ -50,9 +50,11 @@ struct eng_pg {
   size_t head;  /* next free byte of ring */
   int next;     /* next trace position to gather for */
   uint64_t seq; /* entries queued so far */
-  zo_comm_t *
-      comm; /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that
-                                of the gradient reductions by when copies land, so they may not share one */
+  /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that of the gradient
+   * reductions by when copies land, so they may not share one */
+  zo_comm_t *comm;
+  /* offload_param nvme: the fetch coordinator's staging buffer 0 (borrowed; eng_pg_set_stage) */
+  void *stage;
 };
 
 zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
@@ -71,6 +73,8 @@ zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the gather queue");
   return ZO_OK;
 }
+
+void eng_pg_set_stage(struct eng_pg *pg, void *stage) { pg->stage = stage; }
 
 static dp_gat *g_at(const struct eng_pg *pg, int i) {
   return &pg->q[(pg->q_first + i) % pg->q_cap];
@@ -130,13 +134,13 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
   zo_swap_req_t *req = NULL;
   const size_t nbytes = zo_round_up(p->part_n * wsz, e->swap_align);
-  zo_status st = zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz,
-                                            eng_fetch_stage(e->fetch, 0), nbytes, &req);
+  zo_status st =
+      zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pg->stage, nbytes, &req);
   if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
   if (st != ZO_OK)
     return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
   e->ctr.nvme_read_bytes += nbytes;
-  memcpy(dst, eng_fetch_stage(e->fetch, 0), p->part_n * wsz);
+  memcpy(dst, e->pg->stage, p->part_n * wsz);
   return ZO_OK;
 }
 
@@ -156,7 +160,8 @@ struct pg_bucket {
   uint64_t first_seq; /* the first member's dp_gat.seq; the others follow it */
 };
 
-/* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring is full. */
+/* A region of the ring for a fetch of @p at @pos, queued with no gather yet; *ok = 0 when the ring
+ * is full. */
 static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
   struct eng_pg *pg = e->pg;
   const size_t bytes = eng_dp_padded(e, p) * zo_dtype_size(e->wdtype);
@@ -217,7 +222,8 @@ static zo_status launch(zo_engine_t *e, int k) {
   return ZO_OK;
 }
 
-/* Complete @g's bucket (waiting with @wait, else testing); on completion copy every member's blocks into place. */
+/* Complete @g's bucket (waiting with @wait, else testing); on completion copy every member's blocks
+ * into place. */
 static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
   struct pg_bucket *b = g->b;
   *done = 1;
@@ -227,7 +233,8 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
   if (st != ZO_OK)
     return zo_error_prefix(st, "all-gather of '%s' over %d ranks", g->p->name, e->world);
   if (!*done || !b->packed) return ZO_OK;
-  /* members are consecutive in the queue from first_seq, and all still queued: popped only after this */
+  /* members are consecutive in the queue from first_seq, and all still queued: popped only after
+   * this */
   const size_t wsz = zo_dtype_size(e->wdtype);
   const int first = (int)(b->first_seq - g_at(e->pg, 0)->seq);
   size_t at = 0;
@@ -245,19 +252,20 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
 }
 
 zo_status eng_pg_issue(zo_engine_t *e) {
-  if (!eng_trace_follow(e->fetch)) return ZO_OK;
+  if (!eng_trace_follow(e->trace)) return ZO_OK;
   struct eng_pg *pg = e->pg;
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
   for (int i = 0; i < pg->q_n; i++) ahead += (int64_t)g_at(pg, i)->p->n;
   const int64_t bucket_cap =
       e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
-  while (pg->next < eng_trace_len(e->fetch)) {
-    /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and the bucket */
+  while (pg->next < eng_trace_len(e->trace)) {
+    /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and
+     * the bucket */
     int k = 0;
     int64_t in_bucket = 0;
-    while (pg->next < eng_trace_len(e->fetch) && k < 256) {
-      zo_param_t *p = e->params[eng_trace_at(e->fetch, pg->next)];
+    while (pg->next < eng_trace_len(e->trace) && k < 256) {
+      zo_param_t *p = e->params[eng_trace_at(e->trace, pg->next)];
       if ((pg->q_n && ahead + (int64_t)p->n > e->cfg.zero.stage3_prefetch_bucket_size) ||
           (k && in_bucket + (int64_t)p->n > bucket_cap))
         break;
@@ -349,7 +357,7 @@ zo_status eng_pg_drop_pending(zo_engine_t *e) {
     zo_status s2 = pop_oldest(e);
     if (st == ZO_OK) st = s2;
   }
-  e->pg->next = eng_trace_pos(e->fetch);
+  e->pg->next = eng_trace_pos(e->trace);
   return st;
 }
 

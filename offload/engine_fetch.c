@@ -18,12 +18,10 @@
 struct eng_fetch {
   void **pstage; /* nvme: offload_param.buffer_count pinned staging buffers */
   int n_pstage;
-  size_t pstage_el;            /* elements per staging buffer */
-  uint64_t *pstage_busy;       /* per staging buffer: tensor index + 1 while in use, else 0 */
-  size_t live_el, inflight_el; /* device-held and in-flight working-copy elements */
-  int *trace, trace_len, trace_valid, trace_pos, trace_warned; /* warned: once per engine */
-  int trace_off; /* zo_engine_set_trace(e, 0): fetches neither recorded nor prefetched for */
-  int *rec, rec_len, rec_cap;
+  size_t pstage_el;      /* elements per staging buffer */
+  uint64_t *pstage_busy; /* per staging buffer: tensor index + 1 while in use, else 0 */
+  size_t inflight_el;    /* in-flight working-copy elements */
+  int trace_warned;      /* the fetch order left the trace: warned once per engine */
   int64_t fetch_clock;
 };
 
@@ -63,70 +61,21 @@ void eng_fetch_free(zo_engine_t *e) {
     zo_host_free(f->pstage[i], f->pstage_el * zo_dtype_size(e->wdtype), 1);
   free(f->pstage);
   free(f->pstage_busy);
-  free(f->trace);
-  free(f->rec);
   free(f);
   e->fetch = NULL;
 }
 
-void *eng_fetch_stage(const struct eng_fetch *f, int b) { return f->pstage[b]; }
+void *eng_fetch_stage(const struct eng_fetch *f, int b) {
+  return b < f->n_pstage ? f->pstage[b] : NULL;
+}
 
 size_t eng_fetch_stage_bytes(const zo_engine_t *e) {
   return (size_t)e->fetch->n_pstage * e->fetch->pstage_el * zo_dtype_size(e->wdtype);
 }
 
-size_t eng_fetch_live_el(const struct eng_fetch *f) { return f->live_el; }
-
-int eng_trace_follow(const struct eng_fetch *f) { return f->trace_valid && !f->trace_off; }
-
-int eng_trace_len(const struct eng_fetch *f) { return f->trace_len; }
-
-int eng_trace_pos(const struct eng_fetch *f) { return f->trace_pos; }
-
-int eng_trace_at(const struct eng_fetch *f, int pos) { return f->trace[pos]; }
-
 /* ---------------------------------------------------------------- device copies in the arena */
 
-/*
- * A device copy is an arena block. It is pinned (never moved by a
- * compaction) from its allocation until its host-to-device copy has landed,
- * and again from zo_engine_fetch() to zo_engine_release() and around a
- * queued refresh; in between, a cached copy may be moved, so p->weights is
- * read again from the arena at every pin.
- */
-zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p) {
-  if (p->blk_pinned) return ZO_OK;
-  zo_status st = zo_arena_pin(e->arena, p->blk, &p->weights);
-  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
-  p->blk_pinned = 1;
-  return ZO_OK;
-}
-
-zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use) {
-  if (!p->blk_pinned) return ZO_OK;
-  zo_status st = zo_arena_unpin(e->arena, p->blk, last_use);
-  if (st != ZO_OK) return zo_error_prefix(st, "device copy of '%s'", p->name);
-  p->blk_pinned = 0;
-  return ZO_OK;
-}
-
 /* ---------------------------------------------------------------- fetch coordinator */
-
-/* Drop a released tensor's device copy (parameter offload only). Its block
- * is reused only after the compute queued so far (the last reader) is done. */
-void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p) {
-  /* A refresh of its new weights may still be queued on the copy stream (an
-   * update that finished while compute held the tensor): let it run first. */
-  if (p->ready) zo_event_synchronize(p->ready);
-  if (eng_blk_unpin(e, p, NULL) != ZO_OK ||
-      zo_arena_free(e->arena, p->blk, e->compute_stream) != ZO_OK)
-    zo_warn("engine: freeing the device copy of '%s': %s", p->name,
-            zo_last_error()); /* a bug: blocks are ours */
-  p->blk = NULL;
-  p->weights = NULL;
-  p->pstate = P_HOST;
-  e->fetch->live_el -= p->n;
-}
 
 /* Make room for @need bytes of device memory by dropping released device
  * copies, least recently used first, persistent ones last. Returns 1 when
@@ -158,14 +107,6 @@ static zo_status finish_read(zo_engine_t *e, zo_param_t *q) {
   return ZO_OK;
 }
 
-/* Position in the trace, at or after the current one, where tensor @idx is
- * fetched next; INT_MAX when not again in this step. */
-static int next_use(const struct eng_fetch *f, int idx) {
-  for (int j = f->trace_pos; j < f->trace_len; j++)
-    if (f->trace[j] == idx) return j;
-  return INT_MAX;
-}
-
 /* Make room for a prefetch of the tensor at trace position @pos: drop the
  * released device copy whose next use lies furthest beyond @pos (Belady's
  * choice, known exactly from the trace). Returns 1 when one was dropped. */
@@ -175,7 +116,7 @@ static int evict_for_prefetch(zo_engine_t *e, int pos) {
   for (int i = 0; i < e->n_params; i++) {
     zo_param_t *q = e->params[i];
     if (q->pstate != P_RESIDENT || q->in_use || q->persistent) continue;
-    int u = next_use(e->fetch, q->index);
+    int u = eng_trace_next_use(e->trace, q->index);
     if (u > far) far = u, victim = q;
   }
   if (!victim) return 0;
@@ -308,7 +249,7 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
   zo_status dst = device_copy_alloc(e, p, demand, pos, &got);
   if (forward) eng_wb_hold(fw, 0);
   if (dst != ZO_OK || !got) return dst;
-  f->live_el += p->n;
+  e->dev_live_el += p->n;
   f->inflight_el += p->n;
   p->last_use = ++f->fetch_clock;
   const void *host_src = gathered   ? gathered
@@ -349,15 +290,16 @@ zo_status eng_prefetch_ahead(zo_engine_t *e) {
   ZO_CHECK(pump(e));
   if (eng_dp3(e))
     ZO_CHECK(eng_pg_issue(e)); /* the gathers along the trace come first, in trace order */
-  if (!f->trace_valid || f->trace_off) return ZO_OK;
+  const struct eng_trace *t = e->trace;
+  if (!eng_trace_follow(t)) return ZO_OK;
   /* Refill in batches: wait until half the bucket has landed, then fill it, so
    * the copy engine takes many tensors per wake-up instead of one per release. */
   if ((int64_t)f->inflight_el * 2 > e->cfg.zero.stage3_prefetch_bucket_size) return ZO_OK;
-  for (int j = f->trace_pos; j < f->trace_len; j++) {
-    zo_param_t *q = e->params[f->trace[j]];
+  for (int j = eng_trace_pos(t); j < eng_trace_len(t); j++) {
+    zo_param_t *q = e->params[eng_trace_at(t, j)];
     if (q->pstate != P_HOST) continue;
     if ((int64_t)(f->inflight_el + q->n) > e->cfg.zero.stage3_prefetch_bucket_size ||
-        (int64_t)(f->live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
+        (int64_t)(e->dev_live_el + q->n) > e->cfg.zero.stage3_max_live_parameters)
       break;
     int started;
     ZO_CHECK(start_fetch(e, q, 0, j, &started));
@@ -372,29 +314,18 @@ zo_status eng_prefetch_ahead(zo_engine_t *e) {
  * fetching, with one warning, and the step's order becomes the new trace. */
 static zo_status trace_fetch(zo_engine_t *e, zo_param_t *p) {
   struct eng_fetch *f = e->fetch;
-  if (f->trace_off) return ZO_OK;
-  if (f->rec_len == f->rec_cap) {
-    int cap = f->rec_cap ? 2 * f->rec_cap : 256;
-    int *n = realloc(f->rec, cap * sizeof *n);
-    if (!n) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    f->rec = n;
-    f->rec_cap = cap;
-  }
-  f->rec[f->rec_len++] = p->index;
-  if (!f->trace_valid) return ZO_OK;
-  if (f->trace_pos < f->trace_len && f->trace[f->trace_pos] == p->index) {
-    f->trace_pos++;
-    return ZO_OK;
-  }
+  const struct eng_trace *t = e->trace;
+  int left;
+  ZO_CHECK(eng_trace_record(e->trace, p->index, &left));
+  if (!left) return ZO_OK;
+  const int pos = eng_trace_pos(t);
   if (!f->trace_warned)
     zo_warn(
         "fetch order differs from the recorded trace (at fetch %d: expected '%s', got '%s'): fetching on "
         "demand for the rest of the step and recording the new order",
-        f->trace_pos,
-        f->trace_pos < f->trace_len ? e->params[f->trace[f->trace_pos]]->name : "(end of trace)",
+        pos, pos < eng_trace_len(t) ? e->params[eng_trace_at(t, pos)]->name : "(end of trace)",
         p->name);
   f->trace_warned = 1;
-  f->trace_valid = 0;
   if (eng_dp3(e))
     ZO_CHECK(
         eng_pg_drop_pending(e)); /* gathered ahead along the old trace: no fetch will use them */
@@ -413,20 +344,9 @@ zo_status eng_settle_fetches(zo_engine_t *e) {
 /* At the end of a step: adopt the step's fetch order as the trace when there
  * was none or it changed. */
 zo_status eng_trace_end_step(zo_engine_t *e) {
-  struct eng_fetch *f = e->fetch;
   if (eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e)); /* a step that ended before its trace did */
-  if (e->ptier == ZO_OFFLOAD_NONE || f->rec_len == 0) return ZO_OK;
-  int same = f->trace_valid && f->trace_len == f->rec_len && f->trace_pos == f->trace_len;
-  if (!same) {
-    free(f->trace);
-    f->trace = malloc(f->rec_len * sizeof *f->trace);
-    if (!f->trace) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-    memcpy(f->trace, f->rec, f->rec_len * sizeof *f->trace);
-    f->trace_len = f->rec_len;
-  }
-  f->trace_valid = 1;
-  f->trace_pos = 0;
-  f->rec_len = 0;
+  if (e->ptier == ZO_OFFLOAD_NONE || !eng_trace_recorded(e->trace)) return ZO_OK;
+  ZO_CHECK(eng_trace_adopt(e->trace));
   eng_pg_rewind(e->pg);
   return ZO_OK;
 }
@@ -461,8 +381,8 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
     /* stage 3 on several ranks: every fetch has its gather, issued ahead along the trace or now */
     int pos = 0;
     if (eng_dp3(e)) {
-      if (f->trace_valid && !f->trace_off) {
-        pos = f->trace_pos - 1;
+      if (eng_trace_follow(e->trace)) {
+        pos = eng_trace_pos(e->trace) - 1;
         ZO_CHECK(eng_pg_issue(e));
       } else {
         pos = -1;
@@ -489,8 +409,8 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   const double waited = zo_clock_s() - t0;
   e->ctr.fetch_wait_s += waited;
   if (waited > 1e-3)
-    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name, f->trace_pos,
-             waited * 1e3,
+    zo_debug("fetch '%s' at trace position %d waited %.2f ms (%s)", p->name,
+             eng_trace_pos(e->trace), waited * 1e3,
              entry_state == P_HOST      ? "demand fetch"
              : entry_state == P_READING ? "nvme read in flight"
              : entry_state == P_COPYING ? "host-to-device copy in flight"
@@ -514,15 +434,14 @@ zo_status zo_engine_fetch(zo_engine_t *e, zo_param_t *p, const void **weights, z
 zo_status zo_engine_set_trace(zo_engine_t *e, int enabled) {
   ENG_CHECK_OWNER(e, "set_trace");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "set_trace: engine is NULL");
-  struct eng_fetch *f = e->fetch;
-  if (!enabled && !f->trace_off && e->finalized && eng_dp3(e)) ZO_CHECK(eng_pg_drop_pending(e));
-  f->trace_off = !enabled;
+  if (!enabled && !eng_trace_off(e->trace) && e->finalized && eng_dp3(e))
+    ZO_CHECK(eng_pg_drop_pending(e));
+  eng_trace_set_off(e->trace, !enabled);
   return ZO_OK;
 }
 
 static zo_status release(zo_engine_t *e, zo_param_t *p) {
   if (!e || !p) return zo_error_set(ZO_ERR_INVALID_ARG, "release: NULL argument");
-  struct eng_fetch *f = e->fetch;
   if (!e->finalized)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "release '%s': engine not finalized", p->name);
   ZO_CHECK(eng_progress(e));
@@ -537,12 +456,13 @@ static zo_status release(zo_engine_t *e, zo_param_t *p) {
    * again within stage3_max_reuse_distance elements; a compaction may move it
    * once the compute queued so far is done with it. */
   int keep = p->persistent;
-  if (!keep && f->trace_valid && !f->trace_off) {
+  const struct eng_trace *t = e->trace;
+  if (!keep && eng_trace_follow(t)) {
     int64_t dist = 0;
-    for (int j = f->trace_pos;
-         j < f->trace_len && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
-      keep = f->trace[j] == p->index;
-      dist += (int64_t)e->params[f->trace[j]]->n;
+    for (int j = eng_trace_pos(t);
+         j < eng_trace_len(t) && dist <= e->cfg.zero.stage3_max_reuse_distance && !keep; j++) {
+      keep = eng_trace_at(t, j) == p->index;
+      dist += (int64_t)e->params[eng_trace_at(t, j)]->n;
     }
   }
   if (keep) {
@@ -559,81 +479,4 @@ zo_status zo_engine_release(zo_engine_t *e, zo_param_t *p) {
   zo_status st = release(e, p);
   ZO_NVTX_POP();
   return st;
-}
-
-/* Publish new working weights of shard elements [off, off + n) written at
- * eng_working_dst(): queue the host-to-device copy when a device copy exists
- * (with one rank this is the whole all-gather), and for nvme parameters in
- * params.swp queue the write of the padded range there (a cached one is
- * published as under cpu: param_host is its home). */
-zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
-  if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
-  const int in_file = eng_pw_in_file(e, p);
-  /* Several ranks: stages 1-2 upload the all-gathered tensor in eng_dp_publish(); stage 3 gathers at every fetch
-   * and drops the stale device copies after the step, so only the params.swp write below is left to do. */
-  if (e->world > 1 && e->cfg.zero.stage > 0 && !in_file) return ZO_OK;
-  const size_t wsz = zo_dtype_size(e->wdtype);
-  double t0 = zo_clock_s();
-  zo_status st = ZO_OK;
-  const void *src = in_file ? NULL : eng_working_dst(e, p, off);
-  wb_entry *w = NULL;
-  if (in_file) {
-    st = eng_wb_write(e, p, off, n, &src, &w);
-    if (!w) return st; /* no region filling for it: a bug */
-    if (eng_dp3(e)) {  /* no device copy to refresh: the next fetch gathers */
-      e->ctr.copy_s += zo_clock_s() - t0;
-      return st;
-    }
-  }
-  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE &&
-      !p->persistent && !p->in_use) {
-    /* stale: the prefetcher brings the new weights back in trace order */
-    eng_drop_device_copy(e, p);
-  } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
-    /* A cached copy may have been moved by a compaction: pin it (fresh
-     * address) while the refresh is queued; it may move again after. */
-    const int was_pinned = !p->blk || p->blk_pinned;
-    if (!was_pinned) st = eng_blk_pin(e, p);
-    if (st == ZO_OK)
-      st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src,
-                           n * wsz, ZO_COPY_H2D);
-    if (st == ZO_OK && p->ready)
-      st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
-    if (st == ZO_OK && !was_pinned) st = eng_blk_unpin(e, p, e->copy_stream);
-    if (w) eng_wb_mark_h2d(w);
-    e->ctr.h2d_bytes += n * wsz;
-  }
-  e->ctr.copy_s += zo_clock_s() - t0;
-  return st;
-}
-
-/* Working weights from fp32 master values (load time; steps fuse this into Adam). */
-zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
-                           const float *master) {
-  if (eng_device_adam(e)) { /* the working copy is device memory: cast on the host, then one copy */
-    const size_t wsz = zo_dtype_size(e->wdtype);
-    void *tmp = malloc(n ? n * wsz : 1);
-    if (!tmp)
-      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                          "engine: out of host memory for the working copy of '%s'", p->name);
-    zo_status st = zo_cast(tmp, e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool));
-    if (st == ZO_OK) st = eng_dev_copy(e, eng_working_dst(e, p, off), tmp, n * wsz, ZO_COPY_H2D);
-    free(tmp);
-    return st;
-  }
-  /* param_host is written in place: a host-to-device copy out of it (a fetch, a refresh) must have landed first */
-  if (p->pw_host && p->ready) ZO_CHECK(zo_event_synchronize(p->ready));
-  ZO_CHECK(eng_wb_alloc(e, p, off, n, NULL, 0));
-  ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n,
-                   zo_adam_pool_threads(e->pool)));
-  return eng_queue_upload(e, p, off, n);
-}
-
-/* Wait an Adam task, then queue the upload of the working weights it wrote. */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
-                          size_t n) {
-  zo_status st = zo_adam_task_wait(*task, NULL);
-  *task = NULL;
-  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
-  return eng_queue_upload(e, p, off, n);
 }

@@ -39,7 +39,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->nvme_bytes += e->pfile ? zo_swap_file_size(e->pfile) : 0;
   m->host_bytes += eng_wb_ring_bytes(e->wb);
   m->pinned_bytes += eng_wb_ring_bytes(e->wb);
-  m->device_param_bytes = eng_fetch_live_el(e->fetch) * zo_dtype_size(e->wdtype);
+  m->device_param_bytes = e->dev_live_el * zo_dtype_size(e->wdtype);
   m->nvme_read_bytes = e->ctr.nvme_read_bytes;
   m->nvme_write_bytes = e->ctr.nvme_write_bytes;
   m->h2d_bytes = e->ctr.h2d_bytes;

@@ -68,22 +68,22 @@ struct zo_param {
   size_t shard_n;   /* elements in this rank's shard (may be 0) */
   size_t part_n; /* elements of every rank's block: ceil(n / world), n at stage 0; the tensor padded
                                to part_n x world is what the collectives move */
-  size_t
-      dp_off; /* several ranks: element offset of the padded tensor in the gather buffer (engine_dp.c,
-                               per wave) */
-  size_t
-      flat_off; /* first element of the shard in the rank's flat parameter space (rounding seed) */
-  float
-      weight_decay; /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
-  void *weights;    /* device: working copy, n elements of the working dtype; with parameter
+  /* several ranks: element offset of the padded tensor in the gather buffer (engine_dp.c, per
+   * wave) */
+  size_t dp_off;
+  /* first element of the shard in the rank's flat parameter space (rounding seed) */
+  size_t flat_off;
+  /* Adam's weight decay: the config's, or zo_engine_set_param_weight_decay()'s */
+  float weight_decay;
+  void *weights;         /* device: working copy, n elements of the working dtype; with parameter
                                offload valid only while `blk` is pinned (a compaction may move it) */
   zo_arena_block_t *blk; /* parameter offload: the arena block of the device copy, or NULL */
   int blk_pinned; /* blk may not move: fetched (in_use), a copy into it in flight, or queued */
   void *state[ST_KINDS]; /* none: device, cpu: host; NULL for nvme. master float32[shard_n],
                                exp_avg and exp_avg_sq state_dtype[shard_n] */
   uint64_t file_el;      /* nvme: element offset of this shard's extent in every state file */
-  void
-      *grad; /* adtype[shard_n]: device (none) or host (cpu); NULL for nvme (grad.swp at file_el) */
+  /* adtype[shard_n]: device (none) or host (cpu); NULL for nvme (grad.swp at file_el) */
+  void *grad;
   size_t host_off; /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;    /* grad_ready() seen since the last step */
   struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
@@ -113,13 +113,13 @@ struct zo_param {
   double sqnorm;       /* squared L2 norm of the (loss-scaled) gradient shard */
   int nonfinite;       /* the shard holds inf or NaN */
   zo_status landed_st; /* error of the work done when the gradient landed */
-  zo_adam_task_t *
-      norm_task; /* cpu, none: the norm of the landed gradient on the Adam pool (eng_grad_landed), until
-                                the step waits for it (which then sets sqnorm and nonfinite) */
-  double *
-      norm_part; /* cpu, none: [ceil(shard_n / ENG_NORM_CHUNK)] that task's per-chunk squared norms */
-  atomic_int
-      landed; /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
+  /* cpu, none: the norm of the landed gradient on the Adam pool (eng_grad_landed), until the step
+   * waits for it (which then sets sqnorm and nonfinite) */
+  zo_adam_task_t *norm_task;
+  /* cpu, none: [ceil(shard_n / ENG_NORM_CHUNK)] that task's per-chunk squared norms */
+  double *norm_part;
+  /* 1 once the above are set (release store on the copy stream's thread); 0 after a step */
+  atomic_int landed;
   int grad_seq; /* 1-based order of this tensor's grad_ready() in the step */
   /* nvme (engine_gradnv.c): writes of this tensor's gradient to grad.swp in flight, whether the final
    * contribution has been put (it lands when the last of them completes), and the first error on the way */
@@ -151,7 +151,8 @@ typedef struct sub_group {
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
 enum { SG_IDLE = 0, SG_READING = 1, SG_LOADED = 2, SG_UPDATING = 3, SG_WRITING = 4, SG_GRADS = 5 };
 
-/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq, and its gradient (ST_GRAD). */
+/* One set of pinned buffers for a sub-group: master, exp_avg, exp_avg_sq, and its gradient
+ * (ST_GRAD). */
 typedef struct sg_slot {
   void *buf[SL_KINDS];
   zo_swap_req_t *req[SL_KINDS]; /* reads or writes not yet waited */
@@ -162,7 +163,8 @@ typedef struct sg_slot {
  * (engine_gradnv.c), each owned by its file; the others use the functions declared below. */
 struct eng_nv;
 struct eng_gnv;
-/* offload_param nvme: the write-back ring (e->wb) and one region of it (see eng_wb_alloc); opaque, engine_wb.c. */
+/* offload_param nvme: the write-back ring (e->wb) and one region of it (see eng_wb_alloc); opaque,
+ * engine_wb.c. */
 struct eng_wb;
 typedef struct wb_entry wb_entry;
 /* Parameter offload: the fetch coordinator (e->fetch); opaque, engine_fetch.c. */
@@ -187,17 +189,17 @@ struct eng_counters {
 };
 
 struct eng_acc; /* gradient accumulation's state (engine_accum.c) */
-struct
-    eng_dp; /* several ranks: the gradient reductions' and weight all-gathers' state (engine_dp.c) */
+/* several ranks: the gradient reductions' and weight all-gathers' state (engine_dp.c) */
+struct eng_dp;
 struct eng_pg; /* stage 3 on several ranks: the parameter gathers' state (engine_dp3.c) */
 
 struct zo_engine {
   /* ---- the core: configuration, device, streams, tensor table, memory plan, optimizer state (engine.c, plan.c,
    * engine_step.c) */
   zo_config_t cfg;
-  long
-      owner_pid; /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a
-                                fork()ed child has a copy of this struct but none of its threads; eng_check_owner) */
+  /* getpid() at zo_engine_create(): only that process may use or destroy the engine (a fork()ed
+   * child has a copy of this struct but none of its threads; eng_check_owner) */
+  long owner_pid;
   zo_device_t *dev;
   int own_dev;
   zo_comm_t *comm;
@@ -205,8 +207,8 @@ struct zo_engine {
   int rank, world;
   zo_offload_device tier;
   zo_dtype wdtype; /* working weights */
-  zo_dtype
-      gdtype; /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
+  /* gradients handed to grad_ready (bf16 with bf16.enabled, fp16 with fp16.enabled) */
+  zo_dtype gdtype;
   zo_dtype sdtype; /* exp_avg and exp_avg_sq (zoffload.optimizer_state_dtype) */
   zo_dtype adtype; /* the host gradient shard p->grad that Adam and the norm read: gdtype when
                                 gradient_accumulation_steps is 1, else fp32; data_types.grad_accum_dtype overrides */
@@ -220,44 +222,47 @@ struct zo_engine {
   int dpu;         /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending; /* Adam tasks of the last step still to be finished and published */
   host_buf grad_host2; /* DPU: second gradient buffer (the last step's Adam reads the other) */
-  host_buf
-      stage_host2; /* DPU: second staging of the working copy (the last step's uploads read the other) */
+  /* DPU: second staging of the working copy (the last step's uploads read the other) */
+  host_buf stage_host2;
   int early_adam; /* this step's updates start as gradients land (no clipping, no fp16, state on cpu/none) */
   zo_adam_hparams early_hp; /* their hyperparameters (those zo_engine_step would use) */
-  double
-      lr_override; /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
+  /* zo_engine_set_lr(): >= 0 replaces the config's schedule; -1 (default): none */
+  double lr_override;
   double *norm_parts; /* cpu, none: every shard's p->norm_part */
-  zo_event_t *
-      grad_read; /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
+  /* recorded after the last copy that reads a caller's gradient (zo_engine_grad_fence) */
+  zo_event_t *grad_read;
   int grad_read_set;
   zo_param_t **params;
   int n_params, cap_params;
-  size_t
-      total_el; /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
+  /* elements of all tensors, <= ZO_ENGINE_MAX_ELEMS (register_param refuses more) */
+  size_t total_el;
   zo_stream_t *copy_stream;
   zo_event_t *weights_ready;
-  zo_stream_t *
-      compute_stream; /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
+  /* the caller's (zo_engine_set_compute_stream), or NULL: compute is synchronous */
+  zo_stream_t *compute_stream;
   zo_event_t *compute_mark; /* recorded on compute_stream where the copy stream must wait for it */
   /* Device memory: every engine allocation is a block of this arena (one
    * reservation, defragmented by compaction). dev_blk: the resident block. */
   zo_arena_t *arena;
   zo_arena_block_t *dev_blk;
+  /* Elements of working copies held on the device as blocks of their own (fetched, kept, or in flight; parameter
+   * offload): added by the fetch coordinator, subtracted by eng_drop_device_copy(). */
+  size_t dev_live_el;
   /* host buffers (cpu/nvme): gradients, working-dtype staging, cpu state */
   host_buf grad_host, stage_host, state_host[ST_KINDS];
   void *dev_block; /* device: all working weights (+ state and grads for "none") */
-  double
-      *dnorm_dev; /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in
-                                dev_block), written on the copy stream as each gradient lands */
-  void *
-      dstage_dev; /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
+  /* device Adam: double[n_params][ZO_DEV_SQNORM_BLOCKS] gradient norm partials (in dev_block),
+   * written on the copy stream as each gradient lands */
+  double *dnorm_dev;
+  /* device Adam on several ranks: the plan's dev_stage_off region (engine_dp.c red_land) */
+  void *dstage_dev;
   host_buf dnorm_host; /* device Adam: their pinned host copy, read at the step */
   size_t dev_block_bytes;
   size_t swap_align;
   zo_plan *plan; /* the plan finalize allocated by (zoffload/placement.h predicts from it) */
   int placed;    /* zo_engine_place() chose the budgets (placement "auto") */
-  size_t
-      opt_res_el; /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  /* the budget (elements) the plan picks resident sub-groups by; set before finalize */
+  size_t opt_res_el;
   zo_plan_buf ledger[ZO_PLAN_MAX_BUFS];
   int n_ledger;
   size_t pageable_bytes;   /* their unregistered bytes, all buffers */
@@ -268,33 +273,31 @@ struct zo_engine {
   int64_t ls_iter, ls_last_overflow;
   int ls_hysteresis;
   zo_offload_device ptier; /* offload_param.device */
-  host_buf
-      param_host; /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
-  size_t
-      pcache_el; /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written,
-                                else 0; eng_set_param_cache); the plan caches whole tensors within it */
-  zo_swap_file_t
-      *pfile; /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor
-                                is cached */
-  zo_swap_t
-      *pswap; /* working weights (offload_param nvme): the optimizer state's (eng_nv_swap) when the
-                                paths agree */
+  /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
+  host_buf param_host;
+  /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written, else 0;
+   * eng_set_param_cache); the plan caches whole tensors within it */
+  size_t pcache_el;
+  /* nvme: params.swp, one padded extent per uncached tensor; NULL when every tensor is cached */
+  zo_swap_file_t *pfile;
+  /* working weights (offload_param nvme): the optimizer state's (eng_nv_swap) when the paths
+   * agree */
+  zo_swap_t *pswap;
   int own_pswap;
 
   struct eng_counters ctr;
 
   /* ---- gradient accumulation (engine_accum.c) */
-  struct eng_acc
-      *acc; /* from create (eng_acc_create) to destroy (eng_acc_free); never NULL in between */
+  /* from create (eng_acc_create) to destroy (eng_acc_free); never NULL in between */
+  struct eng_acc *acc;
 
   /* ---- several ranks: gradient reductions and the all-gather of working weights (engine_dp.c) */
-  struct eng_dp
-      *dp; /* several ranks: from finalize (eng_dp_alloc) to destroy (eng_dp_free); else NULL */
+  /* several ranks: from finalize (eng_dp_alloc) to destroy (eng_dp_free); else NULL */
+  struct eng_dp *dp;
 
   /* ---- stage 3 on several ranks: the parameter gathers (engine_dp3.c) */
-  struct eng_pg
-      *pg; /* stage 3 on several ranks: from finalize (eng_pg_alloc) to destroy (eng_pg_free); else
-                                NULL */
+  /* stage 3 on several ranks: from finalize (eng_pg_alloc) to destroy (eng_pg_free); else NULL */
+  struct eng_pg *pg;
 
   /* ---- offload_optimizer nvme: the optimizer-state pipeline over sub-groups (engine_nvme.c) */
   struct eng_nv *nv; /* NULL unless offload_optimizer.device is nvme (eng_nv_create) */
@@ -303,12 +306,16 @@ struct zo_engine {
   struct eng_gnv *gnv; /* NULL until finalize allocates it (eng_gnv_alloc), and unless nvme */
 
   /* ---- offload_param nvme: the write-back ring (engine_wb.c) */
-  struct eng_wb
-      *wb; /* the pinned ring of new working weights bound for params.swp, and its live regions */
+  /* the pinned ring of new working weights bound for params.swp, and its live regions */
+  struct eng_wb *wb;
+
+  /* ---- parameter offload: the trace of the fetch order (engine_trace.c), from create to
+   * destroy */
+  struct eng_trace *trace;
 
   /* ---- parameter offload: the fetch coordinator (engine_fetch.c) */
-  struct eng_fetch
-      *fetch; /* the trace of the fetch order, the nvme staging buffers, device-held elements */
+  /* the trace of the fetch order, the nvme staging buffers, device-held elements */
+  struct eng_fetch *fetch;
 };
 
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
@@ -344,9 +351,11 @@ static inline int eng_acc_ok(const zo_engine_t *e) {
   return e->cfg.gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
 }
 
-/* ---------------------------------------------------------------- engine_core.c (calls no other engine file) */
+/* ---------------------------------------------------------------- engine_core.c (calls no other
+ * engine file) */
 
-/* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it (@kind H2D/D2H). */
+/* Device Adam: copy @nbytes between host and device memory on the copy stream and wait for it
+ * (@kind H2D/D2H). */
 zo_status eng_dev_copy(zo_engine_t *e, void *dst, const void *src, size_t nbytes,
                        zo_copy_kind kind);
 /* A host buffer of @nbytes (0: none), pinned when @pin (zo_host_alloc: the pinned pool, registered with CUDA on a
@@ -359,7 +368,8 @@ zo_status eng_host_buf_alloc_as(zo_engine_t *e, host_buf *b, const char *purpose
  * be registered with CUDA; ZO_ERR_CUDA naming it, the error and the way out when not, unless
  * zoffload.allow_pageable_host (then noted for finalize's one warning). ZO_OK on other devices. */
 zo_status eng_pin_check(zo_engine_t *e, const char *purpose, const void *ptr, size_t nbytes);
-/* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but destroy then). */
+/* ZO_OK, or ZO_ERR_INVALID_USAGE naming @what when zo_engine_finalize() failed on @e (nothing but
+ * destroy then). */
 zo_status eng_check_usable(const zo_engine_t *e, const char *what);
 /* ZO_OK when this process created @e; else (a fork()ed child holding a copy of its parent's engine, whose Adam
  * threads, stream threads and locks stay with the parent) ZO_ERR_INVALID_USAGE naming @what, both pids and the way
@@ -369,10 +379,12 @@ zo_status eng_check_owner(const zo_engine_t *e, const char *what);
 #define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_check_owner(e, what))
 /* Free a buffer of eng_host_buf_alloc (an empty one too); *b is zeroed. */
 void eng_host_buf_free(host_buf *b);
-/* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the ledger. */
+/* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the
+ * ledger. */
 void eng_ledger_note(zo_engine_t *e, zo_tier t, const char *purpose, size_t bytes, int pinned,
                      int path);
-/* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i < n. */
+/* dst[i] = src[i] (cast; @add 0) or dst[i] = dst[i] + src[i] (fp32 sum, rounded to @dt once), i <
+ * n. */
 void eng_acc_add(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n, int add);
 /* Gradient bytes the engine's adds and norms processed inside a stream host function (zo_tl_host_func), over the
  * process: must stay 0 (host functions of a stream share one driver thread; work there stalls the stream's later
@@ -390,14 +402,56 @@ uint64_t eng_padded_el(const zo_engine_t *e, size_t n);
 /* Wait *@req on @sw, timed as exposed swap wait; *@req becomes NULL. */
 zo_status eng_swap_wait(zo_engine_t *e, zo_swap_t *sw, zo_swap_req_t **req);
 
+/* Pin p->blk (no compaction moves it) and refresh p->weights; a no-op when pinned. */
+zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p);
+/* Let a compaction move p->blk once the work queued on @last_use (NULL: none) is done. */
+zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use);
+
+/* Drop a released tensor's device copy (parameter offload only): its block freed after the compute queued so far,
+ * e->dev_live_el lowered. */
+void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p);
+
+/* ---------------------------------------------------------------- engine_trace.c (calls no other
+ * engine file) */
+
+/* At create: e->trace, empty (nothing recorded, nothing adopted). At destroy: freed, e->trace NULL
+ * (NULL: a no-op). */
+zo_status eng_trace_create(zo_engine_t *e);
+void eng_trace_free(zo_engine_t *e);
+/* Fetches follow the trace: a trace was adopted, this step has not left it, and zo_engine_set_trace() did not turn
+ * it off. */
+int eng_trace_follow(const struct eng_trace *t);
+/* Fetches in the trace (0 before the first step's end), the position of the next fetch in it, and the tensor index
+ * of the fetch at position @pos (0 <= pos < eng_trace_len()). */
+int eng_trace_len(const struct eng_trace *t);
+int eng_trace_pos(const struct eng_trace *t);
+int eng_trace_at(const struct eng_trace *t, int pos);
+/* Position in the trace, at or after the current one, where tensor @idx is fetched next; INT_MAX when not again in
+ * this step. */
+int eng_trace_next_use(const struct eng_trace *t, int idx);
+/* Fetches recorded in this step so far. */
+int eng_trace_recorded(const struct eng_trace *t);
+/* zo_engine_set_trace(e, 0) is in force (@off 1): fetches are neither recorded nor followed. */
+int eng_trace_off(const struct eng_trace *t);
+void eng_trace_set_off(struct eng_trace *t, int off);
+/* A fetch of tensor @idx: recorded (unless off), and the position moves on when it is the trace's next; *@left 1
+ * when it is not, the trace then not followed for the rest of the step (once: later fetches give 0). Errors:
+ * ZO_ERR_OUT_OF_MEMORY (nothing recorded). */
+zo_status eng_trace_record(struct eng_trace *t, int idx, int *left);
+/* End of step: the step's recorded order becomes the trace (kept when it is the same), followed from position 0.
+ * Errors: ZO_ERR_OUT_OF_MEMORY (no trace then: fetches on demand until a later step adopts one). */
+zo_status eng_trace_adopt(struct eng_trace *t);
+
 /* ---------------------------------------------------------------- engine_wb.c */
 
-/* At create: e->wb, the write-back ring's bookkeeping (no ring yet). Every engine has one from then on. */
+/* At create: e->wb, the write-back ring's bookkeeping (no ring yet). Every engine has one from then
+ * on. */
 zo_status eng_wb_create(zo_engine_t *e);
 /* At finalize, offload_param "nvme": the ring of the plan's wb_bytes (none when every tensor is cached in
  * param_host), noted in the ledger. */
 zo_status eng_wb_ring_alloc(zo_engine_t *e, const zo_plan *plan);
-/* At destroy: wait the params.swp writes in flight (errors ignored), free the ring and e->wb (NULL: a no-op). */
+/* At destroy: wait the params.swp writes in flight (errors ignored), free the ring and e->wb (NULL:
+ * a no-op). */
 void eng_wb_free(zo_engine_t *e);
 /* Where the working-dtype copy of shard elements [off, ...) of @p is written
  * (see the comment at its definition). */
@@ -413,9 +467,11 @@ zo_status eng_wb_reap(zo_engine_t *e);
  * exactly @n elements (the fetched tensor, or this rank's block), else NULL: a fetch may copy from it instead of
  * reading params.swp. Valid until the next eng_wb_alloc(), and the next eng_wb_reap() unless held. */
 wb_entry *eng_wb_written(const struct eng_wb *wb, const zo_param_t *p, size_t n);
-/* The bytes of region @w in the ring (pinned host memory; its tensor's elements in the working dtype). */
+/* The bytes of region @w in the ring (pinned host memory; its tensor's elements in the working
+ * dtype). */
 const void *eng_wb_data(const struct eng_wb *wb, const wb_entry *w);
-/* @hold 1: region @w is not freed by eng_wb_reap() (a fetch is about to copy from it); 0: it may be again. */
+/* @hold 1: region @w is not freed by eng_wb_reap() (a fetch is about to copy from it); 0: it may be
+ * again. */
 void eng_wb_hold(wb_entry *w, int hold);
 /* A host-to-device copy out of region @w was queued (its tensor's ready event marks its end): @w lives until it
  * has landed. */
@@ -433,48 +489,35 @@ int eng_wb_live(const struct eng_wb *wb);
 /* Wait the params.swp writes of @p in flight (those overlapping [off, off + n) when n > 0). */
 zo_status eng_wb_drain(zo_engine_t *e, const zo_param_t *p, size_t off, size_t n);
 
-/* ---------------------------------------------------------------- engine_fetch.c */
-
-/* The publish of new working weights into the device copies (and, for nvme parameters, params.swp): */
+/* The publish of new working weights into the device copies (and, for nvme parameters,
+ * params.swp): */
 /* Publish new working weights of shard elements [off, off + n) written at eng_working_dst(). */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
 /* Working weights of [off, off + n) cast from fp32 @master, then published. */
 zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
                            const float *master);
-/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote (eng_queue_upload). */
+/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote
+ * (eng_queue_upload). */
 zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
                           size_t n);
 
+/* ---------------------------------------------------------------- engine_fetch.c */
 
-/* At create: e->fetch, the fetch coordinator (no trace, no staging buffers yet). Every engine has one from then on. */
+
+/* At create: e->fetch, the fetch coordinator (no trace, no staging buffers yet). Every engine has
+ * one from then on. */
 zo_status eng_fetch_create(zo_engine_t *e);
 /* At finalize, offload_param "nvme" with params.swp: the plan's n_pstage staging buffers of pstage_el elements of
  * the nvme reads, noted in the ledger. */
 zo_status eng_fetch_stage_alloc(zo_engine_t *e, const zo_plan *plan);
-/* At destroy: free the staging buffers, the trace and e->fetch (NULL: a no-op). No read may be in flight. */
+/* At destroy: free the staging buffers, the trace and e->fetch (NULL: a no-op). No read may be in
+ * flight. */
 void eng_fetch_free(zo_engine_t *e);
-/* Staging buffer @b (< the plan's n_pstage) of nvme reads. Stage 3 on several ranks reads a rank's own block
- * through buffer 0, which no fetch uses there (engine_dp3.c). */
+/* Staging buffer @b of nvme reads; NULL past the plan's n_pstage (none when every tensor is cached). Stage 3 on
+ * several ranks reads a rank's own block through buffer 0, which no fetch uses there (engine_dp3.c). */
 void *eng_fetch_stage(const struct eng_fetch *f, int b);
 /* Bytes of every staging buffer together (pinned host memory; 0 without any). */
 size_t eng_fetch_stage_bytes(const zo_engine_t *e);
-/* Elements of working copies held on the device (fetched, kept, or in flight). */
-size_t eng_fetch_live_el(const struct eng_fetch *f);
-/* Fetches follow the trace: a trace was adopted, this step has not left it, and zo_engine_set_trace() did not turn
- * it off. */
-int eng_trace_follow(const struct eng_fetch *f);
-/* Fetches in the trace (0 before the first step's end), the position of the next fetch in it, and the tensor index
- * of the fetch at position @pos (0 <= pos < eng_trace_len()). */
-int eng_trace_len(const struct eng_fetch *f);
-int eng_trace_pos(const struct eng_fetch *f);
-int eng_trace_at(const struct eng_fetch *f, int pos);
-/* Pin p->blk (no compaction moves it) and refresh p->weights; a no-op when pinned. */
-zo_status eng_blk_pin(zo_engine_t *e, zo_param_t *p);
-/* Let a compaction move p->blk once the work queued on @last_use (NULL: none) is done. */
-zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use);
-
-/* Drop a released tensor's device copy (parameter offload only). */
-void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p);
 /* Prefetch along the trace from the current position, within the budgets. */
 zo_status eng_prefetch_ahead(zo_engine_t *e);
 /* Let every fetch in flight land (before the optimizer rewrites working copies). */
@@ -484,8 +527,10 @@ zo_status eng_trace_end_step(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- plan.c */
 
-/* The buffer shapes the plan sizes and the parts allocate by (in plan.c, so that the planner needs no part). */
-/* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction ring). */
+/* The buffer shapes the plan sizes and the parts allocate by (in plan.c, so that the planner needs
+ * no part). */
+/* Bytes per element of the widest hand-over accepted (sizes the staging buckets and the reduction
+ * ring). */
 size_t eng_acc_in_size(const zo_engine_t *e);
 /* One rank: elements per staging bucket and the number of buckets (0 when no staging is needed); @dev_adam: for device
  * Adam (eng_device_adam(), or the plan's device kind), which needs none. */
@@ -499,7 +544,8 @@ zo_status eng_set_param_cache(zo_engine_t *e, size_t el);
 
 /* ---------------------------------------------------------------- engine_dp.c */
 
-/* Elements of @p padded to world blocks of part_n: what its all-gathers and reduce-scatters move. */
+/* Elements of @p padded to world blocks of part_n: what its all-gathers and reduce-scatters
+ * move. */
 static inline size_t eng_dp_padded(const zo_engine_t *e, const zo_param_t *p) {
   return p->part_n * (size_t)e->world;
 }
@@ -538,7 +584,8 @@ zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p);
 
 /* ---------------------------------------------------------------- engine_dp3.c */
 
-/* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's shard). */
+/* Parameters partitioned over ranks: stage 3 on several ranks (their host tier holds the rank's
+ * shard). */
 static inline int eng_dp3(const zo_engine_t *e) { return e->world > 1 && e->cfg.zero.stage == 3; }
 /* Elements of @p's working copy that this rank's host tier holds: the tensor, or at stage 3 on several ranks its
  * block (part_n). */
@@ -557,6 +604,9 @@ static inline int eng_nccl_comms(const zo_engine_t *e) {
 /* At finalize, stage 3 on several ranks (collective): e->pg, with the gather ring of @ring_bytes (the plan's
  * "pg_ring"), its communicator and queue. On a failure what was allocated stays for eng_pg_free. */
 zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes);
+/* offload_param nvme: the pinned buffer (borrowed: the fetch coordinator's staging buffer 0, which no fetch uses at
+ * stage 3 on several ranks) a rank's own block is read from params.swp through; set after eng_pg_alloc. */
+void eng_pg_set_stage(struct eng_pg *pg, void *stage);
 /* At destroy: finish the gathers queued (errors ignored), free the ring, the queue, the communicator and e->pg
  * (NULL after); a no-op when e->pg is NULL. */
 void eng_pg_free(zo_engine_t *e);
@@ -564,9 +614,11 @@ void eng_pg_free(zo_engine_t *e);
  * returns the bytes added (zo_engine_mem.comm_bytes). 0 for NULL (not stage 3 on several ranks, or before
  * finalize). */
 size_t eng_pg_host_mem(const struct eng_pg *g, size_t *host_bytes, size_t *pinned_bytes);
-/* A new trace was adopted (eng_trace_end_step): gathers ahead start again from its position 0. A no-op for NULL. */
+/* A new trace was adopted (eng_trace_end_step): gathers ahead start again from its position 0. A
+ * no-op for NULL. */
 void eng_pg_rewind(struct eng_pg *g);
-/* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size allow. */
+/* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size
+ * allow. */
 zo_status eng_pg_issue(zo_engine_t *e);
 /* A demand fetch (no trace, or trace off): gather @p now; its entry is the newest (position -1). */
 zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p);
@@ -577,9 +629,11 @@ zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src);
 void eng_pg_mark_h2d(zo_engine_t *e, int pos);
 /* The fetch of @pos is done: free its region (after the copy out of it has landed). */
 zo_status eng_pg_consume(zo_engine_t *e, int pos);
-/* Finish and drop gathers issued ahead that no fetch will consume (the trace was left or turned off). */
+/* Finish and drop gathers issued ahead that no fetch will consume (the trace was left or turned
+ * off). */
 zo_status eng_pg_drop_pending(zo_engine_t *e);
-/* After the optimizer step: drop every device copy (their weights are stale; the next fetches gather anew). */
+/* After the optimizer step: drop every device copy (their weights are stale; the next fetches
+ * gather anew). */
 void eng_pg_drop_device_copies(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_accum.c */
@@ -587,7 +641,8 @@ void eng_pg_drop_device_copies(zo_engine_t *e);
 /* At create: e->acc (ZO_ERR_OUT_OF_MEMORY when it cannot be allocated), the accumulation dtype e->adtype and
  * whether accumulation / fp32 hand-overs are accepted. */
 zo_status eng_acc_create(zo_engine_t *e);
-/* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence event. */
+/* At finalize: the staging ring of @bytes (the plan's "grad_staging"), its events, and the fence
+ * event. */
 zo_status eng_acc_alloc(zo_engine_t *e, size_t bytes);
 /* At destroy: what eng_acc_alloc allocated, and e->acc (NULL after). Also after a create that failed (e->acc may be
  * NULL then). */
@@ -595,9 +650,11 @@ void eng_acc_free(zo_engine_t *e);
 /* Tensors with accumulated contributions (zo_engine_grad_accumulate) in this step: checkpoint save and load refuse
  * while it is > 0. */
 int eng_acc_pending(const struct eng_acc *a);
-/* One contribution of @p was accumulated (zo_engine_grad_accumulate): p->n_acc counted, and @p among the pending. */
+/* One contribution of @p was accumulated (zo_engine_grad_accumulate): p->n_acc counted, and @p
+ * among the pending. */
 void eng_acc_note(struct eng_acc *a, zo_param_t *p);
-/* The step took the accumulated contributions (zo_engine_step, which zeroes each p->n_acc): none is pending. */
+/* The step took the accumulated contributions (zo_engine_step, which zeroes each p->n_acc): none is
+ * pending. */
 void eng_acc_end_step(struct eng_acc *a);
 /* zo_engine_mem_info: the bytes of @a's staging ring added to *@host_bytes, and when pinned to *@pinned_bytes;
  * returns the bytes added. 0 for NULL. */
@@ -609,13 +666,15 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
  * accumulation dtype) or cast or added (gpu/adam_device.h zo_grad_acc_device: eng_acc_add's arithmetic) into
  * p->grad, the device gradient shard in the accumulation dtype, on the copy stream; grad_read recorded behind. */
 zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype);
-/* The checks every hand-over shares (@what names the call in messages); nothing changes when one fails. */
+/* The checks every hand-over shares (@what names the call in messages); nothing changes when one
+ * fails. */
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
                         const char *what);
 /* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the
  * copy stream); the first failure, naming the tensor. */
 zo_status eng_acc_drain(struct eng_acc *a);
-/* The copy stream waits for the compute queued so far on the compute stream (which produced the gradient). */
+/* The copy stream waits for the compute queued so far on the compute stream (which produced the
+ * gradient). */
 zo_status eng_acc_after_compute(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_adam.c */
@@ -633,11 +692,13 @@ zo_adam_hparams eng_adam_hparams(const zo_engine_t *e, double clip);
  * stream's thread (eng_grad_landed) or the engine thread; O(1), no CUDA call. Device Adam has no landing: its norm
  * is summed on the device and read at the step. */
 void eng_grad_land(zo_param_t *p, zo_status st);
-/* eng_grad_land(@arg, ZO_OK) as a stream host function (zo_launch_host_func), behind the copies of the gradient. */
+/* eng_grad_land(@arg, ZO_OK) as a stream host function (zo_launch_host_func), behind the copies of
+ * the gradient. */
 void eng_grad_landed(void *arg);
 /* Wait for the norm tasks eng_grad_land() queued; sets each shard's sqnorm and nonfinite. */
 zo_status eng_grad_norms_wait(zo_engine_t *e);
-/* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its gradient, adtype[n]). */
+/* Queue the fused Adam update of shard elements [off, off + n) of @p on the pool (@grad: its
+ * gradient, adtype[n]). */
 zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t *p, size_t off,
                           size_t n, const void *grad, void *master, void *m, void *v,
                           zo_adam_task_t **task);
@@ -669,11 +730,13 @@ void eng_nv_wait_tasks(struct eng_nv *nv);
 void eng_nv_free(zo_engine_t *e);
 /* The optimizer state's swap (e->pswap too when the paths agree); NULL when @nv is. */
 zo_swap_t *eng_nv_swap(const struct eng_nv *nv);
-/* State file @k (< SL_KINDS; ST_GRAD: grad.swp), or NULL: @nv NULL, or no files (every sub-group resident). */
+/* State file @k (< SL_KINDS; ST_GRAD: grad.swp), or NULL: @nv NULL, or no files (every sub-group
+ * resident). */
 zo_swap_file_t *eng_nv_file(const struct eng_nv *nv, int k);
 /* Memory accounting: bytes of state file @k (0 when there is none or @nv is NULL). */
 uint64_t eng_nv_file_bytes(const struct eng_nv *nv, int k);
-/* Memory accounting: host bytes of kind @k of the resident sub-groups (pageable; 0 when none or @nv is NULL). */
+/* Memory accounting: host bytes of kind @k of the resident sub-groups (pageable; 0 when none or @nv
+ * is NULL). */
 size_t eng_nv_res_bytes(const struct eng_nv *nv, int k);
 /* Memory accounting: elements of one kind's pinned streaming slot buffers, all slots together (their bytes: times
  * esz[k]); 0 when @nv is NULL. */
@@ -682,13 +745,16 @@ size_t eng_nv_stream_el(const struct eng_nv *nv);
  * load_param, get_master and checkpoint load stream a shard through it, eng_nv_slot_el() elements per kind at a
  * time (their pieces outside the resident range, eng_nv_span). */
 sg_slot *eng_nv_slot(struct eng_nv *nv, int s);
-/* Elements per streaming slot buffer (the largest streamed sub-group; 0 when every one is resident). */
+/* Elements per streaming slot buffer (the largest streamed sub-group; 0 when every one is
+ * resident). */
 size_t eng_nv_slot_el(const struct eng_nv *nv);
-/* The sub-groups: their count, the @i-th (file order, < eng_nv_n_sgs), and the index of @g (for messages). */
+/* The sub-groups: their count, the @i-th (file order, < eng_nv_n_sgs), and the index of @g (for
+ * messages). */
 int eng_nv_n_sgs(const struct eng_nv *nv);
 sub_group *eng_nv_sg(struct eng_nv *nv, int i);
 int eng_nv_sg_index(const struct eng_nv *nv, const sub_group *g);
-/* Residency on (zoffload.optimizer_max_in_cpu): elements per piece, where gradient chunks are cut; 0: not cut. */
+/* Residency on (zoffload.optimizer_max_in_cpu): elements per piece, where gradient chunks are cut;
+ * 0: not cut. */
 size_t eng_nv_piece_el(const struct eng_nv *nv);
 /* The step's first grad_ready(), when no step-wide fact is needed first: sub-groups' updates may start as their
  * gradients land, with @hp (this step's hyperparameters). */
@@ -716,7 +782,8 @@ zo_status eng_nv_advance(zo_engine_t *e);
 zo_status eng_nv_finish_step(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s);
 /* After the step: next step's order, then its reads start. */
 zo_status eng_nv_end_step(zo_engine_t *e);
-/* Bring the pipeline to rest: every streaming slot free, every write on disk. Keeps the first error. */
+/* Bring the pipeline to rest: every streaming slot free, every write on disk. Keeps the first
+ * error. */
 zo_status eng_nv_quiesce(zo_engine_t *e);
 /* Shard elements [off, off + n) of @p at most, from @off on, that lie wholly in the files or wholly in the resident
  * range: returns their count (> 0 for n > 0) and sets *@res to where element @off's state of kind k lives in host
@@ -733,7 +800,8 @@ zo_status eng_gnv_alloc(zo_engine_t *e, const zo_plan *plan);
 /* Destroy: wait the gradient writes in flight (errors ignored), free e->gnv (NULL: nothing) and set it NULL. Before
  * eng_nv_free (the writes go through its swap). */
 void eng_gnv_free(zo_engine_t *e);
-/* Memory accounting: the gradient I/O buffers (one pinned allocation); an empty buffer when @gn is NULL. */
+/* Memory accounting: the gradient I/O buffers (one pinned allocation); an empty buffer when @gn is
+ * NULL. */
 const host_buf *eng_gnv_host(const struct eng_gnv *gn);
 
 /* Shard elements [off, off + n) of @p's contribution at @src (@st; host memory) into grad.swp: cast (@add 0) or
@@ -745,9 +813,11 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
 /* The final contribution of @p has been put (@st: the puts' outcome): it lands (p->nonfinite, p->landed_st,
  * p->landed) once its writes in flight are on disk, now or in eng_gnv_poll / eng_gnv_drain. Returns @st. */
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st);
-/* Collect finished gradient writes without blocking (landing the tensors they complete); none before finalize. */
+/* Collect finished gradient writes without blocking (landing the tensors they complete); none
+ * before finalize. */
 zo_status eng_gnv_poll(zo_engine_t *e);
-/* Wait every gradient write in flight (errors kept: the first is returned); every final contribution landed. */
+/* Wait every gradient write in flight (errors kept: the first is returned); every final
+ * contribution landed. */
 zo_status eng_gnv_drain(zo_engine_t *e);
 /* Sub-group @g holds this step's gradients in its slot (g->gheld): write its slot's gradient buffer to grad.swp and
  * wait (the file then holds every contribution so far), and let its later contributions go to grad.swp. Before its

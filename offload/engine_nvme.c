@@ -11,7 +11,8 @@
 #include "pinned_internal.h"
 #include "plan_internal.h"
 
-/* A run of shard pieces' state: elements [off, off + n) of @p's shard, at file_el in every state file. */
+/* A run of shard pieces' state: elements [off, off + n) of @p's shard, at file_el in every state
+ * file. */
 typedef struct piece {
   zo_param_t *p;
   size_t off, n;        /* element range inside the shard */
@@ -29,8 +30,8 @@ struct eng_nv {
   int n_pieces;
   sub_group *sgs;
   int n_sgs;
-  sg_slot
-      *slots; /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
+  /* [n_slots]: the streaming slots, then one permanent slot per resident sub-group */
+  sg_slot *slots;
   int n_slots;
   int n_stream_slots; /* slots [0, n_stream_slots) stream sub-groups through pinned buffers */
   size_t slot_el;     /* elements per streaming slot buffer (largest streamed sub-group) */
@@ -38,9 +39,9 @@ struct eng_nv {
    * sub-groups and live in res[k] (element res_file_el at index 0), never in the files, which hold [0, res_file_el). */
   uint64_t res_file_el;
   host_buf res[SL_KINDS];
-  size_t
-      piece_el; /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are
-                                cut at piece boundaries so that none spans two sub-groups. 0: not cut */
+  /* residency on: elements per piece (a multiple of the norm chunk); gradient chunks are cut at
+   * piece boundaries so that none spans two sub-groups. 0: not cut */
+  size_t piece_el;
   int res_busy;  /* resident sub-groups whose update is in flight */
   int *sg_order; /* sub-groups in the order they are updated (their gradients complete) */
   int pos_read;  /* position in sg_order of the next state read to issue */
@@ -75,7 +76,8 @@ static void zero_range(void *arg, size_t b, size_t end, int thread) {
   memset((char *)arg + b, 0, end - b);
 }
 
-/* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group buffers. */
+/* NVMe optimizer state (finalize): the plan's sub-groups and pieces, the state files, the sub-group
+ * buffers. */
 zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
   struct eng_nv *nv = e->nv;
   zo_status st;
@@ -171,7 +173,8 @@ zo_status eng_nv_alloc(zo_engine_t *e, const zo_plan *plan) {
     sg->resident = 1;
     sg->phase = SG_LOADED;
   }
-  /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer I/O. */
+  /* Register the sub-group buffers with the ring: their reads and writes go out as fixed-buffer
+   * I/O. */
   struct iovec iov[SL_KINDS * 64];
   unsigned n_iov = 0;
   for (int s = 0; s < nbuf && n_iov + SL_KINDS <= sizeof iov / sizeof iov[0]; s++)
@@ -339,11 +342,13 @@ static zo_status sg_submit_adam(zo_engine_t *e, sub_group *g) {
   return ZO_OK;
 }
 
-/* Every gradient of @g is on disk (landed) and its state loaded: read its gradients (grad.swp) into the slot. */
+/* Every gradient of @g is on disk (landed) and its state loaded: read its gradients (grad.swp) into
+ * the slot. */
 static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   struct eng_nv *nv = e->nv;
   sg_slot *sl = &nv->slots[g->slot];
-  /* urgent: small beside the state, and Adam waits on it, while the next sub-groups' state streams */
+  /* urgent: small beside the state, and Adam waits on it, while the next sub-groups' state
+   * streams */
   const uint64_t nbytes = g->n_el * e->esz[ST_GRAD];
   ZO_CHECK(zo_swap_submit_read_urgent(nv->swap, nv->files[ST_GRAD], g->file_el * e->esz[ST_GRAD],
                                       sl->buf[ST_GRAD], nbytes, &sl->req[ST_GRAD]));

@@ -1,7 +1,8 @@
 /*
  * engine_wb.c - where new working weights go once Adam (or load_param's
- * cast) has written them, and the write-back ring of nvme parameters. Not
- * here: fetching them to the device (engine_fetch.c).
+ * cast) has written them: the write-back ring of nvme parameters, and their
+ * publish (the refresh of a device copy, the write to params.swp). Not here:
+ * fetching them to the device (engine_fetch.c), which sits above this file.
  */
 #include <stdlib.h>
 
@@ -278,4 +279,83 @@ zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, cons
   if (st == ZO_OK) w->state = WB_WRITING;
   e->ctr.nvme_write_bytes += w->bytes;
   return st;
+}
+
+/* ---------------------------------------------------------------- the publish */
+
+/* Publish new working weights of shard elements [off, off + n) written at
+ * eng_working_dst(): queue the host-to-device copy when a device copy exists
+ * (with one rank this is the whole all-gather), and for nvme parameters in
+ * params.swp queue the write of the padded range there (a cached one is
+ * published as under cpu: param_host is its home). */
+zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
+  if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
+  const int in_file = eng_pw_in_file(e, p);
+  /* Several ranks: stages 1-2 upload the all-gathered tensor in eng_dp_publish(); stage 3 gathers at every fetch
+   * and drops the stale device copies after the step, so only the params.swp write below is left to do. */
+  if (e->world > 1 && e->cfg.zero.stage > 0 && !in_file) return ZO_OK;
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  double t0 = zo_clock_s();
+  zo_status st = ZO_OK;
+  const void *src = in_file ? NULL : eng_working_dst(e, p, off);
+  wb_entry *w = NULL;
+  if (in_file) {
+    st = eng_wb_write(e, p, off, n, &src, &w);
+    if (!w) return st; /* no region filling for it: a bug */
+    if (eng_dp3(e)) {  /* no device copy to refresh: the next fetch gathers */
+      e->ctr.copy_s += zo_clock_s() - t0;
+      return st;
+    }
+  }
+  if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT && e->ptier != ZO_OFFLOAD_NONE &&
+      !p->persistent && !p->in_use) {
+    /* stale: the prefetcher brings the new weights back in trace order */
+    eng_drop_device_copy(e, p);
+  } else if (st == ZO_OK && p->weights && p->pstate == P_RESIDENT) {
+    /* A cached copy may have been moved by a compaction: pin it (fresh
+     * address) while the refresh is queued; it may move again after. */
+    const int was_pinned = !p->blk || p->blk_pinned;
+    if (!was_pinned) st = eng_blk_pin(e, p);
+    if (st == ZO_OK)
+      st = zo_memcpy_async(e->copy_stream, (char *)p->weights + (p->shard_off + off) * wsz, src,
+                           n * wsz, ZO_COPY_H2D);
+    if (st == ZO_OK && p->ready)
+      st = zo_event_record(p->ready, e->copy_stream); /* fetch waits for the refresh */
+    if (st == ZO_OK && !was_pinned) st = eng_blk_unpin(e, p, e->copy_stream);
+    if (w) eng_wb_mark_h2d(w);
+    e->ctr.h2d_bytes += n * wsz;
+  }
+  e->ctr.copy_s += zo_clock_s() - t0;
+  return st;
+}
+
+/* Working weights from fp32 master values (load time; steps fuse this into Adam). */
+zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
+                           const float *master) {
+  if (eng_device_adam(e)) { /* the working copy is device memory: cast on the host, then one copy */
+    const size_t wsz = zo_dtype_size(e->wdtype);
+    void *tmp = malloc(n ? n * wsz : 1);
+    if (!tmp)
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "engine: out of host memory for the working copy of '%s'", p->name);
+    zo_status st = zo_cast(tmp, e->wdtype, master, ZO_DTYPE_F32, n, zo_adam_pool_threads(e->pool));
+    if (st == ZO_OK) st = eng_dev_copy(e, eng_working_dst(e, p, off), tmp, n * wsz, ZO_COPY_H2D);
+    free(tmp);
+    return st;
+  }
+  /* param_host is written in place: a host-to-device copy out of it (a fetch, a refresh) must have landed first */
+  if (p->pw_host && p->ready) ZO_CHECK(zo_event_synchronize(p->ready));
+  ZO_CHECK(eng_wb_alloc(e, p, off, n, NULL, 0));
+  ZO_CHECK(zo_cast(eng_working_dst(e, p, off), e->wdtype, master, ZO_DTYPE_F32, n,
+                   zo_adam_pool_threads(e->pool)));
+  return eng_queue_upload(e, p, off, n);
+}
+
+/* Wait an Adam task, then queue the upload of the working weights it wrote. */
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
+                          size_t n) {
+  zo_status st = zo_adam_task_wait(*task, NULL);
+  *task = NULL;
+  if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return eng_queue_upload(e, p, off, n);
 }

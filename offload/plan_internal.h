@@ -32,17 +32,18 @@ static inline size_t round_sat(size_t x, size_t align) {
   return r;
 }
 
-/* One registered tensor, as the planner sees it (index = registration order). All counts are elements. */
+/* One registered tensor, as the planner sees it (index = registration order). All counts are
+ * elements. */
 typedef struct zo_plan_input_tensor {
   size_t n;       /* elements of the whole tensor (zo_param_t.n) */
   size_t shard_n; /* elements of this rank's shard of it: what its optimizer state and gradient hold
                             (zo_param_t.shard_n; n on one rank) */
-  size_t
-      dp_padded; /* elements of the tensor padded to world blocks of part_n (eng_dp_padded: part_n x world):
-                            what its all-gathers and reduce-scatters move */
-  size_t
-      pw_held; /* elements of its working copy this rank's parameter tier holds (eng_pw_held: n, or at
-                            stage 3 on several ranks its block part_n) */
+  /* elements of the tensor padded to world blocks of part_n (eng_dp_padded: part_n x world): what
+   * its all-gathers and reduce-scatters move */
+  size_t dp_padded;
+  /* elements of its working copy this rank's parameter tier holds (eng_pw_held: n, or at stage 3 on
+   * several ranks its block part_n) */
+  size_t pw_held;
 } zo_plan_input_tensor;
 
 /*
@@ -52,28 +53,28 @@ typedef struct zo_plan_input_tensor {
  * Filled by zo_plan_make() from an engine (plan.c), or built by hand (tests/test_plan.c).
  */
 typedef struct zo_plan_input {
-  const zo_config_t *
-      cfg; /* the configuration (read: zero.stage, zero.{reduce,allgather,stage3_prefetch}_bucket_size,
-                                zero.overlap_comm, zero.sub_group_size, zero.stage3_max_live_parameters,
-                                zero.offload_optimizer.{pin_memory,buffer_count},
-                                zero.offload_param.{pin_memory,buffer_count,buffer_size}); not kept */
+  /* the configuration (read: zero.stage, zero.{reduce,allgather,stage3_prefetch}_bucket_size,
+   * zero.overlap_comm, zero.sub_group_size, zero.stage3_max_live_parameters,
+   * zero.offload_optimizer.{pin_memory,buffer_count},
+   * zero.offload_param.{pin_memory,buffer_count,buffer_size}); not kept */
+  const zo_config_t *cfg;
   int world; /* ranks (1: one) */
-  zo_device_kind
-      device; /* the device planned for, resolved (ZO_DEVICE_HOST or ZO_DEVICE_CUDA, never AUTO);
-                                informative: what it decides is @device_adam */
+  /* the device planned for, resolved (ZO_DEVICE_HOST or ZO_DEVICE_CUDA, never AUTO); informative:
+   * what it decides is @device_adam */
+  zo_device_kind device;
   int device_adam; /* 1: device Adam applies (offload_optimizer "none" on a GPU: master, moments and
                                 gradients in the device block, the norm partials beside them) */
-  zo_offload_device
-      tier; /* where the optimizer state lives (zero_optimization.offload_optimizer.device) */
-  zo_offload_device
-      ptier;       /* where the working weights live (zero_optimization.offload_param.device) */
+  /* where the optimizer state lives (zero_optimization.offload_optimizer.device) */
+  zo_offload_device tier;
+  /* where the working weights live (zero_optimization.offload_param.device) */
+  zo_offload_device ptier;
   int dpu;         /* zoffload.delayed_param_update: a second gradient and staging buffer */
   zo_dtype wdtype; /* working (parameter) dtype */
-  zo_dtype
-      adtype; /* accumulation dtype: the host gradient shard, grad.swp and the device gradient */
-  size_t
-      acc_in_size; /* bytes per element of the widest gradient hand-over accepted (eng_acc_in_size):
-                                sizes the staging buckets, the reduction ring and device Adam's upload stage */
+  /* accumulation dtype: the host gradient shard, grad.swp and the device gradient */
+  zo_dtype adtype;
+  /* bytes per element of the widest gradient hand-over accepted (eng_acc_in_size): sizes the
+   * staging buckets, the reduction ring and device Adam's upload stage */
+  size_t acc_in_size;
   size_t acc_bucket_el; /* one rank: elements per gradient staging bucket (eng_acc_ring_shape for
                                 @device_adam); 0 when no staging is needed */
   int acc_n_buckets;    /* the number of those buckets (0 when none) */
@@ -81,18 +82,18 @@ typedef struct zo_plan_input {
                                 (eng_gnv_el); 0 otherwise */
   size_t esz
       [3]; /* bytes per element of the optimizer state: [0] master, [1] exp_avg, [2] exp_avg_sq */
-  size_t
-      swap_align; /* bytes: the swap files' alignment the plan uses (the engine's, or 4096 with parameters
-                                on nvme when the engine has none); 0 without NVMe */
+  /* bytes: the swap files' alignment the plan uses (the engine's, or 4096 with parameters on nvme
+   * when the engine has none); 0 without NVMe */
+  size_t swap_align;
   size_t extent_unit; /* elements per alignment unit of the narrowest NVMe kind at @swap_align
                                 (eng_extent_unit_at): every extent is padded to a multiple of it; 0 without NVMe */
-  size_t
-      pcache_el; /* elements: budget of the host cache of nvme parameters (offload_param.max_in_cpu, or
-                                eng_set_param_cache; SIZE_MAX: every tensor); the first tensors whose @pw_held fit
-                                in it are cached whole. Read only under offload_param "nvme" */
-  size_t
-      opt_res_el; /* elements: budget of the resident optimizer sub-groups (zoffload.optimizer_max_in_cpu;
-                                0 none). Read only under offload_optimizer "nvme" */
+  /* elements: budget of the host cache of nvme parameters (offload_param.max_in_cpu, or
+   * eng_set_param_cache; SIZE_MAX: every tensor); the first tensors whose @pw_held fit in it are
+   * cached whole. Read only under offload_param "nvme" */
+  size_t pcache_el;
+  /* elements: budget of the resident optimizer sub-groups (zoffload.optimizer_max_in_cpu; 0 none).
+   * Read only under offload_optimizer "nvme" */
+  size_t opt_res_el;
   int n_nccl_comms; /* NCCL communicators whose device staging (ZO_COMM_NCCL_STAGE_BYTES each) the device
                                 needs (eng_nccl_comms); 0 on other backends */
   size_t total_el; /* elements of every registered tensor, whole (only in a message) */
@@ -121,7 +122,8 @@ size_t zo_plan_bytes(const zo_plan *p, const char *name);
 zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t app[4],
                          zo_budget *out);
 
-/* MemTotal of /proc/meminfo (or ZO_TEST_MEMTOTAL) into *@out, bytes; SIZE_MAX when unreadable (budget.c). */
+/* MemTotal of /proc/meminfo (or ZO_TEST_MEMTOTAL) into *@out, bytes; SIZE_MAX when unreadable
+ * (budget.c). */
 zo_status zo_plan_mem_total(size_t *out);
 
 #endif /* ZO_PLAN_INTERNAL_H */

@@ -71,7 +71,8 @@ typedef struct figure {
   char how[ZO_SPEEDS_SRC_CAP]; /* how it was measured, kept in the cache entry */
 } figure;
 
-/* A measurement's outcome: the figure and how it was measured, or why not (into figure.src by the caller). */
+/* A measurement's outcome: the figure and how it was measured, or why not (into figure.src by the
+ * caller). */
 typedef struct meas {
   double value;
   char how[ZO_SPEEDS_SRC_CAP];
@@ -80,9 +81,11 @@ typedef struct meas {
 static pthread_mutex_t g_lock =
     PTHREAD_MUTEX_INITIALIZER; /* one zo_speeds_get at a time in the process */
 
-/* ------------------------------------------------------------------------------------------------ helpers */
+/* ------------------------------------------------------------------------------------------------
+ * helpers */
 
-/* snprintf into @dst (@cap bytes), cut when longer: a cut source or key still reads and still matches itself. */
+/* snprintf into @dst (@cap bytes), cut when longer: a cut source or key still reads and still
+ * matches itself. */
 static void setf(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void setf(char *dst, size_t cap, const char *fmt, ...) {
   va_list ap;
@@ -105,7 +108,8 @@ static double median(double *t, int n) {
 /* One timed pass of a measurement: *sec its seconds. */
 typedef zo_status (*pass_fn)(void *ctx, int pass, double *sec);
 
-/* Up to @max_passes passes (another only while they took less than SP_PASS_BUDGET_S); their median into *sec. */
+/* Up to @max_passes passes (another only while they took less than SP_PASS_BUDGET_S); their median
+ * into *sec. */
 static zo_status timed_passes(pass_fn fn, void *ctx, int max_passes, double *sec, int *n_done) {
   double t[SP_MAX_PASSES], total = 0;
   int n = 0;
@@ -136,7 +140,8 @@ static int env_remeasure(void) {
   return v && v[0] && strcmp(v, "0") != 0;
 }
 
-/* ------------------------------------------------------------------------------------------------ cache */
+/* ------------------------------------------------------------------------------------------------
+ * cache */
 
 zo_status zo_speeds_cache_path(char *buf, size_t cap) {
   if (!buf || !cap)
@@ -166,13 +171,14 @@ zo_status zo_speeds_cache_path(char *buf, size_t cap) {
 /* The speeds cache of one call: its entries as read, and whether the file may be replaced. */
 typedef struct cache {
   char path[PATH_MAX]; /* "" when there is none */
-  json_t *
-      entries; /* key -> {"value", "how", "measured_at"}; an empty object when nothing could be read */
+  /* key -> {"value", "how", "measured_at"}; an empty object when nothing could be read */
+  json_t *entries;
   int writable; /* 1: missing, empty, or zoffload's own (marker): may be replaced */
   int dirty;    /* 1: entries added by this call */
 } cache;
 
-/* Text that starts as a cache of ours does: '{' then the marker key (written first), whitespace around. */
+/* Text that starts as a cache of ours does: '{' then the marker key (written first), whitespace
+ * around. */
 static int starts_with_marker(const char *s, size_t n) {
   size_t i = 0;
   while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
@@ -274,7 +280,8 @@ done:
   close(fd);
 }
 
-/* Make the directories above @path that are missing (mode 0700, as XDG asks). 0, or -errno of the first failure. */
+/* Make the directories above @path that are missing (mode 0700, as XDG asks). 0, or -errno of the
+ * first failure. */
 static int make_parents(const char *path) {
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s", path);
@@ -353,7 +360,8 @@ done:
   json_decref(root);
 }
 
-/* The entry @key of c: 1 with its value and date, or 0 when there is none or it is damaged (warned). */
+/* The entry @key of c: 1 with its value and date, or 0 when there is none or it is damaged
+ * (warned). */
 static int cache_lookup(const cache *c, const char *key, double *value, char *at, size_t cap) {
   json_t *e = json_object_get(c->entries, key);
   if (!e) return 0;
@@ -368,7 +376,8 @@ static int cache_lookup(const cache *c, const char *key, double *value, char *at
   return 1;
 }
 
-/* Add (or replace) entry @key; @path: the nvme path a disk figure was measured at (for cache_prune), else NULL. */
+/* Add (or replace) entry @key; @path: the nvme path a disk figure was measured at (for
+ * cache_prune), else NULL. */
 static void cache_put(cache *c, const char *key, double value, const char *how, const char *at,
                       const char *path) {
   json_t *e = json_pack("{s:f, s:s, s:s}", "value", value, "how", how, "measured_at", at);
@@ -376,7 +385,8 @@ static void cache_put(cache *c, const char *key, double value, const char *how, 
   if (e && json_object_set_new(c->entries, key, e) == 0) c->dirty = 1;
 }
 
-/* ------------------------------------------------------------------------------------------------ disk */
+/* ------------------------------------------------------------------------------------------------
+ * disk */
 
 typedef struct disk_ctx {
   zo_swap_t *sw;
@@ -388,7 +398,8 @@ typedef struct disk_ctx {
   int is_write;
 } disk_ctx;
 
-/* One pass: the whole file in slice-sized requests, n_slices in flight, each in its own part of the buffer. */
+/* One pass: the whole file in slice-sized requests, n_slices in flight, each in its own part of the
+ * buffer. */
 static zo_status disk_pass(void *arg, int pass, double *sec) {
   disk_ctx *d = arg;
   (void)pass;
@@ -440,7 +451,8 @@ static zo_status measure_disk(const zo_config_t *cfg, const char *path, size_t w
                         zo_format_bytes(b2, sizeof b2, 4.0 * need),
                         zo_format_bytes(b3, sizeof b3, (double)need));
 
-  /* the engine's swap options (offload/engine.c create_swap), in a private directory of our own rank */
+  /* the engine's swap options (offload/engine.c create_swap), in a private directory of our own
+   * rank */
   zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
                      .queue_depth = (unsigned)cfg->aio.queue_depth,
                      .register_files = 1,
@@ -532,7 +544,8 @@ done:
   return st;
 }
 
-/* ------------------------------------------------------------------------------------------------ link */
+/* ------------------------------------------------------------------------------------------------
+ * link */
 
 /* The link rate the engine's copies on @dev will see, GB/s; 0 unlimited (or real: a GPU's). */
 static double link_gbps(const zo_config_t *cfg, zo_device_t *dev) {
@@ -621,9 +634,11 @@ done:
   return st;
 }
 
-/* ------------------------------------------------------------------------------------------------ Adam */
+/* ------------------------------------------------------------------------------------------------
+ * Adam */
 
-/* The dtypes of the engine's Adam update (offload/engine.c create_tiers, engine_accum.c eng_acc_create). */
+/* The dtypes of the engine's Adam update (offload/engine.c create_tiers, engine_accum.c
+ * eng_acc_create). */
 typedef struct adam_types {
   zo_dtype grad, state, out;
 } adam_types;
@@ -691,7 +706,8 @@ static zo_status measure_adam(const zo_config_t *cfg, zo_adam_pool_t *pool, size
     if (!b[i])
       st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "out of host memory for %zu Adam elements", n);
   if (st != ZO_OK) goto done;
-  /* weights and gradients of a training run's size (not zeros: every lane does the work it does in training) */
+  /* weights and gradients of a training run's size (not zeros: every lane does the work it does in
+   * training) */
   float *master = b[0], pat[4096];
   for (size_t i = 0; i < n; i++) master[i] = 0.02f * (float)((int)(i % 97) - 48) / 48.0f;
   for (int i = 0; i < 4096; i++) pat[i] = 1e-3f * (float)((i * 37) % 101 - 50) / 50.0f;
@@ -737,7 +753,8 @@ done:
   return st;
 }
 
-/* ------------------------------------------------------------------------------------------------ the call */
+/* ------------------------------------------------------------------------------------------------
+ * the call */
 
 /* Settle @f from a measurement @m of status @st: measured, or 0 and why (warned). */
 static void settle(figure *f, int which, zo_status st, const meas *m) {
@@ -807,7 +824,8 @@ static void make_keys(figure *f, const zo_config_t *cfg, zo_device_t *dev, const
     free(real);
   }
   if (f[F_H2D].open || f[F_D2H].open) {
-    /* the host backend copies at memcpy speed whatever its name says; a GPU by its name, less a memory limit */
+    /* the host backend copies at memcpy speed whatever its name says; a GPU by its name, less a
+     * memory limit */
     const int host_dev = zo_device_get_kind(dev) == ZO_DEVICE_HOST;
     const char *name = host_dev ? "host" : zo_device_name(dev), *limit = strstr(name, ", limit ");
     const int name_len = limit ? (int)(limit - name) : (int)strlen(name);
@@ -944,7 +962,8 @@ zo_status zo_speeds_get_ex(const zo_config_t *cfg, zo_device_t *dev, const char 
   return ZO_OK;
 }
 
-/* ------------------------------------------------------------------------------------------------ app figures */
+/* ------------------------------------------------------------------------------------------------
+ * app figures */
 
 zo_status zo_speeds_figure(const char *key, zo_speeds_measure_fn measure, void *ctx, int remeasure,
                            double *value, char *src, size_t src_cap) {

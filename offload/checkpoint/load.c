@@ -26,13 +26,14 @@ typedef struct load_ctx {
   const char *dir, *mpath;
   json_t *m;
   const zo_load_opts *o; /* never NULL (zeros: zo_engine_load's behaviour) */
-  json_t *
-      enames; /* not_strict: this engine's tensor names (an object name -> null), for the unexpected ones */
+  /* not_strict: this engine's tensor names (an object name -> null), for the unexpected ones */
+  json_t *enames;
   int n_missing, n_unexpected;
 } load_ctx;
 
 static zo_status bad(const load_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A ZO_ERR_CONFIG naming the manifest file; @fmt names the field. Strings taken from the file go through esc(). */
+/* A ZO_ERR_CONFIG naming the manifest file; @fmt names the field. Strings taken from the file go
+ * through esc(). */
 static zo_status bad(const load_ctx *c, const char *fmt, ...) {
   char msg[640];
   va_list ap;
@@ -42,12 +43,14 @@ static zo_status bad(const load_ctx *c, const char *fmt, ...) {
   return zo_error_set(ZO_ERR_CONFIG, "checkpoint '%s': %s", c->mpath, msg);
 }
 
-/* A string read from the manifest, escaped for a message (zo_escape), into @out of 96 bytes; "(missing)" for NULL. */
+/* A string read from the manifest, escaped for a message (zo_escape), into @out of 96 bytes;
+ * "(missing)" for NULL. */
 static const char *esc(char out[96], const char *s) {
   return s ? zo_escape(out, 96, s, strlen(s)) : "(missing)";
 }
 
-/* The checkpoint directory @path names: itself when it holds manifest.json, else the one its `latest` names. */
+/* The checkpoint directory @path names: itself when it holds manifest.json, else the one its
+ * `latest` names. */
 static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
   char f[PATH_MAX], esc[96];
   struct stat sb;
@@ -80,7 +83,8 @@ static zo_status resolve_dir(const char *path, char *dir, size_t cap) {
   return st;
 }
 
-/* Steps, loss-scaler iterations: at most 2^48 (far past any run; keeps step + 1 and the bias correction exact). */
+/* Steps, loss-scaler iterations: at most 2^48 (far past any run; keeps step + 1 and the bias
+ * correction exact). */
 #define CKPT_MAX_STEP ((int64_t)1 << 48)
 
 static int get_u64(json_t *o, const char *key, uint64_t *v) {
@@ -97,7 +101,8 @@ typedef struct lrun {
   int used; /* read and applied: the tensor is in the checkpoint (not_strict), and the kind is wanted (weights_only) */
 } lrun;
 
-/* An integer field of @o in [lo, hi] into *@v; else an error naming @what.@key, the value and the range. */
+/* An integer field of @o in [lo, hi] into *@v; else an error naming @what.@key, the value and the
+ * range. */
 static zo_status get_range(const load_ctx *c, json_t *o, const char *what, const char *key,
                            int64_t lo, int64_t hi, int64_t *v) {
   json_t *x = json_object_get(o, key);
@@ -112,7 +117,8 @@ static zo_status get_range(const load_ctx *c, json_t *o, const char *what, const
   return ZO_OK;
 }
 
-/* The engine's counters and loss scaler as the manifest gives them, each checked before any is applied. */
+/* The engine's counters and loss scaler as the manifest gives them, each checked before any is
+ * applied. */
 typedef struct saved_scalars {
   int64_t step, ls_iter, ls_last_overflow, ls_hysteresis;
   double loss_scale;
@@ -155,7 +161,8 @@ static zo_status check_entry(zo_engine_t *e, load_ctx *c, json_t *t, const zo_pa
         "tensor '%s': numel, shard_offset or shard_numel missing or other than this engine's (registered "
         "with %zu elements, this rank's shard %zu at %zu)",
         p->name, p->n, p->shard_n, p->shard_off);
-  /* shape: 1..8 dims >= 0 whose product, overflow-checked, is numel (the engine's save writes [numel] or its dims) */
+  /* shape: 1..8 dims >= 0 whose product, overflow-checked, is numel (the engine's save writes
+   * [numel] or its dims) */
   json_t *sh = json_object_get(t, "shape");
   uint64_t prod = 1;
   int shape_ok = json_is_array(sh) && json_array_size(sh) >= 1 && json_array_size(sh) <= 8;
@@ -269,7 +276,8 @@ static zo_status check_manifest(zo_engine_t *e, load_ctx *c, lrun *runs, char *r
     }
     return ZO_OK;
   }
-  /* not strict: matched by name, through an index of the manifest's names and one of the engine's */
+  /* not strict: matched by name, through an index of the manifest's names and one of the
+   * engine's */
   json_t *idx = json_object();
   if (!idx || !(c->enames = json_object()))
     st = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "load: out of memory");
@@ -590,7 +598,8 @@ static zo_status load_scalars_app(zo_engine_t *e, const load_ctx *c, const saved
   return ZO_OK;
 }
 
-/* not_strict: each unmatched tensor to opts->on_unmatched, missing ones (registration order) then unexpected ones */
+/* not_strict: each unmatched tensor to opts->on_unmatched, missing ones (registration order) then
+ * unexpected ones */
 static void report_unmatched(const zo_engine_t *e, const load_ctx *c, const lrun *runs) {
   const zo_load_opts *o = c->o;
   if (!o->not_strict || !o->on_unmatched) return;
@@ -617,7 +626,8 @@ zo_status zo_engine_load_ex(zo_engine_t *e, const char *path, zo_load_opts *opts
   if (e->n_grads > 0 || eng_acc_pending(e->acc) > 0)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "load: in the middle of a step");
   char dir[PATH_MAX], mpath[PATH_MAX], fpath[PATH_MAX];
-  /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies its part */
+  /* Several ranks: a collective call; every rank checks its own part, they agree, then each applies
+   * its part */
   load_ctx c = {.dir = dir, .mpath = mpath, .m = NULL, .o = opts ? opts : &k_defaults};
   zo_status st = load_manifest(e, path, dir, mpath, &c.m);
   int fd = -1;

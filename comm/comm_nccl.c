@@ -131,7 +131,8 @@ static void nccl_load_once(void) {
   if (N.GetVersion(&v) == ncclSuccess) zo_debug("comm nccl: NCCL %d from %s", v, picked);
 }
 
-/* NCCL's entry points in N, or ZO_ERR_UNSUPPORTED naming every place looked in. Thread-safe (pthread_once). */
+/* NCCL's entry points in N, or ZO_ERR_UNSUPPORTED naming every place looked in. Thread-safe
+ * (pthread_once). */
 static zo_status nccl_load(void) {
   if (pthread_once(&nccl_once, nccl_load_once) != 0)
     return zo_error_set(ZO_ERR_UNSUPPORTED, "comm nccl: loading libnccl: pthread_once failed");
@@ -152,12 +153,13 @@ typedef struct nccl_comm {
   char why[256]; /* what aborted it, for those refusals */
 } nccl_comm;
 
-/* What a request holds (in zo_comm_req_t.impl): the completion event, and what the watchdog's message names. */
+/* What a request holds (in zo_comm_req_t.impl): the completion event, and what the watchdog's
+ * message names. */
 typedef struct nccl_req {
   cudaEvent_t done;
   const char *what; /* "all-gather", ... */
-  size_t
-      nbytes; /* the message: bytes of the whole receive (all-gather) or send (reduce-scatter) buffer */
+  /* the message: bytes of the whole receive (all-gather) or send (reduce-scatter) buffer */
+  size_t nbytes;
   double t_start; /* CLOCK_MONOTONIC seconds when it was queued: the watchdog counts from here */
 } nccl_req;
 _Static_assert(sizeof(nccl_req) <= sizeof(((zo_comm_req_t *)0)->impl),
@@ -186,7 +188,8 @@ static zo_status cuda_fail(cudaError_t rc, const char *what) {
     if (rc_ != cudaSuccess) return cuda_fail(rc_, what); \
   } while (0)
 
-/* ------------------------------------------------------------ rendezvous (no bootstrap communicator) */
+/* ------------------------------------------------------------ rendezvous (no bootstrap
+ * communicator) */
 
 static double mono_s(void) {
   struct timespec ts;
@@ -296,7 +299,8 @@ static zo_status rendezvous(int rank, int world, ncclUniqueId *id) {
 
 /* ------------------------------------------------------------ buffers */
 
-/* 1 when @p is device (or managed) memory NCCL can use directly; host memory, pinned or not, is staged. */
+/* 1 when @p is device (or managed) memory NCCL can use directly; host memory, pinned or not, is
+ * staged. */
 static int on_device(const void *p) {
   struct cudaPointerAttributes at;
   if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
@@ -472,7 +476,8 @@ static zo_status nc_barrier(zo_comm_t *c, zo_comm_req_t *r) {
 
 /* ------------------------------------------------------------ completion and the watchdog */
 
-/* Abort the communicator (NCCL's kernels of it return, so its stream drains) and say why, naming the request. */
+/* Abort the communicator (NCCL's kernels of it return, so its stream drains) and say why, naming
+ * the request. */
 static zo_status abort_comm(zo_comm_req_t *r, const char *why) {
   nccl_comm *m = r->c->backend;
   const nccl_req *q = nreq(r);

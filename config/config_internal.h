@@ -21,8 +21,8 @@
 
 typedef struct parse_ctx {
   const char *src; /* document name for messages */
-  int64_t *
-      n_unknown; /* unknown keys seen so far in this parse (the first few are named: config_keys.c) */
+  /* unknown keys seen so far in this parse (the first few are named: config_keys.c) */
+  int64_t *n_unknown;
 } parse_ctx;
 
 /* Record "src: path: <fmt>" as the last error and return ZO_ERR_CONFIG (config.c). */
@@ -47,7 +47,8 @@ typedef struct key_set {
   const char *const *keys; /* NULL-terminated */
 } key_set;
 
-/* The sets given inline, and their count: the last two arguments of cfg_unknown_key() and cfg_did_you_mean(). */
+/* The sets given inline, and their count: the last two arguments of cfg_unknown_key() and
+ * cfg_did_you_mean(). */
 #define KEY_SETS(...) \
   ((const key_set[]){__VA_ARGS__}), sizeof((const key_set[]){__VA_ARGS__}) / sizeof(key_set)
 
@@ -63,10 +64,12 @@ const char *cfg_did_you_mean(char *out, size_t cap, const char *path, const char
 zo_status cfg_unknown_key(const parse_ctx *c, const char *path, const char *key,
                           const key_set *sets, size_t n_sets);
 
-/* An unknown top-level key (the application's, perhaps): a warning naming it, for the first few of a parse. */
+/* An unknown top-level key (the application's, perhaps): a warning naming it, for the first few of
+ * a parse. */
 void cfg_warn_unknown(const parse_ctx *c, const char *path);
 
-/* At the end of a parse: one line counting the unknown keys cfg_warn_unknown() did not name, if any. */
+/* At the end of a parse: one line counting the unknown keys cfg_warn_unknown() did not name, if
+ * any. */
 void cfg_warn_unknown_total(const parse_ctx *c);
 
 /* ---- config_nonfinite.c: Infinity, -Infinity and NaN --------------------------------------- */

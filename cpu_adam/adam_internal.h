@@ -17,7 +17,8 @@
 /* zo_adam_consts and zo_adam_elem (one element of the update, no FMA: the module is built with
  * -ffp-contract=off): base/adam_elem.h, shared with the device kernel (gpu/adam_device.cu). */
 
-/* Elements per sqnorm chunk (fixed, so the reduction order never depends on threads); lanes per chunk. */
+/* Elements per sqnorm chunk (fixed, so the reduction order never depends on threads); lanes per
+ * chunk. */
 #define ZO_SQNORM_CHUNK ((size_t)65536)
 #define ZO_SQNORM_LANES 16
 
@@ -64,7 +65,8 @@ void zo_cast_kernel_avx2(void *dst, zo_dtype dt, const void *src, zo_dtype st, s
 void zo_cast_kernel_avx512(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n);
 void zo_cast_kernel_avx512bf16(void *dst, zo_dtype dt, const void *src, zo_dtype st, size_t n);
 
-/* ================================================================ fused update (zo_adam_update, the pool) */
+/* ================================================================ fused update (zo_adam_update,
+ * the pool) */
 
 /* Everything one fused update needs; the range kernels read it and update [b, e) of the shard. */
 typedef struct zo_adam_job {
@@ -76,8 +78,8 @@ typedef struct zo_adam_job {
   zo_dtype gt, st, ot;
   uint64_t seed;   /* bf16 state rounding: key = i + seed */
   uint32_t step32; /* (uint32)hp->step */
-  unsigned
-      nt; /* streams that may use non-temporal stores: ZO_NT_STATE (p, m, v), ZO_NT_OUT (param_out) */
+  /* streams that may use non-temporal stores: ZO_NT_STATE (p, m, v), ZO_NT_OUT (param_out) */
+  unsigned nt;
 } zo_adam_job;
 
 enum { ZO_NT_STATE = 1u, ZO_NT_OUT = 2u };
@@ -173,7 +175,8 @@ typedef struct zo_nt_set {
       LOOP(nt);                                                  \
   } while (0)
 
-/* Range kernels: update elements [b, e) of the job's shard; return 1 if any grad element there is inf/NaN. */
+/* Range kernels: update elements [b, e) of the job's shard; return 1 if any grad element there is
+ * inf/NaN. */
 typedef int (*zo_adam_range_fn)(const zo_adam_job *j, size_t b, size_t e);
 int zo_adam_range_scalar(const zo_adam_job *j, size_t b, size_t e);
 int zo_adam_range_avx2(const zo_adam_job *j, size_t b, size_t e);
@@ -197,7 +200,8 @@ zo_status zo_adam_job_init(const char *what, const zo_adam_hparams *hp, const zo
 zo_adam_range_fn zo_adam_range_for(zo_simd lvl);
 zo_scan_fn zo_scan_for(zo_simd lvl);
 zo_sqnorm_fn zo_sqnorm_for(zo_simd lvl);
-/* Sum of squares of chunk k (ZO_SQNORM_CHUNK elements, the last may be short) of a grad of any dtype, lanes summed. */
+/* Sum of squares of chunk k (ZO_SQNORM_CHUNK elements, the last may be short) of a grad of any
+ * dtype, lanes summed. */
 double zo_sqnorm_chunk(zo_sqnorm_fn fn, const void *g, zo_dtype gt, size_t n, size_t k);
 /* zo_grad_sqnorm_ex() with the caller's name in messages (zo_grad_sqnorm() shares it). */
 zo_status zo_sqnorm_run(const char *what, const void *grad, zo_dtype grad_dtype, size_t n,

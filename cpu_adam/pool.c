@@ -70,8 +70,8 @@ struct zo_adam_pool {
   pthread_cond_t work_cv; /* workers: a new phase is published, or stop */
   pthread_cond_t done_cv; /* waiters: a task completed */
   struct zo_adam_task *head, *tail;
-  struct zo_adam_task
-      *urgent; /* the last ZO_ADAM_TASK_URGENT task queued and not yet completed, or NULL */
+  /* the last ZO_ADAM_TASK_URGENT task queued and not yet completed, or NULL */
+  struct zo_adam_task *urgent;
   struct zo_adam_task *live;
   uint64_t gen; /* bumped each time a phase is published */
   int stop;
@@ -125,7 +125,8 @@ static size_t auto_tile(size_t n, int nt) {
   t = (t + 63) / 64 * 64;
   return t > AUTO_TILE_MAX ? AUTO_TILE_MAX : t < AUTO_TILE_MIN ? AUTO_TILE_MIN : t;
 }
-/* The task's tile from the pool's or the caller's setting: 0 contiguous, ZO_ADAM_TILE_AUTO auto, else as given. */
+/* The task's tile from the pool's or the caller's setting: 0 contiguous, ZO_ADAM_TILE_AUTO auto,
+ * else as given. */
 static size_t task_tile(size_t setting, size_t n, int nt) {
   return setting == ZO_ADAM_TILE_AUTO ? auto_tile(n, nt) : setting;
 }
@@ -262,7 +263,8 @@ static void probe_segment_set(zo_adam_pool_t *P, struct zo_adam_task *T) {
   T->job.nt = (T->job.nt & ~(unsigned)ZO_NT_STATE) | nt;
 }
 
-/* Under mu, when the first update phase of T is published: its store kind, and the probe if T is one. */
+/* Under mu, when the first update phase of T is published: its store kind, and the probe if T is
+ * one. */
 static void adam_stores_setup(zo_adam_pool_t *P, struct zo_adam_task *T) {
   T->stores_set = 1;
   if (T->flags & ZO_ADAM_NO_NT_STORES) return; /* job.nt is 0: every store regular */
@@ -437,7 +439,8 @@ static void *worker_main(void *argp) {
     if (P->gen == seen) break; /* stop with nothing new */
     seen = P->gen;
     struct zo_adam_task *T = P->head;
-    /* enough threads on this phase, or (woken for a phase that others ran to the end) nothing queued */
+    /* enough threads on this phase, or (woken for a phase that others ran to the end) nothing
+     * queued */
     if (!T || T->claimed == T->want) continue;
     const int slot = T->claimed++;
     int phase = T->phase;
@@ -445,7 +448,8 @@ static void *worker_main(void *argp) {
                       T->probe_nseg > 0; /* a store-probe segment: count this thread's CPU time */
     pthread_mutex_unlock(&P->mu);
     const double cpu0 = timed ? thread_cpu_s() : 0;
-    /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN pre-scan. */
+    /* NVTX: one range per worker per phase; "adam" is the update, "adam scan" the inf/NaN
+     * pre-scan. */
     ZO_NVTX_PUSH(T->kind == K_ADAM  ? (phase == 0 ? "adam scan" : "adam")
                  : T->kind == K_FOR ? "adam pool for"
                                     : "grad norm");
@@ -462,7 +466,8 @@ static void *worker_main(void *argp) {
 
 /* ---------------------------------------------------------------- create / destroy */
 
-/* Pick cores (cpusets singlified to one PU each) and bind the started threads; fills the description. */
+/* Pick cores (cpusets singlified to one PU each) and bind the started threads; fills the
+ * description. */
 static void bind_threads(zo_adam_pool_t *P, hwloc_topology_t topo, hwloc_bitmap_t *sets, int nsets,
                          int bind) {
   char cores[256] = "";
@@ -749,7 +754,8 @@ static void probe_zero_range(void *arg, size_t b, size_t e, int thread) {
 }
 
 
-/* Queue T (under mu): at the tail, or (@urgent) behind the running head and the urgent tasks queued before it. */
+/* Queue T (under mu): at the tail, or (@urgent) behind the running head and the urgent tasks queued
+ * before it. */
 static void enqueue(zo_adam_pool_t *P, struct zo_adam_task *T, int urgent) {
   T->next = NULL;
   T->live_prev = NULL;
@@ -954,7 +960,8 @@ zo_status zo_adam_pool_probe_stores(zo_adam_pool_t *P) {
   const size_t pairs = probe_missing(P);
   pthread_mutex_unlock(&P->mu);
   if (!pairs) return ZO_OK;
-  /* fp32 param, grad, m, v (16 bytes an element, no copy-out), all zero: the update keeps them zero */
+  /* fp32 param, grad, m, v (16 bytes an element, no copy-out), all zero: the update keeps them
+   * zero */
   const size_t n = (2 * pairs * seg_bytes / 16 + 63) / 64 * 64, nbytes = n * 4;
   float *a[4] = {NULL, NULL, NULL, NULL};
   zo_status st = ZO_OK;

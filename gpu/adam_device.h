@@ -29,8 +29,8 @@ typedef struct zo_adam_dev_job {
   const void *grad; /* grad_dtype[n] (F32, F16, BF16), read only */
   void *exp_avg;    /* state_dtype[n] (F32, or BF16 with stochastic rounding), updated in place */
   void *exp_avg_sq; /* state_dtype[n] */
-  void *
-      param_out; /* out_dtype[n]: the working copy written from the new master in the same pass; or NULL */
+  /* out_dtype[n]: the working copy written from the new master in the same pass; or NULL */
+  void *param_out;
   zo_dtype grad_dtype, state_dtype, out_dtype;
   size_t n;        /* elements, not bytes; 0 is a no-op */
   uint64_t seed;   /* bf16 state rounding key of element i: seed + i (as zo_adam_shard.seed) */
@@ -48,7 +48,8 @@ typedef struct zo_adam_dev_job {
  * Thread-safe.
  */
 int zo_adam_device_available(const zo_device_t *dev, char *why, size_t cap);
-/* The same for a device of @kind (HOST or CUDA), before any device exists (a dry run). Thread-safe. */
+/* The same for a device of @kind (HOST or CUDA), before any device exists (a dry run).
+ * Thread-safe. */
 int zo_adam_device_kind_available(zo_device_kind kind, char *why, size_t cap);
 
 /*

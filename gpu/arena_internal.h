@@ -58,8 +58,8 @@ struct zo_arena {
   pthread_mutex_t mu;
   char *base;
   size_t capacity;
-  size_t
-      scratch_bytes; /* past capacity in the same reservation: where overlapping compaction moves stage; may be 0 */
+  /* past capacity in the same reservation: where overlapping compaction moves stage; may be 0 */
+  size_t scratch_bytes;
   zo_arena_policy policy;
   zo_arena_block_t *head; /* lowest address */
   zo_arena_block_t *bins[FL_COUNT][SL_COUNT];
@@ -70,8 +70,8 @@ struct zo_arena {
   seg_slab *slabs;
   zo_event_t **ev_pool; /* idle events, [n_ev_pool] of cap_ev_pool */
   size_t n_ev_pool, cap_ev_pool;
-  zo_arena_stats
-      st; /* capacity, live/pending/pinned bytes and counters; the rest filled by get_stats */
+  /* capacity, live/pending/pinned bytes and counters; the rest filled by get_stats */
+  zo_arena_stats st;
   uint64_t next_id;
   FILE *trace;
   uint64_t gen;        /* frees and unpins so far: what can let a compaction do more */

@@ -88,8 +88,8 @@ const char *gpt_last_error(const gpt_model *m) { return m ? m->err : "gpt: NULL 
  * team size follows the 15-minute load average, and beside the same three
  * processes 10 steps of the default config had not finished after 10 minutes.
  */
-static int
-    threads_cap; /* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
+/* gpt_set_threads(), else the OpenMP runtime's default; 0 until first used */
+static int threads_cap;
 static int threads_now;
 static double threads_checked; /* zo_clock_s() of the last look at /proc/loadavg */
 
@@ -104,7 +104,8 @@ static int runnable_tasks(void) {
   return running;
 }
 
-/* Threads of this process in state R (running or runnable), or -1 when /proc/self/task cannot be read. */
+/* Threads of this process in state R (running or runnable), or -1 when /proc/self/task cannot be
+ * read. */
 static int own_runnable(void) {
   DIR *d = opendir("/proc/self/task");
   if (!d) return -1;
@@ -265,7 +266,8 @@ static inline int par(double ns) { return ns >= GPT_PAR_MIN_NS; }
 static inline int div_up(long a, long b) { return (int)((a + b - 1) / b); }
 static inline int round_up(int a, int b) { return div_up(a, b) * b; }
 
-/* The tile of an (M,N,K) product: *mb rows by *nb columns (M and N: one tile). Depends on the shape only. */
+/* The tile of an (M,N,K) product: *mb rows by *nb columns (M and N: one tile). Depends on the shape
+ * only. */
 static void gemm_tiles(int M, int N, int K, int *mb, int *nb) {
   *mb = M, *nb = N;
   const double mac = (double)M * N * K;
@@ -349,7 +351,8 @@ static void gemm16(gpt_model *m, int ta, int tb, int M, int N, int K, const uint
   }
 }
 
-/* The primitive of every tile of one (M,N,K) bf16 product (gemm16's tiles), made now: 0, or -1 with @err. */
+/* The primitive of every tile of one (M,N,K) bf16 product (gemm16's tiles), made now: 0, or -1 with
+ * @err. */
 static int prepare16(int ta, int tb, int M, int N, int K, int lda, int ldb, int accumulate, int ldc,
                      char *err, size_t errlen) {
   int mb, nb;
@@ -413,7 +416,8 @@ int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda
   const double t0 = zo_clock_s();
   const int rc = gpt_gemm_bf16_probe(c, max_batch, why, sizeof why);
   const double ms = (zo_clock_s() - t0) * 1e3;
-  /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads either name) */
+  /* what the CPU reports, and oneDNN's own ceiling when the environment sets one (oneDNN reads
+   * either name) */
   const char *lim = getenv("ONEDNN_MAX_CPU_ISA") ? "ONEDNN_MAX_CPU_ISA"
                     : getenv("DNNL_MAX_CPU_ISA") ? "DNNL_MAX_CPU_ISA"
                                                  : NULL;
@@ -449,7 +453,8 @@ int gpt_gemm_bf16_resolve(int mode, const gpt_config *c, int max_batch, int cuda
   return -1;
 }
 
-/* @n fp32 values to bf16 (round to nearest even), one thread: a product's activation operand, N x (C or 4C). */
+/* @n fp32 values to bf16 (round to nearest even), one thread: a product's activation operand, N x
+ * (C or 4C). */
 static void to_bf16(gpt_model *m, uint16_t *dst, const float *src, size_t n) {
   if (zo_cast(dst, ZO_DTYPE_BF16, src, ZO_DTYPE_F32, n, 1) != ZO_OK && !m->gemm_failed) {
     m->gemm_failed = 1;
@@ -615,7 +620,8 @@ static void matmul_forward(float *out, const float *inp, const float *W, const f
   gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, beta, out, OC);
 }
 
-/* matmul_forward() with bf16 W (OC,C) and inp rounded to bf16 (gpt_set_gemm_bf16); bias and accumulation as there. */
+/* matmul_forward() with bf16 W (OC,C) and inp rounded to bf16 (gpt_set_gemm_bf16); bias and
+ * accumulation as there. */
 static void matmul_forward_bf16(gpt_model *m, float *out, const float *inp, const uint16_t *W,
                                 const float *bias, int N, int C, int OC, int accumulate) {
   bias_rows(out, bias, N, OC, accumulate);
@@ -667,7 +673,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-/* GELU, tanh approximation (Hendrycks & Gimpel, 2016): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))). */
+/* GELU, tanh approximation (Hendrycks & Gimpel, 2016): 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715
+ * x^3))). */
 static void gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for simd schedule(static) if (par((double)n * NS_GELU))
   for (size_t i = 0; i < n; i++) {
@@ -714,7 +721,8 @@ static float *G(gpt_model *m, int i) {
   return m->streamed ? (float *)m->bind[m->n_params + i] : m->gscratch + m->offsets[i];
 }
 
-/* The products of block parameter @wi: bf16 when gpt_set_gemm_bf16() made it one of those (its binding is bf16). */
+/* The products of block parameter @wi: bf16 when gpt_set_gemm_bf16() made it one of those (its
+ * binding is bf16). */
 static void mm_forward(gpt_model *m, float *out, const float *inp, int wi, int bi, int N, int C,
                        int OC, int acc) {
   if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, wi))
@@ -926,7 +934,8 @@ static void matmul_backward(float *dinp, float *dW, float *dbias, const float *d
   if (dbias) colsum_add(dbias, dout, N, OC);
 }
 
-/* matmul_backward() with bf16 W and dout, inp rounded to bf16 (gpt_set_gemm_bf16); dW accumulates in fp32. */
+/* matmul_backward() with bf16 W and dout, inp rounded to bf16 (gpt_set_gemm_bf16); dW accumulates
+ * in fp32. */
 static void matmul_backward_bf16(gpt_model *m, float *dinp, float *dW, float *dbias,
                                  const float *dout, const float *inp, const uint16_t *Wt, int N,
                                  int C, int OC, int dinp_acc) {

@@ -53,10 +53,10 @@ struct train_model {
   float *wscr[2], *gscr[2];
   size_t *soff;
   char *ring;
-  zo_grad_handover_t
-      *ho; /* streamed: the gradients' hand-over (cpu: its space the ring; cuda: unbounded) */
-  zo_dtype
-      hand_dtype; /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
+  /* streamed: the gradients' hand-over (cpu: its space the ring; cuda: unbounded) */
+  zo_grad_handover_t *ho;
+  /* fp32 when the engine accumulates in fp32 (several micro-batches), else grad_dtype */
+  zo_dtype hand_dtype;
   int hand_over; /* 1 in the last micro-batch of a step */
   int failed;    /* an engine call in the hook failed: message in zo_last_error() */
   double t_fwd, t_bwd;
@@ -245,7 +245,8 @@ static int stream_begin(train_model *m, int phase, int group) {
     float *ws = m->wscr[k] + m->soff[i];
     if (zo_engine_fetch(m->eng, m->params[i], &w, &dt) != ZO_OK) return -1;
     if (m->gemm_bf16 && gpt_gemm_bf16_param(&m->cfg, i)) {
-      /* the working copy is the operand: bf16 (train_model_create required the working dtype to be) */
+      /* the working copy is the operand: bf16 (train_model_create required the working dtype to
+       * be) */
       if (gpt_bind_weight_bf16(m->cpu, i, (const uint16_t *)w)) return 1;
     } else if (zo_cast(ws, ZO_DTYPE_F32, w, dt, m->specs[i].n_elems, 0) != ZO_OK) {
       return -1;
@@ -585,7 +586,8 @@ int train_model_sample(train_model *m, const uint8_t *prompt, int prompt_len, in
     return -1;
   }
 #if ZO_TRAIN_MODEL_CUDA
-  /* cuda computes from the engine's device copies: every tensor fetched at once, kept while sampling, released. */
+  /* cuda computes from the engine's device copies: every tensor fetched at once, kept while
+   * sampling, released. */
   int fetched = 0, rc = -1;
   for (; fetched < m->n_params; fetched++) {
     const void *w;

@@ -88,7 +88,8 @@ static int g_fault_ =
     cudaSuccess; /* sticky for the context once set (atomic: any thread may set it) */
 #define g_fault ((cudaError_t)__atomic_load_n(&g_fault_, __ATOMIC_ACQUIRE))
 static unsigned long long g_copies; /* cudaMemcpyAsync calls, for FAKE_CUDA_FAULT_AFTER */
-/* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the async paths) */
+/* FAKE_CUDA_STATS=1: at exit, how the copies and memsets went (to see that a test exercises the
+ * async paths) */
 static unsigned long long g_n_async, g_n_poison_now, g_n_poison_late, g_n_pageable, g_n_host_funcs;
 static void print_stats(void) {
   fprintf(
@@ -107,7 +108,8 @@ static cudaError_t fail(cudaError_t e) {
 }
 #define OK() cudaSuccess
 
-/* A CUDA call from a host func: CUDA forbids it ("Host functions must not make any CUDA API calls"). */
+/* A CUDA call from a host func: CUDA forbids it ("Host functions must not make any CUDA API
+ * calls"). */
 static void __attribute__((noreturn)) call_in_callback(const char *call) {
   fprintf(
       stderr,
@@ -161,7 +163,8 @@ static int is_dev(const void *p, size_t n) {
   pthread_mutex_unlock(&g_mu);
   return r;
 }
-/* The host address of the bytes at @p: its alias when @p is device memory under FAKE_CUDA_DEVICE_NOACCESS. */
+/* The host address of the bytes at @p: its alias when @p is device memory under
+ * FAKE_CUDA_DEVICE_NOACCESS. */
 static void *hostview(const void *p) {
   pthread_mutex_lock(&g_mu);
   int i = find(g_alloc, g_nalloc, p, 1);
@@ -265,10 +268,11 @@ struct CUstream_st {
 #define SMAGIC 0x5eed5eed
 static struct CUstream_st *g_streams;         /* all ever created (never freed: a harness) */
 static struct CUstream_st *g_default[MAXDEV]; /* the legacy default stream of each device */
-static __thread struct CUstream_st
-    *t_ptds[MAXDEV]; /* this thread's per-thread default stream (a blocking one) */
+/* this thread's per-thread default stream (a blocking one) */
+static __thread struct CUstream_st *t_ptds[MAXDEV];
 
-/* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error here. */
+/* A use of a destroyed stream or event: undefined behaviour on real CUDA, so never a quiet error
+ * here. */
 static void __attribute__((noreturn))
 use_after_destroy(const char *call, const char *what, const void *h) {
   fprintf(
@@ -805,8 +809,8 @@ struct CUevent_st {
   int alive;
   struct CUevent_st *next_all;
 };
-static struct CUevent_st
-    *g_events; /* all ever created (never freed: a destroyed one stays, marked dead) */
+/* all ever created (never freed: a destroyed one stays, marked dead) */
+static struct CUevent_st *g_events;
 
 /* 1 when @e is a live event, 0 when unknown (or NULL); aborts when destroyed. */
 #define live_event(e) live_event_as(e, __func__)
@@ -908,7 +912,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
   return OK();
 }
 
-/* ---------------- pointer attributes (CUDA 11+ semantics: unknown host memory is cudaMemoryTypeUnregistered) */
+/* ---------------- pointer attributes (CUDA 11+ semantics: unknown host memory is
+ * cudaMemoryTypeUnregistered) */
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
   ENTER();
   if (!a) return fail(cudaErrorInvalidValue);
@@ -971,7 +976,8 @@ static __thread struct {
   int set;
 } t_cfg; /* pushed, not popped */
 
-/* The registration nvcc emits for every .cu with kernels (so a program holding them loads on the stand-in). */
+/* The registration nvcc emits for every .cu with kernels (so a program holding them loads on the
+ * stand-in). */
 void **__cudaRegisterFatBinary(void *fat_cubin) {
   static void *handle;
   (void)fat_cubin;

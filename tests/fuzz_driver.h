@@ -37,10 +37,11 @@ typedef struct fuzz_buf {
 
 static fuzz_buf *g_fz_corpus;
 static int g_fz_n;
-static const char
-    *g_fz_seed_dir; /* libFuzzer: the first corpus directory, where the seeds are written */
+/* libFuzzer: the first corpus directory, where the seeds are written */
+static const char *g_fz_seed_dir;
 
-/* Add @n bytes as a corpus input: in memory for the driver, a file in the corpus directory under libFuzzer. */
+/* Add @n bytes as a corpus input: in memory for the driver, a file in the corpus directory under
+ * libFuzzer. */
 static void fuzz_add_seed(const char *name, const void *p, size_t n) {
   if (g_fz_seed_dir) {
     char path[4096];
@@ -58,7 +59,8 @@ static void fuzz_add_seed(const char *name, const void *p, size_t n) {
   g_fz_corpus[g_fz_n++] = b;
 }
 
-/* libFuzzer passes its arguments to LLVMFuzzerInitialize: the first one that is a directory takes the seeds. */
+/* libFuzzer passes its arguments to LLVMFuzzerInitialize: the first one that is a directory takes
+ * the seeds. */
 static __attribute__((unused)) void fuzz_find_seed_dir(int argc, char **argv) {
   struct stat st;
   for (int i = 1; i < argc && !g_fz_seed_dir; i++)
@@ -144,8 +146,8 @@ static const char *const k_fz_builtin[] = {"0",
                                            "\"BOOL\"",
                                            "[0, 0]",
                                            "[1, 18446744073709551615]"};
-static const char *
-    *g_fz_tokens; /* k_fz_builtin, then the target's fuzz_add_token()s, then the -dict= entries */
+/* k_fz_builtin, then the target's fuzz_add_token()s, then the -dict= entries */
+static const char **g_fz_tokens;
 static size_t g_fz_n_tokens;
 
 /* A token for the ':' swap; @t must outlive the run (a literal, or memory never freed). */
@@ -154,7 +156,8 @@ static void fuzz_add_token(const char *t) {
   g_fz_tokens[g_fz_n_tokens++] = t;
 }
 
-/* libFuzzer's dictionary format: one entry a line, name="value" or "value", escapes \\ \" \xNN; # comments. */
+/* libFuzzer's dictionary format: one entry a line, name="value" or "value", escapes \\ \" \xNN; #
+ * comments. */
 static void fz_load_dict(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) fprintf(stderr, "fuzz: cannot read -dict=%s\n", path);

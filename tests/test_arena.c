@@ -40,8 +40,8 @@
 
 static zo_device_t *g_dev;                     /* the backend under test, unlimited */
 static zo_device_kind g_kind = ZO_DEVICE_HOST; /* --backend */
-static zo_pinned_pool_t
-    *g_pool; /* host buffers of asynchronous copies: pinned, as CUDA needs them to be */
+/* host buffers of asynchronous copies: pinned, as CUDA needs them to be */
+static zo_pinned_pool_t *g_pool;
 
 /* A host buffer that an asynchronous copy may use: pageable memory would make CUDA's copy synchronous in the
  * caller (and stall it behind a gate). */
@@ -55,7 +55,8 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* ------------------------------------------------------------ gates: host funcs used as slow "kernels" */
+/* ------------------------------------------------------------ gates: host funcs used as slow
+ * "kernels" */
 
 typedef struct gate {
   atomic_int open;
@@ -77,7 +78,8 @@ static void *opener_main(void *arg) {
 
 /* ------------------------------------------------------------ patterns */
 
-/* Word i of the pattern of @seed: distinct per block and position, so a lost, stale or misplaced word shows. */
+/* Word i of the pattern of @seed: distinct per block and position, so a lost, stale or misplaced
+ * word shows. */
 static void pattern(void *buf, size_t nbytes, uint64_t seed) {
   uint64_t *w = buf;
   const uint64_t k = (seed + 1) * 0x9e3779b97f4a7c15ull;
@@ -105,7 +107,8 @@ static int fill_block(zo_arena_block_t *b, uint64_t seed) {
   return zo_memcpy(g_dev, zo_arena_ptr(b), g_host_a, n, ZO_COPY_H2D) == ZO_OK ? 0 : -1;
 }
 
-/* 1 when the block holds the pattern of @seed; else prints where it differs (file:line of the caller). */
+/* 1 when the block holds the pattern of @seed; else prints where it differs (file:line of the
+ * caller). */
 static int block_ok_at(const char *file, int line, zo_arena_block_t *b, uint64_t seed,
                        const char *what) {
   const size_t n = zo_arena_size(b);
@@ -207,7 +210,8 @@ static void test_best_fit(void) {
     }
     zo_arena_destroy(a);
   }
-  /* Sizes above 8 KiB go to logarithmic bins: holes of 40, 24 and 33 KiB, request 30 KiB -> the 33 KiB one. */
+  /* Sizes above 8 KiB go to logarithmic bins: holes of 40, 24 and 33 KiB, request 30 KiB -> the 33
+   * KiB one. */
   zo_arena_t *a = mk_arena(512 * KB, ZO_ARENA_BEST_FIT);
   REQUIRE(a);
   const size_t layout[] = {1 * KB, 40 * KB, 1 * KB, 24 * KB, 1 * KB, 33 * KB, 1 * KB};
@@ -331,14 +335,16 @@ static void test_deferred_free(void) {
   REQUIRE_OK(zo_arena_alloc(a, 2 * KB, &E));
   CHECK(ptr_of(E) == pB);
   CHECK_EQ(stats_of(a).pending_bytes, 0);
-  /* Uses on two streams: free waits for both (the first named by an unpin, the second by the free). */
+  /* Uses on two streams: free waits for both (the first named by an unpin, the second by the
+   * free). */
   zo_stream_t *s2 = NULL;
   REQUIRE_OK(zo_stream_create(g_dev, &s2));
   gate g1 = {0, 0}, g2 = {0, 0};
   CHECK_OK(zo_launch_host_func(s, gate_wait_fn, &g1));
   CHECK_OK(zo_arena_unpin(a, E, s));
   CHECK_OK(zo_arena_pin(a, E, NULL));
-  /* (CUDA runs the host funcs of all streams on one thread: there s2's gate would wait behind s's, so s2 has none) */
+  /* (CUDA runs the host funcs of all streams on one thread: there s2's gate would wait behind s's,
+   * so s2 has none) */
   if (g_kind == ZO_DEVICE_HOST) CHECK_OK(zo_launch_host_func(s2, gate_wait_fn, &g2));
   CHECK_OK(zo_arena_free(a, E, s2));
   CHECK_EQ(stats_of(a).pending_bytes, 2 * KB);
@@ -1217,7 +1223,8 @@ static void test_trace_record(void) {
   }
   for (size_t i = 0; i < nts; i++) free(ts[i].ev);
   free(ts);
-  /* The environment variable: the first arena of the process takes the path, the next one ".1.trace". */
+  /* The environment variable: the first arena of the process takes the path, the next one
+   * ".1.trace". */
   char envp[320], env1[320];
   snprintf(envp, sizeof envp, "%s/env.trace", dir);
   snprintf(env1, sizeof env1, "%s/env.1.trace", dir);

@@ -38,7 +38,8 @@
  */
 #define GRAD_RTOL 3e-2
 #define LOSS_ATOL 2e-2
-/* cuBLAS handle state, its default workspace pool, allocation granularity: allowed above gpt_cuda_device_bytes(). */
+/* cuBLAS handle state, its default workspace pool, allocation granularity: allowed above
+ * gpt_cuda_device_bytes(). */
 #define HANDLE_SLACK ((size_t)96 << 20)
 
 #define CUDA_OK(call)                                                                     \
@@ -77,8 +78,8 @@ typedef struct model_set {
 } model_set;
 
 static void set_init(model_set *s, const gpt_config *c, uint64_t seed) {
-  cudaStream_t
-      up; /* the weights' upload, complete before set_init returns (before any model's stream reads them) */
+  /* the weights' upload, complete before set_init returns (before any model's stream reads them) */
+  cudaStream_t up;
   CUDA_OK(cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking));
   s->c = *c;
   s->np = gpt_num_params(c);
@@ -135,7 +136,8 @@ static void attach(model_set *s, gpt_cuda *g) {
   }
 }
 
-/* Zero the device gradients on @g's stream, ahead of the backward that adds into them there. Returns when enqueued. */
+/* Zero the device gradients on @g's stream, ahead of the backward that adds into them there.
+ * Returns when enqueued. */
 static void zero_grads(model_set *s, gpt_cuda *g) {
   cudaStream_t st = (cudaStream_t)gpt_cuda_stream(g);
   for (int i = 0; i < s->np; i++)
@@ -160,7 +162,8 @@ static void free_grads(model_set *s, uint16_t **g) {
   free(g);
 }
 
-/* One forward+backward of the CUDA model on zeroed gradients; returns the loss, *grads the gradients. */
+/* One forward+backward of the CUDA model on zeroed gradients; returns the loss, *grads the
+ * gradients. */
 static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t *x,
                        const uint8_t *y, int B, int T, uint16_t ***grads) {
   char err[512];
@@ -329,7 +332,8 @@ static void test_small(void) {
     float l3 = cuda_step(&s, B, 1, x, y, 2, 16, &g3);
     CHECK_CLOSE(l3, lc2, LOSS_ATOL, 0.0);
     if (g3) {
-      /* wpe rows >= 16 get no gradient: compare the used part only through the whole-tensor norm (zeros match) */
+      /* wpe rows >= 16 get no gradient: compare the used part only through the whole-tensor norm
+       * (zeros match) */
       compare_grads(&s, g3, cm2, "small model, B=2 T=16 of max 4x32, recompute");
       free_grads(&s, g3);
     }

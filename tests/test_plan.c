@@ -177,7 +177,8 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
     CHECK_EQ(plan_bytes(plan, "grad_swap_buffers"), plan->grad_io_el * gsz * 2);
   }
   CHECK_EQ(plan_bytes(plan, "grad_staging") > 0, W == 1 && (g_gas > 1 || otier == ZO_OFFLOAD_NVME));
-  /* an nccl communicator's staging of host buffers (one rank: the engine's own communicator only) */
+  /* an nccl communicator's staging of host buffers (one rank: the engine's own communicator
+   * only) */
   CHECK_EQ(plan_bytes(plan, "comm_staging"), (g_dev ? ZO_COMM_NCCL_STAGE_BYTES : 0));
   /* with offload_optimizer none the gradient shard stays in the working dtype (device memory): the device block
    * is the same with and without accumulation */
@@ -233,8 +234,8 @@ static void run_cell(zo_offload_device ptier, zo_offload_device otier, int stage
   CHECK_EQ(sum[ZO_TIER_HOST], plan->host_bytes);
   CHECK_EQ(pinned, plan->pinned_bytes);
   CHECK_EQ(sum[ZO_TIER_NVME], plan->nvme_bytes[0] + plan->nvme_bytes[1]);
-  zo_engine_mem
-      m; /* the working weights' bytes: param_host and params.swp (cpu: param_host alone) */
+  /* the working weights' bytes: param_host and params.swp (cpu: param_host alone) */
+  zo_engine_mem m;
   if (ptier != ZO_OFFLOAD_NONE && CHECK_OK(zo_engine_mem_info(e, &m)))
     CHECK_EQ(m.param_bytes, plan_bytes(plan, "param_host") + plan_bytes(plan, "params.swp"));
   /* the plan is refused after finalize */
@@ -343,7 +344,8 @@ static void pure_input(zo_config_t *c, zo_plan_input *in, zo_plan_input_tensor *
   in->tensor = t;
 }
 
-/* Plans from hand-built inputs: no engine, device or communicator; every byte count computed here by hand. */
+/* Plans from hand-built inputs: no engine, device or communicator; every byte count computed here
+ * by hand. */
 static void run_pure(void) {
   static const size_t sizes[2] = {1000, 3000};
   zo_config_t c;
@@ -352,7 +354,8 @@ static void run_pure(void) {
   zo_plan *pl = NULL;
   int failures = zo_test_failures;
 
-  /* stage 2, offload_optimizer cpu, parameters on the device; one staging bucket of 3000 fp32 elements */
+  /* stage 2, offload_optimizer cpu, parameters on the device; one staging bucket of 3000 fp32
+   * elements */
   pure_input(&c, &in, t, sizes, 2);
   in.acc_bucket_el = 3000, in.acc_n_buckets = 1;
   if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
@@ -430,7 +433,8 @@ static void run_pure(void) {
     CHECK_EQ(zo_plan_bytes(pl, "grad_swap_buffers"), 65536 * 4);
     CHECK_EQ(zo_plan_bytes(pl, "grad_staging"), 65536 * 4);
     CHECK_EQ(zo_plan_sum(pl, "resident_state."), 0);
-    /* params.swp: the extents 2048 + 4096 of bf16; staging: three of the largest padded, 4096 elements */
+    /* params.swp: the extents 2048 + 4096 of bf16; staging: three of the largest padded, 4096
+     * elements */
     CHECK_EQ(pl->tensor[0].pw_el, 0);
     CHECK_EQ(pl->tensor[1].pw_el, 2048);
     CHECK_EQ(pl->pw_total_el, 6144);
@@ -439,7 +443,8 @@ static void run_pure(void) {
     CHECK_EQ(pl->pstage_el, 4096);
     CHECK_EQ(zo_plan_bytes(pl, "offload_param.staging"), 4096 * 2);
     CHECK_EQ(zo_plan_sum(pl, "offload_param.staging"), 3 * 4096 * 2);
-    /* the write-back ring: max(3, 2) x 4096 elements (more than two sub-groups of 4096) x 2 bytes, 4096-aligned */
+    /* the write-back ring: max(3, 2) x 4096 elements (more than two sub-groups of 4096) x 2 bytes,
+     * 4096-aligned */
     CHECK_EQ(pl->wb_bytes, 3 * 4096 * 2);
     CHECK_EQ(zo_plan_bytes(pl, "write_back_ring"), 3 * 4096 * 2);
     CHECK_EQ(pl->nvme_bytes[0], 4 * 6144 * 4);
@@ -449,7 +454,8 @@ static void run_pure(void) {
     CHECK_EQ(pl->device_need_bytes, 6144);
     zo_plan_free(pl), pl = NULL;
   }
-  /* the host cache of nvme parameters: a budget of 1500 elements holds the first tensor whole, not the second */
+  /* the host cache of nvme parameters: a budget of 1500 elements holds the first tensor whole, not
+   * the second */
   in.pcache_el = 1500;
   if (CHECK_OK(zo_plan_compute(&in, "plan", &pl))) {
     CHECK_EQ(pl->pcache_tensors, 1);
@@ -578,7 +584,8 @@ int main(int argc, char **argv) {
           const int stage = tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3;
           run_cell(tiers[p], tiers[o], stage, bf16, 0, W > 1 && bf16);
         }
-  /* the optimizer state kept in host memory (zoffload.optimizer_max_in_cpu): every sub-group resident, no files */
+  /* the optimizer state kept in host memory (zoffload.optimizer_max_in_cpu): every sub-group
+   * resident, no files */
   g_opt_res = (int64_t)1 << 40, g_gas = 4;
   for (int p = 0; p < 3; p++)
     run_cell(tiers[p], ZO_OFFLOAD_NVME, tiers[p] == ZO_OFFLOAD_NONE ? 2 : 3, 1, 0, W > 1);

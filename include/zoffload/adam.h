@@ -36,8 +36,9 @@ typedef struct zo_adam_hparams {
   zo_adam_mode mode;
   int bias_correction; /* 1: divide by 1-beta^t as torch.optim.Adam/AdamW do; 0: no correction */
   int64_t step;        /* 1-based step count t used for bias correction */
-  float
-      grad_scale; /* every gradient is multiplied by this first (1/loss_scale times clip coefficient); 1.0f for none */
+  /* every gradient is multiplied by this first (1/loss_scale times clip coefficient); 1.0f for
+   * none */
+  float grad_scale;
 } zo_adam_hparams;
 
 /*
@@ -193,12 +194,12 @@ typedef struct zo_adam_shard {
   const void *grad;           /* grad_dtype[n], read only */
   zo_dtype grad_dtype;        /* ZO_DTYPE_F32, ZO_DTYPE_BF16 or ZO_DTYPE_F16 (widened exactly) */
   void *exp_avg, *exp_avg_sq; /* state_dtype[n] each: first moment m, second moment v, in place */
-  zo_dtype
-      state_dtype; /* ZO_DTYPE_F32 (default, as DeepSpeed) or ZO_DTYPE_BF16 (stochastic rounding) */
-  void *
-      param_out; /* out_dtype[n] copy of the updated weights (the copy the GPU fetches next); NULL: none */
-  zo_dtype
-      out_dtype; /* ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32; ignored when param_out is NULL */
+  /* ZO_DTYPE_F32 (default, as DeepSpeed) or ZO_DTYPE_BF16 (stochastic rounding) */
+  zo_dtype state_dtype;
+  /* out_dtype[n] copy of the updated weights (the copy the GPU fetches next); NULL: none */
+  void *param_out;
+  /* ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32; ignored when param_out is NULL */
+  zo_dtype out_dtype;
   size_t n;      /* elements, not bytes; 0 is a no-op */
   uint64_t seed; /* bf16 states only: added to the element index in the rounding hash (give every
                                  shard of a model a distinct seed, e.g. its offset in the flat parameter space) */
@@ -310,17 +311,18 @@ ZO_API zo_status zo_grad_sqnorm_ex(const void *grad, zo_dtype grad_dtype, size_t
 
 /* Persistent thread pool for Adam (opaque). */
 typedef struct zo_adam_pool zo_adam_pool_t;
-/* A queued task (an update, or zo_adam_pool_submit_for()'s ranges; opaque); completed and freed by zo_adam_task_wait(). */
+/* A queued task (an update, or zo_adam_pool_submit_for()'s ranges; opaque); completed and freed by
+ * zo_adam_task_wait(). */
 typedef struct zo_adam_task zo_adam_task_t;
 
 typedef struct zo_adam_pool_opts {
   int n_threads; /* 0: one per physical core (hwloc), of numa_node when that is >= 0 */
   int numa_node; /* -1: any; else use only the cores of this NUMA node (the GPU's node when there is a GPU) */
   int bind; /* 1: bind each thread to one physical core with hwloc (default when opts is NULL); 0: no binding */
-  size_t
-      tile_elems; /* 0 (default, measured best under load): threads take tiles dynamically, 256 Ki elements each
-                        (fewer for small shards: about 4 per thread, at least 4 Ki); ZO_ADAM_TILE_CONTIGUOUS: one
-                        contiguous range per thread; else tiles of this many elements (rounded up to 64) */
+  /* 0 (default, measured best under load): threads take tiles dynamically, 256 Ki elements each
+   * (fewer for small shards: about 4 per thread, at least 4 Ki); ZO_ADAM_TILE_CONTIGUOUS: one
+   * contiguous range per thread; else tiles of this many elements (rounded up to 64) */
+  size_t tile_elems;
   zo_simd simd; /* ZO_SIMD_AUTO: zo_simd_resolve() at create time */
   int share_index; /* with share_count > 1: the cores (of numa_node) are split in share_count contiguous groups */
   int share_count; /* and the pool takes group share_index, so ranks on one machine (local rank of local size)
@@ -407,7 +409,8 @@ ZO_API zo_status zo_adam_pool_submit(zo_adam_pool_t *pool, const zo_adam_hparams
                                      const zo_adam_shard *sh, unsigned flags,
                                      zo_adam_task_t **task);
 
-/* zo_adam_task_poll() - nonblocking: *done = 1 when the task has completed. ZO_ERR_INVALID_ARG for NULL arguments. */
+/* zo_adam_task_poll() - nonblocking: *done = 1 when the task has completed. ZO_ERR_INVALID_ARG for
+ * NULL arguments. */
 ZO_API zo_status zo_adam_task_poll(zo_adam_task_t *task, int *done);
 
 /*
@@ -446,7 +449,8 @@ ZO_API zo_status zo_adam_pool_parallel_for(zo_adam_pool_t *pool,
                                                       int thread),
                                            void *arg, size_t n, size_t tile);
 
-/* zo_adam_pool_submit_for() @flags: run before every task queued without it that has not started yet. */
+/* zo_adam_pool_submit_for() @flags: run before every task queued without it that has not started
+ * yet. */
 #define ZO_ADAM_TASK_URGENT 1u
 
 /*

@@ -90,7 +90,8 @@ typedef enum zo_arena_policy {
                                         anything: the baseline for tests and benchmarks */
 } zo_arena_policy;
 
-/* Options of zo_arena_create(); a NULL pointer means all defaults (zero-initialized is the same). */
+/* Options of zo_arena_create(); a NULL pointer means all defaults (zero-initialized is the
+ * same). */
 typedef struct zo_arena_opts {
   zo_arena_policy policy; /* default ZO_ARENA_BEST_FIT */
   /*
@@ -119,20 +120,20 @@ typedef struct zo_arena_stats {
   size_t free_bytes;    /* capacity - live_bytes, including pending_bytes */
   size_t pending_bytes; /* freed with a stream, waiting for its work before reuse */
   size_t largest_free;  /* largest single block allocatable now without waiting or moving */
-  double
-      fragmentation;   /* 1 - largest_free / free_bytes; 0 when free_bytes == 0. Pending frees count
-                             as scattered until reclaimed: 0 means the free bytes are one block now */
-  size_t pinned_bytes; /* live blocks with a pin count > 0 (compaction may not move them) */
+  /* 1 - largest_free / free_bytes; 0 when free_bytes == 0. Pending frees count as scattered until
+   * reclaimed: 0 means the free bytes are one block now */
+  double fragmentation;
+  size_t pinned_bytes;    /* live blocks with a pin count > 0 (compaction may not move them) */
   size_t n_live_blocks;   /* live blocks */
   size_t peak_live_bytes; /* highest live_bytes since create */
   uint64_t n_allocs;      /* successful zo_arena_alloc() calls */
   uint64_t n_failed; /* zo_arena_alloc() calls that failed for want of memory (or a copy error) */
   uint64_t compactions; /* compactions run (zo_arena_alloc() and zo_arena_compact()) */
   uint64_t bytes_moved; /* bytes copied by compactions */
-  uint64_t
-      copies; /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked or staged) */
-  double
-      compact_seconds; /* wall time inside compactions: waits for last uses, copies, bookkeeping */
+  /* zo_memcpy_async() calls compactions made (more than blocks moved when chunked or staged) */
+  uint64_t copies;
+  /* wall time inside compactions: waits for last uses, copies, bookkeeping */
+  double compact_seconds;
 } zo_arena_stats;
 
 /*
@@ -204,7 +205,8 @@ ZO_API zo_status zo_arena_alloc(zo_arena_t *a, size_t nbytes, zo_arena_block_t *
  */
 ZO_API void *zo_arena_ptr(const zo_arena_block_t *b);
 
-/* zo_arena_size() - @b's size in bytes (the request rounded up to ZO_ARENA_ALIGN); 0 for NULL. Thread-safe. */
+/* zo_arena_size() - @b's size in bytes (the request rounded up to ZO_ARENA_ALIGN); 0 for NULL.
+ * Thread-safe. */
 ZO_API size_t zo_arena_size(const zo_arena_block_t *b);
 
 /*

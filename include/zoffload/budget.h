@@ -67,9 +67,9 @@ typedef struct zo_budget_line {
   char where[256];     /* the device's name, "host", or the nvme_path */
   size_t engine_bytes; /* what the engine will hold here */
   size_t app_bytes;    /* what the caller said it holds besides (zo_engine_budget @app) */
-  size_t
-      need; /* engine_bytes + app_bytes (+ device bytes on a host device's host line); SIZE_MAX when
-                           the sum does not fit in size_t, which never fits */
+  /* engine_bytes + app_bytes (+ device bytes on a host device's host line); SIZE_MAX when the sum
+   * does not fit in size_t, which never fits */
+  size_t need;
   size_t available; /* what is there; SIZE_MAX: no limit known */
   char source
       [160]; /* where `available` comes from, e.g. "MemAvailable", "cgroup memory.max", "statvfs" */

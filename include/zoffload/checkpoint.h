@@ -57,11 +57,11 @@ extern "C" {
 
 /* Options of zo_engine_save(); NULL means all defaults. */
 typedef struct zo_save_opts {
-  int64_t
-      tag; /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
-  const char
-      *app_state; /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
-  int keep_last;  /* after this save is durable, keep this many checkpoints: this one and the newest
+  /* names the directory step-%012lld; < 0 (or opts NULL): the engine's applied step count */
+  int64_t tag;
+  /* JSON text (an object) stored as "app_state"; NULL: none. Must parse as JSON. */
+  const char *app_state;
+  int keep_last; /* after this save is durable, keep this many checkpoints: this one and the newest
                             keep_last - 1 older ones; 0: keep all. Only directories named step-<12+ digits> older
                             than this save and holding manifest.json and nothing but manifest*.json and
                             rankNNNNN.bin regular files are removed (one info log line each, and on_removed); any
@@ -98,7 +98,8 @@ typedef struct zo_save_opts {
   int n_files;
 } zo_save_opts;
 
-/* One caller's file of a save (zo_save_opts.files): @nbytes bytes at @data (any bytes; 0 allowed) as @name. */
+/* One caller's file of a save (zo_save_opts.files): @nbytes bytes at @data (any bytes; 0 allowed)
+ * as @name. */
 typedef struct zo_save_file {
   const char *name;
   const void *data;

@@ -67,7 +67,8 @@ typedef enum zo_sched_type {
 #define ZO_CONFIG_SPEED_MIN 1e-3 /* zoffload.speeds.*: 0 (not given) or in [MIN, MAX] */
 #define ZO_CONFIG_SPEED_MAX 1e6
 
-/* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more (zo_engine_finalize()). */
+/* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more
+ * (zo_engine_finalize()). */
 #define ZO_ARENA_FIT (-1)
 
 /* zoffload.comm: the collectives between the engine's ranks when there are several. AUTO: NCCL when the device
@@ -151,8 +152,8 @@ typedef struct zo_config {
                                    zo_config_defaults()): nothing is cached in host memory, whatever max_in_cpu
                                    holds (DeepSpeed's documented default of 1e9 is not acted on unless written) */
     } offload_param;
-    int64_t
-        sub_group_size; /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
+    /* elements, default 1e9; every element count here is at most ZO_CONFIG_MAX_ELEMS */
+    int64_t sub_group_size;
     /* Parsed and validated, but the engine does not act on them yet (a warning says so). */
     int64_t stage3_prefetch_bucket_size;        /* elements, default 5e7 */
     int64_t stage3_max_live_parameters;         /* elements, default 1e9 */
@@ -174,47 +175,44 @@ typedef struct zo_config {
   struct {
     zo_device_kind device_kind; /* "device": "auto" (default: CUDA when built with it and a GPU is
                                     visible, else host), "cuda" or "host" */
-    int64_t
-        device_memory_limit; /* bytes the device may hold for zoffload; 0 = unlimited (host) or the
-                                    whole GPU (cuda) */
-    int adam_threads;        /* 0 = all physical cores */
+    /* bytes the device may hold for zoffload; 0 = unlimited (host) or the whole GPU (cuda) */
+    int64_t device_memory_limit;
+    int adam_threads;          /* 0 = all physical cores */
     int optimizer_state_dtype; /* zo_dtype of Adam's exp_avg/exp_avg_sq: ZO_DTYPE_F32 (0, default, as
                                     DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
     int swap_checksum; /* 1: CRC32C on every swap chunk, verified on read (ZO_ERR_CORRUPT); default 0 */
     int swap_sqpoll; /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
     int delayed_param_update; /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
                                     needs offload_optimizer cpu, no parameter offload; default 0 */
-    double
-        host_link_gbps; /* host device backend: emulated host<->device link GB/s per direction; 0 = none,
-                                    else in [0.1, 1e6] */
-    int64_t
-        device_arena_bytes; /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize;
-                                    0 = auto: all available device memory on a host device, 90% of the GPU's
-                                    free memory on cuda (the rest: CUDA context, cuBLAS, activations);
-                                    ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU shared with a
-                                    framework's allocator (see zo_engine_finalize()) */
+    /* host device backend: emulated host<->device link GB/s per direction; 0 = none, else in [0.1,
+     * 1e6] */
+    double host_link_gbps;
+    /* bytes of the engine's device arena (zoffload/arena.h), taken at finalize; 0 = auto: all
+     * available device memory on a host device, 90% of the GPU's free memory on cuda (the rest:
+     * CUDA context, cuBLAS, activations); ZO_ARENA_FIT ("fit"): what the engine holds, for a GPU
+     * shared with a framework's allocator (see zo_engine_finalize()) */
+    int64_t device_arena_bytes;
     zo_comm_choice comm; /* "comm": "auto" (default), "nccl" or "mpi" (zo_comm_choice) */
-    double
-        comm_timeout_s; /* "comm_timeout_s": an NCCL collective not complete this many seconds after its
-                                    start aborts the communicator with an error naming it (zo_comm_set_timeout());
-                                    in (0, 86400], default 600 (ZO_CONFIG_COMM_TIMEOUT_S) */
-    double
-        pinned_fraction; /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
-                                    (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data
-                                    loader's and the page cache's. A plan over it is refused (zoffload/budget.h) */
+    /* "comm_timeout_s": an NCCL collective not complete this many seconds after its start aborts
+     * the communicator with an error naming it (zo_comm_set_timeout()); in (0, 86400], default 600
+     * (ZO_CONFIG_COMM_TIMEOUT_S) */
+    double comm_timeout_s;
+    /* the most of MemTotal the engine may page-lock, in (0, 1]; default 0.85
+     * (ZO_CONFIG_PINNED_FRACTION): the rest is the OS's, the driver's, the data loader's and the
+     * page cache's. A plan over it is refused (zoffload/budget.h) */
+    double pinned_fraction;
     zo_placement_mode placement; /* "placement": "config" (default) or "auto" (zo_placement_mode) */
-    int64_t
-        placement_host_bytes; /* "placement_host_bytes": bytes (or "64GiB"); with "placement": "auto", the most host
-                                    memory the planner keeps state in, besides the engine's other buffers; 0 (default):
-                                    MemAvailable less max(2 GiB, MemTotal / 7) less what the plan needs anyway */
-    int64_t
-        optimizer_max_in_cpu; /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device
-                                    "nvme": the optimizer state (fp32 master, exp_avg, exp_avg_sq) and gradient sum of
-                                    up to this many elements, in whole sub-groups (the last ones in registration
-                                    order), live in (pageable) host memory for the whole run and never touch the
-                                    NVMe files; the rest streams as before. Losses are the same bits whatever its
-                                    value. The counterpart of offload_param.max_in_cpu for the optimizer; with
-                                    "placement": "auto" the planner chooses it. At most ZO_CONFIG_MAX_ELEMS */
+    /* "placement_host_bytes": bytes (or "64GiB"); with "placement": "auto", the most host memory
+     * the planner keeps state in, besides the engine's other buffers; 0 (default): MemAvailable
+     * less max(2 GiB, MemTotal / 7) less what the plan needs anyway */
+    int64_t placement_host_bytes;
+    /* "optimizer_max_in_cpu": elements (default 0). With offload_optimizer.device "nvme": the
+     * optimizer state (fp32 master, exp_avg, exp_avg_sq) and gradient sum of up to this many
+     * elements, in whole sub-groups (the last ones in registration order), live in (pageable) host
+     * memory for the whole run and never touch the NVMe files; the rest streams as before. Losses
+     * are the same bits whatever its value. The counterpart of offload_param.max_in_cpu for the
+     * optimizer; with "placement": "auto" the planner chooses it. At most ZO_CONFIG_MAX_ELEMS */
+    int64_t optimizer_max_in_cpu;
     int allow_pageable_host; /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
                                     that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is
                                     an error at zo_engine_finalize() (ZO_ERR_CUDA); 1: one warning naming the
@@ -282,9 +280,9 @@ typedef struct zo_config_opts {
   const char *const *app_blocks; /* NULL-terminated top-level keys owned by the application
                                     (e.g. {"model","data",NULL}): skipped silently; may be NULL */
   int world_size; /* ranks, for train_batch_size = micro * gas * world_size; 0 means 1 */
-  const zo_config_auto
-      *auto_values; /* values for keys left "auto" (see zo_config_auto); NULL: "auto" is an
-                                        error everywhere, naming the key */
+  /* values for keys left "auto" (see zo_config_auto); NULL: "auto" is an error everywhere, naming
+   * the key */
+  const zo_config_auto *auto_values;
 } zo_config_opts;
 
 /*

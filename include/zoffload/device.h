@@ -110,7 +110,8 @@ ZO_API zo_status zo_device_create(zo_device_kind kind, int ordinal, size_t mem_l
  */
 ZO_API void zo_device_destroy(zo_device_t *dev);
 
-/* zo_device_get_kind() - the backend of @dev (HOST or CUDA, never AUTO). @dev must not be NULL. Thread-safe. */
+/* zo_device_get_kind() - the backend of @dev (HOST or CUDA, never AUTO). @dev must not be NULL.
+ * Thread-safe. */
 ZO_API zo_device_kind zo_device_get_kind(const zo_device_t *dev);
 
 /* zo_device_kind_name() - "host", "cuda", "auto", or "?" for unknown values. Thread-safe. */
@@ -461,8 +462,8 @@ ZO_API zo_status zo_stream_wait_event(zo_stream_t *s, zo_event_t *ev);
  */
 typedef struct zo_link_stats {
   double gbps; /* current setting; 0 = unlimited */
-  unsigned long long
-      h2d_bytes; /* bytes of completed-or-running H2D copies (counted when started) */
+  /* bytes of completed-or-running H2D copies (counted when started) */
+  unsigned long long h2d_bytes;
   unsigned long long d2h_bytes;              /* same for D2H */
   unsigned long long h2d_copies, d2h_copies; /* copy counts */
   double h2d_busy_s, d2h_busy_s;             /* sum of slot lengths B / gbps (0 while unlimited) */

@@ -415,20 +415,20 @@ typedef struct zo_step_info {
   double grad_wait_s; /* waiting for gradient copies to land */
   double adam_s; /* CPU Adam with the fused working-dtype copy-out, plus the gradient norm pass */
   double swap_s; /* waiting on NVMe reads and writes */
-  double
-      copy_s; /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
-  double
-      fetch_wait_s; /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
+  /* queueing the host-to-device copies of the new working weights (the cast is fused into Adam) */
+  double copy_s;
+  /* exposed fetch time: compute blocked in zo_engine_fetch() since the previous step */
+  double fetch_wait_s;
   int64_t n_prefetch;     /* fetches the coordinator started ahead of use since the previous step */
   int64_t n_demand_fetch; /* fetches started only when compute asked (first step, or off-trace) */
-  double
-      comm_s; /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce,
-                          weight all-gather) since the previous step; 0 with one rank */
-  uint64_t
-      comm_bytes; /* several ranks: bytes a bandwidth-optimal (ring) algorithm sends from this rank for
-                          those collectives since the previous step: (W-1) blocks per reduce-scatter and per
-                          all-gather, twice that per all-reduce; ZeRO's paper counts 2 x parameters for
-                          stages 1-2, which this approaches as (W-1)/W x 2 x parameters x bytes per element */
+  /* several ranks: time blocked in collectives (gradient reduce-scatter or all-reduce, weight
+   * all-gather) since the previous step; 0 with one rank */
+  double comm_s;
+  /* several ranks: bytes a bandwidth-optimal (ring) algorithm sends from this rank for those
+   * collectives since the previous step: (W-1) blocks per reduce-scatter and per all-gather, twice
+   * that per all-reduce; ZeRO's paper counts 2 x parameters for stages 1-2, which this approaches
+   * as (W-1)/W x 2 x parameters x bytes per element */
+  uint64_t comm_bytes;
 } zo_step_info;
 
 /*
@@ -499,7 +499,8 @@ ZO_API int64_t zo_engine_steps_applied(const zo_engine_t *e);
 /* zo_engine_working_dtype() - dtype of working weights (fp32, bf16 or fp16). */
 ZO_API zo_dtype zo_engine_working_dtype(const zo_engine_t *e);
 
-/* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype; fp32 too with accumulation). */
+/* zo_engine_grad_dtype() - dtype zo_engine_grad_ready() takes (the working dtype; fp32 too with
+ * accumulation). */
 ZO_API zo_dtype zo_engine_grad_dtype(const zo_engine_t *e);
 
 /* zo_engine_grad_accum_dtype() - dtype of the gradient shard micro-batches are summed into (see the hand-over
@@ -509,27 +510,26 @@ ZO_API zo_dtype zo_engine_grad_accum_dtype(const zo_engine_t *e);
 
 /* Bytes held per tier, summed over all tensors of this rank, and traffic so far. */
 typedef struct zo_engine_mem {
-  size_t
-      device_bytes; /* device memory allocated by the engine (working weights, and state when device "none") */
+  /* device memory allocated by the engine (working weights, and state when device "none") */
+  size_t device_bytes;
   size_t device_peak_bytes; /* peak of the whole device (zo_device_mem_info) */
-  size_t
-      host_bytes; /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
+  /* host buffers (master/state for "cpu", gradients, staging, sub-group buffers) */
+  size_t host_bytes;
   size_t pinned_bytes;       /* of host_bytes, the page-locked part */
   size_t nvme_bytes;         /* swap file bytes (preallocated) */
   size_t device_param_bytes; /* parameter offload: working copies held in device memory now */
   uint64_t nvme_read_bytes, nvme_write_bytes; /* cumulative swap traffic */
   uint64_t h2d_bytes, d2h_bytes;              /* cumulative host<->device traffic */
-  zo_arena_stats
-      arena; /* the device arena every engine allocation comes from (zoffload/arena.h): its
-                               capacity, live and free bytes, largest free block, fragmentation, compactions */
+  /* the device arena every engine allocation comes from (zoffload/arena.h): its capacity, live and
+   * free bytes, largest free block, fragmentation, compactions */
+  zo_arena_stats arena;
   /* What this rank holds, by kind, on whatever tier it lives (with several ranks, its share): */
-  size_t
-      param_bytes; /* working weights: the device copy (resident), the host tier (offload_param cpu) or
-                               params.swp plus the tensors cached in host memory by offload_param.max_in_cpu
-                               (nvme); at stage 3 on several ranks the rank's blocks */
-  size_t
-      grad_bytes; /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp
-                               with "nvme") */
+  /* working weights: the device copy (resident), the host tier (offload_param cpu) or params.swp
+   * plus the tensors cached in host memory by offload_param.max_in_cpu (nvme); at stage 3 on
+   * several ranks the rank's blocks */
+  size_t param_bytes;
+  /* gradient shards (host buffers, device with offload_optimizer "none", grad.swp with "nvme") */
+  size_t grad_bytes;
   size_t state_bytes; /* fp32 master weights, exp_avg and exp_avg_sq of the rank's shards */
   size_t comm_bytes;  /* several ranks: the reduction ring and the gather buffers (engine_dp*.c) */
 } zo_engine_mem;

@@ -66,21 +66,21 @@ typedef struct zo_pinned_opts {
  * unlocked, pages dropped - after opts.decay_ms or zo_pinned_pool_trim().
  */
 typedef struct zo_pinned_stats {
-  size_t
-      bytes_allocated; /* usable bytes of live zo_pinned_alloc() buffers (size classes, >= requested) */
-  size_t
-      bytes_mapped; /* bytes backed by memory: live buffers, metadata, free extents not yet decommitted */
+  /* usable bytes of live zo_pinned_alloc() buffers (size classes, >= requested) */
+  size_t bytes_allocated;
+  /* bytes backed by memory: live buffers, metadata, free extents not yet decommitted */
+  size_t bytes_mapped;
   size_t bytes_pinned; /* the part of bytes_mapped that is mlock'ed */
-  size_t
-      bytes_reserved; /* address space held (>= bytes_mapped); given back when the pool is destroyed */
-  size_t n_allocs;    /* live buffers */
+  /* address space held (>= bytes_mapped); given back when the pool is destroyed */
+  size_t bytes_reserved;
+  size_t n_allocs;       /* live buffers */
   size_t n_pin_failures; /* times mlock was refused (those extents stay pageable) */
   int pinned;    /* 1 when every mapped byte is pinned; 0 after a fallback or when opts.pin == 0 */
   int numa_node; /* the node extents are bound to, -1 for none */
-  size_t
-      bytes_registered; /* the part of bytes_mapped registered with CUDA (0 until a CUDA device exists) */
-  size_t
-      n_register_failures; /* times cudaHostRegister was refused (that memory stays mlock-only) */
+  /* the part of bytes_mapped registered with CUDA (0 until a CUDA device exists) */
+  size_t bytes_registered;
+  /* times cudaHostRegister was refused (that memory stays mlock-only) */
+  size_t n_register_failures;
 } zo_pinned_stats_t;
 
 /*

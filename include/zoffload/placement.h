@@ -61,10 +61,10 @@ typedef struct zo_step_rates {
   double h2d_Bps, d2h_Bps;              /* host<->device copies of pinned memory */
   double adam_el_per_s;                 /* CPU Adam, elements/s, all of the engine's Adam threads */
   double compute_s; /* forward and backward of one optimizer step (every micro-batch), seconds */
-  double
-      fetches_per_step; /* fetches of each offloaded tensor per optimizer step (forward and backward
-                                           of every micro-batch: 2 x gradient_accumulation_steps when 0) */
-  char src[6][160];     /* where each of the first six came from, in that order */
+  /* fetches of each offloaded tensor per optimizer step (forward and backward of every micro-batch:
+   * 2 x gradient_accumulation_steps when 0) */
+  double fetches_per_step;
+  char src[6][160]; /* where each of the first six came from, in that order */
 } zo_step_rates;
 
 /* One optimizer step as the model sees it: seconds and bytes per step. */
@@ -83,10 +83,10 @@ typedef struct zo_step_prediction {
 
 /* A placement: the two budgets, what they hold, and the step predicted for it. */
 typedef struct zo_placement {
-  size_t
-      optimizer_max_in_cpu; /* elements of optimizer state kept in host memory (whole sub-groups) */
-  size_t
-      param_max_in_cpu; /* elements of working weights kept in pinned host memory (whole tensors) */
+  /* elements of optimizer state kept in host memory (whole sub-groups) */
+  size_t optimizer_max_in_cpu;
+  /* elements of working weights kept in pinned host memory (whole tensors) */
+  size_t param_max_in_cpu;
   size_t optimizer_resident_el,
       optimizer_total_el; /* what the first holds of the state's (padded) elements */
   int resident_sub_groups, sub_groups;
@@ -149,10 +149,12 @@ ZO_API zo_status zo_engine_predict(const zo_engine_t *e, const zo_step_rates *r,
 ZO_API zo_status zo_step_rates_get(zo_engine_t *e, double compute_s, double fetches_per_step,
                                    zo_step_rates *r);
 
-/* zo_step_prediction_print() - one line "predicted step X ms: ..." on @f (a FILE *; NULL: stdout). */
+/* zo_step_prediction_print() - one line "predicted step X ms: ..." on @f (a FILE *; NULL:
+ * stdout). */
 ZO_API void zo_step_prediction_print(const zo_step_prediction *p, void *f);
 
-/* zo_placement_print() - the placement (budgets, what they hold, the limits) and its predicted step on @f. */
+/* zo_placement_print() - the placement (budgets, what they hold, the limits) and its predicted step
+ * on @f. */
 ZO_API void zo_placement_print(const zo_placement *pl, void *f);
 
 #ifdef __cplusplus

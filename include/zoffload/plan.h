@@ -48,15 +48,15 @@ typedef struct zo_plan_buf {
 
 /* Where one registered tensor goes (index = registration order). */
 typedef struct zo_plan_tensor {
-  size_t
-      flat_off; /* elements: its shard's first element in the host arrays (grad_host, state_host) */
+  /* elements: its shard's first element in the host arrays (grad_host, state_host) */
+  size_t flat_off;
   size_t pw_el; /* elements: its working copy's offset in param_host (@pw_host 1) or in params.swp
                             (@pw_host 0): two element spaces, each from 0; 0 without parameter offload */
   int pw_host;  /* where its working copy lives: 1 in "param_host" (every tensor under offload_param
                             "cpu"; under "nvme" the tensors cached by offload_param.max_in_cpu), 0 in params.swp
                             (the other "nvme" tensors) or on the device (offload_param "none") */
-  uint64_t
-      file_el; /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
+  /* elements: its shard's extent in every optimizer state file and grad.swp (nvme) */
+  uint64_t file_el;
   size_t dev_off
       [5]; /* bytes into device_block of its regions, each 256-byte aligned: [0] working weights
                             (offload_param "none"), [1..3] master, exp_avg, exp_avg_sq and [4] gradient
@@ -85,14 +85,14 @@ enum { ZO_PLAN_MAX_BUFS = 32 };
 typedef struct zo_plan {
   zo_plan_buf buf[ZO_PLAN_MAX_BUFS]; /* only kinds with bytes > 0, in finalize's allocation order */
   int n_bufs;
-  size_t
-      device_bytes; /* sums of count x bytes: device (the resident block), host, its pinned part, */
+  /* sums of count x bytes: device (the resident block), host, its pinned part, */
+  size_t device_bytes;
   size_t host_bytes; /* NVMe under each nvme_path ([0] optimizer, [1] parameters) */
-  size_t
-      device_need_bytes; /* device_bytes, plus with parameter offload largest_dev_bytes (the least the device
-                               needs: one fetched tensor beside the block), plus the "comm_staging" buffers of
-                               NCCL communicators (ZO_COMM_NCCL_STAGE_BYTES each: the engine's, and at stage 3 on
-                               several ranks its gathers'); what the budget's device line holds */
+  /* device_bytes, plus with parameter offload largest_dev_bytes (the least the device needs: one
+   * fetched tensor beside the block), plus the "comm_staging" buffers of NCCL communicators
+   * (ZO_COMM_NCCL_STAGE_BYTES each: the engine's, and at stage 3 on several ranks its gathers');
+   * what the budget's device line holds */
+  size_t device_need_bytes;
   size_t pinned_bytes;
   size_t nvme_bytes[2];
   /* layout numbers */
@@ -101,22 +101,21 @@ typedef struct zo_plan {
   size_t shard_total_el;    /* elements of this rank's shards */
   size_t largest_el;        /* elements of the largest tensor */
   size_t largest_dev_bytes; /* its device copy (parameter offload needs it beside the block) */
-  size_t
-      dev_state_bytes; /* offload_optimizer "none": master, state and gradients in device_block */
-  size_t
-      pw_total_el; /* elements of the parameter tier's layout: param_host under offload_param "cpu",
-                                 params.swp under "nvme" (the uncached tensors' padded extents; 0 when every
-                                 tensor is cached: no params.swp) */
-  size_t
-      pcache_el; /* offload_param "nvme": elements cached in "param_host" (the first pcache_tensors
-                                 tensors, unpadded, each its pw_el there); 0 otherwise */
+  /* offload_optimizer "none": master, state and gradients in device_block */
+  size_t dev_state_bytes;
+  /* elements of the parameter tier's layout: param_host under offload_param "cpu", params.swp under
+   * "nvme" (the uncached tensors' padded extents; 0 when every tensor is cached: no params.swp) */
+  size_t pw_total_el;
+  /* offload_param "nvme": elements cached in "param_host" (the first pcache_tensors tensors,
+   * unpadded, each its pw_el there); 0 otherwise */
+  size_t pcache_el;
   int pcache_tensors; /* offload_param "nvme": tensors cached in "param_host" (registration order, from
                                  the first) */
-  size_t
-      largest_file_el; /* offload_param "nvme": elements of the largest tensor in params.swp, what the
-                                 staging buffers and the write-back ring are sized from (0 when every tensor is
-                                 cached: neither is planned); 0 otherwise */
-  size_t swap_align;   /* bytes; 0 without NVMe */
+  /* offload_param "nvme": elements of the largest tensor in params.swp, what the staging buffers
+   * and the write-back ring are sized from (0 when every tensor is cached: neither is planned); 0
+   * otherwise */
+  size_t largest_file_el;
+  size_t swap_align;  /* bytes; 0 without NVMe */
   size_t extent_unit; /* elements per alignment unit of the narrowest NVMe kind; 0 without NVMe */
   size_t state_esz;   /* bytes per element of master + exp_avg + exp_avg_sq */
   size_t wsz;         /* bytes per working-dtype element */
@@ -125,12 +124,12 @@ typedef struct zo_plan {
   zo_plan_sub_group *sg; /* [n_sgs] */
   size_t slot_el;        /* elements per sub-group buffer (the largest sub-group) */
   int n_slots;           /* sub-group buffer sets */
-  uint64_t
-      state_file_el; /* elements of every state file: the streamed sub-groups' range [0, state_file_el) */
+  /* elements of every state file: the streamed sub-groups' range [0, state_file_el) */
+  uint64_t state_file_el;
   int n_res_sgs; /* resident sub-groups (zoffload.optimizer_max_in_cpu): the last n_res_sgs */
-  size_t
-      res_el; /* elements of the resident range [state_file_el, state_file_el + res_el), padded as
-                                 the files are; each "resident_state.*" buffer holds res_el of its kind */
+  /* elements of the resident range [state_file_el, state_file_el + res_el), padded as the files
+   * are; each "resident_state.*" buffer holds res_el of its kind */
+  size_t res_el;
   size_t piece_el;  /* elements per piece: sub_group_size rounded up to the extent unit, and with
                                  residency to a multiple of 65536 (the gradient norm's chunk) too */
   size_t pstage_el; /* elements per offload_param staging buffer (largest_file_el, padded) */
@@ -138,25 +137,23 @@ typedef struct zo_plan {
   size_t wb_bytes;  /* the write-back ring of new working weights bound for params.swp (0 when every
                                  tensor is cached) */
   size_t dp_grad_bytes, dp_gather_bytes, pg_ring_bytes; /* several ranks */
-  size_t
-      grad_io_el; /* offload_optimizer "nvme": elements of each of the two "grad_swap_buffers" the
-                                 gradient chunks go to grad.swp through (min(reduce_bucket_size, largest shard,
-                                 sub_group_size),
-                                 rounded up to 64 Ki elements and the extent unit); 0 otherwise */
-  size_t
-      grad_staging_bytes; /* one rank, gradient_accumulation_steps > 1 or data_types.grad_accum_dtype not the
-                                working dtype: the pinned staging buckets of the gradient hand-over (1, or 2 with
-                                overlap_comm, of min(reduce_bucket_size, largest shard) fp32 elements); one rank
-                                with offload_optimizer "nvme": one bucket of grad_io_el elements of the widest
-                                hand-over dtype, whatever the accumulation */
-  size_t
-      dev_norm_off; /* device Adam (offload_optimizer "none" on a GPU): byte offset in device_block of the
-                                gradient norm partials, double[n_tensors x 256]; SIZE_MAX otherwise. Their host copy
-                                is the pinned "device_adam.norm_host" buffer */
-  size_t
-      dev_stage_off; /* device Adam on several ranks: byte offset in device_block of the staging region a
-                                reduced gradient block goes through on its way into the (accumulating) gradient
-                                shard, largest shard x the hand-over element size; SIZE_MAX otherwise */
+  /* offload_optimizer "nvme": elements of each of the two "grad_swap_buffers" the gradient chunks
+   * go to grad.swp through (min(reduce_bucket_size, largest shard, sub_group_size), rounded up to
+   * 64 Ki elements and the extent unit); 0 otherwise */
+  size_t grad_io_el;
+  /* one rank, gradient_accumulation_steps > 1 or data_types.grad_accum_dtype not the working dtype:
+   * the pinned staging buckets of the gradient hand-over (1, or 2 with overlap_comm, of
+   * min(reduce_bucket_size, largest shard) fp32 elements); one rank with offload_optimizer "nvme":
+   * one bucket of grad_io_el elements of the widest hand-over dtype, whatever the accumulation */
+  size_t grad_staging_bytes;
+  /* device Adam (offload_optimizer "none" on a GPU): byte offset in device_block of the gradient
+   * norm partials, double[n_tensors x 256]; SIZE_MAX otherwise. Their host copy is the pinned
+   * "device_adam.norm_host" buffer */
+  size_t dev_norm_off;
+  /* device Adam on several ranks: byte offset in device_block of the staging region a reduced
+   * gradient block goes through on its way into the (accumulating) gradient shard, largest shard x
+   * the hand-over element size; SIZE_MAX otherwise */
+  size_t dev_stage_off;
 } zo_plan;
 
 /*

@@ -36,31 +36,32 @@ extern "C" {
  *   "not measured: <why>"                                 e.g. the disk is short of space (value 0, warned)
  */
 typedef struct zo_speeds {
-  double
-      nvme_read_bytes_per_s; /* swap reads at the nvme path: zo_swap reads (zoffload/swap.h) of a swap file
-                                    into pinned host memory, with the config's aio.block_size and aio.queue_depth */
+  /* swap reads at the nvme path: zo_swap reads (zoffload/swap.h) of a swap file into pinned host
+   * memory, with the config's aio.block_size and aio.queue_depth */
+  double nvme_read_bytes_per_s;
   double nvme_write_bytes_per_s; /* swap writes at the nvme path, the same way */
-  double
-      h2d_bytes_per_s; /* pinned host -> device copies (zo_memcpy), synchronized; on the host device
-                                    backend memcpy speed, or the emulated link (zoffload.host_link_gbps) */
+  /* pinned host -> device copies (zo_memcpy), synchronized; on the host device backend memcpy
+   * speed, or the emulated link (zoffload.host_link_gbps) */
+  double h2d_bytes_per_s;
   double d2h_bytes_per_s; /* device -> pinned host copies, the same way */
-  double
-      adam_elems_per_s; /* elements per second of the fused CPU Adam update (fp32 master, the config's
-                                    optimizer_state_dtype, gradient and working dtypes as the engine derives them)
-                                    on an Adam pool of zoffload.adam_threads threads: the whole pool, not one thread */
+  /* elements per second of the fused CPU Adam update (fp32 master, the config's
+   * optimizer_state_dtype, gradient and working dtypes as the engine derives them) on an Adam pool
+   * of zoffload.adam_threads threads: the whole pool, not one thread */
+  double adam_elems_per_s;
   char nvme_read_src[ZO_SPEEDS_SRC_CAP], nvme_write_src[ZO_SPEEDS_SRC_CAP];
   char h2d_src[ZO_SPEEDS_SRC_CAP], d2h_src[ZO_SPEEDS_SRC_CAP];
   char adam_src[ZO_SPEEDS_SRC_CAP];
 } zo_speeds;
 
-/* How much zo_speeds_get_ex() measures, and whether it uses the cache; zero-filled means the defaults. */
+/* How much zo_speeds_get_ex() measures, and whether it uses the cache; zero-filled means the
+ * defaults. */
 typedef struct zo_speeds_opts {
-  size_t
-      disk_bytes; /* bytes written, then read, per pass: 0 for 256 MiB; at least 1 MiB (rounded down to
-                         whole MiB). Never more than a quarter of the free space of the nvme path. */
-  size_t
-      link_bytes; /* bytes per copy: 0 for 64 MiB; at least 1 MiB. On an emulated link, at most what the
-                         link moves in 0.1 s. */
+  /* bytes written, then read, per pass: 0 for 256 MiB; at least 1 MiB (rounded down to whole MiB).
+   * Never more than a quarter of the free space of the nvme path. */
+  size_t disk_bytes;
+  /* bytes per copy: 0 for 64 MiB; at least 1 MiB. On an emulated link, at most what the link moves
+   * in 0.1 s. */
+  size_t link_bytes;
   size_t adam_elems; /* elements per Adam pass: 0 for 4 Mi (4194304); 4096 to SIZE_MAX / 16. */
   int max_passes; /* passes per figure, the median kept: 0 for 3; 1..15. After the first, a pass starts
                          only while that figure's passes have taken less than 0.4 s. */

@@ -35,8 +35,8 @@ typedef struct stream_args {
   float *m, *v;        /* f32[n] (PAT_F32, PAT_H16) */
   uint16_t *m16, *v16; /* bf16[n] (PAT_S16) */
   uint16_t *out;       /* 16-bit[n] (PAT_H16, PAT_S16, PAT_CAST) */
-  float *
-      sink; /* float[threads]: the read-only patterns store their sums here, so nothing is elided */
+  /* float[threads]: the read-only patterns store their sums here, so nothing is elided */
+  float *sink;
 } stream_args;
 
 /* bytes per parameter of a pattern (the figure GB/s are computed with) */

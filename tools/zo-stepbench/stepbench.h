@@ -49,12 +49,12 @@ typedef struct opts {
   int64_t allgather_bucket; /* --allgather-bucket-size, 0: the config default */
   int gas; /* --gas: gradient_accumulation_steps, micro-batches per step (default 1) */
   zo_placement_mode placement; /* --placement: zoffload.placement (default config) */
-  int64_t
-      optimizer_max_in_cpu; /* --optimizer-max-in-cpu: zoffload.optimizer_max_in_cpu, elements (default 0) */
-  int64_t
-      param_max_in_cpu; /* --param-max-in-cpu: offload_param.max_in_cpu, elements; -1: not given (unwritten) */
-  int64_t
-      placement_host_bytes; /* --placement-host-bytes: zoffload.placement_host_bytes (default 0: no cap) */
+  /* --optimizer-max-in-cpu: zoffload.optimizer_max_in_cpu, elements (default 0) */
+  int64_t optimizer_max_in_cpu;
+  /* --param-max-in-cpu: offload_param.max_in_cpu, elements; -1: not given (unwritten) */
+  int64_t param_max_in_cpu;
+  /* --placement-host-bytes: zoffload.placement_host_bytes (default 0: no cap) */
+  int64_t placement_host_bytes;
 } opts;
 
 /*
@@ -80,7 +80,8 @@ typedef struct baseline {
  */
 int run_baseline(const char *dir, uint64_t size, size_t bs, unsigned qd, baseline *b);
 
-/* ------------------------------------------------------------ the run (main.c) and its report (report.c) */
+/* ------------------------------------------------------------ the run (main.c) and its report
+ * (report.c) */
 
 typedef struct step_rec {
   double step_s, compute_s, fetch_wait_s, grad_ready_s, engine_step_s, opt_window_s;
@@ -102,13 +103,14 @@ typedef struct summary {
   double disk_ratio;          /* s.disk_gbps / baseline, NAN without one */
   double link_h2d_gbps, link_d2h_gbps, link_ratio, link_h2d_ratio, link_d2h_ratio;
   double nvme_read_bytes, nvme_write_bytes; /* mean per step, measured (zo_engine_mem deltas) */
-  double
-      step_over_predicted; /* s.step_s / the placement's predicted step; NAN without a prediction */
+  /* s.step_s / the placement's predicted step; NAN without a prediction */
+  double step_over_predicted;
   double read_over_predicted,
       write_over_predicted; /* measured / predicted NVMe bytes; NAN where predicted 0 */
 } summary;
 
-/* One run: the model's shape, the engine and its device, what was measured; bench_free() releases it. */
+/* One run: the model's shape, the engine and its device, what was measured; bench_free() releases
+ * it. */
 typedef struct bench {
   int L;               /* layers */
   uint64_t N;          /* parameters */
@@ -130,8 +132,8 @@ typedef struct bench {
   baseline base_runs[2]; /* before and after the steps */
   baseline base;         /* the better of the two */
   double t_fin, t_load;
-  zo_step_rates
-      rates; /* the model's inputs: the machine's speeds (zoffload/speeds.h) and the synthetic compute */
+  /* the model's inputs: the machine's speeds (zoffload/speeds.h) and the synthetic compute */
+  zo_step_rates rates;
   zo_placement place; /* zo_engine_place() before finalize: the split and its predicted step */
   step_rec *rec;      /* [steps] */
   zo_engine_mem mend; /* after the last step */

@@ -51,7 +51,8 @@ static void on_signal(int sig) {
   zo_request_stop();
 }
 
-/* Never an empty "zo-train: error: " line: a failure that left no message says so (a bug to report). */
+/* Never an empty "zo-train: error: " line: a failure that left no message says so (a bug to
+ * report). */
 static const char *or_unknown(const char *msg) {
   return msg && msg[0]
              ? msg
@@ -210,7 +211,8 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   /* a stand-in plans the GPU run's buffers (device Adam's norm partials and their host copy, no host staging ring),
    * not the host device's: the same plan, and so the same bytes, as the run's finalize */
   const zo_device_kind plan_kind = standin ? ZO_DEVICE_CUDA : ZO_DEVICE_AUTO;
-  /* the placement (zoffload.placement "auto" chooses the split here; "config" keeps it) and its predicted step */
+  /* the placement (zoffload.placement "auto" chooses the split here; "config" keeps it) and its
+   * predicted step */
   if (train_predict_start(tp, eng, compute_s, compute_src, plan_kind, app, o->assume_host,
                           o->assume_nvme, standin, is_auto, rank0))
     return -1;
@@ -298,7 +300,8 @@ static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, d
   return 0;
 }
 
-/* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing the error. */
+/* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing
+ * the error. */
 static int save_step(zo_engine_t *eng, const char *root, const train_position *pos,
                      const train_settings *ts, int keep_last) {
   const double t0 = zo_clock_s();
@@ -333,8 +336,8 @@ typedef struct train_job {
   zo_checkpoint_lock_t *save_lock; /* --save DIR held for the run (rank 0) */
   train_model *model;
   FILE *jf; /* --log-json, rank 0 */
-  train_predict
-      pred; /* the placement's predicted step, and each step's against its measured time */
+  /* the placement's predicted step, and each step's against its measured time */
+  train_predict pred;
   gpt_param_spec *specs; /* [np] */
   zo_param_t **params;   /* [np] */
   uint8_t *in, *tg;      /* (B x world, T): the global micro-batch */
@@ -432,7 +435,8 @@ static int plan(const train_opts *o, train_job *j) {
   return 0;
 }
 
-/* What lstat(2) says @path is, for messages; NULL when it is absent or a regular file (what a run may replace). */
+/* What lstat(2) says @path is, for messages; NULL when it is absent or a regular file (what a run
+ * may replace). */
 static const char *not_regular(const char *path) {
   struct stat sb;
   if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
@@ -512,7 +516,8 @@ static int open_data(train_job *j) {
   return 0;
 }
 
-/* The device, the collectives and the engine with every parameter registered; 0, or 1 after printing the error. */
+/* The device, the collectives and the engine with every parameter registered; 0, or 1 after
+ * printing the error. */
 static int create_engine(train_job *j) {
   j->specs = calloc(j->np, sizeof *j->specs);
   j->params = calloc(j->np, sizeof *j->params);
@@ -597,7 +602,8 @@ static void print_plan(const train_opts *o, const train_job *j) {
       j->cuda ? "cuda" : "cpu");
 }
 
-/* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the error. */
+/* The model on the engine, finalized, with its initial weights loaded; 0, or 1 after printing the
+ * error. */
 static int create_model(train_job *j) {
   char err[1024];
   if (train_model_create(&j->ts.model, j->B, j->ts.activation_checkpointing, j->ts.model_streamed,
@@ -640,7 +646,8 @@ static int create_model(train_job *j) {
   return 0;
 }
 
-/* --resume: the engine's state and the loop's position from a checkpoint; 0, or 1 after printing the error. */
+/* --resume: the engine's state and the loop's position from a checkpoint; 0, or 1 after printing
+ * the error. */
 static int resume_from(const train_opts *o, train_job *j) {
   j->pos = (train_position){.step = 0, .rng = j->ts.seed ^ 0x9e3779b97f4a7c15ull, .skipped = 0};
   if (!o->resume) return 0;
@@ -682,7 +689,8 @@ static int resume_from(const train_opts *o, train_job *j) {
   return 0;
 }
 
-/* --log-json opened (rank 0), then the corpus and the device printed; 0, or 1 after printing the error. */
+/* --log-json opened (rank 0), then the corpus and the device printed; 0, or 1 after printing the
+ * error. */
 static int open_log(const train_opts *o, train_job *j) {
   if (o->log_json && j->rank == 0 && !(j->jf = fopen(o->log_json, "w"))) {
     fprintf(stderr, "zo-train: error: cannot write --log-json '%s': %s\n", o->log_json,
@@ -957,7 +965,8 @@ static int report(const train_job *j, const train_progress *p) {
   return 0;
 }
 
-/* train.sample_bytes generated from "The " (unless --no-sample or signalled); 0, or 1 after printing the error. */
+/* train.sample_bytes generated from "The " (unless --no-sample or signalled); 0, or 1 after
+ * printing the error. */
 static int sample(const train_opts *o, train_job *j, const train_progress *p) {
   if (!o->do_sample || j->ts.sample_bytes <= 0 || g_stop || p->stop_all) return 0;
   const train_settings *ts = &j->ts;
@@ -994,11 +1003,13 @@ static void job_free(train_job *j) {
   free(j->tg);
 }
 
-/* Engine, start-up budget (the whole run for --dry-run), model, training and its report: the exit status. */
+/* Engine, start-up budget (the whole run for --dry-run), model, training and its report: the exit
+ * status. */
 static int run(const train_opts *o, train_job *j, train_progress *p) {
   if (create_engine(j)) return 1;
   print_plan(o, j);
-  /* train.cpu_gemm: "auto" probes oneDNN here, and "bf16" that this CPU cannot run is refused here, a dry run too */
+  /* train.cpu_gemm: "auto" probes oneDNN here, and "bf16" that this CPU cannot run is refused here,
+   * a dry run too */
   char gmsg[1024];
   if (gpt_gemm_bf16_resolve(j->ts.cpu_gemm, &j->ts.model, j->B, j->cuda, j->ts.model_streamed,
                             zo_engine_grad_dtype(j->eng), &j->ts.cpu_gemm_bf16, gmsg,
@@ -1007,13 +1018,16 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
     return 1;
   }
   if (gmsg[0]) printf("zo-train: %s\n", gmsg);
-  /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is refused here. */
-  /* the compute of a step for the model: the FLOPs (a recompute of forward with activation checkpointing) over a rate */
+  /* The start-up budget, before the model or any tier is allocated: a model that cannot fit is
+   * refused here. */
+  /* the compute of a step for the model: the FLOPs (a recompute of forward with activation
+   * checkpointing) over a rate */
   const double flops_step =
       j->flops_tok * j->B * j->T * j->gas * (j->ts.activation_checkpointing ? 4.0 / 3 : 1);
   char csrc[320], psrc[ZO_SPEEDS_SRC_CAP] = "";
   const int threads = o->threads > 0 ? (int)o->threads : omp_get_max_threads(); /* gpt.c's team */
-  /* the CPU model's compute measured here (probe.h; cached per machine and model), else the cost model */
+  /* the CPU model's compute measured here (probe.h; cached per machine and model), else the cost
+   * model */
   const double mb_s =
       !j->cuda && o->compute_tflops <= 0
           ? train_compute_probe(&j->ts.model, j->B, j->ts.activation_checkpointing,

@@ -23,10 +23,10 @@ typedef struct train_opts {
   int64_t assume_host,
       assume_nvme; /* --dry-run on a machine that is not this one: MemTotal and MemAvailable, and
                                      * each nvme_path's free bytes, in bytes; -1: this machine's */
-  double
-      compute_tflops; /* --compute-tflops: the compute rate the step-time model assumes; 0: estimated */
-  char *
-      config_text; /* config_path's bytes, read once by train_opts_parse() (NUL-terminated; train_opts_free) */
+  /* --compute-tflops: the compute rate the step-time model assumes; 0: estimated */
+  double compute_tflops;
+  /* config_path's bytes, read once by train_opts_parse() (NUL-terminated; train_opts_free) */
+  char *config_text;
   size_t config_len; /* bytes of config_text */
 } train_opts;
 
@@ -60,10 +60,12 @@ int train_opts_settings(const train_opts *o, train_settings *ts);
  */
 int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_config_t *cfg);
 
-/* "zo-train: error: " then @fmt with the two strings @a and @b, a newline; returns 1 (the exit status). */
+/* "zo-train: error: " then @fmt with the two strings @a and @b, a newline; returns 1 (the exit
+ * status). */
 int train_die(const char *fmt, const char *a, const char *b);
 
-/* "zo-train: error: KEY: V is out of range [LO, HI] for zo-train (WHY)"; returns 1 (the exit status). */
+/* "zo-train: error: KEY: V is out of range [LO, HI] for zo-train (WHY)"; returns 1 (the exit
+ * status). */
 int train_die_i64(const char *key, int64_t v, int64_t lo, int64_t hi, const char *why);
 
 #endif

@@ -58,13 +58,7 @@ struct eng_dp {
 };
 
 zo_status eng_dp_check(const zo_engine_t *e) {
-  if (e->cfg.zero.stage == 3 && e->ptier == ZO_OFFLOAD_NONE)
-    return zo_error_set(
-        ZO_ERR_UNSUPPORTED,
-        "zero_optimization.stage: 3 on %d ranks (comm '%s') partitions the "
-        "parameters on the host tier or NVMe: set zero_optimization.offload_param.device to \"cpu\" "
-        "or \"nvme\" (parameters partitioned in device memory are not built yet), or use stage 2",
-        e->world, zo_comm_backend(e->comm));
+  /* stage 3 with offload_param "none": refused on a GPU by zo_engine_check_device (a dry run plans by it too) */
   if (e->dpu)
     return zo_error_set(ZO_ERR_UNSUPPORTED,
                         "zoffload.delayed_param_update on %d ranks is not built yet; set it to "

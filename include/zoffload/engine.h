@@ -57,7 +57,10 @@ typedef struct zo_param zo_param_t;
  * library has no kernel (built without nvcc), or with offload_param other
  * than "none" (gradient accumulation and several ranks are accepted: the
  * micro-batches and the reduced blocks are summed on the device in the
- * accumulation dtype). @world is no longer refused; kept for the API. Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
+ * accumulation dtype); and zero_optimization.stage 3 with offload_param
+ * "none" on @world > 1 ranks of a CUDA device (parameters partitioned in
+ * device memory are not built; the host device partitions them in host
+ * memory). Returns ZO_OK, ZO_ERR_UNSUPPORTED naming the key, or
  * ZO_ERR_INVALID_ARG (@cfg NULL). Reads only @cfg; thread-safe.
  */
 ZO_API zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, int world);

@@ -1,8 +1,10 @@
 /*
- * engine_fetch.c - the fetch coordinator of offloaded parameters: trace of
- * the fetch order, prefetch along it, eviction (LRU, and Belady's choice for
- * prefetches), release. Not here: where the weights come from on the host
- * tier (engine_wb.c) or NVMe I/O (swap/).
+ * engine_fetch.c - the fetch coordinator of offloaded parameters: fetch,
+ * prefetch along the trace of the fetch order (engine_trace.c), eviction
+ * (LRU, and Belady's choice for prefetches), release; fetch and release move
+ * the engine's pipelines on (eng_progress). Not here: where new weights are
+ * published (engine_wb.c), the device copies' blocks (engine_core.c), NVMe
+ * I/O (swap/).
  */
 #include <limits.h>
 #include <stdlib.h>

@@ -74,7 +74,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MAXDEV 4
+#define MAXDEV 8                   /* an HGX board's eight: one per rank of fake_nccl's 8 */
 #define TOTAL_MEM (81559ull << 20) /* an H100 80GB HBM3's totalGlobalMem */
 #define CTX_RESERVED (520ull << 20)
 #define POISON 0xA5
@@ -519,7 +519,8 @@ cudaError_t cudaSetDevice(int d) {
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   ENTER();
   if (d < 0 || d >= count()) return fail(cudaErrorInvalidDevice);
-  static const int bus[MAXDEV] = {0x18, 0x2a, 0x3a, 0x5d}; /* an HGX H100 board's first four */
+  static const int bus[MAXDEV] = {0x18, 0x2a, 0x3a, 0x5d,
+                                  0x9a, 0xab, 0xba, 0xdb}; /* an HGX H100 board's eight */
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "Stand-in H100 80GB HBM3");
   for (int i = 0; i < 16; i++) p->uuid.bytes[i] = (char)(0x5a ^ (i * 17) ^ d);

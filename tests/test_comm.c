@@ -14,8 +14,12 @@
  *   test_comm nccl     the same on the nccl backend (one GPU per rank; 77
  *                      without), plus collectives on device memory, host
  *                      buffers larger than the staging buffer (chunked) on a
- *                      GPU whose memory is otherwise full, and an all-gather
- *                      from device memory into host memory.
+ *                      GPU whose memory is otherwise full, an all-gather
+ *                      from device memory into host memory, and sums that
+ *                      round: the same bits on every rank (and, against the
+ *                      stand-in libnccl, the sums in rank order). ctest runs
+ *                      it on 1, 2 and 3 ranks against the stand-ins
+ *                      (test_comm_nccl_fake, test_comm_nccl_fake_np2/_np3).
  *   test_comm nccl_fault hang|async_error
  *                      against the stand-in libnccl (tests/fake_nccl.c) with
  *                      FAKE_NCCL_HANG=1 or FAKE_NCCL_ASYNC_ERROR=1: the
@@ -300,6 +304,85 @@ static void self_only(void) {
   zo_comm_destroy(e);
 }
 
+/* Rank q's element i for the rounding checks: a float of 24 significant bits, whose sums round. */
+static float rough(int q, size_t i) {
+  uint32_t h = (uint32_t)(q + 1) * 0x9e3779b9u ^ (uint32_t)i * 0x85ebca6bu;
+  h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+  return ((float)(h & 0xffffff) - 8388608.0f) * (1.0f / 4096.0f) * (1.0f + (float)(i % 7));
+}
+
+/*
+ * Sums that round, in device memory: an fp32 all-reduce gives the same bits on every rank (gathered and compared);
+ * against the stand-in libnccl (tests/fake_nccl.c: sums in rank order) the all-reduce and a reduce-scatter equal
+ * ((x_0 + x_1) + x_2) + ... in fp32 bit for bit, and a bf16 all-reduce that sum of the bf16 inputs, rounded once.
+ */
+static void same_bits_across_ranks(zo_device_t *dev, zo_comm_t *c) {
+  const int W = zo_comm_size(c), R = zo_comm_rank(c);
+  const int standin = dlsym(RTLD_DEFAULT, "fake_cuda_hostview") != NULL;
+  enum { N = 3001 };
+  float *x = malloc((size_t)W * N * 4), *all = malloc((size_t)W * N * 4), *want = malloc(N * 4);
+  void *d = NULL, *dg = NULL;
+  if (!CHECK_OK(zo_device_malloc(dev, (size_t)W * N * 4, &d)) ||
+      !CHECK_OK(zo_device_malloc(dev, (size_t)W * N * 4, &dg)))
+    return;
+  for (size_t i = 0; i < N; i++) {
+    x[i] = rough(R, i);
+    float s = rough(0, i);
+    for (int q = 1; q < W; q++) s += rough(q, i);
+    want[i] = s;
+  }
+  CHECK_OK(zo_memcpy(dev, d, x, N * 4, ZO_COPY_H2D));
+  CHECK_OK(zo_comm_all_reduce(c, d, N, ZO_DTYPE_F32));
+  CHECK_OK(zo_comm_all_gather(c, d, dg, N * 4)); /* every rank's result, to compare */
+  CHECK_OK(zo_memcpy(dev, all, dg, (size_t)W * N * 4, ZO_COPY_D2H));
+  int differ = 0, off_order = 0;
+  for (int q = 0; q < W; q++) differ += memcmp(all + (size_t)q * N, all, N * 4) != 0;
+  for (size_t i = 0; i < N; i++) off_order += memcmp(&all[(size_t)R * N + i], &want[i], 4) != 0;
+  if (differ) FAIL_AT("fp32 all-reduce: %d rank(s) got other bits than rank 0", differ);
+  if (standin && off_order)
+    FAIL_AT("fp32 all-reduce: %d of %d elements are not the sum in rank order", off_order, N);
+  /* reduce-scatter: block b of rank q is rough(q, b * N + i); this rank gets block R summed */
+  for (int b = 0; b < W; b++)
+    for (size_t i = 0; i < N; i++) x[(size_t)b * N + i] = rough(R, (size_t)b * N + i);
+  CHECK_OK(zo_memcpy(dev, d, x, (size_t)W * N * 4, ZO_COPY_H2D));
+  CHECK_OK(zo_comm_reduce_scatter(c, d, dg, N, ZO_DTYPE_F32));
+  CHECK_OK(zo_memcpy(dev, all, dg, N * 4, ZO_COPY_D2H));
+  int rs_off = 0;
+  for (size_t i = 0; i < N; i++) {
+    const size_t j = (size_t)R * N + i;
+    float s = rough(0, j);
+    for (int q = 1; q < W; q++) s += rough(q, j);
+    rs_off += memcmp(&all[i], &s, 4) != 0;
+  }
+  if (standin && rs_off)
+    FAIL_AT("fp32 reduce-scatter: %d of %d elements are not the sum in rank order", rs_off, N);
+  /* bf16: the inputs rounded to bf16, summed in fp32 in rank order, rounded once */
+  uint16_t *hb = malloc(N * 2);
+  for (size_t i = 0; i < N; i++) hb[i] = ref_bf16(rough(R, i));
+  CHECK_OK(zo_memcpy(dev, d, hb, N * 2, ZO_COPY_H2D));
+  CHECK_OK(zo_comm_all_reduce(c, d, N, ZO_DTYPE_BF16));
+  CHECK_OK(zo_memcpy(dev, hb, d, N * 2, ZO_COPY_D2H));
+  int bf_off = 0;
+  for (size_t i = 0; i < N; i++) {
+    float s = from_bf16(ref_bf16(rough(0, i)));
+    for (int q = 1; q < W; q++) s += from_bf16(ref_bf16(rough(q, i)));
+    bf_off += hb[i] != ref_bf16(s);
+  }
+  if (standin && bf_off)
+    FAIL_AT("bf16 all-reduce: %d of %d elements are not the rank-order sum rounded once", bf_off,
+            N);
+  if (!differ && (!standin || (!off_order && !rs_off && !bf_off)))
+    printf(
+        "ok: nccl on %d rank%s: an fp32 all-reduce that rounds has the same bits on every rank%s\n",
+        W, W == 1 ? "" : "s",
+        standin
+            ? "; it, a reduce-scatter and a bf16 all-reduce are the sums in rank order (stand-in)"
+            : "");
+  free(hb), free(x), free(all), free(want);
+  zo_device_free(dev, d);
+  zo_device_free(dev, dg);
+}
+
 /*
  * test_comm nccl: the generic checks on the nccl backend (host buffers, staged through the GPU), then device
  * buffers: a bf16 all-reduce and an in-place fp32 reduce-scatter in GPU memory. One GPU per rank: under mpirun
@@ -364,6 +447,7 @@ static int nccl_main(void) {
   zo_device_free(dev, d);
   zo_device_free(dev, df);
   d = df = NULL;
+  same_bits_across_ranks(dev, c);
   /* Host buffers larger than the staging buffer, on a GPU otherwise full (as after the arena took its share):
    * they go through the communicator's bounded staging in chunks, allocating no device memory. */
   enum { FILL_MAX = 1 << 14 };

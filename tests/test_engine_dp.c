@@ -397,10 +397,60 @@ static void run_fp16(void) {
   close_engine(&ref);
 }
 
+/* Stage 3 on several ranks where the engine refuses it on a GPU: each refusal names what to change. */
+static void stage3_refused(void) {
+  static const struct {
+    zo_offload_device ptier, otier;
+    const char *says;
+  } k[] = {{ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, "offload_param.device to \"cpu\" or \"nvme\""},
+           {ZO_OFFLOAD_NONE, ZO_OFFLOAD_NVME, "offload_param.device to \"cpu\" or \"nvme\""},
+           {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE, "needs offload_param.device \"none\""}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (k[i].otier == ZO_OFFLOAD_NONE && !zo_test_device_kernels) continue;
+    zo_config_t cfg;
+    base_config(&cfg, 3, k[i].otier);
+    cfg.zero.offload_param.device = k[i].ptier;
+    setup s;
+    memset(&s, 0, sizeof s);
+    if (!CHECK_OK(zo_test_device_create(0, &s.dev))) return;
+    CHECK_ST(zo_engine_create(&cfg, s.dev, g_comm, &s.e), ZO_ERR_UNSUPPORTED);
+    CHECK_HAS(zo_last_error(), k[i].says);
+    printf("refused: stage 3, param %s, state %s on %d ranks (comm %s): %s\n",
+           zo_offload_device_name(k[i].ptier), zo_offload_device_name(k[i].otier), W,
+           zo_comm_backend(g_comm), zo_last_error());
+    zo_device_destroy(s.dev);
+  }
+}
+
+/* `--comm nccl` (after --backend cuda): the engine's communicator is NCCL (bootstrapped over the launcher's MPI, one
+ * GPU per rank, as zo-train's zoffload.comm "nccl"); the test's own collectives go on it too. */
+static zo_comm_t *g_boot;
+static zo_device_t *g_comm_dev;
+static int comm_arg(int *argc, char ***argv) {
+  if (*argc < 3 || strcmp((*argv)[1], "--comm")) return 0;
+  if (strcmp((*argv)[2], "nccl") || zo_test_kind != ZO_DEVICE_CUDA) {
+    fprintf(stderr, "usage: test_engine_dp --backend cuda --comm nccl\n");
+    return 1;
+  }
+  *argc -= 2, *argv += 2;
+  zo_status st = zo_comm_create_from_env(&g_boot);
+  if (st == ZO_OK) st = zo_test_device_create(0, &g_comm_dev);
+  if (st == ZO_OK) st = zo_comm_create_nccl(g_comm_dev, g_boot, &g_comm);
+  if (st == ZO_ERR_UNSUPPORTED) {
+    printf("test_engine_dp: skip: %s\n", zo_last_error());
+    return ZO_TEST_SKIP;
+  }
+  if (!CHECK_OK(st)) return 1;
+  printf("test_engine_dp: the engine's collectives on nccl over %d rank%s\n", zo_comm_size(g_comm),
+         zo_comm_size(g_comm) == 1 ? "" : "s");
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int rc = zo_test_backend_arg("test_engine_dp", "", &argc, &argv);
+  int rc = zo_test_backend_arg("test_engine_dp", "[--comm nccl]", &argc, &argv);
   if (rc) return rc;
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  if ((rc = comm_arg(&argc, &argv)) != 0) return rc;
+  if (!g_comm && !CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   char base[4096];
   snprintf(base, sizeof base, "zo-test-engine-dp-r%d", R);
@@ -416,6 +466,11 @@ int main(int argc, char **argv) {
   run_case("stage 2, state nvme", 2, ZO_OFFLOAD_NVME, 4, 0, 0);
   run_case("stage 2, nvme, overlap", 2, ZO_OFFLOAD_NVME, 4, 1, 5000);
 
+  if (g_boot) { /* the rest of stages 1-2 x tiers none/cpu/nvme on nccl */
+    run_case("stage 1, state cpu", 1, ZO_OFFLOAD_CPU, 4, 0, 0);
+    run_case("stage 1, state nvme", 1, ZO_OFFLOAD_NVME, 4, 1, 5000);
+    run_case("stage 2, state none", 2, ZO_OFFLOAD_NONE, 4, 1, 5000);
+  }
   run_fp16();
   /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */
   run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);
@@ -439,6 +494,7 @@ int main(int argc, char **argv) {
     zo_engine_t *e = NULL;
     CHECK_ST(zo_engine_create(&cfg, NULL, g_comm, &e), ZO_ERR_UNSUPPORTED);
     CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\" or \"nvme\"");
+    if (g_boot) stage3_refused();
   }
   CHECK_OK(zo_comm_barrier(g_comm));
   char refdir[4200];
@@ -446,5 +502,7 @@ int main(int argc, char **argv) {
   rmdir(refdir);
   rmdir(g_dir);
   zo_comm_destroy(g_comm);
+  zo_device_destroy(g_comm_dev);
+  zo_comm_destroy(g_boot);
   return zo_test_finish("test_engine_dp");
 }

@@ -210,6 +210,20 @@ static void remote_failed(struct ncclComm *c) {
   __atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_RELEASE);
 }
 
+/* 1 when process @p has exited: gone, or a zombie its parent has not reaped yet (/proc/@p/stat state Z or X). */
+static int pid_gone(pid_t p) {
+  if (kill(p, 0) != 0) return errno == ESRCH;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  const size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 /* Wait until *@gen leaves @g: 0; -1 when the communicator ended (aborted here or by a peer, a peer gone). */
 static int fn_wait(struct ncclComm *c, uint32_t *gen, uint32_t g, const char *call,
                    unsigned long long seq) {
@@ -229,7 +243,7 @@ static int fn_wait(struct ncclComm *c, uint32_t *gen, uint32_t g, const char *ca
       next_check = now + 0.1;
       for (int q = 0; q < c->nranks; q++) {
         const pid_t p = (pid_t)__atomic_load_n(&h->pid[q], __ATOMIC_ACQUIRE);
-        if (q != c->rank && p > 0 && kill(p, 0) != 0 && errno == ESRCH) {
+        if (q != c->rank && p > 0 && pid_gone(p)) {
           fprintf(stderr, "fake_nccl: %s (collective %llu): rank %d (pid %d) is gone\n", call, seq,
                   q, (int)p);
           remote_failed(c);

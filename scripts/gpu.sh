@@ -35,6 +35,13 @@
 #                                  steps; PASS when the DPU run reaches 0.9 of all-on-the-GPU
 #   gpt_10b              150  119  configs/gpt-10b.json for 10 steps (optimizer nvme, placement auto): steps done,
 #                                  tokens/s, peak device memory
+#   ranks_1gpu            90    -  two ranks on the one GPU through the mpi backend (host collectives; NCCL refuses
+#                                  two ranks on one device): configs/default.json at stages 1, 2 and 3 (parameters on
+#                                  cpu at 3), 8 sequences a rank against one rank with two micro-batches of 8: every
+#                                  loss within cuda_vs_host's 2%; the figures: the largest difference, bit equality
+#   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stage 2 over nccl on
+#                                  two GPUs; SKIP with the reason on one GPU (the several-rank NCCL paths then ran
+#                                  only on the stand-in, ctest nccl_fake_np2/np3)
 # Seen in all: 237 s of stages (racecheck over every kernel not included); with the start-up and the transfers a
 # full run takes about 5 minutes of the 15 lent.
 # Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as it ends:
@@ -57,10 +64,10 @@ inner=0
 [ "${1:-}" = "--stage-cmd" ] && { inner=1; shift; }
 dry=${ZO_GPU_DRY:-0}
 ALL=(build ctest_gpu cuda_vs_host python_cuda nccl_1rank adam_device sanitizer_memcheck sanitizer_racecheck
-     sanitizer_synccheck ratio_124m gpt_10b)
+     sanitizer_synccheck ratio_124m gpt_10b ranks_1gpu nccl_ranks)
 declare -A BOUND=([build]=120 [ctest_gpu]=60 [cuda_vs_host]=90 [python_cuda]=90 [nccl_1rank]=20 [adam_device]=20
                   [sanitizer_memcheck]=60 [sanitizer_racecheck]=90 [sanitizer_synccheck]=45 [ratio_124m]=75
-                  [gpt_10b]=150)
+                  [gpt_10b]=150 [ranks_1gpu]=90 [nccl_ranks]=60)
 budget=${ZO_GPU_BUDGET_S:-420}
 bd=${ZO_BUILD:-build-gpu}
 out=${ZO_GPU_OUT:-gpu-results}
@@ -417,6 +424,86 @@ do_python_cuda() {
   ctest --test-dir "$bd" -R '^python_cuda$' --no-tests=error -V --timeout 85
 }
 
+# ranks_np NAME NP STAGE ARGS...: the several-rank run (np 1: the reference, two micro-batches of 8; else NP ranks of
+# 8 sequences each) of configs/default.json at STAGE (parameters on cpu at stage 3), 10 steps (3 --dry) on cuda (host
+# --dry), each rank limited to 40 GB of device memory so that two fit on one GPU; ARGS (PATH=JSON) go to derive.
+ranks_np() {
+  local name=$1 np=$2 st=$3
+  shift 3
+  local n=10 dev=cuda lim=(--device-memory-limit 40000000000) off='{"device": "none"}'
+  [ $dry -eq 1 ] && n=3 dev=host lim=()
+  [ "$st" = 3 ] && off='{"device": "cpu", "pin_memory": true}'
+  derive configs/default.json "$out/$name.json" steps_per_print=1 zero_optimization.stage="$st" \
+    zero_optimization.offload_param="$off" train_micro_batch_size_per_gpu=8 \
+    gradient_accumulation_steps=$((np == 1 ? 2 : 1)) train_batch_size=$((np == 1 ? 16 : 8 * np)) "$@" || return 1
+  if [ "$np" = 1 ]; then
+    zt "$name" --config "$out/$name.json" --steps $n --device $dev "${lim[@]}"
+    return
+  fi
+  local mpirun
+  mpirun=$(command -v mpirun || command -v mpiexec) || return 1
+  echo "-- $mpirun -np $np zo-train $name"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpirun" --oversubscribe --bind-to none -np "$np" \
+    "${ranks_mpi_args[@]}" "$bd/tools/zo-train" --data "${ZO_CORPUS:-/usr/share/games/fortunes}" --nvme-path "$nvme" \
+    --no-sample --log-json "$out/$name.jsonl" --config "$out/$name.json" --steps $n --device $dev "${lim[@]}"
+}
+# ranks_cmp REF RUN WHAT: every logged loss of RUN within 2% of REF's (cuda_vs_host's tolerance); prints the figures
+ranks_cmp() {
+  python3 - "$out/$1.jsonl" "$out/$2.jsonl" "$3" <<'EOF'
+import json, sys
+def losses(f):
+    return [(r["step"], r["loss"]) for r in map(json.loads, (l for l in open(f) if l.strip())) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if not a or [s for s, _ in a] != [s for s, _ in b]:
+    print(f"{sys.argv[3]}: steps differ: {len(a)} against {len(b)} logged")
+    sys.exit(1)
+rel = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))
+same = all(x == y for (_, x), (_, y) in zip(a, b))
+print(f"{sys.argv[3]}: {len(a)} losses, max rel diff {rel:.2e} to one rank{' (equal bit for bit)' if same else ''}")
+sys.exit(0 if rel <= 0.02 else 1)
+EOF
+}
+do_ranks_1gpu() {
+  command -v mpirun >/dev/null || command -v mpiexec >/dev/null || {
+    echo "skip: no mpirun here (openmpi-bin)"
+    return 77
+  }
+  mkdir -p "$nvme" || return 1
+  # both ranks on GPU 0: LOCAL_RANK names the device (zo_device_local_ordinal); the ranks come from MPI
+  ranks_mpi_args=(-x LOCAL_RANK=0)
+  local st bad=0
+  for st in 1 2 3; do
+    ranks_np "ranks_1gpu-s$st-ref" 1 "$st" || return 1
+    ranks_np "ranks_1gpu-s$st-np2" 2 "$st" zoffload.comm='"mpi"' || return 1
+    ranks_cmp "ranks_1gpu-s$st-ref" "ranks_1gpu-s$st-np2" "ranks_1gpu stage $st, 2 ranks on 1 GPU (mpi)" || bad=1
+  done
+  return $bad
+}
+fig_ranks() { grep -E '^(ranks_1gpu|nccl_ranks) ' "$1" | sed 's/^[a-z_0-9]* //; s/$/;/'; }
+do_nccl_ranks() {
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "${n:-0}" -lt 2 ]; then
+    echo "skip: ${n:-0} GPU here; NCCL needs a GPU per rank (it refuses two ranks on one device), so the several-rank" \
+      "NCCL paths ran only on the stand-in (ctest nccl_fake_np2/np3)"
+    return 77
+  fi
+  if grep -q '^ZO_BUILT_WITH_NCCL:INTERNAL=0' "$bd/CMakeCache.txt" 2>/dev/null; then
+    echo "skip: $bd was built without NCCL"
+    return 77
+  fi
+  command -v mpirun >/dev/null || command -v mpiexec >/dev/null || {
+    echo "skip: no mpirun here (openmpi-bin)"
+    return 77
+  }
+  ctest --test-dir "$bd" -R '^test_comm_nccl_np2$' --no-tests=error -V --timeout 25 || return 1
+  mkdir -p "$nvme" || return 1
+  ranks_mpi_args=()
+  ranks_np nccl_ranks-ref 1 2 || return 1
+  ranks_np nccl_ranks-np2 2 2 zoffload.comm='"nccl"' || return 1
+  ranks_cmp nccl_ranks-ref nccl_ranks-np2 "nccl_ranks stage 2, 2 GPUs (nccl)"
+}
+
 # ---------------------------------------------------------------- the run
 if [ $inner -eq 1 ]; then
   "$@"
@@ -451,6 +538,8 @@ else
   stage sanitizer_synccheck gpu fig_sanitizer do_sanitizer synccheck
   stage ratio_124m gpu fig_ratio do_ratio_124m
   stage gpt_10b gpu fig_10b do_gpt_10b
+  stage ranks_1gpu gpu fig_ranks do_ranks_1gpu
+  stage nccl_ranks gpu fig_ranks do_nccl_ranks
 fi
 echo
 echo "== report ($report), $((SECONDS - start)) s in all:"

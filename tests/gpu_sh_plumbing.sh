@@ -9,7 +9,7 @@ src=$1 bd=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-gpu-sh.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 stages=(build ctest_gpu cuda_vs_host python_cuda nccl_1rank adam_device sanitizer_memcheck sanitizer_racecheck
-        sanitizer_synccheck ratio_124m gpt_10b)
+        sanitizer_synccheck ratio_124m gpt_10b ranks_1gpu nccl_ranks)
 fail=0
 no() { echo "FAIL: $*"; fail=1; }
 export GOMP_SPINCOUNT=10000 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -29,6 +29,9 @@ grep -qE '^ratio_124m .*ratio [0-9.]+.*with DPU [0-9]+ tok/s \(ratio [0-9.]+' "$
   no "ratio_124m's stand-in gave no tokens/s ratios"
 grep -qE '^cuda_vs_host .*max rel diff 0\.00e\+00 at step .*tier opt_cpu: equal bit for bit;.*tier param_nvme: equal' "$r" ||
   no "cuda_vs_host's stand-in (host against host) is not equal, or a tier's resume is not bit for bit"
+grep -qE '^ranks_1gpu .*stage 1, 2 ranks on 1 GPU \(mpi\): 3 losses, max rel diff .*stage 3, 2 ranks' "$r" ||
+  no "ranks_1gpu's stand-in (two ranks of the host device over mpi) gave no comparison per stage"
+grep -qE '^nccl_ranks +SKIP ' "$r" || no "nccl_ranks is not SKIP without GPUs"
 [ $rc -eq 0 ] || no "exit $rc with no stage FAILed or TIMEd OUT"
 grep -q '^== report' "$work/all.out" || no "the report is not printed at the end"
 # 2. a hung stage: cut off at its bound (2 s), the run goes on, the exit status says so; --only picks stages (in the

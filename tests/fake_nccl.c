@@ -66,6 +66,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "half.h" /* base/: the 16-bit conversions comm/comm.c stages its reductions with */
+
 /* The stand-in runtime's kernel machinery (fake_cudart.c), which nvcc's host stubs reach on a real build. */
 void __cudaRegisterFunction(void **h, const char *host_fun, char *device_fun,
                             const char *device_name, int limit, uint3 *tid, uint3 *bid, dim3 *bdim,
@@ -493,50 +495,6 @@ static size_t type_size(ncclDataType_t t) {
 static int summable(ncclDataType_t t) {
   return t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 || t == ncclFloat16;
 }
-static float bf16_to_f32(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
-  if (e == 0) {
-    const float v = (float)m * 0x1p-24f; /* zero or subnormal: exact */
-    return sign ? -v : v;
-  }
-  const uint32_t u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f32_to_f16(
-    float f) { /* round to nearest even, subnormals and overflow to inf included */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
-  if (a < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
-    if (a <= 0x33000000u) return (uint16_t)sign;           /* <= 2^-25: zero (the tie to even) */
-    const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    r += rem > half || (rem == half && (r & 1u));
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = (a >> 13) - (112u << 10);
-  const uint32_t rem = a & 0x1fffu;
-  r += rem > 0x1000u || (rem == 0x1000u && (r & 1u));
-  return (uint16_t)(sign | r);
-}
-
 /* out[i] = in[0][i] + in[1][i] + ... + in[W-1][i], in that order (see the top). */
 static void fn_sum(void *out, const char *const *in, int W, size_t k, ncclDataType_t t) {
   for (size_t i = 0; i < k; i++) {
@@ -556,10 +514,10 @@ static void fn_sum(void *out, const char *const *in, int W, size_t k, ncclDataTy
       for (int q = 0; q < W; q++) {
         uint16_t b;
         memcpy(&b, in[q] + i * 2, 2);
-        const float x = bf ? bf16_to_f32(b) : f16_to_f32(b);
+        const float x = bf ? zo_bf16_to_f32(b) : zo_f16_to_f32(b);
         s = q ? s + x : x;
       }
-      const uint16_t r = bf ? f32_to_bf16(s) : f32_to_f16(s);
+      const uint16_t r = bf ? zo_f32_to_bf16(s) : zo_f32_to_f16(s);
       memcpy((char *)out + i * 2, &r, 2);
     }
   }

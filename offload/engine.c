@@ -629,7 +629,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
     e->params[i]->pw_el = plan->tensor[i].pw_el, e->params[i]->pw_host = plan->tensor[i].pw_host;
   ZO_CHECK(alloc_host_state(e, plan));
   ZO_CHECK(eng_acc_alloc(e, plan->grad_staging_bytes));
-  if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan->dp_grad_bytes, plan->dp_gather_bytes));
+  if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan));
   if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
   if (e->ptier == ZO_OFFLOAD_CPU || plan->pcache_el) /* nvme: the tensors cached in host memory */
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host",

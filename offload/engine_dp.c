@@ -18,7 +18,18 @@
  * host buffers: the reduced block is uploaded and cast or added into the
  * device gradient shard by a kernel, and the rank's new working block is
  * copied down for the all-gather.
- * Collectives go through zo_comm_t (host buffers: the mpi backend). With
+ * Collectives go through zo_comm_t. On the nccl backend (eng_dp_dev) both
+ * rings are regions of the device block instead and nothing whole crosses
+ * PCIe: the gradient is copied device to device into the reduction ring
+ * (widened to fp32 when the accumulation is fp32, so the sum over ranks is
+ * rounded as one rank's accumulation), reduce-scattered there by NCCL on the
+ * communicator's stream, and the rank's block is added into the device
+ * gradient shard (device Adam) or copied down, 1/world of the tensor, into
+ * the pinned "dp_land" buffer for the offloaded optimizer; after Adam the
+ * rank's new block is copied (device Adam) or uploaded (1/world) into the
+ * device gather buffer, all-gathered there, and copied device to device into
+ * the working weights. On the mpi backend the rings are pinned host buffers
+ * and whole tensors go down and up. With
  * zero_optimization.overlap_comm each reduction is started as soon as its
  * gradient's copy has landed and completes while backward goes on: they
  * wait, oldest first, in a ring of reduce_bucket_size elements, moved on at
@@ -49,9 +60,19 @@ typedef struct dp_red {
 
 /* The part's state (e->dp), several ranks, from finalize to destroy. */
 struct eng_dp {
-  /* the whole gradient of one tensor, padded, reduced in place; every tensor's working weights, padded,
-   * all-gathered in place */
+  /* host collectives: the whole gradient of one tensor, padded, reduced in place; every tensor's working weights,
+   * padded, all-gathered in place */
   host_buf grad, gather;
+  /* device collectives (eng_dp_dev): the same two in the device block, and where a rank's reduced block lands on
+   * the host for an offloaded optimizer */
+  int dev;
+  char *grad_dev, *gather_dev;
+  host_buf land;
+  zo_event_t
+      *gathered; /* device collectives: a rank's new block is in the gather buffer (copy stream) */
+  char *red;     /* the reduction ring: grad.ptr or grad_dev */
+  size_t red_nbytes;
+  size_t gather_nbytes; /* of gather or gather_dev */
   dp_red *q; /* reductions in flight, oldest first: circular (n_params entries), q_n from q_first */
   int q_first, q_n;
   size_t head; /* next free byte of grad (a ring: regions are freed oldest first) */
@@ -99,12 +120,23 @@ zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what) {
   return zo_error_set((zo_status)code, "%s: rank 0 failed (its message says why)", what);
 }
 
-zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes) {
+zo_status eng_dp_alloc(zo_engine_t *e, const zo_plan *plan) {
   e->dp = calloc(1, sizeof *e->dp);
   if (!e->dp) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   struct eng_dp *d = e->dp;
-  ZO_CHECK(eng_host_buf_alloc_as(e, &d->grad, "dp_grad", grad_bytes, 1));
-  ZO_CHECK(eng_host_buf_alloc_as(e, &d->gather, "dp_gather", gather_bytes, 1));
+  d->red_nbytes = plan->dp_grad_bytes, d->gather_nbytes = plan->dp_gather_bytes;
+  if (plan->dp_dev_grad_off != SIZE_MAX) {
+    d->dev = 1;
+    d->red = d->grad_dev = (char *)e->dev_block + plan->dp_dev_grad_off;
+    if (plan->dp_dev_gather_off != SIZE_MAX)
+      d->gather_dev = (char *)e->dev_block + plan->dp_dev_gather_off;
+    ZO_CHECK(eng_host_buf_alloc_as(e, &d->land, "dp_land", plan->dp_land_bytes, 1));
+    ZO_CHECK(zo_event_create(e->dev, &d->gathered));
+  } else {
+    ZO_CHECK(eng_host_buf_alloc_as(e, &d->grad, "dp_grad", plan->dp_grad_bytes, 1));
+    ZO_CHECK(eng_host_buf_alloc_as(e, &d->gather, "dp_gather", plan->dp_gather_bytes, 1));
+    d->red = d->grad.ptr;
+  }
   d->q = calloc((size_t)e->n_params, sizeof *d->q);
   if (!d->q)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory for the reduction queue");
@@ -127,23 +159,28 @@ void eng_dp_free(zo_engine_t *e) {
   }
   eng_host_buf_free(&d->grad);
   eng_host_buf_free(&d->gather);
+  eng_host_buf_free(&d->land);
+  zo_event_destroy(d->gathered);
   free(d);
   e->dp = NULL;
 }
 
 size_t eng_dp_host_mem(const struct eng_dp *d, size_t *host_bytes, size_t *pinned_bytes) {
   if (!d) return 0;
-  *host_bytes += d->grad.nbytes + d->gather.nbytes;
-  if (d->grad.pinned) *pinned_bytes += d->grad.nbytes;
-  if (d->gather.pinned) *pinned_bytes += d->gather.nbytes;
-  return d->grad.nbytes + d->gather.nbytes;
+  const host_buf *b[3] = {&d->grad, &d->gather, &d->land};
+  size_t sum = 0;
+  for (int i = 0; i < 3; i++) {
+    *host_bytes += b[i]->nbytes, sum += b[i]->nbytes;
+    if (b[i]->pinned) *pinned_bytes += b[i]->nbytes;
+  }
+  return sum;
 }
 
 /* The copy has landed: start the collective on the region (every rank starts them in grad_ready order). */
 static zo_status red_start(zo_engine_t *e, dp_red *r) {
   const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
-  char *buf = (char *)e->dp->grad.ptr + r->off;
+  char *buf = e->dp->red + r->off;
   zo_status st;
   if (e->cfg.zero.stage == 0) {
     st = zo_comm_iall_reduce(e->comm, buf, p->n, r->dtype, &r->req);
@@ -165,28 +202,46 @@ static zo_status red_start(zo_engine_t *e, dp_red *r) {
 static zo_status red_land_device(zo_engine_t *e, zo_param_t *p, const void *mine, zo_dtype dt,
                                  int add, int last) {
   const size_t nb = p->shard_n * zo_dtype_size(dt);
+  const int dev = e->dp->dev; /* @mine in device memory already: nothing crosses PCIe */
+  const zo_copy_kind kind = dev ? ZO_COPY_D2D : ZO_COPY_H2D;
   if (p->shard_n && !add && dt == e->adtype) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, mine, nb, ZO_COPY_H2D));
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->grad, mine, nb, kind));
   } else if (p->shard_n) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, e->dstage_dev, mine, nb, ZO_COPY_H2D));
-    zo_status st =
-        zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, e->dstage_dev, dt, p->shard_n, add);
+    const void *src = mine;
+    if (!dev) {
+      ZO_CHECK(zo_memcpy_async(e->copy_stream, e->dstage_dev, mine, nb, kind));
+      src = e->dstage_dev;
+    }
+    zo_status st = zo_grad_acc_device(e->copy_stream, p->grad, e->adtype, src, dt, p->shard_n, add);
     if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
   }
-  e->ctr.h2d_bytes += nb;
+  if (!dev) e->ctr.h2d_bytes += nb;
   if (last)
     ZO_CHECK(zo_grad_sqnorm_device(e->copy_stream, p->grad, e->adtype, p->shard_n,
                                    e->dnorm_dev + (size_t)p->index * ZO_DEV_SQNORM_BLOCKS));
-  return zo_stream_synchronize(e->copy_stream);
+  /* device collectives: the ring's region is next written by a copy on this stream, after this; a host region
+   * may be rewritten as soon as this returns */
+  return dev ? ZO_OK : zo_stream_synchronize(e->copy_stream);
 }
 
 /* The reduction is done: this rank's block into p->grad (copied, or cast and added to the micro-batches
  * accumulated before it: engine_accum.c), then, for the last contribution, the landed work (norm, early Adam). */
-static void red_land(zo_engine_t *e, dp_red *r) {
+static zo_status red_land(zo_engine_t *e, dp_red *r) {
   const size_t gsz = zo_dtype_size(r->dtype);
   zo_param_t *p = r->p;
-  const char *buf = (const char *)e->dp->grad.ptr + r->off;
+  const char *buf = e->dp->red + r->off;
   const char *mine = e->cfg.zero.stage == 0 ? buf : buf + (size_t)e->rank * p->part_n * gsz;
+  r->req = NULL;
+  e->dp->q_first = (e->dp->q_first + 1) % e->n_params;
+  e->dp->q_n--;
+  if (e->dp->dev && !eng_device_adam(e)) { /* the block in device memory: only it crosses PCIe */
+    const size_t nb = p->shard_n * gsz;
+    zo_status st = eng_dev_copy(e, e->dp->land.ptr, mine, nb, ZO_COPY_D2H);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "gradient of '%s': its reduced block to the host", p->name);
+    e->ctr.d2h_bytes += nb;
+    mine = e->dp->land.ptr;
+  }
   /* p->grad: host memory (cpu), or device memory with device Adam (none), which the host never reads or writes:
    * red_land_device (test_devadam_emu_np2 and test_engine_dp_np2_fakecuda run it where a host access faults) */
   if (e->tier == ZO_OFFLOAD_NVME) { /* to grad.swp (engine_gradnv.c), the norm on the way */
@@ -207,9 +262,7 @@ static void red_land(zo_engine_t *e, dp_red *r) {
     eng_acc_add(p->grad, e->adtype, mine, r->dtype, p->shard_n, r->add);
     if (r->last) eng_grad_land(p, ZO_OK);
   }
-  r->req = NULL;
-  e->dp->q_first = (e->dp->q_first + 1) % e->n_params;
-  e->dp->q_n--;
+  return ZO_OK;
 }
 
 zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
@@ -241,7 +294,7 @@ zo_status eng_dp_progress(zo_engine_t *e, int wait_oldest) {
       return zo_error_prefix(st, "gradient of '%s' over %d ranks", r->p->name, e->world);
     }
     if (!done) break;
-    red_land(e, r);
+    ZO_CHECK(red_land(e, r));
   }
   return ZO_OK;
 }
@@ -262,33 +315,47 @@ zo_status eng_dp_drain(zo_engine_t *e) {
 
 zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype, int last) {
   struct eng_dp *d = e->dp;
-  const size_t gsz = zo_dtype_size(dtype), bytes = red_elems(e, p) * gsz;
+  /* device collectives reduce in fp32 whenever the accumulation is fp32 (16-bit hand-overs widened on the way
+   * into the ring: the sum over ranks is then rounded as one rank's accumulation of the same contributions) */
+  const zo_dtype rdt = d->dev && e->adtype == ZO_DTYPE_F32 ? ZO_DTYPE_F32 : dtype;
+  const size_t gsz = zo_dtype_size(rdt), bytes = red_elems(e, p) * gsz;
   size_t off = 0;
   while (
       d->q_n == e->n_params ||
-      !eng_ring_take(d->grad.nbytes, d->head, d->q_n ? q_at(e, 0)->off : 0, d->q_n, bytes, &off)) {
+      !eng_ring_take(d->red_nbytes, d->head, d->q_n ? q_at(e, 0)->off : 0, d->q_n, bytes, &off)) {
     /* full: the oldest must finish first */
     if (!d->q_n)
       return zo_error_set(ZO_ERR_INVALID_USAGE,
                           "engine: gradient of '%s' (%zu bytes) larger than the reduction "
                           "buffer (%zu bytes)",
-                          p->name, bytes, d->grad.nbytes); /* a bug: sized at finalize */
+                          p->name, bytes, d->red_nbytes); /* a bug: sized at finalize */
     ZO_CHECK(eng_dp_progress(e, 1));
   }
   dp_red *r = &d->q[(d->q_first + d->q_n) % e->n_params];
-  r->p = p, r->off = off, r->req = NULL, r->dtype = dtype, r->add = p->n_acc > 0, r->last = last;
-  char *buf = (char *)d->grad.ptr + off;
+  r->p = p, r->off = off, r->req = NULL, r->dtype = rdt, r->add = p->n_acc > 0, r->last = last;
+  char *buf = d->red + off;
   if (e->compute_stream) { /* the gradient is final once the compute queued so far is done */
     ZO_CHECK(zo_event_record(e->compute_mark, e->compute_stream));
     ZO_CHECK(zo_stream_wait_event(e->copy_stream, e->compute_mark));
   }
-  memset(buf + p->n * gsz, 0, bytes - p->n * gsz); /* the padding of the last block */
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
+  if (d->dev) { /* device to device: the padding of the last block zeroed, the gradient copied or widened */
+    if (bytes > p->n * gsz)
+      ZO_CHECK(zo_memset_async(e->copy_stream, buf + p->n * gsz, 0, bytes - p->n * gsz));
+    if (rdt == dtype) {
+      ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2D));
+    } else {
+      zo_status st = zo_grad_acc_device(e->copy_stream, buf, rdt, grad, dtype, p->n, 0);
+      if (st != ZO_OK) return zo_error_prefix(st, "gradient of '%s'", p->name);
+    }
+  } else {
+    memset(buf + p->n * gsz, 0, bytes - p->n * gsz); /* the padding of the last block */
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, buf, grad, p->n * gsz, ZO_COPY_D2H));
+    e->ctr.d2h_bytes += p->n * gsz;
+  }
   ZO_CHECK(zo_event_record(r->copied, e->copy_stream));
   ZO_CHECK(zo_event_record(e->grad_read,
                            e->copy_stream)); /* zo_engine_grad_fence: the caller's buffer is read */
   e->grad_read_set = 1;
-  e->ctr.d2h_bytes += p->n * gsz;
   d->q_n++;
   d->head = off + bytes;
   if (!e->cfg.zero.overlap_comm)
@@ -299,10 +366,27 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
 /* Start the all-gather of @p's working weights into its region of the gather buffer (at p->dp_off). */
 static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
-  char *t = (char *)e->dp->gather.ptr + p->dp_off * wsz,
+  struct eng_dp *d = e->dp;
+  char *t = (d->dev ? d->gather_dev : (char *)d->gather.ptr) + p->dp_off * wsz,
        *block = t + (size_t)e->rank * p->part_n * wsz;
-  memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
-  if (p->shard_n) { /* device Adam: the kernel wrote it in device memory, on the copy stream */
+  if (d->dev) { /* the rank's block into device memory (copied there, or uploaded: 1/world of the tensor) */
+    if (p->part_n > p->shard_n)
+      ZO_CHECK(zo_memset_async(e->copy_stream, block + p->shard_n * wsz, 0,
+                               (p->part_n - p->shard_n) * wsz));
+    if (p->shard_n) {
+      const int dadam = eng_device_adam(e);
+      ZO_CHECK(zo_memcpy_async(e->copy_stream, block, eng_working_dst(e, p, 0), p->shard_n * wsz,
+                               dadam ? ZO_COPY_D2D : ZO_COPY_H2D));
+      if (!dadam) e->ctr.h2d_bytes += p->shard_n * wsz;
+    }
+    /* the collective runs on the communicator's stream, after those copies */
+    ZO_CHECK(zo_event_record(d->gathered, e->copy_stream));
+    ZO_CHECK(zo_stream_wait_event(zo_comm_stream(e->comm), d->gathered));
+  } else {
+    memset(block, 0, p->part_n * wsz); /* the padding past the tensor's end */
+  }
+  if (p->shard_n &&
+      !d->dev) { /* device Adam: the kernel wrote it in device memory, on the copy stream */
     if (eng_device_adam(e))
       ZO_CHECK(eng_dev_copy(e, block, eng_working_dst(e, p, 0), p->shard_n * wsz, ZO_COPY_D2H));
     else
@@ -323,16 +407,18 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
   zo_status st = eng_comm_finish(e, req, 1, &done);
   if (st != ZO_OK)
     return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
-  const char *t = (const char *)e->dp->gather.ptr + p->dp_off * wsz;
-  ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz, ZO_COPY_H2D));
-  e->ctr.h2d_bytes += p->n * wsz;
+  const struct eng_dp *d = e->dp;
+  const char *t = (d->dev ? d->gather_dev : (const char *)d->gather.ptr) + p->dp_off * wsz;
+  ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz,
+                           d->dev ? ZO_COPY_D2D : ZO_COPY_H2D));
+  if (!d->dev) e->ctr.h2d_bytes += p->n * wsz;
   return ZO_OK;
 }
 
 zo_status eng_dp_publish(zo_engine_t *e, zo_param_t *p) {
   /* stage 0: every rank updated the whole tensor; stage 3: fetches gather (engine_dp3.c) */
   if (e->world == 1 || e->cfg.zero.stage == 0 || e->cfg.zero.stage == 3) return ZO_OK;
-  const size_t cap = e->dp->gather.nbytes / zo_dtype_size(e->wdtype);
+  const size_t cap = e->dp->gather_nbytes / zo_dtype_size(e->wdtype);
   const int first = p ? p->index : 0, end = p ? p->index + 1 : e->n_params;
   zo_comm_req_t **reqs = calloc((size_t)e->n_params, sizeof *reqs);
   if (!reqs)

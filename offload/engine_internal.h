@@ -557,9 +557,11 @@ zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
 zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what);
 /* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
 zo_status eng_dp_check(const zo_engine_t *e);
-/* At finalize, several ranks: e->dp, with the gradient and gather buffers of @grad_bytes and @gather_bytes (the
- * plan's "dp_grad" and "dp_gather") and the reduction queue. On a failure what was allocated stays for eng_dp_free. */
-zo_status eng_dp_alloc(zo_engine_t *e, size_t grad_bytes, size_t gather_bytes);
+/* At finalize, several ranks: e->dp, with the gradient reduction ring and the gather buffer of @plan
+ * (dp_grad_bytes, dp_gather_bytes: the host buffers "dp_grad" and "dp_gather", or with eng_dp_dev regions of the
+ * device block at dp_dev_grad_off and dp_dev_gather_off, placed by then, and the host "dp_land") and the
+ * reduction queue. On a failure what was allocated stays for eng_dp_free. */
+zo_status eng_dp_alloc(zo_engine_t *e, const zo_plan *plan);
 /* At destroy: wait what is in flight (errors ignored), free the queue's events, the buffers and e->dp (NULL after);
  * a no-op when e->dp is NULL. */
 void eng_dp_free(zo_engine_t *e);
@@ -600,6 +602,12 @@ static inline int eng_pw_in_file(const zo_engine_t *e, const zo_param_t *p) {
  * gathers' split of it at stage 3 on several ranks (eng_pg_alloc); 0 on other backends. */
 static inline int eng_nccl_comms(const zo_engine_t *e) {
   return !strcmp(zo_comm_backend(e->comm), "nccl") ? 1 + eng_dp3(e) : 0;
+}
+/* Several ranks whose collectives take device memory: the nccl backend (on a GPU, as it always is). The
+ * gradients are then reduced, and the updated weights gathered, in device memory (engine_dp.c); only a rank's
+ * block crosses PCIe, and only when the optimizer is offloaded. */
+static inline int eng_dp_dev(const zo_engine_t *e) {
+  return e->world > 1 && !strcmp(zo_comm_backend(e->comm), "nccl");
 }
 /* At finalize, stage 3 on several ranks (collective): e->pg, with the gather ring of @ring_bytes (the plan's
  * "pg_ring"), its communicator and queue. On a failure what was allocated stays for eng_pg_free. */

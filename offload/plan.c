@@ -33,6 +33,13 @@ static void add_buf(zo_plan *p, zo_tier t, const char *purpose, size_t bytes, in
 /* Parameters partitioned over ranks: stage 3 on several ranks (eng_dp3 of the input). */
 static int in_dp3(const zo_plan_input *in) { return in->world > 1 && in->cfg->zero.stage == 3; }
 
+/* Bytes per element of a gradient reduction (engine_dp.c eng_dp_red_dtype): the widest hand-over accepted (fp32
+ * hand-overs too when accepted); reduced in device memory, in fp32 whenever the accumulation is fp32. */
+static size_t dp_red_size(const zo_plan_input *in) {
+  if (in->dp_device && in->adtype == ZO_DTYPE_F32 && in->acc_in_size < 4) return 4;
+  return in->acc_in_size;
+}
+
 /* Several ranks (engine_dp.c): the gradient reduction ring and the gather buffer of the updated weights. */
 static void dp_host_bytes(const zo_plan_input *in, size_t *grad_bytes, size_t *gather_bytes) {
   const zo_config_t *c = in->cfg;
@@ -57,8 +64,7 @@ static void dp_host_bytes(const zo_plan_input *in, size_t *grad_bytes, size_t *g
     ring = bucket < total ? bucket : total;
     if (ring < largest) ring = largest;
   }
-  *grad_bytes =
-      in->world > 1 ? mul_sat(ring, in->acc_in_size) : 0; /* fp32 hand-overs too when accepted */
+  *grad_bytes = in->world > 1 ? mul_sat(ring, dp_red_size(in)) : 0;
   /* stage 0 needs no gather: every rank updates the whole tensor; stage 3 gathers at fetch (engine_dp3.c) */
   *gather_bytes = in->world > 1 && (c->zero.stage == 1 || c->zero.stage == 2)
                       ? mul_sat(gather, zo_dtype_size(in->wdtype))
@@ -286,7 +292,15 @@ static zo_status plan_device(const zo_plan_input *in, zo_plan *pl) {
   if (dadam) pl->dev_norm_off = dev, dev = add_sat(dev, round_sat(dev_norm_bytes(in), 256));
   /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
   pl->dev_stage_off = SIZE_MAX;
-  if (dadam && in->world > 1) {
+  pl->dp_dev_grad_off = pl->dp_dev_gather_off = SIZE_MAX;
+  dp_host_bytes(in, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
+  if (in->dp_device && in->world > 1) {
+    /* collectives in device memory: the reduction ring and the gather buffer in the block; a rank's reduced
+     * block lands on the host only when the optimizer is offloaded (plan_host) */
+    pl->dp_dev_grad_off = dev, dev = add_sat(dev, round_sat(pl->dp_grad_bytes, 256));
+    if (pl->dp_gather_bytes)
+      pl->dp_dev_gather_off = dev, dev = add_sat(dev, round_sat(pl->dp_gather_bytes, 256));
+  } else if (dadam && in->world > 1) {
     size_t shard_largest = 0;
     for (int i = 0; i < in->n_tensors; i++)
       if (in->tensor[i].shard_n > shard_largest) shard_largest = in->tensor[i].shard_n;
@@ -339,9 +353,18 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
   if (in->device_adam)
     add_buf(pl, ZO_TIER_HOST, "device_adam.norm_host", dev_norm_bytes(in), 1, 1, -1);
   plan_grad_staging(in, pl);
-  dp_host_bytes(in, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
-  add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
-  add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
+  if (pl->dp_dev_grad_off == SIZE_MAX) { /* host collectives (plan_device placed device ones) */
+    add_buf(pl, ZO_TIER_HOST, "dp_grad", pl->dp_grad_bytes, 1, 1, -1);
+    add_buf(pl, ZO_TIER_HOST, "dp_gather", pl->dp_gather_bytes, 1, 1, -1);
+  } else if (in->tier != ZO_OFFLOAD_NONE) {
+    size_t part_largest = 0; /* a rank's block: what lands on the host */
+    for (int i = 0; i < in->n_tensors; i++) {
+      const size_t b = in->tensor[i].dp_padded / (size_t)in->world;
+      if (b > part_largest) part_largest = b;
+    }
+    pl->dp_land_bytes = mul_sat(part_largest, dp_red_size(in));
+    add_buf(pl, ZO_TIER_HOST, "dp_land", pl->dp_land_bytes, 1, 1, -1);
+  }
   pl->pg_ring_bytes = pg_ring_bytes(in);
   add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
   if (in->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
@@ -473,6 +496,7 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   in->pcache_el = e->pcache_el;
   in->opt_res_el = e->opt_res_el;
   in->n_nccl_comms = eng_nccl_comms(e);
+  in->dp_device = eng_dp_dev(e);
   in->total_el = e->total_el;
   return ZO_OK;
 }

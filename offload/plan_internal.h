@@ -94,6 +94,10 @@ typedef struct zo_plan_input {
   /* elements: budget of the resident optimizer sub-groups (zoffload.optimizer_max_in_cpu; 0 none).
    * Read only under offload_optimizer "nvme" */
   size_t opt_res_el;
+  /* several ranks whose collectives take device memory (the nccl backend on a GPU: eng_dp_dev): the
+   * gradient reduction ring and the gather buffer of updated weights are planned in device_block, and
+   * a host landing buffer ("dp_land") replaces them on the host when the optimizer is offloaded */
+  int dp_device;
   int n_nccl_comms; /* NCCL communicators whose device staging (ZO_COMM_NCCL_STAGE_BYTES each) the device
                                 needs (eng_nccl_comms); 0 on other backends */
   size_t total_el; /* elements of every registered tensor, whole (only in a message) */

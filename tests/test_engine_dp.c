@@ -164,6 +164,9 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
   const int fail0 = zo_test_failures;
   float *g = malloc(4097 * 4), *sum = malloc(4097 * 4);
   double max_norm_rel = 0;
+  zo_engine_mem pcie0, rpcie0; /* host<->device traffic of the steps */
+  REQUIRE_OK(zo_engine_mem_info(m.e, &pcie0));
+  REQUIRE_OK(zo_engine_mem_info(ref.e, &rpcie0));
   for (int s = 1; s <= steps; s++) {
     for (int o = 0; o < NP; o++) {
       const int i = (o + s) % NP; /* the order changes from step to step, the same on every rank */
@@ -184,12 +187,18 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     if (W > 1) CHECK(a.comm_bytes > 0);
   }
   CHECK(max_norm_rel < (pow2 ? 1e-12 : 1e-6));
+  zo_engine_mem pcie1, rpcie1;
+  REQUIRE_OK(zo_engine_mem_info(m.e, &pcie1));
+  REQUIRE_OK(zo_engine_mem_info(ref.e, &rpcie1));
+  const uint64_t d2h = pcie1.d2h_bytes - pcie0.d2h_bytes, h2d = pcie1.h2d_bytes - pcie0.h2d_bytes;
   /* master weights of this rank's shard, and the whole working weights */
   float *mm = malloc(4097 * 4), *rm = malloc(4097 * 4);
   int bad_master = 0, bad_weights = 0;
+  size_t shard_el = 0; /* this rank's shards */
   for (int i = 0; i < NP; i++) {
     size_t off = 0, n = 0, roff = 0, rn = 0;
     REQUIRE_OK(zo_engine_get_master(m.e, m.p[i], mm, &off, &n));
+    shard_el += n;
     REQUIRE_OK(zo_engine_get_master(ref.e, ref.p[i], rm, &roff, &rn));
     CHECK_EQ(roff, 0);
     CHECK_EQ(rn, k_sizes[i]);
@@ -206,6 +215,19 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     REQUIRE_OK(zo_engine_release(m.e, m.p[i]));
     REQUIRE_OK(zo_engine_release(ref.e, ref.p[i]));
   }
+  /* Host<->device traffic of the steps. NCCL reduces and gathers in device memory: with device Adam nothing
+   * crosses PCIe; with an offloaded optimizer each step moves this rank's reduced fp32 block down and its
+   * updated block up, 1/W of what one rank moves. MPI stages whole tensors through host memory. */
+  const int nccl = !strcmp(zo_comm_backend(g_comm), "nccl");
+  if (nccl && W > 1) {
+    const uint64_t want = tier == ZO_OFFLOAD_NONE ? 0 : (uint64_t)steps * shard_el * 4;
+    if (d2h != want || h2d != want)
+      FAIL_AT(
+          "%s: %llu bytes down and %llu up over PCIe in %d steps, expected %llu each (this rank's "
+          "%zu-element shards)",
+          label, (unsigned long long)d2h, (unsigned long long)h2d, steps, (unsigned long long)want,
+          shard_el);
+  }
   if (bad_master)
     FAIL_AT("%s: master weights of %d tensors differ from the reference", label, bad_master);
   if (bad_weights)
@@ -221,9 +243,12 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
   if (zo_test_failures == fail0)
     printf(
         "ok: %-22s %d rank%s, %d steps: masters and working weights equal the one-rank reference bit for bit; "
-        "host %zu B, nvme %zu B on this rank (one rank: %zu B, %zu B)\n",
+        "host %zu B, nvme %zu B on this rank (one rank: %zu B, %zu B); PCIe %llu B down, %llu B up "
+        "(one rank: %llu B, %llu B)\n",
         label, W, W == 1 ? "" : "s", steps, mem_m.host_bytes, mem_m.nvme_bytes, mem_r.host_bytes,
-        mem_r.nvme_bytes);
+        mem_r.nvme_bytes, (unsigned long long)d2h, (unsigned long long)h2d,
+        (unsigned long long)(rpcie1.d2h_bytes - rpcie0.d2h_bytes),
+        (unsigned long long)(rpcie1.h2d_bytes - rpcie0.h2d_bytes));
   free(g), free(sum), free(mm), free(rm);
   close_engine(&m);
   close_engine(&ref);
@@ -278,8 +303,10 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
   cfg.zero.stage3_max_reuse_distance = 2000;
   const int pow2 = (W & (W - 1)) == 0;
   if (!pow2) cfg.gradient_clipping = 0;
-  /* device: the gradient scratch (4 x 6106 B) and room for about 1.5 of the largest tensor (16388 B) */
-  cfg.zoffload.device_memory_limit = 4 * 6106 + 26000;
+  /* device: the gradient scratch (4 x 6106 B) and room for about 1.5 of the largest tensor (16388 B); with NCCL
+   * also the reduction ring in device memory (every padded fp32 gradient of a step at most) */
+  const int nccl = !strcmp(zo_comm_backend(g_comm), "nccl");
+  cfg.zoffload.device_memory_limit = 4 * 6106 + 26000 + (nccl ? 4 * (6106 + NP * W) + 256 : 0);
   const int fail0 = zo_test_failures;
   setup m, ref;
   if (open_engine(&m, &cfg, g_comm) || open_engine(&ref, &cfg, NULL)) return;

@@ -154,6 +154,13 @@ typedef struct zo_plan {
    * gradient block goes through on its way into the (accumulating) gradient shard, largest shard x
    * the hand-over element size; SIZE_MAX otherwise */
   size_t dev_stage_off;
+  /* several ranks whose collectives take device memory (the nccl backend on a GPU): byte offsets in
+   * device_block of the gradient reduction ring (dp_grad_bytes) and of the gather buffer of updated
+   * weights (dp_gather_bytes), both then device memory, and the bytes of the pinned host buffer
+   * "dp_land" a rank's reduced block lands in on its way to an offloaded optimizer (largest block x
+   * the reduction's element size; 0 with device Adam); SIZE_MAX, SIZE_MAX and 0 otherwise (the ring
+   * and the gather buffer are then the host buffers "dp_grad" and "dp_gather") */
+  size_t dp_dev_grad_off, dp_dev_gather_off, dp_land_bytes;
 } zo_plan;
 
 /*

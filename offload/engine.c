@@ -201,9 +201,15 @@ zo_status zo_engine_create(const zo_config_t *cfg, zo_device_t *dev, zo_comm_t *
     /* Stage 3 on several ranks of the host device: its memory is the host's, so the parameters partitioned "in
      * device memory" are the host tier's partitions (DeepSpeed's CPU accelerator partitions them in RAM too). */
     e->ptier = e->cfg.zero.offload_param.device = ZO_OFFLOAD_CPU;
+    e->pconv = 1;
     zo_info("engine: stage 3 on %d ranks of the host device: parameters partitioned in host memory "
             "(as offload_param.device \"cpu\")",
             e->world);
+  } else if (e->world > 1 && e->cfg.zero.stage == 3 && e->ptier == ZO_OFFLOAD_NONE) {
+    /* Stage 3 on several GPU ranks: each rank keeps its block of every tensor in device memory, and fetches
+     * all-gather whole tensors ahead of use, as offload_param "cpu" does from host memory (engine_dp3.c) */
+    e->ptier = ZO_OFFLOAD_CPU;
+    e->pdev = 1;
   }
   if (e->world > 1 && (st = eng_dp_check(e)) != ZO_OK) goto fail;
   ZO_CHECK_GOTO(zo_stream_create(e->dev, &e->copy_stream), st, fail);
@@ -590,7 +596,7 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
           p->state[k] = (char *)e->state_host[k].ptr + p->host_off * e->esz[k];
     }
   }
-  if (e->ptier == ZO_OFFLOAD_NONE && e->tier != ZO_OFFLOAD_NONE) {
+  if ((e->ptier == ZO_OFFLOAD_NONE || e->pdev) && e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host",
                                    zo_plan_bytes(plan, "stage_host"), 1));
     if (e->dpu)
@@ -630,8 +636,11 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
   ZO_CHECK(alloc_host_state(e, plan));
   ZO_CHECK(eng_acc_alloc(e, plan->grad_staging_bytes));
   if (e->world > 1) ZO_CHECK(eng_dp_alloc(e, plan));
-  if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan->pg_ring_bytes));
-  if (e->ptier == ZO_OFFLOAD_CPU || plan->pcache_el) /* nvme: the tensors cached in host memory */
+  if (eng_dp3(e)) ZO_CHECK(eng_pg_alloc(e, plan));
+  if (e->pdev) /* this rank's blocks in device memory */
+    e->param_dev = (char *)e->dev_block + plan->dev_param_off;
+  else if (e->ptier == ZO_OFFLOAD_CPU ||
+           plan->pcache_el) /* nvme: the tensors cached in host memory */
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->param_host, "param_host",
                                    zo_plan_bytes(plan, "param_host"),
                                    e->cfg.zero.offload_param.pin_memory));

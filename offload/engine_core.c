@@ -84,16 +84,8 @@ zo_status zo_engine_check_device(const zo_config_t *cfg, zo_device_kind kind, in
   if (!cfg) return zo_error_set(ZO_ERR_INVALID_ARG, "check_device: cfg is NULL");
   if (kind == ZO_DEVICE_HOST) return ZO_OK;
   const char *name = zo_device_kind_name(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind);
-  /* The host device partitions stage 3's parameters in host memory (zo_engine_create turns offload_param "none"
-   * into "cpu" there); on a GPU the partitions in device memory are not built. */
-  if (world > 1 && cfg->zero.stage == 3 && cfg->zero.offload_param.device == ZO_OFFLOAD_NONE)
-    return zo_error_set(
-        ZO_ERR_UNSUPPORTED,
-        "zero_optimization.stage: 3 on %d ranks of a %s device partitions the "
-        "parameters on the host tier or NVMe: set zero_optimization.offload_param.device "
-        "to \"cpu\" or \"nvme\" (parameters partitioned in device memory are not built "
-        "yet), or use stage 2",
-        world, name);
+  (void)
+      world; /* stage 3 on several ranks partitions offload_param "none" in device memory (engine.c) */
   if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE) return ZO_OK;
   char why[256];
   if (!zo_adam_device_kind_available(kind == ZO_DEVICE_AUTO ? ZO_DEVICE_CUDA : kind, why,

@@ -45,7 +45,13 @@ typedef struct dp_gat {
 /* The part's state (e->pg), stage 3 on several ranks, from finalize to destroy. */
 struct eng_pg {
   host_buf ring; /* all-gathered working weights, one region per fetch */
-  dp_gat *q;     /* gathers in flight or not yet consumed, in fetch order: circular */
+  /* the ring in use: ring.ptr, or with parameters partitioned in device memory (e->pdev) a region of the
+   * device block; gathers there are device to device, in buckets of one */
+  char *ring_base;
+  size_t ring_nbytes;
+  int dev;            /* the ring is device memory (e->pdev over NCCL) */
+  zo_event_t *own_ev; /* dev: this rank's block is in the region (copy stream) */
+  dp_gat *q;          /* gathers in flight or not yet consumed, in fetch order: circular */
   int q_first, q_n, q_cap;
   size_t head;  /* next free byte of ring */
   int next;     /* next trace position to gather for */
@@ -57,11 +63,19 @@ struct eng_pg {
   void *stage;
 };
 
-zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
+zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan) {
   e->pg = calloc(1, sizeof *e->pg);
   if (!e->pg) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
   struct eng_pg *pg = e->pg;
-  ZO_CHECK(eng_host_buf_alloc_as(e, &pg->ring, "pg_ring", ring_bytes, 1));
+  pg->ring_nbytes = plan->pg_ring_bytes;
+  if (plan->dev_pg_ring_off != SIZE_MAX) {
+    pg->dev = 1;
+    pg->ring_base = (char *)e->dev_block + plan->dev_pg_ring_off;
+    ZO_CHECK(zo_event_create(e->dev, &pg->own_ev));
+  } else {
+    ZO_CHECK(eng_host_buf_alloc_as(e, &pg->ring, "pg_ring", plan->pg_ring_bytes, 1));
+    pg->ring_base = pg->ring.ptr;
+  }
   zo_status st =
       zo_comm_split(e->comm, 0, e->rank, &pg->comm); /* collective: every rank finalizes */
   if (st != ZO_OK) return zo_error_prefix(st, "engine: a communicator for the parameter gathers");
@@ -76,6 +90,8 @@ zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes) {
 
 void eng_pg_set_stage(struct eng_pg *pg, void *stage) { pg->stage = stage; }
 
+int eng_pg_on_device(const struct eng_pg *pg) { return pg && pg->dev; }
+
 static dp_gat *g_at(const struct eng_pg *pg, int i) {
   return &pg->q[(pg->q_first + i) % pg->q_cap];
 }
@@ -87,6 +103,7 @@ void eng_pg_free(zo_engine_t *e) {
   while (pg->q_n) pop_oldest(e); /* after an error: let MPI finish them */
   free(pg->q);
   eng_host_buf_free(&pg->ring);
+  zo_event_destroy(pg->own_ev);
   zo_comm_destroy(pg->comm);
   free(pg);
   e->pg = NULL;
@@ -122,6 +139,14 @@ static zo_status q_grow(struct eng_pg *pg) {
  */
 static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
   const size_t wsz = zo_dtype_size(e->wdtype);
+  if (e->pdev &&
+      e->pg->dev) /* device to device, on the copy stream, behind the update that wrote it */
+    return zo_memcpy_async(e->copy_stream, dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz,
+                           ZO_COPY_D2D);
+  if (e->pdev) { /* host collectives (mpi): down into the host ring, behind the update that wrote it */
+    e->ctr.d2h_bytes += p->part_n * wsz;
+    return eng_dev_copy(e, dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz, ZO_COPY_D2H);
+  }
   if (p->pw_host) {
     memcpy(dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
     return ZO_OK;
@@ -167,7 +192,7 @@ static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
   const size_t bytes = eng_dp_padded(e, p) * zo_dtype_size(e->wdtype);
   size_t off = 0;
   *ok = 0;
-  if (!eng_ring_take(pg->ring.nbytes, pg->head, pg->q_n ? g_at(pg, 0)->off : 0, pg->q_n, bytes,
+  if (!eng_ring_take(pg->ring_nbytes, pg->head, pg->q_n ? g_at(pg, 0)->off : 0, pg->q_n, bytes,
                      &off))
     return ZO_OK;
   if (pg->q_n == pg->q_cap) ZO_CHECK(q_grow(pg));
@@ -193,7 +218,7 @@ static zo_status launch(zo_engine_t *e, int k) {
   char *send, *recv;
   if (k == 1) {
     dp_gat *g = g_at(pg, first);
-    recv = (char *)pg->ring.ptr + g->off;
+    recv = pg->ring_base + g->off;
     send = recv + (size_t)e->rank * g->p->part_n * wsz;
     st = own_block(e, g->p, send); /* this rank's, padded */
   } else {
@@ -207,6 +232,11 @@ static zo_status launch(zo_engine_t *e, int k) {
     send = recv + (size_t)e->rank * b->per_rank * wsz;
     for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(pg, first + i)->p->part_n, i++)
       st = own_block(e, g_at(pg, first + i)->p, send + (size_t)at * wsz);
+  }
+  if (st == ZO_OK &&
+      pg->dev) { /* the collective runs on the communicator's stream, after the copy */
+    st = zo_event_record(pg->own_ev, e->copy_stream);
+    if (st == ZO_OK) st = zo_stream_wait_event(zo_comm_stream(pg->comm), pg->own_ev);
   }
   if (st == ZO_OK) st = zo_comm_iall_gather(pg->comm, send, recv, b->per_rank * wsz, &b->req);
   if (st != ZO_OK) {
@@ -242,7 +272,7 @@ static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
     const dp_gat *mi = g_at(e->pg, first + i);
     const size_t part = mi->p->part_n;
     for (int q = 0; q < e->world; q++)
-      memcpy((char *)e->pg->ring.ptr + mi->off + (size_t)q * part * wsz,
+      memcpy(e->pg->ring_base + mi->off + (size_t)q * part * wsz,
              b->packed + ((size_t)q * b->per_rank + at) * wsz, part * wsz);
     at += part;
   }
@@ -257,8 +287,10 @@ zo_status eng_pg_issue(zo_engine_t *e) {
   /* elements gathered ahead of the current position */
   int64_t ahead = 0;
   for (int i = 0; i < pg->q_n; i++) ahead += (int64_t)g_at(pg, i)->p->n;
+  /* in device memory (pg->dev) every gather is its own collective: a bucket's rank-major unpacking would be W
+   * device copies a member */
   const int64_t bucket_cap =
-      e->cfg.zero.allgather_bucket_size > 0 ? e->cfg.zero.allgather_bucket_size : 1;
+      e->cfg.zero.allgather_bucket_size > 0 && !pg->dev ? e->cfg.zero.allgather_bucket_size : 1;
   while (pg->next < eng_trace_len(e->trace)) {
     /* one bucket: the next fetches along the trace while they fit the prefetch budget, the ring and
      * the bucket */
@@ -308,7 +340,7 @@ zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
     if (ok) return launch(e, 1);
     if (!e->pg->q_n) /* a bug: the ring holds two of the largest tensors */
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'",
-                          e->pg->ring.nbytes, p->name);
+                          e->pg->ring_nbytes, p->name);
     ZO_CHECK(pop_oldest(e)); /* entries left by demand fetches already done */
   }
 }
@@ -332,7 +364,7 @@ zo_status eng_pg_src(zo_engine_t *e, int pos, int wait, const void **src) {
   int done = 0;
   ZO_CHECK(bucket_finish(e, g, wait, &done));
   if (!done) return ZO_OK;
-  *src = (const char *)e->pg->ring.ptr + g->off;
+  *src = e->pg->ring_base + g->off;
   return ZO_OK;
 }
 

@@ -259,12 +259,14 @@ static zo_status start_fetch(zo_engine_t *e, zo_param_t *p, int demand, int pos,
                          : forward  ? eng_wb_data(e->wb, fw)
                                     : NULL;
   if (host_src) {
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz, ZO_COPY_H2D));
+    const int d2d = gathered && eng_pg_on_device(e->pg); /* gathered in device memory */
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, host_src, p->n * wsz,
+                             d2d ? ZO_COPY_D2D : ZO_COPY_H2D));
     ZO_CHECK(zo_event_record(p->ready, e->copy_stream));
     if (forward)
       eng_wb_mark_h2d(fw), eng_wb_hold(fw, 0); /* the region lives until this copy is done */
     if (gathered) eng_pg_mark_h2d(e, pos);     /* likewise the gather's region */
-    e->ctr.h2d_bytes += p->n * wsz;
+    if (!d2d) e->ctr.h2d_bytes += p->n * wsz;
     p->pstate = P_COPYING;
   } else {
     ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */

@@ -56,6 +56,10 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
     }
   }
   if (e->ptier == ZO_OFFLOAD_CPU) m->param_bytes = e->param_host.nbytes;
+  if (e->pdev) { /* this rank's blocks, in device memory */
+    m->param_bytes = 0;
+    for (int i = 0; i < e->n_params; i++) m->param_bytes += e->params[i]->part_n * wsz;
+  }
   if (e->ptier ==
       ZO_OFFLOAD_NVME) /* params.swp, and the tensors cached in param_host (offload_param.max_in_cpu) */
     m->param_bytes = (e->pfile ? zo_swap_file_size(e->pfile) : 0) + e->param_host.nbytes;

@@ -273,6 +273,14 @@ struct zo_engine {
   int64_t ls_iter, ls_last_overflow;
   int ls_hysteresis;
   zo_offload_device ptier; /* offload_param.device */
+  /* stage 3 on several GPU ranks with offload_param "none": the parameters are partitioned in device memory.
+   * ptier is then ZO_OFFLOAD_CPU (the partitioned path: fetch, gather, release) with this rank's blocks in
+   * param_dev, a region of the device block, instead of param_host; the gathers' ring is device memory too */
+  int pdev;
+  char *param_dev;
+  /* stage 3 on several ranks of the host device: offload_param "none" turned into "cpu" (its memory is the
+   * host's); a plan for a GPU (a dry run) partitions in device memory instead (pdev) */
+  int pconv;
   /* cpu: every tensor's working copy; nvme: those of the cached tensors (p->pw_host) */
   host_buf param_host;
   /* nvme: the host cache's budget in elements (offload_param.max_in_cpu when written, else 0;
@@ -609,12 +617,16 @@ static inline int eng_nccl_comms(const zo_engine_t *e) {
 static inline int eng_dp_dev(const zo_engine_t *e) {
   return e->world > 1 && !strcmp(zo_comm_backend(e->comm), "nccl");
 }
-/* At finalize, stage 3 on several ranks (collective): e->pg, with the gather ring of @ring_bytes (the plan's
- * "pg_ring"), its communicator and queue. On a failure what was allocated stays for eng_pg_free. */
-zo_status eng_pg_alloc(zo_engine_t *e, size_t ring_bytes);
+/* At finalize, stage 3 on several ranks (collective): e->pg, with the gather ring of @plan (pg_ring_bytes: the
+ * host buffer "pg_ring", or with e->pdev the device block's region at dev_pg_ring_off), its communicator and
+ * queue. On a failure what was allocated stays for eng_pg_free. */
+zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan);
 /* offload_param nvme: the pinned buffer (borrowed: the fetch coordinator's staging buffer 0, which no fetch uses at
  * stage 3 on several ranks) a rank's own block is read from params.swp through; set after eng_pg_alloc. */
 void eng_pg_set_stage(struct eng_pg *pg, void *stage);
+/* 1 when @pg's ring is device memory (parameters partitioned in device memory, over NCCL): what
+ * eng_pg_src() returns is then a device pointer. */
+int eng_pg_on_device(const struct eng_pg *pg);
 /* At destroy: finish the gathers queued (errors ignored), free the ring, the queue, the communicator and e->pg
  * (NULL after); a no-op when e->pg is NULL. */
 void eng_pg_free(zo_engine_t *e);

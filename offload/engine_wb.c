@@ -22,6 +22,9 @@
  *   overwritten within a step. */
 void *eng_working_dst(zo_engine_t *e, zo_param_t *p, size_t off) {
   const size_t wsz = zo_dtype_size(e->wdtype);
+  if (e->pdev) /* this rank's block in device memory: written there by device Adam, else uploaded from staging */
+    return e->tier == ZO_OFFLOAD_NONE ? e->param_dev + (p->pw_el + off) * wsz
+                                      : (char *)e->stage_host.ptr + (p->host_off + off) * wsz;
   if (p->pw_host) /* several ranks at stage 3: the host tier holds only this rank's block */
     return (char *)e->param_host.ptr + (p->pw_el + (eng_dp3(e) ? 0 : p->shard_off) + off) * wsz;
   if (e->ptier == ZO_OFFLOAD_NVME)
@@ -290,6 +293,16 @@ zo_status eng_wb_write(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, cons
  * published as under cpu: param_host is its home). */
 zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n) {
   if (n == 0 || (e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_NONE)) return ZO_OK;
+  if (e->pdev) { /* the block's home is device memory: device Adam wrote it there, else upload it */
+    if (e->tier == ZO_OFFLOAD_NONE) return ZO_OK;
+    const size_t wsz = zo_dtype_size(e->wdtype);
+    const double t0 = zo_clock_s();
+    zo_status st = zo_memcpy_async(e->copy_stream, e->param_dev + (p->pw_el + off) * wsz,
+                                   eng_working_dst(e, p, off), n * wsz, ZO_COPY_H2D);
+    e->ctr.h2d_bytes += n * wsz;
+    e->ctr.copy_s += zo_clock_s() - t0;
+    return st;
+  }
   const int in_file = eng_pw_in_file(e, p);
   /* Several ranks: stages 1-2 upload the all-gathered tensor in eng_dp_publish(); stage 3 gathers at every fetch
    * and drops the stale device copies after the step, so only the params.swp write below is left to do. */

@@ -293,6 +293,13 @@ static zo_status plan_device(const zo_plan_input *in, zo_plan *pl) {
   /* device Adam on several ranks: a reduced block (host) is uploaded here, then cast or added into the shard */
   pl->dev_stage_off = SIZE_MAX;
   pl->dp_dev_grad_off = pl->dp_dev_gather_off = SIZE_MAX;
+  pl->dev_param_off = pl->dev_pg_ring_off = SIZE_MAX;
+  pl->pg_ring_bytes = pg_ring_bytes(in);
+  if (in->pdev) { /* parameters partitioned in device memory: this rank's blocks, and over NCCL the gathers' ring */
+    pl->dev_param_off = dev, dev = add_sat(dev, round_sat(mul_sat(pl->pw_total_el, pl->wsz), 256));
+    if (in->dp_device)
+      pl->dev_pg_ring_off = dev, dev = add_sat(dev, round_sat(pl->pg_ring_bytes, 256));
+  }
   dp_host_bytes(in, &pl->dp_grad_bytes, &pl->dp_gather_bytes);
   if (in->dp_device && in->world > 1) {
     /* collectives in device memory: the reduction ring and the gather buffer in the block; a rank's reduced
@@ -345,7 +352,7 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
         add_buf(pl, ZO_TIER_HOST, name, mul_sat(shard_total, in->esz[k]), 1, pin, -1);
       }
   }
-  if (in->ptier == ZO_OFFLOAD_NONE && in->tier != ZO_OFFLOAD_NONE) {
+  if ((in->ptier == ZO_OFFLOAD_NONE || in->pdev) && in->tier != ZO_OFFLOAD_NONE) {
     add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
     if (in->dpu) /* the last step's uploads read the other */
       add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
@@ -365,9 +372,9 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
     pl->dp_land_bytes = mul_sat(part_largest, dp_red_size(in));
     add_buf(pl, ZO_TIER_HOST, "dp_land", pl->dp_land_bytes, 1, 1, -1);
   }
-  pl->pg_ring_bytes = pg_ring_bytes(in);
-  add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
-  if (in->ptier == ZO_OFFLOAD_CPU || pl->pcache_el)
+  if (pl->dev_pg_ring_off == SIZE_MAX)
+    add_buf(pl, ZO_TIER_HOST, "pg_ring", pl->pg_ring_bytes, 1, 1, -1);
+  if ((in->ptier == ZO_OFFLOAD_CPU && !in->pdev) || pl->pcache_el)
     add_buf(pl, ZO_TIER_HOST, "param_host",
             mul_sat(in->ptier == ZO_OFFLOAD_CPU ? pl->pw_total_el : pl->pcache_el, wsz), 1,
             c->zero.offload_param.pin_memory, -1);
@@ -497,6 +504,8 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   in->opt_res_el = e->opt_res_el;
   in->n_nccl_comms = eng_nccl_comms(e);
   in->dp_device = eng_dp_dev(e);
+  /* a GPU plan (a dry run on the host device) partitions stage 3's parameters in device memory */
+  in->pdev = e->pdev || (kind == ZO_DEVICE_CUDA && e->pconv);
   in->total_el = e->total_el;
   return ZO_OK;
 }
@@ -521,7 +530,17 @@ zo_status zo_plan_make(const zo_engine_t *e, const char *what, zo_device_kind ki
    * machine without it (zo-train --dry-run --device cuda). What zo_engine_create refuses for that device is refused
    * by the plan too (create did already for the engine's own). */
   const zo_device_kind pk = kind == ZO_DEVICE_AUTO ? zo_device_get_kind(e->dev) : kind;
-  ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
+  if (e->pconv) { /* checked as configured: offload_param "none" */
+    zo_config_t *c = malloc(sizeof *c);
+    if (!c) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
+    *c = e->cfg;
+    c->zero.offload_param.device = ZO_OFFLOAD_NONE;
+    const zo_status cst = zo_engine_check_device(c, pk, e->world);
+    free(c);
+    ZO_CHECK(cst);
+  } else {
+    ZO_CHECK(zo_engine_check_device(&e->cfg, pk, e->world));
+  }
   zo_plan_input in;
   ZO_CHECK(eng_plan_input(e, kind, &in));
   const zo_status st = zo_plan_compute(&in, what, out);

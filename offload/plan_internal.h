@@ -98,6 +98,9 @@ typedef struct zo_plan_input {
    * gradient reduction ring and the gather buffer of updated weights are planned in device_block, and
    * a host landing buffer ("dp_land") replaces them on the host when the optimizer is offloaded */
   int dp_device;
+  /* stage 3 on several GPU ranks with offload_param "none" (e->pdev; @ptier is then ZO_OFFLOAD_CPU): this
+   * rank's blocks of the working weights and the gathers' ring are planned in device_block, not in host memory */
+  int pdev;
   int n_nccl_comms; /* NCCL communicators whose device staging (ZO_COMM_NCCL_STAGE_BYTES each) the device
                                 needs (eng_nccl_comms); 0 on other backends */
   size_t total_el; /* elements of every registered tensor, whole (only in a message) */

@@ -16,7 +16,8 @@
  * overlap_comm (reductions in flight during backward, in a ring of
  * reduce_bucket_size elements, also one too small for two tensors, so the
  * oldest must be waited for); and stage 3 on several
- * ranks is refused naming the key.
+ * ranks, with the parameters on the host tier, NVMe or (GPU) partitioned in
+ * device memory.
  * usage: test_engine_dp [--backend host|cuda]   Exit 0 pass, 1 fail, 77 skip. ctest test_engine_dp_fakecuda (and
  * _np2_fakecuda, one stand-in GPU per rank) runs the cuda backend against the stand-in runtime (tests/fake_cudart.c);
  * the "state none" cases run device Adam there, its kernels emulated (devadam_emu.h, when the stand-in provides
@@ -307,6 +308,11 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
    * also the reduction ring in device memory (every padded fp32 gradient of a step at most) */
   const int nccl = !strcmp(zo_comm_backend(g_comm), "nccl");
   cfg.zoffload.device_memory_limit = 4 * 6106 + 26000 + (nccl ? 4 * (6106 + NP * W) + 256 : 0);
+  /* parameters partitioned in GPU memory: the one-rank reference keeps every tensor resident (and device Adam its
+   * state), so no limit; the bytes per rank are compared below */
+  const int pdev = ptier == ZO_OFFLOAD_NONE && zo_test_kind == ZO_DEVICE_CUDA && W > 1;
+  if (pdev) cfg.zoffload.device_memory_limit = 0;
+  if (zo_test_skip_device_kernels("stage 3, state none", otier == ZO_OFFLOAD_NONE)) return;
   const int fail0 = zo_test_failures;
   setup m, ref;
   if (open_engine(&m, &cfg, g_comm) || open_engine(&ref, &cfg, NULL)) return;
@@ -353,6 +359,19 @@ static void run_stage3(int steps, int overlap, int64_t prefetch_bucket, int64_t 
   zo_engine_mem mem_m, mem_r;
   REQUIRE_OK(zo_engine_mem_info(m.e, &mem_m));
   REQUIRE_OK(zo_engine_mem_info(ref.e, &mem_r));
+  if (pdev) { /* this rank's blocks in device memory: 1/W of the one rank's tensors, each padded to W blocks */
+    size_t want = 0;
+    for (int i = 0; i < NP; i++) want += (k_sizes[i] + (size_t)W - 1) / (size_t)W * 4;
+    if (mem_m.param_bytes != want || mem_r.param_bytes != 4 * 6106)
+      FAIL_AT(
+          "stage 3, param none, state %s: %zu B of parameters on this rank, expected %zu (one rank: %zu B)",
+          zo_offload_device_name(otier), mem_m.param_bytes, want, mem_r.param_bytes);
+    printf(
+        "stage 3, param none, state %s on %d ranks: parameters %zu B in device memory on this rank (one rank "
+        "%zu B); device block %zu B (one rank %zu B, with the rings)\n",
+        zo_offload_device_name(otier), W, mem_m.param_bytes, mem_r.param_bytes, mem_m.device_bytes,
+        mem_r.device_bytes);
+  }
   if (zo_test_failures == fail0)
     printf(
         "ok: stage 3, param %s, state %s%s, prefetch bucket %lld, gather bucket %lld, %d ranks, %d steps: %d fetches (evaluation "
@@ -441,9 +460,7 @@ static void stage3_refused(void) {
   static const struct {
     zo_offload_device ptier, otier;
     const char *says;
-  } k[] = {{ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, "offload_param.device to \"cpu\" or \"nvme\""},
-           {ZO_OFFLOAD_NONE, ZO_OFFLOAD_NVME, "offload_param.device to \"cpu\" or \"nvme\""},
-           {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE, "needs offload_param.device \"none\""}};
+  } k[] = {{ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE, "needs offload_param.device \"none\""}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (k[i].otier == ZO_OFFLOAD_NONE && !zo_test_device_kernels) continue;
     zo_config_t cfg;
@@ -525,16 +542,12 @@ int main(int argc, char **argv) {
    * parameters there (as offload_param "cpu") and matches the one-rank engine, whose parameters stay resident */
   if (zo_test_kind == ZO_DEVICE_HOST)
     run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU);
-  if (W > 1 &&
-      zo_test_kind !=
-          ZO_DEVICE_HOST) { /* parameters partitioned in GPU memory are not built: refused */
-    zo_config_t cfg;
-    base_config(
-        &cfg, 3,
-        ZO_OFFLOAD_CPU); /* state on the host: on cuda, "none" is refused first (device Adam) */
-    zo_engine_t *e = NULL;
-    CHECK_ST(zo_engine_create(&cfg, NULL, g_comm, &e), ZO_ERR_UNSUPPORTED);
-    CHECK_HAS(zo_last_error(), "zero_optimization.offload_param.device to \"cpu\" or \"nvme\"");
+  /* on a GPU, each rank keeps its blocks in device memory and gathers whole tensors ahead of use (over NCCL in
+   * device memory, over MPI through a pinned host ring); the optimizer on the device, the cpu or nvme */
+  if (W > 1 && zo_test_kind == ZO_DEVICE_CUDA) {
+    run_stage3(6, 1, 3000, 500000000, ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU);
+    run_stage3(6, 0, 50000000, 1100, ZO_OFFLOAD_NONE, ZO_OFFLOAD_NVME);
+    run_stage3(6, 1, 50000000, 500000000, ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE);
     if (g_boot) stage3_refused();
   }
   CHECK_OK(zo_comm_barrier(g_comm));

@@ -161,6 +161,12 @@ typedef struct zo_plan {
    * the reduction's element size; 0 with device Adam); SIZE_MAX, SIZE_MAX and 0 otherwise (the ring
    * and the gather buffer are then the host buffers "dp_grad" and "dp_gather") */
   size_t dp_dev_grad_off, dp_dev_gather_off, dp_land_bytes;
+  /* stage 3 on several GPU ranks with offload_param "none" (parameters partitioned in device
+   * memory): byte offsets in device_block of this rank's blocks of every tensor's working weights
+   * (pw_total_el elements, each tensor at its pw_el) and of the ring whole tensors are all-gathered
+   * into ahead of use (pg_ring_bytes); SIZE_MAX otherwise (they are then the host buffers
+   * "param_host" and "pg_ring") */
+  size_t dev_param_off, dev_pg_ring_off;
 } zo_plan;
 
 /*

@@ -504,6 +504,14 @@ static zo_status eng_plan_input(const zo_engine_t *e, zo_device_kind kind, zo_pl
   in->opt_res_el = e->opt_res_el;
   in->n_nccl_comms = eng_nccl_comms(e);
   in->dp_device = eng_dp_dev(e);
+  /* a GPU plan on a host device standing in for the GPU (zo-train --dry-run --device cuda): the collectives the
+   * run would use, zoffload.comm "auto" or "nccl" being NCCL when this zoffload has it (zo-train's choice) */
+  if (kind == ZO_DEVICE_CUDA && zo_device_get_kind(e->dev) != ZO_DEVICE_CUDA && e->world > 1 &&
+      e->cfg.zoffload.comm != ZO_COMM_MPI &&
+      (e->cfg.zoffload.comm == ZO_COMM_NCCL || ZO_HAVE_NCCL)) {
+    in->dp_device = 1;
+    in->n_nccl_comms = 1 + eng_dp3(e);
+  }
   /* a GPU plan (a dry run on the host device) partitions stage 3's parameters in device memory */
   in->pdev = e->pdev || (kind == ZO_DEVICE_CUDA && e->pconv);
   in->total_el = e->total_el;

@@ -36,10 +36,11 @@
 #   gpt_10b              150  119  configs/gpt-10b.json for 10 steps (optimizer nvme, placement auto): steps done,
 #                                  tokens/s, peak device memory
 #   ranks_1gpu            90    -  two ranks on the one GPU through the mpi backend (host collectives; NCCL refuses
-#                                  two ranks on one device): configs/default.json at stages 1, 2 and 3 (parameters on
-#                                  cpu at 3), 8 sequences a rank against one rank with two micro-batches of 8: every
+#                                  two ranks on one device): configs/default.json at stages 1, 2, 3 (parameters on
+#                                  cpu) and 3d (stage 3, parameters partitioned in device memory), 8 sequences a
+#                                  rank against one rank with two micro-batches of 8: every
 #                                  loss within cuda_vs_host's 2%; the figures: the largest difference, bit equality
-#   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stage 2 over nccl on
+#   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stages 2 and 3d over nccl on
 #                                  two GPUs; SKIP with the reason on one GPU (the several-rank NCCL paths then ran
 #                                  only on the stand-in, ctest nccl_fake_np2/np3)
 # Seen in all: 237 s of stages (racecheck over every kernel not included); with the start-up and the transfers a
@@ -425,7 +426,8 @@ do_python_cuda() {
 }
 
 # ranks_np NAME NP STAGE ARGS...: the several-rank run (np 1: the reference, two micro-batches of 8; else NP ranks of
-# 8 sequences each) of configs/default.json at STAGE (parameters on cpu at stage 3), 10 steps (3 --dry) on cuda (host
+# 8 sequences each) of configs/default.json at STAGE (parameters on cpu at stage 3; STAGE 3d: stage 3 with the
+# parameters partitioned in device memory, offload_param "none"), 10 steps (3 --dry) on cuda (host
 # --dry), each rank limited to 40 GB of device memory so that two fit on one GPU; ARGS (PATH=JSON) go to derive.
 ranks_np() {
   local name=$1 np=$2 st=$3
@@ -433,6 +435,7 @@ ranks_np() {
   local n=10 dev=cuda lim=(--device-memory-limit 40000000000) off='{"device": "none"}'
   [ $dry -eq 1 ] && n=3 dev=host lim=()
   [ "$st" = 3 ] && off='{"device": "cpu", "pin_memory": true}'
+  [ "$st" = 3d ] && st=3
   derive configs/default.json "$out/$name.json" steps_per_print=1 zero_optimization.stage="$st" \
     zero_optimization.offload_param="$off" train_micro_batch_size_per_gpu=8 \
     gradient_accumulation_steps=$((np == 1 ? 2 : 1)) train_batch_size=$((np == 1 ? 16 : 8 * np)) "$@" || return 1
@@ -472,7 +475,7 @@ do_ranks_1gpu() {
   # both ranks on GPU 0: LOCAL_RANK names the device (zo_device_local_ordinal); the ranks come from MPI
   ranks_mpi_args=(-x LOCAL_RANK=0)
   local st bad=0
-  for st in 1 2 3; do
+  for st in 1 2 3 3d; do
     ranks_np "ranks_1gpu-s$st-ref" 1 "$st" || return 1
     ranks_np "ranks_1gpu-s$st-np2" 2 "$st" zoffload.comm='"mpi"' || return 1
     ranks_cmp "ranks_1gpu-s$st-ref" "ranks_1gpu-s$st-np2" "ranks_1gpu stage $st, 2 ranks on 1 GPU (mpi)" || bad=1
@@ -501,7 +504,11 @@ do_nccl_ranks() {
   ranks_mpi_args=()
   ranks_np nccl_ranks-ref 1 2 || return 1
   ranks_np nccl_ranks-np2 2 2 zoffload.comm='"nccl"' || return 1
-  ranks_cmp nccl_ranks-ref nccl_ranks-np2 "nccl_ranks stage 2, 2 GPUs (nccl)"
+  ranks_cmp nccl_ranks-ref nccl_ranks-np2 "nccl_ranks stage 2, 2 GPUs (nccl)" || return 1
+  # stage 3 with each rank's blocks in device memory, gathered device to device
+  ranks_np nccl_ranks-3d-ref 1 3d || return 1
+  ranks_np nccl_ranks-3d-np2 2 3d zoffload.comm='"nccl"' || return 1
+  ranks_cmp nccl_ranks-3d-ref nccl_ranks-3d-np2 "nccl_ranks stage 3d (parameters in device memory), 2 GPUs (nccl)"
 }
 
 # ---------------------------------------------------------------- the run

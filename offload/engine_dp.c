@@ -39,8 +39,9 @@
  * completes inside its grad_ready(). Stage 3's parameter gathers are
  * engine_dp3.c's. Source: Rajbhandari et al., "ZeRO: Memory Optimizations
  * Toward Training Trillion Parameter Models" (SC'20), sections 5.1-5.2.
- * Not here yet: delayed parameter update on several ranks (refused at
- * create).
+ * Delayed parameter update (stages 1-2): the all-gather of a step's update
+ * happens when it is published, at the next zo_engine_step(), on every rank
+ * at the same call (engine_step.c dpu_publish).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,11 +81,13 @@ struct eng_dp {
 
 zo_status eng_dp_check(const zo_engine_t *e) {
   /* stage 3 with offload_param "none": refused on a GPU by zo_engine_check_device (a dry run plans by it too) */
-  if (e->dpu)
-    return zo_error_set(ZO_ERR_UNSUPPORTED,
-                        "zoffload.delayed_param_update on %d ranks is not built yet; set it to "
-                        "false or run one rank",
-                        e->world);
+  /* stages 1-2: the last step's update is all-gathered when it is published, at the next step (engine_step.c) */
+  if (e->dpu && e->cfg.zero.stage == 3)
+    return zo_error_set(
+        ZO_ERR_UNSUPPORTED,
+        "zoffload.delayed_param_update with zero_optimization.stage 3 on %d ranks is "
+        "not built; use stage 1 or 2, or set it to false",
+        e->world);
   if (e->cfg.zero.stage == 0 && e->tier != ZO_OFFLOAD_NONE)
     return zo_error_set(ZO_ERR_CONFIG,
                         "zero_optimization.stage 0 with offload_optimizer.device \"%s\": offload "

@@ -82,7 +82,9 @@ zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out, size_t
     return zo_error_set(ZO_ERR_INVALID_USAGE, "get_master '%s': engine not finalized", p->name);
   if (shard_offset) *shard_offset = p->shard_off;
   if (shard_n) *shard_n = p->shard_n;
-  ZO_CHECK(zo_engine_synchronize(e)); /* a delayed update still in flight */
+  /* a delayed update still in flight: its tasks finished (on several ranks without the publish, a collective,
+   * so that one rank may read its masters alone) */
+  ZO_CHECK(e->world > 1 ? eng_dpu_finish(e) : zo_engine_synchronize(e));
   if (eng_device_adam(e))
     return eng_dev_copy(e, out, p->state[ST_MASTER], p->shard_n * sizeof(float), ZO_COPY_D2H);
   if (e->tier != ZO_OFFLOAD_NVME) {

@@ -221,6 +221,8 @@ struct zo_engine {
   int n_grads;            /* gradients handed over in this step */
   int dpu;         /* zoffload.delayed_param_update: step N's Adam overlaps step N+1's compute */
   int dpu_pending; /* Adam tasks of the last step still to be finished and published */
+  /* the last step's Adam tasks are finished (eng_dpu_finish) but their weights not published yet */
+  int dpu_unpublished;
   host_buf grad_host2; /* DPU: second gradient buffer (the last step's Adam reads the other) */
   /* DPU: second staging of the working copy (the last step's uploads read the other) */
   host_buf stage_host2;
@@ -563,6 +565,10 @@ zo_status eng_dp_agree(zo_engine_t *e, zo_status mine, const char *what);
 /* Several ranks (collective): rank 0's outcome @st0 of a step only it takes, handed to every rank (rank 0 gets
  * @st0 back; another rank an error naming @what when it failed). One rank: @st0. */
 zo_status eng_dp_from_rank0(zo_engine_t *e, zo_status st0, const char *what);
+/* Delayed update: wait the last step's Adam tasks and queue what they wrote, without publishing it (on several
+ * ranks the publish is a collective; this is not): the master weights are then final. ZO_OK when none is pending;
+ * else the first task's error. engine_step.c. */
+zo_status eng_dpu_finish(zo_engine_t *e);
 /* At create with world > 1: what the multi-rank engine cannot do yet, refused naming the key. */
 zo_status eng_dp_check(const zo_engine_t *e);
 /* At finalize, several ranks: e->dp, with the gradient reduction ring and the gather buffer of @plan

@@ -19,14 +19,24 @@
  * tensor's own event, fetch waits for it), then flip the staging of the working copy: the next Adam writes the
  * other buffer while these uploads are in flight, and the next step's wait on the copy stream settles them before
  * this buffer is written again. Returns without waiting for the uploads. */
-static zo_status dpu_publish(zo_engine_t *e) {
+zo_status eng_dpu_finish(zo_engine_t *e) {
   zo_status st = ZO_OK;
+  if (!e->dpu_pending) return ZO_OK;
   for (int i = 0; i < e->n_params; i++) {
     if (!e->tasks[i]) continue;
     zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
     if (st == ZO_OK) st = s2;
   }
   e->dpu_pending = 0;
+  e->dpu_unpublished = 1;
+  return st;
+}
+
+static zo_status dpu_publish(zo_engine_t *e) {
+  zo_status st = eng_dpu_finish(e);
+  e->dpu_unpublished = 0;
+  /* several ranks: every rank's updated shard, all-gathered from the staging Adam wrote (before the flip) */
+  if (st == ZO_OK && e->world > 1) st = eng_dp_publish(e, NULL);
   if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
   host_buf tmp = e->stage_host;
   e->stage_host = e->stage_host2;
@@ -37,7 +47,7 @@ static zo_status dpu_publish(zo_engine_t *e) {
 zo_status zo_engine_synchronize(zo_engine_t *e) {
   ENG_CHECK_OWNER(e, "synchronize");
   if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "synchronize: engine is NULL");
-  zo_status st = e->dpu_pending ? dpu_publish(e) : ZO_OK;
+  zo_status st = e->dpu_pending || e->dpu_unpublished ? dpu_publish(e) : ZO_OK;
   zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream)
                                 : ZO_OK; /* staging is free again after */
   return st != ZO_OK ? st : s2;
@@ -94,7 +104,9 @@ static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_
     ZO_CHECK(eng_trace_end_step(e));
   }
   *dpu_wait = 0;
-  if (e->dpu_pending) { /* delayed update: the last step's Adam ran during this step's compute; publish it now */
+  if (e->dpu_pending ||
+      e->dpu_unpublished) { /* delayed update: the last step's Adam ran during this step's
+                                                 * compute; publish it now */
     double td = zo_clock_s();
     ZO_CHECK(dpu_publish(
         e)); /* the uploads overlap the next forward: it waits per tensor (eng_ready_per_tensor) */
@@ -281,8 +293,9 @@ static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int ea
 /* After the update: all-gather the new weights over the ranks, mark them
  * ready, take the step's communication figures into *inf. */
 static zo_status step_publish(zo_engine_t *e, zo_step_info *inf) {
-  if (e->world > 1)
-    ZO_CHECK(eng_dp_publish(e, NULL)); /* every rank's updated shard, all-gathered */
+  if (e->world > 1 &&
+      !e->dpu) /* every rank's updated shard, all-gathered (DPU: when published, dpu_publish) */
+    ZO_CHECK(eng_dp_publish(e, NULL));
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf->comm_s = e->ctr.dp_comm_s;
   inf->comm_bytes = e->ctr.dp_bytes;

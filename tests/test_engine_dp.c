@@ -147,12 +147,15 @@ static void hand_over(setup *s, int i, const float *g) {
 
 /* @overlap: zero_optimization.overlap_comm; @bucket: reduce_bucket_size and allgather_bucket_size (elements; 0
  * keeps the defaults: every tensor in one wave) */
+static int g_dpu; /* zoffload.delayed_param_update for run_case */
+
 static void run_case(const char *label, int stage, zo_offload_device tier, int steps, int overlap,
                      int64_t bucket) {
   if (zo_test_skip_device_kernels(label, tier == ZO_OFFLOAD_NONE)) return;
   zo_config_t cfg;
   base_config(&cfg, stage, tier);
   cfg.zero.overlap_comm = overlap;
+  cfg.zoffload.delayed_param_update = g_dpu;
   if (bucket)
     cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = bucket; /* both rings small */
   /* The reference's gradient is the mean rounded to fp32, fl(sum * fl(1/W)), exact when W is a power of two;
@@ -188,6 +191,10 @@ static void run_case(const char *label, int stage, zo_offload_device tier, int s
     if (W > 1) CHECK(a.comm_bytes > 0);
   }
   CHECK(max_norm_rel < (pow2 ? 1e-12 : 1e-6));
+  if (g_dpu) { /* the last step's update is published (all-gathered: collective) */
+    REQUIRE_OK(zo_engine_synchronize(m.e));
+    REQUIRE_OK(zo_engine_synchronize(ref.e));
+  }
   zo_engine_mem pcie1, rpcie1;
   REQUIRE_OK(zo_engine_mem_info(m.e, &pcie1));
   REQUIRE_OK(zo_engine_mem_info(ref.e, &rpcie1));
@@ -529,6 +536,11 @@ int main(int argc, char **argv) {
     run_case("stage 1, state nvme", 1, ZO_OFFLOAD_NVME, 4, 1, 5000);
     run_case("stage 2, state none", 2, ZO_OFFLOAD_NONE, 4, 1, 5000);
   }
+  /* delayed parameter update: step N's Adam runs during step N+1's reductions, its all-gather at N+1's step */
+  g_dpu = 1;
+  run_case("stage 2, cpu, dpu", 2, ZO_OFFLOAD_CPU, 5, 1, 0);
+  run_case("stage 1, cpu, dpu", 1, ZO_OFFLOAD_CPU, 5, 0, 5000);
+  g_dpu = 0;
   run_fp16();
   /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */
   run_stage3(6, 0, 3000, 500000000, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU);

@@ -484,7 +484,10 @@ ZO_API zo_status zo_engine_step(zo_engine_t *e, zo_step_info *info);
  * zo_engine_synchronize() - finish every update in flight: with
  * zoffload.delayed_param_update, the last step's Adam tasks are waited and
  * their working weights published to the device; then the copy stream is
- * drained. Call it before reading final weights (zo_engine_get_master does).
+ * drained. Call it before reading final weights (zo_engine_get_master does,
+ * on several ranks without the publish). On several ranks with the delayed
+ * update pending it is collective (the publish all-gathers the new shards):
+ * every rank calls it, as every rank calls zo_engine_step().
  * Returns ZO_OK or the first error of the work it waited for.
  */
 ZO_API zo_status zo_engine_synchronize(zo_engine_t *e);

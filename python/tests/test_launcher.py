@@ -52,3 +52,21 @@ def test_a_failing_rank_stops_the_others(tmp_path):
 def test_refused(tmp_path, bad):
     r = launch(tmp_path, *bad)
     assert r.returncode == 2 and "zoffload: error:" in r.stderr, r.stderr
+
+
+def test_omp_threads_shared_out(tmp_path):
+    """Several ranks: OMP_NUM_THREADS = the cores shared out unless it is set; one rank: left alone."""
+    script = tmp_path / "omp.py"
+    script.write_text("import os\nos.write(1, ('omp %s\\n' % os.environ.get('OMP_NUM_THREADS')).encode())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+
+    def run(*args, **extra):
+        r = subprocess.run([sys.executable, "-m", "zoffload.launcher", *args, "--no_local_rank", str(script)],
+                           capture_output=True, text=True, timeout=120, env=dict(env, **extra))
+        assert r.returncode == 0, r.stderr
+        return sorted(l for l in r.stdout.splitlines() if l.startswith("omp")), r.stderr
+    want = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    lines, err = run("--num_gpus", "2")
+    assert lines == ["omp " + want] * 2 and "OMP_NUM_THREADS=%s for each of the 2 ranks" % want in err, (lines, err)
+    assert run("--num_gpus", "2", OMP_NUM_THREADS="3")[0] == ["omp 3"] * 2
+    assert run("--num_gpus", "1")[0] == ["omp None"]

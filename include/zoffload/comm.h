@@ -198,6 +198,12 @@ typedef struct zo_comm_external_ops {
  * `mpi`. zo_comm_backend() gives "external". Not collective: the caller has
  * set up its group already. @ctx belongs to the communicator until
  * @ops->destroy is called from zo_comm_destroy().
+ * A zo_comm_split() of it whose ranks all share this host moves data through
+ * POSIX shared memory (a segment of world size x 2 slots x 2 MiB in
+ * /dev/shm, sums in rank order, a progress thread per communicator) instead
+ * of the callbacks, which then only set it up; the environment variable
+ * ZO_COMM_EXTERNAL_SHM=0 on any rank turns that off; a segment that cannot be made
+ * falls back to the callbacks (comm_external.c).
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @ops or @out, a required callback
  * (all but split, destroy, error) NULL, @world_size < 1, @rank outside
  * [0, @world_size)); ZO_ERR_OUT_OF_MEMORY. Collectives on it return the

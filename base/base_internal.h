@@ -114,6 +114,8 @@ int zo_pread_all(int fd, void *buf, size_t n, uint64_t off, size_t *done);
  * another host sharing the directory is not seen.
  * zo_pid_gone() - 1 when no process runs as @pid here (kill(pid, 0) fails with ESRCH); 0 when one runs (or may:
  * EPERM), for this process's own pid, and for @pid outside 1..INT_MAX.
+ * zo_pid_exited() - zo_pid_gone(), or @pid has exited and its parent has not reaped it yet (a zombie:
+ * /proc/@pid/stat state Z or X); for a peer process that must not be waited on once it has ended.
  */
 #define ZO_TMPFILE_TRIES 100
 int zo_tmpfile_open(const char *target, char *tmp, size_t cap);
@@ -122,6 +124,7 @@ int zo_tmpfile_place(const char *tmp, const char *target, mode_t *found);
 const char *zo_file_kind(mode_t mode);
 void zo_tmpfile_sweep(const char *target);
 int zo_pid_gone(long pid);
+int zo_pid_exited(long pid);
 
 /*
  * zo_tl_host_func - nonzero while the calling thread runs a stream host function (zo_launch_host_func): the host

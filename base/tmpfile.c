@@ -70,6 +70,20 @@ int zo_pid_gone(long pid) {
   return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
+int zo_pid_exited(long pid) {
+  if (zo_pid_gone(pid)) return 1;
+  if (pid <= 0 || pid > INT_MAX || pid == (long)getpid()) return 0;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  const size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* The decimal number at *@p as "%ld" / "%d" print it (digits, no sign, no leading zero but in "0"), at most @max,
  * into *@v; *@p moved past it. 0 when there is none. */
 static int tmp_number(const char **p, long max, long *v) {

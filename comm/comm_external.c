@@ -171,19 +171,6 @@ static inline void spin_pause(void) {
 #endif
 }
 
-/* @pid has exited: no such process, or a zombie its parent has not reaped yet. */
-static int peer_gone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  const size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
 
 /* Wait until every peer's posted (@done: done) counter has reached @g: spins for SHM_SPIN_S (a peer on a core
  * answers within microseconds), then sleeps on the futex, checking every 100 ms that the peer still exists. */
@@ -203,7 +190,7 @@ static int shm_await(ext_shm *s, int done, uint32_t g, char *err, size_t cap) {
       const struct timespec ts = {0, 100 * 1000 * 1000};
       syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
       const pid_t pid = ctl_of(s, q)->pid;
-      if (peer_gone(pid)) {
+      if (zo_pid_exited(pid)) {
         snprintf(err, cap, "rank %d (pid %d) is gone", q, (int)pid);
         return 1;
       }

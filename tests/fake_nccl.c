@@ -212,7 +212,8 @@ static void remote_failed(struct ncclComm *c) {
   __atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_RELEASE);
 }
 
-/* 1 when process @p has exited: gone, or a zombie its parent has not reaped yet (/proc/@p/stat state Z or X). */
+/* 1 when process @p has exited: gone, or a zombie its parent has not reaped yet (/proc/@p/stat state Z or X). The
+ * library's zo_pid_exited() (base/tmpfile.c) is not reachable from this stand-in libnccl, which links no zoffload code. */
 static int pid_gone(pid_t p) {
   if (kill(p, 0) != 0) return errno == ESRCH;
   char path[64], buf[512];

@@ -14,11 +14,13 @@
  * the stream's worker, not in the caller. Exit 77 when the stand-in (or its emulation hook) is not
  * loaded or the library has no device Adam kernel.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zo_test.h"
@@ -256,6 +258,11 @@ static void test_launch_order(zo_device_t *dev) {
 
 int main(int argc, char **argv) {
   if (argc > 1) g_dir = argv[1];
+  /* the checkpoint root: each registration passes its own (test_devadam_emu and _np2 may run at once) */
+  if (mkdir(g_dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "test_devadam_emu: mkdir %s: %s\n", g_dir, strerror(errno));
+    return 1;
+  }
   if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return zo_test_finish("test_devadam_emu");
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   const int emu = devadam_emu_install();

@@ -64,16 +64,15 @@ struct eng_dp {
   /* host collectives: the whole gradient of one tensor, padded, reduced in place; every tensor's working weights,
    * padded, all-gathered in place */
   host_buf grad, gather;
-  /* device collectives (eng_dp_dev): the same two in the device block, and where a rank's reduced block lands on
-   * the host for an offloaded optimizer */
+  /* device collectives (eng_dp_dev): the same two in the device block instead, and where a rank's reduced block
+   * lands on the host for an offloaded optimizer */
   int dev;
-  char *grad_dev, *gather_dev;
   host_buf land;
   zo_event_t
       *gathered; /* device collectives: a rank's new block is in the gather buffer (copy stream) */
-  char *red;     /* the reduction ring: grad.ptr or grad_dev */
-  size_t red_nbytes;
-  size_t gather_nbytes; /* of gather or gather_dev */
+  /* the two in use: grad.ptr and gather.ptr, or the device block's regions */
+  char *red, *gat;
+  size_t red_nbytes, gather_nbytes;
   dp_red *q; /* reductions in flight, oldest first: circular (n_params entries), q_n from q_first */
   int q_first, q_n;
   size_t head; /* next free byte of grad (a ring: regions are freed oldest first) */
@@ -130,15 +129,15 @@ zo_status eng_dp_alloc(zo_engine_t *e, const zo_plan *plan) {
   d->red_nbytes = plan->dp_grad_bytes, d->gather_nbytes = plan->dp_gather_bytes;
   if (plan->dp_dev_grad_off != SIZE_MAX) {
     d->dev = 1;
-    d->red = d->grad_dev = (char *)e->dev_block + plan->dp_dev_grad_off;
+    d->red = (char *)e->dev_block + plan->dp_dev_grad_off;
     if (plan->dp_dev_gather_off != SIZE_MAX)
-      d->gather_dev = (char *)e->dev_block + plan->dp_dev_gather_off;
+      d->gat = (char *)e->dev_block + plan->dp_dev_gather_off;
     ZO_CHECK(eng_host_buf_alloc_as(e, &d->land, "dp_land", plan->dp_land_bytes, 1));
     ZO_CHECK(zo_event_create(e->dev, &d->gathered));
   } else {
     ZO_CHECK(eng_host_buf_alloc_as(e, &d->grad, "dp_grad", plan->dp_grad_bytes, 1));
     ZO_CHECK(eng_host_buf_alloc_as(e, &d->gather, "dp_gather", plan->dp_gather_bytes, 1));
-    d->red = d->grad.ptr;
+    d->red = d->grad.ptr, d->gat = d->gather.ptr;
   }
   d->q = calloc((size_t)e->n_params, sizeof *d->q);
   if (!d->q)
@@ -370,8 +369,7 @@ zo_status eng_dp_grad(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype 
 static zo_status gather_start(zo_engine_t *e, zo_param_t *p, zo_comm_req_t **req) {
   const size_t wsz = zo_dtype_size(e->wdtype);
   struct eng_dp *d = e->dp;
-  char *t = (d->dev ? d->gather_dev : (char *)d->gather.ptr) + p->dp_off * wsz,
-       *block = t + (size_t)e->rank * p->part_n * wsz;
+  char *t = d->gat + p->dp_off * wsz, *block = t + (size_t)e->rank * p->part_n * wsz;
   if (d->dev) { /* the rank's block into device memory (copied there, or uploaded: 1/world of the tensor) */
     if (p->part_n > p->shard_n)
       ZO_CHECK(zo_memset_async(e->copy_stream, block + p->shard_n * wsz, 0,
@@ -411,7 +409,7 @@ static zo_status gather_finish(zo_engine_t *e, zo_param_t *p, zo_comm_req_t *req
   if (st != ZO_OK)
     return zo_error_prefix(st, "all-gather of '%s' over %d ranks", p->name, e->world);
   const struct eng_dp *d = e->dp;
-  const char *t = (d->dev ? d->gather_dev : (const char *)d->gather.ptr) + p->dp_off * wsz;
+  const char *t = d->gat + p->dp_off * wsz;
   ZO_CHECK(zo_memcpy_async(e->copy_stream, p->weights, t, p->n * wsz,
                            d->dev ? ZO_COPY_D2D : ZO_COPY_H2D));
   if (!d->dev) e->ctr.h2d_bytes += p->n * wsz;

@@ -646,7 +646,7 @@ static zo_status finalize_tiers(zo_engine_t *e, const zo_plan *plan) {
                                    e->cfg.zero.offload_param.pin_memory));
   if (e->ptier == ZO_OFFLOAD_NVME) {
     ZO_CHECK(alloc_param_nvme(e, plan));
-    if (eng_dp3(e)) eng_pg_set_stage(e->pg, eng_fetch_stage(e->fetch, 0));
+    if (eng_dp3(e)) eng_pg_set_stages(e->pg, e->fetch);
   }
   if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_nv_alloc(e, plan));
   if (e->ptier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_wb_ring_alloc(e, plan));

@@ -40,7 +40,19 @@ typedef struct dp_gat {
   struct pg_bucket *b; /* the all-gather it is part of */
   uint64_t seq; /* its place in the order of all entries (buckets find their members by it) */
   int h2d;      /* a host-to-device copy out of the region was queued (p->ready marks it) */
+  /* This rank's block: *dst is where the all-gather sends it from. own_start() copies it there at once when it
+   * is in memory; from params.swp it is read ahead into a staging slot (unread: waiting for a slot; rd: the
+   * read in flight) and copied to dst when the bucket is launched. */
+  char *dst;
+  int own; /* the block is at dst */
+  int unread;
+  int slot; /* staging slot holding or receiving the read, or -1 */
+  zo_swap_req_t *rd;
 } dp_gat;
+
+/* Staging slots for reads of own blocks ahead of their gathers: at most this many (offload_param.buffer_count
+ * gives how many there are). */
+#define PG_SLOTS 64
 
 /* The part's state (e->pg), stage 3 on several ranks, from finalize to destroy. */
 struct eng_pg {
@@ -59,8 +71,12 @@ struct eng_pg {
   /* a duplicate of e->comm for the gathers: their order is fixed by the fetch calls, that of the gradient
    * reductions by when copies land, so they may not share one */
   zo_comm_t *comm;
-  /* offload_param nvme: the fetch coordinator's staging buffer 0 (borrowed; eng_pg_set_stage) */
-  void *stage;
+  /* offload_param nvme: the fetch coordinator's staging buffers (borrowed; eng_pg_set_stages), which no fetch
+   * uses at stage 3 on several ranks: reads of this rank's blocks ahead of their gathers */
+  void *slot[PG_SLOTS];
+  int slot_busy[PG_SLOTS];
+  int n_slots;
+  uint64_t reads_ahead, reads_waited; /* reads done when their bucket was launched, or waited for */
 };
 
 zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan) {
@@ -88,7 +104,11 @@ zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan) {
   return ZO_OK;
 }
 
-void eng_pg_set_stage(struct eng_pg *pg, void *stage) { pg->stage = stage; }
+void eng_pg_set_stages(struct eng_pg *pg, const struct eng_fetch *f) {
+  pg->n_slots = 0;
+  while (pg->n_slots < PG_SLOTS && (pg->slot[pg->n_slots] = eng_fetch_stage(f, pg->n_slots)))
+    pg->n_slots++;
+}
 
 int eng_pg_on_device(const struct eng_pg *pg) { return pg && pg->dev; }
 
@@ -100,7 +120,14 @@ static zo_status pop_oldest(zo_engine_t *e);
 void eng_pg_free(zo_engine_t *e) {
   struct eng_pg *pg = e->pg;
   if (!pg) return;
-  while (pg->q_n) pop_oldest(e); /* after an error: let MPI finish them */
+  /* Every bucket opened is launched and finished, as on every other rank (which ones were launched by now
+   * depends on when reads landed); after an error too, so that no peer is left waiting in a collective. */
+  while (pg->q_n) pop_oldest(e);
+  if (pg->reads_ahead + pg->reads_waited)
+    zo_debug(
+        "engine: rank %d read %llu of its blocks from params.swp ahead of their all-gathers, waited for "
+        "%llu",
+        e->rank, (unsigned long long)pg->reads_ahead, (unsigned long long)pg->reads_waited);
   free(pg->q);
   eng_host_buf_free(&pg->ring);
   zo_event_destroy(pg->own_ev);
@@ -132,41 +159,90 @@ static zo_status q_grow(struct eng_pg *pg) {
 }
 
 /*
- * This rank's block of @p's working weights into @dst (part_n elements): from param_host (cpu, and nvme tensors
- * cached there by offload_param.max_in_cpu), or (nvme) from
- * the write-back ring while the newest update is still there, else read from params.swp through staging buffer
- * 0 (which no fetch uses at stage 3 on several ranks: gathered tensors are copied from the ring), blocking.
+ * This rank's block of @g's tensor (part_n elements) into g->dst. From device memory (e->pdev), param_host (cpu,
+ * and nvme tensors cached there by offload_param.max_in_cpu) or the write-back ring while the newest update is
+ * still there, it is copied now (g->own). From params.swp it is read ahead: g->unread until read_more() gives it
+ * a staging slot, then the read is in flight (g->rd) until own_finish() copies it to dst. The weights cannot
+ * change in between: a tensor's update comes after the last fetch of the step, which consumes this gather.
  */
-static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
+static zo_status own_start(zo_engine_t *e, dp_gat *g) {
+  zo_param_t *p = g->p;
   const size_t wsz = zo_dtype_size(e->wdtype);
+  g->slot = -1;
+  g->own = 1;
   if (e->pdev &&
       e->pg->dev) /* device to device, on the copy stream, behind the update that wrote it */
-    return zo_memcpy_async(e->copy_stream, dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz,
+    return zo_memcpy_async(e->copy_stream, g->dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz,
                            ZO_COPY_D2D);
   if (e->pdev) { /* host collectives (mpi): down into the host ring, behind the update that wrote it */
     e->ctr.d2h_bytes += p->part_n * wsz;
-    return eng_dev_copy(e, dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz, ZO_COPY_D2H);
+    return eng_dev_copy(e, g->dst, e->param_dev + p->pw_el * wsz, p->part_n * wsz, ZO_COPY_D2H);
   }
   if (p->pw_host) {
-    memcpy(dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
+    memcpy(g->dst, (const char *)e->param_host.ptr + p->pw_el * wsz, p->part_n * wsz);
     return ZO_OK;
   }
   const wb_entry *w = eng_wb_written(e->wb, p, p->shard_n);
   if (w) {
-    memcpy(dst, eng_wb_data(e->wb, w), p->shard_n * wsz);
+    memcpy(g->dst, eng_wb_data(e->wb, w), p->shard_n * wsz);
     return ZO_OK;
   }
-  ZO_CHECK(eng_wb_drain(e, p, 0, 0)); /* params.swp must hold the last update */
-  zo_swap_req_t *req = NULL;
-  const size_t nbytes = zo_round_up(p->part_n * wsz, e->swap_align);
-  zo_status st =
-      zo_swap_submit_read_urgent(e->pswap, e->pfile, p->pw_el * wsz, e->pg->stage, nbytes, &req);
-  if (st == ZO_OK) st = eng_swap_wait(e, e->pswap, &req);
-  if (st != ZO_OK)
-    return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", p->name);
-  e->ctr.nvme_read_bytes += nbytes;
-  memcpy(dst, e->pg->stage, p->part_n * wsz);
+  g->own = 0, g->unread = 1;
   return ZO_OK;
+}
+
+/* Free staging slots to the queued blocks still to read, oldest first (so the blocks holding slots are always
+ * the oldest unread ones, and the oldest bucket's members get theirs as the buckets before it launch). */
+static zo_status read_more(zo_engine_t *e) {
+  struct eng_pg *pg = e->pg;
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  int s = 0;
+  for (int i = 0; i < pg->q_n; i++) {
+    dp_gat *g = g_at(pg, i);
+    if (!g->unread) continue;
+    while (s < pg->n_slots && pg->slot_busy[s]) s++;
+    if (s == pg->n_slots) return ZO_OK;
+    ZO_CHECK(eng_wb_drain(e, g->p, 0, 0)); /* params.swp must hold the last update */
+    const size_t nbytes = zo_round_up(g->p->part_n * wsz, e->swap_align);
+    zo_status st =
+        zo_swap_submit_read(e->pswap, e->pfile, g->p->pw_el * wsz, pg->slot[s], nbytes, &g->rd);
+    if (st != ZO_OK)
+      return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", g->p->name);
+    e->ctr.nvme_read_bytes += nbytes;
+    pg->slot_busy[s] = 1, g->slot = s, g->unread = 0;
+  }
+  return ZO_OK;
+}
+
+/* @g's block to g->dst once its read is done: waiting with @wait (first giving it a slot), else polling;
+ * *ready = g->own after. */
+static zo_status own_finish(zo_engine_t *e, dp_gat *g, int wait, int *ready) {
+  struct eng_pg *pg = e->pg;
+  *ready = g->own;
+  if (g->own) return ZO_OK;
+  if (g->unread) ZO_CHECK(read_more(e));
+  if (g->unread) { /* a bug: the slots are held by younger blocks */
+    if (!wait) return ZO_OK;
+    return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: no staging slot to read the block of '%s'",
+                        g->p->name);
+  }
+  int done = 0;
+  zo_status st = zo_swap_poll(e->pswap, g->rd, &done);
+  if (st == ZO_OK && !done && !wait) return ZO_OK;
+  if (done)
+    pg->reads_ahead++;
+  else
+    pg->reads_waited++;
+  zo_status ws = eng_swap_wait(e, e->pswap, &g->rd); /* collects the status and frees the request */
+  if (st == ZO_OK) st = ws;
+  pg->slot_busy[g->slot] = 0;
+  if (st != ZO_OK) {
+    g->slot = -1;
+    return zo_error_prefix(st, "reading this rank's block of '%s' from params.swp", g->p->name);
+  }
+  memcpy(g->dst, pg->slot[g->slot], g->p->part_n * zo_dtype_size(e->wdtype));
+  g->slot = -1, g->own = 1, *ready = 1;
+  return read_more(e); /* the slot to the next block waiting for one */
 }
 
 /*
@@ -177,10 +253,12 @@ static zo_status own_block(zo_engine_t *e, zo_param_t *p, void *dst) {
  * bucket of one gathers straight into its member's region.
  */
 struct pg_bucket {
-  zo_comm_req_t *req; /* NULL once complete */
-  char *packed;       /* W x per_rank elements, rank-major; NULL for a bucket of one */
-  size_t per_rank;    /* elements of one rank's contribution: the members' part_n summed */
-  int refs;           /* members not yet consumed */
+  zo_comm_req_t *req; /* NULL once complete, or not launched yet */
+  int launched; /* the all-gather was started: buckets are launched in queue order, every rank alike */
+  char *send, *recv;
+  char *packed;    /* W x per_rank elements, rank-major; NULL for a bucket of one */
+  size_t per_rank; /* elements of one rank's contribution: the members' part_n summed */
+  int refs;        /* members not yet consumed */
   int n_members;
   uint64_t first_seq; /* the first member's dp_gat.seq; the others follow it */
 };
@@ -197,15 +275,16 @@ static zo_status reserve(zo_engine_t *e, zo_param_t *p, int pos, int *ok) {
     return ZO_OK;
   if (pg->q_n == pg->q_cap) ZO_CHECK(q_grow(pg));
   dp_gat *g = &pg->q[(pg->q_first + pg->q_n) % pg->q_cap];
-  *g = (dp_gat){.p = p, .pos = pos, .off = off, .seq = pg->seq++};
+  *g = (dp_gat){.p = p, .pos = pos, .off = off, .seq = pg->seq++, .slot = -1};
   pg->q_n++;
   pg->head = off + bytes;
   *ok = 1;
   return ZO_OK;
 }
 
-/* Start one all-gather for the newest @k queued entries (reserve()d, in fetch order). */
-static zo_status launch(zo_engine_t *e, int k) {
+/* One all-gather for the newest @k queued entries (reserve()d, in fetch order): each member's own block is
+ * started towards the bucket's send buffer; progress() launches the collective when all are there. */
+static zo_status open_bucket(zo_engine_t *e, int k) {
   struct eng_pg *pg = e->pg;
   const size_t wsz = zo_dtype_size(e->wdtype);
   struct pg_bucket *b = calloc(1, sizeof *b);
@@ -214,41 +293,77 @@ static zo_status launch(zo_engine_t *e, int k) {
   const int first = pg->q_n - k;
   for (int i = 0; i < k; i++) b->per_rank += g_at(pg, first + i)->p->part_n;
   b->refs = b->n_members = k;
-  zo_status st = ZO_OK;
-  char *send, *recv;
+  b->first_seq = g_at(pg, first)->seq;
   if (k == 1) {
     dp_gat *g = g_at(pg, first);
-    recv = pg->ring_base + g->off;
-    send = recv + (size_t)e->rank * g->p->part_n * wsz;
-    st = own_block(e, g->p, send); /* this rank's, padded */
+    b->recv = pg->ring_base + g->off;
+    b->send = b->recv + (size_t)e->rank * g->p->part_n * wsz; /* this rank's, padded */
   } else {
-    b->packed = malloc((size_t)e->world * b->per_rank * wsz);
-    if (!b->packed)
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                        "engine: out of host memory for a gather bucket of %zu "
-                        "bytes",
-                        (size_t)e->world * b->per_rank * wsz);
-    recv = b->packed;
-    send = recv + (size_t)e->rank * b->per_rank * wsz;
-    for (int i = 0, at = 0; i < k && st == ZO_OK; at += (int)g_at(pg, first + i)->p->part_n, i++)
-      st = own_block(e, g_at(pg, first + i)->p, send + (size_t)at * wsz);
+    const size_t nbytes = (size_t)e->world * b->per_rank * wsz;
+    b->packed = malloc(nbytes);
+    if (!b->packed) {
+      free(b);
+      return zo_error_set(ZO_ERR_OUT_OF_MEMORY,
+                          "engine: out of host memory for a gather bucket of %zu bytes", nbytes);
+    }
+    b->recv = b->packed;
+    b->send = b->recv + (size_t)e->rank * b->per_rank * wsz;
   }
-  if (st == ZO_OK &&
-      pg->dev) { /* the collective runs on the communicator's stream, after the copy */
+  size_t at = 0;
+  for (int i = 0; i < k; i++) { /* members belong to the bucket from here on: pop_oldest frees it */
+    dp_gat *g = g_at(pg, first + i);
+    g->b = b;
+    g->dst = b->send + at * wsz;
+    at += g->p->part_n;
+  }
+  for (int i = 0; i < k; i++) ZO_CHECK(own_start(e, g_at(pg, first + i)));
+  return read_more(e);
+}
+
+/* Start @b's all-gather (its members' blocks are all at their dst). */
+static zo_status launch(zo_engine_t *e, struct pg_bucket *b, const dp_gat *first) {
+  struct eng_pg *pg = e->pg;
+  const size_t wsz = zo_dtype_size(e->wdtype);
+  zo_status st = ZO_OK;
+  if (pg->dev) { /* the collective runs on the communicator's stream, after the copy */
     st = zo_event_record(pg->own_ev, e->copy_stream);
     if (st == ZO_OK) st = zo_stream_wait_event(zo_comm_stream(pg->comm), pg->own_ev);
   }
-  if (st == ZO_OK) st = zo_comm_iall_gather(pg->comm, send, recv, b->per_rank * wsz, &b->req);
-  if (st != ZO_OK) {
-    free(b->packed);
-    free(b);
-    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks",
-                           g_at(pg, first)->p->name, k - 1, e->world);
-  }
+  if (st == ZO_OK) st = zo_comm_iall_gather(pg->comm, b->send, b->recv, b->per_rank * wsz, &b->req);
+  if (st != ZO_OK)
+    return zo_error_prefix(st, "all-gather of '%s' (and %d more) over %d ranks", first->p->name,
+                           b->n_members - 1, e->world);
+  b->launched = 1;
   e->ctr.dp_bytes +=
       (size_t)(e->world - 1) * b->per_rank * wsz; /* ring all-gather: W-1 blocks from each rank */
-  for (int i = 0; i < k; i++) g_at(pg, first + i)->b = b;
-  b->first_seq = g_at(pg, first)->seq;
+  return ZO_OK;
+}
+
+/*
+ * Launch the buckets not yet launched, oldest first, whose members' blocks have arrived; stop at the first
+ * that has not (collectives start in queue order, the same on every rank). With @upto, wait for reads until
+ * that entry's bucket is launched.
+ */
+static zo_status progress(zo_engine_t *e, const dp_gat *upto) {
+  struct eng_pg *pg = e->pg;
+  for (int i = 0; i < pg->q_n;) {
+    const dp_gat *g = g_at(pg, i);
+    struct pg_bucket *b = g->b;
+    if (!b || b->launched) { /* no bucket: only after a failed open_bucket() */
+      i++;
+      continue;
+    }
+    const int wait = upto && upto->seq >= b->first_seq;
+    int all = 1;
+    for (int m = 0; m < b->n_members; m++) {
+      int ready;
+      ZO_CHECK(own_finish(e, g_at(pg, i + m), wait, &ready));
+      all &= ready;
+    }
+    if (!all) return ZO_OK;
+    ZO_CHECK(launch(e, b, g));
+    i += b->n_members;
+  }
   return ZO_OK;
 }
 
@@ -256,6 +371,9 @@ static zo_status launch(zo_engine_t *e, int k) {
  * into place. */
 static zo_status bucket_finish(zo_engine_t *e, dp_gat *g, int wait, int *done) {
   struct pg_bucket *b = g->b;
+  *done = 0;
+  if (!b->launched) ZO_CHECK(progress(e, wait ? g : NULL));
+  if (!b->launched) return ZO_OK;
   *done = 1;
   if (!b->req) return ZO_OK;
   zo_status st = eng_comm_finish(e, b->req, wait, done);
@@ -308,18 +426,25 @@ zo_status eng_pg_issue(zo_engine_t *e) {
       pg->next++, k++;
     }
     if (!k) break;
-    ZO_CHECK(launch(e, k));
+    ZO_CHECK(open_bucket(e, k));
   }
-  return ZO_OK;
+  return progress(e, NULL); /* what has been read (or needs no read) starts now */
 }
 
-/* Wait for the oldest entry's gather and the copy out of it, then free its region (and its bucket with the last
- * member). */
+/* Wait for the oldest entry's gather (launching it first if need be) and the copy out of it, then free its
+ * region (and its bucket with the last member). */
 static zo_status pop_oldest(zo_engine_t *e) {
-  dp_gat *g = g_at(e->pg, 0);
+  struct eng_pg *pg = e->pg;
+  dp_gat *g = g_at(pg, 0);
   zo_status st = ZO_OK;
   int done;
   if (g->b) st = bucket_finish(e, g, 1, &done);
+  if (g->rd) { /* after a failure: the read must still land before the slot is reused */
+    zo_status ws = eng_swap_wait(e, e->pswap, &g->rd);
+    if (st == ZO_OK) st = ws;
+  }
+  if (g->slot >= 0) pg->slot_busy[g->slot] = 0;
+  g->slot = -1, g->unread = 0;
   if (st == ZO_OK && g->h2d) st = zo_event_synchronize(g->p->ready);
   if (g->b) {
     if (--g->b->refs == 0) {
@@ -328,8 +453,8 @@ static zo_status pop_oldest(zo_engine_t *e) {
       free(g->b);
     }
   }
-  e->pg->q_first = (e->pg->q_first + 1) % e->pg->q_cap;
-  e->pg->q_n--;
+  pg->q_first = (pg->q_first + 1) % pg->q_cap;
+  pg->q_n--;
   return st;
 }
 
@@ -337,7 +462,7 @@ zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p) {
   for (;;) {
     int ok;
     ZO_CHECK(reserve(e, p, -1, &ok));
-    if (ok) return launch(e, 1);
+    if (ok) return open_bucket(e, 1);
     if (!e->pg->q_n) /* a bug: the ring holds two of the largest tensors */
       return zo_error_set(ZO_ERR_INVALID_USAGE, "engine: gather ring of %zu bytes cannot hold '%s'",
                           e->pg->ring_nbytes, p->name);

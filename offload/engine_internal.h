@@ -627,9 +627,10 @@ static inline int eng_dp_dev(const zo_engine_t *e) {
  * host buffer "pg_ring", or with e->pdev the device block's region at dev_pg_ring_off), its communicator and
  * queue. On a failure what was allocated stays for eng_pg_free. */
 zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan);
-/* offload_param nvme: the pinned buffer (borrowed: the fetch coordinator's staging buffer 0, which no fetch uses at
- * stage 3 on several ranks) a rank's own block is read from params.swp through; set after eng_pg_alloc. */
-void eng_pg_set_stage(struct eng_pg *pg, void *stage);
+/* offload_param nvme: the pinned buffers (borrowed: the fetch coordinator's staging buffers, offload_param.
+ * buffer_count of them, which no fetch uses at stage 3 on several ranks) this rank's blocks are read from
+ * params.swp into, ahead of their all-gathers; set after eng_pg_alloc. */
+void eng_pg_set_stages(struct eng_pg *pg, const struct eng_fetch *f);
 /* 1 when @pg's ring is device memory (parameters partitioned in device memory, over NCCL): what
  * eng_pg_src() returns is then a device pointer. */
 int eng_pg_on_device(const struct eng_pg *pg);
@@ -643,8 +644,10 @@ size_t eng_pg_host_mem(const struct eng_pg *g, size_t *host_bytes, size_t *pinne
 /* A new trace was adopted (eng_trace_end_step): gathers ahead start again from its position 0. A
  * no-op for NULL. */
 void eng_pg_rewind(struct eng_pg *g);
-/* Start gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size
- * allow. */
+/* Queue gathers along the trace, in trace order, while the ring and stage3_prefetch_bucket_size allow, and
+ * start those whose blocks are in memory or have been read (offload_param nvme: the reads are submitted here,
+ * up to one a staging buffer, and each all-gather starts, in queue order, once its read has landed: at this or
+ * a later call of eng_pg_issue() or eng_pg_src()). */
 zo_status eng_pg_issue(zo_engine_t *e);
 /* A demand fetch (no trace, or trace off): gather @p now; its entry is the newest (position -1). */
 zo_status eng_pg_demand(zo_engine_t *e, zo_param_t *p);

@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 ZO_PACKAGES=(build-essential cmake pkg-config liburing-dev libhwloc-dev libjemalloc-dev
              libjansson-dev libopenblas-openmp-dev libisal-dev libdnnl-dev fortunes fio gnuplot-nox time python3
              python3-torch python3-numpy python3-pip clang libclang-rt-dev libomp-dev
-             libopenmpi-dev openmpi-bin python3-pytest qemu-user)
+             libopenmpi-dev openmpi-bin python3-pytest qemu-user pandoc)
+# pandoc makes the man pages from docs/man/*.1.md at build time (optional: without it the build leaves them out).
 # Python packages Debian does not have, for /usr/bin/python3 (the tests' interpreter): the safetensors
 # reader that checks zo-train's export as Hugging Face would load it.
 # Each entry is MODULE or MODULE:REQUIREMENT. transformers builds Hugging Face's GPT-2 for the Python front's stage-3

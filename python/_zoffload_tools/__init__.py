@@ -20,7 +20,7 @@ def run(name, args=None):
     """Replace this process with the program `name`, given `args` (default: this command's arguments). Returns
     only on failure: exits 127 with a one-line error when the program is not installed or cannot be run."""
     path = tool_path(name)
-    argv = [path] + list(sys.argv[1:] if args is None else args)
+    argv = [name] + list(sys.argv[1:] if args is None else args)
     if not os.path.isfile(path):
         sys.stderr.write(
             "%s: error: %s is not installed: this zoffload was built without its tools (ZO_BUILD_TOOLS=OFF); "

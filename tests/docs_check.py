@@ -69,7 +69,7 @@ class Checker:
                 cmd = text[2:]
                 while cmd.endswith("\\") and i + 1 < len(lines):
                     i += 1
-                    cmd = cmd[:-1] + " " + lines[i][1].strip()
+                    cmd = cmd[:-1].rstrip() + " " + lines[i][1].strip()
                 cmds.append([cmd, no, []])
             elif cmds:
                 cmds[-1][2].append((no, text))

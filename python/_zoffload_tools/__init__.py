@@ -12,8 +12,22 @@ TOOLS = ("zo-report", "zo-swapbench", "zo-adambench", "zo-stepbench", "zo-arenab
 
 
 def tool_path(name):
-    """The installed program `name` (one of TOOLS): this package's bin/NAME."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
+    """The installed program `name` (one of TOOLS): bin/NAME in this package's directory, else where the zoffload
+    distribution installed it (an editable install, `pip install -e .`, leaves this file in the checkout and the
+    programs in site-packages). The first candidate when there is none."""
+    dirs = list(globals().get("__path__") or [os.path.dirname(os.path.abspath(__file__))])
+    found = [os.path.join(d, "bin", name) for d in dirs]
+    for f in found:
+        if os.path.isfile(f):
+            return f
+    try:
+        from importlib import metadata
+        f = str(metadata.distribution("zoffload").locate_file("_zoffload_tools/bin/" + name))
+        if os.path.isfile(f):
+            return f
+    except Exception:  # no zoffload distribution (run from a copy of this file), or Python < 3.8
+        pass
+    return found[0]
 
 
 def run(name, args=None):

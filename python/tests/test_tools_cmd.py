@@ -36,9 +36,10 @@ def pkg(tmp_path):
 
 
 def run(pkg, func, *args):
+    # -S: no site-packages, so an installed zoffload's programs are never found instead of the stand-ins
     code = "import sys, _zoffload_tools as t; sys.argv = ['cmd'] + sys.argv[1:]; t.%s()" % func
     env = dict(os.environ, PYTHONPATH=str(pkg))
-    return subprocess.run([sys.executable, "-c", code] + list(args), env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-S", "-c", code] + list(args), env=env, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -69,7 +70,7 @@ def test_missing_program_is_named(pkg):
 
 def test_wrapper_imports_neither_torch_nor_the_library(pkg):
     code = "import sys, _zoffload_tools; print('torch' in sys.modules, 'zoffload' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(pkg)),
+    r = subprocess.run([sys.executable, "-S", "-c", code], env=dict(os.environ, PYTHONPATH=str(pkg)),
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["False", "False"], r.stderr
 

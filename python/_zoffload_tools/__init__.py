@@ -6,6 +6,7 @@ the Python process with its program (os.execv): the arguments go through as give
 signal that ends the program (Ctrl-C, SIGTERM) are the program's own. Kept apart from the zoffload package so
 that a command imports neither torch nor libzoffload's binding."""
 import os
+import signal
 import sys
 
 TOOLS = ("zo-report", "zo-swapbench", "zo-adambench", "zo-stepbench", "zo-arenabench")
@@ -43,6 +44,11 @@ def run(name, args=None):
     try:
         sys.stdout.flush()
         sys.stderr.flush()
+        # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: give the program the
+        # defaults a shell would (`zo-report | head` ends it quietly, as it would run alone)
+        for sig in ("SIGPIPE", "SIGXFSZ"):
+            if hasattr(signal, sig):
+                signal.signal(getattr(signal, sig), signal.SIG_DFL)
         os.execv(path, argv)
     except OSError as e:
         sys.stderr.write("%s: error: cannot run %s: %s\n" % (name, path, e.strerror or e))

@@ -18,6 +18,7 @@ for a in "$@"; do echo "arg=$a"; done
 case "$1" in
   --exit) exit "$2" ;;
   --kill) kill -"$2" $$ ;;
+  --sigign) grep '^SigIgn:' /proc/$$/status ;;
 esac
 """
 
@@ -59,6 +60,15 @@ def test_signal_passes_through(pkg):
     r = run(pkg, "zo_report", "--kill", "TERM")
     assert r.returncode == -signal.SIGTERM
     assert "Traceback" not in r.stderr
+
+
+def test_signals_python_ignores_are_default_again(pkg):
+    # python ignores SIGPIPE (and SIGXFSZ), which exec would hand on: `zo-report | head` must end the program
+    r = run(pkg, "zo_report", "--sigign")
+    assert r.returncode == 0, r.stderr
+    ignored = int(r.stdout.split("SigIgn:")[1].split()[0], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), "%s is ignored in the program (SigIgn %x)" % (sig.name, ignored)
 
 
 def test_missing_program_is_named(pkg):

@@ -1,7 +1,9 @@
 /*
  * args.c - the option values the tools share: integers, doubles, counts, byte
  * sizes and comma lists (--params, --capacity, --sizes, --block-sizes,
- * --max-seconds). Flag parsing itself is getopt; messages are the caller's.
+ * --max-seconds), and the one line for a flag getopt_long refused, with the
+ * nearest known flag. Flag parsing itself is getopt_long; value messages are
+ * the caller's.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -105,4 +107,100 @@ int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void
     }
   }
   return count;
+}
+
+/* Longest flag name zo_tool_nearest_option() compares; longer words suggest nothing. */
+#define OPT_DIST_LEN 64
+
+/*
+ * opt_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent
+ * characters, each counting 1) between @a (its first @n bytes) and @b; OPT_DIST_LEN when either
+ * is longer. The rule the config's key suggestions use (config/config_keys.c).
+ */
+static int opt_distance(const char *a, size_t n, const char *b) {
+  const size_t m = strlen(b);
+  if (n >= OPT_DIST_LEN || m >= OPT_DIST_LEN) return OPT_DIST_LEN;
+  int rows[3][OPT_DIST_LEN + 1]; /* rows i-2, i-1, i of the table, used round robin */
+  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int d = up[j - 1] + (a[i - 1] != b[j - 1]);
+      if (up[j] + 1 < d) d = up[j] + 1;
+      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+        d = up2[j - 2] + 1;
+      cur[j] = d;
+    }
+  }
+  return rows[n % 3][m];
+}
+
+/* zo_tool_nearest_option() on the first @n bytes of @word. */
+static const char *nearest(const char *word, size_t n, const struct option *longopts) {
+  const char *best = NULL;
+  int best_d = 3; /* at most 2 edits */
+  for (const struct option *o = longopts; o->name; o++) {
+    const size_t m = strlen(o->name), longer = m > n ? m : n;
+    const int d = opt_distance(word, n, o->name);
+    if (d < best_d && (size_t)d * 3 <= longer) best = o->name, best_d = d;
+  }
+  return best;
+}
+
+const char *zo_tool_nearest_option(const char *word, const struct option *longopts) {
+  return nearest(word, strcspn(word, "="), longopts);
+}
+
+int zo_tool_option_error(const char *tool, int c, int argc, char **argv,
+                         const struct option *longopts) {
+  const char *w = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+  /* an unknown short flag inside a cluster ("-steps"): getopt_long has not moved past its word */
+  if (optopt && optind < argc && argv[optind][0] == '-' && argv[optind][1] == optopt)
+    w = argv[optind];
+  char help[96];
+  snprintf(help, sizeof help, "(%s --help lists the flags)", tool);
+  const int is_long = w[0] == '-' && w[1] == '-' && w[2];
+  /* "-steps": a long flag with one dash, which getopt_long read as -s -t ... */
+  const int one_dash = !is_long && w[0] == '-' && w[1] && w[1] != '-' && w[2] && optopt == w[1];
+  if (!is_long && !one_dash) {
+    const int ch = optopt > 32 && optopt < 127 ? optopt : '?';
+    if (c == ':')
+      fprintf(stderr, "%s: error: -%c needs a value %s\n", tool, ch, help);
+    else
+      fprintf(stderr, "%s: error: unknown flag -%c %s\n", tool, ch, help);
+    return 2;
+  }
+  const char *name = w + (is_long ? 2 : 1);
+  const size_t n = strcspn(name, "=");
+  const struct option *exact = NULL;
+  int n_prefix = 0;
+  for (const struct option *o = longopts; o->name; o++) {
+    if (strlen(o->name) == n && !strncmp(o->name, name, n)) exact = o;
+    if (!strncmp(o->name, name, n)) n_prefix++;
+  }
+  if (is_long && exact && c == ':') {
+    fprintf(stderr, "%s: error: --%s needs a value %s\n", tool, exact->name, help);
+    return 2;
+  }
+  if (is_long && exact && name[n] == '=' && exact->has_arg == no_argument) {
+    fprintf(stderr, "%s: error: --%s takes no value %s\n", tool, exact->name, help);
+    return 2;
+  }
+  if (is_long && !exact && n_prefix > 1) { /* getopt_long takes a unique prefix only */
+    fprintf(stderr, "%s: error: flag --%.*s is ambiguous:", tool, (int)n, name);
+    const char *sep = " ";
+    for (const struct option *o = longopts; o->name; o++)
+      if (!strncmp(o->name, name, n)) fprintf(stderr, "%s--%s", sep, o->name), sep = ", ";
+    fprintf(stderr, " %s\n", help);
+    return 2;
+  }
+  const char *near = nearest(name, n, longopts);
+  if (near)
+    fprintf(stderr, "%s: error: unknown flag %.*s; did you mean --%s? %s\n", tool,
+            (int)(name - w + n), w, near, help);
+  else
+    fprintf(stderr, "%s: error: unknown flag %.*s %s\n", tool, (int)(name - w + n), w, help);
+  return 2;
 }

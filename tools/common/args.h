@@ -1,7 +1,11 @@
-/* args.h - option values shared by the tools (tools/common/args.c); getopt parses the flags. */
+/*
+ * args.h - option values shared by the tools (tools/common/args.c), and the one-line error for a
+ * flag getopt_long refused; getopt_long parses the flags.
+ */
 #ifndef ZO_TOOLS_ARGS_H
 #define ZO_TOOLS_ARGS_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,5 +57,27 @@ int zo_tool_parse_bytes(const char *s, uint64_t *out);
  */
 int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx,
                        char *bad, size_t bad_n);
+
+/*
+ * zo_tool_nearest_option() - the name of the long option in @longopts (getopt_long's table, ended by
+ * a NULL name) nearest @word (a flag without its leading dashes and without "=VALUE"): at most 2
+ * edits (optimal string alignment: insert, delete, replace, or swap two adjacent characters, each
+ * 1) and at most a third of the longer name's length, so a short word suggests nothing; the first
+ * of equals wins. An exact match is returned as is. NULL when none is that near.
+ */
+const char *zo_tool_nearest_option(const char *word, const struct option *longopts);
+
+/*
+ * zo_tool_option_error() - the one line for a flag getopt_long refused, on stderr, then the exit
+ * status 2 for the caller to return. Call it where getopt_long returned '?' or ':' (@c), run with
+ * opterr = 0 (getopt_long prints nothing itself) and, to tell a missing value apart, an optstring
+ * that starts with ':'. Reads optind and optopt as getopt_long left them. The lines, @tool first:
+ *   "zo-train: error: unknown flag --print-evry; did you mean --print-every? (zo-train --help
+ *   lists the flags)", or without the suggestion when no flag is near (zo_tool_nearest_option);
+ *   "... flag --sa is ambiguous: --save, --save-every (...)" for a prefix of several flags;
+ *   "... --steps needs a value (...)"; "... --help takes no value (...)".
+ */
+int zo_tool_option_error(const char *tool, int c, int argc, char **argv,
+                         const struct option *longopts);
 
 #endif

@@ -5,7 +5,8 @@
  * Forward and backward run on a GPU (model.h: cuda, bf16 with cuBLAS) when
  * zoffload.device resolves to cuda, else on the CPU (the host device).
  * main() reads as the run's table of contents; the command line and the
- * config it names are options.c's.
+ * config it names are options.c's, what it prints while and after training
+ * report.c's.
  */
 #include <errno.h>
 #include <limits.h>
@@ -19,15 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "ckpt.h"
 #include "data.h"
 #include "gpt.h"
+#include "job.h"
 #include "train_model.h"
 #include "options.h"
 #include "predict.h"
 #include "probe.h"
+#include "report.h"
 #include "zoffload/speeds.h"
 #include "train_config.h"
 #include "zoffload/adam.h"
@@ -71,72 +72,6 @@ static double eval_val(train_model *m, const data_loader *d, int B, int T, int n
     n += b;
   }
   return n ? sum / n : NAN;
-}
-
-/* Cumulative means per step and the figures of one logged step, for --log-json. */
-typedef struct step_log {
-  int64_t step;
-  double loss, val, lr, tok_s, tflops, mfu, loss_scale, grad_norm;
-  int skipped;
-  double step_s, fwd_s, bwd_s, opt_s, adam_s, swap_s, fetch_s; /* sums over the steps so far */
-  double last_step_s,
-      pred_step_s; /* the logged step alone, and its prediction (zoffload/placement.h); < 0: none */
-} step_log;
-
-static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
-  json_t *o = json_object();
-  const double per = 1e3 / (double)l->step; /* cumulative means per step, milliseconds */
-  json_object_set_new(o, "step", json_integer(l->step));
-  json_object_set_new(o, "loss", json_real(l->loss));
-  json_object_set_new(o, "val_loss", json_real(l->val));
-  json_object_set_new(o, "lr", json_real(l->lr));
-  json_object_set_new(o, "tokens_per_s", json_real(l->tok_s));
-  json_object_set_new(o, "model_tflops", json_real(l->tflops));
-  json_object_set_new(o, "mfu", l->mfu > 0 ? json_real(l->mfu) : json_null());
-  json_object_set_new(o, "loss_scale", json_real(l->loss_scale));
-  json_object_set_new(o, "grad_norm",
-                      isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
-  json_object_set_new(o, "skipped", json_boolean(l->skipped));
-  json_object_set_new(o, "step_ms", json_real(l->step_s * per));
-  json_object_set_new(o, "last_step_ms", json_real(l->last_step_s * 1e3));
-  json_object_set_new(o, "predicted_step_ms",
-                      l->pred_step_s > 0 ? json_real(l->pred_step_s * 1e3) : json_null());
-  json_object_set_new(o, "forward_ms", json_real(l->fwd_s * per));
-  json_object_set_new(o, "backward_ms", json_real(l->bwd_s * per));
-  json_object_set_new(o, "optimizer_ms", json_real(l->opt_s * per));
-  json_object_set_new(o, "adam_ms", json_real(l->adam_s * per));
-  json_object_set_new(o, "swap_wait_ms", json_real(l->swap_s * per));
-  json_object_set_new(o, "fetch_wait_ms", json_real(l->fetch_s * per));
-  /* bytes held now and moved so far */
-  json_object_set_new(o, "device_bytes", json_integer((json_int_t)mem->device_bytes));
-  json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)mem->device_peak_bytes));
-  json_object_set_new(o, "host_bytes", json_integer((json_int_t)mem->host_bytes));
-  json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)mem->pinned_bytes));
-  json_object_set_new(o, "nvme_bytes", json_integer((json_int_t)mem->nvme_bytes));
-  json_object_set_new(o, "param_bytes", json_integer((json_int_t)mem->param_bytes));
-  json_object_set_new(o, "grad_bytes", json_integer((json_int_t)mem->grad_bytes));
-  json_object_set_new(o, "state_bytes", json_integer((json_int_t)mem->state_bytes));
-  json_object_set_new(o, "comm_buffer_bytes", json_integer((json_int_t)mem->comm_bytes));
-  json_object_set_new(o, "nvme_read_bytes", json_integer((json_int_t)mem->nvme_read_bytes));
-  json_object_set_new(o, "nvme_write_bytes", json_integer((json_int_t)mem->nvme_write_bytes));
-  json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)mem->h2d_bytes));
-  json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)mem->d2h_bytes));
-  /* the device arena (zoffload/arena.h) */
-  json_object_set_new(o, "arena_capacity_bytes", json_integer((json_int_t)mem->arena.capacity));
-  json_object_set_new(o, "arena_live_bytes", json_integer((json_int_t)mem->arena.live_bytes));
-  json_object_set_new(o, "arena_peak_live_bytes",
-                      json_integer((json_int_t)mem->arena.peak_live_bytes));
-  json_object_set_new(o, "arena_free_bytes", json_integer((json_int_t)mem->arena.free_bytes));
-  json_object_set_new(o, "arena_largest_free_bytes",
-                      json_integer((json_int_t)mem->arena.largest_free));
-  json_object_set_new(o, "arena_fragmentation", json_real(mem->arena.fragmentation));
-  json_object_set_new(o, "arena_compactions", json_integer((json_int_t)mem->arena.compactions));
-  json_object_set_new(o, "arena_bytes_moved", json_integer((json_int_t)mem->arena.bytes_moved));
-  json_object_set_new(o, "arena_compact_ms", json_real(mem->arena.compact_seconds * 1e3));
-  json_dumpf(o, jf, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  fputc('\n', jf);
-  fflush(jf);
-  json_decref(o);
 }
 
 /*
@@ -261,45 +196,6 @@ static int budget(zo_engine_t *eng, const train_settings *ts, int B, int cuda, i
   return 0;
 }
 
-/*
- * Several ranks: each rank's bytes on every tier and its communication, gathered to rank 0 and printed one line
- * a rank (what each process holds: with stage >= 1 the optimizer state is about 1/world of one rank's). A
- * collective: every rank calls it. Returns 0, or -1 with zo_last_error() set.
- */
-static int log_ranks(zo_comm_t *comm, const zo_engine_mem *mem, double comm_s, double comm_bytes) {
-  const int world = zo_comm_size(comm);
-  enum { K = 10 };
-  double mine[K] = {(double)mem->device_bytes,
-                    (double)mem->host_bytes,
-                    (double)mem->pinned_bytes,
-                    (double)mem->nvme_bytes,
-                    comm_s,
-                    comm_bytes,
-                    (double)mem->param_bytes,
-                    (double)mem->grad_bytes,
-                    (double)mem->state_bytes,
-                    (double)mem->comm_bytes};
-  double *all = calloc((size_t)world * K, sizeof *all);
-  if (!all) return -1;
-  if (zo_comm_all_gather(comm, mine, all, sizeof mine) != ZO_OK) {
-    free(all);
-    return -1;
-  }
-  for (int r = 0; r < world; r++) {
-    const double *v = all + (size_t)r * K;
-    static const int order[] = {0, 1, 2, 3, 6,
-                                7, 8, 9, 5}; /* the byte counts, in the order printed */
-    char b[9][32];
-    for (int k = 0; k < 9; k++) zo_format_bytes(b[k], sizeof b[k], v[order[k]]);
-    printf(
-        "zo-train: rank %d of %d | device %s host %s (pinned %s) nvme %s | parameters %s, gradients %s, optimizer "
-        "state %s, collective buffers %s | per step: collectives %.1f ms, %s sent\n",
-        r, world, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], v[4] * 1e3, b[8]);
-  }
-  free(all);
-  return 0;
-}
-
 /* One checkpoint of @pos under @root (--save), its path and time printed; 0, or -1 after printing
  * the error. */
 static int save_step(zo_engine_t *eng, const char *root, const train_position *pos,
@@ -315,55 +211,6 @@ static int save_step(zo_engine_t *eng, const char *root, const train_position *p
   fflush(stdout);
   return 0;
 }
-
-
-/* What the plan decided and what the run holds; job_free() releases it all. */
-typedef struct train_job {
-  train_settings ts;
-  zo_config_t cfg;
-  zo_comm_t *comm, *nccl; /* the ranks; the engine's collectives over NCCL where it has them */
-  int rank, world;
-  int B, gas, T; /* micro-batch, gradient accumulation, seq_len: B x world x T tokens fit an int */
-  zo_device_kind dev_kind; /* resolved: cuda or host */
-  int cuda, standin;       /* compute on a GPU; a host device standing in for one (dry run) */
-  int np;                  /* parameter tensors */
-  size_t total;            /* parameters */
-  double flops_tok, peak_tflops;
-  data_loader *data;
-  int n_val; /* validation windows */
-  zo_device_t *dev;
-  zo_engine_t *eng;
-  zo_checkpoint_lock_t *save_lock; /* --save DIR held for the run (rank 0) */
-  train_model *model;
-  FILE *jf; /* --log-json, rank 0 */
-  /* the placement's predicted step, and each step's against its measured time */
-  train_predict pred;
-  gpt_param_spec *specs; /* [np] */
-  zo_param_t **params;   /* [np] */
-  uint8_t *in, *tg;      /* (B x world, T): the global micro-batch */
-  train_position pos;    /* where training starts: step 0, or the resumed checkpoint's */
-} train_job;
-
-/* The training loop's position and its running sums (seconds unless named otherwise). */
-typedef struct train_progress {
-  uint64_t rng;
-  int64_t step;       /* the step in progress; after the loop, one past the last completed */
-  int64_t skipped;    /* overflow-skipped steps, the resumed ones included */
-  int64_t saved_step; /* the step of the last checkpoint this run wrote, -1: none */
-  int stop_all;       /* every rank saw a stop by the end of the last step (see train()) */
-  double t_fetch, t_opt, t_swap, t_adam, t_steps, t_comm, comm_bytes;
-  double t_start, t_window;
-  int64_t tokens_window; /* the job's tokens since the last printed step */
-  double first_val, last_val, last_loss;
-  double fwd0, bwd0,
-      eval_fwd; /* model seconds at the start; forward seconds spent on validation since */
-  double last_step_s,
-      last_compute_s; /* the last step alone: its time, its compute (forward + backward less fetch
-                                         waits), which the next step's prediction takes */
-  int64_t steps_run;  /* steps this run has taken */
-  double last_busy_s[2],
-      last_busy_bytes[2]; /* the last step's swap I/O per direction (zo_engine_nvme_busy) */
-} train_progress;
 
 static int engine_error(void) {
   fprintf(stderr, "zo-train: error: %s\n", or_unknown(zo_last_error()));
@@ -751,6 +598,7 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
       return model_error(j->model);
   }
   p->tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
+  p->tokens_line += (int64_t)B * T * gas * world;
   double t2 = zo_clock_s();
   if (zo_engine_step(j->eng, info) != ZO_OK) return engine_error();
   /* the loss of the global batch: the mean over the ranks; whether any rank was signalled */
@@ -788,66 +636,30 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
   return 0;
 }
 
-/* A printed step: validation, the step line (cumulative ms per step) and its --log-json object; 0, or 1 after
- * printing the error. */
-static int log_step(train_job *j, train_progress *p, double loss, double loss_scale,
-                    const zo_step_info *info) {
-  double tw = zo_clock_s() - p->t_window;
+/* A logged step: the validation loss (its forward time kept apart), then the step line and its
+ * --log-json object (report.c); 0, or 1 after printing the error. */
+static int log_step(const train_opts *o, train_job *j, train_progress *p, double loss,
+                    double loss_scale, const zo_step_info *info) {
+  p->t_val0 = zo_clock_s();
   const double f0 = train_model_forward_seconds(j->model);
-  double val = validate(j);
+  const double val = validate(j);
   if (isnan(val)) return model_error(j->model);
   p->eval_fwd += train_model_forward_seconds(j->model) - f0;
   p->last_val = val;
-  zo_engine_mem mem;
-  zo_engine_mem_info(j->eng, &mem);
-  char db[32], hb[32], nb[32], al[32], ac[32];
-  zo_format_bytes(al, sizeof al, (double)mem.arena.live_bytes);
-  zo_format_bytes(ac, sizeof ac, (double)mem.arena.capacity);
-  zo_format_bytes(db, sizeof db, (double)mem.device_bytes);
-  zo_format_bytes(hb, sizeof hb, (double)mem.host_bytes);
-  zo_format_bytes(nb, sizeof nb, (double)mem.nvme_bytes);
-  const double tok_s = p->tokens_window / tw, tflops = tok_s * j->flops_tok / 1e12;
-  const double mfu = j->peak_tflops > 0 ? tflops / j->peak_tflops : 0;
-  const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
-  const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;
-  double per = 1e3 / (double)p->step; /* cumulative ms per step */
-  char mfu_s[32] = "";
-  if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
-  printf(
-      "step %5lld/%lld | loss %.4f | val %.4f | lr %.3e | %7.0f tok/s %.2f TFLOP/s%s | ms/step %.1f: fwd %.1f "
-      "bwd %.1f opt %.1f (adam %.1f swap %.1f) fetch wait %.1f | device %s (peak %.1f MiB) host %s nvme %s | "
-      "arena %s of %s live, frag %.2f, %llu compactions%s\n",
-      (long long)p->step, (long long)j->ts.steps, loss, val, info->lr, tok_s, tflops, mfu_s,
-      p->t_steps * per, t_fwd * per, t_bwd * per, p->t_opt * per, p->t_adam * per, p->t_swap * per,
-      p->t_fetch * per, db, mem.device_peak_bytes / 1048576.0, hb, nb, al, ac,
-      mem.arena.fragmentation, (unsigned long long)mem.arena.compactions,
-      info->skipped ? " | overflow: skipped" : "");
-  fflush(stdout);
-  if (j->jf) {
-    step_log l = {.step = p->step,
-                  .loss = loss,
-                  .val = val,
-                  .lr = info->lr,
-                  .tok_s = tok_s,
-                  .tflops = tflops,
-                  .mfu = mfu,
-                  .loss_scale = loss_scale,
-                  .grad_norm = info->grad_norm,
-                  .skipped = info->skipped,
-                  .step_s = p->t_steps,
-                  .fwd_s = t_fwd,
-                  .bwd_s = t_bwd,
-                  .opt_s = p->t_opt,
-                  .adam_s = p->t_adam,
-                  .swap_s = p->t_swap,
-                  .fetch_s = p->t_fetch,
-                  .last_step_s = p->last_step_s,
-                  .pred_step_s = j->pred.ok ? j->pred.step.step_s : -1};
-    write_json(j->jf, &l, &mem);
-  }
-  p->t_window = zo_clock_s();
-  p->tokens_window = 0;
+  train_report_logged(j, p, loss, val, loss_scale, info, o->verbose);
   return 0;
+}
+
+/*
+ * Without --print-every, between the config's logged steps: a progress line (no validation) after
+ * this run's steps 1, 2, 5, 10, 20, 50, ... below steps_per_print, and when 30 s passed since the
+ * last line, so a run whose steps_per_print is 100 shows progress within its first steps.
+ */
+static int progress_due(const train_job *j, const train_progress *p, int64_t print_every) {
+  const int64_t k = p->step - j->pos.step; /* this run's steps */
+  for (int64_t d = 1; d < print_every && d <= k; d *= 10)
+    if (k == d || k == 2 * d || k == 5 * d) return (k < print_every);
+  return zo_clock_s() - p->t_line >= 30.0;
 }
 
 /* The training loop: the initial validation, then steps from the start position to --steps, printed every
@@ -856,8 +668,10 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
   p->rng = j->pos.rng;
   p->skipped = j->pos.skipped;
   p->first_val = p->last_val = p->last_loss = NAN;
-  const int64_t print_every =
-      j->cfg.steps_per_print > 0 ? j->cfg.steps_per_print : 10; /* int64 end to end */
+  /* int64 end to end */
+  const int64_t print_every = o->print_every > 0           ? o->print_every
+                              : j->cfg.steps_per_print > 0 ? j->cfg.steps_per_print
+                                                           : 10;
   p->first_val = validate(j);
   if (isnan(p->first_val)) return model_error(j->model);
   printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step,
@@ -867,7 +681,7 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
   fflush(stdout);
   p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
   p->eval_fwd = 0;
-  p->t_start = p->t_window = zo_clock_s();
+  p->t_start = p->t_window = p->t_line = zo_clock_s();
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
   for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop);
@@ -875,15 +689,18 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
     double loss, loss_scale;
     zo_step_info info;
     if (train_step(j, p, &loss, &loss_scale, &info)) return 1;
-    if ((p->step % print_every == 0 || p->step == j->ts.steps) &&
-        log_step(j, p, loss, loss_scale, &info))
-      return 1;
+    if (p->step % print_every == 0 || p->step == j->ts.steps) {
+      if (log_step(o, j, p, loss, loss_scale, &info)) return 1;
+    } else if (o->print_every <= 0 && progress_due(j, p, print_every)) {
+      train_report_progress(j, p, loss, info.skipped);
+    }
     if (o->save_root &&
         ((o->save_every > 0 && p->step % o->save_every == 0) || p->step == j->ts.steps)) {
       const double ts0 = zo_clock_s();
       const train_position now = {.step = p->step, .rng = p->rng, .skipped = p->skipped};
       if (save_step(j->eng, o->save_root, &now, &j->ts, (int)o->keep_last)) return 1;
       p->t_window += zo_clock_s() - ts0; /* the save's time is not training time */
+      p->t_line += zo_clock_s() - ts0;
       p->saved_step = p->step;
     }
   }
@@ -911,57 +728,6 @@ static int finish(const train_opts *o, train_job *j, const train_progress *p) {
     if (zo_engine_export_safetensors(j->eng, o->export_path, xd) != ZO_OK) return engine_error();
     printf("zo-train: weights written to %s (safetensors, %s)\n", o->export_path, o->export_dtype);
   }
-  return 0;
-}
-
-/* The run's summary: losses, where a step's time went, throughput, and each rank's bytes; 0, or 1 after printing
- * the error. */
-static int report(const train_job *j, const train_progress *p) {
-  const int64_t step = p->step;
-  double wall = zo_clock_s() - p->t_start;
-  /* no step ran: no train loss, and the val loss is the one of the start */
-  if (step - 1 <= j->pos.step) {
-    char why[96] = "";
-    if (j->pos.step >= j->ts.steps)
-      snprintf(why, sizeof why, " (resumed at step %lld, which is --steps)",
-               (long long)j->pos.step);
-    printf("zo-train: done: no steps trained%s | val loss %.4f (%s weights) | skipped steps %lld\n",
-           why, p->first_val, j->pos.step ? "the checkpoint's" : "the initial",
-           (long long)p->skipped);
-    return 0;
-  }
-  printf(
-      "zo-train: done: %lld steps in %.1f s%s | train loss %.4f | val loss %.4f -> %.4f | skipped steps %lld\n",
-      (long long)(step - 1 - j->pos.step), wall, j->pos.step ? " (after the resumed ones)" : "",
-      p->last_loss, p->first_val, p->last_val, (long long)p->skipped);
-  /* where a step's time went, and how much of the offload work was hidden */
-  const double t_fwd = train_model_forward_seconds(j->model) - p->fwd0 - p->eval_fwd;
-  const double t_bwd = train_model_backward_seconds(j->model) - p->bwd0;
-  const double n = (double)(step - 1 - j->pos.step), compute = (t_fwd + t_bwd - p->t_fetch) / n;
-  const double bound = fmax(compute, fmax(p->t_adam / n, p->t_swap / n));
-  printf(
-      "zo-train: per step %.1f ms = compute %.1f (forward + backward less fetch waits) + exposed: fetch %.1f, "
-      "optimizer step %.1f (adam %.1f, swap %.1f) | overlap efficiency (step / max(compute, adam, swap)) %.3f\n",
-      p->t_steps / n * 1e3, compute * 1e3, p->t_fetch / n * 1e3, p->t_opt / n * 1e3,
-      p->t_adam / n * 1e3, p->t_swap / n * 1e3, p->t_steps / n / bound);
-  zo_engine_mem mem;
-  zo_engine_mem_info(j->eng, &mem);
-  const double tok_s = n * j->B * j->T * j->gas * j->world / p->t_steps,
-               tflops = tok_s * j->flops_tok / 1e12;
-  char mfu_s[48] = "";
-  if (j->peak_tflops > 0)
-    snprintf(mfu_s, sizeof mfu_s, " | MFU %.1f%%", 100 * tflops / j->peak_tflops);
-  /* The device's peak counts the arena whole (reserved at finalize, 90% of the free memory on a GPU by default);
-   * what the engine used of it is its peak live bytes. */
-  printf(
-      "zo-train: throughput %.0f tok/s | %.2f model TFLOP/s%s | peak device memory %.1f MiB (the engine's arena: "
-      "%.1f MiB reserved, peak live %.1f MiB)\n",
-      tok_s, tflops, mfu_s, mem.device_peak_bytes / 1048576.0, mem.arena.capacity / 1048576.0,
-      mem.arena.peak_live_bytes / 1048576.0);
-  if (j->rank == 0)
-    train_predict_report(&j->pred); /* which resource bounds the run, measured against predicted */
-  if (j->world > 1 && log_ranks(j->comm, &mem, p->t_comm / n, p->comm_bytes / n) != 0)
-    return engine_error();
   return 0;
 }
 
@@ -1056,11 +822,13 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
     return brc ? 1 : 0;
   }
   if (brc || create_model(j) || resume_from(o, j) || open_log(o, j)) return 1;
-  if (train(o, j, p) || finish(o, j, p) || report(j, p) || sample(o, j, p)) return 1;
+  if (train(o, j, p) || finish(o, j, p) || train_report_summary(j, p) || sample(o, j, p)) return 1;
   return 0;
 }
 
 int main(int argc, char **argv) {
+  /* a line at a time on a pipe or file too, so `zo-train | tee log` shows each step as it ends */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   train_opts o;
   int rc = train_opts_parse(argc, argv, &o); /* the command line; --help */
   if (rc >= 0) return rc;

@@ -28,6 +28,14 @@ static void usage(FILE *f) {
       "  --data PATH              corpus file or directory (default: the config's data.path, else %s)\n"
       "  --steps N                optimizer steps (default: the config's train.steps, else 300)\n"
       "  --seed S                 seed for weight init and batch sampling (default: train.seed, else 1337)\n"
+      "  --print-every N          a logged step (validation loss, the progress line, a --log-json object) every N\n"
+      "                           steps and after the last (default: the config's steps_per_print, and then\n"
+      "                           also a progress line without validation after this run's steps 1, 2, 5, 10,\n"
+      "                           20, 50, ... below it and whenever 30 s passed without a line)\n"
+      "  --verbose                the long step line: lr, TFLOP/s, where a step's time went (forward, backward,\n"
+      "                           optimizer, Adam, swap, fetch waits), bytes per tier and the device arena\n"
+      "                           (default: step, loss, val loss, tok/s, elapsed time and ETA, about 90 columns;\n"
+      "                           --log-json has every figure of the long line whichever is shown)\n"
       "  --log-json FILE          write one JSON object per logged step to FILE (default: none)\n"
       "  --offload-optimizer DEV  override zero_optimization.offload_optimizer.device: none|cpu|nvme\n"
       "                           (default: the config's value)\n"
@@ -48,11 +56,12 @@ static void usage(FILE *f) {
       "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
       "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
       "                           1 when not (with the key to change); nothing is allocated or trained\n"
-      "  --device-memory-limit B  override zoffload.device_memory_limit, bytes; 0 = unlimited (default: config)\n"
+      "  --device-memory-limit B  override zoffload.device_memory_limit, bytes (80G, 512MiB, 8e10: K M G T are\n"
+      "                           powers of 1024 in every flag); 0 = unlimited (default: the config's value)\n"
       "                           (a --dry-run of a cuda config without a GPU plans a device of that size)\n"
-      "  --assume-host-memory B   with --dry-run: plan for a machine with B bytes of host memory (MemTotal, which\n"
+      "  --assume-host-memory B   with --dry-run: plan for a machine with B bytes (512G) of host memory (MemTotal, which\n"
       "                           zoffload.pinned_fraction applies to, and MemAvailable) instead of this one's\n"
-      "  --assume-nvme-free B     with --dry-run: plan as if each nvme_path's file system had B bytes free\n"
+      "  --assume-nvme-free B     with --dry-run: plan as if each nvme_path's file system had B bytes (2T) free\n"
       "  --compute-tflops X       the model's compute rate (TFLOP/s) for the predicted step and zoffload.placement\n"
       "                           \"auto\" (default: measured on the CPU, cached in the speeds cache; 40%% of the\n"
       "                           GPU's peak)\n"
@@ -118,6 +127,19 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
   return 0;
 }
 
+/* A byte size "80G", "512MiB", "8e10" (zo_tool_parse_count, powers of 1024) in [@lo, INT64_MAX]. */
+static int parse_size(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  uint64_t v;
+  if (zo_tool_parse_count(s, 1, &v) || v > (uint64_t)INT64_MAX || (int64_t)v < lo) {
+    fprintf(stderr,
+            "zo-train: error: %s: expected a byte size >= %lld (an integer, or with K, M, G or T: "
+            "80G, 512MiB), got '%s'\n",
+            flag, (long long)lo, s);
+    return -1;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
 
 /* The options getopt_long knows; each short value is the case of parse_option() that takes it. */
 static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -148,6 +170,8 @@ static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                      {"assume-nvme-free", required_argument, 0, 'F'},
                                      {"fixed-threads", no_argument, 0, 'x'},
                                      {"compute-tflops", required_argument, 0, 'C'},
+                                     {"print-every", required_argument, 0, 'p'},
+                                     {"verbose", no_argument, 0, 'V'},
                                      {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
@@ -171,7 +195,7 @@ static int parse_option(int c, const char *arg, train_opts *o) {
     case 'x': o->fixed_threads = 1; break;
     case 'P': o->param_override = arg; break;
     case 'L':
-      if (parse_i64("--device-memory-limit", arg, 0, INT64_MAX, &o->limit_override)) return 2;
+      if (parse_size("--device-memory-limit", arg, 0, &o->limit_override)) return 2;
       break;
     case 'D': o->device_override = arg; break;
     case 'y': o->dry_run = 1; break;
@@ -194,10 +218,10 @@ static int parse_option(int c, const char *arg, train_opts *o) {
       if (parse_i64("--grad-accum", arg, 1, INT_MAX, &o->grad_accum)) return 2;
       break;
     case 'H':
-      if (parse_i64("--assume-host-memory", arg, 1, INT64_MAX, &o->assume_host)) return 2;
+      if (parse_size("--assume-host-memory", arg, 1, &o->assume_host)) return 2;
       break;
     case 'F':
-      if (parse_i64("--assume-nvme-free", arg, 0, INT64_MAX, &o->assume_nvme)) return 2;
+      if (parse_size("--assume-nvme-free", arg, 0, &o->assume_nvme)) return 2;
       break;
     case 'C':
       if (zo_tool_parse_double(arg, 1e-6, 1e6, &o->compute_tflops)) {
@@ -207,8 +231,12 @@ static int parse_option(int c, const char *arg, train_opts *o) {
         return 2;
       }
       break;
+    case 'p':
+      if (parse_i64("--print-every", arg, 1, INT64_MAX, &o->print_every)) return 2;
+      break;
+    case 'V': o->verbose = 1; break;
     case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    default: return 2; /* train_opts_parse() prints the line */
   }
   return -1;
 }
@@ -224,10 +252,14 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
                     .micro_batch = 8,
                     .grad_accum = 1,
                     .assume_host = -1,
-                    .assume_nvme = -1};
+                    .assume_nvme = -1,
+                    .print_every = -1};
   int c, rc;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+  opterr = 0; /* zo_tool_option_error() says it in one line, with the nearest flag */
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (c == '?' || c == ':') return zo_tool_option_error("zo-train", c, argc, argv, opts);
     if ((rc = parse_option(c, optarg, o)) >= 0) return rc;
+  }
   if (optind < argc) return train_die("unexpected argument '%s' (see --help)%s", argv[optind], "");
   if (strcmp(o->export_dtype, "fp32") && strcmp(o->export_dtype, "bf16"))
     return train_die("--export-dtype: expected fp32 or bf16, got '%s'%s", o->export_dtype, "");

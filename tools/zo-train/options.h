@@ -18,6 +18,9 @@ typedef struct train_opts {
   int64_t steps_override, seed_override, threads, limit_override;
   const char *param_override, *device_override, *ckpt_override, *memory_override;
   int do_sample, dry_run, fixed_threads;
+  int64_t
+      print_every; /* --print-every: a logged step every N steps; -1: the config's steps_per_print */
+  int verbose;     /* --verbose: the long step line */
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;
   int64_t assume_host,

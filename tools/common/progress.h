@@ -46,7 +46,10 @@ void zo_tool_progress_start(zo_tool_progress *p, const char *tool, const char *u
  */
 void zo_tool_progress_update(zo_tool_progress *p, int64_t done, const char *what);
 
-/* zo_tool_progress_end() - the loop is over: a bar on the terminal is cleared; @p may be reused. */
+/*
+ * zo_tool_progress_end() - a bar on the terminal is cleared: the loop is over, or the tool prints
+ * a result now (a later zo_tool_progress_update() draws the bar anew).
+ */
 void zo_tool_progress_end(zo_tool_progress *p);
 
 #endif

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "args.h"
+#include "progress.h"
 #include "stream.h"
 #include "zoffload/adam.h"
 
@@ -519,7 +520,8 @@ static int parse_options(int argc, char **argv, options *o) {
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+  opterr = 0; /* zo_tool_option_error() says it in one line, with the nearest flag */
+  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     switch (c) {
       case OPT_SIZES:
         o->n_sizes = 0;
@@ -548,7 +550,7 @@ static int parse_options(int argc, char **argv, options *o) {
       case OPT_JSON: o->json_path = optarg; break;
       case OPT_STRICT: o->strict = 1; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default: return zo_tool_option_error("zo-adambench", c, argc, argv, longopts);
     }
   }
   if (optind < argc) {
@@ -574,6 +576,8 @@ typedef struct bench {
   json_t *jroof, *jres;
   target_pick tp;
   int any_failed;
+  zo_tool_progress prog; /* rounds of all configurations: (warmup + reps) x sizes x threads */
+  int64_t rounds_done;
 } bench;
 
 static int alloc_buffers(buffers *B, size_t nmax, int thp) {
@@ -675,7 +679,10 @@ static int plan_jobs(bench *b, int *first_var) {
 /* warm-up then timed rounds, interleaved: every kernel once per round, so drift and neighbours hit all of
  * them alike */
 static void run_rounds(bench *b, run_ctx *R, int nj, int T) {
-  for (int r = -b->o.warmup; r < b->o.reps; r++)
+  char what[64];
+  snprintf(what, sizeof what, "n = %zu, %d threads", R->n, T);
+  for (int r = -b->o.warmup; r < b->o.reps;
+       r++, zo_tool_progress_update(&b->prog, ++b->rounds_done, what))
     for (int j = 0; j < nj; j++) {
       job *J = &b->jobs[j];
       if (J->failed) continue;
@@ -936,6 +943,7 @@ static int run_config(bench *b, size_t n, int T) {
                       .grad_scale = 1.0f}};
   double la0 = loadavg1();
   run_rounds(b, &R, nj, T);
+  zo_tool_progress_end(&b->prog); /* a bar on the terminal gives way to the table */
   char nbuf[32];
   fmt_n(n, nbuf, sizeof nbuf);
   printf("\n== n = %s (%zu), threads = %d: %s; ", nbuf, n, T, zo_adam_pool_describe(pool));
@@ -1028,7 +1036,8 @@ static int write_json(bench *b, json_t *jt) {
 }
 
 int main(int argc, char **argv) {
-  static bench b; /* static: the timing arrays are a few hundred KiB */
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each table as it is done, on a pipe too */
+  static bench b;                   /* static: the timing arrays are a few hundred KiB */
   int rc = parse_options(argc, argv, &b.o);
   if (rc >= 0) return rc;
   rc = plan(&b);
@@ -1037,6 +1046,9 @@ int main(int argc, char **argv) {
   b.jroof = json_array(), b.jres = json_array();
   b.jobs = calloc(PAT_COUNT * 2 + N_VARIANTS, sizeof *b.jobs);
   if (!b.jobs) return 1;
+  /* elapsed time and ETA on stderr: a bar on a terminal, a line every 10 s on a pipe */
+  zo_tool_progress_start(&b.prog, "zo-adambench", "rounds",
+                         (int64_t)b.o.n_sizes * b.o.n_threads * (b.o.warmup + b.o.reps), 10.0);
   for (int si = 0; si < b.o.n_sizes; si++)
     for (int ti = 0; ti < b.o.n_threads; ti++)
       if ((rc = run_config(&b, b.o.sizes[si], b.o.threads[ti])) >= 0) return rc;

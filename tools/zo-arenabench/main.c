@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "progress.h"
 #include "zoffload/arena.h"
 #include "zoffload/device.h"
 #include "zoffload/status.h"
@@ -139,9 +140,10 @@ static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
 
 /* One scenario on @a (empty on entry and exit): per round, fill the arena with blocks of random
  * sizes (pinholes: each followed by a 256-byte spacer), unpin them, free every other block (the
- * spacers), then ask for 3/4 of the free bytes in one block, which only a compaction can give. */
+ * spacers), then ask for 3/4 of the free bytes in one block, which only a compaction can give.
+ * @prog counts the rounds. */
 static int run_scenario(zo_device_t *dev, zo_arena_t *a, size_t cap, int pinholes, int rounds,
-                        scenario *sc) {
+                        scenario *sc, zo_tool_progress *prog) {
   enum { MAXB = 1 << 16 };
   zo_arena_block_t **blk = calloc(MAXB, sizeof *blk);
   uint64_t rng = pinholes ? 0x5eed2 : 0x5eed1;
@@ -153,6 +155,7 @@ static int run_scenario(zo_device_t *dev, zo_arena_t *a, size_t cap, int pinhole
   BCHECK(zo_arena_get_stats(a, &s0));
   double frag = 0;
   for (int r = 0; r < rounds; r++) {
+    zo_tool_progress_update(prog, (int64_t)pinholes * rounds + r, sc->name); /* rounds done */
     size_t n = 0;
     const size_t lo = cap / 128 > 256 ? cap / 128 : 256, hi = cap / 32 > lo ? cap / 32 : lo;
     for (;;) {
@@ -423,7 +426,7 @@ static int parse_options(int argc, char **argv, opts *o) {
                                      {0, 0, 0, 0}};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
     switch (c) {
       case OPT_DEVICE:
         if (!strcmp(optarg, "host"))
@@ -454,10 +457,7 @@ static int parse_options(int argc, char **argv, opts *o) {
       case OPT_JSON: o->json = optarg; break;
       case OPT_NO_VMM: o->no_vmm = 1; break;
       case OPT_HELP: usage(stdout); return 0;
-      default:
-        fprintf(stderr, "zo-arenabench: unknown or incomplete option '%s'\n", argv[optind - 1]);
-        usage(stderr);
-        return 2;
+      default: return zo_tool_option_error("zo-arenabench", c, argc, argv, lo);
     }
   }
   if (optind < argc) {
@@ -563,6 +563,7 @@ static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenari
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each result as it is done, on a pipe too */
   opts o;
   int rc = parse_options(argc, argv, &o);
   if (rc >= 0) return rc;
@@ -589,8 +590,11 @@ int main(int argc, char **argv) {
   }
   if (touch_arena(dev, a, cap)) goto done;
   scenario sc[2];
+  zo_tool_progress prog; /* elapsed and ETA on stderr: a bar on a terminal, a line every 10 s */
+  zo_tool_progress_start(&prog, "zo-arenabench", "rounds", 2 * (int64_t)o.rounds, 10.0);
   for (int i = 0; i < 2; i++)
-    if (run_scenario(dev, a, cap, i, o.rounds, &sc[i])) goto done;
+    if (run_scenario(dev, a, cap, i, o.rounds, &sc[i], &prog)) goto done;
+  zo_tool_progress_end(&prog);
   print_scenarios(sc);
   vmm v;
   vmm *vp = run_vmm(&o, ordinal, cap, &a, sc, &v);

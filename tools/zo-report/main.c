@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <liburing.h>
 
+#include "args.h"
 #include "zoffload/adam.h"
 #include "zoffload/config.h"
 #include "zoffload/device.h"
@@ -730,14 +731,15 @@ int main(int argc, char **argv) {
                                            {"config", required_argument, NULL, 'c'},
                                            {0}};
   int c;
-  while ((c = getopt_long(argc, argv, "p:jhsc:", longopts, NULL)) != -1) {
+  opterr = 0; /* zo_tool_option_error() says it in one line, with the nearest flag */
+  while ((c = getopt_long(argc, argv, ":p:jhsc:", longopts, NULL)) != -1) {
     switch (c) {
       case 'p': path = optarg; break;
       case 'j': as_json = 1; break;
       case 's': speeds = 1; break;
       case 'c': config = optarg; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default: return zo_tool_option_error("zo-report", c, argc, argv, longopts);
     }
   }
   if (optind < argc) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
 #include "stepbench.h"
 #include "zoffload/budget.h"
 #include "zoffload/status.h"
@@ -447,16 +448,19 @@ static int run_step(const bench *b, int gas, double csec, step_rec *r) {
 static int run_steps(const opts *o, bench *b) {
   b->rec = calloc((size_t)o->steps, sizeof *b->rec);
   if (!b->rec) DIE("out of host memory");
-  const double csec = o->compute_ms * 1e-3;
+  const double csec = o->compute_ms * 1e-3, t0 = zo_clock_s();
   for (int k = 0; k < o->steps; k++) {
     step_rec *r = &b->rec[k];
     if (run_step(b, o->gas, csec, r)) return 1;
+    const double el = zo_clock_s() - t0; /* the steps' wall time; ETA at their mean rate */
+    char e[32], eta[32];
     printf(
         "step %d: %.3f s (compute %.3f, fetch wait %.3f, grad_ready %.3f, engine_step %.3f [adam %.3f swap %.3f "
-        "grad wait %.3f]), disk %.3f GB/s over %.3f s, link %.3f GB/s\n",
+        "grad wait %.3f]), disk %.3f GB/s over %.3f s, link %.3f GB/s | %d/%d, %s elapsed, ETA %s\n",
         k + 1, r->step_s, r->compute_s, r->fetch_wait_s, r->grad_ready_s, r->engine_step_s,
         r->info.adam_s, r->info.swap_s, r->info.grad_wait_s, r->disk_gbps, r->opt_window_s,
-        r->link_gbps);
+        r->link_gbps, k + 1, o->steps, zo_tool_duration(el, e, sizeof e),
+        zo_tool_duration(zo_tool_eta_s(el, k + 1, o->steps), eta, sizeof eta));
     fflush(stdout);
   }
   zo_engine_t *eng = b->eng;

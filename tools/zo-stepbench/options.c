@@ -101,8 +101,7 @@ static void usage(FILE *f) {
       "                     time is its busy time on the emulated link, else its bytes / its measured limit\n"
       "  adam_s             zo_step_info.adam_s (CPU Adam time)\n"
       "  overlap_efficiency max(compute_s, transfer_s, adam_s) / step_s: 1.0 = everything but the\n"
-      "                     longest stage hidden. (The issue writes the ratio as step time over the max;\n"
-      "                     that is 1 / overlap_efficiency, reported as step_over_bound.)\n"
+      "                     longest stage hidden, below 1 = time exposed (zo-train reports the same ratio)\n"
       "  predicted_step_ms  zo_engine_place()'s step-time model (zoffload/placement.h) for the placement, before\n"
       "                     finalize: machine speeds from zo_step_rates_get() (the speeds cache, or a ~1 s\n"
       "                     measurement), compute L x 2 x X ms x gas, 2 x gas fetches of each layer per step;\n"
@@ -325,7 +324,11 @@ int parse_args(int argc, char **argv, opts *o) {
   o->param_max_in_cpu = -1;
   int c, li = -1;
   opterr = 0;
-  while ((li = -1, c = getopt_long(argc, argv, "", lo, &li)) != -1) {
+  while ((li = -1, c = getopt_long(argc, argv, ":", lo, &li)) != -1) {
+    if (c == '?' || c == ':') { /* one line, with the nearest flag */
+      zo_tool_option_error("zo-stepbench", c, argc, argv, lo);
+      return -1;
+    }
     const int rc = parse_option(c, optarg, o);
     if (rc == 2) {
       fprintf(stderr, "zo-stepbench: unknown or incomplete option '%s' (see --help)\n",

@@ -117,12 +117,13 @@ expect "data.seed 2^63" "data.seed: expected an integer in \[0, 9223372036854775
 expect "--threads 2^32" "--threads: expected an integer in \[1, 4096\], got '4294967296'" --config "$cfg" --threads 4294967296
 expect "--keep-last 2^32" "--keep-last: expected an integer in \[0, 2147483647\]" --config "$cfg" --keep-last 4294967296
 expect "--micro-batch 2^31" "--micro-batch: expected an integer in \[1, 2147483647\]" --config "$cfg" --micro-batch 2147483648
-# steps_per_print beyond an int: trains, logging only the last step (was: 2^32 SIGFPE, 2^63-1 every step)
+# steps_per_print beyond an int: trains, logging (validation, val loss) only the last step (was: 2^32 SIGFPE,
+# 2^63-1 every step); steps 1 and 2 get progress lines without validation
 for spp in 4294967296 9223372036854775807; do
   variant spp "s/\"steps_per_print\": 5/\"steps_per_print\": $spp/"
   timeout -k 10 60 "$zo" --no-sample --config "$work/spp.json" --steps 3 >"$work/out" 2>"$work/err"
-  rc=$? logged=$(grep -c '^step .*| loss' "$work/out")
-  if [ $rc -ne 0 ] || [ "$logged" -ne 1 ] || ! grep -q '^step     3/3 | loss' "$work/out"; then
+  rc=$? logged=$(grep -c '^step .*| loss .*| val ' "$work/out")
+  if [ $rc -ne 0 ] || [ "$logged" -ne 1 ] || ! grep -q '^step     3/3 | loss .* | val ' "$work/out"; then
     echo "FAIL steps_per_print $spp: rc=$rc, $logged logged steps, want rc 0 and step 3 only"; tail -3 "$work/err"
     failures=$((failures + 1))
   else

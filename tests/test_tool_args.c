@@ -1,7 +1,8 @@
 /*
  * test_tool_args.c - the argument parsers the tools share (tools/common/args.c):
  * zo_tool_parse_int (every tool's integer options), zo_tool_parse_count,
- * zo_tool_parse_double, zo_tool_parse_bytes and zo_tool_split_list.
+ * zo_tool_parse_double, zo_tool_parse_bytes, zo_tool_split_list and the flag
+ * suggestion zo_tool_nearest_option.
  * Not a test of getopt or of any tool's messages (tests/zo_*.sh grep those).
  */
 #include <math.h>
@@ -170,11 +171,45 @@ static void test_split_list(void) {
   CHECK_EQ(zo_tool_split_list(big, split_cb, &l, NULL, 0), 1);
 }
 
+/* zo_tool_nearest_option(): within 2 edits and a third of the longer name, swaps count 1, "=VALUE"
+ * ignored, an exact name returned as is, nothing for a word far from every flag. */
+static void test_nearest_option(void) {
+  static const struct option lo[] = {{"print-every", required_argument, 0, 1},
+                                     {"steps", required_argument, 0, 2},
+                                     {"save", required_argument, 0, 3},
+                                     {"save-every", required_argument, 0, 4},
+                                     {"log-json", required_argument, 0, 5},
+                                     {0, 0, 0, 0}};
+  static const struct {
+    const char *word, *want; /* want NULL: no suggestion */
+  } cases[] = {
+      {"print-evry", "print-every"},
+      {"stpes", "steps"},
+      {"step", "steps"},
+      {"log-jsn=3", "log-json"},
+      {"save-evry", "save-every"},
+      {"save", "save"},
+      {"sav", "save"},
+      {"s", NULL},
+      {"zzzzzz", NULL},
+      {"json", NULL},
+      {"", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *got = zo_tool_nearest_option(cases[i].word, lo);
+    const int ok = cases[i].want ? got && !strcmp(got, cases[i].want) : got == NULL;
+    if (!CHECK(ok))
+      fprintf(stderr, "  '%s': got %s, want %s\n", cases[i].word, got ? got : "NULL",
+              cases[i].want ? cases[i].want : "NULL");
+  }
+}
+
 int main(void) {
   test_parse_int();
   test_parse_count();
   test_parse_double();
   test_parse_bytes();
   test_split_list();
+  test_nearest_option();
   return zo_test_finish("test_tool_args");
 }

@@ -59,7 +59,7 @@ if [ $rc -ne 0 ] || ! grep -q '^device .* 85899345920 .*limit 80.0 GiB' <<<"$out
 else
   echo "ok   --device-memory-limit 80G --dry-run: $(grep -m1 '^device ' <<<"$out" | tr -s ' ')"
 fi
-for a in "--device-memory-limit 512MiB" "--assume-host-memory 64G" "--assume-nvme-free 2T" "--device-memory-limit 8e10"; do
+for a in "--device-memory-limit 512MiB" "--assume-host-memory 64G" "--assume-nvme-free 2T" "--device-memory-limit 85899345920"; do
   # shellcheck disable=SC2086
   timeout -k 10 120 "$train" --config "$cfg" --no-sample --dry-run $a >"$work/out" 2>&1
   rc=$?
@@ -74,6 +74,11 @@ done
 expect "--device-memory-limit 80X" \
   "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with K, M, G or T: 80G, 512MiB), got '80X'" \
   "$train" --device-memory-limit 80X
+expect "--device-memory-limit 1.5G" \
+  "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with K, M, G or T: 80G, 512MiB), got '1.5G'" \
+  "$train" --device-memory-limit 1.5G
+expect "zo-stepbench --device-limit 1.5G" "zo-stepbench: --device-limit: bad value '1.5G' (see --help)" \
+  "$stepbench" --device-limit 1.5G
 expect "--assume-host-memory -1G" \
   "$t --assume-host-memory: expected a byte size >= 1 (an integer, or with K, M, G or T: 80G, 512MiB), got '-1G'" \
   "$train" --assume-host-memory -1G

@@ -35,7 +35,8 @@ int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int zo_tool_parse_double(const char *s, double lo, double hi, double *out);
 
 /*
- * zo_tool_parse_bytes() - a byte size "1048576", "512K", "4MiB", "1G", "2TB":
+ * zo_tool_parse_bytes() - the tools' one parser of byte-size flags (zo-train --device-memory-limit,
+ * zo-stepbench --block-size, zo-arenabench --capacity, zo-swapbench --size, ...): "1048576", "512K", "4MiB", "1G", "2TB":
  * decimal digits (the first character must be one: no blank, sign or
  * fraction), then optionally K M G or T (powers of 1024, either case), "i"
  * after a suffix, and "B". Zero is accepted (callers that need more check).

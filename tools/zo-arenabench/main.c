@@ -439,7 +439,7 @@ static int parse_options(int argc, char **argv, opts *o) {
         }
         break;
       case OPT_CAPACITY:
-        if (zo_tool_parse_count(optarg, 1, &o->capacity) || o->capacity < 64 * 1024) {
+        if (zo_tool_parse_bytes(optarg, &o->capacity) || o->capacity < 64 * 1024) {
           fprintf(stderr, "zo-arenabench: --capacity: '%s' is not a byte count of at least 64K\n",
                   optarg);
           return 2;

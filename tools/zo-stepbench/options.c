@@ -230,7 +230,7 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_COMPUTE: return zo_tool_parse_double(arg, 0, 1e6, &o->compute_ms) != 0;
     case O_OPARAM: return zo_offload_device_parse(arg, &o->oparam) != ZO_OK;
     case O_OOPT: return zo_offload_device_parse(arg, &o->oopt) != ZO_OK;
-    case O_DEVLIM: return zo_tool_parse_count(arg, 1, &o->device_limit) != 0;
+    case O_DEVLIM: return zo_tool_parse_bytes(arg, &o->device_limit) != 0;
     case O_LINK: return parse_link(arg, o);
     case O_DEVICE:
       return zo_device_kind_parse(arg, &o->device) != ZO_OK || o->device == ZO_DEVICE_AUTO;
@@ -238,7 +238,7 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_BC: return parse_int(arg, 1, 1024, &o->buffer_count);
     case O_PBC: return parse_int(arg, 1, 1024, &o->param_buffer_count);
     case O_BS:
-      if (zo_tool_parse_count(arg, 1, &u) || u == 0 || u % 4096 || u > (1u << 30)) return 1;
+      if (zo_tool_parse_bytes(arg, &u) || u == 0 || u % 4096 || u > (1u << 30)) return 1;
       o->block_size = (int64_t)u;
       return 0;
     case O_QD: {
@@ -269,7 +269,7 @@ static int parse_option(int c, const char *arg, opts *o) {
     case O_OPT_MAX_CPU: return parse_elems(arg, &o->optimizer_max_in_cpu);
     case O_PARAM_MAX_CPU: return parse_elems(arg, &o->param_max_in_cpu);
     case O_PLACE_HOST:
-      if (zo_tool_parse_count(arg, 1, &u) || u > INT64_MAX) return 1;
+      if (zo_tool_parse_bytes(arg, &u) || u > INT64_MAX) return 1;
       o->placement_host_bytes = (int64_t)u;
       return 0;
     case O_HELP: usage(stdout); exit(0);

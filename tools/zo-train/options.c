@@ -56,7 +56,7 @@ static void usage(FILE *f) {
       "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
       "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
       "                           1 when not (with the key to change); nothing is allocated or trained\n"
-      "  --device-memory-limit B  override zoffload.device_memory_limit, bytes (80G, 512MiB, 8e10: K M G T are\n"
+      "  --device-memory-limit B  override zoffload.device_memory_limit, bytes (80G, 512MiB: K M G T are\n"
       "                           powers of 1024 in every flag); 0 = unlimited (default: the config's value)\n"
       "                           (a --dry-run of a cuda config without a GPU plans a device of that size)\n"
       "  --assume-host-memory B   with --dry-run: plan for a machine with B bytes (512G) of host memory (MemTotal, which\n"
@@ -127,10 +127,10 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
   return 0;
 }
 
-/* A byte size "80G", "512MiB", "8e10" (zo_tool_parse_count, powers of 1024) in [@lo, INT64_MAX]. */
+/* A byte size "80G", "512MiB", "85899345920" (zo_tool_parse_bytes: powers of 1024) in [@lo, INT64_MAX]. */
 static int parse_size(const char *flag, const char *s, int64_t lo, int64_t *out) {
   uint64_t v;
-  if (zo_tool_parse_count(s, 1, &v) || v > (uint64_t)INT64_MAX || (int64_t)v < lo) {
+  if (zo_tool_parse_bytes(s, &v) || v > (uint64_t)INT64_MAX || (int64_t)v < lo) {
     fprintf(stderr,
             "zo-train: error: %s: expected a byte size >= %lld (an integer, or with K, M, G or T: "
             "80G, 512MiB), got '%s'\n",

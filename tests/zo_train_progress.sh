@@ -54,7 +54,23 @@ n=$(grep -c '^step  *[12]/2 | loss .* | lr .* | ms/step .* | arena .* | [0-9.ms 
 [ "$n" -eq 2 ] || { grep '^step' "$work/verbose.out"; fail "--verbose: $n of 2 long lines"; }
 echo "ok   --verbose: $(grep '^step  *2/2' "$work/verbose.out" | cut -c1-120)..."
 
-# 4. the summary's overlap efficiency: max(compute, adam, swap) / step of the figures on its own line
+# 4. on a terminal (script(1) gives a pty): the step in a live line (carriage return, the progress figures,
+#    erase to the end of the line, no newline), erased before the next printed line
+if command -v script >/dev/null; then
+  timeout -k 10 120 script -qec "OMP_NUM_THREADS=1 '$zo' --config '$work/config.json' --data '$corpus' --no-sample \
+    --threads 1 --steps 4 --print-every 3" /dev/null >"$work/tty.raw" 2>&1 || { tail -5 "$work/tty.raw"; fail "tty run failed"; }
+  esc=$(printf '\033')
+  grep -q "step     1/4 | loss [0-9.]* | *[0-9]* tok/s | [0-9.ms h]* elapsed | ETA [0-9.ms h]*${esc}\[K" "$work/tty.raw" \
+    || { cat -v "$work/tty.raw" | tail -8; fail "tty: no live line for step 1"; }
+  grep -q "${esc}\[Kstep     3/4 | loss [0-9.]* | val " "$work/tty.raw" \
+    || { cat -v "$work/tty.raw" | tail -8; fail "tty: the live line not erased before step 3's line"; }
+  tr '\r' '\n' <"$work/tty.raw" | grep -q '^step     1/4 .*val' && fail "tty: step 1 was validated"
+  echo "ok   terminal: live line $(tr '\r' '\n' <"$work/tty.raw" | grep -m1 '^step     1/4' | cat -v)"
+else
+  echo "note: no script(1): the terminal's live line is not checked"
+fi
+
+# 5. the summary's overlap efficiency: max(compute, adam, swap) / step of the figures on its own line
 line=$(grep '^zo-train: per step' "$work/every.out")
 [ -n "$line" ] || fail "no summary line"
 read -r step compute adam swap eff < <(sed -n \

@@ -60,6 +60,7 @@ typedef struct train_progress {
   double t_line;         /* when the last step line (logged or progress only) was printed */
   int64_t tokens_line;   /* the job's tokens since then */
   double t_val0;         /* when the validation of the step being logged began */
+  double t_live;         /* when the live line (stdout a terminal) was last drawn */
   double first_val, last_val, last_loss;
   double fwd0, bwd0,
       eval_fwd; /* model seconds at the start; forward seconds spent on validation since */

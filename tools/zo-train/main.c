@@ -213,11 +213,13 @@ static int save_step(zo_engine_t *eng, const char *root, const train_position *p
 }
 
 static int engine_error(void) {
+  train_report_live_clear();
   fprintf(stderr, "zo-train: error: %s\n", or_unknown(zo_last_error()));
   return 1;
 }
 
 static int model_error(const train_model *m) {
+  train_report_live_clear();
   fprintf(stderr, "zo-train: error: %s\n", or_unknown(train_model_error(m)));
   return 1;
 }
@@ -663,8 +665,9 @@ static int progress_due(const train_job *j, const train_progress *p, int64_t pri
 }
 
 /* The training loop: the initial validation, then steps from the start position to --steps, printed every
- * steps_per_print and saved every --save-every, until done or signalled. 0, or 1 after printing the error. */
-static int train(const train_opts *o, train_job *j, train_progress *p) {
+ * --print-every or steps_per_print (with progress lines between, report.h; on a terminal a live line too)
+ * and saved every --save-every, until done or signalled. 0, or 1 after printing the error. */
+static int train_loop(const train_opts *o, train_job *j, train_progress *p) {
   p->rng = j->pos.rng;
   p->skipped = j->pos.skipped;
   p->first_val = p->last_val = p->last_loss = NAN;
@@ -682,6 +685,7 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
   p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
   p->eval_fwd = 0;
   p->t_start = p->t_window = p->t_line = zo_clock_s();
+  const int live = isatty(STDOUT_FILENO); /* a terminal: the step in a live line between lines */
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
   for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop);
@@ -693,9 +697,12 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
       if (log_step(o, j, p, loss, loss_scale, &info)) return 1;
     } else if (o->print_every <= 0 && progress_due(j, p, print_every)) {
       train_report_progress(j, p, loss, info.skipped);
+    } else if (live) {
+      train_report_live(j, p, loss);
     }
     if (o->save_root &&
         ((o->save_every > 0 && p->step % o->save_every == 0) || p->step == j->ts.steps)) {
+      train_report_live_clear();
       const double ts0 = zo_clock_s();
       const train_position now = {.step = p->step, .rng = p->rng, .skipped = p->skipped};
       if (save_step(j->eng, o->save_root, &now, &j->ts, (int)o->keep_last)) return 1;
@@ -705,6 +712,13 @@ static int train(const train_opts *o, train_job *j, train_progress *p) {
     }
   }
   return 0;
+}
+
+/* The training loop (train_loop()), any live line erased at its end. */
+static int train(const train_opts *o, train_job *j, train_progress *p) {
+  const int rc = train_loop(o, j, p);
+  train_report_live_clear();
+  return rc;
 }
 
 /* After the loop: the delayed update drained, a signalled run's last step saved, --export-safetensors written.

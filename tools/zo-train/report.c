@@ -97,19 +97,41 @@ static double line_tok_s(const train_progress *p, double t_end) {
   return t > 0 ? p->tokens_line / t : 0;
 }
 
-/* The short step line: step/total, loss, @val_s (" | val X", or ""), tok/s, elapsed, ETA. */
+/* A live line is on the terminal: the next output erases it first. */
+static int g_live;
+
+void train_report_live_clear(void) {
+  if (!g_live) return;
+  fputs("\r\033[K", stdout); /* to the line's start, erase to its end */
+  fflush(stdout);
+  g_live = 0;
+}
+
+/* The short step line: step/total, loss, @val_s (" | val X", or ""), tok/s, elapsed, ETA, then
+ * @end ("\n"; the live line's erase-to-end instead). */
 static void short_line(const train_job *j, const train_progress *p, double loss, const char *val_s,
-                       double tok_s, double elapsed, double eta, int skipped) {
+                       double tok_s, double elapsed, double eta, int skipped, const char *end) {
   char e[32], r[32];
-  printf("step %5lld/%lld | loss %.4f%s | %7.0f tok/s | %s elapsed | ETA %s%s\n",
+  printf("step %5lld/%lld | loss %.4f%s | %7.0f tok/s | %s elapsed | ETA %s%s%s",
          (long long)p->step, (long long)j->ts.steps, loss, val_s, tok_s,
          zo_tool_duration(elapsed, e, sizeof e), zo_tool_duration(eta, r, sizeof r),
-         skipped ? " | overflow: skipped" : "");
+         skipped ? " | overflow: skipped" : "", end);
+}
+
+void train_report_live(const train_job *j, train_progress *p, double loss) {
+  const double now = zo_clock_s(), elapsed = now - p->t_start;
+  if (g_live && now - p->t_live < 0.2) return;
+  p->t_live = now;
+  fputc('\r', stdout);
+  short_line(j, p, loss, "", line_tok_s(p, now), elapsed, run_eta(j, p, elapsed), 0, "\033[K");
+  fflush(stdout);
+  g_live = 1;
 }
 
 void train_report_progress(const train_job *j, train_progress *p, double loss, int skipped) {
   const double now = zo_clock_s(), elapsed = now - p->t_start;
-  short_line(j, p, loss, "", line_tok_s(p, now), elapsed, run_eta(j, p, elapsed), skipped);
+  train_report_live_clear();
+  short_line(j, p, loss, "", line_tok_s(p, now), elapsed, run_eta(j, p, elapsed), skipped, "\n");
   fflush(stdout);
   p->t_line = zo_clock_s();
   p->tokens_line = 0;
@@ -135,6 +157,7 @@ void train_report_logged(train_job *j, train_progress *p, double loss, double va
   if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, " MFU %.1f%%", 100 * mfu);
   const double now = zo_clock_s(), elapsed = now - p->t_start;
   const double eta = run_eta(j, p, elapsed);
+  train_report_live_clear();
   if (verbose) {
     char e[32], r[32];
     printf(
@@ -150,7 +173,7 @@ void train_report_logged(train_job *j, train_progress *p, double loss, double va
   } else {
     char vb[32];
     snprintf(vb, sizeof vb, " | val %.4f", val);
-    short_line(j, p, loss, vb, line_tok_s(p, p->t_val0), elapsed, eta, info->skipped);
+    short_line(j, p, loss, vb, line_tok_s(p, p->t_val0), elapsed, eta, info->skipped, "\n");
   }
   fflush(stdout);
   if (j->jf) {

@@ -11,9 +11,20 @@
 /*
  * train_report_progress() - a progress line for the step just done (p->step) without validation:
  * "step N/TOTAL | loss L | R tok/s | E elapsed | ETA T" (tok/s since the last step line, ETA at
- * this run's mean wall-clock rate). Restarts the line window (p->t_line, p->tokens_line).
+ * this run's mean wall-clock rate). Restarts the line window (p->t_line, p->tokens_line). The
+ * printing functions here erase a live line first.
  */
 void train_report_progress(const train_job *j, train_progress *p, double loss, int skipped);
+
+/*
+ * train_report_live() - on a terminal (the caller checks), the step just done as a live line
+ * redrawn in place between the printed lines, at most five times a second: the progress line's
+ * figures, no newline. Any other output first calls train_report_live_clear().
+ */
+void train_report_live(const train_job *j, train_progress *p, double loss);
+
+/* train_report_live_clear() - the live line erased (nothing when none is drawn). */
+void train_report_live_clear(void);
 
 /*
  * train_report_logged() - a logged step (p->step): the short line with the validation loss @val,

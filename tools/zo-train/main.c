@@ -664,6 +664,22 @@ static int progress_due(const train_job *j, const train_progress *p, int64_t pri
   return zo_clock_s() - p->t_line >= 30.0;
 }
 
+/*
+ * Whether stdout is a terminal someone watches: not a pipe or file, not TERM=dumb, and not the pty
+ * a launcher gives each rank and copies into its own output (Open MPI, PMI, PMIx, Slurm), where a
+ * live line's carriage returns would land in logs.
+ */
+static int live_terminal(void) {
+  static const char *const launched[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                                         "SLURM_PROCID", NULL};
+  if (!isatty(STDOUT_FILENO)) return 0;
+  const char *term = getenv("TERM");
+  if (term && !strcmp(term, "dumb")) return 0;
+  for (int i = 0; launched[i]; i++)
+    if (getenv(launched[i])) return 0;
+  return 1;
+}
+
 /* The training loop: the initial validation, then steps from the start position to --steps, printed every
  * --print-every or steps_per_print (with progress lines between, report.h; on a terminal a live line too)
  * and saved every --save-every, until done or signalled. 0, or 1 after printing the error. */
@@ -685,7 +701,7 @@ static int train_loop(const train_opts *o, train_job *j, train_progress *p) {
   p->fwd0 = train_model_forward_seconds(j->model), p->bwd0 = train_model_backward_seconds(j->model);
   p->eval_fwd = 0;
   p->t_start = p->t_window = p->t_line = zo_clock_s();
-  const int live = isatty(STDOUT_FILENO); /* a terminal: the step in a live line between lines */
+  const int live = live_terminal(); /* the step in a live line between the printed lines */
   /* Several ranks stop together: a rank's signal is summed into the loss all-reduce of the step it lands in, so
    * every rank leaves after the same step (a rank stopping alone would leave the others in a collective). */
   for (p->step = j->pos.step + 1; p->step <= j->ts.steps && !(j->world > 1 ? p->stop_all : g_stop);

@@ -726,7 +726,6 @@ static const char *const zero_inert[] = {"reduce_scatter",
                                          "pipeline_loading_checkpoint",
                                          "override_module_apply",
                                          "log_trace_cache_warnings",
-                                         "zenflow",
                                          "prefetch_bucket_size",
                                          "param_persistence_threshold",
                                          "max_live_parameters",
@@ -755,6 +754,7 @@ static const char *const zero_keys[] = {"stage",
                                         "reduce_bucket_size",
                                         "allgather_bucket_size",
                                         "leaf_module",
+                                        "zenflow",
                                         NULL};
 
 /* zero_optimization.leaf_module (DeepSpeed's ZeRO-3 leaf modules): null, or an object whose classes, names and
@@ -842,6 +842,15 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
     ZO_CHECK(get_bool(c, p, v, &seen->legacy_pin));
   } else if (!strcmp(key, "leaf_module")) {
     ZO_CHECK(leaf_module_block(c, p, v));
+  } else if (!strcmp(key, "zenflow")) {
+    /* DeepSpeed's ZenFlow updates the top-k gradient columns each step and the rest every
+     * update_interval steps; running exact Adam instead would train a different model silently. */
+    if (!json_is_null(v))
+      return cfg_err(c, p,
+                     "ZenFlow (top-k stall-free updates) is not built in zoffload, which applies "
+                     "exact Adam to every element every step; remove the key (or set it to null): "
+                     "zoffload's CPU Adam already starts on each sub-group as its gradients land, "
+                     "overlapping backward");
   } else if (in_list(key, zero_inert)) {
     warn_inert(p);
   } else {

@@ -18,6 +18,7 @@ the Trainer lets a subclass replace is enough: create_optimizer_and_scheduler (t
 engine's checkpoint in checkpoint-N) and _load_from_checkpoint / _load_optimizer_and_scheduler (resume). A
 TrainerCallback cannot change how backward runs, and accelerate has no plugin point for another ZeRO engine.
 """
+import dataclasses
 import json
 import logging
 import os
@@ -288,14 +289,95 @@ class _TrainerScheduler:
         self.scheduler.load_state_dict(sd)
 
 
+def _deepspeed_arg(value, what):
+    """The config TrainingArguments(deepspeed=@value) names, as HF reads it: a dict, a JSON file path, or JSON text
+    (plain or base64, as HfDeepSpeedConfig takes it). A path is kept as given (errors name the file)."""
+    if isinstance(value, dict) or os.path.exists(os.fsdecode(value)):
+        return value
+    import base64
+    for text in (value, None):
+        try:
+            if text is None:
+                text = base64.urlsafe_b64decode(value).decode("utf-8")
+            conf = json.loads(text)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(conf, dict):
+            return conf
+    raise ValueError("%s=%r: neither a JSON file that exists, nor JSON text (plain or base64) of an object"
+                     % (what, value if len(str(value)) <= 200 else str(value)[:200] + "..."))
+
+
+def _take_deepspeed(targs):
+    """The config @targs (TrainingArguments, or None) carries for DeepSpeed, taken over for zoffload, or None:
+    zoffload.hf.TrainingArguments' zoffload_config; transformers' own TrainingArguments(deepspeed=...) (made where
+    the deepspeed package is installed), whose DeepSpeed plugin, HF DeepSpeed config and ACCELERATE_USE_DEEPSPEED
+    are dropped so that the Trainer's Accelerator does not start DeepSpeed; or, under `accelerate launch
+    --use_deepspeed`, the plugin's config."""
+    if targs is None:
+        return None
+    cfg = getattr(targs, "zoffload_config", None)
+    if cfg is not None:
+        return cfg
+    plugin = getattr(targs, "deepspeed_plugin", None)
+    if getattr(targs, "deepspeed", None):
+        cfg = _deepspeed_arg(targs.deepspeed, "TrainingArguments.deepspeed")
+    elif plugin is not None and getattr(plugin, "hf_ds_config", None) is not None:
+        cfg = getattr(plugin.hf_ds_config, "config", None)
+    if cfg is None:
+        return None
+    targs.deepspeed, targs.deepspeed_plugin = None, None
+    if getattr(targs, "hf_deepspeed_config", None) is not None:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+        unset_hf_deepspeed_config()
+        targs.hf_deepspeed_config = None
+    os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+    logger.info("ZoffloadTrainer: the arguments' DeepSpeed config runs on zoffload's engine")
+    targs.zoffload_config = cfg
+    return cfg
+
+
+def _training_arguments_class():
+    from transformers import TrainingArguments as HfTrainingArguments
+    return HfTrainingArguments
+
+
+@dataclasses.dataclass
+class TrainingArguments(_training_arguments_class()):
+    """transformers.TrainingArguments whose deepspeed= (or --deepspeed, through HfArgumentParser) selects zoffload
+    instead of the deepspeed package: the config is taken aside before transformers' checks (which need DeepSpeed
+    installed and would make accelerate start it) and kept as zoffload_config, which ZoffloadTrainer runs; the
+    deepspeed attribute then reads None. Under `accelerate launch --use_deepspeed --deepspeed_config_file F`
+    (ACCELERATE_USE_DEEPSPEED, ACCELERATE_DEEPSPEED_CONFIG_FILE in the environment) F is the config the same way,
+    and ACCELERATE_USE_DEEPSPEED is removed from this process's environment so that accelerate's Accelerator
+    does not start DeepSpeed; accelerate's other DeepSpeed flags (--zero_stage, --offload_*) are not read (a
+    ValueError says so when no config file is given). Everything else is transformers' own."""
+
+    def __post_init__(self):
+        cfg, what = self.deepspeed, "TrainingArguments.deepspeed"
+        if not cfg and os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+            cfg, what = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"), "ACCELERATE_DEEPSPEED_CONFIG_FILE"
+            if not cfg or cfg == "none":
+                raise ValueError("zoffload.hf.TrainingArguments: ACCELERATE_USE_DEEPSPEED=true (accelerate launch "
+                                 "--use_deepspeed) without a config file: zoffload reads the DeepSpeed config from "
+                                 "--deepspeed_config_file (accelerate's --zero_stage and --offload_* flags are not "
+                                 "read)")
+        self.zoffload_config = _deepspeed_arg(cfg, what) if cfg else None
+        if cfg:
+            self.deepspeed = None
+            os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+        super().__post_init__()
+
+
 def _trainer_class():
     from transformers import Trainer
     return Trainer
 
 
 class ZoffloadTrainer(_trainer_class()):
-    """transformers.Trainer training through a zoffload engine. @zoffload_config: the DeepSpeed-style config (a
-    dict or a JSON path) with HF's "auto" values allowed, filled from the TrainingArguments as HF does for
+    """transformers.Trainer training through a zoffload engine. The DeepSpeed-style config (a dict or a JSON path)
+    comes from the arguments' deepspeed= (TrainingArguments below, or transformers' own where the deepspeed
+    package is installed: its DeepSpeed plugin is then dropped) or from @zoffload_config, with HF's "auto" values allowed, filled from the TrainingArguments as HF does for
     DeepSpeed (trainer_auto_values). As with DeepSpeed under HF: a config "optimizer" section is the engine's
     optimizer, else the Trainer's own (create_optimizer(): AdamW with no decay on biases and norms) becomes the
     engine's hyper-parameters (zoffload refuses non-Adam ones by name); a config "scheduler" section runs in the
@@ -306,13 +388,17 @@ class ZoffloadTrainer(_trainer_class()):
     (global_stepN/ and latest) into checkpoint-N; train(resume_from_checkpoint=...) loads the latter."""
 
     def __init__(self, *args, zoffload_config=None, **kwargs):
+        targs = kwargs.get("args", args[1] if len(args) > 1 else None)
+        from_args = _take_deepspeed(targs)
+        if zoffload_config is not None and from_args is not None:
+            raise ValueError("ZoffloadTrainer: the config given twice, as zoffload_config= and as the "
+                             "TrainingArguments' deepspeed=; give one")
+        zoffload_config = from_args if zoffload_config is None else zoffload_config
         if zoffload_config is None:
-            raise ValueError("ZoffloadTrainer: zoffload_config= (the DeepSpeed-style config, a dict or a JSON path) "
-                             "is required")
+            raise ValueError("ZoffloadTrainer: no config: pass TrainingArguments(deepspeed=...) (zoffload.hf's "
+                             "TrainingArguments) or zoffload_config= (the DeepSpeed-style config, a dict or a JSON "
+                             "path)")
         super().__init__(*args, **kwargs)
-        if getattr(self.args, "deepspeed", None):
-            raise ValueError("ZoffloadTrainer: TrainingArguments(deepspeed=...) selects DeepSpeed itself; pass the "
-                             "config as zoffload_config= instead")
         # The engine's config decides the precision (fp16/bf16 "auto" <- args.fp16/bf16), as DeepSpeed's does under
         # HF: no torch autocast around forward (the Trainer's CPU amp, accelerate's wrapper from prepare_model).
         self.use_cpu_amp = False

@@ -28,6 +28,7 @@ import weakref
 import torch
 
 from . import _ckpt, _device, _lib, _precision
+from . import offload_states as _offload_states
 from . import comm as _comm
 from .ds_api import DeepSpeedEngineAPI
 
@@ -770,6 +771,25 @@ class Engine(DeepSpeedEngineAPI):
         out = {k: getattr(m, k) for k, _ in _lib.EngineMem._fields_ if k != "arena"}
         out["arena"] = {k: getattr(m.arena, k) for k, _ in _lib.ArenaStats._fields_}
         return out
+
+    # --- DeepSpeed 0.16+'s offload_states / reload_states (offload_states.py) ---
+
+    def offload_states(self, include=None, device="cpu", pin_memory=True, non_blocking=False):
+        """DeepSpeed's engine.offload_states(): @include, the states (OffloadStateTypeEnum members or their names;
+        None: all), @device "cpu" (OffloadDeviceEnum: "none" warns and does nothing, "nvme" is refused as DeepSpeed
+        refuses it). zoffload's engine keeps each state where the config placed it, so nothing moves: states in
+        host memory or on NVMe stay and the call says so at INFO; states in GPU memory (offload_optimizer or
+        offload_param "none" on a GPU) stay too, named with their bytes in a WARNING; torch's cached GPU blocks are
+        returned to the driver. @pin_memory and @non_blocking are accepted (nothing is copied). ValueError naming a
+        bad @include value or @device."""
+        chosen = _offload_states.offload(self, include, device, pin_memory, non_blocking)
+        self._offloaded_states = list(dict.fromkeys(getattr(self, "_offloaded_states", []) + chosen))
+
+    def reload_states(self, non_blocking=False):
+        """DeepSpeed's engine.reload_states(): the states offload_states() named are where they were (nothing was
+        moved; said at INFO); training continues as before."""
+        _offload_states.reload(self, getattr(self, "_offloaded_states", []), non_blocking)
+        self._offloaded_states = []
 
     def close(self):
         """Free the engine (its swap files and nvme_path/zoffload-rank<R> removed), its device and communicator.

@@ -126,3 +126,20 @@ def test_transformers_arguments_with_deepspeed_taken_over(tmp_path, reference):
     assert a.deepspeed is None and a.deepspeed_plugin is None
     _same_run(t, reference)
     assert torch.isfinite(torch.tensor(t.losses)).all()
+
+
+def test_transformers_arguments_made_by_deepspeed_taken_over(tmp_path, reference):
+    """Where the deepspeed package is installed (the torch 2 venv): transformers' own TrainingArguments(deepspeed=)
+    builds accelerate's DeepSpeedPlugin; ZoffloadTrainer drops it and trains on zoffload, as zoffload_config=."""
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as e:  # noqa: BLE001 (absent, or present but unable to start here)
+        pytest.skip("the deepspeed package does not import here: %s" % e)
+    a = _args(tmp_path, cls=transformers.TrainingArguments, deepspeed=hf_config(2, tmp_path))
+    assert a.deepspeed_plugin is not None  # transformers made DeepSpeed's plugin
+    try:
+        t = _train(a)
+    finally:
+        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+    assert a.deepspeed is None and a.deepspeed_plugin is None
+    _same_run(t, reference)

@@ -55,8 +55,8 @@ def test_training_continues_bit_identical(tmp_path, caplog, stage, tier):
         b.reload_states()
     text = caplog.text
     where = "NVMe" if tier == "nvme" else "host memory"
-    assert "offload_states: nothing to move (a CPU model: its engine runs on the host): optim_states (%d bytes) in %s" % (
-        2 * (b.memory()["state_bytes"] // 3), where) in text, text
+    assert ("offload_states: nothing to move (a CPU model: its engine runs on the host): optim_states (%d bytes) in %s"
+            % (2 * (b.memory()["state_bytes"] // 3), where)) in text, text
     assert "reload_states: optim_states, hp_params, lp_params, lp_grads, contiguous_grad_buffer were not moved" in text
     assert "stay in GPU memory" not in text
     assert _train(b, ib, 4) == _train(a, ia, 4)

@@ -1,8 +1,10 @@
 """zoffload for Hugging Face: transformers' Trainer (ZoffloadTrainer), accelerate (accelerate_initialize), and
 models built or loaded with their parameters partitioned by zoffload.zero.Init (from_config, from_pretrained).
 Not a stand-in for the `deepspeed` distribution: nothing here registers package metadata or a `deepspeed` module,
-so transformers' own DeepSpeed paths (TrainingArguments(deepspeed=...), is_deepspeed_zero3_enabled(), accelerate's
-DeepSpeedPlugin) stay off; this module does their work with zoffload's engine instead.
+so transformers' own DeepSpeed paths (is_deepspeed_zero3_enabled(), accelerate's DeepSpeedPlugin) stay off; this
+module does their work with zoffload's engine instead. TrainingArguments here is transformers' with deepspeed= (and
+`accelerate launch --use_deepspeed`'s config file) taken aside for ZoffloadTrainer before transformers' DeepSpeed
+checks run, so a script keeps its deepspeed= and changes one import.
 
     from zoffload.hf import ZoffloadTrainer, from_config
     model = from_config(GPT2LMHeadModel, GPT2Config(...), "ds_config.json")   # stage 3: partitioned as built
@@ -376,16 +378,17 @@ def _trainer_class():
 
 class ZoffloadTrainer(_trainer_class()):
     """transformers.Trainer training through a zoffload engine. The DeepSpeed-style config (a dict or a JSON path)
-    comes from the arguments' deepspeed= (TrainingArguments below, or transformers' own where the deepspeed
-    package is installed: its DeepSpeed plugin is then dropped) or from @zoffload_config, with HF's "auto" values allowed, filled from the TrainingArguments as HF does for
-    DeepSpeed (trainer_auto_values). As with DeepSpeed under HF: a config "optimizer" section is the engine's
-    optimizer, else the Trainer's own (create_optimizer(): AdamW with no decay on biases and norms) becomes the
-    engine's hyper-parameters (zoffload refuses non-Adam ones by name); a config "scheduler" section runs in the
-    library, else the Trainer's (create_scheduler(): args.lr_scheduler_type, warmup) is the engine's client
-    scheduler. The engine (zo_engine, DeepSpeed's model_wrapped) is built at the start of train(); its
-    gradient_accumulation_steps and micro batch must equal the arguments' (ValueError otherwise, as HF's
-    mismatch check). save_steps write the consolidated weights (save_pretrained) and the engine's checkpoint
-    (global_stepN/ and latest) into checkpoint-N; train(resume_from_checkpoint=...) loads the latter."""
+    comes from the arguments' deepspeed= (TrainingArguments above, or transformers' own where the deepspeed
+    package is installed: its DeepSpeed plugin is then dropped) or from @zoffload_config (not both), with HF's
+    "auto" values allowed, filled from the TrainingArguments as HF does for DeepSpeed (trainer_auto_values). As
+    with DeepSpeed under HF: a config "optimizer" section is the engine's optimizer, else the Trainer's own
+    (create_optimizer(): AdamW with no decay on biases and norms) becomes the engine's hyper-parameters (zoffload
+    refuses non-Adam ones by name); a config "scheduler" section runs in the library, else the Trainer's
+    (create_scheduler(): args.lr_scheduler_type, warmup) is the engine's client scheduler. The engine (zo_engine,
+    DeepSpeed's model_wrapped) is built at the start of train(); its gradient_accumulation_steps and micro batch
+    must equal the arguments' (ValueError otherwise, as HF's mismatch check). save_steps write the consolidated
+    weights (save_pretrained) and the engine's checkpoint (global_stepN/ and latest) into checkpoint-N;
+    train(resume_from_checkpoint=...) loads the latter."""
 
     def __init__(self, *args, zoffload_config=None, **kwargs):
         targs = kwargs.get("args", args[1] if len(args) > 1 else None)

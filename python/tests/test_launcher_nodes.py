@@ -187,3 +187,15 @@ def test_hostfile_through_mpirun_trains_as_one_job(tmp_path):
             assert f.read() == "- - - %d 2 --local_rank=%d\n" % (k, k)
     with open(out) as f:
         assert f.read() == _one_rank(tmp_path)
+
+
+@slow
+def test_a_failing_rank_fails_the_handoff(tmp_path):
+    """A rank exiting 3 under the torchrun hand-off: torchrun fails, and the launcher exits non-zero saying so."""
+    script = tmp_path / "fail.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-m", "zoffload.launcher", "--num_nodes", "1", "--node_rank", "0",
+                        "--master_port", str(_free_port()), str(script)], env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0, (r.stdout, r.stderr)
+    assert "zoffload: torchrun exited with status %d" % r.returncode in r.stderr, r.stderr[-2000:]

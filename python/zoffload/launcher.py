@@ -242,11 +242,13 @@ def _handoff(a):
         cmd = torchrun_command(a, tmp)
     print("zoffload: %s" % " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
     try:
-        return _wait([subprocess.Popen(cmd, env=env)], names=[os.path.basename(cmd[0]) if a.mode == "mpirun"
-                                                              else "torchrun"])
+        status = _wait([subprocess.Popen(cmd, env=env)])
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+    if status:
+        print("zoffload: %s exited with status %d" % (a.mode, status), file=sys.stderr)
+    return status
 
 
 def main(argv=None):
@@ -274,7 +276,7 @@ def main(argv=None):
     return _wait(procs)
 
 
-def _wait(procs, names=None):
+def _wait(procs):
     """Wait for @procs (the ranks, or the one launcher handed to); SIGINT and SIGTERM passed on; the first failing
     one stops the others. The exit status as a shell reports it."""
 
@@ -287,11 +289,10 @@ def _wait(procs, names=None):
     try:
         while any(p.poll() is None for p in procs):
             bad = [p for p in procs if p.poll() not in (None, 0)]
-            if bad:
+            if bad and len(procs) > 1:
                 status = bad[0].returncode
-                i = procs.index(bad[0])
-                print("zoffload: %s exited with status %d%s" % (names[i] if names else "rank %d" % i, status,
-                      "; stopping the others" if len(procs) > 1 else ""), file=sys.stderr)
+                print("zoffload: rank %d exited with status %d; stopping the others" % (procs.index(bad[0]), status),
+                      file=sys.stderr)
                 for p in procs:
                     if p.poll() is None:
                         p.terminate()

@@ -475,3 +475,7 @@ for _name, _res, _args in (
         ("zo_comm_barrier", _i, [_vp])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
+
+# The library's log lines go to the `zoffload` logger of Python's logging module (_log.py), with the rank, from here on.
+from . import _log  # noqa: E402
+_log.install(lib, path)

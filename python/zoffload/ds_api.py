@@ -233,6 +233,7 @@ class DeepSpeedEngineAPI:
         if not self._lr_client:
             self._show_lr()
         self._sync_lr()
+        self._reporter.report_progress(0)  # DeepSpeed's "step=0, ..." line once the optimizer is set up
 
     def _show_lr(self):
         """The config's lr of the next step into the optimizer's param_groups (what DeepSpeed's scheduler does)."""

@@ -27,9 +27,10 @@ import weakref
 
 import torch
 
-from . import _ckpt, _device, _lib, _precision
+from . import _ckpt, _device, _lib, _log, _precision
 from . import offload_states as _offload_states
 from . import comm as _comm
+from . import monitor as _monitor
 from .ds_api import DeepSpeedEngineAPI
 
 _DT = {_lib.DTYPE_F32: torch.float32, _lib.DTYPE_BF16: torch.bfloat16, _lib.DTYPE_F16: torch.float16}
@@ -367,6 +368,8 @@ class Engine(DeepSpeedEngineAPI):
         self.module = model
         r = _read if isinstance(_read, _Resolved) else _resolve(model, config, _read, device)  # initialize()'s
         self.config, self.place, self.comm, self.rank, self.world_size = r.config, r.place, r.comm, r.rank, r.world
+        _log.set_rank(self.rank)  # the rank the log lines name, from the communicator
+        _monitor.apply_log_level(r.config)  # the config's log_level, before the engine's threads start
         # What the engine owns is freed when it is closed and no tensor views its memory (_Memory), or at exit.
         self._h = _Handles()
         self._h.comm, self._h.place = self.comm, self.place
@@ -488,6 +491,9 @@ class Engine(DeepSpeedEngineAPI):
                 node = p.expand_as(p).grad_fn.next_functions[0][0]  # the AccumulateGrad node of p
                 self.hooks.append(node.register_hook(on_grad(i)))
                 self._keep_nodes.append(node)
+        # steps_per_print lines, wall_clock_breakdown, the monitors (monitor.py); where the state lives, said once
+        self._reporter = _monitor.Reporter(self)
+        _log.log_dist(_monitor.placement_line(self))
 
     def _initial_value(self, p):
         """The fp32 host tensor zo_engine_load_param() starts parameter @p from (stage3.py: zero.Init's store)."""
@@ -528,7 +534,10 @@ class Engine(DeepSpeedEngineAPI):
     # --- the training loop ---
 
     def __call__(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        t0 = self._reporter.forward_begin()
+        out = self.module(*args, **kwargs)
+        self._reporter.forward_end(t0)
+        return out
 
     forward = __call__
 
@@ -560,6 +569,7 @@ class Engine(DeepSpeedEngineAPI):
         self._boundary = boundary
         if self._boundary:
             self._sync_lr()  # updates may start as the gradients land
+        t0 = self._reporter.backward_begin()
         self._in_backward = True
         try:
             (loss * (self.loss_scale / self.gas if scale_wrt_gas else self.loss_scale)).backward()
@@ -568,6 +578,7 @@ class Engine(DeepSpeedEngineAPI):
                 self._boundary_backward = True
             self._in_backward = self._boundary = False
             self._fence()
+        self._reporter.backward_end(t0, loss, scale_wrt_gas, self.gas)
 
     def _fence(self):
         """zo_grad_handover_fence() (zo_engine_grad_fence()): the gradients handed over so far are read; the ring
@@ -653,9 +664,11 @@ class Engine(DeepSpeedEngineAPI):
         if not self._backward_seen and not any(self._handed) and all(p.grad is None for _, p in self.params):
             raise RuntimeError("zoffload: engine.step() without engine.backward(loss) since the last step(): no "
                                "gradient to apply; call engine.backward(loss) before each step()")
+        t0 = self._reporter.step_begin()
         if not self.is_gradient_accumulation_boundary():
             self._backward_seen = False
             self.micro_steps += 1
+            self._reporter.step_end(t0, None)
             return None
         late = [n for (n, p), handed in zip(self.params, self._handed) if handed and p.grad is not None]
         if late:
@@ -685,6 +698,7 @@ class Engine(DeepSpeedEngineAPI):
         self.last_info = {k: getattr(info, k) for k, _ in _lib.StepInfo._fields_}
         self.applied_steps = info.step
         self._after_boundary()
+        self._reporter.step_end(t0, self.last_info)  # steps_per_print lines, monitors
         return self.last_info
 
     def _after_step(self):
@@ -813,6 +827,8 @@ class Engine(DeepSpeedEngineAPI):
                     p.data = p.data.clone() if copy_params else torch.empty(0, dtype=p.dtype, device=p.device)
                     self._aliased[i] = None
         self._remove_hooks()
+        if getattr(self, "_reporter", None) is not None:
+            self._reporter.close()  # the monitors' files and writers
         self.eng = self.dev = self.comm = self.ring = None
         self._mem = None  # the handles are freed now, unless a tensor still views the engine's memory
         fin = getattr(self, "_finalizer", None)

@@ -84,8 +84,238 @@ static const char *pj(char *out, const char *base, const char *key) {
   return out;
 }
 
-static void warn_inert(const char *path) {
-  zo_warn("config: %s is accepted but has no effect yet", path);
+/*
+ * DeepSpeed keys zoffload accepts and does not act on, and what is said about each (inert()). Most describe
+ * what zoffload does anyway (contiguous gradients, reduce-scatter, partitioned all-gather) or tune a
+ * mechanism zoffload does not have (I/O threads): nothing, or one info line, is said. A warning is given only
+ * where the value asks for something zoffload does not do, so the run differs from DeepSpeed's.
+ */
+typedef struct inert_rule {
+  const char *path; /* JSON path (bfloat16.* is looked up as bf16.*) */
+  /* the values that behave here as under DeepSpeed, "|"-separated: "any"; "off" (false, 0, null, "",
+   * "none", or an object whose "enabled" is false or, without "enabled", whose members are all off);
+   * "true"; "false"; "=N" (that number); "s:text" (that string); "never" (no value) */
+  const char *same;
+  zo_log_level
+      level; /* any other value: ZO_LOG_WARN (the run differs) or ZO_LOG_INFO (it does not) */
+  const char *instead; /* what zoffload does instead, said with the line; NULL: nothing to add */
+} inert_rule;
+
+#define AIO_NOTE                                                                                  \
+  "NVMe I/O is io_uring with aio.queue_depth requests in flight in aio.block_size pieces; there " \
+  "are no I/O threads or submission modes to set"
+#define MIXED_NOTE "the master weights, gradients and optimizer state stay fp32"
+
+static const inert_rule inert_rules[] = {
+    /* acted on by the Python front (zoffload.monitor, zoffload._log) */
+    {"wall_clock_breakdown", "any", ZO_LOG_INFO, NULL},
+    {"tensorboard", "any", ZO_LOG_INFO, NULL},
+    {"wandb", "any", ZO_LOG_INFO, NULL},
+    {"csv_monitor", "any", ZO_LOG_INFO, NULL},
+    {"log_level", "any", ZO_LOG_INFO, NULL},
+    {"timers", "any", ZO_LOG_INFO, NULL},
+    /* what zoffload does by design, or the same training whatever the value */
+    {"zero_allow_untested_optimizer", "any", ZO_LOG_INFO, NULL},
+    {"zero_force_ds_cpu_optimizer", "any", ZO_LOG_INFO, NULL},
+    {"seq_parallel_communication_data_type", "any", ZO_LOG_INFO, NULL},
+    {"use_data_before_expert_parallelism", "any", ZO_LOG_INFO, NULL},
+    {"optimizer.legacy_fusion", "any", ZO_LOG_INFO, NULL},
+    {"bf16.immediate_grad_update", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.contiguous_gradients", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.use_multi_rank_bucket_allreduce", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.stage3_model_persistence_threshold", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.model_persistence_threshold", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.module_granularity_threshold", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.stage3_module_granularity_threshold", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.use_all_reduce_for_fetch_params", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.stage3_use_all_reduce_for_fetch_params", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.round_robin_gradients", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.memory_efficient_linear", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.override_module_apply", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.log_trace_cache_warnings", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.save_muon_momentum_buffer_in_memory", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.allgather_sequential", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.stage3_allgather_sequential", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.enable_sanity_checks", "any", ZO_LOG_INFO, NULL},
+    {"zero_optimization.offload_optimizer.fast_init", "any", ZO_LOG_INFO, NULL},
+    {"managed_gradient_accumulation", "true", ZO_LOG_WARN,
+     "the engine ends an accumulation every gradient_accumulation_steps micro-steps"},
+    {"gradient_allreduce_op", "s:mean", ZO_LOG_WARN,
+     "gradients are summed over the ranks and averaged inside Adam"},
+    /* the same training by another way: one info line when the value asks for DeepSpeed's other way */
+    {"prescale_gradients", "false", ZO_LOG_INFO,
+     "gradients are summed over the ranks in fp32 and averaged inside Adam"},
+    {"gradient_predivide_factor", "=1", ZO_LOG_INFO,
+     "gradients are summed over the ranks in fp32 and averaged inside Adam"},
+    {"sparse_gradients", "false", ZO_LOG_INFO, "gradients are reduced dense, to the same values"},
+    {"disable_allgather", "false", ZO_LOG_INFO, "the weights are all-gathered, to the same values"},
+    {"zero_optimization.reduce_scatter", "true", ZO_LOG_INFO,
+     "gradients are reduce-scattered, summed in fp32, to the same values"},
+    {"zero_optimization.allgather_partitions", "true", ZO_LOG_INFO,
+     "the weights are all-gathered, to the same values"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", "true", ZO_LOG_INFO,
+     "save_16bit_model() gathers the weights whatever this says"},
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save", "true", ZO_LOG_INFO,
+     "save_16bit_model() gathers the weights whatever this says"},
+    {"zero_optimization.gather_16bit_weights_on_model_save", "true", ZO_LOG_INFO,
+     "save_16bit_model() gathers the weights whatever this says"},
+    {"zero_optimization.ignore_unused_parameters", "true", ZO_LOG_INFO,
+     "a parameter without a gradient is stepped with a zero gradient"},
+    {"zero_optimization.legacy_stage1", "false", ZO_LOG_INFO, NULL},
+    {"zero_optimization.pipeline_loading_checkpoint", "false", ZO_LOG_INFO, NULL},
+    {"zero_optimization.grad_hooks", "true", ZO_LOG_INFO,
+     "gradients go to the engine from hooks as backward produces them"},
+    {"optimizer.params.torch_adam", "false", ZO_LOG_INFO, "zoffload's CPU Adam runs the step"},
+    {"data_types.param_dtype", "never", ZO_LOG_INFO,
+     "the working dtype follows fp16.enabled and bf16.enabled"},
+    {"aio.intra_op_parallelism", "never", ZO_LOG_INFO, AIO_NOTE},
+    {"aio.thread_count", "never", ZO_LOG_INFO, AIO_NOTE},
+    {"aio.single_submit", "never", ZO_LOG_INFO, AIO_NOTE},
+    {"aio.overlap_events", "never", ZO_LOG_INFO, AIO_NOTE},
+    {"zero_optimization.offload_optimizer.pipeline", "never", ZO_LOG_INFO,
+     "NVMe reads and writes overlap Adam unless pipeline_read / pipeline_write are false"},
+    {"zero_optimization.offload_optimizer.cpuadam_cores_perc", "never", ZO_LOG_INFO,
+     "zoffload.adam_threads sets the CPU Adam threads (default: all physical cores)"},
+    {"use_node_local_storage", "false", ZO_LOG_INFO, NULL},
+    {"checkpoint", "off", ZO_LOG_INFO,
+     "checkpoints are zoffload's own (manifest.json and one file per rank)"},
+    {"pipeline", "off", ZO_LOG_INFO, "zoffload has no pipeline parallelism"},
+    {"autotuning", "off", ZO_LOG_INFO, NULL},
+    {"dump_state", "off", ZO_LOG_INFO, NULL},
+    {"graph_harvesting", "false", ZO_LOG_INFO, NULL},
+    {"sparse_attention", "off", ZO_LOG_INFO, NULL},
+    {"vocabulary_size", "any", ZO_LOG_INFO, NULL},
+    /* asked for and not built: a different run from DeepSpeed's */
+    {"memory_breakdown", "off", ZO_LOG_WARN,
+     "engine.memory() and the start-up line give the bytes per tier"},
+    {"communication_data_type", "off|s:fp32", ZO_LOG_WARN, "gradients are reduced in fp32"},
+    {"amp", "off", ZO_LOG_WARN, "use fp16 or bf16"},
+    {"activation_checkpointing", "off", ZO_LOG_WARN,
+     "deepspeed.checkpointing is not provided; torch.utils.checkpoint works at every stage"},
+    {"flops_profiler", "off", ZO_LOG_WARN, NULL},
+    {"comet", "off", ZO_LOG_WARN, "csv_monitor, tensorboard and wandb are supported"},
+    {"comms_logger", "off", ZO_LOG_WARN,
+     "wall_clock_breakdown shows the time in collectives (comm)"},
+    {"elasticity", "off", ZO_LOG_WARN, NULL},
+    {"compression_training", "off", ZO_LOG_WARN, NULL},
+    {"data_efficiency", "off", ZO_LOG_WARN, NULL},
+    {"curriculum_learning", "off", ZO_LOG_WARN, NULL},
+    {"nebula", "off", ZO_LOG_WARN, NULL},
+    {"eigenvalue", "off", ZO_LOG_WARN, NULL},
+    {"progressive_layer_drop", "off", ZO_LOG_WARN, NULL},
+    {"quantize_training", "off", ZO_LOG_WARN, NULL},
+    {"weight_quantization", "off", ZO_LOG_WARN, NULL},
+    {"hybrid_engine", "off", ZO_LOG_WARN, NULL},
+    {"compile", "off", ZO_LOG_WARN, NULL},
+    {"torch_autocast", "off", ZO_LOG_WARN, NULL},
+    {"dataloader_drop_last", "false", ZO_LOG_WARN, NULL},
+    {"load_universal_checkpoint", "false", ZO_LOG_WARN, NULL},
+    {"fp8", "off", ZO_LOG_WARN, NULL},
+    {"gradient_accumulation_dtype", "off", ZO_LOG_WARN,
+     "data_types.grad_accum_dtype sets the accumulation dtype"},
+    {"steps_per_log", "off", ZO_LOG_WARN, "steps_per_print sets the logging interval"},
+    {"tensor_parallel", "off", ZO_LOG_INFO,
+     "zoffload has no tensor parallelism: each rank computes the whole model"},
+    {"expert_parallel", "off", ZO_LOG_INFO,
+     "zoffload has no expert parallelism: each rank computes the whole model"},
+    {"datastates_ckpt", "off", ZO_LOG_WARN, NULL},
+    {"optimizer.params.fp32_optimizer_states", "true", ZO_LOG_WARN,
+     "the optimizer state is fp32 unless zoffload.optimizer_state_dtype is \"bf16\""},
+    {"scheduler.params.last_batch_iteration", "=-1", ZO_LOG_WARN,
+     "the schedule starts at step 0 (load_checkpoint restores the step)"},
+    {"fp16.consecutive_hysteresis", "false", ZO_LOG_WARN, NULL},
+    {"fp16.auto_cast", "false", ZO_LOG_WARN, "cast the inputs to fp16 before the forward"},
+    {"fp16.fp16_master_weights_and_grads", "false", ZO_LOG_WARN, MIXED_NOTE},
+    {"fp16.type", "off|s:fp16", ZO_LOG_WARN, NULL},
+    {"bf16.check_grad_overflow", "false", ZO_LOG_WARN, NULL},
+    {"bf16.bf16_master_weights_and_grads", "false", ZO_LOG_WARN, MIXED_NOTE},
+    {"bf16.bf16_optimizer_states", "false", ZO_LOG_WARN,
+     "zoffload.optimizer_state_dtype \"bf16\" keeps the optimizer state in bf16"},
+    {"zero_optimization.offload_optimizer.ratio", "=1", ZO_LOG_WARN,
+     "all of the optimizer state is offloaded (partial offload is not built)"},
+    {"zero_optimization.offload_optimizer.super_offload", "false", ZO_LOG_WARN, NULL},
+    {"zero_optimization.load_from_fp32_weights", "true", ZO_LOG_WARN,
+     "checkpoints restore the fp32 master weights"},
+    {"zero_optimization.elastic_checkpoint", "false", ZO_LOG_WARN, NULL},
+    {"zero_optimization.zero_hpz_partition_size", "=1", ZO_LOG_WARN,
+     "hierarchical partitioning (ZeRO++ hpZ) is not built"},
+    {"zero_optimization.zero_quantized_weights", "false", ZO_LOG_WARN,
+     "collectives stay in full precision (ZeRO++ quantization is not built)"},
+    {"zero_optimization.zero_quantized_nontrainable_weights", "false", ZO_LOG_WARN,
+     "collectives stay in full precision (ZeRO++ quantization is not built)"},
+    {"zero_optimization.zero_quantized_gradients", "false", ZO_LOG_WARN,
+     "collectives stay in full precision (ZeRO++ quantization is not built)"},
+    {"zero_optimization.zeropp_loco_param", "off", ZO_LOG_WARN, NULL},
+    {"zero_optimization.mics_shard_size", "=-1", ZO_LOG_WARN,
+     "MiCS is not built: the state is sharded over every rank"},
+    {"zero_optimization.mics_hierarchical_params_gather", "false", ZO_LOG_WARN, NULL},
+    {"zero_optimization.zenflow", "never", ZO_LOG_WARN, NULL},
+};
+
+/* @v is "off": false, 0, null, "", "none", or an object whose "enabled" is off or, without one, whose members
+ * are all off (an empty object too). */
+static int inert_off(const json_t *v) {
+  if (json_is_null(v) || json_is_false(v)) return 1;
+  if (json_is_number(v)) return json_number_value(v) == 0;
+  if (json_is_string(v)) return !json_string_value(v)[0] || !strcmp(json_string_value(v), "none");
+  if (json_is_object(v)) {
+    const json_t *en = json_object_get(v, "enabled");
+    if (en) return inert_off(en);
+    const char *k;
+    const json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+      if (!inert_off(x)) return 0;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* @v is one of the values @same (inert_rule.same) lists. */
+static int inert_same(const char *same, const json_t *v) {
+  char alt[64];
+  for (const char *s = same; *s;) {
+    size_t n = strcspn(s, "|");
+    snprintf(alt, sizeof alt, "%.*s", (int)n, s);
+    s += n + (s[n] == '|');
+    if (!strcmp(alt, "any")) return 1;
+    if (!strcmp(alt, "off") && inert_off(v)) return 1;
+    if (!strcmp(alt, "true") &&
+        (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) == 1)))
+      return 1;
+    if (!strcmp(alt, "false") &&
+        (json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0)))
+      return 1;
+    if (alt[0] == '=' && json_is_number(v) && json_number_value(v) == strtod(alt + 1, NULL))
+      return 1;
+    if (!strncmp(alt, "s:", 2) && json_is_string(v) && !strcmp(json_string_value(v), alt + 2))
+      return 1;
+  }
+  return 0;
+}
+
+/* A DeepSpeed key at @path (value @v) that zoffload accepts and does not act on: nothing when @v behaves here
+ * as under DeepSpeed, else one line, at info level when the training is the same, else a warning. A key with no
+ * rule warns. */
+static void inert(const char *path, const json_t *v) {
+  char alias[PATH_CAP];
+  const char *look = path;
+  if (!strncmp(path, "bfloat16.", 9)) { /* the legacy block name */
+    snprintf(alias, sizeof alias, "bf16.%s", path + 9);
+    look = alias;
+  }
+  const inert_rule *r = NULL;
+  for (size_t i = 0; i < sizeof inert_rules / sizeof inert_rules[0]; i++)
+    if (!strcmp(inert_rules[i].path, look)) r = &inert_rules[i];
+  if (r && inert_same(r->same, v)) return;
+  zo_log_level level = r ? r->level : ZO_LOG_WARN;
+  const char *instead = r ? r->instead : NULL;
+  if (level == ZO_LOG_INFO)
+    zo_info("config: %s is not used by zoffload, and the training is the same%s%s", path,
+            instead ? ": " : "", instead ? instead : "");
+  else
+    zo_warn("config: %s is accepted but has no effect in zoffload%s%s", path, instead ? "; " : "",
+            instead ? instead : "");
 }
 
 /* ---------- typed getters: each checks type then range and names the path ---------- */
@@ -358,7 +588,7 @@ static zo_status optimizer_param(const parse_ctx *c, const char *q, const char *
     ZO_CHECK(get_bool(c, q, v2, &ams));
     if (ams) return cfg_err(c, q, "amsgrad is not supported (expected false)");
   } else if (!strcmp(k2, "torch_adam") || !strcmp(k2, "fp32_optimizer_states")) {
-    warn_inert(q);
+    inert(q, v2);
   } else if (!strcmp(k2, "max_grad_norm")) {
     return cfg_err(
         c, q,
@@ -394,7 +624,7 @@ static zo_status parse_optimizer(const parse_ctx *c, const json_t *blk, zo_confi
         ZO_CHECK(optimizer_param(c, pj(q, p, k2), k2, v2, ts, &adam_w_mode, cfg));
       }
     } else if (!strcmp(key, "legacy_fusion")) {
-      warn_inert(p);
+      inert(p, v);
     } else { /* "adam_w_mode" one level too high: did you mean optimizer.params.adam_w_mode? */
       return cfg_unknown_key(c, p, key,
                              KEY_SETS({NULL, opt_keys}, {"optimizer.params", opt_param_keys}));
@@ -480,7 +710,7 @@ static zo_status parse_scheduler(const parse_ctx *c, const json_t *blk, zo_confi
       } else if (!lr_sched && !strcmp(k2, "cos_min_ratio")) {
         ZO_CHECK(get_dbl(c, q, v2, 0, 1, LO_INCL | HI_INCL, &cfg->scheduler.cos_min_ratio));
       } else if (!strcmp(k2, "last_batch_iteration")) {
-        warn_inert(q);
+        inert(q, v2);
       } else {
         const char *takes =
             st == ZO_SCHED_WARMUP_LR ? "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type"
@@ -542,7 +772,7 @@ static zo_status data_types_key(const parse_ctx *c, const char *p, const char *k
   (void)arg;
   static const char *const keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype", NULL};
   if (!strcmp(key, "param_dtype")) {
-    warn_inert(p);
+    inert(p, v);
     return ZO_OK;
   }
   if (strcmp(key, "grad_accum_dtype") && strcmp(key, "buffer_dtype"))
@@ -593,7 +823,7 @@ static zo_status fp16_key(const parse_ctx *c, const char *p, const char *key, co
                                      "type",
                                      NULL};
   if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
-  warn_inert(p); /* consecutive_hysteresis, auto_cast, fp16_master_weights_and_grads, type */
+  inert(p, v); /* consecutive_hysteresis, auto_cast, fp16_master_weights_and_grads, type */
   return ZO_OK;
 }
 
@@ -608,7 +838,7 @@ static zo_status bf16_key(const parse_ctx *c, const char *p, const char *key, co
                                      "bf16_optimizer_states",
                                      NULL};
   if (!in_list(key, keys)) return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
-  warn_inert(p);
+  inert(p, v);
   return ZO_OK;
 }
 
@@ -658,13 +888,13 @@ static zo_status offload_optimizer_key(const parse_ctx *c, const char *p, const 
   if (!strcmp(key, "ratio")) {
     ZO_CHECK(get_dbl(c, p, v, 0, 1, LO_INCL | HI_INCL, &cfg->zero.offload_optimizer.ratio));
     if (cfg->zero.offload_optimizer.ratio < 1.0)
-      warn_inert(p); /* partial offload is not built: all state is offloaded */
+      inert(p, v); /* partial offload is not built: all state is offloaded */
     return ZO_OK;
   }
   if (!in_list(key, offload_optimizer_keys))
     return cfg_unknown_key(c, p, key,
                            KEY_SETS({NULL, offload_shared_keys}, {NULL, offload_optimizer_keys}));
-  warn_inert(p); /* fast_init, pipeline, super_offload, cpuadam_cores_perc */
+  inert(p, v); /* fast_init, pipeline, super_offload, cpuadam_cores_perc */
   return ZO_OK;
 }
 
@@ -726,10 +956,6 @@ static const char *const zero_inert[] = {"reduce_scatter",
                                          "pipeline_loading_checkpoint",
                                          "override_module_apply",
                                          "log_trace_cache_warnings",
-                                         "prefetch_bucket_size",
-                                         "param_persistence_threshold",
-                                         "max_live_parameters",
-                                         "max_reuse_distance",
                                          "save_muon_momentum_buffer_in_memory",
                                          "allgather_sequential",
                                          "stage3_allgather_sequential",
@@ -753,6 +979,10 @@ static const char *const zero_keys[] = {"stage",
                                         "stage3_param_persistence_threshold",
                                         "reduce_bucket_size",
                                         "allgather_bucket_size",
+                                        "prefetch_bucket_size",
+                                        "max_live_parameters",
+                                        "max_reuse_distance",
+                                        "param_persistence_threshold",
                                         "leaf_module",
                                         "zenflow",
                                         NULL};
@@ -805,6 +1035,11 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
       {"stage3_param_persistence_threshold", &cfg->zero.stage3_param_persistence_threshold},
       {"reduce_bucket_size", &cfg->zero.reduce_bucket_size},
       {"allgather_bucket_size", &cfg->zero.allgather_bucket_size},
+      /* DeepSpeed's field names, of which the stage3_ spellings are aliases (zero_alias_pairs) */
+      {"prefetch_bucket_size", &cfg->zero.stage3_prefetch_bucket_size},
+      {"max_live_parameters", &cfg->zero.stage3_max_live_parameters},
+      {"max_reuse_distance", &cfg->zero.stage3_max_reuse_distance},
+      {"param_persistence_threshold", &cfg->zero.stage3_param_persistence_threshold},
   };
   size_t si = 0;
   for (; si < sizeof sizes / sizeof sizes[0]; si++)
@@ -830,7 +1065,7 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
     seen->overlap_given = 1;
   } else if (!strcmp(key, "contiguous_gradients")) {
     ZO_CHECK(get_bool(c, p, v, &cfg->zero.contiguous_gradients));
-    warn_inert(p);
+    inert(p, v);
   } else if (!strcmp(key, "cpu_offload")) {
     ZO_CHECK(get_bool(c, p, v, &seen->legacy_cpu));
   } else if (!strcmp(key, "cpu_offload_param") || !strcmp(key, "cpu_offload_params")) {
@@ -852,7 +1087,7 @@ static zo_status zero_key(const parse_ctx *c, const char *p, const char *key, co
                      "zoffload's CPU Adam already starts on each sub-group as its gradients land, "
                      "overlapping backward");
   } else if (in_list(key, zero_inert)) {
-    warn_inert(p);
+    inert(p, v);
   } else {
     return cfg_unknown_key(c, p, key, KEY_SETS({NULL, zero_keys}, {NULL, zero_inert}));
   }
@@ -901,6 +1136,17 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
   const char *key;
   json_t *v;
   char p[PATH_CAP];
+  /* DeepSpeed's field names and their stage3_ aliases set one value: one spelling at a time */
+  static const char *const zero_alias_pairs[][2] = {
+      {"prefetch_bucket_size", "stage3_prefetch_bucket_size"},
+      {"max_live_parameters", "stage3_max_live_parameters"},
+      {"max_reuse_distance", "stage3_max_reuse_distance"},
+      {"param_persistence_threshold", "stage3_param_persistence_threshold"}};
+  for (size_t i = 0; i < sizeof zero_alias_pairs / sizeof zero_alias_pairs[0]; i++)
+    if (json_object_get(blk, zero_alias_pairs[i][0]) &&
+        json_object_get(blk, zero_alias_pairs[i][1]))
+      return cfg_err(c, pj(p, Z, zero_alias_pairs[i][0]),
+                     "given together with %s.%s (the same setting)", Z, zero_alias_pairs[i][1]);
   json_object_foreach((json_t *)blk, key, v) {
     ZO_CHECK(zero_key(c, pj(p, Z, key), key, v, cfg, &seen));
   }
@@ -933,13 +1179,13 @@ static zo_status aio_key(const parse_ctx *c, const char *p, const char *key, con
     ZO_CHECK(get_i64(c, p, v, 1, 32768, &cfg->aio.queue_depth));
   } else if (!strcmp(key, "intra_op_parallelism") || !strcmp(key, "thread_count")) {
     ZO_CHECK(get_int(c, p, v, 1, 1 << 16, &cfg->aio.intra_op_parallelism));
-    warn_inert(p);
+    inert(p, v);
   } else if (!strcmp(key, "single_submit")) {
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.single_submit));
-    warn_inert(p);
+    inert(p, v);
   } else if (!strcmp(key, "overlap_events")) {
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.overlap_events));
-    warn_inert(p);
+    inert(p, v);
   } else if (!strcmp(key, "use_gds")) {
     ZO_CHECK(get_bool(c, p, v, &cfg->aio.use_gds));
     if (cfg->aio.use_gds) zo_warn("config: %s is not supported (GPUDirect Storage); ignored", p);
@@ -1335,7 +1581,7 @@ static zo_status top_key(const parse_ctx *c, const char *key, const json_t *v,
   if (!strcmp(key, "zoffload")) return parse_keys(c, key, v, zoffload_key, cfg, NULL);
   if (opts && in_list(key, opts->app_blocks)) return ZO_OK;
   if (in_list(key, top_inert)) {
-    warn_inert(key);
+    inert(key, v);
     return ZO_OK;
   }
   /* a name close to a known block is a typo (an error); anything else is the application's (a warning) */

@@ -2,8 +2,9 @@
 wall_clock_breakdown, where the state lives) and every line libzoffload logs (zo_log_set_handler, zoffload/status.h),
 each with its rank: "[Rank N] ..." in the message and record.rank. Not the monitors (monitor.py).
 
-As DeepSpeed's "DeepSpeed" logger: its own handler on stdout ("[time] [LEVEL] [file:line:function] message"), not
-propagated to the root logger, level INFO. The library's lines come through its child `zoffload.lib`, level WARNING
+As DeepSpeed's "DeepSpeed" logger: its own handler ("[time] [LEVEL] [file:line:function] message"), on stderr
+(DeepSpeed's is on stdout; the library wrote to stderr, and so does logging by default), not propagated to the root
+logger, level INFO. The library's lines come through its child `zoffload.lib`, level WARNING
 (the library's info lines are diagnostics). The environment's ZO_LOG_LEVEL (error|warn|info|debug) sets both, the
 config's "log_level" (DeepSpeed's key) too, at initialize(); an application's own setLevel() is kept. The library
 only formats the lines `zoffload.lib` shows as it is when the package loads and at each initialize(). Which rank
@@ -33,6 +34,7 @@ _ENV_LEVELS = {"error": logging.ERROR, "warn": logging.WARNING, "warning": loggi
 CONFIG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
                  "critical": logging.CRITICAL}
 FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"  # DeepSpeed's
+LIB_FORMAT = "[%(asctime)s] [%(levelname)s] %(message)s"  # the library's lines: no Python file and line to name
 
 _rank = 0  # this process's rank: the launcher's environment, then the engine's communicator
 _config_seen = set()  # the library's "config: ..." lines shown so far
@@ -43,12 +45,38 @@ _c_level = None  # the max_level last handed to zo_log_set_handler
 _install_lock = threading.Lock()  # install()/sync_level()/_uninstall(); never held while the library is called to log
 
 
+class _Formatter(logging.Formatter):
+    """DeepSpeed's format; the library's lines (logger zoffload.lib) without the Python file, line and function."""
+
+    def __init__(self):
+        super().__init__(FORMAT)
+        self._lib = logging.Formatter(LIB_FORMAT)
+
+    def format(self, record):
+        if record.name == lib_logger.name:
+            return self._lib.format(record)
+        return super().format(record)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler on whatever sys.stderr is when a record is written (as logging's last-resort handler): a
+    process or a test that replaces sys.stderr gets the lines."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
 def _setup():
-    """The logger's defaults, as DeepSpeed sets up its own: a stdout handler with DeepSpeed's format unless the
-    application gave the logger one, not propagated, level from ZO_LOG_LEVEL (else INFO) unless already set."""
+    """The logger's defaults, as DeepSpeed sets up its own, but on stderr (where the library wrote before, and
+    Python's logging writes by default): a handler with DeepSpeed's format unless the application gave the logger
+    one, not propagated, level from ZO_LOG_LEVEL (else INFO) unless already set."""
     if not logger.handlers:
-        h = logging.StreamHandler(stream=sys.stdout)
-        h.setFormatter(logging.Formatter(FORMAT))
+        h = _StderrHandler()
+        h.setFormatter(_Formatter())
         logger.addHandler(h)
         logger.propagate = False
     env = _ENV_LEVELS.get(os.environ.get("ZO_LOG_LEVEL", "").lower())

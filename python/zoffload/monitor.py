@@ -102,14 +102,15 @@ class WandbMonitor:
         pass
 
 
-def _import(what, package):
-    """The module @what, or None with one warning naming @package (the monitor is then off)."""
+def _import(what, key, package):
+    """The module @what, or None with one warning naming the config @key and the @package to install (the monitor
+    is then off)."""
     import importlib
     try:
         return importlib.import_module(what)
     except ImportError as e:
-        _log.warning("%s is enabled in the config but %s cannot be imported (%s): install the %s package; this "
-                     "monitor is off" % (package.split()[0], what, e, package))
+        _log.warning("%s is enabled in the config but %s cannot be imported (%s): install the %s package (pip "
+                     "install %s); this monitor is off" % (key, what, e, package, package))
         return None
 
 
@@ -124,11 +125,11 @@ class Monitors:
         if blocks["csv_monitor"]["enabled"]:
             self.monitors.append(CsvMonitor(blocks["csv_monitor"]))
         if blocks["tensorboard"]["enabled"]:
-            tb = _import("torch.utils.tensorboard", "tensorboard (pip install tensorboard)")
+            tb = _import("torch.utils.tensorboard", "tensorboard", "tensorboard")
             if tb is not None:
                 self.monitors.append(TensorBoardMonitor(blocks["tensorboard"], tb.SummaryWriter))
         if blocks["wandb"]["enabled"]:
-            wandb = _import("wandb", "wandb (pip install wandb)")
+            wandb = _import("wandb", "wandb", "wandb")
             if wandb is not None:
                 self.monitors.append(WandbMonitor(blocks["wandb"], wandb))
 
@@ -329,7 +330,8 @@ class Reporter:
         now, peak = _mem_allocated()
         counted = step - self.START_STEP
         avg = self.batch / (self.tput_total / counted) if counted > 0 and self.tput_total > 0 else float("-inf")
-        cur = self.batch / (last_step_time + 1e-5)  # DeepSpeed's TIME_EPSILON
+        # DeepSpeed's TIME_EPSILON; a step not timed (the first START_STEP) has no rate: -inf, as the average
+        cur = self.batch / (last_step_time + 1e-5) if last_step_time > 0 else float("-inf")
         _log.log_dist("epoch=%d/micro_step=%d/global_step=%d, RunningAvgSamplesPerSec=%s, CurrSamplesPerSec=%s, "
                       "MemAllocated=%sGB, MaxMemAllocated=%sGB" % (self.epoch, self.micro_in_epoch, step, avg, cur,
                                                                    round(now / 1024 ** 3, 2),

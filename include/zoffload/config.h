@@ -167,9 +167,9 @@ typedef struct zo_config {
   struct {
     int64_t block_size;       /* bytes, a positive multiple of 4096 up to 1 GiB; default 1 MiB */
     int64_t queue_depth;      /* io_uring entries, 1..32768; default 8 */
-    int intra_op_parallelism; /* legacy name thread_count; default 1 (no effect yet) */
-    int single_submit;        /* default 0 (no effect yet) */
-    int overlap_events;       /* default 1 (no effect yet) */
+    int intra_op_parallelism; /* legacy name thread_count; default 1 (not used: io_uring) */
+    int single_submit;        /* default 0 (not used: io_uring) */
+    int overlap_events;       /* default 1 (not used: io_uring) */
     int use_gds;              /* default 0; true warns: not supported */
   } aio;
   struct {
@@ -305,10 +305,13 @@ typedef struct zo_config_opts {
  *    cpu_offload_param (alias cpu_offload_params; offload_param.device cpu),
  *    cpu_offload_use_pin_memory (pin_memory of those two), aio.thread_count,
  *    "bfloat16";
- *  - keys DeepSpeed documents but zoffload does not act on (comms_logger,
- *    flops_profiler, tensorboard, ...) give exactly one zo_warn() line each
- *    per call naming the full JSON path
- *    ("config: zero_optimization.contiguous_gradients is accepted but has no effect yet");
+ *  - keys DeepSpeed documents but zoffload does not act on are judged by
+ *    value, at most one line each per call naming the full JSON path: none
+ *    where zoffload does the same by design (contiguous_gradients, a
+ *    feature switched off); one zo_info() line where only DeepSpeed's way
+ *    to the same training differs (aio.thread_count); one zo_warn() line
+ *    where the run differs from DeepSpeed's ("config: fp16.auto_cast is
+ *    accepted but has no effect in zoffload; cast the inputs ...");
  *  - a key zoffload does not know inside a block it reads (optimizer and its
  *    params, scheduler and its params, fp16, bf16, data_types,
  *    zero_optimization, its offload_optimizer and offload_param, aio,

@@ -369,7 +369,7 @@ class Engine(DeepSpeedEngineAPI):
         r = _read if isinstance(_read, _Resolved) else _resolve(model, config, _read, device)  # initialize()'s
         self.config, self.place, self.comm, self.rank, self.world_size = r.config, r.place, r.comm, r.rank, r.world
         _log.set_rank(self.rank)  # the rank the log lines name, from the communicator
-        _monitor.apply_log_level(r.config)  # the config's log_level, before the engine's threads start
+        _monitor.configure(r.config)  # reporting keys checked, log_level set, before the engine's threads start
         # What the engine owns is freed when it is closed and no tensor views its memory (_Memory), or at exit.
         self._h = _Handles()
         self._h.comm, self._h.place = self.comm, self.place

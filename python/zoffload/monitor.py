@@ -147,9 +147,15 @@ class Monitors:
         self.monitors = []
 
 
-def apply_log_level(config):
-    """The config's "log_level" (DeepSpeed's: debug, info, warning, error, critical) onto the `zoffload` logger, and
-    the library's threshold to match; before the engine starts (the library is not logging then)."""
+def configure(config):
+    """Before the engine starts: the config's reporting keys checked (the monitor blocks, wall_clock_breakdown;
+    ValueError naming the JSON path), its "log_level" (DeepSpeed's: debug, info, warning, error, critical) onto the
+    `zoffload` loggers, and the library's threshold to match (the library is not logging then)."""
+    for name in _BLOCKS:
+        _block(config, name)
+    if not isinstance(config.get("wall_clock_breakdown", False), bool):
+        raise ValueError("zoffload.initialize: config wall_clock_breakdown: expected true or false, got %r"
+                         % (config["wall_clock_breakdown"],))
     level = config.get("log_level")
     if level is not None:
         _log.set_level_from_config(level)
@@ -225,10 +231,7 @@ class Reporter:
         v = engine.resolved
         self.steps_per_print = int(v.steps_per_print)
         self.batch = int(v.train_batch_size)
-        self.breakdown = conf.get("wall_clock_breakdown", False)
-        if not isinstance(self.breakdown, bool):
-            raise ValueError("zoffload.initialize: config wall_clock_breakdown: expected true or false, got %r"
-                             % (self.breakdown,))
+        self.breakdown = conf.get("wall_clock_breakdown", False)  # checked by configure()
         self.monitors = Monitors(conf, engine.rank)
         self.cuda = engine.place.cuda
         self.skipped = 0

@@ -478,4 +478,4 @@ for _name, _res, _args in (
 
 # The library's log lines go to the `zoffload` logger of Python's logging module (_log.py), with the rank, from here on.
 from . import _log  # noqa: E402
-_log.install(lib, path)
+_log.install(lib, path, LaunchInfo)

@@ -97,11 +97,10 @@ def set_rank(r):
     _rank = int(r)
 
 
-def _rank_from_env(lib):
-    li_type = getattr(sys.modules.get(__name__.rpartition(".")[0] + "._lib"), "LaunchInfo", None)
-    if li_type is None:
-        return 0
-    li = li_type()
+def _rank_from_env(lib, launch_info):
+    """The rank the launcher's environment gives (zo_launch_info_get), 0 when none or malformed (the engine names
+    a malformed one when it starts)."""
+    li = launch_info()
     return li.rank if lib.zo_launch_info_get(ctypes.byref(li)) == 0 else 0
 
 
@@ -134,8 +133,8 @@ def _on_line(level, msg, _user):
             return
         if not lib_logger.isEnabledFor(pylevel):
             return
-        record = lib_logger.makeRecord(lib_logger.name, pylevel, _lib_path, 0, "[Rank %d] %s" % (_rank, text), None, None,
-                                   func="libzoffload", extra={"rank": _rank})
+        record = lib_logger.makeRecord(lib_logger.name, pylevel, _lib_path, 0, "[Rank %d] %s" % (_rank, text),
+                                       None, None, func="libzoffload", extra={"rank": _rank})
         lib_logger.handle(record)
     except Exception:  # noqa: BLE001 (a failing handler must not unwind into the library's thread)
         pass
@@ -155,8 +154,9 @@ def _c_level_of(pylevel):
     return 0
 
 
-def install(lib, path):
-    """Route @lib's log lines into the logger (called once, as the package loads the library)."""
+def install(lib, path, launch_info):
+    """Route @lib's log lines (the library mapped from @path) into the logger; @launch_info: _lib.LaunchInfo.
+    Called once, as the package loads the library."""
     global _callback, _lib, _lib_path, _c_level
     _setup()
     with _install_lock:
@@ -165,7 +165,7 @@ def install(lib, path):
         _lib, _lib_path = lib, path
         lib.zo_log_set_handler.restype = None
         lib.zo_log_set_handler.argtypes = [_HandlerType, ctypes.c_void_p, ctypes.c_int]
-        set_rank(_rank_from_env(lib))
+        set_rank(_rank_from_env(lib, launch_info))
         _callback = _HandlerType(_on_line)
         _c_level = _c_level_of(lib_logger.getEffectiveLevel())
         lib.zo_log_set_handler(_callback, None, _c_level)

@@ -18,6 +18,7 @@
 #include "config_auto.h"
 #include "config_internal.h"
 #include "zoffload/config.h"
+#include "zoffload/units.h"
 #include "zoffload/dtype.h"
 
 /* ---------- messages ---------- */
@@ -466,47 +467,21 @@ static zo_status get_state_dtype(const parse_ctx *c, const char *path, const jso
  * (powers of 1024), case-insensitive. Fractions are rounded down to whole bytes.
  */
 static zo_status get_bytes(const parse_ctx *c, const char *path, const json_t *v, int64_t *out) {
-  static const char *what = "a byte count (integer, or a string like \"64MiB\" or \"1GB\")";
+  static const char *what =
+      "a byte count (an integer, or a string like \"64MiB\", \"80G\" or \"1GB\": K M G T and KiB MiB GiB "
+      "TiB are powers of 1024, KB MB GB TB powers of 1000)";
   if (json_is_number(v)) {
     if (get_i64(c, path, v, 0, INT64_MAX, out) != ZO_OK)
       return type_err(c, path, "a byte count >= 0", v);
     return ZO_OK;
   }
   if (!json_is_string(v)) return type_err(c, path, what, v);
-  const char *s = json_string_value(v);
-  char *end;
-  errno = 0;
-  double x = strtod(s, &end);
-  if (end == s || errno || !isfinite(x) || x < 0) return type_err(c, path, what, v);
-  while (*end == ' ') end++;
-  static const struct {
-    const char *unit;
-    double mul;
-  } units[] = {
-      {"", 1},
-      {"b", 1},
-      {"k", 1e3},
-      {"kb", 1e3},
-      {"m", 1e6},
-      {"mb", 1e6},
-      {"g", 1e9},
-      {"gb", 1e9},
-      {"t", 1e12},
-      {"tb", 1e12},
-      {"kib", 1024.0},
-      {"mib", 1048576.0},
-      {"gib", 1073741824.0},
-      {"tib", 1099511627776.0},
-  };
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].unit)) continue;
-    double b = floor(x * units[i].mul);
-    if (b >= 9223372036854775808.0)
-      return cfg_err(c, path, "byte count %s does not fit in 63 bits", s);
-    *out = (int64_t)b;
-    return ZO_OK;
-  }
-  return type_err(c, path, what, v);
+  uint64_t b;
+  if (zo_parse_bytes(json_string_value(v), &b) != ZO_OK) return type_err(c, path, what, v);
+  if (b > INT64_MAX)
+    return cfg_err(c, path, "byte count %s does not fit in 63 bits", json_string_value(v));
+  *out = (int64_t)b;
+  return ZO_OK;
 }
 
 /* ---------- optimizer ---------- */

@@ -235,11 +235,10 @@ static void test_defaults_and_values(void) {
   struct {
     const char *v;
     long long want;
-  } sz[] = {{"123456", 123456},
-            {"\"1GB\"", 1000000000},
-            {"\"1.5 KiB\"", 1536},
-            {"\"2gib\"", 2ll << 30},
-            {"\"4096\"", 4096}};
+  } sz[] = {
+      {"123456", 123456},      {"\"1GB\"", 1000000000}, {"\"1.5 KiB\"", 1536},
+      {"\"2gib\"", 2ll << 30}, {"\"80G\"", 80ll << 30}, /* as zo-train --device-memory-limit 80G: one parser (zo_parse_bytes) */
+      {"\"4K\"", 4096},        {"\"4096\"", 4096}};
   for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
     char js[256];
     snprintf(js, sizeof js,

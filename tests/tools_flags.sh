@@ -72,15 +72,15 @@ for a in "--device-memory-limit 512MiB" "--assume-host-memory 64G" "--assume-nvm
   fi
 done
 expect "--device-memory-limit 80X" \
-  "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with K, M, G or T: 80G, 512MiB), got '80X'" \
+  "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with a unit: 80G, 512MiB = powers of 1024, 1GB = 10^9), got '80X'" \
   "$train" --device-memory-limit 80X
-expect "--device-memory-limit 1.5G" \
-  "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with K, M, G or T: 80G, 512MiB), got '1.5G'" \
-  "$train" --device-memory-limit 1.5G
-expect "zo-stepbench --device-limit 1.5G" "zo-stepbench: --device-limit: bad value '1.5G' (see --help)" \
-  "$stepbench" --device-limit 1.5G
+expect "--device-memory-limit 1e9" \
+  "$t --device-memory-limit: expected a byte size >= 0 (an integer, or with a unit: 80G, 512MiB = powers of 1024, 1GB = 10^9), got '1e9'" \
+  "$train" --device-memory-limit 1e9
+expect "zo-stepbench --device-limit 1e9" "zo-stepbench: --device-limit: bad value '1e9' (see --help)" \
+  "$stepbench" --device-limit 1e9
 expect "--assume-host-memory -1G" \
-  "$t --assume-host-memory: expected a byte size >= 1 (an integer, or with K, M, G or T: 80G, 512MiB), got '-1G'" \
+  "$t --assume-host-memory: expected a byte size >= 1 (an integer, or with a unit: 80G, 512MiB = powers of 1024, 1GB = 10^9), got '-1G'" \
   "$train" --assume-host-memory -1G
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all passed"

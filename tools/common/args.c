@@ -15,6 +15,8 @@
 
 #include "args.h"
 
+#include "zoffload/units.h"
+
 int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end = NULL;
   errno = 0;
@@ -61,36 +63,7 @@ int zo_tool_parse_double(const char *s, double lo, double hi, double *out) {
 }
 
 int zo_tool_parse_bytes(const char *s, uint64_t *out) {
-  if (!s || !isdigit((unsigned char)*s)) return -1;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno) return -1;
-  uint64_t mul = 1;
-  switch (toupper((unsigned char)*end)) {
-    case 'K':
-      mul = (uint64_t)1 << 10;
-      end++;
-      break;
-    case 'M':
-      mul = (uint64_t)1 << 20;
-      end++;
-      break;
-    case 'G':
-      mul = (uint64_t)1 << 30;
-      end++;
-      break;
-    case 'T':
-      mul = (uint64_t)1 << 40;
-      end++;
-      break;
-    default: break;
-  }
-  if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end || (v && mul > UINT64_MAX / v)) return -1;
-  *out = (uint64_t)v * mul;
-  return 0;
+  return zo_parse_bytes(s, out) == ZO_OK ? 0 : -1; /* the config's parser: one meaning of "80G" */
 }
 
 int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void *ctx), void *ctx,

@@ -36,12 +36,10 @@ int zo_tool_parse_double(const char *s, double lo, double hi, double *out);
 
 /*
  * zo_tool_parse_bytes() - the tools' one parser of byte-size flags (zo-train --device-memory-limit,
- * zo-stepbench --block-size, zo-arenabench --capacity, zo-swapbench --size, ...): "1048576", "512K", "4MiB", "1G", "2TB":
- * decimal digits (the first character must be one: no blank, sign or
- * fraction), then optionally K M G or T (powers of 1024, either case), "i"
- * after a suffix, and "B". Zero is accepted (callers that need more check).
- * Returns 0 with *@out set, or -1 (trailing text, overflow of 64 bits;
- * *@out unchanged). Unlike zo_tool_parse_count, no exponent or fraction.
+ * zo-stepbench --block-size, zo-arenabench --capacity, zo-swapbench --size, ...): the library's
+ * zo_parse_bytes() (zoffload/units.h), the same the config's byte keys go through: "4K" = 4096,
+ * "64MiB", "80G" = 80 x 2^30, "1GB" = 10^9, "1.5G"; zero accepted (callers that need more check).
+ * Returns 0 with *@out set, or -1 (*@out unchanged; the caller prints its own message).
  */
 int zo_tool_parse_bytes(const char *s, uint64_t *out);
 

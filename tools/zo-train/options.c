@@ -127,13 +127,13 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, in
   return 0;
 }
 
-/* A byte size "80G", "512MiB", "85899345920" (zo_tool_parse_bytes: powers of 1024) in [@lo, INT64_MAX]. */
+/* A byte size "80G", "512MiB", "1GB", "85899345920" (zo_tool_parse_bytes, the config's parser) in [@lo, INT64_MAX]. */
 static int parse_size(const char *flag, const char *s, int64_t lo, int64_t *out) {
   uint64_t v;
   if (zo_tool_parse_bytes(s, &v) || v > (uint64_t)INT64_MAX || (int64_t)v < lo) {
     fprintf(stderr,
-            "zo-train: error: %s: expected a byte size >= %lld (an integer, or with K, M, G or T: "
-            "80G, 512MiB), got '%s'\n",
+            "zo-train: error: %s: expected a byte size >= %lld (an integer, or with a unit: 80G, "
+            "512MiB = powers of 1024, 1GB = 10^9), got '%s'\n",
             flag, (long long)lo, s);
     return -1;
   }

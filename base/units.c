@@ -1,0 +1,65 @@
+/*
+ * units.c - zo_parse_bytes(), the byte-size parser shared by the config and the tools
+ * (include/zoffload/units.h).
+ */
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base_internal.h"
+#include "zoffload/units.h"
+
+#define FORMS                                                                                   \
+  "digits with an optional fraction and unit: K M G T or KiB MiB GiB TiB (powers of 1024), KB " \
+  "MB GB TB (powers of 1000), B"
+
+static zo_status bad(const char *s) {
+  return zo_error_set(ZO_ERR_INVALID_ARG, "not a byte size: '%s' (%s)", s, FORMS);
+}
+
+zo_status zo_parse_bytes(const char *s, uint64_t *out) {
+  if (!s) return zo_error_set(ZO_ERR_INVALID_ARG, "not a byte size: NULL");
+  const char *q = s;
+  if (!isdigit((unsigned char)*q)) return bad(s);
+  unsigned __int128 whole = 0, frac = 0, scale = 1;
+  for (; isdigit((unsigned char)*q); q++) {
+    whole = whole * 10 + (unsigned)(*q - '0');
+    if (whole > UINT64_MAX) return bad(s);
+  }
+  if (*q == '.') {
+    q++;
+    if (!isdigit((unsigned char)*q)) return bad(s);
+    for (; isdigit((unsigned char)*q); q++)
+      if (scale <
+          (unsigned __int128)1000000000000000000ull) /* 18 digits are more than a byte's worth */
+        frac = frac * 10 + (unsigned)(*q - '0'), scale *= 10;
+  }
+  if (*q == ' ' && q[1] && q[1] != ' ') q++; /* "1.5 KiB": one blank before a unit */
+  static const struct {
+    const char *unit;
+    uint64_t mul;
+  } units[] = {
+      {"", 1},
+      {"b", 1},
+      {"k", 1ull << 10},
+      {"kib", 1ull << 10},
+      {"kb", 1000ull},
+      {"m", 1ull << 20},
+      {"mib", 1ull << 20},
+      {"mb", 1000000ull},
+      {"g", 1ull << 30},
+      {"gib", 1ull << 30},
+      {"gb", 1000000000ull},
+      {"t", 1ull << 40},
+      {"tib", 1ull << 40},
+      {"tb", 1000000000000ull},
+  };
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(q, units[i].unit)) continue;
+    const unsigned __int128 v = whole * units[i].mul + frac * units[i].mul / scale;
+    if (v > UINT64_MAX) return bad(s);
+    *out = (uint64_t)v;
+    return ZO_OK;
+  }
+  return bad(s);
+}

@@ -1,0 +1,38 @@
+/*
+ * units.h - the one byte-size parser of zoffload: the config's byte keys
+ * (zoffload.device_memory_limit, device_arena_bytes, placement_host_bytes)
+ * and every size flag of the tools read sizes through it, so "80G" means the
+ * same in a config and on a command line.
+ */
+#ifndef ZOFFLOAD_UNITS_H
+#define ZOFFLOAD_UNITS_H
+
+#include <stdint.h>
+
+#include "zoffload/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * zo_parse_bytes() - a byte size written as digits, an optional decimal
+ * fraction and an optional unit, case-insensitive, as GNU coreutils (dd,
+ * truncate) and fio read them:
+ *   K, M, G, T and KiB, MiB, GiB, TiB   powers of 1024 (4K = 4096)
+ *   KB, MB, GB, TB                      powers of 1000 (1GB = 10^9)
+ *   B or nothing                        bytes
+ * e.g. "1048576", "4K", "64MiB", "80G", "1.5 GiB", "2TB". The value is
+ * rounded down to whole bytes ("1.5K" = 1536). One blank may stand before
+ * the unit; no sign, other blank, exponent or trailing text. Exact to the byte: the fraction is computed in integers.
+ * Returns ZO_OK with *@out set, or ZO_ERR_INVALID_ARG (NULL, anything else,
+ * or a value above UINT64_MAX) with a message quoting @s and the accepted
+ * forms; *@out unchanged then. Thread-safe; no allocation.
+ */
+ZO_API zo_status zo_parse_bytes(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -86,11 +86,10 @@ static size_t blockdev_logical_size(unsigned maj, unsigned min) {
  * and ask statx for STATX_DIOALIGN (ext4/xfs/btrfs answer only for regular
  * files); fall back to the block device's logical block size, then 4096.
  */
-static size_t probe_alignment(zo_swap_t *sw) {
+static size_t probe_alignment(const zo_swap_dir_t *d) {
   size_t a = 0;
   unsigned maj = 0, min = 0;
-  int fd =
-      openat(sw->pdir.fd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int fd = openat(d->fd, ".align-probe", O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd >= 0) {
     struct zo_kstatx stx;
     memset(&stx, 0, sizeof stx);
@@ -110,7 +109,7 @@ static size_t probe_alignment(zo_swap_t *sw) {
       }
     }
     close(fd);
-    unlinkat(sw->pdir.fd, ".align-probe", 0);
+    unlinkat(d->fd, ".align-probe", 0);
   }
   if (!a && maj) a = blockdev_logical_size(maj, min);
   if (!a || !is_pow2(a)) a = 4096;
@@ -225,6 +224,7 @@ static void busy_done(zo_swap_t *sw, zo_swap_req_t *r) {
 
 static void piece_release(zo_swap_t *sw, zo_swap_piece_t *p) {
   zo_swap_req_t *r = p->req;
+  if (sw->lat_on) zo_swap_lat_record(sw, r->is_write, zo_clock_s() - p->t_issue);
   p->req->n_inflight--;
   busy_done(sw, r);
   p->req = NULL;
@@ -257,8 +257,9 @@ static int piece_prep_uring(zo_swap_t *sw, zo_swap_piece_t *p) {
   zo_swap_req_t *r = p->req;
   unsigned len = (unsigned)(p->len - p->done);
   char *buf = p->buf + p->done;
-  uint64_t off = p->off + p->done;
-  int fd = r->f->slot >= 0 ? r->f->slot : r->f->fd;
+  uint64_t off = p->poff + p->done;
+  int fixed;
+  int fd = zo_swap_part_fd(r->f, p->part, 1, &fixed);
   int bi = sw->n_bufs ? find_fixed_buf(sw, buf, len) : -1;
   if (bi >= 0) {
     if (r->is_write)
@@ -270,7 +271,7 @@ static int piece_prep_uring(zo_swap_t *sw, zo_swap_piece_t *p) {
   } else {
     io_uring_prep_read(sqe, fd, buf, len, off);
   }
-  if (r->f->slot >= 0) sqe->flags |= IOSQE_FIXED_FILE;
+  if (fixed) sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data(sqe, p);
   sw->n_unsubmitted++;
   return 0;
@@ -301,8 +302,10 @@ static void *pool_main(void *arg) {
     /* The piece and its request are not touched by the owner while queued here. */
     zo_swap_req_t *r = p->req;
     size_t len = p->len - p->done;
-    ssize_t n = r->is_write ? pwrite(r->f->fd, p->buf + p->done, len, (off_t)(p->off + p->done))
-                            : pread(r->f->fd, p->buf + p->done, len, (off_t)(p->off + p->done));
+    int fixed;
+    int fd = zo_swap_part_fd(r->f, p->part, 0, &fixed);
+    ssize_t n = r->is_write ? pwrite(fd, p->buf + p->done, len, (off_t)(p->poff + p->done))
+                            : pread(fd, p->buf + p->done, len, (off_t)(p->poff + p->done));
     p->res = n < 0 ? -errno : (int)n;
     pthread_mutex_lock(&pl->mu);
     fifo_push(&pl->done_head, &pl->done_tail, p);
@@ -387,6 +390,10 @@ static int pump(zo_swap_t *sw, int submit) {
     if (len > sw->block_size) len = sw->block_size;
     p->req = r;
     p->off = r->off + r->carved;
+    uint64_t contig; /* a piece never crosses a stripe: it is one request on one drive */
+    zo_swap_stripe_map(sw, p->off, &p->part, &p->poff, &contig);
+    if (len > contig) len = (size_t)contig;
+    if (sw->lat_on) p->t_issue = zo_clock_s();
     p->buf = r->buf + r->carved;
     p->len = len;
     p->done = 0;
@@ -567,7 +574,7 @@ static int ring_try(zo_swap_t *sw, unsigned flags, unsigned idle_ms) {
   memset(&p, 0, sizeof p);
   p.flags = flags;
   p.sq_thread_idle = idle_ms;
-  return io_uring_queue_init_params(sw->qd_max, &sw->ring, &p);
+  return io_uring_queue_init_params(sw->qd_max * sw->n_dirs, &sw->ring, &p);
 }
 
 /* ZO_SWAP_RING_FLAGS, the measurement override of the setup flags. */
@@ -724,31 +731,90 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   if (!nvme_path || !out)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create: %s is NULL",
                         !out ? "out" : "nvme_path");
+  return zo_swap_create_striped(&nvme_path, 1, opts, out);
+}
+
+/* The piece descriptors of queue depth @qd per directory, all free. */
+static void pieces_reset(zo_swap_t *sw, unsigned qd) {
+  const unsigned n = qd * sw->n_dirs;
+  for (unsigned i = 0; i < n; i++) {
+    sw->pieces[i].req = NULL;
+    sw->pieces[i].next_free = i + 1 < n ? &sw->pieces[i + 1] : NULL;
+  }
+  sw->free_pieces = &sw->pieces[0];
+}
+
+/* The striping arguments: n paths, none NULL, queue depth x n within the ring's limit. */
+static zo_status create_check_paths(const char *const *paths, unsigned n, unsigned qd) {
+  if (n == 0 || n > ZO_SWAP_MAX_PATHS)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: %u nvme_paths; need 1..%u", n,
+                        ZO_SWAP_MAX_PATHS);
+  for (unsigned i = 0; i < n; i++)
+    if (!paths[i]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path[%u] is NULL", i);
+  if ((uint64_t)qd * n > SWAP_MAX_QD)
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: queue_depth %u x %u directories exceeds the maximum %u", qd, n,
+                        SWAP_MAX_QD);
+  return ZO_OK;
+}
+
+/* The O_DIRECT alignment (the largest of the directories') and the stripe size (@want, 0: 1 MiB). */
+static zo_status create_align(zo_swap_t *sw, size_t want_stripe) {
+  sw->align = 0;
+  for (unsigned i = 0; i < sw->n_dirs; i++) {
+    size_t a = probe_alignment(zo_swap_dir_at(sw, i));
+    if (a > sw->align) sw->align = a;
+  }
+  sw->stripe = want_stripe ? want_stripe : SWAP_DEFAULT_BLOCK;
+  if (sw->n_dirs > 1 && (sw->stripe % sw->align || sw->stripe > SWAP_MAX_BLOCK))
+    return zo_error_set(ZO_ERR_INVALID_ARG,
+                        "swap: stripe_size %zu bytes is not a multiple of the O_DIRECT alignment "
+                        "%zu bytes (at most %zu)",
+                        (size_t)sw->stripe, sw->align, SWAP_MAX_BLOCK);
+  return ZO_OK;
+}
+
+zo_status zo_swap_create_striped(const char *const *nvme_paths, unsigned n_paths,
+                                 const zo_swap_opts *opts, zo_swap_t **out) {
+  if (out) *out = NULL;
+  if (!nvme_paths || !out)
+    return zo_error_set(ZO_ERR_INVALID_ARG, "swap: zo_swap_create_striped: %s is NULL",
+                        !out ? "out" : "nvme_paths");
   size_t block = 0;
   unsigned qd = 0;
   int rank = 0;
   enum ring_mode ring_mode = RING_AUTO;
-  ZO_CHECK(create_check_args(nvme_path, opts, &block, &qd, &rank, &ring_mode));
+  ZO_CHECK(create_check_paths(nvme_paths, n_paths,
+                              opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD));
+  for (unsigned i = 0; i < n_paths; i++) {
+    zo_status st = create_check_args(nvme_paths[i], opts, &block, &qd, &rank, &ring_mode);
+    if (st != ZO_OK) return n_paths > 1 ? zo_error_prefix(st, "nvme_path[%u]", i) : st;
+  }
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");
   sw->rank = rank;
+  sw->n_dirs = 1;
   sw->checksum_default = opts && opts->checksum;
-  zo_status st_ret = zo_swap_dir_open(&sw->pdir, nvme_path, rank);
-  if (st_ret != ZO_OK) goto err; /* zo_swap_dir_close() removes only a directory we own */
-  sw->align = probe_alignment(sw);
+  sw->lat_on = opts && opts->latency_stats;
+  zo_status st_ret = zo_swap_dir_open(&sw->pdir, nvme_paths[0], rank);
+  if (st_ret != ZO_OK) { /* zo_swap_dir_close() removes only a directory we own */
+    if (n_paths > 1) zo_error_prefix(st_ret, "nvme_path[0]");
+    goto err;
+  }
+  if ((st_ret = zo_swap_dirs_open(sw, nvme_paths, n_paths, rank)) != ZO_OK) goto err;
+  if ((st_ret = create_align(sw, opts ? opts->stripe_size : 0)) != ZO_OK) goto err;
   sw->block_size = zo_round_up(block, sw->align);
   if (sw->block_size > SWAP_MAX_BLOCK) sw->block_size = SWAP_MAX_BLOCK;
   sw->qd = sw->qd_max = qd;
   sw->direct = 1;
-  sw->pieces = calloc(qd, sizeof *sw->pieces);
+  sw->pieces = calloc((size_t)qd * sw->n_dirs, sizeof *sw->pieces);
   if (!sw->pieces) {
-    st_ret = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u piece descriptors", qd);
+    st_ret = zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u piece descriptors",
+                          qd * sw->n_dirs);
     goto err;
   }
-  for (unsigned i = 0; i < qd; i++)
-    sw->pieces[i].next_free = i + 1 < qd ? &sw->pieces[i + 1] : NULL;
-  sw->free_pieces = &sw->pieces[0];
+  pieces_reset(sw, qd);
 
   const char *force = getenv("ZO_SWAP_FORCE_PREAD");
   if (force && force[0] && strcmp(force, "0") != 0)
@@ -756,7 +822,7 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
   else if ((st_ret = ring_open(sw, opts, ring_mode)) != ZO_OK)
     goto err;
   if (!sw->use_uring) {
-    unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4);
+    unsigned nt = opts && opts->pool_threads ? opts->pool_threads : (qd < 4 ? qd : 4) * sw->n_dirs;
     int ret = pool_start(sw, nt);
     if (ret < 0) {
       st_ret = zo_error_set(sys_status(-ret), "swap: cannot start %u pread/pwrite threads: %s", nt,
@@ -777,6 +843,7 @@ zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swa
 err:
   pool_stop(sw);
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
+  zo_swap_dirs_close(sw);
   zo_swap_dir_close(&sw->pdir);
   free(sw->pieces);
   free(sw);
@@ -803,6 +870,7 @@ void zo_swap_destroy(zo_swap_t *sw) {
   if (n_live) zo_warn("swap: destroy freed %u requests that were never waited", n_live);
   zo_swap_files_close_all(sw);
   if (sw->use_uring) io_uring_queue_exit(&sw->ring);
+  zo_swap_dirs_close(sw);
   zo_swap_dir_close(&sw->pdir);
   free(sw->bufs);
   free(sw->pieces);
@@ -833,11 +901,7 @@ zo_status zo_swap_set_queue(zo_swap_t *sw, size_t block_size, unsigned queue_dep
   }
   if (queue_depth) {
     sw->qd = queue_depth;
-    for (unsigned i = 0; i < queue_depth; i++) {
-      sw->pieces[i].req = NULL;
-      sw->pieces[i].next_free = i + 1 < queue_depth ? &sw->pieces[i + 1] : NULL;
-    }
-    sw->free_pieces = &sw->pieces[0];
+    pieces_reset(sw, queue_depth);
   }
   return ZO_OK;
 }
@@ -861,12 +925,17 @@ const char *zo_swap_describe(zo_swap_t *sw) {
     snprintf(eng, sizeof eng, "pread/pwrite pool (%u threads) qd %u", sw->pool.n_threads, sw->qd);
   unsigned n_csum = 0;
   for (zo_swap_file_t *f = sw->files; f; f = f->next) n_csum += f->csum_chunk != 0;
-  snprintf(
+  int len = snprintf(
       sw->desc, sizeof sw->desc,
       "%s%s, block %zu B, %s align %zu B, %s, %u fixed buffers, %s, %u checksummed files, rank %d, dir %s",
       eng, sw->bg ? " + progress thread" : "", sw->block_size, sw->direct ? "O_DIRECT" : "buffered",
       sw->align, sw->fixed_files ? "fixed files" : "no fixed files", sw->n_bufs,
       sw->sqpoll ? "sqpoll" : "no sqpoll", n_csum, sw->rank, sw->pdir.path);
+  for (unsigned i = 1; i < sw->n_dirs && len > 0 && (size_t)len < sizeof sw->desc; i++)
+    len += snprintf(sw->desc + len, sizeof sw->desc - (size_t)len, " + %s", sw->xdirs[i - 1].path);
+  if (sw->n_dirs > 1 && len > 0 && (size_t)len < sizeof sw->desc)
+    snprintf(sw->desc + len, sizeof sw->desc - (size_t)len, " (striped, %zu B stripes, qd per dir)",
+             (size_t)sw->stripe);
   return sw->desc;
 }
 
@@ -1080,15 +1149,18 @@ static zo_status wait_req(zo_swap_t *sw, zo_swap_req_t *req) {
   live_remove(sw, req);
   bg_unlock(sw); /* the request is ours alone now: verify without holding up the progress thread */
   zo_status st = ZO_OK;
+  unsigned epart = 0;
+  uint64_t eoff = req->err_off, econtig;
+  if (req->err) zo_swap_stripe_map(sw, req->err_off, &epart, &eoff, &econtig);
   if (req->err == 1)
     st = zo_error_set(ZO_ERR_IO,
                       "swap: read '%s' at offset %" PRIu64
                       ", length %zu bytes: unexpected end of file",
-                      req->f->path, req->err_off, req->err_len);
+                      zo_swap_part_path(req->f, epart), eoff, req->err_len);
   else if (req->err)
     st = zo_error_set(ZO_ERR_IO, "swap: %s '%s' at offset %" PRIu64 ", length %zu bytes: %s",
-                      req->is_write ? "write" : "read", req->f->path, req->err_off, req->err_len,
-                      strerror(-req->err));
+                      req->is_write ? "write" : "read", zo_swap_part_path(req->f, epart), eoff,
+                      req->err_len, strerror(-req->err));
   if (req->err && req->is_write)
     zo_swap_crc_forget(req->f, req->off, req->nbytes); /* the disk holds unknown bytes */
   if (!req->err && !req->is_write) st = zo_swap_crc_verify(req->f, req->off, req->buf, req->nbytes);
@@ -1143,4 +1215,20 @@ zo_status zo_swap_busy(zo_swap_t *sw, double busy_s[2], uint64_t bytes[2]) {
   }
   bg_unlock(sw);
   return ZO_OK;
+}
+
+zo_status zo_swap_latency(zo_swap_t *sw, int is_write, zo_swap_latency_t *out) {
+  if (!sw || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: latency: NULL argument");
+  bg_lock(sw);
+  zo_status st = zo_swap_latency_of(sw, is_write, out);
+  bg_unlock(sw);
+  return st;
+}
+
+void zo_swap_latency_reset(zo_swap_t *sw) {
+  if (!sw) return;
+  bg_lock(sw);
+  memset(sw->lat_hist, 0, sizeof sw->lat_hist);
+  sw->lat_max[0] = sw->lat_max[1] = 0;
+  bg_unlock(sw);
 }

@@ -86,6 +86,8 @@ zo_status zo_swap_crc_verify(zo_swap_file_t *f, uint64_t off, const char *buf, s
 /* ---- files: created, opened, preallocated, removed --------------------------------------- */
 
 static void file_free(zo_swap_file_t *f) {
+  for (unsigned i = 0; f->xparts && i + 1 < f->sw->n_dirs; i++) free(f->xparts[i].path);
+  free(f->xparts);
   while (f->free_ext) {
     zo_swap_ext_t *x = f->free_ext;
     f->free_ext = x->next;
@@ -96,15 +98,36 @@ static void file_free(zo_swap_file_t *f) {
   free(f);
 }
 
-/* Close @f's descriptor and give back its fixed-file slot. */
-static void file_close(zo_swap_t *sw, zo_swap_file_t *f) {
-  if (f->slot >= 0) {
+/* Close one descriptor and give back its fixed-file slot. */
+static void fd_close(zo_swap_t *sw, int *fd, int *slot) {
+  if (*slot >= 0) {
     int minus1 = -1;
-    io_uring_register_files_update(&sw->ring, (unsigned)f->slot, &minus1, 1);
-    sw->slot_used[f->slot] = 0;
-    f->slot = -1;
+    io_uring_register_files_update(&sw->ring, (unsigned)*slot, &minus1, 1);
+    sw->slot_used[*slot] = 0;
+    *slot = -1;
   }
-  close(f->fd);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+/* Close @f's descriptors (every part's) and give back their fixed-file slots. */
+static void file_close(zo_swap_t *sw, zo_swap_file_t *f) {
+  fd_close(sw, &f->fd, &f->slot);
+  for (unsigned i = 0; f->xparts && i + 1 < sw->n_dirs; i++)
+    fd_close(sw, &f->xparts[i].fd, &f->xparts[i].slot);
+}
+
+/* Unlink every part of @f that was made; 0, or the errno of the first failure (named in @bad). */
+static int file_unlink(zo_swap_t *sw, zo_swap_file_t *f, const char **bad) {
+  int err = 0;
+  for (unsigned i = 0; i < sw->n_dirs; i++) {
+    if (i && (!f->xparts || !f->xparts[i - 1].path)) continue;
+    if (unlinkat(zo_swap_dir_at(sw, i)->fd, f->name, 0) != 0 && errno != ENOENT && !err) {
+      err = errno;
+      *bad = zo_swap_part_path(f, i);
+    }
+  }
+  return err;
 }
 
 /* Close, unlink and free every file of @sw (destroy); an unlink that fails is a warning. */
@@ -113,8 +136,9 @@ void zo_swap_files_close_all(zo_swap_t *sw) {
     zo_swap_file_t *f = sw->files;
     sw->files = f->next;
     file_close(sw, f);
-    if (unlinkat(sw->pdir.fd, f->name, 0) != 0)
-      zo_warn("swap: unlink '%s': %s", f->path, strerror(errno));
+    const char *bad = NULL;
+    int e = file_unlink(sw, f, &bad);
+    if (e) zo_warn("swap: unlink '%s': %s", bad, strerror(e));
     file_free(f);
   }
 }
@@ -133,7 +157,9 @@ static int record_files(zo_swap_t *sw, const char *extra) {
   size_t i = 0;
   for (const zo_swap_file_t *f = sw->files; f; f = f->next) names[i++] = f->name;
   if (extra) names[i++] = extra;
-  int ret = zo_swap_dir_record(&sw->pdir, names, n);
+  int ret = 0;
+  for (unsigned d = 0; d < sw->n_dirs && !ret; d++)
+    ret = zo_swap_dir_record(zo_swap_dir_at(sw, d), names, n);
   free(names);
   return ret;
 }
@@ -181,6 +207,19 @@ static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int 
   f->fd = -1;
   snprintf(f->path, sizeof f->path, "%s/%.199s", sw->pdir.path, name);
   f->name = f->path + strlen(sw->pdir.path) + 1;
+  f->part0_size = zo_swap_stripe_part_size(sw, nbytes, 0);
+  if (sw->n_dirs > 1) {
+    f->xparts = calloc(sw->n_dirs - 1, sizeof *f->xparts);
+    if (!f->xparts) goto oom;
+    for (unsigned i = 1; i < sw->n_dirs; i++) {
+      zo_swap_part_t *pt = &f->xparts[i - 1];
+      pt->fd = pt->slot = -1;
+      pt->size = zo_swap_stripe_part_size(sw, nbytes, i);
+      size_t n = strlen(sw->xdirs[i - 1].path) + strlen(name) + 2;
+      if (!(pt->path = malloc(n))) goto oom;
+      snprintf(pt->path, n, "%s/%s", sw->xdirs[i - 1].path, name);
+    }
+  }
   uint64_t usable = nbytes / sw->align * sw->align;
   if (usable) {
     f->free_ext = malloc(sizeof *f->free_ext);
@@ -203,68 +242,98 @@ oom:
                       name, nbytes);
 }
 
-/* Create f's file in the private directory, with O_DIRECT unless the file system refuses it (then buffered, for
- * this file and the swap's later ones). */
-static zo_status file_open(zo_swap_t *sw, zo_swap_file_t *f, const char *name) {
+/* Create part @part of f's file in its private directory, with O_DIRECT unless the file system refuses it
+ * (then buffered, for this file and the swap's later ones); the descriptor in *fd. */
+static zo_status file_open(zo_swap_t *sw, zo_swap_file_t *f, unsigned part, const char *name,
+                           int *fd) {
   const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
-  f->direct = 1;
-  if (sw->refuse_direct) {
-    f->fd = -1;
+  const zo_swap_dir_t *d = zo_swap_dir_at(sw, part);
+  if (part == 0) f->direct = 1;
+  if (sw->refuse_direct || !f->direct) {
+    *fd = -1;
     errno = EINVAL;
   } else {
-    f->fd = openat(sw->pdir.fd, name, flags | O_DIRECT, 0600);
+    *fd = openat(d->fd, name, flags | O_DIRECT, 0600);
   }
-  if (f->fd < 0 && errno == EINVAL) {
+  if (*fd < 0 && errno == EINVAL) {
     /* Some file systems create the file and then refuse O_DIRECT: start over buffered. */
-    unlinkat(sw->pdir.fd, name, 0);
+    unlinkat(d->fd, name, 0);
     f->direct = 0;
-    f->fd = openat(sw->pdir.fd, name, flags, 0600);
-    if (f->fd >= 0) {
+    *fd = openat(d->fd, name, flags, 0600);
+    if (*fd >= 0) {
       sw->direct = 0;
-      zo_warn_once("O_DIRECT refused on %s, using buffered I/O", sw->pdir.path);
+      zo_warn_once("O_DIRECT refused on %s, using buffered I/O", d->path);
     }
   }
-  if (f->fd < 0) {
+  if (*fd < 0) {
     int e = errno;
     return zo_error_set(e == EEXIST || e == ELOOP    ? ZO_ERR_INVALID_ARG
                         : e == ENOSPC || e == EDQUOT ? ZO_ERR_IO
                                                      : sys_status(e),
-                        "swap: create '%s': %s", f->path, strerror(e));
+                        "swap: create '%s': %s", zo_swap_part_path(f, part), strerror(e));
   }
   return ZO_OK;
 }
 
-/* Reserve f's @nbytes on disk (fallocate, else ftruncate); on failure the file is closed and removed. */
-static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, const char *name,
-                                  uint64_t nbytes) {
+/* Reserve @nbytes of part @part (descriptor @fd) on disk (fallocate, else ftruncate); on failure the part is
+ * closed and removed. */
+static zo_status file_preallocate(zo_swap_t *sw, zo_swap_file_t *f, unsigned part, int fd,
+                                  const char *name, uint64_t nbytes) {
   if (!nbytes) return ZO_OK;
-  int rc = fallocate(f->fd, 0, 0, (off_t)nbytes);
+  int rc = fallocate(fd, 0, 0, (off_t)nbytes);
   int e = rc ? errno : 0;
   if (rc && (e == EOPNOTSUPP || e == ENOSYS)) {
-    rc = ftruncate(f->fd, (off_t)nbytes);
+    rc = ftruncate(fd, (off_t)nbytes);
     e = rc ? errno : 0;
   }
   if (!rc) return ZO_OK;
   zo_status st = zo_error_set(e == ENOSPC || e == EDQUOT || e == EFBIG ? ZO_ERR_IO : sys_status(e),
                               "swap: preallocate '%s' at offset 0, length %" PRIu64 " bytes: %s%s",
-                              f->path, nbytes, strerror(e),
+                              zo_swap_part_path(f, part), nbytes, strerror(e),
                               e == EFBIG ? " (file size limit: see ulimit -f / RLIMIT_FSIZE)" : "");
-  close(f->fd);
-  unlinkat(sw->pdir.fd, name, 0);
+  close(fd);
+  unlinkat(zo_swap_dir_at(sw, part)->fd, name, 0);
   return st;
 }
 
-/* A fixed-file slot for f when the ring has a free one; one try: a file without a slot just uses its descriptor. */
-static void file_take_slot(zo_swap_t *sw, zo_swap_file_t *f) {
+/* A fixed-file slot for @fd when the ring has a free one; one try: a file without a slot just uses its
+ * descriptor. */
+static void file_take_slot(zo_swap_t *sw, int *fd, int *slot) {
   if (!sw->fixed_files) return;
   for (unsigned i = 0; i < SWAP_FILE_SLOTS; i++) {
     if (sw->slot_used[i]) continue;
-    if (io_uring_register_files_update(&sw->ring, i, &f->fd, 1) == 1) {
+    if (io_uring_register_files_update(&sw->ring, i, fd, 1) == 1) {
       sw->slot_used[i] = 1;
-      f->slot = (int)i;
+      *slot = (int)i;
     }
     break;
   }
+}
+
+/* Create, preallocate and give a slot to every part of @f; on failure the parts made are closed and
+ * removed. */
+static zo_status file_make_parts(zo_swap_t *sw, zo_swap_file_t *f, const char *name) {
+  zo_status st = ZO_OK;
+  unsigned made = 0;
+  for (unsigned i = 0; i < sw->n_dirs && st == ZO_OK; i++) {
+    int *fd = i ? &f->xparts[i - 1].fd : &f->fd;
+    int *slot = i ? &f->xparts[i - 1].slot : &f->slot;
+    uint64_t size = i ? f->xparts[i - 1].size : f->part0_size;
+    st = file_open(sw, f, i, name, fd);
+    if (st == ZO_OK) st = file_preallocate(sw, f, i, *fd, name, size);
+    if (st != ZO_OK) {
+      *fd = -1; /* closed and removed by the failing step */
+      break;
+    }
+    file_take_slot(sw, fd, slot);
+    made++;
+  }
+  if (st != ZO_OK)
+    for (unsigned i = 0; i < made; i++) {
+      fd_close(sw, i ? &f->xparts[i - 1].fd : &f->fd, i ? &f->xparts[i - 1].slot : &f->slot);
+      unlinkat(zo_swap_dir_at(sw, i)->fd, name, 0);
+    }
+  return st;
 }
 
 zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbytes,
@@ -287,13 +356,11 @@ zo_status zo_swap_file_create_ex(zo_swap_t *sw, const char *name, uint64_t nbyte
     st = zo_error_set(sys_status(-rec),
                       "swap: file '%s': cannot record it in the owner marker '%s/%s': %s", name,
                       sw->pdir.path, ZO_SWAP_DIR_MARKER, strerror(-rec));
-  if (st == ZO_OK) st = file_open(sw, f, name);
-  if (st == ZO_OK) st = file_preallocate(sw, f, name, nbytes);
+  if (st == ZO_OK) st = file_make_parts(sw, f, name);
   if (st != ZO_OK) {
     file_free(f);
     return st;
   }
-  file_take_slot(sw, f);
   f->next = sw->files;
   if (sw->files) sw->files->prev = f;
   sw->files = f;
@@ -316,10 +383,9 @@ zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f) {
   if (f->next) f->next->prev = f->prev;
   file_close(sw, f);
   zo_status st = ZO_OK;
-  if (unlinkat(sw->pdir.fd, f->name, 0) != 0) {
-    int e = errno;
-    st = zo_error_set(ZO_ERR_SYSTEM, "swap: unlink '%s': %s", f->path, strerror(e));
-  }
+  const char *bad = NULL;
+  int e = file_unlink(sw, f, &bad);
+  if (e) st = zo_error_set(ZO_ERR_SYSTEM, "swap: unlink '%s': %s", bad, strerror(e));
   file_free(f);
   record_files(sw, NULL); /* if this fails, the marker names a file that is gone: harmless */
   return st;

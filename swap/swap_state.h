@@ -19,10 +19,22 @@
 #include "zoffload/swap.h"
 
 #define SWAP_FILE_SLOTS 256u /* fixed-file table size with opts.register_files */
+/* Piece latency histogram (opts.latency_stats): log-linear buckets of nanoseconds, 16 per power of
+ * two (a bucket is at most 1/16 = 6% wide) from 32 ns to 2^40 ns; below 32 ns one bucket per ns. */
+#define SWAP_LAT_SUB 16u
+#define SWAP_LAT_BUCKETS (32u + 36u * SWAP_LAT_SUB)
 
 
 typedef struct zo_swap_piece zo_swap_piece_t;
 typedef struct zo_swap_ext zo_swap_ext_t;
+
+/* One part of a striped swap file: the file of that name in one of the handle's other directories. */
+typedef struct zo_swap_part {
+  int fd;
+  int slot;      /* index in the ring's fixed-file table, or -1 */
+  uint64_t size; /* bytes of the logical file that live in this part */
+  char *path;    /* full path (malloc'd) */
+} zo_swap_part_t;
 
 struct zo_swap_piece {
   zo_swap_req_t *req;
@@ -31,6 +43,9 @@ struct zo_swap_piece {
   size_t len;   /* piece length, bytes */
   size_t done;  /* bytes confirmed so far (aligned down under O_DIRECT) */
   unsigned retries;
+  unsigned part;              /* which part of the file (0 on an unstriped handle) */
+  uint64_t poff;              /* offset of the piece's first byte in that part */
+  double t_issue;             /* zo_clock_s() when first issued (opts.latency_stats) */
   int res;                    /* pool path: result of the last pread/pwrite (bytes or -errno) */
   zo_swap_piece_t *next_free; /* free list, or the pool's work/done queues */
 };
@@ -57,6 +72,11 @@ struct zo_swap_file {
   uint64_t *crc_valid;       /* [(n_chunks + 63) / 64] bit set: crc[c] is known */
   char path[PATH_MAX + 256]; /* full path: dir + "/" + name */
   const char *name;          /* points into path */
+  /* Striped handle (n_dirs > 1): the file is cut in sw->stripe-byte stripes, stripe s in part
+   * s % n_dirs at offset (s / n_dirs) * stripe. Part 0 is fd/slot/path above (its size is part0_size),
+   * parts 1.. are xparts[0..n_dirs-2]. */
+  uint64_t part0_size;
+  zo_swap_part_t *xparts;
 };
 
 struct zo_swap_req {
@@ -89,12 +109,15 @@ typedef struct zo_swap_pool {
 } zo_swap_pool_t;
 
 struct zo_swap {
-  zo_swap_dir_t pdir; /* the private directory, owned (swap_dir.c) */
+  zo_swap_dir_t pdir;   /* the private directory, owned (swap_dir.c); the first of n_dirs */
+  unsigned n_dirs;      /* directories the files are striped across (1: not striped) */
+  zo_swap_dir_t *xdirs; /* [n_dirs - 1] the others, in the order given */
+  uint64_t stripe;      /* bytes per stripe when n_dirs > 1 (a multiple of align) */
   int rank;
   size_t align;
   size_t block_size;
-  unsigned qd;     /* pieces in flight at most now (zo_swap_set_queue) */
-  unsigned qd_max; /* queue_depth at create: ring entries and piece descriptors */
+  unsigned qd;     /* pieces in flight at most now per directory (zo_swap_set_queue) */
+  unsigned qd_max; /* queue_depth at create; the ring has qd_max * n_dirs entries and pieces */
   int use_uring;
   int sqpoll;          /* ring set up with IORING_SETUP_SQPOLL */
   unsigned ring_flags; /* IORING_SETUP_* the ring was created with */
@@ -122,9 +145,12 @@ struct zo_swap {
   zo_swap_req_t *live;
   int inject_k; /* fault injection: completions left until it fires; 0 off */
   int inject_res;
-  unsigned long n_completions; /* every piece completion, for tests */
-  int refuse_direct;           /* test hook: pretend O_DIRECT opens fail with EINVAL */
-  char desc[PATH_MAX + 256];   /* zo_swap_describe() */
+  unsigned long n_completions;            /* every piece completion, for tests */
+  int refuse_direct;                      /* test hook: pretend O_DIRECT opens fail with EINVAL */
+  int lat_on;                             /* opts.latency_stats */
+  uint64_t lat_hist[2][SWAP_LAT_BUCKETS]; /* [read, write] piece latencies (issue to completion) */
+  double lat_max[2];                      /* seconds */
+  char desc[PATH_MAX + 256];              /* zo_swap_describe() */
 
   /* opts.progress_thread: a library thread owns the ring (or the pool's
    * completion queue) and keeps queue_depth pieces in flight whether or not
@@ -157,5 +183,37 @@ zo_status zo_swap_crc_verify(zo_swap_file_t *f, uint64_t off, const char *buf, s
 
 /* Forget the CRCs of the chunks [off, off+nbytes) touches (their bytes on disk are unknown). */
 void zo_swap_crc_forget(zo_swap_file_t *f, uint64_t off, uint64_t nbytes);
+
+/* ---- swap_stripe.c: the handle's other directories and the stripe map ------------------------- */
+
+/* Directory @i of the handle (0: pdir). */
+zo_swap_dir_t *zo_swap_dir_at(zo_swap_t *sw, unsigned i);
+
+/* Open the private directories of @paths[1..n) as sw->xdirs (n_dirs = n); refuses a directory given
+ * twice. Sets the last error. */
+zo_status zo_swap_dirs_open(zo_swap_t *sw, const char *const *paths, unsigned n, int rank);
+
+/* Close the other directories (zo_swap_dir_close each); safe when none. */
+void zo_swap_dirs_close(zo_swap_t *sw);
+
+/* Where logical byte @off of a file lives: part *part at *poff, with *contig bytes of the stripe from
+ * there on (UINT64_MAX on an unstriped handle). */
+void zo_swap_stripe_map(const zo_swap_t *sw, uint64_t off, unsigned *part, uint64_t *poff,
+                        uint64_t *contig);
+
+/* Bytes of a logical file of @nbytes that part @part holds. */
+uint64_t zo_swap_stripe_part_size(const zo_swap_t *sw, uint64_t nbytes, unsigned part);
+
+/* The descriptor (or fixed slot, *fixed = 1) of part @part of @f. */
+int zo_swap_part_fd(const zo_swap_file_t *f, unsigned part, int use_slot, int *fixed);
+
+/* The path of part @part of @f. */
+const char *zo_swap_part_path(const zo_swap_file_t *f, unsigned part);
+
+/* Record one piece latency of @sec seconds (caller holds the handle's lock when bg). */
+void zo_swap_lat_record(zo_swap_t *sw, int is_write, double sec);
+
+/* Percentiles of the recorded latencies of one direction (caller holds the lock). */
+zo_status zo_swap_latency_of(const zo_swap_t *sw, int is_write, zo_swap_latency_t *out);
 
 #endif /* ZO_SWAP_STATE_H */

@@ -58,7 +58,14 @@ typedef struct zo_swap_opts {
                             interrupt the caller. A queued request starts at the thread's next
                             completion at the latest (one piece's time). 0: the ring moves only
                             inside the caller's submit, poll and wait. */
+  size_t stripe_size;  /* zo_swap_create_striped() over several directories: bytes per stripe,
+                            a multiple of zo_swap_alignment(); 0: 1 MiB. Ignored with one. */
+  int latency_stats;   /* 1: time every piece from its issue to its completion, per direction,
+                            for zo_swap_latency() (two clock reads a piece); 0: not kept. */
 } zo_swap_opts;
+
+/* Most directories one handle stripes its files across (zo_swap_create_striped). */
+#define ZO_SWAP_MAX_PATHS 16
 
 /*
  * zo_swap_create() - open the NVMe tier under @nvme_path.
@@ -124,6 +131,53 @@ typedef struct zo_swap_opts {
  * directory".
  */
 ZO_API zo_status zo_swap_create(const char *nvme_path, const zo_swap_opts *opts, zo_swap_t **out);
+
+/*
+ * zo_swap_create_striped() - zo_swap_create() over @n_paths directories
+ * (1..ZO_SWAP_MAX_PATHS; one is exactly zo_swap_create(nvme_paths[0])), for
+ * several drives: each directory gets its own private directory (same rules,
+ * locks and stale-run clean-up as above), and every swap file of the handle is
+ * one file of its name in each, the logical file cut in opts.stripe_size
+ * stripes dealt round-robin: stripe s lives in directory s % n_paths at offset
+ * (s / n_paths) * stripe_size. Pieces never cross a stripe, so each stays one
+ * O_DIRECT request on one drive. queue_depth counts per directory: the ring
+ * has queue_depth x n_paths entries and up to that many pieces are in flight
+ * (queue_depth x n_paths must stay <= 32768). The alignment is the largest of
+ * the directories'. Extents, checksums and offsets are the logical file's;
+ * the I/O error messages name the part's path and offset in it.
+ * Returns as zo_swap_create(), plus ZO_ERR_INVALID_ARG when n_paths is 0 or
+ * too many, an entry is NULL, a directory is given twice (the message names
+ * both indices), or stripe_size is not a multiple of the alignment; a failing
+ * directory's message starts "nvme_path[i]: " with its index.
+ */
+ZO_API zo_status zo_swap_create_striped(const char *const *nvme_paths, unsigned n_paths,
+                                        const zo_swap_opts *opts, zo_swap_t **out);
+
+/* zo_swap_n_dirs() - directories the handle stripes across (1 unless zo_swap_create_striped). */
+ZO_API unsigned zo_swap_n_dirs(const zo_swap_t *sw);
+
+/* zo_swap_stripe_size() - bytes per stripe (0 on a handle with one directory). */
+ZO_API size_t zo_swap_stripe_size(const zo_swap_t *sw);
+
+/* Piece latencies of one direction since create or zo_swap_latency_reset(), in microseconds. */
+typedef struct zo_swap_latency {
+  uint64_t n;                     /* pieces completed */
+  double mean_us, max_us;         /* exact */
+  double p50_us, p99_us, p999_us; /* from a log-linear histogram: within 6% */
+} zo_swap_latency_t;
+
+/*
+ * zo_swap_latency() - completion latency of the pieces (the block_size I/O
+ * requests handed to the kernel or the pread/pwrite pool) of reads
+ * (@is_write 0) or writes (1): from the piece's first issue to the completion
+ * the handle reaps (resubmissions of a short transfer included), as fio's
+ * clat. Needs opts.latency_stats (else n is 0). Thread-safe (the handle's
+ * lock). Returns ZO_OK or ZO_ERR_INVALID_ARG (NULL).
+ */
+ZO_API zo_status zo_swap_latency(zo_swap_t *sw, int is_write, zo_swap_latency_t *out);
+
+/* zo_swap_latency_reset() - forget the latencies recorded so far (no request may be outstanding). */
+ZO_API void zo_swap_latency_reset(zo_swap_t *sw);
 
 /*
  * zo_swap_destroy() - close and unlink every swap file and the owner marker,
@@ -310,8 +364,25 @@ ZO_API zo_status zo_swap_file_remove(zo_swap_t *sw, zo_swap_file_t *f);
 /* zo_swap_file_size() - size in bytes given at creation. */
 ZO_API uint64_t zo_swap_file_size(const zo_swap_file_t *f);
 
-/* zo_swap_file_path() - full path of the file; valid until it is removed. */
+/* zo_swap_file_path() - full path of the file (its first part when striped); valid until it is removed. */
 ZO_API const char *zo_swap_file_path(const zo_swap_file_t *f);
+
+/* zo_swap_file_n_parts() - files on disk that make up @f: zo_swap_n_dirs() of its handle. */
+ZO_API unsigned zo_swap_file_n_parts(const zo_swap_file_t *f);
+
+/* zo_swap_file_part_path() - full path of part @part (0..n_parts-1); "" when out of range. */
+ZO_API const char *zo_swap_file_part_path(const zo_swap_file_t *f, unsigned part);
+
+/*
+ * zo_swap_file_locate() - where byte @offset of @f is on disk, for callers
+ * that read the files directly (a checkpoint copying them): *part (index for
+ * zo_swap_file_part_path), *part_offset in that file, and *contig_bytes, how
+ * many bytes from there on are contiguous in it (to the end of the stripe, or
+ * of the file when not striped). Returns ZO_OK, or ZO_ERR_INVALID_ARG for a
+ * NULL argument or an offset at or past the file size.
+ */
+ZO_API zo_status zo_swap_file_locate(const zo_swap_file_t *f, uint64_t offset, unsigned *part,
+                                     uint64_t *part_offset, uint64_t *contig_bytes);
 
 /*
  * zo_swap_submit_read() / zo_swap_submit_write() - queue a transfer of

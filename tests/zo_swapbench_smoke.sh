@@ -14,7 +14,7 @@ fail() { echo "$0:${BASH_LINENO[0]}: FAIL: $*"; fails=$((fails + 1)); }
 
 # 1. --help names every flag and exits 0.
 help=$("$bin" --help) || fail "--help exited $?"
-for flag in --path --size --bytes --max-seconds --block-sizes --queue-depths --ops --reps --json --plot --quick --no-fio --fio-variants --device --help; do
+for flag in --path --size --bytes --max-seconds --block-sizes --queue-depths --ops --repeat --reps --stripe-size --json --plot --quick --no-fio --fio-variants --device --help; do
   grep -q -- "$flag" <<<"$help" || fail "--help does not mention $flag"
 done
 
@@ -43,13 +43,23 @@ json="$dir/sb.json"
 [ -s "$json" ] || { fail "no JSON written"; echo "$fails failure(s)"; exit 1; }
 
 grep -q '"aio": {"block_size": [0-9]*, "queue_depth": [0-9]*}' <<<"$out" || fail "no \"aio\" block printed"
-grep -Eq '^  (PASS|MISS|n/a) ' <<<"$out" || fail "no target lines printed"
+grep -Eq '^op +bs +qd +engine +GB/s +min-max +IOPS +p50 us +p99 us +p99.9 us +CPU s/GB' <<<"$out" ||
+  fail "no table header with IOPS, latency percentiles and CPU"
+# a row: median GB/s, min-max, IOPS, three latencies and CPU s/GB, all numbers
+grep -Eq '^read +128K +8 zoffload +[0-9.]+ +[0-9.]+-[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+$' <<<"$out" ||
+  fail "no complete zoffload read row"
+grep -iq 'issue\|target' <<<"$out" && fail "development notes in the report: $(grep -i 'issue\|target' <<<"$out" | head -2)"
+if command -v fio >/dev/null 2>&1; then
+  grep -q '^Compared with fio' <<<"$out" || fail "no comparison with fio"
+  grep -Eq '^read +128K +8 fio +[0-9.]+ +[0-9.]+-[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+$' <<<"$out" ||
+    fail "no complete fio read row"
+fi
 grep -q '^Best settings:' <<<"$out" || fail "no best settings printed"
 
 for key in '"results": \[' '"best": {' '"read": {' '"write": {' '"aio": {'; do
   grep -q "$key" "$json" || fail "JSON lacks $key"
 done
-for field in op engine block_size queue_depth registered_buffers sqpoll gbps; do
+for field in op engine block_size queue_depth registered_buffers sqpoll gbps gbps_min gbps_max iops latency_us p50 p99 p99_9 cpu_s_per_gb reps; do
   grep -q "\"$field\":" "$json" || fail "JSON results lack \"$field\""
 done
 # --quick: 2 block sizes x 2 queue depths x 2 ops per engine (times ring variants for zoffload).
@@ -103,6 +113,26 @@ case $rc in
   *) echo "$out3"; fail "--device cuda exited $rc, want 77 (no GPU) or 0" ;;
 esac
 
+# Two paths: each alone, then the files striped across both (zoffload only there), and the summary.
+mkdir -p "$dir/a" "$dir/b"
+out2=$("$bin" --path "$dir/a" --path "$dir/b" --quick --no-fio --ops read --block-sizes 128K \
+  --queue-depths 8 --repeat 1 --json "$dir/st.json" 2>&1) || fail "two paths exited $?: $(tail -3 <<<"$out2")"
+grep -q "^Striped across $dir/a, $dir/b" <<<"$out2" || fail "no striped table: $out2"
+grep -Eq '^  read +striped x2 +[0-9.]+ GB/s .*x the fastest single directory' <<<"$out2" ||
+  fail "no striping summary line: $out2"
+grep -q '"striping": {' "$dir/st.json" || fail "JSON lacks striping"
+grep -q '"path": "striped"' "$dir/st.json" || fail "JSON has no striped results"
+# each directory's private directories are gone
+left=$(find "$dir/a" "$dir/b" -mindepth 1 | head -1)
+[ -z "$left" ] || fail "left in a striped directory: $left"
+
+# tmpfs is memory: warned.
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && shm=$(mktemp -d /dev/shm/swapbench-smoke.XXXXXX); then
+  out4=$("$bin" --path "$shm" --size 1M --no-fio --ops read --block-sizes 128K --queue-depths 1 --repeat 1 2>&1)
+  rm -rf "$shm"
+  grep -q "warning: $shm is on tmpfs, which is memory" <<<"$out4" || fail "no tmpfs warning: $(head -3 <<<"$out4")"
+fi
+
 # 4. SIGINT mid-sweep: it reports what was measured and exits 130 (128 + SIGINT), not 0.
 "$bin" --path "$dir" --no-fio --reps 50 >"$dir/int.out" 2>&1 &
 pid=$!
@@ -112,6 +142,8 @@ wait "$pid"
 rc=$?
 [ "$rc" -eq 130 ] || fail "SIGINT mid-sweep: exit status $rc, want 130"
 grep -q "interrupted; reporting what was measured" "$dir/int.out" || fail "SIGINT mid-sweep: no 'interrupted' line"
+grep -Eq 'n/a: *$' "$dir/int.out" && fail "SIGINT mid-sweep: an empty 'n/a:' line"
+grep -Eq '^(read|write) .* error ' "$dir/int.out" && fail "SIGINT mid-sweep: a row reported as an error"
 
 # 5. The private directory is gone after the run.
 left=$(find "$dir" -maxdepth 1 -name 'zoffload-*' | head -1)

@@ -184,7 +184,9 @@ int device_pass(zo_bench *zb, const opts *o, dev_pass *p) {
 void print_device_pass(void) {
   printf("\nNVMe -> pinned -> device read pass (%s):\n", zo_device_name(g_dev));
   if (!g_pass.ran) {
-    printf("  n/a: %s\n", g_pass.note);
+    printf("  not run: %s\n", g_pass.note[0] ? g_pass.note
+                              : g_stop       ? "interrupted"
+                                             : "no reads swept");
     return;
   }
   linkbench_print(stdout, "  ", &g_link);

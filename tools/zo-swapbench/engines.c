@@ -41,8 +41,7 @@ void zo_bench_close(zo_bench *zb) {
  * flight), the next submitted as the oldest completes; no new request after @max_sec. Returns 0 with
  * the seconds taken and the bytes moved, or -1 with the error printed.
  */
-int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec,
-                uint64_t *moved) {
+int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, meas *m) {
   size_t nreq = (size_t)((bytes + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
   uint64_t inflight = (uint64_t)zo_swap_block_size(zb->sw) * zo_swap_queue_depth(zb->sw);
   size_t window = (size_t)((2 * inflight + SB_REQ_BYTES - 1) / SB_REQ_BYTES);
@@ -56,6 +55,7 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, doub
     return -1;
   }
   int rc = 0;
+  zo_swap_latency_reset(zb->sw);
   size_t head = 0, tail = 0; /* requests [tail, head) outstanding */
   uint64_t done = 0;
   double t0 = zo_clock_s(), deadline = max_sec > 0 ? t0 + max_sec : 0;
@@ -88,8 +88,16 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, doub
     }
   }
   while (tail < head) zo_swap_wait(zb->sw, reqs[tail++]); /* after an error: collect the rest */
-  *sec = zo_clock_s() - t0;
-  *moved = done;
+  m->sec = zo_clock_s() - t0;
+  m->moved = done;
+  m->gbps = m->sec > 0 ? (double)done / m->sec / 1e9 : 0;
+  zo_swap_latency_t lat;
+  if (zo_swap_latency(zb->sw, is_write, &lat) == ZO_OK && lat.n) {
+    m->iops = m->sec > 0 ? (double)lat.n / m->sec : -1;
+    m->p50_us = lat.p50_us;
+    m->p99_us = lat.p99_us;
+    m->p999_us = lat.p999_us;
+  }
   free(reqs);
   free(lens);
   /* Let an SQPOLL thread go to sleep before anything else is timed (see SB_SQPOLL_IDLE_MS). */
@@ -100,13 +108,16 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, doub
 /* One handle per ring variant for the whole sweep: created at the largest queue depth (the ring's
  * size), switched between block sizes and queue depths with zo_swap_set_queue(), one preallocated file
  * written once untimed. The host buffer comes from the pinned pool (mlocked, pre-touched). */
-int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int rank) {
+int zo_bench_open(zo_bench *zb, const opts *o, const bench_target *t, unsigned qd_max, variant v,
+                  int rank) {
   memset(zb, 0, sizeof *zb);
   zo_swap_opts so;
   memset(&so, 0, sizeof so);
   so.block_size = (size_t)o->bs[0];
   so.queue_depth = qd_max;
   so.rank = rank;
+  so.latency_stats = 1;
+  so.stripe_size = (size_t)o->stripe;
 #if SB_HAVE_SQPOLL
   so.sqpoll = v.sqpoll > 0;
   so.sqpoll_idle_ms = SB_SQPOLL_IDLE_MS;
@@ -114,7 +125,7 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
 #if SB_HAVE_REGBUF
   so.register_files = v.regbuf > 0; /* the "registered" variant registers the file and the buffer */
 #endif
-  zo_status st = zo_swap_create(o->path, &so, &zb->sw);
+  zo_status st = zo_swap_create_striped(t->paths, (unsigned)t->n_paths, &so, &zb->sw);
   if (st != ZO_OK) {
     fprintf(stderr, "zo-swapbench: %s: %s\n", zo_status_string(st), zo_last_error());
     return -1;
@@ -158,10 +169,9 @@ int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int r
 #endif
   /* Write the whole file once, untimed, so reads hit written extents (an unwritten extent reads as
    * zeros without touching the disk) and timed writes overwrite allocated, written blocks. */
-  double sec;
-  uint64_t moved;
+  meas fill;
   if (zo_swap_set_queue(zb->sw, 4 * MiB, qd_max < 8 ? qd_max : 8) != ZO_OK ||
-      zo_transfer(zb, 1, o->size, 0, &sec, &moved) != 0) {
+      zo_transfer(zb, 1, o->size, 0, &fill) != 0) {
     zo_bench_close(zb);
     return -1;
   }
@@ -179,6 +189,7 @@ typedef struct pr_shared {
   uint64_t size, bs; /* size: bytes to move at most, from offset 0 */
   double deadline;   /* no new block after this (zo_clock_s() clock); 0: none */
   uint64_t moved;    /* bytes moved, summed under mu */
+  double *lat;       /* [size / bs + 1] seconds of each block's call(s), by block; < 0 not moved */
   unsigned nthreads;
   pthread_barrier_t start;
   int err;
@@ -203,6 +214,7 @@ static void *pr_main(void *arg) {
     uint64_t off = blk * sh->bs;
     size_t len = sh->size - off < sh->bs ? (size_t)(sh->size - off) : (size_t)sh->bs;
     size_t done = 0;
+    double t0 = zo_clock_s();
     while (done < len) {
       ssize_t n = sh->is_write ? pwrite(sh->fd, t->buf + done, len - done, (off_t)(off + done))
                                : pread(sh->fd, t->buf + done, len - done, (off_t)(off + done));
@@ -218,6 +230,7 @@ static void *pr_main(void *arg) {
       }
       done += (size_t)n;
     }
+    sh->lat[blk] = zo_clock_s() - t0; /* blocks are disjoint between threads */
     moved += len;
   }
   pthread_mutex_lock(&sh->mu);
@@ -226,9 +239,34 @@ static void *pr_main(void *arg) {
   return NULL;
 }
 
+/* The quantile by nearest rank of @v[n], sorted here. */
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double sb_quantile(double *v, size_t n, double q) {
+  if (!n) return -1;
+  qsort(v, n, sizeof *v, cmp_double);
+  size_t k = (size_t)(q * (double)n + 0.999999);
+  if (k < 1) k = 1;
+  if (k > n) k = n;
+  return v[k - 1];
+}
+
+/* IOPS and latency percentiles of the blocks moved (lat < 0: not moved). */
+static void pread_stats(double *lat, uint64_t nblk, double sec, meas *m) {
+  size_t n = 0;
+  for (uint64_t i = 0; i < nblk; i++)
+    if (lat[i] >= 0) lat[n++] = lat[i] * 1e6;
+  m->iops = sec > 0 ? (double)n / sec : -1;
+  m->p50_us = sb_quantile(lat, n, 0.50);
+  m->p99_us = sb_quantile(lat, n, 0.99);
+  m->p999_us = sb_quantile(lat, n, 0.999);
+}
+
 int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec,
-                   uint64_t bs, unsigned qd, double *sec, uint64_t *moved, char *note,
-                   size_t note_n) {
+                   uint64_t bs, unsigned qd, meas *m, char *note, size_t note_n) {
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
   if (fd < 0) {
     snprintf(note, note_n, "open '%s': %s", path, strerror(errno));
@@ -241,12 +279,15 @@ int pread_transfer(const char *path, int direct, int is_write, uint64_t size, do
   sh.size = size;
   sh.bs = bs;
   sh.nthreads = qd;
+  const uint64_t nblk = (size + bs - 1) / bs;
+  sh.lat = malloc((size_t)nblk * sizeof *sh.lat);
+  for (uint64_t i = 0; sh.lat && i < nblk; i++) sh.lat[i] = -1;
   pthread_mutex_init(&sh.mu, NULL);
   pthread_barrier_init(&sh.start, NULL, qd + 1);
   pr_thread *th = calloc(qd, sizeof *th);
   int rc = 0;
   unsigned started = 0;
-  if (!th) {
+  if (!th || !sh.lat) {
     snprintf(note, note_n, "out of memory");
     rc = -1;
   }
@@ -275,8 +316,10 @@ int pread_transfer(const char *path, int direct, int is_write, uint64_t size, do
     if (max_sec > 0) sh.deadline = t0 + max_sec; /* read by the threads after the barrier */
     pthread_barrier_wait(&sh.start);
     for (unsigned i = 0; i < qd; i++) pthread_join(th[i].tid, NULL);
-    *sec = zo_clock_s() - t0;
-    *moved = sh.moved;
+    m->sec = zo_clock_s() - t0;
+    m->moved = sh.moved;
+    m->gbps = m->sec > 0 ? (double)sh.moved / m->sec / 1e9 : 0;
+    pread_stats(sh.lat, nblk, m->sec, m);
     if (sh.err) {
       snprintf(note, note_n, "%s '%s' at offset %" PRIu64 ": %s", is_write ? "pwrite" : "pread",
                path, sh.err_off, strerror(sh.err));
@@ -290,6 +333,7 @@ int pread_transfer(const char *path, int direct, int is_write, uint64_t size, do
   if (th)
     for (unsigned i = 0; i < qd; i++) free(th[i].buf);
   free(th);
+  free(sh.lat);
   pthread_barrier_destroy(&sh.start);
   pthread_mutex_destroy(&sh.mu);
   close(fd);

@@ -134,9 +134,16 @@ static int run_fio(char *const argv[], char **out, char *note, size_t note_n) {
   return 0;
 }
 
-/* The op's bandwidth, bytes and seconds from fio's JSON output @out (fio may print notes before it). */
-static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double *gbps, double *sec,
-                          uint64_t *moved, char *note, size_t note_n) {
+/* fio's completion latency percentile @key ("99.000000") of @opj, in microseconds; -1 when absent. */
+static double fio_clat_us(json_t *opj, const char *key) {
+  json_t *v = json_object_get(json_object_get(json_object_get(opj, "clat_ns"), "percentile"), key);
+  return json_is_number(v) ? json_number_value(v) / 1e3 : -1;
+}
+
+/* The op's bandwidth, bytes, seconds, IOPS, completion latency percentiles and the job's CPU time from
+ * fio's JSON output @out (fio may print notes before it). */
+static int parse_fio_json(const char *out, int is_write, uint64_t bytes, meas *m, char *note,
+                          size_t note_n) {
   const char *brace = strchr(out, '{');
   json_error_t jerr;
   json_t *root = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &jerr) : NULL;
@@ -156,9 +163,21 @@ static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double 
   } else if (!json_is_number(bw) || json_number_value(bw) <= 0) {
     snprintf(note, note_n, "fio JSON has no %s.bw_bytes", is_write ? "write" : "read");
   } else {
-    *gbps = json_number_value(bw) / 1e9;
-    *moved = json_is_number(iob) ? (uint64_t)json_number_value(iob) : bytes;
-    *sec = json_is_number(rt) ? json_number_value(rt) / 1e3 : (double)*moved / (*gbps * 1e9);
+    m->gbps = json_number_value(bw) / 1e9;
+    m->moved = json_is_number(iob) ? (uint64_t)json_number_value(iob) : bytes;
+    m->sec = json_is_number(rt) ? json_number_value(rt) / 1e3 : (double)m->moved / (m->gbps * 1e9);
+    json_t *iops = json_object_get(opj, "iops");
+    m->iops = json_is_number(iops) ? json_number_value(iops) : -1;
+    m->p50_us = fio_clat_us(opj, "50.000000");
+    m->p99_us = fio_clat_us(opj, "99.000000");
+    m->p999_us = fio_clat_us(opj, "99.900000");
+    /* usr_cpu / sys_cpu: percent of the job's run time (job_runtime, ms) */
+    json_t *usr = json_object_get(job, "usr_cpu"), *sys = json_object_get(job, "sys_cpu");
+    json_t *jrt = json_object_get(job, "job_runtime");
+    double run_s = json_is_number(jrt) ? json_number_value(jrt) / 1e3 : m->sec;
+    m->cpu_s = json_is_number(usr) && json_is_number(sys)
+                   ? (json_number_value(usr) + json_number_value(sys)) / 100 * run_s
+                   : -1;
     rc = 0;
   }
   json_decref(root);
@@ -167,13 +186,12 @@ static int parse_fio_json(const char *out, int is_write, uint64_t bytes, double 
 
 /* Run fio once on @path (':' escaped, as fio splits file names on it) and return bw_bytes of the op. */
 int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
-                 uint64_t bs, unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved,
-                 char *note, size_t note_n) {
+                 uint64_t bs, unsigned qd, variant v, meas *m, char *note, size_t note_n) {
   fio_cmd cmd;
   fio_cmd_build(&cmd, path, is_write, size, bytes, max_sec, bs, qd, v);
   char *out = NULL;
   if (run_fio(cmd.argv, &out, note, note_n) != 0) return -1;
-  int rc = parse_fio_json(out, is_write, bytes, gbps, sec, moved, note, note_n);
+  int rc = parse_fio_json(out, is_write, bytes, m, note, note_n);
   free(out);
   return rc;
 }

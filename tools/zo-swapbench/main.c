@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "swapbench.h"
@@ -56,14 +59,84 @@ static int open_device(const opts *o) {
   return 1;
 }
 
-/* The two lines that say what will be swept. */
+/* The file system's name for statfs' f_type (the ones a swap directory is likely on), else its number. */
+static const char *fs_name(unsigned long type, char *buf, size_t n) {
+  switch (type) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    case 0x2fc12fc1: return "zfs";
+    case 0xca451a4e: return "bcachefs";
+    case 0x01021994: return "tmpfs";
+    case 0x858458f6: return "ramfs";
+    case 0x794c7630: return "overlayfs";
+    case 0x6969: return "nfs";
+    case 0xff534d42: return "cifs";
+    case 0x65735546: return "fuse";
+    case 0x01021997: return "9p";
+    default: snprintf(buf, n, "0x%lx", type); return buf;
+  }
+}
+
+/* Warn about a directory whose figures are not a drive's: tmpfs or ramfs (memory), or a file system
+ * that is not on a block device (network, FUSE, an overlay). btrfs and zfs report an anonymous
+ * device number for a real disk: not warned. Returns the device number (0 when unknown). */
+static dev_t check_path(const char *path) {
+  struct statfs sf;
+  struct stat st;
+  if (statfs(path, &sf) != 0 || stat(path, &st) != 0) return 0; /* the swap layer names the error */
+  char buf[32];
+  unsigned long type = (unsigned long)sf.f_type;
+  const char *fs = fs_name(type, buf, sizeof buf);
+  if (type == 0x01021994 || type == 0x858458f6)
+    fprintf(stderr,
+            "zo-swapbench: warning: %s is on %s, which is memory: these figures measure RAM, "
+            "not a drive; point --path at a directory on the NVMe drive\n",
+            path, fs);
+  else if (major(st.st_dev) == 0 && type != 0x9123683E && type != 0x2fc12fc1 && type != 0xca451a4e)
+    fprintf(stderr,
+            "zo-swapbench: warning: %s is on %s, not on a block device: these figures include "
+            "that layer and are not a drive's own\n",
+            path, fs);
+  return st.st_dev;
+}
+
+/* The targets: each path alone, then (with several) the files striped across all. */
+static void make_targets(const opts *o) {
+  dev_t dev[SB_MAX_PATHS];
+  int same = 1;
+  g_ntargets = 0;
+  for (int i = 0; i < o->n_paths; i++) {
+    dev[i] = check_path(o->paths[i]);
+    if (i && dev[i] != dev[0]) same = 0;
+    bench_target *t = &g_targets[g_ntargets++];
+    t->paths[0] = o->paths[i];
+    t->n_paths = 1;
+    snprintf(t->label, sizeof t->label, "%s", o->paths[i]);
+  }
+  if (o->n_paths < 2) return;
+  bench_target *t = &g_targets[g_ntargets++];
+  for (int i = 0; i < o->n_paths; i++) t->paths[i] = o->paths[i];
+  t->n_paths = o->n_paths;
+  t->striped = 1;
+  snprintf(t->label, sizeof t->label, "striped x%d", o->n_paths);
+  if (same && dev[0])
+    printf("note: the %d --path directories are on one device (%u:%u): striping across them cannot "
+           "add bandwidth here; the striped run shows what striping costs\n",
+           o->n_paths, major(dev[0]), minor(dev[0]));
+}
+
+/* The lines that say what will be swept. */
 static void print_plan(const opts *o, int use_fio) {
-  char szs[32];
+  char szs[32], sts[32];
   fmt_size(o->size, szs, sizeof szs);
-  printf("zo-swapbench: path %s, file %s (%" PRIu64
-         " bytes), %d block sizes x %d queue depths, ops %s%s%s, "
-         "reps %d\n",
-         o->path, szs, o->size, o->n_bs, o->n_qd, o->do_op[0] ? "read" : "",
+  fmt_size(o->stripe, sts, sizeof sts);
+  printf("zo-swapbench: path%s ", o->n_paths > 1 ? "s" : "");
+  for (int i = 0; i < o->n_paths; i++) printf("%s%s", i ? ", " : "", o->paths[i]);
+  if (o->n_paths > 1) printf(" (each alone, then striped across all in %s stripes)", sts);
+  printf("; file %s (%" PRIu64
+         " bytes), %d block sizes x %d queue depths, ops %s%s%s, %d repetitions\n",
+         szs, o->size, o->n_bs, o->n_qd, o->do_op[0] ? "read" : "",
          o->do_op[0] && o->do_op[1] ? "," : "", o->do_op[1] ? "write" : "", o->reps);
   printf("registered buffers: %s; SQPOLL: %s; fio: %s\n",
          SB_HAVE_REGBUF ? "swept" : "n/a (not in this swap API)",
@@ -84,7 +157,9 @@ int main(int argc, char **argv) {
 
   int use_fio = !o.no_fio && have_program("fio");
   g_tty = isatty(STDERR_FILENO);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a pipe gets each line as it is printed */
   catch_signals();
+  make_targets(&o);
   print_plan(&o, use_fio);
 
   int failures = run_sweep(&o, use_fio); /* sweep.c, then device_pass.c */

@@ -14,13 +14,21 @@
 static void usage(FILE *out) {
   fprintf(
       out,
-      "usage: zo-swapbench --path DIR [options]\n"
+      "usage: zo-swapbench --path DIR [--path DIR2 ...] [options]\n"
       "Measures the zoffload NVMe swap engine (io_uring, O_DIRECT) on DIR against an O_DIRECT\n"
       "pread/pwrite baseline and fio's io_uring engine, and prints the \"aio\" config block to paste.\n"
+      "For each setting: GB/s (median of the repetitions, with their min and max), IOPS,\n"
+      "completion latency p50/p99/p99.9 (each I/O request, submit to completion) and the CPU\n"
+      "time per GB moved.\n"
       "\n"
-      "  --path DIR            directory on the disk to measure (required); private\n"
+      "  --path DIR[,DIR...]   directory on the disk to measure (required); repeat it or give a\n"
+      "                        comma list (at most %d) to measure each directory alone and then\n"
+      "                        the swap files striped across all of them, as a config's\n"
+      "                        \"nvme_path\": [DIR, DIR2] stripes them; private\n"
       "                        zoffload-rank9999999N directories (one per ring variant)\n"
-      "                        are made in it and removed after\n"
+      "                        are made in each and removed after\n"
+      "  --stripe-size BYTES   bytes per stripe of the striped run, a multiple of 4K\n"
+      "                        (default 1M, as zoffload stripes with the default aio.block_size)\n"
       "  --size BYTES          file size, suffixes K M G T (binary) (default 1G; --quick: 16M)\n"
       "  --bytes BYTES         bytes moved per measurement at most, from the file's start\n"
       "                        (default min(size, 512M))\n"
@@ -31,8 +39,9 @@ static void usage(FILE *out) {
       "  --queue-depths LIST   comma list of queue depths 1..32768\n"
       "                        (default 1,2,4,8,16,32,64,128; --quick: 1,8)\n"
       "  --ops LIST            read, write or read,write (default read,write)\n"
-      "  --reps R              repetitions per measurement, best is reported (default 1)\n"
-      "  --json FILE           write every result, the best settings and the targets as JSON\n"
+      "  --repeat N            repetitions per measurement, 1..%d; the median is reported with\n"
+      "                        the min and max (default 3; --quick: 2; --reps is the same)\n"
+      "  --json FILE           write every result, the comparisons and the best settings as JSON\n"
       "  --plot FILE.png       draw GB/s against queue depth with gnuplot (script: FILE.png.gp)\n"
       "  --quick               a short sweep on a small file (seconds; for tests)\n"
       "  --no-fio              do not run fio even when it is installed\n"
@@ -46,12 +55,19 @@ static void usage(FILE *out) {
       "  --help                this text\n"
       "\n"
       "SIGINT / SIGTERM stop the sweep: what was measured is reported, and the exit status is 128 + the signal.\n"
+      "Progress goes to stderr: a bar with the elapsed time, the rate and the ETA on a terminal,\n"
+      "else a line every 10 s. A directory on tmpfs (memory) or not on a block device is warned\n"
+      "about: its figures are not a drive's.\n"
+      "CPU time is this process's user + system time (its threads, io_uring workers and SQPOLL\n"
+      "poller included) for zoffload and pread, and fio's job's usr_cpu + sys_cpu for fio.\n"
+      "Latency: zoffload times each block_size piece from its submission to its reaped completion,\n"
+      "pread each call, fio reports its clat; all per request of block size bytes.\n"
       "Each ring variant gets one swap handle and one preallocated O_DIRECT file, written once\n"
       "untimed and kept for the whole sweep (zo_swap_set_queue switches block size and queue\n"
       "depth); the host buffer is pinned (mlock). Each measurement moves the first --bytes of the\n"
       "file or runs --max-seconds, for every engine alike (fio: --io_size, --runtime); the\n"
-      "repetitions of all engines are interleaved, their order rotated each time, and the best\n"
-      "is reported. The pread baseline (queue-depth threads, interleaved block stripes; one\n"
+      "repetitions of all engines are interleaved, their order rotated each time, and the\n"
+      "median is reported. The pread baseline (queue-depth threads, interleaved block stripes; one\n"
       "thread at QD 1) and fio run on the first variant's file. SQPOLL variants use a %u ms\n"
       "poller idle time, and the next engine starts after the poller sleeps. Registered buffers\n"
       "(+ files) and SQPOLL are swept when the swap API offers them (this build: registered\n"
@@ -61,7 +77,8 @@ static void usage(FILE *out) {
       "pinned host and device memory: H2D, D2H, both at once; best of 3) and a read pass that\n"
       "swaps chunks into pinned memory and copies each to the device as it lands, at the best\n"
       "zoffload read setting, against min(best read of the sweep, H2D limit) of the same run.\n",
-      SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a", SB_HAVE_SQPOLL ? "yes" : "n/a");
+      SB_MAX_PATHS, SB_MAX_REPS, SB_SQPOLL_IDLE_MS, SB_HAVE_REGBUF ? "yes" : "n/a",
+      SB_HAVE_SQPOLL ? "yes" : "n/a");
 }
 
 /* A block-size (@is_size) or queue-depth list being parsed, one zo_tool_split_list() token at a time. */
@@ -95,6 +112,16 @@ static int parse_list(const char *s, int is_size, uint64_t *out, int *n) {
   return count > 0 ? 0 : -1;
 }
 
+static int path_add(const char *tok, int index, void *ctx) {
+  opts *o = ctx;
+  (void)index;
+  if (o->n_paths >= SB_MAX_PATHS) return -1;
+  char *dup = strdup(tok);
+  if (!dup) return -1;
+  o->paths[o->n_paths++] = dup;
+  return 0;
+}
+
 static int op_add(const char *tok, int index, void *ctx) {
   opts *o = ctx;
   (void)index;
@@ -109,7 +136,8 @@ static int op_add(const char *tok, int index, void *ctx) {
 
 /* The option values as given, parsed after every flag was seen (defaults depend on --quick). */
 typedef struct raw_values {
-  const char *size, *bs, *qd, *bytes, *sec;
+  const char *size, *bs, *qd, *bytes, *sec, *stripe;
+  int reps_given;
 } raw_values;
 
 /* getopt over argv into *o and *raw. Returns -1 to go on, or the exit status (message printed). */
@@ -129,21 +157,38 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
     O_NOFIO,
     O_FIOVAR,
     O_HELP,
-    O_DEVICE
+    O_DEVICE,
+    O_STRIPE
   };
-  static const struct option lo[] = {
-      {"path", required_argument, 0, O_PATH_},     {"size", required_argument, 0, O_SIZE},
-      {"bytes", required_argument, 0, O_BYTES},    {"max-seconds", required_argument, 0, O_MAXSEC},
-      {"block-sizes", required_argument, 0, O_BS}, {"queue-depths", required_argument, 0, O_QD},
-      {"ops", required_argument, 0, O_OPS},        {"reps", required_argument, 0, O_REPS},
-      {"json", required_argument, 0, O_JSON},      {"plot", required_argument, 0, O_PLOT},
-      {"quick", no_argument, 0, O_QUICK},          {"no-fio", no_argument, 0, O_NOFIO},
-      {"fio-variants", no_argument, 0, O_FIOVAR},  {"help", no_argument, 0, O_HELP},
-      {"device", required_argument, 0, O_DEVICE},  {0, 0, 0, 0}};
+  static const struct option lo[] = {{"path", required_argument, 0, O_PATH_},
+                                     {"size", required_argument, 0, O_SIZE},
+                                     {"bytes", required_argument, 0, O_BYTES},
+                                     {"max-seconds", required_argument, 0, O_MAXSEC},
+                                     {"block-sizes", required_argument, 0, O_BS},
+                                     {"queue-depths", required_argument, 0, O_QD},
+                                     {"ops", required_argument, 0, O_OPS},
+                                     {"reps", required_argument, 0, O_REPS},
+                                     {"json", required_argument, 0, O_JSON},
+                                     {"plot", required_argument, 0, O_PLOT},
+                                     {"quick", no_argument, 0, O_QUICK},
+                                     {"no-fio", no_argument, 0, O_NOFIO},
+                                     {"fio-variants", no_argument, 0, O_FIOVAR},
+                                     {"help", no_argument, 0, O_HELP},
+                                     {"device", required_argument, 0, O_DEVICE},
+                                     {"repeat", required_argument, 0, O_REPS},
+                                     {"stripe-size", required_argument, 0, O_STRIPE},
+                                     {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
-      case O_PATH_: o->path = optarg; break;
+      case O_PATH_:
+        if (zo_tool_split_list(optarg, path_add, o, NULL, 0) <= 0) {
+          fprintf(stderr, "zo-swapbench: --path: need 1..%d directories, got '%s'\n", SB_MAX_PATHS,
+                  optarg);
+          return 2;
+        }
+        break;
+      case O_STRIPE: raw->stripe = optarg; break;
       case O_SIZE: raw->size = optarg; break;
       case O_BYTES: raw->bytes = optarg; break;
       case O_MAXSEC: raw->sec = optarg; break;
@@ -162,11 +207,12 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
       }
       case O_REPS: {
         int64_t r;
-        if (zo_tool_parse_int(optarg, 1, 64, &r)) {
-          fprintf(stderr, "zo-swapbench: --reps: need 1..64, got '%s'\n", optarg);
+        if (zo_tool_parse_int(optarg, 1, SB_MAX_REPS, &r)) {
+          fprintf(stderr, "zo-swapbench: --repeat: need 1..%d, got '%s'\n", SB_MAX_REPS, optarg);
           return 2;
         }
         o->reps = (int)r;
+        raw->reps_given = 1;
         break;
       }
       case O_JSON: o->json = optarg; break;
@@ -190,11 +236,12 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
     usage(stderr);
     return 2;
   }
-  if (!o->path) {
+  if (!o->n_paths) {
     fprintf(stderr, "zo-swapbench: --path DIR is required\n");
     usage(stderr);
     return 2;
   }
+  o->path = o->paths[0];
   if (!o->do_op[0] && !o->do_op[1]) {
     fprintf(stderr, "zo-swapbench: --ops: nothing to measure\n");
     return 2;
@@ -272,6 +319,14 @@ static int parse_values(opts *o, const raw_values *raw) {
   o->bytes = (o->bytes + 64 * KiB - 1) / (64 * KiB) *
              (64 * KiB); /* <= o->size, a multiple of 64 KiB: cannot wrap */
   if (check_queue_depths(o) >= 0) return 2;
+  if (!raw->reps_given) o->reps = o->quick ? 2 : 3;
+  o->stripe = MiB;
+  if (raw->stripe && (zo_tool_parse_bytes(raw->stripe, &o->stripe) || o->stripe == 0 ||
+                      o->stripe % 4096 || o->stripe > GiB)) {
+    fprintf(stderr, "zo-swapbench: --stripe-size: need a multiple of 4K up to 1G, got '%s'\n",
+            raw->stripe);
+    return 2;
+  }
   o->max_sec = o->quick ? 0 : 0.3;
   if (raw->sec && zo_tool_parse_double(raw->sec, 0, 3600, &o->max_sec)) {
     fprintf(stderr, "zo-swapbench: --max-seconds: need 0..3600, got '%s'\n", raw->sec);

@@ -1,6 +1,7 @@
 /*
- * report.c - zo-swapbench's report of the sweep: the table, the best settings and the "aio" block, the
- * targets, the JSON file and the gnuplot chart. Reads g_res; measures nothing.
+ * report.c - zo-swapbench's report of the sweep: the tables, the comparison with fio and pread, the
+ * striping summary, the best settings and the "aio" block, the JSON file and the gnuplot chart.
+ * Reads g_res; measures nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,109 +30,183 @@ const char *tri(int v) { return v < 0 ? "n/a" : v ? "on" : "off"; }
 
 /* ---- reporting ------------------------------------------------------------------------------------------ */
 
-static const result *find(int op, int engine, uint64_t bs, unsigned qd) {
+static const result *find_t(int t, int op, int engine, uint64_t bs, unsigned qd) {
   const result *best = NULL;
   for (size_t i = 0; i < g_nres; i++) {
     const result *r = &g_res[i];
-    if (r->op == op && r->engine == engine && r->block_size == bs && r->queue_depth == qd &&
-        r->ok && (!best || r->gbps > best->gbps))
+    if (r->target == t && r->op == op && r->engine == engine && r->block_size == bs &&
+        r->queue_depth == qd && r->ok && (!best || r->gbps > best->gbps))
       best = r;
   }
   return best;
 }
 
-const result *best_of(int op, int engine) {
+static const result *find(int op, int engine, uint64_t bs, unsigned qd) {
+  return find_t(0, op, engine, bs, qd);
+}
+
+const result *best_of_t(int t, int op, int engine) {
   const result *best = NULL;
   for (size_t i = 0; i < g_nres; i++) {
     const result *r = &g_res[i];
-    if (r->op == op && r->engine == engine && r->ok && (!best || r->gbps > best->gbps)) best = r;
+    if (r->target == t && r->op == op && r->engine == engine && r->ok &&
+        (!best || r->gbps > best->gbps))
+      best = r;
   }
   return best;
 }
 
-static void print_table(const opts *o, int use_fio) {
-  printf("\n%-5s %6s %4s %6s %6s | %8s %8s %8s | %7s %7s\n", "op", "bs", "qd", "regbuf", "sqpoll",
-         "zoffload", "pread", "fio", "zo/pr", "zo/fio");
-  printf("------------------------------------+----------------------------+----------------\n");
-  for (int op = OP_READ; op <= OP_WRITE; op++) {
-    if (!o->do_op[op]) continue;
-    for (size_t i = 0; i < g_nres; i++) {
-      const result *r = &g_res[i];
-      if (r->op != op || r->engine != ENG_ZO) continue;
-      const result *p = find(op, ENG_PREAD, r->block_size, r->queue_depth);
-      const result *f = use_fio ? find(op, ENG_FIO, r->block_size, r->queue_depth) : NULL;
-      char bss[32], zs[16], ps[16], fs[16], rp[16], rf[16];
-      fmt_size(r->block_size, bss, sizeof bss);
-      snprintf(zs, sizeof zs, r->ok ? "%.3f" : "error", r->gbps);
-      snprintf(ps, sizeof ps, p ? "%.3f" : "-", p ? p->gbps : 0);
-      snprintf(fs, sizeof fs, f ? "%.3f" : "-", f ? f->gbps : 0);
-      snprintf(rp, sizeof rp, p && r->ok ? "%.2f" : "-", p && r->ok ? r->gbps / p->gbps : 0);
-      snprintf(rf, sizeof rf, f && r->ok ? "%.2f" : "-", f && r->ok ? r->gbps / f->gbps : 0);
-      printf("%-5s %6s %4u %6s %6s | %8s %8s %8s | %7s %7s\n", op_name[op], bss, r->queue_depth,
-             tri(r->regbuf), tri(r->sqpoll), zs, ps, fs, rp, rf);
-    }
-  }
-  printf("(GB/s = 1e9 bytes/s; best of %d repetition%s, each the first %" PRIu64
-         " bytes of a %" PRIu64
-         "-byte file or %.2f s, whichever ends first; O_DIRECT, page cache bypassed)\n",
-         o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size,
-         o->max_sec > 0 ? o->max_sec : INFINITY);
+const result *best_of(int op, int engine) { return best_of_t(0, op, engine); }
+
+/* "zoffload", "zoffload+reg+sqpoll", "pread", "fio+reg": the engine and the ring options it ran with. */
+static void engine_label(const result *r, char *out, size_t n) {
+  snprintf(out, n, "%s%s%s", eng_name[r->engine], r->regbuf > 0 ? "+reg" : "",
+           r->sqpoll > 0 ? "+sqpoll" : "");
 }
 
+/* A figure, or "-" when not measured (< 0). */
+static void fmt_fig(double v, const char *fmt, char *out, size_t n) {
+  if (v < 0)
+    snprintf(out, n, "-");
+  else
+    snprintf(out, n, fmt, v);
+}
 
-static void eval_targets(const opts *o, int use_fio, target *t, int *nt) {
-  *nt = 0;
+static void print_row(const result *r) {
+  char bss[32], eng[32], g[16], sp[32], io[16], p50[16], p99[16], p999[16], cpu[16];
+  fmt_size(r->block_size, bss, sizeof bss);
+  engine_label(r, eng, sizeof eng);
+  if (r->ok) {
+    snprintf(g, sizeof g, "%.3f", r->gbps);
+    snprintf(sp, sizeof sp, "%.3f-%.3f", r->gbps_min, r->gbps_max);
+  } else {
+    snprintf(g, sizeof g, "error");
+    snprintf(sp, sizeof sp, "-");
+  }
+  fmt_fig(r->ok ? r->iops : -1, "%.0f", io, sizeof io);
+  fmt_fig(r->ok ? r->p50_us : -1, "%.0f", p50, sizeof p50);
+  fmt_fig(r->ok ? r->p99_us : -1, "%.0f", p99, sizeof p99);
+  fmt_fig(r->ok ? r->p999_us : -1, "%.0f", p999, sizeof p999);
+  fmt_fig(r->ok ? r->cpu_s_per_gb : -1, "%.3f", cpu, sizeof cpu);
+  printf("%-5s %5s %4u %-19s %7s %13s %8s %8s %8s %8s %8s\n", op_name[r->op], bss, r->queue_depth,
+         eng, g, sp, io, p50, p99, p999, cpu);
+}
+
+static void print_table(const opts *o) {
+  for (int t = 0; t < g_ntargets; t++) {
+    int any = 0;
+    for (size_t i = 0; i < g_nres; i++) any |= g_res[i].target == t && !g_res[i].skipped;
+    if (!any) continue;
+    const bench_target *bt = &g_targets[t];
+    printf("\n%s", bt->striped ? "Striped across " : "Directory ");
+    for (int i = 0; i < bt->n_paths; i++) printf("%s%s", i ? ", " : "", bt->paths[i]);
+    if (bt->striped) {
+      char sts[32];
+      fmt_size(o->stripe, sts, sizeof sts);
+      printf(" (%s stripes, queue depth per directory; zoffload only)", sts);
+    }
+    printf(":\n%-5s %5s %4s %-19s %7s %13s %8s %8s %8s %8s %8s\n", "op", "bs", "qd", "engine",
+           "GB/s", "min-max", "IOPS", "p50 us", "p99 us", "p99.9 us", "CPU s/GB");
+    printf("%.*s\n", 118,
+           "-------------------------------------------------------------------"
+           "---------------------------------------------------");
+    for (int op = OP_READ; op <= OP_WRITE; op++) {
+      if (!o->do_op[op]) continue;
+      for (size_t i = 0; i < g_nres; i++)
+        if (g_res[i].target == t && g_res[i].op == op && !g_res[i].skipped) print_row(&g_res[i]);
+    }
+  }
+  char lim[64] = "no time limit";
+  if (o->max_sec > 0) snprintf(lim, sizeof lim, "at most %.2f s", o->max_sec);
+  printf(
+      "(GB/s = 1e9 bytes/s, the median of %d repetition%s and their min-max; each moves the first\n"
+      " %" PRIu64 " bytes of a %" PRIu64 "-byte file, %s; O_DIRECT, page cache bypassed.\n"
+      " IOPS and latency: requests of the block size, submit to completion (a striped piece is at\n"
+      " most one stripe). CPU s/GB: CPU seconds per 1e9 bytes moved.)\n",
+      o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size, lim);
+}
+
+/* One comparison of zoffload against another engine, for the report and the JSON. */
+typedef struct comparison {
+  int op;
+  const char *against; /* "fio", "pread" */
+  const result *zo, *other;
+} comparison;
+
+/* zoffload against fio at fio's fastest setting (the same job), and its best against pread's best. */
+static int compare(const opts *o, int use_fio, comparison *c) {
+  int n = 0;
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
-    const result *zb = best_of(op, ENG_ZO);
-    /* 1: against fio's best, at fio's best block size and queue depth (zoffload's best variant there). */
-    target *a = &t[(*nt)++];
-    a->name = op == OP_READ ? "best read  >= 95% of fio's best (same bs, qd)"
-                            : "best write >= 95% of fio's best (same bs, qd)";
-    a->need = 0.95;
-    a->ratio = -1;
     const result *fb = use_fio ? best_of(op, ENG_FIO) : NULL;
-    if (!use_fio) {
-      snprintf(a->detail, sizeof a->detail, "fio not run");
-    } else if (!fb) {
-      snprintf(a->detail, sizeof a->detail, "no fio measurement succeeded");
-    } else {
-      const result *z = find(op, ENG_ZO, fb->block_size, fb->queue_depth);
-      char bss[32];
-      fmt_size(fb->block_size, bss, sizeof bss);
-      if (z) {
-        a->ratio = z->gbps / fb->gbps;
-        snprintf(a->detail, sizeof a->detail, "zoffload %.3f vs fio %.3f GB/s at bs=%s qd=%u",
-                 z->gbps, fb->gbps, bss, fb->queue_depth);
-      } else {
-        snprintf(a->detail, sizeof a->detail, "zoffload failed at bs=%s qd=%u", bss,
-                 fb->queue_depth);
-      }
+    if (fb) c[n++] = (comparison){op, "fio", find(op, ENG_ZO, fb->block_size, fb->queue_depth), fb};
+    const result *pb = best_of(op, ENG_PREAD), *zb = best_of(op, ENG_ZO);
+    if (pb && zb) c[n++] = (comparison){op, "pread", zb, pb};
+  }
+  return n;
+}
+
+static void print_compare(const opts *o, int use_fio, const comparison *c, int nc) {
+  if (!nc) return;
+  printf("\nCompared with fio (the same job: file, block size, queue depth, io_uring, O_DIRECT) at "
+         "fio's fastest setting, and with pread/pwrite threads at their fastest:\n");
+  for (int i = 0; i < nc; i++) {
+    const result *z = c[i].zo, *x = c[i].other;
+    char bss[32], zbs[32];
+    fmt_size(x->block_size, bss, sizeof bss);
+    if (!z) {
+      printf("  %-5s vs %-5s bs=%s qd=%u: zoffload did not complete this setting\n",
+             op_name[c[i].op], c[i].against, bss, x->queue_depth);
+      continue;
     }
-    /* 2: against the pread/pwrite baseline's best. */
-    target *b = &t[(*nt)++];
-    b->name = op == OP_READ ? "best read  >= pread baseline's best"
-                            : "best write >= pwrite baseline's best";
-    b->need = 1.0;
-    b->ratio = -1;
-    const result *pb = best_of(op, ENG_PREAD);
-    if (zb && pb) {
-      b->ratio = zb->gbps / pb->gbps;
-      snprintf(b->detail, sizeof b->detail, "zoffload %.3f vs pread %.3f GB/s", zb->gbps, pb->gbps);
-    } else {
-      snprintf(b->detail, sizeof b->detail, "no %s measurement succeeded",
-               zb ? "pread" : "zoffload");
+    fmt_size(z->block_size, zbs, sizeof zbs);
+    printf("  %-5s vs %-5s zoffload %.3f GB/s (bs=%s qd=%u) vs %.3f (bs=%s qd=%u): %.0f%%",
+           op_name[c[i].op], c[i].against, z->gbps, zbs, z->queue_depth, x->gbps, bss,
+           x->queue_depth, 100 * z->gbps / x->gbps);
+    if (z->p99_us >= 0 && x->p99_us >= 0) printf("; p99 %.0f vs %.0f us", z->p99_us, x->p99_us);
+    if (z->cpu_s_per_gb >= 0 && x->cpu_s_per_gb >= 0)
+      printf("; CPU %.3f vs %.3f s/GB", z->cpu_s_per_gb, x->cpu_s_per_gb);
+    printf("\n");
+  }
+  if (!use_fio)
+    printf("  (fio %s)\n",
+           o->no_fio ? "not run: --no-fio" : "is not installed: apt-get install fio");
+}
+
+/* Each directory alone against the files striped across all: zoffload's fastest median per op. */
+static void print_striping(const opts *o) {
+  if (g_ntargets < 2) return;
+  printf("\nStriping (zoffload's fastest setting on each; median GB/s):\n");
+  for (int op = OP_READ; op <= OP_WRITE; op++) {
+    if (!o->do_op[op]) continue;
+    double single = 0;
+    for (int t = 0; t < g_ntargets; t++) {
+      const result *r = best_of_t(t, op, ENG_ZO);
+      printf("  %-5s %-28.28s ", op_name[op], g_targets[t].label);
+      if (!r) {
+        printf("-\n");
+        continue;
+      }
+      char bss[32];
+      fmt_size(r->block_size, bss, sizeof bss);
+      printf("%.3f GB/s (%.3f-%.3f) at bs=%s qd=%u", r->gbps, r->gbps_min, r->gbps_max, bss,
+             r->queue_depth);
+      if (!g_targets[t].striped && r->gbps > single) single = r->gbps;
+      if (g_targets[t].striped && single > 0)
+        printf(": %.2fx the fastest single directory", r->gbps / single);
+      printf("\n");
     }
   }
 }
 
 static void print_best(const opts *o, int use_fio) {
-  printf("\nBest settings:\n");
+  printf("\nBest settings%s:\n", g_ntargets > 1 ? " (first directory)" : "");
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
     const result *z = best_of(op, ENG_ZO);
     const result *p = best_of(op, ENG_PREAD);
     const result *f = use_fio ? best_of(op, ENG_FIO) : NULL;
+    if (!z && !p && !f) continue;
     char b1[32] = "-", b2[32] = "-", b3[32] = "-";
     if (z) fmt_size(z->block_size, b1, sizeof b1);
     if (p) fmt_size(p->block_size, b2, sizeof b2);
@@ -154,7 +229,7 @@ static void print_best(const opts *o, int use_fio) {
     double best_sum = 0;
     for (size_t i = 0; i < g_nres; i++) {
       const result *r = &g_res[i];
-      if (r->engine != ENG_ZO || r->op != OP_READ || !r->ok) continue;
+      if (r->target != 0 || r->engine != ENG_ZO || r->op != OP_READ || !r->ok) continue;
       const result *w = find(OP_WRITE, ENG_ZO, r->block_size, r->queue_depth);
       if (w && r->gbps + w->gbps > best_sum) {
         best_sum = r->gbps + w->gbps;
@@ -174,11 +249,19 @@ static void print_best(const opts *o, int use_fio) {
         "sqpoll=%s)\n",
         tri(pr ? pr->regbuf : -1), tri(pr ? pr->sqpoll : -1), tri(pw ? pw->regbuf : -1),
         tri(pw ? pw->sqpoll : -1));
+    if (g_ntargets > 1) {
+      printf("  and to stripe the swap files across the directories:\n  \"nvme_path\": [");
+      for (int i = 0; i < o->n_paths; i++) printf("%s\"%s\"", i ? ", " : "", o->paths[i]);
+      printf("]\n");
+    }
   }
 }
 
 static json_t *res_json(const result *r) {
   json_t *j = json_object();
+  json_object_set_new(j, "path",
+                      json_string(g_targets[r->target].striped ? "striped"
+                                                               : g_targets[r->target].paths[0]));
   json_object_set_new(j, "op", json_string(op_name[r->op]));
   json_object_set_new(j, "engine", json_string(eng_name[r->engine]));
   json_object_set_new(j, "block_size", json_integer((json_int_t)r->block_size));
@@ -188,7 +271,16 @@ static json_t *res_json(const result *r) {
                       r->regbuf < 0 ? json_string("n/a") : json_boolean(r->regbuf));
   json_object_set_new(j, "sqpoll", r->sqpoll < 0 ? json_string("n/a") : json_boolean(r->sqpoll));
   json_object_set_new(j, "gbps", json_real(r->gbps));
-  json_object_set_new(j, "gbps_mean", json_real(r->gbps_mean));
+  json_object_set_new(j, "gbps_min", json_real(r->gbps_min));
+  json_object_set_new(j, "gbps_max", json_real(r->gbps_max));
+  json_object_set_new(j, "iops", r->iops >= 0 ? json_real(r->iops) : json_null());
+  json_t *lat = json_object();
+  json_object_set_new(lat, "p50", r->p50_us >= 0 ? json_real(r->p50_us) : json_null());
+  json_object_set_new(lat, "p99", r->p99_us >= 0 ? json_real(r->p99_us) : json_null());
+  json_object_set_new(lat, "p99_9", r->p999_us >= 0 ? json_real(r->p999_us) : json_null());
+  json_object_set_new(j, "latency_us", lat);
+  json_object_set_new(j, "cpu_s_per_gb",
+                      r->cpu_s_per_gb >= 0 ? json_real(r->cpu_s_per_gb) : json_null());
   json_object_set_new(j, "seconds", json_real(r->seconds));
   json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
   json_object_set_new(j, "reps", json_integer(r->reps));
@@ -197,10 +289,14 @@ static json_t *res_json(const result *r) {
   return j;
 }
 
-static int write_json(const opts *o, int use_fio, const target *t, int nt) {
+static int write_json(const opts *o, int use_fio, const comparison *c, int nc) {
   json_t *root = json_object();
   json_t *cfg = json_object();
   json_object_set_new(cfg, "path", json_string(o->path));
+  json_t *paths = json_array();
+  for (int i = 0; i < o->n_paths; i++) json_array_append_new(paths, json_string(o->paths[i]));
+  json_object_set_new(cfg, "paths", paths);
+  json_object_set_new(cfg, "stripe_size", json_integer((json_int_t)o->stripe));
   json_object_set_new(cfg, "file_size", json_integer((json_int_t)o->size));
   json_object_set_new(cfg, "bytes_per_measurement", json_integer((json_int_t)o->bytes));
   json_object_set_new(cfg, "max_seconds_per_measurement", json_real(o->max_sec));
@@ -213,7 +309,8 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
   json_object_set_new(cfg, "device", json_string(zo_device_kind_name(o->device)));
   json_object_set_new(root, "config", cfg);
   json_t *arr = json_array();
-  for (size_t i = 0; i < g_nres; i++) json_array_append_new(arr, res_json(&g_res[i]));
+  for (size_t i = 0; i < g_nres; i++)
+    if (!g_res[i].skipped) json_array_append_new(arr, res_json(&g_res[i]));
   json_object_set_new(root, "results", arr);
   json_t *best = json_object();
   for (int op = OP_READ; op <= OP_WRITE; op++) {
@@ -236,20 +333,31 @@ static int write_json(const opts *o, int use_fio, const target *t, int nt) {
     json_object_set_new(best, op_name[op], b);
   }
   json_object_set_new(root, "best", best);
-  json_t *tj = json_array();
-  for (int i = 0; i < nt; i++) {
+  json_t *cj = json_array();
+  for (int i = 0; i < nc; i++) {
+    if (!c[i].zo) continue;
     json_t *x = json_object();
-    json_object_set_new(x, "target", json_string(t[i].name));
-    json_object_set_new(x, "need", json_real(t[i].need));
-    json_object_set_new(x, "ratio", t[i].ratio < 0 ? json_null() : json_real(t[i].ratio));
-    json_object_set_new(x, "status",
-                        json_string(t[i].ratio < 0            ? "n/a"
-                                    : t[i].ratio >= t[i].need ? "PASS"
-                                                              : "MISS"));
-    json_object_set_new(x, "detail", json_string(t[i].detail));
-    json_array_append_new(tj, x);
+    json_object_set_new(x, "op", json_string(op_name[c[i].op]));
+    json_object_set_new(x, "against", json_string(c[i].against));
+    json_object_set_new(x, "zoffload", res_json(c[i].zo));
+    json_object_set_new(x, "other", res_json(c[i].other));
+    json_object_set_new(x, "ratio", json_real(c[i].zo->gbps / c[i].other->gbps));
+    json_array_append_new(cj, x);
   }
-  json_object_set_new(root, "targets", tj);
+  json_object_set_new(root, "comparison", cj);
+  if (g_ntargets > 1) {
+    json_t *sj = json_object();
+    for (int op = OP_READ; op <= OP_WRITE; op++) {
+      if (!o->do_op[op]) continue;
+      json_t *per = json_array();
+      for (int t = 0; t < g_ntargets; t++) {
+        const result *r = best_of_t(t, op, ENG_ZO);
+        if (r) json_array_append_new(per, res_json(r));
+      }
+      json_object_set_new(sj, op_name[op], per);
+    }
+    json_object_set_new(root, "striping", sj);
+  }
   json_t *dj = json_object();
   json_object_set_new(dj, "kind", json_string(zo_device_kind_name(o->device)));
   json_object_set_new(dj, "name", json_string(g_dev ? zo_device_name(g_dev) : "none"));
@@ -345,30 +453,24 @@ static int write_plot(const opts *o, int use_fio) {
   return 0;
 }
 
-/* The targets of issue 4, one line each. */
-static void print_targets(const target *t, int nt) {
-  printf("\nTargets (issue 4):\n");
-  for (int i = 0; i < nt; i++) {
-    if (t[i].ratio < 0)
-      printf("  n/a   %s: %s\n", t[i].name, t[i].detail);
-    else
-      printf("  %s  %s: ratio %.3f (need %.2f) - %s\n", t[i].ratio >= t[i].need ? "PASS" : "MISS",
-             t[i].name, t[i].ratio, t[i].need, t[i].detail);
-  }
-}
-
 int sb_report(const opts *o, int use_fio, int failures) {
-  print_table(o, use_fio);
+  size_t measured = 0;
+  for (size_t i = 0; i < g_nres; i++) measured += !g_res[i].skipped;
+  if (!measured) {
+    printf("\nNothing was measured%s.\n", g_stop ? " before the interrupt" : "");
+    return g_stop ? 0 : 1;
+  }
+  print_table(o);
+  comparison c[4];
+  int nc = compare(o, use_fio, c);
+  print_compare(o, use_fio, c, nc);
+  print_striping(o);
   print_best(o, use_fio);
-  target t[4];
-  int nt;
-  eval_targets(o, use_fio, t, &nt);
-  print_targets(t, nt);
   print_device_pass();
   if (failures)
     printf("\n%d measurement%s failed (see above)\n", failures, failures == 1 ? "" : "s");
   int rc = failures ? 1 : 0;
-  if (o->json && write_json(o, use_fio, t, nt) != 0) rc = 1;
+  if (o->json && write_json(o, use_fio, c, nc) != 0) rc = 1;
   if (o->plot && write_plot(o, use_fio) != 0) rc = 1;
   return rc;
 }

@@ -32,6 +32,8 @@
 #define GiB ((uint64_t)1024 * 1024 * 1024)
 
 #define SB_MAX_LIST 32
+#define SB_MAX_PATHS 8 /* --path entries */
+#define SB_MAX_REPS 64
 #define SB_REQ_BYTES (64 * MiB)  /* zoffload: a measurement is submitted as requests of this size */
 #define SB_BUF_BYTES (256 * MiB) /* zoffload: host buffer, reused cyclically across requests */
 #define SB_PASS_CHUNK \
@@ -52,23 +54,49 @@ typedef struct variant {
   int sqpoll;
 } variant;
 
+/* One repetition of one measurement. Figures < 0 were not measured. */
+typedef struct meas {
+  double sec;     /* first submit to last completion */
+  uint64_t moved; /* bytes */
+  double gbps;    /* moved / sec, 1e9 bytes per second */
+  double iops;    /* I/O requests (pieces of block_used bytes) completed per second */
+  double p50_us, p99_us, p999_us; /* completion latency of those requests, submit to completion */
+  double cpu_s;                   /* CPU seconds (user + system) the engine's process used */
+} meas;
+
 typedef struct result {
+  int target; /* index into g_targets: one path, or the files striped across all */
   int op, engine;
   uint64_t block_size; /* bytes requested on the command line */
   uint64_t block_used; /* bytes per piece actually used (zoffload rounds to its alignment) */
   unsigned queue_depth;
-  int regbuf, sqpoll; /* -1 n/a */
-  double gbps;        /* best of the repetitions, 1e9 bytes per second */
-  double gbps_mean;
-  double seconds; /* of the best repetition */
-  uint64_t bytes; /* moved by the best repetition */
+  int regbuf, sqpoll;             /* -1 n/a */
+  double gbps;                    /* median of the repetitions, 1e9 bytes per second */
+  double gbps_min, gbps_max;      /* spread of the repetitions */
+  double iops;                    /* median; < 0 not measured */
+  double p50_us, p99_us, p999_us; /* medians over the repetitions; < 0 not measured */
+  double cpu_s_per_gb;            /* median CPU seconds per 1e9 bytes moved; < 0 not measured */
+  double seconds;                 /* of the median repetition */
+  uint64_t bytes;                 /* moved by the median repetition */
   int reps;
-  int ok; /* 0: the measurement failed (error text in note) */
+  int ok;      /* 0: the measurement failed (error text in note) or was not run */
+  int skipped; /* not run: the sweep was interrupted first */
   char note[256];
 } result;
 
+/* What a sweep runs on: one --path alone, or the swap files striped across every --path. */
+typedef struct bench_target {
+  const char *paths[SB_MAX_PATHS];
+  int n_paths;
+  int striped;
+  char label[64]; /* "path 1", "striped x2" */
+} bench_target;
+
 typedef struct opts {
-  const char *path;
+  const char *path; /* paths[0] */
+  const char *paths[SB_MAX_PATHS];
+  int n_paths;
+  uint64_t stripe; /* bytes per stripe of the striped run */
   uint64_t size;
   uint64_t bs[SB_MAX_LIST];
   int n_bs;
@@ -113,12 +141,6 @@ typedef struct zo_bench {
   int sqpoll;
 } zo_bench;
 
-typedef struct target {
-  const char *name;
-  double ratio; /* < 0: not measurable */
-  double need;
-  char detail[200];
-} target;
 
 /* ---- the run's state (main.c) --------------------------------------------------------------------- */
 
@@ -129,6 +151,8 @@ extern zo_device_t *g_dev;           /* the device of the read pass */
 extern linkbench g_link;             /* its link limit, measured at the pass's chunk size */
 extern dev_pass g_pass;
 extern int g_tty; /* stderr is a terminal: draw the progress bar (sweep.c) */
+extern bench_target g_targets[SB_MAX_PATHS + 1];
+extern int g_ntargets;
 
 /* ---- options.c ---------------------------------------------------------------------------------- */
 
@@ -138,30 +162,34 @@ int sb_parse_options(int argc, char **argv, opts *o);
 
 /* ---- engines.c: zoffload swap and O_DIRECT pread/pwrite ------------------------------------------- */
 
-/* One swap handle per ring variant, its file written once untimed; 0, or -1 with the error printed. */
-int zo_bench_open(zo_bench *zb, const opts *o, unsigned qd_max, variant v, int rank);
+/* One swap handle per ring variant on @t's directories (striped when several), its file written once
+ * untimed; 0, or -1 with the error printed. */
+int zo_bench_open(zo_bench *zb, const opts *o, const bench_target *t, unsigned qd_max, variant v,
+                  int rank);
 void zo_bench_close(zo_bench *zb);
-/* One zoffload measurement of the first @bytes; 0, or -1 with the error printed. */
-int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, double *sec,
-                uint64_t *moved);
-/* One pread/pwrite measurement with @qd threads; 0, or -1 with the error in @note. */
+/* One zoffload measurement of the first @bytes into *m (seconds, bytes, GB/s, IOPS and latency of
+ * the swap's pieces; not the CPU); 0, or -1 with the error printed. */
+int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, meas *m);
+/* One pread/pwrite measurement with @qd threads into *m (latency of each call; not the CPU); 0, or
+ * -1 with the error in @note. */
 int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec,
-                   uint64_t bs, unsigned qd, double *sec, uint64_t *moved, char *note,
-                   size_t note_n);
+                   uint64_t bs, unsigned qd, meas *m, char *note, size_t note_n);
+/* The @q quantile (0..1) of @v[n] (sorted in place, nearest rank); -1 when n is 0. */
+double sb_quantile(double *v, size_t n, double q);
 
 /* ---- fio.c ------------------------------------------------------------------------------------------ */
 
 /* 1 when the shell finds @name on PATH. */
 int have_program(const char *name);
-/* One fio run; 0 with its GB/s, seconds and bytes, or -1 with the error in @note. */
+/* One fio run into *m (fio's own bandwidth, IOPS, clat percentiles and job CPU); 0, or -1 with the
+ * error in @note. */
 int fio_transfer(const char *path, int is_write, uint64_t size, uint64_t bytes, double max_sec,
-                 uint64_t bs, unsigned qd, variant v, double *gbps, double *sec, uint64_t *moved,
-                 char *note, size_t note_n);
+                 uint64_t bs, unsigned qd, variant v, meas *m, char *note, size_t note_n);
 
 /* ---- sweep.c ---------------------------------------------------------------------------------------- */
 
-/* The whole sweep, then the device read pass; the number of failed measurements, or -1 when a handle
- * could not be opened or switched. */
+/* The sweep of every target (each path alone, then striped across all), then the device read pass;
+ * the number of failed measurements, or -1 when a handle could not be opened or switched. */
 int run_sweep(const opts *o, int use_fio);
 
 /* ---- device_pass.c ---------------------------------------------------------------------------------- */
@@ -177,8 +205,10 @@ json_t *device_pass_json(void);
 void fmt_size(uint64_t b, char *out, size_t n);
 /* "n/a", "off" or "on" for -1, 0, 1. */
 const char *tri(int v);
-/* The fastest successful result of @op on @engine, NULL when none. */
+/* The fastest (median GB/s) successful result of @op on @engine on the first path, NULL when none. */
 const result *best_of(int op, int engine);
+/* The same on target @t. */
+const result *best_of_t(int t, int op, int engine);
 /* Table, best settings, targets, device pass, JSON and chart; the exit status (0, or 1 when a
  * measurement or a file failed). */
 int sb_report(const opts *o, int use_fio, int failures);

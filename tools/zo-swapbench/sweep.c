@@ -1,13 +1,19 @@
 /*
  * sweep.c - zo-swapbench's sweep: every engine at every (block size, queue depth, op), repetitions
- * interleaved, results appended to g_res; the progress bar; then the device read pass. Not the report.
+ * interleaved, on each --path alone and then striped across all of them, results appended to g_res;
+ * the progress line; then the device read pass. Not the report.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "swapbench.h"
+
+bench_target g_targets[SB_MAX_PATHS + 1];
+int g_ntargets;
 
 static result *res_add(void) {
   if (g_nres == g_capres) {
@@ -25,24 +31,57 @@ static result *res_add(void) {
   return r;
 }
 
-/* ---- progress bar (stderr, only on a terminal) -------------------------------------------------- */
+/* ---- progress: a bar on a terminal, a line every SB_PROGRESS_EVERY_S seconds on a pipe (stderr) -- */
+
+#define SB_PROGRESS_EVERY_S 10.0
 
 int g_tty;
 static unsigned g_steps, g_step;
+static double g_t0, g_last_line = -1;
+
+/* "1:05", "1:02:03", or "-" for a negative time. */
+static void fmt_hms(double s, char *out, size_t n) {
+  if (s < 0 || !isfinite(s)) {
+    snprintf(out, n, "-");
+    return;
+  }
+  unsigned long t = (unsigned long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(out, n, "%lu:%02lu:%02lu", t / 3600, t / 60 % 60, t % 60);
+  else
+    snprintf(out, n, "%lu:%02lu", t / 60, t % 60);
+}
 
 static void progress(const char *what) {
-  if (!g_tty) return;
-  const int width = 30;
-  unsigned filled = g_steps ? (unsigned)((uint64_t)g_step * width / g_steps) : 0;
-  char bar[64];
-  for (int i = 0; i < width; i++) bar[i] = i < (int)filled ? '#' : '.';
-  bar[width] = 0;
-  fprintf(stderr, "\r[%s] %3u/%-3u %-40.40s", bar, g_step, g_steps, what);
-  fflush(stderr);
+  const double now = zo_clock_s(), el = now - g_t0;
+  const double rate = g_step && el > 0 ? g_step / el : 0;
+  const double eta = rate > 0 ? (g_steps - g_step) / rate : -1;
+  char els[32], etas[32];
+  fmt_hms(el, els, sizeof els);
+  fmt_hms(eta, etas, sizeof etas);
+  unsigned pct = g_steps ? (unsigned)((uint64_t)g_step * 100 / g_steps) : 0;
+  if (g_tty) {
+    const int width = 24;
+    unsigned filled = g_steps ? (unsigned)((uint64_t)g_step * width / g_steps) : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < (int)filled ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\r[%s] %u/%u %3u%% %s elapsed, %.1f/s, ETA %-8s %-36.36s", bar, g_step,
+            g_steps, pct, els, rate, etas, what);
+    fflush(stderr);
+  } else if (g_last_line < 0 || now - g_last_line >= SB_PROGRESS_EVERY_S) {
+    fprintf(stderr,
+            "zo-swapbench: %u/%u measurements (%u%%), %s elapsed, %.1f/s, ETA %s; now: %s\n",
+            g_step, g_steps, pct, els, rate, etas, what);
+    g_last_line = now;
+  }
 }
 
 static void progress_done(void) {
-  if (g_tty) fprintf(stderr, "\r%-90s\r", "");
+  char els[32];
+  fmt_hms(zo_clock_s() - g_t0, els, sizeof els);
+  if (g_tty) fprintf(stderr, "\r%-118s\r", "");
+  fprintf(stderr, "zo-swapbench: %u of %u measurements in %s\n", g_step, g_steps, els);
 }
 
 /* ---- the sweep ---------------------------------------------------------------------------------------- */
@@ -50,16 +89,15 @@ static void progress_done(void) {
 /* One measurement slot: the repetitions of one engine at one setting. */
 typedef struct slot {
   size_t res; /* index into g_res */
-  double gb[64];
+  meas m[SB_MAX_REPS];
   int n;
   int failed;
-  double best_sec;
-  double best_gb;
-  uint64_t best_bytes;
 } slot;
 
-static size_t slot_new(int op, int engine, uint64_t bs, uint64_t used, unsigned qd, variant v) {
+static size_t slot_new(int target, int op, int engine, uint64_t bs, uint64_t used, unsigned qd,
+                       variant v) {
   result *r = res_add();
+  r->target = target;
   r->op = op;
   r->engine = engine;
   r->block_size = bs;
@@ -70,28 +108,47 @@ static size_t slot_new(int op, int engine, uint64_t bs, uint64_t used, unsigned 
   return g_nres - 1;
 }
 
-static void slot_add(slot *sl, double sec, double gbps, uint64_t bytes) {
-  if (sl->n < 64) sl->gb[sl->n++] = gbps;
-  if (gbps > sl->best_gb) {
-    sl->best_gb = gbps;
-    sl->best_sec = sec;
-    sl->best_bytes = bytes;
+/* The median of the repetitions' figure at byte offset @field of meas (those >= 0; the mean of the two
+ * middle ones when even); -1 when none. */
+static double median_of(const slot *sl, size_t field) {
+  double v[SB_MAX_REPS];
+  size_t n = 0;
+  for (int i = 0; i < sl->n; i++) {
+    double x = *(const double *)((const char *)&sl->m[i] + field);
+    if (x >= 0) v[n++] = x;
   }
+  if (!n) return -1;
+  double lo = sb_quantile(v, n, 0.5); /* sorts v */
+  return n % 2 ? lo : (lo + v[n / 2]) / 2;
 }
 
 static void slot_finish(slot *sl) {
   result *r = &g_res[sl->res];
-  double best = 0, sum = 0;
-  for (int i = 0; i < sl->n; i++) {
-    sum += sl->gb[i];
-    if (sl->gb[i] > best) best = sl->gb[i];
-  }
-  r->ok = !sl->failed && sl->n > 0;
-  r->gbps = r->ok ? best : 0;
-  r->gbps_mean = r->ok ? sum / sl->n : 0;
   r->reps = sl->n;
-  r->seconds = sl->best_sec;
-  r->bytes = sl->best_bytes;
+  r->ok = !sl->failed && sl->n > 0;
+  r->skipped = !sl->failed && sl->n == 0;
+  if (!r->ok) return;
+  double cpg[SB_MAX_REPS];
+  size_t ncpg = 0;
+  r->gbps_min = INFINITY;
+  for (int i = 0; i < sl->n; i++) {
+    const meas *m = &sl->m[i];
+    if (m->gbps < r->gbps_min) r->gbps_min = m->gbps;
+    if (m->gbps > r->gbps_max) r->gbps_max = m->gbps;
+    if (m->cpu_s >= 0 && m->moved) cpg[ncpg++] = m->cpu_s / ((double)m->moved / 1e9);
+  }
+  r->gbps = median_of(sl, offsetof(meas, gbps));
+  r->iops = median_of(sl, offsetof(meas, iops));
+  r->p50_us = median_of(sl, offsetof(meas, p50_us));
+  r->p99_us = median_of(sl, offsetof(meas, p99_us));
+  r->p999_us = median_of(sl, offsetof(meas, p999_us));
+  r->cpu_s_per_gb = sb_quantile(cpg, ncpg, 0.5);
+  if (ncpg && ncpg % 2 == 0) r->cpu_s_per_gb = (r->cpu_s_per_gb + cpg[ncpg / 2]) / 2;
+  const meas *mid = &sl->m[0]; /* the repetition nearest the median, for its seconds and bytes */
+  for (int i = 1; i < sl->n; i++)
+    if (fabs(sl->m[i].gbps - r->gbps) < fabs(mid->gbps - r->gbps)) mid = &sl->m[i];
+  r->seconds = mid->sec;
+  r->bytes = mid->moved;
 }
 
 /* Say what actually ran for a zoffload slot: the library warns and goes on without an option the
@@ -108,61 +165,79 @@ static void zo_slot_describe(slot *sl, zo_bench *zb, variant v) {
   (void)v;
 }
 
+static double cpu_seconds(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec / 1e6;
+}
 
 /* One measurement for the engine of @r (a zoffload variant on @zb, pread or fio on @path) at its block size,
- * queue depth and op: 0 with the seconds, GB/s and bytes moved, or -1 with r->note set. */
-static int measure(const opts *o, result *r, zo_bench *zb, const char *path, int direct,
-                   double *sec, double *g, uint64_t *moved) {
+ * queue depth and op: 0 with *m filled in, or -1 with r->note set. CPU time: this process's (its I/O
+ * threads and io_uring workers included) for zoffload and pread, fio's job's own for fio. */
+static int measure(const opts *o, result *r, zo_bench *zb, const char *path, int direct, meas *m) {
   int rc, is_write = r->op == OP_WRITE;
+  *m = (meas){.iops = -1, .p50_us = -1, .p99_us = -1, .p999_us = -1, .cpu_s = -1};
+  double c0 = cpu_seconds();
   if (r->engine == ENG_ZO) {
-    rc = zo_transfer(zb, is_write, o->bytes, o->max_sec, sec, moved);
+    rc = zo_transfer(zb, is_write, o->bytes, o->max_sec, m);
     if (rc) snprintf(r->note, sizeof r->note, "%s", zo_last_error());
-    *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
   } else if (r->engine == ENG_PREAD) {
     rc = pread_transfer(path, direct, is_write, o->bytes, o->max_sec, r->block_size, r->queue_depth,
-                        sec, moved, r->note, sizeof r->note);
-    *g = *sec > 0 ? (double)*moved / *sec / 1e9 : 0;
+                        m, r->note, sizeof r->note);
   } else {
     variant v = {r->regbuf, r->sqpoll};
-    rc = fio_transfer(path, is_write, o->size, o->bytes, o->max_sec, r->block_size, r->queue_depth,
-                      v, g, sec, moved, r->note, sizeof r->note);
+    return fio_transfer(path, is_write, o->size, o->bytes, o->max_sec, r->block_size,
+                        r->queue_depth, v, m, r->note, sizeof r->note);
   }
+  double c1 = cpu_seconds();
+  if (c0 >= 0 && c1 >= 0) m->cpu_s = c1 - c0;
   return rc;
 }
 
-/*
- * One swap handle per ring variant (each its own rank, so they can be open together) with its own
- * preallocated file, written once untimed, kept for the whole sweep; zo_swap_set_queue() moves every
- * handle to each (block size, queue depth). Then, per op (write first, so reads see written blocks) and
- * per repetition, every engine runs once in turn - the zoffload variants, pread/pwrite, fio - the order
- * rotated by one each repetition, so no engine always runs right after the same neighbour (a write
- * burst the host is still flushing, a poller going to sleep). Interleaving the repetitions spreads the
- * noise of a shared machine over all engines alike. Each measurement moves the first o->bytes bytes of
- * the file, or what o->max_sec allows. pread and fio use the file of the first variant.
- */
-int run_sweep(const opts *o, int use_fio) {
-  variant vars[4];
+/* The ring variants swept: registered buffers and SQPOLL, each off and on where the API has them. */
+static int variants(variant vars[4]) {
   int nv = 0;
   for (int rb = SB_HAVE_REGBUF ? 0 : -1; rb <= (SB_HAVE_REGBUF ? 1 : -1); rb++)
     for (int sq = SB_HAVE_SQPOLL ? 0 : -1; sq <= (SB_HAVE_SQPOLL ? 1 : -1); sq++)
       vars[nv++] = (variant){rb, sq};
-  int nops = o->do_op[OP_READ] + o->do_op[OP_WRITE];
-  int n_fio = use_fio ? (o->fio_variants ? nv : 1) : 0;
-  int n_eng = nv + 1 + n_fio;
+  return nv;
+}
+
+/* Engines measured on target @t: the zoffload variants, and on one path pread and fio beside them. */
+static int n_engines(const opts *o, const bench_target *t, int nv, int use_fio) {
+  if (t->striped) return nv;
+  return nv + 1 + (use_fio ? (o->fio_variants ? nv : 1) : 0);
+}
+
+/*
+ * One target (a path, or the striped set): one swap handle per ring variant (each its own rank, so they
+ * can be open together) with its own preallocated file, written once untimed, kept for the whole sweep;
+ * zo_swap_set_queue() moves every handle to each (block size, queue depth). Then, per op (write first,
+ * so reads see written blocks) and per repetition, every engine runs once in turn - the zoffload
+ * variants, pread/pwrite, fio - the order rotated by one each repetition, so no engine always runs
+ * right after the same neighbour (a write burst the host is still flushing, a poller going to sleep).
+ * Interleaving the repetitions spreads the noise of a shared machine over all engines alike. Each
+ * measurement moves the first o->bytes bytes of the file, or what o->max_sec allows. pread and fio use
+ * the file of the first variant. The device pass runs after the first target.
+ */
+static int sweep_target(const opts *o, int ti, int use_fio) {
+  const bench_target *t = &g_targets[ti];
+  variant vars[4];
+  int nv = variants(vars);
+  int n_eng = n_engines(o, t, nv, use_fio);
   unsigned qd_max = 0;
   for (int i = 0; i < o->n_qd; i++)
     if (o->qd[i] > qd_max) qd_max = o->qd[i];
-  g_steps = (unsigned)(nv + o->n_bs * o->n_qd * nops * o->reps * n_eng);
-  g_step = 0;
   int failures = 0;
   char what[96];
   zo_bench zb[4];
   memset(zb, 0, sizeof zb);
   for (int vi = 0; vi < nv && !g_stop; vi++) {
-    snprintf(what, sizeof what, "fill file regbuf=%s sqpoll=%s", tri(vars[vi].regbuf),
+    snprintf(what, sizeof what, "%s: fill file regbuf=%s sqpoll=%s", t->label, tri(vars[vi].regbuf),
              tri(vars[vi].sqpoll));
     progress(what);
-    if (zo_bench_open(&zb[vi], o, qd_max, vars[vi], SB_RANK - vi) != 0) {
+    if (zo_bench_open(&zb[vi], o, t, qd_max, vars[vi], SB_RANK - vi) != 0) {
       for (int k = 0; k < nv; k++) zo_bench_close(&zb[k]);
       return -1;
     }
@@ -185,54 +260,80 @@ int run_sweep(const opts *o, int use_fio) {
       }
       for (int op = OP_WRITE; op >= OP_READ && !g_stop; op--) {
         if (!o->do_op[op]) continue;
-        slot sl[12];
+        static slot sl[12];
         memset(sl, 0, sizeof sl);
         for (int k = 0; k < n_eng; k++) {
-          if (k < nv)
-            sl[k].res = slot_new(op, ENG_ZO, bs, zo_swap_block_size(zb[k].sw), qd, vars[k]);
-          else if (k == nv)
-            sl[k].res = slot_new(op, ENG_PREAD, bs, bs, qd, (variant){-1, -1});
-          else
-            sl[k].res = slot_new(op, ENG_FIO, bs, bs, qd,
+          if (k < nv) {
+            /* a piece is at most one stripe */
+            uint64_t used = zo_swap_block_size(zb[k].sw);
+            if (t->striped && used > o->stripe) used = o->stripe;
+            sl[k].res = slot_new(ti, op, ENG_ZO, bs, used, qd, vars[k]);
+          } else if (k == nv) {
+            sl[k].res = slot_new(ti, op, ENG_PREAD, bs, bs, qd, (variant){-1, -1});
+          } else {
+            sl[k].res = slot_new(ti, op, ENG_FIO, bs, bs, qd,
                                  o->fio_variants ? vars[k - nv - 1] : (variant){0, 0});
+          }
         }
         for (int rep = 0; rep < o->reps && !g_stop; rep++) {
           for (int kk = 0; kk < n_eng && !g_stop; kk++) {
             int k = (kk + rep) % n_eng;
             result *r = &g_res[sl[k].res];
-            snprintf(what, sizeof what, "%s %s bs=%s qd=%u rep %d", eng_name[r->engine],
-                     op_name[op], bss, qd, rep + 1);
+            snprintf(what, sizeof what, "%s: %s %s bs=%s qd=%u rep %d", t->label,
+                     eng_name[r->engine], op_name[op], bss, qd, rep + 1);
             progress(what);
             g_step++;
             if (sl[k].failed) continue;
-            double sec = 0, g = 0;
-            uint64_t moved = 0;
-            int rc = measure(o, r, k < nv ? &zb[k] : NULL, path, direct, &sec, &g, &moved);
+            meas m;
+            int rc = measure(o, r, k < nv ? &zb[k] : NULL, path, direct, &m);
             if (rc != 0) {
-              fprintf(stderr, "\nzo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n",
+              fprintf(stderr, "%szo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", g_tty ? "\n" : "",
                       eng_name[r->engine], op_name[op], bs, qd, r->note);
               sl[k].failed = 1;
               continue;
             }
-            slot_add(&sl[k], sec, g, moved);
+            if (sl[k].n < SB_MAX_REPS) sl[k].m[sl[k].n++] = m;
           }
         }
         for (int k = 0; k < n_eng; k++) {
           slot_finish(&sl[k]);
           if (k < nv) zo_slot_describe(&sl[k], &zb[k], vars[k]);
-          if (!g_res[sl[k].res].ok && !g_stop) failures++;
+          if (!g_res[sl[k].res].ok && !g_res[sl[k].res].skipped) failures++;
         }
       }
     }
   }
-  if (!g_stop && nv > 0) {
+  if (ti == 0 && !g_stop && nv > 0) {
     progress("nvme -> pinned -> device read pass");
     if (device_pass(&zb[0], o, &g_pass) != 0 && !g_stop) {
-      fprintf(stderr, "\nzo-swapbench: nvme -> pinned -> device read pass: %s\n", g_pass.note);
+      fprintf(stderr, "%szo-swapbench: nvme -> pinned -> device read pass: %s\n", g_tty ? "\n" : "",
+              g_pass.note);
       failures++;
     }
   }
   for (int vi = 0; vi < nv; vi++) zo_bench_close(&zb[vi]);
+  return failures;
+}
+
+int run_sweep(const opts *o, int use_fio) {
+  variant vars[4];
+  int nv = variants(vars);
+  int nops = o->do_op[OP_READ] + o->do_op[OP_WRITE];
+  g_steps = 0;
+  for (int ti = 0; ti < g_ntargets; ti++)
+    g_steps += (unsigned)(nv + o->n_bs * o->n_qd * nops * o->reps *
+                                   n_engines(o, &g_targets[ti], nv, use_fio));
+  g_step = 0;
+  g_t0 = zo_clock_s();
+  int failures = 0;
+  for (int ti = 0; ti < g_ntargets && !g_stop; ti++) {
+    int f = sweep_target(o, ti, use_fio);
+    if (f < 0) {
+      if (g_tty) fprintf(stderr, "\n");
+      return -1;
+    }
+    failures += f;
+  }
   progress_done();
   return failures;
 }

@@ -119,11 +119,11 @@ static void print_table(const opts *o) {
   char lim[64] = "no time limit";
   if (o->max_sec > 0) snprintf(lim, sizeof lim, "at most %.2f s", o->max_sec);
   printf(
-      "(GB/s = 1e9 bytes/s, the median of %d repetition%s and their min-max; each moves the first\n"
+      "(GB/s = 1e9 bytes/s, the median of %s%d repetition%s and their min-max; each moves the first\n"
       " %" PRIu64 " bytes of a %" PRIu64 "-byte file, %s; O_DIRECT, page cache bypassed.\n"
       " IOPS and latency: requests of the block size, submit to completion (a striped piece is at\n"
       " most one stripe). CPU s/GB: CPU seconds per 1e9 bytes moved.)\n",
-      o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size, lim);
+      g_stop ? "up to " : "", o->reps, o->reps == 1 ? "" : "s", o->bytes, o->size, lim);
 }
 
 /* One comparison of zoffload against another engine, for the report and the JSON. */

@@ -408,10 +408,43 @@ static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v,
     out[0] = 0;
     return ZO_OK;
   }
-  if (!json_is_string(v)) return type_err(c, path, "a path string", v);
+  if (!json_is_string(v)) return type_err(c, path, "a path string or a list of them", v);
   const char *s = json_string_value(v);
   if (strlen(s) >= cap) return cfg_err(c, path, "path longer than %zu bytes", cap - 1);
   memcpy(out, s, strlen(s) + 1);
+  return ZO_OK;
+}
+
+/* nvme_path: a string, null, or a list of 1..ZO_CONFIG_MAX_NVME_PATHS distinct directory strings
+ * (the swap files striped across them): the first in @first, all NUL-separated in @list (*n of them;
+ * 0 for a string). A bad entry is named by its index: "...nvme_path[1]". */
+static zo_status get_paths(const parse_ctx *c, const char *path, const json_t *v, char *first,
+                           size_t first_cap, char *list, size_t list_cap, int *n) {
+  *n = 0;
+  list[0] = 0;
+  if (!json_is_array(v)) return get_path(c, path, v, first, first_cap);
+  const size_t len = json_array_size(v);
+  if (len == 0 || len > ZO_CONFIG_MAX_NVME_PATHS)
+    return cfg_err(c, path, "expected 1..%d directories, got %zu", ZO_CONFIG_MAX_NVME_PATHS, len);
+  size_t used = 0;
+  for (size_t i = 0; i < len; i++) {
+    char ip[512];
+    snprintf(ip, sizeof ip, "%s[%zu]", path, i);
+    const json_t *e = json_array_get(v, i);
+    if (!json_is_string(e)) return type_err(c, ip, "a directory path string", e);
+    char one[4096];
+    ZO_CHECK(get_path(c, ip, e, one, sizeof one));
+    if (!one[0]) return cfg_err(c, ip, "empty path");
+    const size_t l = strlen(one) + 1;
+    if (used + l > list_cap)
+      return cfg_err(c, ip, "the directories take more than %zu bytes together", list_cap - 1);
+    for (size_t j = 0, at = 0; j < i; j++, at += strlen(list + at) + 1)
+      if (!strcmp(list + at, one)) return cfg_err(c, ip, "'%s' is also entry %zu", one, j);
+    memcpy(list + used, one, l);
+    used += l;
+    if (i == 0) memcpy(first, one, l);
+  }
+  *n = (int)len;
   return ZO_OK;
 }
 
@@ -832,6 +865,9 @@ typedef struct offload_block {
   zo_offload_device *device;
   char *nvme_path;
   size_t nvme_path_cap;
+  char *nvme_paths; /* the list form, NUL-separated */
+  size_t nvme_paths_cap;
+  int *n_nvme_paths;
   int *pin_memory;
   int *pin_given; /* set to 1 when pin_memory is given */
   int *buffer_count;
@@ -843,7 +879,9 @@ static zo_status offload_key(const parse_ctx *c, const char *p, const char *key,
                              zo_config_t *cfg, const void *arg) {
   const offload_block *b = arg;
   if (!strcmp(key, "device")) return get_device(c, p, v, b->device);
-  if (!strcmp(key, "nvme_path")) return get_path(c, p, v, b->nvme_path, b->nvme_path_cap);
+  if (!strcmp(key, "nvme_path"))
+    return get_paths(c, p, v, b->nvme_path, b->nvme_path_cap, b->nvme_paths, b->nvme_paths_cap,
+                     b->n_nvme_paths);
   if (!strcmp(key, "pin_memory")) {
     ZO_CHECK(get_bool(c, p, v, b->pin_memory));
     *b->pin_given = 1;
@@ -889,10 +927,10 @@ static zo_status offload_param_key(const parse_ctx *c, const char *p, const char
 }
 
 /* The offload_block of @o, cfg->zero.offload_optimizer or .offload_param (two struct types, hence a macro). */
-#define OFFLOAD_BLOCK(o, pin_given, own)                                           \
-  {                                                                                \
-    &(o).device, (o).nvme_path, sizeof(o).nvme_path, &(o).pin_memory, (pin_given), \
-        &(o).buffer_count, (own)                                                   \
+#define OFFLOAD_BLOCK(o, pin_given, own)                                                   \
+  {                                                                                        \
+    &(o).device, (o).nvme_path, sizeof(o).nvme_path, (o).nvme_paths, sizeof(o).nvme_paths, \
+        &(o).n_nvme_paths, &(o).pin_memory, (pin_given), &(o).buffer_count, (own)          \
   }
 
 /* offload_optimizer or offload_param at @base: null means no offload (DeepSpeed: Optional, None). */

@@ -29,10 +29,19 @@ static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char 
 
 /* The keys both offload blocks share, under @base; returns 1 when @device is not none (its other keys follow). */
 static int sb_offload_shared(sbuf *b, const char *base, zo_offload_device device,
-                             const char *nvme_path, int pin_memory, int buffer_count) {
+                             const char *nvme_path, const char *nvme_paths, int n_nvme_paths,
+                             int pin_memory, int buffer_count) {
   sb_printf(b, "%s.device = %s\n", base, zo_offload_device_name(device));
   if (device == ZO_OFFLOAD_NONE) return 0;
-  if (device == ZO_OFFLOAD_NVME) sb_printf(b, "%s.nvme_path = %s\n", base, nvme_path);
+  if (device == ZO_OFFLOAD_NVME && n_nvme_paths > 1 && !strcmp(nvme_paths, nvme_path)) {
+    /* the list (striped), while its first is still nvme_path (see config.h) */
+    sb_printf(b, "%s.nvme_path = [", base);
+    for (int i = 0; i < n_nvme_paths; i++, nvme_paths += strlen(nvme_paths) + 1)
+      sb_printf(b, "%s%s", i ? ", " : "", nvme_paths);
+    sb_printf(b, "]\n");
+  } else if (device == ZO_OFFLOAD_NVME) {
+    sb_printf(b, "%s.nvme_path = %s\n", base, nvme_path);
+  }
   sb_printf(b, "%s.pin_memory = %d\n", base, pin_memory);
   sb_printf(b, "%s.buffer_count = %d\n", base, buffer_count);
   return 1;
@@ -85,16 +94,17 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "bf16.enabled = %d\n", cfg->bf16.enabled);
   sb_printf(&b, "zero_optimization.stage = %d\n", cfg->zero.stage);
   const char *oo = "zero_optimization.offload_optimizer";
-  if (sb_offload_shared(&b, oo, cfg->zero.offload_optimizer.device,
-                        cfg->zero.offload_optimizer.nvme_path,
-                        cfg->zero.offload_optimizer.pin_memory,
-                        cfg->zero.offload_optimizer.buffer_count)) {
+  if (sb_offload_shared(
+          &b, oo, cfg->zero.offload_optimizer.device, cfg->zero.offload_optimizer.nvme_path,
+          cfg->zero.offload_optimizer.nvme_paths, cfg->zero.offload_optimizer.n_nvme_paths,
+          cfg->zero.offload_optimizer.pin_memory, cfg->zero.offload_optimizer.buffer_count)) {
     sb_printf(&b, "%s.pipeline_read = %d\n", oo, cfg->zero.offload_optimizer.pipeline_read);
     sb_printf(&b, "%s.pipeline_write = %d\n", oo, cfg->zero.offload_optimizer.pipeline_write);
     sb_printf(&b, "%s.ratio = %g\n", oo, cfg->zero.offload_optimizer.ratio);
   }
   const char *op = "zero_optimization.offload_param";
   if (sb_offload_shared(&b, op, cfg->zero.offload_param.device, cfg->zero.offload_param.nvme_path,
+                        cfg->zero.offload_param.nvme_paths, cfg->zero.offload_param.n_nvme_paths,
                         cfg->zero.offload_param.pin_memory, cfg->zero.offload_param.buffer_count)) {
     sb_printf(&b, "%s.buffer_size = %" PRId64 "\n", op, cfg->zero.offload_param.buffer_size);
     sb_printf(&b, "%s.max_in_cpu = %" PRId64 "\n", op, cfg->zero.offload_param.max_in_cpu);

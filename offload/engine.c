@@ -135,8 +135,20 @@ static zo_status create_comm(zo_engine_t *e, zo_comm_t *comm) {
   return ZO_OK;
 }
 
+/* The directories of an offload block's nvme_path into @out: its list when the list's first is still
+ * nvme_path (a tool may have set nvme_path alone), else nvme_path. Returns how many. */
+static unsigned nvme_dirs(const char *first, const char *list, int n, const char **out) {
+  if (n < 2 || strcmp(list, first) != 0) {
+    out[0] = first;
+    return 1;
+  }
+  for (int i = 0; i < n && i < ZO_SWAP_MAX_PATHS; i++, list += strlen(list) + 1) out[i] = list;
+  return (unsigned)(n < ZO_SWAP_MAX_PATHS ? n : ZO_SWAP_MAX_PATHS);
+}
+
 /* The swap directories of the NVMe tiers: the optimizer state's and the
- * parameters' (one when both name the same path). */
+ * parameters' (one handle when both name the same directories), each swap
+ * file striped across the directories of a list. */
 static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   zo_swap_opts so = {.block_size = (size_t)cfg->aio.block_size,
                      .queue_depth = (unsigned)cfg->aio.queue_depth,
@@ -148,21 +160,30 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
                      .checksum = cfg->zoffload.swap_checksum,
                      /* the disk keeps streaming between our calls (one per layer of compute) */
                      .progress_thread = 1};
+  /* stripes of one aio block: each piece one request on one drive */
+  if (cfg->aio.block_size % 4096 == 0) so.stripe_size = (size_t)cfg->aio.block_size;
   const char *opath = cfg->zero.offload_optimizer.nvme_path,
              *ppath = cfg->zero.offload_param.nvme_path;
+  const char *odirs[ZO_SWAP_MAX_PATHS], *pdirs[ZO_SWAP_MAX_PATHS];
+  const unsigned on = nvme_dirs(opath, cfg->zero.offload_optimizer.nvme_paths,
+                                cfg->zero.offload_optimizer.n_nvme_paths, odirs),
+                 pn = nvme_dirs(ppath, cfg->zero.offload_param.nvme_paths,
+                                cfg->zero.offload_param.n_nvme_paths, pdirs);
+  int same = on == pn;
+  for (unsigned i = 0; same && i < on; i++) same = !strcmp(odirs[i], pdirs[i]);
   zo_status st;
-  if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_create(&e->nv, opath, &so)) != ZO_OK)
+  if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_create(&e->nv, odirs, on, &so)) != ZO_OK)
     return zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");
   zo_swap_t *osw = eng_nv_swap(e->nv);
   if (e->ptier == ZO_OFFLOAD_NVME) {
-    if (osw && !strcmp(opath, ppath)) {
+    if (osw && same) {
       e->pswap = osw; /* one private directory per rank and path */
     } else {
       if (!ppath[0])
         return zo_error_set(ZO_ERR_CONFIG,
                             "zero_optimization.offload_param.nvme_path: required when "
                             "offload_param.device is \"nvme\"");
-      if ((st = zo_swap_create(ppath, &so, &e->pswap)) != ZO_OK)
+      if ((st = zo_swap_create_striped(pdirs, pn, &so, &e->pswap)) != ZO_OK)
         return zo_error_prefix(st, "zero_optimization.offload_param.nvme_path");
       e->own_pswap = 1;
     }

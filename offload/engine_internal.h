@@ -743,8 +743,10 @@ zo_status eng_progress(zo_engine_t *e);
 /* ---------------------------------------------------------------- engine_nvme.c */
 
 /* At create (offload_optimizer "nvme"): the pipeline's state, zeroed, with the optimizer state's swap over the
- * directory @path (@so) into *@out; on an error *@out stays NULL. Its files and buffers come at finalize. */
-zo_status eng_nv_create(struct eng_nv **out, const char *path, const zo_swap_opts *so);
+ * directories @paths[n_paths] (striped when several; @so) into *@out; on an error *@out stays NULL. Its files and
+ * buffers come at finalize. */
+zo_status eng_nv_create(struct eng_nv **out, const char *const *paths, unsigned n_paths,
+                        const zo_swap_opts *so);
 /* Finalize, nvme: the plan's sub-groups and pieces (and every tensor's file_el), the state files and grad.swp, the
  * sub-groups' pinned slot buffers (registered with the swap), the resident sub-groups' state in host memory, and the
  * gradient I/O buffers (eng_gnv_alloc); each noted in the ledger. On an error what was allocated stays for

@@ -57,11 +57,12 @@ struct eng_nv {
 static const char *const k_state_file[SL_KINDS] = {"master.swp", "exp_avg.swp", "exp_avg_sq.swp",
                                                    "grad.swp"};
 
-zo_status eng_nv_create(struct eng_nv **out, const char *path, const zo_swap_opts *so) {
+zo_status eng_nv_create(struct eng_nv **out, const char *const *paths, unsigned n_paths,
+                        const zo_swap_opts *so) {
   *out = NULL;
   struct eng_nv *nv = calloc(1, sizeof *nv);
   if (!nv) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "engine: out of host memory");
-  zo_status st = zo_swap_create(path, so, &nv->swap);
+  zo_status st = zo_swap_create_striped(paths, n_paths, so, &nv->swap);
   if (st != ZO_OK) {
     free(nv);
     return st;

@@ -66,6 +66,10 @@ typedef enum zo_sched_type {
   86400.0                        /* zoffload.comm_timeout_s: in (0, MAX] (ZO_COMM_TIMEOUT_S_MAX) */
 #define ZO_CONFIG_SPEED_MIN 1e-3 /* zoffload.speeds.*: 0 (not given) or in [MIN, MAX] */
 #define ZO_CONFIG_SPEED_MAX 1e6
+/* zero_optimization.offload_*.nvme_path as a list: at most this many directories (the swap
+ * layer's ZO_SWAP_MAX_PATHS), their paths together (each with its NUL) in this many bytes. */
+#define ZO_CONFIG_MAX_NVME_PATHS 16
+#define ZO_CONFIG_NVME_PATHS_BYTES 8192
 
 /* zoffload.device_arena_bytes "fit": the arena holds what the engine does, no more
  * (zo_engine_finalize()). */
@@ -125,9 +129,16 @@ typedef struct zo_config {
     int stage; /* 0..3; legacy "zero_optimization": true means 1, false means 0 */
     struct {
       zo_offload_device device; /* default none */
-      char nvme_path[4096];     /* "" when absent; required when device is nvme */
-      int pin_memory;           /* default 0 */
-      int buffer_count;         /* default 4 */
+      char nvme_path[4096];     /* "" when absent; required when device is nvme; with a list, its
+                                   first directory (see nvme_paths) */
+      /* "nvme_path": ["/nvme0", "/nvme1"]: every directory, each NUL-terminated, one after the
+       * other (n_nvme_paths of them, 1..ZO_CONFIG_MAX_NVME_PATHS); the swap files are striped
+       * across them. Used only while the first equals nvme_path: a tool that sets nvme_path
+       * alone (zo-train --nvme-path) gets that one directory. n_nvme_paths 0: a single string. */
+      char nvme_paths[ZO_CONFIG_NVME_PATHS_BYTES];
+      int n_nvme_paths;
+      int pin_memory;   /* default 0 */
+      int buffer_count; /* default 4 */
       /* default 1, 1 (DeepSpeed's default is 0, 0: set them false explicitly for its
        * order). pipeline_read 0: a sub-group's state is read only when its update can
        * start and no other sub-group is in memory or being read or updated (no read
@@ -138,10 +149,13 @@ typedef struct zo_config {
     } offload_optimizer;
     struct {
       zo_offload_device device; /* default none */
-      char nvme_path[4096];     /* "" when absent; required when device is nvme */
-      int pin_memory;           /* default 0 */
-      int buffer_count;         /* default 5 */
-      int64_t buffer_size;      /* elements, default 1e8 */
+      char nvme_path[4096];     /* "" when absent; required when device is nvme; with a list, its
+                                   first directory */
+      char nvme_paths[ZO_CONFIG_NVME_PATHS_BYTES]; /* as offload_optimizer.nvme_paths */
+      int n_nvme_paths;
+      int pin_memory;      /* default 0 */
+      int buffer_count;    /* default 5 */
+      int64_t buffer_size; /* elements, default 1e8 */
       /* elements, default 1e9 (DeepSpeed's), acted on only when @max_in_cpu_set: with device "nvme", the
        * working copies of the first registered tensors whose elements (their stage-3 partitions on several ranks)
        * add up to at most max_in_cpu stay in host memory ("param_host", pinned as pin_memory says) instead of

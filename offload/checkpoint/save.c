@@ -410,19 +410,40 @@ static zo_status copy_range(int src_fd, uint64_t src_off, const char *src, int d
   return ZO_OK;
 }
 
+/* Copy @n bytes of swap file @f from its (logical) offset @off to @dst_fd at @dst_off: one copy_range per
+ * stretch that is contiguous in one of its part files (@sfd, one descriptor per part; striped files). */
+static zo_status copy_swap_range(zo_swap_file_t *f, const int *sfd, uint64_t off, int dst_fd,
+                                 uint64_t dst_off, const char *dst, uint64_t n, void *buf) {
+  while (n > 0) {
+    unsigned part;
+    uint64_t poff, contig;
+    ZO_CHECK(zo_swap_file_locate(f, off, &part, &poff, &contig));
+    uint64_t k = contig < n ? contig : n;
+    ZO_CHECK(
+        copy_range(sfd[part], poff, zo_swap_file_part_path(f, part), dst_fd, dst_off, dst, k, buf));
+    off += k, dst_off += k, n -= k;
+  }
+  return ZO_OK;
+}
+
 /* Write every tensor's three kinds of state into @path; fill runs[i * ST_KINDS + k]. */
 static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, void *buf) {
   int fd = create_new(path);
   if (fd < 0) return sys_err(ZO_ERR_IO, "cannot create", path);
-  int sfd[ST_KINDS] = {-1, -1, -1};
+  int sfd[ST_KINDS][ZO_SWAP_MAX_PATHS];
+  for (int k = 0; k < ST_KINDS; k++)
+    for (int j = 0; j < ZO_SWAP_MAX_PATHS; j++) sfd[k][j] = -1;
   zo_status st = ZO_OK;
   if (e->tier == ZO_OFFLOAD_NVME) {
-    /* no files: every sub-group resident */
+    /* no files: every sub-group resident; a striped file has one part per directory */
     for (int k = 0; k < ST_KINDS && st == ZO_OK && eng_nv_file(e->nv, k); k++) {
-      const char *sp = zo_swap_file_path(eng_nv_file(e->nv, k));
-      sfd[k] =
-          open(sp, O_RDONLY | O_CLOEXEC); /* buffered: O_DIRECT writes already reached the file */
-      if (sfd[k] < 0) st = sys_err(ZO_ERR_IO, "cannot open swap file", sp);
+      zo_swap_file_t *f = eng_nv_file(e->nv, k);
+      for (unsigned j = 0; j < zo_swap_file_n_parts(f) && st == ZO_OK; j++) {
+        const char *sp = zo_swap_file_part_path(f, j);
+        sfd[k][j] =
+            open(sp, O_RDONLY | O_CLOEXEC); /* buffered: O_DIRECT writes already reached the file */
+        if (sfd[k][j] < 0) st = sys_err(ZO_ERR_IO, "cannot open swap file", sp);
+      }
     }
   }
   uint64_t off = 0;
@@ -438,9 +459,8 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
           void *res[SL_KINDS];
           n = eng_nv_span(e, p, o, p->shard_n - o, res);
           st = res[k] ? pwrite_all(fd, res[k], n * e->esz[k], off + o * e->esz[k], path)
-                      : copy_range(sfd[k], (p->file_el + o) * e->esz[k],
-                                   zo_swap_file_path(eng_nv_file(e->nv, k)), fd,
-                                   off + o * e->esz[k], path, n * e->esz[k], buf);
+                      : copy_swap_range(eng_nv_file(e->nv, k), sfd[k], (p->file_el + o) * e->esz[k],
+                                        fd, off + o * e->esz[k], path, n * e->esz[k], buf);
         }
         if (st == ZO_OK) st = ck_file_crc(fd, off, r->nbytes, buf, path, &r->crc);
       } else if (eng_device_adam(e)) { /* device memory: through a host copy */
@@ -460,7 +480,8 @@ static zo_status write_rank_file(zo_engine_t *e, const char *path, run *runs, vo
   }
   if (st == ZO_OK && fsync(fd)) st = sys_err(ZO_ERR_IO, "fsync of", path);
   for (int k = 0; k < ST_KINDS; k++)
-    if (sfd[k] >= 0) close(sfd[k]);
+    for (int j = 0; j < ZO_SWAP_MAX_PATHS; j++)
+      if (sfd[k][j] >= 0) close(sfd[k][j]);
   close(fd);
   return st;
 }

@@ -148,8 +148,12 @@ static int compare(const opts *o, int use_fio, comparison *c) {
 
 static void print_compare(const opts *o, int use_fio, const comparison *c, int nc) {
   if (!nc) return;
-  printf("\nCompared with fio (the same job: file, block size, queue depth, io_uring, O_DIRECT) at "
-         "fio's fastest setting, and with pread/pwrite threads at their fastest:\n");
+  if (use_fio)
+    printf(
+        "\nCompared with fio (the same job: file, block size, queue depth, io_uring, O_DIRECT) at "
+        "fio's fastest setting, and with pread/pwrite threads at their fastest:\n");
+  else
+    printf("\nCompared with pread/pwrite threads at their fastest:\n");
   for (int i = 0; i < nc; i++) {
     const result *z = c[i].zo, *x = c[i].other;
     char bss[32], zbs[32];
@@ -250,9 +254,24 @@ static void print_best(const opts *o, int use_fio) {
         tri(pr ? pr->regbuf : -1), tri(pr ? pr->sqpoll : -1), tri(pw ? pw->regbuf : -1),
         tri(pw ? pw->sqpoll : -1));
     if (g_ntargets > 1) {
-      printf("  and to stripe the swap files across the directories:\n  \"nvme_path\": [");
-      for (int i = 0; i < o->n_paths; i++) printf("%s\"%s\"", i ? ", " : "", o->paths[i]);
-      printf("]\n");
+      /* the striped set against the fastest single directory, in the op the setting was picked for */
+      const int op = zr ? OP_READ : OP_WRITE;
+      const result *st = best_of_t(g_ntargets - 1, op, ENG_ZO);
+      double single = 0;
+      for (int t = 0; t + 1 < g_ntargets; t++) {
+        const result *r = best_of_t(t, op, ENG_ZO);
+        if (r && r->gbps > single) single = r->gbps;
+      }
+      if (st && single > 0 && st->gbps >= 1.1 * single) {
+        printf(
+            "  and to stripe the swap files across the directories (%s %.2fx one):\n  \"nvme_path\": [",
+            op_name[op], st->gbps / single);
+        for (int i = 0; i < o->n_paths; i++) printf("%s\"%s\"", i ? ", " : "", o->paths[i]);
+        printf("]\n");
+      } else if (st && single > 0) {
+        printf("  striping across the directories gave %.2fx one directory's %s here: keep one\n",
+               st->gbps / single, op_name[op]);
+      }
     }
   }
 }

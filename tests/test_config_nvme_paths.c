@@ -1,0 +1,66 @@
+/*
+ * test_config_nvme_paths.c - zero_optimization.offload_*.nvme_path as a string or a list: the list's
+ * directories in order (nvme_path its first), a string unchanged, zo_config_describe showing the list,
+ * and bad lists (empty, too long, a non-string, an empty or repeated entry) refused naming the JSON path
+ * and the entry's index. Exit 0 pass, 1 fail.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "zo_test.h"
+#include "zoffload/config.h"
+
+/* A config with offload_optimizer on nvme at @nvme (JSON text). */
+static zo_status parse(const char *nvme, zo_config_t *c) {
+  char json[4096];
+  snprintf(json, sizeof json,
+           "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2, "
+           "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": %s}}}",
+           nvme);
+  return zo_config_parse(json, strlen(json), "t.json", NULL, c);
+}
+
+static void refused(const char *nvme, const char *want) {
+  static zo_config_t c;
+  if (!CHECK_ST(parse(nvme, &c), ZO_ERR_CONFIG)) return;
+  CHECK_HAS(zo_last_error(), want);
+}
+
+int main(void) {
+  static zo_config_t c;
+  /* a list: every directory, in order */
+  if (CHECK_OK(parse("[\"/nvme0\", \"/nvme1\", \"/mnt/n2\"]", &c))) {
+    CHECK(!strcmp(c.zero.offload_optimizer.nvme_path, "/nvme0"));
+    CHECK_EQ(c.zero.offload_optimizer.n_nvme_paths, 3);
+    const char *p = c.zero.offload_optimizer.nvme_paths;
+    CHECK(!strcmp(p, "/nvme0"));
+    p += strlen(p) + 1;
+    CHECK(!strcmp(p, "/nvme1"));
+    p += strlen(p) + 1;
+    CHECK(!strcmp(p, "/mnt/n2"));
+    char d[8192];
+    zo_config_describe(&c, d, sizeof d);
+    CHECK_HAS(d, "offload_optimizer.nvme_path = [/nvme0, /nvme1, /mnt/n2]");
+  }
+  /* a string: as before, no list */
+  if (CHECK_OK(parse("\"/nvme0\"", &c))) {
+    CHECK(!strcmp(c.zero.offload_optimizer.nvme_path, "/nvme0"));
+    CHECK_EQ(c.zero.offload_optimizer.n_nvme_paths, 0);
+  }
+  /* a one-entry list is that directory */
+  if (CHECK_OK(parse("[\"/nvme0\"]", &c))) {
+    CHECK(!strcmp(c.zero.offload_optimizer.nvme_path, "/nvme0"));
+    CHECK_EQ(c.zero.offload_optimizer.n_nvme_paths, 1);
+  }
+  refused("[]", "zero_optimization.offload_optimizer.nvme_path: expected 1..16 directories, got 0");
+  refused("[\"/a\", 5]", "zero_optimization.offload_optimizer.nvme_path[1]: expected a directory");
+  refused("[\"/a\", \"\"]", "zero_optimization.offload_optimizer.nvme_path[1]: empty path");
+  refused("[\"/a\", \"/b\", \"/a\"]",
+          "zero_optimization.offload_optimizer.nvme_path[2]: '/a' is also entry 0");
+  refused("[\"/0\",\"/1\",\"/2\",\"/3\",\"/4\",\"/5\",\"/6\",\"/7\",\"/8\",\"/9\",\"/10\",\"/11\","
+          "\"/12\",\"/13\",\"/14\",\"/15\",\"/16\"]",
+          "expected 1..16 directories, got 17");
+  refused("{\"a\": 1}", "zero_optimization.offload_optimizer.nvme_path: expected a path string or "
+                        "a list of them");
+  return zo_test_finish("test_config_nvme_paths");
+}

@@ -415,6 +415,20 @@ static zo_status get_path(const parse_ctx *c, const char *path, const json_t *v,
   return ZO_OK;
 }
 
+unsigned zo_config_nvme_dirs(const zo_config_t *cfg, int which, const char **out) {
+  const char *first =
+      which ? cfg->zero.offload_param.nvme_path : cfg->zero.offload_optimizer.nvme_path;
+  const char *list =
+      which ? cfg->zero.offload_param.nvme_paths : cfg->zero.offload_optimizer.nvme_paths;
+  int n = which ? cfg->zero.offload_param.n_nvme_paths : cfg->zero.offload_optimizer.n_nvme_paths;
+  if (n < 2 || n > ZO_CONFIG_MAX_NVME_PATHS || strcmp(list, first) != 0) {
+    out[0] = first;
+    return 1;
+  }
+  for (int i = 0; i < n; i++, list += strlen(list) + 1) out[i] = list;
+  return (unsigned)n;
+}
+
 /* nvme_path: a string, null, or a list of 1..ZO_CONFIG_MAX_NVME_PATHS distinct directory strings
  * (the swap files striped across them): the first in @first, all NUL-separated in @list (*n of them;
  * 0 for a string). A bad entry is named by its index: "...nvme_path[1]". */

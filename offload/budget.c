@@ -380,39 +380,83 @@ static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const siz
   return ZO_OK;
 }
 
-/* NVMe lines, one per file system (both nvme_paths on one file system share a line), against statvfs f_bavail. */
+/* One offload block's NVMe need: its directories (several: the swap files striped across them), and the
+ * file system where it is tightest, with that file system's share of the bytes. */
+typedef struct nvme_want {
+  const char *dirs[ZO_CONFIG_MAX_NVME_PATHS];
+  unsigned n;
+  const char *key;
+  size_t bytes;   /* of the whole block */
+  const char *at; /* the directory on the tightest file system */
+  size_t need, avail;
+  dev_t fsid;
+} nvme_want;
+
+/* w's tightest file system: each directory holds 1/n of the bytes (rounded up, plus a stripe of
+ * @stripe bytes for the round-robin's tail), directories on one file system add up. */
+static void nvme_tightest(nvme_want *w, size_t stripe) {
+  size_t share = w->n > 1 ? add_sat(w->bytes / w->n + (w->bytes % w->n != 0), stripe) : w->bytes;
+  dev_t fs[ZO_CONFIG_MAX_NVME_PATHS];
+  size_t freeb[ZO_CONFIG_MAX_NVME_PATHS];
+  for (unsigned i = 0; i < w->n; i++) freeb[i] = fs_free(w->dirs[i], &fs[i]);
+  double worst = 0; /* the least room left (negative: short), over the directories' file systems */
+  for (unsigned i = 0; i < w->n; i++) {
+    size_t need = 0;
+    for (unsigned j = 0; j < w->n; j++)
+      if (fs[j] == fs[i]) need = add_sat(need, share);
+    const double room = (double)freeb[i] - (double)need;
+    if (i == 0 || room < worst) {
+      worst = room;
+      w->at = w->dirs[i], w->need = need, w->avail = freeb[i], w->fsid = fs[i];
+    }
+  }
+}
+
+/* NVMe lines, one per offload block at its tightest file system (both blocks on one directory, or one
+ * list, share a line), against statvfs f_bavail. */
 static void budget_nvme(const zo_config_t *c, const zo_plan *p, zo_budget *out) {
   char a[32], b2[32];
-  struct {
-    const char *path, *key;
-    size_t bytes;
-  } want[2] = {{c->zero.offload_optimizer.nvme_path,
-                "zero_optimization.offload_optimizer.nvme_path", p->nvme_bytes[0]},
-               {c->zero.offload_param.nvme_path, "zero_optimization.offload_param.nvme_path",
-                p->nvme_bytes[1]}};
-  dev_t fsid[2] = {0, 0};
+  nvme_want want[2] = {{.key = "zero_optimization.offload_optimizer.nvme_path",
+                        .bytes = p->nvme_bytes[0]},
+                       {.key = "zero_optimization.offload_param.nvme_path",
+                        .bytes = p->nvme_bytes[1]}};
+  const size_t stripe = (size_t)c->aio.block_size;
+  for (int k = 0; k < 2; k++) want[k].n = zo_config_nvme_dirs(c, k, want[k].dirs);
+  int same = want[0].n == want[1].n && want[0].bytes && want[1].bytes;
+  for (unsigned i = 0; same && i < want[0].n; i++) same = !strcmp(want[0].dirs[i], want[1].dirs[i]);
+  if (same) { /* one swap handle holds both: one need */
+    want[0].bytes = add_sat(want[0].bytes, want[1].bytes);
+    want[1].bytes = 0;
+  }
   zo_budget_line *ln[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
     if (!want[k].bytes) continue;
-    size_t freeb = fs_free(want[k].path, &fsid[k]);
-    if (k == 1 && ln[0] && fsid[1] == fsid[0]) {
-      ln[0]->engine_bytes = add_sat(ln[0]->engine_bytes, want[1].bytes);
-      ln[0]->need = add_sat(ln[0]->need, want[1].bytes);
+    nvme_tightest(&want[k], stripe);
+    if (k == 1 && ln[0] && want[0].n == 1 && want[1].n == 1 && want[1].fsid == want[0].fsid) {
+      ln[0]->engine_bytes = add_sat(ln[0]->engine_bytes, want[1].need);
+      ln[0]->need = add_sat(ln[0]->need, want[1].need);
       ln[1] = ln[0];
       continue;
     }
-    zo_budget_line *l = ln[k] = add_line(out, ZO_TIER_NVME, want[k].path);
-    l->engine_bytes = l->need = want[k].bytes;
-    l->available = freeb;
+    zo_budget_line *l = ln[k] = add_line(out, ZO_TIER_NVME, want[k].at);
+    l->engine_bytes = l->need = want[k].need;
+    l->available = want[k].avail;
     snprintf(l->source, sizeof l->source, "statvfs f_bavail");
   }
   for (int k = 0; k < 2; k++) {
     zo_budget_line *l = ln[k];
     if (!l || (k == 1 && l == ln[0]) || fits_in(l->need, l->available)) continue;
     l->fits = 0;
-    snprintf(l->advice, sizeof l->advice,
-             "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
-             hsize(a, sizeof a, l->need), want[k].path, hsize(b2, sizeof b2, l->available));
+    if (want[k].n > 1)
+      snprintf(l->advice, sizeof l->advice,
+               "the %u directories of %s each hold a share of the swap files: free %s on the file "
+               "system of %.200s (it has %s), or add directories on other drives",
+               want[k].n, want[k].key, hsize(a, sizeof a, l->need), want[k].at,
+               hsize(b2, sizeof b2, l->available));
+    else
+      snprintf(l->advice, sizeof l->advice,
+               "point %s at a file system with at least %s free (%.200s has %s)", want[k].key,
+               hsize(a, sizeof a, l->need), want[k].at, hsize(b2, sizeof b2, l->available));
   }
 }
 

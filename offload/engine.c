@@ -135,17 +135,6 @@ static zo_status create_comm(zo_engine_t *e, zo_comm_t *comm) {
   return ZO_OK;
 }
 
-/* The directories of an offload block's nvme_path into @out: its list when the list's first is still
- * nvme_path (a tool may have set nvme_path alone), else nvme_path. Returns how many. */
-static unsigned nvme_dirs(const char *first, const char *list, int n, const char **out) {
-  if (n < 2 || strcmp(list, first) != 0) {
-    out[0] = first;
-    return 1;
-  }
-  for (int i = 0; i < n && i < ZO_SWAP_MAX_PATHS; i++, list += strlen(list) + 1) out[i] = list;
-  return (unsigned)(n < ZO_SWAP_MAX_PATHS ? n : ZO_SWAP_MAX_PATHS);
-}
-
 /* The swap directories of the NVMe tiers: the optimizer state's and the
  * parameters' (one handle when both name the same directories), each swap
  * file striped across the directories of a list. */
@@ -162,13 +151,9 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
                      .progress_thread = 1};
   /* stripes of one aio block: each piece one request on one drive */
   if (cfg->aio.block_size % 4096 == 0) so.stripe_size = (size_t)cfg->aio.block_size;
-  const char *opath = cfg->zero.offload_optimizer.nvme_path,
-             *ppath = cfg->zero.offload_param.nvme_path;
-  const char *odirs[ZO_SWAP_MAX_PATHS], *pdirs[ZO_SWAP_MAX_PATHS];
-  const unsigned on = nvme_dirs(opath, cfg->zero.offload_optimizer.nvme_paths,
-                                cfg->zero.offload_optimizer.n_nvme_paths, odirs),
-                 pn = nvme_dirs(ppath, cfg->zero.offload_param.nvme_paths,
-                                cfg->zero.offload_param.n_nvme_paths, pdirs);
+  _Static_assert(ZO_CONFIG_MAX_NVME_PATHS <= ZO_SWAP_MAX_PATHS, "an nvme_path list fits a swap");
+  const char *odirs[ZO_CONFIG_MAX_NVME_PATHS], *pdirs[ZO_CONFIG_MAX_NVME_PATHS];
+  const unsigned on = zo_config_nvme_dirs(cfg, 0, odirs), pn = zo_config_nvme_dirs(cfg, 1, pdirs);
   int same = on == pn;
   for (unsigned i = 0; same && i < on; i++) same = !strcmp(odirs[i], pdirs[i]);
   zo_status st;
@@ -179,7 +164,7 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
     if (osw && same) {
       e->pswap = osw; /* one private directory per rank and path */
     } else {
-      if (!ppath[0])
+      if (!pdirs[0][0])
         return zo_error_set(ZO_ERR_CONFIG,
                             "zero_optimization.offload_param.nvme_path: required when "
                             "offload_param.device is \"nvme\"");

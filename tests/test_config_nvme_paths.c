@@ -1,6 +1,7 @@
 /*
  * test_config_nvme_paths.c - zero_optimization.offload_*.nvme_path as a string or a list: the list's
- * directories in order (nvme_path its first), a string unchanged, zo_config_describe showing the list,
+ * directories in order (nvme_path its first), a string unchanged, zo_config_describe and
+ * zo_config_nvme_dirs giving the list (one directory once nvme_path alone is overridden),
  * and bad lists (empty, too long, a non-string, an empty or repeated entry) refused naming the JSON path
  * and the entry's index. Exit 0 pass, 1 fail.
  */
@@ -41,6 +42,17 @@ int main(void) {
     char d[8192];
     zo_config_describe(&c, d, sizeof d);
     CHECK_HAS(d, "offload_optimizer.nvme_path = [/nvme0, /nvme1, /mnt/n2]");
+    const char *dirs[ZO_CONFIG_MAX_NVME_PATHS];
+    CHECK_EQ(zo_config_nvme_dirs(&c, 0, dirs), 3);
+    CHECK(!strcmp(dirs[2], "/mnt/n2"));
+    CHECK_EQ(zo_config_nvme_dirs(&c, 1, dirs), 1); /* offload_param: absent */
+    CHECK(!strcmp(dirs[0], ""));
+    /* a tool setting nvme_path alone (zo-train --nvme-path) gets that one directory */
+    snprintf(c.zero.offload_optimizer.nvme_path, sizeof c.zero.offload_optimizer.nvme_path, "/x");
+    CHECK_EQ(zo_config_nvme_dirs(&c, 0, dirs), 1);
+    CHECK(!strcmp(dirs[0], "/x"));
+    zo_config_describe(&c, d, sizeof d);
+    CHECK_HAS(d, "offload_optimizer.nvme_path = /x\n");
   }
   /* a string: as before, no list */
   if (CHECK_OK(parse("\"/nvme0\"", &c))) {

@@ -56,6 +56,25 @@ same resume-one one
 run one-save "$work/one.json" --steps 10 --save "$work/ck2"
 run resume-striped "$work/striped.json" --resume "$work/ck2"
 same resume-striped one
+# the start-up budget: a list on two file systems needs each one's share (half the swap files and a stripe),
+# not the whole on the first; checked with --dry-run against --assume-nvme-free at that share and one byte less
+shm=
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && shm=$(mktemp -d /dev/shm/zo-stripe.XXXXXX); then
+  trap 'rm -rf "$work" "$shm"' EXIT
+  conf "[\"$work/a\", \"$shm\"]" >"$work/two-fs.json"
+  "$zo" --config "$work/two-fs.json" --data "$corpus" --dry-run >"$work/dry.out" 2>&1 ||
+    { cat "$work/dry.out"; fail "dry run of two file systems exited non-zero"; }
+  total=$(awk '$1 == "nvme" && $2 ~ /\.swp$/ {s += $4} END {print s + 0}' "$work/dry.out")
+  need=$(awk '$1 == "nvme" && $2 ~ /^[0-9]+$/ {print $2; exit}' "$work/dry.out")
+  want=$((total / 2 + (total % 2) + 65536)) # aio.block_size 65536 in the tiny config
+  [ "$total" -gt 0 ] && [ "$need" = "$want" ] ||
+    fail "nvme need $need on two file systems, want half of $total + a stripe = $want: $(grep '^nvme' "$work/dry.out")"
+  "$zo" --config "$work/two-fs.json" --data "$corpus" --dry-run --assume-nvme-free "$need" >/dev/null 2>&1 ||
+    fail "two file systems with $need bytes free each: refused"
+  "$zo" --config "$work/two-fs.json" --data "$corpus" --dry-run --assume-nvme-free $((need - 1)) >/dev/null 2>&1 &&
+    fail "two file systems with $((need - 1)) bytes free each: accepted"
+  echo "ok   budget: $need bytes on each of two file systems for $total bytes of swap files"
+fi
 # bad entries: named by path and index
 conf "[\"$work/a\", 5]" >"$work/bad.json"
 "$zo" --config "$work/bad.json" --data "$corpus" --steps 1 >"$work/bad.out" 2>&1 && fail "nvme_path [dir, 5] accepted"

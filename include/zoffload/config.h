@@ -359,6 +359,16 @@ ZO_API zo_status zo_config_parse(const char *json_text, size_t len, const char *
                                  const zo_config_opts *opts, zo_config_t *cfg);
 
 /*
+ * zo_config_nvme_dirs() - the directories an offload block's swap files live
+ * in: @which 0 is zero_optimization.offload_optimizer, 1 offload_param. With
+ * an nvme_path list whose first entry is still nvme_path, every entry, in
+ * order (the files are striped across them); else nvme_path alone ("" when
+ * absent). @out[ZO_CONFIG_MAX_NVME_PATHS] receives pointers into @cfg (valid
+ * while it is). Returns how many (>= 1). Thread-safe (reads @cfg).
+ */
+ZO_API unsigned zo_config_nvme_dirs(const zo_config_t *cfg, int which, const char **out);
+
+/*
  * zo_config_sizeof() - sizeof(zo_config_t) in this library, for bindings
  * (ctypes, cffi) that hold a config in a buffer of their own. Thread-safe.
  */

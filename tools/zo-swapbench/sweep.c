@@ -61,13 +61,17 @@ static void progress(const char *what) {
   fmt_hms(eta, etas, sizeof etas);
   unsigned pct = g_steps ? (unsigned)((uint64_t)g_step * 100 / g_steps) : 0;
   if (g_tty) {
-    const int width = 24;
+    /* one line of at most 79 columns, redrawn in place: the bar, the counts, then what runs, cut to fit */
+    const int width = 16;
     unsigned filled = g_steps ? (unsigned)((uint64_t)g_step * width / g_steps) : 0;
-    char bar[64];
+    char bar[32], head[96];
     for (int i = 0; i < width; i++) bar[i] = i < (int)filled ? '#' : '.';
     bar[width] = 0;
-    fprintf(stderr, "\r[%s] %u/%u %3u%% %s elapsed, %.1f/s, ETA %-8s %-36.36s", bar, g_step,
-            g_steps, pct, els, rate, etas, what);
+    int n = snprintf(head, sizeof head, "[%s] %u/%u %u%% %s elapsed, %.1f/s, ETA %s ", bar, g_step,
+                     g_steps, pct, els, rate, etas);
+    int room = 79 - n;
+    if (room < 0) room = 0;
+    fprintf(stderr, "\r%s%-*.*s", head, room, room, what);
     fflush(stderr);
   } else if (g_last_line < 0 || now - g_last_line >= SB_PROGRESS_EVERY_S) {
     fprintf(stderr,
@@ -80,7 +84,7 @@ static void progress(const char *what) {
 static void progress_done(void) {
   char els[32];
   fmt_hms(zo_clock_s() - g_t0, els, sizeof els);
-  if (g_tty) fprintf(stderr, "\r%-118s\r", "");
+  if (g_tty) fprintf(stderr, "\r%-79s\r", "");
   fprintf(stderr, "zo-swapbench: %u of %u measurements in %s\n", g_step, g_steps, els);
 }
 

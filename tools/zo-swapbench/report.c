@@ -272,6 +272,14 @@ static void print_best(const opts *o, int use_fio) {
         printf("  striping across the directories gave %.2fx one directory's %s here: keep one\n",
                st->gbps / single, op_name[op]);
       }
+      if (st && pick->block_size != o->stripe) {
+        char bss[32], sts[32];
+        fmt_size(pick->block_size, bss, sizeof bss);
+        fmt_size(o->stripe, sts, sizeof sts);
+        printf("  (the engine stripes in aio.block_size pieces, %s; this run striped in %s: "
+               "--stripe-size %s measures that)\n",
+               bss, sts, bss);
+      }
     }
   }
 }

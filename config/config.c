@@ -429,6 +429,32 @@ unsigned zo_config_nvme_dirs(const zo_config_t *cfg, int which, const char **out
   return (unsigned)n;
 }
 
+/* With both blocks on nvme: the same directories (one swap handle serves both), or none in common (each
+ * block's handle owns its private directory in each of its directories). */
+static zo_status check_nvme_lists(const parse_ctx *c, const zo_config_t *cfg) {
+  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NVME ||
+      cfg->zero.offload_param.device != ZO_OFFLOAD_NVME)
+    return ZO_OK;
+  const char *o[ZO_CONFIG_MAX_NVME_PATHS], *p[ZO_CONFIG_MAX_NVME_PATHS];
+  const unsigned no = zo_config_nvme_dirs(cfg, 0, o), np = zo_config_nvme_dirs(cfg, 1, p);
+  int same = no == np;
+  for (unsigned i = 0; same && i < no; i++) same = !strcmp(o[i], p[i]);
+  if (same) return ZO_OK;
+  for (unsigned i = 0; i < np; i++)
+    for (unsigned j = 0; j < no; j++)
+      if (!strcmp(p[i], o[j])) {
+        char at[128], idx[16] = "";
+        if (np > 1) snprintf(idx, sizeof idx, "[%u]", i);
+        snprintf(at, sizeof at, "zero_optimization.offload_param.nvme_path%s", idx);
+        return cfg_err(c, at,
+                       "'%s' is also in zero_optimization.offload_optimizer.nvme_path, whose "
+                       "directories differ: give both blocks the same directories, or none in "
+                       "common",
+                       p[i]);
+      }
+  return ZO_OK;
+}
+
 /* nvme_path: a string, null, or a list of 1..ZO_CONFIG_MAX_NVME_PATHS distinct directory strings
  * (the swap files striped across them): the first in @first, all NUL-separated in @list (*n of them;
  * 0 for a string). A bad entry is named by its index: "...nvme_path[1]". */
@@ -1185,6 +1211,7 @@ static zo_status parse_zero(const parse_ctx *c, const json_t *blk, zo_config_t *
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME && !cfg->zero.offload_param.nvme_path[0])
     return cfg_err(c, "zero_optimization.offload_param.nvme_path",
                    "required when device is \"nvme\"");
+  ZO_CHECK(check_nvme_lists(c, cfg));
   if (!seen.overlap_given)
     cfg->zero.overlap_comm = cfg->zero.stage == 3; /* DeepSpeed's stage-dependent default */
   return ZO_OK;

@@ -786,10 +786,9 @@ zo_status zo_swap_create_striped(const char *const *nvme_paths, unsigned n_paths
   enum ring_mode ring_mode = RING_AUTO;
   ZO_CHECK(create_check_paths(nvme_paths, n_paths,
                               opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD));
-  for (unsigned i = 0; i < n_paths; i++) {
-    zo_status st = create_check_args(nvme_paths[i], opts, &block, &qd, &rank, &ring_mode);
-    if (st != ZO_OK) return n_paths > 1 ? zo_error_prefix(st, "nvme_path[%u]", i) : st;
-  }
+  if (n_paths > 1) ZO_CHECK(zo_swap_paths_check(nvme_paths, n_paths));
+  for (unsigned i = 0; i < n_paths; i++)
+    ZO_CHECK(create_check_args(nvme_paths[i], opts, &block, &qd, &rank, &ring_mode));
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");

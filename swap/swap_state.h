@@ -189,8 +189,11 @@ void zo_swap_crc_forget(zo_swap_file_t *f, uint64_t off, uint64_t nbytes);
 /* Directory @i of the handle (0: pdir). */
 zo_swap_dir_t *zo_swap_dir_at(zo_swap_t *sw, unsigned i);
 
-/* Open the private directories of @paths[1..n) as sw->xdirs (n_dirs = n); refuses a directory given
- * twice. Sets the last error. */
+/* Each of @paths[n] an existing directory, none given twice (another spelling included); errors
+ * name the entry's index. Sets the last error. */
+zo_status zo_swap_paths_check(const char *const *paths, unsigned n);
+
+/* Open the private directories of @paths[1..n) as sw->xdirs (n_dirs = n). Sets the last error. */
 zo_status zo_swap_dirs_open(zo_swap_t *sw, const char *const *paths, unsigned n, int rank);
 
 /* Close the other directories (zo_swap_dir_close each); safe when none. */

@@ -17,13 +17,12 @@ zo_swap_dir_t *zo_swap_dir_at(zo_swap_t *sw, unsigned i) {
   return i == 0 ? &sw->pdir : &sw->xdirs[i - 1];
 }
 
-zo_status zo_swap_dirs_open(zo_swap_t *sw, const char *const *paths, unsigned n, int rank) {
-  sw->n_dirs = 1;
-  if (n < 2) return ZO_OK;
+zo_status zo_swap_paths_check(const char *const *paths, unsigned n) {
   /* The same directory twice (another spelling of it included) would collide on its private
    * directory: name both entries instead of reporting a live owner. */
   struct stat st[ZO_SWAP_MAX_PATHS];
-  for (unsigned i = 0; i < n; i++) {
+  for (unsigned i = 0; i < n && i < ZO_SWAP_MAX_PATHS; i++) {
+    if (!paths[i][0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path[%u] is empty", i);
     if (stat(paths[i], &st[i]) != 0)
       return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path[%u] '%s': %s", i, paths[i],
                           strerror(errno));
@@ -37,6 +36,12 @@ zo_status zo_swap_dirs_open(zo_swap_t *sw, const char *const *paths, unsigned n,
                             "give each directory once",
                             i, paths[i], j, paths[j]);
   }
+  return ZO_OK;
+}
+
+zo_status zo_swap_dirs_open(zo_swap_t *sw, const char *const *paths, unsigned n, int rank) {
+  sw->n_dirs = 1;
+  if (n < 2) return ZO_OK;
   sw->xdirs = calloc(n - 1, sizeof *sw->xdirs);
   if (!sw->xdirs)
     return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for %u directories", n);

@@ -74,5 +74,27 @@ int main(void) {
           "expected 1..16 directories, got 17");
   refused("{\"a\": 1}", "zero_optimization.offload_optimizer.nvme_path: expected a path string or "
                         "a list of them");
+  /* both blocks on nvme: the same list, or no directory in common */
+  static const char *const blocks =
+      "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+      "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": %s}, "
+      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": %s}}}";
+  const char *cases[][3] = {{"[\"/a\", \"/b\"]", "[\"/a\", \"/b\"]", NULL},
+                            {"[\"/a\", \"/b\"]", "[\"/c\", \"/d\"]", NULL},
+                            {"\"/a\"", "\"/a\"", NULL},
+                            {"[\"/a\", \"/b\"]", "[\"/c\", \"/b\"]",
+                             "zero_optimization.offload_param.nvme_path[1]: '/b' is also in"},
+                            {"[\"/a\", \"/b\"]", "\"/a\"",
+                             "zero_optimization.offload_param.nvme_path: '/a' is also in"}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char json[1024];
+    snprintf(json, sizeof json, blocks, cases[k][0], cases[k][1]);
+    zo_status st = zo_config_parse(json, strlen(json), "t.json", NULL, &c);
+    if (!cases[k][2]) {
+      CHECK_OK(st);
+    } else if (CHECK_ST(st, ZO_ERR_CONFIG)) {
+      CHECK_HAS(zo_last_error(), cases[k][2]);
+    }
+  }
   return zo_test_finish("test_config_nvme_paths");
 }

@@ -5,7 +5,7 @@
 # byte-size flag of zo-train takes a size with a unit (80G) and refuses junk naming the flag.
 # Exit 0 pass, 1 fail.
 set -u
-train=$1 stepbench=$2 adambench=$3 arenabench=$4 report=$5 cfg=$6
+train=$1 stepbench=$2 adambench=$3 arenabench=$4 report=$5 cfg=$6 swapbench=$7
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-flags.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -46,6 +46,10 @@ expect "zo-train --steps (no value)" "$t --steps needs a value $h" "$train" --st
 expect "zo-train --sa" "$t flag --sa is ambiguous: --save, --save-every $h" "$train" --sa x
 expect "zo-stepbench --steps (no value)" "zo-stepbench: error: --steps needs a value (zo-stepbench --help lists the flags)" \
   "$stepbench" --steps
+expect "zo-swapbench --pth" \
+  "zo-swapbench: error: unknown flag --pth; did you mean --path? (zo-swapbench --help lists the flags)" "$swapbench" --pth /tmp
+expect "zo-swapbench --path (no value)" \
+  "zo-swapbench: error: --path needs a value (zo-swapbench --help lists the flags)" "$swapbench" --path
 expect "zo-arenabench --rounds (no value)" \
   "zo-arenabench: error: --rounds needs a value (zo-arenabench --help lists the flags)" "$arenabench" --rounds
 

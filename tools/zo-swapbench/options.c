@@ -179,7 +179,8 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
                                      {"stripe-size", required_argument, 0, O_STRIPE},
                                      {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  opterr = 0; /* zo_tool_option_error() says it in one line, with the nearest flag */
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     switch (c) {
       case O_PATH_:
         if (zo_tool_split_list(optarg, path_add, o, NULL, 0) <= 0) {
@@ -228,7 +229,7 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
         break;
       case 'h':
       case O_HELP: usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default: return zo_tool_option_error("zo-swapbench", c, argc, argv, lo);
     }
   }
   if (optind < argc) {

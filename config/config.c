@@ -18,7 +18,7 @@
 #include "config_auto.h"
 #include "config_internal.h"
 #include "zoffload/config.h"
-#include "zoffload/units.h"
+#include "zoffload/parse.h"
 #include "zoffload/dtype.h"
 
 /* ---------- messages ---------- */

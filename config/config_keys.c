@@ -10,38 +10,17 @@
 #include <string.h>
 
 #include "base_internal.h"
+#include "zoffload/parse.h"
 #include "config_internal.h"
 
 /* Unknown keys named one warning line each; the rest are counted into one summary line at the end. */
 #define UNKNOWN_NAMED 8
 
 /* Keys longer than this get no suggestion (and cost nothing to compare). */
-#define KEY_DIST_LEN 64
+#define KEY_DIST_LEN ZO_NAME_DIST_MAX
 
-/*
- * key_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent characters, each
- * counting 1: "enabeld" -> "enabled" is 1) between @a and @b, byte-wise; KEY_DIST_LEN when either is longer.
- */
-static int key_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n >= KEY_DIST_LEN || m >= KEY_DIST_LEN) return KEY_DIST_LEN;
-  int rows[3][KEY_DIST_LEN + 1]; /* rows i-2, i-1, i of the DP table, used round robin */
-  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int d = up[j - 1] + cost;
-      if (up[j] + 1 < d) d = up[j] + 1;
-      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
-        d = up2[j - 2] + 1;
-      cur[j] = d;
-    }
-  }
-  return rows[n % 3][m];
-}
+/* key_distance() - zo_name_distance() of two whole keys. */
+static int key_distance(const char *a, const char *b) { return zo_name_distance(a, strlen(a), b); }
 
 /*
  * closest_key() - the known key nearest @key: within 2 edits, and at most a third of the longer name's length (so

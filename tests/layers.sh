@@ -8,7 +8,7 @@
 #   3 offload/ + engine.h budget.h checkpoint.h plan.h placement.h speeds.h handover.h zoffload.h   (the engine)
 #   2 host/ config/ swap/ cpu_adam/ comm/ + pinned.h config.h swap.h adam.h comm.h   (comm/ runs on gpu/'s devices)
 #   1 gpu/ + device.h arena.h                  (host/ uses gpu/'s cuda_host.h hook)
-#   0 base/ + status.h dtype.h units.h
+#   0 base/ + status.h dtype.h parse.h
 #
 # Peers of one layer (swap and cpu_adam, say) do not include each other, and the
 # tools and models/ use the library through its public headers only (as a user
@@ -21,7 +21,7 @@ cd "${1:-.}" || exit 1
 
 declare -A layer module
 # Public headers: the module and layer each belongs to.
-for h in status dtype units; do module[include/zoffload/$h.h]=base; done
+for h in status dtype parse; do module[include/zoffload/$h.h]=base; done
 for h in device arena; do module[include/zoffload/$h.h]=gpu; done
 module[include/zoffload/comm.h]=comm
 module[include/zoffload/pinned.h]=host

@@ -40,7 +40,7 @@
 #include "zoffload/plan.h"
 #include "zoffload/checkpoint.h"
 #include "zoffload/speeds.h"
-#include "zoffload/units.h"
+#include "zoffload/parse.h"
 
 #define ZOFFLOAD_VERSION_MAJOR 0
 #define ZOFFLOAD_VERSION_MINOR 1

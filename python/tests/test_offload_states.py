@@ -17,6 +17,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT, batches, config, corpus  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _zoffload_records(caplog):
+    """The zoffload logger has its own handler and does not propagate to the root (as DeepSpeed's): its records
+    are handed to caplog's handler too."""
+    lg = logging.getLogger("zoffload")
+    lg.addHandler(caplog.handler)
+    yield
+    lg.removeHandler(caplog.handler)
+
+
 def _engine(tmp_path, stage=2, tier="cpu"):
     torch.manual_seed(7)
     if tier == "nvme":

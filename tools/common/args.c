@@ -15,7 +15,7 @@
 
 #include "args.h"
 
-#include "zoffload/units.h"
+#include "zoffload/parse.h"
 
 int zo_tool_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end = NULL;
@@ -83,31 +83,12 @@ int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void
 }
 
 /* Longest flag name zo_tool_nearest_option() compares; longer words suggest nothing. */
-#define OPT_DIST_LEN 64
+#define OPT_DIST_LEN ZO_NAME_DIST_MAX
 
-/*
- * opt_distance() - optimal string alignment distance (Levenshtein plus the swap of two adjacent
- * characters, each counting 1) between @a (its first @n bytes) and @b; OPT_DIST_LEN when either
- * is longer. The rule the config's key suggestions use (config/config_keys.c).
- */
+/* opt_distance() - the config's key-suggestion rule (zo_name_distance, zoffload/parse.h) on the first @n
+ * bytes of @a. */
 static int opt_distance(const char *a, size_t n, const char *b) {
-  const size_t m = strlen(b);
-  if (n >= OPT_DIST_LEN || m >= OPT_DIST_LEN) return OPT_DIST_LEN;
-  int rows[3][OPT_DIST_LEN + 1]; /* rows i-2, i-1, i of the table, used round robin */
-  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int d = up[j - 1] + (a[i - 1] != b[j - 1]);
-      if (up[j] + 1 < d) d = up[j] + 1;
-      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
-        d = up2[j - 2] + 1;
-      cur[j] = d;
-    }
-  }
-  return rows[n % 3][m];
+  return zo_name_distance(a, n, b);
 }
 
 /* zo_tool_nearest_option() on the first @n bytes of @word. */

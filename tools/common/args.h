@@ -37,7 +37,7 @@ int zo_tool_parse_double(const char *s, double lo, double hi, double *out);
 /*
  * zo_tool_parse_bytes() - the tools' one parser of byte-size flags (zo-train --device-memory-limit,
  * zo-stepbench --block-size, zo-arenabench --capacity, zo-swapbench --size, ...): the library's
- * zo_parse_bytes() (zoffload/units.h), the same the config's byte keys go through: "4K" = 4096,
+ * zo_parse_bytes() (zoffload/parse.h), the same the config's byte keys go through: "4K" = 4096,
  * "64MiB", "80G" = 80 x 2^30, "1GB" = 10^9, "1.5G"; zero accepted (callers that need more check).
  * Returns 0 with *@out set, or -1 (*@out unchanged; the caller prints its own message).
  */

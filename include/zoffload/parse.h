@@ -1,12 +1,14 @@
 /*
- * units.h - the one byte-size parser of zoffload: the config's byte keys
- * (zoffload.device_memory_limit, device_arena_bytes, placement_host_bytes)
- * and every size flag of the tools read sizes through it, so "80G" means the
- * same in a config and on a command line.
+ * parse.h - what users type, read one way everywhere: byte sizes (the
+ * config's byte keys zoffload.device_memory_limit, device_arena_bytes,
+ * placement_host_bytes, and every size flag of the tools, so "80G" means the
+ * same in a config and on a command line) and the distance between names
+ * behind every "did you mean" (unknown config keys, unknown tool flags).
  */
-#ifndef ZOFFLOAD_UNITS_H
-#define ZOFFLOAD_UNITS_H
+#ifndef ZOFFLOAD_PARSE_H
+#define ZOFFLOAD_PARSE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "zoffload/status.h"
@@ -30,6 +32,19 @@ extern "C" {
  * forms; *@out unchanged then. Thread-safe; no allocation.
  */
 ZO_API zo_status zo_parse_bytes(const char *s, uint64_t *out);
+
+/* Longest name zo_name_distance() compares. */
+#define ZO_NAME_DIST_MAX 64
+
+/*
+ * zo_name_distance() - the optimal string alignment distance (Levenshtein
+ * plus the swap of two adjacent characters, each counting 1: "enabeld" ->
+ * "enabled" is 1) between the first @n bytes of @a and the string @b,
+ * byte-wise, case-sensitive; ZO_NAME_DIST_MAX when either is that long or
+ * longer. Source: Damerau (1964), the restricted form (no substring edited
+ * twice). Thread-safe; no allocation; @a and @b not NULL.
+ */
+ZO_API int zo_name_distance(const char *a, size_t n, const char *b);
 
 #ifdef __cplusplus
 }

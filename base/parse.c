@@ -1,13 +1,13 @@
 /*
- * units.c - zo_parse_bytes(), the byte-size parser shared by the config and the tools
- * (include/zoffload/units.h).
+ * parse.c - zo_parse_bytes(), the byte-size parser shared by the config and the tools, and
+ * zo_name_distance(), the edit distance of every "did you mean" (include/zoffload/parse.h).
  */
 #include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
 #include "base_internal.h"
-#include "zoffload/units.h"
+#include "zoffload/parse.h"
 
 #define FORMS                                                                                   \
   "digits with an optional fraction and unit: K M G T or KiB MiB GiB TiB (powers of 1024), KB " \
@@ -62,4 +62,24 @@ zo_status zo_parse_bytes(const char *s, uint64_t *out) {
     return ZO_OK;
   }
   return bad(s);
+}
+
+int zo_name_distance(const char *a, size_t n, const char *b) {
+  const size_t m = strlen(b);
+  if (n >= ZO_NAME_DIST_MAX || m >= ZO_NAME_DIST_MAX) return ZO_NAME_DIST_MAX;
+  int rows[3][ZO_NAME_DIST_MAX + 1]; /* rows i-2, i-1, i of the table, used round robin */
+  for (size_t j = 0; j <= m; j++) rows[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int *cur = rows[i % 3], *up = rows[(i + 2) % 3], *up2 = rows[(i + 1) % 3];
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int d = up[j - 1] + (a[i - 1] != b[j - 1]);
+      if (up[j] + 1 < d) d = up[j] + 1;
+      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+        d = up2[j - 2] + 1;
+      cur[j] = d;
+    }
+  }
+  return rows[n % 3][m];
 }

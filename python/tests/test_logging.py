@@ -7,6 +7,7 @@ import ctypes
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -350,7 +351,10 @@ def test_two_ranks_under_the_launcher(tmp_path):
     script = tmp_path / "two.py"
     script.write_text(TWO_RANKS)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    r = subprocess.run([sys.executable, "-m", "zoffload.launcher", "--num_gpus", "2", "--master_port", "29633",
+    with socket.socket() as so:  # a port nobody listens on now (a fixed one met another test's rendezvous)
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    r = subprocess.run([sys.executable, "-m", "zoffload.launcher", "--num_gpus", "2", "--master_port", str(port),
                         "--no_local_rank", str(script)], capture_output=True, text=True, timeout=240,
                        env=dict(env, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -156,7 +156,6 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
 
   int use_fio = !o.no_fio && have_program("fio");
-  g_tty = isatty(STDERR_FILENO);
   setvbuf(stdout, NULL, _IOLBF, 0); /* a pipe gets each line as it is printed */
   catch_signals();
   make_targets(&o);

@@ -150,7 +150,6 @@ extern volatile sig_atomic_t g_stop; /* the first SIGINT / SIGTERM, 0 while none
 extern zo_device_t *g_dev;           /* the device of the read pass */
 extern linkbench g_link;             /* its link limit, measured at the pass's chunk size */
 extern dev_pass g_pass;
-extern int g_tty; /* stderr is a terminal: draw the progress bar (sweep.c) */
 extern bench_target g_targets[SB_MAX_PATHS + 1];
 extern int g_ntargets;
 

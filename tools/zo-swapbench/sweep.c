@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "progress.h"
 #include "swapbench.h"
 
 bench_target g_targets[SB_MAX_PATHS + 1];
@@ -31,62 +32,17 @@ static result *res_add(void) {
   return r;
 }
 
-/* ---- progress: a bar on a terminal, a line every SB_PROGRESS_EVERY_S seconds on a pipe (stderr) -- */
+/* ---- progress: the tools' progress line (tools/common/progress.h), one line every SB_PROGRESS_EVERY_S on a pipe */
 
 #define SB_PROGRESS_EVERY_S 10.0
 
-int g_tty;
-static unsigned g_steps, g_step;
-static double g_t0, g_last_line = -1;
+static zo_tool_progress g_prog;
+static int64_t g_step; /* measurements (and file fills) started so far */
 
-/* "1:05", "1:02:03", or "-" for a negative time. */
-static void fmt_hms(double s, char *out, size_t n) {
-  if (s < 0 || !isfinite(s)) {
-    snprintf(out, n, "-");
-    return;
-  }
-  unsigned long t = (unsigned long)(s + 0.5);
-  if (t >= 3600)
-    snprintf(out, n, "%lu:%02lu:%02lu", t / 3600, t / 60 % 60, t % 60);
-  else
-    snprintf(out, n, "%lu:%02lu", t / 60, t % 60);
-}
+static void progress(const char *what) { zo_tool_progress_update(&g_prog, g_step, what); }
 
-static void progress(const char *what) {
-  const double now = zo_clock_s(), el = now - g_t0;
-  const double rate = g_step && el > 0 ? g_step / el : 0;
-  const double eta = rate > 0 ? (g_steps - g_step) / rate : -1;
-  char els[32], etas[32];
-  fmt_hms(el, els, sizeof els);
-  fmt_hms(eta, etas, sizeof etas);
-  unsigned pct = g_steps ? (unsigned)((uint64_t)g_step * 100 / g_steps) : 0;
-  if (g_tty) {
-    /* one line of at most 79 columns, redrawn in place: the bar, the counts, then what runs, cut to fit */
-    const int width = 16;
-    unsigned filled = g_steps ? (unsigned)((uint64_t)g_step * width / g_steps) : 0;
-    char bar[32], head[96];
-    for (int i = 0; i < width; i++) bar[i] = i < (int)filled ? '#' : '.';
-    bar[width] = 0;
-    int n = snprintf(head, sizeof head, "[%s] %u/%u %u%% %s elapsed, %.1f/s, ETA %s ", bar, g_step,
-                     g_steps, pct, els, rate, etas);
-    int room = 79 - n;
-    if (room < 0) room = 0;
-    fprintf(stderr, "\r%s%-*.*s", head, room, room, what);
-    fflush(stderr);
-  } else if (g_last_line < 0 || now - g_last_line >= SB_PROGRESS_EVERY_S) {
-    fprintf(stderr,
-            "zo-swapbench: %u/%u measurements (%u%%), %s elapsed, %.1f/s, ETA %s; now: %s\n",
-            g_step, g_steps, pct, els, rate, etas, what);
-    g_last_line = now;
-  }
-}
-
-static void progress_done(void) {
-  char els[32];
-  fmt_hms(zo_clock_s() - g_t0, els, sizeof els);
-  if (g_tty) fprintf(stderr, "\r%-79s\r", "");
-  fprintf(stderr, "zo-swapbench: %u of %u measurements in %s\n", g_step, g_steps, els);
-}
+/* A line of its own on stderr: the bar, when one is drawn, is cleared first. */
+#define sb_note(...) (zo_tool_progress_end(&g_prog), fprintf(stderr, __VA_ARGS__))
 
 /* ---- the sweep ---------------------------------------------------------------------------------------- */
 
@@ -291,8 +247,8 @@ static int sweep_target(const opts *o, int ti, int use_fio) {
             meas m;
             int rc = measure(o, r, k < nv ? &zb[k] : NULL, path, direct, &m);
             if (rc != 0) {
-              fprintf(stderr, "%szo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", g_tty ? "\n" : "",
-                      eng_name[r->engine], op_name[op], bs, qd, r->note);
+              sb_note("zo-swapbench: %s %s bs=%" PRIu64 " qd=%u: %s\n", eng_name[r->engine],
+                      op_name[op], bs, qd, r->note);
               sl[k].failed = 1;
               continue;
             }
@@ -310,8 +266,7 @@ static int sweep_target(const opts *o, int ti, int use_fio) {
   if (ti == 0 && !g_stop && nv > 0) {
     progress("nvme -> pinned -> device read pass");
     if (device_pass(&zb[0], o, &g_pass) != 0 && !g_stop) {
-      fprintf(stderr, "%szo-swapbench: nvme -> pinned -> device read pass: %s\n", g_tty ? "\n" : "",
-              g_pass.note);
+      sb_note("zo-swapbench: nvme -> pinned -> device read pass: %s\n", g_pass.note);
       failures++;
     }
   }
@@ -323,21 +278,24 @@ int run_sweep(const opts *o, int use_fio) {
   variant vars[4];
   int nv = variants(vars);
   int nops = o->do_op[OP_READ] + o->do_op[OP_WRITE];
-  g_steps = 0;
+  int64_t total = 0;
   for (int ti = 0; ti < g_ntargets; ti++)
-    g_steps += (unsigned)(nv + o->n_bs * o->n_qd * nops * o->reps *
-                                   n_engines(o, &g_targets[ti], nv, use_fio));
+    total += nv + (int64_t)o->n_bs * o->n_qd * nops * o->reps *
+                      n_engines(o, &g_targets[ti], nv, use_fio);
   g_step = 0;
-  g_t0 = zo_clock_s();
+  zo_tool_progress_start(&g_prog, "zo-swapbench", "measurements", total, SB_PROGRESS_EVERY_S);
   int failures = 0;
   for (int ti = 0; ti < g_ntargets && !g_stop; ti++) {
     int f = sweep_target(o, ti, use_fio);
     if (f < 0) {
-      if (g_tty) fprintf(stderr, "\n");
+      zo_tool_progress_end(&g_prog);
       return -1;
     }
     failures += f;
   }
-  progress_done();
+  zo_tool_progress_end(&g_prog);
+  char el[32];
+  fprintf(stderr, "zo-swapbench: %" PRId64 " of %" PRId64 " measurements in %s\n", g_step,
+          g_prog.total, zo_tool_duration(zo_clock_s() - g_prog.t0, el, sizeof el));
   return failures;
 }

@@ -27,6 +27,7 @@
 #include <liburing.h>
 
 #include "args.h"
+#include "fsname.h"
 #include "zoffload/adam.h"
 #include "zoffload/config.h"
 #include "zoffload/device.h"
@@ -514,13 +515,7 @@ static json_t *report_path(const char *dir) {
   struct statfs sf;
   if (statfs(dir, &sf) == 0) {
     char fs[32];
-    snprintf(fs, sizeof fs, "0x%lx", (unsigned long)sf.f_type);
-    const char *name = sf.f_type == 0xEF53       ? "ext4"
-                       : sf.f_type == 0x58465342 ? "xfs"
-                       : sf.f_type == 0x9123683E ? "btrfs"
-                       : sf.f_type == 0x01021994 ? "tmpfs"
-                       : sf.f_type == 0x794c7630 ? "overlayfs"
-                                                 : fs;
+    const char *name = zo_tool_fs_name((unsigned long)sf.f_type, fs, sizeof fs);
     json_object_set_new(o, "filesystem", json_string(name));
     json_object_set_new(o, "block_size", json_integer((json_int_t)sf.f_bsize));
     json_object_set_new(o, "free_bytes",

@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "fsname.h"
 #include "swapbench.h"
 
 /* ---- the run's state (swapbench.h) --------------------------------------------------------------- */
@@ -59,25 +60,6 @@ static int open_device(const opts *o) {
   return 1;
 }
 
-/* The file system's name for statfs' f_type (the ones a swap directory is likely on), else its number. */
-static const char *fs_name(unsigned long type, char *buf, size_t n) {
-  switch (type) {
-    case 0xEF53: return "ext4";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
-    case 0x2fc12fc1: return "zfs";
-    case 0xca451a4e: return "bcachefs";
-    case 0x01021994: return "tmpfs";
-    case 0x858458f6: return "ramfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x6969: return "nfs";
-    case 0xff534d42: return "cifs";
-    case 0x65735546: return "fuse";
-    case 0x01021997: return "9p";
-    default: snprintf(buf, n, "0x%lx", type); return buf;
-  }
-}
-
 /* Warn about a directory whose figures are not a drive's: tmpfs or ramfs (memory), or a file system
  * that is not on a block device (network, FUSE, an overlay). btrfs and zfs report an anonymous
  * device number for a real disk: not warned. Returns the device number (0 when unknown). */
@@ -87,13 +69,13 @@ static dev_t check_path(const char *path) {
   if (statfs(path, &sf) != 0 || stat(path, &st) != 0) return 0; /* the swap layer names the error */
   char buf[32];
   unsigned long type = (unsigned long)sf.f_type;
-  const char *fs = fs_name(type, buf, sizeof buf);
-  if (type == 0x01021994 || type == 0x858458f6)
+  const char *fs = zo_tool_fs_name(type, buf, sizeof buf);
+  if (zo_tool_fs_is_memory(type))
     fprintf(stderr,
             "zo-swapbench: warning: %s is on %s, which is memory: these figures measure RAM, "
             "not a drive; point --path at a directory on the NVMe drive\n",
             path, fs);
-  else if (major(st.st_dev) == 0 && type != 0x9123683E && type != 0x2fc12fc1 && type != 0xca451a4e)
+  else if (major(st.st_dev) == 0 && !zo_tool_fs_anon_dev(type))
     fprintf(stderr,
             "zo-swapbench: warning: %s is on %s, not on a block device: these figures include "
             "that layer and are not a drive's own\n",

@@ -5,12 +5,13 @@ chunks of the 2 MiB slots, in place, reductions in rank order, operations in fli
 in opposite orders by the two ranks, and no callback collective after the set-up (the callbacks still carry the
 set-up and the split). A peer that dies leaves an error, not a hang."""
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from test_comm import _free_port
 
 WORKER = textwrap.dedent("""
     import ctypes, os, sys, torch, torch.distributed as dist
@@ -107,13 +108,6 @@ WORKER = textwrap.dedent("""
     L.zo_comm_destroy(top)
 """)
 
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _two_ranks(**env):

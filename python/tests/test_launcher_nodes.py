@@ -6,12 +6,12 @@ and 1, one rank each, through torchrun's rendezvous) and a hostfile through mpir
 python/tests/mpi_train.py to the same losses and weights, to the last bit, as one rank accumulating the two halves."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from test_comm import _free_port
 from zoffload import _hosts, launcher
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -114,13 +114,6 @@ def test_refused_naming_the_flag(tmp_path, capsys, argv, msg):
     err = capsys.readouterr().err
     assert "zoffload: error:" in err and msg.replace("NOFILE", str(tmp_path / "none")) in err, err
 
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _env():

@@ -7,7 +7,6 @@ import ctypes
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 import zoffload
+from test_comm import _free_port
 from zoffload import _lib, _log
 
 
@@ -351,10 +351,8 @@ def test_two_ranks_under_the_launcher(tmp_path):
     script = tmp_path / "two.py"
     script.write_text(TWO_RANKS)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    with socket.socket() as so:  # a port nobody listens on now (a fixed one met another test's rendezvous)
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    r = subprocess.run([sys.executable, "-m", "zoffload.launcher", "--num_gpus", "2", "--master_port", str(port),
+    # a port nobody listens on now (a fixed one met another test's rendezvous)
+    r = subprocess.run([sys.executable, "-m", "zoffload.launcher", "--num_gpus", "2", "--master_port", str(_free_port()),
                         "--no_local_rank", str(script)], capture_output=True, text=True, timeout=240,
                        env=dict(env, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr[-3000:]

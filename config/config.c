@@ -1334,6 +1334,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
     return get_bytes(c, p, v, &cfg->zoffload.placement_host_bytes);
   if (!strcmp(key, "optimizer_max_in_cpu"))
     return get_i64(c, p, v, 0, ZO_CONFIG_MAX_ELEMS, &cfg->zoffload.optimizer_max_in_cpu);
+  if (!strcmp(key, "early_adam")) return get_bool(c, p, v, &cfg->zoffload.early_adam);
   static const char *const keys[] = {"device",
                                      "device_memory_limit",
                                      "comm",
@@ -1350,6 +1351,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
                                      "optimizer_max_in_cpu",
                                      "placement_host_bytes",
                                      "speeds",
+                                     "early_adam",
                                      NULL};
   return cfg_unknown_key(c, p, key, KEY_SETS({NULL, keys}));
 }
@@ -1571,6 +1573,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.pinned_fraction = ZO_CONFIG_PINNED_FRACTION;
   cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;
   cfg->zoffload.optimizer_max_in_cpu = 0;
+  cfg->zoffload.early_adam = 1;
   cfg->zoffload.device_arena_bytes = 0;
   cfg->zoffload.comm = ZO_COMM_AUTO;
   cfg->zoffload.comm_timeout_s = ZO_CONFIG_COMM_TIMEOUT_S;

@@ -156,6 +156,8 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   if (cfg->zoffload.optimizer_max_in_cpu) /* printed only when given */
     sb_printf(&b, "zoffload.optimizer_max_in_cpu = %" PRId64 "\n",
               cfg->zoffload.optimizer_max_in_cpu);
+  if (!cfg->zoffload.early_adam) /* printed only when given */
+    sb_printf(&b, "zoffload.early_adam = 0\n");
   /* zoffload.speeds: each printed only when given (0: measured or cached by zo_speeds_get), as zoffload.comm */
   const struct {
     const char *name;

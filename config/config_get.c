@@ -139,6 +139,7 @@ static const key keys[] = {
     NAMED("zoffload.placement", zoffload.placement, placement_name),
     I64("zoffload.optimizer_max_in_cpu", zoffload.optimizer_max_in_cpu),
     I64("zoffload.placement_host_bytes", zoffload.placement_host_bytes),
+    BOOL("zoffload.early_adam", zoffload.early_adam),
     F64("zoffload.speeds.nvme_read_gbps", zoffload.speeds.nvme_read_gbps),
     F64("zoffload.speeds.nvme_write_gbps", zoffload.speeds.nvme_write_gbps),
     F64("zoffload.speeds.h2d_gbps", zoffload.speeds.h2d_gbps),

@@ -366,12 +366,14 @@ static zo_status fetch(zo_engine_t *e, zo_param_t *p, const void **weights, zo_d
   struct eng_fetch *f = e->fetch;
   if (!e->finalized)
     return zo_error_set(ZO_ERR_INVALID_USAGE, "fetch '%s': engine not finalized", p->name);
-  if (p->has_grad)
+  /* zoffload.early_adam false: nothing updates the weights before the step, so a further forward (a second
+   * backward pass's, zo_engine_grad_reopen) may fetch them */
+  if (p->has_grad && e->cfg.zoffload.early_adam)
     return zo_error_set(
         ZO_ERR_INVALID_USAGE,
         "fetch '%s': its gradient was handed over in this step "
-        "(zo_engine_grad_ready), so its weights may already be updated; fetch it before that, or "
-        "after zo_engine_step()",
+        "(zo_engine_grad_ready) and zoffload.early_adam is true, so its weights may already be "
+        "updated; fetch it before that, or after zo_engine_step()",
         p->name);
   double t0 = zo_clock_s();
   zo_status st;

@@ -40,14 +40,26 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
 }
 
 static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  ZO_CHECK(eng_acc_check(e, p, grad, grad_dtype, "grad_ready"));
+  /* a further contribution after zo_engine_grad_reopen(): checked as a first one, then added */
+  const int again = e && p && p->eng == e && p->has_grad && p->reopen;
+  if (again) p->has_grad = 0;
+  zo_status cs = eng_acc_check(e, p, grad, grad_dtype, "grad_ready");
+  if (again) p->has_grad = 1;
+  if (cs != ZO_OK) return cs;
+  if (again) {
+    p->reopen = 0;
+    p->has_grad = 0;
+    eng_acc_note(e->acc, p); /* p->n_acc > 0: every path below adds to what landed */
+    atomic_store_explicit(&p->landed, 0, memory_order_relaxed); /* lands again */
+  }
   if (e->n_grads++ == 0) {
     /* Adam may start per shard (cpu, none) or per sub-group (nvme) before the
      * step only when no step-wide fact is needed first: the global norm
      * (clipping) and the overflow verdict (fp16) are known only once every
-     * gradient is in. */
-    const int early =
-        !e->cfg.fp16.enabled && !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
+     * gradient is in; and only when zoffload.early_adam allows it (no further
+     * backward pass may add to a gradient Adam has read). */
+    const int early = e->cfg.zoffload.early_adam && !e->cfg.fp16.enabled &&
+                      !(e->cfg.gradient_clipping > 0) && !e->dpu && !eng_device_adam(e);
     e->early_adam = early && e->tier != ZO_OFFLOAD_NVME;
     if (e->early_adam) e->early_hp = eng_adam_hparams(e, 1.0);
     if (early && e->tier == ZO_OFFLOAD_NVME) {
@@ -106,6 +118,41 @@ zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *g
   zo_status st = grad_accumulate(e, p, grad, grad_dtype);
   ZO_NVTX_POP();
   return st;
+}
+
+/* Every gradient handed over so far has landed: reduced over the ranks, copied or added into p->grad or written to
+ * grad.swp, its norm summed (the step's first wait, engine_step.c, does the same). */
+static zo_status grad_wait_landed(zo_engine_t *e) {
+  if (e->world > 1) ZO_CHECK(eng_dp_drain(e));
+  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
+  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e));
+  ZO_CHECK(eng_acc_drain(e->acc));
+  return eng_grad_norms_wait(e);
+}
+
+zo_status zo_engine_grad_reopen(zo_engine_t *e) {
+  ENG_CHECK_OWNER(e, "grad_reopen");
+  if (!e) return zo_error_set(ZO_ERR_INVALID_ARG, "grad_reopen: engine is NULL");
+  if (!e->finalized) return zo_error_set(ZO_ERR_INVALID_USAGE, "grad_reopen: engine not finalized");
+  /* true: Adam may have read the landed gradients already (or, with clipping or fp16 holding it back, no
+   * staging ring was planned for the adds) */
+  if (e->cfg.zoffload.early_adam)
+    return zo_error_set(
+        ZO_ERR_INVALID_USAGE,
+        "grad_reopen: zoffload.early_adam is true: Adam may start on each gradient as it lands, so no "
+        "further contribution can be added after zo_engine_grad_ready(); set zoffload.early_adam to "
+        "false to take more than one backward pass per micro-batch");
+  if (!e->n_grads) return ZO_OK; /* nothing handed over with grad_ready in this step */
+  ZO_NVTX_PUSHF("gradient reopen");
+  zo_status st = grad_wait_landed(e);
+  /* nvme: a sub-group's gradients read into its slot (with its state) are stale once one of them takes
+   * another contribution: read again at the step, from grad.swp */
+  if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = eng_gnv_reopen(e);
+  ZO_NVTX_POP();
+  if (st != ZO_OK) return zo_error_prefix(st, "grad_reopen");
+  for (int i = 0; i < e->n_params; i++)
+    if (e->params[i]->has_grad) e->params[i]->reopen = 1;
+  return eng_progress(e);
 }
 
 zo_status zo_engine_grad_fence(zo_engine_t *e, zo_stream_t *s) {

@@ -259,6 +259,18 @@ zo_status eng_gnv_put(zo_engine_t *e, zo_param_t *p, size_t off, size_t n, const
   return ZO_OK;
 }
 
+zo_status eng_gnv_reopen(zo_engine_t *e) {
+  struct eng_nv *nv = e->nv;
+  for (int i = 0; i < eng_nv_n_sgs(nv); i++) {
+    sub_group *g = eng_nv_sg(nv, i);
+    if (!g->grads_in || g->gheld) continue;
+    int done;
+    if (g->slot >= 0) ZO_CHECK(eng_slot_settle(e, eng_nv_slot(nv, g->slot), 1, &done));
+    g->grads_in = 0;
+  }
+  return ZO_OK;
+}
+
 zo_status eng_gnv_land(zo_engine_t *e, zo_param_t *p, zo_status st) {
   (void)e;
   if (st != ZO_OK && p->gnv_st == ZO_OK) p->gnv_st = st;

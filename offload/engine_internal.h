@@ -86,6 +86,9 @@ struct zo_param {
   void *grad;
   size_t host_off; /* element offset of this shard in the engine's host arrays (cpu, nvme) */
   int has_grad;    /* grad_ready() seen since the last step */
+  /* zo_engine_grad_reopen() since: the next grad_ready() adds to the landed gradient (0 after it, and at the
+   * step) */
+  int reopen;
   struct acc_chunk *acc_chunks; /* one rank, staging: its chunks' descriptors (engine_accum.c) */
   int n_acc; /* zo_engine_grad_accumulate() contributions of this step (engine_accum.c): > 0
                                means p->grad holds (or will hold, once the copies land) their sum */
@@ -359,6 +362,13 @@ static inline int eng_ready_per_tensor(const zo_engine_t *e) {
  * zo_engine_grad_accumulate() and fp32 hand-overs are accepted (staging and the reduction ring hold fp32). */
 static inline int eng_acc_ok(const zo_engine_t *e) {
   return e->cfg.gradient_accumulation_steps > 1 || e->adtype != e->gdtype;
+}
+
+/* zoffload.early_adam false: a tensor's gradient may take further contributions after its grad_ready()
+ * (zo_engine_grad_reopen), added through the staging ring (one rank, cpu), which is then planned even when
+ * nothing else needs it. */
+static inline int eng_acc_staged(const zo_engine_t *e) {
+  return eng_acc_ok(e) || !e->cfg.zoffload.early_adam;
 }
 
 /* ---------------------------------------------------------------- engine_core.c (calls no other
@@ -711,6 +721,8 @@ zo_status eng_acc_after_compute(zo_engine_t *e);
 /* The norm's summation chunk (cpu_adam's ZO_SQNORM_CHUNK): a shard's squared norm is the in-order sum of its
  * chunks' squared norms, the bits of zo_grad_sqnorm_ex() over the whole shard. */
 #define ENG_NORM_CHUNK ((size_t)65536)
+/* elements of a staging bucket that only further backward passes use (eng_acc_staged without eng_acc_ok) */
+#define ENG_REOPEN_BUCKET_EL ((size_t)1 << 22)
 /* The hyperparameters of optimizer step e->step + 1 (the lr schedule or zo_engine_set_lr, betas, eps, AdamW or L2,
  * bias correction), every gradient multiplied by @clip / (loss_scale x world); weight decay is each tensor's. */
 zo_adam_hparams eng_adam_hparams(const zo_engine_t *e, double clip);
@@ -854,5 +866,9 @@ zo_status eng_gnv_drain(zo_engine_t *e);
  * wait (the file then holds every contribution so far), and let its later contributions go to grad.swp. Before its
  * slot is dropped (eng_nv_quiesce), or when a chunk spans it and another sub-group. */
 zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g);
+/* zo_engine_grad_reopen(), every gradient landed: the sub-groups whose gradients were read from grad.swp into their
+ * slot (with their state) drop that copy once the reads are waited, so the step reads the sums again; those holding
+ * them in the slot (g->gheld) add there. */
+zo_status eng_gnv_reopen(zo_engine_t *e);
 
 #endif /* ZO_ENGINE_INTERNAL_H */

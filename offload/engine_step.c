@@ -135,6 +135,7 @@ static zo_status step_grad_norm(zo_engine_t *e, double *norm, int *nonfinite, in
     sums[0] += p->sqnorm;
     sums[1] += p->nonfinite ? 1 : 0;
     p->has_grad = 0;
+    p->reopen = 0;
     p->n_acc = 0;
   }
   eng_acc_end_step(e->acc);

@@ -645,10 +645,13 @@ void eng_acc_ring_shape(const zo_engine_t *e, int dev_adam, size_t *bucket_el, i
     *bucket_el = eng_gnv_el(e), *n_buckets = 1;
     return;
   }
-  if (!eng_acc_ok(e)) return;
+  if (!eng_acc_staged(e)) return;
   size_t largest = 0;
   for (int i = 0; i < e->n_params; i++)
     if (e->params[i]->shard_n > largest) largest = e->params[i]->shard_n;
+  /* A ring only for a further backward's contributions (zoffload.early_adam false, nothing accumulated
+   * otherwise): off the common path, so small (ENG_REOPEN_BUCKET_EL: 8 MiB of bf16) */
+  if (!eng_acc_ok(e) && largest > ENG_REOPEN_BUCKET_EL) largest = ENG_REOPEN_BUCKET_EL;
   /* reduce_bucket_size elements (DeepSpeed's unit), capped at this rank's largest shard */
   const int64_t rb = e->cfg.zero.reduce_bucket_size;
   *bucket_el = rb > 0 && (uint64_t)rb < largest ? (size_t)rb : largest;

@@ -1450,7 +1450,7 @@ static void test_get(void) {
       "   \"optimizer_state_dtype\": \"bf16\", \"swap_checksum\": true, \"swap_sqpoll\": true,"
       "   \"host_link_gbps\": 12.5, \"device_arena_bytes\": \"fit\", \"comm\": \"mpi\", \"comm_timeout_s\": 90,"
       "   \"pinned_fraction\": 0.5, \"allow_pageable_host\": true, \"placement\": \"auto\","
-      "   \"placement_host_bytes\": \"3GiB\", \"optimizer_max_in_cpu\": 7654, \"speeds\": {\"nvme_read_gbps\": 3.25,"
+      "   \"placement_host_bytes\": \"3GiB\", \"optimizer_max_in_cpu\": 7654, \"early_adam\": false, \"speeds\": {\"nvme_read_gbps\": 3.25,"
       "   \"nvme_write_gbps\": 1.5, \"h2d_gbps\": 22, \"d2h_gbps\": 21.5, \"adam_gparams_per_s\": 0.75}}}";
   static const want_key want[] = {
       {"train_batch_size", ZO_CONFIG_I64, 24, 0, NULL},
@@ -1528,6 +1528,7 @@ static void test_get(void) {
       {"zoffload.placement", ZO_CONFIG_STR, 0, 0, "auto"},
       {"zoffload.optimizer_max_in_cpu", ZO_CONFIG_I64, 7654, 0, NULL},
       {"zoffload.placement_host_bytes", ZO_CONFIG_I64, 3221225472, 0, NULL},
+      {"zoffload.early_adam", ZO_CONFIG_BOOL, 0, 0, NULL},
       {"zoffload.speeds.nvme_read_gbps", ZO_CONFIG_F64, 0, 3.25, NULL},
       {"zoffload.speeds.nvme_write_gbps", ZO_CONFIG_F64, 0, 1.5, NULL},
       {"zoffload.speeds.h2d_gbps", ZO_CONFIG_F64, 0, 22, NULL},

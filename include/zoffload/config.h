@@ -226,6 +226,12 @@ typedef struct zo_config {
      * memory for the whole run and never touch the NVMe files; the rest streams as before. Losses
      * are the same bits whatever its value. The counterpart of offload_param.max_in_cpu for the
      * optimizer; with "placement": "auto" the planner chooses it. At most ZO_CONFIG_MAX_ELEMS */
+    /* "early_adam" (bool, default 1): Adam starts on each gradient shard (nvme: each sub-group) as it
+     * lands, during backward, when nothing step-wide is needed first (no gradient clipping, no fp16,
+     * no delayed_param_update, not on the device). 0: Adam waits for zo_engine_step(), so the step's
+     * gradients may take more contributions after zo_engine_grad_ready() (zo_engine_grad_reopen():
+     * two backward passes in one micro-batch). The Python front sets 0 unless the config gives it */
+    int early_adam;
     int64_t optimizer_max_in_cpu;
     int allow_pageable_host; /* "allow_pageable_host" (bool, default 0): on a CUDA device, a pinned host buffer
                                     that cudaHostRegister refused (RLIMIT_MEMLOCK, a container's memlock limit) is

@@ -381,15 +381,48 @@ ZO_API zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const 
  * from here on the engine may update @p (with no gradient clipping, no fp16
  * and no delayed update, Adam on this shard or its NVMe sub-group starts as
  * soon as the copy lands, while backward goes on) and overwrite its device
- * copy; fetching @p again before zo_engine_step() is refused. Returns when the
+ * copy; fetching @p again before zo_engine_step() is refused (with
+ * zoffload.early_adam false it is not: nothing updates @p before the step).
+ * Returns when the
  * copy of this rank's shard to host memory is enqueued on the copy stream;
  * @grad may be reused after zo_engine_grad_fence() or zo_engine_step().
+ * After zo_engine_grad_reopen() a second call for @p in the same step adds
+ * @grad to the landed gradient (through the staging ring on one rank, the
+ * reduction ring on several, grad.swp's read-add-write or the sub-group's
+ * slot with nvme), as a further micro-batch would be added, and @p lands
+ * again; its norm is taken of the sum.
  * Returns ZO_OK, ZO_ERR_INVALID_ARG (NULL, a tensor of another engine, or a
  * dtype not accepted, both named), ZO_ERR_INVALID_USAGE (before finalize, or
- * twice in one step), or the copy's device error.
+ * twice in one step without zo_engine_grad_reopen() between), or the copy's
+ * device error.
  */
 ZO_API zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad,
                                       zo_dtype grad_dtype);
+
+/*
+ * zo_engine_grad_reopen() - more contributions follow for this step's
+ * gradients: two backward passes in one micro-batch (a GAN's discriminator on
+ * real and on generated samples, then one step), summed as torch sums .grad.
+ * Waits until every gradient handed over so far in this step has landed
+ * (reduced over the ranks, copied or added into the host shard or written to
+ * grad.swp, its norm taken); then zo_engine_grad_ready() may be called once
+ * more for each tensor already handed over, and adds to it. A tensor not
+ * handed over again keeps what landed. Call it before each further backward
+ * pass (its gradients may reach any tensor); zo_engine_step() ends the step
+ * as usual. Needs zoffload.early_adam false (the Python front's default):
+ * with it true Adam may already have read a landed gradient. Memory: nothing
+ * per tensor; on one rank with offload_optimizer cpu, the staging ring the
+ * adds go through is planned at finalize when early_adam is false (at most
+ * 2^22 elements a bucket when nothing else needs it). With nvme, sub-groups
+ * whose gradients were read into their slot early read them again at the
+ * step. With several ranks: every rank calls it at the same point (it waits
+ * only for reductions already started, no collective of its own).
+ * Returns ZO_OK (also when nothing was handed over yet in this step),
+ * ZO_ERR_INVALID_ARG (NULL @e), ZO_ERR_INVALID_USAGE (before finalize;
+ * zoffload.early_adam true), or the error of a landing it waited for (the
+ * tensor named). Thread-safety: as the engine.
+ */
+ZO_API zo_status zo_engine_grad_reopen(zo_engine_t *e);
 
 /*
  * zo_engine_grad_fence() - the caller's gradient buffers are free again.

@@ -285,6 +285,7 @@ for _name, _res, _args in (
         ("zo_engine_grad_ready", _i, [_vp, _vp, _vp, _i]),
         ("zo_engine_grad_accumulate", _i, [_vp, _vp, _vp, _i]),
         ("zo_engine_grad_fence", _i, [_vp, _vp]),
+        ("zo_engine_grad_reopen", _i, [_vp]),
         ("zo_grad_handover_create", _i, [_vp, _sz, _sz, _vp, ctypes.POINTER(_vp)]),
         ("zo_grad_handover_destroy", None, [_vp]),
         ("zo_grad_handover_reserve", _i, [_vp, _sz, ctypes.POINTER(_sz), ctypes.POINTER(_i)]),

@@ -191,9 +191,16 @@ def _resolve(model, config, read=None, device=None):
     text, name, conf = read or _read_config(config)
     place = _device.placement(model, device)
     zcfg = conf.get("zoffload", {})
+    extra = {}
     if place.cuda and isinstance(zcfg, dict) and "device_arena_bytes" not in zcfg:
         # the GPU's rest stays with torch's caching allocator (the engine's default takes 90% of it)
-        conf["zoffload"] = dict(zcfg, device_arena_bytes="fit")
+        extra["device_arena_bytes"] = "fit"
+    if isinstance(zcfg, dict) and "early_adam" not in zcfg:
+        # Adam waits for step(), as DeepSpeed's: any number of backward() calls before it add up
+        # (zo_engine_grad_reopen); "early_adam": true overlaps Adam with backward for one backward a step
+        extra["early_adam"] = False
+    if extra:
+        conf["zoffload"] = dict(zcfg, **extra)
         with _deep_json():
             text = json.dumps(conf)
     cfg = ctypes.create_string_buffer(_lib.lib.zo_config_sizeof())
@@ -467,7 +474,8 @@ class Engine(DeepSpeedEngineAPI):
         self._backward_seen = False  # a backward() since the last step() (step() without one and no .grad raises)
         self._boundary = False
         self._boundary_backward = False  # a backward() of the boundary micro-step handed gradients (grad_ready)
-        self._handed = [False] * len(self.params)  # zo_engine_grad_ready() made in this optimizer step
+        self._handed = [False] * len(self.params)  # zo_engine_grad_ready() made since the step or a reopen
+        self._held = [False] * len(self.params)  # zo_engine_grad_ready() made in this optimizer step
         self.hooks = []
         self._keep_nodes = []  # torch < 2.1: the AccumulateGrad nodes the hooks hang on
         self.handed_in_backward = 0  # zo_engine_grad_ready() calls from the hooks
@@ -552,20 +560,18 @@ class Engine(DeepSpeedEngineAPI):
         gradient goes to the engine as soon as backward has accumulated it (zo_engine_grad_accumulate, or
         zo_engine_grad_ready in the last micro-step of an accumulation) and its .grad is set to None. Returns
         after zo_engine_grad_fence(): the engine has read every gradient out of memory torch may reuse.
-        Several backward() calls in one micro-step before the boundary add up, as torch's .grad does. In the
-        boundary micro-step (every one with gradient_accumulation_steps 1) the first backward() hands over the
-        step's last gradients and the engine may start applying them at once, so a second backward() before
-        step() is refused (RuntimeError naming the call) before it computes anything: sum the losses into one
-        backward(), or call step() between them. Nothing handed over is lost either way."""
+        Several backward() calls in one micro-step add up, as torch's .grad does (a GAN's discriminator on real
+        and on generated samples, then one step()): before the boundary through zo_engine_grad_accumulate; in
+        the boundary micro-step (every one with gradient_accumulation_steps 1) a further backward() first waits
+        for the gradients handed over so far to land (zo_engine_grad_reopen) and hands its own over to be added
+        to them. That needs Adam to wait for step() (zoffload.early_adam false, the default here); with
+        "early_adam": true Adam may start during the first backward() and a second one is refused
+        (ZoffloadError naming the key) before it computes anything."""
         self._backward_seen = True
         boundary = self.is_gradient_accumulation_boundary()
         if boundary and self._boundary_backward:
-            raise RuntimeError(
-                "zoffload: engine.backward() called a second time before engine.step() in micro-step %d, the one "
-                "that ends the accumulation (gradient_accumulation_steps %d): the first call handed this optimizer "
-                "step's last gradients to the engine (zo_engine_grad_ready), which may be applying them already, so "
-                "these could not be added to them; nothing was computed. Sum the losses and call backward() once, "
-                "or call engine.step() after each backward()" % (self.micro_steps, self.gas))
+            self._reopen("engine.backward() called again before engine.step() in micro-step %d, the one that "
+                         "ends the accumulation" % self.micro_steps)
         self._boundary = boundary
         if self._boundary:
             self._sync_lr()  # updates may start as the gradients land
@@ -579,6 +585,13 @@ class Engine(DeepSpeedEngineAPI):
             self._in_backward = self._boundary = False
             self._fence()
         self._reporter.backward_end(t0, loss, scale_wrt_gas, self.gas)
+
+    def _reopen(self, why):
+        """zo_engine_grad_reopen(): the gradients handed over in this boundary micro-step have landed and take
+        further contributions; the hooks hand every parameter over again."""
+        with self.place.ordered():
+            _lib.check(_lib.lib.zo_engine_grad_reopen(self.eng), "zoffload: %s" % why)
+        self._handed = [False] * len(self.params)
 
     def _fence(self):
         """zo_grad_handover_fence() (zo_engine_grad_fence()): the gradients handed over so far are read; the ring
@@ -621,7 +634,7 @@ class Engine(DeepSpeedEngineAPI):
                        "%s '%s'" % ("grad_ready" if last else "grad_accumulate", n))
         p.grad = None
         if last:
-            self._handed[i] = True
+            self._handed[i] = self._held[i] = True
 
     def _on_grad(self, i):
         if not self._in_backward or self._handed[i]:
@@ -661,7 +674,7 @@ class Engine(DeepSpeedEngineAPI):
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries. RuntimeError when neither backward() nor a .grad
         made outside it came since the last step() (DeepSpeed steps on regardless: with nothing to apply, a bug)."""
-        if not self._backward_seen and not any(self._handed) and all(p.grad is None for _, p in self.params):
+        if not self._backward_seen and not any(self._held) and all(p.grad is None for _, p in self.params):
             raise RuntimeError("zoffload: engine.step() without engine.backward(loss) since the last step(): no "
                                "gradient to apply; call engine.backward(loss) before each step()")
         t0 = self._reporter.step_begin()
@@ -670,21 +683,19 @@ class Engine(DeepSpeedEngineAPI):
             self.micro_steps += 1
             self._reporter.step_end(t0, None)
             return None
-        late = [n for (n, p), handed in zip(self.params, self._handed) if handed and p.grad is not None]
-        if late:
-            raise RuntimeError(
-                "zoffload: engine.step(): %s hold .grad from a backward outside engine.backward() made after "
-                "engine.backward() handed their last gradients of this optimizer step to the engine, which cannot "
-                "add to them; they would be lost. Call engine.backward() once per micro-step with the summed loss "
-                "(or set their .grad to None to drop it) and call step() again" % ", ".join(
-                    "'%s'" % n for n in late[:8]))
+        late = [i for i, ((_, p), held) in enumerate(zip(self.params, self._held)) if held and p.grad is not None]
+        if late:  # .grad from a backward outside engine.backward() after engine.backward() handed theirs over
+            self._reopen("engine.step(): %s hold .grad made outside engine.backward() after it handed their "
+                         "gradients over" % ", ".join("'%s'" % self.params[i][0] for i in late[:8]))
         self._backward_seen = False
         self._sync_lr()
         with torch.no_grad(), self.place.ordered():
-            for i in reversed(range(len(self.params))):  # those backward did not reach (no gradient: zeros)
-                if not self._handed[i]:
+            for i in reversed(range(len(self.params))):
+                # those backward did not reach (zeros), a .grad made outside it (added to what the engine holds)
+                if not self._held[i] or i in late:
                     self._hand_over(i)
             self._handed = [False] * len(self.params)
+            self._held = [False] * len(self.params)
             info = _lib.StepInfo()
             _lib.check(_lib.lib.zo_engine_step(self.eng, ctypes.byref(info)), "zo_engine_step")
             self._gkeep = []  # every gradient copy has landed: the hand-over space is free without a fence

@@ -282,6 +282,7 @@ void zo_engine_destroy(zo_engine_t *e) {
   eng_acc_free(e);
   for (int k = 0; k < ST_KINDS; k++) eng_host_buf_free(&e->state_host[k]);
   eng_host_buf_free(&e->dnorm_host);
+  eng_states_free(e); /* zo_engine_offload_states(): the host copy, the kept device allocation */
   if (e->dev_blk) zo_arena_free(e->arena, e->dev_blk, NULL);
   zo_arena_destroy(e->arena);
   zo_event_destroy(e->compute_mark);

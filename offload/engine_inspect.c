@@ -37,6 +37,7 @@ zo_status zo_engine_mem_info(const zo_engine_t *e, zo_engine_mem *m) {
   m->host_bytes += eng_fetch_stage_bytes(e);
   m->pinned_bytes += eng_fetch_stage_bytes(e);
   m->nvme_bytes += e->pfile ? zo_swap_file_size(e->pfile) : 0;
+  eng_states_host_mem(e->states, &m->host_bytes, &m->pinned_bytes); /* zo_engine_offload_states() */
   m->host_bytes += eng_wb_ring_bytes(e->wb);
   m->pinned_bytes += eng_wb_ring_bytes(e->wb);
   m->device_param_bytes = e->dev_live_el * zo_dtype_size(e->wdtype);

@@ -329,6 +329,9 @@ struct zo_engine {
   /* ---- parameter offload: the fetch coordinator (engine_fetch.c) */
   /* the trace of the fetch order, the nvme staging buffers, device-held elements */
   struct eng_fetch *fetch;
+
+  /* ---- zo_engine_offload_states(): the moved device regions (engine_states.c); NULL while nothing is offloaded */
+  struct eng_states *states;
 };
 
 /* A byte ring of @cap whose regions are freed oldest first: with @live regions, the oldest at @tail and the
@@ -396,7 +399,8 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what);
  * out, at once. Every public zo_engine_* call that takes an engine is to check it first (ENG_CHECK_OWNER), before
  * it waits on or queues to any thread; eng_check_usable() (and so zo_plan_make()) includes it. */
 zo_status eng_check_owner(const zo_engine_t *e, const char *what);
-#define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_check_owner(e, what))
+/* eng_check_owner(), then, while states are offloaded, eng_states_check() (engine_states.c). */
+#define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_states_check(e, what))
 /* Free a buffer of eng_host_buf_alloc (an empty one too); *b is zeroed. */
 void eng_host_buf_free(host_buf *b);
 /* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the
@@ -430,6 +434,18 @@ zo_status eng_blk_unpin(zo_engine_t *e, zo_param_t *p, zo_stream_t *last_use);
 /* Drop a released tensor's device copy (parameter offload only): its block freed after the compute queued so far,
  * e->dev_live_el lowered. */
 void eng_drop_device_copy(zo_engine_t *e, zo_param_t *p);
+
+/* ---------------------------------------------------------------- engine_states.c */
+
+struct eng_states;
+/* Every public call's first check (ENG_CHECK_OWNER): eng_check_owner(), and while zo_engine_offload_states() is in
+ * force, ZO_ERR_INVALID_USAGE naming @what and the offloaded kinds for a call that needs the moved memory (all but
+ * those engine.h lists as working while offloaded). */
+zo_status eng_states_check(const zo_engine_t *e, const char *what);
+/* zo_engine_mem_info: the host copy's bytes added to *@host_bytes, and when pinned to *@pinned_bytes. NULL: none. */
+void eng_states_host_mem(const struct eng_states *s, size_t *host_bytes, size_t *pinned_bytes);
+/* At destroy, before the device goes: the host copy, the kept device allocation, e->states (NULL after). */
+void eng_states_free(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_trace.c (calls no other
  * engine file) */

@@ -597,6 +597,93 @@ ZO_API size_t zo_engine_param_numel(const zo_param_t *p);
 ZO_API zo_status zo_engine_get_master(zo_engine_t *e, zo_param_t *p, float *out,
                                       size_t *shard_offset, size_t *shard_n);
 
+/* ---------------------------------------------------------------- states off the device between phases */
+
+/*
+ * Kinds of engine state that zo_engine_offload_states() moves, as bits: DeepSpeed's OffloadStateTypeEnum
+ * (runtime/zero/offload_config.py) in zoffload's terms. Each kind is in device memory only where the config puts
+ * it there: ZO_STATES_OPTIM, ZO_STATES_HP_PARAMS and ZO_STATES_LP_GRADS with offload_optimizer.device "none";
+ * ZO_STATES_LP_PARAMS with offload_param.device "none" (the resident working weights), and with parameter
+ * offload the device copies of fetched tensors (a cache: dropped, not moved; the next fetches bring them again).
+ */
+typedef enum zo_states_kind {
+  ZO_STATES_OPTIM = 1u << 0,     /* optim_states: exp_avg and exp_avg_sq of this rank's shards */
+  ZO_STATES_HP_PARAMS = 1u << 1, /* hp_params: the fp32 master weights of this rank's shards */
+  ZO_STATES_LP_PARAMS = 1u << 2, /* lp_params: the working (fp32/bf16/fp16) weights */
+  ZO_STATES_LP_GRADS = 1u << 3,  /* lp_grads: the gradient shards (the accumulation dtype) */
+  /* contiguous_grad_buffer: the engine's own device buffers of the gradient path (device Adam's norm partials
+   * and, on several ranks, its upload stage) */
+  ZO_STATES_GRAD_BUFFER = 1u << 4,
+  ZO_STATES_ALL = 0x1fu,
+} zo_states_kind;
+
+/* Where zo_engine_offload_states() left things; from zo_engine_states_info(). Bytes throughout. */
+typedef struct zo_states_info {
+  unsigned offloaded; /* zo_states_kind bits moved to host memory now; 0: nothing is offloaded */
+  size_t host_bytes;  /* the host copy of those kinds' device regions */
+  int host_pinned;    /* 1: that copy is page-locked (pin_memory, within the pinned budget) */
+  size_t kept_device_bytes; /* kinds not named, kept in device memory meanwhile (one allocation) */
+  /* the device arena's reservation given back to the device (every byte of the engine's device memory but
+   * kept_device_bytes), and reserved again by zo_engine_reload_states() */
+  size_t released_bytes;
+  double offload_s, reload_s; /* wall time of the last offload and of the last reload, seconds */
+} zo_states_info;
+
+/*
+ * zo_engine_offload_states() - move the engine's device-resident states named by @kinds to host memory and give
+ * the device memory back, so that another model can use the device between training phases (DeepSpeed 0.16+'s
+ * engine.offload_states(), e.g. while an RLHF loop generates with another model).
+ * @kinds:      zo_states_kind bits (ZO_STATES_ALL: everything). Named kinds the config keeps in host memory or
+ *              on NVMe already are left where they are.
+ * @pin_memory: 1: the host copy is page-locked when the pinned budget allows (the pinned pool's bytes plus the
+ *              copy within zoffload.pinned_fraction of MemTotal), else pageable (an info line says so); 0:
+ *              pageable.
+ * When any named kind is in device memory: the engine's work in flight is finished (the delayed update's
+ * publish too, as zo_engine_synchronize()), the device copies of offloaded parameters are dropped, the named
+ * kinds' regions are copied to one host buffer, the kinds not named are copied into one device allocation of
+ * exactly their bytes, and the device arena (the engine's whole reservation, zoffload/arena.h) is destroyed:
+ * its memory goes back to the device (cudaFree on CUDA). zo_device_mem_info() then shows the engine holding
+ * kept_device_bytes only. When no named kind is in device memory nothing moves and nothing changes (ZO_OK).
+ * Legal between zo_engine_step() (or zo_engine_finalize(), a load) and the next micro-batch's first gradient
+ * hand-over, with no tensor fetched (every fetch released). Calling it again while offloaded is ZO_OK when it
+ * names no kind that is still in device memory, else ZO_ERR_INVALID_USAGE (reload first).
+ * While offloaded, the calls that need the moved memory return ZO_ERR_INVALID_USAGE naming the offloaded kinds
+ * and zo_engine_reload_states(): zo_engine_grad_accumulate(), zo_engine_grad_ready(), zo_engine_grad_fence(),
+ * zo_engine_step(), zo_engine_load_param(), zo_engine_get_master(), checkpoint save, load and export; and
+ * zo_engine_fetch() / zo_engine_release(), except with the working weights resident and kept (offload_param
+ * "none", ZO_STATES_LP_PARAMS not named): then they work, at the kept allocation's new addresses, for
+ * generation or evaluation between phases. zo_engine_synchronize(), zo_engine_mem_info(), zo_engine_set_lr(),
+ * zo_engine_set_trace(), zo_engine_states_info() and zo_engine_destroy() work as always.
+ * Device addresses of the engine's memory (fetched weights, a framework's views of them) change: fetch again
+ * after zo_engine_reload_states() (and, with kept working weights, after this call).
+ * Synchronous: the copies have completed when it returns. Several ranks: each rank moves its own memory; with
+ * zoffload.delayed_param_update pending it is collective, as zo_engine_synchronize(). Not with several ranks over
+ * NCCL (their collectives' buffers live in the engine's device block): ZO_ERR_UNSUPPORTED.
+ * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @e, @kinds 0 or with bits outside ZO_STATES_ALL); ZO_ERR_INVALID_USAGE
+ * (before finalize, after a failed one, mid-step: gradients handed over or micro-batches accumulated since the
+ * last step, a tensor still fetched: named); ZO_ERR_OUT_OF_MEMORY (host memory for the copy: the bytes needed
+ * and available named; or the device for the kept allocation); ZO_ERR_UNSUPPORTED; device errors. On an error
+ * nothing has moved and the engine trains on. Thread-safety: as the engine.
+ */
+ZO_API zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memory);
+
+/*
+ * zo_engine_reload_states() - undo zo_engine_offload_states(): reserve the device arena again (its capacity before
+ * the offload; with zoffload.device_arena_bytes 0 and less free now, 90% of what is free on a GPU, all of it on a
+ * host device, when that still holds the engine's need), copy every moved region back and the kept ones into the
+ * new block, bit for bit, and free the host copy and the kept allocation. Training continues as if the round trip
+ * had not happened (the same weights, moments and gradients; the device copies of offloaded parameters are
+ * fetched again as on a first step). Device addresses change: fetch again. ZO_OK and nothing done when nothing
+ * is offloaded. Synchronous. Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL); ZO_ERR_OUT_OF_MEMORY when the device
+ * cannot hold the engine's memory now (bytes needed and free named; the engine stays offloaded, and a later call
+ * may succeed once the device has room); device errors. Thread-safety: as the engine.
+ */
+ZO_API zo_status zo_engine_reload_states(zo_engine_t *e);
+
+/* zo_engine_states_info() - fill @out (all zero, but for the last times, when nothing is offloaded). Returns ZO_OK or
+ * ZO_ERR_INVALID_ARG. */
+ZO_API zo_status zo_engine_states_info(const zo_engine_t *e, zo_states_info *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@ MIRRORS = [
     (_lib.StepInfo, "zo_step_info"), (_lib.ArenaStats, "zo_arena_stats"), (_lib.EngineMem, "zo_engine_mem"),
     (_lib.SaveFile, "zo_save_file"), (_lib.SaveOpts, "zo_save_opts"), (_lib.LoadOpts, "zo_load_opts"),
     (_lib.LaunchInfo, "zo_launch_info"), (_lib.CommExternalOps, "zo_comm_external_ops"),
+    (_lib.StatesInfo, "zo_states_info"),
 ]
 
 

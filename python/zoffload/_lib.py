@@ -246,6 +246,16 @@ class EngineMem(ctypes.Structure):  # zoffload/engine.h zo_engine_mem
                [(k, ctypes.c_size_t) for k in ("param_bytes", "grad_bytes", "state_bytes", "comm_bytes")]
 
 
+# zoffload/engine.h zo_states_kind: DeepSpeed's OffloadStateTypeEnum as bits
+STATES_OPTIM, STATES_HP_PARAMS, STATES_LP_PARAMS, STATES_LP_GRADS, STATES_GRAD_BUFFER = 1, 2, 4, 8, 16
+
+
+class StatesInfo(ctypes.Structure):  # zoffload/engine.h zo_states_info
+    _fields_ = [("offloaded", ctypes.c_uint), ("host_bytes", ctypes.c_size_t), ("host_pinned", ctypes.c_int),
+                ("kept_device_bytes", ctypes.c_size_t), ("released_bytes", ctypes.c_size_t),
+                ("offload_s", ctypes.c_double), ("reload_s", ctypes.c_double)]
+
+
 CFG_I64, CFG_F64, CFG_BOOL, CFG_STR = 1, 2, 3, 4  # zo_config_value_type
 
 
@@ -304,6 +314,9 @@ for _name, _res, _args in (
         ("zo_swap_crc32c", ctypes.c_uint32, [ctypes.c_uint32, _vp, _sz]),
         ("zo_engine_set_param_shape", _i, [_vp, _i, ctypes.POINTER(ctypes.c_int64)]),
         ("zo_engine_export_safetensors", _i, [_vp, ctypes.c_char_p, _i]),
+        ("zo_engine_offload_states", _i, [_vp, ctypes.c_uint, _i]),
+        ("zo_engine_reload_states", _i, [_vp]),
+        ("zo_engine_states_info", _i, [_vp, ctypes.POINTER(StatesInfo)]),
         ("zo_engine_get_master", _i, [_vp, _vp, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)])):
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args

@@ -567,6 +567,7 @@ class Engine(DeepSpeedEngineAPI):
         to them. That needs Adam to wait for step() (zoffload.early_adam false, the default here); with
         "early_adam": true Adam may start during the first backward() and a second one is refused
         (ZoffloadError naming the key) before it computes anything."""
+        _offload_states.refuse_while_offloaded(self, "backward")
         self._backward_seen = True
         boundary = self.is_gradient_accumulation_boundary()
         if boundary and self._boundary_backward:
@@ -674,6 +675,7 @@ class Engine(DeepSpeedEngineAPI):
         the new working weights into the model's parameters, gradients cleared. Returns the step's
         zo_step_info as a dict, or None between boundaries. RuntimeError when neither backward() nor a .grad
         made outside it came since the last step() (DeepSpeed steps on regardless: with nothing to apply, a bug)."""
+        _offload_states.refuse_while_offloaded(self, "step")
         if not self._backward_seen and not any(self._held) and all(p.grad is None for _, p in self.params):
             raise RuntimeError("zoffload: engine.step() without engine.backward(loss) since the last step(): no "
                                "gradient to apply; call engine.backward(loss) before each step()")
@@ -802,17 +804,17 @@ class Engine(DeepSpeedEngineAPI):
     def offload_states(self, include=None, device="cpu", pin_memory=True, non_blocking=False):
         """DeepSpeed's engine.offload_states(): @include, the states (OffloadStateTypeEnum members or their names;
         None: all), @device "cpu" (OffloadDeviceEnum: "none" warns and does nothing, "nvme" is refused as DeepSpeed
-        refuses it). zoffload's engine keeps each state where the config placed it, so nothing moves: states in
-        host memory or on NVMe stay and the call says so at INFO; states in GPU memory (offload_optimizer or
-        offload_param "none" on a GPU) stay too, named with their bytes in a WARNING; torch's cached GPU blocks are
-        returned to the driver. @pin_memory and @non_blocking are accepted (nothing is copied). ValueError naming a
-        bad @include value or @device."""
+        refuses it). The named states in the engine's device memory move to host memory (page-locked with
+        @pin_memory on a GPU) and the engine's device memory is given back; those the config keeps in host memory
+        or on NVMe stay (said at INFO). Call it between step() and the next forward; until reload_states(), a
+        forward (with lp_params offloaded), backward() and step() are refused. Synchronous (@non_blocking is
+        accepted). ValueError naming a bad @include value or @device. See offload_states.py."""
         chosen = _offload_states.offload(self, include, device, pin_memory, non_blocking)
         self._offloaded_states = list(dict.fromkeys(getattr(self, "_offloaded_states", []) + chosen))
 
     def reload_states(self, non_blocking=False):
-        """DeepSpeed's engine.reload_states(): the states offload_states() named are where they were (nothing was
-        moved; said at INFO); training continues as before."""
+        """DeepSpeed's engine.reload_states(): what offload_states() moved comes back bit for bit and the model's
+        parameters view the engine's weights again; training continues as without the round trip."""
         _offload_states.reload(self, getattr(self, "_offloaded_states", []), non_blocking)
         self._offloaded_states = []
 
@@ -831,6 +833,8 @@ class Engine(DeepSpeedEngineAPI):
         self._closed = True
         _open_engines.discard(self)
         self._release_save_root()  # save_checkpoint()'s root (ds_api.py)
+        if copy_params and getattr(self, "_states_hook", None) is not None:
+            _offload_states.reload_for_close(self)  # lp_params offloaded: back, so the parameters keep their values
         with torch.no_grad():
             for i, at in enumerate(getattr(self, "_aliased", [])):
                 if at is not None:

@@ -1,32 +1,42 @@
 """engine.offload_states() / engine.reload_states() as DeepSpeed 0.16+ defines them (deepspeed/runtime/engine.py,
-runtime/zero/offload_states.py): move the optimizer's states off the accelerator between training phases (e.g.
-while an RLHF loop generates) and back. The names are DeepSpeed's (OffloadStateTypeEnum, OffloadDeviceEnum here,
-with the same values; DeepSpeed's own enums and plain strings are accepted too).
+runtime/zero/offload_states.py): move the engine's states off the accelerator between training phases (e.g. while
+an RLHF loop generates with another model) and back. The names are DeepSpeed's (OffloadStateTypeEnum,
+OffloadDeviceEnum here, with the same values; DeepSpeed's own enums and plain strings are accepted too).
 
-What each state is in zoffload, and where it lives:
+What each state is in zoffload, and where the config puts it:
   optim_states            Adam's exp_avg and exp_avg_sq      offload_optimizer.device: host memory ("cpu"), NVMe
-  hp_params               the fp32 master weights            ("nvme"), or the GPU's engine block ("none")
+  hp_params               the fp32 master weights            ("nvme"), or the engine's device memory ("none")
   lp_grads                the gradient shards                the same tier (grad.swp on NVMe)
-  lp_params               the working (16-bit) weights       the GPU's engine block unless offload_param puts
+  lp_params               the working (16-bit) weights       the engine's device memory, unless offload_param puts
                                                              them in host memory or on NVMe (with copies cached
-                                                             on the GPU while in use)
-  contiguous_grad_buffer  the gradient hand-over space       CPU models: the ring in host memory; GPU models:
-                                                             torch's memory, released at every fence (nothing
-                                                             is held between steps)
-A CPU model's engine runs on the host backend: everything lives in host memory (or on NVMe) already.
+                                                             in device memory while in use)
+  contiguous_grad_buffer  the gradient hand-over space       the engine's own device buffers of the gradient path
+                                                             (device Adam's norm partials); torch's memory of the
+                                                             hand-over is released at every fence already
+A CPU model's engine runs on the host backend, whose "device memory" is host memory the engine reserves for itself:
+the same calls move it (a host-to-host copy, so nothing is saved overall; it keeps CPU and GPU models alike).
 
-zoffload's engine places these at initialize() and keeps them there (its GPU memory is one block held for its
-life), so offload_states() moves nothing itself: what already lives in host memory or on NVMe stays, and the call
-says so at INFO (logger "zoffload.offload_states"); what lives in GPU memory stays there too, and a WARNING names
-it with its bytes: offload_optimizer / offload_param "cpu" keep it in host memory from the start, engine.close()
-frees it. On a GPU the call also returns torch's cached free blocks to the driver (torch.cuda.empty_cache(), as
-DeepSpeed does). Training continues unchanged after reload_states().
+offload_states() calls zo_engine_offload_states() (include/zoffload/engine.h): the named states that are in the
+engine's device memory are copied to host memory (page-locked with pin_memory on a GPU, within the pinned budget),
+the states not named stay in device memory (moved into one allocation of their own), the device copies of offloaded
+parameters are dropped, and the engine's whole device reservation is given back, so another model can use the GPU;
+states already in host memory or on NVMe stay where they are (said at INFO, logger "zoffload.offload_states"). Then
+torch's cached free blocks go back to the driver (torch.cuda.empty_cache(), as DeepSpeed does). While lp_params are
+offloaded, the model's parameters that viewed the engine's weights (stages 1-2) are empty and a forward raises
+RuntimeError naming reload_states(); backward() and step() are refused by the engine (ZoffloadError naming the
+offloaded states). With lp_params kept (include without it), the model still runs forward, e.g. to generate.
+reload_states() brings every moved byte back and the parameters view the engine's weights again: training continues
+bit for bit as without the round trip. Both calls are synchronous (non_blocking is accepted: the copies have
+completed when they return). Call offload_states() between step() and the next forward.
 """
+import ctypes
 import enum
 import gc
 import logging
 
 import torch
+
+from . import _lib
 
 log = logging.getLogger("zoffload.offload_states")
 
@@ -110,8 +120,53 @@ def _bytes(n):
     return "%d bytes" % n
 
 
+BITS = {OffloadStateTypeEnum.optim_states: _lib.STATES_OPTIM, OffloadStateTypeEnum.hp_params: _lib.STATES_HP_PARAMS,
+        OffloadStateTypeEnum.lp_params: _lib.STATES_LP_PARAMS, OffloadStateTypeEnum.lp_grads: _lib.STATES_LP_GRADS,
+        OffloadStateTypeEnum.contiguous_grad_buffer: _lib.STATES_GRAD_BUFFER}
+
+
+def info(engine):
+    """zo_engine_states_info() as a dict: offloaded (the OffloadStateTypeEnum members in host memory now),
+    host_bytes, host_pinned, kept_device_bytes, released_bytes, offload_s, reload_s."""
+    i = _lib.StatesInfo()
+    _lib.check(_lib.lib.zo_engine_states_info(engine.eng, ctypes.byref(i)), "zo_engine_states_info")
+    out = {k: getattr(i, k) for k, _ in _lib.StatesInfo._fields_}
+    out["offloaded"] = [s for s in OffloadStateTypeEnum if i.offloaded & BITS[s]]
+    out["host_pinned"] = bool(i.host_pinned)
+    return out
+
+
+def refuse_while_offloaded(engine, call):
+    """engine.backward() and engine.step() while states are offloaded: RuntimeError naming them, before anything is
+    computed or handed over (the engine would refuse the hand-over halfway through backward)."""
+    off = getattr(engine, "_offloaded_states", None)
+    if off:
+        raise RuntimeError("zoffload: engine.%s() while %s are offloaded (engine.offload_states()); call "
+                           "engine.reload_states() first; nothing was computed" % (call, ", ".join(s.value for s in off)))
+
+
+def _refuse_forward(engine):
+    def hook(module, args):
+        raise RuntimeError("zoffload: forward while lp_params are offloaded (engine.offload_states()): the model's "
+                           "weights are in host memory; call engine.reload_states() first")
+    return engine.module.register_forward_pre_hook(hook)
+
+
+def _detach_params(engine):
+    """lp_params offloaded: the parameters that viewed the engine's working weights (stages 1-2) no longer view
+    them: each is one NaN broadcast to its shape (no memory; a computation that bypasses the refusal below gives
+    NaN, never stale numbers), and a forward of the engine's module is refused until reload_states()."""
+    with torch.no_grad():
+        for i, at in enumerate(getattr(engine, "_aliased", [])):
+            if at is not None:
+                p = engine.params[i][1]
+                p.data = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape)
+                engine._aliased[i] = None
+    engine._states_hook = _refuse_forward(engine)
+
+
 def offload(engine, include, dev, pin_memory, non_blocking):
-    """engine.offload_states(): see the module's text. Returns the states named (recorded for reload)."""
+    """engine.offload_states(): see the module's text. Returns the states moved."""
     dev = device(dev)
     chosen = states(include)
     if dev == OffloadDeviceEnum.none:
@@ -120,30 +175,59 @@ def offload(engine, include, dev, pin_memory, non_blocking):
     if dev == OffloadDeviceEnum.nvme:
         raise ValueError("offload_states: device nvme: NVMe is not a target for offloading states (DeepSpeed "
                          "refuses it too); use device cpu, or offload_optimizer/offload_param \"nvme\" in the config")
-    z = engine.resolved.zero_optimization
     cuda = engine.place.cuda
-    where = placement(cuda, engine.memory(), z.offload_optimizer.device, z.offload_param.device,
-                      getattr(engine, "ring_bytes", 0), z.stage)
-    stay = [s for s in chosen if where[s][0] == "GPU memory" and where[s][1]]
-    rest = [s for s in chosen if s not in stay]
+    mask = 0
+    for s in chosen:
+        mask |= BITS[s]
+    with engine.place.ordered():
+        _lib.check(_lib.lib.zo_engine_offload_states(engine.eng, mask, int(bool(pin_memory) and cuda)),
+                   "offload_states")
+    now = info(engine)
+    moved = [s for s in chosen if s in now["offloaded"]]
+    if moved:
+        if OffloadStateTypeEnum.lp_params in now["offloaded"]:
+            _detach_params(engine)
+        else:
+            engine._write_back()  # the kept working weights are at new addresses: the parameters view them there
+        log.info("zoffload: offload_states: %s moved from the engine's %s memory to %s host memory (%s); %s kept "
+                 "there; the engine's device reservation (%s) given back", ", ".join(s.value for s in moved),
+                 "GPU" if cuda else "device (host backend)", "page-locked" if now["host_pinned"] else "pageable",
+                 _bytes(now["host_bytes"]), _bytes(now["kept_device_bytes"]), _bytes(now["released_bytes"]))
+    rest = [s for s in chosen if s not in now["offloaded"]]
     if rest:
-        log.info("zoffload: offload_states: nothing to move%s: %s", "" if cuda else " (a CPU model: its engine "
-                 "runs on the host)", "; ".join(
-            "%s (%s) in %s (%s)" % (s.value, _bytes(where[s][1]), where[s][0], where[s][2]) for s in rest))
-    if stay:
-        log.warning("zoffload: offload_states: %s stay in GPU memory (%s in all): zoffload's engine holds its GPU "
-                    "memory for its life; offload_optimizer.device / offload_param.device \"cpu\" keep them in host "
-                    "memory from the start, engine.close() frees them",
-                    ", ".join("%s (%s, %s)" % (s.value, _bytes(where[s][1]), where[s][2]) for s in stay),
-                    _bytes(sum(where[s][1] for s in stay)))
+        z = engine.resolved.zero_optimization
+        where = placement(cuda, engine.memory(), z.offload_optimizer.device, z.offload_param.device,
+                          getattr(engine, "ring_bytes", 0), z.stage)
+        log.info("zoffload: offload_states: not in the engine's device memory, so not moved: %s", "; ".join(
+            "%s (%s, %s)" % (s.value, where[s][0], where[s][2]) for s in rest))
     if cuda:
         gc.collect()
         torch.cuda.empty_cache()
-    return chosen
+    return moved
 
 
 def reload(engine, offloaded, non_blocking):
-    """engine.reload_states(): nothing was moved, so nothing comes back; says so at INFO for the states named."""
-    if offloaded:
-        log.info("zoffload: reload_states: %s were not moved; nothing to bring back",
-                 ", ".join(s.value for s in offloaded))
+    """engine.reload_states(): every moved byte back to the engine's device memory, the parameters viewing it again
+    (the engine's addresses change)."""
+    was = info(engine)["offloaded"]
+    if not was:
+        return
+    with engine.place.ordered():
+        _lib.check(_lib.lib.zo_engine_reload_states(engine.eng), "reload_states")
+    hook = getattr(engine, "_states_hook", None)
+    if hook is not None:
+        hook.remove()
+        engine._states_hook = None
+    engine._write_back()  # stages 1-2: the parameters view the engine's weights at their new addresses
+    log.info("zoffload: reload_states: %s back in the engine's device memory (%.3f s)",
+             ", ".join(s.value for s in was), info(engine)["reload_s"])
+
+
+def reload_for_close(engine):
+    """engine.close() with lp_params offloaded: reload_states() first, so that the parameters get their values
+    (close() gives them copies); when the device has no room for that now, a warning says they stay empty."""
+    try:
+        reload(engine, [], False)
+    except _lib.ZoffloadError as err:
+        log.warning("zoffload: engine.close(): lp_params were offloaded and could not be reloaded (%s): the model's "
+                    "parameters that viewed them stay empty", err)

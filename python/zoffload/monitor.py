@@ -249,10 +249,23 @@ class Reporter:
 
     # --- timers ---
 
-    def _sync_now(self):
-        if self.cuda:  # DeepSpeed's timers synchronize by default (timers.throughput.synchronized)
+    def _sync_now(self, prints):
+        """The throughput timer's clock. DeepSpeed's ThroughputTimer synchronizes the device at every micro-step's
+        start and stop (timers.throughput.synchronized); a host sync there stalls the queue zoffload keeps full
+        (prefetches, uploads, the next forward) at every micro-step. So the device is synchronized only in the
+        micro-steps of an optimizer step whose figures are printed (@prints: it ends at a steps_per_print
+        boundary): the printed CurrSamplesPerSec is that step's time measured from a drained queue to a drained
+        queue. The other steps' times, which only enter RunningAvgSamplesPerSec, are the host's: engine.step()
+        waits for the step's gradients, hence for its backward on the device, so each is off by no more than the
+        work still queued at its ends, which does not add up over steps. wall_clock_breakdown's timers (_now)
+        synchronize at every call, as DeepSpeed's: a breakdown is asked for, not the default."""
+        if self.cuda and prints:
             torch.cuda.synchronize()
         return time.perf_counter()
+
+    def _prints(self, step):
+        """Optimizer step @step (1-based) ends with the steps_per_print lines."""
+        return step % self.steps_per_print == 0
 
     def _now(self):
         if self.breakdown and self.cuda:
@@ -261,7 +274,7 @@ class Reporter:
 
     def forward_begin(self):
         if self.micro_start is None and self.engine.global_steps >= self.START_STEP:
-            self.micro_start = self._sync_now()
+            self.micro_start = self._sync_now(self._prints(self.engine.global_steps + 1))  # the step running
         return self._now() if self.breakdown else 0.0
 
     def forward_end(self, t0):
@@ -287,7 +300,8 @@ class Reporter:
             self.t_step += self._now() - t0
         self.micro_in_epoch += 1
         if self.micro_start is not None:  # DeepSpeed's ThroughputTimer.stop(): every micro-step's time counts
-            d = self._sync_now() - self.micro_start
+            # at a boundary global_steps counts the step that just ended; between boundaries, it is the next one
+            d = self._sync_now(self._prints(self.engine.global_steps + (info is None))) - self.micro_start
             self.tput_total += d
             self.tput_step += d
             self.micro_start = None

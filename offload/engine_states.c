@@ -503,6 +503,16 @@ zo_status zo_engine_states_info(const zo_engine_t *e, zo_states_info *out) {
   if (!e || !out) return zo_error_set(ZO_ERR_INVALID_ARG, "states_info: NULL argument");
   memset(out, 0, sizeof *out);
   const struct eng_states *s = e->states;
+  if (s && s->off) {
+    for (int j = 0; j < s->n_reg; j++) /* the kept regions */
+      if (s->reg[j].nominal && !(s->reg[j].kind & s->off)) out->held |= s->reg[j].kind;
+  } else if (e->finalized && !e->fin_failed) {
+    st_region *r = NULL;
+    int n = 0;
+    ZO_CHECK(list_regions(e, &r, &n));
+    out->held = held_kinds(e, r, n);
+    free(r);
+  }
   if (!s) return ZO_OK;
   out->offload_s = s->offload_s, out->reload_s = s->reload_s;
   if (!s->off) return ZO_OK;

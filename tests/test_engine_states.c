@@ -206,6 +206,14 @@ static void run_case(const tcase *tc) {
     if (!CHECK_OK(zo_engine_release(b.g.e, b.g.ps[2])) || !CHECK_OK(zo_engine_set_trace(b.g.e, 1)))
       goto out;
   }
+  zo_states_info si;
+  CHECK_OK(zo_engine_states_info(b.g.e, &si));
+  const unsigned held = tc->param_offload ? ZO_STATES_LP_PARAMS /* the cache of copies */
+                        : tc->kind == ZO_DEVICE_CUDA
+                            ? ZO_STATES_ALL /* device Adam's norm partials too */
+                            : ZO_STATES_ALL & ~ZO_STATES_GRAD_BUFFER;
+  CHECK_EQ(si.held, held);
+  CHECK_EQ(si.offloaded, 0);
   CHECK_ST(zo_engine_offload_states(b.g.e, 0, 1), ZO_ERR_INVALID_ARG);
   CHECK_ST(zo_engine_offload_states(b.g.e, 0x40, 1), ZO_ERR_INVALID_ARG);
 
@@ -215,11 +223,11 @@ static void run_case(const tcase *tc) {
     goto out;
   }
   const size_t used1 = dev_used(&b);
-  zo_states_info si;
   zo_engine_mem mi;
   CHECK_OK(zo_engine_states_info(b.g.e, &si));
   CHECK_OK(zo_engine_mem_info(b.g.e, &mi));
-  CHECK(si.offloaded != 0 && (si.offloaded & ~tc->kinds) == 0);
+  CHECK_EQ(si.offloaded, held & tc->kinds);
+  CHECK_EQ(si.held, held & ~tc->kinds); /* the kept kinds */
   CHECK(tc->param_offload ? si.host_bytes == 0
                           : si.host_bytes > 0); /* param: nothing but copies (dropped) */
   CHECK(si.released_bytes > 0);

@@ -620,8 +620,10 @@ typedef enum zo_states_kind {
 /* Where zo_engine_offload_states() left things; from zo_engine_states_info(). Bytes throughout. */
 typedef struct zo_states_info {
   unsigned offloaded; /* zo_states_kind bits moved to host memory now; 0: nothing is offloaded */
-  size_t host_bytes;  /* the host copy of those kinds' device regions */
-  int host_pinned;    /* 1: that copy is page-locked (pin_memory, within the pinned budget) */
+  /* zo_states_kind bits in device memory now: what zo_engine_offload_states() would move (after finalize) */
+  unsigned held;
+  size_t host_bytes;        /* the host copy of those kinds' device regions */
+  int host_pinned;          /* 1: that copy is page-locked (pin_memory, within the pinned budget) */
   size_t kept_device_bytes; /* kinds not named, kept in device memory meanwhile (one allocation) */
   /* the device arena's reservation given back to the device (every byte of the engine's device memory but
    * kept_device_bytes), and reserved again by zo_engine_reload_states() */
@@ -680,8 +682,8 @@ ZO_API zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pi
  */
 ZO_API zo_status zo_engine_reload_states(zo_engine_t *e);
 
-/* zo_engine_states_info() - fill @out (all zero, but for the last times, when nothing is offloaded). Returns ZO_OK or
- * ZO_ERR_INVALID_ARG. */
+/* zo_engine_states_info() - fill @out (all zero but held and the last times when nothing is offloaded). Returns ZO_OK,
+ * ZO_ERR_INVALID_ARG or ZO_ERR_OUT_OF_MEMORY (a small table). */
 ZO_API zo_status zo_engine_states_info(const zo_engine_t *e, zo_states_info *out);
 
 #ifdef __cplusplus

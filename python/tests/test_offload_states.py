@@ -69,6 +69,9 @@ def test_training_continues_bit_identical(tmp_path, caplog, stage, tier):
     assert _train(b, ib, 3) == first
     before = b.memory()
     assert before["arena"]["capacity"] > 0
+    S = zs.OffloadStateTypeEnum
+    held = [S.lp_params] if tier != "none" else [S.optim_states, S.hp_params, S.lp_params, S.lp_grads]
+    assert zs.info(b)["held"] == held
     with caplog.at_level(logging.INFO, logger="zoffload.offload_states"):
         moved = b.offload_states()
     during = b.memory()
@@ -77,7 +80,7 @@ def test_training_continues_bit_identical(tmp_path, caplog, stage, tier):
     # what the engine held in its device memory: the working weights (stage 2) or their cached copies (stage 3),
     # and with offload_optimizer "none" the optimizer's states and gradients too
     want = [S.lp_params] if tier != "none" else [S.optim_states, S.hp_params, S.lp_params, S.lp_grads]
-    assert info["offloaded"] == want and b._offloaded_states == want
+    assert info["offloaded"] == want and b._offloaded_states == want and info["held"] == []
     assert during["device_bytes"] == 0 and during["arena"]["capacity"] == 0
     assert info["released_bytes"] == before["arena"]["capacity"]
     assert during["host_bytes"] == before["host_bytes"] + info["host_bytes"]
@@ -141,6 +144,31 @@ def test_lp_params_kept_the_model_still_runs(tmp_path, caplog):
     assert all(torch.equal(ma[n], mb[n]) for n in ma)
     a.close()
     b.close()
+
+
+def test_views_of_the_engine_memory_refused(tmp_path):
+    """A tensor taken from a parameter views the engine's device memory, which offload_states() frees: refused,
+    nothing moved, training goes on; once it is gone the offload works."""
+    e = _engine(tmp_path)
+    it = batches(corpus(), 4, 32, 0)
+    _train(e, it, 1)
+    v = next(e.module.parameters()).detach()
+    with pytest.raises(RuntimeError, match=r"1 tensor\(s\) taken from the model's parameters .* Nothing was moved"):
+        e.offload_states()
+    assert zs.info(e)["offloaded"] == [] and e.memory()["arena"]["capacity"] > 0
+    assert torch.equal(v, next(e.module.parameters()))  # still viewing the engine's weights
+    _train(e, it, 1)
+    del v
+    x, y = next(it)
+    e.backward(e(x, y))  # mid-step (the gradients handed over): refused by the engine, the parameters unchanged
+    with pytest.raises(zoffload.ZoffloadError, match="handed over since the last step"):
+        e.offload_states()
+    e.step()
+    e.offload_states()
+    assert zs.info(e)["offloaded"] == [zs.OffloadStateTypeEnum.lp_params]
+    e.reload_states()
+    _train(e, it, 1)
+    e.close()
 
 
 def test_close_while_offloaded_keeps_the_parameters(tmp_path):

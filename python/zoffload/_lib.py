@@ -251,7 +251,8 @@ STATES_OPTIM, STATES_HP_PARAMS, STATES_LP_PARAMS, STATES_LP_GRADS, STATES_GRAD_B
 
 
 class StatesInfo(ctypes.Structure):  # zoffload/engine.h zo_states_info
-    _fields_ = [("offloaded", ctypes.c_uint), ("host_bytes", ctypes.c_size_t), ("host_pinned", ctypes.c_int),
+    _fields_ = [("offloaded", ctypes.c_uint), ("held", ctypes.c_uint), ("host_bytes", ctypes.c_size_t),
+                ("host_pinned", ctypes.c_int),
                 ("kept_device_bytes", ctypes.c_size_t), ("released_bytes", ctypes.c_size_t),
                 ("offload_s", ctypes.c_double), ("reload_s", ctypes.c_double)]
 

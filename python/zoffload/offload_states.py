@@ -33,6 +33,7 @@ import ctypes
 import enum
 import gc
 import logging
+import types
 
 import torch
 
@@ -126,12 +127,13 @@ BITS = {OffloadStateTypeEnum.optim_states: _lib.STATES_OPTIM, OffloadStateTypeEn
 
 
 def info(engine):
-    """zo_engine_states_info() as a dict: offloaded (the OffloadStateTypeEnum members in host memory now),
-    host_bytes, host_pinned, kept_device_bytes, released_bytes, offload_s, reload_s."""
+    """zo_engine_states_info() as a dict: offloaded (the OffloadStateTypeEnum members in host memory now), held
+    (those in the engine's device memory now: what offload_states() would move), host_bytes, host_pinned, kept_device_bytes, released_bytes, offload_s, reload_s."""
     i = _lib.StatesInfo()
     _lib.check(_lib.lib.zo_engine_states_info(engine.eng, ctypes.byref(i)), "zo_engine_states_info")
     out = {k: getattr(i, k) for k, _ in _lib.StatesInfo._fields_}
     out["offloaded"] = [s for s in OffloadStateTypeEnum if i.offloaded & BITS[s]]
+    out["held"] = [s for s in OffloadStateTypeEnum if i.held & BITS[s]]
     out["host_pinned"] = bool(i.host_pinned)
     return out
 
@@ -145,6 +147,18 @@ def refuse_while_offloaded(engine, call):
                            "engine.reload_states() first; nothing was computed" % (call, ", ".join(s.value for s in off)))
 
 
+def _reattach(engine, ptrs):
+    """The parameters _detach_params() let go of view the engine's working weights again at @ptrs (engine._aliased
+    before it), as engine._write_back() aliases them; the memory has not moved."""
+    with torch.no_grad():
+        for i, ptr in enumerate(ptrs):
+            if ptr is not None and engine._aliased[i] is None:
+                p = engine.params[i][1]
+                shape = engine.shapes[i]
+                p.data = engine.place.view(ptr, shape.numel(), p.dtype, engine._mem).view(shape)
+                engine._aliased[i] = ptr
+
+
 def _refuse_forward(engine):
     def hook(module, args):
         raise RuntimeError("zoffload: forward while lp_params are offloaded (engine.offload_states()): the model's "
@@ -153,16 +167,18 @@ def _refuse_forward(engine):
 
 
 def _detach_params(engine):
-    """lp_params offloaded: the parameters that viewed the engine's working weights (stages 1-2) no longer view
-    them: each is one NaN broadcast to its shape (no memory; a computation that bypasses the refusal below gives
-    NaN, never stale numbers), and a forward of the engine's module is refused until reload_states()."""
+    """The parameters that viewed the engine's working weights (stages 1-2) no longer view them: each is one NaN
+    broadcast to its shape (no memory; a computation that bypasses the forward's refusal gives NaN, never stale
+    numbers). Returns how many tensors still view the engine's memory after that: tensors taken from the parameters
+    (a view, .data, .detach(), a graph's saved tensors), whose storages hold the engine's memory token."""
     with torch.no_grad():
         for i, at in enumerate(getattr(engine, "_aliased", [])):
             if at is not None:
                 p = engine.params[i][1]
                 p.data = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape)
                 engine._aliased[i] = None
-    engine._states_hook = _refuse_forward(engine)
+    gc.collect()
+    return sum(1 for r in gc.get_referrers(engine._mem) if r is not engine.__dict__ and not isinstance(r, types.FrameType))
 
 
 def offload(engine, include, dev, pin_memory, non_blocking):
@@ -179,14 +195,29 @@ def offload(engine, include, dev, pin_memory, non_blocking):
     mask = 0
     for s in chosen:
         mask |= BITS[s]
-    with engine.place.ordered():
-        _lib.check(_lib.lib.zo_engine_offload_states(engine.eng, mask, int(bool(pin_memory) and cuda)),
-                   "offload_states")
+    # Whatever moves, the engine's device memory is freed, the kept states' too (they move into an allocation of
+    # their own): no tensor may view it then. The parameters let go of it here; other views are refused.
+    ptrs = list(getattr(engine, "_aliased", []))
+    if any(s in info(engine)["held"] for s in chosen) and any(a is not None for a in ptrs):
+        n = _detach_params(engine)
+        if n:
+            _reattach(engine, ptrs)
+            raise RuntimeError("zoffload: offload_states: %d tensor(s) taken from the model's parameters (a view, "
+                               ".data, .detach(), or the saved tensors of a graph not yet backpropagated) view the "
+                               "engine's device memory, which offload_states() frees; delete them or take .clone()s "
+                               "first. Nothing was moved" % n)
+    try:
+        with engine.place.ordered():
+            _lib.check(_lib.lib.zo_engine_offload_states(engine.eng, mask, int(bool(pin_memory) and cuda)),
+                       "offload_states")
+    except Exception:
+        _reattach(engine, ptrs)  # nothing moved (the engine's promise on an error): the parameters view it again
+        raise
     now = info(engine)
     moved = [s for s in chosen if s in now["offloaded"]]
     if moved:
         if OffloadStateTypeEnum.lp_params in now["offloaded"]:
-            _detach_params(engine)
+            engine._states_hook = _refuse_forward(engine)
         else:
             engine._write_back()  # the kept working weights are at new addresses: the parameters view them there
         log.info("zoffload: offload_states: %s moved from the engine's %s memory to %s host memory (%s); %s kept "

@@ -270,9 +270,11 @@ static zo_status reserve(zo_engine_t *e, const struct eng_states *s) {
     if (cap >= need && cap >= ZO_DEVICE_ALIGN)
       st = zo_arena_create(e->dev, cap, NULL, &e->arena);
     else
-      st = zo_error_set(ZO_ERR_OUT_OF_MEMORY,
-                        "reload_states: the engine needs %zu bytes of device memory, %zu are free",
-                        need, avail);
+      return zo_error_set(
+          ZO_ERR_OUT_OF_MEMORY,
+          "reload_states: the engine needs %zu bytes of device memory (%zu before the "
+          "offload), %zu are free",
+          need, s->arena_bytes, avail);
   }
   if (st != ZO_OK) {
     e->arena = NULL;

@@ -315,6 +315,56 @@ out:
   rig_close(&r);
 }
 
+/* The device with less room at reload: a smaller arena when the engine's need still fits (device_arena_bytes
+ * unset), else ZO_ERR_OUT_OF_MEMORY naming the bytes with the engine still offloaded and reloadable later; and the
+ * host copy pageable when the pinned budget (ZO_TEST_MEMTOTAL standing in for MemTotal) has no room. */
+static void room(void) {
+  const tcase tc = {"room", ZO_DEVICE_HOST, 0, ZO_STATES_ALL};
+  rig r = {0};
+  snap before = {0}, after = {0};
+  void *fill = NULL;
+  if (rig_open(&r, &tc)) goto out;
+  zo_step_info info;
+  if (train_step(&r, 0, &info) || take(&r, &before)) goto out;
+  zo_engine_mem m0, m1;
+  zo_states_info si;
+  CHECK_OK(zo_engine_mem_info(r.g.e, &m0));
+  setenv("ZO_TEST_MEMTOTAL", "1048576", 1); /* 85% of 1 MiB: less than the copy */
+  const zo_status st = zo_engine_offload_states(r.g.e, ZO_STATES_ALL, 1);
+  unsetenv("ZO_TEST_MEMTOTAL");
+  if (!CHECK_OK(st)) goto out;
+  CHECK_OK(zo_engine_states_info(r.g.e, &si));
+  CHECK_EQ(si.host_pinned, 0);
+  /* another user takes most of the device: too little is left for the engine's need */
+  size_t avail = 0;
+  CHECK_OK(zo_device_mem_available(r.dev, &avail));
+  if (!CHECK_OK(zo_device_malloc(r.dev, avail - 4096, &fill))) goto out;
+  CHECK_ST(zo_engine_reload_states(r.g.e), ZO_ERR_OUT_OF_MEMORY);
+  CHECK_HAS(zo_last_error(), "reload_states: the engine needs");
+  CHECK_HAS(zo_last_error(), "the engine stays offloaded");
+  CHECK_OK(zo_engine_states_info(r.g.e, &si));
+  CHECK_EQ(si.offloaded, ZO_STATES_ALL & ~ZO_STATES_GRAD_BUFFER);
+  CHECK_ST(zo_engine_step(r.g.e, &info), ZO_ERR_INVALID_USAGE);
+  /* it gives some back: room for the engine's need, not for the arena it had */
+  zo_device_free(r.dev, fill);
+  if (!CHECK_OK(zo_device_malloc(r.dev, avail / 2, &fill))) goto out;
+  if (!CHECK_OK(zo_engine_reload_states(r.g.e))) goto out;
+  CHECK_OK(zo_engine_mem_info(r.g.e, &m1));
+  CHECK(m1.arena.capacity < m0.arena.capacity);
+  CHECK(m1.arena.capacity >= m0.device_bytes);
+  if (take(&r, &after)) goto out;
+  same("after a reload into a smaller arena", &before, &after);
+  if (!train_step(&r, 1, &info) && zo_test_failures == 0)
+    printf(
+        "test_engine_states: room: host copy pageable past the pinned budget; reload refused with 4096 bytes "
+        "free (still offloaded), then into an arena of %zu bytes instead of %zu: bit-exact, trains on\n",
+        m1.arena.capacity, m0.arena.capacity);
+out:
+  if (fill) zo_device_free(r.dev, fill);
+  snap_free(&before), snap_free(&after);
+  rig_close(&r);
+}
+
 int main(void) {
   (void)eng_open, (void)eng_close,
       (void)cast_to; /* grad_harness.h's, not used here (rig_open, fp32) */
@@ -326,6 +376,7 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) run_case(&host[i]);
   mid_step();
+  room();
 #if ZO_TEST_DEVADAM_EMU
   if (devadam_emu_install() == 1 && zo_device_cuda_count() > 0) {
     const tcase cuda[] = {

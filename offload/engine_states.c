@@ -25,12 +25,12 @@
 enum { R_WEIGHTS, R_STATE, R_GRAD, R_NORM, R_STAGE, R_PARAM_DEV };
 typedef struct st_region {
   size_t off, bytes;
-  size_t
-      nominal; /* bytes its content has (0 for an empty shard), to order regions that share an offset */
+  /* bytes its content has (0 for an empty shard), to order regions that share an offset */
+  size_t nominal;
   unsigned kind; /* one zo_states_kind bit */
   int what, param, k;
-  size_t
-      buf_off; /* where it lies in the host copy (named kinds) or in the kept allocation and its staging */
+  /* where it lies in the host copy (named kinds), or in the kept allocation and its staging */
+  size_t buf_off;
 } st_region;
 
 /* e->states: from the first zo_engine_offload_states() to destroy; off 0 (and nothing held) while not offloaded. */
@@ -236,22 +236,20 @@ static zo_status host_copy_alloc(const zo_engine_t *e, host_buf *b, size_t nbyte
   return ZO_OK;
 }
 
-/* Queue the copies of the regions of kinds in @mask (@in 1: to the regions) between the block at @blk and @buf
- * (its buf_off), on the copy stream. */
+/* Queue the copies of the regions of kinds in @mask between the block at @blk and @buf (each at its buf_off) on the
+ * copy stream: into the regions with @in, out of them without. */
 static zo_status copy_regions(zo_engine_t *e, const struct eng_states *s, char *blk, char *buf,
-                              unsigned mask, int dev_buf, int in) {
+                              unsigned mask, int in) {
   for (int j = 0; j < s->n_reg; j++) {
     const st_region *r = &s->reg[j];
     if (!(r->kind & mask) || !r->bytes) continue;
     char *d = blk + r->off, *h = buf + r->buf_off;
-    const zo_copy_kind kind = dev_buf ? ZO_COPY_D2D : in ? ZO_COPY_H2D : ZO_COPY_D2H;
-    ZO_CHECK(zo_memcpy_async(e->copy_stream, in ? d : h, in ? h : d, r->bytes, kind));
-    if (!dev_buf) {
-      if (in)
-        e->ctr.h2d_bytes += r->bytes;
-      else
-        e->ctr.d2h_bytes += r->bytes;
-    }
+    ZO_CHECK(zo_memcpy_async(e->copy_stream, in ? d : h, in ? h : d, r->bytes,
+                             in ? ZO_COPY_H2D : ZO_COPY_D2H));
+    if (in)
+      e->ctr.h2d_bytes += r->bytes;
+    else
+      e->ctr.d2h_bytes += r->bytes;
   }
   return ZO_OK;
 }
@@ -379,9 +377,8 @@ zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memor
     goto fail;
   /* compute queued by the caller may still read the working weights (a forward before this call) */
   if (e->compute_stream && (st = zo_stream_synchronize(e->compute_stream)) != ZO_OK) goto fail;
-  s->off =
-      move; /* from here on the regions' kinds split by it (still "not offloaded": e->states is checked
-                   only by the calls, and this one returns with it set only on success) */
+  /* from here on the regions split by it; on a failure below states_clear() makes it 0 again */
+  s->off = move;
   size_t host_bytes = 0;
   for (int j = 0; j < s->n_reg; j++) {
     size_t *at = s->reg[j].kind & s->off ? &host_bytes : &s->keep_bytes;
@@ -395,8 +392,8 @@ zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memor
       (st = host_copy_alloc(e, &tmp, s->keep_bytes, 0, "the staging of the states kept")) != ZO_OK)
     goto fail;
   char *blk = e->dev_block;
-  if ((st = copy_regions(e, s, blk, s->host.ptr, s->off, 0, 0)) != ZO_OK ||
-      (st = copy_regions(e, s, blk, tmp.ptr, ~s->off, 0, 0)) != ZO_OK ||
+  if ((st = copy_regions(e, s, blk, s->host.ptr, s->off, 0)) != ZO_OK ||
+      (st = copy_regions(e, s, blk, tmp.ptr, ~s->off, 0)) != ZO_OK ||
       (st = zo_stream_synchronize(e->copy_stream)) != ZO_OK)
     goto fail;
   zo_arena_stats as;
@@ -412,8 +409,8 @@ zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memor
     if (s->keep) zo_device_free(e->dev, s->keep);
     s->keep = NULL;
     zo_status st2 = reserve(e, s);
-    if (st2 == ZO_OK) st2 = copy_regions(e, s, e->dev_block, s->host.ptr, s->off, 0, 1);
-    if (st2 == ZO_OK) st2 = copy_regions(e, s, e->dev_block, tmp.ptr, ~s->off, 0, 1);
+    if (st2 == ZO_OK) st2 = copy_regions(e, s, e->dev_block, s->host.ptr, s->off, 1);
+    if (st2 == ZO_OK) st2 = copy_regions(e, s, e->dev_block, tmp.ptr, ~s->off, 1);
     if (st2 == ZO_OK) st2 = zo_stream_synchronize(e->copy_stream);
     if (st2 != ZO_OK) e->fin_failed = 1; /* its memory is gone: only destroy is accepted */
     st = zo_error_set(st, "%s%s", why,
@@ -471,8 +468,8 @@ zo_status zo_engine_reload_states(zo_engine_t *e) {
   }
   st = reserve(e, s);
   if (st == ZO_OK) {
-    st = copy_regions(e, s, e->dev_block, s->host.ptr, s->off, 0, 1);
-    if (st == ZO_OK) st = copy_regions(e, s, e->dev_block, tmp.ptr, ~s->off, 0, 1);
+    st = copy_regions(e, s, e->dev_block, s->host.ptr, s->off, 1);
+    if (st == ZO_OK) st = copy_regions(e, s, e->dev_block, tmp.ptr, ~s->off, 1);
     if (st == ZO_OK) st = zo_stream_synchronize(e->copy_stream);
     if (st != ZO_OK) release(e);
   }

@@ -163,7 +163,10 @@ def _refuse_forward(engine):
     def hook(module, args):
         raise RuntimeError("zoffload: forward while lp_params are offloaded (engine.offload_states()): the model's "
                            "weights are in host memory; call engine.reload_states() first")
-    return engine.module.register_forward_pre_hook(hook)
+    try:  # before stage 3's own hooks (their fetches would be refused by the engine, less clearly)
+        return engine.module.register_forward_pre_hook(hook, prepend=True)
+    except TypeError:  # torch < 2.0: no prepend
+        return engine.module.register_forward_pre_hook(hook)
 
 
 def _detach_params(engine):
@@ -250,6 +253,7 @@ def reload(engine, offloaded, non_blocking):
         hook.remove()
         engine._states_hook = None
     engine._write_back()  # stages 1-2: the parameters view the engine's weights at their new addresses
+    engine._reporter.micro_start = None  # a forward refused meanwhile started the throughput timer: not a step
     log.info("zoffload: reload_states: %s back in the engine's device memory (%.3f s)",
              ", ".join(s.value for s in was), info(engine)["reload_s"])
 

@@ -150,6 +150,14 @@ static dp_red *q_at(const zo_engine_t *e, int i) {
   return &e->dp->q[(e->dp->q_first + i) % e->n_params];
 }
 
+void eng_dp_rebase(zo_engine_t *e, const zo_plan *plan) {
+  struct eng_dp *d = e->dp;
+  if (!d || !d->dev) return;
+  char *b = e->dev_block;
+  d->red = b ? b + plan->dp_dev_grad_off : NULL;
+  d->gat = b && plan->dp_dev_gather_off != SIZE_MAX ? b + plan->dp_dev_gather_off : NULL;
+}
+
 void eng_dp_free(zo_engine_t *e) {
   struct eng_dp *d = e->dp;
   if (!d) return;

@@ -117,6 +117,12 @@ static dp_gat *g_at(const struct eng_pg *pg, int i) {
 }
 static zo_status pop_oldest(zo_engine_t *e);
 
+void eng_pg_rebase(zo_engine_t *e, const zo_plan *plan) {
+  struct eng_pg *pg = e->pg;
+  if (!pg || !pg->dev) return;
+  pg->ring_base = e->dev_block ? (char *)e->dev_block + plan->dev_pg_ring_off : NULL;
+}
+
 void eng_pg_free(zo_engine_t *e) {
   struct eng_pg *pg = e->pg;
   if (!pg) return;

@@ -21,8 +21,10 @@
 #include "plan_internal.h"
 #include "zoffload/budget.h"
 
-/* One region of the device block: [off, off + bytes), of one kind, and whose pointer it is. */
-enum { R_WEIGHTS, R_STATE, R_GRAD, R_NORM, R_STAGE, R_PARAM_DEV };
+/* One region of the device block: [off, off + bytes), of one kind, and whose pointer it is.
+ * R_DP_RED, R_DP_GAT, R_PG_RING: the collectives' buffers of several ranks over NCCL (engine_dp.c, engine_dp3.c),
+ * empty between steps: kind 0, neither copied nor kept, their owners pointed at the block again at reload. */
+enum { R_WEIGHTS, R_STATE, R_GRAD, R_NORM, R_STAGE, R_PARAM_DEV, R_DP_RED, R_DP_GAT, R_PG_RING };
 typedef struct st_region {
   size_t off, bytes;
   /* bytes its content has (0 for an empty shard), to order regions that share an offset */
@@ -126,7 +128,7 @@ static void add_region(st_region *r, int *n, size_t off, size_t nominal, unsigne
 static zo_status list_regions(const zo_engine_t *e, st_region **out, int *n_out) {
   const zo_plan *pl = e->plan;
   const size_t wsz = zo_dtype_size(e->wdtype), gsz = zo_dtype_size(e->adtype);
-  st_region *r = calloc((size_t)e->n_params * 5 + 3, sizeof *r);
+  st_region *r = calloc((size_t)e->n_params * 5 + 6, sizeof *r);
   if (!r) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "offload_states: out of host memory");
   int n = 0;
   for (int i = 0; i < e->n_params; i++) {
@@ -143,6 +145,9 @@ static zo_status list_regions(const zo_engine_t *e, st_region **out, int *n_out)
   add_region(r, &n, pl->dev_stage_off, 1, ZO_STATES_GRAD_BUFFER, R_STAGE, -1, 0);
   add_region(r, &n, pl->dev_param_off, pl->pw_total_el * wsz, ZO_STATES_LP_PARAMS, R_PARAM_DEV, -1,
              0);
+  add_region(r, &n, pl->dp_dev_grad_off, 1, 0, R_DP_RED, -1, 0);
+  add_region(r, &n, pl->dp_dev_gather_off, 1, 0, R_DP_GAT, -1, 0);
+  add_region(r, &n, pl->dev_pg_ring_off, 1, 0, R_PG_RING, -1, 0);
   qsort(r, (size_t)n, sizeof *r, region_cmp);
   for (int j = 0; j < n; j++) {
     const size_t end = j + 1 < n ? r[j + 1].off : e->dev_block_bytes;
@@ -160,7 +165,8 @@ static void place_region(zo_engine_t *e, const st_region *r, char *addr) {
     case R_GRAD: e->params[r->param]->grad = addr; break;
     case R_NORM: e->dnorm_dev = (double *)addr; break;
     case R_STAGE: e->dstage_dev = addr; break;
-    default: e->param_dev = addr; break;
+    case R_PARAM_DEV: e->param_dev = addr; break;
+    default: break; /* the collectives' buffers: eng_dp_rebase, eng_pg_rebase (place_all) */
   }
 }
 
@@ -242,7 +248,7 @@ static zo_status copy_regions(zo_engine_t *e, const struct eng_states *s, char *
                               unsigned mask, int in) {
   for (int j = 0; j < s->n_reg; j++) {
     const st_region *r = &s->reg[j];
-    if (!(r->kind & mask) || !r->bytes) continue;
+    if (!(r->kind & mask) || !r->bytes) continue; /* kind 0 (empty between steps): never copied */
     char *d = blk + r->off, *h = buf + r->buf_off;
     ZO_CHECK(zo_memcpy_async(e->copy_stream, in ? d : h, in ? h : d, r->bytes,
                              in ? ZO_COPY_H2D : ZO_COPY_D2H));
@@ -321,6 +327,9 @@ static void place_all(zo_engine_t *e, const struct eng_states *s, int in_block) 
                                     : NULL;
     place_region(e, r, a);
   }
+  /* several ranks over NCCL: their collectives' buffers in the block, or nowhere while offloaded */
+  eng_dp_rebase(e, e->plan);
+  eng_pg_rebase(e, e->plan);
 }
 
 /* Drop every device copy of an offloaded parameter (the host tier has its weights): the arena goes. */
@@ -365,22 +374,17 @@ zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memor
             kind_names(kinds, names, sizeof names));
     goto fail; /* st is ZO_OK */
   }
-  if (eng_dp_dev(e)) {
-    st = zo_error_set(
-        ZO_ERR_UNSUPPORTED,
-        "offload_states: several ranks over NCCL keep their collectives' buffers in the "
-        "engine's device block; not supported there");
-    goto fail;
-  }
   if ((st = at_rest(e)) != ZO_OK || (st = zo_engine_synchronize(e)) != ZO_OK ||
       (st = drop_device_copies(e)) != ZO_OK)
     goto fail;
-  /* compute queued by the caller may still read the working weights (a forward before this call) */
-  if (e->compute_stream && (st = zo_stream_synchronize(e->compute_stream)) != ZO_OK) goto fail;
+  /* every stream of the device: compute queued by the caller may still read the working weights (a forward
+   * before this call), and a communicator's stream the collectives' buffers */
+  if ((st = zo_device_synchronize(e->dev)) != ZO_OK) goto fail;
   /* from here on the regions split by it; on a failure below states_clear() makes it 0 again */
   s->off = move;
   size_t host_bytes = 0;
   for (int j = 0; j < s->n_reg; j++) {
+    if (!s->reg[j].kind) continue; /* empty between steps: not kept either */
     size_t *at = s->reg[j].kind & s->off ? &host_bytes : &s->keep_bytes;
     s->reg[j].buf_off = *at;
     *at += zo_round_up(s->reg[j].bytes, ZO_DEVICE_ALIGN);

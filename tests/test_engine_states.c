@@ -25,7 +25,10 @@
 enum { NP = 4, STEPS = 2 };
 static const size_t k_sizes[NP] = {1000, 3, 70001, 4097};
 static zo_comm_t *g_comm;
-static int W = 1, R = 0; /* ranks (mpirun -np 2: test_engine_states_np2) and this one */
+static zo_comm_t *g_boot;       /* --comm nccl: the launcher's MPI, bootstrapping NCCL */
+static zo_device_t *g_comm_dev; /* --comm nccl: the communicator's device handle */
+static int g_ordinal;           /* the GPU of this rank: 0, or with --comm nccl the local rank's */
+static int W = 1, R = 0;        /* ranks (mpirun -np 2: test_engine_states_np2) and this one */
 
 #if ZO_TEST_DEVADAM_EMU
 #include "devadam_emu.h"
@@ -51,10 +54,11 @@ typedef struct rig {
 static int rig_open(rig *r, const tcase *tc) {
   memset(r, 0, sizeof *r);
   const size_t limit = tc->kind == ZO_DEVICE_HOST ? (size_t)64 << 20 : (size_t)256 << 20;
-  if (!CHECK_OK(zo_device_create(tc->kind, 0, limit, &r->dev))) return 1;
+  const int ordinal = tc->kind == ZO_DEVICE_CUDA ? g_ordinal : 0;
+  if (!CHECK_OK(zo_device_create(tc->kind, ordinal, limit, &r->dev))) return 1;
   if (tc->kind == ZO_DEVICE_HOST)
     r->gdev = r->dev;
-  else if (!CHECK_OK(zo_device_create(tc->kind, 0, 0, &r->gdev)))
+  else if (!CHECK_OK(zo_device_create(tc->kind, ordinal, 0, &r->gdev)))
     return 1;
   /* the gradient buffers before the engine's arena takes the device (all of a host device) */
   size_t used0 = 0, used1 = 0;
@@ -189,6 +193,7 @@ static void refused_while_offloaded(rig *r, int fetch_ok) {
 
 static void run_case(const tcase *tc) {
   rig a = {0}, b = {0};
+  void *other = NULL; /* another user's device memory while offloaded */
   snap before = {0}, after = {0}, sa = {0}, sb = {0};
   const int failures0 = zo_test_failures;
   if (rig_open(&a, tc) || rig_open(&b, tc)) goto out;
@@ -223,6 +228,10 @@ static void run_case(const tcase *tc) {
     printf("  %s\n", zo_last_error());
     goto out;
   }
+  /* another model takes device memory meanwhile (on CUDA, where the device has room for both): likely where the
+   * arena was, so the engine's memory comes back at other addresses, which every pointer into it must follow */
+  if (tc->kind == ZO_DEVICE_CUDA && !CHECK_OK(zo_device_malloc(b.gdev, (size_t)16 << 20, &other)))
+    goto out;
   const size_t used1 = dev_used(&b);
   zo_engine_mem mi;
   CHECK_OK(zo_engine_states_info(b.g.e, &si));
@@ -254,6 +263,7 @@ static void run_case(const tcase *tc) {
     goto out;
   }
   CHECK_OK(zo_engine_reload_states(b.g.e)); /* nothing offloaded: a no-op */
+  if (other) zo_device_free(b.gdev, other), other = NULL;
   const size_t used2 = dev_used(&b);
   CHECK_EQ(used2, used0);
   const size_t host_bytes = si.host_bytes;
@@ -282,6 +292,7 @@ static void run_case(const tcase *tc) {
         R, W, tc->label, tc->kinds, used0, used1, used2, host_bytes, pinned ? "pinned" : "pageable",
         STEPS + 1, 2 * STEPS, norms[0], norms[1]);
 out:
+  if (other) zo_device_free(b.gdev, other);
   snap_free(&before), snap_free(&after), snap_free(&sa), snap_free(&sb);
   rig_close(&a);
   rig_close(&b);
@@ -366,19 +377,43 @@ out:
   rig_close(&r);
 }
 
-int main(void) {
-  (void)eng_open, (void)eng_close,
-      (void)cast_to; /* grad_harness.h's, not used here (rig_open, fp32) */
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return zo_test_finish("test_engine_states");
+/* `--comm nccl`: the engines' communicator is NCCL, bootstrapped over the launcher's MPI, one GPU per rank (the
+ * stand-in's fake libnccl under test_engine_states_nccl_fake_npN): 1 to run the cuda cases only, 77 to skip, -1 on
+ * an error. */
+static int comm_nccl(void) {
+  zo_status st = zo_comm_create_from_env(&g_boot);
+  if (st == ZO_OK) st = zo_device_local_ordinal(zo_device_cuda_count(), &g_ordinal);
+  if (st == ZO_OK) st = zo_device_create(ZO_DEVICE_CUDA, g_ordinal, 0, &g_comm_dev);
+  if (st == ZO_OK) st = zo_comm_create_nccl(g_comm_dev, g_boot, &g_comm);
+  if (st == ZO_ERR_UNSUPPORTED) {
+    printf("test_engine_states: SKIP: %s\n", zo_last_error());
+    return ZO_TEST_SKIP;
+  }
+  return CHECK_OK(st) ? 1 : -1;
+}
+
+int main(int argc, char **argv) {
+  /* grad_harness.h's, not used here (rig_open, fp32 gradients) */
+  (void)eng_open, (void)eng_close, (void)cast_to;
+  int nccl = 0;
+  if (argc > 2 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) {
+    nccl = comm_nccl();
+    if (nccl == ZO_TEST_SKIP) return ZO_TEST_SKIP;
+    if (nccl < 0) return zo_test_finish("test_engine_states");
+  } else if (argc > 1) {
+    fprintf(stderr, "usage: test_engine_states [--comm nccl]\n");
+    return 2;
+  } else if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) {
+    return zo_test_finish("test_engine_states");
+  }
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
   const tcase host[] = {
       {"host", ZO_DEVICE_HOST, 0, ZO_STATES_ALL},
       {"keep", ZO_DEVICE_HOST, 0, ZO_STATES_ALL & ~ZO_STATES_LP_PARAMS},
       {"param", ZO_DEVICE_HOST, 1, ZO_STATES_ALL},
   };
-  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) run_case(&host[i]);
-  mid_step();
-  room();
+  for (size_t i = 0; i < sizeof host / sizeof host[0] && !nccl; i++) run_case(&host[i]);
+  if (!nccl) mid_step(), room();
 #if ZO_TEST_DEVADAM_EMU
   if (devadam_emu_install() == 1 && zo_device_cuda_count() > 0) {
     const tcase cuda[] = {
@@ -395,5 +430,7 @@ int main(void) {
   }
 #endif
   zo_comm_destroy(g_comm);
+  zo_comm_destroy(g_boot);
+  zo_device_destroy(g_comm_dev);
   return zo_test_finish("test_engine_states");
 }

@@ -658,14 +658,15 @@ typedef struct zo_states_info {
  * zo_engine_set_trace(), zo_engine_states_info() and zo_engine_destroy() work as always.
  * Device addresses of the engine's memory (fetched weights, a framework's views of them) change: fetch again
  * after zo_engine_reload_states() (and, with kept working weights, after this call).
- * Synchronous: the copies have completed when it returns. Several ranks: each rank moves its own memory; with
- * zoffload.delayed_param_update pending it is collective, as zo_engine_synchronize(). Not with several ranks over
- * NCCL (their collectives' buffers live in the engine's device block): ZO_ERR_UNSUPPORTED.
+ * Synchronous: the copies have completed when it returns. Several ranks: each rank moves its own memory (over
+ * NCCL the collectives' buffers in the device block go too: they are empty between steps; each NCCL communicator's
+ * own staging, ZO_COMM_NCCL_STAGE_BYTES, stays with it); with zoffload.delayed_param_update pending it is
+ * collective, as zo_engine_synchronize().
  * Returns ZO_OK; ZO_ERR_INVALID_ARG (NULL @e, @kinds 0 or with bits outside ZO_STATES_ALL); ZO_ERR_INVALID_USAGE
  * (before finalize, after a failed one, mid-step: gradients handed over or micro-batches accumulated since the
  * last step, a tensor still fetched: named); ZO_ERR_OUT_OF_MEMORY (host memory for the copy: the bytes needed
- * and available named; or the device for the kept allocation); ZO_ERR_UNSUPPORTED; device errors. On an error
- * nothing has moved and the engine trains on. Thread-safety: as the engine.
+ * and available named; or the device for the kept allocation); device errors. On an error nothing has moved
+ * and the engine trains on. Thread-safety: as the engine.
  */
 ZO_API zo_status zo_engine_offload_states(zo_engine_t *e, unsigned kinds, int pin_memory);
 

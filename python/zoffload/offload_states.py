@@ -128,7 +128,8 @@ BITS = {OffloadStateTypeEnum.optim_states: _lib.STATES_OPTIM, OffloadStateTypeEn
 
 def info(engine):
     """zo_engine_states_info() as a dict: offloaded (the OffloadStateTypeEnum members in host memory now), held
-    (those in the engine's device memory now: what offload_states() would move), host_bytes, host_pinned, kept_device_bytes, released_bytes, offload_s, reload_s."""
+    (those in the engine's device memory now: what offload_states() would move), host_bytes, host_pinned,
+    kept_device_bytes, released_bytes, offload_s, reload_s."""
     i = _lib.StatesInfo()
     _lib.check(_lib.lib.zo_engine_states_info(engine.eng, ctypes.byref(i)), "zo_engine_states_info")
     out = {k: getattr(i, k) for k, _ in _lib.StatesInfo._fields_}
@@ -144,7 +145,8 @@ def refuse_while_offloaded(engine, call):
     off = getattr(engine, "_offloaded_states", None)
     if off:
         raise RuntimeError("zoffload: engine.%s() while %s are offloaded (engine.offload_states()); call "
-                           "engine.reload_states() first; nothing was computed" % (call, ", ".join(s.value for s in off)))
+                           "engine.reload_states() first; nothing was computed"
+                           % (call, ", ".join(s.value for s in off)))
 
 
 def _reattach(engine, ptrs):
@@ -181,7 +183,8 @@ def _detach_params(engine):
                 p.data = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape)
                 engine._aliased[i] = None
     gc.collect()
-    return sum(1 for r in gc.get_referrers(engine._mem) if r is not engine.__dict__ and not isinstance(r, types.FrameType))
+    return sum(1 for r in gc.get_referrers(engine._mem)
+               if r is not engine.__dict__ and not isinstance(r, types.FrameType))
 
 
 def offload(engine, include, dev, pin_memory, non_blocking):
@@ -218,11 +221,13 @@ def offload(engine, include, dev, pin_memory, non_blocking):
         raise
     now = info(engine)
     moved = [s for s in chosen if s in now["offloaded"]]
+    if not moved:
+        _reattach(engine, ptrs)  # nothing moved: the parameters view the engine's weights where they were
+    elif OffloadStateTypeEnum.lp_params in now["offloaded"]:
+        engine._states_hook = _refuse_forward(engine)
+    else:
+        engine._write_back()  # the kept working weights are at new addresses: the parameters view them there
     if moved:
-        if OffloadStateTypeEnum.lp_params in now["offloaded"]:
-            engine._states_hook = _refuse_forward(engine)
-        else:
-            engine._write_back()  # the kept working weights are at new addresses: the parameters view them there
         log.info("zoffload: offload_states: %s moved from the engine's %s memory to %s host memory (%s); %s kept "
                  "there; the engine's device reservation (%s) given back", ", ".join(s.value for s in moved),
                  "GPU" if cuda else "device (host backend)", "page-locked" if now["host_pinned"] else "pageable",

@@ -24,7 +24,16 @@ typedef struct step_log {
       pred_step_s; /* the logged step alone, and its prediction (zoffload/placement.h); < 0: none */
   double elapsed_s,
       eta_s; /* since the loop started; the run's remaining steps at its mean rate (< 0: none) */
+  /* the run's constants a step's lower bound is computed from (scripts/limit_ratio.py): tokens and
+   * model FLOPs a step, the MFU's peak (<= 0: none), parameters, ranks, and the link's rates the
+   * run measured at start-up or took from the speeds cache (<= 0: none; @h2d_src says which) */
+  double tokens_step, flops_tok, peak_tflops, h2d_Bps, d2h_Bps;
+  int64_t params, ranks;
+  const char *h2d_src;
 } step_log;
+
+/* @v as a JSON real when > 0, else null */
+static json_t *real_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
 
 static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_t *o = json_object();
@@ -52,6 +61,15 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "adam_ms", json_real(l->adam_s * per));
   json_object_set_new(o, "swap_wait_ms", json_real(l->swap_s * per));
   json_object_set_new(o, "fetch_wait_ms", json_real(l->fetch_s * per));
+  /* what a step must do, and the rates it could do it at */
+  json_object_set_new(o, "tokens_per_step", json_real(l->tokens_step));
+  json_object_set_new(o, "flops_per_token", json_real(l->flops_tok));
+  json_object_set_new(o, "peak_tflops", real_or_null(l->peak_tflops));
+  json_object_set_new(o, "parameters", json_integer((json_int_t)l->params));
+  json_object_set_new(o, "ranks", json_integer((json_int_t)l->ranks));
+  json_object_set_new(o, "h2d_rate_bytes_per_s", real_or_null(l->h2d_Bps));
+  json_object_set_new(o, "d2h_rate_bytes_per_s", real_or_null(l->d2h_Bps));
+  json_object_set_new(o, "link_rate_source", l->h2d_src ? json_string(l->h2d_src) : json_null());
   /* bytes held now and moved so far */
   json_object_set_new(o, "device_bytes", json_integer((json_int_t)mem->device_bytes));
   json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)mem->device_peak_bytes));
@@ -198,7 +216,15 @@ void train_report_logged(train_job *j, train_progress *p, double loss, double va
                   .last_step_s = p->last_step_s,
                   .pred_step_s = j->pred.ok ? j->pred.step.step_s : -1,
                   .elapsed_s = elapsed,
-                  .eta_s = eta};
+                  .eta_s = eta,
+                  .tokens_step = (double)j->B * j->T * j->gas * j->world,
+                  .flops_tok = j->flops_tok,
+                  .peak_tflops = j->peak_tflops,
+                  .h2d_Bps = j->pred.ok ? j->pred.rates.h2d_Bps : 0,
+                  .d2h_Bps = j->pred.ok ? j->pred.rates.d2h_Bps : 0,
+                  .params = (int64_t)j->total,
+                  .ranks = j->world,
+                  .h2d_src = j->pred.ok ? j->pred.rates.src[2] : NULL};
     write_json(j->jf, &l, &mem);
   }
   p->t_window = p->t_line = zo_clock_s(); /* the validation's time is not training time */

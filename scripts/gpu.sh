@@ -1,41 +1,68 @@
 #!/usr/bin/env bash
-# gpu.sh [--dry] [--only STAGE,...] [STAGE...] - the one prepared, bounded check for a machine with an NVIDIA GPU
-# (H100/H200, 16 cores, the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose torch sees the GPU).
-# Not a benchmark suite: each stage is cut off at its bound (`timeout`), and the whole run stops starting stages
-# after $ZO_GPU_BUDGET_S (default 420 s), so `timeout 450 ./scripts/gpu.sh` always ends with the report printed.
+# gpu.sh [--dry] [--all] [--only STAGE,...] [STAGE...] - the one prepared, bounded check for a machine with an NVIDIA
+# GPU (H100/H200, 16 cores, the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose torch sees the
+# GPU). It measures how far the GPU runs are from the machine's limit, not just PASS. Each stage is cut off at its
+# bound (`timeout`), and the whole run stops starting stages after $ZO_GPU_BUDGET_S (default 480 s: the default
+# stages' bounds add up to it), so `timeout 510 ./scripts/gpu.sh` always ends with the report printed.
 #
 # The Debian libraries come as .deb files: `bash scripts/deps.sh --download debs` on a machine with apt, the
 # repository with debs/ copied over, then on the GPU machine:
-#     ZO_DEBS=debs timeout 450 ./scripts/gpu.sh
+#     ZO_DEBS=debs timeout 510 ./scripts/gpu.sh
 # (unpacked with `dpkg -x` under build/deps, no root; see docs/gpu-check.md). Without ZO_DEBS the build runs
-# scripts/deps.sh as the other scripts do (installs missing packages as root).
+# scripts/deps.sh as the other scripts do (installs missing packages as root). A wheel built here (`pip wheel .`)
+# and carried as $ZO_WHEEL is what the wheel_cuda stage installs.
 #
-# Stages, in order of value; `--only a,b` or STAGE arguments pick some (default: all; a run without `build` reuses
-# $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/; ~ where the stage
-# failed there), then what it does. A GPU is lent for 15 minutes in all, its start-up included, so a rerun of the
-# stages that failed (--only) fits beside a full run.
-#   build                120   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
+# Stages, in order of value; `--only a,b` or STAGE arguments pick some, `--all` adds the second group to the default
+# one (a run without `build` reuses $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27,
+# docs/gpu-runs/; - not run there yet), then what it does. A GPU is lent for 15 minutes in all, its start-up
+# included: the default group's bounds add up to 480 s (8 minutes); the second group (about 230 s more) ran and
+# passed there at e673e66 or needs two GPUs, and is for a rerun or a longer lease.
+#   build                 45   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
 #                                  architecture (ZO_CUDA_ARCHS, else nvidia-smi's compute capability), ninja -j16
-#   ctest_gpu             60    5  ctest -L gpu, less the tests that have a stage of their own: CUDA device
-#                                  conformance, every zo-train kernel against the CPU model's gradients
-#   cuda_vs_host          90   17  a small config trained 30 steps with --device cuda and with --device host: losses
+#   perf_124m             25    -  gpt2-124m all on the GPU at micro-batch 32, 12 steps: median tokens/s and MFU after
+#                                  2 warm-up steps, and zo-train's "kernels:" line (per-step GEMM, attention and other
+#                                  kernel time from CUDA events; n/a where zo-train prints none); with each kernel set
+#                                  where zo-train has --cuda-kernels (baseline, fused), their speed-up
+#   cuda_vs_host          45   23  a small config trained 30 steps with --device cuda and with --device host: losses
 #                                  within the bf16 tolerance, the loss falling; then each tier on cuda (optimizer cpu,
-#                                  optimizer nvme, parameters nvme) 4 steps, resumed from step 2: bit for bit
-#   python_cuda           90   56  ctest -R python_cuda: the Python front's CUDA path, ordered against torch's streams
+#                                  optimizer nvme, parameters nvme) 4 steps, resumed from step 2: bit for bit; with
+#                                  each kernel set where zo-train has --cuda-kernels
+#   ctest_gpu             10    5  ctest -L gpu, less the tests that have a stage of their own: CUDA device
+#                                  conformance, every zo-train kernel against the CPU model's gradients
+#   machine_rates         15    -  the rates the limit ratios divide by, on this machine: zo-adambench (the presets'
+#                                  Adam variants, 2^26 elements, every core) and zo-swapbench at $ZO_NVME (the presets'
+#                                  aio block size and queue depth, zoffload's engine, read and write)
+#   gpt_10b               75   91  configs/gpt-10b.json with the optimizer on cpu, $ZO_GPU_10B_STEPS (6) steps: loss,
+#                                  tokens/s, zo-train's per-step breakdown (compute, exposed fetch, Adam, swap) and
+#                                  the limit ratio (scripts/limit_ratio.py: the step's lower bound, max of compute at
+#                                  50% of the GPU's peak, PCIe at the rate measured in the run, Adam at zo-adambench's
+#                                  rate, NVMe at zo-swapbench's, over the measured step; target >= 0.8)
+#   gpt_10b_nvme          85  119  the same, the preset as it is (optimizer nvme, placement auto; target >= 0.6)
+#   gpt_10b_infinity      70    -  configs/gpt-10b-infinity.json (stage 3, parameters on NVMe, optimizer cpu),
+#                                  $ZO_GPU_INF_STEPS (4) steps: the same figures
+#   python_cuda           65   56  ctest -R python_cuda: the Python front's CUDA path, ordered against torch's streams
 #                                  ($ZO_PYTHON, else the first of python3, /usr/bin/python3 whose torch sees the GPU)
-#   nccl_1rank            20    2  ctest -R test_comm_nccl: the nccl backend on one rank
-#   adam_device           20    1  ctest -R test_adam_device: device Adam against CPU Adam
-#   sanitizer_memcheck    60   24  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
+#   sanitizer_memcheck    30   24  the gpu-labelled C test programs once under compute-sanitizer --tool memcheck
 #                                  (API errors not reported: the tests provoke some on purpose and check each)
-#   sanitizer_racecheck   90   32  ... --tool racecheck over every kernel, the model's GEMMs by a plain kernel of
+#   nccl_1rank             5    2  ctest -R test_comm_nccl: the nccl backend on one rank (libnccl opened at the first
+#                                  communicator)
+#   arena_gpu             10    -  zo-arenabench --device cuda: the defragmenting arena's compactions against a plain
+#                                  device-to-device copy loop and CUDA virtual-memory remapping, on the real device
+# The second group (--all, or by name):
+#   sanitizer_racecheck   40   32  ... --tool racecheck over every kernel, the model's GEMMs by a plain kernel of
 #                                  ours instead of cuBLAS (ZO_GPT_CUDA_GEMM=reference; see do_sanitizer)
-#   sanitizer_synccheck   45    4  ... --tool synccheck, our own kernels
-#   ratio_124m            75   14  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with
+#   sanitizer_synccheck   10    4  ... --tool synccheck, our own kernels
+#   torch_nccl            15    -  python/tests/test_import_order.py under the GPU machine's CUDA torch (its own,
+#                                  newer NCCL): zoffload and torch imported in either order (pytest needed)
+#   wheel_cuda            25    -  the carried wheel ($ZO_WHEEL) installed into a venv of $ZO_PYTHON: its library on
+#                                  the GPU (scripts/wheel_cuda_smoke.py, outside the checkout); SKIP without a wheel
+#   onednn_bf16           15    -  ctest test_gemm_bf16 and zo_train_gemm_bf16: the CPU model's bf16 products through
+#                                  the oneDNN of the carried .debs
+#   ratio_124m            20   14  gpt2-124m 20 steps all on the GPU, with the optimizer on cpu, and on cpu with
 #                                  ZeRO-Offload's delayed parameter update: median per-step tokens/s after 2 warm-up
 #                                  steps; PASS when the DPU run reaches 0.9 of all-on-the-GPU
-#   gpt_10b              150  119  configs/gpt-10b.json for 10 steps (optimizer nvme, placement auto): steps done,
-#                                  tokens/s, peak device memory
-#   ranks_1gpu            90    -  two ranks on the one GPU through the mpi backend (host collectives; NCCL refuses
+#   adam_device            5    1  ctest -R test_adam_device: device Adam against CPU Adam
+#   ranks_1gpu            45    -  two ranks on the one GPU through the mpi backend (host collectives; NCCL refuses
 #                                  two ranks on one device): configs/default.json at stages 1, 2, 3 (parameters on
 #                                  cpu) and 3d (stage 3, parameters partitioned in device memory), 8 sequences a
 #                                  rank against one rank with two micro-batches of 8: every
@@ -43,19 +70,20 @@
 #   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stages 2 and 3d over nccl on
 #                                  two GPUs; SKIP with the reason on one GPU (the several-rank NCCL paths then ran
 #                                  only on the stand-in, ctest nccl_fake_np2/np3)
-# Seen in all: 237 s of stages (racecheck over every kernel not included); with the start-up and the transfers a
-# full run takes about 5 minutes of the 15 lent.
-# Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as it ends:
+# A measuring stage PASSes when it ran and its figures could be computed; its target (MFU, limit ratio) is stated
+# beside them, met or not. Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as
+# it ends:
 #   STAGE RESULT WALL_s FIGURES      RESULT: PASS, FAIL, SKIP (could not run here: no GPU, no tool) or TIMEOUT
 # (cut off at its bound, or not started because the run's budget was spent), so a run cut off from outside still
-# tells what passed. Logs beside it, one per stage. The report is printed at the end; exit 0 when no stage FAILed
-# or TIMEd OUT.
+# tells what passed. Logs beside it, one per stage (and one per zo-train run, NAME.out, with its NAME.jsonl). The
+# report is printed at the end; exit 0 when no stage FAILed or TIMEd OUT.
 #
 # --dry (or ZO_DEVICE=host): the plumbing on a machine without a GPU, in seconds: build is `cmake --build -n` of an
-# existing $ZO_BUILD (nothing is built), the zo-train stages run configs/default.json for 3 steps on the host
-# device, and every stage that needs a GPU reports SKIP whatever its stand-in did (ctest gpu_sh_plumbing).
-# Knobs: ZO_GPU_BOUND_<stage>=S overrides one bound; ZO_GPU_HANG=<stage> replaces that stage's command with a
-# sleep (a test of the cut-off); ZO_NVME (default $ZO_BUILD/gpu-nvme) holds swap files; ZO_CORPUS the corpus.
+# existing $ZO_BUILD (nothing is built), the zo-train stages run configs/default.json for 3 or 4 steps on the host
+# device, the benchmarks their --quick sizes, and every stage that needs a GPU reports SKIP whatever its stand-in did
+# (ctest gpu_sh_plumbing). Knobs: ZO_GPU_BOUND_<stage>=S overrides one bound; ZO_GPU_HANG=<stage> replaces that
+# stage's command with a sleep (a test of the cut-off); ZO_NVME (default $ZO_BUILD/gpu-nvme) holds swap files;
+# ZO_CORPUS the corpus; ZO_GPU_10B_STEPS, ZO_GPU_INF_STEPS the 10B runs' steps.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 self=$PWD/scripts/gpu.sh
@@ -64,12 +92,17 @@ self=$PWD/scripts/gpu.sh
 inner=0
 [ "${1:-}" = "--stage-cmd" ] && { inner=1; shift; }
 dry=${ZO_GPU_DRY:-0}
-ALL=(build ctest_gpu cuda_vs_host python_cuda nccl_1rank adam_device sanitizer_memcheck sanitizer_racecheck
-     sanitizer_synccheck ratio_124m gpt_10b ranks_1gpu nccl_ranks)
-declare -A BOUND=([build]=120 [ctest_gpu]=60 [cuda_vs_host]=90 [python_cuda]=90 [nccl_1rank]=20 [adam_device]=20
-                  [sanitizer_memcheck]=60 [sanitizer_racecheck]=90 [sanitizer_synccheck]=45 [ratio_124m]=75
-                  [gpt_10b]=150 [ranks_1gpu]=90 [nccl_ranks]=60)
-budget=${ZO_GPU_BUDGET_S:-420}
+# the default group (its bounds add up to the default budget) and the second, each in order of value
+ALL=(build perf_124m cuda_vs_host ctest_gpu machine_rates gpt_10b gpt_10b_nvme gpt_10b_infinity python_cuda
+     sanitizer_memcheck nccl_1rank arena_gpu)
+MORE=(sanitizer_racecheck sanitizer_synccheck torch_nccl wheel_cuda onednn_bf16 ratio_124m adam_device ranks_1gpu
+      nccl_ranks)
+declare -A BOUND=([build]=45 [perf_124m]=25 [cuda_vs_host]=45 [ctest_gpu]=10 [machine_rates]=15 [gpt_10b]=75
+                  [gpt_10b_nvme]=85 [gpt_10b_infinity]=70 [python_cuda]=65 [sanitizer_memcheck]=30 [nccl_1rank]=5
+                  [arena_gpu]=10
+                  [sanitizer_racecheck]=40 [sanitizer_synccheck]=10 [torch_nccl]=15 [wheel_cuda]=25
+                  [onednn_bf16]=15 [ratio_124m]=20 [adam_device]=5 [ranks_1gpu]=45 [nccl_ranks]=60)
+budget=${ZO_GPU_BUDGET_S:-480}
 bd=${ZO_BUILD:-build-gpu}
 out=${ZO_GPU_OUT:-gpu-results}
 nvme=${ZO_NVME:-$bd/gpu-nvme}
@@ -80,18 +113,19 @@ if [ $inner -eq 0 ]; then
   while [ $# -gt 0 ]; do
     case $1 in
       --dry) dry=1 ;;
+      --all) stages+=("${ALL[@]}" "${MORE[@]}") ;;
       --only) [ $# -ge 2 ] || { echo "gpu.sh: --only needs STAGE[,STAGE...]" >&2; exit 2; }
               IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift ;;
       --only=*) IFS=, read -r -a more <<<"${1#--only=}"; stages+=("${more[@]}") ;;
       -h | --help) sed -n '2,/^set -uo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-      -*) echo "gpu.sh: unknown option '$1' (--dry, --only STAGE,...)" >&2; exit 2 ;;
+      -*) echo "gpu.sh: unknown option '$1' (--dry, --all, --only STAGE,...)" >&2; exit 2 ;;
       *) stages+=("$1") ;;
     esac
     shift
   done
   [ ${#stages[@]} -eq 0 ] && stages=("${ALL[@]}")
   for s in "${stages[@]}"; do
-    [ -n "${BOUND[$s]+set}" ] || { echo "gpu.sh: unknown stage '$s' (stages: ${ALL[*]})" >&2; exit 2; }
+    [ -n "${BOUND[$s]+set}" ] || { echo "gpu.sh: unknown stage '$s' (stages: ${ALL[*]} ${MORE[*]})" >&2; exit 2; }
   done
 fi
 [ "${ZO_DEVICE:-}" = host ] && dry=1
@@ -265,8 +299,16 @@ zt() {
   shift
   echo "-- zo-train $name: $*"
   "$bd/tools/zo-train" --data "${ZO_CORPUS:-/usr/share/games/fortunes}" --nvme-path "$nvme" --no-sample \
-    --log-json "$out/$name.jsonl" "$@"
+    --log-json "$out/$name.jsonl" "$@" 2>&1 | tee "$out/$name.out"
 }
+# The CUDA kernel sets to run: "baseline fused" where zo-train's --help lists --cuda-kernels, else "-" (the one set
+# it has; no flag). kset_flags SET: the flag for SET, as words.
+kernel_sets() {
+  if "$bd/tools/zo-train" --help 2>/dev/null | grep -q -- '--cuda-kernels'; then echo "baseline fused"; else echo "-"; fi
+}
+kset_flags() { [ "$1" = - ] || echo "--cuda-kernels $1"; }
+# kset_name BASE SET: a run's name, BASE alone for the one set
+kset_name() { if [ "$2" = - ]; then echo "$1"; else echo "$1-$2"; fi; }
 # derive SRC DST PATH=JSON...: DST is the config SRC with each dotted PATH set to the JSON value (e.g.
 # steps_per_print=1, zoffload.delayed_param_update=true)
 derive() {
@@ -304,58 +346,83 @@ EOF
 # loss and gradient norm equal bit for bit (zo-train's CUDA kernels use fixed-order reductions, no atomics).
 do_cuda_vs_host() {
   mkdir -p "$nvme" || return 1
-  local cfg=$out/cuda_vs_host.json n=30 dev=cuda
+  local cfg=$out/cuda_vs_host.json n=30 dev=cuda ks kf fail=0 summary=""
   [ $dry -eq 1 ] && n=3 dev=host
   derive configs/default.json "$cfg" steps_per_print=1 || return 1
   rm -f "$out"/cvh-*.jsonl
   zt cvh-host --config "$cfg" --steps $n --device host || return 1
-  zt cvh-cuda --config "$cfg" --steps $n --device $dev || return 1
-  python3 - "$out/cvh-host.jsonl" "$out/cvh-cuda.jsonl" $n <<'EOF' || return 1
+  for ks in $(kernel_sets); do
+    read -r -a kf <<<"$(kset_flags "$ks")"
+    cvh_set "$cfg" $n $dev "$ks" "${kf[@]}" || { fail=1; summary="$summary ${ks/#-/the one set}"; }
+  done
+  [ $fail -eq 0 ] || { echo "cuda_vs_host: failed with kernels:$summary"; return 1; }
+}
+# cvh_set CFG N DEVICE SET FLAGS...: cuda_vs_host with one kernel set (SET "-": the only one, no flag): the N-step
+# comparison against the host run, then each tier's resume
+cvh_set() {
+  local cfg=$1 n=$2 dev=$3 ks=$4
+  shift 4
+  local tag="" c t flags ck fail=0 summary=""
+  [ "$ks" != - ] && tag=" [$ks]"
+  c=$(kset_name cvh-cuda "$ks")
+  zt "$c" --config "$cfg" --steps $n --device $dev "$@" || return 1
+  python3 - "$out/cvh-host.jsonl" "$out/$c.jsonl" $n "$tag" <<'EOF' || return 1
 import json, sys
 h, c = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
-n = int(sys.argv[3])
+n, tag = int(sys.argv[3]), sys.argv[4]
 if len(h) != n or len(c) != n:
-    sys.exit(f"cuda_vs_host: expected {n} logged steps, host logged {len(h)}, cuda {len(c)}")
+    sys.exit(f"cuda_vs_host{tag}: expected {n} logged steps, host logged {len(h)}, cuda {len(c)}")
 rel = [abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(h, c)]
 worst = max(range(n), key=lambda i: rel[i])
 ok = rel[worst] <= 0.02
 fall = c[-1]["loss"] < 0.8 * c[0]["loss"] if n >= 10 else True
-print(f"cuda_vs_host: {n} steps, loss host {h[0]['loss']:.4f} -> {h[-1]['loss']:.4f}, cuda {c[0]['loss']:.4f} -> "
+print(f"cuda_vs_host{tag}: {n} steps, loss host {h[0]['loss']:.4f} -> {h[-1]['loss']:.4f}, cuda {c[0]['loss']:.4f} -> "
       f"{c[-1]['loss']:.4f}, max rel diff {rel[worst]:.2e} at step {worst + 1} (tolerance 2e-2)"
       + ("" if ok else " OVER") + ("" if fall else ", the cuda loss did not fall below 0.8 of step 1's"))
 sys.exit(0 if ok and fall else 1)
 EOF
-  local t flags ck fail=0 summary=""
   for t in opt_cpu opt_nvme param_nvme; do
     case $t in
       opt_cpu) flags=(--offload-optimizer cpu) ;;
       opt_nvme) flags=(--offload-optimizer nvme) ;;
       param_nvme) flags=(--offload-param nvme) ;;
     esac
-    ck=$nvme/cvh-ck-$t
+    c=$(kset_name "cvh-$t" "$ks")
+    ck=$nvme/$c-ck
     rm -rf "$ck"
-    zt cvh-$t --config "$cfg" --steps 4 --device $dev "${flags[@]}" --save "$ck" --save-every 2 --keep-last 0 &&
-      zt cvh-$t-resumed --config "$cfg" --steps 4 --device $dev "${flags[@]}" \
+    zt "$c" --config "$cfg" --steps 4 --device $dev "$@" "${flags[@]}" --save "$ck" --save-every 2 --keep-last 0 &&
+      zt "$c-resumed" --config "$cfg" --steps 4 --device $dev "$@" "${flags[@]}" \
         --resume "$(ls -d "$ck"/step-* | sort | head -1)" &&
-      python3 - "$out/cvh-$t.jsonl" "$out/cvh-$t-resumed.jsonl" "$t" <<'EOF'
+      python3 - "$out/$c.jsonl" "$out/$c-resumed.jsonl" "$t" "$tag" <<'EOF'
 import json, sys
 a, b = ({r["step"]: r for r in (json.loads(l) for l in open(p) if l.strip())} for p in sys.argv[1:3])
-t = sys.argv[3]
+t, tag = sys.argv[3], sys.argv[4]
 same = [s for s in (3, 4) if s in a and s in b and (a[s]["loss"], a[s]["grad_norm"]) == (b[s]["loss"], b[s]["grad_norm"])]
-print(f"cuda_vs_host: tier {t}: 4 steps, loss {a[1]['loss']:.6f} -> {a[4]['loss']:.6f}; resumed from step 2: "
+print(f"cuda_vs_host{tag}: tier {t}: 4 steps, loss {a[1]['loss']:.6f} -> {a[4]['loss']:.6f}; resumed from step 2: "
       f"steps 3, 4 " + ("equal bit for bit" if len(same) == 2 else
       f"DIFFER: step 4 loss {a[4]['loss']!r} vs {b.get(4, {}).get('loss')!r}"))
 sys.exit(0 if len(same) == 2 else 1)
 EOF
     [ $? -eq 0 ] || { fail=1; summary="$summary $t"; }
   done
-  [ $fail -eq 0 ] || { echo "cuda_vs_host: tiers failed:$summary"; return 1; }
+  [ $fail -eq 0 ] || { echo "cuda_vs_host$tag: tiers failed:$summary"; return 1; }
 }
+# per kernel set: "[SET] max rel diff X at step N cuda A -> B tier T: equal bit for bit;..."
 fig_cvh() {
-  grep -m1 -o 'max rel diff [^ ]* at step [0-9]*' "$1"
-  grep -m1 -o 'cuda [0-9.]* -> [0-9.]*' "$1"
-  grep -o 'tier [a-z_]*: .*' "$1" | sed 's/: 4 steps.*resumed from step 2: steps 3, 4 /: /' | tr '\n' ';'
-  grep -m1 'tiers failed' "$1"
+  python3 - "$1" <<'EOF'
+import re, sys
+t = open(sys.argv[1], errors="replace").read()
+out = []
+for m in re.finditer(r"^cuda_vs_host(?: \[(\w+)\])?: \d+ steps, .*?cuda ([0-9.]+ -> [0-9.]+), (max rel diff \S+ at step \d+)",
+                     t, re.M):
+    tag = m.group(1)
+    tiers = re.findall(r"^cuda_vs_host" + (r" \[" + tag + r"\]" if tag else "") +
+                       r": (tier \w+): 4 steps.*resumed from step 2: steps 3, 4 (.*)$", t, re.M)
+    out.append((f"[{tag}] " if tag else "") + f"{m.group(3)} cuda {m.group(2)} " +
+               "".join(f"{a}: {b};" for a, b in tiers))
+out += re.findall(r"^cuda_vs_host.*(?:tiers failed|failed with kernels).*$", t, re.M)
+print(" ".join(out))
+EOF
 }
 # ratio_124m: what offloading the optimizer to the CPU costs against keeping it on the GPU, on GPT-2 small
 # (configs/gpt2-124m.json, gradient clipping 1.0), per step: all on the GPU (device Adam), the optimizer on cpu as
@@ -381,27 +448,205 @@ print(f'ratio_124m: all on the GPU {a:.0f} tok/s; optimizer cpu {c:.0f} tok/s (r
 sys.exit(0 if rp >= 0.9 else 1)" "$a" "$c" "$p"
 }
 fig_ratio() { grep -m1 '^ratio_124m:' "$1" | sed 's/^ratio_124m: //'; }
-do_gpt_10b() {
-  mkdir -p "$nvme"
-  rm -f "$out/gpt_10b.jsonl"
-  if [ $dry -eq 1 ]; then zt gpt_10b --config configs/default.json --steps 3 --device host
-  else zt gpt_10b --config configs/gpt-10b.json --steps 10 --device cuda; fi
+# perf_124m: how fast the CUDA model is, all on the GPU: gpt2-124m at micro-batch 32 (train_batch_size 32), the
+# optimizer on the device, 12 steps logged each; median tokens/s and MFU after 2 warm-up steps, and the last
+# "kernels:" line of zo-train (per step: gemm MS ms attention MS ms other MS ms, from CUDA events). With each kernel
+# set zo-train offers (kernel_sets). The target: MFU >= 40% (llm.c's efficiency), stated beside the figures.
+do_perf_124m() {
+  mkdir -p "$nvme" || return 1
+  local src=configs/gpt2-124m.json n=12 dev=cuda mb=32 ks kf runs=()
+  [ $dry -eq 1 ] && src=configs/default.json n=4 dev=host mb=8
+  derive "$src" "$out/perf_124m.json" steps_per_print=1 train_micro_batch_size_per_gpu=$mb train_batch_size=$mb \
+    gradient_accumulation_steps=1 || return 1
+  rm -f "$out"/perf_124m*.jsonl
+  for ks in $(kernel_sets); do
+    read -r -a kf <<<"$(kset_flags "$ks")"
+    zt "$(kset_name perf_124m "$ks")" --config "$out/perf_124m.json" --steps $n --device $dev \
+      --offload-optimizer none "${kf[@]}" || return 1
+    runs+=("$ks")
+  done
+  python3 - "$out" "${runs[@]}" <<'EOF'
+import json, re, statistics, sys
+out, sets = sys.argv[1], sys.argv[2:]
+figs = {}
+for ks in sets:
+    name = "perf_124m" if ks == "-" else f"perf_124m-{ks}"
+    rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
+    w = rows[2:] or rows
+    tps = statistics.median(r["tokens_per_s"] for r in w)
+    mfus = [r["mfu"] for r in w if r.get("mfu") is not None]
+    mfu = statistics.median(mfus) if mfus else None
+    kl = [l for l in open(f"{out}/{name}.out", errors="replace") if re.match(r"(zo-train: )?kernels:", l)]
+    m = re.search(r"gemm ([0-9.]+) ms attention ([0-9.]+) ms other ([0-9.]+) ms", kl[-1]) if kl else None
+    kern = (f"kernels a step: gemm {m.group(1)} ms, attention {m.group(2)} ms, other {m.group(3)} ms" if m else
+            "kernels n/a (zo-train printed no 'kernels:' line)")
+    figs[ks] = (tps, mfu)
+    print(f"perf_124m{'' if ks == '-' else ' [' + ks + ']'}: {tps:.0f} tok/s, MFU "
+          + (f"{100 * mfu:.1f}%" if mfu is not None else "n/a") + f", {kern}")
+if "baseline" in figs and "fused" in figs and figs["baseline"][0] > 0:
+    print(f"perf_124m: fused over baseline {figs['fused'][0] / figs['baseline'][0]:.2f}x tok/s")
+best = max((f[1] for f in figs.values() if f[1] is not None), default=None)
+print("perf_124m: target MFU >= 40%: " + ("n/a (no GPU peak)" if best is None else
+      f"{'met' if best >= 0.40 else 'not met'} (best {100 * best:.1f}%)"))
+EOF
 }
+fig_perf() { grep '^perf_124m' "$1" | sed 's/^perf_124m\( \[\([a-z]*\)\]\)\{0,1\}: /\2 /; s/^ //; s/$/;/'; }
+# machine_rates: the rates the 10B stages' limit ratios divide by, measured here: zo-adambench with the presets'
+# Adam variants (bf16 gradients and working copy; fp32 or bf16 moments) at 2^26 elements on every core, and
+# zo-swapbench at $ZO_NVME with zoffload's engine at the presets' aio block size and queue depth (configs/gpt-10b.json),
+# read and write, with the host<->device link limit on the GPU. rates-adam.json and rates-swap.json in $ZO_GPU_OUT.
+do_machine_rates() {
+  mkdir -p "$nvme" || return 1
+  local adam=(--sizes 2^26 --threads all --reps 3 --warmup 1) swap=(--size 1G --bytes 512M --max-seconds 0.5 --reps 2)
+  local dev=cuda bs qd
+  [ $dry -eq 1 ] && adam=(--quick) swap=(--quick) dev=host
+  read -r bs qd < <(python3 -c "import json; a = json.load(open('configs/gpt-10b.json')).get('aio', {})
+print(a.get('block_size', 1048576), a.get('queue_depth', 32))") || return 1
+  [ $dry -eq 1 ] && [ "$qd" -gt 8 ] && qd=8 # --quick's file holds 16 blocks of 1M
+  rm -f "$out"/rates-*.json
+  "$bd/tools/zo-adambench" "${adam[@]}" --variants adamw_bf16g_out_bf16s,adamw_bf16g_out \
+    --json "$out/rates-adam.json" || return 1
+  "$bd/tools/zo-swapbench" --path "$nvme" "${swap[@]}" --block-sizes "$bs" --queue-depths "$qd" --ops read,write \
+    --no-fio --device $dev --json "$out/rates-swap.json" || return 1
+  python3 - "$out/rates-adam.json" "$out/rates-swap.json" <<'EOF'
+import json, sys
+a, s = (json.load(open(p)) for p in sys.argv[1:3])
+parts = []
+for v in ("adamw_bf16g_out_bf16s", "adamw_bf16g_out"):
+    r = [x for x in a.get("results", []) if x.get("variant") == v]
+    if r:
+        x = max(r, key=lambda x: (x["n"], x["threads"]))
+        parts.append(f"Adam {v} {x['gbps']:.1f} GB/s ({x['params_per_s'] / 1e9:.2f} Gparams/s, {x['threads']} threads)")
+b = s.get("best", {})
+parts.append("NVMe " + ", ".join(f"{op} {b[op]['gbps']:.2f} GB/s" for op in ("read", "write") if op in b) +
+             f" (zoffload, {s['config']['path']})")
+link = s.get("link_limit") or {}
+if isinstance(link, dict) and link.get("h2d_gbps"):
+    parts.append(f"link h2d {link['h2d_gbps']:.1f} GB/s, d2h {link.get('d2h_gbps', 0):.1f} GB/s")
+print("machine_rates: " + "; ".join(parts))
+EOF
+}
+fig_rates() { grep -m1 '^machine_rates:' "$1" | sed 's/^machine_rates: //; s/$/;/'; }
+# gpt10b NAME CONFIG STEPS FLAGS...: a 10B run on the GPU (--dry: configs/default.json 4 steps on the host), logged
+# every step, one validation window (a logged step validates), the link's rates measured in the run
+# (ZO_SPEEDS_REMEASURE); then its figures and the limit ratio (scripts/limit_ratio.py) against machine_rates' files
+# (measured now when that stage did not run).
+gpt10b() {
+  local name=$1 src=$2 n=$3
+  shift 3
+  mkdir -p "$nvme" || return 1
+  local dev=cuda
+  [ $dry -eq 1 ] && src=configs/default.json n=4 dev=host
+  derive "$src" "$out/$name.json" steps_per_print=1 train.val_windows=1 || return 1
+  rm -f "$out/$name.jsonl"
+  ZO_SPEEDS_REMEASURE=1 zt "$name" --config "$out/$name.json" --steps "$n" --device $dev "$@" || return 1
+  if [ ! -f "$out/rates-adam.json" ] || [ ! -f "$out/rates-swap.json" ]; then
+    echo "-- the machine's rates, for the limit ratio (machine_rates did not run)"
+    do_machine_rates >"$out/$name-rates.log" 2>&1 || echo "machine_rates failed: $out/$name-rates.log"
+  fi
+  local var=adamw_bf16g_out args=()
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1]))
+sys.exit(0 if c.get('zoffload', {}).get('optimizer_state_dtype') == 'bf16' else 1)" "$out/$name.json" &&
+    var=adamw_bf16g_out_bf16s
+  [ -f "$out/rates-adam.json" ] && args+=(--adam-json "$out/rates-adam.json" --adam-variant $var)
+  [ -f "$out/rates-swap.json" ] && args+=(--swap-json "$out/rates-swap.json")
+  python3 scripts/limit_ratio.py --log "$out/$name.jsonl" "${args[@]}" --label "$name:"
+}
+# the figures of a 10B run: steps, loss, tokens/s, MFU, device and pinned memory; the breakdown; the limit ratio
+# against its target (gpt_10b 0.8, gpt_10b_nvme 0.6)
 fig_10b() {
-  python3 - "${1%.log}.jsonl" <<'EOF'
-import json, statistics, sys
+  local target=
+  case $(basename "$1") in gpt_10b.log) target=0.8 ;; gpt_10b_nvme.log) target=0.6 ;; esac
+  python3 - "${1%.log}.jsonl" "$1" "$target" <<'EOF'
+import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 rows = [r for r in rows if "tokens_per_s" in r]
+log = open(sys.argv[2], errors="replace").read()
 if rows:
     w = rows[2:] or rows
+    mfus = [r["mfu"] for r in w if r.get("mfu") is not None]
     print(f"steps {len(rows)}, loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, "
-          f"{statistics.median(r['tokens_per_s'] for r in w):.0f} tok/s, "
+          f"{statistics.median(r['tokens_per_s'] for r in w):.0f} tok/s"
+          + (f", MFU {100 * statistics.median(mfus):.1f}%" if mfus else "") + ", "
           f"device: peak live {max(r.get('arena_peak_live_bytes', 0) for r in rows) / 2**30:.1f} GiB of an arena of "
           f"{max(r.get('arena_capacity_bytes', 0) for r in rows) / 2**30:.1f} GiB, "
           f"pinned host {max(r.get('pinned_bytes', 0) for r in rows) / 2**30:.1f} GiB;")
 else:
     print("no step logged;")
+m = re.search(r"^\S+ breakdown: per step over steps (\S+): (.*)$", log, re.M)
+if m:
+    print(f"steps {m.group(1)}: {m.group(2)};")
+m = re.search(r"^\S+ limit ratio ([0-9.]+): bound (\S+ s) \(([^)]*)\) over the measured step (\S+ s)", log, re.M)
+if m:
+    t = sys.argv[3]
+    print(f"limit ratio {m.group(1)} (bound {m.group(2)}, {m.group(3)}; step {m.group(4)})"
+          + (f", target >= {t}: {'met' if float(m.group(1)) >= float(t) else 'not met'}" if t else "") + ";")
 EOF
+}
+do_gpt_10b() { gpt10b gpt_10b configs/gpt-10b.json "${ZO_GPU_10B_STEPS:-6}" --offload-optimizer cpu; }
+do_gpt_10b_nvme() { gpt10b gpt_10b_nvme configs/gpt-10b.json "${ZO_GPU_10B_STEPS:-6}" --offload-optimizer nvme; }
+do_gpt_10b_infinity() {
+  if [ $dry -eq 1 ]; then gpt10b gpt_10b_infinity - 4 --offload-param nvme
+  else gpt10b gpt_10b_infinity configs/gpt-10b-infinity.json "${ZO_GPU_INF_STEPS:-4}"; fi
+}
+# arena_gpu: zo-arenabench on the GPU (--dry: the emulated device)
+do_arena_gpu() {
+  local a=(--device cuda --capacity 4G --rounds 4)
+  [ $dry -eq 1 ] && a=(--device host --capacity 64M --rounds 2)
+  "$bd/tools/zo-arenabench" "${a[@]}" --json "$out/arena_gpu.json"
+}
+fig_arena() {
+  python3 - "${1%.log}.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = [f"{x['name']}: compaction {x['compact_gbps']:.1f} GB/s against plain D2D {x['baseline_gbps']:.1f} GB/s "
+     f"({x['ratio']:.2f}x, {x['compactions']} compactions, {x['bytes_moved'] / 1e6:.0f} MB moved)" for x in d["scenarios"]]
+v = d.get("vmm")
+if isinstance(v, dict):
+    s.append("vmm: " + ", ".join(f"{k} {v[k]:.3g}" for k in v if isinstance(v[k], (int, float)))[:200])
+print(d["device_name"] + ": " + "; ".join(s) + ";")
+EOF
+}
+# torch_nccl: python/tests/test_import_order.py under this machine's CUDA torch and its NCCL (libzoffload maps no
+# NCCL of its own; zoffload and torch in either order)
+do_torch_nccl() {
+  local py=${ZO_PYTHON:-}
+  [ -n "$py" ] || py=$(gpu_python) || py=python3
+  "$py" -c "import pytest, torch" 2>/dev/null || { echo "skip: $py lacks pytest or torch"; return 77; }
+  echo "python: $py, torch $("$py" -c 'import torch; print(torch.__version__)')"
+  ZOFFLOAD_LIBRARY=$bd/libzoffload.so PYTHONPATH=$PWD/python "$py" -m pytest -q -p no:cacheprovider \
+    python/tests/test_import_order.py
+}
+fig_pytest() { grep -m1 -E '[0-9]+ (passed|failed)' "$1" | sed 's/=//g; s/^ *//; s/ *$/;/'; grep -m1 '^skip: ' "$1"; }
+# wheel_cuda: the carried wheel ($ZO_WHEEL: a zoffload-*.whl, or a directory holding one) installed into a fresh venv
+# of this machine's CUDA python (its torch through --system-site-packages; nothing fetched), then
+# scripts/wheel_cuda_smoke.py run from outside the checkout with nothing pointing at it
+do_wheel_cuda() {
+  local whl=${ZO_WHEEL:-} py=${ZO_PYTHON:-}
+  [ -d "$whl" ] && whl=$(ls "$whl"/zoffload-*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] && [ -f "$whl" ] || { echo "skip: no wheel carried (ZO_WHEEL: a zoffload-*.whl or its directory)"; return 77; }
+  [ -n "$py" ] || py=$(gpu_python) || py=python3
+  local v=$out/wheel-venv
+  rm -rf "$v" "$out/wheel-run"
+  mkdir -p "$out/wheel-run"
+  "$py" -m venv --system-site-packages "$v" || return 1
+  "$v/bin/python" -m pip install -q --no-deps --no-index "$whl" || return 1
+  echo "installed $(basename "$whl") into $v"
+  (cd "$out/wheel-run" && env -u ZOFFLOAD_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH \
+    "$v/bin/python" "$OLDPWD/scripts/wheel_cuda_smoke.py")
+}
+fig_wheel() { grep -E '^(3 steps on|FAIL: |skip: )' "$1" | sed 's/$/;/'; }
+# onednn_bf16: the CPU model's bf16 products through oneDNN (the carried libdnnl): the product test and zo-train's
+do_onednn_bf16() {
+  ctest --test-dir "$bd" -R '^(test_gemm_bf16|zo_train_gemm_bf16)$' --no-tests=error -V --timeout 14
+}
+# the first of python3, /usr/bin/python3 whose torch sees a GPU (stdout); 1 when none
+gpu_python() {
+  local py
+  for py in python3 /usr/bin/python3; do
+    "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && { echo "$py"; return 0; }
+  done
+  return 1
 }
 do_nccl() {
   if grep -q '^ZO_BUILT_WITH_NCCL:INTERNAL=0' "$bd/CMakeCache.txt" 2>/dev/null; then
@@ -412,15 +657,7 @@ do_nccl() {
   ctest --test-dir "$bd" -R '^test_comm_nccl$' --no-tests=error -V --timeout 18
 }
 do_python_cuda() {
-  if [ -z "${ZO_PYTHON:-}" ]; then
-    local py
-    for py in python3 /usr/bin/python3; do
-      if "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-        export ZO_PYTHON=$py
-        break
-      fi
-    done
-  fi
+  [ -n "${ZO_PYTHON:-}" ] || { ZO_PYTHON=$(gpu_python) && export ZO_PYTHON; }
   echo "python: ${ZO_PYTHON:-none whose torch sees the GPU}"
   ctest --test-dir "$bd" -R '^python_cuda$' --no-tests=error -V --timeout 85
 }
@@ -531,20 +768,29 @@ stage build cpu fig_build do_build
 # the carried libraries (build ran scripts/deps.sh in its own process): LD_LIBRARY_PATH and ZO_CORPUS for the rest
 [ -n "${ZO_DEBS:-}" ] && [ -f "${ZO_DEPS_PREFIX:-build/deps}/env.sh" ] && . "${ZO_DEPS_PREFIX:-build/deps}/env.sh"
 if [ ! -x "$bd/tools/zo-train" ]; then
-  for s in "${ALL[@]:1}"; do
+  for s in "${ALL[@]:1}" "${MORE[@]}"; do
     for w in "${stages[@]}"; do [ "$w" = "$s" ] && record "$s" SKIP 0 "no build in $bd"; done
   done
 else
-  stage ctest_gpu gpu fig_ctest do_ctest_gpu
+  # the default group, then the second (--all): in order of value
+  stage perf_124m gpu fig_perf do_perf_124m
   stage cuda_vs_host gpu fig_cvh do_cuda_vs_host
+  stage ctest_gpu gpu fig_ctest do_ctest_gpu
+  stage machine_rates cpu fig_rates do_machine_rates
+  stage gpt_10b gpu fig_10b do_gpt_10b
+  stage gpt_10b_nvme gpu fig_10b do_gpt_10b_nvme
+  stage gpt_10b_infinity gpu fig_10b do_gpt_10b_infinity
   stage python_cuda gpu fig_ctest do_python_cuda
-  stage nccl_1rank gpu fig_ctest do_nccl
-  stage adam_device gpu fig_ctest do_adam_device
   stage sanitizer_memcheck gpu fig_sanitizer do_sanitizer memcheck
+  stage nccl_1rank gpu fig_ctest do_nccl
+  stage arena_gpu gpu fig_arena do_arena_gpu
   stage sanitizer_racecheck gpu fig_sanitizer do_sanitizer racecheck
   stage sanitizer_synccheck gpu fig_sanitizer do_sanitizer synccheck
+  stage torch_nccl gpu fig_pytest do_torch_nccl
+  stage wheel_cuda gpu fig_wheel do_wheel_cuda
+  stage onednn_bf16 cpu fig_ctest do_onednn_bf16
   stage ratio_124m gpu fig_ratio do_ratio_124m
-  stage gpt_10b gpu fig_10b do_gpt_10b
+  stage adam_device gpu fig_ctest do_adam_device
   stage ranks_1gpu gpu fig_ranks do_ranks_1gpu
   stage nccl_ranks gpu fig_ranks do_nccl_ranks
 fi

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# gpu.sh [--dry] [--all] [--only STAGE,...] [STAGE...] - the one prepared, bounded check for a machine with an NVIDIA
-# GPU (H100/H200, 16 cores, the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose torch sees the
-# GPU). It measures how far the GPU runs are from the machine's limit, not just PASS. Each stage is cut off at its
-# bound (`timeout`), and the whole run stops starting stages after $ZO_GPU_BUDGET_S (default 480 s: the default
-# stages' bounds add up to it), so `timeout 510 ./scripts/gpu.sh` always ends with the report printed.
+# gpu.sh [--dry] [--all] [--list] [--only STAGE,...] [STAGE...] - the one prepared, bounded check for a machine
+# with an NVIDIA GPU (H100/H200, 16 cores, the CUDA toolkit with compute-sanitizer, CMake, ninja, a python3 whose
+# torch sees the GPU). It measures how far the GPU runs are from the machine's limit, not just PASS. Each stage is
+# cut off at its bound (`timeout`), and the whole run stops starting stages after $ZO_GPU_BUDGET_S (default 480 s:
+# the default group's bounds add up to it), so `timeout 510 ./scripts/gpu.sh` always ends with the report printed.
 #
 # The Debian libraries come as .deb files: `bash scripts/deps.sh --download debs` on a machine with apt, the
 # repository with debs/ copied over, then on the GPU machine:
@@ -13,10 +13,11 @@
 # and carried as $ZO_WHEEL is what the wheel_cuda stage installs.
 #
 # Stages, in order of value; `--only a,b` or STAGE arguments pick some, `--all` adds the second group to the default
-# one (a run without `build` reuses $ZO_BUILD as it is). Bound in seconds, the wall seen on an H200 (2026-11-27,
-# docs/gpu-runs/; - not run there yet), then what it does. A GPU is lent for 15 minutes in all, its start-up
-# included: the default group's bounds add up to 480 s (8 minutes); the second group (about 230 s more) ran and
-# passed there at e673e66 or needs two GPUs, and is for a rerun or a longer lease.
+# one (a run without `build` reuses $ZO_BUILD as it is); `--list` prints each stage's group and bound. Bound in
+# seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/; - not run there yet), then what it does. A GPU is
+# lent for 15 minutes in all, its start-up included: the default group's bounds add up to 480 s (8 minutes); the
+# second group (about 230 s more) ran and passed there at e673e66 or needs two GPUs, and is for a rerun or a longer
+# lease.
 #   build                 45   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
 #                                  architecture (ZO_CUDA_ARCHS, else nvidia-smi's compute capability), ninja -j16
 #   perf_124m             25    -  gpt2-124m all on the GPU at micro-batch 32, 12 steps: median tokens/s and MFU after
@@ -67,9 +68,9 @@
 #                                  cpu) and 3d (stage 3, parameters partitioned in device memory), 8 sequences a
 #                                  rank against one rank with two micro-batches of 8: every
 #                                  loss within cuda_vs_host's 2%; the figures: the largest difference, bit equality
-#   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stages 2 and 3d over nccl on
-#                                  two GPUs; SKIP with the reason on one GPU (the several-rank NCCL paths then ran
-#                                  only on the stand-in, ctest nccl_fake_np2/np3)
+#   nccl_ranks            60    -  two or more GPUs: ctest test_comm_nccl_np2 and ranks_1gpu's stages 2 and 3d over
+#                                  nccl on two GPUs; SKIP with the reason on one GPU (the several-rank NCCL paths
+#                                  then ran only on the stand-in, ctest nccl_fake_np2/np3)
 # A measuring stage PASSes when it ran and its figures could be computed; its target (MFU, limit ratio) is stated
 # beside them, met or not. Every stage appends one line to $ZO_GPU_OUT/report.txt (default gpu-results/) as soon as
 # it ends:
@@ -80,8 +81,8 @@
 #
 # --dry (or ZO_DEVICE=host): the plumbing on a machine without a GPU, in seconds: build is `cmake --build -n` of an
 # existing $ZO_BUILD (nothing is built), the zo-train stages run configs/default.json for 3 or 4 steps on the host
-# device, the benchmarks their --quick sizes, and every stage that needs a GPU reports SKIP whatever its stand-in did
-# (ctest gpu_sh_plumbing). Knobs: ZO_GPU_BOUND_<stage>=S overrides one bound; ZO_GPU_HANG=<stage> replaces that
+# device, the benchmarks their --quick sizes, each stage has three times its bound, and every stage that needs a GPU
+# reports SKIP whatever its stand-in did (ctests gpu_sh_plumbing, gpu_sh_kernel_sets). Knobs: ZO_GPU_BOUND_<stage>=S overrides one bound; ZO_GPU_HANG=<stage> replaces that
 # stage's command with a sleep (a test of the cut-off); ZO_NVME (default $ZO_BUILD/gpu-nvme) holds swap files;
 # ZO_CORPUS the corpus; ZO_GPU_10B_STEPS, ZO_GPU_INF_STEPS the 10B runs' steps.
 set -uo pipefail
@@ -114,11 +115,17 @@ if [ $inner -eq 0 ]; then
     case $1 in
       --dry) dry=1 ;;
       --all) stages+=("${ALL[@]}" "${MORE[@]}") ;;
+      --list) # the stages, their group and bound, and the default group's sum against the budget
+        sum=0
+        for s in "${ALL[@]}"; do echo "$s default ${BOUND[$s]}"; sum=$((sum + BOUND[$s])); done
+        for s in "${MORE[@]}"; do echo "$s more ${BOUND[$s]}"; done
+        echo "default group: ${sum} s of bounds; budget ${budget} s"
+        exit 0 ;;
       --only) [ $# -ge 2 ] || { echo "gpu.sh: --only needs STAGE[,STAGE...]" >&2; exit 2; }
               IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift ;;
       --only=*) IFS=, read -r -a more <<<"${1#--only=}"; stages+=("${more[@]}") ;;
       -h | --help) sed -n '2,/^set -uo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-      -*) echo "gpu.sh: unknown option '$1' (--dry, --all, --only STAGE,...)" >&2; exit 2 ;;
+      -*) echo "gpu.sh: unknown option '$1' (--dry, --all, --list, --only STAGE,...)" >&2; exit 2 ;;
       *) stages+=("$1") ;;
     esac
     shift
@@ -139,9 +146,11 @@ record() {
   case $2 in FAIL | TIMEOUT) status=1 ;; esac
 }
 # bounded SECONDS: the stage's bound, or what is left of the run's budget when that is less (0: none left)
+# (--dry: three times the bound, the stand-ins running on whatever machine this is)
 bounded() {
   local b=${BOUND[$1]} left=$((budget - (SECONDS - start)))
   local o="ZO_GPU_BOUND_$1"
+  [ $dry -eq 1 ] && b=$((b * 3))
   [ -n "${!o:-}" ] && b=${!o}
   [ "$left" -lt "$b" ] && b=$left
   [ "$b" -lt 1 ] && b=0
@@ -304,7 +313,8 @@ zt() {
 # The CUDA kernel sets to run: "baseline fused" where zo-train's --help lists --cuda-kernels, else "-" (the one set
 # it has; no flag). kset_flags SET: the flag for SET, as words.
 kernel_sets() {
-  if "$bd/tools/zo-train" --help 2>/dev/null | grep -q -- '--cuda-kernels'; then echo "baseline fused"; else echo "-"; fi
+  if "$bd/tools/zo-train" --help 2>/dev/null | grep -q -- '--cuda-kernels'; then echo "baseline fused"
+  else echo "-"; fi
 }
 kset_flags() { [ "$1" = - ] || echo "--cuda-kernels $1"; }
 # kset_name BASE SET: a run's name, BASE alone for the one set
@@ -413,8 +423,8 @@ fig_cvh() {
 import re, sys
 t = open(sys.argv[1], errors="replace").read()
 out = []
-for m in re.finditer(r"^cuda_vs_host(?: \[(\w+)\])?: \d+ steps, .*?cuda ([0-9.]+ -> [0-9.]+), (max rel diff \S+ at step \d+)",
-                     t, re.M):
+head = r"^cuda_vs_host(?: \[(\w+)\])?: \d+ steps, .*?cuda ([0-9.]+ -> [0-9.]+), (max rel diff \S+ at step \d+)"
+for m in re.finditer(head, t, re.M):
     tag = m.group(1)
     tiers = re.findall(r"^cuda_vs_host" + (r" \[" + tag + r"\]" if tag else "") +
                        r": (tier \w+): 4 steps.*resumed from step 2: steps 3, 4 (.*)$", t, re.M)
@@ -600,7 +610,8 @@ fig_arena() {
 import json, sys
 d = json.load(open(sys.argv[1]))
 s = [f"{x['name']}: compaction {x['compact_gbps']:.1f} GB/s against plain D2D {x['baseline_gbps']:.1f} GB/s "
-     f"({x['ratio']:.2f}x, {x['compactions']} compactions, {x['bytes_moved'] / 1e6:.0f} MB moved)" for x in d["scenarios"]]
+     f"({x['ratio']:.2f}x, {x['compactions']} compactions, {x['bytes_moved'] / 1e6:.0f} MB moved)"
+     for x in d["scenarios"]]
 v = d.get("vmm")
 if isinstance(v, dict):
     s.append("vmm: " + ", ".join(f"{k} {v[k]:.3g}" for k in v if isinstance(v[k], (int, float)))[:200])
@@ -624,7 +635,10 @@ fig_pytest() { grep -m1 -E '[0-9]+ (passed|failed)' "$1" | sed 's/=//g; s/^ *//;
 do_wheel_cuda() {
   local whl=${ZO_WHEEL:-} py=${ZO_PYTHON:-}
   [ -d "$whl" ] && whl=$(ls "$whl"/zoffload-*.whl 2>/dev/null | head -1)
-  [ -n "$whl" ] && [ -f "$whl" ] || { echo "skip: no wheel carried (ZO_WHEEL: a zoffload-*.whl or its directory)"; return 77; }
+  if [ -z "$whl" ] || [ ! -f "$whl" ]; then
+    echo "skip: no wheel carried (ZO_WHEEL: a zoffload-*.whl or its directory)"
+    return 77
+  fi
   [ -n "$py" ] || py=$(gpu_python) || py=python3
   local v=$out/wheel-venv
   rm -rf "$v" "$out/wheel-run"
@@ -644,7 +658,10 @@ do_onednn_bf16() {
 gpu_python() {
   local py
   for py in python3 /usr/bin/python3; do
-    "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && { echo "$py"; return 0; }
+    if "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      echo "$py"
+      return 0
+    fi
   done
   return 1
 }

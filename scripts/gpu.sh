@@ -601,7 +601,7 @@ do_gpt_10b_infinity() {
 }
 # arena_gpu: zo-arenabench on the GPU (--dry: the emulated device)
 do_arena_gpu() {
-  local a=(--device cuda --capacity 4G --rounds 4)
+  local a=(--device cuda --capacity 2G --rounds 4)
   [ $dry -eq 1 ] && a=(--device host --capacity 64M --rounds 2)
   "$bd/tools/zo-arenabench" "${a[@]}" --json "$out/arena_gpu.json"
 }

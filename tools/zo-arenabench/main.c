@@ -25,10 +25,8 @@
 #include "zoffload/device.h"
 #include "zoffload/status.h"
 
-#if ZO_HAVE_CUDA
-#include <cuda.h>
-#include <dlfcn.h>
-#endif
+#include "allocs.h"
+#include "cuapi.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -62,6 +60,10 @@ static void usage(FILE *f) {
       "Scenarios: 'half' frees every other block of a full arena (holes as large as the blocks: moves\n"
       "rarely overlap); 'pinholes' frees 256-byte spacers between blocks (every move overlaps its source\n"
       "and stages through the arena's scratch, the worst case for copies). GB = 1e9 bytes.\n"
+      "Then one step's allocations (a 24-layer model's weight fetches, three layers live, forward then\n"
+      "backward; the widest model that fits half the capacity) timed on the arena and, on cuda, on\n"
+      "cuMemAlloc/cuMemFree (cudaMalloc's path) and CUDA's stream-ordered caching pool\n"
+      "(cuMemAllocAsync/cuMemFreeAsync): microseconds per alloc+free pair, --rounds rounds' median.\n"
       "Exit status: 0 done, 1 error, 2 bad flags, 77 --device cuda without a CUDA device.\n");
 }
 
@@ -220,59 +222,6 @@ typedef struct vmm {
 static double s_per_gb(double s, double bytes) { return bytes > 0 ? s / (bytes / 1e9) : 0; }
 
 #if ZO_HAVE_CUDA
-/* The driver API through dlopen: the binary needs no libcuda.so.1 to start (a machine without a
- * GPU driver still runs the host mode), as the library itself links only cudart. */
-typedef struct cu_api {
-  CUresult (*Init)(unsigned);
-  CUresult (*DeviceGet)(CUdevice *, int);
-  CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-  CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*PrimaryCtxRelease)(CUdevice);
-  CUresult (*CtxSetCurrent)(CUcontext);
-  CUresult (*GetGranularity)(size_t *, const CUmemAllocationProp *,
-                             CUmemAllocationGranularity_flags);
-  CUresult (*AddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-  CUresult (*AddressFree)(CUdeviceptr, size_t);
-  CUresult (*Create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                     unsigned long long);
-  CUresult (*Release)(CUmemGenericAllocationHandle);
-  CUresult (*Map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-  CUresult (*Unmap)(CUdeviceptr, size_t);
-  CUresult (*SetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-} cu_api;
-
-static int cu_load(cu_api *c, char *note, size_t cap) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(note, cap, "libcuda.so.1 not loadable: %s", dlerror());
-    return -1;
-  }
-#define SYM(field, name)                                  \
-  do {                                                    \
-    *(void **)&c->field = dlsym(h, name);                 \
-    if (!c->field) {                                      \
-      snprintf(note, cap, "libcuda.so.1 lacks %s", name); \
-      return -1;                                          \
-    }                                                     \
-  } while (0)
-  SYM(Init, "cuInit");
-  SYM(DeviceGet, "cuDeviceGet");
-  SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
-  SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
-  SYM(CtxSetCurrent, "cuCtxSetCurrent");
-  SYM(GetGranularity, "cuMemGetAllocationGranularity");
-  SYM(AddressReserve, "cuMemAddressReserve");
-  SYM(AddressFree, "cuMemAddressFree");
-  SYM(Create, "cuMemCreate");
-  SYM(Release, "cuMemRelease");
-  SYM(Map, "cuMemMap");
-  SYM(Unmap, "cuMemUnmap");
-  SYM(SetAccess, "cuMemSetAccess");
-#undef SYM
-  return 0; /* the handle stays open for the process */
-}
-
 /* Time the virtual-memory path on GPU @ordinal over about @bytes (at most 1024 pages). */
 static void measure_vmm(int ordinal, size_t bytes, vmm *v) {
   cu_api c;
@@ -531,7 +480,7 @@ static vmm *run_vmm(const opts *o, int ordinal, size_t cap, zo_arena_t **a, cons
 
 /* --json FILE; 0, or -1 when it cannot be written (printed) */
 static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenario *sc,
-                      const vmm *vp) {
+                      const vmm *vp, const alloc_trace *at) {
   json_t *root = json_object();
   json_object_set_new(root, "device", json_string(o->device == ZO_DEVICE_CUDA ? "cuda" : "host"));
   json_object_set_new(root, "device_name", json_string(zo_device_name(dev)));
@@ -546,6 +495,7 @@ static int write_json(const opts *o, zo_device_t *dev, size_t cap, const scenari
   for (int i = 0; i < 2; i++) json_array_append_new(arr, scenario_json(&sc[i]));
   json_object_set_new(root, "scenarios", arr);
   json_object_set_new(root, "vmm", vmm_json(vp));
+  json_object_set_new(root, "allocation_trace", alloc_trace_json(at));
   json_object_set_new(
       root, "definitions",
       json_string(
@@ -596,9 +546,12 @@ int main(int argc, char **argv) {
     if (run_scenario(dev, a, cap, i, o.rounds, &sc[i], &prog)) goto done;
   zo_tool_progress_end(&prog);
   print_scenarios(sc);
+  alloc_trace at; /* one step's allocations on the arena and on CUDA's allocators */
+  if (alloc_trace_run(dev, a, cap, ordinal, o.rounds, &at)) goto done;
+  alloc_trace_print(&at);
   vmm v;
   vmm *vp = run_vmm(&o, ordinal, cap, &a, sc, &v);
-  if (o.json && write_json(&o, dev, cap, sc, vp)) goto done;
+  if (o.json && write_json(&o, dev, cap, sc, vp, &at)) goto done;
   rc = (sc[0].ok && sc[1].ok) ? 0 : 1;
   if (rc) fprintf(stderr, "zo-arenabench: a scenario did not compact or its baseline failed\n");
 done:

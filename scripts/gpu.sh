@@ -48,7 +48,8 @@
 #   nccl_1rank             5    2  ctest -R test_comm_nccl: the nccl backend on one rank (libnccl opened at the first
 #                                  communicator)
 #   arena_gpu             10    -  zo-arenabench --device cuda: the defragmenting arena's compactions against a plain
-#                                  device-to-device copy loop and CUDA virtual-memory remapping, on the real device
+#                                  device-to-device copy loop and CUDA virtual-memory remapping, and one step's
+#                                  allocations on the arena against cuMemAlloc/cuMemFree and CUDA's caching pool
 # The second group (--all, or by name):
 #   sanitizer_racecheck   40   32  ... --tool racecheck over every kernel, the model's GEMMs by a plain kernel of
 #                                  ours instead of cuBLAS (ZO_GPT_CUDA_GEMM=reference; see do_sanitizer)
@@ -612,9 +613,14 @@ d = json.load(open(sys.argv[1]))
 s = [f"{x['name']}: compaction {x['compact_gbps']:.1f} GB/s against plain D2D {x['baseline_gbps']:.1f} GB/s "
      f"({x['ratio']:.2f}x, {x['compactions']} compactions, {x['bytes_moved'] / 1e6:.0f} MB moved)"
      for x in d["scenarios"]]
+t = d.get("allocation_trace")
+if isinstance(t, dict):
+    s.append(f"a step's allocations (d_model {t['d_model']}, {t['pairs_per_round']} pairs): " + ", ".join(
+        f"{a['allocator']} {a['us_per_pair']:.2f} us a pair" if a["measured"] else f"{a['allocator']} n/a"
+        for a in t["allocators"]))
 v = d.get("vmm")
-if isinstance(v, dict):
-    s.append("vmm: " + ", ".join(f"{k} {v[k]:.3g}" for k in v if isinstance(v[k], (int, float)))[:200])
+if isinstance(v, dict) and v.get("measured"):
+    s.append(f"vmm remap {v['remap_s_per_gb']:.4f} s/GB ({v['pages']} pages)")
 print(d["device_name"] + ": " + "; ".join(s) + ";")
 EOF
 }

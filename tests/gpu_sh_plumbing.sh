@@ -91,8 +91,8 @@ for s in gpt_10b gpt_10b_nvme gpt_10b_infinity; do
 done
 grep -qE '^gpt_10b .*target >= 0\.8: (met|not met)' "$r" || no "gpt_10b's limit ratio is not set against 0.8"
 grep -qE '^gpt_10b_nvme .*target >= 0\.6: (met|not met)' "$r" || no "gpt_10b_nvme's limit ratio is not set against 0.6"
-grep -qE '^arena_gpu .*half: compaction [0-9.]+ GB/s against plain D2D [0-9.]+ GB/s' "$r" ||
-  no "arena_gpu's stand-in gave no compaction figures"
+grep -qE '^arena_gpu .*half: compaction [0-9.]+ GB/s against plain D2D [0-9.]+ GB/s.*allocations \(d_model [0-9]+, 576 pairs\): arena [0-9.]+ us a pair, cuMemAlloc n/a, cuMemAllocAsync pool n/a' "$r" ||
+  no "arena_gpu's stand-in gave no compaction or allocation-trace figures"
 grep -qE '^wheel_cuda +SKIP .*no wheel carried' "$r" || no "wheel_cuda without ZO_WHEEL is not SKIP saying why"
 grep -qE '^ranks_1gpu .*stage 1, 2 ranks on 1 GPU \(mpi\): 3 losses, max rel diff .*stage 3, 2 ranks.*stage 3d, 2 ranks' "$r" ||
   no "ranks_1gpu's stand-in (two ranks of the host device over mpi) gave no comparison per stage"

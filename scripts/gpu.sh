@@ -16,7 +16,7 @@
 # one (a run without `build` reuses $ZO_BUILD as it is); `--list` prints each stage's group and bound. Bound in
 # seconds, the wall seen on an H200 (2026-11-27, docs/gpu-runs/; - not run there yet), then what it does. A GPU is
 # lent for 15 minutes in all, its start-up included: the default group's bounds add up to 480 s (8 minutes); the
-# second group (about 230 s more) ran and passed there at e673e66 or needs two GPUs, and is for a rerun or a longer
+# second group (about 235 s more) ran and passed there at e673e66 or needs two GPUs, and is for a rerun or a longer
 # lease.
 #   build                 45   16  deps (unpack ZO_DEBS), cmake -G Ninja into $ZO_BUILD (build-gpu) for this GPU's
 #                                  architecture (ZO_CUDA_ARCHS, else nvidia-smi's compute capability), ninja -j16

@@ -13,8 +13,9 @@ default 2) are left out; over the rest (the window) the script takes:
     `nvme_read_bytes`, `nvme_write_bytes`.
 The lower bound of a step is the largest of four times, each what one resource needs at its rate if everything else
 were hidden behind it:
-  compute  model FLOPs (flops_per_token x tokens_per_step) at F (--mfu-basis, default 0.5) of `peak_tflops`, the
-           GPU's dense bf16 peak that zo-train's MFU is taken against;
+  compute  model FLOPs (flops_per_token x tokens_per_step, as MFU counts them: an activation checkpointing's
+           recompute is not in them) at F (--mfu-basis, default 0.5) of `peak_tflops`, the GPU's dense bf16 peak
+           that zo-train's MFU is taken against;
   pcie     max(h2d bytes / h2d rate, d2h bytes / d2h rate): the link is full duplex; the rates zo-train measured at
            start-up (`h2d_rate_bytes_per_s`, `d2h_rate_bytes_per_s`; `link_rate_source` says how);
   adam     the elements one rank updates (parameters / ranks) x the variant's bytes a parameter, over the GB/s

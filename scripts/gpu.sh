@@ -551,7 +551,8 @@ gpt10b() {
   [ $dry -eq 1 ] && src=configs/default.json n=4 dev=host
   derive "$src" "$out/$name.json" steps_per_print=1 train.val_windows=1 || return 1
   rm -f "$out/$name.jsonl"
-  ZO_SPEEDS_REMEASURE=1 zt "$name" --config "$out/$name.json" --steps "$n" --device $dev "$@" || return 1
+  # the link measured in this run (--dry: the cache as it is, not rewritten with a busy machine's figures)
+  ZO_SPEEDS_REMEASURE=$((1 - dry)) zt "$name" --config "$out/$name.json" --steps "$n" --device $dev "$@" || return 1
   if [ ! -f "$out/rates-adam.json" ] || [ ! -f "$out/rates-swap.json" ]; then
     echo "-- the machine's rates, for the limit ratio (machine_rates did not run)"
     do_machine_rates >"$out/$name-rates.log" 2>&1 || echo "machine_rates failed: $out/$name-rates.log"

@@ -242,6 +242,8 @@ class Reporter:
         self.sum = dict.fromkeys(["fwd", "bwd", "step"] + [n for n, _ in ENGINE_PARTS], 0.0)
         self.n_sum = 0
         self.micro_start = None  # the running micro-step's first forward (perf_counter), while timed
+        # the last step()'s end: where a micro-step whose forward did not go through the engine is timed from
+        self.last_end = None
         self.tput_total = 0.0  # seconds from forward to step() of the micro-steps timed so far
         self.tput_step = 0.0  # of those, this optimizer step's
         self.epoch = 0
@@ -282,6 +284,11 @@ class Reporter:
             self.t_fwd += self._now() - t0
 
     def backward_begin(self):
+        if self.micro_start is None and self.last_end is not None and self.engine.global_steps >= self.START_STEP:
+            # The model was called directly (DeepSpeedExamples' gan calls netD(x), not the engine), so no forward
+            # started the timer, and DeepSpeed prints -inf samples/s: time the micro-step from the last step()'s
+            # end instead (its data loading and forward included).
+            self.micro_start = self.last_end
         return self._now() if self.breakdown else 0.0
 
     def backward_end(self, t0, loss, scale_wrt_gas, gas):
@@ -305,6 +312,7 @@ class Reporter:
             self.tput_total += d
             self.tput_step += d
             self.micro_start = None
+        self.last_end = time.perf_counter()
         if info is None:
             return
         e = self.engine

@@ -1305,6 +1305,8 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
   if (!strcmp(key, "swap_sqpoll")) return get_bool(c, p, v, &cfg->zoffload.swap_sqpoll);
   if (!strcmp(key, "delayed_param_update"))
     return get_bool(c, p, v, &cfg->zoffload.delayed_param_update);
+  if (!strcmp(key, "delayed_param_update_warmup_steps"))
+    return get_i64(c, p, v, 0, INT64_MAX, &cfg->zoffload.delayed_param_update_warmup_steps);
   if (!strcmp(key, "host_link_gbps")) {
     /* 0 is no emulation; a link slower than the minimum turns each step's transfers into hours (a hang) */
     double g;
@@ -1344,6 +1346,7 @@ static zo_status zoffload_key(const parse_ctx *c, const char *p, const char *key
                                      "swap_checksum",
                                      "swap_sqpoll",
                                      "delayed_param_update",
+                                     "delayed_param_update_warmup_steps",
                                      "host_link_gbps",
                                      "pinned_fraction",
                                      "allow_pageable_host",
@@ -1569,6 +1572,7 @@ void zo_config_defaults(zo_config_t *cfg) {
   cfg->zoffload.swap_checksum = 0;
   cfg->zoffload.swap_sqpoll = 0;
   cfg->zoffload.delayed_param_update = 0;
+  cfg->zoffload.delayed_param_update_warmup_steps = 0;
   cfg->zoffload.host_link_gbps = 0;
   cfg->zoffload.pinned_fraction = ZO_CONFIG_PINNED_FRACTION;
   cfg->zoffload.placement = ZO_PLACEMENT_CONFIG;

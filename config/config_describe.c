@@ -141,6 +141,9 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "zoffload.swap_checksum = %d\n", cfg->zoffload.swap_checksum);
   sb_printf(&b, "zoffload.swap_sqpoll = %d\n", cfg->zoffload.swap_sqpoll);
   sb_printf(&b, "zoffload.delayed_param_update = %d\n", cfg->zoffload.delayed_param_update);
+  if (cfg->zoffload.delayed_param_update_warmup_steps) /* printed only when given */
+    sb_printf(&b, "zoffload.delayed_param_update_warmup_steps = %" PRId64 "\n",
+              cfg->zoffload.delayed_param_update_warmup_steps);
   sb_printf(&b, "zoffload.host_link_gbps = %g\n", cfg->zoffload.host_link_gbps);
   if (cfg->zoffload.pinned_fraction !=
       ZO_CONFIG_PINNED_FRACTION) /* printed only when given: dumps stay as they were */

@@ -130,6 +130,7 @@ static const key keys[] = {
     BOOL("zoffload.swap_checksum", zoffload.swap_checksum),
     BOOL("zoffload.swap_sqpoll", zoffload.swap_sqpoll),
     BOOL("zoffload.delayed_param_update", zoffload.delayed_param_update),
+    I64("zoffload.delayed_param_update_warmup_steps", zoffload.delayed_param_update_warmup_steps),
     F64("zoffload.host_link_gbps", zoffload.host_link_gbps),
     I64("zoffload.device_arena_bytes", zoffload.device_arena_bytes),
     NAMED("zoffload.comm", zoffload.comm, comm_name),

@@ -54,12 +54,18 @@ static zo_status create_tiers(zo_engine_t *e, const zo_config_t *cfg) {
   e->pcache_el =
       cfg->zero.offload_param.max_in_cpu_set ? (size_t)cfg->zero.offload_param.max_in_cpu : 0;
   e->dpu = cfg->zoffload.delayed_param_update;
-  if (e->dpu && (tier != ZO_OFFLOAD_CPU || e->ptier != ZO_OFFLOAD_NONE))
+  if (e->dpu &&
+      ((tier != ZO_OFFLOAD_CPU && tier != ZO_OFFLOAD_NVME) || e->ptier != ZO_OFFLOAD_NONE))
     return zo_error_set(
         ZO_ERR_CONFIG,
         "zoffload.delayed_param_update: needs zero_optimization.offload_optimizer.device "
-        "\"cpu\" and offload_param.device \"none\" (the ZeRO-Offload setting), got \"%s\" and \"%s\"",
+        "\"cpu\" or \"nvme\" and offload_param.device \"none\" (the ZeRO-Offload setting), got "
+        "\"%s\" and \"%s\"",
         zo_offload_device_name(tier), zo_offload_device_name(e->ptier));
+  if (!e->dpu && cfg->zoffload.delayed_param_update_warmup_steps > 0)
+    zo_warn("zoffload.delayed_param_update_warmup_steps %lld has no effect: "
+            "zoffload.delayed_param_update is off",
+            (long long)cfg->zoffload.delayed_param_update_warmup_steps);
   if (e->ptier != ZO_OFFLOAD_NONE && cfg->zero.stage != 3)
     return zo_error_set(
         ZO_ERR_CONFIG,
@@ -586,7 +592,7 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
     if (e->tier == ZO_OFFLOAD_CPU)
       ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host, "grad_host",
                                      zo_plan_bytes(plan, "grad_host"), pin));
-    if (e->dpu)
+    if (e->dpu && e->tier == ZO_OFFLOAD_CPU)
       ZO_CHECK(eng_host_buf_alloc_as(e, &e->grad_host2, "grad_host2",
                                      zo_plan_bytes(plan, "grad_host2"), 1));
     if (e->tier == ZO_OFFLOAD_CPU)

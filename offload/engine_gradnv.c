@@ -182,10 +182,11 @@ zo_status eng_gnv_unhold(zo_engine_t *e, sub_group *g) {
 static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **out) {
   *out = NULL;
   sub_group *one = NULL;
-  int n_touch = 0;
+  int n_touch = 0, may_hold = 1;
   for (int i = 0; i < eng_nv_n_sgs(e->nv); i++) {
     sub_group *g = eng_nv_sg(e->nv, i);
     if (g->file_el >= f + m || g->file_el + g->n_el <= f) continue;
+    ZO_CHECK(eng_nv_dpu_claim(e, g, &may_hold)); /* the delayed update is done with it first */
     n_touch++, one = g;
     if (g->file_el > f || g->file_el + g->n_el < f + m) { /* spans beyond this sub-group */
       g->gtouched = 1;
@@ -197,7 +198,8 @@ static zo_status gnv_holder(zo_engine_t *e, uint64_t f, size_t m, sub_group **ou
   sub_group *g = one;
   if (!g->gtouched) {
     g->gtouched = 1;
-    if (g->slot >= 0 && !g->done && !g->grads_in && !eng_nv_slot(e->nv, g->slot)->req[ST_GRAD] &&
+    if (may_hold && g->slot >= 0 && !g->done && !g->grads_in &&
+        !eng_nv_slot(e->nv, g->slot)->req[ST_GRAD] &&
         (g->phase == SG_LOADED || g->phase == SG_READING || g->phase == SG_WRITING))
       g->gheld = 1, g->grads_in = 1;
   }

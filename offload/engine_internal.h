@@ -149,6 +149,9 @@ typedef struct sub_group {
   int gheld;    /* nvme: this step's gradients go to its slot's gradient buffer, not grad.swp */
   int resident; /* its state and gradients live in host memory for the whole run (the resident range,
                                 zoffload.optimizer_max_in_cpu): its slot is permanent, nothing is read or written */
+  /* nvme, delayed update: updated for the last step and taken by this step's gradients
+   * (eng_nv_dpu_claim); done, grads_in, gtouched and gheld are this step's */
+  int dpu_next;
 } sub_group;
 
 /* SG_GRADS: state loaded, its gradients (grad.swp) being read into the slot; Adam follows */
@@ -358,7 +361,8 @@ static inline int eng_device_adam(const zo_engine_t *e) {
  * copy), so the forward's fetch of a tensor waits for that tensor's upload only, not the whole step's. Otherwise
  * fetches wait for e->weights_ready (several ranks upload in eng_dp_publish(); device Adam writes in place). */
 static inline int eng_ready_per_tensor(const zo_engine_t *e) {
-  return e->ptier == ZO_OFFLOAD_NONE && e->tier == ZO_OFFLOAD_CPU && e->world == 1;
+  return e->ptier == ZO_OFFLOAD_NONE && (e->tier == ZO_OFFLOAD_CPU || e->tier == ZO_OFFLOAD_NVME) &&
+         e->world == 1;
 }
 
 /* Gradient accumulation (gradient_accumulation_steps > 1) or an accumulation dtype other than the hand-over's:
@@ -847,6 +851,18 @@ zo_status eng_nv_advance(zo_engine_t *e);
 zo_status eng_nv_finish_step(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s);
 /* After the step: next step's order, then its reads start. */
 zo_status eng_nv_end_step(zo_engine_t *e);
+/* Delayed update (engine_step.c): the step's sub-group updates with @hp run behind the next step's
+ * compute, moved on by every engine call; nothing is uploaded until eng_nv_dpu_finish(). */
+zo_status eng_nv_dpu_start(zo_engine_t *e, const zo_adam_hparams *hp);
+/* Finish the delayed update (blocking; its Adam time added to *@adam_s), queue the uploads of every
+ * tensor's new working weights, and end its step: the sub-groups this step's gradients took keep
+ * them. ZO_OK when none runs. */
+zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s);
+/* A gradient of this step is about to reach @g: the delayed update of the last step finishes with
+ * @g first (its gradients are read, its Adam done), and @g passes to this step. *@may_hold: whether
+ * this step's gradients may stay in @g's slot (no: a streamed one while the delayed update still
+ * needs the slots). */
+zo_status eng_nv_dpu_claim(zo_engine_t *e, sub_group *g, int *may_hold);
 /* Bring the pipeline to rest: every streaming slot free, every write on disk. Keeps the first
  * error. */
 zo_status eng_nv_quiesce(zo_engine_t *e);

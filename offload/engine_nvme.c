@@ -48,6 +48,9 @@ struct eng_nv {
   int n_done;    /* sub-groups updated in this step */
   int adam_ok;   /* updates may start (hp is this step's) */
   int in_step;   /* inside zo_engine_step(), which waits on every state read */
+  /* delayed update: this step's updates run behind the next step's compute (every gradient of this
+   * step has landed; the next step's land into the sub-groups they claim) */
+  int dpu_run;
   zo_adam_hparams hp;
 };
 
@@ -297,6 +300,7 @@ zo_status eng_swap_io(zo_engine_t *e, int write, int k, uint64_t el, void *buf, 
  * progress thread keeps the disk busy in between.
  */
 static int sg_landed(const struct eng_nv *nv, const sub_group *g) {
+  if (nv->dpu_run) return 1; /* the step waited for all; the flags are the next step's meanwhile */
   for (int q = g->first_piece; q < g->first_piece + g->n_pieces; q++) {
     if (!atomic_load_explicit(&nv->pieces[q].p->landed, memory_order_acquire)) return 0;
   }
@@ -359,8 +363,12 @@ static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   return ZO_OK;
 }
 
-/* Adam of @g is done (checked, or waited with @wait): publish the working
- * weights and issue the write-back. *done = 0 while a task still runs. */
+/* Updated in the pipeline's step (a sub-group the delayed update finished and the next step claimed
+ * counts). */
+static int sg_updated(const sub_group *g) { return g->done || g->dpu_next; }
+
+/* Adam of @g is done (checked, or waited with @wait): publish the working weights (delayed update:
+ * at eng_nv_dpu_finish) and issue the write-back. *done = 0 while a task still runs. */
 static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *done) {
   struct eng_nv *nv = e->nv;
   *done = 1;
@@ -371,7 +379,14 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
       ZO_CHECK(zo_adam_task_poll(pc->task, done));
       if (!*done) return ZO_OK;
     }
-    ZO_CHECK(eng_finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
+    if (nv->dpu_run) { /* the device computes with the old weights until the next step */
+      zo_status st = zo_adam_task_wait(pc->task, NULL);
+      pc->task = NULL;
+      if (st != ZO_OK)
+        return zo_error_prefix(st, "adam '%s' [%zu, %zu)", pc->p->name, pc->off, pc->off + pc->n);
+    } else {
+      ZO_CHECK(eng_finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
+    }
   }
   g->done = 1;
   nv->n_done++;
@@ -403,7 +418,7 @@ static int slot_for_read(const struct eng_nv *nv, int pos) {
     const sub_group *g = &nv->sgs[gi];
     if (g->phase != SG_LOADED || (g->gheld && !g->done))
       continue; /* held: this step's gradients are in it */
-    int next = g->done ? INT_MAX : g->pos;
+    int next = sg_updated(g) ? INT_MAX : g->pos;
     if (next > far) far = next, best = s;
   }
   return best;
@@ -424,7 +439,7 @@ static zo_status nv_read_ahead(zo_engine_t *e, int *progress) {
   }
   while (nv->pos_read < nv->n_sgs) {
     sub_group *g = &nv->sgs[nv->sg_order[nv->pos_read]];
-    if (g->done || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_GRADS ||
+    if (sg_updated(g) || g->phase == SG_READING || g->phase == SG_LOADED || g->phase == SG_GRADS ||
         g->phase == SG_UPDATING) {
       nv->pos_read++; /* in memory already (or updated) */
       continue;
@@ -479,7 +494,7 @@ zo_status eng_nv_advance(zo_engine_t *e) {
       } else if (g->phase == SG_UPDATING) {
         ZO_CHECK(sg_finish_adam(e, g, 0, &done));
         progress |= done;
-      } else if (g->resident && g->phase == SG_LOADED && !g->done && nv->adam_ok &&
+      } else if (g->resident && g->phase == SG_LOADED && !sg_updated(g) && nv->adam_ok &&
                  sg_landed(nv, g)) {
         /* One resident update in flight at a time: queued behind it, the streamed sub-groups' updates free their
          * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. */
@@ -491,7 +506,7 @@ zo_status eng_nv_advance(zo_engine_t *e) {
         ZO_CHECK(sg_submit_adam(e, g));
         nv->res_busy++;
         progress = 1;
-      } else if (g->phase == SG_LOADED && !g->done && nv->adam_ok && sg_landed(nv, g)) {
+      } else if (g->phase == SG_LOADED && !sg_updated(g) && nv->adam_ok && sg_landed(nv, g)) {
         if (g->grads_in)
           ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
         else
@@ -504,9 +519,10 @@ zo_status eng_nv_advance(zo_engine_t *e) {
   return ZO_OK;
 }
 
-/* zo_engine_step(): every gradient has landed; update the sub-groups not yet
- * updated, blocking only on what the next one in order needs. */
-static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
+/* zo_engine_step(): every gradient has landed; update the sub-groups not yet updated, blocking only
+ * on what the next one in order needs; with @target, only until that one is updated (those before
+ * it in order first). */
+static zo_status nv_finish_step(zo_engine_t *e, const sub_group *target, double *adam_s) {
   struct eng_nv *nv = e->nv;
   nv->adam_ok = 1;
   int no_slot = 0; /* sub-groups whose read could not start before the step for want of a slot */
@@ -515,6 +531,7 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
       NULL; /* the last of them (it stays first in order until it gets a slot) */
   for (;;) {
     ZO_CHECK(eng_nv_advance(e));
+    if (target && sg_updated(target)) return ZO_OK;
     if (nv->n_done == nv->n_sgs) {
       if (no_slot)
         zo_debug(
@@ -527,7 +544,7 @@ static zo_status nv_finish_step(zo_engine_t *e, double *adam_s) {
     }
     sub_group *g = NULL; /* the first sub-group in order not yet updated */
     for (int i = 0; i < nv->n_sgs && !g; i++)
-      if (!nv->sgs[nv->sg_order[i]].done) g = &nv->sgs[nv->sg_order[i]];
+      if (!sg_updated(&nv->sgs[nv->sg_order[i]])) g = &nv->sgs[nv->sg_order[i]];
     int done;
     if (g->phase == SG_READING) {
       ZO_CHECK(eng_slot_settle(e, &nv->slots[g->slot], 1, &done));
@@ -579,14 +596,16 @@ zo_status eng_nv_finish_step(zo_engine_t *e, const zo_adam_hparams *hp, double *
   struct eng_nv *nv = e->nv;
   if (!nv->adam_ok) nv->hp = *hp;
   nv->in_step = 1;
-  zo_status st = nv_finish_step(e, adam_s);
+  zo_status st = nv_finish_step(e, NULL, adam_s);
   nv->in_step = 0;
   return st;
 }
 
-/* After the step: the next step's order is the order in which sub-groups
- * became complete in this one; then the reads for it start. */
-zo_status eng_nv_end_step(zo_engine_t *e) {
+/* After the step: the next step's order is the order in which sub-groups became complete in this
+ * one; then the reads for it start. After a delayed update, the sub-groups the next step's
+ * gradients claimed keep that step's flags, and every gradient's landed flag stays (that
+ * step's). */
+static zo_status nv_end_step(zo_engine_t *e, int after_dpu) {
   struct eng_nv *nv = e->nv;
   for (int i = 0; i < nv->n_sgs; i++) {
     sub_group *g = &nv->sgs[i];
@@ -604,17 +623,78 @@ zo_status eng_nv_end_step(zo_engine_t *e) {
     nv->sg_order[j + 1] = x;
   }
   for (int i = 0; i < nv->n_sgs; i++) {
+    sub_group *g = &nv->sgs[i];
     nv->sgs[nv->sg_order[i]].pos = i;
-    nv->sgs[i].done = 0;
-    nv->sgs[i].grads_in = 0; /* the next step's gradients are not in yet */
-    nv->sgs[i].gtouched = nv->sgs[i].gheld = 0;
+    if (!(after_dpu && g->dpu_next)) {
+      g->grads_in = 0; /* the next step's gradients are not in yet */
+      g->gtouched = g->gheld = 0;
+    }
+    g->done = g->dpu_next = 0;
   }
-  for (int i = 0; i < e->n_params; i++)
+  for (int i = 0; i < e->n_params && !after_dpu; i++)
     atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
   nv->n_done = 0;
   nv->pos_read = 0;
   nv->adam_ok = 0;
+  nv->dpu_run = 0;
   return eng_nv_advance(e);
+}
+
+zo_status eng_nv_end_step(zo_engine_t *e) { return nv_end_step(e, 0); }
+
+/* ---------------------------------------------------------------- delayed update */
+
+/* With zoffload.delayed_param_update the step's sub-group updates are not waited: zo_engine_step()
+ * allows them with its hyperparameters (eng_nv_dpu_start) and returns, and they run while the
+ * device computes the next step, moved on by every engine call as in the step itself: state reads
+ * into free slots, Adam, write-backs, all overlapping. The new working weights stay in the staging
+ * buffer until the next zo_engine_step() (or zo_engine_synchronize) finishes what is left
+ * (eng_nv_dpu_finish) and queues their uploads. The next step's gradients go to grad.swp and the
+ * resident gradient buffers, where the delayed step's gradients still are: the first gradient to
+ * reach a sub-group claims it (eng_nv_dpu_claim), which finishes its delayed update first.
+ * Sub-groups complete in the order of the last backward, which is the order the next backward
+ * reaches them, so the early ones are usually done by then; the claim waits only when the CPU or
+ * the disk fell behind. */
+zo_status eng_nv_dpu_start(zo_engine_t *e, const zo_adam_hparams *hp) {
+  struct eng_nv *nv = e->nv;
+  eng_nv_allow_adam(nv, hp);
+  nv->dpu_run = 1;
+  /* the next step's gradients land as they come; sg_landed() holds for this step's meanwhile */
+  for (int i = 0; i < e->n_params; i++)
+    atomic_store_explicit(&e->params[i]->landed, 0, memory_order_relaxed);
+  return eng_nv_advance(e);
+}
+
+zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s) {
+  struct eng_nv *nv = e->nv;
+  if (!nv->dpu_run) return ZO_OK;
+  nv->in_step = 1;
+  zo_status st = nv_finish_step(e, NULL, adam_s);
+  nv->in_step = 0;
+  ZO_CHECK(st);
+  /* every shard's new working weights, in tensor order (a fetch waits for its own tensor's) */
+  for (int i = 0; i < e->n_params; i++)
+    ZO_CHECK(eng_queue_upload(e, e->params[i], 0, e->params[i]->shard_n));
+  return nv_end_step(e, 1);
+}
+
+zo_status eng_nv_dpu_claim(zo_engine_t *e, sub_group *g, int *may_hold) {
+  struct eng_nv *nv = e->nv;
+  *may_hold = !nv->dpu_run || g->resident;
+  if (!nv->dpu_run || g->dpu_next) return ZO_OK;
+  if (!g->done) {
+    double adam_s = 0;
+    const double t0 = zo_clock_s();
+    nv->in_step = 1; /* the hand-over waits: its reads go first */
+    zo_status st = nv_finish_step(e, g, &adam_s);
+    nv->in_step = 0;
+    ZO_CHECK(st);
+    zo_debug("step %lld: gradient hand-over waited %.2f ms for the delayed update of sub-group %d",
+             (long long)e->step + 1, (zo_clock_s() - t0) * 1e3, (int)(g - nv->sgs));
+  }
+  g->done = g->grads_in = g->gtouched = g->gheld = 0;
+  g->dpu_next = 1;
+  return ZO_OK;
 }
 
 /* Bring the pipeline to rest: reads finished and dropped, updates finished

@@ -22,7 +22,9 @@
 zo_status eng_dpu_finish(zo_engine_t *e) {
   zo_status st = ZO_OK;
   if (!e->dpu_pending) return ZO_OK;
-  for (int i = 0; i < e->n_params; i++) {
+  double adam_s = 0; /* nvme: the sub-group pipeline, what is left of it; then the uploads */
+  if (e->tier == ZO_OFFLOAD_NVME) st = eng_nv_dpu_finish(e, &adam_s);
+  for (int i = 0; i < e->n_params && e->tier != ZO_OFFLOAD_NVME; i++) {
     if (!e->tasks[i]) continue;
     zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
     if (st == ZO_OK) st = s2;
@@ -51,6 +53,12 @@ zo_status zo_engine_synchronize(zo_engine_t *e) {
   zo_status s2 = e->copy_stream ? zo_stream_synchronize(e->copy_stream)
                                 : ZO_OK; /* staging is free again after */
   return st != ZO_OK ? st : s2;
+}
+
+/* Whether this step's update is delayed: zoffload.delayed_param_update, after its warm-up steps
+ * (steps applied so far, as the schedule counts them). */
+static int dpu_now(const zo_engine_t *e) {
+  return e->dpu && e->step >= e->cfg.zoffload.delayed_param_update_warmup_steps;
 }
 
 /* The step's preconditions: a finalized engine and a gradient for every tensor. */
@@ -207,8 +215,13 @@ static zo_status step_skip(zo_engine_t *e, zo_step_info *inf) {
 
 /* ---------------------------------------------------------------- dispatch */
 
-/* NVMe tier: finish the sub-group pipeline (state read, Adam, write-back). */
-static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
+/* NVMe tier: finish the sub-group pipeline (state read, Adam, write-back); delayed: let it run
+ * behind the next step's compute. */
+static zo_status step_nvme(zo_engine_t *e, const zo_adam_hparams *hp, int dpu, double *adam_s) {
+  if (dpu) {
+    e->dpu_pending = 1;
+    return eng_nv_dpu_start(e, hp);
+  }
   ZO_CHECK(eng_nv_finish_step(e, hp, adam_s));
   return eng_nv_end_step(e); /* reads for the next step start now, behind the last write-backs */
 }
@@ -241,11 +254,12 @@ static void step_dpu_flip(zo_engine_t *e) {
 
 /* Host-resident state (cpu, none): Adam on the pool while the uploads of the
  * new working weights are queued in order. */
-static zo_status step_host(zo_engine_t *e, const zo_adam_hparams *hp, int early, double *adam_s) {
+static zo_status step_host(zo_engine_t *e, const zo_adam_hparams *hp, int early, int dpu,
+                           double *adam_s) {
   double t1 = zo_clock_s();
   zo_status st = step_queue_adam(e, hp, early);
-  if (e->dpu && st == ZO_OK) step_dpu_flip(e);
-  for (int i = 0; i < e->n_params && !e->dpu; i++) {
+  if (dpu && st == ZO_OK) step_dpu_flip(e);
+  for (int i = 0; i < e->n_params && !dpu; i++) {
     if (!e->tasks[i]) continue;
     zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);
     if (st == ZO_OK) st = s2;
@@ -284,18 +298,18 @@ static zo_status step_device(zo_engine_t *e, const zo_adam_hparams *hp, double *
   return ZO_OK;
 }
 
-static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early,
+static zo_status step_dispatch(zo_engine_t *e, const zo_adam_hparams *hp, int early, int dpu,
                                double *adam_s) {
-  if (e->tier == ZO_OFFLOAD_NVME) return step_nvme(e, hp, adam_s);
+  if (e->tier == ZO_OFFLOAD_NVME) return step_nvme(e, hp, dpu, adam_s);
   if (eng_device_adam(e)) return step_device(e, hp, adam_s);
-  return step_host(e, hp, early, adam_s);
+  return step_host(e, hp, early, dpu, adam_s);
 }
 
 /* After the update: all-gather the new weights over the ranks, mark them
  * ready, take the step's communication figures into *inf. */
-static zo_status step_publish(zo_engine_t *e, zo_step_info *inf) {
+static zo_status step_publish(zo_engine_t *e, int dpu, zo_step_info *inf) {
   if (e->world > 1 &&
-      !e->dpu) /* every rank's updated shard, all-gathered (DPU: when published, dpu_publish) */
+      !dpu) /* every rank's updated shard, all-gathered (DPU: when published, dpu_publish) */
     ZO_CHECK(eng_dp_publish(e, NULL));
   ZO_CHECK(zo_event_record(e->weights_ready, e->copy_stream));
   inf->comm_s = e->ctr.dp_comm_s;
@@ -333,10 +347,11 @@ static zo_status step(zo_engine_t *e, zo_step_info *info) {
     return ZO_OK;
   }
   const zo_adam_hparams hp = early ? e->early_hp : eng_adam_hparams(e, step_clip(e, norm));
+  const int dpu = dpu_now(e);
   double adam_s = zo_clock_s() - t0;
   const double swap0 = e->ctr.swap_wait_s, copy0 = e->ctr.copy_s;
-  ZO_CHECK(step_dispatch(e, &hp, early, &adam_s));
-  ZO_CHECK(step_publish(e, &inf));
+  ZO_CHECK(step_dispatch(e, &hp, early, dpu, &adam_s));
+  ZO_CHECK(step_publish(e, dpu, &inf));
   inf.swap_s = e->ctr.swap_wait_s - swap0;
   inf.copy_s = e->ctr.copy_s - copy0;
   inf.adam_s = fmax(0.0, adam_s - inf.copy_s) +

@@ -344,7 +344,8 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
     /* nvme: the gradients live in grad.swp beside the state (plan_nvme_state), not in host memory */
     if (in->tier == ZO_OFFLOAD_CPU)
       add_buf(pl, ZO_TIER_HOST, "grad_host", mul_sat(shard_total, gsz), 1, pin, -1);
-    if (in->dpu) add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
+    if (in->dpu && in->tier == ZO_OFFLOAD_CPU) /* nvme: the next step's go to grad.swp (claimed) */
+      add_buf(pl, ZO_TIER_HOST, "grad_host2", mul_sat(shard_total, gsz), 1, 1, -1);
     if (in->tier == ZO_OFFLOAD_CPU)
       for (int k = 0; k < ST_KINDS; k++) {
         char name[40];

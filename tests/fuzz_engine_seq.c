@@ -163,8 +163,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.zero.stage = cfg.zero.offload_param.device != ZO_OFFLOAD_NONE ? 3 : (int)((c0 / 9) % 4);
   cfg.bf16.enabled = (c0 / 36) & 1;
   cfg.zoffload.delayed_param_update = (c0 / 72) & 1 &&
-                                      cfg.zero.offload_optimizer.device == ZO_OFFLOAD_CPU &&
+                                      cfg.zero.offload_optimizer.device != ZO_OFFLOAD_NONE &&
                                       cfg.zero.offload_param.device == ZO_OFFLOAD_NONE;
+  cfg.zoffload.delayed_param_update_warmup_steps =
+      (c0 / 144) & 1; /* the switch inside the sequence */
   cfg.zero.offload_optimizer.pin_memory = c1 & 1;
   cfg.zero.sub_group_size =
       (c1 >> 1) & 1 ? (int64_t)1 << 26 : 1000000000; /* plan arrays stay small */

@@ -1093,6 +1093,9 @@ static const num_key k_num_keys[] = {
        aio.intra_op_parallelism, 1, 1 << 16),
     IK("{" TB "\"zoffload\": {\"adam_threads\": %s}}", "zoffload.adam_threads", K_INT,
        zoffload.adam_threads, 0, 4096),
+    IK("{" TB "\"zoffload\": {\"delayed_param_update_warmup_steps\": %s}}",
+       "zoffload.delayed_param_update_warmup_steps", K_I64,
+       zoffload.delayed_param_update_warmup_steps, 0, INT64_MAX),
     IK("{" TB "\"zoffload\": {\"device_memory_limit\": %s}}", "zoffload.device_memory_limit", K_I64,
        zoffload.device_memory_limit, 0, INT64_MAX),
     IK("{" TB "\"zoffload\": {\"device_arena_bytes\": %s}}", "zoffload.device_arena_bytes", K_I64,
@@ -1448,7 +1451,8 @@ static void test_get(void) {
       "   \"overlap_events\": false, \"use_gds\": false},"
       " \"zoffload\": {\"device\": \"host\", \"device_memory_limit\": 65536, \"adam_threads\": 3,"
       "   \"optimizer_state_dtype\": \"bf16\", \"swap_checksum\": true, \"swap_sqpoll\": true,"
-      "   \"host_link_gbps\": 12.5, \"device_arena_bytes\": \"fit\", \"comm\": \"mpi\", \"comm_timeout_s\": 90,"
+      "   \"delayed_param_update_warmup_steps\": 17, \"host_link_gbps\": 12.5,"
+      "   \"device_arena_bytes\": \"fit\", \"comm\": \"mpi\", \"comm_timeout_s\": 90,"
       "   \"pinned_fraction\": 0.5, \"allow_pageable_host\": true, \"placement\": \"auto\","
       "   \"placement_host_bytes\": \"3GiB\", \"optimizer_max_in_cpu\": 7654, \"early_adam\": false, \"speeds\": {\"nvme_read_gbps\": 3.25,"
       "   \"nvme_write_gbps\": 1.5, \"h2d_gbps\": 22, \"d2h_gbps\": 21.5, \"adam_gparams_per_s\": 0.75}}}";
@@ -1519,6 +1523,7 @@ static void test_get(void) {
       {"zoffload.swap_checksum", ZO_CONFIG_BOOL, 1, 0, NULL},
       {"zoffload.swap_sqpoll", ZO_CONFIG_BOOL, 1, 0, NULL},
       {"zoffload.delayed_param_update", ZO_CONFIG_BOOL, 0, 0, NULL},
+      {"zoffload.delayed_param_update_warmup_steps", ZO_CONFIG_I64, 17, 0, NULL},
       {"zoffload.host_link_gbps", ZO_CONFIG_F64, 0, 12.5, NULL},
       {"zoffload.device_arena_bytes", ZO_CONFIG_I64, ZO_ARENA_FIT, 0, NULL},
       {"zoffload.comm", ZO_CONFIG_STR, 0, 0, "mpi"},

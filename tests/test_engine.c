@@ -594,16 +594,15 @@ static void test_param_offload(const char *dir) {
 }
 
 /* Delayed parameter update: an engine with DPU runs in lockstep with one
- * without, on the same gradients. After step s the DPU engine computes with
- * the weights the plain engine had before step s (one update stale); after
+ * without, on the same gradients. During the warm-up steps both hold the same
+ * weights after each step; after it the DPU engine computes with the weights
+ * the plain engine had before step s (one update stale); after
  * zo_engine_synchronize both hold the same master and working weights (DPU
  * changes when an update lands, not what it is, since these gradients do not
- * depend on the weights). */
-static void test_dpu(void) {
-  zo_config_t cfg;
-  base_config(&cfg);
-  cfg.bf16.enabled = 1;
-  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+ * depend on the weights). @cfg names the tier (cpu, or nvme with its sub-groups
+ * streamed through few buffers or partly resident, where the next step's
+ * gradients claim sub-groups whose delayed update is still under way). */
+static void dpu_case(const char *label, zo_config_t cfg, int64_t warmup, int steps) {
   zo_device_t *dev;
   void *scratch;
   size_t goff[NP], total = 0;
@@ -612,9 +611,20 @@ static void test_dpu(void) {
   REQUIRE_OK(zo_device_malloc(dev, total * 2, &scratch));
   zo_engine_t *eng[2];
   zo_param_t *ps[2][NP];
+  /* nvme: one swap directory each (an engine holds its own) */
+  char nvdir[2][sizeof cfg.zero.offload_optimizer.nvme_path];
   for (int k = 0; k < 2; k++) {
-    cfg.zoffload.delayed_param_update = k;
-    REQUIRE_OK(zo_engine_create(&cfg, dev, NULL, &eng[k]));
+    const int n =
+        snprintf(nvdir[k], sizeof nvdir[k], "%.2000s/e%d", cfg.zero.offload_optimizer.nvme_path, k);
+    CHECK(n > 0 && (size_t)n < sizeof nvdir[k]);
+    if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME) CHECK_EQ(mkdir(nvdir[k], 0700), 0);
+  }
+  for (int k = 0; k < 2; k++) {
+    zo_config_t ck = cfg;
+    memcpy(ck.zero.offload_optimizer.nvme_path, nvdir[k], sizeof nvdir[k]);
+    ck.zoffload.delayed_param_update = k;
+    ck.zoffload.delayed_param_update_warmup_steps = k ? warmup : 0;
+    REQUIRE_OK(zo_engine_create(&ck, dev, NULL, &eng[k]));
     for (int i = 0; i < NP; i++) {
       char name[8];
       snprintf(name, sizeof name, "t%d", i);
@@ -623,15 +633,15 @@ static void test_dpu(void) {
     REQUIRE_OK(zo_engine_finalize(eng[k]));
   }
   float *buf = malloc(5000 * 4), *m0 = malloc(5000 * 4), *m1 = malloc(5000 * 4);
-  uint16_t *g16 = malloc(5000 * 2), *prev = malloc(total * 2);
+  uint16_t *g16 = malloc(5000 * 2), *prev = malloc(total * 2), *cur = malloc(total * 2);
   uint64_t seed = 11;
   for (int i = 0; i < NP; i++) {
     for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed);
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_load_param(eng[k], ps[k][i], buf));
   }
   const void *w;
-  int stale = 0;
-  for (int s = 1; s <= 5; s++) {
+  int as_expected = 0;
+  for (int s = 1; s <= steps; s++) {
     for (int i = 0; i < NP; i++) { /* the plain engine's weights before this step */
       REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w, NULL));
       from_device(dev, prev + goff[i], w, k_sizes[i] * 2);
@@ -646,14 +656,21 @@ static void test_dpu(void) {
         REQUIRE_OK(zo_engine_grad_ready(eng[k], ps[k][i], g, ZO_DTYPE_BF16));
     }
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_step(eng[k], NULL));
-    for (int i = 0; i < NP; i++) { /* the DPU engine now computes with those weights */
+    for (int i = 0; i < NP; i++) { /* the plain engine's weights after it */
+      REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w, NULL));
+      from_device(dev, cur + goff[i], w, k_sizes[i] * 2);
+      REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
+    }
+    /* the DPU engine now computes with those weights (warm-up), or with the ones before the step */
+    const uint16_t *want = s <= warmup ? cur : prev;
+    for (int i = 0; i < NP; i++) {
       REQUIRE_OK(zo_engine_fetch(eng[1], ps[1][i], &w, NULL));
       from_device(dev, g16, w, k_sizes[i] * 2);
-      stale += memcmp(g16, prev + goff[i], k_sizes[i] * 2) == 0;
+      as_expected += memcmp(g16, want + goff[i], k_sizes[i] * 2) == 0;
       REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
     }
   }
-  CHECK_EQ(stale, 5 * NP);
+  CHECK_EQ(as_expected, steps * NP);
   REQUIRE_OK(zo_engine_synchronize(eng[1]));
   int same = 0;
   for (int i = 0; i < NP; i++) {
@@ -669,21 +686,57 @@ static void test_dpu(void) {
     REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
   }
   CHECK_EQ(same, NP);
-  /* DPU outside its setting fails at create, naming the key. */
-  zo_engine_t *bad;
-  cfg.zoffload.delayed_param_update = 1;
-  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
-  CHECK_ST(zo_engine_create(&cfg, dev, NULL, &bad), ZO_ERR_CONFIG);
-  CHECK_HAS(zo_last_error(), "zoffload.delayed_param_update");
-  printf(
-      "ok   delayed parameter update: one step stale during training, identical after synchronize\n");
+  printf("ok   delayed parameter update, %s, warm-up %lld: %s during training, identical after "
+         "synchronize\n",
+         label, (long long)warmup, warmup ? "fresh, then one step stale" : "one step stale");
   free(buf);
   free(m0);
   free(m1);
   free(g16);
   free(prev);
-  for (int k = 0; k < 2; k++) zo_engine_destroy(eng[k]);
+  free(cur);
+  for (int k = 0; k < 2; k++) {
+    zo_engine_destroy(eng[k]);
+    if (cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NVME) CHECK_EQ(rmdir(nvdir[k]), 0);
+  }
   zo_device_free(dev, scratch);
+  zo_device_destroy(dev);
+}
+
+static void test_dpu(const char *dir) {
+  zo_config_t cfg;
+  base_config(&cfg);
+  cfg.bf16.enabled = 1;
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+  dpu_case("cpu", cfg, 0, 5);
+  cfg.gradient_clipping = 0.5; /* the norm of the whole step first */
+  dpu_case("cpu, clipping", cfg, 2, 5);
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+  snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
+           dir);
+  cfg.zero.sub_group_size = 2048;
+  cfg.zero.offload_optimizer.buffer_count = 2;
+  dpu_case("nvme, sub_group 2048, 2 buffers, clipping", cfg, 2, 5);
+  cfg.gradient_clipping = 0;
+  cfg.zero.sub_group_size = 1024;
+  cfg.zero.offload_optimizer.buffer_count = 1;
+  dpu_case("nvme, sub_group 1024, 1 buffer", cfg, 0, 4);
+  /* part of the state resident in host memory, the rest streamed; bf16 state */
+  cfg.gradient_clipping = 0.5;
+  cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_BF16;
+  cfg.zoffload.optimizer_max_in_cpu = 4096;
+  cfg.zero.offload_optimizer.buffer_count = 2;
+  dpu_case("nvme, 4096 elements resident, bf16 state, clipping", cfg, 1, 5);
+  CHECK_EQ(zo_test_count_entries(dir), 0);
+  /* DPU outside its setting fails at create, naming the key. */
+  zo_device_t *dev;
+  REQUIRE_OK(zo_device_create(g_kind, 0, 0, &dev));
+  zo_engine_t *bad;
+  base_config(&cfg);
+  cfg.zoffload.delayed_param_update = 1;
+  cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
+  CHECK_ST(zo_engine_create(&cfg, dev, NULL, &bad), ZO_ERR_CONFIG);
+  CHECK_HAS(zo_last_error(), "zoffload.delayed_param_update");
   zo_device_destroy(dev);
 }
 
@@ -950,7 +1003,7 @@ int main(int argc, char **argv) {
   cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_F32;
   test_fp16_overflow();
   test_param_offload(dir);
-  test_dpu();
+  test_dpu(dir);
   test_huge_counts(dir);
   test_finalize_order(dir);
   test_load_large();

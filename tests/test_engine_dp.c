@@ -540,6 +540,7 @@ int main(int argc, char **argv) {
   g_dpu = 1;
   run_case("stage 2, cpu, dpu", 2, ZO_OFFLOAD_CPU, 5, 1, 0);
   run_case("stage 1, cpu, dpu", 1, ZO_OFFLOAD_CPU, 5, 0, 5000);
+  run_case("stage 2, nvme, dpu", 2, ZO_OFFLOAD_NVME, 5, 1, 5000);
   g_dpu = 0;
   run_fp16();
   /* a bucket of about one large tensor: gathers wait for the ring; DeepSpeed's default: a whole step ahead */

@@ -196,8 +196,12 @@ typedef struct zo_config {
                                     DeepSpeed) or ZO_DTYPE_BF16 ("bf16": stochastic rounding, 4 bytes/param less) */
     int swap_checksum; /* 1: CRC32C on every swap chunk, verified on read (ZO_ERR_CORRUPT); default 0 */
     int swap_sqpoll; /* 1: io_uring SQPOLL for swap I/O (a kernel thread polls the ring); default 0 */
-    int delayed_param_update; /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU);
-                                    needs offload_optimizer cpu, no parameter offload; default 0 */
+    /* 1: step N's CPU Adam overlaps step N+1's forward/backward (ZeRO-Offload DPU); needs
+     * offload_optimizer cpu or nvme, no parameter offload; default 0 */
+    int delayed_param_update;
+    /* optimizer steps applied without the delayed update before it starts (the ZeRO-Offload paper's
+     * warm-up), >= 0; 0: from the first step (default). Ignored without delayed_param_update */
+    int64_t delayed_param_update_warmup_steps;
     /* host device backend: emulated host<->device link GB/s per direction; 0 = none, else in [0.1,
      * 1e6] */
     double host_link_gbps;

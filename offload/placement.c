@@ -121,8 +121,8 @@ static void model(const zo_engine_t *e, const pm_layout *L, const zo_step_rates 
   double b = o->adam_s > disk_b ? o->adam_s : disk_b;
   if (disk_b > 0) b += secs(fill, rd);
   const int early = c->gradient_clipping == 0 && !c->fp16.enabled && !e->dpu;
-  if (e->dpu) { /* the last step's Adam overlaps this step's compute */
-    o->fwd_bwd_s = a > o->adam_s ? a : o->adam_s;
+  if (e->dpu) { /* the last step's update (Adam, nvme: its disk work) overlaps this compute */
+    o->fwd_bwd_s = a > b ? a : b;
     o->update_s = 0;
   } else if (early) {
     /* updates start as gradients land: one phase, the disk's work and Adam overlapping */

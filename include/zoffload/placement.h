@@ -33,7 +33,10 @@
  *                        weights to params.swp) plus one sub-group's read that
  *                        nothing overlaps;
  * with the update folded into the first phase when it starts as gradients
- * land (no gradient clipping, no fp16, no delayed update). Reads and writes
+ * land (no gradient clipping, no fp16, no delayed update), and with the
+ * delayed update (zoffload.delayed_param_update) the step is the longer of
+ * the two phases, the last step's update running behind this one's compute
+ * (its warm-up steps are not modelled). Reads and writes
  * are in flight together (an NVMe device serves both): the disk's time for
  * a piece of asynchronous work is the longer of its reads / read rate and
  * its writes / write rate. The model is the design's, not a fit to any run;

@@ -612,7 +612,7 @@ static zo_status alloc_host_state(zo_engine_t *e, const zo_plan *plan) {
   if ((e->ptier == ZO_OFFLOAD_NONE || e->pdev) && e->tier != ZO_OFFLOAD_NONE) {
     ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host, "stage_host",
                                    zo_plan_bytes(plan, "stage_host"), 1));
-    if (e->dpu)
+    if (e->dpu && !eng_dpu_one_stage(e))
       ZO_CHECK(eng_host_buf_alloc_as(e, &e->stage_host2, "stage_host2",
                                      zo_plan_bytes(plan, "stage_host2"), 1));
   }

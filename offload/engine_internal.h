@@ -364,6 +364,12 @@ static inline int eng_ready_per_tensor(const zo_engine_t *e) {
   return e->ptier == ZO_OFFLOAD_NONE && (e->tier == ZO_OFFLOAD_CPU || e->tier == ZO_OFFLOAD_NVME) &&
          e->world == 1;
 }
+/* Delayed update with the state on nvme, one rank: one staging buffer for the working copy (no
+ * stage_host2); a sub-group's Adam starts once the last uploads of its tensors have left it (their
+ * p->ready, engine_nvme.c). Else the staging is double (the cpu tier queues every Adam at once). */
+static inline int eng_dpu_one_stage(const zo_engine_t *e) {
+  return e->dpu && e->tier == ZO_OFFLOAD_NVME && eng_ready_per_tensor(e);
+}
 
 /* Gradient accumulation (gradient_accumulation_steps > 1) or an accumulation dtype other than the hand-over's:
  * zo_engine_grad_accumulate() and fp32 hand-overs are accepted (staging and the reduction ring hold fp32). */

@@ -363,6 +363,23 @@ static zo_status sg_read_grads(zo_engine_t *e, sub_group *g) {
   return ZO_OK;
 }
 
+/* One staging buffer under the delayed update (eng_dpu_one_stage): whether the uploads that read
+ * @g's tensors' working weights there have left it, so that its Adam may write them; with @wait,
+ * blocks until they have. */
+static zo_status sg_staging_free(zo_engine_t *e, const sub_group *g, int wait, int *free_) {
+  *free_ = 1;
+  if (!eng_dpu_one_stage(e)) return ZO_OK;
+  for (int q = g->first_piece; q < g->first_piece + g->n_pieces && *free_; q++) {
+    zo_param_t *p = e->nv->pieces[q].p;
+    if (!p->ready) continue;
+    if (wait)
+      ZO_CHECK(zo_event_synchronize(p->ready));
+    else
+      ZO_CHECK(zo_event_query(p->ready, free_));
+  }
+  return ZO_OK;
+}
+
 /* Updated in the pipeline's step (a sub-group the delayed update finished and the next step claimed
  * counts). */
 static int sg_updated(const sub_group *g) { return g->done || g->dpu_next; }
@@ -499,6 +516,9 @@ zo_status eng_nv_advance(zo_engine_t *e) {
         /* One resident update in flight at a time: queued behind it, the streamed sub-groups' updates free their
          * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. */
         if (nv->res_busy) continue;
+        int free_;
+        ZO_CHECK(sg_staging_free(e, g, 0, &free_));
+        if (!free_) continue;
         if (!g->grads_in)
           return zo_error_set(ZO_ERR_INVALID_USAGE,
                               "engine: resident sub-group %d has no gradients in memory (a bug)",
@@ -507,6 +527,9 @@ zo_status eng_nv_advance(zo_engine_t *e) {
         nv->res_busy++;
         progress = 1;
       } else if (g->phase == SG_LOADED && !sg_updated(g) && nv->adam_ok && sg_landed(nv, g)) {
+        int free_;
+        ZO_CHECK(sg_staging_free(e, g, 0, &free_));
+        if (!free_) continue;
         if (g->grads_in)
           ZO_CHECK(sg_submit_adam(e, g)); /* read with the state */
         else
@@ -545,10 +568,13 @@ static zo_status nv_finish_step(zo_engine_t *e, const sub_group *target, double 
     sub_group *g = NULL; /* the first sub-group in order not yet updated */
     for (int i = 0; i < nv->n_sgs && !g; i++)
       if (!sg_updated(&nv->sgs[nv->sg_order[i]])) g = &nv->sgs[nv->sg_order[i]];
-    int done;
+    int done, free_ = 1;
+    if (g->phase == SG_LOADED) ZO_CHECK(sg_staging_free(e, g, 0, &free_));
     if (g->phase == SG_READING) {
       ZO_CHECK(eng_slot_settle(e, &nv->slots[g->slot], 1, &done));
       g->phase = SG_LOADED;
+    } else if (!free_) { /* the last uploads out of its staging first */
+      ZO_CHECK(sg_staging_free(e, g, 1, &free_));
     } else if (g->phase == SG_GRADS) {
       ZO_CHECK(eng_slot_settle(e, &nv->slots[g->slot], 1, &done));
       ZO_CHECK(sg_submit_adam(e, g));

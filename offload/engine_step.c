@@ -40,6 +40,7 @@ static zo_status dpu_publish(zo_engine_t *e) {
   /* several ranks: every rank's updated shard, all-gathered from the staging Adam wrote (before the flip) */
   if (st == ZO_OK && e->world > 1) st = eng_dp_publish(e, NULL);
   if (st == ZO_OK) st = zo_event_record(e->weights_ready, e->copy_stream);
+  if (eng_dpu_one_stage(e)) return st; /* the next Adam waits for these uploads instead */
   host_buf tmp = e->stage_host;
   e->stage_host = e->stage_host2;
   e->stage_host2 = tmp;

@@ -355,7 +355,9 @@ static void plan_host(const zo_plan_input *in, zo_plan *pl) {
   }
   if ((in->ptier == ZO_OFFLOAD_NONE || in->pdev) && in->tier != ZO_OFFLOAD_NONE) {
     add_buf(pl, ZO_TIER_HOST, "stage_host", mul_sat(shard_total, wsz), 1, 1, -1);
-    if (in->dpu) /* the last step's uploads read the other */
+    /* the last step's uploads read the other; nvme on one rank waits for them instead
+     * (eng_dpu_one_stage) */
+    if (in->dpu && !(in->tier == ZO_OFFLOAD_NVME && in->world == 1 && in->ptier == ZO_OFFLOAD_NONE))
       add_buf(pl, ZO_TIER_HOST, "stage_host2", mul_sat(shard_total, wsz), 1, 1, -1);
   }
   if (in->device_adam)

@@ -51,6 +51,8 @@ struct eng_nv {
   /* delayed update: this step's updates run behind the next step's compute (every gradient of this
    * step has landed; the next step's land into the sub-groups they claim) */
   int dpu_run;
+  double claim_wait_s; /* the gradient hand-over's waits for it (eng_nv_dpu_claim), and how many */
+  int n_claim_waits;
   zo_adam_hparams hp;
 };
 
@@ -514,8 +516,10 @@ zo_status eng_nv_advance(zo_engine_t *e) {
       } else if (g->resident && g->phase == SG_LOADED && !sg_updated(g) && nv->adam_ok &&
                  sg_landed(nv, g)) {
         /* One resident update in flight at a time: queued behind it, the streamed sub-groups' updates free their
-         * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. */
-        if (nv->res_busy) continue;
+         * buffers for the next reads soon, and the disk stays busy while the CPU updates resident state. The
+         * delayed update queues them all at once: the pool works through them while the caller makes no engine
+         * call (a GPU's host thread waiting on its stream), and they come first in the order (the last layers). */
+        if (nv->res_busy && !nv->dpu_run) continue;
         int free_;
         ZO_CHECK(sg_staging_free(e, g, 0, &free_));
         if (!free_) continue;
@@ -694,6 +698,11 @@ zo_status eng_nv_dpu_start(zo_engine_t *e, const zo_adam_hparams *hp) {
 zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s) {
   struct eng_nv *nv = e->nv;
   if (!nv->dpu_run) return ZO_OK;
+  if (nv->n_claim_waits)
+    zo_debug("step %lld: the gradient hand-over waited %.2f ms for the delayed update of %d of %d "
+             "sub-groups",
+             (long long)e->step + 1, nv->claim_wait_s * 1e3, nv->n_claim_waits, nv->n_sgs);
+  nv->claim_wait_s = 0, nv->n_claim_waits = 0;
   nv->in_step = 1;
   zo_status st = nv_finish_step(e, NULL, adam_s);
   nv->in_step = 0;
@@ -715,8 +724,8 @@ zo_status eng_nv_dpu_claim(zo_engine_t *e, sub_group *g, int *may_hold) {
     zo_status st = nv_finish_step(e, g, &adam_s);
     nv->in_step = 0;
     ZO_CHECK(st);
-    zo_debug("step %lld: gradient hand-over waited %.2f ms for the delayed update of sub-group %d",
-             (long long)e->step + 1, (zo_clock_s() - t0) * 1e3, (int)(g - nv->sgs));
+    nv->claim_wait_s += zo_clock_s() - t0;
+    nv->n_claim_waits++;
   }
   g->done = g->grads_in = g->gtouched = g->gheld = 0;
   g->dpu_next = 1;

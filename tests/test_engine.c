@@ -602,11 +602,12 @@ static void test_param_offload(const char *dir) {
  * depend on the weights). @cfg names the tier (cpu, or nvme with its sub-groups
  * streamed through few buffers or partly resident, where the next step's
  * gradients claim sub-groups whose delayed update is still under way). */
-static void dpu_case(const char *label, zo_config_t cfg, int64_t warmup, int steps) {
+static void dpu_case(const char *label, zo_config_t cfg, const size_t *sz, int64_t warmup,
+                     int steps) {
   zo_device_t *dev;
   void *scratch;
-  size_t goff[NP], total = 0;
-  for (int i = 0; i < NP; i++) goff[i] = total, total += k_sizes[i];
+  size_t goff[NP], total = 0, most = 0;
+  for (int i = 0; i < NP; i++) goff[i] = total, total += sz[i], most = sz[i] > most ? sz[i] : most;
   REQUIRE_OK(zo_device_create(g_kind, 0, 0, &dev));
   REQUIRE_OK(zo_device_malloc(dev, total * 2, &scratch));
   zo_engine_t *eng[2];
@@ -628,15 +629,15 @@ static void dpu_case(const char *label, zo_config_t cfg, int64_t warmup, int ste
     for (int i = 0; i < NP; i++) {
       char name[8];
       snprintf(name, sizeof name, "t%d", i);
-      REQUIRE_OK(zo_engine_register_param(eng[k], name, k_sizes[i], &ps[k][i]));
+      REQUIRE_OK(zo_engine_register_param(eng[k], name, sz[i], &ps[k][i]));
     }
     REQUIRE_OK(zo_engine_finalize(eng[k]));
   }
-  float *buf = malloc(5000 * 4), *m0 = malloc(5000 * 4), *m1 = malloc(5000 * 4);
-  uint16_t *g16 = malloc(5000 * 2), *prev = malloc(total * 2), *cur = malloc(total * 2);
+  float *buf = malloc(most * 4), *m0 = malloc(most * 4), *m1 = malloc(most * 4);
+  uint16_t *g16 = malloc(most * 2), *prev = malloc(total * 2), *cur = malloc(total * 2);
   uint64_t seed = 11;
   for (int i = 0; i < NP; i++) {
-    for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed);
+    for (size_t j = 0; j < sz[i]; j++) buf[j] = zo_test_rand_pm1f(&seed);
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_load_param(eng[k], ps[k][i], buf));
   }
   const void *w;
@@ -644,29 +645,29 @@ static void dpu_case(const char *label, zo_config_t cfg, int64_t warmup, int ste
   for (int s = 1; s <= steps; s++) {
     for (int i = 0; i < NP; i++) { /* the plain engine's weights before this step */
       REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w, NULL));
-      from_device(dev, prev + goff[i], w, k_sizes[i] * 2);
+      from_device(dev, prev + goff[i], w, sz[i] * 2);
       REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
     }
     for (int i = NP - 1; i >= 0; i--) {
-      for (size_t j = 0; j < k_sizes[i]; j++) buf[j] = zo_test_rand_pm1f(&seed) * 0.1f;
-      REQUIRE_OK(zo_cast(g16, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, k_sizes[i], 1));
+      for (size_t j = 0; j < sz[i]; j++) buf[j] = zo_test_rand_pm1f(&seed) * 0.1f;
+      REQUIRE_OK(zo_cast(g16, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, sz[i], 1));
       char *g = (char *)scratch + goff[i] * 2;
-      REQUIRE_OK(zo_memcpy(dev, g, g16, k_sizes[i] * 2, ZO_COPY_H2D));
+      REQUIRE_OK(zo_memcpy(dev, g, g16, sz[i] * 2, ZO_COPY_H2D));
       for (int k = 0; k < 2; k++)
         REQUIRE_OK(zo_engine_grad_ready(eng[k], ps[k][i], g, ZO_DTYPE_BF16));
     }
     for (int k = 0; k < 2; k++) REQUIRE_OK(zo_engine_step(eng[k], NULL));
     for (int i = 0; i < NP; i++) { /* the plain engine's weights after it */
       REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w, NULL));
-      from_device(dev, cur + goff[i], w, k_sizes[i] * 2);
+      from_device(dev, cur + goff[i], w, sz[i] * 2);
       REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
     }
     /* the DPU engine now computes with those weights (warm-up), or with the ones before the step */
     const uint16_t *want = s <= warmup ? cur : prev;
     for (int i = 0; i < NP; i++) {
       REQUIRE_OK(zo_engine_fetch(eng[1], ps[1][i], &w, NULL));
-      from_device(dev, g16, w, k_sizes[i] * 2);
-      as_expected += memcmp(g16, want + goff[i], k_sizes[i] * 2) == 0;
+      from_device(dev, g16, w, sz[i] * 2);
+      as_expected += memcmp(g16, want + goff[i], sz[i] * 2) == 0;
       REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
     }
   }
@@ -679,9 +680,9 @@ static void dpu_case(const char *label, zo_config_t cfg, int64_t warmup, int ste
     REQUIRE_OK(zo_engine_get_master(eng[1], ps[1][i], m1, NULL, NULL));
     REQUIRE_OK(zo_engine_fetch(eng[0], ps[0][i], &w0, NULL));
     REQUIRE_OK(zo_engine_fetch(eng[1], ps[1][i], &w, NULL));
-    from_device(dev, g16, w0, k_sizes[i] * 2);
-    from_device(dev, buf, w, k_sizes[i] * 2); /* buf: 5000 floats, room for these bf16 */
-    same += !memcmp(m0, m1, k_sizes[i] * 4) && !memcmp(g16, buf, k_sizes[i] * 2);
+    from_device(dev, g16, w0, sz[i] * 2);
+    from_device(dev, buf, w, sz[i] * 2); /* buf: room for these bf16 */
+    same += !memcmp(m0, m1, sz[i] * 4) && !memcmp(g16, buf, sz[i] * 2);
     REQUIRE_OK(zo_engine_release(eng[0], ps[0][i]));
     REQUIRE_OK(zo_engine_release(eng[1], ps[1][i]));
   }
@@ -708,25 +709,28 @@ static void test_dpu(const char *dir) {
   base_config(&cfg);
   cfg.bf16.enabled = 1;
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-  dpu_case("cpu", cfg, 0, 5);
+  dpu_case("cpu", cfg, k_sizes, 0, 5);
   cfg.gradient_clipping = 0.5; /* the norm of the whole step first */
-  dpu_case("cpu, clipping", cfg, 2, 5);
+  dpu_case("cpu, clipping", cfg, k_sizes, 2, 5);
   cfg.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
   snprintf(cfg.zero.offload_optimizer.nvme_path, sizeof cfg.zero.offload_optimizer.nvme_path, "%s",
            dir);
   cfg.zero.sub_group_size = 2048;
   cfg.zero.offload_optimizer.buffer_count = 2;
-  dpu_case("nvme, sub_group 2048, 2 buffers, clipping", cfg, 2, 5);
+  dpu_case("nvme, sub_group 2048, 2 buffers, clipping", cfg, k_sizes, 2, 5);
   cfg.gradient_clipping = 0;
   cfg.zero.sub_group_size = 1024;
   cfg.zero.offload_optimizer.buffer_count = 1;
-  dpu_case("nvme, sub_group 1024, 1 buffer", cfg, 0, 4);
-  /* part of the state resident in host memory, the rest streamed; bf16 state */
+  dpu_case("nvme, sub_group 1024, 1 buffer", cfg, k_sizes, 0, 4);
+  /* part of the state resident in host memory (pieces cut at 65536 elements: 3 of 6 sub-groups,
+   * their updates queued together), the rest streamed through 2 buffers; bf16 state */
+  static const size_t big[NP] = {70000, 140000, 3000, 65536};
   cfg.gradient_clipping = 0.5;
   cfg.zoffload.optimizer_state_dtype = ZO_DTYPE_BF16;
-  cfg.zoffload.optimizer_max_in_cpu = 4096;
+  cfg.zoffload.optimizer_max_in_cpu = 150000;
+  cfg.zero.sub_group_size = 65536;
   cfg.zero.offload_optimizer.buffer_count = 2;
-  dpu_case("nvme, 4096 elements resident, bf16 state, clipping", cfg, 1, 5);
+  dpu_case("nvme, 3 of 6 sub-groups resident, bf16 state, clipping", cfg, big, 1, 5);
   CHECK_EQ(zo_test_count_entries(dir), 0);
   /* DPU outside its setting fails at create, naming the key. */
   zo_device_t *dev;

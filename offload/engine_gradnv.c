@@ -265,6 +265,8 @@ zo_status eng_gnv_reopen(zo_engine_t *e) {
   struct eng_nv *nv = e->nv;
   for (int i = 0; i < eng_nv_n_sgs(nv); i++) {
     sub_group *g = eng_nv_sg(nv, i);
+    /* under the delayed update a sub-group not claimed by this step's gradients is the last step's */
+    if (eng_nv_dpu_running(nv) && !g->dpu_next) continue;
     if (!g->grads_in || g->gheld) continue;
     int done;
     if (g->slot >= 0) ZO_CHECK(eng_slot_settle(e, eng_nv_slot(nv, g->slot), 1, &done));

@@ -826,6 +826,8 @@ size_t eng_nv_slot_el(const struct eng_nv *nv);
 /* The sub-groups: their count, the @i-th (file order, < eng_nv_n_sgs), and the index of @g (for
  * messages). */
 int eng_nv_n_sgs(const struct eng_nv *nv);
+/* The last step's delayed update runs (its sub-groups not claimed yet hold its flags: g->dpu_next 0). */
+int eng_nv_dpu_running(const struct eng_nv *nv);
 sub_group *eng_nv_sg(struct eng_nv *nv, int i);
 int eng_nv_sg_index(const struct eng_nv *nv, const sub_group *g);
 /* Residency on (zoffload.optimizer_max_in_cpu): elements per piece, where gradient chunks are cut;

@@ -247,6 +247,8 @@ size_t eng_nv_slot_el(const struct eng_nv *nv) { return nv->slot_el; }
 
 int eng_nv_n_sgs(const struct eng_nv *nv) { return nv->n_sgs; }
 
+int eng_nv_dpu_running(const struct eng_nv *nv) { return nv->dpu_run; }
+
 sub_group *eng_nv_sg(struct eng_nv *nv, int i) { return &nv->sgs[i]; }
 
 int eng_nv_sg_index(const struct eng_nv *nv, const sub_group *g) { return (int)(g - nv->sgs); }

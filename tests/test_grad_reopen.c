@@ -223,6 +223,15 @@ int main(int argc, char **argv) {
       snprintf(label, sizeof label, "nvme, %d slots for 10 sub-groups, 3 passes", bc);
       run_case(label, &c, 3, ZO_DTYPE_F32);
     }
+    for (int t = 1; t < 3;
+         t++) { /* the delayed update: the last step's Adam runs during these passes */
+      base_config(&c, tiers[t], 1);
+      c.zoffload.delayed_param_update = 1;
+      c.zero.sub_group_size = 1100;
+      c.zero.offload_optimizer.buffer_count = 2;
+      snprintf(label, sizeof label, "%s, delayed parameter update, 3 passes", names[t]);
+      run_case(label, &c, 3, ZO_DTYPE_F32);
+    }
     test_early_adam_refused();
   } else {
     for (int stage = 1; stage <= 3; stage++) {

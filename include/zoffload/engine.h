@@ -476,10 +476,13 @@ typedef struct zo_step_info {
  * tier where the state lives, cast the new master weights to the working dtype and
  * queue the host-to-device copy (and all-gather) of the working weights.
  * With zoffload.delayed_param_update (DPU, from the ZeRO-Offload paper;
- * needs offload_optimizer "cpu" and no parameter offload) the call queues
- * this step's Adam and returns: the update runs on the CPU during the next
- * step's forward and backward, and the next zo_engine_step() publishes it
- * before queueing its own. Step N+1 therefore computes with the weights of
+ * needs offload_optimizer "cpu" or "nvme" and no parameter offload), after
+ * zoffload.delayed_param_update_warmup_steps steps applied without it, the
+ * call queues this step's Adam and returns: the update (with nvme, the whole
+ * sub-group pipeline: state reads, Adam, write-backs) runs on the CPU during
+ * the next step's forward and backward, and the next zo_engine_step()
+ * publishes it before queueing its own; with nvme the next step's first
+ * gradient to reach a sub-group waits until the update is done with it. Step N+1 therefore computes with the weights of
  * update N-1 (one step stale): master weights follow exactly the same
  * sequence as without DPU, but gradients are taken at weights one update
  * older, which slows convergence slightly early in training (the paper

@@ -15,114 +15,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_cuda_fused.h"
 #include "gpt_cuda_internal.h"
+#include "gpt_cuda_model.h"
 #include "rng.h"
 #include "sample.h"
 #include "seterr.h"
-
-typedef zgc_bf16 bf16;
-
-#define ALIGN_BYTES 256
-#define CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuBLAS' recommended workspace on Hopper */
-
-/* One transformer block's saved activations; N = B*T rows of the current forward. */
-typedef struct acts {
-  bf16 *ln1;       /* (N, C)  LayerNorm 1 output */
-  float *ln1_mean; /* (N) */
-  float *ln1_rstd; /* (N) */
-  bf16 *qkvr;      /* (3, B, NH, T, hs)  q | k | v by head */
-  bf16 *att;       /* (B, NH, T, T)  causal softmax, 0 above the diagonal (scores in place first) */
-  bf16 *atty;      /* (N, C)  attention output before c_proj */
-  bf16 *res2;      /* (N, C)  residual + attention branch */
-  bf16 *ln2;       /* (N, C) */
-  float *ln2_mean; /* (N) */
-  float *ln2_rstd; /* (N) */
-  bf16 *fch;       /* (N, 4C)  c_fc output (GELU input) */
-  bf16 *fcg;       /* (N, 4C)  GELU output */
-} acts;
-
-/* Everything else carved from the one allocation. */
-typedef struct bufs {
-  bf16 **resid; /* [L+1] of (N, C): resid[l] = input of block l, resid[L] = last block's output */
-  bf16 *lnf;    /* (N, C) */
-  float *lnf_mean;  /* (N) */
-  float *lnf_rstd;  /* (N) */
-  bf16 *logits;     /* (N, V); dlogits in place during backward */
-  float *lse;       /* (N)  logsumexp of each row */
-  float *losses;    /* (N) */
-  float *loss;      /* (1)  mean loss */
-  uint8_t *inputs;  /* (N) */
-  uint8_t *targets; /* (N) */
-  int *tok_pos;     /* (N)  positions sorted by token id (stable) */
-  int *tok_off;     /* (257) start of each token id's positions in tok_pos */
-  float *dres;      /* (N, C)  fp32 gradient of the residual stream */
-  bf16 *dA;         /* (N, C)  bf16 copy of dres; attention output by head; forward scratch */
-  bf16 *dB;         /* (N, C)  d LN outputs, d atty; forward c_proj scratch */
-  bf16 *dqkv;       /* (N, 3C) d qkv; forward qkv scratch */
-  bf16 *d4c;        /* (N, 4C) d fch; d q|k|v by head */
-  bf16 *datt;       /* (B, NH, T, T) */
-  float *gwte32;    /* (V, C)  this backward's wte gradient before its one rounding */
-  float *part;      /* (ZGC_MAX_CHUNKS, 4C) column-sum partials */
-  void *cublas_ws;  /* CUBLAS_WS_BYTES */
-} bufs;
-
-struct gpt_cuda {
-  gpt_config cfg;
-  int max_batch, recompute, n_params, n_sets;
-  gpt_param_spec *specs; /* [n_params] */
-  const bf16 **w;        /* [n_params] caller's weights */
-  bf16 **g;              /* [n_params] caller's gradients */
-  cudaStream_t stream;
-  int own_stream;
-  cublasHandle_t blas;
-  int gemm_reference; /* ZO_GPT_CUDA_GEMM=reference: every GEMM by zgc_gemm_reference(), none by cuBLAS */
-  cudaEvent_t staged; /* recorded after the host-to-device copies of the pinned staging buffers */
-  void *mem;          /* the one device allocation */
-  size_t mem_bytes;
-  bufs b;
-  acts *sets;     /* [n_sets] */
-  bf16 **resid_v; /* storage of b.resid */
-  void *pinned;   /* host staging */
-  uint8_t *h_inputs, *h_targets;
-  int *h_tok_off, *h_tok_pos;
-  float *h_loss;
-  bf16 *h_logits; /* (256) last row's first logits for sampling */
-  gpt_hook_fn hook;
-  void *hook_user;
-  int B, T, have_targets;
-  const char *fn; /* the public call running, for messages */
-  char err[512];
-  char dev_name[300];
-};
 
 /* ------------------------------------------------------------------ */
 /* errors */
 
 /* Message "<call>: <what>: <call text> failed: <name> (<string>)" and return -1. */
-static int fail_cuda(gpt_cuda *m, cudaError_t e, const char *call, const char *what) {
+int zgm_fail_cuda(gpt_cuda *m, cudaError_t e, const char *call, const char *what) {
   seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call,
          cudaGetErrorName(e), cudaGetErrorString(e));
   return -1;
 }
 
-static int fail_blas(gpt_cuda *m, cublasStatus_t st, const char *call, const char *what) {
+int zgm_fail_blas(gpt_cuda *m, cublasStatus_t st, const char *call, const char *what) {
   seterr(m->err, sizeof m->err, "%s: %s: %s failed: %s (%s)", m->fn, what, call,
          cublasGetStatusName(st), cublasGetStatusString(st));
   return -1;
 }
-
-/* Check a CUDA call (or a zgc_ launcher, which returns cudaGetLastError()); on failure return -1 from the caller. */
-#define CU(call, desc)                                             \
-  do {                                                             \
-    cudaError_t e_ = (call);                                       \
-    if (e_ != cudaSuccess) return fail_cuda(m, e_, #call, (desc)); \
-  } while (0)
-/* A kernel launcher: the message names the kernel rather than the argument list. */
-#define KERN(name, args, desc)                                               \
-  do {                                                                       \
-    cudaError_t e_ = name args;                                              \
-    if (e_ != cudaSuccess) return fail_cuda(m, e_, "kernel " #name, (desc)); \
-  } while (0)
 
 /* ------------------------------------------------------------------ */
 /* memory plan: one allocation, each buffer rounded up to 256 bytes */
@@ -241,19 +155,25 @@ static int create_gpu_stream(gpt_cuda *m, void *stream) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
   if (e != cudaSuccess)
-    return fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
+    return zgm_fail_cuda(m, e, "cudaGetDevice/cudaGetDeviceProperties", "finding the GPU");
   snprintf(m->dev_name, sizeof m->dev_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
   if (stream) {
     m->stream = (cudaStream_t)stream;
   } else {
     e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) return fail_cuda(m, e, "cudaStreamCreateWithFlags", "the model's stream");
+    if (e != cudaSuccess)
+      return zgm_fail_cuda(m, e, "cudaStreamCreateWithFlags", "the model's stream");
     m->own_stream = 1;
   }
   e = cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     m->staged = NULL;
-    return fail_cuda(m, e, "cudaEventCreateWithFlags", "the staging event");
+    return zgm_fail_cuda(m, e, "cudaEventCreateWithFlags", "the staging event");
+  }
+  e = cudaEventCreateWithFlags(&m->loss_ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    m->loss_ev = NULL;
+    return zgm_fail_cuda(m, e, "cudaEventCreateWithFlags", "the loss event");
   }
   return 0;
 }
@@ -269,14 +189,14 @@ static int create_memory(gpt_cuda *m, size_t N) {
     snprintf(what, sizeof what,
              "%zu bytes of activations (%d layers, d_model %d, batch %d x %d, recompute %d)",
              m->mem_bytes, c->n_layer, c->d_model, m->max_batch, c->seq_len, m->recompute);
-    return fail_cuda(m, e, "cudaMalloc", what);
+    return zgm_fail_cuda(m, e, "cudaMalloc", what);
   }
   plan(c, m->max_batch, m->recompute, (char *)m->mem, &m->b, m->sets, m->resid_v);
   const size_t pinned_bytes = 2 * N + 4 * 257 + 4 * N + 4 + 2 * 256;
   e = cudaMallocHost(&m->pinned, pinned_bytes);
   if (e != cudaSuccess) {
     m->pinned = NULL;
-    return fail_cuda(m, e, "cudaMallocHost", "pinned staging for tokens");
+    return zgm_fail_cuda(m, e, "cudaMallocHost", "pinned staging for tokens");
   }
   /* 4-byte items first so every pointer is aligned */
   char *hp = (char *)m->pinned;
@@ -294,7 +214,7 @@ static int create_blas(gpt_cuda *m) {
   cublasStatus_t st = cublasCreate(&m->blas);
   if (st != CUBLAS_STATUS_SUCCESS) {
     m->blas = NULL;
-    return fail_blas(m, st, "cublasCreate", "the cuBLAS handle");
+    return zgm_fail_blas(m, st, "cublasCreate", "the cuBLAS handle");
   }
   st = cublasSetStream(m->blas, m->stream);
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -305,8 +225,8 @@ static int create_blas(gpt_cuda *m) {
                            (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (st != CUBLAS_STATUS_SUCCESS)
-    return fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode",
-                     "configuring the cuBLAS handle");
+    return zgm_fail_blas(m, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode",
+                         "configuring the cuBLAS handle");
   return 0;
 }
 
@@ -346,10 +266,13 @@ extern "C" void gpt_cuda_destroy(gpt_cuda *m) {
   if (!m) return;
   if (m->stream)
     (void)cudaStreamSynchronize(m->stream); /* nothing queued may still use the buffers */
+  (void)zgm_timing_enable(m, 0);
+  zgc_lt_destroy(m->lt);
   if (m->blas) (void)cublasDestroy(m->blas);
   if (m->mem) (void)cudaFree(m->mem);
   if (m->pinned) (void)cudaFreeHost(m->pinned);
   if (m->staged) (void)cudaEventDestroy(m->staged);
+  if (m->loss_ev) (void)cudaEventDestroy(m->loss_ev);
   if (m->own_stream && m->stream) (void)cudaStreamDestroy(m->stream);
   free(m->specs);
   free(m->w);
@@ -381,20 +304,74 @@ extern "C" const char *gpt_cuda_last_error(const gpt_cuda *m) {
 extern "C" const char *gpt_cuda_device_name(const gpt_cuda *m) { return m ? m->dev_name : "none"; }
 
 /* ------------------------------------------------------------------ */
+/* kernel sets and timing */
+
+extern "C" const char *gpt_cuda_kernels_name(gpt_cuda_kernels k) {
+  switch (k) {
+    case GPT_CUDA_KERNELS_BASELINE: return "baseline";
+    case GPT_CUDA_KERNELS_FUSED: return "fused";
+    default: return "unknown";
+  }
+}
+
+extern "C" int gpt_cuda_set_kernels(gpt_cuda *m, gpt_cuda_kernels k) {
+  if (!m) return -1;
+  m->fn = "gpt_cuda_set_kernels";
+  if (k != GPT_CUDA_KERNELS_BASELINE && k != GPT_CUDA_KERNELS_FUSED) {
+    seterr(m->err, sizeof m->err, "gpt_cuda_set_kernels: unknown kernel set %d", (int)k);
+    return -1;
+  }
+  if (k == GPT_CUDA_KERNELS_FUSED && !m->lt) {
+    char e[256];
+    if (zgc_lt_create(m->b.cublas_ws, CUBLAS_WS_BYTES, &m->lt, e, sizeof e) != 0) {
+      seterr(m->err, sizeof m->err, "gpt_cuda_set_kernels: the cuBLASLt handle: %s", e);
+      return -1;
+    }
+  }
+  m->kernels = k;
+  m->have_targets = 0; /* a forward of the other set does not suit this set's backward */
+  return 0;
+}
+
+extern "C" gpt_cuda_kernels gpt_cuda_get_kernels(const gpt_cuda *m) {
+  return m ? m->kernels : GPT_CUDA_KERNELS_BASELINE;
+}
+
+extern "C" int gpt_cuda_fallbacks(const gpt_cuda *m) { return m ? zgc_lt_unsupported(m->lt) : 0; }
+
+extern "C" int gpt_cuda_set_kernel_times(gpt_cuda *m, int on) {
+  if (!m) return -1;
+  m->fn = "gpt_cuda_set_kernel_times";
+  return zgm_timing_enable(m, on);
+}
+
+extern "C" int gpt_cuda_kernel_times(gpt_cuda *m, double ms[3]) {
+  if (!m || !ms) return -1;
+  m->fn = "gpt_cuda_kernel_times";
+  ms[0] = ms[1] = ms[2] = 0.0;
+  if (!m->timing) {
+    seterr(m->err, sizeof m->err,
+           "gpt_cuda_kernel_times: timing is off (gpt_cuda_set_kernel_times)");
+    return -1;
+  }
+  zgm_mark(m, -1);
+  if (zgm_timing_collect(m) != 0) return -1;
+  for (int i = 0; i < 3; i++) ms[i] = m->time_ms[i], m->time_ms[i] = 0.0;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* helpers of the passes */
 
-static int LP(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
-
-/* Call the hook; non-zero aborts the pass with a message. */
-static int hook(gpt_cuda *m, int phase, int group, int end) {
+int zgm_hook(gpt_cuda *m, int phase, int group, int end) {
+  zgm_mark(m, -1);
   if (!m->hook || !m->hook(m->hook_user, phase, group, end)) return 0;
   seterr(m->err, sizeof m->err, "%s: layer hook failed at group %d (%s)", m->fn, group,
          end ? "end" : "begin");
   return -1;
 }
 
-/* Parameters first..first+count-1 must have weights (@want_w) and gradients (@want_g) set. */
-static int need(gpt_cuda *m, int first, int count, int want_w, int want_g) {
+int zgm_need(gpt_cuda *m, int first, int count, int want_w, int want_g) {
   for (int i = first; i < first + count; i++) {
     if (want_w && !m->w[i]) {
       seterr(m->err, sizeof m->err, "%s: weight %d (%s) is not set (gpt_cuda_set_weight)", m->fn, i,
@@ -410,41 +387,37 @@ static int need(gpt_cuda *m, int first, int count, int want_w, int want_g) {
   return 0;
 }
 
-/*
- * Column-major cuBLAS GEMM on row-major tensors, bf16 A and B, fp32 compute:
- * C = alpha op(A) op(B) + beta C, C of type @ctype (bf16 or fp32); strided
- * batched when @batch > 1. @what names the tensor for the error message.
- */
-static int gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOperation_t tb, int M,
-                int Nn, int K, float alpha, const void *A, int lda, long long sA, const void *B,
-                int ldb, long long sB, float beta, void *Cp, cudaDataType_t ctype, int ldc,
-                long long sC, int batch) {
+int zgm_gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOperation_t tb, int M,
+             int Nn, int K, float alpha, const void *A, int lda, long long sA, const void *B,
+             int ldb, long long sB, float beta, void *Cp, cudaDataType_t ctype, int ldc,
+             long long sC, int batch) {
   cublasStatus_t st;
+  zgm_mark(m, GPT_CUDA_TIME_GEMM);
   if (m->gemm_reference) {
     const cudaError_t e =
         zgc_gemm_reference(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, M, Nn, K, alpha, (const bf16 *)A,
                            lda, sA, (const bf16 *)B, ldb, sB, beta, Cp, ctype == CUDA_R_32F, ldc,
                            sC, batch, m->stream);
-    return e == cudaSuccess ? 0 : fail_cuda(m, e, "kernel zgc_gemm_reference", what);
+    return e == cudaSuccess ? 0 : zgm_fail_cuda(m, e, "kernel zgc_gemm_reference", what);
   }
   if (batch == 1) {
     st = cublasGemmEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
                       &beta, Cp, ctype, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return fail_blas(m, st, "cublasGemmEx", what);
+    if (st != CUBLAS_STATUS_SUCCESS) return zgm_fail_blas(m, st, "cublasGemmEx", what);
   } else {
     st = cublasGemmStridedBatchedEx(m->blas, ta, tb, M, Nn, K, &alpha, A, CUDA_R_16BF, lda, sA, B,
                                     CUDA_R_16BF, ldb, sB, &beta, Cp, ctype, ldc, sC, batch,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return fail_blas(m, st, "cublasGemmStridedBatchedEx", what);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return zgm_fail_blas(m, st, "cublasGemmStridedBatchedEx", what);
   }
   return 0;
 }
 
-/* out (N,OC) = inp (N,IC) W^T, W (OC,IC); beta 1 adds to what out holds (the broadcast bias). */
-static int linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *inp, const bf16 *W,
-                          int N, int IC, int OC, float beta) {
-  return gemm(m, what, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, W, IC, 0, inp, IC, 0, beta, out,
-              CUDA_R_16BF, OC, 0, 1);
+int zgm_linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *inp, const bf16 *W,
+                       int N, int IC, int OC, float beta) {
+  return zgm_gemm(m, what, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, W, IC, 0, inp, IC, 0, beta,
+                  out, CUDA_R_16BF, OC, 0, 1);
 }
 
 /*
@@ -457,12 +430,12 @@ static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, 
                            int OC) {
   char w[160];
   snprintf(w, sizeof w, "%s: d input", what);
-  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f, dinp,
-           CUDA_R_16BF, IC, 0, 1))
+  if (zgm_gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f, dinp,
+               CUDA_R_16BF, IC, 0, 1))
     return -1;
   snprintf(w, sizeof w, "%s: d weight", what);
-  if (gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f, dW,
-           CUDA_R_16BF, IC, 0, 1))
+  if (zgm_gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f, dW,
+               CUDA_R_16BF, IC, 0, 1))
     return -1;
   snprintf(w, sizeof w, "%s: d bias", what);
   KERN(zgc_colsum_add, (db, dout, N, OC, m->b.part, m->stream), w);
@@ -482,46 +455,49 @@ static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, 
   char what[96];
 #define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
   KERN(zgc_layernorm_forward,
-       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[LP(l, GPT_P_LN1_W)], w[LP(l, GPT_P_LN1_B)], N,
-        C, s),
+       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[zgm_lp(l, GPT_P_LN1_W)],
+        w[zgm_lp(l, GPT_P_LN1_B)], N, C, s),
        WHAT("ln_1"));
-  KERN(zgc_bias_broadcast, (m->b.dqkv, w[LP(l, GPT_P_QKV_B)], N, 3 * C, s),
+  KERN(zgc_bias_broadcast, (m->b.dqkv, w[zgm_lp(l, GPT_P_QKV_B)], N, 3 * C, s),
        WHAT("attn.c_attn bias"));
-  if (linear_forward(m, WHAT("attn.c_attn"), m->b.dqkv, a->ln1, w[LP(l, GPT_P_QKV_W)], N, C, 3 * C,
-                     1.0f))
+  if (zgm_linear_forward(m, WHAT("attn.c_attn"), m->b.dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)], N, C,
+                         3 * C, 1.0f))
     return -1;
+  m->in_attn = 1;
   KERN(zgc_to_heads, (a->qkvr, m->b.dqkv, B, T, NH, hs, 3, s), WHAT("q,k,v to heads"));
   const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
   const long long sTh = (long long)T * hs, sTT = (long long)T * T;
   /* scores (T,T) = q k^T / sqrt(hs) per (b, head) */
-  if (gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-           1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
-           B * NH))
+  if (zgm_gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+               1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
+               B * NH))
     return -1;
   KERN(zgc_softmax_causal_forward, (a->att, B * NH, T, s), WHAT("attention softmax"));
   /* y (T,hs) = att v per (b, head), into dA by head */
-  if (gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh, a->att,
-           T, sTT, 0.0f, m->b.dA, CUDA_R_16BF, hs, sTh, B * NH))
+  if (zgm_gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh,
+               a->att, T, sTT, 0.0f, m->b.dA, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_from_heads, (a->atty, m->b.dA, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
-  if (linear_forward(m, WHAT("attn.c_proj"), m->b.dB, a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C, C,
-                     0.0f))
+  m->in_attn = 0;
+  if (zgm_linear_forward(m, WHAT("attn.c_proj"), m->b.dB, a->atty, w[zgm_lp(l, GPT_P_ATTPROJ_W)], N,
+                         C, C, 0.0f))
     return -1;
-  KERN(zgc_residual_bias, (a->res2, res_in, m->b.dB, w[LP(l, GPT_P_ATTPROJ_B)], N, C, s),
+  KERN(zgc_residual_bias, (a->res2, res_in, m->b.dB, w[zgm_lp(l, GPT_P_ATTPROJ_B)], N, C, s),
        WHAT("residual 2"));
   KERN(zgc_layernorm_forward,
-       (a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LP(l, GPT_P_LN2_W)], w[LP(l, GPT_P_LN2_B)], N,
-        C, s),
+       (a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[zgm_lp(l, GPT_P_LN2_W)],
+        w[zgm_lp(l, GPT_P_LN2_B)], N, C, s),
        WHAT("ln_2"));
-  KERN(zgc_bias_broadcast, (a->fch, w[LP(l, GPT_P_FC_B)], N, 4 * C, s), WHAT("mlp.c_fc bias"));
-  if (linear_forward(m, WHAT("mlp.c_fc"), a->fch, a->ln2, w[LP(l, GPT_P_FC_W)], N, C, 4 * C, 1.0f))
+  KERN(zgc_bias_broadcast, (a->fch, w[zgm_lp(l, GPT_P_FC_B)], N, 4 * C, s), WHAT("mlp.c_fc bias"));
+  if (zgm_linear_forward(m, WHAT("mlp.c_fc"), a->fch, a->ln2, w[zgm_lp(l, GPT_P_FC_W)], N, C, 4 * C,
+                         1.0f))
     return -1;
   KERN(zgc_gelu_forward, (a->fcg, a->fch, NC * 4, s), WHAT("gelu"));
   if (res_out) {
-    if (linear_forward(m, WHAT("mlp.c_proj"), m->b.dB, a->fcg, w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C,
-                       C, 0.0f))
+    if (zgm_linear_forward(m, WHAT("mlp.c_proj"), m->b.dB, a->fcg, w[zgm_lp(l, GPT_P_FCPROJ_W)], N,
+                           4 * C, C, 0.0f))
       return -1;
-    KERN(zgc_residual_bias, (res_out, a->res2, m->b.dB, w[LP(l, GPT_P_FCPROJ_B)], N, C, s),
+    KERN(zgc_residual_bias, (res_out, a->res2, m->b.dB, w[zgm_lp(l, GPT_P_FCPROJ_B)], N, C, s),
          WHAT("residual 3"));
   }
 #undef WHAT
@@ -544,55 +520,59 @@ static int block_backward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in)
 #define WHAT(x) (snprintf(what, sizeof what, "block %d %s backward", l, (x)), what)
   /* block output = res2 + fcg Wfp^T + bfp */
   KERN(zgc_f32_to_bf16, (b->dA, b->dres, NC, s), WHAT("residual grad to bf16"));
-  if (linear_backward(m, WHAT("mlp.c_proj"), b->d4c, g[LP(l, GPT_P_FCPROJ_W)],
-                      g[LP(l, GPT_P_FCPROJ_B)], b->dA, a->fcg, w[LP(l, GPT_P_FCPROJ_W)], N, 4 * C,
-                      C))
+  if (linear_backward(m, WHAT("mlp.c_proj"), b->d4c, g[zgm_lp(l, GPT_P_FCPROJ_W)],
+                      g[zgm_lp(l, GPT_P_FCPROJ_B)], b->dA, a->fcg, w[zgm_lp(l, GPT_P_FCPROJ_W)], N,
+                      4 * C, C))
     return -1;
   KERN(zgc_gelu_backward, (b->d4c, a->fch, NC * 4, s), WHAT("gelu"));
   /* fch = ln2 Wfc^T + bfc */
-  if (linear_backward(m, WHAT("mlp.c_fc"), b->dB, g[LP(l, GPT_P_FC_W)], g[LP(l, GPT_P_FC_B)],
-                      b->d4c, a->ln2, w[LP(l, GPT_P_FC_W)], N, C, 4 * C))
+  if (linear_backward(m, WHAT("mlp.c_fc"), b->dB, g[zgm_lp(l, GPT_P_FC_W)],
+                      g[zgm_lp(l, GPT_P_FC_B)], b->d4c, a->ln2, w[zgm_lp(l, GPT_P_FC_W)], N, C,
+                      4 * C))
     return -1;
   KERN(zgc_layernorm_backward,
-       (b->dres, g[LP(l, GPT_P_LN2_W)], g[LP(l, GPT_P_LN2_B)], b->dB, a->res2, a->ln2_mean,
-        a->ln2_rstd, w[LP(l, GPT_P_LN2_W)], N, C, b->part, s),
+       (b->dres, g[zgm_lp(l, GPT_P_LN2_W)], g[zgm_lp(l, GPT_P_LN2_B)], b->dB, a->res2, a->ln2_mean,
+        a->ln2_rstd, w[zgm_lp(l, GPT_P_LN2_W)], N, C, b->part, s),
        WHAT("ln_2"));
   /* res2 = res_in + atty Wp^T + bp */
   KERN(zgc_f32_to_bf16, (b->dA, b->dres, NC, s), WHAT("residual grad to bf16"));
-  if (linear_backward(m, WHAT("attn.c_proj"), b->dB, g[LP(l, GPT_P_ATTPROJ_W)],
-                      g[LP(l, GPT_P_ATTPROJ_B)], b->dA, a->atty, w[LP(l, GPT_P_ATTPROJ_W)], N, C,
-                      C))
+  if (linear_backward(m, WHAT("attn.c_proj"), b->dB, g[zgm_lp(l, GPT_P_ATTPROJ_W)],
+                      g[zgm_lp(l, GPT_P_ATTPROJ_B)], b->dA, a->atty, w[zgm_lp(l, GPT_P_ATTPROJ_W)],
+                      N, C, C))
     return -1;
   /* attention: dy by head into dA (free again), dq|dk|dv by head into d4c */
+  m->in_attn = 1;
   KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
   const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
   bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
   const long long sTh = (long long)T * hs, sTT = (long long)T * T;
   /* datt (T,T) = dy v^T */
-  if (gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
-           sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
+  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
+               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
     return -1;
   /* dv (T,hs) = att^T dy */
-  if (gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA, hs,
-           sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
+  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
+               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
        WHAT("attention softmax"));
   /* dq (T,hs) = dS k; dk (T,hs) = dS^T q */
-  if (gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
-           b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
+  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
+               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
-  if (gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, sTh,
-           b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
+  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
+               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
     return -1;
   KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
+  m->in_attn = 0;
   /* qkv = ln1 Wqkv^T + bqkv */
-  if (linear_backward(m, WHAT("attn.c_attn"), b->dB, g[LP(l, GPT_P_QKV_W)], g[LP(l, GPT_P_QKV_B)],
-                      b->dqkv, a->ln1, w[LP(l, GPT_P_QKV_W)], N, C, 3 * C))
+  if (linear_backward(m, WHAT("attn.c_attn"), b->dB, g[zgm_lp(l, GPT_P_QKV_W)],
+                      g[zgm_lp(l, GPT_P_QKV_B)], b->dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)], N, C,
+                      3 * C))
     return -1;
   KERN(zgc_layernorm_backward,
-       (b->dres, g[LP(l, GPT_P_LN1_W)], g[LP(l, GPT_P_LN1_B)], b->dB, res_in, a->ln1_mean,
-        a->ln1_rstd, w[LP(l, GPT_P_LN1_W)], N, C, b->part, s),
+       (b->dres, g[zgm_lp(l, GPT_P_LN1_W)], g[zgm_lp(l, GPT_P_LN1_B)], b->dB, res_in, a->ln1_mean,
+        a->ln1_rstd, w[zgm_lp(l, GPT_P_LN1_W)], N, C, b->part, s),
        WHAT("ln_1"));
 #undef WHAT
   return 0;
@@ -613,20 +593,29 @@ static int check_tokens(gpt_cuda *m, const uint8_t *t, size_t n, const char *wha
 /* ------------------------------------------------------------------ */
 /* forward */
 
+/*
+ * Queue a forward on @inputs (and @targets: the loss, and with the fused set
+ * the gradient of the logits). @sync: wait for the stream at the end (the
+ * baseline's gpt_cuda_forward) and store the loss in *@loss; else the loss's
+ * copy is followed by m->loss_ev (gpt_cuda_loss()).
+ */
 static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T,
-                        float *loss) {
+                        int sync, float *loss) {
   const int L = m->cfg.n_layer, C = m->cfg.d_model, V = m->cfg.vocab, N = B * T;
   const size_t Nn = (size_t)N;
   const bufs *b = &m->b;
   cudaStream_t s = m->stream;
+  const int fused = m->kernels == GPT_CUDA_KERNELS_FUSED;
   *loss = 0.0f;
   m->have_targets = 0;
+  m->in_attn = 0;
   m->B = B;
   m->T = T;
 
   /* Stage the tokens (and, with targets, the positions of each token id for the wte gradient) in pinned
    * memory; the previous forward's copies out of it must be done first. */
   CU(cudaEventSynchronize(m->staged), "waiting for the previous token copies");
+  zgm_mark(m, -1);
   memcpy(m->h_inputs, inputs, Nn);
   CU(cudaMemcpyAsync(b->inputs, m->h_inputs, Nn, cudaMemcpyHostToDevice, s), "copying inputs");
   if (targets) {
@@ -646,36 +635,65 @@ static int forward_pass(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targe
   }
   CU(cudaEventRecord(m->staged, s), "recording the staging event");
 
-  if (hook(m, GPT_HOOK_FORWARD, 0, 0) || need(m, 0, 2, 1, 0)) return -1;
+  if (zgm_hook(m, GPT_HOOK_FORWARD, 0, 0) || zgm_need(m, 0, 2, 1, 0)) return -1;
   KERN(zgc_encoder_forward, (b->resid[0], b->inputs, m->w[0], m->w[1], B, T, C, s),
        "embedding (wte + wpe)");
   for (int l = 0; l < L; l++) {
-    if (hook(m, GPT_HOOK_FORWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 0))
+    if (zgm_hook(m, GPT_HOOK_FORWARD, l + 1, 0) ||
+        zgm_need(m, zgm_lp(l, 0), GPT_PARAMS_PER_LAYER, 1, 0))
       return -1;
-    if (block_forward(m, l, &m->sets[m->recompute ? 0 : l], b->resid[l], b->resid[l + 1]))
+    const acts *a = &m->sets[m->recompute ? 0 : l];
+    if (fused ? zgm_block_forward_fused(m, l, a, b->resid[l], b->resid[l + 1])
+              : block_forward(m, l, a, b->resid[l], b->resid[l + 1]))
       return -1;
-    if (hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return -1;
+    if (zgm_hook(m, GPT_HOOK_FORWARD, l + 1, 1)) return -1;
   }
   const int f = m->n_params - 2;
-  if (hook(m, GPT_HOOK_FORWARD, L + 1, 0) || need(m, f, 2, 1, 0)) return -1;
-  KERN(zgc_layernorm_forward,
-       (b->lnf, b->lnf_mean, b->lnf_rstd, b->resid[L], m->w[f], m->w[f + 1], N, C, s), "ln_f");
-  if (hook(m, GPT_HOOK_FORWARD, L + 1, 1)) return -1;
-  if (need(m, 0, 1, 1, 0)) return -1;
-  if (linear_forward(m, "LM head (logits = ln_f wte^T)", b->logits, b->lnf, m->w[0], N, C, V, 0.0f))
+  if (zgm_hook(m, GPT_HOOK_FORWARD, L + 1, 0) || zgm_need(m, f, 2, 1, 0)) return -1;
+  if (fused)
+    KERN(zgf_layernorm_forward,
+         (b->lnf, b->lnf_mean, b->lnf_rstd, b->resid[L], m->w[f], m->w[f + 1], N, C, s), "ln_f");
+  else
+    KERN(zgc_layernorm_forward,
+         (b->lnf, b->lnf_mean, b->lnf_rstd, b->resid[L], m->w[f], m->w[f + 1], N, C, s), "ln_f");
+  if (zgm_hook(m, GPT_HOOK_FORWARD, L + 1, 1)) return -1;
+  if (zgm_need(m, 0, 1, 1, 0)) return -1;
+  if (zgm_linear_forward(m, "LM head (logits = ln_f wte^T)", b->logits, b->lnf, m->w[0], N, C, V,
+                         0.0f))
     return -1;
-  if (hook(m, GPT_HOOK_FORWARD, 0, 1)) return -1;
+  if (zgm_hook(m, GPT_HOOK_FORWARD, 0, 1)) return -1;
   if (targets) {
-    KERN(zgc_xent_forward, (b->lse, b->losses, b->logits, b->targets, N, V, s), "cross-entropy");
+    if (fused) /* losses, and (softmax - onehot) / N over the logits: backward scales by loss_mult */
+      KERN(zgf_classifier, (b->logits, b->losses, b->targets, N, V, 1.0f / (float)N, s),
+           "fused classifier");
+    else
+      KERN(zgc_xent_forward, (b->lse, b->losses, b->logits, b->targets, N, V, s), "cross-entropy");
     KERN(zgc_mean, (b->loss, b->losses, N, s), "mean loss");
+    zgm_mark(m, -1);
     CU(cudaMemcpyAsync(m->h_loss, b->loss, sizeof(float), cudaMemcpyDeviceToHost, s),
        "copying the loss");
+    CU(cudaEventRecord(m->loss_ev, s), "recording the loss event");
+    m->loss_queued = 1;
   }
-  CU(cudaStreamSynchronize(s), "end of the forward pass");
-  if (targets) {
-    *loss = *m->h_loss;
-    m->have_targets = 1;
+  zgm_mark(m, -1);
+  if (sync) {
+    CU(cudaStreamSynchronize(s), "end of the forward pass");
+    if (targets) *loss = *m->h_loss;
   }
+  if (targets) m->have_targets = 1;
+  return 0;
+}
+
+/* The checks of gpt_cuda_forward's arguments; 0, or -1 with a message. */
+static int forward_args(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B, int T) {
+  if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
+    seterr(m->err, sizeof m->err, "%s: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
+           m->fn, (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);
+    return -1;
+  }
+  const size_t n = (size_t)B * T;
+  if (check_tokens(m, inputs, n, "inputs") != 0) return -1;
+  if (targets && check_tokens(m, targets, n, "targets") != 0) return -1;
   return 0;
 }
 
@@ -685,21 +703,43 @@ extern "C" float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint
   m->fn = "gpt_cuda_forward";
   m->err[0] =
       0; /* a NaN loss with no message is a numeric one (non-finite weights), not a failure */
-  if (!inputs || B < 1 || B > m->max_batch || T < 1 || T > m->cfg.seq_len) {
-    seterr(m->err, sizeof m->err,
-           "gpt_cuda_forward: bad arguments (inputs %p, B %d of max %d, T %d of max %d)",
-           (const void *)inputs, B, m->max_batch, T, m->cfg.seq_len);
-    return NAN;
-  }
-  const size_t n = (size_t)B * T;
-  if (check_tokens(m, inputs, n, "inputs") != 0) return NAN;
-  if (targets && check_tokens(m, targets, n, "targets") != 0) return NAN;
+  if (forward_args(m, inputs, targets, B, T) != 0) return NAN;
   float loss;
-  if (forward_pass(m, inputs, targets, B, T, &loss) != 0) {
+  if (forward_pass(m, inputs, targets, B, T, 1, &loss) != 0) {
     m->have_targets = 0;
     return NAN;
   }
   return loss;
+}
+
+extern "C" int gpt_cuda_forward_async(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets,
+                                      int B, int T) {
+  if (!m) return -1;
+  m->fn = "gpt_cuda_forward_async";
+  m->err[0] = 0;
+  float unused;
+  if (forward_args(m, inputs, targets, B, T) != 0 ||
+      forward_pass(m, inputs, targets, B, T, 0, &unused) != 0) {
+    m->have_targets = 0;
+    return -1;
+  }
+  return 0;
+}
+
+extern "C" float gpt_cuda_loss(gpt_cuda *m) {
+  if (!m) return NAN;
+  m->fn = "gpt_cuda_loss";
+  m->err[0] = 0;
+  if (!m->loss_queued) {
+    seterr(m->err, sizeof m->err, "gpt_cuda_loss: no forward with targets was queued");
+    return NAN;
+  }
+  const cudaError_t e = cudaEventSynchronize(m->loss_ev);
+  if (e != cudaSuccess) {
+    zgm_fail_cuda(m, e, "cudaEventSynchronize", "waiting for the loss");
+    return NAN;
+  }
+  return *m->h_loss;
 }
 
 /* ------------------------------------------------------------------ */
@@ -711,42 +751,61 @@ static int backward_pass(gpt_cuda *m, float loss_mult) {
   const size_t NC = (size_t)N * C;
   const bufs *b = &m->b;
   cudaStream_t s = m->stream;
+  const int fused = m->kernels == GPT_CUDA_KERNELS_FUSED;
   m->have_targets = 0; /* the logits become dlogits: a second backward needs a new forward */
+  m->in_attn = 0;
 
-  if (hook(m, GPT_HOOK_BACKWARD, 0, 0) || need(m, 0, 1, 1, 0)) return -1;
-  /* dlogits = (softmax - onehot(target)) * loss_mult / N, in place */
-  KERN(zgc_xent_backward, (b->logits, b->lse, b->targets, N, V, loss_mult / (float)N, s),
-       "cross-entropy backward");
+  if (zgm_hook(m, GPT_HOOK_BACKWARD, 0, 0) || zgm_need(m, 0, 1, 1, 0)) return -1;
+  /* dlogits = (softmax - onehot(target)) * loss_mult / N, in place; the fused classifier wrote
+   * (softmax - onehot) / N in the forward, and the two products below scale it by loss_mult */
+  const float alpha = fused ? loss_mult : 1.0f;
+  if (!fused)
+    KERN(zgc_xent_backward, (b->logits, b->lse, b->targets, N, V, loss_mult / (float)N, s),
+         "cross-entropy backward");
   /* logits = lnf wte^T: dlnf (N,C) = dlogits wte into dB; the wte part of this backward in fp32 */
-  if (gemm(m, "LM head backward: d ln_f", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, m->w[0], C, 0,
-           b->logits, V, 0, 0.0f, b->dB, CUDA_R_16BF, C, 0, 1))
+  if (zgm_gemm(m, "LM head backward: d ln_f", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, alpha, m->w[0], C,
+               0, b->logits, V, 0, 0.0f, b->dB, CUDA_R_16BF, C, 0, 1))
     return -1;
-  if (gemm(m, "LM head backward: d wte (fp32)", CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, 1.0f, b->lnf, C,
-           0, b->logits, V, 0, 0.0f, b->gwte32, CUDA_R_32F, C, 0, 1))
+  if (zgm_gemm(m, "LM head backward: d wte (fp32)", CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, alpha,
+               b->lnf, C, 0, b->logits, V, 0, 0.0f, b->gwte32, CUDA_R_32F, C, 0, 1))
     return -1;
 
   const int f = m->n_params - 2;
-  if (hook(m, GPT_HOOK_BACKWARD, L + 1, 0) || need(m, f, 2, 1, 1)) return -1;
+  if (zgm_hook(m, GPT_HOOK_BACKWARD, L + 1, 0) || zgm_need(m, f, 2, 1, 1)) return -1;
+  zgm_mark(m, GPT_CUDA_TIME_OTHER);
   CU(cudaMemsetAsync(b->dres, 0, NC * sizeof(float), s), "zeroing the residual gradient");
-  KERN(zgc_layernorm_backward,
-       (b->dres, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd, m->w[f], N, C,
-        b->part, s),
-       "ln_f backward");
-  if (hook(m, GPT_HOOK_BACKWARD, L + 1, 1)) return -1;
+  if (fused) /* also dA = bf16(dres), the first block's operand */
+    KERN(zgf_layernorm_backward,
+         (b->dres, b->dA, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd,
+          m->w[f], N, C, b->part, s),
+         "ln_f backward");
+  else
+    KERN(zgc_layernorm_backward,
+         (b->dres, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd, m->w[f], N,
+          C, b->part, s),
+         "ln_f backward");
+  if (zgm_hook(m, GPT_HOOK_BACKWARD, L + 1, 1)) return -1;
 
   for (int l = L - 1; l >= 0; l--) {
-    if (hook(m, GPT_HOOK_BACKWARD, l + 1, 0) || need(m, LP(l, 0), GPT_PARAMS_PER_LAYER, 1, 1))
+    if (zgm_hook(m, GPT_HOOK_BACKWARD, l + 1, 0) ||
+        zgm_need(m, zgm_lp(l, 0), GPT_PARAMS_PER_LAYER, 1, 1))
       return -1;
     const acts *a = &m->sets[m->recompute ? 0 : l];
-    if (m->recompute && block_forward(m, l, a, b->resid[l], NULL)) return -1;
-    if (block_backward(m, l, a, b->resid[l])) return -1;
-    if (hook(m, GPT_HOOK_BACKWARD, l + 1, 1)) return -1;
+    if (fused) {
+      if (m->recompute && zgm_block_forward_fused(m, l, a, b->resid[l], NULL)) return -1;
+      if (zgm_block_backward_fused(m, l, a, b->resid[l])) return -1;
+    } else {
+      if (m->recompute && block_forward(m, l, a, b->resid[l], NULL)) return -1;
+      if (block_backward(m, l, a, b->resid[l])) return -1;
+    }
+    if (zgm_hook(m, GPT_HOOK_BACKWARD, l + 1, 1)) return -1;
   }
-  if (need(m, 0, 2, 0, 1)) return -1;
+  if (zgm_need(m, 0, 2, 0, 1)) return -1;
   KERN(zgc_wpe_backward, (m->g[1], b->dres, B, T, C, s), "wpe backward");
   KERN(zgc_wte_backward, (m->g[0], b->gwte32, b->dres, b->tok_off, b->tok_pos, V, C, s),
        "wte backward");
-  if (hook(m, GPT_HOOK_BACKWARD, 0, 1)) return -1;
+  if (zgm_hook(m, GPT_HOOK_BACKWARD, 0, 1)) return -1;
+  zgm_mark(m, -1);
   return 0;
 }
 
@@ -783,7 +842,7 @@ static const float *sample_forward_last(void *model, const uint8_t *toks, int T,
   gpt_cuda *m = (gpt_cuda *)model;
   float r = 0.0f;
   m->fn = "gpt_cuda_sample";
-  if (forward_pass(m, toks, NULL, 1, T, &r) != 0 || last_logits(m, T - 1, Vb, scratch) != 0)
+  if (forward_pass(m, toks, NULL, 1, T, 1, &r) != 0 || last_logits(m, T - 1, Vb, scratch) != 0)
     return NULL;
   return scratch;
 }

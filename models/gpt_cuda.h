@@ -177,6 +177,96 @@ int gpt_cuda_backward(gpt_cuda *m, float loss_mult);
 int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_new,
                     float temperature, uint64_t seed, uint8_t *out);
 
+/*
+ * The kernel set a model runs (gpt_cuda_set_kernels()):
+ * GPT_CUDA_KERNELS_BASELINE (the default): the kernels described above,
+ * cublasGemmEx and plain element-wise kernels.
+ * GPT_CUDA_KERNELS_FUSED (gpt_cuda_fused.h, gpt_cuda_lt.h): cuBLASLt matmuls
+ * with epilogues (bias; bias + GELU with the pre-GELU input kept as the
+ * epilogue's aux output; GELU gradient + bias gradient; the bias gradient of
+ * the weight-gradient GEMM), each shape's algorithm chosen once by
+ * cuBLASLt's heuristic and cached; a fused classifier (softmax, loss and
+ * (softmax - onehot) / N in one kernel per row, written over the logits in
+ * the forward: no logits survive a forward with targets, and backward scales
+ * by loss_mult in the LM-head GEMMs); 128-bit vectorised LayerNorm forward,
+ * residual + LayerNorm, and a LayerNorm backward of one kernel per row chunk
+ * (plus a column finish) that also writes the bf16 copy of the residual
+ * gradient; forward without a stream synchronization (gpt_cuda_forward_async).
+ * Attention is the baseline's. Same memory plan (gpt_cuda_device_bytes) and
+ * the same determinism: fixed-order reductions, no float atomics. A shape or
+ * epilogue cuBLASLt has no algorithm for falls back to the baseline's kernels
+ * for that product (gpt_cuda_fallbacks() counts them). Numerics differ from
+ * the baseline's in rounding points only (the GELU and the bias act on the
+ * fp32 accumulator before the one bf16 rounding); host references of the
+ * changed math are in gpt_cuda_ref.h.
+ */
+typedef enum gpt_cuda_kernels {
+  GPT_CUDA_KERNELS_BASELINE = 0,
+  GPT_CUDA_KERNELS_FUSED = 1
+} gpt_cuda_kernels;
+
+/* gpt_cuda_kernels_name() - "baseline", "fused", or "unknown". */
+const char *gpt_cuda_kernels_name(gpt_cuda_kernels k);
+
+/*
+ * gpt_cuda_set_kernels() - switch @m to kernel set @k, between passes (not
+ * from a hook). FUSED creates the cuBLASLt handle (once; it shares the
+ * cuBLAS workspace). Returns 0, or -1 with a message (unknown set, cuBLASLt
+ * handle creation failed). The next forward is the first with the new set.
+ */
+int gpt_cuda_set_kernels(gpt_cuda *m, gpt_cuda_kernels k);
+
+/* gpt_cuda_get_kernels() - the set @m runs. */
+gpt_cuda_kernels gpt_cuda_get_kernels(const gpt_cuda *m);
+
+/*
+ * gpt_cuda_fallbacks() - products of the fused set that ran the baseline's
+ * kernels because cuBLASLt had no algorithm for their shape and epilogue,
+ * counted once per shape since create (0 with the baseline set).
+ */
+int gpt_cuda_fallbacks(const gpt_cuda *m);
+
+/* Kernel classes of gpt_cuda_kernel_times(). */
+enum { GPT_CUDA_TIME_GEMM = 0, GPT_CUDA_TIME_ATTENTION = 1, GPT_CUDA_TIME_OTHER = 2 };
+
+/*
+ * gpt_cuda_set_kernel_times() - @on: record a CUDA event on the stream at
+ * every change of kernel class in the passes (GEMM: the linear layers' and
+ * the LM head's matmuls; attention: scores, softmax, att v and their
+ * backward with the heads permutes; other: every other kernel), so that
+ * gpt_cuda_kernel_times() can add up the GPU time between them. Work the
+ * hook queues is not counted. Off (the default) records nothing. The event
+ * pool holds 4096 events; when it fills, the model waits for the stream and
+ * adds them up (a synchronization only while timing). Returns 0, or -1
+ * (event creation failed; message).
+ */
+int gpt_cuda_set_kernel_times(gpt_cuda *m, int on);
+
+/*
+ * gpt_cuda_kernel_times() - waits for the stream, then adds the milliseconds
+ * of GPU time by class since the last call (or since timing was switched on)
+ * into @ms[GPT_CUDA_TIME_GEMM], @ms[GPT_CUDA_TIME_ATTENTION],
+ * @ms[GPT_CUDA_TIME_OTHER] (set to zero first) and starts a new interval.
+ * Returns 0, or -1 (timing off, CUDA error; message).
+ */
+int gpt_cuda_kernel_times(gpt_cuda *m, double ms[3]);
+
+/*
+ * gpt_cuda_forward_async() - gpt_cuda_forward() without the synchronization
+ * at the end: queues the pass and the loss's copy to pinned memory and
+ * returns 0 (or -1, message). gpt_cuda_loss() reads the loss; a backward may
+ * be queued first (the loss is copied before backward overwrites anything).
+ */
+int gpt_cuda_forward_async(gpt_cuda *m, const uint8_t *inputs, const uint8_t *targets, int B,
+                           int T);
+
+/*
+ * gpt_cuda_loss() - the mean cross-entropy of the last forward with targets,
+ * waiting for its copy only (an event, not the stream); NAN with a message
+ * when there was no such forward, or the loss is not finite (no message).
+ */
+float gpt_cuda_loss(gpt_cuda *m);
+
 /* gpt_cuda_last_error() - the message of the last failed call on @m ("" if none). */
 const char *gpt_cuda_last_error(const gpt_cuda *m);
 

@@ -3,6 +3,7 @@
  * through the layer hook (see train_model.h). Above the engine: a user of its
  * public API, as zo-train and the tests are.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,9 @@ struct train_model {
   int hand_over; /* 1 in the last micro-batch of a step */
   int failed;    /* an engine call in the hook failed: message in zo_last_error() */
   double t_fwd, t_bwd;
+  int fused;         /* the CUDA model runs the fused kernel set */
+  int loss_queued;   /* cuda fused: train_model_forward_queue() queued a forward with its loss */
+  float queued_loss; /* otherwise: the loss train_model_forward_queue() computed */
   char desc[384];
   char err[1024];
 };
@@ -521,6 +525,16 @@ static void pass_error(train_model *m) {
   set_err(m, "%s", gpt_last_error(m->cpu));
 }
 
+/* The NaN loss's message, when the forward itself did not fail. */
+static void nan_loss_error(train_model *m) {
+  if (!m->err[0]) /* the forward ran: the loss itself is NaN */
+    set_err(
+        m,
+        "the loss is NaN: the weights or activations are no longer finite (the training diverged: "
+        "check optimizer.params lr, weight_decay and eps, gradient_clipping, and the fp16 loss "
+        "scale)");
+}
+
 float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
   double t0 = zo_clock_s();
   float l;
@@ -533,13 +547,96 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
   m->t_fwd += zo_clock_s() - t0;
   if (l != l) {
     pass_error(m);
-    if (!m->err[0]) /* the forward ran: the loss itself is NaN */
-      set_err(
-          m,
-          "the loss is NaN: the weights or activations are no longer finite (the training diverged: "
-          "check optimizer.params lr, weight_decay and eps, gradient_clipping, and the fp16 loss scale)");
+    nan_loss_error(m);
   }
   return l;
+}
+
+int train_model_forward_queue(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
+  m->loss_queued = 0;
+#if ZO_TRAIN_MODEL_CUDA
+  if (m->cuda && m->fused) {
+    const double t0 = zo_clock_s();
+    m->err[0] = 0;
+    const int rc = gpt_cuda_forward_async(m->gpu, in, tg, B, T);
+    m->t_fwd += zo_clock_s() - t0;
+    if (rc) {
+      pass_error(m);
+      return -1;
+    }
+    m->loss_queued = 1;
+    return 0;
+  }
+#endif
+  m->queued_loss = train_model_forward(m, in, tg, B, T);
+  return m->queued_loss != m->queued_loss ? -1 : 0;
+}
+
+float train_model_loss(train_model *m) {
+#if ZO_TRAIN_MODEL_CUDA
+  if (m->cuda && m->fused) {
+    if (!m->loss_queued) {
+      set_err(m, "train_model_loss: no forward was queued");
+      return NAN;
+    }
+    m->err[0] = 0;
+    const float l = gpt_cuda_loss(m->gpu);
+    if (l != l) {
+      set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+      nan_loss_error(m);
+    }
+    return l;
+  }
+#endif
+  return m->queued_loss;
+}
+
+int train_model_set_cuda_kernels(train_model *m, int fused) {
+#if ZO_TRAIN_MODEL_CUDA
+  if (m->cuda) {
+    if (gpt_cuda_set_kernels(m->gpu, fused ? GPT_CUDA_KERNELS_FUSED : GPT_CUDA_KERNELS_BASELINE)) {
+      set_err(m, "train.cuda_kernels: %s", gpt_cuda_last_error(m->gpu));
+      return -1;
+    }
+    m->fused = fused != 0;
+    snprintf(m->desc + strlen(m->desc), sizeof m->desc - strlen(m->desc), "%s",
+             fused ? ", fused kernels" : "");
+    return 0;
+  }
+#endif
+  (void)m;
+  (void)fused; /* the CPU model has one kernel set */
+  return 0;
+}
+
+int train_model_set_kernel_times(train_model *m, int on) {
+#if ZO_TRAIN_MODEL_CUDA
+  if (m->cuda) {
+    if (gpt_cuda_set_kernel_times(m->gpu, on)) {
+      set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+      return -1;
+    }
+    return 0;
+  }
+#endif
+  if (!on) return 0;
+  set_err(m, "--kernel-times: times the CUDA model's kernels; this model runs on the cpu");
+  return -1;
+}
+
+int train_model_kernel_times(train_model *m, double ms[3]) {
+#if ZO_TRAIN_MODEL_CUDA
+  if (m->cuda) {
+    if (gpt_cuda_kernel_times(m->gpu, ms)) {
+      set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+      return -1;
+    }
+    return 0;
+  }
+#endif
+  ms[0] = ms[1] = ms[2] = 0.0;
+  set_err(m, "kernel times: the model runs on the cpu");
+  return -1;
 }
 
 int train_model_backward(train_model *m, float loss_mult, int hand_over) {

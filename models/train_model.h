@@ -99,6 +99,39 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
 int train_model_backward(train_model *m, float loss_mult, int hand_over);
 
 /*
+ * train_model_forward_queue() - as train_model_forward(), but with the CUDA
+ * model's fused kernels (train_model_set_cuda_kernels) the pass is only
+ * queued (no synchronization until backward's end); train_model_loss() then
+ * reads its loss. Other models run the forward here and keep its loss.
+ * Returns 0, or -1 (message in train_model_error(); a NaN loss is an error
+ * as in train_model_forward). With a queued forward, train_model's forward
+ * seconds are the host's queueing, and the forward's GPU work after it
+ * counts in backward's seconds (their sum is the same).
+ */
+int train_model_forward_queue(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T);
+
+/* train_model_loss() - the loss of the last train_model_forward_queue() (waits for its copy only); NAN with a
+ * message in train_model_error() when it is not finite or none was queued. */
+float train_model_loss(train_model *m);
+
+/*
+ * train_model_set_cuda_kernels() - the CUDA model's kernel set: 0 baseline,
+ * 1 fused (gpt_cuda_set_kernels); nothing to set on a CPU model. Returns
+ * 0, or -1 with a message (the cuBLASLt handle could not be made).
+ */
+int train_model_set_cuda_kernels(train_model *m, int fused);
+
+/*
+ * train_model_set_kernel_times() - GPU time by kernel class on the CUDA
+ * model (gpt_cuda_set_kernel_times); -1 with a message on a CPU model.
+ * train_model_kernel_times() - the milliseconds by class since the last call
+ * (GPT_CUDA_TIME_GEMM, _ATTENTION, _OTHER order), waiting for the model's
+ * stream; 0, or -1 with a message.
+ */
+int train_model_set_kernel_times(train_model *m, int on);
+int train_model_kernel_times(train_model *m, double ms[3]);
+
+/*
  * train_model_sample() - @n_new bytes after @prompt with the final weights
  * (gpt_sample()'s rule). Fetches every tensor outside the trace first; with
  * parameters offloaded to a device that cannot hold them all at once,

@@ -80,6 +80,12 @@ expect "206e9-parameter model" "start-up budget: .*host memory: needs [0-9]* byt
 printf '{"train_batch_size": 8, "zoffload": {"device": "gpu"}}\n' >"$work/badkind.json"
 expect "bad zoffload.device" 'zoffload.device: expected "auto", "cuda" or "host"' --config "$work/badkind.json"
 expect "bad --device" "--device: expected auto, cuda or host" --config "$cfg" --device gpu
+# the CUDA model's kernel set: a bad value of the key or the flag; --kernel-times on the cpu
+printf '{"train_batch_size": 8, "train": {"cuda_kernels": "fast"}}\n' >"$work/kernels.json"
+expect "bad train.cuda_kernels" 'train.cuda_kernels: expected "baseline" or "fused", got fast' --config "$work/kernels.json"
+expect "bad --cuda-kernels" "--cuda-kernels: expected baseline or fused, got 'fast'" --config "$cfg" --cuda-kernels fast
+expect "--kernel-times on the cpu" "--kernel-times: times the CUDA model's kernels" --config "$cfg" --device host \
+  --kernel-times --steps 1
 
 # Numbers out of what their user can take: refused at parse time naming the key and the range, never cast to int
 # (was: steps_per_print 2^32 SIGFPE, gas 2^32+1 trained with 1, micro 2^32+16 with 16, micro 2^62 x gas 4 "batch 0

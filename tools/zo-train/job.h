@@ -70,6 +70,10 @@ typedef struct train_progress {
   int64_t steps_run;  /* steps this run has taken */
   double last_busy_s[2],
       last_busy_bytes[2]; /* the last step's swap I/O per direction (zo_engine_nvme_busy) */
+  /* --kernel-times: GPU milliseconds by kernel class (gemm, attention, other) of the steps after the run's
+   * first, their count, and the first step's (the mean when no other ran) */
+  double kt_ms[3], kt_first[3];
+  int64_t kt_steps;
 } train_progress;
 
 #endif

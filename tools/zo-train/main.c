@@ -461,6 +461,7 @@ static int create_model(train_job *j) {
     fprintf(stderr, "zo-train: error: %s\n", err);
     return 1;
   }
+  if (train_model_set_cuda_kernels(j->model, j->ts.cuda_kernels)) return model_error(j->model);
   const double t0 = zo_clock_s();
   if (zo_engine_finalize(j->eng) != ZO_OK) return engine_error();
   size_t max_n = 0;
@@ -592,12 +593,16 @@ static int train_step(train_job *j, train_progress *p, double *loss_out, double 
       fprintf(stderr, "zo-train: error: cannot sample a training batch\n");
       return 1;
     }
-    float l = train_model_forward(j->model, j->in + (size_t)j->rank * B * T,
-                                  j->tg + (size_t)j->rank * B * T, B, T);
-    if (isnan(l)) return model_error(j->model);
-    loss += l / gas;
+    /* the loss is read after backward: with the CUDA model's fused kernels the forward is only
+     * queued, and nothing waits for the GPU inside a micro-batch before backward's end */
+    if (train_model_forward_queue(j->model, j->in + (size_t)j->rank * B * T,
+                                  j->tg + (size_t)j->rank * B * T, B, T))
+      return model_error(j->model);
     if (train_model_backward(j->model, (float)(*loss_scale / gas), micro == gas - 1))
       return model_error(j->model);
+    const float l = train_model_loss(j->model);
+    if (isnan(l)) return model_error(j->model);
+    loss += l / gas;
   }
   p->tokens_window += (int64_t)B * T * gas * world; /* the job's tokens */
   p->tokens_line += (int64_t)B * T * gas * world;
@@ -680,6 +685,37 @@ static int live_terminal(void) {
   return 1;
 }
 
+/* --kernel-times: the step's GPU time by kernel class into p (the run's first step apart: warm-up). */
+static int kernel_times_add(train_job *j, train_progress *p) {
+  double ms[3];
+  if (train_model_kernel_times(j->model, ms)) return model_error(j->model);
+  double *sum = p->steps_run <= 1 ? p->kt_first : p->kt_ms;
+  for (int k = 0; k < 3; k++) sum[k] += ms[k];
+  if (p->steps_run > 1) p->kt_steps++;
+  return 0;
+}
+
+/* --kernel-times: the GPU time since the last reading dropped (validation's forwards are not a step's). */
+static int kernel_times_drop(train_job *j) {
+  double ms[3];
+  return train_model_kernel_times(j->model, ms) ? model_error(j->model) : 0;
+}
+
+/* --kernel-times: "kernels: gemm <ms> ms attention <ms> ms other <ms> ms" per step, the mean of the timed
+ * steps (scripts parse this prefix). */
+static void kernel_times_print(const train_job *j, const train_progress *p) {
+  const int first = p->kt_steps == 0; /* only the first step ran: its times */
+  const double *sum = first ? p->kt_first : p->kt_ms;
+  const double n = first ? 1.0 : (double)p->kt_steps;
+  if (p->steps_run < 1) return;
+  printf(
+      "kernels: gemm %.2f ms attention %.2f ms other %.2f ms (GPU time per step by kernel class, "
+      "%s; %s kernels)\n",
+      sum[0] / n, sum[1] / n, sum[2] / n,
+      first ? "the only step, warm-up included" : "the mean of the steps after the first",
+      j->ts.cuda_kernels ? "fused" : "baseline");
+}
+
 /* The training loop: the initial validation, then steps from the start position to --steps, printed every
  * --print-every or steps_per_print (with progress lines between, report.h; on a terminal a live line too)
  * and saved every --save-every, until done or signalled. 0, or 1 after printing the error. */
@@ -693,6 +729,7 @@ static int train_loop(const train_opts *o, train_job *j, train_progress *p) {
                                                            : 10;
   p->first_val = validate(j);
   if (isnan(p->first_val)) return model_error(j->model);
+  if (o->kernel_times && kernel_times_drop(j)) return 1;
   printf("step %5lld/%lld | val %.4f (%s; ln(%d) = %.4f)\n", (long long)j->pos.step,
          (long long)j->ts.steps, p->first_val, j->pos.step ? "resumed weights" : "initial weights",
          j->ts.model.vocab, log((double)j->ts.model.vocab));
@@ -709,8 +746,10 @@ static int train_loop(const train_opts *o, train_job *j, train_progress *p) {
     double loss, loss_scale;
     zo_step_info info;
     if (train_step(j, p, &loss, &loss_scale, &info)) return 1;
+    if (o->kernel_times && kernel_times_add(j, p)) return 1;
     if (p->step % print_every == 0 || p->step == j->ts.steps) {
       if (log_step(o, j, p, loss, loss_scale, &info)) return 1;
+      if (o->kernel_times && kernel_times_drop(j)) return 1; /* validation's forwards */
     } else if (o->print_every <= 0 && progress_due(j, p, print_every)) {
       train_report_progress(j, p, loss, info.skipped);
     } else if (live) {
@@ -851,8 +890,15 @@ static int run(const train_opts *o, train_job *j, train_progress *p) {
     if (!brc) printf("zo-train: dry run: the configuration fits\n");
     return brc ? 1 : 0;
   }
+  if (o->kernel_times && !j->cuda)
+    return train_die("--kernel-times: times the CUDA model's kernels, and this run computes on the "
+                     "cpu (zoffload.device, --device)%s%s",
+                     "", "");
   if (brc || create_model(j) || resume_from(o, j) || open_log(o, j)) return 1;
-  if (train(o, j, p) || finish(o, j, p) || train_report_summary(j, p) || sample(o, j, p)) return 1;
+  if (o->kernel_times && train_model_set_kernel_times(j->model, 1)) return model_error(j->model);
+  if (train(o, j, p) || finish(o, j, p) || train_report_summary(j, p)) return 1;
+  if (o->kernel_times) kernel_times_print(j, p);
+  if (sample(o, j, p)) return 1;
   return 0;
 }
 

@@ -53,6 +53,13 @@ static void usage(FILE *f) {
       "                           micro-batch's gradients to the engine; resident holds the whole model in fp32\n"
       "                           (cuda: the whole model's bf16 gradients, handed over in the last micro-batch)\n"
       "                           (default: streamed)\n"
+      "  --cuda-kernels baseline|fused\n"
+      "                           override train.cuda_kernels, the CUDA model's kernels: baseline (cuBLAS, plain\n"
+      "                           kernels) or fused (cuBLASLt epilogues, a fused classifier, vectorised LayerNorm,\n"
+      "                           no synchronization inside a step) (default: the config's value, else baseline)\n"
+      "  --kernel-times           time the CUDA model's kernels by class with CUDA events and print\n"
+      "                           'kernels: gemm <ms> ms attention <ms> ms other <ms> ms' per step at the end\n"
+      "                           (the mean of the steps after the first); adds a wait at each step's end\n"
       "  --dry-run                print the model, its FLOPs per token and the bytes each tier will hold (the\n"
       "                           start-up budget) against what this machine has, then exit: 0 when it fits,\n"
       "                           1 when not (with the key to change); nothing is allocated or trained\n"
@@ -172,6 +179,8 @@ static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                      {"compute-tflops", required_argument, 0, 'C'},
                                      {"print-every", required_argument, 0, 'p'},
                                      {"verbose", no_argument, 0, 'V'},
+                                     {"cuda-kernels", required_argument, 0, 'k'},
+                                     {"kernel-times", no_argument, 0, 'e'},
                                      {0, 0, 0, 0}};
 
 /* One option @c (getopt_long's return) with its @arg into @o: -1 to go on, else the exit status (0 --help, 2 bad). */
@@ -235,6 +244,8 @@ static int parse_option(int c, const char *arg, train_opts *o) {
       if (parse_i64("--print-every", arg, 1, INT64_MAX, &o->print_every)) return 2;
       break;
     case 'V': o->verbose = 1; break;
+    case 'k': o->kernels_override = arg; break;
+    case 'e': o->kernel_times = 1; break;
     case 'h': usage(stdout); return 0;
     default: return 2; /* train_opts_parse() prints the line */
   }
@@ -366,6 +377,12 @@ int train_opts_config(const train_opts *o, int world, train_settings *ts, zo_con
       return train_die("--activation-checkpointing: expected on or off, got '%s'%s",
                        o->ckpt_override, "");
     ts->activation_checkpointing = !strcmp(o->ckpt_override, "on");
+  }
+  if (o->kernels_override) {
+    if (strcmp(o->kernels_override, "baseline") && strcmp(o->kernels_override, "fused"))
+      return train_die("--cuda-kernels: expected baseline or fused, got '%s'%s",
+                       o->kernels_override, "");
+    ts->cuda_kernels = !strcmp(o->kernels_override, "fused");
   }
   if (o->memory_override) {
     if (strcmp(o->memory_override, "streamed") && strcmp(o->memory_override, "resident"))

@@ -21,6 +21,8 @@ typedef struct train_opts {
   int64_t
       print_every; /* --print-every: a logged step every N steps; -1: the config's steps_per_print */
   int verbose;     /* --verbose: the long step line */
+  const char *kernels_override; /* --cuda-kernels baseline|fused; NULL: train.cuda_kernels */
+  int kernel_times;             /* --kernel-times: GPU time by kernel class, the "kernels:" line */
   const char *save_root, *resume, *export_path, *export_dtype;
   int64_t save_every, keep_last, micro_batch, grad_accum;
   int64_t assume_host,
@@ -57,7 +59,7 @@ int train_opts_settings(const train_opts *o, train_settings *ts);
  * train_opts_config() - the DeepSpeed-style config from o->config_text into
  * @cfg for @world ranks ("auto" values filled in from @ts and --micro-batch /
  * --grad-accum, each printed), then the overrides: --seed and
- * --activation-checkpointing (into @ts), --offload-optimizer, --offload-param,
+ * --activation-checkpointing and --cuda-kernels (into @ts), --offload-optimizer, --offload-param,
  * --device-memory-limit, --device, --nvme-path, --threads, --fixed-threads. Returns 0, or 1
  * after printing the error.
  */

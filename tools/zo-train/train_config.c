@@ -264,9 +264,11 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
   json_t *t = get_block(&c, root, "train", &brc);
   if (brc) goto out;
   if (t) {
-    static const char *const keys[] = {"steps",        "seed",        "val_windows",
-                                       "sample_bytes", "temperature", "activation_checkpointing",
-                                       "model_memory", "cpu_gemm",    NULL};
+    static const char *const keys[] = {"steps",        "seed",
+                                       "val_windows",  "sample_bytes",
+                                       "temperature",  "activation_checkpointing",
+                                       "model_memory", "cpu_gemm",
+                                       "cuda_kernels", NULL};
     int64_t v;
     if (check_keys(&c, t, "train", keys)) goto out;
     if (get_int(&c, t, "train", "steps", 1, INT64_MAX / 2, &ts->steps)) goto out;
@@ -293,6 +295,8 @@ int train_settings_load(const char *path, const char *text, size_t len, train_se
     if (get_choice(&c, t, "model_memory", memory, &ts->model_streamed) ||
         get_choice(&c, t, "cpu_gemm", gemm, &ts->cpu_gemm))
       goto out;
+    static const char *const kernels[] = {"baseline", "fused", NULL};
+    if (get_choice(&c, t, "cuda_kernels", kernels, &ts->cuda_kernels)) goto out;
   }
   rc = 0;
 out:

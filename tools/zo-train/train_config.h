@@ -31,6 +31,8 @@ typedef struct train_settings {
   int cpu_gemm_bf16; /* train.cpu_gemm resolved (gpt_gemm_bf16_resolve): 0, the CPU model's products in fp32
                              (OpenBLAS); 1, the blocks' four products with bf16 operands and fp32 accumulation
                              (oneDNN; streamed CPU model under bf16.enabled only), as the CUDA model computes */
+  int cuda_kernels; /* train.cuda_kernels: 0 "baseline" (default), 1 "fused": the CUDA model's kernel set
+                       (gpt_cuda.h GPT_CUDA_KERNELS_BASELINE / _FUSED); no effect on the CPU model */
 } train_settings;
 
 /* train.cpu_gemm's values: gpt.h's GPT_GEMM_FP32, _BF16, _AUTO, in the order of the strings "fp32", "bf16", "auto". */

@@ -4,7 +4,9 @@
  * (relative L2 per tensor, printed as a table), bitwise determinism run to
  * run and with recompute on/off, hook order and abort, per-pass gradients in
  * per-group scratches zeroed at each backward begin(g), a 50304-token vocab,
- * sampling, and gpt_cuda_device_bytes() against cudaMemGetInfo. Needs a GPU:
+ * sampling, gpt_cuda_device_bytes() against cudaMemGetInfo, and the fused
+ * kernel set (GPT_CUDA_KERNELS_FUSED) against the CPU model and the baseline
+ * set, with its queued forward and the kernel-class times. Needs a GPU:
  * exit 77 without one. Not a speed test.
  * Streams: the model queues everything on its own non-blocking stream, which
  * the legacy default stream does not wait for (nor it for the model's): every
@@ -162,6 +164,11 @@ static void free_grads(model_set *s, uint16_t **g) {
   free(g);
 }
 
+/* The kernel set cuda_step() runs (gpt_cuda_set_kernels), and the kernel-class times of its last run. */
+static gpt_cuda_kernels g_kernels = GPT_CUDA_KERNELS_BASELINE;
+static int g_time_kernels;
+static double g_kernel_ms[3];
+
 /* One forward+backward of the CUDA model on zeroed gradients; returns the loss, *grads the
  * gradients. */
 static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t *x,
@@ -173,11 +180,20 @@ static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t
     FAIL_AT("gpt_cuda_create: %s", err);
     return NAN;
   }
+  if (gpt_cuda_set_kernels(g, g_kernels) != 0)
+    FAIL_AT("gpt_cuda_set_kernels: %s", gpt_cuda_last_error(g));
+  if (g_time_kernels && gpt_cuda_set_kernel_times(g, 1) != 0)
+    FAIL_AT("gpt_cuda_set_kernel_times: %s", gpt_cuda_last_error(g));
   attach(s, g);
   zero_grads(s, g);
   float loss = gpt_cuda_forward(g, x, y, B, T);
   if (isnan(loss)) FAIL_AT("gpt_cuda_forward: %s", gpt_cuda_last_error(g));
   if (gpt_cuda_backward(g, 1.0f) != 0) FAIL_AT("gpt_cuda_backward: %s", gpt_cuda_last_error(g));
+  if (g_time_kernels && gpt_cuda_kernel_times(g, g_kernel_ms) != 0)
+    FAIL_AT("gpt_cuda_kernel_times: %s", gpt_cuda_last_error(g));
+  if (g_kernels == GPT_CUDA_KERNELS_FUSED)
+    printf("fused kernels: %d product shape(s) without a cuBLASLt algorithm (baseline kernels)\n",
+           gpt_cuda_fallbacks(g));
   *grads = fetch_grads(s, g);
   gpt_cuda_destroy(g);
   return loss;
@@ -398,6 +414,98 @@ static void test_small(void) {
   set_free(&s);
 }
 
+/* ---------------- the fused kernel set ---------------- */
+
+/*
+ * GPT_CUDA_KERNELS_FUSED against the CPU model (the same tolerances: the
+ * epilogues and the fused classifier move roundings, gpt_cuda_ref.h), against
+ * the baseline set's loss, bitwise run to run and with recompute on/off; the
+ * queued forward's loss; the kernel-class times. @c: a shape on the 128-bit
+ * paths (d_model and vocab multiples of 8) or off them (the fallbacks).
+ */
+static void fused_case(const gpt_config *c, int B, int T, const char *title) {
+  model_set s;
+  set_init(&s, c, 4321);
+  uint64_t r = 77;
+  uint8_t *x = malloc((size_t)B * T), *y = malloc((size_t)B * T);
+  random_tokens(x, (size_t)B * T, c->vocab, &r);
+  random_tokens(y, (size_t)B * T, c->vocab, &r);
+  gpt_model *cm = NULL;
+  const float lc = cpu_step(&s, x, y, B, T, &cm);
+  uint16_t **gb, **g0, **g1, **g2;
+  g_kernels = GPT_CUDA_KERNELS_BASELINE;
+  const float lb = cuda_step(&s, B, 0, x, y, B, T, &gb);
+  g_kernels = GPT_CUDA_KERNELS_FUSED;
+  const float l0 = cuda_step(&s, B, 0, x, y, B, T, &g0);
+  const float l1 = cuda_step(&s, B, 0, x, y, B, T, &g1);
+  const float l2 = cuda_step(&s, B, 1, x, y, B, T, &g2);
+  printf("%s: loss cpu %.6f cuda baseline %.6f fused %.6f (recompute %.6f)\n", title, lc, lb, l0,
+         l2);
+  CHECK_CLOSE(l0, lc, LOSS_ATOL, 0.0);
+  CHECK_CLOSE(l0, lb, LOSS_ATOL, 0.0);
+  if (g0) compare_grads(&s, g0, cm, title);
+  CHECK(memcmp(&l0, &l1, sizeof l0) == 0);
+  CHECK(memcmp(&l0, &l2, sizeof l0) == 0);
+  if (g0 && g1) bitwise_same_grads(&s, g0, g1, "fused: run twice");
+  if (g0 && g2) bitwise_same_grads(&s, g0, g2, "fused: recompute on vs off");
+  /* the queued forward: the same loss, read after the backward was queued */
+  {
+    char err[512];
+    gpt_cuda *g = NULL;
+    if (gpt_cuda_create(&s.c, B, 0, NULL, &g, err, sizeof err) != 0) {
+      FAIL_AT("gpt_cuda_create: %s", err);
+    } else {
+      CHECK(isnan(gpt_cuda_loss(g))); /* nothing queued yet */
+      CHECK_EQ(gpt_cuda_set_kernels(g, GPT_CUDA_KERNELS_FUSED), 0);
+      CHECK(gpt_cuda_get_kernels(g) == GPT_CUDA_KERNELS_FUSED);
+      CHECK_EQ(gpt_cuda_set_kernels(g, (gpt_cuda_kernels)7), -1);
+      attach(&s, g);
+      zero_grads(&s, g);
+      CHECK_EQ(gpt_cuda_forward_async(g, x, y, B, T), 0);
+      CHECK_EQ(gpt_cuda_backward(g, 1.0f), 0);
+      const float la = gpt_cuda_loss(g);
+      CHECK(memcmp(&la, &l0, sizeof la) == 0);
+      uint16_t **ga = fetch_grads(&s, g);
+      if (g0) bitwise_same_grads(&s, g0, ga, "fused: queued forward");
+      free_grads(&s, ga);
+      gpt_cuda_destroy(g);
+    }
+  }
+  /* kernel-class times: every class ran, and timing changes no bit */
+  g_time_kernels = 1;
+  uint16_t **gt;
+  const float lt = cuda_step(&s, B, 0, x, y, B, T, &gt);
+  g_time_kernels = 0;
+  printf("%s: kernels: gemm %.3f ms attention %.3f ms other %.3f ms\n", title, g_kernel_ms[0],
+         g_kernel_ms[1], g_kernel_ms[2]);
+  CHECK(g_kernel_ms[0] > 0 && g_kernel_ms[1] > 0 && g_kernel_ms[2] > 0);
+  CHECK(memcmp(&lt, &l0, sizeof lt) == 0);
+  if (g0 && gt) bitwise_same_grads(&s, g0, gt, "fused: with kernel times");
+  g_kernels = GPT_CUDA_KERNELS_BASELINE;
+  uint16_t **gtb;
+  g_time_kernels = 1;
+  (void)cuda_step(&s, B, 0, x, y, B, T, &gtb);
+  g_time_kernels = 0;
+  printf("%s: baseline kernels: gemm %.3f ms attention %.3f ms other %.3f ms\n", title,
+         g_kernel_ms[0], g_kernel_ms[1], g_kernel_ms[2]);
+  CHECK(g_kernel_ms[0] > 0 && g_kernel_ms[1] > 0 && g_kernel_ms[2] > 0);
+  uint16_t **all[] = {gb, g0, g1, g2, gt, gtb};
+  for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+    if (all[k]) free_grads(&s, all[k]);
+  gpt_destroy(cm);
+  free(x);
+  free(y);
+  set_free(&s);
+}
+
+static void test_fused(void) {
+  const gpt_config a = {.n_layer = 2, .n_head = 4, .d_model = 64, .seq_len = 32, .vocab = 256};
+  fused_case(&a, 4, 32, "fused kernels (L=2 NH=4 C=64 T=32 V=256 B=4)");
+  /* d_model and vocab not multiples of 8: the scalar classifier and the baseline LayerNorm kernels */
+  const gpt_config b = {.n_layer = 1, .n_head = 3, .d_model = 36, .seq_len = 16, .vocab = 250};
+  fused_case(&b, 2, 16, "fused kernels off the vector paths (L=1 NH=3 C=36 T=16 V=250 B=2)");
+}
+
 /* ---------------- per-pass gradients (zo-train's streamed mode) ---------------- */
 
 /* What zo-train's model.c does with train.model_memory "streamed": group 0's own bf16 scratch, blocks and ln_f
@@ -597,6 +705,7 @@ int main(void) {
   }
   CUDA_OK(cudaFree(NULL)); /* create the context before any memory is measured */
   test_small();
+  test_fused();
   test_per_pass();
   test_large_vocab();
   test_memory();

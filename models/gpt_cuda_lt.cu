@@ -244,6 +244,17 @@ int zgc_lt_matmul(zgc_lt *lt, cudaStream_t s, const zgc_lt_problem *p, const voi
   const float alpha = p->alpha, beta = p->beta;
   st = cublasLtMatmul(lt->h, e->desc, &alpha, A, e->la, B, e->lb, &beta, D, e->ld, D, e->ld,
                       &e->algo, lt->ws, lt->ws_bytes, s);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* nothing launched: the problem joins the fallbacks */
+    if (e == &tmp) {
+      entry_free(&tmp);
+      return ZGC_LT_UNSUPPORTED;
+    }
+    entry_free(e);
+    e->p = *p;
+    e->supported = 0;
+    lt->n_unsupported++;
+    return ZGC_LT_UNSUPPORTED;
+  }
   if (e == &tmp) entry_free(&tmp);
   if (st != CUBLAS_STATUS_SUCCESS) return fail_lt(err, errlen, st, "cublasLtMatmul");
   return ZGC_LT_OK;

@@ -77,8 +77,9 @@ typedef struct zgc_lt_problem {
  * (bf16, BIAS / GELU_AUX_BIAS), @aux (bf16, GELU_AUX_BIAS written,
  * DGELU_BGRAD read) and @bias_grad (BGRAD epilogues; fp32 or bf16 as
  * *@grad_f32 returns). Returns ZGC_LT_OK, ZGC_LT_UNSUPPORTED (nothing
- * queued: the problem has no algorithm, remembered so the next call answers
- * at once), or ZGC_LT_ERROR with a message in @err.
+ * queued: the heuristic found no algorithm, or cublasLtMatmul answered
+ * CUBLAS_STATUS_NOT_SUPPORTED; remembered, so the next call of the problem
+ * answers at once), or ZGC_LT_ERROR with a message in @err.
  */
 int zgc_lt_matmul(zgc_lt *lt, cudaStream_t s, const zgc_lt_problem *p, const void *A, const void *B,
                   void *D, const void *bias, void *aux, void *bias_grad, int *grad_f32, char *err,

@@ -268,6 +268,7 @@ extern "C" void gpt_cuda_destroy(gpt_cuda *m) {
     (void)cudaStreamSynchronize(m->stream); /* nothing queued may still use the buffers */
   (void)zgm_timing_enable(m, 0);
   zgc_lt_destroy(m->lt);
+  zga_destroy(m->attn);
   if (m->blas) (void)cublasDestroy(m->blas);
   if (m->mem) (void)cudaFree(m->mem);
   if (m->pinned) (void)cudaFreeHost(m->pinned);
@@ -328,6 +329,10 @@ extern "C" int gpt_cuda_set_kernels(gpt_cuda *m, gpt_cuda_kernels k) {
       return -1;
     }
   }
+  if (k == GPT_CUDA_KERNELS_FUSED && !m->attn_tried) { /* without it: the baseline's attention */
+    m->attn_tried = 1;
+    if (zga_create(&m->attn, m->attn_note, sizeof m->attn_note) != 0) m->attn = NULL;
+  }
   m->kernels = k;
   m->have_targets = 0; /* a forward of the other set does not suit this set's backward */
   return 0;
@@ -338,6 +343,12 @@ extern "C" gpt_cuda_kernels gpt_cuda_get_kernels(const gpt_cuda *m) {
 }
 
 extern "C" int gpt_cuda_fallbacks(const gpt_cuda *m) { return m ? zgc_lt_unsupported(m->lt) : 0; }
+
+extern "C" const char *gpt_cuda_attention(const gpt_cuda *m) {
+  if (!m || m->kernels != GPT_CUDA_KERNELS_FUSED) return "baseline";
+  if (m->attn && !m->attn_note[0]) return "cudnn";
+  return m->attn_note[0] ? m->attn_note : "baseline";
+}
 
 extern "C" int gpt_cuda_set_kernel_times(gpt_cuda *m, int on) {
   if (!m) return -1;

@@ -192,7 +192,8 @@ int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_ne
  * residual + LayerNorm, and a LayerNorm backward of one kernel per row chunk
  * (plus a column finish) that also writes the bf16 copy of the residual
  * gradient; forward without a stream synchronization (gpt_cuda_forward_async).
- * Attention is the baseline's. Same memory plan (gpt_cuda_device_bytes) and
+ * Attention: cuDNN's fused flash attention where available
+ * (gpt_cuda_attention()), else the baseline's. Same memory plan (gpt_cuda_device_bytes) and
  * the same determinism: fixed-order reductions, no float atomics. A shape or
  * epilogue cuBLASLt has no algorithm for falls back to the baseline's kernels
  * for that product (gpt_cuda_fallbacks() counts them). Numerics differ from
@@ -225,6 +226,18 @@ gpt_cuda_kernels gpt_cuda_get_kernels(const gpt_cuda *m);
  * counted once per shape since create (0 with the baseline set).
  */
 int gpt_cuda_fallbacks(const gpt_cuda *m);
+
+/*
+ * gpt_cuda_attention() - the fused set's attention: "cudnn" (cuDNN's fused
+ * flash attention, gpt_cuda_attn.h: causal, forward and deterministic
+ * backward, no (B, NH, T, T) scores in memory), else the reason it runs the
+ * baseline's (built without cudnn-frontend, libcudnn.so.9 not found, no
+ * cuDNN engine for the last shape, T = 1); "baseline" with the baseline set.
+ * cuDNN's workspace is the cuBLAS one when that is large enough, else a
+ * cudaMalloc of cuDNN's figure at the first pass of a shape (not counted by
+ * gpt_cuda_device_bytes()).
+ */
+const char *gpt_cuda_attention(const gpt_cuda *m);
 
 /* Kernel classes of gpt_cuda_kernel_times(). */
 enum { GPT_CUDA_TIME_GEMM = 0, GPT_CUDA_TIME_ATTENTION = 1, GPT_CUDA_TIME_OTHER = 2 };

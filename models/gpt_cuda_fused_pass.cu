@@ -188,14 +188,36 @@ static int linear_dweight(gpt_cuda *m, const char *what, bf16 *dW, bf16 *gbias, 
 }
 
 /* ------------------------------------------------------------------ */
-/* the block */
+/* cuDNN attention */
 
 /*
- * As block_forward() in gpt_cuda.cu. Scratch: dqkv (q,k,v rows), d4c (the
- * attention output by head), dB (projections' outputs); never dA, which
- * holds the bf16 residual gradient when this runs as backward's recompute.
+ * 1 when cuDNN runs attention of the current shape (the forward and backward
+ * decide alike: the answer is cached per shape), 0 for the baseline's, -1 on
+ * a failure (message). Its stats (B, NH, T) fp32 live in the activation set's
+ * scores buffer, which needs T >= 2 to hold them.
  */
-int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, bf16 *res_out) {
+static int cudnn_attention(gpt_cuda *m) {
+  if (!m->attn || m->T < 2 || m->gemm_reference) return 0;
+  const int NH = m->cfg.n_head, hs = m->cfg.d_model / NH;
+  char e[320];
+  const int rc =
+      zga_ready(m->attn, m->B, m->T, NH, hs, m->b.cublas_ws, CUBLAS_WS_BYTES, e, sizeof e);
+  if (rc < 0) {
+    seterr(m->err, sizeof m->err, "%s: %s", m->fn, e);
+    return -1;
+  }
+  if (rc == 0)
+    snprintf(m->attn_note, sizeof m->attn_note, "%s", e);
+  else
+    m->attn_note[0] = 0;
+  return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* the block */
+
+/* The baseline's attention of the fused block forward: q|k|v rows in dqkv; atty out. Scratch: d4c. */
+static int attention_forward_baseline(gpt_cuda *m, int l, const acts *a) {
   const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
   const size_t NC = (size_t)N * C;
   const bf16 *const *w = m->w;
@@ -203,10 +225,6 @@ int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_i
   cudaStream_t s = m->stream;
   char what[96];
 #define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
-  KERN(zgf_layernorm_forward,
-       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[zgm_lp(l, GPT_P_LN1_W)],
-        w[zgm_lp(l, GPT_P_LN1_B)], N, C, s),
-       WHAT("ln_1"));
   if (linear_bias(m, WHAT("attn.c_attn"), b->dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)],
                   w[zgm_lp(l, GPT_P_QKV_B)], N, C, 3 * C))
     return -1;
@@ -224,6 +242,46 @@ int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_i
     return -1;
   KERN(zgc_from_heads, (a->atty, b->d4c, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
   m->in_attn = 0;
+#undef WHAT
+  return 0;
+}
+
+/*
+ * As block_forward() in gpt_cuda.cu. With cuDNN's attention the q|k|v rows
+ * go to a->qkvr as the product leaves them and the softmax statistics to
+ * a->att; else as the baseline's. Scratch: dqkv (q,k,v rows), d4c (the
+ * attention output by head), dB (projections' outputs); never dA, which
+ * holds the bf16 residual gradient when this runs as backward's recompute.
+ */
+int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, bf16 *res_out) {
+  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
+  const size_t NC = (size_t)N * C;
+  const bf16 *const *w = m->w;
+  const bufs *b = &m->b;
+  cudaStream_t s = m->stream;
+  char what[96];
+#define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
+  KERN(zgf_layernorm_forward,
+       (a->ln1, a->ln1_mean, a->ln1_rstd, res_in, w[zgm_lp(l, GPT_P_LN1_W)],
+        w[zgm_lp(l, GPT_P_LN1_B)], N, C, s),
+       WHAT("ln_1"));
+  const int cudnn = cudnn_attention(m);
+  if (cudnn < 0) return -1;
+  if (cudnn) { /* q, k, v read in place by cuDNN: the product's rows are kept for backward */
+    if (linear_bias(m, WHAT("attn.c_attn"), a->qkvr, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)],
+                    w[zgm_lp(l, GPT_P_QKV_B)], N, C, 3 * C))
+      return -1;
+    m->in_attn = 1;
+    zgm_mark(m, GPT_CUDA_TIME_OTHER);
+    char e[320];
+    if (zga_forward(m->attn, s, a->atty, (float *)a->att, a->qkvr, B, T, NH, hs, e, sizeof e)) {
+      seterr(m->err, sizeof m->err, "%s: %s: %s", m->fn, WHAT("attention"), e);
+      return -1;
+    }
+    m->in_attn = 0;
+  } else if (attention_forward_baseline(m, l, a)) {
+    return -1;
+  }
   if (linear_bias(m, WHAT("attn.c_proj"), b->dB, a->atty, w[zgm_lp(l, GPT_P_ATTPROJ_W)],
                   w[zgm_lp(l, GPT_P_ATTPROJ_B)], N, C, C))
     return -1;
@@ -244,13 +302,47 @@ int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_i
   return 0;
 }
 
+
+/* The baseline's attention backward in the fused block: dy (dB) -> dq|dk|dv rows in dqkv. Scratch: dA, d4c, datt. */
+static int attention_backward_baseline(gpt_cuda *m, int l, const acts *a) {
+  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
+  const size_t NC = (size_t)N * C;
+  const bufs *b = &m->b;
+  cudaStream_t s = m->stream;
+  char what[96];
+#define WHAT(x) (snprintf(what, sizeof what, "block %d %s backward", l, (x)), what)
+  /* dy by head into dA, dq|dk|dv by head into d4c */
+  m->in_attn = 1;
+  KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
+  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
+  bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
+  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
+  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
+               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
+    return -1;
+  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
+               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
+       WHAT("attention softmax"));
+  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
+               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
+               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
+  m->in_attn = 0;
+#undef WHAT
+  return 0;
+}
+
 /*
  * As block_backward() in gpt_cuda.cu, with dA holding bf16(dres) on entry
  * and, on return, bf16 of the updated dres (the next block's operand).
  */
 int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_in) {
   const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
-  const size_t NC = (size_t)N * C;
   const bf16 *const *w = m->w;
   bf16 *const *g = m->g;
   const bufs *b = &m->b;
@@ -281,28 +373,21 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
   if (linear_dinp(m, WHAT("attn.c_proj input"), b->dB, b->dA, w[zgm_lp(l, GPT_P_ATTPROJ_W)], N, C,
                   C))
     return -1;
-  /* attention, as the baseline: dy by head into dA, dq|dk|dv by head into d4c */
-  m->in_attn = 1;
-  KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
-  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
-  bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
-  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
-  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
-               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
+  const int cudnn = cudnn_attention(m); /* the forward's answer: cached per shape */
+  if (cudnn < 0) return -1;
+  if (cudnn) { /* dq|dk|dv rows into dqkv from dy (dB), the kept q|k|v rows, output and stats */
+    m->in_attn = 1;
+    zgm_mark(m, GPT_CUDA_TIME_OTHER);
+    char e[320];
+    if (zga_backward(m->attn, s, b->dqkv, b->dB, a->qkvr, a->atty, (const float *)a->att, B, T, NH,
+                     hs, e, sizeof e)) {
+      seterr(m->err, sizeof m->err, "%s: %s: %s", m->fn, WHAT("attention"), e);
+      return -1;
+    }
+    m->in_attn = 0;
+  } else if (attention_backward_baseline(m, l, a)) {
     return -1;
-  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
-               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
-       WHAT("attention softmax"));
-  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
-               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
-               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
-  m->in_attn = 0;
+  }
   /* qkv = ln1 Wqkv^T + bqkv */
   if (linear_dweight(m, WHAT("attn.c_attn weight"), g[zgm_lp(l, GPT_P_QKV_W)],
                      g[zgm_lp(l, GPT_P_QKV_B)], b->dqkv, a->ln1, N, C, 3 * C))

@@ -12,6 +12,7 @@
 
 #include "gpt_cuda.h"
 #include "gpt_cuda_internal.h"
+#include "gpt_cuda_attn.h"
 #include "gpt_cuda_lt.h"
 
 typedef zgc_bf16 bf16;
@@ -86,8 +87,11 @@ struct gpt_cuda {
   void *hook_user;
   gpt_cuda_kernels kernels; /* gpt_cuda_set_kernels(); BASELINE after create */
   zgc_lt *lt;               /* cuBLASLt plans of the fused set (made by gpt_cuda_set_kernels) */
-  cudaEvent_t loss_ev;      /* recorded after the loss's copy to h_loss */
-  int loss_queued;          /* a forward with targets queued its loss copy since create */
+  zga *attn;                /* the fused set's cuDNN attention; NULL: the baseline's attention */
+  int attn_tried;           /* zga_create() was tried (once) */
+  char attn_note[320]; /* why attention is the baseline's (zga_create's or zga_ready's message) */
+  cudaEvent_t loss_ev; /* recorded after the loss's copy to h_loss */
+  int loss_queued;     /* a forward with targets queued its loss copy since create */
   /* kernel-class timing (gpt_cuda_set_kernel_times) */
   int timing, in_attn, cur_cls, n_ev;
   cudaEvent_t *ev;      /* [ZGM_TIME_EVENTS] */

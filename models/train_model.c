@@ -599,8 +599,9 @@ int train_model_set_cuda_kernels(train_model *m, int fused) {
       return -1;
     }
     m->fused = fused != 0;
-    snprintf(m->desc + strlen(m->desc), sizeof m->desc - strlen(m->desc), "%s",
-             fused ? ", fused kernels" : "");
+    if (fused)
+      snprintf(m->desc + strlen(m->desc), sizeof m->desc - strlen(m->desc),
+               ", fused kernels, attention: %s", gpt_cuda_attention(m->gpu));
     return 0;
   }
 #endif

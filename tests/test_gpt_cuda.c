@@ -191,9 +191,15 @@ static float cuda_step(model_set *s, int max_batch, int recompute, const uint8_t
   if (gpt_cuda_backward(g, 1.0f) != 0) FAIL_AT("gpt_cuda_backward: %s", gpt_cuda_last_error(g));
   if (g_time_kernels && gpt_cuda_kernel_times(g, g_kernel_ms) != 0)
     FAIL_AT("gpt_cuda_kernel_times: %s", gpt_cuda_last_error(g));
-  if (g_kernels == GPT_CUDA_KERNELS_FUSED)
-    printf("fused kernels: %d product shape(s) without a cuBLASLt algorithm (baseline kernels)\n",
-           gpt_cuda_fallbacks(g));
+  if (g_kernels == GPT_CUDA_KERNELS_FUSED) {
+    printf("fused kernels: %d product shape(s) without a cuBLASLt algorithm (baseline kernels); "
+           "attention: %s\n",
+           gpt_cuda_fallbacks(g), gpt_cuda_attention(g));
+    /* ZO_TEST_REQUIRE_CUDNN=1 (a GPU run that carries cudnn-frontend and has libcudnn.so.9) */
+    const char *req = getenv("ZO_TEST_REQUIRE_CUDNN");
+    if (req && !strcmp(req, "1") && strcmp(gpt_cuda_attention(g), "cudnn"))
+      FAIL_AT("ZO_TEST_REQUIRE_CUDNN=1: attention is not cuDNN's: %s", gpt_cuda_attention(g));
+  }
   *grads = fetch_grads(s, g);
   gpt_cuda_destroy(g);
   return loss;

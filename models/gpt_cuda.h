@@ -10,6 +10,10 @@
  * GELU tanh approximation; LayerNorm eps 1e-5; wte tied as the output
  * projection; loss = mean cross-entropy (nats) over the B*T positions.
  *
+ * Kernel sets: what follows describes GPT_CUDA_KERNELS_BASELINE, the
+ * default; GPT_CUDA_KERNELS_FUSED (gpt_cuda_set_kernels() below) computes
+ * the same math with cuBLASLt epilogues, fused kernels and cuDNN attention.
+ *
  * Numerics: every tensor in device memory is bf16 (__nv_bfloat16) except the
  * LayerNorm statistics, per-position losses, the residual-stream gradient and
  * the wte gradient of one backward (fp32). Every matmul is a cuBLAS
@@ -158,7 +162,8 @@ float gpt_cuda_forward(gpt_cuda *m, const uint8_t *inputs, const uint8_t *target
  * gpt_cuda_backward() - backward of the last forward with targets (none
  * since, nor a gpt_cuda_sample()), adding dL/dw * @loss_mult (e.g.
  * loss_scale / grad_accum_steps; L already includes 1/(B*T)) into the
- * gradients. Overwrites the logits with dlogits, so it runs once per forward.
+ * gradients. Overwrites the logits with dlogits (the fused set's forward
+ * already did, unscaled), so it runs once per forward.
  * Returns when all work is queued (no synchronization at the end; the caller
  * orders on the stream or synchronizes it); 0, or -1 with a message (no
  * forward with targets, weight/grad not set, CUDA/cuBLAS error, hook).

@@ -194,11 +194,20 @@ static int linear_dweight(gpt_cuda *m, const char *what, bf16 *dW, bf16 *gbias, 
  * 1 when cuDNN runs attention of the current shape (the forward and backward
  * decide alike: the answer is cached per shape), 0 for the baseline's, -1 on
  * a failure (message). Its stats (B, NH, T) fp32 live in the activation set's
- * scores buffer, which needs T >= 2 to hold them.
+ * scores buffer, which needs T >= 2 to hold them; q, k and v are read at
+ * offsets of C elements in each qkv row, 16-byte aligned when hs % 8 == 0.
  */
 static int cudnn_attention(gpt_cuda *m) {
-  if (!m->attn || m->T < 2 || m->gemm_reference) return 0;
   const int NH = m->cfg.n_head, hs = m->cfg.d_model / NH;
+  if (!m->attn || m->gemm_reference) return 0;
+  if (m->T < 2 || hs % 8) { /* stats need T >= 2; k, v at 16-byte offsets in the qkv rows */
+    snprintf(
+        m->attn_note, sizeof m->attn_note,
+        "baseline attention for T %d, head size %d (cuDNN's needs T >= 2, head size a multiple "
+        "of 8)",
+        m->T, hs);
+    return 0;
+  }
   char e[320];
   const int rc =
       zga_ready(m->attn, m->B, m->T, NH, hs, m->b.cublas_ws, CUBLAS_WS_BYTES, e, sizeof e);

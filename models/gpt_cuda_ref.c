@@ -95,6 +95,46 @@ void gcr_dgelu_bgrad(float *dinp, float *bgrad, const float *dout, const float *
   }
 }
 
+int gcr_attention_causal(float *out, float *stats, const float *qkv, int B, int T, int NH, int hs) {
+  if (B < 1 || T < 1 || NH < 1 || hs < 1) return -1;
+  const size_t C = (size_t)NH * hs, row = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float *q = qkv + ((size_t)b * T + i) * row + (size_t)h * hs;
+        float mx = -INFINITY;
+        for (int j = 0; j <= i; j++) {
+          const float *k = qkv + ((size_t)b * T + j) * row + C + (size_t)h * hs;
+          float s = 0.0f;
+          for (int d = 0; d < hs; d++) s += q[d] * k[d];
+          s *= scale;
+          mx = s > mx ? s : mx;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+          const float *k = qkv + ((size_t)b * T + j) * row + C + (size_t)h * hs;
+          float s = 0.0f;
+          for (int d = 0; d < hs; d++) s += q[d] * k[d];
+          sum += expf(s * scale - mx);
+        }
+        const float lse = mx + logf(sum);
+        stats[((size_t)b * NH + h) * T + i] = lse;
+        float *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+        for (int d = 0; d < hs; d++) o[d] = 0.0f;
+        for (int j = 0; j <= i; j++) {
+          const float *k = qkv + ((size_t)b * T + j) * row + C + (size_t)h * hs;
+          const float *v = k + C;
+          float s = 0.0f;
+          for (int d = 0; d < hs; d++) s += q[d] * k[d];
+          const float p = expf(s * scale - lse);
+          for (int d = 0; d < hs; d++) o[d] += p * v[d];
+        }
+        for (int d = 0; d < hs; d++) o[d] = gcr_bf16(o[d]);
+      }
+  return 0;
+}
+
 int gcr_layernorm_backward_chunked(float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *mean, const float *rstd,
                                    const float *w, int N, int C, int chunks) {

@@ -72,6 +72,18 @@ int gcr_layernorm_backward_chunked(float *dinp, float *dw, float *db, const floa
                                    const float *inp, const float *mean, const float *rstd,
                                    const float *w, int N, int C, int chunks);
 
+/*
+ * gcr_attention_causal() - causal attention as cuDNN's fused flash attention
+ * computes it (gpt_cuda_attn.h), on bf16-valued q, k, v in the layout of the
+ * c_attn product, qkv (B, T, 3, NH, hs) row-major: per (b, head, query i),
+ * scores s_j = (q_i . k_j) / sqrt(hs) for j <= i in fp32, stats = max_j s_j
+ * + log(sum_j exp(s_j - max)) (fp32, (B, NH, T)), out[b, i, head, :] =
+ * bf16(sum_j exp(s_j - stats) v_j) with the sum in fp32: the probabilities are
+ * never rounded to bf16 (the baseline's are, before att v). out (B, T, NH,
+ * hs). Returns 0, or -1 (a dimension < 1).
+ */
+int gcr_attention_causal(float *out, float *stats, const float *qkv, int B, int T, int NH, int hs);
+
 #ifdef __cplusplus
 }
 #endif

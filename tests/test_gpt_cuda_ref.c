@@ -246,6 +246,60 @@ static void test_layernorm_backward(void) {
   CHECK(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, 1, 1, 0) == -1);
 }
 
+/*
+ * Flash attention's form against the baseline's (probabilities rounded to
+ * bf16 before att v) and against double: the reference's output is within one
+ * bf16 rounding of the exact value, the stats are the exact logsumexp, and the
+ * causal mask holds (changing a later key or value changes no earlier output).
+ */
+static void test_attention(void) {
+  enum { B = 2, T = 9, NH = 2, HS = 8, C = NH * HS };
+  float qkv[B * T * 3 * C], out[B * T * C], stats[B * NH * T];
+  uint64_t rs = 55;
+  fill_bf16(qkv, sizeof qkv / sizeof *qkv, 1.5f, &rs);
+  REQUIRE(gcr_attention_causal(out, stats, qkv, B, T, NH, HS) == 0);
+  int bad = 0, differ = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float *q = qkv + (b * T + i) * 3 * C + h * HS;
+        double sc[T], mx = -1e300, sum = 0.0;
+        for (int j = 0; j <= i; j++) {
+          const float *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+          double s = 0.0;
+          for (int d = 0; d < HS; d++) s += (double)q[d] * k[d];
+          sc[j] = s / sqrt((double)HS);
+          mx = sc[j] > mx ? sc[j] : mx;
+        }
+        for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
+        bad += fabs(stats[(b * NH + h) * T + i] - (mx + log(sum))) > 1e-5;
+        for (int d = 0; d < HS; d++) {
+          double o = 0.0;
+          float ob = 0.0f; /* the baseline's: bf16 probabilities, then att v rounded once */
+          for (int j = 0; j <= i; j++) {
+            const float v = qkv[(b * T + j) * 3 * C + 2 * C + h * HS + d];
+            o += exp(sc[j] - mx) / sum * v;
+            ob += gcr_bf16((float)(exp(sc[j] - mx) / sum)) * v;
+          }
+          const float got = out[(b * T + i) * C + h * HS + d];
+          bad += fabs(got - o) > 0.5 * bf16_ulp((float)o) + 1e-6;
+          differ += got != gcr_bf16(ob);
+        }
+      }
+  CHECK_EQ(bad, 0);
+  /* causality: a changed last key and value move only the last query's output */
+  float out2[B * T * C], stats2[B * NH * T];
+  for (int d = 0; d < 2 * C; d++) qkv[(T - 1) * 3 * C + C + d] += 0.5f;
+  REQUIRE(gcr_attention_causal(out2, stats2, qkv, B, T, NH, HS) == 0);
+  CHECK(memcmp(out, out2, (size_t)(T - 1) * C * sizeof *out) == 0);
+  CHECK(memcmp(out + (T - 1) * C, out2 + (T - 1) * C, C * sizeof *out) != 0);
+  CHECK(gcr_attention_causal(out, stats, qkv, 0, T, NH, HS) == -1);
+  printf(
+      "attention: %d of %d outputs differ from the baseline's bf16 probabilities (flash attention "
+      "keeps them in fp32)\n",
+      differ, B * T * C);
+}
+
 int main(void) {
   test_bf16();
   test_classifier_vs_model();
@@ -254,5 +308,6 @@ int main(void) {
   test_linear_gelu();
   test_dgelu_bgrad();
   test_layernorm_backward();
+  test_attention();
   return zo_test_finish("test_gpt_cuda_ref");
 }

@@ -788,7 +788,7 @@ static int backward_pass(gpt_cuda *m, float loss_mult) {
   if (fused) /* also dA = bf16(dres), the first block's operand */
     KERN(zgf_layernorm_backward,
          (b->dres, b->dA, m->g[f], m->g[f + 1], b->dB, b->resid[L], b->lnf_mean, b->lnf_rstd,
-          m->w[f], N, C, b->part, s),
+          m->w[f], N, C, (float *)b->d4c, zgm_d4c_floats(m), b->part, s),
          "ln_f backward");
   else
     KERN(zgc_layernorm_backward,

@@ -195,7 +195,7 @@ int gpt_cuda_sample(gpt_cuda *m, const uint8_t *prompt, int prompt_len, int n_ne
  * the forward: no logits survive a forward with targets, and backward scales
  * by loss_mult in the LM-head GEMMs); 128-bit vectorised LayerNorm forward,
  * residual + LayerNorm, and a LayerNorm backward of one kernel per row chunk
- * (plus a column finish) that also writes the bf16 copy of the residual
+ * (plus two fixed-order finishes) that also writes the bf16 copy of the residual
  * gradient; forward without a stream synchronization (gpt_cuda_forward_async).
  * Attention: cuDNN's fused flash attention where available
  * (gpt_cuda_attention()), else the baseline's. Same memory plan (gpt_cuda_device_bytes) and

@@ -14,7 +14,7 @@ typedef zgc_bf16 bf16;
 
 #define WARPS 8 /* warp-per-row kernels: 256 threads */
 #define CLS_THREADS 512
-#define LNB_THREADS 256
+#define LNB_THREADS 128 /* C = 768: 96 threads of 8 columns each */
 #define MAX_GRID (1u << 20)
 #define LNB_MAX_SMEM (48 * 1024) /* the default dynamic shared memory limit, no opt-in */
 
@@ -353,13 +353,24 @@ __global__ void layernorm_backward_fused_kernel(float *dinp, bf16 *dinp_bf16, fl
     for (int i = 0; i < 8; i++) pp[c + i] = acc[c + i], pp[C + c + i] = acc[C + c + i];
 }
 
-__global__ void layernorm_backward_finish_fused_kernel(bf16 *dw, bf16 *db, const float *part, int P,
-                                                       int C) {
+/* part2[g][k] = sum of part[p][k] over the chunks p of group g, in order; k < 2C (dw then db). */
+__global__ void layernorm_backward_group_kernel(float *part2, const float *part, int P, int C) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
+  if (k >= 2 * C) return;
+  const int p0 = g * ZGF_LN_GROUP, p1 = p0 + ZGF_LN_GROUP < P ? p0 + ZGF_LN_GROUP : P;
+  float acc = 0.0f;
+  for (int p = p0; p < p1; p++) acc += part[(size_t)p * 2 * C + k];
+  part2[(size_t)g * 2 * C + k] = acc;
+}
+
+/* dw[c] += sum over the groups of part2[g][c], db[c] += of part2[g][C + c], in group order. */
+__global__ void layernorm_backward_finish_fused_kernel(bf16 *dw, bf16 *db, const float *part2,
+                                                       int G, int C) {
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
     float sw = 0.0f, sb = 0.0f;
-    for (int p = 0; p < P; p++) {
-      sw += part[(size_t)p * 2 * C + c];
-      sb += part[(size_t)p * 2 * C + C + c];
+    for (int g = 0; g < G; g++) {
+      sw += part2[(size_t)g * 2 * C + c];
+      sb += part2[(size_t)g * 2 * C + C + c];
     }
     dw[c] = __float2bfloat16_rn(__bfloat162float(dw[c]) + sw);
     db[c] = __float2bfloat16_rn(__bfloat162float(db[c]) + sb);
@@ -369,23 +380,30 @@ __global__ void layernorm_backward_finish_fused_kernel(bf16 *dw, bf16 *db, const
 cudaError_t zgf_layernorm_backward(float *dinp, bf16 *dinp_bf16, bf16 *dw, bf16 *db,
                                    const bf16 *dout, const bf16 *inp, const float *mean,
                                    const float *rstd, const bf16 *w, int N, int C, float *part,
-                                   cudaStream_t s) {
+                                   size_t part_floats, float *part2, cudaStream_t s) {
   const size_t smem = (size_t)2 * C * sizeof(float);
-  if (smem > LNB_MAX_SMEM || !rows_vec_ok(C, dinp, dinp_bf16, dout, inp, w)) {
-    cudaError_t e = zgc_layernorm_backward(dinp, dw, db, dout, inp, mean, rstd, w, N, C, part, s);
+  size_t cap = part_floats / (2 * (size_t)C); /* chunks the scratch holds */
+  if (cap > ZGF_LN_CHUNKS) cap = ZGF_LN_CHUNKS;
+  if (smem > LNB_MAX_SMEM || cap < 1 || !rows_vec_ok(C, dinp, dinp_bf16, dout, inp, w)) {
+    cudaError_t e = zgc_layernorm_backward(dinp, dw, db, dout, inp, mean, rstd, w, N, C, part2, s);
     if (e != cudaSuccess || !dinp_bf16) return e;
     return zgc_f32_to_bf16(dinp_bf16, dinp, (size_t)N * C, s);
   }
-  int R = (N + ZGF_LN_CHUNKS - 1) / ZGF_LN_CHUNKS;
-  if (R < 1) R = 1;
-  const int P = (N + R - 1) / R;
+  int P = N < (int)cap ? N : (int)cap;
+  const int R = (N + P - 1) / P;
+  P = (N + R - 1) / R;
+  const int G = (P + ZGF_LN_GROUP - 1) / ZGF_LN_GROUP;
   layernorm_backward_fused_kernel<<<(unsigned)P, LNB_THREADS, smem, s>>>(dinp, dinp_bf16, part,
                                                                          dout, inp, mean, rstd, w,
                                                                          N, C, R);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  const dim3 grid((unsigned)((2 * C + 255) / 256), (unsigned)G);
+  layernorm_backward_group_kernel<<<grid, 256, 0, s>>>(part2, part, P, C);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
   layernorm_backward_finish_fused_kernel<<<grid_cap(((size_t)C + 255) / 256), 256, 0, s>>>(dw, db,
-                                                                                           part, P,
+                                                                                           part2, G,
                                                                                            C);
   return cudaGetLastError();
 }

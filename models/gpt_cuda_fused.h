@@ -39,21 +39,28 @@ cudaError_t zgf_residual_layernorm(zgc_bf16 *res_out, zgc_bf16 *out, float *mean
 cudaError_t zgf_residual(zgc_bf16 *out, const zgc_bf16 *res, const zgc_bf16 *y, size_t n,
                          cudaStream_t s);
 
-/* Row chunks of zgf_layernorm_backward(): at most this many (its partials fill ZGC_MAX_CHUNKS * 4C
- * floats). */
-#define ZGF_LN_CHUNKS (2 * ZGC_MAX_CHUNKS)
+/* zgf_layernorm_backward(): at most this many row chunks (one block each, so the rows of a large
+ * batch are spread over every SM), their partials summed in groups of ZGF_LN_GROUP chunks. */
+#define ZGF_LN_CHUNKS 2048
+#define ZGF_LN_GROUP 64
+#define ZGF_LN_GROUPS (ZGF_LN_CHUNKS / ZGF_LN_GROUP)
 
 /*
- * LayerNorm backward as zgc_layernorm_backward() (dinp fp32 +=, dw, db +=)
- * in one kernel over fixed chunks of rows (dx per row, the chunk's dw, db
- * partials in shared memory) and a column finish; with @dinp_bf16 also the
- * bf16 copy of the updated dinp (the next product's operand). part: fp32
- * scratch of 2*ZGF_LN_CHUNKS*C floats.
+ * LayerNorm backward as zgc_layernorm_backward() (dinp fp32 +=, dw, db +=):
+ * one kernel over P = min(N, ZGF_LN_CHUNKS, @part_floats / 2C) fixed chunks
+ * of rows (a block a chunk: the rows' input gradient, the chunk's dw, db
+ * partials in shared memory into @part), then two fixed-order finishes (the
+ * chunks by groups of ZGF_LN_GROUP into @part2, the groups into dw, db: one
+ * rounding each); with @dinp_bf16 also the bf16 copy of the updated dinp
+ * (the next product's operand). part: fp32 scratch of @part_floats (>= 2C);
+ * part2: 2*ZGF_LN_GROUPS*C floats (and 2*ZGC_MAX_CHUNKS*C for the
+ * baseline's kernels, which run where rows are not 128-bit-able or 2C floats
+ * exceed 48 KiB of shared memory).
  */
 cudaError_t zgf_layernorm_backward(float *dinp, zgc_bf16 *dinp_bf16, zgc_bf16 *dw, zgc_bf16 *db,
                                    const zgc_bf16 *dout, const zgc_bf16 *inp, const float *mean,
                                    const float *rstd, const zgc_bf16 *w, int N, int C, float *part,
-                                   cudaStream_t s);
+                                   size_t part_floats, float *part2, cudaStream_t s);
 
 /* g (K) += src (K), src fp32 (@src_f32) or bf16: a bias gradient from a cuBLASLt BGRAD epilogue. */
 cudaError_t zgf_bias_grad_add(zgc_bf16 *g, const void *src, int src_f32, int K, cudaStream_t s);

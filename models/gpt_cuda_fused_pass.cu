@@ -373,7 +373,8 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
     return -1;
   KERN(zgf_layernorm_backward,
        (b->dres, b->dA, g[zgm_lp(l, GPT_P_LN2_W)], g[zgm_lp(l, GPT_P_LN2_B)], b->dB, a->res2,
-        a->ln2_mean, a->ln2_rstd, w[zgm_lp(l, GPT_P_LN2_W)], N, C, b->part, s),
+        a->ln2_mean, a->ln2_rstd, w[zgm_lp(l, GPT_P_LN2_W)], N, C, (float *)b->d4c,
+        zgm_d4c_floats(m), b->part, s),
        WHAT("ln_2"));
   /* res2 = res_in + atty Wp^T + bp */
   if (linear_dweight(m, WHAT("attn.c_proj weight"), g[zgm_lp(l, GPT_P_ATTPROJ_W)],
@@ -406,7 +407,8 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
     return -1;
   KERN(zgf_layernorm_backward,
        (b->dres, b->dA, g[zgm_lp(l, GPT_P_LN1_W)], g[zgm_lp(l, GPT_P_LN1_B)], b->dB, res_in,
-        a->ln1_mean, a->ln1_rstd, w[zgm_lp(l, GPT_P_LN1_W)], N, C, b->part, s),
+        a->ln1_mean, a->ln1_rstd, w[zgm_lp(l, GPT_P_LN1_W)], N, C, (float *)b->d4c,
+        zgm_d4c_floats(m), b->part, s),
        WHAT("ln_1"));
 #undef WHAT
   return 0;

@@ -123,6 +123,11 @@ struct gpt_cuda {
 int zgm_fail_cuda(gpt_cuda *m, cudaError_t e, const char *call, const char *what);
 int zgm_fail_blas(gpt_cuda *m, cublasStatus_t st, const char *call, const char *what);
 
+/* fp32 capacity of m->b.d4c ((Nm, 4C) bf16), the fused LayerNorm backward's chunk partials when it is free. */
+static inline size_t zgm_d4c_floats(const gpt_cuda *m) {
+  return (size_t)2 * m->max_batch * m->cfg.seq_len * m->cfg.d_model;
+}
+
 /* Index of parameter @k of layer @l in gpt_param_specs() order. */
 static inline int zgm_lp(int l, int k) { return 2 + GPT_PARAMS_PER_LAYER * l + k; }
 

@@ -137,18 +137,22 @@ int gcr_attention_causal(float *out, float *stats, const float *qkv, int B, int 
 
 int gcr_layernorm_backward_chunked(float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *mean, const float *rstd,
-                                   const float *w, int N, int C, int chunks) {
-  if (chunks < 1) return -1;
+                                   const float *w, int N, int C, int chunks, int group) {
+  if (chunks < 1 || group < 1) return -1;
   float *acc = malloc((size_t)2 * C * sizeof *acc);
   if (!acc) return -1;
   int R = (N + chunks - 1) / chunks;
   if (R < 1) R = 1;
-  float *sw = calloc((size_t)2 * C, sizeof *sw); /* chunk sums added in chunk order */
-  if (!sw) {
+  float *sw = calloc((size_t)2 * C, sizeof *sw); /* the groups' sums, in group order */
+  float *sg = calloc((size_t)2 * C, sizeof *sg); /* the chunks' sums of the group in progress */
+  if (!sw || !sg) {
     free(acc);
+    free(sw);
+    free(sg);
     return -1;
   }
-  for (int n0 = 0; n0 < N; n0 += R) {
+  int p = 0; /* chunk index */
+  for (int n0 = 0; n0 < N; n0 += R, p++) {
     const int n1 = n0 + R < N ? n0 + R : N;
     memset(acc, 0, (size_t)2 * C * sizeof *acc);
     for (int n = n0; n < n1; n++) {
@@ -169,9 +173,13 @@ int gcr_layernorm_backward_chunked(float *dinp, float *dw, float *db, const floa
         acc[C + c] += dy[c];
       }
     }
-    for (int c = 0; c < 2 * C; c++) sw[c] += acc[c];
+    for (int c = 0; c < 2 * C; c++) sg[c] += acc[c];
+    if ((p + 1) % group == 0 || n0 + R >= N) { /* the group's last chunk */
+      for (int c = 0; c < 2 * C; c++) sw[c] += sg[c], sg[c] = 0.0f;
+    }
   }
   for (int c = 0; c < C; c++) dw[c] += sw[c], db[c] += sw[C + c];
+  free(sg);
   free(sw);
   free(acc);
   return 0;

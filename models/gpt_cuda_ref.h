@@ -65,12 +65,14 @@ void gcr_dgelu_bgrad(float *dinp, float *bgrad, const float *dout, const float *
  * gcr_layernorm_backward_chunked() - LayerNorm backward as the fused kernel
  * orders it: dinp (N,C) += rstd (w dy - mean(w dy) - xhat mean(w dy xhat))
  * per row; dw, db (C) += the sums over each of the fixed row chunks (R =
- * ceil(N / @chunks) rows each), the chunk sums then added in chunk order.
- * Returns 0, or -1 when @chunks < 1 or out of memory (it allocates 2C floats).
+ * ceil(N / @chunks) rows each), the chunk sums added in order within groups
+ * of @group chunks, the group sums then in group order (the kernel:
+ * ZGF_LN_CHUNKS, ZGF_LN_GROUP). Returns 0, or -1 when @chunks or @group < 1
+ * or out of memory (it allocates 6C floats).
  */
 int gcr_layernorm_backward_chunked(float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *mean, const float *rstd,
-                                   const float *w, int N, int C, int chunks);
+                                   const float *w, int N, int C, int chunks, int group);
 
 /*
  * gcr_attention_causal() - causal attention as cuDNN's fused flash attention

@@ -231,19 +231,21 @@ static void test_layernorm_backward(void) {
       dxw[n * C + c] = 0.5 + r * (w[c] * dy[n * C + c] - a - xh * b);
     }
   }
-  const int chunks[] = {1, 4, 128};
+  const int chunks[] = {1, 4, 128, 37}, group[] = {64, 3, 64, 5};
   for (size_t k = 0; k < sizeof chunks / sizeof *chunks; k++) {
     float dx[N * C], dw[C], db[C];
     for (int i = 0; i < N * C; i++) dx[i] = 0.5f;
     for (int c = 0; c < C; c++) dw[c] = db[c] = 0.0f;
-    REQUIRE(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, N, C, chunks[k]) == 0);
+    REQUIRE(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, N, C, chunks[k],
+                                           group[k]) == 0);
     int bad = 0;
     for (int i = 0; i < N * C; i++) bad += fabs(dx[i] - dxw[i]) > 1e-4;
     for (int c = 0; c < C; c++) bad += fabs(dw[c] - dww[c]) > 1e-4 || fabs(db[c] - dbw[c]) > 1e-4;
     if (!CHECK_EQ(bad, 0)) printf("chunks %d\n", chunks[k]);
   }
   float dx[1], dw[1], db[1];
-  CHECK(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, 1, 1, 0) == -1);
+  CHECK(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, 1, 1, 0, 64) == -1);
+  CHECK(gcr_layernorm_backward_chunked(dx, dw, db, dy, x, mean, rstd, w, 1, 1, 1, 0) == -1);
 }
 
 /*

@@ -711,7 +711,12 @@ int main(void) {
   }
   CUDA_OK(cudaFree(NULL)); /* create the context before any memory is measured */
   test_small();
-  test_fused();
+  /* ZO_TEST_GPT_CUDA_FUSED=0: leave the fused set out (a time-bounded sanitizer run) */
+  const char *fused = getenv("ZO_TEST_GPT_CUDA_FUSED");
+  if (!fused || strcmp(fused, "0"))
+    test_fused();
+  else
+    printf("test_gpt_cuda: the fused kernel set left out (ZO_TEST_GPT_CUDA_FUSED=0)\n");
   test_per_pass();
   test_large_vocab();
   test_memory();

@@ -315,8 +315,11 @@ zt() {
 # The CUDA kernel sets to run: "baseline fused" where zo-train's --help lists --cuda-kernels, else "-" (the one set
 # it has; no flag). kset_flags SET: the flag for SET, as words.
 kernel_sets() {
-  if "$bd/tools/zo-train" --help 2>/dev/null | grep -q -- '--cuda-kernels'; then echo "baseline fused"
-  else echo "-"; fi
+  # the whole --help first: grep -q would stop reading at the match and, under pipefail, zo-train's SIGPIPE would
+  # read as "no such flag"
+  local help
+  help=$("$bd/tools/zo-train" --help 2>/dev/null)
+  case $help in *--cuda-kernels*) echo "baseline fused" ;; *) echo "-" ;; esac
 }
 kset_flags() { [ "$1" = - ] || echo "--cuda-kernels $1"; }
 # kset_name BASE SET: a run's name, BASE alone for the one set

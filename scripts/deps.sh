@@ -41,6 +41,9 @@ if [ "${1:-}" = "--download" ]; then
   mkdir -p "$dir"
   [ "$(id -u)" -eq 0 ] && apt-get update -qq
   (cd "$dir" && apt-get download "${ZO_CARRY[@]}")
+  # cudnn-frontend's headers (the fused CUDA kernels' cuDNN attention; not in Debian): its wheel, unpacked there
+  /usr/bin/python3 -m pip download -q --no-deps -d "$dir" nvidia-cudnn-frontend ||
+    echo "zoffload: nvidia-cudnn-frontend not downloaded: the GPU build will use the baseline attention" >&2
   echo "zoffload: $(ls "$dir"/*.deb | wc -l) packages in $dir ($(du -sh "$dir" | cut -f1)); on the other machine:"
   echo "  ZO_DEBS=$dir timeout 450 ./scripts/gpu.sh   (the repository root; DIR relative to it, e.g. debs)"
   exit 0
@@ -61,6 +64,12 @@ if [ -n "${ZO_DEBS:-}" ]; then
     command -v pkg-config >/dev/null || echo "export PKG_CONFIG=$prefix/usr/bin/pkgconf"
     echo "export ZO_CORPUS=$prefix/usr/share/games/fortunes"
   } >"$prefix/env.sh"
+  for w in "$ZO_DEBS"/nvidia_cudnn_frontend-*.whl; do # its include/ only (header-only C++ API)
+    [ -f "$w" ] || continue
+    python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$w" "$prefix/cudnn-frontend"
+    echo "export CUDNN_FRONTEND_INCLUDE=$prefix/cudnn-frontend/include" >>"$prefix/env.sh"
+    echo "zoffload: cudnn-frontend headers from $(basename "$w") in $prefix/cudnn-frontend/include"
+  done
   echo "zoffload: unpacked $(ls "$ZO_DEBS"/*.deb | wc -l) packages into $prefix (environment: $prefix/env.sh)"
   exit 0
 fi

@@ -224,7 +224,11 @@ fig_build() {
 }
 # the tests with a stage of their own are not run twice
 do_ctest_gpu() {
-  ctest --test-dir "$bd" -L gpu -E '^(python_cuda|test_adam_device|test_comm_nccl)$' -V --timeout 55
+  # a build that found cudnn-frontend (carried by deps.sh) must run the fused set's attention on cuDNN
+  local req=0
+  grep -qE '^ZO_CUDNN_FE_DIR:PATH=/' "$bd/CMakeCache.txt" 2>/dev/null && req=1
+  ZO_TEST_REQUIRE_CUDNN=$req ctest --test-dir "$bd" -L gpu -E '^(python_cuda|test_adam_device|test_comm_nccl)$' -V \
+    --timeout 55
 }
 fig_ctest() {
   python3 - "$1" <<'EOF'

@@ -12,10 +12,11 @@ src=$1 bd=$2 part=${3:-all}
 work=$(mktemp -d "${TMPDIR:-/tmp}/zo-gpu-sh.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # the default group and the second (--all), in the script's order
-defaults=(build perf_124m cuda_vs_host ctest_gpu machine_rates gpt_10b gpt_10b_nvme gpt_10b_infinity python_cuda
-          sanitizer_memcheck nccl_1rank arena_gpu)
-stages=("${defaults[@]}" sanitizer_racecheck sanitizer_synccheck torch_nccl wheel_cuda onednn_bf16 ratio_124m
-        adam_device ranks_1gpu nccl_ranks)
+defaults=(build perf_124m cuda_vs_host ctest_gpu machine_rates gpt_10b gpt_10b_nvme python_cuda sanitizer_memcheck
+          nccl_1rank arena_gpu)
+stages=(build perf_124m cuda_vs_host ctest_gpu machine_rates gpt_10b gpt_10b_nvme gpt_10b_infinity python_cuda
+        sanitizer_memcheck nccl_1rank arena_gpu sanitizer_racecheck sanitizer_synccheck torch_nccl wheel_cuda
+        onednn_bf16 ratio_124m adam_device ranks_1gpu nccl_ranks)
 fail=0
 no() { echo "FAIL: $*"; fail=1; }
 export GOMP_SPINCOUNT=10000 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

@@ -21,8 +21,9 @@ positions, and, per kind of tensor, the update's RMS against the weights' RMS:
 
 (the overrides replace model.n_layer, model.seq_len and train_micro_batch_size_per_gpu). Compare with
 `zo-train --config FILE --print-every 1 --log-json OUT` on a config with the same values: its `loss`,
-`lr` and `grad_norm` agree to the bf16 products' rounding (at d_model 4096, 1 layer, T 64, B 4:
-11.8312, 11.9947, 12.0251, 8.6725 in both over the first four steps; tests/zo_train_reference.py).
+`lr` and `grad_norm` agree to the bf16 products' rounding (at d_model 4096, 1 layer, T 64, B 4, with
+configs/gpt-10b.json's former 5-step warmup: 11.8312, 11.9947, 12.0251, then 8.6724 here and 8.6725 in
+zo-train). The ctest zo_train_reference compares the two on a small model.
 """
 import argparse
 import json

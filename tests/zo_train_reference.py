@@ -91,9 +91,9 @@ with tempfile.TemporaryDirectory(prefix="zo_train_reference.") as tmp:
         print(f"{state} state: largest loss difference over 8 steps {worst:.4f} (step 1: zo-train "
               f"{ours[0]['loss']:.4f}, reference {ref[0]['loss']:.4f})")
 
-# ---- 2. the 10B presets' learning rate over their run, times their depth
+# ---- 2. the 10B and 100B presets' learning rate over their run, times their depth
 LR_DEPTH_MAX = 6.4e-5
-for name in ("gpt-10b.json", "gpt-10b-infinity.json"):
+for name in ("gpt-10b.json", "gpt-10b-infinity.json", "gpt-100b-infinity.json"):
     with open(os.path.join(src, "configs", name)) as f:
         c = json.load(f)
     steps, L = c["train"]["steps"], c["model"]["n_layer"]

@@ -458,8 +458,70 @@ static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, 
  * also the block output (the last projection and residual), which the
  * recompute in backward does not need. Scratch: dqkv, dA, dB.
  */
+int zgm_attention_forward(gpt_cuda *m, int l, const acts *a, bf16 *scratch) {
+  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH;
+  const size_t NC = (size_t)B * T * C;
+  cudaStream_t s = m->stream;
+  char what[96];
+#define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
+  m->in_attn = 1;
+  KERN(zgc_to_heads, (a->qkvr, m->b.dqkv, B, T, NH, hs, 3, s), WHAT("q,k,v to heads"));
+  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
+  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
+  /* scores (T,T) = q k^T / sqrt(hs) per (b, head) */
+  if (zgm_gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+               1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
+               B * NH))
+    return -1;
+  KERN(zgc_softmax_causal_forward, (a->att, B * NH, T, s), WHAT("attention softmax"));
+  /* y (T,hs) = att v per (b, head), into @scratch by head */
+  if (zgm_gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh,
+               a->att, T, sTT, 0.0f, scratch, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  KERN(zgc_from_heads, (a->atty, scratch, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
+  m->in_attn = 0;
+#undef WHAT
+  return 0;
+}
+
+int zgm_attention_backward(gpt_cuda *m, int l, const acts *a) {
+  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH;
+  const size_t NC = (size_t)B * T * C;
+  const bufs *b = &m->b;
+  cudaStream_t s = m->stream;
+  char what[96];
+#define WHAT(x) (snprintf(what, sizeof what, "block %d %s backward", l, (x)), what)
+  /* dy by head into dA, dq|dk|dv by head into d4c */
+  m->in_attn = 1;
+  KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
+  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
+  bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
+  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
+  /* datt (T,T) = dy v^T */
+  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
+               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
+    return -1;
+  /* dv (T,hs) = att^T dy */
+  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
+               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
+       WHAT("attention softmax"));
+  /* dq (T,hs) = dS k; dk (T,hs) = dS^T q */
+  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
+               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
+               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
+    return -1;
+  KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
+  m->in_attn = 0;
+#undef WHAT
+  return 0;
+}
+
 static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, bf16 *res_out) {
-  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
+  const int C = m->cfg.d_model, N = m->B * m->T;
   const size_t NC = (size_t)N * C;
   const bf16 *const *w = m->w;
   cudaStream_t s = m->stream;
@@ -474,22 +536,7 @@ static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, 
   if (zgm_linear_forward(m, WHAT("attn.c_attn"), m->b.dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)], N, C,
                          3 * C, 1.0f))
     return -1;
-  m->in_attn = 1;
-  KERN(zgc_to_heads, (a->qkvr, m->b.dqkv, B, T, NH, hs, 3, s), WHAT("q,k,v to heads"));
-  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
-  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
-  /* scores (T,T) = q k^T / sqrt(hs) per (b, head) */
-  if (zgm_gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-               1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
-               B * NH))
-    return -1;
-  KERN(zgc_softmax_causal_forward, (a->att, B * NH, T, s), WHAT("attention softmax"));
-  /* y (T,hs) = att v per (b, head), into dA by head */
-  if (zgm_gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh,
-               a->att, T, sTT, 0.0f, m->b.dA, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_from_heads, (a->atty, m->b.dA, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
-  m->in_attn = 0;
+  if (zgm_attention_forward(m, l, a, m->b.dA)) return -1;
   if (zgm_linear_forward(m, WHAT("attn.c_proj"), m->b.dB, a->atty, w[zgm_lp(l, GPT_P_ATTPROJ_W)], N,
                          C, C, 0.0f))
     return -1;
@@ -521,7 +568,7 @@ static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, 
  * block's gradients are added. Scratch: dA, dB, dqkv, d4c, datt.
  */
 static int block_backward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in) {
-  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
+  const int C = m->cfg.d_model, N = m->B * m->T;
   const size_t NC = (size_t)N * C;
   const bf16 *const *w = m->w;
   bf16 *const *g = m->g;
@@ -551,31 +598,7 @@ static int block_backward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in)
                       g[zgm_lp(l, GPT_P_ATTPROJ_B)], b->dA, a->atty, w[zgm_lp(l, GPT_P_ATTPROJ_W)],
                       N, C, C))
     return -1;
-  /* attention: dy by head into dA (free again), dq|dk|dv by head into d4c */
-  m->in_attn = 1;
-  KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
-  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
-  bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
-  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
-  /* datt (T,T) = dy v^T */
-  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
-               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
-    return -1;
-  /* dv (T,hs) = att^T dy */
-  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
-               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
-       WHAT("attention softmax"));
-  /* dq (T,hs) = dS k; dk (T,hs) = dS^T q */
-  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
-               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
-               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
-  m->in_attn = 0;
+  if (zgm_attention_backward(m, l, a)) return -1;
   /* qkv = ln1 Wqkv^T + bqkv */
   if (linear_backward(m, WHAT("attn.c_attn"), b->dB, g[zgm_lp(l, GPT_P_QKV_W)],
                       g[zgm_lp(l, GPT_P_QKV_B)], b->dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)], N, C,

@@ -225,34 +225,17 @@ static int cudnn_attention(gpt_cuda *m) {
 /* ------------------------------------------------------------------ */
 /* the block */
 
-/* The baseline's attention of the fused block forward: q|k|v rows in dqkv; atty out. Scratch: d4c. */
+/* The baseline's attention of the fused block forward: the q|k|v product into dqkv, then gpt_cuda.cu's
+ * attention (atty out) through d4c. */
 static int attention_forward_baseline(gpt_cuda *m, int l, const acts *a) {
-  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
-  const size_t NC = (size_t)N * C;
+  const int C = m->cfg.d_model, N = m->B * m->T;
   const bf16 *const *w = m->w;
-  const bufs *b = &m->b;
-  cudaStream_t s = m->stream;
   char what[96];
-#define WHAT(x) (snprintf(what, sizeof what, "block %d %s", l, (x)), what)
-  if (linear_bias(m, WHAT("attn.c_attn"), b->dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)],
-                  w[zgm_lp(l, GPT_P_QKV_B)], N, C, 3 * C))
+  snprintf(what, sizeof what, "block %d attn.c_attn", l);
+  if (linear_bias(m, what, m->b.dqkv, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)], w[zgm_lp(l, GPT_P_QKV_B)],
+                  N, C, 3 * C))
     return -1;
-  m->in_attn = 1;
-  KERN(zgc_to_heads, (a->qkvr, b->dqkv, B, T, NH, hs, 3, s), WHAT("q,k,v to heads"));
-  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
-  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
-  if (zgm_gemm(m, WHAT("attention scores q k^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-               1.0f / sqrtf((float)hs), k, hs, sTh, q, hs, sTh, 0.0f, a->att, CUDA_R_16BF, T, sTT,
-               B * NH))
-    return -1;
-  KERN(zgc_softmax_causal_forward, (a->att, B * NH, T, s), WHAT("attention softmax"));
-  if (zgm_gemm(m, WHAT("attention att v"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sTh,
-               a->att, T, sTT, 0.0f, b->d4c, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_from_heads, (a->atty, b->d4c, B, T, NH, hs, 1, s), WHAT("attention output from heads"));
-  m->in_attn = 0;
-#undef WHAT
-  return 0;
+  return zgm_attention_forward(m, l, a, m->b.d4c);
 }
 
 /*
@@ -312,40 +295,6 @@ int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_i
 }
 
 
-/* The baseline's attention backward in the fused block: dy (dB) -> dq|dk|dv rows in dqkv. Scratch: dA, d4c, datt. */
-static int attention_backward_baseline(gpt_cuda *m, int l, const acts *a) {
-  const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH, N = B * T;
-  const size_t NC = (size_t)N * C;
-  const bufs *b = &m->b;
-  cudaStream_t s = m->stream;
-  char what[96];
-#define WHAT(x) (snprintf(what, sizeof what, "block %d %s backward", l, (x)), what)
-  /* dy by head into dA, dq|dk|dv by head into d4c */
-  m->in_attn = 1;
-  KERN(zgc_to_heads, (b->dA, b->dB, B, T, NH, hs, 1, s), WHAT("attention output grad to heads"));
-  const bf16 *q = a->qkvr, *k = q + NC, *v = k + NC;
-  bf16 *dq = b->d4c, *dk = dq + NC, *dv = dk + NC;
-  const long long sTh = (long long)T * hs, sTT = (long long)T * T;
-  if (zgm_gemm(m, WHAT("attention d att = dy v^T"), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs,
-               sTh, b->dA, hs, sTh, 0.0f, b->datt, CUDA_R_16BF, T, sTT, B * NH))
-    return -1;
-  if (zgm_gemm(m, WHAT("attention dv = att^T dy"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, b->dA,
-               hs, sTh, a->att, T, sTT, 0.0f, dv, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_softmax_causal_backward, (b->datt, a->att, B * NH, T, 1.0f / sqrtf((float)hs), s),
-       WHAT("attention softmax"));
-  if (zgm_gemm(m, WHAT("attention dq = dS k"), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, sTh,
-               b->datt, T, sTT, 0.0f, dq, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  if (zgm_gemm(m, WHAT("attention dk = dS^T q"), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs,
-               sTh, b->datt, T, sTT, 0.0f, dk, CUDA_R_16BF, hs, sTh, B * NH))
-    return -1;
-  KERN(zgc_from_heads, (b->dqkv, b->d4c, B, T, NH, hs, 3, s), WHAT("dq,dk,dv from heads"));
-  m->in_attn = 0;
-#undef WHAT
-  return 0;
-}
-
 /*
  * As block_backward() in gpt_cuda.cu, with dA holding bf16(dres) on entry
  * and, on return, bf16 of the updated dres (the next block's operand).
@@ -395,7 +344,7 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
       return -1;
     }
     m->in_attn = 0;
-  } else if (attention_backward_baseline(m, l, a)) {
+  } else if (zgm_attention_backward(m, l, a)) {
     return -1;
   }
   /* qkv = ln1 Wqkv^T + bqkv */

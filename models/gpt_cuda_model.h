@@ -150,6 +150,15 @@ int zgm_gemm(gpt_cuda *m, const char *what, cublasOperation_t ta, cublasOperatio
              int ldb, long long sB, float beta, void *Cp, cudaDataType_t ctype, int ldc,
              long long sC, int batch);
 
+/*
+ * The baseline's causal attention of block @l (both kernel sets run it where cuDNN's is not used): q|k|v rows in
+ * m->b.dqkv to a->qkvr by head, a->att the (B, NH, T, T) probabilities, the output rows into a->atty through
+ * @scratch ((B, NH, T, hs) bf16). Its backward: dy rows in m->b.dB to dq|dk|dv rows in m->b.dqkv, through dA,
+ * d4c and datt. 0, or -1 with the error set.
+ */
+int zgm_attention_forward(gpt_cuda *m, int l, const acts *a, zgc_bf16 *scratch);
+int zgm_attention_backward(gpt_cuda *m, int l, const acts *a);
+
 /* out (N,OC) = inp (N,IC) W^T, W (OC,IC); beta 1 adds to what out holds. */
 int zgm_linear_forward(gpt_cuda *m, const char *what, zgc_bf16 *out, const zgc_bf16 *inp,
                        const zgc_bf16 *W, int N, int IC, int OC, float beta);

@@ -62,9 +62,9 @@ typedef struct eng {
   void *dbuf[NP]; /* one device buffer per tensor, fp32-sized */
 } eng;
 
-/* The engine of @c on @dev (with compute stream @cs, or none), its tensors registered, finalized and loaded. */
-static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev, zo_stream_t *cs) {
-  memset(g, 0, sizeof *g);
+/* The engine of @c on @dev (with compute stream @cs, or none) into g->e and g->ps, its tensors registered,
+ * finalized and loaded; g->dbuf untouched. */
+static inline int eng_open_params(eng *g, const zo_config_t *c, zo_device_t *dev, zo_stream_t *cs) {
   if (!CHECK_OK(zo_engine_create(c, dev, g_comm, &g->e))) return 1;
   if (cs && !CHECK_OK(zo_engine_set_compute_stream(g->e, cs))) return 1;
   for (int i = 0; i < NP; i++) {
@@ -79,9 +79,38 @@ static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev, zo_stream_t 
     for (size_t j = 0; j < k_sizes[i]; j++) w[j] = zo_test_rand_pm1f(&seed);
     int bad = !CHECK_OK(zo_engine_load_param(g->e, g->ps[i], w));
     free(w);
-    if (bad || !CHECK_OK(zo_device_malloc(dev, k_sizes[i] * 4, &g->dbuf[i]))) return 1;
+    if (bad) return 1;
   }
   return 0;
+}
+
+/* eng_open_params, and one fp32-sized device buffer per tensor. */
+static int eng_open(eng *g, const zo_config_t *c, zo_device_t *dev, zo_stream_t *cs) {
+  memset(g, 0, sizeof *g);
+  if (eng_open_params(g, c, dev, cs)) return 1;
+  for (int i = 0; i < NP; i++)
+    if (!CHECK_OK(zo_device_malloc(dev, k_sizes[i] * 4, &g->dbuf[i]))) return 1;
+  return 0;
+}
+
+/* Every tensor's fp32 master weights (this rank's shard) in @a and @b equal bit for bit? 0; else 1, the first bytes
+ * that differ named by CHECK_BYTES ("LABEL: master of tI (rank RANK)"), or a read that failed by CHECK_OK. */
+static inline int eng_masters_differ(const char *label, const eng *a, const eng *b, int rank) {
+  int bad = 0;
+  for (int i = 0; i < NP && !bad; i++) {
+    float *ma = malloc(k_sizes[i] * 4), *mb = malloc(k_sizes[i] * 4);
+    size_t off, n, off2, n2;
+    if (CHECK_OK(zo_engine_get_master(a->e, a->ps[i], ma, &off, &n)) &&
+        CHECK_OK(zo_engine_get_master(b->e, b->ps[i], mb, &off2, &n2)) && CHECK_EQ(n, n2)) {
+      char what[200];
+      snprintf(what, sizeof what, "%s: master of t%d (rank %d)", label, i, rank);
+      if (CHECK_BYTES(what, ma, mb, n * 4)) bad = 1;
+    } else {
+      bad = 1;
+    }
+    free(ma), free(mb);
+  }
+  return bad;
 }
 
 static void eng_close(eng *g, zo_device_t *dev) {

@@ -76,23 +76,7 @@ static int rig_open(rig *r, const tcase *tc) {
     c.zero.stage = 3;
     c.zero.offload_param.device = ZO_OFFLOAD_CPU;
   }
-  eng *g = &r->g;
-  if (!CHECK_OK(zo_engine_create(&c, r->dev, g_comm, &g->e))) return 1;
-  for (int i = 0; i < NP; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "t%d", i);
-    if (!CHECK_OK(zo_engine_register_param(g->e, name, k_sizes[i], &g->ps[i]))) return 1;
-  }
-  if (!CHECK_OK(zo_engine_finalize(g->e))) return 1;
-  uint64_t seed = 7;
-  for (int i = 0; i < NP; i++) {
-    float *w = malloc(k_sizes[i] * 4);
-    for (size_t j = 0; j < k_sizes[i]; j++) w[j] = zo_test_rand_pm1f(&seed);
-    int bad = !CHECK_OK(zo_engine_load_param(g->e, g->ps[i], w));
-    free(w);
-    if (bad) return 1;
-  }
-  return 0;
+  return eng_open_params(&r->g, &c, r->dev, NULL);
 }
 
 static void rig_close(rig *r) {

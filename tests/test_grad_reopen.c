@@ -137,17 +137,7 @@ static void run_case(const char *label, const zo_config_t *c, int passes, zo_dty
       fprintf(stderr, "  %s step %d: norm %.17g vs %.17g\n", label, s, ia.grad_norm, ib.grad_norm);
     CHECK_EQ(ia.skipped, ib.skipped);
   }
-  for (int i = 0; i < NP && !bad; i++) {
-    float *ma = malloc(k_sizes[i] * 4), *mb = malloc(k_sizes[i] * 4);
-    size_t off, n, off2, n2;
-    if (CHECK_OK(zo_engine_get_master(a.e, a.ps[i], ma, &off, &n)) &&
-        CHECK_OK(zo_engine_get_master(b.e, b.ps[i], mb, &off2, &n2)) && CHECK_EQ(n, n2)) {
-      char what[200];
-      snprintf(what, sizeof what, "%s: master of t%d (rank %d)", label, i, R);
-      if (CHECK_BYTES(what, ma, mb, n * 4)) bad = 1;
-    }
-    free(ma), free(mb);
-  }
+  if (!bad) bad = eng_masters_differ(label, &a, &b, R);
   if (!bad)
     printf(
         "ok: %s (rank %d of %d): %d backward passes == one hand-over of their sum, bit for bit\n",

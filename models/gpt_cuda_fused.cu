@@ -363,20 +363,6 @@ __global__ void layernorm_backward_group_kernel(float *part2, const float *part,
   part2[(size_t)g * 2 * C + k] = acc;
 }
 
-/* dw[c] += sum over the groups of part2[g][c], db[c] += of part2[g][C + c], in group order. */
-__global__ void layernorm_backward_finish_fused_kernel(bf16 *dw, bf16 *db, const float *part2,
-                                                       int G, int C) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int g = 0; g < G; g++) {
-      sw += part2[(size_t)g * 2 * C + c];
-      sb += part2[(size_t)g * 2 * C + C + c];
-    }
-    dw[c] = __float2bfloat16_rn(__bfloat162float(dw[c]) + sw);
-    db[c] = __float2bfloat16_rn(__bfloat162float(db[c]) + sb);
-  }
-}
-
 cudaError_t zgf_layernorm_backward(float *dinp, bf16 *dinp_bf16, bf16 *dw, bf16 *db,
                                    const bf16 *dout, const bf16 *inp, const float *mean,
                                    const float *rstd, const bf16 *w, int N, int C, float *part,
@@ -402,10 +388,8 @@ cudaError_t zgf_layernorm_backward(float *dinp, bf16 *dinp_bf16, bf16 *dw, bf16 
   layernorm_backward_group_kernel<<<grid, 256, 0, s>>>(part2, part, P, C);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  layernorm_backward_finish_fused_kernel<<<grid_cap(((size_t)C + 255) / 256), 256, 0, s>>>(dw, db,
-                                                                                           part2, G,
-                                                                                           C);
-  return cudaGetLastError();
+  /* dw, db += the groups' sums, in group order: the baseline's last pass */
+  return zgc_layernorm_backward_finish(dw, db, part2, G, C, s);
 }
 
 /* ------------------------------------------------------------------ */

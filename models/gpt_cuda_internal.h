@@ -71,6 +71,10 @@ cudaError_t zgc_colsum_add(zgc_bf16 *g, const zgc_bf16 *x, int N, int K, float *
 cudaError_t zgc_layernorm_backward(float *dinp, zgc_bf16 *dw, zgc_bf16 *db, const zgc_bf16 *dout,
                                    const zgc_bf16 *inp, const float *mean, const float *rstd,
                                    const zgc_bf16 *w, int N, int C, float *part, cudaStream_t s);
+/* dw[c] += sum over p < P of part[p][c], db[c] += of part[p][C + c], in p order, each rounded to bf16 once: the last
+ * pass of zgc_layernorm_backward (and of the fused set's, over its groups). */
+cudaError_t zgc_layernorm_backward_finish(zgc_bf16 *dw, zgc_bf16 *db, const float *part, int P,
+                                          int C, cudaStream_t s);
 /* gwpe rows 0..T-1 (T,C) += sum over b of dres (B,T,C) fp32. */
 cudaError_t zgc_wpe_backward(zgc_bf16 *gwpe, const float *dres, int B, int T, int C,
                              cudaStream_t s);

@@ -444,6 +444,11 @@ cudaError_t zgc_layernorm_backward(float *dinp, bf16 *dw, bf16 *db, const bf16 *
   layernorm_backward_partial_kernel<<<grid, THREADS, 0, s>>>(part, dout, inp, mean, rstd, N, C, R);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  return zgc_layernorm_backward_finish(dw, db, part, P, C, s);
+}
+
+cudaError_t zgc_layernorm_backward_finish(bf16 *dw, bf16 *db, const float *part, int P, int C,
+                                          cudaStream_t s) {
   layernorm_backward_finish_kernel<<<grid_for((size_t)C), THREADS, 0, s>>>(dw, db, part, P, C);
   return cudaGetLastError();
 }

@@ -44,7 +44,7 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "lr", json_real(l->lr));
   json_object_set_new(o, "tokens_per_s", json_real(l->tok_s));
   json_object_set_new(o, "model_tflops", json_real(l->tflops));
-  json_object_set_new(o, "mfu", l->mfu > 0 ? json_real(l->mfu) : json_null());
+  json_object_set_new(o, "mfu", real_or_null(l->mfu));
   json_object_set_new(o, "loss_scale", json_real(l->loss_scale));
   json_object_set_new(o, "grad_norm",
                       isfinite(l->grad_norm) ? json_real(l->grad_norm) : json_null());
@@ -53,8 +53,7 @@ static void write_json(FILE *jf, const step_log *l, const zo_engine_mem *mem) {
   json_object_set_new(o, "last_step_ms", json_real(l->last_step_s * 1e3));
   json_object_set_new(o, "elapsed_s", json_real(l->elapsed_s));
   json_object_set_new(o, "eta_s", l->eta_s >= 0 ? json_real(l->eta_s) : json_null());
-  json_object_set_new(o, "predicted_step_ms",
-                      l->pred_step_s > 0 ? json_real(l->pred_step_s * 1e3) : json_null());
+  json_object_set_new(o, "predicted_step_ms", real_or_null(l->pred_step_s * 1e3));
   json_object_set_new(o, "forward_ms", json_real(l->fwd_s * per));
   json_object_set_new(o, "backward_ms", json_real(l->bwd_s * per));
   json_object_set_new(o, "optimizer_ms", json_real(l->opt_s * per));

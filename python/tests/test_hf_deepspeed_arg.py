@@ -47,6 +47,18 @@ def _same_run(t, reference):
     assert (t.losses, t.lrs) == reference
 
 
+def _taken_over(a, reference):
+    """Train on @a, whose DeepSpeed settings ZoffloadTrainer must drop, clear the ACCELERATE_USE_DEEPSPEED that the
+    caller or transformers left, and check the run is zoffload_config='s."""
+    try:
+        t = _train(a)
+    finally:
+        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+    assert a.deepspeed is None and a.deepspeed_plugin is None
+    _same_run(t, reference)
+    return t
+
+
 def test_deepspeed_dict_trains_as_zoffload_config(tmp_path, reference):
     a = _args(tmp_path, deepspeed=hf_config(2, tmp_path))
     assert a.deepspeed is None and a.zoffload_config["zero_optimization"]["stage"] == 2
@@ -119,12 +131,7 @@ def test_transformers_arguments_with_deepspeed_taken_over(tmp_path, reference):
     a.deepspeed = hf_config(2, tmp_path)
     a.deepspeed_plugin = object()  # what accelerate's DeepSpeedPlugin would be: dropped, never used
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    try:
-        t = _train(a)
-    finally:
-        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
-    assert a.deepspeed is None and a.deepspeed_plugin is None
-    _same_run(t, reference)
+    t = _taken_over(a, reference)
     assert torch.isfinite(torch.tensor(t.losses)).all()
 
 
@@ -137,9 +144,4 @@ def test_transformers_arguments_made_by_deepspeed_taken_over(tmp_path, reference
         pytest.skip("the deepspeed package does not import here: %s" % e)
     a = _args(tmp_path, cls=transformers.TrainingArguments, deepspeed=hf_config(2, tmp_path))
     assert a.deepspeed_plugin is not None  # transformers made DeepSpeed's plugin
-    try:
-        t = _train(a)
-    finally:
-        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
-    assert a.deepspeed is None and a.deepspeed_plugin is None
-    _same_run(t, reference)
+    _taken_over(a, reference)

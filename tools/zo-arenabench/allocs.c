@@ -140,7 +140,6 @@ static void run_cuda(int ordinal, int pool, const op *ops, size_t nops, int roun
   cuuint64_t old_threshold = 0, keep = UINT64_MAX, zero = 0, high = 0;
   int threshold_set = 0;
   CUdeviceptr p[LAYERS * TENSORS] = {0};
-  double live = 0, peak = 0;
   if (cu_load(&c, r->note, sizeof r->note)) return;
   CU(c.Init(0));
   CU(c.DeviceGet(&cd, ordinal));
@@ -170,8 +169,6 @@ static void run_cuda(int ordinal, int pool, const op *ops, size_t nops, int roun
           CU(c.MemAllocAsync(&p[o->slot], o->bytes, s));
         else
           CU(c.MemAlloc(&p[o->slot], o->bytes));
-        live += (double)o->bytes;
-        if (live > peak) peak = live;
       } else {
         if (pool)
           CU(c.MemFreeAsync(p[o->slot], s));
@@ -182,13 +179,10 @@ static void run_cuda(int ordinal, int pool, const op *ops, size_t nops, int roun
     }
     if (pool) CU(c.StreamSynchronize(s));
     if (k) times[k - 1] = zo_clock_s() - t0;
-    live = 0;
   }
-  if (pool) {
+  if (pool) { /* cuMemAlloc's peak is the trace's own (alloc_trace_run) */
     CU(c.MemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
     r->peak_bytes = (double)high;
-  } else {
-    r->peak_bytes = peak;
   }
   r->measured = 1;
 out:
@@ -238,6 +232,8 @@ int alloc_trace_run(zo_device_t *dev, zo_arena_t *a, size_t cap, int ordinal, in
     } else {
 #if ZO_HAVE_CUDA
       run_cuda(ordinal, k == ALLOC_POOL, ops, nops, rounds, times, r);
+      if (k == ALLOC_CUMEMALLOC)
+        r->peak_bytes = t->trace_peak_bytes; /* what it asked for, unrounded */
 #else
       (void)ordinal;
       snprintf(r->note, sizeof r->note, "built without CUDA");

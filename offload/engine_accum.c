@@ -285,7 +285,7 @@ zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dty
 }
 
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
-                        const char *what) {
+                        const char *what, int reopened_ok) {
   if (!e || !p || !grad) return zo_error_set(ZO_ERR_INVALID_ARG, "%s: NULL argument", what);
   if (p->eng != e)
     return zo_error_set(ZO_ERR_INVALID_ARG, "%s '%s': a tensor of another engine", what, p->name);
@@ -300,7 +300,7 @@ zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *g
                             ? " (fp32 is accepted with gradient_accumulation_steps > 1 or "
                               "data_types.grad_accum_dtype set)"
                             : "");
-  if (p->has_grad)
+  if (p->has_grad && !(reopened_ok && p->reopen))
     return zo_error_set(
         ZO_ERR_INVALID_USAGE,
         "%s '%s': gradient already handed over in this step "

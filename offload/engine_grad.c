@@ -40,13 +40,8 @@ static zo_status grad_ready_one_rank(zo_engine_t *e, zo_param_t *p, const void *
 }
 
 static zo_status grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype grad_dtype) {
-  /* a further contribution after zo_engine_grad_reopen(): checked as a first one, then added */
-  const int again = e && p && p->eng == e && p->has_grad && p->reopen;
-  if (again) p->has_grad = 0;
-  zo_status cs = eng_acc_check(e, p, grad, grad_dtype, "grad_ready");
-  if (again) p->has_grad = 1;
-  if (cs != ZO_OK) return cs;
-  if (again) {
+  ZO_CHECK(eng_acc_check(e, p, grad, grad_dtype, "grad_ready", 1));
+  if (p->has_grad) { /* a further contribution after zo_engine_grad_reopen(): added to what landed */
     p->reopen = 0;
     p->has_grad = 0;
     eng_acc_note(e->acc, p); /* p->n_acc > 0: every path below adds to what landed */
@@ -92,7 +87,7 @@ zo_status zo_engine_grad_ready(zo_engine_t *e, zo_param_t *p, const void *grad,
 }
 
 static zo_status grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype) {
-  ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate"));
+  ZO_CHECK(eng_acc_check(e, p, grad, dtype, "grad_accumulate", 0));
   if (!eng_acc_ok(e))
     return zo_error_set(
         ZO_ERR_INVALID_USAGE,
@@ -120,14 +115,13 @@ zo_status zo_engine_grad_accumulate(zo_engine_t *e, zo_param_t *p, const void *g
   return st;
 }
 
-/* Every gradient handed over so far has landed: reduced over the ranks, copied or added into p->grad or written to
- * grad.swp, its norm summed (the step's first wait, engine_step.c, does the same). */
-static zo_status grad_wait_landed(zo_engine_t *e) {
-  if (e->world > 1) ZO_CHECK(eng_dp_drain(e));
+zo_status eng_grads_wait_landed(zo_engine_t *e) {
+  if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
   ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  if (e->tier == ZO_OFFLOAD_NVME) ZO_CHECK(eng_gnv_drain(e));
-  ZO_CHECK(eng_acc_drain(e->acc));
-  return eng_grad_norms_wait(e);
+  if (e->tier == ZO_OFFLOAD_NVME)
+    ZO_CHECK(eng_gnv_drain(e));    /* every gradient on disk in grad.swp */
+  ZO_CHECK(eng_acc_drain(e->acc)); /* the staged adds on the pool */
+  return eng_grad_norms_wait(e);   /* and the norms behind them */
 }
 
 zo_status zo_engine_grad_reopen(zo_engine_t *e) {
@@ -144,7 +138,7 @@ zo_status zo_engine_grad_reopen(zo_engine_t *e) {
         "false to take more than one backward pass per micro-batch");
   if (!e->n_grads) return ZO_OK; /* nothing handed over with grad_ready in this step */
   ZO_NVTX_PUSHF("gradient reopen");
-  zo_status st = grad_wait_landed(e);
+  zo_status st = eng_grads_wait_landed(e);
   /* nvme: a sub-group's gradients read into its slot (with its state) are stale once one of them takes
    * another contribution: read again at the step, from grad.swp */
   if (st == ZO_OK && e->tier == ZO_OFFLOAD_NVME) st = eng_gnv_reopen(e);

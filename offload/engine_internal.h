@@ -738,9 +738,10 @@ zo_status eng_acc_stage(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtyp
  * p->grad, the device gradient shard in the accumulation dtype, on the copy stream; grad_read recorded behind. */
 zo_status eng_acc_device(zo_engine_t *e, zo_param_t *p, const void *grad, zo_dtype dtype);
 /* The checks every hand-over shares (@what names the call in messages); nothing changes when one
- * fails. */
+ * fails. A tensor whose gradient was handed over this step is refused, unless @reopened_ok and
+ * zo_engine_grad_reopen() reopened it (p->reopen: grad_ready's further contribution). */
 zo_status eng_acc_check(const zo_engine_t *e, const zo_param_t *p, const void *grad, zo_dtype dtype,
-                        const char *what);
+                        const char *what, int reopened_ok);
 /* Wait for the adds the staging buckets' host functions queued on the pool (after zo_stream_synchronize of the
  * copy stream); the first failure, naming the tensor. */
 zo_status eng_acc_drain(struct eng_acc *a);
@@ -783,6 +784,10 @@ zo_status eng_submit_adam(zo_engine_t *e, const zo_adam_hparams *hp, zo_param_t 
  * no thread of its own for these: every public call that hands a gradient over or fetches (zo_engine_grad_ready,
  * zo_engine_grad_accumulate, zo_engine_fetch, zo_engine_release) calls it once. */
 zo_status eng_progress(zo_engine_t *e);
+/* Block until every gradient handed over so far has landed: reduced over the ranks (several), copied or added into
+ * p->grad or written to grad.swp (nvme), the staged adds done and the norms behind them summed. Engine thread; the
+ * step's first wait (engine_step.c) and zo_engine_grad_reopen call it. */
+zo_status eng_grads_wait_landed(zo_engine_t *e);
 
 /* ---------------------------------------------------------------- engine_nvme.c */
 

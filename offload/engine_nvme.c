@@ -550,8 +550,8 @@ zo_status eng_nv_advance(zo_engine_t *e) {
 
 /* zo_engine_step(): every gradient has landed; update the sub-groups not yet updated, blocking only
  * on what the next one in order needs; with @target, only until that one is updated (those before
- * it in order first). */
-static zo_status nv_finish_step(zo_engine_t *e, const sub_group *target, double *adam_s) {
+ * it in order first). Through nv_finish_step(). */
+static zo_status nv_update_sgs(zo_engine_t *e, const sub_group *target, double *adam_s) {
   struct eng_nv *nv = e->nv;
   nv->adam_ok = 1;
   int no_slot = 0; /* sub-groups whose read could not start before the step for want of a slot */
@@ -624,13 +624,18 @@ static zo_status nv_finish_step(zo_engine_t *e, const sub_group *target, double 
   }
 }
 
+/* nv_update_sgs() with nv->in_step set: the state reads it waits on go ahead of queued write-backs. */
+static zo_status nv_finish_step(zo_engine_t *e, const sub_group *target, double *adam_s) {
+  e->nv->in_step = 1;
+  const zo_status st = nv_update_sgs(e, target, adam_s);
+  e->nv->in_step = 0;
+  return st;
+}
+
 zo_status eng_nv_finish_step(zo_engine_t *e, const zo_adam_hparams *hp, double *adam_s) {
   struct eng_nv *nv = e->nv;
   if (!nv->adam_ok) nv->hp = *hp;
-  nv->in_step = 1;
-  zo_status st = nv_finish_step(e, NULL, adam_s);
-  nv->in_step = 0;
-  return st;
+  return nv_finish_step(e, NULL, adam_s);
 }
 
 /* After the step: the next step's order is the order in which sub-groups became complete in this
@@ -705,10 +710,7 @@ zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s) {
              "sub-groups",
              (long long)e->step + 1, nv->claim_wait_s * 1e3, nv->n_claim_waits, nv->n_sgs);
   nv->claim_wait_s = 0, nv->n_claim_waits = 0;
-  nv->in_step = 1;
-  zo_status st = nv_finish_step(e, NULL, adam_s);
-  nv->in_step = 0;
-  ZO_CHECK(st);
+  ZO_CHECK(nv_finish_step(e, NULL, adam_s));
   /* every shard's new working weights, in tensor order (a fetch waits for its own tensor's) */
   for (int i = 0; i < e->n_params; i++)
     ZO_CHECK(eng_queue_upload(e, e->params[i], 0, e->params[i]->shard_n));
@@ -722,10 +724,7 @@ zo_status eng_nv_dpu_claim(zo_engine_t *e, sub_group *g, int *may_hold) {
   if (!g->done) {
     double adam_s = 0;
     const double t0 = zo_clock_s();
-    nv->in_step = 1; /* the hand-over waits: its reads go first */
-    zo_status st = nv_finish_step(e, g, &adam_s);
-    nv->in_step = 0;
-    ZO_CHECK(st);
+    ZO_CHECK(nv_finish_step(e, g, &adam_s)); /* the hand-over waits: its reads go first */
     nv->claim_wait_s += zo_clock_s() - t0;
     nv->n_claim_waits++;
   }

@@ -88,16 +88,6 @@ void eng_states_host_mem(const struct eng_states *s, size_t *host_bytes, size_t 
   if (s->host.pinned) *pinned_bytes += s->host.nbytes;
 }
 
-void eng_states_free(zo_engine_t *e) {
-  struct eng_states *s = e->states;
-  if (!s) return;
-  eng_host_buf_free(&s->host);
-  if (s->keep) zo_device_free(e->dev, s->keep);
-  free(s->reg);
-  free(s);
-  e->states = NULL;
-}
-
 /* Back to "nothing offloaded": the host copy, the kept allocation and the region list freed. */
 static void states_clear(zo_engine_t *e, struct eng_states *s) {
   eng_host_buf_free(&s->host);
@@ -105,6 +95,14 @@ static void states_clear(zo_engine_t *e, struct eng_states *s) {
   free(s->reg);
   s->reg = NULL, s->keep = NULL;
   s->n_reg = 0, s->off = 0, s->keep_bytes = 0, s->fetch_ok = 0;
+}
+
+void eng_states_free(zo_engine_t *e) {
+  struct eng_states *s = e->states;
+  if (!s) return;
+  states_clear(e, s);
+  free(s);
+  e->states = NULL;
 }
 
 /* ---------------------------------------------------------------- the device block's regions */
@@ -312,9 +310,7 @@ static zo_status keep_alloc(zo_engine_t *e, struct eng_states *s, const host_buf
     return zo_error_prefix(st, "offload_states: device memory for the kinds kept (%zu bytes)",
                            s->keep_bytes);
   }
-  st = zo_memcpy_async(e->copy_stream, s->keep, tmp->ptr, s->keep_bytes, ZO_COPY_H2D);
-  if (st == ZO_OK) st = zo_stream_synchronize(e->copy_stream);
-  return st;
+  return eng_dev_copy(e, s->keep, tmp->ptr, s->keep_bytes, ZO_COPY_H2D);
 }
 
 /* Every region's owner pointed where its bytes are: the block when it exists, else the kept allocation (kinds not
@@ -461,8 +457,7 @@ zo_status zo_engine_reload_states(zo_engine_t *e) {
   zo_status st = host_copy_alloc(e, &tmp, s->keep_bytes, 0, "the staging of the states kept");
   if (st != ZO_OK) return st;
   if (s->keep_bytes) {
-    st = zo_memcpy_async(e->copy_stream, tmp.ptr, s->keep, s->keep_bytes, ZO_COPY_D2H);
-    if (st == ZO_OK) st = zo_stream_synchronize(e->copy_stream);
+    st = eng_dev_copy(e, tmp.ptr, s->keep, s->keep_bytes, ZO_COPY_D2H);
     if (st != ZO_OK) {
       eng_host_buf_free(&tmp);
       return zo_error_prefix(st, "reload_states: the states kept in device memory");

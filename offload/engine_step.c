@@ -88,12 +88,7 @@ static zo_status step_check(const zo_engine_t *e) {
  * update's wait to *dpu_wait. */
 static zo_status step_wait_grads(zo_engine_t *e, zo_step_info *inf, double *dpu_wait) {
   double t0 = zo_clock_s();
-  if (e->world > 1) ZO_CHECK(eng_dp_drain(e)); /* every gradient reduced and landed */
-  ZO_CHECK(zo_stream_synchronize(e->copy_stream));
-  if (e->tier == ZO_OFFLOAD_NVME)
-    ZO_CHECK(eng_gnv_drain(e));     /* every gradient on disk in grad.swp: landed */
-  ZO_CHECK(eng_acc_drain(e->acc));  /* the staged adds on the pool */
-  ZO_CHECK(eng_grad_norms_wait(e)); /* and the norms behind them */
+  ZO_CHECK(eng_grads_wait_landed(e));
   /* the norm partials (the copy stream wrote them): one copy, summed in a fixed order */
   if (eng_device_adam(e)) {
     ZO_CHECK(eng_dev_copy(e, e->dnorm_host.ptr, e->dnorm_dev, e->dnorm_host.nbytes, ZO_COPY_D2H));

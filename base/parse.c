@@ -83,3 +83,9 @@ int zo_name_distance(const char *a, size_t n, const char *b) {
   }
   return rows[n % 3][m];
 }
+
+int zo_name_suggestion_distance(const char *a, size_t n, const char *b) {
+  const int d = zo_name_distance(a, n, b);
+  const size_t m = strlen(b), longer = m > n ? m : n;
+  return d <= 2 && (size_t)d * 3 <= longer ? d : ZO_NAME_DIST_MAX;
+}

@@ -16,26 +16,19 @@
 /* Unknown keys named one warning line each; the rest are counted into one summary line at the end. */
 #define UNKNOWN_NAMED 8
 
-/* Keys longer than this get no suggestion (and cost nothing to compare). */
-#define KEY_DIST_LEN ZO_NAME_DIST_MAX
-
-/* key_distance() - zo_name_distance() of two whole keys. */
-static int key_distance(const char *a, const char *b) { return zo_name_distance(a, strlen(a), b); }
-
 /*
- * closest_key() - the known key nearest @key: within 2 edits, and at most a third of the longer name's length (so
- * "a" suggests nothing); an exact match counts only in a set with its own @base (a key one level off). First
+ * closest_key() - the known key nearest @key that is close enough to suggest (zo_name_suggestion_distance: within
+ * 2 edits, and at most a third of the longer name's length); an exact match counts only in a set with its own @base (a key one level off). First
  * best wins. Returns the key, its set's base in *@base_out; NULL when none is that close.
  */
 static const char *closest_key(const char *key, const key_set *sets, size_t n_sets,
                                const char **base_out) {
   const char *best = NULL;
-  int best_d = 3;
+  int best_d = ZO_NAME_DIST_MAX;
   for (size_t s = 0; s < n_sets; s++)
     for (const char *const *k = sets[s].keys; k && *k; k++) {
-      int d = key_distance(key, *k);
-      size_t longer = strlen(key) > strlen(*k) ? strlen(key) : strlen(*k);
-      if ((d == 0 && !sets[s].base) || d >= best_d || (size_t)(3 * d) > longer) continue;
+      const int d = zo_name_suggestion_distance(key, strlen(key), *k);
+      if ((d == 0 && !sets[s].base) || d >= best_d) continue;
       best = *k;
       best_d = d;
       *base_out = sets[s].base;

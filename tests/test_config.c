@@ -14,6 +14,7 @@
 #include "zo_test.h"
 #include "zoffload/config.h"
 #include "zoffload/dtype.h"
+#include "zoffload/parse.h"
 
 /* Values read from decimal literals: a tight mixed tolerance. */
 #define CHECK_NEAR(a, ref) CHECK_CLOSE(a, ref, 1e-15, 1e-12)
@@ -691,6 +692,18 @@ static void test_unknown_keys(void) {
   CHECK_EQ(parse("{\"train_batch_size\": 8, \"my_experiment\": {\"x\": 1}}", &c), ZO_OK);
   CHECK_EQ(count_log("config: my_experiment is not a DeepSpeed or zoffload key; ignored"), 1);
   CHECK_EQ(g_nlog, 1);
+  /* the rule behind every suggestion, the config's and the tools' flags': within 2 edits and a third of the
+   * longer name */
+  CHECK_EQ(zo_name_suggestion_distance("stag", 4, "stage"), 1);
+  CHECK_EQ(zo_name_suggestion_distance("enabeld", 7, "enabled"), 1); /* a swap counts 1 */
+  CHECK_EQ(zo_name_suggestion_distance("stpes=5", 5, "steps"), 1);   /* the first @n bytes */
+  CHECK_EQ(zo_name_suggestion_distance("ab", 2, "abc"), 1);          /* 3 * 1 <= 3 */
+  CHECK_EQ(zo_name_suggestion_distance("devse", 5, "device"), 2);    /* 3 * 2 <= 6 */
+  CHECK_EQ(zo_name_suggestion_distance("zero_optimisation", 17, "zero_optimization"), 1);
+  CHECK_EQ(zo_name_suggestion_distance("a", 1, "b"), ZO_NAME_DIST_MAX);           /* 3 * 1 > 1 */
+  CHECK_EQ(zo_name_suggestion_distance("ab", 2, "xy"), ZO_NAME_DIST_MAX);         /* 3 * 2 > 2 */
+  CHECK_EQ(zo_name_suggestion_distance("abcdef", 6, "uvwxyz"), ZO_NAME_DIST_MAX); /* 6 edits */
+  CHECK_EQ(zo_name_suggestion_distance("abcdefgh", 8, "abcdefgh"), 0);
 }
 
 /* ---- legacy forms ---- */

@@ -46,6 +46,16 @@ ZO_API zo_status zo_parse_bytes(const char *s, uint64_t *out);
  */
 ZO_API int zo_name_distance(const char *a, size_t n, const char *b);
 
+/*
+ * zo_name_suggestion_distance() - zo_name_distance() of the first @n bytes
+ * of @a and @b when @b is close enough to offer as "did you mean @b?": at
+ * most 2 edits, and at most a third of the longer name's length (so "a"
+ * suggests nothing); else ZO_NAME_DIST_MAX. The one rule of the config's
+ * key suggestions and the tools' flag suggestions. Thread-safe; no
+ * allocation; @a and @b not NULL.
+ */
+ZO_API int zo_name_suggestion_distance(const char *a, size_t n, const char *b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -82,23 +82,14 @@ int zo_tool_split_list(const char *s, int (*fn)(const char *tok, int index, void
   return count;
 }
 
-/* Longest flag name zo_tool_nearest_option() compares; longer words suggest nothing. */
-#define OPT_DIST_LEN ZO_NAME_DIST_MAX
-
-/* opt_distance() - the config's key-suggestion rule (zo_name_distance, zoffload/parse.h) on the first @n
- * bytes of @a. */
-static int opt_distance(const char *a, size_t n, const char *b) {
-  return zo_name_distance(a, n, b);
-}
-
-/* zo_tool_nearest_option() on the first @n bytes of @word. */
+/* zo_tool_nearest_option() on the first @n bytes of @word: the config's key-suggestion rule
+ * (zo_name_suggestion_distance, zoffload/parse.h), first best wins. */
 static const char *nearest(const char *word, size_t n, const struct option *longopts) {
   const char *best = NULL;
-  int best_d = 3; /* at most 2 edits */
+  int best_d = ZO_NAME_DIST_MAX;
   for (const struct option *o = longopts; o->name; o++) {
-    const size_t m = strlen(o->name), longer = m > n ? m : n;
-    const int d = opt_distance(word, n, o->name);
-    if (d < best_d && (size_t)d * 3 <= longer) best = o->name, best_d = d;
+    const int d = zo_name_suggestion_distance(word, n, o->name);
+    if (d < best_d) best = o->name, best_d = d;
   }
   return best;
 }

@@ -107,6 +107,15 @@ def test_accelerate_use_deepspeed_without_config_file_refused(tmp_path, monkeypa
         _args(tmp_path)
 
 
+def test_repr_masks_tokens_as_transformers_does(tmp_path):
+    """The subclass keeps transformers' repr, which prints a hub token as <HUB_TOKEN> (a @dataclass decorator on
+    it made a new one that printed the token)."""
+    a = _args(tmp_path, hub_token="hf_secret_token_123")
+    assert "hf_secret_token_123" not in repr(a) and "<HUB_TOKEN>" in repr(a)
+    assert "hf_secret_token_123" not in str(a)
+    assert a.hub_token == "hf_secret_token_123"
+
+
 def test_bad_deepspeed_value_named(tmp_path):
     with pytest.raises(ValueError, match=r"TrainingArguments.deepspeed='no-such-file.json': neither a JSON file"):
         _args(tmp_path, deepspeed="no-such-file.json")

@@ -20,7 +20,6 @@ the Trainer lets a subclass replace is enough: create_optimizer_and_scheduler (t
 engine's checkpoint in checkpoint-N) and _load_from_checkpoint / _load_optimizer_and_scheduler (resume). A
 TrainerCallback cannot change how backward runs, and accelerate has no plugin point for another ZeRO engine.
 """
-import dataclasses
 import json
 import logging
 import os
@@ -344,7 +343,6 @@ def _training_arguments_class():
     return HfTrainingArguments
 
 
-@dataclasses.dataclass
 class TrainingArguments(_training_arguments_class()):
     """transformers.TrainingArguments whose deepspeed= (or --deepspeed, through HfArgumentParser) selects zoffload
     instead of the deepspeed package: the config is taken aside before transformers' checks (which need DeepSpeed

@@ -42,6 +42,7 @@ typedef std::tuple<int, int, int, int> shape_key; /* B, T, NH, hs */
 struct attn_graphs {
   int ok; /* 1 both graphs built; 0 cuDNN has no engine for the shape */
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
+  std::string why; /* when !ok: the reason, given again at each zga_ready() of the shape */
 };
 
 /* Strides of (B, NH, T, hs) views: q, k, v inside qkv (B, T, 3, NH, hs); out (B, T, NH, hs). */
@@ -128,9 +129,9 @@ void zga_destroy(zga *a) {
   delete a;
 }
 
-/* Both graphs of one shape; ok 0 with the reason in @why when cuDNN has no engine for it. */
-static attn_graphs make_graphs(zga *a, int B, int T, int NH, int hs, std::string *why) {
-  attn_graphs r{0, nullptr, nullptr};
+/* Both graphs of one shape; ok 0 with the reason in why when cuDNN has no engine for it. */
+static attn_graphs make_graphs(zga *a, int B, int T, int NH, int hs) {
+  attn_graphs r{0, nullptr, nullptr, std::string()};
   const int C = NH * hs;
   const float scale = 1.0f / sqrtf((float)hs);
   auto f = new_graph();
@@ -151,8 +152,8 @@ static attn_graphs make_graphs(zga *a, int B, int T, int NH, int hs, std::string
         .set_dim({B, NH, T, 1})
         .set_stride({(int64_t)NH * T, T, 1, 1});
   }
-  *why = build(*f, a->h);
-  if (!why->empty()) return r;
+  r.why = build(*f, a->h);
+  if (!r.why.empty()) return r;
   auto b = new_graph();
   {
     auto Q = bf16_tensor(*b, "Q", UQ, B, NH, T, hs, qkv_stride(T, C, hs));
@@ -176,8 +177,8 @@ static attn_graphs make_graphs(zga *a, int B, int T, int NH, int hs, std::string
     dK->set_output(true).set_uid(UDK).set_dim({B, NH, T, hs}).set_stride(qkv_stride(T, C, hs));
     dV->set_output(true).set_uid(UDV).set_dim({B, NH, T, hs}).set_stride(qkv_stride(T, C, hs));
   }
-  *why = build(*b, a->h);
-  if (!why->empty()) return r;
+  r.why = build(*b, a->h);
+  if (!r.why.empty()) return r;
   r.ok = 1;
   r.fwd = f;
   r.bwd = b;
@@ -190,24 +191,24 @@ int zga_ready(zga *a, int B, int T, int NH, int hs, void *ws, size_t ws_bytes, c
   try {
     auto it = a->cache.find(key);
     if (it == a->cache.end()) {
-      std::string why;
-      attn_graphs g = make_graphs(a, B, T, NH, hs, &why);
+      attn_graphs g = make_graphs(a, B, T, NH, hs);
       if (g.ok) {
         int64_t wf = 0, wb = 0;
         if (g.fwd->get_workspace_size(wf).is_bad() || g.bwd->get_workspace_size(wb).is_bad()) {
           g.ok = 0;
-          why = "get_workspace_size failed";
+          g.why = "get_workspace_size failed";
         } else {
           const size_t need = (size_t)(wf > wb ? wf : wb);
           if (need > a->ws_need) a->ws_need = need;
         }
       }
-      if (!g.ok)
-        seterr(err, errlen, "cuDNN attention: B %d T %d NH %d hs %d: %s", B, T, NH, hs,
-               why.c_str());
       it = a->cache.emplace(key, g).first;
     }
-    if (!it->second.ok) return 0;
+    if (!it->second.ok) {
+      seterr(err, errlen, "cuDNN attention: B %d T %d NH %d hs %d: %s", B, T, NH, hs,
+             it->second.why.c_str());
+      return 0;
+    }
     /* the workspace: the caller's when it is large enough, else an own one */
     if (a->ws_need <= ws_bytes) {
       a->ws = ws;

@@ -42,8 +42,8 @@ void zga_destroy(zga *a);
 /*
  * zga_ready() - whether cuDNN runs attention of this shape: builds and
  * caches the forward and backward graphs on first use. Returns 1 (ready), 0
- * (cuDNN has no engine for the shape: the baseline's attention; remembered)
- * or -1 with a message (a failure: an exception, cudaMalloc of a
+ * (cuDNN has no engine for the shape: the baseline's attention; remembered,
+ * and its reason in @err at every call) or -1 with a message (a failure: an exception, cudaMalloc of a
  * workspace). The workspace both graphs share is @ws (@ws_bytes) when large
  * enough, else one cudaMalloc'd here (kept, grown as needed).
  */

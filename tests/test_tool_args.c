@@ -2,7 +2,7 @@
  * test_tool_args.c - the argument parsers the tools share (tools/common/args.c):
  * zo_tool_parse_int (every tool's integer options), zo_tool_parse_count,
  * zo_tool_parse_double, zo_tool_parse_bytes, zo_tool_split_list and the flag
- * suggestion zo_tool_nearest_option.
+ * suggestion zo_tool_nearest_option; and their median (tools/common/stats.c).
  * Not a test of getopt or of any tool's messages (tests/zo_*.sh grep those).
  */
 #include <math.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "stats.h"
 #include "zo_test.h"
 
 static void test_parse_int(void) {
@@ -212,6 +213,20 @@ static void test_nearest_option(void) {
   }
 }
 
+/* zo_tool_median(): the middle value, the mean of the two middle ones, -1 for none; sorts in place */
+static void test_median(void) {
+  double odd[] = {5, 1, 3}, even[] = {4, 9, 1, 2}, one[] = {7};
+  CHECK_EQ(zo_tool_median(odd, 3), 3.0);
+  CHECK(odd[0] == 1 && odd[1] == 3 && odd[2] == 5);
+  CHECK_EQ(zo_tool_median(even, 4), 3.0); /* (2 + 4) / 2 */
+  CHECK(even[0] == 1 && even[3] == 9);
+  CHECK_EQ(zo_tool_median(one, 1), 7.0);
+  CHECK_EQ(zo_tool_median(one, 0), -1.0);
+  const double a = 1, b = 2;
+  CHECK(zo_tool_cmp_double(&a, &b) < 0 && zo_tool_cmp_double(&b, &a) > 0 &&
+        !zo_tool_cmp_double(&a, &a));
+}
+
 int main(void) {
   test_parse_int();
   test_parse_count();
@@ -219,5 +234,6 @@ int main(void) {
   test_parse_bytes();
   test_split_list();
   test_nearest_option();
+  test_median();
   return zo_test_finish("test_tool_args");
 }

@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "progress.h"
+#include "stats.h"
 #include "stream.h"
 #include "zoffload/adam.h"
 
@@ -250,11 +251,6 @@ static void init_tile(void *arg, size_t b, size_t e, int thread) {
 
 /* ------------------------------------------------------------------ timing */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 typedef struct stats {
   double med, min, max; /* seconds */
 } stats;
@@ -262,8 +258,8 @@ typedef struct stats {
 static stats summarize(const double *t, int r) {
   double s[256];
   memcpy(s, t, (size_t)r * sizeof *s);
-  qsort(s, (size_t)r, sizeof *s, cmp_double);
-  stats st = {r % 2 ? s[r / 2] : 0.5 * (s[r / 2 - 1] + s[r / 2]), s[0], s[r - 1]};
+  const double med = zo_tool_median(s, (size_t)r); /* sorts s */
+  stats st = {med, s[0], s[r - 1]};
   return st;
 }
 

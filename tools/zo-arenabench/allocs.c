@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuapi.h"
+#include "stats.h"
 #include "zoffload/status.h"
 
 enum { LAYERS = 24, TENSORS = 12 };
@@ -64,16 +65,6 @@ static size_t build_ops(size_t d, op *ops, double *peak) {
     }
   }
   return n;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The arena: frees ordered on @s, as the engine frees a released copy after the compute that read it.
@@ -240,7 +231,7 @@ int alloc_trace_run(zo_device_t *dev, zo_arena_t *a, size_t cap, int ordinal, in
 #endif
     }
     if (r->measured) {
-      r->round_ms = median(times, rounds) * 1e3;
+      r->round_ms = zo_tool_median(times, (size_t)rounds) * 1e3;
       r->us_per_pair = r->round_ms * 1e3 / (double)t->pairs;
     }
   }

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "stats.h"
 #include "swapbench.h"
 
 /* ---- host buffers --------------------------------------------------------------------------------- */
@@ -239,15 +240,10 @@ static void *pr_main(void *arg) {
   return NULL;
 }
 
-/* The quantile by nearest rank of @v[n], sorted here. */
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-double sb_quantile(double *v, size_t n, double q) {
+/* The @q quantile (0..1) of @v[n] (sorted in place, nearest rank); -1 when n is 0. */
+static double sb_quantile(double *v, size_t n, double q) {
   if (!n) return -1;
-  qsort(v, n, sizeof *v, cmp_double);
+  qsort(v, n, sizeof *v, zo_tool_cmp_double);
   size_t k = (size_t)(q * (double)n + 0.999999);
   if (k < 1) k = 1;
   if (k > n) k = n;

@@ -173,8 +173,6 @@ int zo_transfer(zo_bench *zb, int is_write, uint64_t bytes, double max_sec, meas
  * -1 with the error in @note. */
 int pread_transfer(const char *path, int direct, int is_write, uint64_t size, double max_sec,
                    uint64_t bs, unsigned qd, meas *m, char *note, size_t note_n);
-/* The @q quantile (0..1) of @v[n] (sorted in place, nearest rank); -1 when n is 0. */
-double sb_quantile(double *v, size_t n, double q);
 
 /* ---- fio.c ------------------------------------------------------------------------------------------ */
 

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "progress.h"
+#include "stats.h"
 #include "swapbench.h"
 
 bench_target g_targets[SB_MAX_PATHS + 1];
@@ -68,8 +69,7 @@ static size_t slot_new(int target, int op, int engine, uint64_t bs, uint64_t use
   return g_nres - 1;
 }
 
-/* The median of the repetitions' figure at byte offset @field of meas (those >= 0; the mean of the two
- * middle ones when even); -1 when none. */
+/* The median of the repetitions' figure at byte offset @field of meas (those >= 0); -1 when none. */
 static double median_of(const slot *sl, size_t field) {
   double v[SB_MAX_REPS];
   size_t n = 0;
@@ -77,9 +77,7 @@ static double median_of(const slot *sl, size_t field) {
     double x = *(const double *)((const char *)&sl->m[i] + field);
     if (x >= 0) v[n++] = x;
   }
-  if (!n) return -1;
-  double lo = sb_quantile(v, n, 0.5); /* sorts v */
-  return n % 2 ? lo : (lo + v[n / 2]) / 2;
+  return zo_tool_median(v, n);
 }
 
 static void slot_finish(slot *sl) {
@@ -102,8 +100,7 @@ static void slot_finish(slot *sl) {
   r->p50_us = median_of(sl, offsetof(meas, p50_us));
   r->p99_us = median_of(sl, offsetof(meas, p99_us));
   r->p999_us = median_of(sl, offsetof(meas, p999_us));
-  r->cpu_s_per_gb = sb_quantile(cpg, ncpg, 0.5);
-  if (ncpg && ncpg % 2 == 0) r->cpu_s_per_gb = (r->cpu_s_per_gb + cpg[ncpg / 2]) / 2;
+  r->cpu_s_per_gb = zo_tool_median(cpg, ncpg);
   const meas *mid = &sl->m[0]; /* the repetition nearest the median, for its seconds and bytes */
   for (int i = 1; i < sl->n; i++)
     if (fabs(sl->m[i].gbps - r->gbps) < fabs(mid->gbps - r->gbps)) mid = &sl->m[i];

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stats.h"
 #include "train_model.h"
 #include "zoffload/adam.h"
 #include "zoffload/budget.h"
@@ -84,11 +85,6 @@ static int hook(void *user, int phase, int group, int end) {
   return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Median seconds of a forward + backward of @p's cut of @L layers at @B x seq_len tokens; < 0 on failure. */
 static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in,
                        const uint8_t *tg) {
@@ -113,7 +109,7 @@ static double time_cut(probe *p, int L, int B, int recompute, const uint8_t *in,
   gpt_destroy(p->m);
   p->m = NULL;
   if (!ok) return -1;
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  qsort(t, (size_t)n, sizeof *t, zo_tool_cmp_double);
   return t[n / 2];
 }
 

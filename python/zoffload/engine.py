@@ -809,13 +809,13 @@ class Engine(DeepSpeedEngineAPI):
         or on NVMe stay (said at INFO). Call it between step() and the next forward; until reload_states(), a
         forward (with lp_params offloaded), backward() and step() are refused. Synchronous (@non_blocking is
         accepted). ValueError naming a bad @include value or @device. See offload_states.py."""
-        chosen = _offload_states.offload(self, include, device, pin_memory, non_blocking)
+        chosen = _offload_states.offload(self, include, device, pin_memory)
         self._offloaded_states = list(dict.fromkeys(getattr(self, "_offloaded_states", []) + chosen))
 
     def reload_states(self, non_blocking=False):
         """DeepSpeed's engine.reload_states(): what offload_states() moved comes back bit for bit and the model's
         parameters view the engine's weights again; training continues as without the round trip."""
-        _offload_states.reload(self, getattr(self, "_offloaded_states", []), non_blocking)
+        _offload_states.reload(self)
         self._offloaded_states = []
 
     def close(self):

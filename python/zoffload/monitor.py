@@ -167,7 +167,6 @@ def _fmt_bytes(n):
         if n < 1024 or unit == "TiB":
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
         n /= 1024.0
-    return "%d B" % n
 
 
 def placement_line(engine):
@@ -343,7 +342,7 @@ class Reporter:
             self.monitors.write_events(events)
         self.losses, self.have_loss = 0.0, False
         self.t_fwd = self.t_bwd = self.t_step = 0.0
-        if e.global_steps % self.steps_per_print == 0:
+        if self._prints(e.global_steps):
             self.report_progress(e.global_steps, last_step_time)
 
     def report_progress(self, step, last_step_time=None):

@@ -90,9 +90,6 @@ def device(value):
                                                                                     OffloadDeviceEnum))) from None
 
 
-_TIER_NAME = {"cpu": "host memory", "nvme": "NVMe", "none": "GPU memory"}
-
-
 def placement(cuda, mem, optimizer_device, param_device, ring_bytes, stage=3):
     """{state: (where, bytes, why)}: where each state lives ("host memory", "NVMe" or "GPU memory"), its bytes on
     this rank and what put it there. @cuda: the model computes on a GPU (else the engine runs on the host backend,
@@ -187,8 +184,9 @@ def _detach_params(engine):
                if r is not engine.__dict__ and not isinstance(r, types.FrameType))
 
 
-def offload(engine, include, dev, pin_memory, non_blocking):
-    """engine.offload_states(): see the module's text. Returns the states moved."""
+def offload(engine, include, dev, pin_memory):
+    """engine.offload_states() (synchronous, whatever its non_blocking): see the module's text. Returns the states
+    moved."""
     dev = device(dev)
     chosen = states(include)
     if dev == OffloadDeviceEnum.none:
@@ -204,7 +202,8 @@ def offload(engine, include, dev, pin_memory, non_blocking):
     # Whatever moves, the engine's device memory is freed, the kept states' too (they move into an allocation of
     # their own): no tensor may view it then. The parameters let go of it here; other views are refused.
     ptrs = list(getattr(engine, "_aliased", []))
-    if any(s in info(engine)["held"] for s in chosen) and any(a is not None for a in ptrs):
+    held = info(engine)["held"]
+    if any(s in held for s in chosen) and any(a is not None for a in ptrs):
         n = _detach_params(engine)
         if n:
             _reattach(engine, ptrs)
@@ -245,9 +244,9 @@ def offload(engine, include, dev, pin_memory, non_blocking):
     return moved
 
 
-def reload(engine, offloaded, non_blocking):
-    """engine.reload_states(): every moved byte back to the engine's device memory, the parameters viewing it again
-    (the engine's addresses change)."""
+def reload(engine):
+    """engine.reload_states() (synchronous, whatever its non_blocking): every moved byte back to the engine's device
+    memory, the parameters viewing it again (the engine's addresses change)."""
     was = info(engine)["offloaded"]
     if not was:
         return
@@ -267,7 +266,7 @@ def reload_for_close(engine):
     """engine.close() with lp_params offloaded: reload_states() first, so that the parameters get their values
     (close() gives them copies); when the device has no room for that now, a warning says they stay empty."""
     try:
-        reload(engine, [], False)
+        reload(engine)
     except _lib.ZoffloadError as err:
         log.warning("zoffload: engine.close(): lp_params were offloaded and could not be reloaded (%s): the model's "
                     "parameters that viewed them stay empty", err)

@@ -431,23 +431,30 @@ int zgm_linear_forward(gpt_cuda *m, const char *what, bf16 *out, const bf16 *inp
                   out, CUDA_R_16BF, OC, 0, 1);
 }
 
+int zgm_linear_dinp(gpt_cuda *m, const char *what, bf16 *dinp, const bf16 *dout, const bf16 *W,
+                    int N, int IC, int OC) {
+  return zgm_gemm(m, what, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f,
+                  dinp, CUDA_R_16BF, IC, 0, 1);
+}
+
+int zgm_linear_dweight(gpt_cuda *m, const char *what, bf16 *dW, const bf16 *dout, const bf16 *inp,
+                       int N, int IC, int OC) {
+  return zgm_gemm(m, what, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f,
+                  dW, CUDA_R_16BF, IC, 0, 1);
+}
+
 /*
  * Backward of out = inp W^T + b with dout (N,OC): dinp (N,IC) = dout W
- * (overwritten), dW (OC,IC) += dout^T inp (GEMM with beta 1 on the caller's
- * bf16 gradient: fp32 accumulation, one rounding), db (OC) += column sums.
+ * (overwritten), dW (OC,IC) += dout^T inp, db (OC) += column sums.
  */
 static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, bf16 *db,
                            const bf16 *dout, const bf16 *inp, const bf16 *W, int N, int IC,
                            int OC) {
   char w[160];
   snprintf(w, sizeof w, "%s: d input", what);
-  if (zgm_gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f, dinp,
-               CUDA_R_16BF, IC, 0, 1))
-    return -1;
+  if (zgm_linear_dinp(m, w, dinp, dout, W, N, IC, OC)) return -1;
   snprintf(w, sizeof w, "%s: d weight", what);
-  if (zgm_gemm(m, w, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f, dW,
-               CUDA_R_16BF, IC, 0, 1))
-    return -1;
+  if (zgm_linear_dweight(m, w, dW, dout, inp, N, IC, OC)) return -1;
   snprintf(w, sizeof w, "%s: d bias", what);
   KERN(zgc_colsum_add, (db, dout, N, OC, m->b.part, m->stream), w);
   return 0;

@@ -135,13 +135,6 @@ static int linear_gelu(gpt_cuda *m, const char *what, bf16 *out, bf16 *pre, cons
   return 0;
 }
 
-/* dinp (N,IC) = dout (N,OC) W, W (OC,IC): a plain product. */
-static int linear_dinp(gpt_cuda *m, const char *what, bf16 *dinp, const bf16 *dout, const bf16 *W,
-                       int N, int IC, int OC) {
-  return zgm_gemm(m, what, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, W, IC, 0, dout, OC, 0, 0.0f,
-                  dinp, CUDA_R_16BF, IC, 0, 1);
-}
-
 /*
  * dinp (N,IC) = (dout W) * gelu'(pre), pre (N,IC) the GELU's input, and
  * gbias (IC) += column sums of dinp (the bias gradient of the product whose
@@ -157,7 +150,7 @@ static int linear_dinp_dgelu(gpt_cuda *m, const char *what, bf16 *dinp, const bf
     KERN(zgf_bias_grad_add, (gbias, m->b.part, gf32, IC, m->stream), what);
     return 0;
   }
-  if (linear_dinp(m, what, dinp, dout, W, N, IC, OC)) return -1;
+  if (zgm_linear_dinp(m, what, dinp, dout, W, N, IC, OC)) return -1;
   KERN(zgc_gelu_backward, (dinp, pre, (size_t)N * IC, m->stream), what);
   KERN(zgc_colsum_add, (gbias, dinp, N, IC, m->b.part, m->stream), what);
   return 0;
@@ -180,9 +173,7 @@ static int linear_dweight(gpt_cuda *m, const char *what, bf16 *dW, bf16 *gbias, 
       return 0;
     }
   }
-  if (zgm_gemm(m, what, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, 0, dout, OC, 0, 1.0f,
-               dW, CUDA_R_16BF, IC, 0, 1))
-    return -1;
+  if (zgm_linear_dweight(m, what, dW, dout, inp, N, IC, OC)) return -1;
   if (gbias) KERN(zgc_colsum_add, (gbias, dout, N, OC, m->b.part, m->stream), what);
   return 0;
 }
@@ -318,7 +309,8 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
   if (linear_dweight(m, WHAT("mlp.c_fc weight"), g[zgm_lp(l, GPT_P_FC_W)], NULL, b->d4c, a->ln2, N,
                      C, 4 * C))
     return -1;
-  if (linear_dinp(m, WHAT("mlp.c_fc input"), b->dB, b->d4c, w[zgm_lp(l, GPT_P_FC_W)], N, C, 4 * C))
+  if (zgm_linear_dinp(m, WHAT("mlp.c_fc input"), b->dB, b->d4c, w[zgm_lp(l, GPT_P_FC_W)], N, C,
+                      4 * C))
     return -1;
   KERN(zgf_layernorm_backward,
        (b->dres, b->dA, g[zgm_lp(l, GPT_P_LN2_W)], g[zgm_lp(l, GPT_P_LN2_B)], b->dB, a->res2,
@@ -329,8 +321,8 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
   if (linear_dweight(m, WHAT("attn.c_proj weight"), g[zgm_lp(l, GPT_P_ATTPROJ_W)],
                      g[zgm_lp(l, GPT_P_ATTPROJ_B)], b->dA, a->atty, N, C, C))
     return -1;
-  if (linear_dinp(m, WHAT("attn.c_proj input"), b->dB, b->dA, w[zgm_lp(l, GPT_P_ATTPROJ_W)], N, C,
-                  C))
+  if (zgm_linear_dinp(m, WHAT("attn.c_proj input"), b->dB, b->dA, w[zgm_lp(l, GPT_P_ATTPROJ_W)], N,
+                      C, C))
     return -1;
   const int cudnn = cudnn_attention(m); /* the forward's answer: cached per shape */
   if (cudnn < 0) return -1;
@@ -351,8 +343,8 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
   if (linear_dweight(m, WHAT("attn.c_attn weight"), g[zgm_lp(l, GPT_P_QKV_W)],
                      g[zgm_lp(l, GPT_P_QKV_B)], b->dqkv, a->ln1, N, C, 3 * C))
     return -1;
-  if (linear_dinp(m, WHAT("attn.c_attn input"), b->dB, b->dqkv, w[zgm_lp(l, GPT_P_QKV_W)], N, C,
-                  3 * C))
+  if (zgm_linear_dinp(m, WHAT("attn.c_attn input"), b->dB, b->dqkv, w[zgm_lp(l, GPT_P_QKV_W)], N, C,
+                      3 * C))
     return -1;
   KERN(zgf_layernorm_backward,
        (b->dres, b->dA, g[zgm_lp(l, GPT_P_LN1_W)], g[zgm_lp(l, GPT_P_LN1_B)], b->dB, res_in,

@@ -162,6 +162,13 @@ int zgm_attention_backward(gpt_cuda *m, int l, const acts *a);
 /* out (N,OC) = inp (N,IC) W^T, W (OC,IC); beta 1 adds to what out holds. */
 int zgm_linear_forward(gpt_cuda *m, const char *what, zgc_bf16 *out, const zgc_bf16 *inp,
                        const zgc_bf16 *W, int N, int IC, int OC, float beta);
+/* Its backward's two products (plain GEMMs, both kernel sets): dinp (N,IC) = dout (N,OC) W
+ * (overwritten); dW (OC,IC) += dout^T inp (beta 1 on the caller's bf16 gradient: fp32
+ * accumulation, one rounding). 0, or -1 with the error set. */
+int zgm_linear_dinp(gpt_cuda *m, const char *what, zgc_bf16 *dinp, const zgc_bf16 *dout,
+                    const zgc_bf16 *W, int N, int IC, int OC);
+int zgm_linear_dweight(gpt_cuda *m, const char *what, zgc_bf16 *dW, const zgc_bf16 *dout,
+                       const zgc_bf16 *inp, int N, int IC, int OC);
 
 /*
  * zgm_mark() - while timing, record an event when the kernel class changes:

@@ -254,14 +254,12 @@ int zgm_block_forward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_i
     if (linear_bias(m, WHAT("attn.c_attn"), a->qkvr, a->ln1, w[zgm_lp(l, GPT_P_QKV_W)],
                     w[zgm_lp(l, GPT_P_QKV_B)], N, C, 3 * C))
       return -1;
-    m->in_attn = 1;
-    zgm_mark(m, GPT_CUDA_TIME_OTHER);
+    zgm_mark(m, GPT_CUDA_TIME_ATTENTION); /* cuDNN's kernels, timed as one class */
     char e[320];
     if (zga_forward(m->attn, s, a->atty, (float *)a->att, a->qkvr, B, T, NH, hs, e, sizeof e)) {
       seterr(m->err, sizeof m->err, "%s: %s: %s", m->fn, WHAT("attention"), e);
       return -1;
     }
-    m->in_attn = 0;
   } else if (attention_forward_baseline(m, l, a)) {
     return -1;
   }
@@ -327,15 +325,13 @@ int zgm_block_backward_fused(gpt_cuda *m, int l, const acts *a, const bf16 *res_
   const int cudnn = cudnn_attention(m); /* the forward's answer: cached per shape */
   if (cudnn < 0) return -1;
   if (cudnn) { /* dq|dk|dv rows into dqkv from dy (dB), the kept q|k|v rows, output and stats */
-    m->in_attn = 1;
-    zgm_mark(m, GPT_CUDA_TIME_OTHER);
+    zgm_mark(m, GPT_CUDA_TIME_ATTENTION); /* cuDNN's kernels, timed as one class */
     char e[320];
     if (zga_backward(m->attn, s, b->dqkv, b->dB, a->qkvr, a->atty, (const float *)a->att, B, T, NH,
                      hs, e, sizeof e)) {
       seterr(m->err, sizeof m->err, "%s: %s: %s", m->fn, WHAT("attention"), e);
       return -1;
     }
-    m->in_attn = 0;
   } else if (zgm_attention_backward(m, l, a)) {
     return -1;
   }

@@ -61,7 +61,6 @@ struct train_model {
   int hand_over; /* 1 in the last micro-batch of a step */
   int failed;    /* an engine call in the hook failed: message in zo_last_error() */
   double t_fwd, t_bwd;
-  int fused;         /* the CUDA model runs the fused kernel set */
   int loss_queued;   /* cuda fused: train_model_forward_queue() queued a forward with its loss */
   float queued_loss; /* otherwise: the loss train_model_forward_queue() computed */
   char desc[384];
@@ -555,7 +554,7 @@ float train_model_forward(train_model *m, const uint8_t *in, const uint8_t *tg, 
 int train_model_forward_queue(train_model *m, const uint8_t *in, const uint8_t *tg, int B, int T) {
   m->loss_queued = 0;
 #if ZO_TRAIN_MODEL_CUDA
-  if (m->cuda && m->fused) {
+  if (m->cuda && gpt_cuda_get_kernels(m->gpu) == GPT_CUDA_KERNELS_FUSED) {
     const double t0 = zo_clock_s();
     m->err[0] = 0;
     const int rc = gpt_cuda_forward_async(m->gpu, in, tg, B, T);
@@ -574,7 +573,7 @@ int train_model_forward_queue(train_model *m, const uint8_t *in, const uint8_t *
 
 float train_model_loss(train_model *m) {
 #if ZO_TRAIN_MODEL_CUDA
-  if (m->cuda && m->fused) {
+  if (m->cuda && gpt_cuda_get_kernels(m->gpu) == GPT_CUDA_KERNELS_FUSED) {
     if (!m->loss_queued) {
       set_err(m, "train_model_loss: no forward was queued");
       return NAN;
@@ -598,7 +597,6 @@ int train_model_set_cuda_kernels(train_model *m, int fused) {
       set_err(m, "train.cuda_kernels: %s", gpt_cuda_last_error(m->gpu));
       return -1;
     }
-    m->fused = fused != 0;
     if (fused)
       snprintf(m->desc + strlen(m->desc), sizeof m->desc - strlen(m->desc),
                ", fused kernels, attention: %s", gpt_cuda_attention(m->gpu));

@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "base_internal.h"
 #include "config_internal.h"
@@ -28,19 +27,21 @@ static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char 
 }
 
 /* The keys both offload blocks share, under @base; returns 1 when @device is not none (its other keys follow). */
-static int sb_offload_shared(sbuf *b, const char *base, zo_offload_device device,
-                             const char *nvme_path, const char *nvme_paths, int n_nvme_paths,
-                             int pin_memory, int buffer_count) {
+static int sb_offload_shared(sbuf *b, const char *base, const zo_config_t *cfg, int which,
+                             zo_offload_device device, int pin_memory, int buffer_count) {
   sb_printf(b, "%s.device = %s\n", base, zo_offload_device_name(device));
   if (device == ZO_OFFLOAD_NONE) return 0;
-  if (device == ZO_OFFLOAD_NVME && n_nvme_paths > 1 && !strcmp(nvme_paths, nvme_path)) {
-    /* the list (striped), while its first is still nvme_path (see config.h) */
-    sb_printf(b, "%s.nvme_path = [", base);
-    for (int i = 0; i < n_nvme_paths; i++, nvme_paths += strlen(nvme_paths) + 1)
-      sb_printf(b, "%s%s", i ? ", " : "", nvme_paths);
-    sb_printf(b, "]\n");
-  } else if (device == ZO_OFFLOAD_NVME) {
-    sb_printf(b, "%s.nvme_path = %s\n", base, nvme_path);
+  if (device ==
+      ZO_OFFLOAD_NVME) { /* the directories its swap files live in (zo_config_nvme_dirs) */
+    const char *dirs[ZO_CONFIG_MAX_NVME_PATHS];
+    const unsigned n = zo_config_nvme_dirs(cfg, which, dirs);
+    if (n > 1) { /* a list: striped */
+      sb_printf(b, "%s.nvme_path = [", base);
+      for (unsigned i = 0; i < n; i++) sb_printf(b, "%s%s", i ? ", " : "", dirs[i]);
+      sb_printf(b, "]\n");
+    } else {
+      sb_printf(b, "%s.nvme_path = %s\n", base, dirs[0]);
+    }
   }
   sb_printf(b, "%s.pin_memory = %d\n", base, pin_memory);
   sb_printf(b, "%s.buffer_count = %d\n", base, buffer_count);
@@ -94,17 +95,15 @@ size_t zo_config_describe(const zo_config_t *cfg, char *buf, size_t cap) {
   sb_printf(&b, "bf16.enabled = %d\n", cfg->bf16.enabled);
   sb_printf(&b, "zero_optimization.stage = %d\n", cfg->zero.stage);
   const char *oo = "zero_optimization.offload_optimizer";
-  if (sb_offload_shared(
-          &b, oo, cfg->zero.offload_optimizer.device, cfg->zero.offload_optimizer.nvme_path,
-          cfg->zero.offload_optimizer.nvme_paths, cfg->zero.offload_optimizer.n_nvme_paths,
-          cfg->zero.offload_optimizer.pin_memory, cfg->zero.offload_optimizer.buffer_count)) {
+  if (sb_offload_shared(&b, oo, cfg, 0, cfg->zero.offload_optimizer.device,
+                        cfg->zero.offload_optimizer.pin_memory,
+                        cfg->zero.offload_optimizer.buffer_count)) {
     sb_printf(&b, "%s.pipeline_read = %d\n", oo, cfg->zero.offload_optimizer.pipeline_read);
     sb_printf(&b, "%s.pipeline_write = %d\n", oo, cfg->zero.offload_optimizer.pipeline_write);
     sb_printf(&b, "%s.ratio = %g\n", oo, cfg->zero.offload_optimizer.ratio);
   }
   const char *op = "zero_optimization.offload_param";
-  if (sb_offload_shared(&b, op, cfg->zero.offload_param.device, cfg->zero.offload_param.nvme_path,
-                        cfg->zero.offload_param.nvme_paths, cfg->zero.offload_param.n_nvme_paths,
+  if (sb_offload_shared(&b, op, cfg, 1, cfg->zero.offload_param.device,
                         cfg->zero.offload_param.pin_memory, cfg->zero.offload_param.buffer_count)) {
     sb_printf(&b, "%s.buffer_size = %" PRId64 "\n", op, cfg->zero.offload_param.buffer_size);
     sb_printf(&b, "%s.max_in_cpu = %" PRId64 "\n", op, cfg->zero.offload_param.max_in_cpu);

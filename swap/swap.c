@@ -693,11 +693,10 @@ static zo_status ring_open(zo_swap_t *sw, const zo_swap_opts *opts, enum ring_mo
 
 /* ---- public edge: -errno becomes zo_status here ------------------------------------------ */
 
-/* The arguments of zo_swap_create: @opts' block size, queue depth and rank (defaults filled in), the ring mode
- * ZO_SWAP_RING_FLAGS asks for, and @nvme_path an existing directory. */
-static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *opts, size_t *block,
-                                   unsigned *qd, int *rank, enum ring_mode *ring_mode) {
-  if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
+/* @opts' block size, queue depth and rank (defaults filled in) and the ring mode ZO_SWAP_RING_FLAGS
+ * asks for. */
+static zo_status create_check_opts(const zo_swap_opts *opts, size_t *block, unsigned *qd, int *rank,
+                                   enum ring_mode *ring_mode) {
   *block = opts && opts->block_size ? opts->block_size : SWAP_DEFAULT_BLOCK;
   *qd = opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD;
   *rank = opts ? opts->rank : 0;
@@ -710,8 +709,12 @@ static zo_status create_check_args(const char *nvme_path, const zo_swap_opts *op
   if (*rank < 0 || *rank > SWAP_MAX_RANK)
     return zo_error_set(ZO_ERR_INVALID_ARG, "swap: rank %d out of range 0..%d", *rank,
                         SWAP_MAX_RANK);
-  ZO_CHECK(ring_env(opts, ring_mode));
+  return ring_env(opts, ring_mode);
+}
 
+/* The one directory of zo_swap_create: an existing one (several: zo_swap_paths_check). */
+static zo_status create_check_dir(const char *nvme_path) {
+  if (!nvme_path[0]) return zo_error_set(ZO_ERR_INVALID_ARG, "swap: nvme_path is empty");
   struct stat st;
   if (stat(nvme_path, &st) != 0) {
     int e = errno;
@@ -784,11 +787,10 @@ zo_status zo_swap_create_striped(const char *const *nvme_paths, unsigned n_paths
   unsigned qd = 0;
   int rank = 0;
   enum ring_mode ring_mode = RING_AUTO;
-  ZO_CHECK(create_check_paths(nvme_paths, n_paths,
-                              opts && opts->queue_depth ? opts->queue_depth : SWAP_DEFAULT_QD));
-  if (n_paths > 1) ZO_CHECK(zo_swap_paths_check(nvme_paths, n_paths));
-  for (unsigned i = 0; i < n_paths; i++)
-    ZO_CHECK(create_check_args(nvme_paths[i], opts, &block, &qd, &rank, &ring_mode));
+  ZO_CHECK(create_check_opts(opts, &block, &qd, &rank, &ring_mode));
+  ZO_CHECK(create_check_paths(nvme_paths, n_paths, qd));
+  ZO_CHECK(n_paths > 1 ? zo_swap_paths_check(nvme_paths, n_paths)
+                       : create_check_dir(nvme_paths[0]));
 
   zo_swap_t *sw = calloc(1, sizeof *sw);
   if (!sw) return zo_error_set(ZO_ERR_OUT_OF_MEMORY, "swap: out of memory for the handle");

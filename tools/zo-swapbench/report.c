@@ -30,12 +30,14 @@ const char *tri(int v) { return v < 0 ? "n/a" : v ? "on" : "off"; }
 
 /* ---- reporting ------------------------------------------------------------------------------------------ */
 
+/* The fastest successful result of target @t, @op and @engine at block size @bs and queue depth
+ * @qd (0: any); NULL when none. */
 static const result *find_t(int t, int op, int engine, uint64_t bs, unsigned qd) {
   const result *best = NULL;
   for (size_t i = 0; i < g_nres; i++) {
     const result *r = &g_res[i];
-    if (r->target == t && r->op == op && r->engine == engine && r->block_size == bs &&
-        r->queue_depth == qd && r->ok && (!best || r->gbps > best->gbps))
+    if (r->target == t && r->op == op && r->engine == engine && (!bs || r->block_size == bs) &&
+        (!qd || r->queue_depth == qd) && r->ok && (!best || r->gbps > best->gbps))
       best = r;
   }
   return best;
@@ -45,18 +47,19 @@ static const result *find(int op, int engine, uint64_t bs, unsigned qd) {
   return find_t(0, op, engine, bs, qd);
 }
 
-const result *best_of_t(int t, int op, int engine) {
-  const result *best = NULL;
-  for (size_t i = 0; i < g_nres; i++) {
-    const result *r = &g_res[i];
-    if (r->target == t && r->op == op && r->engine == engine && r->ok &&
-        (!best || r->gbps > best->gbps))
-      best = r;
-  }
-  return best;
-}
+const result *best_of_t(int t, int op, int engine) { return find_t(t, op, engine, 0, 0); }
 
 const result *best_of(int op, int engine) { return best_of_t(0, op, engine); }
+
+/* zoffload's fastest median GB/s for @op over the single directories (0: none measured). */
+static double fastest_single(int op) {
+  double single = 0;
+  for (int t = 0; t < g_ntargets; t++) {
+    const result *r = g_targets[t].striped ? NULL : best_of_t(t, op, ENG_ZO);
+    if (r && r->gbps > single) single = r->gbps;
+  }
+  return single;
+}
 
 /* "zoffload", "zoffload+reg+sqpoll", "pread", "fio+reg": the engine and the ring options it ran with. */
 static void engine_label(const result *r, char *out, size_t n) {
@@ -183,7 +186,7 @@ static void print_striping(const opts *o) {
   printf("\nStriping (zoffload's fastest setting on each; median GB/s):\n");
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
-    double single = 0;
+    const double single = fastest_single(op);
     for (int t = 0; t < g_ntargets; t++) {
       const result *r = best_of_t(t, op, ENG_ZO);
       printf("  %-5s %-28.28s ", op_name[op], g_targets[t].label);
@@ -195,7 +198,6 @@ static void print_striping(const opts *o) {
       fmt_size(r->block_size, bss, sizeof bss);
       printf("%.3f GB/s (%.3f-%.3f) at bs=%s qd=%u", r->gbps, r->gbps_min, r->gbps_max, bss,
              r->queue_depth);
-      if (!g_targets[t].striped && r->gbps > single) single = r->gbps;
       if (g_targets[t].striped && single > 0)
         printf(": %.2fx the fastest single directory", r->gbps / single);
       printf("\n");
@@ -257,11 +259,7 @@ static void print_best(const opts *o, int use_fio) {
       /* the striped set against the fastest single directory, in the op the setting was picked for */
       const int op = zr ? OP_READ : OP_WRITE;
       const result *st = best_of_t(g_ntargets - 1, op, ENG_ZO);
-      double single = 0;
-      for (int t = 0; t + 1 < g_ntargets; t++) {
-        const result *r = best_of_t(t, op, ENG_ZO);
-        if (r && r->gbps > single) single = r->gbps;
-      }
+      const double single = fastest_single(op);
       if (st && single > 0 && st->gbps >= 1.1 * single) {
         printf(
             "  and to stripe the swap files across the directories (%s %.2fx one):\n  \"nvme_path\": [",

@@ -63,6 +63,21 @@ def batches(data, batch, seq, seed):
         yield x, y
 
 
+def train_steps(engine, it, steps, infos=None):
+    """@steps training steps of @engine on the (x, y) batches of @it (forward, engine.backward, engine.step): the
+    losses as floats, and each step's info (what step() returned) appended to @infos when given."""
+    losses = []
+    for _ in range(steps):
+        x, y = next(it)
+        loss = engine(x, y)
+        engine.backward(loss)
+        info = engine.step()
+        if infos is not None:
+            infos.append(info)
+        losses.append(loss.item())
+    return losses
+
+
 def config(lr=3e-3, device="cpu", nvme=None, batch=8, bf16=False):
     off = {"device": device, "pin_memory": True}
     if device == "nvme":

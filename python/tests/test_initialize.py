@@ -22,23 +22,9 @@ import torch
 import zoffload
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from train_gpt import GPT, batches, config, corpus  # noqa: E402
+from train_gpt import GPT, batches, config, corpus, train_steps  # noqa: E402
 
 STEPS = 100
-
-
-def _steps(engine, it, n, infos=None):
-    """@n training steps of @engine on the batches of @it: the losses (and each step's info appended to @infos)."""
-    out = []
-    for _ in range(n):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        info = engine.step()
-        if infos is not None:
-            infos.append(info)
-        out.append(loss.item())
-    return out
 
 
 def _train_zoffload(device, nvme=None, stage=2):
@@ -48,7 +34,7 @@ def _train_zoffload(device, nvme=None, stage=2):
     if stage == 3:  # the parameters on the same tier, fetched by the module hooks
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": device, "nvme_path": nvme}})
     engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
-    losses = _steps(engine, batches(corpus(), 8, 32, 0), STEPS)
+    losses = train_steps(engine, batches(corpus(), 8, 32, 0), STEPS)
     weights = {n: engine.master_weights(n).clone() for n, _ in model.named_parameters()}  # fp32 masters
     # every gradient reached the engine from inside backward (the hooks), none was left for step()
     assert engine.handed_in_backward == STEPS * len(engine.params), engine.handed_in_backward
@@ -140,7 +126,7 @@ def _stage_run(stage, device, nvme=None, bf16=False, steps=10, eval_every=0, war
             with torch.no_grad():
                 losses.append(("eval", engine(x, y).item()))
             model.train()
-        losses += _steps(engine, it, 1, infos)
+        losses += train_steps(engine, it, 1, infos)
         empty &= all(p.numel() == 0 for p in model.parameters()) if stage == 3 else True
     prefetched = sum(i["n_prefetch"] for i in infos)
     if warnings is not None:
@@ -202,12 +188,12 @@ def test_stage3_pass_that_raised():
         cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"}})
         engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         it = batches(corpus(), 8, 32, 0)
-        losses = _steps(engine, it, 3)
+        losses = train_steps(engine, it, 3)
         if fail:
             x = torch.zeros(2, 33, dtype=torch.long)
             with torch.no_grad(), pytest.raises(IndexError):
                 engine(x, x)
-        losses += _steps(engine, it, 3)
+        losses += train_steps(engine, it, 3)
         empty = all(p.numel() == 0 for p in model.parameters())
         engine.close()
         return losses, empty
@@ -246,7 +232,7 @@ def test_stage3_activation_checkpointing(reentrant):
                                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
         engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
         infos = []
-        losses = _steps(engine, batches(corpus(), 8, 32, 0), 6, infos)
+        losses = train_steps(engine, batches(corpus(), 8, 32, 0), 6, infos)
         engine.close()
         return losses, sum(i["n_prefetch"] for i in infos)
     plain, _ = run(2, None)
@@ -297,10 +283,10 @@ def test_checkpoint_resume_bit_identical(tmp_path):
     straight = GPT(layers=1)
     e1, _, _, _ = zoffload.initialize(model=straight, config=config(device="nvme", nvme=str(nvme)))
     it = batches(corpus(), 8, 32, 0)
-    first = _steps(e1, it, 10)
+    first = train_steps(e1, it, 10)
     assert e1.save_checkpoint(tmp_path / "ckpt", client_state={"epoch": 3}) is True
     assert (tmp_path / "ckpt" / "global_step10" / "manifest.json").is_file()  # DeepSpeed's default tag
-    rest = _steps(e1, it, 10)
+    rest = train_steps(e1, it, 10)
     torch.manual_seed(7)  # other initial weights: the checkpoint must replace them all
     resumed = GPT(layers=1)
     e2, _, _, _ = zoffload.initialize(model=resumed, config=config(device="cpu"))
@@ -308,7 +294,7 @@ def test_checkpoint_resume_bit_identical(tmp_path):
     assert client == {"epoch": 3} and e2.global_steps == 10 and e2.applied_steps == 10
     it2 = batches(corpus(), 8, 32, 0)
     _ = [next(it2) for _ in range(10)]
-    again = _steps(e2, it2, 10)
+    again = train_steps(e2, it2, 10)
     assert again == rest, (again, rest)
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
@@ -355,18 +341,11 @@ SCRIPT = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
 import zoffload, torch  # the library before torch
-from train_gpt import GPT, batches, corpus, config
+from train_gpt import GPT, batches, corpus, config, train_steps
 torch.manual_seed(1337)
 model = GPT(layers=1)
 engine, _, _, _ = zoffload.initialize(model=model, config=config(device="nvme", nvme=sys.argv[1]))
-it = batches(corpus(), 8, 32, 0)
-out = []
-for _ in range(5):
-    x, y = next(it)
-    loss = engine(x, y)
-    engine.backward(loss)
-    engine.step()
-    out.append(loss.item())
+out = train_steps(engine, batches(corpus(), 8, 32, 0), 5)
 engine.close()
 print(zoffload.host_allocator())
 print(repr(out))
@@ -409,7 +388,7 @@ def test_stage3_gradient_accumulation():
             cfg["zero_optimization"].update({"stage": 3, "offload_param": {"device": "cpu"},
                                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})
         engine, _, _, _ = zoffload.initialize(model=model, config=cfg)
-        losses = _steps(engine, batches(corpus(), 4, 32, 0), 16)
+        losses = train_steps(engine, batches(corpus(), 4, 32, 0), 16)
         masters = {n: engine.master_weights(n) for n, _ in engine.params}
         assert engine.global_steps == 8
         engine.close()

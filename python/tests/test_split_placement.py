@@ -10,7 +10,7 @@ import torch
 import zoffload
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from train_gpt import GPT, batches, config, corpus  # noqa: E402
+from train_gpt import GPT, batches, config, corpus, train_steps  # noqa: E402
 
 STEPS = 4
 SPEEDS = {"nvme_read_gbps": 2, "nvme_write_gbps": 2, "h2d_gbps": 10, "d2h_gbps": 10, "adam_gparams_per_s": 1}
@@ -22,14 +22,7 @@ def _run(tmp_path, extra):
     cfg["zoffload"] = dict({"speeds": SPEEDS}, **extra)
     torch.manual_seed(1337)
     engine, _, _, _ = zoffload.initialize(model=GPT(), config=cfg)
-    it = batches(corpus(), 8, 32, 0)
-    losses = []
-    for _ in range(STEPS):
-        x, y = next(it)
-        loss = engine(x, y)
-        engine.backward(loss)
-        engine.step()
-        losses.append(loss.item())
+    losses = train_steps(engine, batches(corpus(), 8, 32, 0), STEPS)
     masters = {n: engine.master_weights(n) for n, _ in engine.params}
     mem = engine.memory()
     engine.close()

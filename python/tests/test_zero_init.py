@@ -18,7 +18,7 @@ import zoffload
 import zoffload.zero as zero
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from train_gpt import GPT, batches, config, corpus  # noqa: E402
+from train_gpt import GPT, batches, config, corpus, train_steps  # noqa: E402
 
 
 def _init(**kw):
@@ -36,15 +36,7 @@ def _cfg(tier="cpu", nvme=None, stage=3, bf16=False):
 
 
 def _train(engine, steps=4, seed=1):
-    data = batches(corpus(), 8, 32, seed)
-    out = []
-    for _ in range(steps):
-        x, y = next(data)
-        loss = engine(x, y)
-        engine.backward(loss)
-        engine.step()
-        out.append(loss.item())
-    return out
+    return train_steps(engine, batches(corpus(), 8, 32, seed), steps)
 
 
 def test_config_view_matches_describe(tmp_path):

@@ -8,23 +8,18 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "gpt_cuda_device.h"
 #include "gpt_cuda_fused.h"
 
 typedef zgc_bf16 bf16;
 
 #define WARPS 8 /* warp-per-row kernels: 256 threads */
 #define CLS_THREADS 512
-#define LNB_THREADS 128 /* C = 768: 96 threads of 8 columns each */
-#define MAX_GRID (1u << 20)
+#define LNB_THREADS 128          /* C = 768: 96 threads of 8 columns each */
 #define LNB_MAX_SMEM (48 * 1024) /* the default dynamic shared memory limit, no opt-in */
 
 /* ------------------------------------------------------------------ */
 /* helpers */
-
-static __device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 /* 8 bf16 <-> 8 floats through one 128-bit access; @p 16-byte aligned. */
 static __device__ __forceinline__ void load8(float f[8], const bf16 *p) {
@@ -56,11 +51,6 @@ static __device__ __forceinline__ void merge_ms(float &m, float &s, float m2, fl
 }
 
 static int is_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
-static unsigned grid_cap(size_t g) {
-  if (g < 1) g = 1;
-  return g > MAX_GRID ? MAX_GRID : (unsigned)g;
-}
 
 /* ------------------------------------------------------------------ */
 /* fused classifier */
@@ -132,8 +122,8 @@ __global__ void classifier_kernel(bf16 *logits, float *losses, const uint8_t *ta
 cudaError_t zgf_classifier(bf16 *logits, float *losses, const uint8_t *targets, int N, int V,
                            float dscale, cudaStream_t s) {
   const int vec = V % 8 == 0 && is_aligned(logits);
-  classifier_kernel<<<grid_cap((size_t)N), CLS_THREADS, 0, s>>>(logits, losses, targets, N, V,
-                                                                dscale, vec);
+  classifier_kernel<<<zgc_grid_cap((size_t)N), CLS_THREADS, 0, s>>>(logits, losses, targets, N, V,
+                                                                    dscale, vec);
   return cudaGetLastError();
 }
 
@@ -150,7 +140,7 @@ static __device__ __forceinline__ void row_stats(const bf16 *x, int C, int lane,
 #pragma unroll
     for (int i = 0; i < 8; i++) sum += f[i];
   }
-  const float m = warp_sum(sum) / (float)C;
+  const float m = zgc_warp_sum(sum) / (float)C;
   float v = 0.0f;
   for (int c = lane * 8; c < C; c += 256) {
     float f[8];
@@ -159,7 +149,7 @@ static __device__ __forceinline__ void row_stats(const bf16 *x, int C, int lane,
     for (int i = 0; i < 8; i++) v += (f[i] - m) * (f[i] - m);
   }
   *mu = m;
-  *rs = 1.0f / sqrtf(warp_sum(v) / (float)C + 1e-5f);
+  *rs = 1.0f / sqrtf(zgc_warp_sum(v) / (float)C + 1e-5f);
 }
 
 static __device__ __forceinline__ void row_normalize(bf16 *o, const bf16 *x, const bf16 *w,
@@ -221,7 +211,7 @@ cudaError_t zgf_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf1
                                   const bf16 *w, const bf16 *b, int N, int C, cudaStream_t s) {
   if (!rows_vec_ok(C, out, inp, w, b, NULL))
     return zgc_layernorm_forward(out, mean, rstd, inp, w, b, N, C, s);
-  layernorm_forward_vec_kernel<<<grid_cap(((size_t)N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(
+  layernorm_forward_vec_kernel<<<zgc_grid_cap(((size_t)N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(
       out, mean, rstd, inp, w, b, N, C);
   return cudaGetLastError();
 }
@@ -247,9 +237,9 @@ __global__ void residual_scalar_kernel(bf16 *out, const bf16 *res, const bf16 *y
 cudaError_t zgf_residual(bf16 *out, const bf16 *res, const bf16 *y, size_t n, cudaStream_t s) {
   if (n % 8 == 0 && is_aligned(out) && is_aligned(res) && is_aligned(y)) {
     const size_t n8 = n / 8;
-    residual_kernel<<<grid_cap((n8 + 255) / 256), 256, 0, s>>>(out, res, y, n8);
+    residual_kernel<<<zgc_grid_cap((n8 + 255) / 256), 256, 0, s>>>(out, res, y, n8);
   } else {
-    residual_scalar_kernel<<<grid_cap((n + 255) / 256), 256, 0, s>>>(out, res, y, n);
+    residual_scalar_kernel<<<zgc_grid_cap((n + 255) / 256), 256, 0, s>>>(out, res, y, n);
   }
   return cudaGetLastError();
 }
@@ -262,7 +252,7 @@ cudaError_t zgf_residual_layernorm(bf16 *res_out, bf16 *out, float *mean, float 
     if (e != cudaSuccess) return e;
     return zgc_layernorm_forward(out, mean, rstd, res_out, w, b, N, C, s);
   }
-  residual_layernorm_kernel<<<grid_cap(((size_t)N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(
+  residual_layernorm_kernel<<<zgc_grid_cap(((size_t)N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(
       res_out, out, mean, rstd, res, y, w, b, N, C);
   return cudaGetLastError();
 }
@@ -273,7 +263,7 @@ cudaError_t zgf_residual_layernorm(bf16 *res_out, bf16 *out, float *mean, float 
 /* Sums of (a, b) over the block into every thread; @sh: 66 floats; a leading sync guards the reuse
  * of sh. */
 static __device__ __forceinline__ void block_sum2(float *a, float *b, float *sh) {
-  float x = warp_sum(*a), y = warp_sum(*b);
+  float x = zgc_warp_sum(*a), y = zgc_warp_sum(*b);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads();
   if (lane == 0) sh[w] = x, sh[32 + w] = y;
@@ -281,8 +271,8 @@ static __device__ __forceinline__ void block_sum2(float *a, float *b, float *sh)
   if (w == 0) {
     x = lane < nw ? sh[lane] : 0.0f;
     y = lane < nw ? sh[32 + lane] : 0.0f;
-    x = warp_sum(x);
-    y = warp_sum(y);
+    x = zgc_warp_sum(x);
+    y = zgc_warp_sum(y);
     if (lane == 0) sh[64] = x, sh[65] = y;
   }
   __syncthreads();
@@ -403,6 +393,6 @@ __global__ void bias_grad_add_kernel(bf16 *g, const void *src, int src_f32, int 
 }
 
 cudaError_t zgf_bias_grad_add(bf16 *g, const void *src, int src_f32, int K, cudaStream_t s) {
-  bias_grad_add_kernel<<<grid_cap(((size_t)K + 255) / 256), 256, 0, s>>>(g, src, src_f32, K);
+  bias_grad_add_kernel<<<zgc_grid_cap(((size_t)K + 255) / 256), 256, 0, s>>>(g, src, src_f32, K);
   return cudaGetLastError();
 }

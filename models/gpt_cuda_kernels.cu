@@ -9,43 +9,23 @@
  */
 #include <math.h>
 
+#include "gpt_cuda_device.h"
 #include "gpt_cuda_internal.h"
 
 typedef zgc_bf16 bf16;
 
 #define THREADS 256                /* every kernel: 256 threads (8 warps) per block */
-#define MAX_GRID (1u << 20)        /* grid-stride loops cover the rest */
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 static __device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ bf16 st(float x) { return __float2bfloat16_rn(x); }
 
 /* Blocks for a grid-stride loop over @n items of one thread each. */
-static unsigned grid_for(size_t n) {
-  size_t g = (n + THREADS - 1) / THREADS;
-  if (g < 1) g = 1;
-  return g > MAX_GRID ? MAX_GRID : (unsigned)g;
-}
-
-/* Blocks for one block per row (@rows rows). */
-static unsigned grid_rows(size_t rows) {
-  if (rows < 1) rows = 1;
-  return rows > MAX_GRID ? MAX_GRID : (unsigned)rows;
-}
+static unsigned grid_for(size_t n) { return zgc_grid_cap((n + THREADS - 1) / THREADS); }
 
 #define GRID_STRIDE(i, n)                                                 \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (size_t)gridDim.x * blockDim.x)
-
-/* Butterfly reductions: every lane ends with the same value, in a fixed order. */
-static __device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-static __device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 /*
  * Sum (or max) over the block, returned to every thread. @sh: 33 floats of
@@ -53,14 +33,14 @@ static __device__ __forceinline__ float warp_max(float v) {
  * of sh[32] ahead of this call's writers. blockDim.x: a multiple of 32.
  */
 static __device__ float block_reduce(float v, float *sh, int is_max) {
-  v = is_max ? warp_max(v) : warp_sum(v);
+  v = is_max ? zgc_warp_max(v) : zgc_warp_sum(v);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads();
   if (lane == 0) sh[w] = v;
   __syncthreads();
   if (w == 0) {
     float t = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
-    t = is_max ? warp_max(t) : warp_sum(t);
+    t = is_max ? zgc_warp_max(t) : zgc_warp_sum(t);
     if (lane == 0) sh[32] = t;
   }
   __syncthreads();
@@ -112,8 +92,8 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, co
 
 cudaError_t zgc_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp,
                                   const bf16 *w, const bf16 *b, int N, int C, cudaStream_t s) {
-  layernorm_forward_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N,
-                                                                    C);
+  layernorm_forward_kernel<<<zgc_grid_cap((size_t)N), THREADS, 0, s>>>(out, mean, rstd, inp, w, b,
+                                                                       N, C);
   return cudaGetLastError();
 }
 
@@ -196,17 +176,17 @@ __global__ void softmax_causal_forward_kernel(bf16 *att, size_t rows, int T) {
     bf16 *p = att + r * (size_t)T;
     float mx = -INFINITY;
     for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, ld(p[j]));
-    mx = warp_max(mx);
+    mx = zgc_warp_max(mx);
     float sum = 0.0f;
     for (int j = lane; j <= i; j += 32) sum += expf(ld(p[j]) - mx);
-    const float inv = 1.0f / warp_sum(sum);
+    const float inv = 1.0f / zgc_warp_sum(sum);
     for (int j = lane; j < T; j += 32) p[j] = j <= i ? st(expf(ld(p[j]) - mx) * inv) : st(0.0f);
   }
 }
 
 cudaError_t zgc_softmax_causal_forward(bf16 *att, int BH, int T, cudaStream_t s) {
   const size_t rows = (size_t)BH * T;
-  softmax_causal_forward_kernel<<<grid_rows((rows + 7) / 8), THREADS, 0, s>>>(att, rows, T);
+  softmax_causal_forward_kernel<<<zgc_grid_cap((rows + 7) / 8), THREADS, 0, s>>>(att, rows, T);
   return cudaGetLastError();
 }
 
@@ -221,7 +201,7 @@ __global__ void softmax_causal_backward_kernel(bf16 *datt, const bf16 *att, size
     bf16 *d = datt + r * (size_t)T;
     float s = 0.0f;
     for (int j = lane; j <= i; j += 32) s += ld(a[j]) * ld(d[j]);
-    s = warp_sum(s);
+    s = zgc_warp_sum(s);
     for (int j = lane; j < T; j += 32)
       d[j] = j <= i ? st(ld(a[j]) * (ld(d[j]) - s) * scale) : st(0.0f);
   }
@@ -230,8 +210,8 @@ __global__ void softmax_causal_backward_kernel(bf16 *datt, const bf16 *att, size
 cudaError_t zgc_softmax_causal_backward(bf16 *datt, const bf16 *att, int BH, int T, float scale,
                                         cudaStream_t s) {
   const size_t rows = (size_t)BH * T;
-  softmax_causal_backward_kernel<<<grid_rows((rows + 7) / 8), THREADS, 0, s>>>(datt, att, rows, T,
-                                                                               scale);
+  softmax_causal_backward_kernel<<<zgc_grid_cap((rows + 7) / 8), THREADS, 0, s>>>(datt, att, rows,
+                                                                                  T, scale);
   return cudaGetLastError();
 }
 
@@ -286,7 +266,8 @@ __global__ void xent_forward_kernel(float *lse, float *losses, const bf16 *logit
 
 cudaError_t zgc_xent_forward(float *lse, float *losses, const bf16 *logits, const uint8_t *targets,
                              int N, int V, cudaStream_t s) {
-  xent_forward_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(lse, losses, logits, targets, N, V);
+  xent_forward_kernel<<<zgc_grid_cap((size_t)N), THREADS, 0, s>>>(lse, losses, logits, targets, N,
+                                                                  V);
   return cudaGetLastError();
 }
 
@@ -434,8 +415,8 @@ __global__ void layernorm_backward_finish_kernel(bf16 *dw, bf16 *db, const float
 cudaError_t zgc_layernorm_backward(float *dinp, bf16 *dw, bf16 *db, const bf16 *dout,
                                    const bf16 *inp, const float *mean, const float *rstd,
                                    const bf16 *w, int N, int C, float *part, cudaStream_t s) {
-  layernorm_backward_dx_kernel<<<grid_rows((size_t)N), THREADS, 0, s>>>(dinp, dout, inp, mean, rstd,
-                                                                        w, N, C);
+  layernorm_backward_dx_kernel<<<zgc_grid_cap((size_t)N), THREADS, 0, s>>>(dinp, dout, inp, mean,
+                                                                           rstd, w, N, C);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   int R, P;

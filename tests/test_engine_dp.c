@@ -515,11 +515,9 @@ int main(int argc, char **argv) {
   int rc = zo_test_backend_arg("test_engine_dp", "[--comm nccl]", &argc, &argv);
   if (rc) return rc;
   if ((rc = comm_arg(&argc, &argv)) != 0) return rc;
-  if (!g_comm && !CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  if ((rc = zo_test_rank_scratch_dir(NULL, "zo-test-engine-dp", &g_comm, g_dir, sizeof g_dir)) != 0)
+    return rc; /* the communicator of --comm nccl, else the launcher's */
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[4096];
-  snprintf(base, sizeof base, "zo-test-engine-dp-r%d", R);
-  if (zo_test_scratch_dir(NULL, base, g_dir, sizeof g_dir)) return ZO_TEST_SKIP;
 
   run_case("stage 0, state none", 0, ZO_OFFLOAD_NONE, 4, 0, 0);
   run_case("stage 0, overlap", 0, ZO_OFFLOAD_NONE, 4, 1, 0);

@@ -218,12 +218,10 @@ static void test_gas1(void) {
 int main(int argc, char **argv) {
   int rc = zo_test_backend_arg("test_grad_accum", "[SCRATCH_BASE]", &argc, &argv);
   if (rc) return rc;
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  rc = zo_test_rank_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-accum", &g_comm, g_dir,
+                                sizeof g_dir);
+  if (rc) return rc;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[64];
-  snprintf(base, sizeof base, "zo-test-accum-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
-    return ZO_TEST_SKIP;
   zo_config_t c;
   if (W == 1) {
     static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};

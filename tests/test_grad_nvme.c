@@ -133,12 +133,11 @@ static void run_case(const char *label, const zo_config_t *c, int gas, zo_dtype 
 int main(int argc, char **argv) {
   int rc = zo_test_backend_arg("test_grad_nvme", "[SCRATCH_BASE]", &argc, &argv);
   if (rc) return rc;
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  rc = zo_test_rank_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-gradnv", &g_comm, g_dir,
+                                sizeof g_dir);
+  if (rc) return rc;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[64], label[160];
-  snprintf(base, sizeof base, "zo-test-gradnv-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
-    return ZO_TEST_SKIP;
+  char label[160];
   zo_config_t c;
   const int stages[2] = {2, 3};
   for (int si = 0; si < (W > 1 ? 2 : 1); si++)

@@ -175,12 +175,10 @@ static void test_early_adam_refused(void) {
 int main(int argc, char **argv) {
   int rc = zo_test_backend_arg("test_grad_reopen", "[SCRATCH_BASE]", &argc, &argv);
   if (rc) return rc;
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  rc = zo_test_rank_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-reopen", &g_comm, g_dir,
+                                sizeof g_dir);
+  if (rc) return rc;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[64];
-  snprintf(base, sizeof base, "zo-test-reopen-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
-    return ZO_TEST_SKIP;
   zo_config_t c;
   char label[160];
   if (W == 1) {

@@ -313,12 +313,10 @@ static void test_checkpoint(zo_offload_device otier) {
 int main(int argc, char **argv) {
   int rc = zo_test_backend_arg("test_param_cache", "[SCRATCH_BASE]", &argc, &argv);
   if (rc) return rc;
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  rc = zo_test_rank_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-pcache", &g_comm, g_dir,
+                                sizeof g_dir);
+  if (rc) return rc;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[64];
-  snprintf(base, sizeof base, "zo-test-pcache-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
-    return ZO_TEST_SKIP;
   snprintf(g_ckpt, sizeof g_ckpt, "%s/ckpt", g_dir);
   CHECK_OK(zo_comm_broadcast(g_comm, g_ckpt, sizeof g_ckpt,
                              0)); /* every rank saves into rank 0's root */

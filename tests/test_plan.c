@@ -568,12 +568,10 @@ static int nccl_main(const char *dir) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "nccl")) return nccl_main(argc > 2 ? argv[2] : NULL);
   run_pure(); /* first: it needs nothing the rest makes */
-  if (!CHECK_OK(zo_comm_create_from_env(&g_comm))) return 1;
+  int rc = zo_test_rank_scratch_dir(argc > 1 ? argv[1] : NULL, "zo-test-plan", &g_comm, g_dir,
+                                    sizeof g_dir);
+  if (rc) return rc;
   R = zo_comm_rank(g_comm), W = zo_comm_size(g_comm);
-  char base[64];
-  snprintf(base, sizeof base, "zo-test-plan-r%d", R);
-  if (zo_test_scratch_dir(argc > 1 ? argv[1] : NULL, base, g_dir, sizeof g_dir))
-    return ZO_TEST_SKIP;
   static const zo_offload_device tiers[] = {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME};
   for (g_gas = 1; g_gas <= 4; g_gas += 3) /* without and with gradient accumulation */
     for (int bf16 = 0; bf16 < 2; bf16++)

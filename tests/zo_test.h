@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "zoffload/comm.h"
 #include "zoffload/status.h"
 
 #define ZO_TEST_SKIP 77
@@ -196,6 +197,21 @@ static inline int zo_test_scratch_dir(const char *base, const char *name, char *
   if (mkdtemp(out)) return 0;
   fprintf(stderr, "skip: cannot make a directory under %s: %s\n", base, strerror(errno));
   return -1;
+}
+
+/*
+ * zo_test_rank_scratch_dir() - the start of a test that runs on one or more ranks: the communicator a launcher asks
+ * for (zo_comm_create_from_env) into *@comm unless one is there already, then this rank's private scratch directory
+ * @name-r<rank>-XXXXXX under @base (as zo_test_scratch_dir) into @out (@cap bytes). Returns 0 to go on, 1 when the
+ * communicator cannot be made (CHECK_OK's message printed), ZO_TEST_SKIP when the directory cannot be (why printed).
+ */
+static inline int zo_test_rank_scratch_dir(const char *base, const char *name, zo_comm_t **comm,
+                                           char *out, size_t cap) {
+  if (!*comm && !CHECK_OK(zo_comm_create_from_env(comm))) return 1;
+  char dir[256];
+  if (!CHECK((size_t)snprintf(dir, sizeof dir, "%s-r%d", name, zo_comm_rank(*comm)) < sizeof dir))
+    return 1;
+  return zo_test_scratch_dir(base, dir, out, cap) ? ZO_TEST_SKIP : 0;
 }
 
 #endif /* ZO_TEST_H */

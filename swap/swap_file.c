@@ -207,14 +207,12 @@ static zo_status file_new(zo_swap_t *sw, const char *name, uint64_t nbytes, int 
   f->fd = -1;
   snprintf(f->path, sizeof f->path, "%s/%.199s", sw->pdir.path, name);
   f->name = f->path + strlen(sw->pdir.path) + 1;
-  f->part0_size = zo_swap_stripe_part_size(sw, nbytes, 0);
   if (sw->n_dirs > 1) {
     f->xparts = calloc(sw->n_dirs - 1, sizeof *f->xparts);
     if (!f->xparts) goto oom;
     for (unsigned i = 1; i < sw->n_dirs; i++) {
       zo_swap_part_t *pt = &f->xparts[i - 1];
       pt->fd = pt->slot = -1;
-      pt->size = zo_swap_stripe_part_size(sw, nbytes, i);
       size_t n = strlen(sw->xdirs[i - 1].path) + strlen(name) + 2;
       if (!(pt->path = malloc(n))) goto oom;
       snprintf(pt->path, n, "%s/%s", sw->xdirs[i - 1].path, name);
@@ -318,7 +316,7 @@ static zo_status file_make_parts(zo_swap_t *sw, zo_swap_file_t *f, const char *n
   for (unsigned i = 0; i < sw->n_dirs && st == ZO_OK; i++) {
     int *fd = i ? &f->xparts[i - 1].fd : &f->fd;
     int *slot = i ? &f->xparts[i - 1].slot : &f->slot;
-    uint64_t size = i ? f->xparts[i - 1].size : f->part0_size;
+    const uint64_t size = zo_swap_stripe_part_size(sw, f->size, i);
     st = file_open(sw, f, i, name, fd);
     if (st == ZO_OK) st = file_preallocate(sw, f, i, *fd, name, size);
     if (st != ZO_OK) {

@@ -31,9 +31,8 @@ typedef struct zo_swap_ext zo_swap_ext_t;
 /* One part of a striped swap file: the file of that name in one of the handle's other directories. */
 typedef struct zo_swap_part {
   int fd;
-  int slot;      /* index in the ring's fixed-file table, or -1 */
-  uint64_t size; /* bytes of the logical file that live in this part */
-  char *path;    /* full path (malloc'd) */
+  int slot;   /* index in the ring's fixed-file table, or -1 */
+  char *path; /* full path (malloc'd) */
 } zo_swap_part_t;
 
 struct zo_swap_piece {
@@ -73,9 +72,8 @@ struct zo_swap_file {
   char path[PATH_MAX + 256]; /* full path: dir + "/" + name */
   const char *name;          /* points into path */
   /* Striped handle (n_dirs > 1): the file is cut in sw->stripe-byte stripes, stripe s in part
-   * s % n_dirs at offset (s / n_dirs) * stripe. Part 0 is fd/slot/path above (its size is part0_size),
+   * s % n_dirs at offset (s / n_dirs) * stripe. Part 0 is fd/slot/path above (each part's size is zo_swap_stripe_part_size()),
    * parts 1.. are xparts[0..n_dirs-2]. */
-  uint64_t part0_size;
   zo_swap_part_t *xparts;
 };
 

@@ -429,17 +429,23 @@ unsigned zo_config_nvme_dirs(const zo_config_t *cfg, int which, const char **out
   return (unsigned)n;
 }
 
+int zo_config_nvme_dirs_shared(const zo_config_t *cfg) {
+  const char *o[ZO_CONFIG_MAX_NVME_PATHS], *p[ZO_CONFIG_MAX_NVME_PATHS];
+  const unsigned no = zo_config_nvme_dirs(cfg, 0, o), np = zo_config_nvme_dirs(cfg, 1, p);
+  int same = no == np;
+  for (unsigned i = 0; same && i < no; i++) same = !strcmp(o[i], p[i]);
+  return same;
+}
+
 /* With both blocks on nvme: the same directories (one swap handle serves both), or none in common (each
  * block's handle owns its private directory in each of its directories). */
 static zo_status check_nvme_lists(const parse_ctx *c, const zo_config_t *cfg) {
   if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NVME ||
       cfg->zero.offload_param.device != ZO_OFFLOAD_NVME)
     return ZO_OK;
+  if (zo_config_nvme_dirs_shared(cfg)) return ZO_OK;
   const char *o[ZO_CONFIG_MAX_NVME_PATHS], *p[ZO_CONFIG_MAX_NVME_PATHS];
   const unsigned no = zo_config_nvme_dirs(cfg, 0, o), np = zo_config_nvme_dirs(cfg, 1, p);
-  int same = no == np;
-  for (unsigned i = 0; same && i < no; i++) same = !strcmp(o[i], p[i]);
-  if (same) return ZO_OK;
   for (unsigned i = 0; i < np; i++)
     for (unsigned j = 0; j < no; j++)
       if (!strcmp(p[i], o[j])) {

@@ -422,9 +422,8 @@ static void budget_nvme(const zo_config_t *c, const zo_plan *p, zo_budget *out) 
                         .bytes = p->nvme_bytes[1]}};
   const size_t stripe = (size_t)c->aio.block_size;
   for (int k = 0; k < 2; k++) want[k].n = zo_config_nvme_dirs(c, k, want[k].dirs);
-  int same = want[0].n == want[1].n && want[0].bytes && want[1].bytes;
-  for (unsigned i = 0; same && i < want[0].n; i++) same = !strcmp(want[0].dirs[i], want[1].dirs[i]);
-  if (same) { /* one swap handle holds both: one need */
+  if (want[0].bytes && want[1].bytes &&
+      zo_config_nvme_dirs_shared(c)) { /* one swap handle holds both: one need */
     want[0].bytes = add_sat(want[0].bytes, want[1].bytes);
     want[1].bytes = 0;
   }

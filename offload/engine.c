@@ -160,8 +160,7 @@ static zo_status create_swap(zo_engine_t *e, const zo_config_t *cfg) {
   _Static_assert(ZO_CONFIG_MAX_NVME_PATHS <= ZO_SWAP_MAX_PATHS, "an nvme_path list fits a swap");
   const char *odirs[ZO_CONFIG_MAX_NVME_PATHS], *pdirs[ZO_CONFIG_MAX_NVME_PATHS];
   const unsigned on = zo_config_nvme_dirs(cfg, 0, odirs), pn = zo_config_nvme_dirs(cfg, 1, pdirs);
-  int same = on == pn;
-  for (unsigned i = 0; same && i < on; i++) same = !strcmp(odirs[i], pdirs[i]);
+  const int same = zo_config_nvme_dirs_shared(cfg);
   zo_status st;
   if (e->tier == ZO_OFFLOAD_NVME && (st = eng_nv_create(&e->nv, odirs, on, &so)) != ZO_OK)
     return zo_error_prefix(st, "zero_optimization.offload_optimizer.nvme_path");

@@ -1,7 +1,8 @@
 /*
  * test_config_nvme_paths.c - zero_optimization.offload_*.nvme_path as a string or a list: the list's
  * directories in order (nvme_path its first), a string unchanged, zo_config_describe and
- * zo_config_nvme_dirs giving the list (one directory once nvme_path alone is overridden),
+ * zo_config_nvme_dirs giving the list (one directory once nvme_path alone is overridden), zo_config_nvme_dirs_shared
+ * telling the same lists of both blocks from different ones,
  * and bad lists (empty, too long, a non-string, an empty or repeated entry) refused naming the JSON path
  * and the entry's index. Exit 0 pass, 1 fail.
  */
@@ -91,7 +92,7 @@ int main(void) {
     snprintf(json, sizeof json, blocks, cases[k][0], cases[k][1]);
     zo_status st = zo_config_parse(json, strlen(json), "t.json", NULL, &c);
     if (!cases[k][2]) {
-      CHECK_OK(st);
+      if (CHECK_OK(st)) CHECK_EQ(zo_config_nvme_dirs_shared(&c), k != 1); /* one handle, or two */
     } else if (CHECK_ST(st, ZO_ERR_CONFIG)) {
       CHECK_HAS(zo_last_error(), cases[k][2]);
     }

@@ -379,6 +379,13 @@ ZO_API zo_status zo_config_parse(const char *json_text, size_t len, const char *
 ZO_API unsigned zo_config_nvme_dirs(const zo_config_t *cfg, int which, const char **out);
 
 /*
+ * zo_config_nvme_dirs_shared() - 1 when zero_optimization.offload_optimizer and offload_param name the same
+ * directories in the same order (zo_config_nvme_dirs() of both equal, string by string: one swap handle serves
+ * both blocks when both are on nvme), else 0. Looks at the paths only, not the devices. Thread-safe (reads @cfg).
+ */
+ZO_API int zo_config_nvme_dirs_shared(const zo_config_t *cfg);
+
+/*
  * zo_config_sizeof() - sizeof(zo_config_t) in this library, for bindings
  * (ctypes, cffi) that hold a config in a buffer of their own. Thread-safe.
  */

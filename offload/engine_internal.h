@@ -542,8 +542,10 @@ zo_status eng_queue_upload(zo_engine_t *e, zo_param_t *p, size_t off, size_t n);
 /* Working weights of [off, off + n) cast from fp32 @master, then published. */
 zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
                            const float *master);
-/* Wait an Adam task (*task becomes NULL), then publish the working weights it wrote
- * (eng_queue_upload). */
+/* Wait an Adam task of tensor @p's elements [@off, @off + @n) (*task becomes NULL); its error prefixed with the
+ * tensor and range. */
+zo_status eng_wait_adam(zo_adam_task_t **task, const zo_param_t *p, size_t off, size_t n);
+/* eng_wait_adam(), then publish the working weights it wrote (eng_queue_upload). */
 zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
                           size_t n);
 
@@ -867,10 +869,9 @@ zo_status eng_nv_end_step(zo_engine_t *e);
 /* Delayed update (engine_step.c): the step's sub-group updates with @hp run behind the next step's
  * compute, moved on by every engine call; nothing is uploaded until eng_nv_dpu_finish(). */
 zo_status eng_nv_dpu_start(zo_engine_t *e, const zo_adam_hparams *hp);
-/* Finish the delayed update (blocking; its Adam time added to *@adam_s), queue the uploads of every
- * tensor's new working weights, and end its step: the sub-groups this step's gradients took keep
- * them. ZO_OK when none runs. */
-zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s);
+/* Finish the delayed update (blocking), queue the uploads of every tensor's new working weights, and
+ * end its step: the sub-groups this step's gradients took keep them. ZO_OK when none runs. */
+zo_status eng_nv_dpu_finish(zo_engine_t *e);
 /* A gradient of this step is about to reach @g: the delayed update of the last step finishes with
  * @g first (its gradients are read, its Adam done), and @g passes to this step. *@may_hold: whether
  * this step's gradients may stay in @g's slot (no: a streamed one while the delayed update still

@@ -400,14 +400,10 @@ static zo_status sg_finish_adam(zo_engine_t *e, sub_group *g, int wait, int *don
       ZO_CHECK(zo_adam_task_poll(pc->task, done));
       if (!*done) return ZO_OK;
     }
-    if (nv->dpu_run) { /* the device computes with the old weights until the next step */
-      zo_status st = zo_adam_task_wait(pc->task, NULL);
-      pc->task = NULL;
-      if (st != ZO_OK)
-        return zo_error_prefix(st, "adam '%s' [%zu, %zu)", pc->p->name, pc->off, pc->off + pc->n);
-    } else {
+    if (nv->dpu_run) /* the device computes with the old weights until the next step */
+      ZO_CHECK(eng_wait_adam(&pc->task, pc->p, pc->off, pc->n));
+    else
       ZO_CHECK(eng_finish_adam(e, &pc->task, pc->p, pc->off, pc->n));
-    }
   }
   g->done = 1;
   nv->n_done++;
@@ -702,15 +698,16 @@ zo_status eng_nv_dpu_start(zo_engine_t *e, const zo_adam_hparams *hp) {
   return eng_nv_advance(e);
 }
 
-zo_status eng_nv_dpu_finish(zo_engine_t *e, double *adam_s) {
+zo_status eng_nv_dpu_finish(zo_engine_t *e) {
   struct eng_nv *nv = e->nv;
   if (!nv->dpu_run) return ZO_OK;
+  double adam_s = 0; /* not reported, as in eng_nv_dpu_claim */
   if (nv->n_claim_waits)
     zo_debug("step %lld: the gradient hand-over waited %.2f ms for the delayed update of %d of %d "
              "sub-groups",
              (long long)e->step + 1, nv->claim_wait_s * 1e3, nv->n_claim_waits, nv->n_sgs);
   nv->claim_wait_s = 0, nv->n_claim_waits = 0;
-  ZO_CHECK(nv_finish_step(e, NULL, adam_s));
+  ZO_CHECK(nv_finish_step(e, NULL, &adam_s));
   /* every shard's new working weights, in tensor order (a fetch waits for its own tensor's) */
   for (int i = 0; i < e->n_params; i++)
     ZO_CHECK(eng_queue_upload(e, e->params[i], 0, e->params[i]->shard_n));

@@ -22,8 +22,8 @@
 zo_status eng_dpu_finish(zo_engine_t *e) {
   zo_status st = ZO_OK;
   if (!e->dpu_pending) return ZO_OK;
-  double adam_s = 0; /* nvme: the sub-group pipeline, what is left of it; then the uploads */
-  if (e->tier == ZO_OFFLOAD_NVME) st = eng_nv_dpu_finish(e, &adam_s);
+  if (e->tier == ZO_OFFLOAD_NVME) /* the sub-group pipeline, what is left of it; then the uploads */
+    st = eng_nv_dpu_finish(e);
   for (int i = 0; i < e->n_params && e->tier != ZO_OFFLOAD_NVME; i++) {
     if (!e->tasks[i]) continue;
     zo_status s2 = eng_finish_adam(e, &e->tasks[i], e->params[i], 0, e->params[i]->shard_n);

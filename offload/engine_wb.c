@@ -364,11 +364,16 @@ zo_status eng_upload_shard(zo_engine_t *e, zo_param_t *p, size_t off, size_t n,
   return eng_queue_upload(e, p, off, n);
 }
 
-/* Wait an Adam task, then queue the upload of the working weights it wrote. */
-zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
-                          size_t n) {
+zo_status eng_wait_adam(zo_adam_task_t **task, const zo_param_t *p, size_t off, size_t n) {
   zo_status st = zo_adam_task_wait(*task, NULL);
   *task = NULL;
   if (st != ZO_OK) return zo_error_prefix(st, "adam '%s' [%zu, %zu)", p->name, off, off + n);
+  return ZO_OK;
+}
+
+/* Wait an Adam task, then queue the upload of the working weights it wrote. */
+zo_status eng_finish_adam(zo_engine_t *e, zo_adam_task_t **task, zo_param_t *p, size_t off,
+                          size_t n) {
+  ZO_CHECK(eng_wait_adam(task, p, off, n));
   return eng_queue_upload(e, p, off, n);
 }

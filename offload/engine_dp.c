@@ -129,9 +129,7 @@ zo_status eng_dp_alloc(zo_engine_t *e, const zo_plan *plan) {
   d->red_nbytes = plan->dp_grad_bytes, d->gather_nbytes = plan->dp_gather_bytes;
   if (plan->dp_dev_grad_off != SIZE_MAX) {
     d->dev = 1;
-    d->red = (char *)e->dev_block + plan->dp_dev_grad_off;
-    if (plan->dp_dev_gather_off != SIZE_MAX)
-      d->gat = (char *)e->dev_block + plan->dp_dev_gather_off;
+    eng_dp_rebase(e, plan); /* red and gat in the device block */
     ZO_CHECK(eng_host_buf_alloc_as(e, &d->land, "dp_land", plan->dp_land_bytes, 1));
     ZO_CHECK(zo_event_create(e->dev, &d->gathered));
   } else {

@@ -86,7 +86,7 @@ zo_status eng_pg_alloc(zo_engine_t *e, const zo_plan *plan) {
   pg->ring_nbytes = plan->pg_ring_bytes;
   if (plan->dev_pg_ring_off != SIZE_MAX) {
     pg->dev = 1;
-    pg->ring_base = (char *)e->dev_block + plan->dev_pg_ring_off;
+    eng_pg_rebase(e, plan); /* ring_base in the device block */
     ZO_CHECK(zo_event_create(e->dev, &pg->own_ev));
   } else {
     ZO_CHECK(eng_host_buf_alloc_as(e, &pg->ring, "pg_ring", plan->pg_ring_bytes, 1));

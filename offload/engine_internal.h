@@ -614,8 +614,9 @@ zo_status eng_dp_check(const zo_engine_t *e);
  * device block at dp_dev_grad_off and dp_dev_gather_off, placed by then, and the host "dp_land") and the
  * reduction queue. On a failure what was allocated stays for eng_dp_free. */
 zo_status eng_dp_alloc(zo_engine_t *e, const zo_plan *plan);
-/* zo_engine_offload_states / reload_states moved the device block (e->dev_block; NULL while it is not in device
- * memory): the reduction ring and the gather buffer in it (eng_dp_dev) point there again. Nothing in flight. */
+/* The reduction ring and the gather buffer in the device block (eng_dp_dev) point into e->dev_block (NULL while it
+ * is not in device memory): at eng_dp_alloc, and again after zo_engine_offload_states / reload_states moved the
+ * block. Nothing in flight. */
 void eng_dp_rebase(zo_engine_t *e, const zo_plan *plan);
 /* At destroy: wait what is in flight (errors ignored), free the queue's events, the buffers and e->dp (NULL after);
  * a no-op when e->dp is NULL. */
@@ -675,8 +676,8 @@ void eng_pg_set_stages(struct eng_pg *pg, const struct eng_fetch *f);
 /* 1 when @pg's ring is device memory (parameters partitioned in device memory, over NCCL): what
  * eng_pg_src() returns is then a device pointer. */
 int eng_pg_on_device(const struct eng_pg *pg);
-/* zo_engine_offload_states / reload_states moved the device block (NULL: not in device memory): a device gather
- * ring points there again. No gather in flight (eng_pg_drop_pending). */
+/* A device gather ring points into e->dev_block (NULL: not in device memory): at eng_pg_alloc, and again after
+ * zo_engine_offload_states / reload_states moved the block. No gather in flight (eng_pg_drop_pending). */
 void eng_pg_rebase(zo_engine_t *e, const zo_plan *plan);
 /* At destroy: finish the gathers queued (errors ignored), free the ring, the queue, the communicator and e->pg
  * (NULL after); a no-op when e->pg is NULL. */

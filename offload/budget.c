@@ -50,6 +50,11 @@ static size_t mem_available(void) {
  * not empty, stands in for it, so tests can size the pinned rule against a machine of any size (zoffload/budget.h):
  * decimal digits only, in [1, SIZE_MAX - 1], else ZO_ERR_INVALID_ARG naming it (strtoull alone took "-1" as
  * SIZE_MAX, "no limit", and ignored "1e9" or "64G" without a word). */
+double zo_plan_pinned_fraction(const zo_config_t *c) {
+  const double frac = c->zoffload.pinned_fraction;
+  return frac > 0 && frac <= 1 ? frac : ZO_CONFIG_PINNED_FRACTION;
+}
+
 zo_status zo_plan_mem_total(size_t *out) {
   const char *t = getenv("ZO_TEST_MEMTOTAL");
   if (t && *t) {
@@ -340,9 +345,7 @@ static zo_status budget_pinned(const zo_engine_t *e, const zo_plan *p, const siz
   lp->engine_bytes = p->pinned_bytes;
   lp->app_bytes = app[ZO_TIER_PINNED];
   lp->need = add_sat(p->pinned_bytes, app[ZO_TIER_PINNED]);
-  double frac = e->cfg.zoffload.pinned_fraction;
-  if (!(frac > 0 && frac <= 1))
-    frac = ZO_CONFIG_PINNED_FRACTION; /* a config not from zo_config_defaults() */
+  const double frac = zo_plan_pinned_fraction(&e->cfg);
   const size_t cap = total == SIZE_MAX ? SIZE_MAX : (size_t)((double)total * frac);
   const size_t memlock = memlock_limit();
   lp->available = cap < memlock ? cap : memlock;

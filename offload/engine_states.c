@@ -208,9 +208,8 @@ static zo_status at_rest(const zo_engine_t *e) {
 static int pin_fits(const zo_engine_t *e, size_t nbytes) {
   size_t total = SIZE_MAX;
   if (zo_plan_mem_total(&total) != ZO_OK || total == SIZE_MAX) return 1;
-  double frac = e->cfg.zoffload.pinned_fraction;
-  if (!(frac > 0 && frac <= 1)) frac = ZO_CONFIG_PINNED_FRACTION;
-  const size_t cap = (size_t)((double)total * frac), used = zo_host_pinned_bytes();
+  const size_t cap = (size_t)((double)total * zo_plan_pinned_fraction(&e->cfg)),
+               used = zo_host_pinned_bytes();
   return used <= cap && nbytes <= cap - used;
 }
 

@@ -132,5 +132,8 @@ zo_status zo_plan_budget(const zo_engine_t *e, const zo_plan *p, const size_t ap
 /* MemTotal of /proc/meminfo (or ZO_TEST_MEMTOTAL) into *@out, bytes; SIZE_MAX when unreadable
  * (budget.c). */
 zo_status zo_plan_mem_total(size_t *out);
+/* zoffload.pinned_fraction of @c: the share of MemTotal page-locked memory may take; ZO_CONFIG_PINNED_FRACTION when
+ * it is outside (0, 1] (a config not from zo_config_defaults()). budget.c. */
+double zo_plan_pinned_fraction(const zo_config_t *c);
 
 #endif /* ZO_PLAN_INTERNAL_H */

@@ -416,6 +416,10 @@ int64_t zo_engine_steps_applied(const zo_engine_t *e) { return e ? e->step : 0; 
  * stage 3 keeps on the device. @resident: bytes of the resident block;
  * @avail: available device bytes (SIZE_MAX: no limit), checked by the caller.
  */
+size_t eng_arena_default_bytes(const zo_engine_t *e, size_t avail) {
+  return zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
+}
+
 static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
   const int64_t want = e->cfg.zoffload.device_arena_bytes;
   size_t cap = resident;
@@ -455,7 +459,7 @@ static zo_status create_arena(zo_engine_t *e, size_t resident, size_t avail) {
           "or offload more",
           cap, avail);
   } else {
-    cap = zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
+    cap = eng_arena_default_bytes(e, avail);
     if (cap < resident) cap = avail;
   }
   cap = cap / ZO_DEVICE_ALIGN * ZO_DEVICE_ALIGN;

@@ -411,6 +411,9 @@ zo_status eng_check_usable(const zo_engine_t *e, const char *what);
 zo_status eng_check_owner(const zo_engine_t *e, const char *what);
 /* eng_check_owner(), then, while states are offloaded, eng_states_check() (engine_states.c). */
 #define ENG_CHECK_OWNER(e, what) ZO_CHECK(eng_states_check(e, what))
+/* The device arena's default size with @avail device bytes available (zoffload.device_arena_bytes 0; engine.c's
+ * create_arena says why): all of them on a host device, 90% on CUDA. Not aligned. */
+size_t eng_arena_default_bytes(const zo_engine_t *e, size_t avail);
 /* Free a buffer of eng_host_buf_alloc (an empty one too); *b is zeroed. */
 void eng_host_buf_free(host_buf *b);
 /* Note one allocation finalize requested (a buffer of @bytes, or a file of that size) in the

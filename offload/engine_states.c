@@ -264,8 +264,7 @@ static zo_status reserve(zo_engine_t *e, const struct eng_states *s) {
   if (st == ZO_ERR_OUT_OF_MEMORY && e->cfg.zoffload.device_arena_bytes <= 0) {
     size_t avail = 0;
     ZO_CHECK(zo_device_mem_available(e->dev, &avail));
-    size_t cap = zo_device_host_addressable(e->dev) ? avail : avail / 10 * 9;
-    cap = cap / ZO_DEVICE_ALIGN * ZO_DEVICE_ALIGN;
+    const size_t cap = eng_arena_default_bytes(e, avail) / ZO_DEVICE_ALIGN * ZO_DEVICE_ALIGN;
     const size_t need =
         e->plan->device_need_bytes > s->block_bytes ? e->plan->device_need_bytes : s->block_bytes;
     if (cap >= need && cap >= ZO_DEVICE_ALIGN)

@@ -307,14 +307,6 @@ extern "C" const char *gpt_cuda_device_name(const gpt_cuda *m) { return m ? m->d
 /* ------------------------------------------------------------------ */
 /* kernel sets and timing */
 
-extern "C" const char *gpt_cuda_kernels_name(gpt_cuda_kernels k) {
-  switch (k) {
-    case GPT_CUDA_KERNELS_BASELINE: return "baseline";
-    case GPT_CUDA_KERNELS_FUSED: return "fused";
-    default: return "unknown";
-  }
-}
-
 extern "C" int gpt_cuda_set_kernels(gpt_cuda *m, gpt_cuda_kernels k) {
   if (!m) return -1;
   m->fn = "gpt_cuda_set_kernels";
@@ -460,11 +452,6 @@ static int linear_backward(gpt_cuda *m, const char *what, bf16 *dinp, bf16 *dW, 
   return 0;
 }
 
-/*
- * Forward of block @l from @res_in into activation set @a; with @res_out
- * also the block output (the last projection and residual), which the
- * recompute in backward does not need. Scratch: dqkv, dA, dB.
- */
 int zgm_attention_forward(gpt_cuda *m, int l, const acts *a, bf16 *scratch) {
   const int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head, hs = C / NH;
   const size_t NC = (size_t)B * T * C;
@@ -527,6 +514,11 @@ int zgm_attention_backward(gpt_cuda *m, int l, const acts *a) {
   return 0;
 }
 
+/*
+ * Forward of block @l from @res_in into activation set @a; with @res_out
+ * also the block output (the last projection and residual), which the
+ * recompute in backward does not need. Scratch: dqkv, dA, dB.
+ */
 static int block_forward(gpt_cuda *m, int l, const acts *a, const bf16 *res_in, bf16 *res_out) {
   const int C = m->cfg.d_model, N = m->B * m->T;
   const size_t NC = (size_t)N * C;

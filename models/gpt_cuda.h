@@ -211,9 +211,6 @@ typedef enum gpt_cuda_kernels {
   GPT_CUDA_KERNELS_FUSED = 1
 } gpt_cuda_kernels;
 
-/* gpt_cuda_kernels_name() - "baseline", "fused", or "unknown". */
-const char *gpt_cuda_kernels_name(gpt_cuda_kernels k);
-
 /*
  * gpt_cuda_set_kernels() - switch @m to kernel set @k, between passes (not
  * from a hook). FUSED creates the cuBLASLt handle (once; it shares the

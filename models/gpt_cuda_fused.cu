@@ -50,8 +50,6 @@ static __device__ __forceinline__ void merge_ms(float &m, float &s, float m2, fl
   m = M;
 }
 
-static int is_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* ------------------------------------------------------------------ */
 /* fused classifier */
 
@@ -121,7 +119,7 @@ __global__ void classifier_kernel(bf16 *logits, float *losses, const uint8_t *ta
 
 cudaError_t zgf_classifier(bf16 *logits, float *losses, const uint8_t *targets, int N, int V,
                            float dscale, cudaStream_t s) {
-  const int vec = V % 8 == 0 && is_aligned(logits);
+  const int vec = V % 8 == 0 && zgc_aligned16(logits);
   classifier_kernel<<<zgc_grid_cap((size_t)N), CLS_THREADS, 0, s>>>(logits, losses, targets, N, V,
                                                                     dscale, vec);
   return cudaGetLastError();
@@ -203,8 +201,8 @@ __global__ void residual_layernorm_kernel(bf16 *res_out, bf16 *out, float *mean,
 
 static int rows_vec_ok(int C, const void *a, const void *b, const void *c, const void *d,
                        const void *e) {
-  return C % 8 == 0 && is_aligned(a) && is_aligned(b) && is_aligned(c) && is_aligned(d) &&
-         is_aligned(e);
+  return C % 8 == 0 && zgc_aligned16(a) && zgc_aligned16(b) && zgc_aligned16(c) &&
+         zgc_aligned16(d) && zgc_aligned16(e);
 }
 
 cudaError_t zgf_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp,
@@ -235,7 +233,7 @@ __global__ void residual_scalar_kernel(bf16 *out, const bf16 *res, const bf16 *y
 }
 
 cudaError_t zgf_residual(bf16 *out, const bf16 *res, const bf16 *y, size_t n, cudaStream_t s) {
-  if (n % 8 == 0 && is_aligned(out) && is_aligned(res) && is_aligned(y)) {
+  if (n % 8 == 0 && zgc_aligned16(out) && zgc_aligned16(res) && zgc_aligned16(y)) {
     const size_t n8 = n / 8;
     residual_kernel<<<zgc_grid_cap((n8 + 255) / 256), 256, 0, s>>>(out, res, y, n8);
   } else {
@@ -247,7 +245,7 @@ cudaError_t zgf_residual(bf16 *out, const bf16 *res, const bf16 *y, size_t n, cu
 cudaError_t zgf_residual_layernorm(bf16 *res_out, bf16 *out, float *mean, float *rstd,
                                    const bf16 *res, const bf16 *y, const bf16 *w, const bf16 *b,
                                    int N, int C, cudaStream_t s) {
-  if (!rows_vec_ok(C, res_out, out, res, y, w) || !is_aligned(b)) {
+  if (!rows_vec_ok(C, res_out, out, res, y, w) || !zgc_aligned16(b)) {
     cudaError_t e = zgf_residual(res_out, res, y, (size_t)N * C, s);
     if (e != cudaSuccess) return e;
     return zgc_layernorm_forward(out, mean, rstd, res_out, w, b, N, C, s);

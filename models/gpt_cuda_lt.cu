@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_cuda_device.h"
 #include "seterr.h"
 
 /* One cached problem: its descriptors, the chosen algorithm, the bias-gradient type it was found
@@ -221,13 +222,11 @@ static lt_entry *lookup(zgc_lt *lt, const zgc_lt_problem *p, lt_entry *tmp, cons
   return e;
 }
 
-static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
-
 int zgc_lt_matmul(zgc_lt *lt, cudaStream_t s, const zgc_lt_problem *p, const void *A, const void *B,
                   void *D, const void *bias, void *aux, void *bias_grad, int *grad_f32, char *err,
                   size_t errlen) {
-  if (!aligned16(A) || !aligned16(B) || !aligned16(D) || !aligned16(bias) || !aligned16(aux) ||
-      !aligned16(bias_grad))
+  if (!zgc_aligned16(A) || !zgc_aligned16(B) || !zgc_aligned16(D) || !zgc_aligned16(bias) ||
+      !zgc_aligned16(aux) || !zgc_aligned16(bias_grad))
     return ZGC_LT_UNSUPPORTED;
   if ((p->epi == ZGC_EPI_GELU_AUX_BIAS || p->epi == ZGC_EPI_DGELU_BGRAD) && p->beta != 0.0f)
     return ZGC_LT_UNSUPPORTED;

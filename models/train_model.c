@@ -581,7 +581,7 @@ float train_model_loss(train_model *m) {
     m->err[0] = 0;
     const float l = gpt_cuda_loss(m->gpu);
     if (l != l) {
-      set_err(m, "%s", gpt_cuda_last_error(m->gpu));
+      pass_error(m);
       nan_loss_error(m);
     }
     return l;

@@ -5,7 +5,6 @@
  * nearest known flag. Flag parsing itself is getopt_long; value messages are
  * the caller's.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>

@@ -88,13 +88,18 @@ typedef struct u64_list {
   int is_size;
 } u64_list;
 
+/* A block or stripe size: bytes as zo_tool_parse_bytes reads them, a multiple of 4K up to 1G. 0, or -1. */
+static int parse_4k_size(const char *s, uint64_t *out) {
+  return zo_tool_parse_bytes(s, out) || *out == 0 || *out % 4096 || *out > GiB ? -1 : 0;
+}
+
 static int list_add(const char *tok, int index, void *ctx) {
   u64_list *l = ctx;
   uint64_t v;
   int64_t q;
   if (index >= SB_MAX_LIST) return -1;
   if (l->is_size) {
-    if (zo_tool_parse_bytes(tok, &v) || v == 0 || v % 4096 || v > GiB) return -1;
+    if (parse_4k_size(tok, &v)) return -1;
   } else {
     if (zo_tool_parse_int(tok, 1, 32768, &q)) return -1;
     v = (uint64_t)q;
@@ -137,7 +142,6 @@ static int op_add(const char *tok, int index, void *ctx) {
 /* The option values as given, parsed after every flag was seen (defaults depend on --quick). */
 typedef struct raw_values {
   const char *size, *bs, *qd, *bytes, *sec, *stripe;
-  int reps_given;
 } raw_values;
 
 /* getopt over argv into *o and *raw. Returns -1 to go on, or the exit status (message printed). */
@@ -213,7 +217,6 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
           return 2;
         }
         o->reps = (int)r;
-        raw->reps_given = 1;
         break;
       }
       case O_JSON: o->json = optarg; break;
@@ -242,7 +245,6 @@ static int parse_flags(int argc, char **argv, opts *o, raw_values *raw) {
     usage(stderr);
     return 2;
   }
-  o->path = o->paths[0];
   if (!o->do_op[0] && !o->do_op[1]) {
     fprintf(stderr, "zo-swapbench: --ops: nothing to measure\n");
     return 2;
@@ -320,10 +322,9 @@ static int parse_values(opts *o, const raw_values *raw) {
   o->bytes = (o->bytes + 64 * KiB - 1) / (64 * KiB) *
              (64 * KiB); /* <= o->size, a multiple of 64 KiB: cannot wrap */
   if (check_queue_depths(o) >= 0) return 2;
-  if (!raw->reps_given) o->reps = o->quick ? 2 : 3;
+  if (!o->reps) o->reps = o->quick ? 2 : 3; /* no --reps (which is 1 at least) */
   o->stripe = MiB;
-  if (raw->stripe && (zo_tool_parse_bytes(raw->stripe, &o->stripe) || o->stripe == 0 ||
-                      o->stripe % 4096 || o->stripe > GiB)) {
+  if (raw->stripe && parse_4k_size(raw->stripe, &o->stripe)) {
     fprintf(stderr, "zo-swapbench: --stripe-size: need a multiple of 4K up to 1G, got '%s'\n",
             raw->stripe);
     return 2;
@@ -338,7 +339,6 @@ static int parse_values(opts *o, const raw_values *raw) {
 
 int sb_parse_options(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
-  o->reps = 1;
   o->device = ZO_DEVICE_HOST;
   o->do_op[OP_READ] = o->do_op[OP_WRITE] = 1;
   raw_values raw = {0};

@@ -317,7 +317,7 @@ static json_t *res_json(const result *r) {
 static int write_json(const opts *o, int use_fio, const comparison *c, int nc) {
   json_t *root = json_object();
   json_t *cfg = json_object();
-  json_object_set_new(cfg, "path", json_string(o->path));
+  json_object_set_new(cfg, "path", json_string(o->paths[0]));
   json_t *paths = json_array();
   for (int i = 0; i < o->n_paths; i++) json_array_append_new(paths, json_string(o->paths[i]));
   json_object_set_new(cfg, "paths", paths);
@@ -418,7 +418,7 @@ static int write_plot(const opts *o, int use_fio) {
       f,
       "set logscale x 2\nset xlabel 'queue depth'\nset ylabel 'GB/s'\nset grid\nset key outside right\n");
   fprintf(f, "set multiplot layout 1,%d title 'zo-swapbench: %s, file %" PRIu64 " bytes'\n", nops,
-          o->path, o->size);
+          o->paths[0], o->size);
   for (int op = OP_READ; op <= OP_WRITE; op++) {
     if (!o->do_op[op]) continue;
     fprintf(f, "$%s << EOD\n", op_name[op]);

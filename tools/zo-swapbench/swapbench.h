@@ -93,7 +93,6 @@ typedef struct bench_target {
 } bench_target;
 
 typedef struct opts {
-  const char *path; /* paths[0] */
   const char *paths[SB_MAX_PATHS];
   int n_paths;
   uint64_t stripe; /* bytes per stripe of the striped run */

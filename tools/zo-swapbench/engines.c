@@ -240,10 +240,9 @@ static void *pr_main(void *arg) {
   return NULL;
 }
 
-/* The @q quantile (0..1) of @v[n] (sorted in place, nearest rank); -1 when n is 0. */
-static double sb_quantile(double *v, size_t n, double q) {
+/* The @q quantile (0..1) of @v[n], sorted ascending (nearest rank); -1 when n is 0. */
+static double sb_quantile(const double *v, size_t n, double q) {
   if (!n) return -1;
-  qsort(v, n, sizeof *v, zo_tool_cmp_double);
   size_t k = (size_t)(q * (double)n + 0.999999);
   if (k < 1) k = 1;
   if (k > n) k = n;
@@ -256,6 +255,7 @@ static void pread_stats(double *lat, uint64_t nblk, double sec, meas *m) {
   for (uint64_t i = 0; i < nblk; i++)
     if (lat[i] >= 0) lat[n++] = lat[i] * 1e6;
   m->iops = sec > 0 ? (double)n / sec : -1;
+  qsort(lat, n, sizeof *lat, zo_tool_cmp_double); /* once, for the three quantiles */
   m->p50_us = sb_quantile(lat, n, 0.50);
   m->p99_us = sb_quantile(lat, n, 0.99);
   m->p999_us = sb_quantile(lat, n, 0.999);

@@ -110,14 +110,7 @@ fail:
 }
 
 #if ZO_HAVE_CUDA
-#define CU(call)                                                                   \
-  do {                                                                             \
-    CUresult r_ = (call);                                                          \
-    if (r_ != CUDA_SUCCESS) {                                                      \
-      snprintf(r->note, sizeof r->note, "%s failed: CUresult %d", #call, (int)r_); \
-      goto out;                                                                    \
-    }                                                                              \
-  } while (0)
+#define CU(call) CU_TRY(r->note, call)
 
 /* cuMemAlloc/cuMemFree (@pool 0) or the default pool's cuMemAllocAsync/cuMemFreeAsync on a stream
  * (@pool 1), GPU @ordinal; failures go to r->note. */

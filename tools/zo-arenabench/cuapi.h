@@ -47,5 +47,16 @@ typedef struct cu_api {
  * with @note (@cap bytes) saying what is missing. */
 int cu_load(cu_api *c, char *note, size_t cap);
 
+/* CU_TRY(note, call) - run driver call @call; on an error, "CALL failed: CUresult N" into the char array @note
+ * and `goto out` (the caller's cleanup label). */
+#define CU_TRY(note, call)                                                         \
+  do {                                                                             \
+    CUresult cu_r_ = (call);                                                       \
+    if (cu_r_ != CUDA_SUCCESS) {                                                   \
+      snprintf((note), sizeof(note), "%s failed: CUresult %d", #call, (int)cu_r_); \
+      goto out;                                                                    \
+    }                                                                              \
+  } while (0)
+
 #endif
 #endif /* ZO_ARENABENCH_CUAPI_H */

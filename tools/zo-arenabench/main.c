@@ -231,15 +231,8 @@ static void measure_vmm(int ordinal, size_t bytes, vmm *v) {
   CUmemGenericAllocationHandle *hs = NULL;
   int n = 0, supported = 0, mapped = 0, remapped = 0;
   size_t reserved = 0, g = 0;
-  CUresult r;
   memset(v, 0, sizeof *v);
-#define CU(call)                                                                  \
-  do {                                                                            \
-    if ((r = (call)) != CUDA_SUCCESS) {                                           \
-      snprintf(v->note, sizeof v->note, "%s failed: CUresult %d", #call, (int)r); \
-      goto out;                                                                   \
-    }                                                                             \
-  } while (0)
+#define CU(call) CU_TRY(v->note, call)
   if (cu_load(&c, v->note, sizeof v->note)) return;
   CU(c.Init(0));
   CU(c.DeviceGet(&cd, ordinal));

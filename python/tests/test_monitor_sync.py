@@ -3,39 +3,32 @@ optimizer steps whose figures steps_per_print prints, not at every micro-step (a
 engine keeps full). A CPU engine whose reporter is told it runs on CUDA, torch.cuda.synchronize replaced by a
 recorder of the engine's step counters at each call; the printed throughput lines still appear at the same steps with
 rates that are numbers."""
-import logging
 import re
 
 import torch
 
 import zoffload
-from zoffload import _log
+from test_logging import Records, _model
 
 
 def _run(monkeypatch, gas, steps, spp, breakdown=False):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     cfg = {"train_batch_size": 4 * gas, "gradient_accumulation_steps": gas, "steps_per_print": spp,
            "wall_clock_breakdown": breakdown, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
-    engine, *_ = zoffload.initialize(model=model, config=cfg)
+    engine, *_ = zoffload.initialize(model=_model(), config=cfg)
     engine._reporter.cuda = True  # as on a GPU: the timers would synchronize the device
     syncs = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append((engine.global_steps, engine.micro_steps)))
-    lines = []
-    h = logging.Handler()
-    h.emit = lambda r: lines.append(r.getMessage())
-    _log.logger.addHandler(h)
     try:
-        x, y = torch.randn(4, 8), torch.randn(4, 1)
-        for _ in range(steps * gas):
-            loss = torch.nn.functional.mse_loss(engine(x), y)
-            engine.backward(loss)
-            engine.step()
+        with Records() as rec:
+            x, y = torch.randn(4, 8), torch.randn(4, 1)
+            for _ in range(steps * gas):
+                loss = torch.nn.functional.mse_loss(engine(x), y)
+                engine.backward(loss)
+                engine.step()
     finally:
-        _log.logger.removeHandler(h)
         engine.close()
-    return syncs, lines
+    return syncs, rec.messages()
 
 
 def test_syncs_only_in_printing_steps(monkeypatch):

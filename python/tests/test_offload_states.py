@@ -59,16 +59,14 @@ def test_training_continues_bit_identical(tmp_path, caplog, stage, tier):
     before = b.memory()
     assert before["arena"]["capacity"] > 0
     S = zs.OffloadStateTypeEnum
-    held = [S.lp_params] if tier != "none" else [S.optim_states, S.hp_params, S.lp_params, S.lp_grads]
-    assert zs.info(b)["held"] == held
+    # what the engine holds in its device memory: the working weights (stage 2) or their cached copies (stage 3),
+    # and with offload_optimizer "none" the optimizer's states and gradients too
+    want = [S.lp_params] if tier != "none" else [S.optim_states, S.hp_params, S.lp_params, S.lp_grads]
+    assert zs.info(b)["held"] == want
     with caplog.at_level(logging.INFO, logger="zoffload.offload_states"):
         assert b.offload_states() is None  # as DeepSpeed's
     during = b.memory()
     info = zs.info(b)
-    S = zs.OffloadStateTypeEnum
-    # what the engine held in its device memory: the working weights (stage 2) or their cached copies (stage 3),
-    # and with offload_optimizer "none" the optimizer's states and gradients too
-    want = [S.lp_params] if tier != "none" else [S.optim_states, S.hp_params, S.lp_params, S.lp_grads]
     assert info["offloaded"] == want and b._offloaded_states == want and info["held"] == []
     assert during["device_bytes"] == 0 and during["arena"]["capacity"] == 0
     assert info["released_bytes"] == before["arena"]["capacity"]
@@ -123,7 +121,7 @@ def test_lp_params_kept_the_model_still_runs(tmp_path, caplog):
     with torch.no_grad():
         assert b(x, y).item() == want
     loss = b(x, y)
-    for call in (lambda: b.backward(loss), b.step):
+    for call in (lambda graph=loss: b.backward(graph), b.step):
         with pytest.raises(RuntimeError, match=r"optim_states, hp_params, lp_grads are offloaded .*reload_states"):
             call()
     del loss  # its graph views the parameters

@@ -531,12 +531,13 @@ print(a.get('block_size', 1048576), a.get('queue_depth', 32))") || return 1
     --no-fio --device $dev --json "$out/rates-swap.json" || return 1
   python3 - "$out/rates-adam.json" "$out/rates-swap.json" <<'EOF'
 import json, sys
+sys.path.insert(0, "scripts")
+from limit_ratio import best_adam_row  # the row the limit ratios divide by
 a, s = (json.load(open(p)) for p in sys.argv[1:3])
 parts = []
 for v in ("adamw_bf16g_out_bf16s", "adamw_bf16g_out"):
-    r = [x for x in a.get("results", []) if x.get("variant") == v]
-    if r:
-        x = max(r, key=lambda x: (x["n"], x["threads"]))
+    x = best_adam_row(a, v)
+    if x:
         parts.append(f"Adam {v} {x['gbps']:.1f} GB/s ({x['params_per_s'] / 1e9:.2f} Gparams/s, {x['threads']} threads)")
 b = s.get("best", {})
 parts.append("NVMe " + ", ".join(f"{op} {b[op]['gbps']:.2f} GB/s" for op in ("read", "write") if op in b) +
@@ -638,8 +639,8 @@ EOF
 # torch_nccl: python/tests/test_import_order.py under this machine's CUDA torch and its NCCL (libzoffload maps no
 # NCCL of its own; zoffload and torch in either order); without pytest, the same three checks inline
 do_torch_nccl() {
-  local py=${ZO_PYTHON:-} lib order fail=0
-  [ -n "$py" ] || py=$(gpu_python) || py=python3
+  local py lib order fail=0
+  py=$(stage_python)
   "$py" -c "import torch" 2>/dev/null || { echo "skip: $py has no torch"; return 77; }
   lib=$(cd "$bd" && pwd)/libzoffload.so
   echo "python: $py, torch $("$py" -c 'import torch; print(torch.__version__)')"
@@ -665,13 +666,13 @@ fig_pytest() { grep -m1 -E '[0-9]+ (passed|failed)' "$1" | sed 's/=//g; s/^ *//;
 # of this machine's CUDA python (its torch through --system-site-packages; nothing fetched), then
 # scripts/wheel_cuda_smoke.py run from outside the checkout with nothing pointing at it
 do_wheel_cuda() {
-  local whl=${ZO_WHEEL:-} py=${ZO_PYTHON:-}
+  local whl=${ZO_WHEEL:-} py
   [ -d "$whl" ] && whl=$(ls "$whl"/zoffload-*.whl 2>/dev/null | head -1)
   if [ -z "$whl" ] || [ ! -f "$whl" ]; then
     echo "skip: no wheel carried (ZO_WHEEL: a zoffload-*.whl or its directory)"
     return 77
   fi
-  [ -n "$py" ] || py=$(gpu_python) || py=python3
+  py=$(stage_python)
   local v=$out/wheel-venv
   rm -rf "$v" "$out/wheel-run"
   mkdir -p "$out/wheel-run"
@@ -696,6 +697,10 @@ gpu_python() {
     fi
   done
   return 1
+}
+# the python a stage runs: $ZO_PYTHON, else gpu_python's, else python3 (stdout)
+stage_python() {
+  if [ -n "${ZO_PYTHON:-}" ]; then echo "$ZO_PYTHON"; else gpu_python || echo python3; fi
 }
 do_nccl() {
   if grep -q '^ZO_BUILT_WITH_NCCL:INTERNAL=0' "$bd/CMakeCache.txt" 2>/dev/null; then

@@ -75,7 +75,7 @@ def need(row, key, path):
 
 
 def window_figures(rows, warmup, path):
-    """Measured step, breakdown and per-step bytes over the steps after @warmup."""
+    """Measured step (s), breakdown (ms, by the log's keys) and per-step bytes over the steps after @warmup."""
     if len(rows) < warmup + 1:
         raise InputError(f"{path}: {len(rows)} logged steps; the window needs more than the {warmup} warm-up steps")
     steps = [r["step"] for r in rows]
@@ -91,7 +91,7 @@ def window_figures(rows, warmup, path):
         last = len(rows) - 1
         total = need(rows[last], key, path) * (last + 1)
         before = need(rows[warmup - 1], key, path) * warmup if warmup > 0 else 0.0
-        return (total - before) / (len(rows) - warmup) / 1e3
+        return (total - before) / (len(rows) - warmup)
 
     parts = {k: mean_over_window(k) for k in ("step_ms", "forward_ms", "backward_ms", "fetch_wait_ms",
                                                 "optimizer_ms", "adam_ms", "swap_wait_ms")}
@@ -107,13 +107,19 @@ def window_figures(rows, warmup, path):
     return measured, parts, moved, (win[0]["step"], win[-1]["step"])
 
 
-def adam_rate(adam, variant, path):
-    """(GB/s, bytes a parameter, threads, n) of @variant in zo-adambench's JSON: its largest size, most threads."""
+def best_adam_row(adam, variant):
+    """The row of @variant in zo-adambench's JSON that sets its rate: its largest size, most threads; None when the
+    variant has no row."""
     res = [r for r in adam.get("results", []) if isinstance(r, dict) and r.get("variant") == variant]
-    if not res:
+    return max(res, key=lambda r: (r.get("n", 0), r.get("threads", 0))) if res else None
+
+
+def adam_rate(adam, variant, path):
+    """(GB/s, bytes a parameter, threads, n) of @variant in zo-adambench's JSON (best_adam_row)."""
+    r = best_adam_row(adam, variant)
+    if r is None:
         have = sorted({r.get("variant") for r in adam.get("results", []) if isinstance(r, dict)})
         raise InputError(f"{path}: no results for the Adam variant '{variant}' (it has: {', '.join(map(str, have))})")
-    r = max(res, key=lambda r: (r.get("n", 0), r.get("threads", 0)))
     if not r.get("gbps", 0) > 0 or not r.get("bytes_per_param", 0) > 0:
         raise InputError(f"{path}: variant '{variant}' has no positive gbps and bytes_per_param")
     return r["gbps"] * 1e9, r["bytes_per_param"], r.get("threads"), r.get("n")
@@ -225,9 +231,9 @@ def main(argv=None):
         return 2
     p, lab = r["parts"], (args.label + " " if args.label else "")
     s0, s1 = r["window"]
-    print(f"{lab}breakdown: per step over steps {s0}-{s1}: {p['step_ms'] * 1e3:.1f} ms = compute "
-          f"{p['compute_ms'] * 1e3:.1f} + exposed: fetch {p['fetch_wait_ms'] * 1e3:.1f}, optimizer step "
-          f"{p['optimizer_ms'] * 1e3:.1f} (adam {p['adam_ms'] * 1e3:.1f}, swap {p['swap_wait_ms'] * 1e3:.1f})")
+    print(f"{lab}breakdown: per step over steps {s0}-{s1}: {p['step_ms']:.1f} ms = compute "
+          f"{p['compute_ms']:.1f} + exposed: fetch {p['fetch_wait_ms']:.1f}, optimizer step "
+          f"{p['optimizer_ms']:.1f} (adam {p['adam_ms']:.1f}, swap {p['swap_wait_ms']:.1f})")
     parts = "; ".join(f"{k} {fmt_s(t) if t is not None else 'n/a'} ({how})"
                       for k, (t, how) in r["bound_parts"].items())
     partial = f", partial: {', '.join(r['missing'])} n/a" if r["missing"] else ""

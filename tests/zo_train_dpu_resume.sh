@@ -27,6 +27,22 @@ run() { # NAME CONFIG ARGS...: one zo-train run, output in $work/NAME.out, JSON 
         --log-json "$work/$name.jsonl" "$@" >"$work/$name.out" 2>&1 \
     || { cat "$work/$name.out"; fail "zo-train $name exited non-zero"; }
 }
+# resumed_same NAME CONFIG STRAIGHT-ARGS...: with the optimizer on $o, 20 steps straight (with STRAIGHT-ARGS) and 10
+# steps + --save + a new process resuming for 10 log the same 20 losses and export the same weights
+resumed_same() {
+  local n=$1 c=$2
+  shift 2
+  run "$n-straight" "$c" --offload-optimizer "$o" --steps 20 "$@" --export-safetensors "$work/$n-straight.st"
+  run "$n-first" "$c" --offload-optimizer "$o" --steps 10 --save "$work/$n-ckpt"
+  run "$n-resumed" "$c" --offload-optimizer "$o" --steps 20 --resume "$work/$n-ckpt" \
+      --export-safetensors "$work/$n-resumed.st"
+  grep -q "resumed from .* at step 10" "$work/$n-resumed.out" || fail "$n: the second run did not resume at step 10"
+  losses "$work/$n-straight.jsonl" >"$work/a"
+  losses "$work/$n-first.jsonl" "$work/$n-resumed.jsonl" | sed 's/^[^:]*jsonl://' >"$work/b"
+  [ "$(wc -l <"$work/a")" -eq 20 ] || fail "$n: expected 20 logged losses"
+  cmp -s "$work/a" "$work/b" || { diff "$work/a" "$work/b" | head -4; fail "$n: losses differ after resume"; }
+  cmp -s "$work/$n-straight.st" "$work/$n-resumed.st" || fail "$n: final weights differ after resume"
+}
 mkcfg w4 4
 mkcfg w12 12
 for o in cpu nvme; do
@@ -43,30 +59,11 @@ for o in cpu nvme; do
   echo "ok   $o, warm-up 4: steps 1-5 as the plain run, step 6 $(sed -n 6p "$work/b" | sed 's/.*://') (plain $(sed -n 6p "$work/a" | sed 's/.*://'))"
 
   # saved during the warm-up (step 10 of 12): the resumed run crosses the switch as the straight one does
-  n=$o-w12
-  run "$n-straight" "$work/w12.json" --offload-optimizer "$o" --steps 20 --export-safetensors "$work/$n-straight.st"
-  run "$n-first" "$work/w12.json" --offload-optimizer "$o" --steps 10 --save "$work/$n-ckpt"
-  run "$n-resumed" "$work/w12.json" --offload-optimizer "$o" --steps 20 --resume "$work/$n-ckpt" \
-      --export-safetensors "$work/$n-resumed.st"
-  grep -q "resumed from .* at step 10" "$work/$n-resumed.out" || fail "$n: the second run did not resume at step 10"
-  losses "$work/$n-straight.jsonl" >"$work/a"
-  losses "$work/$n-first.jsonl" "$work/$n-resumed.jsonl" | sed 's/^[^:]*jsonl://' >"$work/b"
-  [ "$(wc -l <"$work/a")" -eq 20 ] || fail "$n: expected 20 logged losses"
-  cmp -s "$work/a" "$work/b" || { diff "$work/a" "$work/b" | head -4; fail "$n: losses differ after resume"; }
-  cmp -s "$work/$n-straight.st" "$work/$n-resumed.st" || fail "$n: final weights differ after resume"
+  resumed_same "$o-w12" "$work/w12.json"
   echo "ok   $o, warm-up 12, saved at step 10: 20 losses and the weights identical across the switch"
 
   # saved after the switch (step 10, warm-up 4): equal to the run that saved there and went on
-  n=$o-w4s
-  run "$n-straight" "$work/w4.json" --offload-optimizer "$o" --steps 20 --save "$work/$n-s" --save-every 10 \
-      --export-safetensors "$work/$n-straight.st"
-  run "$n-first" "$work/w4.json" --offload-optimizer "$o" --steps 10 --save "$work/$n-ckpt"
-  run "$n-resumed" "$work/w4.json" --offload-optimizer "$o" --steps 20 --resume "$work/$n-ckpt" \
-      --export-safetensors "$work/$n-resumed.st"
-  losses "$work/$n-straight.jsonl" >"$work/a"
-  losses "$work/$n-first.jsonl" "$work/$n-resumed.jsonl" | sed 's/^[^:]*jsonl://' >"$work/b"
-  cmp -s "$work/a" "$work/b" || { diff "$work/a" "$work/b" | head -4; fail "$n: losses differ after resume"; }
-  cmp -s "$work/$n-straight.st" "$work/$n-resumed.st" || fail "$n: final weights differ after resume"
+  resumed_same "$o-w4s" "$work/w4.json" --save "$work/$o-w4s-s" --save-every 10
   echo "ok   $o, warm-up 4, saved at step 10: identical to the run that saved there (--save-every 10)"
   [ -z "$(ls -A "$work/nvme")" ] || fail "$o: swap files left behind"
 done

@@ -733,8 +733,7 @@ class Engine(DeepSpeedEngineAPI):
                 t = _DT[dt.value]
                 if self.place.param_dtype(t) == t:
                     if self._aliased[i] != ptr.value:
-                        p.data = self.place.view(ptr.value, p.numel(), t, self._mem).view(self.shapes[i])
-                        self._aliased[i] = ptr.value
+                        self._alias(i, ptr.value, t)
                 else:
                     nbytes = p.numel() * torch.tensor([], dtype=t).element_size()
                     host = torch.empty(p.numel(), dtype=t)
@@ -742,6 +741,22 @@ class Engine(DeepSpeedEngineAPI):
                     _lib.check(_lib.lib.zo_memcpy(self.dev, host.data_ptr(), ptr, nbytes, _lib.COPY_D2H), "weights")
                     p.copy_(host.view(p.shape))
                 _lib.check(_lib.lib.zo_engine_release(self.eng, h), "release '%s'" % n)
+
+    def _alias(self, i, ptr, dtype):
+        """Parameter i views the engine's working weights at address @ptr as @dtype (stages 1-2), recorded in
+        _aliased[i]; no copy."""
+        p = self.params[i][1]
+        p.data = self.place.view(ptr, p.numel(), dtype, self._mem).view(self.shapes[i])
+        self._aliased[i] = ptr
+
+    def _unalias(self, data_of):
+        """Every parameter that views the engine's working weights takes data_of(parameter) as its data instead and
+        is no longer recorded in _aliased. Under torch.no_grad()."""
+        for i, at in enumerate(getattr(self, "_aliased", [])):
+            if at is not None:
+                p = self.params[i][1]
+                p.data = data_of(p)
+                self._aliased[i] = None
 
     def all_reduce_mean(self, value):
         """The mean of a float over the ranks (e.g. the loss for logging); the value itself on one rank."""
@@ -836,11 +851,7 @@ class Engine(DeepSpeedEngineAPI):
         if copy_params and getattr(self, "_states_hook", None) is not None:
             _offload_states.reload_for_close(self)  # lp_params offloaded: back, so the parameters keep their values
         with torch.no_grad():
-            for i, at in enumerate(getattr(self, "_aliased", [])):
-                if at is not None:
-                    p = self.params[i][1]
-                    p.data = p.data.clone() if copy_params else torch.empty(0, dtype=p.dtype, device=p.device)
-                    self._aliased[i] = None
+            self._unalias(lambda p: p.data.clone() if copy_params else torch.empty(0, dtype=p.dtype, device=p.device))
         self._remove_hooks()
         if getattr(self, "_reporter", None) is not None:
             self._reporter.close()  # the monitors' files and writers

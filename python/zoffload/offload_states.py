@@ -148,14 +148,11 @@ def refuse_while_offloaded(engine, call):
 
 def _reattach(engine, ptrs):
     """The parameters _detach_params() let go of view the engine's working weights again at @ptrs (engine._aliased
-    before it), as engine._write_back() aliases them; the memory has not moved."""
+    before it), through engine._alias() as engine._write_back() aliases them; the memory has not moved."""
     with torch.no_grad():
         for i, ptr in enumerate(ptrs):
             if ptr is not None and engine._aliased[i] is None:
-                p = engine.params[i][1]
-                shape = engine.shapes[i]
-                p.data = engine.place.view(ptr, shape.numel(), p.dtype, engine._mem).view(shape)
-                engine._aliased[i] = ptr
+                engine._alias(i, ptr, engine.params[i][1].dtype)
 
 
 def _refuse_forward(engine):
@@ -174,11 +171,7 @@ def _detach_params(engine):
     numbers). Returns how many tensors still view the engine's memory after that: tensors taken from the parameters
     (a view, .data, .detach(), a graph's saved tensors), whose storages hold the engine's memory token."""
     with torch.no_grad():
-        for i, at in enumerate(getattr(engine, "_aliased", [])):
-            if at is not None:
-                p = engine.params[i][1]
-                p.data = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape)
-                engine._aliased[i] = None
+        engine._unalias(lambda p: torch.full((1,), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape))
     gc.collect()
     return sum(1 for r in gc.get_referrers(engine._mem)
                if r is not engine.__dict__ and not isinstance(r, types.FrameType))
